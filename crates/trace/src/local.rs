@@ -1,0 +1,151 @@
+//! The calling thread's side of logging: its buffers and the hot path.
+//!
+//! Each thread reaches its buffers through one thread-local pointer with a
+//! constant initialiser (no lazy-init check, no destructor on that slot). The
+//! pointer is tagged with the epoch of the session that made the buffers; a
+//! mismatch (first record of the thread, or a new session since) sends the
+//! record down the cold path, which allocates this thread's rings for the
+//! current session and registers them with its writer. A second thread-local
+//! with a destructor marks the buffers as orphaned when the thread exits, so
+//! the writer drains them and then frees them.
+
+use crate::buffer::{Producer, Ring};
+use crate::session::{self, Shared};
+use std::cell::Cell;
+use std::ptr::null_mut;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Bumped at every open and close; buffers of another epoch are stale.
+pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// What the writer sees of a logging thread.
+pub(crate) struct ThreadShared {
+    pub index: u32,
+    pub tid: u32,
+    pub name: String,
+    /// One ring per stream of the session, in stream order.
+    pub rings: Vec<Ring>,
+    pub exited: AtomicBool,
+}
+
+pub(crate) struct ThreadState {
+    epoch: u64,
+    prods: Vec<Producer>,
+    shared: Arc<ThreadShared>,
+}
+
+thread_local! {
+    static LOCAL: Cell<*mut ThreadState> = const { Cell::new(null_mut()) };
+    static GUARD: Guard = const { Guard };
+}
+
+struct Guard;
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let p = LOCAL.with(|c| c.replace(null_mut()));
+        if !p.is_null() {
+            let st = unsafe { Box::from_raw(p) };
+            st.shared.exited.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Log a fixed-size record to every stream in `mask`.
+#[inline(always)]
+pub(crate) fn emit<const N: usize>(mask: u32, w: [u64; N]) {
+    let st = LOCAL.with(|c| c.get());
+    unsafe {
+        if st.is_null() || (*st).epoch != EPOCH.load(Ordering::Relaxed) {
+            return emit_slow(mask, &w, &[]);
+        }
+        let st = &mut *st;
+        if mask == 1 {
+            st.prods.get_unchecked_mut(0).write(w);
+        } else {
+            let mut m = mask;
+            while m != 0 {
+                let s = m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let Some(p) = st.prods.get_mut(s) {
+                    p.write(w);
+                }
+            }
+        }
+    }
+}
+
+/// Log a variable-size record (`head` words, then `tail` bytes).
+pub(crate) fn emit_var(mask: u32, head: &[u64], tail: &[u8]) {
+    let st = LOCAL.with(|c| c.get());
+    unsafe {
+        if st.is_null() || (*st).epoch != EPOCH.load(Ordering::Relaxed) {
+            return emit_slow(mask, head, tail);
+        }
+        write_all(&mut *st, mask, head, tail);
+    }
+}
+
+fn write_all(st: &mut ThreadState, mask: u32, head: &[u64], tail: &[u8]) {
+    let mut m = mask;
+    while m != 0 {
+        let s = m.trailing_zeros() as usize;
+        m &= m - 1;
+        if let Some(p) = st.prods.get_mut(s) {
+            p.write_var(head, tail);
+        }
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn emit_slow(mask: u32, head: &[u64], tail: &[u8]) {
+    if let Some(st) = attach() {
+        write_all(st, mask, head, tail);
+    }
+}
+
+/// Make this thread's buffers for the current session. None when no session
+/// is open or the thread is being torn down (the record is then counted lost).
+fn attach() -> Option<&'static mut ThreadState> {
+    let shared = session::current()?;
+    let old = LOCAL.with(|c| c.replace(null_mut()));
+    if !old.is_null() {
+        let st = unsafe { Box::from_raw(old) };
+        st.shared.exited.store(true, Ordering::Release);
+    }
+    if GUARD.try_with(|_| ()).is_err() {
+        shared.lost_unattached.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    let st = Box::new(new_state(&shared));
+    let p = Box::into_raw(st);
+    LOCAL.with(|c| c.set(p));
+    Some(unsafe { &mut *p })
+}
+
+fn new_state(shared: &Arc<Shared>) -> ThreadState {
+    let rings = shared
+        .config
+        .streams
+        .iter()
+        .map(|s| Ring::new(s.buffer_bytes(), s.kind == crate::config::StreamKind::Ring))
+        .collect();
+    let ts = shared.add_thread(|index| ThreadShared {
+        index,
+        tid: unsafe { libc::gettid() } as u32,
+        name: thread_name(),
+        rings,
+        exited: AtomicBool::new(false),
+    });
+    let prods = ts.rings.iter().map(|r| r.producer()).collect();
+    ThreadState { epoch: shared.epoch, prods, shared: ts }
+}
+
+fn thread_name() -> String {
+    let mut buf = [0u8; 32];
+    unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr() as libc::c_ulong, 0, 0, 0) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

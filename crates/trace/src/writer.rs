@@ -1,0 +1,290 @@
+//! The background writer: drains every thread's buffers into the file.
+//!
+//! Each cycle it (1) reads the published heads of all buffers, (2) writes the
+//! metadata those records may refer to (new threads, new entities, group
+//! switches), (3) copies each normal ring's new bytes into data chunks, one per
+//! block, with the number of records the ring dropped since its last chunk,
+//! (4) serves flight-recorder triggers, (5) logs a calibration pair once a
+//! second, and (6) writes the cycle's chunks with one `write`. Reading the heads
+//! before the registry is what guarantees an entity's namespace entry lands
+//! before its first record. The writer sleeps 1 ms between busy cycles and
+//! `flush_ms` between quiet ones; producers never wake it.
+//!
+//! A failed write (full disk, I/O error) stops writing but not draining: the
+//! records that could not be written are counted and the error names the file
+//! and the offset, so `close` can report both.
+
+use crate::clock;
+use crate::format::{self, chunk, rec, ChunkHeader, DumpInfo, End, ThreadInfo, BLOCK};
+use crate::local::ThreadShared;
+use crate::session::Shared;
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Cursor {
+    t: Arc<ThreadShared>,
+    announced: bool,
+    last_lost: Vec<u64>,
+    dumped_to: Vec<u64>,
+    has_ring: bool,
+}
+
+fn round_up(x: u64) -> u64 {
+    x.div_ceil(BLOCK) * BLOCK
+}
+
+/// Append data chunks for ring positions [a, b), one per block piece.
+fn push_range(out: &mut Vec<u8>, stream: u16, thread: u32, ring: &crate::buffer::Ring, a: u64, b: u64, mut lost: u64) {
+    let mut p = a;
+    if a == b && lost > 0 {
+        format::push_chunk(out, header(stream, thread, lost), &[]);
+        return;
+    }
+    while p < b {
+        let q = ((p / BLOCK) + 1) * BLOCK;
+        let q = q.min(b);
+        let bytes = unsafe { ring.bytes(p, q) };
+        format::push_chunk(out, header(stream, thread, lost), bytes);
+        lost = 0;
+        p = q;
+    }
+}
+
+fn header(stream: u16, thread: u32, lost: u64) -> ChunkHeader {
+    ChunkHeader { ty: chunk::DATA, flags: 0, stream, thread, len: 0, payload_crc: 0, lost }
+}
+
+/// Count the records in a run of bytes taken from a buffer (up to a PAD).
+pub fn count_records(mut b: &[u8]) -> u64 {
+    let mut n = 0;
+    while b.len() >= 8 {
+        let w = u32::from_le_bytes(b[0..4].try_into().unwrap());
+        let size = match (w >> rec::TYPE_SHIFT) & rec::TYPE_MASK {
+            rec::EVENT => 16,
+            rec::EVENT_VALUE | rec::INTERVAL | rec::COUNTER => 24,
+            rec::EVENT_PAYLOAD if b.len() >= 24 => 24 + (u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize).div_ceil(8) * 8,
+            rec::HISTOGRAM if b.len() >= 24 => {
+                let k = u32::from_le_bytes(b[16..20].try_into().unwrap()) as usize;
+                64 + (k * 4).div_ceil(8) * 8 + k * 8
+            }
+            _ => break,
+        };
+        n += 1;
+        if size > b.len() {
+            break;
+        }
+        b = &b[size..];
+    }
+    n
+}
+
+pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
+    let nstreams = sh.config.streams.len();
+    let mut cursors: Vec<Cursor> = Vec::new();
+    let mut ns_done = 0usize;
+    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut last_cal = Instant::now();
+    let mut cal_interval = Duration::from_millis(100);
+    let mut dumps = 0u32;
+    let mut failed: Option<String> = None;
+    let mut unwritten_records = 0u64;
+    let mut lost_by_stream = vec![0u64; nstreams];
+    let quiet = Duration::from_millis(sh.config.flush_ms);
+
+    loop {
+        let stopping = sh.stop.load(Ordering::Acquire);
+        let flush_req = sh.flush_req.load(Ordering::Acquire);
+        {
+            // The session's list is a queue of newly attached threads.
+            let fresh = std::mem::take(&mut *sh.threads.lock().unwrap_or_else(|e| e.into_inner()));
+            for t in fresh {
+                let has_ring = t.rings.iter().any(|r| r.overwrite);
+                cursors.push(Cursor { t, announced: false, last_lost: vec![0; nstreams], dumped_to: vec![0; nstreams], has_ring });
+            }
+        }
+        let exited: Vec<bool> = cursors.iter().map(|c| c.t.exited.load(Ordering::Acquire)).collect();
+        let heads: Vec<Vec<u64>> = cursors.iter().map(|c| c.t.rings.iter().map(|r| r.head.load(Ordering::Acquire)).collect()).collect();
+
+        // Metadata the records below may refer to.
+        let fresh: Vec<ThreadInfo> = cursors
+            .iter_mut()
+            .filter(|c| !c.announced)
+            .map(|c| {
+                c.announced = true;
+                ThreadInfo { index: c.t.index, tid: c.t.tid, name: c.t.name.clone() }
+            })
+            .collect();
+        if !fresh.is_empty() {
+            format::push_json(&mut out, chunk::THREADS, 0, 0, &fresh);
+        }
+        {
+            let c = crate::entity::control();
+            if c.entities.len() > ns_done {
+                let infos: Vec<_> = c.entities[ns_done..].iter().map(|e| e.info()).collect();
+                ns_done = c.entities.len();
+                drop(c);
+                format::push_json(&mut out, chunk::NAMESPACE, 0, 0, &infos);
+            }
+        }
+        let changes: Vec<_> = std::mem::take(&mut *sh.changes.lock().unwrap_or_else(|e| e.into_inner()));
+        for ch in &changes {
+            format::push_json(&mut out, chunk::CONFIG, ch.stream, 0, ch);
+        }
+
+        // Normal streams.
+        let mut moved = 0u64;
+        for (ci, c) in cursors.iter_mut().enumerate() {
+            for (s, ring) in c.t.rings.iter().enumerate() {
+                if ring.overwrite {
+                    continue;
+                }
+                let tail = ring.tail.load(Ordering::Relaxed);
+                let head = heads[ci][s];
+                let lost = ring.lost.load(Ordering::Relaxed);
+                let delta = lost - c.last_lost[s];
+                if head > tail || delta > 0 {
+                    let start = out.len();
+                    push_range(&mut out, s as u16, c.t.index, ring, tail, head, delta);
+                    if failed.is_some() {
+                        unwritten_records += count_chunk_records(&out[start..]);
+                    }
+                    ring.tail.store(head, Ordering::Release);
+                    moved += head - tail;
+                    c.last_lost[s] = lost;
+                    lost_by_stream[s] += delta;
+                }
+            }
+        }
+
+        // Flight-recorder triggers.
+        let triggers: Vec<_> = std::mem::take(&mut *sh.triggers.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in triggers {
+            dumps += 1;
+            let s = t.stream as usize;
+            let mut data = Vec::new();
+            let mut overwritten = 0u64;
+            for c in cursors.iter_mut() {
+                let ring = &c.t.rings[s];
+                let h1 = ring.head.load(Ordering::Acquire);
+                let lo = c.dumped_to[s].max(round_up(h1.saturating_sub(ring.cap)));
+                let mut copy: Vec<(u64, Vec<u8>)> = Vec::new();
+                let mut p = lo;
+                while p < h1 {
+                    let q = ((p / BLOCK + 1) * BLOCK).min(h1);
+                    copy.push((p, unsafe { ring.bytes(p, q) }.to_vec()));
+                    p = q;
+                }
+                fence(Ordering::Acquire);
+                let h2 = ring.head.load(Ordering::Acquire);
+                // The producer may have overwritten slots up to one block past
+                // h2 - cap while we copied; keep only blocks it cannot have touched.
+                let valid = round_up((h2 + BLOCK).saturating_sub(ring.cap)).max(lo);
+                overwritten += valid.saturating_sub(c.dumped_to[s]);
+                for (p, bytes) in copy {
+                    if p >= valid {
+                        format::push_chunk(&mut data, header(s as u16, c.t.index, 0), &bytes);
+                    }
+                }
+                c.dumped_to[s] = h1;
+            }
+            format::push_json(
+                &mut out,
+                chunk::DUMP,
+                t.stream,
+                0,
+                &DumpInfo { stream: t.stream, dump: dumps, tag: t.tag, trigger_raw: t.raw, overwritten_bytes: overwritten },
+            );
+            out.extend_from_slice(&data);
+        }
+
+        if stopping || last_cal.elapsed() >= cal_interval {
+            format::push_json(&mut out, chunk::CALIBRATION, 0, 0, &vec![clock::calibration_pair(20)]);
+            last_cal = Instant::now();
+            cal_interval = Duration::from_secs(1);
+        }
+
+        if stopping {
+            let lost_unattached = sh.lost_unattached.load(Ordering::Relaxed);
+            let end = End {
+                end_mono_ns: clock::mono_ns(),
+                bytes_written: offset + out.len() as u64,
+                lost_records: lost_by_stream.iter().sum::<u64>() + lost_unattached,
+                lost_by_stream: lost_by_stream.clone(),
+                dumps,
+                error: None,
+            };
+            format::push_json(&mut out, chunk::END, 0, 0, &end);
+        }
+
+        if !out.is_empty() {
+            if failed.is_none() {
+                match file.write_all(&out) {
+                    Ok(()) => offset += out.len() as u64,
+                    Err(e) => {
+                        unwritten_records += count_chunk_records(&out);
+                        failed = Some(format!("{}: write failed at offset {offset}: {e}", sh.path.display()));
+                    }
+                }
+                sh.bytes_written.store(offset, Ordering::Relaxed);
+            }
+            out.clear();
+        }
+
+        // Drop drained buffers of threads that have exited (flight-recorder
+        // buffers are kept, bounded, so a later trigger still shows them).
+        let mut i = 0;
+        let mut kept_exited = 0;
+        cursors.retain(|c| {
+            let ex = exited.get(i).copied().unwrap_or(false);
+            i += 1;
+            if ex && c.has_ring {
+                kept_exited += 1;
+                return kept_exited <= 64;
+            }
+            !ex
+        });
+
+        {
+            let mut d = sh.flush_done.lock().unwrap_or_else(|e| e.into_inner());
+            *d = (*d).max(flush_req);
+            sh.flush_cv.notify_all();
+        }
+
+        if stopping {
+            if failed.is_none() && sh.config.fsync {
+                if let Err(e) = file.sync_data() {
+                    failed = Some(format!("{}: fsync failed: {e}", sh.path.display()));
+                }
+            }
+            let lost_unattached = sh.lost_unattached.load(Ordering::Relaxed);
+            return End {
+                end_mono_ns: clock::mono_ns(),
+                bytes_written: offset,
+                lost_records: lost_by_stream.iter().sum::<u64>() + lost_unattached,
+                lost_by_stream,
+                dumps,
+                error: failed.map(|f| format!("{f}; {unwritten_records} records could not be written")),
+            };
+        }
+        std::thread::park_timeout(if moved > BLOCK { Duration::from_millis(1) } else { quiet });
+    }
+}
+
+/// Records in a run of chunks (used to count what a failed write lost).
+fn count_chunk_records(mut b: &[u8]) -> u64 {
+    let mut n = 0;
+    while let Some(h) = ChunkHeader::decode(b) {
+        let end = format::CHUNK_HEADER_LEN + h.len as usize;
+        if h.ty == chunk::DATA && end <= b.len() {
+            n += count_records(&b[format::CHUNK_HEADER_LEN..end]);
+        }
+        if end > b.len() {
+            break;
+        }
+        b = &b[end..];
+    }
+    n
+}
