@@ -1,1 +1,519 @@
+//! `loopscope._native`: the Rust core as seen from Python.
+//!
+//! Thin by design: entities and sessions map one to one onto the trace
+//! crate; `read_trace` returns the reader's column vectors as numpy arrays
+//! that own the Rust memory (no copy, no per-record Python object); probes
+//! and benchmarks run with the interpreter lock released and poll for Ctrl-C
+//! every 100 ms so a long run can be stopped. Errors are raised as
+//! `loopscope.errors.InputError` (the caller's input is wrong: exit code 2)
+//! or `RunError` (exit code 1). `python/loopscope/_native.pyi` declares all of it and a
+//! test checks the declaration against the module.
 
+use loopscope_probes::timer;
+use loopscope_trace::config::{Config, StreamConfig, StreamKind};
+use loopscope_trace::hist::Scale;
+use loopscope_trace::reader::{self, Options};
+use loopscope_trace::{clock, format, register, session, Entity, Kind};
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+// The exception classes are defined in Python (loopscope/errors.py) so that
+// the whole package shares one hierarchy with its exit codes.
+pyo3::import_exception!(loopscope.errors, InputError);
+pyo3::import_exception!(loopscope.errors, RunError);
+
+fn err(e: loopscope_trace::Error) -> PyErr {
+    if e.input {
+        InputError::new_err(e.msg)
+    } else {
+        RunError::new_err(e.msg)
+    }
+}
+
+/// A registered entity.
+#[pyclass(frozen, module = "loopscope._native", name = "Entity")]
+struct PyEntity {
+    e: &'static Entity,
+}
+
+#[pymethods]
+impl PyEntity {
+    #[getter]
+    fn id(&self) -> u32 {
+        self.e.id()
+    }
+    #[getter]
+    fn group(&self) -> &str {
+        self.e.group()
+    }
+    #[getter]
+    fn name(&self) -> &str {
+        self.e.name()
+    }
+    #[getter]
+    fn kind(&self) -> &'static str {
+        self.e.kind().as_str()
+    }
+    #[getter]
+    fn desc(&self) -> &str {
+        self.e.desc()
+    }
+    /// Whether an open stream logs this entity now.
+    #[getter]
+    fn enabled(&self) -> bool {
+        self.e.enabled()
+    }
+
+    /// Log an event (optionally with a number or bytes).
+    #[pyo3(signature = (tag=0, value=None, payload=None))]
+    fn event(&self, tag: u32, value: Option<i64>, payload: Option<&Bound<'_, PyBytes>>) -> PyResult<()> {
+        self.check(Kind::Event)?;
+        match (value, payload) {
+            (None, None) => self.e.event(tag),
+            (Some(v), None) => self.e.event_value(tag, v),
+            (None, Some(p)) => self.e.event_payload(tag, p.as_bytes()),
+            (Some(_), Some(_)) => return Err(InputError::new_err("an event carries a value or a payload, not both")),
+        }
+        Ok(())
+    }
+
+    /// Log an event with a tag: the fastest call from Python.
+    #[pyo3(signature = (tag=0))]
+    fn __call__(&self, tag: u32) {
+        self.e.event(tag)
+    }
+
+    /// Log an interval from raw timestamp `start` (from `now()`) to now.
+    #[pyo3(signature = (start, tag=0))]
+    fn interval(&self, start: u64, tag: u32) -> PyResult<()> {
+        self.check(Kind::Interval)?;
+        self.e.interval(tag, start);
+        Ok(())
+    }
+
+    /// Log an interval given in CLOCK_MONOTONIC nanoseconds.
+    #[pyo3(signature = (start_ns, dur_ns, tag=0))]
+    fn interval_ns(&self, start_ns: u64, dur_ns: u64, tag: u32) -> PyResult<()> {
+        self.check(Kind::Interval)?;
+        self.e.interval_mono(tag, start_ns, dur_ns);
+        Ok(())
+    }
+
+    /// Add to a counter or a histogram.
+    fn add(&self, v: i64) -> PyResult<()> {
+        match self.e.kind() {
+            Kind::Counter => self.e.counter_add(v),
+            Kind::Histogram => self.e.histogram_add(v),
+            k => return Err(InputError::new_err(format!("{}/{} is a {}; add() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+        }
+        Ok(())
+    }
+
+    /// Log a counter's value or a histogram's buckets.
+    fn log(&self) -> PyResult<()> {
+        match self.e.kind() {
+            Kind::Counter => self.e.counter_log(),
+            Kind::Histogram => self.e.histogram_log(),
+            k => return Err(InputError::new_err(format!("{}/{} is a {}; log() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+        }
+        Ok(())
+    }
+
+    /// Reset a counter or histogram, logging what it held.
+    fn reset(&self) -> PyResult<()> {
+        match self.e.kind() {
+            Kind::Counter => self.e.counter_reset(),
+            Kind::Histogram => self.e.histogram_reset(),
+            k => return Err(InputError::new_err(format!("{}/{} is a {}; reset() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+        }
+        Ok(())
+    }
+
+    /// A counter's current value.
+    #[getter]
+    fn value(&self) -> i64 {
+        self.e.counter_value()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<loopscope entity {}/{} ({}, id {})>", self.e.group(), self.e.name(), self.e.kind().as_str(), self.e.id())
+    }
+}
+
+impl PyEntity {
+    fn check(&self, k: Kind) -> PyResult<()> {
+        if self.e.kind() == k {
+            Ok(())
+        } else {
+            Err(InputError::new_err(format!(
+                "{}/{} is a {}, not a {}",
+                self.e.group(),
+                self.e.name(),
+                self.e.kind().as_str(),
+                k.as_str()
+            )))
+        }
+    }
+}
+
+fn parse_kind(kind: &str) -> PyResult<Kind> {
+    Ok(match kind {
+        "event" => Kind::Event,
+        "interval" => Kind::Interval,
+        "counter" => Kind::Counter,
+        "histogram" => Kind::Histogram,
+        _ => return Err(InputError::new_err(format!("kind {kind:?} is not one of event, interval, counter, histogram"))),
+    })
+}
+
+/// Register (or look up) an entity. `scale` (histograms): a JSON layout,
+/// `{"scale": "log", "sub_bits": 7, "max": N}` or
+/// `{"scale": "linear", "lo": A, "hi": B, "n": K}`.
+#[pyfunction]
+#[pyo3(signature = (group, name, kind, desc="", scale=None))]
+fn register_entity(group: &str, name: &str, kind: &str, desc: &str, scale: Option<&str>) -> PyResult<PyEntity> {
+    let k = parse_kind(kind)?;
+    let s: Option<Scale> = match scale {
+        Some(j) => Some(serde_json::from_str(j).map_err(|e| InputError::new_err(format!("histogram layout {j}: {e}")))?),
+        None => None,
+    };
+    Ok(PyEntity { e: register(group, name, k, desc, s).map_err(err)? })
+}
+
+/// Open a trace. `config`: TOML text (see docs/trace-format.md); else the
+/// environment. `groups` / `ring_groups` replace the groups of the first
+/// normal / ring stream (a ring stream `ring` is added if needed).
+#[pyfunction]
+#[pyo3(signature = (path, config=None, groups=None, ring_groups=None, fsync=false))]
+fn open(path: &str, config: Option<&str>, groups: Option<Vec<String>>, ring_groups: Option<Vec<String>>, fsync: bool) -> PyResult<()> {
+    let mut cfg = match config {
+        Some(t) => Config::from_toml(t, "config").map_err(err)?,
+        None => Config::from_env().map_err(err)?,
+    };
+    if let Some(g) = groups {
+        if let Some(s) = cfg.streams.iter_mut().find(|s| s.kind == StreamKind::Normal) {
+            s.groups = g;
+        }
+    }
+    if let Some(g) = ring_groups {
+        match cfg.streams.iter_mut().find(|s| s.kind == StreamKind::Ring) {
+            Some(s) => s.groups = g,
+            None => cfg.streams.push(StreamConfig { name: "ring".into(), kind: StreamKind::Ring, groups: g, buffer_kib: None }),
+        }
+    }
+    cfg.fsync |= fsync;
+    session::open(path.as_ref(), cfg).map_err(err)
+}
+
+/// Close the trace; returns the end summary as JSON.
+#[pyfunction]
+fn close(py: Python<'_>) -> PyResult<String> {
+    let end = py.detach(session::close).map_err(err)?;
+    Ok(serde_json::to_string(&end).unwrap_or_default())
+}
+
+#[pyfunction]
+fn flush(py: Python<'_>) -> PyResult<()> {
+    py.detach(session::flush).map_err(err)
+}
+
+#[pyfunction]
+fn is_open() -> bool {
+    session::is_open()
+}
+
+#[pyfunction]
+fn enable_group(stream: &str, group: &str, on: bool) -> PyResult<()> {
+    session::enable_group(stream, group, on).map_err(err)
+}
+
+#[pyfunction]
+#[pyo3(signature = (stream, tag=0))]
+fn trigger(stream: &str, tag: u32) -> PyResult<()> {
+    session::trigger(stream, tag).map_err(err)
+}
+
+/// Raw timestamp now (for `Entity.interval`).
+#[pyfunction]
+fn now() -> u64 {
+    loopscope_trace::now()
+}
+
+#[pyfunction]
+fn mono_ns() -> u64 {
+    clock::mono_ns()
+}
+
+/// (clock kind, why it was chosen).
+#[pyfunction]
+fn clock_info() -> (String, String) {
+    (clock::kind().as_str().to_string(), clock::reason())
+}
+
+/// Read a trace: (columns as a dict of numpy arrays, metadata as JSON).
+#[pyfunction]
+#[pyo3(signature = (path, sort=true, count_only=false))]
+fn read_trace<'py>(py: Python<'py>, path: &str, sort: bool, count_only: bool) -> PyResult<(Bound<'py, PyDict>, String)> {
+    let p = path.to_string();
+    let t = py
+        .detach(move || {
+            std::panic::catch_unwind(|| reader::read_file(p.as_ref(), Options { sort, count_only }))
+                .unwrap_or_else(|_| Err(loopscope_trace::Error::failed(format!("{p}: the reader failed unexpectedly (a bug: please report it with this file)"))))
+        })
+        .map_err(err)?;
+    let meta = serde_json::json!({
+        "info": t.info,
+        "entities": t.entities,
+        "threads": t.threads,
+        "calibration": t.calibration,
+        "dumps": t.dumps,
+        "changes": t.changes,
+        "end": t.end,
+        "stats": t.stats,
+    });
+    let c = t.cols;
+    let d = PyDict::new(py);
+    d.set_item("t_ns", c.t_ns.into_pyarray(py))?;
+    d.set_item("entity", c.entity.into_pyarray(py))?;
+    d.set_item("thread", c.thread.into_pyarray(py))?;
+    d.set_item("stream", c.stream.into_pyarray(py))?;
+    d.set_item("dump", c.dump.into_pyarray(py))?;
+    d.set_item("rtype", c.rtype.into_pyarray(py))?;
+    d.set_item("tag", c.tag.into_pyarray(py))?;
+    d.set_item("dur_ns", c.dur_ns.into_pyarray(py))?;
+    d.set_item("value", c.value.into_pyarray(py))?;
+    d.set_item("payload_off", c.payload_off.into_pyarray(py))?;
+    d.set_item("payload", c.payload.into_pyarray(py))?;
+    d.set_item("hist_row", c.hist_row.into_pyarray(py))?;
+    d.set_item("hist_under", c.hist_under.into_pyarray(py))?;
+    d.set_item("hist_over", c.hist_over.into_pyarray(py))?;
+    d.set_item("hist_sum", c.hist_sum.into_pyarray(py))?;
+    d.set_item("hist_min", c.hist_min.into_pyarray(py))?;
+    d.set_item("hist_max", c.hist_max.into_pyarray(py))?;
+    d.set_item("bucket_rec", c.bucket_rec.into_pyarray(py))?;
+    d.set_item("bucket_idx", c.bucket_idx.into_pyarray(py))?;
+    d.set_item("bucket_count", c.bucket_count.into_pyarray(py))?;
+    Ok((d, meta.to_string()))
+}
+
+/// Lower and upper bounds of histogram buckets `idx` under layout `scale` (JSON).
+#[pyfunction]
+fn hist_bounds<'py>(py: Python<'py>, scale: &str, idx: PyReadonlyArray1<'py, u32>) -> PyResult<(Bound<'py, numpy::PyArray1<i64>>, Bound<'py, numpy::PyArray1<i64>>)> {
+    let s: Scale = serde_json::from_str(scale).map_err(|e| InputError::new_err(format!("histogram layout {scale}: {e}")))?;
+    let idx = idx.as_slice()?;
+    let (lo, hi): (Vec<i64>, Vec<i64>) = idx.iter().map(|&i| s.bounds(i as u64)).unzip();
+    Ok((lo.into_pyarray(py), hi.into_pyarray(py)))
+}
+
+/// Run `f` on its own thread with the GIL released, checking for Ctrl-C.
+/// On Ctrl-C `stop` is set and the function's (partial) result still returned,
+/// with the second element true.
+fn run_interruptible<T: Send + 'static>(py: Python<'_>, stop: Arc<AtomicBool>, f: impl FnOnce() -> T + Send + 'static) -> PyResult<(T, bool)> {
+    let slot: Arc<(std::sync::Mutex<Option<T>>, std::sync::Condvar)> = Arc::new(Default::default());
+    let s2 = slot.clone();
+    let h = std::thread::Builder::new()
+        .name("ls-probe-main".into())
+        .spawn(move || {
+            let v = f();
+            *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+            s2.1.notify_all();
+        })
+        .map_err(|e| RunError::new_err(format!("cannot start the probe thread: {e}")))?;
+    let mut interrupted = false;
+    loop {
+        let got = py.detach(|| {
+            let g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
+            let (mut g, _) = slot.1.wait_timeout_while(g, Duration::from_millis(100), |v| v.is_none()).unwrap_or_else(|e| e.into_inner());
+            g.take()
+        });
+        if let Some(v) = got {
+            let _ = h.join();
+            return Ok((v, interrupted));
+        }
+        if h.is_finished() {
+            if let Some(v) = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return Ok((v, interrupted));
+            }
+            return Err(RunError::new_err("the probe thread died without a result"));
+        }
+        if !interrupted && py.check_signals().is_err() {
+            interrupted = true;
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Run the timer-latency probe; returns a dict (see timer.rs).
+#[pyfunction]
+#[pyo3(signature = (interval_ns, duration_ns, threads=1, cpus=vec![], priority=None, mlock=true, max_samples=16_000_000))]
+#[allow(clippy::too_many_arguments)]
+fn timer_probe<'py>(
+    py: Python<'py>,
+    interval_ns: u64,
+    duration_ns: u64,
+    threads: usize,
+    cpus: Vec<usize>,
+    priority: Option<i32>,
+    mlock: bool,
+    max_samples: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = timer::TimerConfig { interval_ns, duration_ns, threads, cpus, priority, mlock, max_samples };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (r, interrupted) = run_interruptible(py, stop, move || timer::run(&cfg, s2))?;
+    let d = PyDict::new(py);
+    let ths = PyList::empty(py);
+    for t in r.threads {
+        let td = PyDict::new(py);
+        td.set_item("index", t.index)?;
+        td.set_item("tid", t.tid)?;
+        td.set_item("cpu", t.cpu)?;
+        td.set_item("wakeups", t.wakeups)?;
+        td.set_item("missed", t.missed)?;
+        td.set_item("min_ns", t.min_ns)?;
+        td.set_item("max_ns", t.max_ns)?;
+        td.set_item("sum_ns", t.sum_ns as i64)?;
+        td.set_item("sched", t.sched)?;
+        td.set_item("sched_ok", t.sched_ok)?;
+        td.set_item("affinity_ok", t.affinity_ok)?;
+        td.set_item("error", t.error)?;
+        td.set_item("latencies", t.latencies.into_pyarray(py))?;
+        ths.append(td)?;
+    }
+    d.set_item("threads", ths)?;
+    d.set_item("mlock", r.mlock)?;
+    d.set_item("mlock_ok", r.mlock_ok)?;
+    d.set_item("overhead_ns", r.overhead_ns)?;
+    d.set_item("interrupted", interrupted || r.interrupted)?;
+    d.set_item("elapsed_ns", r.elapsed_ns)?;
+    Ok(d)
+}
+
+// ---- benchmarks: the Rust side of `loopscope bench trace` --------------------
+
+const FLOOR_WORDS: usize = 8 * 1024 * 1024 / 8;
+
+/// ns per iteration of a TSC read + 16-byte store into an 8 MiB buffer, per repetition.
+#[pyfunction]
+fn bench_floor(py: Python<'_>, n: u64, reps: usize) -> Vec<f64> {
+    py.detach(|| {
+        let mut buf = vec![0u64; FLOOR_WORDS];
+        (0..reps)
+            .map(|_| {
+                let t0 = Instant::now();
+                for i in 0..n {
+                    let t = clock::rdtsc();
+                    let k = (i as usize * 2) & (FLOOR_WORDS - 1);
+                    unsafe {
+                        let p = buf.as_mut_ptr().add(k);
+                        p.write_volatile(i);
+                        p.add(1).write_volatile(t);
+                    }
+                }
+                t0.elapsed().as_nanos() as f64 / n as f64
+            })
+            .collect()
+    })
+}
+
+fn bench_entity() -> PyResult<&'static Entity> {
+    register("bench", "rust", Kind::Event, "benchmark event (Rust loop)", None).map_err(err)
+}
+
+/// ns per event of `threads` threads each logging `n` events, per repetition
+/// (mean over threads). A trace must be open with group `bench` enabled.
+#[pyfunction]
+#[pyo3(signature = (n, reps, threads=1))]
+fn bench_events(py: Python<'_>, n: u64, reps: usize, threads: usize) -> PyResult<Vec<f64>> {
+    let e = bench_entity()?;
+    if !e.enabled() {
+        return Err(InputError::new_err("open a trace with group 'bench' enabled first"));
+    }
+    Ok(py.detach(|| {
+        (0..reps)
+            .map(|_| {
+                let bar = Arc::new(std::sync::Barrier::new(threads));
+                let hs: Vec<_> = (0..threads)
+                    .map(|_| {
+                        let bar = bar.clone();
+                        std::thread::spawn(move || {
+                            e.event(0);
+                            let _ = session::flush();
+                            bar.wait();
+                            let t0 = Instant::now();
+                            for i in 0..n {
+                                e.event(i as u32);
+                            }
+                            t0.elapsed().as_nanos() as f64 / n as f64
+                        })
+                    })
+                    .collect();
+                let v: Vec<f64> = hs.into_iter().map(|h| h.join().unwrap_or(f64::NAN)).collect();
+                let _ = session::flush();
+                v.iter().sum::<f64>() / v.len() as f64
+            })
+            .collect()
+    }))
+}
+
+/// Log events from one thread for `seconds`: paced at `rate` events/s
+/// (absolute deadlines checked every 64 events), or as fast as possible when
+/// `rate` is 0. Returns (events logged, seconds taken).
+#[pyfunction]
+fn bench_sustained(py: Python<'_>, rate: f64, seconds: f64) -> PyResult<(u64, f64)> {
+    let e = bench_entity()?;
+    if !e.enabled() {
+        return Err(InputError::new_err("open a trace with group 'bench' enabled first"));
+    }
+    Ok(py.detach(|| {
+        let t0 = Instant::now();
+        let end = Duration::from_secs_f64(seconds);
+        let mut n = 0u64;
+        loop {
+            let el = t0.elapsed();
+            if el >= end {
+                break;
+            }
+            if rate > 0.0 {
+                let due = (el.as_secs_f64() * rate) as u64;
+                if n >= due {
+                    std::hint::spin_loop();
+                    continue;
+                }
+            }
+            for _ in 0..64 {
+                e.event(n as u32);
+                n += 1;
+            }
+        }
+        (n, t0.elapsed().as_secs_f64())
+    }))
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyEntity>()?;
+    m.add("FORMAT_VERSION", (format::VERSION_MAJOR, format::VERSION_MINOR))?;
+    m.add("MAX_PAYLOAD", format::rec::MAX_PAYLOAD)?;
+    m.add_function(wrap_pyfunction!(register_entity, m)?)?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(close, m)?)?;
+    m.add_function(wrap_pyfunction!(flush, m)?)?;
+    m.add_function(wrap_pyfunction!(is_open, m)?)?;
+    m.add_function(wrap_pyfunction!(enable_group, m)?)?;
+    m.add_function(wrap_pyfunction!(trigger, m)?)?;
+    m.add_function(wrap_pyfunction!(now, m)?)?;
+    m.add_function(wrap_pyfunction!(mono_ns, m)?)?;
+    m.add_function(wrap_pyfunction!(clock_info, m)?)?;
+    m.add_function(wrap_pyfunction!(read_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(hist_bounds, m)?)?;
+    m.add_function(wrap_pyfunction!(timer_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_events, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_sustained, m)?)?;
+    Ok(())
+}

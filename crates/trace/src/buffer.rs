@@ -128,6 +128,25 @@ impl Producer {
         }
     }
 
+    /// Write a fixed-size record if it fits without the slow path.
+    #[inline(always)]
+    pub fn try_write<const N: usize>(&mut self, w: [u64; N]) -> bool {
+        let size = (N * 8) as u64;
+        let pos = self.pos;
+        if pos + size > self.end {
+            return false;
+        }
+        unsafe {
+            let dst = self.base.add(((pos >> 3) & self.wmask) as usize);
+            for (i, x) in w.iter().enumerate() {
+                dst.add(i).write(*x);
+            }
+        }
+        self.pos = pos + size;
+        self.ring().head.store(pos + size, Ordering::Release);
+        true
+    }
+
     /// Write a fixed-size record.
     #[inline(always)]
     pub fn write<const N: usize>(&mut self, w: [u64; N]) {

@@ -221,13 +221,20 @@ pub fn rate_hz(a: &CalPair, b: &CalPair) -> f64 {
 }
 
 /// Maps raw timestamps to CLOCK_MONOTONIC ns from a set of calibration pairs:
-/// piecewise-linear between pairs, the end segments' slope beyond them.
+/// piecewise-linear between pairs, the end-to-end slope beyond them. Slopes
+/// are kept in 32.32 fixed point so a conversion is two multiplies and no
+/// floating-point rounding call (this runs once per record when reading).
 #[derive(Clone, Debug)]
 pub struct RawToMono {
     kind: ClockKind,
-    pairs: Vec<(u64, u64)>,
-    /// ns per raw tick used outside the covered span and for durations.
-    slope: f64,
+    /// (raw, mono, slope of the segment starting here in ns per raw tick, Q32).
+    pairs: Vec<(u64, u64, u64)>,
+    /// ns per raw tick outside the covered span and for durations, Q32.
+    slope_q32: u64,
+}
+
+fn q32(num: f64) -> u64 {
+    (num * 4294967296.0).round().max(0.0) as u64
 }
 
 impl RawToMono {
@@ -235,29 +242,55 @@ impl RawToMono {
         let mut p: Vec<(u64, u64)> = pairs.iter().map(|c| (c.raw, c.mono_ns)).collect();
         p.sort_unstable();
         p.dedup_by_key(|x| x.0);
+        // A pair whose mono value goes backwards (it cannot, but a damaged
+        // file is not to be trusted) would make time run backwards: drop it.
+        let mut clean: Vec<(u64, u64)> = Vec::with_capacity(p.len());
+        for x in p {
+            if clean.last().is_none_or(|l| x.1 >= l.1) {
+                clean.push(x);
+            }
+        }
+        let nominal = 1e9 / nominal_hz.max(1.0);
         let slope = if kind == ClockKind::Mono {
             1.0
-        } else if p.len() >= 2 {
-            let (a, b) = (p[0], p[p.len() - 1]);
+        } else if clean.len() >= 2 {
+            let (a, b) = (clean[0], clean[clean.len() - 1]);
             let s = (b.1 as f64 - a.1 as f64) / (b.0 as f64 - a.0 as f64);
             if s.is_finite() && s > 0.0 {
                 s
             } else {
-                1e9 / nominal_hz.max(1.0)
+                nominal
             }
         } else {
-            1e9 / nominal_hz.max(1.0)
+            nominal
         };
-        RawToMono { kind, pairs: p, slope }
+        let slope_q32 = q32(slope);
+        let mut pairs = Vec::with_capacity(clean.len());
+        for i in 0..clean.len() {
+            let seg = if i + 1 < clean.len() {
+                let (r0, m0) = clean[i];
+                let (r1, m1) = clean[i + 1];
+                q32((m1 - m0) as f64 / (r1 - r0) as f64)
+            } else {
+                slope_q32
+            };
+            pairs.push((clean[i].0, clean[i].1, seg));
+        }
+        RawToMono { kind, pairs, slope_q32 }
     }
 
     /// ns per raw unit, for converting durations.
     pub fn ns_per_raw(&self) -> f64 {
-        self.slope
+        self.slope_q32 as f64 / 4294967296.0
     }
 
     pub fn is_identity(&self) -> bool {
         self.kind == ClockKind::Mono
+    }
+
+    #[inline(always)]
+    fn scale(d: u64, q: u64) -> i64 {
+        ((d as u128 * q as u128 + (1u128 << 31)) >> 32) as i64
     }
 
     /// Convert one raw timestamp; `hint` caches the segment between calls so
@@ -269,30 +302,24 @@ impl RawToMono {
         }
         let p = &self.pairs;
         if p.is_empty() {
-            return (raw as f64 * self.slope) as i64;
+            return Self::scale(raw, self.slope_q32);
         }
-        if p.len() == 1 || raw <= p[0].0 {
-            let (r0, m0) = p[0];
-            return m0 as i64 + ((raw as f64 - r0 as f64) * self.slope).round() as i64;
+        if raw < p[0].0 {
+            let (r0, m0, _) = p[0];
+            return m0 as i64 - Self::scale(r0 - raw, self.slope_q32);
         }
         let last = p.len() - 1;
-        if raw >= p[last].0 {
-            let (r0, m0) = p[last];
-            return m0 as i64 + ((raw as f64 - r0 as f64) * self.slope).round() as i64;
-        }
-        // Find i with p[i].0 <= raw < p[i+1].0.
-        let mut i = (*hint).min(last - 1);
-        if !(p[i].0 <= raw && raw < p[i + 1].0) {
+        let mut i = (*hint).min(last);
+        let fits = |i: usize| p[i].0 <= raw && (i == last || raw < p[i + 1].0);
+        if !fits(i) {
             i = match p.binary_search_by(|x| x.0.cmp(&raw)) {
-                Ok(j) => j.min(last - 1),
+                Ok(j) => j,
                 Err(j) => j - 1,
             };
             *hint = i;
         }
-        let (r0, m0) = p[i];
-        let (r1, m1) = p[i + 1];
-        let s = (m1 as f64 - m0 as f64) / (r1 as f64 - r0 as f64);
-        m0 as i64 + ((raw - r0) as f64 * s).round() as i64
+        let (r0, m0, q) = p[i];
+        m0 as i64 + Self::scale(raw - r0, q)
     }
 
     /// Convert a duration in raw units to ns.
@@ -301,7 +328,7 @@ impl RawToMono {
         if self.kind == ClockKind::Mono {
             raw as i64
         } else {
-            (raw as f64 * self.slope).round() as i64
+            Self::scale(raw, self.slope_q32)
         }
     }
 }

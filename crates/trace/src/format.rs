@@ -68,7 +68,8 @@ pub mod rec {
     pub const TYPE_SHIFT: u32 = 24;
     pub const TYPE_MASK: u32 = 0x3f;
     pub const ID_MASK: u32 = 0x00ff_ffff;
-    pub const MAX_PAYLOAD: usize = 16 * 1024;
+    /// Largest event payload: a payload record (24 bytes + payload) fills at most one block.
+    pub const MAX_PAYLOAD: usize = 65_512;
 
     /// Counter record tags.
     pub const COUNTER_LOG: u32 = 0;

@@ -31,8 +31,23 @@ pub(crate) struct ThreadShared {
 
 pub(crate) struct ThreadState {
     epoch: u64,
-    prods: Vec<Producer>,
+    /// Stream 0's cursor, inline: the common single-stream case needs no
+    /// further indirection.
+    first: Producer,
+    /// Streams 1.. .
+    rest: Vec<Producer>,
     shared: Arc<ThreadShared>,
+}
+
+impl ThreadState {
+    #[inline(always)]
+    fn prod(&mut self, s: usize) -> Option<&mut Producer> {
+        if s == 0 {
+            Some(&mut self.first)
+        } else {
+            self.rest.get_mut(s - 1)
+        }
+    }
 }
 
 thread_local! {
@@ -57,20 +72,31 @@ impl Drop for Guard {
 pub(crate) fn emit<const N: usize>(mask: u32, w: [u64; N]) {
     let st = LOCAL.with(|c| c.get());
     unsafe {
+        if mask == 1 && !st.is_null() && (*st).epoch == EPOCH.load(Ordering::Relaxed) && (*st).first.try_write(w) {
+            return;
+        }
+    }
+    emit_cold(mask, w);
+}
+
+#[cold]
+#[inline(never)]
+fn emit_cold<const N: usize>(mask: u32, w: [u64; N]) {
+    let mut st = LOCAL.with(|c| c.get());
+    unsafe {
         if st.is_null() || (*st).epoch != EPOCH.load(Ordering::Relaxed) {
-            return emit_slow(mask, &w, &[]);
+            match attach() {
+                Some(s) => st = s,
+                None => return,
+            }
         }
         let st = &mut *st;
-        if mask == 1 {
-            st.prods.get_unchecked_mut(0).write(w);
-        } else {
-            let mut m = mask;
-            while m != 0 {
-                let s = m.trailing_zeros() as usize;
-                m &= m - 1;
-                if let Some(p) = st.prods.get_mut(s) {
-                    p.write(w);
-                }
+        let mut m = mask;
+        while m != 0 {
+            let s = m.trailing_zeros() as usize;
+            m &= m - 1;
+            if let Some(p) = st.prod(s) {
+                p.write(w);
             }
         }
     }
@@ -92,7 +118,7 @@ fn write_all(st: &mut ThreadState, mask: u32, head: &[u64], tail: &[u8]) {
     while m != 0 {
         let s = m.trailing_zeros() as usize;
         m &= m - 1;
-        if let Some(p) = st.prods.get_mut(s) {
+        if let Some(p) = st.prod(s) {
             p.write_var(head, tail);
         }
     }
@@ -102,13 +128,13 @@ fn write_all(st: &mut ThreadState, mask: u32, head: &[u64], tail: &[u8]) {
 #[inline(never)]
 fn emit_slow(mask: u32, head: &[u64], tail: &[u8]) {
     if let Some(st) = attach() {
-        write_all(st, mask, head, tail);
+        write_all(unsafe { &mut *st }, mask, head, tail);
     }
 }
 
 /// Make this thread's buffers for the current session. None when no session
 /// is open or the thread is being torn down (the record is then counted lost).
-fn attach() -> Option<&'static mut ThreadState> {
+fn attach() -> Option<*mut ThreadState> {
     let shared = session::current()?;
     let old = LOCAL.with(|c| c.replace(null_mut()));
     if !old.is_null() {
@@ -122,7 +148,7 @@ fn attach() -> Option<&'static mut ThreadState> {
     let st = Box::new(new_state(&shared));
     let p = Box::into_raw(st);
     LOCAL.with(|c| c.set(p));
-    Some(unsafe { &mut *p })
+    Some(p)
 }
 
 fn new_state(shared: &Arc<Shared>) -> ThreadState {
@@ -139,8 +165,9 @@ fn new_state(shared: &Arc<Shared>) -> ThreadState {
         rings,
         exited: AtomicBool::new(false),
     });
-    let prods = ts.rings.iter().map(|r| r.producer()).collect();
-    ThreadState { epoch: shared.epoch, prods, shared: ts }
+    let first = ts.rings[0].producer();
+    let rest = ts.rings[1..].iter().map(|r| r.producer()).collect();
+    ThreadState { epoch: shared.epoch, first, rest, shared: ts }
 }
 
 fn thread_name() -> String {

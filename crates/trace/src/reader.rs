@@ -284,133 +284,328 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
         kinds[e.id as usize] = Some(e.kind);
     }
     let damaged = t.stats.damaged_chunks > 0 || t.stats.truncated_bytes > 0;
+    let dec = Decoder { data, name, kinds: &kinds, damaged, conv: &conv };
 
-    let est: usize = refs.iter().map(|r| r.h.len as usize / 16).sum();
-    let c = &mut t.cols;
-    if !opts.count_only {
-        c.t_ns.reserve(est);
-        c.entity.reserve(est);
-        c.thread.reserve(est);
-        c.stream.reserve(est);
-        c.dump.reserve(est);
-        c.rtype.reserve(est);
-        c.tag.reserve(est);
-        c.dur_ns.reserve(est);
-        c.value.reserve(est);
+    // Pass 2a: validate every record and count the rows of each chunk, so the
+    // columns can be allocated once at their final size.
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let counts: Vec<Result<(usize, u64), Error>> = {
+        let per = refs.len().div_ceil(workers).max(1);
+        let dec = &dec;
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = refs.chunks(per).map(|part| sc.spawn(move || part.iter().map(|r| dec.scan(r)).collect::<Vec<_>>())).collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        })
+    };
+    let mut plans: Vec<Plan> = Vec::with_capacity(refs.len());
+    let mut first = 0usize;
+    for (r, c) in refs.iter().zip(counts) {
+        let (rows, orphans) = c?;
+        t.stats.orphan_records += orphans;
+        plans.push(Plan { r, first, rows });
+        first += rows;
     }
-    let mut hint = 0usize;
-    let mut records = 0u64;
-    for r in &refs {
-        let b = &data[r.off..r.off + r.h.len as usize];
-        let mut p = 0usize;
+    let total = first;
+    t.stats.records = total as u64;
+    if opts.count_only {
+        return Ok(t);
+    }
+
+    // Pass 2b: decode in parallel, each worker filling its own row range.
+    let mut cols = Columns::zeroed(total);
+    let mut parts: Vec<&[Plan]> = Vec::new();
+    {
+        let per = total.div_ceil(workers).max(1);
+        let mut start = 0;
+        for i in 0..plans.len() {
+            let end_row = plans[i].first + plans[i].rows;
+            if end_row - plans[start].first >= per || i + 1 == plans.len() {
+                parts.push(&plans[start..=i]);
+                start = i + 1;
+            }
+        }
+    }
+    let extras: Vec<Extras> = {
+        let mut rest = cols.slices();
+        let mut jobs = Vec::new();
+        for part in &parts {
+            let rows: usize = part.iter().map(|p| p.rows).sum();
+            let (mine, tail) = rest.split_at(rows);
+            rest = tail;
+            jobs.push((*part, mine));
+        }
+        let dec = &dec;
+        std::thread::scope(|sc| {
+            let hs: Vec<_> = jobs.into_iter().map(|(part, mine)| sc.spawn(move || dec.fill(part, mine))).collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+        })
+    };
+    let c = &mut cols;
+    let mut payload_rows: Vec<(usize, usize, usize)> = Vec::new(); // row, start, len (in merged payload)
+    for x in extras {
+        let hbase = c.hist_row.len() as u32;
+        c.hist_row.extend(x.hist_row);
+        c.hist_under.extend(x.hist_under);
+        c.hist_over.extend(x.hist_over);
+        c.hist_sum.extend(x.hist_sum);
+        c.hist_min.extend(x.hist_min);
+        c.hist_max.extend(x.hist_max);
+        c.bucket_rec.extend(x.bucket_rec.iter().map(|r| r + hbase));
+        c.bucket_idx.extend(x.bucket_idx);
+        c.bucket_count.extend(x.bucket_count);
+        let pbase = c.payload.len();
+        c.payload.extend_from_slice(&x.payload);
+        payload_rows.extend(x.payload_rows.iter().map(|&(row, st, len)| (row, st + pbase, len)));
+    }
+    if !payload_rows.is_empty() {
+        // Offsets for every row: rows without a payload get an empty slice.
+        let mut off = vec![0i64; total + 1];
+        let mut len = vec![0i64; total];
+        for &(row, _, l) in &payload_rows {
+            len[row] = l as i64;
+        }
+        for i in 0..total {
+            off[i + 1] = off[i] + len[i];
+        }
+        c.payload_off = off;
+    }
+    t.cols = cols;
+    if opts.sort && !t.cols.t_ns.windows(2).all(|w| w[0] <= w[1]) {
+        sort_columns(&mut t.cols);
+    }
+    Ok(t)
+}
+
+struct Plan<'a> {
+    r: &'a DataRef,
+    first: usize,
+    rows: usize,
+}
+
+/// Per-worker variable-size results, merged in order afterwards.
+#[derive(Default)]
+struct Extras {
+    hist_row: Vec<u64>,
+    hist_under: Vec<u64>,
+    hist_over: Vec<u64>,
+    hist_sum: Vec<i64>,
+    hist_min: Vec<i64>,
+    hist_max: Vec<i64>,
+    bucket_rec: Vec<u32>,
+    bucket_idx: Vec<u32>,
+    bucket_count: Vec<u64>,
+    payload: Vec<u8>,
+    payload_rows: Vec<(usize, usize, usize)>,
+}
+
+/// Mutable views of a row range of the fixed-width columns.
+struct ColsMut<'a> {
+    t_ns: &'a mut [i64],
+    entity: &'a mut [u32],
+    thread: &'a mut [u32],
+    stream: &'a mut [u16],
+    dump: &'a mut [u32],
+    rtype: &'a mut [u8],
+    tag: &'a mut [u32],
+    dur_ns: &'a mut [i64],
+    value: &'a mut [i64],
+}
+
+impl<'a> ColsMut<'a> {
+    fn split_at(self, n: usize) -> (ColsMut<'a>, ColsMut<'a>) {
+        let (a0, b0) = self.t_ns.split_at_mut(n);
+        let (a1, b1) = self.entity.split_at_mut(n);
+        let (a2, b2) = self.thread.split_at_mut(n);
+        let (a3, b3) = self.stream.split_at_mut(n);
+        let (a4, b4) = self.dump.split_at_mut(n);
+        let (a5, b5) = self.rtype.split_at_mut(n);
+        let (a6, b6) = self.tag.split_at_mut(n);
+        let (a7, b7) = self.dur_ns.split_at_mut(n);
+        let (a8, b8) = self.value.split_at_mut(n);
+        (
+            ColsMut { t_ns: a0, entity: a1, thread: a2, stream: a3, dump: a4, rtype: a5, tag: a6, dur_ns: a7, value: a8 },
+            ColsMut { t_ns: b0, entity: b1, thread: b2, stream: b3, dump: b4, rtype: b5, tag: b6, dur_ns: b7, value: b8 },
+        )
+    }
+}
+
+impl Columns {
+    fn zeroed(n: usize) -> Columns {
+        Columns {
+            t_ns: vec![0; n],
+            entity: vec![0; n],
+            thread: vec![0; n],
+            stream: vec![0; n],
+            dump: vec![0; n],
+            rtype: vec![0; n],
+            tag: vec![0; n],
+            dur_ns: vec![0; n],
+            value: vec![0; n],
+            ..Default::default()
+        }
+    }
+
+    fn slices(&mut self) -> ColsMut<'_> {
+        ColsMut {
+            t_ns: &mut self.t_ns,
+            entity: &mut self.entity,
+            thread: &mut self.thread,
+            stream: &mut self.stream,
+            dump: &mut self.dump,
+            rtype: &mut self.rtype,
+            tag: &mut self.tag,
+            dur_ns: &mut self.dur_ns,
+            value: &mut self.value,
+        }
+    }
+}
+
+struct Decoder<'a> {
+    data: &'a [u8],
+    name: &'a str,
+    kinds: &'a [Option<Kind>],
+    damaged: bool,
+    conv: &'a RawToMono,
+}
+
+#[inline(always)]
+fn word(b: &[u8], p: usize, i: usize) -> u64 {
+    u64::from_le_bytes(b[p + 8 * i..p + 8 * i + 8].try_into().unwrap())
+}
+
+impl Decoder<'_> {
+    fn bad(&self, off: usize, msg: String) -> Error {
+        Error::input(format!("{}: offset {off}: {msg}", self.name))
+    }
+
+    fn chunk(&self, r: &DataRef) -> &[u8] {
+        &self.data[r.off..r.off + r.h.len as usize]
+    }
+
+    /// Size of the record at `p`, checked against the chunk end.
+    #[inline(always)]
+    fn size_at(&self, r: &DataRef, b: &[u8], p: usize, ty: u32) -> Result<usize, Error> {
+        let at = r.off + p;
+        let need = |n: usize| -> Result<(), Error> {
+            if p + n > b.len() {
+                Err(self.bad(at, format!("record of type {ty} runs past the end of its chunk")))
+            } else {
+                Ok(())
+            }
+        };
+        let size = match ty {
+            rec::EVENT => 16,
+            rec::EVENT_VALUE | rec::INTERVAL | rec::COUNTER => 24,
+            rec::EVENT_PAYLOAD => {
+                need(24)?;
+                24 + (word(b, p, 2) as u32 as usize).div_ceil(8) * 8
+            }
+            rec::HISTOGRAM => {
+                need(64)?;
+                let k = word(b, p, 2) as u32 as usize;
+                64 + (k * 4).div_ceil(8) * 8 + k * 8
+            }
+            _ => return Err(self.bad(at, format!("unknown record type {ty} in an intact data chunk"))),
+        };
+        need(size)?;
+        Ok(size)
+    }
+
+    /// Validate a chunk's records: (rows, orphans).
+    fn scan(&self, r: &DataRef) -> Result<(usize, u64), Error> {
+        let b = self.chunk(r);
+        let (mut p, mut rows, mut orphans) = (0usize, 0usize, 0u64);
         while p + 8 <= b.len() {
-            let at = r.off + p;
-            let w0 = u64::from_le_bytes(b[p..p + 8].try_into().unwrap());
-            let idtype = w0 as u32;
+            let idtype = word(b, p, 0) as u32;
             let ty = (idtype >> rec::TYPE_SHIFT) & rec::TYPE_MASK;
             if ty == rec::PAD {
                 break;
             }
-            let mono = idtype & rec::MONO_FLAG != 0;
+            let size = self.size_at(r, b, p, ty)?;
             let id = idtype & rec::ID_MASK;
-            let tag = (w0 >> 32) as u32;
-            let need = |n: usize| -> Result<(), Error> {
-                if p + n > b.len() {
-                    Err(bad(at, format!("record of type {ty} runs past the end of its chunk")))
-                } else {
-                    Ok(())
-                }
-            };
-            let word = |i: usize| u64::from_le_bytes(b[p + 8 * i..p + 8 * i + 8].try_into().unwrap());
-            let size = match ty {
-                rec::EVENT => 16,
-                rec::EVENT_VALUE | rec::INTERVAL | rec::COUNTER => 24,
-                rec::EVENT_PAYLOAD => {
-                    need(24)?;
-                    24 + (word(2) as u32 as usize).div_ceil(8) * 8
-                }
-                rec::HISTOGRAM => {
-                    need(64)?;
-                    let k = word(2) as u32 as usize;
-                    64 + (k * 4).div_ceil(8) * 8 + k * 8
-                }
-                _ => return Err(bad(at, format!("unknown record type {ty} in an intact data chunk"))),
-            };
-            need(size)?;
-            match kinds.get(id as usize).copied().flatten() {
-                Some(k) if k.accepts(ty) => {}
+            match self.kinds.get(id as usize).copied().flatten() {
+                Some(k) if k.accepts(ty) => rows += 1,
                 Some(k) => {
-                    return Err(bad(at, format!("record type {ty} does not fit entity {id}, which is a {}", k.as_str())));
+                    return Err(self.bad(r.off + p, format!("record type {ty} does not fit entity {id}, which is a {}", k.as_str())));
                 }
-                None if damaged => {
-                    t.stats.orphan_records += 1;
-                    p += size;
-                    continue;
-                }
-                None => return Err(bad(at, format!("record refers to entity {id}, which the namespace does not define"))),
-            }
-            records += 1;
-            if !opts.count_only {
-                let ts = word(1);
-                c.t_ns.push(if mono { ts as i64 } else { conv.convert(ts, &mut hint) });
-                c.entity.push(id);
-                c.thread.push(r.h.thread);
-                c.stream.push(r.h.stream);
-                c.dump.push(r.dump);
-                c.rtype.push(ty as u8);
-                c.tag.push(tag);
-                let (dur, val) = match ty {
-                    rec::INTERVAL => (if mono { word(2) as i64 } else { conv.duration(word(2)) }, 0),
-                    rec::EVENT_VALUE | rec::COUNTER => (0, word(2) as i64),
-                    rec::HISTOGRAM => {
-                        let k = word(2) as u32 as usize;
-                        let row = c.t_ns.len() as u64 - 1;
-                        let hi = c.hist_row.len() as u32;
-                        c.hist_row.push(row);
-                        c.hist_under.push(word(3));
-                        c.hist_over.push(word(4));
-                        c.hist_sum.push(word(5) as i64);
-                        c.hist_min.push(word(6) as i64);
-                        c.hist_max.push(word(7) as i64);
-                        let ib = p + 64;
-                        let cb = ib + (k * 4).div_ceil(8) * 8;
-                        let mut total = word(3) + word(4);
-                        for j in 0..k {
-                            let idx = u32::from_le_bytes(b[ib + 4 * j..ib + 4 * j + 4].try_into().unwrap());
-                            let cnt = u64::from_le_bytes(b[cb + 8 * j..cb + 8 * j + 8].try_into().unwrap());
-                            c.bucket_rec.push(hi);
-                            c.bucket_idx.push(idx);
-                            c.bucket_count.push(cnt);
-                            total = total.wrapping_add(cnt);
-                        }
-                        (0, total as i64)
-                    }
-                    _ => (0, 0),
-                };
-                c.dur_ns.push(dur);
-                c.value.push(val);
-                if ty == rec::EVENT_PAYLOAD {
-                    if c.payload_off.is_empty() {
-                        c.payload_off = vec![0; c.t_ns.len() - 1];
-                    }
-                    let n = word(2) as u32 as usize;
-                    c.payload.extend_from_slice(&b[p + 24..p + 24 + n]);
-                    c.payload_off.push(c.payload.len() as i64);
-                } else if !c.payload_off.is_empty() {
-                    c.payload_off.push(c.payload.len() as i64);
-                }
+                None if self.damaged => orphans += 1,
+                None => return Err(self.bad(r.off + p, format!("record refers to entity {id}, which the namespace does not define"))),
             }
             p += size;
         }
+        Ok((rows, orphans))
     }
-    if !c.payload_off.is_empty() {
-        c.payload_off.insert(0, 0);
+
+    /// Decode the (already validated) records of `plans` into `out`.
+    fn fill(&self, plans: &[Plan], out: ColsMut) -> Extras {
+        let mut x = Extras::default();
+        let mut hint = 0usize;
+        let mut i = 0usize;
+        let base = plans.first().map(|p| p.first).unwrap_or(0);
+        for pl in plans {
+            let r = pl.r;
+            let b = self.chunk(r);
+            let mut p = 0usize;
+            while p + 8 <= b.len() {
+                let w0 = word(b, p, 0);
+                let idtype = w0 as u32;
+                let ty = (idtype >> rec::TYPE_SHIFT) & rec::TYPE_MASK;
+                if ty == rec::PAD {
+                    break;
+                }
+                let Ok(size) = self.size_at(r, b, p, ty) else { break };
+                let id = idtype & rec::ID_MASK;
+                if !matches!(self.kinds.get(id as usize), Some(Some(_))) {
+                    p += size;
+                    continue;
+                }
+                let mono = idtype & rec::MONO_FLAG != 0;
+                let ts = word(b, p, 1);
+                out.t_ns[i] = if mono { ts as i64 } else { self.conv.convert(ts, &mut hint) };
+                out.entity[i] = id;
+                out.thread[i] = r.h.thread;
+                out.stream[i] = r.h.stream;
+                out.dump[i] = r.dump;
+                out.rtype[i] = ty as u8;
+                out.tag[i] = (w0 >> 32) as u32;
+                match ty {
+                    rec::INTERVAL => out.dur_ns[i] = if mono { word(b, p, 2) as i64 } else { self.conv.duration(word(b, p, 2)) },
+                    rec::EVENT_VALUE | rec::COUNTER => out.value[i] = word(b, p, 2) as i64,
+                    rec::EVENT_PAYLOAD => {
+                        let n = word(b, p, 2) as u32 as usize;
+                        x.payload_rows.push((base + i, x.payload.len(), n));
+                        x.payload.extend_from_slice(&b[p + 24..p + 24 + n]);
+                    }
+                    rec::HISTOGRAM => {
+                        let k = word(b, p, 2) as u32 as usize;
+                        let hi = x.hist_row.len() as u32;
+                        x.hist_row.push((base + i) as u64);
+                        x.hist_under.push(word(b, p, 3));
+                        x.hist_over.push(word(b, p, 4));
+                        x.hist_sum.push(word(b, p, 5) as i64);
+                        x.hist_min.push(word(b, p, 6) as i64);
+                        x.hist_max.push(word(b, p, 7) as i64);
+                        let ib = p + 64;
+                        let cb = ib + (k * 4).div_ceil(8) * 8;
+                        let mut total = word(b, p, 3).wrapping_add(word(b, p, 4));
+                        for j in 0..k {
+                            let idx = u32::from_le_bytes(b[ib + 4 * j..ib + 4 * j + 4].try_into().unwrap());
+                            let cnt = u64::from_le_bytes(b[cb + 8 * j..cb + 8 * j + 8].try_into().unwrap());
+                            x.bucket_rec.push(hi);
+                            x.bucket_idx.push(idx);
+                            x.bucket_count.push(cnt);
+                            total = total.wrapping_add(cnt);
+                        }
+                        out.value[i] = total as i64;
+                    }
+                    _ => {}
+                }
+                i += 1;
+                p += size;
+            }
+        }
+        x
     }
-    t.stats.records = records;
-    if opts.sort && !opts.count_only && !c.t_ns.windows(2).all(|w| w[0] <= w[1]) {
-        sort_columns(c);
-    }
-    Ok(t)
 }
 
 fn permute<T: Copy>(v: &mut Vec<T>, idx: &[u32]) {

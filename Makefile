@@ -1,0 +1,60 @@
+# loopscope: two commands on a fresh clone.
+#   make demo   install everything, run the timer-latency probe for a few seconds
+#   make test   install everything, run the Rust and Python tests
+# Everything installs into ./.venv (Python) and ./target (Rust); Debian
+# packages the tests and benchmarks compare against come from
+# scripts/install-deps.sh (needs root; without it, the affected tests skip).
+
+VENV    := .venv
+PY      := $(VENV)/bin/python
+PIP     := $(VENV)/bin/pip
+CARGO   ?= cargo
+CDIR    := python/loopscope/_c
+EXT     := $(wildcard python/loopscope/_native*.so)
+
+.PHONY: all install deps build clib demo test test-rust test-python bench clean
+
+all: install
+
+deps:
+	@scripts/install-deps.sh
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(VENV)/.pydeps: pyproject.toml | $(PY)
+	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pytest hypothesis
+	touch $@
+
+# The C library and header C programs link against, inside the package.
+clib:
+	$(CARGO) build --release --quiet -p loopscope-capi
+	mkdir -p $(CDIR)/lib $(CDIR)/include
+	cp target/release/libloopscope.a target/release/libloopscope.so $(CDIR)/lib/
+	cp include/loopscope.h $(CDIR)/include/
+
+build: $(VENV)/.pydeps clib
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
+		$(VENV)/bin/maturin develop --release --quiet --extras test 2>&1 | grep -v "^📦\|^🔗\|^🐍\|^💻\|^🛠\|^✏️\|^📖" || true
+	@$(PY) -c "import loopscope._native" || { echo "loopscope: error: the native module did not build; see the cargo output above"; exit 1; }
+
+install: deps build
+
+demo: install
+	$(VENV)/bin/loopscope probe timer --interval-us 1000 --duration 5s
+
+test-rust:
+	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-capi
+
+test-python:
+	$(VENV)/bin/pytest -q
+
+test: install test-rust test-python
+
+bench: install
+	$(VENV)/bin/loopscope bench trace
+	$(VENV)/bin/loopscope bench timer
+
+clean:
+	rm -rf $(VENV) target $(CDIR) python/loopscope/_native*.so

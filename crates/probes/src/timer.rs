@@ -1,0 +1,235 @@
+//! Timer-latency probe: how late periodic wake-ups on absolute deadlines are.
+//!
+//! The cyclictest measurement. Each thread sleeps with `clock_nanosleep(
+//! CLOCK_MONOTONIC, TIMER_ABSTIME)` until its next deadline, reads the clock
+//! when it wakes, and records the difference. Deadlines advance by the
+//! interval from the first one, so there is no cumulative drift; when a
+//! wake-up is so late that later deadlines have already passed, those periods
+//! are counted as missed and skipped rather than producing a burst of
+//! zero-latency catch-up samples. Every sample goes into a preallocated,
+//! pre-faulted array (no allocation or page fault inside the loop) and, when
+//! the trace has the `timer` group enabled, into the trace as an interval from
+//! the deadline to the wake-up, so later analysis can open the exact window in
+//! which the thread should have run.
+
+use loopscope_trace::{register, Entity, Kind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct TimerConfig {
+    pub interval_ns: u64,
+    pub duration_ns: u64,
+    pub threads: usize,
+    /// CPUs to pin threads to, round-robin; empty: no pinning.
+    pub cpus: Vec<usize>,
+    /// SCHED_FIFO priority; None: leave the scheduling policy alone.
+    pub priority: Option<i32>,
+    pub mlock: bool,
+    /// Most samples kept per thread (the rest still counts in `samples`).
+    pub max_samples: usize,
+}
+
+/// One thread's outcome.
+#[derive(Debug, Default)]
+pub struct ThreadResult {
+    pub index: usize,
+    pub tid: u32,
+    pub cpu: Option<usize>,
+    /// Latency of each wake-up, ns, in order (up to `max_samples`).
+    pub latencies: Vec<i64>,
+    /// Wake-ups measured (may exceed `latencies.len()`).
+    pub wakeups: u64,
+    /// Deadlines that passed while the thread was still late for an earlier one.
+    pub missed: u64,
+    pub min_ns: i64,
+    pub max_ns: i64,
+    pub sum_ns: i128,
+    /// How the scheduling request went, e.g. "SCHED_FIFO 80" or a reason it was refused.
+    pub sched: String,
+    pub sched_ok: bool,
+    pub affinity_ok: bool,
+    /// Set when the thread stopped for a reason other than the end of the run.
+    pub error: Option<String>,
+}
+
+/// The probe's whole outcome.
+#[derive(Debug, Default)]
+pub struct TimerResult {
+    pub threads: Vec<ThreadResult>,
+    pub mlock: String,
+    pub mlock_ok: bool,
+    /// Cost of one clock read, measured before the run (ns): the probe's own
+    /// contribution to each latency.
+    pub overhead_ns: f64,
+    pub interrupted: bool,
+    pub elapsed_ns: u64,
+}
+
+fn mono() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+fn sleep_until(t: i64) {
+    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
+    loop {
+        let r = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+        if r != libc::EINTR {
+            break;
+        }
+    }
+}
+
+fn pin(cpu: usize) -> bool {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+fn set_fifo(prio: i32) -> Result<(), String> {
+    let p = libc::sched_param { sched_priority: prio };
+    let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &p) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::from_raw_os_error(r).to_string())
+    }
+}
+
+/// Entities the probe logs (group `timer`).
+pub struct TimerEntities {
+    pub wakeup: &'static Entity,
+    pub missed: &'static Entity,
+}
+
+pub fn entities() -> TimerEntities {
+    TimerEntities {
+        wakeup: register("timer", "wakeup", Kind::Interval, "from a wake-up's deadline to when the thread ran (tag: thread)", None)
+            .expect("built-in entity"),
+        missed: register("timer", "missed", Kind::Event, "deadlines skipped because a wake-up was later than them (tag: thread, value: count)", None)
+            .expect("built-in entity"),
+    }
+}
+
+/// The cost of one clock read, the only work between the wake-up and the
+/// measurement (the trace record is written after the latency is taken).
+/// Median of 9 batches of 2,000 reads.
+pub fn clock_read_ns() -> f64 {
+    let mut v: Vec<f64> = (0..9)
+        .map(|_| {
+            let n = 2_000;
+            let t0 = mono();
+            let mut acc = 0i64;
+            for _ in 0..n {
+                acc = acc.wrapping_add(mono());
+            }
+            std::hint::black_box(acc);
+            (mono() - t0) as f64 / n as f64
+        })
+        .collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Run the probe. `stop` ends it early (e.g. Ctrl-C); what was measured is kept.
+pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
+    let ents = entities();
+    let mut res = TimerResult::default();
+    if cfg.mlock {
+        let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+        res.mlock_ok = r == 0;
+        res.mlock = if r == 0 { "mlockall(MCL_CURRENT|MCL_FUTURE)".into() } else { format!("mlockall refused: {}", std::io::Error::last_os_error()) };
+    } else {
+        res.mlock = "not requested".into();
+    }
+    res.overhead_ns = clock_read_ns();
+    let expected = (cfg.duration_ns / cfg.interval_ns.max(1)) as usize + 2;
+    let keep = expected.min(cfg.max_samples);
+    let start = mono() + 1_000_000; // common first deadline base, 1 ms out
+    let end = start + cfg.duration_ns as i64;
+    let t_begin = mono();
+    let handles: Vec<_> = (0..cfg.threads)
+        .map(|i| {
+            let cfg = cfg.clone();
+            let stop = stop.clone();
+            let wakeup = ents.wakeup;
+            let missed_e = ents.missed;
+            std::thread::Builder::new()
+                .name(format!("ls-timer-{i}"))
+                .spawn(move || {
+                    let mut r = ThreadResult { index: i, tid: unsafe { libc::gettid() } as u32, min_ns: i64::MAX, max_ns: i64::MIN, ..Default::default() };
+                    if !cfg.cpus.is_empty() {
+                        let c = cfg.cpus[i % cfg.cpus.len()];
+                        r.cpu = Some(c);
+                        r.affinity_ok = pin(c);
+                    }
+                    match cfg.priority {
+                        Some(p) => match set_fifo(p) {
+                            Ok(()) => {
+                                r.sched = format!("SCHED_FIFO {p}");
+                                r.sched_ok = true;
+                            }
+                            Err(e) => r.sched = format!("SCHED_FIFO {p} refused ({e}); ran SCHED_OTHER"),
+                        },
+                        None => {
+                            r.sched = "SCHED_OTHER".into();
+                            r.sched_ok = true;
+                        }
+                    }
+                    // Preallocate and touch every page before the first deadline.
+                    let mut lat: Vec<i64> = Vec::with_capacity(keep);
+                    unsafe {
+                        let p = lat.as_mut_ptr();
+                        let mut k = 0;
+                        while k < keep {
+                            p.add(k).write_volatile(0);
+                            k += 512;
+                        }
+                    }
+                    // Stagger threads by a fraction of the interval, as cyclictest does.
+                    let mut next = start + (i as i64 * cfg.interval_ns as i64) / (cfg.threads as i64).max(1) / 2;
+                    let iv = cfg.interval_ns as i64;
+                    while next < end && !stop.load(Ordering::Relaxed) {
+                        sleep_until(next);
+                        let now = mono();
+                        let l = now - next;
+                        if lat.len() < keep {
+                            lat.push(l);
+                        }
+                        r.wakeups += 1;
+                        r.sum_ns += l as i128;
+                        r.min_ns = r.min_ns.min(l);
+                        r.max_ns = r.max_ns.max(l);
+                        wakeup.interval_mono(i as u32, next as u64, l.max(0) as u64);
+                        next += iv;
+                        if now >= next {
+                            let k = (now - next) / iv + 1;
+                            r.missed += k as u64;
+                            missed_e.event_value(i as u32, k);
+                            next += k * iv;
+                        }
+                    }
+                    r.latencies = lat;
+                    r
+                })
+                .expect("spawn timer thread")
+        })
+        .collect();
+    for h in handles {
+        match h.join() {
+            Ok(r) => res.threads.push(r),
+            Err(_) => res.threads.push(ThreadResult { error: Some("timer thread panicked".into()), ..Default::default() }),
+        }
+    }
+    res.elapsed_ns = (mono() - t_begin) as u64;
+    res.interrupted = stop.load(Ordering::Relaxed);
+    if cfg.mlock && res.mlock_ok {
+        unsafe { libc::munlockall() };
+    }
+    res
+}

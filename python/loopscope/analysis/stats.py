@@ -1,0 +1,88 @@
+"""Latency summaries where every figure carries its error.
+
+Quantiles are order statistics (a value that was actually measured, nearest
+rank) with a distribution-free 95 % confidence interval: the ranks between
+which the true quantile lies with that probability follow from the binomial
+distribution of how many samples fall below it, approximated by the normal
+distribution (exact enough from about 20 expected samples on either side).
+When the sample is too small to bound a tail quantile from above (p99.9 of
+500 samples), the upper bound is ``None`` and printed as "open", instead of
+pretending the maximum bounds it. The mean's interval is the usual
+normal-theory one; latencies are skewed and autocorrelated, so it is a
+guide, not a guarantee, and the quantiles are the figures to trust.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A figure with its 95 % confidence interval (bounds may be open: None)."""
+
+    value: float
+    lo: float | None
+    hi: float | None
+
+    def as_dict(self) -> dict[str, float | None]:
+        return asdict(self)
+
+
+def quantile(sorted_x: np.ndarray, q: float) -> Estimate:
+    """Nearest-rank quantile of sorted samples with a distribution-free 95 % CI."""
+    n = len(sorted_x)
+    if n == 0:
+        return Estimate(math.nan, None, None)
+    k = min(max(math.ceil(q * n) - 1, 0), n - 1)
+    s = Z95 * math.sqrt(n * q * (1 - q))
+    lo_rank = math.floor(n * q - s) - 1
+    hi_rank = math.ceil(n * q + s) - 1
+    lo = float(sorted_x[lo_rank]) if lo_rank >= 0 else None
+    hi = float(sorted_x[hi_rank]) if hi_rank <= n - 1 else None
+    return Estimate(float(sorted_x[k]), lo, hi)
+
+
+def mean(x: np.ndarray) -> Estimate:
+    n = len(x)
+    if n == 0:
+        return Estimate(math.nan, None, None)
+    m = float(np.mean(x))
+    if n < 2:
+        return Estimate(m, None, None)
+    half = Z95 * float(np.std(x, ddof=1)) / math.sqrt(n)
+    return Estimate(m, m - half, m + half)
+
+
+@dataclass(frozen=True)
+class LatencySummary:
+    n: int
+    min: float
+    mean: Estimate
+    p50: Estimate
+    p99: Estimate
+    p999: Estimate
+    max: float
+
+
+def summarize(samples: np.ndarray) -> LatencySummary:
+    """Summary of latency samples (any order)."""
+    x = np.sort(np.asarray(samples, dtype=np.int64))
+    n = len(x)
+    if n == 0:
+        nan = Estimate(math.nan, None, None)
+        return LatencySummary(0, math.nan, nan, nan, nan, nan, math.nan)
+    return LatencySummary(
+        n=n,
+        min=float(x[0]),
+        mean=mean(x),
+        p50=quantile(x, 0.50),
+        p99=quantile(x, 0.99),
+        p999=quantile(x, 0.999),
+        max=float(x[-1]),
+    )

@@ -1,0 +1,97 @@
+"""``loopscope bench timer``: the timer probe against cyclictest, alternating.
+
+Both tools measure the same thing (wake-up latency of a periodic thread on
+absolute deadlines, memory locked, SCHED_OTHER unless asked otherwise) and
+run back to back, alternating, ``runs`` times each; the machine is noisy, so
+the comparison is between medians over runs. cyclictest is run exactly as
+``cyclictest -m -i N -D T -q --json=F`` (its histogram has 1 µs buckets,
+so its quantiles are good to 1 µs); loopscope keeps every sample. Agreement
+means the ratios of the medians are near 1 within the spread of the runs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from loopscope.errors import RunError
+from loopscope.probes import timer
+
+Progress = Callable[[str], None] | None
+
+
+def _cyclictest(interval_us: int, duration_ns: int, work: Path) -> dict[str, float]:
+    out = work / "ct.json"
+    secs = max(1, round(duration_ns / 1e9))
+    cmd = ["cyclictest", "-m", "-i", str(interval_us), "-D", str(secs), "-q", f"--json={out}"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
+    if r.returncode != 0 or not out.exists():
+        raise RunError(f"cyclictest failed (exit {r.returncode}): {' '.join(cmd)}: {(r.stderr or r.stdout).strip()[-300:]}")
+    t = json.loads(out.read_text())["thread"]["0"]
+    hist = {int(k): int(v) for k, v in t["histogram"].items()}
+    vals = np.array(sorted(hist), dtype=np.int64)
+    cnt = np.array([hist[v] for v in vals], dtype=np.int64)
+    cum = np.cumsum(cnt)
+    total = int(cum[-1]) if len(cum) else 0
+
+    def q(p: float) -> float:
+        k = np.searchsorted(cum, max(1, int(np.ceil(p * total))))
+        return float(vals[min(k, len(vals) - 1)]) * 1000.0
+
+    return {
+        "samples": int(t["cycles"]),
+        "min_ns": t["min"] * 1000.0,
+        "avg_ns": t["avg"] * 1000.0,
+        "p50_ns": q(0.5),
+        "p99_ns": q(0.99),
+        "max_ns": t["max"] * 1000.0,
+        "overflows": total - int(t["cycles"]) if total < t["cycles"] else 0,
+    }
+
+
+def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int = 3, progress: Progress = None) -> dict[str, Any]:
+    if not shutil.which("cyclictest"):
+        raise RunError("cyclictest is not installed (Debian package rt-tests; scripts/install-deps.sh installs it)")
+    ours: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    with tempfile.TemporaryDirectory(prefix="loopscope-bench-timer-") as d:
+        work = Path(d)
+        for i in range(runs):
+            if progress:
+                progress(f"  run {i + 1}/{runs}: loopscope probe timer …")
+            r = timer.run(interval_us * 1000, duration_ns, mlock=True, trace_path=work / f"t{i}.lstrace")
+            s = r.summary
+            ours.append({"samples": r.samples, "min_ns": s.min, "avg_ns": s.mean.value, "p50_ns": s.p50.value, "p99_ns": s.p99.value, "max_ns": s.max, "missed": r.missed})
+            if progress:
+                progress(f"  run {i + 1}/{runs}: cyclictest -m -i {interval_us} …")
+            theirs.append(_cyclictest(interval_us, duration_ns, work))
+    keys = ["min_ns", "avg_ns", "p50_ns", "p99_ns", "max_ns"]
+    med = lambda rows, k: float(statistics.median([x[k] for x in rows]))  # noqa: E731
+    rng = lambda rows, k: [float(min(x[k] for x in rows)), float(max(x[k] for x in rows))]  # noqa: E731
+    return {
+        "interval_us": interval_us,
+        "duration_s": duration_ns / 1e9,
+        "runs": runs,
+        "loopscope": {k: round(med(ours, k), 1) for k in keys},
+        "cyclictest": {k: round(med(theirs, k), 1) for k in keys},
+        "ratio_loopscope_over_cyclictest": {k: round(med(ours, k) / med(theirs, k), 3) if med(theirs, k) else None for k in keys},
+        "range_over_runs": {"loopscope": {k: rng(ours, k) for k in keys}, "cyclictest": {k: rng(theirs, k) for k in keys}},
+        "per_run": {"loopscope": ours, "cyclictest": theirs},
+        "note": "cyclictest quantiles have 1 µs resolution (its histogram buckets); medians over alternating runs",
+    }
+
+
+def print_human(r: dict[str, Any]) -> None:
+    print(f"timer latency, interval {r['interval_us']} µs, {r['duration_s']:g} s per run, {r['runs']} alternating runs each (medians over runs)")
+    print(f"  {'':8} {'loopscope':>12} {'cyclictest':>12} {'ratio':>7}   range over runs (loopscope | cyclictest)")
+    for k in ["min_ns", "avg_ns", "p50_ns", "p99_ns", "max_ns"]:
+        a, b, q = r["loopscope"][k], r["cyclictest"][k], r["ratio_loopscope_over_cyclictest"][k]
+        ra, rb = r["range_over_runs"]["loopscope"][k], r["range_over_runs"]["cyclictest"][k]
+        print(f"  {k[:-3]:8} {a / 1000:10.1f}µs {b / 1000:10.1f}µs {q if q is not None else '-':>7}   [{ra[0] / 1000:.1f}, {ra[1] / 1000:.1f}] | [{rb[0] / 1000:.1f}, {rb[1] / 1000:.1f}] µs")

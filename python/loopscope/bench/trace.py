@@ -1,0 +1,320 @@
+"""``loopscope bench trace``: what a record costs, against its floor and LTTng.
+
+Measured in one run, back to back:
+
+- ``floor_ns``: a TSC read and a 16-byte store into an 8 MiB buffer (the size
+  of a thread's trace ring), in the same C program and loop shape as the
+  logging modes; ``c_ns``, ``c_2threads_ns``, ``disabled_ns`` from that
+  program through ``include/loopscope.h``; ``rust_ns`` and ``py_ns`` in this
+  process through the Rust API and the Python binding. Each figure is the
+  median over repetitions of a loop that fits the ring, with a flush between
+  repetitions, and the run checks that no record was dropped while timing (a
+  dropped record would be cheaper than a written one);
+- ``write_mevents_per_s``: one thread logging as fast as it can for 30 s
+  into a file on disk; records that reached the file (counted by reading it
+  back) over the time until close and fsync returned;
+- ``read_mrecords_per_s``: ``loopscope.trace.read`` of a 20 M record trace
+  into a DataFrame (sorted by time, the default);
+- ``lost_records``: records dropped at a paced 1 M events/s for 10 s;
+- ``lttng_ns``: the same loop with an LTTng-UST tracepoint in an active
+  session, when LTTng is installed (else null, with the reason).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from loopscope import _native, cbuild
+from loopscope.errors import RunError
+from loopscope.trace import api as lt
+from loopscope.trace import reader
+
+HERE = Path(__file__).resolve().parent
+Progress = Callable[[str], None] | None
+
+
+def _median(v: list[float]) -> float:
+    return float(statistics.median(v))
+
+
+def _spread(v: list[float]) -> list[float]:
+    """Interquartile range: how noisy the repetitions were."""
+    if len(v) < 4:
+        return [min(v), max(v)]
+    q = statistics.quantiles(v, n=4)
+    return [round(q[0], 3), round(q[2], 3)]
+
+
+def _say(progress: Progress, msg: str) -> None:
+    if progress:
+        progress(msg)
+
+
+def _run_c(exe: Path, mode: str, n: int, reps: int, trace: Path) -> tuple[list[float], int]:
+    r = subprocess.run([str(exe), mode, str(n), str(reps), str(trace)], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RunError(f"benchmark program {exe.name} {mode} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
+    lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
+    ns = next(l["ns"] for l in lines if "ns" in l)
+    lost = next(l["lost"] for l in lines if "lost" in l)
+    return ns, lost
+
+
+def _lttng(work: Path, n: int, reps: int, progress: Progress) -> tuple[list[float] | None, str]:
+    """LTTng-UST's cost on the same loop, or (None, why not)."""
+    inc = Path("/usr/include/x86_64-linux-gnu/lttng/tracepoint.h")
+    if not shutil.which("lttng") or not shutil.which("lttng-sessiond"):
+        return None, "lttng-tools is not installed (Debian: lttng-tools, liblttng-ust-dev)"
+    if not inc.exists() and not Path("/usr/include/lttng/tracepoint.h").exists():
+        return None, "LTTng-UST headers are not installed (Debian: liblttng-ust-dev)"
+    exe = work / "lttng_bench"
+    src = work / "lttng_bench.c"
+    shutil.copy(HERE / "lttng_bench.c", src)
+    shutil.copy(HERE / "lttng_tp.h", work / "lttng_tp.h")
+    r = subprocess.run([cbuild.compiler(), "-O2", "-I", str(work), str(src), "-o", str(exe), "-llttng-ust", "-ldl"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"compiling the LTTng benchmark failed: {r.stderr.strip()[-300:]}"
+    before = _pids("lttng-sessiond")
+    started: set[int] = set()
+    if not before:
+        s = subprocess.run(["lttng-sessiond", "--daemonize"], capture_output=True, text=True)
+        if s.returncode != 0:
+            return None, f"lttng-sessiond would not start: {s.stderr.strip()[-200:]}"
+        started = _pids("lttng-sessiond") - before
+    session = f"loopscope-bench-{os.getpid()}"
+    env = dict(os.environ)
+    try:
+        steps = [
+            ["lttng", "create", session, f"--output={work / 'lttng-out'}"],
+            ["lttng", "enable-channel", "-u", "--session", session, "--subbuf-size=8M", "--num-subbuf=4", "ch"],
+            ["lttng", "enable-event", "-u", "--session", session, "--channel", "ch", "loopscope_bench:ev"],
+            ["lttng", "start", session],
+        ]
+        for st in steps:
+            c = subprocess.run(st, capture_output=True, text=True, timeout=60)
+            if c.returncode != 0:
+                return None, f"{' '.join(st[:2])} failed: {(c.stderr or c.stdout).strip()[-200:]}"
+        _say(progress, "  LTTng-UST loop …")
+        b = subprocess.run([str(exe), str(n), str(reps)], capture_output=True, text=True, timeout=600, env=env)
+        if b.returncode != 0:
+            return None, f"the LTTng benchmark program failed (exit {b.returncode}): {b.stderr.strip()[-200:]}"
+        ns = json.loads(b.stdout.strip().splitlines()[-1])["ns"]
+        return ns, "LTTng-UST in an active session, 4 x 8 MiB per-UID sub-buffers"
+    finally:
+        subprocess.run(["lttng", "stop", session], capture_output=True, timeout=60)
+        subprocess.run(["lttng", "destroy", session], capture_output=True, timeout=60)
+        for pid in started:
+            _kill(pid)
+
+
+def _pids(name: str) -> set[int]:
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == name:
+                    out.add(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def _kill(pid: int) -> None:
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists():
+            return
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:
+    """Run every measurement; returns the JSON object ``--json`` prints."""
+    n = 250_000  # 4 MB of records: half a thread's default ring
+    reps = 5 if quick else 21
+    write_s = write_seconds if write_seconds is not None else (2.0 if quick else 30.0)
+    paced_s = 1.0 if quick else 10.0
+    read_n = 2_000_000 if quick else 20_000_000
+    tmp = tempfile.TemporaryDirectory(prefix="loopscope-bench-", dir=workdir)
+    work = Path(tmp.name)
+    if _native.is_open():
+        raise RunError("a trace is already open in this process; the benchmark needs its own")
+    try:
+        out: dict[str, Any] = {}
+        _say(progress, f"building the C benchmark against libloopscope.a in {work} …")
+        exe = cbuild.build([HERE / "trace_bench.c"], work / "trace_bench")
+        c: dict[str, list[float]] = {}
+        lost_timing = 0
+        for mode in ("floor", "event", "disabled", "threads2"):
+            _say(progress, f"  C {mode}: {reps} x {n:,} …")
+            ns, lost = _run_c(exe, mode, n, reps, work / f"c-{mode}.lstrace")
+            c[mode] = ns
+            lost_timing += lost
+
+        _say(progress, "  Rust and Python loops …")
+        ses = lt.open(work / "rust.lstrace", groups=["bench"])
+        try:
+            rust_floor = _native.bench_floor(n, reps)
+            rust = _native.bench_events(n, reps, 1)
+            ev = lt.event("bench", "py", "benchmark event (Python loop)")
+            py: list[float] = []
+            loop: list[float] = []
+            n_py = 100_000
+            rng = range(n_py)
+            for _ in range(reps):
+                t0 = time.perf_counter_ns()
+                for i in rng:
+                    ev(i)
+                py.append((time.perf_counter_ns() - t0) / n_py)
+                t0 = time.perf_counter_ns()
+                for i in rng:
+                    pass
+                loop.append((time.perf_counter_ns() - t0) / n_py)
+                lt.flush()
+        finally:
+            end = ses.close()
+        lost_timing += end.lost_records
+
+        free = shutil.disk_usage(work).free
+        # The flat-out writer can reach the disk's speed; keep 10 GB spare.
+        if free < 12e9:
+            write_s = min(write_s, max(1.0, (free - 10e9) / 400e6))
+        _say(progress, f"  sustained write to {work} for {write_s:g} s …")
+        wpath = work / "write.lstrace"
+        ses = lt.open(wpath, groups=["bench"], fsync=True)
+        t0 = time.perf_counter()
+        try:
+            logged, _ = _native.bench_sustained(0.0, write_s)
+        finally:
+            wend = ses.close()
+        write_elapsed = time.perf_counter() - t0
+        winf = reader.check(wpath)
+        written = winf.records
+        wbytes = wpath.stat().st_size
+        wpath.unlink()
+
+        _say(progress, "  paced 1 M events/s …")
+        ppath = work / "paced.lstrace"
+        ses = lt.open(ppath, groups=["bench"])
+        try:
+            paced_n, paced_el = _native.bench_sustained(1e6, paced_s)
+        finally:
+            pend = ses.close()
+        pinf = reader.check(ppath)
+
+        _say(progress, f"  reader: {read_n:,} records …")
+        rpath = work / "read.lstrace"
+        ses = lt.open(rpath, groups=["bench"])
+        try:
+            _native.bench_events(n, read_n // n, 1)
+        finally:
+            ses.close()
+        rtimes = []
+        nrec = 0
+        for _ in range(3):
+            t0 = time.perf_counter()
+            df = reader.read(rpath)
+            rtimes.append(time.perf_counter() - t0)
+            nrec = len(df)
+            del df
+
+        lttng_ns, lttng_note = _lttng(work, n, reps, progress)
+
+        floor = _median(c["floor"])
+        cns = _median(c["event"])
+        out = {
+            "floor_ns": round(floor, 2),
+            "c_ns": round(cns, 2),
+            "rust_ns": round(_median(rust), 2),
+            "py_ns": round(_median(py), 1),
+            "c_2threads_ns": round(_median(c["threads2"]), 2),
+            "disabled_ns": round(_median(c["disabled"]), 3),
+            "write_mevents_per_s": round(written / write_elapsed / 1e6, 2),
+            "read_mrecords_per_s": round(nrec / _median(rtimes) / 1e6, 2),
+            "lost_records": pinf.lost_records,
+            "lttng_ns": round(_median(lttng_ns), 2) if lttng_ns else None,
+            "ratios": {
+                "c_over_floor": round(cns / floor, 3),
+                "rust_over_floor": round(_median(rust) / floor, 3),
+                "c_2threads_over_floor": round(_median(c["threads2"]) / floor, 3),
+                "lttng_over_c": round(_median(lttng_ns) / cns, 2) if lttng_ns else None,
+            },
+            "spread_iqr_ns": {
+                "floor": _spread(c["floor"]),
+                "c": _spread(c["event"]),
+                "rust": _spread(rust),
+                "py": _spread(py),
+                "c_2threads": _spread(c["threads2"]),
+                "disabled": _spread(c["disabled"]),
+                "lttng": _spread(lttng_ns) if lttng_ns else None,
+            },
+            "context": {
+                "repetitions": reps,
+                "events_per_repetition": n,
+                "rust_floor_ns": round(_median(rust_floor), 2),
+                "py_empty_loop_ns": round(_median(loop), 1),
+                "lost_while_timing": lost_timing,
+                "write_seconds": write_s,
+                "write_elapsed_s": round(write_elapsed, 2),
+                "write_logged": logged,
+                "write_written": written,
+                "write_lost_records": wend.lost_records,
+                "write_bytes": wbytes,
+                "write_mb_per_s": round(wbytes / write_elapsed / 1e6, 1),
+                "paced_events": paced_n,
+                "paced_seconds": round(paced_el, 3),
+                "paced_written": pinf.records,
+                "paced_end_lost": pend.lost_records,
+                "read_records": nrec,
+                "read_seconds": [round(t, 3) for t in rtimes],
+                "lttng": lttng_note,
+                "clock": _native.clock_info()[0],
+                "quick": quick,
+            },
+        }
+        return out
+    finally:
+        tmp.cleanup()
+
+
+def print_human(r: dict[str, Any]) -> None:
+    c = r["context"]
+    rt = r["ratios"]
+    lines = [
+        "per event (median of {} repetitions of {:,}; IQR in brackets)".format(c["repetitions"], c["events_per_repetition"]),
+        f"  floor (TSC read + 16-byte store)  {r['floor_ns']:8.2f} ns  {r['spread_iqr_ns']['floor']}",
+        f"  C                                 {r['c_ns']:8.2f} ns  {r['spread_iqr_ns']['c']}   {rt['c_over_floor']:.2f}x floor",
+        f"  Rust                              {r['rust_ns']:8.2f} ns  {r['spread_iqr_ns']['rust']}   {rt['rust_over_floor']:.2f}x floor",
+        f"  C, 2 threads at once              {r['c_2threads_ns']:8.2f} ns  {r['spread_iqr_ns']['c_2threads']}",
+        f"  Python                            {r['py_ns']:8.1f} ns  (empty loop {c['py_empty_loop_ns']} ns)",
+        f"  disabled                          {r['disabled_ns']:8.3f} ns",
+    ]
+    if r["lttng_ns"] is not None:
+        lines.append(f"  LTTng-UST, same loop              {r['lttng_ns']:8.2f} ns  {r['spread_iqr_ns']['lttng']}   {rt['lttng_over_c']:.1f}x loopscope C")
+    else:
+        lines.append(f"  LTTng-UST: not measured ({c['lttng']})")
+    lines += [
+        f"records dropped while timing: {c['lost_while_timing']}",
+        f"sustained write, one thread, {c['write_seconds']:g} s to disk with fsync: {r['write_mevents_per_s']} M events/s "
+        f"({c['write_mb_per_s']} MB/s; {c['write_lost_records']:,} of {c['write_logged']:,} logged dropped while the disk kept up)",
+        f"paced 1 M events/s for {c['paced_seconds']} s: {r['lost_records']} lost of {c['paced_events']:,}",
+        f"reader: {r['read_mrecords_per_s']} M records/s into a DataFrame ({c['read_records']:,} records)",
+    ]
+    for l in lines:
+        print(l)

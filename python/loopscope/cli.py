@@ -1,0 +1,304 @@
+"""The ``loopscope`` command.
+
+Subcommands map onto the package: ``probe`` (measure), ``trace`` (inspect
+trace files), ``bench`` (loopscope against its floor and its peers). Every
+error ends the same way: ``loopscope: error: <what>; <what to do>`` on
+stderr and exit code 2 for bad input, 1 for a failed run, 130 for Ctrl-C;
+never a traceback for a user's mistake.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loopscope import __version__
+from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, InputError, LoopscopeError
+from loopscope.units import format_ns, parse_duration_ns
+
+
+class Duration(click.ParamType):
+    """A duration with a unit: 10s, 500ms, 2m."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ns(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class CpuList(click.ParamType):
+    """CPU numbers: 1, or 0,2, or 0-3."""
+
+    name = "cpus"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        out: list[int] = []
+        try:
+            for part in str(value).split(","):
+                if "-" in part:
+                    a, b = part.split("-", 1)
+                    out.extend(range(int(a), int(b) + 1))
+                elif part.strip():
+                    out.append(int(part))
+        except ValueError:
+            self.fail(f"{value!r} is not a CPU list; write e.g. 1, 0,2 or 0-3", param, ctx)
+        return out
+
+
+def _default_run_dir(name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = Path("runs") / f"{stamp}-{name}"
+    n = 1
+    while d.exists():
+        n += 1
+        d = Path("runs") / f"{stamp}-{name}-{n}"
+    return d
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "--version", prog_name="loopscope")
+def cli() -> None:
+    """Measure how late soft-real-time work gets on this machine, how often, and why."""
+
+
+# ---- probe ---------------------------------------------------------------------
+
+
+@cli.group()
+def probe() -> None:
+    """Measure the machine with one probe, standalone."""
+
+
+@probe.command("timer")
+@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period in µs.")
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
+@click.option("--threads", type=int, default=1, show_default=True, help="Measuring threads.")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin threads to these CPUs, round-robin (1, 0,2, 0-3).")
+@click.option("--priority", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
+@click.option("--mlock/--no-mlock", default=True, show_default=True, help="Lock memory (mlockall) so page faults do not add latency.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] | None, priority: int | None, mlock: bool, trace_path: str | None, as_json: bool) -> int:
+    """Timer wake-up latency on absolute deadlines (what cyclictest measures).
+
+    Every wake-up goes into the trace as an interval from its deadline to when
+    the thread ran; deadlines that passed while a wake-up was late are counted
+    as missed.
+    """
+    from loopscope.probes import timer
+
+    interval_ns = interval_us * 1000
+    timer.validate(interval_ns, duration, threads, cpus or [], priority)
+    if trace_path is None:
+        d = _default_run_dir("timer")
+        d.mkdir(parents=True, exist_ok=True)
+        trace_path = str(d / "timer.lstrace")
+    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, trace_path=trace_path)
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        _print_timer(res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+def _ci(e: Any) -> str:
+    lo = "open" if e.lo is None else format_ns(e.lo)
+    hi = "open" if e.hi is None else format_ns(e.hi)
+    return f"[{lo}, {hi}]"
+
+
+def _print_timer(res: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    s = res.summary
+    sched = res.threads[0].sched if res.threads else "?"
+    title = (
+        f"timer latency · interval {format_ns(res.interval_ns)} · {format_ns(res.elapsed_ns)} · "
+        f"{len(res.threads)} thread{'s' if len(res.threads) != 1 else ''} · {sched} · "
+        f"{'mlockall' if res.mlock_ok else 'memory not locked'}"
+    )
+    t = Table(title=title, title_justify="left", show_edge=False)
+    t.add_column("", style="bold")
+    t.add_column("latency", justify="right")
+    t.add_column("95% CI", justify="right")
+    t.add_row("samples", f"{res.samples:,}", "")
+    t.add_row("missed", f"{res.missed:,}", "deadlines skipped" if res.missed else "")
+    if s.n:
+        t.add_row("min", format_ns(s.min), "")
+        t.add_row("avg", format_ns(s.mean.value), _ci(s.mean))
+        t.add_row("p50", format_ns(s.p50.value), _ci(s.p50))
+        t.add_row("p99", format_ns(s.p99.value), _ci(s.p99))
+        t.add_row("p99.9", format_ns(s.p999.value), _ci(s.p999))
+        t.add_row("max", format_ns(s.max), "")
+    con.print(t)
+    if len(res.threads) > 1:
+        for th in res.threads:
+            ts = th.summary
+            cpu = f"cpu {th.cpu}" if th.cpu is not None else "any cpu"
+            if ts.n:
+                con.print(f"  thread {th.index} (tid {th.tid}, {cpu}): p50 {format_ns(ts.p50.value)}, p99 {format_ns(ts.p99.value)}, max {format_ns(ts.max)}, missed {th.missed}")
+    for th in res.threads:
+        if not th.sched_ok:
+            con.print(f"[yellow]note:[/] thread {th.index}: {th.sched}")
+        if th.cpu is not None and not th.affinity_ok:
+            con.print(f"[yellow]note:[/] thread {th.index}: pinning to CPU {th.cpu} was refused")
+    if not res.mlock_ok:
+        con.print(f"[yellow]note:[/] {res.mlock}")
+    if res.kept_samples < res.samples:
+        con.print(f"[yellow]note:[/] statistics from the first {res.kept_samples:,} of {res.samples:,} samples (memory cap)")
+    con.print(f"probe overhead: one clock read, {res.overhead_ns:.0f} ns, is part of every latency")
+    if res.interrupted:
+        con.print("[yellow]interrupted:[/] the figures cover the time measured before Ctrl-C")
+    if res.trace:
+        lost = f", {res.trace_lost:,} lost" if res.trace_lost is not None else ""
+        con.print(f"trace: {res.trace_records or 0:,} records{lost}")
+        click.echo(res.trace)
+
+
+# ---- trace ---------------------------------------------------------------------
+
+
+@cli.group()
+def trace() -> None:
+    """Inspect trace files."""
+
+
+def _existing(path: str) -> str:
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    return path
+
+
+@trace.command("info")
+@click.argument("file", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def trace_info(file: str, as_json: bool) -> int:
+    """Entities, counts, time span, lost records and damage of a trace."""
+    from loopscope.trace import narrate, reader
+
+    inf = reader.info(_existing(file))
+    if as_json:
+        click.echo(json.dumps(narrate.info_json(inf)))
+    else:
+        for line in narrate.info_lines(inf):
+            click.echo(line)
+    return 0
+
+
+@trace.command("dump")
+@click.argument("file", type=click.Path())
+@click.option("--entity", default=None, help="Only this entity (group/name).")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many records.")
+@click.option("--file-order", is_flag=True, help="Keep file order (per thread) instead of sorting by time.")
+def trace_dump(file: str, entity: str | None, limit: int | None, file_order: bool) -> int:
+    """Narrate a trace, one record per line."""
+    from loopscope.trace import narrate, reader
+
+    df, inf = reader.read_with_info(_existing(file), sort=not file_order)
+    df = narrate.select(df, inf, entity)
+    out = sys.stdout
+    for line in narrate.dump_lines(df, inf, limit):
+        out.write(line + "\n")
+    out.flush()
+    return 0
+
+
+# ---- bench ---------------------------------------------------------------------
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks: loopscope against its floor and its peers, back to back."""
+
+
+@bench.command("trace")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs (seconds, not minutes): for smoke tests, not for figures.")
+@click.option("--write-seconds", type=float, default=None, help="Length of the sustained-write test [30, quick: 2].")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where to write the benchmark traces [a temporary directory].")
+def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir: str | None) -> int:
+    """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST."""
+    from loopscope.bench import trace as bt
+
+    res = bt.run(quick=quick, write_seconds=write_seconds, workdir=workdir, progress=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        bt.print_human(res)
+    return 0
+
+
+@bench.command("timer")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="Length of each run.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each tool, alternating.")
+def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> int:
+    """The timer probe against cyclictest -m -i N, alternating runs."""
+    from loopscope.bench import timer as bt
+
+    res = bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo)
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        bt.print_human(res)
+    return 0
+
+
+# ---- entry point -----------------------------------------------------------------
+
+
+def _fail(msg: str, code: int) -> int:
+    sys.stderr.write(f"loopscope: error: {msg}\n")
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="loopscope", standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except click.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":
+            click.echo(e.ctx.get_help() if e.ctx else "", err=True)
+            sys.exit(EXIT_INPUT)
+        cmd = e.ctx.command_path if e.ctx else "loopscope"
+        code = _fail(f"{e.format_message()}; see '{cmd} --help'", EXIT_INPUT)
+    except click.ClickException as e:
+        code = _fail(e.format_message(), e.exit_code)
+    except click.Abort:
+        sys.stderr.write("loopscope: interrupted\n")
+        code = EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        sys.stderr.write("loopscope: interrupted\n")
+        code = EXIT_INTERRUPTED
+    except LoopscopeError as e:
+        code = _fail(str(e), e.exit_code)
+    except BrokenPipeError:
+        # `loopscope trace dump F | head`: the reader went away; not an error.
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        code = 0
+    except OSError as e:
+        code = _fail(f"{e.filename or ''}: {e.strerror}" if e.filename else str(e), EXIT_FAILED)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Errors a user can act on, and the exit codes they map to.
+
+loopscope distinguishes bad input (a file, option or name the user gave is
+wrong: exit code 2) from a failed run (something broke while measuring: exit
+code 1). Every message names the thing at fault (file and offset, option,
+component) and, where there is one, what to do. The CLI prints
+``loopscope: error: <message>`` and exits with the code; no traceback.
+The native module raises these same classes.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+class LoopscopeError(Exception):
+    """Base class; ``exit_code`` says how the CLI ends."""
+
+    exit_code = EXIT_FAILED
+
+
+class InputError(LoopscopeError):
+    """The user's input is wrong (exit code 2)."""
+
+    exit_code = EXIT_INPUT
+
+
+class RunError(LoopscopeError):
+    """The run failed (exit code 1)."""
+
+    exit_code = EXIT_FAILED

@@ -1,0 +1,187 @@
+"""Timer-latency probe: the cyclictest measurement, with its errors and a trace.
+
+Runs ``crates/probes/src/timer.rs`` (absolute deadlines, pre-faulted sample
+arrays, missed periods counted) with the interpreter lock released, then
+summarises: every quantile with its confidence interval, the probe's own
+overhead (one clock read, part of every latency), the scheduling and memory
+locking that actually applied (a refused SCHED_FIFO is reported, not
+hidden), and the trace it wrote with one interval record per wake-up.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loopscope import _native
+from loopscope.analysis.stats import LatencySummary, summarize
+from loopscope.errors import InputError
+from loopscope.trace import api as trace_api
+from loopscope.trace import reader
+
+MAX_SAMPLES_PER_THREAD = 16_000_000
+
+
+@dataclass
+class ThreadSummary:
+    index: int
+    tid: int
+    cpu: int | None
+    sched: str
+    sched_ok: bool
+    affinity_ok: bool
+    wakeups: int
+    missed: int
+    summary: LatencySummary
+
+
+@dataclass
+class TimerResult:
+    interval_ns: int
+    duration_ns: int
+    threads: list[ThreadSummary]
+    summary: LatencySummary
+    samples: int
+    missed: int
+    kept_samples: int
+    overhead_ns: float
+    mlock: str
+    mlock_ok: bool
+    interrupted: bool
+    elapsed_ns: int
+    trace: str | None
+    trace_records: int | None = None
+    trace_lost: int | None = None
+    latencies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` object: the keys the issue names first, then errors and context."""
+        s = self.summary
+
+        def ci(e: Any) -> list[float | None]:
+            return [e.lo, e.hi]
+
+        return {
+            "samples": self.samples,
+            "missed": self.missed,
+            "min_ns": int(s.min) if s.n else None,
+            "avg_ns": round(s.mean.value, 1) if s.n else None,
+            "p50_ns": int(s.p50.value) if s.n else None,
+            "p99_ns": int(s.p99.value) if s.n else None,
+            "p999_ns": int(s.p999.value) if s.n else None,
+            "max_ns": int(s.max) if s.n else None,
+            "trace": self.trace,
+            "ci95_ns": {"avg": ci(s.mean), "p50": ci(s.p50), "p99": ci(s.p99), "p999": ci(s.p999)},
+            "overhead_ns": round(self.overhead_ns, 1),
+            "interval_ns": self.interval_ns,
+            "duration_ns": self.duration_ns,
+            "elapsed_ns": self.elapsed_ns,
+            "interrupted": self.interrupted,
+            "kept_samples": self.kept_samples,
+            "mlock": self.mlock,
+            "trace_records": self.trace_records,
+            "trace_lost_records": self.trace_lost,
+            "threads": [
+                {
+                    "index": t.index,
+                    "tid": t.tid,
+                    "cpu": t.cpu,
+                    "sched": t.sched,
+                    "samples": t.wakeups,
+                    "missed": t.missed,
+                    "min_ns": int(t.summary.min) if t.summary.n else None,
+                    "p50_ns": int(t.summary.p50.value) if t.summary.n else None,
+                    "p99_ns": int(t.summary.p99.value) if t.summary.n else None,
+                    "max_ns": int(t.summary.max) if t.summary.n else None,
+                }
+                for t in self.threads
+            ],
+            "version": {"loopscope": _version(), "json_format": 1},
+        }
+
+
+def _version() -> str:
+    from loopscope import __version__
+
+    return __version__
+
+
+def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], priority: int | None) -> None:
+    """Check the options; raise InputError naming the option and the rule."""
+    if interval_ns < 1_000:
+        raise InputError(f"--interval-us: must be at least 1 µs [got {interval_ns / 1000:g} µs]")
+    if duration_ns < interval_ns:
+        raise InputError("--duration: must be at least one interval long")
+    if not 1 <= threads <= 1024:
+        raise InputError(f"--threads: must be 1..1024 [got {threads}]")
+    allowed = sorted(os.sched_getaffinity(0))
+    for c in cpus:
+        if c not in allowed:
+            raise InputError(f"--cpu: CPU {c} is not available to this process; use one of {allowed}")
+    if priority is not None and not 1 <= priority <= 99:
+        raise InputError(f"--priority: SCHED_FIFO priority must be 1..99 [got {priority}]")
+
+
+def run(
+    interval_ns: int,
+    duration_ns: int,
+    *,
+    threads: int = 1,
+    cpus: list[int] | None = None,
+    priority: int | None = None,
+    mlock: bool = True,
+    trace_path: str | os.PathLike[str] | None = None,
+) -> TimerResult:
+    """Run the probe; write its trace to ``trace_path`` when given."""
+    cpus = list(cpus or [])
+    validate(interval_ns, duration_ns, threads, cpus, priority)
+    session = None
+    if trace_path is not None:
+        session = trace_api.open(trace_path, groups=["timer", "loopscope"])
+    try:
+        raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD)
+    finally:
+        end = session.close() if session is not None else None
+    ths = []
+    all_lat = []
+    for t in raw["threads"]:
+        lat = t["latencies"]
+        all_lat.append(lat)
+        ths.append(
+            ThreadSummary(
+                index=t["index"],
+                tid=t["tid"],
+                cpu=t["cpu"],
+                sched=t["sched"],
+                sched_ok=t["sched_ok"],
+                affinity_ok=t["affinity_ok"],
+                wakeups=t["wakeups"],
+                missed=t["missed"],
+                summary=summarize(lat),
+            )
+        )
+    lat = np.concatenate(all_lat) if all_lat else np.zeros(0, dtype=np.int64)
+    res = TimerResult(
+        interval_ns=interval_ns,
+        duration_ns=duration_ns,
+        threads=ths,
+        summary=summarize(lat),
+        samples=sum(t.wakeups for t in ths),
+        missed=sum(t.missed for t in ths),
+        kept_samples=len(lat),
+        overhead_ns=raw["overhead_ns"],
+        mlock=raw["mlock"],
+        mlock_ok=raw["mlock_ok"],
+        interrupted=raw["interrupted"],
+        elapsed_ns=raw["elapsed_ns"],
+        trace=os.fspath(trace_path) if trace_path is not None else None,
+        latencies=lat,
+    )
+    if trace_path is not None and end is not None:
+        inf = reader.check(trace_path)
+        res.trace_records = inf.records
+        res.trace_lost = inf.lost_records
+    return res

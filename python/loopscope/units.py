@@ -1,0 +1,54 @@
+"""Parsing the quantities users type: durations and sizes.
+
+One place for the accepted spellings, so every option and (later) every
+experiment-file field accepts the same ones and explains the same way when
+a value is wrong.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_UNITS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": 1_000_000_000,
+    "m": 60_000_000_000,
+    "min": 60_000_000_000,
+    "h": 3_600_000_000_000,
+}
+
+_NUM_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zµ]*)\s*$")
+
+
+def parse_duration_ns(text: str) -> int:
+    """'10s', '500ms', '2m', '1.5h', '250us', '100ns' -> integer nanoseconds.
+
+    Raises ValueError with a message that says what to write instead.
+    """
+    m = _NUM_UNIT.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a duration; write a number and a unit, e.g. 10s, 500ms, 2m")
+    num, unit = m.groups()
+    if not unit:
+        raise ValueError(f"{text!r} needs a unit, e.g. {num}s or {num}ms (units: ns, us, ms, s, m, h)")
+    if unit not in _DURATION_UNITS:
+        raise ValueError(f"{text!r}: unknown unit {unit!r} (units: ns, us, ms, s, m, h)")
+    ns = float(num) * _DURATION_UNITS[unit]
+    if ns <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    return int(round(ns))
+
+
+def format_ns(ns: float) -> str:
+    """A duration in the unit that keeps 3-4 significant digits."""
+    a = abs(ns)
+    if a < 1_000:
+        return f"{ns:.0f} ns"
+    if a < 1_000_000:
+        return f"{ns / 1e3:.2f} µs"
+    if a < 1_000_000_000:
+        return f"{ns / 1e6:.2f} ms"
+    return f"{ns / 1e9:.3f} s"
