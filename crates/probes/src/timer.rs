@@ -209,8 +209,12 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
                         next += iv;
                         if now >= next {
                             let k = (now - next) / iv + 1;
-                            r.missed += k as u64;
-                            missed_e.event_value(i as u32, k);
+                            // Only deadlines inside the run count as missed.
+                            let inside = if next >= end { 0 } else { k.min((end - next + iv - 1) / iv) };
+                            if inside > 0 {
+                                r.missed += inside as u64;
+                                missed_e.event_value(i as u32, inside);
+                            }
                             next += k * iv;
                         }
                     }

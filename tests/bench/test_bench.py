@@ -1,0 +1,39 @@
+"""The benchmark commands run and print the documented keys (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import Cli
+
+TRACE_KEYS = [
+    "floor_ns", "c_ns", "rust_ns", "py_ns", "c_2threads_ns", "disabled_ns",
+    "write_mevents_per_s", "read_mrecords_per_s", "lost_records", "lttng_ns",
+]
+
+
+@pytest.mark.needs_tool("cc")
+def test_bench_trace_prints_one_object_with_every_figure(cli: Cli) -> None:
+    r = cli("bench", "trace", "--json", "--quick", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for k in TRACE_KEYS:
+        assert k in j, k
+    for k in TRACE_KEYS[:-2]:
+        assert j[k] > 0, k
+    assert j["lost_records"] >= 0
+    assert j["context"]["lost_while_timing"] == 0
+    assert j["lttng_ns"] is None or j["lttng_ns"] > 0
+    assert j["ratios"]["c_over_floor"] > 0
+
+
+@pytest.mark.needs_tool("cyclictest")
+def test_bench_timer_compares_with_cyclictest(cli: Cli) -> None:
+    r = cli("bench", "timer", "--json", "--duration", "1s", "--runs", "1", timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for k in ("min_ns", "avg_ns", "p50_ns", "p99_ns", "max_ns"):
+        assert j["loopscope"][k] > 0 and j["cyclictest"][k] > 0
+        assert j["ratio_loopscope_over_cyclictest"][k] > 0

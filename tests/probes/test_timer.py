@@ -1,0 +1,124 @@
+"""The timer-latency probe, run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import loopscope.trace as lt
+from loopscope.probes import timer
+from tests.conftest import BIN, Cli
+from tests.helpers import assert_clean_error
+
+KEYS = ["samples", "missed", "min_ns", "avg_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns", "trace"]
+
+
+def test_json_output_is_one_object_with_the_documented_keys(cli: Cli, tmp_path: Path) -> None:
+    r = cli("probe", "timer", "--interval-us", "1000", "--duration", "1s", "--json", "--trace", "t.lstrace")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert list(j)[: len(KEYS)] == KEYS
+    assert j["samples"] + j["missed"] in range(995, 1002)
+    assert 0 <= j["min_ns"] <= j["p50_ns"] <= j["p99_ns"] <= j["p999_ns"] <= j["max_ns"]
+    assert j["min_ns"] <= j["avg_ns"] <= j["max_ns"]
+    lo, hi = j["ci95_ns"]["p50"]
+    assert lo <= j["p50_ns"] <= hi
+    assert j["overhead_ns"] > 0
+    assert j["trace"] == "t.lstrace"
+
+
+def test_every_wake_up_is_an_interval_in_the_trace(tmp_path: Path) -> None:
+    p = tmp_path / "t.lstrace"
+    res = timer.run(500_000, 500_000_000, trace_path=p)
+    df = lt.read(p)
+    wk = df.filter(pl.col("name") == "wakeup")
+    assert len(wk) == res.samples
+    # Each record starts at its deadline and lasts as long as the wake-up was late.
+    assert sorted(wk["dur_ns"].to_list()) == sorted(max(0, int(x)) for x in res.latencies)
+    starts = wk["t_ns"].to_numpy()
+    gaps = (starts[1:] - starts[:-1]) % 500_000
+    assert (gaps == 0).all()
+    missed = df.filter(pl.col("name") == "missed")["value"].sum() or 0
+    assert missed == res.missed
+
+
+def test_missed_periods_are_counted_not_hidden() -> None:
+    # A 2 µs period cannot be kept here (a wake-up costs tens of µs), so most
+    # deadlines pass while the thread is still late for an earlier one.
+    res = timer.run(2_000, 200_000_000)
+    assert res.missed > 0
+    # Every deadline of the run is accounted for: measured or missed.
+    assert abs((res.samples + res.missed) - 200_000_000 // 2_000) <= 2
+
+
+def test_several_threads_pinned_to_cpus_are_reported_per_thread(tmp_path: Path) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    res = timer.run(1_000_000, 300_000_000, threads=2, cpus=cpus[:2], trace_path=tmp_path / "t.lstrace")
+    assert len(res.threads) == 2
+    assert [t.cpu for t in res.threads] == [cpus[0], cpus[1 % len(cpus)]]
+    assert all(t.affinity_ok for t in res.threads)
+    assert res.samples == sum(t.wakeups for t in res.threads)
+    df = lt.read(tmp_path / "t.lstrace").filter(pl.col("name") == "wakeup")
+    assert sorted(df["tag"].unique().to_list()) == [0, 1]
+
+
+@pytest.mark.needs_root
+def test_sched_fifo_applies_when_privileged() -> None:
+    res = timer.run(1_000_000, 100_000_000, priority=50)
+    assert res.threads[0].sched_ok and res.threads[0].sched == "SCHED_FIFO 50"
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--duration", "10"], "needs a unit"),
+        (["--duration", "3 parsecs"], "unknown unit"),
+        (["--duration", "soon"], "not a duration"),
+        (["--interval-us", "0"], "--interval-us"),
+        (["--threads", "0"], "--threads: must be 1..1024"),
+        (["--cpu", "4096"], "--cpu: CPU 4096 is not available"),
+        (["--cpu", "x"], "not a CPU list"),
+        (["--priority", "150"], "--priority: SCHED_FIFO priority must be 1..99"),
+        (["--bogus"], "No such option"),
+    ],
+)
+def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: str) -> None:
+    assert_clean_error(cli("probe", "timer", *args), 2, needle)
+
+
+def test_an_unwritable_trace_path_is_an_input_error(cli: Cli) -> None:
+    r = cli("probe", "timer", "--duration", "100ms", "--trace", "/nonexistent/dir/t.lstrace")
+    assert_clean_error(r, 2, "/nonexistent/dir/t.lstrace: cannot create the trace file")
+
+
+def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_running(tmp_path: Path) -> None:
+    with subprocess.Popen(
+        [str(BIN), "probe", "timer", "--duration", "60s", "--json", "--trace", "t.lstrace"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    ) as p:
+        time.sleep(2.0)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, err
+    j = json.loads(out)
+    assert j["interrupted"] is True and 500 < j["samples"] < 10_000
+    assert lt.info(tmp_path / "t.lstrace").stats["closed"]
+    # No thread of the probe survives: the process is gone with all its threads.
+    assert not Path(f"/proc/{p.pid}").exists()
+
+
+def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path) -> None:
+    r = cli("probe", "timer", "--interval-us", "2000", "--duration", "300ms")
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("runs/") and last.endswith("/timer.lstrace")
+    assert (tmp_path / last).exists()
+    for word in ("samples", "missed", "p99.9", "95% CI", "probe overhead"):
+        assert word in r.stdout

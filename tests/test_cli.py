@@ -1,0 +1,78 @@
+"""The command line as a user meets it: help, versions, errors, exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import loopscope.trace as lt
+from tests.conftest import Cli
+from tests.helpers import assert_clean_error
+
+
+def test_help_lists_the_subcommands(cli: Cli) -> None:
+    r = cli("--help")
+    assert r.returncode == 0
+    for c in ("probe", "trace", "bench"):
+        assert c in r.stdout
+
+
+def test_version_prints_the_package_version(cli: Cli) -> None:
+    from loopscope import __version__
+
+    r = cli("--version")
+    assert r.returncode == 0 and __version__ in r.stdout
+
+
+def test_an_unknown_command_is_a_usage_error(cli: Cli) -> None:
+    assert_clean_error(cli("frobnicate"), 2, "No such command", "loopscope --help")
+
+
+def test_a_missing_argument_is_named(cli: Cli) -> None:
+    assert_clean_error(cli("trace", "info"), 2, "Missing argument 'FILE'")
+
+
+def test_dump_narrates_one_record_per_line_in_time_order(cli: Cli, tmp_path: Path) -> None:
+    p = tmp_path / "d.lstrace"
+    with lt.open(p):
+        e = lt.event("dump", "e", "a test event")
+        iv = lt.interval("dump", "iv")
+        e(1)
+        e.event(2, value=-7)
+        e.event(3, payload=b"\xff\x00")
+        iv.interval(lt.now(), 4)
+    r = cli("trace", "dump", str(p))
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert len(lines) == 4
+    assert "dump/e  event  tag=1" in lines[0]
+    assert "value=-7" in lines[1]
+    assert "payload[2]=ff00" in lines[2]
+    assert "dump/iv  interval  tag=4  dur=" in lines[3]
+
+
+def test_dump_into_a_closed_pipe_is_not_an_error(tmp_path: Path) -> None:
+    import subprocess
+
+    from tests.conftest import BIN
+
+    p = tmp_path / "big.lstrace"
+    with lt.open(p):
+        e = lt.event("pipe", "e")
+        for i in range(100_000):
+            e(i)
+    r = subprocess.run(f"'{BIN}' trace dump '{p}' | head -3", shell=True, capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in r.stderr and "error" not in r.stderr.lower(), r.stderr
+    assert len(r.stdout.splitlines()) == 3
+
+
+def test_info_shows_entities_counts_span_and_losses(cli: Cli, tmp_path: Path) -> None:
+    p = tmp_path / "i.lstrace"
+    with lt.open(p):
+        e = lt.event("info", "e", "described here")
+        for i in range(10):
+            e(i)
+    r = cli("trace", "info", str(p))
+    assert r.returncode == 0
+    assert "info/e" in r.stdout and "described here" in r.stdout and " 10 " in r.stdout
+    assert "lost      nothing" in r.stdout
+    assert "span" in r.stdout and "clock" in r.stdout
