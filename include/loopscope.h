@@ -57,6 +57,10 @@ int ls_flush(void);
 const char *ls_last_error(void);
 uint64_t ls_lost_records(void); /* records dropped in the last closed trace */
 
+/* Allocate the calling thread's buffers now, before its time-critical part:
+ * a thread's first record otherwise pays for them (about 1 ms per MiB). */
+int ls_thread_init(void);
+
 /* Switch a group on or off in one stream at run time. */
 int ls_enable_group(const char *stream, const char *group, int on);
 /* Write out a flight-recorder (ring) stream with the records leading here. */

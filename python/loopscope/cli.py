@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -89,9 +90,10 @@ def probe() -> None:
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin threads to these CPUs, round-robin (1, 0,2, 0-3).")
 @click.option("--priority", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
 @click.option("--mlock/--no-mlock", default=True, show_default=True, help="Lock memory (mlockall) so page faults do not add latency.")
+@click.option("--dma-latency", "dma_latency", type=int, default=None, help="Hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 (default: leave idle states alone).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] | None, priority: int | None, mlock: bool, trace_path: str | None, as_json: bool) -> int:
+def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] | None, priority: int | None, mlock: bool, dma_latency: int | None, trace_path: str | None, as_json: bool) -> int:
     """Timer wake-up latency on absolute deadlines (what cyclictest measures).
 
     Every wake-up goes into the trace as an interval from its deadline to when
@@ -101,12 +103,12 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
     from loopscope.probes import timer
 
     interval_ns = interval_us * 1000
-    timer.validate(interval_ns, duration, threads, cpus or [], priority)
+    timer.validate(interval_ns, duration, threads, cpus or [], priority, dma_latency)
     if trace_path is None:
         d = _default_run_dir("timer")
         d.mkdir(parents=True, exist_ok=True)
         trace_path = str(d / "timer.lstrace")
-    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, trace_path=trace_path)
+    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, dma_latency_us=dma_latency, trace_path=trace_path)
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
@@ -159,6 +161,10 @@ def _print_timer(res: Any) -> None:
             con.print(f"[yellow]note:[/] thread {th.index}: pinning to CPU {th.cpu} was refused")
     if not res.mlock_ok:
         con.print(f"[yellow]note:[/] {res.mlock}")
+    if not res.dma_latency_ok:
+        con.print(f"[yellow]note:[/] {res.dma_latency}")
+    elif "held" in res.dma_latency:
+        con.print(f"power management: {res.dma_latency}")
     if res.kept_samples < res.samples:
         con.print(f"[yellow]note:[/] statistics from the first {res.kept_samples:,} of {res.samples:,} samples (memory cap)")
     con.print(f"probe overhead: one clock read, {res.overhead_ns:.0f} ns, is part of every latency")
@@ -268,7 +274,13 @@ def _fail(msg: str, code: int) -> int:
     return code
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM ends a run the way Ctrl-C does: stop, keep what was measured, clean up.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _terminate)
     try:
         rv = cli.main(args=argv, prog_name="loopscope", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0

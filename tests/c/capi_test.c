@@ -22,6 +22,7 @@ static const ls_entity *worker_ev;
 
 static void *worker(void *arg) {
     unsigned base = (unsigned)(size_t)arg;
+    if (ls_thread_init() != 0) return (void *)1;
     for (unsigned i = 0; i < 1000; i++) ls_event(worker_ev, base + i);
     return NULL;
 }
@@ -80,11 +81,16 @@ int main(int argc, char **argv) {
 
     pthread_t th[2];
     for (size_t i = 0; i < 2; i++) pthread_create(&th[i], NULL, worker, (void *)(i * 10000));
-    for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        CHECK(rv == NULL);
+    }
 
     CHECK(ls_close() == 0);
     CHECK(ls_lost_records() == 0);
     CHECK(ls_close() == -1);
+    CHECK(ls_thread_init() == -1); /* no trace open */
     puts("ok");
     return 0;
 }

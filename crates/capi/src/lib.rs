@@ -163,6 +163,19 @@ pub unsafe extern "C" fn ls_trigger(stream: *const c_char, tag: u32) -> c_int {
     result((|| session::trigger(text(stream, "stream")?, tag))())
 }
 
+/// Allocate the calling thread's buffers now (the first record of a thread
+/// otherwise pays for it: about a millisecond per MiB of buffer). Returns 0,
+/// or -1 when no trace is open.
+#[no_mangle]
+pub extern "C" fn ls_thread_init() -> c_int {
+    if loopscope_trace::prepare_thread() {
+        0
+    } else {
+        set_error("no trace is open");
+        -1
+    }
+}
+
 /// Raw timestamp for starting an interval.
 #[no_mangle]
 pub extern "C" fn ls_now() -> u64 {

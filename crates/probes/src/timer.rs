@@ -27,6 +27,10 @@ pub struct TimerConfig {
     /// SCHED_FIFO priority; None: leave the scheduling policy alone.
     pub priority: Option<i32>,
     pub mlock: bool,
+    /// Hold /dev/cpu_dma_latency at this many µs during the run (as
+    /// cyclictest does by default with 0), keeping CPUs out of deep idle
+    /// states; None leaves power management alone.
+    pub dma_latency_us: Option<i32>,
     /// Most samples kept per thread (the rest still counts in `samples`).
     pub max_samples: usize,
 }
@@ -60,6 +64,9 @@ pub struct TimerResult {
     pub threads: Vec<ThreadResult>,
     pub mlock: String,
     pub mlock_ok: bool,
+    /// What happened to the /dev/cpu_dma_latency request.
+    pub dma_latency: String,
+    pub dma_latency_ok: bool,
     /// Cost of one clock read, measured before the run (ns): the probe's own
     /// contribution to each latency.
     pub overhead_ns: f64,
@@ -147,16 +154,42 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
     } else {
         res.mlock = "not requested".into();
     }
+    // The request holds only while the file stays open: keep it to the end.
+    let _qos = match cfg.dma_latency_us {
+        Some(us) => {
+            use std::io::Write;
+            match std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").and_then(|mut f| f.write_all(&us.to_ne_bytes()).map(|_| f)) {
+                Ok(f) => {
+                    res.dma_latency = format!("/dev/cpu_dma_latency held at {us} µs");
+                    res.dma_latency_ok = true;
+                    Some(f)
+                }
+                Err(e) => {
+                    res.dma_latency = format!("/dev/cpu_dma_latency {us} µs refused: {e}");
+                    None
+                }
+            }
+        }
+        None => {
+            res.dma_latency = "not requested (idle states as configured)".into();
+            res.dma_latency_ok = true;
+            None
+        }
+    };
     res.overhead_ns = clock_read_ns();
     let expected = (cfg.duration_ns / cfg.interval_ns.max(1)) as usize + 2;
     let keep = expected.min(cfg.max_samples);
-    let start = mono() + 1_000_000; // common first deadline base, 1 ms out
-    let end = start + cfg.duration_ns as i64;
-    let t_begin = mono();
+    // Threads set themselves up (buffers, scheduling, pinning) first; the
+    // first deadline is fixed only once all are ready, so set-up time never
+    // shows up as latency.
+    let ready = Arc::new(std::sync::Barrier::new(cfg.threads + 1));
+    let go = Arc::new(std::sync::Barrier::new(cfg.threads + 1));
+    let start_at = Arc::new(std::sync::atomic::AtomicI64::new(0));
     let handles: Vec<_> = (0..cfg.threads)
         .map(|i| {
             let cfg = cfg.clone();
             let stop = stop.clone();
+            let (ready, go, start_at) = (ready.clone(), go.clone(), start_at.clone());
             let wakeup = ents.wakeup;
             let missed_e = ents.missed;
             std::thread::Builder::new()
@@ -181,7 +214,9 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
                             r.sched_ok = true;
                         }
                     }
-                    // Preallocate and touch every page before the first deadline.
+                    // Trace buffers and sample memory are made and touched
+                    // before the first deadline, never inside the loop.
+                    loopscope_trace::prepare_thread();
                     let mut lat: Vec<i64> = Vec::with_capacity(keep);
                     unsafe {
                         let p = lat.as_mut_ptr();
@@ -191,6 +226,10 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
                             k += 512;
                         }
                     }
+                    ready.wait();
+                    go.wait();
+                    let start = start_at.load(Ordering::Acquire);
+                    let end = start + cfg.duration_ns as i64;
                     // Stagger threads by a fraction of the interval, as cyclictest does.
                     let mut next = start + (i as i64 * cfg.interval_ns as i64) / (cfg.threads as i64).max(1) / 2;
                     let iv = cfg.interval_ns as i64;
@@ -224,6 +263,10 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
                 .expect("spawn timer thread")
         })
         .collect();
+    ready.wait();
+    let t_begin = mono();
+    start_at.store(t_begin + 1_000_000, Ordering::Release); // first deadline 1 ms out
+    go.wait();
     for h in handles {
         match h.join() {
             Ok(r) => res.threads.push(r),

@@ -221,6 +221,12 @@ fn flush(py: Python<'_>) -> PyResult<()> {
     py.detach(session::flush).map_err(err)
 }
 
+/// Allocate the calling thread's trace buffers now (else its first record does).
+#[pyfunction]
+fn prepare_thread() -> bool {
+    loopscope_trace::prepare_thread()
+}
+
 #[pyfunction]
 fn is_open() -> bool {
     session::is_open()
@@ -349,7 +355,7 @@ fn run_interruptible<T: Send + 'static>(py: Python<'_>, stop: Arc<AtomicBool>, f
 
 /// Run the timer-latency probe; returns a dict (see timer.rs).
 #[pyfunction]
-#[pyo3(signature = (interval_ns, duration_ns, threads=1, cpus=vec![], priority=None, mlock=true, max_samples=16_000_000))]
+#[pyo3(signature = (interval_ns, duration_ns, threads=1, cpus=vec![], priority=None, mlock=true, max_samples=16_000_000, dma_latency_us=None))]
 #[allow(clippy::too_many_arguments)]
 fn timer_probe<'py>(
     py: Python<'py>,
@@ -360,8 +366,9 @@ fn timer_probe<'py>(
     priority: Option<i32>,
     mlock: bool,
     max_samples: usize,
+    dma_latency_us: Option<i32>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let cfg = timer::TimerConfig { interval_ns, duration_ns, threads, cpus, priority, mlock, max_samples };
+    let cfg = timer::TimerConfig { interval_ns, duration_ns, threads, cpus, priority, mlock, max_samples, dma_latency_us };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, stop, move || timer::run(&cfg, s2))?;
@@ -387,6 +394,8 @@ fn timer_probe<'py>(
     d.set_item("threads", ths)?;
     d.set_item("mlock", r.mlock)?;
     d.set_item("mlock_ok", r.mlock_ok)?;
+    d.set_item("dma_latency", r.dma_latency)?;
+    d.set_item("dma_latency_ok", r.dma_latency_ok)?;
     d.set_item("overhead_ns", r.overhead_ns)?;
     d.set_item("interrupted", interrupted || r.interrupted)?;
     d.set_item("elapsed_ns", r.elapsed_ns)?;
@@ -504,6 +513,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(close, m)?)?;
     m.add_function(wrap_pyfunction!(flush, m)?)?;
     m.add_function(wrap_pyfunction!(is_open, m)?)?;
+    m.add_function(wrap_pyfunction!(prepare_thread, m)?)?;
     m.add_function(wrap_pyfunction!(enable_group, m)?)?;
     m.add_function(wrap_pyfunction!(trigger, m)?)?;
     m.add_function(wrap_pyfunction!(now, m)?)?;

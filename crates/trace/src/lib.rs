@@ -34,6 +34,7 @@ pub mod session;
 mod writer;
 
 pub use entity::{lookup, register, Entity};
+pub use local::prepare_thread;
 pub use format::Kind;
 pub use writer::count_records;
 

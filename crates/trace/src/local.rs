@@ -132,6 +132,16 @@ fn emit_slow(mask: u32, head: &[u64], tail: &[u8]) {
     }
 }
 
+/// Allocate (and pre-fault) the calling thread's buffers now, so that its
+/// first record does not pay for it. Returns false when no trace is open.
+pub fn prepare_thread() -> bool {
+    let st = LOCAL.with(|c| c.get());
+    if !st.is_null() && unsafe { (*st).epoch } == EPOCH.load(Ordering::Relaxed) {
+        return true;
+    }
+    attach().is_some()
+}
+
 /// Make this thread's buffers for the current session. None when no session
 /// is open or the thread is being torn down (the record is then counted lost).
 fn attach() -> Option<*mut ThreadState> {

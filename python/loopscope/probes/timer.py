@@ -50,6 +50,8 @@ class TimerResult:
     overhead_ns: float
     mlock: str
     mlock_ok: bool
+    dma_latency: str
+    dma_latency_ok: bool
     interrupted: bool
     elapsed_ns: int
     trace: str | None
@@ -82,6 +84,7 @@ class TimerResult:
             "interrupted": self.interrupted,
             "kept_samples": self.kept_samples,
             "mlock": self.mlock,
+            "dma_latency": self.dma_latency,
             "trace_records": self.trace_records,
             "trace_lost_records": self.trace_lost,
             "threads": [
@@ -109,7 +112,7 @@ def _version() -> str:
     return __version__
 
 
-def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], priority: int | None) -> None:
+def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], priority: int | None, dma_latency_us: int | None = None) -> None:
     """Check the options; raise InputError naming the option and the rule."""
     if interval_ns < 1_000:
         raise InputError(f"--interval-us: must be at least 1 µs [got {interval_ns / 1000:g} µs]")
@@ -123,6 +126,8 @@ def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], 
             raise InputError(f"--cpu: CPU {c} is not available to this process; use one of {allowed}")
     if priority is not None and not 1 <= priority <= 99:
         raise InputError(f"--priority: SCHED_FIFO priority must be 1..99 [got {priority}]")
+    if dma_latency_us is not None and not 0 <= dma_latency_us <= 2_000_000_000:
+        raise InputError(f"--dma-latency: must be 0 or more µs [got {dma_latency_us}]")
 
 
 def run(
@@ -133,16 +138,22 @@ def run(
     cpus: list[int] | None = None,
     priority: int | None = None,
     mlock: bool = True,
+    dma_latency_us: int | None = None,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> TimerResult:
-    """Run the probe; write its trace to ``trace_path`` when given."""
+    """Run the probe; write its trace to ``trace_path`` when given.
+
+    ``dma_latency_us``: hold /dev/cpu_dma_latency at this value for the run,
+    as cyclictest does by default (with 0); None measures the machine with
+    its power management as configured.
+    """
     cpus = list(cpus or [])
-    validate(interval_ns, duration_ns, threads, cpus, priority)
+    validate(interval_ns, duration_ns, threads, cpus, priority, dma_latency_us)
     session = None
     if trace_path is not None:
         session = trace_api.open(trace_path, groups=["timer", "loopscope"])
     try:
-        raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD)
+        raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD, dma_latency_us)
     finally:
         end = session.close() if session is not None else None
     ths = []
@@ -175,6 +186,8 @@ def run(
         overhead_ns=raw["overhead_ns"],
         mlock=raw["mlock"],
         mlock_ok=raw["mlock_ok"],
+        dma_latency=raw["dma_latency"],
+        dma_latency_ok=raw["dma_latency_ok"],
         interrupted=raw["interrupted"],
         elapsed_ns=raw["elapsed_ns"],
         trace=os.fspath(trace_path) if trace_path is not None else None,

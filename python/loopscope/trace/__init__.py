@@ -20,6 +20,7 @@ from loopscope.trace.api import (
     interval,
     now,
     open,
+    prepare_thread,
     timed,
     trigger,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "interval",
     "now",
     "open",
+    "prepare_thread",
     "read",
     "read_with_info",
     "timed",

@@ -121,6 +121,11 @@ def trigger(stream: str = "ring", tag: int = 0) -> None:
     _native.trigger(stream, tag)
 
 
+def prepare_thread() -> bool:
+    """Allocate this thread's buffers now rather than at its first record."""
+    return _native.prepare_thread()
+
+
 def now() -> int:
     """A raw timestamp for starting an interval."""
     return _native.now()
