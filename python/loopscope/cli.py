@@ -232,6 +232,15 @@ def bench() -> None:
     """Benchmarks: loopscope against its floor and its peers, back to back."""
 
 
+def _report(res: dict[str, Any], as_json: bool, human: Any) -> int:
+    """A benchmark's result: one JSON object, or the human summary."""
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        human(res)
+    return 0
+
+
 @bench.command("trace")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs (seconds, not minutes): for smoke tests, not for figures.")
@@ -241,12 +250,7 @@ def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir
     """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST."""
     from loopscope.bench import trace as bt
 
-    res = bt.run(quick=quick, write_seconds=write_seconds, workdir=workdir, progress=None if as_json else click.echo)
-    if as_json:
-        click.echo(json.dumps(res))
-    else:
-        bt.print_human(res)
-    return 0
+    return _report(bt.run(quick=quick, write_seconds=write_seconds, workdir=workdir, progress=None if as_json else click.echo), as_json, bt.print_human)
 
 
 @bench.command("timer")
@@ -258,12 +262,7 @@ def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> in
     """The timer probe against cyclictest -m -i N, alternating runs."""
     from loopscope.bench import timer as bt
 
-    res = bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo)
-    if as_json:
-        click.echo(json.dumps(res))
-    else:
-        bt.print_human(res)
-    return 0
+    return _report(bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo), as_json, bt.print_human)
 
 
 # ---- entry point -----------------------------------------------------------------

@@ -182,71 +182,36 @@ pub extern "C" fn ls_now() -> u64 {
     loopscope_trace::now()
 }
 
-macro_rules! with_entity {
-    ($e:ident, $body:expr) => {
-        if let Some($e) = unsafe { $e.as_ref() } {
-            $body
+/// One `extern "C"` shell per logging call; a NULL handle is ignored.
+macro_rules! shells {
+    ($($cname:ident => $method:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[no_mangle]
+        pub extern "C" fn $cname(e: *const Entity $(, $arg: $ty)*) {
+            if let Some(e) = unsafe { e.as_ref() } {
+                e.$method($($arg),*)
+            }
         }
-    };
+    )*};
 }
 
-#[no_mangle]
-pub extern "C" fn ls__event(e: *const Entity, tag: u32) {
-    with_entity!(e, e.event(tag))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__event_value(e: *const Entity, tag: u32, value: i64) {
-    with_entity!(e, e.event_value(tag, value))
+shells! {
+    ls__event => event(tag: u32);
+    ls__event_value => event_value(tag: u32, value: i64);
+    ls__interval => interval(tag: u32, start: u64);
+    ls__interval_raw => interval_raw(tag: u32, start: u64, end: u64);
+    ls__interval_mono => interval_mono(tag: u32, start_ns: u64, dur_ns: u64);
+    ls__counter_add => counter_add(v: i64);
+    ls__counter_log => counter_log();
+    ls_counter_reset => counter_reset();
+    ls__histogram_add => histogram_add(v: i64);
+    ls__histogram_log => histogram_log();
+    ls_histogram_reset => histogram_reset();
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ls__event_payload(e: *const Entity, tag: u32, data: *const u8, len: usize) {
     let bytes = if data.is_null() || len == 0 { &[][..] } else { std::slice::from_raw_parts(data, len) };
-    with_entity!(e, e.event_payload(tag, bytes))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__interval(e: *const Entity, tag: u32, start: u64) {
-    with_entity!(e, e.interval(tag, start))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__interval_raw(e: *const Entity, tag: u32, start: u64, end: u64) {
-    with_entity!(e, e.interval_raw(tag, start, end))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__interval_mono(e: *const Entity, tag: u32, start_ns: u64, dur_ns: u64) {
-    with_entity!(e, e.interval_mono(tag, start_ns, dur_ns))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__counter_add(e: *const Entity, v: i64) {
-    with_entity!(e, e.counter_add(v))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__counter_log(e: *const Entity) {
-    with_entity!(e, e.counter_log())
-}
-
-#[no_mangle]
-pub extern "C" fn ls_counter_reset(e: *const Entity) {
-    with_entity!(e, e.counter_reset())
-}
-
-#[no_mangle]
-pub extern "C" fn ls__histogram_add(e: *const Entity, v: i64) {
-    with_entity!(e, e.histogram_add(v))
-}
-
-#[no_mangle]
-pub extern "C" fn ls__histogram_log(e: *const Entity) {
-    with_entity!(e, e.histogram_log())
-}
-
-#[no_mangle]
-pub extern "C" fn ls_histogram_reset(e: *const Entity) {
-    with_entity!(e, e.histogram_reset())
+    if let Some(e) = e.as_ref() {
+        e.event_payload(tag, bytes)
+    }
 }

@@ -105,30 +105,27 @@ impl PyEntity {
 
     /// Add to a counter or a histogram.
     fn add(&self, v: i64) -> PyResult<()> {
-        match self.e.kind() {
+        match self.stateful("add")? {
             Kind::Counter => self.e.counter_add(v),
-            Kind::Histogram => self.e.histogram_add(v),
-            k => return Err(InputError::new_err(format!("{}/{} is a {}; add() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+            _ => self.e.histogram_add(v),
         }
         Ok(())
     }
 
     /// Log a counter's value or a histogram's buckets.
     fn log(&self) -> PyResult<()> {
-        match self.e.kind() {
+        match self.stateful("log")? {
             Kind::Counter => self.e.counter_log(),
-            Kind::Histogram => self.e.histogram_log(),
-            k => return Err(InputError::new_err(format!("{}/{} is a {}; log() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+            _ => self.e.histogram_log(),
         }
         Ok(())
     }
 
     /// Reset a counter or histogram, logging what it held.
     fn reset(&self) -> PyResult<()> {
-        match self.e.kind() {
+        match self.stateful("reset")? {
             Kind::Counter => self.e.counter_reset(),
-            Kind::Histogram => self.e.histogram_reset(),
-            k => return Err(InputError::new_err(format!("{}/{} is a {}; reset() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+            _ => self.e.histogram_reset(),
         }
         Ok(())
     }
@@ -145,6 +142,14 @@ impl PyEntity {
 }
 
 impl PyEntity {
+    /// The kind, when it is a counter or a histogram (the kinds with state).
+    fn stateful(&self, what: &str) -> PyResult<Kind> {
+        match self.e.kind() {
+            k @ (Kind::Counter | Kind::Histogram) => Ok(k),
+            k => Err(InputError::new_err(format!("{}/{} is a {}; {what}() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
+        }
+    }
+
     fn check(&self, k: Kind) -> PyResult<()> {
         if self.e.kind() == k {
             Ok(())
