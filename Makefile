@@ -10,7 +10,6 @@ PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
 CARGO   ?= cargo
 CDIR    := python/loopscope/_c
-EXT     := $(wildcard python/loopscope/_native*.so)
 
 .PHONY: all install deps build clib demo test test-rust test-python bench clean
 
@@ -29,15 +28,18 @@ $(VENV)/.pydeps: pyproject.toml | $(PY)
 
 # The C library and header C programs link against, inside the package.
 clib:
-	$(CARGO) build --release --quiet -p loopscope-capi
-	mkdir -p $(CDIR)/lib $(CDIR)/include
-	cp target/release/libloopscope.a target/release/libloopscope.so $(CDIR)/lib/
-	cp include/loopscope.h $(CDIR)/include/
+	@echo "building libloopscope (C API) …"
+	@$(CARGO) build --release --quiet -p loopscope-capi
+	@mkdir -p $(CDIR)/lib $(CDIR)/include
+	@cp target/release/libloopscope.a target/release/libloopscope.so $(CDIR)/lib/
+	@cp include/loopscope.h $(CDIR)/include/
 
 build: $(VENV)/.pydeps clib
-	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
-		$(VENV)/bin/maturin develop --release --quiet --extras test 2>&1 | grep -v "^📦\|^🔗\|^🐍\|^💻\|^🛠\|^✏️\|^📖" || true
-	@$(PY) -c "import loopscope._native" || { echo "loopscope: error: the native module did not build; see the cargo output above"; exit 1; }
+	@echo "building loopscope._native (cargo --release) and installing the package into $(VENV) …"
+	@VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
+		$(VENV)/bin/maturin develop --release --extras test > $(VENV)/build.log 2>&1 \
+		|| { tail -40 $(VENV)/build.log; echo "loopscope: error: building the Python package failed; full log: $(VENV)/build.log"; exit 1; }
+	@$(PY) -c "import loopscope._native" || { echo "loopscope: error: loopscope._native does not import; see $(VENV)/build.log"; exit 1; }
 
 install: deps build
 

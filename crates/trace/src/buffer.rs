@@ -87,6 +87,7 @@ impl Ring {
             wmask: self.cap / 8 - 1,
             pos: 0,
             end: 0,
+            head: &self.head.0 as *const AtomicU64,
             ring: self as *const Ring,
         };
         p.end = p.limit_in_block(p.pos);
@@ -102,11 +103,13 @@ impl Drop for Ring {
 
 /// The producing thread's private cursor into one ring.
 pub(crate) struct Producer {
-    base: *mut u64,
-    wmask: u64,
-    pos: u64,
+    pub(crate) base: *mut u64,
+    pub(crate) wmask: u64,
+    pub(crate) pos: u64,
     /// Records ending at or below `end` fit without further checks.
-    end: u64,
+    pub(crate) end: u64,
+    /// `&ring.head`, kept here so the hot path stores it without another load.
+    pub(crate) head: *const AtomicU64,
     ring: *const Ring,
 }
 
@@ -126,25 +129,6 @@ impl Producer {
         } else {
             blk_end.min(r.tail.load(Ordering::Acquire) + r.cap)
         }
-    }
-
-    /// Write a fixed-size record if it fits without the slow path.
-    #[inline(always)]
-    pub fn try_write<const N: usize>(&mut self, w: [u64; N]) -> bool {
-        let size = (N * 8) as u64;
-        let pos = self.pos;
-        if pos + size > self.end {
-            return false;
-        }
-        unsafe {
-            let dst = self.base.add(((pos >> 3) & self.wmask) as usize);
-            for (i, x) in w.iter().enumerate() {
-                dst.add(i).write(*x);
-            }
-        }
-        self.pos = pos + size;
-        self.ring().head.store(pos + size, Ordering::Release);
-        true
     }
 
     /// Write a fixed-size record.

@@ -22,6 +22,7 @@
 //! session::close().unwrap();
 //! ```
 
+mod batch;
 mod buffer;
 pub mod clock;
 pub mod config;
@@ -90,7 +91,7 @@ impl Entity {
         if m == 0 {
             return;
         }
-        local::emit(m, [rec::word0(rec::EVENT, self.id, tag), clock::now_raw()]);
+        local::emit2(m, rec::word0(rec::EVENT, self.id, tag), clock::now_raw());
     }
 
     /// Log an event carrying a number.
@@ -100,7 +101,7 @@ impl Entity {
         if m == 0 {
             return;
         }
-        local::emit(m, [rec::word0(rec::EVENT_VALUE, self.id, tag), clock::now_raw(), value as u64]);
+        local::emit3(m, rec::word0(rec::EVENT_VALUE, self.id, tag), clock::now_raw(), value as u64);
     }
 
     /// Log an event carrying bytes (at most [`rec::MAX_PAYLOAD`]; a larger
@@ -126,7 +127,7 @@ impl Entity {
             return;
         }
         let end = clock::now_raw();
-        local::emit(m, [rec::word0(rec::INTERVAL, self.id, tag), start, end.wrapping_sub(start)]);
+        local::emit3(m, rec::word0(rec::INTERVAL, self.id, tag), start, end.wrapping_sub(start));
     }
 
     /// Log an interval between two raw timestamps.
@@ -136,7 +137,7 @@ impl Entity {
         if m == 0 {
             return;
         }
-        local::emit(m, [rec::word0(rec::INTERVAL, self.id, tag), start, end.saturating_sub(start)]);
+        local::emit3(m, rec::word0(rec::INTERVAL, self.id, tag), start, end.saturating_sub(start));
     }
 
     /// Log an interval given in CLOCK_MONOTONIC nanoseconds (e.g. from a
@@ -147,7 +148,7 @@ impl Entity {
         if m == 0 {
             return;
         }
-        local::emit(m, [rec::word0(rec::INTERVAL, self.id, tag) | rec::MONO_FLAG as u64, start_ns, dur_ns]);
+        local::emit3(m, rec::word0(rec::INTERVAL, self.id, tag) | rec::MONO_FLAG as u64, start_ns, dur_ns);
     }
 
     /// Add to a counter (no record is written).
@@ -165,7 +166,7 @@ impl Entity {
             return;
         }
         let v = self.counter.load(std::sync::atomic::Ordering::Relaxed);
-        local::emit(m, [rec::word0(rec::COUNTER, self.id, rec::COUNTER_LOG), clock::now_raw(), v as u64]);
+        local::emit3(m, rec::word0(rec::COUNTER, self.id, rec::COUNTER_LOG), clock::now_raw(), v as u64);
     }
 
     /// Reset a counter to zero, logging the value it had.
@@ -175,7 +176,7 @@ impl Entity {
         if m == 0 {
             return;
         }
-        local::emit(m, [rec::word0(rec::COUNTER, self.id, rec::COUNTER_RESET), clock::now_raw(), v as u64]);
+        local::emit3(m, rec::word0(rec::COUNTER, self.id, rec::COUNTER_RESET), clock::now_raw(), v as u64);
     }
 
     /// Add a value to a histogram (no record is written).

@@ -8,18 +8,20 @@
 //! second, and (6) writes the cycle's chunks with one `write`. Reading the heads
 //! before the registry is what guarantees an entity's namespace entry lands
 //! before its first record. The writer sleeps 1 ms between busy cycles and
-//! `flush_ms` between quiet ones; producers never wake it.
+//! `flush_ms` between quiet ones; producers never wake it. Record data is not
+//! copied: the batch references it in the rings and one `writev` hands it
+//! to the kernel; the rings' tails move only after that write.
 //!
 //! A failed write (full disk, I/O error) stops writing but not draining: the
 //! records that could not be written are counted and the error names the file
 //! and the offset, so `close` can report both.
 
+use crate::batch::{json, Batch};
 use crate::clock;
 use crate::format::{self, chunk, rec, ChunkHeader, DumpInfo, End, ThreadInfo, BLOCK};
 use crate::local::ThreadShared;
 use crate::session::Shared;
 use std::fs::File;
-use std::io::Write;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,18 +38,19 @@ fn round_up(x: u64) -> u64 {
     x.div_ceil(BLOCK) * BLOCK
 }
 
-/// Append data chunks for ring positions [a, b), one per block piece.
-fn push_range(out: &mut Vec<u8>, stream: u16, thread: u32, ring: &crate::buffer::Ring, a: u64, b: u64, mut lost: u64) {
-    let mut p = a;
+/// Append data chunks for ring positions [a, b), one per block piece,
+/// referencing the ring's bytes in place.
+fn push_range(out: &mut Batch, stream: u16, thread: u32, ring: &crate::buffer::Ring, a: u64, b: u64, mut lost: u64) {
     if a == b && lost > 0 {
-        format::push_chunk(out, header(stream, thread, lost), &[]);
+        unsafe { out.data_chunk(header(stream, thread, lost), &[]) };
         return;
     }
+    let mut p = a;
     while p < b {
-        let q = ((p / BLOCK) + 1) * BLOCK;
-        let q = q.min(b);
-        let bytes = unsafe { ring.bytes(p, q) };
-        format::push_chunk(out, header(stream, thread, lost), bytes);
+        let q = (((p / BLOCK) + 1) * BLOCK).min(b);
+        // Below the published head and above the tail, which moves only
+        // after the batch is written: the producer does not touch these bytes.
+        unsafe { out.data_chunk(header(stream, thread, lost), ring.bytes(p, q)) };
         lost = 0;
         p = q;
     }
@@ -85,7 +88,7 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
     let nstreams = sh.config.streams.len();
     let mut cursors: Vec<Cursor> = Vec::new();
     let mut ns_done = 0usize;
-    let mut out: Vec<u8> = Vec::with_capacity(1 << 20);
+    let mut out = Batch::new();
     let mut last_cal = Instant::now();
     let mut cal_interval = Duration::from_millis(100);
     let mut dumps = 0u32;
@@ -118,7 +121,7 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
             })
             .collect();
         if !fresh.is_empty() {
-            format::push_json(&mut out, chunk::THREADS, 0, 0, &fresh);
+            json(&mut out, chunk::THREADS, 0, &fresh);
         }
         {
             let c = crate::entity::control();
@@ -126,16 +129,18 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
                 let infos: Vec<_> = c.entities[ns_done..].iter().map(|e| e.info()).collect();
                 ns_done = c.entities.len();
                 drop(c);
-                format::push_json(&mut out, chunk::NAMESPACE, 0, 0, &infos);
+                json(&mut out, chunk::NAMESPACE, 0, &infos);
             }
         }
         let changes: Vec<_> = std::mem::take(&mut *sh.changes.lock().unwrap_or_else(|e| e.into_inner()));
         for ch in &changes {
-            format::push_json(&mut out, chunk::CONFIG, ch.stream, 0, ch);
+            json(&mut out, chunk::CONFIG, ch.stream, ch);
         }
 
-        // Normal streams.
+        // Normal streams: reference [tail, head) of each ring; the tails
+        // move after the write below.
         let mut moved = 0u64;
+        let mut consumed: Vec<(usize, usize, u64)> = Vec::new();
         for (ci, c) in cursors.iter_mut().enumerate() {
             for (s, ring) in c.t.rings.iter().enumerate() {
                 if ring.overwrite {
@@ -146,12 +151,8 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
                 let lost = ring.lost.load(Ordering::Relaxed);
                 let delta = lost - c.last_lost[s];
                 if head > tail || delta > 0 {
-                    let start = out.len();
                     push_range(&mut out, s as u16, c.t.index, ring, tail, head, delta);
-                    if failed.is_some() {
-                        unwritten_records += count_chunk_records(&out[start..]);
-                    }
-                    ring.tail.store(head, Ordering::Release);
+                    consumed.push((ci, s, head));
                     moved += head - tail;
                     c.last_lost[s] = lost;
                     lost_by_stream[s] += delta;
@@ -164,7 +165,7 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
         for t in triggers {
             dumps += 1;
             let s = t.stream as usize;
-            let mut data = Vec::new();
+            let mut data: Vec<u8> = Vec::new();
             let mut overwritten = 0u64;
             for c in cursors.iter_mut() {
                 let ring = &c.t.rings[s];
@@ -190,18 +191,12 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
                 }
                 c.dumped_to[s] = h1;
             }
-            format::push_json(
-                &mut out,
-                chunk::DUMP,
-                t.stream,
-                0,
-                &DumpInfo { stream: t.stream, dump: dumps, tag: t.tag, trigger_raw: t.raw, overwritten_bytes: overwritten },
-            );
-            out.extend_from_slice(&data);
+            json(&mut out, chunk::DUMP, t.stream, &DumpInfo { stream: t.stream, dump: dumps, tag: t.tag, trigger_raw: t.raw, overwritten_bytes: overwritten });
+            out.own(|v| v.extend_from_slice(&data));
         }
 
         if stopping || last_cal.elapsed() >= cal_interval {
-            format::push_json(&mut out, chunk::CALIBRATION, 0, 0, &vec![clock::calibration_pair(20)]);
+            json(&mut out, chunk::CALIBRATION, 0, &vec![clock::calibration_pair(20)]);
             last_cal = Instant::now();
             cal_interval = Duration::from_secs(1);
         }
@@ -216,21 +211,27 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
                 dumps,
                 error: None,
             };
-            format::push_json(&mut out, chunk::END, 0, 0, &end);
+            json(&mut out, chunk::END, 0, &end);
         }
 
         if !out.is_empty() {
+            let unwritten = |b: &Batch| b.ring_pieces().map(count_records).sum::<u64>();
             if failed.is_none() {
-                match file.write_all(&out) {
+                match out.write_to(&mut file) {
                     Ok(()) => offset += out.len() as u64,
                     Err(e) => {
-                        unwritten_records += count_chunk_records(&out);
+                        unwritten_records += unwritten(&out);
                         failed = Some(format!("{}: write failed at offset {offset}: {e}", sh.path.display()));
                     }
                 }
                 sh.bytes_written.store(offset, Ordering::Relaxed);
+            } else {
+                unwritten_records += unwritten(&out);
             }
             out.clear();
+        }
+        for (ci, s, head) in consumed {
+            cursors[ci].t.rings[s].tail.store(head, Ordering::Release);
         }
 
         // Drop drained buffers of threads that have exited (flight-recorder
@@ -271,20 +272,4 @@ pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
         }
         std::thread::park_timeout(if moved > BLOCK { Duration::from_millis(1) } else { quiet });
     }
-}
-
-/// Records in a run of chunks (used to count what a failed write lost).
-fn count_chunk_records(mut b: &[u8]) -> u64 {
-    let mut n = 0;
-    while let Some(h) = ChunkHeader::decode(b) {
-        let end = format::CHUNK_HEADER_LEN + h.len as usize;
-        if h.ty == chunk::DATA && end <= b.len() {
-            n += count_records(&b[format::CHUNK_HEADER_LEN..end]);
-        }
-        if end > b.len() {
-            break;
-        }
-        b = &b[end..];
-    }
-    n
 }

@@ -9,7 +9,10 @@ Measured in one run, back to back:
   process through the Rust API and the Python binding. Each figure is the
   median over repetitions of a loop that fits the ring, with a flush between
   repetitions, and the run checks that no record was dropped while timing (a
-  dropped record would be cheaper than a written one);
+  dropped record would be cheaper than a written one). Floor and event
+  repetitions alternate, and the ratios are medians of per-pair ratios, so
+  that the machine's drift (this VM's TSC read alone varies from 10 to 14
+  ns between minutes) cancels;
 - ``write_mevents_per_s``: one thread logging as fast as it can for 30 s
   into a file on disk; records that reached the file (counted by reading it
   back) over the time until close and fsync returned;
@@ -58,14 +61,20 @@ def _say(progress: Progress, msg: str) -> None:
         progress(msg)
 
 
-def _run_c(exe: Path, mode: str, n: int, reps: int, trace: Path) -> tuple[list[float], int]:
+def _run_c(exe: Path, mode: str, n: int, reps: int, trace: Path) -> tuple[dict[str, list[float]], int]:
+    """Run one mode of the C program: ({mode: ns per repetition}, records lost)."""
     r = subprocess.run([str(exe), mode, str(n), str(reps), str(trace)], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RunError(f"benchmark program {exe.name} {mode} failed (exit {r.returncode}): {r.stderr.strip()[-500:]}")
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
-    ns = next(l["ns"] for l in lines if "ns" in l)
+    ns = {l["mode"]: l["ns"] for l in lines if "ns" in l}
     lost = next(l["lost"] for l in lines if "lost" in l)
     return ns, lost
+
+
+def _paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median of the per-repetition ratios of alternating measurements."""
+    return float(statistics.median(a / b for a, b in zip(num, den)))
 
 
 def _lttng(work: Path, n: int, reps: int, progress: Progress) -> tuple[list[float] | None, str]:
@@ -161,17 +170,20 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
         exe = cbuild.build([HERE / "trace_bench.c"], work / "trace_bench")
         c: dict[str, list[float]] = {}
         lost_timing = 0
-        for mode in ("floor", "event", "disabled", "threads2"):
+        for mode in ("paired", "disabled", "threads2"):
             _say(progress, f"  C {mode}: {reps} x {n:,} …")
             ns, lost = _run_c(exe, mode, n, reps, work / f"c-{mode}.lstrace")
-            c[mode] = ns
+            c.update(ns)
             lost_timing += lost
 
         _say(progress, "  Rust and Python loops …")
         ses = lt.open(work / "rust.lstrace", groups=["bench"])
         try:
-            rust_floor = _native.bench_floor(n, reps)
-            rust = _native.bench_events(n, reps, 1)
+            rust_floor: list[float] = []
+            rust: list[float] = []
+            for _ in range(reps):  # alternating, like the C pairs
+                rust_floor += _native.bench_floor(n, 1)
+                rust += _native.bench_events(n, 1, 1)
             ev = lt.event("bench", "py", "benchmark event (Python loop)")
             py: list[float] = []
             loop: list[float] = []
@@ -250,8 +262,8 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
             "lost_records": pinf.lost_records,
             "lttng_ns": round(_median(lttng_ns), 2) if lttng_ns else None,
             "ratios": {
-                "c_over_floor": round(cns / floor, 3),
-                "rust_over_floor": round(_median(rust) / floor, 3),
+                "c_over_floor": round(_paired_ratio(c["event"], c["floor"]), 3),
+                "rust_over_floor": round(_paired_ratio(rust, rust_floor), 3),
                 "c_2threads_over_floor": round(_median(c["threads2"]) / floor, 3),
                 "lttng_over_c": round(_median(lttng_ns) / cns, 2) if lttng_ns else None,
             },

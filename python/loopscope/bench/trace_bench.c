@@ -4,7 +4,8 @@
  * and a 16-byte store into a buffer the size of a trace ring). Each mode runs
  * REPS repetitions of N iterations and prints one JSON line with the
  * nanoseconds per iteration of every repetition; the Python side takes the
- * medians. Modes: floor, event, disabled, threads2, paced.
+ * medians. Modes: paired (floor and event repetitions alternating, so both
+ * see the same machine), floor, event, disabled, threads2.
  */
 #define _GNU_SOURCE
 #include <loopscope.h>
@@ -94,7 +95,16 @@ int main(int argc, char **argv) {
     ls_event(ev_on, 0);
     ls_flush();
 
-    if (!strcmp(mode, "floor") || !strcmp(mode, "event") || !strcmp(mode, "disabled")) {
+    if (!strcmp(mode, "paired")) {
+        double f[256];
+        for (int r = 0; r < reps; r++) {
+            f[r] = run_floor(n);
+            v[r] = run_event(ev_on, n);
+            ls_flush();
+        }
+        print_reps("floor", f, reps);
+        print_reps("event", v, reps);
+    } else if (!strcmp(mode, "floor") || !strcmp(mode, "event") || !strcmp(mode, "disabled")) {
         for (int r = 0; r < reps; r++) {
             if (!strcmp(mode, "floor")) v[r] = run_floor(n);
             else if (!strcmp(mode, "event")) v[r] = run_event(ev_on, n);
