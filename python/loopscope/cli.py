@@ -134,7 +134,8 @@ def _print_timer(res: Any) -> None:
         f"{len(res.threads)} thread{'s' if len(res.threads) != 1 else ''} · {sched} · "
         f"{'mlockall' if res.mlock_ok else 'memory not locked'}"
     )
-    t = Table(title=title, title_justify="left", show_edge=False)
+    con.print(title)
+    t = Table(show_edge=False)
     t.add_column("", style="bold")
     t.add_column("latency", justify="right")
     t.add_column("95% CI", justify="right")
