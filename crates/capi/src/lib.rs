@@ -34,6 +34,17 @@ fn result(r: Result<(), Error>) -> c_int {
     }
 }
 
+/// A registration's result as a C handle: NULL and `ls_last_error` on failure.
+fn handle(r: Result<&'static Entity, Error>) -> *const Entity {
+    match r {
+        Ok(e) => e as *const Entity,
+        Err(e) => {
+            set_error(&e.msg);
+            std::ptr::null()
+        }
+    }
+}
+
 unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Error> {
     if p.is_null() {
         return Err(Error::input(format!("{what} is NULL")));
@@ -115,13 +126,7 @@ pub unsafe extern "C" fn ls_register(group: *const c_char, name: *const c_char, 
         })?;
         register(text(group, "group")?, text(name, "name")?, k, opt_text(desc).unwrap_or(""), None)
     })();
-    match r {
-        Ok(e) => e as *const Entity,
-        Err(e) => {
-            set_error(&e.msg);
-            std::ptr::null()
-        }
-    }
+    handle(r)
 }
 
 /// Register a histogram: `scale` 0 is log-linear over [0, b] with `n`
@@ -144,13 +149,7 @@ pub unsafe extern "C" fn ls_register_histogram(
         };
         register(text(group, "group")?, text(name, "name")?, Kind::Histogram, opt_text(desc).unwrap_or(""), Some(s))
     })();
-    match r {
-        Ok(e) => e as *const Entity,
-        Err(e) => {
-            set_error(&e.msg);
-            std::ptr::null()
-        }
-    }
+    handle(r)
 }
 
 #[no_mangle]
