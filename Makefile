@@ -23,7 +23,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(VENV)/.pydeps: pyproject.toml | $(PY)
-	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pytest hypothesis
+	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pytest hypothesis ruff
 	touch $@
 
 # The C library and header C programs link against, inside the package.
@@ -47,9 +47,10 @@ demo: install
 	$(VENV)/bin/loopscope probe timer --interval-us 1000 --duration 5s
 
 test-rust:
-	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-capi
+	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-capi
 
 test-python:
+	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/pytest -q
 
 test: install test-rust test-python

@@ -59,6 +59,29 @@ def timer_probe(
     max_samples: int = 16000000,
     dma_latency_us: int | None = None,
 ) -> dict[str, object]: ...
+def sched_probe(
+    duration_ns: int, busy_threads: int = 2, sleep_ns: int = 1000000, work_ns: int = 1000000, cpus: list[int] = ...
+) -> dict[str, object]: ...
+def syscall_probe(
+    calls: list[str],
+    dir: str,
+    batch: int = 200,
+    min_batches: int = 10,
+    max_batches: int = 2000,
+    target_rel: float = 0.05,
+    max_seconds: float = 5.0,
+) -> dict[str, object]: ...
+def syscall_names() -> list[str]: ...
+def load_worker(
+    kind: str,
+    duty: float | None = None,
+    seconds: float | None = None,
+    dir: str | None = None,
+    fsync: bool = False,
+    count: int = 10000000,
+    rate_pps: float = 20000.0,
+    size: int = 1000,
+) -> dict[str, object]: ...
 def bench_floor(n: int, reps: int) -> list[float]: ...
 def bench_events(n: int, reps: int, threads: int = 1) -> list[float]: ...
 def bench_sustained(rate: float, seconds: float) -> tuple[int, float]: ...

@@ -59,6 +59,13 @@ class CpuList(click.ParamType):
         return out
 
 
+def _console() -> Any:
+    """A rich console; 120 columns when the output is not a terminal (pipes, CI logs)."""
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+
 def _default_run_dir(name: str) -> Path:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     d = Path("runs") / f"{stamp}-{name}"
@@ -104,11 +111,7 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
 
     interval_ns = interval_us * 1000
     timer.validate(interval_ns, duration, threads, cpus or [], priority, dma_latency)
-    if trace_path is None:
-        d = _default_run_dir("timer")
-        d.mkdir(parents=True, exist_ok=True)
-        trace_path = str(d / "timer.lstrace")
-    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, dma_latency_us=dma_latency, trace_path=trace_path)
+    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, dma_latency_us=dma_latency, trace_path=_trace_path(trace_path, "timer"))
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
@@ -123,10 +126,9 @@ def _ci(e: Any) -> str:
 
 
 def _print_timer(res: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
+    con = _console()
     s = res.summary
     sched = res.threads[0].sched if res.threads else "?"
     title = (
@@ -169,6 +171,86 @@ def _print_timer(res: Any) -> None:
     if res.kept_samples < res.samples:
         con.print(f"[yellow]note:[/] statistics from the first {res.kept_samples:,} of {res.samples:,} samples (memory cap)")
     con.print(f"probe overhead: one clock read, {res.overhead_ns:.0f} ns, is part of every latency")
+    _trace_line(con, res)
+
+
+def _trace_path(trace_path: str | None, name: str) -> str:
+    if trace_path is not None:
+        return trace_path
+    d = _default_run_dir(name)
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d / f"{name}.lstrace")
+
+
+@probe.command("sched")
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure.")
+@click.option("--busy-threads", type=int, default=2, show_default=True, help="Threads spinning next to the measured one.")
+@click.option("--sleep-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long the measured thread sleeps each cycle.")
+@click.option("--work-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long its burst of work takes alone.")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the threads to these CPUs (measured thread first).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, trace_path: str | None, as_json: bool) -> int:
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (seeds/001)."""
+    from loopscope.probes import sched
+
+    sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
+    res = sched.run(duration, busy_threads=busy_threads, sleep_ns=sleep_us * 1000, work_ns=work_us * 1000, cpus=cpus, trace_path=_trace_path(trace_path, "sched"))
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        from rich.table import Table
+
+        con = _console()
+        con.print(f"scheduler responsiveness · {busy_threads} busy threads · sleep {format_ns(res.sleep_ns)} / work {format_ns(res.work_ns)} · {res.cycles:,} cycles")
+        t = Table(show_edge=False)
+        t.add_column("")
+        for c in ("p50", "p99", "max", "avg (95% CI)"):
+            t.add_column(c, justify="right")
+        for name, s in (("wake-up delay", res.wake), ("extra completion", res.extra)):
+            if s.n:
+                t.add_row(name, format_ns(s.p50.value), format_ns(s.p99.value), format_ns(s.max), f"{format_ns(s.mean.value)} {_ci(s.mean)}")
+        con.print(t)
+        con.print(f"burst alone: {format_ns(res.alone_ns)} (fastest of 21, before the busy threads started); total extra time over the run: {format_ns(res.total_extra_ns)}")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("syscall")
+@click.option("--calls", default=None, help="Comma-separated calls [default: all: getpid, clock_gettime, open, close, read, write, stat, link, unlink, socket, sendto, recvfrom, mmap, munmap].")
+@click.option("--batch", type=int, default=200, show_default=True, help="Calls per timed batch.")
+@click.option("--target", type=float, default=5.0, show_default=True, help="Stop a call when its 95% CI half-width is within this % of the mean.")
+@click.option("--max-batches", type=int, default=2000, show_default=True, help="Cap on batches per call.")
+@click.option("--max-seconds", type=float, default=5.0, show_default=True, help="Cap on time per call.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the probe's scratch files go [system temp dir].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int, max_seconds: float, workdir: str | None, trace_path: str | None, as_json: bool) -> int:
+    """Cost of each system call, in batches until its 95% CI is within --target % (seeds/004)."""
+    from loopscope.probes import syscall
+
+    names = [c.strip() for c in calls.split(",") if c.strip()] if calls else None
+    syscall.validate(names or syscall.CALLS, batch, target / 100, max_batches)
+    res = syscall.run(calls=names, batch=batch, target_rel=target / 100, max_batches=max_batches, max_seconds=max_seconds, workdir=workdir, trace_path=_trace_path(trace_path, "syscall"))
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        from rich.table import Table
+
+        con = _console()
+        con.print(f"system-call cost · batches of {batch} · until the 95% CI is within {target:g}% of the mean")
+        t = Table(show_edge=False)
+        for c, j in (("call", "left"), ("mean", "right"), ("95% CI", "right"), ("batches", "right"), ("", "left")):
+            t.add_column(c, justify=j)  # type: ignore[arg-type]
+        for c in res.calls:
+            t.add_row(c.name, format_ns(c.mean_ns), f"±{format_ns(c.ci_half_ns)}", f"{c.batches:,}", "" if c.converged else "[yellow]not converged (cap)[/]")
+        con.print(t)
+        con.print(f"probe overhead: two clock reads per batch, {res.clock_read_ns * 2 / batch:.2f} ns per call, included")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+def _trace_line(con: Any, res: Any) -> None:
     if res.interrupted:
         con.print("[yellow]interrupted:[/] the figures cover the time measured before Ctrl-C")
     if res.trace:

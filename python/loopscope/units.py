@@ -45,6 +45,10 @@ def parse_duration_ns(text: str) -> int:
 def format_ns(ns: float) -> str:
     """A duration in the unit that keeps 3-4 significant digits."""
     a = abs(ns)
+    if a < 10:
+        return f"{ns:.2f} ns"
+    if a < 100:
+        return f"{ns:.1f} ns"
     if a < 1_000:
         return f"{ns:.0f} ns"
     if a < 1_000_000:

@@ -6,3 +6,5 @@
 //! group when a session is open.
 
 pub mod timer;
+pub mod sched;
+pub mod syscall;

@@ -407,6 +407,116 @@ fn timer_probe<'py>(
     Ok(d)
 }
 
+/// Run the scheduler-responsiveness probe; returns a dict (see sched.rs).
+#[pyfunction]
+#[pyo3(signature = (duration_ns, busy_threads=2, sleep_ns=1_000_000, work_ns=1_000_000, cpus=vec![]))]
+fn sched_probe<'py>(py: Python<'py>, duration_ns: u64, busy_threads: usize, sleep_ns: u64, work_ns: u64, cpus: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = loopscope_probes::sched::SchedConfig { busy_threads, sleep_ns, work_ns, duration_ns, cpus };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (r, interrupted) = run_interruptible(py, stop, move || loopscope_probes::sched::run(&cfg, s2))?;
+    let d = PyDict::new(py);
+    d.set_item("work_iters", r.work_iters)?;
+    d.set_item("alone_ns", r.alone_ns)?;
+    d.set_item("alone_samples", r.alone_samples.into_pyarray(py))?;
+    d.set_item("wake_delay_ns", r.wake_delay_ns.into_pyarray(py))?;
+    d.set_item("extra_ns", r.extra_ns.into_pyarray(py))?;
+    d.set_item("busy_ops", r.busy_ops)?;
+    d.set_item("elapsed_ns", r.elapsed_ns)?;
+    d.set_item("interrupted", interrupted || r.interrupted)?;
+    Ok(d)
+}
+
+/// Run the system-call cost probe; returns a dict (see syscall.rs). A call
+/// that fails raises RunError naming it.
+#[pyfunction]
+#[pyo3(signature = (calls, dir, batch=200, min_batches=10, max_batches=2000, target_rel=0.05, max_seconds=5.0))]
+#[allow(clippy::too_many_arguments)]
+fn syscall_probe<'py>(
+    py: Python<'py>,
+    calls: Vec<String>,
+    dir: String,
+    batch: usize,
+    min_batches: usize,
+    max_batches: usize,
+    target_rel: f64,
+    max_seconds: f64,
+) -> PyResult<Bound<'py, PyDict>> {
+    let cfg = loopscope_probes::syscall::SyscallConfig { calls, batch, min_batches, max_batches, target_rel, max_seconds, dir: dir.into() };
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let (r, interrupted) = run_interruptible(py, stop, move || loopscope_probes::syscall::run(&cfg, s2))?;
+    let r = r.map_err(RunError::new_err)?;
+    let d = PyDict::new(py);
+    let calls = PyList::empty(py);
+    for c in r.calls {
+        let cd = PyDict::new(py);
+        cd.set_item("name", &c.name)?;
+        cd.set_item("mean_ns", c.mean_ns)?;
+        cd.set_item("ci_half_ns", c.ci_half_ns)?;
+        cd.set_item("converged", c.converged)?;
+        cd.set_item("error", c.error)?;
+        cd.set_item("batch_ns", c.batch_ns.into_pyarray(py))?;
+        calls.append(cd)?;
+    }
+    d.set_item("calls", calls)?;
+    d.set_item("clock_read_ns", r.clock_read_ns)?;
+    d.set_item("interrupted", interrupted || r.interrupted)?;
+    Ok(d)
+}
+
+/// Names of the system calls the syscall probe knows.
+#[pyfunction]
+fn syscall_names() -> Vec<&'static str> {
+    loopscope_probes::syscall::CALLS.to_vec()
+}
+
+/// Be a load worker: run `kind` until SIGTERM/SIGINT (or `seconds`), dying
+/// with the parent; returns the report. `params`: kind-specific numbers
+/// (memory: count; net: rate_pps, size), `dir` for io/mix, `fsync` for io.
+#[pyfunction]
+#[pyo3(signature = (kind, duty=None, seconds=None, dir=None, fsync=false, count=10_000_000, rate_pps=20_000.0, size=1000))]
+#[allow(clippy::too_many_arguments)]
+fn load_worker<'py>(
+    py: Python<'py>,
+    kind: &str,
+    duty: Option<f64>,
+    seconds: Option<f64>,
+    dir: Option<String>,
+    fsync: bool,
+    count: usize,
+    rate_pps: f64,
+    size: usize,
+) -> PyResult<Bound<'py, PyDict>> {
+    use loopscope_loads::{Config as LoadConfig, Kind as LoadKind};
+    let d = || dir.clone().map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let k = match kind {
+        "cpu" => LoadKind::Cpu,
+        "memory" => LoadKind::Memory { count },
+        "io" => LoadKind::Io { dir: d(), fsync },
+        "net" => LoadKind::Net { rate_pps, size },
+        "mix" => LoadKind::Mix { dir: d() },
+        other => return Err(InputError::new_err(format!("load kind {other:?} is not one of cpu, memory, io, net, mix"))),
+    };
+    if let Some(x) = duty {
+        if !(x > 0.0 && x <= 1.0) {
+            return Err(InputError::new_err(format!("duty cycle must be in (0, 1] [got {x}]")));
+        }
+    }
+    loopscope_loads::install_worker_signals().map_err(RunError::new_err)?;
+    let cfg = LoadConfig { kind: k, duty, seconds };
+    let never = AtomicBool::new(false);
+    let r = py.detach(|| loopscope_loads::run(&cfg, &never));
+    let out = PyDict::new(py);
+    out.set_item("kind", r.kind)?;
+    out.set_item("unit", r.unit)?;
+    out.set_item("ops", r.ops)?;
+    out.set_item("busy_ns", r.busy_ns)?;
+    out.set_item("elapsed_ns", r.elapsed_ns)?;
+    out.set_item("error", r.error)?;
+    Ok(out)
+}
+
 // ---- benchmarks: the Rust side of `loopscope bench trace` --------------------
 
 const FLOOR_WORDS: usize = 8 * 1024 * 1024 / 8;
@@ -527,6 +637,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_trace, m)?)?;
     m.add_function(wrap_pyfunction!(hist_bounds, m)?)?;
     m.add_function(wrap_pyfunction!(timer_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(sched_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(syscall_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(syscall_names, m)?)?;
+    m.add_function(wrap_pyfunction!(load_worker, m)?)?;
     m.add_function(wrap_pyfunction!(bench_floor, m)?)?;
     m.add_function(wrap_pyfunction!(bench_events, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sustained, m)?)?;

@@ -19,8 +19,7 @@ import numpy as np
 from loopscope import _native
 from loopscope.analysis.stats import LatencySummary, summarize
 from loopscope.errors import InputError
-from loopscope.trace import api as trace_api
-from loopscope.trace import reader
+from loopscope.probes.common import envelope, traced
 
 MAX_SAMPLES_PER_THREAD = 16_000_000
 
@@ -102,14 +101,8 @@ class TimerResult:
                 }
                 for t in self.threads
             ],
-            "version": {"loopscope": _version(), "json_format": 1},
+            "version": envelope("timer"),
         }
-
-
-def _version() -> str:
-    from loopscope import __version__
-
-    return __version__
 
 
 def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], priority: int | None, dma_latency_us: int | None = None) -> None:
@@ -149,13 +142,8 @@ def run(
     """
     cpus = list(cpus or [])
     validate(interval_ns, duration_ns, threads, cpus, priority, dma_latency_us)
-    session = None
-    if trace_path is not None:
-        session = trace_api.open(trace_path, groups=["timer", "loopscope"])
-    try:
+    with traced(trace_path, ["timer"]) as tr:
         raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD, dma_latency_us)
-    finally:
-        end = session.close() if session is not None else None
     ths = []
     all_lat = []
     for t in raw["threads"]:
@@ -190,11 +178,9 @@ def run(
         dma_latency_ok=raw["dma_latency_ok"],
         interrupted=raw["interrupted"],
         elapsed_ns=raw["elapsed_ns"],
-        trace=os.fspath(trace_path) if trace_path is not None else None,
+        trace=tr.path,
+        trace_records=tr.records,
+        trace_lost=tr.lost,
         latencies=lat,
     )
-    if trace_path is not None and end is not None:
-        inf = reader.check(trace_path)
-        res.trace_records = inf.records
-        res.trace_lost = inf.lost_records
     return res

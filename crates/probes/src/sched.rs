@@ -1,0 +1,190 @@
+//! Scheduler-responsiveness probe: the three-thread microbenchmark of seeds/001.
+//!
+//! Two threads spin on a trivial computation; a third alternates sleeping
+//! for `sleep_ns` and computing a fixed amount of work that takes `work_ns`
+//! when it has a CPU to itself. With the CPUs kept busy, how quickly the
+//! scheduler gives the third thread a CPU when it wakes, and how much of its
+//! burst it loses to the others, is what "responsive" means: the probe
+//! records each wake-up's delay past its deadline and each burst's extra
+//! completion time over the fastest burst measured alone before the busy
+//! threads started (the minimum, i.e. the least disturbed). Both go into the
+//! trace as intervals, so the analysis can open any slow cycle.
+
+use loopscope_trace::{register, Entity, Kind};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Debug)]
+pub struct SchedConfig {
+    pub busy_threads: usize,
+    pub sleep_ns: u64,
+    pub work_ns: u64,
+    pub duration_ns: u64,
+    /// Pin all three kinds of thread to these CPUs (round-robin); empty: no pinning.
+    pub cpus: Vec<usize>,
+}
+
+#[derive(Debug, Default)]
+pub struct SchedResult {
+    /// Iterations of the work loop in one burst.
+    pub work_iters: u64,
+    /// Fastest burst measured alone (ns): the reference for the extra time.
+    pub alone_ns: i64,
+    /// All bursts measured alone (ns).
+    pub alone_samples: Vec<i64>,
+    /// Per cycle: wake-up delay past the deadline (ns).
+    pub wake_delay_ns: Vec<i64>,
+    /// Per cycle: burst wall time minus `alone_ns` (ns).
+    pub extra_ns: Vec<i64>,
+    /// Iterations the busy threads completed, each.
+    pub busy_ops: Vec<u64>,
+    pub elapsed_ns: u64,
+    pub interrupted: bool,
+}
+
+fn mono() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+fn sleep_until(t: i64) {
+    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
+    while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) } == libc::EINTR {}
+}
+
+/// The computation: adding integers, as in the seed.
+#[inline(never)]
+fn work(iters: u64) -> u64 {
+    let mut a = 0u64;
+    for i in 0..iters {
+        a = black_box(a.wrapping_add(i));
+    }
+    a
+}
+
+fn pin(cpu: usize) {
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+pub struct SchedEntities {
+    pub wakeup: &'static Entity,
+    pub burst: &'static Entity,
+}
+
+pub fn entities() -> SchedEntities {
+    SchedEntities {
+        wakeup: register("sched", "wakeup", Kind::Interval, "from the sleeping thread's deadline to when it ran (tag: cycle)", None).expect("built-in entity"),
+        burst: register("sched", "burst", Kind::Interval, "one burst of the alternating thread's work, wall time (tag: cycle)", None).expect("built-in entity"),
+    }
+}
+
+/// Calibrate the burst and measure it alone: (iterations, samples).
+fn calibrate(work_ns: u64) -> (u64, Vec<i64>) {
+    let mut iters = 10_000u64;
+    // Grow until one timing is long enough to scale from.
+    loop {
+        let t = mono();
+        black_box(work(iters));
+        let d = mono() - t;
+        if d > 200_000 || iters > 1 << 34 {
+            iters = ((iters as f64) * work_ns as f64 / d.max(1) as f64).max(1.0) as u64;
+            break;
+        }
+        iters *= 4;
+    }
+    let samples = (0..21)
+        .map(|_| {
+            let t = mono();
+            black_box(work(iters));
+            mono() - t
+        })
+        .collect();
+    (iters, samples)
+}
+
+pub fn run(cfg: &SchedConfig, stop: Arc<AtomicBool>) -> SchedResult {
+    let ents = entities();
+    loopscope_trace::prepare_thread();
+    if let Some(&c) = cfg.cpus.first() {
+        pin(c);
+    }
+    let (iters, alone) = calibrate(cfg.work_ns);
+    let mut res = SchedResult { work_iters: iters, alone_ns: *alone.iter().min().unwrap_or(&0), alone_samples: alone, ..Default::default() };
+    let done = Arc::new(AtomicBool::new(false));
+    let counters: Vec<Arc<AtomicU64>> = (0..cfg.busy_threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let busy: Vec<_> = counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let (done, c) = (done.clone(), c.clone());
+            let cpu = if cfg.cpus.is_empty() { None } else { Some(cfg.cpus[(i + 1) % cfg.cpus.len()]) };
+            std::thread::Builder::new()
+                .name(format!("ls-sched-busy{i}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        pin(c);
+                    }
+                    let mut a = 0u64;
+                    let mut n = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        for i in 0..4096u64 {
+                            a = black_box(a.wrapping_add(i));
+                        }
+                        n += 4096;
+                    }
+                    c.store(n, Ordering::Relaxed);
+                })
+                .expect("spawn busy thread")
+        })
+        .collect();
+    // Let the busy threads get going.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let t0 = mono();
+    let end = t0 + cfg.duration_ns as i64;
+    let expected = (cfg.duration_ns / (cfg.sleep_ns + cfg.work_ns).max(1)) as usize + 2;
+    res.wake_delay_ns.reserve(expected);
+    res.extra_ns.reserve(expected);
+    let mut cycle = 0u32;
+    while mono() < end && !stop.load(Ordering::Relaxed) {
+        let deadline = mono() + cfg.sleep_ns as i64;
+        sleep_until(deadline);
+        let woke = mono();
+        black_box(work(iters));
+        let done_at = mono();
+        res.wake_delay_ns.push(woke - deadline);
+        res.extra_ns.push(done_at - woke - res.alone_ns);
+        ents.wakeup.interval_mono(cycle, deadline as u64, (woke - deadline).max(0) as u64);
+        ents.burst.interval_mono(cycle, woke as u64, (done_at - woke).max(0) as u64);
+        cycle = cycle.wrapping_add(1);
+    }
+    res.elapsed_ns = (mono() - t0) as u64;
+    res.interrupted = stop.load(Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
+    for h in busy {
+        let _ = h.join();
+    }
+    res.busy_ops = counters.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_probe_measures_every_cycle_and_the_busy_threads_work() {
+        let cfg = SchedConfig { busy_threads: 2, sleep_ns: 500_000, work_ns: 500_000, duration_ns: 200_000_000, cpus: vec![] };
+        let r = run(&cfg, Arc::new(AtomicBool::new(false)));
+        assert!(r.work_iters > 0 && r.alone_ns > 0);
+        assert!(r.wake_delay_ns.len() > 20, "{}", r.wake_delay_ns.len());
+        assert_eq!(r.wake_delay_ns.len(), r.extra_ns.len());
+        assert!(r.busy_ops.iter().all(|&n| n > 0));
+        assert!(r.wake_delay_ns.iter().all(|&d| d >= 0));
+    }
+}

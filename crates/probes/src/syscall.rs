@@ -1,0 +1,455 @@
+//! System-call cost probe: the calibration method of seeds/004.
+//!
+//! For each call, independent batches of `batch` calls are timed (one clock
+//! read before and after the batch, so the clock's own cost is spread over
+//! the batch); each batch gives one sample, the mean cost per call. Batches
+//! repeat until the 95 % confidence interval of the mean is within
+//! `target_rel` of it (the seed's "true mean within 5 % with 95 %
+//! confidence"), or a batch or time cap is reached, which the result says.
+//! Calls that need set-up (a file to open, a datagram to receive, an fd to
+//! close) get it outside the timed batch. Each batch is also an interval in
+//! the trace (group `syscall`, named after the call, tag: batch number).
+
+use loopscope_trace::{register, Entity, Kind};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub const CALLS: &[&str] = &[
+    "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
+];
+
+#[derive(Clone, Debug)]
+pub struct SyscallConfig {
+    pub calls: Vec<String>,
+    pub batch: usize,
+    pub min_batches: usize,
+    pub max_batches: usize,
+    /// Stop when the CI half-width is within this fraction of the mean.
+    pub target_rel: f64,
+    /// Time cap per call, seconds.
+    pub max_seconds: f64,
+    /// Where the probe's scratch files go.
+    pub dir: PathBuf,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct CallResult {
+    pub name: String,
+    /// Mean ns per call of each batch.
+    pub batch_ns: Vec<f64>,
+    pub mean_ns: f64,
+    pub ci_half_ns: f64,
+    pub converged: bool,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Default)]
+pub struct SyscallResult {
+    pub calls: Vec<CallResult>,
+    pub interrupted: bool,
+    pub clock_read_ns: f64,
+}
+
+fn mono() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+}
+
+/// Two-sided 95 % Student t quantile for `df` degrees of freedom.
+pub fn t95(df: usize) -> f64 {
+    const T: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
+        2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+    ];
+    if df == 0 {
+        return f64::INFINITY;
+    }
+    if df <= 30 {
+        return T[df - 1];
+    }
+    // Cornish-Fisher expansion around the normal quantile.
+    let z: f64 = 1.959963984540054;
+    let d = df as f64;
+    z + (z.powi(3) + z) / (4.0 * d) + (5.0 * z.powi(5) + 16.0 * z.powi(3) + 3.0 * z) / (96.0 * d * d)
+}
+
+/// Mean and 95 % CI half-width of samples.
+pub fn mean_ci(x: &[f64]) -> (f64, f64) {
+    let n = x.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = x.iter().sum::<f64>() / n as f64;
+    if n < 2 {
+        return (m, f64::INFINITY);
+    }
+    let v = x.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / (n - 1) as f64;
+    (m, t95(n - 1) * (v / n as f64).sqrt())
+}
+
+fn errno_msg(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_encoded_bytes()).unwrap_or_default()
+}
+
+/// Scratch resources shared by the calls.
+struct Bench {
+    dir: PathBuf,
+    file: CString,
+    fd: i32,
+    wfd: i32,
+    rx: i32,
+    tx: i32,
+    rx_addr: libc::sockaddr_in,
+}
+
+impl Bench {
+    fn new(dir: &Path) -> Result<Bench, String> {
+        let dir = dir.join(format!("ls-syscall-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: cannot create the probe's scratch directory: {e}", dir.display()))?;
+        let f = dir.join("data");
+        std::fs::write(&f, [0u8; 4096]).map_err(|e| format!("{}: {e}", f.display()))?;
+        let file = cpath(&f);
+        unsafe {
+            let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+            if fd < 0 {
+                return Err(errno_msg(&format!("open {}", f.display())));
+            }
+            let wf = cpath(&dir.join("out"));
+            let wfd = libc::open(wf.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
+            if wfd < 0 {
+                return Err(errno_msg(&format!("open {}", dir.join("out").display())));
+            }
+            let rx = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            let tx = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+            if rx < 0 || tx < 0 {
+                return Err(errno_msg("socket"));
+            }
+            let mut a: libc::sockaddr_in = std::mem::zeroed();
+            a.sin_family = libc::AF_INET as u16;
+            a.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+            if libc::bind(rx, &a as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_in>() as u32) != 0 {
+                return Err(errno_msg("bind 127.0.0.1"));
+            }
+            let mut len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+            libc::getsockname(rx, &mut a as *mut _ as *mut libc::sockaddr, &mut len);
+            let big: libc::c_int = 8 << 20;
+            libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUF, &big as *const _ as *const libc::c_void, 4);
+            Ok(Bench { dir, file, fd, wfd, rx, tx, rx_addr: a })
+        }
+    }
+
+    fn drain(&self) {
+        let mut b = [0u8; 256];
+        unsafe { while libc::recv(self.rx, b.as_mut_ptr() as *mut libc::c_void, b.len(), libc::MSG_DONTWAIT) > 0 {} }
+    }
+
+    fn send(&self) -> isize {
+        let b = [0u8; 64];
+        unsafe {
+            libc::sendto(
+                self.tx,
+                b.as_ptr() as *const libc::c_void,
+                b.len(),
+                0,
+                &self.rx_addr as *const _ as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_in>() as u32,
+            )
+        }
+    }
+
+    /// Time one batch of `n` calls: (start, duration) in CLOCK_MONOTONIC ns, or the failure.
+    fn batch(&self, call: &str, n: usize, k: usize) -> Result<(i64, i64), String> {
+        let mut fds = vec![-1i32; n];
+        let names: Vec<CString> = if matches!(call, "link" | "unlink") { (0..n).map(|i| cpath(&self.dir.join(format!("l{k}-{i}")))).collect() } else { vec![] };
+        let mut maps: Vec<*mut libc::c_void> = vec![std::ptr::null_mut(); n];
+        let mut buf = [0u8; 256];
+        // Set-up outside the timing.
+        unsafe {
+            match call {
+                "close" => {
+                    for f in fds.iter_mut() {
+                        *f = libc::open(self.file.as_ptr(), libc::O_RDONLY);
+                        if *f < 0 {
+                            return Err(errno_msg("open (set-up for close)"));
+                        }
+                    }
+                }
+                "unlink" => {
+                    for nm in &names {
+                        if libc::link(self.file.as_ptr(), nm.as_ptr()) != 0 {
+                            return Err(errno_msg("link (set-up for unlink)"));
+                        }
+                    }
+                }
+                "recvfrom" => {
+                    for _ in 0..n {
+                        if self.send() < 0 {
+                            return Err(errno_msg("sendto (set-up for recvfrom)"));
+                        }
+                    }
+                }
+                "munmap" => {
+                    for m in maps.iter_mut() {
+                        *m = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                        if *m == libc::MAP_FAILED {
+                            return Err(errno_msg("mmap (set-up for munmap)"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut failed: Option<String> = None;
+        let t0 = mono();
+        unsafe {
+            match call {
+                "getpid" => {
+                    for _ in 0..n {
+                        std::hint::black_box(libc::syscall(libc::SYS_getpid));
+                    }
+                }
+                "clock_gettime" => {
+                    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+                    for _ in 0..n {
+                        libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts);
+                        std::hint::black_box(&ts);
+                    }
+                }
+                "open" => {
+                    for f in fds.iter_mut() {
+                        *f = libc::open(self.file.as_ptr(), libc::O_RDONLY);
+                    }
+                }
+                "close" => {
+                    for f in fds.iter_mut() {
+                        libc::close(*f);
+                        *f = -1;
+                    }
+                }
+                "read" => {
+                    for _ in 0..n {
+                        if libc::pread(self.fd, buf.as_mut_ptr() as *mut libc::c_void, 1, 0) != 1 {
+                            failed = Some(errno_msg("pread"));
+                            break;
+                        }
+                    }
+                }
+                "write" => {
+                    for _ in 0..n {
+                        if libc::pwrite(self.wfd, buf.as_ptr() as *const libc::c_void, 1, 0) != 1 {
+                            failed = Some(errno_msg("pwrite"));
+                            break;
+                        }
+                    }
+                }
+                "stat" => {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    for _ in 0..n {
+                        if libc::stat(self.file.as_ptr(), &mut st) != 0 {
+                            failed = Some(errno_msg("stat"));
+                            break;
+                        }
+                    }
+                }
+                "link" => {
+                    for nm in &names {
+                        if libc::link(self.file.as_ptr(), nm.as_ptr()) != 0 {
+                            failed = Some(errno_msg("link"));
+                            break;
+                        }
+                    }
+                }
+                "unlink" => {
+                    for nm in &names {
+                        libc::unlink(nm.as_ptr());
+                    }
+                }
+                "socket" => {
+                    for f in fds.iter_mut() {
+                        *f = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
+                    }
+                }
+                "sendto" => {
+                    for _ in 0..n {
+                        if self.send() < 0 {
+                            failed = Some(errno_msg("sendto"));
+                            break;
+                        }
+                    }
+                }
+                "recvfrom" => {
+                    for _ in 0..n {
+                        if libc::recvfrom(self.rx, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) < 0 {
+                            failed = Some(errno_msg("recvfrom"));
+                            break;
+                        }
+                    }
+                }
+                "mmap" => {
+                    for m in maps.iter_mut() {
+                        *m = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                    }
+                }
+                "munmap" => {
+                    for m in maps.iter_mut() {
+                        libc::munmap(*m, 4096);
+                        *m = std::ptr::null_mut();
+                    }
+                }
+                other => failed = Some(format!("unknown system call {other:?}; known: {}", CALLS.join(", "))),
+            }
+        }
+        let dt = mono() - t0;
+        // Clean-up outside the timing, and failures of calls that return handles.
+        unsafe {
+            for f in fds.iter() {
+                if *f >= 0 {
+                    libc::close(*f);
+                } else if matches!(call, "open" | "socket") && failed.is_none() {
+                    failed = Some(format!("{call} failed: {}", std::io::Error::last_os_error()));
+                }
+            }
+            if call == "link" {
+                for nm in &names {
+                    libc::unlink(nm.as_ptr());
+                }
+            }
+            for m in maps.iter() {
+                if *m == libc::MAP_FAILED && failed.is_none() {
+                    failed = Some("mmap failed".into());
+                } else if !m.is_null() && *m != libc::MAP_FAILED {
+                    libc::munmap(*m, 4096);
+                }
+            }
+        }
+        if call == "sendto" {
+            self.drain();
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((t0, dt)),
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        unsafe {
+            libc::close(self.fd);
+            libc::close(self.wfd);
+            libc::close(self.rx);
+            libc::close(self.tx);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn entity(call: &str) -> Option<&'static Entity> {
+    register("syscall", call, Kind::Interval, "one timed batch of this system call (tag: batch number)", None).ok()
+}
+
+pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, String> {
+    for c in &cfg.calls {
+        if !CALLS.contains(&c.as_str()) {
+            return Err(format!("unknown system call {c:?}; known: {}", CALLS.join(", ")));
+        }
+    }
+    loopscope_trace::prepare_thread();
+    let b = Bench::new(&cfg.dir)?;
+    let mut res = SyscallResult { clock_read_ns: crate::timer::clock_read_ns(), ..Default::default() };
+    for call in &cfg.calls {
+        let ent = entity(call);
+        let mut r = CallResult { name: call.clone(), ..Default::default() };
+        let t_start = mono();
+        // One untimed batch warms caches and the dentry/socket paths.
+        if let Err(e) = b.batch(call, cfg.batch, usize::MAX) {
+            r.error = Some(e);
+            res.calls.push(r);
+            continue;
+        }
+        loop {
+            if stop.load(Ordering::Relaxed) {
+                res.interrupted = true;
+                break;
+            }
+            let k = r.batch_ns.len();
+            match b.batch(call, cfg.batch, k) {
+                Ok((t0, dt)) => {
+                    r.batch_ns.push(dt as f64 / cfg.batch as f64);
+                    if let Some(e) = ent {
+                        // Only the timed part: set-up and clean-up are outside it.
+                        e.interval_mono(k as u32, t0 as u64, dt as u64);
+                    }
+                }
+                Err(e) => {
+                    r.error = Some(e);
+                    break;
+                }
+            }
+            let n = r.batch_ns.len();
+            if n >= cfg.min_batches {
+                let (m, h) = mean_ci(&r.batch_ns);
+                if h <= cfg.target_rel * m {
+                    r.converged = true;
+                    break;
+                }
+            }
+            if n >= cfg.max_batches || (mono() - t_start) as f64 > cfg.max_seconds * 1e9 {
+                break;
+            }
+        }
+        let (m, h) = mean_ci(&r.batch_ns);
+        r.mean_ns = m;
+        r.ci_half_ns = h;
+        res.calls.push(r);
+        if res.interrupted {
+            break;
+        }
+    }
+    Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_call_converges_to_a_positive_cost() {
+        let cfg = SyscallConfig {
+            calls: CALLS.iter().map(|s| s.to_string()).collect(),
+            batch: 100,
+            min_batches: 5,
+            max_batches: 200,
+            target_rel: 0.2,
+            max_seconds: 1.0,
+            dir: std::env::temp_dir(),
+        };
+        let r = run(&cfg, Arc::new(AtomicBool::new(false))).unwrap();
+        assert_eq!(r.calls.len(), CALLS.len());
+        for c in &r.calls {
+            assert!(c.error.is_none(), "{}: {:?}", c.name, c.error);
+            assert!(c.mean_ns > 0.0 && c.batch_ns.len() >= 5, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn an_unusable_directory_fails_with_its_path() {
+        let cfg = SyscallConfig { calls: vec!["open".into()], batch: 10, min_batches: 2, max_batches: 3, target_rel: 0.5, max_seconds: 1.0, dir: "/proc/1/nope".into() };
+        let e = run(&cfg, Arc::new(AtomicBool::new(false))).err().unwrap();
+        assert!(e.contains("/proc/1/nope"), "{e}");
+    }
+
+    #[test]
+    fn t_quantiles_approach_the_normal_one() {
+        assert!((t95(1) - 12.706).abs() < 1e-9);
+        assert!((t95(100) - 1.984).abs() < 0.002);
+        assert!((t95(10_000) - 1.96).abs() < 0.001);
+    }
+}

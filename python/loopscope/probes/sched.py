@@ -1,0 +1,124 @@
+"""Scheduler-responsiveness probe (seeds/001): front end of ``crates/probes/src/sched.rs``.
+
+Two threads spin; a third alternates sleeping ``sleep`` and computing a
+burst that takes ``work`` alone. Reported: the third thread's wake-up delay
+past each deadline and each burst's extra completion time over the fastest
+burst measured alone (before the spinners started), each summarised with
+confidence intervals, and the total extra time over the run: how much later
+the third thread finished its work than it would have on an idle machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loopscope import _native
+from loopscope.analysis.stats import LatencySummary, summarize
+from loopscope.errors import InputError
+from loopscope.probes.common import envelope, traced
+
+
+@dataclass
+class SchedResult:
+    duration_ns: int
+    busy_threads: int
+    sleep_ns: int
+    work_ns: int
+    work_iters: int
+    alone_ns: int
+    cycles: int
+    wake: LatencySummary
+    extra: LatencySummary
+    total_extra_ns: int
+    busy_ops: list[int]
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None = None
+    trace_lost: int | None = None
+    wake_delay_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    extra_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        def summ(s: LatencySummary) -> dict[str, Any]:
+            if not s.n:
+                return {"n": 0}
+            return {
+                "n": s.n, "min_ns": int(s.min), "avg_ns": round(s.mean.value, 1), "p50_ns": int(s.p50.value),
+                "p99_ns": int(s.p99.value), "p999_ns": int(s.p999.value), "max_ns": int(s.max),
+                "ci95_ns": {"avg": [s.mean.lo, s.mean.hi], "p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
+            }
+
+        return {
+            "cycles": self.cycles,
+            "wake_delay": summ(self.wake),
+            "extra_completion": summ(self.extra),
+            "total_extra_ns": self.total_extra_ns,
+            "alone_ns": self.alone_ns,
+            "work_iters": self.work_iters,
+            "busy_threads": self.busy_threads,
+            "busy_ops": self.busy_ops,
+            "sleep_ns": self.sleep_ns,
+            "work_ns": self.work_ns,
+            "duration_ns": self.duration_ns,
+            "elapsed_ns": self.elapsed_ns,
+            "interrupted": self.interrupted,
+            "trace": self.trace,
+            "trace_records": self.trace_records,
+            "trace_lost_records": self.trace_lost,
+            "version": envelope("sched"),
+        }
+
+
+def validate(duration_ns: int, busy_threads: int, sleep_ns: int, work_ns: int, cpus: list[int]) -> None:
+    if not 0 <= busy_threads <= 64:
+        raise InputError(f"--busy-threads: must be 0..64 [got {busy_threads}]")
+    if sleep_ns < 1_000 or work_ns < 1_000:
+        raise InputError("--sleep-us and --work-us: must be at least 1 µs")
+    if duration_ns < 10 * (sleep_ns + work_ns):
+        raise InputError("--duration: must hold at least 10 sleep/work cycles")
+    allowed = sorted(os.sched_getaffinity(0))
+    for c in cpus:
+        if c not in allowed:
+            raise InputError(f"--cpu: CPU {c} is not available to this process; use one of {allowed}")
+
+
+def run(
+    duration_ns: int,
+    *,
+    busy_threads: int = 2,
+    sleep_ns: int = 1_000_000,
+    work_ns: int = 1_000_000,
+    cpus: list[int] | None = None,
+    trace_path: str | os.PathLike[str] | None = None,
+) -> SchedResult:
+    cpus = list(cpus or [])
+    validate(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
+    with traced(trace_path, ["sched"]) as tr:
+        raw = _native.sched_probe(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
+    wake = np.asarray(raw["wake_delay_ns"])
+    extra = np.asarray(raw["extra_ns"])
+    return SchedResult(
+        duration_ns=duration_ns,
+        busy_threads=busy_threads,
+        sleep_ns=sleep_ns,
+        work_ns=work_ns,
+        work_iters=int(raw["work_iters"]),
+        alone_ns=int(raw["alone_ns"]),
+        cycles=len(wake),
+        wake=summarize(wake),
+        extra=summarize(extra),
+        total_extra_ns=int(wake.sum() + extra.sum()),
+        busy_ops=list(raw["busy_ops"]),
+        elapsed_ns=int(raw["elapsed_ns"]),
+        interrupted=bool(raw["interrupted"]),
+        trace=tr.path,
+        trace_records=tr.records,
+        trace_lost=tr.lost,
+        wake_delay_ns=wake,
+        extra_ns=extra,
+    )
