@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Debian packages loopscope's tests and benchmarks use: a C compiler for the
-# C API tests, and the peers the benchmarks compare against (cyclictest from
-# rt-tests, LTTng-UST). Installs what is missing when run as root; otherwise
-# says what is missing and carries on (the tests that need it then skip).
+# C API tests, the peers the benchmarks compare against (cyclictest from
+# rt-tests, LTTng-UST), stress-ng for `command` loads, and Chromium with its
+# driver for the report's browser test. Installs what is missing when run as
+# root; otherwise says what is missing and carries on (the tests that need it
+# then skip).
 set -euo pipefail
 
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in gcc libc6-dev rt-tests lttng-tools liblttng-ust-dev; do
+for p in gcc libc6-dev rt-tests lttng-tools liblttng-ust-dev stress-ng chromium chromium-driver; do
   have "$p" || need+=("$p")
 done
 command -v cargo >/dev/null || { echo "loopscope: error: cargo (Rust) is not installed; install it with rustup (https://rustup.rs)" >&2; exit 1; }

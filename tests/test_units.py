@@ -27,3 +27,11 @@ def test_bad_durations_say_what_to_write(text: str, message: str) -> None:
 @pytest.mark.parametrize("ns, text", [(0.4, "0.40 ns"), (22.25, "22.2 ns"), (999, "999 ns"), (1500, "1.50 µs"), (2_500_000, "2.50 ms"), (3_000_000_000, "3.000 s")])
 def test_durations_print_in_a_readable_unit(ns: float, text: str) -> None:
     assert format_ns(ns) == text
+
+
+@pytest.mark.parametrize("ns, text", [(30_000_000_000, "30s"), (1_500_000_000, "1500ms"), (120_000_000_000, "2m"), (250_000, "250us"), (7, "7ns")])
+def test_durations_print_back_exactly(ns: int, text: str) -> None:
+    from loopscope.units import duration_text
+
+    assert duration_text(ns) == text
+    assert parse_duration_ns(text) == ns

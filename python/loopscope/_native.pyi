@@ -60,7 +60,14 @@ def timer_probe(
     dma_latency_us: int | None = None,
 ) -> dict[str, object]: ...
 def sched_probe(
-    duration_ns: int, busy_threads: int = 2, sleep_ns: int = 1000000, work_ns: int = 1000000, cpus: list[int] = ...
+    duration_ns: int,
+    busy_threads: int = 2,
+    sleep_ns: int = 1000000,
+    work_ns: int = 1000000,
+    cpus: list[int] = ...,
+    work_iters: int | None = None,
+    alone_ns: int | None = None,
+    calibrate_only: bool = False,
 ) -> dict[str, object]: ...
 def syscall_probe(
     calls: list[str],

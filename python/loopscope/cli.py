@@ -188,14 +188,21 @@ def _trace_path(trace_path: str | None, name: str) -> str:
 @click.option("--sleep-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long the measured thread sleeps each cycle.")
 @click.option("--work-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long its burst of work takes alone.")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the threads to these CPUs (measured thread first).")
+@click.option("--work-iters", type=click.IntRange(min=1), default=None, help="Burst size from an earlier --calibrate-only run (with --alone-ns).")
+@click.option("--alone-ns", type=click.IntRange(min=1), default=None, help="The burst's time alone from that run.")
+@click.option("--calibrate-only", is_flag=True, help="Only size the burst and time it alone; print that and stop.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, trace_path: str | None, as_json: bool) -> int:
+def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool) -> int:
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (seeds/001)."""
     from loopscope.probes import sched
 
     sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
-    res = sched.run(duration, busy_threads=busy_threads, sleep_ns=sleep_us * 1000, work_ns=work_us * 1000, cpus=cpus, trace_path=_trace_path(trace_path, "sched"))
+    res = sched.run(
+        duration, busy_threads=busy_threads, sleep_ns=sleep_us * 1000, work_ns=work_us * 1000, cpus=cpus,
+        work_iters=work_iters, alone_ns=alone_ns, calibrate_only=calibrate_only,
+        trace_path=None if calibrate_only else _trace_path(trace_path, "sched"),
+    )
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
@@ -257,6 +264,92 @@ def _trace_line(con: Any, res: Any) -> None:
         lost = f", {res.trace_lost:,} lost" if res.trace_lost is not None else ""
         con.print(f"trace: {res.trace_records or 0:,} records{lost}")
         click.echo(res.trace)
+
+
+# ---- experiments ---------------------------------------------------------------
+
+
+@cli.command("run")
+@click.argument("spec", type=click.Path())
+@click.option("--results", default=None, help="Directory receiving the run directory [the spec's `results`, default runs/].")
+@click.option("--run-dir", default=None, help="Exact run directory to create (must not exist).")
+@click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
+def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool) -> int:
+    """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
+    from loopscope.lab import controller
+
+    def say(msg: str) -> None:
+        sys.stderr.write(msg + "\n")
+        sys.stderr.flush()
+
+    out = controller.run(spec, results=results, run_dir=run_dir, say=say)
+    if out.status == "completed" and not no_report:
+        from loopscope.report import build
+
+        rep = build(out.run_dir)
+        for line in rep.summary_lines():
+            click.echo(line)
+        click.echo(f"report: {rep.html}")
+    if out.status != "completed":
+        sys.stderr.write(f"loopscope: error: run {out.status}: {out.error}\n  what was collected is kept in {out.run_dir}\n")
+    click.echo(str(out.run_dir))
+    return {"completed": 0, "interrupted": EXIT_INTERRUPTED}.get(out.status, EXIT_FAILED)
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
+def report_cmd(run_dir: str, as_json: bool) -> int:
+    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory."""
+    from loopscope.report import build
+
+    rep = build(Path(run_dir))
+    if as_json:
+        click.echo(json.dumps(rep.to_json()))
+    else:
+        for line in rep.summary_lines():
+            click.echo(line)
+        click.echo(str(rep.html))
+    return 0
+
+
+@cli.command("schema")
+def schema_cmd() -> int:
+    """Print the JSON Schema of experiment files (for editors)."""
+    from loopscope.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+@cli.command("check")
+@click.argument("spec", type=click.Path())
+def check_cmd(spec: str) -> int:
+    """Validate an experiment file and print its plan, without running it."""
+    from loopscope.spec import load
+    from loopscope.spec.plan import estimate_seconds, phase_runs
+
+    exp = load(spec)
+    runs = phase_runs(exp)
+    click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · about {format_ns(estimate_seconds(exp) * 1e9)}")
+    for pr in runs:
+        loads = ", ".join(pr.phase.loads) or "no load"
+        click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")
+    return 0
+
+
+@cli.command("cleanup")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+def cleanup_cmd(dry_run: bool) -> int:
+    """Remove what killed runs left behind: processes, cgroups, state files."""
+    from loopscope.lab import cleanup
+
+    actions = cleanup.run(dry_run=dry_run)
+    for a in actions:
+        click.echo(a)
+    if not actions:
+        click.echo("nothing to clean up")
+    return 0
 
 
 # ---- trace ---------------------------------------------------------------------
@@ -362,6 +455,12 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if os.environ.get("LOOPSCOPE_PDEATHSIG") == "1":
+        # Started by an agent: die with it, whatever kills it.
+        from loopscope.lab.procs import die_with_parent
+
+        if not die_with_parent():
+            sys.exit(EXIT_FAILED)
     signal.signal(signal.SIGTERM, _terminate)
     try:
         rv = cli.main(args=argv, prog_name="loopscope", standalone_mode=False)

@@ -56,3 +56,11 @@ def format_ns(ns: float) -> str:
     if a < 1_000_000_000:
         return f"{ns / 1e6:.2f} ms"
     return f"{ns / 1e9:.3f} s"
+
+
+def duration_text(ns: int) -> str:
+    """The shortest exact spelling of a duration: 30s, 1500ms, 250us, 7ns."""
+    for unit, f in (("h", 3_600_000_000_000), ("m", 60_000_000_000), ("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
+        if ns >= f and ns % f == 0:
+            return f"{ns // f}{unit}"
+    return f"{ns}ns"

@@ -23,6 +23,11 @@ pub struct SchedConfig {
     pub duration_ns: u64,
     /// Pin all three kinds of thread to these CPUs (round-robin); empty: no pinning.
     pub cpus: Vec<usize>,
+    /// Use this burst size and alone-reference instead of calibrating, so
+    /// that runs in different phases do the same work (calibrate once, idle).
+    pub fixed: Option<(u64, i64)>,
+    /// Only calibrate: measure the burst alone and return.
+    pub calibrate_only: bool,
 }
 
 #[derive(Debug, Default)]
@@ -114,8 +119,17 @@ pub fn run(cfg: &SchedConfig, stop: Arc<AtomicBool>) -> SchedResult {
     if let Some(&c) = cfg.cpus.first() {
         pin(c);
     }
-    let (iters, alone) = calibrate(cfg.work_ns);
-    let mut res = SchedResult { work_iters: iters, alone_ns: *alone.iter().min().unwrap_or(&0), alone_samples: alone, ..Default::default() };
+    let mut res = match cfg.fixed {
+        Some((iters, alone_ns)) => SchedResult { work_iters: iters, alone_ns, ..Default::default() },
+        None => {
+            let (iters, alone) = calibrate(cfg.work_ns);
+            SchedResult { work_iters: iters, alone_ns: *alone.iter().min().unwrap_or(&0), alone_samples: alone, ..Default::default() }
+        }
+    };
+    if cfg.calibrate_only {
+        return res;
+    }
+    let iters = res.work_iters;
     let done = Arc::new(AtomicBool::new(false));
     let counters: Vec<Arc<AtomicU64>> = (0..cfg.busy_threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
     let busy: Vec<_> = counters
@@ -179,12 +193,22 @@ mod tests {
 
     #[test]
     fn the_probe_measures_every_cycle_and_the_busy_threads_work() {
-        let cfg = SchedConfig { busy_threads: 2, sleep_ns: 500_000, work_ns: 500_000, duration_ns: 200_000_000, cpus: vec![] };
+        let cfg = SchedConfig { busy_threads: 2, sleep_ns: 500_000, work_ns: 500_000, duration_ns: 200_000_000, cpus: vec![], fixed: None, calibrate_only: false };
         let r = run(&cfg, Arc::new(AtomicBool::new(false)));
         assert!(r.work_iters > 0 && r.alone_ns > 0);
         assert!(r.wake_delay_ns.len() > 20, "{}", r.wake_delay_ns.len());
         assert_eq!(r.wake_delay_ns.len(), r.extra_ns.len());
         assert!(r.busy_ops.iter().all(|&n| n > 0));
         assert!(r.wake_delay_ns.iter().all(|&d| d >= 0));
+    }
+
+    #[test]
+    fn a_fixed_burst_skips_calibration_and_calibration_alone_runs_nothing_else() {
+        let base = SchedConfig { busy_threads: 1, sleep_ns: 200_000, work_ns: 200_000, duration_ns: 50_000_000, cpus: vec![], fixed: None, calibrate_only: true };
+        let c = run(&base, Arc::new(AtomicBool::new(false)));
+        assert!(c.work_iters > 0 && c.wake_delay_ns.is_empty() && c.busy_ops.is_empty());
+        let r = run(&SchedConfig { fixed: Some((c.work_iters, c.alone_ns)), calibrate_only: false, ..base }, Arc::new(AtomicBool::new(false)));
+        assert_eq!((r.work_iters, r.alone_ns), (c.work_iters, c.alone_ns));
+        assert!(r.alone_samples.is_empty() && !r.extra_ns.is_empty());
     }
 }

@@ -409,9 +409,25 @@ fn timer_probe<'py>(
 
 /// Run the scheduler-responsiveness probe; returns a dict (see sched.rs).
 #[pyfunction]
-#[pyo3(signature = (duration_ns, busy_threads=2, sleep_ns=1_000_000, work_ns=1_000_000, cpus=vec![]))]
-fn sched_probe<'py>(py: Python<'py>, duration_ns: u64, busy_threads: usize, sleep_ns: u64, work_ns: u64, cpus: Vec<usize>) -> PyResult<Bound<'py, PyDict>> {
-    let cfg = loopscope_probes::sched::SchedConfig { busy_threads, sleep_ns, work_ns, duration_ns, cpus };
+#[pyo3(signature = (duration_ns, busy_threads=2, sleep_ns=1_000_000, work_ns=1_000_000, cpus=vec![], work_iters=None, alone_ns=None, calibrate_only=false))]
+#[allow(clippy::too_many_arguments)]
+fn sched_probe<'py>(
+    py: Python<'py>,
+    duration_ns: u64,
+    busy_threads: usize,
+    sleep_ns: u64,
+    work_ns: u64,
+    cpus: Vec<usize>,
+    work_iters: Option<u64>,
+    alone_ns: Option<i64>,
+    calibrate_only: bool,
+) -> PyResult<Bound<'py, PyDict>> {
+    let fixed = match (work_iters, alone_ns) {
+        (Some(i), Some(a)) => Some((i, a)),
+        (None, None) => None,
+        _ => return Err(InputError::new_err("work_iters and alone_ns go together (both from one calibration)")),
+    };
+    let cfg = loopscope_probes::sched::SchedConfig { busy_threads, sleep_ns, work_ns, duration_ns, cpus, fixed, calibrate_only };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, stop, move || loopscope_probes::sched::run(&cfg, s2))?;

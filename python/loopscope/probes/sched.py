@@ -38,6 +38,7 @@ class SchedResult:
     elapsed_ns: int
     interrupted: bool
     trace: str | None
+    calibrated_here: bool = True
     trace_records: int | None = None
     trace_lost: int | None = None
     wake_delay_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
@@ -55,6 +56,7 @@ class SchedResult:
 
         return {
             "cycles": self.cycles,
+            "calibrated_here": self.calibrated_here,
             "wake_delay": summ(self.wake),
             "extra_completion": summ(self.extra),
             "total_extra_ns": self.total_extra_ns,
@@ -94,12 +96,20 @@ def run(
     sleep_ns: int = 1_000_000,
     work_ns: int = 1_000_000,
     cpus: list[int] | None = None,
+    work_iters: int | None = None,
+    alone_ns: int | None = None,
+    calibrate_only: bool = False,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> SchedResult:
+    """Run the probe. ``work_iters``/``alone_ns`` (from an earlier
+    ``calibrate_only`` run, e.g. on the idle machine) fix the burst, so that
+    runs under different loads do the same work against the same reference."""
     cpus = list(cpus or [])
     validate(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
-    with traced(trace_path, ["sched"]) as tr:
-        raw = _native.sched_probe(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
+    if (work_iters is None) != (alone_ns is None):
+        raise InputError("--work-iters and --alone-ns go together (both come from one --calibrate-only run)")
+    with traced(None if calibrate_only else trace_path, ["sched"]) as tr:
+        raw = _native.sched_probe(duration_ns, busy_threads, sleep_ns, work_ns, cpus, work_iters, alone_ns, calibrate_only)
     wake = np.asarray(raw["wake_delay_ns"])
     extra = np.asarray(raw["extra_ns"])
     return SchedResult(
@@ -117,6 +127,7 @@ def run(
         elapsed_ns=int(raw["elapsed_ns"]),
         interrupted=bool(raw["interrupted"]),
         trace=tr.path,
+        calibrated_here=work_iters is None,
         trace_records=tr.records,
         trace_lost=tr.lost,
         wake_delay_ns=wake,

@@ -1,0 +1,5 @@
+import sys
+
+from loopscope.agent.server import main
+
+sys.exit(main())

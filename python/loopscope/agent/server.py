@@ -1,0 +1,300 @@
+"""The agent: runs loads and probes on its host for the controller.
+
+It speaks JSON lines on stdin/stdout (``docs/agent-protocol.md``): one
+request per line with an ``id`` and an ``op``, one reply per request with the
+same ``id`` and ``ok``. It never listens on a port. Ops:
+
+- ``hello``: host facts (provenance), the cgroup it will use;
+- ``start_loads``: start each load's workers in the load's cgroup and check
+  they survive their start;
+- ``run_probe``: run one probe as a process (``loopscope probe …
+  --json``), wait for it, return its JSON, and check the loads are still
+  running;
+- ``stop_loads``: stop the loads and report their CPU use and work done;
+- ``shutdown``: stop everything and exit.
+
+Whatever ends the agent (shutdown, SIGTERM, its stdin closing, the
+controller dying, which the kernel turns into SIGTERM) goes through the same
+clean-up: probe and loads stopped, their cgroups killed and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loopscope.lab import procs, provenance
+from loopscope.lab.cgroup import RunGroup, find_root
+from loopscope.units import duration_text
+
+
+class Failure(Exception):
+    """A component failed; ``detail`` says which, with command and output."""
+
+    def __init__(self, component: str, detail: str) -> None:
+        super().__init__(detail)
+        self.component = component
+        self.detail = detail
+
+
+class Terminated(Exception):
+    pass
+
+
+def _on_term(signum: int, frame: object) -> None:
+    raise Terminated(signal.Signals(signum).name)
+
+
+def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+    """The command line that runs probe ``p`` (a dumped probe spec, plus the
+    controller's ``work_iters``/``alone_ns`` calibration for sched probes)."""
+    a = [sys.executable, "-m", "loopscope.cli", "probe", p["kind"]]
+    cpu = ",".join(str(c) for c in p.get("cpu") or [])
+    if p["kind"] == "timer":
+        a += ["--interval-us", str(p["interval_us"]), "--duration", duration_text(duration_ns), "--threads", str(p["threads"])]
+        if cpu:
+            a += ["--cpu", cpu]
+        if p.get("priority") is not None:
+            a += ["--priority", str(p["priority"])]
+        if p.get("dma_latency_us") is not None:
+            a += ["--dma-latency", str(p["dma_latency_us"])]
+    elif p["kind"] == "sched":
+        a += ["--duration", duration_text(duration_ns), "--busy-threads", str(p["busy_threads"]), "--sleep-us", str(p["sleep_us"]), "--work-us", str(p["work_us"])]
+        if cpu:
+            a += ["--cpu", cpu]
+        if calibrate:
+            return a + ["--calibrate-only", "--json"]
+        if p.get("work_iters"):
+            a += ["--work-iters", str(p["work_iters"]), "--alone-ns", str(p["alone_ns"])]
+    elif p["kind"] == "syscall":
+        a += ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"])]
+        a += ["--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch)]
+    else:
+        raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
+    return a + ["--json", "--trace", str(trace)]
+
+
+def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
+    """One command line per worker process of load ``ld`` (a dumped load spec)."""
+    level = ld["level"]
+    percent = isinstance(level, str) and level.endswith("%")
+    n = len(os.sched_getaffinity(0)) if percent else int(level)
+    if ld["kind"] == "command":
+        return [list(ld["command"])] * n
+    a = [sys.executable, "-m", "loopscope.loads.worker", ld["kind"]]
+    if percent:
+        a += ["--duty", str(float(level[:-1]) / 100)]
+    if ld["kind"] in ("io", "mix"):
+        a += ["--dir", ld.get("dir") or str(scratch / ld["name"])]
+    if ld["kind"] == "io" and ld.get("fsync"):
+        a.append("--fsync")
+    if ld["kind"] == "memory":
+        a += ["--count", str(ld["count"])]
+    if ld["kind"] == "net":
+        a += ["--rate", str(ld["rate_pps"]), "--size", str(ld["size"])]
+    return [a] * n
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.run_id = "unnamed"
+        self.run_dir = Path(".")
+        self.group: RunGroup | None = None
+        self.cg_note = ""
+        self.loads: dict[str, list[procs.Child]] = {}
+        self.load_start_ns = 0
+        self.probe: procs.Child | None = None
+
+    # ---- ops ------------------------------------------------------------------------
+
+    def hello(self, m: dict[str, Any]) -> dict[str, Any]:
+        self.run_id = m["run_id"]
+        self.run_dir = Path(m["run_dir"])
+        root, self.cg_note = find_root() if m.get("cgroups", True) else (None, "cgroups not requested")
+        if root is not None:
+            self.group = RunGroup(root, self.run_id)
+        return {
+            "pid": os.getpid(),
+            "started_mono_ns": _STARTED_NS,
+            "cgroup": str(self.group.path) if self.group else None,
+            "cgroup_note": self.cg_note,
+            "provenance": provenance.gather(self.cg_note),
+        }
+
+    def start_loads(self, m: dict[str, Any]) -> dict[str, Any]:
+        step = Path(m["step_dir"])
+        scratch = Path(m["scratch_dir"])
+        env = procs.child_env(self.run_id)
+        started = []
+        self.load_start_ns = time.monotonic_ns()
+        for ld in m["loads"]:
+            name = ld["name"]
+            group = self.group.child(f"loads/{name}") if self.group else None
+            kids = []
+            for i, argv in enumerate(load_argvs(ld, scratch)):
+                kids.append(procs.spawn(f"{name}[{i}]", "load", argv, step / "loads" / f"{name}-{i}.log", group, env))
+            self.loads[name] = kids
+            started.append({"name": name, "pids": [k.pid for k in kids], "cgroup": str(group) if group else None, "command": kids[0].command() if kids else None})
+        # A load that cannot start dies at once: give it a moment to do so.
+        time.sleep(float(m.get("settle_s", 0.3)))
+        self._check_loads("while starting")
+        return {"loads": started}
+
+    def _check_loads(self, when: str) -> None:
+        for name, kids in self.loads.items():
+            for k in kids:
+                if k.popen.poll() is not None:
+                    raise Failure(f"load {name}", k.describe_failure(f"load {name} exited {when} (it should run until the phase ends)"))
+
+    def run_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        p = m["probe"]
+        step = Path(m["step_dir"])
+        trace = step / f"{p['name']}.lstrace"
+        calibrate = bool(m.get("calibrate"))
+        argv = probe_argv(p, int(m["duration_ns"]), trace, Path(m["scratch_dir"]), calibrate)
+        group = self.group.child(f"probes/{p['name']}") if self.group else None
+        t0 = time.monotonic_ns()
+        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, procs.child_env(self.run_id), stdout_pipe=True)
+        self.probe = child
+        timeout = int(m["duration_ns"]) / 1e9 + float(m.get("timeout_slack_s", 120))
+        try:
+            out, _ = child.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.popen.kill()
+            child.popen.wait()
+            raise Failure(f"probe {p['name']}", child.describe_failure(f"probe {p['name']} did not finish within {timeout:.0f} s")) from None
+        finally:
+            self.probe = None
+        t1 = time.monotonic_ns()
+        text = out.decode(errors="replace").strip()
+        step.mkdir(parents=True, exist_ok=True)
+        (step / f"{p['name']}{'.calibration' if calibrate else ''}.json").write_text(text + "\n")
+        if child.popen.returncode != 0:
+            raise Failure(f"probe {p['name']}", child.describe_failure())
+        try:
+            result = json.loads(text.splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            raise Failure(f"probe {p['name']}", child.describe_failure(f"probe {p['name']} printed no JSON result")) from None
+        cpu = RunGroup.cpu_usec(group) if group else None
+        if group:
+            RunGroup.remove(group)
+        self._check_loads("during the probe")
+        return {"result": result, "trace": str(trace), "spawn_mono_ns": t0, "end_mono_ns": t1, "cpu_usec": cpu, "command": shlex.join(argv)}
+
+    def stop_loads(self, m: dict[str, Any]) -> dict[str, Any]:
+        report = []
+        elapsed = (time.monotonic_ns() - self.load_start_ns) / 1e9
+        early = []
+        for name, kids in self.loads.items():
+            for k in kids:
+                if k.popen.poll() is not None:
+                    early.append((name, k))
+        for name, kids in list(self.loads.items()):
+            proc_cpu = sum(_proc_cpu_s(k.pid) for k in kids)
+            procs.stop(kids)
+            group = kids[0].group if kids else None
+            usec = RunGroup.cpu_usec(group) if group else None
+            if group:
+                RunGroup.remove(group)
+            works = [_last_json(k.log) for k in kids]
+            report.append(
+                {
+                    "name": name,
+                    "workers": len(kids),
+                    "exit": [procs.exit_text(k.popen.returncode) for k in kids],
+                    "cpu_s": usec / 1e6 if usec is not None else proc_cpu,
+                    "cpu_source": "cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",
+                    "elapsed_s": elapsed,
+                    "ops": sum(w.get("ops", 0) for w in works if w) if any(works) else None,
+                    "unit": next((w.get("unit") for w in works if w), None),
+                }
+            )
+        self.loads = {}
+        if early:
+            name, k = early[0]
+            raise Failure(f"load {name}", k.describe_failure(f"load {name} exited before the phase ended"))
+        return {"loads": report}
+
+    # ---- clean-up -------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        if self.probe is not None and self.probe.popen.poll() is None:
+            procs.stop([self.probe], grace=2.0)
+        for kids in self.loads.values():
+            procs.stop(kids, grace=2.0)
+        self.loads = {}
+        if self.group is not None:
+            RunGroup.remove(self.group.path)
+
+    def handle(self, m: dict[str, Any]) -> dict[str, Any]:
+        op = m.get("op")
+        fn = {"hello": self.hello, "start_loads": self.start_loads, "run_probe": self.run_probe, "stop_loads": self.stop_loads}.get(op)  # type: ignore[arg-type]
+        if fn is None:
+            raise Failure("agent", f"unknown op {op!r}")
+        return fn(m)
+
+
+def _proc_cpu_s(pid: int) -> float:
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _last_json(log: Path) -> dict[str, Any] | None:
+    for line in reversed(procs.tail(log, 50)):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+_STARTED_NS = time.monotonic_ns()
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _on_term)
+    signal.signal(signal.SIGINT, _on_term)
+    signal.signal(signal.SIGHUP, _on_term)
+    if not procs.die_with_parent(signal.SIGTERM):
+        return 1
+    agent = Agent()
+    out = sys.stdout
+    try:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            try:
+                m = json.loads(line)
+            except json.JSONDecodeError as e:
+                out.write(json.dumps({"id": None, "ok": False, "component": "agent", "error": f"bad request: {e}"}) + "\n")
+                out.flush()
+                continue
+            if m.get("op") == "shutdown":
+                agent.cleanup()
+                out.write(json.dumps({"id": m.get("id"), "ok": True}) + "\n")
+                out.flush()
+                return 0
+            try:
+                reply = {"id": m.get("id"), "ok": True, **agent.handle(m)}
+            except Failure as f:
+                reply = {"id": m.get("id"), "ok": False, "component": f.component, "error": f.detail}
+            except OSError as e:
+                reply = {"id": m.get("id"), "ok": False, "component": "agent", "error": f"{e.filename or ''}: {e.strerror}"}
+            out.write(json.dumps(reply) + "\n")
+            out.flush()
+    except Terminated:
+        pass
+    finally:
+        agent.cleanup()
+    return 0

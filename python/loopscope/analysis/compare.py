@@ -1,0 +1,136 @@
+"""Is a phase different from the baseline? Ratios with confidence intervals.
+
+For every metric (a quantile or the mean of a probe's samples) each phase is
+compared with the baseline phase by the ratio phase / baseline, with a 95 %
+confidence interval from a block bootstrap: the samples of each repetition
+are resampled in blocks of consecutive samples, which keeps most of the
+autocorrelation a latency series has (a disturbance lasts several periods),
+so the interval is not the over-confident one an i.i.d. bootstrap would
+give. A change is *significant* when the interval excludes 1. Batch means of
+the syscall probe are independent by construction and are resampled one by
+one. The Mann-Whitney U test's p-value is reported beside it as a second
+opinion on whether the distributions differ at all.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import numpy as np
+
+QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
+METRICS = [*QUANTILES, "mean"]
+
+
+def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
+    """Metrics of each row of ``x`` (B, n), the quantiles from one partition."""
+    n = x.shape[-1]
+    ks = {m: min(max(math.ceil(QUANTILES[m] * n) - 1, 0), n - 1) for m in metrics if m in QUANTILES}
+    out: dict[str, np.ndarray] = {}
+    if ks:
+        part = np.partition(x, sorted(set(ks.values())), axis=-1)
+        for m, k in ks.items():
+            out[m] = part[..., k]
+    if "mean" in metrics:
+        out["mean"] = x.mean(axis=-1)
+    return out
+
+
+def block_resample(series: list[np.ndarray], b: int, block: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` resamples (rows) of the concatenated series, each series
+    resampled in blocks of ``block`` consecutive samples (one series is one
+    repetition; blocks never cross repetitions)."""
+    parts = []
+    for s in series:
+        n = len(s)
+        if n == 0:
+            continue
+        L = max(1, min(block, n))
+        k = math.ceil(n / L)
+        starts = rng.integers(0, n - L + 1, size=(b, k))
+        idx = (starts[:, :, None] + np.arange(L)[None, None, :]).reshape(b, k * L)[:, :n]
+        parts.append(s[idx])
+    return np.concatenate(parts, axis=1) if parts else np.zeros((b, 0))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    metric: str
+    baseline: float
+    value: float
+    ratio: float
+    ratio_lo: float
+    ratio_hi: float
+    significant: bool
+    p_value: float | None
+    n_baseline: int
+    n_value: int
+
+    def as_dict(self) -> dict[str, float | bool | str | int | None]:
+        return asdict(self)
+
+    @property
+    def change_pct(self) -> float:
+        return (self.ratio - 1) * 100
+
+
+class Resampled:
+    """A phase's samples (one array per repetition), its metrics and their
+    bootstrap replicates, computed once and shared by every comparison."""
+
+    def __init__(self, series: list[np.ndarray], metrics: list[str] = METRICS, *, block: int = 32, resamples: int = 300, seed: int = 1, max_samples: int = 40_000) -> None:
+        parts = [_thin(np.asarray(s, dtype=np.float64), max_samples, len(series)) for s in series]
+        self.all = np.concatenate(parts) if parts else np.zeros(0)
+        self.n = len(self.all)
+        self.metrics = metrics
+        if self.n:
+            self.point = {m: float(v[0]) for m, v in _stats(self.all[None, :], metrics).items()}
+            self.boot = _stats(block_resample(parts, resamples, block, np.random.default_rng(seed)), metrics)
+        else:
+            self.point = {m: float("nan") for m in metrics}
+            self.boot = {}
+
+
+def compare_resampled(base: Resampled, other: Resampled, metric: str, *, test: bool = True) -> Comparison:
+    """Ratio other/base of ``metric`` with its 95 % CI."""
+    if base.n == 0 or other.n == 0:
+        nan = float("nan")
+        return Comparison(metric, nan, nan, nan, nan, nan, False, None, base.n, other.n)
+    bv, ov = base.point[metric], other.point[metric]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = other.boot[metric] / base.boot[metric]
+        ratio = ov / bv if bv != 0 else float("inf")
+    ratios = ratios[np.isfinite(ratios)]
+    lo, hi = (float(np.percentile(ratios, 2.5)), float(np.percentile(ratios, 97.5))) if len(ratios) else (float("nan"), float("nan"))
+    p = None
+    if test:
+        try:
+            from scipy.stats import mannwhitneyu
+
+            p = float(mannwhitneyu(base.all, other.all, alternative="two-sided").pvalue)
+        except (ImportError, ValueError):
+            p = None
+    sig = bool(np.isfinite(lo) and (lo > 1 or hi < 1))
+    return Comparison(metric, bv, ov, ratio, lo, hi, sig, p, base.n, other.n)
+
+
+def compare(base: list[np.ndarray], other: list[np.ndarray], metric: str, *, block: int = 32, resamples: int = 300, seed: int = 1) -> Comparison:
+    """One comparison (see Resampled for sharing work between many)."""
+    b = Resampled(base, [metric], block=block, resamples=resamples, seed=seed)
+    o = Resampled(other, [metric], block=block, resamples=resamples, seed=seed + 1)
+    return compare_resampled(b, o, metric)
+
+
+def _thin(x: np.ndarray, cap: int, parts: int) -> np.ndarray:
+    """Keep the bootstrap affordable: at most ``cap`` samples over all parts,
+    taken as evenly spaced runs of 256 consecutive samples so that local
+    structure (what the blocks resample) is kept."""
+    per = max(256, cap // max(1, parts))
+    if len(x) <= per:
+        return x
+    run = 256
+    k = per // run
+    starts = (np.arange(k) * ((len(x) - run) / max(1, k - 1))).astype(np.int64)
+    return x[(starts[:, None] + np.arange(run)[None, :]).ravel()]

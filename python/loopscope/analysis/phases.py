@@ -1,0 +1,94 @@
+"""Every phase of a run against its baseline, for every probe's measures.
+
+A *measure* is one kind of sample a probe produces: the timer's wake-up
+latency, the sched probe's wake-up delay and burst completion time (the same
+work in every phase, sized once on the idle machine), the
+syscall probe's per-call cost of each call. For each measure and phase the
+samples of each repetition are kept apart (the bootstrap resamples within a
+repetition), summarised by p50, p99 and the mean (syscall: the mean of its
+batch means), each with a 95 % interval, and divided by the baseline phase's
+figure, with the interval of that ratio and whether it excludes 1: the shape
+of Tables 2 and 3 of seeds/004, with an error on every cell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from loopscope.analysis.compare import Resampled, compare_resampled
+
+SCHEMA = {
+    "probe": pl.String, "kind": pl.String, "measure": pl.String, "metric": pl.String, "phase": pl.String, "loads": pl.String,
+    "baseline_phase": pl.String, "value_ns": pl.Float64, "value_lo_ns": pl.Float64, "value_hi_ns": pl.Float64, "baseline_ns": pl.Float64,
+    "ratio": pl.Float64, "ratio_lo": pl.Float64, "ratio_hi": pl.Float64, "significant": pl.Boolean, "p_value": pl.Float64,
+    "n": pl.Int64, "n_baseline": pl.Int64, "reps": pl.Int64,
+}
+
+
+@dataclass(frozen=True)
+class Measure:
+    probe: str
+    kind: str
+    name: str
+    frame: pl.DataFrame  # rows of this measure: rep, phase, loads, value
+    metrics: tuple[str, ...]
+    block: int
+
+
+def measures(tables) -> list[Measure]:  # type: ignore[no-untyped-def]
+    out: list[Measure] = []
+    for probe, g in _groups(tables.timer):
+        out.append(Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32))
+    for probe, g in _groups(tables.sched):
+        out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
+        out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
+    for probe, g in _groups(tables.syscall):
+        for (call,), gc in g.group_by("call", maintain_order=True):
+            out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
+    return out
+
+
+def _groups(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    if df.is_empty():
+        return []
+    return [(str(k[0]), g) for k, g in df.group_by("probe", maintain_order=True)]
+
+
+def _series(frame: pl.DataFrame, phase: str) -> list[np.ndarray]:
+    f = frame.filter(pl.col("phase") == phase)
+    return [g["value"].to_numpy().astype(np.float64) for _, g in f.group_by("rep", maintain_order=True)]
+
+
+def baseline_of(phases: list[str]) -> str:
+    return "baseline" if "baseline" in phases else phases[0]
+
+
+def compare_phases(tables, phase_order: list[str]) -> pl.DataFrame:  # type: ignore[no-untyped-def]
+    rows = []
+    for m in measures(tables):
+        present = [p for p in phase_order if p in set(m.frame["phase"].unique().to_list())]
+        if not present:
+            continue
+        base_name = baseline_of(present)
+        loads_of = dict(m.frame.select("phase", "loads").unique().iter_rows())
+        base = Resampled(_series(m.frame, base_name), list(m.metrics), block=m.block, seed=7)
+        for i, ph in enumerate(present):
+            ser = _series(m.frame, ph)
+            other = base if ph == base_name else Resampled(ser, list(m.metrics), block=m.block, seed=11 + i)
+            for metric in m.metrics:
+                c = compare_resampled(base, other, metric, test=ph != base_name)
+                boot = other.boot.get(metric)
+                vlo, vhi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if boot is not None and len(boot) else (np.nan, np.nan)
+                rows.append(
+                    {
+                        "probe": m.probe, "kind": m.kind, "measure": m.name, "metric": metric, "phase": ph, "loads": loads_of.get(ph, ""),
+                        "baseline_phase": base_name, "value_ns": c.value, "value_lo_ns": vlo, "value_hi_ns": vhi, "baseline_ns": c.baseline,
+                        "ratio": c.ratio if ph != base_name else 1.0, "ratio_lo": c.ratio_lo if ph != base_name else 1.0,
+                        "ratio_hi": c.ratio_hi if ph != base_name else 1.0, "significant": c.significant if ph != base_name else False,
+                        "p_value": c.p_value, "n": c.n_value, "n_baseline": c.n_baseline, "reps": len(ser),
+                    }
+                )
+    return pl.DataFrame(rows, schema=SCHEMA) if rows else pl.DataFrame(schema=SCHEMA)

@@ -1,0 +1,1 @@
+"""Running experiments: the controller, hosts and agents, cgroups, clean-up."""

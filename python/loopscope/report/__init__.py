@@ -1,0 +1,101 @@
+"""Reports: ``RUN/report.html``, ``RUN/tables/*.parquet`` and a terminal summary.
+
+``build(run_dir)`` reads the run (its traces and probe results), writes the
+measurement tables and the phase comparisons as Parquet, and renders one
+self-contained HTML page: charts inline as SVG, styles inline, no script and
+no network access, so it opens anywhere, offline, years later.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from loopscope.errors import InputError
+from loopscope.units import format_ns
+
+
+@dataclass
+class Report:
+    run_dir: Path
+    html: Path
+    comparisons: pl.DataFrame
+    run: dict[str, Any]
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_dir": str(self.run_dir),
+            "report": str(self.html),
+            "status": self.run.get("status"),
+            "build_seconds": round(self.seconds, 3),
+            "comparisons": self.comparisons.to_dicts(),
+            "notes": self.notes,
+        }
+
+    def summary_lines(self) -> list[str]:
+        """A few lines for the terminal: per measure, the p99 (or mean) of
+        every phase against the baseline."""
+        out = [f"{self.run.get('name')}: {self.run.get('status')}, {len(self.run.get('steps', []))} probe runs"]
+        c = self.comparisons
+        if c.is_empty():
+            return out + ["  no measurements to compare"]
+        for (probe, measure), g in c.group_by(["probe", "measure"], maintain_order=True):
+            metric = "p99" if "p99" in g["metric"].to_list() else "mean"
+            g = g.filter(pl.col("metric") == metric)
+            parts = []
+            for r in g.iter_rows(named=True):
+                if r["phase"] == r["baseline_phase"]:
+                    parts.append(f"{r['phase']} {format_ns(r['value_ns'])}")
+                else:
+                    mark = "*" if r["significant"] else ""
+                    parts.append(f"{r['phase']} {_ratio(r['ratio'])}{mark} [{_ratio(r['ratio_lo'])}, {_ratio(r['ratio_hi'])}]")
+            if len(parts) > 1 or measure in ("latency", "wake_delay", "burst") or len(out) < 12:
+                out.append(f"  {probe} {measure} {metric}: " + " · ".join(parts))
+        out.append("  (ratios to the baseline with 95% CI; * = significant)")
+        for n in self.notes:
+            out.append(f"  note: {n}")
+        return out[:30]
+
+
+def _ratio(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}x"
+
+
+def build(run_dir: Path) -> Report:
+    from loopscope.analysis.phases import compare_phases
+    from loopscope.report.html import render
+    from loopscope.report.tables import load_run
+
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    if not (run_dir / "run.json").exists():
+        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory printed by 'loopscope run'")
+    tables = load_run(run_dir)
+    phase_order = [p["name"] for p in tables.spec.get("phases") or []]
+    comp = compare_phases(tables, phase_order)
+    out = run_dir / "tables"
+    tables.write(out)
+    comp.write_parquet(out / "comparisons.parquet")
+    notes = list(tables.run.get("notes") or [])
+    lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
+    for r in lost.iter_rows(named=True):
+        notes.append(f"rep {r['rep']} {r['phase']} {r['probe']}: {r['lost_records']} trace records lost")
+    for key, res in tables.results.items():
+        for th in res.get("threads") or []:
+            if th.get("sched") and "refused" in th["sched"]:
+                notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
+    if tables.run.get("status") != "completed":
+        notes.insert(0, f"the run {tables.run.get('status')}: {tables.run.get('error')}")
+    html = run_dir / "report.html"
+    html.write_text(render(tables, comp, phase_order, notes))
+    rep = Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)
+    (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
+    return rep

@@ -1,0 +1,142 @@
+"""Charts for the report, as inline SVG (matplotlib, no JavaScript).
+
+Scatter plots of many points are rasterised inside the SVG (an embedded
+image), so a report of a long run stays a few hundred kilobytes and opens
+fast; axes, labels and lines stay vector.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import polars as pl  # noqa: E402
+
+PALETTE = ["#1f5fa8", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5c940d", "#495057", "#364fc7"]
+
+plt.rcParams.update(
+    {
+        "font.size": 9,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.25,
+        "svg.fonttype": "none",
+        "figure.dpi": 100,
+    }
+)
+
+
+def _svg(fig: plt.Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    s = buf.getvalue()
+    s = s[s.index("<svg") :]
+    # Unique ids per chart so several inline SVGs do not clash.
+    tag = f"c{id(buf) & 0xFFFFFF:x}"
+    s = re.sub(r'id="([^"]+)"', lambda m: f'id="{tag}{m.group(1)}"', s)
+    s = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{tag}{m.group(1)})", s)
+    s = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{tag}{m.group(1)}"', s)
+    return s
+
+
+def _scale(values: np.ndarray) -> tuple[float, str]:
+    m = float(np.nanmax(values)) if len(values) else 1.0
+    if m >= 1e6:
+        return 1e6, "ms"
+    if m >= 1e3:
+        return 1e3, "µs"
+    return 1.0, "ns"
+
+
+def ecdf(frame: pl.DataFrame, phases: list[str], title: str, xlabel: str) -> str:
+    """Empirical CDF per phase (log x), tail emphasised by a log-scaled
+    survival axis: where the curves separate above p99 is what loads do."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    allv = frame["value"].to_numpy()
+    pos = allv[allv > 0]
+    f, unit = _scale(pos if len(pos) else np.array([1.0]))
+    for i, ph in enumerate(phases):
+        v = np.sort(frame.filter(pl.col("phase") == ph)["value"].to_numpy().astype(np.float64))
+        v = v[v > 0]
+        if not len(v):
+            continue
+        surv = 1.0 - (np.arange(1, len(v) + 1) - 0.5) / len(v)
+        ax.step(v / f, surv, where="post", color=PALETTE[i % len(PALETTE)], lw=1.4, label=ph)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{xlabel} ({unit})")
+    ax.set_ylabel("fraction of samples above")
+    ax.set_title(title, loc="left")
+    for q, lbl in ((0.5, "p50"), (0.01, "p99"), (0.001, "p99.9")):
+        ax.axhline(q, color="#888", lw=0.6, ls=":")
+        ax.text(1.0, q, f" {lbl}", transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="#666")
+    ax.legend(fontsize=7, frameon=False, ncol=2)
+    return _svg(fig)
+
+
+def over_time(frame: pl.DataFrame, phases: list[str], title: str, ylabel: str) -> str:
+    """Each sample against the time since its step began, one panel per
+    phase, repetitions in shades: drift, warm-up and periodic disturbances show."""
+    n = len(phases)
+    fig, axes = plt.subplots(n, 1, figsize=(6.4, 1.25 * n + 0.6), sharex=True, sharey=True, squeeze=False)
+    allv = frame["value"].to_numpy()
+    f, unit = _scale(allv[allv > 0] if (allv > 0).any() else np.array([1.0]))
+    for i, ph in enumerate(phases):
+        ax = axes[i][0]
+        g = frame.filter(pl.col("phase") == ph)
+        for j, (_, r) in enumerate(g.group_by("rep", maintain_order=True)):
+            t = r["t_ns"].to_numpy()
+            v = r["value"].to_numpy().astype(np.float64)
+            if not len(t):
+                continue
+            ax.scatter((t - t.min()) / 1e9, np.maximum(v, 1) / f, s=2, alpha=0.5, color=PALETTE[i % len(PALETTE)], lw=0, rasterized=True)
+            del j
+        ax.set_yscale("log")
+        ax.set_ylabel(ph, rotation=0, ha="right", va="center", fontsize=8)
+    axes[-1][0].set_xlabel("seconds since the probe started (all repetitions overlaid)")
+    axes[0][0].set_title(f"{title} ({ylabel}, {unit})", loc="left")
+    return _svg(fig)
+
+
+def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str) -> str:
+    """Mean cost per call and phase with its 95 % CI."""
+    calls = comp["measure"].unique(maintain_order=True).to_list()
+    fig, ax = plt.subplots(figsize=(6.4, 0.28 * len(calls) * max(1, len(phases)) / 2 + 1.2))
+    h = 0.8 / max(1, len(phases))
+    for i, ph in enumerate(phases):
+        c = comp.filter(pl.col("phase") == ph)
+        y, x, lo, hi = [], [], [], []
+        for k, call in enumerate(calls):
+            r = c.filter(pl.col("measure") == call)
+            if r.is_empty():
+                continue
+            y.append(k + i * h)
+            x.append(r["value_ns"][0])
+            lo.append(r["value_ns"][0] - r["value_lo_ns"][0])
+            hi.append(r["value_hi_ns"][0] - r["value_ns"][0])
+        ax.barh(y, x, height=h, color=PALETTE[i % len(PALETTE)], label=ph, xerr=[lo, hi], error_kw={"lw": 0.8, "capsize": 1.5})
+    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], calls)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("ns per call (95% CI)")
+    ax.set_title(title, loc="left")
+    ax.legend(fontsize=7, frameon=False)
+    return _svg(fig)
+
+
+def load_bars(loads: pl.DataFrame) -> str:
+    """CPU the loads used, in cores, per phase and repetition."""
+    fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(loads) + 1.0))
+    labels = [f"{r['phase']} · rep {r['rep']} · {r['name']}" for r in loads.iter_rows(named=True)]
+    ax.barh(range(len(loads)), loads["cpu_util"].to_list(), color=PALETTE[0])
+    ax.set_yticks(range(len(loads)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("CPU used by the load (cores, from its cgroup)")
+    return _svg(fig)

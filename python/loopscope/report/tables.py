@@ -1,0 +1,114 @@
+"""A run directory as tables: every measurement, one row each.
+
+The traces are the source of truth: each step of a run (repetition × phase
+× probe) has one trace, and its records become rows tagged with the step
+they came from. The probes' JSON results supply what a record does not carry
+(the sched probe's burst-alone reference, the syscall probe's batch size).
+``docs/tables.md`` documents every column; the files are written to
+``RUN/tables/*.parquet``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from loopscope.trace import reader
+
+STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
+
+
+@dataclass
+class RunTables:
+    run: dict[str, Any]
+    spec: dict[str, Any]
+    provenance: dict[str, Any]
+    timer: pl.DataFrame
+    sched: pl.DataFrame
+    syscall: pl.DataFrame
+    loads: pl.DataFrame
+    steps: pl.DataFrame
+    results: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
+
+    def write(self, out: Path) -> list[Path]:
+        out.mkdir(exist_ok=True)
+        paths = []
+        for name in ("timer", "sched", "syscall", "loads", "steps"):
+            df: pl.DataFrame = getattr(self, name)
+            p = out / f"{name}.parquet"
+            df.write_parquet(p)
+            paths.append(p)
+        return paths
+
+
+def _empty(schema: dict[str, Any]) -> pl.DataFrame:
+    return pl.DataFrame(schema={**STEP_COLS, **schema})
+
+
+def _tag(df: pl.DataFrame, st: dict[str, Any]) -> pl.DataFrame:
+    return df.with_columns(
+        pl.lit(st["rep"], dtype=pl.UInt16).alias("rep"),
+        pl.lit(st["phase"]).alias("phase"),
+        pl.lit("+".join(st["loads"]) or "none").alias("loads"),
+        pl.lit(st["probe"]).alias("probe"),
+    )
+
+
+def load_run(run_dir: Path) -> RunTables:
+    run = json.loads((run_dir / "run.json").read_text())
+    spec = json.loads((run_dir / "spec.json").read_text())
+    prov_path = run_dir / "provenance.json"
+    prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+    timer, sched, sysc, stepsrows = [], [], [], []
+    results: dict[tuple[int, str, str], dict[str, Any]] = {}
+    for st in run["steps"]:
+        res_path = run_dir / st["json"]
+        try:
+            res = json.loads(res_path.read_text().strip().splitlines()[-1])
+        except (OSError, json.JSONDecodeError, IndexError):
+            res = {}
+        results[(st["rep"], st["phase"], st["probe"])] = res
+        trace = run_dir / st["trace"]
+        df, inf = reader.read_with_info(trace, sort=False)
+        stepsrows.append(
+            {
+                "rep": st["rep"], "phase": st["phase"], "loads": "+".join(st["loads"]) or "none", "probe": st["probe"], "kind": st["kind"],
+                "trace": st["trace"], "records": inf.records, "lost_records": inf.lost_records, "damaged_chunks": inf.stats["damaged_chunks"],
+                "probe_cpu_s": (st.get("cpu_usec") or 0) / 1e6, "wall_s": (st["end_mono_ns"] - st["spawn_mono_ns"]) / 1e9,
+            }
+        )
+        name = pl.col("name").cast(pl.String)
+        if st["kind"] == "timer":
+            w = df.filter(name == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
+            timer.append(_tag(w, st))
+        elif st["kind"] == "sched":
+            wk = df.filter(name == "wakeup").select(pl.col("tag").alias("cycle"), pl.col("t_ns"), pl.col("dur_ns").alias("wake_delay_ns"))
+            bu = df.filter(name == "burst").select(pl.col("tag").alias("cycle"), pl.col("dur_ns").alias("burst_ns"))
+            alone = int(res.get("alone_ns") or 0)
+            j = wk.join(bu, on="cycle", how="left").with_columns((pl.col("burst_ns") - alone).alias("extra_ns"))
+            sched.append(_tag(j, st))
+        elif st["kind"] == "syscall":
+            batch = int(res.get("batch") or 1)
+            s = df.filter(pl.col("group").cast(pl.String) == "syscall").select(
+                name.alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
+            )
+            sysc.append(_tag(s, st))
+    loads = pl.DataFrame(run.get("loads") or [], infer_schema_length=None) if run.get("loads") else pl.DataFrame()
+    if len(loads):
+        loads = loads.with_columns((pl.col("cpu_s") / pl.col("elapsed_s")).alias("cpu_util")).drop("exit")
+    cat = lambda xs, schema: pl.concat(xs, how="vertical_relaxed") if xs else _empty(schema)  # noqa: E731
+    return RunTables(
+        run=run,
+        spec=spec,
+        provenance=prov,
+        timer=cat(timer, {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}),
+        sched=cat(sched, {"cycle": pl.UInt32, "t_ns": pl.Int64, "wake_delay_ns": pl.Int64, "burst_ns": pl.Int64, "extra_ns": pl.Int64}),
+        syscall=cat(sysc, {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}),
+        loads=loads,
+        steps=pl.DataFrame(stepsrows) if stepsrows else pl.DataFrame(schema={**STEP_COLS, "kind": pl.String}),
+        results=results,
+    )

@@ -1,0 +1,16 @@
+"""Experiment files: models (:mod:`.models`), loading with located errors
+(:mod:`.load`), the JSON Schema, and the plan a run follows (:mod:`.plan`)."""
+
+from loopscope.spec.load import Problem, SpecError, load, parse
+from loopscope.spec.models import Experiment
+
+
+def json_schema() -> dict:
+    """The JSON Schema of experiment files (``loopscope schema``)."""
+    s = Experiment.model_json_schema(mode="validation")
+    s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    s["title"] = "loopscope experiment"
+    return s
+
+
+__all__ = ["Experiment", "Problem", "SpecError", "json_schema", "load", "parse"]
