@@ -23,7 +23,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(VENV)/.pydeps: pyproject.toml | $(PY)
-	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pydantic pyyaml scipy jinja2 matplotlib pytest hypothesis ruff selenium
+	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pydantic pyyaml scipy jinja2 matplotlib pytest hypothesis ruff selenium jsonschema
 	touch $@
 
 # The C library and header C programs link against, inside the package.
@@ -44,7 +44,7 @@ build: $(VENV)/.pydeps clib
 install: deps build
 
 demo: install
-	$(VENV)/bin/loopscope probe timer --interval-us 1000 --duration 5s
+	$(VENV)/bin/loopscope run examples/demo.yaml
 
 test-rust:
 	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-capi

@@ -14,3 +14,20 @@ def assert_clean_error(r: subprocess.CompletedProcess[str], code: int, *needles:
     assert len(err.splitlines()) == 1, err
     for n in needles:
         assert n in err, (n, err)
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """True once process ``pid`` no longer exists (zombies count as gone)."""
+    import time
+    from pathlib import Path
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            return True
+        time.sleep(0.05)
+    return False

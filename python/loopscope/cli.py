@@ -331,7 +331,9 @@ def check_cmd(spec: str) -> int:
 
     exp = load(spec)
     runs = phase_runs(exp)
-    click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · about {format_ns(estimate_seconds(exp) * 1e9)}")
+    est = estimate_seconds(exp)
+    about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"
+    click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · at most about {about}")
     for pr in runs:
         loads = ", ".join(pr.phase.loads) or "no load"
         click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")

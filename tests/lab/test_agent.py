@@ -1,0 +1,69 @@
+"""The agent's JSON-lines protocol, spoken to a real agent process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from loopscope.lab import procs
+from tests.helpers import wait_gone
+
+
+class Agent:
+    def __init__(self, run_id: str) -> None:
+        env = procs.child_env(run_id)
+        env.pop("LOOPSCOPE_PDEATHSIG")
+        self.p = subprocess.Popen([sys.executable, "-m", "loopscope.agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+
+    def send(self, line: str) -> dict[str, Any]:
+        assert self.p.stdin and self.p.stdout
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+        return json.loads(self.p.stdout.readline())
+
+    def call(self, **m: Any) -> dict[str, Any]:
+        return self.send(json.dumps(m))
+
+    def close(self) -> None:
+        self.p.communicate(timeout=30)
+
+
+def test_hello_describes_the_host(tmp_path: Path) -> None:
+    a = Agent("agent-t1")
+    r = a.call(id=1, op="hello", run_id="agent-t1", run_dir=str(tmp_path))
+    assert r["ok"] and r["id"] == 1 and r["pid"] == a.p.pid
+    assert r["provenance"]["kernel"]["release"]
+    assert a.call(id=2, op="shutdown")["ok"]
+    a.close()
+    assert a.p.returncode == 0
+
+
+def test_bad_requests_get_error_replies_not_a_dead_agent(tmp_path: Path) -> None:
+    a = Agent("agent-t2")
+    r = a.send("{not json")
+    assert not r["ok"] and "bad request" in r["error"]
+    r = a.call(id=5, op="fly")
+    assert not r["ok"] and r["id"] == 5 and "unknown op 'fly'" in r["error"]
+    assert a.call(id=6, op="hello", run_id="agent-t2", run_dir=str(tmp_path))["ok"]
+    a.call(id=7, op="shutdown")
+    a.close()
+
+
+def test_closing_stdin_stops_the_loads_it_started(tmp_path: Path) -> None:
+    a = Agent("agent-t3")
+    a.call(id=1, op="hello", run_id="agent-t3", run_dir=str(tmp_path))
+    r = a.call(id=2, op="start_loads", step_dir=str(tmp_path / "s"), scratch_dir=str(tmp_path / "x"), loads=[{"name": "c", "kind": "cpu", "level": 2}])
+    assert r["ok"], r
+    pids = r["loads"][0]["pids"]
+    assert len(pids) == 2
+    assert a.p.stdin and a.p.stdout and a.p.stderr
+    a.p.stdin.close()
+    a.p.wait(timeout=30)
+    a.p.stdout.close()
+    a.p.stderr.close()
+    for pid in pids:
+        assert wait_gone(pid, 5)
+    assert procs.pids_of_run("agent-t3") == []

@@ -1,0 +1,127 @@
+"""Reports: the tables, the comparisons, and the page in a real browser."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from loopscope.report import build
+from tests.conftest import ROOT, Cli
+from tests.helpers import assert_clean_error
+
+SPEC = """name: rep
+probes:
+  - kind: timer
+    interval_us: 1000
+  - kind: sched
+    sleep_us: 500
+    work_us: 500
+  - kind: syscall
+    calls: [getpid, open, read]
+    max_seconds_per_call: 0.3
+    target_pct: 10
+loads:
+  - kind: cpu
+    level: 2
+  - kind: io
+    level: 1
+duration: 600ms
+repetitions: 2
+"""
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import subprocess
+
+    from tests.conftest import BIN
+
+    d = tmp_path_factory.mktemp("report")
+    (d / "spec.yaml").write_text(SPEC)
+    r = subprocess.run([str(BIN), "run", "spec.yaml", "--run-dir", "run", "--no-report"], cwd=d, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return d / "run"
+
+
+def test_tables_hold_every_sample_tagged_with_its_step(run_dir: Path) -> None:
+    build(run_dir)
+    t = pl.read_parquet(run_dir / "tables" / "timer.parquet")
+    assert set(t.columns) >= {"rep", "phase", "loads", "probe", "thread", "t_ns", "latency_ns"}
+    assert sorted(t["phase"].unique().to_list()) == ["baseline", "cpu-2", "io-1"]
+    assert sorted(t["rep"].unique().to_list()) == [1, 2]
+    s = pl.read_parquet(run_dir / "tables" / "sched.parquet")
+    assert {"wake_delay_ns", "burst_ns", "extra_ns", "cycle"} <= set(s.columns)
+    y = pl.read_parquet(run_dir / "tables" / "syscall.parquet")
+    assert sorted(y["call"].unique().to_list()) == ["getpid", "open", "read"]
+    assert (y["per_call_ns"] > 0).all()
+    loads = pl.read_parquet(run_dir / "tables" / "loads.parquet")
+    assert len(loads) == 4 and (loads["cpu_s"] > 0).all()
+
+
+def test_every_phase_is_compared_with_the_baseline_with_an_interval(run_dir: Path) -> None:
+    c = build(run_dir).comparisons
+    base = c.filter(pl.col("phase") == "baseline")
+    assert (base["ratio"] == 1.0).all()
+    other = c.filter(pl.col("phase") != "baseline")
+    assert len(other) > 0
+    assert (other["ratio_lo"] <= other["ratio"]).all() and (other["ratio"] <= other["ratio_hi"]).all()
+    assert set(c["measure"].unique().to_list()) >= {"latency", "wake_delay", "burst", "getpid", "open", "read"}
+    saved = pl.read_parquet(run_dir / "tables" / "comparisons.parquet")
+    assert len(saved) == len(c)
+
+
+def test_the_report_cli_prints_a_summary_and_the_page_path(cli: Cli, run_dir: Path) -> None:
+    r = cli("report", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert "timer latency p99: baseline" in r.stdout
+    assert r.stdout.strip().splitlines()[-1].endswith("report.html")
+    j = json.loads(cli("report", str(run_dir), "--json").stdout)
+    assert j["status"] == "completed" and j["comparisons"]
+
+
+def test_report_on_something_that_is_not_a_run_is_an_input_error(cli: Cli, tmp_path: Path) -> None:
+    assert_clean_error(cli("report", str(tmp_path)), 2, "not a run directory")
+
+
+def test_the_page_is_self_contained(run_dir: Path) -> None:
+    html = build(run_dir).html.read_text()
+    assert "<script" not in html
+    for bad in ('src="http', "href=\"http", "@import", "url(http"):
+        assert bad not in html
+    assert html.count("<svg") >= 6
+
+
+@pytest.mark.needs_tool("chromium", "chromedriver")
+def test_the_report_renders_in_headless_chromium_without_console_errors(run_dir: Path) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    page = build(run_dir).html
+    o = Options()
+    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--window-size=1200,1600"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    try:
+        d.get(page.as_uri())
+        assert d.title == "loopscope · rep"
+        assert "Probe timer" in d.find_element(By.ID, "probe-timer").text
+        assert len(d.find_elements(By.CSS_SELECTOR, "figure svg")) >= 6
+        errors = [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        assert errors == []
+        h = d.execute_script("return document.body.scrollHeight")
+        d.set_window_size(1200, min(int(h) + 40, 16000))
+        out = ROOT / "test-artifacts"
+        out.mkdir(exist_ok=True)
+        assert d.save_screenshot(str(out / "report.png"))
+    finally:
+        d.quit()
+    assert (out / "report.png").stat().st_size > 50_000
