@@ -2,14 +2,27 @@
 
 The pieces follow the flow of data: :mod:`loopscope.trace` (instrument and
 read traces), :mod:`loopscope.probes` (measure the machine),
+:mod:`loopscope.loads` (background loads), :mod:`loopscope.spec` and
+:mod:`loopscope.lab` (experiment files and running them),
 :mod:`loopscope.analysis` (statistics with their errors),
-:mod:`loopscope.bench` (loopscope against its floor and its peers) and
-:mod:`loopscope.cli` (the ``loopscope`` command).
+:mod:`loopscope.report` (HTML, tables, terminal), :mod:`loopscope.bench`
+(loopscope against its floor and its peers) and :mod:`loopscope.cli`.
+
+Imports are kept lazy: a probe process started by an agent must begin
+measuring within a fraction of a second.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("loopscope")
-except PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.0.0+unknown"
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("loopscope")
+        except PackageNotFoundError:  # running from a source tree without install
+            v = "0.0.0+unknown"
+        globals()["__version__"] = v
+        return v
+    raise AttributeError(name)

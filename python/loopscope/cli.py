@@ -19,7 +19,6 @@ from typing import Any
 
 import click
 
-from loopscope import __version__
 from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, InputError, LoopscopeError
 from loopscope.units import format_ns, parse_duration_ns
 
@@ -77,7 +76,7 @@ def _default_run_dir(name: str) -> Path:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
-@click.version_option(__version__, "--version", prog_name="loopscope")
+@click.version_option(None, "--version", package_name="loopscope", prog_name="loopscope")
 def cli() -> None:
     """Measure how late soft-real-time work gets on this machine, how often, and why."""
 
@@ -441,6 +440,18 @@ def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> in
     from loopscope.bench import timer as bt
 
     return _report(bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo), as_json, bt.print_human)
+
+
+@bench.command("lab")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs of each measurement [5, quick: 2].")
+@click.option("--demo", default=None, help="Experiment whose report is timed [examples/demo.yaml].")
+def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) -> int:
+    """What the lab costs: agent start to probe start, report time, timer through the lab vs alone."""
+    from loopscope.bench import lab
+
+    return _report(lab.run(quick=quick, runs=runs, demo=demo, progress=None if as_json else click.echo), as_json, lab.print_human)
 
 
 # ---- entry point -----------------------------------------------------------------

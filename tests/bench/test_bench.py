@@ -37,3 +37,13 @@ def test_bench_timer_compares_with_cyclictest(cli: Cli) -> None:
     for k in ("min_ns", "avg_ns", "p50_ns", "p99_ns", "max_ns"):
         assert j["loopscope"][k] > 0 and j["cyclictest"][k] > 0
         assert j["ratio_loopscope_over_cyclictest"][k] > 0
+
+
+def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli) -> None:
+    r = cli("bench", "lab", "--json", "--quick", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["agent_to_probe_ms"] > 0 and j["report_s"] > 0
+    for q in ("p50", "p99"):
+        a = j["timer_run_vs_alone"][q]
+        assert a["via_run_ns"] > 0 and a["alone_ns"] > 0 and isinstance(a["cis_overlap"], bool)
