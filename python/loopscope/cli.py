@@ -277,11 +277,28 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
     from loopscope.lab import controller
 
-    def say(msg: str) -> None:
-        sys.stderr.write(msg + "\n")
-        sys.stderr.flush()
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    out = controller.run(spec, results=results, run_dir=run_dir, say=say)
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        task = bar.add_task("starting", total=None)
+
+        def say(msg: str) -> None:
+            bar.console.print(msg, highlight=False)
+
+        def tick(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        with bar:
+            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick)
+    else:
+
+        def say(msg: str) -> None:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+
+        out = controller.run(spec, results=results, run_dir=run_dir, say=say)
     if out.status == "completed" and not no_report:
         from loopscope.report import build
 

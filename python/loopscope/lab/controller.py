@@ -37,6 +37,7 @@ from loopscope.spec import Experiment, load
 from loopscope.spec.plan import phase_runs, probe_seconds
 
 Say = Callable[[str], None]
+Tick = Callable[[int, int, str], None]
 
 
 class Interrupted(Exception):
@@ -209,7 +210,7 @@ def _sleep(seconds: float) -> None:
         time.sleep(min(0.1, end - time.monotonic()))
 
 
-def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str]) -> Outcome:
+def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None) -> Outcome:
     run_id = run_dir.name
     run_dir.mkdir(parents=True)
     base = run_dir.resolve()  # what the agent is given: it may not share our cwd
@@ -276,7 +277,11 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 _sleep(exp.warmup / 1e9)
             for probe in exp.probes:
                 dur = int(probe_seconds(exp, probe) * 1e9)
-                say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name} · {probe.name} ({dur / 1e9:g} s)")
+                label = f"rep {pr.rep} · {pr.phase.name} · {probe.name} ({dur / 1e9:g} s)"
+                if tick is not None:
+                    tick(done, total, label)
+                else:
+                    say(f"[{done}/{total}] {label}")
                 pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
                 r = agent.call("run_probe", probe=pspec, step_dir=str(step_dir), scratch_dir=str(scratch), duration_ns=dur)
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
@@ -298,6 +303,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 )
                 done += 1
                 _write_json(run_dir / "run.json", run)
+                if tick is not None:
+                    tick(done, total, label)
             if loads:
                 lr = agent.call("stop_loads")
                 for ld in lr["loads"]:
@@ -338,7 +345,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     return out
 
 
-def run(spec_path: str, *, results: str | None = None, run_dir: str | None = None, say: Say = lambda s: None) -> Outcome:
+def run(spec_path: str, *, results: str | None = None, run_dir: str | None = None, say: Say = lambda s: None, tick: Tick | None = None) -> Outcome:
     exp = load(spec_path)
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)
@@ -351,4 +358,4 @@ def run(spec_path: str, *, results: str | None = None, run_dir: str | None = Non
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{target.parent}: cannot create the results directory: {e.strerror}") from None
-    return execute(exp, text, target, say, notes)
+    return execute(exp, text, target, say, notes, tick)
