@@ -66,7 +66,9 @@ class Report:
 
 
 def _ratio(x: float) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}x"
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.3f}x" if abs(x - 1) < 0.01 else f"{x:.2f}x"
 
 
 def build(run_dir: Path) -> Report:

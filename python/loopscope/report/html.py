@@ -28,7 +28,10 @@ def _ns(x: float | None) -> str:
 
 
 def _ratio(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.2f}×"
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    # Near 1 two decimals would hide a small but significant change.
+    return f"{x:.3f}×" if abs(x - 1) < 0.01 else f"{x:.2f}×"
 
 
 def _cell(r: dict[str, Any]) -> dict[str, Any]:
