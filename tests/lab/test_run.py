@@ -80,6 +80,8 @@ def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, t
     assert not (d / "scratch").exists()
     assert "report: " in r.stdout
     assert leftovers("r1") == []
+    root, _ = find_root()
+    assert root is None or not any(p.is_dir() for p in root.iterdir())
 
 
 def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path: Path) -> None:

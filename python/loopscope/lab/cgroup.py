@@ -129,3 +129,14 @@ class RunGroup:
             except OSError:
                 ok = False
         return ok
+
+
+def remove_root_if_empty(run_group: Path) -> None:
+    """Remove the shared ``loopscope`` group once no run uses it (rmdir
+    fails harmlessly while another run's group is inside)."""
+    root = run_group.parent
+    if root.name == ROOT_NAME:
+        try:
+            root.rmdir()
+        except OSError:
+            pass

@@ -101,4 +101,9 @@ def run(dry_run: bool = False) -> list[str]:
             actions.append(f"{verb}kill and remove leftover cgroup {g}")
             if not dry_run:
                 RunGroup.remove(g)
+        if not dry_run and not live:
+            try:
+                root.rmdir()
+            except OSError:
+                pass
     return actions

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from loopscope.errors import InputError, RunError
 from loopscope.lab import procs, state
-from loopscope.lab.cgroup import RunGroup
+from loopscope.lab.cgroup import RunGroup, remove_root_if_empty
 from loopscope.spec import Experiment, load
 from loopscope.spec.plan import phase_runs, probe_seconds
 
@@ -327,6 +327,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                     agent.terminate()
             if cgroup:
                 RunGroup.remove(Path(cgroup))
+                remove_root_if_empty(Path(cgroup))
             for pid in procs.pids_of_run(run_id):
                 try:
                     os.kill(pid, signal.SIGKILL)
