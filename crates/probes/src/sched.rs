@@ -14,6 +14,7 @@ use loopscope_trace::{register, Entity, Kind};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use crate::os::{mono_ns, sleep_until, pin};
 
 #[derive(Clone, Debug)]
 pub struct SchedConfig {
@@ -48,16 +49,7 @@ pub struct SchedResult {
     pub interrupted: bool,
 }
 
-fn mono() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
-}
 
-fn sleep_until(t: i64) {
-    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
-    while unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) } == libc::EINTR {}
-}
 
 /// The computation: adding integers, as in the seed.
 #[inline(never)]
@@ -69,13 +61,6 @@ fn work(iters: u64) -> u64 {
     a
 }
 
-fn pin(cpu: usize) {
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
 
 pub struct SchedEntities {
     pub wakeup: &'static Entity,
@@ -94,9 +79,9 @@ fn calibrate(work_ns: u64) -> (u64, Vec<i64>) {
     let mut iters = 10_000u64;
     // Grow until one timing is long enough to scale from.
     loop {
-        let t = mono();
+        let t = mono_ns();
         black_box(work(iters));
-        let d = mono() - t;
+        let d = mono_ns() - t;
         if d > 200_000 || iters > 1 << 34 {
             iters = ((iters as f64) * work_ns as f64 / d.max(1) as f64).max(1.0) as u64;
             break;
@@ -105,9 +90,9 @@ fn calibrate(work_ns: u64) -> (u64, Vec<i64>) {
     }
     let samples = (0..21)
         .map(|_| {
-            let t = mono();
+            let t = mono_ns();
             black_box(work(iters));
-            mono() - t
+            mono_ns() - t
         })
         .collect();
     (iters, samples)
@@ -159,25 +144,25 @@ pub fn run(cfg: &SchedConfig, stop: Arc<AtomicBool>) -> SchedResult {
         .collect();
     // Let the busy threads get going.
     std::thread::sleep(std::time::Duration::from_millis(20));
-    let t0 = mono();
+    let t0 = mono_ns();
     let end = t0 + cfg.duration_ns as i64;
     let expected = (cfg.duration_ns / (cfg.sleep_ns + cfg.work_ns).max(1)) as usize + 2;
     res.wake_delay_ns.reserve(expected);
     res.extra_ns.reserve(expected);
     let mut cycle = 0u32;
-    while mono() < end && !stop.load(Ordering::Relaxed) {
-        let deadline = mono() + cfg.sleep_ns as i64;
+    while mono_ns() < end && !stop.load(Ordering::Relaxed) {
+        let deadline = mono_ns() + cfg.sleep_ns as i64;
         sleep_until(deadline);
-        let woke = mono();
+        let woke = mono_ns();
         black_box(work(iters));
-        let done_at = mono();
+        let done_at = mono_ns();
         res.wake_delay_ns.push(woke - deadline);
         res.extra_ns.push(done_at - woke - res.alone_ns);
         ents.wakeup.interval_mono(cycle, deadline as u64, (woke - deadline).max(0) as u64);
         ents.burst.interval_mono(cycle, woke as u64, (done_at - woke).max(0) as u64);
         cycle = cycle.wrapping_add(1);
     }
-    res.elapsed_ns = (mono() - t0) as u64;
+    res.elapsed_ns = (mono_ns() - t0) as u64;
     res.interrupted = stop.load(Ordering::Relaxed);
     done.store(true, Ordering::Relaxed);
     for h in busy {

@@ -15,6 +15,7 @@ use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use crate::os::mono_ns;
 
 pub const CALLS: &[&str] = &[
     "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
@@ -52,11 +53,6 @@ pub struct SyscallResult {
     pub clock_read_ns: f64,
 }
 
-fn mono() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
-}
 
 /// Two-sided 95 % Student t quantile for `df` degrees of freedom.
 pub fn t95(df: usize) -> f64 {
@@ -207,7 +203,7 @@ impl Bench {
             }
         }
         let mut failed: Option<String> = None;
-        let t0 = mono();
+        let t0 = mono_ns();
         unsafe {
             match call {
                 "getpid" => {
@@ -306,7 +302,7 @@ impl Bench {
                 other => failed = Some(format!("unknown system call {other:?}; known: {}", CALLS.join(", "))),
             }
         }
-        let dt = mono() - t0;
+        let dt = mono_ns() - t0;
         // Clean-up outside the timing, and failures of calls that return handles.
         unsafe {
             for f in fds.iter() {
@@ -367,7 +363,7 @@ pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, 
     for call in &cfg.calls {
         let ent = entity(call);
         let mut r = CallResult { name: call.clone(), ..Default::default() };
-        let t_start = mono();
+        let t_start = mono_ns();
         // One untimed batch warms caches and the dentry/socket paths.
         if let Err(e) = b.batch(call, cfg.batch, usize::MAX) {
             r.error = Some(e);
@@ -401,7 +397,7 @@ pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, 
                     break;
                 }
             }
-            if n >= cfg.max_batches || (mono() - t_start) as f64 > cfg.max_seconds * 1e9 {
+            if n >= cfg.max_batches || (mono_ns() - t_start) as f64 > cfg.max_seconds * 1e9 {
                 break;
             }
         }

@@ -15,6 +15,7 @@
 use loopscope_trace::{register, Entity, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use crate::os::{mono_ns, sleep_until, pin};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -74,29 +75,8 @@ pub struct TimerResult {
     pub elapsed_ns: u64,
 }
 
-fn mono() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
-}
 
-fn sleep_until(t: i64) {
-    let ts = libc::timespec { tv_sec: (t / 1_000_000_000) as libc::time_t, tv_nsec: (t % 1_000_000_000) as libc::c_long };
-    loop {
-        let r = unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
-        if r != libc::EINTR {
-            break;
-        }
-    }
-}
 
-fn pin(cpu: usize) -> bool {
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
-}
 
 fn set_fifo(prio: i32) -> Result<(), String> {
     let p = libc::sched_param { sched_priority: prio };
@@ -130,13 +110,13 @@ pub fn clock_read_ns() -> f64 {
     let mut v: Vec<f64> = (0..9)
         .map(|_| {
             let n = 2_000;
-            let t0 = mono();
+            let t0 = mono_ns();
             let mut acc = 0i64;
             for _ in 0..n {
-                acc = acc.wrapping_add(mono());
+                acc = acc.wrapping_add(mono_ns());
             }
             std::hint::black_box(acc);
-            (mono() - t0) as f64 / n as f64
+            (mono_ns() - t0) as f64 / n as f64
         })
         .collect();
     v.sort_by(|a, b| a.total_cmp(b));
@@ -235,7 +215,7 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
                     let iv = cfg.interval_ns as i64;
                     while next < end && !stop.load(Ordering::Relaxed) {
                         sleep_until(next);
-                        let now = mono();
+                        let now = mono_ns();
                         let l = now - next;
                         if lat.len() < keep {
                             lat.push(l);
@@ -264,7 +244,7 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
         })
         .collect();
     ready.wait();
-    let t_begin = mono();
+    let t_begin = mono_ns();
     start_at.store(t_begin + 1_000_000, Ordering::Release); // first deadline 1 ms out
     go.wait();
     for h in handles {
@@ -273,7 +253,7 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
             Err(_) => res.threads.push(ThreadResult { error: Some("timer thread panicked".into()), ..Default::default() }),
         }
     }
-    res.elapsed_ns = (mono() - t_begin) as u64;
+    res.elapsed_ns = (mono_ns() - t_begin) as u64;
     res.interrupted = stop.load(Ordering::Relaxed);
     if cfg.mlock && res.mlock_ok {
         unsafe { libc::munlockall() };

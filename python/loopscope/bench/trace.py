@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope import _native, cbuild
+from loopscope.lab import procs
 from loopscope.errors import RunError
 from loopscope.trace import api as lt
 from loopscope.trace import reader
@@ -121,7 +122,7 @@ def _lttng(work: Path, n: int, reps: int, progress: Progress) -> tuple[list[floa
         subprocess.run(["lttng", "stop", session], capture_output=True, timeout=60)
         subprocess.run(["lttng", "destroy", session], capture_output=True, timeout=60)
         for pid in started:
-            _kill(pid)
+            procs.terminate_pid(pid, grace=5.0)
 
 
 def _pids(name: str) -> set[int]:
@@ -134,23 +135,6 @@ def _pids(name: str) -> set[int]:
             except OSError:
                 pass
     return out
-
-
-def _kill(pid: int) -> None:
-    import signal
-
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(50):
-        if not Path(f"/proc/{pid}").exists():
-            return
-        time.sleep(0.1)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:

@@ -13,27 +13,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import time
 from pathlib import Path
 
 from loopscope.lab import procs, state
 from loopscope.lab.cgroup import RunGroup, find_root
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    for _ in range(30):
-        if not Path(f"/proc/{pid}").exists():
-            return
-        time.sleep(0.05)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _run_ids_in_environments() -> dict[str, list[int]]:
@@ -66,7 +49,7 @@ def run(dry_run: bool = False) -> list[str]:
         if apid and procs.alive(apid, info.get("agent_start")):
             actions.append(f"  {verb}stop its agent (pid {apid})")
             if not dry_run:
-                _kill(apid)
+                procs.terminate_pid(apid)
         cg = info.get("cgroup")
         if cg and Path(cg).exists():
             actions.append(f"  {verb}kill and remove cgroup {cg} ({len(RunGroup.pids(Path(cg)))} processes)")
@@ -92,7 +75,7 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"  {verb}kill {len(pids)} processes of run {rid}: {', '.join(map(str, sorted(pids)))}")
         if not dry_run:
             for pid in pids:
-                _kill(pid)
+                procs.terminate_pid(pid)
     root, _ = find_root()
     if root is not None and root.exists():
         for g in sorted(p for p in root.iterdir() if p.is_dir()):

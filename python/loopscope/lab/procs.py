@@ -123,6 +123,23 @@ def stop(children: list[Child], grace: float = 3.0) -> None:
             c.popen.wait()
 
 
+def terminate_pid(pid: int, grace: float = 1.5) -> None:
+    """SIGTERM ``pid``, then SIGKILL if it is still there after ``grace`` s."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    end = time.monotonic() + grace
+    while time.monotonic() < end:
+        if not Path(f"/proc/{pid}").exists():
+            return
+        time.sleep(0.05)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def pids_of_run(run_id: str) -> list[int]:
     """Processes whose environment carries ``LOOPSCOPE_RUN=run_id``."""
     needle = f"LOOPSCOPE_RUN={run_id}".encode()
