@@ -12,7 +12,13 @@ Imports are kept lazy: a probe process started by an agent must begin
 measuring within a fraction of a second.
 """
 
+import os as _os
 from typing import Any
+
+# numpy's BLAS starts worker threads that spin for a while after import,
+# taking CPU from the probe next to them: loopscope does no BLAS-heavy work.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    _os.environ.setdefault(_var, "1")
 
 
 def __getattr__(name: str) -> Any:

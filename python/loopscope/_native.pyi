@@ -89,6 +89,61 @@ def load_worker(
     rate_pps: float = 20000.0,
     size: int = 1000,
 ) -> dict[str, object]: ...
+def net_schedule(
+    pattern_name: str,
+    pps_num: int,
+    pps_den: int = 1,
+    count: int | None = None,
+    duration_ns: int | None = None,
+    seed: int = 1,
+    on_ns: int = 0,
+    off_ns: int = 0,
+    replay: str | None = None,
+) -> npt.NDArray[np.uint64]: ...
+def net_send(
+    dest: str,
+    size: int,
+    pps_num: int,
+    pps_den: int = 1,
+    pattern_name: str = "cbr",
+    count: int | None = None,
+    duration_ns: int | None = None,
+    workers: int = 1,
+    flow: int = 1,
+    tx_timestamps: bool = True,
+    records: bool = True,
+    seed: int = 1,
+    on_ns: int = 0,
+    off_ns: int = 0,
+    replay: str | None = None,
+    cpus: list[int] = ...,
+) -> dict[str, object]: ...
+def net_recv(
+    bind: str,
+    duration_ns: int | None = None,
+    idle_ns: int | None = None,
+    count: int | None = None,
+    records: bool = True,
+    rcvbuf: int = 33554432,
+    max_size: int = 65536,
+) -> dict[str, object]: ...
+def net_echo(bind: str, duration_ns: int | None = None) -> dict[str, object]: ...
+def net_rr(
+    dest: str,
+    pps_num: int,
+    duration_ns: int,
+    pps_den: int = 1,
+    pattern_name: str = "cbr",
+    size: int = 64,
+    flow: int = 1,
+    grace_ns: int = 200000000,
+    records: bool = True,
+    seed: int = 1,
+    on_ns: int = 0,
+    off_ns: int = 0,
+) -> dict[str, object]: ...
+def net_bulk_tcp(dest: str, duration_ns: int, rate_bps: float | None = None, size: int = 65536) -> tuple[int, int, str | None]: ...
+def net_sink_tcp(bind: str, duration_ns: int | None = None) -> tuple[int, int]: ...
 def bench_floor(n: int, reps: int) -> list[float]: ...
 def bench_events(n: int, reps: int, threads: int = 1) -> list[float]: ...
 def bench_sustained(rate: float, seconds: float) -> tuple[int, float]: ...

@@ -19,8 +19,8 @@ from typing import Any
 
 import click
 
-from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, InputError, LoopscopeError
-from loopscope.units import format_ns, parse_duration_ns
+from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, InputError, LoopscopeError, RunError
+from loopscope.units import format_bps, format_ns, parse_duration_ns
 
 
 class Duration(click.ParamType):
@@ -256,6 +256,164 @@ def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int
     return EXIT_INTERRUPTED if res.interrupted else 0
 
 
+@probe.command("send")
+@click.option("--dest", required=True, help="Receiver HOST:PORT.")
+@click.option("--rate", "rate_text", required=True, help="Payload bit rate (200Mbit, 1Gb/s) or packet rate (1000pps).")
+@click.option("--size", type=int, default=1400, show_default=True, help="UDP payload bytes per packet (48..65507).")
+@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="How many packets to send.")
+@click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF | replay:FILE.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the poisson pattern.")
+@click.option("--workers", type=int, default=1, show_default=True, help="Sending threads sharing one schedule.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Flow id carried by every packet.")
+@click.option("--tx-timestamps/--no-tx-timestamps", default=True, show_default=True, help="Kernel TX timestamps (SO_TIMESTAMPING) into the trace.")
+@click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-send/send.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, pattern_text: str, seed: int, workers: int, flow: int,
+               tx_timestamps: bool, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
+    """Paced UDP sender: departures on absolute deadlines, says if it could not keep up."""
+    from loopscope.probes import net
+
+    r0 = net.rate(rate_text, size)
+    warn = net.obvious_shortfall(r0, workers)
+    if warn:
+        sys.stderr.write(f"loopscope: warning: {warn}\n")
+    res = net.send(dest, rate_text=rate_text, size=size, duration_ns=duration, count=count, pattern_text=pattern_text, seed=seed, workers=workers,
+                   flow=flow, tx_timestamps=tx_timestamps, records=packet_records, trace_path=_trace_path(trace_path, "send"))
+    j = res.to_json()
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        d = j["departure_err_ns"]
+        con.print(f"sent {j['sent']:,} packets of {size} bytes to {dest}: {format_bps(j['sent_bps'])} of {format_bps(j['requested_bps'])} requested ({pattern_text}, {workers} worker{'s' if workers > 1 else ''})")
+        if d:
+            con.print(f"departure error: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, p99.9 {format_ns(d['p999'])}, max {format_ns(d['max'])}")
+        con.print(f"kernel TX timestamps: {j['tx_timestamps']['sched']:,} at the queue, {j['tx_timestamps']['software']:,} at the driver; {j['batches']:,} send calls, largest batch {j['largest_batch']}")
+        _trace_line(con, res)
+    if j["shortfall"]:
+        sys.stderr.write(f"loopscope: warning: {j['shortfall']}\n")
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("recv")
+@click.option("--bind", required=True, help="HOST:PORT to receive on (port 0: any).")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long.")
+@click.option("--idle", type=Duration(), default=None, help="Stop when nothing arrived for this long (after the first packet).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many packets.")
+@click.option("--tcp", is_flag=True, help="Be a TCP sink for bulk streams instead (counts bytes).")
+@click.option("--rcvbuf-mib", type=click.IntRange(min=1, max=4096), default=32, show_default=True, help="Socket receive buffer.")
+@click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet (off: histograms only, fixed memory).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-recv/recv.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | None, tcp: bool, rcvbuf_mib: int, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
+    """Receiver with kernel RX timestamps: loss, duplicates, reordering, throughput, delays split."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(bind, "--bind")
+    if tcp:
+        b, conns = _native.net_sink_tcp(bind, duration)
+        out = {"bytes": b, "connections": conns, "bind": bind}
+        click.echo(json.dumps(out) if as_json else f"received {b:,} bytes over {conns} TCP connection(s)")
+        return 0
+    if duration is None and idle is None and count is None:
+        sys.stderr.write("loopscope: receiving until Ctrl-C (give --duration, --idle or --count to stop by itself)\n")
+    res = net.recv(bind, duration_ns=duration, idle_ns=idle, count=count, records=packet_records, rcvbuf=rcvbuf_mib << 20, trace_path=_trace_path(trace_path, "recv"))
+    j = res.to_json()
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        t = j["throughput"]
+        con.print(f"received {j['packets']:,} packets on {j['bound']}: lost {j['lost']:,}, duplicates {j['duplicates']:,}, reordered {j['reordered']:,}, malformed {j['malformed']:,}")
+        if t["bps"]:
+            cv = t["cv_per_second"]
+            con.print(f"throughput {format_bps(t['bps'])}" + (f", per-second CV {cv * 100:.3f}%" if cv is not None else ""))
+        for name, d in j["delay_ns"].items():
+            if d.get("n") and d.get("p50") is not None:
+                con.print(f"{name.replace('_', ' ')} delay: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99']) if d.get('p99') is not None else 'over range'}, max {format_ns(d['max'])}")
+        con.print(f"kernel RX timestamps on {j['kernel_timestamps']:,} packets ({j['hardware_timestamps']:,} from hardware); socket buffer drops: {j['socket_buffer_drops']:,}")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if j["interrupted"] else 0
+
+
+@probe.command("echo")
+@click.option("--bind", required=True, help="HOST:PORT to answer on.")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object when stopped.")
+def probe_echo(bind: str, duration: int | None, as_json: bool) -> int:
+    """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(bind, "--bind")
+    r = _native.net_echo(bind, duration)
+    click.echo(json.dumps(r) if as_json else f"answered {r['requests']:,} requests ({r['malformed']:,} malformed datagrams ignored)")
+    return 0
+
+
+@probe.command("rr")
+@click.option("--dest", required=True, help="Echo server HOST:PORT.")
+@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")
+@click.option("--duration", type=Duration(), default="5s", show_default=True)
+@click.option("--size", type=int, default=64, show_default=True, help="Request size in bytes (at least 48).")
+@click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, trace_path: str | None, as_json: bool) -> int:
+    """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs."""
+    from loopscope.probes import net
+
+    j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, trace_path=_trace_path(trace_path, "rr"))
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        con.print(f"{j['answered']:,} of {j['sent']:,} requests answered ({j['lost']:,} lost) by {dest}")
+        for k in ("rtt_ns", "forward_ns", "return_ns", "server_turnaround_ns", "client_end_host_ns"):
+            d = j.get(k)
+            if d and d.get("n"):
+                con.print(f"{k[:-3].replace('_', ' ')}: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, max {format_ns(d['max'])}")
+        if j.get("note"):
+            con.print(f"note: {j['note']}")
+        if j["trace"]:
+            click.echo(j["trace"])
+    return EXIT_INTERRUPTED if j["interrupted"] else 0
+
+
+@probe.command("bulk")
+@click.option("--dest", required=True, help="Sink HOST:PORT (loopscope probe recv [--tcp]).")
+@click.option("--rate", "rate_text", default=None, help="Bit rate [unlimited].")
+@click.option("--duration", type=Duration(), default="10s", show_default=True)
+@click.option("--tcp", is_flag=True, help="A TCP stream (default: UDP datagrams).")
+@click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size: int | None, as_json: bool) -> int:
+    """Bulk stream as competing network load (the role ettcp played in seeds/000)."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(dest, "--dest")
+    if tcp:
+        bps = None
+        if rate_text:
+            bps = net.rate(rate_text, 1).bps
+            if bps is None:
+                raise InputError("--rate: a TCP stream takes a bit rate, e.g. 500Mbit")
+        b, el, err = _native.net_bulk_tcp(dest, duration, bps, size or 65536)
+        if err:
+            raise RunError(f"bulk TCP stream to {dest}: {err}")
+        out = {"bytes": b, "elapsed_ns": el, "bps": b * 8 / (el / 1e9) if el else 0.0, "protocol": "tcp"}
+    else:
+        sz = size or 1400
+        res = net.send(dest, rate_text=rate_text or "100Gbit", size=sz, duration_ns=duration, tx_timestamps=False, records=False, trace_path=None)
+        out = {"bytes": res.sent * sz, "elapsed_ns": res.elapsed_ns, "bps": res.sent_bps, "protocol": "udp", "kept_up": res.kept_up if rate_text else None}
+    click.echo(json.dumps(out) if as_json else f"{out['protocol']} bulk to {dest}: {out['bytes']:,} bytes, {format_bps(out['bps'])}")
+    return 0
+
+
 def _trace_line(con: Any, res: Any) -> None:
     if res.interrupted:
         con.print("[yellow]interrupted:[/] the figures cover the time measured before Ctrl-C")
@@ -457,6 +615,17 @@ def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> in
     from loopscope.bench import timer as bt
 
     return _report(bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo), as_json, bt.print_human)
+
+
+@bench.command("pacing")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="Length of each rate's run [5, quick: 2].")
+def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
+    """The UDP sender against iperf3 on loopback: achieved rate, per-second CV, departure error."""
+    from loopscope.bench import pacing
+
+    return _report(pacing.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, pacing.print_human)
 
 
 @bench.command("lab")

@@ -64,3 +64,42 @@ def duration_text(ns: int) -> str:
         if ns >= f and ns % f == 0:
             return f"{ns // f}{unit}"
     return f"{ns}ns"
+
+
+_BIT_UNITS = {
+    "bit": 1, "b/s": 1, "bps": 1,
+    "kbit": 1e3, "kb/s": 1e3, "kbps": 1e3,
+    "mbit": 1e6, "mb/s": 1e6, "mbps": 1e6,
+    "gbit": 1e9, "gb/s": 1e9, "gbps": 1e9,
+}
+_PKT_UNITS = {"pps": 1, "kpps": 1e3, "mpps": 1e6}
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z/]+)\s*$")
+
+
+def parse_rate(text: str) -> tuple[float, str]:
+    """'200Mbit', '1Gb/s', '10 Mbps', '1000pps', '1.5kpps' -> (value, 'bps' | 'pps').
+
+    Multipliers are decimal (k = 1000), as network rates are. 'mbit' in
+    lower case is refused: it would mean millibits.
+    """
+    m = _RATE.match(str(text))
+    if not m:
+        raise ValueError(f"{text!r} is not a rate; write a bit rate like 100Mbit or 1Gb/s, or a packet rate like 1000pps")
+    num, unit = float(m.group(1)), m.group(2)
+    if num <= 0:
+        raise ValueError(f"{text!r} must be more than zero")
+    low = unit.lower()
+    if low in _PKT_UNITS or low in _BIT_UNITS:
+        if unit.startswith("m"):
+            raise ValueError(f"{text!r}: 'm' would mean milli; write M for mega (e.g. {m.group(1)}M{unit[1:]})")
+        if low in _PKT_UNITS:
+            return num * _PKT_UNITS[low], "pps"
+        return num * _BIT_UNITS[low], "bps"
+    raise ValueError(f"{text!r}: unknown unit {unit!r}; bit rates: bit, kbit, Mbit, Gbit (or b/s, Mb/s, Mbps…), packet rates: pps, kpps, Mpps")
+
+
+def format_bps(bps: float) -> str:
+    for unit, f in (("Gbit/s", 1e9), ("Mbit/s", 1e6), ("kbit/s", 1e3)):
+        if abs(bps) >= f:
+            return f"{bps / f:.3f} {unit}"
+    return f"{bps:.0f} bit/s"

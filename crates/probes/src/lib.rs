@@ -9,3 +9,4 @@ pub mod os;
 pub mod timer;
 pub mod sched;
 pub mod syscall;
+pub mod net;

@@ -1,0 +1,239 @@
+"""``loopscope bench pacing``: does the sender send what was asked, when?
+
+On loopback with 1400-byte packets, for 10 Mb/s, 100 Mb/s, 1 Gb/s and
+5 Gb/s, loopscope's sender and (when installed) iperf3 run back to back,
+each against its own receiver, and the receiver counts what arrived:
+
+- ``achieved_bps``: payload bits received over the run's length;
+- ``cv_per_second``: coefficient of variation of the per-second throughput
+  at the receiver (full seconds only);
+- ``departure_err_p50_ns``/``p99``: how late loopscope's packets left
+  against their schedule (iperf3 does not report its departures);
+- ``lost``: packets sent but not received.
+
+Then, per worker count 1..4, the highest rate whose achieved rate stays
+within 1 % of the requested one (the question of seeds/003's Table 1),
+found by bisection over 2-second runs; and the receiver's own capacity:
+packets piled up in its socket buffer while it is stopped, then drained
+with per-packet kernel timestamps and trace records, the drain rate being
+what it can keep up with.
+
+Both senders run without TX timestamps and per-packet records (iperf3 has
+neither); the receiver keeps its kernel RX timestamps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from loopscope.errors import RunError
+
+Progress = Callable[[str], None] | None
+RATES = [10e6, 100e6, 1e9, 5e9]
+SIZE = 1400
+
+
+def _free_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return int(p)
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "loopscope.cli", *args]
+
+
+def _rate_text(bps: float) -> str:
+    return f"{bps / 1e6:g}Mbit"
+
+
+def loopscope_run(bps: float, seconds: float, workers: int, work: Path, size: int = SIZE) -> dict[str, Any]:
+    port = _free_port()
+    rx = subprocess.Popen(
+        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "1s", "--duration", f"{seconds + 10:g}s", "--no-packet-records", "--json", "--trace", str(work / "r.lstrace")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        time.sleep(0.4)
+        tx = subprocess.run(
+            _cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", _rate_text(bps), "--size", str(size), "--duration", f"{seconds:g}s",
+                 "--workers", str(workers), "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / "s.lstrace")),
+            capture_output=True, text=True, timeout=seconds + 60,
+        )
+        if tx.returncode != 0:
+            raise RunError(f"loopscope probe send failed: {tx.stderr.strip()[-400:]}")
+        out, err = rx.communicate(timeout=seconds + 30)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.communicate()
+    if rx.returncode != 0:
+        raise RunError(f"loopscope probe recv failed: {err.strip()[-400:]}")
+    s, r = json.loads(tx.stdout), json.loads(out)
+    d = s["departure_err_ns"]
+    return {
+        "tool": "loopscope",
+        "requested_bps": bps,
+        "achieved_bps": r["bytes"] * 8 / seconds,
+        "cv_per_second": r["throughput"]["cv_per_second"],
+        "departure_err_p50_ns": d.get("p50"),
+        "departure_err_p99_ns": d.get("p99"),
+        "lost": s["sent"] - r["packets"],
+        "sent": s["sent"],
+        "kept_up": s["kept_up"],
+        "workers": workers,
+    }
+
+
+def iperf3_run(bps: float, seconds: int) -> dict[str, Any] | None:
+    if not shutil.which("iperf3"):
+        return None
+    port = _free_port()
+    srv = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.4)
+        c = subprocess.run(
+            ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-u", "-b", f"{int(bps)}", "-l", str(SIZE), "-t", str(seconds), "--json", "--get-server-output"],
+            capture_output=True, text=True, timeout=seconds + 60,
+        )
+    finally:
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            srv.wait()
+    if c.returncode != 0:
+        return {"tool": "iperf3", "requested_bps": bps, "error": c.stdout.strip()[-300:] or c.stderr.strip()[-300:]}
+    j = json.loads(c.stdout)
+    so = j.get("server_output_json") or {}
+    per = [iv["sum"]["bytes"] * 8 / iv["sum"]["seconds"] for iv in so.get("intervals", []) if iv["sum"]["seconds"] > 0.99]
+    import numpy as np
+
+    cv = float(np.std(per, ddof=1) / np.mean(per)) if len(per) > 1 and np.mean(per) > 0 else None
+    end = so.get("end", {}).get("sum", {}) or j["end"]["sum"]
+    return {
+        "tool": "iperf3",
+        "requested_bps": bps,
+        "achieved_bps": end.get("bytes", 0) * 8 / seconds,
+        "cv_per_second": cv,
+        "departure_err_p50_ns": None,
+        "departure_err_p99_ns": None,
+        "lost": end.get("lost_packets"),
+        "sent": j["end"]["sum"].get("packets"),
+    }
+
+
+def max_rate_within_1pct(workers: int, work: Path, seconds: float, lo: float = 100e6, hi: float = 40e9, steps: int = 7) -> tuple[float, list[dict[str, Any]]]:
+    """Highest rate whose achieved rate is within 1 % of the requested one (bisection on a log scale)."""
+    trials = []
+    best = 0.0
+    for _ in range(steps):
+        mid = (lo * hi) ** 0.5
+        r = loopscope_run(mid, seconds, workers, work)
+        ok = r["achieved_bps"] >= 0.99 * mid and r["kept_up"]
+        trials.append({"requested_bps": round(mid), "achieved_bps": round(r["achieved_bps"]), "ok": ok})
+        if ok:
+            best, lo = mid, mid
+        else:
+            hi = mid
+    return best, trials
+
+
+def receiver_capacity(work: Path, packets: int = 200_000) -> dict[str, Any]:
+    """Packets per second the receiver drains with kernel timestamps and a trace
+    record per packet: the packets wait in its socket buffer while it is
+    stopped, so the sender's speed does not limit the measurement."""
+    port = _free_port()
+    rx = subprocess.Popen(
+        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--count", str(packets), "--duration", "60s", "--rcvbuf-mib", "1024", "--json", "--trace", str(work / "cap.lstrace")),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        time.sleep(0.5)
+        os.kill(rx.pid, signal.SIGSTOP)
+        tx = subprocess.run(
+            _cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "300kpps", "--size", "64", "--count", str(packets), "--workers", "1",
+                 "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / "caps.lstrace")),
+            capture_output=True, text=True, timeout=120,
+        )
+        os.kill(rx.pid, signal.SIGCONT)
+        out, err = rx.communicate(timeout=60)
+    finally:
+        if rx.poll() is None:
+            os.kill(rx.pid, signal.SIGCONT)
+            rx.kill()
+            rx.communicate()
+    r = json.loads(out)
+    s = json.loads(tx.stdout)
+    secs = r["receiving_ns"] / 1e9
+    return {
+        "packets_sent": s["sent"],
+        "packets_received": r["packets"],
+        "socket_buffer_drops": r["socket_buffer_drops"],
+        "kernel_timestamps": r["kernel_timestamps"],
+        "trace_records": r["trace_records"],
+        "trace_lost_records": r["trace_lost_records"],
+        "drain_seconds": round(secs, 4),
+        "pps": round(r["packets"] / secs) if secs > 0 else None,
+    }
+
+
+def run(*, quick: bool = False, seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
+    say = progress or (lambda s: None)
+    secs = seconds or (2.0 if quick else 5.0)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="loopscope-bench-pacing-") as d:
+        work = Path(d)
+        for bps in RATES:
+            say(f"  {bps / 1e6:g} Mbit/s: loopscope …")
+            rows.append(loopscope_run(bps, secs, 1, work))
+            say(f"  {bps / 1e6:g} Mbit/s: iperf3 …")
+            ip = iperf3_run(bps, int(max(1, round(secs))))
+            if ip is not None:
+                rows.append(ip)
+        maxrate: dict[str, Any] = {}
+        trials: dict[str, Any] = {}
+        for w in (1, 2) if quick else (1, 2, 3, 4):
+            say(f"  highest rate within 1% with {w} worker(s) …")
+            best, t = max_rate_within_1pct(w, work, 1.0 if quick else 2.0, steps=3 if quick else 7)
+            maxrate[str(w)] = round(best)
+            trials[str(w)] = t
+        say("  receiver capacity …")
+        cap = receiver_capacity(work, 50_000 if quick else 200_000)
+    return {
+        "rows": rows,
+        "max_rate_within_1pct_bps": maxrate,
+        "receiver": cap,
+        "context": {"size": SIZE, "seconds": secs, "iperf3": shutil.which("iperf3") is not None, "bisection": trials, "quick": quick},
+    }
+
+
+def print_human(r: dict[str, Any]) -> None:
+    from loopscope.units import format_bps, format_ns
+
+    print(f"pacing on loopback, {r['context']['size']}-byte packets, {r['context']['seconds']:g} s per run")
+    print(f"  {'tool':10} {'requested':>15} {'achieved':>15} {'error':>8} {'CV/s':>8} {'dep p50':>9} {'dep p99':>9} {'lost':>7}")
+    for x in r["rows"]:
+        if "error" in x:
+            print(f"  {x['tool']:10} {format_bps(x['requested_bps']):>15} failed: {x['error'][:60]}")
+            continue
+        err = (x["achieved_bps"] / x["requested_bps"] - 1) * 100
+        cv = f"{x['cv_per_second'] * 100:.3f}%" if x["cv_per_second"] is not None else "n/a"
+        d50 = format_ns(x["departure_err_p50_ns"]) if x["departure_err_p50_ns"] is not None else "n/a"
+        d99 = format_ns(x["departure_err_p99_ns"]) if x["departure_err_p99_ns"] is not None else "n/a"
+        print(f"  {x['tool']:10} {format_bps(x['requested_bps']):>15} {format_bps(x['achieved_bps']):>15} {err:+7.3f}% {cv:>8} {d50:>9} {d99:>9} {x['lost']!s:>7}")
+    print("  highest rate achieved within 1%: " + ", ".join(f"{w} worker(s) {format_bps(v)}" for w, v in r["max_rate_within_1pct_bps"].items()))
+    c = r["receiver"]
+    print(f"  receiver: drained {c['packets_received']:,} packets at {c['pps']:,} packets/s with kernel timestamps and a trace record each ({c['trace_lost_records']} records lost, {c['socket_buffer_drops']} socket drops)")
