@@ -86,8 +86,10 @@ def load_worker(
     dir: str | None = None,
     fsync: bool = False,
     count: int = 10000000,
-    rate_pps: float = 20000.0,
-    size: int = 1000,
+    rate_bps: float | None = None,
+    size: int = 1400,
+    protocol: str = "udp",
+    dest: str | None = None,
 ) -> dict[str, object]: ...
 def net_schedule(
     pattern_name: str,

@@ -47,3 +47,17 @@ def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli) -> None:
     for q in ("p50", "p99"):
         a = j["timer_run_vs_alone"][q]
         assert a["via_run_ns"] > 0 and a["alone_ns"] > 0 and isinstance(a["cis_overlap"], bool)
+
+
+@pytest.mark.needs_tool("iperf3")
+def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli) -> None:
+    r = cli("bench", "pacing", "--json", "--quick", timeout=900)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    tools = {(row["tool"], row["requested_bps"]) for row in j["rows"]}
+    for bps in (10e6, 100e6, 1e9, 5e9):
+        assert ("loopscope", bps) in tools and ("iperf3", bps) in tools
+    for row in j["rows"]:
+        assert {"tool", "requested_bps", "achieved_bps", "cv_per_second", "departure_err_p50_ns", "departure_err_p99_ns", "lost"} <= set(row)
+    assert set(j["max_rate_within_1pct_bps"]) == {"1", "2"}
+    assert j["receiver"]["packets_received"] > 0

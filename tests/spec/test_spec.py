@@ -75,6 +75,8 @@ BAD = [
     (MINIMAL.replace("probes:\n  - kind: timer\n    interval_us: 1000\n", "probes: []\n"), "x.yaml:2: probes: needs at least 1 item(s)"),
     (MINIMAL.replace("kind: cpu\n    level: 2", "kind: command\n    command: ''"), "x.yaml:7: loads.0.command: must not be empty"),
     (MINIMAL + "warmup: soon\n", "x.yaml:9: warmup: 'soon' is not a duration"),
+    (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    rate: 10 mbit"), "x.yaml:7: loads.0.rate: '10 mbit': 'm' would mean milli"),
+    (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    protocol: sctp"), "x.yaml:7: loads.0.protocol: must be one of 'udp' or 'tcp' [got 'sctp']"),
 ]
 
 

@@ -17,7 +17,7 @@
 mod cpu;
 mod io;
 mod memory;
-mod net;
+pub mod net;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +31,8 @@ pub enum Kind {
     Cpu,
     Memory { count: usize },
     Io { dir: PathBuf, fsync: bool },
-    Net { rate_pps: f64, size: usize },
+    /// Rate in payload bits per second (None: unlimited), `dest` None: a sink of its own.
+    Net { protocol: net::Protocol, rate_bps: Option<f64>, size: usize, dest: Option<std::net::SocketAddr> },
     Mix { dir: PathBuf },
 }
 
@@ -51,7 +52,8 @@ impl Kind {
             Kind::Cpu => "5000-byte buffers Huffman-coded",
             Kind::Memory { .. } => "arrays filled and sorted",
             Kind::Io { .. } => "1 MiB files copied in 100-byte blocks",
-            Kind::Net { .. } => "UDP datagrams sent",
+            Kind::Net { protocol: net::Protocol::Udp, .. } => "UDP datagrams sent",
+            Kind::Net { protocol: net::Protocol::Tcp, .. } => "TCP writes",
             Kind::Mix { .. } => "compile-like steps",
         }
     }
@@ -113,7 +115,7 @@ fn make(kind: &Kind) -> Result<Box<dyn Work>, String> {
         Kind::Cpu => Box::new(cpu::CpuWork::new()),
         Kind::Memory { count } => Box::new(memory::MemoryWork::new(*count)),
         Kind::Io { dir, fsync } => Box::new(io::IoWork::new(dir, *fsync)?),
-        Kind::Net { rate_pps, size } => Box::new(net::NetWork::new(*rate_pps, *size)?),
+        Kind::Net { protocol, rate_bps, size, dest } => Box::new(net::NetWork::new(*protocol, *rate_bps, *size, *dest)?),
         Kind::Mix { dir } => Box::new(io::MixWork::new(dir)?),
     })
 }
@@ -221,9 +223,19 @@ mod tests {
 
     #[test]
     fn a_net_worker_sends_at_its_rate() {
-        let r = quick(Kind::Net { rate_pps: 2000.0, size: 200 }, None, 0.5);
+        // 2000 datagrams of 200 bytes a second: 3.2 Mbit/s.
+        let r = quick(Kind::Net { protocol: net::Protocol::Udp, rate_bps: Some(3.2e6), size: 200, dest: None }, None, 0.5);
         assert!(r.error.is_none(), "{r:?}");
         assert!((800..1200).contains(&r.ops), "{}", r.ops);
+    }
+
+    #[test]
+    fn a_tcp_net_worker_streams_to_its_own_sink() {
+        let r = quick(Kind::Net { protocol: net::Protocol::Tcp, rate_bps: Some(8e6), size: 10_000, dest: None }, None, 0.5);
+        assert!(r.error.is_none(), "{r:?}");
+        assert!((40..60).contains(&r.ops), "{}", r.ops);
+        let r = quick(Kind::Net { protocol: net::Protocol::Tcp, rate_bps: None, size: 65536, dest: None }, None, 0.2);
+        assert!(r.error.is_none() && r.ops > 100, "{r:?}");
     }
 
     #[test]

@@ -1,60 +1,145 @@
-//! The network load: paced UDP datagrams to a sink on loopback.
+//! The network load: a UDP or TCP stream, paced or as fast as it goes.
 //!
-//! Each worker binds a sink socket on 127.0.0.1 drained by a thread of its
-//! own and sends `size`-byte datagrams to it at `rate` per second, in bursts
-//! of up to 32 on absolute deadlines (so the rate holds on average without
-//! drift). The kernel's loopback path, softirq processing and socket
-//! buffers are what this load exercises.
+//! Each worker sends to `dest`, or, without one, to a sink of its own on
+//! loopback drained by a thread of its own (so a load needs nothing else
+//! running). UDP sends `size`-byte datagrams and TCP writes `size`-byte
+//! chunks, at `rate_bps` on absolute deadlines (bursts of up to 32 when
+//! behind, so the average holds without drift) or unlimited. The kernel's
+//! loopback path, softirq processing, socket buffers and, for TCP, its
+//! congestion control are what this load exercises (the role of ettcp in
+//! seeds/000).
 
 use crate::Work;
-use std::net::UdpSocket;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Udp,
+    Tcp,
+}
+
+enum Tx {
+    Udp(UdpSocket),
+    Tcp(TcpStream),
+}
+
 pub(crate) struct NetWork {
-    tx: UdpSocket,
+    tx: Tx,
     buf: Vec<u8>,
-    gap: Duration,
+    gap: Option<Duration>,
     next: Instant,
     done: Arc<AtomicBool>,
     sink: Option<std::thread::JoinHandle<()>>,
 }
 
-impl NetWork {
-    pub fn new(rate: f64, size: usize) -> Result<NetWork, String> {
-        if !(rate > 0.0) {
-            return Err(format!("net load rate must be positive [got {rate}]"));
+fn udp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>), String> {
+    let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot bind the UDP sink on 127.0.0.1: {e}"))?;
+    rx.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
+    let addr = rx.local_addr().map_err(|e| e.to_string())?;
+    let h = std::thread::spawn(move || {
+        let mut b = vec![0u8; 65536];
+        while !done.load(Ordering::Relaxed) {
+            let _ = rx.recv(&mut b);
         }
-        let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot bind the UDP sink on 127.0.0.1: {e}"))?;
-        rx.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
-        let addr = rx.local_addr().map_err(|e| e.to_string())?;
-        let tx = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot bind the UDP sender: {e}"))?;
-        tx.connect(addr).map_err(|e| e.to_string())?;
-        let done = Arc::new(AtomicBool::new(false));
-        let d2 = done.clone();
-        let sink = std::thread::spawn(move || {
-            let mut b = vec![0u8; 65536];
-            while !d2.load(Ordering::Relaxed) {
-                let _ = rx.recv(&mut b);
+    });
+    Ok((addr, h))
+}
+
+fn tcp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>), String> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1 for the TCP sink: {e}"))?;
+    let addr = l.local_addr().map_err(|e| e.to_string())?;
+    let h = std::thread::spawn(move || {
+        if let Ok((mut c, _)) = l.accept() {
+            c.set_read_timeout(Some(Duration::from_millis(100))).ok();
+            let mut b = vec![0u8; 1 << 16];
+            while !done.load(Ordering::Relaxed) {
+                match c.read(&mut b) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => break,
+                }
             }
-        });
-        Ok(NetWork { tx, buf: vec![0x5a; size.clamp(1, 65507)], gap: Duration::from_secs_f64(1.0 / rate), next: Instant::now(), done, sink: Some(sink) })
+        }
+    });
+    Ok((addr, h))
+}
+
+impl NetWork {
+    pub fn new(protocol: Protocol, rate_bps: Option<f64>, size: usize, dest: Option<SocketAddr>) -> Result<NetWork, String> {
+        if let Some(r) = rate_bps {
+            if !(r > 0.0) {
+                return Err(format!("net load rate must be positive [got {r}]"));
+            }
+        }
+        let size = match protocol {
+            Protocol::Udp => size.clamp(1, 65507),
+            Protocol::Tcp => size.max(1),
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let (to, sink) = match dest {
+            Some(d) => (d, None),
+            None => {
+                let (a, h) = if protocol == Protocol::Udp { udp_sink(done.clone())? } else { tcp_sink(done.clone())? };
+                (a, Some(h))
+            }
+        };
+        let tx = match protocol {
+            Protocol::Udp => {
+                let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| format!("cannot bind the UDP sender: {e}"))?;
+                s.connect(to).map_err(|e| format!("{to}: {e}"))?;
+                Tx::Udp(s)
+            }
+            Protocol::Tcp => {
+                let s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).map_err(|e| format!("{to}: cannot connect: {e}"))?;
+                s.set_write_timeout(Some(Duration::from_millis(200))).ok();
+                Tx::Tcp(s)
+            }
+        };
+        let gap = rate_bps.map(|r| Duration::from_secs_f64((size * 8) as f64 / r));
+        Ok(NetWork { tx, buf: vec![0x5a; size], gap, next: Instant::now(), done, sink })
     }
 }
 
 impl Work for NetWork {
     fn step(&mut self) -> Result<u64, String> {
-        let now = Instant::now();
-        if now < self.next {
-            std::thread::sleep(self.next - now);
+        if let Some(gap) = self.gap {
+            let now = Instant::now();
+            if now < self.next {
+                std::thread::sleep(self.next - now);
+            }
         }
         let mut n = 0;
-        while n < 32 && Instant::now() >= self.next {
-            // A full socket buffer drops the datagram: that is loopback's behaviour, not an error.
-            let _ = self.tx.send(&self.buf);
-            self.next += self.gap;
+        loop {
+            match &mut self.tx {
+                // A full socket buffer drops a datagram: that is loopback's behaviour, not an error.
+                Tx::Udp(s) => {
+                    let _ = s.send(&self.buf);
+                }
+                Tx::Tcp(s) => match s.write_all(&self.buf) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(e) => return Err(format!("the TCP stream broke: {e}")),
+                },
+            }
             n += 1;
+            match self.gap {
+                Some(gap) => {
+                    self.next += gap;
+                    if n >= 32 || Instant::now() < self.next {
+                        break;
+                    }
+                }
+                None => {
+                    if n >= 32 {
+                        break;
+                    }
+                }
+            }
         }
         Ok(n)
     }
@@ -63,6 +148,9 @@ impl Work for NetWork {
 impl Drop for NetWork {
     fn drop(&mut self) {
         self.done.store(true, Ordering::Relaxed);
+        if let Tx::Tcp(s) = &self.tx {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
         if let Some(h) = self.sink.take() {
             let _ = h.join();
         }

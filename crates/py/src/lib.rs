@@ -489,9 +489,10 @@ fn syscall_names() -> Vec<&'static str> {
 
 /// Be a load worker: run `kind` until SIGTERM/SIGINT (or `seconds`), dying
 /// with the parent; returns the report. `params`: kind-specific numbers
-/// (memory: count; net: rate_pps, size), `dir` for io/mix, `fsync` for io.
+/// (memory: count; net: protocol, rate_bps (None: unlimited), size, dest), `dir`
+/// for io/mix, `fsync` for io.
 #[pyfunction]
-#[pyo3(signature = (kind, duty=None, seconds=None, dir=None, fsync=false, count=10_000_000, rate_pps=20_000.0, size=1000))]
+#[pyo3(signature = (kind, duty=None, seconds=None, dir=None, fsync=false, count=10_000_000, rate_bps=None, size=1400, protocol="udp", dest=None))]
 #[allow(clippy::too_many_arguments)]
 fn load_worker<'py>(
     py: Python<'py>,
@@ -501,16 +502,30 @@ fn load_worker<'py>(
     dir: Option<String>,
     fsync: bool,
     count: usize,
-    rate_pps: f64,
+    rate_bps: Option<f64>,
     size: usize,
+    protocol: &str,
+    dest: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    use loopscope_loads::{Config as LoadConfig, Kind as LoadKind};
+    use loopscope_loads::{net::Protocol, Config as LoadConfig, Kind as LoadKind};
     let d = || dir.clone().map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let k = match kind {
         "cpu" => LoadKind::Cpu,
         "memory" => LoadKind::Memory { count },
         "io" => LoadKind::Io { dir: d(), fsync },
-        "net" => LoadKind::Net { rate_pps, size },
+        "net" => LoadKind::Net {
+            protocol: match protocol {
+                "udp" => Protocol::Udp,
+                "tcp" => Protocol::Tcp,
+                p => return Err(InputError::new_err(format!("protocol {p:?} is not udp or tcp"))),
+            },
+            rate_bps,
+            size,
+            dest: match dest {
+                Some(d) => Some(addr(&d)?),
+                None => None,
+            },
+        },
         "mix" => LoadKind::Mix { dir: d() },
         other => return Err(InputError::new_err(format!("load kind {other:?} is not one of cpu, memory, io, net, mix"))),
     };

@@ -98,7 +98,14 @@ def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
     if ld["kind"] == "memory":
         a += ["--count", str(ld["count"])]
     if ld["kind"] == "net":
-        a += ["--rate", str(ld["rate_pps"]), "--size", str(ld["size"])]
+        a += ["--protocol", ld["protocol"], "--size", str(ld["size"])]
+        if ld["rate"] != "unlimited":
+            from loopscope.units import parse_rate
+
+            v, unit = parse_rate(ld["rate"])
+            a += ["--rate-bps", str(v if unit == "bps" else v * ld["size"] * 8)]
+        if ld.get("dest"):
+            a += ["--dest", ld["dest"]]
     return [a] * n
 
 

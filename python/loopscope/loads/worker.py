@@ -20,14 +20,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dir", default=None)
     p.add_argument("--fsync", action="store_true")
     p.add_argument("--count", type=int, default=10_000_000)
-    p.add_argument("--rate", type=float, default=20_000.0)
-    p.add_argument("--size", type=int, default=1000)
+    p.add_argument("--rate-bps", type=float, default=None, help="net: payload bits per second (default: unlimited)")
+    p.add_argument("--size", type=int, default=1400)
+    p.add_argument("--protocol", choices=["udp", "tcp"], default="udp")
+    p.add_argument("--dest", default=None, help="net: HOST:PORT (default: a sink of its own on loopback)")
     a = p.parse_args(argv)
     from loopscope import _native
     from loopscope.errors import LoopscopeError
 
     try:
-        r = _native.load_worker(a.kind, a.duty, a.seconds, a.dir, a.fsync, a.count, a.rate, a.size)
+        r = _native.load_worker(a.kind, a.duty, a.seconds, a.dir, a.fsync, a.count, a.rate_bps, a.size, a.protocol, a.dest)
     except LoopscopeError as e:
         sys.stderr.write(f"loopscope load {a.kind}: error: {e}\n")
         return e.exit_code

@@ -193,12 +193,26 @@ class IoLoad(LoadBase):
     dir: str | None = None
 
 
+def _net_rate(v: Any) -> str:
+    from loopscope.units import parse_rate
+
+    if v == "unlimited":
+        return v
+    try:
+        parse_rate(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
+    return str(v)
+
+
 class NetLoad(LoadBase):
-    """Paced UDP datagrams to a sink on loopback, per process."""
+    """A UDP or TCP stream per process (the role of ettcp in seeds/000), to a sink of its own on loopback or to `dest`."""
 
     kind: Literal["net"]
-    rate_pps: Annotated[float, Field(gt=0, le=10_000_000)] = 20_000
-    size: Annotated[int, Field(ge=1, le=65507)] = 1000
+    protocol: Literal["udp", "tcp"] = "udp"
+    rate: Annotated[str, BeforeValidator(_net_rate)] = Field("20Mbit", description="per process: a bit rate (100Mbit), a packet rate (1000pps) or 'unlimited'")
+    size: Annotated[int, Field(ge=1, le=1_048_576)] = Field(1400, description="UDP datagram or TCP write size, bytes")
+    dest: Annotated[str, Field(pattern=r"^.+:[0-9]{1,5}$")] | None = Field(None, description="HOST:PORT of a sink (default: one of its own on loopback)")
 
 
 class MixLoad(LoadBase):

@@ -23,7 +23,7 @@
 use super::packet::{Header, HEADER};
 use super::sock::{realtime_ns, rx_timestamps, Udp};
 use crate::os::mono_ns;
-use loopscope_trace::hist::{Histogram, Scale, Snapshot};
+use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -188,8 +188,8 @@ fn ents() -> Ents {
     }
 }
 
-fn hist() -> Histogram {
-    Histogram::new(Scale::Log { sub_bits: 7, max: 60_000_000_000 }).expect("layout")
+fn hist() -> LocalHistogram {
+    LocalHistogram::new(Scale::Log { sub_bits: 7, max: 60_000_000_000 }).expect("layout")
 }
 
 /// Datagrams the kernel dropped on this socket (receive buffer full), from /proc/net/udp.
@@ -214,7 +214,7 @@ pub fn bind(cfg: &RecvConfig) -> Result<Udp, String> {
 pub fn run_on(sock: Udp, cfg: &RecvConfig, stop: Arc<AtomicBool>) -> RecvResult {
     let e = ents();
     loopscope_trace::prepare_thread();
-    let (owd, stack, endh, inter) = (hist(), hist(), hist(), hist());
+    let (mut owd, mut stack, mut endh, mut inter) = (hist(), hist(), hist(), hist());
     let mut r = RecvResult { hist_scale: Some(owd.scale), ..Default::default() };
     let mut flows: HashMap<u32, Flow> = HashMap::new();
     let size = cfg.max_size.max(HEADER);
