@@ -101,7 +101,8 @@ def iperf3_run(bps: float, seconds: int) -> dict[str, Any] | None:
     if not shutil.which("iperf3"):
         return None
     port = _free_port()
-    srv = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # The server in JSON mode, so the client can fetch its receiver-side report.
+    srv = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port), "--json"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.4)
         c = subprocess.run(
@@ -122,15 +123,17 @@ def iperf3_run(bps: float, seconds: int) -> dict[str, Any] | None:
     import numpy as np
 
     cv = float(np.std(per, ddof=1) / np.mean(per)) if len(per) > 1 and np.mean(per) > 0 else None
-    end = so.get("end", {}).get("sum", {}) or j["end"]["sum"]
+    # What arrived, from the receiver: packets counted minus those lost.
+    rend = (so.get("end") or {}).get("sum") or {}
+    received = max(0, int(rend.get("packets", 0)) - int(rend.get("lost_packets", 0)))
     return {
         "tool": "iperf3",
         "requested_bps": bps,
-        "achieved_bps": end.get("bytes", 0) * 8 / seconds,
+        "achieved_bps": received * SIZE * 8 / seconds,
         "cv_per_second": cv,
         "departure_err_p50_ns": None,
         "departure_err_p99_ns": None,
-        "lost": end.get("lost_packets"),
+        "lost": rend.get("lost_packets"),
         "sent": j["end"]["sum"].get("packets"),
     }
 
