@@ -107,7 +107,7 @@ impl NetWork {
 
 impl Work for NetWork {
     fn step(&mut self) -> Result<u64, String> {
-        if let Some(gap) = self.gap {
+        if self.gap.is_some() {
             let now = Instant::now();
             if now < self.next {
                 std::thread::sleep(self.next - now);

@@ -1,0 +1,535 @@
+//! loopscope's user-space link emulator.
+//!
+//! Where the kernel has no netem (this lab's machine), a router namespace
+//! sits between the hosts' subnets with IP forwarding off, and this loop
+//! forwards instead: it reads every frame arriving on the router's
+//! interfaces from AF_PACKET sockets with the kernel's RX timestamp, finds
+//! the destination host by subnet, applies the link's semantics and sends
+//! the rewritten frame out of the destination's interface at its departure
+//! time. Links are per ordered pair of hosts (a path through the router),
+//! with netem's vocabulary:
+//!
+//! - **delay** plus **jitter** drawn from a distribution (uniform ±jitter,
+//!   normal with sd = jitter, pareto with shape 3 shifted to mean 0 and
+//!   scaled to sd = jitter); the sum is clamped at zero; as in netem, jitter
+//!   can reorder packets;
+//! - **loss**, **duplicate** (the copy gets its own jitter) and **reorder**
+//!   (that fraction of packets leaves at once, overtaking the delayed ones),
+//!   each an independent Bernoulli draw from a seeded generator;
+//! - **rate**: a packet starts transmitting when the previous one on the
+//!   link has finished and takes size × 8 / rate; at most **limit** packets
+//!   wait per link (more are dropped and counted, netem's default is 1000).
+//!
+//! Departures are kept in a heap; the thread sleeps in `ppoll` until a
+//! margin before the next one and spins the rest, the margin following the
+//! wake-up lateness it observes (as the paced sender does). Everything the
+//! emulator does to a packet is counted per link, and with `records` each
+//! forwarded packet is a trace record with its kernel RX time, the departure
+//! it was given and the one it got, so the emulator's own lateness is told
+//! apart from the hosts' noise. All times are CLOCK_REALTIME, the clock of
+//! the kernel's packet timestamps.
+
+pub mod frame;
+pub mod port;
+
+use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
+use loopscope_trace::{register, Entity, Kind};
+use port::Port;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use rand_distr::{Distribution, Normal, Pareto};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dist {
+    Uniform,
+    Normal,
+    Pareto,
+}
+
+impl Dist {
+    pub fn parse(s: &str) -> Result<Dist, String> {
+        match s {
+            "uniform" => Ok(Dist::Uniform),
+            "normal" => Ok(Dist::Normal),
+            "pareto" => Ok(Dist::Pareto),
+            _ => Err(format!("unknown jitter distribution {s:?} (uniform, normal, pareto)")),
+        }
+    }
+}
+
+/// What happens to packets from one host to another.
+#[derive(Clone, Debug)]
+pub struct LinkSpec {
+    pub name: String,
+    pub from: usize,
+    pub to: usize,
+    pub delay_ns: i64,
+    pub jitter_ns: i64,
+    pub dist: Dist,
+    pub loss: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+    pub rate_bps: Option<f64>,
+    pub limit: usize,
+}
+
+impl LinkSpec {
+    pub fn ideal(name: String, from: usize, to: usize) -> LinkSpec {
+        LinkSpec { name, from, to, delay_ns: 0, jitter_ns: 0, dist: Dist::Normal, loss: 0.0, duplicate: 0.0, reorder: 0.0, rate_bps: None, limit: 1000 }
+    }
+}
+
+/// One router interface and the host behind it.
+#[derive(Clone, Debug)]
+pub struct PortSpec {
+    pub host: String,
+    pub ifname: String,
+    /// The host's MAC address (the next hop for its subnet).
+    pub host_mac: [u8; 6],
+    /// The router's own address on this interface (frames to it are the kernel's).
+    pub router_ip: u32,
+    pub net: u32,
+    pub prefix: u8,
+}
+
+impl PortSpec {
+    fn mask(&self) -> u32 {
+        if self.prefix == 0 {
+            0
+        } else {
+            u32::MAX << (32 - self.prefix as u32)
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub ports: Vec<PortSpec>,
+    pub links: Vec<LinkSpec>,
+    pub seed: u64,
+    pub records: bool,
+    pub duration_ns: Option<u64>,
+    pub sockbuf: usize,
+    /// SCHED_FIFO priority for the forwarding thread (0: leave the policy alone).
+    pub priority: i32,
+}
+
+#[derive(Debug, Default, Clone)]
+pub struct LinkStats {
+    pub name: String,
+    pub from: String,
+    pub to: String,
+    pub configured: bool,
+    pub packets_in: u64,
+    pub bytes_in: u64,
+    pub forwarded: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub reordered: u64,
+    pub queue_drops: u64,
+    pub send_errors: u64,
+    pub pending_at_stop: u64,
+    /// Departure − kernel RX at the router: the delay the emulator applied.
+    pub applied: Snapshot,
+    /// Actual − scheduled departure: the emulator's own lateness.
+    pub late: Snapshot,
+    /// Time waiting behind earlier packets for the link's rate.
+    pub queued: Snapshot,
+}
+
+#[derive(Debug, Default)]
+pub struct PortStats {
+    pub host: String,
+    pub ifname: String,
+    pub frames: u64,
+    pub not_for_router: u64,
+    pub not_ipv4: u64,
+    pub to_router: u64,
+    pub unrouted: u64,
+    pub ttl_expired: u64,
+    pub no_kernel_ts: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct EmuResult {
+    pub links: Vec<LinkStats>,
+    pub ports: Vec<PortStats>,
+    pub elapsed_ns: u64,
+    pub interrupted: bool,
+    pub final_margin_ns: i64,
+    pub sleeps: u64,
+    /// The SCHED_FIFO priority obtained (0: none; the reason is in `policy_note`).
+    pub priority: i32,
+    pub policy_note: String,
+    pub hist_scale: Option<Scale>,
+}
+
+struct Pending {
+    frame: Vec<u8>,
+    len: usize,
+    link: usize,
+    krx: i64,
+    ready: i64,
+    sched: i64,
+    queued: i64,
+    flags: u32,
+}
+
+const FLAG_DUP: u32 = 1;
+const FLAG_REORDERED: u32 = 2;
+const MAX_FRAME: usize = 65536 + 14;
+
+pub fn realtime_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+fn hist() -> LocalHistogram {
+    LocalHistogram::new(Scale::Log { sub_bits: 7, max: 60_000_000_000 }).expect("layout")
+}
+
+struct Sampler {
+    rng: SmallRng,
+    normal: Normal<f64>,
+    pareto: Pareto<f64>,
+}
+
+impl Sampler {
+    fn new(seed: u64) -> Sampler {
+        Sampler { rng: SmallRng::seed_from_u64(seed), normal: Normal::new(0.0, 1.0).expect("normal"), pareto: Pareto::new(1.0, 3.0).expect("pareto") }
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.random::<f64>() < p
+    }
+
+    /// The link's delay for one packet, jitter included, never negative.
+    fn delay(&mut self, l: &LinkSpec) -> i64 {
+        if l.jitter_ns == 0 {
+            return l.delay_ns;
+        }
+        let j = l.jitter_ns as f64;
+        let x = match l.dist {
+            Dist::Uniform => self.rng.random_range(-1.0..=1.0) * j,
+            Dist::Normal => self.normal.sample(&mut self.rng) * j,
+            // Pareto(1, 3): mean 1.5, sd sqrt(3)/2.
+            Dist::Pareto => (self.pareto.sample(&mut self.rng) - 1.5) / 0.866_025_4 * j,
+        };
+        (l.delay_ns as f64 + x).max(0.0) as i64
+    }
+}
+
+struct Ents {
+    forward: &'static Entity,
+    drop: &'static Entity,
+}
+
+fn ents() -> Ents {
+    Ents {
+        forward: register(
+            "netem",
+            "forward",
+            Kind::Event,
+            "a packet the emulator forwarded (tag: link index); payload: kernel RX at the router, ready (RX + delay), scheduled departure (after the rate queue), actual departure (i64 CLOCK_REALTIME ns), length u32, flags u32 (1 duplicate, 2 reordered)",
+            None,
+        )
+        .expect("entity"),
+        drop: register("netem", "drop", Kind::Event, "a packet the emulator dropped (tag: link index); value: 1 loss, 2 queue limit, 3 send error", None).expect("entity"),
+    }
+}
+
+/// Open the router's interfaces (frames queue in the sockets from here on).
+pub fn open_ports(cfg: &Config) -> Result<Vec<Port>, String> {
+    cfg.ports.iter().map(|p| Port::open(&p.ifname, cfg.sockbuf)).collect()
+}
+
+/// Forward until `stop` is set (or the duration passes).
+pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuResult, String> {
+    let n = cfg.ports.len();
+    if ports.len() != n {
+        return Err(format!("{} ports opened for {} interfaces", ports.len(), n));
+    }
+    // One link per ordered pair: the configured one or an ideal one.
+    let mut links: Vec<LinkSpec> = Vec::new();
+    let mut table = vec![usize::MAX; n * n];
+    for l in &cfg.links {
+        if l.from >= n || l.to >= n || l.from == l.to {
+            return Err(format!("link {}: bad port indices {} -> {}", l.name, l.from, l.to));
+        }
+        table[l.from * n + l.to] = links.len();
+        links.push(l.clone());
+    }
+    let configured = links.len();
+    for a in 0..n {
+        for b in 0..n {
+            if a != b && table[a * n + b] == usize::MAX {
+                table[a * n + b] = links.len();
+                links.push(LinkSpec::ideal(format!("{}->{}", cfg.ports[a].host, cfg.ports[b].host), a, b));
+            }
+        }
+    }
+    let e = ents();
+    loopscope_trace::prepare_thread();
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    let (got_priority, policy_note) = if cfg.priority > 0 {
+        let sp = libc::sched_param { sched_priority: cfg.priority };
+        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &sp) } == 0 {
+            (cfg.priority, format!("SCHED_FIFO {}", cfg.priority))
+        } else {
+            (0, format!("SCHED_OTHER (SCHED_FIFO {} refused: {})", cfg.priority, std::io::Error::last_os_error()))
+        }
+    } else {
+        (0, "SCHED_OTHER (no priority requested)".to_string())
+    };
+    let mut stats: Vec<LinkStats> = links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, ..Default::default() })
+        .collect();
+    let mut pstats: Vec<PortStats> = cfg.ports.iter().map(|p| PortStats { host: p.host.clone(), ifname: p.ifname.clone(), ..Default::default() }).collect();
+    let mut applied: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
+    let mut late: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
+    let mut queued: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
+    let mut busy_until = vec![0i64; links.len()];
+    let mut waiting = vec![0usize; links.len()];
+    let mut rng = Sampler::new(cfg.seed);
+    let mut slab: Vec<Pending> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut heap: BinaryHeap<Reverse<(i64, u64, usize)>> = BinaryHeap::new();
+    let mut order = 0u64;
+    let mut buf = vec![0u8; MAX_FRAME];
+    let mut pfds: Vec<libc::pollfd> = ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect();
+    let mut margin: i64 = 50_000;
+    let mut sleeps = 0u64;
+    let mut payload = [0u8; 40];
+    let t0 = realtime_ns();
+    let end = cfg.duration_ns.map(|d| t0 + d as i64);
+    let mut result = EmuResult { hist_scale: Some(hist().scale), ..Default::default() };
+    loop {
+        if stop.load(Ordering::Relaxed) || end.is_some_and(|e| realtime_ns() >= e) {
+            break;
+        }
+        // 1. Take in what arrived.
+        for (pi, p) in ports.iter().enumerate() {
+            for _ in 0..256 {
+                let Some((len, krx0)) = p.recv(&mut buf, &mut pstats[pi].not_for_router) else { break };
+                let ps = &mut pstats[pi];
+                ps.frames += 1;
+                let krx = if krx0 == 0 {
+                    ps.no_kernel_ts += 1;
+                    realtime_ns()
+                } else {
+                    krx0
+                };
+                let Some(ip) = frame::ipv4(&buf[..len]) else {
+                    ps.not_ipv4 += 1;
+                    continue;
+                };
+                if cfg.ports.iter().any(|q| q.router_ip == ip.dst) {
+                    ps.to_router += 1;
+                    continue;
+                }
+                let Some(out) = cfg.ports.iter().position(|q| ip.dst & q.mask() == q.net & q.mask()) else {
+                    ps.unrouted += 1;
+                    continue;
+                };
+                if out == pi {
+                    ps.unrouted += 1;
+                    continue;
+                }
+                let li = table[pi * n + out];
+                let l = &links[li];
+                let st = &mut stats[li];
+                st.packets_in += 1;
+                st.bytes_in += len as u64;
+                if rng.chance(l.loss) {
+                    st.lost += 1;
+                    e.drop.event_value(li as u32, 1);
+                    continue;
+                }
+                if !frame::forward(&mut buf[..len], &ip, &ports[out].mac, &cfg.ports[out].host_mac) {
+                    pstats[pi].ttl_expired += 1;
+                    continue;
+                }
+                let copies = if rng.chance(l.duplicate) { 2 } else { 1 };
+                for c in 0..copies {
+                    let st = &mut stats[li];
+                    if waiting[li] >= l.limit {
+                        st.queue_drops += 1;
+                        e.drop.event_value(li as u32, 2);
+                        continue;
+                    }
+                    let mut flags = if c == 1 { FLAG_DUP } else { 0 };
+                    if c == 1 {
+                        st.duplicated += 1;
+                    }
+                    let ready = if rng.chance(l.reorder) {
+                        st.reordered += 1;
+                        flags |= FLAG_REORDERED;
+                        krx
+                    } else {
+                        krx + rng.delay(l)
+                    };
+                    let (sched, queue) = match l.rate_bps {
+                        Some(r) if r > 0.0 => {
+                            let tx = (len as f64 * 8.0 * 1e9 / r) as i64;
+                            let start = ready.max(busy_until[li]);
+                            busy_until[li] = start + tx;
+                            (start + tx, start - ready)
+                        }
+                        _ => (ready, 0),
+                    };
+                    let slot = match free.pop() {
+                        Some(s) => s,
+                        None => {
+                            slab.push(Pending { frame: Vec::new(), len: 0, link: 0, krx: 0, ready: 0, sched: 0, queued: 0, flags: 0 });
+                            slab.len() - 1
+                        }
+                    };
+                    let pd = &mut slab[slot];
+                    pd.frame.clear();
+                    pd.frame.extend_from_slice(&buf[..len]);
+                    pd.len = len;
+                    pd.link = li;
+                    pd.krx = krx;
+                    pd.ready = ready;
+                    pd.sched = sched;
+                    pd.queued = queue;
+                    pd.flags = flags;
+                    waiting[li] += 1;
+                    order += 1;
+                    heap.push(Reverse((sched, order, slot)));
+                }
+            }
+        }
+        // 2. Send what is due.
+        let mut now = realtime_ns();
+        while let Some(&Reverse((t, _, slot))) = heap.peek() {
+            if t > now {
+                break;
+            }
+            heap.pop();
+            let pd = &slab[slot];
+            let li = pd.link;
+            let out = links[li].to;
+            let sent = realtime_ns();
+            let ok = ports[out].send(&pd.frame[..pd.len]);
+            waiting[li] -= 1;
+            let st = &mut stats[li];
+            if ok {
+                st.forwarded += 1;
+                applied[li].add(sent - pd.krx);
+                late[li].add(sent - pd.sched);
+                queued[li].add(pd.queued);
+                if cfg.records {
+                    payload[0..8].copy_from_slice(&pd.krx.to_le_bytes());
+                    payload[8..16].copy_from_slice(&pd.ready.to_le_bytes());
+                    payload[16..24].copy_from_slice(&pd.sched.to_le_bytes());
+                    payload[24..32].copy_from_slice(&sent.to_le_bytes());
+                    payload[32..36].copy_from_slice(&(pd.len as u32).to_le_bytes());
+                    payload[36..40].copy_from_slice(&pd.flags.to_le_bytes());
+                    e.forward.event_payload(li as u32, &payload);
+                }
+            } else {
+                st.send_errors += 1;
+                e.drop.event_value(li as u32, 3);
+            }
+            free.push(slot);
+            now = realtime_ns();
+        }
+        // 3. Wait: sleep until a margin before the next departure, spin the rest.
+        let next = heap.peek().map(|r| r.0 .0);
+        let wait = match next {
+            Some(t) => t - now - margin,
+            None => 100_000_000,
+        };
+        if wait > 0 {
+            let wait = match end {
+                Some(e) => wait.min((e - now).max(0)),
+                None => wait,
+            }
+            .min(100_000_000);
+            let ts = libc::timespec { tv_sec: wait / 1_000_000_000, tv_nsec: wait % 1_000_000_000 };
+            let target = now + wait;
+            let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+            sleeps += 1;
+            if r == 0 && next.is_some() {
+                // Woken by the timeout: learn how late wake-ups are.
+                let lateness = realtime_ns() - target;
+                margin = if lateness > margin { (lateness + lateness / 4).min(1_000_000) } else { (margin - margin / 256).max(5_000) };
+            }
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    result.interrupted = stop.load(Ordering::Relaxed);
+    result.elapsed_ns = (realtime_ns() - t0).max(0) as u64;
+    for Reverse((_, _, slot)) in heap.drain() {
+        stats[slab[slot].link].pending_at_stop += 1;
+    }
+    for (i, st) in stats.iter_mut().enumerate() {
+        st.applied = applied[i].snapshot();
+        st.late = late[i].snapshot();
+        st.queued = queued[i].snapshot();
+    }
+    result.links = stats;
+    result.ports = pstats;
+    result.final_margin_ns = margin;
+    result.sleeps = sleeps;
+    result.priority = got_priority;
+    result.policy_note = policy_note;
+    Ok(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(delay: i64, jitter: i64, dist: Dist) -> LinkSpec {
+        LinkSpec { jitter_ns: jitter, delay_ns: delay, dist, ..LinkSpec::ideal("t".into(), 0, 1) }
+    }
+
+    #[test]
+    fn jitter_distributions_have_the_requested_mean_and_spread() {
+        for dist in [Dist::Uniform, Dist::Normal, Dist::Pareto] {
+            let mut s = Sampler::new(7);
+            let l = link(10_000_000, 1_000_000, dist);
+            let xs: Vec<f64> = (0..200_000).map(|_| s.delay(&l) as f64).collect();
+            let mean = xs.iter().sum::<f64>() / xs.len() as f64;
+            let sd = (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / xs.len() as f64).sqrt();
+            assert!((mean - 10e6).abs() < 20e3, "{dist:?} mean {mean}");
+            let want = if dist == Dist::Uniform { 1e6 / 3f64.sqrt() } else { 1e6 };
+            // Pareto's sample sd converges slowly (infinite fourth moment).
+            let tol = if dist == Dist::Pareto { 0.2 } else { 0.02 };
+            assert!((sd / want - 1.0).abs() < tol, "{dist:?} sd {sd} want {want}");
+        }
+    }
+
+    #[test]
+    fn delay_never_goes_negative() {
+        let mut s = Sampler::new(1);
+        let l = link(100, 1_000_000, Dist::Normal);
+        assert!((0..10_000).all(|_| s.delay(&l) >= 0));
+    }
+
+    #[test]
+    fn loss_draws_match_the_requested_probability() {
+        let mut s = Sampler::new(3);
+        let n = 100_000;
+        let k = (0..n).filter(|_| s.chance(0.01)).count() as f64;
+        // Binomial sd = sqrt(n p (1-p)) ~ 31.5; allow 5 sd.
+        assert!((k - 1000.0).abs() < 160.0, "{k}");
+        assert_eq!((0..n).filter(|_| s.chance(0.0)).count(), 0);
+    }
+
+    #[test]
+    fn a_subnet_mask_covers_its_prefix() {
+        let p = PortSpec { host: "a".into(), ifname: "x".into(), host_mac: [0; 6], router_ip: 0, net: 0x0a4d0100, prefix: 24 };
+        assert_eq!(p.mask(), 0xffffff00);
+    }
+}

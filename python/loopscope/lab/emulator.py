@@ -1,0 +1,157 @@
+"""The link emulator as a lab component.
+
+``link_configs`` turns the experiment's links into the emulator's per
+direction settings; ``Emulator`` starts ``loopscope netem`` inside the
+router namespace (so its AF_PACKET sockets see the router's interfaces),
+waits for it to say ``ready`` (its interfaces are open: from then on no
+frame is missed), checks it is alive while the run goes on, and stops it
+with SIGINT so it writes its counts and histograms as JSON. ``summarize``
+turns those into what the report shows per link: packets in and out, what
+was lost, duplicated, reordered or dropped at the queue limit, and the
+delay the emulator applied and its own lateness, each as p50/p99/max with
+the histogram bucket as the error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from loopscope.lab import procs
+
+MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
+
+
+def link_configs(exp: Any) -> list[dict[str, Any]]:
+    """One entry per direction of every link in the experiment file."""
+    from loopscope.units import parse_rate
+
+    out = []
+    for i, link in enumerate(exp.links):
+        rate = parse_rate(link.rate)[0] if link.rate else None
+        for a, b in link.directions():
+            out.append(
+                {
+                    "name": f"{a}->{b}",
+                    "spec_index": i,
+                    "from": a,
+                    "to": b,
+                    "delay_ns": link.delay,
+                    "jitter_ns": link.jitter,
+                    "distribution": link.distribution,
+                    "loss": link.loss / 100,
+                    "duplicate": link.duplicate / 100,
+                    "reorder": link.reorder / 100,
+                    "rate_bps": rate,
+                    "limit": link.limit,
+                }
+            )
+    return out
+
+
+class EmulatorFailure(Exception):
+    pass
+
+
+class Emulator:
+    """``loopscope netem`` running in the router namespace."""
+
+    def __init__(self, router_ns: str, config: dict[str, Any], out_dir: Path, run_id: str, ready_timeout: float = 10.0) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir = out_dir
+        self.config_path = out_dir / "netem-config.json"
+        self.config_path.write_text(json.dumps(config, indent=1) + "\n")
+        self.trace = out_dir / "netem.lstrace"
+        self.argv = ["ip", "netns", "exec", router_ns, sys.executable, "-m", "loopscope.cli", "netem", "--config", str(self.config_path), "--trace", str(self.trace), "--json"]
+        self.child = procs.spawn("netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id), stdout_pipe=True)
+        self.result: dict[str, Any] | None = None
+        assert self.child.popen.stdout is not None
+        fd = self.child.popen.stdout.fileno()
+        end = time.monotonic() + ready_timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = end - time.monotonic()
+            r, _, _ = select.select([fd], [], [], max(0.0, left))
+            if not r:
+                self.kill()
+                raise EmulatorFailure(self.child.describe_failure(f"the link emulator did not become ready within {ready_timeout:.0f} s"))
+            b = os.read(fd, 1)
+            if not b:
+                self.child.popen.wait()
+                raise EmulatorFailure(self.child.describe_failure("the link emulator exited while starting"))
+            line += b
+        if line.strip() != b"ready":
+            self.kill()
+            raise EmulatorFailure(self.child.describe_failure(f"the link emulator said {line.strip()!r} instead of ready"))
+
+    def check(self) -> None:
+        if self.child.popen.poll() is not None:
+            raise EmulatorFailure(self.child.describe_failure("the link emulator exited during the run"))
+
+    def stop(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        p = self.child.popen
+        if p.poll() is None:
+            p.send_signal(signal.SIGINT)
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+        text = out.decode(errors="replace").strip()
+        for line in reversed(text.splitlines()):
+            if line.startswith("{"):
+                try:
+                    self.result = json.loads(line)
+                except json.JSONDecodeError:
+                    break
+                (self.out_dir / "netem.json").write_text(line + "\n")
+                break
+        return self.result
+
+    def kill(self) -> None:
+        p = self.child.popen
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def run_emulator(config_path: str, trace_path: str | None) -> dict[str, Any]:
+    """The body of ``loopscope netem``: forward until SIGINT/SIGTERM, then summarize."""
+    from loopscope import _native
+    from loopscope.probes.common import envelope, traced
+
+    config = Path(config_path).read_text()
+    with traced(trace_path, ["netem"]) as tr:
+        sys.stdout.flush()
+        r = _native.netem_run(config, ready_fd=sys.stdout.fileno())
+    return {**envelope("netem"), **summarize(r), "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
+
+
+def summarize(r: dict[str, Any]) -> dict[str, Any]:
+    from loopscope.probes.net import hist_quantiles
+
+    scale = r["hist_scale"]
+    links = []
+    for l in r["links"]:
+        d = {k: v for k, v in l.items() if k not in ("applied", "late", "queued")}
+        for k in ("applied", "late", "queued"):
+            d[f"{k}_ns"] = hist_quantiles(l[k], scale)
+        links.append(d)
+    return {
+        "mechanism": MECHANISM,
+        "links": links,
+        "ports": r["ports"],
+        "elapsed_ns": r["elapsed_ns"],
+        "interrupted": r["interrupted"],
+        "final_margin_ns": r["final_margin_ns"],
+        "sleeps": r["sleeps"],
+        "priority": r["priority"],
+        "policy": r["policy"],
+    }
