@@ -354,6 +354,65 @@ def probe_echo(bind: str, duration: int | None, as_json: bool) -> int:
     return 0
 
 
+@probe.command("pipe-source")
+@click.option("--dest", required=True, help="First stage HOST:PORT (a node, or the sink).")
+@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Messages per second (1000pps).")
+@click.option("--size", type=int, default=256, show_default=True, help="Message bytes; 56 + 24 per node at least.")
+@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="How many messages.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id carried by every message (the sink keeps only its own).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, flow: int, trace_path: str | None, as_json: bool) -> int:
+    """Source of a distributed pipeline: paced messages through the nodes to the sink."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(dest, "--dest")
+    r = net.rate(rate_text, size)
+    if r.bps is not None:
+        raise InputError(f"--rate: a pipeline's rate is messages per second, like 1000pps [got {rate_text}]")
+    if size < 56 or size > 65000:
+        raise InputError(f"--size: must be 56..65000 bytes [got {size}]")
+    if duration is None and count is None:
+        raise InputError("give --duration or --count")
+    res = pipeline.source(dest, r, size, flow, count, duration, _trace_path(trace_path, "pipe-source"))
+    click.echo(json.dumps(res) if as_json else f"sent {res['sent']:,} messages to {dest} ({res['send_errors']} send errors); departure late p99 {format_ns(res['late_ns'].get('p99') or 0)}")
+    return EXIT_INTERRUPTED if res["interrupted"] else 0
+
+
+@probe.command("pipe-node")
+@click.option("--bind", required=True, help="HOST:PORT this node listens on.")
+@click.option("--next", "next_hop", required=True, help="HOST:PORT of the next stage.")
+@click.option("--work-us", type=click.IntRange(min=0, max=1_000_000), default=0, show_default=True, help="Busy work per message, µs.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-node/pipe-node.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_pipe_node(bind: str, next_hop: str, work_us: int, trace_path: str | None, as_json: bool) -> int:
+    """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(bind, "--bind")
+    net.hostport(next_hop, "--next")
+    res = pipeline.node(bind, next_hop, work_us, _trace_path(trace_path, "pipe-node"))
+    click.echo(json.dumps(res) if as_json else f"forwarded {res['forwarded']:,} of {res['received']:,} messages ({res['malformed']} malformed, {res['full']} full, {res['send_errors']} send errors)")
+    return 0
+
+
+@probe.command("pipe-sink")
+@click.option("--bind", required=True, help="HOST:PORT the sink listens on.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id to record.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool) -> int:
+    """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(bind, "--bind")
+    res = pipeline.sink(bind, flow, _trace_path(trace_path, "pipe-sink"))
+    e = res["end_to_end_ns"]
+    click.echo(json.dumps(res) if as_json else f"received {res['unique']:,} messages (lost {res['lost']}, duplicates {res['duplicates']}, reordered {res['reordered']}); end to end p50 {format_ns(e.get('p50') or 0)}")
+    return 0
+
+
 @probe.command("rr")
 @click.option("--dest", required=True, help="Echo server HOST:PORT.")
 @click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")
@@ -514,6 +573,28 @@ def check_cmd(spec: str) -> int:
     return 0
 
 
+@cli.command("netem", hidden=False)
+@click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Emulator configuration (JSON, written by the lab).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file of every forwarded packet.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object when stopped.")
+def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
+    """The user-space link emulator: forward between a router namespace's interfaces until Ctrl-C.
+
+    The lab runs it inside the router namespace it creates; it prints `ready` once its
+    interfaces are open and its counts when stopped."""
+    from loopscope.lab.emulator import run_emulator
+
+    res = run_emulator(config_path, trace_path)
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        for l in res["links"]:
+            a = l["applied_ns"]
+            click.echo(f"{l['name']}: in {l['packets_in']:,}, forwarded {l['forwarded']:,}, lost {l['lost']:,}, duplicated {l['duplicated']:,}, "
+                       f"reordered {l['reordered']:,}, queue drops {l['queue_drops']:,}; applied p50 {a.get('p50')} ns")
+    return 0
+
+
 @cli.command("cleanup")
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def cleanup_cmd(dry_run: bool) -> int:
@@ -661,6 +742,9 @@ def main(argv: list[str] | None = None) -> None:
         if not die_with_parent():
             sys.exit(EXIT_FAILED)
     signal.signal(signal.SIGTERM, _terminate)
+    # A shell starts background commands with SIGINT ignored; loopscope's
+    # servers are stopped with it, so take it back.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         rv = cli.main(args=argv, prog_name="loopscope", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0

@@ -9,6 +9,9 @@
 //! or `RunError` (exit code 1). `python/loopscope/_native.pyi` declares all of it and a
 //! test checks the declaration against the module.
 
+mod emu;
+mod pipe;
+
 use loopscope_probes::timer;
 use loopscope_trace::config::{Config, StreamConfig, StreamKind};
 use loopscope_trace::hist::Scale;
@@ -953,6 +956,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(net_rr, m)?)?;
     m.add_function(wrap_pyfunction!(net_bulk_tcp, m)?)?;
     m.add_function(wrap_pyfunction!(net_sink_tcp, m)?)?;
+    m.add_function(wrap_pyfunction!(emu::netem_run, m)?)?;
+    m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
+    m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
+    m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;
     m.add_function(wrap_pyfunction!(bench_floor, m)?)?;
     m.add_function(wrap_pyfunction!(bench_events, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sustained, m)?)?;

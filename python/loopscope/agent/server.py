@@ -11,6 +11,11 @@ same ``id`` and ``ok``. It never listens on a port. Ops:
   --json``), wait for it, return its JSON, and check the loads are still
   running;
 - ``stop_loads``: stop the loads and report their CPU use and work done;
+- ``start_probe`` / ``wait_probe`` / ``stop_probe``: the same for probes that
+  run side by side (the stages of a pipeline): start one (waiting until a
+  server says ``ready``), wait for one with a timeout (``done: false`` when
+  it is still running), or stop one with SIGINT and collect its JSON;
+- ``status``: whether every running probe and load is alive;
 - ``shutdown``: stop everything and exit.
 
 Whatever ends the agent (shutdown, SIGTERM, its stdin closing, the
@@ -76,6 +81,13 @@ def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, 
     elif p["kind"] == "syscall":
         a += ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"])]
         a += ["--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch)]
+    elif p["kind"] == "pipe-source":
+        a += ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
+        a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]
+    elif p["kind"] == "pipe-node":
+        a += ["--bind", p["bind"], "--next", p["next"], "--work-us", str(p["work_us"])]
+    elif p["kind"] == "pipe-sink":
+        a += ["--bind", p["bind"], "--flow", str(p["flow"])]
     else:
         raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
     return a + ["--json", "--trace", str(trace)]
@@ -118,15 +130,17 @@ class Agent:
         self.loads: dict[str, list[procs.Child]] = {}
         self.load_start_ns = 0
         self.probe: procs.Child | None = None
+        self.running: dict[str, tuple[procs.Child, Path, int, bool]] = {}
 
     # ---- ops ------------------------------------------------------------------------
 
     def hello(self, m: dict[str, Any]) -> dict[str, Any]:
         self.run_id = m["run_id"]
         self.run_dir = Path(m["run_dir"])
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         root, self.cg_note = find_root() if m.get("cgroups", True) else (None, "cgroups not requested")
         if root is not None:
-            self.group = RunGroup(root, self.run_id)
+            self.group = RunGroup(root, m.get("cgroup_name") or self.run_id)
         return {
             "pid": os.getpid(),
             "started_mono_ns": _STARTED_NS,
@@ -195,6 +209,85 @@ class Agent:
         self._check_loads("during the probe")
         return {"result": result, "trace": str(trace), "spawn_mono_ns": t0, "end_mono_ns": t1, "cpu_usec": cpu, "command": shlex.join(argv)}
 
+    # ---- probes side by side ---------------------------------------------------------
+
+    def start_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        p = m["probe"]
+        name = p["name"]
+        if name in self.running:
+            raise Failure(f"probe {name}", f"probe {name} is already running")
+        step = Path(m["step_dir"])
+        step.mkdir(parents=True, exist_ok=True)
+        trace = step / f"{name}.lstrace"
+        argv = probe_argv(p, int(m.get("duration_ns") or 0), trace, Path(m["scratch_dir"]))
+        group = self.group.child(f"probes/{name}") if self.group else None
+        t0 = time.monotonic_ns()
+        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, procs.child_env(self.run_id), stdout_pipe=True)
+        self.running[name] = (child, step, t0, False)
+        if m.get("wait_ready"):
+            line = _read_line(child, float(m.get("ready_timeout_s", 15)))
+            if line != "ready":
+                child.popen.kill()
+                child.popen.wait()
+                del self.running[name]
+                what = f"probe {name} did not get ready" + (f" (it printed {line!r})" if line else "")
+                raise Failure(f"probe {name}", child.describe_failure(what))
+        return {"pid": child.pid, "trace": str(trace), "spawn_mono_ns": t0, "command": shlex.join(argv)}
+
+    def wait_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        name = m["name"]
+        child = self._running(name)
+        try:
+            child.popen.wait(timeout=float(m.get("timeout_s", 1.0)))
+        except subprocess.TimeoutExpired:
+            self._check_loads("during the probe")
+            return {"done": False}
+        return {"done": True, **self._finish(name)}
+
+    def stop_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        name = m["name"]
+        child, step, t0, _ = self.running[name] if name in self.running else (self._running(name), Path("."), 0, False)
+        self.running[name] = (child, step, t0, True)
+        if child.popen.poll() is None:
+            child.popen.send_signal(signal.SIGINT)
+        try:
+            child.popen.wait(timeout=float(m.get("timeout_s", 15)))
+        except subprocess.TimeoutExpired:
+            child.popen.kill()
+            child.popen.wait()
+        return {"done": True, **self._finish(name)}
+
+    def status(self, m: dict[str, Any]) -> dict[str, Any]:
+        for name, (child, _, _, stopping) in self.running.items():
+            if child.popen.poll() is not None and not stopping and child.popen.returncode != 0:
+                self._finish(name)
+        self._check_loads("during the run")
+        return {"probes": {n: c.popen.poll() is None for n, (c, _, _, _) in self.running.items()}}
+
+    def _running(self, name: str) -> procs.Child:
+        if name not in self.running:
+            raise Failure("agent", f"no probe named {name!r} is running here")
+        return self.running[name][0]
+
+    def _finish(self, name: str) -> dict[str, Any]:
+        child, step, t0, stopping = self.running.pop(name)
+        out, _ = child.popen.communicate()
+        t1 = time.monotonic_ns()
+        text = out.decode(errors="replace").strip()
+        lines = [l for l in text.splitlines() if l.strip() and l.strip() != "ready"]
+        (step / f"{name}.json").write_text((lines[-1] if lines else "") + "\n")
+        rc = child.popen.returncode
+        if rc != 0 and not (stopping and rc in (130, -signal.SIGINT)):
+            raise Failure(f"probe {name}", child.describe_failure())
+        try:
+            result = json.loads(lines[-1])
+        except (json.JSONDecodeError, IndexError):
+            raise Failure(f"probe {name}", child.describe_failure(f"probe {name} printed no JSON result")) from None
+        cpu = RunGroup.cpu_usec(child.group) if child.group else None
+        if child.group:
+            RunGroup.remove(child.group)
+        return {"result": result, "trace": str(step / f"{name}.lstrace"), "spawn_mono_ns": t0, "end_mono_ns": t1, "cpu_usec": cpu, "command": child.command()}
+
     def stop_loads(self, m: dict[str, Any]) -> dict[str, Any]:
         report = []
         elapsed = (time.monotonic_ns() - self.load_start_ns) / 1e9
@@ -234,6 +327,8 @@ class Agent:
     def cleanup(self) -> None:
         if self.probe is not None and self.probe.popen.poll() is None:
             procs.stop([self.probe], grace=2.0)
+        procs.stop([c for c, _, _, _ in self.running.values()], grace=2.0)
+        self.running = {}
         for kids in self.loads.values():
             procs.stop(kids, grace=2.0)
         self.loads = {}
@@ -242,10 +337,39 @@ class Agent:
 
     def handle(self, m: dict[str, Any]) -> dict[str, Any]:
         op = m.get("op")
-        fn = {"hello": self.hello, "start_loads": self.start_loads, "run_probe": self.run_probe, "stop_loads": self.stop_loads}.get(op)  # type: ignore[arg-type]
+        fn = {
+            "hello": self.hello,
+            "start_loads": self.start_loads,
+            "run_probe": self.run_probe,
+            "stop_loads": self.stop_loads,
+            "start_probe": self.start_probe,
+            "wait_probe": self.wait_probe,
+            "stop_probe": self.stop_probe,
+            "status": self.status,
+        }.get(op)  # type: ignore[arg-type]
         if fn is None:
             raise Failure("agent", f"unknown op {op!r}")
         return fn(m)
+
+
+def _read_line(child: procs.Child, timeout: float) -> str:
+    """The first line a probe prints ('' if it exits or stays silent)."""
+    import select
+
+    assert child.popen.stdout is not None
+    fd = child.popen.stdout.fileno()
+    end = time.monotonic() + timeout
+    buf = b""
+    while not buf.endswith(b"\n"):
+        r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+        if not r:
+            break
+        b = os.read(fd, 1)
+        if not b:
+            child.popen.wait()
+            break
+        buf += b
+    return buf.decode(errors="replace").strip()
 
 
 def _proc_cpu_s(pid: int) -> float:

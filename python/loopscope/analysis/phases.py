@@ -45,6 +45,16 @@ def measures(tables) -> list[Measure]:  # type: ignore[no-untyped-def]
     for probe, g in _groups(tables.sched):
         out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
         out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
+    pipe = getattr(tables, "pipeline", None)
+    if pipe is not None and len(pipe):
+        from loopscope.probes.pipeline import components
+
+        for probe, g in _groups(pipe):
+            hops = max(int(c[3:].split("_")[0]) for c in g.columns if c.startswith("hop") and c.endswith("_net_ns"))
+            for col in ["e2e_ns", *[c for c in components(hops) if c != "e2e_ns"]]:
+                if col in g.columns and g[col].null_count() < len(g):
+                    v = g.select("rep", "phase", "loads", pl.col(col).alias("value")).drop_nulls("value")
+                    out.append(Measure(probe, "pipeline", col[:-3], v, ("p50", "p99", "mean"), 32))
     for probe, g in _groups(tables.syscall):
         for (call,), gc in g.group_by("call", maintain_order=True):
             out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))

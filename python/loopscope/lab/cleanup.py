@@ -1,12 +1,13 @@
 """``loopscope cleanup``: remove what killed runs left behind.
 
 A run cleans up after itself on every exit path it can see (Ctrl-C, a
-failing component, a crashed agent, its controller killed: the agent then
-gets SIGTERM from the kernel and cleans up). What remains after both the
-controller and the agent were SIGKILLed is found three ways: the state files
-of runs whose controller is gone, cgroups under ``loopscope/`` that belong
-to no live run, and processes whose environment names a run that is not
-running any more.
+failing component, a crashed agent, its controller killed: the agents then
+get SIGTERM from the kernel and clean up, and the reaper deletes the
+namespaces). What remains after the controller, the agents and the reaper
+were all SIGKILLed is found four ways: the state files of runs whose
+controller is gone, cgroups under ``loopscope/`` that belong to no live
+run, processes whose environment names a run that is not running any more,
+and network namespaces named ``ls-<tag>-*`` whose tag is no live run's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ import json
 import os
 from pathlib import Path
 
-from loopscope.lab import procs, state
+from typing import Any
+
+from loopscope.lab import netns, procs, state
 from loopscope.lab.cgroup import RunGroup, find_root
 
 
@@ -35,40 +38,73 @@ def _run_ids_in_environments() -> dict[str, list[int]]:
     return out
 
 
+def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) -> list[str]:
+    """Remove what one dead run left: agents, processes, namespaces, cgroups."""
+    actions: list[str] = []
+    verb = "would " if dry_run else ""
+    rid = info["run_id"]
+    pid = info["controller_pid"]
+    actions.append(f"run {rid}: {reason or f'its controller (pid {pid}) is gone'}")
+    agents = list(info.get("agents") or [])
+    if info.get("agent_pid") and not any(a.get("pid") == info["agent_pid"] for a in agents):
+        agents.append({"pid": info["agent_pid"], "start": info.get("agent_start"), "host": "localhost"})
+    for a in agents:
+        if a.get("pid") and procs.alive(a["pid"], a.get("start")):
+            actions.append(f"  {verb}stop its agent on {a.get('host')} (pid {a['pid']})")
+            if not dry_run:
+                procs.terminate_pid(a["pid"])
+    pids = procs.pids_of_run(rid)
+    if pids:
+        actions.append(f"  {verb}kill {len(pids)} processes of run {rid}: {', '.join(map(str, sorted(pids)))}")
+        if not dry_run:
+            for pid in pids:
+                procs.terminate_pid(pid)
+    gone = [n for n in info.get("namespaces") or [] if n in netns.existing()]
+    if gone:
+        actions.append(f"  {verb}delete network namespaces {', '.join(gone)}")
+        if not dry_run:
+            netns.delete_namespaces(gone)
+    cgs = [c for c in [info.get("cgroup"), *(info.get("cgroups") or [])] if c]
+    for cg in cgs:
+        if Path(cg).exists():
+            actions.append(f"  {verb}kill and remove cgroup {cg} ({len(RunGroup.pids(Path(cg)))} processes)")
+            if not dry_run:
+                RunGroup.remove(Path(cg))
+                parent = Path(cg).parent
+                if parent.name == rid:
+                    RunGroup.remove(parent)
+    rd = Path(info.get("run_dir", ""))
+    rj = rd / "run.json"
+    if rj.exists() and not dry_run:
+        try:
+            r = json.loads(rj.read_text())
+            if r.get("status") == "running":
+                r["status"] = "abandoned"
+                r["error"] = f"the run was killed ({reason or 'its controller is gone'}); loopscope cleanup removed what it left"
+                rj.write_text(json.dumps(r, indent=1) + "\n")
+                actions.append(f"  marked {rj} abandoned")
+        except (OSError, json.JSONDecodeError):
+            pass
+    if not dry_run:
+        state.unregister(rid)
+    return actions
+
+
 def run(dry_run: bool = False) -> list[str]:
     actions: list[str] = []
     live: set[str] = set()
     verb = "would " if dry_run else ""
     for info in state.registered():
-        rid = info["run_id"]
         if procs.alive(info["controller_pid"], info.get("controller_start")):
-            live.add(rid)
+            live.add(info["run_id"])
             continue
-        actions.append(f"run {rid}: its controller (pid {info['controller_pid']}) is gone")
-        apid = info.get("agent_pid")
-        if apid and procs.alive(apid, info.get("agent_start")):
-            actions.append(f"  {verb}stop its agent (pid {apid})")
-            if not dry_run:
-                procs.terminate_pid(apid)
-        cg = info.get("cgroup")
-        if cg and Path(cg).exists():
-            actions.append(f"  {verb}kill and remove cgroup {cg} ({len(RunGroup.pids(Path(cg)))} processes)")
-            if not dry_run:
-                RunGroup.remove(Path(cg))
-        rd = Path(info.get("run_dir", ""))
-        rj = rd / "run.json"
-        if rj.exists() and not dry_run:
-            try:
-                r = json.loads(rj.read_text())
-                if r.get("status") == "running":
-                    r["status"] = "abandoned"
-                    r["error"] = "the run was killed; loopscope cleanup removed what it left"
-                    rj.write_text(json.dumps(r, indent=1) + "\n")
-                    actions.append(f"  marked {rj} abandoned")
-            except (OSError, json.JSONDecodeError):
-                pass
+        actions += clean_run(info, dry_run)
+    live_tags = {netns.tag_of(r) for r in live}
+    stray = [n for n in netns.existing() if n[len(netns.PREFIX) :].split("-", 1)[0] not in live_tags]
+    if stray:
+        actions.append(f"{verb}delete leftover network namespaces {', '.join(stray)}")
         if not dry_run:
-            state.unregister(rid)
+            netns.delete_namespaces(stray)
     for rid, pids in _run_ids_in_environments().items():
         if rid in live:
             continue

@@ -1,18 +1,25 @@
 """The controller: ``loopscope run SPEC``.
 
 Preflight first (the spec, the results directory, the commands loads
-need, privileges), then one agent per host (here: one, on this machine),
-then the plan: for each repetition and phase, start the phase's loads, let
-them warm up, run every probe in turn, stop the loads. Everything a run
-produces lands in ``runs/<time>-<name>/`` with the spec, the provenance and
-an index of files; the report is built from it afterwards.
+need, privileges, every host reachable), then the lab (``lab.py``: network
+namespaces, the link emulator, one agent per host), then the plan: for each
+repetition and phase, start the phase's loads on their hosts, let them warm
+up, run every probe in turn (a pipeline's stages side by side on their
+hosts), stop the loads. Between probes, and while a pipeline runs, every
+agent and the emulator are checked, so one failing host stops the run on
+all of them. Everything a run produces lands in ``runs/<time>-<name>/``
+with the spec, the provenance and an index of files; the report is built
+from it afterwards.
 
-However the run ends, the same ``finally`` runs: the agent is told to shut
-down (or terminated), the run's cgroup is removed as a backstop, processes
-still carrying the run's id are killed, ``run.json`` records how it ended,
-and the state file that ``loopscope cleanup`` would use disappears. Ctrl-C
-only reaches the controller (the agent runs in a session of its own), so it
-is the controller that decides the order of shutdown.
+However the run ends, the same ``finally`` runs: the lab comes down (agents
+told to shut down or terminated, emulator stopped, remote files fetched,
+namespaces deleted, cgroups removed), processes still carrying the run's id
+are killed, ``run.json`` records how it ended and which host and component
+failed, and the state file that ``loopscope cleanup`` would use
+disappears. Ctrl-C only reaches the controller (agents run in sessions of
+their own), so it is the controller that decides the order of shutdown. If
+the controller itself is killed, its agents hear of it from the kernel and
+a reaper process (``reaper.py``) removes the namespaces.
 """
 
 from __future__ import annotations
@@ -23,16 +30,17 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from loopscope.errors import InputError, RunError
+from loopscope.errors import InputError
 from loopscope.lab import procs, state
-from loopscope.lab.cgroup import RunGroup, remove_root_if_empty
+from loopscope.lab.hosts import AgentFailure
+from loopscope.lab.lab import Lab, LabError, resolve_hosts
+from loopscope.lab.reaper import Reaper
 from loopscope.spec import Experiment, load
 from loopscope.spec.plan import phase_runs, probe_seconds
 
@@ -44,10 +52,6 @@ class Interrupted(Exception):
     pass
 
 
-class AgentFailure(RunError):
-    """A component on a host failed, or the agent itself died."""
-
-
 @dataclass
 class Outcome:
     run_dir: Path
@@ -56,94 +60,18 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
 
 
-# ---- the agent connection -------------------------------------------------------------
-
-
-class AgentClient:
-    """One agent process and its JSON-lines channel."""
-
-    def __init__(self, host: str, run_id: str, log: Path) -> None:
-        self.host = host
-        self.log = log
-        self.spawn_ns = time.monotonic_ns()
-        env = procs.child_env(run_id)
-        env.pop("LOOPSCOPE_PDEATHSIG", None)
-        with open(log, "ab") as lf:
-            self.p = subprocess.Popen(
-                [sys.executable, "-m", "loopscope.agent"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=lf,
-                env=env,
-                start_new_session=True,
-            )
-        self.next_id = 0
-
-    def call(self, op: str, **kw: Any) -> dict[str, Any]:
-        assert self.p.stdin is not None and self.p.stdout is not None
-        self.next_id += 1
-        msg = {"id": self.next_id, "op": op, **kw}
-        try:
-            self.p.stdin.write((json.dumps(msg) + "\n").encode())
-            self.p.stdin.flush()
-            line = self.p.stdout.readline()
-        except BrokenPipeError:
-            line = b""
-        if not line:
-            self.p.wait(timeout=10)
-            tail = "\n".join("    " + l for l in procs.tail(self.log)) or "    (no output)"
-            raise AgentFailure(
-                f"the agent on {self.host} died during {op} ({procs.exit_text(self.p.returncode)})\n"
-                f"  command: {sys.executable} -m loopscope.agent\n  last output ({self.log}):\n{tail}"
-            )
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise AgentFailure(f"{reply.get('component', 'agent')} on {self.host}: {reply.get('error')}")
-        return reply
-
-    def close(self, timeout: float = 15.0) -> None:
-        if self.p.poll() is None:
-            try:
-                assert self.p.stdin is not None
-                self.p.stdin.write(b'{"id": 0, "op": "shutdown"}\n')
-                self.p.stdin.flush()
-            except (BrokenPipeError, OSError):
-                pass
-            try:
-                self.p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.p.terminate()
-                try:
-                    self.p.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    self.p.kill()
-                    self.p.wait()
-        for f in (self.p.stdin, self.p.stdout):
-            try:
-                if f:
-                    f.close()
-            except OSError:
-                pass
-
-    def terminate(self) -> None:
-        """Stop the agent now (it cleans up on SIGTERM)."""
-        if self.p.poll() is None:
-            self.p.send_signal(signal.SIGTERM)
-            try:
-                self.p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait()
-
-
 # ---- preflight ------------------------------------------------------------------------
 
 
-def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -> list[str]:
+def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -> tuple[list[str], dict[str, str]]:
     """Check what can be checked before anything starts; InputError for what
-    makes the run impossible, notes for what will run degraded."""
+    makes the run impossible, notes for what will run degraded. Returns the
+    notes and each host's kind."""
+    from loopscope.lab.lab import check
+
     problems: list[str] = []
-    notes: list[str] = []
+    kinds, notes = resolve_hosts(exp)
+    problems += check(exp, file, kinds)
     for i, ld in enumerate(exp.loads):
         if ld.kind == "command":
             if ld.level.percent is not None:
@@ -169,7 +97,7 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
         problems.append(f"{target}: the results directory is not writable (set `results:` in {file} or pass --results)")
     if problems:
         raise InputError("\n".join(problems) if len(problems) == 1 else f"{len(problems)} problems, nothing was run:\n  " + "\n  ".join(problems))
-    return notes
+    return notes, kinds
 
 
 def new_run_dir(results: Path, name: str) -> Path:
@@ -210,15 +138,14 @@ def _sleep(seconds: float) -> None:
         time.sleep(min(0.1, end - time.monotonic()))
 
 
-def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None) -> Outcome:
+def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None, kinds: dict[str, str] | None = None) -> Outcome:
     run_id = run_dir.name
     run_dir.mkdir(parents=True)
-    base = run_dir.resolve()  # what the agent is given: it may not share our cwd
-    scratch = base / "scratch"
-    scratch.mkdir()
+    base = run_dir.resolve()
     (run_dir / "spec.yaml").write_text(spec_text)
-    _write_json(run_dir / "spec.json", exp.model_dump(mode="json"))
-    run = {
+    _write_json(run_dir / "spec.json", exp.model_dump(mode="json", by_alias=True))
+    kinds = kinds or resolve_hosts(exp)[0]
+    run: dict[str, Any] = {
         "run_id": run_id,
         "name": exp.name,
         "status": "running",
@@ -226,14 +153,15 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         "controller_pid": os.getpid(),
         "command": sys.argv,
         "notes": notes,
+        "hosts": {h.name: kinds[h.name] for h in exp.hosts},
         "steps": [],
         "loads": [],
         "timings": {},
     }
     _write_json(run_dir / "run.json", run)
     state.register(run_id, {"run_id": run_id, "run_dir": str(base), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
-    agent: AgentClient | None = None
-    cgroup: str | None = None
+    lab = Lab(exp, run_id, run_dir, kinds)
+    reaper = Reaper(run_id) if lab.topo is not None else None
     out = Outcome(run_dir, "running", notes=notes)
     prev_int = signal.getsignal(signal.SIGINT)
     prev_term = signal.getsignal(signal.SIGTERM)
@@ -244,35 +172,41 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        agent = AgentClient("localhost", run_id, run_dir / "agent.log")
-        hello = agent.call("hello", run_id=run_id, run_dir=str(base))
-        cgroup = hello.get("cgroup")
-        run["timings"]["agent_spawn_mono_ns"] = agent.spawn_ns
+        if len(exp.hosts) > 1:
+            say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in kinds.items())})")
+        lab.up(say)
+        first = next(iter(lab.hosts.values()))
+        run["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
         run["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
-        run["agent"] = {"host": "localhost", "pid": hello["pid"], "cgroup": cgroup, "cgroup_note": hello["cgroup_note"]}
-        state.update(run_id, agent_pid=hello["pid"], agent_start=procs.process_start_time(hello["pid"]), cgroup=cgroup)
-        _write_json(run_dir / "provenance.json", {"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "hosts": {"localhost": hello["provenance"]}})
-        if cgroup is None:
-            notes.append(f"loads and probes are not in cgroups ({hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
+        run["timings"].update(lab.timings)
+        run["agent"] = {"host": first.name, "pid": first.hello["pid"], "cgroup": first.cgroup, "cgroup_note": first.hello["cgroup_note"]}
+        run["agents"] = {h.name: {"kind": h.kind, "pid": h.hello["pid"], "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
+        _write_json(run_dir / "provenance.json", {"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(), "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}})
+        for h in lab.hosts.values():
+            if h.cgroup is None:
+                notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
+        _write_json(run_dir / "run.json", run)
         # Size the sched probes' bursts once, on the idle machine, so every
         # phase runs the same work against the same reference.
         calib: dict[str, dict[str, Any]] = {}
         for probe in exp.probes:
             if probe.kind == "sched":
                 say(f"calibrating {probe.name} (idle)")
-                r = agent.call("run_probe", probe=probe.model_dump(mode="json"), step_dir=str(base / "steps" / "calibration"), scratch_dir=str(scratch), duration_ns=int(probe_seconds(exp, probe) * 1e9), calibrate=True)
+                r = lab.agent(probe.host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(probe.host or first.name, "calibration"), scratch_dir=lab.scratch(probe.host or first.name), duration_ns=int(probe_seconds(exp, probe) * 1e9), calibrate=True)
                 calib[probe.name or ""] = {"work_iters": r["result"]["work_iters"], "alone_ns": r["result"]["alone_ns"]}
         run["calibration"] = calib
         plan = phase_runs(exp)
         total = len(plan) * len(exp.probes)
         done = 0
         for pr in plan:
-            step_dir = base / "steps" / pr.key
-            step_dir.mkdir(parents=True, exist_ok=True)
-            loads = [exp.load(n).model_dump(mode="json") for n in pr.phase.loads]
-            if loads:
+            by_host: dict[str, list[dict[str, Any]]] = {}
+            for n in pr.phase.loads:
+                ld = exp.load(n)
+                by_host.setdefault(ld.host or first.name, []).append(ld.model_dump(mode="json"))
+            if by_host:
                 say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
-                agent.call("start_loads", step_dir=str(step_dir), scratch_dir=str(scratch), loads=loads)
+                for hname, loads in by_host.items():
+                    lab.agent(hname).call("start_loads", step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), loads=loads)
             if exp.warmup:
                 _sleep(exp.warmup / 1e9)
             for probe in exp.probes:
@@ -282,68 +216,154 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                     tick(done, total, label)
                 else:
                     say(f"[{done}/{total}] {label}")
-                pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
-                r = agent.call("run_probe", probe=pspec, step_dir=str(step_dir), scratch_dir=str(scratch), duration_ns=dur)
-                if "first_probe_spawn_mono_ns" not in run["timings"]:
-                    run["timings"]["first_probe_spawn_mono_ns"] = r["spawn_mono_ns"]
-                run["steps"].append(
-                    {
-                        "rep": pr.rep,
-                        "phase": pr.phase.name,
-                        "loads": list(pr.phase.loads),
-                        "probe": probe.name,
-                        "kind": probe.kind,
-                        "trace": str(Path(r["trace"]).relative_to(base)),
-                        "json": str((step_dir / f"{probe.name}.json").relative_to(base)),
+                lab.check()
+                if probe.kind == "pipeline":
+                    step = run_pipeline(lab, exp, probe, pr.key, dur)
+                else:
+                    hname = probe.host or first.name
+                    pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
+                    r = lab.agent(hname).call("run_probe", probe=pspec, step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), duration_ns=dur)
+                    step = {
+                        "host": hname,
+                        "trace": lab.rel(hname, r["trace"]),
+                        "json": lab.rel(hname, f"{lab.step_dir(hname, pr.key)}/{probe.name}.json"),
                         "command": r["command"],
                         "cpu_usec": r["cpu_usec"],
                         "spawn_mono_ns": r["spawn_mono_ns"],
                         "end_mono_ns": r["end_mono_ns"],
                     }
-                )
+                if "first_probe_spawn_mono_ns" not in run["timings"]:
+                    run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
+                run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
                 done += 1
                 _write_json(run_dir / "run.json", run)
                 if tick is not None:
                     tick(done, total, label)
-            if loads:
-                lr = agent.call("stop_loads")
+            for hname in by_host:
+                lr = lab.agent(hname).call("stop_loads")
                 for ld in lr["loads"]:
-                    run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, **ld})
+                    run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
+        lab.check()
         out.status = "completed"
     except Interrupted as e:
         out.status, out.error = "interrupted", f"interrupted by {e}"
     except AgentFailure as e:
         out.status, out.error = "failed", str(e)
+        run["failed"] = {"host": e.host, "component": e.component}
+    except LabError as e:
+        out.status, out.error = "failed", f"the lab could not be set up: {e}"
+        run["failed"] = {"host": None, "component": "lab"}
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            if agent is not None:
-                if out.status == "running":
-                    out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
-                if out.status == "completed":
-                    agent.close()
-                else:
-                    agent.terminate()
-            if cgroup:
-                RunGroup.remove(Path(cgroup))
-                remove_root_if_empty(Path(cgroup))
+            if out.status == "running":
+                out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
+            lab.down(out.status == "completed", notes)
+            run["timings"].update(lab.timings)
+            if lab.emulator_result is not None:
+                run["emulator"] = {"json": "netem/netem.json", "trace": "netem/netem.lstrace"}
             for pid in procs.pids_of_run(run_id):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            shutil.rmtree(scratch, ignore_errors=True)
+            for h in lab.hosts.values():
+                if not h.remote:
+                    shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
             run["status"] = out.status
             run["error"] = out.error
             run["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
             _write_json(run_dir / "run.json", run)
             write_index(run_dir)
             state.unregister(run_id)
+            if reaper is not None:
+                reaper.release()
         finally:
             signal.signal(signal.SIGINT, prev_int)
             signal.signal(signal.SIGTERM, prev_term)
     return out
+
+
+def run_pipeline(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    """Start the sink, then the nodes back to front, then the source; wait for
+    the source, let the last messages arrive, stop the rest."""
+    stages = probe.stages
+    n = len(stages)
+    flow = int(hashlib.sha256(f"{lab.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
+
+    def where(i: int) -> str:
+        return f"{lab.hosts[stages[i][1]].address}:{probe.port + i}"
+
+    def bind(i: int) -> str:
+        h = lab.hosts[stages[i][1]]
+        return f"{'0.0.0.0' if h.remote else h.address}:{probe.port + i}"
+
+    names = [f"{probe.name}.source"] + [f"{probe.name}.node{i}" for i in range(1, n - 1)] + [f"{probe.name}.sink"]
+    started: list[tuple[str, str]] = []
+    results: dict[str, dict[str, Any]] = {}
+    try:
+        for i in reversed(range(1, n)):
+            role, host = stages[i]
+            if role == "sink":
+                spec = {"kind": "pipe-sink", "name": names[i], "bind": bind(i), "flow": flow}
+            else:
+                spec = {"kind": "pipe-node", "name": names[i], "bind": bind(i), "next": where(i + 1), "work_us": probe.work_us}
+            lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), wait_ready=True)
+            started.append((host, names[i]))
+        src_host = stages[0][1]
+        spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count}
+        lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
+        started.append((src_host, names[0]))
+        limit = time.monotonic() + dur_ns / 1e9 + 120
+        while True:
+            r = lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=0.25)
+            if r["done"]:
+                results[names[0]] = r
+                started.remove((src_host, names[0]))
+                break
+            lab.check()
+            for host, _ in started:
+                lab.agent(host).call("status")
+            if time.monotonic() > limit:
+                raise AgentFailure(f"the pipeline source {names[0]} on {src_host} did not finish", host=src_host, component=f"probe {names[0]}")
+        # Messages still in flight: the configured delays plus a margin.
+        _sleep(0.2 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links) / 1e9)
+        for host, name in list(reversed(started)):
+            results[name] = lab.agent(host).call("stop_probe", name=name)
+            started.remove((host, name))
+    finally:
+        for host, name in started:
+            try:
+                lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+            except AgentFailure:
+                pass
+    stage_steps = []
+    for i, (role, host) in enumerate(stages):
+        r = results[names[i]]
+        stage_steps.append(
+            {
+                "role": role,
+                "host": host,
+                "name": names[i],
+                "trace": lab.rel(host, r["trace"]),
+                "json": lab.rel(host, f"{lab.step_dir(host, key)}/{names[i]}.json"),
+                "command": r["command"],
+                "cpu_usec": r["cpu_usec"],
+            }
+        )
+    sink = stage_steps[-1]
+    return {
+        "host": stages[0][1],
+        "trace": sink["trace"],
+        "json": sink["json"],
+        "command": stage_steps[0]["command"],
+        "cpu_usec": stage_steps[0]["cpu_usec"],
+        "spawn_mono_ns": results[names[0]]["spawn_mono_ns"],
+        "end_mono_ns": results[names[0]]["end_mono_ns"],
+        "stages": stage_steps,
+        "flow": flow,
+    }
 
 
 def run(spec_path: str, *, results: str | None = None, run_dir: str | None = None, say: Say = lambda s: None, tick: Tick | None = None) -> Outcome:
@@ -351,7 +371,7 @@ def run(spec_path: str, *, results: str | None = None, run_dir: str | None = Non
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)
     rd = Path(run_dir) if run_dir else None
-    notes = preflight(exp, spec_path, res, rd)
+    notes, kinds = preflight(exp, spec_path, res, rd)
     for n in notes:
         say(f"note: {n}")
     target = rd or new_run_dir(res, exp.name)
@@ -359,4 +379,4 @@ def run(spec_path: str, *, results: str | None = None, run_dir: str | None = Non
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise InputError(f"{target.parent}: cannot create the results directory: {e.strerror}") from None
-    return execute(exp, text, target, say, notes, tick)
+    return execute(exp, text, target, say, notes, tick, kinds)

@@ -74,17 +74,28 @@ class Topology:
     created: list[str] = field(default_factory=list)
 
     @classmethod
-    def plan(cls, run_id: str, names: list[str]) -> Topology:
+    def plan(cls, run_id: str, names: list[str], addresses: dict[str, str] | None = None) -> Topology:
+        """Addresses: 10.77.<i>.2/24 with the router at .1, or the given
+        address in its /24 with the router at .1 (.254 if the host is .1);
+        NetnsError when two hosts would share a subnet."""
         tag = tag_of(run_id)
         hosts = []
+        nets: dict[str, str] = {}
         for i, h in enumerate(names, start=1):
+            addr = (addresses or {}).get(h) or f"{NET}.{i}.2"
+            head = addr.rsplit(".", 1)[0]
+            gw = f"{head}.254" if addr.endswith(".1") else f"{head}.1"
+            net = f"{head}.0/24"
+            if net in nets:
+                raise NetnsError(f"host {h}: address {addr} clashes with host {nets[net]}'s subnet {net} (each netns host has a /24 of its own)")
+            nets[net] = h
             hosts.append(
                 HostNet(
                     name=h,
                     index=i,
                     ns=ns_name(tag, h),
-                    address=f"{NET}.{i}.2",
-                    gateway=f"{NET}.{i}.1",
+                    address=addr,
+                    gateway=gw,
                     router_if=f"r{i}",
                     mac=f"02:4c:53:{i >> 8:02x}:{i & 0xFF:02x}:02",
                     router_mac=f"02:4c:53:{i >> 8:02x}:{i & 0xFF:02x}:01",

@@ -105,8 +105,9 @@ def over_time(frame: pl.DataFrame, phases: list[str], title: str, ylabel: str) -
     return _svg(fig)
 
 
-def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str) -> str:
-    """Mean cost per call and phase with its 95 % CI."""
+def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str = "ns per call (95% CI)", labels: dict[str, str] | None = None) -> str:
+    """One figure per measure and phase with its 95 % CI (the syscall
+    probe's mean per call; a pipeline's p50 or p99 per component)."""
     calls = comp["measure"].unique(maintain_order=True).to_list()
     fig, ax = plt.subplots(figsize=(6.4, 0.28 * len(calls) * max(1, len(phases)) / 2 + 1.2))
     h = 0.8 / max(1, len(phases))
@@ -122,10 +123,10 @@ def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str) -> str:
             lo.append(r["value_ns"][0] - r["value_lo_ns"][0])
             hi.append(r["value_hi_ns"][0] - r["value_ns"][0])
         ax.barh(y, x, height=h, color=PALETTE[i % len(PALETTE)], label=ph, xerr=[lo, hi], error_kw={"lw": 0.8, "capsize": 1.5})
-    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], calls)
+    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], [(labels or {}).get(c, c) for c in calls])
     ax.invert_yaxis()
     ax.set_xscale("log")
-    ax.set_xlabel("ns per call (95% CI)")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, loc="left")
     ax.legend(fontsize=7, frameon=False)
     return _svg(fig)

@@ -19,6 +19,7 @@ DESCRIBE = {
     "timer": "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement).",
     "sched": "A thread alternating sleep and work next to busy threads (seeds/001): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
     "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (seeds/004).",
+    "pipeline": "A distributed pipeline (seeds/000 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
 }
 MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
 
@@ -57,7 +58,9 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
         if kind == "sched" and cal:
             sec["describe"] += f" Here the burst is {cal['work_iters']:,} iterations, {_ns(cal['alone_ns'])} alone."
         present = [p for p in phases if p in set(c["phase"].to_list())]
-        if kind in ("timer", "sched"):
+        if kind == "pipeline":
+            _pipeline_section(sec, tables, c, probe, present)
+        elif kind in ("timer", "sched"):
             src = tables.timer if kind == "timer" else tables.sched
             src = src.filter(pl.col("probe") == probe)
             for measure in c["measure"].unique(maintain_order=True).to_list():
@@ -90,6 +93,114 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
                 rows.append({"call": call, "cells": cells})
             sec["syscall"] = {"phases": present, "rows": rows}
         out.append(sec)
+    return out
+
+
+def _stage_hosts(tables: Any, probe: str) -> list[str]:
+    for p in tables.spec.get("probes") or []:
+        if p.get("name") == probe and p.get("kind") == "pipeline":
+            return [p["source"], *p.get("nodes", []), p.get("sink") or p["source"]]
+    return []
+
+
+def component_label(measure: str, hosts: list[str]) -> str:
+    """``hop1_net`` → ``network b → c`` and so on, from the stage hosts."""
+    def host(i: int) -> str:
+        return hosts[i] if 0 <= i < len(hosts) else f"stage {i}"
+
+    if measure == "e2e":
+        return "end to end"
+    if measure == "sink_stack":
+        return f"{host(len(hosts) - 1)} (sink): kernel → application"
+    if measure.startswith("hop") and measure.endswith("_net"):
+        k = int(measure[3:-4])
+        return f"network {host(k)} → {host(k + 1)}"
+    if measure.startswith("node"):
+        k, what = measure[4:].split("_", 1)
+        return f"{host(int(k))} (node {k}): " + ("kernel → application" if what == "stack" else "processing")
+    return measure
+
+
+def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
+    hosts = _stage_hosts(tables, probe)
+    measures = c["measure"].unique(maintain_order=True).to_list()
+    labels = {m: component_label(m, hosts) for m in measures}
+    if hosts:
+        sec["describe"] += f" Path: {' → '.join(hosts)}."
+    src = tables.pipeline.filter(pl.col("probe") == probe)
+    frame = src.select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value"))
+    sec["charts"].append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
+    sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
+    for metric in ("p50", "p99"):
+        cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
+        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", f"{metric} ns (95% CI)", labels))
+    tabs = []
+    for metric in ("p50", "p99", "mean"):
+        rows = []
+        for m in measures:
+            cells = {}
+            for ph in present:
+                r = c.filter((pl.col("measure") == m) & (pl.col("phase") == ph) & (pl.col("metric") == metric))
+                if not r.is_empty():
+                    cells[ph] = _cell(r.row(0, named=True))
+            rows.append({"call": labels[m], "cells": cells})
+        tabs.append({"metric": metric, "phases": present, "rows": rows})
+    sec["pipeline"] = tabs
+    st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
+    acct = []
+    for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
+        src_row = g.filter(pl.col("role") == "source")
+        sink_row = g.filter(pl.col("role") == "sink")
+        nodes = g.filter(pl.col("role") == "node")
+        sent = int(src_row["sent"][0] or 0) if len(src_row) else 0
+        got = int(sink_row["unique"][0] or 0) if len(sink_row) else 0
+        acct.append(
+            {
+                "phase": ph,
+                "rep": rep,
+                "sent": f"{sent:,}",
+                "received": f"{got:,}",
+                "lost": f"{sent - got:,}",
+                "duplicates": int(sink_row["duplicates"][0] or 0) if len(sink_row) else 0,
+                "reordered": int(sink_row["reordered"][0] or 0) if len(sink_row) else 0,
+                "node_drops": int(sum((r.get("full") or 0) + (r.get("send_errors") or 0) + (r.get("malformed") or 0) for r in nodes.iter_rows(named=True))),
+            }
+        )
+    sec["accounting"] = acct
+
+
+def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
+    if not em:
+        return []
+    rows = []
+    for l in em.get("links") or []:
+        if not l.get("packets_in") and not l.get("configured"):
+            continue
+        a, late = l.get("applied_ns") or {}, l.get("late_ns") or {}
+        rows.append(
+            {
+                "name": l["name"],
+                "configured": "yes" if l.get("configured") else "no (ideal)",
+                "in": f"{l['packets_in']:,}",
+                "forwarded": f"{l['forwarded']:,}",
+                "lost": l["lost"],
+                "duplicated": l["duplicated"],
+                "reordered": l["reordered"],
+                "queue_drops": l["queue_drops"] + l.get("send_errors", 0),
+                "pending": l.get("pending_at_stop", 0),
+                "applied": f"{_ns(a.get('p50'))} / {_ns(a.get('p99'))}" if a.get("n") else "n/a",
+                "late": f"{_ns(late.get('p50'))} / {_ns(late.get('p99'))} / {_ns(late.get('max'))}" if late.get("n") else "n/a",
+            }
+        )
+    return rows
+
+
+def _hosts(prov: dict[str, Any]) -> list[dict[str, Any]]:
+    lab = prov.get("lab") or {}
+    out = []
+    for name, h in (lab.get("hosts") or {}).items():
+        off = h.get("clock_offset_ns") or 0
+        out.append({"name": name, "kind": h.get("kind"), "address": h.get("address"), "offset": f"{off / 1e9:+g} s" if off else "0", "ssh": h.get("ssh", "")})
     return out
 
 
@@ -175,6 +286,9 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str])
         loads=load_rows,
         load_chart=load_chart,
         provenance=_provenance(tables.provenance),
+        hosts=_hosts(tables.provenance),
+        emulator=_emulator_rows(tables.emulator),
+        emulator_info=tables.emulator,
         steps=len(run.get("steps") or []),
         lost_total=lost_total,
         records_total=int(tables.steps["records"].sum()) if len(tables.steps) else 0,

@@ -33,11 +33,15 @@ class RunTables:
     loads: pl.DataFrame
     steps: pl.DataFrame
     results: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
+    pipeline: pl.DataFrame = field(default_factory=pl.DataFrame)
+    stages: pl.DataFrame = field(default_factory=pl.DataFrame)
+    emulator: dict[str, Any] | None = None
 
     def write(self, out: Path) -> list[Path]:
         out.mkdir(exist_ok=True)
         paths = []
-        for name in ("timer", "sched", "syscall", "loads", "steps"):
+        names = ["timer", "sched", "syscall", "loads", "steps"] + (["pipeline", "stages"] if len(self.pipeline) else [])
+        for name in names:
             df: pl.DataFrame = getattr(self, name)
             p = out / f"{name}.parquet"
             df.write_parquet(p)
@@ -63,7 +67,9 @@ def load_run(run_dir: Path) -> RunTables:
     spec = json.loads((run_dir / "spec.json").read_text())
     prov_path = run_dir / "provenance.json"
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
-    timer, sched, sysc, stepsrows = [], [], [], []
+    from loopscope.probes.pipeline import messages_from
+
+    timer, sched, sysc, stepsrows, pipe, stages = [], [], [], [], [], []
     results: dict[tuple[int, str, str], dict[str, Any]] = {}
     for st in run["steps"]:
         res_path = run_dir / st["json"]
@@ -97,6 +103,19 @@ def load_run(run_dir: Path) -> RunTables:
                 name.alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
             )
             sysc.append(_tag(s, st))
+        elif st["kind"] == "pipeline":
+            m = messages_from(df)
+            if len(m):
+                pipe.append(_tag(m, st))
+            for sg in st.get("stages") or []:
+                try:
+                    sres = json.loads((run_dir / sg["json"]).read_text().strip().splitlines()[-1])
+                except (OSError, json.JSONDecodeError, IndexError):
+                    sres = {}
+                row = {"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "role": sg["role"], "stage": sg["name"], "host": sg["host"]}
+                for k in ("sent", "send_errors", "received", "forwarded", "unique", "lost", "duplicates", "reordered", "malformed", "full", "no_kernel_ts"):
+                    row[k] = sres.get(k)
+                stages.append(row)
     loads = pl.DataFrame(run.get("loads") or [], infer_schema_length=None) if run.get("loads") else pl.DataFrame()
     if len(loads):
         loads = loads.with_columns((pl.col("cpu_s") / pl.col("elapsed_s")).alias("cpu_util")).drop("exit")
@@ -111,4 +130,17 @@ def load_run(run_dir: Path) -> RunTables:
         loads=loads,
         steps=pl.DataFrame(stepsrows) if stepsrows else pl.DataFrame(schema={**STEP_COLS, "kind": pl.String}),
         results=results,
+        pipeline=pl.concat(pipe, how="diagonal_relaxed") if pipe else pl.DataFrame(),
+        stages=pl.DataFrame(stages, infer_schema_length=None) if stages else pl.DataFrame(),
+        emulator=_emulator(run_dir, run),
     )
+
+
+def _emulator(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
+    em = run.get("emulator")
+    if not em:
+        return None
+    try:
+        return json.loads((run_dir / em["json"]).read_text())  # type: ignore[no-any-return]
+    except (OSError, json.JSONDecodeError):
+        return None

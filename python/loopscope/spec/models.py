@@ -133,6 +133,7 @@ class TimerProbe(Model):
     priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE)")
     dma_latency_us: Annotated[int, Field(ge=0)] | None = Field(None, description="hold /dev/cpu_dma_latency during the probe, as cyclictest does with 0")
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
 class SchedProbe(Model):
@@ -145,6 +146,7 @@ class SchedProbe(Model):
     work_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
     cpu: list[Annotated[int, Field(ge=0)]] | None = None
     duration: Duration | None = None
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
 class SyscallProbe(Model):
@@ -159,9 +161,56 @@ class SyscallProbe(Model):
     max_seconds_per_call: Annotated[float, Field(gt=0, le=3600)] = 5.0
     dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory)")
     duration: Duration | None = Field(None, description="not used: the syscall probe stops when every call has converged or hit its cap")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
-Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe], Field(discriminator="kind")]
+PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
+PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
+
+
+def _pps(v: Any) -> str:
+    from loopscope.units import parse_rate
+
+    try:
+        _, kind = parse_rate(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
+    if kind != "pps":
+        raise PydanticCustomError("rate", "a pipeline's rate is messages per second, like 1000pps [got {got}]", {"got": v})
+    return str(v)
+
+
+class PipelineProbe(Model):
+    """A distributed pipeline (seeds/000 §3.3, data_pipe): a source sends messages through processing
+    nodes on any hosts to a sink; with the sink on the source's host it is a control loop. Every
+    message records each hop's kernel RX, application RX and send times."""
+
+    kind: Literal["pipeline"]
+    name: Name | None = None
+    source: Name = Field(description="host of the source")
+    nodes: list[Name] = Field(default_factory=list, max_length=64, description="hosts of the processing nodes, in order (a host may appear more than once)")
+    sink: Name | None = Field(None, description="host of the sink (default: the source's host: a control loop)")
+    rate: Annotated[str, BeforeValidator(_pps)] = Field("1000pps", description="messages per second")
+    size: Annotated[int, Field(ge=PIPE_HEADER, le=65000)] = Field(256, description="message bytes (UDP payload)")
+    count: Annotated[int, Field(ge=1)] | None = Field(None, description="stop after this many messages (default: run for the duration)")
+    work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work each node does per message, µs")
+    port: Annotated[int, Field(ge=1024, le=65000)] = Field(47100, description="first UDP port; stage i listens on port + i")
+    duration: Duration | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> "PipelineProbe":
+        need = PIPE_HEADER + PIPE_HOP * len(self.nodes)
+        if self.size < need:
+            raise PydanticCustomError("pipeline_size", "size {size} is too small for {n} nodes: each message needs {need} bytes", {"size": self.size, "n": len(self.nodes), "need": need})
+        return self
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """(role, host) in the order a message visits them."""
+        return [("source", self.source), *(("node", h) for h in self.nodes), ("sink", self.sink or self.source)]
+
+
+Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe], Field(discriminator="kind")]
 
 
 # ---- loads ------------------------------------------------------------------------
@@ -170,6 +219,7 @@ Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe], Field(discriminat
 class LoadBase(Model):
     name: Name | None = None
     level: LevelField = Field(default_factory=lambda: Level(processes=1))
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
 class CpuLoad(LoadBase):
@@ -259,9 +309,109 @@ class Phase(Model):
     loads: list[str] = Field(default_factory=list, description="names of loads held during this phase")
 
 
+def _signed_duration(v: Any) -> int:
+    if v in (0, "0"):
+        return 0
+    if isinstance(v, str) and v.strip().startswith("-"):
+        return -_duration(v.strip()[1:])
+    if isinstance(v, str) and v.strip().startswith("+"):
+        return _duration(v.strip()[1:])
+    return _duration(v)
+
+
+SignedDuration = Annotated[
+    int,
+    BeforeValidator(_signed_duration),
+    PlainSerializer(lambda ns: ("-" if ns < 0 else "") + duration_text(abs(ns)) if ns else "0", return_type=str),
+    WithJsonSchema({"type": ["string", "integer"], "description": "a duration with an optional sign, like -1.5s or 200ms, or 0"}),
+]
+
+
 class Host(Model):
+    """A machine of the experiment: a network namespace on this machine (netns, the default with
+    root), a real machine reached over ssh, or processes on loopback (local)."""
+
     name: Name = "localhost"
-    kind: Literal["local"] = "local"
+    kind: Literal["auto", "netns", "ssh", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local")
+    address: str | None = Field(None, description="ssh: the machine to connect to; netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)")
+    clock_offset: SignedDuration = Field(0, description="netns: shift this host's CLOCK_MONOTONIC (a time namespace), e.g. 2.5s")
+    user: str | None = Field(None, description="ssh: login name (default: yours)")
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(22, description="ssh: port")
+    identity: str | None = Field(None, description="ssh: private key file (default: the ssh agent and ~/.ssh/id_*)")
+    known_hosts: str | None = Field(None, description="ssh: known_hosts file the host key is checked against (default ~/.ssh/known_hosts)")
+    python: str = Field("python3", description="ssh: the remote interpreter that has loopscope installed")
+    workdir: str = Field("/tmp/loopscope-runs", description="ssh: where the remote agent writes before files are fetched")
+
+
+def _percent(v: Any) -> float:
+    msg = "must be a percentage 0..100, like 1% or 0.5 [got {got}]"
+    if isinstance(v, bool):
+        raise PydanticCustomError("percent", msg, {"got": v})
+    if isinstance(v, str):
+        t = v.strip().rstrip("%").strip()
+        try:
+            x = float(t)
+        except ValueError:
+            raise PydanticCustomError("percent", msg, {"got": v}) from None
+    elif isinstance(v, (int, float)):
+        x = float(v)
+    else:
+        raise PydanticCustomError("percent", msg, {"got": v})
+    if not 0 <= x <= 100:
+        raise PydanticCustomError("percent", msg, {"got": v})
+    return x
+
+
+Percent = Annotated[
+    float,
+    BeforeValidator(_percent),
+    WithJsonSchema({"type": ["string", "number"], "description": "percent, 0..100 (1% or 1)"}),
+]
+
+
+def _bit_rate(v: Any) -> str | None:
+    if v is None:
+        return None
+    from loopscope.units import parse_rate
+
+    try:
+        _, kind = parse_rate(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
+    if kind != "bps":
+        raise PydanticCustomError("rate", "a link's rate is a bit rate like 100Mbit [got {got}]", {"got": v})
+    return str(v)
+
+
+class Link(Model):
+    """What the network does to packets between two hosts (netem's semantics, applied by netem or
+    by loopscope's emulator in the router namespace)."""
+
+    between: list[Name] | None = Field(None, min_length=2, max_length=2, description="two hosts: the link applies in both directions")
+    from_: Name | None = Field(None, alias="from", description="one direction only: from this host…")
+    to: Name | None = Field(None, description="…to this host")
+    delay: OptDuration = Field(0, description="one-way delay, e.g. 2ms")
+    jitter: OptDuration = Field(0, description="spread added to the delay")
+    distribution: Literal["normal", "uniform", "pareto"] = Field("normal", description="jitter's shape: normal (sd = jitter), uniform (±jitter), pareto (shape 3, sd = jitter)")
+    loss: Percent = 0.0
+    duplicate: Percent = 0.0
+    reorder: Percent = Field(0.0, description="this share of packets skips the delay and overtakes the others")
+    rate: Annotated[str | None, BeforeValidator(_bit_rate)] = Field(None, description="link bit rate, e.g. 100Mbit (packets queue behind each other)")
+    limit: Annotated[int, Field(ge=1, le=1_000_000)] = Field(1000, description="packets that may wait on the link; more are dropped")
+
+    @model_validator(mode="after")
+    def _ends(self) -> "Link":
+        if (self.between is None) == (self.from_ is None or self.to is None):
+            if self.between is None:
+                raise PydanticCustomError("link_ends", "give `between: [a, b]` or both `from` and `to`", {})
+            raise PydanticCustomError("link_ends", "give either `between` or `from`/`to`, not both", {})
+        return self
+
+    def directions(self) -> list[tuple[str, str]]:
+        if self.between is not None:
+            a, b = self.between
+            return [(a, b), (b, a)]
+        return [(self.from_ or "", self.to or "")]
 
 
 class Experiment(Model):
@@ -269,7 +419,8 @@ class Experiment(Model):
 
     name: Name
     description: str = ""
-    hosts: list[Host] = Field(default_factory=lambda: [Host()], min_length=1, max_length=1)
+    hosts: list[Host] = Field(default_factory=lambda: [Host(kind="local")], min_length=1, max_length=250)
+    links: list[Link] = Field(default_factory=list)
     probes: list[Probe] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None
@@ -324,12 +475,80 @@ class Experiment(Model):
                 for j, ref in enumerate(phase.loads):
                     if ref not in names:
                         problems.append((("phases", i, "loads", j), f"no load named {ref!r}; the loads are {', '.join(names) or '(none)'}"))
+        problems += self._check_hosts()
         if problems:
             raise PydanticCustomError("spec_references", "{count} problems with names and references", {"count": len(problems), "problems": problems})
         return self
 
+    def _check_hosts(self) -> list[tuple[tuple[str | int, ...], str]]:
+        """Host names, addresses and every reference to a host."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        hosts: dict[str, int] = {}
+        for i, h in enumerate(self.hosts):
+            if h.name in hosts:
+                problems.append((("hosts", i, "name"), f"host name {h.name!r} is used twice"))
+            hosts.setdefault(h.name, i)
+        known = ", ".join(hosts)
+        addrs: dict[str, str] = {}
+        for i, h in enumerate(self.hosts):
+            if h.kind == "ssh" and not h.address:
+                problems.append((("hosts", i, "address"), f"ssh host {h.name!r} needs an address (a name or IP to connect to)"))
+            if h.address and h.kind in ("netns", "local", "auto"):
+                import ipaddress
+
+                try:
+                    ipaddress.IPv4Address(h.address)
+                except ValueError:
+                    problems.append((("hosts", i, "address"), f"must be an IPv4 address for a {h.kind} host [got {h.address!r}]"))
+            if h.address:
+                key = f"{h.address}:{h.port}" if h.kind == "ssh" else h.address
+                if key in addrs:
+                    problems.append((("hosts", i, "address"), f"address {h.address} clashes with host {addrs[key]!r}; give each host its own"))
+                addrs.setdefault(key, h.name)
+            if h.clock_offset and h.kind in ("ssh", "local"):
+                problems.append((("hosts", i, "clock_offset"), f"a clock offset needs a time namespace: only netns hosts have one (host {h.name!r} is {h.kind})"))
+
+        def ref(where: tuple[str | int, ...], name: str | None) -> None:
+            if name is not None and name not in hosts:
+                problems.append((where, f"no host named {name!r}; the hosts are {known}"))
+
+        for i, p in enumerate(self.probes):
+            if p.kind == "pipeline":
+                ref(("probes", i, "source"), p.source)
+                for j, n in enumerate(p.nodes):
+                    ref(("probes", i, "nodes", j), n)
+                ref(("probes", i, "sink"), p.sink)
+            else:
+                ref(("probes", i, "host"), p.host)
+        for i, ld in enumerate(self.loads):
+            if i < len(self.loads):
+                ref(("loads", i, "host"), ld.host)
+        pairs: dict[tuple[str, str], int] = {}
+        for i, link in enumerate(self.links):
+            for end in (link.between or [link.from_, link.to]):
+                if end is not None and end not in hosts:
+                    problems.append((("links", i), f"link to a host that does not exist: {end!r}; the hosts are {known}"))
+            for a, b in link.directions():
+                if a == b:
+                    problems.append((("links", i), f"a link joins two different hosts [got {a!r} twice]"))
+                elif (a, b) in pairs:
+                    problems.append((("links", i), f"the path {a} -> {b} is already set by links.{pairs[(a, b)]}"))
+                pairs.setdefault((a, b), i)
+        return problems
+
     def load(self, name: str) -> Any:
         return next(ld for ld in self.loads if ld.name == name)
+
+    def host(self, name: str | None) -> Host:
+        """A host by name (None: the first host)."""
+        if name is None:
+            return self.hosts[0]
+        return next(h for h in self.hosts if h.name == name)
+
+    def hosts_of(self, probe: Any) -> list[str]:
+        if probe.kind == "pipeline":
+            return list(dict.fromkeys(h for _, h in probe.stages))
+        return [probe.host or self.hosts[0].name]
 
 
 _LOAD_TYPES: dict[str, type[LoadBase]] = {"cpu": CpuLoad, "memory": MemoryLoad, "io": IoLoad, "net": NetLoad, "mix": MixLoad}

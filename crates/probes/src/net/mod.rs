@@ -7,6 +7,7 @@
 
 pub mod bulk;
 pub mod packet;
+pub mod pipe;
 pub mod recv;
 pub mod rr;
 pub mod schedule;

@@ -1,0 +1,276 @@
+"""The lab of one run: its hosts, their network, their agents.
+
+``resolve_hosts`` decides each host's kind (``auto`` becomes ``netns`` when
+this process may create namespaces and the experiment has several hosts or
+a clock offset, ``local`` otherwise) and its address as the other hosts see
+it. ``Lab.up`` builds the namespaces and the router, starts the link
+emulator when two or more hosts are namespaces, and starts one agent per
+host, all spawned before any is waited for. ``Lab.down`` undoes all of it
+in reverse and never raises: agents stopped (politely when the run
+completed, SIGTERM otherwise), emulator stopped with its counts kept, remote
+files fetched, namespaces deleted, cgroups removed.
+
+Where files go: with a single host the run directory is the host's (the
+layout of one-host runs); with several, each host writes under
+``hosts/<name>/`` (on an ssh host first under its ``workdir``, fetched at
+the end).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loopscope.lab import hosts as H
+from loopscope.lab import netns, procs, state
+from loopscope.lab.cgroup import RunGroup, remove_root_if_empty
+from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs
+
+
+class LabError(Exception):
+    """Setting up the lab failed; the message names the host or link."""
+
+
+@dataclass
+class HostRt:
+    name: str
+    kind: str
+    spec: Any
+    index: int
+    address: str
+    base: str  # the run's directory for this host, in that host's file system
+    local_base: Path  # where its files end up here
+    agent: H.AgentClient | None = None
+    cgroup: str | None = None
+    hello: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def remote(self) -> bool:
+        return self.kind == "ssh"
+
+
+def resolve_hosts(exp: Any) -> tuple[dict[str, str], list[str]]:
+    """Each host's kind, and notes on what was decided."""
+    why_not = netns.privileges()
+    wants_ns = len(exp.hosts) > 1 or any(h.clock_offset for h in exp.hosts) or bool(exp.links)
+    kinds: dict[str, str] = {}
+    notes: list[str] = []
+    for h in exp.hosts:
+        if h.kind != "auto":
+            kinds[h.name] = h.kind
+        elif wants_ns and why_not is None:
+            kinds[h.name] = "netns"
+        else:
+            kinds[h.name] = "local"
+            if wants_ns:
+                notes.append(f"host {h.name}: runs as local processes on loopback ({why_not})")
+    return kinds, notes
+
+
+def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
+    """Problems with hosts and links that make the run impossible (preflight)."""
+    problems: list[str] = []
+    ns_hosts = [n for n, k in kinds.items() if k == "netns"]
+    if ns_hosts:
+        why = netns.privileges()
+        if why is not None:
+            problems.append(f"{file}: hosts {', '.join(ns_hosts)}: netns hosts cannot be created: {why}; run as root or use `kind: local`")
+    for i, link in enumerate(exp.links):
+        for end in dict.fromkeys(e for d in link.directions() for e in d):
+            if kinds.get(end, "netns") != "netns":
+                problems.append(f"{file}: links.{i}: host {end} is {kinds[end]}: links are emulated between netns hosts only (no netem between {kinds[end]} hosts here)")
+    for i, p in enumerate(exp.probes):
+        if p.kind == "pipeline":
+            ks = {kinds[h] for _, h in p.stages if h in kinds}
+            if "netns" in ks and len(ks) > 1:
+                problems.append(f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts only reach netns hosts [got {', '.join(sorted(ks))}]")
+    if ns_hosts:
+        overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
+        try:
+            netns.Topology.plan("preflight", ns_hosts, overrides)
+        except netns.NetnsError as e:
+            problems.append(f"{file}: {e}")
+    for h in exp.hosts:
+        if kinds.get(h.name) == "ssh":
+            err = H.ssh_preflight(h)
+            if err:
+                problems.append(f"{file}: host {h.name}: {err}")
+    return problems
+
+
+class Lab:
+    def __init__(self, exp: Any, run_id: str, run_dir: Path, kinds: dict[str, str]) -> None:
+        self.exp = exp
+        self.run_id = run_id
+        self.run_dir = run_dir
+        self.kinds = kinds
+        self.multi = len(exp.hosts) > 1
+        self.topo: netns.Topology | None = None
+        self.emulator: Emulator | None = None
+        self.hosts: dict[str, HostRt] = {}
+        self.timings: dict[str, int] = {}
+        self.emulator_result: dict[str, Any] | None = None
+        ns_names = [h.name for h in exp.hosts if kinds[h.name] == "netns"]
+        if ns_names:
+            overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
+            self.topo = netns.Topology.plan(run_id, ns_names, overrides)
+        for i, h in enumerate(exp.hosts, start=1):
+            kind = kinds[h.name]
+            if kind == "netns":
+                assert self.topo is not None
+                address = self.topo.host(h.name).address
+            elif kind == "local":
+                address = h.address or (f"127.0.{i}.1" if self.multi else "127.0.0.1")
+            else:
+                address = h.address
+            if not self.multi:
+                base, local_base = str(run_dir.resolve()), run_dir
+            elif kind == "ssh":
+                base, local_base = f"{h.workdir.rstrip('/')}/{run_id}/{h.name}", run_dir / "hosts" / h.name
+            else:
+                base, local_base = str((run_dir / "hosts" / h.name).resolve()), run_dir / "hosts" / h.name
+            self.hosts[h.name] = HostRt(h.name, kind, h, i, address, base, local_base)
+
+    # ---- up ---------------------------------------------------------------------------
+
+    def up(self, say: Any) -> None:
+        t0 = time.monotonic_ns()
+        if self.topo is not None:
+            state.update(self.run_id, namespaces=self.topo.namespaces)
+            try:
+                self.topo.up()
+            except netns.NetnsError as e:
+                raise LabError(f"creating the network namespaces failed: {e}") from None
+            self.timings["netns_up_ns"] = time.monotonic_ns() - t0
+            if len(self.topo.hosts) >= 2:
+                cfg = self.topo.emulator_config(link_configs(self.exp), seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0)
+                try:
+                    self.emulator = Emulator(self.topo.router_ns, cfg, self.run_dir / "netem", self.run_id)
+                except EmulatorFailure as e:
+                    raise LabError(str(e)) from None
+                self.timings["emulator_ready_ns"] = time.monotonic_ns() - t0
+        for h in self.hosts.values():
+            log = (self.run_dir / "agent.log") if not self.multi else (self.run_dir / "hosts" / h.name / "agent.log")
+            if h.kind == "local":
+                h.agent = H.local_agent(h.name, self.run_id, log)
+            elif h.kind == "netns":
+                assert self.topo is not None
+                h.agent = H.netns_agent(h.name, self.run_id, self.topo.host(h.name).ns, h.spec.clock_offset, log)
+            else:
+                say(f"connecting to {h.name} ({h.spec.address}) over ssh")
+                h.agent = H.ssh_agent(h.spec, self.run_id, log)
+        for h in self.hosts.values():
+            assert h.agent is not None
+            h.hello = h.agent.call("hello", run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}")
+            h.cgroup = h.hello.get("cgroup")
+        self.timings["lab_up_ns"] = time.monotonic_ns() - t0
+        agents = [{"host": h.name, "pid": h.hello["pid"], "start": procs.process_start_time(h.hello["pid"])} for h in self.hosts.values() if not h.remote]
+        first = next(iter(self.hosts.values()))
+        state.update(
+            self.run_id,
+            agents=agents,
+            agent_pid=first.hello["pid"] if not first.remote else None,
+            agent_start=procs.process_start_time(first.hello["pid"]) if not first.remote else None,
+            cgroup=first.cgroup if not self.multi else None,
+            cgroups=[h.cgroup for h in self.hosts.values() if h.cgroup and not h.remote],
+        )
+
+    # ---- during the run --------------------------------------------------------------
+
+    def agent(self, host: str | None) -> H.AgentClient:
+        h = self.hosts[host or self.exp.hosts[0].name]
+        assert h.agent is not None
+        return h.agent
+
+    def step_dir(self, host: str, key: str) -> str:
+        return f"{self.hosts[host].base}/steps/{key}"
+
+    def scratch(self, host: str) -> str:
+        return f"{self.hosts[host].base}/scratch"
+
+    def rel(self, host: str, path: str) -> str:
+        """A path the agent of ``host`` reported, relative to the run directory here."""
+        h = self.hosts[host]
+        sub = os.path.relpath(path, h.base)
+        return str((h.local_base / sub).relative_to(self.run_dir))
+
+    def check(self, skip: str | None = None) -> None:
+        """Raise if any agent or the emulator died."""
+        if self.emulator is not None:
+            try:
+                self.emulator.check()
+            except EmulatorFailure as e:
+                raise H.AgentFailure(str(e), host="router", component="link emulator") from None
+        for h in self.hosts.values():
+            if h.agent is not None and h.name != skip:
+                h.agent.check_alive()
+
+    def link_down(self, host: str) -> None:
+        assert self.topo is not None
+        self.topo.link_down(host)
+
+    def provenance(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.remote else {})} for h in self.hosts.values()},
+        }
+        if self.topo is not None:
+            out["network"] = self.topo.describe()
+        if self.exp.links or self.emulator is not None:
+            from loopscope.lab.emulator import MECHANISM
+
+            out["links"] = {"mechanism": MECHANISM if self.emulator is not None else "none", "applied": link_configs(self.exp)}
+        return out
+
+    # ---- down -------------------------------------------------------------------------
+
+    def down(self, completed: bool, notes: list[str]) -> None:
+        t0 = time.monotonic_ns()
+        for h in self.hosts.values():
+            if h.agent is None:
+                continue
+            try:
+                if completed:
+                    h.agent.close()
+                else:
+                    h.agent.terminate()
+            except Exception as e:  # noqa: BLE001 - clean-up goes on whatever happened
+                notes.append(f"stopping the agent on {h.name}: {e}")
+        if self.emulator is not None:
+            try:
+                self.emulator_result = self.emulator.stop()
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"stopping the link emulator: {e}")
+                self.emulator.kill()
+        for h in self.hosts.values():
+            if h.remote and h.agent is not None:
+                self._fetch(h, notes)
+        if self.topo is not None:
+            self.topo.down()
+        for h in self.hosts.values():
+            if h.cgroup and not h.remote:
+                RunGroup.remove(Path(h.cgroup))
+                if self.multi:
+                    parent = Path(h.cgroup).parent
+                    RunGroup.remove(parent)
+                    remove_root_if_empty(parent)
+                else:
+                    remove_root_if_empty(Path(h.cgroup))
+        self.timings["lab_down_ns"] = time.monotonic_ns() - t0
+
+    def _fetch(self, h: HostRt, notes: list[str]) -> None:
+        try:
+            ch = H.SshChannel(h.spec, "true", h.local_base / "fetch.log")
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"host {h.name}: its files could not be fetched from {h.base}: {e}")
+            return
+        try:
+            ch.fetch(h.base, h.local_base)
+            ch.run(f"rm -rf {shlex.quote(h.base)}")
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"host {h.name}: fetching {h.base} failed: {e}")
+        finally:
+            ch.close()
