@@ -127,10 +127,11 @@ class Lab:
                 address = h.address or (f"127.0.{i}.1" if self.multi else "127.0.0.1")
             else:
                 address = h.address
-            if not self.multi:
+            if kind == "ssh":
+                base = f"{h.workdir.rstrip('/')}/{run_id}/{h.name}"
+                local_base = run_dir / "hosts" / h.name if self.multi else run_dir
+            elif not self.multi:
                 base, local_base = str(run_dir.resolve()), run_dir
-            elif kind == "ssh":
-                base, local_base = f"{h.workdir.rstrip('/')}/{run_id}/{h.name}", run_dir / "hosts" / h.name
             else:
                 base, local_base = str((run_dir / "hosts" / h.name).resolve()), run_dir / "hosts" / h.name
             self.hosts[h.name] = HostRt(h.name, kind, h, i, address, base, local_base)

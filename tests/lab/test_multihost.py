@@ -1,0 +1,225 @@
+"""Multi-host runs on real network namespaces: the pipeline across hosts, clock
+offsets, failures mid-run (a killed agent, a link taken down, Ctrl-C, a
+killed controller) and, after every one, nothing left: no namespace, process,
+cgroup or state file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from loopscope.lab import netns, procs, state
+from loopscope.lab.cgroup import find_root
+from tests.conftest import BIN, Cli
+from tests.lab.test_run import wait_for
+
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ethtool")]
+
+THREE = """name: three
+hosts:
+  - name: a
+  - name: b
+  - name: c
+links:
+  - between: [b, c]
+    delay: 2ms
+probes:
+  - kind: pipeline
+    source: a
+    nodes: [b, c]
+    rate: 500pps
+loads:
+  - kind: cpu
+    host: c
+duration: {duration}
+"""
+
+
+def leftovers(run_id: str) -> list[str]:
+    out = [f"process {p}" for p in procs.pids_of_run(run_id)]
+    tag = netns.tag_of(run_id)
+    out += [f"namespace {n}" for n in netns.existing() if n.startswith(f"ls-{tag}-")]
+    root, _ = find_root()
+    if root is not None and (root / run_id).exists():
+        out.append(f"cgroup {root / run_id}")
+    if (state.state_dir() / f"{run_id}.json").exists():
+        out.append("state file")
+    return out
+
+
+def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", run_dir, "--no-report"], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _pipeline_running(run_id: str) -> bool:
+    return any(b"pipe-source" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists())
+
+
+def _agent_of(run_id: str, host: str) -> int:
+    info = next(i for i in state.registered() if i["run_id"] == run_id)
+    return int(next(a["pid"] for a in info["agents"] if a["host"] == host))
+
+
+def test_a_pipeline_across_three_namespaces_measures_every_hop(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="1s"))
+    r = cli("run", str(spec), "--run-dir", "run3", timeout=240)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run3" / "run.json").read_text())
+    assert run["status"] == "completed"
+    assert run["hosts"] == {"a": "netns", "b": "netns", "c": "netns"}
+    msgs = pl.read_parquet(tmp_path / "run3" / "tables" / "pipeline.parquet")
+    assert set(msgs["phase"].unique()) == {"baseline", "cpu-1"}
+    assert {"hop0_net_ns", "node1_stack_ns", "node1_work_ns", "hop1_net_ns", "hop2_net_ns", "e2e_ns"} <= set(msgs.columns)
+    # The 2 ms link between b and c is never shorter than 2 ms; the others carry no delay.
+    assert msgs["hop1_net_ns"].min() >= 2_000_000
+    assert msgs["hop0_net_ns"].median() < 2_000_000
+    assert (msgs["e2e_ns"] >= msgs["hop1_net_ns"]).all()
+    # Each host's files are under hosts/<name>, the emulator's under netem/.
+    for h, f in (("a", "pipeline.source.json"), ("b", "pipeline.node1.json"), ("c", "pipeline.node2.json"), ("a", "pipeline.sink.json")):
+        assert (tmp_path / "run3" / "hosts" / h / "steps" / "r01-baseline" / f).exists()
+    em = json.loads((tmp_path / "run3" / "netem" / "netem.json").read_text())
+    bc = next(l for l in em["links"] if l["name"] == "b->c")
+    assert bc["configured"] and bc["forwarded"] > 0 and bc["applied_ns"]["min"] >= 2_000_000
+    prov = json.loads((tmp_path / "run3" / "provenance.json").read_text())
+    assert "emulator" in prov["lab"]["links"]["mechanism"]
+    html = (tmp_path / "run3" / "report.html").read_text()
+    assert "network b → c" in html and "Links" in html
+    assert leftovers("run3") == []
+
+
+def test_a_clock_offset_shifts_the_hosts_monotonic_clock_only(tmp_path: Path) -> None:
+    code = "import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())"
+    before_mono, before_rt = time.monotonic_ns(), time.time_ns()
+    out = subprocess.run([sys.executable, "-m", "loopscope.lab.nsexec", "--monotonic-ns", "-2500000000", "--", sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    mono, rt = map(int, out.split())
+    elapsed = rt - before_rt
+    assert abs((mono - before_mono) - elapsed - (-2_500_000_000)) < 200_000_000
+    assert 0 <= elapsed < 5_000_000_000
+
+
+def test_a_killed_agent_fails_the_run_on_every_host_and_leaves_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="20s"))
+    with _start(tmp_path, spec, "killb") as p:
+        assert wait_for(lambda: _pipeline_running("killb"), 60)
+        os.kill(_agent_of("killb", "b"), signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 1, err
+    assert "the agent on b died" in err and "killed by SIGKILL" in err
+    run = json.loads((tmp_path / "killb" / "run.json").read_text())
+    assert run["status"] == "failed" and run["failed"]["host"] == "b"
+    assert wait_for(lambda: leftovers("killb") == [], 15), leftovers("killb")
+
+
+def test_a_link_taken_down_mid_run_shows_as_lost_messages(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="3s").replace("loads:\n  - kind: cpu\n    host: c\n", "loads: []\n"))
+    with _start(tmp_path, spec, "down") as p:
+        assert wait_for(lambda: _pipeline_running("down"), 60)
+        time.sleep(1.0)
+        subprocess.run(["ip", "-n", netns.ns_name(netns.tag_of("down"), "c"), "link", "set", "eth0", "down"], check=True)
+        out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    r = cli("report", "down")
+    assert r.returncode == 0, r.stderr
+    st = pl.read_parquet(tmp_path / "down" / "tables" / "stages.parquet")
+    sent = st.filter(pl.col("role") == "source")["sent"][0]
+    got = st.filter(pl.col("role") == "sink")["unique"][0]
+    assert 0 < got < sent
+    html = (tmp_path / "down" / "report.html").read_text()
+    assert f"{sent - got:,}" in html
+    assert leftovers("down") == []
+
+
+def test_ctrl_c_in_a_multi_host_run_stops_every_host(tmp_path: Path) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="20s"))
+    with _start(tmp_path, spec, "intr") as p:
+        assert wait_for(lambda: _pipeline_running("intr"), 60)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert json.loads((tmp_path / "intr" / "run.json").read_text())["status"] == "interrupted"
+    assert wait_for(lambda: leftovers("intr") == [], 15), leftovers("intr")
+
+
+def test_a_killed_controller_leaves_no_namespace_behind(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="20s"))
+    with _start(tmp_path, spec, "kill9") as p:
+        assert wait_for(lambda: _pipeline_running("kill9"), 60)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=30)
+    # Agents die with the controller; the reaper deletes the namespaces and the state.
+    assert wait_for(lambda: leftovers("kill9") == [], 30), leftovers("kill9")
+    assert json.loads((tmp_path / "kill9" / "run.json").read_text())["status"] == "abandoned"
+
+
+def test_cleanup_removes_namespaces_of_a_run_whose_reaper_was_killed_too(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="20s"))
+    with _start(tmp_path, spec, "kill10") as p:
+        assert wait_for(lambda: _pipeline_running("kill10"), 60)
+        reapers = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit() and b"loopscope.lab.reaper\x00kill10" in _cmdline(d)]
+        assert reapers
+        for r in reapers:
+            os.kill(r, signal.SIGKILL)
+        p.send_signal(signal.SIGKILL)
+        p.communicate(timeout=30)
+    assert wait_for(lambda: not procs.pids_of_run("kill10"), 20)
+    assert any(n.startswith(f"ls-{netns.tag_of('kill10')}-") for n in netns.existing())
+    r = cli("cleanup")
+    assert r.returncode == 0 and "network namespaces" in r.stdout, r.stdout
+    assert leftovers("kill10") == []
+
+
+def _cmdline(d: Path) -> bytes:
+    try:
+        return (d / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def test_preflight_names_the_host_or_link_at_fault(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(
+        "name: bad\nhosts:\n  - {name: a}\n  - {name: b, address: 10.77.1.9}\n  - {name: c}\n"
+        "links:\n  - {between: [a, zz], delay: 1ms}\n"
+        "probes:\n  - {kind: pipeline, source: a, nodes: [q]}\nduration: 1s\n"
+    )
+    r = cli("run", str(spec))
+    assert r.returncode == 2, r.stderr
+    assert "links.0: link to a host that does not exist: 'zz'" in r.stderr
+    assert "probes.0.nodes.0: no host named 'q'" in r.stderr
+    # b's explicit address falls in a's automatic subnet.
+    spec.write_text("name: clash\nhosts:\n  - {name: a}\n  - {name: b, address: 10.77.1.9}\nprobes:\n  - {kind: timer, host: b}\nduration: 1s\n")
+    r = cli("run", str(spec))
+    assert r.returncode == 2 and "host b: address 10.77.1.9 clashes with host a's subnet" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("runs/*"))
+
+
+def test_netns_hosts_without_privileges_are_refused_at_preflight() -> None:
+    # A directory the unprivileged user can read and write (pytest's tmp_path is private to root).
+    with tempfile.TemporaryDirectory(prefix="loopscope-nopriv-") as d:
+        work = Path(d)
+        os.chmod(work, 0o777)
+        spec = work / "ns.yaml"
+        spec.write_text("name: ns\nhosts:\n  - {name: a, kind: netns}\n  - {name: b, kind: netns}\nprobes:\n  - {kind: timer, host: a}\nduration: 1s\n")
+        spec.chmod(0o644)
+        r = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", str(BIN), "run", str(spec), "--results", str(work / "runs")],
+            capture_output=True, text=True, timeout=120, cwd=work, env={**os.environ, "HOME": str(work)},
+        )
+        assert r.returncode == 2, r.stderr
+        assert "hosts a, b: netns hosts cannot be created" in r.stderr and "root" in r.stderr, r.stderr
+        assert not (work / "runs").exists() or not list((work / "runs").iterdir())
