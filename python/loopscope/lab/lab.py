@@ -86,8 +86,10 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
     for i, p in enumerate(exp.probes):
         if p.kind == "pipeline":
             ks = {kinds[h] for _, h in p.stages if h in kinds}
-            if "netns" in ks and len(ks) > 1:
-                problems.append(f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts only reach netns hosts [got {', '.join(sorted(ks))}]")
+            if len(ks) > 1:
+                problems.append(
+                    f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
+                )
     if ns_hosts:
         overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
         try:
@@ -270,7 +272,7 @@ class Lab:
             return
         try:
             ch.fetch(h.base, h.local_base)
-            ch.run(f"rm -rf {shlex.quote(h.base)}")
+            ch.run(f"rm -rf {shlex.quote(h.base)}; rmdir {shlex.quote(os.path.dirname(h.base))} 2>/dev/null; true")
         except Exception as e:  # noqa: BLE001
             notes.append(f"host {h.name}: fetching {h.base} failed: {e}")
         finally:
