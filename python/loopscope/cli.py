@@ -709,6 +709,18 @@ def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
     return _report(pacing.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, pacing.print_human)
 
 
+@bench.command("emulator")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Rounds of every measurement [3, quick: 1].")
+@click.option("--seconds", type=float, default=None, help="Length of each stream [5, quick: 1].")
+def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None) -> int:
+    """The link emulator against kernel forwarding: delay error at 10 kpps, loss against its binomial interval, lab up/down."""
+    from loopscope.bench import emulator
+
+    return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
+
+
 @bench.command("lab")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")

@@ -21,8 +21,9 @@
 //!   wait per link (more are dropped and counted, netem's default is 1000).
 //!
 //! Departures are kept in a heap; the thread sleeps in `ppoll` until a
-//! margin before the next one and spins the rest, the margin following the
-//! wake-up lateness it observes (as the paced sender does). Everything the
+//! margin before the next one and spins the rest, the margin being the 95th
+//! percentile of the wake-up lateness it observes (capped, so it still
+//! sleeps at high rates: a SCHED_FIFO thread that never sleeps is throttled). Everything the
 //! emulator does to a packet is counted per link, and with `records` each
 //! forwarded packet is a trace record with its kernel RX time, the departure
 //! it was given and the one it got, so the emulator's own lateness is told
@@ -179,6 +180,24 @@ struct Pending {
     flags: u32,
 }
 
+const LATE_RING: usize = 256;
+/// Spinning longer than this before each departure would keep a CPU busy
+/// at high packet rates (and a SCHED_FIFO thread that never sleeps is
+/// throttled by the kernel for 50 ms a second): wake-ups later than this
+/// show as lateness in the emulator's own records instead.
+const MAX_MARGIN_NS: i64 = 150_000;
+const MIN_MARGIN_NS: i64 = 5_000;
+
+/// The spin margin: the 99th percentile of recent wake-up lateness plus a
+/// little, within [MIN_MARGIN_NS, MAX_MARGIN_NS]. A percentile, so one
+/// outlier (a VM stall) does not make the emulator spin for good.
+fn spin_margin(late: &[i64]) -> i64 {
+    let mut v: Vec<i64> = late.to_vec();
+    let k = (v.len() * 99 / 100).min(v.len().saturating_sub(1));
+    let (_, q, _) = v.select_nth_unstable(k);
+    (*q + 5_000).clamp(MIN_MARGIN_NS, MAX_MARGIN_NS)
+}
+
 const FLAG_DUP: u32 = 1;
 const FLAG_REORDERED: u32 = 2;
 const MAX_FRAME: usize = 65536 + 14;
@@ -305,6 +324,8 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
     let mut buf = vec![0u8; MAX_FRAME];
     let mut pfds: Vec<libc::pollfd> = ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect();
     let mut margin: i64 = 50_000;
+    let mut lateness_ring = [0i64; LATE_RING];
+    let mut lateness_n = 0usize;
     let mut sleeps = 0u64;
     let mut payload = [0u8; 40];
     let t0 = realtime_ns();
@@ -460,8 +481,11 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
             sleeps += 1;
             if r == 0 && next.is_some() {
                 // Woken by the timeout: learn how late wake-ups are.
-                let lateness = realtime_ns() - target;
-                margin = if lateness > margin { (lateness + lateness / 4).min(1_000_000) } else { (margin - margin / 256).max(5_000) };
+                lateness_ring[lateness_n % LATE_RING] = realtime_ns() - target;
+                lateness_n += 1;
+                if lateness_n % 64 == 0 {
+                    margin = spin_margin(&lateness_ring[..lateness_n.min(LATE_RING)]);
+                }
             }
         } else {
             std::hint::spin_loop();
@@ -525,6 +549,16 @@ mod tests {
         // Binomial sd = sqrt(n p (1-p)) ~ 31.5; allow 5 sd.
         assert!((k - 1000.0).abs() < 160.0, "{k}");
         assert_eq!((0..n).filter(|_| s.chance(0.0)).count(), 0);
+    }
+
+    #[test]
+    fn the_spin_margin_ignores_a_rare_stall_and_stays_capped() {
+        let mut late = vec![20_000i64; 256];
+        late[7] = 5_000_000;
+        late[8] = 5_000_000;
+        assert_eq!(spin_margin(&late), 25_000);
+        assert_eq!(spin_margin(&[1_000_000; 256]), MAX_MARGIN_NS);
+        assert_eq!(spin_margin(&[0; 10]), MIN_MARGIN_NS);
     }
 
     #[test]

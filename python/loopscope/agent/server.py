@@ -100,6 +100,10 @@ def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
     n = len(os.sched_getaffinity(0)) if percent else int(level)
     if ld["kind"] == "command":
         return [list(ld["command"])] * n
+    if ld["kind"] == "sink":
+        # The receiving end of a network load sent to this host.
+        a = [sys.executable, "-m", "loopscope.cli", "probe", "recv", "--bind", ld["bind"]]
+        return [a + (["--tcp"] if ld["protocol"] == "tcp" else ["--no-packet-records", "--rcvbuf-mib", "8"])]
     a = [sys.executable, "-m", "loopscope.loads.worker", ld["kind"]]
     if percent:
         a += ["--duty", str(float(level[:-1]) / 100)]

@@ -199,14 +199,14 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         total = len(plan) * len(exp.probes)
         done = 0
         for pr in plan:
-            by_host: dict[str, list[dict[str, Any]]] = {}
-            for n in pr.phase.loads:
-                ld = exp.load(n)
-                by_host.setdefault(ld.host or first.name, []).append(ld.model_dump(mode="json"))
+            by_host, sinks = place_loads(lab, exp, pr.phase.loads, first.name)
             if by_host:
                 say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
-                for hname, loads in by_host.items():
-                    lab.agent(hname).call("start_loads", step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), loads=loads)
+                # Sinks of network loads first, so the streams have somewhere to go.
+                for group in (sinks, by_host):
+                    for hname, loads in group.items():
+                        lab.agent(hname).call("start_loads", step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), loads=loads)
+                by_host = {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
             if exp.warmup:
                 _sleep(exp.warmup / 1e9)
             for probe in exp.probes:
@@ -239,7 +239,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 _write_json(run_dir / "run.json", run)
                 if tick is not None:
                     tick(done, total, label)
-            for hname in by_host:
+            # Senders before the sinks they send to.
+            for hname in sorted(by_host, key=lambda h: h in sinks):
                 lr = lab.agent(hname).call("stop_loads")
                 for ld in lr["loads"]:
                     run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
@@ -283,6 +284,25 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             signal.signal(signal.SIGINT, prev_int)
             signal.signal(signal.SIGTERM, prev_term)
     return out
+
+
+def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    """The phase's loads by host, and the sinks their network loads need: a
+    net load whose ``dest`` names a host of the experiment (``h4:9000``)
+    sends to that host's address, where a sink is started for it."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    sinks: dict[str, list[dict[str, Any]]] = {}
+    for n in names:
+        ld = exp.load(n)
+        d = ld.model_dump(mode="json")
+        if ld.kind == "net" and ld.dest:
+            host, _, port = ld.dest.rpartition(":")
+            if host in lab.hosts:
+                d["dest"] = f"{lab.hosts[host].address}:{port}"
+                bind = f"{'0.0.0.0' if lab.hosts[host].remote else lab.hosts[host].address}:{port}"
+                sinks.setdefault(host, []).append({"kind": "sink", "name": f"{ld.name}-sink", "level": 1, "protocol": ld.protocol, "bind": bind})
+        by_host.setdefault(ld.host or default_host, []).append(d)
+    return by_host, sinks
 
 
 def run_pipeline(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:

@@ -1,0 +1,256 @@
+"""``loopscope bench emulator``: does a link delay what it was asked to, and drop what it was asked to?
+
+Two network namespaces, a 200-byte UDP stream at 10 000 packets/s from a
+to b, back to back in the same run:
+
+1. **kernel**: the router forwards with the kernel (``ip_forward=1``, no
+   emulator): the floor of the path, the baseline;
+2. **emulator, no delay**: the same path through loopscope's emulator:
+   what forwarding in user space costs, as a ratio to the kernel;
+3. **emulator, delay D** (2 ms): the applied delay's error per packet,
+   from kernel timestamps only: the packet's kernel RX at the router's
+   ingress (the emulator's trace) to its kernel RX at the receiver (the
+   receiver's trace), minus D; beside it the end-to-end error (the sender's
+   send call to the receiver's kernel RX, which adds the sending host's own
+   noise) and the emulator's own view (its departure minus its kernel RX);
+4. **emulator, loss p** (1 %): lost packets over sent, and whether that
+   falls in the binomial 95 % interval of p for that many packets.
+
+Then the lab itself: a four-host experiment (``loopscope run``, one short
+timer probe) timed from the controller's records: namespaces, emulator and
+four agents up; everything gone. Each figure is the median of ``runs``
+repetitions, the runs' spread alongside.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from loopscope.errors import RunError
+
+Progress = Callable[[str], None] | None
+PPS = 10_000
+SIZE = 200
+DELAY_NS = 2_000_000
+LOSS = 0.01
+
+FOUR = """name: four
+hosts: [{name: h1}, {name: h2}, {name: h3}, {name: h4}]
+links:
+  - {between: [h2, h3], delay: 2ms}
+probes:
+  - {kind: timer, host: h1, interval_us: 1000}
+duration: 200ms
+"""
+
+
+def _in(ns: str, *args: str) -> list[str]:
+    return [sys.executable, "-m", "loopscope.lab.nsexec", "--net", f"/run/netns/{ns}", "--", sys.executable, "-m", "loopscope.cli", *args]
+
+
+def _stream(topo: Any, work: Path, seconds: float, tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
+    """10 kpps a → b; (sender JSON, per-packet krx − sent in ns, receiver JSON,
+    the receiver's kernel RX times in sequence order)."""
+    dest = f"{topo.host('b').address}:5001"
+    trace = work / f"{tag}.lstrace"
+    rx = subprocess.Popen(_in(topo.host("b").ns, "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", f"{seconds + 20:g}s", "--json", "--trace", str(trace)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.4)
+        tx = subprocess.run(
+            _in(topo.host("a").ns, "probe", "send", "--dest", dest, "--rate", f"{PPS}pps", "--size", str(SIZE), "--duration", f"{seconds:g}s", "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / f"{tag}-s.lstrace")),
+            capture_output=True, text=True, timeout=seconds + 60,
+        )
+        if tx.returncode != 0:
+            raise RunError(f"bench emulator: the sender failed: {tx.stderr.strip()[-400:]}")
+        out, err = rx.communicate(timeout=seconds + 40)
+    finally:
+        if rx.poll() is None:
+            rx.kill()
+            rx.communicate()
+    if rx.returncode != 0:
+        raise RunError(f"bench emulator: the receiver failed: {err.strip()[-400:]}")
+    from loopscope.trace.reader import read
+
+    df = read(trace)
+    import polars as pl
+
+    pay = df.filter(pl.col("name").cast(pl.String) == "recv")["payload"].to_list()
+    arr = np.frombuffer(b"".join(pay), dtype="<i8").reshape(len(pay), 6) if pay else np.zeros((0, 6), dtype=np.int64)
+    # payload: flow+worker (one i64), seq, scheduled, sent, kernel RX, application RX
+    owd = arr[:, 4] - arr[:, 3]
+    krx = arr[np.argsort(arr[:, 1], kind="stable"), 4]
+    return json.loads(tx.stdout), owd, json.loads(out), krx
+
+
+def _q(x: np.ndarray, q: float) -> float:
+    return float(np.quantile(x, q)) if len(x) else float("nan")
+
+
+def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -> dict[str, float]:
+    """The applied delay from kernel stamps only: the packet's kernel RX at
+    the router's ingress to its kernel RX at the receiver (a FIFO link
+    without loss keeps the order, so the i-th forwarded packet is the i-th
+    received), minus the requested delay; and the emulator's own view."""
+    import polars as pl
+
+    from loopscope.trace.reader import read
+
+    cfg = json.loads((path.parent / "netem-config.json").read_text())
+    names = [l["name"] for l in cfg["links"]]
+    df = read(path)
+    ev = df.filter(pl.col("name").cast(pl.String) == "forward")
+    if link in names:
+        ev = ev.filter(pl.col("tag") == names.index(link))
+    pay = ev["payload"].to_list()
+    if not pay:
+        return {}
+    a = np.frombuffer(b"".join(p[:32] for p in pay), dtype="<i8").reshape(len(pay), 4)
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    own = (a[:, 3] - a[:, 0]) - requested
+    late = a[:, 3] - a[:, 2]
+    out = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False}
+    if len(krx_recv) == len(a):
+        err = krx_recv - a[:, 0] - requested
+        out.update({"matched": True, "p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()), "min_err_ns": float(err.min()), "n": len(err)})
+    return out
+
+
+def one_round(seconds: float, work: Path) -> dict[str, Any]:
+    from scipy.stats import binom
+
+    from loopscope.lab import netns
+    from loopscope.lab.emulator import Emulator
+
+    out: dict[str, Any] = {}
+    work.mkdir(parents=True, exist_ok=True)
+    topo = netns.Topology.plan(f"bench-emu-{time.monotonic_ns()}", ["a", "b"])
+    topo.up()
+    try:
+        # 1. The kernel forwards.
+        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
+        _, owd, _, _ = _stream(topo, work, seconds, "kernel")
+        out["kernel"] = {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
+        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], check=True)
+
+        def through(link: dict[str, Any], tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
+            full = {"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **link}
+            emu = Emulator(topo.router_ns, topo.emulator_config([full], seed=int(time.time()), priority=50), work / tag, "bench-emulator")
+            try:
+                tx, owd, rx, krx = _stream(topo, work, seconds, tag)
+            finally:
+                emu.stop()
+            return tx, owd, rx, work / tag / "netem.lstrace", krx
+
+        # 2. The emulator, no delay.
+        _, owd, _, _, _ = through({}, "emu0")
+        out["emulator_zero"] = {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
+        # 3. The emulator, delay D.
+        _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud")
+        err = owd - DELAY_NS
+        out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
+        out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+        # 4. The emulator, loss p.
+        tx, _, rx, _, _ = through({"loss": LOSS}, "emuloss")
+        sent = int(tx["sent"])
+        got = int(rx["packets"]) - int(rx["duplicates"])
+        lo, hi = binom.interval(0.95, sent, LOSS)
+        out["loss"] = {"sent": sent, "received": got, "measured": (sent - got) / sent if sent else None, "interval95": [lo / sent, hi / sent], "in_interval": bool(lo <= sent - got <= hi)}
+    finally:
+        topo.down()
+    return out
+
+
+def lab_round(work: Path, i: int) -> dict[str, float]:
+    (work / "four.yaml").write_text(FOUR)
+    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"], cwd=work, capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RunError(f"bench emulator: the four-host run failed: {r.stderr.strip()[-600:]}")
+    t = json.loads((work / f"four{i}" / "run.json").read_text())["timings"]
+    return {"up_s": t["lab_up_ns"] / 1e9, "down_s": t["lab_down_ns"] / 1e9, "netns_up_s": t["netns_up_ns"] / 1e9, "emulator_ready_s": t["emulator_ready_ns"] / 1e9}
+
+
+def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
+    from loopscope.lab import netns
+
+    why = netns.privileges()
+    if why is not None:
+        raise RunError(f"bench emulator needs network namespaces: {why}")
+    say = progress or (lambda s: None)
+    n = runs or (1 if quick else 3)
+    secs = seconds or (1.0 if quick else 5.0)
+    rounds, labs = [], []
+    with tempfile.TemporaryDirectory(prefix="loopscope-bench-emu-") as d:
+        work = Path(d)
+        for i in range(n):
+            say(f"  round {i + 1}/{n}: kernel forwarding, emulator at 0 and {DELAY_NS / 1e6:g} ms, {LOSS * 100:g} % loss ({secs:g} s each) …")
+            rounds.append(one_round(secs, work / f"r{i}"))
+            say(f"  round {i + 1}/{n}: a four-host lab up and down …")
+            labs.append(lab_round(work, i))
+
+    def med(f: Callable[[dict[str, Any]], Any]) -> float | None:
+        xs = [f(r) for r in rounds if f(r) is not None]
+        return statistics.median(xs) if xs else None
+
+    def spread(f: Callable[[dict[str, Any]], Any]) -> list[float]:
+        return [f(r) for r in rounds]
+
+    loss_measured = med(lambda r: r["loss"]["measured"])
+    res = {
+        "requested_delay_ns": DELAY_NS,
+        "pps": PPS,
+        "p50_err_ns": med(lambda r: r["delay"].get("p50_err_ns")),
+        "p99_err_ns": med(lambda r: r["delay"].get("p99_err_ns")),
+        "max_err_ns": med(lambda r: r["delay"].get("max_err_ns")),
+        "min_err_ns": med(lambda r: r["delay"].get("min_err_ns")),
+        "p99_err_ns_runs": spread(lambda r: r["delay"].get("p99_err_ns")),
+        "end_to_end_p50_err_ns": med(lambda r: r["delay_end_to_end"]["p50_err_ns"]),
+        "end_to_end_p99_err_ns": med(lambda r: r["delay_end_to_end"]["p99_err_ns"]),
+        "end_to_end_max_err_ns": med(lambda r: r["delay_end_to_end"]["max_err_ns"]),
+        "emulator_own_p99_err_ns": med(lambda r: r["delay"].get("own_p99_err_ns")),
+        "emulator_late_p99_ns": med(lambda r: r["delay"].get("late_p99_ns")),
+        "loss_requested": LOSS,
+        "loss_measured": loss_measured,
+        "loss_measured_runs": spread(lambda r: r["loss"]["measured"]),
+        "loss_in_interval_runs": spread(lambda r: r["loss"]["in_interval"]),
+        "loss_interval95": rounds[0]["loss"]["interval95"],
+        "kernel_forward_p50_ns": med(lambda r: r["kernel"]["p50_ns"]),
+        "kernel_forward_p99_ns": med(lambda r: r["kernel"]["p99_ns"]),
+        "emulator_zero_p50_ns": med(lambda r: r["emulator_zero"]["p50_ns"]),
+        "emulator_zero_p99_ns": med(lambda r: r["emulator_zero"]["p99_ns"]),
+        "lab_up_s": statistics.median(x["up_s"] for x in labs),
+        "lab_down_s": statistics.median(x["down_s"] for x in labs),
+        "lab_runs": labs,
+        "rounds": rounds,
+        "context": {"runs": n, "seconds": secs, "size": SIZE},
+    }
+    k50, e50 = res["kernel_forward_p50_ns"], res["emulator_zero_p50_ns"]
+    k99, e99 = res["kernel_forward_p99_ns"], res["emulator_zero_p99_ns"]
+    res["ratio_p50_emulator_vs_kernel"] = e50 / k50 if k50 else None
+    res["ratio_p99_emulator_vs_kernel"] = e99 / k99 if k99 else None
+    return res
+
+
+def print_human(r: dict[str, Any]) -> None:
+    from loopscope.units import format_ns
+
+    c = r["context"]
+    print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")
+    f = lambda x: format_ns(x) if x is not None else "n/a"  # noqa: E731
+    print(f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {f(r['p50_err_ns'])}, p99 {f(r['p99_err_ns'])}, max {f(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)")
+    print(f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {f(r['end_to_end_p50_err_ns'])}, p99 {f(r['end_to_end_p99_err_ns'])}, max {f(r['end_to_end_max_err_ns'])}")
+    print(f"    the emulator's own view (its departure − its kernel RX − delay): p99 {f(r['emulator_own_p99_err_ns'])}; departures late p99 {f(r['emulator_late_p99_ns'])}")
+    lo, hi = r["loss_interval95"]
+    print(f"  loss {r['loss_requested'] * 100:g} %: measured {r['loss_measured'] * 100:.3f} % (95 % interval {lo * 100:.3f}–{hi * 100:.3f} %; in it: {r['loss_in_interval_runs']})")
+    print(f"  no delay, one way p50/p99: kernel forwarding {format_ns(r['kernel_forward_p50_ns'])} / {format_ns(r['kernel_forward_p99_ns'])}, "
+          f"emulator {format_ns(r['emulator_zero_p50_ns'])} / {format_ns(r['emulator_zero_p99_ns'])} "
+          f"(ratio {r['ratio_p50_emulator_vs_kernel']:.2f}× / {r['ratio_p99_emulator_vs_kernel']:.2f}×)")
+    print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")
