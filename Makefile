@@ -1,5 +1,6 @@
 # loopscope: two commands on a fresh clone.
-#   make demo   install everything, run the timer-latency probe for a few seconds
+#   make demo   install everything, run a short control-loop experiment across four
+#               network-namespace hosts (as root; otherwise the one-host noise lab)
 #   make test   install everything, run the Rust and Python tests
 # Everything installs into ./.venv (Python) and ./target (Rust); Debian
 # packages the tests and benchmarks compare against come from
@@ -43,11 +44,19 @@ build: $(VENV)/.pydeps clib
 
 install: deps build
 
+# The main job: examples/control-loop.yaml, shortened (2 s per probe and
+# phase, 2 repetitions). Network namespaces need root; without it the demo
+# is the one-host noise lab.
 demo: install
-	$(VENV)/bin/loopscope run examples/demo.yaml
+	@if [ "$$(id -u)" -eq 0 ]; then \
+		$(VENV)/bin/loopscope run examples/control-loop.yaml --duration 2s --repetitions 2; \
+	else \
+		echo "loopscope: not root, so no network namespaces: running the one-host noise lab instead"; \
+		$(VENV)/bin/loopscope run examples/demo.yaml; \
+	fi
 
 test-rust:
-	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-capi
+	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-capi
 
 test-python:
 	$(VENV)/bin/ruff check --quiet python tests
@@ -58,6 +67,7 @@ test: install test-rust test-python
 bench: install
 	$(VENV)/bin/loopscope bench trace
 	$(VENV)/bin/loopscope bench timer
+	$(VENV)/bin/loopscope bench emulator
 
 clean:
 	rm -rf $(VENV) target $(CDIR) python/loopscope/_native*.so

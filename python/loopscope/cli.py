@@ -490,7 +490,9 @@ def _trace_line(con: Any, res: Any) -> None:
 @click.option("--results", default=None, help="Directory receiving the run directory [the spec's `results`, default runs/].")
 @click.option("--run-dir", default=None, help="Exact run directory to create (must not exist).")
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
-def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool) -> int:
+@click.option("--duration", "duration_over", type=Duration(), default=None, help="Override the file's duration (per probe and phase), e.g. for a short trial.")
+@click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
+def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None) -> int:
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
     from loopscope.lab import controller
 
@@ -508,14 +510,14 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
             bar.update(task, completed=done, total=total, description=label)
 
         with bar:
-            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick)
+            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over)
     else:
 
         def say(msg: str) -> None:
             sys.stderr.write(msg + "\n")
             sys.stderr.flush()
 
-        out = controller.run(spec, results=results, run_dir=run_dir, say=say)
+        out = controller.run(spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over)
     if out.status == "completed" and not no_report:
         from loopscope.report import build
 

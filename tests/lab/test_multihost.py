@@ -7,19 +7,21 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import polars as pl
 import pytest
 
 from loopscope.lab import netns, procs, state
 from loopscope.lab.cgroup import find_root
-from tests.conftest import BIN, Cli
+from tests.conftest import BIN, ROOT, Cli
 from tests.lab.test_run import wait_for
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ethtool")]
@@ -69,15 +71,29 @@ def _agent_of(run_id: str, host: str) -> int:
     return int(next(a["pid"] for a in info["agents"] if a["host"] == host))
 
 
-def test_a_pipeline_across_three_namespaces_measures_every_hop(tmp_path: Path, cli: Cli) -> None:
-    spec = tmp_path / "three.yaml"
+@pytest.fixture(scope="module")
+def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    d = tmp_path_factory.mktemp("three")
+    spec = d / "three.yaml"
     spec.write_text(THREE.format(duration="1s"))
-    r = cli("run", str(spec), "--run-dir", "run3", timeout=240)
+    r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", "run3"], cwd=d, capture_output=True, text=True, timeout=240)
+    return d / "run3", r
+
+
+@pytest.fixture(autouse=True)
+def no_namespace_left() -> Iterator[None]:
+    before = set(netns.existing())
+    yield
+    assert wait_for(lambda: not set(netns.existing()) - before, 15), set(netns.existing()) - before
+
+
+def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    run_dir, r = three
     assert r.returncode == 0, r.stderr
-    run = json.loads((tmp_path / "run3" / "run.json").read_text())
+    run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "completed"
     assert run["hosts"] == {"a": "netns", "b": "netns", "c": "netns"}
-    msgs = pl.read_parquet(tmp_path / "run3" / "tables" / "pipeline.parquet")
+    msgs = pl.read_parquet(run_dir / "tables" / "pipeline.parquet")
     assert set(msgs["phase"].unique()) == {"baseline", "cpu-1"}
     assert {"hop0_net_ns", "node1_stack_ns", "node1_work_ns", "hop1_net_ns", "hop2_net_ns", "e2e_ns"} <= set(msgs.columns)
     # The 2 ms link between b and c is never shorter than 2 ms; the others carry no delay.
@@ -86,15 +102,48 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(tmp_path: Path, c
     assert (msgs["e2e_ns"] >= msgs["hop1_net_ns"]).all()
     # Each host's files are under hosts/<name>, the emulator's under netem/.
     for h, f in (("a", "pipeline.source.json"), ("b", "pipeline.node1.json"), ("c", "pipeline.node2.json"), ("a", "pipeline.sink.json")):
-        assert (tmp_path / "run3" / "hosts" / h / "steps" / "r01-baseline" / f).exists()
-    em = json.loads((tmp_path / "run3" / "netem" / "netem.json").read_text())
+        assert (run_dir / "hosts" / h / "steps" / "r01-baseline" / f).exists()
+    em = json.loads((run_dir / "netem" / "netem.json").read_text())
     bc = next(l for l in em["links"] if l["name"] == "b->c")
     assert bc["configured"] and bc["forwarded"] > 0 and bc["applied_ns"]["min"] >= 2_000_000
-    prov = json.loads((tmp_path / "run3" / "provenance.json").read_text())
+    prov = json.loads((run_dir / "provenance.json").read_text())
     assert "emulator" in prov["lab"]["links"]["mechanism"]
-    html = (tmp_path / "run3" / "report.html").read_text()
-    assert "network b → c" in html and "Links" in html
     assert leftovers("run3") == []
+
+
+@pytest.mark.needs_tool("chromium", "chromedriver")
+def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    run_dir, r = three
+    assert r.returncode == 0, r.stderr
+    o = Options()
+    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--window-size=1200,1600"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    try:
+        d.get((run_dir / "report.html").as_uri())
+        sec = d.find_element(By.ID, "probe-pipeline").text
+        assert "Probe pipeline" in sec
+        body = d.find_element(By.TAG_NAME, "body").text
+        for text in ("network b → c", "b (node 1): kernel → application", "end to end", "Messages"):
+            assert text in body
+        assert "10.77.2.2" in d.find_element(By.ID, "hosts").find_element(By.XPATH, "following-sibling::table").text
+        links = d.find_element(By.ID, "links").find_element(By.XPATH, "following-sibling::table[1]").text
+        assert "b->c" in links and "c->b" in links
+        assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
+        h = d.execute_script("return document.body.scrollHeight")
+        d.set_window_size(1200, min(int(h) + 40, 16000))
+        out = ROOT / "test-artifacts"
+        out.mkdir(exist_ok=True)
+        assert d.save_screenshot(str(out / "report-multihost.png"))
+    finally:
+        d.quit()
 
 
 def test_a_clock_offset_shifts_the_hosts_monotonic_clock_only(tmp_path: Path) -> None:

@@ -386,12 +386,31 @@ def run_pipeline(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -
     }
 
 
-def run(spec_path: str, *, results: str | None = None, run_dir: str | None = None, say: Say = lambda s: None, tick: Tick | None = None) -> Outcome:
+def run(
+    spec_path: str,
+    *,
+    results: str | None = None,
+    run_dir: str | None = None,
+    say: Say = lambda s: None,
+    tick: Tick | None = None,
+    duration: int | None = None,
+    repetitions: int | None = None,
+) -> Outcome:
     exp = load(spec_path)
+    if duration is not None:
+        exp.duration = duration
+        for p in exp.probes:
+            if getattr(p, "duration", None) is not None:
+                p.duration = duration
+    if repetitions is not None:
+        exp.repetitions = repetitions
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)
     rd = Path(run_dir) if run_dir else None
     notes, kinds = preflight(exp, spec_path, res, rd)
+    if duration is not None or repetitions is not None:
+        over = ", ".join(x for x in (duration is not None and f"duration {duration / 1e9:g} s", repetitions is not None and f"{repetitions} repetitions") if x)
+        notes.append(f"overridden on the command line: {over} (spec.json holds what ran)")
     for n in notes:
         say(f"note: {n}")
     target = rd or new_run_dir(res, exp.name)

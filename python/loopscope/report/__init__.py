@@ -48,6 +48,8 @@ class Report:
         if c.is_empty():
             return out + ["  no measurements to compare"]
         for (probe, measure), g in c.group_by(["probe", "measure"], maintain_order=True):
+            if g["kind"][0] == "pipeline" and measure != "e2e":
+                continue  # per-hop figures are in the report
             metric = "p99" if "p99" in g["metric"].to_list() else "mean"
             g = g.filter(pl.col("metric") == metric)
             parts = []
