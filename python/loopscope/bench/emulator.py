@@ -16,6 +16,11 @@ to b, back to back in the same run:
 4. **emulator, loss p** (1 %): lost packets over sent, and whether that
    falls in the binomial 95 % interval of p for that many packets.
 
+5. **platform**: the same machine's own noise for a SCHED_FIFO thread: the
+   timer probe at priority 50 waking every 100 µs on the idle machine. A
+   forwarding thread cannot be more punctual than the machine lets any
+   thread be: its p99 and p99.9 bound what the emulator's tail can reach.
+
 Then the lab itself: a four-host experiment (``loopscope run``, one short
 timer probe) timed from the controller's records: namespaces, emulator and
 four agents up; everything gone. Each figure is the median of ``runs``
@@ -169,6 +174,17 @@ def one_round(seconds: float, work: Path) -> dict[str, Any]:
     return out
 
 
+def platform_round(seconds: float, work: Path) -> dict[str, Any]:
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "100", "--priority", "50", "--duration", f"{seconds:g}s", "--json", "--trace", str(work / "platform.lstrace")],
+        capture_output=True, text=True, timeout=seconds + 60,
+    )
+    if r.returncode != 0:
+        raise RunError(f"bench emulator: the platform timer failed: {r.stderr.strip()[-400:]}")
+    j = json.loads(r.stdout)
+    return {"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "p999_ns": j["p999_ns"], "max_ns": j["max_ns"], "missed_share": j["missed"] / max(1, j["samples"] + j["missed"]), "sched": j["threads"][0]["sched"]}
+
+
 def lab_round(work: Path, i: int) -> dict[str, float]:
     (work / "four.yaml").write_text(FOUR)
     r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"], cwd=work, capture_output=True, text=True, timeout=300)
@@ -193,6 +209,8 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         for i in range(n):
             say(f"  round {i + 1}/{n}: kernel forwarding, emulator at 0 and {DELAY_NS / 1e6:g} ms, {LOSS * 100:g} % loss ({secs:g} s each) …")
             rounds.append(one_round(secs, work / f"r{i}"))
+            say(f"  round {i + 1}/{n}: the platform's own SCHED_FIFO timer noise ({secs:g} s) …")
+            rounds[-1]["platform"] = platform_round(secs, work / f"r{i}")
             say(f"  round {i + 1}/{n}: a four-host lab up and down …")
             labs.append(lab_round(work, i))
 
@@ -226,6 +244,10 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "kernel_forward_p99_ns": med(lambda r: r["kernel"]["p99_ns"]),
         "emulator_zero_p50_ns": med(lambda r: r["emulator_zero"]["p50_ns"]),
         "emulator_zero_p99_ns": med(lambda r: r["emulator_zero"]["p99_ns"]),
+        "platform_fifo_timer_p99_ns": med(lambda r: r["platform"]["p99_ns"]),
+        "platform_fifo_timer_p999_ns": med(lambda r: r["platform"]["p999_ns"]),
+        "platform_fifo_timer_max_ns": med(lambda r: r["platform"]["max_ns"]),
+        "platform_fifo_timer_missed_share": med(lambda r: r["platform"]["missed_share"]),
         "lab_up_s": statistics.median(x["up_s"] for x in labs),
         "lab_down_s": statistics.median(x["down_s"] for x in labs),
         "lab_runs": labs,
@@ -253,4 +275,5 @@ def print_human(r: dict[str, Any]) -> None:
     print(f"  no delay, one way p50/p99: kernel forwarding {format_ns(r['kernel_forward_p50_ns'])} / {format_ns(r['kernel_forward_p99_ns'])}, "
           f"emulator {format_ns(r['emulator_zero_p50_ns'])} / {format_ns(r['emulator_zero_p99_ns'])} "
           f"(ratio {r['ratio_p50_emulator_vs_kernel']:.2f}× / {r['ratio_p99_emulator_vs_kernel']:.2f}×)")
+    print(f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {f(r['platform_fifo_timer_p99_ns'])}, p99.9 {f(r['platform_fifo_timer_p999_ns'])}, max {f(r['platform_fifo_timer_max_ns'])}; missed {r['platform_fifo_timer_missed_share'] * 100:.2f} % of periods")
     print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")
