@@ -30,6 +30,7 @@ repetitions, the runs' spread alongside.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -158,11 +159,15 @@ def one_round(seconds: float, work: Path) -> dict[str, Any]:
         # 2. The emulator, no delay.
         _, owd, _, _, _ = through({}, "emu0")
         out["emulator_zero"] = {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
-        # 3. The emulator, delay D.
+        # 3. The emulator, delay D. The hypervisor's steal time over the same
+        # seconds says whether the VM itself was off the CPU meanwhile.
+        steal0 = _steal_ms()
         _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud")
+        steal_ms = _steal_ms() - steal0
         err = owd - DELAY_NS
         out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
         out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+        out["delay"]["steal_ms"] = steal_ms
         # 4. The emulator, loss p.
         tx, _, rx, _, _ = through({"loss": LOSS}, "emuloss")
         sent = int(tx["sent"])
@@ -172,6 +177,13 @@ def one_round(seconds: float, work: Path) -> dict[str, Any]:
     finally:
         topo.down()
     return out
+
+
+def _steal_ms() -> float:
+    """All CPUs' steal time so far (/proc/stat, USER_HZ ticks) in ms."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) * 1000.0 / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
 def platform_round(seconds: float, work: Path) -> dict[str, Any]:
@@ -229,6 +241,7 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "p99_err_ns": med(lambda r: r["delay"].get("p99_err_ns")),
         "max_err_ns": med(lambda r: r["delay"].get("max_err_ns")),
         "min_err_ns": med(lambda r: r["delay"].get("min_err_ns")),
+        "steal_ms_runs": spread(lambda r: r["delay"].get("steal_ms")),
         "p99_err_ns_runs": spread(lambda r: r["delay"].get("p99_err_ns")),
         "end_to_end_p50_err_ns": med(lambda r: r["delay_end_to_end"]["p50_err_ns"]),
         "end_to_end_p99_err_ns": med(lambda r: r["delay_end_to_end"]["p99_err_ns"]),
@@ -268,6 +281,8 @@ def print_human(r: dict[str, Any]) -> None:
     print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")
     f = lambda x: format_ns(x) if x is not None else "n/a"  # noqa: E731
     print(f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {f(r['p50_err_ns'])}, p99 {f(r['p99_err_ns'])}, max {f(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)")
+    runs = ", ".join(f"{f(p)} ({st:.0f} ms stolen)" for p, st in zip(r["p99_err_ns_runs"], r["steal_ms_runs"]))
+    print(f"    p99 per round, with the hypervisor's steal time meanwhile: {runs}")
     print(f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {f(r['end_to_end_p50_err_ns'])}, p99 {f(r['end_to_end_p99_err_ns'])}, max {f(r['end_to_end_max_err_ns'])}")
     print(f"    the emulator's own view (its departure − its kernel RX − delay): p99 {f(r['emulator_own_p99_err_ns'])}; departures late p99 {f(r['emulator_late_p99_ns'])}")
     lo, hi = r["loss_interval95"]
