@@ -413,6 +413,38 @@ def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool)
     return 0
 
 
+@probe.command("sync-serve")
+@click.option("--bind", default="0.0.0.0:9319", show_default=True, help="HOST:PORT the responder listens on.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync-serve/sync-serve.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
+    """Clock-sync responder (the reference host): answer probes, keep kernel stamps; until Ctrl-C."""
+    from loopscope.probes import clocksync, net
+
+    net.hostport(bind, "--bind")
+    res = clocksync.serve(bind, _trace_path(trace_path, "sync-serve"))
+    click.echo(json.dumps(res) if as_json else f"answered {res['answered']:,} of {res['received']:,} probes ({res['no_tx_stamp']} without a TX stamp, {res['malformed']} malformed)")
+    return 0
+
+
+@probe.command("sync")
+@click.option("--dest", required=True, help="HOST:PORT of the reference host's responder.")
+@click.option("--flow", type=click.IntRange(min=0, max=2**31), default=1, show_default=True, help="This host's id in the responder's records.")
+@click.option("--rate", type=click.FloatRange(min=0.01, max=10000), default=20.0, show_default=True, help="Probe pairs per second.")
+@click.option("--gap", type=Duration(), default="20us", show_default=True, help="Gap between the two probes of a pair.")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None, trace_path: str | None, as_json: bool) -> int:
+    """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
+    from loopscope.probes import clocksync, net
+
+    net.hostport(dest, "--dest")
+    res = clocksync.probe(dest, flow, rate, gap, duration, _trace_path(trace_path, "sync"))
+    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
+    return EXIT_INTERRUPTED if res["interrupted"] else 0
+
+
 @probe.command("rr")
 @click.option("--dest", required=True, help="Echo server HOST:PORT.")
 @click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")

@@ -11,6 +11,7 @@
 
 mod emu;
 mod pipe;
+mod sync;
 
 use loopscope_probes::timer;
 use loopscope_trace::config::{Config, StreamConfig, StreamKind};
@@ -960,6 +961,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;
+    m.add_function(wrap_pyfunction!(sync::sync_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(sync::sync_probe, m)?)?;
     m.add_function(wrap_pyfunction!(bench_floor, m)?)?;
     m.add_function(wrap_pyfunction!(bench_events, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sustained, m)?)?;

@@ -142,16 +142,16 @@ fn clock_ns(id: libc::clockid_t) -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// CLOCK_MONOTONIC in nanoseconds.
+/// CLOCK_MONOTONIC in nanoseconds (as skewed by a virtual clock, if set).
 #[inline]
 pub fn mono_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
+    crate::vclock::mono(clock_ns(libc::CLOCK_MONOTONIC) as i64) as u64
 }
 
-/// CLOCK_REALTIME in nanoseconds since the epoch.
+/// CLOCK_REALTIME in nanoseconds since the epoch (as skewed by a virtual clock, if set).
 #[inline]
 pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
+    crate::vclock::real(clock_ns(libc::CLOCK_REALTIME) as i64) as u64
 }
 
 /// One calibration pair: a raw timestamp and the CLOCK_MONOTONIC and

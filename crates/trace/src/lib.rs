@@ -32,6 +32,7 @@ pub mod hist;
 mod local;
 pub mod reader;
 pub mod session;
+pub mod vclock;
 mod writer;
 
 pub use entity::{lookup, register, Entity};

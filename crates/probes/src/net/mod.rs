@@ -12,4 +12,5 @@ pub mod recv;
 pub mod rr;
 pub mod schedule;
 pub mod send;
+pub mod sync;
 pub mod sock;

@@ -9,6 +9,7 @@
 //! (`OPT_ID`) in the extended error. All kernel timestamps are
 //! CLOCK_REALTIME.
 
+use loopscope_trace::vclock;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -18,10 +19,11 @@ pub const SCM_TIMESTAMPING: libc::c_int = 37;
 pub const SCM_TSTAMP_SND: u32 = 0;
 pub const SCM_TSTAMP_SCHED: u32 = 1;
 
+/// CLOCK_REALTIME now, as this process reports it (see `loopscope_trace::vclock`).
 pub fn realtime_ns() -> i64 {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    vclock::real(ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
 }
 
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC, read in the narrowest of a few windows.
@@ -167,6 +169,18 @@ impl Udp {
         check(setopt(self.raw(), libc::SOL_SOCKET, SO_TIMESTAMPING, flags as i32), "SO_TIMESTAMPING (transmit)")
     }
 
+    /// Both at once (each SO_TIMESTAMPING call replaces the flags of the last).
+    pub fn enable_rx_tx_timestamps(&self) -> Result<(), String> {
+        let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_RX_HARDWARE
+            | libc::SOF_TIMESTAMPING_RAW_HARDWARE
+            | libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+        check(setopt(self.raw(), libc::SOL_SOCKET, SO_TIMESTAMPING, flags as i32), "SO_TIMESTAMPING (receive and transmit)")
+    }
+
     pub fn set_read_timeout_ms(&self, ms: i64) {
         let tv = libc::timeval { tv_sec: ms / 1000, tv_usec: (ms % 1000) * 1000 };
         unsafe {
@@ -210,7 +224,7 @@ pub unsafe fn rx_timestamps(msg: &libc::msghdr) -> (i64, i64) {
             let ts = libc::CMSG_DATA(c) as *const libc::timespec;
             let sw = std::ptr::read_unaligned(ts);
             let hw = std::ptr::read_unaligned(ts.add(2));
-            return (ts_ns(&sw), ts_ns(&hw));
+            return (vclock::real(ts_ns(&sw)), vclock::real(ts_ns(&hw)));
         }
         c = libc::CMSG_NXTHDR(msg, c);
     }
@@ -259,7 +273,7 @@ pub fn drain_tx_stamps(fd: i32, out: &mut Vec<TxStamp>) {
             }
         }
         if ok && ns != 0 {
-            out.push(TxStamp { kind, key, ns });
+            out.push(TxStamp { kind, key, ns: vclock::real(ns) });
         }
     }
 }

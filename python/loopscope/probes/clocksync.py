@@ -1,0 +1,37 @@
+"""The clock-sync probes from Python: responder and initiator.
+
+``serve`` runs on the reference host for the whole run, ``probe`` on every
+other host (``crates/probes/src/net/sync.rs`` says what travels and what is
+recorded). Both write their kernel stamps into their own trace, whose
+calibration pairs relate the host's CLOCK_REALTIME (the kernel stamps) to
+its CLOCK_MONOTONIC (every other record); ``loopscope.clock`` estimates the
+offsets from the two traces afterwards.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from loopscope import _native
+from loopscope.probes.common import envelope, traced
+
+DEFAULT_PORT = 9319
+DEFAULT_RATE = 20.0
+DEFAULT_GAP_NS = 20_000
+
+
+def serve(bind: str, trace_path: str | None) -> dict[str, Any]:
+    with traced(trace_path, ["clocksync"]) as tr:
+        sys.stdout.flush()
+        r = _native.sync_serve(bind, ready_fd=sys.stdout.fileno())
+    return {**envelope("sync-serve"), "bind": bind, **r, "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
+
+
+def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None, trace_path: str | None) -> dict[str, Any]:
+    with traced(trace_path, ["clocksync"]) as tr:
+        r = _native.sync_probe(dest, flow, rate, gap_ns, duration_ns)
+    return {
+        **envelope("sync-probe"), "dest": dest, "flow": flow, "rate": rate, "gap_ns": gap_ns, **r,
+        "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
+    }
