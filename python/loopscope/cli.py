@@ -580,6 +580,27 @@ def report_cmd(run_dir: str, as_json: bool) -> int:
     return 0
 
 
+@cli.command("timeline")
+@click.argument("run_dir", type=click.Path())
+@click.option("--probes", "use", type=click.Choice(["all", "pairs"]), default="all", show_default=True, help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.")
+@click.option("--json", "as_json", is_flag=True, help="Print the clocks and checks as one JSON object.")
+def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
+    """Put every record of every host on the reference host's clock: RUN/timeline.parquet."""
+    from loopscope import timeline
+
+    rd = Path(run_dir)
+    if not (rd / "run.json").exists():
+        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    out = timeline.build(rd, use=use)
+    if as_json:
+        click.echo(json.dumps(out, default=float))
+        return 0
+    for line in timeline.summary_lines(out):
+        click.echo(line)
+    click.echo(str(rd / "timeline.parquet"))
+    return 0
+
+
 @cli.command("schema")
 def schema_cmd() -> int:
     """Print the JSON Schema of experiment files (for editors)."""

@@ -88,6 +88,10 @@ def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, 
         a += ["--bind", p["bind"], "--next", p["next"], "--work-us", str(p["work_us"])]
     elif p["kind"] == "pipe-sink":
         a += ["--bind", p["bind"], "--flow", str(p["flow"])]
+    elif p["kind"] == "sync-serve":
+        a += ["--bind", p["bind"]]
+    elif p["kind"] == "sync":
+        a += ["--dest", p["dest"], "--flow", str(p["flow"]), "--rate", repr(float(p["rate"])), "--gap", f"{int(p['gap_ns'])}ns"]
     else:
         raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
     return a + ["--json", "--trace", str(trace)]
@@ -142,6 +146,9 @@ class Agent:
         self.run_id = m["run_id"]
         self.run_dir = Path(m["run_dir"])
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if m.get("vclock"):
+            # Test only: every child (probes, loads) skews its timestamps alike.
+            os.environ["LOOPSCOPE_VCLOCK"] = m["vclock"]
         root, self.cg_note = find_root() if m.get("cgroups", True) else (None, "cgroups not requested")
         if root is not None:
             self.group = RunGroup(root, m.get("cgroup_name") or self.run_id)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope.errors import InputError
-from loopscope.lab import procs, state
+from loopscope.lab import clocksync, procs, state
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
@@ -171,6 +171,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
 
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
+    sync_info: dict[str, Any] | None = None
     try:
         if len(exp.hosts) > 1:
             say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in kinds.items())})")
@@ -195,6 +196,11 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 r = lab.agent(probe.host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(probe.host or first.name, "calibration"), scratch_dir=lab.scratch(probe.host or first.name), duration_ns=int(probe_seconds(exp, probe) * 1e9), calibrate=True)
                 calib[probe.name or ""] = {"work_iters": r["result"]["work_iters"], "alone_ns": r["result"]["alone_ns"]}
         run["calibration"] = calib
+        if clocksync.wanted(exp):
+            say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
+            sync_info = clocksync.start(lab, exp)
+            run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
+            _write_json(run_dir / "run.json", run)
         plan = phase_runs(exp)
         total = len(plan) * len(exp.probes)
         done = 0
@@ -245,6 +251,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 for ld in lr["loads"]:
                     run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
         lab.check()
+        if sync_info is not None:
+            clocksync.stop(lab, sync_info)
+            run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
         out.status = "completed"
     except Interrupted as e:
         out.status, out.error = "interrupted", f"interrupted by {e}"
@@ -260,6 +269,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         try:
             if out.status == "running":
                 out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
+            if sync_info is not None and sync_info.get("running"):
+                clocksync.stop(lab, sync_info, quiet=True)
+                run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
             lab.down(out.status == "completed", notes)
             run["timings"].update(lab.timings)
             if lab.emulator_result is not None:

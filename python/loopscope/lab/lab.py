@@ -116,6 +116,8 @@ class Lab:
         self.hosts: dict[str, HostRt] = {}
         self.timings: dict[str, int] = {}
         self.emulator_result: dict[str, Any] | None = None
+        # The instant virtual clocks (test only) count their drift from.
+        self.vclock_epoch_ns = time.time_ns()
         ns_names = [h.name for h in exp.hosts if kinds[h.name] == "netns"]
         if ns_names:
             overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
@@ -168,7 +170,9 @@ class Lab:
                 h.agent = H.ssh_agent(h.spec, self.run_id, log)
         for h in self.hosts.values():
             assert h.agent is not None
-            h.hello = h.agent.call("hello", run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}")
+            vc = h.spec.virtual_clock
+            vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
+            h.hello = h.agent.call("hello", run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}", vclock=vclock)
             h.cgroup = h.hello.get("cgroup")
         self.timings["lab_up_ns"] = time.monotonic_ns() - t0
         agents = [{"host": h.name, "pid": h.hello["pid"], "start": procs.process_start_time(h.hello["pid"])} for h in self.hosts.values() if not h.remote]
@@ -218,7 +222,7 @@ class Lab:
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.remote else {})} for h in self.hosts.values()},
+            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.remote else {})} for h in self.hosts.values()},
         }
         if self.topo is not None:
             out["network"] = self.topo.describe()

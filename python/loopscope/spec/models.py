@@ -327,6 +327,26 @@ SignedDuration = Annotated[
 ]
 
 
+class VirtualClock(Model):
+    """Test only: skew every timestamp the host's agent and its children produce (their CLOCK_MONOTONIC
+    and CLOCK_REALTIME reads and the kernel packet stamps they read) by offset + drift·(t − run start),
+    so clock synchronization has a known error to find between hosts that share one kernel."""
+
+    offset: SignedDuration = Field(0, description="added to every timestamp, e.g. 3ms or -250us")
+    drift_ppm: Annotated[float, Field(ge=-1000, le=1000)] = Field(0.0, description="rate error in parts per million, e.g. 20")
+
+
+class ClockSync(Model):
+    """Clock-sync probes during every multi-host run: coded probe pairs between each host and the reference,
+    kernel-timestamped both ways; the offline estimate puts every host on the reference's clock."""
+
+    enabled: Literal["auto", "on", "off"] = Field("auto", description="auto: on when the experiment has more than one host")
+    reference: Name | None = Field(None, description="the host whose CLOCK_MONOTONIC is the global clock (default: the first host)")
+    rate: Annotated[float, Field(gt=0, le=1000)] = Field(20.0, description="probe pairs per second per host")
+    gap: Duration = Field(20_000, description="gap between the two probes of a pair")
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(9319, description="UDP port of the reference's responder")
+
+
 class Host(Model):
     """A machine of the experiment: a network namespace on this machine (netns, the default with
     root), a real machine reached over ssh, or processes on loopback (local)."""
@@ -341,6 +361,7 @@ class Host(Model):
     known_hosts: str | None = Field(None, description="ssh: known_hosts file the host key is checked against (default ~/.ssh/known_hosts)")
     python: str = Field("python3", description="ssh: the remote interpreter that has loopscope installed")
     workdir: str = Field("/tmp/loopscope-runs", description="ssh: where the remote agent writes before files are fetched")
+    virtual_clock: VirtualClock | None = Field(None, description="test only: skew this host's timestamps to validate clock synchronization")
 
 
 def _percent(v: Any) -> float:
@@ -421,6 +442,7 @@ class Experiment(Model):
     description: str = ""
     hosts: list[Host] = Field(default_factory=lambda: [Host(kind="local")], min_length=1, max_length=250)
     links: list[Link] = Field(default_factory=list)
+    clocksync: ClockSync = Field(default_factory=ClockSync)
     probes: list[Probe] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None
@@ -512,6 +534,7 @@ class Experiment(Model):
             if name is not None and name not in hosts:
                 problems.append((where, f"no host named {name!r}; the hosts are {known}"))
 
+        ref(("clocksync", "reference"), self.clocksync.reference)
         for i, p in enumerate(self.probes):
             if p.kind == "pipeline":
                 ref(("probes", i, "source"), p.source)

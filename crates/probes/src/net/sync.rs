@@ -252,13 +252,15 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let answers: Arc<Mutex<HashMap<(u64, u8), i64>>> = Arc::new(Mutex::new(HashMap::new()));
     let done = Arc::new(AtomicBool::new(false));
-    let (rs, ra, rd, rstop, flow) = (sock.clone(), answers.clone(), done.clone(), stop.clone(), cfg.flow);
+    // The reader runs until the sender is done with its grace period, even
+    // after a stop: answers still in flight must not count as lost.
+    let (rs, ra, rd, flow) = (sock.clone(), answers.clone(), done.clone(), cfg.flow);
     let reader = std::thread::Builder::new()
         .name("ls-sync-recv".into())
         .spawn(move || {
             let (mut buf, mut ctrl) = ([0u8; 256], [0u8; 256]);
             let mut malformed = 0u64;
-            while !rd.load(Ordering::Relaxed) && !rstop.load(Ordering::Relaxed) {
+            while !rd.load(Ordering::Relaxed) {
                 if let Some((n, krx, _, _)) = recv_from(rs.raw(), &mut buf, &mut ctrl) {
                     match Msg::read(&buf[..n]).filter(|m| m.kind == ANSWER && m.flow == flow) {
                         Some(m) => {

@@ -1,0 +1,101 @@
+"""The true global time of a record, for runs whose clock errors were injected.
+
+On one machine every netns host shares the kernel's clocks; what differs is
+injected: a time namespace adds ``clock_offset`` to a host's
+CLOCK_MONOTONIC, and the test-only virtual clock (``crates/trace/src/
+vclock.rs``) skews every timestamp the host's processes produce as
+``t' = t + offset + drift·(t − epoch)``. Undoing both gives the machine's
+CLOCK_MONOTONIC, and redoing the reference host's gives the true global
+time. ``errors`` compares a run's mapping with this truth.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def machine_real_minus_mono() -> int:
+    """CLOCK_REALTIME − CLOCK_MONOTONIC of this machine's root time namespace, narrowest of a few reads."""
+    best = (1 << 62, 0)
+    for _ in range(50):
+        a = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        r = time.clock_gettime_ns(time.CLOCK_REALTIME)
+        b = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+        if b - a < best[0]:
+            best = (b - a, r - (a + b) // 2)
+    return best[1]
+
+
+class Truth:
+    def __init__(self, hosts: dict[str, dict[str, Any]], reference: str, real_minus_mono: int) -> None:
+        self.hosts = hosts
+        self.reference = reference
+        self.rm = real_minus_mono
+
+    @classmethod
+    def of_run(cls, run_dir: Path, real_minus_mono: int | None = None) -> "Truth":
+        prov = json.loads((run_dir / "provenance.json").read_text())
+        run = json.loads((run_dir / "run.json").read_text())
+        return cls(prov["lab"]["hosts"], run["clocksync"]["reference"], real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
+
+    def _unskew(self, host: str, t: np.ndarray) -> np.ndarray:
+        """A host's reported CLOCK_MONOTONIC → the machine's root CLOCK_MONOTONIC."""
+        h = self.hosts[host]
+        tns = float(h.get("clock_offset_ns") or 0)
+        t = np.asarray(t, dtype=np.float64)
+        vc = h.get("virtual_clock")
+        if vc:
+            d = vc["drift_ppm"] * 1e-6
+            epoch_mono = vc["epoch_realtime_ns"] - self.rm + tns  # the host's CLOCK_MONOTONIC at the epoch
+            t = epoch_mono + (t - vc["offset_ns"] - epoch_mono) / (1 + d)
+        return t - tns
+
+    def _skew(self, host: str, root: np.ndarray) -> np.ndarray:
+        h = self.hosts[host]
+        tns = float(h.get("clock_offset_ns") or 0)
+        t = np.asarray(root, dtype=np.float64) + tns
+        vc = h.get("virtual_clock")
+        if vc:
+            d = vc["drift_ppm"] * 1e-6
+            epoch_mono = vc["epoch_realtime_ns"] - self.rm + tns
+            t = t + vc["offset_ns"] + d * (t - epoch_mono)
+        return t
+
+    def global_of(self, host: str, t_ns: np.ndarray) -> np.ndarray:
+        """True global time (the reference's reported CLOCK_MONOTONIC) of host times t_ns."""
+        return self._skew(self.reference, self._unskew(host, t_ns))
+
+    def offset_ns(self, host: str) -> float:
+        """The injected offset of the host's timestamps against the reference's, at the epoch."""
+        h, r = self.hosts[host], self.hosts[self.reference]
+        f = lambda x: float(x.get("clock_offset_ns") or 0) + float((x.get("virtual_clock") or {}).get("offset_ns") or 0)  # noqa: E731
+        return f(h) - f(r)
+
+    def drift_ppm(self, host: str) -> float:
+        h, r = self.hosts[host], self.hosts[self.reference]
+        f = lambda x: float((x.get("virtual_clock") or {}).get("drift_ppm") or 0)  # noqa: E731
+        return f(h) - f(r)
+
+
+def errors(run_dir: Path, clocks: Any, truth: Truth, host: str, t_ns: np.ndarray) -> dict[str, Any]:
+    """Mapped − true global time at host times t_ns, with the mapping's bounds."""
+    g, b = clocks.map_mono(host, t_ns)
+    true = truth.global_of(host, t_ns)
+    err = g - true
+    ok = np.isfinite(err) & np.isfinite(b)
+    e, bb = err[ok], b[ok]
+    return {
+        "n": int(ok.sum()),
+        "err_p50_ns": float(np.percentile(np.abs(e), 50)) if len(e) else None,
+        "err_p99_ns": float(np.percentile(np.abs(e), 99)) if len(e) else None,
+        "err_max_ns": float(np.max(np.abs(e))) if len(e) else None,
+        "bound_ns": float(np.median(bb)) if len(bb) else None,
+        "bound_max_ns": float(np.max(bb)) if len(bb) else None,
+        "bound_holds": bool(len(e) and np.all(np.abs(e) <= bb)),
+        "not_placed": int((~ok).sum()),
+    }

@@ -1,0 +1,56 @@
+"""Starting and stopping the clock-sync probes of a multi-host run.
+
+The reference host runs one responder for the whole run; every other host
+runs an initiator towards it (``probes/clocksync.py``). They start once the
+agents are up, before the first phase, and stop after the last, so every
+record of every phase lies inside the span the probes cover. Their traces
+live in ``hosts/<name>/clocksync/`` and are listed in ``run.json`` under
+``clocksync``; ``loopscope.clock.sync`` reads them afterwards. A probe that
+fails stops the run like any other component.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loopscope.lab.hosts import AgentFailure
+
+
+def wanted(exp: Any) -> bool:
+    cs = exp.clocksync
+    return cs.enabled == "on" or (cs.enabled == "auto" and len(exp.hosts) > 1)
+
+
+def start(lab: Any, exp: Any) -> dict[str, Any]:
+    cs = exp.clocksync
+    ref = cs.reference or exp.hosts[0].name
+    rh = lab.hosts[ref]
+    bind = f"{'0.0.0.0' if rh.remote else rh.address}:{cs.port}"
+    info: dict[str, Any] = {"reference": ref, "port": cs.port, "rate": cs.rate, "gap_ns": cs.gap, "responder": None, "initiators": {}, "running": []}
+    r = lab.agent(ref).call("start_probe", probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True)
+    info["responder"] = {"host": ref, "trace": lab.rel(ref, r["trace"]), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
+    info["running"].append((ref, "clocksync-serve"))
+    for flow, h in enumerate(exp.hosts, start=1):
+        if h.name == ref:
+            continue
+        spec = {"kind": "sync", "name": "clocksync", "dest": f"{rh.address}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
+        r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name))
+        info["initiators"][h.name] = {"flow": flow, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
+        info["running"].append((h.name, "clocksync"))
+    return info
+
+
+def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
+    """Initiators first (their last answers still come back), then the responder."""
+    running: list[tuple[str, str]] = info.get("running") or []
+    for host, name in sorted(running, key=lambda x: x[1] == "clocksync-serve"):
+        try:
+            res = lab.agent(host).call("stop_probe", name=name, timeout_s=5)
+            r = res.get("result") or {}
+            keys = ("pairs", "sent", "answered", "lost", "no_tx_stamp", "min_rtt_ns") if name == "clocksync" else ("received", "answered", "no_tx_stamp", "no_rx_stamp", "malformed")
+            target = info["initiators"][host] if name == "clocksync" else info["responder"]
+            target["result"] = {k: r.get(k) for k in keys}
+        except AgentFailure:
+            if not quiet:
+                raise
+    info["running"] = []

@@ -1,0 +1,260 @@
+"""The global timeline: every record of every host on the reference's clock.
+
+``build(run_dir)`` estimates the clocks (``loopscope.clock.sync``), then
+reads every trace of the run and adds to each record ``t_global_ns`` (the
+reference host's CLOCK_MONOTONIC) and ``bound_ns`` (how far the true
+instant can be from it), writing ``RUN/timeline.parquet``. Records that
+cannot be placed (a host without probes, a window without an estimate) keep
+a null ``t_global_ns`` and are counted, never dropped.
+
+Macro events spanning hosts are assembled from their parts: each message of
+a distributed pipeline becomes one row of ``RUN/tables/pipeline_global.parquet``
+with every stage's stamps on the global clock and each hop's network time
+with its bound (the bounds of its two ends added). Consistency checks: a
+one-way delay (a pipeline hop, a clock-sync probe) below zero by more than
+its bound is listed; and where a pipeline's source and sink share a host the
+round trip measured on that one clock is compared with the sum of the legs
+reconstructed on the timeline. The emulator's trace (netns labs) is placed
+too, as host ``router``: it shares the hosts' kernel, hence their
+CLOCK_REALTIME.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from loopscope.clock import sync
+from loopscope.trace import reader
+
+COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
+
+
+class TimelineError(Exception):
+    pass
+
+
+def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], clocks: sync.RunClocks | None) -> sync.HostClock | None:
+    """The emulator's process lives in the router namespace: same kernel, same REALTIME."""
+    em = run.get("emulator")
+    if not em or not (run_dir / em["trace"]).exists() or clocks is None:
+        return None
+    pairs = sync.Pairs.of(reader.info(run_dir / em["trace"]).calibration)
+    h = sync.HostClock("router", False, pairs)
+    # Unskewed REALTIME; the reference's is skewed only under a test-only virtual clock.
+    vc = ((prov.get("lab") or {}).get("hosts") or {}).get(clocks.reference, {}).get("virtual_clock")
+    from loopscope.clock import estimate as E
+
+    big = 1 << 62
+    w = E.Window(start_ns=-big, end_ns=big, t_center_ns=0, offset_ns=0.0, drift_ppm=0.0, vertices=np.array([[0.0, 0.0]]))
+    if vc:
+        # θ(t_ref) = router − ref = −(offset + drift·(t − epoch)) to first order
+        d = vc["drift_ppm"] * 1e-6
+        w.t_center_ns = int(vc["epoch_realtime_ns"])
+        w.offset_ns = -float(vc["offset_ns"]) / (1 + d)
+        w.drift_ppm = -vc["drift_ppm"] / (1 + d)
+        w.vertices = np.array([[w.drift_ppm * 1e3, w.offset_ns]])
+    h.windows = [w]
+    return h
+
+
+def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
+    run_path = run_dir / "run.json"
+    if not run_path.exists():
+        raise TimelineError(f"{run_dir}: not a run directory (no run.json); give the directory `loopscope run` printed")
+    run = json.loads(run_path.read_text())
+    prov = json.loads((run_dir / "provenance.json").read_text()) if (run_dir / "provenance.json").exists() else {}
+    hosts = list((run.get("hosts") or {}).keys()) or ["localhost"]
+    clocks = sync.estimate_run(run_dir, use=use)
+    out: dict[str, Any] = {"hosts": {}, "checks": {}, "notes": []}
+    if clocks is None:
+        if len(hosts) > 1:
+            out["notes"].append("this run has no clock-sync probes: only the first host's records are placed; the others keep t_ns only")
+        ref = hosts[0]
+    else:
+        ref = clocks.reference
+        (run_dir / "clock.json").write_text(json.dumps(clocks.summary(), indent=1, default=float) + "\n")
+        (run_dir / "tables").mkdir(exist_ok=True)
+        clocks.series().write_parquet(run_dir / "tables" / "clock.parquet")
+        router = _router_clock(run_dir, run, prov, clocks)
+        if router is not None:
+            clocks.hosts["router"] = router
+    out["reference"] = ref
+    traces = sync.host_traces(run)
+    if run.get("emulator") and clocks is not None and "router" in clocks.hosts:
+        traces.setdefault("router", []).append(run["emulator"]["trace"])
+    frames = []
+    for host, paths in traces.items():
+        n = placed = 0
+        for rel in paths:
+            p = run_dir / rel
+            if not p.exists():
+                continue
+            df = reader.read(p, sort=False)
+            if not len(df):
+                continue
+            t = df["t_ns"].to_numpy()
+            if host == ref:
+                g, b = t.astype(np.float64), np.zeros(len(t))
+            elif clocks is not None and host in clocks.hosts:
+                g, b = clocks.map_mono(host, t)
+            else:
+                g, b = np.full(len(t), np.nan), np.full(len(t), np.inf)
+            ok = np.isfinite(g) & np.isfinite(b)
+            frames.append(
+                df.select("thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value")
+                .with_columns(pl.col("thread").cast(pl.String), pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String))
+                .with_columns(
+                    pl.lit(host).alias("host"), pl.lit(rel).alias("source"),
+                    pl.Series("t_global_ns", np.where(ok, np.rint(np.nan_to_num(g)), 0).astype(np.int64)).alias("t_global_ns"),
+                    pl.Series("bound_ns", np.where(ok, b, np.nan)),
+                )
+                .with_columns(pl.when(pl.Series(ok)).then(pl.col("t_global_ns")).otherwise(None).alias("t_global_ns"))
+            )
+            n += len(df)
+            placed += int(ok.sum())
+        out["hosts"][host] = {"records": n, "placed": placed, "not_placed": n - placed}
+    tl = pl.concat(frames, how="vertical_relaxed").select(COLUMNS) if frames else pl.DataFrame(schema={c: pl.String for c in COLUMNS})
+    tl.write_parquet(run_dir / "timeline.parquet")
+    out["records"] = len(tl)
+    if clocks is not None:
+        out["checks"]["clocksync"] = _sync_checks(run_dir, run, clocks)
+        pg, checks = _pipeline(run_dir, run, clocks)
+        if pg is not None:
+            pg.write_parquet(run_dir / "tables" / "pipeline_global.parquet")
+        out["checks"]["pipeline"] = checks
+        out["clock"] = clocks.summary()
+    (run_dir / "timeline.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+    return out
+
+
+def _sync_checks(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> dict[str, Any]:
+    """The probes' own one-way delays on the timeline: none may be negative beyond its bound."""
+    res: dict[str, Any] = {}
+    for host, h in clocks.hosts.items():
+        if h.is_reference or host == "router" or not len(h.t_lo):
+            continue
+        # way there: rx_ref − tx_h mapped = −(lo − θ(t)) ; way back: rx_h mapped − tx_ref = up − θ(t)
+        th_l, b_l = h.theta(h.t_lo)
+        th_u, b_u = h.theta(h.t_up)
+        there = th_l - h.lo
+        back = h.up - th_u
+        res[host] = {
+            "there_min_ns": float(np.nanmin(there)) if len(there) else None,
+            "back_min_ns": float(np.nanmin(back)) if len(back) else None,
+            "negative_beyond_bound": int(np.sum(there < -b_l) + np.sum(back < -b_u)),
+        }
+    return res
+
+
+def _pipeline(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
+    from loopscope.probes.pipeline import messages_from
+
+    frames, checks = [], []
+    for st in run.get("steps") or []:
+        if st.get("kind") != "pipeline" or not st.get("stages"):
+            continue
+        p = run_dir / st["trace"]
+        if not p.exists():
+            continue
+        m = messages_from(reader.read(p, sort=False))
+        if not len(m):
+            continue
+        hosts = [sg["host"] for sg in st["stages"]]
+        n_nodes = len(hosts) - 2
+        cols: dict[str, Any] = {"rep": [st["rep"]] * len(m), "phase": [st["phase"]] * len(m), "probe": [st["probe"]] * len(m), "seq": m["seq"].to_numpy()}
+        g_prev, b_prev = clocks.map_real(hosts[0], m["sent_rt_ns"].to_numpy())
+        cols["sent_global_ns"] = g_prev
+        legs = []
+        for k in range(n_nodes + 1):
+            if k < n_nodes:
+                krx_col, h = f"node{k + 1}_krx_rt_ns", hosts[k + 1]
+            else:
+                krx_col, h = "sink_krx_rt_ns", hosts[-1]
+            g_rx, b_rx = clocks.map_real(h, m[krx_col].to_numpy())
+            net = g_rx - g_prev
+            bound = b_rx + b_prev
+            cols[f"hop{k}_net_global_ns"] = net
+            cols[f"hop{k}_bound_ns"] = bound
+            raw = m[f"hop{k}_net_ns"].to_numpy()
+            ok = np.isfinite(net)
+            checks.append({
+                "rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "hop": k, "from": hosts[k], "to": hosts[k + 1], "messages": int(ok.sum()),
+                "min_net_ns": float(np.min(net[ok])) if ok.any() else None, "min_raw_ns": float(np.min(raw)) if len(raw) else None,
+                "bound_median_ns": float(np.median(bound[ok])) if ok.any() else None,
+                "negative_beyond_bound": int(np.sum(net[ok] < -bound[ok])),
+            })
+            legs.append(net)
+            if k < n_nodes:
+                # the node's residence, kernel RX to send, on its own clock mapped
+                g_t, b_t = clocks.map_real(h, m[f"node{k + 1}_utx_rt_ns"].to_numpy())
+                cols[f"node{k + 1}_krx_global_ns"] = g_rx
+                legs.append(g_t - g_rx)
+                g_prev, b_prev = g_t, b_t
+        g_sink, _ = clocks.map_real(hosts[-1], m["sink_urx_rt_ns"].to_numpy())
+        legs.append(g_sink - g_rx)
+        cols["sink_global_ns"] = g_sink
+        if hosts[0] == hosts[-1]:
+            # a loop: the round trip on the source's one clock against the sum of its legs on the timeline
+            one_clock = m["e2e_ns"].to_numpy().astype(np.float64)
+            d = np.sum(legs, axis=0) - one_clock
+            checks.append({"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "round_trip": True, "messages": len(d), "max_abs_diff_ns": float(np.nanmax(np.abs(d))) if len(d) else None})
+        frames.append(pl.DataFrame(cols))
+    return (pl.concat(frames, how="diagonal_relaxed") if frames else None), checks
+
+
+def _f(x: float | None) -> str:
+    return "?" if x is None else f"{x:+.3f}"
+
+
+def _s(ns: float | None) -> str:
+    if ns is None:
+        return "?"
+    return f"{ns / 1e9:+.9f} s" if abs(ns) >= 1e8 else f"{ns / 1e6:+.6f} ms"
+
+
+def summary_lines(out: dict[str, Any]) -> list[str]:
+    """What a reader needs first: each host's offset, drift and bound, then anything wrong."""
+    from loopscope.units import format_ns
+
+    lines = [f"global clock: CLOCK_MONOTONIC of {out['reference']}; {out['records']:,} records"]
+    clock = out.get("clock") or {}
+    for host, h in (clock.get("hosts") or {}).items():
+        placed = out["hosts"].get(host, {})
+        if h["reference"]:
+            lines.append(f"  {host}: the reference")
+            continue
+        if host == "router":
+            lines.append(f"  router (the link emulator): shares the hosts' kernel and CLOCK_REALTIME; {placed.get('placed', 0):,} records placed")
+            continue
+        ok = [w for w in h["windows"] if w["offset_ns"] is not None]
+        if ok:
+            w = ok[len(ok) // 2]
+            bmax = max((x["bound_max_ns"] or 0) for x in ok)
+            p = h["probes"]
+            lines.append(
+                f"  {host}: CLOCK_MONOTONIC {_s(w['monotonic_offset_ns'])}, CLOCK_REALTIME {_s(w['offset_ns'])} from the reference's; drift {w['drift_ppm']:+.3f} ppm [{_f(w['drift_lo_ppm'])}, {_f(w['drift_hi_ppm'])}], "
+                f"bound ±{format_ns(w['bound_mid_ns'])} (max {format_ns(bmax)}) over {len(ok)} window(s); "
+                f"{p.get('used_there', 0) + p.get('used_back', 0):,} probes, {p.get('lost_there', 0) + p.get('lost_back', 0)} lost, best round trip {format_ns(p.get('min_rtt_ns') or 0)}"
+            )
+        else:
+            lines.append(f"  {host}: not placed")
+        if placed.get("not_placed"):
+            lines.append(f"    {placed['not_placed']:,} of {placed['records']:,} records could not be placed")
+        for pr in h["problems"]:
+            lines.append(f"    ! {pr}")
+    for note in out.get("notes") or []:
+        lines.append(f"  ! {note}")
+    for c in (out.get("checks") or {}).get("pipeline") or []:
+        if c.get("negative_beyond_bound"):
+            lines.append(f"  ! {c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
+        if c.get("round_trip") and c.get("max_abs_diff_ns") is not None:
+            lines.append(f"  {c['probe']} ({c['phase']}, rep {c['rep']}): round trip on one clock vs its legs on the timeline differ by at most {format_ns(c['max_abs_diff_ns'])}")
+    for host, c in ((out.get("checks") or {}).get("clocksync") or {}).items():
+        if c.get("negative_beyond_bound"):
+            lines.append(f"  ! {host}: {c['negative_beyond_bound']} clock-sync probes arrive before they left by more than the bound")
+    return lines
