@@ -776,6 +776,17 @@ def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float 
     return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
 
 
+@bench.command("clocksync")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="Length of each condition's run [60, quick: 10].")
+def bench_clocksync(as_json: bool, quick: bool, seconds: float | None) -> int:
+    """Clock sync against injected offsets and drifts, idle and loaded: error, bound, drift; NTP's filter on the same probes."""
+    from loopscope.bench import clocksync
+
+    return _report(clocksync.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, clocksync.print_human)
+
+
 @bench.command("lab")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")

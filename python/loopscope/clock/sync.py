@@ -123,6 +123,7 @@ class HostClock:
     lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     t_up: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     up: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    exchanges: pl.DataFrame | None = None  # one row per probe: tx_h, rx_ref, tx_ref, rx_h
 
     def theta(self, real_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """θ = this host's REALTIME − the reference's, at reference times, with bound."""
@@ -288,6 +289,7 @@ def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP
             hc.counts = {"sent": 0}
             continue
         df = _pure(_join(init, serve, int(ini["flow"])), gap_tolerance_ns)
+        hc.exchanges = df
         sent = len(df)
         answered = int((df["rx_h"] != 0).sum())
         reached = int(df["rx_ref"].is_not_null().sum())
