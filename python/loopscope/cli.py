@@ -601,6 +601,33 @@ def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
     return 0
 
 
+@cli.group("export")
+def export_group() -> None:
+    """Write a run in another tool's format."""
+
+
+@export_group.command("perfetto")
+@click.argument("run_dir", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace].")
+def export_perfetto(run_dir: str, output: str | None) -> int:
+    """The global timeline as a Perfetto trace: a track per host and thread, slices, instants, counters."""
+    from loopscope import timeline
+    from loopscope.trace import perfetto
+
+    rd = Path(run_dir)
+    if not (rd / "run.json").exists():
+        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
+        timeline.build(rd)
+    out = Path(output) if output else rd / "trace.perfetto-trace"
+    c = perfetto.export(rd, out)
+    click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
+               + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
+               + (f", {c['histograms']:,} histogram snapshots" if c["histograms"] else ""))
+    click.echo(f"open it at https://ui.perfetto.dev: {out}")
+    return 0
+
+
 @cli.command("schema")
 def schema_cmd() -> int:
     """Print the JSON Schema of experiment files (for editors)."""

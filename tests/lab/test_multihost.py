@@ -136,6 +136,8 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
         assert "10.77.2.2" in d.find_element(By.ID, "hosts").find_element(By.XPATH, "following-sibling::table").text
         links = d.find_element(By.ID, "links").find_element(By.XPATH, "following-sibling::table[1]").text
         assert "b->c" in links and "c->b" in links
+        clocks = d.find_element(By.ID, "clocks").find_element(By.XPATH, "following-sibling::table[1]").text
+        assert "reference" in clocks and "ppm" in clocks
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
         h = d.execute_script("return document.body.scrollHeight")
         d.set_window_size(1200, min(int(h) + 40, 16000))

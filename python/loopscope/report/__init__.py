@@ -73,6 +73,20 @@ def _ratio(x: float) -> str:
     return f"{x:.3f}x" if abs(x - 1) < 0.01 else f"{x:.2f}x"
 
 
+def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
+    """The run's timeline, built when missing or older than the run."""
+    from loopscope import timeline
+
+    tj = run_dir / "timeline.json"
+    try:
+        if tj.exists() and tj.stat().st_mtime >= (run_dir / "run.json").stat().st_mtime:
+            return dict(json.loads(tj.read_text()))
+        return timeline.build(run_dir)
+    except (OSError, ValueError, timeline.TimelineError) as e:
+        notes.append(f"the global timeline could not be built: {e}")
+        return None
+
+
 def build(run_dir: Path) -> Report:
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
@@ -98,8 +112,11 @@ def build(run_dir: Path) -> Report:
                 notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
     if tables.run.get("status") != "completed":
         notes.insert(0, f"the run {tables.run.get('status')}: {tables.run.get('error')}")
+    tl = None
+    if tables.run.get("clocksync"):
+        tl = _timeline(run_dir, notes)
     html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes))
+    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl))
     rep = Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
     return rep

@@ -141,3 +141,29 @@ def load_bars(loads: pl.DataFrame) -> str:
     ax.invert_yaxis()
     ax.set_xlabel("CPU used by the load (cores, from its cgroup)")
     return _svg(fig)
+
+
+def clock_chart(series: pl.DataFrame) -> str:
+    """Each host's clock against the reference over the run: the offset's
+    change since the start (its drift, and any step) and the bound of the
+    estimate, which is the error budget of every cross-host figure."""
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
+    t0 = float(series["t_global_ns"].min())
+    for i, host in enumerate(series["host"].unique(maintain_order=True).to_list()):
+        g = series.filter(pl.col("host") == host).sort("t_global_ns")
+        t = (g["t_global_ns"].to_numpy() - t0) / 1e9
+        th = g["offset_ns"].to_numpy()
+        b = g["bound_ns"].to_numpy()
+        c = PALETTE[i % len(PALETTE)]
+        ax1.plot(t, (th - th[0]) / 1e3, color=c, lw=1.2, label=host)
+        ax1.fill_between(t, (th - th[0] - b) / 1e3, (th - th[0] + b) / 1e3, color=c, alpha=0.15, lw=0)
+        ax2.plot(t, b / 1e3, color=c, lw=1.2, label=host)
+    ax1.set_title("offset vs reference, change since start (band: bound)")
+    ax1.set_xlabel("s")
+    ax1.set_ylabel("µs")
+    ax2.set_title("bound of the estimate")
+    ax2.set_xlabel("s")
+    ax2.set_ylabel("µs")
+    ax2.set_ylim(bottom=0)
+    ax1.legend(fontsize=8, frameon=False)
+    return _svg(fig)

@@ -204,6 +204,49 @@ def _hosts(prov: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _clocks(run_dir: Any, tl: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+    """Rows of the Clocks section, its chart, and what went wrong."""
+    from pathlib import Path
+
+    if not tl or not tl.get("clock"):
+        return [], None, []
+    rows, problems = [], []
+    for host, h in tl["clock"]["hosts"].items():
+        if host == "router":
+            continue
+        placed = (tl.get("hosts") or {}).get(host, {})
+        ok = [w for w in h["windows"] if w["offset_ns"] is not None]
+        p = h["probes"]
+        if h["reference"]:
+            rows.append({"host": host, "mono": "reference", "real": "", "drift": "", "bound": "0", "windows": "", "probes": "", "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}"})
+        else:
+            w = ok[len(ok) // 2] if ok else None
+            mo = w and w.get("monotonic_offset_ns")
+            rows.append({
+                "host": host,
+                "mono": (f"{mo / 1e9:+.9f} s" if mo is not None and abs(mo) >= 1e8 else f"{mo / 1e6:+.6f} ms") if mo is not None else "n/a",
+                "real": f"{w['offset_ns'] / 1e6:+.6f} ms" if w else "n/a",
+                "drift": f"{w['drift_ppm']:+.3f} ppm [{w['drift_lo_ppm']:+.3f}, {w['drift_hi_ppm']:+.3f}]" if w and w["drift_lo_ppm"] is not None else (f"{w['drift_ppm']:+.3f} ppm" if w else "n/a"),
+                "bound": f"±{_ns(w['bound_mid_ns'])} (max {_ns(max(x['bound_max_ns'] or 0 for x in ok))})" if w else "none",
+                "windows": f"{len(ok)} of {len(h['windows'])}",
+                "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,} used, {p.get('lost_there', 0) + p.get('lost_back', 0)} lost, best RTT {_ns(p.get('min_rtt_ns'))}; pure pairs {p.get('pure_there', 0)} / {p.get('pure_back', 0)}",
+                "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
+            })
+        problems += [f"{host}: {x}" for x in h["problems"]]
+    for c in (tl.get("checks") or {}).get("pipeline") or []:
+        if c.get("negative_beyond_bound"):
+            problems.append(f"{c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}, rep {c['rep']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
+    chart = None
+    path = Path(run_dir) / "tables" / "clock.parquet"
+    if path.exists():
+        from loopscope.report.charts import clock_chart
+
+        s = pl.read_parquet(path)
+        if len(s):
+            chart = clock_chart(s)
+    return rows, chart, problems
+
+
 def _findings(comp: pl.DataFrame) -> list[str]:
     out = []
     sig = comp.filter(pl.col("significant") & pl.col("metric").is_in(["p99", "mean"]))
@@ -261,7 +304,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str]) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
@@ -274,7 +317,12 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str])
         dur = f"{d.total_seconds():.0f} s"
     load_rows, load_chart = _loads(tables.loads)
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
+    clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl)
     return t.render(
+        clocks=clock_rows,
+        clock_chart=clock_chart,
+        clock_problems=clock_problems,
+        clock_reference=(tl or {}).get("reference"),
         title=f"loopscope · {run.get('name')}",
         run=run,
         spec=spec,

@@ -1,0 +1,188 @@
+"""A run's global timeline as a Perfetto trace (ui.perfetto.dev opens it).
+
+Built from ``RUN/timeline.parquet`` (``loopscope timeline``), so every
+timestamp is already on the global clock: the reference host's
+CLOCK_MONOTONIC in ns. Perfetto's protobuf schema comes from the
+``perfetto`` package (its generated ``perfetto_trace_pb2``); the trace is
+written as a stream of ``Trace`` messages of a few thousand packets each
+(concatenated protobuf messages merge, so the file is one ``Trace``).
+
+Layout: one top-level track per host, under it one track per thread of
+each trace (named ``thread [tid] — source``); intervals become slices on
+their thread's track (a slice that would cross another instead of nesting
+goes to a second lane, never dropped), events instants, counters counter
+tracks. Each host also gets counter tracks of its clock's estimated offset
+and bound. Every slice and instant carries ``bound_ns``, how far its true
+time may be from where it is drawn. Records that could not be placed on
+the global clock and histogram snapshots are counted, not drawn.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import polars as pl
+
+SEQ = 0x4C53  # trusted_packet_sequence_id for every packet
+
+
+def _uuid(*parts: Any) -> int:
+    return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
+
+
+class _Writer:
+    """Packets in batches: a caller fills each packet before asking for the next,
+    so the batch is written out when the next packet is asked for."""
+
+    def __init__(self, f: BinaryIO) -> None:
+        from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+        self.pb = pb
+        self.f = f
+        self.trace = pb.Trace()
+        self.n = 0
+
+    def packet(self) -> Any:
+        if len(self.trace.packet) >= 4096:
+            self.close()
+        p = self.trace.packet.add()
+        p.trusted_packet_sequence_id = SEQ
+        if self.n == 0:
+            p.sequence_flags = self.pb.TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        self.n += 1
+        return p
+
+    def close(self) -> None:
+        if len(self.trace.packet):
+            self.f.write(self.trace.SerializeToString())
+        self.trace = self.pb.Trace()
+
+
+def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A lane per interval such that intervals in one lane nest or follow each other."""
+    order = np.lexsort((-end, start))
+    lanes = np.zeros(len(start), dtype=np.int64)
+    stacks: list[list[int]] = []
+    for i in order:
+        s, e = start[i], end[i]
+        for k, st in enumerate(stacks):
+            while st and st[-1] <= s:
+                st.pop()
+            if not st or e <= st[-1]:
+                st.append(e)
+                lanes[i] = k
+                break
+        else:
+            stacks.append([e])
+            lanes[i] = len(stacks) - 1
+    return lanes
+
+
+def export(run_dir: Path, out: Path) -> dict[str, Any]:
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    tl_path = run_dir / "timeline.parquet"
+    tl = pl.read_parquet(tl_path)
+    TE = pb.TrackEvent
+    counts = {"slices": 0, "instants": 0, "counters": 0, "not_placed": 0, "histograms": 0, "tracks": 0}
+    placed = tl.filter(pl.col("t_global_ns").is_not_null())
+    counts["not_placed"] = len(tl) - len(placed)
+    counts["histograms"] = int((placed["kind"] == "histogram").sum())
+    placed = placed.filter(pl.col("kind") != "histogram")
+    with open(out, "wb") as f:
+        w = _Writer(f)
+
+        def track(uuid: int, name: str, parent: int | None = None, counter: bool = False) -> None:
+            p = w.packet()
+            p.track_descriptor.uuid = uuid
+            p.track_descriptor.name = name
+            if parent is not None:
+                p.track_descriptor.parent_uuid = parent
+            if counter:
+                p.track_descriptor.counter.SetInParent()
+            counts["tracks"] += 1
+
+        hosts = placed["host"].unique(maintain_order=True).to_list()
+        clock_path = run_dir / "tables" / "clock.parquet"
+        clock = pl.read_parquet(clock_path) if clock_path.exists() else None
+        if clock is not None:
+            hosts += [h for h in clock["host"].unique().to_list() if h not in hosts]
+        for h in hosts:
+            track(_uuid("host", h), h)
+        for (host, source, thread, tid), g in placed.group_by(["host", "source", "thread", "tid"], maintain_order=True):
+            parent = _uuid("host", host)
+            base = f"{thread} [{tid}] — {Path(str(source)).name}"
+            iv = g.filter(pl.col("kind") == "interval")
+            if len(iv):
+                s = iv["t_global_ns"].to_numpy()
+                e = s + iv["dur_ns"].fill_null(0).to_numpy()
+                lanes = _lanes(s, e)
+                names = (iv["group"] + "/" + iv["name"]).to_list()
+                bounds = iv["bound_ns"].fill_nan(None).fill_null(0).to_numpy()
+                for lane in np.unique(lanes):
+                    tu = _uuid("thread", host, source, tid, lane)
+                    track(tu, base if lane == 0 else f"{base} (lane {lane + 1})", parent)
+                    sel = np.flatnonzero(lanes == lane)
+                    # Emit begin/end in time order: ends before begins at equal times.
+                    ev = sorted([(int(s[i]), 1, i) for i in sel] + [(int(e[i]), 0, i) for i in sel])
+                    for t, is_begin, i in ev:
+                        p = w.packet()
+                        p.timestamp = t
+                        p.track_event.track_uuid = tu
+                        if is_begin:
+                            p.track_event.type = TE.TYPE_SLICE_BEGIN
+                            p.track_event.name = names[i]
+                            a = p.track_event.debug_annotations.add()
+                            a.name = "bound_ns"
+                            a.int_value = int(bounds[i])
+                            counts["slices"] += 1
+                        else:
+                            p.track_event.type = TE.TYPE_SLICE_END
+            ins = g.filter(pl.col("kind") == "event")
+            if len(ins):
+                tu = _uuid("thread", host, source, tid, 0)
+                if not len(iv):
+                    track(tu, base, parent)
+                for t, grp, nm, val, tag, b in ins.select("t_global_ns", "group", "name", "value", "tag", "bound_ns").sort("t_global_ns").iter_rows():
+                    p = w.packet()
+                    p.timestamp = int(t)
+                    p.track_event.track_uuid = tu
+                    p.track_event.type = TE.TYPE_INSTANT
+                    p.track_event.name = f"{grp}/{nm}"
+                    for k, v in (("tag", tag), ("value", val), ("bound_ns", None if b is None or b != b else int(b))):
+                        if v is not None:
+                            a = p.track_event.debug_annotations.add()
+                            a.name = k
+                            a.int_value = int(v)
+                    counts["instants"] += 1
+            cn = g.filter(pl.col("kind") == "counter")
+            for (grp, nm), c in cn.group_by(["group", "name"], maintain_order=True):
+                cu = _uuid("counter", host, source, tid, grp, nm)
+                track(cu, f"{grp}/{nm} [{tid}]", parent, counter=True)
+                for t, v in c.select("t_global_ns", "value").sort("t_global_ns").iter_rows():
+                    p = w.packet()
+                    p.timestamp = int(t)
+                    p.track_event.track_uuid = cu
+                    p.track_event.type = TE.TYPE_COUNTER
+                    p.track_event.counter_value = int(v or 0)
+                    counts["counters"] += 1
+        if clock is not None:
+            for (host,), c in clock.group_by(["host"], maintain_order=True):
+                for col, label in (("offset_ns", "clock offset vs reference, REALTIME (ns)"), ("bound_ns", "clock bound (ns)")):
+                    cu = _uuid("clock", host, col)
+                    track(cu, label, _uuid("host", host), counter=True)
+                    for t, v in c.select("t_global_ns", col).sort("t_global_ns").iter_rows():
+                        p = w.packet()
+                        p.timestamp = int(t)
+                        p.track_event.track_uuid = cu
+                        p.track_event.type = TE.TYPE_COUNTER
+                        p.track_event.double_counter_value = float(v)
+                        counts["counters"] += 1
+        w.close()
+    counts["packets"] = w.n
+    counts["path"] = str(out)
+    counts["bytes"] = out.stat().st_size
+    return counts
