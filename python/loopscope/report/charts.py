@@ -120,8 +120,10 @@ def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str 
                 continue
             y.append(k + i * h)
             x.append(r["value_ns"][0])
-            lo.append(r["value_ns"][0] - r["value_lo_ns"][0])
-            hi.append(r["value_hi_ns"][0] - r["value_ns"][0])
+            # A percentile-bootstrap interval of a skewed sample may sit beside
+            # its point estimate; the bar then shows the interval's near side at 0.
+            lo.append(max(0.0, r["value_ns"][0] - r["value_lo_ns"][0]))
+            hi.append(max(0.0, r["value_hi_ns"][0] - r["value_ns"][0]))
         ax.barh(y, x, height=h, color=PALETTE[i % len(PALETTE)], label=ph, xerr=[lo, hi], error_kw={"lw": 0.8, "capsize": 1.5})
     ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], [(labels or {}).get(c, c) for c in calls])
     ax.invert_yaxis()
