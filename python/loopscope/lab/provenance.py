@@ -8,8 +8,10 @@ produced it. Every field is read, never guessed; what cannot be read says so.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -77,6 +79,64 @@ def _cpufreq() -> dict[str, Any]:
     return {"governors": govs or None, "note": None if govs else "no cpufreq driver (typical in a VM): frequency is the host's business"}
 
 
+class _Timex(ctypes.Structure):
+    # struct timex (x86_64): the fields read here come first; the rest is padding.
+    _fields_ = [
+        ("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long), ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long), ("status", ctypes.c_int), ("constant", ctypes.c_long), ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long), ("time_sec", ctypes.c_long), ("time_usec", ctypes.c_long), ("tick", ctypes.c_long),
+        ("ppsfreq", ctypes.c_long), ("jitter", ctypes.c_long), ("shift", ctypes.c_int), ("stabil", ctypes.c_long),
+        ("jitcnt", ctypes.c_long), ("calcnt", ctypes.c_long), ("errcnt", ctypes.c_long), ("stbcnt", ctypes.c_long),
+        ("tai", ctypes.c_int), ("pad", ctypes.c_int * 11),
+    ]
+
+
+def clock_discipline() -> dict[str, Any]:
+    """What disciplines this host's CLOCK_REALTIME: the kernel's NTP state
+    (adjtimex, read only), chrony's tracking report and whether ptp4l or
+    phc2sys run. Recorded per host because a clock slewed or stepped by a
+    daemon during a run is what the clock-sync estimate has to follow."""
+    out: dict[str, Any] = {}
+    try:
+        tx = _Timex()
+        libc = ctypes.CDLL(None, use_errno=True)
+        state = libc.adjtimex(ctypes.byref(tx))
+        if state >= 0:
+            STA_UNSYNC, STA_NANO = 0x0040, 0x2000
+            out["kernel"] = {
+                "state": {0: "TIME_OK", 1: "TIME_INS", 2: "TIME_DEL", 3: "TIME_OOP", 4: "TIME_WAIT", 5: "TIME_ERROR"}.get(state, str(state)),
+                "synchronised": not tx.status & STA_UNSYNC,
+                "frequency_ppm": tx.freq / 65536.0,
+                "offset_ns": tx.offset if tx.status & STA_NANO else tx.offset * 1000,
+                "max_error_us": tx.maxerror,
+                "est_error_us": tx.esterror,
+                "tai_offset_s": tx.tai,
+            }
+    except (OSError, AttributeError):
+        out["kernel"] = None
+    if shutil.which("chronyc"):
+        try:
+            r = subprocess.run(["chronyc", "-c", "tracking"], capture_output=True, text=True, timeout=2)
+            f = r.stdout.strip().split(",")
+            if r.returncode == 0 and len(f) >= 14:
+                out["chrony"] = {"reference": f[1], "stratum": int(f[2]), "system_time_offset_s": float(f[4]), "last_offset_s": float(f[5]), "rms_offset_s": float(f[6]), "frequency_ppm": float(f[7]), "skew_ppm": float(f[9]), "leap": f[13]}
+            else:
+                out["chrony"] = {"note": (r.stderr.strip() or r.stdout.strip() or "chronyd not answering")[:200]}
+        except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+            out["chrony"] = {"note": str(e)[:200]}
+    running = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                comm = (d / "comm").read_text().strip()
+            except OSError:
+                continue
+            if comm in ("ptp4l", "phc2sys", "chronyd", "ntpd", "systemd-timesyn"):
+                running.append(comm)
+    out["daemons"] = sorted(set(running))
+    return out
+
+
 def gather(cgroup_note: str | None = None) -> dict[str, Any]:
     u = os.uname()
     try:
@@ -96,6 +156,7 @@ def gather(cgroup_note: str | None = None) -> dict[str, Any]:
         },
         "memory_kib": next((int(l.split()[1]) for l in (_read("/proc/meminfo") or "").splitlines() if l.startswith("MemTotal:")), None),
         "clocksource": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+        "clock_discipline": clock_discipline(),
         "cpufreq": _cpufreq(),
         "cpuidle_driver": _read("/sys/devices/system/cpu/cpuidle/current_driver"),
         "preempt": _read("/sys/kernel/debug/sched/preempt") or _preempt_from_version(u.version),

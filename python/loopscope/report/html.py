@@ -204,7 +204,24 @@ def _hosts(prov: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _clocks(run_dir: Any, tl: dict[str, Any] | None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+def discipline_text(d: dict[str, Any] | None) -> str:
+    """One line on what disciplines a host's CLOCK_REALTIME (provenance ``clock_discipline``)."""
+    if not d:
+        return "not recorded"
+    k = d.get("kernel") or {}
+    parts = []
+    if k:
+        parts.append(f"kernel {'synchronised' if k.get('synchronised') else 'unsynchronised'} ({k.get('state')}), frequency {k.get('frequency_ppm', 0):+.3f} ppm, estimated error {k.get('est_error_us')} µs")
+    c = d.get("chrony")
+    if c and "reference" in c:
+        parts.append(f"chrony: {c['reference']} stratum {c['stratum']}, offset {c['system_time_offset_s'] * 1e6:+.1f} µs, rms {c['rms_offset_s'] * 1e6:.1f} µs")
+    elif c:
+        parts.append(f"chrony: {c.get('note')}")
+    parts.append("daemons: " + (", ".join(d.get("daemons") or []) or "none"))
+    return "; ".join(parts)
+
+
+def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
     from pathlib import Path
 
@@ -232,6 +249,7 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None) -> tuple[list[dict[str, Any
                 "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,} used, {p.get('lost_there', 0) + p.get('lost_back', 0)} lost, best RTT {_ns(p.get('min_rtt_ns'))}; pure pairs {p.get('pure_there', 0)} / {p.get('pure_back', 0)}",
                 "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
             })
+        rows[-1]["discipline"] = discipline_text((((prov or {}).get("hosts") or {}).get(host) or {}).get("clock_discipline"))
         problems += [f"{host}: {x}" for x in h["problems"]]
     for c in (tl.get("checks") or {}).get("pipeline") or []:
         if c.get("negative_beyond_bound"):
@@ -317,7 +335,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         dur = f"{d.total_seconds():.0f} s"
     load_rows, load_chart = _loads(tables.loads)
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
-    clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl)
+    clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
         clocks=clock_rows,
         clock_chart=clock_chart,
