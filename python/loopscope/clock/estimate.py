@@ -52,17 +52,23 @@ class Window:
     status: str = "ok"  # ok | inconsistent | too few probes
 
     def theta(self, t_ns: np.ndarray) -> np.ndarray:
-        x = (np.asarray(t_ns, dtype=np.float64) - self.t_center_ns) / 1e9
+        x = _rel_s(t_ns, self.t_center_ns)
         return (self.offset_ns or 0.0) + (self.drift_ppm or 0.0) * 1e3 * x
 
     def bound(self, t_ns: np.ndarray) -> np.ndarray:
         """Largest distance, at each t, between the estimate and any consistent line."""
-        x = (np.asarray(t_ns, dtype=np.float64) - self.t_center_ns) / 1e9
+        x = _rel_s(t_ns, self.t_center_ns)
         if not len(self.vertices):
             return np.full(x.shape, np.inf)
         est = self.theta(t_ns)
         lines = self.vertices[:, 1][:, None] + self.vertices[:, 0][:, None] * x[None, :]
         return np.max(np.abs(lines - est[None, :]), axis=0)
+
+
+def _rel_s(t_ns: np.ndarray, center_ns: int) -> np.ndarray:
+    """Seconds from ``center_ns``, subtracted in integers first: a REALTIME
+    value in float64 is only good to 256 ns."""
+    return (np.asarray(t_ns).astype(np.int64) - np.int64(center_ns)).astype(np.float64) / 1e9
 
 
 def _upper_hull(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -86,7 +92,8 @@ def hull_lower_bounds(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     t, v = t[o], v[o]
     keep = np.r_[True, np.diff(t) != 0]  # one point per t: the largest v
     idx = o[keep]
-    return idx[_upper_hull(t[keep].astype(np.float64), v[keep].astype(np.float64))]
+    tk = t[keep]
+    return idx[_upper_hull((tk - tk[0]).astype(np.float64) if len(tk) else tk.astype(np.float64), v[keep].astype(np.float64))]
 
 
 def hull_upper_bounds(t: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -135,8 +142,8 @@ def fit_window(t_lo: np.ndarray, lo: np.ndarray, t_up: np.ndarray, up: np.ndarra
         return w
     hl = hull_lower_bounds(t_lo, lo)
     hu = hull_upper_bounds(t_up, up)
-    xl = (t_lo[hl].astype(np.float64) - tc) / 1e9
-    xu = (t_up[hu].astype(np.float64) - tc) / 1e9
+    xl = _rel_s(t_lo[hl], tc)
+    xu = _rel_s(t_up[hu], tc)
     lv, uv = lo[hl].astype(np.float64), up[hu].astype(np.float64)
     f = _fit(xl, lv, xu, uv)
     if f is None:
@@ -204,8 +211,8 @@ def evaluate(windows: list[Window], t_ns: np.ndarray) -> tuple[np.ndarray, np.nd
         gi = np.flatnonzero(good)
         out = ~inside
         if out.any():
-            centers = np.array([windows[i].t_center_ns for i in gi], dtype=np.float64)
-            use[out] = gi[np.argmin(np.abs(centers[None, :] - t[out].astype(np.float64)[:, None]), axis=1)]
+            centers = np.array([windows[i].t_center_ns for i in gi], dtype=np.int64)
+            use[out] = gi[np.argmin(np.abs(centers[None, :] - t[out][:, None]), axis=1)]
     for u in np.unique(use[use >= 0]):
         sel = use == u
         theta[sel] = windows[u].theta(t[sel])

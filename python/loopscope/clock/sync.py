@@ -89,25 +89,32 @@ class Pairs:
         return out
 
     def real_of(self, mono: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """REALTIME at these MONOTONIC times, and the read error of the pair used."""
-        m = np.asarray(mono, dtype=np.int64)
+        """REALTIME (int64 ns) at these MONOTONIC times, and the read error of the pair used.
+
+        Integer arithmetic throughout: a REALTIME value in float64 is only
+        good to 256 ns. The offset REALTIME − MONOTONIC is interpolated
+        between pairs (it changes only when REALTIME is slewed or stepped)."""
+        m = np.asarray(mono).astype(np.int64)
         if not len(self.mono):
-            return np.full(m.shape, np.nan), np.full(m.shape, np.inf)
-        off = (self.real - self.mono).astype(np.float64)
-        # offsets interpolated (they are constant but for slewing); outside: the nearest pair's
-        o = np.interp(m.astype(np.float64), self.mono.astype(np.float64), off)
+            return np.zeros(m.shape, np.int64), np.full(m.shape, np.inf)
+        off = self.real - self.mono
+        base = off[0]
+        o = np.interp((m - self.mono[0]).astype(np.float64), (self.mono - self.mono[0]).astype(np.float64), (off - base).astype(np.float64))
         e = self.err[np.clip(np.searchsorted(self.mono, m), 0, len(self.mono) - 1)].astype(np.float64)
-        return m + np.rint(o), e
+        return m + base + np.rint(o).astype(np.int64), e
 
     def mono_of(self, real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        r = np.asarray(real, dtype=np.float64)
+        """MONOTONIC (int64 ns) at these REALTIME times, and the pair's read error."""
+        r = np.asarray(real).astype(np.int64)
         if not len(self.mono):
-            return np.full(r.shape, np.nan), np.full(r.shape, np.inf)
-        order = np.argsort(self.real)
-        off = (self.real - self.mono).astype(np.float64)[order]
-        o = np.interp(r, self.real[order].astype(np.float64), off)
-        e = self.err[order][np.clip(np.searchsorted(self.real[order], r), 0, len(self.mono) - 1)].astype(np.float64)
-        return r - np.rint(o), e
+            return np.zeros(r.shape, np.int64), np.full(r.shape, np.inf)
+        order = np.argsort(self.real, kind="stable")
+        rs = self.real[order]
+        off = (self.real - self.mono)[order]
+        base = off[0]
+        o = np.interp((r - rs[0]).astype(np.float64), (rs - rs[0]).astype(np.float64), (off - base).astype(np.float64))
+        e = self.err[order][np.clip(np.searchsorted(rs, r), 0, len(self.mono) - 1)].astype(np.float64)
+        return r - base - np.rint(o).astype(np.int64), e
 
 
 @dataclass
@@ -134,14 +141,18 @@ class HostClock:
         return th, b
 
     def real_to_ref(self, real: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """This host's REALTIME values on the reference's REALTIME, with bound."""
-        r = np.asarray(real, dtype=np.float64)
+        """This host's REALTIME values (int64) on the reference's REALTIME (int64), with bound
+        (infinite where the host's clock has no estimate; the time is then meaningless)."""
+        r = np.asarray(real).astype(np.int64)
         if self.is_reference:
             return r, np.zeros(r.shape)
-        th, _ = self.theta(np.nan_to_num(r).astype(np.int64))
-        t_ref = r - np.nan_to_num(th)
-        th, b = self.theta(t_ref.astype(np.int64))
-        return r - th, b
+        th, _ = self.theta(r)
+        t_ref = r - np.rint(np.nan_to_num(th)).astype(np.int64)
+        th, b = self.theta(t_ref)
+        bad = ~np.isfinite(th)
+        out = r - np.rint(np.nan_to_num(th)).astype(np.int64)
+        b = np.where(bad, np.inf, b)
+        return out, b
 
 
 @dataclass
@@ -153,9 +164,9 @@ class RunClocks:
 
     def map_mono(self, host: str, t_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Host CLOCK_MONOTONIC ns → global ns (the reference's CLOCK_MONOTONIC), bound ns."""
-        t = np.asarray(t_ns, dtype=np.int64)
+        t = np.asarray(t_ns).astype(np.int64)
         if host == self.reference:
-            return t.astype(np.float64), np.zeros(t.shape)
+            return t, np.zeros(t.shape)
         h, ref = self.hosts[host], self.hosts[self.reference]
         r, e1 = h.pairs.real_of(t)
         rr, b = h.real_to_ref(r)
@@ -164,7 +175,7 @@ class RunClocks:
 
     def map_real(self, host: str, r_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Host CLOCK_REALTIME (kernel stamps) → global ns, bound ns."""
-        rr, b = self.hosts[host].real_to_ref(np.asarray(r_ns, dtype=np.float64))
+        rr, b = self.hosts[host].real_to_ref(np.asarray(r_ns).astype(np.int64))
         g, e = self.hosts[self.reference].pairs.mono_of(rr)
         return g, b + e
 
@@ -179,8 +190,8 @@ class RunClocks:
                 mono_off = None
                 if w.offset_ns is not None and len(h.pairs.mono) and len(ref.pairs.mono):
                     # what the records see: the host's CLOCK_MONOTONIC minus the global clock at the window's centre
-                    hm, _ = h.pairs.mono_of(np.array([w.t_center_ns + w.offset_ns]))
-                    rm, _ = ref.pairs.mono_of(np.array([float(w.t_center_ns)]))
+                    hm, _ = h.pairs.mono_of(np.array([w.t_center_ns + int(round(w.offset_ns))]))
+                    rm, _ = ref.pairs.mono_of(np.array([w.t_center_ns]))
                     mono_off = float(hm[0] - rm[0])
                 ws.append({
                     "start_realtime_ns": w.start_ns, "end_realtime_ns": w.end_ns, "status": w.status,
@@ -205,9 +216,9 @@ class RunClocks:
                 continue
             t = np.unique(np.concatenate([h.t_lo, h.t_up]))
             th, b = h.theta(t)
-            g, _ = self.hosts[self.reference].pairs.mono_of(t.astype(np.float64))
+            g, _ = self.hosts[self.reference].pairs.mono_of(t)
             ok = np.isfinite(th)
-            rows.append(pl.DataFrame({"host": [name] * int(ok.sum()), "t_global_ns": np.rint(g[ok]).astype(np.int64), "offset_ns": th[ok], "bound_ns": b[ok]}))
+            rows.append(pl.DataFrame({"host": [name] * int(ok.sum()), "t_global_ns": g[ok], "offset_ns": th[ok], "bound_ns": b[ok]}))
         return pl.concat(rows) if rows else pl.DataFrame(schema={"host": pl.String, "t_global_ns": pl.Int64, "offset_ns": pl.Float64, "bound_ns": pl.Float64})
 
 

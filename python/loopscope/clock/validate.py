@@ -86,8 +86,8 @@ def errors(run_dir: Path, clocks: Any, truth: Truth, host: str, t_ns: np.ndarray
     """Mapped − true global time at host times t_ns, with the mapping's bounds."""
     g, b = clocks.map_mono(host, t_ns)
     true = truth.global_of(host, t_ns)
-    err = g - true
-    ok = np.isfinite(err) & np.isfinite(b)
+    err = g.astype(np.float64) - true
+    ok = np.isfinite(b)
     e, bb = err[ok], b[ok]
     return {
         "n": int(ok.sum()),

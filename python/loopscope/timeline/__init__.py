@@ -99,18 +99,18 @@ def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
                 continue
             t = df["t_ns"].to_numpy()
             if host == ref:
-                g, b = t.astype(np.float64), np.zeros(len(t))
+                g, b = t.astype(np.int64), np.zeros(len(t))
             elif clocks is not None and host in clocks.hosts:
                 g, b = clocks.map_mono(host, t)
             else:
-                g, b = np.full(len(t), np.nan), np.full(len(t), np.inf)
-            ok = np.isfinite(g) & np.isfinite(b)
+                g, b = np.zeros(len(t), np.int64), np.full(len(t), np.inf)
+            ok = np.isfinite(b)
             frames.append(
                 df.select("thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value")
                 .with_columns(pl.col("thread").cast(pl.String), pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String))
                 .with_columns(
                     pl.lit(host).alias("host"), pl.lit(rel).alias("source"),
-                    pl.Series("t_global_ns", np.where(ok, np.rint(np.nan_to_num(g)), 0).astype(np.int64)).alias("t_global_ns"),
+                    pl.Series("t_global_ns", np.where(ok, g, 0).astype(np.int64)).alias("t_global_ns"),
                     pl.Series("bound_ns", np.where(ok, b, np.nan)),
                 )
                 .with_columns(pl.when(pl.Series(ok)).then(pl.col("t_global_ns")).otherwise(None).alias("t_global_ns"))
@@ -176,12 +176,12 @@ def _pipeline(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> tup
             else:
                 krx_col, h = "sink_krx_rt_ns", hosts[-1]
             g_rx, b_rx = clocks.map_real(h, m[krx_col].to_numpy())
-            net = g_rx - g_prev
             bound = b_rx + b_prev
+            net = np.where(np.isfinite(bound), (g_rx - g_prev).astype(np.float64), np.nan)
             cols[f"hop{k}_net_global_ns"] = net
             cols[f"hop{k}_bound_ns"] = bound
             raw = m[f"hop{k}_net_ns"].to_numpy()
-            ok = np.isfinite(net)
+            ok = np.isfinite(bound)
             checks.append({
                 "rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "hop": k, "from": hosts[k], "to": hosts[k + 1], "messages": int(ok.sum()),
                 "min_net_ns": float(np.min(net[ok])) if ok.any() else None, "min_raw_ns": float(np.min(raw)) if len(raw) else None,
