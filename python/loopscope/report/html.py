@@ -211,7 +211,7 @@ def discipline_text(d: dict[str, Any] | None) -> str:
     k = d.get("kernel") or {}
     parts = []
     if k:
-        parts.append(f"kernel {'synchronised' if k.get('synchronised') else 'unsynchronised'} ({k.get('state')}), frequency {k.get('frequency_ppm', 0):+.3f} ppm, estimated error {k.get('est_error_us')} µs")
+        parts.append(f"kernel {'synchronised' if k.get('synchronised') else 'unsynchronised'} ({k.get('state')}), frequency {k.get('frequency_ppm', 0):+.3f} ppm, estimated error {_ns((k.get('est_error_us') or 0) * 1000)}")
     c = d.get("chrony")
     if c and "reference" in c:
         parts.append(f"chrony: {c['reference']} stratum {c['stratum']}, offset {c['system_time_offset_s'] * 1e6:+.1f} µs, rms {c['rms_offset_s'] * 1e6:.1f} µs")
@@ -235,7 +235,7 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None
         ok = [w for w in h["windows"] if w["offset_ns"] is not None]
         p = h["probes"]
         if h["reference"]:
-            rows.append({"host": host, "mono": "reference", "real": "", "drift": "", "bound": "0", "windows": "", "probes": "", "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}"})
+            rows.append({"host": host, "mono": "reference", "real": "", "drift": "", "bound": "0", "windows": "", "probes": "", "lost": "", "rtt": "", "pure": "", "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}"})
         else:
             w = ok[len(ok) // 2] if ok else None
             mo = w and w.get("monotonic_offset_ns")
@@ -246,7 +246,10 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None
                 "drift": f"{w['drift_ppm']:+.3f} ppm [{w['drift_lo_ppm']:+.3f}, {w['drift_hi_ppm']:+.3f}]" if w and w["drift_lo_ppm"] is not None else (f"{w['drift_ppm']:+.3f} ppm" if w else "n/a"),
                 "bound": f"±{_ns(w['bound_mid_ns'])} (max {_ns(max(x['bound_max_ns'] or 0 for x in ok))})" if w else "none",
                 "windows": f"{len(ok)} of {len(h['windows'])}",
-                "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,} used, {p.get('lost_there', 0) + p.get('lost_back', 0)} lost, best RTT {_ns(p.get('min_rtt_ns'))}; pure pairs {p.get('pure_there', 0)} / {p.get('pure_back', 0)}",
+                "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,}",
+                "lost": f"{p.get('lost_there', 0)} / {p.get('lost_back', 0)}",
+                "rtt": _ns(p.get("min_rtt_ns")),
+                "pure": f"{p.get('pure_there', 0)} / {p.get('pure_back', 0)}",
                 "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
             })
         rows[-1]["discipline"] = discipline_text((((prov or {}).get("hosts") or {}).get(host) or {}).get("clock_discipline"))
