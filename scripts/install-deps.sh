@@ -3,7 +3,7 @@
 # C API tests, the peers the benchmarks compare against (cyclictest from
 # rt-tests, LTTng-UST), stress-ng for `command` loads, and Chromium with its
 # driver for the report's browser test, iproute2 and ethtool for network-namespace
-# hosts, OpenSSH (server and client) for the ssh host kind's tests. Installs what is missing when run as
+# hosts, OpenSSH (server and client) for the ssh host kind's tests, linux-perf for kernel capture. Installs what is missing when run as
 # root; otherwise says what is missing and carries on (the tests that need it
 # then skip).
 set -euo pipefail
@@ -11,7 +11,7 @@ set -euo pipefail
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 for p in gcc libc6-dev rt-tests lttng-tools liblttng-ust-dev stress-ng iperf3 chromium chromium-driver \
-         iproute2 ethtool openssh-server openssh-client; do
+         iproute2 ethtool openssh-server openssh-client linux-perf; do
   have "$p" || need+=("$p")
 done
 command -v cargo >/dev/null || { echo "loopscope: error: cargo (Rust) is not installed; install it with rustup (https://rustup.rs)" >&2; exit 1; }

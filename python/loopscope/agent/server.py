@@ -139,6 +139,7 @@ class Agent:
         self.load_start_ns = 0
         self.probe: procs.Child | None = None
         self.running: dict[str, tuple[procs.Child, Path, int, bool]] = {}
+        self.kcapture: Any = None
 
     # ---- ops ------------------------------------------------------------------------
 
@@ -333,9 +334,33 @@ class Agent:
             raise Failure(f"load {name}", k.describe_failure(f"load {name} exited before the phase ended"))
         return {"loads": report}
 
+    def start_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Record kernel events (this machine's kernel) until ``stop_kcapture``."""
+        from loopscope.kernel.capture import Capture
+
+        if self.kcapture is not None:
+            raise Failure("kernel capture", "a kernel capture is already running here")
+        group = self.group.child("kernel") if self.group else None
+        cap = Capture(Path(m["out_dir"]), m.get("events") or None, int(m.get("buffer_pages") or 1024))
+        wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
+        meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
+        if not meta["refused"]:
+            self.kcapture = cap
+        return meta
+
+    def stop_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+        if self.kcapture is None:
+            return {"refused": "no kernel capture was running"}
+        meta = self.kcapture.stop()
+        self.kcapture = None
+        return meta
+
     # ---- clean-up -------------------------------------------------------------------
 
     def cleanup(self) -> None:
+        if self.kcapture is not None:
+            self.kcapture.stop()
+            self.kcapture = None
         if self.probe is not None and self.probe.popen.poll() is None:
             procs.stop([self.probe], grace=2.0)
         procs.stop([c for c, _, _, _ in self.running.values()], grace=2.0)
@@ -357,6 +382,8 @@ class Agent:
             "wait_probe": self.wait_probe,
             "stop_probe": self.stop_probe,
             "status": self.status,
+            "start_kcapture": self.start_kcapture,
+            "stop_kcapture": self.stop_kcapture,
         }.get(op)  # type: ignore[arg-type]
         if fn is None:
             raise Failure("agent", f"unknown op {op!r}")

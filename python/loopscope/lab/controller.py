@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope.errors import InputError
-from loopscope.lab import clocksync, procs, state
+from loopscope.lab import clocksync, kcapture, procs, state
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
@@ -172,6 +172,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     sync_info: dict[str, Any] | None = None
+    kcap_info: dict[str, Any] | None = None
     try:
         if len(exp.hosts) > 1:
             say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in kinds.items())})")
@@ -200,6 +201,10 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
             sync_info = clocksync.start(lab, exp)
             run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
+            _write_json(run_dir / "run.json", run)
+        if exp.kernel.capture != "off":
+            kcap_info = kcapture.start(lab, exp, notes)
+            run["kernel"] = kcapture.public(kcap_info)
             _write_json(run_dir / "run.json", run)
         plan = phase_runs(exp)
         total = len(plan) * len(exp.probes)
@@ -251,6 +256,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 for ld in lr["loads"]:
                     run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
         lab.check()
+        if kcap_info is not None:
+            kcapture.stop(lab, kcap_info)
+            run["kernel"] = kcapture.public(kcap_info)
         if sync_info is not None:
             clocksync.stop(lab, sync_info)
             run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
@@ -269,6 +277,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         try:
             if out.status == "running":
                 out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
+            if kcap_info is not None and kcap_info.get("running"):
+                kcapture.stop(lab, kcap_info, quiet=True)
+                run["kernel"] = kcapture.public(kcap_info)
             if sync_info is not None and sync_info.get("running"):
                 clocksync.stop(lab, sync_info, quiet=True)
                 run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}

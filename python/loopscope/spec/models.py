@@ -347,6 +347,15 @@ class ClockSync(Model):
     port: Annotated[int, Field(ge=1, le=65535)] = Field(9319, description="UDP port of the reference's responder")
 
 
+class KernelCapture(Model):
+    """Kernel events (scheduler, interrupts, page faults, timers, network receive) recorded during the
+    run on every kernel that allows it (perf record on tracepoints, CLOCK_MONOTONIC), to explain outliers."""
+
+    capture: Literal["auto", "on", "off"] = Field("auto", description="auto: when perf, tracefs and the privileges are there (the run says when not); on: refuse to run without it")
+    events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
+    buffer_pages: Annotated[int, Field(ge=8, le=65536)] = Field(1024, description="perf ring buffer per CPU, in pages")
+
+
 class Host(Model):
     """A machine of the experiment: a network namespace on this machine (netns, the default with
     root), a real machine reached over ssh, or processes on loopback (local)."""
@@ -443,6 +452,7 @@ class Experiment(Model):
     hosts: list[Host] = Field(default_factory=lambda: [Host(kind="local")], min_length=1, max_length=250)
     links: list[Link] = Field(default_factory=list)
     clocksync: ClockSync = Field(default_factory=ClockSync)
+    kernel: KernelCapture = Field(default_factory=KernelCapture)
     probes: list[Probe] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None

@@ -1,0 +1,266 @@
+"""Why was it late: an interval split into its causes from kernel events.
+
+For a latency record (any interval: a timer wake-up from its deadline to
+when the thread ran, a sched-probe wake-up, user instrumentation) the window
+[a, b] between when the work should have run and when it ran is split, on
+the CPU the thread ran on, into what that CPU did meanwhile (the model is
+timerlat's auto-analysis, done here from tracepoints for any interval):
+
+- ``return to user space``: from the thread's switch-in to b;
+- ``thread: <comm>``: another task ran on the CPU while the thread waited
+  (before its wake-up: the wake-up itself was held up; after: it waited for
+  the CPU);
+- ``irq: <name>``, ``softirq: <action>``, ``timer interrupt``, ``IPI: …``:
+  interrupt handlers, taken out of whatever they interrupted;
+- ``CPU idle``: nothing ran, yet the thread did not: its wake-up came late
+  (the timer interrupt, the exit from idle, or a hypervisor that did not
+  run the vCPU; the guest cannot tell these apart);
+- ``scheduling latency``: the thread had been woken, the CPU was idle;
+- ``unexplained``: no capture covers the time.
+
+Who ran when comes from ``sched_stat_runtime`` (each event says a task ran
+for ``runtime`` ns up to now), not from ``sched_switch`` alone: some kernels
+(this VM's among them) do not record tracepoints fired from the idle task,
+so a switch out of idle can be missing while the runtime of the task that
+followed is not. Switch-outs, wake-ups, migrations and page faults of the
+thread refine the picture and are counted. A capture that lost events marks
+every attribution over it as incomplete, and so does a window whose
+switch-in cannot be found.
+
+Times are the kernel's CLOCK_MONOTONIC; a record's own times are moved onto
+it by the host's time-namespace offset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+IRQ_PAIRS = {
+    "irq_handler_entry": ("irq_handler_exit", "irq"),
+    "softirq_entry": ("softirq_exit", "softirq"),
+    "local_timer_entry": ("local_timer_exit", "timer interrupt"),
+    "call_function_single_entry": ("call_function_single_exit", "IPI: function call"),
+    "reschedule_entry": ("reschedule_exit", "IPI: reschedule"),
+}
+
+
+@dataclass
+class CpuView:
+    """One CPU: task run segments (from runtime accounting) and interrupt segments."""
+
+    run_s: np.ndarray
+    run_e: np.ndarray
+    run_pid: np.ndarray
+    run_comm: list[str]
+    irq_s: np.ndarray
+    irq_e: np.ndarray
+    irq_label: list[str]
+
+
+@dataclass
+class Kernel:
+    cpus: dict[int, CpuView]
+    events: pl.DataFrame
+    lost: int
+    t_first: int
+    t_last: int
+    by_tid: dict[int, pl.DataFrame] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, ev: pl.DataFrame, lost: int) -> "Kernel":
+        cpus: dict[int, CpuView] = {}
+        rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
+        irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
+        for c in sorted(set(ev["cpu"].unique().to_list())):
+            r = rt.filter(pl.col("cpu") == c).sort("t_ns")
+            segs_s, segs_e, labels = _irq_segments(irq.filter(pl.col("cpu") == c))
+            cpus[int(c)] = CpuView(
+                (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), r["target_comm"].to_list(),
+                segs_s, segs_e, labels,
+            )
+        t = ev["t_ns"]
+        return cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+
+    def thread(self, tid: int) -> pl.DataFrame:
+        if tid not in self.by_tid:
+            e = self.events
+            self.by_tid[tid] = e.filter(
+                ((pl.col("event") == "sched_switch") & ((pl.col("next_pid") == tid) | (pl.col("target") == tid)))
+                | (pl.col("event").is_in(["sched_wakeup", "sched_migrate_task", "sched_stat_runtime"]) & (pl.col("target") == tid))
+                | ((pl.col("event") == "page_fault_user") & (pl.col("tid") == tid))
+            ).select("t_ns", "cpu", "event", "next_pid", "target", "runtime")
+        return self.by_tid[tid]
+
+
+def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Flatten nested entry/exit pairs into segments labelled by the innermost handler."""
+    starts: list[int] = []
+    ends: list[int] = []
+    labels: list[str] = []
+    stack: list[str] = []
+    seg_start = 0
+    exits = {v[0] for v in IRQ_PAIRS.values()}
+    for t, e, name in ev.select("t_ns", "event", "name").iter_rows():
+        if stack and t > seg_start:
+            starts.append(seg_start)
+            ends.append(t)
+            labels.append(stack[-1])
+        if e in IRQ_PAIRS:
+            kind = IRQ_PAIRS[e][1]
+            stack.append(f"{kind}: {name}" if kind in ("irq", "softirq") and name else kind)
+        elif e in exits and stack:
+            stack.pop()
+        seg_start = t
+    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), labels
+
+
+def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, int, int]]:
+    """(index, start, end) of segments overlapping [u, v), clipped to it."""
+    out = []
+    i = int(np.searchsorted(e, u, side="right"))
+    # segments are sorted by start; ends almost so: step back over stragglers
+    while i > 0 and e[i - 1] > u:
+        i -= 1
+    for j in range(i, len(s)):
+        if s[j] >= v:
+            break
+        a, b = max(int(s[j]), u), min(int(e[j]), v)
+        if b > a:
+            out.append((j, a, b))
+    return out
+
+
+def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int]) -> None:
+    """Add to ``out`` what CPU ``cv`` did over [u, v) while the thread ``tid`` waited."""
+    if v <= u:
+        return
+    if cv is None:
+        out["unexplained"] = out.get("unexplained", 0) + (v - u)
+        return
+    irqs = _overlaps(cv.irq_s, cv.irq_e, u, v)
+    for j, a, b in irqs:
+        out[cv.irq_label[j]] = out.get(cv.irq_label[j], 0) + (b - a)
+    covered = [(a, b) for _, a, b in irqs]
+    for j, a, b in _overlaps(cv.run_s, cv.run_e, u, v):
+        if int(cv.run_pid[j]) == tid:
+            continue
+        d = (b - a) - sum(max(0, min(b, y) - max(a, x)) for x, y in covered)
+        if d > 0:
+            key = f"thread: {cv.run_comm[j]}"
+            out[key] = out.get(key, 0) + d
+        covered.append((a, b))
+    # the rest: idle
+    covered.sort()
+    t, idle_before, idle_after = u, 0, 0
+    for x, y in covered:
+        if x > t:
+            gap_a, gap_b = t, min(x, v)
+            if woke is None or gap_b <= woke:
+                idle_before += gap_b - gap_a
+            elif gap_a >= woke:
+                idle_after += gap_b - gap_a
+            else:
+                idle_before += woke - gap_a
+                idle_after += gap_b - woke
+        t = max(t, y)
+    if t < v:
+        if woke is None or v <= woke:
+            idle_before += v - t
+        elif t >= woke:
+            idle_after += v - t
+        else:
+            idle_before += woke - t
+            idle_after += v - woke
+    if idle_before:
+        out["CPU idle"] = out.get("CPU idle", 0) + idle_before
+    if idle_after:
+        out["scheduling latency"] = out.get("scheduling latency", 0) + idle_after
+
+
+def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
+    """Split [a, b) (kernel CLOCK_MONOTONIC) for thread ``tid`` into causes (ns each)."""
+    out: dict[str, int] = {}
+    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": k.lost == 0, "missing": None, "switch_in": None}
+    if b <= a:
+        return {"causes": out, **info}
+    if a < k.t_first or b > k.t_last:
+        info["complete"] = False
+        info["missing"] = "the window is not inside the capture"
+    th = k.thread(tid)
+    t = th["t_ns"].to_numpy()
+    ev = th["event"].to_list()
+    cpus = th["cpu"].to_numpy()
+    runtime = th["runtime"].fill_null(0).to_numpy()
+    nxt = th["next_pid"].fill_null(-1).to_numpy()
+    # The thread's run that contains b: its runtime events after b, chained back to the switch-in.
+    rt_idx = [j for j in range(len(t)) if ev[j] == "sched_stat_runtime"]
+    rs = np.array([t[j] - runtime[j] for j in rt_idx], dtype=np.int64)
+    re_ = np.array([t[j] for j in rt_idx], dtype=np.int64)
+    rc = np.array([cpus[j] for j in rt_idx], dtype=np.int64)
+    s_in: int | None = None
+    cpu: int | None = None
+    m = np.flatnonzero(re_ >= b)
+    if len(m):
+        i = int(m[0])
+        if rs[i] <= b:
+            cpu = int(rc[i])
+            s_in = int(rs[i])
+            while i > 0 and rc[i - 1] == cpu and abs(int(re_[i - 1]) - s_in) < 2_000 and s_in > a:
+                i -= 1
+                s_in = int(rs[i])
+    if s_in is None:
+        # No runtime accounted across b: fall back on a recorded switch-in.
+        sw = [j for j in range(len(t)) if ev[j] == "sched_switch" and nxt[j] == tid and a <= t[j] <= b]
+        if sw:
+            s_in, cpu = int(t[sw[-1]]), int(cpus[sw[-1]])
+    if s_in is None:
+        info["complete"] = False
+        info["missing"] = "the thread's switch-in was not recorded"
+        s_in = b
+    s_in = max(a, min(s_in, b))
+    info["cpu"] = cpu
+    info["switch_in"] = s_in
+    woke = next((int(t[j]) for j in range(len(t)) if ev[j] == "sched_wakeup" and a <= t[j] <= s_in), None)
+    info["migrations"] = sum(1 for j in range(len(t)) if ev[j] == "sched_migrate_task" and a <= t[j] <= b)
+    info["page_faults"] = sum(1 for j in range(len(t)) if ev[j] == "page_fault_user" and a <= t[j] <= b)
+    cv = k.cpus.get(cpu) if cpu is not None else None
+    _activity(cv, a, s_in, tid, woke, out)
+    if b > s_in:
+        ret: dict[str, int] = {}
+        _activity(cv, s_in, b, tid, None, ret)
+        # On its own CPU after the switch-in, idle means the thread itself was running.
+        own = ret.pop("CPU idle", 0) + ret.pop("scheduling latency", 0)
+        for key, ns in ret.items():
+            out[key] = out.get(key, 0) + ns
+        if own:
+            out["return to user space"] = out.get("return to user space", 0) + own
+    return {"causes": out, **info}
+
+
+def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
+    """``rows`` with ``id``, ``tid``, ``start_k``, ``end_k`` → one row per (id, cause) with ``ns``,
+    plus per id ``cpu``, ``migrations``, ``page_faults``, ``complete``, ``missing``."""
+    out = []
+    for rid, tid, a, b in rows.select("id", "tid", "start_k", "end_k").iter_rows():
+        r = attribute(k, int(tid), int(a), int(b))
+        total = b - a
+        causes = r["causes"] or {"unexplained": total}
+        left = total - sum(causes.values())
+        if left > 0:
+            causes["unexplained"] = causes.get("unexplained", 0) + left
+        for cause, ns in causes.items():
+            out.append({"id": rid, "cause": cause, "ns": int(ns), "cpu": r["cpu"], "migrations": r["migrations"], "page_faults": r["page_faults"], "complete": r["complete"], "missing": r["missing"]})
+    return pl.DataFrame(out, schema={"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String})
+
+
+def cause_family(cause: str) -> str:
+    """Group threads by name without their numbers (kworker/1:2 → kworker)."""
+    import re
+
+    if cause.startswith("thread: "):
+        return "thread: " + re.split(r"[/:\-]\d|\d+$", cause[len("thread: "):])[0]
+    return cause

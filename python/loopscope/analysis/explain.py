@@ -1,0 +1,130 @@
+"""The outliers of a run and their causes, from its kernel captures.
+
+For every probe step whose records are latency intervals (the timer's
+wake-ups, the sched probe's wake-ups) on a host a kernel capture covers,
+the records above the threshold (default: the p99 of that probe in that
+phase, over all repetitions) are attributed (``attribution``): each
+outlier's window split into causes. Results:
+
+- ``RUN/tables/attribution.parquet``: one row per outlier and cause
+  (``rep``, ``phase``, ``probe``, ``host``, ``id``, ``t_ns``,
+  ``latency_ns``, ``cause``, ``ns``, ``cpu``, ``migrations``,
+  ``page_faults``, ``complete``);
+- ``RUN/explain.json``: per probe and phase the top causes with their
+  share of the outliers' time, the number of outliers, whether every
+  window was covered by a capture that lost nothing, the capture's counts
+  and cost.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from loopscope.analysis import attribution as A
+from loopscope.kernel import events as K
+from loopscope.trace import reader
+
+LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
+
+
+def _host_offsets(run_dir: Path) -> dict[str, int]:
+    prov = json.loads((run_dir / "provenance.json").read_text()) if (run_dir / "provenance.json").exists() else {}
+    hosts = (prov.get("lab") or {}).get("hosts") or {}
+    return {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
+
+
+def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 2000) -> dict[str, Any] | None:
+    run = json.loads((run_dir / "run.json").read_text())
+    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
+    if not caps:
+        return None
+    t0 = time.perf_counter()
+    offsets = _host_offsets(run_dir)
+    out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase"}
+    frames = []
+    for cap in caps:
+        data = run_dir / cap["data"]
+        try:
+            ev, lost = K.read(data)
+        except K.KernelReadError as e:
+            out["captures"].append({**cap, "error": str(e)})
+            continue
+        (run_dir / "tables").mkdir(exist_ok=True)
+        ev.with_columns(pl.lit(cap["host"]).alias("capture_host")).write_parquet(run_dir / "tables" / f"kernel-{cap['host']}.parquet")
+        summ = K.summary(ev, lost)
+        span = (summ["t_last_ns"] - summ["t_first_ns"]) / 1e9 if summ["events"] else 0
+        out["captures"].append({
+            "host": cap["host"], "covers": cap["covers"], **summ, "perf_cpu_s": cap.get("perf_cpu_s"), "seconds": cap.get("seconds"),
+            "perf_cpu_share": (cap["perf_cpu_s"] / cap["seconds"]) if cap.get("perf_cpu_s") is not None and cap.get("seconds") else None,
+            "events_per_s": summ["events"] / span if span else None, "missing_events": cap.get("missing_events") or [],
+        })
+        kern = A.Kernel.of(ev, lost)
+        rows = []
+        for st in run.get("steps") or []:
+            host = st.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
+            if host not in cap["covers"] or st.get("kind") not in ("timer", "sched"):
+                continue
+            p = run_dir / st["trace"]
+            if not p.exists():
+                continue
+            df = reader.read(p, sort=False)
+            iv = df.filter(pl.col("kind").cast(pl.String) == "interval").with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String))
+            iv = iv.filter((pl.col("group") + "/" + pl.col("name")).is_in([f"{g}/{n}" for g, n in LATENCY]))
+            if not len(iv):
+                continue
+            off = offsets.get(host, 0)
+            rows.append(iv.select(
+                pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), pl.lit(st["probe"]).alias("probe"), pl.lit(host).alias("host"),
+                pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
+                (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"),
+            ))
+        if not rows:
+            continue
+        recs = pl.concat(rows).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
+        recs = recs.join(thr, on=["probe", "phase"])
+        outl = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True).head(max_outliers)
+        att = A.attribute_many(kern, outl)
+        frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns"), on="id"))
+        for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
+            total = int(g["ns"].sum())
+            by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
+            t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
+            out["groups"].append({
+                "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
+                "outliers": int(g["id"].n_unique()), "outlier_ns": total,
+                "complete": bool(g["complete"].all()) and lost == 0,
+                "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
+                "incomplete_why": sorted({m for m in g["missing"].to_list() if m} | ({f"{lost} kernel events lost"} if lost else set())),
+                "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.head(8).iter_rows(named=True)],
+            })
+    att_all = pl.concat(frames) if frames else pl.DataFrame()
+    if len(att_all):
+        att_all.write_parquet(run_dir / "tables" / "attribution.parquet")
+    out["seconds"] = time.perf_counter() - t0
+    (run_dir / "explain.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+    return out
+
+
+def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, Any]]:
+    """The ``n`` latest outliers of a probe and phase, each with its causes (for the report)."""
+    p = run_dir / "tables" / "attribution.parquet"
+    if not p.exists():
+        return []
+    a = pl.read_parquet(p).filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
+    out = []
+    for (rid,), g in a.sort("latency_ns", descending=True).group_by("id", maintain_order=True):
+        g = g.sort("ns", descending=True)
+        out.append({
+            "id": rid, "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
+            "migrations": int(g["migrations"][0]), "page_faults": int(g["page_faults"][0]), "complete": bool(g["complete"][0]),
+            "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
+        })
+        if len(out) >= n:
+            break
+    return out
