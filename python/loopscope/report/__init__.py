@@ -87,6 +87,22 @@ def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
+def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+    """The outliers' causes, computed when missing or older than the run."""
+    from loopscope.analysis import explain
+
+    if not any(c.get("data") for c in ((run.get("kernel") or {}).get("captures") or [])):
+        return None
+    ej = run_dir / "explain.json"
+    try:
+        if ej.exists() and ej.stat().st_mtime >= (run_dir / "run.json").stat().st_mtime:
+            return dict(json.loads(ej.read_text()))
+        return explain.explain(run_dir)
+    except (OSError, ValueError) as e:
+        notes.append(f"the outliers could not be explained: {e}")
+        return None
+
+
 def build(run_dir: Path) -> Report:
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
@@ -115,8 +131,9 @@ def build(run_dir: Path) -> Report:
     tl = None
     if tables.run.get("clocksync"):
         tl = _timeline(run_dir, notes)
+    ex = _explain(run_dir, tables.run, notes)
     html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl))
+    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex))
     rep = Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
     return rep

@@ -169,3 +169,33 @@ def clock_chart(series: pl.DataFrame) -> str:
     ax2.set_ylim(bottom=0)
     ax1.legend(fontsize=8, frameon=False)
     return _svg(fig)
+
+
+def cause_bars(groups: list[dict], title: str) -> str:
+    """One stacked bar per phase: the outliers' time split by cause (shares)."""
+    causes: list[str] = []
+    for g in groups:
+        for c in g["causes"]:
+            if c["cause"] not in causes:
+                causes.append(c["cause"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(groups) + 1.3))
+    for i, g in enumerate(groups):
+        left = 0.0
+        share = {c["cause"]: c["share"] or 0.0 for c in g["causes"]}
+        for k, cause in enumerate(causes):
+            w = share.get(cause, 0.0) * 100
+            if w > 0:
+                ax.barh(i, w, left=left, color=PALETTE[k % len(PALETTE)], label=cause if i == 0 or cause not in [c["cause"] for c in groups[0]["causes"]] else None)
+                left += w
+    ax.set_yticks(range(len(groups)))
+    ax.set_yticklabels([f"{g['phase']} ({g['outliers']})" for g in groups])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of the outliers' time")
+    ax.set_title(title)
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, object] = {}
+    for h, l in zip(handles, labels):
+        seen.setdefault(l, h)
+    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _svg(fig)

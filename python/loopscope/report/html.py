@@ -268,6 +268,48 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None
     return rows, chart, problems
 
 
+def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The Why section: per probe, its phases' top causes, a chart, the worst outliers."""
+    if not ex:
+        return None
+    from loopscope.analysis.explain import worst
+    from loopscope.report.charts import cause_bars
+
+    caps = []
+    for c in ex.get("captures") or []:
+        if c.get("error"):
+            caps.append(f"{c['host']}: the capture could not be read: {c['error']}")
+            continue
+        share = c.get("perf_cpu_share")
+        caps.append(
+            f"{c['host']} (kernel of {', '.join(c['covers'])}): {c['events']:,} events"
+            + (f" ({c['events_per_s']:,.0f}/s)" if c.get("events_per_s") else "")
+            + f", {c['lost_events']:,} lost"
+            + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
+            + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c.get("missing_events") else "")
+        )
+    probes = []
+    by_probe: dict[str, list[dict[str, Any]]] = {}
+    for g in ex.get("groups") or []:
+        by_probe.setdefault(g["probe"], []).append(g)
+    for probe, groups in by_probe.items():
+        rows = []
+        for g in groups:
+            top = ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
+            note = "complete" if g["complete"] else f"incomplete: {g['incomplete_outliers']} outliers ({'; '.join(g['incomplete_why'])})"
+            rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note})
+        outliers = []
+        for g in groups:
+            for w in worst(Path(run_dir), probe, g["phase"], 3):
+                outliers.append({
+                    "phase": g["phase"], "rep": w["rep"], "latency": _ns(w["latency_ns"]), "cpu": w["cpu"], "complete": w["complete"],
+                    "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),
+                    "causes": [(c, _ns(ns), f"{ns / w['latency_ns'] * 100:.0f} %") for c, ns in w["causes"]],
+                })
+        probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
+    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds")}
+
+
 def _findings(comp: pl.DataFrame) -> list[str]:
     out = []
     sig = comp.filter(pl.col("significant") & pl.col("metric").is_in(["p99", "mean"]))
@@ -325,7 +367,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
@@ -340,6 +382,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
     clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
+        why=_why(run_dir, ex),
         clocks=clock_rows,
         clock_chart=clock_chart,
         clock_problems=clock_problems,
