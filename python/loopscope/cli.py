@@ -814,6 +814,18 @@ def bench_clocksync(as_json: bool, quick: bool, seconds: float | None) -> int:
     return _report(clocksync.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, clocksync.print_human)
 
 
+@bench.command("kcapture")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [5, quick: 2].")
+@click.option("--seconds", type=float, default=None, help="Length of each timer run [10, quick: 2].")
+def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None) -> int:
+    """What kernel capture costs: the timer probe alone and under capture, alternating."""
+    from loopscope.bench import kcapture
+
+    return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, kcapture.print_human)
+
+
 @bench.command("lab")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
