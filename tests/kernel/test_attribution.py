@@ -1,0 +1,146 @@
+"""Kernel events: perf's text parsed into columns, and an outlier's window
+split into causes, first on hand-made events with a known answer, then on a
+real run with an injected disturbance."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from loopscope.analysis import attribution as A
+from loopscope.kernel import events as K
+from tests.conftest import BIN
+
+TEXT = """\
+        ls-burst   700/700   [001] 100.000000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=2000000 [ns]
+      ls-burst   700/700   [001] 100.000100000:         sched:sched_wakeup: comm=ls-timer-0 pid=42 prio=120 target_cpu=001
+        ls-burst   700/700   [001] 100.003000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=3000000 [ns]
+        ls-burst   700/700   [001] 100.003000000:         sched:sched_switch: prev_comm=ls-burst prev_pid=700 prev_prio=79 prev_state=S ==> next_comm=ls-timer-0 next_pid=42 next_prio=120
+      ls-timer-0    42/42    [001] 100.003010000:   irq_vectors:local_timer_entry: vector=236
+      ls-timer-0    42/42    [001] 100.003012000:    irq_vectors:local_timer_exit: vector=236
+      ls-timer-0    42/42    [001] 100.003050000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=50000 [ns]
+      ls-timer-0    42/42    [001] 100.003050000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+ kworker/u4:1-ev    55/55    [000] 100.001000000:      irq:softirq_entry: vec=3 [action=NET_RX]
+ kworker/u4:1-ev    55/55    [000] 100.001005000:       irq:softirq_exit: vec=3 [action=NET_RX]
+"""
+
+
+def test_perf_text_becomes_typed_columns() -> None:
+    df = K.parse(TEXT)
+    assert len(df) == 10
+    sw = df.filter(pl.col("event") == "sched_switch").row(0, named=True)
+    assert sw["t_ns"] == 100_003_000_000 and sw["cpu"] == 1 and sw["target"] == 700 and sw["next_pid"] == 42 and sw["next_comm"] == "ls-timer-0" and sw["prev_state"] == "S"
+    rt = df.filter(pl.col("event") == "sched_stat_runtime")["runtime"].to_list()
+    assert rt == [2_000_000, 3_000_000, 50_000]
+    # a task name with spaces and digits stays whole
+    assert df.filter(pl.col("event") == "softirq_entry").row(0, named=True)["comm"] == "kworker/u4:1-ev"
+    assert df.filter(pl.col("event") == "softirq_entry")["name"][0] == "NET_RX"
+    assert df.filter(pl.col("event") == "sched_wakeup").row(0, named=True)["target"] == 42
+
+
+def test_a_thread_kept_off_its_cpu_by_another_names_that_thread() -> None:
+    k = A.Kernel.of(K.parse(TEXT), 0)
+    # the timer was due at 100.000050 and ran at 100.003030
+    r = A.attribute(k, 42, 100_000_050_000, 100_003_030_000)
+    c = r["causes"]
+    assert r["complete"] and r["cpu"] == 1
+    assert c["thread: ls-burst"] == 100_003_000_000 - 100_000_050_000
+    assert c["timer interrupt"] == 2_000
+    assert c["return to user space"] == 28_000
+    assert sum(c.values()) == 100_003_030_000 - 100_000_050_000
+
+
+def test_idle_time_before_the_wake_up_is_the_wake_up_coming_late() -> None:
+    text = """\
+      ls-timer-0    42/42    [001] 100.005000000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=10000 [ns]
+      ls-timer-0    42/42    [001] 100.005000000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+         swapper     0/0     [001] 100.000000000:         sched:sched_switch: prev_comm=x prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+"""
+    k = A.Kernel.of(K.parse(text), 0)
+    r = A.attribute(k, 42, 100_004_000_000, 100_004_995_000)
+    # It ran from 100.004990 (its runtime says so, though no switch-in was recorded); before, the CPU idled.
+    assert r["causes"] == {"CPU idle": 990_000, "return to user space": 5_000}
+
+
+def test_lost_events_make_every_window_incomplete() -> None:
+    k = A.Kernel.of(K.parse(TEXT), 12)
+    assert not A.attribute(k, 42, 100_000_050_000, 100_003_030_000)["complete"]
+
+
+def test_a_window_whose_switch_in_is_unknown_is_marked() -> None:
+    k = A.Kernel.of(K.parse(TEXT), 0)
+    r = A.attribute(k, 4242, 100_000_050_000, 100_001_000_000)
+    assert not r["complete"] and "switch-in" in r["missing"]
+
+
+def test_thread_families_drop_their_numbers() -> None:
+    assert A.cause_family("thread: kworker/u4:1-events") == "thread: kworker"
+    assert A.cause_family("thread: ls-burst") == "thread: ls-burst"
+    assert A.cause_family("softirq: NET_RX") == "softirq: NET_RX"
+
+
+BURST = """name: burst
+probes:
+  - {kind: timer, interval_us: 1000, cpu: [1]}
+loads:
+  - name: burst
+    kind: command
+    command: "chrt -f 20 taskset -c 1 python3 -c \\"import ctypes,time; ctypes.CDLL(None).prctl(15, b'ls-burst', 0, 0, 0)\\nwhile True:\\n  t=time.perf_counter()\\n  while time.perf_counter()-t < 0.003: pass\\n  time.sleep(0.017)\\""
+phases:
+  - {name: idle}
+  - {name: burst, loads: [burst]}
+duration: 3s
+"""
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("perf", "chrt", "taskset")
+def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None:
+    (tmp_path / "b.yaml").write_text(BURST)
+    r = subprocess.run([str(BIN), "run", "b.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    run = tmp_path / "run"
+    ex = json.loads((run / "explain.json").read_text())
+    cap = ex["captures"][0]
+    assert cap["events"] > 1000 and cap["lost_events"] == 0
+    burst = next(g for g in ex["groups"] if g["phase"] == "burst")
+    assert burst["outliers"] >= 5
+    assert burst["causes"][0]["cause"] == "thread: ls-burst", burst["causes"]
+    assert burst["causes"][0]["share"] > 0.5
+    idle = next(g for g in ex["groups"] if g["phase"] == "idle")
+    assert all(c["cause"] != "thread: ls-burst" for c in idle["causes"])
+    html = (run / "report.html").read_text()
+    assert 'id="why"' in html and "ls-burst" in html and "<details>" in html
+    att = pl.read_parquet(run / "tables" / "attribution.parquet")
+    assert set(att.columns) >= {"rep", "phase", "probe", "host", "id", "latency_ns", "cause", "ns", "complete"}
+    # Every outlier's causes add up to its window.
+    sums = att.group_by("id").agg(pl.col("ns").sum(), pl.col("latency_ns").first())
+    assert (sums["ns"] == sums["latency_ns"]).all()
+
+
+@pytest.mark.needs_root
+def test_a_kernel_without_the_events_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "n.yaml").write_text("name: n\nkernel: {events: ['nosuch:event']}\nprobes: [{kind: timer, interval_us: 1000}]\nduration: 300ms\n")
+    r = subprocess.run([str(BIN), "run", "n.yaml", "--run-dir", "run", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert any("kernel capture" in n and "none of the kernel events" in n for n in run["notes"])
+    (tmp_path / "o.yaml").write_text("name: o\nkernel: {capture: 'on', events: ['nosuch:event']}\nprobes: [{kind: timer, interval_us: 1000}]\nduration: 300ms\n")
+    r = subprocess.run([str(BIN), "run", "o.yaml", "--run-dir", "run2", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "kernel capture" in r.stderr
+
+
+def test_perf_is_found_or_the_reason_is_given() -> None:
+    from loopscope.kernel import capture
+
+    have, lack, refused = capture.available(["sched:sched_switch"])
+    if shutil.which("perf") is None:
+        assert refused and "perf" in refused
+    else:
+        assert refused is None or "tracefs" in refused or "root" in refused or "CAP_PERFMON" in refused
