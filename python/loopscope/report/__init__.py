@@ -114,11 +114,26 @@ def build(run_dir: Path) -> Report:
         raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory printed by 'loopscope run'")
     tables = load_run(run_dir)
     phase_order = [p["name"] for p in tables.spec.get("phases") or []]
-    comp = compare_phases(tables, phase_order)
+    # The phase comparisons are of the steady state: a warm-up the detector
+    # finds at the start of a series is left out of them (and said).
+    import dataclasses
+
+    from loopscope.analysis.detectors import trim_warmup
+
+    trimmed_notes: list[str] = []
+    steady = tables
+    for name, col in (("timer", "latency_ns"), ("sched", "wake_delay_ns"), ("pipeline", "e2e_ns")):
+        df = getattr(tables, name)
+        if len(df) and "t_ns" in df.columns:
+            df2, n2 = trim_warmup(df, col)
+            if n2:
+                steady = dataclasses.replace(steady, **{name: df2})
+                trimmed_notes += n2
+    comp = compare_phases(steady, phase_order)
     out = run_dir / "tables"
     tables.write(out)
     comp.write_parquet(out / "comparisons.parquet")
-    notes = list(tables.run.get("notes") or [])
+    notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):
         notes.append(f"rep {r['rep']} {r['phase']} {r['probe']}: {r['lost_records']} trace records lost")

@@ -53,7 +53,7 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
     for probe in comp["probe"].unique(maintain_order=True).to_list():
         c = comp.filter(pl.col("probe") == probe)
         kind = c["kind"][0]
-        sec: dict[str, Any] = {"name": probe, "kind": kind, "describe": DESCRIBE.get(kind, ""), "charts": [], "tables": []}
+        sec: dict[str, Any] = {"name": probe, "kind": kind, "describe": DESCRIBE.get(kind, ""), "charts": [], "tables": [], "detected": _detected(tables, probe, kind)}
         cal = (tables.run.get("calibration") or {}).get(probe)
         if kind == "sched" and cal:
             sec["describe"] += f" Here the burst is {cal['work_iters']:,} iterations, {_ns(cal['alone_ns'])} alone."
@@ -93,6 +93,23 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
                 rows.append({"call": call, "cells": cells})
             sec["syscall"] = {"phases": present, "rows": rows}
         out.append(sec)
+    return out
+
+
+def _detected(tables: Any, probe: str, kind: str) -> list[str]:
+    """What the anomaly detectors found in this probe's series, per phase and repetition."""
+    from loopscope.analysis.detectors import detect
+
+    series = {"timer": (tables.timer, "latency_ns"), "sched": (tables.sched, "wake_delay_ns"), "pipeline": (tables.pipeline, "e2e_ns")}.get(kind)
+    if series is None or not len(series[0]):
+        return []
+    df, col = series
+    out = []
+    for (phase, rep), g in df.filter(pl.col("probe") == probe).group_by(["phase", "rep"], maintain_order=True):
+        if col not in g.columns or "t_ns" not in g.columns:
+            continue
+        for f in detect(g["t_ns"].to_numpy(), g[col].to_numpy()):
+            out.append(f"{phase}, rep {rep}: {f.text}")
     return out
 
 
