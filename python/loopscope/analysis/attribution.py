@@ -85,15 +85,22 @@ class Kernel:
         t = ev["t_ns"]
         return cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
 
-    def thread(self, tid: int) -> pl.DataFrame:
+    def thread(self, tid: int) -> dict[str, np.ndarray]:
+        """The thread's own events as sorted arrays, once per thread: its
+        runtime segments, switch-ins, wake-ups, migrations and page faults."""
         if tid not in self.by_tid:
             e = self.events
-            self.by_tid[tid] = e.filter(
-                ((pl.col("event") == "sched_switch") & ((pl.col("next_pid") == tid) | (pl.col("target") == tid)))
-                | (pl.col("event").is_in(["sched_wakeup", "sched_migrate_task", "sched_stat_runtime"]) & (pl.col("target") == tid))
-                | ((pl.col("event") == "page_fault_user") & (pl.col("tid") == tid))
-            ).select("t_ns", "cpu", "event", "next_pid", "target", "runtime")
-        return self.by_tid[tid]
+            ev = pl.col("event")
+            rt = e.filter((ev == "sched_stat_runtime") & (pl.col("target") == tid) & pl.col("runtime").is_not_null()).sort("t_ns")
+            sw = e.filter((ev == "sched_switch") & (pl.col("next_pid") == tid)).sort("t_ns")
+            self.by_tid[tid] = {
+                "rs": (rt["t_ns"] - rt["runtime"]).to_numpy(), "re": rt["t_ns"].to_numpy(), "rc": rt["cpu"].to_numpy(),
+                "sw_t": sw["t_ns"].to_numpy(), "sw_c": sw["cpu"].to_numpy(),
+                "wake": e.filter((ev == "sched_wakeup") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
+                "migr": e.filter((ev == "sched_migrate_task") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
+                "pf": e.filter((ev == "page_fault_user") & (pl.col("tid") == tid))["t_ns"].sort().to_numpy(),
+            }
+        return self.by_tid[tid]  # type: ignore[return-value]
 
 
 def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -191,32 +198,23 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
         info["complete"] = False
         info["missing"] = "the window is not inside the capture"
     th = k.thread(tid)
-    t = th["t_ns"].to_numpy()
-    ev = th["event"].to_list()
-    cpus = th["cpu"].to_numpy()
-    runtime = th["runtime"].fill_null(0).to_numpy()
-    nxt = th["next_pid"].fill_null(-1).to_numpy()
-    # The thread's run that contains b: its runtime events after b, chained back to the switch-in.
-    rt_idx = [j for j in range(len(t)) if ev[j] == "sched_stat_runtime"]
-    rs = np.array([t[j] - runtime[j] for j in rt_idx], dtype=np.int64)
-    re_ = np.array([t[j] for j in rt_idx], dtype=np.int64)
-    rc = np.array([cpus[j] for j in rt_idx], dtype=np.int64)
+    rs, re_, rc = th["rs"], th["re"], th["rc"]
+    # The thread's run that contains b: the first runtime event at or after b,
+    # chained back over contiguous segments on the same CPU to the switch-in.
     s_in: int | None = None
     cpu: int | None = None
-    m = np.flatnonzero(re_ >= b)
-    if len(m):
-        i = int(m[0])
-        if rs[i] <= b:
-            cpu = int(rc[i])
+    i = int(np.searchsorted(re_, b, side="left"))
+    if i < len(re_) and rs[i] <= b:
+        cpu = int(rc[i])
+        s_in = int(rs[i])
+        while i > 0 and rc[i - 1] == cpu and abs(int(re_[i - 1]) - s_in) < 2_000 and s_in > a:
+            i -= 1
             s_in = int(rs[i])
-            while i > 0 and rc[i - 1] == cpu and abs(int(re_[i - 1]) - s_in) < 2_000 and s_in > a:
-                i -= 1
-                s_in = int(rs[i])
     if s_in is None:
         # No runtime accounted across b: fall back on a recorded switch-in.
-        sw = [j for j in range(len(t)) if ev[j] == "sched_switch" and nxt[j] == tid and a <= t[j] <= b]
-        if sw:
-            s_in, cpu = int(t[sw[-1]]), int(cpus[sw[-1]])
+        j0, j1 = np.searchsorted(th["sw_t"], [a, b], side="left")[0], np.searchsorted(th["sw_t"], b, side="right")
+        if j1 > j0:
+            s_in, cpu = int(th["sw_t"][j1 - 1]), int(th["sw_c"][j1 - 1])
     if s_in is None:
         info["complete"] = False
         info["missing"] = "the thread's switch-in was not recorded"
@@ -224,9 +222,15 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     s_in = max(a, min(s_in, b))
     info["cpu"] = cpu
     info["switch_in"] = s_in
-    woke = next((int(t[j]) for j in range(len(t)) if ev[j] == "sched_wakeup" and a <= t[j] <= s_in), None)
-    info["migrations"] = sum(1 for j in range(len(t)) if ev[j] == "sched_migrate_task" and a <= t[j] <= b)
-    info["page_faults"] = sum(1 for j in range(len(t)) if ev[j] == "page_fault_user" and a <= t[j] <= b)
+    w = th["wake"]
+    wi = int(np.searchsorted(w, a, side="left"))
+    woke = int(w[wi]) if wi < len(w) and w[wi] <= s_in else None
+
+    def count(x: np.ndarray) -> int:
+        return int(np.searchsorted(x, b, side="right") - np.searchsorted(x, a, side="left"))
+
+    info["migrations"] = count(th["migr"])
+    info["page_faults"] = count(th["pf"])
     cv = k.cpus.get(cpu) if cpu is not None else None
     _activity(cv, a, s_in, tid, woke, out)
     if b > s_in:

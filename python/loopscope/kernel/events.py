@@ -44,17 +44,28 @@ class KernelReadError(Exception):
     pass
 
 
-def script(data: Path) -> tuple[str, int]:
-    """The capture as perf's text, and the number of events perf says were lost."""
-    r = subprocess.run(["perf", "script", "--ns", "-F", "comm,pid,tid,cpu,time,event,trace", "--show-lost-events", "-i", str(data)], capture_output=True, text=True)
-    if r.returncode != 0:
-        raise KernelReadError(f"perf script {data}: {r.stderr.strip()[-300:]}")
-    lost = sum(int(m) for m in re.findall(r"LOST (\d+) events", r.stdout))
-    return r.stdout, lost
+def script(data: Path) -> tuple[pl.Series, int]:
+    """The capture as perf's text lines (read by polars from a file, not
+    through Python strings: a long run has millions), and the number of
+    events perf says were lost."""
+    txt = data.with_suffix(".txt")
+    try:
+        with open(txt, "wb") as out:
+            r = subprocess.run(["perf", "script", "--ns", "-F", "comm,pid,tid,cpu,time,event,trace", "--show-lost-events", "-i", str(data)], stdout=out, stderr=subprocess.PIPE)
+        if r.returncode != 0:
+            raise KernelReadError(f"perf script {data}: {r.stderr.decode(errors='replace').strip()[-300:]}")
+        if txt.stat().st_size == 0:
+            return pl.Series("line", [], dtype=pl.String), 0
+        lines = pl.read_csv(txt, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)["line"]
+    finally:
+        txt.unlink(missing_ok=True)
+    lost_lines = lines.filter(lines.str.contains("LOST ", literal=True))
+    lost = sum(int(m) for x in lost_lines.to_list() for m in re.findall(r"LOST (\d+) events", x))
+    return lines, lost
 
 
-def parse(text: str) -> pl.DataFrame:
-    lines = pl.Series("line", text.splitlines(), dtype=pl.String)
+def parse(text: str | pl.Series) -> pl.DataFrame:
+    lines = pl.Series("line", text.splitlines(), dtype=pl.String) if isinstance(text, str) else text
     df = lines.str.extract_groups(LINE).struct.unnest().drop_nulls("event")
     if not len(df):
         return pl.DataFrame(schema=SCHEMA)
