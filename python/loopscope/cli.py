@@ -628,6 +628,37 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
     return 0
 
 
+@cli.command("explain")
+@click.argument("run_dir", type=click.Path())
+@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="Records above this quantile of their probe and phase are attributed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
+    """Why the outliers were late: each one's window split into causes from the run's kernel capture."""
+    from loopscope.analysis import explain
+    from loopscope.units import format_ns
+
+    rd = Path(run_dir)
+    if not (rd / "run.json").exists():
+        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    out = explain.explain(rd, quantile=quantile)
+    if out is None:
+        raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or perf/tracefs/privileges were missing: see its notes)")
+    if as_json:
+        click.echo(json.dumps(out, default=float))
+        return 0
+    for c in out["captures"]:
+        if c.get("error"):
+            click.echo(f"{c['host']}: {c['error']}")
+            continue
+        click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost" + (f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU" if c.get("perf_cpu_share") is not None else ""))
+    for g in out["groups"]:
+        top = ", ".join(f"{x['cause']} {x['share'] * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
+        flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
+        click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
+    click.echo(f"attributed in {out['seconds']:.1f} s; {rd / 'tables' / 'attribution.parquet'}")
+    return 0
+
+
 @cli.command("schema")
 def schema_cmd() -> int:
     """Print the JSON Schema of experiment files (for editors)."""

@@ -11,7 +11,8 @@ outlier's window split into causes. Results:
   ``latency_ns``, ``cause``, ``ns``, ``cpu``, ``migrations``,
   ``page_faults``, ``complete``);
 - ``RUN/explain.json``: per probe and phase the top causes with their
-  share of the outliers' time, the number of outliers, whether every
+  share of the outliers' time, the number of outliers attributed (the
+  latest ``max_outliers`` of those above the threshold), whether every
   window was covered by a capture that lost nothing, the capture's counts
   and cost.
 """
@@ -38,14 +39,14 @@ def _host_offsets(run_dir: Path) -> dict[str, int]:
     return {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
 
 
-def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 2000) -> dict[str, Any] | None:
+def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> dict[str, Any] | None:
     run = json.loads((run_dir / "run.json").read_text())
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
         return None
     t0 = time.perf_counter()
     offsets = _host_offsets(run_dir)
-    out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase"}
+    out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
     frames = []
     for cap in caps:
         data = run_dir / cap["data"]
@@ -88,7 +89,10 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 2000) -> 
         recs = pl.concat(rows).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
         recs = recs.join(thr, on=["probe", "phase"])
-        outl = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True).head(max_outliers)
+        above = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True)
+        n_above = above.group_by("probe", "phase").len()
+        # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
+        outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         att = A.attribute_many(kern, outl)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
@@ -98,6 +102,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 2000) -> 
             out["groups"].append({
                 "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
                 "outliers": int(g["id"].n_unique()), "outlier_ns": total,
+                "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
                 "complete": bool(g["complete"].all()) and lost == 0,
                 "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
                 "incomplete_why": sorted({m for m in g["missing"].to_list() if m} | ({f"{lost} kernel events lost"} if lost else set())),
