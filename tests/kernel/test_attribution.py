@@ -17,16 +17,16 @@ from loopscope.kernel import events as K
 from tests.conftest import BIN
 
 TEXT = """\
-        ls-burst   700/700   [001] 100.000000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=2000000 [ns]
-      ls-burst   700/700   [001] 100.000100000:         sched:sched_wakeup: comm=ls-timer-0 pid=42 prio=120 target_cpu=001
-        ls-burst   700/700   [001] 100.003000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=3000000 [ns]
-        ls-burst   700/700   [001] 100.003000000:         sched:sched_switch: prev_comm=ls-burst prev_pid=700 prev_prio=79 prev_state=S ==> next_comm=ls-timer-0 next_pid=42 next_prio=120
-      ls-timer-0    42/42    [001] 100.003010000:   irq_vectors:local_timer_entry: vector=236
-      ls-timer-0    42/42    [001] 100.003012000:    irq_vectors:local_timer_exit: vector=236
-      ls-timer-0    42/42    [001] 100.003050000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=50000 [ns]
-      ls-timer-0    42/42    [001] 100.003050000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
- kworker/u4:1-ev    55/55    [000] 100.001000000:      irq:softirq_entry: vec=3 [action=NET_RX]
- kworker/u4:1-ev    55/55    [000] 100.001005000:       irq:softirq_exit: vec=3 [action=NET_RX]
+    700 [001] 100.000000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=2000000 [ns]
+    700 [001] 100.000100000:         sched:sched_wakeup: comm=ls-timer-0 pid=42 prio=120 target_cpu=001
+    700 [001] 100.003000000:   sched:sched_stat_runtime: comm=ls-burst pid=700 runtime=3000000 [ns]
+    700 [001] 100.003000000:         sched:sched_switch: prev_comm=ls-burst prev_pid=700 prev_prio=79 prev_state=S ==> next_comm=ls-timer-0 next_pid=42 next_prio=120
+    42 [001] 100.003010000:   irq_vectors:local_timer_entry: vector=236
+    42 [001] 100.003012000:    irq_vectors:local_timer_exit: vector=236
+    42 [001] 100.003050000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=50000 [ns]
+    42 [001] 100.003050000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+    55 [000] 100.001000000:      irq:softirq_entry: vec=3 [action=NET_RX]
+    55 [000] 100.001005000:       irq:softirq_exit: vec=3 [action=NET_RX]
 """
 
 
@@ -37,8 +37,9 @@ def test_perf_text_becomes_typed_columns() -> None:
     assert sw["t_ns"] == 100_003_000_000 and sw["cpu"] == 1 and sw["target"] == 700 and sw["next_pid"] == 42 and sw["next_comm"] == "ls-timer-0" and sw["prev_state"] == "S"
     rt = df.filter(pl.col("event") == "sched_stat_runtime")["runtime"].to_list()
     assert rt == [2_000_000, 3_000_000, 50_000]
-    # a task name with spaces and digits stays whole
-    assert df.filter(pl.col("event") == "softirq_entry").row(0, named=True)["comm"] == "kworker/u4:1-ev"
+    # task names come from the events themselves; the current task is the tid
+    assert df.filter(pl.col("event") == "sched_switch").row(0, named=True)["target_comm"] == "ls-burst"
+    assert df.filter(pl.col("event") == "softirq_entry").row(0, named=True)["tid"] == 55
     assert df.filter(pl.col("event") == "softirq_entry")["name"][0] == "NET_RX"
     assert df.filter(pl.col("event") == "sched_wakeup").row(0, named=True)["target"] == 42
 
@@ -57,9 +58,9 @@ def test_a_thread_kept_off_its_cpu_by_another_names_that_thread() -> None:
 
 def test_idle_time_before_the_wake_up_is_the_wake_up_coming_late() -> None:
     text = """\
-      ls-timer-0    42/42    [001] 100.005000000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=10000 [ns]
-      ls-timer-0    42/42    [001] 100.005000000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
-         swapper     0/0     [001] 100.000000000:         sched:sched_switch: prev_comm=x prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+    42 [001] 100.005000000:   sched:sched_stat_runtime: comm=ls-timer-0 pid=42 runtime=10000 [ns]
+    42 [001] 100.005000000:         sched:sched_switch: prev_comm=ls-timer-0 prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+    0 [001] 100.000000000:         sched:sched_switch: prev_comm=x prev_pid=9 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
 """
     k = A.Kernel.of(K.parse(text), 0)
     r = A.attribute(k, 42, 100_004_000_000, 100_004_995_000)

@@ -266,5 +266,5 @@ def cause_family(cause: str) -> str:
     import re
 
     if cause.startswith("thread: "):
-        return "thread: " + re.split(r"/|:|-\d|\d+$", cause[len("thread: "):])[0]
+        return "thread: " + re.split(r"/|:|-\d|\.\d|\d+$", cause[len("thread: "):])[0]
     return cause

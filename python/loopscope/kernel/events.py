@@ -31,7 +31,8 @@ from typing import Any
 
 import polars as pl
 
-LINE = r"^\s*(?P<comm>.*?)\s+(?P<pid>\d+)/(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<ns>\d{9}):\s+(?P<event>[\w]+:[\w]+):\s?(?P<args>.*)$"
+LINE = r"^\s*(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+:\w+):\s?(?P<args>.*)$"
+FIELDS = "tid,cpu,time,event,trace"
 
 SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
@@ -44,21 +45,37 @@ class KernelReadError(Exception):
     pass
 
 
+def _ncpus(data: Path) -> int:
+    r = subprocess.run(["perf", "report", "--header-only", "-i", str(data)], capture_output=True, text=True)
+    m = re.search(r"nrcpus avail\s*:\s*(\d+)", r.stdout)
+    return int(m.group(1)) if m else 1
+
+
 def script(data: Path) -> tuple[pl.Series, int]:
-    """The capture as perf's text lines (read by polars from a file, not
-    through Python strings: a long run has millions), and the number of
-    events perf says were lost."""
-    txt = data.with_suffix(".txt")
+    """The capture as perf's text lines, one ``perf script`` per CPU in
+    parallel, each written to a file that polars reads (a long run has
+    millions of lines: they never become Python strings), and the number
+    of events perf says were lost."""
+    n = _ncpus(data)
+    files = [data.with_suffix(f".cpu{c}.txt") for c in range(n)]
     try:
-        with open(txt, "wb") as out:
-            r = subprocess.run(["perf", "script", "--ns", "-F", "comm,pid,tid,cpu,time,event,trace", "--show-lost-events", "-i", str(data)], stdout=out, stderr=subprocess.PIPE)
-        if r.returncode != 0:
-            raise KernelReadError(f"perf script {data}: {r.stderr.decode(errors='replace').strip()[-300:]}")
-        if txt.stat().st_size == 0:
-            return pl.Series("line", [], dtype=pl.String), 0
-        lines = pl.read_csv(txt, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)["line"]
+        procs = []
+        for c, f in enumerate(files):
+            out = open(f, "wb")
+            procs.append((subprocess.Popen(["perf", "script", "--ns", "-F", FIELDS, "--show-lost-events", "--cpu", str(c), "-i", str(data)], stdout=out, stderr=subprocess.PIPE), out))
+        errs = []
+        for p, out in procs:
+            _, err = p.communicate()
+            out.close()
+            if p.returncode != 0:
+                errs.append(err.decode(errors="replace").strip()[-300:])
+        if errs:
+            raise KernelReadError(f"perf script {data}: {errs[0]}")
+        parts = [pl.read_csv(f, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)["line"] for f in files if f.stat().st_size]
     finally:
-        txt.unlink(missing_ok=True)
+        for f in files:
+            f.unlink(missing_ok=True)
+    lines = pl.concat(parts) if parts else pl.Series("line", [], dtype=pl.String)
     lost_lines = lines.filter(lines.str.contains("LOST ", literal=True))
     lost = sum(int(m) for x in lost_lines.to_list() for m in re.findall(r"LOST (\d+) events", x))
     return lines, lost
@@ -71,39 +88,43 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
         return pl.DataFrame(schema=SCHEMA)
     df = df.with_columns(
         (pl.col("sec").cast(pl.Int64) * 1_000_000_000 + pl.col("ns").cast(pl.Int64)).alias("t_ns"),
-        pl.col("cpu").cast(pl.Int32), pl.col("pid").cast(pl.Int32), pl.col("tid").cast(pl.Int32),
+        pl.col("cpu").cast(pl.Int32), pl.col("tid").cast(pl.Int32),
         pl.col("event").str.split(":").list.get(1).alias("event"),
-    )
+    ).drop("sec", "ns")
     a = pl.col("args")
-    ev = pl.col("event")
-    sw = a.str.extract_groups(r"prev_comm=(?P<pc>.*?) prev_pid=(?P<pp>\d+) prev_prio=(?P<ppr>-?\d+) prev_state=(?P<ps>\S+) ==> next_comm=(?P<nc>.*?) next_pid=(?P<np>\d+) next_prio=(?P<npr>-?\d+)")
-    wk = a.str.extract_groups(r"comm=(?P<wc>.*?) pid=(?P<wp>\d+) prio=(?P<wpr>-?\d+)(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=(?P<oc>\d+) dest_cpu=(?P<dc>\d+))?")
-    df = df.with_columns(sw.alias("_sw"), wk.alias("_wk"))
-    df = df.with_columns(
-        pl.when(ev == "sched_switch").then(pl.col("_sw").struct.field("np").cast(pl.Int32)).alias("next_pid"),
-        pl.when(ev == "sched_switch").then(pl.col("_sw").struct.field("nc")).alias("next_comm"),
-        pl.when(ev == "sched_switch").then(pl.col("_sw").struct.field("ps")).alias("prev_state"),
-        pl.when(ev == "sched_switch").then(pl.col("_sw").struct.field("pp").cast(pl.Int32))
-        .when(ev.is_in(["sched_wakeup", "sched_waking", "sched_migrate_task"])).then(pl.col("_wk").struct.field("wp").cast(pl.Int32))
-        .when(ev == "sched_stat_runtime").then(a.str.extract(r"pid=(\d+) runtime=").cast(pl.Int32))
-        .alias("target"),
-        pl.when(ev == "sched_switch").then(pl.col("_sw").struct.field("pc"))
-        .when(ev.is_in(["sched_wakeup", "sched_waking", "sched_migrate_task"])).then(pl.col("_wk").struct.field("wc"))
-        .when(ev == "sched_stat_runtime").then(a.str.extract(r"comm=(.*?) pid=\d+ runtime="))
-        .alias("target_comm"),
-        pl.when(ev == "sched_stat_runtime").then(a.str.extract(r"runtime=(\d+)").cast(pl.Int64)).alias("runtime"),
-        pl.when(ev == "sched_migrate_task").then(pl.col("_wk").struct.field("dc").cast(pl.Int32))
-        .when(ev.is_in(["sched_wakeup", "sched_waking"])).then(pl.col("_wk").struct.field("wt").cast(pl.Int32))
-        .alias("dest_cpu"),
-        pl.when(ev.str.starts_with("irq_handler")).then(a.str.extract(r"irq=(\d+)").cast(pl.Int32)).alias("irq"),
-        pl.when(ev == "irq_handler_entry").then(a.str.extract(r"name=(\S+)"))
-        .when(ev.str.starts_with("softirq")).then(a.str.extract(r"action=(\w+)"))
-        .when(ev == "hrtimer_expire_entry").then(a.str.extract(r"function=(\S+)"))
-        .when(ev == "napi_poll").then(a.str.extract(r"dev=(\S+)"))
-        .when(ev == "netif_receive_skb").then(a.str.extract(r"dev=(\S+)"))
-        .alias("name"),
-    )
-    return df.select(list(SCHEMA)).cast(SCHEMA).sort("t_ns", maintain_order=True)  # type: ignore[arg-type]
+    parts = []
+    # Each event's fields by its own pattern, on its own rows only.
+    sw = df.filter(pl.col("event") == "sched_switch")
+    if len(sw):
+        g = sw["args"].str.extract_groups(r"prev_comm=(?P<target_comm>.*?) prev_pid=(?P<target>\d+) prev_prio=-?\d+ prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>.*?) next_pid=(?P<next_pid>\d+) next_prio=-?\d+").struct.unnest()
+        parts.append(pl.concat([sw, g], how="horizontal"))
+    wk = df.filter(pl.col("event").is_in(["sched_wakeup", "sched_waking", "sched_migrate_task"]))
+    if len(wk):
+        g = wk["args"].str.extract_groups(r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) prio=-?\d+(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=\d+ dest_cpu=(?P<dc>\d+))?").struct.unnest()
+        g = g.with_columns(pl.coalesce("dc", "wt").alias("dest_cpu")).drop("dc", "wt")
+        parts.append(pl.concat([wk, g], how="horizontal"))
+    rt = df.filter(pl.col("event") == "sched_stat_runtime")
+    if len(rt):
+        g = rt["args"].str.extract_groups(r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) runtime=(?P<runtime>\d+)").struct.unnest()
+        parts.append(pl.concat([rt, g], how="horizontal"))
+    other = df.filter(~pl.col("event").is_in(["sched_switch", "sched_wakeup", "sched_waking", "sched_migrate_task", "sched_stat_runtime"]))
+    if len(other):
+        ev = pl.col("event")
+        parts.append(other.with_columns(
+            pl.when(ev.str.starts_with("irq_handler")).then(a.str.extract(r"irq=(\d+)")).alias("irq"),
+            pl.when(ev == "irq_handler_entry").then(a.str.extract(r"name=(\S+)"))
+            .when(ev.str.starts_with("softirq")).then(a.str.extract(r"action=(\w+)"))
+            .when(ev == "hrtimer_expire_entry").then(a.str.extract(r"function=(\S+)"))
+            .when(ev.is_in(["napi_poll", "netif_receive_skb"])).then(a.str.extract(r"dev=(\S+)"))
+            .alias("name"),
+        ))
+    out = pl.concat(parts, how="diagonal_relaxed")
+    for c, dt in SCHEMA.items():
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=dt).alias(c))
+    # the task current at the event: the thread id (perf's pid column is the same for threads)
+    out = out.with_columns(pl.col("tid").alias("pid"), pl.lit(None, dtype=pl.String).alias("comm"))
+    return out.select(list(SCHEMA)).cast(SCHEMA).sort("t_ns", maintain_order=True)  # type: ignore[arg-type]
 
 
 def read(data: Path) -> tuple[pl.DataFrame, int]:
