@@ -199,3 +199,22 @@ def cause_bars(groups: list[dict], title: str) -> str:
         seen.setdefault(l, h)
     ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _svg(fig)
+
+
+def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str:
+    """Empirical densities (histograms) with the fitted M/Er/1 Erlang curve on each."""
+    n = len(samples)
+    fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 0.6, 2.6), squeeze=False)
+    for ax, (label, x, f) in zip(axes[0], samples):
+        x = np.asarray(x, dtype=np.float64)
+        hi = float(np.percentile(x, 99.5))
+        sc, unit = _scale(np.array([hi]))
+        ax.hist(x[x <= hi] / sc, bins=60, density=True, color="#adb5bd", label="measured")
+        xs = np.linspace(float(x.min()), hi, 300)
+        ax.plot(xs / sc, f.pdf(xs) * sc, color=PALETTE[1], lw=1.4, label=f"Erlang k={f.stages}")  # type: ignore[attr-defined]
+        ax.set_title(f"{label}\nKS D = {f.ks_d:.3f}", fontsize=8)  # type: ignore[attr-defined]
+        ax.set_xlabel(unit)
+        ax.set_yticks([])
+        ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=9)
+    return _svg(fig)

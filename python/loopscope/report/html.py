@@ -163,6 +163,25 @@ def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: 
             rows.append({"call": labels[m], "cells": cells})
         tabs.append({"metric": metric, "phases": present, "rows": rows})
     sec["pipeline"] = tabs
+    # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of seeds/002.
+    from loopscope.analysis.queueing import fit as erlang
+
+    fits, samples = [], []
+    for m in [x for x in measures if x.endswith("_stack")]:
+        col = f"{m}_ns"
+        if col not in src.columns:
+            continue
+        for ph in present:
+            x = src.filter(pl.col("phase") == ph)[col].drop_nulls().to_numpy()
+            f = erlang(x)
+            if f is None:
+                continue
+            fits.append(f"{labels[m]}, {ph}: {f.text()}")
+            if ph == present[0] or len(samples) < 4:
+                samples.append((f"{labels[m]} ({ph})", x, f))
+    sec["queueing"] = fits
+    if samples:
+        sec["charts"].append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
     st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
     acct = []
     for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
