@@ -218,3 +218,22 @@ def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str
         ax.legend(fontsize=7, frameon=False)
     fig.suptitle(title, fontsize=9)
     return _svg(fig)
+
+
+def sweep_fits(fits: list, title: str, xlabel: str) -> str:
+    """Mean, SD and p99 against the swept level, with the linear and quadratic fits."""
+    fig, axes = plt.subplots(1, len(fits), figsize=(3.1 * len(fits) + 0.5, 2.6), squeeze=False)
+    for ax, f in zip(axes[0], fits):
+        x, y = np.array(f.x), np.array(f.y)
+        sc, unit = _scale(y)
+        xs = np.linspace(x.min(), x.max(), 100)
+        ax.plot(x, y / sc, "o", color=PALETTE[0], ms=4)
+        ax.plot(xs, np.polyval(f.linear, xs) / sc, color=PALETTE[2], lw=1.2, label=f"linear R² {f.r2_linear:.2f}")
+        if f.quadratic is not None:
+            ax.plot(xs, np.polyval(f.quadratic, xs) / sc, color=PALETTE[1], lw=1.2, ls="--", label=f"quadratic R² {f.r2_quadratic:.2f}")
+        ax.set_title(f"{f.stat} ({f.best} fits)", fontsize=8)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=9)
+    return _svg(fig)

@@ -346,6 +346,19 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds")}
 
 
+def _sweeps(tables: Any) -> list[dict[str, Any]]:
+    from loopscope.analysis import sweeps
+
+    out = []
+    for sw in sweeps.fit(tables):
+        out.append({
+            "title": f"{sw['probe']} against {sw['kind']} load",
+            "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']} load level", f"{sw['kind']} level ({sw['unit']}; 0 = baseline)"),
+            "statements": [sweeps.statement(f) for f in sw["fits"]],
+        })
+    return out
+
+
 def _findings(comp: pl.DataFrame) -> list[str]:
     out = []
     sig = comp.filter(pl.col("significant") & pl.col("metric").is_in(["p99", "mean"]))
@@ -418,6 +431,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
     clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
+        sweeps=_sweeps(tables),
         why=_why(run_dir, ex),
         clocks=clock_rows,
         clock_chart=clock_chart,

@@ -1,0 +1,127 @@
+"""A swept parameter against the latency it causes: which model fits.
+
+seeds/000 (Fig. 4.4.7) found the control loop's variance growing faster
+than linearly with the link delay. When an experiment sweeps a parameter
+(``sweep:`` load kinds × levels; each level a phase, the baseline at 0),
+``fit`` takes, per probe and load kind, the mean, standard deviation and p99
+of the probe's main series at every level and fits a line and a parabola
+by least squares. The quadratic term is kept when an F-test on it gives
+p < 0.05 (needs four levels or more); the statement says which fits, with
+both R².
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+from scipy import stats
+
+MAIN = {"timer": ("timer", "latency_ns"), "sched": ("sched", "wake_delay_ns"), "pipeline": ("pipeline", "e2e_ns")}
+
+
+@dataclass
+class Fit:
+    stat: str
+    x: list[float]
+    y: list[float]
+    linear: tuple[float, ...]
+    quadratic: tuple[float, ...] | None
+    r2_linear: float
+    r2_quadratic: float | None
+    p_quadratic: float | None
+
+    @property
+    def best(self) -> str:
+        return "quadratic" if self.p_quadratic is not None and self.p_quadratic < 0.05 and (self.quadratic or (0,))[0] != 0 else "linear"
+
+
+def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
+    ss = float(((y - y.mean()) ** 2).sum())
+    return 1 - float(((y - yhat) ** 2).sum()) / ss if ss > 0 else 1.0
+
+
+def fit_xy(stat: str, x: np.ndarray, y: np.ndarray) -> Fit:
+    lin = np.polyfit(x, y, 1)
+    r2l = _r2(y, np.polyval(lin, x))
+    quad, r2q, p = None, None, None
+    if len(x) >= 3:
+        quad = np.polyfit(x, y, 2)
+        r2q = _r2(y, np.polyval(quad, x))
+    if len(x) >= 4 and quad is not None:
+        rss1 = float(((y - np.polyval(lin, x)) ** 2).sum())
+        rss2 = float(((y - np.polyval(quad, x)) ** 2).sum())
+        df2 = len(x) - 3
+        if rss2 > 0 and df2 > 0:
+            f = (rss1 - rss2) / (rss2 / df2)
+            p = float(stats.f.sf(f, 1, df2))
+        elif rss2 == 0 and rss1 > 0:
+            p = 0.0
+    return Fit(stat, x.tolist(), y.tolist(), tuple(lin.tolist()), tuple(quad.tolist()) if quad is not None else None, r2l, r2q, p)
+
+
+def level_value(label: str) -> float | None:
+    """A sweep phase's level from its name (``cpu-2`` → 2, ``cpu-50pct`` → 50)."""
+    tail = label.rsplit("-", 1)[-1].removesuffix("pct")
+    try:
+        return float(tail)
+    except ValueError:
+        return None
+
+
+def fit(tables: Any) -> list[dict[str, Any]]:
+    """Per probe and swept load kind: mean, SD and p99 against the level, with both fits."""
+    sweep = tables.spec.get("sweep")
+    if not sweep:
+        return []
+    out = []
+    kinds = sweep.get("kind") or []
+    for probe in (tables.spec.get("probes") or []):
+        kind = probe.get("kind")
+        if kind not in MAIN:
+            continue
+        table, col = MAIN[kind]
+        df: pl.DataFrame = getattr(tables, table)
+        if not len(df) or col not in df.columns:
+            continue
+        df = df.filter(pl.col("probe") == probe.get("name"))
+        for k in kinds:
+            pts = []
+            for (phase,), g in df.group_by(["phase"], maintain_order=True):
+                if phase == "baseline":
+                    x = 0.0
+                elif str(phase).startswith(f"{k}-"):
+                    x = level_value(str(phase))  # type: ignore[assignment]
+                else:
+                    continue
+                if x is None:
+                    continue
+                v = g[col].drop_nulls().to_numpy().astype(np.float64)
+                if len(v) < 10:
+                    continue
+                pts.append((x, float(v.mean()), float(v.std(ddof=1)), float(np.percentile(v, 99))))
+            if len(pts) < 3:
+                continue
+            pts.sort()
+            a = np.array(pts)
+            fits = [fit_xy(s, a[:, 0], a[:, i]) for i, s in ((1, "mean"), (2, "standard deviation"), (3, "p99"))]
+            out.append({"probe": probe.get("name"), "kind": k, "unit": "processes" if "pct" not in "".join(str(p) for p in df["phase"].unique().to_list()) else "%", "fits": fits})
+    return out
+
+
+def statement(f: Fit) -> str:
+    from loopscope.units import format_ns
+
+    lin = f"linear R² {f.r2_linear:.3f}"
+    if f.r2_quadratic is None:
+        return f"{f.stat}: {lin} (three levels or more are needed for a quadratic)"
+    q = f"quadratic R² {f.r2_quadratic:.3f}"
+    if f.p_quadratic is None:
+        return f"{f.stat}: {lin}, {q} (four levels or more are needed to test the quadratic term)"
+    slope = f.linear[0]
+    if f.best == "quadratic":
+        curv = "faster" if (f.quadratic or (0,))[0] > 0 else "slower"
+        return f"{f.stat}: grows {curv} than linearly (quadratic term F-test p = {f.p_quadratic:.3g}; {lin}, {q})"
+    return f"{f.stat}: linear is enough, {format_ns(abs(slope))} {'more' if slope >= 0 else 'less'} per level (quadratic term p = {f.p_quadratic:.3g}; {lin}, {q})"
