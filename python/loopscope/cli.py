@@ -622,6 +622,7 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
     out = Path(output) if output else rd / "trace.perfetto-trace"
     c = perfetto.export(rd, out)
     click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
+               + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
                + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
                + (f", {c['histograms']:,} histogram snapshots" if c["histograms"] else ""))
     click.echo(f"open it at https://ui.perfetto.dev: {out}")

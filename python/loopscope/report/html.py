@@ -336,7 +336,7 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note})
         outliers = []
         for g in groups:
-            for w in worst(Path(run_dir), probe, g["phase"], 3):
+            for w in worst(Path(run_dir), probe, g["phase"], 20):
                 outliers.append({
                     "phase": g["phase"], "rep": w["rep"], "latency": _ns(w["latency_ns"]), "cpu": w["cpu"], "complete": w["complete"],
                     "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),

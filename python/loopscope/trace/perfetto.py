@@ -12,7 +12,9 @@ each trace (named ``thread [tid] — source``); intervals become slices on
 their thread's track (a slice that would cross another instead of nesting
 goes to a second lane, never dropped), events instants, counters counter
 tracks. Each host also gets counter tracks of its clock's estimated offset
-and bound. Every slice and instant carries ``bound_ns``, how far its true
+and bound. Each captured kernel gets, per CPU, a track of the tasks that ran
+(from runtime accounting) and one of the interrupt handlers, around every
+attributed outlier (±20 ms), so an outlier's window can be opened and seen. Every slice and instant carries ``bound_ns``, how far its true
 time may be from where it is drawn. Records that could not be placed on
 the global clock and histogram snapshots are counted, not drawn.
 """
@@ -181,8 +183,90 @@ def export(run_dir: Path, out: Path) -> dict[str, Any]:
                         p.track_event.type = TE.TYPE_COUNTER
                         p.track_event.double_counter_value = float(v)
                         counts["counters"] += 1
+        counts["kernel_slices"] = _kernel_tracks(run_dir, w, track, TE)
         w.close()
     counts["packets"] = w.n
     counts["path"] = str(out)
     counts["bytes"] = out.stat().st_size
     return counts
+
+
+def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
+    """Per CPU of each captured kernel: which task ran (from runtime accounting)
+    and which interrupt handlers ran, around every attributed outlier (±20 ms;
+    without attribution, the capture's first 5 s), on the global clock."""
+    import json
+
+    from loopscope.analysis.attribution import Kernel
+
+    run = json.loads((run_dir / "run.json").read_text())
+    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if (run_dir / "tables" / f"kernel-{c['host']}.parquet").exists()]
+    if not caps:
+        return 0
+    att_path = run_dir / "tables" / "attribution.parquet"
+    att = pl.read_parquet(att_path) if att_path.exists() else None
+    clocks = None
+    n = 0
+    for cap in caps:
+        host = cap["host"]
+        ev = pl.read_parquet(run_dir / "tables" / f"kernel-{host}.parquet")
+        if not len(ev):
+            continue
+        off = int(cap.get("timens_offset_ns") or 0)
+        # windows of interest, in kernel time
+        if att is not None and len(att):
+            o = att.filter(pl.col("host").is_in(cap["covers"])).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
+            hosts_off = {h: int(v.get("clock_offset_ns") or 0) for h, v in ((json.loads((run_dir / "provenance.json").read_text()).get("lab") or {}).get("hosts") or {}).items()} if (run_dir / "provenance.json").exists() else {}
+            spans = sorted((int(t) - hosts_off.get(h, 0) - 20_000_000, int(t) + int(l) - hosts_off.get(h, 0) + 20_000_000) for t, l, h in o.select("t_ns", "latency_ns", "host").iter_rows())
+        else:
+            t0 = int(ev["t_ns"].min())  # type: ignore[arg-type]
+            spans = [(t0, t0 + 5_000_000_000)]
+        merged: list[list[int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        k = Kernel.of(ev, 0)
+        ref = None
+        if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
+            if clocks is None:
+                from loopscope.clock import sync
+
+                clocks = sync.estimate_run(run_dir)
+            ref = clocks
+
+        def to_global(t: np.ndarray) -> np.ndarray:
+            th = np.asarray(t, dtype=np.int64) + off
+            if ref is None:
+                return th
+            g, _ = ref.map_mono(host, th)
+            return g
+
+        parent = _uuid("kernel", host)
+        track(parent, f"kernel of {', '.join(cap['covers'])}")
+        for cpu, cv in k.cpus.items():
+            for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_comm)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
+                sel = np.zeros(len(s_arr), dtype=bool)
+                for a, b in merged:
+                    sel |= (e_arr > a) & (s_arr < b)
+                idx = np.flatnonzero(sel)
+                if not len(idx):
+                    continue
+                gs, ge = to_global(s_arr[idx]), to_global(e_arr[idx])
+                lanes = _lanes(gs, ge)
+                for lane in np.unique(lanes):
+                    tu = _uuid("kcpu", host, cpu, label, lane)
+                    track(tu, f"CPU {cpu} {'tasks' if label == 'CPU' else 'interrupts'}" + (f" (lane {lane + 1})" if lane else ""), parent)
+                    pts = sorted([(int(gs[i]), 1, i) for i in np.flatnonzero(lanes == lane)] + [(int(ge[i]), 0, i) for i in np.flatnonzero(lanes == lane)])
+                    for t, begin, i in pts:
+                        p = w.packet()
+                        p.timestamp = t
+                        p.track_event.track_uuid = tu
+                        if begin:
+                            p.track_event.type = TE.TYPE_SLICE_BEGIN
+                            p.track_event.name = names[int(idx[i])] or "?"
+                            n += 1
+                        else:
+                            p.track_event.type = TE.TYPE_SLICE_END
+    return n
