@@ -6,6 +6,7 @@ well formed; a host whose probes never come back is said, not misplaced."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -99,13 +100,18 @@ def test_the_estimate_finds_the_injected_drift(skewed: Path) -> None:
 def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> None:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
+    kernel = shutil.which("perf") is not None
+    if kernel:
+        r = cli("explain", str(skewed))
+        assert r.returncode == 0, r.stderr
     r = cli("export", "perfetto", str(skewed))
     assert r.returncode == 0, r.stderr
     t = pb.Trace()
     t.ParseFromString((skewed / "trace.perfetto-trace").read_bytes())
     declared: dict[int, str] = {}
+    parent: dict[int, int] = {}
     open_slices: dict[int, list[int]] = {}
-    kinds = {"begin": 0, "end": 0, "instant": 0, "counter": 0}
+    kinds = {"begin": 0, "end": 0, "instant": 0, "counter": 0, "kernel_begin": 0}
     TE = pb.TrackEvent
     for p in t.packet:
         assert p.trusted_packet_sequence_id
@@ -114,6 +120,8 @@ def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> N
             assert d.uuid not in declared, "a track is declared twice"
             assert not d.HasField("parent_uuid") or d.parent_uuid in declared
             declared[d.uuid] = d.name
+            if d.HasField("parent_uuid"):
+                parent[d.uuid] = d.parent_uuid
         elif p.HasField("track_event"):
             e = p.track_event
             assert e.track_uuid in declared, "an event on an undeclared track"
@@ -121,7 +129,8 @@ def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> N
             st = open_slices.setdefault(e.track_uuid, [])
             if e.type == TE.TYPE_SLICE_BEGIN:
                 st.append(p.timestamp)
-                kinds["begin"] += 1
+                on_kernel = declared.get(parent.get(e.track_uuid, 0), "").startswith("kernel of")
+                kinds["kernel_begin" if on_kernel else "begin"] += 1
             elif e.type == TE.TYPE_SLICE_END:
                 assert st and st[-1] <= p.timestamp, "a slice ends before it begins or without one"
                 st.pop()
@@ -132,7 +141,12 @@ def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> N
                 kinds["counter"] += 1
     assert all(not s for s in open_slices.values()), "slices left open"
     tl = pl.read_parquet(skewed / "timeline.parquet")
-    assert kinds["begin"] == kinds["end"] == int(((tl["kind"] == "interval") & tl["t_global_ns"].is_not_null()).sum())
+    assert kinds["begin"] + kinds["kernel_begin"] == kinds["end"]
+    assert kinds["begin"] == int(((tl["kind"] == "interval") & tl["t_global_ns"].is_not_null()).sum())
+    if kernel:
+        # the kernel's CPUs around the outliers, on the same clock
+        assert kinds["kernel_begin"] > 0
+        assert any(n.startswith("CPU ") for n in declared.values())
     assert kinds["instant"] == int(((tl["kind"] == "event") & tl["t_global_ns"].is_not_null()).sum())
     assert {"a", "b"} <= set(declared.values())
     assert any(n.startswith("clock offset") for n in declared.values())
