@@ -3,7 +3,7 @@
 The role of DSKI in seeds/000, without a kernel patch: ``perf record -a -k
 mono`` on the tracepoints that explain a late thread (scheduler switches,
 wake-ups and migrations; device, timer-vector and soft interrupts; user page
-faults; hrtimer expiries; the network receive path). perf reads the
+faults; hrtimer expiries; on request, the per-packet receive path). perf reads the
 kernel's per-CPU ring buffers through mmap and writes them unparsed, so the
 cost during the run is the tracepoints themselves plus one process copying
 buffers; parsing happens afterwards (``events.read``). Timestamps are the
@@ -46,10 +46,12 @@ EVENTS = [
     "exceptions:page_fault_user",
     "timer:hrtimer_expire_entry",
     "timer:hrtimer_expire_exit",
-    "net:netif_receive_skb",
-    "napi:napi_poll",
-    "udp:udp_fail_queue_rcv_skb",
 ]
+
+# Per-packet receive-path events: opt-in (``kernel.events``). Under a network
+# flood they fire hundreds of thousands of times a second and perf, copying
+# them, becomes a cause of the outliers it is there to explain.
+NET_EVENTS = ["net:netif_receive_skb", "napi:napi_poll", "udp:udp_fail_queue_rcv_skb"]
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 

@@ -343,7 +343,10 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
                     "causes": [(c, _ns(ns), f"{ns / w['latency_ns'] * 100:.0f} %") for c, ns in w["causes"]],
                 })
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
-    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds")}
+    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] == "thread: perf" and (c["share"] or 0) >= 0.1})
+    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"),
+            "self_warning": (f"The capture itself (thread: perf) takes 10 % or more of the outliers' time in {'; '.join(warn)}: at high event rates it perturbs what it measures. "
+                             "Capture fewer events (kernel.events) or none (kernel.capture: off) for such phases.") if warn else None}
 
 
 def _sweeps(tables: Any) -> list[dict[str, Any]]:
