@@ -160,32 +160,22 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
             key = f"thread: {cv.run_comm[j]}"
             out[key] = out.get(key, 0) + d
         covered.append((a, b))
-    # the rest: idle
-    covered.sort()
-    t, idle_before, idle_after = u, 0, 0
-    for x, y in covered:
+    # the rest: idle, before the wake-up (it came late) or after (scheduling latency)
+    gaps: list[tuple[int, int]] = []
+    t = u
+    for x, y in sorted(covered):
         if x > t:
-            gap_a, gap_b = t, min(x, v)
-            if woke is None or gap_b <= woke:
-                idle_before += gap_b - gap_a
-            elif gap_a >= woke:
-                idle_after += gap_b - gap_a
-            else:
-                idle_before += woke - gap_a
-                idle_after += gap_b - woke
+            gaps.append((t, min(x, v)))
         t = max(t, y)
     if t < v:
-        if woke is None or v <= woke:
-            idle_before += v - t
-        elif t >= woke:
-            idle_after += v - t
-        else:
-            idle_before += woke - t
-            idle_after += v - woke
-    if idle_before:
-        out["CPU idle"] = out.get("CPU idle", 0) + idle_before
-    if idle_after:
-        out["scheduling latency"] = out.get("scheduling latency", 0) + idle_after
+        gaps.append((t, v))
+    cut = v if woke is None else min(max(woke, u), v)
+    before = sum(max(0, min(gb, cut) - ga) for ga, gb in gaps)
+    after = sum(max(0, gb - max(ga, cut)) for ga, gb in gaps)
+    if before:
+        out["CPU idle"] = out.get("CPU idle", 0) + before
+    if after:
+        out["scheduling latency"] = out.get("scheduling latency", 0) + after
 
 
 def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
