@@ -108,6 +108,11 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path
     assert bc["configured"] and bc["forwarded"] > 0 and bc["applied_ns"]["min"] >= 2_000_000
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert "emulator" in prov["lab"]["links"]["mechanism"]
+    if shutil.which("perf"):
+        # the stages' kernel-to-application waits are attributed on their hosts' CPUs
+        ex = json.loads((run_dir / "explain.json").read_text())
+        stacks = {g["probe"] for g in ex["groups"]}
+        assert {"pipeline node1 stack (b)", "pipeline node2 stack (c)", "pipeline sink stack (a)"} <= stacks, stacks
     assert leftovers("run3") == []
 
 

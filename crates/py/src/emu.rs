@@ -91,7 +91,7 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>) -> P
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let c2 = cfg.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || netem::run(&c2, ports, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || netem::run(&c2, ports, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let d = PyDict::new(py);
     let links = PyList::empty(py);

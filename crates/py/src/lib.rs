@@ -327,11 +327,14 @@ fn hist_bounds<'py>(py: Python<'py>, scale: &str, idx: PyReadonlyArray1<'py, u32
 /// Run `f` on its own thread with the GIL released, checking for Ctrl-C.
 /// On Ctrl-C `stop` is set and the function's (partial) result still returned,
 /// with the second element true.
-fn run_interruptible<T: Send + 'static>(py: Python<'_>, stop: Arc<AtomicBool>, f: impl FnOnce() -> T + Send + 'static) -> PyResult<(T, bool)> {
+/// Run ``f`` on a thread named ``name`` (kernel attribution names threads by
+/// it: "ls-pipe-node" says more than a generic name) with the interpreter
+/// lock released, turning Ctrl-C into ``stop``.
+fn run_interruptible<T: Send + 'static>(py: Python<'_>, name: &str, stop: Arc<AtomicBool>, f: impl FnOnce() -> T + Send + 'static) -> PyResult<(T, bool)> {
     let slot: Arc<(std::sync::Mutex<Option<T>>, std::sync::Condvar)> = Arc::new(Default::default());
     let s2 = slot.clone();
     let h = std::thread::Builder::new()
-        .name("ls-probe-main".into())
+        .name(name.into())
         .spawn(move || {
             let v = f();
             *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
@@ -380,7 +383,7 @@ fn timer_probe<'py>(
     let cfg = timer::TimerConfig { interval_ns, duration_ns, threads, cpus, priority, mlock, max_samples, dma_latency_us };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || timer::run(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-timer-main", stop, move || timer::run(&cfg, s2))?;
     let d = PyDict::new(py);
     let ths = PyList::empty(py);
     for t in r.threads {
@@ -434,7 +437,7 @@ fn sched_probe<'py>(
     let cfg = loopscope_probes::sched::SchedConfig { busy_threads, sleep_ns, work_ns, duration_ns, cpus, fixed, calibrate_only };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || loopscope_probes::sched::run(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-sched-main", stop, move || loopscope_probes::sched::run(&cfg, s2))?;
     let d = PyDict::new(py);
     d.set_item("work_iters", r.work_iters)?;
     d.set_item("alone_ns", r.alone_ns)?;
@@ -465,7 +468,7 @@ fn syscall_probe<'py>(
     let cfg = loopscope_probes::syscall::SyscallConfig { calls, batch, min_batches, max_batches, target_rel, max_seconds, dir: dir.into() };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || loopscope_probes::syscall::run(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-syscall", stop, move || loopscope_probes::syscall::run(&cfg, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let d = PyDict::new(py);
     let calls = PyList::empty(py);
@@ -650,7 +653,7 @@ fn net_send<'py>(
     nsend::open_sockets(&cfg).map_err(InputError::new_err)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || nsend::run(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-send", stop, move || nsend::run(&cfg, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let d = PyDict::new(py);
     let ws = PyList::empty(py);
@@ -694,7 +697,7 @@ fn net_recv<'py>(
     let bound = sock.local.to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || nrecv::run_on(sock, &cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-recv", stop, move || nrecv::run_on(sock, &cfg, s2))?;
     let d = PyDict::new(py);
     d.set_item("bound", bound)?;
     d.set_item("packets", r.packets)?;
@@ -750,7 +753,7 @@ fn net_echo<'py>(py: Python<'py>, bind: &str, duration_ns: Option<u64>) -> PyRes
     s.set_read_timeout_ms(50);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || rr::echo(s, duration_ns, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || rr::echo(s, duration_ns, s2))?;
     let d = PyDict::new(py);
     d.set_item("requests", r.requests)?;
     d.set_item("malformed", r.malformed)?;
@@ -782,7 +785,7 @@ fn net_rr<'py>(
     let cfg = rr::RrConfig { dest: addr(dest)?, pps_num, pps_den: pps_den.max(1), pattern: pattern(pattern_name, seed, on_ns, off_ns, None)?, duration_ns, size, flow, grace_ns, records };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || rr::client(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-rr", stop, move || rr::client(&cfg, s2))?;
     let r = r.map_err(InputError::new_err)?;
     let d = PyDict::new(py);
     d.set_item("sent", r.sent)?;
@@ -809,7 +812,7 @@ fn net_bulk_tcp(py: Python<'_>, dest: &str, duration_ns: u64, rate_bps: Option<f
     let a = addr(dest)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, _) = run_interruptible(py, stop, move || bulk::tcp_send(&a, rate_bps, size, duration_ns, s2))?;
+    let (r, _) = run_interruptible(py, "ls-bulk-send", stop, move || bulk::tcp_send(&a, rate_bps, size, duration_ns, s2))?;
     let r = r.map_err(InputError::new_err)?;
     Ok((r.bytes, r.elapsed_ns, r.error))
 }
@@ -822,7 +825,7 @@ fn net_sink_tcp(py: Python<'_>, bind: &str, duration_ns: Option<u64>) -> PyResul
     let l = bulk::tcp_listen(&a).map_err(InputError::new_err)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, _) = run_interruptible(py, stop, move || bulk::tcp_sink(l, duration_ns, s2))?;
+    let (r, _) = run_interruptible(py, "ls-bulk-sink", stop, move || bulk::tcp_sink(l, duration_ns, s2))?;
     Ok(r)
 }
 

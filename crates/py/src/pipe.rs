@@ -29,7 +29,7 @@ pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, p
     let d = addr(dest)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-source", stop, move || pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let o = PyDict::new(py);
     o.set_item("sent", r.sent)?;
@@ -51,7 +51,7 @@ pub fn pipe_node<'py>(py: Python<'py>, bind: &str, next: &str, work_ns: i64, rea
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || pipe::node(sock, &n, work_ns, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-node", stop, move || pipe::node(sock, &n, work_ns, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
@@ -76,7 +76,7 @@ pub fn pipe_sink<'py>(py: Python<'py>, bind: &str, flow: u32, ready_fd: Option<i
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || pipe::sink(sock, flow, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-sink", stop, move || pipe::sink(sock, flow, s2))?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
     o.set_item("unique", r.unique)?;

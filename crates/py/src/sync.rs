@@ -23,7 +23,7 @@ pub fn sync_serve<'py>(py: Python<'py>, bind: &str, ready_fd: Option<i32>) -> Py
     }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || sync::serve(sock, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-sync-serve", stop, move || sync::serve(sock, s2))?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
     o.set_item("answered", r.answered)?;
@@ -47,7 +47,7 @@ pub fn sync_probe<'py>(py: Python<'py>, dest: &str, flow: u32, rate: f64, gap_ns
     let cfg = sync::SyncConfig { dest: d, flow, rate, gap_ns, duration_ns, grace_ns };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, stop, move || sync::initiate(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-sync", stop, move || sync::initiate(&cfg, s2))?;
     let r = r.map_err(|e| if e.starts_with("rate") { InputError::new_err(e) } else { RunError::new_err(e) })?;
     let o = PyDict::new(py);
     o.set_item("pairs", r.pairs)?;

@@ -1,7 +1,9 @@
 """The outliers of a run and their causes, from its kernel captures.
 
 For every probe step whose records are latency intervals (the timer's
-wake-ups, the sched probe's wake-ups) on a host a kernel capture covers,
+wake-ups, the sched probe's wake-ups, and every pipeline stage's kernel to
+application time: the message waited in the kernel for the stage's thread)
+on a host a kernel capture covers,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
 outlier's window split into causes. Results:
@@ -84,9 +86,10 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
                 (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"),
             ))
+        rows += _pipeline_windows(run_dir, run, cap["covers"], offsets)
         if not rows:
             continue
-        recs = pl.concat(rows).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        recs = pl.concat(rows, how="vertical_relaxed").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
         recs = recs.join(thr, on=["probe", "phase"])
         above = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True)
@@ -113,6 +116,58 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
         att_all.write_parquet(run_dir / "tables" / "attribution.parquet")
     out["seconds"] = time.perf_counter() - t0
     (run_dir / "explain.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
+    return out
+
+
+def _pipeline_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offsets: dict[str, int]) -> list[pl.DataFrame]:
+    """Each pipeline stage's kernel-to-application windows (the message is in
+    the host's kernel; the stage's thread has not read it yet) as latency
+    records of that thread, named ``<probe> <stage> stack``. The stamps are
+    the host's CLOCK_REALTIME: its own traces' calibration pairs move them
+    to its CLOCK_MONOTONIC, the time-namespace offset to the kernel's."""
+    from loopscope.clock.sync import Pairs
+    from loopscope.probes.pipeline import messages_from
+
+    out = []
+    for st in run.get("steps") or []:
+        if st.get("kind") != "pipeline" or not st.get("stages"):
+            continue
+        sink = run_dir / st["trace"]
+        if not sink.exists():
+            continue
+        m = messages_from(reader.read(sink, sort=False))
+        if not len(m):
+            continue
+        stages = st["stages"]
+        n_nodes = len(stages) - 2
+        for k in range(1, n_nodes + 2):
+            sg = stages[k]
+            host = sg["host"]
+            if host not in covers:
+                continue
+            if k <= n_nodes:
+                krx, urx, label = f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}"
+                trace = run_dir / sg["trace"]
+            else:
+                krx, urx, label = "sink_krx_rt_ns", "sink_urx_rt_ns", "sink"
+                trace = sink
+            if not trace.exists() or krx not in m.columns:
+                continue
+            df, info = reader.read_with_info(trace, sort=False)
+            ev = df.filter(pl.col("group").cast(pl.String) == "pipe")
+            if not len(ev):
+                continue
+            tid = int(ev["tid"].mode()[0])
+            pairs = Pairs.of(info.calibration)
+            if not len(pairs.mono):
+                continue
+            a, _ = pairs.mono_of(m[krx].to_numpy())
+            b, _ = pairs.mono_of(m[urx].to_numpy())
+            off = offsets.get(host, 0)
+            out.append(pl.DataFrame({
+                "rep": [st["rep"]] * len(m), "phase": [st["phase"]] * len(m), "probe": [f"{st['probe']} {label} stack ({host})"] * len(m), "host": [host] * len(m),
+                "tid": [tid] * len(m), "t_ns": a, "latency_ns": b - a, "start_k": a - off, "end_k": b - off,
+            }).filter(pl.col("latency_ns") > 0))
     return out
 
 
