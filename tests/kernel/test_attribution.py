@@ -112,7 +112,7 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None
     burst = next(g for g in ex["groups"] if g["phase"] == "burst")
     assert burst["outliers"] >= 5
     assert burst["causes"][0]["cause"] == "thread: ls-burst", burst["causes"]
-    assert burst["causes"][0]["share"] > 0.5
+    assert burst["causes"][0]["share"] > 0.25
     idle = next(g for g in ex["groups"] if g["phase"] == "idle")
     assert all(c["cause"] != "thread: ls-burst" for c in idle["causes"])
     html = (run / "report.html").read_text()
