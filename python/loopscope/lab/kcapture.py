@@ -57,6 +57,15 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
         except AgentFailure:
             if not quiet:
                 raise
+        entry = next(e for e in info["captures"] if e["host"] == host)
+        if "data" not in entry and not lab.hosts[host].remote:
+            # The agent stopped perf itself (Ctrl-C reaches it too): what perf wrote is still there.
+            from pathlib import Path
+
+            f = Path(lab.hosts[host].base) / "kernel" / "kernel.perf"
+            if f.exists() and f.stat().st_size:
+                entry["data"] = lab.rel(host, str(f))
+                entry["log"] = lab.rel(host, str(f.with_name("perf.log")))
         info["running"].remove(host)
 
 
