@@ -64,11 +64,15 @@ def script(data: Path) -> tuple[pl.Series, int]:
             out = open(f, "wb")
             procs.append((subprocess.Popen(["perf", "script", "--ns", "-F", FIELDS, "--show-lost-events", "--cpu", str(c), "-i", str(data)], stdout=out, stderr=subprocess.PIPE), out))
         errs = []
+        chunks = 0
         for p, out in procs:
             _, err = p.communicate()
             out.close()
+            text = err.decode(errors="replace")
+            # perf's own warning when the kernel dropped records: "... lost N chunks!"
+            chunks += sum(int(m) for m in re.findall(r"lost (\d+) chunks", text))
             if p.returncode != 0:
-                errs.append(err.decode(errors="replace").strip()[-300:])
+                errs.append(text.strip()[-300:])
         if errs:
             raise KernelReadError(f"perf script {data}: {errs[0]}")
         parts = [pl.read_csv(f, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)["line"] for f in files if f.stat().st_size]
@@ -76,9 +80,11 @@ def script(data: Path) -> tuple[pl.Series, int]:
         for f in files:
             f.unlink(missing_ok=True)
     lines = pl.concat(parts) if parts else pl.Series("line", [], dtype=pl.String)
-    lost_lines = lines.filter(lines.str.contains("LOST ", literal=True))
-    lost = sum(int(m) for x in lost_lines.to_list() for m in re.findall(r"LOST (\d+) events", x))
-    return lines, lost
+    lost_lines = lines.filter(lines.str.contains("LOST", literal=True))
+    lost = sum(int(m) for x in lost_lines.to_list() for m in re.findall(r"LOST (\d+) events|lost:? (\d+)", x) for m in m if m)
+    # If perf only says how many chunks were lost (each is one or more events),
+    # count at least one event per chunk: never report a lossy capture as whole.
+    return lines, max(lost, chunks)
 
 
 def parse(text: str | pl.Series) -> pl.DataFrame:
