@@ -226,6 +226,7 @@ def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
                 "pending": l.get("pending_at_stop", 0),
                 "applied": f"{_ns(a.get('p50'))} / {_ns(a.get('p99'))}" if a.get("n") else "n/a",
                 "late": f"{_ns(late.get('p50'))} / {_ns(late.get('p99'))} / {_ns(late.get('max'))}" if late.get("n") else "n/a",
+                "queueing": ((em.get("queueing") or {}).get(l["name"]) or {}).get("text", ""),
             }
         )
     return rows

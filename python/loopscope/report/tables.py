@@ -141,6 +141,36 @@ def _emulator(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
     if not em:
         return None
     try:
-        return json.loads((run_dir / em["json"]).read_text())  # type: ignore[no-any-return]
+        out = json.loads((run_dir / em["json"]).read_text())
     except (OSError, json.JSONDecodeError):
         return None
+    out["queueing"] = _emulator_queueing(run_dir / em["trace"], out)
+    return out  # type: ignore[no-any-return]
+
+
+def _emulator_queueing(trace: Path, em: dict[str, Any]) -> dict[str, Any]:
+    """Per link, the emulator's own residence beyond the configured delay (its
+    actual departure minus the packet's ready time: the rate queue plus its
+    lateness) against the M/Er/1 model (``analysis/queueing.py``)."""
+    import numpy as np
+
+    from loopscope.analysis.queueing import fit
+
+    if not trace.exists():
+        return {}
+    try:
+        df = reader.read(trace, sort=False)
+    except Exception:  # noqa: BLE001 - a damaged emulator trace costs this figure only
+        return {}
+    ev = df.filter(pl.col("name").cast(pl.String) == "forward")
+    out: dict[str, Any] = {}
+    names = [l["name"] for l in em.get("links") or []]
+    for (tag,), g in ev.group_by(["tag"]):
+        pay = [p for p in g["payload"].to_list() if p is not None and len(p) >= 32]
+        if len(pay) < 200 or int(tag) >= len(names):
+            continue
+        a = np.frombuffer(b"".join(p[:32] for p in pay), dtype="<i8").reshape(len(pay), 4)
+        f = fit((a[:, 3] - a[:, 1]).astype(np.float64))
+        if f is not None:
+            out[names[int(tag)]] = {**f.to_json(), "text": f.text()}
+    return out
