@@ -63,7 +63,8 @@ def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
 
 
 def _pipeline_running(run_id: str) -> bool:
-    return any(b"pipe-source" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists())
+    # A process may exit between the listing and the read: _cmdline says b"" then.
+    return any(b"pipe-source" in _cmdline(Path(f"/proc/{p}")) for p in procs.pids_of_run(run_id))
 
 
 def _agent_of(run_id: str, host: str) -> int:
