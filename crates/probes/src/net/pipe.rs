@@ -21,7 +21,7 @@
 
 use super::packet::{Header, HEADER, MAGIC, VERSION};
 use super::recv::{Arrival, Flow};
-use super::sock::{realtime_ns, realtime_offset_ns, rx_timestamps, Udp};
+use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, Udp};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
@@ -82,18 +82,7 @@ fn hist() -> LocalHistogram {
 
 /// Receive one datagram with its kernel RX time; None on timeout.
 fn recv_one(sock: &Udp, buf: &mut [u8], ctrl: &mut [u8]) -> Option<(usize, i64, bool)> {
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = ctrl.len();
-    let n = unsafe { libc::recvmsg(sock.raw(), &mut msg, 0) };
-    if n < 0 {
-        return None;
-    }
-    let (sw, hw) = unsafe { rx_timestamps(&msg) };
-    Some((n as usize, if hw != 0 { hw } else { sw }, msg.msg_flags & libc::MSG_TRUNC != 0))
+    recv_stamped(sock.raw(), buf, ctrl).map(|r| (r.len, r.krx, r.truncated))
 }
 
 // ---- source -------------------------------------------------------------------------

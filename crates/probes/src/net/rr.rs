@@ -13,7 +13,7 @@
 
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
 use super::schedule::{Pattern, Schedule};
-use super::sock::{realtime_ns, realtime_offset_ns, rx_timestamps, Udp};
+use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, rx_timestamps, Udp};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::{register, Kind};
 use std::net::SocketAddr;
@@ -171,19 +171,12 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
                         break;
                     }
                 }
-                let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-                let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-                msg.msg_iov = &mut iov;
-                msg.msg_iovlen = 1;
-                msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
-                msg.msg_controllen = ctrl.len();
-                let n = unsafe { libc::recvmsg(rs.raw(), &mut msg, 0) };
-                if n <= 0 {
+                let Some(got) = recv_stamped(rs.raw(), &mut buf, &mut ctrl).filter(|r| r.len > 0) else {
                     continue;
-                }
+                };
                 let urx = realtime_ns();
-                let (sw, hw) = unsafe { rx_timestamps(&msg) };
-                let Some(h) = Header::read(&buf[..n as usize]).filter(|h| h.kind == REPLY) else {
+                let n = got.len;
+                let Some(h) = Header::read(&buf[..n]).filter(|h| h.kind == REPLY) else {
                     malformed += 1;
                     continue;
                 };
@@ -191,8 +184,8 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
                     dups += 1;
                     continue;
                 }
-                let (skrx, surx, sutx) = reply_times(&buf[..n as usize]);
-                let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: if hw != 0 { hw } else { sw }, urx };
+                let (skrx, surx, sutx) = reply_times(&buf[..n]);
+                let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: got.krx, urx };
                 if records {
                     for (i, v) in [x.seq as i64, x.sent, x.srv_krx, x.srv_urx, x.srv_utx, x.krx, x.urx].iter().enumerate() {
                         payload[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());

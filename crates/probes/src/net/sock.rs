@@ -231,6 +231,36 @@ pub unsafe fn rx_timestamps(msg: &libc::msghdr) -> (i64, i64) {
     (0, 0)
 }
 
+/// One datagram received with `recv_stamped`.
+pub struct Received {
+    pub len: usize,
+    /// Kernel RX time: the hardware stamp when the NIC made one, else software (0: none).
+    pub krx: i64,
+    pub truncated: bool,
+    pub from: libc::sockaddr_storage,
+    pub from_len: libc::socklen_t,
+}
+
+/// Receive one datagram with its kernel RX timestamp and source address;
+/// None on timeout or error. `ctrl` holds the control messages (256 bytes do).
+pub fn recv_stamped(fd: i32, buf: &mut [u8], ctrl: &mut [u8]) -> Option<Received> {
+    let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut from as *mut _ as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = ctrl.len();
+    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
+    if n < 0 {
+        return None;
+    }
+    let (sw, hw) = unsafe { rx_timestamps(&msg) };
+    Some(Received { len: n as usize, krx: if hw != 0 { hw } else { sw }, truncated: msg.msg_flags & libc::MSG_TRUNC != 0, from, from_len: msg.msg_namelen })
+}
+
 /// One TX timestamp from the error queue: (kind, packet index on the socket, ns).
 pub struct TxStamp {
     pub kind: u32,

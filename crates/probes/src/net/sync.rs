@@ -22,7 +22,7 @@
 //! 0 when the answer never came) and `clocksync/serve` (responder; payload
 //! flow, seq, idx, rx, tx).
 
-use super::sock::{drain_tx_stamps, rx_timestamps, TxStamp, Udp, SCM_TSTAMP_SND};
+use super::sock::{drain_tx_stamps, recv_stamped, Received, TxStamp, Udp, SCM_TSTAMP_SND};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::{register, Kind};
 use std::collections::{HashMap, VecDeque};
@@ -66,24 +66,6 @@ impl Msg {
     }
 }
 
-/// Receive one datagram with its kernel RX stamp and source; None on timeout.
-fn recv_from(fd: i32, buf: &mut [u8], ctrl: &mut [u8]) -> Option<(usize, i64, libc::sockaddr_storage, libc::socklen_t)> {
-    let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let mut iov = libc::iovec { iov_base: buf.as_mut_ptr() as *mut libc::c_void, iov_len: buf.len() };
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = &mut name as *mut _ as *mut libc::c_void;
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = ctrl.as_mut_ptr() as *mut libc::c_void;
-    msg.msg_controllen = ctrl.len();
-    let n = unsafe { libc::recvmsg(fd, &mut msg, 0) };
-    if n < 0 {
-        return None;
-    }
-    let (sw, hw) = unsafe { rx_timestamps(&msg) };
-    Some((n as usize, if hw != 0 { hw } else { sw }, name, msg.msg_namelen))
-}
 
 fn payload(v: &[i64; 5]) -> [u8; 40] {
     let mut p = [0u8; 40];
@@ -174,8 +156,7 @@ pub fn serve(sock: Udp, stop: Arc<AtomicBool>) -> ServeResult {
         }
     };
     while !stop.load(Ordering::Relaxed) {
-        let got = recv_from(sock.raw(), &mut buf, &mut ctrl);
-        if let Some((n, krx, name, namelen)) = got {
+        if let Some(Received { len: n, krx, from: name, from_len: namelen, .. }) = recv_stamped(sock.raw(), &mut buf, &mut ctrl) {
             match Msg::read(&buf[..n]).filter(|m| m.kind == PROBE) {
                 None => r.malformed += 1,
                 Some(m) => {
@@ -261,7 +242,7 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
             let (mut buf, mut ctrl) = ([0u8; 256], [0u8; 256]);
             let mut malformed = 0u64;
             while !rd.load(Ordering::Relaxed) {
-                if let Some((n, krx, _, _)) = recv_from(rs.raw(), &mut buf, &mut ctrl) {
+                if let Some(Received { len: n, krx, .. }) = recv_stamped(rs.raw(), &mut buf, &mut ctrl) {
                     match Msg::read(&buf[..n]).filter(|m| m.kind == ANSWER && m.flow == flow) {
                         Some(m) => {
                             ra.lock().unwrap_or_else(|e| e.into_inner()).insert((m.seq, m.idx), krx);
