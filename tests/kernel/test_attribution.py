@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -79,6 +80,39 @@ def test_a_window_whose_switch_in_is_unknown_is_marked() -> None:
     assert not r["complete"] and "switch-in" in r["missing"]
 
 
+LOSSY = TEXT + """\
+    42 [001] 100.004000000: PERF_RECORD_LOST lost 7
+    55 [000] 100.002000000: PERF_RECORD_LOST lost 3
+"""
+
+
+def test_a_lost_record_is_placed_after_the_last_event_its_cpu_recorded() -> None:
+    # perf script prints each CPU's lines in time order; the LOST record's events
+    # were lost after the previous event that CPU did record.
+    lines = pl.Series("line", [l for c in ("[001]", "[000]") for l in LOSSY.splitlines() if c in l])
+    w = K.lost_windows(lines).sort("cpu")
+    assert w.rows() == [(0, 100_001_005_000, 100_002_000_000, 3), (1, 100_003_050_000, 100_004_000_000, 7)]
+
+
+def test_only_windows_overlapping_lost_events_are_incomplete() -> None:
+    lines = pl.Series("line", [l for c in ("[001]", "[000]") for l in LOSSY.splitlines() if c in l])
+    k = A.Kernel.of(K.parse(lines), 10, K.lost_windows(lines))
+    # the timer's window 100.000050-100.003030 ends before CPU 1's loss and
+    # overlaps CPU 0's (the wake-up could have been recorded there)
+    r = A.attribute(k, 42, 100_000_050_000, 100_003_030_000)
+    assert not r["complete"] and "3 kernel events lost inside the window (CPU 0)" in r["missing"]
+    r = A.attribute(k, 42, 100_002_500_000, 100_003_030_000)
+    assert r["complete"], r["missing"]
+
+
+def test_losses_perf_cannot_place_make_every_window_incomplete() -> None:
+    lines = pl.Series("line", [l for l in LOSSY.splitlines() if "[001]" in l])
+    # 10 lost, but the records place only 7
+    k = A.Kernel.of(K.parse(lines), 10, K.lost_windows(lines))
+    r = A.attribute(k, 42, 100_002_500_000, 100_003_030_000)
+    assert not r["complete"] and "unknown times" in r["missing"]
+
+
 def test_thread_families_drop_their_numbers() -> None:
     assert A.cause_family("thread: kworker/u4:1-events") == "thread: kworker"
     assert A.cause_family("thread: ls-burst") == "thread: ls-burst"
@@ -122,6 +156,42 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None
     # Every outlier's causes add up to its window.
     sums = att.group_by("id").agg(pl.col("ns").sum(), pl.col("latency_ns").first())
     assert (sums["ns"] == sums["latency_ns"]).all()
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("perf")
+def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path) -> None:
+    # A one-page buffer per CPU and two threads switching as fast as they can:
+    # the kernel drops records, and every dropped event is placed on a CPU and
+    # between two times inside the capture.
+    data = tmp_path / "p.data"
+    spin = subprocess.Popen([sys.executable, "-c", PINGPONG])
+    try:
+        r = subprocess.run(["perf", "record", "-q", "-a", "-k", "mono", "-m", "1", "-e", "sched:sched_switch", "-e", "sched:sched_wakeup", "-o", str(data), "--", "sleep", "1"],
+                           capture_output=True, text=True, timeout=60)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert r.returncode == 0, r.stderr
+    got = K.read(data)
+    if got.lost == 0:
+        pytest.skip("the kernel kept up with a one-page buffer this time: nothing was lost")
+    assert got.placed and int(got.lost_windows["events"].sum()) == got.lost
+    w = got.lost_windows
+    t0, t1 = int(got.events["t_ns"].min()), int(got.events["t_ns"].max())
+    assert ((w["start_ns"] <= w["end_ns"]) & (w["start_ns"] >= t0) & (w["end_ns"] <= t1 + 1_000_000_000)).all()
+
+
+PINGPONG = """
+import os, threading
+a, b = os.pipe(); c, d = os.pipe()
+def echo():
+    while True:
+        os.read(a, 1); os.write(d, b"y")
+threading.Thread(target=echo, daemon=True).start()
+while True:
+    os.write(b, b"x"); os.read(c, 1)
+"""
 
 
 @pytest.mark.needs_root

@@ -23,9 +23,10 @@ for ``runtime`` ns up to now), not from ``sched_switch`` alone: some kernels
 (this VM's among them) do not record tracepoints fired from the idle task,
 so a switch out of idle can be missing while the runtime of the task that
 followed is not. Switch-outs, wake-ups, migrations and page faults of the
-thread refine the picture and are counted. A capture that lost events marks
-every attribution over it as incomplete, and so does a window whose
-switch-in cannot be found.
+thread refine the picture and are counted. A window that overlaps events
+the capture lost (on any CPU: the wake-up may have been on another) is
+marked incomplete, as is every window of a capture whose losses cannot be
+placed in time, and a window whose switch-in cannot be found.
 
 Times are the kernel's CLOCK_MONOTONIC; a record's own times are moved onto
 it by the host's time-namespace offset.
@@ -69,9 +70,11 @@ class Kernel:
     t_first: int
     t_last: int
     by_tid: dict[int, pl.DataFrame] = field(default_factory=dict)
+    # where the lost events were (cpu, start_ns, end_ns, events); None: unknown
+    lost_at: pl.DataFrame | None = None
 
     @classmethod
-    def of(cls, ev: pl.DataFrame, lost: int) -> "Kernel":
+    def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None) -> "Kernel":
         cpus: dict[int, CpuView] = {}
         rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
         irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
@@ -83,7 +86,20 @@ class Kernel:
                 segs_s, segs_e, labels,
             )
         t = ev["t_ns"]
-        return cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+        placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
+        return cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0, lost_at=lost_windows if placed else None)  # type: ignore[arg-type]
+
+    def lost_in(self, a: int, b: int) -> str | None:
+        """Why [a, b) cannot be complete because of lost events, or None."""
+        if not self.lost:
+            return None
+        if self.lost_at is None:
+            return f"{self.lost} kernel events lost at unknown times"
+        w = self.lost_at.filter((pl.col("start_ns") < b) & (pl.col("end_ns") >= a))
+        if not len(w):
+            return None
+        cpus = ", ".join(str(c) for c in sorted(set(w["cpu"].to_list())))
+        return f"{int(w['events'].sum())} kernel events lost inside the window (CPU {cpus})"
 
     def thread(self, tid: int) -> dict[str, np.ndarray]:
         """The thread's own events as sorted arrays, once per thread: its
@@ -178,15 +194,20 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
         out["scheduling latency"] = out.get("scheduling latency", 0) + after
 
 
+def _and(a: str | None, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
 def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     """Split [a, b) (kernel CLOCK_MONOTONIC) for thread ``tid`` into causes (ns each)."""
     out: dict[str, int] = {}
-    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": k.lost == 0, "missing": None, "switch_in": None}
+    lost = k.lost_in(a, b)
+    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": lost is None, "missing": lost, "switch_in": None}
     if b <= a:
         return {"causes": out, **info}
     if a < k.t_first or b > k.t_last:
         info["complete"] = False
-        info["missing"] = "the window is not inside the capture"
+        info["missing"] = _and(info["missing"], "the window is not inside the capture")
     th = k.thread(tid)
     rs, re_, rc = th["rs"], th["re"], th["rc"]
     # The thread's run that contains b: the first runtime event at or after b,
@@ -207,7 +228,7 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
             s_in, cpu = int(th["sw_t"][j1 - 1]), int(th["sw_c"][j1 - 1])
     if s_in is None:
         info["complete"] = False
-        info["missing"] = "the thread's switch-in was not recorded"
+        info["missing"] = _and(info["missing"], "the thread's switch-in was not recorded")
         s_in = b
     s_in = max(a, min(s_in, b))
     info["cpu"] = cpu

@@ -53,20 +53,25 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
     for cap in caps:
         data = run_dir / cap["data"]
         try:
-            ev, lost = K.read(data)
+            got = K.read(data)
+            ev, lost = got.events, got.lost
         except K.KernelReadError as e:
             out["captures"].append({**cap, "error": str(e)})
             continue
         (run_dir / "tables").mkdir(exist_ok=True)
         ev.with_columns(pl.lit(cap["host"]).alias("capture_host")).write_parquet(run_dir / "tables" / f"kernel-{cap['host']}.parquet")
+        got.lost_windows.write_parquet(run_dir / "tables" / f"kernel-lost-{cap['host']}.parquet")
         summ = K.summary(ev, lost)
         span = (summ["t_last_ns"] - summ["t_first_ns"]) / 1e9 if summ["events"] else 0
         out["captures"].append({
             "host": cap["host"], "covers": cap["covers"], **summ, "perf_cpu_s": cap.get("perf_cpu_s"), "seconds": cap.get("seconds"),
             "perf_cpu_share": (cap["perf_cpu_s"] / cap["seconds"]) if cap.get("perf_cpu_s") is not None and cap.get("seconds") else None,
             "events_per_s": summ["events"] / span if span else None, "missing_events": cap.get("missing_events") or [],
+            "lost_placed": got.placed, "lost_windows": len(got.lost_windows),
+            "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
+                           for r in got.lost_windows.sort("events", descending=True).head(20).iter_rows(named=True)],
         })
-        kern = A.Kernel.of(ev, lost)
+        kern = A.Kernel.of(ev, lost, got.lost_windows)
         rows = []
         for st in run.get("steps") or []:
             host = st.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
@@ -106,9 +111,9 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
                 "outliers": int(g["id"].n_unique()), "outlier_ns": total,
                 "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
-                "complete": bool(g["complete"].all()) and lost == 0,
+                "complete": bool(g["complete"].all()),
                 "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
-                "incomplete_why": sorted({m for m in g["missing"].to_list() if m} | ({f"{lost} kernel events lost"} if lost else set())),
+                "incomplete_why": _why_counts(g),
                 "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.head(8).iter_rows(named=True)],
             })
     att_all = pl.concat(frames) if frames else pl.DataFrame()
@@ -117,6 +122,20 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
     out["seconds"] = time.perf_counter() - t0
     (run_dir / "explain.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
     return out
+
+
+def _why_counts(g: pl.DataFrame) -> list[str]:
+    """The reasons outliers are incomplete, each with how many it touches
+    (the per-window event counts folded into one reason)."""
+    import re
+
+    per = g.filter(~pl.col("complete")).group_by("id").agg(pl.col("missing").drop_nulls().first())
+    counts: dict[str, int] = {}
+    for m in per["missing"].to_list():
+        for part in (m or "unknown").split("; "):
+            key = re.sub(r"^\d+ kernel events lost inside the window \(CPU [^)]*\)", "kernel events lost inside the window", part)
+            counts[key] = counts.get(key, 0) + 1
+    return [f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
 
 
 def _pipeline_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offsets: dict[str, int]) -> list[pl.DataFrame]:

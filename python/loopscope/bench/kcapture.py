@@ -56,7 +56,8 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
                 j = _timer(secs, work, f"with{i}")
             finally:
                 meta = cap.stop()
-            ev, lost = events.read(cap.data)
+            got = events.read(cap.data)
+            ev, lost = got.events, got.lost
             with_.append({
                 "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": len(ev), "lost_kernel_events": lost,
                 "perf_cpu_share": (meta["perf_cpu_s"] / meta["seconds"]) if meta.get("perf_cpu_s") is not None and meta.get("seconds") else None,

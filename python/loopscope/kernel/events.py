@@ -17,9 +17,13 @@ page_fault_user     (the faulting task is the row's task)
 hrtimer_expire_*    function (entry)
 ==================  ===========================================================
 
-Lost events (perf's count of samples it could not take) are returned with
-the table; the windows they fall in are unknown, so any attribution over the
-capture is marked incomplete when they are not zero.
+Lost events: perf writes a LOST record into a CPU's buffer when that
+buffer overflowed, stamped when writing resumed; the events it stands for
+happened on that CPU after the last event that did reach the buffer. Each
+becomes a window (``lost_windows``: cpu, start, end, events), so an
+attribution is marked incomplete only when its window overlaps one. When
+perf only says "lost N chunks" (no record to place), the place is unknown
+and every attribution over the capture is incomplete.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -49,6 +53,35 @@ def _ncpus(data: Path) -> int:
     r = subprocess.run(["perf", "report", "--header-only", "-i", str(data)], capture_output=True, text=True)
     m = re.search(r"nrcpus avail\s*:\s*(\d+)", r.stdout)
     return int(m.group(1)) if m else 1
+
+
+class Capture(NamedTuple):
+    events: pl.DataFrame
+    lost: int  # events perf says were lost
+    lost_windows: pl.DataFrame  # cpu, start_ns, end_ns, events; events not placed in any window make ``placed`` False
+    placed: bool
+
+
+LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
+STAMP = r"^\s*\d+\s+\[(\d+)\]\s+(\d+)\.(\d{9}):"
+
+
+def lost_windows(lines: pl.Series) -> pl.DataFrame:
+    """Where each LOST record's events went missing: on its CPU, after the
+    previous event that CPU recorded and before the record's own stamp.
+    ``lines`` are perf script's lines, each CPU's in time order."""
+    df = pl.DataFrame({"line": lines}).with_columns(
+        pl.col("line").str.extract(STAMP, 1).cast(pl.Int32).alias("cpu"),
+        (pl.col("line").str.extract(STAMP, 2).cast(pl.Int64) * 1_000_000_000 + pl.col("line").str.extract(STAMP, 3).cast(pl.Int64)).alias("t"),
+        pl.col("line").str.extract(r"PERF_RECORD_LOST lost (\d+)", 1).cast(pl.Int64).alias("n"),
+    ).drop_nulls("cpu")
+    if not len(df) or df["n"].null_count() == len(df):
+        return pl.DataFrame(schema=LOST_SCHEMA)
+    # the previous stamp on the same CPU that is not itself a LOST record
+    df = df.with_columns(pl.when(pl.col("n").is_null()).then(pl.col("t")).alias("ev_t"))
+    df = df.with_columns(pl.col("ev_t").forward_fill().shift(1).over("cpu").alias("prev"))
+    w = df.filter(pl.col("n").is_not_null())
+    return w.select("cpu", pl.coalesce("prev", "t").alias("start_ns"), pl.col("t").alias("end_ns"), pl.col("n").alias("events")).cast(LOST_SCHEMA)  # type: ignore[arg-type]
 
 
 def script(data: Path) -> tuple[pl.Series, int]:
@@ -133,9 +166,10 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
     return out.select(list(SCHEMA)).cast(SCHEMA).sort("t_ns", maintain_order=True)  # type: ignore[arg-type]
 
 
-def read(data: Path) -> tuple[pl.DataFrame, int]:
+def read(data: Path) -> Capture:
     text, lost = script(data)
-    return parse(text), lost
+    win = lost_windows(text)
+    return Capture(parse(text), lost, win, int(win["events"].sum()) >= lost)
 
 
 def summary(df: pl.DataFrame, lost: int) -> dict[str, Any]:

@@ -322,6 +322,7 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             f"{c['host']} (kernel of {', '.join(c['covers'])}): {c['events']:,} events"
             + (f" ({c['events_per_s']:,.0f}/s)" if c.get("events_per_s") else "")
             + f", {c['lost_events']:,} lost"
+            + (_lost_where(c) if c.get("lost_events") else "")
             + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
             + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c.get("missing_events") else "")
         )
@@ -348,6 +349,17 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"),
             "self_warning": (f"The capture itself (thread: perf) takes 10 % or more of the outliers' time in {'; '.join(warn)}: at high event rates it perturbs what it measures. "
                              "Capture fewer events (kernel.events) or none (kernel.capture: off) for such phases.") if warn else None}
+
+
+def _lost_where(c: dict[str, Any]) -> str:
+    """Where a capture's lost events were, as the report says it."""
+    if not c.get("lost_placed"):
+        return " (perf did not say where: every outlier of this capture is marked incomplete)"
+    where = c.get("lost_where") or []
+    t0 = c.get("t_first_ns") or 0
+    spans = ", ".join(f"CPU {w['cpu']} {(w['start_ns'] - t0) / 1e9:.3f}–{(w['end_ns'] - t0) / 1e9:.3f} s ({w['events']:,})" for w in where[:5])
+    more = f" and {c['lost_windows'] - len(where[:5])} more" if c["lost_windows"] > 5 else ""
+    return f" in {c['lost_windows']} windows (from the capture's start: {spans}{more}; outliers overlapping one are marked incomplete)"
 
 
 def _sweeps(tables: Any) -> list[dict[str, Any]]:

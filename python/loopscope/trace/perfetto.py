@@ -269,4 +269,23 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
                             n += 1
                         else:
                             p.track_event.type = TE.TYPE_SLICE_END
+        # Where the capture lost events: a slice per LOST record on its CPU.
+        lp = run_dir / "tables" / f"kernel-lost-{host}.parquet"
+        lw = pl.read_parquet(lp) if lp.exists() else None
+        if lw is not None and len(lw):
+            for (cpu,), g in lw.sort("start_ns").group_by("cpu", maintain_order=True):
+                tu = _uuid("klost", host, cpu)
+                track(tu, f"CPU {cpu} lost kernel events", parent)
+                gs, ge = to_global(g["start_ns"].to_numpy()), to_global(g["end_ns"].to_numpy())
+                for a, b, k_ev in zip(gs, ge, g["events"].to_list()):
+                    p = w.packet()
+                    p.timestamp = int(a)
+                    p.track_event.track_uuid = tu
+                    p.track_event.type = TE.TYPE_SLICE_BEGIN
+                    p.track_event.name = f"{k_ev} events lost"
+                    p = w.packet()
+                    p.timestamp = int(max(a, b))
+                    p.track_event.track_uuid = tu
+                    p.track_event.type = TE.TYPE_SLICE_END
+                    n += 1
     return n
