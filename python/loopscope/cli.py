@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import shlex
 import os
 import signal
 import sys
@@ -410,6 +411,45 @@ def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool)
     res = pipeline.sink(bind, flow, _trace_path(trace_path, "pipe-sink"))
     e = res["end_to_end_ns"]
     click.echo(json.dumps(res) if as_json else f"received {res['unique']:,} messages (lost {res['lost']}, duplicates {res['duplicates']}, reordered {res['reordered']}); end to end p50 {format_ns(e.get('p50') or 0)}")
+    return 0
+
+
+@probe.command("program", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--duration", type=Duration(), default=None, help="Stop the program (SIGINT) after this long; with --until exit, the time it may take before it is stopped and the probe fails.")
+@click.option("--until", type=click.Choice(["duration", "exit"]), default=None, help="End the probe when the duration is up [default when --duration is given] or when the program exits [otherwise].")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the program to these CPUs.")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE for the program's environment (repeatable).")
+@click.option("--cwd", type=click.Path(file_okay=False), default=None, help="The program's working directory [this one].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file the program writes (its LOOPSCOPE_TRACE) [default: runs/<time>-program/program.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
+    """Run an instrumented program (after --) as a probe: it writes its own
+    trace (LOOPSCOPE_TRACE); every interval it logs is summarised here and,
+    in a run, compared across phases and attributed like a built-in probe's."""
+    from loopscope.errors import InputError
+    from loopscope.probes import program
+
+    extra = {}
+    for e in env:
+        k, eq, v = e.partition("=")
+        if not eq or not k:
+            raise InputError(f"--env {e!r}: expected NAME=VALUE")
+        extra[k] = v
+    mode = until or ("duration" if duration else "exit")
+    res = program.run(list(command), _trace_path(trace_path, "program"), duration if mode == "duration" else None, mode, duration if mode == "exit" else None, extra, cpus, cwd)
+    if as_json:
+        click.echo(json.dumps(res))
+        return 0
+    con = _console()
+    con.print(f"{shlex.join(command)}: {res['exit']}, stopped at {res['stopped']}; {res['wall_ns'] / 1e9:.3f} s wall, {res['user_cpu_ns'] / 1e9:.3f} s user, {res['sys_cpu_ns'] / 1e9:.3f} s system")
+    for iv in res["intervals"]:
+        con.print(f"  {iv['entity']}: {iv['n']:,} intervals, p50 {format_ns(iv['p50_ns'])}, p99 {format_ns(iv['p99_ns'])}, max {format_ns(iv['max_ns'])}")
+    for ent, n in res["events"].items():
+        con.print(f"  {ent}: {n:,} events")
+    con.print(f"trace: {res['trace']} ({res['records']:,} records, {res['lost_records']} lost)")
+    if res.get("note"):
+        con.print(f"note: {res['note']}")
     return 0
 
 

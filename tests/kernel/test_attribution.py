@@ -215,3 +215,37 @@ def test_perf_is_found_or_the_reason_is_given() -> None:
         assert refused and "perf" in refused
     else:
         assert refused is None or "tracefs" in refused or "root" in refused or "CAP_PERFMON" in refused
+
+
+SPAN = """\
+    0 [000] 199.999000000:   sched:sched_stat_runtime: comm=x pid=5 runtime=1000 [ns]
+    42 [001] 200.001000000:   sched:sched_stat_runtime: comm=app pid=42 runtime=1000000 [ns]
+    42 [001] 200.001000000:         sched:sched_switch: prev_comm=app prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
+    9 [000] 200.003000000:         sched:sched_wakeup: comm=app pid=42 prio=120 target_cpu=001
+    77 [001] 200.004000000:   sched:sched_stat_runtime: comm=hog pid=77 runtime=1000000 [ns]
+    77 [001] 200.004000000:         sched:sched_switch: prev_comm=hog prev_pid=77 prev_prio=120 prev_state=R ==> next_comm=app next_pid=42 next_prio=120
+    42 [001] 200.004500000:   irq:softirq_entry: vec=1 [action=TIMER]
+    42 [001] 200.004600000:   irq:softirq_exit: vec=1 [action=TIMER]
+    42 [001] 200.006000000:   sched:sched_stat_runtime: comm=app pid=42 runtime=2000000 [ns]
+    42 [001] 200.006000000:         sched:sched_switch: prev_comm=app prev_pid=42 prev_prio=120 prev_state=R ==> next_comm=hog next_pid=77 next_prio=120
+    77 [001] 200.007000000:   sched:sched_stat_runtime: comm=hog pid=77 runtime=1000000 [ns]
+    77 [001] 200.007000000:         sched:sched_switch: prev_comm=hog prev_pid=77 prev_prio=120 prev_state=R ==> next_comm=app next_pid=42 next_prio=120
+    42 [001] 200.008000000:   sched:sched_stat_runtime: comm=app pid=42 runtime=1000000 [ns]
+    0 [000] 200.009000000:   sched:sched_stat_runtime: comm=x pid=5 runtime=1000 [ns]
+"""
+
+
+def test_an_interval_splits_into_running_blocked_and_what_ran_while_it_waited() -> None:
+    # app runs 0-1 ms, sleeps until woken at 3 ms, waits for hog until 4 ms,
+    # runs 4-6 ms with a 0.1 ms softirq inside, is preempted by hog 6-7 ms,
+    # runs 7-8 ms.
+    k = A.Kernel.of(K.parse(SPAN), 0)
+    r = A.attribute_span(k, 42, 200_000_000_000, 200_008_000_000)
+    assert r["complete"], r["missing"]
+    assert r["causes"] == {
+        "running": 1_000_000 + 1_900_000 + 1_000_000,
+        "blocked: sleeping": 2_000_000,
+        "thread: hog": 2_000_000,
+        "softirq: TIMER": 100_000,
+    }
+    assert sum(r["causes"].values()) == 8_000_000

@@ -81,6 +81,15 @@ def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, 
     elif p["kind"] == "syscall":
         a += ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"])]
         a += ["--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch)]
+    elif p["kind"] == "program":
+        a += ["--until", p["until"], "--duration", duration_text(duration_ns)]
+        if cpu:
+            a += ["--cpu", cpu]
+        for k, v in (p.get("env") or {}).items():
+            a += ["--env", f"{k}={v}"]
+        if p.get("cwd"):
+            a += ["--cwd", p["cwd"]]
+        return a + ["--json", "--trace", str(trace), "--", *p["command"]]
     elif p["kind"] == "pipe-source":
         a += ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
         a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]

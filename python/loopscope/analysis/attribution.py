@@ -109,7 +109,9 @@ class Kernel:
             ev = pl.col("event")
             rt = e.filter((ev == "sched_stat_runtime") & (pl.col("target") == tid) & pl.col("runtime").is_not_null()).sort("t_ns")
             sw = e.filter((ev == "sched_switch") & (pl.col("next_pid") == tid)).sort("t_ns")
+            so = e.filter((ev == "sched_switch") & (pl.col("target") == tid)).sort("t_ns")
             self.by_tid[tid] = {
+                "so_t": so["t_ns"].to_numpy(), "so_state": so["prev_state"].to_list(),
                 "rs": (rt["t_ns"] - rt["runtime"]).to_numpy(), "re": rt["t_ns"].to_numpy(), "rc": rt["cpu"].to_numpy(),
                 "sw_t": sw["t_ns"].to_numpy(), "sw_c": sw["cpu"].to_numpy(),
                 "wake": e.filter((ev == "sched_wakeup") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
@@ -198,16 +200,27 @@ def _and(a: str | None, b: str) -> str:
     return f"{a}; {b}" if a else b
 
 
+def _window_info(k: Kernel, a: int, b: int) -> dict[str, Any]:
+    """What every window's result carries, with what makes it incomplete
+    before any thread is looked at: lost events, the capture's edges."""
+    lost = k.lost_in(a, b)
+    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": lost is None, "missing": lost, "switch_in": None}
+    if b > a and (a < k.t_first or b > k.t_last):
+        info["complete"] = False
+        info["missing"] = _and(info["missing"], "the window is not inside the capture")
+    return info
+
+
+def _count_in(x: np.ndarray, a: int, b: int) -> int:
+    return int(np.searchsorted(x, b, side="right") - np.searchsorted(x, a, side="left"))
+
+
 def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     """Split [a, b) (kernel CLOCK_MONOTONIC) for thread ``tid`` into causes (ns each)."""
     out: dict[str, int] = {}
-    lost = k.lost_in(a, b)
-    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": lost is None, "missing": lost, "switch_in": None}
+    info = _window_info(k, a, b)
     if b <= a:
         return {"causes": out, **info}
-    if a < k.t_first or b > k.t_last:
-        info["complete"] = False
-        info["missing"] = _and(info["missing"], "the window is not inside the capture")
     th = k.thread(tid)
     rs, re_, rc = th["rs"], th["re"], th["rc"]
     # The thread's run that contains b: the first runtime event at or after b,
@@ -236,12 +249,8 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     w = th["wake"]
     wi = int(np.searchsorted(w, a, side="left"))
     woke = int(w[wi]) if wi < len(w) and w[wi] <= s_in else None
-
-    def count(x: np.ndarray) -> int:
-        return int(np.searchsorted(x, b, side="right") - np.searchsorted(x, a, side="left"))
-
-    info["migrations"] = count(th["migr"])
-    info["page_faults"] = count(th["pf"])
+    info["migrations"] = _count_in(th["migr"], a, b)
+    info["page_faults"] = _count_in(th["pf"], a, b)
     cv = k.cpus.get(cpu) if cpu is not None else None
     _activity(cv, a, s_in, tid, woke, out)
     if b > s_in:
@@ -256,12 +265,82 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     return {"causes": out, **info}
 
 
+BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}
+
+
+def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
+    """Split [a, b), any interval of thread ``tid`` (work, a wait, a whole
+    cycle), into what the thread was doing: ``running`` (its own time on a
+    CPU, less the interrupts inside it), ``blocked: …`` (off CPU by its own
+    doing, by the state it switched out in: sleeping, uninterruptible I/O)
+    and, while it was runnable but not running (preempted, or woken and not
+    yet on a CPU), what ran instead on the CPU it next ran on: threads,
+    interrupts, scheduling latency. Where the state is unknown (no
+    switch-out recorded) the wait is split like a wake-up's."""
+    out: dict[str, int] = {}
+    info = _window_info(k, a, b)
+    if b <= a:
+        return {"causes": out, **info}
+    th = k.thread(tid)
+    rs, re_, rc = th["rs"], th["re"], th["rc"]
+    segs: list[list[int]] = []
+    j = int(np.searchsorted(re_, a, side="right"))
+    while j < len(rs) and rs[j] < b:
+        x, y, c = max(int(rs[j]), a), min(int(re_[j]), b), int(rc[j])
+        if y > x:
+            if segs and segs[-1][2] == c and x - segs[-1][1] < 2_000:
+                segs[-1][1] = max(segs[-1][1], y)
+            else:
+                segs.append([x, y, c])
+        j += 1
+    if not segs:
+        info["complete"] = False
+        info["missing"] = _and(info["missing"], "no run of the thread was recorded in the window")
+        return {"causes": {"unexplained": b - a}, **info}
+    info["cpu"] = segs[-1][2]
+    so_t, so_state, wake = th["so_t"], th["so_state"], th["wake"]
+    t = a
+    for n, (x, y, c) in enumerate([*segs, [b, b, segs[-1][2]]]):
+        if x > t:
+            cv = k.cpus.get(c)
+            i = int(np.searchsorted(so_t, t + 2_000, side="right")) - 1
+            state = (so_state[i] or "")[:1] if i >= 0 else None
+            wi = int(np.searchsorted(wake, t, side="left"))
+            w = int(wake[wi]) if wi < len(wake) and wake[wi] <= x else None
+            if state in ("R", "W"):
+                _activity(cv, t, x, tid, t, out)
+            elif state:
+                label = BLOCKED.get(state, f"blocked ({state})")
+                if w is None:
+                    label += " (wake-up not recorded)" if n < len(segs) else ""
+                    out[label] = out.get(label, 0) + (x - t)
+                else:
+                    out[label] = out.get(label, 0) + (w - t)
+                    _activity(cv, w, x, tid, w, out)
+            else:
+                _activity(cv, t, x, tid, w, out)
+        if y > x:
+            cv = k.cpus.get(c)
+            irqs = _overlaps(cv.irq_s, cv.irq_e, x, y) if cv else []
+            for jj, aa, bb in irqs:
+                out[cv.irq_label[jj]] = out.get(cv.irq_label[jj], 0) + (bb - aa)  # type: ignore[union-attr]
+            out["running"] = out.get("running", 0) + (y - x) - sum(bb - aa for _, aa, bb in irqs)
+        t = max(t, y)
+    info["migrations"] = _count_in(th["migr"], a, b)
+    info["page_faults"] = _count_in(th["pf"], a, b)
+    return {"causes": out, **info}
+
+
 def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
-    """``rows`` with ``id``, ``tid``, ``start_k``, ``end_k`` → one row per (id, cause) with ``ns``,
-    plus per id ``cpu``, ``migrations``, ``page_faults``, ``complete``, ``missing``."""
+    """``rows`` with ``id``, ``tid``, ``start_k``, ``end_k`` (and optionally
+    ``span``: True for any interval, split by ``attribute_span``; else a
+    wake-up or wait, split by ``attribute``) → one row per (id, cause) with
+    ``ns``, plus per id ``cpu``, ``migrations``, ``page_faults``,
+    ``complete``, ``missing``."""
     out = []
-    for rid, tid, a, b in rows.select("id", "tid", "start_k", "end_k").iter_rows():
-        r = attribute(k, int(tid), int(a), int(b))
+    spans = rows["span"].to_list() if "span" in rows.columns else [False] * len(rows)
+    for (rid, tid, a, b), span in zip(rows.select("id", "tid", "start_k", "end_k").iter_rows(), spans):
+        r = (attribute_span if span else attribute)(k, int(tid), int(a), int(b))
         total = b - a
         causes = r["causes"] or {"unexplained": total}
         left = total - sum(causes.values())

@@ -199,8 +199,12 @@ def quantization(t: np.ndarray, v: np.ndarray) -> Finding | None:
         k = np.round((big - off) / s)
         _, counts = np.unique(k, return_counts=True)
         share = np.sort(counts)[::-1] / len(big)
-        if len(share) >= 2 and share[1] >= 0.1:
-            best = (s, r, len(big), off, int((share >= 0.05).sum()))
+        levels = int((share >= 0.05).sum())
+        # Two clusters a step apart, away from the multiples, are only bimodal:
+        # with an offset, quantization needs three levels or more.
+        aligned = min(off, s - off) <= 0.1 * s
+        if len(share) >= 2 and share[1] >= 0.1 and (aligned or levels >= 3):
+            best = (s, r, len(big), off, levels)
     if best is None:
         return None
     s, r, n, off, levels = best
@@ -258,15 +262,17 @@ def detect(t: np.ndarray, v: np.ndarray) -> list[Finding]:
     return [f for d in DETECTORS if (f := d(t, v)) is not None]
 
 
-def trim_warmup(df: Any, value: str) -> tuple[Any, list[str]]:
+def trim_warmup(df: Any, value: str, by: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
     """``df`` (a probe table with probe, phase, rep, t_ns and ``value``) without
-    the warm-up of each series where the detector fires, and what was trimmed."""
+    the warm-up of each series where the detector fires, and what was trimmed.
+    ``by``: further columns that tell series apart (a program's intervals)."""
     import polars as pl
 
     if not len(df) or value not in df.columns:
         return df, []
     keep, notes = [], []
-    for (probe, phase, rep), g in df.group_by(["probe", "phase", "rep"], maintain_order=True):
+    for key, g in df.group_by(["probe", *by, "phase", "rep"], maintain_order=True):
+        probe, phase, rep = " ".join(str(k) for k in key[: 1 + len(by)]), key[-2], key[-1]
         g = g.sort("t_ns")
         f = warmup(g["t_ns"].to_numpy().astype(np.float64), g[value].to_numpy().astype(np.float64))
         if f is not None:

@@ -2,8 +2,10 @@
 
 For every probe step whose records are latency intervals (the timer's
 wake-ups, the sched probe's wake-ups, and every pipeline stage's kernel to
-application time: the message waited in the kernel for the stage's thread)
-on a host a kernel capture covers,
+application time: the message waited in the kernel for the stage's thread,
+and every interval a ``program`` probe's own instrumentation logged, split
+into running, blocked and what ran while it waited) on a host a kernel
+capture covers,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
 outlier's window split into causes. Results:
@@ -92,9 +94,10 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"),
             ))
         rows += _pipeline_windows(run_dir, run, cap["covers"], offsets)
+        rows += _program_windows(run_dir, run, cap["covers"], offsets)
         if not rows:
             continue
-        recs = pl.concat(rows, how="vertical_relaxed").with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        recs = pl.concat(rows, how="diagonal_relaxed").with_columns(pl.col("span").fill_null(False) if any("span" in r.columns for r in rows) else pl.lit(False).alias("span")).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
         thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
         recs = recs.join(thr, on=["probe", "phase"])
         above = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True)
@@ -102,7 +105,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
         # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         att = A.attribute_many(kern, outl)
-        frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns"), on="id"))
+        frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             total = int(g["ns"].sum())
             by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
@@ -190,6 +193,39 @@ def _pipeline_windows(run_dir: Path, run: dict[str, Any], covers: list[str], off
     return out
 
 
+def _program_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offsets: dict[str, int]) -> list[pl.DataFrame]:
+    """Every interval a ``program`` probe logged that its ``attribute``
+    patterns select, as records of the thread that logged it, named
+    ``<probe> <group>/<name>``: split by ``attribute_span`` (the interval is
+    any stretch of the program's time), except those its ``wakeup`` patterns
+    name (from a deadline to when the thread ran), split like the timer's."""
+    from fnmatch import fnmatchcase
+
+    spec = json.loads((run_dir / "spec.json").read_text()) if (run_dir / "spec.json").exists() else {}
+    pats = {p.get("name"): p.get("attribute") or ["*"] for p in spec.get("probes") or [] if p.get("kind") == "program"}
+    wake = {p.get("name"): p.get("wakeup") or [] for p in spec.get("probes") or [] if p.get("kind") == "program"}
+    out = []
+    for st in run.get("steps") or []:
+        host = st.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
+        if st.get("kind") != "program" or host not in covers or not (run_dir / st["trace"]).exists():
+            continue
+        df = reader.read(run_dir / st["trace"], sort=False)
+        iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) != "loopscope"))
+        if not len(iv):
+            continue
+        iv = iv.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"))
+        ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats.get(st["probe"], ["*"]))]
+        iv = iv.filter(pl.col("entity").is_in(ents) & (pl.col("dur_ns") > 0))
+        woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake.get(st["probe"], []))]
+        off = offsets.get(host, 0)
+        out.append(iv.select(
+            pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), (pl.lit(f"{st['probe']} ") + pl.col("entity")).alias("probe"), pl.lit(host).alias("host"),
+            pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
+            (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"), ~pl.col("entity").is_in(woken).alias("span"),
+        ))
+    return out
+
+
 def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, Any]]:
     """The ``n`` latest outliers of a probe and phase, each with its causes (for the report)."""
     p = run_dir / "tables" / "attribution.parquet"
@@ -201,6 +237,7 @@ def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, A
         g = g.sort("ns", descending=True)
         out.append({
             "id": rid, "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
+            "span": bool(g["span"][0]) if "span" in g.columns else False,
             "migrations": int(g["migrations"][0]), "page_faults": int(g["page_faults"][0]), "complete": bool(g["complete"][0]),
             "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
         })

@@ -3,7 +3,8 @@
 A *measure* is one kind of sample a probe produces: the timer's wake-up
 latency, the sched probe's wake-up delay and burst completion time (the same
 work in every phase, sized once on the idle machine), the
-syscall probe's per-call cost of each call. For each measure and phase the
+syscall probe's per-call cost of each call, each interval (``group/name``) a
+``program`` probe's own instrumentation logged. For each measure and phase the
 samples of each repetition are kept apart (the bootstrap resamples within a
 repetition), summarised by p50, p99 and the mean (syscall: the mean of its
 batch means), each with a 95 % interval, and divided by the baseline phase's
@@ -55,6 +56,11 @@ def measures(tables) -> list[Measure]:  # type: ignore[no-untyped-def]
                 if col in g.columns and g[col].null_count() < len(g):
                     v = g.select("rep", "phase", "loads", pl.col(col).alias("value")).drop_nulls("value")
                     out.append(Measure(probe, "pipeline", col[:-3], v, ("p50", "p99", "mean"), 32))
+    prog = getattr(tables, "program", None)
+    if prog is not None and len(prog):
+        for probe, g in _groups(prog):
+            for (ent,), ge in g.group_by("interval", maintain_order=True):
+                out.append(Measure(probe, "program", str(ent), ge.select("rep", "phase", "loads", pl.col("dur_ns").alias("value")), ("p50", "p99", "mean"), 32))
     for probe, g in _groups(tables.syscall):
         for (call,), gc in g.group_by("call", maintain_order=True):
             out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))

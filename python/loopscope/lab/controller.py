@@ -427,6 +427,12 @@ def run(
                 p.duration = duration
     if repetitions is not None:
         exp.repetitions = repetitions
+    # A program probe on this machine's file system starts where the
+    # experiment file is, so its command can name files next to it.
+    kind_of = {h.name: h.kind for h in exp.hosts}
+    for p in exp.probes:
+        if p.kind == "program" and p.cwd is None and kind_of.get(p.host or exp.hosts[0].name) != "ssh":
+            p.cwd = str(Path(spec_path).resolve().parent)
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)
     rd = Path(run_dir) if run_dir else None

@@ -122,10 +122,10 @@ def build(run_dir: Path) -> Report:
 
     trimmed_notes: list[str] = []
     steady = tables
-    for name, col in (("timer", "latency_ns"), ("sched", "wake_delay_ns"), ("pipeline", "e2e_ns")):
+    for name, col, by in (("timer", "latency_ns", ()), ("sched", "wake_delay_ns", ()), ("pipeline", "e2e_ns", ()), ("program", "dur_ns", ("interval",))):
         df = getattr(tables, name)
         if len(df) and "t_ns" in df.columns:
-            df2, n2 = trim_warmup(df, col)
+            df2, n2 = trim_warmup(df, col, by)
             if n2:
                 steady = dataclasses.replace(steady, **{name: df2})
                 trimmed_notes += n2

@@ -19,6 +19,7 @@ DESCRIBE = {
     "timer": "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement).",
     "sched": "A thread alternating sleep and work next to busy threads (seeds/001): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
     "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (seeds/004).",
+    "program": "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure.",
     "pipeline": "A distributed pipeline (seeds/000 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
 }
 MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
@@ -60,12 +61,9 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
         present = [p for p in phases if p in set(c["phase"].to_list())]
         if kind == "pipeline":
             _pipeline_section(sec, tables, c, probe, present)
-        elif kind in ("timer", "sched"):
-            src = tables.timer if kind == "timer" else tables.sched
-            src = src.filter(pl.col("probe") == probe)
+        elif kind in ("timer", "sched", "program"):
             for measure in c["measure"].unique(maintain_order=True).to_list():
-                col = {"latency": "latency_ns", "wake_delay": "wake_delay_ns", "burst": "burst_ns"}[measure]
-                frame = src.select("rep", "phase", "t_ns", pl.col(col).alias("value"))
+                frame = _series_of(tables, kind, probe, measure)
                 label = MEASURE_LABEL.get(measure, measure)
                 sec["charts"].append(charts.ecdf(frame, present, f"{probe}: {label}, distribution by phase", label))
                 sec["charts"].append(charts.over_time(frame, present, f"{probe}: {label} over time", label))
@@ -96,20 +94,33 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
     return out
 
 
+def _series_of(tables: Any, kind: str, probe: str, measure: str) -> pl.DataFrame:
+    """One measure of a probe as rows of rep, phase, t_ns, value."""
+    if kind == "program":
+        src = tables.program.filter((pl.col("probe") == probe) & (pl.col("interval") == measure))
+        return src.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))
+    src = (tables.timer if kind == "timer" else tables.sched).filter(pl.col("probe") == probe)
+    col = {"latency": "latency_ns", "wake_delay": "wake_delay_ns", "burst": "burst_ns"}[measure]
+    return src.select("rep", "phase", "t_ns", pl.col(col).alias("value"))
+
+
 def _detected(tables: Any, probe: str, kind: str) -> list[str]:
     """What the anomaly detectors found in this probe's series, per phase and repetition."""
     from loopscope.analysis.detectors import detect
 
-    series = {"timer": (tables.timer, "latency_ns"), "sched": (tables.sched, "wake_delay_ns"), "pipeline": (tables.pipeline, "e2e_ns")}.get(kind)
-    if series is None or not len(series[0]):
-        return []
-    df, col = series
+    if kind == "program":
+        prog = tables.program.filter(pl.col("probe") == probe)
+        series = [(f"{ent}, ", g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))) for (ent,), g in prog.group_by("interval", maintain_order=True)]
+    else:
+        src = {"timer": (tables.timer, "latency_ns"), "sched": (tables.sched, "wake_delay_ns"), "pipeline": (tables.pipeline, "e2e_ns")}.get(kind)
+        if src is None or not len(src[0]) or src[1] not in src[0].columns or "t_ns" not in src[0].columns:
+            return []
+        series = [("", src[0].filter(pl.col("probe") == probe).select("rep", "phase", "t_ns", pl.col(src[1]).alias("value")))]
     out = []
-    for (phase, rep), g in df.filter(pl.col("probe") == probe).group_by(["phase", "rep"], maintain_order=True):
-        if col not in g.columns or "t_ns" not in g.columns:
-            continue
-        for f in detect(g["t_ns"].to_numpy(), g[col].to_numpy()):
-            out.append(f"{phase}, rep {rep}: {f.text}")
+    for prefix, df in series:
+        for (phase, rep), g in df.group_by(["phase", "rep"], maintain_order=True):
+            for f in detect(g["t_ns"].to_numpy(), g["value"].to_numpy()):
+                out.append(f"{prefix}{phase}, rep {rep}: {f.text}")
     return out
 
 
@@ -340,7 +351,7 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
         for g in groups:
             for w in worst(Path(run_dir), probe, g["phase"], 20):
                 outliers.append({
-                    "phase": g["phase"], "rep": w["rep"], "latency": _ns(w["latency_ns"]), "cpu": w["cpu"], "complete": w["complete"],
+                    "phase": g["phase"], "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
                     "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),
                     "causes": [(c, _ns(ns), f"{ns / w['latency_ns'] * 100:.0f} %") for c, ns in w["causes"]],
                 })

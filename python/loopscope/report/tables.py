@@ -36,11 +36,12 @@ class RunTables:
     pipeline: pl.DataFrame = field(default_factory=pl.DataFrame)
     stages: pl.DataFrame = field(default_factory=pl.DataFrame)
     emulator: dict[str, Any] | None = None
+    program: pl.DataFrame = field(default_factory=pl.DataFrame)
 
     def write(self, out: Path) -> list[Path]:
         out.mkdir(exist_ok=True)
         paths = []
-        names = ["timer", "sched", "syscall", "loads", "steps"] + (["pipeline", "stages"] if len(self.pipeline) else [])
+        names = ["timer", "sched", "syscall", "loads", "steps"] + (["pipeline", "stages"] if len(self.pipeline) else []) + (["program"] if len(self.program) else [])
         for name in names:
             df: pl.DataFrame = getattr(self, name)
             p = out / f"{name}.parquet"
@@ -69,7 +70,7 @@ def load_run(run_dir: Path) -> RunTables:
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
     from loopscope.probes.pipeline import messages_from
 
-    timer, sched, sysc, stepsrows, pipe, stages = [], [], [], [], [], []
+    timer, sched, sysc, stepsrows, pipe, stages, prog = [], [], [], [], [], [], []
     results: dict[tuple[int, str, str], dict[str, Any]] = {}
     for st in run["steps"]:
         res_path = run_dir / st["json"]
@@ -103,6 +104,11 @@ def load_run(run_dir: Path) -> RunTables:
                 name.alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
             )
             sysc.append(_tag(s, st))
+        elif st["kind"] == "program":
+            iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) != "loopscope")).select(
+                (pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
+            )
+            prog.append(_tag(iv, st))
         elif st["kind"] == "pipeline":
             m = messages_from(df)
             if len(m):
@@ -133,6 +139,7 @@ def load_run(run_dir: Path) -> RunTables:
         pipeline=pl.concat(pipe, how="diagonal_relaxed") if pipe else pl.DataFrame(),
         stages=pl.DataFrame(stages, infer_schema_length=None) if stages else pl.DataFrame(),
         emulator=_emulator(run_dir, run),
+        program=cat(prog, {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64}),
     )
 
 

@@ -210,7 +210,26 @@ class PipelineProbe(Model):
         return [("source", self.source), *(("node", h) for h in self.nodes), ("sink", self.sink or self.source)]
 
 
-Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe], Field(discriminator="kind")]
+class ProgramProbe(Model):
+    """Your own program, instrumented with loopscope's trace API (it takes its trace file from
+    LOOPSCOPE_TRACE): every interval it logs is compared across phases and its outliers are
+    explained like a built-in probe's."""
+
+    kind: Literal["program"]
+    name: Name | None = None
+    command: Annotated[list[str], BeforeValidator(lambda v: _command(v)), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
+    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
+    timeout: Duration | None = Field(None, description="with until: exit, how long it may run (default 10 minutes)")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict, description="extra environment variables")
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
+    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+    attribute: list[str] = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
+    wakeup: list[str] = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+
+
+Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe, ProgramProbe], Field(discriminator="kind")]
 
 
 # ---- loads ------------------------------------------------------------------------

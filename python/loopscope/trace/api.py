@@ -69,14 +69,15 @@ class Session:
 
 
 def open(
-    path: str | os.PathLike[str],
+    path: str | os.PathLike[str] | None = None,
     *,
     groups: Sequence[str] | None = None,
     ring_groups: Sequence[str] | None = None,
     config: str | os.PathLike[str] | None = None,
     fsync: bool = False,
 ) -> Session:
-    """Open a trace file.
+    """Open a trace file (``path`` None: ``$LOOPSCOPE_TRACE``, which a run's
+    ``program`` probe sets).
 
     ``groups``: group patterns the main stream logs (default ``["*"]``, or
     ``$LOOPSCOPE_GROUPS``). ``ring_groups``: groups for a flight-recorder
@@ -84,6 +85,10 @@ def open(
     file with ``[[stream]]`` tables (docs/trace-format.md), else
     ``$LOOPSCOPE_CONFIG``.
     """
+    if path is None:
+        path = os.environ.get("LOOPSCOPE_TRACE") or ""
+        if not path:
+            raise InputError("no trace path given and LOOPSCOPE_TRACE is not set")
     text = None
     if config is not None:
         p = Path(config)
