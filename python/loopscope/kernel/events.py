@@ -70,6 +70,8 @@ def lost_windows(lines: pl.Series) -> pl.DataFrame:
     """Where each LOST record's events went missing: on its CPU, after the
     previous event that CPU recorded and before the record's own stamp.
     ``lines`` are perf script's lines, each CPU's in time order."""
+    if not lines.str.contains("PERF_RECORD_LOST", literal=True).any():
+        return pl.DataFrame(schema=LOST_SCHEMA)
     df = pl.DataFrame({"line": lines}).with_columns(
         pl.col("line").str.extract(STAMP, 1).cast(pl.Int32).alias("cpu"),
         (pl.col("line").str.extract(STAMP, 2).cast(pl.Int64) * 1_000_000_000 + pl.col("line").str.extract(STAMP, 3).cast(pl.Int64)).alias("t"),
