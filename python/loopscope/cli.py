@@ -815,6 +815,62 @@ def trace_dump(file: str, entity: str | None, limit: int | None, file_order: boo
 
 
 @cli.group()
+def channel() -> None:
+    """Channels of time-sequenced items across hosts (the bench's two ends)."""
+
+
+@channel.command("bench-serve")
+@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True)
+@click.option("--raw-bind", required=True, help="HOST:PORT of the raw echo server.")
+@click.option("--chan-bind", required=True, help="HOST:PORT of the channel echo hub.")
+@click.option("--reply-to", required=True, help="The client's hub HOST:PORT.")
+@click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True, help="UDP payload bytes per datagram.")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin to these CPUs.")
+def channel_bench_serve(transport: str, raw_bind: str, chan_bind: str, reply_to: str, frag: int, cpus: list[int] | None) -> int:
+    """Echo every item back, raw and through channels (the far end of `loopscope bench channels`); until Ctrl-C."""
+    from loopscope import _native
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    raw, chan = _native.chan_bench_serve(raw_bind, chan_bind, reply_to, transport, frag)
+    click.echo(json.dumps({"raw_echoed": raw, "channel_echoed": chan}))
+    return 0
+
+
+@channel.command("bench-client")
+@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True)
+@click.option("--raw-dest", required=True, help="The raw echo server's HOST:PORT.")
+@click.option("--chan-dest", required=True, help="The channel echo hub's HOST:PORT.")
+@click.option("--bind", required=True, help="HOST:PORT of this end's hub.")
+@click.option("--sizes", required=True, help="Item sizes in bytes, comma-separated.")
+@click.option("--rounds", required=True, help="Timed round trips per block (one number, or one per size).")
+@click.option("--blocks", type=click.IntRange(min=1), default=10, show_default=True, help="Blocks per size, raw and channel alternating.")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed round trips at the start of each block.")
+@click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True)
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin to these CPUs.")
+def channel_bench_client(transport: str, raw_dest: str, chan_dest: str, bind: str, sizes: str, rounds: str, blocks: int, warmup: int, frag: int, cpus: list[int] | None) -> int:
+    """Time ping-pong round trips per size, raw and channel blocks alternating; print one JSON list (a row per block)."""
+    import numpy as np
+
+    from loopscope import _native
+    from loopscope.errors import InputError
+
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+    try:
+        sz = [int(x) for x in sizes.split(",")]
+        rn = [int(x) for x in rounds.split(",")]
+    except ValueError:
+        raise InputError(f"--sizes {sizes!r} / --rounds {rounds!r}: expected comma-separated integers") from None
+    out = []
+    for r in _native.chan_bench_client(raw_dest, chan_dest, bind, transport, sz, rn, blocks, warmup, frag):
+        rtt = np.asarray(r["rtt_ns"])
+        out.append({"mode": r["mode"], "block": r["block"], "size": r["size"], "n": int(len(rtt)), "elapsed_ns": int(r["elapsed_ns"]), "timeouts": int(r["timeouts"]), "rtt_ns": rtt.tolist()})
+    click.echo(json.dumps(out))
+    return 0
+
+
+@cli.group()
 def bench() -> None:
     """Benchmarks: loopscope against its floor and its peers, back to back."""
 
@@ -896,6 +952,19 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
     from loopscope.bench import kcapture
 
     return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, kcapture.print_human)
+
+
+@bench.command("channels")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs, three sizes: for smoke tests, not for figures.")
+@click.option("--blocks", type=click.IntRange(min=1), default=None, help="Block pairs per size, raw and channel alternating [20, quick: 4].")
+@click.option("--transport", "transports", type=click.Choice(["tcp", "udp"]), multiple=True, help="Transports to measure [tcp and udp].")
+@click.option("--placement", type=click.Choice(["split", "same"]), default="split", show_default=True, help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.")
+def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: tuple[str, ...], placement: str) -> int:
+    """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB."""
+    from loopscope.bench import channels
+
+    return _report(channels.run(quick=quick, blocks=blocks, transports=list(transports) or None, placement=placement, progress=None if as_json else click.echo), as_json, channels.print_human)
 
 
 @bench.command("lab")

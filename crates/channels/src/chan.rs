@@ -17,7 +17,7 @@
 
 use crate::inst;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -50,8 +50,14 @@ impl std::fmt::Display for ChanError {
         match self {
             ChanError::Timeout => write!(f, "timed out"),
             ChanError::Duplicate(ts) => write!(f, "timestamp {ts} was already put on this channel"),
-            ChanError::TooLarge { size, max } => write!(f, "an item of {size} bytes is larger than the channel's maximum of {max} bytes"),
-            ChanError::Gone(ts) => write!(f, "item {ts} is not in the channel any more (reclaimed, evicted or skipped)"),
+            ChanError::TooLarge { size, max } => write!(
+                f,
+                "an item of {size} bytes is larger than the channel's maximum of {max} bytes"
+            ),
+            ChanError::Gone(ts) => write!(
+                f,
+                "item {ts} is not in the channel any more (reclaimed, evicted or skipped)"
+            ),
             ChanError::NoConsumer(id) => write!(f, "no consumer {id} is attached to this channel"),
             ChanError::Closed => write!(f, "the channel is closed"),
             ChanError::Net(e) => write!(f, "{e}"),
@@ -62,6 +68,12 @@ impl std::fmt::Display for ChanError {
 pub struct Item {
     pub ts: u64,
     pub data: Vec<u8>,
+}
+
+impl Drop for Item {
+    fn drop(&mut self) {
+        crate::pool::give(std::mem::take(&mut self.data));
+    }
 }
 
 struct Slot {
@@ -125,6 +137,8 @@ pub struct Channel {
     /// remote consumers' senders, called after every put (the hub installs it)
     pub(crate) on_put: Mutex<Option<OnPut>>,
     pub(crate) has_remote: AtomicBool,
+    /// threads asleep on `changed` (notifying nobody costs a futex call)
+    sleepers: AtomicUsize,
     /// called with the timestamp of every item that leaves the channel
     /// (reclaimed or evicted): a remote consumer's mirror tells the owner
     pub(crate) on_reclaim: Mutex<Option<OnReclaim>>,
@@ -137,11 +151,18 @@ impl Channel {
             capacity: capacity.max(1),
             max_item,
             full,
-            state: Mutex::new(State { items: BTreeMap::new(), consumers: HashMap::new(), next_consumer: 1, stats: Stats::default(), closed: false }),
+            state: Mutex::new(State {
+                items: BTreeMap::new(),
+                consumers: HashMap::new(),
+                next_consumer: 1,
+                stats: Stats::default(),
+                closed: false,
+            }),
             changed: Condvar::new(),
             waiter: Mutex::new(None),
             on_put: Mutex::new(None),
             has_remote: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
             on_reclaim: Mutex::new(None),
         })
     }
@@ -154,13 +175,20 @@ impl Channel {
     }
 
     fn waiter(&self) -> Option<Arc<dyn Waiter>> {
-        self.waiter.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.waiter
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Wait for a change until `deadline`: pump the network when a hub
     /// feeds this channel (the waiting thread does the receiving itself, so
     /// no hand-off between threads), else sleep on the condition variable.
-    fn wait<'a>(&'a self, g: MutexGuard<'a, State>, deadline: Instant) -> Result<MutexGuard<'a, State>, ChanError> {
+    fn wait<'a>(
+        &'a self,
+        g: MutexGuard<'a, State>,
+        deadline: Instant,
+    ) -> Result<MutexGuard<'a, State>, ChanError> {
         let now = Instant::now();
         if now >= deadline {
             return Err(ChanError::Timeout);
@@ -174,19 +202,28 @@ impl Channel {
                     // another thread pumps: it notifies; look again soon in
                     // case it leaves without anything for us
                     let g = self.lock();
-                    self.changed.wait_timeout(g, left.min(Duration::from_millis(2))).unwrap_or_else(|e| e.into_inner()).0
+                    self.sleep(g, left.min(Duration::from_millis(2)))
                 } else {
                     self.lock()
                 }
             }
-            None => self.changed.wait_timeout(g, left).unwrap_or_else(|e| e.into_inner()).0,
+            None => self.sleep(g, left),
         };
         inst::block(t0);
         Ok(g)
     }
 
+    fn sleep<'a>(&'a self, g: MutexGuard<'a, State>, d: Duration) -> MutexGuard<'a, State> {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let g = self.changed.wait_timeout(g, d).unwrap_or_else(|e| e.into_inner()).0;
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        g
+    }
+
     pub(crate) fn notify(&self) {
-        self.changed.notify_all();
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_all();
+        }
         if let Some(w) = self.waiter() {
             w.wake();
         }
@@ -198,7 +235,11 @@ impl Channel {
         let mut g = self.lock();
         let id = g.next_consumer;
         g.next_consumer += 1;
-        let cursor = if oldest { None } else { g.items.keys().next_back().copied() };
+        let cursor = if oldest {
+            None
+        } else {
+            g.items.keys().next_back().copied()
+        };
         if oldest {
             for s in g.items.values_mut() {
                 s.pending.push(id);
@@ -232,7 +273,10 @@ impl Channel {
     pub fn put(&self, ts: u64, data: Vec<u8>, timeout: Duration) -> Result<(), ChanError> {
         let t0 = loopscope_trace::now();
         if data.len() > self.max_item {
-            return Err(ChanError::TooLarge { size: data.len(), max: self.max_item });
+            return Err(ChanError::TooLarge {
+                size: data.len(),
+                max: self.max_item,
+            });
         }
         let deadline = Instant::now() + timeout;
         let mut g = self.lock();
@@ -267,17 +311,33 @@ impl Channel {
         g.stats.bytes_put += n;
         g.stats.put += 1;
         let item = Arc::new(Item { ts, data });
-        let pending: Vec<u32> = g.consumers.iter().filter(|(_, c)| c.cursor.is_none_or(|cur| ts > cur)).map(|(id, _)| *id).collect();
+        let pending: Vec<u32> = g
+            .consumers
+            .iter()
+            .filter(|(_, c)| c.cursor.is_none_or(|cur| ts > cur))
+            .map(|(id, _)| *id)
+            .collect();
         let remote = self.has_remote.load(Ordering::Relaxed);
         if pending.is_empty() && !remote {
             g.stats.dropped_no_consumer += 1;
         } else if !pending.is_empty() {
-            g.items.insert(ts, Slot { item: item.clone(), pending, got: Vec::new() });
+            g.items.insert(
+                ts,
+                Slot {
+                    item: item.clone(),
+                    pending,
+                    got: Vec::new(),
+                },
+            );
         }
         drop(g);
         self.notify();
         if remote {
-            let f = self.on_put.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let f = self
+                .on_put
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
             if let Some(f) = f {
                 f(&item);
             }
@@ -286,7 +346,13 @@ impl Channel {
         Ok(())
     }
 
-    pub fn get(&self, id: u32, which: Which, consume: bool, timeout: Duration) -> Result<Arc<Item>, ChanError> {
+    pub fn get(
+        &self,
+        id: u32,
+        which: Which,
+        consume: bool,
+        timeout: Duration,
+    ) -> Result<Arc<Item>, ChanError> {
         let t0 = loopscope_trace::now();
         let deadline = Instant::now() + timeout;
         let mut g = self.lock();
@@ -296,12 +362,23 @@ impl Channel {
                 None => return Err(ChanError::NoConsumer(id)),
             };
             let found = match which {
-                Which::Next => g.items.iter().find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id)).map(|(ts, _)| *ts),
-                Which::Latest => g.items.iter().rev().find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id)).map(|(ts, _)| *ts),
+                Which::Next => g
+                    .items
+                    .iter()
+                    .find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id))
+                    .map(|(ts, _)| *ts),
+                Which::Latest => g
+                    .items
+                    .iter()
+                    .rev()
+                    .find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id))
+                    .map(|(ts, _)| *ts),
                 Which::At(t) => {
                     if g.items.get(&t).is_some_and(|s| s.pending.contains(&id)) {
                         Some(t)
-                    } else if cur.is_some_and(|c| t <= c) || g.items.keys().next_back().is_some_and(|last| *last > t) {
+                    } else if cur.is_some_and(|c| t <= c)
+                        || g.items.keys().next_back().is_some_and(|last| *last > t)
+                    {
                         return Err(ChanError::Gone(t));
                     } else {
                         None
@@ -311,7 +388,12 @@ impl Channel {
             if let Some(ts) = found {
                 if let Which::Latest = which {
                     // the older ones it skips are consumed
-                    let older: Vec<u64> = g.items.range(..ts).filter(|(_, s)| s.pending.contains(&id) && !s.got.contains(&id)).map(|(t, _)| *t).collect();
+                    let older: Vec<u64> = g
+                        .items
+                        .range(..ts)
+                        .filter(|(_, s)| s.pending.contains(&id) && !s.got.contains(&id))
+                        .map(|(t, _)| *t)
+                        .collect();
                     g.stats.skipped += older.len() as u64;
                     for t in older {
                         self.consume_locked(&mut g, id, t);
@@ -345,8 +427,12 @@ impl Channel {
     }
 
     fn consume_locked(&self, g: &mut State, id: u32, ts: u64) -> bool {
-        let Some(s) = g.items.get_mut(&ts) else { return false };
-        let Some(i) = s.pending.iter().position(|x| *x == id) else { return false };
+        let Some(s) = g.items.get_mut(&ts) else {
+            return false;
+        };
+        let Some(i) = s.pending.iter().position(|x| *x == id) else {
+            return false;
+        };
         s.pending.swap_remove(i);
         g.stats.consumed += 1;
         if s.pending.is_empty() {
@@ -358,7 +444,11 @@ impl Channel {
     }
 
     fn reclaimed(&self, ts: u64) {
-        let f = self.on_reclaim.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let f = self
+            .on_reclaim
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
         if let Some(f) = f {
             f(ts);
         }

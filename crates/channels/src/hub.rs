@@ -79,8 +79,9 @@ enum Sink {
 struct Conn {
     stream: TcpStream,
     sink: Sink,
-    buf: Vec<u8>,
+    buf: Box<[u8]>,
     start: usize,
+    end: usize,
     body: Option<(Header, Vec<u8>, usize)>,
     /// (channel id, consumer id) of the consumers this connection attached
     subs: Vec<(u32, u32)>,
@@ -100,14 +101,21 @@ struct Pump {
     udp: Option<(UdpSocket, Sink)>,
     conns: HashMap<u64, Conn>,
     next_token: u64,
-    reasm: HashMap<(Vec<u8>, u32), Partial>,
-    last_seq: HashMap<Vec<u8>, u32>,
+    reasm: HashMap<(Src, u32), Partial>,
+    last_seq: HashMap<Src, u32>,
     dgram: Vec<u8>,
 }
 
 enum SubDest {
-    Tcp { fd: Mutex<TcpStream> },
-    Udp { fd: RawFd, to: libc::sockaddr_storage, len: u32, peer: SocketAddr },
+    Tcp {
+        fd: Mutex<TcpStream>,
+    },
+    Udp {
+        fd: RawFd,
+        to: libc::sockaddr_storage,
+        len: u32,
+        peer: SocketAddr,
+    },
 }
 
 struct Sub {
@@ -146,31 +154,77 @@ pub struct Hub {
 }
 
 fn tid() -> i32 {
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+    thread_local! {
+        static TID: i32 = unsafe { libc::syscall(libc::SYS_gettid) as i32 };
+    }
+    TID.with(|t| *t)
+}
+
+/// A TCP connection's socket stays blocking, with timeouts: epoll says
+/// when a frame has begun to arrive, and reading the rest of it then waits
+/// in `read` as a raw receiver would (one system call per chunk, not a
+/// read that finds nothing, an epoll_wait and a read again).
+fn conn_mode(s: &TcpStream) -> std::io::Result<()> {
+    s.set_nonblocking(false)?;
+    s.set_read_timeout(Some(Duration::from_millis(500)))?;
+    s.set_write_timeout(Some(Duration::from_secs(5)))
 }
 
 fn ep_add(epfd: RawFd, fd: RawFd, tok: u64) -> Result<(), String> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: tok };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: tok,
+    };
     if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
         return Err(format!("epoll_ctl: {}", std::io::Error::last_os_error()));
     }
     Ok(())
 }
 
-fn key_of(a: &libc::sockaddr_storage, len: u32) -> Vec<u8> {
-    unsafe { std::slice::from_raw_parts(a as *const _ as *const u8, len as usize) }.to_vec()
+/// A datagram's sender, as a map key.
+type Src = (u128, u16);
+
+fn src_of(a: &libc::sockaddr_storage) -> Src {
+    if a.ss_family as i32 == libc::AF_INET6 {
+        let s6 = unsafe { &*(a as *const _ as *const libc::sockaddr_in6) };
+        (
+            u128::from_be_bytes(s6.sin6_addr.s6_addr),
+            u16::from_be(s6.sin6_port),
+        )
+    } else {
+        let s4 = unsafe { &*(a as *const _ as *const libc::sockaddr_in) };
+        (
+            u32::from_be(s4.sin_addr.s_addr) as u128,
+            u16::from_be(s4.sin_port),
+        )
+    }
 }
 
 fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, u32) {
     let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let len = match a {
         SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in { sin_family: libc::AF_INET as u16, sin_port: v4.port().to_be(), sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(v4.ip().octets()) }, sin_zero: [0; 8] };
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as u16,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
             unsafe { std::ptr::write(&mut s as *mut _ as *mut libc::sockaddr_in, sin) };
             std::mem::size_of::<libc::sockaddr_in>()
         }
         SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 { sin6_family: libc::AF_INET6 as u16, sin6_port: v6.port().to_be(), sin6_flowinfo: 0, sin6_addr: libc::in6_addr { s6_addr: v6.ip().octets() }, sin6_scope_id: v6.scope_id() };
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as u16,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
             unsafe { std::ptr::write(&mut s as *mut _ as *mut libc::sockaddr_in6, sin6) };
             std::mem::size_of::<libc::sockaddr_in6>()
         }
@@ -180,7 +234,15 @@ fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, u32) {
 
 fn set_bufs(fd: RawFd, bytes: i32) {
     for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, opt, &bytes as *const i32 as *const libc::c_void, 4) };
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                &bytes as *const i32 as *const libc::c_void,
+                4,
+            )
+        };
     }
 }
 
@@ -201,7 +263,15 @@ impl Hub {
                 chans: Mutex::new(Vec::new()),
                 names: Mutex::new(HashMap::new()),
                 subs: Mutex::new(HashMap::new()),
-                pump: Mutex::new(Pump { listener: None, udp: None, conns: HashMap::new(), next_token: TOK_FIRST, reasm: HashMap::new(), last_seq: HashMap::new(), dgram: vec![0u8; 65536] }),
+                pump: Mutex::new(Pump {
+                    listener: None,
+                    udp: None,
+                    conns: HashMap::new(),
+                    next_token: TOK_FIRST,
+                    reasm: HashMap::new(),
+                    last_seq: HashMap::new(),
+                    dgram: vec![0u8; 65536],
+                }),
                 holder: AtomicI32::new(0),
                 efd,
                 epfd,
@@ -215,7 +285,8 @@ impl Hub {
 
     /// Listen on TCP and UDP at `bind` (port 0: any free port, the same for both).
     pub fn listen(&self, bind: SocketAddr) -> Result<SocketAddr, String> {
-        let l = TcpListener::bind(bind).map_err(|e| format!("cannot listen on {bind} (tcp): {e}"))?;
+        let l =
+            TcpListener::bind(bind).map_err(|e| format!("cannot listen on {bind} (tcp): {e}"))?;
         let addr = l.local_addr().map_err(|e| e.to_string())?;
         let u = UdpSocket::bind(addr).map_err(|e| format!("cannot listen on {addr} (udp): {e}"))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
@@ -231,10 +302,18 @@ impl Hub {
     }
 
     /// Host a channel named `name` on this hub.
-    pub fn create(&self, name: &str, capacity: usize, full: Full, max_item: usize) -> Result<Arc<Channel>, String> {
+    pub fn create(
+        &self,
+        name: &str,
+        capacity: usize,
+        full: Full,
+        max_item: usize,
+    ) -> Result<Arc<Channel>, String> {
         let mut names = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
         if names.contains_key(name) {
-            return Err(format!("a channel named {name:?} already exists on this hub"));
+            return Err(format!(
+                "a channel named {name:?} already exists on this hub"
+            ));
         }
         let c = Channel::new(name, capacity, full, max_item);
         let mut chans = self.inner.chans.lock().unwrap_or_else(|e| e.into_inner());
@@ -252,12 +331,26 @@ impl Hub {
     }
 
     pub fn channel(&self, name: &str) -> Option<Arc<Channel>> {
-        let id = *self.inner.names.lock().unwrap_or_else(|e| e.into_inner()).get(name)?;
-        self.inner.chans.lock().unwrap_or_else(|e| e.into_inner()).get(id as usize - 1).cloned()
+        let id = *self
+            .inner
+            .names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)?;
+        self.inner
+            .chans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id as usize - 1)
+            .cloned()
     }
 
     pub fn net_stats(&self) -> NetStats {
-        self.inner.net.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.inner
+            .net
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Pump until `stop` is set (for a hub nobody waits on: a relay).
@@ -276,22 +369,45 @@ impl Hub {
 
     pub fn close(&self) {
         self.inner.stop.store(true, Ordering::Relaxed);
-        for c in self.inner.chans.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for c in self
+            .inner
+            .chans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
             c.close();
         }
     }
 
     /// A mirror for a remote consumer: items arriving on `fd` go to `mirror`.
-    fn adopt(&self, stream: Option<TcpStream>, udp: Option<UdpSocket>, mirror: Arc<Channel>) -> Result<(), String> {
+    fn adopt(
+        &self,
+        stream: Option<TcpStream>,
+        udp: Option<UdpSocket>,
+        mirror: Arc<Channel>,
+    ) -> Result<(), String> {
         *mirror.waiter.lock().unwrap() = Some(Arc::new(HubWaiter(Arc::downgrade(&self.inner))));
         let mut p = self.inner.pump.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = stream {
-            s.set_nonblocking(true).map_err(|e| e.to_string())?;
+            conn_mode(&s).map_err(|e| e.to_string())?;
             let tok = p.next_token;
             p.next_token += 1;
             ep_add(self.inner.epfd, s.as_raw_fd(), tok)?;
             let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-            p.conns.insert(tok, Conn { stream: s, sink: Sink::Mirror(mirror), buf: Vec::with_capacity(65536), start: 0, body: None, subs: Vec::new(), peer });
+            p.conns.insert(
+                tok,
+                Conn {
+                    stream: s,
+                    sink: Sink::Mirror(mirror),
+                    buf: vec![0u8; 65536].into_boxed_slice(),
+                    start: 0,
+                    end: 0,
+                    body: None,
+                    subs: Vec::new(),
+                    peer,
+                },
+            );
         } else if let Some(u) = udp {
             u.set_nonblocking(true).map_err(|e| e.to_string())?;
             ep_add(self.inner.epfd, u.as_raw_fd(), TOK_UDP)?;
@@ -324,7 +440,11 @@ impl HubInner {
         if id == 0 {
             return None;
         }
-        self.chans.lock().unwrap_or_else(|e| e.into_inner()).get(id as usize - 1).cloned()
+        self.chans
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id as usize - 1)
+            .cloned()
     }
 
     fn count(&self, f: impl FnOnce(&mut NetStats)) {
@@ -368,26 +488,42 @@ impl HubInner {
         let Some(l) = p.listener.as_ref() else { return };
         while let Ok((s, peer)) = l.accept() {
             let _ = s.set_nodelay(true);
-            let _ = s.set_nonblocking(true);
+            let _ = conn_mode(&s);
             let tok = p.next_token;
             p.next_token += 1;
             if ep_add(self.epfd, s.as_raw_fd(), tok).is_ok() {
-                p.conns.insert(tok, Conn { stream: s, sink: Sink::Owner, buf: Vec::with_capacity(65536), start: 0, body: None, subs: Vec::new(), peer: peer.to_string() });
+                p.conns.insert(
+                    tok,
+                    Conn {
+                        stream: s,
+                        sink: Sink::Owner,
+                        buf: vec![0u8; 65536].into_boxed_slice(),
+                        start: 0,
+                        end: 0,
+                        body: None,
+                        subs: Vec::new(),
+                        peer: peer.to_string(),
+                    },
+                );
                 self.count(|n| n.conns_accepted += 1);
             }
         }
     }
 
     /// Read what a connection has; frames complete go where they belong.
+    /// Reads stop once a frame is complete and nothing is half-read (the
+    /// epoll is level-triggered: what is left comes back at once), so an
+    /// item costs one read, not one more that finds nothing.
     fn read_conn(&self, p: &mut Pump, tok: u64) -> bool {
-        let Some(c) = p.conns.get_mut(&tok) else { return false };
+        let Some(c) = p.conns.get_mut(&tok) else {
+            return false;
+        };
         let mut any = false;
         let mut closed = false;
         let mut frames: Vec<(Header, Vec<u8>)> = Vec::new();
         loop {
             if let Some((_, body, filled)) = c.body.as_mut() {
-                let have = c.buf.len() - c.start;
-                let take = have.min(body.len() - *filled);
+                let take = (c.end - c.start).min(body.len() - *filled);
                 body[*filled..*filled + take].copy_from_slice(&c.buf[c.start..c.start + take]);
                 c.start += take;
                 *filled += take;
@@ -402,7 +538,7 @@ impl HubInner {
                             *filled += k;
                             inst::recv(t0);
                         }
-                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Err(_) => {
                             closed = true;
@@ -416,7 +552,7 @@ impl HubInner {
                 }
                 continue;
             }
-            if c.buf.len() - c.start >= HDR {
+            if c.end - c.start >= HDR {
                 let Some(h) = Header::read(&c.buf[c.start..c.start + HDR]) else {
                     self.count(|n| n.malformed += 1);
                     closed = true;
@@ -424,34 +560,32 @@ impl HubInner {
                 };
                 c.start += HDR;
                 let t0 = loopscope_trace::now();
-                let body = vec![0u8; h.len as usize];
+                let body = crate::pool::take(h.len as usize);
                 inst::alloc(t0);
                 c.body = Some((h, body, 0));
                 continue;
             }
-            // need more header bytes
+            if !frames.is_empty() && c.end == c.start {
+                break;
+            }
+            // need more header bytes: keep the partial one at the front
             if c.start > 0 {
-                c.buf.drain(..c.start);
+                c.buf.copy_within(c.start..c.end, 0);
+                c.end -= c.start;
                 c.start = 0;
             }
-            let old = c.buf.len();
-            c.buf.resize(65536.max(old + HDR), 0);
-            match c.stream.read(&mut c.buf[old..]) {
+            let end = c.end;
+            match c.stream.read(&mut c.buf[end..]) {
                 Ok(0) => {
-                    c.buf.truncate(old);
                     closed = true;
                     break;
                 }
-                Ok(k) => c.buf.truncate(old + k),
-                Err(e) => {
-                    c.buf.truncate(old);
-                    if e.kind() == std::io::ErrorKind::WouldBlock {
-                        break;
-                    }
-                    if e.kind() != std::io::ErrorKind::Interrupted {
-                        closed = true;
-                        break;
-                    }
+                Ok(k) => c.end += k,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    closed = true;
+                    break;
                 }
             }
         }
@@ -462,7 +596,14 @@ impl HubInner {
         }
         if closed {
             if let Some(c) = p.conns.remove(&tok) {
-                unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, c.stream.as_raw_fd(), std::ptr::null_mut()) };
+                unsafe {
+                    libc::epoll_ctl(
+                        self.epfd,
+                        libc::EPOLL_CTL_DEL,
+                        c.stream.as_raw_fd(),
+                        std::ptr::null_mut(),
+                    )
+                };
                 let lost = !c.subs.is_empty() || matches!(c.sink, Sink::Mirror(_));
                 for (chan, consumer) in &c.subs {
                     self.drop_sub(*chan, Some(*consumer));
@@ -479,65 +620,122 @@ impl HubInner {
         any
     }
 
+    /// Read the UDP socket's datagrams, up to 16 per recvmmsg, and put items
+    /// back together.
     fn read_udp(&self, p: &mut Pump) -> bool {
+        const BATCH: usize = 16;
+        const DG: usize = 65536;
         let mut any = false;
+        let mut datagrams = 0u64;
+        let mut malformed = 0u64;
+        if p.dgram.len() < BATCH * DG {
+            p.dgram.resize(BATCH * DG, 0);
+        }
         loop {
-            let Some((u, sink)) = p.udp.as_ref() else { return any };
+            let Some((u, sink)) = p.udp.as_ref() else {
+                break;
+            };
             let sink = sink.clone();
             let fd = u.as_raw_fd();
-            let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-            let mut flen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            let mut from: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+            let mut iov: Vec<libc::iovec> = (0..BATCH)
+                .map(|i| libc::iovec {
+                    iov_base: p.dgram[i * DG..].as_mut_ptr() as *mut libc::c_void,
+                    iov_len: DG,
+                })
+                .collect();
+            let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
+                .map(|i| {
+                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                    m.msg_hdr.msg_iov = &mut iov[i];
+                    m.msg_hdr.msg_iovlen = 1;
+                    m.msg_hdr.msg_name = &mut from[i] as *mut _ as *mut libc::c_void;
+                    m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+                    m
+                })
+                .collect();
             let t0 = loopscope_trace::now();
-            let n = unsafe { libc::recvfrom(fd, p.dgram.as_mut_ptr() as *mut libc::c_void, p.dgram.len(), 0, &mut from as *mut _ as *mut libc::sockaddr, &mut flen) };
-            if n < 0 {
-                return any;
-            }
-            self.count(|s| s.datagrams_in += 1);
-            let n = n as usize;
-            let Some(h) = Header::read(&p.dgram[..n]) else {
-                self.count(|s| s.malformed += 1);
-                continue;
+            let n = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    msgs.as_mut_ptr(),
+                    BATCH as u32,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
             };
-            let payload = &p.dgram[HDR..n];
-            if h.frag_count <= 1 {
-                let body = payload.to_vec();
-                inst::recv(t0);
-                self.note_seq(p, key_of(&from, flen), h);
-                any |= self.frame(p, None, fd, &sink, h, body, Some((from, flen)));
-                continue;
+            if n <= 0 {
+                break;
             }
-            // reassembly
-            let key = (key_of(&from, flen), h.seq);
-            let frag = self.frag;
-            let part = p.reasm.entry(key.clone()).or_insert_with(|| Partial { h, data: vec![0u8; h.len as usize], got: 0, seen: vec![false; h.frag_count as usize], first: Instant::now() });
-            let i = h.frag_idx as usize;
-            let off = i * frag;
-            if i < part.seen.len() && !part.seen[i] && off + payload.len() <= part.data.len() {
-                part.seen[i] = true;
-                part.got += 1;
-                part.data[off..off + payload.len()].copy_from_slice(payload);
+            datagrams += n as u64;
+            for i in 0..n as usize {
+                let len = msgs[i].msg_len as usize;
+                let flen = msgs[i].msg_hdr.msg_namelen;
+                let dg = &p.dgram[i * DG..i * DG + len];
+                let Some(h) = Header::read(dg) else {
+                    malformed += 1;
+                    continue;
+                };
+                let src = src_of(&from[i]);
+                if h.frag_count <= 1 {
+                    let body = dg[HDR..].to_vec();
+                    inst::recv(t0);
+                    self.note_seq(p, src, h);
+                    any |= self.frame(p, None, fd, &sink, h, body, Some((from[i], flen)));
+                    continue;
+                }
+                let key = (src, h.seq);
+                let frag = self.frag;
+                let part = p.reasm.entry(key).or_insert_with(|| Partial {
+                    h,
+                    data: crate::pool::take(h.len as usize),
+                    got: 0,
+                    seen: vec![false; h.frag_count as usize],
+                    first: Instant::now(),
+                });
+                let k = h.frag_idx as usize;
+                let off = k * frag;
+                let payload = &p.dgram[i * DG + HDR..i * DG + len];
+                if k < part.seen.len() && !part.seen[k] && off + payload.len() <= part.data.len() {
+                    part.seen[k] = true;
+                    part.got += 1;
+                    part.data[off..off + payload.len()].copy_from_slice(payload);
+                }
+                if part.got as usize == part.seen.len() {
+                    inst::recv(t0);
+                    let part = p.reasm.remove(&key).unwrap();
+                    self.note_seq(p, src, part.h);
+                    any |= self.frame(p, None, fd, &sink, part.h, part.data, Some((from[i], flen)));
+                }
             }
-            inst::recv(t0);
-            if part.got as usize == part.seen.len() {
-                let part = p.reasm.remove(&key).unwrap();
-                self.note_seq(p, key.0.clone(), part.h);
-                any |= self.frame(p, None, fd, &sink, part.h, part.data, Some((from, flen)));
+            if (n as usize) < BATCH {
+                break;
             }
         }
+        self.count(|s| {
+            s.datagrams_in += datagrams;
+            s.malformed += malformed;
+        });
+        any
     }
 
     /// Count items a sender numbered but that never arrived (and partial
     /// ones older than a newer complete item).
-    fn note_seq(&self, p: &mut Pump, src: Vec<u8>, h: Header) {
+    fn note_seq(&self, p: &mut Pump, src: Src, h: Header) {
         if !matches!(Kind::of(h.kind), Some(Kind::Put) | Some(Kind::Item)) {
             return;
         }
-        let last = p.last_seq.insert(src.clone(), h.seq);
+        let last = p.last_seq.insert(src, h.seq);
         if let Some(l) = last {
             if h.seq > l + 1 {
                 let gap = (h.seq - l - 1) as u64;
                 // those partly received are counted as incomplete, the rest as missing
-                let partial: Vec<(Vec<u8>, u32)> = p.reasm.keys().filter(|(k, s)| *k == src && *s < h.seq).cloned().collect();
+                let partial: Vec<(Src, u32)> = p
+                    .reasm
+                    .keys()
+                    .filter(|(k, s)| *k == src && *s < h.seq)
+                    .cloned()
+                    .collect();
                 let np = partial.len() as u64;
                 for k in partial {
                     p.reasm.remove(&k);
@@ -551,7 +749,12 @@ impl HubInner {
     }
 
     fn expire(&self, p: &mut Pump) {
-        let old: Vec<(Vec<u8>, u32)> = p.reasm.iter().filter(|(_, v)| v.first.elapsed() > Duration::from_secs(1)).map(|(k, _)| k.clone()).collect();
+        let old: Vec<(Src, u32)> = p
+            .reasm
+            .iter()
+            .filter(|(_, v)| v.first.elapsed() > Duration::from_secs(1))
+            .map(|(k, _)| *k)
+            .collect();
         if !old.is_empty() {
             let n = old.len() as u64;
             for k in old {
@@ -561,7 +764,13 @@ impl HubInner {
         }
     }
 
-    fn reply(&self, fd: RawFd, to: Option<(libc::sockaddr_storage, u32)>, h: Header, payload: &[u8]) {
+    fn reply(
+        &self,
+        fd: RawFd,
+        to: Option<(libc::sockaddr_storage, u32)>,
+        h: Header,
+        payload: &[u8],
+    ) {
         let hb = h.bytes();
         let r = match to {
             None => wire::send_all(fd, &[&hb, payload], Instant::now() + Duration::from_secs(1)),
@@ -573,7 +782,16 @@ impl HubInner {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn frame(&self, p: &mut Pump, tok: Option<u64>, fd: RawFd, sink: &Sink, h: Header, body: Vec<u8>, from: Option<(libc::sockaddr_storage, u32)>) -> bool {
+    fn frame(
+        &self,
+        p: &mut Pump,
+        tok: Option<u64>,
+        fd: RawFd,
+        sink: &Sink,
+        h: Header,
+        body: Vec<u8>,
+        from: Option<(libc::sockaddr_storage, u32)>,
+    ) -> bool {
         let Some(kind) = Kind::of(h.kind) else {
             self.count(|n| n.malformed += 1);
             return false;
@@ -606,10 +824,20 @@ impl HubInner {
             }
             (Kind::Open, Sink::Owner) | (Kind::Attach, Sink::Owner) => {
                 let name = String::from_utf8_lossy(&body).to_string();
-                let id = self.names.lock().unwrap_or_else(|e| e.into_inner()).get(&name).copied();
+                let id = self
+                    .names
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&name)
+                    .copied();
                 let Some(id) = id else {
                     let msg = format!("no channel named {name:?} on this hub");
-                    self.reply(fd, from, Header::new(Kind::Error, 0, h.ts, msg.len()), msg.as_bytes());
+                    self.reply(
+                        fd,
+                        from,
+                        Header::new(Kind::Error, 0, h.ts, msg.len()),
+                        msg.as_bytes(),
+                    );
                     return false;
                 };
                 if kind == Kind::Open {
@@ -620,16 +848,28 @@ impl HubInner {
                 let (consumer, dest) = match from {
                     None => {
                         let cid = c.attach(false);
-                        let Some(conn) = tok.and_then(|t| p.conns.get_mut(&t)) else { return false };
+                        let Some(conn) = tok.and_then(|t| p.conns.get_mut(&t)) else {
+                            return false;
+                        };
                         conn.subs.push((id, cid));
                         let dup = conn.stream.try_clone();
                         let Ok(dup) = dup else { return false };
-                        (Some(cid), SubDest::Tcp { fd: Mutex::new(dup) })
+                        (
+                            Some(cid),
+                            SubDest::Tcp {
+                                fd: Mutex::new(dup),
+                            },
+                        )
                     }
                     Some((a, l)) => {
                         let peer = peer_of(&a).unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
                         let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
-                        if subs.get(&id).is_some_and(|v| v.iter().any(|s| matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer) && !s.dead.load(Ordering::Relaxed))) {
+                        if subs.get(&id).is_some_and(|v| {
+                            v.iter().any(|s| {
+                                matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer)
+                                    && !s.dead.load(Ordering::Relaxed)
+                            })
+                        }) {
                             drop(subs);
                             // a retried attach: answer again
                             let mut r = Header::new(Kind::Attached, id, h.ts, 0);
@@ -637,11 +877,29 @@ impl HubInner {
                             self.reply(fd, from, r, &[]);
                             return false;
                         }
-                        (None, SubDest::Udp { fd, to: a, len: l, peer })
+                        (
+                            None,
+                            SubDest::Udp {
+                                fd,
+                                to: a,
+                                len: l,
+                                peer,
+                            },
+                        )
                     }
                 };
-                let sub = Arc::new(Sub { consumer, dest, dead: AtomicBool::new(false), seq: AtomicU32::new(0) });
-                self.subs.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default().push(sub);
+                let sub = Arc::new(Sub {
+                    consumer,
+                    dest,
+                    dead: AtomicBool::new(false),
+                    seq: AtomicU32::new(0),
+                });
+                self.subs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .entry(id)
+                    .or_default()
+                    .push(sub);
                 c.has_remote.store(true, Ordering::Relaxed);
                 let mut r = Header::new(Kind::Attached, id, h.ts, 0);
                 r.frag_idx = consumer.unwrap_or(0);
@@ -649,7 +907,12 @@ impl HubInner {
                 false
             }
             (Kind::Consumed, Sink::Owner) => {
-                let cid = tok.and_then(|t| p.conns.get(&t)).and_then(|c| c.subs.iter().find(|(ch, _)| *ch == h.chan).map(|(_, cid)| *cid));
+                let cid = tok.and_then(|t| p.conns.get(&t)).and_then(|c| {
+                    c.subs
+                        .iter()
+                        .find(|(ch, _)| *ch == h.chan)
+                        .map(|(_, cid)| *cid)
+                });
                 if let (Some(c), Some(cid)) = (self.chan(h.chan), cid) {
                     c.consume(cid, h.ts);
                 }
@@ -680,7 +943,13 @@ impl HubInner {
 
     /// Push an item just put to every remote consumer of its channel.
     fn send_to_subs(&self, chan: u32, item: &Arc<crate::chan::Item>) {
-        let subs: Vec<Arc<Sub>> = self.subs.lock().unwrap_or_else(|e| e.into_inner()).get(&chan).cloned().unwrap_or_default();
+        let subs: Vec<Arc<Sub>> = self
+            .subs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&chan)
+            .cloned()
+            .unwrap_or_default();
         for s in subs {
             if s.dead.load(Ordering::Relaxed) {
                 continue;
@@ -692,9 +961,15 @@ impl HubInner {
             let r = match &s.dest {
                 SubDest::Tcp { fd } => {
                     let g = fd.lock().unwrap_or_else(|e| e.into_inner());
-                    wire::send_all(g.as_raw_fd(), &[&h.bytes(), &item.data], Instant::now() + Duration::from_secs(5))
+                    wire::send_all(
+                        g.as_raw_fd(),
+                        &[&h.bytes(), &item.data],
+                        Instant::now() + Duration::from_secs(5),
+                    )
                 }
-                SubDest::Udp { fd, to, len, .. } => wire::send_udp(*fd, h, &item.data, self.frag, Some(to), *len),
+                SubDest::Udp { fd, to, len, .. } => {
+                    wire::send_udp(*fd, h, &item.data, self.frag, Some(to), *len)
+                }
             };
             inst::send(t0, item.ts);
             if r.is_err() {
@@ -718,7 +993,10 @@ impl HubInner {
 fn peer_of(a: &libc::sockaddr_storage) -> Option<SocketAddr> {
     if a.ss_family as i32 == libc::AF_INET {
         let sin = unsafe { &*(a as *const _ as *const libc::sockaddr_in) };
-        Some(SocketAddr::from((u32::from_be(sin.sin_addr.s_addr).to_be_bytes(), u16::from_be(sin.sin_port))))
+        Some(SocketAddr::from((
+            u32::from_be(sin.sin_addr.s_addr).to_be_bytes(),
+            u16::from_be(sin.sin_port),
+        )))
     } else {
         None
     }
@@ -726,15 +1004,27 @@ fn peer_of(a: &libc::sockaddr_storage) -> Option<SocketAddr> {
 
 // ---- the remote ends ---------------------------------------------------------------
 
-fn handshake_tcp(addr: SocketAddr, kind: Kind, name: &str, timeout: Duration) -> Result<(TcpStream, Header), String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(|e| format!("cannot connect to the hub at {addr}: {e}"))?;
+fn handshake_tcp(
+    addr: SocketAddr,
+    kind: Kind,
+    name: &str,
+    timeout: Duration,
+) -> Result<(TcpStream, Header), String> {
+    let mut s = TcpStream::connect_timeout(&addr, timeout)
+        .map_err(|e| format!("cannot connect to the hub at {addr}: {e}"))?;
     let _ = s.set_nodelay(true);
-    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
     let h = Header::new(kind, 0, 0, name.len());
-    s.write_all(&h.bytes()).and_then(|_| s.write_all(name.as_bytes())).map_err(|e| format!("hub at {addr}: {e}"))?;
+    s.write_all(&h.bytes())
+        .and_then(|_| s.write_all(name.as_bytes()))
+        .map_err(|e| format!("hub at {addr}: {e}"))?;
     let mut hb = [0u8; HDR];
-    s.read_exact(&mut hb).map_err(|e| format!("the hub at {addr} did not answer within {timeout:?}: {e}"))?;
-    let r = Header::read(&hb).ok_or_else(|| format!("the hub at {addr} answered with something that is not a loopscope channel frame"))?;
+    s.read_exact(&mut hb)
+        .map_err(|e| format!("the hub at {addr} did not answer within {timeout:?}: {e}"))?;
+    let r = Header::read(&hb).ok_or_else(|| {
+        format!("the hub at {addr} answered with something that is not a loopscope channel frame")
+    })?;
     if r.kind == Kind::Error as u8 {
         let mut msg = vec![0u8; r.len as usize];
         let _ = s.read_exact(&mut msg);
@@ -744,10 +1034,20 @@ fn handshake_tcp(addr: SocketAddr, kind: Kind, name: &str, timeout: Duration) ->
     Ok((s, r))
 }
 
-fn handshake_udp(addr: SocketAddr, kind: Kind, name: &str, timeout: Duration) -> Result<(UdpSocket, Header), String> {
-    let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0".parse().unwrap() } else { "[::]:0".parse().unwrap() };
+fn handshake_udp(
+    addr: SocketAddr,
+    kind: Kind,
+    name: &str,
+    timeout: Duration,
+) -> Result<(UdpSocket, Header), String> {
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse().unwrap()
+    } else {
+        "[::]:0".parse().unwrap()
+    };
     let u = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-    u.connect(addr).map_err(|e| format!("cannot reach the hub at {addr}: {e}"))?;
+    u.connect(addr)
+        .map_err(|e| format!("cannot reach the hub at {addr}: {e}"))?;
     set_bufs(u.as_raw_fd(), 8 << 20);
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 65536];
@@ -758,21 +1058,34 @@ fn handshake_udp(addr: SocketAddr, kind: Kind, name: &str, timeout: Duration) ->
         u.send(&msg).map_err(|e| format!("hub at {addr}: {e}"))?;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("the hub at {addr} did not answer within {timeout:?} (udp)"));
+            return Err(format!(
+                "the hub at {addr} did not answer within {timeout:?} (udp)"
+            ));
         }
-        u.set_read_timeout(Some(left.min(Duration::from_millis(200)))).map_err(|e| e.to_string())?;
+        u.set_read_timeout(Some(left.min(Duration::from_millis(200))))
+            .map_err(|e| e.to_string())?;
         match u.recv(&mut buf) {
             Ok(n) => {
                 let r = Header::read(&buf[..n]).ok_or_else(|| format!("the hub at {addr} answered with something that is not a loopscope channel frame"))?;
                 if r.kind == Kind::Error as u8 {
-                    return Err(format!("hub at {addr}: {}", String::from_utf8_lossy(&buf[HDR..n])));
+                    return Err(format!(
+                        "hub at {addr}: {}",
+                        String::from_utf8_lossy(&buf[HDR..n])
+                    ));
                 }
                 if r.kind == Kind::Opened as u8 || r.kind == Kind::Attached as u8 {
                     u.set_read_timeout(None).map_err(|e| e.to_string())?;
                     return Ok((u, r));
                 }
             }
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 if Instant::now() >= deadline {
                     return Err(format!("nothing listens at {addr} (udp)"));
@@ -797,7 +1110,13 @@ pub struct RemoteProducer {
 }
 
 impl RemoteProducer {
-    pub fn connect(addr: SocketAddr, name: &str, transport: Transport, frag: usize, timeout: Duration) -> Result<RemoteProducer, String> {
+    pub fn connect(
+        addr: SocketAddr,
+        name: &str,
+        transport: Transport,
+        frag: usize,
+        timeout: Duration,
+    ) -> Result<RemoteProducer, String> {
         let (tcp, udp, r) = match transport {
             Transport::Tcp => {
                 let (s, r) = handshake_tcp(addr, Kind::Open, name, timeout)?;
@@ -808,7 +1127,16 @@ impl RemoteProducer {
                 (None, Some(u), r)
             }
         };
-        Ok(RemoteProducer { transport, tcp, udp, chan: r.chan, seq: 0, frag: frag.clamp(64, 65000), sent: 0, bytes: 0 })
+        Ok(RemoteProducer {
+            transport,
+            tcp,
+            udp,
+            chan: r.chan,
+            seq: 0,
+            frag: frag.clamp(64, 65000),
+            sent: 0,
+            bytes: 0,
+        })
     }
 
     /// Hand the item to the network (the owner counts what its channel refuses).
@@ -819,8 +1147,19 @@ impl RemoteProducer {
         h.seq = self.seq;
         h.sent_ns = wire::realtime_ns();
         let r = match self.transport {
-            Transport::Tcp => wire::send_all(self.tcp.as_ref().unwrap().as_raw_fd(), &[&h.bytes(), data], Instant::now() + timeout),
-            Transport::Udp => wire::send_udp(self.udp.as_ref().unwrap().as_raw_fd(), h, data, self.frag, None, 0),
+            Transport::Tcp => wire::send_all(
+                self.tcp.as_ref().unwrap().as_raw_fd(),
+                &[&h.bytes(), data],
+                Instant::now() + timeout,
+            ),
+            Transport::Udp => wire::send_udp(
+                self.udp.as_ref().unwrap().as_raw_fd(),
+                h,
+                data,
+                self.frag,
+                None,
+                0,
+            ),
         };
         inst::send(t0, ts);
         inst::put(t0, ts);
@@ -840,7 +1179,15 @@ pub struct RemoteConsumer {
 }
 
 impl RemoteConsumer {
-    pub fn attach(addr: SocketAddr, name: &str, transport: Transport, capacity: usize, max_item: usize, frag: usize, timeout: Duration) -> Result<RemoteConsumer, String> {
+    pub fn attach(
+        addr: SocketAddr,
+        name: &str,
+        transport: Transport,
+        capacity: usize,
+        max_item: usize,
+        frag: usize,
+        timeout: Duration,
+    ) -> Result<RemoteConsumer, String> {
         let hub = Hub::new(frag);
         let mirror = Channel::new(name, capacity, Full::DropOldest, max_item);
         let cid = mirror.attach(true);
@@ -854,7 +1201,11 @@ impl RemoteConsumer {
                 *mirror.on_reclaim.lock().unwrap() = Some(Arc::new(move |ts: u64| {
                     let h = Header::new(Kind::Consumed, chan, ts, 0);
                     let g = back.lock().unwrap_or_else(|e| e.into_inner());
-                    let _ = wire::send_all(g.as_raw_fd(), &[&h.bytes()], Instant::now() + Duration::from_secs(1));
+                    let _ = wire::send_all(
+                        g.as_raw_fd(),
+                        &[&h.bytes()],
+                        Instant::now() + Duration::from_secs(1),
+                    );
                 }));
                 hub.adopt(Some(s), None, mirror.clone())?;
             }

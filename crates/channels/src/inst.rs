@@ -46,7 +46,11 @@ fn ents() -> Option<&'static Ents> {
             recv: r("recv", Kind::Interval, "reading an item off a socket")?,
             lock: r("lock", Kind::Interval, "a contended channel lock")?,
             alloc: r("alloc", Kind::Interval, "allocating a received item")?,
-            arrived: r("arrived", Kind::Event, "an item arrived; value: sender's REALTIME send stamp")?,
+            arrived: r(
+                "arrived",
+                Kind::Event,
+                "an item arrived; value: sender's REALTIME send stamp",
+            )?,
         })
     })
     .as_ref()

@@ -12,6 +12,7 @@
 pub mod chan;
 pub mod hub;
 pub mod inst;
+pub mod pool;
 pub mod raw;
 pub mod wire;
 

@@ -12,7 +12,7 @@
 use crate::chan::{Full, Which};
 use crate::hub::{Hub, RemoteProducer, Transport};
 use crate::wire;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,7 +21,10 @@ use std::time::{Duration, Instant};
 const RAW_HDR: usize = 16;
 
 fn now_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -34,7 +37,13 @@ pub struct Rounds {
     pub timeouts: u64,
 }
 
-fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&SocketAddr>) -> Result<(), String> {
+fn raw_udp_send(
+    fd: i32,
+    round: u32,
+    data: &[u8],
+    frag: usize,
+    to: Option<&SocketAddr>,
+) -> Result<(), String> {
     let count = data.len().div_ceil(frag).max(1);
     let (sa, len) = match to {
         Some(a) => {
@@ -57,8 +66,14 @@ fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&Socke
             let a = idx * frag;
             let b = (a + frag).min(data.len());
             iovs.push([
-                libc::iovec { iov_base: h.as_ptr() as *mut libc::c_void, iov_len: RAW_HDR },
-                libc::iovec { iov_base: data[a..b].as_ptr() as *mut libc::c_void, iov_len: b - a },
+                libc::iovec {
+                    iov_base: h.as_ptr() as *mut libc::c_void,
+                    iov_len: RAW_HDR,
+                },
+                libc::iovec {
+                    iov_base: data[a..b].as_ptr() as *mut libc::c_void,
+                    iov_len: b - a,
+                },
             ]);
         }
         let mut msgs: Vec<libc::mmsghdr> = iovs
@@ -77,8 +92,15 @@ fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&Socke
         let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), batch as u32, 0) };
         if n < 0 {
             let e = std::io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)) {
-                let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
+            ) {
+                let mut pfd = libc::pollfd {
+                    fd,
+                    events: libc::POLLOUT,
+                    revents: 0,
+                };
                 unsafe { libc::poll(&mut pfd, 1, 100) };
                 continue;
             }
@@ -90,7 +112,12 @@ fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&Socke
 }
 
 /// Receive one raw UDP message (all its datagrams); None on timeout.
-fn raw_udp_recv(u: &UdpSocket, buf: &mut Vec<u8>, dgram: &mut [u8], deadline: Instant) -> Option<(u32, SocketAddr)> {
+fn raw_udp_recv(
+    u: &UdpSocket,
+    buf: &mut Vec<u8>,
+    dgram: &mut [u8],
+    deadline: Instant,
+) -> Option<(u32, SocketAddr)> {
     let mut got = 0usize;
     let mut want = usize::MAX;
     let mut round = u32::MAX;
@@ -115,7 +142,11 @@ fn raw_udp_recv(u: &UdpSocket, buf: &mut Vec<u8>, dgram: &mut [u8], deadline: In
             want = count;
             buf.resize(total, 0);
         }
-        let frag = if count > 1 { (total).div_ceil(count) } else { total };
+        let frag = if count > 1 {
+            (total).div_ceil(count)
+        } else {
+            total
+        };
         let off = idx * frag.max(1);
         let k = n - RAW_HDR;
         if off + k <= buf.len() {
@@ -128,7 +159,12 @@ fn raw_udp_recv(u: &UdpSocket, buf: &mut Vec<u8>, dgram: &mut [u8], deadline: In
 }
 
 /// The raw echo server: until `stop`.
-pub fn raw_serve(bind: SocketAddr, transport: Transport, frag: usize, stop: &AtomicBool) -> Result<u64, String> {
+pub fn raw_serve(
+    bind: SocketAddr,
+    transport: Transport,
+    frag: usize,
+    stop: &AtomicBool,
+) -> Result<u64, String> {
     let mut echoed = 0u64;
     match transport {
         Transport::Tcp => {
@@ -150,7 +186,12 @@ pub fn raw_serve(bind: SocketAddr, transport: Transport, frag: usize, stop: &Ato
                     let mut lb = [0u8; 8];
                     match s.read_exact(&mut lb) {
                         Ok(()) => {}
-                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
                             if stop.load(Ordering::Relaxed) {
                                 return Ok(echoed);
                             }
@@ -165,7 +206,11 @@ pub fn raw_serve(bind: SocketAddr, transport: Transport, frag: usize, stop: &Ato
                         break;
                     }
                     let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-                    wire::send_all(s.as_raw_fd(), &[&lb, &buf], Instant::now() + Duration::from_secs(10))?;
+                    wire::send_all(
+                        s.as_raw_fd(),
+                        &[&lb, &buf],
+                        Instant::now() + Duration::from_secs(10),
+                    )?;
                     echoed += 1;
                 }
             }
@@ -176,7 +221,12 @@ pub fn raw_serve(bind: SocketAddr, transport: Transport, frag: usize, stop: &Ato
             let mut buf = Vec::new();
             let mut dgram = vec![0u8; 65536];
             while !stop.load(Ordering::Relaxed) {
-                if let Some((round, from)) = raw_udp_recv(&u, &mut buf, &mut dgram, Instant::now() + Duration::from_millis(200)) {
+                if let Some((round, from)) = raw_udp_recv(
+                    &u,
+                    &mut buf,
+                    &mut dgram,
+                    Instant::now() + Duration::from_millis(200),
+                ) {
                     raw_udp_send(u.as_raw_fd(), round, &buf, frag, Some(&from))?;
                     echoed += 1;
                 }
@@ -186,71 +236,15 @@ pub fn raw_serve(bind: SocketAddr, transport: Transport, frag: usize, stop: &Ato
     Ok(echoed)
 }
 
-/// The raw client: `rounds` round trips per size.
-pub fn raw_client(dest: SocketAddr, transport: Transport, frag: usize, sizes: &[usize], rounds: usize, warmup: usize) -> Result<Vec<Rounds>, String> {
-    let mut out = Vec::new();
-    match transport {
-        Transport::Tcp => {
-            let mut s = TcpStream::connect_timeout(&dest, Duration::from_secs(5)).map_err(|e| format!("cannot connect to {dest}: {e}"))?;
-            let _ = s.set_nodelay(true);
-            s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-            for &size in sizes {
-                let data = vec![0x5au8; size];
-                let mut back = vec![0u8; size];
-                let mut r = Rounds { size, rtt_ns: Vec::with_capacity(rounds), elapsed_ns: 0, timeouts: 0 };
-                let mut t_start = 0;
-                for i in 0..warmup + rounds {
-                    if i == warmup {
-                        t_start = now_ns();
-                    }
-                    let t0 = now_ns();
-                    wire::send_all(s.as_raw_fd(), &[&(size as u64).to_le_bytes(), &data], Instant::now() + Duration::from_secs(10))?;
-                    let mut lb = [0u8; 8];
-                    s.read_exact(&mut lb).and_then(|_| s.read_exact(&mut back)).map_err(|e| format!("raw tcp echo from {dest}: {e}"))?;
-                    if i >= warmup {
-                        r.rtt_ns.push(now_ns() - t0);
-                    }
-                }
-                r.elapsed_ns = now_ns() - t_start;
-                out.push(r);
-            }
-            s.write_all(&[]).ok();
-        }
-        Transport::Udp => {
-            let u = UdpSocket::bind(if dest.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| e.to_string())?;
-            u.connect(dest).map_err(|e| e.to_string())?;
-            crate::hub::set_bufs_pub(u.as_raw_fd(), 8 << 20);
-            let mut buf = Vec::new();
-            let mut dgram = vec![0u8; 65536];
-            let mut round = 0u32;
-            for &size in sizes {
-                let data = vec![0x5au8; size];
-                let mut r = Rounds { size, rtt_ns: Vec::with_capacity(rounds), elapsed_ns: 0, timeouts: 0 };
-                let mut t_start = 0;
-                for i in 0..warmup + rounds {
-                    if i == warmup {
-                        t_start = now_ns();
-                    }
-                    round += 1;
-                    let t0 = now_ns();
-                    raw_udp_send(u.as_raw_fd(), round, &data, frag, None)?;
-                    match raw_udp_recv(&u, &mut buf, &mut dgram, Instant::now() + Duration::from_secs(1)) {
-                        Some(_) if i >= warmup => r.rtt_ns.push(now_ns() - t0),
-                        Some(_) => {}
-                        None => r.timeouts += 1,
-                    }
-                }
-                r.elapsed_ns = now_ns() - t_start;
-                out.push(r);
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// The channel echo server: hosts `ping`, puts every item back into the
 /// client's `pong`, until `stop`.
-pub fn chan_serve(bind: SocketAddr, reply_to: SocketAddr, transport: Transport, frag: usize, stop: &AtomicBool) -> Result<u64, String> {
+pub fn chan_serve(
+    bind: SocketAddr,
+    reply_to: SocketAddr,
+    transport: Transport,
+    frag: usize,
+    stop: &AtomicBool,
+) -> Result<u64, String> {
     let hub = Hub::new(frag);
     hub.listen(bind)?;
     let ping = hub.create("ping", 64, Full::Block, 64 << 20)?;
@@ -264,43 +258,99 @@ pub fn chan_serve(bind: SocketAddr, reply_to: SocketAddr, transport: Transport, 
             Err(e) => return Err(e.to_string()),
         };
         if back.is_none() {
-            back = Some(RemoteProducer::connect(reply_to, "pong", transport, frag, Duration::from_secs(5))?);
+            back = Some(RemoteProducer::connect(
+                reply_to,
+                "pong",
+                transport,
+                frag,
+                Duration::from_secs(5),
+            )?);
         }
-        back.as_mut().unwrap().put(item.ts, &item.data, Duration::from_secs(10))?;
+        back.as_mut()
+            .unwrap()
+            .put(item.ts, &item.data, Duration::from_secs(10))?;
         ping.consume(me, item.ts);
         echoed += 1;
     }
     Ok(echoed)
 }
 
-/// The channel client: hosts `pong` at `bind`, puts into the server's `ping`.
-pub fn chan_client(bind: SocketAddr, dest: SocketAddr, transport: Transport, frag: usize, sizes: &[usize], rounds: usize, warmup: usize) -> Result<(Vec<Rounds>, crate::hub::NetStats), String> {
-    let hub = Hub::new(frag);
-    hub.listen(bind)?;
-    let pong = hub.create("pong", 64, Full::Block, 64 << 20)?;
-    let me = pong.attach(false);
-    let mut prod = RemoteProducer::connect(dest, "ping", transport, frag, Duration::from_secs(5))?;
-    let mut out = Vec::new();
-    let mut ts = 0u64;
-    for &size in sizes {
+/// One end that times round trips, kept connected between blocks so raw
+/// and channel blocks can alternate in one process.
+pub enum Client {
+    RawTcp { s: TcpStream, back: Vec<u8> },
+    RawUdp { u: UdpSocket, buf: Vec<u8>, dgram: Vec<u8>, round: u32, frag: usize },
+    Chan { _hub: Hub, pong: std::sync::Arc<crate::Channel>, me: u32, prod: RemoteProducer, ts: u64 },
+}
+
+impl Client {
+    pub fn raw(dest: SocketAddr, transport: Transport, frag: usize) -> Result<Client, String> {
+        Ok(match transport {
+            Transport::Tcp => {
+                let s = TcpStream::connect_timeout(&dest, Duration::from_secs(5)).map_err(|e| format!("cannot connect to {dest}: {e}"))?;
+                let _ = s.set_nodelay(true);
+                s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
+                Client::RawTcp { s, back: Vec::new() }
+            }
+            Transport::Udp => {
+                let u = UdpSocket::bind(if dest.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| e.to_string())?;
+                u.connect(dest).map_err(|e| e.to_string())?;
+                crate::hub::set_bufs_pub(u.as_raw_fd(), 8 << 20);
+                Client::RawUdp { u, buf: Vec::new(), dgram: vec![0u8; 65536], round: 0, frag }
+            }
+        })
+    }
+
+    /// Hosts `pong` at `bind`, puts into the server's `ping`.
+    pub fn chan(bind: SocketAddr, dest: SocketAddr, transport: Transport, frag: usize) -> Result<Client, String> {
+        let hub = Hub::new(frag);
+        hub.listen(bind)?;
+        let pong = hub.create("pong", 64, Full::Block, 64 << 20)?;
+        let me = pong.attach(false);
+        let prod = RemoteProducer::connect(dest, "ping", transport, frag, Duration::from_secs(5))?;
+        Ok(Client::Chan { _hub: hub, pong, me, prod, ts: 0 })
+    }
+
+    fn once(&mut self, data: &[u8]) -> Result<bool, String> {
+        match self {
+            Client::RawTcp { s, back } => {
+                wire::send_all(s.as_raw_fd(), &[&(data.len() as u64).to_le_bytes(), data], Instant::now() + Duration::from_secs(10))?;
+                let mut lb = [0u8; 8];
+                back.resize(data.len(), 0);
+                s.read_exact(&mut lb).and_then(|_| s.read_exact(back)).map_err(|e| format!("raw tcp echo: {e}"))?;
+                Ok(true)
+            }
+            Client::RawUdp { u, buf, dgram, round, frag } => {
+                *round += 1;
+                raw_udp_send(u.as_raw_fd(), *round, data, *frag, None)?;
+                Ok(raw_udp_recv(u, buf, dgram, Instant::now() + Duration::from_secs(1)).is_some())
+            }
+            Client::Chan { pong, me, prod, ts, .. } => {
+                *ts += 1;
+                prod.put(*ts, data, Duration::from_secs(10))?;
+                Ok(pong.get(*me, Which::At(*ts), true, Duration::from_secs(1)).is_ok())
+            }
+        }
+    }
+
+    /// `warmup` untimed and `n` timed round trips of `size` bytes.
+    pub fn rounds(&mut self, size: usize, n: usize, warmup: usize) -> Result<Rounds, String> {
         let data = vec![0x5au8; size];
-        let mut r = Rounds { size, rtt_ns: Vec::with_capacity(rounds), elapsed_ns: 0, timeouts: 0 };
-        let mut t_start = 0;
-        for i in 0..warmup + rounds {
+        let mut r = Rounds { size, rtt_ns: Vec::with_capacity(n), elapsed_ns: 0, timeouts: 0 };
+        let mut t_start = now_ns();
+        for i in 0..warmup + n {
             if i == warmup {
                 t_start = now_ns();
             }
-            ts += 1;
             let t0 = now_ns();
-            prod.put(ts, &data, Duration::from_secs(10))?;
-            match pong.get(me, Which::At(ts), true, Duration::from_secs(1)) {
-                Ok(_) if i >= warmup => r.rtt_ns.push(now_ns() - t0),
-                Ok(_) => {}
-                Err(_) => r.timeouts += 1,
+            let ok = self.once(&data)?;
+            if !ok {
+                r.timeouts += 1;
+            } else if i >= warmup {
+                r.rtt_ns.push(now_ns() - t0);
             }
         }
         r.elapsed_ns = now_ns() - t_start;
-        out.push(r);
+        Ok(r)
     }
-    Ok((out, hub.net_stats()))
 }

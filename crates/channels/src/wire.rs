@@ -60,7 +60,16 @@ pub struct Header {
 
 impl Header {
     pub fn new(kind: Kind, chan: u32, ts: u64, len: usize) -> Header {
-        Header { kind: kind as u8, frag_count: 1, chan, frag_idx: 0, ts, len: len as u32, seq: 0, sent_ns: 0 }
+        Header {
+            kind: kind as u8,
+            frag_count: 1,
+            chan,
+            frag_idx: 0,
+            ts,
+            len: len as u32,
+            seq: 0,
+            sent_ns: 0,
+        }
     }
 
     pub fn write(&self, b: &mut [u8; HDR]) {
@@ -100,7 +109,10 @@ impl Header {
 }
 
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -114,7 +126,10 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Resul
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len() - idx);
         for (i, p) in parts[idx..].iter().enumerate() {
             let p = if i == 0 { &p[off..] } else { p };
-            iov.push(libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() });
+            iov.push(libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            });
         }
         let n = unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as i32) };
         if n < 0 {
@@ -126,7 +141,11 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Resul
                     if now >= deadline {
                         return Err("the peer did not take the data in time (its receive buffer stayed full)".into());
                     }
-                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
                     let ms = (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32;
                     unsafe { libc::poll(&mut pfd, 1, ms) };
                     continue;
@@ -156,10 +175,20 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Resul
 
 /// An item as UDP datagrams: header + at most `frag` bytes each, sent with
 /// sendmmsg in batches (to `to` when the socket is not connected).
-pub fn send_udp(fd: i32, mut h: Header, data: &[u8], frag: usize, to: Option<&libc::sockaddr_storage>, tolen: u32) -> Result<(), String> {
+pub fn send_udp(
+    fd: i32,
+    mut h: Header,
+    data: &[u8],
+    frag: usize,
+    to: Option<&libc::sockaddr_storage>,
+    tolen: u32,
+) -> Result<(), String> {
     let count = data.len().div_ceil(frag).max(1);
     if count > u16::MAX as usize {
-        return Err(format!("an item of {} bytes needs {count} datagrams of {frag} bytes: more than 65535", data.len()));
+        return Err(format!(
+            "an item of {} bytes needs {count} datagrams of {frag} bytes: more than 65535",
+            data.len()
+        ));
     }
     h.frag_count = count as u16;
     let mut hdrs: Vec<[u8; HDR]> = Vec::with_capacity(count);
@@ -175,8 +204,14 @@ pub fn send_udp(fd: i32, mut h: Header, data: &[u8], frag: usize, to: Option<&li
             let a = i * frag;
             let b = (a + frag).min(data.len());
             iovs.push([
-                libc::iovec { iov_base: hdrs[i].as_ptr() as *mut libc::c_void, iov_len: HDR },
-                libc::iovec { iov_base: data[a..b].as_ptr() as *mut libc::c_void, iov_len: b - a },
+                libc::iovec {
+                    iov_base: hdrs[i].as_ptr() as *mut libc::c_void,
+                    iov_len: HDR,
+                },
+                libc::iovec {
+                    iov_base: data[a..b].as_ptr() as *mut libc::c_void,
+                    iov_len: b - a,
+                },
             ]);
         }
         let mut msgs: Vec<libc::mmsghdr> = iovs
@@ -198,7 +233,11 @@ pub fn send_udp(fd: i32, mut h: Header, data: &[u8], frag: usize, to: Option<&li
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }

@@ -9,6 +9,7 @@
 //! or `RunError` (exit code 1). `python/loopscope/_native.pyi` declares all of it and a
 //! test checks the declaration against the module.
 
+mod chan;
 mod emu;
 mod pipe;
 mod sync;
@@ -961,6 +962,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(net_bulk_tcp, m)?)?;
     m.add_function(wrap_pyfunction!(net_sink_tcp, m)?)?;
     m.add_function(wrap_pyfunction!(emu::netem_run, m)?)?;
+    m.add_class::<chan::PyHub>()?;
+    m.add_class::<chan::PyChannel>()?;
+    m.add_class::<chan::PyRemoteProducer>()?;
+    m.add_class::<chan::PyRemoteConsumer>()?;
+    m.add("ChannelTimeout", m.py().get_type::<chan::ChannelTimeout>())?;
+    m.add_function(wrap_pyfunction!(chan::chan_bench_serve, m)?)?;
+    m.add_function(wrap_pyfunction!(chan::chan_bench_client, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;
