@@ -61,3 +61,16 @@ def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli) 
         assert {"tool", "requested_bps", "achieved_bps", "cv_per_second", "departure_err_p50_ns", "departure_err_p99_ns", "lost"} <= set(row)
     assert set(j["max_rate_within_1pct_bps"]) == {"1", "2"}
     assert j["receiver"]["packets_received"] > 0
+
+
+@pytest.mark.needs_root
+def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli) -> None:
+    r = cli("bench", "channels", "--json", "--quick", "--transport", "udp", "--blocks", "2", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [x["size"] for x in j["rows"]] == j["context"]["sizes"]
+    for x in j["rows"]:
+        for k in ("size", "channel_mbps", "raw_mbps", "overhead_pct", "p50_ns", "p99_ns"):
+            assert x[k] is not None, k
+        assert x["channel_mbps"] > 0 and x["raw_mbps"] > 0 and x["rounds"] > 0
+    assert j["max_overhead_pct"] is not None

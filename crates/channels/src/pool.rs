@@ -17,9 +17,9 @@ pub fn take(len: usize) -> Vec<u8> {
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(i) = p
             .iter()
-            .position(|b| b.capacity() >= len && b.capacity() <= 2 * len)
+            .rposition(|b| b.capacity() >= len && b.capacity() <= 2 * len)
         {
-            let mut b = p.swap_remove(i);
+            let mut b = p.remove(i);
             drop(p);
             if b.len() >= len {
                 b.truncate(len);
