@@ -1,7 +1,10 @@
 //! Channels (crates/channels) from Python: hubs, channels, remote producers
 //! and consumers, and the ping-pong roles of `loopscope bench channels`.
 //! Every call that can wait releases the interpreter lock and takes a
-//! timeout.
+//! timeout. A signal that came meanwhile (Ctrl-C) is raised from the call
+//! itself, before its own result: raised later, from the handler of a
+//! timeout, a KeyboardInterrupt escaped every `except` and `finally` of
+//! the program (seen with CPython 3.11).
 
 use super::{addr, run_interruptible, InputError, RunError};
 use loopscope_channels::{raw, ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which};
@@ -79,13 +82,17 @@ impl PyChannel {
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
         let c = self.c.clone();
-        py.detach(move || c.put(ts, data, dur(timeout))).map_err(err)
+        let r = py.detach(move || c.put(ts, data, dur(timeout)));
+        py.check_signals()?;
+        r.map_err(err)
     }
     #[pyo3(signature = (consumer, which="next", ts=None, consume=false, timeout=5.0))]
     fn get<'py>(&self, py: Python<'py>, consumer: u32, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let c = self.c.clone();
-        let item = py.detach(move || c.get(consumer, w, consume, dur(timeout))).map_err(err)?;
+        let r = py.detach(move || c.get(consumer, w, consume, dur(timeout)));
+        py.check_signals()?;
+        let item = r.map_err(err)?;
         Ok((item.ts, PyBytes::new(py, &item.data)))
     }
     fn consume(&self, consumer: u32, ts: u64) -> bool {
@@ -159,7 +166,9 @@ impl PyRemoteProducer {
     }
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
-        py.detach(|| self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout))).map_err(RunError::new_err)
+        let r = py.detach(|| self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout)));
+        py.check_signals()?;
+        r.map_err(RunError::new_err)
     }
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let p = self.p.lock().unwrap_or_else(|e| e.into_inner());
@@ -191,7 +200,9 @@ impl PyRemoteConsumer {
     fn get<'py>(&self, py: Python<'py>, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let (m, cid) = (self.r.mirror.clone(), self.r.cid);
-        let item = py.detach(move || m.get(cid, w, consume, dur(timeout))).map_err(err)?;
+        let r = py.detach(move || m.get(cid, w, consume, dur(timeout)));
+        py.check_signals()?;
+        let item = r.map_err(err)?;
         Ok((item.ts, PyBytes::new(py, &item.data)))
     }
     fn consume(&self, ts: u64) -> bool {

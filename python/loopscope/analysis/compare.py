@@ -6,7 +6,9 @@ confidence interval from a block bootstrap: the samples of each repetition
 are resampled in blocks of consecutive samples, which keeps most of the
 autocorrelation a latency series has (a disturbance lasts several periods),
 so the interval is not the over-confident one an i.i.d. bootstrap would
-give. A change is *significant* when the interval excludes 1. Batch means of
+give. A change is *significant* when the interval excludes 1; a metric
+with too few samples behind it (``MIN_SAMPLES``) gets no interval and is
+never called significant. Batch means of
 the syscall probe are independent by construction and are resampled one by
 one. The Mann-Whitney U test's p-value is reported beside it as a second
 opinion on whether the distributions differ at all.
@@ -21,6 +23,10 @@ import numpy as np
 
 QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
 METRICS = [*QUANTILES, "mean"]
+# Samples a metric needs before an interval is given for it: a quantile
+# needs two samples beyond it (below that the bootstrap only reshuffles
+# the maximum and its interval is falsely narrow), anything at least 20.
+MIN_SAMPLES = {"p50": 20, "p99": 200, "p999": 2000, "mean": 20}
 
 
 def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
@@ -98,6 +104,11 @@ def compare_resampled(base: Resampled, other: Resampled, metric: str, *, test: b
         nan = float("nan")
         return Comparison(metric, nan, nan, nan, nan, nan, False, None, base.n, other.n)
     bv, ov = base.point[metric], other.point[metric]
+    if min(base.n, other.n) < MIN_SAMPLES.get(metric, 20):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = ov / bv if bv != 0 else float("inf")
+        nan = float("nan")
+        return Comparison(metric, bv, ov, ratio, nan, nan, False, None, base.n, other.n)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratios = other.boot[metric] / base.boot[metric]
         ratio = ov / bv if bv != 0 else float("inf")

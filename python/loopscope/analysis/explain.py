@@ -202,27 +202,33 @@ def _program_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offs
     from fnmatch import fnmatchcase
 
     spec = json.loads((run_dir / "spec.json").read_text()) if (run_dir / "spec.json").exists() else {}
-    pats = {p.get("name"): p.get("attribute") or ["*"] for p in spec.get("probes") or [] if p.get("kind") == "program"}
-    wake = {p.get("name"): p.get("wakeup") or [] for p in spec.get("probes") or [] if p.get("kind") == "program"}
+    pats = {p.get("name"): p.get("attribute") or ["*"] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
+    wake = {p.get("name"): p.get("wakeup") or [] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
     out = []
     for st in run.get("steps") or []:
-        host = st.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
-        if st.get("kind") != "program" or host not in covers or not (run_dir / st["trace"]).exists():
+        if st.get("kind") == "program":
+            parts = [(st.get("host") or next(iter(run.get("hosts") or {"localhost": 0})), st["trace"], "")]
+        elif st.get("kind") == "app":
+            parts = [(p["host"], p["trace"], f"{p['name']}: ") for p in st.get("processes") or []]
+        else:
             continue
-        df = reader.read(run_dir / st["trace"], sort=False)
-        iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) != "loopscope"))
-        if not len(iv):
-            continue
-        iv = iv.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"))
-        ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats.get(st["probe"], ["*"]))]
-        iv = iv.filter(pl.col("entity").is_in(ents) & (pl.col("dur_ns") > 0))
-        woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake.get(st["probe"], []))]
-        off = offsets.get(host, 0)
-        out.append(iv.select(
-            pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), (pl.lit(f"{st['probe']} ") + pl.col("entity")).alias("probe"), pl.lit(host).alias("host"),
-            pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
-            (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"), ~pl.col("entity").is_in(woken).alias("span"),
-        ))
+        for host, trace, prefix in parts:
+            if host not in covers or not (run_dir / trace).exists():
+                continue
+            df = reader.read(run_dir / trace, sort=False)
+            iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"]))
+            if not len(iv):
+                continue
+            iv = iv.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"))
+            ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats.get(st["probe"], ["*"]))]
+            woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake.get(st["probe"], []))]
+            iv = iv.filter(pl.col("entity").is_in(ents) & (pl.col("dur_ns") > 0))
+            off = offsets.get(host, 0)
+            out.append(iv.select(
+                pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), (pl.lit(f"{st['probe']} {prefix}") + pl.col("entity")).alias("probe"), pl.lit(host).alias("host"),
+                pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
+                (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"), ~pl.col("entity").is_in(woken).alias("span"),
+            ))
     return out
 
 

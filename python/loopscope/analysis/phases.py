@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from loopscope.analysis.compare import Resampled, compare_resampled
+from loopscope.analysis.compare import MIN_SAMPLES, Resampled, compare_resampled
 
 SCHEMA = {
     "probe": pl.String, "kind": pl.String, "measure": pl.String, "metric": pl.String, "phase": pl.String, "loads": pl.String,
@@ -60,7 +60,8 @@ def measures(tables) -> list[Measure]:  # type: ignore[no-untyped-def]
     if prog is not None and len(prog):
         for probe, g in _groups(prog):
             for (ent,), ge in g.group_by("interval", maintain_order=True):
-                out.append(Measure(probe, "program", str(ent), ge.select("rep", "phase", "loads", pl.col("dur_ns").alias("value")), ("p50", "p99", "mean"), 32))
+                kind = str(g["kind"][0]) if "kind" in g.columns else "program"
+                out.append(Measure(probe, kind, str(ent), ge.select("rep", "phase", "loads", pl.col("dur_ns").alias("value")), ("p50", "p99", "mean"), 32))
     for probe, g in _groups(tables.syscall):
         for (call,), gc in g.group_by("call", maintain_order=True):
             out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
@@ -97,7 +98,8 @@ def compare_phases(tables, phase_order: list[str]) -> pl.DataFrame:  # type: ign
             for metric in m.metrics:
                 c = compare_resampled(base, other, metric, test=ph != base_name)
                 boot = other.boot.get(metric)
-                vlo, vhi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if boot is not None and len(boot) else (np.nan, np.nan)
+                enough = other.n >= MIN_SAMPLES.get(metric, 20)
+                vlo, vhi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if enough and boot is not None and len(boot) else (np.nan, np.nan)
                 rows.append(
                     {
                         "probe": m.probe, "kind": m.kind, "measure": m.name, "metric": metric, "phase": ph, "loads": loads_of.get(ph, ""),

@@ -28,6 +28,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -230,9 +231,13 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 lab.check()
                 if probe.kind == "pipeline":
                     step = run_pipeline(lab, exp, probe, pr.key, dur)
+                elif probe.kind == "app":
+                    step = run_app(lab, probe, pr.key, dur)
                 else:
                     hname = probe.host or first.name
                     pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
+                    if probe.kind == "program":
+                        pspec["command"] = with_hosts(lab, probe.command)
                     r = lab.agent(hname).call("run_probe", probe=pspec, step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), duration_ns=dur)
                     step = {
                         "host": hname,
@@ -409,6 +414,60 @@ def run_pipeline(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -
     }
 
 
+def with_hosts(lab: Lab, command: list[str]) -> list[str]:
+    """``{host:NAME}`` in a command, replaced by that host's address."""
+    from loopscope.spec.models import HOST_REF
+
+    return [re.sub(HOST_REF, lambda m: lab.hosts[m.group(1)].address or "127.0.0.1", a) for a in command]
+
+
+def run_app(lab: Lab, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    """Start an app's processes in order, run them for the probe's time,
+    stop them in the reverse order (a source before the stages it feeds);
+    a process that fails meanwhile stops the run, naming it."""
+    first = next(iter(lab.hosts))
+    procs = [(p, p.host or first, f"{probe.name}.{p.name}") for p in probe.processes]
+    started: list[tuple[str, str]] = []
+    results: dict[str, dict[str, Any]] = {}
+    t0 = time.monotonic_ns()
+    try:
+        for p, host, name in procs:
+            spec = {"kind": "program", "name": name, "command": with_hosts(lab, p.command), "until": "exit", "env": p.env, "cpu": p.cpu, "cwd": p.cwd}
+            # its own timeout is the phase plus a margin: stopping it is ours to do
+            lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
+            started.append((host, name))
+            _sleep(probe.start_gap / 1e9)
+        end = time.monotonic() + dur_ns / 1e9
+        while time.monotonic() < end:
+            lab.check()
+            for host, name in started:
+                st = lab.agent(host).call("status")
+                if not st["probes"].get(name, False):
+                    r = lab.agent(host).call("stop_probe", name=name)
+                    results[name] = r
+                    started.remove((host, name))
+                    raise AgentFailure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host=host, component=f"probe {name}")
+            _sleep(min(0.25, max(0.0, end - time.monotonic())))
+        for host, name in list(reversed(started)):
+            results[name] = lab.agent(host).call("stop_probe", name=name)
+            started.remove((host, name))
+    finally:
+        for host, name in reversed(started):
+            try:
+                lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+            except AgentFailure:
+                pass
+    steps = []
+    for p, host, name in procs:
+        r = results[name]
+        steps.append({"name": p.name, "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{lab.step_dir(host, key)}/{name}.json"),
+                      "command": r["command"], "cpu_usec": r["cpu_usec"]})
+    return {
+        "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
+        "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
+    }
+
+
 def run(
     spec_path: str,
     *,
@@ -430,9 +489,11 @@ def run(
     # A program probe on this machine's file system starts where the
     # experiment file is, so its command can name files next to it.
     kind_of = {h.name: h.kind for h in exp.hosts}
+    here = str(Path(spec_path).resolve().parent)
     for p in exp.probes:
-        if p.kind == "program" and p.cwd is None and kind_of.get(p.host or exp.hosts[0].name) != "ssh":
-            p.cwd = str(Path(spec_path).resolve().parent)
+        for q in p.processes if p.kind == "app" else [p] if p.kind == "program" else []:
+            if q.cwd is None and kind_of.get(q.host or exp.hosts[0].name) != "ssh":
+                q.cwd = here
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)
     rd = Path(run_dir) if run_dir else None

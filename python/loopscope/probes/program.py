@@ -153,7 +153,7 @@ def summary(trace: Path) -> dict[str, Any]:
     if not len(df):
         return out
     df = df.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"), pl.col("kind").cast(pl.String))
-    df = df.filter(~pl.col("entity").str.starts_with("loopscope/"))
+    df = df.filter(~pl.col("entity").str.starts_with("loopscope/") & ~pl.col("entity").str.starts_with("chan/"))
     for (ent,), g in df.filter(pl.col("kind") == "interval").group_by("entity", maintain_order=True):
         s = summarize(g["dur_ns"].to_numpy().astype(np.int64))
         out["intervals"].append({

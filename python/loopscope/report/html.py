@@ -20,6 +20,7 @@ DESCRIBE = {
     "sched": "A thread alternating sleep and work next to busy threads (seeds/001): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
     "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (seeds/004).",
     "program": "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure.",
+    "app": "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases.",
     "pipeline": "A distributed pipeline (seeds/000 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
 }
 MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
@@ -49,7 +50,29 @@ def _cell(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[dict[str, Any]]:
+def _images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: int = 3) -> list[dict[str, str]]:
+    """Images a program or app left next to its trace (``<trace>-frames/*.png``),
+    a few per phase, inlined."""
+    import base64
+
+    if run_dir is None:
+        return []
+    out = []
+    for ph in phases:
+        n = 0
+        for st in tables.run.get("steps") or []:
+            if st.get("probe") != probe or st.get("phase") != ph:
+                continue
+            for part in st.get("processes") or [st]:
+                d = Path(run_dir) / str(part["trace"]).removesuffix(".lstrace")
+                d = d.with_name(d.name + "-frames")
+                for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
+                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.get('name', probe)}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
+                    n += 1
+    return out
+
+
+def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any = None) -> list[dict[str, Any]]:
     out = []
     for probe in comp["probe"].unique(maintain_order=True).to_list():
         c = comp.filter(pl.col("probe") == probe)
@@ -61,15 +84,17 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
         present = [p for p in phases if p in set(c["phase"].to_list())]
         if kind == "pipeline":
             _pipeline_section(sec, tables, c, probe, present)
-        elif kind in ("timer", "sched", "program"):
+        elif kind in ("timer", "sched", "program", "app"):
             for measure in c["measure"].unique(maintain_order=True).to_list():
                 frame = _series_of(tables, kind, probe, measure)
                 label = MEASURE_LABEL.get(measure, measure)
-                sec["charts"].append(charts.ecdf(frame, present, f"{probe}: {label}, distribution by phase", label))
-                sec["charts"].append(charts.over_time(frame, present, f"{probe}: {label} over time", label))
+                # a program's interval may be missing from a phase (nothing happened there)
+                here = [ph for ph in present if not c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).is_empty()]
+                sec["charts"].append(charts.ecdf(frame, here, f"{probe}: {label}, distribution by phase", label))
+                sec["charts"].append(charts.over_time(frame, here, f"{probe}: {label} over time", label))
                 metrics = c.filter(pl.col("measure") == measure)["metric"].unique(maintain_order=True).to_list()
                 rows = []
-                for ph in present:
+                for ph in here:
                     cells = {}
                     for m in metrics:
                         r = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph) & (pl.col("metric") == m))
@@ -78,6 +103,8 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
                     first = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).row(0, named=True)
                     rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
                 sec["tables"].append({"title": label, "metrics": metrics, "rows": rows})
+            if kind in ("program", "app"):
+                sec["images"] = _images(run_dir, tables, probe, present)
         else:
             sec["charts"].append(charts.syscall_bars(c, present, f"{probe}: cost per call by phase"))
             calls = c["measure"].unique(maintain_order=True).to_list()
@@ -96,7 +123,7 @@ def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str]) -> list[
 
 def _series_of(tables: Any, kind: str, probe: str, measure: str) -> pl.DataFrame:
     """One measure of a probe as rows of rep, phase, t_ns, value."""
-    if kind == "program":
+    if kind in ("program", "app"):
         src = tables.program.filter((pl.col("probe") == probe) & (pl.col("interval") == measure))
         return src.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))
     src = (tables.timer if kind == "timer" else tables.sched).filter(pl.col("probe") == probe)
@@ -108,7 +135,7 @@ def _detected(tables: Any, probe: str, kind: str) -> list[str]:
     """What the anomaly detectors found in this probe's series, per phase and repetition."""
     from loopscope.analysis.detectors import detect
 
-    if kind == "program":
+    if kind in ("program", "app"):
         prog = tables.program.filter(pl.col("probe") == probe)
         series = [(f"{ent}, ", g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))) for (ent,), g in prog.group_by("interval", maintain_order=True)]
     else:
@@ -471,7 +498,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         phases=[{"name": p["name"], "loads": ", ".join(p["loads"]) or "none"} for p in spec.get("phases") or []],
         notes=notes,
         findings=_findings(comp),
-        sections=_probe_sections(tables, comp, phases),
+        sections=_probe_sections(tables, comp, phases, run_dir),
         loads=load_rows,
         load_chart=load_chart,
         provenance=_provenance(tables.provenance),

@@ -63,6 +63,17 @@ def _tag(df: pl.DataFrame, st: dict[str, Any]) -> pl.DataFrame:
     )
 
 
+def _intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
+    """A program's intervals (its own groups: loopscope's and the channel
+    runtime's ``chan``, which the time breakdown uses, left out), named
+    ``<prefix><group>/<name>``."""
+    name = pl.col("name").cast(pl.String)
+    return df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"])).select(
+        (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
+        pl.lit(kind).alias("kind"),
+    )
+
+
 def load_run(run_dir: Path) -> RunTables:
     run = json.loads((run_dir / "run.json").read_text())
     spec = json.loads((run_dir / "spec.json").read_text())
@@ -105,10 +116,12 @@ def load_run(run_dir: Path) -> RunTables:
             )
             sysc.append(_tag(s, st))
         elif st["kind"] == "program":
-            iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) != "loopscope")).select(
-                (pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
-            )
-            prog.append(_tag(iv, st))
+            prog.append(_tag(_intervals(df, "", "program"), st))
+        elif st["kind"] == "app":
+            for proc in st.get("processes") or []:
+                path = run_dir / proc["trace"]
+                if path.exists():
+                    prog.append(_tag(_intervals(reader.read(path, sort=False), f"{proc['name']}: ", "app"), st))
         elif st["kind"] == "pipeline":
             m = messages_from(df)
             if len(m):
@@ -139,7 +152,7 @@ def load_run(run_dir: Path) -> RunTables:
         pipeline=pl.concat(pipe, how="diagonal_relaxed") if pipe else pl.DataFrame(),
         stages=pl.DataFrame(stages, infer_schema_length=None) if stages else pl.DataFrame(),
         emulator=_emulator(run_dir, run),
-        program=cat(prog, {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64}),
+        program=cat(prog, {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}),
     )
 
 

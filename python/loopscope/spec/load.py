@@ -79,7 +79,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
     return line, shown
 
 
-_TAGS = {"timer", "sched", "syscall", "pipeline", "program", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {"timer", "sched", "syscall", "pipeline", "program", "app", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:

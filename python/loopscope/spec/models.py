@@ -229,7 +229,43 @@ class ProgramProbe(Model):
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
-Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe, ProgramProbe], Field(discriminator="kind")]
+class AppProcess(Model):
+    """One process of an app: a program on a host, instrumented like a `program` probe's."""
+
+    name: Name
+    command: Annotated[list[str], BeforeValidator(lambda v: _command(v)), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
+    cpu: list[Annotated[int, Field(ge=0)]] | None = None
+    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+
+
+class AppProbe(Model):
+    """Several programs that work together across hosts (a video pipeline, a control loop): started
+    in the order given (servers first), stopped in the reverse order when the probe's time is up.
+    Every interval each logs is compared across phases and explained like a `program` probe's.
+    In commands, {host:NAME} is replaced by that host's address."""
+
+    kind: Literal["app"]
+    name: Name | None = None
+    processes: list[AppProcess] = Field(min_length=1, max_length=64)
+    start_gap: Duration = Field(300_000_000, description="pause after starting each process, so the next finds it listening")
+    attribute: list[str] = Field(default_factory=lambda: ["*"], description="which intervals (group/name patterns) have their outliers explained")
+    wakeup: list[str] = Field(default_factory=list, description="intervals (patterns) from a deadline to when the thread ran: split like the timer's wake-ups")
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "AppProbe":
+        names = [p.name for p in self.processes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise PydanticCustomError("app_names", "process names must be distinct [{dup} used twice]", {"dup": ", ".join(dup)})
+        return self
+
+
+Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe, ProgramProbe, AppProbe], Field(discriminator="kind")]
+
+HOST_REF = r"\{host:([A-Za-z0-9][A-Za-z0-9._-]{0,63})\}"
 
 
 # ---- loads ------------------------------------------------------------------------
@@ -570,8 +606,18 @@ class Experiment(Model):
                 for j, n in enumerate(p.nodes):
                     ref(("probes", i, "nodes", j), n)
                 ref(("probes", i, "sink"), p.sink)
+            elif p.kind == "app":
+                for j, proc in enumerate(p.processes):
+                    ref(("probes", i, "processes", j, "host"), proc.host)
+                    for k, arg in enumerate(proc.command):
+                        for name in re.findall(HOST_REF, arg):
+                            ref(("probes", i, "processes", j, "command", k), name)
             else:
                 ref(("probes", i, "host"), p.host)
+                if p.kind == "program":
+                    for k, arg in enumerate(p.command):
+                        for name in re.findall(HOST_REF, arg):
+                            ref(("probes", i, "command", k), name)
         for i, ld in enumerate(self.loads):
             if i < len(self.loads):
                 ref(("loads", i, "host"), ld.host)
@@ -600,6 +646,8 @@ class Experiment(Model):
     def hosts_of(self, probe: Any) -> list[str]:
         if probe.kind == "pipeline":
             return list(dict.fromkeys(h for _, h in probe.stages))
+        if probe.kind == "app":
+            return list(dict.fromkeys(p.host or self.hosts[0].name for p in probe.processes))
         return [probe.host or self.hosts[0].name]
 
 
