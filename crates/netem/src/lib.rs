@@ -167,6 +167,8 @@ pub struct EmuResult {
     pub priority: i32,
     pub policy_note: String,
     pub hist_scale: Option<Scale>,
+    /// new settings that could not be taken (the old ones stayed)
+    pub reload_errors: Vec<String>,
 }
 
 struct Pending {
@@ -246,6 +248,7 @@ impl Sampler {
 struct Ents {
     forward: &'static Entity,
     drop: &'static Entity,
+    reconfigure: &'static Entity,
 }
 
 fn ents() -> Ents {
@@ -259,6 +262,7 @@ fn ents() -> Ents {
         )
         .expect("entity"),
         drop: register("netem", "drop", Kind::Event, "a packet the emulator dropped (tag: link index); value: 1 loss, 2 queue limit, 3 send error", None).expect("entity"),
+        reconfigure: register("netem", "reconfigure", Kind::Event, "a link took new settings (tag: link index); value: its delay, ns", None).expect("entity"),
     }
 }
 
@@ -267,8 +271,23 @@ pub fn open_ports(cfg: &Config) -> Result<Vec<Port>, String> {
     cfg.ports.iter().map(|p| Port::open(&p.ifname, cfg.sockbuf)).collect()
 }
 
+/// Set (from a signal handler, say) to make a running emulator take new
+/// link settings from its `reload` callback at its next turn of the loop.
+pub static RELOAD: AtomicBool = AtomicBool::new(false);
+
+/// New settings for some links, matched by direction (from → to).
+pub type Reload = Box<dyn Fn() -> Result<Vec<LinkSpec>, String> + Send>;
+
 /// Forward until `stop` is set (or the duration passes).
 pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuResult, String> {
+    run_with(cfg, ports, stop, None)
+}
+
+/// `run`, taking new link settings whenever [`RELOAD`] is set: the links keep
+/// their counts and their packets in flight keep the delay they were given;
+/// packets arriving from then on get the new settings. Each change is a
+/// `netem/reconfigure` event in the trace (tag: the link's index).
+pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
     let n = cfg.ports.len();
     if ports.len() != n {
         return Err(format!("{} ports opened for {} interfaces", ports.len(), n));
@@ -334,6 +353,24 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
     loop {
         if stop.load(Ordering::Relaxed) || end.is_some_and(|e| realtime_ns() >= e) {
             break;
+        }
+        if RELOAD.swap(false, Ordering::Relaxed) {
+            if let Some(f) = reload.as_ref() {
+                match f() {
+                    Ok(specs) => {
+                        for sp in specs {
+                            if sp.from < n && sp.to < n && sp.from != sp.to {
+                                let li = table[sp.from * n + sp.to];
+                                let name = links[li].name.clone();
+                                links[li] = LinkSpec { name, ..sp };
+                                stats[li].configured = true;
+                                e.reconfigure.event_value(li as u32, links[li].delay_ns);
+                            }
+                        }
+                    }
+                    Err(msg) => result.reload_errors.push(msg),
+                }
+            }
         }
         // 1. Take in what arrived.
         for (pi, p) in ports.iter().enumerate() {

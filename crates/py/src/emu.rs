@@ -78,10 +78,14 @@ fn parse(config: &str) -> PyResult<netem::Config> {
     })
 }
 
+extern "C" fn on_usr1(_: libc::c_int) {
+    netem::RELOAD.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Run the emulator; returns per-link and per-port counts and histograms.
 #[pyfunction]
-#[pyo3(signature = (config, ready_fd=None))]
-pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (config, ready_fd=None, reload_path=None))]
+pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, reload_path: Option<String>) -> PyResult<Bound<'py, PyDict>> {
     let cfg = parse(config)?;
     let ports = netem::open_ports(&cfg).map_err(RunError::new_err)?;
     if let Some(fd) = ready_fd {
@@ -91,7 +95,21 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>) -> P
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let c2 = cfg.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || netem::run(&c2, ports, s2))?;
+    // SIGUSR1: take new link settings from `reload_path` (the same JSON), then
+    // say `reloaded` on `ready_fd`.
+    let reload: Option<netem::Reload> = reload_path.map(|path| {
+        unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
+        Box::new(move || {
+            let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+            let links = Python::attach(|_| parse(&text).map(|c| c.links).map_err(|e| e.to_string()))?;
+            if let Some(fd) = ready_fd {
+                let msg = format!("reloaded {}\n", links.len());
+                unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
+            }
+            Ok(links)
+        }) as netem::Reload
+    });
+    let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || netem::run_with(&c2, ports, s2, reload))?;
     let r = r.map_err(RunError::new_err)?;
     let d = PyDict::new(py);
     let links = PyList::empty(py);
@@ -138,5 +156,6 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>) -> P
     d.set_item("sleeps", r.sleeps)?;
     d.set_item("priority", r.priority)?;
     d.set_item("policy", &r.policy_note)?;
+    d.set_item("reload_errors", r.reload_errors.clone())?;
     Ok(d)
 }

@@ -2,7 +2,8 @@
 
 seeds/000 (Fig. 4.4.7) found the control loop's variance growing faster
 than linearly with the link delay. When an experiment sweeps a parameter
-(``sweep:`` load kinds × levels; each level a phase, the baseline at 0),
+(``sweep:`` load kinds × levels, each level a phase, the baseline at 0; or
+phases that change a link's delay, ``phases[].links``),
 ``fit`` takes, per probe and load kind, the mean, standard deviation and p99
 of the probe's main series at every level and fits a line and a parabola
 by least squares. The quadratic term is kept when an F-test on it gives
@@ -71,12 +72,60 @@ def level_value(label: str) -> float | None:
         return None
 
 
+def _points(v_by_phase: dict[str, np.ndarray], x_of: dict[str, float]) -> list[tuple[float, float, float, float]]:
+    pts = []
+    for phase, v in v_by_phase.items():
+        if phase in x_of and len(v) >= 10:
+            pts.append((x_of[phase], float(v.mean()), float(v.std(ddof=1)), float(np.percentile(v, 99))))
+    return sorted(pts)
+
+
+def link_sweep(tables: Any) -> list[dict[str, Any]]:
+    """When phases change a link's delay (``phases[].links``): every probe's
+    main series, and every interval a program or app logged, against that
+    delay (the first link whose delay differs between phases)."""
+    pl_ = tables.run.get("phase_links") or {}
+    if len(pl_) < 3:
+        return []
+    names = [c["name"] for c in next(iter(pl_.values()))]
+    varying = [n for n in names if len({next((c["delay_ns"] for c in cs if c["name"] == n), None) for cs in pl_.values()}) > 1]
+    if not varying:
+        return []
+    link = varying[0]
+    # phases that hold loads are other experiments: only the unloaded ones sweep the delay
+    loaded = {p["name"] for p in tables.spec.get("phases") or [] if p.get("loads")}
+    x_of = {ph: next(c["delay_ns"] for c in cs if c["name"] == link) / 1e6 for ph, cs in pl_.items() if ph not in loaded}
+    series: list[tuple[str, dict[str, np.ndarray]]] = []
+    for probe in (tables.spec.get("probes") or []):
+        kind = probe.get("kind")
+        if kind in MAIN:
+            table, col = MAIN[kind]
+            df: pl.DataFrame = getattr(tables, table)
+            if len(df) and col in df.columns:
+                d = df.filter(pl.col("probe") == probe.get("name"))
+                series.append((str(probe.get("name")), {str(ph): g[col].drop_nulls().to_numpy().astype(np.float64) for (ph,), g in d.group_by(["phase"])}))
+        elif kind in ("program", "app") and len(getattr(tables, "program", [])):
+            d = tables.program.filter(pl.col("probe") == probe.get("name"))
+            for (iv,), g in d.group_by(["interval"], maintain_order=True):
+                series.append((f"{probe.get('name')} {iv}", {str(ph): gg["dur_ns"].to_numpy().astype(np.float64) for (ph,), gg in g.group_by(["phase"])}))
+    out = []
+    for name, by_phase in series:
+        pts = _points(by_phase, x_of)
+        if len({p[0] for p in pts}) < 3:
+            continue
+        a = np.array(pts)
+        fits = [fit_xy(s, a[:, 0], a[:, i]) for i, s in ((1, "mean"), (2, "standard deviation"), (3, "p99"))]
+        out.append({"probe": name, "kind": f"link {link} delay", "unit": "ms", "fits": fits})
+    return out
+
+
 def fit(tables: Any) -> list[dict[str, Any]]:
-    """Per probe and swept load kind: mean, SD and p99 against the level, with both fits."""
+    """Per probe and swept load kind: mean, SD and p99 against the level, with
+    both fits; and against a link delay the phases change."""
     sweep = tables.spec.get("sweep")
     if not sweep:
-        return []
-    out = []
+        return link_sweep(tables)
+    out = link_sweep(tables)
     kinds = sweep.get("kind") or []
     for probe in (tables.spec.get("probes") or []):
         kind = probe.get("kind")
@@ -111,7 +160,7 @@ def fit(tables: Any) -> list[dict[str, Any]]:
     return out
 
 
-def statement(f: Fit) -> str:
+def statement(f: Fit, per: str = "level") -> str:
     from loopscope.units import format_ns
 
     lin = f"linear R² {f.r2_linear:.3f}"
@@ -124,4 +173,4 @@ def statement(f: Fit) -> str:
     if f.best == "quadratic":
         curv = "faster" if (f.quadratic or (0,))[0] > 0 else "slower"
         return f"{f.stat}: grows {curv} than linearly (quadratic term F-test p = {f.p_quadratic:.3g}; {lin}, {q})"
-    return f"{f.stat}: linear is enough, {format_ns(abs(slope))} {'more' if slope >= 0 else 'less'} per level (quadratic term p = {f.p_quadratic:.3g}; {lin}, {q})"
+    return f"{f.stat}: linear is enough, {format_ns(abs(slope))} {'more' if slope >= 0 else 'less'} per {per} (quadratic term p = {f.p_quadratic:.3g}; {lin}, {q})"

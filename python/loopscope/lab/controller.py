@@ -210,7 +210,19 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         plan = phase_runs(exp)
         total = len(plan) * len(exp.probes)
         done = 0
+        from loopscope.lab.emulator import link_configs
+
+        current_links = link_configs(exp)
+        run["phase_links"] = {}
         for pr in plan:
+            if exp.links:
+                want = link_configs(exp, pr.phase)
+                run["phase_links"][pr.phase.name] = [{k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")} for c in want]
+                if want != current_links and lab.emulator is not None:
+                    changed = ", ".join(f"{c['name']} {c['delay_ns'] / 1e6:g} ms" for c, o in zip(want, current_links) if c != o)
+                    say(f"rep {pr.rep} · {pr.phase.name}: links now {changed}")
+                    lab.set_links(want)
+                    current_links = want
             by_host, sinks = place_loads(lab, exp, pr.phase.loads, first.name)
             if by_host:
                 say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")

@@ -29,12 +29,17 @@ from loopscope.lab import procs
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
 
 
-def link_configs(exp: Any) -> list[dict[str, Any]]:
-    """One entry per direction of every link in the experiment file."""
+def link_configs(exp: Any, phase: Any = None) -> list[dict[str, Any]]:
+    """One entry per direction of every link in the experiment file (with
+    ``phase``: as that phase changes them)."""
     from loopscope.units import parse_rate
 
+    links = list(exp.links)
+    for over in (getattr(phase, "links", None) or []):
+        dirs = set(over.directions())
+        links = [over if set(l.directions()) & dirs else l for l in links]
     out = []
-    for i, link in enumerate(exp.links):
+    for i, link in enumerate(links):
         rate = parse_rate(link.rate)[0] if link.rate else None
         for a, b in link.directions():
             out.append(
@@ -91,6 +96,26 @@ class Emulator:
             self.kill()
             raise EmulatorFailure(self.child.describe_failure(f"the link emulator said {line.strip()!r} instead of ready"))
 
+    def reconfigure(self, config: dict[str, Any], timeout: float = 5.0) -> None:
+        """New link settings while it runs (a phase that changes a link):
+        rewrite the configuration, signal it, wait for it to say it took them."""
+        self.config_path.write_text(json.dumps(config, indent=1) + "\n")
+        self.child.popen.send_signal(signal.SIGUSR1)
+        assert self.child.popen.stdout is not None
+        fd = self.child.popen.stdout.fileno()
+        end = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            if not r:
+                raise EmulatorFailure(self.child.describe_failure(f"the link emulator did not take the new link settings within {timeout:.0f} s"))
+            b = os.read(fd, 1)
+            if not b:
+                raise EmulatorFailure(self.child.describe_failure("the link emulator exited while taking new link settings"))
+            line += b
+        if not line.startswith(b"reloaded"):
+            raise EmulatorFailure(self.child.describe_failure(f"the link emulator said {line.strip()!r} instead of reloaded"))
+
     def check(self) -> None:
         if self.child.popen.poll() is not None:
             raise EmulatorFailure(self.child.describe_failure("the link emulator exited during the run"))
@@ -130,7 +155,7 @@ def run_emulator(config_path: str, trace_path: str | None) -> dict[str, Any]:
     config = Path(config_path).read_text()
     with traced(trace_path, ["netem"]) as tr:
         sys.stdout.flush()
-        r = _native.netem_run(config, ready_fd=sys.stdout.fileno())
+        r = _native.netem_run(config, ready_fd=sys.stdout.fileno(), reload_path=str(Path(config_path).resolve()))
     return {**envelope("netem"), **summarize(r), "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
 
 
@@ -154,4 +179,5 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "sleeps": r["sleeps"],
         "priority": r["priority"],
         "policy": r["policy"],
+        "reload_errors": r.get("reload_errors") or [],
     }

@@ -188,6 +188,16 @@ class Lab:
 
     # ---- during the run --------------------------------------------------------------
 
+    def set_links(self, configs: list[dict[str, Any]]) -> None:
+        """New link settings for the running emulator (a phase that changes links)."""
+        if self.emulator is None or self.topo is None:
+            return
+        cfg = self.topo.emulator_config(configs, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0)
+        try:
+            self.emulator.reconfigure(cfg)
+        except EmulatorFailure as e:
+            raise H.AgentFailure(str(e), host="router", component="link emulator") from None
+
     def agent(self, host: str | None) -> H.AgentClient:
         h = self.hosts[host or self.exp.hosts[0].name]
         assert h.agent is not None

@@ -405,6 +405,13 @@ def _sweeps(tables: Any) -> list[dict[str, Any]]:
 
     out = []
     for sw in sweeps.fit(tables):
+        if sw["kind"].startswith("link "):
+            out.append({
+                "title": f"{sw['probe']} against the {sw['kind']}",
+                "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']}", f"{sw['kind']} (ms, one way)"),
+                "statements": [sweeps.statement(f, "ms of delay") for f in sw["fits"]],
+            })
+            continue
         out.append({
             "title": f"{sw['probe']} against {sw['kind']} load",
             "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']} load level", f"{sw['kind']} level ({sw['unit']}; 0 = baseline)"),

@@ -362,6 +362,7 @@ class Sweep(Model):
 class Phase(Model):
     name: Name
     loads: list[str] = Field(default_factory=list, description="names of loads held during this phase")
+    links: list["Link"] = Field(default_factory=list, description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase")
 
 
 def _signed_duration(v: Any) -> int:
@@ -499,6 +500,9 @@ class Link(Model):
         return [(self.from_ or "", self.to or "")]
 
 
+Phase.model_rebuild()
+
+
 class Experiment(Model):
     """One experiment: probes × phases (sets of loads) × repetitions."""
 
@@ -632,6 +636,14 @@ class Experiment(Model):
                 elif (a, b) in pairs:
                     problems.append((("links", i), f"the path {a} -> {b} is already set by links.{pairs[(a, b)]}"))
                 pairs.setdefault((a, b), i)
+        for i, phase in enumerate(self.phases or []):
+            for j, link in enumerate(phase.links):
+                dirs = link.directions()
+                homes = {pairs.get(d) for d in dirs}
+                if None in homes:
+                    problems.append((("phases", i, "links", j), f"phase {phase.name!r} changes the path {' and '.join(f'{a} -> {b}' for a, b in dirs if (a, b) not in pairs)}, which no link of the experiment sets; add it to `links` first"))
+                elif len(homes) > 1 or set(self.links[homes.pop()].directions()) != set(dirs):
+                    problems.append((("phases", i, "links", j), f"phase {phase.name!r}: give the same ends as the experiment's link (between or from/to) so it replaces that link whole"))
         return problems
 
     def load(self, name: str) -> Any:
