@@ -36,6 +36,14 @@ def test_the_video_loop_runs_across_three_hosts_and_its_frames_reach_the_report(
     assert [p["name"] for p in steps[0]["processes"]] == ["display", "tracker", "camera"]
     html = (run / "report.html").read_text()
     assert "Sample frames" in html and "data:image/png;base64," in html
+    # every thread that used channels has its time split, the parts adding up
+    assert 'id="breakdown"' in html
+    b = pl.read_parquet(run / "tables" / "breakdown.parquet")
+    assert set(b["process"]) == {"camera", "tracker", "display"}
+    per = b.group_by("process", "tid").agg(pl.col("share").sum())
+    assert ((per["share"] - 1).abs() < 1e-9).all()
+    msg = b.filter((pl.col("process") == "camera") & (pl.col("category") == "messaging"))["share"].sum()
+    assert msg > 0  # the camera sends 165 datagrams a frame
 
 
 FAILING = """name: failing-app

@@ -362,9 +362,14 @@ impl Hub {
         }
     }
 
-    /// Pump once for at most `max` (tests, and callers that poll).
+    /// Pump once for at most `max` (callers that wait on the hub itself,
+    /// like a camera waiting for its next frame time while commands come
+    /// in); logged as blocking (`chan/block`).
     pub fn pump(&self, max: Duration) -> Option<bool> {
-        self.inner.try_pump(max)
+        let t0 = loopscope_trace::now();
+        let r = self.inner.try_pump(max);
+        inst::block(t0);
+        r
     }
 
     pub fn close(&self) {
@@ -668,6 +673,7 @@ impl HubInner {
                 break;
             }
             datagrams += n as u64;
+            let mut t_seg = t0;
             for i in 0..n as usize {
                 let len = msgs[i].msg_len as usize;
                 let flen = msgs[i].msg_hdr.msg_namelen;
@@ -679,9 +685,11 @@ impl HubInner {
                 let src = src_of(&from[i]);
                 if h.frag_count <= 1 {
                     let body = dg[HDR..].to_vec();
-                    inst::recv(t0);
+                    // messaging up to here; the put that follows is the runtime's
+                    inst::recv(t_seg);
                     self.note_seq(p, src, h);
                     any |= self.frame(p, None, fd, &sink, h, body, Some((from[i], flen)));
+                    t_seg = loopscope_trace::now();
                     continue;
                 }
                 let key = (src, h.seq);
@@ -702,12 +710,14 @@ impl HubInner {
                     part.data[off..off + payload.len()].copy_from_slice(payload);
                 }
                 if part.got as usize == part.seen.len() {
-                    inst::recv(t0);
+                    inst::recv(t_seg);
                     let part = p.reasm.remove(&key).unwrap();
                     self.note_seq(p, src, part.h);
                     any |= self.frame(p, None, fd, &sink, part.h, part.data, Some((from[i], flen)));
+                    t_seg = loopscope_trace::now();
                 }
             }
+            inst::recv(t_seg);
             if (n as usize) < BATCH {
                 break;
             }

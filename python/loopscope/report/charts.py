@@ -201,6 +201,30 @@ def cause_bars(groups: list[dict], title: str) -> str:
     return _svg(fig)
 
 
+def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title: str, xlabel: str) -> str:
+    """One stacked horizontal bar per row: shares (0..1) of named parts, in ``order``."""
+    fig, ax = plt.subplots(figsize=(7.5, 0.4 * len(rows) + 1.3))
+    for i, (_, parts) in enumerate(rows):
+        left = 0.0
+        for k, name in enumerate(order):
+            w = (parts.get(name) or 0.0) * 100
+            if w > 0:
+                ax.barh(i, w, left=left, color=PALETTE[k % len(PALETTE)], label=name)
+                left += w
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([label for label, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title)
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, object] = {}
+    for h, l in zip(handles, labels):
+        seen.setdefault(l, h)
+    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _svg(fig)
+
+
 def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str:
     """Empirical densities (histograms) with the fitted M/Er/1 Erlang curve on each."""
     n = len(samples)

@@ -400,6 +400,39 @@ def _lost_where(c: dict[str, Any]) -> str:
     return f" in {c['lost_windows']} windows (from the capture's start: {spans}{more}; outliers overlapping one are marked incomplete)"
 
 
+def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
+    """Per program/app probe whose threads used channels: each thread's time
+    split into application, blocking, runtime and messaging, per phase."""
+    from loopscope.analysis.breakdown import CATEGORIES, breakdown
+
+    if run_dir is None:
+        return []
+    b = breakdown(Path(run_dir), tables.run)
+    if not len(b):
+        return []
+    b.write_parquet(Path(run_dir) / "tables" / "breakdown.parquet")
+    out = []
+    phases = [p["name"] for p in tables.spec.get("phases") or []]
+    for (probe,), g in b.group_by(["probe"], maintain_order=True):
+        agg = g.group_by(["process", "thread", "phase", "category"]).agg(pl.col("ns").sum())
+        rows, bars = [], []
+        keys = agg.select("process", "thread").unique(maintain_order=True).rows()
+        for proc, thread in sorted(keys):
+            for ph in phases:
+                a = agg.filter((pl.col("process") == proc) & (pl.col("thread") == thread) & (pl.col("phase") == ph))
+                if not len(a):
+                    continue
+                ns = dict(zip(a["category"].to_list(), a["ns"].to_list()))
+                total = sum(ns.values()) or 1
+                share = {c: ns.get(c, 0) / total for c in CATEGORIES}
+                label = f"{proc + ' · ' if proc else ''}{thread} · {ph}"
+                bars.append((label, share))
+                rows.append({"label": label, "total": _ns(total), "cells": [f"{share[c] * 100:.1f} %" for c in CATEGORIES]})
+        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows,
+                    "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time")})
+    return out
+
+
 def _sweeps(tables: Any) -> list[dict[str, Any]]:
     from loopscope.analysis import sweeps
 
@@ -493,6 +526,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
         sweeps=_sweeps(tables),
+        breakdown=_breakdown(run_dir, tables),
         why=_why(run_dir, ex),
         clocks=clock_rows,
         clock_chart=clock_chart,
