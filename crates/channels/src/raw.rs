@@ -37,78 +37,21 @@ pub struct Rounds {
     pub timeouts: u64,
 }
 
-fn raw_udp_send(
-    fd: i32,
-    round: u32,
-    data: &[u8],
-    frag: usize,
-    to: Option<&SocketAddr>,
-) -> Result<(), String> {
+fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&SocketAddr>) -> Result<(), String> {
     let count = data.len().div_ceil(frag).max(1);
-    let (sa, len) = match to {
-        Some(a) => {
-            let (s, l) = crate::hub::sockaddr_pub(a);
-            (Some(s), l)
-        }
-        None => (None, 0),
-    };
-    let mut i = 0;
-    while i < count {
-        let batch = (count - i).min(64);
-        let mut hdrs = vec![[0u8; RAW_HDR]; batch];
-        let mut iovs: Vec<[libc::iovec; 2]> = Vec::with_capacity(batch);
-        for (k, h) in hdrs.iter_mut().enumerate() {
-            let idx = i + k;
+    let hdrs: Vec<[u8; RAW_HDR]> = (0..count)
+        .map(|idx| {
+            let mut h = [0u8; RAW_HDR];
             h[0..4].copy_from_slice(&round.to_le_bytes());
             h[4..8].copy_from_slice(&(idx as u32).to_le_bytes());
             h[8..12].copy_from_slice(&(count as u32).to_le_bytes());
             h[12..16].copy_from_slice(&(data.len() as u32).to_le_bytes());
-            let a = idx * frag;
-            let b = (a + frag).min(data.len());
-            iovs.push([
-                libc::iovec {
-                    iov_base: h.as_ptr() as *mut libc::c_void,
-                    iov_len: RAW_HDR,
-                },
-                libc::iovec {
-                    iov_base: data[a..b].as_ptr() as *mut libc::c_void,
-                    iov_len: b - a,
-                },
-            ]);
-        }
-        let mut msgs: Vec<libc::mmsghdr> = iovs
-            .iter_mut()
-            .map(|iov| {
-                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                m.msg_hdr.msg_iov = iov.as_mut_ptr();
-                m.msg_hdr.msg_iovlen = 2;
-                if let Some(s) = sa.as_ref() {
-                    m.msg_hdr.msg_name = s as *const _ as *mut libc::c_void;
-                    m.msg_hdr.msg_namelen = len;
-                }
-                m
-            })
-            .collect();
-        let n = unsafe { libc::sendmmsg(fd, msgs.as_mut_ptr(), batch as u32, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if matches!(
-                e.raw_os_error(),
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR)
-            ) {
-                let mut pfd = libc::pollfd {
-                    fd,
-                    events: libc::POLLOUT,
-                    revents: 0,
-                };
-                unsafe { libc::poll(&mut pfd, 1, 100) };
-                continue;
-            }
-            return Err(format!("sendmmsg: {e}"));
-        }
-        i += n as usize;
-    }
-    Ok(())
+            h
+        })
+        .collect();
+    let heads: Vec<&[u8]> = hdrs.iter().map(|x| &x[..]).collect();
+    let dest = to.map(crate::hub::sockaddr_pub);
+    wire::send_fragments(fd, &heads, data, frag, dest.as_ref().map(|(s, _)| s), dest.map_or(0, |(_, l)| l))
 }
 
 /// Receive one raw UDP message (all its datagrams); None on timeout.

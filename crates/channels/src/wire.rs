@@ -191,29 +191,41 @@ pub fn send_udp(
         ));
     }
     h.frag_count = count as u16;
-    let mut hdrs: Vec<[u8; HDR]> = Vec::with_capacity(count);
-    for i in 0..count {
-        h.frag_idx = i as u32;
-        hdrs.push(h.bytes());
-    }
+    let hdrs: Vec<[u8; HDR]> = (0..count)
+        .map(|i| {
+            h.frag_idx = i as u32;
+            h.bytes()
+        })
+        .collect();
+    let heads: Vec<&[u8]> = hdrs.iter().map(|x| &x[..]).collect();
+    send_fragments(fd, &heads, data, frag, to, tolen)
+}
+
+/// Datagram i = `heads[i]` + the i-th `frag`-byte slice of `data`, sent
+/// with sendmmsg 64 at a time; a full socket buffer is waited out (poll),
+/// not counted as an error. Raw senders (the bench's baseline) use it too.
+pub fn send_fragments(
+    fd: i32,
+    heads: &[&[u8]],
+    data: &[u8],
+    frag: usize,
+    to: Option<&libc::sockaddr_storage>,
+    tolen: u32,
+) -> Result<(), String> {
+    let count = heads.len();
     let mut sent = 0;
     while sent < count {
         let batch = (count - sent).min(64);
-        let mut iovs: Vec<[libc::iovec; 2]> = Vec::with_capacity(batch);
-        for i in sent..sent + batch {
-            let a = i * frag;
-            let b = (a + frag).min(data.len());
-            iovs.push([
-                libc::iovec {
-                    iov_base: hdrs[i].as_ptr() as *mut libc::c_void,
-                    iov_len: HDR,
-                },
-                libc::iovec {
-                    iov_base: data[a..b].as_ptr() as *mut libc::c_void,
-                    iov_len: b - a,
-                },
-            ]);
-        }
+        let mut iovs: Vec<[libc::iovec; 2]> = (sent..sent + batch)
+            .map(|i| {
+                let a = (i * frag).min(data.len());
+                let b = (a + frag).min(data.len());
+                [
+                    libc::iovec { iov_base: heads[i].as_ptr() as *mut libc::c_void, iov_len: heads[i].len() },
+                    libc::iovec { iov_base: data[a..b].as_ptr() as *mut libc::c_void, iov_len: b - a },
+                ]
+            })
+            .collect();
         let mut msgs: Vec<libc::mmsghdr> = iovs
             .iter_mut()
             .map(|iov| {
@@ -233,11 +245,7 @@ pub fn send_udp(
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
+                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }

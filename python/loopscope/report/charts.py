@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+from typing import Any
 
 import matplotlib
 
@@ -171,6 +172,15 @@ def clock_chart(series: pl.DataFrame) -> str:
     return _svg(fig)
 
 
+def _legend_outside(ax: Any) -> None:
+    """One legend entry per label, right of the axes."""
+    handles, labels = ax.get_legend_handles_labels()
+    seen: dict[str, object] = {}
+    for h, l in zip(handles, labels):
+        seen.setdefault(l, h)
+    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
 def cause_bars(groups: list[dict], title: str) -> str:
     """One stacked bar per phase: the outliers' time split by cause (shares)."""
     causes: list[str] = []
@@ -193,11 +203,7 @@ def cause_bars(groups: list[dict], title: str) -> str:
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of the outliers' time")
     ax.set_title(title)
-    handles, labels = ax.get_legend_handles_labels()
-    seen: dict[str, object] = {}
-    for h, l in zip(handles, labels):
-        seen.setdefault(l, h)
-    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend_outside(ax)
     return _svg(fig)
 
 
@@ -217,11 +223,7 @@ def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title
     ax.set_xlim(0, 100)
     ax.set_xlabel(xlabel)
     ax.set_title(title)
-    handles, labels = ax.get_legend_handles_labels()
-    seen: dict[str, object] = {}
-    for h, l in zip(handles, labels):
-        seen.setdefault(l, h)
-    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend_outside(ax)
     return _svg(fig)
 
 
