@@ -44,6 +44,12 @@ def test_the_video_loop_runs_across_three_hosts_and_its_frames_reach_the_report(
     assert ((per["share"] - 1).abs() < 1e-9).all()
     msg = b.filter((pl.col("process") == "camera") & (pl.col("category") == "messaging"))["share"].sum()
     assert msg > 0  # the camera sends 165 datagrams a frame
+    # frames followed from the camera's put to the tracker's get: the network
+    # part is the emulated link's 20 ms
+    it = pl.read_parquet(run / "tables" / "items.parquet").filter(pl.col("channel") == "frames")
+    assert len(it) > 50 and set(it["producer"]) == {"camera"} and set(it["consumer"]) == {"tracker"}
+    assert 19e6 < it["net_ns"].median() < 40e6 and (it["deliver_ns"] >= 0).all()
+    assert ((it["total_ns"] - it["put_ns"] - it["net_ns"] - it["deliver_ns"]) == 0).all()
 
 
 FAILING = """name: failing-app

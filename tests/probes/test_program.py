@@ -86,7 +86,13 @@ def test_a_programs_intervals_are_compared_and_their_outliers_explained(cli, tmp
     assert set(comp["measure"].unique()) == {"loop/wake", "loop/work"}
     ex = json.loads((run / "explain.json").read_text())
     wake = next(g for g in ex["groups"] if g["probe"] == "program loop/wake" and g["phase"] == "burst")
-    assert wake["causes"][0]["cause"] == "thread: ls-burst", wake["causes"]
+    # The burst is the thread that delays the loop's wake-ups most; on this
+    # shared VM late wake-ups of the CPU itself (idle exits, the hypervisor)
+    # can still outweigh it in a 3 s phase, so it need not be the top cause.
+    threads = [c for c in wake["causes"] if c["cause"].startswith("thread: ")]
+    assert threads and threads[0]["cause"] == "thread: ls-burst" and threads[0]["share"] >= 0.1, wake["causes"]
+    idle = next(g for g in ex["groups"] if g["probe"] == "program loop/wake" and g["phase"] == "idle")
+    assert all(c["cause"] != "thread: ls-burst" for c in idle["causes"])
     work = next(g for g in ex["groups"] if g["probe"] == "program loop/work" and g["phase"] == "idle")
     # a work interval's own time is "running", never a wake-up's "CPU idle"
     assert any(c["cause"] == "running" for c in work["causes"]) and all(c["cause"] != "CPU idle" for c in work["causes"])

@@ -142,6 +142,7 @@ pub struct Channel {
     /// called with the timestamp of every item that leaves the channel
     /// (reclaimed or evicted): a remote consumer's mirror tells the owner
     pub(crate) on_reclaim: Mutex<Option<OnReclaim>>,
+    pub(crate) ents: Option<&'static inst::ChanEnts>,
 }
 
 impl Channel {
@@ -164,6 +165,7 @@ impl Channel {
             has_remote: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             on_reclaim: Mutex::new(None),
+            ents: inst::channel(name),
         })
     }
 
@@ -349,7 +351,7 @@ impl Channel {
                 f(&item);
             }
         }
-        inst::put(t0, ts);
+        inst::put(self.ents, t0, ts);
         Ok(())
     }
 
@@ -417,7 +419,7 @@ impl Channel {
                 }
                 drop(g);
                 self.notify();
-                inst::get(t0, ts);
+                inst::get(self.ents, t0, ts);
                 return Ok(item);
             }
             if g.closed {

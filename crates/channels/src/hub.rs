@@ -817,7 +817,7 @@ impl HubInner {
                     n.items_in += 1;
                     n.bytes_in += len;
                 });
-                inst::arrived(h.ts, h.sent_ns);
+                inst::arrived(ch.as_ref().and_then(|c| c.ents), h.ts, h.sent_ns);
                 match ch {
                     Some(c) => {
                         // never block the pumping thread: a full channel refuses (counted)
@@ -981,7 +981,7 @@ impl HubInner {
                     wire::send_udp(*fd, h, &item.data, self.frag, Some(to), *len)
                 }
             };
-            inst::send(t0, item.ts);
+            inst::send(self.chan(chan).and_then(|c| c.ents), t0, item.ts);
             if r.is_err() {
                 s.dead.store(true, Ordering::Relaxed);
                 self.count(|n| {
@@ -1117,6 +1117,7 @@ pub struct RemoteProducer {
     frag: usize,
     pub sent: u64,
     pub bytes: u64,
+    ents: Option<&'static inst::ChanEnts>,
 }
 
 impl RemoteProducer {
@@ -1146,6 +1147,7 @@ impl RemoteProducer {
             frag: frag.clamp(64, 65000),
             sent: 0,
             bytes: 0,
+            ents: inst::channel(name),
         })
     }
 
@@ -1171,8 +1173,8 @@ impl RemoteProducer {
                 0,
             ),
         };
-        inst::send(t0, ts);
-        inst::put(t0, ts);
+        inst::send(self.ents, t0, ts);
+        inst::put(self.ents, t0, ts);
         r?;
         self.sent += 1;
         self.bytes += data.len() as u64;

@@ -4,16 +4,19 @@
 //! of a put or get) and messaging (sending and receiving on the network),
 //! with lock waits and item allocations inside them:
 //!
-//! | entity          | kind     | covers                                          |
-//! |-----------------|----------|-------------------------------------------------|
-//! | `chan/put`      | interval | a whole put, local or remote (tag: item ts)     |
-//! | `chan/get`      | interval | a whole get, its blocking included (tag: ts)    |
-//! | `chan/block`    | interval | each wait inside a put or get                   |
-//! | `chan/send`     | interval | handing an item to the network (tag: ts)        |
-//! | `chan/recv`     | interval | reading an item's bytes off a socket            |
-//! | `chan/lock`     | interval | a channel lock that took over ~0.5 µs to get    |
-//! | `chan/alloc`    | interval | allocating a received item's buffer             |
-//! | `chan/arrived`  | event    | an item arrived; value: its sender's REALTIME send stamp |
+//! | entity              | kind     | covers                                          |
+//! |---------------------|----------|-------------------------------------------------|
+//! | `chan/put:<C>`      | interval | a whole put into channel C, local or remote (tag: item ts) |
+//! | `chan/get:<C>`      | interval | a whole get from C, its blocking included (tag: ts) |
+//! | `chan/send:<C>`     | interval | handing an item of C to the network (tag: ts)   |
+//! | `chan/arrived:<C>`  | event    | an item of C arrived; value: its sender's REALTIME send stamp |
+//! | `chan/block`        | interval | each wait inside a put or get, or on a hub      |
+//! | `chan/recv`         | interval | reading items' bytes off a socket               |
+//! | `chan/lock`         | interval | a channel lock that took over ~0.5 µs to get    |
+//! | `chan/alloc`        | interval | allocating a received item's buffer             |
+//!
+//! Per-channel names let an item be followed from its put on one host to its
+//! get on another (the per-item macro events of `analysis/items.py`).
 //!
 //! Every record costs a TSC read and a few stores, and nothing when the
 //! trace does not log the `chan` group. Tags are the item timestamp's low
@@ -21,17 +24,22 @@
 //! threads and hosts.
 
 use loopscope_trace::{register, Entity, Kind};
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
-struct Ents {
+/// The entities of one channel, registered once per name and kept.
+pub struct ChanEnts {
     put: &'static Entity,
     get: &'static Entity,
-    block: &'static Entity,
     send: &'static Entity,
+    arrived: &'static Entity,
+}
+
+struct Ents {
+    block: &'static Entity,
     recv: &'static Entity,
     lock: &'static Entity,
     alloc: &'static Entity,
-    arrived: &'static Entity,
 }
 
 fn ents() -> Option<&'static Ents> {
@@ -39,34 +47,59 @@ fn ents() -> Option<&'static Ents> {
     E.get_or_init(|| {
         let r = |n: &str, k: Kind, d: &str| register("chan", n, k, d, None).ok();
         Some(Ents {
-            put: r("put", Kind::Interval, "a put, local or remote")?,
-            get: r("get", Kind::Interval, "a get, its blocking included")?,
-            block: r("block", Kind::Interval, "waiting for an item or for space")?,
-            send: r("send", Kind::Interval, "handing an item to the network")?,
-            recv: r("recv", Kind::Interval, "reading an item off a socket")?,
+            block: r("block", Kind::Interval, "waiting for an item, for space, or on a hub")?,
+            recv: r("recv", Kind::Interval, "reading items off a socket")?,
             lock: r("lock", Kind::Interval, "a contended channel lock")?,
             alloc: r("alloc", Kind::Interval, "allocating a received item")?,
-            arrived: r(
-                "arrived",
-                Kind::Event,
-                "an item arrived; value: sender's REALTIME send stamp",
-            )?,
         })
     })
     .as_ref()
 }
 
+/// The entities of channel `name` (characters a name cannot hold become `_`).
+pub fn channel(name: &str) -> Option<&'static ChanEnts> {
+    static M: OnceLock<Mutex<HashMap<String, &'static ChanEnts>>> = OnceLock::new();
+    let mut m = M.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = m.get(name) {
+        return Some(e);
+    }
+    let clean: String = name.chars().map(|c| if c == '/' || c.is_control() { '_' } else { c }).collect();
+    let r = |what: &str, k: Kind, d: &str| register("chan", &format!("{what}:{clean}"), k, d, None).ok();
+    let e: &'static ChanEnts = Box::leak(Box::new(ChanEnts {
+        put: r("put", Kind::Interval, "a put, local or remote (tag: item ts)")?,
+        get: r("get", Kind::Interval, "a get, its blocking included (tag: item ts)")?,
+        send: r("send", Kind::Interval, "handing an item to the network (tag: item ts)")?,
+        arrived: r("arrived", Kind::Event, "an item arrived (tag: item ts); value: the sender's REALTIME send stamp")?,
+    }));
+    m.insert(name.to_string(), e);
+    Some(e)
+}
+
 #[inline]
-pub fn put(t0: u64, ts: u64) {
-    if let Some(e) = ents() {
+pub fn put(c: Option<&ChanEnts>, t0: u64, ts: u64) {
+    if let Some(e) = c {
         e.put.interval(ts as u32, t0);
     }
 }
 
 #[inline]
-pub fn get(t0: u64, ts: u64) {
-    if let Some(e) = ents() {
+pub fn get(c: Option<&ChanEnts>, t0: u64, ts: u64) {
+    if let Some(e) = c {
         e.get.interval(ts as u32, t0);
+    }
+}
+
+#[inline]
+pub fn send(c: Option<&ChanEnts>, t0: u64, ts: u64) {
+    if let Some(e) = c {
+        e.send.interval(ts as u32, t0);
+    }
+}
+
+#[inline]
+pub fn arrived(c: Option<&ChanEnts>, ts: u64, sent_ns: u64) {
+    if let Some(e) = c {
+        e.arrived.event_value(ts as u32, sent_ns as i64);
     }
 }
 
@@ -74,13 +107,6 @@ pub fn get(t0: u64, ts: u64) {
 pub fn block(t0: u64) {
     if let Some(e) = ents() {
         e.block.interval(0, t0);
-    }
-}
-
-#[inline]
-pub fn send(t0: u64, ts: u64) {
-    if let Some(e) = ents() {
-        e.send.interval(ts as u32, t0);
     }
 }
 
@@ -95,13 +121,6 @@ pub fn recv(t0: u64) {
 pub fn alloc(t0: u64) {
     if let Some(e) = ents() {
         e.alloc.interval(0, t0);
-    }
-}
-
-#[inline]
-pub fn arrived(ts: u64, sent_ns: u64) {
-    if let Some(e) = ents() {
-        e.arrived.event_value(ts as u32, sent_ns as i64);
     }
 }
 

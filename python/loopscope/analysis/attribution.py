@@ -275,8 +275,9 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     doing, by the state it switched out in: sleeping, uninterruptible I/O)
     and, while it was runnable but not running (preempted, or woken and not
     yet on a CPU), what ran instead on the CPU it next ran on: threads,
-    interrupts, scheduling latency. Where the state is unknown (no
-    switch-out recorded) the wait is split like a wake-up's."""
+    interrupts, scheduling latency. The thread ran at the window's start
+    (it logged it), so an off-CPU stretch with no switch-out of its own
+    inside the window is preemption, never sleep."""
     out: dict[str, int] = {}
     info = _window_info(k, a, b)
     if b <= a:
@@ -304,7 +305,11 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
         if x > t:
             cv = k.cpus.get(c)
             i = int(np.searchsorted(so_t, t + 2_000, side="right")) - 1
-            state = (so_state[i] or "")[:1] if i >= 0 else None
+            # The thread was running at `a` (it logged the interval's start
+            # itself) and until `t` (its last run): only a switch-out where
+            # that run ended can have put it to sleep; none recorded there
+            # means it was preempted (its own switch-outs are recorded).
+            state = (so_state[i] or "")[:1] if i >= 0 and so_t[i] >= max(a, t - 50_000) - 2_000 else "R"
             wi = int(np.searchsorted(wake, t, side="left"))
             w = int(wake[wi]) if wi < len(wake) and wake[wi] <= x else None
             if state in ("R", "W"):

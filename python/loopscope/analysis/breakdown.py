@@ -71,7 +71,8 @@ def split_thread(df: pl.DataFrame) -> dict[str, int]:
         return {}
     t0 = int(df["t_ns"].min())  # type: ignore[arg-type]
     t1 = int((df["t_ns"] + df["dur_ns"].fill_null(0)).max())  # type: ignore[arg-type]
-    ch = df.filter((pl.col("group") == "chan") & (pl.col("kind") == "interval"))
+    # per-channel entities are named `put:<channel>`: the layer is the part before the colon
+    ch = df.filter((pl.col("group") == "chan") & (pl.col("kind") == "interval")).with_columns(pl.col("name").str.split(":").list.first().alias("name"))
     out = {c: 0 for c in CATEGORIES}
     taken: list[tuple[int, int]] = []
     for cat, names in LAYERS:

@@ -428,8 +428,30 @@ def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
                 label = f"{proc + ' · ' if proc else ''}{thread} · {ph}"
                 bars.append((label, share))
                 rows.append({"label": label, "total": _ns(total), "cells": [f"{share[c] * 100:.1f} %" for c in CATEGORIES]})
-        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows,
+        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows, "per_item": _items(Path(run_dir), tables, str(probe), phases),
                     "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time")})
+    return out
+
+
+def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+    """Per channel and phase: an item's put, network and delivery times (p50 / p99)."""
+    from loopscope.analysis.items import items
+
+    it = items(run_dir, tables.run)
+    it.write_parquet(run_dir / "tables" / "items.parquet")
+    it = it.filter(pl.col("probe") == probe)
+    out = []
+    for (ch, prod, cons), g in it.group_by(["channel", "producer", "consumer"], maintain_order=True):
+        for ph in phases:
+            x = g.filter(pl.col("phase") == ph)
+            if not len(x):
+                continue
+
+            def q(col: str) -> str:
+                v = x[col].drop_nulls()
+                return f"{_ns(v.quantile(0.5))} / {_ns(v.quantile(0.99))}" if len(v) else "n/a"
+
+            out.append({"channel": ch, "path": f"{prod or '?'} → {cons}", "phase": ph, "n": len(x), "put": q("put_ns"), "net": q("net_ns"), "deliver": q("deliver_ns"), "total": q("total_ns")})
     return out
 
 
