@@ -89,16 +89,12 @@ def split_thread(df: pl.DataFrame) -> dict[str, int]:
 
 def breakdown(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
+    from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
 
     rows = []
     for st in run.get("steps") or []:
-        if st.get("kind") == "program":
-            parts = [("", st["trace"])]
-        elif st.get("kind") == "app":
-            parts = [(p["name"], p["trace"]) for p in st.get("processes") or []]
-        else:
-            continue
+        parts = [(p.name, p.trace) for p in program_parts(st, run)]
         for proc, trace in parts:
             path = run_dir / trace
             if not path.exists():

@@ -201,17 +201,14 @@ def _program_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offs
     name (from a deadline to when the thread ran), split like the timer's."""
     from fnmatch import fnmatchcase
 
+    from loopscope.analysis.steps import program_parts
+
     spec = json.loads((run_dir / "spec.json").read_text()) if (run_dir / "spec.json").exists() else {}
     pats = {p.get("name"): p.get("attribute") or ["*"] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
     wake = {p.get("name"): p.get("wakeup") or [] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
     out = []
     for st in run.get("steps") or []:
-        if st.get("kind") == "program":
-            parts = [(st.get("host") or next(iter(run.get("hosts") or {"localhost": 0})), st["trace"], "")]
-        elif st.get("kind") == "app":
-            parts = [(p["host"], p["trace"], f"{p['name']}: ") for p in st.get("processes") or []]
-        else:
-            continue
+        parts = [(p.host, p.trace, f"{p.name}: " if p.name else "") for p in program_parts(st, run)]
         for host, trace, prefix in parts:
             if host not in covers or not (run_dir / trace).exists():
                 continue

@@ -46,14 +46,11 @@ def _records(run_dir: Path, trace: str) -> tuple[pl.DataFrame, Any]:
 
 
 def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
+    from loopscope.analysis.steps import program_parts
+
     rows: list[pl.DataFrame] = []
     for st in run.get("steps") or []:
-        if st.get("kind") == "program":
-            parts = [("", st["trace"])]
-        elif st.get("kind") == "app":
-            parts = [(p["name"], p["trace"]) for p in st.get("processes") or []]
-        else:
-            continue
+        parts = [(p.name, p.trace) for p in program_parts(st, run)]
         puts, arrs, gets = [], [], []
         for proc, trace in parts:
             if not (run_dir / trace).exists():

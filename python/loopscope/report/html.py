@@ -55,6 +55,8 @@ def _images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase:
     a few per phase, inlined."""
     import base64
 
+    from loopscope.analysis.steps import program_parts
+
     if run_dir is None:
         return []
     out = []
@@ -63,11 +65,11 @@ def _images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase:
         for st in tables.run.get("steps") or []:
             if st.get("probe") != probe or st.get("phase") != ph:
                 continue
-            for part in st.get("processes") or [st]:
-                d = Path(run_dir) / str(part["trace"]).removesuffix(".lstrace")
+            for part in program_parts(st, tables.run):
+                d = Path(run_dir) / part.trace.removesuffix(".lstrace")
                 d = d.with_name(d.name + "-frames")
                 for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
-                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.get('name', probe)}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
+                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
                     n += 1
     return out
 
