@@ -32,10 +32,24 @@ time into application, blocking, runtime and messaging.
     p.put(2, frame_bytes)
     c = consumer("10.0.0.1:47600", "frames")
     item = c.get(which="latest")
+
+Channels declared in an experiment file (``channels:``) are hosted by the
+lab, one hub process per host that holds any; a program or app process
+finds them by name alone, and the transport declared is used::
+
+    frames = producer("frames")          # from LOOPSCOPE_CHANNELS
+    seen = consumer("frames", capacity=8)
+
+When the run gives LOOPSCOPE_CHANNEL_STATS (a file), the counts of every
+remote end a process opened are written there at exit, so the report can
+show what the receiving side lost (incomplete and missing UDP items).
 """
 
 from __future__ import annotations
 
+import atexit
+import json
+import os
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -176,9 +190,73 @@ class RemoteConsumer:
         return self._r.stats()
 
 
-def producer(hub: str, name: str, transport: str = "tcp", frag: int = 1400, timeout: float = 5.0) -> Producer:
-    return Producer(hub, name, transport, frag, timeout)
+def declared() -> dict[str, dict[str, Any]]:
+    """The channels the run declared: name -> {hub, transport, capacity, full, max_item}."""
+    text = os.environ.get("LOOPSCOPE_CHANNELS")
+    if not text:
+        return {}
+    try:
+        out = json.loads(text)
+    except ValueError:
+        raise ValueError(f"LOOPSCOPE_CHANNELS is not JSON: {text[:80]!r}") from None
+    return out if isinstance(out, dict) else {}
 
 
-def consumer(hub: str, name: str, transport: str = "tcp", capacity: int = 64, max_item: int = 16 << 20, frag: int = 1400, timeout: float = 5.0) -> RemoteConsumer:
-    return RemoteConsumer(hub, name, transport, capacity, max_item, frag, timeout)
+def _resolve(hub_or_name: str, name: str | None, transport: str | None) -> tuple[str, str, str, dict[str, Any]]:
+    if name is not None:
+        return hub_or_name, name, transport or "tcp", {}
+    known = declared()
+    d = known.get(hub_or_name)
+    if d is None:
+        have = ", ".join(sorted(known)) or "none (LOOPSCOPE_CHANNELS is not set: declare channels in the experiment file)"
+        raise ValueError(f"no declared channel named {hub_or_name!r}; declared: {have}")
+    if transport is not None and transport != d["transport"]:
+        raise ValueError(f"channel {hub_or_name!r} is declared with transport {d['transport']!r}, not {transport!r}")
+    return d["hub"], hub_or_name, d["transport"], d
+
+
+_ends: list[tuple[str, str, Any]] = []
+
+
+def _write_stats() -> None:
+    path = os.environ.get("LOOPSCOPE_CHANNEL_STATS")
+    if not path or not _ends:
+        return
+    out = []
+    for role, name, end in _ends:
+        try:
+            out.append({"role": role, "channel": name, "pid": os.getpid(), **end.stats()})
+        except Exception:  # noqa: BLE001 - a closed end: nothing to add
+            pass
+    try:
+        with open(path, "a") as f:
+            for row in out:
+                f.write(json.dumps(row) + "\n")
+    except OSError:
+        pass
+
+
+def _track(role: str, name: str, end: Any) -> None:
+    if not _ends:
+        atexit.register(_write_stats)
+    _ends.append((role, name, end))
+
+
+def producer(hub: str, name: str | None = None, transport: str | None = None, frag: int = 1400, timeout: float = 5.0) -> Producer:
+    """A producer of channel ``name`` on ``hub`` (HOST:PORT), or of the
+    declared channel ``hub`` when ``name`` is not given."""
+    h, n, t, _ = _resolve(hub, name, transport)
+    p = Producer(h, n, t, frag, timeout)
+    _track("producer", n, p)
+    return p
+
+
+def consumer(hub: str, name: str | None = None, transport: str | None = None, capacity: int = 64, max_item: int | None = None, frag: int = 1400,
+             timeout: float = 5.0) -> RemoteConsumer:
+    """A consumer of channel ``name`` on ``hub`` (HOST:PORT), or of the
+    declared channel ``hub`` when ``name`` is not given (its ``max_item``
+    then defaults to the declared one)."""
+    h, n, t, d = _resolve(hub, name, transport)
+    c = RemoteConsumer(h, n, t, capacity, max_item or d.get("max_item") or 16 << 20, frag, timeout)
+    _track("consumer", n, c)
+    return c

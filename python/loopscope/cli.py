@@ -819,6 +819,46 @@ def channel() -> None:
     """Channels of time-sequenced items across hosts (the bench's two ends)."""
 
 
+@channel.command("hub")
+@click.option("--listen", required=True, help="HOST:PORT it serves on, TCP and UDP.")
+@click.option("--channels", "spec", required=True, help='The channels it holds, JSON: [{"name", "capacity", "full", "max_item"}, ...].')
+@click.option("--stats", "stats_path", type=click.Path(dir_okay=False), default=None, help="Write the final counts here (JSON).")
+@click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True, help="UDP payload bytes per datagram.")
+def channel_hub(listen: str, spec: str, stats_path: str | None, frag: int) -> int:
+    """Host channels for other processes and hosts until SIGINT/SIGTERM, then write their counts.
+
+    The lab runs one per host that holds channels declared in the experiment
+    file; its trace (LOOPSCOPE_TRACE) gets the runtime's own records."""
+    import signal
+
+    from loopscope.channels import Hub
+    from loopscope.errors import InputError
+    from loopscope.trace import api
+
+    try:
+        decl = json.loads(spec)
+        assert isinstance(decl, list) and all(isinstance(d, dict) and "name" in d for d in decl)
+    except (ValueError, AssertionError):
+        raise InputError(f"--channels: expected a JSON list of objects with a name [got {spec[:80]!r}]") from None
+    stop = []
+    signal.signal(signal.SIGINT, lambda *a: stop.append(1))
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    tr = api.open() if os.environ.get("LOOPSCOPE_TRACE") else None
+    hub = Hub(listen=listen, frag=frag)
+    chans = {d["name"]: hub.create(d["name"], int(d.get("capacity", 64)), d.get("full", "block"), int(d.get("max_item", 16 << 20))) for d in decl}
+    click.echo(json.dumps({"listening": hub.address, "channels": list(chans)}), err=True)
+    while not stop:
+        hub.pump(0.2)
+    out = {"address": hub.address, "channels": {n: c.stats() for n, c in chans.items()}, "net": hub.net_stats()}
+    hub.close()
+    if tr is not None:
+        tr.close()
+    if stats_path:
+        Path(stats_path).write_text(json.dumps(out, indent=1) + "\n")
+    click.echo(json.dumps(out))
+    return 0
+
+
 @channel.command("bench-serve")
 @click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True)
 @click.option("--raw-bind", required=True, help="HOST:PORT of the raw echo server.")

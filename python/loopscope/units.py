@@ -103,3 +103,17 @@ def format_bps(bps: float) -> str:
         if abs(bps) >= f:
             return f"{bps / f:.3f} {unit}"
     return f"{bps:.0f} bit/s"
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKMG]i?B|B)?\s*$")
+_SIZE_UNITS = {"B": 1, "kB": 1000, "KB": 1000, "MB": 1000**2, "GB": 1000**3, "KiB": 1024, "kiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+
+
+def parse_bytes(text: str | int) -> int:
+    """'64KiB', '1MB', '1400B', 1400 -> bytes (kB/MB decimal, KiB/MiB binary)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    m = _SIZE.match(str(text))
+    if not m or m.group(2) not in _SIZE_UNITS and m.group(2) is not None:
+        raise ValueError(f"{text!r} is not a size; write bytes like 1400, 64KiB or 2MB")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2) or "B"])

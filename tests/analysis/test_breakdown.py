@@ -35,3 +35,22 @@ def test_a_thread_without_channel_records_is_all_application() -> None:
     df = pl.DataFrame([_rec("work", 0, 100, group="app")])
     got = split_thread(df)
     assert got["application"] == 100 and sum(got.values()) == 100
+
+
+def test_each_put_and_get_call_splits_into_the_layers_inside_it() -> None:
+    from loopscope.analysis.breakdown import split_calls
+
+    df = pl.DataFrame([
+        {**_rec("get:frames", 100, 60), "tag": 7},
+        {**_rec("block", 110, 40), "tag": 0},
+        {**_rec("recv", 120, 10), "tag": 0},
+        {**_rec("alloc", 125, 2), "tag": 0},
+        {**_rec("put:out", 200, 20), "tag": 8},
+        {**_rec("send:out", 205, 10), "tag": 8},
+        {**_rec("lock", 201, 2), "tag": 0},
+    ])
+    c = split_calls(df).sort("t_ns")
+    assert c["channel"].to_list() == ["frames", "out"] and c["ts"].to_list() == [7, 8]
+    get, put = c.row(0, named=True), c.row(1, named=True)
+    assert (get["blocking"], get["messaging"], get["messaging: alloc"], get["runtime"]) == (30, 8, 2, 20)
+    assert (put["messaging"], put["runtime: lock"], put["runtime"], put["blocking"]) == (10, 2, 8, 0)

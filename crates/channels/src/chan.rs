@@ -224,7 +224,11 @@ impl Channel {
 
     fn sleep<'a>(&'a self, g: MutexGuard<'a, State>, d: Duration) -> MutexGuard<'a, State> {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let g = self.changed.wait_timeout(g, d).unwrap_or_else(|e| e.into_inner()).0;
+        let g = self
+            .changed
+            .wait_timeout(g, d)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         g
     }
@@ -352,6 +356,7 @@ impl Channel {
             }
         }
         inst::put(self.ents, t0, ts);
+        inst::bytes(self.ents, ts, n as usize);
         Ok(())
     }
 

@@ -543,7 +543,14 @@ impl HubInner {
                             *filled += k;
                             inst::recv(t0);
                         }
-                        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            break
+                        }
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                         Err(_) => {
                             closed = true;
@@ -586,7 +593,14 @@ impl HubInner {
                     break;
                 }
                 Ok(k) => c.end += k,
-                Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     closed = true;
@@ -1020,8 +1034,24 @@ fn handshake_tcp(
     name: &str,
     timeout: Duration,
 ) -> Result<(TcpStream, Header), String> {
-    let mut s = TcpStream::connect_timeout(&addr, timeout)
-        .map_err(|e| format!("cannot connect to the hub at {addr}: {e}"))?;
+    // A hub that is still starting refuses the connection: try again until
+    // the timeout (a lab starts hubs and their users at about the same time).
+    let deadline = Instant::now() + timeout;
+    let mut s = loop {
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1));
+        match TcpStream::connect_timeout(&addr, left) {
+            Ok(s) => break s,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && Instant::now() + Duration::from_millis(50) < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            Err(e) => return Err(format!("cannot connect to the hub at {addr}: {e}")),
+        }
+    };
     let _ = s.set_nodelay(true);
     s.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
@@ -1175,6 +1205,7 @@ impl RemoteProducer {
         };
         inst::send(self.ents, t0, ts);
         inst::put(self.ents, t0, ts);
+        inst::bytes(self.ents, ts, data.len());
         r?;
         self.sent += 1;
         self.bytes += data.len() as u64;

@@ -10,6 +10,7 @@
 //! | `chan/get:<C>`      | interval | a whole get from C, its blocking included (tag: ts) |
 //! | `chan/send:<C>`     | interval | handing an item of C to the network (tag: ts)   |
 //! | `chan/arrived:<C>`  | event    | an item of C arrived; value: its sender's REALTIME send stamp |
+//! | `chan/bytes:<C>`    | event    | a put of an item of C; value: its size in bytes  |
 //! | `chan/block`        | interval | each wait inside a put or get, or on a hub      |
 //! | `chan/recv`         | interval | reading items' bytes off a socket               |
 //! | `chan/lock`         | interval | a channel lock that took over ~0.5 µs to get    |
@@ -33,6 +34,7 @@ pub struct ChanEnts {
     get: &'static Entity,
     send: &'static Entity,
     arrived: &'static Entity,
+    bytes: &'static Entity,
 }
 
 struct Ents {
@@ -47,7 +49,11 @@ fn ents() -> Option<&'static Ents> {
     E.get_or_init(|| {
         let r = |n: &str, k: Kind, d: &str| register("chan", n, k, d, None).ok();
         Some(Ents {
-            block: r("block", Kind::Interval, "waiting for an item, for space, or on a hub")?,
+            block: r(
+                "block",
+                Kind::Interval,
+                "waiting for an item, for space, or on a hub",
+            )?,
             recv: r("recv", Kind::Interval, "reading items off a socket")?,
             lock: r("lock", Kind::Interval, "a contended channel lock")?,
             alloc: r("alloc", Kind::Interval, "allocating a received item")?,
@@ -59,17 +65,46 @@ fn ents() -> Option<&'static Ents> {
 /// The entities of channel `name` (characters a name cannot hold become `_`).
 pub fn channel(name: &str) -> Option<&'static ChanEnts> {
     static M: OnceLock<Mutex<HashMap<String, &'static ChanEnts>>> = OnceLock::new();
-    let mut m = M.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = M
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if let Some(e) = m.get(name) {
         return Some(e);
     }
-    let clean: String = name.chars().map(|c| if c == '/' || c.is_control() { '_' } else { c }).collect();
-    let r = |what: &str, k: Kind, d: &str| register("chan", &format!("{what}:{clean}"), k, d, None).ok();
+    let clean: String = name
+        .chars()
+        .map(|c| if c == '/' || c.is_control() { '_' } else { c })
+        .collect();
+    let r = |what: &str, k: Kind, d: &str| {
+        register("chan", &format!("{what}:{clean}"), k, d, None).ok()
+    };
     let e: &'static ChanEnts = Box::leak(Box::new(ChanEnts {
-        put: r("put", Kind::Interval, "a put, local or remote (tag: item ts)")?,
-        get: r("get", Kind::Interval, "a get, its blocking included (tag: item ts)")?,
-        send: r("send", Kind::Interval, "handing an item to the network (tag: item ts)")?,
-        arrived: r("arrived", Kind::Event, "an item arrived (tag: item ts); value: the sender's REALTIME send stamp")?,
+        put: r(
+            "put",
+            Kind::Interval,
+            "a put, local or remote (tag: item ts)",
+        )?,
+        get: r(
+            "get",
+            Kind::Interval,
+            "a get, its blocking included (tag: item ts)",
+        )?,
+        send: r(
+            "send",
+            Kind::Interval,
+            "handing an item to the network (tag: item ts)",
+        )?,
+        arrived: r(
+            "arrived",
+            Kind::Event,
+            "an item arrived (tag: item ts); value: the sender's REALTIME send stamp",
+        )?,
+        bytes: r(
+            "bytes",
+            Kind::Event,
+            "an item was put (tag: item ts); value: its size in bytes",
+        )?,
     }));
     m.insert(name.to_string(), e);
     Some(e)
@@ -79,6 +114,14 @@ pub fn channel(name: &str) -> Option<&'static ChanEnts> {
 pub fn put(c: Option<&ChanEnts>, t0: u64, ts: u64) {
     if let Some(e) = c {
         e.put.interval(ts as u32, t0);
+    }
+}
+
+/// The size of an item put (per-size breakdowns join it by timestamp).
+#[inline]
+pub fn bytes(c: Option<&ChanEnts>, ts: u64, n: usize) {
+    if let Some(e) = c {
+        e.bytes.event_value(ts as u32, n as i64);
     }
 }
 

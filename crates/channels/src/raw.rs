@@ -37,7 +37,13 @@ pub struct Rounds {
     pub timeouts: u64,
 }
 
-fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&SocketAddr>) -> Result<(), String> {
+fn raw_udp_send(
+    fd: i32,
+    round: u32,
+    data: &[u8],
+    frag: usize,
+    to: Option<&SocketAddr>,
+) -> Result<(), String> {
     let count = data.len().div_ceil(frag).max(1);
     let hdrs: Vec<[u8; RAW_HDR]> = (0..count)
         .map(|idx| {
@@ -51,7 +57,14 @@ fn raw_udp_send(fd: i32, round: u32, data: &[u8], frag: usize, to: Option<&Socke
         .collect();
     let heads: Vec<&[u8]> = hdrs.iter().map(|x| &x[..]).collect();
     let dest = to.map(crate::hub::sockaddr_pub);
-    wire::send_fragments(fd, &heads, data, frag, dest.as_ref().map(|(s, _)| s), dest.map_or(0, |(_, l)| l))
+    wire::send_fragments(
+        fd,
+        &heads,
+        data,
+        frag,
+        dest.as_ref().map(|(s, _)| s),
+        dest.map_or(0, |(_, l)| l),
+    )
 }
 
 /// Receive one raw UDP message (all its datagrams); None on timeout.
@@ -221,57 +234,115 @@ pub fn chan_serve(
 /// One end that times round trips, kept connected between blocks so raw
 /// and channel blocks can alternate in one process.
 pub enum Client {
-    RawTcp { s: TcpStream, back: Vec<u8> },
-    RawUdp { u: UdpSocket, buf: Vec<u8>, dgram: Vec<u8>, round: u32, frag: usize },
-    Chan { _hub: Hub, pong: std::sync::Arc<crate::Channel>, me: u32, prod: RemoteProducer, ts: u64 },
+    RawTcp {
+        s: TcpStream,
+        back: Vec<u8>,
+    },
+    RawUdp {
+        u: UdpSocket,
+        buf: Vec<u8>,
+        dgram: Vec<u8>,
+        round: u32,
+        frag: usize,
+    },
+    Chan {
+        _hub: Hub,
+        pong: std::sync::Arc<crate::Channel>,
+        me: u32,
+        prod: RemoteProducer,
+        ts: u64,
+    },
 }
 
 impl Client {
     pub fn raw(dest: SocketAddr, transport: Transport, frag: usize) -> Result<Client, String> {
         Ok(match transport {
             Transport::Tcp => {
-                let s = TcpStream::connect_timeout(&dest, Duration::from_secs(5)).map_err(|e| format!("cannot connect to {dest}: {e}"))?;
+                let s = TcpStream::connect_timeout(&dest, Duration::from_secs(5))
+                    .map_err(|e| format!("cannot connect to {dest}: {e}"))?;
                 let _ = s.set_nodelay(true);
-                s.set_read_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
-                Client::RawTcp { s, back: Vec::new() }
+                s.set_read_timeout(Some(Duration::from_secs(10)))
+                    .map_err(|e| e.to_string())?;
+                Client::RawTcp {
+                    s,
+                    back: Vec::new(),
+                }
             }
             Transport::Udp => {
-                let u = UdpSocket::bind(if dest.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| e.to_string())?;
+                let u = UdpSocket::bind(if dest.is_ipv4() {
+                    "0.0.0.0:0"
+                } else {
+                    "[::]:0"
+                })
+                .map_err(|e| e.to_string())?;
                 u.connect(dest).map_err(|e| e.to_string())?;
                 crate::hub::set_bufs_pub(u.as_raw_fd(), 8 << 20);
-                Client::RawUdp { u, buf: Vec::new(), dgram: vec![0u8; 65536], round: 0, frag }
+                Client::RawUdp {
+                    u,
+                    buf: Vec::new(),
+                    dgram: vec![0u8; 65536],
+                    round: 0,
+                    frag,
+                }
             }
         })
     }
 
     /// Hosts `pong` at `bind`, puts into the server's `ping`.
-    pub fn chan(bind: SocketAddr, dest: SocketAddr, transport: Transport, frag: usize) -> Result<Client, String> {
+    pub fn chan(
+        bind: SocketAddr,
+        dest: SocketAddr,
+        transport: Transport,
+        frag: usize,
+    ) -> Result<Client, String> {
         let hub = Hub::new(frag);
         hub.listen(bind)?;
         let pong = hub.create("pong", 64, Full::Block, 64 << 20)?;
         let me = pong.attach(false);
         let prod = RemoteProducer::connect(dest, "ping", transport, frag, Duration::from_secs(5))?;
-        Ok(Client::Chan { _hub: hub, pong, me, prod, ts: 0 })
+        Ok(Client::Chan {
+            _hub: hub,
+            pong,
+            me,
+            prod,
+            ts: 0,
+        })
     }
 
     fn once(&mut self, data: &[u8]) -> Result<bool, String> {
         match self {
             Client::RawTcp { s, back } => {
-                wire::send_all(s.as_raw_fd(), &[&(data.len() as u64).to_le_bytes(), data], Instant::now() + Duration::from_secs(10))?;
+                wire::send_all(
+                    s.as_raw_fd(),
+                    &[&(data.len() as u64).to_le_bytes(), data],
+                    Instant::now() + Duration::from_secs(10),
+                )?;
                 let mut lb = [0u8; 8];
                 back.resize(data.len(), 0);
-                s.read_exact(&mut lb).and_then(|_| s.read_exact(back)).map_err(|e| format!("raw tcp echo: {e}"))?;
+                s.read_exact(&mut lb)
+                    .and_then(|_| s.read_exact(back))
+                    .map_err(|e| format!("raw tcp echo: {e}"))?;
                 Ok(true)
             }
-            Client::RawUdp { u, buf, dgram, round, frag } => {
+            Client::RawUdp {
+                u,
+                buf,
+                dgram,
+                round,
+                frag,
+            } => {
                 *round += 1;
                 raw_udp_send(u.as_raw_fd(), *round, data, *frag, None)?;
                 Ok(raw_udp_recv(u, buf, dgram, Instant::now() + Duration::from_secs(1)).is_some())
             }
-            Client::Chan { pong, me, prod, ts, .. } => {
+            Client::Chan {
+                pong, me, prod, ts, ..
+            } => {
                 *ts += 1;
                 prod.put(*ts, data, Duration::from_secs(10))?;
-                Ok(pong.get(*me, Which::At(*ts), true, Duration::from_secs(1)).is_ok())
+                Ok(pong
+                    .get(*me, Which::At(*ts), true, Duration::from_secs(1))
+                    .is_ok())
             }
         }
     }
@@ -279,7 +350,12 @@ impl Client {
     /// `warmup` untimed and `n` timed round trips of `size` bytes.
     pub fn rounds(&mut self, size: usize, n: usize, warmup: usize) -> Result<Rounds, String> {
         let data = vec![0x5au8; size];
-        let mut r = Rounds { size, rtt_ns: Vec::with_capacity(n), elapsed_ns: 0, timeouts: 0 };
+        let mut r = Rounds {
+            size,
+            rtt_ns: Vec::with_capacity(n),
+            elapsed_ns: 0,
+            timeouts: 0,
+        };
         let mut t_start = now_ns();
         for i in 0..warmup + n {
             if i == warmup {

@@ -221,8 +221,14 @@ pub fn send_fragments(
                 let a = (i * frag).min(data.len());
                 let b = (a + frag).min(data.len());
                 [
-                    libc::iovec { iov_base: heads[i].as_ptr() as *mut libc::c_void, iov_len: heads[i].len() },
-                    libc::iovec { iov_base: data[a..b].as_ptr() as *mut libc::c_void, iov_len: b - a },
+                    libc::iovec {
+                        iov_base: heads[i].as_ptr() as *mut libc::c_void,
+                        iov_len: heads[i].len(),
+                    },
+                    libc::iovec {
+                        iov_base: data[a..b].as_ptr() as *mut libc::c_void,
+                        iov_len: b - a,
+                    },
                 ]
             })
             .collect();
@@ -245,7 +251,11 @@ pub fn send_fragments(
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+                    let mut pfd = libc::pollfd {
+                        fd,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }

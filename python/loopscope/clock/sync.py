@@ -256,7 +256,7 @@ def host_traces(run: dict[str, Any]) -> dict[str, list[str]]:
     for st in run.get("steps") or []:
         if st.get("host") and st.get("trace"):
             out.setdefault(st["host"], []).append(st["trace"])
-        for sg in st.get("stages") or []:
+        for sg in [*(st.get("stages") or []), *(st.get("processes") or [])[1:], *(st.get("hubs") or [])]:
             out.setdefault(sg["host"], []).append(sg["trace"])
     cs = run.get("clocksync") or {}
     if cs.get("responder"):

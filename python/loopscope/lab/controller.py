@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope.errors import InputError
-from loopscope.lab import clocksync, kcapture, procs, state
+from loopscope.lab import clocksync, hubs, kcapture, procs, state
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
@@ -244,13 +244,22 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 if probe.kind == "pipeline":
                     step = run_pipeline(lab, exp, probe, pr.key, dur)
                 elif probe.kind == "app":
-                    step = run_app(lab, probe, pr.key, dur)
+                    step = run_app(lab, exp, probe, pr.key, dur)
                 else:
                     hname = probe.host or first.name
                     pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
+                    running_hubs: list[tuple[str, str]] = []
                     if probe.kind == "program":
                         pspec["command"] = with_hosts(lab, probe.command)
-                    r = lab.agent(hname).call("run_probe", probe=pspec, step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), duration_ns=dur)
+                        if exp.channels:
+                            pspec["env"] = {**pspec.get("env", {}), "LOOPSCOPE_CHANNELS": hubs.env_for(lab, exp),
+                                            "LOOPSCOPE_CHANNEL_STATS": hubs.stats_path(lab, hname, pr.key, probe.name)}
+                            running_hubs = hubs.start(lab, exp, probe.name, pr.key, dur)
+                    try:
+                        r = lab.agent(hname).call("run_probe", probe=pspec, step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), duration_ns=dur)
+                        hub_parts = hubs.stop(lab, running_hubs) if running_hubs else []
+                    finally:
+                        hubs.stop(lab, running_hubs, quiet=True)
                     step = {
                         "host": hname,
                         "trace": lab.rel(hname, r["trace"]),
@@ -260,6 +269,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                         "spawn_mono_ns": r["spawn_mono_ns"],
                         "end_mono_ns": r["end_mono_ns"],
                     }
+                    if probe.kind == "program" and exp.channels:
+                        step["hubs"] = hub_parts
+                        step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, pr.key, probe.name))
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
                     run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
                 run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
@@ -433,18 +445,27 @@ def with_hosts(lab: Lab, command: list[str]) -> list[str]:
     return [re.sub(HOST_REF, lambda m: lab.hosts[m.group(1)].address or "127.0.0.1", a) for a in command]
 
 
-def run_app(lab: Lab, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
-    """Start an app's processes in order, run them for the probe's time,
-    stop them in the reverse order (a source before the stages it feeds);
-    a process that fails meanwhile stops the run, naming it."""
+def run_app(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    """Start an app's processes in order (after the hubs of the declared
+    channels), run them for the probe's time, stop them in the reverse
+    order (a source before the stages it feeds); a process that fails
+    meanwhile stops the run, naming it."""
     first = next(iter(lab.hosts))
     procs = [(p, p.host or first, f"{probe.name}.{p.name}") for p in probe.processes]
     started: list[tuple[str, str]] = []
+    running_hubs: list[tuple[str, str]] = []
+    hub_parts: list[dict[str, Any]] = []
     results: dict[str, dict[str, Any]] = {}
     t0 = time.monotonic_ns()
+    chan_env = hubs.env_for(lab, exp) if exp.channels else None
     try:
+        if exp.channels:
+            running_hubs = hubs.start(lab, exp, probe.name, key, dur_ns)
         for p, host, name in procs:
-            spec = {"kind": "program", "name": name, "command": with_hosts(lab, p.command), "until": "exit", "env": p.env, "cpu": p.cpu, "cwd": p.cwd}
+            env = dict(p.env)
+            if chan_env is not None:
+                env.update(LOOPSCOPE_CHANNELS=chan_env, LOOPSCOPE_CHANNEL_STATS=hubs.stats_path(lab, host, key, name))
+            spec = {"kind": "program", "name": name, "command": with_hosts(lab, p.command), "until": "exit", "env": env, "cpu": p.cpu, "cwd": p.cwd}
             # its own timeout is the phase plus a margin: stopping it is ours to do
             lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
             started.append((host, name))
@@ -452,6 +473,7 @@ def run_app(lab: Lab, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         end = time.monotonic() + dur_ns / 1e9
         while time.monotonic() < end:
             lab.check()
+            hubs.check(lab, running_hubs)
             for host, name in started:
                 st = lab.agent(host).call("status")
                 if not st["probes"].get(name, False):
@@ -463,21 +485,28 @@ def run_app(lab: Lab, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         for host, name in list(reversed(started)):
             results[name] = lab.agent(host).call("stop_probe", name=name)
             started.remove((host, name))
+        hub_parts = hubs.stop(lab, running_hubs)
     finally:
         for host, name in reversed(started):
             try:
                 lab.agent(host).call("stop_probe", name=name, timeout_s=3)
             except AgentFailure:
                 pass
+        hubs.stop(lab, running_hubs, quiet=True)
     steps = []
     for p, host, name in procs:
         r = results[name]
         steps.append({"name": p.name, "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{lab.step_dir(host, key)}/{name}.json"),
                       "command": r["command"], "cpu_usec": r["cpu_usec"]})
-    return {
+        if chan_env is not None:
+            steps[-1]["channel_stats"] = lab.rel(host, hubs.stats_path(lab, host, key, name))
+    out = {
         "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
         "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
     }
+    if exp.channels:
+        out["hubs"] = hub_parts
+    return out
 
 
 def run(

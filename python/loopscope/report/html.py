@@ -405,7 +405,7 @@ def _lost_where(c: dict[str, Any]) -> str:
 def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
     """Per program/app probe whose threads used channels: each thread's time
     split into application, blocking, runtime and messaging, per phase."""
-    from loopscope.analysis.breakdown import CATEGORIES, breakdown
+    from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES, breakdown
 
     if run_dir is None:
         return []
@@ -431,6 +431,8 @@ def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
                 bars.append((label, share))
                 rows.append({"label": label, "total": _ns(total), "cells": [f"{share[c] * 100:.1f} %" for c in CATEGORIES]})
         out.append({"probe": probe, "categories": CATEGORIES, "rows": rows, "per_item": _items(Path(run_dir), tables, str(probe), phases),
+                    "per_size": _per_size(Path(run_dir), tables, str(probe), phases), "size_categories": CALL_CATEGORIES,
+                    "channels": _chan_counts(Path(run_dir), tables, str(probe), phases),
                     "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time")})
     return out
 
@@ -443,7 +445,8 @@ def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[di
     it.write_parquet(run_dir / "tables" / "items.parquet")
     it = it.filter(pl.col("probe") == probe)
     out = []
-    for (ch, prod, cons), g in it.group_by(["channel", "producer", "consumer"], maintain_order=True):
+    it = it.with_columns(pl.col("via").fill_null(""), pl.col("bytes").fill_null(-1))
+    for (ch, prod, cons, via, size), g in it.group_by(["channel", "producer", "consumer", "via", "bytes"], maintain_order=True):
         for ph in phases:
             x = g.filter(pl.col("phase") == ph)
             if not len(x):
@@ -453,7 +456,63 @@ def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[di
                 v = x[col].drop_nulls()
                 return f"{_ns(v.quantile(0.5))} / {_ns(v.quantile(0.99))}" if len(v) else "n/a"
 
-            out.append({"channel": ch, "path": f"{prod or '?'} → {cons}", "phase": ph, "n": len(x), "put": q("put_ns"), "net": q("net_ns"), "deliver": q("deliver_ns"), "total": q("total_ns")})
+            b = x["net_bound_ns"].drop_nulls()
+            bound = f"± {_ns(b.median())}" if len(b) else ("n/a" if x["net_ns"].null_count() < len(x) else "")
+            path = " → ".join(p for p in (prod or "?", via, cons) if p)
+            out.append({"channel": ch, "path": path, "size": _bytes(size) if size >= 0 else "?", "phase": ph, "n": len(x), "put": q("put_ns"), "net": q("net_ns"),
+                        "bound": bound, "raw": q("net_raw_ns"), "deliver": q("deliver_ns"), "total": q("total_ns")})
+    return out
+
+
+def _bytes(n: float) -> str:
+    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n / f:g} {unit}"
+    return f"{n:g} B"
+
+
+def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+    """Per process, channel, call and item size: a call's mean time and its layers."""
+    from loopscope.analysis.breakdown import CALL_CATEGORIES, by_size
+
+    b = by_size(run_dir, tables.run)
+    b.write_parquet(run_dir / "tables" / "breakdown_size.parquet")
+    b = b.filter(pl.col("probe") == probe)
+    if b["bytes"].n_unique() < 2:
+        return []
+    out = []
+    for ph in phases:
+        x = b.filter(pl.col("phase") == ph).group_by(["process", "channel", "call", "bytes"], maintain_order=True).agg(
+            pl.col("calls").sum(), *[(pl.col(c) * pl.col("calls")).sum() / pl.col("calls").sum() for c in ["mean_ns", *[f"{k}_ns" for k in CALL_CATEGORIES]]],
+        ).sort(["process", "channel", "call", "bytes"])
+        for r in x.iter_rows(named=True):
+            if r["call"] == "store" and not r["process"].startswith("hub-"):
+                continue  # a consumer keeping an arrived item: inside its gets' blocking already
+            out.append({"label": f"{r['process']} · {r['call']} {r['channel']}", "size": _bytes(r["bytes"]), "phase": ph, "calls": r["calls"], "mean": _ns(r["mean_ns"]),
+                        "cells": [_ns(r[f"{k}_ns"]) for k in CALL_CATEGORIES]})
+    return out
+
+
+def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+    """The declared channels' counts per phase: what went in, came out, was lost."""
+    from loopscope.analysis.chanstats import channel_stats
+
+    c = channel_stats(run_dir, tables.run)
+    if not len(c):
+        return []
+    c.write_parquet(run_dir / "tables" / "channels.parquet")
+    c = c.filter(pl.col("probe") == probe)
+    out = []
+    for ph in phases:
+        from loopscope.analysis.chanstats import COUNTS
+
+        x = c.filter(pl.col("phase") == ph).group_by(["channel", "side", "role"], maintain_order=True).agg(
+            *[pl.when(pl.col(k).is_null().all()).then(None).otherwise(pl.col(k).sum()).alias(k) for k in COUNTS])
+        for r in x.iter_rows(named=True):
+            lost = {k: r[k] for k in ("dropped_full", "dropped_no_consumer", "skipped", "refused", "incomplete", "missing") if r.get(k)}
+            moved = {k: r[k] for k in ("put", "sent", "arrived", "got", "consumed", "timeouts") if r.get(k) is not None}
+            out.append({"phase": ph, "channel": r["channel"], "side": r["side"], "role": r["role"], "moved": ", ".join(f"{k} {v:,}" for k, v in moved.items()),
+                        "lost": ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in lost.items()) or "none"})
     return out
 
 

@@ -80,7 +80,7 @@ class Level(BaseModel):
 
 
 def _level(v: Any) -> Level:
-    msg = "must be 1..512 processes or 1..100 % [got {got}]"
+    msg = "must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got {got}]"
     if isinstance(v, Level):
         return v
     if isinstance(v, bool):
@@ -503,6 +503,28 @@ class Link(Model):
 Phase.model_rebuild()
 
 
+def _size(v: Any) -> int:
+    from loopscope.units import parse_bytes
+
+    try:
+        return parse_bytes(v)
+    except ValueError as e:
+        raise PydanticCustomError("size", "{why}", {"why": str(e)}) from None
+
+
+class ChannelDecl(Model):
+    """A channel the lab hosts for the run: a hub process on ``host`` serves
+    it; every program and app process finds it by name
+    (``loopscope.channels.producer("frames")``) through LOOPSCOPE_CHANNELS."""
+
+    name: Name
+    host: Name | None = Field(None, description="the host whose hub holds it (default: the first host)")
+    transport: Literal["tcp", "udp"] = Field("tcp", description="how items reach it and leave it: tcp (reliable) or udp (fragmented into datagrams; a lost fragment loses the item, counted)")
+    capacity: Annotated[int, Field(ge=1, le=1_000_000)] = Field(64, description="items it holds at most")
+    full: Literal["block", "drop-oldest"] = Field("block", description="when full: a put waits (with its timeout), or the oldest item goes (counted)")
+    max_item: Annotated[int, BeforeValidator(_size), Field(ge=1, le=256 << 20)] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
+
+
 class Experiment(Model):
     """One experiment: probes × phases (sets of loads) × repetitions."""
 
@@ -510,6 +532,8 @@ class Experiment(Model):
     description: str = ""
     hosts: list[Host] = Field(default_factory=lambda: [Host(kind="local")], min_length=1, max_length=250)
     links: list[Link] = Field(default_factory=list)
+    channels: list[ChannelDecl] = Field(default_factory=list, description="channels the lab hosts for the programs and apps (one hub process per host that holds any)")
+    channel_port: Annotated[int, Field(ge=1024, le=65535)] = Field(47600, description="TCP and UDP port of the hubs")
     clocksync: ClockSync = Field(default_factory=ClockSync)
     kernel: KernelCapture = Field(default_factory=KernelCapture)
     probes: list[Probe] = Field(min_length=1)
@@ -625,6 +649,14 @@ class Experiment(Model):
         for i, ld in enumerate(self.loads):
             if i < len(self.loads):
                 ref(("loads", i, "host"), ld.host)
+        cnames: set[str] = set()
+        for i, c in enumerate(self.channels):
+            ref(("channels", i, "host"), c.host)
+            if c.name in cnames:
+                problems.append((("channels", i, "name"), f"channel name {c.name!r} is used twice"))
+            cnames.add(c.name)
+        if self.channels and not any(p.kind in ("program", "app") for p in self.probes):
+            problems.append((("channels",), "channels are for program and app probes, and there is none; add one or remove the channels"))
         pairs: dict[tuple[str, str], int] = {}
         for i, link in enumerate(self.links):
             for end in (link.between or [link.from_, link.to]):
