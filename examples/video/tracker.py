@@ -6,6 +6,13 @@ pan/tilt/zoom command back to the camera.
 Trace: video/hop (interval: capture → here, REALTIME; tag frame),
 video/track (interval: segmentation and drawing), video/lost (event: no
 ball in the frame), video/command (event per command, tag frame).
+
+--edge sets how near: a command goes out when the ball's centre is outside
+the middle (1 − 2·edge) of the view; the pan/tilt asked for is --gain
+times the ball's offset from the centre (1: re-centre at once). The
+example uses a narrow middle and half steps, a proportional controller
+that commands several times a second, so the control-loop delay has
+enough samples per phase.
 """
 
 import argparse
@@ -24,6 +31,9 @@ ap.add_argument("--display", required=True)
 ap.add_argument("--camera", required=True, help="the camera's hub, for commands")
 ap.add_argument("--size", default="320x240")
 ap.add_argument("--transport", default="udp")
+ap.add_argument("--edge", type=float, default=0.2, help="command when the ball is this share of the view from an edge, or nearer")
+ap.add_argument("--gain", type=float, default=1.0, help="pan/tilt asked for, as a share of the ball's offset from the centre")
+ap.add_argument("--gap", type=int, default=5, help="frames at least between two commands")
 args = ap.parse_args()
 W, H = (int(x) for x in args.size.split("x"))
 
@@ -60,13 +70,14 @@ try:
             img[y0:y1 + 1, [x0, x1]] = (255, 255, 0)
             img[[y0, y1], x0:x1 + 1] = (255, 255, 0)
             cx, cy, size = (x0 + x1) / 2, (y0 + y1) / 2, max(x1 - x0, y1 - y0)
-            near = cx < 0.2 * W or cx > 0.8 * W or cy < 0.2 * H or cy > 0.8 * H
+            e = args.edge
+            near = cx < e * W or cx > (1 - e) * W or cy < e * H or cy > (1 - e) * H
             dz = 1.25 if size < 20 else 0.8 if size > 80 else 1.0
-            if (near or dz != 1.0) and f - sent_cmd_at >= 5:
+            if (near or dz != 1.0) and f - sent_cmd_at >= args.gap:
                 try:
                     if camera is None:
                         camera = channels.producer(args.camera, "ptz", transport="tcp", timeout=2)
-                    camera.put(f, struct.pack("<Qddd", f, cx - W / 2, cy - H / 2, dz), timeout=1)
+                    camera.put(f, struct.pack("<Qddd", f, args.gain * (cx - W / 2), args.gain * (cy - H / 2), dz), timeout=1)
                     cmd_ev(f)
                 except RunError as e:  # the camera is gone (stopped first at the end) or unreachable
                     fail_ev(f)
