@@ -1019,6 +1019,144 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
     return _report(lab.run(quick=quick, runs=runs, demo=demo, progress=None if as_json else click.echo), as_json, lab.print_human)
 
 
+@bench.command("model")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition [40, quick: 6].")
+def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
+    """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there."""
+    from loopscope.bench import model
+
+    return _report(model.run(quick=quick, runs=runs, progress=None if as_json else click.echo), as_json, model.print_human)
+
+
+# ---- calibrate / model ----------------------------------------------------------------
+
+
+@cli.group()
+def calibrate() -> None:
+    """Calibrate a node (system-call and execution-environment costs, per load) or an application."""
+
+
+@calibrate.command("node")
+@click.option("--loads", default="", help="Load conditions besides idle, comma-separated: cpu, memory, io, each optionally :PROCESSES (memory:2).")
+@click.option("--calls", default=None, help="System calls to measure, comma-separated [all the syscall probe knows].")
+@click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
+def calibrate_node(loads: str, calls: str | None, max_seconds_per_call: float, output: str) -> int:
+    """Measure what this machine charges for each system call and for two execution environments, idle and under each load."""
+    from loopscope.model import node
+
+    for x in [x for x in loads.split(",") if x]:
+        node.parse_load(x)
+    m = node.calibrate([x for x in loads.split(",") if x], calls=[c for c in calls.split(",") if c] if calls else None,
+                       max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True))
+    Path(output).write_text(json.dumps(m) + "\n")
+    for cond, c in m["conditions"].items():
+        env = ", ".join(f"{k} {v['mean_ns']:.2f} ± {v['ci95_half_ns']:.2f} ns/op" for k, v in c["environments"].items())
+        click.echo(f"{cond}: {len(c['syscalls'])} calls; {env}")
+        for k, ch in (m["changes"].get(cond) or {}).get("syscalls", {}).items():
+            if ch["significant"]:
+                click.echo(f"  {k}: {ch['ratio']:.2f}x [{ch['ci95'][0]:.2f}, {ch['ci95'][1]:.2f}]")
+    click.echo(f"node model: {output}")
+    return 0
+
+
+@calibrate.command("app", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--runs", type=click.IntRange(min=2), default=200, show_default=True, help="Timed runs (seeds/004 used 200).")
+@click.option("--traced-runs", type=click.IntRange(min=0), default=3, show_default=True, help="Further runs under perf trace, for the system-call structure.")
+@click.option("--node", "node_path", type=click.Path(dir_okay=False), default=None, help="The node model of this machine (recorded in the app model).")
+@click.option("--condition", default="idle", show_default=True, help="The node model's condition the app runs under now.")
+@click.option("--environment", type=click.Choice(["cpython", "compiled"]), default=None, help="Its execution environment [cpython for python commands, else compiled].")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the app model (JSON) here.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, output: str, command: tuple[str, ...]) -> int:
+    """Run a program repeatedly: its CPU time (total, user, system) and its system-call structure, as an app model."""
+    from loopscope.model import app, node
+
+    nm = node.read(node_path) if node_path else None
+    if nm is not None:
+        node.condition(nm, condition, node_path or "")
+    m = app.calibrate(list(command), runs, traced_runs, nm, node_path, condition, env_kind=environment, say=lambda t: click.echo(t, err=True))
+    Path(output).write_text(json.dumps(m) + "\n")
+    t = m["cpu"]["total"]
+    click.echo(f"{m['command'][0]}: CPU {t['mean_ns'] / 1e6:.2f} ms mean, p95 {t['p95_ns'] / 1e6:.2f}, p99 {t['p99_ns'] / 1e6:.2f} "
+               f"(user {m['cpu']['user']['mean_ns'] / 1e6:.2f}, system {m['cpu']['system']['mean_ns'] / 1e6:.2f}) over {runs} runs; "
+               f"{m['syscalls'].get('calls_per_run', 0):.0f} system calls per run, {len(m['syscalls'].get('states') or {})} kinds")
+    click.echo(f"app model: {output}")
+    return 0
+
+
+@cli.group("model")
+def model_group() -> None:
+    """Carry an app model from one node or condition to another."""
+
+
+def _node_ref(text: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+    from loopscope.model import node
+
+    path, _, cond = text.partition(":")
+    m = node.read(path)
+    return m, node.condition(m, cond or None, path), f"{path}:{cond or 'idle'}"
+
+
+@model_group.command("predict")
+@click.argument("app_model", type=click.Path(dir_okay=False))
+@click.option("--from", "src", required=True, help="NODE_MODEL[:CONDITION] the app was calibrated on (idle by default).")
+@click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] to predict for.")
+@click.option("--json", "as_json", is_flag=True)
+def model_predict(app_model: str, src: str, dst: str, as_json: bool) -> int:
+    """Predict the app's CPU time distribution on another node or under another condition."""
+    from loopscope.model import app, predict
+
+    a = app.read(app_model)
+    _, ca, na = _node_ref(src)
+    _, cb, nb = _node_ref(dst)
+    p = predict.predict(a, ca, cb)
+    if as_json:
+        click.echo(json.dumps({"from": na, "to": nb, **p}))
+        return 0
+    click.echo(f"{' '.join(a['command'])}: {na} → {nb}")
+    click.echo(f"  CPU mean {p['from_mean_ns'] / 1e6:.2f} ms → {p['pred_mean_ns'] / 1e6:.2f} ms [{p['pred_mean_ci95_ns'][0] / 1e6:.2f}, {p['pred_mean_ci95_ns'][1] / 1e6:.2f}], "
+               f"p95 {p['pred_p95_ns'] / 1e6:.2f} ms, p99 {p['pred_p99_ns'] / 1e6:.2f} ms")
+    u, s = p["user_ratio"], p["sys_ratio"]
+    click.echo(f"  user ({p['user_share'] * 100:.0f} % of it, {p['environment']}) × {u['ratio']:.3f} [{u['ci95'][0]:.3f}, {u['ci95'][1]:.3f}]; "
+               f"system × {s['ratio']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] from {len(s['calls_used'])} calls"
+               + (f", {s['unmodelled_share'] * 100:.0f} % of its calls have no counterpart in the node model" if s.get("unmodelled_share") else ""))
+    for lim in p["limits"]:
+        click.echo(f"  not seen: {lim}")
+    return 0
+
+
+@model_group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("app_model", type=click.Path(dir_okay=False))
+@click.option("--from", "src", required=True, help="NODE_MODEL[:CONDITION] the app was calibrated on.")
+@click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] of this machine as it is now.")
+@click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def model_check(app_model: str, src: str, dst: str, runs: int, as_json: bool) -> int:
+    """Run the app here now and compare its CPU time with the prediction."""
+    import numpy as np
+
+    from loopscope.model import app, predict
+
+    a = app.read(app_model)
+    _, ca, na = _node_ref(src)
+    _, cb, nb = _node_ref(dst)
+    p = predict.predict(a, ca, cb)
+    r = app.run_many(a["command"], runs)
+    cpu = np.asarray(r["user_ns"], dtype=float) + np.asarray(r["sys_ns"], dtype=float)
+    meas = {"meas_mean_ns": float(cpu.mean()), "meas_p95_ns": float(np.percentile(cpu, 95)), "meas_p99_ns": float(np.percentile(cpu, 99))}
+    err = {"err_mean_pct": 100 * (p["pred_mean_ns"] / meas["meas_mean_ns"] - 1), "err_p99_pct": 100 * (p["pred_p99_ns"] / meas["meas_p99_ns"] - 1)}
+    if as_json:
+        click.echo(json.dumps({"from": na, "to": nb, **p, **meas, **err}))
+        return 0
+    click.echo(f"{' '.join(a['command'])}: {na} → {nb}, {runs} runs now")
+    click.echo(f"  mean: predicted {p['pred_mean_ns'] / 1e6:.2f} ms, measured {meas['meas_mean_ns'] / 1e6:.2f} ms ({err['err_mean_pct']:+.1f} %)")
+    click.echo(f"  p99:  predicted {p['pred_p99_ns'] / 1e6:.2f} ms, measured {meas['meas_p99_ns'] / 1e6:.2f} ms ({err['err_p99_pct']:+.1f} %)")
+    return 0
+
+
 # ---- entry point -----------------------------------------------------------------
 
 

@@ -857,6 +857,40 @@ fn bench_floor(py: Python<'_>, n: u64, reps: usize) -> Vec<f64> {
     })
 }
 
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+const ENV_WORDS: usize = 256 * 1024; // 2 MiB: in the last-level cache when the machine is quiet
+
+/// The compiled execution environment of a node model: per batch, thread
+/// CPU ns per operation (an xorshift step, a dependent load and a store in
+/// a 2 MiB table: arithmetic and cache traffic like compiled application
+/// code), `batches` batches of `ops` operations.
+#[pyfunction]
+fn env_compiled(py: Python<'_>, ops: u64, batches: usize) -> Vec<f64> {
+    py.detach(|| {
+        let mut t: Vec<u64> = (0..ENV_WORDS as u64).collect();
+        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+        (0..batches)
+            .map(|_| {
+                let c0 = thread_cpu_ns();
+                for _ in 0..ops {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let k = (x as usize) & (ENV_WORDS - 1);
+                    let v = unsafe { std::ptr::read_volatile(t.as_ptr().add(k)) };
+                    unsafe { std::ptr::write_volatile(t.as_mut_ptr().add((v as usize ^ k) & (ENV_WORDS - 1)), x) };
+                }
+                (thread_cpu_ns() - c0) as f64 / ops as f64
+            })
+            .collect()
+    })
+}
+
 fn bench_entity() -> PyResult<&'static Entity> {
     register("bench", "rust", Kind::Event, "benchmark event (Rust loop)", None).map_err(err)
 }
@@ -975,6 +1009,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sync::sync_serve, m)?)?;
     m.add_function(wrap_pyfunction!(sync::sync_probe, m)?)?;
     m.add_function(wrap_pyfunction!(bench_floor, m)?)?;
+    m.add_function(wrap_pyfunction!(env_compiled, m)?)?;
     m.add_function(wrap_pyfunction!(bench_events, m)?)?;
     m.add_function(wrap_pyfunction!(bench_sustained, m)?)?;
     Ok(())

@@ -1,0 +1,206 @@
+"""Application calibration: a program's CPU time and the system calls it is made of.
+
+seeds/004 modelled an application as system calls (states) with
+transition probabilities and the time spent in the execution environment
+between calls, so its CPU need can be carried from one node to another.
+``calibrate`` runs the program ``runs`` times untraced and takes each run's
+user and system CPU time from ``wait4`` (the program and the children it
+waited for), then a few more runs under ``perf trace`` (the raw_syscalls
+tracepoints of the program and every thread and child it forks) for its
+structure: per call its count per run, its duration (mean, p50, p99), the
+transition probabilities from each call to the next on the same thread,
+and the time between calls. Traced runs are not timed: tracing costs CPU.
+
+The app model (JSON, ``FORMAT``/``VERSION``) keeps every run's user and
+system time, so a prediction is a distribution, not a mean; and the node
+model it was calibrated against (``node``), so ``model predict`` knows where
+it comes from. A run that fails, runs that use too little CPU to measure
+(``MIN_CPU_MS``), or a trace that lost events are clear errors or stated in
+the model (``trace.lost_events``), never a silently incomplete model.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+import numpy as np
+
+from loopscope.errors import InputError, RunError
+
+FORMAT = "loopscope-app-model"
+VERSION = 1
+MIN_CPU_MS = 20.0
+
+# perf trace: "   0.715 ( 0.025 ms): dd/22364 mmap(len: 8192, ...) = 0x7f..."
+_LINE = re.compile(r"^\s*([0-9.]+|\?)\s+\(\s*([0-9.]+)?\s*(?:ms)?\s*\):\s+(.+?)/(\d+)\s+(?:\.\.\. \[continued\]: )?(\w+)\(")
+
+
+def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
+    t0 = time.monotonic_ns()
+    try:
+        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    except OSError as e:
+        raise InputError(f"cannot start {cmd[0]!r}: {e.strerror}") from None
+    err = p.stderr.read() if p.stderr else b""
+    if p.stderr:
+        p.stderr.close()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic_ns() - t0
+    if p.returncode != 0:
+        tail = err.decode(errors="replace").strip()[-400:]
+        raise RunError(f"{shlex.join(cmd)} failed with exit code {p.returncode}" + (f": {tail}" if tail else ""))
+    return {"user_ns": int(ru.ru_utime * 1e9), "sys_ns": int(ru.ru_stime * 1e9), "wall_ns": wall}
+
+
+def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Any = lambda s: None) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
+    for i in range(runs):
+        try:
+            r = _run_once(cmd, cwd, env)
+        except RunError as e:
+            raise RunError(f"run {i + 1} of {runs}: {e}") from None
+        for k in out:
+            out[k].append(r[k])
+    cpu = np.asarray(out["user_ns"]) + np.asarray(out["sys_ns"])
+    if cpu.mean() / 1e6 < MIN_CPU_MS:
+        raise InputError(f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
+                         f"give it at least {MIN_CPU_MS:g} ms of work per run")
+    return out
+
+
+def parse_trace(text: str) -> dict[str, Any]:
+    """perf trace output -> per thread, its calls in order (name, start ms, duration ms)."""
+    threads: dict[int, list[tuple[str, float, float]]] = defaultdict(list)
+    comms: set[str] = set()
+    lost = 0
+    for line in text.splitlines():
+        if "LOST" in line and "events" in line:
+            m = re.search(r"LOST (\d+) events", line)
+            lost += int(m.group(1)) if m else 1
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        t, dur, comm, tid, name = m.groups()
+        if t == "?":
+            continue
+        threads[int(tid)].append((name, float(t), float(dur or 0.0)))
+        comms.add(comm)
+    return {"threads": threads, "comms": sorted(comms), "lost": lost}
+
+
+def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Traced runs -> states, transitions, per-state durations and gaps."""
+    counts: Counter[str] = Counter()
+    trans: dict[str, Counter[str]] = defaultdict(Counter)
+    durs: dict[str, list[float]] = defaultdict(list)
+    gaps: list[float] = []
+    threads = 0
+    for p in parsed:
+        for calls in p["threads"].values():
+            threads += 1
+            prev = None
+            prev_end = None
+            for name, t, d in calls:
+                counts[name] += 1
+                durs[name].append(d * 1e6)
+                if prev is not None:
+                    trans[prev][name] += 1
+                if prev_end is not None:
+                    gaps.append(max(0.0, (t - prev_end) * 1e6))
+                prev, prev_end = name, t + d
+            if prev is not None:
+                trans[prev]["(end)"] += 1
+    n = max(1, len(parsed))
+    states = {}
+    for name, c in counts.most_common():
+        d = np.asarray(durs[name])
+        tot = sum(trans[name].values())
+        states[name] = {
+            "per_run": c / n, "dur_mean_ns": float(d.mean()), "dur_p50_ns": float(np.percentile(d, 50)), "dur_p99_ns": float(np.percentile(d, 99)),
+            "next": {k: v / tot for k, v in trans[name].most_common()} if tot else {},
+        }
+    g = np.asarray(gaps) if gaps else np.zeros(1)
+    return {"states": states, "calls_per_run": sum(counts.values()) / n, "threads_per_run": threads / n,
+            "gap_mean_ns": float(g.mean()), "gap_p50_ns": float(np.percentile(g, 50)), "gap_p99_ns": float(np.percentile(g, 99))}
+
+
+def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
+    if runs == 0:
+        return {"runs": 0, "states": {}, "note": "not traced (--traced-runs 0): the system-call mix is unknown, so system time is scaled by the node's median call"}
+    if shutil.which("perf") is None:
+        raise InputError("perf is not installed: `perf trace` records the program's system calls (install linux-perf), or pass --traced-runs 0")
+    parsed = []
+    with tempfile.TemporaryDirectory(prefix="loopscope-app-") as d:
+        for i in range(runs):
+            out = os.path.join(d, f"trace-{i}.txt")
+            p = subprocess.run(["perf", "trace", "-o", out, "--", *cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if p.returncode != 0:
+                tail = p.stderr.decode(errors="replace").strip()[-400:]
+                raise RunError(f"traced run {i + 1}: perf trace -- {shlex.join(cmd)} exited {p.returncode}: {tail}")
+            parsed.append(parse_trace(open(out, errors="replace").read()))
+    st = structure(parsed)
+    lost = sum(p["lost"] for p in parsed)
+    st.update({"runs": runs, "tool": "perf trace (raw_syscalls, children and threads followed)", "lost_events": lost,
+               "comms": sorted({c for p in parsed for c in p["comms"]})})
+    if not st["states"]:
+        raise RunError(f"perf trace recorded no system call of {shlex.join(cmd)}: the model would be empty")
+    return st
+
+
+def _summary(x: np.ndarray) -> dict[str, float]:
+    return {"mean_ns": float(x.mean()), "var_ns2": float(x.var(ddof=1)) if len(x) > 1 else 0.0, "p95_ns": float(np.percentile(x, 95)),
+            "p99_ns": float(np.percentile(x, 99)), "min_ns": float(x.min()), "max_ns": float(x.max())}
+
+
+def environment_of(cmd: list[str]) -> str:
+    """Which execution environment the program's user time is spent in."""
+    exe = os.path.basename(cmd[0])
+    return "cpython" if re.match(r"^python[0-9.]*$", exe) else "compiled"
+
+
+def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] | None, node_path: str | None, condition: str, cwd: str | None = None,
+              env_kind: str | None = None, say: Any = lambda s: None) -> dict[str, Any]:
+    from loopscope.probes.common import envelope
+
+    if not cmd:
+        raise InputError("calibrate app: give the program after --, e.g. loopscope calibrate app -- python3 work.py")
+    if runs < 2:
+        raise InputError(f"--runs: at least 2 [got {runs}]")
+    say(f"running {shlex.join(cmd)} {runs} times")
+    r = run_many(cmd, runs, cwd)
+    say(f"tracing {traced_runs} more runs")
+    st = trace_runs(cmd, traced_runs, cwd, None)
+    u, s = np.asarray(r["user_ns"], dtype=float), np.asarray(r["sys_ns"], dtype=float)
+    return {
+        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
+        "command": cmd, "environment": env_kind or environment_of(cmd),
+        "node": {"path": node_path, "created": node.get("created") if node else None, "condition": condition},
+        "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
+        "syscalls": st,
+    }
+
+
+def read(path: str) -> dict[str, Any]:
+    import json
+
+    try:
+        m = json.loads(open(path).read())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the app model: {e.strerror}") from None
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON ({e}); an app model is written by `loopscope calibrate app`") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise InputError(f"{path}: not an app model (expected format {FORMAT!r}); write one with `loopscope calibrate app`")
+    if m.get("version") != VERSION:
+        raise InputError(f"{path}: app model format version {m.get('version')!r}; this loopscope reads version {VERSION}: calibrate the app again")
+    return m

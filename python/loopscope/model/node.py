@@ -1,0 +1,229 @@
+"""Node calibration: what CPU time a machine charges for the pieces programs are made of.
+
+seeds/004 calibrated a node by the CPU time of each system call and of an
+execution environment between calls, under computation, I/O and memory
+loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
+*condition* (``idle``, or a load kind and level such as ``memory-1``):
+
+- ``syscalls``: each call's mean cost with its 95 % CI, from the syscall
+  probe (independent batches until the CI is within the target, or a cap,
+  said by ``converged``), and the median batch (``median_ns``): the probe
+  times batches by the clock, so a batch that was preempted or took an
+  interrupt is slower; the median is the call's own CPU cost, and it is
+  what transforms use;
+- ``environments``: the CPU cost of one operation of two execution
+  environments measured in thread CPU time: ``cpython`` (a loop of integer
+  arithmetic, a list and a dict, what interpreted code between calls does)
+  and ``compiled`` (native xorshift, dependent load and store in a 2 MiB
+  table: ``_native.env_compiled``), each in batches until its CI is within
+  1 % or 2 s have passed;
+
+and, per loaded condition, ``changes``: every cost's ratio to idle with a
+95 % CI (bootstrap of the batch means) and whether it is significant (the
+shape of the seed's Tables 2 and 3), plus the machine description.
+
+A load is held by the same workers a run's loads use
+(``loopscope.loads.worker``), started in their own session and always
+stopped, whatever happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+FORMAT = "loopscope-node-model"
+VERSION = 1
+LOAD_KINDS = ["cpu", "memory", "io"]
+
+
+def _py_op_batch(ops: int) -> float:
+    """CPU ns per operation of the CPython environment (one batch)."""
+    d: dict[int, int] = {}
+    acc: list[int] = []
+    c0 = time.thread_time_ns()
+    x = 1
+    for i in range(ops):
+        x = (x * 1103515245 + 12345) & 0x7FFFFFFF
+        d[x & 1023] = i
+        if i & 15 == 0:
+            acc.append(d.get(i & 1023, 0))
+    return (time.thread_time_ns() - c0) / ops
+
+
+def _converge(batch: Any, *, target: float = 0.01, min_batches: int = 10, max_batches: int = 400, max_s: float = 2.0) -> dict[str, Any]:
+    xs: list[float] = []
+    t0 = time.monotonic()
+    while True:
+        xs.append(float(batch()))
+        n = len(xs)
+        if n >= min_batches:
+            a = np.asarray(xs)
+            half = 1.96 * a.std(ddof=1) / np.sqrt(n)
+            if half <= target * a.mean():
+                return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": n, "converged": True, "batch_ns": xs}
+            if n >= max_batches or time.monotonic() - t0 > max_s:
+                return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": n, "converged": False, "batch_ns": xs}
+
+
+def environments(max_s: float = 2.0) -> dict[str, dict[str, Any]]:
+    from loopscope import _native
+
+    _py_op_batch(20_000)  # warm the interpreter's caches
+    _native.env_compiled(100_000, 1)
+    return {
+        "cpython": _converge(lambda: _py_op_batch(20_000), max_s=max_s),
+        "compiled": _converge(lambda: _native.env_compiled(200_000, 1)[0], max_s=max_s),
+    }
+
+
+def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, dict[str, Any]]:
+    from loopscope.probes import syscall
+
+    r = syscall.run(calls=calls, target_rel=0.03, max_seconds=max_seconds_per_call, workdir=workdir)
+    return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "batches": c.batches, "converged": c.converged,
+                     "batch_ns": c.batch_ns.tolist()} for c in r.calls}
+
+
+def parse_load(text: str) -> tuple[str, int]:
+    """'memory' / 'memory:2' -> (kind, processes)."""
+    from loopscope.errors import InputError
+
+    kind, _, lv = text.partition(":")
+    if kind not in LOAD_KINDS:
+        raise InputError(f"--loads: unknown load kind {kind!r}; use {', '.join(LOAD_KINDS)}, optionally with :PROCESSES (e.g. memory:2)")
+    try:
+        n = int(lv) if lv else 1
+    except ValueError:
+        raise InputError(f"--loads {text!r}: the level after ':' is a number of processes") from None
+    if not 1 <= n <= 64:
+        raise InputError(f"--loads {text!r}: 1..64 processes")
+    return kind, n
+
+
+@contextlib.contextmanager
+def load(kind: str, processes: int, scratch: str) -> Iterator[None]:
+    """Hold a load while the block runs; its workers are always stopped."""
+    argv = [sys.executable, "-m", "loopscope.loads.worker", kind]
+    if kind == "io":
+        argv += ["--dir", os.path.join(scratch, "io-load")]
+    if kind == "memory":
+        argv += ["--count", "10000000"]
+    ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) for _ in range(processes)]
+    try:
+        time.sleep(0.5)  # let it reach its steady state
+        for p in ps:
+            if p.poll() is not None:
+                from loopscope.errors import RunError
+
+                err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip()[-300:]
+                raise RunError(f"the {kind} load exited at once ({p.returncode}): {err}")
+        yield
+    finally:
+        for p in ps:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in ps:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        for p in ps:
+            if p.stderr:
+                p.stderr.close()
+
+
+def ratio_ci(base: list[float], other: list[float], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
+    """median(other)/median(base) of independent batch means, with a 95 %
+    bootstrap CI. The median, not the mean: a batch the load preempted or
+    an interrupt landed in is slower for reasons that are not the call's
+    CPU cost (which is what an app's CPU time is made of), and the
+    median batch is one that was not hit."""
+    a, b = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+    rng = np.random.default_rng(seed)
+    ra = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
+    rb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
+    r = rb / ra
+    return float(np.median(b) / np.median(a)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+
+
+def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+    r, lo, hi = ratio_ci(base["batch_ns"], other["batch_ns"])
+    return {"ratio": r, "ci95": [lo, hi], "significant": bool(lo > 1 or hi < 1)}
+
+
+def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> dict[str, Any]:
+    """One condition's costs, as the machine is now."""
+    return {"syscalls": syscalls(calls, max_seconds_per_call, scratch), "environments": environments(env_seconds)}
+
+
+def assemble(conditions: dict[str, Any]) -> dict[str, Any]:
+    """The node model: the conditions, each loaded one's changes from idle, the machine."""
+    from loopscope.lab.provenance import gather
+    from loopscope.probes.common import envelope
+
+    changes: dict[str, Any] = {}
+    idle = conditions["idle"]
+    for name, c in conditions.items():
+        if name == "idle":
+            continue
+        changes[name] = {
+            "syscalls": {k: _change(idle["syscalls"][k], v) for k, v in c["syscalls"].items() if k in idle["syscalls"]},
+            "environments": {k: _change(idle["environments"][k], v) for k, v in c["environments"].items()},
+        }
+    prov = gather()
+    return {
+        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("node-model"),
+        "machine": {k: prov.get(k) for k in ("host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software")},
+        "conditions": conditions, "changes": changes,
+    }
+
+
+def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Any = lambda s: None) -> dict[str, Any]:
+    conditions: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="loopscope-calibrate-") as scratch:
+        plan: list[tuple[str, str | None, int]] = [("idle", None, 0)] + [(f"{k}-{n}", k, n) for k, n in (parse_load(x) for x in loads)]
+        for name, kind, n in plan:
+            say(f"calibrating: {name}")
+            with load(kind, n, scratch) if kind else contextlib.nullcontext():
+                conditions[name] = {"load": {"kind": kind, "processes": n} if kind else None, **measure(calls, max_seconds_per_call, env_seconds, scratch)}
+    return assemble(conditions)
+
+
+def read(path: str) -> dict[str, Any]:
+    """A node model, its format and version checked."""
+    import json
+
+    from loopscope.errors import InputError
+
+    try:
+        m = json.loads(open(path).read())
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the node model: {e.strerror}") from None
+    except ValueError as e:
+        raise InputError(f"{path}: not JSON ({e}); a node model is written by `loopscope calibrate node`") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise InputError(f"{path}: not a node model (format {m.get('format') if isinstance(m, dict) else None!r}, expected {FORMAT!r}); write one with `loopscope calibrate node`")
+    if m.get("version") != VERSION:
+        raise InputError(f"{path}: node model format version {m.get('version')!r}; this loopscope reads version {VERSION}: calibrate the node again")
+    return m
+
+
+def condition(model: dict[str, Any], name: str | None, path: str) -> dict[str, Any]:
+    from loopscope.errors import InputError
+
+    name = name or "idle"
+    if name not in model["conditions"]:
+        raise InputError(f"{path}: no condition {name!r}; it has {', '.join(model['conditions'])}")
+    return model["conditions"][name]  # type: ignore[no-any-return]

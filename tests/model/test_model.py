@@ -1,0 +1,107 @@
+"""Node calibration, app models and predictions between them (seeds/004)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import Cli
+
+BUSY = "import os\ns = 0\nfor i in range(400000):\n    s += i * i\n    if i % 1000 == 0:\n        os.getpid(); os.stat('/')\n"
+
+
+@pytest.fixture(scope="module")
+def node_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from loopscope.model import node
+
+    m = node.calibrate(["cpu"], calls=["getpid", "read", "stat"], max_seconds_per_call=0.5, env_seconds=0.5)
+    p = tmp_path_factory.mktemp("node") / "node.json"
+    p.write_text(json.dumps(m))
+    return p
+
+
+def test_a_node_model_gives_every_cost_an_interval_and_every_load_its_change(node_model: Path) -> None:
+    m = json.loads(node_model.read_text())
+    assert m["format"] == "loopscope-node-model" and m["version"] == 1
+    assert set(m["conditions"]) == {"idle", "cpu-1"}
+    for cond in m["conditions"].values():
+        assert set(cond["syscalls"]) == {"getpid", "read", "stat"}
+        for c in [*cond["syscalls"].values(), *cond["environments"].values()]:
+            assert c["mean_ns"] > 0 and 0 <= c["ci95_half_ns"] < c["mean_ns"] and len(c["batch_ns"]) == c["batches"]
+        assert set(cond["environments"]) == {"cpython", "compiled"}
+        # interpreted code costs more per operation than compiled code
+        assert cond["environments"]["cpython"]["mean_ns"] > 3 * cond["environments"]["compiled"]["mean_ns"]
+    ch = m["changes"]["cpu-1"]["syscalls"]["getpid"]
+    assert ch["ci95"][0] <= ch["ratio"] <= ch["ci95"][1] and isinstance(ch["significant"], bool)
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("perf")
+def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(cli: Cli, tmp_path: Path, node_model: Path) -> None:
+    (tmp_path / "busy.py").write_text(BUSY)
+    r = cli("calibrate", "app", "--runs", "4", "--traced-runs", "1", "--node", str(node_model), "-o", "app.json", "--", sys.executable, "busy.py", timeout=300)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((tmp_path / "app.json").read_text())
+    assert m["environment"] == "cpython" and len(m["runs"]["user_ns"]) == 4
+    assert m["cpu"]["total"]["mean_ns"] >= m["cpu"]["user"]["mean_ns"] > 0
+    st = m["syscalls"]["states"]
+    # 400 getpid and 400 stat calls of its loop, seen by the tracer
+    assert st["getpid"]["per_run"] >= 400 and any(k in st for k in ("newfstatat", "stat", "statx"))
+    for s in st.values():
+        if s["next"]:
+            assert abs(sum(s["next"].values()) - 1) < 1e-9
+    # carried to the same node and condition, the prediction is what was measured
+    r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", str(node_model), "--json")
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert p["pred_mean_ns"] == pytest.approx(m["cpu"]["total"]["mean_ns"], rel=1e-9)
+    # to the loaded condition: the ratios used are stated with intervals, and what the model cannot see
+    r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", f"{node_model}:cpu-1")
+    assert r.returncode == 0 and "user (" in r.stdout and "not seen:" in r.stdout
+
+
+def test_a_failing_program_is_a_failed_calibration_naming_the_run(cli: Cli) -> None:
+    r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "echo broken >&2; exit 3")
+    assert r.returncode == 1 and "run 1 of 3" in r.stderr and "exit code 3" in r.stderr and "broken" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_program_too_short_to_measure_is_bad_input(cli: Cli) -> None:
+    r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "0", "-o", "a.json", "--", "true")
+    assert r.returncode == 2 and "too little to measure" in r.stderr
+
+
+def test_a_node_model_of_another_version_is_refused(cli: Cli, tmp_path: Path, node_model: Path) -> None:
+    m = json.loads(node_model.read_text())
+    m["version"] = 99
+    (tmp_path / "old.json").write_text(json.dumps(m))
+    (tmp_path / "app.json").write_text(json.dumps({"format": "loopscope-app-model", "version": 1}))
+    r = cli("model", "predict", "app.json", "--from", "old.json", "--to", str(node_model))
+    assert r.returncode == 2 and "old.json" in r.stderr and "version 99" in r.stderr and "calibrate the node again" in r.stderr
+
+
+def test_an_unknown_condition_names_the_ones_the_model_has(cli: Cli, tmp_path: Path, node_model: Path) -> None:
+    (tmp_path / "app.json").write_text(json.dumps({"format": "loopscope-app-model", "version": 1}))
+    r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", f"{node_model}:memory-3")
+    assert r.returncode == 2 and "memory-3" in r.stderr and "idle, cpu-1" in r.stderr
+
+
+def test_system_time_scales_with_the_cost_of_the_calls_the_app_makes() -> None:
+    from loopscope.model.predict import predict
+
+    def cond(read: float, getpid: float, env: float) -> dict[str, object]:
+        b = lambda v: {"mean_ns": v, "batch_ns": [v * 0.99, v, v * 1.01]}  # noqa: E731
+        return {"syscalls": {"read": b(read), "getpid": b(getpid)}, "environments": {"cpython": b(env), "compiled": b(env / 10)}}
+
+    app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [40e6, 41e6]},
+           "syscalls": {"states": {"pread64": {"per_run": 900.0}, "getpid": {"per_run": 100.0}, "futex": {"per_run": 10.0}}}}
+    p = predict(app, cond(1000, 100, 20), cond(2000, 100, 30))
+    # calls: 900 reads (pread64 is a read) double, 100 getpids stay: (900·2000 + 100·100) / (900·1000 + 100·100)
+    assert p["sys_ratio"]["ratio"] == pytest.approx((900 * 2000 + 100 * 100) / (900 * 1000 + 100 * 100))
+    assert p["sys_ratio"]["unmodelled_share"] == pytest.approx(10 / 1010)
+    assert p["user_ratio"]["ratio"] == pytest.approx(1.5)
+    want = np.mean([60e6 * 1.5 + 40e6 * p["sys_ratio"]["ratio"], 62e6 * 1.5 + 41e6 * p["sys_ratio"]["ratio"]])
+    assert p["pred_mean_ns"] == pytest.approx(want)
