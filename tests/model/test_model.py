@@ -105,3 +105,18 @@ def test_system_time_scales_with_the_cost_of_the_calls_the_app_makes() -> None:
     assert p["user_ratio"]["ratio"] == pytest.approx(1.5)
     want = np.mean([60e6 * 1.5 + 40e6 * p["sys_ratio"]["ratio"], 62e6 * 1.5 + 41e6 * p["sys_ratio"]["ratio"]])
     assert p["pred_mean_ns"] == pytest.approx(want)
+
+
+def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(cli: Cli, tmp_path: Path) -> None:
+    import os
+
+    r = cli("calibrate", "app", "--runs", "2", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "sleep 300 & exit 0")
+    assert r.returncode == 2 and "left 1 process" in r.stderr and "wait4" in r.stderr
+    def cmdline(d: str) -> bytes:
+        try:
+            return Path(f"/proc/{d}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    left = [d for d in os.listdir("/proc") if d.isdigit() and b"sleep\x00300" in cmdline(d)]
+    assert left == []

@@ -6,9 +6,12 @@ conditions that change the node model are loads: for three programs of
 different make (a compiled file copier that is nearly all system calls,
 a Python UDP echo exchange, an interpreter-bound Python script) the bench
 
-1. per condition (idle, memory load, I/O load; the load held throughout)
-   calibrates the node (system calls, execution environments) and runs
-   every program ``runs`` times, taking each run's CPU time from wait4;
+1. in ``rounds`` rounds, the conditions (idle, memory load, I/O load, idle
+   again) in a rotated order each round so that the machine's drift falls
+   on all alike, with the load held: calibrates the node (system calls,
+   execution environments; the rounds' batches pooled) and runs every
+   program ``runs / rounds`` times (after one warm-up run), taking each
+   run's CPU time from wait4;
 2. builds each program's app model from its idle runs (plus two runs
    under perf trace for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
@@ -81,24 +84,35 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float]:
     return float(cpu.mean()), float(np.percentile(cpu, 99))
 
 
-def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> dict[str, Any]:
+def run(quick: bool = False, runs: int | None = None, rounds: int | None = None, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda s: None)
     n = runs or (6 if quick else 40)
-    per_call = 0.3 if quick else 1.0
-    env_s = 0.5 if quick else 2.0
+    k = rounds or (2 if quick else 4)
+    per_round = max(1, -(-n // k))
+    per_call = 0.2 if quick else 0.4
+    env_s = 0.3 if quick else 0.75
     conditions: dict[str, Any] = {}
-    measured: dict[str, dict[str, Any]] = {}
+    measured: dict[str, dict[str, dict[str, list[int]]]] = {}
+    plan = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-model-") as d:
         progs = programs(d, quick)
-        plan = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
-        for cond, kind in plan:
-            with nodem.load(kind, 1, d) if kind else contextlib.nullcontext():
-                if cond != "idle-again":
-                    say(f"{cond}: calibrating the node")
-                    conditions[cond] = {"load": {"kind": kind, "processes": 1} if kind else None, **nodem.measure(None, per_call, env_s, d)}
-                for name, cmd in progs.items():
-                    say(f"{cond}: {name}, {n} runs")
-                    measured.setdefault(name, {})[cond] = appm.run_many(cmd, n)
+        for name, cmd in progs.items():
+            appm.run_many(cmd, 2)  # warm: page cache, interpreter files
+        # Rounds, the conditions rotated in each: a drift of the machine
+        # (this one is shared) spreads over all conditions alike.
+        for r in range(k):
+            for cond, kind in plan[r % len(plan):] + plan[: r % len(plan)]:
+                with nodem.load(kind, 1, d) if kind else contextlib.nullcontext():
+                    if cond != "idle-again":
+                        say(f"round {r + 1}/{k}, {cond}: calibrating the node")
+                        conditions[cond] = nodem.merge(conditions.get(cond), {"load": {"kind": kind, "processes": 1} if kind else None,
+                                                                            **nodem.measure(None, per_call, env_s, d)})
+                    for name, cmd in progs.items():
+                        say(f"round {r + 1}/{k}, {cond}: {name}, {per_round} runs")
+                        got = appm.run_many(cmd, per_round + 1)
+                        acc = measured.setdefault(name, {}).setdefault(cond, {"user_ns": [], "sys_ns": [], "wall_ns": []})
+                        for key in acc:
+                            acc[key] += got[key][1:]  # the first run after a switch warms up
         node = nodem.assemble(conditions)
         rows = []
         for name, cmd in progs.items():
@@ -110,7 +124,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                 p = predm.predict(model, node["conditions"]["idle"], node["conditions"][to])
                 mm, m99 = _stats(measured[name][label])
                 rows.append({
-                    "app": name, "from": "idle", "to": label, "runs": n,
+                    "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]),
                     "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
                     "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
                     "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
@@ -121,7 +135,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows)
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows)
     return {"rows": rows, "max_abs_err_mean_pct": worst_mean, "max_abs_err_p99_pct": worst_p99, "targets": {"mean_pct": 10, "p99_pct": 15},
-            "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
+            "rounds": k, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
 
 
 def print_human(r: dict[str, Any]) -> None:

@@ -16,7 +16,9 @@ system time, so a prediction is a distribution, not a mean; and the node
 model it was calibrated against (``node``), so ``model predict`` knows where
 it comes from. A run that fails, runs that use too little CPU to measure
 (``MIN_CPU_MS``), or a trace that lost events are clear errors or stated in
-the model (``trace.lost_events``), never a silently incomplete model.
+the model (``trace.lost_events``), never a silently incomplete model; so
+is a program that leaves processes running when it exits (a daemon, a
+child it did not wait for): their CPU time would be missing from wait4's.
 """
 
 from __future__ import annotations
@@ -43,18 +45,47 @@ MIN_CPU_MS = 20.0
 _LINE = re.compile(r"^\s*([0-9.]+|\?)\s+\(\s*([0-9.]+)?\s*(?:ms)?\s*\):\s+(.+?)/(\d+)\s+(?:\.\.\. \[continued\]: )?(\w+)\(")
 
 
+def _session_left(sid: int) -> list[int]:
+    """Processes still in session ``sid`` (what a program left behind)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        fields = st[st.rfind(")") + 2:].split()
+        if len(fields) > 3 and int(fields[3]) == sid:
+            out.append(int(d))
+    return out
+
+
 def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
     t0 = time.monotonic_ns()
-    try:
-        p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    except OSError as e:
-        raise InputError(f"cannot start {cmd[0]!r}: {e.strerror}") from None
-    err = p.stderr.read() if p.stderr else b""
-    if p.stderr:
-        p.stderr.close()
-    _, status, ru = os.wait4(p.pid, 0)
+    # stderr to a file, not a pipe: a child left running would hold a pipe open
+    with tempfile.TemporaryFile() as errf:
+        try:
+            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
+        except OSError as e:
+            raise InputError(f"cannot start {cmd[0]!r}: {e.strerror}") from None
+        _, status, ru = os.wait4(p.pid, 0)
+        errf.seek(0)
+        err = errf.read()
     p.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic_ns() - t0
+    left = _session_left(p.pid)
+    if left:
+        import signal
+
+        for q in left:
+            try:
+                os.kill(q, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        raise InputError(f"{shlex.join(cmd)} left {len(left)} process(es) running after it exited (pids {', '.join(map(str, left[:5]))}, now killed): "
+                         "their CPU time is not in what wait4 reports, so the model would miss it; calibrate a program that waits for its children")
     if p.returncode != 0:
         tail = err.decode(errors="replace").strip()[-400:]
         raise RunError(f"{shlex.join(cmd)} failed with exit code {p.returncode}" + (f": {tail}" if tail else ""))
@@ -147,7 +178,8 @@ def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] |
             if p.returncode != 0:
                 tail = p.stderr.decode(errors="replace").strip()[-400:]
                 raise RunError(f"traced run {i + 1}: perf trace -- {shlex.join(cmd)} exited {p.returncode}: {tail}")
-            parsed.append(parse_trace(open(out, errors="replace").read()))
+            with open(out, errors="replace") as f:
+                parsed.append(parse_trace(f.read()))
     st = structure(parsed)
     lost = sum(p["lost"] for p in parsed)
     st.update({"runs": runs, "tool": "perf trace (raw_syscalls, children and threads followed)", "lost_events": lost,
@@ -194,7 +226,8 @@ def read(path: str) -> dict[str, Any]:
     import json
 
     try:
-        m = json.loads(open(path).read())
+        with open(path) as f:
+            m = json.loads(f.read())
     except OSError as e:
         raise InputError(f"{path}: cannot read the app model: {e.strerror}") from None
     except ValueError as e:

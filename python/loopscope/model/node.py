@@ -163,6 +163,23 @@ def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     return {"ratio": r, "ci95": [lo, hi], "significant": bool(lo > 1 or hi < 1)}
 
 
+def _summ(xs: list[float], converged: bool) -> dict[str, Any]:
+    a = np.asarray(xs, dtype=float)
+    half = 1.96 * a.std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else float("inf")
+    return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": len(a), "converged": converged, "batch_ns": list(xs)}
+
+
+def merge(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """Two measurements of one condition (say, rounds of an interleaved
+    calibration) as one: their batches pooled."""
+    if a is None:
+        return b
+    out = dict(a)
+    for part in ("syscalls", "environments"):
+        out[part] = {k: _summ(a[part][k]["batch_ns"] + v["batch_ns"], a[part][k]["converged"] and v["converged"]) if k in a[part] else v for k, v in b[part].items()}
+    return out
+
+
 def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> dict[str, Any]:
     """One condition's costs, as the machine is now."""
     return {"syscalls": syscalls(calls, max_seconds_per_call, scratch), "environments": environments(env_seconds)}
@@ -208,7 +225,8 @@ def read(path: str) -> dict[str, Any]:
     from loopscope.errors import InputError
 
     try:
-        m = json.loads(open(path).read())
+        with open(path) as f:
+            m = json.loads(f.read())
     except OSError as e:
         raise InputError(f"{path}: cannot read the node model: {e.strerror}") from None
     except ValueError as e:
