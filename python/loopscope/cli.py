@@ -1043,15 +1043,17 @@ def calibrate() -> None:
 @click.option("--loads", default="", help="Load conditions besides idle, comma-separated: cpu, memory, io, each optionally :PROCESSES (memory:2).")
 @click.option("--calls", default=None, help="System calls to measure, comma-separated [all the syscall probe knows].")
 @click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True)
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Measure on these CPUs (calibrate apps with the same --cpu).")
+@click.option("--load-cpu", "load_cpus", type=CpuList(), default=None, help="Run the load workers on these CPUs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
-def calibrate_node(loads: str, calls: str | None, max_seconds_per_call: float, output: str) -> int:
+def calibrate_node(loads: str, calls: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None, output: str) -> int:
     """Measure what this machine charges for each system call and for two execution environments, idle and under each load."""
     from loopscope.model import node
 
     for x in [x for x in loads.split(",") if x]:
         node.parse_load(x)
     m = node.calibrate([x for x in loads.split(",") if x], calls=[c for c in calls.split(",") if c] if calls else None,
-                       max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True))
+                       max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True), cpus=cpus, load_cpus=load_cpus)
     Path(output).write_text(json.dumps(m) + "\n")
     for cond, c in m["conditions"].items():
         env = ", ".join(f"{k} {v['mean_ns']:.2f} ± {v['ci95_half_ns']:.2f} ns/op" for k, v in c["environments"].items())
@@ -1069,16 +1071,18 @@ def calibrate_node(loads: str, calls: str | None, max_seconds_per_call: float, o
 @click.option("--node", "node_path", type=click.Path(dir_okay=False), default=None, help="The node model of this machine (recorded in the app model).")
 @click.option("--condition", default="idle", show_default=True, help="The node model's condition the app runs under now.")
 @click.option("--environment", type=click.Choice(["cpython", "compiled"]), default=None, help="Its execution environment [cpython for python commands, else compiled].")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Run it on these CPUs (as the node was calibrated).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the app model (JSON) here.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, output: str, command: tuple[str, ...]) -> int:
+def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, cpus: list[int] | None, output: str,
+                  command: tuple[str, ...]) -> int:
     """Run a program repeatedly: its CPU time (total, user, system) and its system-call structure, as an app model."""
     from loopscope.model import app, node
 
     nm = node.read(node_path) if node_path else None
     if nm is not None:
         node.condition(nm, condition, node_path or "")
-    m = app.calibrate(list(command), runs, traced_runs, nm, node_path, condition, env_kind=environment, say=lambda t: click.echo(t, err=True))
+    m = app.calibrate(list(command), runs, traced_runs, nm, node_path, condition, env_kind=environment, say=lambda t: click.echo(t, err=True), cpus=cpus)
     Path(output).write_text(json.dumps(m) + "\n")
     t = m["cpu"]["total"]
     click.echo(f"{m['command'][0]}: CPU {t['mean_ns'] / 1e6:.2f} ms mean, p95 {t['p95_ns'] / 1e6:.2f}, p99 {t['p99_ns'] / 1e6:.2f} "
@@ -1145,7 +1149,7 @@ def model_check(app_model: str, src: str, dst: str, runs: int, as_json: bool) ->
     _, ca, na = _node_ref(src)
     _, cb, nb = _node_ref(dst)
     p = predict.predict(a, ca, cb)
-    r = app.run_many(a["command"], runs)
+    r = app.run_many(a["command"], runs, cpus=a.get("cpus"))
     cpu = np.asarray(r["user_ns"], dtype=float) + np.asarray(r["sys_ns"], dtype=float)
     meas = {"meas_mean_ns": float(cpu.mean()), "meas_p95_ns": float(np.percentile(cpu, 95)), "meas_p99_ns": float(np.percentile(cpu, 99))}
     err = {"err_mean_pct": 100 * (p["pred_mean_ns"] / meas["meas_mean_ns"] - 1), "err_p99_pct": 100 * (p["pred_p99_ns"] / meas["meas_p99_ns"] - 1)}

@@ -74,3 +74,20 @@ def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli) -> None:
             assert x[k] is not None, k
         assert x["channel_mbps"] > 0 and x["raw_mbps"] > 0 and x["rounds"] > 0
     assert j["max_overhead_pct"] is not None
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("perf", "dd")
+def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli) -> None:
+    r = cli("bench", "model", "--json", "--quick", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert {(x["app"].split()[0], x["to"]) for x in j["rows"]} == {(a, t) for a in ("copier", "udp", "interpreter") for t in ("idle-again", "memory-1", "io-1")}
+    for x in j["rows"]:
+        for k in ("pred_mean_ns", "meas_mean_ns", "err_mean_pct", "pred_p99_ns", "meas_p99_ns", "err_p99_pct"):
+            assert x[k] is not None and x[k] == x[k], k
+        assert x["pred_mean_ns"] > 0 and x["meas_mean_ns"] > 0
+        assert x["err_mean_pct"] == pytest.approx(100 * (x["pred_mean_ns"] / x["meas_mean_ns"] - 1))
+    # the copier is system calls, the interpreter its own code
+    share = {x["app"].split()[0]: x["user_share"] for x in j["rows"]}
+    assert share["copier"] < 0.3 < 0.7 < share["interpreter"]

@@ -61,8 +61,8 @@ def test_shuffled_order_is_reproducible() -> None:
 BAD = [
     ("name: x\nprobes: [\n", "x.yaml:3: invalid YAML"),
     ("- just\n- a list\n", "x.yaml:1: the file must be a mapping"),
-    (MINIMAL.replace("level: 2", "level: 0"), "x.yaml:7: loads.0.level: must be 1..512 processes or 1..100 % [got 0]"),
-    (MINIMAL.replace("level: 2", "level: '150%'"), "x.yaml:7: loads.0.level: must be 1..512 processes or 1..100 % [got 150%]"),
+    (MINIMAL.replace("level: 2", "level: 0"), "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 0]"),
+    (MINIMAL.replace("level: 2", "level: '150%'"), "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 150%]"),
     (MINIMAL.replace("kind: timer", "kind: jitter"), "x.yaml:3: probes.0.kind: unknown kind 'jitter'; use one of 'timer', 'sched', 'syscall'"),
     (MINIMAL.replace("kind: cpu", "kind: gpu"), "x.yaml:6: loads.0.kind: unknown kind 'gpu'"),
     (MINIMAL.replace("duration: 30s", "duration: 30"), "x.yaml:8: duration: needs a unit, e.g. 30s or 30ms [got 30]"),
@@ -100,7 +100,7 @@ def test_the_cli_refuses_a_bad_file_with_exit_2_and_runs_nothing(cli: Cli, tmp_p
     f.write_text(MINIMAL.replace("level: 2", "level: 0"))
     r = cli("run", str(f), "--results", str(tmp_path / "runs"))
     assert r.returncode == 2, r.stderr
-    assert "bad.yaml:7: loads.0.level: must be 1..512 processes or 1..100 % [got 0]" in r.stderr
+    assert "bad.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 0]" in r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "runs").exists()
     assert cli("check", str(f)).returncode == 2

@@ -11,7 +11,9 @@ a Python UDP echo exchange, an interpreter-bound Python script) the bench
    on all alike, with the load held: calibrates the node (system calls,
    execution environments; the rounds' batches pooled) and runs every
    program ``runs / rounds`` times (after one warm-up run), taking each
-   run's CPU time from wait4;
+   run's CPU time from wait4; the programs and the calibration run on the
+   last CPU, the loads on the others (where a program lands, a woken idle
+   CPU or a warm one, changed its CPU time more than the loads did);
 2. builds each program's app model from its idle runs (plus two runs
    under perf trace for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
@@ -86,8 +88,13 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float]:
 
 def run(quick: bool = False, runs: int | None = None, rounds: int | None = None, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda s: None)
-    n = runs or (6 if quick else 40)
-    k = rounds or (2 if quick else 4)
+    n = runs or (6 if quick else 100)
+    k = rounds or (2 if quick else 5)
+    # The programs and the calibration on the last CPU, the loads and this
+    # process on the others: where a program lands (an idle CPU woken or a
+    # warm one) otherwise changes its CPU time more than the loads do.
+    mine = sorted(os.sched_getaffinity(0))
+    app_cpus, load_cpus = ([mine[-1]], mine[:-1]) if len(mine) > 1 else (None, None)
     per_round = max(1, -(-n // k))
     per_call = 0.2 if quick else 0.4
     env_s = 0.3 if quick else 0.75
@@ -97,19 +104,20 @@ def run(quick: bool = False, runs: int | None = None, rounds: int | None = None,
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-model-") as d:
         progs = programs(d, quick)
         for name, cmd in progs.items():
-            appm.run_many(cmd, 2)  # warm: page cache, interpreter files
+            appm.run_many(cmd, 2, cpus=app_cpus)  # warm: page cache, interpreter files
         # Rounds, the conditions rotated in each: a drift of the machine
         # (this one is shared) spreads over all conditions alike.
         for r in range(k):
             for cond, kind in plan[r % len(plan):] + plan[: r % len(plan)]:
-                with nodem.load(kind, 1, d) if kind else contextlib.nullcontext():
+                with nodem.load(kind, 1, d, load_cpus) if kind else contextlib.nullcontext():
                     if cond != "idle-again":
                         say(f"round {r + 1}/{k}, {cond}: calibrating the node")
-                        conditions[cond] = nodem.merge(conditions.get(cond), {"load": {"kind": kind, "processes": 1} if kind else None,
-                                                                            **nodem.measure(None, per_call, env_s, d)})
+                        with nodem.pinned(app_cpus):
+                            got_node = nodem.measure(None, per_call, env_s, d)
+                        conditions[cond] = nodem.merge(conditions.get(cond), {"load": {"kind": kind, "processes": 1} if kind else None, **got_node})
                     for name, cmd in progs.items():
                         say(f"round {r + 1}/{k}, {cond}: {name}, {per_round} runs")
-                        got = appm.run_many(cmd, per_round + 1)
+                        got = appm.run_many(cmd, per_round + 1, cpus=app_cpus)
                         acc = measured.setdefault(name, {}).setdefault(cond, {"user_ns": [], "sys_ns": [], "wall_ns": []})
                         for key in acc:
                             acc[key] += got[key][1:]  # the first run after a switch warms up
@@ -135,7 +143,7 @@ def run(quick: bool = False, runs: int | None = None, rounds: int | None = None,
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows)
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows)
     return {"rows": rows, "max_abs_err_mean_pct": worst_mean, "max_abs_err_p99_pct": worst_p99, "targets": {"mean_pct": 10, "p99_pct": 15},
-            "rounds": k, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
+            "rounds": k, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
 
 
 def print_human(r: dict[str, Any]) -> None:

@@ -62,12 +62,13 @@ def _session_left(sid: int) -> list[int]:
     return out
 
 
-def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
+def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, Any]:
     t0 = time.monotonic_ns()
     # stderr to a file, not a pipe: a child left running would hold a pipe open
     with tempfile.TemporaryFile() as errf:
         try:
-            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True)
+            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
+                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         except OSError as e:
             raise InputError(f"cannot start {cmd[0]!r}: {e.strerror}") from None
         _, status, ru = os.wait4(p.pid, 0)
@@ -92,11 +93,12 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None) -> di
     return {"user_ns": int(ru.ru_utime * 1e9), "sys_ns": int(ru.ru_stime * 1e9), "wall_ns": wall}
 
 
-def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Any = lambda s: None) -> dict[str, list[int]]:
+def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Any = lambda s: None,
+             cpus: list[int] | None = None) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
     for i in range(runs):
         try:
-            r = _run_once(cmd, cwd, env)
+            r = _run_once(cmd, cwd, env, cpus)
         except RunError as e:
             raise RunError(f"run {i + 1} of {runs}: {e}") from None
         for k in out:
@@ -201,7 +203,7 @@ def environment_of(cmd: list[str]) -> str:
 
 
 def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] | None, node_path: str | None, condition: str, cwd: str | None = None,
-              env_kind: str | None = None, say: Any = lambda s: None) -> dict[str, Any]:
+              env_kind: str | None = None, say: Any = lambda s: None, cpus: list[int] | None = None) -> dict[str, Any]:
     from loopscope.probes.common import envelope
 
     if not cmd:
@@ -209,7 +211,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
     if runs < 2:
         raise InputError(f"--runs: at least 2 [got {runs}]")
     say(f"running {shlex.join(cmd)} {runs} times")
-    r = run_many(cmd, runs, cwd)
+    r = run_many(cmd, runs, cwd, cpus=cpus)
     say(f"tracing {traced_runs} more runs")
     st = trace_runs(cmd, traced_runs, cwd, None)
     u, s = np.asarray(r["user_ns"], dtype=float), np.asarray(r["sys_ns"], dtype=float)
@@ -217,7 +219,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
         "command": cmd, "environment": env_kind or environment_of(cmd),
         "node": {"path": node_path, "created": node.get("created") if node else None, "condition": condition},
-        "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
+        "cpus": cpus, "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
         "syscalls": st,
     }
 

@@ -111,14 +111,31 @@ def parse_load(text: str) -> tuple[str, int]:
 
 
 @contextlib.contextmanager
-def load(kind: str, processes: int, scratch: str) -> Iterator[None]:
-    """Hold a load while the block runs; its workers are always stopped."""
+def pinned(cpus: list[int] | None) -> Iterator[None]:
+    """This thread on ``cpus`` while the block runs (None: as it is)."""
+    if not cpus:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+@contextlib.contextmanager
+def load(kind: str, processes: int, scratch: str, cpus: list[int] | None = None) -> Iterator[None]:
+    """Hold a load while the block runs (its workers on ``cpus`` when given);
+    its workers are always stopped."""
     argv = [sys.executable, "-m", "loopscope.loads.worker", kind]
     if kind == "io":
         argv += ["--dir", os.path.join(scratch, "io-load")]
     if kind == "memory":
         argv += ["--count", "10000000"]
-    ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True) for _ in range(processes)]
+    pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre)
+          for _ in range(processes)]
     try:
         time.sleep(0.5)  # let it reach its steady state
         for p in ps:
@@ -207,15 +224,21 @@ def assemble(conditions: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Any = lambda s: None) -> dict[str, Any]:
+def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Any = lambda s: None,
+              cpus: list[int] | None = None, load_cpus: list[int] | None = None) -> dict[str, Any]:
+    """Idle, then each load; ``cpus``: where the measuring thread runs (pin
+    the apps there too, ``calibrate app --cpu``), ``load_cpus``: where the
+    load workers run."""
     conditions: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="loopscope-calibrate-") as scratch:
         plan: list[tuple[str, str | None, int]] = [("idle", None, 0)] + [(f"{k}-{n}", k, n) for k, n in (parse_load(x) for x in loads)]
         for name, kind, n in plan:
             say(f"calibrating: {name}")
-            with load(kind, n, scratch) if kind else contextlib.nullcontext():
+            with load(kind, n, scratch, load_cpus) if kind else contextlib.nullcontext(), pinned(cpus):
                 conditions[name] = {"load": {"kind": kind, "processes": n} if kind else None, **measure(calls, max_seconds_per_call, env_seconds, scratch)}
-    return assemble(conditions)
+    m = assemble(conditions)
+    m["placement"] = {"cpus": cpus, "load_cpus": load_cpus}
+    return m
 
 
 def read(path: str) -> dict[str, Any]:

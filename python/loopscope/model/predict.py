@@ -83,11 +83,13 @@ def predict(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any]) -> dict
     pred = u * r_user + s * rs["ratio"]
     lo = u * lo_u + s * rs["ci95"][0]
     hi = u * hi_u + s * rs["ci95"][1]
+    se = 1.96 * float(pred.std(ddof=1)) / np.sqrt(len(pred)) if len(pred) > 1 else 0.0
     user_share = float(u.sum() / (u.sum() + s.sum())) if (u.sum() + s.sum()) else 0.0
     return {
         "environment": env, "user_ratio": {"ratio": r_user, "ci95": [lo_u, hi_u]}, "sys_ratio": rs, "user_share": user_share,
         "from_mean_ns": float((u + s).mean()),
-        "pred_mean_ns": float(pred.mean()), "pred_mean_ci95_ns": [float(lo.mean()), float(hi.mean())],
+        # the ratios' uncertainty and the app's own sampling error of the mean
+        "pred_mean_ns": float(pred.mean()), "pred_mean_ci95_ns": [float(lo.mean() - se), float(hi.mean() + se)],
         "pred_p95_ns": float(np.percentile(pred, 95)), "pred_p99_ns": float(np.percentile(pred, 99)),
         "runs": len(pred),
         "limits": [

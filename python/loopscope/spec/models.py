@@ -522,7 +522,8 @@ class ChannelDecl(Model):
     transport: Literal["tcp", "udp"] = Field("tcp", description="how items reach it and leave it: tcp (reliable) or udp (fragmented into datagrams; a lost fragment loses the item, counted)")
     capacity: Annotated[int, Field(ge=1, le=1_000_000)] = Field(64, description="items it holds at most")
     full: Literal["block", "drop-oldest"] = Field("block", description="when full: a put waits (with its timeout), or the oldest item goes (counted)")
-    max_item: Annotated[int, BeforeValidator(_size), Field(ge=1, le=256 << 20)] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
+    max_item: Annotated[int, BeforeValidator(_size), Field(ge=1, le=256 << 20),
+                        WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKMG]i?B|B)?\s*$"}]})] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
 
 
 class Experiment(Model):
