@@ -89,22 +89,40 @@ def test_an_unknown_condition_names_the_ones_the_model_has(cli: Cli, tmp_path: P
     assert r.returncode == 2 and "memory-3" in r.stderr and "idle, cpu-1" in r.stderr
 
 
-def test_system_time_scales_with_the_cost_of_the_calls_the_app_makes() -> None:
+def _cond(read: float, getpid: float, env: float, compiled: float) -> dict[str, object]:
+    b = lambda v: {"mean_ns": v, "batch_ns": [v * 0.99, v, v * 1.01]}  # noqa: E731
+    return {"syscalls": {"read": b(read), "getpid": b(getpid)}, "environments": {"cpython": b(env), "compiled": b(compiled)}}
+
+
+def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_work_like_memory() -> None:
     from loopscope.model.predict import predict
 
-    def cond(read: float, getpid: float, env: float) -> dict[str, object]:
-        b = lambda v: {"mean_ns": v, "batch_ns": [v * 0.99, v, v * 1.01]}  # noqa: E731
-        return {"syscalls": {"read": b(read), "getpid": b(getpid)}, "environments": {"cpython": b(env), "compiled": b(env / 10)}}
-
-    app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [40e6, 41e6]},
-           "syscalls": {"states": {"pread64": {"per_run": 900.0}, "getpid": {"per_run": 100.0}, "futex": {"per_run": 10.0}}}}
-    p = predict(app, cond(1000, 100, 20), cond(2000, 100, 30))
-    # calls: 900 reads (pread64 is a read) double, 100 getpids stay: (900·2000 + 100·100) / (900·1000 + 100·100)
-    assert p["sys_ratio"]["ratio"] == pytest.approx((900 * 2000 + 100 * 100) / (900 * 1000 + 100 * 100))
+    # per run: 900 reads of 3 µs (the node's minimal read: 1 µs), 100 getpids,
+    # 10 futex calls the node model does not measure; half the system time
+    # is outside any call (exec, page faults)
+    app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [5.33e6, 5.53e6]},
+           "syscalls": {"states": {"pread64": {"per_run": 900.0, "dur_p50_ns": 3000.0}, "getpid": {"per_run": 100.0, "dur_p50_ns": 100.0},
+                                   "futex": {"per_run": 10.0, "dur_p50_ns": 500.0}}}}
+    p = predict(app, _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 3))
+    fixed_a, fixed_b, extra, unmod = 900 * 1000 + 100 * 100, 900 * 2000 + 100 * 100, 900 * 2000, 10 * 500
+    traced = fixed_a + extra + unmod
+    share = traced / 5.43e6
+    calls_b = fixed_b + extra * 1.5 + unmod * fixed_b / fixed_a
+    assert p["sys_ratio"]["ratio"] == pytest.approx(share * calls_b / traced + (1 - share) * 1.5)
     assert p["sys_ratio"]["unmodelled_share"] == pytest.approx(10 / 1010)
+    assert p["sys_ratio"]["ci95"][0] <= p["sys_ratio"]["ratio"] <= p["sys_ratio"]["ci95"][1]
     assert p["user_ratio"]["ratio"] == pytest.approx(1.5)
-    want = np.mean([60e6 * 1.5 + 40e6 * p["sys_ratio"]["ratio"], 62e6 * 1.5 + 41e6 * p["sys_ratio"]["ratio"]])
+    want = np.mean([60e6 * 1.5 + 5.33e6 * p["sys_ratio"]["ratio"], 62e6 * 1.5 + 5.43e6 * 0 + 5.53e6 * p["sys_ratio"]["ratio"]])
     assert p["pred_mean_ns"] == pytest.approx(want)
+
+
+def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() -> None:
+    from loopscope.model.predict import predict
+
+    app = {"environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [30e6, 30e6]}, "syscalls": {"states": {}}}
+    p = predict(app, _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 2))
+    assert p["sys_ratio"]["ratio"] == pytest.approx(2100 / 1100)
+    assert p["user_ratio"]["ratio"] == pytest.approx(1.0)
 
 
 def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(cli: Cli, tmp_path: Path) -> None:

@@ -41,37 +41,70 @@ def _ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
     return ratio_ci(a["batch_ns"], b["batch_ns"])
 
 
-def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any]) -> dict[str, Any]:
-    """Node B's cost of the app's call mix over node A's."""
+def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resamples: int = 400) -> dict[str, Any]:
+    """Node B's system time for the app over node A's.
+
+    A call's cost is the node's minimal call (what the syscall probe
+    measures: 1-byte reads, one path) plus the work its arguments ask for
+    (copying 4 KiB, walking a longer path): the app's traced median
+    duration of the call beyond the node's minimal cost. The first part
+    scales with the node's cost of that call, the second like memory-bound
+    work (the compiled environment's ratio). Calls the node model lacks
+    scale like the modelled calls' fixed parts; system time outside any
+    traced call (exec, page faults) like memory-bound work."""
     states = (app.get("syscalls") or {}).get("states") or {}
     known = set(na["syscalls"]) & set(nb["syscalls"])
-    weights: dict[str, float] = {}
-    unmodelled = 0.0
-    total = 0.0
+    rows: list[tuple[str, float, float | None]] = []  # node call, calls per run, traced median ns
+    un_n, un_t, total = 0.0, 0.0, 0.0
     for name, st in states.items():
         n = float(st["per_run"])
         total += n
         m = name if name in known else ALIASES.get(name)
+        d = st.get("dur_p50_ns")
         if m in known:
-            weights[m] = weights.get(m, 0.0) + n
+            rows.append((m, n, float(d) if d is not None else None))
         else:
-            unmodelled += n
-    if not weights:
-        # no structure (or nothing that maps): every call the node measured, alike
-        weights = {k: 1.0 for k in known}
-    ca = sum(w * float(np.median(na["syscalls"][k]["batch_ns"])) for k, w in weights.items())
-    cb = sum(w * float(np.median(nb["syscalls"][k]["batch_ns"])) for k, w in weights.items())
-    # CI: resample each call's batch means together (a weighted sum of bootstraps)
+            un_n += n
+            un_t += n * float(d or 0.0)
+    structured = bool(rows)
+    if not rows:
+        # no structure (or nothing that maps): every call the node measured, alike, no argument work
+        rows = [(k, 1.0, None) for k in sorted(known)]
+    sys_mean = float(np.mean(app["runs"]["sys_ns"])) if app.get("runs") else 0.0
     rng = np.random.default_rng(1)
-    boot = np.zeros(400)
-    boota = np.zeros(400)
-    for k, w in weights.items():
-        xa, xb = np.asarray(na["syscalls"][k]["batch_ns"]), np.asarray(nb["syscalls"][k]["batch_ns"])
-        boota += w * np.median(xa[rng.integers(0, len(xa), (400, len(xa)))], axis=1)
-        boot += w * np.median(xb[rng.integers(0, len(xb), (400, len(xb)))], axis=1)
-    r = boot / boota
-    return {"ratio": cb / ca, "ci95": [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))], "calls_used": sorted(weights),
-            "unmodelled_share": unmodelled / total if total else None}
+
+    def med(x: list[float], idx: np.ndarray | None) -> np.ndarray:
+        a = np.asarray(x, dtype=float)
+        return np.asarray([np.median(a)]) if idx is None else np.median(a[idx % len(a)], axis=1)
+
+    def estimate(boot: bool) -> tuple[np.ndarray, dict[str, float]]:
+        k = resamples if boot else 1
+        draw = (lambda n: rng.integers(0, n, (k, n))) if boot else (lambda n: None)  # noqa: E731
+        ca_env, cb_env = na["environments"]["compiled"]["batch_ns"], nb["environments"]["compiled"]["batch_ns"]
+        r_mem = med(cb_env, draw(len(cb_env))) / med(ca_env, draw(len(ca_env)))
+        fa = np.zeros(k)
+        fb = np.zeros(k)
+        extra = np.zeros(k)
+        for m, n, d in rows:
+            xa, xb = na["syscalls"][m]["batch_ns"], nb["syscalls"][m]["batch_ns"]
+            ca, cb = med(xa, draw(len(xa))), med(xb, draw(len(xb)))
+            fa += n * ca
+            fb += n * cb
+            if d is not None:
+                extra += n * np.maximum(0.0, d - ca)
+        traced = fa + extra + un_t
+        calls_share = np.minimum(1.0, traced / sys_mean) if sys_mean > 0 and structured else np.ones(k)
+        fixed_r = fb / fa
+        calls_b = fb + extra * r_mem + un_t * fixed_r
+        ratio = calls_share * calls_b / traced + (1 - calls_share) * r_mem
+        parts = {"calls_share": float(np.mean(calls_share)), "fixed_share_of_calls": float(np.mean(fa / traced)),
+                 "argument_share_of_calls": float(np.mean(extra / traced)), "fixed_ratio": float(np.mean(fixed_r)), "memory_ratio": float(np.mean(r_mem))}
+        return ratio, parts
+
+    point, parts = estimate(False)
+    boot, _ = estimate(True)
+    return {"ratio": float(point[0]), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))], "calls_used": sorted({m for m, _, _ in rows}),
+            "unmodelled_share": un_n / total if total else None, **parts}
 
 
 def predict(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any]) -> dict[str, Any]:
