@@ -126,15 +126,12 @@ def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() 
 
 
 def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(cli: Cli, tmp_path: Path) -> None:
-    import os
+    import time
 
-    r = cli("calibrate", "app", "--runs", "2", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "sleep 300 & exit 0")
+    r = cli("calibrate", "app", "--runs", "2", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "sleep 300 & echo $! > child.pid; exit 0")
     assert r.returncode == 2 and "left 1 process" in r.stderr and "wait4" in r.stderr
-    def cmdline(d: str) -> bytes:
-        try:
-            return Path(f"/proc/{d}/cmdline").read_bytes()
-        except OSError:
-            return b""
-
-    left = [d for d in os.listdir("/proc") if d.isdigit() and b"sleep\x00300" in cmdline(d)]
-    assert left == []
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not (Path(f"/proc/{pid}").exists() and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes())
