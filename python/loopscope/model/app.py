@@ -225,17 +225,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
 
 
 def read(path: str) -> dict[str, Any]:
-    import json
+    """A app model, its format and version checked."""
+    from loopscope.model import read_versioned
 
-    try:
-        with open(path) as f:
-            m = json.loads(f.read())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the app model: {e.strerror}") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not JSON ({e}); an app model is written by `loopscope calibrate app`") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise InputError(f"{path}: not an app model (expected format {FORMAT!r}); write one with `loopscope calibrate app`")
-    if m.get("version") != VERSION:
-        raise InputError(f"{path}: app model format version {m.get('version')!r}; this loopscope reads version {VERSION}: calibrate the app again")
-    return m
+    return read_versioned(path, "app model", FORMAT, VERSION, "loopscope calibrate app")

@@ -243,22 +243,9 @@ def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_
 
 def read(path: str) -> dict[str, Any]:
     """A node model, its format and version checked."""
-    import json
+    from loopscope.model import read_versioned
 
-    from loopscope.errors import InputError
-
-    try:
-        with open(path) as f:
-            m = json.loads(f.read())
-    except OSError as e:
-        raise InputError(f"{path}: cannot read the node model: {e.strerror}") from None
-    except ValueError as e:
-        raise InputError(f"{path}: not JSON ({e}); a node model is written by `loopscope calibrate node`") from None
-    if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise InputError(f"{path}: not a node model (format {m.get('format') if isinstance(m, dict) else None!r}, expected {FORMAT!r}); write one with `loopscope calibrate node`")
-    if m.get("version") != VERSION:
-        raise InputError(f"{path}: node model format version {m.get('version')!r}; this loopscope reads version {VERSION}: calibrate the node again")
-    return m
+    return read_versioned(path, "node model", FORMAT, VERSION, "loopscope calibrate node")
 
 
 def condition(model: dict[str, Any], name: str | None, path: str) -> dict[str, Any]:
