@@ -1105,17 +1105,29 @@ def _node_ref(text: str) -> tuple[dict[str, Any], dict[str, Any], str]:
     return m, node.condition(m, cond or None, path), f"{path}:{cond or 'idle'}"
 
 
+def _from_of(a: dict[str, Any], src: str | None, app_model: str) -> str:
+    """--from, or the node the app model was calibrated against."""
+    from loopscope.errors import InputError
+
+    if src:
+        return src
+    n = a.get("node") or {}
+    if not n.get("path"):
+        raise InputError(f"{app_model}: calibrated without --node, so give --from NODE_MODEL[:CONDITION]")
+    return f"{n['path']}:{n.get('condition') or 'idle'}"
+
+
 @model_group.command("predict")
 @click.argument("app_model", type=click.Path(dir_okay=False))
-@click.option("--from", "src", required=True, help="NODE_MODEL[:CONDITION] the app was calibrated on (idle by default).")
+@click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] to predict for.")
 @click.option("--json", "as_json", is_flag=True)
-def model_predict(app_model: str, src: str, dst: str, as_json: bool) -> int:
+def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> int:
     """Predict the app's CPU time distribution on another node or under another condition."""
     from loopscope.model import app, predict
 
     a = app.read(app_model)
-    _, ca, na = _node_ref(src)
+    _, ca, na = _node_ref(_from_of(a, src, app_model))
     _, cb, nb = _node_ref(dst)
     p = predict.predict(a, ca, cb)
     if as_json:
@@ -1133,20 +1145,20 @@ def model_predict(app_model: str, src: str, dst: str, as_json: bool) -> int:
     return 0
 
 
-@model_group.command("check", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@model_group.command("check")
 @click.argument("app_model", type=click.Path(dir_okay=False))
-@click.option("--from", "src", required=True, help="NODE_MODEL[:CONDITION] the app was calibrated on.")
+@click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] of this machine as it is now.")
 @click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-def model_check(app_model: str, src: str, dst: str, runs: int, as_json: bool) -> int:
+def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: bool) -> int:
     """Run the app here now and compare its CPU time with the prediction."""
     import numpy as np
 
     from loopscope.model import app, predict
 
     a = app.read(app_model)
-    _, ca, na = _node_ref(src)
+    _, ca, na = _node_ref(_from_of(a, src, app_model))
     _, cb, nb = _node_ref(dst)
     p = predict.predict(a, ca, cb)
     r = app.run_many(a["command"], runs, cpus=a.get("cpus"))

@@ -135,3 +135,27 @@ def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(c
     while Path(f"/proc/{pid}").exists() and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not (Path(f"/proc/{pid}").exists() and b"sleep" in Path(f"/proc/{pid}/cmdline").read_bytes())
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("perf")
+def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here(cli: Cli, tmp_path: Path) -> None:
+    r = cli("calibrate", "node", "--calls", "getpid,stat", "--loads", "cpu", "--max-seconds-per-call", "0.2", "--cpu", "0", "-o", "node.json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "idle: 2 calls" in r.stdout and "cpu-1: 2 calls" in r.stdout and "node model: node.json" in r.stdout
+    m = json.loads((tmp_path / "node.json").read_text())
+    assert m["placement"] == {"cpus": [0], "load_cpus": None}
+    (tmp_path / "busy.py").write_text(BUSY)
+    r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "1", "--node", "node.json", "--cpu", "0", "-o", "app.json", "--", sys.executable, "busy.py", timeout=300)
+    assert r.returncode == 0, r.stderr
+    # --from defaults to the node the app model names; check runs it again and compares
+    r = cli("model", "check", "app.json", "--to", "node.json", "--runs", "3", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    c = json.loads(r.stdout)
+    assert c["from"].endswith("node.json:idle") and c["meas_mean_ns"] > 0
+    assert c["err_mean_pct"] == pytest.approx(100 * (c["pred_mean_ns"] / c["meas_mean_ns"] - 1))
+
+
+def test_bad_load_names_are_refused_before_anything_runs(cli: Cli) -> None:
+    r = cli("calibrate", "node", "--loads", "disk", "-o", "n.json")
+    assert r.returncode == 2 and "unknown load kind 'disk'" in r.stderr and "cpu, memory, io" in r.stderr

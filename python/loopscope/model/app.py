@@ -218,7 +218,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
         "command": cmd, "environment": env_kind or environment_of(cmd),
-        "node": {"path": node_path, "created": node.get("created") if node else None, "condition": condition},
+        "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.get("created") if node else None, "condition": condition},
         "cpus": cpus, "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
         "syscalls": st,
     }
