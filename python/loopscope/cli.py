@@ -1145,6 +1145,59 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
     return 0
 
 
+@model_group.command("show")
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.option("--top", type=click.IntRange(min=1), default=12, show_default=True, help="States (calls) to list.")
+def model_show(model_file: str, top: int) -> int:
+    """Print a node or app model: costs per condition, or an app's CPU time and call structure."""
+    from loopscope.errors import InputError
+
+    try:
+        kind = json.loads(Path(model_file).read_text()).get("format")
+    except (OSError, ValueError, AttributeError):
+        kind = None
+    if kind == "loopscope-node-model":
+        from loopscope.model import node
+
+        m = node.read(model_file)
+        click.echo(f"node model of {m['machine'].get('host')} ({(m['machine'].get('cpu') or {}).get('model')}), {m['created']}")
+        conds = list(m["conditions"])
+        click.echo(f"  {'cost (median batch)':<22}" + "".join(f"{c:>14}" for c in conds))
+        rows = [("env " + k, [m["conditions"][c]["environments"][k]["median_ns"] for c in conds]) for k in m["conditions"]["idle"]["environments"]]
+        rows += [(k, [m["conditions"][c]["syscalls"].get(k, {}).get("median_ns", float("nan")) for c in conds]) for k in m["conditions"]["idle"]["syscalls"]]
+        for name, vals in rows:
+            marks = []
+            for c, v in zip(conds, vals):
+                ch = (m["changes"].get(c) or {})
+                part = ch.get("environments" if name.startswith("env ") else "syscalls", {}).get(name.removeprefix("env "))
+                marks.append(f"{v:>12.1f}{'*' if part and part['significant'] else ' '} ")
+            click.echo(f"  {name:<22}" + "".join(marks))
+        click.echo("  (ns per call or per operation; * = significantly different from idle)")
+        return 0
+    if kind == "loopscope-app-model":
+        from loopscope.model import app
+
+        a = app.read(model_file)
+        t = a["cpu"]["total"]
+        click.echo(f"{' '.join(a['command'])} ({a['environment']}), {len(a['runs']['user_ns'])} runs, node {a['node'].get('path')}:{a['node'].get('condition')}")
+        click.echo(f"  CPU mean {t['mean_ns'] / 1e6:.2f} ms, p95 {t['p95_ns'] / 1e6:.2f}, p99 {t['p99_ns'] / 1e6:.2f}, min {t['min_ns'] / 1e6:.2f}, max {t['max_ns'] / 1e6:.2f}; "
+                   f"user {a['cpu']['user']['mean_ns'] / 1e6:.2f} ms, system {a['cpu']['system']['mean_ns'] / 1e6:.2f} ms")
+        sc = a["syscalls"]
+        if not sc.get("states"):
+            click.echo(f"  no call structure: {sc.get('note', 'not traced')}")
+            return 0
+        click.echo(f"  {sc['calls_per_run']:.0f} calls per run on {sc['threads_per_run']:.1f} threads; between calls p50 {sc['gap_p50_ns'] / 1e3:.1f} µs, p99 {sc['gap_p99_ns'] / 1e3:.1f} µs"
+                   + (f"; {sc['lost_events']} events lost by the tracer" if sc.get("lost_events") else ""))
+        click.echo(f"  {'call':<18}{'per run':>9}{'p50':>10}{'p99':>10}  next")
+        for name, st in list(sc["states"].items())[:top]:
+            nxt = ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(st["next"].items())[:3])
+            click.echo(f"  {name:<18}{st['per_run']:>9.1f}{st['dur_p50_ns'] / 1e3:>8.1f}µs{st['dur_p99_ns'] / 1e3:>8.1f}µs  {nxt}")
+        if len(sc["states"]) > top:
+            click.echo(f"  … {len(sc['states']) - top} more kinds of call (--top)")
+        return 0
+    raise InputError(f"{model_file}: not a node or app model (they are written by `loopscope calibrate node|app`)")
+
+
 @model_group.command("check")
 @click.argument("app_model", type=click.Path(dir_okay=False))
 @click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")

@@ -77,7 +77,7 @@ def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli) -> None:
 
 
 @pytest.mark.needs_root
-@pytest.mark.needs_tool("perf", "dd")
+@pytest.mark.needs_tool("dd")
 def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli) -> None:
     r = cli("bench", "model", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr

@@ -40,7 +40,6 @@ def test_a_node_model_gives_every_cost_an_interval_and_every_load_its_change(nod
 
 
 @pytest.mark.needs_root
-@pytest.mark.needs_tool("perf")
 def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(cli: Cli, tmp_path: Path, node_model: Path) -> None:
     (tmp_path / "busy.py").write_text(BUSY)
     r = cli("calibrate", "app", "--runs", "4", "--traced-runs", "1", "--node", str(node_model), "-o", "app.json", "--", sys.executable, "busy.py", timeout=300)
@@ -101,8 +100,8 @@ def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_wor
     # 10 futex calls the node model does not measure; half the system time
     # is outside any call (exec, page faults)
     app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [5.33e6, 5.53e6]},
-           "syscalls": {"states": {"pread64": {"per_run": 900.0, "dur_p50_ns": 3000.0}, "getpid": {"per_run": 100.0, "dur_p50_ns": 100.0},
-                                   "futex": {"per_run": 10.0, "dur_p50_ns": 500.0}}}}
+           "syscalls": {"states": {"pread64": {"per_run": 900.0, "dur_mean_ns": 3000.0}, "getpid": {"per_run": 100.0, "dur_mean_ns": 100.0},
+                                   "futex": {"per_run": 10.0, "dur_mean_ns": 500.0}}}}
     p = predict(app, _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 3))
     fixed_a, fixed_b, extra, unmod = 900 * 1000 + 100 * 100, 900 * 2000 + 100 * 100, 900 * 2000, 10 * 500
     traced = fixed_a + extra + unmod
@@ -138,7 +137,6 @@ def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(c
 
 
 @pytest.mark.needs_root
-@pytest.mark.needs_tool("perf")
 def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here(cli: Cli, tmp_path: Path) -> None:
     r = cli("calibrate", "node", "--calls", "getpid,stat", "--loads", "cpu", "--max-seconds-per-call", "0.2", "--cpu", "0", "-o", "node.json", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -159,3 +157,26 @@ def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here
 def test_bad_load_names_are_refused_before_anything_runs(cli: Cli) -> None:
     r = cli("calibrate", "node", "--loads", "disk", "-o", "n.json")
     assert r.returncode == 2 and "unknown load kind 'disk'" in r.stderr and "cpu, memory, io" in r.stderr
+
+
+def test_a_call_switched_out_counts_only_its_time_on_the_cpu() -> None:
+    from loopscope.model.app import parse_ftrace
+
+    sys_lines = (
+        "  python-42 [001] ..... 100.000010: sys_enter: NR 230 (1, 1, 0, 0, 0, 0)\n"
+        "  python-42 [001] d..2. 100.000015: sched_switch: prev_comm=python prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120\n"
+        "  python-42 [001] ..... 100.002025: sys_exit: NR 230 = 0\n"
+        "  python-42 [001] ..... 100.002030: sys_enter: NR 39 (0, 0, 0, 0, 0, 0)\n"
+        "  python-42 [001] ..... 100.002031: sys_exit: NR 39 = 42\n"
+    )
+    # the switch back in is only in the unfiltered instance
+    sched = (
+        "  python-42 [001] d..2. 100.000015: sched_switch: prev_comm=python prev_pid=42 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120\n"
+        "  <idle>-0 [001] d..2. 100.002020: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=python next_pid=42 next_prio=120\n"
+    )
+    got = parse_ftrace(sys_lines, {230: "clock_nanosleep", 39: "getpid"}, sched)
+    calls = got["threads"][42]
+    assert [c[0] for c in calls] == ["clock_nanosleep", "getpid"]
+    # 2015 µs in the call, 2005 µs of it switched out: 10 µs on the CPU
+    assert calls[0][2] == pytest.approx(0.010, abs=1e-9) and calls[1][2] == pytest.approx(0.001, abs=1e-9)
+    assert got["calls_switched_out"] == 1

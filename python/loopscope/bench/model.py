@@ -15,7 +15,7 @@ a Python UDP echo exchange, an interpreter-bound Python script) the bench
    last CPU, the loads on the others (where a program lands, a woken idle
    CPU or a warm one, changed its CPU time more than the loads did);
 2. builds each program's app model from its idle runs (plus two runs
-   under perf trace for its system-call mix);
+   with the raw_syscalls tracepoints on, for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
    alone and compares with what it measured there; idle → idle (a second
    set of idle runs) is the noise floor of the comparison.

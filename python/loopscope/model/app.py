@@ -5,9 +5,9 @@ transition probabilities and the time spent in the execution environment
 between calls, so its CPU need can be carried from one node to another.
 ``calibrate`` runs the program ``runs`` times untraced and takes each run's
 user and system CPU time from ``wait4`` (the program and the children it
-waited for), then a few more runs under ``perf trace`` (the raw_syscalls
-tracepoints of the program and every thread and child it forks) for its
-structure: per call its count per run, its duration (mean, p50, p99), the
+waited for), then a few more runs with the raw_syscalls tracepoints on
+(a tracefs instance of its own, filtered to the program's pid and every
+thread and child it forks) for its structure: per call its count per run, its duration (mean, p50, p99), the
 transition probabilities from each call to the next on the same thread,
 and the time between calls. Traced runs are not timed: tracing costs CPU.
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import tempfile
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,8 +41,6 @@ FORMAT = "loopscope-app-model"
 VERSION = 1
 MIN_CPU_MS = 20.0
 
-# perf trace: "   0.715 ( 0.025 ms): dd/22364 mmap(len: 8192, ...) = 0x7f..."
-_LINE = re.compile(r"^\s*([0-9.]+|\?)\s+\(\s*([0-9.]+)?\s*(?:ms)?\s*\):\s+(.+?)/(\d+)\s+(?:\.\.\. \[continued\]: )?(\w+)\(")
 
 
 def _session_left(sid: int) -> list[int]:
@@ -110,27 +108,6 @@ def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, s
     return out
 
 
-def parse_trace(text: str) -> dict[str, Any]:
-    """perf trace output -> per thread, its calls in order (name, start ms, duration ms)."""
-    threads: dict[int, list[tuple[str, float, float]]] = defaultdict(list)
-    comms: set[str] = set()
-    lost = 0
-    for line in text.splitlines():
-        if "LOST" in line and "events" in line:
-            m = re.search(r"LOST (\d+) events", line)
-            lost += int(m.group(1)) if m else 1
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        t, dur, comm, tid, name = m.groups()
-        if t == "?":
-            continue
-        threads[int(tid)].append((name, float(t), float(dur or 0.0)))
-        comms.add(comm)
-    return {"threads": threads, "comms": sorted(comms), "lost": lost}
-
-
 def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
     """Traced runs -> states, transitions, per-state durations and gaps."""
     counts: Counter[str] = Counter()
@@ -158,8 +135,10 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
     for name, c in counts.most_common():
         d = np.asarray(durs[name])
         tot = sum(trans[name].values())
+        trim = d[d <= np.percentile(d, 90)]
         states[name] = {
             "per_run": c / n, "dur_mean_ns": float(d.mean()), "dur_p50_ns": float(np.percentile(d, 50)), "dur_p99_ns": float(np.percentile(d, 99)),
+            "dur_trim_mean_ns": float(trim.mean()) if len(trim) else float(d.mean()),
             "next": {k: v / tot for k, v in trans[name].most_common()} if tot else {},
         }
     g = np.asarray(gaps) if gaps else np.zeros(1)
@@ -167,27 +146,150 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
             "gap_mean_ns": float(g.mean()), "gap_p50_ns": float(np.percentile(g, 50)), "gap_p99_ns": float(np.percentile(g, 99))}
 
 
-def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None) -> dict[str, Any]:
+def syscall_names() -> dict[int, str]:
+    """This architecture's system-call numbers → names, from the kernel's
+    uapi header (linux-libc-dev)."""
+    arch = os.uname().machine
+    cands = [f"/usr/include/{arch}-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h", f"/usr/include/{arch}-linux-gnu/asm/unistd.h",
+             "/usr/include/asm-generic/unistd.h"]
+    for c in cands:
+        try:
+            with open(c) as f:
+                text = f.read()
+        except OSError:
+            continue
+        names = {int(n): name for name, n in re.findall(r"#define\s+__NR_(\w+)\s+(\d+)\b", text)}
+        if names:
+            return names
+    return {}
+
+
+_EV = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([0-9]+\.[0-9]+): (?:sys_(enter|exit): NR (\d+)|sched_switch: .*prev_pid=(\d+) .*next_pid=(\d+))")
+
+
+def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str, Any]:
+    """raw_syscalls lines of a tracefs instance (and, from ``sched``, every
+    sched_switch of the machine) -> per thread, its calls in order (name,
+    start ms, on-CPU duration ms): the time a call spent switched out (it
+    slept, or was preempted) is taken off, so what is left is its CPU time.
+    Switches come from an instance without the pid filter: the filter would
+    keep a thread's switch out (it runs then) and drop its switch back in."""
+    events: list[tuple[float, int, Any]] = []
+    for order, chunk in enumerate((sched, text)):
+        for line in chunk.splitlines():
+            m = _EV.match(line)
+            if m:
+                events.append((float(m.group(2)) * 1e3, order, m))
+    events.sort(key=lambda e: (e[0], e[1]))
+    threads: dict[int, list[tuple[str, float, float]]] = defaultdict(list)
+    open_: dict[int, list[float]] = {}  # tid -> [nr, start, off-CPU so far]
+    out_at: dict[int, float] = {}
+    switched = 0
+    for t, _, m in events:
+        if m.group(5) is not None:
+            prev, nxt = int(m.group(5)), int(m.group(6))
+            if prev in open_:
+                out_at[prev] = t
+            if nxt in out_at:
+                open_[nxt][2] += t - out_at.pop(nxt)
+                switched += 1
+            continue
+        tid, kind, nr = int(m.group(1)), m.group(3), int(m.group(4))
+        if kind == "enter":
+            open_[tid] = [nr, t, 0.0]
+            out_at.pop(tid, None)
+        elif tid in open_ and open_[tid][0] == nr:
+            _, t0, off = open_.pop(tid)
+            if tid in out_at:  # its switch back in was not seen: count to the exit as off-CPU
+                off += t - out_at.pop(tid)
+            threads[tid].append((names.get(nr, f"nr{nr}"), t0, max(0.0, t - t0 - off)))
+    return {"threads": threads, "comms": [], "lost": 0, "calls_switched_out": switched}
+
+
+def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None, names: dict[int, str]) -> dict[str, Any]:
+    """One run with the raw_syscalls tracepoints on, in a tracefs instance of
+    its own, filtered to the program's pid and every process it forks."""
+    from loopscope.kernel.capture import tracefs
+
+    root = tracefs()
+    if root is None or not (root / "instances").is_dir():
+        raise InputError("tracefs is not available (it needs root): the system-call structure comes from its raw_syscalls tracepoints; run as root or pass --traced-runs 0")
+    inst = root / "instances" / f"loopscope-app-{os.getpid()}"
+    sw = root / "instances" / f"loopscope-app-{os.getpid()}-sched"
+    made: list[Path] = []
+    try:
+        for d in (inst, sw):
+            try:
+                d.mkdir()
+            except OSError as e:
+                raise InputError(f"cannot create the tracefs instance {d}: {e.strerror}; run as root or pass --traced-runs 0") from None
+            made.append(d)
+            (d / "buffer_size_kb").write_text("32768")
+            (d / "trace_clock").write_text("mono")
+        (inst / "options" / "event-fork").write_text("1")
+        for e in ("raw_syscalls/sys_enter", "raw_syscalls/sys_exit"):
+            (inst / "events" / e / "enable").write_text("1")
+        (sw / "events" / "sched" / "sched_switch" / "enable").write_text("1")
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the program: wait until its pid is being traced, then become it
+            try:
+                os.close(w)
+                os.read(r, 1)
+                if cpus:
+                    os.sched_setaffinity(0, cpus)
+                if cwd:
+                    os.chdir(cwd)
+                devnull = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(devnull, fd)
+                os.execvpe(cmd[0], cmd, env if env is not None else dict(os.environ))
+            finally:
+                os._exit(127)
+        os.close(r)
+        (inst / "set_event_pid").write_text(str(pid))
+        (sw / "tracing_on").write_text("1")
+        (inst / "tracing_on").write_text("1")
+        os.write(w, b"x")
+        os.close(w)
+        _, status, _ = os.wait4(pid, 0)
+        (inst / "tracing_on").write_text("0")
+        (sw / "tracing_on").write_text("0")
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            raise RunError(f"traced run: {shlex.join(cmd)} failed with exit code {code}")
+        lost = 0
+        for d in made:
+            for cpu in (d / "per_cpu").iterdir():
+                m = re.search(r"overrun:\s*(\d+)", (cpu / "stats").read_text())
+                lost += int(m.group(1)) if m else 0
+        out = parse_ftrace((inst / "trace").read_text(errors="replace"), names, (sw / "trace").read_text(errors="replace"))
+        out["lost"] = lost
+        return out
+    finally:
+        for d in made:
+            try:
+                (d / "tracing_on").write_text("0")
+            except OSError:
+                pass
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, Any]:
     if runs == 0:
-        return {"runs": 0, "states": {}, "note": "not traced (--traced-runs 0): the system-call mix is unknown, so system time is scaled by the node's median call"}
-    if shutil.which("perf") is None:
-        raise InputError("perf is not installed: `perf trace` records the program's system calls (install linux-perf), or pass --traced-runs 0")
-    parsed = []
-    with tempfile.TemporaryDirectory(prefix="loopscope-app-") as d:
-        for i in range(runs):
-            out = os.path.join(d, f"trace-{i}.txt")
-            p = subprocess.run(["perf", "trace", "-o", out, "--", *cmd], cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if p.returncode != 0:
-                tail = p.stderr.decode(errors="replace").strip()[-400:]
-                raise RunError(f"traced run {i + 1}: perf trace -- {shlex.join(cmd)} exited {p.returncode}: {tail}")
-            with open(out, errors="replace") as f:
-                parsed.append(parse_trace(f.read()))
+        return {"runs": 0, "states": {}, "note": "not traced (--traced-runs 0): the system-call mix is unknown, so system time is scaled by all the node's calls alike"}
+    names = syscall_names()
+    parsed = [_tracefs_run(cmd, cwd, env, cpus, names) for _ in range(runs)]
     st = structure(parsed)
     lost = sum(p["lost"] for p in parsed)
-    st.update({"runs": runs, "tool": "perf trace (raw_syscalls, children and threads followed)", "lost_events": lost,
-               "comms": sorted({c for p in parsed for c in p["comms"]})})
+    st.update({"runs": runs, "tool": "tracefs raw_syscalls sys_enter/sys_exit and sched_switch, filtered to the program's pid and its forks (event-fork), "
+                                     "CLOCK_MONOTONIC, µs stamps; call durations are on-CPU (switched-out time taken off)",
+               "lost_events": lost, "names_known": bool(names), "calls_switched_out": sum(p.get("calls_switched_out", 0) for p in parsed) / runs})
     if not st["states"]:
-        raise RunError(f"perf trace recorded no system call of {shlex.join(cmd)}: the model would be empty")
+        raise RunError(f"the raw_syscalls tracepoints recorded no system call of {shlex.join(cmd)}: the model would be empty")
     return st
 
 
@@ -213,7 +315,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
     say(f"running {shlex.join(cmd)} {runs} times")
     r = run_many(cmd, runs, cwd, cpus=cpus)
     say(f"tracing {traced_runs} more runs")
-    st = trace_runs(cmd, traced_runs, cwd, None)
+    st = trace_runs(cmd, traced_runs, cwd, None, cpus)
     u, s = np.asarray(r["user_ns"], dtype=float), np.asarray(r["sys_ns"], dtype=float)
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),

@@ -34,6 +34,7 @@ ALIASES = {
 }
 
 
+
 def _ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
     from loopscope.model.node import ratio_ci
@@ -46,7 +47,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
 
     A call's cost is the node's minimal call (what the syscall probe
     measures: 1-byte reads, one path) plus the work its arguments ask for
-    (copying 4 KiB, walking a longer path): the app's traced median
+    (copying 4 KiB, walking a longer path): the app's traced mean on-CPU
     duration of the call beyond the node's minimal cost. The first part
     scales with the node's cost of that call, the second like memory-bound
     work (the compiled environment's ratio). Calls the node model lacks
@@ -60,7 +61,9 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
         n = float(st["per_run"])
         total += n
         m = name if name in known else ALIASES.get(name)
-        d = st.get("dur_p50_ns")
+        # a call's CPU time: its mean on-CPU duration (the tracer took off
+        # the time it was switched out)
+        d = st.get("dur_mean_ns")
         if m in known:
             rows.append((m, n, float(d) if d is not None else None))
         else:
