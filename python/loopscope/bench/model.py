@@ -89,7 +89,7 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float]:
 def run(quick: bool = False, runs: int | None = None, rounds: int | None = None, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda s: None)
     n = runs or (6 if quick else 100)
-    k = rounds or (2 if quick else 5)
+    k = rounds or (2 if quick else 6)
     # The programs and the calibration on the last CPU, the loads and this
     # process on the others: where a program lands (an idle CPU woken or a
     # warm one) otherwise changes its CPU time more than the loads do.
@@ -110,17 +110,25 @@ def run(quick: bool = False, runs: int | None = None, rounds: int | None = None,
         for r in range(k):
             for cond, kind in plan[r % len(plan):] + plan[: r % len(plan)]:
                 with nodem.load(kind, 1, d, load_cpus) if kind else contextlib.nullcontext():
-                    if cond != "idle-again":
+
+                    def calibrate_node() -> None:
                         say(f"round {r + 1}/{k}, {cond}: calibrating the node")
                         with nodem.pinned(app_cpus):
                             got_node = nodem.measure(None, per_call, env_s, d)
                         conditions[cond] = nodem.merge(conditions.get(cond), {"load": {"kind": kind, "processes": 1} if kind else None, **got_node})
+
+                    # before the programs in even rounds, after them in odd ones:
+                    # a load whose intensity changes over its life weighs on both alike
+                    if cond != "idle-again" and r % 2 == 0:
+                        calibrate_node()
                     for name, cmd in progs.items():
                         say(f"round {r + 1}/{k}, {cond}: {name}, {per_round} runs")
                         got = appm.run_many(cmd, per_round + 1, cpus=app_cpus)
                         acc = measured.setdefault(name, {}).setdefault(cond, {"user_ns": [], "sys_ns": [], "wall_ns": []})
                         for key in acc:
                             acc[key] += got[key][1:]  # the first run after a switch warms up
+                    if cond != "idle-again" and r % 2 == 1:
+                        calibrate_node()
         node = nodem.assemble(conditions)
         rows = []
         for name, cmd in progs.items():
