@@ -61,6 +61,14 @@ def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(
     # to the loaded condition: the ratios used are stated with intervals, and what the model cannot see
     r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", f"{node_model}:cpu-1")
     assert r.returncode == 0 and "user (" in r.stdout and "not seen:" in r.stdout
+    # both files print as tables: the app's calls, the node's costs per condition
+    r = cli("model", "show", "app.json")
+    assert r.returncode == 0 and "calls per run" in r.stdout and "getpid" in r.stdout
+    r = cli("model", "show", str(node_model))
+    assert r.returncode == 0 and "env cpython" in r.stdout and "cpu-1" in r.stdout
+    (tmp_path / "x.json").write_text("{}")
+    r = cli("model", "show", "x.json")
+    assert r.returncode == 2 and "not a node or app model" in r.stderr
 
 
 def test_a_failing_program_is_a_failed_calibration_naming_the_run(cli: Cli) -> None:
