@@ -1022,8 +1022,8 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
 @bench.command("model")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition [40, quick: 6].")
-@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds the conditions are interleaved in [4, quick: 2].")
+@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition [100, quick: 4].")
+@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds the conditions are interleaved in [6, quick: 1].")
 def bench_model(as_json: bool, quick: bool, runs: int | None, rounds: int | None) -> int:
     """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there."""
     from loopscope.bench import model

@@ -88,16 +88,16 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float]:
 
 def run(quick: bool = False, runs: int | None = None, rounds: int | None = None, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda s: None)
-    n = runs or (6 if quick else 100)
-    k = rounds or (2 if quick else 6)
+    n = runs or (4 if quick else 100)
+    k = rounds or (1 if quick else 6)
     # The programs and the calibration on the last CPU, the loads and this
     # process on the others: where a program lands (an idle CPU woken or a
     # warm one) otherwise changes its CPU time more than the loads do.
     mine = sorted(os.sched_getaffinity(0))
     app_cpus, load_cpus = ([mine[-1]], mine[:-1]) if len(mine) > 1 else (None, None)
     per_round = max(1, -(-n // k))
-    per_call = 0.2 if quick else 0.4
-    env_s = 0.3 if quick else 0.75
+    per_call = 0.1 if quick else 0.4
+    env_s = 0.2 if quick else 0.75
     conditions: dict[str, Any] = {}
     measured: dict[str, dict[str, dict[str, list[int]]]] = {}
     plan = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
