@@ -10,7 +10,7 @@ set -euo pipefail
 
 need=()
 have() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
-for p in gcc libc6-dev rt-tests lttng-tools liblttng-ust-dev stress-ng iperf3 chromium chromium-driver \
+for p in gcc libc6-dev linux-libc-dev rt-tests lttng-tools liblttng-ust-dev stress-ng iperf3 chromium chromium-driver \
          iproute2 ethtool openssh-server openssh-client linux-perf; do
   have "$p" || need+=("$p")
 done
