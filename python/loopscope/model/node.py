@@ -70,9 +70,9 @@ def _converge(batch: Any, *, target: float = 0.01, min_batches: int = 10, max_ba
             a = np.asarray(xs)
             half = 1.96 * a.std(ddof=1) / np.sqrt(n)
             if half <= target * a.mean():
-                return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": n, "converged": True, "batch_ns": xs}
+                return _summ(xs, True)
             if n >= max_batches or time.monotonic() - t0 > max_s:
-                return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": n, "converged": False, "batch_ns": xs}
+                return _summ(xs, False)
 
 
 def environments(max_s: float = 2.0) -> dict[str, dict[str, Any]]:
