@@ -67,8 +67,9 @@ class _Place:
             except Exception:  # noqa: BLE001 - no placement: raw REALTIME, said by a null bound
                 self.clocks = None
 
-    def diff(self, host_a: np.ndarray, rt_a: np.ndarray, host_b: np.ndarray, rt_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """rt_b (on host_b) − rt_a (on host_a) on the global clock, and its bound."""
+    def diff(self, host_a: np.ndarray, rt_a: np.ndarray, host_b: np.ndarray, rt_b: np.ndarray, base: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """rt_b (on host_b) − rt_a (on host_a) on the global clock, and its
+        bound; the stamps are given less ``base``."""
         n = len(rt_a)
         d = (rt_b - rt_a).astype(np.float64)
         bound = np.where(host_a == host_b, 0.0, np.nan)
@@ -82,8 +83,8 @@ class _Place:
             for host, rt, g, b in ((host_a, rt_a, ga, ba), (host_b, rt_b, gb, bb)):
                 m = (host == h) & ~np.isnan(rt)
                 if m.any():
-                    x, e = self.clocks.map_real(h, rt[m].astype(np.int64))
-                    g[m], b[m] = x, e
+                    x, e = self.clocks.map_real(h, rt[m].astype(np.int64) + base)
+                    g[m], b[m] = x - base, e
         same = host_a == host_b
         placed = np.isfinite(ba) & np.isfinite(bb) & ~same
         d = np.where(placed, gb - ga, d)
@@ -146,11 +147,14 @@ def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
             pl.when(local).then(pl.col("got") - pl.col("put_t") - pl.col("put_ns")).otherwise(pl.col("got") - pl.col("arr_t")).alias("deliver_ns"),
         ).filter(pl.col("deliver_ns").is_not_null())
         # network on the timeline: origin send (its host) → arrival (the consumer's host)
-        src_rt = j["origin_rt"].fill_null(j["sent_rt"]).to_numpy().astype(np.float64)
-        dst_rt = j["arr_rt"].to_numpy().astype(np.float64)
+        # REALTIME stamps less a common base before they become floats (NaN
+        # marks a missing one): float64 keeps ns only below 2^53
+        base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)  # type: ignore[arg-type]
+        src_rt = (j["origin_rt"].fill_null(j["sent_rt"]) - base).to_numpy().astype(np.float64)
+        dst_rt = (j["arr_rt"] - base).to_numpy().astype(np.float64)
         ha = j["origin_host"].fill_null("").to_numpy().astype(str)
         hb = j["host"].to_numpy().astype(str)
-        d, bound = place.diff(ha, np.nan_to_num(src_rt, nan=np.nan), hb, dst_rt)
+        d, bound = place.diff(ha, src_rt, hb, dst_rt, base)
         isloc = j.select(local.fill_null(False)).to_series().to_numpy()
         net = np.where(isloc, 0.0, d)
         bound = np.where(isloc, 0.0, bound)
