@@ -1022,13 +1022,12 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
 @bench.command("model")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition [100, quick: 4].")
-@click.option("--rounds", type=click.IntRange(min=1), default=None, help="Rounds the conditions are interleaved in [6, quick: 1].")
-def bench_model(as_json: bool, quick: bool, runs: int | None, rounds: int | None) -> int:
+@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4].")
+def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
     """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there."""
     from loopscope.bench import model
 
-    return _report(model.run(quick=quick, runs=runs, rounds=rounds, progress=None if as_json else click.echo), as_json, model.print_human)
+    return _report(model.run(quick=quick, runs=runs, progress=None if as_json else click.echo), as_json, model.print_human)
 
 
 # ---- calibrate / model ----------------------------------------------------------------
@@ -1041,18 +1040,27 @@ def calibrate() -> None:
 
 @calibrate.command("node")
 @click.option("--loads", default="", help="Load conditions besides idle, comma-separated: cpu, memory, io, each optionally :PROCESSES (memory:2).")
-@click.option("--calls", default=None, help="System calls to measure, comma-separated [all the syscall probe knows].")
+@click.option("--calls", default=None, help="System calls to measure, comma-separated, a size for the ones that move data (read:4096) "
+              "[every call the syscall probe knows, and read, write, sendto, recvfrom at a few sizes].")
+@click.option("--sizes", default=None, help="With the default calls: the sizes (bytes, comma-separated) read, write, sendto and recvfrom are "
+              "calibrated at [read/write 64,4096,65536; sendto/recvfrom 256,1400,16384].")
 @click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True)
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Measure on these CPUs (calibrate apps with the same --cpu).")
 @click.option("--load-cpu", "load_cpus", type=CpuList(), default=None, help="Run the load workers on these CPUs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
-def calibrate_node(loads: str, calls: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None, output: str) -> int:
+def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None,
+                   output: str) -> int:
     """Measure what this machine charges for each system call and for two execution environments, idle and under each load."""
     from loopscope.model import node
+    from loopscope.probes import syscall
 
     for x in [x for x in loads.split(",") if x]:
         node.parse_load(x)
-    m = node.calibrate([x for x in loads.split(",") if x], calls=[c for c in calls.split(",") if c] if calls else None,
+    if calls and sizes:
+        raise InputError("--sizes applies to the default calls; with --calls give each size in the call (read:4096)")
+    names = [c for c in calls.split(",") if c] if calls else node.default_calls(node.parse_sizes(sizes) if sizes else None)
+    syscall.validate(names, 200, 0.03, 10)
+    m = node.calibrate([x for x in loads.split(",") if x], calls=names,
                        max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True), cpus=cpus, load_cpus=load_cpus)
     Path(output).write_text(json.dumps(m) + "\n")
     for cond, c in m["conditions"].items():

@@ -88,6 +88,11 @@ def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor
             assert x[k] is not None and x[k] == x[k], k
         assert x["pred_mean_ns"] > 0 and x["meas_mean_ns"] > 0
         assert x["err_mean_pct"] == pytest.approx(100 * (x["pred_mean_ns"] / x["meas_mean_ns"] - 1))
+        # both sides carry their error
+        lo, hi = x["pred_mean_ci95_ns"]
+        assert lo <= x["pred_mean_ns"] <= hi and x["meas_mean_ci95_ns"][0] <= x["meas_mean_ns"] <= x["meas_mean_ci95_ns"][1]
+    # the node was calibrated at the sizes the copier moves
+    assert {"read:4096", "write:4096"} <= set(j["node_changes"]["memory-1"]["syscalls"])
     # the copier is system calls, the interpreter its own code
     share = {x["app"].split()[0]: x["user_share"] for x in j["rows"]}
     assert share["copier"] < 0.3 < 0.7 < share["interpreter"]

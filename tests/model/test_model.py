@@ -18,7 +18,7 @@ BUSY = "import os\ns = 0\nfor i in range(400000):\n    s += i * i\n    if i % 10
 def node_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from loopscope.model import node
 
-    m = node.calibrate(["cpu"], calls=["getpid", "read", "stat"], max_seconds_per_call=0.5, env_seconds=0.5)
+    m = node.calibrate(["cpu"], calls=["getpid", "read", "read:4096", "stat"], max_seconds_per_call=0.5, env_seconds=0.5)
     p = tmp_path_factory.mktemp("node") / "node.json"
     p.write_text(json.dumps(m))
     return p
@@ -29,7 +29,9 @@ def test_a_node_model_gives_every_cost_an_interval_and_every_load_its_change(nod
     assert m["format"] == "loopscope-node-model" and m["version"] == 1
     assert set(m["conditions"]) == {"idle", "cpu-1"}
     for cond in m["conditions"].values():
-        assert set(cond["syscalls"]) == {"getpid", "read", "stat"}
+        assert set(cond["syscalls"]) == {"getpid", "read", "read:4096", "stat"}
+        # copying a page costs more than copying a byte
+        assert cond["syscalls"]["read:4096"]["median_ns"] > cond["syscalls"]["read"]["median_ns"]
         for c in [*cond["syscalls"].values(), *cond["environments"].values()]:
             assert c["mean_ns"] > 0 and 0 <= c["ci95_half_ns"] < c["mean_ns"] and len(c["batch_ns"]) == c["batches"]
         assert set(cond["environments"]) == {"cpython", "compiled"}
@@ -121,6 +123,48 @@ def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_wor
     assert p["user_ratio"]["ratio"] == pytest.approx(1.5)
     want = np.mean([60e6 * 1.5 + 5.33e6 * p["sys_ratio"]["ratio"], 62e6 * 1.5 + 5.43e6 * 0 + 5.53e6 * p["sys_ratio"]["ratio"]])
     assert p["pred_mean_ns"] == pytest.approx(want)
+
+
+def test_calls_that_move_data_are_priced_on_the_nodes_cost_by_size_curve() -> None:
+    from loopscope.model.predict import sys_ratio
+
+    def node(scale: float) -> dict[str, object]:
+        c = _cond(300 * scale, 100, 20, 2)
+        b = lambda v: {"mean_ns": v, "batch_ns": [v, v, v]}  # noqa: E731
+        c["syscalls"].update({"read:4096": b(1300 * scale), "read:65536": b(16300 * scale)})  # type: ignore[attr-defined]
+        return c
+
+    # half the reads 4 KiB, half 128 KiB (beyond the largest size: the last slope);
+    # their traced on-CPU time is exactly what the node's curve says, so there is no argument work left
+    at_4k, at_128k = 1300.0, 16300.0 + (131072 - 65536) * (15000 / 61440)
+    per_read = 0.5 * at_4k + 0.5 * at_128k
+    app = {"environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [100 * per_read] * 2},
+           "syscalls": {"states": {"read": {"per_run": 100.0, "dur_mean_ns": per_read, "bytes_classes": [[4096.0, 0.5], [131072.0, 0.5]]}}}}
+    r = sys_ratio(app, node(1.0), node(2.0))
+    assert r["ratio"] == pytest.approx(2.0) and r["priced_by_size_share"] == 1.0
+    assert r["fixed_share_of_calls"] == pytest.approx(1.0) and r["argument_share_of_calls"] == pytest.approx(0.0)
+    # a node without sizes prices the same reads at its minimal read and scales the rest like memory-bound work
+    bare = sys_ratio(app, _cond(300, 100, 20, 2), _cond(600, 100, 20, 2))
+    assert bare["priced_by_size_share"] == 0.0 and bare["ratio"] < 1.1
+
+
+def test_the_bytes_each_data_call_moved_come_from_its_return_value() -> None:
+    from loopscope.model.app import parse_ftrace, structure
+
+    lines = "".join(
+        f"  dd-7 [001] ..... 100.{t:06d}: sys_enter: NR 0 (0, 1, 4096, 0, 0, 0)\n  dd-7 [001] ..... 100.{t + 2:06d}: sys_exit: NR 0 = {ret}\n"
+        for t, ret in ((10, 4096), (20, 4096), (30, 4096), (40, 100), (50, -11)))
+    st = structure([parse_ftrace(lines, {0: "read"})])["states"]["read"]
+    assert st["bytes_mean"] == pytest.approx((3 * 4096 + 100) / 5)
+    # a failed call moved nothing; classes are powers of two with their mean size
+    assert st["bytes_classes"] == [[0.0, 0.2], [100.0, 0.2], [4096.0, 0.6]]
+
+
+def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli) -> None:
+    r = cli("calibrate", "node", "--calls", "getpid:64", "-o", "n.json")
+    assert r.returncode == 2 and "getpid takes no size" in r.stderr and "Traceback" not in r.stderr
+    r = cli("calibrate", "node", "--sizes", "4KiB,lots", "-o", "n.json")
+    assert r.returncode == 2 and "'lots' is not a size" in r.stderr
 
 
 def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() -> None:

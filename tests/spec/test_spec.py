@@ -65,6 +65,8 @@ BAD = [
     (MINIMAL.replace("level: 2", "level: '150%'"), "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 150%]"),
     (MINIMAL.replace("kind: timer", "kind: jitter"), "x.yaml:3: probes.0.kind: unknown kind 'jitter'; use one of 'timer', 'sched', 'syscall'"),
     (MINIMAL.replace("kind: cpu", "kind: gpu"), "x.yaml:6: loads.0.kind: unknown kind 'gpu'"),
+    (MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    calls: [read:4096, getpid:8]"),
+     "x.yaml:4: probes.0.calls.1: \"getpid:8\": getpid takes no size; sized calls: read, write, sendto, recvfrom"),
     (MINIMAL.replace("duration: 30s", "duration: 30"), "x.yaml:8: duration: needs a unit, e.g. 30s or 30ms [got 30]"),
     (MINIMAL.replace("duration: 30s", ""), "x.yaml:1: duration: is required"),
     (MINIMAL.replace("interval_us: 1000", "interval_us: 1000\n    intervall: 5"), "x.yaml:5: probes.0.intervall: unknown field; allowed here: kind, name, interval_us"),

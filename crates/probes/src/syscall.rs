@@ -9,6 +9,14 @@
 //! Calls that need set-up (a file to open, a datagram to receive, an fd to
 //! close) get it outside the timed batch. Each batch is also an interval in
 //! the trace (group `syscall`, named after the call, tag: batch number).
+//!
+//! A call alone (`read`) is its minimal form: one byte, one short path. The
+//! calls that move data also take a size (`read:4096`, `write:65536`,
+//! `sendto:256`, `recvfrom:1400`): then they move that many bytes the way
+//! programs usually do: `read` walks a 4 MiB file in the page cache
+//! sequentially, `write` appends to a file emptied before each batch (pages
+//! allocated as a copier does), `sendto`/`recvfrom` carry datagrams of that
+//! size over loopback. Apps are priced by the calls at their own sizes.
 
 use loopscope_trace::{register, Entity, Kind};
 use std::ffi::CString;
@@ -20,6 +28,30 @@ use crate::os::mono_ns;
 pub const CALLS: &[&str] = &[
     "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
 ];
+
+/// Calls that take a size (`name:bytes`), with the largest size each allows.
+pub const SIZED: &[(&str, usize)] = &[("read", 1 << 20), ("write", 1 << 20), ("sendto", 65_000), ("recvfrom", 65_000)];
+
+const READ_FILE: usize = 4 << 20;
+
+/// `read` -> ("read", None); `read:4096` -> ("read", Some(4096)); else why not.
+pub fn parse_call(spec: &str) -> Result<(String, Option<usize>), String> {
+    let (name, size) = match spec.split_once(':') {
+        None => (spec, None),
+        Some((n, z)) => (n, Some(z)),
+    };
+    if !CALLS.contains(&name) {
+        return Err(format!("unknown system call {name:?}; known: {}", CALLS.join(", ")));
+    }
+    let Some(z) = size else { return Ok((name.into(), None)) };
+    let Some(&(_, max)) = SIZED.iter().find(|(n, _)| *n == name) else {
+        return Err(format!("{spec:?}: {name} takes no size; sized calls: {}", SIZED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")));
+    };
+    match z.parse::<usize>() {
+        Ok(b) if (1..=max).contains(&b) => Ok((name.into(), Some(b))),
+        _ => Err(format!("{spec:?}: the size after ':' is a number of bytes, 1..{max}")),
+    }
+}
 
 #[derive(Clone, Debug)]
 pub struct SyscallConfig {
@@ -103,6 +135,12 @@ struct Bench {
     rx: i32,
     tx: i32,
     rx_addr: libc::sockaddr_in,
+    /// Sized calls: a 4 MiB file to read through, a file to append to, a buffer.
+    big: CString,
+    bigfd: i32,
+    afd: i32,
+    roff: std::cell::Cell<usize>,
+    buf: Vec<u8>,
 }
 
 impl Bench {
@@ -135,9 +173,21 @@ impl Bench {
             }
             let mut len = std::mem::size_of::<libc::sockaddr_in>() as u32;
             libc::getsockname(rx, &mut a as *mut _ as *mut libc::sockaddr, &mut len);
-            let big: libc::c_int = 8 << 20;
-            libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUF, &big as *const _ as *const libc::c_void, 4);
-            Ok(Bench { dir, file, fd, wfd, rx, tx, rx_addr: a })
+            // Room for a batch of 64 KB datagrams (root may force it past rmem_max).
+            let room: libc::c_int = 64 << 20;
+            if libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &room as *const _ as *const libc::c_void, 4) != 0 {
+                libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUF, &room as *const _ as *const libc::c_void, 4);
+            }
+            let bf = dir.join("big");
+            std::fs::write(&bf, vec![7u8; READ_FILE]).map_err(|e| format!("{}: {e}", bf.display()))?;
+            let big = cpath(&bf);
+            let bigfd = libc::open(big.as_ptr(), libc::O_RDONLY);
+            let af = cpath(&dir.join("append"));
+            let afd = libc::open(af.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC, 0o644);
+            if bigfd < 0 || afd < 0 {
+                return Err(errno_msg(&format!("open {}", dir.display())));
+            }
+            Ok(Bench { dir, file, fd, wfd, rx, tx, rx_addr: a, big, bigfd, afd, roff: std::cell::Cell::new(0), buf: vec![0u8; 1 << 20] })
         }
     }
 
@@ -146,17 +196,92 @@ impl Bench {
         unsafe { while libc::recv(self.rx, b.as_mut_ptr() as *mut libc::c_void, b.len(), libc::MSG_DONTWAIT) > 0 {} }
     }
 
-    fn send(&self) -> isize {
-        let b = [0u8; 64];
+    fn send(&self, len: usize) -> isize {
         unsafe {
             libc::sendto(
                 self.tx,
-                b.as_ptr() as *const libc::c_void,
-                b.len(),
+                self.buf.as_ptr() as *const libc::c_void,
+                len,
                 0,
                 &self.rx_addr as *const _ as *const libc::sockaddr,
                 std::mem::size_of::<libc::sockaddr_in>() as u32,
             )
+        }
+    }
+
+    /// Time one batch of `n` calls of `name:size`.
+    fn sized_batch(&self, call: &str, size: usize, n: usize) -> Result<(i64, i64), String> {
+        let mut rbuf = vec![0u8; size];
+        unsafe {
+            match call {
+                "write" => {
+                    if libc::ftruncate(self.afd, 0) != 0 || libc::lseek(self.afd, 0, libc::SEEK_SET) != 0 {
+                        return Err(errno_msg("ftruncate (set-up for write)"));
+                    }
+                }
+                "recvfrom" => {
+                    for _ in 0..n {
+                        if self.send(size) < 0 {
+                            return Err(errno_msg("sendto (set-up for recvfrom)"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut failed: Option<String> = None;
+        let t0 = mono_ns();
+        unsafe {
+            match call {
+                "read" => {
+                    let mut off = self.roff.get();
+                    for _ in 0..n {
+                        if off + size > READ_FILE {
+                            off = 0;
+                        }
+                        if libc::pread(self.bigfd, rbuf.as_mut_ptr() as *mut libc::c_void, size, off as libc::off_t) != size as isize {
+                            failed = Some(errno_msg(&format!("pread {size}")));
+                            break;
+                        }
+                        off += size;
+                    }
+                    self.roff.set(off);
+                }
+                "write" => {
+                    for _ in 0..n {
+                        if libc::write(self.afd, self.buf.as_ptr() as *const libc::c_void, size) != size as isize {
+                            failed = Some(errno_msg(&format!("write {size}")));
+                            break;
+                        }
+                    }
+                }
+                "sendto" => {
+                    for _ in 0..n {
+                        if self.send(size) != size as isize {
+                            failed = Some(errno_msg(&format!("sendto {size}")));
+                            break;
+                        }
+                    }
+                }
+                "recvfrom" => {
+                    for _ in 0..n {
+                        let got = libc::recvfrom(self.rx, rbuf.as_mut_ptr() as *mut libc::c_void, size, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut());
+                        if got != size as isize {
+                            failed = Some(if got < 0 { errno_msg(&format!("recvfrom {size}")) } else { format!("recvfrom {size}: got {got} bytes") });
+                            break;
+                        }
+                    }
+                }
+                other => failed = Some(format!("{other} takes no size")),
+            }
+        }
+        let dt = mono_ns() - t0;
+        if call == "sendto" {
+            self.drain();
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((t0, dt)),
         }
     }
 
@@ -186,7 +311,7 @@ impl Bench {
                 }
                 "recvfrom" => {
                     for _ in 0..n {
-                        if self.send() < 0 {
+                        if self.send(64) < 0 {
                             return Err(errno_msg("sendto (set-up for recvfrom)"));
                         }
                     }
@@ -274,7 +399,7 @@ impl Bench {
                 }
                 "sendto" => {
                     for _ in 0..n {
-                        if self.send() < 0 {
+                        if self.send(64) < 0 {
                             failed = Some(errno_msg("sendto"));
                             break;
                         }
@@ -342,6 +467,8 @@ impl Drop for Bench {
             libc::close(self.wfd);
             libc::close(self.rx);
             libc::close(self.tx);
+            libc::close(self.bigfd);
+            libc::close(self.afd);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -352,20 +479,20 @@ fn entity(call: &str) -> Option<&'static Entity> {
 }
 
 pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, String> {
-    for c in &cfg.calls {
-        if !CALLS.contains(&c.as_str()) {
-            return Err(format!("unknown system call {c:?}; known: {}", CALLS.join(", ")));
-        }
-    }
+    let specs = cfg.calls.iter().map(|c| parse_call(c)).collect::<Result<Vec<_>, _>>()?;
     loopscope_trace::prepare_thread();
     let b = Bench::new(&cfg.dir)?;
     let mut res = SyscallResult { clock_read_ns: crate::timer::clock_read_ns(), ..Default::default() };
-    for call in &cfg.calls {
+    for (call, (base, size)) in cfg.calls.iter().zip(specs) {
         let ent = entity(call);
+        let one = |n: usize, k: usize| match size {
+            Some(z) => b.sized_batch(&base, z, n),
+            None => b.batch(&base, n, k),
+        };
         let mut r = CallResult { name: call.clone(), ..Default::default() };
         let t_start = mono_ns();
         // One untimed batch warms caches and the dentry/socket paths.
-        if let Err(e) = b.batch(call, cfg.batch, usize::MAX) {
+        if let Err(e) = one(cfg.batch, usize::MAX) {
             r.error = Some(e);
             res.calls.push(r);
             continue;
@@ -376,7 +503,7 @@ pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, 
                 break;
             }
             let k = r.batch_ns.len();
-            match b.batch(call, cfg.batch, k) {
+            match one(cfg.batch, k) {
                 Ok((t0, dt)) => {
                     r.batch_ns.push(dt as f64 / cfg.batch as f64);
                     if let Some(e) = ent {
@@ -433,6 +560,33 @@ mod tests {
             assert!(c.error.is_none(), "{}: {:?}", c.name, c.error);
             assert!(c.mean_ns > 0.0 && c.batch_ns.len() >= 5, "{c:?}");
         }
+    }
+
+    fn median(x: &[f64]) -> f64 {
+        let mut v = x.to_vec();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    #[test]
+    fn sized_calls_move_their_bytes_and_larger_ones_cost_more() {
+        let calls: Vec<String> = ["read", "write", "sendto", "recvfrom"].iter().flat_map(|c| [format!("{c}:64"), format!("{c}:60000")]).collect();
+        let cfg = SyscallConfig { calls, batch: 50, min_batches: 5, max_batches: 100, target_rel: 0.2, max_seconds: 1.0, dir: std::env::temp_dir() };
+        let r = run(&cfg, Arc::new(AtomicBool::new(false))).unwrap();
+        for pair in r.calls.chunks(2) {
+            assert!(pair[0].error.is_none() && pair[1].error.is_none(), "{pair:?}");
+            let (small, large) = (median(&pair[0].batch_ns), median(&pair[1].batch_ns));
+            assert!(large > small, "{}: {small} ns, {}: {large} ns", pair[0].name, pair[1].name);
+        }
+    }
+
+    #[test]
+    fn a_size_is_refused_where_a_call_takes_none_or_it_is_out_of_range() {
+        assert_eq!(parse_call("read:4096").unwrap(), ("read".to_string(), Some(4096)));
+        assert!(parse_call("getpid:8").unwrap_err().contains("takes no size"));
+        assert!(parse_call("sendto:70000").unwrap_err().contains("1..65000"));
+        assert!(parse_call("read:x").unwrap_err().contains("number of bytes"));
+        assert!(parse_call("reed").unwrap_err().contains("unknown system call"));
     }
 
     #[test]

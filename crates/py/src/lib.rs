@@ -495,6 +495,18 @@ fn syscall_names() -> Vec<&'static str> {
     loopscope_probes::syscall::CALLS.to_vec()
 }
 
+/// A call spec (`read`, `read:4096`) as (name, size or None); ValueError says why not.
+#[pyfunction]
+fn syscall_parse(spec: &str) -> PyResult<(String, Option<usize>)> {
+    loopscope_probes::syscall::parse_call(spec).map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
+/// The calls that take a size, with the largest size each allows.
+#[pyfunction]
+fn syscall_sized() -> Vec<(&'static str, usize)> {
+    loopscope_probes::syscall::SIZED.to_vec()
+}
+
 /// Be a load worker: run `kind` until SIGTERM/SIGINT (or `seconds`), dying
 /// with the parent; returns the report. `params`: kind-specific numbers
 /// (memory: count; net: protocol, rate_bps (None: unlimited), size, dest), `dir`
@@ -987,6 +999,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sched_probe, m)?)?;
     m.add_function(wrap_pyfunction!(syscall_probe, m)?)?;
     m.add_function(wrap_pyfunction!(syscall_names, m)?)?;
+    m.add_function(wrap_pyfunction!(syscall_parse, m)?)?;
+    m.add_function(wrap_pyfunction!(syscall_sized, m)?)?;
     m.add_function(wrap_pyfunction!(load_worker, m)?)?;
     m.add_function(wrap_pyfunction!(net_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(net_send, m)?)?;

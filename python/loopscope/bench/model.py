@@ -6,14 +6,22 @@ conditions that change the node model are loads: for three programs of
 different make (a compiled file copier that is nearly all system calls,
 a Python UDP echo exchange, an interpreter-bound Python script) the bench
 
-1. in ``rounds`` rounds, the conditions (idle, memory load, I/O load, idle
-   again) in a rotated order each round so that the machine's drift falls
-   on all alike, with the load held: calibrates the node (system calls,
-   execution environments; the rounds' batches pooled) and runs every
-   program ``runs / rounds`` times (after one warm-up run), taking each
-   run's CPU time from wait4; the programs and the calibration run on the
-   last CPU, the loads on the others (where a program lands, a woken idle
-   CPU or a warm one, changed its CPU time more than the loads did);
+1. starts a memory load and an I/O load (one worker each) and pauses
+   them (SIGSTOP); in each of ``runs`` rounds, the conditions (idle, memory
+   load, I/O load, idle again) take turns, the order rotated from round
+   to round: the condition's load is let run (SIGCONT), and every program
+   runs once (CPU time from wait4), then a slice of the node's
+   calibration (a third of the system calls, at their sizes, and a few
+   batches of each execution environment). Conditions alternate within
+   seconds and node and programs sample the same moments, so the shared
+   machine's drift (several per cent over seconds, its speed once 1.6×
+   within a minute) falls on all conditions and on both alike: calibrated
+   once per condition in a one-second window, the bench once missed by
+   87 %, and with conditions in blocks of seconds idle → idle again
+   differed by up to 12 % (docs/benchmarks.md). The programs and the
+   calibration run on the last CPU, the loads on the others (where a
+   program lands, a woken idle CPU or a warm one, changed its CPU time
+   more than the loads did);
 2. builds each program's app model from its idle runs (plus two runs
    with the raw_syscalls tracepoints on, for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
@@ -29,10 +37,10 @@ node, carry the app model with ``model predict --from A --to B``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import tempfile
+import time
 from typing import Any
 
 import numpy as np
@@ -81,54 +89,57 @@ def programs(d: str, quick: bool) -> dict[str, list[str]]:
     }
 
 
-def _stats(r: dict[str, list[int]]) -> tuple[float, float]:
+def _stats(r: dict[str, list[int]]) -> tuple[float, float, float]:
+    """Mean, p99 and the 95 % half-width of the mean of runs' CPU time."""
     cpu = np.asarray(r["user_ns"], dtype=float) + np.asarray(r["sys_ns"], dtype=float)
-    return float(cpu.mean()), float(np.percentile(cpu, 99))
+    return float(cpu.mean()), float(np.percentile(cpu, 99)), float(1.96 * cpu.std(ddof=1) / np.sqrt(len(cpu))) if len(cpu) > 1 else 0.0
 
 
-def run(quick: bool = False, runs: int | None = None, rounds: int | None = None, progress: Any = None) -> dict[str, Any]:
+def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> dict[str, Any]:
     say = progress or (lambda s: None)
     n = runs or (4 if quick else 100)
-    k = rounds or (1 if quick else 6)
+    settle = 0.05 if quick else 0.2
     # The programs and the calibration on the last CPU, the loads and this
     # process on the others: where a program lands (an idle CPU woken or a
     # warm one) otherwise changes its CPU time more than the loads do.
     mine = sorted(os.sched_getaffinity(0))
     app_cpus, load_cpus = ([mine[-1]], mine[:-1]) if len(mine) > 1 else (None, None)
-    per_round = max(1, -(-n // k))
-    per_call = 0.1 if quick else 0.4
-    env_s = 0.2 if quick else 0.75
-    conditions: dict[str, Any] = {}
+    per_call = 0.02 if quick else 0.05
+    calls = nodem.default_calls()
+    parts = 3
+    costs: dict[str, dict[str, list[float]]] = {}
+    envs: dict[str, dict[str, list[float]]] = {}
     measured: dict[str, dict[str, dict[str, list[int]]]] = {}
     plan = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-model-") as d:
         progs = programs(d, quick)
         for name, cmd in progs.items():
             appm.run_many(cmd, 2, cpus=app_cpus)  # warm: page cache, interpreter files
-        # Rounds, the conditions rotated in each: a drift of the machine
-        # (this one is shared) spreads over all conditions alike.
-        for r in range(k):
-            for cond, kind in plan[r % len(plan):] + plan[: r % len(plan)]:
-                with nodem.load(kind, 1, d, load_cpus) if kind else contextlib.nullcontext():
-
-                    def calibrate_node() -> None:
-                        say(f"round {r + 1}/{k}, {cond}: calibrating the node")
-                        with nodem.pinned(app_cpus):
-                            got_node = nodem.measure(None, per_call, env_s, d)
-                        conditions[cond] = nodem.merge(conditions.get(cond), {"load": {"kind": kind, "processes": 1} if kind else None, **got_node})
-
-                    # before the programs in even rounds, after them in odd ones:
-                    # a load whose intensity changes over its life weighs on both alike
-                    if cond != "idle-again" and r % 2 == 0:
-                        calibrate_node()
+        # Both loads run from the start, paused; each round lets one run (or
+        # none) in turn, the order rotated from round to round: one run of
+        # each program and a slice of the node's calibration per condition
+        # and round, so a drift of this shared machine falls on all
+        # conditions alike, and node and programs sample the same moments.
+        with nodem.switchable(["memory", "io"], d, load_cpus) as sw:
+            for i in range(n):
+                if i % 10 == 0:
+                    say(f"round {i + 1}/{n}: each program and a slice of the node's calibration under each condition")
+                for cond, kind in plan[i % len(plan):] + plan[: i % len(plan)]:
+                    sw.to(kind)
+                    time.sleep(settle)
                     for name, cmd in progs.items():
-                        say(f"round {r + 1}/{k}, {cond}: {name}, {per_round} runs")
-                        got = appm.run_many(cmd, per_round + 1, cpus=app_cpus)
+                        got = appm.run_many(cmd, 1, cpus=app_cpus, min_cpu_ms=0)
                         acc = measured.setdefault(name, {}).setdefault(cond, {"user_ns": [], "sys_ns": [], "wall_ns": []})
                         for key in acc:
-                            acc[key] += got[key][1:]  # the first run after a switch warms up
-                    if cond != "idle-again" and r % 2 == 1:
-                        calibrate_node()
+                            acc[key] += got[key]
+                    with nodem.pinned(app_cpus):
+                        for c, v in nodem.syscalls(calls[i % parts::parts] if n >= parts else calls, per_call, d).items():
+                            costs.setdefault(cond, {}).setdefault(c, []).extend(v["batch_ns"])
+                        nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
+            sw.to(None)
+        loads = dict(plan)
+        conditions = {c: {"load": {"kind": loads[c], "processes": 1} if loads[c] else None, "syscalls": {k: nodem._summ(v, False) for k, v in costs[c].items()},
+                          "environments": {k: nodem._summ(v, False) for k, v in envs[c].items()}} for c in costs}
         node = nodem.assemble(conditions)
         rows = []
         for name, cmd in progs.items():
@@ -138,26 +149,31 @@ def run(quick: bool = False, runs: int | None = None, rounds: int | None = None,
             model = {"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd}
             for to, label in (("idle", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")):
                 p = predm.predict(model, node["conditions"]["idle"], node["conditions"][to])
-                mm, m99 = _stats(measured[name][label])
+                mm, m99, mh = _stats(measured[name][label])
                 rows.append({
                     "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]),
                     "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
                     "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
                     "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
                     "unmodelled_share": p["sys_ratio"]["unmodelled_share"], "measured_ratio": mm / p["from_mean_ns"],
+                    # both sides' errors: the prediction's CI (node ratios, the idle runs' sampling) and the measured mean's
+                    "pred_mean_ci95_ns": p["pred_mean_ci95_ns"], "meas_mean_ci95_ns": [mm - mh, mm + mh],
+                    "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
                 })
     from loopscope.probes.common import envelope
 
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows)
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows)
     return {"rows": rows, "max_abs_err_mean_pct": worst_mean, "max_abs_err_p99_pct": worst_p99, "targets": {"mean_pct": 10, "p99_pct": 15},
-            "rounds": k, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
+            "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
 
 
 def print_human(r: dict[str, Any]) -> None:
     print("portable CPU-time models: predicted from the node model vs measured (CPU time per run, wait4)")
     print(f"  {'app':<22} {'to':<11} {'measured/idle':>13} {'pred mean':>10} {'meas mean':>10} {'err':>7} {'pred p99':>10} {'meas p99':>10} {'err':>7}  user share, user×, sys×")
     for x in r["rows"]:
+        ci = x["pred_mean_ci95_ns"]
         print(f"  {x['app']:<22} {x['to']:<11} {x['measured_ratio']:>12.3f}x {x['pred_mean_ns'] / 1e6:>8.2f}ms {x['meas_mean_ns'] / 1e6:>8.2f}ms {x['err_mean_pct']:>+6.1f}%"
-              f" {x['pred_p99_ns'] / 1e6:>8.2f}ms {x['meas_p99_ns'] / 1e6:>8.2f}ms {x['err_p99_pct']:>+6.1f}%  {x['user_share'] * 100:.0f} %, {x['user_ratio']:.3f}, {x['sys_ratio']:.3f}")
+              f" {x['pred_p99_ns'] / 1e6:>8.2f}ms {x['meas_p99_ns'] / 1e6:>8.2f}ms {x['err_p99_pct']:>+6.1f}%  {x['user_share'] * 100:.0f} %, {x['user_ratio']:.3f}, {x['sys_ratio']:.3f}"
+              f"  (pred CI {ci[0] / 1e6:.2f}–{ci[1] / 1e6:.2f} ms, meas ± {(x['meas_mean_ci95_ns'][1] - x['meas_mean_ns']) / 1e6:.2f}{'' if x['intervals_overlap'] else ', intervals apart'})")
     print(f"  largest |error|: mean {r['max_abs_err_mean_pct']:.1f} % (target 10), p99 {r['max_abs_err_p99_pct']:.1f} % (target 15)")

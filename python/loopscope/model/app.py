@@ -92,7 +92,7 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus:
 
 
 def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Any = lambda s: None,
-             cpus: list[int] | None = None) -> dict[str, list[int]]:
+             cpus: list[int] | None = None, min_cpu_ms: float = MIN_CPU_MS) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
     for i in range(runs):
         try:
@@ -102,7 +102,7 @@ def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, s
         for k in out:
             out[k].append(r[k])
     cpu = np.asarray(out["user_ns"]) + np.asarray(out["sys_ns"])
-    if cpu.mean() / 1e6 < MIN_CPU_MS:
+    if cpu.mean() / 1e6 < min_cpu_ms:
         raise InputError(f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
                          f"give it at least {MIN_CPU_MS:g} ms of work per run")
     return out
@@ -113,6 +113,7 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
     counts: Counter[str] = Counter()
     trans: dict[str, Counter[str]] = defaultdict(Counter)
     durs: dict[str, list[float]] = defaultdict(list)
+    sizes: dict[str, list[int]] = defaultdict(list)
     gaps: list[float] = []
     threads = 0
     for p in parsed:
@@ -120,9 +121,11 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
             threads += 1
             prev = None
             prev_end = None
-            for name, t, d in calls:
+            for name, t, d, *nb in calls:
                 counts[name] += 1
                 durs[name].append(d * 1e6)
+                if nb and nb[0] is not None:
+                    sizes[name].append(nb[0])
                 if prev is not None:
                     trans[prev][name] += 1
                 if prev_end is not None:
@@ -141,9 +144,23 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
             "dur_trim_mean_ns": float(trim.mean()) if len(trim) else float(d.mean()),
             "next": {k: v / tot for k, v in trans[name].most_common()} if tot else {},
         }
+        if sizes[name]:
+            states[name].update(size_classes(np.asarray(sizes[name], dtype=float)))
     g = np.asarray(gaps) if gaps else np.zeros(1)
     return {"states": states, "calls_per_run": sum(counts.values()) / n, "threads_per_run": threads / n,
             "gap_mean_ns": float(g.mean()), "gap_p50_ns": float(np.percentile(g, 50)), "gap_p99_ns": float(np.percentile(g, 99))}
+
+
+def size_classes(b: np.ndarray) -> dict[str, Any]:
+    """Bytes moved per call: the mean, and the calls in power-of-two classes
+    (each: its mean size and the fraction of calls), which is what a node's
+    cost-by-size curve is read at."""
+    cls = np.floor(np.log2(np.maximum(b, 1.0))).astype(int)
+    out = []
+    for c in np.unique(cls):
+        sel = b[cls == c]
+        out.append([float(sel.mean()), len(sel) / len(b)])
+    return {"bytes_mean": float(b.mean()), "bytes_classes": out}
 
 
 def syscall_names() -> dict[int, str]:
@@ -164,14 +181,20 @@ def syscall_names() -> dict[int, str]:
     return {}
 
 
-_EV = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([0-9]+\.[0-9]+): (?:sys_(enter|exit): NR (\d+)|sched_switch: .*prev_pid=(\d+) .*next_pid=(\d+))")
+_EV = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([0-9]+\.[0-9]+): (?:sys_(enter|exit): NR (\d+)(?: = (-?\d+))?|sched_switch: .*prev_pid=(\d+) .*next_pid=(\d+))")
+
+# Calls whose return value is the number of bytes they moved (their cost grows with it).
+DATA_CALLS = frozenset({"read", "pread64", "readv", "preadv", "preadv2", "write", "pwrite64", "writev", "pwritev", "pwritev2",
+                        "sendto", "sendmsg", "send", "recvfrom", "recvmsg", "recv"})
 
 
 def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str, Any]:
     """raw_syscalls lines of a tracefs instance (and, from ``sched``, every
     sched_switch of the machine) -> per thread, its calls in order (name,
-    start ms, on-CPU duration ms): the time a call spent switched out (it
-    slept, or was preempted) is taken off, so what is left is its CPU time.
+    start ms, on-CPU duration ms, bytes moved or None): the time a call
+    spent switched out (it slept, or was preempted) is taken off, so what
+    is left is its CPU time; the bytes are the return value of the calls
+    that move data (``DATA_CALLS``), 0 when they failed.
     Switches come from an instance without the pid filter: the filter would
     keep a thread's switch out (it runs then) and drop its switch back in."""
     events: list[tuple[float, int, Any]] = []
@@ -181,13 +204,13 @@ def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str,
             if m:
                 events.append((float(m.group(2)) * 1e3, order, m))
     events.sort(key=lambda e: (e[0], e[1]))
-    threads: dict[int, list[tuple[str, float, float]]] = defaultdict(list)
+    threads: dict[int, list[tuple[str, float, float, int | None]]] = defaultdict(list)
     open_: dict[int, list[float]] = {}  # tid -> [nr, start, off-CPU so far]
     out_at: dict[int, float] = {}
     switched = 0
     for t, _, m in events:
-        if m.group(5) is not None:
-            prev, nxt = int(m.group(5)), int(m.group(6))
+        if m.group(6) is not None:
+            prev, nxt = int(m.group(6)), int(m.group(7))
             if prev in open_:
                 out_at[prev] = t
             if nxt in out_at:
@@ -202,7 +225,9 @@ def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str,
             _, t0, off = open_.pop(tid)
             if tid in out_at:  # its switch back in was not seen: count to the exit as off-CPU
                 off += t - out_at.pop(tid)
-            threads[tid].append((names.get(nr, f"nr{nr}"), t0, max(0.0, t - t0 - off)))
+            name = names.get(nr, f"nr{nr}")
+            nbytes = max(0, int(m.group(5))) if name in DATA_CALLS and m.group(5) is not None else None
+            threads[tid].append((name, t0, max(0.0, t - t0 - off), nbytes))
     return {"threads": threads, "comms": [], "lost": 0, "calls_switched_out": switched}
 
 

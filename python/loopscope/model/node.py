@@ -6,7 +6,9 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
 *condition* (``idle``, or a load kind and level such as ``memory-1``):
 
 - ``syscalls``: each call's mean cost with its 95 % CI, from the syscall
-  probe (independent batches until the CI is within the target, or a cap,
+  probe, in its minimal form (``read``: one byte) and, for the calls that
+  move data, at a few sizes (``read:4096``; ``SIZES``): a cost-by-size curve
+  an app's calls are priced on at the sizes they move (independent batches until the CI is within the target, or a cap,
   said by ``converged``), and the median batch (``median_ns``): the probe
   times batches by the clock, so a batch that was preempted or took an
   interrupt is slower; the median is the call's own CPU cost, and it is
@@ -15,8 +17,11 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
   environments measured in thread CPU time: ``cpython`` (a loop of integer
   arithmetic, a list and a dict, what interpreted code between calls does)
   and ``compiled`` (native xorshift, dependent load and store in a 2 MiB
-  table: ``_native.env_compiled``), each in batches until its CI is within
-  1 % or 2 s have passed;
+  table: ``_native.env_compiled``). Their batches are taken in slices
+  between the system calls' measurements, so they sample the whole time
+  the condition was measured: a shared machine drifts by several per cent
+  over seconds, and a loop measured in one 30 ms window once disagreed
+  with programs run over minutes by 30 % (docs/models.md);
 
 and, per loaded condition, ``changes``: every cost's ratio to idle with a
 95 % CI (bootstrap of the batch means) and whether it is significant (the
@@ -44,6 +49,51 @@ import numpy as np
 FORMAT = "loopscope-node-model"
 VERSION = 1
 LOAD_KINDS = ["cpu", "memory", "io"]
+# Sizes (bytes) the data-moving calls are calibrated at besides their minimal form.
+SIZES: dict[str, list[int]] = {"read": [64, 4096, 65536], "write": [64, 4096, 65536], "sendto": [256, 1400, 16384], "recvfrom": [256, 1400, 16384]}
+# The bytes the minimal form of each moves (the syscall probe: 1-byte pread/pwrite, 64-byte datagrams).
+MINIMAL_BYTES = {"read": 1, "write": 1, "sendto": 64, "recvfrom": 64}
+
+
+def default_calls(sizes: list[int] | None = None) -> list[str]:
+    """Every call the probe knows, and the data-moving ones at ``sizes``
+    (each capped at what the call allows) or at ``SIZES``."""
+    from loopscope import _native
+
+    out = list(_native.syscall_names())
+    cap = dict(_native.syscall_sized())
+    for name, zs in SIZES.items():
+        out += [f"{name}:{z}" for z in sorted({min(z, cap[name]) for z in (sizes or zs)})]
+    return out
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'256,4096' -> [256, 4096] (bytes; size suffixes allowed: 4KiB)."""
+    from loopscope.errors import InputError
+    from loopscope.units import parse_bytes
+
+    out = []
+    for x in (x.strip() for x in text.split(",") if x.strip()):
+        try:
+            z = int(parse_bytes(x))
+        except (ValueError, InputError):
+            raise InputError(f"--sizes: {x!r} is not a size in bytes (e.g. 4096 or 4KiB)") from None
+        if z < 1:
+            raise InputError(f"--sizes: {x!r}: a size is at least 1 byte")
+        out.append(z)
+    if not out:
+        raise InputError("--sizes: give at least one size, e.g. --sizes 256,4096,65536")
+    return out
+
+
+def cost_curve(costs: dict[str, Any], name: str) -> list[tuple[float, str]]:
+    """The (bytes, call key) points a node model has for ``name``, by size."""
+    pts = [(float(MINIMAL_BYTES[name]), name)] if name in costs and name in MINIMAL_BYTES else []
+    for k in costs:
+        base, _, z = k.partition(":")
+        if base == name and z:
+            pts.append((float(z), k))
+    return sorted(pts)
 
 
 def _py_op_batch(ops: int) -> float:
@@ -60,30 +110,21 @@ def _py_op_batch(ops: int) -> float:
     return (time.thread_time_ns() - c0) / ops
 
 
-def _converge(batch: Any, *, target: float = 0.01, min_batches: int = 10, max_batches: int = 400, max_s: float = 2.0) -> dict[str, Any]:
-    xs: list[float] = []
-    t0 = time.monotonic()
-    while True:
-        xs.append(float(batch()))
-        n = len(xs)
-        if n >= min_batches:
-            a = np.asarray(xs)
-            half = 1.96 * a.std(ddof=1) / np.sqrt(n)
-            if half <= target * a.mean():
-                return _summ(xs, True)
-            if n >= max_batches or time.monotonic() - t0 > max_s:
-                return _summ(xs, False)
-
-
-def environments(max_s: float = 2.0) -> dict[str, dict[str, Any]]:
+def _compiled_batch() -> float:
+    """CPU ns per operation of the compiled environment (one batch)."""
     from loopscope import _native
 
-    _py_op_batch(20_000)  # warm the interpreter's caches
-    _native.env_compiled(100_000, 1)
-    return {
-        "cpython": _converge(lambda: _py_op_batch(20_000), max_s=max_s),
-        "compiled": _converge(lambda: _native.env_compiled(200_000, 1)[0], max_s=max_s),
-    }
+    return float(_native.env_compiled(200_000, 1)[0])
+
+
+ENV_BATCHES: dict[str, Any] = {"cpython": lambda: _py_op_batch(20_000), "compiled": _compiled_batch}
+
+
+def env_slice(acc: dict[str, list[float]], batches: int = 4) -> None:
+    """A few batches of each environment, appended to ``acc``."""
+    for k, f in ENV_BATCHES.items():
+        f()  # the first batch after other work warms the caches back
+        acc.setdefault(k, []).extend(float(f()) for _ in range(batches))
 
 
 def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, dict[str, Any]]:
@@ -124,41 +165,92 @@ def pinned(cpus: list[int] | None) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
-@contextlib.contextmanager
-def load(kind: str, processes: int, scratch: str, cpus: list[int] | None = None) -> Iterator[None]:
-    """Hold a load while the block runs (its workers on ``cpus`` when given);
-    its workers are always stopped."""
+def _start_workers(kind: str, processes: int, scratch: str, cpus: list[int] | None) -> list[subprocess.Popen[bytes]]:
     argv = [sys.executable, "-m", "loopscope.loads.worker", kind]
     if kind == "io":
         argv += ["--dir", os.path.join(scratch, "io-load")]
     if kind == "memory":
         argv += ["--count", "10000000"]
     pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    ps = [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre)
-          for _ in range(processes)]
-    try:
-        time.sleep(0.5)  # let it reach its steady state
-        for p in ps:
-            if p.poll() is not None:
-                from loopscope.errors import RunError
+    return [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre)
+            for _ in range(processes)]
 
-                err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip()[-300:]
-                raise RunError(f"the {kind} load exited at once ({p.returncode}): {err}")
+
+def _check_workers(kind: str, ps: list[subprocess.Popen[bytes]]) -> None:
+    for p in ps:
+        if p.poll() is not None:
+            from loopscope.errors import RunError
+
+            err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip()[-300:]
+            raise RunError(f"the {kind} load exited at once ({p.returncode}): {err}")
+
+
+def _stop_workers(ps: list[subprocess.Popen[bytes]]) -> None:
+    for p in ps:
+        for sig in (signal.SIGTERM, signal.SIGCONT):  # a paused worker takes its SIGTERM once continued
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, sig)
+    for p in ps:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    for p in ps:
+        if p.stderr:
+            p.stderr.close()
+
+
+@contextlib.contextmanager
+def load(kind: str, processes: int, scratch: str, cpus: list[int] | None = None) -> Iterator[None]:
+    """Hold a load while the block runs (its workers on ``cpus`` when given);
+    its workers are always stopped."""
+    ps: list[subprocess.Popen[bytes]] = []
+    try:
+        ps = _start_workers(kind, processes, scratch, cpus)
+        time.sleep(0.5)  # let it reach its steady state
+        _check_workers(kind, ps)
         yield
     finally:
-        for p in ps:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGTERM)
-        for p in ps:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        for p in ps:
-            if p.stderr:
-                p.stderr.close()
+        _stop_workers(ps)
+
+
+class Switch:
+    """Loads started once and paused (SIGSTOP); ``to(kind)`` lets one run
+    (SIGCONT) and pauses the others, at once: conditions can alternate run
+    by run, so a drift of the machine falls on all of them alike."""
+
+    def __init__(self, groups: dict[str, list[subprocess.Popen[bytes]]]) -> None:
+        self.groups = groups
+        self.now: str | None = None
+
+    def to(self, kind: str | None) -> None:
+        for k, ps in self.groups.items():
+            if (k == kind) != (self.now == "all" or k == self.now):
+                for p in ps:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(p.pid, signal.SIGCONT if k == kind else signal.SIGSTOP)
+            _check_workers(k, ps)
+        self.now = kind
+
+
+@contextlib.contextmanager
+def switchable(kinds: list[str], scratch: str, cpus: list[int] | None = None) -> Iterator[Switch]:
+    """One worker of each load kind, paused, to be switched among; all are
+    stopped (continued first) whatever happens."""
+    groups: dict[str, list[subprocess.Popen[bytes]]] = {}
+    try:
+        for k in kinds:
+            groups[k] = _start_workers(k, 1, scratch, cpus)
+        time.sleep(0.5)
+        sw = Switch(groups)
+        sw.now = "all"  # every worker is running: pause them all
+        sw.to(None)
+        yield sw
+    finally:
+        for ps in groups.values():
+            _stop_workers(ps)
 
 
 def ratio_ci(base: list[float], other: list[float], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
@@ -198,8 +290,19 @@ def merge(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> dict[str, Any]:
-    """One condition's costs, as the machine is now."""
-    return {"syscalls": syscalls(calls, max_seconds_per_call, scratch), "environments": environments(env_seconds)}
+    """One condition's costs, as the machine is now: each call in turn, a
+    slice of environment batches after each (``env_seconds`` in all, at
+    least 10 batches each), so both sample the same stretch of time."""
+    names = calls or default_calls()
+    per_slice = max(2, round(env_seconds / 0.006 / 2 / max(1, len(names))))  # a batch is ~5 ms
+    env: dict[str, list[float]] = {}
+    sc: dict[str, dict[str, Any]] = {}
+    for c in names:
+        sc.update(syscalls([c], max_seconds_per_call, scratch))
+        env_slice(env, per_slice)
+    while min(len(v) for v in env.values()) < 10:
+        env_slice(env, per_slice)
+    return {"syscalls": sc, "environments": {k: _summ(v, _summ(v, False)["ci95_half_ns"] <= 0.01 * float(np.mean(v))) for k, v in env.items()}}
 
 
 def assemble(conditions: dict[str, Any]) -> dict[str, Any]:

@@ -45,17 +45,24 @@ def _ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
 def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resamples: int = 400) -> dict[str, Any]:
     """Node B's system time for the app over node A's.
 
-    A call's cost is the node's minimal call (what the syscall probe
-    measures: 1-byte reads, one path) plus the work its arguments ask for
-    (copying 4 KiB, walking a longer path): the app's traced mean on-CPU
-    duration of the call beyond the node's minimal cost. The first part
-    scales with the node's cost of that call, the second like memory-bound
+    A call's cost is the node's cost of that call at the sizes the app's
+    calls moved (the node's cost-by-size curve, read piecewise-linearly at
+    each size class of the app's calls; the minimal call for calls that
+    move no data or a node without sizes) plus the rest of the work its
+    arguments ask for (a longer path, page-cache misses): the app's traced
+    mean on-CPU duration of the call beyond the node's cost. The first part
+    scales with the node's cost of that call, the rest like memory-bound
     work (the compiled environment's ratio). Calls the node model lacks
     scale like the modelled calls' fixed parts; system time outside any
     traced call (exec, page faults) like memory-bound work."""
+    from loopscope.model.node import cost_curve
+
     states = (app.get("syscalls") or {}).get("states") or {}
     known = set(na["syscalls"]) & set(nb["syscalls"])
-    rows: list[tuple[str, float, float | None]] = []  # node call, calls per run, traced median ns
+    sa = {k: v for k, v in na["syscalls"].items() if k in known}
+    sb = {k: v for k, v in nb["syscalls"].items() if k in known}
+    rows: list[tuple[str, float, float | None, list[list[float]] | None]] = []  # node call, calls per run, traced mean ns, size classes
+    priced_by_size = 0.0
     un_n, un_t, total = 0.0, 0.0, 0.0
     for name, st in states.items():
         n = float(st["per_run"])
@@ -65,20 +72,37 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
         # the time it was switched out)
         d = st.get("dur_mean_ns")
         if m in known:
-            rows.append((m, n, float(d) if d is not None else None))
+            classes = st.get("bytes_classes") if len(cost_curve(sa, m)) > 1 else None
+            priced_by_size += n if classes else 0.0
+            rows.append((m, n, float(d) if d is not None else None, classes))
         else:
             un_n += n
             un_t += n * float(d or 0.0)
     structured = bool(rows)
     if not rows:
         # no structure (or nothing that maps): every call the node measured, alike, no argument work
-        rows = [(k, 1.0, None) for k in sorted(known)]
+        rows = [(k, 1.0, None, None) for k in sorted(known) if ":" not in k]
     sys_mean = float(np.mean(app["runs"]["sys_ns"])) if app.get("runs") else 0.0
     rng = np.random.default_rng(1)
 
     def med(x: list[float], idx: np.ndarray | None) -> np.ndarray:
         a = np.asarray(x, dtype=float)
         return np.asarray([np.median(a)]) if idx is None else np.median(a[idx % len(a)], axis=1)
+
+    def cost(node: dict[str, Any], m: str, classes: list[list[float]] | None, draw: Any) -> np.ndarray:
+        """The node's cost of call ``m`` at the app's size classes (k draws)."""
+        if not classes:
+            x = node[m]["batch_ns"]
+            return med(x, draw(len(x)))
+        pts = cost_curve(node, m)
+        zs = np.asarray([z for z, _ in pts])
+        ys = [med(node[key]["batch_ns"], draw(len(node[key]["batch_ns"]))) for _, key in pts]
+        total = 0.0
+        for size, frac in classes:
+            i = int(np.clip(np.searchsorted(zs, size) - 1, 0, len(zs) - 2))
+            w = max(0.0, (size - zs[i]) / (zs[i + 1] - zs[i]))  # below the first point: its cost; beyond the last: the last slope
+            total = total + frac * (ys[i] + w * (ys[i + 1] - ys[i]))
+        return np.asarray(total)
 
     def estimate(boot: bool) -> tuple[np.ndarray, dict[str, float]]:
         k = resamples if boot else 1
@@ -88,9 +112,8 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
         fa = np.zeros(k)
         fb = np.zeros(k)
         extra = np.zeros(k)
-        for m, n, d in rows:
-            xa, xb = na["syscalls"][m]["batch_ns"], nb["syscalls"][m]["batch_ns"]
-            ca, cb = med(xa, draw(len(xa))), med(xb, draw(len(xb)))
+        for m, n, d, classes in rows:
+            ca, cb = cost(sa, m, classes, draw), cost(sb, m, classes, draw)
             fa += n * ca
             fb += n * cb
             if d is not None:
@@ -106,8 +129,8 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
 
     point, parts = estimate(False)
     boot, _ = estimate(True)
-    return {"ratio": float(point[0]), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))], "calls_used": sorted({m for m, _, _ in rows}),
-            "unmodelled_share": un_n / total if total else None, **parts}
+    return {"ratio": float(point[0]), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))], "calls_used": sorted({m for m, *_ in rows}),
+            "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None, **parts}
 
 
 def predict(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any]) -> dict[str, Any]:

@@ -67,9 +67,11 @@ class SyscallResult:
 
 
 def validate(calls: list[str], batch: int, target_rel: float, max_batches: int) -> None:
-    unknown = [c for c in calls if c not in CALLS]
-    if unknown:
-        raise InputError(f"--calls: unknown system call {unknown[0]!r}; known: {', '.join(CALLS)}")
+    for c in calls:
+        try:
+            _native.syscall_parse(c)
+        except ValueError as e:
+            raise InputError(f"--calls: {e}") from None
     if not calls:
         raise InputError("--calls: name at least one system call")
     if not 1 <= batch <= 500:

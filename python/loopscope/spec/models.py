@@ -149,12 +149,27 @@ class SchedProbe(Model):
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
+def _syscall(v: Any) -> str:
+    from loopscope import _native
+
+    try:
+        _native.syscall_parse(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("syscall", "{why}", {"why": str(e)}) from None
+    return str(v)
+
+
+SyscallName = Annotated[str, BeforeValidator(_syscall),
+                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
+                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
+
+
 class SyscallProbe(Model):
     """Per-call cost of system calls, in batches until the 95 % CI is within `target` (seeds/004)."""
 
     kind: Literal["syscall"]
     name: Name | None = None
-    calls: list[Literal[tuple(SYSCALLS)]] = Field(default_factory=lambda: list(SYSCALLS))  # type: ignore[valid-type]
+    calls: list[SyscallName] = Field(default_factory=lambda: list(SYSCALLS))
     batch: Annotated[int, Field(ge=1, le=500)] = 200
     target_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
     max_batches: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
