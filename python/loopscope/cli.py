@@ -224,7 +224,8 @@ def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, c
 
 
 @probe.command("syscall")
-@click.option("--calls", default=None, help="Comma-separated calls [default: all: getpid, clock_gettime, open, close, read, write, stat, link, unlink, socket, sendto, recvfrom, mmap, munmap].")
+@click.option("--calls", default=None, help="Comma-separated calls [default: all: getpid, clock_gettime, open, close, read, write, stat, link, unlink, socket, sendto, recvfrom, mmap, munmap]; "
+              "read, write, sendto and recvfrom also take a size in bytes (read:4096).")
 @click.option("--batch", type=int, default=200, show_default=True, help="Calls per timed batch.")
 @click.option("--target", type=float, default=5.0, show_default=True, help="Stop a call when its 95% CI half-width is within this % of the mean.")
 @click.option("--max-batches", type=int, default=2000, show_default=True, help="Cap on batches per call.")

@@ -26,7 +26,11 @@ a Python UDP echo exchange, an interpreter-bound Python script) the bench
    with the raw_syscalls tracepoints on, for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
    alone and compares with what it measured there; idle → idle (a second
-   set of idle runs) is the noise floor of the comparison.
+   set of idle runs) is the noise floor of the comparison. One more
+   condition is reported beyond the target, as where the model is known
+   not to work: a CPU load time-sharing the programs' own CPU
+   (``cpu-same-cpu``), which made programs use up to 27 % less CPU time
+   while the microbenchmarks changed by 0–5 %.
 
 Rows: ``app``, ``from``, ``to``, ``pred_mean_ns``, ``meas_mean_ns``,
 ``err_mean_pct``, ``pred_p99_ns``, ``meas_p99_ns``, ``err_p99_pct``, plus the
@@ -110,7 +114,12 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
     costs: dict[str, dict[str, list[float]]] = {}
     envs: dict[str, dict[str, list[float]]] = {}
     measured: dict[str, dict[str, dict[str, list[int]]]] = {}
-    plan = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
+    plan: list[tuple[str, str | None]] = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
+    workers: dict[str, tuple[str, list[int] | None]] = {"memory": ("memory", load_cpus), "io": ("io", load_cpus)}
+    if app_cpus:
+        # beyond the model: a CPU load time-sharing the programs' own CPU
+        plan.append(("cpu-same-cpu", "cpu-same-cpu"))
+        workers["cpu-same-cpu"] = ("cpu", app_cpus)
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-model-") as d:
         progs = programs(d, quick)
         for name, cmd in progs.items():
@@ -120,7 +129,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
         # each program and a slice of the node's calibration per condition
         # and round, so a drift of this shared machine falls on all
         # conditions alike, and node and programs sample the same moments.
-        with nodem.switchable(["memory", "io"], d, load_cpus) as sw:
+        with nodem.switchable(workers, d) as sw:
             for i in range(n):
                 if i % 10 == 0:
                     say(f"round {i + 1}/{n}: each program and a slice of the node's calibration under each condition")
@@ -138,7 +147,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                         nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
             sw.to(None)
         loads = dict(plan)
-        conditions = {c: {"load": {"kind": loads[c], "processes": 1} if loads[c] else None, "syscalls": {k: nodem._summ(v, False) for k, v in costs[c].items()},
+        conditions = {c: {"load": {"kind": workers[loads[c]][0], "cpus": workers[loads[c]][1], "processes": 1} if loads[c] else None, "syscalls": {k: nodem._summ(v, False) for k, v in costs[c].items()},
                           "environments": {k: nodem._summ(v, False) for k, v in envs[c].items()}} for c in costs}
         node = nodem.assemble(conditions)
         rows = []
@@ -147,11 +156,11 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             st = appm.trace_runs(cmd, 2, None, None)
             r0 = measured[name]["idle"]
             model = {"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd}
-            for to, label in (("idle", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")):
+            for to, label in [("idle", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
                 p = predm.predict(model, node["conditions"]["idle"], node["conditions"][to])
                 mm, m99, mh = _stats(measured[name][label])
                 rows.append({
-                    "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]),
+                    "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]), "in_target": label in ("idle-again", "memory-1", "io-1"),
                     "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
                     "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
                     "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
@@ -162,9 +171,13 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                 })
     from loopscope.probes.common import envelope
 
-    worst_mean = max(abs(r["err_mean_pct"]) for r in rows)
-    worst_p99 = max(abs(r["err_p99_pct"]) for r in rows)
+    worst_mean = max(abs(r["err_mean_pct"]) for r in rows if r["in_target"])
+    worst_p99 = max(abs(r["err_p99_pct"]) for r in rows if r["in_target"])
+    beyond = [r for r in rows if not r["in_target"]]
     return {"rows": rows, "max_abs_err_mean_pct": worst_mean, "max_abs_err_p99_pct": worst_p99, "targets": {"mean_pct": 10, "p99_pct": 15},
+            "beyond_the_model": {"conditions": sorted({r["to"] for r in beyond}), "max_abs_err_mean_pct": max((abs(r["err_mean_pct"]) for r in beyond), default=None),
+                                 "why": "a load time-sharing the programs' own CPU: it changes their CPU time through what it leaves in the caches "
+                                        "and how the CPU idles, which the node's microbenchmarks do not share; reported, not in the target"},
             "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
 
 
@@ -176,4 +189,7 @@ def print_human(r: dict[str, Any]) -> None:
         print(f"  {x['app']:<22} {x['to']:<11} {x['measured_ratio']:>12.3f}x {x['pred_mean_ns'] / 1e6:>8.2f}ms {x['meas_mean_ns'] / 1e6:>8.2f}ms {x['err_mean_pct']:>+6.1f}%"
               f" {x['pred_p99_ns'] / 1e6:>8.2f}ms {x['meas_p99_ns'] / 1e6:>8.2f}ms {x['err_p99_pct']:>+6.1f}%  {x['user_share'] * 100:.0f} %, {x['user_ratio']:.3f}, {x['sys_ratio']:.3f}"
               f"  (pred CI {ci[0] / 1e6:.2f}–{ci[1] / 1e6:.2f} ms, meas ± {(x['meas_mean_ci95_ns'][1] - x['meas_mean_ns']) / 1e6:.2f}{'' if x['intervals_overlap'] else ', intervals apart'})")
-    print(f"  largest |error|: mean {r['max_abs_err_mean_pct']:.1f} % (target 10), p99 {r['max_abs_err_p99_pct']:.1f} % (target 15)")
+    print(f"  largest |error| (idle again, memory, I/O): mean {r['max_abs_err_mean_pct']:.1f} % (target 10), p99 {r['max_abs_err_p99_pct']:.1f} % (target 15)")
+    b = r["beyond_the_model"]
+    if b["conditions"]:
+        print(f"  beyond the model ({', '.join(b['conditions'])}: {b['why']}): largest |error| of the mean {b['max_abs_err_mean_pct']:.1f} %")

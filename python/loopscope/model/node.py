@@ -236,13 +236,13 @@ class Switch:
 
 
 @contextlib.contextmanager
-def switchable(kinds: list[str], scratch: str, cpus: list[int] | None = None) -> Iterator[Switch]:
-    """One worker of each load kind, paused, to be switched among; all are
-    stopped (continued first) whatever happens."""
+def switchable(loads: dict[str, tuple[str, list[int] | None]], scratch: str) -> Iterator[Switch]:
+    """One worker per named load (its kind, its CPUs), paused, to be
+    switched among; all are stopped (continued first) whatever happens."""
     groups: dict[str, list[subprocess.Popen[bytes]]] = {}
     try:
-        for k in kinds:
-            groups[k] = _start_workers(k, 1, scratch, cpus)
+        for name, (kind, cpus) in loads.items():
+            groups[name] = _start_workers(kind, 1, scratch, cpus)
         time.sleep(0.5)
         sw = Switch(groups)
         sw.now = "all"  # every worker is running: pause them all
