@@ -1171,9 +1171,14 @@ def model_show(model_file: str, top: int) -> int:
         m = node.read(model_file)
         click.echo(f"node model of {m['machine'].get('host')} ({(m['machine'].get('cpu') or {}).get('model')}), {m['created']}")
         conds = list(m["conditions"])
-        click.echo(f"  {'cost (median batch)':<22}" + "".join(f"{c:>14}" for c in conds))
-        rows = [("env " + k, [m["conditions"][c]["environments"][k]["median_ns"] for c in conds]) for k in m["conditions"]["idle"]["environments"]]
-        rows += [(k, [m["conditions"][c]["syscalls"].get(k, {}).get("median_ns", float("nan")) for c in conds]) for k in m["conditions"]["idle"]["syscalls"]]
+        click.echo(f"  {'cost (typical batch)':<22}" + "".join(f"{c:>14}" for c in conds))
+
+        def cost(part: str, c: str, k: str) -> float:
+            x = m["conditions"][c][part].get(k)
+            return float(x.get("typical_ns", x["median_ns"])) if x else float("nan")
+
+        rows = [("env " + k, [cost("environments", c, k) for c in conds]) for k in m["conditions"]["idle"]["environments"]]
+        rows += [(k, [cost("syscalls", c, k) for c in conds]) for k in m["conditions"]["idle"]["syscalls"]]
         for name, vals in rows:
             marks = []
             for c, v in zip(conds, vals):

@@ -9,7 +9,7 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
   probe, in its minimal form (``read``: one byte) and, for the calls that
   move data, at a few sizes (``read:4096``; ``SIZES``): a cost-by-size curve
   an app's calls are priced on at the sizes they move (independent batches until the CI is within the target, or a cap,
-  said by ``converged``), and the median batch (``median_ns``): the probe
+  said by ``converged``), and the typical batch (``typical_ns``, see ``typical``): the probe
   times batches by the clock, so a batch that was preempted or took an
   interrupt is slower; the median is the call's own CPU cost, and it is
   what transforms use;
@@ -131,7 +131,8 @@ def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str)
     from loopscope.probes import syscall
 
     r = syscall.run(calls=calls, target_rel=0.03, max_seconds=max_seconds_per_call, workdir=workdir)
-    return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "batches": c.batches, "converged": c.converged,
+    return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "typical_ns": float(typical(c.batch_ns)),
+                     "batches": c.batches, "converged": c.converged,
                      "batch_ns": c.batch_ns.tolist()} for c in r.calls}
 
 
@@ -253,18 +254,33 @@ def switchable(loads: dict[str, tuple[str, list[int] | None]], scratch: str) -> 
             _stop_workers(ps)
 
 
+TRIM = 0.1
+
+
+def typical(x: Any, axis: int | None = None) -> Any:
+    """The cost a set of batches stands for: their mean with the slowest
+    and fastest 10 % left out. Not the plain mean: a batch the load
+    preempted or an interrupt landed in is slower for reasons that are not
+    the call's CPU cost (which is what an app's CPU time is made of). Not
+    the median either: this VM's speed switches between states (once 1.6×
+    apart), a calibration's batches are then a mixture of two modes, and a
+    median flips between them with a small change of proportions (idle
+    against idle again, interleaved: 1.21×), where programs' CPU times
+    average over the mixture."""
+    from scipy.stats import trim_mean
+
+    return trim_mean(np.asarray(x, dtype=float), TRIM, axis=axis if axis is not None else 0)
+
+
 def ratio_ci(base: list[float], other: list[float], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
-    """median(other)/median(base) of independent batch means, with a 95 %
-    bootstrap CI. The median, not the mean: a batch the load preempted or
-    an interrupt landed in is slower for reasons that are not the call's
-    CPU cost (which is what an app's CPU time is made of), and the
-    median batch is one that was not hit."""
+    """typical(other)/typical(base) of independent batch means, with a 95 %
+    bootstrap CI."""
     a, b = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
     rng = np.random.default_rng(seed)
-    ra = np.median(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
-    rb = np.median(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
+    ra = typical(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
+    rb = typical(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
     r = rb / ra
-    return float(np.median(b) / np.median(a)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+    return float(typical(b) / typical(a)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
 def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +291,8 @@ def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
 def _summ(xs: list[float], converged: bool) -> dict[str, Any]:
     a = np.asarray(xs, dtype=float)
     half = 1.96 * a.std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else float("inf")
-    return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "batches": len(a), "converged": converged, "batch_ns": list(xs)}
+    return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "typical_ns": float(typical(a)), "batches": len(a),
+            "converged": converged, "batch_ns": list(xs)}
 
 
 def merge(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:

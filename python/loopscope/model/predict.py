@@ -2,7 +2,7 @@
 
 The transform goes through a reference unit, as seeds/004 did: an app's
 system time on node A is expressed in *reference calls* (its system time
-divided by the cost (median batch), on A, of the calls it makes, weighted by how
+divided by the typical batch's cost (``node.typical``), on A, of the calls it makes, weighted by how
 often it makes each), its user time in *reference operations* of its
 execution environment (user time divided by A's cost of one operation);
 on node B both are multiplied back by B's costs. Each measured run is
@@ -55,7 +55,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     work (the compiled environment's ratio). Calls the node model lacks
     scale like the modelled calls' fixed parts; system time outside any
     traced call (exec, page faults) like memory-bound work."""
-    from loopscope.model.node import cost_curve
+    from loopscope.model.node import cost_curve, typical
 
     states = (app.get("syscalls") or {}).get("states") or {}
     known = set(na["syscalls"]) & set(nb["syscalls"])
@@ -87,7 +87,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
 
     def med(x: list[float], idx: np.ndarray | None) -> np.ndarray:
         a = np.asarray(x, dtype=float)
-        return np.asarray([np.median(a)]) if idx is None else np.median(a[idx % len(a)], axis=1)
+        return np.asarray([typical(a)]) if idx is None else np.asarray(typical(a[idx % len(a)], axis=1))
 
     def cost(node: dict[str, Any], m: str, classes: list[list[float]] | None, draw: Any) -> np.ndarray:
         """The node's cost of call ``m`` at the app's size classes (k draws)."""
