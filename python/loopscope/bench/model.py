@@ -25,8 +25,10 @@ a Python UDP echo exchange, an interpreter-bound Python script) the bench
 2. builds each program's app model from its idle runs (plus two runs
    with the raw_syscalls tracepoints on, for its system-call mix);
 3. predicts each program idle → memory and idle → I/O from the node model
-   alone and compares with what it measured there; idle → idle (a second
-   set of idle runs) is the noise floor of the comparison. One more
+   alone and compares with what it measured there; idle → idle again (a
+   second set of idle runs and of node slices, interleaved with the
+   first) is the noise floor of the comparison, the node's sampling
+   included. One more
    condition is reported beyond the target, as where the model is known
    not to work: a CPU load time-sharing the programs' own CPU
    (``cpu-same-cpu``), which made programs use up to 27 % less CPU time
@@ -156,7 +158,9 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             st = appm.trace_runs(cmd, 2, None, None)
             r0 = measured[name]["idle"]
             model = {"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd}
-            for to, label in [("idle", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
+            # idle again is predicted from the node's idle-again slices: the
+            # noise floor holds the node's sampling as well as the programs'
+            for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
                 p = predm.predict(model, node["conditions"]["idle"], node["conditions"][to])
                 mm, m99, mh = _stats(measured[name][label])
                 rows.append({
