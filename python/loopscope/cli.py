@@ -1202,10 +1202,11 @@ def model_show(model_file: str, top: int) -> int:
             return 0
         click.echo(f"  {sc['calls_per_run']:.0f} calls per run on {sc['threads_per_run']:.1f} threads; between calls p50 {sc['gap_p50_ns'] / 1e3:.1f} µs, p99 {sc['gap_p99_ns'] / 1e3:.1f} µs"
                    + (f"; {sc['lost_events']} events lost by the tracer" if sc.get("lost_events") else ""))
-        click.echo(f"  {'call':<18}{'per run':>9}{'p50':>10}{'p99':>10}  next")
+        click.echo(f"  {'call':<18}{'per run':>9}{'p50':>10}{'p99':>10}{'bytes':>10}  next")
         for name, st in list(sc["states"].items())[:top]:
             nxt = ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(st["next"].items())[:3])
-            click.echo(f"  {name:<18}{st['per_run']:>9.1f}{st['dur_p50_ns'] / 1e3:>8.1f}µs{st['dur_p99_ns'] / 1e3:>8.1f}µs  {nxt}")
+            nb = f"{st['bytes_mean']:>10.0f}" if st.get("bytes_mean") is not None else f"{'':>10}"
+            click.echo(f"  {name:<18}{st['per_run']:>9.1f}{st['dur_p50_ns'] / 1e3:>8.1f}µs{st['dur_p99_ns'] / 1e3:>8.1f}µs{nb}  {nxt}")
         if len(sc["states"]) > top:
             click.echo(f"  … {len(sc['states']) - top} more kinds of call (--top)")
         return 0

@@ -6,13 +6,12 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
 *condition* (``idle``, or a load kind and level such as ``memory-1``):
 
 - ``syscalls``: each call's mean cost with its 95 % CI, from the syscall
-  probe, in its minimal form (``read``: one byte) and, for the calls that
-  move data, at a few sizes (``read:4096``; ``SIZES``): a cost-by-size curve
-  an app's calls are priced on at the sizes they move (independent batches until the CI is within the target, or a cap,
-  said by ``converged``), and the typical batch (``typical_ns``, see ``typical``): the probe
-  times batches by the clock, so a batch that was preempted or took an
-  interrupt is slower; the median is the call's own CPU cost, and it is
-  what transforms use;
+  probe (independent batches until the CI is within the target, or a cap,
+  said by ``converged``), in its minimal form (``read``: one byte) and, for
+  the calls that move data, at a few sizes (``read:4096``; ``SIZES``): a
+  cost-by-size curve an app's calls are priced on at the sizes they move.
+  Transforms use the typical batch (``typical_ns``; ``typical`` says why
+  neither the mean nor the median);
 - ``environments``: the CPU cost of one operation of two execution
   environments measured in thread CPU time: ``cpython`` (a loop of integer
   arithmetic, a list and a dict, what interpreted code between calls does)
@@ -183,7 +182,7 @@ def _check_workers(kind: str, ps: list[subprocess.Popen[bytes]]) -> None:
             from loopscope.errors import RunError
 
             err = (p.stderr.read() if p.stderr else b"").decode(errors="replace").strip()[-300:]
-            raise RunError(f"the {kind} load exited at once ({p.returncode}): {err}")
+            raise RunError(f"the {kind} load exited ({p.returncode}): {err}")
 
 
 def _stop_workers(ps: list[subprocess.Popen[bytes]]) -> None:
