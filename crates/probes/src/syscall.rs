@@ -145,7 +145,9 @@ struct Bench {
 
 impl Bench {
     fn new(dir: &Path) -> Result<Bench, String> {
-        let dir = dir.join(format!("ls-syscall-{}", std::process::id()));
+        // One directory per probe, even with several in one process (each removes its own at the end).
+        static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let dir = dir.join(format!("ls-syscall-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: cannot create the probe's scratch directory: {e}", dir.display()))?;
         let f = dir.join("data");
         std::fs::write(&f, [0u8; 4096]).map_err(|e| format!("{}: {e}", f.display()))?;
