@@ -136,7 +136,6 @@ struct Bench {
     tx: i32,
     rx_addr: libc::sockaddr_in,
     /// Sized calls: a 4 MiB file to read through, a file to append to, a buffer.
-    big: CString,
     bigfd: i32,
     afd: i32,
     roff: std::cell::Cell<usize>,
@@ -189,7 +188,7 @@ impl Bench {
             if bigfd < 0 || afd < 0 {
                 return Err(errno_msg(&format!("open {}", dir.display())));
             }
-            Ok(Bench { dir, file, fd, wfd, rx, tx, rx_addr: a, big, bigfd, afd, roff: std::cell::Cell::new(0), buf: vec![0u8; 1 << 20] })
+            Ok(Bench { dir, file, fd, wfd, rx, tx, rx_addr: a, bigfd, afd, roff: std::cell::Cell::new(0), buf: vec![0u8; 1 << 20] })
         }
     }
 
