@@ -167,6 +167,21 @@ def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli
     assert r.returncode == 2 and "'lots' is not a size" in r.stderr
 
 
+def test_batches_of_one_slice_count_as_one_sample_of_the_machine() -> None:
+    from loopscope.model.node import ratio_ci, summ_slices
+
+    # ten slices of twenty batches each: the batches of a slice agree, the slices do not
+    rng = np.random.default_rng(3)
+    levels = rng.normal(100.0, 10.0, 10)
+    sliced = summ_slices([[float(v)] * 20 for v in levels])
+    assert sliced["slices"] == [20] * 10 and sliced["batches"] == 200
+    pooled = {**sliced, "slices": None}  # the same batches taken as independent
+    _, lo_s, hi_s = ratio_ci(sliced, sliced)
+    _, lo_p, hi_p = ratio_ci(pooled, pooled)
+    # resampling whole slices shows the slices' spread; resampling batches hides most of it
+    assert hi_s - lo_s > 2 * (hi_p - lo_p)
+
+
 def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() -> None:
     from loopscope.model.predict import predict
 

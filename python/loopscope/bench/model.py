@@ -113,8 +113,8 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
     per_call = 0.02 if quick else 0.05
     calls = nodem.default_calls()
     parts = 3
-    costs: dict[str, dict[str, list[float]]] = {}
-    envs: dict[str, dict[str, list[float]]] = {}
+    costs: dict[str, dict[str, list[list[float]]]] = {}  # condition -> call -> slices of batches
+    envs: dict[str, dict[str, list[list[float]]]] = {}
     measured: dict[str, dict[str, dict[str, list[int]]]] = {}
     plan: list[tuple[str, str | None]] = [("idle", None), ("memory-1", "memory"), ("io-1", "io"), ("idle-again", None)]
     workers: dict[str, tuple[str, list[int] | None]] = {"memory": ("memory", load_cpus), "io": ("io", load_cpus)}
@@ -145,12 +145,12 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                             acc[key] += got[key]
                     with nodem.pinned(app_cpus):
                         for c, v in nodem.syscalls(calls[i % parts::parts] if n >= parts else calls, per_call, d).items():
-                            costs.setdefault(cond, {}).setdefault(c, []).extend(v["batch_ns"])
+                            costs.setdefault(cond, {}).setdefault(c, []).append(v["batch_ns"])
                         nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
             sw.to(None)
         loads = dict(plan)
-        conditions = {c: {"load": {"kind": workers[loads[c]][0], "cpus": workers[loads[c]][1], "processes": 1} if loads[c] else None, "syscalls": {k: nodem._summ(v, False) for k, v in costs[c].items()},
-                          "environments": {k: nodem._summ(v, False) for k, v in envs[c].items()}} for c in costs}
+        conditions = {c: {"load": {"kind": workers[loads[c]][0], "cpus": workers[loads[c]][1], "processes": 1} if loads[c] else None, "syscalls": {k: nodem.summ_slices(v) for k, v in costs[c].items()},
+                          "environments": {k: nodem.summ_slices(v) for k, v in envs[c].items()}} for c in costs}
         node = nodem.assemble(conditions)
         rows = []
         for name, cmd in progs.items():

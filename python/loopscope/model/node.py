@@ -23,7 +23,8 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
   with programs run over minutes by 30 % (docs/models.md);
 
 and, per loaded condition, ``changes``: every cost's ratio to idle with a
-95 % CI (bootstrap of the batch means) and whether it is significant (the
+95 % CI (bootstrap of the batch means, a slice at a time where they were
+taken in slices: ``boot_typical``) and whether it is significant (the
 shape of the seed's Tables 2 and 3), plus the machine description.
 
 A load is held by the same workers a run's loads use
@@ -119,11 +120,11 @@ def _compiled_batch() -> float:
 ENV_BATCHES: dict[str, Any] = {"cpython": lambda: _py_op_batch(20_000), "compiled": _compiled_batch}
 
 
-def env_slice(acc: dict[str, list[float]], batches: int = 4) -> None:
-    """A few batches of each environment, appended to ``acc``."""
+def env_slice(acc: dict[str, list[list[float]]], batches: int = 4) -> None:
+    """A slice of a few batches of each environment, appended to ``acc``."""
     for k, f in ENV_BATCHES.items():
         f()  # the first batch after other work warms the caches back
-        acc.setdefault(k, []).extend(float(f()) for _ in range(batches))
+        acc.setdefault(k, []).append([float(f()) for _ in range(batches)])
 
 
 def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, dict[str, Any]]:
@@ -271,19 +272,34 @@ def typical(x: Any, axis: int | None = None) -> Any:
     return trim_mean(np.asarray(x, dtype=float), TRIM, axis=axis if axis is not None else 0)
 
 
-def ratio_ci(base: list[float], other: list[float], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
-    """typical(other)/typical(base) of independent batch means, with a 95 %
-    bootstrap CI."""
-    a, b = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
+MIN_SLICES = 8
+
+
+def boot_typical(entry: dict[str, Any], k: int, rng: np.random.Generator) -> np.ndarray:
+    """``k`` bootstrap draws of an entry's typical cost. Batches taken in
+    one slice share the machine's state of that moment, so they are not
+    independent: with ``MIN_SLICES`` slices or more (``slices``: batches per
+    slice) whole slices are resampled, otherwise batches."""
+    x = np.asarray(entry["batch_ns"], dtype=float)
+    sl = entry.get("slices") or []
+    if len(sl) >= MIN_SLICES:
+        ends = np.cumsum(sl)
+        groups = np.split(x, ends[:-1])
+        pick = rng.integers(0, len(groups), (k, len(groups)))
+        return np.asarray([typical(np.concatenate([groups[j] for j in row])) for row in pick])
+    return np.asarray(typical(x[rng.integers(0, len(x), (k, len(x)))], axis=1))
+
+
+def ratio_ci(base: dict[str, Any], other: dict[str, Any], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
+    """typical(other)/typical(base) of two cost entries, with a 95 %
+    bootstrap CI (``boot_typical``)."""
     rng = np.random.default_rng(seed)
-    ra = typical(a[rng.integers(0, len(a), (resamples, len(a)))], axis=1)
-    rb = typical(b[rng.integers(0, len(b), (resamples, len(b)))], axis=1)
-    r = rb / ra
-    return float(typical(b) / typical(a)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+    r = boot_typical(other, resamples, rng) / boot_typical(base, resamples, rng)
+    return float(typical(other["batch_ns"]) / typical(base["batch_ns"])), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
 def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
-    r, lo, hi = ratio_ci(base["batch_ns"], other["batch_ns"])
+    r, lo, hi = ratio_ci(base, other)
     return {"ratio": r, "ci95": [lo, hi], "significant": bool(lo > 1 or hi < 1)}
 
 
@@ -294,14 +310,13 @@ def _summ(xs: list[float], converged: bool) -> dict[str, Any]:
             "converged": converged, "batch_ns": list(xs)}
 
 
-def merge(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
-    """Two measurements of one condition (say, rounds of an interleaved
-    calibration) as one: their batches pooled."""
-    if a is None:
-        return b
-    out = dict(a)
-    for part in ("syscalls", "environments"):
-        out[part] = {k: _summ(a[part][k]["batch_ns"] + v["batch_ns"], a[part][k]["converged"] and v["converged"]) if k in a[part] else v for k, v in b[part].items()}
+def summ_slices(slices: list[list[float]], target: float | None = None) -> dict[str, Any]:
+    """Batches taken in slices as one entry (``slices`` keeps their sizes);
+    ``converged`` when a ``target`` is given and the CI is within it."""
+    flat = [x for s in slices for x in s]
+    out = _summ(flat, False)
+    out["converged"] = bool(target is not None and out["ci95_half_ns"] <= target * out["mean_ns"])
+    out["slices"] = [len(s) for s in slices]
     return out
 
 
@@ -311,14 +326,14 @@ def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: f
     least 10 batches each), so both sample the same stretch of time."""
     names = calls or default_calls()
     per_slice = max(2, round(env_seconds / 0.006 / 2 / max(1, len(names))))  # a batch is ~5 ms
-    env: dict[str, list[float]] = {}
+    env: dict[str, list[list[float]]] = {}
     sc: dict[str, dict[str, Any]] = {}
     for c in names:
         sc.update(syscalls([c], max_seconds_per_call, scratch))
         env_slice(env, per_slice)
-    while min(len(v) for v in env.values()) < 10:
+    while min(sum(map(len, v)) for v in env.values()) < 10:
         env_slice(env, per_slice)
-    return {"syscalls": sc, "environments": {k: _summ(v, _summ(v, False)["ci95_half_ns"] <= 0.01 * float(np.mean(v))) for k, v in env.items()}}
+    return {"syscalls": sc, "environments": {k: summ_slices(v, target=0.01) for k, v in env.items()}}
 
 
 def assemble(conditions: dict[str, Any]) -> dict[str, Any]:

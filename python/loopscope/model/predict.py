@@ -39,7 +39,7 @@ def _ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
     from loopscope.model.node import ratio_ci
 
-    return ratio_ci(a["batch_ns"], b["batch_ns"])
+    return ratio_ci(a, b)
 
 
 def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resamples: int = 400) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     work (the compiled environment's ratio). Calls the node model lacks
     scale like the modelled calls' fixed parts; system time outside any
     traced call (exec, page faults) like memory-bound work."""
-    from loopscope.model.node import cost_curve, typical
+    from loopscope.model.node import boot_typical, cost_curve, typical
 
     states = (app.get("syscalls") or {}).get("states") or {}
     known = set(na["syscalls"]) & set(nb["syscalls"])
@@ -85,18 +85,17 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     sys_mean = float(np.mean(app["runs"]["sys_ns"])) if app.get("runs") else 0.0
     rng = np.random.default_rng(1)
 
-    def med(x: list[float], idx: np.ndarray | None) -> np.ndarray:
-        a = np.asarray(x, dtype=float)
-        return np.asarray([typical(a)]) if idx is None else np.asarray(typical(a[idx % len(a)], axis=1))
+    def val(entry: dict[str, Any], k: int | None) -> np.ndarray:
+        """An entry's typical cost, or ``k`` bootstrap draws of it."""
+        return np.asarray([typical(entry["batch_ns"])]) if k is None else boot_typical(entry, k, rng)
 
-    def cost(node: dict[str, Any], m: str, classes: list[list[float]] | None, draw: Any) -> np.ndarray:
-        """The node's cost of call ``m`` at the app's size classes (k draws)."""
+    def cost(node: dict[str, Any], m: str, classes: list[list[float]] | None, k: int | None) -> np.ndarray:
+        """The node's cost of call ``m`` at the app's size classes."""
         if not classes:
-            x = node[m]["batch_ns"]
-            return med(x, draw(len(x)))
+            return val(node[m], k)
         pts = cost_curve(node, m)
         zs = np.asarray([z for z, _ in pts])
-        ys = [med(node[key]["batch_ns"], draw(len(node[key]["batch_ns"]))) for _, key in pts]
+        ys = [val(node[key], k) for _, key in pts]
         total = 0.0
         for size, frac in classes:
             i = int(np.clip(np.searchsorted(zs, size) - 1, 0, len(zs) - 2))
@@ -106,14 +105,13 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
 
     def estimate(boot: bool) -> tuple[np.ndarray, dict[str, float]]:
         k = resamples if boot else 1
-        draw = (lambda n: rng.integers(0, n, (k, n))) if boot else (lambda n: None)  # noqa: E731
-        ca_env, cb_env = na["environments"]["compiled"]["batch_ns"], nb["environments"]["compiled"]["batch_ns"]
-        r_mem = med(cb_env, draw(len(cb_env))) / med(ca_env, draw(len(ca_env)))
+        draws = k if boot else None
+        r_mem = val(nb["environments"]["compiled"], draws) / val(na["environments"]["compiled"], draws)
         fa = np.zeros(k)
         fb = np.zeros(k)
         extra = np.zeros(k)
         for m, n, d, classes in rows:
-            ca, cb = cost(sa, m, classes, draw), cost(sb, m, classes, draw)
+            ca, cb = cost(sa, m, classes, draws), cost(sb, m, classes, draws)
             fa += n * ca
             fb += n * cb
             if d is not None:
