@@ -94,6 +94,7 @@ def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor
         # both sides carry their error
         lo, hi = x["pred_mean_ci95_ns"]
         assert lo <= x["pred_mean_ns"] <= hi and x["meas_mean_ci95_ns"][0] <= x["meas_mean_ns"] <= x["meas_mean_ci95_ns"][1]
+        assert x["meas_p99_ci95_ns"][0] <= x["meas_p99_ns"] <= x["meas_p99_ci95_ns"][1]
     # the node was calibrated at the sizes the copier moves
     assert {"read:4096", "write:4096"} <= set(j["node_changes"]["memory-1"]["syscalls"])
     # the copier is system calls, the interpreter its own code
