@@ -104,7 +104,7 @@ def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, s
     cpu = np.asarray(out["user_ns"]) + np.asarray(out["sys_ns"])
     if cpu.mean() / 1e6 < min_cpu_ms:
         raise InputError(f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
-                         f"give it at least {MIN_CPU_MS:g} ms of work per run")
+                         f"give it at least {min_cpu_ms:g} ms of work per run")
     return out
 
 
