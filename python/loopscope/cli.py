@@ -1257,6 +1257,9 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from loopscope.selfname import from_env
+
+    from_env()  # a lab component started by an agent names itself (clock-sync probes: ls-sync)
     if os.environ.get("LOOPSCOPE_PDEATHSIG") == "1":
         # Started by an agent: die with it, whatever kills it.
         from loopscope.lab.procs import die_with_parent

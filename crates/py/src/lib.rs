@@ -11,6 +11,7 @@
 
 mod chan;
 mod emu;
+mod ktrace;
 mod pipe;
 mod sync;
 
@@ -1017,6 +1018,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ChannelTimeout", m.py().get_type::<chan::ChannelTimeout>())?;
     m.add_function(wrap_pyfunction!(chan::chan_bench_serve, m)?)?;
     m.add_function(wrap_pyfunction!(chan::chan_bench_client, m)?)?;
+    m.add_function(wrap_pyfunction!(ktrace::ktrace_read, m)?)?;
+    m.add_class::<ktrace::KtraceDecoder>()?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;

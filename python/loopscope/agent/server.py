@@ -37,6 +37,7 @@ from typing import Any
 
 from loopscope.lab import procs, provenance
 from loopscope.lab.cgroup import RunGroup, find_root
+from loopscope.selfname import load_comm, set_comm
 from loopscope.units import duration_text
 
 
@@ -180,8 +181,9 @@ class Agent:
             name = ld["name"]
             group = self.group.child(f"loads/{name}") if self.group else None
             kids = []
+            lenv = {**env, "LOOPSCOPE_COMM": load_comm(name)}
             for i, argv in enumerate(load_argvs(ld, scratch)):
-                kids.append(procs.spawn(f"{name}[{i}]", "load", argv, step / "loads" / f"{name}-{i}.log", group, env))
+                kids.append(procs.spawn(f"{name}[{i}]", "load", argv, step / "loads" / f"{name}-{i}.log", group, lenv))
             self.loads[name] = kids
             started.append({"name": name, "pids": [k.pid for k in kids], "cgroup": str(group) if group else None, "command": kids[0].command() if kids else None})
         # A load that cannot start dies at once: give it a moment to do so.
@@ -243,7 +245,8 @@ class Agent:
         argv = probe_argv(p, int(m.get("duration_ns") or 0), trace, Path(m["scratch_dir"]))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, procs.child_env(self.run_id), stdout_pipe=True)
+        env = procs.child_env(self.run_id, {"LOOPSCOPE_COMM": "ls-sync"} if p["kind"] in ("sync", "sync-serve") else None)
+        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, env, stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
         if m.get("wait_ready"):
             line = _read_line(child, float(m.get("ready_timeout_s", 15)))
@@ -319,8 +322,10 @@ class Agent:
                     early.append((name, k))
         for name, kids in list(self.loads.items()):
             proc_cpu = sum(_proc_cpu_s(k.pid) for k in kids)
-            procs.stop(kids)
             group = kids[0].group if kids else None
+            # Every thread of the load, so attribution can name it whatever the program calls itself.
+            tids = _threads_of(group, [k.pid for k in kids])
+            procs.stop(kids)
             usec = RunGroup.cpu_usec(group) if group else None
             if group:
                 RunGroup.remove(group)
@@ -328,6 +333,7 @@ class Agent:
             report.append(
                 {
                     "name": name,
+                    "tids": tids,
                     "workers": len(kids),
                     "exit": [procs.exit_text(k.popen.returncode) for k in kids],
                     "cpu_s": usec / 1e6 if usec is not None else proc_cpu,
@@ -350,17 +356,24 @@ class Agent:
         if self.kcapture is not None:
             raise Failure("kernel capture", "a kernel capture is already running here")
         group = self.group.child("kernel") if self.group else None
-        cap = Capture(Path(m["out_dir"]), m.get("events") or None, int(m.get("buffer_pages") or 1024))
+        cap = Capture(Path(m["out_dir"]), m.get("events") or None, m.get("buffer_mb"), m.get("window_s"), name=f"loopscope-{self.run_id}"[:60])
         wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
         meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
         if not meta["refused"]:
             self.kcapture = cap
         return meta
 
+    def drain_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Read the kernel's buffers now (the lab calls this between probe windows)."""
+        if self.kcapture is None:
+            return {"error": "no kernel capture is running"}
+        return self.kcapture.drain(str(m.get("label") or ""))
+
     def stop_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
         if self.kcapture is None:
             return {"refused": "no kernel capture was running"}
         meta = self.kcapture.stop()
+        meta["half_full"] = self.kcapture.final.get("half_full") or []
         self.kcapture = None
         return meta
 
@@ -392,6 +405,7 @@ class Agent:
             "stop_probe": self.stop_probe,
             "status": self.status,
             "start_kcapture": self.start_kcapture,
+            "drain_kcapture": self.drain_kcapture,
             "stop_kcapture": self.stop_kcapture,
         }.get(op)  # type: ignore[arg-type]
         if fn is None:
@@ -440,7 +454,24 @@ def _last_json(log: Path) -> dict[str, Any] | None:
 _STARTED_NS = time.monotonic_ns()
 
 
+def _threads_of(group: Path | None, pids: list[int]) -> list[int]:
+    """The thread ids of a load: its cgroup's, or its processes' own without one."""
+    out: set[int] = set()
+    if group is not None:
+        try:
+            out |= {int(x) for x in (Path(group) / "cgroup.threads").read_text().split()}
+        except (OSError, ValueError):
+            pass
+    for pid in pids:
+        try:
+            out |= {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except OSError:
+            pass
+    return sorted(out)
+
+
 def main() -> int:
+    set_comm("ls-agent")
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, _on_term)

@@ -9,7 +9,9 @@ timerlat's auto-analysis, done here from tracepoints for any interval):
 - ``return to user space``: from the thread's switch-in to b;
 - ``thread: <comm>``: another task ran on the CPU while the thread waited
   (before its wake-up: the wake-up itself was held up; after: it waited for
-  the CPU);
+  the CPU); ``lab: capture|emulator|agent|sync`` when that task was one of
+  loopscope's own (``loopscope.selfname``), ``load: <name>`` when it was a
+  worker of a background load;
 - ``irq: <name>``, ``softirq: <action>``, ``timer interrupt``, ``IPI: …``:
   interrupt handlers, taken out of whatever they interrupted;
 - ``CPU idle``: nothing ran, yet the thread did not: its wake-up came late
@@ -49,6 +51,68 @@ IRQ_PAIRS = {
 }
 
 
+# What the kernel threads attribution names are for, in a line each (by family).
+ROLES = {
+    "thread: kdamond": "DAMON memory monitoring: samples which memory is accessed (on when a DAMON user such as proactive reclaim is set up)",
+    "thread: ksoftirqd": "soft interrupts the kernel deferred to a thread when too many came at once (network receive, timers, RCU)",
+    "thread: kworker": "kernel work queues: deferred work of drivers, filesystems and memory management",
+    "thread: rcu_preempt": "RCU grace periods: lets freed kernel memory be reused once no reader can see it",
+    "thread: rcu_sched": "RCU grace periods: lets freed kernel memory be reused once no reader can see it",
+    "thread: rcu": "RCU grace periods and callbacks",
+    "thread: rcuc": "RCU callbacks of this CPU",
+    "thread: rcuog": "RCU callback offloading",
+    "thread: rcuop": "RCU callback offloading",
+    "thread: migration": "the stopper thread: moves tasks between CPUs, stops CPUs for the kernel",
+    "thread: kswapd0": "reclaims memory when free memory runs low",
+    "thread: kswapd": "reclaims memory when free memory runs low",
+    "thread: kcompactd0": "compacts memory to make larger free blocks",
+    "thread: kcompactd": "compacts memory to make larger free blocks",
+    "thread: khugepaged": "collapses small pages into huge pages",
+    "thread: jbd2": "ext4's journal commits",
+    "thread: irq": "a threaded interrupt handler",
+    "thread: cpuhp": "CPU hotplug",
+    "thread: watchdog": "the soft-lockup watchdog",
+    "thread: kauditd": "the audit subsystem",
+    "thread: oom_reaper": "frees the memory of tasks killed for lack of memory",
+    "lab: capture": "loopscope's kernel capture reader (runs between probe windows, SCHED_IDLE)",
+    "lab: emulator": "loopscope's user-space link emulator (forwards the emulated links' packets)",
+    "lab: agent": "loopscope's agent or controller (starts and stops probes and loads)",
+    "lab: sync": "loopscope's clock-sync probes",
+    "CPU idle": "nothing ran, yet the thread did not: its wake-up came late (timer interrupt, exit from a deep idle state, or a hypervisor that did not run the vCPU)",
+    "scheduling latency": "the thread was woken and the CPU was idle, but it had not started running yet",
+    "return to user space": "from the thread's switch-in to when it logged the event",
+}
+
+
+def role_of(cause: str) -> str | None:
+    """The one-line role of a cause family (a kernel thread, a lab component), if known."""
+    if cause in ROLES:
+        return ROLES[cause]
+    if cause.startswith("load: "):
+        return f"the background load {cause[6:]!r} of this phase"
+    return None
+
+
+def task_label(comm: str | None, pid: int, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> str:
+    """How attribution names a task that ran: the lab's and the loads' own
+    names first (by thread id, then by the name they gave themselves), else
+    ``thread: <comm>``."""
+    if roles and pid in roles:
+        return roles[pid]
+    c = comm or "?"
+    if c == "ls-kcapture" or (perf_is_lab and c == "perf"):
+        return "lab: capture"
+    if c.startswith("ls-netem"):
+        return "lab: emulator"
+    if c in ("ls-agent", "ls-ctl"):
+        return "lab: agent"
+    if c.startswith("ls-sync"):
+        return "lab: sync"
+    if c.startswith("ld:"):
+        return f"load: {c[3:]}"
+    return f"thread: {c}"
+
+
 @dataclass
 class CpuView:
     """One CPU: task run segments (from runtime accounting) and interrupt segments."""
@@ -60,6 +124,7 @@ class CpuView:
     irq_s: np.ndarray
     irq_e: np.ndarray
     irq_label: list[str]
+    run_label: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,16 +139,24 @@ class Kernel:
     lost_at: pl.DataFrame | None = None
 
     @classmethod
-    def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None) -> "Kernel":
+    def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
         cpus: dict[int, CpuView] = {}
+        labels: dict[tuple[str | None, int], str] = {}
         rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
         irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
         for c in sorted(set(ev["cpu"].unique().to_list())):
             r = rt.filter(pl.col("cpu") == c).sort("t_ns")
-            segs_s, segs_e, labels = _irq_segments(irq.filter(pl.col("cpu") == c))
+            segs_s, segs_e, irq_labels = _irq_segments(irq.filter(pl.col("cpu") == c))
+            comms, pids = r["target_comm"].to_list(), r["target"].to_list()
+            run_label = []
+            for cm, pd in zip(comms, pids):
+                key = (cm, pd)
+                if key not in labels:
+                    labels[key] = task_label(cm, pd, roles, perf_is_lab)
+                run_label.append(labels[key])
             cpus[int(c)] = CpuView(
-                (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), r["target_comm"].to_list(),
-                segs_s, segs_e, labels,
+                (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms,
+                segs_s, segs_e, irq_labels, run_label,
             )
         t = ev["t_ns"]
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
@@ -175,7 +248,7 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
             continue
         d = (b - a) - sum(max(0, min(b, y) - max(a, x)) for x, y in covered)
         if d > 0:
-            key = f"thread: {cv.run_comm[j]}"
+            key = cv.run_label[j] if cv.run_label else f"thread: {cv.run_comm[j]}"
             out[key] = out.get(key, 0) + d
         covered.append((a, b))
     # the rest: idle, before the wake-up (it came late) or after (scheduling latency)

@@ -8,7 +8,18 @@ into running, blocked and what ran while it waited) on a host a kernel
 capture covers,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
-outlier's window split into causes. Results:
+outlier's window split into causes. The capture is read a stretch of at
+most ``CHUNK_NS`` of outlier windows at a time (``kernel.store``), so the
+memory explain needs is that of a few seconds of kernel events, whatever
+the run's length.
+
+Causes that are loopscope's own components are named ``lab: capture``,
+``lab: emulator``, ``lab: agent``, ``lab: sync``, and background loads
+``load: <name>``; each group carries the lab's share of the outliers' time
+apart from the loads' and the system's, and the kernel threads it names
+carry a one-line role.
+
+Results:
 
 - ``RUN/tables/attribution.parquet``: one row per outlier and cause
   (``rep``, ``phase``, ``probe``, ``host``, ``id``, ``t_ns``,
@@ -17,24 +28,30 @@ outlier's window split into causes. Results:
 - ``RUN/explain.json``: per probe and phase the top causes with their
   share of the outliers' time, the number of outliers attributed (the
   latest ``max_outliers`` of those above the threshold), whether every
-  window was covered by a capture that lost nothing, the capture's counts
-  and cost.
+  window was covered by a capture that lost nothing, the capture's counts,
+  its size on disk and what its reader cost, and when the reader had to
+  run during a window.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from loopscope.analysis import attribution as A
-from loopscope.kernel import events as K
+from loopscope.kernel import store as S
 from loopscope.trace import reader
 
 LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
+CHUNK_NS = 2_000_000_000
+MARGIN_NS = 100_000_000
+
+Progress = Callable[[str, int, int], None]
 
 
 def _host_offsets(run_dir: Path) -> dict[str, int]:
@@ -43,43 +60,95 @@ def _host_offsets(run_dir: Path) -> dict[str, int]:
     return {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
 
 
-def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> dict[str, Any] | None:
+def _roles(run: dict[str, Any]) -> dict[int, str]:
+    """Threads the run knows by id: each load's (from its cgroup at stop)."""
+    out: dict[int, str] = {}
+    for ld in run.get("loads") or []:
+        for t in ld.get("tids") or []:
+            out[int(t)] = f"load: {ld['name']}"
+    return out
+
+
+def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str, Any]:
+    span = ((st.t_last or 0) - (st.t_first or 0)) / 1e9 if st.events else 0
+    secs = cap.get("seconds") or span or None
+    on_disk = st.bytes_on_disk()
+    reader_cpu = cap.get("reader_cpu_s", cap.get("perf_cpu_s"))
+    rd = cap.get("reader") or {}
+    return {
+        "host": cap["host"], "covers": cap["covers"], "format": cap.get("format") or "perf.data",
+        "events": st.events, "lost_events": st.lost_events, "lost_counted": st.lost_counted,
+        "by_event": st.by_event(),
+        "t_first_ns": st.t_first, "t_last_ns": st.t_last, "seconds": secs,
+        "bytes_on_disk": on_disk, "bytes_per_s": on_disk / secs if secs else None,
+        "events_per_s": st.events / span if span else None,
+        "reader_cpu_s": reader_cpu, "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
+        "perf_cpu_s": cap.get("perf_cpu_s"), "perf_cpu_share": cap["perf_cpu_s"] / secs if cap.get("perf_cpu_s") is not None and secs else None,
+        "reads_between_windows": rd.get("reads_asked"), "reads_during_windows": rd.get("reads_half_full"),
+        "reader_ran_during": cap.get("reader_ran_during") or [],
+        "buffer_mb_per_cpu": cap.get("buffer_mb_per_cpu"),
+        "missing_events": cap.get("missing_events") or [],
+        "lost_placed": not st.unknown_loss, "lost_unplaced": st.unknown_loss, "problems": st.problems,
+        "lost_windows": len(st.lost),
+        "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
+                       for r in st.lost.sort("events", descending=True).head(20).iter_rows(named=True)],
+    }
+
+
+def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None, progress: Progress | None = None) -> pl.DataFrame:
+    """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
+    ``span``) from the capture, loading the kernel events a stretch of at most
+    ``CHUNK_NS`` of windows at a time."""
+    o = outl.sort("start_k")
+    start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
+    n = len(o)
+    lost = st.lost_events if not st.unknown_loss else max(1, st.lost_events)
+    lost_at = st.lost if not st.unknown_loss else None
+    parts = []
+    i = 0
+    while i < n:
+        a, hi, j = int(start[i]), int(end[i]), i
+        while j + 1 < n and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
+            j += 1
+            hi = max(hi, int(end[j]))
+        ev = st.load(a - MARGIN_NS, hi + MARGIN_NS)
+        k = A.Kernel.of(ev, lost, lost_at, roles=roles, perf_is_lab=st.legacy is not None)
+        k.t_first, k.t_last = st.t_first or 0, st.t_last or 0
+        parts.append(A.attribute_many(k, o[i:j + 1]))
+        i = j + 1
+        if progress is not None:
+            progress("attributing outliers", i, n)
+    return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o)
+
+
+def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, progress: Progress | None = None) -> dict[str, Any] | None:
     run = json.loads((run_dir / "run.json").read_text())
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
         return None
     t0 = time.perf_counter()
     offsets = _host_offsets(run_dir)
+    roles = _roles(run)
     out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
     frames = []
     for cap in caps:
-        data = run_dir / cap["data"]
+        if progress is not None:
+            progress(f"opening the capture of {cap['host']}", 0, 1)
         try:
-            got = K.read(data)
-            ev, lost = got.events, got.lost
-        except K.KernelReadError as e:
+            st = S.open_capture(run_dir, cap)
+        except S.CaptureError as e:
             out["captures"].append({**cap, "error": str(e)})
             continue
-        (run_dir / "tables").mkdir(exist_ok=True)
-        ev.with_columns(pl.lit(cap["host"]).alias("capture_host")).write_parquet(run_dir / "tables" / f"kernel-{cap['host']}.parquet")
-        got.lost_windows.write_parquet(run_dir / "tables" / f"kernel-lost-{cap['host']}.parquet")
-        summ = K.summary(ev, lost)
-        span = (summ["t_last_ns"] - summ["t_first_ns"]) / 1e9 if summ["events"] else 0
-        out["captures"].append({
-            "host": cap["host"], "covers": cap["covers"], **summ, "perf_cpu_s": cap.get("perf_cpu_s"), "seconds": cap.get("seconds"),
-            "perf_cpu_share": (cap["perf_cpu_s"] / cap["seconds"]) if cap.get("perf_cpu_s") is not None and cap.get("seconds") else None,
-            "events_per_s": summ["events"] / span if span else None, "missing_events": cap.get("missing_events") or [],
-            "lost_placed": got.placed, "lost_windows": len(got.lost_windows),
-            "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
-                           for r in got.lost_windows.sort("events", descending=True).head(20).iter_rows(named=True)],
-        })
-        kern = A.Kernel.of(ev, lost, got.lost_windows)
+        out["captures"].append(_capture_entry(run_dir, cap, st))
         rows = []
-        for st in run.get("steps") or []:
-            host = st.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
-            if host not in cap["covers"] or st.get("kind") not in ("timer", "sched"):
+        steps = [s for s in run.get("steps") or [] if s.get("kind") in ("timer", "sched")]
+        for n, stp in enumerate(steps, 1):
+            if progress is not None:
+                progress("reading probe traces", n, len(steps))
+            host = stp.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
+            if host not in cap["covers"]:
                 continue
-            p = run_dir / st["trace"]
+            p = run_dir / stp["trace"]
             if not p.exists():
                 continue
             df = reader.read(p, sort=False)
@@ -89,7 +158,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 continue
             off = offsets.get(host, 0)
             rows.append(iv.select(
-                pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), pl.lit(st["probe"]).alias("probe"), pl.lit(host).alias("host"),
+                pl.lit(stp["rep"]).alias("rep"), pl.lit(stp["phase"]).alias("phase"), pl.lit(stp["probe"]).alias("probe"), pl.lit(host).alias("host"),
                 pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
                 (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"),
             ))
@@ -104,12 +173,16 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
         n_above = above.group_by("probe", "phase").len()
         # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
-        att = A.attribute_many(kern, outl)
+        del recs, rows
+        att = attribute_store(st, outl, roles, progress)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             total = int(g["ns"].sum())
             by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
             t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
+            fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
+            lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
+            loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
             out["groups"].append({
                 "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
                 "outliers": int(g["id"].n_unique()), "outlier_ns": total,
@@ -117,9 +190,15 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 "complete": bool(g["complete"].all()),
                 "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
                 "incomplete_why": _why_counts(g),
-                "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.head(8).iter_rows(named=True)],
+                "lab_share": sum(lab.values()) / total if total else 0.0,
+                "lab": {c: ns / total for c, ns in sorted(lab.items(), key=lambda kv: -kv[1])} if total else {},
+                "load_share": loads / total if total else 0.0,
+                "system_share": (total - sum(lab.values()) - loads) / total if total else 0.0,
+                "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
+                           for r in by.head(8).iter_rows(named=True)],
             })
     att_all = pl.concat(frames) if frames else pl.DataFrame()
+    (run_dir / "tables").mkdir(exist_ok=True)
     if len(att_all):
         att_all.write_parquet(run_dir / "tables" / "attribution.parquet")
     out["seconds"] = time.perf_counter() - t0

@@ -1,28 +1,47 @@
-"""Recording kernel tracepoints during a run, on CLOCK_MONOTONIC.
+"""Recording kernel tracepoints during a run without competing with the probes.
 
-The role of DSKI in seeds/000, without a kernel patch: ``perf record -a -k
-mono`` on the tracepoints that explain a late thread (scheduler switches,
-wake-ups and migrations; device, timer-vector and soft interrupts; user page
-faults; hrtimer expiries; on request, the per-packet receive path). perf reads the
-kernel's per-CPU ring buffers through mmap and writes them unparsed, so the
-cost during the run is the tracepoints themselves plus one process copying
-buffers; parsing happens afterwards (``events.read``). Timestamps are the
-kernel's CLOCK_MONOTONIC, which time namespaces do not shift: the agent
-records its own namespace offset so the events can be placed on the host's
-clock. One capture per kernel: netns and local hosts share this machine's.
+The role of DSKI in the data-stream study, without a kernel patch and
+without a copier that runs while the probes measure. The kernel writes the
+tracepoints that explain a late thread (scheduler switches, wake-ups,
+migrations and runtime; device, timer-vector and soft interrupts; user page
+faults; hrtimer expiries; on request the per-packet receive path) into the
+per-CPU ring buffers of a tracefs instance of the run's own
+(``instances/loopscope-<run>``, ``trace_clock`` mono, buffers sized for the
+longest probe window). Nobody reads them while a probe measures: the lab
+asks for a drain between windows (``drain``), when no probe runs. The
+reader (``loopscope.kernel.drain``, comm ``ls-kcapture``) runs at
+SCHED_IDLE, so even when it does run it yields to any runnable thread; it
+wakes on its own only when a CPU's buffer is half full (``buffer_percent``),
+which happens only in a window longer than the buffers hold, and every
+such read is logged with its time so the run can say so.
 
-What is missing is said, never skipped silently: no perf, no permission
-(perf_event_paranoid, no CAP_PERFMON/root), a tracepoint this kernel lacks
-(it is left out and named), and events lost to full buffers (perf's own
-count of lost chunks and samples).
+Why not ``perf record``, as before: perf copies the buffers continuously
+while the probes run, and in the demo it was the top named cause of
+outliers in 11 of 21 groups though it used under 1 % of a CPU. Why not BPF
+maps of per-thread runtime segments: the same wake-up and switch events
+would have to be recorded, and the kernel already keeps them in per-CPU
+buffers we can leave alone during a window (docs/explain.md compares the
+three by measurement).
+
+Timestamps are the kernel's CLOCK_MONOTONIC, which time namespaces do not
+shift: the agent records its own namespace offset so events can be placed
+on the host's clock. One capture per kernel: netns and local hosts share
+this machine's.
+
+What is missing is said, never skipped: no tracefs, no permission to create
+an instance, a tracepoint this kernel lacks (left out and named), events
+the kernel dropped (placed on their CPU by the pages' own flags, and
+cross-checked against the buffers' overrun counters).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import shutil
+import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -49,11 +68,22 @@ EVENTS = [
 ]
 
 # Per-packet receive-path events: opt-in (``kernel.events``). Under a network
-# flood they fire hundreds of thousands of times a second and perf, copying
-# them, becomes a cause of the outliers it is there to explain.
+# flood they fire hundreds of thousands of times a second and fill the buffers.
 NET_EVENTS = ["net:netif_receive_skb", "napi:napi_poll", "udp:udp_fail_queue_rcv_skb"]
 
 TRACEFS = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
+INSTANCE_PREFIX = "loopscope-"
+FORMAT = "tracefs-segments/1"
+
+# Sizing the buffers: the demo's busiest CPU (a 200 Mbit/s flood through the
+# emulator, seven pipeline processes starting) recorded up to 150 k events/s
+# at about 37 bytes each in the ring buffer; a window is the probe's duration
+# plus the few seconds a step needs to start its processes.
+EVENTS_PER_S_PER_CPU = 150_000
+BYTES_PER_EVENT = 40
+STEP_SLACK_S = 3.0
+MIN_BUFFER_MB = 16
+MAX_BUFFER_MB = 1024
 
 
 def tracefs() -> Path | None:
@@ -71,21 +101,17 @@ def tracefs() -> Path | None:
 def available(events: list[str] | None = None) -> tuple[list[str], list[str], str | None]:
     """(events this kernel has, events it lacks, why capture is impossible or None)."""
     want = events or EVENTS
-    perf = shutil.which("perf")
-    if perf is None:
-        return [], want, "perf is not installed (scripts/install-deps.sh installs linux-perf)"
     tf = tracefs()
     if tf is None:
         return [], want, "tracefs is not mounted and cannot be (mount -t tracefs nodev /sys/kernel/tracing as root)"
+    if not os.access(tf / "instances", os.W_OK):
+        return [], want, f"creating a trace instance needs root ({tf}/instances is not writable)"
     have, lack = [], []
     for e in want:
         sub, name = e.split(":", 1)
-        (have if Path(tf, "events", sub, name).is_dir() else lack).append(e)
+        (have if Path(tf, "events", sub, name, "format").is_file() else lack).append(e)
     if not have:
         return [], lack, "none of the kernel events exist on this kernel"
-    paranoid = Path("/proc/sys/kernel/perf_event_paranoid")
-    if os.geteuid() != 0 and paranoid.exists() and int(paranoid.read_text().strip() or "2") > -1:
-        return [], want, f"system-wide tracepoints need root or CAP_PERFMON (perf_event_paranoid is {paranoid.read_text().strip()})"
     return have, lack, None
 
 
@@ -101,77 +127,184 @@ def timens_offset_ns() -> int:
     return 0
 
 
-class Capture:
-    """One ``perf record`` over the whole machine, until ``stop``."""
+def size_buffers(window_s: float | None, asked_mb: int | None = None) -> tuple[int, str]:
+    """The ring buffer per CPU, in MiB, and why that size: what was asked, or
+    twice what the longest window is expected to record (the reader wakes at
+    half full), within bounds and within an eighth of the free memory."""
+    ncpu = os.cpu_count() or 1
+    try:
+        avail_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        avail_kb = 1 << 22
+    cap = max(1, avail_kb // 1024 // 8 // ncpu)
+    if asked_mb:
+        return min(asked_mb, cap), f"kernel.buffer_mb: {asked_mb}" + (f" (cut to {cap}: an eighth of the free memory)" if asked_mb > cap else "")
+    w = (window_s or 10.0) + STEP_SLACK_S
+    want = int(2 * w * EVENTS_PER_S_PER_CPU * BYTES_PER_EVENT / (1 << 20)) + 1
+    mb = max(MIN_BUFFER_MB, min(MAX_BUFFER_MB, want, cap))
+    why = f"twice a {w:g} s step at {EVENTS_PER_S_PER_CPU // 1000} k events/s per CPU"
+    if mb < want:
+        why += f"; {want} MiB wanted, cut to {mb} (a window this long wakes the reader while it runs)"
+    return mb, why
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_pages: int = 1024) -> None:
+
+class Capture:
+    """One kernel capture: a tracefs instance and its reader, until ``stop``."""
+
+    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.data = self.out_dir / "kernel.perf"
-        self.log = self.out_dir / "perf.log"
+        self.log = self.out_dir / "reader.log"
         self.events, self.missing, self.refused = available(events)
-        self.buffer_pages = buffer_pages
+        self.buffer_mb, self.buffer_why = size_buffers(window_s, buffer_mb)
+        self.name = name or f"{INSTANCE_PREFIX}{os.getpid()}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_ns = 0
         self.stopped_ns = 0
+        self.ready: dict[str, Any] = {}
+        self.final: dict[str, Any] = {}
         self.cpu_s: float | None = None
 
     def argv(self) -> list[str]:
-        a = ["perf", "record", "-q", "-a", "-k", "mono", "-m", str(self.buffer_pages), "-o", str(self.data)]
-        for e in self.events:
-            a += ["-e", e]
-        return a
+        return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
+                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events)]
 
     def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> dict[str, Any]:
-        """Start recording; ``wrap`` (argv → argv) puts perf in a cgroup, ``env``
-        marks it as the run's (so clean-up finds it)."""
+        """Create the instance and start its reader; ``wrap`` (argv → argv) puts
+        the reader in a cgroup, ``env`` marks it as the run's."""
         if self.refused:
             return self.meta()
         argv = self.argv()
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+            self.proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env)
         self.started_ns = time.monotonic_ns()
-        # perf needs a moment to open its buffers; a refusal shows at once.
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not (self.data.exists() and self.data.stat().st_size > 0):
-            if self.proc.poll() is not None:
-                self.refused = f"perf record exited at once: {self.log.read_text(errors='replace').strip()[-300:]}"
-                self.proc = None
-                break
-            time.sleep(0.02)
+        reply = self._reply(timeout=20)
+        if reply is None or not reply.get("ready"):
+            why = (reply or {}).get("error") or self._log_tail() or "the reader said nothing"
+            self.refused = f"the kernel capture's reader did not start: {why}"
+            self._kill()
+        else:
+            self.ready = reply
+            self.missing = sorted(set(self.missing) | set(reply.get("missing") or []))
         return self.meta()
 
+    def drain(self, label: str = "") -> dict[str, Any]:
+        """Read everything the buffers hold now (call it between windows)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {"error": "the kernel capture's reader is not running" + (f": {self._log_tail()}" if self.proc else "")}
+        self._send(f"drain {label}")
+        return self._reply(timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
+
     def stop(self) -> dict[str, Any]:
-        self.cpu_s = _cpu_s(self.proc.pid) if self.proc is not None else None
         if self.proc is not None:
+            self.cpu_s = _cpu_s(self.proc.pid)
             if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGINT)
+                self._send("stop")
+                self.final = self._reply(timeout=120) or {}
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+                self._kill()
             self.proc = None
             self.stopped_ns = time.monotonic_ns()
+        remove_instance(self.name)
         return self.meta()
+
+    def _kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+            self.proc = None
+        remove_instance(self.name)
+
+    def _send(self, line: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _reply(self, timeout: float) -> dict[str, Any] | None:
+        assert self.proc is not None and self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        end = time.monotonic() + timeout
+        buf = b""
+        while not buf.endswith(b"\n"):
+            r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
+            if not r:
+                return None
+            b = os.read(fd, 65536)
+            if not b:
+                return None
+            buf += b
+        try:
+            return json.loads(buf.decode(errors="replace").strip().splitlines()[-1])
+        except (json.JSONDecodeError, IndexError):
+            return None
+
+    def _log_tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace").strip()[-400:]
+        except OSError:
+            return ""
 
     def meta(self) -> dict[str, Any]:
         return {
-            "tool": "perf record -a -k mono",
+            "tool": "tracefs instance, read between windows",
+            "format": FORMAT,
+            "instance": self.name,
             "events": self.events,
             "missing_events": self.missing,
             "refused": self.refused,
-            "data": str(self.data) if self.data.exists() else None,
+            "data": str(self.out_dir) if (self.out_dir / "segments.jsonl").exists() else None,
             "log": str(self.log),
             "clock": "the kernel's CLOCK_MONOTONIC (not shifted by time namespaces)",
             "timens_offset_ns": timens_offset_ns(),
+            "buffer_mb_per_cpu": self.buffer_mb,
+            "buffer_why": self.buffer_why,
+            "page_size": self.ready.get("page_size"),
             "seconds": (self.stopped_ns - self.started_ns) / 1e9 if self.stopped_ns else None,
-            "perf_cpu_s": self.cpu_s,
+            "reader_cpu_s": self.cpu_s,
+            "reader": self.final.get("totals"),
         }
 
 
+def remove_instance(name: str) -> bool:
+    """Turn an instance off and remove it (its buffers go with it)."""
+    tf = tracefs()
+    if tf is None:
+        return False
+    d = tf / "instances" / name
+    if not d.is_dir():
+        return False
+    try:
+        (d / "tracing_on").write_text("0")
+    except OSError:
+        pass
+    for _ in range(50):
+        try:
+            d.rmdir()
+            return True
+        except OSError:
+            # A reader still holds a buffer open: it is being killed.
+            time.sleep(0.05)
+    return False
+
+
+def leftover_instances() -> list[str]:
+    """loopscope's instances on this kernel (for ``loopscope cleanup``)."""
+    tf = tracefs()
+    if tf is None or not (tf / "instances").is_dir():
+        return []
+    return sorted(p.name for p in (tf / "instances").iterdir() if p.name.startswith(INSTANCE_PREFIX))
+
+
 def _cpu_s(pid: int) -> float | None:
-    """CPU time perf has used so far (user + system, from /proc)."""
+    """CPU time the reader has used so far (user + system, from /proc)."""
     try:
         f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")

@@ -7,7 +7,9 @@ namespaces). What remains after the controller, the agents and the reaper
 were all SIGKILLed is found four ways: the state files of runs whose
 controller is gone, cgroups under ``loopscope/`` that belong to no live
 run, processes whose environment names a run that is not running any more,
-and network namespaces named ``ls-<tag>-*`` whose tag is no live run's.
+network namespaces named ``ls-<tag>-*`` whose tag is no live run's, and
+kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
+for a capture outside a run) whose run or process is gone.
 """
 
 from __future__ import annotations
@@ -112,6 +114,15 @@ def run(dry_run: bool = False) -> list[str]:
         if not dry_run:
             for pid in pids:
                 procs.terminate_pid(pid)
+    from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
+
+    for name in leftover_instances():
+        owner = name[len(INSTANCE_PREFIX):]
+        if owner in live or (owner.isdigit() and Path(f"/proc/{owner}").exists()):
+            continue
+        actions.append(f"{verb}remove leftover kernel trace instance {name} (its buffers)")
+        if not dry_run:
+            remove_instance(name)
     root, _ = find_root()
     if root is not None and root.exists():
         for g in sorted(p for p in root.iterdir() if p.is_dir()):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope.errors import InputError
+from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, procs, state
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
@@ -170,6 +171,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     def interrupted(signum: int, frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
+    own_name = selfname.current()
+    selfname.set_comm("ls-ctl")  # attribution names the controller among the lab's own
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
     sync_info: dict[str, Any] | None = None
@@ -275,6 +278,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
                     run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
                 run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
+                # Between windows: the kernel capture's reader runs now, not while a probe measures.
+                kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
                 done += 1
                 _write_json(run_dir / "run.json", run)
                 if tick is not None:
@@ -286,7 +291,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                     run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
         lab.check()
         if kcap_info is not None:
-            kcapture.stop(lab, kcap_info)
+            kcapture.stop(lab, kcap_info, steps=run["steps"], notes=notes)
             run["kernel"] = kcapture.public(kcap_info)
         if sync_info is not None:
             clocksync.stop(lab, sync_info)
@@ -307,7 +312,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             if out.status == "running":
                 out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
             if kcap_info is not None and kcap_info.get("running"):
-                kcapture.stop(lab, kcap_info, quiet=True)
+                kcapture.stop(lab, kcap_info, quiet=True, steps=run["steps"], notes=notes)
                 run["kernel"] = kcapture.public(kcap_info)
             if sync_info is not None and sync_info.get("running"):
                 clocksync.stop(lab, sync_info, quiet=True)
@@ -335,6 +340,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         finally:
             signal.signal(signal.SIGINT, prev_int)
             signal.signal(signal.SIGTERM, prev_term)
+            if own_name:
+                selfname.set_comm(own_name)
     return out
 
 

@@ -75,7 +75,7 @@ class Emulator:
         self.config_path.write_text(json.dumps(config, indent=1) + "\n")
         self.trace = out_dir / "netem.lstrace"
         self.argv = ["ip", "netns", "exec", router_ns, sys.executable, "-m", "loopscope.cli", "netem", "--config", str(self.config_path), "--trace", str(self.trace), "--json"]
-        self.child = procs.spawn("netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id), stdout_pipe=True)
+        self.child = procs.spawn("netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id, {"LOOPSCOPE_COMM": "ls-netem"}), stdout_pipe=True)
         self.result: dict[str, Any] | None = None
         assert self.child.popen.stdout is not None
         fd = self.child.popen.stdout.fileno()

@@ -1,20 +1,27 @@
-"""Kernel capture across a lab: one ``perf record`` per kernel.
+"""Kernel capture across a lab: one trace instance per kernel, read between windows.
 
 Netns and local hosts share this machine's kernel, so the first of them
 records for all; every ssh host records its own. The captures start once the
-agents are up (after the clock-sync probes) and stop after the last phase;
-their files live in ``hosts/<name>/kernel/`` and ``run.json`` lists them
-under ``kernel`` with the hosts each one covers, what it recorded, what the
-kernel lacked and what perf cost. A refusal (no perf, no tracefs, no
-privilege) is a note in the run with ``capture: auto`` and an error with
-``capture: on``.
+agents are up (after the clock-sync probes) and stop after the last phase.
+The controller calls ``drain`` after every probe step, when no probe
+measures, so the reader's work falls between windows; buffers are sized for
+the longest probe window. When a buffer still filled to half inside a window
+the reader ran then, and ``stop`` says so in the run's notes with the time
+and the step it fell in.
+
+Files live in ``hosts/<name>/kernel/``; ``run.json`` lists them under
+``kernel`` with the hosts each one covers, what it recorded, what the kernel
+lacked and what the reader cost. A refusal (no tracefs, no privilege) is a
+note in the run with ``capture: auto`` and an error with ``capture: on``.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from loopscope.lab.hosts import AgentFailure
+from loopscope.spec.plan import probe_seconds
 
 
 def kernels(lab: Any) -> list[tuple[str, list[str]]]:
@@ -27,11 +34,13 @@ def kernels(lab: Any) -> list[tuple[str, list[str]]]:
 
 def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
     k = exp.kernel
+    window_s = max([probe_seconds(exp, p) for p in exp.probes] or [10.0])
     info: dict[str, Any] = {"captures": [], "running": []}
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
-        meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_pages=k.buffer_pages)
-        entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: meta.get(x) for x in ("tool", "events", "missing_events", "refused", "clock", "timens_offset_ns")}}
+        meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, timeout=60)
+        keys = ("tool", "format", "instance", "events", "missing_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
+        entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: meta.get(x) for x in keys}}
         if meta.get("refused"):
             msg = f"kernel capture on {host} ({', '.join(covers)}): {meta['refused']}; the report cannot say why outliers happened there"
             if k.capture == "on":
@@ -45,28 +54,58 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
     return info
 
 
-def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
+def drain(lab: Any, info: dict[str, Any] | None, label: str) -> None:
+    """Read every running capture's buffers now (between probe windows)."""
+    for host in (info or {}).get("running") or []:
+        r = lab.agent(host).call("drain_kcapture", label=label, timeout=120)
+        if r.get("error"):
+            raise AgentFailure(f"kernel capture on {host}: {r['error']}", host=host, component="kernel capture")
+
+
+def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[dict[str, Any]] | None = None, notes: list[str] | None = None) -> None:
     for host in list(info.get("running") or []):
+        entry = next(e for e in info["captures"] if e["host"] == host)
         try:
-            meta = lab.agent(host).call("stop_kcapture", timeout=60)
-            entry = next(e for e in info["captures"] if e["host"] == host)
-            entry.update({"seconds": meta.get("seconds"), "perf_cpu_s": meta.get("perf_cpu_s")})
+            meta = lab.agent(host).call("stop_kcapture", timeout=180)
+            entry.update({"seconds": meta.get("seconds"), "reader_cpu_s": meta.get("reader_cpu_s"), "reader": meta.get("reader")})
             if meta.get("data"):
                 entry["data"] = lab.rel(host, meta["data"])
                 entry["log"] = lab.rel(host, meta["log"])
+            ran = _during(meta.get("half_full") or [], steps or [], int(entry.get("timens_offset_ns") or 0))
+            entry["reader_ran_during"] = ran
+            if ran and notes is not None:
+                inside = [r for r in ran if r.get("step")]
+                notes.append(
+                    f"kernel capture on {host}: a buffer ({entry.get('buffer_mb_per_cpu')} MiB per CPU) filled to half "
+                    f"{len(ran)} time(s) and the reader (SCHED_IDLE) ran then"
+                    + (f", {len(inside)} time(s) inside a probe window: " + "; ".join(f"{r['step']} at +{r['at_s']:.2f} s for {r['read_ms']:.1f} ms" for r in inside[:5]) if inside else "")
+                    + "; set kernel.buffer_mb higher, or capture fewer events, to keep it out")
         except AgentFailure:
             if not quiet:
                 raise
-        entry = next(e for e in info["captures"] if e["host"] == host)
         if "data" not in entry and not lab.hosts[host].remote:
-            # The agent stopped perf itself (Ctrl-C reaches it too): what perf wrote is still there.
-            from pathlib import Path
-
-            f = Path(lab.hosts[host].base) / "kernel" / "kernel.perf"
-            if f.exists() and f.stat().st_size:
-                entry["data"] = lab.rel(host, str(f))
-                entry["log"] = lab.rel(host, str(f.with_name("perf.log")))
+            # The agent stopped the reader itself (Ctrl-C reaches it too): what it wrote is still there.
+            d = Path(lab.hosts[host].base) / "kernel"
+            if (d / "segments.jsonl").exists():
+                entry["data"] = lab.rel(host, str(d))
+                entry["log"] = lab.rel(host, str(d / "reader.log"))
         info["running"].remove(host)
+
+
+def _during(reads: list[dict[str, Any]], steps: list[dict[str, Any]], timens_off: int) -> list[dict[str, Any]]:
+    """Each read the reader made on its own, with the step whose window it fell in, if any."""
+    out = []
+    for r in reads:
+        t = int(r["mono_ns"])
+        hit = None
+        for s in steps:
+            a, b = s.get("spawn_mono_ns"), s.get("end_mono_ns")
+            if a is not None and b is not None and a <= t <= b:
+                hit = f"rep {s['rep']} · {s['phase']} · {s['probe']}"
+                start = a
+                break
+        out.append({"kernel_ns": t - timens_off, "step": hit, "at_s": (t - start) / 1e9 if hit else 0.0, "read_ms": r.get("read_ns", 0) / 1e6})
+    return out
 
 
 def public(info: dict[str, Any]) -> dict[str, Any]:

@@ -420,11 +420,12 @@ class ClockSync(Model):
 
 class KernelCapture(Model):
     """Kernel events (scheduler, interrupts, page faults, timers, network receive) recorded during the
-    run on every kernel that allows it (perf record on tracepoints, CLOCK_MONOTONIC), to explain outliers."""
+    run on every kernel that allows it (tracepoints into a trace instance of the run's own, CLOCK_MONOTONIC,
+    read between probe windows), to explain outliers."""
 
-    capture: Literal["auto", "on", "off"] = Field("auto", description="auto: when perf, tracefs and the privileges are there (the run says when not); on: refuse to run without it")
+    capture: Literal["auto", "on", "off"] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
     events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
-    buffer_pages: Annotated[int, Field(ge=8, le=65536)] = Field(1024, description="perf ring buffer per CPU, in pages")
+    buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)")
 
 
 class Host(Model):

@@ -200,7 +200,9 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     from loopscope.analysis.attribution import Kernel
 
     run = json.loads((run_dir / "run.json").read_text())
-    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if (run_dir / "tables" / f"kernel-{c['host']}.parquet").exists()]
+    from loopscope.kernel import store as S
+
+    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
         return 0
     att_path = run_dir / "tables" / "attribution.parquet"
@@ -209,8 +211,11 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     n = 0
     for cap in caps:
         host = cap["host"]
-        ev = pl.read_parquet(run_dir / "tables" / f"kernel-{host}.parquet")
-        if not len(ev):
+        try:
+            st = S.open_capture(run_dir, cap)
+        except S.CaptureError:
+            continue
+        if not st.events:
             continue
         off = int(cap.get("timens_offset_ns") or 0)
         # windows of interest, in kernel time
@@ -219,7 +224,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
             hosts_off = {h: int(v.get("clock_offset_ns") or 0) for h, v in ((json.loads((run_dir / "provenance.json").read_text()).get("lab") or {}).get("hosts") or {}).items()} if (run_dir / "provenance.json").exists() else {}
             spans = sorted((int(t) - hosts_off.get(h, 0) - 20_000_000, int(t) + int(l) - hosts_off.get(h, 0) + 20_000_000) for t, l, h in o.select("t_ns", "latency_ns", "host").iter_rows())
         else:
-            t0 = int(ev["t_ns"].min())  # type: ignore[arg-type]
+            t0 = int(st.t_first or 0)
             spans = [(t0, t0 + 5_000_000_000)]
         merged: list[list[int]] = []
         for a, b in spans:
@@ -227,6 +232,8 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
                 merged[-1][1] = max(merged[-1][1], b)
             else:
                 merged.append([a, b])
+        # Only the kernel events around the windows of interest are read.
+        ev = pl.concat([st.load(a - 20_000_000, b + 20_000_000) for a, b in merged]).unique(maintain_order=True)
         k = Kernel.of(ev, 0)
         ref = None
         if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
@@ -270,8 +277,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
                         else:
                             p.track_event.type = TE.TYPE_SLICE_END
         # Where the capture lost events: a slice per LOST record on its CPU.
-        lp = run_dir / "tables" / f"kernel-lost-{host}.parquet"
-        lw = pl.read_parquet(lp) if lp.exists() else None
+        lw = st.lost
         if lw is not None and len(lw):
             for (cpu,), g in lw.sort("start_ns").group_by("cpu", maintain_order=True):
                 tu = _uuid("klost", host, cpu)

@@ -1,4 +1,8 @@
-"""A kernel capture as a table: one row per event, on the kernel's CLOCK_MONOTONIC.
+"""Captures recorded by ``perf record`` (runs made before the tracefs capture), as a table.
+
+Runs recorded before loopscope read the kernel's buffers itself kept a
+``kernel.perf`` file; ``explain`` still opens them through this module.
+One row per event, on the kernel's CLOCK_MONOTONIC.
 
 ``perf script --ns`` turns the capture into text; each line is split with
 polars string expressions (no per-line Python): the task (comm, pid, tid),

@@ -1,0 +1,27 @@
+//! Kernel trace events, from the binary ring-buffer pages of a tracefs
+//! instance straight into columns.
+//!
+//! loopscope's kernel capture lets the kernel write tracepoints into the
+//! per-CPU ring buffers of a tracefs instance of the run's own and reads them
+//! between probe windows (`trace_pipe_raw`, one sub-buffer page per read).
+//! Nothing in user space formats text. This crate turns those pages into
+//! typed columns, the way libtraceevent does, from the descriptions the kernel
+//! publishes itself:
+//!
+//! - [`format`] parses `events/header_page` (where a page's timestamp, commit
+//!   word and data sit) and each event's `format` file (its id, every field's
+//!   offset, size and sign, `__data_loc` strings, the symbol tables of its
+//!   print format);
+//! - [`page`] walks one page's compressed event headers (time deltas, time
+//!   extends, absolute stamps, padding) and says whether the kernel dropped
+//!   events before it, and how many when it stored the count;
+//! - [`decode`] keeps only the fields attribution needs, interns task names
+//!   and labels, and places every loss on its CPU between the last event that
+//!   arrived and the first one after it.
+//!
+//! A page that cannot be walked (cut short, a length past its end) is counted
+//! as damaged and becomes a loss window of unknown size; it never panics.
+
+pub mod decode;
+pub mod format;
+pub mod page;

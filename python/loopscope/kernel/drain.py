@@ -1,0 +1,313 @@
+"""The kernel capture's reader: ``python -m loopscope.kernel.drain``.
+
+One process per capture, named ``ls-kcapture`` and scheduled SCHED_IDLE.
+It owns the tracefs instance: creates it (``trace_clock`` mono, the buffer
+size it is given, ``buffer_percent`` 50, the events enabled), copies the
+kernel's format descriptions next to the capture, and removes the instance
+on every way out (a ``stop`` line, SIGTERM when its agent dies, an error).
+
+It reads the buffers only when asked (a ``drain LABEL`` line on stdin, sent
+by the lab between probe windows) or when a CPU's buffer is half full (the
+kernel wakes a ``poll`` only then). Each read becomes a segment: the pages
+decoded in Rust (``loopscope._native.KtraceDecoder``) into
+``events/NNNNN.parquet`` (zstd) and one line in ``segments.jsonl`` with
+its time span, why it was read, when and for how long the reader ran, its
+losses placed on their CPUs and the buffers' own overrun counters. A
+segment file is written under a temporary name and renamed, so a kill
+leaves whole files only; a write that fails (a full disk) keeps the line,
+with the events counted as lost over the segment's span.
+
+Replies are JSON lines on stdout: ``{"ready": …}`` once, then one per drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import select
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MAX_READ = 1 << 30
+
+
+class Stop(Exception):
+    pass
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _stats(inst: Path, cpu: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in (inst / "per_cpu" / f"cpu{cpu}" / "stats").read_text().splitlines():
+            k, _, v = line.partition(":")
+            v = v.strip()
+            if v.isdigit():
+                out[k.strip()] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def _dropped(st: dict[str, int]) -> int:
+    return st.get("overrun", 0) + st.get("commit overrun", 0) + st.get("dropped events", 0)
+
+
+class Reader:
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str]) -> None:
+        self.tf = tf
+        self.inst = tf / "instances" / name
+        self.out = out
+        self.buffer_mb = buffer_mb
+        self.events = events
+        self.missing: list[str] = []
+        self.fds: dict[int, int] = {}
+        self.seg = 0
+        self.totals = {"segments": 0, "events": 0, "lost_events": 0, "lost_unknown_windows": 0, "bytes_read": 0, "bytes_written": 0,
+                       "damaged_pages": 0, "unknown_records": 0, "reads_asked": 0, "reads_half_full": 0, "read_ns": 0, "write_errors": 0}
+        self.half_full: list[dict[str, Any]] = []
+        self.n_strings = -1
+
+    def _w(self, rel: str, value: str) -> None:
+        (self.inst / rel).write_text(value)
+
+    def create(self) -> dict[str, Any]:
+        from loopscope import _native
+
+        if self.inst.exists():
+            raise RuntimeError(f"a trace instance {self.inst.name} exists already (another capture, or a killed run: loopscope cleanup removes it)")
+        self.inst.mkdir()
+        self._w("tracing_on", "0")
+        self._w("trace_clock", "mono")
+        self._w("buffer_size_kb", str(self.buffer_mb * 1024))
+        self._w("buffer_percent", "50")
+        try:
+            self._w("options/overwrite", "1")
+        except OSError:
+            pass
+        fmt_dir = self.out / "formats"
+        fmt_dir.mkdir(parents=True, exist_ok=True)
+        header = (self.tf / "events" / "header_page").read_text()
+        (fmt_dir / "header_page").write_text(header)
+        formats = []
+        for e in self.events:
+            sub, name = e.split(":", 1)
+            try:
+                self._w(f"events/{sub}/{name}/enable", "1")
+                text = (self.tf / "events" / sub / name / "format").read_text()
+            except OSError:
+                self.missing.append(e)
+                continue
+            (fmt_dir / sub).mkdir(exist_ok=True)
+            (fmt_dir / sub / f"{name}.format").write_text(text)
+            formats.append((sub, text))
+        sub_kb = self.inst / "buffer_subbuf_size_kb"
+        self.page_size = int(sub_kb.read_text().strip()) * 1024 if sub_kb.exists() else os.sysconf("SC_PAGE_SIZE")
+        self.decoder = _native.KtraceDecoder(header, formats, self.page_size)
+        cpus = sorted(int(p.name[3:]) for p in (self.inst / "per_cpu").iterdir() if p.name[3:].isdigit())
+        for c in cpus:
+            self.fds[c] = os.open(self.inst / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        self.base = {c: _dropped(_stats(self.inst, c)) for c in cpus}
+        (self.out / "events").mkdir(exist_ok=True)
+        self.index = open(self.out / "segments.jsonl", "a")
+        self._w("tracing_on", "1")
+        self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
+
+    def drain(self, reason: str, label: str = "") -> dict[str, Any]:
+        """Read every CPU's buffer, decode, write one segment."""
+        from loopscope import _native
+        from loopscope.kernel import store
+
+        t0 = time.monotonic_ns()
+        nbytes = 0
+        dec_ns = 0
+        # What each buffer held now bounds this read (see ktrace_read).
+        held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
+        for c, fd in self.fds.items():
+            bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
+            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+            nbytes += len(buf)
+            if buf:
+                td = time.monotonic_ns()
+                self.decoder.pages(c, buf)
+                dec_ns += time.monotonic_ns() - td
+        t_read = time.monotonic_ns()
+        got = self.decoder.take()
+        df = store.frame(got)
+        t_frame = time.monotonic_ns()
+        lost = store.lost_list(got)
+        now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        # The buffers' own counters: what the pages did not place is placed
+        # over the segment on its CPU, with the counter's number.
+        t_first = int(df["t_ns"].min()) if len(df) else None  # type: ignore[arg-type]
+        t_last = int(df["t_ns"].max()) if len(df) else None  # type: ignore[arg-type]
+        for c in self.fds:
+            total = _dropped(_stats(self.inst, c))
+            delta, self.base[c] = total - self.base[c], total
+            mine = [w for w in lost if w["cpu"] == c]
+            known = sum(w["events"] for w in mine if w["events"] >= 0)
+            unknown = [w for w in mine if w["events"] < 0]
+            rest = delta - known
+            if unknown and rest > 0:
+                for i, w in enumerate(unknown):
+                    w["events"] = rest // len(unknown) + (1 if i < rest % len(unknown) else 0)
+                    w["why"] += "; count from the buffer's overrun counter"
+            elif rest > 0:
+                lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
+                             "why": "the buffer's overrun counter (no page said where)"})
+        self.last_k = now_k
+        seg = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
+               "decode_ns": dec_ns, "frame_ns": t_frame - t_read, "events": len(df), "t_first_ns": t_first, "t_last_ns": t_last, "lost": lost, "file": None, "counts": got["counts"]}
+        if len(got["strings"]) != self.n_strings:
+            seg["strings"], seg["event_names"] = got["strings"], got["events"]
+            self.n_strings = len(got["strings"])
+        if len(df):
+            path = self.out / "events" / f"{self.seg:05d}.parquet"
+            tmp = path.with_suffix(".tmp")
+            try:
+                df.write_parquet(tmp, compression="zstd", compression_level=3, row_group_size=65536, statistics=True)
+                os.replace(tmp, path)
+                seg["file"] = f"events/{path.name}"
+                seg["bytes"] = path.stat().st_size
+                self.totals["bytes_written"] += seg["bytes"]
+            except OSError as e:
+                tmp.unlink(missing_ok=True)
+                self.totals["write_errors"] += 1
+                seg["write_error"] = str(e)
+                seg["lost"] = [*lost, *({"cpu": int(c), "start_ns": int(g["t_ns"].min()), "end_ns": int(g["t_ns"].max()), "events": len(g),  # type: ignore[arg-type]
+                                         "why": f"the segment could not be written: {e}"} for (c,), g in df.group_by("cpu"))]
+        seg["write_ns"] = time.monotonic_ns() - t_frame
+        self.seg += 1
+        t = self.totals
+        t["segments"] += 1
+        t["events"] += len(df)
+        t["lost_events"] += sum(max(0, w["events"]) for w in seg["lost"])
+        t["lost_unknown_windows"] += sum(1 for w in seg["lost"] if w["events"] < 0)
+        t["bytes_read"] += nbytes
+        t["damaged_pages"] = got["counts"]["damaged_pages"]
+        t["unknown_records"] = got["counts"]["unknown_type"]
+        t["read_ns"] += seg["read_ns"] + seg["frame_ns"] + seg["write_ns"]
+        t["reads_asked" if reason == "asked" else "reads_half_full"] += 1
+        if reason == "half full":
+            self.half_full.append({"mono_ns": t0, "kernel_ns": t0 - _timens_offset(), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "after": label})
+        try:
+            self.index.write(json.dumps(seg) + "\n")
+            self.index.flush()
+            os.fsync(self.index.fileno())
+        except OSError as e:
+            t["write_errors"] += 1
+            sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
+        return {"seg": seg["seg"], "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.fds = {}
+        if self.inst.is_dir():
+            from loopscope.kernel.capture import remove_instance
+
+            remove_instance(self.inst.name)
+
+
+def _timens_offset() -> int:
+    from loopscope.kernel.capture import timens_offset_ns
+
+    return timens_offset_ns()
+
+
+def _say(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="loopscope-kcapture", description="the kernel capture's reader (started by the lab)")
+    ap.add_argument("--instance", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--buffer-mb", type=int, required=True)
+    ap.add_argument("--events", required=True)
+    a = ap.parse_args(argv)
+    from loopscope.selfname import set_comm
+
+    set_comm("ls-kcapture")
+    _die_with_parent()
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (OSError, AttributeError) as e:
+        sys.stderr.write(f"ls-kcapture: SCHED_IDLE refused ({e}); the reader runs at the normal policy\n")
+    from loopscope.kernel.capture import tracefs
+
+    tf = tracefs()
+    if tf is None:
+        _say({"error": "tracefs is not mounted"})
+        return 1
+    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e])
+    label = ""
+    try:
+        _say(r.create())
+        poller = select.poll()
+        poller.register(0, select.POLLIN)
+        for fd in r.fds.values():
+            poller.register(fd, select.POLLIN)
+        pending = b""
+        while True:
+            ready = poller.poll()
+            fds = {fd for fd, _ in ready}
+            if 0 in fds:
+                chunk = os.read(0, 4096)
+                if not chunk:
+                    r.drain("the agent went away", label)
+                    break
+                pending += chunk
+                stop = False
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
+                    if cmd == "drain":
+                        label = arg
+                        _say(r.drain("asked", arg))
+                    elif cmd == "stop":
+                        last = r.drain("asked", "end")
+                        _say({**last, "totals": r.totals, "half_full": r.half_full})
+                        stop = True
+                if stop:
+                    break
+            elif fds:
+                r.drain("half full", label)
+    except Stop as e:
+        try:
+            r.drain(f"stopped by {e}", label)
+        except Exception:  # noqa: BLE001 - the instance is removed below whatever happened
+            pass
+    except Exception as e:  # noqa: BLE001 - said to the agent, then the instance is removed
+        _say({"error": f"{type(e).__name__}: {e}"})
+        sys.stderr.write(f"ls-kcapture: {type(e).__name__}: {e}\n")
+        return 1
+    finally:
+        r.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""A kernel capture on disk, read a time window at a time.
+
+The reader (``drain``) leaves under ``hosts/<host>/kernel/``:
+
+- ``segments.jsonl``: one line per read of the buffers: ``seg``, ``reason``
+  (``asked`` between windows, ``half full`` during one, ``stopped by …``),
+  ``t_first_ns``/``t_last_ns`` (kernel CLOCK_MONOTONIC), ``events``,
+  ``file``, ``lost`` (windows: ``cpu``, ``start_ns``, ``end_ns``,
+  ``events``, ``why``; ``events`` -1 when nobody counted them);
+- ``events/NNNNN.parquet``: the segment's events (``STORED`` columns;
+  text as indices into the string table a segment line carries whenever
+  it grew, ``strings`` and ``event_names``), zstd-compressed, time-sorted;
+- ``formats/``: the kernel's event descriptions it was decoded with.
+
+``Store.load(a, b)`` reads only the segments that overlap [a, b], and only
+the rows inside it, so explaining a run needs the memory of the windows it
+explains, not of the run. A segment file that cannot be read (cut short by
+a kill, damaged) becomes a loss window over its span; a capture whose index
+is gone or unreadable has losses at unknown times. Old runs (``kernel.perf``
+from ``perf record``) open through ``perfdata`` into the same interface.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+SCHEMA = {
+    "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
+    "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
+    "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
+}
+STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime"]
+LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
+
+
+class CaptureError(Exception):
+    pass
+
+
+CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
+
+
+def frame(got: dict[str, Any]) -> pl.DataFrame:
+    """The decoder's columns as a time-sorted table of ``STORED`` columns:
+    numbers, and for the text columns indices into the string table (the
+    event names for ``event``), null where the event has no such field.
+    Text is looked up only when a window is loaded (``decode_text``)."""
+    c = got["columns"]
+
+    def num(codes: np.ndarray, dt: Any) -> pl.Series:
+        s = pl.Series(codes)
+        return pl.select(pl.when(s >= 0).then(s).cast(dt)).to_series()
+
+    df = pl.DataFrame({
+        "t_ns": pl.Series(c["t_ns"], dtype=pl.Int64),
+        "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
+        "pid": pl.Series(c["pid"], dtype=pl.Int32),
+        "event": pl.Series(c["event"], dtype=pl.Int32),
+        "target": num(c["target"], pl.Int32),
+        "target_comm": num(c["target_comm"], pl.Int32),
+        "next_pid": num(c["next_pid"], pl.Int32),
+        "next_comm": num(c["next_comm"], pl.Int32),
+        "prev_state": num(c["prev_state"], pl.Int32),
+        "irq": num(c["irq"], pl.Int32),
+        "name": num(c["name"], pl.Int32),
+        "dest_cpu": num(c["dest_cpu"], pl.Int32),
+        "runtime": num(c["runtime"], pl.Int64),
+    })
+    return df.sort("t_ns", maintain_order=True)
+
+
+def decode_text(df: pl.DataFrame, strings: list[str], events: list[str]) -> pl.DataFrame:
+    """Stored code columns → their text."""
+    st = pl.Series("s", strings, dtype=pl.String)
+    ev = pl.Series("e", events, dtype=pl.String)
+    out = {}
+    for c in CODED:
+        if c in df.columns and df[c].dtype != pl.String:
+            table = ev if c == "event" else st
+            out[c] = table.gather(df[c].cast(pl.Int64)) if len(table) else pl.Series(c, [None] * len(df), dtype=pl.String)
+    return df.with_columns(**out) if out else df
+
+
+def lost_list(got: dict[str, Any]) -> list[dict[str, Any]]:
+    lo = got["lost"]
+    return [{"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}
+            for c, a, b, n, w in zip(lo["cpu"], lo["start_ns"], lo["end_ns"], lo["events"], lo["why"])]
+
+
+def full(df: pl.DataFrame) -> pl.DataFrame:
+    """Stored columns → the columns attribution reads (the current task's tid
+    is its pid in the kernel's sense; its name is not kept)."""
+    out = df.with_columns(pl.col("pid").alias("tid"), pl.lit(None, dtype=pl.String).alias("comm"))
+    for c, dt in SCHEMA.items():
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(None, dtype=dt).alias(c))
+    return out.select(list(SCHEMA)).cast(SCHEMA)  # type: ignore[arg-type]
+
+
+@dataclass
+class Store:
+    """One capture: its segments, its losses, events by time window."""
+
+    dir: Path
+    segments: list[dict[str, Any]]
+    lost: pl.DataFrame  # cpu, start_ns, end_ns, events (>= 1; unknown counts as 1)
+    unknown_loss: list[str] = field(default_factory=list)  # losses that cannot be placed in time
+    problems: list[str] = field(default_factory=list)
+    legacy: pl.DataFrame | None = None
+    strings: list[str] = field(default_factory=list)
+    event_names: list[str] = field(default_factory=list)
+
+    @property
+    def lost_events(self) -> int:
+        return int(self.lost["events"].sum() or 0) if len(self.lost) else 0
+
+    @property
+    def lost_counted(self) -> bool:
+        """Whether every loss has a count (else the count is a lower bound)."""
+        return not any(s.get("lost_unknown") for s in self.segments)
+
+    @property
+    def t_first(self) -> int | None:
+        ts = [s["t_first_ns"] for s in self.segments if s.get("t_first_ns") is not None]
+        return min(ts) if ts else None
+
+    @property
+    def t_last(self) -> int | None:
+        ts = [s["t_last_ns"] for s in self.segments if s.get("t_last_ns") is not None]
+        return max(ts) if ts else None
+
+    @property
+    def events(self) -> int:
+        return sum(int(s.get("events") or 0) for s in self.segments)
+
+    def load(self, a: int, b: int) -> pl.DataFrame:
+        """Every event with a <= t_ns <= b, time-sorted, in the columns of ``SCHEMA``."""
+        if self.legacy is not None:
+            return self.legacy.filter(pl.col("t_ns").is_between(a, b))
+        files = [self.dir / s["file"] for s in self.segments if s.get("file") and s.get("readable", True)
+                 and s["t_first_ns"] is not None and s["t_first_ns"] <= b and s["t_last_ns"] >= a]
+        if not files:
+            return pl.DataFrame(schema=SCHEMA)
+        df = pl.scan_parquet(files).filter(pl.col("t_ns").is_between(a, b)).collect()
+        return full(decode_text(df.sort("t_ns", maintain_order=True), self.strings, self.event_names))
+
+    def by_event(self) -> dict[str, int]:
+        if self.legacy is not None:
+            return {r["event"]: r["len"] for r in self.legacy.group_by("event").len().sort("len", descending=True).iter_rows(named=True)}
+        files = [self.dir / s["file"] for s in self.segments if s.get("file") and s.get("readable", True)]
+        if not files:
+            return {}
+        g = pl.scan_parquet(files).group_by("event").len().sort("len", descending=True).collect()
+        g = decode_text(g, self.strings, self.event_names)
+        return {r["event"]: int(r["len"]) for r in g.iter_rows(named=True)}
+
+    def bytes_on_disk(self) -> int:
+        return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
+
+
+def open_capture(run_dir: Path, cap: dict[str, Any]) -> Store:
+    """The capture a run.json ``kernel.captures`` entry describes."""
+    fmt = cap.get("format")
+    data = run_dir / cap["data"] if cap.get("data") else None
+    if data is None:
+        raise CaptureError("the capture recorded no data")
+    if fmt is None and data.suffix == ".perf":
+        return _legacy(data)
+    if fmt != "tracefs-segments/1":
+        raise CaptureError(f"capture format {fmt!r} is newer than this loopscope reads (it reads tracefs-segments/1 and perf.data)")
+    return open_dir(data)
+
+
+def open_dir(d: Path) -> Store:
+    idx = d / "segments.jsonl"
+    segments: list[dict[str, Any]] = []
+    problems: list[str] = []
+    unknown: list[str] = []
+    try:
+        lines = idx.read_text().splitlines()
+    except OSError as e:
+        raise CaptureError(f"{idx}: {e.strerror or e}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            segments.append(json.loads(line))
+        except json.JSONDecodeError:
+            # A line cut short by a kill: what it described is lost at an unknown time.
+            problems.append(f"{idx.name} line {n} is cut short")
+            unknown.append(f"{idx.name} line {n} is cut short")
+    named = {s.get("file") for s in segments}
+    # A file renamed into place whose index line never got written (killed in between).
+    for p in sorted((d / "events").glob("*.parquet")) if (d / "events").is_dir() else []:
+        rel = f"events/{p.name}"
+        if rel not in named:
+            try:
+                t = pl.scan_parquet(p).select(pl.col("t_ns").min().alias("a"), pl.col("t_ns").max().alias("b"), pl.len().alias("n")).collect().row(0)
+                segments.append({"seg": None, "reason": "index line missing", "file": rel, "t_first_ns": t[0], "t_last_ns": t[1], "events": t[2], "lost": []})
+                problems.append(f"{rel} has no line in {idx.name} (the reader was killed after writing it); read it anyway")
+            except Exception as e:  # noqa: BLE001 - polars raises several kinds for a damaged file
+                problems.append(f"{rel}: unreadable ({str(e).splitlines()[0][:120]})")
+                unknown.append(f"{rel} is unreadable and its span unknown")
+    lost_rows: list[dict[str, Any]] = []
+    for s in segments:
+        if s.get("file"):
+            p = d / s["file"]
+            try:
+                pl.read_parquet_schema(p)
+            except Exception as e:  # noqa: BLE001 - a cut-short or damaged file
+                s["readable"] = False
+                problems.append(f"{s['file']}: unreadable ({str(e).splitlines()[0][:120]}); its {s.get('events')} events count as lost")
+                if s.get("t_first_ns") is not None:
+                    lost_rows += [{"cpu": -1, "start_ns": s["t_first_ns"], "end_ns": s["t_last_ns"], "events": int(s.get("events") or 1)}]
+        for w in s.get("lost") or []:
+            if w["events"] < 0:
+                s["lost_unknown"] = True
+            lost_rows.append({"cpu": w["cpu"], "start_ns": w["start_ns"], "end_ns": w["end_ns"], "events": max(1, int(w["events"]))})
+    lost = pl.DataFrame(lost_rows, schema=LOST_SCHEMA) if lost_rows else pl.DataFrame(schema=LOST_SCHEMA)
+    segments.sort(key=lambda s: (s.get("t_first_ns") is None, s.get("t_first_ns") or 0))
+    # The string table only grows: the longest one serves every segment.
+    strings = max((s.get("strings") or [] for s in segments), key=len, default=[])
+    events = max((s.get("event_names") or [] for s in segments), key=len, default=[])
+    return Store(d, segments, lost, unknown, problems, strings=strings, event_names=events)
+
+
+def _legacy(data: Path) -> Store:
+    from loopscope.kernel import perfdata
+
+    try:
+        got = perfdata.read(data)
+    except perfdata.KernelReadError as e:
+        raise CaptureError(str(e)) from None
+    ev = got.events
+    t = ev["t_ns"]
+    seg = {"seg": 0, "reason": "perf record", "file": None, "events": len(ev),
+           "t_first_ns": int(t.min()) if len(t) else None, "t_last_ns": int(t.max()) if len(t) else None}  # type: ignore[arg-type]
+    unknown = [] if got.placed or not got.lost else [f"{got.lost} kernel events lost at unknown times"]
+    return Store(data.parent, [seg], got.lost_windows, unknown, [], legacy=ev)
