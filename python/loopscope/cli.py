@@ -568,6 +568,9 @@ def _trace_line(con: Any, res: Any) -> None:
 def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None) -> int:
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
     from loopscope.lab import controller
+    from loopscope.selfname import set_comm
+
+    set_comm("ls-ctl")  # before the progress bar's thread starts: it takes this name
 
     if sys.stderr.isatty():
         from rich.console import Console
@@ -609,9 +612,11 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
 def report_cmd(run_dir: str, as_json: bool) -> int:
     """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory."""
+    from loopscope import progress
     from loopscope.report import build
 
-    rep = build(Path(run_dir))
+    with progress.shown(not as_json):
+        rep = build(Path(run_dir))
     if as_json:
         click.echo(json.dumps(rep.to_json()))
     else:
@@ -632,7 +637,11 @@ def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
     rd = Path(run_dir)
     if not (rd / "run.json").exists():
         raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
-    out = timeline.build(rd, use=use)
+    from loopscope import progress
+
+    with progress.shown(not as_json):
+        progress.step("timeline: estimating the clocks and placing every record")
+        out = timeline.build(rd, use=use)
     if as_json:
         click.echo(json.dumps(out, default=float))
         return 0
@@ -658,10 +667,15 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
     rd = Path(run_dir)
     if not (rd / "run.json").exists():
         raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
-    if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
-        timeline.build(rd)
+    from loopscope import progress
+
     out = Path(output) if output else rd / "trace.perfetto-trace"
-    c = perfetto.export(rd, out)
+    with progress.shown():
+        if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
+            progress.step("export: building the global timeline")
+            timeline.build(rd)
+        progress.step("export: writing the Perfetto trace")
+        c = perfetto.export(rd, out)
     click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
                + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
                + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
@@ -682,9 +696,12 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     rd = Path(run_dir)
     if not (rd / "run.json").exists():
         raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
-    out = explain.explain(rd, quantile=quantile)
+    from loopscope import progress
+
+    with progress.shown(not as_json):
+        out = explain.explain(rd, quantile=quantile)
     if out is None:
-        raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or perf/tracefs/privileges were missing: see its notes)")
+        raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or tracefs or the privileges were missing: see its notes)")
     if as_json:
         click.echo(json.dumps(out, default=float))
         return 0
@@ -692,9 +709,15 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
         if c.get("error"):
             click.echo(f"{c['host']}: {c['error']}")
             continue
-        click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost" + (f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU" if c.get("perf_cpu_share") is not None else ""))
+        cost = (f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU" if c.get("perf_cpu_share") is not None
+                else f"; the reader used {c['reader_cpu_share'] * 100:.1f} % of a CPU, {c.get('reads_during_windows') or 0} of its reads inside windows" if c.get("reader_cpu_share") is not None else "")
+        size = f", {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c.get("bytes_per_s") else ""
+        click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost{size}{cost}")
+        for p in c.get("problems") or []:
+            click.echo(f"  capture: {p}")
     for g in out["groups"]:
         top = ", ".join(f"{x['cause']} {x['share'] * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
+        top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %" if "lab_share" in g else ""
         flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
         click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
     click.echo(f"attributed in {out['seconds']:.1f} s; {rd / 'tables' / 'attribution.parquet'}")

@@ -6,7 +6,6 @@ well formed; a host whose probes never come back is said, not misplaced."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -20,6 +19,7 @@ from loopscope.lab import netns
 from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
+from loopscope.kernel.capture import tracefs
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ethtool")]
 
@@ -100,7 +100,7 @@ def test_the_estimate_finds_the_injected_drift(skewed: Path) -> None:
 def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> None:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    kernel = shutil.which("perf") is not None
+    kernel = tracefs() is not None
     if kernel:
         r = cli("explain", str(skewed))
         assert r.returncode == 0, r.stderr

@@ -23,6 +23,7 @@ from loopscope.lab import netns, procs, state
 from loopscope.lab.cgroup import find_root
 from tests.conftest import BIN, ROOT, Cli
 from tests.lab.test_run import wait_for
+from loopscope.kernel.capture import tracefs
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ethtool")]
 
@@ -109,7 +110,7 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path
     assert bc["configured"] and bc["forwarded"] > 0 and bc["applied_ns"]["min"] >= 2_000_000
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert "emulator" in prov["lab"]["links"]["mechanism"]
-    if shutil.which("perf"):
+    if tracefs() is not None:
         # the stages' kernel-to-application waits are attributed on their hosts' CPUs
         ex = json.loads((run_dir / "explain.json").read_text())
         stacks = {g["probe"] for g in ex["groups"]}

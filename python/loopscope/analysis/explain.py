@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.kernel import store as S
 from loopscope.trace import reader
@@ -51,7 +51,6 @@ LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
 CHUNK_NS = 2_000_000_000
 MARGIN_NS = 100_000_000
 
-Progress = Callable[[str, int, int], None]
 
 
 def _host_offsets(run_dir: Path) -> dict[str, int]:
@@ -61,11 +60,19 @@ def _host_offsets(run_dir: Path) -> dict[str, int]:
 
 
 def _roles(run: dict[str, Any]) -> dict[int, str]:
-    """Threads the run knows by id: each load's (from its cgroup at stop)."""
+    """Threads the run knows by id: each load's (from its cgroup at stop), the
+    lab's own processes' and the capture reader's (whatever their threads
+    call themselves: polars' pool, jemalloc's, rich's refresh)."""
     out: dict[int, str] = {}
     for ld in run.get("loads") or []:
         for t in ld.get("tids") or []:
             out[int(t)] = f"load: {ld['name']}"
+    for label, tids in (run.get("lab_tids") or {}).items():
+        for t in tids:
+            out[int(t)] = label
+    for cap in (run.get("kernel") or {}).get("captures") or []:
+        for t in cap.get("reader_tids") or []:
+            out[int(t)] = "lab: capture"
     return out
 
 
@@ -95,7 +102,7 @@ def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str,
     }
 
 
-def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None, progress: Progress | None = None) -> pl.DataFrame:
+def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
     """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
     ``span``) from the capture, loading the kernel events a stretch of at most
     ``CHUNK_NS`` of windows at a time."""
@@ -116,12 +123,11 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
         k.t_first, k.t_last = st.t_first or 0, st.t_last or 0
         parts.append(A.attribute_many(k, o[i:j + 1]))
         i = j + 1
-        if progress is not None:
-            progress("attributing outliers", i, n)
+        progress.step("explain: attributing outliers", i, n)
     return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o)
 
 
-def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, progress: Progress | None = None) -> dict[str, Any] | None:
+def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> dict[str, Any] | None:
     run = json.loads((run_dir / "run.json").read_text())
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
@@ -132,8 +138,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, pro
     out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
     frames = []
     for cap in caps:
-        if progress is not None:
-            progress(f"opening the capture of {cap['host']}", 0, 1)
+        progress.step(f"explain: opening the kernel capture of {cap['host']}")
         try:
             st = S.open_capture(run_dir, cap)
         except S.CaptureError as e:
@@ -143,8 +148,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, pro
         rows = []
         steps = [s for s in run.get("steps") or [] if s.get("kind") in ("timer", "sched")]
         for n, stp in enumerate(steps, 1):
-            if progress is not None:
-                progress("reading probe traces", n, len(steps))
+            progress.step("explain: reading probe traces", n, len(steps))
             host = stp.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
             if host not in cap["covers"]:
                 continue
@@ -174,7 +178,7 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, pro
         # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         del recs, rows
-        att = attribute_store(st, outl, roles, progress)
+        att = attribute_store(st, outl, roles)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             total = int(g["ns"].sum())

@@ -4,7 +4,7 @@ The role of DSKI in the data-stream study, without a kernel patch and
 without a copier that runs while the probes measure. The kernel writes the
 tracepoints that explain a late thread (scheduler switches, wake-ups,
 migrations and runtime; device, timer-vector and soft interrupts; user page
-faults; hrtimer expiries; on request the per-packet receive path) into the
+faults; on request the per-packet receive path) into the
 per-CPU ring buffers of a tracefs instance of the run's own
 (``instances/loopscope-<run>``, ``trace_clock`` mono, buffers sized for the
 longest probe window). Nobody reads them while a probe measures: the lab
@@ -46,10 +46,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+# What attribution reads, and nothing more: every event is ring-buffer space
+# and a cost where it fires (sched_waking and the hrtimer expiries, once
+# recorded, were a fifth of the events under a network flood and read by
+# nobody).
 EVENTS = [
     "sched:sched_switch",
     "sched:sched_wakeup",
-    "sched:sched_waking",
     "sched:sched_migrate_task",
     "sched:sched_stat_runtime",
     "irq:irq_handler_entry",
@@ -63,8 +66,6 @@ EVENTS = [
     "irq_vectors:reschedule_entry",
     "irq_vectors:reschedule_exit",
     "exceptions:page_fault_user",
-    "timer:hrtimer_expire_entry",
-    "timer:hrtimer_expire_exit",
 ]
 
 # Per-packet receive-path events: opt-in (``kernel.events``). Under a network
@@ -151,7 +152,7 @@ def size_buffers(window_s: float | None, asked_mb: int | None = None) -> tuple[i
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None) -> None:
+    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.out_dir / "reader.log"
@@ -164,6 +165,17 @@ class Capture:
         self.ready: dict[str, Any] = {}
         self.final: dict[str, Any] = {}
         self.cpu_s: float | None = None
+        self.tids: list[int] = []
+        self.group = group
+
+    def _group_idle(self, on: bool) -> None:
+        """With the cpu controller, a group's tasks compete as one entity:
+        mark the reader's group idle, as its policy is, outside asked drains."""
+        if self.group is not None and (self.group / "cpu.idle").exists():
+            try:
+                (self.group / "cpu.idle").write_text("1" if on else "0")
+            except OSError:
+                pass
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
@@ -175,6 +187,9 @@ class Capture:
         if self.refused:
             return self.meta()
         argv = self.argv()
+        # polars' allocator would otherwise keep a thread that wakes on its own
+        # to return memory, inside the windows: the reader must run only when asked.
+        env = {**(env or os.environ), "_RJEM_MALLOC_CONF": "background_thread:false"}
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env)
         self.started_ns = time.monotonic_ns()
@@ -186,25 +201,38 @@ class Capture:
         else:
             self.ready = reply
             self.missing = sorted(set(self.missing) | set(reply.get("missing") or []))
+            self._group_idle(True)
         return self.meta()
 
     def drain(self, label: str = "") -> dict[str, Any]:
         """Read everything the buffers hold now (call it between windows)."""
         if self.proc is None or self.proc.poll() is not None:
             return {"error": "the kernel capture's reader is not running" + (f": {self._log_tail()}" if self.proc else "")}
-        self._send(f"drain {label}")
-        return self._reply(timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
+        self._group_idle(False)
+        try:
+            self._send(f"drain {label}")
+            return self._reply(timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
+        finally:
+            self._group_idle(True)
 
     def stop(self) -> dict[str, Any]:
         if self.proc is not None:
             self.cpu_s = _cpu_s(self.proc.pid)
+            try:
+                # Its threads (polars' pool among them), for attribution to name as the capture's.
+                self.tids = sorted(int(t) for t in os.listdir(f"/proc/{self.proc.pid}/task"))
+            except OSError:
+                pass
             if self.proc.poll() is None:
+                self._group_idle(False)
                 self._send("stop")
                 self.final = self._reply(timeout=120) or {}
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self._kill()
+            if self.proc is not None:
+                _close_pipes(self.proc)
             self.proc = None
             self.stopped_ns = time.monotonic_ns()
         remove_instance(self.name)
@@ -217,6 +245,7 @@ class Capture:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+            _close_pipes(self.proc)
             self.proc = None
         remove_instance(self.name)
 
@@ -269,8 +298,18 @@ class Capture:
             "page_size": self.ready.get("page_size"),
             "seconds": (self.stopped_ns - self.started_ns) / 1e9 if self.stopped_ns else None,
             "reader_cpu_s": self.cpu_s,
+            "reader_tids": self.tids,
             "reader": self.final.get("totals"),
         }
+
+
+def _close_pipes(p: subprocess.Popen[bytes]) -> None:
+    for f in (p.stdin, p.stdout):
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
 
 
 def remove_instance(name: str) -> bool:

@@ -7,8 +7,12 @@ kernel's format descriptions next to the capture, and removes the instance
 on every way out (a ``stop`` line, SIGTERM when its agent dies, an error).
 
 It reads the buffers only when asked (a ``drain LABEL`` line on stdin, sent
-by the lab between probe windows) or when a CPU's buffer is half full (the
-kernel wakes a ``poll`` only then). Each read becomes a segment: the pages
+by the lab between probe windows, read at the normal policy so a CPU-bound
+load cannot hold it up) or when a CPU's buffer is half full (the kernel
+wakes a ``poll`` only then; that read stays at SCHED_IDLE). Where its cgroup
+has the cpu controller, the agent also marks the group ``cpu.idle`` except
+while it waits for an asked drain, because task policies only order tasks
+within one group. Each read becomes a segment: the pages
 decoded in Rust (``loopscope._native.KtraceDecoder``) into
 ``events/NNNNN.parquet`` (zstd) and one line in ``segments.jsonl`` with
 its time span, why it was read, when and for how long the reader ran, its
@@ -30,6 +34,8 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +234,24 @@ class Reader:
             remove_instance(self.inst.name)
 
 
+@contextmanager
+def _prompt() -> Iterator[None]:
+    """Between windows the lab waits for the drain: run it at the normal
+    policy (at SCHED_IDLE a CPU-bound load could starve it for seconds), then
+    go back to SCHED_IDLE for whatever the buffers force it to do later."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    except (OSError, AttributeError):
+        pass
+    try:
+        yield
+    finally:
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (OSError, AttributeError):
+            pass
+
+
 def _timens_offset() -> int:
     from loopscope.kernel.capture import timens_offset_ns
 
@@ -286,9 +310,11 @@ def main(argv: list[str] | None = None) -> int:
                     cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
                     if cmd == "drain":
                         label = arg
-                        _say(r.drain("asked", arg))
+                        with _prompt():
+                            _say(r.drain("asked", arg))
                     elif cmd == "stop":
-                        last = r.drain("asked", "end")
+                        with _prompt():
+                            last = r.drain("asked", "end")
                         _say({**last, "totals": r.totals, "half_full": r.half_full})
                         stop = True
                 if stop:

@@ -244,6 +244,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 else:
                     say(f"[{done}/{total}] {label}")
                 lab.check()
+                # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
+                kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
                 if probe.kind == "pipeline":
                     step = run_pipeline(lab, exp, probe, pr.key, dur)
                 elif probe.kind == "app":
@@ -311,6 +313,10 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         try:
             if out.status == "running":
                 out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
+            try:
+                run["lab_tids"] = lab.lab_tids()
+            except Exception:  # noqa: BLE001 - naming the lab's threads must not fail the clean-up
+                pass
             if kcap_info is not None and kcap_info.get("running"):
                 kcapture.stop(lab, kcap_info, quiet=True, steps=run["steps"], notes=notes)
                 run["kernel"] = kcapture.public(kcap_info)

@@ -67,7 +67,7 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[dict[s
         entry = next(e for e in info["captures"] if e["host"] == host)
         try:
             meta = lab.agent(host).call("stop_kcapture", timeout=180)
-            entry.update({"seconds": meta.get("seconds"), "reader_cpu_s": meta.get("reader_cpu_s"), "reader": meta.get("reader")})
+            entry.update({"seconds": meta.get("seconds"), "reader_cpu_s": meta.get("reader_cpu_s"), "reader": meta.get("reader"), "reader_tids": meta.get("reader_tids") or []})
             if meta.get("data"):
                 entry["data"] = lab.rel(host, meta["data"])
                 entry["log"] = lab.rel(host, meta["log"])

@@ -230,6 +230,23 @@ class Lab:
         assert self.topo is not None
         self.topo.link_down(host)
 
+    def lab_tids(self) -> dict[str, list[int]]:
+        """The threads of the lab's own processes on this machine, by the name
+        attribution gives them: the controller and the agents, the emulator."""
+        own = {"lab: agent": [os.getpid(), *(h.hello["pid"] for h in self.hosts.values() if not h.remote and h.hello)]}
+        if self.emulator is not None:
+            own["lab: emulator"] = [self.emulator.child.pid]
+        out: dict[str, list[int]] = {}
+        for label, pids in own.items():
+            tids: set[int] = set()
+            for pid in pids:
+                try:
+                    tids |= {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+                except OSError:
+                    pass
+            out[label] = sorted(tids)
+        return out
+
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.remote else {})} for h in self.hosts.values()},

@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from loopscope import progress
 from loopscope.errors import InputError
 from loopscope.units import format_ns
 
@@ -112,7 +113,9 @@ def build(run_dir: Path) -> Report:
     run_dir = Path(run_dir)
     if not (run_dir / "run.json").exists():
         raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory printed by 'loopscope run'")
+    progress.step("report: reading the run's traces")
     tables = load_run(run_dir)
+    progress.step("report: comparing phases")
     phase_order = [p["name"] for p in tables.spec.get("phases") or []]
     # The phase comparisons are of the steady state: a warm-up the detector
     # finds at the start of a series is left out of them (and said).
@@ -145,8 +148,10 @@ def build(run_dir: Path) -> Report:
         notes.insert(0, f"the run {tables.run.get('status')}: {tables.run.get('error')}")
     tl = None
     if tables.run.get("clocksync"):
+        progress.step("report: the global timeline")
         tl = _timeline(run_dir, notes)
     ex = _explain(run_dir, tables.run, notes)
+    progress.step("report: rendering")
     html = run_dir / "report.html"
     html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex))
     rep = Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)

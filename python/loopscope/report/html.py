@@ -358,13 +358,19 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             caps.append(f"{c['host']}: the capture could not be read: {c['error']}")
             continue
         share = c.get("perf_cpu_share")
+        reader = c.get("reader_cpu_share")
+        during = c.get("reader_ran_during") or []
         caps.append(
             f"{c['host']} (kernel of {', '.join(c['covers'])}): {c['events']:,} events"
             + (f" ({c['events_per_s']:,.0f}/s)" if c.get("events_per_s") else "")
             + f", {c['lost_events']:,} lost"
             + (_lost_where(c) if c.get("lost_events") else "")
+            + (f"; {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c.get("bytes_per_s") else "")
             + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
+            + (f"; its reader used {reader * 100:.1f} % of a CPU, between the probe windows" if reader is not None and share is None else "")
+            + (f", and ran inside {sum(1 for d in during if d.get('step'))} window(s) when a buffer was half full" if any(d.get("step") for d in during) else "")
             + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c.get("missing_events") else "")
+            + ("; " + "; ".join(c["problems"]) if c.get("problems") else "")
         )
     probes = []
     by_probe: dict[str, list[dict[str, Any]]] = {}
@@ -375,7 +381,9 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
         for g in groups:
             top = ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
             note = "complete" if g["complete"] else f"incomplete: {g['incomplete_outliers']} outliers ({'; '.join(g['incomplete_why'])})"
-            rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note})
+            split = (f"{g['lab_share'] * 100:.1f} % / {g['load_share'] * 100:.0f} % / {g['system_share'] * 100:.0f} %") if "lab_share" in g else ""
+            rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note, "split": split,
+                         "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in (g.get("lab") or {}).items())})
         outliers = []
         for g in groups:
             for w in worst(Path(run_dir), probe, g["phase"], 20):
@@ -385,10 +393,11 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
                     "causes": [(c, _ns(ns), f"{ns / w['latency_ns'] * 100:.0f} %") for c, ns in w["causes"]],
                 })
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
-    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] == "thread: perf" and (c["share"] or 0) >= 0.1})
-    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"),
-            "self_warning": (f"The capture itself (thread: perf) takes 10 % or more of the outliers' time in {'; '.join(warn)}: at high event rates it perturbs what it measures. "
-                             "Capture fewer events (kernel.events) or none (kernel.capture: off) for such phases.") if warn else None}
+    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] in ("lab: capture", "thread: perf") and (c["share"] or 0) >= 0.02})
+    roles = {c["cause"]: c["role"] for g in ex.get("groups") or [] for c in g["causes"] if c.get("role")}
+    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"), "roles": sorted(roles.items()),
+            "self_warning": (f"The kernel capture itself (lab: capture) takes 2 % or more of the outliers' time in {'; '.join(warn)}: its reader had to run inside those windows. "
+                             "Give the kernel more buffer (kernel.buffer_mb), capture fewer events (kernel.events), or none (kernel.capture: off) for such phases.") if warn else None}
 
 
 def _lost_where(c: dict[str, Any]) -> str:
