@@ -1009,13 +1009,21 @@ def bench_clocksync(as_json: bool, quick: bool, seconds: float | None) -> int:
 @bench.command("kcapture")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [5, quick: 2].")
-@click.option("--seconds", type=float, default=None, help="Length of each timer run [10, quick: 2].")
-def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None) -> int:
-    """What kernel capture costs: the timer probe alone and under capture, alternating."""
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [timer-idle 5, pipeline-busy 10; quick: 2].")
+@click.option("--seconds", type=float, default=None, help="Length of each run [timer-idle 10, pipeline-busy 5; quick: 2].")
+@click.option("--scenario", "scenarios", type=click.Choice(["timer-idle", "pipeline-busy"]), multiple=True, help="Scenarios to run [both].")
+@click.option("--designs", is_flag=True, help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.")
+def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None, scenarios: tuple[str, ...], designs: bool) -> int:
+    """What kernel capture costs the probes: an idle timer and a pipeline under a network flood, with and without capture, alternating.
+
+    \b
+    Examples:
+      loopscope bench kcapture --json
+      loopscope bench kcapture --scenario pipeline-busy --designs
+    """
     from loopscope.bench import kcapture
 
-    return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, kcapture.print_human)
+    return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo), as_json, kcapture.print_human)
 
 
 @bench.command("channels")

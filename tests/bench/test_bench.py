@@ -100,3 +100,23 @@ def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor
     # the copier is system calls, the interpreter its own code
     share = {x["app"].split()[0]: x["user_share"] for x in j["rows"]}
     assert share["copier"] < 0.3 < 0.7 < share["interpreter"]
+
+
+SCENARIO_KEYS = ["name", "p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "bytes_per_s", "self_share"]
+
+
+@pytest.mark.needs_root
+def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli) -> None:
+    r = cli("bench", "kcapture", "--json", "--quick", "--seconds", "1.5", timeout=900)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [s["name"] for s in j["scenarios"]] == ["timer-idle", "pipeline-busy"]
+    for s in j["scenarios"]:
+        for k in SCENARIO_KEYS:
+            assert k in s, (s["name"], k)
+        assert s["kernel_events"] > 0 and 0.0 <= s["self_share"] <= 1.0
+        assert len(s["runs_without"]) == len(s["runs_with"]) == 2
+    busy = j["scenarios"][1]
+    assert busy["aa_spread"] > 0 and busy["p99_ns_with"] > 0
+    # today's top-level keys stay, and are the idle timer's
+    assert j["p99_ns_with"] == j["scenarios"][0]["p99_ns_with"] and "perf_cpu_share" in j

@@ -356,7 +356,7 @@ class Agent:
         if self.kcapture is not None:
             raise Failure("kernel capture", "a kernel capture is already running here")
         group = self.group.child("kernel") if self.group else None
-        cap = Capture(Path(m["out_dir"]), m.get("events") or None, m.get("buffer_mb"), m.get("window_s"), name=f"loopscope-{self.run_id}"[:60], group=group)
+        cap = Capture(Path(m["out_dir"]), m.get("events") or None, m.get("buffer_mb"), m.get("window_s"), name=f"loopscope-{self.run_id}"[:60], group=group, read=str(m.get("read") or "between-windows"))
         wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
         meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
         if not meta["refused"]:

@@ -1,24 +1,70 @@
 """``loopscope bench kcapture``: what recording kernel events costs the thing measured.
 
-The timer probe (1 kHz, ``seconds`` per run, idle machine) alone and with the
-kernel capture loopscope runs during experiments (``perf record -a -k mono``
-on the attribution tracepoints), alternating, ``runs`` times each. One run's
-p99 on this machine varies more than the effect, so each figure is the
-median over its runs, and the runs are listed. Also counted: the kernel
-events a run recorded, those lost, and the CPU perf itself used.
+Two scenarios, each alternating runs without and with the capture, so both
+sides sample the same state of this shared machine:
+
+- ``timer-idle``: the timer probe (1 kHz, ``seconds`` per run) on the idle
+  machine, alone and with the kernel capture (a tracefs instance, drained
+  after the probe). The easy case: few events.
+- ``pipeline-busy``: the demo's control-loop pipeline across four netns
+  hosts (five nodes, a 2 ms emulated link) under a 200 Mbit/s UDP flood, as
+  a full lab run with ``kernel.capture: off`` or ``on``. The hard case: the
+  flood makes 300 k kernel events a second. The latency is every stage's
+  kernel→application wait, pooled. ``aa_spread`` is the p99 ratio between
+  two halves of the runs without capture (alternate runs): the noise floor
+  any with/without ratio must be read against.
+
+``self_share`` is the share of the outliers' time (above each group's p99)
+that attribution gives to ``lab: capture`` in the runs with capture. With
+``--designs`` the busy scenario also runs the designs the capture was chosen
+against: ``continuously`` (the same reader at SCHED_IDLE, reading whenever
+the kernel has events) and ``perf`` (``perf record`` on the same
+tracepoints, the capture loopscope used before).
+
+One run's p99 on this machine varies more than most effects, so every
+figure is the median over its runs, and the runs are listed.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
 from loopscope.errors import RunError
+
+PIPELINE = """name: bench-kcapture
+hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}, {{name: h4}}]
+links:
+  - between: [h3, h4]
+    delay: 2ms
+probes:
+  - kind: pipeline
+    name: loop
+    source: h1
+    nodes: [h2, h3, h4, h3, h2]
+    sink: h1
+    rate: 1000pps
+    size: 256
+    work_us: 50
+loads:
+  - {{name: flood, kind: net, host: h2, dest: "h4:9000", rate: 200Mbit, size: 1400}}
+phases:
+  - {{name: network, loads: [flood]}}
+duration: {seconds}s
+warmup: 1s
+repetitions: 1
+kernel: {{capture: "{capture}", read: {read}}}
+"""
 
 
 def _timer(seconds: float, work: Path, tag: str) -> dict[str, Any]:
@@ -31,65 +77,231 @@ def _timer(seconds: float, work: Path, tag: str) -> dict[str, Any]:
     return dict(json.loads(r.stdout))
 
 
-def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    from loopscope.kernel import capture, events
+def _self_share(shares: list[tuple[int, int]]) -> float:
+    """Pooled lab: capture time over pooled outlier time."""
+    total = sum(t for _, t in shares)
+    return sum(c for c, _ in shares) / total if total else 0.0
+
+
+def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
+    """(ns attributed to lab: capture, outlier ns) for the timer's outliers above its p99."""
+    import polars as pl
+
+    from loopscope.analysis import attribution as A
+    from loopscope.analysis.explain import attribute_store
+    from loopscope.kernel import store as S
+    from loopscope.trace import reader
+
+    st = S.open_dir(cap_dir)
+    df = reader.read(trace, sort=False)
+    iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == "timer") & (pl.col("name").cast(pl.String) == "wakeup"))
+    if not len(iv):
+        return 0, 0
+    thr = iv["dur_ns"].quantile(0.99, "linear")
+    o = iv.filter(pl.col("dur_ns") > thr).with_row_index("id").select(
+        pl.col("id").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("t_ns").alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns")).alias("end_k"), pl.lit(False).alias("span"))
+    att = attribute_store(st, o)
+    fam = att.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("f"))
+    return int(fam.filter(pl.col("f") == "lab: capture")["ns"].sum()), int(fam["ns"].sum())
+
+
+def timer_idle(n: int, secs: float, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    from loopscope.kernel import capture
+
+    without, with_ = [], []
+    for i in range(n):
+        say(f"  timer-idle {i + 1}/{n}: timer alone ({secs:g} s) …")
+        j = _timer(secs, work, f"alone{i}")
+        without.append({"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"]})
+        say(f"  timer-idle {i + 1}/{n}: timer under kernel capture ({secs:g} s) …")
+        cap = capture.Capture(work / f"cap{i}", window_s=secs)
+        meta = cap.start()
+        if meta["refused"]:
+            raise RunError(f"bench kcapture: {meta['refused']}")
+        try:
+            j = _timer(secs, work, f"with{i}")
+            cap.drain("after the probe")
+        finally:
+            meta = cap.stop()
+        rd = meta.get("reader") or {}
+        with_.append({
+            "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": rd.get("events", 0), "lost_kernel_events": rd.get("lost_events", 0),
+            "bytes_on_disk": rd.get("bytes_written", 0), "seconds": meta.get("seconds"), "reads_half_full": rd.get("reads_half_full", 0),
+            "reader_cpu_share": (meta["reader_cpu_s"] / meta["seconds"]) if meta.get("reader_cpu_s") is not None and meta.get("seconds") else None,
+            "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
+        })
+    return _summary("timer-idle", without, with_)
+
+
+def _pipeline_waits(run_dir: Path) -> np.ndarray:
+    """Every stage's kernel→application wait of every message (ns), pooled."""
+    from loopscope.probes.pipeline import messages_from
+    from loopscope.trace import reader
+
+    run = json.loads((run_dir / "run.json").read_text())
+    out = []
+    for st in run.get("steps") or []:
+        if st.get("kind") != "pipeline":
+            continue
+        m = messages_from(reader.read(run_dir / st["trace"], sort=False))
+        for c in m.columns if len(m) else []:
+            if c.endswith("_stack_ns"):
+                out.append(m[c].to_numpy())
+    return np.concatenate(out) if out else np.array([], dtype=np.int64)
+
+
+def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any]:
+    from loopscope.lab import controller
+
+    pp = None
+    if perf:
+        from loopscope.kernel.capture import EVENTS
+
+        (work / "perf").mkdir(exist_ok=True)
+        data = work / "perf" / f"{run_dir.name}.perf"
+        a = ["perf", "record", "-q", "-a", "-k", "mono", "-m", "1024", "-o", str(data)]
+        for e in EVENTS:
+            a += ["-e", e]
+        pp = subprocess.Popen(a, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        time.sleep(1.0)
+    try:
+        out = controller.run(str(spec), run_dir=str(run_dir))
+    finally:
+        if pp is not None:
+            pp.send_signal(signal.SIGINT)
+            pp.wait(timeout=60)
+    if out.status != "completed":
+        raise RunError(f"bench kcapture: the pipeline run {run_dir.name} {out.status}: {out.error}")
+    if perf:
+        # The old capture's file, named in run.json the way runs recorded with it were.
+        run = json.loads((run_dir / "run.json").read_text())
+        dest = run_dir / "hosts" / "h1" / "kernel"
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(data), dest / "kernel.perf")
+        run["kernel"] = {"captures": [{"host": "h1", "covers": ["h1", "h2", "h3", "h4"], "data": "hosts/h1/kernel/kernel.perf", "timens_offset_ns": 0}]}
+        (run_dir / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+    return {"waits": _pipeline_waits(run_dir)}
+
+
+def _explain_self(run_dir: Path) -> tuple[tuple[int, int], dict[str, Any]]:
+    from loopscope.analysis import explain
+
+    ex = explain.explain(run_dir) or {"groups": [], "captures": []}
+    cap_ns = tot = 0
+    for g in ex["groups"]:
+        if " stack (" not in g["probe"]:
+            continue
+        tot += g["outlier_ns"]
+        cap_ns += int(round((g.get("lab") or {}).get("lab: capture", 0.0) * g["outlier_ns"]))
+    return (cap_ns, tot), (ex["captures"][0] if ex["captures"] else {})
+
+
+def pipeline_busy(n: int, secs: float, work: Path, say: Callable[[str], None], designs: list[str]) -> dict[str, Any]:
+    specs = {}
+    for d in ["off", *designs]:
+        capture = "off" if d in ("off", "perf") else "on"
+        read = "continuously" if d == "continuously" else "between-windows"
+        specs[d] = work / f"pipeline-{d}.yaml"
+        specs[d].write_text(PIPELINE.format(seconds=f"{secs:g}", capture=capture, read=read))
+    runs: dict[str, list[dict[str, Any]]] = {d: [] for d in specs}
+    for i in range(n):
+        for d in specs:
+            say(f"  pipeline-busy {i + 1}/{n}: {'without capture' if d == 'off' else 'capture: ' + d} ({secs:g} s under a 200 Mbit/s flood) …")
+            rd = work / f"run-{d}-{i}"
+            r = _lab_run(specs[d], rd, d == "perf", work)
+            w = r["waits"]
+            row: dict[str, Any] = {"p50_ns": float(np.percentile(w, 50)) if len(w) else None, "p99_ns": float(np.percentile(w, 99)) if len(w) else None, "waits": int(len(w))}
+            if d != "off":
+                (c, t), cap = _explain_self(rd)
+                row.update({"self": (c, t), "kernel_events": cap.get("events", 0), "lost_kernel_events": cap.get("lost_events", 0),
+                            "bytes_per_s": cap.get("bytes_per_s"), "reader_cpu_share": cap.get("reader_cpu_share", cap.get("perf_cpu_share")),
+                            "reads_during_windows": cap.get("reads_during_windows")})
+            runs[d].append(row)
+            shutil.rmtree(rd, ignore_errors=True)
+    without = runs.pop("off")
+    out = _summary("pipeline-busy", without, runs[designs[0]])
+    a, b = without[0::2], without[1::2]
+    if a and b:
+        out["aa_spread"] = statistics.median(x["p99_ns"] for x in a) / statistics.median(x["p99_ns"] for x in b)
+    out["designs"] = {d: _summary(f"pipeline-busy ({d})", without, rs) for d, rs in runs.items()}
+    return out
+
+
+def _summary(name: str, without: list[dict[str, Any]], with_: list[dict[str, Any]]) -> dict[str, Any]:
+    med = lambda xs, k: statistics.median(x[k] for x in xs if x.get(k) is not None) if any(x.get(k) is not None for x in xs) else None  # noqa: E731
+    s = {
+        "name": name,
+        "p50_ns_without": med(without, "p50_ns"), "p99_ns_without": med(without, "p99_ns"),
+        "p50_ns_with": med(with_, "p50_ns"), "p99_ns_with": med(with_, "p99_ns"),
+        "kernel_events": med(with_, "kernel_events"),
+        "lost_kernel_events": sum(x.get("lost_kernel_events") or 0 for x in with_),
+        "bytes_per_s": med(with_, "bytes_per_s") if any("bytes_per_s" in x for x in with_) else (
+            statistics.median(x["bytes_on_disk"] / x["seconds"] for x in with_ if x.get("seconds")) if any(x.get("seconds") for x in with_) else None),
+        "reader_cpu_share": med(with_, "reader_cpu_share"),
+        "self_share": _self_share([x["self"] for x in with_ if "self" in x]),
+        "runs_without": without, "runs_with": [{k: v for k, v in x.items() if k != "self"} | {"self_share": (x["self"][0] / x["self"][1]) if x.get("self") and x["self"][1] else 0.0} for x in with_],
+    }
+    s["p99_ratio"] = s["p99_ns_with"] / s["p99_ns_without"] if s["p99_ns_without"] and s["p99_ns_with"] else None
+    s["p50_ratio"] = s["p50_ns_with"] / s["p50_ns_without"] if s["p50_ns_without"] and s["p50_ns_with"] else None
+    return s
+
+
+def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, scenarios: list[str] | None = None,
+        designs: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    import os
+
+    from loopscope.kernel import capture
 
     say = progress or (lambda s: None)
-    n = runs or (2 if quick else 5)
-    secs = seconds or (2.0 if quick else 10.0)
+    want = scenarios or ["timer-idle", "pipeline-busy"]
     have, lack, refused = capture.available()
     if refused:
         raise RunError(f"bench kcapture: kernel capture is not possible here: {refused}")
-    without, with_ = [], []
+    if "pipeline-busy" in want and os.geteuid() != 0:
+        raise RunError("bench kcapture: the pipeline-busy scenario needs root (network namespaces); run it as root or pass --scenario timer-idle")
+    dz = ["between-windows"] + (["continuously"] + (["perf"] if shutil.which("perf") else []) if designs else [])
+    out: dict[str, Any] = {"scenarios": []}
     with tempfile.TemporaryDirectory(prefix="ls-bench-kcap-") as d:
         work = Path(d)
-        for i in range(n):
-            say(f"  run {i + 1}/{n}: timer alone ({secs:g} s) …")
-            j = _timer(secs, work, f"alone{i}")
-            without.append({"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"]})
-            say(f"  run {i + 1}/{n}: timer under kernel capture ({secs:g} s) …")
-            cap = capture.Capture(work / f"cap{i}")
-            meta = cap.start()
-            if meta["refused"]:
-                raise RunError(f"bench kcapture: {meta['refused']}")
-            try:
-                j = _timer(secs, work, f"with{i}")
-            finally:
-                meta = cap.stop()
-            got = events.read(cap.data)
-            ev, lost = got.events, got.lost
-            with_.append({
-                "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": len(ev), "lost_kernel_events": lost,
-                "perf_cpu_share": (meta["perf_cpu_s"] / meta["seconds"]) if meta.get("perf_cpu_s") is not None and meta.get("seconds") else None,
-            })
-    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-    res = {
-        "p50_ns_without": med(without, "p50_ns"),
-        "p99_ns_without": med(without, "p99_ns"),
-        "p50_ns_with": med(with_, "p50_ns"),
-        "p99_ns_with": med(with_, "p99_ns"),
-        "kernel_events": med(with_, "kernel_events"),
-        "lost_kernel_events": sum(x["lost_kernel_events"] for x in with_),
-        "perf_cpu_share": statistics.median(x["perf_cpu_share"] for x in with_ if x["perf_cpu_share"] is not None) if any(x["perf_cpu_share"] is not None for x in with_) else None,
-        "runs_without": without,
-        "runs_with": with_,
-        "events": have,
-        "missing_events": lack,
-        "context": {"runs": n, "seconds": secs, "interval_us": 1000},
-    }
-    res["p99_ratio"] = res["p99_ns_with"] / res["p99_ns_without"] if res["p99_ns_without"] else None
-    res["p50_ratio"] = res["p50_ns_with"] / res["p50_ns_without"] if res["p50_ns_without"] else None
-    return res
+        if "timer-idle" in want:
+            n = runs or (2 if quick else 5)
+            secs = seconds or (2.0 if quick else 10.0)
+            t = timer_idle(n, secs, work, say)
+            t["context"] = {"runs": n, "seconds": secs, "interval_us": 1000}
+            out["scenarios"].append(t)
+            # Today's top-level keys are the idle timer's (perf_cpu_share: the capture's reader now).
+            out.update({k: t[k] for k in ("p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "runs_without", "runs_with", "p99_ratio", "p50_ratio")})
+            out["perf_cpu_share"] = t["reader_cpu_share"]
+            out["context"] = t["context"]
+        if "pipeline-busy" in want:
+            n = runs or (2 if quick else 10)
+            secs = seconds or (2.0 if quick else 5.0)
+            p = pipeline_busy(n, secs, work, say, dz)
+            p["context"] = {"runs": n, "seconds": secs, "rate_pps": 1000, "flood": "200 Mbit/s UDP h2 → h4", "designs": dz}
+            out["scenarios"].append(p)
+    out["events"] = have
+    out["missing_events"] = lack
+    return out
 
 
 def print_human(r: dict[str, Any]) -> None:
     from loopscope.units import format_ns
 
-    c = r["context"]
-    print(f"kernel capture cost: timer probe at 1 kHz, {c['seconds']:g} s per run, {c['runs']} runs each, alternating; medians")
-    print(f"  p50 {format_ns(r['p50_ns_without'])} alone, {format_ns(r['p50_ns_with'])} under capture (ratio {r['p50_ratio']:.3f})")
-    print(f"  p99 {format_ns(r['p99_ns_without'])} alone, {format_ns(r['p99_ns_with'])} under capture (ratio {r['p99_ratio']:.3f})")
-    print(f"    p99 per run alone: {', '.join(format_ns(x['p99_ns']) for x in r['runs_without'])}")
-    print(f"    p99 per run with:  {', '.join(format_ns(x['p99_ns']) for x in r['runs_with'])}")
-    share = r["perf_cpu_share"]
-    print(f"  {r['kernel_events']:,.0f} kernel events per run, {r['lost_kernel_events']} lost; perf used {share * 100:.1f} % of a CPU" if share is not None else f"  {r['kernel_events']:,.0f} kernel events per run, {r['lost_kernel_events']} lost")
+    def f(x: float | None) -> str:
+        return format_ns(x) if x is not None else "–"
+
+    for s in r["scenarios"]:
+        c = s["context"]
+        print(f"{s['name']}: {c['runs']} runs each way, {c['seconds']:g} s, alternating; medians")
+        rows = [("between-windows", s)] + [(d, x) for d, x in (s.get("designs") or {}).items() if d != "between-windows"]
+        for d, x in rows:
+            print(f"  {d:16s} p50 {f(x['p50_ns_without'])} → {f(x['p50_ns_with'])} (×{x['p50_ratio'] or float('nan'):.3f}), "
+                  f"p99 {f(x['p99_ns_without'])} → {f(x['p99_ns_with'])} (×{x['p99_ratio'] or float('nan'):.3f}); "
+                  f"lab: capture {x['self_share'] * 100:.2f} % of the outliers' time; "
+                  f"{(x['kernel_events'] or 0):,.0f} events/run, {x['lost_kernel_events']} lost"
+                  + (f", {x['bytes_per_s'] / 1e6:.2f} MB/s on disk" if x.get("bytes_per_s") else "")
+                  + (f", reader {x['reader_cpu_share'] * 100:.1f} % of a CPU" if x.get("reader_cpu_share") is not None else ""))
+        if s.get("aa_spread") is not None:
+            print(f"  noise floor: p99 of one half of the runs without capture over the other: ×{s['aa_spread']:.3f}")
+        print(f"    p99 per run without: {', '.join(f(x['p99_ns']) for x in s['runs_without'])}")
+        print(f"    p99 per run with:    {', '.join(f(x['p99_ns']) for x in s['runs_with'])}")

@@ -152,7 +152,8 @@ def size_buffers(window_s: float | None, asked_mb: int | None = None) -> tuple[i
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None) -> None:
+    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows") -> None:
+        self.read = read
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.out_dir / "reader.log"
@@ -179,7 +180,7 @@ class Capture:
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
-                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events)]
+                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else [])]
 
     def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         """Create the instance and start its reader; ``wrap`` (argv → argv) puts
@@ -283,7 +284,8 @@ class Capture:
 
     def meta(self) -> dict[str, Any]:
         return {
-            "tool": "tracefs instance, read between windows",
+            "tool": f"tracefs instance, read {self.read}",
+            "read": self.read,
             "format": FORMAT,
             "instance": self.name,
             "events": self.events,

@@ -75,7 +75,8 @@ def _dropped(st: dict[str, int]) -> int:
 
 
 class Reader:
-    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str]) -> None:
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False) -> None:
+        self.continuously = continuously
         self.tf = tf
         self.inst = tf / "instances" / name
         self.out = out
@@ -101,7 +102,9 @@ class Reader:
         self._w("tracing_on", "0")
         self._w("trace_clock", "mono")
         self._w("buffer_size_kb", str(self.buffer_mb * 1024))
-        self._w("buffer_percent", "50")
+        # 50: the kernel wakes the reader's poll only when a buffer is half
+        # full; 0 (read continuously): whenever there is anything to read.
+        self._w("buffer_percent", "0" if self.continuously else "50")
         try:
             self._w("options/overwrite", "1")
         except OSError:
@@ -269,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--buffer-mb", type=int, required=True)
     ap.add_argument("--events", required=True)
+    ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
     a = ap.parse_args(argv)
     from loopscope.selfname import set_comm
 
@@ -286,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if tf is None:
         _say({"error": "tracefs is not mounted"})
         return 1
-    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e])
+    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously)
     label = ""
     try:
         _say(r.create())
@@ -320,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
                 if stop:
                     break
             elif fds:
-                r.drain("half full", label)
+                r.drain("continuously" if r.continuously else "half full", label)
+                if r.continuously:
+                    time.sleep(0.01)  # batch: at most a hundred reads a second
     except Stop as e:
         try:
             r.drain(f"stopped by {e}", label)

@@ -38,8 +38,8 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
     info: dict[str, Any] = {"captures": [], "running": []}
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
-        meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, timeout=60)
-        keys = ("tool", "format", "instance", "events", "missing_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
+        meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read, timeout=60)
+        keys = ("tool", "read", "format", "instance", "events", "missing_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
         entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: meta.get(x) for x in keys}}
         if meta.get("refused"):
             msg = f"kernel capture on {host} ({', '.join(covers)}): {meta['refused']}; the report cannot say why outliers happened there"

@@ -426,6 +426,7 @@ class KernelCapture(Model):
     capture: Literal["auto", "on", "off"] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
     events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
     buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)")
+    read: Literal["between-windows", "continuously"] = Field("between-windows", description="between-windows: the reader runs between probe windows (and in one only when a buffer is half full); continuously: it reads whenever there are events, at SCHED_IDLE (for comparison)")
 
 
 class Host(Model):
