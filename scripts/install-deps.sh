@@ -3,7 +3,7 @@
 # C API tests, the peers the benchmarks compare against (cyclictest from
 # rt-tests, LTTng-UST), stress-ng for `command` loads, and Chromium with its
 # driver for the report's browser test, iproute2 and ethtool for network-namespace
-# hosts, OpenSSH (server and client) for the ssh host kind's tests, linux-perf for kernel capture. Installs what is missing when run as
+# hosts, OpenSSH (server and client) for the ssh host kind's tests, linux-perf to open runs captured with perf record and for the capture bench's comparison. Installs what is missing when run as
 # root; otherwise says what is missing and carries on (the tests that need it
 # then skip).
 set -euo pipefail

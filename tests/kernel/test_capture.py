@@ -206,3 +206,19 @@ def test_roles_explain_the_kernel_threads_and_the_lab() -> None:
     assert "DAMON" in (A.role_of("thread: kdamond") or "")
     assert A.role_of("lab: capture") and A.role_of("thread: ksoftirqd") and A.role_of("thread: kworker")
     assert A.role_of("load: cpu") and A.role_of("thread: my-app") is None
+
+
+@pytest.mark.needs_tool("perf")
+def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path) -> None:
+    r = subprocess.run(["perf", "record", "-q", "-a", "-k", "mono", "-e", "sched:sched_switch", "-e", "sched:sched_stat_runtime", "-o", str(tmp_path / "kernel.perf"), "--", "sleep", "0.3"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    st = S.open_capture(tmp_path, {"data": "kernel.perf"})
+    assert st.legacy is not None and st.events > 0
+    ev = st.load(st.t_first or 0, st.t_last or 0)
+    assert set(ev.columns) == set(S.SCHEMA) and (ev["event"] == "sched_switch").any()
+
+
+def test_a_capture_format_newer_than_this_reader_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(S.CaptureError, match="tracefs-segments/9"):
+        S.open_capture(tmp_path, {"format": "tracefs-segments/9", "data": "kernel"})

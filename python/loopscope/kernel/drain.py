@@ -191,6 +191,12 @@ class Reader:
             tmp = path.with_suffix(".tmp")
             try:
                 df.write_parquet(tmp, compression="zstd", compression_level=3, row_group_size=65536, statistics=True)
+                # Written back now, between windows, not by the kernel's flusher inside a later one.
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
                 seg["file"] = f"events/{path.name}"
                 seg["bytes"] = path.stat().st_size
