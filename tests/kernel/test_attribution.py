@@ -214,3 +214,15 @@ def test_an_interval_splits_into_running_blocked_and_what_ran_while_it_waited() 
         "softirq: TIMER": 100_000,
     }
     assert sum(r["causes"].values()) == 8_000_000
+
+
+def test_nested_interrupts_are_split_by_the_innermost_handler() -> None:
+    ev = pl.DataFrame({
+        "t_ns": [5, 100, 110, 120, 130, 140, 150],
+        "event": ["softirq_exit", "irq_handler_entry", "softirq_entry", "local_timer_entry", "local_timer_exit", "softirq_exit", "irq_handler_exit"],
+        "name": [None, "virtio0", "NET_RX", None, None, "NET_RX", None],
+    })
+    s, e, labels = A._irq_segments(ev)
+    # the exit of a handler that began before the window is passed over
+    assert list(zip(s.tolist(), e.tolist(), labels)) == [
+        (100, 110, "irq: virtio0"), (110, 120, "softirq: NET_RX"), (120, 130, "timer interrupt"), (130, 140, "softirq: NET_RX"), (140, 150, "irq: virtio0")]

@@ -195,25 +195,24 @@ class Kernel:
 
 
 def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Flatten nested entry/exit pairs into segments labelled by the innermost handler."""
-    starts: list[int] = []
-    ends: list[int] = []
-    labels: list[str] = []
-    stack: list[str] = []
-    seg_start = 0
-    exits = {v[0] for v in IRQ_PAIRS.values()}
-    for t, e, name in ev.select("t_ns", "event", "name").iter_rows():
-        if stack and t > seg_start:
-            starts.append(seg_start)
-            ends.append(t)
-            labels.append(stack[-1])
-        if e in IRQ_PAIRS:
-            kind = IRQ_PAIRS[e][1]
-            stack.append(f"{kind}: {name}" if kind in ("irq", "softirq") and name else kind)
-        elif e in exits and stack:
-            stack.pop()
-        seg_start = t
-    return np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), labels
+    """Flatten nested entry/exit pairs into segments labelled by the innermost
+    handler, without a loop per event: the nesting depth after each event is
+    a running sum floored at zero (a window that starts inside a handler sees
+    its exit first), and the innermost handler at depth d is the latest entry
+    that brought the depth to d."""
+    if not len(ev):
+        return np.array([], dtype=np.int64), np.array([], dtype=np.int64), []
+    exits = [v[0] for v in IRQ_PAIRS.values()]
+    kind = pl.col("event").replace_strict({k: v[1] for k, v in IRQ_PAIRS.items()}, default=None)
+    d = ev.select("t_ns", "event", "name").with_columns(
+        pl.when(pl.col("event").is_in(list(IRQ_PAIRS))).then(1).when(pl.col("event").is_in(exits)).then(-1).otherwise(0).alias("step"),
+        pl.when(kind.is_in(["irq", "softirq"]) & pl.col("name").is_not_null()).then(kind + ": " + pl.col("name")).otherwise(kind).alias("label"),
+    ).with_columns(pl.col("step").cum_sum().alias("s"))
+    d = d.with_columns((pl.col("s") - pl.min_horizontal(pl.lit(0), pl.col("s").cum_min())).alias("depth"))
+    d = d.with_columns(pl.when(pl.col("step") == 1).then(pl.col("label")).forward_fill().over("depth").alias("top"),
+                       pl.col("t_ns").shift(-1).alias("t_next"))
+    seg = d.filter((pl.col("depth") > 0) & pl.col("t_next").is_not_null() & (pl.col("t_next") > pl.col("t_ns")))
+    return seg["t_ns"].to_numpy(), seg["t_next"].to_numpy().astype(np.int64), seg["top"].to_list()
 
 
 def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, int, int]]:
@@ -243,14 +242,27 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
     for j, a, b in irqs:
         out[cv.irq_label[j]] = out.get(cv.irq_label[j], 0) + (b - a)
     covered = [(a, b) for _, a, b in irqs]
+    # Interrupt segments are disjoint and sorted: how much of [x, y) they
+    # cover comes from a running sum, so a long window stays linear.
+    ia = np.array([a for a, _ in covered], dtype=np.int64)
+    ib = np.array([b for _, b in covered], dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(ib - ia)])
+
+    def irq_before(t: int) -> int:
+        k = int(np.searchsorted(ib, t, side="right"))
+        return int(cum[k]) + (max(0, t - int(ia[k])) if k < len(ia) else 0)
+
+    prev_end = u
     for j, a, b in _overlaps(cv.run_s, cv.run_e, u, v):
         if int(cv.run_pid[j]) == tid:
             continue
-        d = (b - a) - sum(max(0, min(b, y) - max(a, x)) for x, y in covered)
+        a2 = max(a, prev_end)  # runs on one CPU do not overlap; where accounting says so, count once
+        d = (b - a2) - (irq_before(b) - irq_before(a2)) if b > a2 else 0
         if d > 0:
             key = cv.run_label[j] if cv.run_label else f"thread: {cv.run_comm[j]}"
             out[key] = out.get(key, 0) + d
         covered.append((a, b))
+        prev_end = max(prev_end, b)
     # the rest: idle, before the wake-up (it came late) or after (scheduling latency)
     gaps: list[tuple[int, int]] = []
     t = u

@@ -8,10 +8,10 @@ into running, blocked and what ran while it waited) on a host a kernel
 capture covers,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
-outlier's window split into causes. The capture is read a stretch of at
-most ``CHUNK_NS`` of outlier windows at a time (``kernel.store``), so the
-memory explain needs is that of a few seconds of kernel events, whatever
-the run's length.
+outlier's window split into causes. The capture is read in clusters of
+outlier windows (``CHUNK_NS`` at most, ``MARGIN_NS`` around each) from a
+small cache of row groups (``kernel.store``), so the memory explain needs
+is that of a few row groups, whatever the run's length.
 
 Causes that are loopscope's own components are named ``lab: capture``,
 ``lab: emulator``, ``lab: agent``, ``lab: sync``, and background loads
@@ -48,8 +48,12 @@ from loopscope.kernel import store as S
 from loopscope.trace import reader
 
 LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
+# A cluster of outlier windows is at most this long, and gets the kernel
+# events this far around its windows: runtime accounting comes at least
+# every tick (4 ms at HZ=250), so 20 ms holds the run that ends a window and
+# the switch-ins, wake-ups and interrupts around it.
 CHUNK_NS = 2_000_000_000
-MARGIN_NS = 100_000_000
+MARGIN_NS = 20_000_000
 
 
 
@@ -104,8 +108,9 @@ def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str,
 
 def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
     """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
-    ``span``) from the capture, loading the kernel events a stretch of at most
-    ``CHUNK_NS`` of windows at a time."""
+    ``span``) from the capture. Windows are taken in time order in clusters
+    (windows whose margins touch, at most ``CHUNK_NS`` long), and each cluster
+    gets only the kernel events within ``MARGIN_NS`` of its windows."""
     o = outl.sort("start_k")
     start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
     n = len(o)
@@ -115,7 +120,7 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     i = 0
     while i < n:
         a, hi, j = int(start[i]), int(end[i]), i
-        while j + 1 < n and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
+        while j + 1 < n and int(start[j + 1]) - hi <= 2 * MARGIN_NS and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
             j += 1
             hi = max(hi, int(end[j]))
         ev = st.load(a - MARGIN_NS, hi + MARGIN_NS)

@@ -12,9 +12,10 @@ The reader (``drain``) leaves under ``hosts/<host>/kernel/``:
   it grew, ``strings`` and ``event_names``), zstd-compressed, time-sorted;
 - ``formats/``: the kernel's event descriptions it was decoded with.
 
-``Store.load(a, b)`` reads only the segments that overlap [a, b], and only
-the rows inside it, so explaining a run needs the memory of the windows it
-explains, not of the run. A segment file that cannot be read (cut short by
+``Store.load(a, b)`` reads only the row groups (65,536 events each) that
+overlap [a, b], keeps the last few decoded, and returns the rows inside
+it, so explaining a run needs the memory of the windows it explains, not
+of the run. A segment file that cannot be read (cut short by
 a kill, damaged) becomes a loss window over its span; a capture whose index
 is gone or unreadable has losses at unknown times. Old runs (``kernel.perf``
 from ``perf record``) open through ``perfdata`` into the same interface.
@@ -23,6 +24,7 @@ from ``perf record``) open through ``perfdata`` into the same interface.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,9 @@ SCHEMA = {
 }
 STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime"]
 LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
+# Row groups of 65,536 events kept decoded at once (about 0.2 s of a busy
+# machine each; some 100 MB in all).
+CACHE_GROUPS = 24
 
 
 class CaptureError(Exception):
@@ -115,6 +120,8 @@ class Store:
     legacy: pl.DataFrame | None = None
     strings: list[str] = field(default_factory=list)
     event_names: list[str] = field(default_factory=list)
+    _rgs: list[tuple[int, int, Path, int]] | None = None
+    _cache: OrderedDict[tuple[Path, int], pl.DataFrame] = field(default_factory=OrderedDict)
 
     @property
     def lost_events(self) -> int:
@@ -139,16 +146,63 @@ class Store:
     def events(self) -> int:
         return sum(int(s.get("events") or 0) for s in self.segments)
 
+    def _row_groups(self) -> list[tuple[int, int, Path, int]]:
+        """(first t, last t, file, row group) of every readable segment, by time."""
+        if self._rgs is None:
+            import pyarrow.parquet as pq
+
+            out = []
+            for seg in self.segments:
+                if not seg.get("file") or not seg.get("readable", True):
+                    continue
+                p = self.dir / seg["file"]
+                md = pq.ParquetFile(p).metadata
+                col = md.schema.names.index("t_ns")
+                for i in range(md.num_row_groups):
+                    st = md.row_group(i).column(col).statistics
+                    if st is not None and st.has_min_max:
+                        out.append((int(st.min), int(st.max), p, i))
+                    else:
+                        out.append((seg["t_first_ns"], seg["t_last_ns"], p, i))
+            out.sort(key=lambda x: x[0])
+            self._rgs = out
+        return self._rgs
+
+    def _group(self, p: Path, i: int) -> pl.DataFrame:
+        """One row group, its text decoded, kept in a small cache (explain
+        walks the run in time order, so each group is read about once)."""
+        key = (p, i)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        import pyarrow.parquet as pq
+
+        df = pl.from_arrow(pq.ParquetFile(p).read_row_group(i))
+        assert isinstance(df, pl.DataFrame)
+        df = full(decode_text(df, self.strings, self.event_names))
+        self._cache[key] = df
+        while len(self._cache) > CACHE_GROUPS:
+            self._cache.popitem(last=False)
+        return df
+
     def load(self, a: int, b: int) -> pl.DataFrame:
         """Every event with a <= t_ns <= b, time-sorted, in the columns of ``SCHEMA``."""
         if self.legacy is not None:
             return self.legacy.filter(pl.col("t_ns").is_between(a, b))
-        files = [self.dir / s["file"] for s in self.segments if s.get("file") and s.get("readable", True)
-                 and s["t_first_ns"] is not None and s["t_first_ns"] <= b and s["t_last_ns"] >= a]
-        if not files:
+        parts = []
+        for lo, hi, p, i in self._row_groups():
+            if lo > b:
+                break
+            if hi < a:
+                continue
+            g = self._group(p, i)
+            t = g["t_ns"]
+            x, y = int(t.search_sorted(a, "left")), int(t.search_sorted(b, "right"))
+            if y > x:
+                parts.append(g.slice(x, y - x))
+        if not parts:
             return pl.DataFrame(schema=SCHEMA)
-        df = pl.scan_parquet(files).filter(pl.col("t_ns").is_between(a, b)).collect()
-        return full(decode_text(df.sort("t_ns", maintain_order=True), self.strings, self.event_names))
+        return pl.concat(parts).sort("t_ns", maintain_order=True) if len(parts) > 1 else parts[0]
 
     def by_event(self) -> dict[str, int]:
         if self.legacy is not None:
