@@ -152,6 +152,8 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None
     assert all(c["cause"] not in ("load: burst", "thread: ls-burst") for c in idle["causes"])
     html = (run / "report.html").read_text()
     assert 'id="why"' in html and "load: burst" in html and "<details>" in html
+    # the lab's own share stands apart from the loads' and the system's, and the capture says what it cost
+    assert "lab / loads / system" in html and "between the probe windows" in html
     att = pl.read_parquet(run / "tables" / "attribution.parquet")
     assert set(att.columns) >= {"rep", "phase", "probe", "host", "id", "latency_ns", "cause", "ns", "complete"}
     # Every outlier's causes add up to its window.
