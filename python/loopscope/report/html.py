@@ -403,7 +403,7 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
 def _lost_where(c: dict[str, Any]) -> str:
     """Where a capture's lost events were, as the report says it."""
     if not c.get("lost_placed"):
-        return " (perf did not say where: every outlier of this capture is marked incomplete)"
+        return " (the capture could not say where: every outlier of this capture is marked incomplete)"
     where = c.get("lost_where") or []
     t0 = c.get("t_first_ns") or 0
     spans = ", ".join(f"CPU {w['cpu']} {(w['start_ns'] - t0) / 1e9:.3f}–{(w['end_ns'] - t0) / 1e9:.3f} s ({w['events']:,})" for w in where[:5])
