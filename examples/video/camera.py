@@ -1,4 +1,4 @@
-"""The camera of the video loop (seeds/000 §3.4): renders a scene with a
+"""The camera of the video loop (Boie & Niehaus 2007 §3.4): renders a scene with a
 moving red ball, sends frames to the tracker, applies its pan/tilt/zoom
 commands.
 

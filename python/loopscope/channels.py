@@ -1,6 +1,6 @@
 """Channels of time-sequenced items across threads, processes and hosts.
 
-The model is Stampede's (seeds/001): a channel holds items keyed by a
+The model is Stampede's (Paul et al. 2003): a channel holds items keyed by a
 timestamp you choose (a frame number, a control tick); producers put,
 consumers get the next item, the latest, or the one at a timestamp, and
 mark what they are done with consumed; an item is reclaimed once every

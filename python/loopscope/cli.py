@@ -194,7 +194,7 @@ def _trace_path(trace_path: str | None, name: str) -> str:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool) -> int:
-    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (seeds/001)."""
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
     from loopscope.probes import sched
 
     sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
@@ -234,7 +234,7 @@ def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, c
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int, max_seconds: float, workdir: str | None, trace_path: str | None, as_json: bool) -> int:
-    """Cost of each system call, in batches until its 95% CI is within --target % (seeds/004)."""
+    """Cost of each system call, in batches until its 95% CI is within --target % (Carlinet et al. 2000)."""
     from loopscope.probes import syscall
 
     names = [c.strip() for c in calls.split(",") if c.strip()] if calls else None
@@ -523,7 +523,7 @@ def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: 
 @click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size: int | None, as_json: bool) -> int:
-    """Bulk stream as competing network load (the role ettcp played in seeds/000)."""
+    """Bulk stream as competing network load (the role ettcp played in Boie & Niehaus 2007)."""
     from loopscope import _native
     from loopscope.probes import net
 
@@ -1106,7 +1106,7 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
 
 
 @calibrate.command("app", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--runs", type=click.IntRange(min=2), default=200, show_default=True, help="Timed runs (seeds/004 used 200).")
+@click.option("--runs", type=click.IntRange(min=2), default=200, show_default=True, help="Timed runs (Carlinet et al. 2000 used 200).")
 @click.option("--traced-runs", type=click.IntRange(min=0), default=3, show_default=True, help="Further runs under perf trace, for the system-call structure.")
 @click.option("--node", "node_path", type=click.Path(dir_okay=False), default=None, help="The node model of this machine (recorded in the app model).")
 @click.option("--condition", default="idle", show_default=True, help="The node model's condition the app runs under now.")

@@ -1,4 +1,4 @@
-"""The M/Er/1 fit of seeds/002: the number of stages and the floor of a known
+"""The M/Er/1 fit of Marcondes 2005: the number of stages and the floor of a known
 Erlang sample come back, and a sample that is not Erlang is said not to fit."""
 
 from __future__ import annotations

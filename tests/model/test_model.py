@@ -1,4 +1,4 @@
-"""Node calibration, app models and predictions between them (seeds/004)."""
+"""Node calibration, app models and predictions between them (Carlinet et al. 2000)."""
 
 from __future__ import annotations
 

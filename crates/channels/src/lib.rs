@@ -1,5 +1,5 @@
 //! Channels of time-sequenced items across threads, processes and hosts
-//! (the Stampede model of seeds/001), instrumented at their layer
+//! (the Stampede model of Paul et al. 2003), instrumented at their layer
 //! boundaries.
 //!
 //! - [`chan`]: one channel: put, get (next, latest, by timestamp),

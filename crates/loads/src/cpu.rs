@@ -3,7 +3,7 @@
 //! Each unit counts symbol frequencies, builds the code tree with a binary
 //! heap, derives code lengths and codes, and packs the buffer into a bit
 //! stream: table-driven, branchy, cache-touching work like the compression
-//! load of seeds/004, rather than a spin loop that only heats one ALU.
+//! load of Carlinet et al. 2000, rather than a spin loop that only heats one ALU.
 
 use crate::{Rng, Work};
 use std::cmp::Reverse;

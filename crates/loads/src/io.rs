@@ -2,7 +2,7 @@
 //!
 //! `io` copies its own 1 MiB source file to a destination, 100 bytes per
 //! read and per write (about 21,000 system calls a unit), optionally with an
-//! fsync of the copy, as in seeds/004. `mix` alternates a compiler-like CPU
+//! fsync of the copy, as in Carlinet et al. 2000. `mix` alternates a compiler-like CPU
 //! burst (twenty Huffman codings) with reading a 256 KiB "source", writing a
 //! 64 KiB "object" and, every tenth step, fsyncing and deleting objects.
 //! Files live in a directory of the worker's own, removed when it stops.

@@ -3,7 +3,7 @@
 //! Each load kind is a *unit of work* repeated by a worker process: `cpu`
 //! Huffman-codes a 5000-byte buffer and `memory` fills 10 M random integers
 //! and sorts them (the computation and memory loads of the node-calibration
-//! study, seeds/004), `io` copies a 1 MiB file in 100-byte blocks (with or
+//! study, Carlinet et al. 2000), `io` copies a 1 MiB file in 100-byte blocks (with or
 //! without fsync), `net` sends paced UDP datagrams to a sink on loopback, and
 //! `mix` alternates compiler-like CPU bursts with small file writes and
 //! reads. A worker runs flat out, or at a duty cycle: after each unit it

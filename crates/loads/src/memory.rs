@@ -1,6 +1,6 @@
 //! The memory load: fill an array of random integers and sort it.
 //!
-//! 10 M 32-bit integers (40 MB) per worker by default, as in seeds/004:
+//! 10 M 32-bit integers (40 MB) per worker by default, as in Carlinet et al. 2000:
 //! the array is allocated once and refilled each unit, so the load is memory
 //! bandwidth and cache pressure rather than page-fault churn.
 

@@ -7,7 +7,7 @@
 //! behind, so the average holds without drift) or unlimited. The kernel's
 //! loopback path, softirq processing, socket buffers and, for TCP, its
 //! congestion control are what this load exercises (the role of ettcp in
-//! seeds/000).
+//! Boie & Niehaus 2007).
 
 use crate::Work;
 use std::io::{Read, Write};

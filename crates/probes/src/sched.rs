@@ -1,4 +1,4 @@
-//! Scheduler-responsiveness probe: the three-thread microbenchmark of seeds/001.
+//! Scheduler-responsiveness probe: the three-thread microbenchmark of Paul et al. 2003.
 //!
 //! Two threads spin on a trivial computation; a third alternates sleeping
 //! for `sleep_ns` and computing a fixed amount of work that takes `work_ns`

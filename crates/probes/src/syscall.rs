@@ -1,4 +1,4 @@
-//! System-call cost probe: the calibration method of seeds/004.
+//! System-call cost probe: the calibration method of Carlinet et al. 2000.
 //!
 //! For each call, independent batches of `batch` calls are timed (one clock
 //! read before and after the batch, so the clock's own cost is spread over

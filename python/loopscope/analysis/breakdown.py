@@ -1,6 +1,6 @@
 """Where a pipeline thread's time goes: application, blocking, runtime, messaging.
 
-seeds/001 split every thread of a Stampede pipeline into application logic,
+Paul et al. 2003 split every thread of a Stampede pipeline into application logic,
 blocking (waiting for an item or for room), runtime (the channel's own
 work) and messaging (moving bytes over the network), with the shares of
 memory allocation and locking inside the last two (its Figures 7–8). The

@@ -1,4 +1,4 @@
-"""Detectors for the anomalies seeds/000 saw and could not name.
+"""Detectors for the anomalies Boie & Niehaus 2007 saw and could not name.
 
 Each takes one latency series (record times and values, one repetition of
 one probe in one phase) and returns a ``Finding`` only when it fires, with

@@ -1,6 +1,6 @@
 """Per-item macro events: an item followed through channels across hosts.
 
-seeds/001 split an item's trip into (a) the sender's put, (b) the network
+Paul et al. 2003 split an item's trip into (a) the sender's put, (b) the network
 and (c) the receiver until the item was delivered. The channel runtime
 records, per channel C (``crates/channels/src/inst.rs``): ``put:C`` and
 ``get:C`` intervals and ``send:C`` tagged with the item's timestamp,

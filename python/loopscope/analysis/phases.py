@@ -9,7 +9,7 @@ samples of each repetition are kept apart (the bootstrap resamples within a
 repetition), summarised by p50, p99 and the mean (syscall: the mean of its
 batch means), each with a 95 % interval, and divided by the baseline phase's
 figure, with the interval of that ratio and whether it excludes 1: the shape
-of Tables 2 and 3 of seeds/004, with an error on every cell.
+of Tables 2 and 3 of Carlinet et al. 2000, with an error on every cell.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The bulk-arrival queueing model of seeds/002, fitted to delays that queue inside a host.
+"""The bulk-arrival queueing model of Marcondes 2005, fitted to delays that queue inside a host.
 
-seeds/002 read the receiving host's per-packet queueing delay as an M/Er/1
+Marcondes 2005 read the receiving host's per-packet queueing delay as an M/Er/1
 system: packets arrive in bulks (one interrupt's batch), and the delay a
 packet sees above the path's floor is Erlang-distributed with about as many
 stages as packets per batch. ``fit`` takes such a delay sample (a pipeline

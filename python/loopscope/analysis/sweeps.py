@@ -1,6 +1,6 @@
 """A swept parameter against the latency it causes: which model fits.
 
-seeds/000 (Fig. 4.4.7) found the control loop's variance growing faster
+Boie & Niehaus 2007 (Fig. 4.4.7) found the control loop's variance growing faster
 than linearly with the link delay. When an experiment sweeps a parameter
 (``sweep:`` load kinds × levels, each level a phase, the baseline at 0; or
 phases that change a link's delay, ``phases[].links``),

@@ -1,6 +1,6 @@
 """``loopscope bench model``: do portable CPU-time models carry across conditions?
 
-seeds/004 predicted an application's CPU time on one node from its model
+Carlinet et al. 2000 predicted an application's CPU time on one node from its model
 on another, within 5 % (mean) and 7 % (p99). Here, on one machine, the
 conditions that change the node model are loads: for three programs of
 different make (a compiled file copier that is nearly all system calls,

@@ -12,7 +12,7 @@ each against its own receiver, and the receiver counts what arrived:
 - ``lost``: packets sent but not received.
 
 Then, per worker count 1..4, the highest rate whose achieved rate stays
-within 1 % of the requested one (the question of seeds/003's Table 1),
+within 1 % of the requested one (the question of Egg's Table 1),
 found by bisection over 2-second runs; and the receiver's own capacity:
 packets piled up in its socket buffer while it is stopped, then drained
 with per-packet kernel timestamps and trace records, the drain rate being

@@ -1,6 +1,6 @@
 """Application calibration: a program's CPU time and the system calls it is made of.
 
-seeds/004 modelled an application as system calls (states) with
+Carlinet et al. 2000 modelled an application as system calls (states) with
 transition probabilities and the time spent in the execution environment
 between calls, so its CPU need can be carried from one node to another.
 ``calibrate`` runs the program ``runs`` times untraced and takes each run's

@@ -1,6 +1,6 @@
 """Node calibration: what CPU time a machine charges for the pieces programs are made of.
 
-seeds/004 calibrated a node by the CPU time of each system call and of an
+Carlinet et al. 2000 calibrated a node by the CPU time of each system call and of an
 execution environment between calls, under computation, I/O and memory
 loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
 *condition* (``idle``, or a load kind and level such as ``memory-1``):

@@ -1,6 +1,6 @@
 """An app model carried from one node (or condition) to another.
 
-The transform goes through a reference unit, as seeds/004 did: an app's
+The transform goes through a reference unit, as Carlinet et al. 2000 did: an app's
 system time on node A is expressed in *reference calls* (its system time
 divided by the typical batch's cost (``node.typical``), on A, of the calls it makes, weighted by how
 often it makes each), its user time in *reference operations* of its

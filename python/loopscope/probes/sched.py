@@ -1,4 +1,4 @@
-"""Scheduler-responsiveness probe (seeds/001): front end of ``crates/probes/src/sched.rs``.
+"""Scheduler-responsiveness probe (Paul et al. 2003): front end of ``crates/probes/src/sched.rs``.
 
 Two threads spin; a third alternates sleeping ``sleep`` and computing a
 burst that takes ``work`` alone. Reported: the third thread's wake-up delay

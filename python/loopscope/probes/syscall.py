@@ -1,4 +1,4 @@
-"""System-call cost probe (seeds/004): front end of ``crates/probes/src/syscall.rs``.
+"""System-call cost probe (Carlinet et al. 2000): front end of ``crates/probes/src/syscall.rs``.
 
 Each call is timed in independent batches until the 95 % confidence
 interval of its mean cost is within ``target`` of the mean (default 5 %) or

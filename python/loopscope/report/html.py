@@ -17,11 +17,11 @@ HERE = Path(__file__).resolve().parent
 
 DESCRIBE = {
     "timer": "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement).",
-    "sched": "A thread alternating sleep and work next to busy threads (seeds/001): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
-    "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (seeds/004).",
+    "sched": "A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
+    "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000).",
     "program": "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure.",
     "app": "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases.",
-    "pipeline": "A distributed pipeline (seeds/000 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
+    "pipeline": "A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
 }
 MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
 
@@ -203,7 +203,7 @@ def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: 
             rows.append({"call": labels[m], "cells": cells})
         tabs.append({"metric": metric, "phases": present, "rows": rows})
     sec["pipeline"] = tabs
-    # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of seeds/002.
+    # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
     from loopscope.analysis.queueing import fit as erlang
 
     fits, samples = [], []

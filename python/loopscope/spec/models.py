@@ -137,7 +137,7 @@ class TimerProbe(Model):
 
 
 class SchedProbe(Model):
-    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (seeds/001)."""
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
 
     kind: Literal["sched"]
     name: Name | None = None
@@ -165,7 +165,7 @@ SyscallName = Annotated[str, BeforeValidator(_syscall),
 
 
 class SyscallProbe(Model):
-    """Per-call cost of system calls, in batches until the 95 % CI is within `target` (seeds/004)."""
+    """Per-call cost of system calls, in batches until the 95 % CI is within `target` (Carlinet et al. 2000)."""
 
     kind: Literal["syscall"]
     name: Name | None = None
@@ -196,7 +196,7 @@ def _pps(v: Any) -> str:
 
 
 class PipelineProbe(Model):
-    """A distributed pipeline (seeds/000 §3.3, data_pipe): a source sends messages through processing
+    """A distributed pipeline (Boie & Niehaus 2007 §3.3, data_pipe): a source sends messages through processing
     nodes on any hosts to a sink; with the sink on the source's host it is a control loop. Every
     message records each hop's kernel RX, application RX and send times."""
 
@@ -293,20 +293,20 @@ class LoadBase(Model):
 
 
 class CpuLoad(LoadBase):
-    """Huffman-code a 5000-byte buffer, again and again (seeds/004's computation load)."""
+    """Huffman-code a 5000-byte buffer, again and again (Carlinet et al. 2000's computation load)."""
 
     kind: Literal["cpu"]
 
 
 class MemoryLoad(LoadBase):
-    """Fill an array of random integers and sort it (seeds/004: 10 M integers)."""
+    """Fill an array of random integers and sort it (Carlinet et al. 2000: 10 M integers)."""
 
     kind: Literal["memory"]
     count: Annotated[int, Field(ge=1000, le=1_000_000_000)] = 10_000_000
 
 
 class IoLoad(LoadBase):
-    """Copy a 1 MiB file in 100-byte blocks (seeds/004), optionally fsyncing each copy."""
+    """Copy a 1 MiB file in 100-byte blocks (Carlinet et al. 2000), optionally fsyncing each copy."""
 
     kind: Literal["io"]
     fsync: bool = False
@@ -326,7 +326,7 @@ def _net_rate(v: Any) -> str:
 
 
 class NetLoad(LoadBase):
-    """A UDP or TCP stream per process (the role of ettcp in seeds/000), to a sink of its own on loopback or to `dest`."""
+    """A UDP or TCP stream per process (the role of ettcp in Boie & Niehaus 2007), to a sink of its own on loopback or to `dest`."""
 
     kind: Literal["net"]
     protocol: Literal["udp", "tcp"] = "udp"

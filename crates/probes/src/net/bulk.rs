@@ -1,4 +1,4 @@
-//! Bulk transfer (the role ettcp played in seeds/000): a TCP stream at a set
+//! Bulk transfer (the role ettcp played in Boie & Niehaus 2007): a TCP stream at a set
 //! rate or as fast as the path allows, used as competing network load, and
 //! the TCP sink that absorbs it. (Bulk UDP is the paced sender without
 //! per-packet records.)

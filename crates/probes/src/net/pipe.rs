@@ -1,4 +1,4 @@
-//! The distributed pipeline (seeds/000 §3.3, `data_pipe`): source → nodes → sink.
+//! The distributed pipeline (Boie & Niehaus 2007 §3.3, `data_pipe`): source → nodes → sink.
 //!
 //! A message is a loopscope packet (kind 4) whose header carries the
 //! source's scheduled and actual send times, followed at byte 48 by the

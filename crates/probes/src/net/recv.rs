@@ -7,7 +7,7 @@
 //! packet), when the kernel received it and when the application got it.
 //! That splits its one-way delay into *sender and network* (send call →
 //! kernel RX; with the sender's TX timestamps, the analysis splits it
-//! further) and *end host* (kernel RX → application), the split seeds/002
+//! further) and *end host* (kernel RX → application), the split Marcondes 2005
 //! needed kernel patches for.
 //!
 //! Accounting per flow: a packet with a sequence number above the highest

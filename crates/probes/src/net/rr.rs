@@ -1,4 +1,4 @@
-//! Stimulus-response (seeds/000 §3.2): a client sends small requests on a
+//! Stimulus-response (Boie & Niehaus 2007 §3.2): a client sends small requests on a
 //! schedule, a server answers each at once.
 //!
 //! The server (`echo`) reads requests in batches with their kernel RX

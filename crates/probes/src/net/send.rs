@@ -1,7 +1,7 @@
 //! The paced UDP sender: what was asked, when it was asked.
 //!
 //! Every packet has an absolute departure deadline from the schedule (so
-//! there is no drift to compensate, unlike seeds/003's hand-tuned offsets).
+//! there is no drift to compensate, unlike Egg's hand-tuned offsets).
 //! A worker sleeps until shortly before a deadline and spins the rest
 //! (timer wake-ups are tens of microseconds late on commodity machines, so
 //! the margin adapts to how late this one wakes), and
