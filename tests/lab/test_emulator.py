@@ -94,3 +94,52 @@ def test_a_rate_limit_queues_and_drops_what_exceeds_it(topo: netns.Topology, tmp
     # What got through left at the link's rate (frames of 1042 bytes on the wire).
     t = rx["throughput"]
     assert abs(t["bps"] * 1042 / 1000 / 8e6 - 1) < 0.1, t
+
+
+def _stream(t: netns.Topology, src: str, dest: str, count: int, bind: str | None = None, recv_host: str = "b") -> tuple[dict[str, Any], dict[str, Any]]:
+    rx = subprocess.Popen(_in(t, recv_host, "probe", "recv", "--bind", bind or dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records"), stdout=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    tx = subprocess.run(_in(t, src, "probe", "send", "--dest", dest, "--rate", "2000pps", "--count", str(count), "--size", "200", "--json", "--no-packet-records", "--no-tx-timestamps"), capture_output=True, text=True, timeout=120)
+    assert tx.returncode == 0, tx.stderr
+    out, _ = rx.communicate(timeout=120)
+    return json.loads(tx.stdout), json.loads(out)
+
+
+def test_a_path_that_asks_for_nothing_is_forwarded_by_the_kernel_and_never_reaches_the_emulator(topo: netns.Topology, tmp_path: Path) -> None:
+    topo.kernel_forwarding({("b", "a")})
+    back = link(name="b->a", delay_ns=1_000_000, **{"from": "b", "to": "a"})
+    emu = Emulator(topo.router_ns, topo.emulator_config([back], seed=3, kernel={("a", "b")}), tmp_path / "netem", "emu-test")
+    try:
+        tx, rx = _stream(topo, "a", f"{topo.host('b').address}:5001", 400)
+    finally:
+        res = emu.stop()
+    assert rx["packets"] == tx["sent"] == 400
+    assert res is not None and res["unfiltered"] == []
+    ab = next(l for l in res["links"] if l["name"] == "a->b")
+    assert ab["kernel"] and ab["packets_in"] == 0
+    # the socket filter kept a's frames out of the emulator altogether
+    assert next(p for p in res["ports"] if p["host"] == "a")["frames"] == 0
+    counts = topo.forward_counts()
+    assert counts is not None and counts["forwarded"] >= 400
+
+
+def test_the_sync_network_joins_each_host_to_the_reference_without_the_router(tmp_path: Path) -> None:
+    t = netns.Topology.plan(f"sync-test-{time.monotonic_ns()}", ["a", "b", "c"], sync_reference="a")
+    t.up()
+    try:
+        assert set(t.sync_links) == {"b", "c"}
+        sl = t.sync_links["b"]
+        tx, rx = _stream(t, "b", f"{sl.peer_address}:5002", 200, bind="0.0.0.0:5002", recv_host="a")
+        assert rx["packets"] == tx["sent"] == 200
+        counts = t.forward_counts()
+        assert counts is not None and counts["forwarded"] == 0
+        assert t.describe()["sync"]["links"]["c"]["reference_address"] == "10.78.3.1"
+    finally:
+        t.down()
+    assert not [n for n in netns.existing() if n.startswith(f"ls-{t.tag}-")]
+
+
+def test_a_host_address_inside_the_sync_network_is_refused_when_there_is_one() -> None:
+    with pytest.raises(netns.NetnsError, match="10.78.0.0/16"):
+        netns.Topology.plan("x", ["a", "b"], {"b": "10.78.9.2"}, sync_reference="a")
+    netns.Topology.plan("x", ["a", "b"], {"b": "10.78.9.2"})

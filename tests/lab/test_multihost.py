@@ -110,6 +110,14 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path
     assert bc["configured"] and bc["forwarded"] > 0 and bc["applied_ns"]["min"] >= 2_000_000
     prov = json.loads((run_dir / "provenance.json").read_text())
     assert "emulator" in prov["lab"]["links"]["mechanism"]
+    # Only the delayed link is the emulator's; a -> b and the rest go through the router's kernel.
+    assert run["paths"]["b->c"]["mechanism"] == "emulator" and run["paths"]["a->b"]["mechanism"] == "kernel"
+    assert prov["lab"]["links"]["paths"]["a->b"]["carried_by"] == "kernel"
+    assert next(p for p in em["ports"] if p["host"] == "a")["frames"] == 0
+    assert run["router_kernel"]["forwarded"] >= len(msgs)
+    # The clock-sync probes took the sync network, not the router.
+    cs = run["clocksync"]
+    assert cs["network"] == "sync" and all(i["network"] == "sync" and i["dest"].startswith("10.78.") for i in cs["initiators"].values())
     if tracefs() is not None:
         # the stages' kernel-to-application waits are attributed on their hosts' CPUs
         ex = json.loads((run_dir / "explain.json").read_text())

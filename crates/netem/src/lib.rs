@@ -117,6 +117,25 @@ pub struct Config {
     pub sockbuf: usize,
     /// SCHED_FIFO priority for the forwarding thread (0: leave the policy alone).
     pub priority: i32,
+    /// Paths (from port, to port) the router's kernel forwards itself: the
+    /// emulator filters their frames out at the socket and, where a filter
+    /// could not be attached, skips them.
+    pub kernel_paths: Vec<(usize, usize)>,
+}
+
+impl Config {
+    fn is_kernel(&self, from: usize, to: usize) -> bool {
+        self.kernel_paths.contains(&(from, to))
+    }
+
+    /// The (net, prefix) destinations the emulator carries from port `i`;
+    /// None when it carries every path (no filter needed).
+    fn carried_from(&self, i: usize) -> Option<Vec<(u32, u8)>> {
+        if self.kernel_paths.is_empty() {
+            return None;
+        }
+        Some((0..self.ports.len()).filter(|&j| j != i && !self.is_kernel(i, j)).map(|j| (self.ports[j].net, self.ports[j].prefix)).collect())
+    }
 }
 
 #[derive(Debug, Default, Clone)]
@@ -134,6 +153,8 @@ pub struct LinkStats {
     pub queue_drops: u64,
     pub send_errors: u64,
     pub pending_at_stop: u64,
+    /// The router's kernel forwards this path; the emulator does not touch it.
+    pub kernel: bool,
     /// Departure − kernel RX at the router: the delay the emulator applied.
     pub applied: Snapshot,
     /// Actual − scheduled departure: the emulator's own lateness.
@@ -153,6 +174,9 @@ pub struct PortStats {
     pub unrouted: u64,
     pub ttl_expired: u64,
     pub no_kernel_ts: u64,
+    /// Frames of a path the kernel forwards that reached the emulator
+    /// anyway (its socket filter could not be attached); left alone.
+    pub kernel_path: u64,
 }
 
 #[derive(Debug, Default)]
@@ -267,8 +291,20 @@ fn ents() -> Ents {
 }
 
 /// Open the router's interfaces (frames queue in the sockets from here on).
-pub fn open_ports(cfg: &Config) -> Result<Vec<Port>, String> {
-    cfg.ports.iter().map(|p| Port::open(&p.ifname, cfg.sockbuf)).collect()
+/// With kernel paths, each socket keeps only the frames the emulator
+/// carries; the second value lists the ports where that filter could not be
+/// attached (their kernel frames are then skipped in the loop, counted as
+/// `kernel_path` in the port's counts).
+pub fn open_ports(cfg: &Config) -> Result<(Vec<Port>, Vec<String>), String> {
+    let mut ports = Vec::new();
+    let mut unfiltered = Vec::new();
+    for (i, p) in cfg.ports.iter().enumerate() {
+        let only = cfg.carried_from(i);
+        let (port, err) = Port::open_filtered(&p.ifname, cfg.sockbuf, only.as_deref())?;
+        unfiltered.extend(err);
+        ports.push(port);
+    }
+    Ok((ports, unfiltered))
 }
 
 /// Set (from a signal handler, say) to make a running emulator take new
@@ -327,7 +363,7 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
     let mut stats: Vec<LinkStats> = links
         .iter()
         .enumerate()
-        .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, ..Default::default() })
+        .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, kernel: cfg.is_kernel(l.from, l.to), ..Default::default() })
         .collect();
     let mut pstats: Vec<PortStats> = cfg.ports.iter().map(|p| PortStats { host: p.host.clone(), ifname: p.ifname.clone(), ..Default::default() }).collect();
     let mut applied: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
@@ -398,6 +434,10 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
                 };
                 if out == pi {
                     ps.unrouted += 1;
+                    continue;
+                }
+                if cfg.is_kernel(pi, out) {
+                    ps.kernel_path += 1;
                     continue;
                 }
                 let li = table[pi * n + out];

@@ -4,6 +4,12 @@
 //! receive timestamp (SO_TIMESTAMPNS, CLOCK_REALTIME), skips the frames it
 //! sends itself (PACKET_IGNORE_OUTGOING) and is non-blocking: the emulator
 //! polls all its ports and its departure queue from one thread.
+//!
+//! Where the router's kernel forwards some paths itself (links that ask for
+//! no emulation), a classic BPF filter on the socket keeps only the IPv4
+//! frames whose destination is a subnet the emulator carries from this
+//! port, so the kernel's paths never wake the emulator. The filter is
+//! attached before the socket is bound: no frame slips in unfiltered.
 
 use std::ffi::CString;
 
@@ -26,7 +32,16 @@ fn errno_text(what: &str, name: &str) -> String {
 }
 
 impl Port {
+    /// Open, keeping every frame.
     pub fn open(name: &str, bufsize: usize) -> Result<Port, String> {
+        Self::open_filtered(name, bufsize, None).map(|(p, _)| p)
+    }
+
+    /// Open, keeping only IPv4 frames to `only`'s (net, prefix) subnets when
+    /// given (an empty list keeps nothing: a port that only sends). The
+    /// second value is why the filter could not be attached; that is not
+    /// fatal, the caller then skips the kernel's frames itself.
+    pub fn open_filtered(name: &str, bufsize: usize, only: Option<&[(u32, u8)]>) -> Result<(Port, Option<String>), String> {
         let cname = CString::new(name).map_err(|_| format!("bad interface name {name:?}"))?;
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
         if ifindex == 0 {
@@ -38,6 +53,10 @@ impl Port {
             return Err(errno_text("cannot open a packet socket for", name));
         }
         let port = Port { fd, name: name.to_string(), ifindex, mac: [0; 6] };
+        let filter_error = match only {
+            Some(nets) => attach_filter(fd, nets).err().map(|e| format!("{name}: {e}")),
+            None => None,
+        };
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = proto as u16;
@@ -72,7 +91,7 @@ impl Port {
         for i in 0..6 {
             port.mac[i] = sa.sa_data[i] as u8;
         }
-        Ok(port)
+        Ok((port, filter_error))
     }
 
     /// One frame addressed to this interface, if any is waiting:
@@ -119,8 +138,67 @@ impl Port {
     }
 }
 
+/// A classic BPF program accepting IPv4 frames whose destination lies in
+/// one of `nets` (network, prefix), rejecting everything else.
+pub fn dest_filter(nets: &[(u32, u8)]) -> Vec<libc::sock_filter> {
+    const LD_H_ABS: u16 = 0x28;
+    const LD_W_ABS: u16 = 0x20;
+    const JEQ_K: u16 = 0x15;
+    const AND_K: u16 = 0x54;
+    const RET_K: u16 = 0x06;
+    let op = |code: u16, jt: u8, jf: u8, k: u32| libc::sock_filter { code, jt, jf, k };
+    let mut p = vec![op(LD_H_ABS, 0, 0, 12), op(JEQ_K, 1, 0, 0x0800), op(RET_K, 0, 0, 0)];
+    let k = nets.len();
+    for (j, &(net, prefix)) in nets.iter().enumerate() {
+        let mask = if prefix == 0 { 0 } else { u32::MAX << (32 - prefix as u32) };
+        // to the accepting return: past the remaining blocks and the reject
+        let jt = (3 * (k - j - 1) + 1) as u8;
+        p.push(op(LD_W_ABS, 0, 0, 30));
+        p.push(op(AND_K, 0, 0, mask));
+        p.push(op(JEQ_K, jt, 0, net & mask));
+    }
+    p.push(op(RET_K, 0, 0, 0));
+    p.push(op(RET_K, 0, 0, 0x0004_0000));
+    p
+}
+
+fn attach_filter(fd: i32, nets: &[(u32, u8)]) -> Result<(), String> {
+    if nets.len() > 80 {
+        return Err(format!("{} destinations are more than one socket filter holds (80)", nets.len()));
+    }
+    let prog = dest_filter(nets);
+    let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
+    let r = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog as *const _ as *const libc::c_void, std::mem::size_of::<libc::sock_fprog>() as u32) };
+    if r < 0 {
+        return Err(format!("SO_ATTACH_FILTER failed: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 impl Drop for Port {
     fn drop(&mut self) {
         unsafe { libc::close(self.fd) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_match_in_the_destination_filter_jumps_to_the_accepting_return() {
+        for k in 0..6 {
+            let nets: Vec<(u32, u8)> = (0..k).map(|i| (0x0a4d_0000 | (i << 8), 24)).collect();
+            let p = dest_filter(&nets);
+            let accept = p.len() - 1;
+            assert_eq!(p[accept].k, 0x0004_0000);
+            assert_eq!(p[accept - 1].k, 0);
+            for (i, ins) in p.iter().enumerate().skip(3) {
+                if ins.code == 0x15 {
+                    assert_eq!(i + 1 + ins.jt as usize, accept, "block at {i} of {k}");
+                    assert_eq!(ins.jf, 0);
+                }
+            }
+        }
     }
 }

@@ -75,6 +75,13 @@ fn parse(config: &str) -> PyResult<netem::Config> {
         duration_ns: v.get("duration_ns").and_then(Value::as_u64),
         sockbuf: v.get("sockbuf").and_then(Value::as_u64).unwrap_or(8 << 20) as usize,
         priority: v.get("priority").and_then(Value::as_i64).unwrap_or(0) as i32,
+        kernel_paths: v
+            .get("kernel_paths")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p.get(0)?.as_u64()? as usize, p.get(1)?.as_u64()? as usize)))
+            .collect(),
     })
 }
 
@@ -87,7 +94,7 @@ extern "C" fn on_usr1(_: libc::c_int) {
 #[pyo3(signature = (config, ready_fd=None, reload_path=None))]
 pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, reload_path: Option<String>) -> PyResult<Bound<'py, PyDict>> {
     let cfg = parse(config)?;
-    let ports = netem::open_ports(&cfg).map_err(RunError::new_err)?;
+    let (ports, unfiltered) = netem::open_ports(&cfg).map_err(RunError::new_err)?;
     if let Some(fd) = ready_fd {
         let msg = b"ready\n";
         unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
@@ -128,6 +135,7 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
         ld.set_item("queue_drops", l.queue_drops)?;
         ld.set_item("send_errors", l.send_errors)?;
         ld.set_item("pending_at_stop", l.pending_at_stop)?;
+        ld.set_item("kernel", l.kernel)?;
         ld.set_item("applied", hist_dict(py, &l.applied)?)?;
         ld.set_item("late", hist_dict(py, &l.late)?)?;
         ld.set_item("queued", hist_dict(py, &l.queued)?)?;
@@ -146,6 +154,7 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
         pd.set_item("unrouted", p.unrouted)?;
         pd.set_item("ttl_expired", p.ttl_expired)?;
         pd.set_item("no_kernel_ts", p.no_kernel_ts)?;
+        pd.set_item("kernel_path", p.kernel_path)?;
         ports.append(pd)?;
     }
     d.set_item("ports", ports)?;
@@ -157,5 +166,6 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
     d.set_item("priority", r.priority)?;
     d.set_item("policy", &r.policy_note)?;
     d.set_item("reload_errors", r.reload_errors.clone())?;
+    d.set_item("unfiltered", unfiltered)?;
     Ok(d)
 }

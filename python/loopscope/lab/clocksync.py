@@ -7,6 +7,11 @@ record of every phase lies inside the span the probes cover. Their traces
 live in ``hosts/<name>/clocksync/`` and are listed in ``run.json`` under
 ``clocksync``; ``loopscope.clock.sync`` reads them afterwards. A probe that
 fails stops the run like any other component.
+
+Which network they cross (``clocksync.network``): ``sync`` by default, the
+netns hosts' own veths to the reference (``netns.Topology.sync_links``) or
+an ssh reference's ``sync_address``; ``experiment``, the experiment's
+network with its router and links. Each initiator records the one it used.
 """
 
 from __future__ import annotations
@@ -25,19 +30,36 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
     cs = exp.clocksync
     ref = cs.reference or exp.hosts[0].name
     rh = lab.hosts[ref]
-    bind = f"{'0.0.0.0' if rh.remote else rh.address}:{cs.port}"
-    info: dict[str, Any] = {"reference": ref, "port": cs.port, "rate": cs.rate, "gap_ns": cs.gap, "responder": None, "initiators": {}, "running": []}
+    dests = {h.name: destination(lab, exp, h.name) for h in exp.hosts if h.name != ref}
+    any_sync = any(net == "sync" for _, net in dests.values())
+    bind = f"{'0.0.0.0' if rh.remote or any_sync else rh.address}:{cs.port}"
+    nets = sorted({net for _, net in dests.values()})
+    info: dict[str, Any] = {"reference": ref, "port": cs.port, "rate": cs.rate, "gap_ns": cs.gap, "network": nets[0] if len(nets) == 1 else "mixed", "asked_network": cs.network, "responder": None, "initiators": {}, "running": []}
     r = lab.agent(ref).call("start_probe", probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True)
     info["responder"] = {"host": ref, "trace": lab.rel(ref, r["trace"]), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
     info["running"].append((ref, "clocksync-serve"))
     for flow, h in enumerate(exp.hosts, start=1):
         if h.name == ref:
             continue
-        spec = {"kind": "sync", "name": "clocksync", "dest": f"{rh.address}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
+        addr, net = dests[h.name]
+        spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
         r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name))
-        info["initiators"][h.name] = {"flow": flow, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
+        info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
         info["running"].append((h.name, "clocksync"))
     return info
+
+
+def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
+    """Where ``host``'s initiator sends, and over which network."""
+    cs = exp.clocksync
+    rh = lab.hosts[cs.reference or exp.hosts[0].name]
+    if cs.network == "sync":
+        topo = getattr(lab, "topo", None)
+        if topo is not None and host in topo.sync_links:
+            return topo.sync_links[host].peer_address, "sync"
+        if rh.spec.sync_address:
+            return rh.spec.sync_address, "sync"
+    return rh.address, "experiment"
 
 
 def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:

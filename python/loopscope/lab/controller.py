@@ -181,6 +181,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         if len(exp.hosts) > 1:
             say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in kinds.items())})")
         lab.up(say)
+        notes.extend(lab.notes)
+        if lab.paths:
+            run["paths"] = {n: {k: p[k] for k in ("from", "to", "mechanism", "why")} for n, p in lab.paths.items()}
         first = next(iter(lab.hosts.values()))
         run["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
         run["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
@@ -327,6 +330,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             run["timings"].update(lab.timings)
             if lab.emulator_result is not None:
                 run["emulator"] = {"json": "netem/netem.json", "trace": "netem/netem.lstrace"}
+            if lab.router_counts is not None:
+                run["router_kernel"] = lab.router_counts
             for pid in procs.pids_of_run(run_id):
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -1,5 +1,14 @@
 """The link emulator as a lab component.
 
+``path_plan`` decides, per ordered pair of netns hosts, what carries the
+path: the router's kernel (IP forwarding, the same path as two machines
+behind a real router) when no phase of the experiment asks that direction
+for anything, the emulator when any phase asks for delay, jitter, rate,
+reorder, loss or duplication. The choice holds for the whole run, so a
+phase that changes a link never moves it between mechanisms mid-run, and
+the emulator never wakes for a packet it does not change (its sockets
+filter those out in the kernel).
+
 ``link_configs`` turns the experiment's links into the emulator's per
 direction settings; ``Emulator`` starts ``loopscope netem`` inside the
 router namespace (so its AF_PACKET sockets see the router's interfaces),
@@ -27,6 +36,47 @@ from typing import Any
 from loopscope.lab import procs
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
+KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation asked)"
+
+
+def _asks(link: Any) -> list[str]:
+    """What a link asks of the path beyond plain forwarding."""
+    from loopscope.units import duration_text
+
+    out = []
+    if link.delay:
+        out.append(f"delay {duration_text(link.delay)}")
+    if link.jitter:
+        out.append(f"jitter {duration_text(link.jitter)}")
+    if link.rate:
+        out.append(f"rate {link.rate}")
+    for k in ("loss", "duplicate", "reorder"):
+        if getattr(link, k):
+            out.append(f"{k} {getattr(link, k):g}%")
+    return out
+
+
+def path_plan(exp: Any, hosts: list[str]) -> dict[str, dict[str, Any]]:
+    """Every ordered pair of ``hosts``: ``{"a->b": {from, to, mechanism,
+    why}}``, mechanism ``kernel`` or ``emulator``."""
+    asked: dict[tuple[str, str], list[str]] = {}
+    sources = [("", l) for l in exp.links] + [(f"phase {ph.name}: ", l) for ph in (getattr(exp, "phases", None) or []) for l in (ph.links or [])]
+    for where, link in sources:
+        for d in link.directions():
+            asked.setdefault(d, []).extend(f"{where}{a}" for a in _asks(link))
+    plan = {}
+    for a in hosts:
+        for b in hosts:
+            if a == b:
+                continue
+            why = asked.get((a, b)) or []
+            plan[f"{a}->{b}"] = {
+                "from": a,
+                "to": b,
+                "mechanism": "emulator" if why else "kernel",
+                "why": ("asks for " + ", ".join(dict.fromkeys(why))) if why else "nothing asked in any phase",
+            }
+    return plan
 
 
 def link_configs(exp: Any, phase: Any = None) -> list[dict[str, Any]]:
@@ -180,4 +230,5 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "priority": r["priority"],
         "policy": r["policy"],
         "reload_errors": r.get("reload_errors") or [],
+        "unfiltered": r.get("unfiltered") or [],
     }

@@ -3,8 +3,9 @@
 ``resolve_hosts`` decides each host's kind (``auto`` becomes ``netns`` when
 this process may create namespaces and the experiment has several hosts or
 a clock offset, ``local`` otherwise) and its address as the other hosts see
-it. ``Lab.up`` builds the namespaces and the router, starts the link
-emulator when two or more hosts are namespaces, and starts one agent per
+it. ``Lab.up`` builds the namespaces and the router, lets the router's
+kernel forward every path that asks for no emulation, starts the link
+emulator for the paths that do (none: no emulator), and starts one agent per
 host, all spawned before any is waited for. ``Lab.down`` undoes all of it
 in reverse and never raises: agents stopped (politely when the run
 completed, SIGTERM otherwise), emulator stopped with its counts kept, remote
@@ -28,7 +29,7 @@ from typing import Any
 from loopscope.lab import hosts as H
 from loopscope.lab import netns, procs, state
 from loopscope.lab.cgroup import RunGroup, remove_root_if_empty
-from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs
+from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs, path_plan
 
 
 class LabError(Exception):
@@ -71,6 +72,16 @@ def resolve_hosts(exp: Any) -> tuple[dict[str, str], list[str]]:
     return kinds, notes
 
 
+def sync_reference(exp: Any, kinds: dict[str, str]) -> str | None:
+    """The netns host the sync network leads to, when the run wants one."""
+    from loopscope.lab import clocksync
+
+    ref = exp.clocksync.reference or exp.hosts[0].name
+    if clocksync.wanted(exp) and exp.clocksync.network == "sync" and kinds.get(ref) == "netns":
+        return ref  # type: ignore[no-any-return]
+    return None
+
+
 def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
     """Problems with hosts and links that make the run impossible (preflight)."""
     problems: list[str] = []
@@ -90,10 +101,13 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
                 problems.append(
                     f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
                 )
+    for i, h in enumerate(exp.hosts):
+        if h.sync_address and kinds.get(h.name) != "ssh":
+            problems.append(f"{file}: hosts.{i}.sync_address: only ssh hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
     if ns_hosts:
         overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
         try:
-            netns.Topology.plan("preflight", ns_hosts, overrides)
+            netns.Topology.plan("preflight", ns_hosts, overrides, sync_reference=sync_reference(exp, kinds))
         except netns.NetnsError as e:
             problems.append(f"{file}: {e}")
     for h in exp.hosts:
@@ -116,12 +130,18 @@ class Lab:
         self.hosts: dict[str, HostRt] = {}
         self.timings: dict[str, int] = {}
         self.emulator_result: dict[str, Any] | None = None
+        # Per path: what carries it (``path_plan``), settled in ``up``.
+        self.paths: dict[str, dict[str, Any]] = {}
+        self.kernel_forwarded: set[tuple[str, str]] = set()
+        self.router_counts: dict[str, int] | None = None
+        # What the lab decided or could not do while coming up (the run's notes).
+        self.notes: list[str] = []
         # The instant virtual clocks (test only) count their drift from.
         self.vclock_epoch_ns = time.time_ns()
         ns_names = [h.name for h in exp.hosts if kinds[h.name] == "netns"]
         if ns_names:
             overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
-            self.topo = netns.Topology.plan(run_id, ns_names, overrides)
+            self.topo = netns.Topology.plan(run_id, ns_names, overrides, sync_reference=sync_reference(exp, kinds))
         for i, h in enumerate(exp.hosts, start=1):
             kind = kinds[h.name]
             if kind == "netns":
@@ -152,12 +172,14 @@ class Lab:
                 raise LabError(f"creating the network namespaces failed: {e}") from None
             self.timings["netns_up_ns"] = time.monotonic_ns() - t0
             if len(self.topo.hosts) >= 2:
-                cfg = self.topo.emulator_config(link_configs(self.exp), seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0)
-                try:
-                    self.emulator = Emulator(self.topo.router_ns, cfg, self.run_dir / "netem", self.run_id)
-                except EmulatorFailure as e:
-                    raise LabError(str(e)) from None
-                self.timings["emulator_ready_ns"] = time.monotonic_ns() - t0
+                self._paths_up()
+                if any(p["mechanism"] == "emulator" for p in self.paths.values()):
+                    cfg = self._emulator_config(link_configs(self.exp))
+                    try:
+                        self.emulator = Emulator(self.topo.router_ns, cfg, self.run_dir / "netem", self.run_id)
+                    except EmulatorFailure as e:
+                        raise LabError(str(e)) from None
+                    self.timings["emulator_ready_ns"] = time.monotonic_ns() - t0
         for h in self.hosts.values():
             log = (self.run_dir / "agent.log") if not self.multi else (self.run_dir / "hosts" / h.name / "agent.log")
             if h.kind == "local":
@@ -186,13 +208,36 @@ class Lab:
             cgroups=[h.cgroup for h in self.hosts.values() if h.cgroup and not h.remote],
         )
 
+    def _paths_up(self) -> None:
+        """Kernel forwarding for the paths that ask for nothing; where the
+        router refuses it, the emulator carries every path and the notes say why."""
+        assert self.topo is not None
+        self.paths = path_plan(self.exp, [h.name for h in self.topo.hosts])
+        emulated = {(p["from"], p["to"]) for p in self.paths.values() if p["mechanism"] == "emulator"}
+        kernel = {(p["from"], p["to"]) for p in self.paths.values() if p["mechanism"] == "kernel"}
+        if not kernel:
+            return
+        try:
+            self.topo.kernel_forwarding(emulated)
+        except netns.NetnsError as e:
+            self.notes.append(f"the router's kernel cannot forward the paths that ask for no emulation ({e}); the user-space emulator carries every path")
+            for p in self.paths.values():
+                if p["mechanism"] == "kernel":
+                    p.update(mechanism="emulator", why=f"kernel forwarding refused: {e}")
+            return
+        self.kernel_forwarded = kernel
+
+    def _emulator_config(self, links: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self.topo is not None
+        return self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
+
     # ---- during the run --------------------------------------------------------------
 
     def set_links(self, configs: list[dict[str, Any]]) -> None:
         """New link settings for the running emulator (a phase that changes links)."""
         if self.emulator is None or self.topo is None:
             return
-        cfg = self.topo.emulator_config(configs, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0)
+        cfg = self._emulator_config(configs)
         try:
             self.emulator.reconfigure(cfg)
         except EmulatorFailure as e:
@@ -253,10 +298,15 @@ class Lab:
         }
         if self.topo is not None:
             out["network"] = self.topo.describe()
-        if self.exp.links or self.emulator is not None:
-            from loopscope.lab.emulator import MECHANISM
+        if self.exp.links or self.paths:
+            from loopscope.lab.emulator import KERNEL_MECHANISM, MECHANISM
 
-            out["links"] = {"mechanism": MECHANISM if self.emulator is not None else "none", "applied": link_configs(self.exp)}
+            mechs = {p["mechanism"] for p in self.paths.values()}
+            out["links"] = {
+                "mechanism": "; ".join(m for k, m in (("emulator", MECHANISM), ("kernel", KERNEL_MECHANISM)) if k in mechs) or "none",
+                "paths": {n: {**p, "mechanism": MECHANISM if p["mechanism"] == "emulator" else KERNEL_MECHANISM, "carried_by": p["mechanism"]} for n, p in self.paths.items()},
+                "applied": link_configs(self.exp),
+            }
         return out
 
     # ---- down -------------------------------------------------------------------------
@@ -283,6 +333,8 @@ class Lab:
             if h.remote and h.agent is not None:
                 self._fetch(h, notes)
         if self.topo is not None:
+            if self.kernel_forwarded:
+                self.router_counts = self.topo.forward_counts()
             self.topo.down()
         for h in self.hosts.values():
             if h.cgroup and not h.remote:

@@ -3,10 +3,13 @@
 Topology (a star): every host gets a namespace ``ls-<tag>-<host>`` with one
 interface ``eth0`` holding ``10.77.<i>.2/24`` and a default route through
 ``10.77.<i>.1``, the router's address on the other end of the veth pair
-(``r<i>`` in ``ls-<tag>-router``). The router has IP forwarding off: packets
-between hosts cross it only through the user-space emulator
-(``loopscope netem``), which applies each link's delay, loss and so on, so
-with no link configured the path is still the emulator's (an ideal link).
+(``r<i>`` in ``ls-<tag>-router``). The router comes up with IP forwarding
+off; ``kernel_forwarding`` then turns it on for the paths that ask for no
+emulation and puts a blackhole rule (``ip rule … iif r<a> to <net b>``,
+no ICMP back) on each path the user-space emulator (``loopscope netem``)
+carries, which reads those frames from AF_PACKET sockets and applies the
+link's delay, loss and so on. Without that call every path is the
+emulator's.
 ``tag`` is six hex digits derived from the run id: short enough for
 interface names, unique enough for concurrent runs, and what ``loopscope
 cleanup`` looks for.
@@ -18,6 +21,14 @@ the measurements) and neighbours are permanent (no ARP on the first packet).
 A host may have its own CLOCK_MONOTONIC offset: its agent is started in a
 time namespace (``timens.py``), which shifts MONOTONIC and BOOTTIME but not
 REALTIME, the clock of the kernel's packet timestamps.
+
+The sync network: with a ``sync_reference``, every other host also gets
+``sync0`` (``10.78.<i>.2/24``), a veth straight into the reference's
+namespace (``s<i>``, ``10.78.<i>.1``). The clock-sync probes use it, so
+their packets meet neither the router nor the emulator: one veth hop each
+way, the same in both directions, which is what an offset estimate from
+round trips needs. It is not a namespace of its own with a forwarder (one
+hop fewer, nothing to forward); it goes when the hosts' namespaces go.
 
 Everything is done with ``ip -batch`` (iproute2), one invocation per
 namespace, so four hosts come up in well under a second; ``down`` deletes
@@ -36,6 +47,8 @@ from pathlib import Path
 
 PREFIX = "ls-"
 NET = "10.77"
+SYNC_NET = "10.78"
+SYNC_IF = "sync0"
 
 
 def tag_of(run_id: str) -> str:
@@ -65,6 +78,19 @@ class HostNet:
 
 
 @dataclass
+class SyncLink:
+    """A host's own veth into the reference's namespace, for clock sync."""
+
+    host: str
+    index: int
+    address: str  # the host's end (sync0)
+    peer_address: str  # the reference's end: where the host's probes go
+    peer_if: str
+    mac: str
+    peer_mac: str
+
+
+@dataclass
 class Topology:
     run_id: str
     hosts: list[HostNet]
@@ -72,17 +98,22 @@ class Topology:
     router_ns: str
     up_ns: int = 0
     created: list[str] = field(default_factory=list)
+    sync_reference: str | None = None
+    sync_links: dict[str, SyncLink] = field(default_factory=dict)
 
     @classmethod
-    def plan(cls, run_id: str, names: list[str], addresses: dict[str, str] | None = None) -> Topology:
+    def plan(cls, run_id: str, names: list[str], addresses: dict[str, str] | None = None, sync_reference: str | None = None) -> Topology:
         """Addresses: 10.77.<i>.2/24 with the router at .1, or the given
         address in its /24 with the router at .1 (.254 if the host is .1);
-        NetnsError when two hosts would share a subnet."""
+        NetnsError when two hosts would share a subnet, or when a host's
+        address lies in the sync network's 10.78.0.0/16 while there is one."""
         tag = tag_of(run_id)
         hosts = []
         nets: dict[str, str] = {}
         for i, h in enumerate(names, start=1):
             addr = (addresses or {}).get(h) or f"{NET}.{i}.2"
+            if sync_reference and addr.startswith(SYNC_NET + "."):
+                raise NetnsError(f"host {h}: address {addr} lies in {SYNC_NET}.0.0/16, the clock-sync network's; pick another or set clocksync.network: experiment")
             head = addr.rsplit(".", 1)[0]
             gw = f"{head}.254" if addr.endswith(".1") else f"{head}.1"
             net = f"{head}.0/24"
@@ -101,7 +132,13 @@ class Topology:
                     router_mac=f"02:4c:53:{i >> 8:02x}:{i & 0xFF:02x}:01",
                 )
             )
-        return cls(run_id, hosts, tag, ns_name(tag, "router"))
+        topo = cls(run_id, hosts, tag, ns_name(tag, "router"), sync_reference=sync_reference if sync_reference in names else None)
+        if topo.sync_reference:
+            for h in hosts:
+                if h.name != topo.sync_reference:
+                    i = h.index
+                    topo.sync_links[h.name] = SyncLink(h.name, i, f"{SYNC_NET}.{i}.2", f"{SYNC_NET}.{i}.1", f"s{i}", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:02", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:01")
+        return topo
 
     def host(self, name: str) -> HostNet:
         return next(h for h in self.hosts if h.name == name)
@@ -148,30 +185,74 @@ class Topology:
                 ],
             )
             _no_offload(h.ns, h.ifname)
+        if self.sync_links:
+            self._sync_up()
+
+    def _sync_up(self) -> None:
+        assert self.sync_reference is not None
+        ref = self.host(self.sync_reference)
+        _batch(None, [f"link add {SYNC_IF} netns {self.host(n).ns} address {s.mac} type veth peer name {s.peer_if} netns {ref.ns} address {s.peer_mac}" for n, s in self.sync_links.items()])
+        rcmds = []
+        for n, s in self.sync_links.items():
+            rcmds += [f"address add {s.peer_address}/24 dev {s.peer_if}", f"link set {s.peer_if} up", f"neighbour replace {s.address} lladdr {s.mac} dev {s.peer_if} nud permanent"]
+            _batch(self.host(n).ns, [f"address add {s.address}/24 dev {SYNC_IF}", f"link set {SYNC_IF} up", f"neighbour replace {s.peer_address} lladdr {s.peer_mac} dev {SYNC_IF} nud permanent"])
+        _batch(ref.ns, rcmds)
 
     def down(self) -> list[str]:
         """Delete the namespaces (and with them the veths); returns what was removed."""
         return delete_namespaces(self.namespaces)
+
+    def kernel_forwarding(self, emulated: set[tuple[str, str]]) -> None:
+        """The router's kernel forwards every path but the ``emulated`` ones
+        ((from, to) host names), which are blackholed in its routing so only
+        the emulator carries them. NetnsError (forwarding stays off) when
+        the kernel refuses a rule."""
+        rules = [f"rule add iif {self.host(a).router_if} to {self.host(b).net}/{self.host(b).prefix} priority 1000 blackhole" for a, b in sorted(emulated)]
+        if rules:
+            _batch(self.router_ns, rules)
+        _sysctl(self.router_ns, {"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.all.send_redirects": "0", "net.ipv4.conf.default.send_redirects": "0", "net.ipv4.ip_forward": "1"})
+
+    def forward_counts(self) -> dict[str, int] | None:
+        """The router kernel's own IPv4 counts (``/proc/net/snmp`` in its
+        namespace): datagrams it forwarded and those it discarded, so a
+        kernel path's losses are counted too. None when unreadable."""
+        try:
+            r = subprocess.run(["ip", "netns", "exec", self.router_ns, "cat", "/proc/net/snmp"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        lines = [l.split() for l in r.stdout.splitlines() if l.startswith("Ip:")]
+        if r.returncode != 0 or len(lines) < 2:
+            return None
+        ip = dict(zip(lines[0][1:], lines[1][1:]))
+        keys = {"ForwDatagrams": "forwarded", "InDiscards": "in_discards", "OutDiscards": "out_discards", "OutNoRoutes": "no_route", "InHdrErrors": "header_errors", "InAddrErrors": "address_errors"}
+        try:
+            return {v: int(ip[k]) for k, v in keys.items() if k in ip}
+        except ValueError:
+            return None
 
     def link_down(self, host: str) -> None:
         """Take a host's interface down (failure injection)."""
         h = self.host(host)
         _batch(h.ns, [f"link set {h.ifname} down"])
 
-    def emulator_config(self, links: list[dict[str, object]], seed: int, records: bool = True, priority: int = 0) -> dict[str, object]:
+    def emulator_config(self, links: list[dict[str, object]], seed: int, records: bool = True, priority: int = 0, kernel: set[tuple[str, str]] | None = None) -> dict[str, object]:
+        """``kernel``: the paths the router's kernel forwards (the emulator's
+        sockets filter their frames out)."""
         idx = {h.name: i for i, h in enumerate(self.hosts)}
         ports = [
             {"host": h.name, "ifname": h.router_if, "host_mac": h.mac, "router_ip": h.gateway, "net": h.net, "prefix": h.prefix}
             for h in self.hosts
         ]
         ls = [{**l, "from": idx[str(l["from"])], "to": idx[str(l["to"])]} for l in links]
-        return {"ports": ports, "links": ls, "seed": seed, "records": records, "priority": priority}
+        kp = [[idx[a], idx[b]] for a, b in sorted(kernel or ())]
+        return {"ports": ports, "links": ls, "seed": seed, "records": records, "priority": priority, "kernel_paths": kp}
 
     def describe(self) -> dict[str, object]:
         return {
             "tag": self.tag,
             "router_ns": self.router_ns,
             "hosts": {h.name: {"ns": h.ns, "address": h.address, "gateway": h.gateway, "ifname": h.ifname, "mac": h.mac} for h in self.hosts},
+            **({"sync": {"reference": self.sync_reference, "links": {n: {"ifname": SYNC_IF, "address": s.address, "reference_address": s.peer_address, "reference_ifname": s.peer_if} for n, s in self.sync_links.items()}}} if self.sync_links else {}),
         }
 
 

@@ -21,7 +21,7 @@ DESCRIBE = {
     "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000).",
     "program": "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure.",
     "app": "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases.",
-    "pipeline": "A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, emulator included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
+    "pipeline": "A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, the router included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
 }
 MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
 
@@ -246,17 +246,25 @@ def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: 
 
 
 def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """One row per path: what carried it and, for the emulator's, its counts."""
     if not em:
         return []
     rows = []
+    paths = em.get("paths") or {}
+    for name, p in paths.items():
+        if p.get("mechanism") == "kernel":
+            rows.append({"name": name, "carried": "kernel", "configured": p.get("why", ""), "in": "", "forwarded": "", "lost": "", "duplicated": "", "reordered": "", "queue_drops": "", "pending": "", "applied": "", "late": "", "queueing": ""})
     for l in em.get("links") or []:
-        if not l.get("packets_in") and not l.get("configured"):
+        if l.get("kernel"):
+            continue
+        if not paths and not l.get("packets_in") and not l.get("configured"):
             continue
         a, late = l.get("applied_ns") or {}, l.get("late_ns") or {}
         rows.append(
             {
                 "name": l["name"],
-                "configured": "yes" if l.get("configured") else "no (ideal)",
+                "carried": "emulator",
+                "configured": (paths.get(l["name"]) or {}).get("why") or ("yes" if l.get("configured") else "no (ideal)"),
                 "in": f"{l['packets_in']:,}",
                 "forwarded": f"{l['forwarded']:,}",
                 "lost": l["lost"],
@@ -296,6 +304,20 @@ def discipline_text(d: dict[str, Any] | None) -> str:
         parts.append(f"chrony: {c.get('note')}")
     parts.append("daemons: " + (", ".join(d.get("daemons") or []) or "none"))
     return "; ".join(parts)
+
+
+def _clock_network(cs: dict[str, Any] | None) -> str:
+    """One sentence on the network the clock-sync probes crossed."""
+    if not cs:
+        return ""
+    by = {h: i.get("network") for h, i in (cs.get("initiators") or {}).items()}
+    if not by or not any(by.values()):
+        return "The probes crossed the experiment's network (its router and links)."
+    text = {"sync": "the sync network (a link of their own to the reference, no router, no emulation)", "experiment": "the experiment's network (its router and links)"}
+    nets = set(by.values())
+    if len(nets) == 1:
+        return f"The probes crossed {text[nets.pop()]}."
+    return "The probes crossed " + "; ".join(f"for {h}, {text.get(n, n)}" for h, n in sorted(by.items())) + "."
 
 
 def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
@@ -624,6 +646,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         clock_chart=clock_chart,
         clock_problems=clock_problems,
         clock_reference=(tl or {}).get("reference"),
+        clock_network=_clock_network(run.get("clocksync")),
         title=f"loopscope · {run.get('name')}",
         run=run,
         spec=spec,

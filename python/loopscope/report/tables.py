@@ -157,15 +157,20 @@ def load_run(run_dir: Path) -> RunTables:
 
 
 def _emulator(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
+    """The emulator's counts (when it ran), with what carried each path
+    (``paths``) and the router kernel's own counts (``router_kernel``)."""
     em = run.get("emulator")
-    if not em:
+    paths, router = run.get("paths"), run.get("router_kernel")
+    if not em and not paths:
         return None
-    try:
-        out = json.loads((run_dir / em["json"]).read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    out["queueing"] = _emulator_queueing(run_dir / em["trace"], out)
-    return out  # type: ignore[no-any-return]
+    out: dict[str, Any] = {"links": [], "paths": paths or {}, "router_kernel": router}
+    if em:
+        try:
+            out.update(json.loads((run_dir / em["json"]).read_text()))
+        except (OSError, json.JSONDecodeError):
+            return out if paths else None
+        out["queueing"] = _emulator_queueing(run_dir / em["trace"], out)
+    return out
 
 
 def _emulator_queueing(trace: Path, em: dict[str, Any]) -> dict[str, Any]:

@@ -416,6 +416,10 @@ class ClockSync(Model):
     rate: Annotated[float, Field(gt=0, le=1000)] = Field(20.0, description="probe pairs per second per host")
     gap: Duration = Field(20_000, description="gap between the two probes of a pair")
     port: Annotated[int, Field(ge=1, le=65535)] = Field(9319, description="UDP port of the reference's responder")
+    network: Literal["sync", "experiment"] = Field(
+        "sync",
+        description="sync: the probes use a network of their own (netns hosts: a veth from each host straight to the reference, never emulated; ssh hosts: the reference's sync_address); experiment: they cross the experiment's network and its links",
+    )
 
 
 class KernelCapture(Model):
@@ -444,6 +448,7 @@ class Host(Model):
     python: str = Field("python3", description="ssh: the remote interpreter that has loopscope installed")
     workdir: str = Field("/tmp/loopscope-runs", description="ssh: where the remote agent writes before files are fetched")
     virtual_clock: VirtualClock | None = Field(None, description="test only: skew this host's timestamps to validate clock synchronization")
+    sync_address: str | None = Field(None, description="ssh: the address the clock-sync probes reach this host at when it is the reference (an interface off the experiment's network); netns hosts get a sync network of their own")
 
 
 def _percent(v: Any) -> float:
