@@ -988,22 +988,26 @@ def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Rounds of every measurement [3, quick: 1].")
 @click.option("--seconds", type=float, default=None, help="Length of each stream [5, quick: 1].")
-def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None) -> int:
-    """The link emulator against kernel forwarding: delay error at 10 kpps, loss against its binomial interval, lab up/down."""
+@click.option("--rate-seconds", type=float, default=None, help="Length of each packet-rate trial [5, quick: 1].")
+def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None, rate_seconds: float | None) -> int:
+    """The link emulator against kernel forwarding: delay error at 10 kpps (sleeping and busy-polling), loss against its binomial
+    interval, a lab path that asks for nothing, the highest packet rate against the kernel's, lab up/down."""
     from loopscope.bench import emulator
 
-    return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
+    return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, rate_seconds=rate_seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
 
 
 @bench.command("clocksync")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="Length of each condition's run [60, quick: 10].")
-def bench_clocksync(as_json: bool, quick: bool, seconds: float | None) -> int:
-    """Clock sync against injected offsets and drifts, idle and loaded: error, bound, drift; NTP's filter on the same probes."""
+@click.option("--network", "networks", type=click.Choice(["sync", "experiment"]), multiple=True, help="Which network the probes take (repeat for both) [both].")
+def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks: tuple[str, ...]) -> int:
+    """Clock sync against injected offsets and drifts, idle and loaded, on the sync network and on the experiment's:
+    error, bound, drift; NTP's filter on the same probes."""
     from loopscope.bench import clocksync
 
-    return _report(clocksync.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, clocksync.print_human)
+    return _report(clocksync.run(quick=quick, seconds=seconds, networks=networks or clocksync.NETWORKS, progress=None if as_json else click.echo), as_json, clocksync.print_human)
 
 
 @bench.command("kcapture")

@@ -120,3 +120,19 @@ def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli) 
     assert busy["aa_spread"] > 0 and busy["p99_ns_with"] > 0
     # today's top-level keys stay, and are the idle timer's
     assert j["p99_ns_with"] == j["scenarios"][0]["p99_ns_with"] and "perf_cpu_share" in j
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("ip", "ethtool", "taskset")
+def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_packet_rate(cli: Cli) -> None:
+    r = cli("bench", "emulator", "--json", "--quick", "--seconds", "0.5", "--rate-seconds", "0.5", timeout=900)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    for k in ("kernel_forward_p50_ns", "kernel_forward_p99_ns", "kernel_path_p50_ns", "kernel_path_p99_ns", "pps_max", "pps_kernel_max", "pps_max_plain"):
+        assert j[k] > 0, k
+    assert j["ratio_p99_kernel_path_vs_forward"] > 0 and j["ratio_pps_max_vs_kernel"] > 0
+    # the kernel's path never reached the emulator: its socket filters kept it out
+    assert j["kernel_path_emulator_frames_runs"] == [0]
+    assert set(j["pps_cpus"]) == {"sender_and_receiver", "emulator"}
+    for t in j["rounds"][0]["rates"]["emulator_trials"]:
+        assert t["sent"] >= t["received"] >= 0

@@ -274,6 +274,20 @@ def test_preflight_names_the_host_or_link_at_fault(tmp_path: Path, cli: Cli) -> 
     assert not list(tmp_path.glob("runs/*"))
 
 
+def test_preflight_refuses_what_the_sync_network_and_the_emulator_cannot_do(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(
+        "name: bad\nhosts:\n  - {name: a}\n  - {name: b, address: 10.78.5.2, sync_address: 10.9.9.9}\n"
+        "emulator: {cpu: 4000, poll: true}\nprobes:\n  - {kind: timer, host: b}\nduration: 1s\n"
+    )
+    r = cli("run", str(spec))
+    assert r.returncode == 2, r.stderr
+    assert "hosts.1.sync_address: only ssh hosts take one" in r.stderr
+    assert "emulator.cpu: CPU 4000 is not one this process may use" in r.stderr
+    assert "address 10.78.5.2 lies in 10.78.0.0/16" in r.stderr and "clocksync.network: experiment" in r.stderr
+    assert "Traceback" not in r.stderr and not list(tmp_path.glob("runs/*"))
+
+
 def test_netns_hosts_without_privileges_are_refused_at_preflight() -> None:
     # A directory the unprivileged user can read and write (pytest's tmp_path is private to root).
     with tempfile.TemporaryDirectory(prefix="loopscope-nopriv-") as d:

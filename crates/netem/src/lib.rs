@@ -20,10 +20,15 @@
 //!   link has finished and takes size × 8 / rate; at most **limit** packets
 //!   wait per link (more are dropped and counted, netem's default is 1000).
 //!
-//! Departures are kept in a heap; the thread sleeps in `ppoll` until a
-//! margin before the next one and spins the rest, the margin being the 95th
-//! percentile of the wake-up lateness it observes (capped, so it still
-//! sleeps at high rates: a SCHED_FIFO thread that never sleeps is throttled). Everything the
+//! Frames come in and go out through PACKET_MMAP rings (`ring.rs`): no
+//! system call per frame received, one per batch of frames sent, every
+//! frame that is due leaving in the same pass. Departures are kept in a
+//! heap; the thread sleeps in `ppoll` until a margin before the next one and
+//! spins the rest, the margin being the 99th percentile of the wake-up
+//! lateness it observes (capped, so it still sleeps at high rates: a
+//! SCHED_FIFO thread that never sleeps is throttled). With `poll` it never
+//! sleeps: pinned to a CPU of its own (`cpu`), at SCHED_OTHER for that
+//! reason, it watches the rings and the clock and spends that CPU. Everything the
 //! emulator does to a packet is counted per link, and with `records` each
 //! forwarded packet is a trace record with its kernel RX time, the departure
 //! it was given and the one it got, so the emulator's own lateness is told
@@ -32,6 +37,7 @@
 
 pub mod frame;
 pub mod port;
+pub mod ring;
 
 use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
@@ -121,6 +127,12 @@ pub struct Config {
     /// emulator filters their frames out at the socket and, where a filter
     /// could not be attached, skips them.
     pub kernel_paths: Vec<(usize, usize)>,
+    /// PACKET_MMAP rings (false: one recvmsg/send per frame, the old way).
+    pub rings: bool,
+    /// Busy-poll: never sleep (use with `cpu`, a CPU nothing else needs).
+    pub poll: bool,
+    /// Pin the forwarding thread to this CPU.
+    pub cpu: Option<usize>,
 }
 
 impl Config {
@@ -177,6 +189,15 @@ pub struct PortStats {
     /// Frames of a path the kernel forwards that reached the emulator
     /// anyway (its socket filter could not be attached); left alone.
     pub kernel_path: u64,
+    /// Frames the kernel dropped before the emulator read them (socket
+    /// queue or RX ring full), from PACKET_STATISTICS.
+    pub socket_drops: u64,
+    /// Frames longer than a ring slot, dropped.
+    pub truncated: u64,
+    /// Frames the kernel refused from the TX ring.
+    pub tx_refused: u64,
+    /// "rings" or why not ("plain calls: …").
+    pub io: String,
 }
 
 #[derive(Debug, Default)]
@@ -191,6 +212,10 @@ pub struct EmuResult {
     pub priority: i32,
     pub policy_note: String,
     pub hist_scale: Option<Scale>,
+    /// How it waited: "sleep + spin" or "busy-poll on CPU n".
+    pub wait: String,
+    /// The CPU it was pinned to, if any (and the error if pinning failed).
+    pub cpu_note: String,
     /// new settings that could not be taken (the old ones stayed)
     pub reload_errors: Vec<String>,
 }
@@ -300,7 +325,7 @@ pub fn open_ports(cfg: &Config) -> Result<(Vec<Port>, Vec<String>), String> {
     let mut unfiltered = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
         let only = cfg.carried_from(i);
-        let (port, err) = Port::open_filtered(&p.ifname, cfg.sockbuf, only.as_deref())?;
+        let (port, err) = Port::open_filtered(&p.ifname, cfg.sockbuf, only.as_deref(), cfg.rings)?;
         unfiltered.extend(err);
         ports.push(port);
     }
@@ -323,7 +348,7 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
 /// their counts and their packets in flight keep the delay they were given;
 /// packets arriving from then on get the new settings. Each change is a
 /// `netem/reconfigure` event in the trace (tag: the link's index).
-pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
+pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
     let n = cfg.ports.len();
     if ports.len() != n {
         return Err(format!("{} ports opened for {} interfaces", ports.len(), n));
@@ -350,7 +375,23 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
     let e = ents();
     loopscope_trace::prepare_thread();
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
-    let (got_priority, policy_note) = if cfg.priority > 0 {
+    let cpu_note = match cfg.cpu {
+        Some(c) => unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(c, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
+                format!("pinned to CPU {c}")
+            } else {
+                format!("not pinned: CPU {c} refused ({})", std::io::Error::last_os_error())
+            }
+        },
+        None => String::new(),
+    };
+    // A SCHED_FIFO thread that never sleeps is throttled by the kernel (50 ms
+    // of every second by default): busy-polling runs at SCHED_OTHER.
+    let (got_priority, policy_note) = if cfg.poll {
+        (0, "SCHED_OTHER (busy-polling)".to_string())
+    } else if cfg.priority > 0 {
         let sp = libc::sched_param { sched_priority: cfg.priority };
         if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &sp) } == 0 {
             (cfg.priority, format!("SCHED_FIFO {}", cfg.priority))
@@ -365,7 +406,22 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
         .enumerate()
         .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, kernel: cfg.is_kernel(l.from, l.to), ..Default::default() })
         .collect();
-    let mut pstats: Vec<PortStats> = cfg.ports.iter().map(|p| PortStats { host: p.host.clone(), ifname: p.ifname.clone(), ..Default::default() }).collect();
+    let mut pstats: Vec<PortStats> = cfg
+        .ports
+        .iter()
+        .zip(ports.iter())
+        .map(|(p, q)| PortStats {
+            host: p.host.clone(),
+            ifname: p.ifname.clone(),
+            io: match (&q.rings, &q.ring_error) {
+                (Some(_), _) => "PACKET_MMAP rings".into(),
+                (None, Some(e)) => format!("one system call per frame (rings refused: {e})"),
+                (None, None) => "one system call per frame".into(),
+            },
+            ..Default::default()
+        })
+        .collect();
+    let mut batch: Vec<(usize, i64)> = Vec::new();
     let mut applied: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
     let mut late: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
     let mut queued: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
@@ -409,9 +465,12 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
             }
         }
         // 1. Take in what arrived.
-        for (pi, p) in ports.iter().enumerate() {
+        for pi in 0..n {
+            if !ports[pi].ready() {
+                continue;
+            }
             for _ in 0..256 {
-                let Some((len, krx0)) = p.recv(&mut buf, &mut pstats[pi].not_for_router) else { break };
+                let Some((len, krx0)) = ports[pi].recv(&mut buf, &mut pstats[pi].not_for_router) else { break };
                 let ps = &mut pstats[pi];
                 ps.frames += 1;
                 let krx = if krx0 == 0 {
@@ -505,44 +564,62 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
                 }
             }
         }
-        // 2. Send what is due.
+        // 2. Send what is due: every due frame into its port's TX ring, then
+        // one flush per port; the departure is the flush's time.
         let mut now = realtime_ns();
+        batch.clear();
         while let Some(&Reverse((t, _, slot))) = heap.peek() {
             if t > now {
                 break;
             }
             heap.pop();
             let pd = &slab[slot];
-            let li = pd.link;
-            let out = links[li].to;
-            let sent = realtime_ns();
+            let out = links[pd.link].to;
+            let direct = ports[out].rings.is_none();
+            let t_direct = if direct { realtime_ns() } else { 0 };
             let ok = ports[out].send(&pd.frame[..pd.len]);
-            waiting[li] -= 1;
-            let st = &mut stats[li];
-            if ok {
-                st.forwarded += 1;
-                applied[li].add(sent - pd.krx);
-                late[li].add(sent - pd.sched);
-                queued[li].add(pd.queued);
-                if cfg.records {
-                    payload[0..8].copy_from_slice(&pd.krx.to_le_bytes());
-                    payload[8..16].copy_from_slice(&pd.ready.to_le_bytes());
-                    payload[16..24].copy_from_slice(&pd.sched.to_le_bytes());
-                    payload[24..32].copy_from_slice(&sent.to_le_bytes());
-                    payload[32..36].copy_from_slice(&(pd.len as u32).to_le_bytes());
-                    payload[36..40].copy_from_slice(&pd.flags.to_le_bytes());
-                    e.forward.event_payload(li as u32, &payload);
-                }
-            } else {
-                st.send_errors += 1;
-                e.drop.event_value(li as u32, 3);
+            batch.push((slot, if ok { t_direct } else { -1 }));
+            if direct {
+                now = realtime_ns();
             }
-            free.push(slot);
+        }
+        if !batch.is_empty() {
+            let t_flush = realtime_ns();
+            for p in ports.iter_mut() {
+                p.flush();
+            }
+            for &(slot, t) in &batch {
+                let pd = &slab[slot];
+                let li = pd.link;
+                waiting[li] -= 1;
+                let st = &mut stats[li];
+                if t >= 0 {
+                    let sent = if t > 0 { t } else { t_flush };
+                    st.forwarded += 1;
+                    applied[li].add(sent - pd.krx);
+                    late[li].add(sent - pd.sched);
+                    queued[li].add(pd.queued);
+                    if cfg.records {
+                        payload[0..8].copy_from_slice(&pd.krx.to_le_bytes());
+                        payload[8..16].copy_from_slice(&pd.ready.to_le_bytes());
+                        payload[16..24].copy_from_slice(&pd.sched.to_le_bytes());
+                        payload[24..32].copy_from_slice(&sent.to_le_bytes());
+                        payload[32..36].copy_from_slice(&(pd.len as u32).to_le_bytes());
+                        payload[36..40].copy_from_slice(&pd.flags.to_le_bytes());
+                        e.forward.event_payload(li as u32, &payload);
+                    }
+                } else {
+                    st.send_errors += 1;
+                    e.drop.event_value(li as u32, 3);
+                }
+                free.push(slot);
+            }
             now = realtime_ns();
         }
         // 3. Wait: sleep until a margin before the next departure, spin the rest.
         let next = heap.peek().map(|r| r.0 .0);
         let wait = match next {
+            _ if cfg.poll => 0,
             Some(t) => t - now - margin,
             None => 100_000_000,
         };
@@ -578,8 +655,19 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
         st.late = late[i].snapshot();
         st.queued = queued[i].snapshot();
     }
+    for (ps, p) in pstats.iter_mut().zip(ports.iter()) {
+        ps.socket_drops = p.drops();
+        ps.truncated = p.truncated;
+        ps.tx_refused = p.tx_refused;
+    }
     result.links = stats;
     result.ports = pstats;
+    result.wait = match (cfg.poll, cfg.cpu) {
+        (true, Some(c)) => format!("busy-poll on CPU {c}"),
+        (true, None) => "busy-poll (not pinned)".into(),
+        _ => "sleep in ppoll, spin the last margin".into(),
+    };
+    result.cpu_note = cpu_note;
     result.final_margin_ns = margin;
     result.sleeps = sleeps;
     result.priority = got_priority;

@@ -11,6 +11,7 @@
 //! port, so the kernel's paths never wake the emulator. The filter is
 //! attached before the socket is bound: no frame slips in unfiltered.
 
+use crate::ring::{Rings, RxFrame};
 use std::ffi::CString;
 
 const SOL_PACKET: i32 = 263;
@@ -25,6 +26,14 @@ pub struct Port {
     pub name: String,
     pub ifindex: i32,
     pub mac: [u8; 6],
+    /// PACKET_MMAP rings, when asked for and the kernel gave them.
+    pub rings: Option<Rings>,
+    /// Why the rings could not be set up (the port then uses plain calls).
+    pub ring_error: Option<String>,
+    /// Frames the kernel refused from the TX ring as malformed.
+    pub tx_refused: u64,
+    /// Frames longer than a ring slot (dropped).
+    pub truncated: u64,
 }
 
 fn errno_text(what: &str, name: &str) -> String {
@@ -34,14 +43,16 @@ fn errno_text(what: &str, name: &str) -> String {
 impl Port {
     /// Open, keeping every frame.
     pub fn open(name: &str, bufsize: usize) -> Result<Port, String> {
-        Self::open_filtered(name, bufsize, None).map(|(p, _)| p)
+        Self::open_filtered(name, bufsize, None, false).map(|(p, _)| p)
     }
 
     /// Open, keeping only IPv4 frames to `only`'s (net, prefix) subnets when
     /// given (an empty list keeps nothing: a port that only sends). The
     /// second value is why the filter could not be attached; that is not
     /// fatal, the caller then skips the kernel's frames itself.
-    pub fn open_filtered(name: &str, bufsize: usize, only: Option<&[(u32, u8)]>) -> Result<(Port, Option<String>), String> {
+    /// With `rings`, frames come and go through PACKET_MMAP rings of about
+    /// `bufsize` bytes each way (`ring_error` says why not, if not).
+    pub fn open_filtered(name: &str, bufsize: usize, only: Option<&[(u32, u8)]>, rings: bool) -> Result<(Port, Option<String>), String> {
         let cname = CString::new(name).map_err(|_| format!("bad interface name {name:?}"))?;
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
         if ifindex == 0 {
@@ -52,11 +63,17 @@ impl Port {
         if fd < 0 {
             return Err(errno_text("cannot open a packet socket for", name));
         }
-        let port = Port { fd, name: name.to_string(), ifindex, mac: [0; 6] };
+        let mut port = Port { fd, name: name.to_string(), ifindex, mac: [0; 6], rings: None, ring_error: None, tx_refused: 0, truncated: 0 };
         let filter_error = match only {
             Some(nets) => attach_filter(fd, nets).err().map(|e| format!("{name}: {e}")),
             None => None,
         };
+        if rings {
+            match Rings::setup(fd, bufsize, bufsize / 4) {
+                Ok(r) => port.rings = Some(r),
+                Err(e) => port.ring_error = Some(format!("{name}: {e}")),
+            }
+        }
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
         sll.sll_protocol = proto as u16;
@@ -86,7 +103,6 @@ impl Port {
         if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) } < 0 {
             return Err(errno_text("cannot read the MAC address of", name));
         }
-        let mut port = port;
         let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
         for i in 0..6 {
             port.mac[i] = sa.sa_data[i] as u8;
@@ -98,7 +114,16 @@ impl Port {
     /// (length, kernel RX time in CLOCK_REALTIME ns, 0 if absent).
     /// Frames for other hosts, broadcasts and multicasts are skipped
     /// (`skipped` counts them); the kernel answers ARP itself.
-    pub fn recv(&self, buf: &mut [u8], skipped: &mut u64) -> Option<(usize, i64)> {
+    pub fn recv(&mut self, buf: &mut [u8], skipped: &mut u64) -> Option<(usize, i64)> {
+        if let Some(r) = self.rings.as_mut() {
+            loop {
+                match r.recv(buf)? {
+                    RxFrame::Frame(n, ts) => return Some((n, ts)),
+                    RxFrame::Skipped => *skipped += 1,
+                    RxFrame::Truncated => self.truncated += 1,
+                }
+            }
+        }
         let mut ctrl = [0u8; 128];
         loop {
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
@@ -133,8 +158,46 @@ impl Port {
         }
     }
 
-    pub fn send(&self, frame: &[u8]) -> bool {
+    /// Is a received frame waiting? Only rings can tell without a system
+    /// call; without them this says true (the caller then tries `recv`).
+    pub fn ready(&self) -> bool {
+        self.rings.as_ref().is_none_or(|r| r.rx_ready())
+    }
+
+    /// Send a frame: with rings it is queued and leaves at the next `flush`
+    /// (at once when the ring is full); without, it leaves now.
+    pub fn send(&mut self, frame: &[u8]) -> bool {
+        if let Some(r) = self.rings.as_mut() {
+            if r.queue(frame, &mut self.tx_refused) {
+                return true;
+            }
+            r.flush(self.fd);
+            if r.queue(frame, &mut self.tx_refused) {
+                return true;
+            }
+        }
         unsafe { libc::send(self.fd, frame.as_ptr() as *const libc::c_void, frame.len(), libc::MSG_DONTWAIT) == frame.len() as isize }
+    }
+
+    /// Send what the TX ring holds (one system call; nothing without rings).
+    pub fn flush(&mut self) -> bool {
+        match self.rings.as_mut() {
+            Some(r) => r.flush(self.fd),
+            None => true,
+        }
+    }
+
+    /// Frames the kernel dropped on this socket since the last call (its
+    /// receive queue or ring was full): PACKET_STATISTICS.
+    pub fn drops(&self) -> u64 {
+        let mut st = [0u32; 2];
+        let mut n = 8u32;
+        let r = unsafe { libc::getsockopt(self.fd, SOL_PACKET, 6, st.as_mut_ptr() as *mut libc::c_void, &mut n) };
+        if r < 0 {
+            0
+        } else {
+            st[1] as u64
+        }
     }
 }
 
@@ -177,6 +240,7 @@ fn attach_filter(fd: i32, nets: &[(u32, u8)]) -> Result<(), String> {
 
 impl Drop for Port {
     fn drop(&mut self) {
+        self.rings = None;
         unsafe { libc::close(self.fd) };
     }
 }

@@ -82,6 +82,9 @@ fn parse(config: &str) -> PyResult<netem::Config> {
             .flatten()
             .filter_map(|p| Some((p.get(0)?.as_u64()? as usize, p.get(1)?.as_u64()? as usize)))
             .collect(),
+        rings: v.get("rings").and_then(Value::as_bool).unwrap_or(true),
+        poll: v.get("poll").and_then(Value::as_bool).unwrap_or(false),
+        cpu: v.get("cpu").and_then(Value::as_u64).map(|c| c as usize),
     })
 }
 
@@ -155,6 +158,10 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
         pd.set_item("ttl_expired", p.ttl_expired)?;
         pd.set_item("no_kernel_ts", p.no_kernel_ts)?;
         pd.set_item("kernel_path", p.kernel_path)?;
+        pd.set_item("socket_drops", p.socket_drops)?;
+        pd.set_item("truncated", p.truncated)?;
+        pd.set_item("tx_refused", p.tx_refused)?;
+        pd.set_item("io", &p.io)?;
         ports.append(pd)?;
     }
     d.set_item("ports", ports)?;
@@ -167,5 +174,7 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
     d.set_item("policy", &r.policy_note)?;
     d.set_item("reload_errors", r.reload_errors.clone())?;
     d.set_item("unfiltered", unfiltered)?;
+    d.set_item("wait", &r.wait)?;
+    d.set_item("cpu_note", &r.cpu_note)?;
     Ok(d)
 }

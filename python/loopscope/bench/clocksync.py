@@ -9,8 +9,12 @@ run`` of ``seconds`` (60 by default: the drift target is over a 60 s run):
 
 - **idle**: the probes alone (and a timer probe on b);
 - **load**: a CPU load on every host (three busy processes on two cores)
-  and two 200 Mbit/s UDP streams b → a and c → a through the link emulator
-  the probes also cross.
+  and two 200 Mbit/s UDP streams b → a and c → a through the router.
+
+Each condition runs on both networks the probes can take
+(``clocksync.network``): ``sync``, a veth of their own from each host to
+the reference, and ``experiment``, the hosts' network through the router
+that the loads also cross. Every row says which.
 
 Then ``loopscope timeline`` and, per host, the mapped global time of 600
 instants spread over the run against the truth (undo the host's namespace
@@ -41,14 +45,16 @@ HOSTS = """hosts:
 """
 
 IDLE = """name: bench-clocksync-idle
-{hosts}probes:
+{hosts}clocksync: {{network: {network}}}
+probes:
   - {{kind: timer, host: b, interval_us: 1000}}
 baseline: true
 duration: {seconds}s
 """
 
 LOAD = """name: bench-clocksync-load
-{hosts}probes:
+{hosts}clocksync: {{network: {network}}}
+probes:
   - {{kind: timer, host: b, interval_us: 1000}}
 loads:
   - {{name: cpu-a, kind: cpu, host: a, level: 1}}
@@ -83,15 +89,17 @@ def _ntp_filter(h: Any, t_eval: np.ndarray) -> np.ndarray:
     return np.array(est_v)[idx]
 
 
-def condition(name: str, text: str, work: Path, seconds: float) -> list[dict[str, Any]]:
+def condition(name: str, text: str, work: Path, seconds: float, network: str = "sync") -> list[dict[str, Any]]:
     from loopscope.clock import sync, validate
     from loopscope.timeline import build
 
-    (work / f"{name}.yaml").write_text(text)
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", f"{name}.yaml", "--run-dir", name, "--no-report"], cwd=work, capture_output=True, text=True, timeout=seconds + 300)
+    tag = f"{name}-{network}"
+    (work / f"{tag}.yaml").write_text(text)
+    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", f"{tag}.yaml", "--run-dir", tag, "--no-report"], cwd=work, capture_output=True, text=True, timeout=seconds + 300)
     if r.returncode != 0:
-        raise RunError(f"bench clocksync: the {name} run failed: {r.stderr.strip()[-600:]}")
-    run_dir = work / name
+        raise RunError(f"bench clocksync: the {name} run on the {network} network failed: {r.stderr.strip()[-600:]}")
+    run_dir = work / tag
+    used = {h: i.get("network") for h, i in (json.loads((run_dir / "run.json").read_text()).get("clocksync") or {}).get("initiators", {}).items()}
     build(run_dir)
     clocks = sync.estimate_run(run_dir)
     if clocks is None:
@@ -118,7 +126,7 @@ def condition(name: str, text: str, work: Path, seconds: float) -> list[dict[str
         th, _ = h.theta(t_eval)
         own = np.abs(th - true_theta)
         rows.append({
-            "condition": f"{name}/{host}", "host": host,
+            "condition": f"{name}/{host}", "host": host, "network": used.get(host, network),
             "true_offset_ns": truth.offset_ns(host), "true_drift_ppm": true_drift,
             "err_p50_ns": e["err_p50_ns"], "err_p99_ns": e["err_p99_ns"], "err_max_ns": e["err_max_ns"],
             "drift_err_ppm": abs(drift - true_drift) if drift is not None else None,
@@ -130,7 +138,10 @@ def condition(name: str, text: str, work: Path, seconds: float) -> list[dict[str
     return rows
 
 
-def run(*, quick: bool = False, seconds: float | None = None, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+NETWORKS = ("sync", "experiment")
+
+
+def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[str, ...] = NETWORKS, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     if not (hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0):
         raise RunError("bench clocksync needs root: it runs netns hosts with time namespaces")
     say = progress or (lambda s: None)
@@ -138,10 +149,11 @@ def run(*, quick: bool = False, seconds: float | None = None, progress: Callable
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="ls-bench-clock-") as d:
         work = Path(d)
-        for name, tmpl in (("idle", IDLE), ("load", LOAD)):
-            say(f"  {name}: three hosts, b and c with injected offsets and drifts, {secs:g} s …")
-            rows += condition(name, tmpl.format(hosts=HOSTS, seconds=f"{secs:g}"), work, secs)
-    return {"rows": rows, "context": {"seconds": secs, "hosts": HOSTS.strip()}}
+        for network in networks:
+            for name, tmpl in (("idle", IDLE), ("load", LOAD)):
+                say(f"  {name} on the {network} network: three hosts, b and c with injected offsets and drifts, {secs:g} s …")
+                rows += condition(name, tmpl.format(hosts=HOSTS, seconds=f"{secs:g}", network=network), work, secs, network)
+    return {"rows": rows, "context": {"seconds": secs, "hosts": HOSTS.strip(), "networks": list(networks)}}
 
 
 def print_human(r: dict[str, Any]) -> None:
@@ -150,9 +162,9 @@ def print_human(r: dict[str, Any]) -> None:
     print(f"clock sync, {r['context']['seconds']:g} s per condition; error = mapped − true global time of 600 instants per host")
     for x in r["rows"]:
         print(
-            f"  {x['condition']:8s} true {x['true_offset_ns'] / 1e9:+.6f} s at {x['true_drift_ppm']:+g} ppm: "
+            f"  {x['network']:10s} {x['condition']:8s} true {x['true_offset_ns'] / 1e9:+.6f} s at {x['true_drift_ppm']:+g} ppm: "
             f"error p50 {format_ns(x['err_p50_ns'])}, p99 {format_ns(x['err_p99_ns'])}, max {format_ns(x['err_max_ns'])}; "
             f"bound {format_ns(x['bound_ns'])} (holds: {x['bound_holds']}); drift error {x['drift_err_ppm']:.4f} ppm; "
             f"NTP filter p99 {format_ns(x['ntp_err_p99_ns'] or 0)}"
         )
-    print(json.dumps({"probes": {x["condition"]: x["probes"] for x in r["rows"]}}))
+    print(json.dumps({"probes": {f"{x['network']}:{x['condition']}": x["probes"] for x in r["rows"]}}))

@@ -14,9 +14,22 @@ to b, back to back in the same run:
    send call to the receiver's kernel RX, which adds the sending host's own
    noise) and the emulator's own view (its departure minus its kernel RX);
 4. **emulator, loss p** (1 %): lost packets over sent, and whether that
-   falls in the binomial 95 % interval of p for that many packets.
+   falls in the binomial 95 % interval of p for that many packets;
+5. **emulator, delay D, busy-polling** on a CPU of its own (the optional
+   mode, ``emulator: {cpu, poll: true}``): the same error, for the price of
+   that CPU;
+6. **kernel path**: the same stream over a lab path that asks for no
+   emulation while the emulator runs for the opposite direction (so its
+   socket filters sit on the path's interfaces): the lab's own mechanism,
+   against plain kernel forwarding;
+7. **packet rate**: the highest rate of 64-byte payloads forwarded at 1 ms
+   delay for ``seconds`` with no loss nobody asked for, found by doubling
+   then bisecting, through the emulator (PACKET_MMAP rings), through the
+   emulator with one system call per frame (the design before the rings),
+   and through kernel forwarding with the same sender and receiver. The
+   sender and receiver share CPU 0, the emulator is pinned to CPU 1.
 
-5. **platform**: the same machine's own noise for a SCHED_FIFO thread: the
+8. **platform**: the same machine's own noise for a SCHED_FIFO thread: the
    timer probe at priority 50 waking every 100 µs on the idle machine. A
    forwarding thread cannot be more punctual than the machine lets any
    thread be: its p99 and p99.9 bound what the emulator's tail can reach.
@@ -48,6 +61,9 @@ PPS = 10_000
 SIZE = 200
 DELAY_NS = 2_000_000
 LOSS = 0.01
+RATE_SIZE = 64
+RATE_DELAY_NS = 1_000_000
+RATE_START = 10_000
 
 FOUR = """name: four
 hosts: [{name: h1}, {name: h2}, {name: h3}, {name: h4}]
@@ -63,27 +79,69 @@ def _in(ns: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.lab.nsexec", "--net", f"/run/netns/{ns}", "--", sys.executable, "-m", "loopscope.cli", *args]
 
 
-def _stream(topo: Any, work: Path, seconds: float, tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
-    """10 kpps a → b; (sender JSON, per-packet krx − sent in ns, receiver JSON,
-    the receiver's kernel RX times in sequence order)."""
-    dest = f"{topo.host('b').address}:5001"
+def _pinned(cpu: int | None, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", str(cpu), *argv] if cpu is not None else argv
+
+
+def _send_recv(topo: Any, work: Path, tag: str, *, pps: int, size: int, seconds: float, port: int, records: bool, cpu: int | None = None) -> tuple[dict[str, Any], dict[str, Any], Path]:
+    """``pps`` packets/s of ``size`` bytes a → b for ``seconds`` (sender and
+    receiver on ``cpu`` when given): the sender's and receiver's JSON and
+    the receiver's trace."""
+    dest = f"{topo.host('b').address}:{port}"
     trace = work / f"{tag}.lstrace"
-    rx = subprocess.Popen(_in(topo.host("b").ns, "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", f"{seconds + 20:g}s", "--json", "--trace", str(trace)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rec = ["--json"] if records else ["--no-packet-records", "--json"]
+    rx = subprocess.Popen(_pinned(cpu, _in(topo.host("b").ns, "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", f"{seconds + 30:g}s", *rec, "--trace", str(trace))), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         time.sleep(0.4)
         tx = subprocess.run(
-            _in(topo.host("a").ns, "probe", "send", "--dest", dest, "--rate", f"{PPS}pps", "--size", str(SIZE), "--duration", f"{seconds:g}s", "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / f"{tag}-s.lstrace")),
+            _pinned(cpu, _in(topo.host("a").ns, "probe", "send", "--dest", dest, "--rate", f"{pps}pps", "--size", str(size), "--duration", f"{seconds:g}s", "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / f"{tag}-s.lstrace"))),
             capture_output=True, text=True, timeout=seconds + 60,
         )
         if tx.returncode != 0:
-            raise RunError(f"bench emulator: the sender failed: {tx.stderr.strip()[-400:]}")
+            raise RunError(f"bench emulator: the sender failed at {pps} pps: {tx.stderr.strip()[-400:]}")
         out, err = rx.communicate(timeout=seconds + 40)
     finally:
         if rx.poll() is None:
             rx.kill()
             rx.communicate()
     if rx.returncode != 0:
-        raise RunError(f"bench emulator: the receiver failed: {err.strip()[-400:]}")
+        raise RunError(f"bench emulator: the receiver failed at {pps} pps: {err.strip()[-400:]}")
+    return json.loads(tx.stdout), json.loads(out), trace
+
+
+def rate_trial(topo: Any, work: Path, pps: int, seconds: float, cpu: int | None) -> dict[str, Any]:
+    """64-byte payloads a → b at ``pps`` for ``seconds`` (sender and receiver
+    on ``cpu``): sent, received, whether the sender kept its schedule."""
+    s, r, _ = _send_recv(topo, work, "rate", pps=pps, size=RATE_SIZE, seconds=seconds, port=5002, records=False, cpu=cpu)
+    got = int(r["packets"]) - int(r["duplicates"])
+    return {"pps": pps, "sent": int(s["sent"]), "received": got, "kept_up": bool(s["kept_up"]), "ok": bool(s["kept_up"]) and got >= int(s["sent"])}
+
+
+def rate_search(trial: Callable[[int], dict[str, Any]], steps: int = 3) -> tuple[int, list[dict[str, Any]]]:
+    """The highest rate ``trial`` passes: double from RATE_START until one
+    fails, then bisect ``steps`` times between the last pass and the fail."""
+    tried: list[dict[str, Any]] = []
+    lo, hi = 0, RATE_START
+    while True:
+        t = trial(hi)
+        tried.append(t)
+        if not t["ok"]:
+            break
+        lo, hi = hi, hi * 2
+        if hi > 5_000_000:
+            return lo, tried
+    for _ in range(steps):
+        mid = (lo + hi) // 2
+        t = trial(mid)
+        tried.append(t)
+        lo, hi = (mid, hi) if t["ok"] else (lo, mid)
+    return lo, tried
+
+
+def _stream(topo: Any, work: Path, seconds: float, tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
+    """10 kpps a → b; (sender JSON, per-packet krx − sent in ns, receiver JSON,
+    the receiver's kernel RX times in sequence order)."""
+    tx, rx, trace = _send_recv(topo, work, tag, pps=PPS, size=SIZE, seconds=seconds, port=5001, records=True)
     from loopscope.trace.reader import read
 
     df = read(trace)
@@ -94,7 +152,7 @@ def _stream(topo: Any, work: Path, seconds: float, tag: str) -> tuple[dict[str, 
     # payload: flow+worker (one i64), seq, scheduled, sent, kernel RX, application RX
     owd = arr[:, 4] - arr[:, 3]
     krx = arr[np.argsort(arr[:, 1], kind="stable"), 4]
-    return json.loads(tx.stdout), owd, json.loads(out), krx
+    return tx, owd, rx, krx
 
 
 def _q(x: np.ndarray, q: float) -> float:
@@ -130,7 +188,7 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     return out
 
 
-def one_round(seconds: float, work: Path) -> dict[str, Any]:
+def one_round(seconds: float, work: Path, rate_seconds: float) -> dict[str, Any]:
     from scipy.stats import binom
 
     from loopscope.lab import netns
@@ -138,28 +196,30 @@ def one_round(seconds: float, work: Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {}
     work.mkdir(parents=True, exist_ok=True)
+    ncpu = len(os.sched_getaffinity(0))
+    emu_cpu, app_cpu = (1, 0) if ncpu >= 2 else (None, None)
     topo = netns.Topology.plan(f"bench-emu-{time.monotonic_ns()}", ["a", "b"])
     topo.up()
     try:
-        # 1. The kernel forwards.
-        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
-        _, owd, _, _ = _stream(topo, work, seconds, "kernel")
-        out["kernel"] = {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
-        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=0"], check=True)
+        def emulator(links: list[dict[str, Any]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
+            full = [{"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **l} for l in links]
+            return Emulator(topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, work / tag, "bench-emulator")
 
-        def through(link: dict[str, Any], tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
-            full = {"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **link}
-            emu = Emulator(topo.router_ns, topo.emulator_config([full], seed=int(time.time()), priority=50), work / tag, "bench-emulator")
+        def through(link: dict[str, Any], tag: str, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
+            emu = emulator([link], tag, **extra)
             try:
                 tx, owd, rx, krx = _stream(topo, work, seconds, tag)
             finally:
                 emu.stop()
             return tx, owd, rx, work / tag / "netem.lstrace", krx
 
-        # 2. The emulator, no delay.
+        def owd_stats(owd: np.ndarray) -> dict[str, Any]:
+            return {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
+
+        # 1. The emulator, no delay (forwarding is off in the router).
         _, owd, _, _, _ = through({}, "emu0")
-        out["emulator_zero"] = {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
-        # 3. The emulator, delay D. The hypervisor's steal time over the same
+        out["emulator_zero"] = owd_stats(owd)
+        # 2. The emulator, delay D. The hypervisor's steal time over the same
         # seconds says whether the VM itself was off the CPU meanwhile.
         steal0 = _steal_ms()
         _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud")
@@ -168,12 +228,48 @@ def one_round(seconds: float, work: Path) -> dict[str, Any]:
         out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
         out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
         out["delay"]["steal_ms"] = steal_ms
+        # 3. The same, busy-polling on a CPU of its own.
+        if emu_cpu is not None:
+            steal0 = _steal_ms()
+            _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emupoll", poll=True, cpu=emu_cpu)
+            out["delay_poll"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+            out["delay_poll"]["steal_ms"] = _steal_ms() - steal0
         # 4. The emulator, loss p.
         tx, _, rx, _, _ = through({"loss": LOSS}, "emuloss")
         sent = int(tx["sent"])
         got = int(rx["packets"]) - int(rx["duplicates"])
         lo, hi = binom.interval(0.95, sent, LOSS)
         out["loss"] = {"sent": sent, "received": got, "measured": (sent - got) / sent if sent else None, "interval95": [lo / sent, hi / sent], "in_interval": bool(lo <= sent - got <= hi)}
+        # 5. The kernel forwards (plain: no rules, no emulator).
+        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
+        _, owd, _, _ = _stream(topo, work, seconds, "kernel")
+        out["kernel"] = owd_stats(owd)
+        # 6. The lab's kernel path: a -> b asks for nothing, b -> a is delayed,
+        # so the emulator runs with its socket filters on both interfaces.
+        topo.kernel_forwarding({("b", "a")})
+        emu = emulator([{"name": "b->a", "from": "b", "to": "a", "delay_ns": RATE_DELAY_NS}], "kpath", kernel={("a", "b")})
+        try:
+            _, owd, _, _ = _stream(topo, work, seconds, "kpath")
+        finally:
+            res = emu.stop() or {}
+        out["kernel_path"] = {**owd_stats(owd), "emulator_frames_seen": sum(p["frames"] for p in res.get("ports") or [] if p["host"] == "a")}
+        # 7. Packet rates: the kernel first (forwarding on), then a -> b
+        # blackholed in the kernel so only the emulator carries it.
+        rates: dict[str, Any] = {"seconds": rate_seconds, "size": RATE_SIZE, "delay_ns": RATE_DELAY_NS, "app_cpu": app_cpu, "emulator_cpu": emu_cpu}
+        rates["kernel_max"], rates["kernel_trials"] = rate_search(lambda pps: rate_trial(topo, work, pps, rate_seconds, app_cpu))
+        topo.kernel_forwarding({("a", "b")})
+        for key, extra in (("emulator", {}), ("emulator_plain", {"rings": False})):
+            def trial(pps: int, extra: dict[str, Any] = extra, key: str = key) -> dict[str, Any]:
+                emu = emulator([{"delay_ns": RATE_DELAY_NS}], f"rate-{key}", **extra, **({"cpu": emu_cpu} if emu_cpu is not None else {}))
+                try:
+                    t = rate_trial(topo, work, pps, rate_seconds, app_cpu)
+                finally:
+                    r = emu.stop() or {}
+                lk = next((l for l in r.get("links") or [] if l["name"] == "a->b"), {})
+                t["emulator"] = {k: lk.get(k) for k in ("packets_in", "forwarded", "queue_drops", "send_errors")} | {"socket_drops": sum(p.get("socket_drops", 0) for p in r.get("ports") or [])}
+                return t
+            rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial)
+        out["rates"] = rates
     finally:
         topo.down()
     return out
@@ -206,7 +302,7 @@ def lab_round(work: Path, i: int) -> dict[str, float]:
     return {"up_s": t["lab_up_ns"] / 1e9, "down_s": t["lab_down_ns"] / 1e9, "netns_up_s": t["netns_up_ns"] / 1e9, "emulator_ready_s": t["emulator_ready_ns"] / 1e9}
 
 
-def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
+def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
     from loopscope.lab import netns
 
     why = netns.privileges()
@@ -215,12 +311,13 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     say = progress or (lambda s: None)
     n = runs or (1 if quick else 3)
     secs = seconds or (1.0 if quick else 5.0)
+    rsecs = rate_seconds or (1.0 if quick else 5.0)
     rounds, labs = [], []
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-emu-") as d:
         work = Path(d)
         for i in range(n):
-            say(f"  round {i + 1}/{n}: kernel forwarding, emulator at 0 and {DELAY_NS / 1e6:g} ms, {LOSS * 100:g} % loss ({secs:g} s each) …")
-            rounds.append(one_round(secs, work / f"r{i}"))
+            say(f"  round {i + 1}/{n}: emulator at 0 and {DELAY_NS / 1e6:g} ms (sleeping and busy-polling), {LOSS * 100:g} % loss, kernel forwarding and the lab's kernel path ({secs:g} s each); then the highest packet rates ({rsecs:g} s per trial) …")
+            rounds.append(one_round(secs, work / f"r{i}", rsecs))
             say(f"  round {i + 1}/{n}: the platform's own SCHED_FIFO timer noise ({secs:g} s) …")
             rounds[-1]["platform"] = platform_round(secs, work / f"r{i}")
             say(f"  round {i + 1}/{n}: a four-host lab up and down …")
@@ -255,6 +352,19 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "loss_interval95": rounds[0]["loss"]["interval95"],
         "kernel_forward_p50_ns": med(lambda r: r["kernel"]["p50_ns"]),
         "kernel_forward_p99_ns": med(lambda r: r["kernel"]["p99_ns"]),
+        "kernel_path_p50_ns": med(lambda r: r["kernel_path"]["p50_ns"]),
+        "kernel_path_p99_ns": med(lambda r: r["kernel_path"]["p99_ns"]),
+        "kernel_path_emulator_frames_runs": spread(lambda r: r["kernel_path"]["emulator_frames_seen"]),
+        "poll_p99_err_ns": med(lambda r: (r.get("delay_poll") or {}).get("p99_err_ns")),
+        "poll_max_err_ns": med(lambda r: (r.get("delay_poll") or {}).get("max_err_ns")),
+        "poll_p99_err_ns_runs": spread(lambda r: (r.get("delay_poll") or {}).get("p99_err_ns")),
+        "pps_max": med(lambda r: r["rates"]["emulator_max"]),
+        "pps_max_plain": med(lambda r: r["rates"]["emulator_plain_max"]),
+        "pps_kernel_max": med(lambda r: r["rates"]["kernel_max"]),
+        "pps_max_runs": spread(lambda r: r["rates"]["emulator_max"]),
+        "pps_max_plain_runs": spread(lambda r: r["rates"]["emulator_plain_max"]),
+        "pps_kernel_max_runs": spread(lambda r: r["rates"]["kernel_max"]),
+        "pps_cpus": {"sender_and_receiver": rounds[0]["rates"]["app_cpu"], "emulator": rounds[0]["rates"]["emulator_cpu"]},
         "emulator_zero_p50_ns": med(lambda r: r["emulator_zero"]["p50_ns"]),
         "emulator_zero_p99_ns": med(lambda r: r["emulator_zero"]["p99_ns"]),
         "platform_fifo_timer_p99_ns": med(lambda r: r["platform"]["p99_ns"]),
@@ -265,12 +375,18 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "lab_down_s": statistics.median(x["down_s"] for x in labs),
         "lab_runs": labs,
         "rounds": rounds,
-        "context": {"runs": n, "seconds": secs, "size": SIZE},
+        "context": {"runs": n, "seconds": secs, "size": SIZE, "rate_seconds": rsecs, "rate_size": RATE_SIZE, "rate_delay_ns": RATE_DELAY_NS},
     }
     k50, e50 = res["kernel_forward_p50_ns"], res["emulator_zero_p50_ns"]
     k99, e99 = res["kernel_forward_p99_ns"], res["emulator_zero_p99_ns"]
     res["ratio_p50_emulator_vs_kernel"] = e50 / k50 if k50 else None
     res["ratio_p99_emulator_vs_kernel"] = e99 / k99 if k99 else None
+    p50, p99 = res["kernel_path_p50_ns"], res["kernel_path_p99_ns"]
+    res["ratio_p50_kernel_path_vs_forward"] = p50 / k50 if k50 and p50 else None
+    res["ratio_p99_kernel_path_vs_forward"] = p99 / k99 if k99 and p99 else None
+    pk = res["pps_kernel_max"]
+    res["ratio_pps_max_vs_kernel"] = res["pps_max"] / pk if pk else None
+    res["ratio_pps_max_plain_vs_kernel"] = res["pps_max_plain"] / pk if pk else None
     return res
 
 
@@ -290,5 +406,13 @@ def print_human(r: dict[str, Any]) -> None:
     print(f"  no delay, one way p50/p99: kernel forwarding {format_ns(r['kernel_forward_p50_ns'])} / {format_ns(r['kernel_forward_p99_ns'])}, "
           f"emulator {format_ns(r['emulator_zero_p50_ns'])} / {format_ns(r['emulator_zero_p99_ns'])} "
           f"(ratio {r['ratio_p50_emulator_vs_kernel']:.2f}× / {r['ratio_p99_emulator_vs_kernel']:.2f}×)")
+    print(f"  a lab path that asks for nothing (kernel forwarding, the emulator's filters on its interfaces), one way p50/p99: "
+          f"{f(r['kernel_path_p50_ns'])} / {f(r['kernel_path_p99_ns'])} (ratio to plain forwarding {r['ratio_p50_kernel_path_vs_forward']:.2f}× / {r['ratio_p99_kernel_path_vs_forward']:.2f}×); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}")
+    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {f(r['poll_p99_err_ns'])}, max {f(r['poll_max_err_ns'])} (per round {', '.join(f(x) for x in r['poll_p99_err_ns_runs'])}); it costs that CPU whole")
+    cpus = r["pps_cpus"]
+    where = f"sender and receiver on CPU {cpus['sender_and_receiver']}, the emulator on CPU {cpus['emulator']}" if cpus["emulator"] is not None else "one CPU: nothing pinned"
+    print(f"  highest rate of {c['rate_size']}-byte payloads at {format_ns(c['rate_delay_ns'])} with no loss ({c['rate_seconds']:g} s per trial; {where}):")
+    print(f"    emulator {r['pps_max']:,.0f} pps, one system call per frame {r['pps_max_plain']:,.0f} pps, kernel forwarding {r['pps_kernel_max']:,.0f} pps "
+          f"(ratio {r['ratio_pps_max_vs_kernel']:.2f}× / {r['ratio_pps_max_plain_vs_kernel']:.2f}× of the kernel's; rounds {r['pps_max_runs']} / {r['pps_max_plain_runs']} / {r['pps_kernel_max_runs']})")
     print(f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {f(r['platform_fifo_timer_p99_ns'])}, p99.9 {f(r['platform_fifo_timer_p999_ns'])}, max {f(r['platform_fifo_timer_max_ns'])}; missed {r['platform_fifo_timer_missed_share'] * 100:.2f} % of periods")
     print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")

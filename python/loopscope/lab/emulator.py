@@ -231,4 +231,6 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "policy": r["policy"],
         "reload_errors": r.get("reload_errors") or [],
         "unfiltered": r.get("unfiltered") or [],
+        "wait": r.get("wait"),
+        "cpu_note": r.get("cpu_note") or "",
     }

@@ -101,6 +101,9 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
                 problems.append(
                     f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
                 )
+    es = exp.emulator
+    if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):
+        problems.append(f"{file}: emulator.cpu: CPU {es.cpu} is not one this process may use (allowed: {', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     for i, h in enumerate(exp.hosts):
         if h.sync_address and kinds.get(h.name) != "ssh":
             problems.append(f"{file}: hosts.{i}.sync_address: only ssh hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
@@ -229,7 +232,9 @@ class Lab:
 
     def _emulator_config(self, links: list[dict[str, Any]]) -> dict[str, Any]:
         assert self.topo is not None
-        return self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
+        es = self.exp.emulator
+        cfg = self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
+        return {**cfg, "rings": es.rings, "poll": es.poll, **({"cpu": es.cpu} if es.cpu is not None else {})}
 
     # ---- during the run --------------------------------------------------------------
 

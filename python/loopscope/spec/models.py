@@ -422,6 +422,15 @@ class ClockSync(Model):
     )
 
 
+class EmulatorSettings(Model):
+    """How the link emulator (netns hosts, links that ask for delay, jitter, rate, reorder, loss or
+    duplication) waits for its next departure."""
+
+    cpu: Annotated[int, Field(ge=0, le=4095)] | None = Field(None, description="pin the emulator's forwarding thread to this CPU (pick one the probes and loads do not use)")
+    poll: bool = Field(False, description="busy-poll instead of sleeping between departures: the most punctual departures, for the price of the whole CPU (use with cpu)")
+    rings: bool = Field(True, description="move frames through PACKET_MMAP rings (false: one system call per frame, for comparison)")
+
+
 class KernelCapture(Model):
     """Kernel events (scheduler, interrupts, page faults, timers, network receive) recorded during the
     run on every kernel that allows it (tracepoints into a trace instance of the run's own, CLOCK_MONOTONIC,
@@ -559,6 +568,7 @@ class Experiment(Model):
     channel_port: Annotated[int, Field(ge=1024, le=65535)] = Field(47600, description="TCP and UDP port of the hubs")
     clocksync: ClockSync = Field(default_factory=ClockSync)
     kernel: KernelCapture = Field(default_factory=KernelCapture)
+    emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
     probes: list[Probe] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None
