@@ -766,10 +766,17 @@ def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(res))
     else:
+        click.echo(f"{res['policy']}; {res['wait']}{'; ' + res['cpu_note'] if res['cpu_note'] else ''}")
         for l in res["links"]:
+            if l.get("kernel"):
+                click.echo(f"{l['name']}: the kernel's path (not forwarded here)")
+                continue
             a = l["applied_ns"]
             click.echo(f"{l['name']}: in {l['packets_in']:,}, forwarded {l['forwarded']:,}, lost {l['lost']:,}, duplicated {l['duplicated']:,}, "
                        f"reordered {l['reordered']:,}, queue drops {l['queue_drops']:,}; applied p50 {a.get('p50')} ns")
+        for p in res["ports"]:
+            if p.get("socket_drops") or p.get("truncated"):
+                click.echo(f"{p['ifname']} ({p['host']}): the kernel dropped {p['socket_drops']:,} frames before they were read; {p['truncated']:,} too long for a ring slot")
     return 0
 
 

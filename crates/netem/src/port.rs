@@ -69,7 +69,9 @@ impl Port {
             None => None,
         };
         if rings {
-            match Rings::setup(fd, bufsize, bufsize / 4) {
+            // Room for bursts: a 2 KiB slot per frame, however small the
+            // frame, so the RX ring takes at least 16 MiB (8192 frames).
+            match Rings::setup(fd, bufsize.max(16 << 20), (bufsize / 2).max(4 << 20)) {
                 Ok(r) => port.rings = Some(r),
                 Err(e) => port.ring_error = Some(format!("{name}: {e}")),
             }

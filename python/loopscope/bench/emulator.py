@@ -16,8 +16,8 @@ to b, back to back in the same run:
 4. **emulator, loss p** (1 %): lost packets over sent, and whether that
    falls in the binomial 95 % interval of p for that many packets;
 5. **emulator, delay D, busy-polling** on a CPU of its own (the optional
-   mode, ``emulator: {cpu, poll: true}``): the same error, for the price of
-   that CPU;
+   mode, ``emulator: {cpu, poll: true}``; sender and receiver on the other
+   CPU): the same error, for the price of that CPU;
 6. **kernel path**: the same stream over a lab path that asks for no
    emulation while the emulator runs for the opposite direction (so its
    socket filters sit on the path's interfaces): the lab's own mechanism,
@@ -138,10 +138,11 @@ def rate_search(trial: Callable[[int], dict[str, Any]], steps: int = 3) -> tuple
     return lo, tried
 
 
-def _stream(topo: Any, work: Path, seconds: float, tag: str) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
-    """10 kpps a → b; (sender JSON, per-packet krx − sent in ns, receiver JSON,
-    the receiver's kernel RX times in sequence order)."""
-    tx, rx, trace = _send_recv(topo, work, tag, pps=PPS, size=SIZE, seconds=seconds, port=5001, records=True)
+def _stream(topo: Any, work: Path, seconds: float, tag: str, cpu: int | None = None) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
+    """10 kpps a → b (sender and receiver on ``cpu`` when given); (sender
+    JSON, per-packet krx − sent in ns, receiver JSON, the receiver's kernel
+    RX times in sequence order)."""
+    tx, rx, trace = _send_recv(topo, work, tag, pps=PPS, size=SIZE, seconds=seconds, port=5001, records=True, cpu=cpu)
     from loopscope.trace.reader import read
 
     df = read(trace)
@@ -205,10 +206,10 @@ def one_round(seconds: float, work: Path, rate_seconds: float) -> dict[str, Any]
             full = [{"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **l} for l in links]
             return Emulator(topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, work / tag, "bench-emulator")
 
-        def through(link: dict[str, Any], tag: str, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
+        def through(link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
             emu = emulator([link], tag, **extra)
             try:
-                tx, owd, rx, krx = _stream(topo, work, seconds, tag)
+                tx, owd, rx, krx = _stream(topo, work, seconds, tag, app_cpu)
             finally:
                 emu.stop()
             return tx, owd, rx, work / tag / "netem.lstrace", krx
@@ -231,7 +232,7 @@ def one_round(seconds: float, work: Path, rate_seconds: float) -> dict[str, Any]
         # 3. The same, busy-polling on a CPU of its own.
         if emu_cpu is not None:
             steal0 = _steal_ms()
-            _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emupoll", poll=True, cpu=emu_cpu)
+            _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emupoll", app_cpu=app_cpu, poll=True, cpu=emu_cpu)
             out["delay_poll"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
             out["delay_poll"]["steal_ms"] = _steal_ms() - steal0
         # 4. The emulator, loss p.

@@ -10,6 +10,12 @@ run, processes whose environment names a run that is not running any more,
 network namespaces named ``ls-<tag>-*`` whose tag is no live run's, and
 kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
 for a capture outside a run) whose run or process is gone.
+
+What the network of a run holds lives inside its namespaces and goes with
+them: the router's forwarding rules (``ip rule`` blackholes) in the router
+namespace, the sync network's veths between the hosts' namespaces, the
+emulator's socket filters with its sockets. No qdisc and no BPF program is
+attached outside a namespace, so there is nothing else to find.
 """
 
 from __future__ import annotations

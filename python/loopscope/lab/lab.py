@@ -331,6 +331,11 @@ class Lab:
         if self.emulator is not None:
             try:
                 self.emulator_result = self.emulator.stop()
+                for u in (self.emulator_result or {}).get("unfiltered") or []:
+                    notes.append(f"link emulator: no socket filter on {u}; it saw the kernel's paths' frames there and left them alone (they cost it wake-ups)")
+                for p in (self.emulator_result or {}).get("ports") or []:
+                    if p.get("socket_drops"):
+                        notes.append(f"link emulator: the kernel dropped {p['socket_drops']:,} frames on {p['ifname']} (from {p['host']}) before the emulator read them")
             except Exception as e:  # noqa: BLE001
                 notes.append(f"stopping the link emulator: {e}")
                 self.emulator.kill()
