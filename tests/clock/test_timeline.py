@@ -76,11 +76,13 @@ def test_every_record_of_every_host_is_on_the_timeline(skewed: Path) -> None:
     from loopscope.trace import reader
 
     run = json.loads((skewed / "run.json").read_text())
-    paths = [s["trace"] for s in run["steps"]] + [run["clocksync"]["responder"]["trace"]] + [i["trace"] for i in run["clocksync"]["initiators"].values()] + [run["emulator"]["trace"]]
+    paths = [s["trace"] for s in run["steps"]] + [run["clocksync"]["responder"]["trace"]] + [i["trace"] for i in run["clocksync"]["initiators"].values()]
     total = sum(reader.info(skewed / p).records for p in paths)
     tl = pl.read_parquet(skewed / "timeline.parquet")
     assert len(tl) == total
-    assert set(tl["host"].unique()) == {"a", "b", "router"}
+    # No link asks for anything: the router's kernel forwards, no emulator runs.
+    assert "emulator" not in run and run["paths"]["a->b"]["mechanism"] == "kernel"
+    assert set(tl["host"].unique()) == {"a", "b"}
     summary = json.loads((skewed / "timeline.json").read_text())
     assert summary["hosts"]["b"]["not_placed"] == 0
     assert summary["checks"]["clocksync"]["b"]["negative_beyond_bound"] == 0
@@ -163,7 +165,8 @@ def test_the_report_shows_each_hosts_clock(skewed: Path, cli: Cli) -> None:
 
 
 def test_a_host_whose_probes_never_come_back_is_said_and_not_placed(tmp_path: Path, cli: Cli) -> None:
-    (tmp_path / "s.yaml").write_text(SKEWED.format(links="links:\n  - {between: [a, b], loss: 100%}\n", duration="2s"))
+    cut = "links:\n  - {between: [a, b], loss: 100%}\nclocksync: {network: experiment}\n"
+    (tmp_path / "s.yaml").write_text(SKEWED.format(links=cut, duration="2s"))
     r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     t = cli("timeline", str(tmp_path / "run"))
@@ -180,3 +183,17 @@ def test_the_timeline_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path: P
     r = cli("timeline", str(tmp_path))
     assert r.returncode == 2
     assert "not a run directory" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_host_cut_off_on_the_experiment_network_stays_on_the_timeline_through_the_sync_network(tmp_path: Path, cli: Cli) -> None:
+    (tmp_path / "s.yaml").write_text(SKEWED.format(links="links:\n  - {between: [a, b], loss: 100%}\n", duration="2s"))
+    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    b = run["clocksync"]["initiators"]["b"]
+    assert b["network"] == "sync" and b["result"]["lost"] == 0 and b["result"]["answered"] > 0
+    t = cli("timeline", str(tmp_path / "run"))
+    assert t.returncode == 0, t.stderr
+    summary = json.loads((tmp_path / "run" / "timeline.json").read_text())
+    assert summary["hosts"]["b"]["not_placed"] == 0 and summary["hosts"]["b"]["placed"] > 1000
+    assert leftovers("run") == []
