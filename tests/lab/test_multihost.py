@@ -43,6 +43,7 @@ probes:
 loads:
   - kind: cpu
     host: c
+  - {{name: net, kind: net, host: a, dest: "c:9000", rate: 10Mbit}}
 duration: {duration}
 """
 
@@ -96,7 +97,9 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path
     assert run["status"] == "completed"
     assert run["hosts"] == {"a": "netns", "b": "netns", "c": "netns"}
     msgs = pl.read_parquet(run_dir / "tables" / "pipeline.parquet")
-    assert set(msgs["phase"].unique()) == {"baseline", "cpu-1"}
+    assert set(msgs["phase"].unique()) == {"baseline", "cpu-1", "net"}
+    # the network load's sink on c wrote nothing into the directory the run was started in
+    assert not (run_dir.parent / "runs").exists()
     assert {"hop0_net_ns", "node1_stack_ns", "node1_work_ns", "hop1_net_ns", "hop2_net_ns", "e2e_ns"} <= set(msgs.columns)
     # The 2 ms link between b and c is never shorter than 2 ms; the others carry no delay.
     assert msgs["hop1_net_ns"].min() >= 2_000_000
@@ -189,7 +192,7 @@ def test_a_killed_agent_fails_the_run_on_every_host_and_leaves_nothing(tmp_path:
 
 def test_a_link_taken_down_mid_run_shows_as_lost_messages(tmp_path: Path, cli: Cli) -> None:
     spec = tmp_path / "three.yaml"
-    spec.write_text(THREE.format(duration="3s").replace("loads:\n  - kind: cpu\n    host: c\n", "loads: []\n"))
+    spec.write_text(THREE.format(duration="3s").replace("loads:\n  - kind: cpu\n    host: c\n  - {name: net, kind: net, host: a, dest: \"c:9000\", rate: 10Mbit}\n", "loads: []\n"))
     with _start(tmp_path, spec, "down") as p:
         assert wait_for(lambda: _pipeline_running("down"), 60)
         time.sleep(1.0)

@@ -133,6 +133,10 @@ pub struct Config {
     pub poll: bool,
     /// Pin the forwarding thread to this CPU.
     pub cpu: Option<usize>,
+    /// The most it spins before a departure (the margin adapts below it).
+    pub spin_max_ns: i64,
+    /// Which quantile of its wake-up lateness the margin follows, per mille.
+    pub spin_permille: usize,
 }
 
 impl Config {
@@ -216,6 +220,8 @@ pub struct EmuResult {
     pub wait: String,
     /// The CPU it was pinned to, if any (and the error if pinning failed).
     pub cpu_note: String,
+    /// CPU time the forwarding thread used, ns (its cost to the machine).
+    pub cpu_ns: i64,
     /// new settings that could not be taken (the old ones stayed)
     pub reload_errors: Vec<String>,
 }
@@ -239,14 +245,22 @@ const LATE_RING: usize = 256;
 const MAX_MARGIN_NS: i64 = 150_000;
 const MIN_MARGIN_NS: i64 = 5_000;
 
-/// The spin margin: the 99th percentile of recent wake-up lateness plus a
-/// little, within [MIN_MARGIN_NS, MAX_MARGIN_NS]. A percentile, so one
+/// The spin margin: a quantile (per mille) of recent wake-up lateness plus
+/// a little, within [MIN_MARGIN_NS, cap]. The median (the default) makes
+/// the typical departure punctual for little spinning; the 99th percentile
+/// also cuts the tail, for a CPU the probes share. A quantile, so one
 /// outlier (a VM stall) does not make the emulator spin for good.
-fn spin_margin(late: &[i64]) -> i64 {
+fn spin_margin(late: &[i64], cap: i64, permille: usize) -> i64 {
     let mut v: Vec<i64> = late.to_vec();
-    let k = (v.len() * 99 / 100).min(v.len().saturating_sub(1));
+    let k = (v.len() * permille / 1000).min(v.len().saturating_sub(1));
     let (_, q, _) = v.select_nth_unstable(k);
-    (*q + 5_000).clamp(MIN_MARGIN_NS, MAX_MARGIN_NS)
+    (*q + 5_000).clamp(MIN_MARGIN_NS.min(cap), cap)
+}
+
+fn thread_cpu_ns() -> i64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
 const FLAG_DUP: u32 = 1;
@@ -436,7 +450,9 @@ pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reloa
     let mut order = 0u64;
     let mut buf = vec![0u8; MAX_FRAME];
     let mut pfds: Vec<libc::pollfd> = ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect();
-    let mut margin: i64 = 50_000;
+    let spin_cap = cfg.spin_max_ns.clamp(0, MAX_MARGIN_NS);
+    let mut margin: i64 = 50_000.min(spin_cap);
+    let cpu0 = thread_cpu_ns();
     let mut lateness_ring = [0i64; LATE_RING];
     let mut lateness_n = 0usize;
     let mut sleeps = 0u64;
@@ -640,7 +656,7 @@ pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reloa
                 lateness_ring[lateness_n % LATE_RING] = realtime_ns() - target;
                 lateness_n += 1;
                 if lateness_n % 64 == 0 {
-                    margin = spin_margin(&lateness_ring[..lateness_n.min(LATE_RING)]);
+                    margin = spin_margin(&lateness_ring[..lateness_n.min(LATE_RING)], spin_cap, cfg.spin_permille.clamp(1, 999));
                 }
             }
         } else {
@@ -670,6 +686,7 @@ pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reloa
         _ => "sleep in ppoll, spin the last margin".into(),
     };
     result.cpu_note = cpu_note;
+    result.cpu_ns = thread_cpu_ns() - cpu0;
     result.final_margin_ns = margin;
     result.sleeps = sleeps;
     result.priority = got_priority;
@@ -723,9 +740,18 @@ mod tests {
         let mut late = vec![20_000i64; 256];
         late[7] = 5_000_000;
         late[8] = 5_000_000;
-        assert_eq!(spin_margin(&late), 25_000);
-        assert_eq!(spin_margin(&[1_000_000; 256]), MAX_MARGIN_NS);
-        assert_eq!(spin_margin(&[0; 10]), MIN_MARGIN_NS);
+        assert_eq!(spin_margin(&late, MAX_MARGIN_NS, 990), 25_000);
+        assert_eq!(spin_margin(&[1_000_000; 256], MAX_MARGIN_NS, 990), MAX_MARGIN_NS);
+        assert_eq!(spin_margin(&[0; 10], MAX_MARGIN_NS, 990), MIN_MARGIN_NS);
+        assert_eq!(spin_margin(&[1_000_000; 256], 20_000, 990), 20_000);
+        assert_eq!(spin_margin(&[0; 10], 0, 990), 0);
+    }
+
+    #[test]
+    fn the_median_margin_follows_the_typical_wake_up_not_the_tail() {
+        let late: Vec<i64> = (0..256).map(|i| if i % 4 == 0 { 90_000 } else { 20_000 }).collect();
+        assert_eq!(spin_margin(&late, MAX_MARGIN_NS, 500), 25_000);
+        assert_eq!(spin_margin(&late, MAX_MARGIN_NS, 990), 95_000);
     }
 
     #[test]

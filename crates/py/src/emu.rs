@@ -85,6 +85,8 @@ fn parse(config: &str) -> PyResult<netem::Config> {
         rings: v.get("rings").and_then(Value::as_bool).unwrap_or(true),
         poll: v.get("poll").and_then(Value::as_bool).unwrap_or(false),
         cpu: v.get("cpu").and_then(Value::as_u64).map(|c| c as usize),
+        spin_max_ns: v.get("spin_max_ns").and_then(Value::as_i64).unwrap_or(150_000),
+        spin_permille: (v.get("spin_quantile").and_then(Value::as_f64).unwrap_or(0.5) * 1000.0).round() as usize,
     })
 }
 
@@ -176,5 +178,6 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
     d.set_item("unfiltered", unfiltered)?;
     d.set_item("wait", &r.wait)?;
     d.set_item("cpu_note", &r.cpu_note)?;
+    d.set_item("cpu_ns", r.cpu_ns)?;
     Ok(d)
 }

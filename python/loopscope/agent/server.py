@@ -116,7 +116,9 @@ def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
         return [list(ld["command"])] * n
     if ld["kind"] == "sink":
         # The receiving end of a network load sent to this host.
-        a = [sys.executable, "-m", "loopscope.cli", "probe", "recv", "--bind", ld["bind"]]
+        # Its trace goes to the scratch directory (removed with the run's
+        # scratch), never to the runs/ folder of the directory it was started in.
+        a = [sys.executable, "-m", "loopscope.cli", "probe", "recv", "--bind", ld["bind"], "--trace", str(scratch / f"{ld['name']}.lstrace")]
         return [a + (["--tcp"] if ld["protocol"] == "tcp" else ["--no-packet-records", "--rcvbuf-mib", "8"])]
     a = [sys.executable, "-m", "loopscope.loads.worker", ld["kind"]]
     if percent:
@@ -177,6 +179,7 @@ class Agent:
         env = procs.child_env(self.run_id)
         started = []
         self.load_start_ns = time.monotonic_ns()
+        scratch.mkdir(parents=True, exist_ok=True)
         for ld in m["loads"]:
             name = ld["name"]
             group = self.group.child(f"loads/{name}") if self.group else None

@@ -7,7 +7,8 @@ to b, back to back in the same run:
    emulator): the floor of the path, the baseline;
 2. **emulator, no delay**: the same path through loopscope's emulator:
    what forwarding in user space costs, as a ratio to the kernel;
-3. **emulator, delay D** (2 ms): the applied delay's error per packet,
+3. **emulator, delay D** (2 ms), spinning ahead of the median of its
+   wake-up lateness (the default), then of the 99th percentile: the applied delay's error per packet,
    from kernel timestamps only: the packet's kernel RX at the router's
    ingress (the emulator's trace) to its kernel RX at the receiver (the
    receiver's trace), minus D; beside it the end-to-end error (the sender's
@@ -182,7 +183,8 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     a = a[np.argsort(a[:, 0], kind="stable")]
     own = (a[:, 3] - a[:, 0]) - requested
     late = a[:, 3] - a[:, 2]
-    out = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False}
+    res = json.loads((path.parent / "netem.json").read_text()) if (path.parent / "netem.json").exists() else {}
+    out = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False, "emulator_cpu_share": res.get("cpu_share")}
     if len(krx_recv) == len(a):
         err = krx_recv - a[:, 0] - requested
         out.update({"matched": True, "p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()), "min_err_ns": float(err.min()), "n": len(err)})
@@ -229,6 +231,9 @@ def one_round(seconds: float, work: Path, rate_seconds: float) -> dict[str, Any]
         out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
         out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
         out["delay"]["steal_ms"] = steal_ms
+        # 2b. The same, spinning ahead of the 99th percentile of its wake-ups.
+        _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud99", spin_quantile=0.99)
+        out["delay_spin99"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
         # 3. The same, busy-polling on a CPU of its own.
         if emu_cpu is not None:
             steal0 = _steal_ms()
@@ -356,6 +361,11 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "kernel_path_p50_ns": med(lambda r: r["kernel_path"]["p50_ns"]),
         "kernel_path_p99_ns": med(lambda r: r["kernel_path"]["p99_ns"]),
         "kernel_path_emulator_frames_runs": spread(lambda r: r["kernel_path"]["emulator_frames_seen"]),
+        "emulator_cpu_share": med(lambda r: r["delay"].get("emulator_cpu_share")),
+        "spin99_p99_err_ns": med(lambda r: r["delay_spin99"].get("p99_err_ns")),
+        "spin99_p99_err_ns_runs": spread(lambda r: r["delay_spin99"].get("p99_err_ns")),
+        "spin99_cpu_share": med(lambda r: r["delay_spin99"].get("emulator_cpu_share")),
+        "poll_cpu_share": med(lambda r: (r.get("delay_poll") or {}).get("emulator_cpu_share")),
         "poll_p99_err_ns": med(lambda r: (r.get("delay_poll") or {}).get("p99_err_ns")),
         "poll_max_err_ns": med(lambda r: (r.get("delay_poll") or {}).get("max_err_ns")),
         "poll_p99_err_ns_runs": spread(lambda r: (r.get("delay_poll") or {}).get("p99_err_ns")),
@@ -409,7 +419,10 @@ def print_human(r: dict[str, Any]) -> None:
           f"(ratio {r['ratio_p50_emulator_vs_kernel']:.2f}× / {r['ratio_p99_emulator_vs_kernel']:.2f}×)")
     print(f"  a lab path that asks for nothing (kernel forwarding, the emulator's filters on its interfaces), one way p50/p99: "
           f"{f(r['kernel_path_p50_ns'])} / {f(r['kernel_path_p99_ns'])} (ratio to plain forwarding {r['ratio_p50_kernel_path_vs_forward']:.2f}× / {r['ratio_p99_kernel_path_vs_forward']:.2f}×); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}")
-    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {f(r['poll_p99_err_ns'])}, max {f(r['poll_max_err_ns'])} (per round {', '.join(f(x) for x in r['poll_p99_err_ns_runs'])}); it costs that CPU whole")
+    pct = lambda x: f"{x * 100:.1f} %" if x is not None else "n/a"  # noqa: E731
+    print(f"  the emulator's CPU over its run (the delayed stream): {pct(r['emulator_cpu_share'])} of one CPU (spinning ahead of the median wake-up, the default)")
+    print(f"  spinning ahead of the 99th percentile instead: applied error p99 {f(r['spin99_p99_err_ns'])} (per round {', '.join(f(x) for x in r['spin99_p99_err_ns_runs'])}), {pct(r['spin99_cpu_share'])} of one CPU")
+    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {f(r['poll_p99_err_ns'])}, max {f(r['poll_max_err_ns'])} (per round {', '.join(f(x) for x in r['poll_p99_err_ns_runs'])}); {pct(r['poll_cpu_share'])} of that CPU")
     cpus = r["pps_cpus"]
     where = f"sender and receiver on CPU {cpus['sender_and_receiver']}, the emulator on CPU {cpus['emulator']}" if cpus["emulator"] is not None else "one CPU: nothing pinned"
     print(f"  highest rate of {c['rate_size']}-byte payloads at {format_ns(c['rate_delay_ns'])} with no loss ({c['rate_seconds']:g} s per trial; {where}):")

@@ -233,4 +233,6 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "unfiltered": r.get("unfiltered") or [],
         "wait": r.get("wait"),
         "cpu_note": r.get("cpu_note") or "",
+        "cpu_ns": r.get("cpu_ns"),
+        "cpu_share": (r.get("cpu_ns") or 0) / r["elapsed_ns"] if r.get("elapsed_ns") else None,
     }

@@ -234,7 +234,7 @@ class Lab:
         assert self.topo is not None
         es = self.exp.emulator
         cfg = self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
-        return {**cfg, "rings": es.rings, "poll": es.poll, **({"cpu": es.cpu} if es.cpu is not None else {})}
+        return {**cfg, "rings": es.rings, "poll": es.poll, "spin_max_ns": es.spin, "spin_quantile": es.spin_quantile, **({"cpu": es.cpu} if es.cpu is not None else {})}
 
     # ---- during the run --------------------------------------------------------------
 

@@ -429,6 +429,11 @@ class EmulatorSettings(Model):
     cpu: Annotated[int, Field(ge=0, le=4095)] | None = Field(None, description="pin the emulator's forwarding thread to this CPU (pick one the probes and loads do not use)")
     poll: bool = Field(False, description="busy-poll instead of sleeping between departures: the most punctual departures, for the price of the whole CPU (use with cpu)")
     rings: bool = Field(True, description="move frames through PACKET_MMAP rings (false: one system call per frame, for comparison)")
+    spin: OptDuration = Field(150_000, description="the most it spins before a departure instead of sleeping (below this it follows its recent wake-up lateness); 0 never spins")
+    spin_quantile: Annotated[float, Field(ge=0.01, le=0.999)] = Field(
+        0.5,
+        description="which quantile of its wake-up lateness it spins ahead of: 0.5 makes the typical departure punctual for little CPU; 0.99 also cuts the tail, for about twice the CPU the probes share",
+    )
 
 
 class KernelCapture(Model):
