@@ -45,9 +45,9 @@ def send_through(t: netns.Topology, tmp: Path, lk: dict[str, Any], rate: str, co
     emu = Emulator(t.router_ns, t.emulator_config([lk], seed=3, priority=50), tmp / "netem", "emu-test")
     try:
         dest = f"{t.host('b').address}:5001"
-        rx = subprocess.Popen(_in(t, "b", "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records"), stdout=subprocess.PIPE, text=True)
+        rx = subprocess.Popen(_in(t, "b", "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records", "--trace", str(tmp / "r.lstrace")), stdout=subprocess.PIPE, text=True)
         time.sleep(0.4)
-        tx = subprocess.run(_in(t, "a", "probe", "send", "--dest", dest, "--rate", rate, "--count", str(count), "--size", str(size), "--json", "--no-packet-records", "--no-tx-timestamps"), capture_output=True, text=True, timeout=120)
+        tx = subprocess.run(_in(t, "a", "probe", "send", "--dest", dest, "--rate", rate, "--count", str(count), "--size", str(size), "--json", "--no-packet-records", "--no-tx-timestamps", "--trace", str(tmp / "s.lstrace")), capture_output=True, text=True, timeout=120)
         assert tx.returncode == 0, tx.stderr
         out, _ = rx.communicate(timeout=120)
     finally:
@@ -96,10 +96,10 @@ def test_a_rate_limit_queues_and_drops_what_exceeds_it(topo: netns.Topology, tmp
     assert abs(t["bps"] * 1042 / 1000 / 8e6 - 1) < 0.1, t
 
 
-def _stream(t: netns.Topology, src: str, dest: str, count: int, bind: str | None = None, recv_host: str = "b") -> tuple[dict[str, Any], dict[str, Any]]:
-    rx = subprocess.Popen(_in(t, recv_host, "probe", "recv", "--bind", bind or dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records"), stdout=subprocess.PIPE, text=True)
+def _stream(t: netns.Topology, tmp: Path, src: str, dest: str, count: int, bind: str | None = None, recv_host: str = "b") -> tuple[dict[str, Any], dict[str, Any]]:
+    rx = subprocess.Popen(_in(t, recv_host, "probe", "recv", "--bind", bind or dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records", "--trace", str(tmp / "r.lstrace")), stdout=subprocess.PIPE, text=True)
     time.sleep(0.4)
-    tx = subprocess.run(_in(t, src, "probe", "send", "--dest", dest, "--rate", "2000pps", "--count", str(count), "--size", "200", "--json", "--no-packet-records", "--no-tx-timestamps"), capture_output=True, text=True, timeout=120)
+    tx = subprocess.run(_in(t, src, "probe", "send", "--dest", dest, "--rate", "2000pps", "--count", str(count), "--size", "200", "--json", "--no-packet-records", "--no-tx-timestamps", "--trace", str(tmp / "s.lstrace")), capture_output=True, text=True, timeout=120)
     assert tx.returncode == 0, tx.stderr
     out, _ = rx.communicate(timeout=120)
     return json.loads(tx.stdout), json.loads(out)
@@ -110,7 +110,7 @@ def test_a_path_that_asks_for_nothing_is_forwarded_by_the_kernel_and_never_reach
     back = link(name="b->a", delay_ns=1_000_000, **{"from": "b", "to": "a"})
     emu = Emulator(topo.router_ns, topo.emulator_config([back], seed=3, kernel={("a", "b")}), tmp_path / "netem", "emu-test")
     try:
-        tx, rx = _stream(topo, "a", f"{topo.host('b').address}:5001", 400)
+        tx, rx = _stream(topo, tmp_path, "a", f"{topo.host('b').address}:5001", 400)
     finally:
         res = emu.stop()
     assert rx["packets"] == tx["sent"] == 400
@@ -129,7 +129,7 @@ def test_the_sync_network_joins_each_host_to_the_reference_without_the_router(tm
     try:
         assert set(t.sync_links) == {"b", "c"}
         sl = t.sync_links["b"]
-        tx, rx = _stream(t, "b", f"{sl.peer_address}:5002", 200, bind="0.0.0.0:5002", recv_host="a")
+        tx, rx = _stream(t, tmp_path, "b", f"{sl.peer_address}:5002", 200, bind="0.0.0.0:5002", recv_host="a")
         assert rx["packets"] == tx["sent"] == 200
         counts = t.forward_counts()
         assert counts is not None and counts["forwarded"] == 0

@@ -153,7 +153,9 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
             assert text in body
         assert "10.77.2.2" in d.find_element(By.ID, "hosts").find_element(By.XPATH, "following-sibling::table").text
         links = d.find_element(By.ID, "links").find_element(By.XPATH, "following-sibling::table[1]").text
-        assert "b->c" in links and "c->b" in links
+        assert "b->c" in links and "c->b" in links and "a->b" not in links
+        about = d.find_element(By.ID, "links").find_element(By.XPATH, "following-sibling::p[1]").text
+        assert "The kernel forwarded a→b, a→c, b→a, c→a" in about and "% of one CPU" in about
         clocks = d.find_element(By.ID, "clocks").find_element(By.XPATH, "following-sibling::table[1]").text
         assert "reference" in clocks and "ppm" in clocks
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []

@@ -245,15 +245,17 @@ def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: 
     sec["accounting"] = acct
 
 
+def _kernel_paths(em: dict[str, Any] | None) -> list[str]:
+    """The paths the router's kernel forwarded (nothing asked of them)."""
+    return [n.replace("->", "→") for n, p in ((em or {}).get("paths") or {}).items() if p.get("mechanism") == "kernel"]
+
+
 def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """One row per path: what carried it and, for the emulator's, its counts."""
+    """One row per path the emulator carried, with its counts."""
     if not em:
         return []
     rows = []
     paths = em.get("paths") or {}
-    for name, p in paths.items():
-        if p.get("mechanism") == "kernel":
-            rows.append({"name": name, "carried": "kernel", "configured": p.get("why", ""), "in": "", "forwarded": "", "lost": "", "duplicated": "", "reordered": "", "queue_drops": "", "pending": "", "applied": "", "late": "", "queueing": ""})
     for l in em.get("links") or []:
         if l.get("kernel"):
             continue
@@ -661,6 +663,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         hosts=_hosts(tables.provenance),
         emulator=_emulator_rows(tables.emulator),
         emulator_info=tables.emulator,
+        kernel_paths=_kernel_paths(tables.emulator),
         steps=len(run.get("steps") or []),
         lost_total=lost_total,
         records_total=int(tables.steps["records"].sum()) if len(tables.steps) else 0,
