@@ -56,7 +56,7 @@ demo: install
 	fi
 
 test-rust:
-	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi
+	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi -p loopscope-os
 
 test-python:
 	$(VENV)/bin/ruff check --quiet python tests

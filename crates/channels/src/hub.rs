@@ -200,50 +200,8 @@ fn src_of(a: &libc::sockaddr_storage) -> Src {
     }
 }
 
-fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, u32) {
-    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as u16,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            unsafe { std::ptr::write(&mut s as *mut _ as *mut libc::sockaddr_in, sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as u16,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            unsafe { std::ptr::write(&mut s as *mut _ as *mut libc::sockaddr_in6, sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (s, len as u32)
-}
-
 fn set_bufs(fd: RawFd, bytes: i32) {
-    for opt in [libc::SO_RCVBUF, libc::SO_SNDBUF] {
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                &bytes as *const i32 as *const libc::c_void,
-                4,
-            )
-        };
-    }
+    loopscope_os::set_buffers(fd, bytes as usize)
 }
 
 impl Default for Hub {
@@ -1261,10 +1219,4 @@ impl RemoteConsumer {
     }
 }
 
-pub(crate) fn sockaddr_pub(a: &SocketAddr) -> (libc::sockaddr_storage, u32) {
-    sockaddr(a)
-}
 
-pub(crate) fn set_bufs_pub(fd: RawFd, bytes: i32) {
-    set_bufs(fd, bytes)
-}

@@ -56,7 +56,7 @@ fn raw_udp_send(
         })
         .collect();
     let heads: Vec<&[u8]> = hdrs.iter().map(|x| &x[..]).collect();
-    let dest = to.map(crate::hub::sockaddr_pub);
+    let dest = to.map(loopscope_os::sockaddr);
     wire::send_fragments(
         fd,
         &heads,
@@ -173,7 +173,7 @@ pub fn raw_serve(
         }
         Transport::Udp => {
             let u = UdpSocket::bind(bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-            crate::hub::set_bufs_pub(u.as_raw_fd(), 8 << 20);
+            loopscope_os::set_buffers(u.as_raw_fd(), 8 << 20);
             let mut buf = Vec::new();
             let mut dgram = vec![0u8; 65536];
             while !stop.load(Ordering::Relaxed) {
@@ -276,7 +276,7 @@ impl Client {
                 })
                 .map_err(|e| e.to_string())?;
                 u.connect(dest).map_err(|e| e.to_string())?;
-                crate::hub::set_bufs_pub(u.as_raw_fd(), 8 << 20);
+                loopscope_os::set_buffers(u.as_raw_fd(), 8 << 20);
                 Client::RawUdp {
                     u,
                     buf: Vec::new(),

@@ -109,12 +109,7 @@ impl Header {
 }
 
 pub fn realtime_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    loopscope_os::realtime_ns() as u64
 }
 
 /// Write all of `parts` to the socket `fd` (blocking or not) by the

@@ -267,11 +267,7 @@ const FLAG_DUP: u32 = 1;
 const FLAG_REORDERED: u32 = 2;
 const MAX_FRAME: usize = 65536 + 14;
 
-pub fn realtime_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
-}
+pub use loopscope_os::realtime_ns;
 
 fn hist() -> LocalHistogram {
     LocalHistogram::new(Scale::Log { sub_bits: 7, max: 60_000_000_000 }).expect("layout")

@@ -17,8 +17,6 @@ use std::ffi::CString;
 const SOL_PACKET: i32 = 263;
 const PACKET_IGNORE_OUTGOING: i32 = 23;
 const SO_TIMESTAMPNS: i32 = 35;
-const SO_RCVBUFFORCE: i32 = 33;
-const SO_SNDBUFFORCE: i32 = 32;
 const PACKET_HOST: u8 = 0;
 
 pub struct Port {
@@ -91,13 +89,8 @@ impl Port {
         if set(libc::SOL_SOCKET, SO_TIMESTAMPNS, one) < 0 {
             return Err(errno_text("SO_TIMESTAMPNS failed on", name));
         }
-        let b = bufsize.min(i32::MAX as usize) as i32;
-        if set(libc::SOL_SOCKET, SO_RCVBUFFORCE, b) < 0 {
-            set(libc::SOL_SOCKET, libc::SO_RCVBUF, b);
-        }
-        if set(libc::SOL_SOCKET, SO_SNDBUFFORCE, b) < 0 {
-            set(libc::SOL_SOCKET, libc::SO_SNDBUF, b);
-        }
+        loopscope_os::force_buffer(fd, loopscope_os::Buf::Recv, bufsize);
+        loopscope_os::force_buffer(fd, loopscope_os::Buf::Send, bufsize);
         let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
         for (i, c) in name.bytes().take(libc::IFNAMSIZ - 1).enumerate() {
             req.ifr_name[i] = c as libc::c_char;

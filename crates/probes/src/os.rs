@@ -1,13 +1,8 @@
 //! The few operating-system calls every probe loop makes: the monotonic
 //! clock, sleeping until an absolute deadline, pinning to a CPU.
 
-/// CLOCK_MONOTONIC in nanoseconds.
-#[inline]
-pub fn mono_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
-}
+/// CLOCK_MONOTONIC in nanoseconds (raw: the probes' own deadlines).
+pub use loopscope_os::mono_ns;
 
 /// Sleep until CLOCK_MONOTONIC reaches `t` (absolute, so no drift accumulates).
 pub fn sleep_until(t: i64) {

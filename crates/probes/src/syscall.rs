@@ -176,9 +176,7 @@ impl Bench {
             libc::getsockname(rx, &mut a as *mut _ as *mut libc::sockaddr, &mut len);
             // Room for a batch of 64 KB datagrams (root may force it past rmem_max).
             let room: libc::c_int = 64 << 20;
-            if libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &room as *const _ as *const libc::c_void, 4) != 0 {
-                libc::setsockopt(rx, libc::SOL_SOCKET, libc::SO_RCVBUF, &room as *const _ as *const libc::c_void, 4);
-            }
+            loopscope_os::force_buffer(rx, loopscope_os::Buf::Recv, room as usize);
             let bf = dir.join("big");
             std::fs::write(&bf, vec![7u8; READ_FILE]).map_err(|e| format!("{}: {e}", bf.display()))?;
             let big = cpath(&bf);

@@ -136,22 +136,16 @@ pub fn rdtsc() -> u64 {
     mono_ns()
 }
 
-fn clock_ns(id: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(id, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
 /// CLOCK_MONOTONIC in nanoseconds (as skewed by a virtual clock, if set).
 #[inline]
 pub fn mono_ns() -> u64 {
-    crate::vclock::mono(clock_ns(libc::CLOCK_MONOTONIC) as i64) as u64
+    crate::vclock::mono(loopscope_os::mono_ns()) as u64
 }
 
 /// CLOCK_REALTIME in nanoseconds since the epoch (as skewed by a virtual clock, if set).
 #[inline]
 pub fn realtime_ns() -> u64 {
-    crate::vclock::real(clock_ns(libc::CLOCK_REALTIME) as i64) as u64
+    crate::vclock::real(loopscope_os::realtime_ns()) as u64
 }
 
 /// One calibration pair: a raw timestamp and the CLOCK_MONOTONIC and

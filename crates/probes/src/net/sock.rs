@@ -21,9 +21,7 @@ pub const SCM_TSTAMP_SCHED: u32 = 1;
 
 /// CLOCK_REALTIME now, as this process reports it (see `loopscope_trace::vclock`).
 pub fn realtime_ns() -> i64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    vclock::real(ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64)
+    vclock::real(loopscope_os::realtime_ns())
 }
 
 /// CLOCK_REALTIME minus CLOCK_MONOTONIC, read in the narrowest of a few windows.
@@ -51,30 +49,7 @@ pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
     }
 }
 
-fn sockaddr(a: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let s = &mut ss as *mut _ as *mut libc::sockaddr_in;
-            unsafe {
-                (*s).sin_family = libc::AF_INET as u16;
-                (*s).sin_port = v4.port().to_be();
-                (*s).sin_addr.s_addr = u32::from_ne_bytes(v4.ip().octets());
-            }
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let s = &mut ss as *mut _ as *mut libc::sockaddr_in6;
-            unsafe {
-                (*s).sin6_family = libc::AF_INET6 as u16;
-                (*s).sin6_port = v6.port().to_be();
-                (*s).sin6_addr.s6_addr = v6.ip().octets();
-            }
-            std::mem::size_of::<libc::sockaddr_in6>()
-        }
-    };
-    (ss, len as libc::socklen_t)
-}
+use loopscope_os::sockaddr;
 
 fn family(a: &SocketAddr) -> libc::c_int {
     if a.is_ipv4() {
@@ -109,10 +84,7 @@ impl Udp {
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
         if rcvbuf > 0 {
-            // SO_RCVBUFFORCE needs CAP_NET_ADMIN; fall back to the capped SO_RCVBUF.
-            if setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, rcvbuf as i32) != 0 {
-                setopt(raw, libc::SOL_SOCKET, libc::SO_RCVBUF, rcvbuf as i32);
-            }
+            loopscope_os::force_buffer(raw, loopscope_os::Buf::Recv, rcvbuf);
         }
         let (ss, len) = sockaddr(addr);
         if unsafe { libc::bind(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
@@ -133,8 +105,8 @@ impl Udp {
         check(fd, "socket")?;
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let raw = fd.as_raw_fd();
-        if sndbuf > 0 && setopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, sndbuf as i32) != 0 {
-            setopt(raw, libc::SOL_SOCKET, libc::SO_SNDBUF, sndbuf as i32);
+        if sndbuf > 0 {
+            loopscope_os::force_buffer(raw, loopscope_os::Buf::Send, sndbuf);
         }
         let (ss, len) = sockaddr(dest);
         if unsafe { libc::connect(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
