@@ -51,7 +51,7 @@ pub struct SchedResult {
 
 
 
-/// The computation: adding integers, as in the seed.
+/// The computation: adding integers, as in Paul et al. 2003's scheduler benchmark.
 #[inline(never)]
 fn work(iters: u64) -> u64 {
     let mut a = 0u64;

@@ -4,8 +4,8 @@
 //! read before and after the batch, so the clock's own cost is spread over
 //! the batch); each batch gives one sample, the mean cost per call. Batches
 //! repeat until the 95 % confidence interval of the mean is within
-//! `target_rel` of it (the seed's "true mean within 5 % with 95 %
-//! confidence"), or a batch or time cap is reached, which the result says.
+//! `target_rel` of it (Carlinet et al. 2000's "true mean within 5 % with
+//! 95 % confidence"), or a batch or time cap is reached, which the result says.
 //! Calls that need set-up (a file to open, a datagram to receive, an fd to
 //! close) get it outside the timed batch. Each batch is also an interval in
 //! the trace (group `syscall`, named after the call, tag: batch number).

@@ -27,7 +27,7 @@ the same way (blocking, runtime, lock, messaging, allocation inside the
 call; a put of an item that arrived in that process is a ``store``: on
 a hub it includes pushing the item on), joined with its item's size (the ``chan/bytes:C`` record of the
 put, from whichever process of the step made it) and averaged per
-process, channel, call and size, per phase: the shape of the seed's
+process, channel, call and size, per phase: the shape of Paul et al. 2003's
 per-size figures, from one run whose items vary in size.
 ``RUN/tables/breakdown_size.parquet``.
 """

@@ -25,7 +25,7 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
 and, per loaded condition, ``changes``: every cost's ratio to idle with a
 95 % CI (bootstrap of the batch means, a slice at a time where they were
 taken in slices: ``boot_typical``) and whether it is significant (the
-shape of the seed's Tables 2 and 3), plus the machine description.
+shape of Carlinet et al. 2000's tables of costs per load), plus the machine description.
 
 A load is held by the same workers a run's loads use
 (``loopscope.loads.worker``), started in their own session and always
