@@ -634,9 +634,9 @@ def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
     """Put every record of every host on the reference host's clock: RUN/timeline.parquet."""
     from loopscope import timeline
 
-    rd = Path(run_dir)
-    if not (rd / "run.json").exists():
-        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
     from loopscope import progress
 
     with progress.shown(not as_json):
@@ -664,9 +664,9 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
     from loopscope import timeline
     from loopscope.trace import perfetto
 
-    rd = Path(run_dir)
-    if not (rd / "run.json").exists():
-        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
     from loopscope import progress
 
     out = Path(output) if output else rd / "trace.perfetto-trace"
@@ -693,9 +693,9 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     from loopscope.analysis import explain
     from loopscope.units import format_ns
 
-    rd = Path(run_dir)
-    if not (rd / "run.json").exists():
-        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory `loopscope run` wrote")
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
     from loopscope import progress
 
     with progress.shown(not as_json):

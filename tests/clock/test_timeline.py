@@ -183,6 +183,10 @@ def test_the_timeline_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path: P
     r = cli("timeline", str(tmp_path))
     assert r.returncode == 2
     assert "not a run directory" in r.stderr and "Traceback" not in r.stderr
+    (tmp_path / "run.json").write_text('{"name": "cut sh')
+    r = cli("timeline", str(tmp_path))
+    assert r.returncode == 2 and "run.json: cannot be read" in r.stderr and "damaged" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_a_host_cut_off_on_the_experiment_network_stays_on_the_timeline_through_the_sync_network(tmp_path: Path, cli: Cli) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from loopscope import progress
-from loopscope.errors import InputError
+from loopscope.rundir import RunDir
 from loopscope.units import format_ns
 
 
@@ -110,9 +110,7 @@ def build(run_dir: Path) -> Report:
     from loopscope.report.tables import load_run
 
     t0 = time.perf_counter()
-    run_dir = Path(run_dir)
-    if not (run_dir / "run.json").exists():
-        raise InputError(f"{run_dir}: not a run directory (no run.json); give a directory printed by 'loopscope run'")
+    run_dir = RunDir.open(run_dir).path
     progress.step("report: reading the run's traces")
     tables = load_run(run_dir)
     progress.step("report: comparing phases")

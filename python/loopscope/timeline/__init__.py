@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from loopscope.clock import sync
+from loopscope.rundir import RunDir
 from loopscope.trace import reader
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
@@ -63,10 +64,7 @@ def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], cloc
 
 
 def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
-    run_path = run_dir / "run.json"
-    if not run_path.exists():
-        raise TimelineError(f"{run_dir}: not a run directory (no run.json); give the directory `loopscope run` printed")
-    run = json.loads(run_path.read_text())
+    run = RunDir.open(run_dir).run()
     prov = json.loads((run_dir / "provenance.json").read_text()) if (run_dir / "provenance.json").exists() else {}
     hosts = list((run.get("hosts") or {}).keys()) or ["localhost"]
     clocks = sync.estimate_run(run_dir, use=use)
