@@ -662,7 +662,7 @@ def export_group() -> None:
 def export_perfetto(run_dir: str, output: str | None) -> int:
     """The global timeline as a Perfetto trace: a track per host and thread, slices, instants, counters."""
     from loopscope import timeline
-    from loopscope.trace import perfetto
+    from loopscope.report import perfetto
 
     from loopscope.rundir import RunDir
 

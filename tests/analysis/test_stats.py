@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from loopscope.analysis.stats import mean, quantile, summarize
+from loopscope.stats import mean, quantile, summarize
 
 
 def test_quantiles_are_measured_values_with_an_interval_around_them() -> None:

@@ -1,5 +1,6 @@
-"""Statistics with their errors, comparisons, detectors and attribution.
+"""Comparisons, detectors, breakdowns and attribution over a run's records.
 
-This issue's part is :mod:`loopscope.analysis.stats`: latency summaries whose
-every figure carries a confidence interval.
+The latency summaries every figure of which carries a confidence interval
+are one layer lower, in :mod:`loopscope.stats`, because the probes use them
+too and imports point down.
 """

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from loopscope.analysis.stats import quantile
+from loopscope.stats import quantile
 from loopscope.errors import RunError
 
 Progress = Callable[[str], None] | None

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from loopscope import _native
-from loopscope.analysis.stats import summarize
+from loopscope.stats import summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
 from loopscope.units import format_bps, parse_rate

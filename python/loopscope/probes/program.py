@@ -145,7 +145,7 @@ def summary(trace: Path) -> dict[str, Any]:
     """Per interval entity a latency summary; per event entity a count."""
     import polars as pl
 
-    from loopscope.analysis.stats import summarize
+    from loopscope.stats import summarize
     from loopscope.trace import reader
 
     df, info = reader.read_with_info(trace, sort=False)

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from loopscope import _native
-from loopscope.analysis.stats import LatencySummary, summarize
+from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
 
