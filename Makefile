@@ -24,7 +24,7 @@ $(PY):
 	$(PIP) install --quiet --upgrade pip
 
 $(VENV)/.pydeps: pyproject.toml | $(PY)
-	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pydantic pyyaml scipy jinja2 matplotlib asyncssh perfetto protobuf pytest hypothesis ruff selenium jsonschema
+	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pydantic pyyaml scipy jinja2 matplotlib asyncssh perfetto protobuf pytest hypothesis ruff selenium jsonschema import-linter
 	touch $@
 
 # The C library and header C programs link against, inside the package.
@@ -60,6 +60,7 @@ test-rust:
 
 test-python:
 	$(VENV)/bin/ruff check --quiet python tests
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q
 
 test: install test-rust test-python

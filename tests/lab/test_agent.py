@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loopscope.lab import procs
+from loopscope.host import procs
 from tests.helpers import wait_gone
 
 

@@ -19,8 +19,9 @@ from typing import Iterator
 import polars as pl
 import pytest
 
-from loopscope.lab import netns, procs, state
-from loopscope.lab.cgroup import find_root
+from loopscope.lab import netns, state
+from loopscope.host import procs
+from loopscope.host.cgroup import find_root
 from tests.conftest import BIN, ROOT, Cli
 from tests.lab.test_run import wait_for
 from loopscope.kernel.capture import tracefs

@@ -14,8 +14,9 @@ from typing import Callable
 
 import pytest
 
-from loopscope.lab import procs, state
-from loopscope.lab.cgroup import find_root
+from loopscope.lab import state
+from loopscope.host import procs
+from loopscope.host.cgroup import find_root
 from tests.conftest import BIN, Cli
 
 TINY = """name: tiny

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from loopscope.lab import procs
+from loopscope.host import procs
 from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for

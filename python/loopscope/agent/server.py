@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loopscope.lab import procs, provenance
-from loopscope.lab.cgroup import RunGroup, find_root
+from loopscope.host import procs, provenance
+from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.selfname import load_comm, set_comm
 from loopscope.units import duration_text
 

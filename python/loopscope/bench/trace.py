@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope import _native, cbuild
-from loopscope.lab import procs
+from loopscope.host import procs
 from loopscope.errors import RunError
 from loopscope.trace import api as lt
 from loopscope.trace import reader

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from typing import Any
 
-from loopscope.lab import netns, procs, state
-from loopscope.lab.cgroup import RunGroup, find_root
+from loopscope.lab import netns, state
+from loopscope.host import procs
+from loopscope.host.cgroup import RunGroup, find_root
 
 
 def _run_ids_in_environments() -> dict[str, list[int]]:

@@ -39,7 +39,8 @@ from typing import Any, Callable
 
 from loopscope.errors import InputError
 from loopscope import selfname
-from loopscope.lab import clocksync, hubs, kcapture, procs, state
+from loopscope.lab import clocksync, hubs, kcapture, state
+from loopscope.host import procs
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper

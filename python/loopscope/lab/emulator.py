@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loopscope.lab import procs
+from loopscope.host import procs
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
 KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation asked)"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.errors import RunError
-from loopscope.lab import procs
+from loopscope.host import procs
 
 
 class AgentFailure(RunError):

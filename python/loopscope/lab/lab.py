@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.lab import hosts as H
-from loopscope.lab import netns, procs, state
-from loopscope.lab.cgroup import RunGroup, remove_root_if_empty
+from loopscope.lab import netns, state
+from loopscope.host import procs
+from loopscope.host.cgroup import RunGroup, remove_root_if_empty
 from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs, path_plan
 
 

@@ -339,7 +339,7 @@ def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: f
 
 def assemble(conditions: dict[str, Any]) -> dict[str, Any]:
     """The node model: the conditions, each loaded one's changes from idle, the machine."""
-    from loopscope.lab.provenance import gather
+    from loopscope.host.provenance import gather
     from loopscope.probes.common import envelope
 
     changes: dict[str, Any] = {}

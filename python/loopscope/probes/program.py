@@ -83,7 +83,7 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     child_env.pop("LOOPSCOPE_PDEATHSIG", None)
 
     def pre() -> None:
-        from loopscope.lab.procs import die_with_parent
+        from loopscope.host.procs import die_with_parent
 
         die_with_parent()
         if cpus:
@@ -120,7 +120,7 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
         p.returncode = 0  # reaped by wait4 above; keep Popen from trying again
     t1 = time.monotonic_ns()
     code, ru = got
-    from loopscope.lab.procs import exit_text
+    from loopscope.host.procs import exit_text
 
     if stopped == "exit" and code != 0:
         raise RunError(f"program {command[0]!r} failed: {exit_text(code)} (its output is in the probe's log)")

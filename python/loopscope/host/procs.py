@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopscope.lab.cgroup import RunGroup
+from loopscope.host.cgroup import RunGroup
 
 PR_SET_PDEATHSIG = 1
 
