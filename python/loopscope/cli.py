@@ -343,17 +343,18 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 
 @probe.command("echo")
 @click.option("--bind", required=True, help="HOST:PORT to answer on.")
+@click.option("--tcp", is_flag=True, help="Answer over TCP connections (default: UDP datagrams).")
 @click.option("--duration", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object when stopped.")
-def probe_echo(bind: str, duration: int | None, as_json: bool) -> int:
+@click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
+def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int:
     """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times."""
     from loopscope import _native
     from loopscope.probes import net
 
     net.hostport(bind, "--bind")
-    r = _native.net_echo(bind, duration)
-    click.echo(json.dumps(r) if as_json else f"answered {r['requests']:,} requests ({r['malformed']:,} malformed datagrams ignored)")
-    return 0
+    r = _native.net_echo(bind, duration, tcp, sys.stdout.fileno() if as_json else None)
+    click.echo(json.dumps(r) if as_json else f"answered {r['requests']:,} requests ({r['malformed']:,} malformed messages ignored)")
+    return EXIT_INTERRUPTED if r["interrupted"] else 0
 
 
 @probe.command("pipe-source")
@@ -492,13 +493,14 @@ def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None
 @click.option("--duration", type=Duration(), default="5s", show_default=True)
 @click.option("--size", type=int, default=64, show_default=True, help="Request size in bytes (at least 48).")
 @click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
+@click.option("--tcp", is_flag=True, help="Over one TCP connection (default: UDP datagrams); the server is `probe echo --tcp`.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, trace_path: str | None, as_json: bool) -> int:
+def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, tcp: bool, trace_path: str | None, as_json: bool) -> int:
     """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs."""
     from loopscope.probes import net
 
-    j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, trace_path=_trace_path(trace_path, "rr"))
+    j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, tcp=tcp, trace_path=_trace_path(trace_path, "rr"))
     if as_json:
         click.echo(json.dumps(j))
     else:
@@ -597,7 +599,9 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
     if out.status == "completed" and not no_report:
         from loopscope.report import build
 
-        rep = build(out.run_dir)
+        from loopscope.kinds import KINDS
+
+        rep = build(out.run_dir, KINDS)
         for line in rep.summary_lines():
             click.echo(line)
         click.echo(f"report: {rep.html}")
@@ -613,10 +617,11 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 def report_cmd(run_dir: str, as_json: bool) -> int:
     """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory."""
     from loopscope import progress
+    from loopscope.kinds import KINDS
     from loopscope.report import build
 
     with progress.shown(not as_json):
-        rep = build(Path(run_dir))
+        rep = build(Path(run_dir), KINDS)
     if as_json:
         click.echo(json.dumps(rep.to_json()))
     else:
@@ -727,6 +732,7 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
 @cli.command("schema")
 def schema_cmd() -> int:
     """Print the JSON Schema of experiment files (for editors)."""
+    import loopscope.kinds  # noqa: F401 - registers the probe kinds the schema lists
     from loopscope.spec import json_schema
 
     click.echo(json.dumps(json_schema(), indent=2))
@@ -737,6 +743,7 @@ def schema_cmd() -> int:
 @click.argument("spec", type=click.Path())
 def check_cmd(spec: str) -> int:
     """Validate an experiment file and print its plan, without running it."""
+    import loopscope.kinds  # noqa: F401 - registers the probe kinds
     from loopscope.spec import load
     from loopscope.spec.plan import estimate_seconds, phase_runs
 

@@ -1,20 +1,74 @@
-"""A run directory, as the commands that read one open it.
+"""A run directory: its paths and its typed run record, read and written here.
 
 ``RunDir.open`` is the one place that decides whether a path is a run
 directory (it holds the ``run.json`` that ``loopscope run`` writes first)
-and says so in one message, exit code 2, naming the path. It is the seed of
-the typed run directory: paths of the files every reader looks for, and
-the run record read once.
+and says so in one message, exit code 2, naming the path.
+
+``run.json`` is the run record (``RunRecord``): what ran, on which hosts,
+every step (repetition × phase × probe) with its files, how the run ended.
+The controller writes it only through ``RunDir.write_run`` and every reader
+goes through ``RunDir.run``, both checking it against the model. The record
+carries its format version (``format``); a record without one is from
+before versions were written (format 1, which this version reads), and a
+record of a newer format is refused, naming it. Fields the model does not
+name (a kind's own step fields: a pipeline's stages, an rr probe's server)
+are kept as they are.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from loopscope.errors import InputError
+
+#: the run record's format: 2 added ``format`` itself; 1 is every run before it
+RUN_FORMAT = 2
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Step(_Open):
+    """One repetition × phase × probe, with its files (relative to the run directory)."""
+
+    rep: int
+    phase: str
+    loads: list[str] = Field(default_factory=list)
+    probe: str
+    kind: str
+    host: str | None = None
+    trace: str
+    json_: str = Field(alias="json")
+    command: str | None = None
+    cpu_usec: float | None = None
+    spawn_mono_ns: int
+    end_mono_ns: int
+
+
+class RunRecord(_Open):
+    """What ``run.json`` holds (docs/tables.md lists the rest of a run directory)."""
+
+    format: int = 1
+    run_id: str
+    name: str
+    status: str
+    started_utc: str | None = None
+    ended_utc: str | None = None
+    controller_pid: int | None = None
+    command: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    error: str | None = None
+    hosts: dict[str, str] = Field(default_factory=dict)
+    steps: list[Step] = Field(default_factory=list)
+    loads: list[dict[str, Any]] = Field(default_factory=list)
+    timings: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -33,12 +87,40 @@ class RunDir:
         return self.path / "run.json"
 
     @property
+    def spec_json(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
     def provenance_json(self) -> Path:
         return self.path / "provenance.json"
 
-    def run(self) -> dict[str, Any]:
-        """The run record (run.json); InputError naming the file when it is damaged."""
+    @property
+    def tables(self) -> Path:
+        return self.path / "tables"
+
+    def record(self) -> RunRecord:
+        """The run record, checked; InputError naming the file when it is damaged or newer than this version reads."""
         try:
-            return json.loads(self.run_json.read_text())  # type: ignore[no-any-return]
+            data = json.loads(self.run_json.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise InputError(f"{self.run_json}: cannot be read ({e}); the run directory is damaged") from None
+        fmt = data.get("format", 1) if isinstance(data, dict) else None
+        if isinstance(fmt, int) and fmt > RUN_FORMAT:
+            raise InputError(f"{self.run_json}: run format {fmt} is newer than this loopscope reads (up to {RUN_FORMAT}); read it with the version that recorded it")
+        try:
+            return RunRecord.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise InputError(f"{self.run_json}: not a run record of format {fmt}: {where}: {first['msg']}; the run directory is damaged") from None
+
+    def run(self) -> dict[str, Any]:
+        """The run record as the JSON it is (checked by ``record``)."""
+        return self.record().model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+    def write_run(self, run: dict[str, Any]) -> None:
+        """Write the run record (checked against the model first), atomically."""
+        rec = RunRecord.model_validate({**run, "format": RUN_FORMAT})
+        tmp = self.run_json.with_name(".run.json.tmp")
+        tmp.write_text(json.dumps(rec.model_dump(mode="json", by_alias=True, exclude_unset=True), indent=1, default=str) + "\n")
+        os.replace(tmp, self.run_json)

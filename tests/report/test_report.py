@@ -9,6 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from loopscope.kinds import KINDS
 from loopscope.report import build
 from tests.conftest import ROOT, Cli
 from tests.helpers import assert_clean_error
@@ -48,7 +49,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_tables_hold_every_sample_tagged_with_its_step(run_dir: Path) -> None:
-    build(run_dir)
+    build(run_dir, KINDS)
     t = pl.read_parquet(run_dir / "tables" / "timer.parquet")
     assert set(t.columns) >= {"rep", "phase", "loads", "probe", "thread", "t_ns", "latency_ns"}
     assert sorted(t["phase"].unique().to_list()) == ["baseline", "cpu-2", "io-1"]
@@ -63,7 +64,7 @@ def test_tables_hold_every_sample_tagged_with_its_step(run_dir: Path) -> None:
 
 
 def test_every_phase_is_compared_with_the_baseline_with_an_interval(run_dir: Path) -> None:
-    c = build(run_dir).comparisons
+    c = build(run_dir, KINDS).comparisons
     base = c.filter(pl.col("phase") == "baseline")
     assert (base["ratio"] == 1.0).all()
     other = c.filter(pl.col("phase") != "baseline")
@@ -88,7 +89,7 @@ def test_report_on_something_that_is_not_a_run_is_an_input_error(cli: Cli, tmp_p
 
 
 def test_the_page_is_self_contained(run_dir: Path) -> None:
-    html = build(run_dir).html.read_text()
+    html = build(run_dir, KINDS).html.read_text()
     assert "<script" not in html
     for bad in ('src="http', "href=\"http", "@import", "url(http"):
         assert bad not in html
@@ -102,7 +103,7 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(run_dir:
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    page = build(run_dir).html
+    page = build(run_dir, KINDS).html
     o = Options()
     o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
@@ -125,3 +126,28 @@ def test_the_report_renders_in_headless_chromium_without_console_errors(run_dir:
     finally:
         d.quit()
     assert (out / "report.png").stat().st_size > 50_000
+
+
+def test_the_report_reads_each_trace_of_the_run_once(run_dir: Path) -> None:
+    steps = json.loads((run_dir / "run.json").read_text())["steps"]
+    rep = build(run_dir, KINDS)
+    assert rep.traces_read == len({s["trace"] for s in steps})
+    assert json.loads((run_dir / "report.json").read_text())["traces_read"] == rep.traces_read
+
+
+def test_a_run_recorded_before_run_formats_still_opens(run_dir: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old, ignore=shutil.ignore_patterns("tables", "report.*"))
+    run = json.loads((old / "run.json").read_text())
+    run.pop("format", None)
+    (old / "run.json").write_text(json.dumps(run))
+    assert build(old, KINDS).html.exists()
+
+
+def test_a_run_of_a_newer_format_is_refused_naming_it(run_dir: Path, tmp_path: Path, cli: Cli) -> None:
+    new = tmp_path / "new"
+    shutil.copytree(run_dir, new, ignore=shutil.ignore_patterns("tables", "report.*"))
+    run = json.loads((new / "run.json").read_text())
+    (new / "run.json").write_text(json.dumps({**run, "format": 99}))
+    r = cli("report", str(new))
+    assert_clean_error(r, 2, "run format 99 is newer than this loopscope reads")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import loopscope.kinds  # noqa: F401 - registers the probe kinds
 from loopscope.spec import SpecError, json_schema, load, parse
 from loopscope.spec.plan import phase_runs
 from tests.conftest import ROOT, Cli

@@ -571,7 +571,7 @@ fn load_worker<'py>(
 
 // ---- network probes ------------------------------------------------------------
 
-use loopscope_probes::net::{bulk, recv as nrecv, rr, schedule::Pattern, send as nsend, sock};
+use loopscope_probes::net::{bulk, recv as nrecv, rr, rr_tcp, schedule::Pattern, send as nsend, sock};
 
 fn pattern(name: &str, seed: u64, on_ns: u64, off_ns: u64, replay: Option<String>) -> PyResult<Pattern> {
     Ok(match name {
@@ -759,15 +759,28 @@ fn net_recv<'py>(
 
 /// Echo server for stimulus-response; returns counts when stopped.
 #[pyfunction]
-#[pyo3(signature = (bind, duration_ns=None))]
-fn net_echo<'py>(py: Python<'py>, bind: &str, duration_ns: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+#[pyo3(signature = (bind, duration_ns=None, tcp=false, ready_fd=None))]
+fn net_echo<'py>(py: Python<'py>, bind: &str, duration_ns: Option<u64>, tcp: bool, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let a = addr(bind)?;
+    if tcp {
+        let l = bulk::tcp_listen(&a).map_err(InputError::new_err)?;
+        pipe::ready(ready_fd);
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || rr_tcp::echo(l, duration_ns, s2))?;
+        return echo_dict(py, &r, interrupted);
+    }
     let s = sock::Udp::bind(&a, 4 << 20).map_err(InputError::new_err)?;
     s.enable_rx_timestamps().map_err(RunError::new_err)?;
     s.set_read_timeout_ms(50);
+    pipe::ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || rr::echo(s, duration_ns, s2))?;
+    echo_dict(py, &r, interrupted)
+}
+
+fn echo_dict<'py>(py: Python<'py>, r: &rr::EchoResult, interrupted: bool) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("requests", r.requests)?;
     d.set_item("malformed", r.malformed)?;
@@ -779,7 +792,7 @@ fn net_echo<'py>(py: Python<'py>, bind: &str, duration_ns: Option<u64>) -> PyRes
 
 /// Stimulus-response client; returns per-exchange arrays.
 #[pyfunction]
-#[pyo3(signature = (dest, pps_num, duration_ns, pps_den=1, pattern_name="cbr", size=64, flow=1, grace_ns=200_000_000, records=true, seed=1, on_ns=0, off_ns=0))]
+#[pyo3(signature = (dest, pps_num, duration_ns, pps_den=1, pattern_name="cbr", size=64, flow=1, grace_ns=200_000_000, records=true, seed=1, on_ns=0, off_ns=0, tcp=false))]
 #[allow(clippy::too_many_arguments)]
 fn net_rr<'py>(
     py: Python<'py>,
@@ -795,11 +808,12 @@ fn net_rr<'py>(
     seed: u64,
     on_ns: u64,
     off_ns: u64,
+    tcp: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = rr::RrConfig { dest: addr(dest)?, pps_num, pps_den: pps_den.max(1), pattern: pattern(pattern_name, seed, on_ns, off_ns, None)?, duration_ns, size, flow, grace_ns, records };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-rr", stop, move || rr::client(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-rr", stop, move || if tcp { rr_tcp::client(&cfg, s2) } else { rr::client(&cfg, s2) })?;
     let r = r.map_err(InputError::new_err)?;
     let d = PyDict::new(py);
     d.set_item("sent", r.sent)?;

@@ -11,7 +11,7 @@ use pyo3::types::PyDict;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-fn ready(fd: Option<i32>) {
+pub(crate) fn ready(fd: Option<i32>) {
     if let Some(fd) = fd {
         let msg = b"ready\n";
         unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };

@@ -37,8 +37,8 @@ from typing import Any
 
 from loopscope.host import procs, provenance
 from loopscope.host.cgroup import RunGroup, find_root
+from loopscope.kinds import KINDS
 from loopscope.selfname import load_comm, set_comm
-from loopscope.units import duration_text
 
 
 class Failure(Exception):
@@ -59,52 +59,13 @@ def _on_term(signum: int, frame: object) -> None:
 
 
 def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-    """The command line that runs probe ``p`` (a dumped probe spec, plus the
-    controller's ``work_iters``/``alone_ns`` calibration for sched probes)."""
-    a = [sys.executable, "-m", "loopscope.cli", "probe", p["kind"]]
-    cpu = ",".join(str(c) for c in p.get("cpu") or [])
-    if p["kind"] == "timer":
-        a += ["--interval-us", str(p["interval_us"]), "--duration", duration_text(duration_ns), "--threads", str(p["threads"])]
-        if cpu:
-            a += ["--cpu", cpu]
-        if p.get("priority") is not None:
-            a += ["--priority", str(p["priority"])]
-        if p.get("dma_latency_us") is not None:
-            a += ["--dma-latency", str(p["dma_latency_us"])]
-    elif p["kind"] == "sched":
-        a += ["--duration", duration_text(duration_ns), "--busy-threads", str(p["busy_threads"]), "--sleep-us", str(p["sleep_us"]), "--work-us", str(p["work_us"])]
-        if cpu:
-            a += ["--cpu", cpu]
-        if calibrate:
-            return a + ["--calibrate-only", "--json"]
-        if p.get("work_iters"):
-            a += ["--work-iters", str(p["work_iters"]), "--alone-ns", str(p["alone_ns"])]
-    elif p["kind"] == "syscall":
-        a += ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"])]
-        a += ["--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch)]
-    elif p["kind"] == "program":
-        a += ["--until", p["until"], "--duration", duration_text(duration_ns)]
-        if cpu:
-            a += ["--cpu", cpu]
-        for k, v in (p.get("env") or {}).items():
-            a += ["--env", f"{k}={v}"]
-        if p.get("cwd"):
-            a += ["--cwd", p["cwd"]]
-        return a + ["--json", "--trace", str(trace), "--", *p["command"]]
-    elif p["kind"] == "pipe-source":
-        a += ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
-        a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]
-    elif p["kind"] == "pipe-node":
-        a += ["--bind", p["bind"], "--next", p["next"], "--work-us", str(p["work_us"])]
-    elif p["kind"] == "pipe-sink":
-        a += ["--bind", p["bind"], "--flow", str(p["flow"])]
-    elif p["kind"] == "sync-serve":
-        a += ["--bind", p["bind"]]
-    elif p["kind"] == "sync":
-        a += ["--dest", p["dest"], "--flow", str(p["flow"]), "--rate", repr(float(p["rate"])), "--gap", f"{int(p['gap_ns'])}ns"]
-    else:
+    """The command line that runs probe ``p`` (a dumped probe spec, or a
+    helper's: a pipeline stage, an echo server, a clock-sync probe), as its
+    kind says (``loopscope.kinds``)."""
+    argv = KINDS.argv(p, duration_ns, trace, scratch, calibrate)
+    if argv is None:
         raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
-    return a + ["--json", "--trace", str(trace)]
+    return argv
 
 
 def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
@@ -248,7 +209,8 @@ class Agent:
         argv = probe_argv(p, int(m.get("duration_ns") or 0), trace, Path(m["scratch_dir"]))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
-        env = procs.child_env(self.run_id, {"LOOPSCOPE_COMM": "ls-sync"} if p["kind"] in ("sync", "sync-serve") else None)
+        comm = KINDS.comms.get(p["kind"])
+        env = procs.child_env(self.run_id, {"LOOPSCOPE_COMM": comm} if comm else None)
         child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, env, stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
         if m.get("wait_ready"):

@@ -46,6 +46,7 @@ from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.kernel import store as S
 from loopscope.trace import reader
+from loopscope.rundir import RunDir
 
 LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
 # A cluster of outlier windows is at most this long, and gets the kernel
@@ -133,7 +134,7 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
 
 
 def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> dict[str, Any] | None:
-    run = json.loads((run_dir / "run.json").read_text())
+    run = RunDir(run_dir).run()
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
         return None

@@ -54,7 +54,7 @@ def _records(run_dir: Path, trace: str) -> tuple[pl.DataFrame, Any]:
     return df, Pairs.of(info.calibration)
 
 
-class _Place:
+class Placement:
     """Host CLOCK_REALTIME → the run's global clock, with bound."""
 
     def __init__(self, run_dir: Path, run: dict[str, Any]) -> None:
@@ -95,7 +95,7 @@ class _Place:
 def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
     from loopscope.analysis.steps import program_parts
 
-    place = _Place(run_dir, run)
+    place = Placement(run_dir, run)
     rows: list[pl.DataFrame] = []
     for st in run.get("steps") or []:
         puts, arrs, gets, sends, sizes = [], [], [], [], []

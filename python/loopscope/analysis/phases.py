@@ -39,41 +39,6 @@ class Measure:
     block: int
 
 
-def measures(tables) -> list[Measure]:  # type: ignore[no-untyped-def]
-    out: list[Measure] = []
-    for probe, g in _groups(tables.timer):
-        out.append(Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32))
-    for probe, g in _groups(tables.sched):
-        out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
-        out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
-    pipe = getattr(tables, "pipeline", None)
-    if pipe is not None and len(pipe):
-        from loopscope.probes.pipeline import components
-
-        for probe, g in _groups(pipe):
-            hops = max(int(c[3:].split("_")[0]) for c in g.columns if c.startswith("hop") and c.endswith("_net_ns"))
-            for col in ["e2e_ns", *[c for c in components(hops) if c != "e2e_ns"]]:
-                if col in g.columns and g[col].null_count() < len(g):
-                    v = g.select("rep", "phase", "loads", pl.col(col).alias("value")).drop_nulls("value")
-                    out.append(Measure(probe, "pipeline", col[:-3], v, ("p50", "p99", "mean"), 32))
-    prog = getattr(tables, "program", None)
-    if prog is not None and len(prog):
-        for probe, g in _groups(prog):
-            for (ent,), ge in g.group_by("interval", maintain_order=True):
-                kind = str(g["kind"][0]) if "kind" in g.columns else "program"
-                out.append(Measure(probe, kind, str(ent), ge.select("rep", "phase", "loads", pl.col("dur_ns").alias("value")), ("p50", "p99", "mean"), 32))
-    for probe, g in _groups(tables.syscall):
-        for (call,), gc in g.group_by("call", maintain_order=True):
-            out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
-    return out
-
-
-def _groups(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
-    if df.is_empty():
-        return []
-    return [(str(k[0]), g) for k, g in df.group_by("probe", maintain_order=True)]
-
-
 def _series(frame: pl.DataFrame, phase: str) -> list[np.ndarray]:
     f = frame.filter(pl.col("phase") == phase)
     return [g["value"].to_numpy().astype(np.float64) for _, g in f.group_by("rep", maintain_order=True)]
@@ -83,9 +48,11 @@ def baseline_of(phases: list[str]) -> str:
     return "baseline" if "baseline" in phases else phases[0]
 
 
-def compare_phases(tables, phase_order: list[str]) -> pl.DataFrame:  # type: ignore[no-untyped-def]
+def compare_phases(measures: list[Measure], phase_order: list[str]) -> pl.DataFrame:
+    """Every measure (each probe kind says which it has) in every phase
+    against the baseline phase."""
     rows = []
-    for m in measures(tables):
+    for m in measures:
         present = [p for p in phase_order if p in set(m.frame["phase"].unique().to_list())]
         if not present:
             continue

@@ -139,10 +139,11 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
             demo_spec = work / "demo.yaml"
         say(f"  running {demo_spec} for the report benchmark …")
         _cli("run", str(demo_spec), "--run-dir", "demo", "--no-report", cwd=work, timeout=1800)
+        from loopscope.kinds import KINDS
         from loopscope.report import build
 
         t0 = time.perf_counter()
-        rep = build(work / "demo")
+        rep = build(work / "demo", KINDS)
         report_s = time.perf_counter() - t0
         totals = [s["total_ms"] for s in starts]
         return {

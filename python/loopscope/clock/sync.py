@@ -33,7 +33,6 @@ their time, and the windows around them are not trusted.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ import polars as pl
 
 from loopscope.clock import estimate as E
 from loopscope.trace import reader
+from loopscope.rundir import RunDir
 
 GAP_TOLERANCE_NS = 4_000
 MIN_PURE = 20
@@ -268,7 +268,7 @@ def host_traces(run: dict[str, Any]) -> dict[str, list[str]]:
 
 def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
     """Every host's clock against the reference; None for a run without clock-sync probes."""
-    run = json.loads((run_dir / "run.json").read_text())
+    run = RunDir(run_dir).run()
     cs = run.get("clocksync")
     if not cs or not cs.get("responder"):
         return None

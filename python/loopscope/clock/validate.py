@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from loopscope.rundir import RunDir
 
 
 def machine_real_minus_mono() -> int:
@@ -40,7 +41,7 @@ class Truth:
     @classmethod
     def of_run(cls, run_dir: Path, real_minus_mono: int | None = None) -> "Truth":
         prov = json.loads((run_dir / "provenance.json").read_text())
-        run = json.loads((run_dir / "run.json").read_text())
+        run = RunDir(run_dir).run()
         return cls(prov["lab"]["hosts"], run["clocksync"]["reference"], real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
 
     def _unskew(self, host: str, t: np.ndarray) -> np.ndarray:

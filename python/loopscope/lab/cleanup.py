@@ -20,7 +20,6 @@ attached outside a namespace, so there is nothing else to find.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -29,6 +28,8 @@ from typing import Any
 from loopscope.lab import netns, state
 from loopscope.host import procs
 from loopscope.host.cgroup import RunGroup, find_root
+from loopscope.errors import InputError
+from loopscope.rundir import RunDir
 
 
 def _run_ids_in_environments() -> dict[str, list[int]]:
@@ -86,13 +87,13 @@ def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) ->
     rj = rd / "run.json"
     if rj.exists() and not dry_run:
         try:
-            r = json.loads(rj.read_text())
+            r = RunDir(rd).run()
             if r.get("status") == "running":
                 r["status"] = "abandoned"
                 r["error"] = f"the run was killed ({reason or 'its controller is gone'}); loopscope cleanup removed what it left"
-                rj.write_text(json.dumps(r, indent=1) + "\n")
+                RunDir(rd).write_run(r)
                 actions.append(f"  marked {rj} abandoned")
-        except (OSError, json.JSONDecodeError):
+        except (OSError, InputError, ValueError):
             pass
     if not dry_run:
         state.unregister(rid)

@@ -38,13 +38,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from loopscope.errors import InputError
+from loopscope.rundir import RunDir
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
+from loopscope.kinds import KINDS
 from loopscope.spec import Experiment, load
+from loopscope.spec.models import HOST_REF
 from loopscope.spec.plan import phase_runs, probe_seconds
 
 Say = Callable[[str], None]
@@ -161,7 +164,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         "loads": [],
         "timings": {},
     }
-    _write_json(run_dir / "run.json", run)
+    RunDir(run_dir).write_run(run)
     state.register(run_id, {"run_id": run_id, "run_dir": str(base), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
     lab = Lab(exp, run_id, run_dir, kinds)
     reaper = Reaper(run_id) if lab.topo is not None else None
@@ -195,25 +198,24 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
         for h in lab.hosts.values():
             if h.cgroup is None:
                 notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
-        _write_json(run_dir / "run.json", run)
+        RunDir(run_dir).write_run(run)
         # Size the sched probes' bursts once, on the idle machine, so every
         # phase runs the same work against the same reference.
         calib: dict[str, dict[str, Any]] = {}
         for probe in exp.probes:
-            if probe.kind == "sched":
-                say(f"calibrating {probe.name} (idle)")
-                r = lab.agent(probe.host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(probe.host or first.name, "calibration"), scratch_dir=lab.scratch(probe.host or first.name), duration_ns=int(probe_seconds(exp, probe) * 1e9), calibrate=True)
-                calib[probe.name or ""] = {"work_iters": r["result"]["work_iters"], "alone_ns": r["result"]["alone_ns"]}
+            got = KINDS[probe.kind].prepare(Steps(lab, exp, calib), probe, say)
+            if got is not None:
+                calib[probe.name or ""] = got
         run["calibration"] = calib
         if clocksync.wanted(exp):
             say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
             sync_info = clocksync.start(lab, exp)
             run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
-            _write_json(run_dir / "run.json", run)
+            RunDir(run_dir).write_run(run)
         if exp.kernel.capture != "off":
             kcap_info = kcapture.start(lab, exp, notes)
             run["kernel"] = kcapture.public(kcap_info)
-            _write_json(run_dir / "run.json", run)
+            RunDir(run_dir).write_run(run)
         plan = phase_runs(exp)
         total = len(plan) * len(exp.probes)
         done = 0
@@ -250,44 +252,14 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 lab.check()
                 # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
                 kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
-                if probe.kind == "pipeline":
-                    step = run_pipeline(lab, exp, probe, pr.key, dur)
-                elif probe.kind == "app":
-                    step = run_app(lab, exp, probe, pr.key, dur)
-                else:
-                    hname = probe.host or first.name
-                    pspec = {**probe.model_dump(mode="json"), **calib.get(probe.name or "", {})}
-                    running_hubs: list[tuple[str, str]] = []
-                    if probe.kind == "program":
-                        pspec["command"] = with_hosts(lab, probe.command)
-                        if exp.channels:
-                            pspec["env"] = {**pspec.get("env", {}), "LOOPSCOPE_CHANNELS": hubs.env_for(lab, exp),
-                                            "LOOPSCOPE_CHANNEL_STATS": hubs.stats_path(lab, hname, pr.key, probe.name)}
-                            running_hubs = hubs.start(lab, exp, probe.name, pr.key, dur)
-                    try:
-                        r = lab.agent(hname).call("run_probe", probe=pspec, step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), duration_ns=dur)
-                        hub_parts = hubs.stop(lab, running_hubs) if running_hubs else []
-                    finally:
-                        hubs.stop(lab, running_hubs, quiet=True)
-                    step = {
-                        "host": hname,
-                        "trace": lab.rel(hname, r["trace"]),
-                        "json": lab.rel(hname, f"{lab.step_dir(hname, pr.key)}/{probe.name}.json"),
-                        "command": r["command"],
-                        "cpu_usec": r["cpu_usec"],
-                        "spawn_mono_ns": r["spawn_mono_ns"],
-                        "end_mono_ns": r["end_mono_ns"],
-                    }
-                    if probe.kind == "program" and exp.channels:
-                        step["hubs"] = hub_parts
-                        step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, pr.key, probe.name))
+                step = KINDS[probe.kind].run(Steps(lab, exp, calib), probe, pr.key, dur)
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
                     run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
                 run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
                 # Between windows: the kernel capture's reader runs now, not while a probe measures.
                 kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
                 done += 1
-                _write_json(run_dir / "run.json", run)
+                RunDir(run_dir).write_run(run)
                 if tick is not None:
                     tick(done, total, label)
             # Senders before the sinks they send to.
@@ -344,7 +316,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             run["status"] = out.status
             run["error"] = out.error
             run["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
-            _write_json(run_dir / "run.json", run)
+            RunDir(run_dir).write_run(run)
             write_index(run_dir)
             state.unregister(run_id)
             if reaper is not None:
@@ -376,156 +348,63 @@ def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) 
     return by_host, sinks
 
 
-def run_pipeline(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
-    """Start the sink, then the nodes back to front, then the source; wait for
-    the source, let the last messages arrive, stop the rest."""
-    stages = probe.stages
-    n = len(stages)
-    flow = int(hashlib.sha256(f"{lab.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
+class Steps:
+    """What a probe kind gets to run its steps (``kinds.base.StepContext``)."""
 
-    def where(i: int) -> str:
-        return f"{lab.hosts[stages[i][1]].address}:{probe.port + i}"
+    def __init__(self, lab: Lab, exp: Experiment, calibration: dict[str, dict[str, Any]]) -> None:
+        self.lab, self.exp, self.calibration = lab, exp, calibration
 
-    def bind(i: int) -> str:
-        h = lab.hosts[stages[i][1]]
-        return f"{'0.0.0.0' if h.remote else h.address}:{probe.port + i}"
+    def sleep(self, seconds: float) -> None:
+        _sleep(seconds)
 
-    names = [f"{probe.name}.source"] + [f"{probe.name}.node{i}" for i in range(1, n - 1)] + [f"{probe.name}.sink"]
-    started: list[tuple[str, str]] = []
-    results: dict[str, dict[str, Any]] = {}
-    try:
-        for i in reversed(range(1, n)):
-            role, host = stages[i]
-            if role == "sink":
-                spec = {"kind": "pipe-sink", "name": names[i], "bind": bind(i), "flow": flow}
-            else:
-                spec = {"kind": "pipe-node", "name": names[i], "bind": bind(i), "next": where(i + 1), "work_us": probe.work_us}
-            lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), wait_ready=True)
-            started.append((host, names[i]))
-        src_host = stages[0][1]
-        spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count}
-        lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
-        started.append((src_host, names[0]))
-        limit = time.monotonic() + dur_ns / 1e9 + 120
-        while True:
-            r = lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=0.25)
-            if r["done"]:
-                results[names[0]] = r
-                started.remove((src_host, names[0]))
-                break
-            lab.check()
-            for host, _ in started:
-                lab.agent(host).call("status")
-            if time.monotonic() > limit:
-                raise AgentFailure(f"the pipeline source {names[0]} on {src_host} did not finish", host=src_host, component=f"probe {names[0]}")
-        # Messages still in flight: the configured delays plus a margin.
-        _sleep(0.2 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links) / 1e9)
-        for host, name in list(reversed(started)):
-            results[name] = lab.agent(host).call("stop_probe", name=name)
-            started.remove((host, name))
-    finally:
-        for host, name in started:
-            try:
-                lab.agent(host).call("stop_probe", name=name, timeout_s=3)
-            except AgentFailure:
-                pass
-    stage_steps = []
-    for i, (role, host) in enumerate(stages):
-        r = results[names[i]]
-        stage_steps.append(
-            {
-                "role": role,
-                "host": host,
-                "name": names[i],
-                "trace": lab.rel(host, r["trace"]),
-                "json": lab.rel(host, f"{lab.step_dir(host, key)}/{names[i]}.json"),
-                "command": r["command"],
-                "cpu_usec": r["cpu_usec"],
-            }
-        )
-    sink = stage_steps[-1]
-    return {
-        "host": stages[0][1],
-        "trace": sink["trace"],
-        "json": sink["json"],
-        "command": stage_steps[0]["command"],
-        "cpu_usec": stage_steps[0]["cpu_usec"],
-        "spawn_mono_ns": results[names[0]]["spawn_mono_ns"],
-        "end_mono_ns": results[names[0]]["end_mono_ns"],
-        "stages": stage_steps,
-        "flow": flow,
-    }
+    def with_hosts(self, command: list[str]) -> list[str]:
+        return [re.sub(HOST_REF, lambda m: self.lab.hosts[m.group(1)].address or "127.0.0.1", a) for a in command]
 
+    def channel_env(self, host: str, key: str, name: str) -> dict[str, str]:
+        if not self.exp.channels:
+            return {}
+        return {"LOOPSCOPE_CHANNELS": hubs.env_for(self.lab, self.exp), "LOOPSCOPE_CHANNEL_STATS": hubs.stats_path(self.lab, host, key, name)}
 
-def with_hosts(lab: Lab, command: list[str]) -> list[str]:
-    """``{host:NAME}`` in a command, replaced by that host's address."""
-    from loopscope.spec.models import HOST_REF
+    def hubs_start(self, probe: str, key: str, dur_ns: int) -> list[Any]:
+        return hubs.start(self.lab, self.exp, probe, key, dur_ns) if self.exp.channels else []
 
-    return [re.sub(HOST_REF, lambda m: lab.hosts[m.group(1)].address or "127.0.0.1", a) for a in command]
+    def hubs_check(self, running: list[Any]) -> None:
+        hubs.check(self.lab, running)
 
+    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[dict[str, Any]]:
+        return hubs.stop(self.lab, running, quiet=quiet) if running else []
 
-def run_app(lab: Lab, exp: Experiment, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
-    """Start an app's processes in order (after the hubs of the declared
-    channels), run them for the probe's time, stop them in the reverse
-    order (a source before the stages it feeds); a process that fails
-    meanwhile stops the run, naming it."""
-    first = next(iter(lab.hosts))
-    procs = [(p, p.host or first, f"{probe.name}.{p.name}") for p in probe.processes]
-    started: list[tuple[str, str]] = []
-    running_hubs: list[tuple[str, str]] = []
-    hub_parts: list[dict[str, Any]] = []
-    results: dict[str, dict[str, Any]] = {}
-    t0 = time.monotonic_ns()
-    chan_env = hubs.env_for(lab, exp) if exp.channels else None
-    try:
-        if exp.channels:
-            running_hubs = hubs.start(lab, exp, probe.name, key, dur_ns)
-        for p, host, name in procs:
-            env = dict(p.env)
-            if chan_env is not None:
-                env.update(LOOPSCOPE_CHANNELS=chan_env, LOOPSCOPE_CHANNEL_STATS=hubs.stats_path(lab, host, key, name))
-            spec = {"kind": "program", "name": name, "command": with_hosts(lab, p.command), "until": "exit", "env": env, "cpu": p.cpu, "cwd": p.cwd}
-            # its own timeout is the phase plus a margin: stopping it is ours to do
-            lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
-            started.append((host, name))
-            _sleep(probe.start_gap / 1e9)
-        end = time.monotonic() + dur_ns / 1e9
-        while time.monotonic() < end:
-            lab.check()
-            hubs.check(lab, running_hubs)
-            for host, name in started:
-                st = lab.agent(host).call("status")
-                if not st["probes"].get(name, False):
-                    r = lab.agent(host).call("stop_probe", name=name)
-                    results[name] = r
-                    started.remove((host, name))
-                    raise AgentFailure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host=host, component=f"probe {name}")
-            _sleep(min(0.25, max(0.0, end - time.monotonic())))
-        for host, name in list(reversed(started)):
-            results[name] = lab.agent(host).call("stop_probe", name=name)
-            started.remove((host, name))
-        hub_parts = hubs.stop(lab, running_hubs)
-    finally:
-        for host, name in reversed(started):
-            try:
-                lab.agent(host).call("stop_probe", name=name, timeout_s=3)
-            except AgentFailure:
-                pass
-        hubs.stop(lab, running_hubs, quiet=True)
-    steps = []
-    for p, host, name in procs:
-        r = results[name]
-        steps.append({"name": p.name, "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{lab.step_dir(host, key)}/{name}.json"),
-                      "command": r["command"], "cpu_usec": r["cpu_usec"]})
-        if chan_env is not None:
-            steps[-1]["channel_stats"] = lab.rel(host, hubs.stats_path(lab, host, key, name))
-    out = {
-        "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
-        "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
-    }
-    if exp.channels:
-        out["hubs"] = hub_parts
-    return out
+    def failure(self, what: str, host: str, component: str) -> Exception:
+        return AgentFailure(what, host=host, component=component)
+
+    def run_one(self, probe: Any, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
+        """``spec`` as one process on the probe's host, with the channel hubs
+        running beside it when the experiment has channels and the kind uses them."""
+        lab = self.lab
+        hname = probe.host or next(iter(lab.hosts))
+        channels = bool(self.exp.channels) and probe.uses_channels
+        running: list[Any] = []
+        if channels:
+            spec = {**spec, "env": {**spec.get("env", {}), **self.channel_env(hname, key, probe.name)}}
+            running = self.hubs_start(probe.name, key, dur_ns)
+        try:
+            r = lab.agent(hname).call("run_probe", probe=spec, step_dir=lab.step_dir(hname, key), scratch_dir=lab.scratch(hname), duration_ns=dur_ns)
+            hub_parts = self.hubs_stop(running)
+        finally:
+            self.hubs_stop(running, quiet=True)
+        step = {
+            "host": hname,
+            "trace": lab.rel(hname, r["trace"]),
+            "json": lab.rel(hname, f"{lab.step_dir(hname, key)}/{probe.name}.json"),
+            "command": r["command"],
+            "cpu_usec": r["cpu_usec"],
+            "spawn_mono_ns": r["spawn_mono_ns"],
+            "end_mono_ns": r["end_mono_ns"],
+        }
+        if channels:
+            step["hubs"] = hub_parts
+            step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, key, probe.name))
+        return step
 
 
 def run(
@@ -551,7 +430,7 @@ def run(
     kind_of = {h.name: h.kind for h in exp.hosts}
     here = str(Path(spec_path).resolve().parent)
     for p in exp.probes:
-        for q in p.processes if p.kind == "app" else [p] if p.kind == "program" else []:
+        for q in KINDS[p.kind].local_programs(p):
             if q.cwd is None and kind_of.get(q.host or exp.hosts[0].name) != "ssh":
                 q.cwd = here
     text = Path(spec_path).read_text()

@@ -96,11 +96,11 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
             if kinds.get(end, "netns") != "netns":
                 problems.append(f"{file}: links.{i}: host {end} is {kinds[end]}: links are emulated between netns hosts only (no netem between {kinds[end]} hosts here)")
     for i, p in enumerate(exp.probes):
-        if p.kind == "pipeline":
-            ks = {kinds[h] for _, h in p.stages if h in kinds}
+        if p.talks_across_hosts:
+            ks = {kinds[h] for h in exp.hosts_of(p) if h in kinds}
             if len(ks) > 1:
                 problems.append(
-                    f"{file}: probes.{i}: a pipeline's stages must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
+                    f"{file}: probes.{i}: a {p.kind} probe's parts must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
                 )
     es = exp.emulator
     if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):

@@ -387,6 +387,7 @@ def rr(
     pattern_text: str = "cbr",
     seed: int = 1,
     records: bool = True,
+    tcp: bool = False,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
     hostport(dest, "--dest")
@@ -395,7 +396,7 @@ def rr(
     if p.name == "replay":
         raise InputError("--pattern: replay is for the sender; rr takes cbr, poisson or onoff")
     with traced(trace_path, ["net"]) as tr:
-        raw = _native.net_rr(dest, r.pps_num, duration_ns, r.pps_den, p.name, max(size, HEADER), 1, 200_000_000, records, p.seed, p.on_ns, p.off_ns)
+        raw = _native.net_rr(dest, r.pps_num, duration_ns, r.pps_den, p.name, max(size, HEADER), 1, 200_000_000, records, p.seed, p.on_ns, p.off_ns, tcp)
     same = is_local(dest.rpartition(":")[0])
     a = {k: np.asarray(raw[k]) for k in ("sent_ns", "srv_krx_ns", "srv_urx_ns", "srv_utx_ns", "krx_ns", "urx_ns")}
 
@@ -422,6 +423,7 @@ def rr(
         "return_ns": summ(a["krx_ns"] - a["srv_utx_ns"]) if same else None,
         "requested_pps": r.pps,
         "dest": dest,
+        "transport": "tcp" if tcp else "udp",
         "elapsed_ns": raw["elapsed_ns"],
         "interrupted": raw["interrupted"],
         "trace": tr.path,

@@ -30,6 +30,8 @@ class Report:
     run: dict[str, Any]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    #: trace files read to build it (each once)
+    traces_read: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +39,7 @@ class Report:
             "report": str(self.html),
             "status": self.run.get("status"),
             "build_seconds": round(self.seconds, 3),
+            "traces_read": self.traces_read,
             "comparisons": self.comparisons.to_dicts(),
             "notes": self.notes,
         }
@@ -104,36 +107,52 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, 
         return None
 
 
-def build(run_dir: Path) -> Report:
+def build(run_dir: Path, kinds: Any) -> Report:
+    """Load the run, analyse it, write its tables, render its page.
+
+    ``kinds`` is the probe-kind registry (``loopscope.kinds.KINDS``): each
+    step's rows, measures and report section come from its kind. Each trace
+    is read once (``reader.shared``) and shared by everything that needs it;
+    rendering writes nothing."""
+    from loopscope.report.tables import TraceCache
+    from loopscope.trace import reader
+
+    t0 = time.perf_counter()
+    run_dir = RunDir.open(run_dir).path
+    opened = reader.opened
+    with reader.shared():
+        rep = _build(run_dir, kinds, TraceCache(run_dir), t0)
+    rep.traces_read = reader.opened - opened
+    (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
+    return rep
+
+
+def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
+    from loopscope.analysis.detectors import trim_warmup
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run
 
-    t0 = time.perf_counter()
-    run_dir = RunDir.open(run_dir).path
+    # load
     progress.step("report: reading the run's traces")
-    tables = load_run(run_dir)
-    progress.step("report: comparing phases")
+    tables = load_run(run_dir, kinds, traces)
     phase_order = [p["name"] for p in tables.spec.get("phases") or []]
-    # The phase comparisons are of the steady state: a warm-up the detector
-    # finds at the start of a series is left out of them (and said).
-    import dataclasses
-
-    from loopscope.analysis.detectors import trim_warmup
-
+    # analyse: the phase comparisons are of the steady state (a warm-up the
+    # detector finds at the start of a series is left out of them, and said)
+    progress.step("report: comparing phases")
     trimmed_notes: list[str] = []
     steady = tables
-    for name, col, by in (("timer", "latency_ns", ()), ("sched", "wake_delay_ns", ()), ("pipeline", "e2e_ns", ()), ("program", "dur_ns", ("interval",))):
-        df = getattr(tables, name)
-        if len(df) and "t_ns" in df.columns:
-            df2, n2 = trim_warmup(df, col, by)
-            if n2:
-                steady = dataclasses.replace(steady, **{name: df2})
-                trimmed_notes += n2
-    comp = compare_phases(steady, phase_order)
-    out = run_dir / "tables"
-    tables.write(out)
-    comp.write_parquet(out / "comparisons.parquet")
+    for kind in kinds:
+        for name, col, by in kind.steady:
+            df = getattr(tables, name)
+            if len(df) and "t_ns" in df.columns and col in df.columns:
+                df2, n2 = trim_warmup(df, col, by)
+                if n2:
+                    steady = steady.replace(**{name: df2})
+                    trimmed_notes += n2
+    order = {p.get("name"): i for i, p in enumerate(tables.spec.get("probes") or [])}
+    measures = sorted((m for k in kinds for m in k.measures(steady)), key=lambda m: order.get(m.probe, len(order)))
+    comp = compare_phases(measures, phase_order)
     notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):
@@ -144,14 +163,17 @@ def build(run_dir: Path) -> Report:
                 notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
     if tables.run.get("status") != "completed":
         notes.insert(0, f"the run {tables.run.get('status')}: {tables.run.get('error')}")
+    # write the tables (the timeline and explain below read them)
+    out = run_dir / "tables"
+    tables.write(out)
+    comp.write_parquet(out / "comparisons.parquet")
     tl = None
     if tables.run.get("clocksync"):
         progress.step("report: the global timeline")
         tl = _timeline(run_dir, notes)
     ex = _explain(run_dir, tables.run, notes)
+    # render
     progress.step("report: rendering")
     html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex))
-    rep = Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)
-    (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
-    return rep
+    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex, kinds))
+    return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)

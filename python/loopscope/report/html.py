@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import math
 from pathlib import Path
 from typing import Any
 
@@ -11,238 +10,11 @@ import jinja2
 import polars as pl
 
 from loopscope.report import charts
-from loopscope.units import format_ns
+from loopscope.report.sections import labels, probe_sections
+from loopscope.report.sections import ns as _ns
+from loopscope.report.sections import ratio as _ratio
 
 HERE = Path(__file__).resolve().parent
-
-DESCRIBE = {
-    "timer": "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement).",
-    "sched": "A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).",
-    "syscall": "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000).",
-    "program": "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure.",
-    "app": "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases.",
-    "pipeline": "A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, the router included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine all hosts share that clock.",
-}
-MEASURE_LABEL = {"latency": "wake-up latency", "wake_delay": "wake-up delay", "burst": "burst completion time"}
-
-
-def _ns(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else format_ns(x)
-
-
-def _ratio(x: float | None) -> str:
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    # Near 1 two decimals would hide a small but significant change.
-    return f"{x:.3f}×" if abs(x - 1) < 0.01 else f"{x:.2f}×"
-
-
-def _cell(r: dict[str, Any]) -> dict[str, Any]:
-    base = r["phase"] == r["baseline_phase"]
-    return {
-        "value": _ns(r["value_ns"]),
-        "ci": f"[{_ns(r['value_lo_ns'])}, {_ns(r['value_hi_ns'])}]",
-        "ratio": "baseline" if base else _ratio(r["ratio"]),
-        "ratio_ci": "" if base else f"[{_ratio(r['ratio_lo'])}, {_ratio(r['ratio_hi'])}]",
-        "sig": (not base) and bool(r["significant"]),
-        "up": (not base) and bool(r["significant"]) and r["ratio"] > 1,
-        "p": "" if base or r["p_value"] is None else (f"{r['p_value']:.1e}" if r["p_value"] < 1e-3 else f"{r['p_value']:.3f}"),
-    }
-
-
-def _images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: int = 3) -> list[dict[str, str]]:
-    """Images a program or app left next to its trace (``<trace>-frames/*.png``),
-    a few per phase, inlined."""
-    import base64
-
-    from loopscope.analysis.steps import program_parts
-
-    if run_dir is None:
-        return []
-    out = []
-    for ph in phases:
-        n = 0
-        for st in tables.run.get("steps") or []:
-            if st.get("probe") != probe or st.get("phase") != ph:
-                continue
-            for part in program_parts(st, tables.run):
-                d = Path(run_dir) / part.trace.removesuffix(".lstrace")
-                d = d.with_name(d.name + "-frames")
-                for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
-                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
-                    n += 1
-    return out
-
-
-def _probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any = None) -> list[dict[str, Any]]:
-    out = []
-    for probe in comp["probe"].unique(maintain_order=True).to_list():
-        c = comp.filter(pl.col("probe") == probe)
-        kind = c["kind"][0]
-        sec: dict[str, Any] = {"name": probe, "kind": kind, "describe": DESCRIBE.get(kind, ""), "charts": [], "tables": [], "detected": _detected(tables, probe, kind)}
-        cal = (tables.run.get("calibration") or {}).get(probe)
-        if kind == "sched" and cal:
-            sec["describe"] += f" Here the burst is {cal['work_iters']:,} iterations, {_ns(cal['alone_ns'])} alone."
-        present = [p for p in phases if p in set(c["phase"].to_list())]
-        if kind == "pipeline":
-            _pipeline_section(sec, tables, c, probe, present)
-        elif kind in ("timer", "sched", "program", "app"):
-            for measure in c["measure"].unique(maintain_order=True).to_list():
-                frame = _series_of(tables, kind, probe, measure)
-                label = MEASURE_LABEL.get(measure, measure)
-                # a program's interval may be missing from a phase (nothing happened there)
-                here = [ph for ph in present if not c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).is_empty()]
-                sec["charts"].append(charts.ecdf(frame, here, f"{probe}: {label}, distribution by phase", label))
-                sec["charts"].append(charts.over_time(frame, here, f"{probe}: {label} over time", label))
-                metrics = c.filter(pl.col("measure") == measure)["metric"].unique(maintain_order=True).to_list()
-                rows = []
-                for ph in here:
-                    cells = {}
-                    for m in metrics:
-                        r = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph) & (pl.col("metric") == m))
-                        if not r.is_empty():
-                            cells[m] = _cell(r.row(0, named=True))
-                    first = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).row(0, named=True)
-                    rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
-                sec["tables"].append({"title": label, "metrics": metrics, "rows": rows})
-            if kind in ("program", "app"):
-                sec["images"] = _images(run_dir, tables, probe, present)
-        else:
-            sec["charts"].append(charts.syscall_bars(c, present, f"{probe}: cost per call by phase"))
-            calls = c["measure"].unique(maintain_order=True).to_list()
-            rows = []
-            for call in calls:
-                cells = {}
-                for ph in present:
-                    r = c.filter((pl.col("measure") == call) & (pl.col("phase") == ph))
-                    if not r.is_empty():
-                        cells[ph] = _cell(r.row(0, named=True))
-                rows.append({"call": call, "cells": cells})
-            sec["syscall"] = {"phases": present, "rows": rows}
-        out.append(sec)
-    return out
-
-
-def _series_of(tables: Any, kind: str, probe: str, measure: str) -> pl.DataFrame:
-    """One measure of a probe as rows of rep, phase, t_ns, value."""
-    if kind in ("program", "app"):
-        src = tables.program.filter((pl.col("probe") == probe) & (pl.col("interval") == measure))
-        return src.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))
-    src = (tables.timer if kind == "timer" else tables.sched).filter(pl.col("probe") == probe)
-    col = {"latency": "latency_ns", "wake_delay": "wake_delay_ns", "burst": "burst_ns"}[measure]
-    return src.select("rep", "phase", "t_ns", pl.col(col).alias("value"))
-
-
-def _detected(tables: Any, probe: str, kind: str) -> list[str]:
-    """What the anomaly detectors found in this probe's series, per phase and repetition."""
-    from loopscope.analysis.detectors import detect
-
-    if kind in ("program", "app"):
-        prog = tables.program.filter(pl.col("probe") == probe)
-        series = [(f"{ent}, ", g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value"))) for (ent,), g in prog.group_by("interval", maintain_order=True)]
-    else:
-        src = {"timer": (tables.timer, "latency_ns"), "sched": (tables.sched, "wake_delay_ns"), "pipeline": (tables.pipeline, "e2e_ns")}.get(kind)
-        if src is None or not len(src[0]) or src[1] not in src[0].columns or "t_ns" not in src[0].columns:
-            return []
-        series = [("", src[0].filter(pl.col("probe") == probe).select("rep", "phase", "t_ns", pl.col(src[1]).alias("value")))]
-    out = []
-    for prefix, df in series:
-        for (phase, rep), g in df.group_by(["phase", "rep"], maintain_order=True):
-            for f in detect(g["t_ns"].to_numpy(), g["value"].to_numpy()):
-                out.append(f"{prefix}{phase}, rep {rep}: {f.text}")
-    return out
-
-
-def _stage_hosts(tables: Any, probe: str) -> list[str]:
-    for p in tables.spec.get("probes") or []:
-        if p.get("name") == probe and p.get("kind") == "pipeline":
-            return [p["source"], *p.get("nodes", []), p.get("sink") or p["source"]]
-    return []
-
-
-def component_label(measure: str, hosts: list[str]) -> str:
-    """``hop1_net`` → ``network b → c`` and so on, from the stage hosts."""
-    def host(i: int) -> str:
-        return hosts[i] if 0 <= i < len(hosts) else f"stage {i}"
-
-    if measure == "e2e":
-        return "end to end"
-    if measure == "sink_stack":
-        return f"{host(len(hosts) - 1)} (sink): kernel → application"
-    if measure.startswith("hop") and measure.endswith("_net"):
-        k = int(measure[3:-4])
-        return f"network {host(k)} → {host(k + 1)}"
-    if measure.startswith("node"):
-        k, what = measure[4:].split("_", 1)
-        return f"{host(int(k))} (node {k}): " + ("kernel → application" if what == "stack" else "processing")
-    return measure
-
-
-def _pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
-    hosts = _stage_hosts(tables, probe)
-    measures = c["measure"].unique(maintain_order=True).to_list()
-    labels = {m: component_label(m, hosts) for m in measures}
-    if hosts:
-        sec["describe"] += f" Path: {' → '.join(hosts)}."
-    src = tables.pipeline.filter(pl.col("probe") == probe)
-    frame = src.select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value"))
-    sec["charts"].append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
-    sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
-    for metric in ("p50", "p99"):
-        cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
-        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", f"{metric} ns (95% CI)", labels))
-    tabs = []
-    for metric in ("p50", "p99", "mean"):
-        rows = []
-        for m in measures:
-            cells = {}
-            for ph in present:
-                r = c.filter((pl.col("measure") == m) & (pl.col("phase") == ph) & (pl.col("metric") == metric))
-                if not r.is_empty():
-                    cells[ph] = _cell(r.row(0, named=True))
-            rows.append({"call": labels[m], "cells": cells})
-        tabs.append({"metric": metric, "phases": present, "rows": rows})
-    sec["pipeline"] = tabs
-    # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
-    from loopscope.analysis.queueing import fit as erlang
-
-    fits, samples = [], []
-    for m in [x for x in measures if x.endswith("_stack")]:
-        col = f"{m}_ns"
-        if col not in src.columns:
-            continue
-        for ph in present:
-            x = src.filter(pl.col("phase") == ph)[col].drop_nulls().to_numpy()
-            f = erlang(x)
-            if f is None:
-                continue
-            fits.append(f"{labels[m]}, {ph}: {f.text()}")
-            if ph == present[0] or len(samples) < 4:
-                samples.append((f"{labels[m]} ({ph})", x, f))
-    sec["queueing"] = fits
-    if samples:
-        sec["charts"].append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
-    st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
-    acct = []
-    for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
-        src_row = g.filter(pl.col("role") == "source")
-        sink_row = g.filter(pl.col("role") == "sink")
-        nodes = g.filter(pl.col("role") == "node")
-        sent = int(src_row["sent"][0] or 0) if len(src_row) else 0
-        got = int(sink_row["unique"][0] or 0) if len(sink_row) else 0
-        acct.append(
-            {
-                "phase": ph,
-                "rep": rep,
-                "sent": f"{sent:,}",
-                "received": f"{got:,}",
-                "lost": f"{sent - got:,}",
-                "duplicates": int(sink_row["duplicates"][0] or 0) if len(sink_row) else 0,
-                "reordered": int(sink_row["reordered"][0] or 0) if len(sink_row) else 0,
-                "node_drops": int(sum((r.get("full") or 0) + (r.get("send_errors") or 0) + (r.get("malformed") or 0) for r in nodes.iter_rows(named=True))),
-            }
-        )
-    sec["accounting"] = acct
 
 
 def _kernel_paths(em: dict[str, Any] | None) -> list[str]:
@@ -569,14 +341,14 @@ def _sweeps(tables: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _findings(comp: pl.DataFrame) -> list[str]:
+def _findings(comp: pl.DataFrame, measure_label: dict[str, str]) -> list[str]:
     out = []
     sig = comp.filter(pl.col("significant") & pl.col("metric").is_in(["p99", "mean"]))
     for (probe, measure), g in sig.group_by(["probe", "measure"], maintain_order=True):
         metric = "p99" if "p99" in g["metric"].to_list() else "mean"
         g = g.filter(pl.col("metric") == metric).sort("ratio", descending=True)
         r = g.row(0, named=True)
-        label = MEASURE_LABEL.get(str(measure), str(measure))
+        label = measure_label.get(str(measure), str(measure))
         out.append(
             f"{probe} {label} {metric}: {_ns(r['baseline_ns'])} at baseline, {_ns(r['value_ns'])} under {r['phase']} "
             f"({_ratio(r['ratio'])}, 95% CI [{_ratio(r['ratio_lo'])}, {_ratio(r['ratio_hi'])}])"
@@ -626,7 +398,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None, kinds: Any = ()) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
@@ -655,8 +427,8 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         duration=dur,
         phases=[{"name": p["name"], "loads": ", ".join(p["loads"]) or "none"} for p in spec.get("phases") or []],
         notes=notes,
-        findings=_findings(comp),
-        sections=_probe_sections(tables, comp, phases, run_dir),
+        findings=_findings(comp, labels(kinds)),
+        sections=probe_sections(tables, comp, phases, run_dir, kinds),
         loads=load_rows,
         load_chart=load_chart,
         provenance=_provenance(tables.provenance),

@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import polars as pl
+from loopscope.rundir import RunDir
 
 SEQ = 0x4C53  # trusted_packet_sequence_id for every packet
 
@@ -199,7 +200,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
 
     from loopscope.analysis.attribution import Kernel
 
-    run = json.loads((run_dir / "run.json").read_text())
+    run = RunDir(run_dir).run()
     from loopscope.kernel import store as S
 
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]

@@ -18,36 +18,54 @@ from typing import Any
 import polars as pl
 
 from loopscope.trace import reader
+from loopscope.rundir import RunDir
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
 
 
 @dataclass
 class RunTables:
+    """A run as tables: the run's record, spec and provenance, and one frame
+    per table the probe kinds fill (``timer``, ``sched``, ``pipeline``, …,
+    reached as attributes), plus the steps, the loads and each step's result."""
+
     run: dict[str, Any]
     spec: dict[str, Any]
     provenance: dict[str, Any]
-    timer: pl.DataFrame
-    sched: pl.DataFrame
-    syscall: pl.DataFrame
+    frames: dict[str, pl.DataFrame]
     loads: pl.DataFrame
     steps: pl.DataFrame
     results: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
-    pipeline: pl.DataFrame = field(default_factory=pl.DataFrame)
-    stages: pl.DataFrame = field(default_factory=pl.DataFrame)
     emulator: dict[str, Any] | None = None
-    program: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    def __getattr__(self, name: str) -> pl.DataFrame:
+        frames = self.__dict__.get("frames") or {}
+        if name in frames:
+            return frames[name]
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return pl.DataFrame()  # a table no step of this run filled
+
+    def replace(self, **frames: pl.DataFrame) -> "RunTables":
+        """The same run with some tables replaced (the steady state, say)."""
+        import dataclasses
+
+        return dataclasses.replace(self, frames={**self.frames, **frames})
 
     def write(self, out: Path) -> list[Path]:
+        """Every table as ``out/<name>.parquet``: the one place tables are written."""
         out.mkdir(exist_ok=True)
         paths = []
-        names = ["timer", "sched", "syscall", "loads", "steps"] + (["pipeline", "stages"] if len(self.pipeline) else []) + (["program"] if len(self.program) else [])
-        for name in names:
-            df: pl.DataFrame = getattr(self, name)
+        for name, df in [*self.frames.items(), ("loads", self.loads), ("steps", self.steps)]:
+            if name not in ALWAYS and not len(df):
+                continue
             p = out / f"{name}.parquet"
             df.write_parquet(p)
             paths.append(p)
         return paths
+
+
+ALWAYS = {"timer", "sched", "syscall", "loads", "steps"}  # written even when empty (docs/tables.md)
 
 
 def _empty(schema: dict[str, Any]) -> pl.DataFrame:
@@ -63,35 +81,65 @@ def _tag(df: pl.DataFrame, st: dict[str, Any]) -> pl.DataFrame:
     )
 
 
-def _intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
-    """A program's intervals (its own groups: loopscope's and the channel
-    runtime's ``chan``, which the time breakdown uses, left out), named
-    ``<prefix><group>/<name>``."""
-    name = pl.col("name").cast(pl.String)
-    return df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"])).select(
-        (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
-        pl.lit(kind).alias("kind"),
-    )
+class Files:
+    """The run's files for the kinds (``kinds.base.RunFiles``): each trace
+    read once and shared, results by path, clock placement built once."""
+
+    def __init__(self, run_dir: Path, run: dict[str, Any], traces: Any = None) -> None:
+        self.run_dir, self.run = run_dir, run
+        self.traces = traces if traces is not None else TraceCache(run_dir)
+        self._place: Any = None
+
+    def trace(self, rel: str) -> pl.DataFrame | None:
+        got = self.traces.get(rel)
+        return None if got is None else got[0]
+
+    def json(self, rel: str) -> dict[str, Any]:
+        try:
+            return dict(json.loads((self.run_dir / rel).read_text().strip().splitlines()[-1]))
+        except (OSError, json.JSONDecodeError, IndexError, TypeError, ValueError):
+            return {}
+
+    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> Any:
+        if self._place is None:
+            from loopscope.analysis.items import Placement
+
+            self._place = Placement(self.run_dir, self.run)
+        return self._place.diff(host_a, rt_a, host_b, rt_b, base)
 
 
-def load_run(run_dir: Path) -> RunTables:
-    run = json.loads((run_dir / "run.json").read_text())
+class TraceCache:
+    """Traces of one run by their path in it; None for a missing one. Inside
+    ``reader.shared()`` (as the report reads) each file is read once."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    def get(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
+        path = self.run_dir / str(rel)
+        if not path.exists():
+            return None
+        return reader.read_with_info(path, sort=False)
+
+
+def load_run(run_dir: Path, kinds: Any, traces: TraceCache | None = None) -> RunTables:
+    """Read a run's steps into tables, each step's rows made by its kind."""
+    run = RunDir(run_dir).run()
     spec = json.loads((run_dir / "spec.json").read_text())
     prov_path = run_dir / "provenance.json"
     prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
-    from loopscope.probes.pipeline import messages_from
-
-    timer, sched, sysc, stepsrows, pipe, stages, prog = [], [], [], [], [], [], []
+    files = Files(run_dir, run, traces)
+    frames: dict[str, list[pl.DataFrame]] = {}
+    plain: dict[str, list[dict[str, Any]]] = {}
+    stepsrows = []
     results: dict[tuple[int, str, str], dict[str, Any]] = {}
     for st in run["steps"]:
-        res_path = run_dir / st["json"]
-        try:
-            res = json.loads(res_path.read_text().strip().splitlines()[-1])
-        except (OSError, json.JSONDecodeError, IndexError):
-            res = {}
+        res = files.json(st["json"])
         results[(st["rep"], st["phase"], st["probe"])] = res
-        trace = run_dir / st["trace"]
-        df, inf = reader.read_with_info(trace, sort=False)
+        got = files.traces.get(st["trace"])
+        if got is None:
+            raise FileNotFoundError(f"{run_dir / st['trace']}: the trace of rep {st['rep']} {st['phase']} {st['probe']} is missing")
+        df, inf = got
         stepsrows.append(
             {
                 "rep": st["rep"], "phase": st["phase"], "loads": "+".join(st["loads"]) or "none", "probe": st["probe"], "kind": st["kind"],
@@ -99,60 +147,36 @@ def load_run(run_dir: Path) -> RunTables:
                 "probe_cpu_s": (st.get("cpu_usec") or 0) / 1e6, "wall_s": (st["end_mono_ns"] - st["spawn_mono_ns"]) / 1e9,
             }
         )
-        name = pl.col("name").cast(pl.String)
-        if st["kind"] == "timer":
-            w = df.filter(name == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
-            timer.append(_tag(w, st))
-        elif st["kind"] == "sched":
-            wk = df.filter(name == "wakeup").select(pl.col("tag").alias("cycle"), pl.col("t_ns"), pl.col("dur_ns").alias("wake_delay_ns"))
-            bu = df.filter(name == "burst").select(pl.col("tag").alias("cycle"), pl.col("dur_ns").alias("burst_ns"))
-            alone = int(res.get("alone_ns") or 0)
-            j = wk.join(bu, on="cycle", how="left").with_columns((pl.col("burst_ns") - alone).alias("extra_ns"))
-            sched.append(_tag(j, st))
-        elif st["kind"] == "syscall":
-            batch = int(res.get("batch") or 1)
-            s = df.filter(pl.col("group").cast(pl.String) == "syscall").select(
-                name.alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
-            )
-            sysc.append(_tag(s, st))
-        elif st["kind"] == "program":
-            prog.append(_tag(_intervals(df, "", "program"), st))
-        elif st["kind"] == "app":
-            for proc in st.get("processes") or []:
-                path = run_dir / proc["trace"]
-                if path.exists():
-                    prog.append(_tag(_intervals(reader.read(path, sort=False), f"{proc['name']}: ", "app"), st))
-        elif st["kind"] == "pipeline":
-            m = messages_from(df)
-            if len(m):
-                pipe.append(_tag(m, st))
-            for sg in st.get("stages") or []:
-                try:
-                    sres = json.loads((run_dir / sg["json"]).read_text().strip().splitlines()[-1])
-                except (OSError, json.JSONDecodeError, IndexError):
-                    sres = {}
-                row = {"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "role": sg["role"], "stage": sg["name"], "host": sg["host"]}
-                for k in ("sent", "send_errors", "received", "forwarded", "unique", "lost", "duplicates", "reordered", "malformed", "full", "no_kernel_ts"):
-                    row[k] = sres.get(k)
-                stages.append(row)
+        kind = kinds.get(st["kind"])
+        if kind is None:
+            continue  # a kind this version does not know: its step is listed, its rows are not
+        rows = kind.rows(st, df, res, files, lambda d, st=st: _tag(d, st))
+        for t, xs in rows.frames.items():
+            frames.setdefault(t, []).extend(xs)
+        for t, rs in rows.rows.items():
+            plain.setdefault(t, []).extend(rs)
     loads = pl.DataFrame(run.get("loads") or [], infer_schema_length=None) if run.get("loads") else pl.DataFrame()
     if len(loads):
         loads = loads.with_columns((pl.col("cpu_s") / pl.col("elapsed_s")).alias("cpu_util")).drop("exit")
-    cat = lambda xs, schema: pl.concat(xs, how="vertical_relaxed") if xs else _empty(schema)  # noqa: E731
+    out: dict[str, pl.DataFrame] = {}
+    for k in kinds:
+        for t, schema in k.tables.items():
+            xs = frames.get(t) or []
+            if xs:
+                out[t] = pl.concat(xs, how="diagonal_relaxed" if not schema else "vertical_relaxed")
+            elif t in plain:
+                out[t] = pl.DataFrame(plain[t], infer_schema_length=None)
+            elif t not in out:
+                out[t] = _empty(schema) if schema else pl.DataFrame()
     return RunTables(
         run=run,
         spec=spec,
         provenance=prov,
-        timer=cat(timer, {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}),
-        sched=cat(sched, {"cycle": pl.UInt32, "t_ns": pl.Int64, "wake_delay_ns": pl.Int64, "burst_ns": pl.Int64, "extra_ns": pl.Int64}),
-        syscall=cat(sysc, {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}),
+        frames=out,
         loads=loads,
         steps=pl.DataFrame(stepsrows) if stepsrows else pl.DataFrame(schema={**STEP_COLS, "kind": pl.String}),
         results=results,
-        pipeline=pl.concat(pipe, how="diagonal_relaxed") if pipe else pl.DataFrame(),
-        stages=pl.DataFrame(stages, infer_schema_length=None) if stages else pl.DataFrame(),
         emulator=_emulator(run_dir, run),
-        program=cat(prog, {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}),
     )
 
 

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from loopscope.errors import InputError
-from loopscope.spec.models import Experiment
+from loopscope.spec.models import Experiment, probe_kinds, probe_kinds_ready
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
         if isinstance(node, yaml.MappingNode):
             hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
             if hit is None:
-                if isinstance(key, str) and shown and key in _TAGS:
+                if isinstance(key, str) and shown and key in _tags():
                     continue  # a discriminator tag
                 shown.append(str(key))
                 continue
@@ -73,13 +73,18 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
                 line = _line(node)
             shown.append(str(key))
         else:
-            if isinstance(key, str) and key in _TAGS:
+            if isinstance(key, str) and key in _tags():
                 continue
             shown.append(str(key))
     return line, shown
 
 
-_TAGS = {"timer", "sched", "syscall", "pipeline", "program", "app", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {"cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+
+
+def _tags() -> set[str]:
+    """Union tags pydantic puts in a location: the load kinds, the registered probe kinds, a few types."""
+    return _TAGS | set(probe_kinds())
 
 
 def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
@@ -194,6 +199,8 @@ def parse(text: str, file: str) -> Experiment:
         raise SpecError(file, [Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {what}")]) from None
     if not isinstance(data, dict):
         raise SpecError(file, [Problem(_line(root), "", "the file must be a mapping of fields (name, probes, loads, duration, ...)")])
+    if not probe_kinds_ready():
+        raise RuntimeError("no probe kinds are registered: import loopscope.kinds before reading experiment files")
     try:
         return Experiment.model_validate(data)
     except ValidationError as e:

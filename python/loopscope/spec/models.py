@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Annotated, Any, Literal, Union
+import typing
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
@@ -120,165 +121,54 @@ class Model(BaseModel):
 
 
 # ---- probes ----------------------------------------------------------------------
+#
+# Each probe kind's model lives with the rest of that kind (loopscope.kinds):
+# the experiment's ``probes`` field is the union of the registered models,
+# built when the kinds register (``use_probe_models``).
 
 
-class TimerProbe(Model):
-    """Timer wake-up latency on absolute deadlines (cyclictest's measurement)."""
+def pps(what: str) -> Any:
+    """A rate in messages per second (``1000pps``), for ``what`` in messages."""
 
-    kind: Literal["timer"]
+    def check(v: Any) -> str:
+        from loopscope.units import parse_rate
+
+        try:
+            _, kind = parse_rate(str(v))
+        except ValueError as e:
+            raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
+        if kind != "pps":
+            raise PydanticCustomError("rate", "{what} rate is messages per second, like 1000pps [got {got}]", {"what": what, "got": v})
+        return str(v)
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+class ProbeModel(Model):
+    """What every probe kind's model has and answers: its name, the hosts
+    it names (for checking references) and runs on, and its time per phase."""
+
+    kind: str
     name: Name | None = None
-    interval_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    threads: Annotated[int, Field(ge=1, le=1024)] = 1
-    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
-    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE)")
-    dma_latency_us: Annotated[int, Field(ge=0)] | None = Field(None, description="hold /dev/cpu_dma_latency during the probe, as cyclictest does with 0")
-    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
-    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+    uses_channels: ClassVar[bool] = False
+    #: its parts on different hosts talk to each other over the network
+    talks_across_hosts: ClassVar[bool] = False
 
+    def host_refs(self) -> list[tuple[tuple[str | int, ...], str | None]]:
+        """(field path within the probe, host name) for every host it names."""
+        refs: list[tuple[tuple[str | int, ...], str | None]] = [(("host",), getattr(self, "host", None))]
+        for k, arg in enumerate(getattr(self, "command", None) or []):
+            refs += [(("command", k), n) for n in re.findall(HOST_REF, arg)]
+        return refs
 
-class SchedProbe(Model):
-    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
+    def hosts(self, first: str) -> list[str]:
+        """The hosts it runs on (``first``: the experiment's first host)."""
+        return [getattr(self, "host", None) or first]
 
-    kind: Literal["sched"]
-    name: Name | None = None
-    busy_threads: Annotated[int, Field(ge=0, le=64)] = 2
-    sleep_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    work_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    cpu: list[Annotated[int, Field(ge=0)]] | None = None
-    duration: Duration | None = None
-    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+    def seconds(self, default_ns: int) -> float:
+        """Its time in one phase."""
+        return (getattr(self, "duration", None) or default_ns) / 1e9
 
-
-def _syscall(v: Any) -> str:
-    from loopscope import _native
-
-    try:
-        _native.syscall_parse(str(v))
-    except ValueError as e:
-        raise PydanticCustomError("syscall", "{why}", {"why": str(e)}) from None
-    return str(v)
-
-
-SyscallName = Annotated[str, BeforeValidator(_syscall),
-                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
-                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
-
-
-class SyscallProbe(Model):
-    """Per-call cost of system calls, in batches until the 95 % CI is within `target` (Carlinet et al. 2000)."""
-
-    kind: Literal["syscall"]
-    name: Name | None = None
-    calls: list[SyscallName] = Field(default_factory=lambda: list(SYSCALLS))
-    batch: Annotated[int, Field(ge=1, le=500)] = 200
-    target_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
-    max_batches: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
-    max_seconds_per_call: Annotated[float, Field(gt=0, le=3600)] = 5.0
-    dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory)")
-    duration: Duration | None = Field(None, description="not used: the syscall probe stops when every call has converged or hit its cap")
-    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
-
-
-PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
-PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
-
-
-def _pps(v: Any) -> str:
-    from loopscope.units import parse_rate
-
-    try:
-        _, kind = parse_rate(str(v))
-    except ValueError as e:
-        raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
-    if kind != "pps":
-        raise PydanticCustomError("rate", "a pipeline's rate is messages per second, like 1000pps [got {got}]", {"got": v})
-    return str(v)
-
-
-class PipelineProbe(Model):
-    """A distributed pipeline (Boie & Niehaus 2007 §3.3, data_pipe): a source sends messages through processing
-    nodes on any hosts to a sink; with the sink on the source's host it is a control loop. Every
-    message records each hop's kernel RX, application RX and send times."""
-
-    kind: Literal["pipeline"]
-    name: Name | None = None
-    source: Name = Field(description="host of the source")
-    nodes: list[Name] = Field(default_factory=list, max_length=64, description="hosts of the processing nodes, in order (a host may appear more than once)")
-    sink: Name | None = Field(None, description="host of the sink (default: the source's host: a control loop)")
-    rate: Annotated[str, BeforeValidator(_pps)] = Field("1000pps", description="messages per second")
-    size: Annotated[int, Field(ge=PIPE_HEADER, le=65000)] = Field(256, description="message bytes (UDP payload)")
-    count: Annotated[int, Field(ge=1)] | None = Field(None, description="stop after this many messages (default: run for the duration)")
-    work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work each node does per message, µs")
-    port: Annotated[int, Field(ge=1024, le=65000)] = Field(47100, description="first UDP port; stage i listens on port + i")
-    duration: Duration | None = None
-
-    @model_validator(mode="after")
-    def _fits(self) -> "PipelineProbe":
-        need = PIPE_HEADER + PIPE_HOP * len(self.nodes)
-        if self.size < need:
-            raise PydanticCustomError("pipeline_size", "size {size} is too small for {n} nodes: each message needs {need} bytes", {"size": self.size, "n": len(self.nodes), "need": need})
-        return self
-
-    @property
-    def stages(self) -> list[tuple[str, str]]:
-        """(role, host) in the order a message visits them."""
-        return [("source", self.source), *(("node", h) for h in self.nodes), ("sink", self.sink or self.source)]
-
-
-class ProgramProbe(Model):
-    """Your own program, instrumented with loopscope's trace API (it takes its trace file from
-    LOOPSCOPE_TRACE): every interval it logs is compared across phases and its outliers are
-    explained like a built-in probe's."""
-
-    kind: Literal["program"]
-    name: Name | None = None
-    command: Annotated[list[str], BeforeValidator(lambda v: _command(v)), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
-    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
-    timeout: Duration | None = Field(None, description="with until: exit, how long it may run (default 10 minutes)")
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict, description="extra environment variables")
-    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
-    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
-    attribute: list[str] = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
-    wakeup: list[str] = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
-    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
-    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
-
-
-class AppProcess(Model):
-    """One process of an app: a program on a host, instrumented like a `program` probe's."""
-
-    name: Name
-    command: Annotated[list[str], BeforeValidator(lambda v: _command(v)), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
-    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
-    env: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str] = Field(default_factory=dict)
-    cpu: list[Annotated[int, Field(ge=0)]] | None = None
-    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
-
-
-class AppProbe(Model):
-    """Several programs that work together across hosts (a video pipeline, a control loop): started
-    in the order given (servers first), stopped in the reverse order when the probe's time is up.
-    Every interval each logs is compared across phases and explained like a `program` probe's.
-    In commands, {host:NAME} is replaced by that host's address."""
-
-    kind: Literal["app"]
-    name: Name | None = None
-    processes: list[AppProcess] = Field(min_length=1, max_length=64)
-    start_gap: Duration = Field(300_000_000, description="pause after starting each process, so the next finds it listening")
-    attribute: list[str] = Field(default_factory=lambda: ["*"], description="which intervals (group/name patterns) have their outliers explained")
-    wakeup: list[str] = Field(default_factory=list, description="intervals (patterns) from a deadline to when the thread ran: split like the timer's wake-ups")
-    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
-
-    @model_validator(mode="after")
-    def _distinct(self) -> "AppProbe":
-        names = [p.name for p in self.processes]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        if dup:
-            raise PydanticCustomError("app_names", "process names must be distinct [{dup} used twice]", {"dup": ", ".join(dup)})
-        return self
-
-
-Probe = Annotated[Union[TimerProbe, SchedProbe, SyscallProbe, PipelineProbe, ProgramProbe, AppProbe], Field(discriminator="kind")]
 
 HOST_REF = r"\{host:([A-Za-z0-9][A-Za-z0-9._-]{0,63})\}"
 
@@ -355,6 +245,9 @@ def _command(v: Any) -> list[str]:
     if not parts:
         raise PydanticCustomError("command", "must not be empty", {})
     return parts
+
+
+Command = Annotated[list[str], BeforeValidator(_command), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
 
 
 class CommandLoad(LoadBase):
@@ -574,7 +467,7 @@ class Experiment(Model):
     clocksync: ClockSync = Field(default_factory=ClockSync)
     kernel: KernelCapture = Field(default_factory=KernelCapture)
     emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
-    probes: list[Probe] = Field(min_length=1)
+    probes: list["Probe"] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None
     baseline: bool = Field(True, description="add an idle phase named 'baseline' first (when phases are not listed)")
@@ -667,23 +560,8 @@ class Experiment(Model):
 
         ref(("clocksync", "reference"), self.clocksync.reference)
         for i, p in enumerate(self.probes):
-            if p.kind == "pipeline":
-                ref(("probes", i, "source"), p.source)
-                for j, n in enumerate(p.nodes):
-                    ref(("probes", i, "nodes", j), n)
-                ref(("probes", i, "sink"), p.sink)
-            elif p.kind == "app":
-                for j, proc in enumerate(p.processes):
-                    ref(("probes", i, "processes", j, "host"), proc.host)
-                    for k, arg in enumerate(proc.command):
-                        for name in re.findall(HOST_REF, arg):
-                            ref(("probes", i, "processes", j, "command", k), name)
-            else:
-                ref(("probes", i, "host"), p.host)
-                if p.kind == "program":
-                    for k, arg in enumerate(p.command):
-                        for name in re.findall(HOST_REF, arg):
-                            ref(("probes", i, "command", k), name)
+            for where, name in p.host_refs():
+                ref(("probes", i, *where), name)
         for i, ld in enumerate(self.loads):
             if i < len(self.loads):
                 ref(("loads", i, "host"), ld.host)
@@ -693,7 +571,7 @@ class Experiment(Model):
             if c.name in cnames:
                 problems.append((("channels", i, "name"), f"channel name {c.name!r} is used twice"))
             cnames.add(c.name)
-        if self.channels and not any(p.kind in ("program", "app") for p in self.probes):
+        if self.channels and not any(p.uses_channels for p in self.probes):
             problems.append((("channels",), "channels are for program and app probes, and there is none; add one or remove the channels"))
         pairs: dict[tuple[str, str], int] = {}
         for i, link in enumerate(self.links):
@@ -726,11 +604,30 @@ class Experiment(Model):
         return next(h for h in self.hosts if h.name == name)
 
     def hosts_of(self, probe: Any) -> list[str]:
-        if probe.kind == "pipeline":
-            return list(dict.fromkeys(h for _, h in probe.stages))
-        if probe.kind == "app":
-            return list(dict.fromkeys(p.host or self.hosts[0].name for p in probe.processes))
-        return [probe.host or self.hosts[0].name]
+        return probe.hosts(self.hosts[0].name)
+
+
+def use_probe_models(models: list[type[ProbeModel]]) -> None:
+    """Make ``models`` (each with a ``kind: Literal[...]`` field) the probe
+    kinds an experiment file may use. ``loopscope.kinds`` calls this once,
+    when it registers the kinds; until then an experiment cannot be read."""
+    global Probe
+    union = Annotated[Union[tuple(models)], Field(discriminator="kind")]  # type: ignore[valid-type]
+    Probe = union
+    _PROBE_KINDS[:] = [typing.get_args(m.model_fields["kind"].annotation)[0] for m in models]
+    Experiment.model_rebuild(force=True, _types_namespace={"Probe": union})
+
+
+_PROBE_KINDS: list[str] = []
+
+
+def probe_kinds() -> list[str]:
+    """The registered probe kinds' names."""
+    return list(_PROBE_KINDS)
+
+
+def probe_kinds_ready() -> bool:
+    return Experiment.__pydantic_complete__
 
 
 _LOAD_TYPES: dict[str, type[LoadBase]] = {"cpu": CpuLoad, "memory": MemoryLoad, "io": IoLoad, "net": NetLoad, "mix": MixLoad}

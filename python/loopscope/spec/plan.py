@@ -39,12 +39,8 @@ def phase_runs(exp: Experiment) -> list[PhaseRun]:
 
 
 def probe_seconds(exp: Experiment, probe: Any) -> float:
-    """Time a probe takes in one phase (the syscall probe's is its cap)."""
-    if probe.kind == "syscall":
-        return probe.max_seconds_per_call * len(probe.calls)
-    if probe.kind == "program" and probe.until == "exit":
-        return (probe.timeout or 600_000_000_000) / 1e9
-    return (probe.duration or exp.duration) / 1e9
+    """Time a probe takes in one phase (its kind decides: the syscall probe's is its cap)."""
+    return float(probe.seconds(exp.duration))
 
 
 def estimate_seconds(exp: Experiment) -> float:

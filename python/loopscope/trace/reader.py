@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import polars as pl
@@ -131,6 +132,8 @@ def _info_from(path: str, meta: dict[str, Any]) -> TraceInfo:
 
 
 def _load(path: str | os.PathLike[str], sort: bool, count_only: bool = False) -> tuple[dict[str, np.ndarray], TraceInfo]:
+    global opened
+    opened += 1
     p = os.fspath(path)
     cols, meta = _native.read_trace(p, sort, count_only)
     return cols, _info_from(p, json.loads(meta))
@@ -204,16 +207,60 @@ def read(path: str | os.PathLike[str], *, sort: bool = True) -> pl.DataFrame:
     keeps file order: each thread's records in the order it logged them.
     Damage and loss do not raise; see ``info(path)``.
     """
-    cols, info = _load(path, sort)
-    return _frame(cols, info)
+    return read_with_info(path, sort=sort)[0]
 
 
 def read_with_info(path: str | os.PathLike[str], *, sort: bool = True) -> tuple[pl.DataFrame, TraceInfo]:
     """``read`` plus the metadata, from one pass over the file."""
+    got = _from_shared(path)
+    if got is not None:
+        df, info = got
+        return (df.sort("t_ns", maintain_order=True) if sort else df), info
     cols, info = _load(path, sort)
     df = _frame(cols, info)
     _fill_counts(info, cols)
     return df, info
+
+
+# ---- reading a file once --------------------------------------------------------------
+#
+# A report reads every trace of a run, and several of its parts (the tables,
+# the timeline, explain, the clocks) read the same files. Inside ``shared()``
+# each file is read once, in file order, and every later read (sorted or
+# not, or only its metadata) comes from that one read. ``opened`` counts the
+# files actually read, so a benchmark and a test can see it.
+
+_shared: dict[tuple[str, int, int], tuple[pl.DataFrame, TraceInfo]] | None = None
+opened = 0
+
+
+@contextmanager
+def shared() -> Iterator[None]:
+    """Within: each trace file is read once (keyed by path, size and mtime)."""
+    global _shared
+    outer = _shared
+    if outer is None:
+        _shared = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _shared = None
+
+
+def _from_shared(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceInfo] | None:
+    global opened
+    if _shared is None:
+        return None
+    p = os.fspath(path)
+    st = os.stat(p)
+    key = (os.path.realpath(p), st.st_size, st.st_mtime_ns)
+    got = _shared.get(key)
+    if got is None:
+        cols, info = _load(p, False)
+        _fill_counts(info, cols)
+        got = _shared[key] = (_frame(cols, info), info)
+    return got
 
 
 def _fill_counts(info: TraceInfo, cols: dict[str, np.ndarray]) -> None:
@@ -227,6 +274,9 @@ def _fill_counts(info: TraceInfo, cols: dict[str, np.ndarray]) -> None:
 
 def info(path: str | os.PathLike[str]) -> TraceInfo:
     """Metadata, per-entity record counts, time span, losses and damage."""
+    got = _from_shared(path)
+    if got is not None:
+        return got[1]
     cols, inf = _load(path, sort=False)
     _fill_counts(inf, cols)
     return inf
@@ -234,6 +284,9 @@ def info(path: str | os.PathLike[str]) -> TraceInfo:
 
 def check(path: str | os.PathLike[str]) -> TraceInfo:
     """Metadata and integrity only (records counted, no table built): fast on big files."""
+    got = _from_shared(path)
+    if got is not None:
+        return got[1]
     _, inf = _load(path, sort=False, count_only=True)
     return inf
 

@@ -10,6 +10,7 @@ pub mod packet;
 pub mod pipe;
 pub mod recv;
 pub mod rr;
+pub mod rr_tcp;
 pub mod schedule;
 pub mod send;
 pub mod sync;

@@ -71,6 +71,13 @@ fn setopt(fd: i32, level: i32, name: i32, v: libc::c_int) -> libc::c_int {
     unsafe { libc::setsockopt(fd, level, name, &v as *const _ as *const libc::c_void, std::mem::size_of::<libc::c_int>() as u32) }
 }
 
+/// Ask for kernel RX timestamps on any socket (a TCP stream's come with the
+/// read that returns the newest segment's bytes).
+pub fn enable_rx_timestamps_fd(fd: i32) -> Result<(), String> {
+    let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE;
+    check(setopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, flags as i32), "SO_TIMESTAMPING (receive)")
+}
+
 /// A UDP socket: bound (receiver) or connected (sender).
 pub struct Udp {
     pub fd: OwnedFd,
@@ -127,8 +134,7 @@ impl Udp {
 
     /// Ask for RX software (and hardware) timestamps.
     pub fn enable_rx_timestamps(&self) -> Result<(), String> {
-        let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE;
-        check(setopt(self.raw(), libc::SOL_SOCKET, SO_TIMESTAMPING, flags as i32), "SO_TIMESTAMPING (receive)")
+        enable_rx_timestamps_fd(self.raw())
     }
 
     /// Ask for TX SCHED and SOFTWARE timestamps with per-packet ids.

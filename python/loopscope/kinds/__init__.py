@@ -1,0 +1,29 @@
+"""Probe kinds: one module per kind, one registration line each.
+
+A kind module holds everything about its kind (``kinds/base.py`` says
+what): its experiment-file model, the command line an agent starts, how the
+controller runs a step, its tables, its measures and its report section.
+The agent, the controller, the spec and the report look kinds up here.
+Adding a kind (docs/kinds.md): write ``kinds/<name>.py`` (and its native
+loop, if any, under ``crates/probes``), then add one line below.
+"""
+
+from __future__ import annotations
+
+from loopscope.kinds import app, pipeline, program, rr, sched, sync, syscall, timer
+from loopscope.kinds.base import Kinds, ProbeKind, Series, StepContext, StepRows
+from loopscope.spec.models import use_probe_models
+
+KINDS = Kinds()
+KINDS.add(timer.KIND)
+KINDS.add(sched.KIND)
+KINDS.add(syscall.KIND)
+KINDS.add(pipeline.KIND)
+KINDS.add(program.KIND)
+KINDS.add(app.KIND)
+KINDS.add(rr.KIND)
+KINDS.add(sync.KIND)
+
+use_probe_models(KINDS.models())
+
+__all__ = ["KINDS", "Kinds", "ProbeKind", "Series", "StepContext", "StepRows"]

@@ -1,0 +1,156 @@
+"""The ``app`` kind: several programs that work together across hosts (a
+video pipeline, a control loop), each instrumented like a ``program``
+probe. They start in the order given (servers first) after the hubs of the
+declared channels, and stop in the reverse order when the probe's time is
+up; a process that exits early stops the run, naming it."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import polars as pl
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows
+from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals
+from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
+
+
+class AppProcess(Model):
+    """One process of an app: a program on a host, instrumented like a `program` probe's."""
+
+    name: Name
+    command: Command
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+    env: Env = Field(default_factory=dict)
+    cpu: list[Annotated[int, Field(ge=0)]] | None = None
+    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+
+
+class AppProbe(ProbeModel):
+    """Several programs that work together across hosts (a video pipeline, a control loop): started
+    in the order given (servers first), stopped in the reverse order when the probe's time is up.
+    Every interval each logs is compared across phases and explained like a `program` probe's.
+    In commands, {host:NAME} is replaced by that host's address."""
+
+    kind: Literal["app"]
+    processes: list[AppProcess] = Field(min_length=1, max_length=64)
+    start_gap: Duration = Field(300_000_000, description="pause after starting each process, so the next finds it listening")
+    attribute: list[str] = PATTERNS
+    wakeup: list[str] = Field(default_factory=list, description="intervals (patterns) from a deadline to when the thread ran: split like the timer's wake-ups")
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    uses_channels: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "AppProbe":
+        names = [p.name for p in self.processes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise PydanticCustomError("app_names", "process names must be distinct [{dup} used twice]", {"dup": ", ".join(dup)})
+        return self
+
+    def host_refs(self) -> list[tuple[tuple[str | int, ...], str | None]]:
+        refs: list[tuple[tuple[str | int, ...], str | None]] = []
+        for j, proc in enumerate(self.processes):
+            refs.append((("processes", j, "host"), proc.host))
+            for k, arg in enumerate(proc.command):
+                refs += [(("processes", j, "command", k), n) for n in re.findall(HOST_REF, arg)]
+        return refs
+
+    def hosts(self, first: str) -> list[str]:
+        return list(dict.fromkeys(p.host or first for p in self.processes))
+
+
+class App(ProbeKind):
+    name = "app"
+    model = AppProbe
+    describe = "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases."
+    tables = {"program": INTERVALS}
+
+    def local_programs(self, probe: Any) -> list[Any]:
+        return list(probe.processes)
+
+    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+        lab = ctx.lab
+        first = next(iter(lab.hosts))
+        procs = [(p, p.host or first, f"{probe.name}.{p.name}") for p in probe.processes]
+        started: list[tuple[str, str]] = []
+        running_hubs: list[Any] = []
+        hub_parts: list[dict[str, Any]] = []
+        results: dict[str, dict[str, Any]] = {}
+        t0 = time.monotonic_ns()
+        try:
+            running_hubs = ctx.hubs_start(probe.name, key, dur_ns)
+            for p, host, name in procs:
+                env = {**p.env, **ctx.channel_env(host, key, name)}
+                spec = {"kind": "program", "name": name, "command": ctx.with_hosts(p.command), "until": "exit", "env": env, "cpu": p.cpu, "cwd": p.cwd}
+                # its own timeout is the phase plus a margin: stopping it is ours to do
+                lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
+                started.append((host, name))
+                ctx.sleep(probe.start_gap / 1e9)
+            end = time.monotonic() + dur_ns / 1e9
+            while time.monotonic() < end:
+                lab.check()
+                ctx.hubs_check(running_hubs)
+                for host, name in started:
+                    st = lab.agent(host).call("status")
+                    if not st["probes"].get(name, False):
+                        r = lab.agent(host).call("stop_probe", name=name)
+                        results[name] = r
+                        started.remove((host, name))
+                        raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host, f"probe {name}")
+                ctx.sleep(min(0.25, max(0.0, end - time.monotonic())))
+            for host, name in list(reversed(started)):
+                results[name] = lab.agent(host).call("stop_probe", name=name)
+                started.remove((host, name))
+            hub_parts = ctx.hubs_stop(running_hubs)
+        finally:
+            for host, name in reversed(started):
+                try:
+                    lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+                except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
+                    pass
+            ctx.hubs_stop(running_hubs, quiet=True)
+        steps = []
+        for p, host, name in procs:
+            r = results[name]
+            steps.append({"name": p.name, "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{lab.step_dir(host, key)}/{name}.json"),
+                          "command": r["command"], "cpu_usec": r["cpu_usec"]})
+            stats = ctx.channel_env(host, key, name).get("LOOPSCOPE_CHANNEL_STATS")
+            if stats:
+                steps[-1]["channel_stats"] = lab.rel(host, stats)
+        out = {
+            "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
+            "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
+        }
+        if ctx.exp.channels:
+            out["hubs"] = hub_parts
+        return out
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        out = StepRows()
+        for proc in step.get("processes") or []:
+            df = read.trace(proc["trace"])
+            if df is not None:
+                out.add("program", tag(intervals(df, f"{proc['name']}: ", "app")))
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        return interval_measures(tables, "app")
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        return interval_series(tables, probe)
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        from loopscope.report.sections import images
+
+        super().section(sec, tables, comp, present, run_dir)
+        sec["images"] = images(run_dir, tables, sec["name"], present)
+
+
+KIND = App()

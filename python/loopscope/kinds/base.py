@@ -1,0 +1,208 @@
+"""What a probe kind is: one object that knows everything about its kind.
+
+A kind has its experiment-file model (a ``ProbeModel`` with ``kind:
+Literal[...]``), the command line an agent starts for it, how the
+controller runs one step of it (default: one process on its host), the rows
+its trace adds to the run's tables, the measures compared across phases,
+and its section of the report. The agent, the controller, the spec and the
+report look kinds up in ``loopscope.kinds.KINDS`` instead of branching on
+the kind's name; the report is handed the registry (it sits below the
+kinds in the layers), so imports keep pointing down.
+
+Helper processes that are not probes of their own (a pipeline's stages, an
+rr probe's echo server, the clock-sync probes) are ``helpers``: command
+lines an agent can start by name.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+import polars as pl
+
+from loopscope.analysis.phases import Measure
+
+Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
+
+
+def cli(kind: str) -> list[str]:
+    """The start of a command line that runs ``loopscope probe KIND``."""
+    return [sys.executable, "-m", "loopscope.cli", "probe", kind]
+
+
+def cpus(p: dict[str, Any]) -> list[str]:
+    cpu = ",".join(str(c) for c in p.get("cpu") or [])
+    return ["--cpu", cpu] if cpu else []
+
+
+class RunFiles(Protocol):
+    """A run directory's files, for a kind building its rows."""
+
+    def trace(self, rel: str) -> pl.DataFrame | None:
+        """A trace of the run (read once, shared); None when it is missing."""
+        ...
+
+    def json(self, rel: str) -> dict[str, Any]:
+        """A probe's result (the last line of its JSON file); {} when missing."""
+        ...
+
+
+class StepContext(Protocol):
+    """What the controller hands a kind to run one step."""
+
+    lab: Any
+    exp: Any
+    calibration: dict[str, dict[str, Any]]
+
+    def run_one(self, probe: Any, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
+        """Run ``spec`` as one process on the probe's host; the step's record."""
+        ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    def with_hosts(self, command: list[str]) -> list[str]:
+        """``{host:NAME}`` in a command, replaced by that host's address."""
+        ...
+
+    def channel_env(self, host: str, key: str, name: str) -> dict[str, str]:
+        """The environment that connects a program to the lab's channels (empty without channels)."""
+        ...
+
+    def hubs_start(self, probe: str, key: str, dur_ns: int) -> list[Any]: ...
+
+    def hubs_check(self, running: list[Any]) -> None: ...
+
+    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[dict[str, Any]]: ...
+
+    def failure(self, what: str, host: str, component: str) -> Exception:
+        """The exception that stops the run naming a failed component."""
+        ...
+
+
+@dataclass
+class StepRows:
+    """What one step adds to the run's tables: frames per table (already
+    tagged with the step) and plain rows per table."""
+
+    frames: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
+    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, table: str, df: pl.DataFrame) -> None:
+        self.frames.setdefault(table, []).append(df)
+
+
+@dataclass
+class Series:
+    """One measure of one probe as rows of rep, phase, t_ns, value: charted
+    in its report section and scanned by the anomaly detectors."""
+
+    measure: str
+    label: str
+    frame: pl.DataFrame
+    #: scanned by the anomaly detectors
+    scan: bool = True
+    #: put before what the detectors say of it
+    prefix: str = ""
+    #: charted (its distribution and course) above its table
+    charts: bool = True
+
+
+class ProbeKind:
+    """A kind's behaviour; each kind module subclasses it once."""
+
+    name: str = ""
+    model: Any = None
+    #: one paragraph for its report section
+    describe: str = ""
+    #: the run tables its steps fill: name → column schema (beyond rep, phase, loads, probe)
+    tables: dict[str, dict[str, Any]] = {}
+    #: (table, value column, group-by) trimmed of a detected warm-up before phases are compared
+    steady: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: names of its measures in the report (``wake_delay`` → ``wake-up delay``)
+    labels: dict[str, str] = {}
+    #: helper processes an agent may start: name → command line
+    helpers: dict[str, Argv] = {}
+    #: the process name (comm) a helper runs under, where it is not the default
+    comm: dict[str, str] = {}
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+        raise NotImplementedError(f"{self.name}: no command line")
+
+    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
+        """Once per run, before the first phase (the sched probe sizes its burst)."""
+        return None
+
+    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+        """One step (a repetition × phase); the record that goes in run.json."""
+        spec = {**probe.model_dump(mode="json"), **ctx.calibration.get(probe.name or "", {})}
+        return ctx.run_one(probe, spec, key, dur_ns)
+
+    def local_programs(self, probe: Any) -> list[Any]:
+        """Its parts that take a ``cwd`` and ``host`` (programs it starts)."""
+        return []
+
+    def rows(self, step: dict[str, Any], trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Callable[[pl.DataFrame], pl.DataFrame]) -> StepRows:
+        """The table rows of one step: ``trace`` is the step's trace,
+        ``result`` its probe's JSON, ``read`` reads the run's other files
+        (each trace once), ``tag`` adds the step's columns."""
+        return StepRows()
+
+    def measures(self, tables: Any) -> list[Measure]:
+        """Its measures, compared across phases."""
+        return []
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        return []
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        """Fill its report section (``sec``): charts and tables."""
+        from loopscope.report.sections import series_section
+
+        series_section(sec, comp, present, self.series(tables, sec["name"]))
+
+
+def groups(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:
+    """Rows of a table by probe."""
+    if df.is_empty() or "probe" not in df.columns:
+        return []
+    return [(str(k[0]), g) for k, g in df.group_by("probe", maintain_order=True)]
+
+
+class Kinds:
+    """The registry: kinds by name, and the helpers they bring."""
+
+    def __init__(self) -> None:
+        self.by_name: dict[str, ProbeKind] = {}
+        self.helpers: dict[str, Argv] = {}
+        self.comms: dict[str, str] = {}
+
+    def add(self, kind: ProbeKind) -> None:
+        if kind.name in self.by_name:
+            raise ValueError(f"probe kind {kind.name!r} registered twice")
+        self.by_name[kind.name] = kind
+        for h, fn in kind.helpers.items():
+            self.helpers[h] = fn
+        self.comms.update(kind.comm)
+
+    def __getitem__(self, name: str) -> ProbeKind:
+        return self.by_name[name]
+
+    def get(self, name: str) -> ProbeKind | None:
+        return self.by_name.get(name)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self.by_name.values())
+
+    def models(self) -> list[Any]:
+        return [k.model for k in self if k.model is not None]
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str] | None:
+        """The command line for a probe or helper spec (None: unknown kind)."""
+        k = self.by_name.get(p["kind"])
+        if k is not None and k.model is not None:
+            return k.argv(p, duration_ns, trace, scratch, calibrate)
+        h = self.helpers.get(p["kind"])
+        return None if h is None else h(p, duration_ns, trace, scratch)

@@ -1,0 +1,291 @@
+"""The ``pipeline`` kind: a distributed pipeline (Boie & Niehaus 2007 §3.3,
+data_pipe). A source sends messages through processing nodes on any hosts
+to a sink; with the sink on the source's host it is a control loop. Every
+message records each hop's kernel RX, application RX and send times, so its
+end-to-end time splits into network hops, kernel-to-application waits and
+processing. Its stages are helper processes (``pipe-source``,
+``pipe-node``, ``pipe-sink``; the native loops are
+``crates/probes/src/net/pipe.rs``)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import polars as pl
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, groups
+from loopscope.spec.models import Duration, Name, ProbeModel, pps
+from loopscope.units import duration_text
+
+PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
+PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
+STAGE_COUNTS = ("sent", "send_errors", "received", "forwarded", "unique", "lost", "duplicates", "reordered", "malformed", "full", "no_kernel_ts")
+
+
+class PipelineProbe(ProbeModel):
+    """A distributed pipeline (Boie & Niehaus 2007 §3.3, data_pipe): a source sends messages through processing
+    nodes on any hosts to a sink; with the sink on the source's host it is a control loop. Every
+    message records each hop's kernel RX, application RX and send times."""
+
+    kind: Literal["pipeline"]
+    source: Name = Field(description="host of the source")
+    nodes: list[Name] = Field(default_factory=list, max_length=64, description="hosts of the processing nodes, in order (a host may appear more than once)")
+    sink: Name | None = Field(None, description="host of the sink (default: the source's host: a control loop)")
+    rate: pps("a pipeline's") = Field("1000pps", description="messages per second")
+    size: Annotated[int, Field(ge=PIPE_HEADER, le=65000)] = Field(256, description="message bytes (UDP payload)")
+    count: Annotated[int, Field(ge=1)] | None = Field(None, description="stop after this many messages (default: run for the duration)")
+    work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work each node does per message, µs")
+    port: Annotated[int, Field(ge=1024, le=65000)] = Field(47100, description="first UDP port; stage i listens on port + i")
+    duration: Duration | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> "PipelineProbe":
+        need = PIPE_HEADER + PIPE_HOP * len(self.nodes)
+        if self.size < need:
+            raise PydanticCustomError("pipeline_size", "size {size} is too small for {n} nodes: each message needs {need} bytes", {"size": self.size, "n": len(self.nodes), "need": need})
+        return self
+
+    @property
+    def stages(self) -> list[tuple[str, str]]:
+        """(role, host) in the order a message visits them."""
+        return [("source", self.source), *(("node", h) for h in self.nodes), ("sink", self.sink or self.source)]
+
+    talks_across_hosts: ClassVar[bool] = True
+
+    def host_refs(self) -> list[tuple[tuple[str | int, ...], str | None]]:
+        return [(("source",), self.source), *((("nodes", j), n) for j, n in enumerate(self.nodes)), (("sink",), self.sink)]
+
+    def hosts(self, first: str) -> list[str]:
+        return list(dict.fromkeys(h for _, h in self.stages))
+
+
+def _source(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
+    a = cli("pipe-source") + ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
+    a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]
+    return a + ["--json", "--trace", str(trace)]
+
+
+def _node(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
+    return cli("pipe-node") + ["--bind", p["bind"], "--next", p["next"], "--work-us", str(p["work_us"]), "--json", "--trace", str(trace)]
+
+
+def _sink(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
+    return cli("pipe-sink") + ["--bind", p["bind"], "--flow", str(p["flow"]), "--json", "--trace", str(trace)]
+
+
+class Pipeline(ProbeKind):
+    name = "pipeline"
+    model = PipelineProbe
+    describe = ("A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each "
+                "hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, the router "
+                "included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine "
+                "all hosts share that clock.")
+    tables = {"pipeline": {}, "stages": {}}
+    steady = (("pipeline", "e2e_ns", ()),)
+    helpers = {"pipe-source": _source, "pipe-node": _node, "pipe-sink": _sink}
+
+    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+        """Start the sink, then the nodes back to front, then the source; wait for
+        the source, let the last messages arrive, stop the rest."""
+        lab, exp = ctx.lab, ctx.exp
+        stages = probe.stages
+        n = len(stages)
+        flow = int(hashlib.sha256(f"{lab.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
+
+        def where(i: int) -> str:
+            return f"{lab.hosts[stages[i][1]].address}:{probe.port + i}"
+
+        def bind(i: int) -> str:
+            h = lab.hosts[stages[i][1]]
+            return f"{'0.0.0.0' if h.remote else h.address}:{probe.port + i}"
+
+        names = [f"{probe.name}.source"] + [f"{probe.name}.node{i}" for i in range(1, n - 1)] + [f"{probe.name}.sink"]
+        started: list[tuple[str, str]] = []
+        results: dict[str, dict[str, Any]] = {}
+        try:
+            for i in reversed(range(1, n)):
+                role, host = stages[i]
+                if role == "sink":
+                    spec = {"kind": "pipe-sink", "name": names[i], "bind": bind(i), "flow": flow}
+                else:
+                    spec = {"kind": "pipe-node", "name": names[i], "bind": bind(i), "next": where(i + 1), "work_us": probe.work_us}
+                lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), wait_ready=True)
+                started.append((host, names[i]))
+            src_host = stages[0][1]
+            spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count}
+            lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
+            started.append((src_host, names[0]))
+            limit = time.monotonic() + dur_ns / 1e9 + 120
+            while True:
+                r = lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=0.25)
+                if r["done"]:
+                    results[names[0]] = r
+                    started.remove((src_host, names[0]))
+                    break
+                lab.check()
+                for host, _ in started:
+                    lab.agent(host).call("status")
+                if time.monotonic() > limit:
+                    raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
+            # Messages still in flight: the configured delays plus a margin.
+            ctx.sleep(0.2 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links) / 1e9)
+            for host, name in list(reversed(started)):
+                results[name] = lab.agent(host).call("stop_probe", name=name)
+                started.remove((host, name))
+        finally:
+            for host, name in started:
+                try:
+                    lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+                except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
+                    pass
+        stage_steps = []
+        for i, (role, host) in enumerate(stages):
+            r = results[names[i]]
+            stage_steps.append({"role": role, "host": host, "name": names[i], "trace": lab.rel(host, r["trace"]),
+                                "json": lab.rel(host, f"{lab.step_dir(host, key)}/{names[i]}.json"), "command": r["command"], "cpu_usec": r["cpu_usec"]})
+        sink = stage_steps[-1]
+        return {
+            "host": stages[0][1], "trace": sink["trace"], "json": sink["json"], "command": stage_steps[0]["command"], "cpu_usec": stage_steps[0]["cpu_usec"],
+            "spawn_mono_ns": results[names[0]]["spawn_mono_ns"], "end_mono_ns": results[names[0]]["end_mono_ns"], "stages": stage_steps, "flow": flow,
+        }
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        from loopscope.probes.pipeline import messages_from
+
+        out = StepRows()
+        m = messages_from(trace)
+        if len(m):
+            out.add("pipeline", tag(m))
+        for sg in step.get("stages") or []:
+            sres = read.json(sg["json"])
+            row = {"rep": step["rep"], "phase": step["phase"], "probe": step["probe"], "role": sg["role"], "stage": sg["name"], "host": sg["host"]}
+            row.update({k: sres.get(k) for k in STAGE_COUNTS})
+            out.rows.setdefault("stages", []).append(row)
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        from loopscope.probes.pipeline import components
+
+        out = []
+        for probe, g in groups(tables.pipeline):
+            hops = max(int(c[3:].split("_")[0]) for c in g.columns if c.startswith("hop") and c.endswith("_net_ns"))
+            for col in ["e2e_ns", *[c for c in components(hops) if c != "e2e_ns"]]:
+                if col in g.columns and g[col].null_count() < len(g):
+                    v = g.select("rep", "phase", "loads", pl.col(col).alias("value")).drop_nulls("value")
+                    out.append(Measure(probe, "pipeline", col[:-3], v, ("p50", "p99", "mean"), 32))
+        return out
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        df = tables.pipeline
+        if not len(df) or "e2e_ns" not in df.columns or "t_ns" not in df.columns:
+            return []
+        return [Series("e2e", "end-to-end time", df.filter(pl.col("probe") == probe).select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value")))]
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        pipeline_section(sec, tables, comp, sec["name"], present)
+
+
+def stage_hosts(tables: Any, probe: str) -> list[str]:
+    for p in tables.spec.get("probes") or []:
+        if p.get("name") == probe and p.get("kind") == "pipeline":
+            return [p["source"], *p.get("nodes", []), p.get("sink") or p["source"]]
+    return []
+
+
+def component_label(measure: str, hosts: list[str]) -> str:
+    """``hop1_net`` → ``network b → c`` and so on, from the stage hosts."""
+    def host(i: int) -> str:
+        return hosts[i] if 0 <= i < len(hosts) else f"stage {i}"
+
+    if measure == "e2e":
+        return "end to end"
+    if measure == "sink_stack":
+        return f"{host(len(hosts) - 1)} (sink): kernel → application"
+    if measure.startswith("hop") and measure.endswith("_net"):
+        k = int(measure[3:-4])
+        return f"network {host(k)} → {host(k + 1)}"
+    if measure.startswith("node"):
+        k, what = measure[4:].split("_", 1)
+        return f"{host(int(k))} (node {k}): " + ("kernel → application" if what == "stack" else "processing")
+    return measure
+
+
+def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
+    from loopscope.report import charts
+    from loopscope.report.sections import cell
+
+    hosts = stage_hosts(tables, probe)
+    measures = c["measure"].unique(maintain_order=True).to_list()
+    labels = {m: component_label(m, hosts) for m in measures}
+    if hosts:
+        sec["describe"] += f" Path: {' → '.join(hosts)}."
+    src = tables.pipeline.filter(pl.col("probe") == probe)
+    frame = src.select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value"))
+    sec["charts"].append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
+    sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
+    for metric in ("p50", "p99"):
+        cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
+        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", f"{metric} ns (95% CI)", labels))
+    tabs = []
+    for metric in ("p50", "p99", "mean"):
+        rows = []
+        for m in measures:
+            cells = {}
+            for ph in present:
+                r = c.filter((pl.col("measure") == m) & (pl.col("phase") == ph) & (pl.col("metric") == metric))
+                if not r.is_empty():
+                    cells[ph] = cell(r.row(0, named=True))
+            rows.append({"call": labels[m], "cells": cells})
+        tabs.append({"metric": metric, "phases": present, "rows": rows})
+    sec["pipeline"] = tabs
+    # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
+    from loopscope.analysis.queueing import fit as erlang
+
+    fits, samples = [], []
+    for m in [x for x in measures if x.endswith("_stack")]:
+        col = f"{m}_ns"
+        if col not in src.columns:
+            continue
+        for ph in present:
+            x = src.filter(pl.col("phase") == ph)[col].drop_nulls().to_numpy()
+            f = erlang(x)
+            if f is None:
+                continue
+            fits.append(f"{labels[m]}, {ph}: {f.text()}")
+            if ph == present[0] or len(samples) < 4:
+                samples.append((f"{labels[m]} ({ph})", x, f))
+    sec["queueing"] = fits
+    if samples:
+        sec["charts"].append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
+    st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
+    acct = []
+    for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
+        src_row = g.filter(pl.col("role") == "source")
+        sink_row = g.filter(pl.col("role") == "sink")
+        nodes = g.filter(pl.col("role") == "node")
+        sent = int(src_row["sent"][0] or 0) if len(src_row) else 0
+        got = int(sink_row["unique"][0] or 0) if len(sink_row) else 0
+        acct.append(
+            {
+                "phase": ph,
+                "rep": rep,
+                "sent": f"{sent:,}",
+                "received": f"{got:,}",
+                "lost": f"{sent - got:,}",
+                "duplicates": int(sink_row["duplicates"][0] or 0) if len(sink_row) else 0,
+                "reordered": int(sink_row["reordered"][0] or 0) if len(sink_row) else 0,
+                "node_drops": int(sum((r.get("full") or 0) + (r.get("send_errors") or 0) + (r.get("malformed") or 0) for r in nodes.iter_rows(named=True))),
+            }
+        )
+    sec["accounting"] = acct
+
+
+
+
+KIND = Pipeline()

@@ -1,0 +1,119 @@
+"""The ``program`` kind: your own program, instrumented with loopscope's
+trace API (it takes its trace file from LOOPSCOPE_TRACE). Every interval it
+logs becomes a measure, compared across phases and explained like a
+built-in probe's. It may use the lab's channels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import polars as pl
+from pydantic import Field
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, cpus, groups
+from loopscope.spec.models import Command, Duration, Name, ProbeModel
+from loopscope.units import duration_text
+
+PATTERNS = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
+WAKEUP = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
+Env = dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str]
+INTERVALS = {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}
+
+
+class ProgramProbe(ProbeModel):
+    """Your own program, instrumented with loopscope's trace API (it takes its trace file from
+    LOOPSCOPE_TRACE): every interval it logs is compared across phases and its outliers are
+    explained like a built-in probe's."""
+
+    kind: Literal["program"]
+    command: Command
+    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
+    timeout: Duration | None = Field(None, description="with until: exit, how long it may run (default 10 minutes)")
+    env: Env = Field(default_factory=dict, description="extra environment variables")
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
+    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+    attribute: list[str] = PATTERNS
+    wakeup: list[str] = WAKEUP
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+    uses_channels: ClassVar[bool] = True
+
+    def seconds(self, default_ns: int) -> float:
+        if self.until == "exit":
+            return (self.timeout or 600_000_000_000) / 1e9
+        return super().seconds(default_ns)
+
+
+def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
+    """A program's intervals (its own groups: loopscope's and the channel
+    runtime's ``chan``, which the time breakdown uses, left out), named
+    ``<prefix><group>/<name>``."""
+    name = pl.col("name").cast(pl.String)
+    return df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"])).select(
+        (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
+        pl.lit(kind).alias("kind"),
+    )
+
+
+def program_argv(p: dict[str, Any], duration_ns: int, trace: Path) -> list[str]:
+    a = cli("program") + ["--until", p["until"], "--duration", duration_text(duration_ns), *cpus(p)]
+    for k, v in (p.get("env") or {}).items():
+        a += ["--env", f"{k}={v}"]
+    if p.get("cwd"):
+        a += ["--cwd", p["cwd"]]
+    return a + ["--json", "--trace", str(trace), "--", *p["command"]]
+
+
+def interval_measures(tables: Any, kind: str) -> list[Measure]:
+    out = []
+    prog = tables.program
+    for probe, g in groups(prog.filter(pl.col("kind") == kind) if len(prog) else prog):
+        for (ent,), ge in g.group_by("interval", maintain_order=True):
+            out.append(Measure(probe, kind, str(ent), ge.select("rep", "phase", "loads", pl.col("dur_ns").alias("value")), ("p50", "p99", "mean"), 32))
+    return out
+
+
+def interval_series(tables: Any, probe: str) -> list[Series]:
+    prog = tables.program.filter(pl.col("probe") == probe)
+    return [Series(str(ent), str(ent), g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value")), prefix=f"{ent}, ")
+            for (ent,), g in prog.group_by("interval", maintain_order=True)]
+
+
+class Program(ProbeKind):
+    name = "program"
+    model = ProgramProbe
+    describe = "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure."
+    tables = {"program": INTERVALS}
+    steady = (("program", "dur_ns", ("interval",)),)
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+        return program_argv(p, duration_ns, trace)
+
+    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+        spec = {**probe.model_dump(mode="json"), "command": ctx.with_hosts(probe.command)}
+        return ctx.run_one(probe, spec, key, dur_ns)
+
+    def local_programs(self, probe: Any) -> list[Any]:
+        return [probe]
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        out = StepRows()
+        out.add("program", tag(intervals(trace, "", "program")))
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        return interval_measures(tables, "program")
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        return interval_series(tables, probe)
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        from loopscope.report.sections import images
+
+        super().section(sec, tables, comp, present, run_dir)
+        sec["images"] = images(run_dir, tables, sec["name"], present)
+
+
+KIND = Program()

@@ -1,0 +1,241 @@
+"""The ``rr`` kind: request/response exchanges between two hosts, over UDP
+or one TCP connection (Boie & Niehaus 2007 §3.2's stimulus-response).
+
+The client on ``host`` sends requests at ``rate`` to ``dest``; the echo
+server there (started by the lab when ``dest`` names a host, else one you
+run: ``loopscope probe echo``) answers each at once with its kernel RX,
+read and send times. Every exchange gives:
+
+- the round trip, on the client's clock alone;
+- both one-way legs (client send → server kernel RX, server send → client
+  kernel RX) on the run's timeline: each host's CLOCK_REALTIME placed by
+  the clock-sync probes, with the two ends' sync bounds added as the leg's
+  error (0 on one host);
+- the IPDV of each leg (RFC 3393: the difference between consecutive
+  exchanges' one-way delays), which needs no clock sync: an offset between
+  the clocks cancels in the difference.
+
+The native loops are ``crates/probes/src/net/rr.rs`` (UDP) and
+``rr_tcp.rs`` (TCP, length-framed).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar, Literal
+
+import numpy as np
+import polars as pl
+from pydantic import Field, field_validator
+from pydantic_core import PydanticCustomError
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, groups
+from loopscope.spec.models import Duration, Name, ProbeModel, pps
+from loopscope.units import duration_text
+
+HEADER = 48  # the loopscope packet header (crates/probes/src/net/packet.rs)
+ENDPOINT = re.compile(r"^(?P<host>[^:\s]+):(?P<port>[0-9]{1,5})$")
+COLUMNS = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
+           "turnaround_ns": pl.Int64, "ipdv_fwd_ns": pl.Int64, "ipdv_ret_ns": pl.Int64, "client": pl.String, "server": pl.String}
+
+
+class RrProbe(ProbeModel):
+    """Request/response between two hosts: round-trip time, both one-way legs on the run's timeline (with their sync bound) and their IPDV (RFC 3393)."""
+
+    kind: Literal["rr"]
+    host: Name | None = Field(None, description="the host of the client (default: the first host)")
+    dest: str = Field(description="a host of the experiment (the lab starts an echo server there) or HOST:PORT of an echo server you run (loopscope probe echo)")
+    rate: pps("an rr probe's") = Field("1000pps", description="requests per second")  # type: ignore[valid-type]
+    transport: Literal["udp", "tcp"] = Field("udp", description="udp: one datagram each way; tcp: one connection, length-framed messages, Nagle off")
+    size: Annotated[int, Field(ge=HEADER, le=65000)] = Field(64, description="request bytes (the answer is 72)")
+    port: Annotated[int, Field(ge=1024, le=65000)] = Field(47300, description="the echo server's port when dest names a host")
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    talks_across_hosts: ClassVar[bool] = True
+
+    @field_validator("dest")
+    @classmethod
+    def _dest(cls, v: str) -> str:
+        m = ENDPOINT.match(v)
+        if ":" in v and (m is None or not 1 <= int(m["port"]) <= 65535):
+            raise PydanticCustomError("rr_dest", "must be a host of the experiment or HOST:PORT with a port 1..65535", {})
+        if ":" not in v and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}", v):
+            raise PydanticCustomError("rr_dest", "must be a host of the experiment or HOST:PORT", {})
+        return v
+
+    @property
+    def server_host(self) -> str | None:
+        """The experiment's host that answers (None: an outside server)."""
+        return None if ":" in self.dest else self.dest
+
+    def host_refs(self) -> list[tuple[tuple[str | int, ...], str | None]]:
+        return [(("host",), self.host), (("dest",), self.server_host)]
+
+    def hosts(self, first: str) -> list[str]:
+        return list(dict.fromkeys([self.host or first, *([self.server_host] if self.server_host else [])]))
+
+
+def _client(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
+    return cli("rr") + ["--dest", p["address"], "--rate", p["rate"], "--size", str(p["size"]), "--duration", duration_text(duration_ns),
+                        *(["--tcp"] if p["transport"] == "tcp" else []), "--json", "--trace", str(trace)]
+
+
+def _echo(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
+    return cli("echo") + ["--bind", p["bind"], *(["--tcp"] if p["transport"] == "tcp" else []), "--json"]
+
+
+def decode(trace: pl.DataFrame) -> np.ndarray:
+    """The client's ``net/rr`` events as rows of seq, sent, server kernel RX,
+    server RX, server TX, kernel RX, RX (CLOCK_REALTIME ns)."""
+    ev = trace.filter((pl.col("group").cast(pl.String) == "net") & (pl.col("name").cast(pl.String) == "rr"))
+    pay = [p for p in ev["payload"].to_list() if p is not None and len(p) >= 56] if len(ev) else []
+    if not pay:
+        return np.zeros((0, 7), dtype=np.int64)
+    return np.frombuffer(b"".join(p[:56] for p in pay), dtype="<i8").reshape(len(pay), 7)
+
+
+def ipdv(seq: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """RFC 3393 IPDV: for each exchange whose predecessor (seq − 1) was also
+    answered, its one-way delay minus the predecessor's; else missing."""
+    out = np.full(len(d), np.nan)
+    if len(d) > 1:
+        ok = np.diff(seq) == 1
+        out[1:][ok] = np.diff(d)[ok]
+    return out
+
+
+def leg_names(probe: dict[str, Any], first: str) -> tuple[str, str]:
+    a = probe.get("host") or first
+    b = probe["dest"] if ":" not in probe["dest"] else probe["dest"].rpartition(":")[0]
+    return f"{a}→{b}", f"{b}→{a}"
+
+
+class Rr(ProbeKind):
+    name = "rr"
+    model = RrProbe
+    describe = ("Request/response exchanges: the round trip on the client's clock, both one-way legs on the run's timeline (each with the sum of its two "
+                "ends' clock-sync bounds) and each leg's IPDV (RFC 3393: the change of one-way delay between consecutive exchanges; a clock offset cancels in it).")
+    tables = {"rr": COLUMNS}
+    steady = (("rr", "rtt_ns", ()),)
+    labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}
+    helpers = {"rr-echo": _echo}
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+        return _client(p, duration_ns, trace, scratch)
+
+    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+        lab = ctx.lab
+        srv = probe.server_host
+        spec = probe.model_dump(mode="json")
+        if srv is None:
+            spec["address"] = probe.dest
+            return {**ctx.run_one(probe, spec, key, dur_ns), "server": {"host": None, "address": probe.dest}}
+        h = lab.hosts[srv]
+        name = f"{probe.name}.echo"
+        bind = f"{'0.0.0.0' if h.remote else h.address}:{probe.port}"
+        spec["address"] = f"{h.address}:{probe.port}"
+        lab.agent(srv).call("start_probe", probe={"kind": "rr-echo", "name": name, "bind": bind, "transport": probe.transport},
+                            step_dir=lab.step_dir(srv, key), scratch_dir=lab.scratch(srv), wait_ready=True)
+        stopped = False
+        try:
+            step = ctx.run_one(probe, spec, key, dur_ns)
+            echo = lab.agent(srv).call("stop_probe", name=name)
+            stopped = True
+        finally:
+            if not stopped:
+                try:
+                    lab.agent(srv).call("stop_probe", name=name, timeout_s=3)
+                except Exception:  # noqa: BLE001 - stopping the server must not hide the first failure
+                    pass
+        return {**step, "server": {"host": srv, "address": spec["address"], "name": name, "json": lab.rel(srv, f"{lab.step_dir(srv, key)}/{name}.json"),
+                                   "answered": (echo.get("result") or {}).get("requests"), "cpu_usec": echo.get("cpu_usec")}}
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        a = decode(trace)
+        out = StepRows()
+        if not len(a):
+            return out
+        a = a[np.argsort(a[:, 0], kind="stable")]
+        seq, sent, skrx, surx, sutx, krx, urx = (a[:, i] for i in range(7))
+        client = step.get("host") or ""
+        server = (step.get("server") or {}).get("host")
+        if server is None:
+            addr = str((step.get("server") or {}).get("address") or "")
+            server = client if addr.startswith("127.") else ""
+        base = int(sent[0])
+        n = len(a)
+        ha, hb = np.full(n, client, dtype=object), np.full(n, server, dtype=object)
+        fwd, fb = read.place(ha, (sent - base).astype(np.float64), hb, (skrx - base).astype(np.float64), base)
+        ret, rb = read.place(hb, (sutx - base).astype(np.float64), ha, (krx - base).astype(np.float64), base)
+        if not server:  # an outside server on an unknown clock: no legs
+            fwd, ret = np.full(n, np.nan), np.full(n, np.nan)
+        df = pl.DataFrame({
+            "seq": seq, "t_ns": sent, "rtt_ns": urx - sent,
+            "fwd_ns": pl.Series(fwd).fill_nan(None).round(0).cast(pl.Int64), "ret_ns": pl.Series(ret).fill_nan(None).round(0).cast(pl.Int64),
+            "fwd_bound_ns": pl.Series(fb).fill_nan(None), "ret_bound_ns": pl.Series(rb).fill_nan(None),
+            "turnaround_ns": sutx - surx,
+            "ipdv_fwd_ns": pl.Series(ipdv(seq, (skrx - sent).astype(np.float64))).fill_nan(None).cast(pl.Int64),
+            "ipdv_ret_ns": pl.Series(ipdv(seq, (krx - sutx).astype(np.float64))).fill_nan(None).cast(pl.Int64),
+            "client": client, "server": server or None,
+        }, schema_overrides={"server": pl.String})
+        out.add("rr", tag(df))
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        out = []
+        for probe, g in groups(tables.rr):
+            for m, col in (("rtt", pl.col("rtt_ns")), ("fwd", pl.col("fwd_ns")), ("ret", pl.col("ret_ns")),
+                           ("ipdv_fwd", pl.col("ipdv_fwd_ns").abs()), ("ipdv_ret", pl.col("ipdv_ret_ns").abs())):
+                v = g.select("rep", "phase", "loads", col.alias("value")).drop_nulls("value")
+                if len(v):
+                    out.append(Measure(probe, "rr", m, v, ("p50", "p99", "mean"), 32))
+        return out
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        df = tables.rr.filter(pl.col("probe") == probe)
+        spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == probe), {"dest": "?"})
+        there, back = leg_names(spec, next(iter(tables.run.get("hosts") or {"host": 0})))
+        return [Series("rtt", "round trip", df.select("rep", "phase", "t_ns", pl.col("rtt_ns").alias("value"))),
+                *(Series(m, f"{label} one-way delay", df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"), scan=False, charts=False)
+                  for m, label in (("fwd", there), ("ret", back)))]
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        from loopscope.report import charts
+        from loopscope.report.sections import ns
+
+        spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec["name"]), {})
+        first = next(iter(tables.run.get("hosts") or {"host": 0}))
+        there, back = leg_names(spec, first)
+        df = tables.rr.filter(pl.col("probe") == sec["name"])
+        sec["describe"] += f" Here {spec.get('host') or first} asks {spec.get('dest')} over {spec.get('transport', 'udp').upper()} at {spec.get('rate')}."
+        rows = []
+        for ph in present:
+            g = df.filter(pl.col("phase") == ph)
+            if not len(g):
+                continue
+
+            def q(col: str, bound: str | None = None) -> str:
+                v = g[col].drop_nulls()
+                if not len(v):
+                    return "n/a (no shared clock)" if bound else "n/a"
+                text = f"{ns(v.quantile(0.5))} / {ns(v.quantile(0.99))}"
+                if bound:
+                    b = g[bound].drop_nulls()
+                    text += f" ± {ns(b.median())}" if len(b) else ""
+                return text
+
+            iv = [f"{ns(g[c].drop_nulls().abs().quantile(0.99))}" if g[c].drop_nulls().len() else "n/a" for c in ("ipdv_fwd_ns", "ipdv_ret_ns")]
+            sent = sum(int((tables.results.get((r, ph, sec["name"])) or {}).get("sent") or 0) for r in g["rep"].unique().to_list())
+            rows.append([ph, f"{len(g):,} of {sent:,}", q("rtt_ns"), q("fwd_ns", "fwd_bound_ns"), q("ret_ns", "ret_bound_ns"), f"{there} {iv[0]} · {back} {iv[1]}"])
+        sec["grids"].append({"title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
+                             "columns": ["phase", "answered", "RTT", there, back, "IPDV"], "rows": rows})
+        super().section(sec, tables, comp, present, run_dir)
+        for measure, label in (("fwd", there), ("ret", back)):
+            c = comp.filter(pl.col("measure") == measure)
+            if len(c):
+                legs = df.select("rep", "phase", "t_ns", pl.col(f"{measure}_ns").alias("value")).drop_nulls("value")
+                sec["charts"].append(charts.ecdf(legs, [p for p in present if p in set(legs["phase"].to_list())], f"{sec['name']}: leg {label}, distribution by phase", f"{label} one-way delay"))
+
+
+KIND = Rr()

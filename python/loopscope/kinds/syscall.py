@@ -1,0 +1,93 @@
+"""The ``syscall`` kind: the per-call cost of system calls, timed in batches
+until the 95 % CI is within a target (Carlinet et al. 2000; the native loop
+is ``crates/probes/src/syscall.rs``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import polars as pl
+from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, StepRows, cli, groups
+from loopscope.spec.models import SYSCALLS, Duration, Name, ProbeModel
+
+
+def _syscall(v: Any) -> str:
+    from loopscope import _native
+
+    try:
+        _native.syscall_parse(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("syscall", "{why}", {"why": str(e)}) from None
+    return str(v)
+
+
+SyscallName = Annotated[str, BeforeValidator(_syscall),
+                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
+                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
+
+
+class SyscallProbe(ProbeModel):
+    """Per-call cost of system calls, in batches until the 95 % CI is within `target` (Carlinet et al. 2000)."""
+
+    kind: Literal["syscall"]
+    calls: list[SyscallName] = Field(default_factory=lambda: list(SYSCALLS))
+    batch: Annotated[int, Field(ge=1, le=500)] = 200
+    target_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
+    max_batches: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
+    max_seconds_per_call: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory)")
+    duration: Duration | None = Field(None, description="not used: the syscall probe stops when every call has converged or hit its cap")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+
+    def seconds(self, default_ns: int) -> float:
+        return self.max_seconds_per_call * len(self.calls)  # its cap: it stops when every call converged
+
+
+class Syscall(ProbeKind):
+    name = "syscall"
+    model = SyscallProbe
+    describe = "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000)."
+    tables = {"syscall": {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}}
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+        return cli("syscall") + ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"]),
+                                 "--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch), "--json", "--trace", str(trace)]
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        batch = int(result.get("batch") or 1)
+        s = trace.filter(pl.col("group").cast(pl.String) == "syscall").select(
+            pl.col("name").cast(pl.String).alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
+        )
+        out = StepRows()
+        out.add("syscall", tag(s))
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        out = []
+        for probe, g in groups(tables.syscall):
+            for (call,), gc in g.group_by("call", maintain_order=True):
+                out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
+        return out
+
+    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        from loopscope.report import charts
+        from loopscope.report.sections import cell
+
+        sec["charts"].append(charts.syscall_bars(comp, present, f"{sec['name']}: cost per call by phase"))
+        rows = []
+        for call in comp["measure"].unique(maintain_order=True).to_list():
+            cells = {}
+            for ph in present:
+                r = comp.filter((pl.col("measure") == call) & (pl.col("phase") == ph))
+                if not r.is_empty():
+                    cells[ph] = cell(r.row(0, named=True))
+            rows.append({"call": call, "cells": cells})
+        sec["syscall"] = {"phases": present, "rows": rows}
+
+
+KIND = Syscall()

@@ -1,0 +1,63 @@
+"""The ``timer`` kind: wake-up latency of a periodic thread on absolute
+deadlines (cyclictest's measurement; the native loop is
+``crates/probes/src/timer.rs``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import polars as pl
+from pydantic import Field
+
+from loopscope.analysis.phases import Measure
+from loopscope.kinds.base import ProbeKind, Series, StepRows, cli, cpus, groups
+from loopscope.spec.models import Duration, Name, ProbeModel
+from loopscope.units import duration_text
+
+
+class TimerProbe(ProbeModel):
+    """Timer wake-up latency on absolute deadlines (cyclictest's measurement)."""
+
+    kind: Literal["timer"]
+    interval_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
+    threads: Annotated[int, Field(ge=1, le=1024)] = 1
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
+    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE)")
+    dma_latency_us: Annotated[int, Field(ge=0)] | None = Field(None, description="hold /dev/cpu_dma_latency during the probe, as cyclictest does with 0")
+    duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
+    host: Name | None = Field(None, description="the host it runs on (default: the first host)")
+
+
+class Timer(ProbeKind):
+    name = "timer"
+    model = TimerProbe
+    describe = "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement)."
+    tables = {"timer": {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}}
+    steady = (("timer", "latency_ns", ()),)
+    labels = {"latency": "wake-up latency"}
+
+    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+        a = cli("timer") + ["--interval-us", str(p["interval_us"]), "--duration", duration_text(duration_ns), "--threads", str(p["threads"]), *cpus(p)]
+        if p.get("priority") is not None:
+            a += ["--priority", str(p["priority"])]
+        if p.get("dma_latency_us") is not None:
+            a += ["--dma-latency", str(p["dma_latency_us"])]
+        return a + ["--json", "--trace", str(trace)]
+
+    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+        out = StepRows()
+        w = trace.filter(pl.col("name").cast(pl.String) == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
+        out.add("timer", tag(w))
+        return out
+
+    def measures(self, tables: Any) -> list[Measure]:
+        return [Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32)
+                for probe, g in groups(tables.timer)]
+
+    def series(self, tables: Any, probe: str) -> list[Series]:
+        df = tables.timer.filter(pl.col("probe") == probe)
+        return [Series("latency", "wake-up latency", df.select("rep", "phase", "t_ns", pl.col("latency_ns").alias("value")))]
+
+
+KIND = Timer()

@@ -1,0 +1,135 @@
+"""The building blocks of a probe's report section, for the probe kinds.
+
+A kind (``loopscope.kinds``) fills its section with these: the generic
+``series_section`` (a distribution and a time series chart per measure and
+a table of its metrics by phase, against the baseline with their CIs),
+``cell`` for one comparison, ``detected`` for what the anomaly detectors
+find in its series. ``probe_sections`` walks the comparisons and asks each
+probe's kind for its section: the report is handed the kinds, it never
+imports them.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from loopscope.report import charts
+from loopscope.units import format_ns
+
+
+def ns(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else format_ns(x)
+
+
+def ratio(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    # Near 1 two decimals would hide a small but significant change.
+    return f"{x:.3f}×" if abs(x - 1) < 0.01 else f"{x:.2f}×"
+
+
+def cell(r: dict[str, Any]) -> dict[str, Any]:
+    """One comparison row as a table cell: value with CI, ratio to the baseline with CI."""
+    base = r["phase"] == r["baseline_phase"]
+    return {
+        "value": ns(r["value_ns"]),
+        "ci": f"[{ns(r['value_lo_ns'])}, {ns(r['value_hi_ns'])}]",
+        "ratio": "baseline" if base else ratio(r["ratio"]),
+        "ratio_ci": "" if base else f"[{ratio(r['ratio_lo'])}, {ratio(r['ratio_hi'])}]",
+        "sig": (not base) and bool(r["significant"]),
+        "up": (not base) and bool(r["significant"]) and r["ratio"] > 1,
+        "p": "" if base or r["p_value"] is None else (f"{r['p_value']:.1e}" if r["p_value"] < 1e-3 else f"{r['p_value']:.3f}"),
+    }
+
+
+def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], series: list[Any]) -> None:
+    """Per measure: its distribution and its course by phase, and its metrics
+    by phase against the baseline."""
+    for s in series:
+        measure, label, frame = s.measure, s.label, s.frame
+        # a program's interval may be missing from a phase (nothing happened there)
+        here = [ph for ph in present if not c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).is_empty()]
+        if not here:
+            continue
+        if s.charts:
+            sec["charts"].append(charts.ecdf(frame, here, f"{sec['name']}: {label}, distribution by phase", label))
+            sec["charts"].append(charts.over_time(frame, here, f"{sec['name']}: {label} over time", label))
+        metrics = c.filter(pl.col("measure") == measure)["metric"].unique(maintain_order=True).to_list()
+        rows = []
+        for ph in here:
+            cells = {}
+            for m in metrics:
+                r = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph) & (pl.col("metric") == m))
+                if not r.is_empty():
+                    cells[m] = cell(r.row(0, named=True))
+            first = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).row(0, named=True)
+            rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
+        sec["tables"].append({"title": label, "metrics": metrics, "rows": rows})
+
+
+def detected(series: list[Any]) -> list[str]:
+    """What the anomaly detectors found in these series, per phase and repetition."""
+    from loopscope.analysis.detectors import detect
+
+    out = []
+    for s in series:
+        df = s.frame
+        if not len(df) or "t_ns" not in df.columns:
+            continue
+        prefix = getattr(s, "prefix", "")
+        for (phase, rep), g in df.group_by(["phase", "rep"], maintain_order=True):
+            for f in detect(g["t_ns"].to_numpy(), g["value"].to_numpy()):
+                out.append(f"{prefix}{phase}, rep {rep}: {f.text}")
+    return out
+
+
+def images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: int = 3) -> list[dict[str, str]]:
+    """Images a program or app left next to its trace (``<trace>-frames/*.png``),
+    a few per phase, inlined."""
+    import base64
+
+    from loopscope.analysis.steps import program_parts
+
+    if run_dir is None:
+        return []
+    out = []
+    for ph in phases:
+        n = 0
+        for st in tables.run.get("steps") or []:
+            if st.get("probe") != probe or st.get("phase") != ph:
+                continue
+            for part in program_parts(st, tables.run):
+                d = Path(run_dir) / part.trace.removesuffix(".lstrace")
+                d = d.with_name(d.name + "-frames")
+                for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
+                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
+                    n += 1
+    return out
+
+
+def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Any) -> list[dict[str, Any]]:
+    """One section per compared probe, each filled by its kind."""
+    out = []
+    for probe in comp["probe"].unique(maintain_order=True).to_list():
+        c = comp.filter(pl.col("probe") == probe)
+        kind = kinds.get(str(c["kind"][0]))
+        if kind is None:  # an app's intervals carry the kind "app", a known kind
+            continue
+        sec: dict[str, Any] = {"name": probe, "kind": kind.name, "describe": kind.describe, "charts": [], "tables": [], "grids": []}
+        sec["detected"] = [d for d in detected([s for s in kind.series(tables, probe) if s.scan])]
+        present = [p for p in phases if p in set(c["phase"].to_list())]
+        kind.section(sec, tables, c, present, run_dir)
+        out.append(sec)
+    return out
+
+
+def labels(kinds: Any) -> dict[str, str]:
+    """Every kind's names for its measures (``wake_delay`` → ``wake-up delay``)."""
+    out: dict[str, str] = {}
+    for k in kinds:
+        out.update(getattr(k, "labels", {}) or {})
+    return out
