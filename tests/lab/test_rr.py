@@ -81,9 +81,10 @@ def test_an_rr_probe_across_two_namespaces_measures_rtt_both_legs_and_ipdv(rr_ru
             assert (v + b >= 1_000_000).all(), (probe, leg, v.min(), b.median())
             assert b.median() < 200_000  # the sync network's bound is far below the link delay
             assert g[f"ipdv_{leg}_ns"].drop_nulls().len() >= len(g) - 5
-        # the legs and the server's turnaround add up to the round trip
-        parts = g["fwd_ns"] + g["ret_ns"] + g["turnaround_ns"]
-        assert ((g["rtt_ns"] - parts).abs() <= g["fwd_bound_ns"] + g["ret_bound_ns"] + 200_000).all()
+        # the two legs fit in the round trip (which adds both ends' stacks and the server's turnaround)
+        slack = g["fwd_bound_ns"] + g["ret_bound_ns"]
+        assert (g["fwd_ns"] + g["ret_ns"] + g["turnaround_ns"] <= g["rtt_ns"] + slack).all()
+        assert (g["rtt_ns"] - g["fwd_ns"] - g["ret_ns"]).median() < 500_000
     comp = pl.read_parquet(run_dir / "tables" / "comparisons.parquet").filter(pl.col("kind") == "rr")
     assert {"rtt", "fwd", "ret", "ipdv_fwd", "ipdv_ret"} <= set(comp["measure"])
     html = (run_dir / "report.html").read_text()

@@ -334,7 +334,8 @@ class KernelCapture(Model):
     run on every kernel that allows it (tracepoints into a trace instance of the run's own, CLOCK_MONOTONIC,
     read between probe windows), to explain outliers."""
 
-    capture: Literal["auto", "on", "off"] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
+    # YAML reads a bare on/off as true/false: take them as the words they were
+    capture: Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
     events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
     buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)")
     read: Literal["between-windows", "continuously"] = Field("between-windows", description="between-windows: the reader runs between probe windows (and in one only when a buffer is half full); continuously: it reads whenever there are events, at SCHED_IDLE (for comparison)")

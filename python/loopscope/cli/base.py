@@ -1,0 +1,73 @@
+"""The root of the `loopscope` command and the parameter types its options share."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loopscope.units import parse_duration_ns
+
+
+class Duration(click.ParamType):
+    """A duration with a unit: 10s, 500ms, 2m."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_duration_ns(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+class CpuList(click.ParamType):
+    """CPU numbers: 1, or 0,2, or 0-3."""
+
+    name = "cpus"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> list[int]:
+        if isinstance(value, list):
+            return value
+        out: list[int] = []
+        try:
+            for part in str(value).split(","):
+                if "-" in part:
+                    a, b = part.split("-", 1)
+                    out.extend(range(int(a), int(b) + 1))
+                elif part.strip():
+                    out.append(int(part))
+        except ValueError:
+            self.fail(f"{value!r} is not a CPU list; write e.g. 1, 0,2 or 0-3", param, ctx)
+        return out
+
+
+def _console() -> Any:
+    """A rich console; 120 columns when the output is not a terminal (pipes, CI logs)."""
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+
+
+def _default_run_dir(name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    d = Path("runs") / f"{stamp}-{name}"
+    n = 1
+    while d.exists():
+        n += 1
+        d = Path("runs") / f"{stamp}-{name}-{n}"
+    return d
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(None, "--version", package_name="loopscope", prog_name="loopscope")
+def cli() -> None:
+    """Measure how late soft-real-time work gets on this machine, how often, and why."""
+
+
+# ---- probe ---------------------------------------------------------------------

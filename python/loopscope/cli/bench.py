@@ -1,0 +1,135 @@
+"""`loopscope bench …`: loopscope against its floor and its peers."""
+
+from __future__ import annotations
+
+
+import click
+
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+
+@cli.group()
+def bench() -> None:
+    """Benchmarks: loopscope against its floor and its peers, back to back."""
+
+
+@bench.command("trace")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs (seconds, not minutes): for smoke tests, not for figures.")
+@click.option("--write-seconds", type=float, default=None, help="Length of the sustained-write test [30, quick: 2].")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where to write the benchmark traces [a temporary directory].")
+def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir: str | None) -> int:
+    """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST."""
+    from loopscope.bench import trace as bt
+
+    return _report(bt.run(quick=quick, write_seconds=write_seconds, workdir=workdir, progress=None if as_json else click.echo), as_json, bt.print_human)
+
+
+@bench.command("timer")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="Length of each run.")
+@click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each tool, alternating.")
+def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> int:
+    """The timer probe against cyclictest -m -i N, alternating runs."""
+    from loopscope.bench import timer as bt
+
+    return _report(bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo), as_json, bt.print_human)
+
+
+@bench.command("pacing")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="Length of each rate's run [5, quick: 2].")
+def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
+    """The UDP sender against iperf3 on loopback: achieved rate, per-second CV, departure error."""
+    from loopscope.bench import pacing
+
+    return _report(pacing.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, pacing.print_human)
+
+
+@bench.command("emulator")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Rounds of every measurement [3, quick: 1].")
+@click.option("--seconds", type=float, default=None, help="Length of each stream [5, quick: 1].")
+@click.option("--rate-seconds", type=float, default=None, help="Length of each packet-rate trial [5, quick: 1].")
+def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None, rate_seconds: float | None) -> int:
+    """The link emulator against kernel forwarding: delay error at 10 kpps (sleeping and busy-polling), loss against its binomial
+    interval, a lab path that asks for nothing, the highest packet rate against the kernel's, lab up/down."""
+    from loopscope.bench import emulator
+
+    return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, rate_seconds=rate_seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
+
+
+@bench.command("clocksync")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="Length of each condition's run [60, quick: 10].")
+@click.option("--network", "networks", type=click.Choice(["sync", "experiment"]), multiple=True, help="Which network the probes take (repeat for both) [both].")
+def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks: tuple[str, ...]) -> int:
+    """Clock sync against injected offsets and drifts, idle and loaded, on the sync network and on the experiment's:
+    error, bound, drift; NTP's filter on the same probes."""
+    from loopscope.bench import clocksync
+
+    return _report(clocksync.run(quick=quick, seconds=seconds, networks=networks or clocksync.NETWORKS, progress=None if as_json else click.echo), as_json, clocksync.print_human)
+
+
+@bench.command("kcapture")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [timer-idle 5, pipeline-busy 10; quick: 2].")
+@click.option("--seconds", type=float, default=None, help="Length of each run [timer-idle 10, pipeline-busy 5; quick: 2].")
+@click.option("--scenario", "scenarios", type=click.Choice(["timer-idle", "pipeline-busy"]), multiple=True, help="Scenarios to run [both].")
+@click.option("--designs", is_flag=True, help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.")
+def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None, scenarios: tuple[str, ...], designs: bool) -> int:
+    """What kernel capture costs the probes: an idle timer and a pipeline under a network flood, with and without capture, alternating.
+
+    \b
+    Examples:
+      loopscope bench kcapture --json
+      loopscope bench kcapture --scenario pipeline-busy --designs
+    """
+    from loopscope.bench import kcapture
+
+    return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo), as_json, kcapture.print_human)
+
+
+@bench.command("channels")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs, three sizes: for smoke tests, not for figures.")
+@click.option("--blocks", type=click.IntRange(min=1), default=None, help="Block pairs per size, raw and channel alternating [20, quick: 4].")
+@click.option("--transport", "transports", type=click.Choice(["tcp", "udp"]), multiple=True, help="Transports to measure [tcp and udp].")
+@click.option("--placement", type=click.Choice(["split", "same"]), default="split", show_default=True, help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.")
+def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: tuple[str, ...], placement: str) -> int:
+    """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB."""
+    from loopscope.bench import channels
+
+    return _report(channels.run(quick=quick, blocks=blocks, transports=list(transports) or None, placement=placement, progress=None if as_json else click.echo), as_json, channels.print_human)
+
+
+@bench.command("lab")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs of each measurement [5, quick: 2].")
+@click.option("--demo", default=None, help="Experiment whose report is timed [examples/demo.yaml].")
+def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) -> int:
+    """What the lab costs: agent start to probe start, report time, timer through the lab vs alone."""
+    from loopscope.bench import lab
+
+    return _report(lab.run(quick=quick, runs=runs, demo=demo, progress=None if as_json else click.echo), as_json, lab.print_human)
+
+
+@bench.command("model")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
+@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4].")
+def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
+    """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there."""
+    from loopscope.bench import model
+
+    return _report(model.run(quick=quick, runs=runs, progress=None if as_json else click.echo), as_json, model.print_human)
+
+
+# ---- calibrate / model ----------------------------------------------------------------

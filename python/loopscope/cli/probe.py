@@ -1,0 +1,416 @@
+"""`loopscope probe …`: every probe as a command of its own (the experiment's kinds and the lab's helpers)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import click
+
+from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
+from loopscope.units import format_bps, format_ns
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+
+@cli.group()
+def probe() -> None:
+    """Measure the machine with one probe, standalone."""
+
+
+@probe.command("timer")
+@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period in µs.")
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
+@click.option("--threads", type=int, default=1, show_default=True, help="Measuring threads.")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin threads to these CPUs, round-robin (1, 0,2, 0-3).")
+@click.option("--priority", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
+@click.option("--mlock/--no-mlock", default=True, show_default=True, help="Lock memory (mlockall) so page faults do not add latency.")
+@click.option("--dma-latency", "dma_latency", type=int, default=None, help="Hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 (default: leave idle states alone).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] | None, priority: int | None, mlock: bool, dma_latency: int | None, trace_path: str | None, as_json: bool) -> int:
+    """Timer wake-up latency on absolute deadlines (what cyclictest measures).
+
+    Every wake-up goes into the trace as an interval from its deadline to when
+    the thread ran; deadlines that passed while a wake-up was late are counted
+    as missed.
+    """
+    from loopscope.probes import timer
+
+    interval_ns = interval_us * 1000
+    timer.validate(interval_ns, duration, threads, cpus or [], priority, dma_latency)
+    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, dma_latency_us=dma_latency, trace_path=_trace_path(trace_path, "timer"))
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        _print_timer(res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("sched")
+@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure.")
+@click.option("--busy-threads", type=int, default=2, show_default=True, help="Threads spinning next to the measured one.")
+@click.option("--sleep-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long the measured thread sleeps each cycle.")
+@click.option("--work-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long its burst of work takes alone.")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the threads to these CPUs (measured thread first).")
+@click.option("--work-iters", type=click.IntRange(min=1), default=None, help="Burst size from an earlier --calibrate-only run (with --alone-ns).")
+@click.option("--alone-ns", type=click.IntRange(min=1), default=None, help="The burst's time alone from that run.")
+@click.option("--calibrate-only", is_flag=True, help="Only size the burst and time it alone; print that and stop.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool) -> int:
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
+    from loopscope.probes import sched
+
+    sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
+    res = sched.run(
+        duration, busy_threads=busy_threads, sleep_ns=sleep_us * 1000, work_ns=work_us * 1000, cpus=cpus,
+        work_iters=work_iters, alone_ns=alone_ns, calibrate_only=calibrate_only,
+        trace_path=None if calibrate_only else _trace_path(trace_path, "sched"),
+    )
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        from rich.table import Table
+
+        con = _console()
+        con.print(f"scheduler responsiveness · {busy_threads} busy threads · sleep {format_ns(res.sleep_ns)} / work {format_ns(res.work_ns)} · {res.cycles:,} cycles")
+        t = Table(show_edge=False)
+        t.add_column("")
+        for c in ("p50", "p99", "max", "avg (95% CI)"):
+            t.add_column(c, justify="right")
+        for name, s in (("wake-up delay", res.wake), ("extra completion", res.extra)):
+            if s.n:
+                t.add_row(name, format_ns(s.p50.value), format_ns(s.p99.value), format_ns(s.max), f"{format_ns(s.mean.value)} {_ci(s.mean)}")
+        con.print(t)
+        con.print(f"burst alone: {format_ns(res.alone_ns)} (fastest of 21, before the busy threads started); total extra time over the run: {format_ns(res.total_extra_ns)}")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("syscall")
+@click.option("--calls", default=None, help="Comma-separated calls [default: all: getpid, clock_gettime, open, close, read, write, stat, link, unlink, socket, sendto, recvfrom, mmap, munmap]; "
+              "read, write, sendto and recvfrom also take a size in bytes (read:4096).")
+@click.option("--batch", type=int, default=200, show_default=True, help="Calls per timed batch.")
+@click.option("--target", type=float, default=5.0, show_default=True, help="Stop a call when its 95% CI half-width is within this % of the mean.")
+@click.option("--max-batches", type=int, default=2000, show_default=True, help="Cap on batches per call.")
+@click.option("--max-seconds", type=float, default=5.0, show_default=True, help="Cap on time per call.")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the probe's scratch files go [system temp dir].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int, max_seconds: float, workdir: str | None, trace_path: str | None, as_json: bool) -> int:
+    """Cost of each system call, in batches until its 95% CI is within --target % (Carlinet et al. 2000)."""
+    from loopscope.probes import syscall
+
+    names = [c.strip() for c in calls.split(",") if c.strip()] if calls else None
+    syscall.validate(names or syscall.CALLS, batch, target / 100, max_batches)
+    res = syscall.run(calls=names, batch=batch, target_rel=target / 100, max_batches=max_batches, max_seconds=max_seconds, workdir=workdir, trace_path=_trace_path(trace_path, "syscall"))
+    if as_json:
+        click.echo(json.dumps(res.to_json()))
+    else:
+        from rich.table import Table
+
+        con = _console()
+        con.print(f"system-call cost · batches of {batch} · until the 95% CI is within {target:g}% of the mean")
+        t = Table(show_edge=False)
+        for c, j in (("call", "left"), ("mean", "right"), ("95% CI", "right"), ("batches", "right"), ("", "left")):
+            t.add_column(c, justify=j)  # type: ignore[arg-type]
+        for c in res.calls:
+            t.add_row(c.name, format_ns(c.mean_ns), f"±{format_ns(c.ci_half_ns)}", f"{c.batches:,}", "" if c.converged else "[yellow]not converged (cap)[/]")
+        con.print(t)
+        con.print(f"probe overhead: two clock reads per batch, {res.clock_read_ns * 2 / batch:.2f} ns per call, included")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("send")
+@click.option("--dest", required=True, help="Receiver HOST:PORT.")
+@click.option("--rate", "rate_text", required=True, help="Payload bit rate (200Mbit, 1Gb/s) or packet rate (1000pps).")
+@click.option("--size", type=int, default=1400, show_default=True, help="UDP payload bytes per packet (48..65507).")
+@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="How many packets to send.")
+@click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF | replay:FILE.")
+@click.option("--seed", type=int, default=1, show_default=True, help="Seed of the poisson pattern.")
+@click.option("--workers", type=int, default=1, show_default=True, help="Sending threads sharing one schedule.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Flow id carried by every packet.")
+@click.option("--tx-timestamps/--no-tx-timestamps", default=True, show_default=True, help="Kernel TX timestamps (SO_TIMESTAMPING) into the trace.")
+@click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-send/send.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, pattern_text: str, seed: int, workers: int, flow: int,
+               tx_timestamps: bool, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
+    """Paced UDP sender: departures on absolute deadlines, says if it could not keep up."""
+    from loopscope.probes import net
+
+    r0 = net.rate(rate_text, size)
+    warn = net.obvious_shortfall(r0, workers)
+    if warn:
+        sys.stderr.write(f"loopscope: warning: {warn}\n")
+    res = net.send(dest, rate_text=rate_text, size=size, duration_ns=duration, count=count, pattern_text=pattern_text, seed=seed, workers=workers,
+                   flow=flow, tx_timestamps=tx_timestamps, records=packet_records, trace_path=_trace_path(trace_path, "send"))
+    j = res.to_json()
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        d = j["departure_err_ns"]
+        con.print(f"sent {j['sent']:,} packets of {size} bytes to {dest}: {format_bps(j['sent_bps'])} of {format_bps(j['requested_bps'])} requested ({pattern_text}, {workers} worker{'s' if workers > 1 else ''})")
+        if d:
+            con.print(f"departure error: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, p99.9 {format_ns(d['p999'])}, max {format_ns(d['max'])}")
+        con.print(f"kernel TX timestamps: {j['tx_timestamps']['sched']:,} at the queue, {j['tx_timestamps']['software']:,} at the driver; {j['batches']:,} send calls, largest batch {j['largest_batch']}")
+        _trace_line(con, res)
+    if j["shortfall"]:
+        sys.stderr.write(f"loopscope: warning: {j['shortfall']}\n")
+    return EXIT_INTERRUPTED if res.interrupted else 0
+
+
+@probe.command("recv")
+@click.option("--bind", required=True, help="HOST:PORT to receive on (port 0: any).")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long.")
+@click.option("--idle", type=Duration(), default=None, help="Stop when nothing arrived for this long (after the first packet).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many packets.")
+@click.option("--tcp", is_flag=True, help="Be a TCP sink for bulk streams instead (counts bytes).")
+@click.option("--rcvbuf-mib", type=click.IntRange(min=1, max=4096), default=32, show_default=True, help="Socket receive buffer.")
+@click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet (off: histograms only, fixed memory).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-recv/recv.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | None, tcp: bool, rcvbuf_mib: int, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
+    """Receiver with kernel RX timestamps: loss, duplicates, reordering, throughput, delays split."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(bind, "--bind")
+    if tcp:
+        b, conns = _native.net_sink_tcp(bind, duration)
+        out = {"bytes": b, "connections": conns, "bind": bind}
+        click.echo(json.dumps(out) if as_json else f"received {b:,} bytes over {conns} TCP connection(s)")
+        return 0
+    if duration is None and idle is None and count is None:
+        sys.stderr.write("loopscope: receiving until Ctrl-C (give --duration, --idle or --count to stop by itself)\n")
+    res = net.recv(bind, duration_ns=duration, idle_ns=idle, count=count, records=packet_records, rcvbuf=rcvbuf_mib << 20, trace_path=_trace_path(trace_path, "recv"))
+    j = res.to_json()
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        t = j["throughput"]
+        con.print(f"received {j['packets']:,} packets on {j['bound']}: lost {j['lost']:,}, duplicates {j['duplicates']:,}, reordered {j['reordered']:,}, malformed {j['malformed']:,}")
+        if t["bps"]:
+            cv = t["cv_per_second"]
+            con.print(f"throughput {format_bps(t['bps'])}" + (f", per-second CV {cv * 100:.3f}%" if cv is not None else ""))
+        for name, d in j["delay_ns"].items():
+            if d.get("n") and d.get("p50") is not None:
+                con.print(f"{name.replace('_', ' ')} delay: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99']) if d.get('p99') is not None else 'over range'}, max {format_ns(d['max'])}")
+        con.print(f"kernel RX timestamps on {j['kernel_timestamps']:,} packets ({j['hardware_timestamps']:,} from hardware); socket buffer drops: {j['socket_buffer_drops']:,}")
+        _trace_line(con, res)
+    return EXIT_INTERRUPTED if j["interrupted"] else 0
+
+
+@probe.command("echo")
+@click.option("--bind", required=True, help="HOST:PORT to answer on.")
+@click.option("--tcp", is_flag=True, help="Answer over TCP connections (default: UDP datagrams).")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
+def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int:
+    """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(bind, "--bind")
+    r = _native.net_echo(bind, duration, tcp, sys.stdout.fileno() if as_json else None)
+    click.echo(json.dumps(r) if as_json else f"answered {r['requests']:,} requests ({r['malformed']:,} malformed messages ignored)")
+    return EXIT_INTERRUPTED if r["interrupted"] else 0
+
+
+@probe.command("pipe-source")
+@click.option("--dest", required=True, help="First stage HOST:PORT (a node, or the sink).")
+@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Messages per second (1000pps).")
+@click.option("--size", type=int, default=256, show_default=True, help="Message bytes; 56 + 24 per node at least.")
+@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--count", type=click.IntRange(min=1), default=None, help="How many messages.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id carried by every message (the sink keeps only its own).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, flow: int, trace_path: str | None, as_json: bool) -> int:
+    """Source of a distributed pipeline: paced messages through the nodes to the sink."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(dest, "--dest")
+    r = net.rate(rate_text, size)
+    if r.bps is not None:
+        raise InputError(f"--rate: a pipeline's rate is messages per second, like 1000pps [got {rate_text}]")
+    if size < 56 or size > 65000:
+        raise InputError(f"--size: must be 56..65000 bytes [got {size}]")
+    if duration is None and count is None:
+        raise InputError("give --duration or --count")
+    res = pipeline.source(dest, r, size, flow, count, duration, _trace_path(trace_path, "pipe-source"))
+    click.echo(json.dumps(res) if as_json else f"sent {res['sent']:,} messages to {dest} ({res['send_errors']} send errors); departure late p99 {format_ns(res['late_ns'].get('p99') or 0)}")
+    return EXIT_INTERRUPTED if res["interrupted"] else 0
+
+
+@probe.command("pipe-node")
+@click.option("--bind", required=True, help="HOST:PORT this node listens on.")
+@click.option("--next", "next_hop", required=True, help="HOST:PORT of the next stage.")
+@click.option("--work-us", type=click.IntRange(min=0, max=1_000_000), default=0, show_default=True, help="Busy work per message, µs.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-node/pipe-node.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_pipe_node(bind: str, next_hop: str, work_us: int, trace_path: str | None, as_json: bool) -> int:
+    """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(bind, "--bind")
+    net.hostport(next_hop, "--next")
+    res = pipeline.node(bind, next_hop, work_us, _trace_path(trace_path, "pipe-node"))
+    click.echo(json.dumps(res) if as_json else f"forwarded {res['forwarded']:,} of {res['received']:,} messages ({res['malformed']} malformed, {res['full']} full, {res['send_errors']} send errors)")
+    return 0
+
+
+@probe.command("pipe-sink")
+@click.option("--bind", required=True, help="HOST:PORT the sink listens on.")
+@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id to record.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool) -> int:
+    """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
+    from loopscope.probes import net, pipeline
+
+    net.hostport(bind, "--bind")
+    res = pipeline.sink(bind, flow, _trace_path(trace_path, "pipe-sink"))
+    e = res["end_to_end_ns"]
+    click.echo(json.dumps(res) if as_json else f"received {res['unique']:,} messages (lost {res['lost']}, duplicates {res['duplicates']}, reordered {res['reordered']}); end to end p50 {format_ns(e.get('p50') or 0)}")
+    return 0
+
+
+@probe.command("program", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--duration", type=Duration(), default=None, help="Stop the program (SIGINT) after this long; with --until exit, the time it may take before it is stopped and the probe fails.")
+@click.option("--until", type=click.Choice(["duration", "exit"]), default=None, help="End the probe when the duration is up [default when --duration is given] or when the program exits [otherwise].")
+@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the program to these CPUs.")
+@click.option("--env", "env", multiple=True, help="NAME=VALUE for the program's environment (repeatable).")
+@click.option("--cwd", type=click.Path(file_okay=False), default=None, help="The program's working directory [this one].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file the program writes (its LOOPSCOPE_TRACE) [default: runs/<time>-program/program.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
+    """Run an instrumented program (after --) as a probe: it writes its own
+    trace (LOOPSCOPE_TRACE); every interval it logs is summarised here and,
+    in a run, compared across phases and attributed like a built-in probe's."""
+    from loopscope.errors import InputError
+    from loopscope.probes import program
+
+    extra = {}
+    for e in env:
+        k, eq, v = e.partition("=")
+        if not eq or not k:
+            raise InputError(f"--env {e!r}: expected NAME=VALUE")
+        extra[k] = v
+    mode = until or ("duration" if duration else "exit")
+    res = program.run(list(command), _trace_path(trace_path, "program"), duration if mode == "duration" else None, mode, duration if mode == "exit" else None, extra, cpus, cwd)
+    if as_json:
+        click.echo(json.dumps(res))
+        return 0
+    con = _console()
+    con.print(f"{shlex.join(command)}: {res['exit']}, stopped at {res['stopped']}; {res['wall_ns'] / 1e9:.3f} s wall, {res['user_cpu_ns'] / 1e9:.3f} s user, {res['sys_cpu_ns'] / 1e9:.3f} s system")
+    for iv in res["intervals"]:
+        con.print(f"  {iv['entity']}: {iv['n']:,} intervals, p50 {format_ns(iv['p50_ns'])}, p99 {format_ns(iv['p99_ns'])}, max {format_ns(iv['max_ns'])}")
+    for ent, n in res["events"].items():
+        con.print(f"  {ent}: {n:,} events")
+    con.print(f"trace: {res['trace']} ({res['records']:,} records, {res['lost_records']} lost)")
+    if res.get("note"):
+        con.print(f"note: {res['note']}")
+    return 0
+
+
+@probe.command("sync-serve")
+@click.option("--bind", default="0.0.0.0:9319", show_default=True, help="HOST:PORT the responder listens on.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync-serve/sync-serve.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
+    """Clock-sync responder (the reference host): answer probes, keep kernel stamps; until Ctrl-C."""
+    from loopscope.probes import clocksync, net
+
+    net.hostport(bind, "--bind")
+    res = clocksync.serve(bind, _trace_path(trace_path, "sync-serve"))
+    click.echo(json.dumps(res) if as_json else f"answered {res['answered']:,} of {res['received']:,} probes ({res['no_tx_stamp']} without a TX stamp, {res['malformed']} malformed)")
+    return 0
+
+
+@probe.command("sync")
+@click.option("--dest", required=True, help="HOST:PORT of the reference host's responder.")
+@click.option("--flow", type=click.IntRange(min=0, max=2**31), default=1, show_default=True, help="This host's id in the responder's records.")
+@click.option("--rate", type=click.FloatRange(min=0.01, max=10000), default=20.0, show_default=True, help="Probe pairs per second.")
+@click.option("--gap", type=Duration(), default="20us", show_default=True, help="Gap between the two probes of a pair.")
+@click.option("--duration", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None, trace_path: str | None, as_json: bool) -> int:
+    """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
+    from loopscope.probes import clocksync, net
+
+    net.hostport(dest, "--dest")
+    res = clocksync.probe(dest, flow, rate, gap, duration, _trace_path(trace_path, "sync"))
+    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
+    return EXIT_INTERRUPTED if res["interrupted"] else 0
+
+
+@probe.command("rr")
+@click.option("--dest", required=True, help="Echo server HOST:PORT.")
+@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")
+@click.option("--duration", type=Duration(), default="5s", show_default=True)
+@click.option("--size", type=int, default=64, show_default=True, help="Request size in bytes (at least 48).")
+@click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
+@click.option("--tcp", is_flag=True, help="Over one TCP connection (default: UDP datagrams); the server is `probe echo --tcp`.")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, tcp: bool, trace_path: str | None, as_json: bool) -> int:
+    """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs."""
+    from loopscope.probes import net
+
+    j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, tcp=tcp, trace_path=_trace_path(trace_path, "rr"))
+    if as_json:
+        click.echo(json.dumps(j))
+    else:
+        con = _console()
+        con.print(f"{j['answered']:,} of {j['sent']:,} requests answered ({j['lost']:,} lost) by {dest}")
+        for k in ("rtt_ns", "forward_ns", "return_ns", "server_turnaround_ns", "client_end_host_ns"):
+            d = j.get(k)
+            if d and d.get("n"):
+                con.print(f"{k[:-3].replace('_', ' ')}: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, max {format_ns(d['max'])}")
+        if j.get("note"):
+            con.print(f"note: {j['note']}")
+        if j["trace"]:
+            click.echo(j["trace"])
+    return EXIT_INTERRUPTED if j["interrupted"] else 0
+
+
+@probe.command("bulk")
+@click.option("--dest", required=True, help="Sink HOST:PORT (loopscope probe recv [--tcp]).")
+@click.option("--rate", "rate_text", default=None, help="Bit rate [unlimited].")
+@click.option("--duration", type=Duration(), default="10s", show_default=True)
+@click.option("--tcp", is_flag=True, help="A TCP stream (default: UDP datagrams).")
+@click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size: int | None, as_json: bool) -> int:
+    """Bulk stream as competing network load (the role ettcp played in Boie & Niehaus 2007)."""
+    from loopscope import _native
+    from loopscope.probes import net
+
+    net.hostport(dest, "--dest")
+    if tcp:
+        bps = None
+        if rate_text:
+            bps = net.rate(rate_text, 1).bps
+            if bps is None:
+                raise InputError("--rate: a TCP stream takes a bit rate, e.g. 500Mbit")
+        b, el, err = _native.net_bulk_tcp(dest, duration, bps, size or 65536)
+        if err:
+            raise RunError(f"bulk TCP stream to {dest}: {err}")
+        out = {"bytes": b, "elapsed_ns": el, "bps": b * 8 / (el / 1e9) if el else 0.0, "protocol": "tcp"}
+    else:
+        sz = size or 1400
+        res = net.send(dest, rate_text=rate_text or "100Gbit", size=sz, duration_ns=duration, tx_timestamps=False, records=False, trace_path=None)
+        out = {"bytes": res.sent * sz, "elapsed_ns": res.elapsed_ns, "bps": res.sent_bps, "protocol": "udp", "kept_up": res.kept_up if rate_text else None}
+    click.echo(json.dumps(out) if as_json else f"{out['protocol']} bulk to {dest}: {out['bytes']:,} bytes, {format_bps(out['bps'])}")
+    return 0
+
+

@@ -1,0 +1,228 @@
+"""Running experiments and reading runs: `run`, `check`, `schema`, `report`, `timeline`, `explain`, `export`, `cleanup`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED, InputError
+from loopscope.units import format_ns
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+
+@cli.command("run")
+@click.argument("spec", type=click.Path())
+@click.option("--results", default=None, help="Directory receiving the run directory [the spec's `results`, default runs/].")
+@click.option("--run-dir", default=None, help="Exact run directory to create (must not exist).")
+@click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
+@click.option("--duration", "duration_over", type=Duration(), default=None, help="Override the file's duration (per probe and phase), e.g. for a short trial.")
+@click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
+def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None) -> int:
+    """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
+    from loopscope.lab import controller
+    from loopscope.selfname import set_comm
+
+    set_comm("ls-ctl")  # before the progress bar's thread starts: it takes this name
+
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True)
+        task = bar.add_task("starting", total=None)
+
+        def say(msg: str) -> None:
+            bar.console.print(msg, highlight=False)
+
+        def tick(done: int, total: int, label: str) -> None:
+            bar.update(task, completed=done, total=total, description=label)
+
+        with bar:
+            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over)
+    else:
+
+        def say(msg: str) -> None:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+
+        out = controller.run(spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over)
+    if out.status == "completed" and not no_report:
+        from loopscope.report import build
+
+        from loopscope.kinds import KINDS
+
+        rep = build(out.run_dir, KINDS)
+        for line in rep.summary_lines():
+            click.echo(line)
+        click.echo(f"report: {rep.html}")
+    if out.status != "completed":
+        sys.stderr.write(f"loopscope: error: run {out.status}: {out.error}\n  what was collected is kept in {out.run_dir}\n")
+    click.echo(str(out.run_dir))
+    return {"completed": 0, "interrupted": EXIT_INTERRUPTED}.get(out.status, EXIT_FAILED)
+
+
+@cli.command("report")
+@click.argument("run_dir", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
+def report_cmd(run_dir: str, as_json: bool) -> int:
+    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory."""
+    from loopscope import progress
+    from loopscope.kinds import KINDS
+    from loopscope.report import build
+
+    with progress.shown(not as_json):
+        rep = build(Path(run_dir), KINDS)
+    if as_json:
+        click.echo(json.dumps(rep.to_json()))
+    else:
+        for line in rep.summary_lines():
+            click.echo(line)
+        click.echo(str(rep.html))
+    return 0
+
+
+@cli.command("timeline")
+@click.argument("run_dir", type=click.Path())
+@click.option("--probes", "use", type=click.Choice(["all", "pairs"]), default="all", show_default=True, help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.")
+@click.option("--json", "as_json", is_flag=True, help="Print the clocks and checks as one JSON object.")
+def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
+    """Put every record of every host on the reference host's clock: RUN/timeline.parquet."""
+    from loopscope import timeline
+
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
+    from loopscope import progress
+
+    with progress.shown(not as_json):
+        progress.step("timeline: estimating the clocks and placing every record")
+        out = timeline.build(rd, use=use)
+    if as_json:
+        click.echo(json.dumps(out, default=float))
+        return 0
+    for line in timeline.summary_lines(out):
+        click.echo(line)
+    click.echo(str(rd / "timeline.parquet"))
+    return 0
+
+
+@cli.group("export")
+def export_group() -> None:
+    """Write a run in another tool's format."""
+
+
+@export_group.command("perfetto")
+@click.argument("run_dir", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace].")
+def export_perfetto(run_dir: str, output: str | None) -> int:
+    """The global timeline as a Perfetto trace: a track per host and thread, slices, instants, counters."""
+    from loopscope import timeline
+    from loopscope.report import perfetto
+
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
+    from loopscope import progress
+
+    out = Path(output) if output else rd / "trace.perfetto-trace"
+    with progress.shown():
+        if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
+            progress.step("export: building the global timeline")
+            timeline.build(rd)
+        progress.step("export: writing the Perfetto trace")
+        c = perfetto.export(rd, out)
+    click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
+               + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
+               + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
+               + (f", {c['histograms']:,} histogram snapshots" if c["histograms"] else ""))
+    click.echo(f"open it at https://ui.perfetto.dev: {out}")
+    return 0
+
+
+@cli.command("explain")
+@click.argument("run_dir", type=click.Path())
+@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="Records above this quantile of their probe and phase are attributed.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
+    """Why the outliers were late: each one's window split into causes from the run's kernel capture."""
+    from loopscope.analysis import explain
+
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir).path
+    from loopscope import progress
+
+    with progress.shown(not as_json):
+        out = explain.explain(rd, quantile=quantile)
+    if out is None:
+        raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or tracefs or the privileges were missing: see its notes)")
+    if as_json:
+        click.echo(json.dumps(out, default=float))
+        return 0
+    for c in out["captures"]:
+        if c.get("error"):
+            click.echo(f"{c['host']}: {c['error']}")
+            continue
+        cost = (f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU" if c.get("perf_cpu_share") is not None
+                else f"; the reader used {c['reader_cpu_share'] * 100:.1f} % of a CPU, {c.get('reads_during_windows') or 0} of its reads inside windows" if c.get("reader_cpu_share") is not None else "")
+        size = f", {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c.get("bytes_per_s") else ""
+        click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost{size}{cost}")
+        for p in c.get("problems") or []:
+            click.echo(f"  capture: {p}")
+    for g in out["groups"]:
+        top = ", ".join(f"{x['cause']} {x['share'] * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
+        top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %" if "lab_share" in g else ""
+        flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
+        click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
+    click.echo(f"attributed in {out['seconds']:.1f} s; {rd / 'tables' / 'attribution.parquet'}")
+    return 0
+
+
+@cli.command("schema")
+def schema_cmd() -> int:
+    """Print the JSON Schema of experiment files (for editors)."""
+    import loopscope.kinds  # noqa: F401 - registers the probe kinds the schema lists
+    from loopscope.spec import json_schema
+
+    click.echo(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+@cli.command("check")
+@click.argument("spec", type=click.Path())
+def check_cmd(spec: str) -> int:
+    """Validate an experiment file and print its plan, without running it."""
+    import loopscope.kinds  # noqa: F401 - registers the probe kinds
+    from loopscope.spec import load
+    from loopscope.spec.plan import estimate_seconds, phase_runs
+
+    exp = load(spec)
+    runs = phase_runs(exp)
+    est = estimate_seconds(exp)
+    about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"
+    click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · at most about {about}")
+    for pr in runs:
+        loads = ", ".join(pr.phase.loads) or "no load"
+        click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")
+    return 0
+
+
+@cli.command("cleanup")
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+def cleanup_cmd(dry_run: bool) -> int:
+    """Remove what killed runs left behind: processes, cgroups, state files."""
+    from loopscope.lab import cleanup
+
+    actions = cleanup.run(dry_run=dry_run)
+    for a in actions:
+        click.echo(a)
+    if not actions:
+        click.echo("nothing to clean up")
+    return 0
+
+
+# ---- trace ---------------------------------------------------------------------

@@ -1,0 +1,95 @@
+"""How the commands print: the human-readable lines of results (the commands' grammar is in the other modules)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from loopscope.cli.base import _console, _default_run_dir
+from loopscope.units import format_ns
+
+
+def _ci(e: Any) -> str:
+    lo = "open" if e.lo is None else format_ns(e.lo)
+    hi = "open" if e.hi is None else format_ns(e.hi)
+    return f"[{lo}, {hi}]"
+
+
+def _print_timer(res: Any) -> None:
+    from rich.table import Table
+
+    con = _console()
+    s = res.summary
+    sched = res.threads[0].sched if res.threads else "?"
+    title = (
+        f"timer latency · interval {format_ns(res.interval_ns)} · {format_ns(res.elapsed_ns)} · "
+        f"{len(res.threads)} thread{'s' if len(res.threads) != 1 else ''} · {sched} · "
+        f"{'mlockall' if res.mlock_ok else 'memory not locked'}"
+    )
+    con.print(title)
+    t = Table(show_edge=False)
+    t.add_column("", style="bold")
+    t.add_column("latency", justify="right")
+    t.add_column("95% CI", justify="right")
+    t.add_row("samples", f"{res.samples:,}", "")
+    t.add_row("missed", f"{res.missed:,}", "deadlines skipped" if res.missed else "")
+    if s.n:
+        t.add_row("min", format_ns(s.min), "")
+        t.add_row("avg", format_ns(s.mean.value), _ci(s.mean))
+        t.add_row("p50", format_ns(s.p50.value), _ci(s.p50))
+        t.add_row("p99", format_ns(s.p99.value), _ci(s.p99))
+        t.add_row("p99.9", format_ns(s.p999.value), _ci(s.p999))
+        t.add_row("max", format_ns(s.max), "")
+    con.print(t)
+    if len(res.threads) > 1:
+        for th in res.threads:
+            ts = th.summary
+            cpu = f"cpu {th.cpu}" if th.cpu is not None else "any cpu"
+            if ts.n:
+                con.print(f"  thread {th.index} (tid {th.tid}, {cpu}): p50 {format_ns(ts.p50.value)}, p99 {format_ns(ts.p99.value)}, max {format_ns(ts.max)}, missed {th.missed}")
+    for th in res.threads:
+        if not th.sched_ok:
+            con.print(f"[yellow]note:[/] thread {th.index}: {th.sched}")
+        if th.cpu is not None and not th.affinity_ok:
+            con.print(f"[yellow]note:[/] thread {th.index}: pinning to CPU {th.cpu} was refused")
+    if not res.mlock_ok:
+        con.print(f"[yellow]note:[/] {res.mlock}")
+    if not res.dma_latency_ok:
+        con.print(f"[yellow]note:[/] {res.dma_latency}")
+    elif "held" in res.dma_latency:
+        con.print(f"power management: {res.dma_latency}")
+    if res.kept_samples < res.samples:
+        con.print(f"[yellow]note:[/] statistics from the first {res.kept_samples:,} of {res.samples:,} samples (memory cap)")
+    con.print(f"probe overhead: one clock read, {res.overhead_ns:.0f} ns, is part of every latency")
+    _trace_line(con, res)
+
+
+def _trace_path(trace_path: str | None, name: str) -> str:
+    if trace_path is not None:
+        return trace_path
+    d = _default_run_dir(name)
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d / f"{name}.lstrace")
+
+
+def _trace_line(con: Any, res: Any) -> None:
+    if res.interrupted:
+        con.print("[yellow]interrupted:[/] the figures cover the time measured before Ctrl-C")
+    if res.trace:
+        lost = f", {res.trace_lost:,} lost" if res.trace_lost is not None else ""
+        con.print(f"trace: {res.trace_records or 0:,} records{lost}")
+        click.echo(res.trace)
+
+
+# ---- experiments ---------------------------------------------------------------
+
+
+def _report(res: dict[str, Any], as_json: bool, human: Any) -> int:
+    """A benchmark's result: one JSON object, or the human summary."""
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        human(res)
+    return 0

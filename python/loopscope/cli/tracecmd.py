@@ -1,0 +1,61 @@
+"""`loopscope trace …`: inspecting trace files."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from loopscope.errors import InputError
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+
+@cli.group()
+def trace() -> None:
+    """Inspect trace files."""
+
+
+def _existing(path: str) -> str:
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    return path
+
+
+@trace.command("info")
+@click.argument("file", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def trace_info(file: str, as_json: bool) -> int:
+    """Entities, counts, time span, lost records and damage of a trace."""
+    from loopscope.trace import narrate, reader
+
+    inf = reader.info(_existing(file))
+    if as_json:
+        click.echo(json.dumps(narrate.info_json(inf)))
+    else:
+        for line in narrate.info_lines(inf):
+            click.echo(line)
+    return 0
+
+
+@trace.command("dump")
+@click.argument("file", type=click.Path())
+@click.option("--entity", default=None, help="Only this entity (group/name).")
+@click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many records.")
+@click.option("--file-order", is_flag=True, help="Keep file order (per thread) instead of sorting by time.")
+def trace_dump(file: str, entity: str | None, limit: int | None, file_order: bool) -> int:
+    """Narrate a trace, one record per line."""
+    from loopscope.trace import narrate, reader
+
+    df, inf = reader.read_with_info(_existing(file), sort=not file_order)
+    df = narrate.select(df, inf, entity)
+    out = sys.stdout
+    for line in narrate.dump_lines(df, inf, limit):
+        out.write(line + "\n")
+    out.flush()
+    return 0
+
+
+# ---- bench ---------------------------------------------------------------------
