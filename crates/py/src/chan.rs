@@ -7,9 +7,7 @@
 //! the program (seen with CPython 3.11).
 
 use super::{addr, run_interruptible, InputError, RunError};
-use loopscope_channels::{
-    raw, ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which,
-};
+use loopscope_channels::{raw, ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which};
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList};
@@ -22,10 +20,7 @@ pyo3::create_exception!(_native, ChannelTimeout, pyo3::exceptions::PyTimeoutErro
 fn err(e: ChanError) -> PyErr {
     match e {
         ChanError::Timeout => ChannelTimeout::new_err("timed out"),
-        ChanError::Duplicate(_)
-        | ChanError::TooLarge { .. }
-        | ChanError::NoConsumer(_)
-        | ChanError::Gone(_) => InputError::new_err(e.to_string()),
+        ChanError::Duplicate(_) | ChanError::TooLarge { .. } | ChanError::NoConsumer(_) | ChanError::Gone(_) => InputError::new_err(e.to_string()),
         _ => RunError::new_err(e.to_string()),
     }
 }
@@ -39,11 +34,7 @@ fn which(w: &str, ts: Option<u64>) -> PyResult<Which> {
         ("next", None) => Which::Next,
         ("latest", None) => Which::Latest,
         ("at", Some(t)) => Which::At(t),
-        _ => {
-            return Err(InputError::new_err(format!(
-                "which={w:?}: expected 'next', 'latest' or 'at' with a timestamp"
-            )))
-        }
+        _ => return Err(InputError::new_err(format!("which={w:?}: expected 'next', 'latest' or 'at' with a timestamp"))),
     })
 }
 
@@ -55,17 +46,9 @@ fn stats_dict<'py>(py: Python<'py>, c: &Channel) -> PyResult<Bound<'py, PyDict>>
     let s = c.stats();
     let d = PyDict::new(py);
     for (k, v) in [
-        ("put", s.put),
-        ("got", s.got),
-        ("consumed", s.consumed),
-        ("reclaimed", s.reclaimed),
-        ("dropped_full", s.dropped_full),
-        ("dropped_no_consumer", s.dropped_no_consumer),
-        ("skipped", s.skipped),
-        ("put_timeouts", s.put_timeouts),
-        ("get_timeouts", s.get_timeouts),
-        ("consumers_lost", s.consumers_lost),
-        ("bytes_put", s.bytes_put),
+        ("put", s.put), ("got", s.got), ("consumed", s.consumed), ("reclaimed", s.reclaimed), ("dropped_full", s.dropped_full),
+        ("dropped_no_consumer", s.dropped_no_consumer), ("skipped", s.skipped), ("put_timeouts", s.put_timeouts),
+        ("get_timeouts", s.get_timeouts), ("consumers_lost", s.consumers_lost), ("bytes_put", s.bytes_put),
     ] {
         d.set_item(k, v)?;
     }
@@ -104,15 +87,7 @@ impl PyChannel {
         r.map_err(err)
     }
     #[pyo3(signature = (consumer, which="next", ts=None, consume=false, timeout=5.0))]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        consumer: u32,
-        which: &str,
-        ts: Option<u64>,
-        consume: bool,
-        timeout: f64,
-    ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
+    fn get<'py>(&self, py: Python<'py>, consumer: u32, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let c = self.c.clone();
         let r = py.detach(move || c.get(consumer, w, consume, dur(timeout)));
@@ -141,34 +116,16 @@ impl PyHub {
         PyHub { h: Hub::new(frag) }
     }
     fn listen(&self, bind: &str) -> PyResult<String> {
-        self.h
-            .listen(addr(bind)?)
-            .map(|a| a.to_string())
-            .map_err(InputError::new_err)
+        self.h.listen(addr(bind)?).map(|a| a.to_string()).map_err(InputError::new_err)
     }
     #[pyo3(signature = (name, capacity=64, full="block", max_item=16 << 20))]
-    fn create(
-        &self,
-        name: &str,
-        capacity: usize,
-        full: &str,
-        max_item: usize,
-    ) -> PyResult<PyChannel> {
+    fn create(&self, name: &str, capacity: usize, full: &str, max_item: usize) -> PyResult<PyChannel> {
         let f = match full {
             "block" => Full::Block,
             "drop-oldest" => Full::DropOldest,
-            _ => {
-                return Err(InputError::new_err(format!(
-                    "full={full:?}: expected 'block' or 'drop-oldest'"
-                )))
-            }
+            _ => return Err(InputError::new_err(format!("full={full:?}: expected 'block' or 'drop-oldest'"))),
         };
-        Ok(PyChannel {
-            c: self
-                .h
-                .create(name, capacity, f, max_item)
-                .map_err(InputError::new_err)?,
-        })
+        Ok(PyChannel { c: self.h.create(name, capacity, f, max_item).map_err(InputError::new_err)? })
     }
     /// Move network input for at most `timeout` seconds (a hub nobody waits on).
     fn pump(&self, py: Python<'_>, timeout: f64) -> bool {
@@ -179,16 +136,8 @@ impl PyHub {
         let s = self.h.net_stats();
         let d = PyDict::new(py);
         for (k, v) in [
-            ("items_in", s.items_in),
-            ("bytes_in", s.bytes_in),
-            ("datagrams_in", s.datagrams_in),
-            ("incomplete", s.incomplete),
-            ("missing", s.missing),
-            ("refused", s.refused),
-            ("malformed", s.malformed),
-            ("conns_accepted", s.conns_accepted),
-            ("conns_lost", s.conns_lost),
-            ("send_errors", s.send_errors),
+            ("items_in", s.items_in), ("bytes_in", s.bytes_in), ("datagrams_in", s.datagrams_in), ("incomplete", s.incomplete), ("missing", s.missing),
+            ("refused", s.refused), ("malformed", s.malformed), ("conns_accepted", s.conns_accepted), ("conns_lost", s.conns_lost), ("send_errors", s.send_errors),
         ] {
             d.set_item(k, v)?;
         }
@@ -208,30 +157,16 @@ pub struct PyRemoteProducer {
 impl PyRemoteProducer {
     #[new]
     #[pyo3(signature = (hub, name, transport="tcp", frag=1400, timeout=5.0))]
-    fn new(
-        py: Python<'_>,
-        hub: &str,
-        name: &str,
-        transport: &str,
-        frag: usize,
-        timeout: f64,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, hub: &str, name: &str, transport: &str, frag: usize, timeout: f64) -> PyResult<Self> {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let p = py
-            .detach(move || RemoteProducer::connect(a, &name, t, frag, dur(timeout)))
-            .map_err(RunError::new_err)?;
+        let p = py.detach(move || RemoteProducer::connect(a, &name, t, frag, dur(timeout))).map_err(RunError::new_err)?;
         Ok(PyRemoteProducer { p: Mutex::new(p) })
     }
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
-        let r = py.detach(|| {
-            self.p
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .put(ts, &data, dur(timeout))
-        });
+        let r = py.detach(|| self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout)));
         py.check_signals()?;
         r.map_err(RunError::new_err)
     }
@@ -254,35 +189,15 @@ impl PyRemoteConsumer {
     #[new]
     #[pyo3(signature = (hub, name, transport="tcp", capacity=64, max_item=16 << 20, frag=1400, timeout=5.0))]
     #[allow(clippy::too_many_arguments)]
-    fn new(
-        py: Python<'_>,
-        hub: &str,
-        name: &str,
-        transport: &str,
-        capacity: usize,
-        max_item: usize,
-        frag: usize,
-        timeout: f64,
-    ) -> PyResult<Self> {
+    fn new(py: Python<'_>, hub: &str, name: &str, transport: &str, capacity: usize, max_item: usize, frag: usize, timeout: f64) -> PyResult<Self> {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let r = py
-            .detach(move || {
-                RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout))
-            })
-            .map_err(RunError::new_err)?;
+        let r = py.detach(move || RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout))).map_err(RunError::new_err)?;
         Ok(PyRemoteConsumer { r })
     }
     #[pyo3(signature = (which="next", ts=None, consume=false, timeout=5.0))]
-    fn get<'py>(
-        &self,
-        py: Python<'py>,
-        which: &str,
-        ts: Option<u64>,
-        consume: bool,
-        timeout: f64,
-    ) -> PyResult<(u64, Bound<'py, PyBytes>)> {
+    fn get<'py>(&self, py: Python<'py>, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let (m, cid) = (self.r.mirror.clone(), self.r.cid);
         let r = py.detach(move || m.get(cid, w, consume, dur(timeout)));
@@ -308,29 +223,17 @@ impl PyRemoteConsumer {
 /// until stopped.
 #[pyfunction]
 #[pyo3(signature = (raw_bind, chan_bind, reply_to, transport, frag=1400))]
-pub fn chan_bench_serve(
-    py: Python<'_>,
-    raw_bind: &str,
-    chan_bind: &str,
-    reply_to: &str,
-    transport: &str,
-    frag: usize,
-) -> PyResult<(u64, u64)> {
+pub fn chan_bench_serve(py: Python<'_>, raw_bind: &str, chan_bind: &str, reply_to: &str, transport: &str, frag: usize) -> PyResult<(u64, u64)> {
     let (rb, cb, rt) = (addr(raw_bind)?, addr(chan_bind)?, addr(reply_to)?);
     let t = self::transport(transport)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (res, _) = run_interruptible(py, "ls-chan-serve", stop, move || {
         let s3 = s2.clone();
-        let raw = std::thread::Builder::new()
-            .name("ls-raw-serve".into())
-            .spawn(move || raw::raw_serve(rb, t, frag, &s3))
-            .map_err(|e| e.to_string())?;
+        let raw = std::thread::Builder::new().name("ls-raw-serve".into()).spawn(move || raw::raw_serve(rb, t, frag, &s3)).map_err(|e| e.to_string())?;
         let c = raw::chan_serve(cb, rt, t, frag, &s2);
         s2.store(true, std::sync::atomic::Ordering::Relaxed);
-        let r = raw
-            .join()
-            .map_err(|_| "the raw echo thread panicked".to_string())?;
+        let r = raw.join().map_err(|_| "the raw echo thread panicked".to_string())?;
         Ok::<_, String>((r?, c?))
     })?;
     res.map_err(RunError::new_err)
@@ -341,18 +244,7 @@ pub fn chan_bench_serve(
 #[pyfunction]
 #[pyo3(signature = (raw_dest, chan_dest, bind, transport, sizes, rounds, blocks, warmup=20, frag=1400))]
 #[allow(clippy::too_many_arguments)]
-pub fn chan_bench_client<'py>(
-    py: Python<'py>,
-    raw_dest: &str,
-    chan_dest: &str,
-    bind: &str,
-    transport: &str,
-    sizes: Vec<usize>,
-    rounds: Vec<usize>,
-    blocks: usize,
-    warmup: usize,
-    frag: usize,
-) -> PyResult<Bound<'py, PyList>> {
+pub fn chan_bench_client<'py>(py: Python<'py>, raw_dest: &str, chan_dest: &str, bind: &str, transport: &str, sizes: Vec<usize>, rounds: Vec<usize>, blocks: usize, warmup: usize, frag: usize) -> PyResult<Bound<'py, PyList>> {
     let (rd, cd, b) = (addr(raw_dest)?, addr(chan_dest)?, addr(bind)?);
     let t = self::transport(transport)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -363,11 +255,7 @@ pub fn chan_bench_client<'py>(
         for (k, &size) in sizes.iter().enumerate() {
             let n = rounds.get(k).or(rounds.last()).copied().unwrap_or(100);
             for blk in 0..blocks {
-                let order: [(&str, &mut raw::Client); 2] = if blk % 2 == 0 {
-                    [("raw", &mut raw), ("channel", &mut chan)]
-                } else {
-                    [("channel", &mut chan), ("raw", &mut raw)]
-                };
+                let order: [(&str, &mut raw::Client); 2] = if blk % 2 == 0 { [("raw", &mut raw), ("channel", &mut chan)] } else { [("channel", &mut chan), ("raw", &mut raw)] };
                 for (mode, c) in order {
                     out.push((mode, blk, c.rounds(size, n, warmup)?));
                 }

@@ -15,48 +15,30 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 fn field<'a>(v: &'a Value, k: &str, what: &str) -> PyResult<&'a Value> {
-    v.get(k)
-        .ok_or_else(|| InputError::new_err(format!("netem config: {what} has no {k:?}")))
+    v.get(k).ok_or_else(|| InputError::new_err(format!("netem config: {what} has no {k:?}")))
 }
 
 fn num(v: &Value, k: &str, what: &str) -> PyResult<f64> {
-    field(v, k, what)?
-        .as_f64()
-        .ok_or_else(|| InputError::new_err(format!("netem config: {what}.{k} is not a number")))
+    field(v, k, what)?.as_f64().ok_or_else(|| InputError::new_err(format!("netem config: {what}.{k} is not a number")))
 }
 
 fn text<'a>(v: &'a Value, k: &str, what: &str) -> PyResult<&'a str> {
-    field(v, k, what)?
-        .as_str()
-        .ok_or_else(|| InputError::new_err(format!("netem config: {what}.{k} is not a string")))
+    field(v, k, what)?.as_str().ok_or_else(|| InputError::new_err(format!("netem config: {what}.{k} is not a string")))
 }
 
 fn mac(s: &str) -> PyResult<[u8; 6]> {
-    let parts: Vec<u8> = s
-        .split(':')
-        .filter_map(|p| u8::from_str_radix(p, 16).ok())
-        .collect();
-    parts
-        .try_into()
-        .map_err(|_| InputError::new_err(format!("netem config: bad MAC address {s:?}")))
+    let parts: Vec<u8> = s.split(':').filter_map(|p| u8::from_str_radix(p, 16).ok()).collect();
+    parts.try_into().map_err(|_| InputError::new_err(format!("netem config: bad MAC address {s:?}")))
 }
 
 fn ipv4(s: &str) -> PyResult<u32> {
-    s.parse::<std::net::Ipv4Addr>()
-        .map(u32::from)
-        .map_err(|_| InputError::new_err(format!("netem config: bad IPv4 address {s:?}")))
+    s.parse::<std::net::Ipv4Addr>().map(u32::from).map_err(|_| InputError::new_err(format!("netem config: bad IPv4 address {s:?}")))
 }
 
 fn parse(config: &str) -> PyResult<netem::Config> {
-    let v: Value = serde_json::from_str(config)
-        .map_err(|e| InputError::new_err(format!("netem config: {e}")))?;
+    let v: Value = serde_json::from_str(config).map_err(|e| InputError::new_err(format!("netem config: {e}")))?;
     let mut ports = Vec::new();
-    for (i, p) in field(&v, "ports", "config")?
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, p) in field(&v, "ports", "config")?.as_array().into_iter().flatten().enumerate() {
         let w = format!("ports[{i}]");
         ports.push(PortSpec {
             host: text(p, "host", &w)?.to_string(),
@@ -68,12 +50,7 @@ fn parse(config: &str) -> PyResult<netem::Config> {
         });
     }
     let mut links = Vec::new();
-    for (i, l) in field(&v, "links", "config")?
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, l) in field(&v, "links", "config")?.as_array().into_iter().flatten().enumerate() {
         let w = format!("links[{i}]");
         let rate = l.get("rate_bps").and_then(Value::as_f64);
         links.push(LinkSpec {
@@ -108,16 +85,8 @@ fn parse(config: &str) -> PyResult<netem::Config> {
         rings: v.get("rings").and_then(Value::as_bool).unwrap_or(true),
         poll: v.get("poll").and_then(Value::as_bool).unwrap_or(false),
         cpu: v.get("cpu").and_then(Value::as_u64).map(|c| c as usize),
-        spin_max_ns: v
-            .get("spin_max_ns")
-            .and_then(Value::as_i64)
-            .unwrap_or(150_000),
-        spin_permille: (v
-            .get("spin_quantile")
-            .and_then(Value::as_f64)
-            .unwrap_or(0.5)
-            * 1000.0)
-            .round() as usize,
+        spin_max_ns: v.get("spin_max_ns").and_then(Value::as_i64).unwrap_or(150_000),
+        spin_permille: (v.get("spin_quantile").and_then(Value::as_f64).unwrap_or(0.5) * 1000.0).round() as usize,
     })
 }
 
@@ -128,12 +97,7 @@ extern "C" fn on_usr1(_: libc::c_int) {
 /// Run the emulator; returns per-link and per-port counts and histograms.
 #[pyfunction]
 #[pyo3(signature = (config, ready_fd=None, reload_path=None))]
-pub fn netem_run<'py>(
-    py: Python<'py>,
-    config: &str,
-    ready_fd: Option<i32>,
-    reload_path: Option<String>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, reload_path: Option<String>) -> PyResult<Bound<'py, PyDict>> {
     let cfg = parse(config)?;
     let (ports, unfiltered) = netem::open_ports(&cfg).map_err(RunError::new_err)?;
     if let Some(fd) = ready_fd {
@@ -149,8 +113,7 @@ pub fn netem_run<'py>(
         unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
         Box::new(move || {
             let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-            let links =
-                Python::attach(|_| parse(&text).map(|c| c.links).map_err(|e| e.to_string()))?;
+            let links = Python::attach(|_| parse(&text).map(|c| c.links).map_err(|e| e.to_string()))?;
             if let Some(fd) = ready_fd {
                 let msg = format!("reloaded {}\n", links.len());
                 unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
@@ -158,9 +121,7 @@ pub fn netem_run<'py>(
             Ok(links)
         }) as netem::Reload
     });
-    let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || {
-        netem::run_with(&c2, ports, s2, reload)
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || netem::run_with(&c2, ports, s2, reload))?;
     let r = r.map_err(RunError::new_err)?;
     let d = PyDict::new(py);
     let links = PyList::empty(py);
@@ -206,10 +167,7 @@ pub fn netem_run<'py>(
         ports.append(pd)?;
     }
     d.set_item("ports", ports)?;
-    d.set_item(
-        "hist_scale",
-        serde_json::to_string(&r.hist_scale).unwrap_or_default(),
-    )?;
+    d.set_item("hist_scale", serde_json::to_string(&r.hist_scale).unwrap_or_default())?;
     d.set_item("elapsed_ns", r.elapsed_ns)?;
     d.set_item("interrupted", interrupted || r.interrupted)?;
     d.set_item("final_margin_ns", r.final_margin_ns)?;

@@ -18,12 +18,7 @@ use pyo3::types::{PyBytes, PyDict};
 /// a reader whose own activity is traced could otherwise chase its own events.
 #[pyfunction]
 #[pyo3(signature = (fd, page_size, max_bytes))]
-pub fn ktrace_read<'py>(
-    py: Python<'py>,
-    fd: i32,
-    page_size: usize,
-    max_bytes: usize,
-) -> PyResult<Bound<'py, PyBytes>> {
+pub fn ktrace_read<'py>(py: Python<'py>, fd: i32, page_size: usize, max_bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
     let (buf, err) = py.detach(move || {
         let mut buf: Vec<u8> = Vec::with_capacity(page_size * 64);
         let mut page = vec![0u8; page_size];
@@ -49,9 +44,7 @@ pub fn ktrace_read<'py>(
         (buf, err)
     });
     if let Some(e) = err {
-        return Err(pyo3::exceptions::PyOSError::new_err(format!(
-            "reading the kernel's trace buffer: {e}"
-        )));
+        return Err(pyo3::exceptions::PyOSError::new_err(format!("reading the kernel's trace buffer: {e}")));
     }
     Ok(PyBytes::new(py, &buf))
 }
@@ -72,10 +65,7 @@ impl KtraceDecoder {
         for (sys, text) in formats {
             fs.push(parse(&sys, &text).map_err(InputError::new_err)?);
         }
-        Ok(KtraceDecoder {
-            d: Decoder::new(layout, fs),
-            page_size,
-        })
+        Ok(KtraceDecoder { d: Decoder::new(layout, fs), page_size })
     }
 
     /// Decode whole pages read from `cpu`'s buffer, in the order read.

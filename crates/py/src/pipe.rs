@@ -22,34 +22,20 @@ pub(crate) fn ready(fd: Option<i32>) {
 #[pyfunction]
 #[pyo3(signature = (dest, flow, pps_num, pps_den, size, count=None, duration_ns=None))]
 #[allow(clippy::too_many_arguments)]
-pub fn pipe_source<'py>(
-    py: Python<'py>,
-    dest: &str,
-    flow: u32,
-    pps_num: u128,
-    pps_den: u128,
-    size: usize,
-    count: Option<u64>,
-    duration_ns: Option<u64>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
     if count.is_none() && duration_ns.is_none() {
         return Err(InputError::new_err("give a count or a duration"));
     }
     let d = addr(dest)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-pipe-source", stop, move || {
-        pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2)
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-source", stop, move || pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let o = PyDict::new(py);
     o.set_item("sent", r.sent)?;
     o.set_item("send_errors", r.send_errors)?;
     o.set_item("late", hist_dict(py, &r.late)?)?;
-    o.set_item(
-        "hist_scale",
-        serde_json::to_string(&r.hist_scale).unwrap_or_default(),
-    )?;
+    o.set_item("hist_scale", serde_json::to_string(&r.hist_scale).unwrap_or_default())?;
     o.set_item("elapsed_ns", r.elapsed_ns)?;
     o.set_item("interrupted", interrupted || r.interrupted)?;
     Ok(o)
@@ -58,22 +44,14 @@ pub fn pipe_source<'py>(
 /// Pipeline node: receive, work, append stamps, forward; until stopped.
 #[pyfunction]
 #[pyo3(signature = (bind, next, work_ns=0, ready_fd=None))]
-pub fn pipe_node<'py>(
-    py: Python<'py>,
-    bind: &str,
-    next: &str,
-    work_ns: i64,
-    ready_fd: Option<i32>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn pipe_node<'py>(py: Python<'py>, bind: &str, next: &str, work_ns: i64, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
     let n = addr(next)?;
     let sock = pipe::bind(&b).map_err(InputError::new_err)?;
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-pipe-node", stop, move || {
-        pipe::node(sock, &n, work_ns, s2)
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-node", stop, move || pipe::node(sock, &n, work_ns, s2))?;
     let r = r.map_err(RunError::new_err)?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
@@ -83,10 +61,7 @@ pub fn pipe_node<'py>(
     o.set_item("send_errors", r.send_errors)?;
     o.set_item("no_kernel_ts", r.no_kernel_ts)?;
     o.set_item("residence", hist_dict(py, &r.residence)?)?;
-    o.set_item(
-        "hist_scale",
-        serde_json::to_string(&r.hist_scale).unwrap_or_default(),
-    )?;
+    o.set_item("hist_scale", serde_json::to_string(&r.hist_scale).unwrap_or_default())?;
     o.set_item("elapsed_ns", r.elapsed_ns)?;
     o.set_item("interrupted", interrupted)?;
     Ok(o)
@@ -95,19 +70,13 @@ pub fn pipe_node<'py>(
 /// Pipeline sink: one trace record per message; until stopped.
 #[pyfunction]
 #[pyo3(signature = (bind, flow, ready_fd=None))]
-pub fn pipe_sink<'py>(
-    py: Python<'py>,
-    bind: &str,
-    flow: u32,
-    ready_fd: Option<i32>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn pipe_sink<'py>(py: Python<'py>, bind: &str, flow: u32, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
     let sock = pipe::bind(&b).map_err(InputError::new_err)?;
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-pipe-sink", stop, move || pipe::sink(sock, flow, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-sink", stop, move || pipe::sink(sock, flow, s2))?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
     o.set_item("unique", r.unique)?;
@@ -121,10 +90,7 @@ pub fn pipe_sink<'py>(
     o.set_item("max_seq", r.max_seq)?;
     o.set_item("hops_seen", r.hops_seen)?;
     o.set_item("end_to_end", hist_dict(py, &r.end_to_end)?)?;
-    o.set_item(
-        "hist_scale",
-        serde_json::to_string(&r.hist_scale).unwrap_or_default(),
-    )?;
+    o.set_item("hist_scale", serde_json::to_string(&r.hist_scale).unwrap_or_default())?;
     o.set_item("elapsed_ns", r.elapsed_ns)?;
     o.set_item("interrupted", interrupted)?;
     Ok(o)

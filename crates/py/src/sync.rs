@@ -14,11 +14,7 @@ use std::sync::Arc;
 /// Clock-sync responder: answer every probe, record kernel stamps; until stopped.
 #[pyfunction]
 #[pyo3(signature = (bind, ready_fd=None))]
-pub fn sync_serve<'py>(
-    py: Python<'py>,
-    bind: &str,
-    ready_fd: Option<i32>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn sync_serve<'py>(py: Python<'py>, bind: &str, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
     let sock = sync::bind(&b).map_err(InputError::new_err)?;
     if let Some(fd) = ready_fd {
@@ -27,8 +23,7 @@ pub fn sync_serve<'py>(
     }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-sync-serve", stop, move || sync::serve(sock, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-sync-serve", stop, move || sync::serve(sock, s2))?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
     o.set_item("answered", r.answered)?;
@@ -44,40 +39,16 @@ pub fn sync_serve<'py>(
 /// Clock-sync initiator: coded probe pairs to the reference's responder.
 #[pyfunction]
 #[pyo3(signature = (dest, flow, rate, gap_ns, duration_ns=None, grace_ns=200_000_000))]
-pub fn sync_probe<'py>(
-    py: Python<'py>,
-    dest: &str,
-    flow: u32,
-    rate: f64,
-    gap_ns: i64,
-    duration_ns: Option<u64>,
-    grace_ns: i64,
-) -> PyResult<Bound<'py, PyDict>> {
+pub fn sync_probe<'py>(py: Python<'py>, dest: &str, flow: u32, rate: f64, gap_ns: i64, duration_ns: Option<u64>, grace_ns: i64) -> PyResult<Bound<'py, PyDict>> {
     let d = addr(dest)?;
     if gap_ns < 0 || gap_ns > 100_000_000 {
-        return Err(InputError::new_err(format!(
-            "gap {gap_ns} ns: must be between 0 and 100 ms"
-        )));
+        return Err(InputError::new_err(format!("gap {gap_ns} ns: must be between 0 and 100 ms")));
     }
-    let cfg = sync::SyncConfig {
-        dest: d,
-        flow,
-        rate,
-        gap_ns,
-        duration_ns,
-        grace_ns,
-    };
+    let cfg = sync::SyncConfig { dest: d, flow, rate, gap_ns, duration_ns, grace_ns };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-sync", stop, move || sync::initiate(&cfg, s2))?;
-    let r = r.map_err(|e| {
-        if e.starts_with("rate") {
-            InputError::new_err(e)
-        } else {
-            RunError::new_err(e)
-        }
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-sync", stop, move || sync::initiate(&cfg, s2))?;
+    let r = r.map_err(|e| if e.starts_with("rate") { InputError::new_err(e) } else { RunError::new_err(e) })?;
     let o = PyDict::new(py);
     o.set_item("pairs", r.pairs)?;
     o.set_item("sent", r.sent)?;
