@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 
+from pathlib import Path
+from typing import Any
+
 import click
 
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
@@ -133,3 +136,24 @@ def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
 
 
 # ---- calibrate / model ----------------------------------------------------------------
+
+
+@bench.command("report")
+@click.argument("run_dir", type=click.Path())
+@click.option("--runs", type=int, default=3, show_default=True, help="Builds of each way, alternating.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
+    """`loopscope report` on RUN_DIR with its derived files removed: each trace read once, against every part reading its own."""
+    from loopscope.bench import report
+    from loopscope.kinds import KINDS
+
+    res = report.bench(Path(run_dir), KINDS, runs, say=None if as_json else lambda t: click.echo(t, err=True))
+
+    def human(r: dict[str, Any]) -> None:
+        s = r["seconds"]
+        click.echo(f"report of {r['run']} ({r['traces']} traces), medians of {r['runs']}:")
+        click.echo(f"  each part reading its own: {s['each_part']['median']} s {s['each_part']['range']}, {r['traces_read']['each_part']:.0f} trace files read")
+        click.echo(f"  each trace read once:      {s['once']['median']} s {s['once']['range']}, {r['traces_read']['once']:.0f} trace files read")
+        click.echo(f"  {r['speedup']}x faster")
+
+    return _report(res, as_json, human)

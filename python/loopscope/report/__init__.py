@@ -8,6 +8,7 @@ no network access, so it opens anywhere, offline, years later.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -107,20 +108,22 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, 
         return None
 
 
-def build(run_dir: Path, kinds: Any) -> Report:
+def build(run_dir: Path, kinds: Any, share_reads: bool = True) -> Report:
     """Load the run, analyse it, write its tables, render its page.
 
     ``kinds`` is the probe-kind registry (``loopscope.kinds.KINDS``): each
     step's rows, measures and report section come from its kind. Each trace
     is read once (``reader.shared``) and shared by everything that needs it;
-    rendering writes nothing."""
+    rendering writes nothing. ``share_reads=False`` lets every part open the
+    files itself (how reports were built before: ``loopscope bench report``
+    compares the two)."""
     from loopscope.report.tables import TraceCache
     from loopscope.trace import reader
 
     t0 = time.perf_counter()
     run_dir = RunDir.open(run_dir).path
     opened = reader.opened
-    with reader.shared():
+    with reader.shared() if share_reads else contextlib.nullcontext():
         rep = _build(run_dir, kinds, TraceCache(run_dir), t0)
     rep.traces_read = reader.opened - opened
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
