@@ -121,6 +121,8 @@ class ProbeKind:
     tables: dict[str, dict[str, Any]] = {}
     #: (table, value column, group-by) trimmed of a detected warm-up before phases are compared
     steady: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: the measures the terminal summary shows (None: all)
+    summary: frozenset[str] | None = None
     #: names of its measures in the report (``wake_delay`` → ``wake-up delay``)
     labels: dict[str, str] = {}
     #: helper processes an agent may start: name → command line

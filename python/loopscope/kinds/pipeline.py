@@ -88,6 +88,7 @@ class Pipeline(ProbeKind):
                 "all hosts share that clock.")
     tables = {"pipeline": {}, "stages": {}}
     steady = (("pipeline", "e2e_ns", ()),)
+    summary = frozenset({"e2e"})  # per-hop figures are in the report
     helpers = {"pipe-source": _source, "pipe-node": _node, "pipe-sink": _sink}
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:

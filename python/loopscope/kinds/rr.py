@@ -118,6 +118,7 @@ class Rr(ProbeKind):
                 "ends' clock-sync bounds) and each leg's IPDV (RFC 3393: the change of one-way delay between consecutive exchanges; a clock offset cancels in it).")
     tables = {"rr": COLUMNS}
     steady = (("rr", "rtt_ns", ()),)
+    summary = frozenset({"rtt", "fwd", "ret"})
     labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}
     helpers = {"rr-echo": _echo}
 

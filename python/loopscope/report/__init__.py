@@ -33,6 +33,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: trace files read to build it (each once)
     traces_read: int = 0
+    #: the probe kinds it was built with (what each shows in the summary)
+    kinds: Any = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,8 +55,10 @@ class Report:
         if c.is_empty():
             return out + ["  no measurements to compare"]
         for (probe, measure), g in c.group_by(["probe", "measure"], maintain_order=True):
-            if g["kind"][0] == "pipeline" and measure != "e2e":
-                continue  # per-hop figures are in the report
+            kind = self.kinds.get(str(g["kind"][0])) if self.kinds is not None else None
+            shown = getattr(kind, "summary", None)
+            if shown is not None and measure not in shown:
+                continue  # the kind's other figures (a pipeline's hops) are in the report
             metric = "p99" if "p99" in g["metric"].to_list() else "mean"
             g = g.filter(pl.col("metric") == metric)
             parts = []
@@ -179,4 +183,4 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
     progress.step("report: rendering")
     html = run_dir / "report.html"
     html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex, kinds))
-    return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes)
+    return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes, kinds=kinds)
