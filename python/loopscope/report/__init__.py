@@ -112,6 +112,24 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, 
         return None
 
 
+def _channel_tables(run_dir: Path, run: dict[str, Any]) -> dict[str, pl.DataFrame]:
+    """For programs that used channels: each thread's time split by layer,
+    each item's way through, calls by item size, and the declared channels'
+    counts (analysis; the page shows them, ``tables/`` keeps them)."""
+    from loopscope.analysis.breakdown import breakdown, by_size
+    from loopscope.analysis.chanstats import channel_stats
+    from loopscope.analysis.items import items
+
+    b = breakdown(run_dir, run)
+    if not len(b):
+        return {}
+    out = {"breakdown": b, "items": items(run_dir, run), "breakdown_size": by_size(run_dir, run)}
+    c = channel_stats(run_dir, run)
+    if len(c):
+        out["channels"] = c
+    return out
+
+
 def build(run_dir: Path, kinds: Any, share_reads: bool = True) -> Report:
     """Load the run, analyse it, write its tables, render its page.
 
@@ -160,6 +178,7 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
     order = {p.get("name"): i for i, p in enumerate(tables.spec.get("probes") or [])}
     measures = sorted((m for k in kinds for m in k.measures(steady)), key=lambda m: order.get(m.probe, len(order)))
     comp = compare_phases(measures, phase_order)
+    tables = tables.replace(**_channel_tables(run_dir, tables.run))
     notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):

@@ -210,14 +210,11 @@ def _lost_where(c: dict[str, Any]) -> str:
 def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
     """Per program/app probe whose threads used channels: each thread's time
     split into application, blocking, runtime and messaging, per phase."""
-    from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES, breakdown
+    from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
 
-    if run_dir is None:
+    b = tables.breakdown
+    if run_dir is None or not len(b):
         return []
-    b = breakdown(Path(run_dir), tables.run)
-    if not len(b):
-        return []
-    b.write_parquet(Path(run_dir) / "tables" / "breakdown.parquet")
     out = []
     phases = [p["name"] for p in tables.spec.get("phases") or []]
     for (probe,), g in b.group_by(["probe"], maintain_order=True):
@@ -244,10 +241,9 @@ def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
 
 def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
     """Per channel and phase: an item's put, network and delivery times (p50 / p99)."""
-    from loopscope.analysis.items import items
-
-    it = items(run_dir, tables.run)
-    it.write_parquet(run_dir / "tables" / "items.parquet")
+    it = tables.items
+    if not len(it):
+        return []
     it = it.filter(pl.col("probe") == probe)
     out = []
     it = it.with_columns(pl.col("via").fill_null(""), pl.col("bytes").fill_null(-1))
@@ -278,10 +274,11 @@ def _bytes(n: float) -> str:
 
 def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
     """Per process, channel, call and item size: a call's mean time and its layers."""
-    from loopscope.analysis.breakdown import CALL_CATEGORIES, by_size
+    from loopscope.analysis.breakdown import CALL_CATEGORIES
 
-    b = by_size(run_dir, tables.run)
-    b.write_parquet(run_dir / "tables" / "breakdown_size.parquet")
+    b = tables.breakdown_size
+    if not len(b):
+        return []
     b = b.filter(pl.col("probe") == probe)
     if b["bytes"].n_unique() < 2:
         return []
@@ -300,12 +297,9 @@ def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list
 
 def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
     """The declared channels' counts per phase: what went in, came out, was lost."""
-    from loopscope.analysis.chanstats import channel_stats
-
-    c = channel_stats(run_dir, tables.run)
+    c = tables.channels
     if not len(c):
         return []
-    c.write_parquet(run_dir / "tables" / "channels.parquet")
     c = c.filter(pl.col("probe") == probe)
     out = []
     for ph in phases:

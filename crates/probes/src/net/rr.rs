@@ -132,20 +132,36 @@ pub struct RrResult {
     pub interrupted: bool,
 }
 
-pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String> {
-    let sock = Arc::new(Udp::connect(&cfg.dest, 1 << 20)?);
-    sock.enable_rx_timestamps()?;
-    sock.set_read_timeout_ms(20);
-    let rt_off = realtime_offset_ns();
-    let size = cfg.size.max(HEADER);
-    let ent = register(
+/// The trace entity every client logs its exchanges to (UDP and TCP alike).
+pub(crate) fn entity() -> &'static loopscope_trace::Entity {
+    register(
         "net",
         "rr",
         Kind::Event,
         "a request/response exchange; payload: seq u64, sent, server kernel RX, server RX, server TX, kernel RX, RX (i64 CLOCK_REALTIME ns)",
         None,
     )
-    .expect("entity");
+    .expect("entity")
+}
+
+impl Exchange {
+    /// One `net/rr` event with the exchange's seven numbers as its payload.
+    pub(crate) fn log(&self, ent: &loopscope_trace::Entity) {
+        let mut payload = [0u8; 56];
+        for (i, v) in [self.seq as i64, self.sent, self.srv_krx, self.srv_urx, self.srv_utx, self.krx, self.urx].iter().enumerate() {
+            payload[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        ent.event_payload(self.seq as u32, &payload);
+    }
+}
+
+pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String> {
+    let sock = Arc::new(Udp::connect(&cfg.dest, 1 << 20)?);
+    sock.enable_rx_timestamps()?;
+    sock.set_read_timeout_ms(20);
+    let rt_off = realtime_offset_ns();
+    let size = cfg.size.max(HEADER);
+    let ent = entity();
     let done_sending = Arc::new(AtomicBool::new(false));
     let sent_count = Arc::new(AtomicU64::new(0));
     let got: Arc<Mutex<Vec<Exchange>>> = Arc::new(Mutex::new(Vec::new()));
@@ -160,7 +176,6 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             let (mut malformed, mut dups) = (0u64, 0u64);
             let mut seen = std::collections::HashSet::new();
             let mut finish_by: Option<i64> = None;
-            let mut payload = [0u8; 56];
             loop {
                 if rst.load(Ordering::Relaxed) {
                     break;
@@ -187,10 +202,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
                 let (skrx, surx, sutx) = reply_times(&buf[..n]);
                 let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: got.krx, urx };
                 if records {
-                    for (i, v) in [x.seq as i64, x.sent, x.srv_krx, x.srv_urx, x.srv_utx, x.krx, x.urx].iter().enumerate() {
-                        payload[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-                    }
-                    ent.event_payload(h.seq as u32, &payload);
+                    x.log(ent);
                 }
                 rg.lock().unwrap_or_else(|e| e.into_inner()).push(x);
             }

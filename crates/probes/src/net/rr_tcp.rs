@@ -14,7 +14,6 @@ use super::rr::{EchoResult, Exchange, RrConfig, RrResult};
 use super::schedule::Schedule;
 use super::sock::{enable_rx_timestamps_fd, realtime_ns, realtime_offset_ns, recv_stamped};
 use crate::os::{mono_ns, sleep_until};
-use loopscope_trace::{register, Kind};
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -161,14 +160,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
     prepare(&sock)?;
     let rt_off = realtime_offset_ns();
     let size = cfg.size.max(HEADER);
-    let ent = register(
-        "net",
-        "rr",
-        Kind::Event,
-        "a request/response exchange; payload: seq u64, sent, server kernel RX, server RX, server TX, kernel RX, RX (i64 CLOCK_REALTIME ns)",
-        None,
-    )
-    .expect("entity");
+    let ent = super::rr::entity();
     let done_sending = Arc::new(AtomicBool::new(false));
     let sent_count = Arc::new(AtomicU64::new(0));
     let got: Arc<Mutex<Vec<Exchange>>> = Arc::new(Mutex::new(Vec::new()));
@@ -185,7 +177,6 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             let (mut malformed, mut dups) = (0u64, 0u64);
             let mut seen = std::collections::HashSet::new();
             let mut finish_by: Option<i64> = None;
-            let mut payload = [0u8; 56];
             loop {
                 if rst.load(Ordering::Relaxed) {
                     break;
@@ -213,10 +204,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
                     let (skrx, surx, sutx) = reply_times(m);
                     let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: *krx, urx };
                     if records {
-                        for (i, v) in [x.seq as i64, x.sent, x.srv_krx, x.srv_urx, x.srv_utx, x.krx, x.urx].iter().enumerate() {
-                            payload[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-                        }
-                        ent.event_payload(h.seq as u32, &payload);
+                        x.log(ent);
                     }
                     rg.lock().unwrap_or_else(|e| e.into_inner()).push(x);
                 }
