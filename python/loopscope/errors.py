@@ -2,7 +2,7 @@
 
 loopscope distinguishes bad input (a file, option or name the user gave is
 wrong: exit code 2) from a failed run (something broke while measuring: exit
-code 1). Every message names the thing at fault (file and offset, option,
+code 1); ``compare --fail-if`` exits 3 when a criterion trips. Every message names the thing at fault (file and offset, option,
 component) and, where there is one, what to do. The CLI prints
 ``loopscope: error: <message>`` and exits with the code; no traceback.
 The native module raises these same classes.
@@ -13,6 +13,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INPUT = 2
+#: ``loopscope compare --fail-if``: a criterion tripped (a regression gate for CI)
+EXIT_CRITERION = 3
 EXIT_INTERRUPTED = 130
 
 

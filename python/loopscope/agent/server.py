@@ -470,5 +470,10 @@ def main() -> int:
     except Terminated:
         pass
     finally:
+        # A second signal (the controller's death arrives as SIGTERM, and
+        # again as SIGHUP or from whoever else is stopping things) must not cut
+        # the clean-up short: a half-done one leaves cgroups behind.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
         agent.cleanup()
     return 0

@@ -157,3 +157,23 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
         click.echo(f"  {r['speedup']}x faster")
 
     return _report(res, as_json, human)
+
+
+@bench.command("compare")
+@click.option("--pairs", type=int, default=5, show_default=True, help="A/A pairs: the same experiment run twice.")
+@click.option("--duration", default="1s", show_default=True, help="Each phase's duration.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
+    """`loopscope compare` against nothing changed (A/A pairs: at most 5 % of rows significant) and a CPU hog (A/B: found, and the gate trips)."""
+    from loopscope.bench import compare
+    from loopscope.kinds import KINDS
+
+    res = compare.bench(KINDS, pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
+
+    def human(r: dict[str, Any]) -> None:
+        click.echo(f"A/A: {r['aa_significant']} of {r['aa_rows']} rows significant over {r['pairs']} pairs ({(r['aa_share'] or 0) * 100:.1f} %; target at most 5 %)")
+        for ph, x in r["ab"]["p99"].items():
+            click.echo(f"A/B (stress-ng on the probe's CPU): {ph} p99 {x['ratio']}x {x['ci95']}{' significant' if x['significant'] else ''}")
+        click.echo(f"A/B: --fail-if 'p99 > +20%' {'tripped' if r['ab']['gate_tripped'] else 'held'}")
+
+    return _report(res, as_json, human)

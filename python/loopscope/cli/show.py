@@ -93,3 +93,32 @@ def _report(res: dict[str, Any], as_json: bool, human: Any) -> int:
     else:
         human(res)
     return 0
+
+
+def comparison(runs: list[Any], rows: list[Any], diff: dict[str, Any], criteria: list[dict[str, Any]], output: str | None, total: list[Any]) -> None:
+    """`loopscope compare`'s terminal table: the p99, p999, max and missed rows of the measures shown, significant ones marked."""
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"baseline {runs[0].label}; {sum(r.significant for r in total)} of {len(total)} rows significant (Holm-corrected, 95 %; the table shows each probe's main measures, --json and -o all)")
+    if any(r.within_run for r in rows):
+        con.print("note: a run has one repetition: its intervals hold only the variation within that run")
+    for k, v in diff["facts"].items():
+        con.print(f"differs: {k}: " + " · ".join(f"{lab} {val}" for lab, val in v.items()))
+    for lab in diff["spec_diff"]:
+        con.print(f"differs: the experiment file ({runs[0].label} → {lab}; the page and --json show the diff)")
+    t = Table(show_header=True, header_style="bold")
+    for c in ("run", "probe", "phase", "measure", "metric", "baseline", "value", "ratio [95% CI]"):
+        t.add_column(c, justify="right" if c in ("baseline", "value", "ratio [95% CI]") else "left")
+    for r in rows:
+        if r.metric not in ("p99", "p999", "max", "missed"):
+            continue
+        fmt = (lambda x: "n/a" if x is None else f"{x * 100:.3g} %") if r.metric == "missed" else (lambda x: "n/a" if x is None else format_ns(x))
+        ci = f" [{r.ci95[0]:.2f}, {r.ci95[1]:.2f}]" if r.ci95 else ""
+        ratio = "n/a" if r.ratio is None else f"{r.ratio:.2f}x{ci}{' *' if r.significant else ''}"
+        t.add_row(r.run, r.probe, r.phase, r.measure, r.metric, fmt(r.baseline), fmt(r.value), ratio)
+    con.print(t)
+    for c in criteria:
+        con.print(f"{'TRIPPED' if c['tripped'] else 'held'}: {c['expr']}" + (f" ({'; '.join(c['rows'][:3])})" if c["rows"] else ""))
+    if output:
+        click.echo(output)

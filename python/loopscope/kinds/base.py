@@ -159,6 +159,10 @@ class ProbeKind:
     def series(self, tables: Any, probe: str) -> list[Series]:
         return []
 
+    def missed(self, tables: Any, probe: str) -> dict[str, tuple[int, int]]:
+        """Per phase, (missed deadlines, deadlines) over its repetitions; {} for a kind without deadlines."""
+        return {}
+
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         """Fill its report section (``sec``): charts and tables."""
         from loopscope.report.sections import series_section

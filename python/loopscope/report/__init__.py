@@ -112,6 +112,24 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, 
         return None
 
 
+def steady_state(tables: Any, kinds: Any) -> tuple[Any, list[str]]:
+    """The tables with a warm-up the detector finds at the start of a series
+    left out (each kind says which series), and a note for each."""
+    from loopscope.analysis.detectors import trim_warmup
+
+    notes: list[str] = []
+    steady = tables
+    for kind in kinds:
+        for name, col, by in kind.steady:
+            df = getattr(tables, name)
+            if len(df) and "t_ns" in df.columns and col in df.columns:
+                df2, n2 = trim_warmup(df, col, by)
+                if n2:
+                    steady = steady.replace(**{name: df2})
+                    notes += n2
+    return steady, notes
+
+
 def _channel_tables(run_dir: Path, run: dict[str, Any]) -> dict[str, pl.DataFrame]:
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
@@ -153,7 +171,6 @@ def build(run_dir: Path, kinds: Any, share_reads: bool = True) -> Report:
 
 
 def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
-    from loopscope.analysis.detectors import trim_warmup
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run
@@ -165,16 +182,7 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
     # analyse: the phase comparisons are of the steady state (a warm-up the
     # detector finds at the start of a series is left out of them, and said)
     progress.step("report: comparing phases")
-    trimmed_notes: list[str] = []
-    steady = tables
-    for kind in kinds:
-        for name, col, by in kind.steady:
-            df = getattr(tables, name)
-            if len(df) and "t_ns" in df.columns and col in df.columns:
-                df2, n2 = trim_warmup(df, col, by)
-                if n2:
-                    steady = steady.replace(**{name: df2})
-                    trimmed_notes += n2
+    steady, trimmed_notes = steady_state(tables, kinds)
     order = {p.get("name"): i for i, p in enumerate(tables.spec.get("probes") or [])}
     measures = sorted((m for k in kinds for m in k.measures(steady)), key=lambda m: order.get(m.probe, len(order)))
     comp = compare_phases(measures, phase_order)

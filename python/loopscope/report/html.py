@@ -407,6 +407,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
     clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
+        css=(HERE / "page.css").read_text(),
         sweeps=_sweeps(tables),
         breakdown=_breakdown(run_dir, tables),
         why=_why(run_dir, ex),

@@ -1,0 +1,272 @@
+"""Did my change help? Runs against a baseline run, metric by metric.
+
+``loopscope compare`` hands this module each run's measures (the same
+steady-state samples the run's own phase comparisons use: probe × phase ×
+measure, one array per repetition) and its missed deadlines. Every metric
+of every other run is divided by the baseline run's, with a 95 % interval:
+
+- where both runs have two or more repetitions the repetitions are the
+  resampled unit (a two-stage bootstrap: repetitions drawn with replacement,
+  then blocks of consecutive samples within each), so the variation between
+  repetitions is inside the interval; a run with one repetition can only
+  resample within itself, and the rows say so (``within_run``);
+- ``max`` has no interval (a bootstrap of a maximum only reshuffles it) and
+  is never significant;
+- ``missed`` is a rate (missed deadlines per deadline): the ratio of two
+  Poisson rates, its interval the conditional binomial (Clopper-Pearson)
+  one, its p-value the binomial test.
+
+Each row's p-value (the bootstrap's two-sided one for the quantiles and the
+mean) is Holm-corrected across all rows of the comparison; a row is
+significant when its corrected p-value is below 0.05 and its interval
+excludes 1. A criterion (``p99 > +10%``, ``timer.p99 > +10%``) trips when a
+matching row's interval lies wholly past the bound.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from loopscope.analysis.compare import MIN_SAMPLES, _stats, _thin, block_resample
+from loopscope.analysis.phases import Measure
+
+METRICS = ("p50", "p99", "p999", "max", "mean", "missed")
+RESAMPLES = 400
+ALPHA = 0.05
+
+
+class CompareError(ValueError):
+    """Runs that cannot be compared (probes that do not match, kinds that differ, a bad criterion)."""
+
+
+@dataclass
+class RunData:
+    """What compare needs of one run."""
+
+    label: str
+    path: str
+    reps: int
+    measures: list[Measure]
+    #: (probe, phase) → (missed deadlines, deadlines)
+    missed: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    spec_text: str = ""
+
+    def kinds(self) -> dict[str, str]:
+        return {m.probe: m.kind for m in self.measures}
+
+
+@dataclass
+class Row:
+    run: str
+    probe: str
+    phase: str
+    measure: str
+    metric: str
+    baseline: float | None
+    value: float | None
+    ratio: float | None
+    ci95: list[float] | None
+    p_value: float | None
+    significant: bool = False
+    within_run: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        r = {k: getattr(self, k) for k in ("run", "probe", "phase", "measure", "metric", "baseline", "value", "ratio", "ci95", "significant")}
+        r["p_holm"] = self.p_value
+        r["within_run"] = self.within_run
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+
+
+def _series(m: Measure, phase: str) -> list[np.ndarray]:
+    import polars as pl
+
+    f = m.frame.filter(pl.col("phase") == phase)
+    return [g["value"].to_numpy().astype(np.float64) for _, g in f.group_by("rep", maintain_order=True)]
+
+
+def _boot(series: list[np.ndarray], metrics: list[str], block: int, by_rep: bool, rng: np.random.Generator) -> tuple[dict[str, float], dict[str, np.ndarray], int]:
+    """Point values and bootstrap replicates of ``metrics``."""
+    parts = [_thin(s, 40_000, len(series)) for s in series if len(s)]
+    if not parts:
+        return {m: math.nan for m in metrics}, {}, 0
+    allv = np.concatenate(parts)
+    point = {m: float(v[0]) for m, v in _stats(allv[None, :], [m for m in metrics if m != "max"]).items()}
+    if "max" in metrics:
+        point["max"] = float(allv.max())
+    qm = [m for m in metrics if m != "max"]
+    if by_rep and len(parts) > 1:
+        reps = [_stats(block_resample([parts[i] for i in rng.integers(0, len(parts), len(parts))], 1, block, rng), qm) for _ in range(RESAMPLES)]
+        boot = {m: np.array([r[m][0] for r in reps]) for m in qm}
+    else:
+        boot = _stats(block_resample(parts, RESAMPLES, block, rng), qm)
+    return point, boot, len(allv)
+
+
+def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: tuple[Any, ...], o: tuple[Any, ...], within: bool) -> Row:
+    (bp, bb, bn), (op, ob, on) = b, o
+    bv, ov = bp.get(metric, math.nan), op.get(metric, math.nan)
+    ratio = ov / bv if bv and math.isfinite(bv) and math.isfinite(ov) else None
+    row = Row(run, probe, phase, measure, metric, bv, ov, ratio, None, None, within_run=within)
+    if metric == "max" or ratio is None or min(bn, on) < MIN_SAMPLES.get(metric, 20) or metric not in bb or metric not in ob:
+        return row
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = ob[metric] / bb[metric]
+    r = r[np.isfinite(r)]
+    if len(r) < 20:
+        return row
+    row.ci95 = [float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))]
+    row.p_value = float(min(1.0, 2 * max(min(np.mean(r <= 1), np.mean(r >= 1)), 1 / len(r))))
+    return row
+
+
+def rate_ratio(k_a: int, n_a: int, k_b: int, n_b: int) -> tuple[float | None, list[float] | None, float | None]:
+    """Ratio of two Poisson rates k_b/n_b over k_a/n_a: the point, the
+    conditional binomial 95 % interval, the two-sided binomial test's p."""
+    from scipy.stats import beta, binomtest
+
+    if n_a <= 0 or n_b <= 0:
+        return None, None, None
+    k = k_a + k_b
+    if k == 0:
+        return None, None, None
+    point = (k_b / n_b) / (k_a / n_a) if k_a else math.inf
+    lo_p = float(beta.ppf(0.025, k_b, k - k_b + 1)) if k_b > 0 else 0.0
+    hi_p = float(beta.ppf(0.975, k_b + 1, k - k_b)) if k_b < k else 1.0
+
+    def to_ratio(p: float) -> float:
+        return math.inf if p >= 1 else p / (1 - p) * (n_a / n_b)
+
+    pval = float(binomtest(k_b, k, n_b / (n_a + n_b)).pvalue)
+    return point, [to_ratio(lo_p), to_ratio(hi_p)], pval
+
+
+def holm(rows: list[Row]) -> None:
+    """Replace each row's p-value by its Holm-corrected one and mark the significant rows."""
+    tested = sorted((r for r in rows if r.p_value is not None), key=lambda r: r.p_value)  # type: ignore[arg-type,return-value]
+    m, running = len(tested), 0.0
+    for i, r in enumerate(tested):
+        running = max(running, min(1.0, (m - i) * float(r.p_value)))  # type: ignore[arg-type]
+        r.p_value = running
+        r.significant = bool(running < ALPHA and r.ci95 is not None and (r.ci95[0] > 1 or r.ci95[1] < 1))
+
+
+def check_match(runs: list[RunData]) -> None:
+    """Runs compare only when their probes are the same, by name and kind."""
+    base = runs[0].kinds()
+    for r in runs[1:]:
+        k = r.kinds()
+        if set(k) != set(base):
+            only_b, only_r = sorted(set(base) - set(k)), sorted(set(k) - set(base))
+            raise CompareError(f"{r.path}: its probes do not match {runs[0].path}'s"
+                               + (f" (only in {runs[0].label}: {', '.join(only_b)})" if only_b else "")
+                               + (f" (only in {r.label}: {', '.join(only_r)})" if only_r else "")
+                               + "; compare runs of the same experiment, or of experiments whose probes share names")
+        for p, kind in k.items():
+            if base[p] != kind:
+                raise CompareError(f"{r.path}: probe {p} is a {kind} probe there and a {base[p]} probe in {runs[0].path}; they measure different things")
+
+
+def compare(runs: list[RunData]) -> list[Row]:
+    """Every other run against ``runs[0]``, row by row."""
+    check_match(runs)
+    base = runs[0]
+    rows: list[Row] = []
+    rng = np.random.default_rng(20261124)
+    cache: dict[tuple[int, str, str, str], tuple[Any, ...]] = {}
+
+    def stats(i: int, m: Measure, phase: str, by_rep: bool) -> tuple[Any, ...]:
+        key = (i, m.probe, m.name, phase) + (("rep",) if by_rep else ())
+        if key not in cache:
+            metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
+            cache[key] = _boot(_series(m, phase), metrics, m.block, by_rep, rng)  # type: ignore[assignment]
+        return cache[key]
+
+    for j, run in enumerate(runs[1:], start=1):
+        by_rep = base.reps > 1 and run.reps > 1
+        theirs = {(m.probe, m.name): m for m in run.measures}
+        for m in base.measures:
+            other = theirs.get((m.probe, m.name))
+            if other is None:
+                continue
+            phases_b = list(dict.fromkeys(m.frame["phase"].to_list()))
+            phases_o = set(other.frame["phase"].to_list())
+            for ph in [p for p in phases_b if p in phases_o]:
+                b, o = stats(0, m, ph, by_rep), stats(j, other, ph, by_rep)
+                metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
+                for metric in metrics:
+                    rows.append(_ratio_row(run.label, m.probe, ph, m.name, metric, b, o, not by_rep))
+        for (probe, ph), (k_b, n_b) in run.missed.items():
+            if (probe, ph) not in base.missed:
+                continue
+            k_a, n_a = base.missed[(probe, ph)]
+            point, ci, p = rate_ratio(k_a, n_a, k_b, n_b)
+            rows.append(Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p))
+    holm(rows)
+    return rows
+
+
+CRITERION = re.compile(r"^\s*(?:(?P<probe>[A-Za-z0-9][A-Za-z0-9._-]*)\.)?(?P<metric>p50|p99|p999|max|mean|missed)\s*(?P<op>[<>])\s*(?P<pct>[+-]?[0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+
+
+@dataclass
+class Criterion:
+    expr: str
+    probe: str | None
+    metric: str
+    op: str
+    bound: float  # a ratio: +10% → 1.10
+
+    @classmethod
+    def parse(cls, text: str, probes: set[str]) -> Criterion:
+        m = CRITERION.match(text)
+        if m is None:
+            raise CompareError(f"--fail-if {text!r}: write METRIC > +N% or METRIC < -N% (METRIC: p50, p99, p999, max, mean, missed; optionally PROBE.METRIC), e.g. 'p99 > +10%'")
+        if m["probe"] and m["probe"] not in probes:
+            raise CompareError(f"--fail-if {text!r}: no probe named {m['probe']!r}; the probes are {', '.join(sorted(probes))}")
+        return cls(text, m["probe"], m["metric"], m["op"], 1 + float(m["pct"]) / 100)
+
+    def tripped_by(self, rows: list[Row]) -> list[Row]:
+        """The rows whose interval lies wholly past the bound (a row without one never trips)."""
+        out = []
+        for r in rows:
+            if r.metric != self.metric or (self.probe and r.probe != self.probe) or r.ci95 is None:
+                continue
+            if (self.op == ">" and r.ci95[0] > self.bound) or (self.op == "<" and r.ci95[1] < self.bound):
+                out.append(r)
+        return out
+
+
+PROVENANCE = (
+    ("kernel", ("kernel", "release")), ("kernel command line", ("kernel", "cmdline")), ("preemption", ("preempt",)),
+    ("CPU model", ("cpu", "model")), ("CPUs", ("cpu", "cpus")), ("isolated CPUs", ("cpu", "isolated")),
+    ("governors", ("cpufreq", "governors")), ("idle driver", ("cpuidle_driver",)), ("clock source", ("clocksource",)),
+    ("loopscope", ("software", "loopscope")), ("loopscope commit", ("loopscope_git", "sha")),
+)
+
+
+def differences(runs: list[RunData]) -> dict[str, Any]:
+    """What differs between the runs: each host's platform facts that differ,
+    the tunings each run applied, and the experiment file as a diff."""
+    import difflib
+
+    facts: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        for host, prov in (r.provenance.get("hosts") or {}).items():
+            for label, path in PROVENANCE:
+                v: Any = prov
+                for k in path:
+                    v = v.get(k) if isinstance(v, dict) else None
+                facts.setdefault(f"{host}: {label}", {})[r.label] = v
+    differ = {k: v for k, v in facts.items() if len({repr(x) for x in v.values()}) > 1 or len(v) < len(runs)}
+    diffs = {}
+    for r in runs[1:]:
+        d = list(difflib.unified_diff(runs[0].spec_text.splitlines(), r.spec_text.splitlines(), runs[0].label, r.label, lineterm=""))
+        if d:
+            diffs[r.label] = "\n".join(d)
+    return {"facts": differ, "spec_diff": diffs}

@@ -1,0 +1,76 @@
+"""`loopscope compare`: runs against a baseline run, as a table, JSON, a page, or a CI gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from loopscope.cli.base import cli
+from loopscope.errors import EXIT_CRITERION, InputError
+
+
+@cli.command("compare")
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--baseline", "baseline", type=click.Path(), default=None, help="The run the others are divided by [the first one].")
+@click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
+              help="Exit 3 when a row's 95 % interval lies wholly past the bound: 'p99 > +10%', 'timer.p99 > +10%', 'mean < -5%'. Repeatable.")
+@click.option("--json", "as_json", is_flag=True, help="Print one object: runs, rows, criteria.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison page (HTML) here.")
+def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], as_json: bool, output: str | None) -> int:
+    """Compare runs: every metric (p50, p99, p999, max, mean, missed) of each
+    probe, phase and measure, as a ratio to the baseline run with its 95 %
+    interval and a Holm-corrected significance mark; what differs between
+    the runs (kernel, command line, CPU, isolated CPUs, loopscope, the
+    experiment file). Exit code 3 when a --fail-if criterion trips.
+
+    \b
+    Examples:
+      loopscope compare runs/before runs/after
+      loopscope compare runs/stock runs/isolcpus --fail-if 'timer.p99 > +10%' -o compare.html
+    """
+    from loopscope import progress
+    from loopscope.analysis.runcompare import CompareError, Criterion, compare, differences
+    from loopscope.kinds import KINDS
+    from loopscope.report import compare as page
+    from loopscope.report.sections import labels
+
+    paths = list(runs)
+    if baseline is not None:
+        paths = [baseline, *[p for p in paths if Path(p).resolve() != Path(baseline).resolve()]]
+    if len(paths) < 2:
+        raise InputError("compare needs two runs or more (the first, or --baseline, is the baseline)")
+    with progress.shown(not as_json):
+        data = []
+        for p in paths:
+            progress.step(f"compare: reading {p}")
+            data.append(page.load(p, KINDS))
+        try:
+            crit = [Criterion.parse(e, {m.probe for m in data[0].measures}) for e in fail_if]
+            progress.step("compare: resampling")
+            rows = compare(data)
+        except CompareError as e:
+            raise InputError(str(e)) from None
+    diff = differences(data)
+    criteria = []
+    for c in crit:
+        hit = c.tripped_by(rows)
+        criteria.append({"expr": c.expr, "tripped": bool(hit), "rows": [f"{r.run} {r.probe} {r.phase} {r.measure} {r.metric} {r.ratio:.3f} [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" for r in hit if r.ci95 and r.ratio is not None]})
+    if output:
+        Path(output).write_text(page.render(data, rows, diff, criteria, labels(KINDS)))
+    if as_json:
+        click.echo(json.dumps({"runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
+                               "rows": [r.to_json() for r in rows], "criteria": criteria, "differences": diff}, default=str))
+    else:
+        from loopscope.cli.show import comparison
+
+        # the terminal shows each kind's summary measures (a pipeline's end to end, not every hop); --json and the page have all
+        kind_of = {m.probe: KINDS.get(m.kind) for m in data[0].measures}
+
+        def shown(r: object) -> bool:
+            k = kind_of.get(r.probe)  # type: ignore[attr-defined]
+            return r.metric == "missed" or k is None or k.summary is None or r.measure in k.summary  # type: ignore[attr-defined]
+
+        comparison(data, [r for r in rows if shown(r)], diff, criteria, output, total=rows)
+    return EXIT_CRITERION if any(c["tripped"] for c in criteria) else 0

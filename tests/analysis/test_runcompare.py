@@ -1,0 +1,55 @@
+"""Comparing runs, the arithmetic: rate ratios, Holm's correction, criteria."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from loopscope.analysis.runcompare import CompareError, Criterion, Row, holm, rate_ratio
+
+
+def test_a_rate_ratio_interval_covers_the_ratio_and_excludes_one_for_a_clear_change() -> None:
+    point, ci, p = rate_ratio(10, 10_000, 100, 10_000)
+    assert point == pytest.approx(10.0)
+    assert ci is not None and ci[0] < 10 < ci[1] and ci[0] > 1
+    assert p is not None and p < 1e-6
+
+
+def test_equal_rates_give_an_interval_around_one() -> None:
+    point, ci, p = rate_ratio(50, 10_000, 50, 10_000)
+    assert point == pytest.approx(1.0) and ci is not None and ci[0] < 1 < ci[1] and p is not None and p > 0.5
+
+
+def test_no_missed_deadlines_in_either_run_has_no_ratio() -> None:
+    assert rate_ratio(0, 1000, 0, 1000) == (None, None, None)
+
+
+def _row(p: float, ci: list[float]) -> Row:
+    return Row("b", "timer", "idle", "latency", "p99", 1.0, 2.0, 2.0, ci, p)
+
+
+def test_holm_multiplies_the_smallest_p_value_by_the_number_of_tests_and_keeps_the_order() -> None:
+    rows = [_row(0.01, [1.1, 1.5]), _row(0.02, [1.1, 1.5]), _row(0.04, [1.1, 1.5])]
+    holm(rows)
+    assert [r.p_value for r in rows] == pytest.approx([0.03, 0.04, 0.04])
+    assert all(r.significant for r in rows)
+
+
+def test_a_row_whose_interval_covers_one_is_not_significant_whatever_its_p_value() -> None:
+    rows = [_row(0.001, [0.9, 1.5])]
+    holm(rows)
+    assert not rows[0].significant
+
+
+def test_a_criterion_trips_only_when_the_whole_interval_is_past_the_bound() -> None:
+    c = Criterion.parse("timer.p99 > +10%", {"timer"})
+    assert c.bound == pytest.approx(1.10)
+    assert c.tripped_by([_row(0.01, [1.2, 1.5])]) and not c.tripped_by([_row(0.01, [1.05, 1.5])])
+    assert Criterion.parse("mean < -5%", {"timer"}).tripped_by([Row("b", "timer", "idle", "latency", "mean", 1, 0.5, 0.5, [0.4, 0.6], 0.01)])
+
+
+@pytest.mark.parametrize("text, needle", [("p99 >> 10", "write METRIC > +N%"), ("p98 > +10%", "write METRIC"), ("nope.p99 > +10%", "no probe named 'nope'")])
+def test_a_bad_criterion_is_refused_saying_how_to_write_one(text: str, needle: str) -> None:
+    with pytest.raises(CompareError, match=re.escape(needle)):
+        Criterion.parse(text, {"timer"})

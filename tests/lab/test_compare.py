@@ -1,0 +1,78 @@
+"""``loopscope compare`` on real runs: a CPU hog on the probe's CPU is found
+and trips a criterion (exit 3), the JSON has its documented shape, the page
+renders, and runs that cannot be compared are refused (exit 2)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import BIN, Cli
+from tests.helpers import assert_clean_error
+
+SPEC = """name: {name}
+probes:
+  - {{kind: timer, interval_us: 1000, cpu: [0]}}
+loads:
+  - {{name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}}
+phases:
+  - {{name: run, loads: [{loads}]}}
+duration: 1500ms
+repetitions: 2
+kernel: {{capture: off}}
+"""
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("compare")
+    out = {}
+    for name, loads in (("quiet", ""), ("hogged", "hog")):
+        (d / f"{name}.yaml").write_text(SPEC.format(name=name, loads=loads))
+        r = subprocess.run([str(BIN), "run", f"{name}.yaml", "--run-dir", name, "--no-report"], cwd=d, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out[name] = d / name
+    return out
+
+
+@pytest.mark.needs_tool("stress-ng")
+def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    page = tmp_path / "cmp.html"
+    r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "--fail-if", "p99 > +20%", "--json", "-o", str(page), timeout=300)
+    assert r.returncode == 3, r.stderr
+    j = json.loads(r.stdout)
+    assert [x["label"] for x in j["runs"]] == ["quiet", "hogged"] and j["runs"][0]["baseline"]
+    p99 = next(x for x in j["rows"] if x["probe"] == "timer" and x["metric"] == "p99")
+    assert set(p99) >= {"run", "probe", "phase", "metric", "baseline", "value", "ratio", "ci95", "significant"}
+    assert p99["significant"] and p99["ratio"] > 1.2 and p99["ci95"][0] > 1.2
+    mx = next(x for x in j["rows"] if x["metric"] == "max")
+    assert mx["ci95"] is None and mx["significant"] is False
+    assert j["criteria"] == [{"expr": "p99 > +20%", "tripped": True, "rows": j["criteria"][0]["rows"]}] and j["criteria"][0]["rows"]
+    # what differs: the experiment file (the hog phase), shown as a diff
+    assert "hogged" in j["differences"]["spec_diff"] and "+  - {name: run, loads: [hog]}" in j["differences"]["spec_diff"]["hogged"]
+    html = page.read_text()
+    assert "Runs compared" in html and "<svg" in html and "tripped" in html
+
+
+@pytest.mark.needs_tool("stress-ng")
+def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: dict[str, Path], cli: Cli) -> None:
+    r = cli("compare", str(runs["quiet"]), str(runs["quiet"]), "--fail-if", "p99 > +20%", "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["rows"]
+    assert rows and all(x["ratio"] is None or abs(x["ratio"] - 1) < 1e-9 for x in rows) and not any(x["significant"] for x in rows)
+
+
+@pytest.mark.needs_tool("stress-ng")
+def test_runs_whose_probes_do_not_match_are_refused(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("name: other\nprobes:\n  - {kind: timer, name: tick}\nduration: 300ms\nkernel: {capture: off}\n")
+    r = subprocess.run([str(BIN), "run", str(other), "--run-dir", str(tmp_path / "o"), "--no-report"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert_clean_error(cli("compare", str(runs["quiet"]), str(tmp_path / "o")), 2, "probes do not match", "only in quiet: timer", "only in o: tick")
+
+
+def test_a_bad_criterion_and_a_missing_run_are_input_errors(cli: Cli, tmp_path: Path) -> None:
+    assert_clean_error(cli("compare", str(tmp_path), str(tmp_path)), 2, "not a run directory")
