@@ -53,3 +53,14 @@ def test_a_criterion_trips_only_when_the_whole_interval_is_past_the_bound() -> N
 def test_a_bad_criterion_is_refused_saying_how_to_write_one(text: str, needle: str) -> None:
     with pytest.raises(CompareError, match=re.escape(needle)):
         Criterion.parse(text, {"timer"})
+
+
+def test_bursty_missed_deadlines_widen_the_rate_interval_by_their_dispersion() -> None:
+    from loopscope.analysis.runcompare import dispersion
+
+    steady = [(10, 1000), (11, 1000), (9, 1000)]
+    bursty = [(1, 1000), (28, 1000), (1, 1000)]
+    assert dispersion(steady) == 1.0 and dispersion(bursty) > 10
+    _, narrow, _ = rate_ratio(30, 3000, 60, 3000)
+    _, wide, _ = rate_ratio(30, 3000, 60, 3000, phi=dispersion(bursty))
+    assert narrow is not None and wide is not None and wide[0] < narrow[0] and wide[1] > narrow[1]

@@ -20,8 +20,8 @@ loads:
   - {{name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}}
 phases:
   - {{name: run, loads: [{loads}]}}
-duration: 1500ms
-repetitions: 2
+duration: 1s
+repetitions: 5
 kernel: {{capture: off}}
 """
 

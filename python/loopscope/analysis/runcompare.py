@@ -6,18 +6,23 @@ measure, one array per repetition) and its missed deadlines. Every metric
 of every other run is divided by the baseline run's, with a 95 % interval:
 
 - where both runs have two or more repetitions the repetitions are the
-  resampled unit (a two-stage bootstrap: repetitions drawn with replacement,
-  then blocks of consecutive samples within each), so the variation between
-  repetitions is inside the interval; a run with one repetition can only
-  resample within itself, and the rows say so (``within_run``);
+  unit: each repetition gives one value of the metric, and the interval of
+  the ratio is Welch's t interval on the logarithms of those values, so the
+  variation between repetitions is inside it (with two repetitions a run
+  has one degree of freedom: the intervals are wide, and honest). A run
+  with one repetition can only be resampled within itself (a block
+  bootstrap of consecutive samples), and the rows say so (``within_run``);
 - ``max`` has no interval (a bootstrap of a maximum only reshuffles it) and
   is never significant;
 - ``missed`` is a rate (missed deadlines per deadline): the ratio of two
   Poisson rates, its interval the conditional binomial (Clopper-Pearson)
-  one, its p-value the binomial test.
+  one, its p-value the binomial test. Missed deadlines come in bursts (one
+  stall skips several periods), more variable than Poisson: where the runs
+  have repetitions, the counts are divided by the dispersion the
+  repetitions show (quasi-Poisson) before the interval is taken.
 
-Each row's p-value (the bootstrap's two-sided one for the quantiles and the
-mean) is Holm-corrected across all rows of the comparison; a row is
+Each row's p-value (Welch's test on the logarithms, or the bootstrap's
+two-sided one within a run) is Holm-corrected across all rows of the comparison; a row is
 significant when its corrected p-value is below 0.05 and its interval
 excludes 1. A criterion (``p99 > +10%``, ``timer.p99 > +10%``) trips when a
 matching row's interval lies wholly past the bound.
@@ -52,8 +57,8 @@ class RunData:
     path: str
     reps: int
     measures: list[Measure]
-    #: (probe, phase) → (missed deadlines, deadlines)
-    missed: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
+    #: (probe, phase) → (missed deadlines, deadlines) of each repetition
+    missed: dict[tuple[str, str], list[tuple[int, int]]] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     spec_text: str = ""
 
@@ -100,12 +105,42 @@ def _boot(series: list[np.ndarray], metrics: list[str], block: int, by_rep: bool
     if "max" in metrics:
         point["max"] = float(allv.max())
     qm = [m for m in metrics if m != "max"]
-    if by_rep and len(parts) > 1:
-        reps = [_stats(block_resample([parts[i] for i in rng.integers(0, len(parts), len(parts))], 1, block, rng), qm) for _ in range(RESAMPLES)]
-        boot = {m: np.array([r[m][0] for r in reps]) for m in qm}
-    else:
-        boot = _stats(block_resample(parts, RESAMPLES, block, rng), qm)
-    return point, boot, len(allv)
+    if by_rep:
+        return point, _per_rep(series, qm), len(allv)
+    return point, _stats(block_resample(parts, RESAMPLES, block, rng), qm), len(allv)
+
+
+def _per_rep(series: list[np.ndarray], metrics: list[str]) -> dict[str, np.ndarray]:
+    """Each repetition's value of each metric (repetitions with too few samples for it left out)."""
+    out: dict[str, list[float]] = {m: [] for m in metrics}
+    for s in series:
+        if not len(s):
+            continue
+        st = _stats(np.asarray(s, dtype=np.float64)[None, :], metrics)
+        for m in metrics:
+            if len(s) >= MIN_SAMPLES.get(m, 20):
+                out[m].append(float(st[m][0]))
+    return {m: np.array(v) for m, v in out.items()}
+
+
+def welch_log_ratio(a: np.ndarray, b: np.ndarray) -> tuple[list[float], float] | None:
+    """95 % interval of the ratio of b's to a's geometric mean and the two-sided
+    p-value, from Welch's t test on the logarithms (None: too few values)."""
+    from scipy import stats as st
+
+    a, b = a[a > 0], b[b > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    la, lb = np.log(a), np.log(b)
+    va, vb = la.var(ddof=1) / len(la), lb.var(ddof=1) / len(lb)
+    d = float(lb.mean() - la.mean())
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return ([math.exp(d), math.exp(d)], 1.0 if d == 0 else 0.0)
+    df = (va + vb) ** 2 / ((va**2 / (len(la) - 1)) + (vb**2 / (len(lb) - 1))) if va + vb > 0 else 1.0
+    t = float(st.t.ppf(0.975, df))
+    p = float(2 * st.t.sf(abs(d) / se, df))
+    return [math.exp(d - t * se), math.exp(d + t * se)], p
 
 
 def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: tuple[Any, ...], o: tuple[Any, ...], within: bool) -> Row:
@@ -114,6 +149,11 @@ def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: t
     ratio = ov / bv if bv and math.isfinite(bv) and math.isfinite(ov) else None
     row = Row(run, probe, phase, measure, metric, bv, ov, ratio, None, None, within_run=within)
     if metric == "max" or ratio is None or min(bn, on) < MIN_SAMPLES.get(metric, 20) or metric not in bb or metric not in ob:
+        return row
+    if not within:  # the repetitions' values
+        got = welch_log_ratio(bb[metric], ob[metric])
+        if got is not None:
+            row.ci95, row.p_value = got
         return row
     with np.errstate(divide="ignore", invalid="ignore"):
         r = ob[metric] / bb[metric]
@@ -125,17 +165,34 @@ def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: t
     return row
 
 
-def rate_ratio(k_a: int, n_a: int, k_b: int, n_b: int) -> tuple[float | None, list[float] | None, float | None]:
+def dispersion(per_rep: list[tuple[int, int]]) -> float:
+    """How much more the repetitions' counts vary than Poisson counts would
+    (Pearson's chi-square over its degrees of freedom; at least 1)."""
+    k = sum(x for x, _ in per_rep)
+    n = sum(y for _, y in per_rep)
+    if len(per_rep) < 2 or k == 0 or n == 0:
+        return 1.0
+    lam = k / n
+    chi = sum((x - y * lam) ** 2 / (y * lam) for x, y in per_rep if y > 0)
+    return max(1.0, chi / (len(per_rep) - 1))
+
+
+def rate_ratio(k_a: float, n_a: float, k_b: float, n_b: float, phi: float = 1.0) -> tuple[float | None, list[float] | None, float | None]:
     """Ratio of two Poisson rates k_b/n_b over k_a/n_a: the point, the
-    conditional binomial 95 % interval, the two-sided binomial test's p."""
+    conditional binomial 95 % interval, the two-sided binomial test's p;
+    with ``phi`` > 1 the counts are taken as ``phi`` times as variable."""
     from scipy.stats import beta, binomtest
 
     if n_a <= 0 or n_b <= 0:
         return None, None, None
+    if k_a + k_b == 0:
+        return None, None, None
+    point_ = (k_b / n_b) / (k_a / n_a) if k_a else math.inf
+    k_a, k_b, n_a, n_b = (round(k_a / phi), round(k_b / phi), n_a / phi, n_b / phi)
     k = k_a + k_b
     if k == 0:
-        return None, None, None
-    point = (k_b / n_b) / (k_a / n_a) if k_a else math.inf
+        return point_, None, None
+    point = point_
     lo_p = float(beta.ppf(0.025, k_b, k - k_b + 1)) if k_b > 0 else 0.0
     hi_p = float(beta.ppf(0.975, k_b + 1, k - k_b)) if k_b < k else 1.0
 
@@ -201,12 +258,15 @@ def compare(runs: list[RunData]) -> list[Row]:
                 metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
                 for metric in metrics:
                     rows.append(_ratio_row(run.label, m.probe, ph, m.name, metric, b, o, not by_rep))
-        for (probe, ph), (k_b, n_b) in run.missed.items():
+        for (probe, ph), reps_b in run.missed.items():
             if (probe, ph) not in base.missed:
                 continue
-            k_a, n_a = base.missed[(probe, ph)]
-            point, ci, p = rate_ratio(k_a, n_a, k_b, n_b)
-            rows.append(Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p))
+            reps_a = base.missed[(probe, ph)]
+            k_a, n_a = sum(x for x, _ in reps_a), sum(y for _, y in reps_a)
+            k_b, n_b = sum(x for x, _ in reps_b), sum(y for _, y in reps_b)
+            phi = max(dispersion(reps_a), dispersion(reps_b))
+            point, ci, p = rate_ratio(k_a, n_a, k_b, n_b, phi)
+            rows.append(Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p, within_run=not by_rep))
     holm(rows)
     return rows
 

@@ -2,7 +2,7 @@
 only when there is one?
 
 - **A/A**: the same experiment (a timer probe pinned to CPU 0, an idle and a
-  CPU-loaded phase, 2 repetitions) run twice, ``pairs`` times on this
+  CPU-loaded phase, 3 repetitions) run twice, ``pairs`` times on this
   machine; each pair compared. The figure is the share of rows marked
   significant (Holm-corrected): with nothing changed it should be at most
   5 %. This is the case the method is weakest in: a machine that drifts
@@ -34,7 +34,7 @@ phases:
   - {{name: idle, loads: [{idle}]}}
   - {{name: loaded, loads: [{loaded}]}}
 duration: {duration}
-repetitions: 2
+repetitions: 3
 kernel: {{capture: off}}
 """
 

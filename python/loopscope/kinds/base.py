@@ -159,8 +159,8 @@ class ProbeKind:
     def series(self, tables: Any, probe: str) -> list[Series]:
         return []
 
-    def missed(self, tables: Any, probe: str) -> dict[str, tuple[int, int]]:
-        """Per phase, (missed deadlines, deadlines) over its repetitions; {} for a kind without deadlines."""
+    def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]:
+        """Per phase, (missed deadlines, deadlines) of each repetition; {} for a kind without deadlines."""
         return {}
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:

@@ -55,14 +55,12 @@ class Timer(ProbeKind):
         return [Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32)
                 for probe, g in groups(tables.timer)]
 
-    def missed(self, tables: Any, probe: str) -> dict[str, tuple[int, int]]:
-        """Periods the threads overran and skipped: each is a missed deadline."""
-        out: dict[str, tuple[int, int]] = {}
-        for (rep, phase, name), res in tables.results.items():
-            if name != probe or "missed" not in res:
-                continue
-            k, n = out.get(phase, (0, 0))
-            out[phase] = (k + int(res["missed"]), n + int(res.get("samples") or 0) + int(res["missed"]))
+    def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]:
+        """Periods the threads overran and skipped (each a missed deadline), per repetition."""
+        out: dict[str, list[tuple[int, int]]] = {}
+        for (rep, phase, name), res in sorted(tables.results.items()):
+            if name == probe and "missed" in res:
+                out.setdefault(phase, []).append((int(res["missed"]), int(res.get("samples") or 0) + int(res["missed"])))
         return out
 
     def series(self, tables: Any, probe: str) -> list[Series]:

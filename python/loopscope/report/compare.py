@@ -36,7 +36,7 @@ def load(path: str | Path, kinds: Any) -> RunData:
         tables = load_run(rd.path, kinds)
     steady, _ = steady_state(tables, kinds)
     measures = [m for k in kinds for m in k.measures(steady)]
-    missed: dict[tuple[str, str], tuple[int, int]] = {}
+    missed: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for probe, kind in {p.get("name"): p.get("kind") for p in tables.spec.get("probes") or []}.items():
         k = kinds.get(kind)
         if k is not None:
