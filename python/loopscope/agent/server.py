@@ -153,6 +153,9 @@ class Agent:
         # A load that cannot start dies at once: give it a moment to do so.
         time.sleep(float(m.get("settle_s", 0.3)))
         self._check_loads("while starting")
+        for ld, st in zip(m["loads"], started):
+            if ld.get("cpus") or ld.get("sched"):
+                st["tuned"] = _tune_threads(ld, _threads_of(Path(st["cgroup"]) if st["cgroup"] else None, st["pids"]))
         return {"loads": started}
 
     def _check_loads(self, when: str) -> None:
@@ -290,6 +293,13 @@ class Agent:
             group = kids[0].group if kids else None
             # Every thread of the load, so attribution can name it whatever the program calls itself.
             tids = _threads_of(group, [k.pid for k in kids])
+            # where its threads were allowed to run (a load may pin itself: stress-ng --taskset)
+            allowed: set[int] = set()
+            for t in tids:
+                try:
+                    allowed |= os.sched_getaffinity(t)
+                except OSError:
+                    pass
             procs.stop(kids)
             usec = RunGroup.cpu_usec(group) if group else None
             if group:
@@ -299,6 +309,7 @@ class Agent:
                 {
                     "name": name,
                     "tids": tids,
+                    "cpus": sorted(allowed),
                     "workers": len(kids),
                     "exit": [procs.exit_text(k.popen.returncode) for k in kids],
                     "cpu_s": usec / 1e6 if usec is not None else proc_cpu,
@@ -357,6 +368,14 @@ class Agent:
         self.loads = {}
         if self.group is not None:
             RunGroup.remove(self.group.path)
+            root, _ = find_root()
+            parent = self.group.path.parent
+            if root is not None and parent != root and parent.parent == root:
+                # a multi-host run's group holds one group per host: the last agent out removes it
+                try:
+                    parent.rmdir()
+                except OSError:
+                    pass
 
     def handle(self, m: dict[str, Any]) -> dict[str, Any]:
         op = m.get("op")
@@ -417,6 +436,30 @@ def _last_json(log: Path) -> dict[str, Any] | None:
 
 
 _STARTED_NS = time.monotonic_ns()
+
+
+POLICIES = {"fifo": os.SCHED_FIFO, "rr": os.SCHED_RR, "other": os.SCHED_OTHER}
+
+
+def _tune_threads(ld: dict[str, Any], tids: list[int]) -> dict[str, Any]:
+    """A phase's placement and scheduling tunings on every thread of a load
+    (after its start, so they override what the program set for itself)."""
+    done, failed = 0, []
+    for tid in tids:
+        try:
+            if ld.get("cpus"):
+                os.sched_setaffinity(tid, ld["cpus"])
+            if ld.get("sched"):
+                pol = ld["sched"]["policy"]
+                os.sched_setscheduler(tid, POLICIES[pol], os.sched_param(ld["sched"].get("priority") or 0 if pol != "other" else 0))
+            done += 1
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+        except OSError as e:
+            failed.append(f"thread {tid}: {e.strerror}")
+    if failed:
+        raise Failure(f"load {ld['name']}", f"the phase's tunings could not be applied to load {ld['name']}: {'; '.join(failed[:3])}")
+    return {"threads": done, "cpus": ld.get("cpus"), "sched": ld.get("sched")}
 
 
 def _threads_of(group: Path | None, pids: list[int]) -> list[int]:

@@ -74,3 +74,54 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
 
         comparison(data, [r for r in rows if shown(r)], diff, criteria, output, total=rows)
     return EXIT_CRITERION if any(c["tripped"] for c in criteria) else 0
+
+
+@cli.command("advise")
+@click.argument("run_dir", type=click.Path())
+@click.option("--json", "as_json", is_flag=True, help="Print one object: advice, follow_up.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Where the follow-up experiment goes [RUN/follow-up.yaml].")
+def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
+    """For each probe and phase, the top causes of the outliers (from the run's
+    kernel capture, as `explain` names them), each with a remedy: what to do,
+    the knob, the exact command, whether it needs a reboot. Writes a follow-up
+    experiment: the same experiment, then a remedy phase that applies the
+    remedies a phase can apply at run time (`tunings:`); run it to see whether
+    they helped.
+
+    \b
+    Examples:
+      loopscope advise runs/20261124-101500-demo
+      loopscope advise runs/20261124-101500-demo -o follow-up.yaml && loopscope run follow-up.yaml
+    """
+    import yaml
+
+    from loopscope import progress
+    from loopscope.analysis import advise, explain
+    from loopscope.kinds import KINDS
+    from loopscope.rundir import RunDir
+
+    rd = RunDir.open(run_dir)
+    run = rd.run()
+    if not any(c.get("data") for c in ((run.get("kernel") or {}).get("captures") or [])):
+        raise InputError(f"{run_dir}: the run has no kernel capture, so there are no causes to advise on; run it with `kernel: {{capture: on}}` (root and tracefs)")
+    ej = rd.path / "explain.json"
+    with progress.shown(not as_json):
+        if ej.exists() and ej.stat().st_mtime >= rd.run_json.stat().st_mtime:
+            explained = json.loads(ej.read_text())
+        else:
+            progress.step("advise: explaining the outliers")
+            explained = explain.explain(rd.path)
+    rows, tunings = advise.advise(rd.path, explained, {k.name: k.model for k in KINDS})
+    follow = None
+    if tunings:
+        follow = Path(output) if output else rd.path / "follow-up.yaml"
+        spec = advise.follow_up(rd.path, tunings)
+        follow.write_text("# loopscope advise: the experiment of " + str(rd.path) + ", then a remedy phase\n" + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True))
+    if as_json:
+        click.echo(json.dumps({"advice": [{k: r[k] for k in ("probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot")} for r in rows],
+                               "follow_up": str(follow) if follow else None}))
+    else:
+        from loopscope.cli.show import advice
+
+        advice(rows, follow)
+    return 0

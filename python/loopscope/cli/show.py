@@ -122,3 +122,21 @@ def comparison(runs: list[Any], rows: list[Any], diff: dict[str, Any], criteria:
         con.print(f"{'TRIPPED' if c['tripped'] else 'held'}: {c['expr']}" + (f" ({'; '.join(c['rows'][:3])})" if c["rows"] else ""))
     if output:
         click.echo(output)
+
+
+def advice(rows: list[dict[str, Any]], follow: Any) -> None:
+    """`loopscope advise`'s table."""
+    from rich.table import Table
+
+    con = _console()
+    if not rows:
+        con.print("no cause took 5 % or more of any probe's outliers: nothing to advise")
+    t = Table(show_header=True, header_style="bold")
+    for c in ("probe", "phase", "cause", "share", "remedy", "command", "reboot"):
+        t.add_column(c)
+    for r in rows:
+        t.add_row(r["probe"], r["phase"], r["cause"], f"{r['share'] * 100:.0f} %", r["remedy"], r["command"] or "", {True: "yes", False: "no", None: ""}[r["reboot"]])
+    con.print(t)
+    if follow:
+        con.print(f"follow-up experiment (its last phase applies the run-time remedies): loopscope run {follow}")
+        click.echo(str(follow))

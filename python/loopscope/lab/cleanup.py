@@ -21,12 +21,13 @@ attached outside a namespace, so there is nothing else to find.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from typing import Any
 
 from loopscope.lab import netns, state
-from loopscope.host import procs
+from loopscope.host import procs, tunings
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
@@ -55,6 +56,10 @@ def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) ->
     rid = info["run_id"]
     pid = info["controller_pid"]
     actions.append(f"run {rid}: {reason or f'its controller (pid {pid}) is gone'}")
+    journal = state.state_dir() / f"{rid}.tunings"
+    if journal.exists():
+        # the settings a phase tuned, given back (the journal holds their old values)
+        actions += [f"  {verb}restore the tunings in {journal}"] if dry_run else tunings.restore_journal(journal)
     agents = list(info.get("agents") or [])
     if info.get("agent_pid") and not any(a.get("pid") == info["agent_pid"] for a in agents):
         agents.append({"pid": info["agent_pid"], "start": info.get("agent_start"), "host": "localhost"})
@@ -83,6 +88,12 @@ def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) ->
                 parent = Path(cg).parent
                 if parent.name == rid:
                     RunGroup.remove(parent)
+    root, _ = find_root()
+    if root is not None and (root / rid).exists() and not dry_run:
+        # an agent still finishing its own clean-up may hold a host's group a moment longer
+        end = time.monotonic() + 5
+        while (root / rid).exists() and not RunGroup.remove(root / rid) and time.monotonic() < end:
+            time.sleep(0.1)
     rd = Path(info.get("run_dir", ""))
     rj = rd / "run.json"
     if rj.exists() and not dry_run:

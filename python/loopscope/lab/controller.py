@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from loopscope.errors import InputError
+from loopscope.errors import InputError, RunError
 from loopscope.rundir import RunDir
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
-from loopscope.host import procs
+from loopscope.host import procs, tunings
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
@@ -167,7 +167,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     RunDir(run_dir).write_run(run)
     state.register(run_id, {"run_id": run_id, "run_dir": str(base), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
     lab = Lab(exp, run_id, run_dir, kinds)
-    reaper = Reaper(run_id) if lab.topo is not None else None
+    # namespaces and tunings outlive a killed controller: the reaper gives them back
+    reaper = Reaper(run_id) if lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
+    tuned: tunings.Applied | None = None
     out = Outcome(run_dir, "running", notes=notes)
     prev_int = signal.getsignal(signal.SIGINT)
     prev_term = signal.getsignal(signal.SIGTERM)
@@ -223,6 +225,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
 
         current_links = link_configs(exp)
         run["phase_links"] = {}
+        if any(ph.tunings for ph in exp.phases or []):
+            run["tunings"] = []
         for pr in plan:
             if exp.links:
                 want = link_configs(exp, pr.phase)
@@ -233,6 +237,15 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                     lab.set_links(want)
                     current_links = want
             by_host, sinks = place_loads(lab, exp, pr.phase.loads, first.name)
+            tune_loads(by_host, pr.phase)
+            if pr.phase.tunings:
+                say(f"rep {pr.rep} · {pr.phase.name}: applying {len(pr.phase.tunings)} tunings")
+                tuned = tunings.Applied(state.state_dir() / f"{run_id}.tunings")
+                try:
+                    tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in exp.phases or []].index(pr.phase.name)}")
+                finally:
+                    run["tunings"].append({"rep": pr.rep, "phase": pr.phase.name, "changes": tuned.record()})
+                    RunDir(run_dir).write_run(run)
             if by_host:
                 say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
                 # Sinks of network loads first, so the streams have somewhere to go.
@@ -252,7 +265,7 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 lab.check()
                 # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
                 kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
-                step = KINDS[probe.kind].run(Steps(lab, exp, calib), probe, pr.key, dur)
+                step = KINDS[probe.kind].run(Steps(lab, exp, calib), tuned_probe(probe, pr.phase), pr.key, dur)
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
                     run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
                 run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
@@ -267,6 +280,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 lr = lab.agent(hname).call("stop_loads")
                 for ld in lr["loads"]:
                     run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
+            if tuned is not None:
+                notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in tuned.restore())
+                tuned = None
         lab.check()
         if kcap_info is not None:
             kcapture.stop(lab, kcap_info, steps=run["steps"], notes=notes)
@@ -283,6 +299,9 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     except LabError as e:
         out.status, out.error = "failed", f"the lab could not be set up: {e}"
         run["failed"] = {"host": None, "component": "lab"}
+    except RunError as e:
+        out.status, out.error = "failed", str(e)
+        run["failed"] = {"host": None, "component": "tunings" if str(e).startswith("tunings:") else "controller"}
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -293,6 +312,8 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 run["lab_tids"] = lab.lab_tids()
             except Exception:  # noqa: BLE001 - naming the lab's threads must not fail the clean-up
                 pass
+            if tuned is not None:
+                notes.extend(f"a tuning was not restored: {p}" for p in tuned.restore())
             if kcap_info is not None and kcap_info.get("running"):
                 kcapture.stop(lab, kcap_info, quiet=True, steps=run["steps"], notes=notes)
                 run["kernel"] = kcapture.public(kcap_info)
@@ -313,6 +334,15 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
             for h in lab.hosts.values():
                 if not h.remote:
                     shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
+            if run.get("tunings"):
+                # what the phases changed on this machine, old and new, beside the rest of its provenance
+                pj = run_dir / "provenance.json"
+                try:
+                    prov = json.loads(pj.read_text())
+                    prov["tunings"] = run["tunings"]
+                    _write_json(pj, prov)
+                except (OSError, ValueError):
+                    pass
             run["status"] = out.status
             run["error"] = out.error
             run["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
@@ -346,6 +376,30 @@ def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) 
                 sinks.setdefault(host, []).append({"kind": "sink", "name": f"{ld.name}-sink", "level": 1, "protocol": ld.protocol, "bind": bind})
         by_host.setdefault(ld.host or default_host, []).append(d)
     return by_host, sinks
+
+
+def tune_loads(by_host: dict[str, list[dict[str, Any]]], phase: Any) -> None:
+    """The phase's placement and scheduling tunings of its loads, for the agents to apply."""
+    for t in phase.tunings:
+        if t.kind in ("affinity", "sched") and t.load is not None:
+            for loads in by_host.values():
+                for d in loads:
+                    if d["name"] == t.load:
+                        if t.kind == "affinity":
+                            d["cpus"] = list(t.cpus)
+                        else:
+                            d["sched"] = {"policy": t.policy, "priority": t.priority}
+
+
+def tuned_probe(probe: Any, phase: Any) -> Any:
+    """The probe as this phase runs it: its CPUs or priority as the phase's tunings say."""
+    update: dict[str, Any] = {}
+    for t in phase.tunings:
+        if t.kind == "affinity" and t.probe == probe.name:
+            update["cpu"] = list(t.cpus)
+        elif t.kind == "sched" and t.probe == probe.name:
+            update["priority"] = t.priority
+    return probe.model_copy(update=update) if update else probe
 
 
 class Steps:

@@ -102,6 +102,13 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
                 problems.append(
                     f"{file}: probes.{i}: a {p.kind} probe's parts must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
                 )
+    if any(ph.tunings for ph in exp.phases or []):
+        from loopscope.host import tunings
+
+        problems += [f"{file}: {p}" for p in tunings.check([ph.model_dump() for ph in exp.phases or []])]
+        remote = [n for n, k in kinds.items() if k == "ssh"]
+        if remote:
+            problems.append(f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh hosts; tune them by hand for now or leave the tunings out")
     es = exp.emulator
     if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):
         problems.append(f"{file}: emulator.cpu: CPU {es.cpu} is not one this process may use (allowed: {', '.join(map(str, sorted(os.sched_getaffinity(0))))})")

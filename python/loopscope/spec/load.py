@@ -79,7 +79,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
     return line, shown
 
 
-_TAGS = {"cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {"affinity", "sched", "irq", "dma_latency", "cpuidle", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
 
 
 def _tags() -> set[str]:

@@ -267,9 +267,74 @@ class Sweep(Model):
     level: list[LevelField] = Field(min_length=1)
 
 
+CpuList = list[Annotated[int, Field(ge=0)]]
+
+
+class _Target(Model):
+    probe: Name | None = Field(None, description="a probe of the experiment")
+    load: Name | None = Field(None, description="a load of this phase")
+
+    @model_validator(mode="after")
+    def _one(self) -> "_Target":
+        if (self.probe is None) == (self.load is None):
+            raise PydanticCustomError("tuning_target", "name exactly one of probe or load", {})
+        return self
+
+
+class AffinityTuning(_Target):
+    """Run a probe or a load on these CPUs during the phase."""
+
+    kind: Literal["affinity"]
+    cpus: CpuList = Field(min_length=1)
+
+
+class SchedTuning(_Target):
+    """A scheduling policy and priority for a probe or a load during the phase."""
+
+    kind: Literal["sched"]
+    policy: Literal["fifo", "rr", "other"] = "fifo"
+    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="1..99 for fifo and rr")
+
+
+class IrqTuning(Model):
+    """Steer an interrupt to these CPUs (/proc/irq/N/smp_affinity_list)."""
+
+    kind: Literal["irq"]
+    irq: Annotated[int, Field(ge=0)]
+    cpus: CpuList = Field(min_length=1)
+
+
+class DmaLatencyTuning(Model):
+    """Hold /dev/cpu_dma_latency at this many µs (0: no deep idle states)."""
+
+    kind: Literal["dma_latency"]
+    us: Annotated[int, Field(ge=0)] = 0
+
+
+class CpuidleTuning(Model):
+    """Disable (or enable) one idle state, by index or name, on these CPUs (default: all)."""
+
+    kind: Literal["cpuidle"]
+    state: int | str
+    cpus: CpuList | None = None
+    disable: bool = True
+
+
+class WriteTuning(Model):
+    """Write a value to one file of an allowed list of sysfs and procfs files (docs/experiments.md)."""
+
+    kind: Literal["write"]
+    path: str
+    value: str | int
+
+
+Tuning = Annotated[Union[AffinityTuning, SchedTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, WriteTuning], Field(discriminator="kind")]
+
+
 class Phase(Model):
     name: Name
     loads: list[str] = Field(default_factory=list, description="names of loads held during this phase")
+    tunings: list[Tuning] = Field(default_factory=list, description="settings applied when the phase starts and restored when it ends (docs/experiments.md)")
     links: list["Link"] = Field(default_factory=list, description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase")
 
 
@@ -522,10 +587,32 @@ class Experiment(Model):
                 for j, ref in enumerate(phase.loads):
                     if ref not in names:
                         problems.append((("phases", i, "loads", j), f"no load named {ref!r}; the loads are {', '.join(names) or '(none)'}"))
+                problems += self._check_tunings(i, phase, pnames)
         problems += self._check_hosts()
         if problems:
             raise PydanticCustomError("spec_references", "{count} problems with names and references", {"count": len(problems), "problems": problems})
         return self
+
+    def _check_tunings(self, i: int, phase: "Phase", probes: set[str]) -> list[tuple[tuple[str | int, ...], str]]:
+        """A tuning's probe or load exists (the load in this phase) and can take it."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for j, t in enumerate(phase.tunings):
+            where = ("phases", i, "tunings", j)
+            if not isinstance(t, (AffinityTuning, SchedTuning)):
+                continue
+            if t.load is not None and t.load not in phase.loads:
+                problems.append((where + ("load",), f"no load {t.load!r} in phase {phase.name!r}; its loads are {', '.join(phase.loads) or '(none)'}"))
+            if t.probe is not None:
+                p = next((q for q in self.probes if q.name == t.probe), None)
+                if p is None:
+                    problems.append((where + ("probe",), f"no probe named {t.probe!r}; the probes are {', '.join(sorted(probes))}"))
+                elif isinstance(t, AffinityTuning) and "cpu" not in type(p).model_fields:
+                    problems.append((where + ("probe",), f"a {p.kind} probe takes no CPU placement; place its hosts' loads instead"))
+                elif isinstance(t, SchedTuning) and ("priority" not in type(p).model_fields or t.policy != "fifo"):
+                    problems.append((where + ("probe",), f"a {p.kind} probe takes no scheduling tuning (only the timer's SCHED_FIFO priority); tune a load instead"))
+                elif isinstance(t, SchedTuning) and t.priority is None:
+                    problems.append((where + ("priority",), "a fifo probe needs a priority 1..99"))
+        return problems
 
     def _check_hosts(self) -> list[tuple[tuple[str | int, ...], str]]:
         """Host names, addresses and every reference to a host."""

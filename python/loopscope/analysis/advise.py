@@ -1,0 +1,103 @@
+"""``loopscope advise``: the top causes ``explain`` found, each with a remedy,
+and a follow-up experiment that tries the remedies it can apply at run time.
+
+For every probe and phase the causes that took at least 5 % of the
+outliers' time (up to three, the time a thread needs to return to user space
+and what no capture covered left out) get a remedy from ``remedies.py``. The
+follow-up experiment is the run's own (as it ran: ``spec.json``), its phases
+written out, then one remedy phase per advised phase (``remedy``, or
+``remedy-<phase>`` when several are advised): the advised phase's loads
+with the runtime-applicable remedies as its ``tunings:``. Running it, the
+run's own comparisons show whether the remedy helped (``docs/compare.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from loopscope.analysis.remedies import Context, remedy
+from loopscope.errors import InputError
+from loopscope.rundir import RunDir
+
+SKIP = {"return to user space", "unexplained"}
+MIN_SHARE = 0.05
+
+
+def _probe_of(group: str, probes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The spec probe behind an explain group (a pipeline's stages are ``<probe> <stage> stack (<host>)``)."""
+    for p in probes:
+        if group == p.get("name") or group.startswith(f"{p.get('name')} "):
+            return p
+    return None
+
+
+def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """The advice rows, and per advised phase the tunings a remedy phase applies.
+    ``models``: probe kind → its spec model (what fields a probe takes)."""
+    rd = RunDir.open(run_dir)
+    spec = json.loads(rd.spec_json.read_text())
+    prov = json.loads(rd.provenance_json.read_text()) if rd.provenance_json.exists() else {}
+    first = next(iter((prov.get("hosts") or {}).values()), {})
+    import os
+
+    usable = list((first.get("cpu") or {}).get("usable_cpus") or sorted(os.sched_getaffinity(0)))
+    phases = {p["name"]: p for p in spec.get("phases") or []}
+    run = rd.run()
+    load_cpus: dict[tuple[str, str], list[int]] = {}
+    for ld in run.get("loads") or []:
+        if ld.get("cpus"):
+            load_cpus[(ld["phase"], ld["name"])] = sorted(set(load_cpus.get((ld["phase"], ld["name"]), [])) | set(ld["cpus"]))
+    rows: list[dict[str, Any]] = []
+    tunings: dict[str, list[dict[str, Any]]] = {}
+    for g in explained.get("groups") or []:
+        p = _probe_of(g["probe"], spec.get("probes") or [])
+        if p is None:
+            continue
+        fields = getattr(models.get(p["kind"]), "model_fields", {})
+        ctx = Context(probe=p["name"], probe_kind=p["kind"], probe_cpus=list(p.get("cpu") or []), usable=usable,
+                      probe_takes_cpu="cpu" in fields, probe_takes_priority="priority" in fields, loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
+                      load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]})
+        top = [c for c in g.get("causes") or [] if c["cause"] not in SKIP and c["share"] >= MIN_SHARE][:3]
+        for c in top:
+            r = remedy(c["cause"], ctx)
+            rows.append({"probe": g["probe"], "phase": g["phase"], "cause": c["cause"], "share": round(c["share"], 4),
+                         "remedy": r.remedy if r else "none known: see docs/explain.md for what it is", "knob": r.knob if r else None,
+                         "command": r.command if r else None, "reboot": r.reboot if r else None, "runtime": bool(r and r.tunings)})
+            if r and r.tunings and g["phase"] in phases:
+                have = tunings.setdefault(g["phase"], [])
+                for t in r.tunings:
+                    if t not in have and not any(_same_target(t, h) for h in have):
+                        have.append(t)
+    return rows, tunings
+
+
+def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Two tunings of one thing (the probe's placement, one file): the first stays."""
+    if a["kind"] != b["kind"]:
+        return False
+    key = {"affinity": ("probe", "load"), "sched": ("probe", "load"), "irq": ("irq",), "write": ("path",), "dma_latency": (), "cpuidle": ("state",)}[a["kind"]]
+    return all(a.get(k) == b.get(k) for k in key)
+
+
+def follow_up(run_dir: Path, tunings: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The run's experiment with its phases written out and a remedy phase per advised phase."""
+    rd = RunDir.open(run_dir)
+    spec = json.loads(rd.spec_json.read_text())
+    if not tunings:
+        raise InputError(f"{run_dir}: no cause found has a remedy a phase can apply at run time; the table above says what to change by hand")
+    spec.pop("sweep", None)  # its loads are written out already
+    spec["name"] = f"{spec['name']}-remedy"[:64]
+    phases = [p for p in spec.get("phases") or []]
+    names = {p["name"] for p in phases}
+    for ph, ts in tunings.items():
+        base = next(p for p in phases if p["name"] == ph)
+        name = "remedy" if len(tunings) == 1 else f"remedy-{ph}"
+        while name in names or name == "baseline":
+            name += "-2"
+        names.add(name)
+        phases.append({"name": name, "loads": list(base.get("loads") or []), "links": list(base.get("links") or []), "tunings": ts})
+    spec["phases"] = phases
+    spec["baseline"] = False
+    return spec

@@ -1,0 +1,127 @@
+"""From a cause to a remedy: the table ``loopscope advise`` reads.
+
+Each cause ``explain`` names (``load: hog``, ``irq: virtio0-input.0``,
+``CPU idle``, ``scheduling latency``, ``thread: kdamond``, ``softirq:
+NET_RX``, ``lab: capture``, …) maps to a remedy: what to do, the knob it
+turns, the exact command, whether it needs a reboot, and, where a phase's
+``tunings:`` can apply it at run time, those tunings (so the follow-up
+experiment can prove it helped). The table is documented in
+``docs/compare.md``; a cause it does not know gets no remedy and says so.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Remedy:
+    remedy: str
+    knob: str
+    command: str
+    reboot: bool
+    #: tunings of a remedy phase that apply it at run time (empty: not at run time)
+    tunings: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    """What a remedy needs to know of the probe and the machine."""
+
+    probe: str
+    probe_kind: str
+    probe_cpus: list[int]  # the CPUs the probe is pinned to ([]: not pinned)
+    usable: list[int]  # the machine's CPUs
+    probe_takes_cpu: bool
+    probe_takes_priority: bool
+    loads: list[str]  # the phase's loads
+    #: load → the CPUs its threads were allowed (what it pinned itself to, if it did)
+    load_cpus: dict[str, list[int]] = field(default_factory=dict)
+
+
+def _away(ctx: Context) -> tuple[list[int], list[int]]:
+    """CPUs for the probe and CPUs for the rest, apart: the probe keeps its
+    first CPU's neighbour-free place (the last usable CPU when not pinned)."""
+    probe = ctx.probe_cpus[:1] or ctx.usable[-1:]
+    rest = [c for c in ctx.usable if c not in probe] or ctx.usable
+    return probe, rest
+
+
+def _irq_number(name: str) -> int | None:
+    """The IRQ line of a handler named in /proc/interrupts (None: not found here)."""
+    try:
+        for line in Path("/proc/interrupts").read_text().splitlines()[1:]:
+            head, _, rest = line.partition(":")
+            if head.strip().isdigit() and rest.split() and rest.split()[-1] == name:
+                return int(head.strip())
+    except OSError:
+        pass
+    return None
+
+
+def remedy(cause: str, ctx: Context) -> Remedy | None:
+    """The remedy for one cause (None: nothing loopscope knows to do about it)."""
+    probe_cpus, rest = _away(ctx)
+    pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
+    if cause.startswith("load: "):
+        load = cause[6:]
+        t: list[dict[str, Any]] = []
+        pinned = ctx.load_cpus.get(load) or []
+        if pinned and set(pinned) < set(ctx.usable) and ctx.probe_takes_cpu:
+            # the load pinned itself (stress-ng --taskset, a cpuset of its own): move the probe to the CPUs it left free
+            free = [c for c in ctx.usable if c not in pinned]
+            t.append({"kind": "affinity", "probe": ctx.probe, "cpus": free})
+            return Remedy(f"the load {load} pins itself to CPU {','.join(map(str, pinned))}: move the probe to CPU {','.join(map(str, free))}", "CPU placement of the probe",
+                          f"taskset -c {','.join(map(str, free))} <probe command>   # or the probe's cpu: [{','.join(map(str, free))}]", False, t)
+        if load in ctx.loads:
+            t.append({"kind": "affinity", "load": load, "cpus": rest})
+        if ctx.probe_takes_cpu:
+            t.append({"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus})
+        return Remedy(f"move the load {load} off the probe's CPU (cpusets or affinity), and pin the probe", "CPU placement (affinity, cpusets)",
+                      f"taskset -acp {rc} <pids of {load}>   # or: systemd-run -p AllowedCPUs={rc} …; pin the probe: taskset -c {pc}", False, t)
+    if cause.startswith("irq: "):
+        name = cause[5:]
+        n = _irq_number(name)
+        t = [{"kind": "irq", "irq": n, "cpus": rest}] if n is not None else []
+        where = f"/proc/irq/{n if n is not None else '<N>'}/smp_affinity_list"
+        return Remedy(f"steer interrupt {name} away from the probe's CPU", "IRQ affinity", f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq", False, t)
+    if cause == "CPU idle":
+        return Remedy("keep the CPU out of deep idle states: its wake-up came late", "cpu_dma_latency / cpuidle states",
+                      "hold /dev/cpu_dma_latency at 0 (cyclictest does), or: cpupower idle-set -D 1; for good: idle=poll or processor.max_cstate=1 on the kernel command line",
+                      False, [{"kind": "dma_latency", "us": 0}])
+    if cause == "scheduling latency":
+        t = [{"kind": "sched", "probe": ctx.probe, "policy": "fifo", "priority": 80}] if ctx.probe_takes_priority else []
+        return Remedy("run the probe's thread with a real-time policy", "scheduling policy and priority", "chrt -f 80 <command>   # or the probe's priority: 80", False, t)
+    if cause == "migrations":
+        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else []
+        return Remedy("pin the probe's thread to one CPU", "CPU affinity", f"taskset -c {pc} <command>", False, t)
+    if cause in ("page faults", "page fault"):
+        return Remedy("lock and prefault the program's memory", "mlockall / prefaulting", "mlockall(MCL_CURRENT | MCL_FUTURE) at start, and touch the buffers once", False)
+    if re.match(r"thread: kdamond", cause):
+        return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False,
+                      [{"kind": "write", "path": p, "value": "off"} for p in _kdamonds()])
+    if cause.startswith("softirq: NET_RX") or cause.startswith("thread: ksoftirqd"):
+        return Remedy("take receive processing off the probe's CPU, or poll instead of waiting for it", "RPS / IRQ steering / busy polling",
+                      f"echo <mask of {rc}> > /sys/class/net/<dev>/queues/rx-0/rps_cpus; sysctl net.core.busy_poll=50 net.core.busy_read=50", False,
+                      [{"kind": "write", "path": "/proc/sys/net/core/busy_poll", "value": 50}, {"kind": "write", "path": "/proc/sys/net/core/busy_read", "value": 50}])
+    if cause == "lab: capture":
+        return Remedy("record fewer kernel events (loopscope's own capture was in the way)", "the experiment's kernel capture",
+                      "kernel: {events: [sched:sched_switch, sched:sched_wakeup, irq:irq_handler_entry, irq:irq_handler_exit]} or loopscope run … with the capture off", False)
+    if cause == "lab: emulator":
+        return Remedy("keep loopscope's link emulator off the probe's CPU, or let the kernel forward the path (ask nothing of the link)", "the experiment's emulator settings",
+                      f"emulator: {{cpu: {rest[0]}}} in the experiment file; or drop the link's delay/jitter/loss so the router's kernel forwards it", False)
+    if cause.startswith("lab: "):
+        return Remedy(f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it", "CPU affinity of the probe", f"the probe's cpu: [{pc}]", False,
+                      [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else [])
+    if cause.startswith("thread: "):
+        name = cause[8:]
+        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else []
+        return Remedy(f"move {name} off the probe's CPU, or the probe away from it", "CPU placement (affinity)", f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}", False, t)
+    return None
+
+
+def _kdamonds() -> list[str]:
+    return [str(p) for p in sorted(Path("/sys/kernel/mm/damon/admin/kdamonds").glob("[0-9]*/state"))]

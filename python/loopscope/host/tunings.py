@@ -1,0 +1,222 @@
+"""Tunings: settings of this machine a phase changes and gives back.
+
+A phase's ``tunings:`` (``spec/models.py``) become *changes* here: a file
+to write (IRQ affinity, an idle state's ``disable``, an allowed sysfs or
+procfs file) or ``/dev/cpu_dma_latency`` held open. ``check`` finds every
+change's file and refuses what cannot apply (no such IRQ, no such idle
+state, a file off the allowed list, not root), so a run never starts with a
+tuning it would fail to make. ``apply`` writes each change after recording
+its old value in a journal (a JSON file, flushed before the write), so
+whatever ends the run, the old values are known: ``restore`` writes them
+back and removes the journal; the controller restores at the end of each
+phase and in its ``finally``, and ``loopscope cleanup`` (and the reaper of a
+killed controller) restores from a journal a dead run left behind. The
+latency request is a file descriptor: the kernel drops it when the process
+holding it dies, so it needs no journal.
+
+Placement and scheduling tunings of probes and loads change how those are
+started (``lab/controller.py``, ``agent/server.py``), not files.
+
+``LOOPSCOPE_SYSFS_ROOT`` (tests only) puts a stand-in tree under ``/sys``
+and ``/proc`` paths, for machines that lack what a test needs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loopscope.errors import InputError, RunError
+
+#: files a ``write`` tuning may change (globs); anything else is refused
+ALLOWED = [
+    "/proc/sys/kernel/sched_rt_runtime_us",
+    "/proc/sys/kernel/sched_rt_period_us",
+    "/proc/sys/kernel/timer_migration",
+    "/proc/sys/kernel/numa_balancing",
+    "/proc/sys/kernel/watchdog",
+    "/proc/sys/kernel/nmi_watchdog",
+    "/proc/sys/vm/stat_interval",
+    "/proc/sys/vm/swappiness",
+    "/proc/sys/net/core/busy_poll",
+    "/proc/sys/net/core/busy_read",
+    "/proc/sys/net/core/netdev_budget",
+    "/proc/sys/net/core/rps_sock_flow_entries",
+    "/proc/irq/*/smp_affinity_list",
+    "/sys/class/net/*/queues/rx-*/rps_cpus",
+    "/sys/class/net/*/queues/rx-*/rps_flow_cnt",
+    "/sys/devices/system/cpu/cpu*/cpuidle/state*/disable",
+    "/sys/devices/system/cpu/cpu*/cpufreq/scaling_governor",
+    "/sys/kernel/mm/transparent_hugepage/enabled",
+    "/sys/kernel/mm/transparent_hugepage/defrag",
+    "/sys/kernel/mm/damon/admin/kdamonds/*/state",
+]
+
+
+def real(path: str) -> Path:
+    """Where ``path`` is on this machine (under the stand-in root in tests)."""
+    root = os.environ.get("LOOPSCOPE_SYSFS_ROOT")
+    if root and (path.startswith("/sys/") or path.startswith("/proc/")):
+        return Path(root) / path.lstrip("/")
+    return Path(path)
+
+
+@dataclass
+class Change:
+    """One file a tuning writes (``path`` as the user knows it)."""
+
+    tuning: str  # the tuning as written, for messages
+    path: str
+    new: str
+    old: str | None = None
+
+
+def _cpus_text(cpus: list[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
+
+
+def changes(tuning: dict[str, Any], where: str) -> list[Change]:
+    """The files one tuning writes; InputError naming it (``where``: its place in the file) when one cannot be written."""
+    kind = tuning["kind"]
+    label = f"{where} ({kind})"
+    out: list[Change] = []
+    if kind == "irq":
+        p = f"/proc/irq/{tuning['irq']}/smp_affinity_list"
+        out.append(Change(label, p, _cpus_text(tuning["cpus"])))
+    elif kind == "cpuidle":
+        cpus = tuning.get("cpus") or _online_cpus()
+        for c in cpus:
+            d = real(f"/sys/devices/system/cpu/cpu{c}/cpuidle")
+            if not d.is_dir():
+                raise InputError(f"{label}: CPU {c} has no idle states to disable ({d} is missing: no cpuidle driver); remove the tuning")
+            states = sorted(d.glob("state*"), key=lambda p: int(p.name[5:]))
+            want = tuning["state"]
+            hit = [s for s in states if s.name == f"state{want}" or (s / "name").exists() and (s / "name").read_text().strip() == str(want)]
+            if not hit:
+                names = ", ".join(f"{s.name[5:]} ({(s / 'name').read_text().strip() if (s / 'name').exists() else '?'})" for s in states)
+                raise InputError(f"{label}: CPU {c} has no idle state {want!r}; its states are {names}")
+            out.append(Change(label, f"/sys/devices/system/cpu/cpu{c}/cpuidle/{hit[0].name}/disable", "1" if tuning.get("disable", True) else "0"))
+    elif kind == "write":
+        p = tuning["path"]
+        if not any(fnmatch.fnmatch(p, g) for g in ALLOWED):
+            raise InputError(f"{label}: {p} is not on the list of files a tuning may write; the list is in docs/experiments.md (tunings)")
+        out.append(Change(label, p, str(tuning["value"])))
+    for ch in out:
+        f = real(ch.path)
+        if not f.exists():
+            raise InputError(f"{label}: {ch.path} does not exist on this machine; remove the tuning or correct it")
+        if not os.access(f, os.W_OK):
+            raise InputError(f"{label}: {ch.path} cannot be written (not root?); run as root or remove the tuning")
+    return out
+
+
+def _online_cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def check(phases: list[dict[str, Any]]) -> list[str]:
+    """Every phase's tunings checked without changing anything; the problems."""
+    problems = []
+    for i, ph in enumerate(phases):
+        for j, t in enumerate(ph.get("tunings") or []):
+            if t["kind"] in ("affinity", "sched"):
+                continue
+            try:
+                changes(t, f"phases.{i}.tunings.{j}")
+            except InputError as e:
+                problems.append(str(e))
+            if t["kind"] == "dma_latency":
+                if not os.access("/dev/cpu_dma_latency", os.W_OK):
+                    problems.append(f"phases.{i}.tunings.{j} (dma_latency): /dev/cpu_dma_latency cannot be written (not root?); run as root or remove the tuning")
+    return problems
+
+
+class Applied:
+    """The tunings of one phase, applied; ``restore`` gives everything back."""
+
+    def __init__(self, journal: Path) -> None:
+        self.journal = journal
+        self.done: list[Change] = []
+        self.dma_fd: int | None = None
+        self.dma_us: int | None = None
+
+    def _save(self) -> None:
+        tmp = self.journal.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"changes": [asdict(c) for c in self.done]}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.journal)
+
+    def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
+        for j, t in enumerate(tunings):
+            if t["kind"] in ("affinity", "sched"):
+                continue  # how a probe or load is started, not a file
+            if t["kind"] == "dma_latency":
+                self._hold_dma(int(t["us"]))
+                continue
+            for ch in changes(t, f"{where}.tunings.{j}"):
+                f = real(ch.path)
+                ch.old = f.read_text().strip()
+                self.done.append(ch)
+                self._save()  # the old value is on disk before the new one is written
+                try:
+                    f.write_text(ch.new + "\n")
+                except OSError as e:
+                    raise RunError(f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value") from None
+
+    def _hold_dma(self, us: int) -> None:
+        import struct
+
+        if self.dma_fd is not None:
+            os.close(self.dma_fd)
+        fd = os.open("/dev/cpu_dma_latency", os.O_WRONLY)
+        os.write(fd, struct.pack("i", us))
+        self.dma_fd, self.dma_us = fd, us
+
+    def record(self) -> list[dict[str, Any]]:
+        """What was changed, old and new (for run.json and provenance)."""
+        out = [{"tuning": c.tuning, "path": c.path, "old": c.old, "new": c.new} for c in self.done]
+        if self.dma_us is not None:
+            out.append({"tuning": "dma_latency", "path": "/dev/cpu_dma_latency", "old": "(no request: the idle states as configured)", "new": f"{self.dma_us} µs, held open"})
+        return out
+
+    def restore(self) -> list[str]:
+        """Write every old value back (last change first) and drop the journal; the problems, if any."""
+        problems = restore_changes(self.done)
+        self.done = []
+        if self.dma_fd is not None:
+            os.close(self.dma_fd)
+            self.dma_fd = None
+        if not problems:
+            self.journal.unlink(missing_ok=True)
+        return problems
+
+
+def restore_changes(done: list[Change]) -> list[str]:
+    problems = []
+    for ch in reversed(done):
+        if ch.old is None:
+            continue
+        try:
+            real(ch.path).write_text(ch.old + "\n")
+        except OSError as e:
+            problems.append(f"{ch.path}: could not write back {ch.old!r} ({e.strerror})")
+    return problems
+
+
+def restore_journal(journal: Path) -> list[str]:
+    """What a dead run left: write its old values back. The lines say what was done."""
+    try:
+        data = json.loads(journal.read_text())
+    except (OSError, json.JSONDecodeError):
+        return []
+    done = [Change(**c) for c in data.get("changes") or []]
+    problems = restore_changes(done)
+    if not problems:
+        journal.unlink(missing_ok=True)
+    return [f"  restored {c.path} to {c.old!r}" for c in reversed(done) if c.old is not None] + [f"  could not restore: {p}" for p in problems]

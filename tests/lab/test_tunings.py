@@ -1,0 +1,164 @@
+"""Tunings in a real run on this machine: a remedy phase that moves the probe
+away from a hog, disables an idle state, holds the DMA latency request and
+writes a sysctl; the remedy measurably helps, and every setting reads the same
+afterwards: after the run, after Ctrl-C, after SIGKILL of the controller."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from loopscope.lab import state
+from tests.conftest import BIN, Cli
+from tests.lab.test_run import wait_for
+
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("stress-ng")]
+
+IDLE = Path("/sys/devices/system/cpu/cpu0/cpuidle/state1/disable")
+SPEC = """name: {name}
+probes:
+  - {{kind: timer, interval_us: 1000, cpu: [0]}}
+loads:
+  - {{name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}}
+phases:
+  - {{name: hog, loads: [hog]}}
+  - name: remedy
+    loads: [hog]
+    tunings:
+      - {{kind: affinity, probe: timer, cpus: [1]}}
+      - {{kind: write, path: /proc/sys/kernel/timer_migration, value: {migration}}}
+      - {{kind: dma_latency, us: 0}}
+{idle}duration: {duration}
+repetitions: {reps}
+kernel: {{capture: off}}
+"""
+
+
+def settings() -> dict[str, str]:
+    out = {"timer_migration": Path("/proc/sys/kernel/timer_migration").read_text().strip()}
+    for d in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpuidle/state*/disable")):
+        out[str(d)] = d.read_text().strip()
+    return out
+
+
+def write_spec(tmp: Path, name: str, duration: str, reps: int) -> Path:
+    before = settings()
+    idle = "      - {kind: cpuidle, state: 1}\n" if IDLE.exists() else ""
+    p = tmp / f"{name}.yaml"
+    p.write_text(SPEC.format(name=name, migration=0 if before["timer_migration"] != "0" else 1, idle=idle, duration=duration, reps=reps))
+    return p
+
+
+def _journal(run_id: str) -> Path:
+    return state.state_dir() / f"{run_id}.tunings"
+
+
+def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path) -> None:
+    before = settings()
+    spec = write_spec(tmp_path, "tune1", "1s", 5)
+    r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", str(tmp_path / "tune1")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert settings() == before
+    run = json.loads((tmp_path / "tune1" / "run.json").read_text())
+    rec = [t for t in run["tunings"] if t["phase"] == "remedy"]
+    assert len(rec) == 5
+    paths = {c["path"]: c for c in rec[0]["changes"]}
+    assert paths["/proc/sys/kernel/timer_migration"]["old"] == before["timer_migration"]
+    assert "/dev/cpu_dma_latency" in paths
+    if IDLE.exists():
+        assert paths[str(IDLE)]["old"] == before[str(IDLE)] and paths[str(IDLE)]["new"] == "1"
+    # the run's own comparisons: the remedy's p99 is significantly below the hog phase's
+    c = pl.read_parquet(tmp_path / "tune1" / "tables" / "comparisons.parquet")
+    p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
+    assert p99["baseline_phase"] == "hog" and p99["significant"] and p99["ratio"] < 0.5, p99
+    assert not _journal("tune1").exists()
+    prov = json.loads((tmp_path / "tune1" / "provenance.json").read_text())
+    assert prov["tunings"] == run["tunings"]
+
+
+def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", str(tmp / run_dir), "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path) -> None:
+    before = settings()
+    spec = write_spec(tmp_path, "tune2", "20s", 1)
+    p = _start(tmp_path, spec, "tune2")
+    assert wait_for(lambda: _journal("tune2").exists(), 60), "the remedy phase never started"
+    assert settings() != before
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert settings() == before and not _journal("tune2").exists()
+
+
+def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Path, cli: Cli) -> None:
+    before = settings()
+    spec = write_spec(tmp_path, "tune3", "20s", 1)
+    p = _start(tmp_path, spec, "tune3")
+    assert wait_for(lambda: _journal("tune3").exists(), 60), "the remedy phase never started"
+    time.sleep(0.5)
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=30)
+    assert wait_for(lambda: settings() == before, 20), (settings(), before)
+    assert not _journal("tune3").exists()
+    r = cli("cleanup")
+    assert r.returncode == 0, r.stderr
+
+
+def test_a_tuning_that_cannot_apply_is_refused_before_anything_runs(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nprobes: [{kind: timer}]\nphases:\n  - name: p\n    tunings: [{kind: irq, irq: 99999, cpus: [0]}]\nduration: 1s\n")
+    r = cli("run", str(spec))
+    assert r.returncode == 2 and "phases.0.tunings.0 (irq): /proc/irq/99999/smp_affinity_list does not exist" in r.stderr, r.stderr
+
+
+HOGGED = """name: hogged
+probes:
+  - {kind: timer, interval_us: 1000, cpu: [0]}
+loads:
+  - {name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}
+phases:
+  - {name: hog, loads: [hog]}
+duration: 1s
+repetitions: 3
+kernel: {capture: on}
+"""
+
+
+def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path, cli: Cli) -> None:
+    from loopscope.kernel.capture import tracefs
+
+    if tracefs() is None:
+        pytest.skip("needs tracefs for the kernel capture advise reads")
+    before = settings()
+    (tmp_path / "hogged.yaml").write_text(HOGGED)
+    r = subprocess.run([str(BIN), "run", "hogged.yaml", "--run-dir", "h1", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    a = cli("advise", str(tmp_path / "h1"), "--json", "-o", str(tmp_path / "follow.yaml"), timeout=300)
+    assert a.returncode == 0, a.stderr
+    j = json.loads(a.stdout)
+    hog = [x for x in j["advice"] if x["cause"] == "load: hog"]
+    assert hog and hog[0]["phase"] == "hog" and hog[0]["share"] > 0.3, j["advice"]
+    assert set(hog[0]) == {"probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot"} and hog[0]["reboot"] is False
+    assert "move the probe" in hog[0]["remedy"]  # the hog pins itself to CPU 0: the probe goes
+    assert j["follow_up"] == str(tmp_path / "follow.yaml")
+    import yaml
+
+    fu = yaml.safe_load((tmp_path / "follow.yaml").read_text())
+    assert [p["name"] for p in fu["phases"]] == ["hog", "remedy"]
+    assert {"kind": "affinity", "probe": "timer", "cpus": [1]} in fu["phases"][1]["tunings"]
+    # the follow-up runs, and its own comparisons show the remedy helped
+    r = subprocess.run([str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    c = pl.read_parquet(tmp_path / "f1" / "tables" / "comparisons.parquet")
+    p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
+    assert p99["baseline_phase"] == "hog" and p99["significant"] and p99["ratio"] < 0.5, p99
+    assert settings() == before
