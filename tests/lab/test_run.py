@@ -221,3 +221,13 @@ def test_cleanup_removes_what_survives_a_killed_controller_and_agent(tmp_path: P
     assert "run kill2" in r.stdout
     assert wait_for(lambda: leftovers("kill2") == [], 10), leftovers("kill2")
     assert cli("cleanup").stdout.strip() == "nothing to clean up"
+
+
+def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so(tmp_path: Path, cli: Cli) -> None:
+    spec = write_spec(tmp_path, loads="", extra="kernel: {capture: on}\n")
+    r = cli("run", str(spec), "--run-dir", str(tmp_path / "nk"), "--no-report", "--no-kernel-capture")
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "nk" / "run.json").read_text())
+    assert not run.get("kernel")
+    assert any("no kernel capture" in n for n in run["notes"]), run["notes"]
+    assert json.loads((tmp_path / "nk" / "spec.json").read_text())["kernel"]["capture"] == "off"

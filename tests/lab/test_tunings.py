@@ -28,8 +28,7 @@ probes:
 loads:
   - {{name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}}
 phases:
-  - {{name: hog, loads: [hog]}}
-  - name: remedy
+{first}  - name: remedy
     loads: [hog]
     tunings:
       - {{kind: affinity, probe: timer, cpus: [1]}}
@@ -48,11 +47,13 @@ def settings() -> dict[str, str]:
     return out
 
 
-def write_spec(tmp: Path, name: str, duration: str, reps: int) -> Path:
+def write_spec(tmp: Path, name: str, duration: str, reps: int, hog_first: bool = True) -> Path:
+    """The hog phase, then the remedy (``hog_first=False``: the remedy alone, so it starts at once)."""
     before = settings()
     idle = "      - {kind: cpuidle, state: 1}\n" if IDLE.exists() else ""
+    first = "  - {name: hog, loads: [hog]}\n" if hog_first else ""
     p = tmp / f"{name}.yaml"
-    p.write_text(SPEC.format(name=name, migration=0 if before["timer_migration"] != "0" else 1, idle=idle, duration=duration, reps=reps))
+    p.write_text(SPEC.format(name=name, first=first, migration=0 if before["timer_migration"] != "0" else 1, idle=idle, duration=duration, reps=reps))
     return p
 
 
@@ -89,7 +90,7 @@ def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
 
 def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path) -> None:
     before = settings()
-    spec = write_spec(tmp_path, "tune2", "20s", 1)
+    spec = write_spec(tmp_path, "tune2", "20s", 1, hog_first=False)
     p = _start(tmp_path, spec, "tune2")
     assert wait_for(lambda: _journal("tune2").exists(), 60), "the remedy phase never started"
     assert settings() != before
@@ -101,7 +102,7 @@ def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path) -> Non
 
 def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Path, cli: Cli) -> None:
     before = settings()
-    spec = write_spec(tmp_path, "tune3", "20s", 1)
+    spec = write_spec(tmp_path, "tune3", "20s", 1, hog_first=False)
     p = _start(tmp_path, spec, "tune3")
     assert wait_for(lambda: _journal("tune3").exists(), 60), "the remedy phase never started"
     time.sleep(0.5)

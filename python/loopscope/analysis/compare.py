@@ -45,8 +45,8 @@ def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
 
 def block_resample(series: list[np.ndarray], b: int, block: int, rng: np.random.Generator) -> np.ndarray:
     """``b`` resamples (rows) of the concatenated series, each series
-    resampled in blocks of ``block`` consecutive samples (one series is one
-    repetition; blocks never cross repetitions)."""
+    resampled in circular blocks of ``block`` consecutive samples (one series
+    is one repetition; blocks never cross repetitions)."""
     parts = []
     for s in series:
         n = len(s)
@@ -54,8 +54,11 @@ def block_resample(series: list[np.ndarray], b: int, block: int, rng: np.random.
             continue
         L = max(1, min(block, n))
         k = math.ceil(n / L)
-        starts = rng.integers(0, n - L + 1, size=(b, k))
-        idx = (starts[:, :, None] + np.arange(L)[None, None, :]).reshape(b, k * L)[:, :n]
+        # circular blocks: a block may wrap from the end to the start, so every
+        # sample is as likely to be drawn as any other (a series' last samples
+        # would otherwise be drawn less, and a tail that sits there be missed)
+        starts = rng.integers(0, n, size=(b, k))
+        idx = ((starts[:, :, None] + np.arange(L)[None, None, :]) % n).reshape(b, k * L)[:, :n]
         parts.append(s[idx])
     return np.concatenate(parts, axis=1) if parts else np.zeros((b, 0))
 

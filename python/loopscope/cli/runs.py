@@ -21,7 +21,8 @@ from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_p
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
 @click.option("--duration", "duration_over", type=Duration(), default=None, help="Override the file's duration (per probe and phase), e.g. for a short trial.")
 @click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
-def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None) -> int:
+@click.option("--no-kernel-capture", is_flag=True, help="Record no kernel events (the file's `kernel: {capture: off}`): no explain, no advise, and nothing of the capture's in the way.")
+def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None, no_kernel_capture: bool) -> int:
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
     from loopscope.lab import controller
     from loopscope.selfname import set_comm
@@ -42,14 +43,14 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
             bar.update(task, completed=done, total=total, description=label)
 
         with bar:
-            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over)
+            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture)
     else:
 
         def say(msg: str) -> None:
             sys.stderr.write(msg + "\n")
             sys.stderr.flush()
 
-        out = controller.run(spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over)
+        out = controller.run(spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture)
     if out.status == "completed" and not no_report:
         from loopscope.report import build
 

@@ -470,8 +470,11 @@ def run(
     tick: Tick | None = None,
     duration: int | None = None,
     repetitions: int | None = None,
+    kernel_capture: bool = True,
 ) -> Outcome:
     exp = load(spec_path)
+    if not kernel_capture:
+        exp.kernel.capture = "off"
     if duration is not None:
         exp.duration = duration
         for p in exp.probes:
@@ -491,8 +494,9 @@ def run(
     res = Path(results or exp.results)
     rd = Path(run_dir) if run_dir else None
     notes, kinds = preflight(exp, spec_path, res, rd)
-    if duration is not None or repetitions is not None:
-        over = ", ".join(x for x in (duration is not None and f"duration {duration / 1e9:g} s", repetitions is not None and f"{repetitions} repetitions") if x)
+    if duration is not None or repetitions is not None or not kernel_capture:
+        over = ", ".join(x for x in (duration is not None and f"duration {duration / 1e9:g} s", repetitions is not None and f"{repetitions} repetitions",
+                                     not kernel_capture and "no kernel capture") if x)
         notes.append(f"overridden on the command line: {over} (spec.json holds what ran)")
     for n in notes:
         say(f"note: {n}")
