@@ -61,7 +61,7 @@ test-rust:
 test-python:
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q --durations=12
 
 test: install test-rust test-python
 

@@ -76,3 +76,32 @@ def test_info_shows_entities_counts_span_and_losses(cli: Cli, tmp_path: Path) ->
     assert "info/e" in r.stdout and "described here" in r.stdout and " 10 " in r.stdout
     assert "lost      nothing" in r.stdout
     assert "span" in r.stdout and "clock" in r.stdout
+
+
+def test_plumbing_commands_are_hidden_from_the_listing_but_keep_working(cli: Cli) -> None:
+    top = cli("--help").stdout
+    assert "netem" not in top and "channel" not in top and "compare" in top and "advise" in top
+    probes = cli("probe", "--help").stdout
+    for hidden in ("pipe-source", "pipe-node", "pipe-sink", "sync-serve"):
+        assert hidden not in probes
+    assert "rr" in probes and "echo" in probes
+    for args in (("netem", "--help"), ("channel", "hub", "--help"), ("probe", "pipe-sink", "--help"), ("probe", "sync", "--help")):
+        assert cli(*args).returncode == 0, args
+
+
+def test_dump_writes_csv_and_json_lines_with_payloads_as_hex(cli: Cli, tmp_path: Path) -> None:
+    import csv
+    import io
+    import json
+
+    p = tmp_path / "d.lstrace"
+    with lt.open(p):
+        e = lt.event("dump", "e", "a test event")
+        e.event(1, value=-7)
+        e.event(2, payload=b"\xff\x00")
+    r = cli("trace", "dump", str(p), "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert [(x["name"], x["tag"], x["value"], x["payload"]) for x in rows] == [("e", "1", "-7", ""), ("e", "2", "", "ff00")]
+    j = [json.loads(l) for l in cli("trace", "dump", str(p), "--format", "jsonl", "--entity", "dump/e").stdout.splitlines()]
+    assert j[1]["payload"] == "ff00" and j[0]["value"] == -7 and j[0]["group"] == "dump"

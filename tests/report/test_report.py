@@ -151,3 +151,31 @@ def test_a_run_of_a_newer_format_is_refused_naming_it(run_dir: Path, tmp_path: P
     (new / "run.json").write_text(json.dumps({**run, "format": 99}))
     r = cli("report", str(new))
     assert_clean_error(r, 2, "run format 99 is newer than this loopscope reads")
+
+
+def test_the_report_s_table_of_contents_links_to_every_section_in_chromium(run_dir: Path) -> None:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    page = build(run_dir, KINDS).html
+    o = Options()
+    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", "--window-size=1280,900"):
+        o.add_argument(a)
+    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    try:
+        d.get(page.as_uri())
+        links = d.find_elements(By.CSS_SELECTOR, "nav#toc a")
+        targets = [a.get_attribute("href").rsplit("#", 1)[1] for a in links]
+        assert {"summary", "probe-timer", "probe-sched", "probe-syscall", "provenance", "files"} <= set(targets), targets
+        for t in targets:
+            assert d.find_elements(By.ID, t), f"the contents link to #{t}, which the page does not have"
+        # every h2 with an id is in the contents
+        assert {h.get_attribute("id") for h in d.find_elements(By.CSS_SELECTOR, "h2[id]")} <= set(targets)
+        next(a for a in links if a.get_attribute("href").endswith("#provenance")).click()
+        assert d.execute_script("return window.scrollY") > 1000
+    finally:
+        d.quit()

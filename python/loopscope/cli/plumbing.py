@@ -14,7 +14,7 @@ from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cl
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
-@cli.command("netem", hidden=False)
+@cli.command("netem", hidden=True)
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Emulator configuration (JSON, written by the lab).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file of every forwarded packet.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object when stopped.")
@@ -43,7 +43,7 @@ def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
     return 0
 
 
-@cli.group()
+@cli.group(hidden=True)
 def channel() -> None:
     """Channels of time-sequenced items across hosts (the bench's two ends)."""
 

@@ -223,7 +223,7 @@ def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int
     return EXIT_INTERRUPTED if r["interrupted"] else 0
 
 
-@probe.command("pipe-source")
+@probe.command("pipe-source", hidden=True)
 @click.option("--dest", required=True, help="First stage HOST:PORT (a node, or the sink).")
 @click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Messages per second (1000pps).")
 @click.option("--size", type=int, default=256, show_default=True, help="Message bytes; 56 + 24 per node at least.")
@@ -249,7 +249,7 @@ def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None
     return EXIT_INTERRUPTED if res["interrupted"] else 0
 
 
-@probe.command("pipe-node")
+@probe.command("pipe-node", hidden=True)
 @click.option("--bind", required=True, help="HOST:PORT this node listens on.")
 @click.option("--next", "next_hop", required=True, help="HOST:PORT of the next stage.")
 @click.option("--work-us", type=click.IntRange(min=0, max=1_000_000), default=0, show_default=True, help="Busy work per message, µs.")
@@ -266,7 +266,7 @@ def probe_pipe_node(bind: str, next_hop: str, work_us: int, trace_path: str | No
     return 0
 
 
-@probe.command("pipe-sink")
+@probe.command("pipe-sink", hidden=True)
 @click.option("--bind", required=True, help="HOST:PORT the sink listens on.")
 @click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id to record.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
@@ -321,7 +321,7 @@ def probe_program(duration: int | None, until: str | None, cpus: list[int] | Non
     return 0
 
 
-@probe.command("sync-serve")
+@probe.command("sync-serve", hidden=True)
 @click.option("--bind", default="0.0.0.0:9319", show_default=True, help="HOST:PORT the responder listens on.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync-serve/sync-serve.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
@@ -335,7 +335,7 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
     return 0
 
 
-@probe.command("sync")
+@probe.command("sync", hidden=True)
 @click.option("--dest", required=True, help="HOST:PORT of the reference host's responder.")
 @click.option("--flow", type=click.IntRange(min=0, max=2**31), default=1, show_default=True, help="This host's id in the responder's records.")
 @click.option("--rate", type=click.FloatRange(min=0.01, max=10000), default=20.0, show_default=True, help="Probe pairs per second.")
