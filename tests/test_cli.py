@@ -105,3 +105,48 @@ def test_dump_writes_csv_and_json_lines_with_payloads_as_hex(cli: Cli, tmp_path:
     assert [(x["name"], x["tag"], x["value"], x["payload"]) for x in rows] == [("e", "1", "-7", ""), ("e", "2", "", "ff00")]
     j = [json.loads(l) for l in cli("trace", "dump", str(p), "--format", "jsonl", "--entity", "dump/e").stdout.splitlines()]
     assert j[1]["payload"] == "ff00" and j[0]["value"] == -7 and j[0]["group"] == "dump"
+
+
+def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_path: Path) -> None:
+    spec = tmp_path / "c.yaml"
+    spec.write_text('name: x\nprobes: [{kind: timer, cpu: [999]}]\nloads: [{kind: command, command: "no-such-program-here --x"}]\nduration: 1s\n')
+    c = cli("check", str(spec))
+    r = cli("run", str(spec), "--run-dir", str(tmp_path / "r"))
+    for x in (c, r):
+        assert x.returncode == 2 and "Traceback" not in x.stderr, x.stderr
+        assert "probes.0.cpu: CPU 999 is not available" in x.stderr and "'no-such-program-here' is not installed" in x.stderr
+    assert c.stderr == r.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: x\nprobes: " + "[" * 5000 + "]" * 5000 + "\n")
+    for cmd in ("check", "run"):
+        assert_clean_error(cli(cmd, str(deep)), 2, "nests", "too deeply")
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    import click
+
+    from loopscope.cli import cli as root
+
+    def walk(cmd: click.Command, path: list[str]):  # type: ignore[no-untyped-def]
+        if isinstance(cmd, click.Group):
+            for n, c in cmd.commands.items():
+                yield from walk(c, path + [n])
+        else:
+            for p in cmd.params:
+                if isinstance(p, click.Option) and not p.hidden and not p.help:
+                    yield f"{' '.join(path)} {p.opts[0]}"
+
+    assert list(walk(root, [])) == []
+
+
+def test_the_timer_probe_takes_cyclictests_short_flags(cli: Cli, tmp_path: Path) -> None:
+    import json
+
+    r = cli("probe", "timer", "-i", "500", "-d", "300ms", "-t", "2", "--json", "--trace", str(tmp_path / "t.lstrace"))
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["interval_ns"] == 500_000 and len(j["threads"]) == 2

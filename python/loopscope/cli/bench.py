@@ -31,7 +31,7 @@ def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir
 
 @bench.command("timer")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period of both tools, in µs.")
 @click.option("--duration", type=Duration(), default="10s", show_default=True, help="Length of each run.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each tool, alternating.")
 def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> int:

@@ -24,7 +24,7 @@ def calibrate() -> None:
               "[every call the syscall probe knows, and read, write, sendto, recvfrom at a few sizes].")
 @click.option("--sizes", default=None, help="With the default calls: the sizes (bytes, comma-separated) read, write, sendto and recvfrom are "
               "calibrated at [read/write 64,4096,65536; sendto/recvfrom 256,1400,16384].")
-@click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True)
+@click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True, help="Cap on the time spent on one call per condition.")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Measure on these CPUs (calibrate apps with the same --cpu).")
 @click.option("--load-cpu", "load_cpus", type=CpuList(), default=None, help="Run the load workers on these CPUs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
@@ -109,7 +109,7 @@ def _from_of(a: dict[str, Any], src: str | None, app_model: str) -> str:
 @click.argument("app_model", type=click.Path(dir_okay=False))
 @click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] to predict for.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> int:
     """Predict the app's CPU time distribution on another node or under another condition."""
     from loopscope.model import app, predict
@@ -197,8 +197,8 @@ def model_show(model_file: str, top: int) -> int:
 @click.argument("app_model", type=click.Path(dir_okay=False))
 @click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] of this machine as it is now.")
-@click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, help="Runs of the program here, to compare with the prediction.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: bool) -> int:
     """Run the app here now and compare its CPU time with the prediction."""
     import numpy as np

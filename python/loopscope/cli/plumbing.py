@@ -88,7 +88,7 @@ def channel_hub(listen: str, spec: str, stats_path: str | None, frag: int) -> in
 
 
 @channel.command("bench-serve")
-@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True)
+@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True, help="Transport of the channels measured.")
 @click.option("--raw-bind", required=True, help="HOST:PORT of the raw echo server.")
 @click.option("--chan-bind", required=True, help="HOST:PORT of the channel echo hub.")
 @click.option("--reply-to", required=True, help="The client's hub HOST:PORT.")
@@ -106,7 +106,7 @@ def channel_bench_serve(transport: str, raw_bind: str, chan_bind: str, reply_to:
 
 
 @channel.command("bench-client")
-@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True)
+@click.option("--transport", type=click.Choice(["tcp", "udp"]), required=True, help="Transport of the channels measured.")
 @click.option("--raw-dest", required=True, help="The raw echo server's HOST:PORT.")
 @click.option("--chan-dest", required=True, help="The channel echo hub's HOST:PORT.")
 @click.option("--bind", required=True, help="HOST:PORT of this end's hub.")
@@ -114,7 +114,7 @@ def channel_bench_serve(transport: str, raw_bind: str, chan_bind: str, reply_to:
 @click.option("--rounds", required=True, help="Timed round trips per block (one number, or one per size).")
 @click.option("--blocks", type=click.IntRange(min=1), default=10, show_default=True, help="Blocks per size, raw and channel alternating.")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed round trips at the start of each block.")
-@click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True)
+@click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True, help="UDP payload bytes per datagram.")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin to these CPUs.")
 def channel_bench_client(transport: str, raw_dest: str, chan_dest: str, bind: str, sizes: str, rounds: str, blocks: int, warmup: int, frag: int, cpus: list[int] | None) -> int:
     """Time ping-pong round trips per size, raw and channel blocks alternating; print one JSON list (a row per block)."""

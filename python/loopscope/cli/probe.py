@@ -20,11 +20,11 @@ def probe() -> None:
 
 
 @probe.command("timer")
-@click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period in µs.")
-@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
-@click.option("--threads", type=int, default=1, show_default=True, help="Measuring threads.")
+@click.option("--interval-us", "-i", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period in µs.")
+@click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
+@click.option("--threads", "-t", type=int, default=1, show_default=True, help="Measuring threads.")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin threads to these CPUs, round-robin (1, 0,2, 0-3).")
-@click.option("--priority", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
+@click.option("--priority", "-p", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
 @click.option("--mlock/--no-mlock", default=True, show_default=True, help="Lock memory (mlockall) so page faults do not add latency.")
 @click.option("--dma-latency", "dma_latency", type=int, default=None, help="Hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 (default: leave idle states alone).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
@@ -49,7 +49,7 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
 
 
 @probe.command("sched")
-@click.option("--duration", type=Duration(), default="10s", show_default=True, help="How long to measure.")
+@click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to measure.")
 @click.option("--busy-threads", type=int, default=2, show_default=True, help="Threads spinning next to the measured one.")
 @click.option("--sleep-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long the measured thread sleeps each cycle.")
 @click.option("--work-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long its burst of work takes alone.")
@@ -128,7 +128,7 @@ def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int
 @click.option("--dest", required=True, help="Receiver HOST:PORT.")
 @click.option("--rate", "rate_text", required=True, help="Payload bit rate (200Mbit, 1Gb/s) or packet rate (1000pps).")
 @click.option("--size", type=int, default=1400, show_default=True, help="UDP payload bytes per packet (48..65507).")
-@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--duration", "-d", type=Duration(), default=None, help="How long to send (or --count).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="How many packets to send.")
 @click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF | replay:FILE.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Seed of the poisson pattern.")
@@ -167,7 +167,7 @@ def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count
 
 @probe.command("recv")
 @click.option("--bind", required=True, help="HOST:PORT to receive on (port 0: any).")
-@click.option("--duration", type=Duration(), default=None, help="Stop after this long.")
+@click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long.")
 @click.option("--idle", type=Duration(), default=None, help="Stop when nothing arrived for this long (after the first packet).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="Stop after this many packets.")
 @click.option("--tcp", is_flag=True, help="Be a TCP sink for bulk streams instead (counts bytes).")
@@ -210,7 +210,7 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 @probe.command("echo")
 @click.option("--bind", required=True, help="HOST:PORT to answer on.")
 @click.option("--tcp", is_flag=True, help="Answer over TCP connections (default: UDP datagrams).")
-@click.option("--duration", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
+@click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
 def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int:
     """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times."""
@@ -227,7 +227,7 @@ def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int
 @click.option("--dest", required=True, help="First stage HOST:PORT (a node, or the sink).")
 @click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Messages per second (1000pps).")
 @click.option("--size", type=int, default=256, show_default=True, help="Message bytes; 56 + 24 per node at least.")
-@click.option("--duration", type=Duration(), default=None, help="How long to send (or --count).")
+@click.option("--duration", "-d", type=Duration(), default=None, help="How long to send (or --count).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="How many messages.")
 @click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id carried by every message (the sink keeps only its own).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
@@ -283,7 +283,7 @@ def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool)
 
 
 @probe.command("program", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--duration", type=Duration(), default=None, help="Stop the program (SIGINT) after this long; with --until exit, the time it may take before it is stopped and the probe fails.")
+@click.option("--duration", "-d", type=Duration(), default=None, help="Stop the program (SIGINT) after this long; with --until exit, the time it may take before it is stopped and the probe fails.")
 @click.option("--until", type=click.Choice(["duration", "exit"]), default=None, help="End the probe when the duration is up [default when --duration is given] or when the program exits [otherwise].")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the program to these CPUs.")
 @click.option("--env", "env", multiple=True, help="NAME=VALUE for the program's environment (repeatable).")
@@ -340,7 +340,7 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
 @click.option("--flow", type=click.IntRange(min=0, max=2**31), default=1, show_default=True, help="This host's id in the responder's records.")
 @click.option("--rate", type=click.FloatRange(min=0.01, max=10000), default=20.0, show_default=True, help="Probe pairs per second.")
 @click.option("--gap", type=Duration(), default="20us", show_default=True, help="Gap between the two probes of a pair.")
-@click.option("--duration", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
+@click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None, trace_path: str | None, as_json: bool) -> int:
@@ -356,7 +356,7 @@ def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None
 @probe.command("rr")
 @click.option("--dest", required=True, help="Echo server HOST:PORT.")
 @click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")
-@click.option("--duration", type=Duration(), default="5s", show_default=True)
+@click.option("--duration", "-d", type=Duration(), default="5s", show_default=True, help="How long to send requests.")
 @click.option("--size", type=int, default=64, show_default=True, help="Request size in bytes (at least 48).")
 @click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
 @click.option("--tcp", is_flag=True, help="Over one TCP connection (default: UDP datagrams); the server is `probe echo --tcp`.")
@@ -386,7 +386,7 @@ def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: 
 @probe.command("bulk")
 @click.option("--dest", required=True, help="Sink HOST:PORT (loopscope probe recv [--tcp]).")
 @click.option("--rate", "rate_text", default=None, help="Bit rate [unlimited].")
-@click.option("--duration", type=Duration(), default="10s", show_default=True)
+@click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to stream.")
 @click.option("--tcp", is_flag=True, help="A TCP stream (default: UDP datagrams).")
 @click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")

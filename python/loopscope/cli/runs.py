@@ -196,12 +196,23 @@ def schema_cmd() -> int:
 @cli.command("check")
 @click.argument("spec", type=click.Path())
 def check_cmd(spec: str) -> int:
-    """Validate an experiment file and print its plan, without running it."""
+    """Check an experiment file as `run` would before it starts (the file, the
+    hosts, CPUs, commands, privileges, tunings, the results directory) and
+    print its plan, starting nothing. Exits 2 with the messages `run` would give.
+
+    \b
+    Examples:
+      loopscope check examples/demo.yaml
+    """
     import loopscope.kinds  # noqa: F401 - registers the probe kinds
+    from loopscope.lab.controller import preflight
     from loopscope.spec import load
     from loopscope.spec.plan import estimate_seconds, phase_runs
 
     exp = load(spec)
+    notes, _ = preflight(exp, spec, Path(exp.results), None)
+    for n in notes:
+        click.echo(f"note: {n}", err=True)
     runs = phase_runs(exp)
     est = estimate_seconds(exp)
     about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"

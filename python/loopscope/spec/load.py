@@ -193,6 +193,8 @@ def parse(text: str, file: str) -> Experiment:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise SpecError(file, [Problem(None, "", "the file nests mappings or lists too deeply to read (thousands of levels); an experiment file needs a handful")]) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         what = getattr(e, "problem", None) or str(e)
@@ -203,6 +205,8 @@ def parse(text: str, file: str) -> Experiment:
         raise RuntimeError("no probe kinds are registered: import loopscope.kinds before reading experiment files")
     try:
         return Experiment.model_validate(data)
+    except RecursionError:
+        raise SpecError(file, [Problem(_line(root), "", "the file nests too deeply to check; an experiment file needs a handful of levels")]) from None
     except ValidationError as e:
         raise SpecError(file, problems_from(e, root)) from None
 
