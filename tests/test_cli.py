@@ -150,3 +150,22 @@ def test_the_timer_probe_takes_cyclictests_short_flags(cli: Cli, tmp_path: Path)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["interval_ns"] == 500_000 and len(j["threads"]) == 2
+
+
+def test_export_perfetto_takes_a_lone_trace_file(cli: Cli, tmp_path: Path) -> None:
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    p = tmp_path / "app.lstrace"
+    with lt.open(p):
+        e = lt.event("app", "frame", "a frame arrived")
+        iv = lt.interval("app", "work")
+        for i in range(5):
+            e(i)
+            iv.interval(lt.now(), i)
+    r = cli("export", "perfetto", str(p))
+    assert r.returncode == 0, r.stderr
+    assert "5 slices, 5 instants" in r.stdout
+    t = pb.Trace.FromString((tmp_path / "app.perfetto-trace").read_bytes())
+    names = {pk.track_event.name for pk in t.packet if pk.HasField("track_event")}
+    assert {"app/work", "app/frame"} <= names
+    assert_clean_error(cli("export", "perfetto", str(tmp_path / "app.perfetto-trace")), 2, "not a loopscope trace")

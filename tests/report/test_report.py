@@ -179,3 +179,14 @@ def test_the_report_s_table_of_contents_links_to_every_section_in_chromium(run_d
         assert d.execute_script("return window.scrollY") > 1000
     finally:
         d.quit()
+
+
+def test_report_writes_the_summary_as_csv_and_markdown(run_dir: Path, cli: Cli, tmp_path: Path) -> None:
+    r = cli("report", str(run_dir), "--markdown", "--csv", str(tmp_path / "csv"), timeout=300)
+    assert r.returncode == 0, r.stderr
+    md = r.stdout
+    assert "**timer: wake-up latency**" in md and "| phase | p50 | p99 | mean |" in md
+    assert "| baseline |" in md and "| cpu-2 |" in md and "×" in md
+    s = pl.read_csv(tmp_path / "csv" / "summary.csv")
+    assert {"probe", "measure", "phase", "p99_ns", "p99_ratio", "p99_ratio_lo", "p99_significant"} <= set(s.columns)
+    assert len(pl.read_csv(tmp_path / "csv" / "comparisons.csv")) == len(pl.read_parquet(run_dir / "tables" / "comparisons.parquet"))

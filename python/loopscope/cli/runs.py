@@ -69,15 +69,30 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @cli.command("report")
 @click.argument("run_dir", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
-def report_cmd(run_dir: str, as_json: bool) -> int:
-    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory."""
+@click.option("--csv", "csv_dir", type=click.Path(file_okay=False), default=None, help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).")
+@click.option("--markdown", is_flag=True, help="Print the summary tables as Markdown (for a pull request) instead of the terminal summary.")
+def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool) -> int:
+    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory.
+
+    \b
+    Examples:
+      loopscope report runs/20261124-101500-demo
+      loopscope report runs/20261124-101500-demo --markdown >> pr-comment.md
+      loopscope report runs/20261124-101500-demo --csv summary/
+    """
     from loopscope import progress
     from loopscope.kinds import KINDS
-    from loopscope.report import build
+    from loopscope.report import build, export
+    from loopscope.report.sections import labels
 
-    with progress.shown(not as_json):
+    with progress.shown(not as_json and not markdown):
         rep = build(Path(run_dir), KINDS)
-    if as_json:
+    if csv_dir:
+        for p in export.write_csv(rep.comparisons, Path(csv_dir)):
+            click.echo(f"wrote {p}", err=True)
+    if markdown:
+        click.echo(export.markdown(rep.comparisons, f"{rep.run.get('name')} ({Path(run_dir).name})", labels(KINDS)), nl=False)
+    elif as_json:
         click.echo(json.dumps(rep.to_json()))
     else:
         for line in rep.summary_lines():
@@ -117,25 +132,43 @@ def export_group() -> None:
 
 
 @export_group.command("perfetto")
-@click.argument("run_dir", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace].")
+@click.argument("run_dir", metavar="RUN_OR_TRACE", type=click.Path())
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace, or FILE.perfetto-trace beside a trace].")
 def export_perfetto(run_dir: str, output: str | None) -> int:
-    """The global timeline as a Perfetto trace: a track per host and thread, slices, instants, counters."""
-    from loopscope import timeline
-    from loopscope.report import perfetto
+    """A Perfetto trace: a run's global timeline (a track per host and thread,
+    slices, instants, counters, clocks, the kernel around the outliers), or one
+    .lstrace file alone on its own clock.
 
+    \b
+    Examples:
+      loopscope export perfetto runs/20261124-101500-demo
+      loopscope export perfetto app.lstrace -o app.perfetto-trace
+    """
+    from loopscope import progress, timeline
+    from loopscope.report import perfetto
     from loopscope.rundir import RunDir
 
-    rd = RunDir.open(run_dir).path
-    from loopscope import progress
+    src = Path(run_dir)
+    if src.is_file():
+        from loopscope.trace import reader
 
-    out = Path(output) if output else rd / "trace.perfetto-trace"
-    with progress.shown():
-        if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
-            progress.step("export: building the global timeline")
-            timeline.build(rd)
-        progress.step("export: writing the Perfetto trace")
-        c = perfetto.export(rd, out)
+        try:
+            reader.check(src)
+        except InputError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any reason it is not a trace is said the same way
+            raise InputError(f"{src}: not a loopscope trace ({e}); give a .lstrace file or a run directory") from None
+        out = Path(output) if output else src.with_suffix(".perfetto-trace")
+        c = perfetto.export_trace(src, out)
+    else:
+        rd = RunDir.open(run_dir).path
+        out = Path(output) if output else rd / "trace.perfetto-trace"
+        with progress.shown():
+            if not (rd / "timeline.parquet").exists() or (rd / "timeline.parquet").stat().st_mtime < (rd / "run.json").stat().st_mtime:
+                progress.step("export: building the global timeline")
+                timeline.build(rd)
+            progress.step("export: writing the Perfetto trace")
+            c = perfetto.export(rd, out)
     click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
                + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
                + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")

@@ -85,10 +85,28 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def export(run_dir: Path, out: Path) -> dict[str, Any]:
+    """A run's global timeline (``RUN/timeline.parquet``), its clocks and the kernel around the outliers."""
+    return _write(pl.read_parquet(run_dir / "timeline.parquet"), out, run_dir)
+
+
+def export_trace(trace: Path, out: Path) -> dict[str, Any]:
+    """One trace file alone, on its own clock (CLOCK_MONOTONIC of the host
+    that wrote it: one clock, so every bound is 0): for programs
+    instrumented with the trace API and no experiment."""
+    from loopscope.trace import reader
+
+    df = reader.read(trace)
+    tl = df.select(
+        pl.col("host").cast(pl.String), pl.lit(str(trace)).alias("source"), pl.col("thread").cast(pl.String), "tid",
+        pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), "tag", "t_ns", "dur_ns", "value",
+        pl.col("t_ns").alias("t_global_ns"), pl.lit(0.0).alias("bound_ns"),
+    )
+    return _write(tl, out, None)
+
+
+def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    tl_path = run_dir / "timeline.parquet"
-    tl = pl.read_parquet(tl_path)
     TE = pb.TrackEvent
     counts = {"slices": 0, "instants": 0, "counters": 0, "not_placed": 0, "histograms": 0, "tracks": 0}
     placed = tl.filter(pl.col("t_global_ns").is_not_null())
@@ -109,8 +127,8 @@ def export(run_dir: Path, out: Path) -> dict[str, Any]:
             counts["tracks"] += 1
 
         hosts = placed["host"].unique(maintain_order=True).to_list()
-        clock_path = run_dir / "tables" / "clock.parquet"
-        clock = pl.read_parquet(clock_path) if clock_path.exists() else None
+        clock_path = run_dir / "tables" / "clock.parquet" if run_dir is not None else None
+        clock = pl.read_parquet(clock_path) if clock_path is not None and clock_path.exists() else None
         if clock is not None:
             hosts += [h for h in clock["host"].unique().to_list() if h not in hosts]
         for h in hosts:
@@ -184,7 +202,7 @@ def export(run_dir: Path, out: Path) -> dict[str, Any]:
                         p.track_event.type = TE.TYPE_COUNTER
                         p.track_event.double_counter_value = float(v)
                         counts["counters"] += 1
-        counts["kernel_slices"] = _kernel_tracks(run_dir, w, track, TE)
+        counts["kernel_slices"] = _kernel_tracks(run_dir, w, track, TE) if run_dir is not None else 0
         w.close()
     counts["packets"] = w.n
     counts["path"] = str(out)
