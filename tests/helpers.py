@@ -31,3 +31,21 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: ignore[no-untyped-def]
+    """A headless Chromium driven by selenium (quit it when done), as the report tests open pages."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    o = Options()
+    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+              "--disable-component-update", "--disable-sync", f"--window-size={width},{height}"):
+        o.add_argument(a)
+    if log:
+        o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)

@@ -12,7 +12,7 @@ import pytest
 from loopscope.kinds import KINDS
 from loopscope.report import build
 from tests.conftest import ROOT, Cli
-from tests.helpers import assert_clean_error
+from tests.helpers import assert_clean_error, chromium
 
 SPEC = """name: rep
 probes:
@@ -98,19 +98,10 @@ def test_the_page_is_self_contained(run_dir: Path) -> None:
 
 @pytest.mark.needs_tool("chromium", "chromedriver")
 def test_the_report_renders_in_headless_chromium_without_console_errors(run_dir: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     page = build(run_dir, KINDS).html
-    o = Options()
-    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", "--window-size=1200,1600"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    d = chromium(1200, 1600, log=True)
     try:
         d.get(page.as_uri())
         assert d.title == "loopscope · rep"
@@ -154,18 +145,10 @@ def test_a_run_of_a_newer_format_is_refused_naming_it(run_dir: Path, tmp_path: P
 
 
 def test_the_report_s_table_of_contents_links_to_every_section_in_chromium(run_dir: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     page = build(run_dir, KINDS).html
-    o = Options()
-    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", "--window-size=1280,900"):
-        o.add_argument(a)
-    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    d = chromium(1280, 900)
     try:
         d.get(page.as_uri())
         links = d.find_elements(By.CSS_SELECTOR, "nav#toc a")

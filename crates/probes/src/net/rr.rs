@@ -132,6 +132,15 @@ pub struct RrResult {
     pub interrupted: bool,
 }
 
+/// Whether a client's reader stops: when asked to, or `grace` after the
+/// last request went out (the answers still on their way get that long).
+pub(crate) fn reader_done(stop: &AtomicBool, done_sending: &AtomicBool, finish_by: &mut Option<i64>, grace: i64) -> bool {
+    if stop.load(Ordering::Relaxed) {
+        return true;
+    }
+    done_sending.load(Ordering::Relaxed) && mono_ns() >= *finish_by.get_or_insert(mono_ns() + grace)
+}
+
 /// The trace entity every client logs its exchanges to (UDP and TCP alike).
 pub(crate) fn entity() -> &'static loopscope_trace::Entity {
     register(
@@ -177,14 +186,8 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             let mut seen = std::collections::HashSet::new();
             let mut finish_by: Option<i64> = None;
             loop {
-                if rst.load(Ordering::Relaxed) {
+                if reader_done(&rst, &rd, &mut finish_by, grace) {
                     break;
-                }
-                if rd.load(Ordering::Relaxed) {
-                    let f = *finish_by.get_or_insert(mono_ns() + grace);
-                    if mono_ns() >= f {
-                        break;
-                    }
                 }
                 let Some(got) = recv_stamped(rs.raw(), &mut buf, &mut ctrl).filter(|r| r.len > 0) else {
                     continue;

@@ -10,7 +10,7 @@
 //! Nagle is off on both ends, so a request leaves when it is written.
 
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
-use super::rr::{EchoResult, Exchange, RrConfig, RrResult};
+use super::rr::{reader_done, EchoResult, Exchange, RrConfig, RrResult};
 use super::schedule::Schedule;
 use super::sock::{enable_rx_timestamps_fd, realtime_ns, realtime_offset_ns, recv_stamped};
 use crate::os::{mono_ns, sleep_until};
@@ -178,14 +178,8 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             let mut seen = std::collections::HashSet::new();
             let mut finish_by: Option<i64> = None;
             loop {
-                if rst.load(Ordering::Relaxed) {
+                if reader_done(&rst, &rd, &mut finish_by, grace) {
                     break;
-                }
-                if rd.load(Ordering::Relaxed) {
-                    let f = *finish_by.get_or_insert(mono_ns() + grace);
-                    if mono_ns() >= f {
-                        break;
-                    }
                 }
                 msgs.clear();
                 if fr.read(fd, &mut msgs).is_err() {
