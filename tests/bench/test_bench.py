@@ -51,7 +51,7 @@ def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli) -> None:
 
 @pytest.mark.needs_tool("iperf3")
 def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli) -> None:
-    r = cli("bench", "pacing", "--json", "--quick", timeout=900)
+    r = cli("bench", "pacing", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     tools = {(row["tool"], row["requested_bps"]) for row in j["rows"]}
@@ -107,7 +107,7 @@ SCENARIO_KEYS = ["name", "p50_ns_without", "p99_ns_without", "p50_ns_with", "p99
 
 @pytest.mark.needs_root
 def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli) -> None:
-    r = cli("bench", "kcapture", "--json", "--quick", "--seconds", "1.5", timeout=900)
+    r = cli("bench", "kcapture", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert [s["name"] for s in j["scenarios"]] == ["timer-idle", "pipeline-busy"]
