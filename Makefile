@@ -1,30 +1,50 @@
 # loopscope: two commands on a fresh clone.
-#   make demo   install everything, run a short control-loop experiment across four
-#               network-namespace hosts (as root; otherwise the one-host noise lab)
-#   make test   install everything, run the Rust and Python tests
-# Everything installs into ./.venv (Python) and ./target (Rust); Debian
-# packages the tests and benchmarks compare against come from
-# scripts/install-deps.sh (needs root; without it, the affected tests skip).
+#   make demo   install what loopscope runs with, run a short control-loop experiment
+#               across four network-namespace hosts (as root; otherwise the one-host noise lab)
+#   make test   install that plus the test tools and optional parts, run the Rust and Python tests
+# Python packages install into ./.venv, pinned with hashes by requirements*.lock;
+# the build tool into ./target/tools; Rust builds into ./target. Debian packages
+# come from scripts/install-deps.sh (needs root; without it, what needs them skips).
 
 VENV    := .venv
 PY      := $(VENV)/bin/python
 PIP     := $(VENV)/bin/pip
+# The build tool (maturin) lives in a venv of its own: the demo's venv holds
+# what loopscope runs with and nothing else.
+TOOLS   := target/tools
 CARGO   ?= cargo
 CDIR    := python/loopscope/_c
+# Pinned, hashed Python dependencies (scripts/lock regenerates them).
+PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
 
-.PHONY: all install deps build clib demo test test-rust test-python bench clean
+.PHONY: all install install-test install-ssh install-perfetto deps deps-demo build clib demo test test-rust test-python bench clean
 
 all: install
 
+# Debian packages: the demo's few, or everything the tests and benchmarks use
+# (the script prints each package it installs and why).
+deps-demo:
+	@scripts/install-deps.sh demo
 deps:
-	@scripts/install-deps.sh
+	@scripts/install-deps.sh test
 
 $(PY):
 	python3 -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
 
-$(VENV)/.pydeps: pyproject.toml | $(PY)
-	$(PIP) install --quiet "maturin>=1.7,<2" numpy polars pyarrow click rich pydantic pyyaml scipy jinja2 matplotlib asyncssh perfetto protobuf pytest hypothesis ruff selenium jsonschema import-linter
+$(VENV)/.pydeps: requirements.lock | $(PY)
+	@echo "installing loopscope's Python dependencies (requirements.lock) into $(VENV) …"
+	$(PIP) $(PIPI) -r requirements.lock
+	touch $@
+
+# Test tools and the optional parts (ssh, perfetto): requirements-test.lock.
+$(VENV)/.testdeps: requirements-test.lock $(VENV)/.pydeps
+	@echo "installing the test tools and optional parts (requirements-test.lock) into $(VENV) …"
+	$(PIP) $(PIPI) -r requirements-test.lock
+	touch $@
+
+$(TOOLS)/.ok: requirements-build.lock
+	python3 -m venv $(TOOLS)
+	$(TOOLS)/bin/pip $(PIPI) -r requirements-build.lock
 	touch $@
 
 # The C library and header C programs link against, inside the package.
@@ -35,14 +55,19 @@ clib:
 	@cp target/release/libloopscope.a target/release/libloopscope.so $(CDIR)/lib/
 	@cp include/loopscope.h $(CDIR)/include/
 
-build: $(VENV)/.pydeps clib
+build: $(VENV)/.pydeps $(TOOLS)/.ok clib
 	@echo "building loopscope._native (cargo --release) and installing the package into $(VENV) …"
 	@VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH \
-		$(VENV)/bin/maturin develop --release --extras test > $(VENV)/build.log 2>&1 \
+		$(TOOLS)/bin/maturin develop --release > $(VENV)/build.log 2>&1 \
 		|| { tail -40 $(VENV)/build.log; echo "loopscope: error: building the Python package failed; full log: $(VENV)/build.log"; exit 1; }
 	@$(PY) -c "import loopscope._native" || { echo "loopscope: error: loopscope._native does not import; see $(VENV)/build.log"; exit 1; }
 
-install: deps build
+# `make install`: what loopscope runs with; `install-test`: and the tests'
+# tools with every optional part; `install-ssh`/`install-perfetto`: one part.
+install: deps-demo build
+install-test: deps build $(VENV)/.testdeps
+install-ssh install-perfetto: install-%: install
+	$(PIP) $(PIPI) -r requirements-$*.lock
 
 # The main job: examples/control-loop.yaml, shortened (2 s per probe and
 # phase, 2 repetitions). Network namespaces need root; without it the demo
@@ -63,7 +88,7 @@ test-python:
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q --durations=12
 
-test: install test-rust test-python
+test: install-test test-rust test-python
 
 bench: install
 	$(VENV)/bin/loopscope bench trace

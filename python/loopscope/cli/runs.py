@@ -144,10 +144,15 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
       loopscope export perfetto runs/20261124-101500-demo
       loopscope export perfetto app.lstrace -o app.perfetto-trace
     """
+    import importlib.util
+
     from loopscope import progress, timeline
     from loopscope.report import perfetto
     from loopscope.rundir import RunDir
 
+    if importlib.util.find_spec("perfetto") is None:
+        raise InputError("export perfetto needs the perfetto package, an optional part of loopscope: "
+                         "install it with `pip install 'loopscope[perfetto]'` (in a clone: `make install-perfetto`)")
     src = Path(run_dir)
     if src.is_file():
         from loopscope.trace import reader

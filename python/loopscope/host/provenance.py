@@ -50,7 +50,7 @@ def _caps() -> dict[str, bool]:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
-    for pkg in ("loopscope", "numpy", "polars", "pyarrow", "pydantic", "scipy", "rich", "click"):
+    for pkg in ("loopscope", "numpy", "polars", "nanoarrow", "pydantic", "scipy", "rich", "click"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:

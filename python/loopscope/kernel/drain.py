@@ -190,7 +190,7 @@ class Reader:
             path = self.out / "events" / f"{self.seg:05d}.parquet"
             tmp = path.with_suffix(".tmp")
             try:
-                df.write_parquet(tmp, compression="zstd", compression_level=3, row_group_size=65536, statistics=True)
+                df.write_parquet(tmp, compression="zstd", compression_level=3, row_group_size=store.GROUP, statistics=True)
                 # Written back now, between windows, not by the kernel's flusher inside a later one.
                 fd = os.open(tmp, os.O_RDONLY)
                 try:

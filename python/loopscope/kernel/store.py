@@ -39,8 +39,9 @@ SCHEMA = {
 }
 STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime"]
 LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
-# Row groups of 65,536 events kept decoded at once (about 0.2 s of a busy
-# machine each; some 100 MB in all).
+# Events per row group (drain writes them so, the store reads them so) and
+# groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
+GROUP = 65536
 CACHE_GROUPS = 24
 
 
@@ -147,38 +148,32 @@ class Store:
         return sum(int(s.get("events") or 0) for s in self.segments)
 
     def _row_groups(self) -> list[tuple[int, int, Path, int]]:
-        """(first t, last t, file, row group) of every readable segment, by time."""
+        """(first t, last t, file, group) of every readable segment, by time.
+        A group is GROUP consecutive rows (the row groups ``drain`` writes);
+        files are time-sorted, so a group's span is its first and last t,
+        read from the t_ns column alone."""
         if self._rgs is None:
-            import pyarrow.parquet as pq
-
             out = []
             for seg in self.segments:
                 if not seg.get("file") or not seg.get("readable", True):
                     continue
                 p = self.dir / seg["file"]
-                md = pq.ParquetFile(p).metadata
-                col = md.schema.names.index("t_ns")
-                for i in range(md.num_row_groups):
-                    st = md.row_group(i).column(col).statistics
-                    if st is not None and st.has_min_max:
-                        out.append((int(st.min), int(st.max), p, i))
-                    else:
-                        out.append((seg["t_first_ns"], seg["t_last_ns"], p, i))
+                t = pl.read_parquet(p, columns=["t_ns"])["t_ns"]
+                for i in range(0, len(t), GROUP):
+                    out.append((int(t[i]), int(t[min(i + GROUP, len(t)) - 1]), p, i // GROUP))
             out.sort(key=lambda x: x[0])
             self._rgs = out
         return self._rgs
 
     def _group(self, p: Path, i: int) -> pl.DataFrame:
-        """One row group, its text decoded, kept in a small cache (explain
-        walks the run in time order, so each group is read about once)."""
+        """One group, its text decoded, kept in a small cache (explain walks
+        the run in time order, so each group is read about once). The slice
+        is pushed into the Parquet reader: it reads the row groups it covers."""
         key = (p, i)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        import pyarrow.parquet as pq
-
-        df = pl.from_arrow(pq.ParquetFile(p).read_row_group(i))
-        assert isinstance(df, pl.DataFrame)
+        df = pl.scan_parquet(p).slice(i * GROUP, GROUP).collect()
         df = full(decode_text(df, self.strings, self.event_names))
         self._cache[key] = df
         while len(self._cache) > CACHE_GROUPS:

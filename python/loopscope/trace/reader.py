@@ -37,7 +37,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
+import nanoarrow as na
 
 from loopscope import _native
 
@@ -176,10 +176,9 @@ def _frame(cols: dict[str, np.ndarray], info: TraceInfo) -> pl.DataFrame:
         }
     )
     if len(cols["payload_off"]):
-        arr = pa.LargeBinaryArray.from_buffers(
-            pa.large_binary(), n, [None, pa.py_buffer(cols["payload_off"]), pa.py_buffer(cols["payload"])]
-        )
-        raw = raw.with_columns(pl.Series("payload", pl.from_arrow(arr), dtype=pl.Binary))
+        # An Arrow large-binary array over the decoder's own buffers (offsets, bytes), no copy into Python objects.
+        arr = na.c_array_from_buffers(na.large_binary(), n, [None, cols["payload_off"], cols["payload"]])
+        raw = raw.with_columns(pl.Series(arr, dtype=pl.Binary).alias("payload"))
     else:
         raw = raw.with_columns(pl.lit(None, dtype=pl.Binary).alias("payload"))
     rt = pl.col("rtype")
