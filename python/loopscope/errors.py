@@ -34,3 +34,16 @@ class RunError(LoopscopeError):
     """The run failed (exit code 1)."""
 
     exit_code = EXIT_FAILED
+
+
+def missing_part(module: str, extra: str, what: str) -> str | None:
+    """Why ``what`` cannot work when ``module`` (the ``extra`` optional part)
+    does not import, saying how to install it; None when it imports."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return (f"{what} needs {module}, an optional part of loopscope: install it with "
+                f"`pip install 'loopscope[{extra}]'` (in a clone: `make install-{extra}`)")
+    return None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED, InputError
+from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED, InputError, missing_part
 from loopscope.units import format_ns
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
@@ -144,15 +144,13 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
       loopscope export perfetto runs/20261124-101500-demo
       loopscope export perfetto app.lstrace -o app.perfetto-trace
     """
-    import importlib.util
-
     from loopscope import progress, timeline
     from loopscope.report import perfetto
     from loopscope.rundir import RunDir
 
-    if importlib.util.find_spec("perfetto") is None:
-        raise InputError("export perfetto needs the perfetto package, an optional part of loopscope: "
-                         "install it with `pip install 'loopscope[perfetto]'` (in a clone: `make install-perfetto`)")
+    why = missing_part("perfetto", "perfetto", "export perfetto")
+    if why:
+        raise InputError(why)
     src = Path(run_dir)
     if src.is_file():
         from loopscope.trace import reader

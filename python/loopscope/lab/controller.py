@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -79,10 +78,6 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
     problems: list[str] = []
     kinds, notes = resolve_hosts(exp)
     problems += check(exp, file, kinds)
-    if "ssh" in kinds.values() and importlib.util.find_spec("asyncssh") is None:
-        i = next(i for i, h in enumerate(exp.hosts) if kinds.get(h.name) == "ssh")
-        problems.append(f"{file}: hosts.{i}.kind: the ssh host kind needs asyncssh, an optional part of loopscope: "
-                        "install it with `pip install 'loopscope[ssh]'` (in a clone: `make install-ssh`)")
     for i, ld in enumerate(exp.loads):
         if ld.kind == "command":
             if ld.level.percent is not None:

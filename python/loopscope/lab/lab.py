@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loopscope.errors import missing_part
 from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
 from loopscope.host import procs
@@ -121,11 +122,15 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
             netns.Topology.plan("preflight", ns_hosts, overrides, sync_reference=sync_reference(exp, kinds))
         except netns.NetnsError as e:
             problems.append(f"{file}: {e}")
-    for h in exp.hosts:
-        if kinds.get(h.name) == "ssh":
-            err = H.ssh_preflight(h)
-            if err:
-                problems.append(f"{file}: host {h.name}: {err}")
+    ssh = [(i, h) for i, h in enumerate(exp.hosts) if kinds.get(h.name) == "ssh"]
+    why = missing_part("asyncssh", "ssh", "the ssh host kind") if ssh else None
+    if why:
+        problems.append(f"{file}: hosts.{ssh[0][0]}.kind: {why}")
+        ssh = []
+    for _, h in ssh:
+        err = H.ssh_preflight(h)
+        if err:
+            problems.append(f"{file}: host {h.name}: {err}")
     return problems
 
 
