@@ -49,3 +49,35 @@ def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: 
     if log:
         o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+
+
+LAYOUT_JS = """
+document.querySelectorAll('details').forEach(d => { d.open = true; });
+const W = document.documentElement.clientWidth;
+const wide = [];
+for (const el of document.querySelectorAll('body *')) {
+  const r = el.getBoundingClientRect();
+  if (r.width === 0 && r.height === 0) continue;
+  if (r.right > W + 0.5) {
+    const cls = typeof el.className === 'string' ? el.className : '';
+    wide.push(`${el.tagName.toLowerCase()}${el.id ? '#' + el.id : ''}${cls ? '.' + cls : ''} ends at ${Math.round(r.right)} px: ${(el.textContent || '').trim().slice(0, 50)}`);
+  }
+}
+const small = [];
+for (const svg of document.querySelectorAll('svg')) {
+  const vb = svg.viewBox && svg.viewBox.baseVal;
+  const k = vb && vb.width ? svg.getBoundingClientRect().width / vb.width : 1;
+  for (const t of svg.querySelectorAll('text')) {
+    const px = parseFloat(getComputedStyle(t).fontSize) * k;
+    if (px < 9) small.push(`${px.toFixed(1)} px: ${t.textContent.slice(0, 40)}`);
+  }
+}
+return {wide: wide, small: small, page_width: document.documentElement.scrollWidth, viewport: W};
+"""
+
+
+def layout_problems(driver) -> dict:  # type: ignore[no-untyped-def]
+    """With every <details> opened: the elements whose box extends past the
+    viewport's right edge (hidden ones included: they are opened first) and
+    the chart texts drawn smaller than 9 px on screen."""
+    return driver.execute_script(LAYOUT_JS)

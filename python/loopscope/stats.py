@@ -86,3 +86,44 @@ def summarize(samples: np.ndarray) -> LatencySummary:
         p999=quantile(x, 0.999),
         max=float(x[-1]),
     )
+
+
+# ---- counts: missed deadlines and other events per opportunity ----
+
+
+def dispersion(per_rep: list[tuple[int, int]]) -> float:
+    """How much more the repetitions' counts vary than Poisson counts would
+    (Pearson's chi-square over its degrees of freedom; at least 1)."""
+    k = sum(x for x, _ in per_rep)
+    n = sum(y for _, y in per_rep)
+    if len(per_rep) < 2 or k == 0 or n == 0:
+        return 1.0
+    lam = k / n
+    chi = sum((x - y * lam) ** 2 / (y * lam) for x, y in per_rep if y > 0)
+    return max(1.0, chi / (len(per_rep) - 1))
+
+
+def rate_ratio(k_a: float, n_a: float, k_b: float, n_b: float, phi: float = 1.0) -> tuple[float | None, list[float] | None, float | None]:
+    """Ratio of two Poisson rates k_b/n_b over k_a/n_a: the point, the
+    conditional binomial 95 % interval, the two-sided binomial test's p;
+    with ``phi`` > 1 the counts are taken as ``phi`` times as variable."""
+    from scipy.stats import beta, binomtest
+
+    if n_a <= 0 or n_b <= 0:
+        return None, None, None
+    if k_a + k_b == 0:
+        return None, None, None
+    point_ = (k_b / n_b) / (k_a / n_a) if k_a else math.inf
+    k_a, k_b, n_a, n_b = (round(k_a / phi), round(k_b / phi), n_a / phi, n_b / phi)
+    k = k_a + k_b
+    if k == 0:
+        return point_, None, None
+    point = point_
+    lo_p = float(beta.ppf(0.025, k_b, k - k_b + 1)) if k_b > 0 else 0.0
+    hi_p = float(beta.ppf(0.975, k_b + 1, k - k_b)) if k_b < k else 1.0
+
+    def to_ratio(p: float) -> float:
+        return math.inf if p >= 1 else p / (1 - p) * (n_a / n_b)
+
+    pval = float(binomtest(k_b, k, n_b / (n_a + n_b)).pvalue)
+    return point, [to_ratio(lo_p), to_ratio(hi_p)], pval

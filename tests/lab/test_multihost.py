@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -131,20 +130,22 @@ def test_a_pipeline_across_three_namespaces_measures_every_hop(three: tuple[Path
 
 
 @pytest.mark.needs_tool("chromium", "chromedriver")
+def test_the_network_load_s_probes_leave_no_run_directory_of_their_own(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    run_dir, r = three
+    assert r.returncode == 0, r.stderr
+    # the sender and the receiver of the net load write into the run's scratch, never into runs/ of the working directory
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == ["run3", "three.yaml"]
+
+
 def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+
+    from tests.helpers import chromium, layout_problems
 
     run_dir, r = three
     assert r.returncode == 0, r.stderr
-    o = Options()
-    o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--window-size=1200,1600"):
-        o.add_argument(a)
-    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    assert (run_dir / "report.html").stat().st_size < 1_000_000
+    d = chromium(1280, 1600, log=True)
     try:
         d.get((run_dir / "report.html").as_uri())
         sec = d.find_element(By.ID, "probe-pipeline").text
@@ -160,8 +161,12 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
         clocks = d.find_element(By.ID, "clocks").find_element(By.XPATH, "following-sibling::table[1]").text
         assert "reference" in clocks and "ppm" in clocks
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
+        # at 1280 px: clocks, links, hops and the causes' tables all fit; no chart text under 9 px
+        got = layout_problems(d)
+        assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
+        assert got["small"] == [], got["small"][:10]
         h = d.execute_script("return document.body.scrollHeight")
-        d.set_window_size(1200, min(int(h) + 40, 16000))
+        d.set_window_size(1280, min(int(h) + 40, 16000))
         out = ROOT / "test-artifacts"
         out.mkdir(exist_ok=True)
         assert d.save_screenshot(str(out / "report-multihost.png"))

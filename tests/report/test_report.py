@@ -11,8 +11,9 @@ import pytest
 
 from loopscope.kinds import KINDS
 from loopscope.report import build
+from loopscope.report.sections import ns
 from tests.conftest import ROOT, Cli
-from tests.helpers import assert_clean_error, chromium
+from tests.helpers import assert_clean_error, chromium, layout_problems
 
 SPEC = """name: rep
 probes:
@@ -69,7 +70,12 @@ def test_every_phase_is_compared_with_the_baseline_with_an_interval(run_dir: Pat
     assert (base["ratio"] == 1.0).all()
     other = c.filter(pl.col("phase") != "baseline")
     assert len(other) > 0
-    assert (other["ratio_lo"] <= other["ratio"]).all() and (other["ratio"] <= other["ratio_hi"]).all()
+    with_ci = other.filter(pl.col("ratio_lo").is_not_nan())
+    assert (with_ci["ratio_lo"] <= with_ci["ratio"]).all() and (with_ci["ratio"] <= with_ci["ratio_hi"]).all()
+    # no interval: the maximum always, p99.9 below 2,000 samples; p50, p99 and the mean always have one
+    without = other.filter(pl.col("ratio_lo").is_nan())
+    assert set(without["metric"].to_list()) <= {"max", "p999", "missed"}
+    assert "max" in set(without["metric"].to_list())
     assert set(c["measure"].unique().to_list()) >= {"latency", "wake_delay", "burst", "getpid", "open", "read"}
     saved = pl.read_parquet(run_dir / "tables" / "comparisons.parquet")
     assert len(saved) == len(c)
@@ -168,8 +174,51 @@ def test_report_writes_the_summary_as_csv_and_markdown(run_dir: Path, cli: Cli, 
     r = cli("report", str(run_dir), "--markdown", "--csv", str(tmp_path / "csv"), timeout=300)
     assert r.returncode == 0, r.stderr
     md = r.stdout
-    assert "**timer: wake-up latency**" in md and "| phase | p50 | p99 | mean |" in md
+    assert "**timer: wake-up latency**" in md and "| phase | p50 | p99 | p99.9 | max | mean | missed |" in md
     assert "| baseline |" in md and "| cpu-2 |" in md and "×" in md
     s = pl.read_csv(tmp_path / "csv" / "summary.csv")
     assert {"probe", "measure", "phase", "p99_ns", "p99_ratio", "p99_ratio_lo", "p99_significant"} <= set(s.columns)
     assert len(pl.read_csv(tmp_path / "csv" / "comparisons.csv")) == len(pl.read_parquet(run_dir / "tables" / "comparisons.parquet"))
+
+
+@pytest.mark.needs_tool("chromium", "chromedriver")
+def test_at_1280_px_no_element_extends_past_the_right_edge_and_no_chart_text_is_under_9_px(run_dir: Path) -> None:
+    page = build(run_dir, KINDS).html
+    d = chromium(1280, 900)
+    try:
+        d.get(page.as_uri())
+        got = layout_problems(d)
+    finally:
+        d.quit()
+    assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
+    assert got["small"] == [], got["small"][:10]
+
+
+@pytest.mark.needs_tool("chromium", "chromedriver")
+def test_the_timer_table_shows_the_tail_and_the_missed_deadlines_in_chromium(run_dir: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    page = build(run_dir, KINDS).html
+    comp = pl.read_parquet(run_dir / "tables" / "comparisons.parquet").filter(pl.col("probe") == "timer")
+    d = chromium(1280, 900)
+    try:
+        d.get(page.as_uri())
+        table = d.find_element(By.ID, "probe-timer").find_element(By.XPATH, "following-sibling::table[1]")
+        heads = [th.text for th in table.find_elements(By.TAG_NAME, "th")]
+        assert heads == ["phase", "samples", "p50", "p99", "p99.9", "max", "mean", "missed"], heads
+        rows = table.find_elements(By.TAG_NAME, "tr")[1:]
+        for row, ph in zip(rows, comp["phase"].unique(maintain_order=True).to_list()):
+            cells = row.find_elements(By.TAG_NAME, "td")
+            mx = comp.filter((pl.col("phase") == ph) & (pl.col("metric") == "max")).row(0, named=True)
+            ms = comp.filter((pl.col("phase") == ph) & (pl.col("metric") == "missed")).row(0, named=True)
+            assert cells[5].text.splitlines()[0] == ns(mx["value_ns"])
+            assert cells[7].text.startswith(f"{int(ms['value_ns']):,}\nof {int(ms['n']):,}")
+    finally:
+        d.quit()
+    # the maximum is of the samples compared (no interval), at or above p99.9, and never above the table's largest
+    tm = pl.read_parquet(run_dir / "tables" / "timer.parquet")
+    for (ph,), g in tm.group_by("phase"):
+        mx = comp.filter((pl.col("phase") == ph) & (pl.col("metric") == "max")).row(0, named=True)
+        p999 = comp.filter((pl.col("phase") == ph) & (pl.col("metric") == "p999")).row(0, named=True)
+        assert p999["value_ns"] <= mx["value_ns"] <= g["latency_ns"].max()
+        assert mx["value_lo_ns"] is None or mx["value_lo_ns"] != mx["value_lo_ns"]

@@ -10,6 +10,13 @@ repetition), summarised by p50, p99 and the mean (syscall: the mean of its
 batch means), each with a 95 % interval, and divided by the baseline phase's
 figure, with the interval of that ratio and whether it excludes 1: the shape
 of Tables 2 and 3 of Carlinet et al. 2000, with an error on every cell.
+
+The tail goes beside them wherever a measure has quantiles: p99.9 (its
+interval once a phase has 2,000 samples), the maximum (of every sample, no
+interval: one sample has none) and, for a probe with deadlines, the missed
+ones (metric ``missed``: the value columns hold counts, ``n`` the deadlines;
+the ratio is of the two rates, its interval the conditional binomial one
+widened by how much more the repetitions' counts vary than Poisson counts).
 """
 
 from __future__ import annotations
@@ -20,6 +27,9 @@ import numpy as np
 import polars as pl
 
 from loopscope.analysis.compare import MIN_SAMPLES, Resampled, compare_resampled
+from loopscope.stats import dispersion, rate_ratio
+
+ORDER = ("p50", "p99", "p999", "max", "mean")
 
 SCHEMA = {
     "probe": pl.String, "kind": pl.String, "measure": pl.String, "metric": pl.String, "phase": pl.String, "loads": pl.String,
@@ -48,21 +58,72 @@ def baseline_of(phases: list[str]) -> str:
     return "baseline" if "baseline" in phases else phases[0]
 
 
-def compare_phases(measures: list[Measure], phase_order: list[str]) -> pl.DataFrame:
-    """Every measure (each probe kind says which it has) in every phase
-    against the baseline phase."""
+def metrics_of(m: Measure) -> list[str]:
+    """The measure's own metrics, with p99.9 and the maximum where it has quantiles, in table order."""
+    tail = {"p999", "max"} if "p99" in m.metrics else set()
+    return [x for x in ORDER if x in m.metrics or x in tail] + [x for x in m.metrics if x not in ORDER]
+
+
+def _max_row(ser: list[np.ndarray], base_ser: list[np.ndarray], is_base: bool) -> dict[str, object]:
+    v = max((float(x.max()) for x in ser if len(x)), default=float("nan"))
+    b = max((float(x.max()) for x in base_ser if len(x)), default=float("nan"))
+    nan = float("nan")
+    r = 1.0 if is_base else (v / b if b else float("inf"))
+    return {"value_ns": v, "value_lo_ns": nan, "value_hi_ns": nan, "baseline_ns": b, "ratio": r, "ratio_lo": 1.0 if is_base else nan,
+            "ratio_hi": 1.0 if is_base else nan, "significant": False, "p_value": None}
+
+
+def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present: list[str]) -> list[dict[str, object]]:
+    """The missed deadlines of ``m``'s probe in each phase, against the baseline's."""
+    here = [p for p in present if p in per_phase]
+    if not here:
+        return []
+    base_name = baseline_of(here)
+    base = per_phase[base_name]
+    ka, na = sum(k for k, _ in base), sum(n for _, n in base)
+    loads_of = dict(m.frame.select("phase", "loads").unique().iter_rows())
     rows = []
+    for ph in here:
+        reps = per_phase[ph]
+        kb, nb = sum(k for k, _ in reps), sum(n for _, n in reps)
+        is_base = ph == base_name
+        r, ci, p = (1.0, [1.0, 1.0], None) if is_base else rate_ratio(ka, na, kb, nb, max(dispersion(base), dispersion(reps)))
+        nan = float("nan")
+        lo, hi = ci if ci else (nan, nan)
+        rows.append({
+            "probe": m.probe, "kind": m.kind, "measure": m.name, "metric": "missed", "phase": ph, "loads": loads_of.get(ph, ""),
+            "baseline_phase": base_name, "value_ns": float(kb), "value_lo_ns": nan, "value_hi_ns": nan, "baseline_ns": float(ka),
+            "ratio": nan if r is None else r, "ratio_lo": lo, "ratio_hi": hi,
+            "significant": bool(not is_base and ci is not None and (lo > 1 or hi < 1)), "p_value": p, "n": nb, "n_baseline": na, "reps": len(reps),
+        })
+    return rows
+
+
+def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict[str, dict[str, list[tuple[int, int]]]] | None = None) -> pl.DataFrame:
+    """Every measure (each probe kind says which it has) in every phase
+    against the baseline phase; ``missed``: per probe, per phase, each
+    repetition's (missed deadlines, deadlines), shown with the probe's first measure."""
+    rows = []
+    seen: set[str] = set()
     for m in measures:
         present = [p for p in phase_order if p in set(m.frame["phase"].unique().to_list())]
         if not present:
             continue
         base_name = baseline_of(present)
         loads_of = dict(m.frame.select("phase", "loads").unique().iter_rows())
-        base = Resampled(_series(m.frame, base_name), list(m.metrics), block=m.block, seed=7)
+        metrics = metrics_of(m)
+        boot_metrics = [x for x in metrics if x != "max"]
+        base_ser = _series(m.frame, base_name)
+        base = Resampled(base_ser, boot_metrics, block=m.block, seed=7)
         for i, ph in enumerate(present):
             ser = _series(m.frame, ph)
-            other = base if ph == base_name else Resampled(ser, list(m.metrics), block=m.block, seed=11 + i)
-            for metric in m.metrics:
+            other = base if ph == base_name else Resampled(ser, boot_metrics, block=m.block, seed=11 + i)
+            for metric in metrics:
+                if metric == "max":
+                    rows.append({"probe": m.probe, "kind": m.kind, "measure": m.name, "metric": metric, "phase": ph, "loads": loads_of.get(ph, ""),
+                                 "baseline_phase": base_name, **_max_row(ser, base_ser, ph == base_name),
+                                 "n": sum(len(x) for x in ser), "n_baseline": sum(len(x) for x in base_ser), "reps": len(ser)})
+                    continue
                 c = compare_resampled(base, other, metric, test=ph != base_name)
                 boot = other.boot.get(metric)
                 enough = other.n >= MIN_SAMPLES.get(metric, 20)
@@ -76,4 +137,7 @@ def compare_phases(measures: list[Measure], phase_order: list[str]) -> pl.DataFr
                         "p_value": c.p_value, "n": c.n_value, "n_baseline": c.n_baseline, "reps": len(ser),
                     }
                 )
+        if missed and m.probe in missed and m.probe not in seen:
+            rows += missed_rows(m, missed[m.probe], present)
+        seen.add(m.probe)
     return pl.DataFrame(rows, schema=SCHEMA) if rows else pl.DataFrame(schema=SCHEMA)

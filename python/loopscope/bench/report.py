@@ -7,7 +7,8 @@ files (tables, timeline, clock estimate, explain, the page) are removed, so
 each build does the whole job. The two ways alternate, ``runs`` times each;
 the figures are medians with their range, the ratio is of the medians, and
 each build says how many trace files it read (``traces_read``; the run's
-trace count is the floor).
+trace count is the floor). ``page`` is the size of the last page built, its
+largest inline chart and its chart count (the report's target: at most 1 MB).
 """
 
 from __future__ import annotations
@@ -54,10 +55,21 @@ def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] |
                 reads[way].append(reader.opened - before)
                 if say:
                     say(f"  {way}: {out[way][-1]:.1f} s, {reads[way][-1]} trace files read")
+        page = _page(work / "report.html")
     med = {k: statistics.median(v) for k, v in out.items()}
     return {
         "run": str(src), "traces": traces, "runs": runs,
         "seconds": {k: {"median": round(med[k], 2), "range": [round(min(v), 2), round(max(v), 2)]} for k, v in out.items()},
         "traces_read": {k: statistics.median(v) for k, v in reads.items()},
         "speedup": round(med["each_part"] / med["once"], 2) if med["once"] else None,
+        "page": page,
     }
+
+
+def _page(html: Path) -> dict[str, int]:
+    """The page's bytes, its largest inline SVG's bytes, and how many it has."""
+    import re
+
+    text = html.read_text()
+    svgs = [len(m.group(0).encode()) for m in re.finditer(r"<svg.*?</svg>", text, re.S)]
+    return {"bytes": len(text.encode()), "largest_chart_bytes": max(svgs, default=0), "charts": len(svgs)}

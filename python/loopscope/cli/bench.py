@@ -23,7 +23,13 @@ def bench() -> None:
 @click.option("--write-seconds", type=float, default=None, help="Length of the sustained-write test [30, quick: 2].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where to write the benchmark traces [a temporary directory].")
 def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir: str | None) -> int:
-    """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST."""
+    """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST.
+
+    \b
+    Examples:
+      loopscope bench trace
+      loopscope bench trace --quick --json > trace-bench.json
+    """
     from loopscope.bench import trace as bt
 
     return _report(bt.run(quick=quick, write_seconds=write_seconds, workdir=workdir, progress=None if as_json else click.echo), as_json, bt.print_human)
@@ -35,7 +41,13 @@ def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir
 @click.option("--duration", type=Duration(), default="10s", show_default=True, help="Length of each run.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each tool, alternating.")
 def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> int:
-    """The timer probe against cyclictest -m -i N, alternating runs."""
+    """The timer probe against cyclictest -m -i N, alternating runs.
+
+    \b
+    Examples:
+      loopscope bench timer
+      loopscope bench timer --interval-us 500 --duration 30s --runs 5
+    """
     from loopscope.bench import timer as bt
 
     return _report(bt.run(interval_us=interval_us, duration_ns=duration, runs=runs, progress=None if as_json else click.echo), as_json, bt.print_human)
@@ -46,7 +58,13 @@ def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> in
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="Length of each rate's run [5, quick: 2].")
 def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
-    """The UDP sender against iperf3 on loopback: achieved rate, per-second CV, departure error."""
+    """The UDP sender against iperf3 on loopback: achieved rate, per-second CV, departure error.
+
+    \b
+    Examples:
+      loopscope bench pacing
+      loopscope bench pacing --quick --json
+    """
     from loopscope.bench import pacing
 
     return _report(pacing.run(quick=quick, seconds=seconds, progress=None if as_json else click.echo), as_json, pacing.print_human)
@@ -60,7 +78,13 @@ def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
 @click.option("--rate-seconds", type=float, default=None, help="Length of each packet-rate trial [5, quick: 1].")
 def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None, rate_seconds: float | None) -> int:
     """The link emulator against kernel forwarding: delay error at 10 kpps (sleeping and busy-polling), loss against its binomial
-    interval, a lab path that asks for nothing, the highest packet rate against the kernel's, lab up/down."""
+    interval, a lab path that asks for nothing, the highest packet rate against the kernel's, lab up/down.
+
+    \b
+    Examples:
+      loopscope bench emulator
+      loopscope bench emulator --quick --seconds 0.5 --rate-seconds 0.5
+    """
     from loopscope.bench import emulator
 
     return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, rate_seconds=rate_seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
@@ -73,7 +97,13 @@ def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float 
 @click.option("--network", "networks", type=click.Choice(["sync", "experiment"]), multiple=True, help="Which network the probes take (repeat for both) [both].")
 def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks: tuple[str, ...]) -> int:
     """Clock sync against injected offsets and drifts, idle and loaded, on the sync network and on the experiment's:
-    error, bound, drift; NTP's filter on the same probes."""
+    error, bound, drift; NTP's filter on the same probes.
+
+    \b
+    Examples:
+      loopscope bench clocksync
+      loopscope bench clocksync --network sync --json
+    """
     from loopscope.bench import clocksync
 
     return _report(clocksync.run(quick=quick, seconds=seconds, networks=networks or clocksync.NETWORKS, progress=None if as_json else click.echo), as_json, clocksync.print_human)
@@ -106,7 +136,13 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
 @click.option("--transport", "transports", type=click.Choice(["tcp", "udp"]), multiple=True, help="Transports to measure [tcp and udp].")
 @click.option("--placement", type=click.Choice(["split", "same"]), default="split", show_default=True, help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.")
 def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: tuple[str, ...], placement: str) -> int:
-    """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB."""
+    """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB.
+
+    \b
+    Examples:
+      loopscope bench channels
+      loopscope bench channels --quick --transport udp
+    """
     from loopscope.bench import channels
 
     return _report(channels.run(quick=quick, blocks=blocks, transports=list(transports) or None, placement=placement, progress=None if as_json else click.echo), as_json, channels.print_human)
@@ -118,7 +154,13 @@ def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: t
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs of each measurement [5, quick: 2].")
 @click.option("--demo", default=None, help="Experiment whose report is timed [examples/demo.yaml].")
 def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) -> int:
-    """What the lab costs: agent start to probe start, report time, timer through the lab vs alone."""
+    """What the lab costs: agent start to probe start, report time, timer through the lab vs alone.
+
+    \b
+    Examples:
+      loopscope bench lab
+      loopscope bench lab --quick --json
+    """
     from loopscope.bench import lab
 
     return _report(lab.run(quick=quick, runs=runs, demo=demo, progress=None if as_json else click.echo), as_json, lab.print_human)
@@ -129,7 +171,13 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
 @click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
 @click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4].")
 def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
-    """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there."""
+    """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there.
+
+    \b
+    Examples:
+      loopscope bench model
+      loopscope bench model --quick
+    """
     from loopscope.bench import model
 
     return _report(model.run(quick=quick, runs=runs, progress=None if as_json else click.echo), as_json, model.print_human)
@@ -143,7 +191,13 @@ def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
 @click.option("--runs", type=int, default=3, show_default=True, help="Builds of each way, alternating.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
-    """`loopscope report` on RUN_DIR with its derived files removed: each trace read once, against every part reading its own."""
+    """`loopscope report` on RUN_DIR with its derived files removed: each trace read once, against every part reading its own.
+
+    \b
+    Examples:
+      loopscope bench report runs/20261124-101500-control-loop
+      loopscope bench report runs/20261124-101500-control-loop --runs 5 --json
+    """
     from loopscope.bench import report
     from loopscope.kinds import KINDS
 
@@ -155,6 +209,8 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
         click.echo(f"  each part reading its own: {s['each_part']['median']} s {s['each_part']['range']}, {r['traces_read']['each_part']:.0f} trace files read")
         click.echo(f"  each trace read once:      {s['once']['median']} s {s['once']['range']}, {r['traces_read']['once']:.0f} trace files read")
         click.echo(f"  {r['speedup']}x faster")
+        pg = r["page"]
+        click.echo(f"  the page: {pg['bytes'] / 1e6:.2f} MB, {pg['charts']} charts, the largest {pg['largest_chart_bytes'] / 1e3:.0f} kB")
 
     return _report(res, as_json, human)
 
@@ -164,7 +220,13 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
 @click.option("--duration", default="1s", show_default=True, help="Each phase's duration.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
-    """`loopscope compare` against nothing changed (A/A pairs: at most 5 % of rows significant) and a CPU hog (A/B: found, and the gate trips)."""
+    """`loopscope compare` against nothing changed (A/A pairs: at most 5 % of rows significant) and a CPU hog (A/B: found, and the gate trips).
+
+    \b
+    Examples:
+      loopscope bench compare
+      loopscope bench compare --pairs 3 --duration 2s --json
+    """
     from loopscope.bench import compare
     from loopscope.kinds import KINDS
 

@@ -219,7 +219,7 @@ def component_label(measure: str, hosts: list[str]) -> str:
 
 def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
     from loopscope.report import charts
-    from loopscope.report.sections import cell
+    from loopscope.report.sections import cell, heading
 
     hosts = stage_hosts(tables, probe)
     measures = c["measure"].unique(maintain_order=True).to_list()
@@ -232,9 +232,9 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
     sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
     for metric in ("p50", "p99"):
         cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
-        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", f"{metric} ns (95% CI)", labels))
+        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", metric, labels))
     tabs = []
-    for metric in ("p50", "p99", "mean"):
+    for metric in [x for x in ("p50", "p99", "p999", "max", "mean") if x in set(c["metric"].to_list())]:
         rows = []
         for m in measures:
             cells = {}
@@ -243,10 +243,11 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
                 if not r.is_empty():
                     cells[ph] = cell(r.row(0, named=True))
             rows.append({"call": labels[m], "cells": cells})
-        tabs.append({"metric": metric, "phases": present, "rows": rows})
+        tabs.append({"metric": metric, "heading": heading(metric), "phases": present, "rows": rows})
     sec["pipeline"] = tabs
     # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
     from loopscope.analysis.queueing import fit as erlang
+    from loopscope.units import format_ns
 
     fits, samples = [], []
     for m in [x for x in measures if x.endswith("_stack")]:
@@ -258,10 +259,11 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
             f = erlang(x)
             if f is None:
                 continue
-            fits.append(f"{labels[m]}, {ph}: {f.text()}")
+            fits.append({"stage": labels[m], "phase": ph, "stages": f.stages, "floor": format_ns(f.floor_ns), "mean": format_ns(f.mean_above_floor_ns),
+                         "ks_d": f"{f.ks_d:.3f}", "fits": f.fits, "n": f"{f.n:,}"})
             if ph == present[0] or len(samples) < 4:
                 samples.append((f"{labels[m]} ({ph})", x, f))
-    sec["queueing"] = fits
+    sec["queueing"] = {"rows": fits, "fit": sum(1 for x in fits if x["fits"]), "id": f"queueing-{probe}"} if fits else None
     if samples:
         sec["charts"].append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
     st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages

@@ -60,6 +60,7 @@ class Report:
             if shown is not None and measure not in shown:
                 continue  # the kind's other figures (a pipeline's hops) are in the report
             metric = "p99" if "p99" in g["metric"].to_list() else "mean"
+            whole = g
             g = g.filter(pl.col("metric") == metric)
             parts = []
             for r in g.iter_rows(named=True):
@@ -70,7 +71,16 @@ class Report:
                     parts.append(f"{r['phase']} {_ratio(r['ratio'])}{mark} [{_ratio(r['ratio_lo'])}, {_ratio(r['ratio_hi'])}]")
             if len(parts) > 1 or measure in ("latency", "wake_delay", "burst") or len(out) < 12:
                 out.append(f"  {probe} {measure} {metric}: " + " · ".join(parts))
-        out.append("  (ratios to the baseline with 95% CI; * = significant)")
+                tail = []
+                mx = whole.filter(pl.col("metric") == "max")
+                if len(mx):
+                    tail.append("max " + " · ".join(f"{r['phase']} {format_ns(r['value_ns'])}" for r in mx.iter_rows(named=True)))
+                ms = whole.filter(pl.col("metric") == "missed")
+                if len(ms):
+                    tail.append("missed deadlines " + " · ".join(f"{r['phase']} {int(r['value_ns']):,}" for r in ms.iter_rows(named=True)))
+                if tail:
+                    out.append("    " + "; ".join(tail))
+        out.append("  (ratios to the first phase shown, the baseline, with 95% CI; * = significant)")
         for n in self.notes:
             out.append(f"  note: {n}")
         return out[:30]
@@ -185,7 +195,12 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
     steady, trimmed_notes = steady_state(tables, kinds)
     order = {p.get("name"): i for i, p in enumerate(tables.spec.get("probes") or [])}
     measures = sorted((m for k in kinds for m in k.measures(steady)), key=lambda m: order.get(m.probe, len(order)))
-    comp = compare_phases(measures, phase_order)
+    missed = {}
+    for probe, kind in {p.get("name"): p.get("kind") for p in tables.spec.get("probes") or []}.items():
+        k = kinds.get(kind)
+        if k is not None and (per := k.missed(tables, probe)):
+            missed[probe] = per
+    comp = compare_phases(measures, phase_order, missed)
     tables = tables.replace(**_channel_tables(run_dir, tables.run))
     notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps

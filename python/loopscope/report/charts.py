@@ -18,11 +18,19 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+# Up to 20 causes in one chart, each its own colour (matplotlib's tab20).
+MANY = [matplotlib.colormaps["tab20"](i) for i in range(20)]
 PALETTE = ["#1f5fa8", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5c940d", "#495057", "#364fc7"]
 
 plt.rcParams.update(
     {
-        "font.size": 9,
+        # Sizes in points at the figure's own size; every chart is at most
+        # about 9.5 in wide, so the page shows it unscaled and no text is
+        # under 9 px on screen (the report test measures it).
+        "font.size": 10,
+        "legend.fontsize": 9,
+        "xtick.labelsize": 9,
+        "ytick.labelsize": 9,
         "axes.spines.top": False,
         "axes.spines.right": False,
         "axes.grid": True,
@@ -45,6 +53,13 @@ def _svg(fig: plt.Figure) -> str:
     s = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{tag}{m.group(1)})", s)
     s = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{tag}{m.group(1)}"', s)
     return s
+
+
+def _plain(axis: Any) -> None:
+    """Log-axis ticks as plain numbers (0.1, 1, 10), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def _scale(values: np.ndarray) -> tuple[float, str]:
@@ -72,13 +87,15 @@ def ecdf(frame: pl.DataFrame, phases: list[str], title: str, xlabel: str) -> str
         ax.step(v / f, surv, where="post", color=PALETTE[i % len(PALETTE)], lw=1.4, label=ph)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain(ax.xaxis)
+    _plain(ax.yaxis)
     ax.set_xlabel(f"{xlabel} ({unit})")
     ax.set_ylabel("fraction of samples above")
     ax.set_title(title, loc="left")
     for q, lbl in ((0.5, "p50"), (0.01, "p99"), (0.001, "p99.9")):
         ax.axhline(q, color="#888", lw=0.6, ls=":")
-        ax.text(1.0, q, f" {lbl}", transform=ax.get_yaxis_transform(), va="center", fontsize=7, color="#666")
-    ax.legend(fontsize=7, frameon=False, ncol=2)
+        ax.text(1.0, q, f" {lbl}", transform=ax.get_yaxis_transform(), va="center", fontsize=9, color="#666")
+    ax.legend(fontsize=9, frameon=False, ncol=2)
     return _svg(fig)
 
 
@@ -100,18 +117,22 @@ def over_time(frame: pl.DataFrame, phases: list[str], title: str, ylabel: str) -
             ax.scatter((t - t.min()) / 1e9, np.maximum(v, 1) / f, s=2, alpha=0.5, color=PALETTE[i % len(PALETTE)], lw=0, rasterized=True)
             del j
         ax.set_yscale("log")
-        ax.set_ylabel(ph, rotation=0, ha="right", va="center", fontsize=8)
+        _plain(ax.yaxis)
+        ax.set_ylabel(ph, rotation=0, ha="right", va="center", fontsize=9)
     axes[-1][0].set_xlabel("seconds since the probe started (all repetitions overlaid)")
     axes[0][0].set_title(f"{title} ({ylabel}, {unit})", loc="left")
     return _svg(fig)
 
 
-def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str = "ns per call (95% CI)", labels: dict[str, str] | None = None) -> str:
-    """One figure per measure and phase with its 95 % CI (the syscall
-    probe's mean per call; a pipeline's p50 or p99 per component)."""
+def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str = "per call", labels: dict[str, str] | None = None) -> str:
+    """One bar per measure and phase with its 95 % CI (the syscall probe's
+    mean per call; a pipeline's p50 or p99 per component), on a linear axis
+    in one unit (ns, µs or ms, from the largest interval end)."""
     calls = comp["measure"].unique(maintain_order=True).to_list()
-    fig, ax = plt.subplots(figsize=(6.4, 0.28 * len(calls) * max(1, len(phases)) / 2 + 1.2))
+    fig, ax = plt.subplots(figsize=(7.0, 0.3 * len(calls) * max(1, len(phases)) / 2 + 1.4))
     h = 0.8 / max(1, len(phases))
+    top = comp.select(pl.max_horizontal("value_ns", "value_hi_ns")).to_series().drop_nans().drop_nulls().to_numpy()
+    sc, unit = _scale(top if len(top) else np.array([1.0]))
     for i, ph in enumerate(phases):
         c = comp.filter(pl.col("phase") == ph)
         y, x, lo, hi = [], [], [], []
@@ -119,19 +140,20 @@ def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str 
             r = c.filter(pl.col("measure") == call)
             if r.is_empty():
                 continue
+            v, vlo, vhi = (float(r[col][0]) for col in ("value_ns", "value_lo_ns", "value_hi_ns"))
             y.append(k + i * h)
-            x.append(r["value_ns"][0])
+            x.append(v / sc)
             # A percentile-bootstrap interval of a skewed sample may sit beside
             # its point estimate; the bar then shows the interval's near side at 0.
-            lo.append(max(0.0, r["value_ns"][0] - r["value_lo_ns"][0]))
-            hi.append(max(0.0, r["value_hi_ns"][0] - r["value_ns"][0]))
+            lo.append(max(0.0, v - vlo) / sc if np.isfinite(vlo) else 0.0)
+            hi.append(max(0.0, vhi - v) / sc if np.isfinite(vhi) else 0.0)
         ax.barh(y, x, height=h, color=PALETTE[i % len(PALETTE)], label=ph, xerr=[lo, hi], error_kw={"lw": 0.8, "capsize": 1.5})
     ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], [(labels or {}).get(c, c) for c in calls])
     ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel(xlabel)
+    ax.set_xlim(left=0)
+    ax.set_xlabel(f"{xlabel} ({unit}, bars: 95% CI)")
     ax.set_title(title, loc="left")
-    ax.legend(fontsize=7, frameon=False)
+    ax.legend(frameon=False)
     return _svg(fig)
 
 
@@ -140,10 +162,13 @@ def load_bars(loads: pl.DataFrame) -> str:
     fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(loads) + 1.0))
     labels = [f"{r['phase']} · rep {r['rep']} · {r['name']}" for r in loads.iter_rows(named=True)]
     ax.barh(range(len(loads)), loads["cpu_util"].to_list(), color=PALETTE[0])
-    ax.set_yticks(range(len(loads)), labels, fontsize=7)
+    ax.set_yticks(range(len(loads)), labels, fontsize=9)
     ax.invert_yaxis()
     ax.set_xlabel("CPU used by the load (cores, from its cgroup)")
     return _svg(fig)
+
+
+CLOCK_POINTS = 400
 
 
 def clock_chart(series: pl.DataFrame) -> str:
@@ -154,12 +179,15 @@ def clock_chart(series: pl.DataFrame) -> str:
     t0 = float(series["t_global_ns"].min())
     for i, host in enumerate(series["host"].unique(maintain_order=True).to_list()):
         g = series.filter(pl.col("host") == host).sort("t_global_ns")
+        if len(g) > CLOCK_POINTS:
+            # a piecewise-linear estimate: a few hundred points draw it, thousands only weigh the page
+            g = g.gather(np.unique(np.linspace(0, len(g) - 1, CLOCK_POINTS).astype(np.int64)))
         t = (g["t_global_ns"].to_numpy() - t0) / 1e9
         th = g["offset_ns"].to_numpy()
         b = g["bound_ns"].to_numpy()
         c = PALETTE[i % len(PALETTE)]
         ax1.plot(t, (th - th[0]) / 1e3, color=c, lw=1.2, label=host)
-        ax1.fill_between(t, (th - th[0] - b) / 1e3, (th - th[0] + b) / 1e3, color=c, alpha=0.15, lw=0)
+        ax1.fill_between(t, (th - th[0] - b) / 1e3, (th - th[0] + b) / 1e3, color=c, alpha=0.15, lw=0, rasterized=True)
         ax2.plot(t, b / 1e3, color=c, lw=1.2, label=host)
     ax1.set_title("offset vs reference, change since start (band: bound)")
     ax1.set_xlabel("s")
@@ -168,7 +196,7 @@ def clock_chart(series: pl.DataFrame) -> str:
     ax2.set_xlabel("s")
     ax2.set_ylabel("µs")
     ax2.set_ylim(bottom=0)
-    ax1.legend(fontsize=8, frameon=False)
+    ax1.legend(fontsize=9, frameon=False)
     return _svg(fig)
 
 
@@ -178,7 +206,7 @@ def _legend_outside(ax: Any) -> None:
     seen: dict[str, object] = {}
     for h, l in zip(handles, labels):
         seen.setdefault(l, h)
-    ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(list(seen.values()), list(seen.keys()), fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def cause_bars(groups: list[dict], title: str) -> str:
@@ -188,14 +216,14 @@ def cause_bars(groups: list[dict], title: str) -> str:
         for c in g["causes"]:
             if c["cause"] not in causes:
                 causes.append(c["cause"])
-    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(groups) + 1.3))
+    fig, ax = plt.subplots(figsize=(6.6, 0.45 * len(groups) + 1.3))
     for i, g in enumerate(groups):
         left = 0.0
         share = {c["cause"]: c["share"] or 0.0 for c in g["causes"]}
         for k, cause in enumerate(causes):
             w = share.get(cause, 0.0) * 100
             if w > 0:
-                ax.barh(i, w, left=left, color=PALETTE[k % len(PALETTE)], label=cause if i == 0 or cause not in [c["cause"] for c in groups[0]["causes"]] else None)
+                ax.barh(i, w, left=left, color=MANY[k % len(MANY)], label=cause if i == 0 or cause not in [c["cause"] for c in groups[0]["causes"]] else None)
                 left += w
     ax.set_yticks(range(len(groups)))
     ax.set_yticklabels([f"{g['phase']} ({g['outliers']})" for g in groups])
@@ -209,7 +237,7 @@ def cause_bars(groups: list[dict], title: str) -> str:
 
 def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title: str, xlabel: str) -> str:
     """One stacked horizontal bar per row: shares (0..1) of named parts, in ``order``."""
-    fig, ax = plt.subplots(figsize=(7.5, 0.4 * len(rows) + 1.3))
+    fig, ax = plt.subplots(figsize=(6.6, 0.4 * len(rows) + 1.3))
     for i, (_, parts) in enumerate(rows):
         left = 0.0
         for k, name in enumerate(order):
@@ -218,7 +246,7 @@ def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title
                 ax.barh(i, w, left=left, color=PALETTE[k % len(PALETTE)], label=name)
                 left += w
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([label for label, _ in rows], fontsize=8)
+    ax.set_yticklabels([label for label, _ in rows], fontsize=9)
     ax.invert_yaxis()
     ax.set_xlim(0, 100)
     ax.set_xlabel(xlabel)
@@ -228,27 +256,34 @@ def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title
 
 
 def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str:
-    """Empirical densities (histograms) with the fitted M/Er/1 Erlang curve on each."""
+    """Empirical densities (histograms) with the fitted M/Er/1 Erlang curve
+    on each, two panels a row; the bins span the body (up to p99), where
+    the fit is judged, so a long tail does not squash them into one."""
     n = len(samples)
-    fig, axes = plt.subplots(1, n, figsize=(3.2 * n + 0.6, 2.6), squeeze=False)
-    for ax, (label, x, f) in zip(axes[0], samples):
+    cols = min(2, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols + 0.4, 2.6 * rows + 0.5), squeeze=False, layout="constrained")
+    for ax, (label, x, f) in zip(axes.flat, samples):
         x = np.asarray(x, dtype=np.float64)
-        hi = float(np.percentile(x, 99.5))
+        lo, hi = float(np.percentile(x, 0.5)), float(np.percentile(x, 99))
         sc, unit = _scale(np.array([hi]))
-        ax.hist(x[x <= hi] / sc, bins=60, density=True, color="#adb5bd", label="measured")
-        xs = np.linspace(float(x.min()), hi, 300)
+        body = x[(x >= lo) & (x <= hi)]
+        ax.hist(body / sc, bins=40, range=(lo / sc, hi / sc), density=True, color="#adb5bd", label="measured (p0.5–p99)")
+        xs = np.linspace(lo, hi, 300)
         ax.plot(xs / sc, f.pdf(xs) * sc, color=PALETTE[1], lw=1.4, label=f"Erlang k={f.stages}")  # type: ignore[attr-defined]
-        ax.set_title(f"{label}\nKS D = {f.ks_d:.3f}", fontsize=8)  # type: ignore[attr-defined]
+        ax.set_title(f"{label}, KS D = {f.ks_d:.3f}", fontsize=9)  # type: ignore[attr-defined]
         ax.set_xlabel(unit)
         ax.set_yticks([])
-        ax.legend(fontsize=7, frameon=False)
-    fig.suptitle(title, fontsize=9)
+        ax.legend(frameon=False)
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    fig.suptitle(title, fontsize=10)
     return _svg(fig)
 
 
 def sweep_fits(fits: list, title: str, xlabel: str) -> str:
     """Mean, SD and p99 against the swept level, with the linear and quadratic fits."""
-    fig, axes = plt.subplots(1, len(fits), figsize=(3.1 * len(fits) + 0.5, 2.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(fits), figsize=(2.9 * len(fits) + 0.5, 2.6), squeeze=False, layout="constrained")
     for ax, f in zip(axes[0], fits):
         x, y = np.array(f.x), np.array(f.y)
         sc, unit = _scale(y)
@@ -257,9 +292,9 @@ def sweep_fits(fits: list, title: str, xlabel: str) -> str:
         ax.plot(xs, np.polyval(f.linear, xs) / sc, color=PALETTE[2], lw=1.2, label=f"linear R² {f.r2_linear:.2f}")
         if f.quadratic is not None:
             ax.plot(xs, np.polyval(f.quadratic, xs) / sc, color=PALETTE[1], lw=1.2, ls="--", label=f"quadratic R² {f.r2_quadratic:.2f}")
-        ax.set_title(f"{f.stat} ({f.best} fits)", fontsize=8)
+        ax.set_title(f"{f.stat} ({f.best} fits)", fontsize=9)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(unit)
-        ax.legend(fontsize=7, frameon=False)
+        ax.legend(fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=9)
     return _svg(fig)

@@ -5,7 +5,8 @@ The rows are the phase comparisons (``tables/comparisons.parquet``): per
 probe, measure and phase each metric's value with its 95 % interval, and
 its ratio to the baseline phase with its interval and significance. The
 CSV has one row per probe × measure × phase, a column per metric (value,
-low, high, ratio, ratio low, ratio high, significant), in nanoseconds; the
+low, high, ratio, ratio low, ratio high, significant), in nanoseconds
+(``missed``: a count of deadlines, ``missed_of`` how many there were); the
 Markdown has one table per probe and measure, values in µs or ms.
 """
 
@@ -17,9 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from loopscope.report.sections import ns, ratio
-
-METRIC_LABEL = {"p50": "p50", "p99": "p99", "p999": "p99.9", "max": "max", "mean": "mean", "missed": "missed"}
+from loopscope.report.sections import heading, ns, ratio
 
 
 def summary(comp: pl.DataFrame) -> pl.DataFrame:
@@ -29,12 +28,15 @@ def summary(comp: pl.DataFrame) -> pl.DataFrame:
     keys = ["probe", "kind", "measure", "phase", "loads", "baseline_phase"]
     wide = None
     for m in comp["metric"].unique(maintain_order=True).to_list():
+        u = "" if m == "missed" else "_ns"
         part = comp.filter(pl.col("metric") == m).select(
             *keys, "n",
-            pl.col("value_ns").alias(f"{m}_ns"), pl.col("value_lo_ns").alias(f"{m}_lo_ns"), pl.col("value_hi_ns").alias(f"{m}_hi_ns"),
+            pl.col("value_ns").alias(f"{m}{u}"), pl.col("value_lo_ns").alias(f"{m}_lo{u}"), pl.col("value_hi_ns").alias(f"{m}_hi{u}"),
             pl.col("ratio").alias(f"{m}_ratio"), pl.col("ratio_lo").alias(f"{m}_ratio_lo"), pl.col("ratio_hi").alias(f"{m}_ratio_hi"),
             pl.col("significant").alias(f"{m}_significant"),
         )
+        if m == "missed":
+            part = part.drop(f"{m}_lo", f"{m}_hi").with_columns(pl.col("n").alias("missed_of"))
         wide = part if wide is None else wide.join(part.drop("n"), on=keys, how="full", coalesce=True)
     return wide if wide is not None else pl.DataFrame()
 
@@ -53,7 +55,7 @@ def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
     for (probe, measure), g in comp.group_by(["probe", "measure"], maintain_order=True):
         metrics = g["metric"].unique(maintain_order=True).to_list()
         out += ["", f"**{probe}: {labels.get(str(measure), str(measure))}**", "",
-                "| phase | " + " | ".join(METRIC_LABEL.get(m, m) for m in metrics) + " |", "|---|" + "---:|" * len(metrics)]
+                "| phase | " + " | ".join(heading(m) for m in metrics) + " |", "|---|" + "---:|" * len(metrics)]
         for ph in g["phase"].unique(maintain_order=True).to_list():
             cells = []
             for m in metrics:
@@ -62,7 +64,7 @@ def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
                     cells.append("")
                     continue
                 x: dict[str, Any] = r.row(0, named=True)
-                v = ns(x["value_ns"])
+                v = f"{int(x['value_ns']):,} of {int(x['n']):,}" if m == "missed" else ns(x["value_ns"])
                 if x["phase"] != x["baseline_phase"] and x["ratio"] is not None and math.isfinite(x["ratio"]):
                     mark = " ✱" if x["significant"] else ""
                     v += f" ({ratio(x['ratio'])}{mark})"

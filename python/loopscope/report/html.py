@@ -11,6 +11,7 @@ import polars as pl
 
 from loopscope.report import charts
 from loopscope.report.sections import labels, probe_sections
+from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
 
@@ -94,6 +95,11 @@ def _clock_network(cs: dict[str, Any] | None) -> str:
     return "The probes crossed " + "; ".join(f"for {h}, {text.get(n, n)}" for h, n in sorted(by.items())) + "."
 
 
+def _signed(x: float) -> str:
+    """An offset with its sign, in the unit that suits it (+234 ns, −1.20 ms)."""
+    return ("+" if x >= 0 else "−") + _ns(abs(x))
+
+
 def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
     from pathlib import Path
@@ -114,15 +120,15 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None
             mo = w and w.get("monotonic_offset_ns")
             rows.append({
                 "host": host,
-                "mono": (f"{mo / 1e9:+.9f} s" if mo is not None and abs(mo) >= 1e8 else f"{mo / 1e6:+.6f} ms") if mo is not None else "n/a",
-                "real": f"{w['offset_ns'] / 1e6:+.6f} ms" if w else "n/a",
+                "mono": (f"{mo / 1e9:+.9f} s" if abs(mo) >= 1e8 else _signed(mo)) if mo is not None else "n/a",
+                "real": _signed(w["offset_ns"]) if w else "n/a",
                 "drift": f"{w['drift_ppm']:+.3f} ppm [{w['drift_lo_ppm']:+.3f}, {w['drift_hi_ppm']:+.3f}]" if w and w["drift_lo_ppm"] is not None else (f"{w['drift_ppm']:+.3f} ppm" if w else "n/a"),
                 "bound": f"±{_ns(w['bound_mid_ns'])} (max {_ns(max(x['bound_max_ns'] or 0 for x in ok))})" if w else "none",
                 "windows": f"{len(ok)} of {len(h['windows'])}",
                 "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,}",
                 "lost": f"{p.get('lost_there', 0)} / {p.get('lost_back', 0)}",
                 "rtt": _ns(p.get("min_rtt_ns")),
-                "pure": f"{p.get('pure_there', 0)} / {p.get('pure_back', 0)}",
+                "pure": f"{p.get('pure_there', 0):,} / {p.get('pure_back', 0):,}",
                 "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
             })
         rows[-1]["discipline"] = discipline_text((((prov or {}).get("hosts") or {}).get(host) or {}).get("clock_discipline"))
@@ -180,14 +186,18 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             split = (f"{g['lab_share'] * 100:.1f} % / {g['load_share'] * 100:.0f} % / {g['system_share'] * 100:.0f} %") if "lab_share" in g else ""
             rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note, "split": split,
                          "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in (g.get("lab") or {}).items())})
+        # The worst outliers of each phase, behind one control per phase.
         outliers = []
         for g in groups:
+            ws = []
             for w in worst(Path(run_dir), probe, g["phase"], 20):
-                outliers.append({
-                    "phase": g["phase"], "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
+                ws.append({
+                    "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
                     "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),
-                    "causes": [(c, _ns(ns), f"{ns / w['latency_ns'] * 100:.0f} %") for c, ns in w["causes"]],
+                    "causes": "; ".join(f"{c} {_ns(ns)} ({ns / w['latency_ns'] * 100:.0f} %)" for c, ns in w["causes"]),
                 })
+            if ws:
+                outliers.append({"phase": g["phase"], "worst": ws})
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
     warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] in ("lab: capture", "thread: perf") and (c["share"] or 0) >= 0.02})
     roles = {c["cause"]: c["role"] for g in ex.get("groups") or [] for c in g["causes"] if c.get("role")}
@@ -344,7 +354,7 @@ def _findings(comp: pl.DataFrame, measure_label: dict[str, str]) -> list[str]:
         r = g.row(0, named=True)
         label = measure_label.get(str(measure), str(measure))
         out.append(
-            f"{probe} {label} {metric}: {_ns(r['baseline_ns'])} at baseline, {_ns(r['value_ns'])} under {r['phase']} "
+            f"{probe} {label} {metric}: {_ns(r['baseline_ns'])} in {r['baseline_phase']} (the baseline), {_ns(r['value_ns'])} under {r['phase']} "
             f"({_ratio(r['ratio'])}, 95% CI [{_ratio(r['ratio_lo'])}, {_ratio(r['ratio_hi'])}])"
         )
     return out[:12]
@@ -364,12 +374,12 @@ def _provenance(prov: dict[str, Any]) -> list[tuple[str, str]]:
         ("kernel", f"{(h.get('kernel') or {}).get('release')} ({h.get('preempt') or 'preemption model unknown'})"),
         ("CPU", f"{cpu.get('model')}, {cpu.get('cpus')} CPUs (usable: {cpu.get('usable_cpus')})"),
         ("memory", f"{(h.get('memory_kib') or 0) / 1048576:.1f} GiB"),
-        ("clocksource", str(h.get("clocksource"))),
+        ("clocksource", str(h.get("clocksource") or "unknown")),
         ("frequency governor", str(freq.get("governors") or freq.get("note"))),
-        ("idle driver", str(h.get("cpuidle_driver"))),
+        ("idle driver", str(h.get("cpuidle_driver") or "none (no cpuidle)")),
         ("privileges", f"euid {(h.get('privileges') or {}).get('euid')}; " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in caps.items())),
         ("cgroup", str(h.get("cgroup"))),
-        ("tracefs", str(h.get("tracefs"))),
+        ("tracefs", str(h.get("tracefs") or "not mounted where this host's agent looked (a network namespace mounts a sysfs of its own)")),
         ("software", ", ".join(f"{k} {v}" for k, v in sw.items() if v)),
         ("loopscope source", f"{git.get('sha') or git.get('note')}{' (modified)' if git.get('dirty') else ''}"),
         ("load average at start", str(h.get("loadavg_at_start"))),
@@ -435,4 +445,16 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         lost_total=lost_total,
         records_total=int(tables.steps["records"].sum()) if len(tables.steps) else 0,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        baseline=baseline_of([p for p in phases if p in set(comp["phase"].to_list())] or phases or ["baseline"]),
+        files=_files(run_dir),
     )
+
+
+def _files(run_dir: Any) -> dict[str, Any]:
+    """What the run directory holds, as the Files section lists it: the tables
+    written, and where the traces are (per host, per step)."""
+    if run_dir is None:
+        return {"tables": [], "hosts": False}
+    d = Path(run_dir)
+    return {"tables": sorted(p.name for p in (d / "tables").glob("*.parquet")), "hosts": (d / "hosts").is_dir(),
+            "kernel": any(d.glob("hosts/*/kernel")), "netem": (d / "netem").is_dir()}

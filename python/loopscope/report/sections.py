@@ -32,14 +32,35 @@ def ratio(x: float | None) -> str:
     return f"{x:.3f}×" if abs(x - 1) < 0.01 else f"{x:.2f}×"
 
 
+LABELS = {"p999": "p99.9"}
+
+
+def heading(metric: str) -> str:
+    """A metric's column heading (``p999`` reads p99.9)."""
+    return LABELS.get(metric, metric)
+
+
+def _interval(lo: float | None, hi: float | None, fmt: Any) -> str:
+    ok = lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi)
+    return f"[{fmt(lo)}, {fmt(hi)}]" if ok else ""
+
+
 def cell(r: dict[str, Any]) -> dict[str, Any]:
-    """One comparison row as a table cell: value with CI, ratio to the baseline with CI."""
+    """One comparison row as a table cell: value with CI, ratio to the
+    baseline with CI. A missed-deadline row's value is a count of its
+    deadlines; a maximum has no interval; a quantile short of samples neither."""
     base = r["phase"] == r["baseline_phase"]
+    if r.get("metric") == "missed":
+        k, n = int(r["value_ns"]), int(r["n"] or 0)
+        value, ci = f"{k:,}", f"of {n:,} ({k / n * 100:.2g} %)" if n else ""
+    else:
+        value, ci = ns(r["value_ns"]), _interval(r["value_lo_ns"], r["value_hi_ns"], ns)
+    rv = r["ratio"]
     return {
-        "value": ns(r["value_ns"]),
-        "ci": f"[{ns(r['value_lo_ns'])}, {ns(r['value_hi_ns'])}]",
-        "ratio": "baseline" if base else ratio(r["ratio"]),
-        "ratio_ci": "" if base else f"[{ratio(r['ratio_lo'])}, {ratio(r['ratio_hi'])}]",
+        "value": value,
+        "ci": ci,
+        "ratio": "baseline" if base else ("–" if rv is None or (isinstance(rv, float) and math.isnan(rv)) else ratio(rv)),
+        "ratio_ci": "" if base else _interval(r["ratio_lo"], r["ratio_hi"], ratio),
         "sig": (not base) and bool(r["significant"]),
         "up": (not base) and bool(r["significant"]) and r["ratio"] > 1,
         "p": "" if base or r["p_value"] is None else (f"{r['p_value']:.1e}" if r["p_value"] < 1e-3 else f"{r['p_value']:.3f}"),
@@ -59,6 +80,7 @@ def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], ser
             sec["charts"].append(charts.ecdf(frame, here, f"{sec['name']}: {label}, distribution by phase", label))
             sec["charts"].append(charts.over_time(frame, here, f"{sec['name']}: {label} over time", label))
         metrics = c.filter(pl.col("measure") == measure)["metric"].unique(maintain_order=True).to_list()
+        heads = [heading(m) for m in metrics]
         rows = []
         for ph in here:
             cells = {}
@@ -68,7 +90,7 @@ def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], ser
                     cells[m] = cell(r.row(0, named=True))
             first = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).row(0, named=True)
             rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
-        sec["tables"].append({"title": label, "metrics": metrics, "rows": rows})
+        sec["tables"].append({"title": label, "metrics": metrics, "heads": heads, "rows": rows})
 
 
 def detected(series: list[Any]) -> list[str]:
