@@ -143,6 +143,47 @@ def test_every_option_of_every_command_has_help_text() -> None:
     assert list(walk(root, [])) == []
 
 
+def test_every_listed_command_s_help_ends_with_examples_that_parse() -> None:
+    import shlex
+
+    import click
+
+    from loopscope.cli import cli as root
+
+    def walk(cmd: click.Command, path: list[str], hidden: bool):  # type: ignore[no-untyped-def]
+        if isinstance(cmd, click.Group):
+            for n, c in cmd.commands.items():
+                yield from walk(c, path + [n], hidden or cmd.hidden)
+        elif not (hidden or cmd.hidden):
+            yield path, cmd
+
+    missing, broken = [], []
+    for path, cmd in walk(root, [], False):
+        text = cmd.help or ""
+        if "Examples:" not in text:
+            missing.append(" ".join(path))
+            continue
+        examples = [ln.strip() for ln in text.split("Examples:", 1)[1].splitlines() if ln.strip().startswith("loopscope ")]
+        if not examples:
+            missing.append(" ".join(path))
+        for ex in examples:
+            args = shlex.split(ex)[1:]
+            cut = [i for i, a in enumerate(args) if a in (">", ">>", "&&", "|", ";")]
+            args = args[: cut[0]] if cut else args  # the shell's part of the line
+            try:
+                # parse only (options, arguments, choices, types): nothing runs
+                ctx = root.make_context("loopscope", list(args))
+                sub: click.Command = root
+                rest = list(args)
+                while isinstance(sub, click.Group):
+                    name, sub, rest = sub.resolve_command(ctx, rest)  # type: ignore[assignment]
+                    assert sub is not None
+                    ctx = sub.make_context(name or "", rest, parent=ctx)
+            except (click.UsageError, click.BadParameter) as e:
+                broken.append(f"{ex}: {e.format_message()}")
+    assert missing == [] and broken == [], (missing, broken)
+
+
 def test_the_timer_probe_takes_cyclictests_short_flags(cli: Cli, tmp_path: Path) -> None:
     import json
 

@@ -30,7 +30,13 @@ def calibrate() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
 def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None,
                    output: str) -> int:
-    """Measure what this machine charges for each system call and for two execution environments, idle and under each load."""
+    """Measure what this machine charges for each system call and for two execution environments, idle and under each load.
+
+    \b
+    Examples:
+      loopscope calibrate node -o node.json
+      loopscope calibrate node --loads cpu,mem --cpu 1 -o node.json
+    """
     from loopscope.model import node
     from loopscope.probes import syscall
 
@@ -64,7 +70,13 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, cpus: list[int] | None, output: str,
                   command: tuple[str, ...]) -> int:
-    """Run a program repeatedly: its CPU time (total, user, system) and its system-call structure, as an app model."""
+    """Run a program repeatedly: its CPU time (total, user, system) and its system-call structure, as an app model.
+
+    \b
+    Examples:
+      loopscope calibrate app --node node.json -o app.json -- ./my-app --frames 1000
+      loopscope calibrate app --node node.json --runs 20 -o app.json -- python3 app.py
+    """
     from loopscope.model import app, node
 
     nm = node.read(node_path) if node_path else None
@@ -111,7 +123,13 @@ def _from_of(a: dict[str, Any], src: str | None, app_model: str) -> str:
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] to predict for.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> int:
-    """Predict the app's CPU time distribution on another node or under another condition."""
+    """Predict the app's CPU time distribution on another node or under another condition.
+
+    \b
+    Examples:
+      loopscope model predict app.json --from idle --to cpu
+      loopscope model predict app.json --from idle --to cpu --json
+    """
     from loopscope.model import app, predict
 
     a = app.read(app_model)
@@ -138,7 +156,13 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.option("--top", type=click.IntRange(min=1), default=12, show_default=True, help="States (calls) to list.")
 def model_show(model_file: str, top: int) -> int:
-    """Print a node or app model: costs per condition, or an app's CPU time and call structure."""
+    """Print a node or app model: costs per condition, or an app's CPU time and call structure.
+
+    \b
+    Examples:
+      loopscope model show app.json
+      loopscope model show node.json --top 5
+    """
     from loopscope.errors import InputError
 
     try:
@@ -200,7 +224,13 @@ def model_show(model_file: str, top: int) -> int:
 @click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, help="Runs of the program here, to compare with the prediction.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: bool) -> int:
-    """Run the app here now and compare its CPU time with the prediction."""
+    """Run the app here now and compare its CPU time with the prediction.
+
+    \b
+    Examples:
+      loopscope model check app.json --from idle --to cpu
+      loopscope model check app.json --from idle --to mem --runs 10 --json
+    """
     import numpy as np
 
     from loopscope.model import app, predict

@@ -35,6 +35,11 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
     Every wake-up goes into the trace as an interval from its deadline to when
     the thread ran; deadlines that passed while a wake-up was late are counted
     as missed.
+
+    \b
+    Examples:
+      loopscope probe timer -i 1000 -d 10s
+      loopscope probe timer -i 200 -d 1m -t 2 --cpu 0,1 -p 80 --trace timer.lstrace
     """
     from loopscope.probes import timer
 
@@ -60,7 +65,13 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool) -> int:
-    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003).
+
+    \b
+    Examples:
+      loopscope probe sched -d 10s
+      loopscope probe sched -d 30s --busy-threads 2 --cpu 0
+    """
     from loopscope.probes import sched
 
     sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
@@ -100,7 +111,13 @@ def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, c
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int, max_seconds: float, workdir: str | None, trace_path: str | None, as_json: bool) -> int:
-    """Cost of each system call, in batches until its 95% CI is within --target % (Carlinet et al. 2000)."""
+    """Cost of each system call, in batches until its 95% CI is within --target % (Carlinet et al. 2000).
+
+    \b
+    Examples:
+      loopscope probe syscall
+      loopscope probe syscall --calls getpid,read,write --json
+    """
     from loopscope.probes import syscall
 
     names = [c.strip() for c in calls.split(",") if c.strip()] if calls else None
@@ -140,7 +157,13 @@ def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, pattern_text: str, seed: int, workers: int, flow: int,
                tx_timestamps: bool, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
-    """Paced UDP sender: departures on absolute deadlines, says if it could not keep up."""
+    """Paced UDP sender: departures on absolute deadlines, says if it could not keep up.
+
+    \b
+    Examples:
+      loopscope probe send --dest 127.0.0.1:9000 --rate 10000pps -d 5s
+      loopscope probe send --dest 10.0.0.2:9000 --rate 100Mbit --size 1400 --pattern poisson
+    """
     from loopscope.probes import net
 
     r0 = net.rate(rate_text, size)
@@ -176,7 +199,13 @@ def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-recv/recv.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | None, tcp: bool, rcvbuf_mib: int, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
-    """Receiver with kernel RX timestamps: loss, duplicates, reordering, throughput, delays split."""
+    """Receiver with kernel RX timestamps: loss, duplicates, reordering, throughput, delays split.
+
+    \b
+    Examples:
+      loopscope probe recv --bind 0.0.0.0:9000 -d 10s
+      loopscope probe recv --bind 127.0.0.1:9000 --tcp --trace recv.lstrace --json
+    """
     from loopscope import _native
     from loopscope.probes import net
 
@@ -213,7 +242,13 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
 def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int:
-    """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times."""
+    """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times.
+
+    \b
+    Examples:
+      loopscope probe echo --bind 0.0.0.0:7000
+      loopscope probe echo --bind 127.0.0.1:7000 --tcp -d 60s
+    """
     from loopscope import _native
     from loopscope.probes import net
 
@@ -294,7 +329,13 @@ def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool)
 def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
     """Run an instrumented program (after --) as a probe: it writes its own
     trace (LOOPSCOPE_TRACE); every interval it logs is summarised here and,
-    in a run, compared across phases and attributed like a built-in probe's."""
+    in a run, compared across phases and attributed like a built-in probe's.
+
+    \b
+    Examples:
+      loopscope probe program -d 10s -- ./my-app
+      loopscope probe program --cpu 1 --trace app.lstrace -- python3 app.py --fast
+    """
     from loopscope.errors import InputError
     from loopscope.probes import program
 
@@ -363,7 +404,13 @@ def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, tcp: bool, trace_path: str | None, as_json: bool) -> int:
-    """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs."""
+    """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs.
+
+    \b
+    Examples:
+      loopscope probe rr --dest 127.0.0.1:7000 --rate 1000pps -d 10s
+      loopscope probe rr --dest 10.0.0.2:7000 --tcp --size 256 --json
+    """
     from loopscope.probes import net
 
     j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, tcp=tcp, trace_path=_trace_path(trace_path, "rr"))
@@ -391,7 +438,13 @@ def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: 
 @click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size: int | None, as_json: bool) -> int:
-    """Bulk stream as competing network load (the role ettcp played in Boie & Niehaus 2007)."""
+    """Bulk stream as competing network load (the role ettcp played in Boie & Niehaus 2007).
+
+    \b
+    Examples:
+      loopscope probe bulk --dest 127.0.0.1:9000 --rate 200Mbit -d 10s
+      loopscope probe bulk --dest 10.0.0.2:9000 --tcp --json
+    """
     from loopscope import _native
     from loopscope.probes import net
 

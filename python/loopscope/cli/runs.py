@@ -23,7 +23,13 @@ from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_p
 @click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
 @click.option("--no-kernel-capture", is_flag=True, help="Record no kernel events (the file's `kernel: {capture: off}`): no explain, no advise, and nothing of the capture's in the way.")
 def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None, no_kernel_capture: bool) -> int:
-    """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last."""
+    """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last.
+
+    \b
+    Examples:
+      loopscope run examples/control-loop.yaml
+      loopscope run experiment.yaml --duration 2s --repetitions 2 --no-kernel-capture
+    """
     from loopscope.lab import controller
     from loopscope.selfname import set_comm
 
@@ -106,7 +112,13 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool)
 @click.option("--probes", "use", type=click.Choice(["all", "pairs"]), default="all", show_default=True, help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.")
 @click.option("--json", "as_json", is_flag=True, help="Print the clocks and checks as one JSON object.")
 def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
-    """Put every record of every host on the reference host's clock: RUN/timeline.parquet."""
+    """Put every record of every host on the reference host's clock: RUN/timeline.parquet.
+
+    \b
+    Examples:
+      loopscope timeline runs/20261124-101500-control-loop
+      loopscope timeline runs/20261124-101500-control-loop --json
+    """
     from loopscope import timeline
 
     from loopscope.rundir import RunDir
@@ -185,7 +197,13 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
 @click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="Records above this quantile of their probe and phase are attributed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
-    """Why the outliers were late: each one's window split into causes from the run's kernel capture."""
+    """Why the outliers were late: each one's window split into causes from the run's kernel capture.
+
+    \b
+    Examples:
+      loopscope explain runs/20261124-101500-control-loop
+      loopscope explain runs/20261124-101500-control-loop --quantile 0.999 --json
+    """
     from loopscope.analysis import explain
 
     from loopscope.rundir import RunDir
@@ -221,7 +239,12 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
 
 @cli.command("schema")
 def schema_cmd() -> int:
-    """Print the JSON Schema of experiment files (for editors)."""
+    """Print the JSON Schema of experiment files (for editors).
+
+    \b
+    Examples:
+      loopscope schema > experiment.schema.json
+    """
     import loopscope.kinds  # noqa: F401 - registers the probe kinds the schema lists
     from loopscope.spec import json_schema
 
@@ -262,7 +285,13 @@ def check_cmd(spec: str) -> int:
 @cli.command("cleanup")
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def cleanup_cmd(dry_run: bool) -> int:
-    """Remove what killed runs left behind: processes, cgroups, state files."""
+    """Remove what killed runs left behind: processes, cgroups, state files.
+
+    \b
+    Examples:
+      loopscope cleanup --dry-run
+      loopscope cleanup
+    """
     from loopscope.lab import cleanup
 
     actions = cleanup.run(dry_run=dry_run)

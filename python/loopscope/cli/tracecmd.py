@@ -28,7 +28,13 @@ def _existing(path: str) -> str:
 @click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def trace_info(file: str, as_json: bool) -> int:
-    """Entities, counts, time span, lost records and damage of a trace."""
+    """Entities, counts, time span, lost records and damage of a trace.
+
+    \b
+    Examples:
+      loopscope trace info app.lstrace
+      loopscope trace info runs/20261124-101500-demo/hosts/local/steps/r01-idle/timer.lstrace --json
+    """
     from loopscope.trace import narrate, reader
 
     inf = reader.info(_existing(file))
