@@ -51,9 +51,10 @@ $(TOOLS)/.ok: requirements-build.lock
 clib:
 	@echo "building libloopscope (C API) …"
 	@$(CARGO) build --release --quiet -p loopscope-capi
-	@mkdir -p $(CDIR)/lib $(CDIR)/include
+	@mkdir -p $(CDIR)/lib/pkgconfig $(CDIR)/include
 	@cp target/release/libloopscope.a target/release/libloopscope.so $(CDIR)/lib/
 	@cp include/loopscope.h $(CDIR)/include/
+	@cp include/loopscope.pc $(CDIR)/lib/pkgconfig/
 
 build: $(VENV)/.pydeps $(TOOLS)/.ok clib
 	@echo "building loopscope._native (cargo --release) and installing the package into $(VENV) …"

@@ -48,9 +48,11 @@ typedef struct ls_entity {
     uint32_t mask;
 } ls_entity;
 
-/* Session. path NULL: $LOOPSCOPE_TRACE. config NULL: the environment
- * ($LOOPSCOPE_CONFIG, $LOOPSCOPE_GROUPS, $LOOPSCOPE_RING_GROUPS); otherwise a
- * TOML file with [[stream]] tables (see docs/trace-format.md). */
+/* Session. path NULL: $LOOPSCOPE_TRACE; "%p" in the path is the process id.
+ * config NULL: the environment ($LOOPSCOPE_CONFIG, $LOOPSCOPE_GROUPS,
+ * $LOOPSCOPE_RING_GROUPS); otherwise a TOML file with [[stream]] tables (see
+ * docs/trace-format.md). fork(): the child never writes into its parent's
+ * file; it logs nothing until it calls ls_open itself (e.g. "srv-%p.lstrace"). */
 int ls_open(const char *path, const char *config);
 int ls_close(void);
 int ls_flush(void);

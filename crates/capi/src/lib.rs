@@ -66,8 +66,10 @@ pub extern "C" fn ls_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
-/// Open a trace. `path` NULL: `$LOOPSCOPE_TRACE`. `config` NULL: the
-/// environment (`LOOPSCOPE_CONFIG`, `LOOPSCOPE_GROUPS`, `LOOPSCOPE_RING_GROUPS`).
+/// Open a trace. `path` NULL: `$LOOPSCOPE_TRACE`; `%p` in it is the pid.
+/// `config` NULL: the environment (`LOOPSCOPE_CONFIG`, `LOOPSCOPE_GROUPS`,
+/// `LOOPSCOPE_RING_GROUPS`). A child forked after an open logs nothing
+/// until it opens a trace of its own.
 #[no_mangle]
 pub unsafe extern "C" fn ls_open(path: *const c_char, config: *const c_char) -> c_int {
     let r = (|| {
@@ -75,6 +77,8 @@ pub unsafe extern "C" fn ls_open(path: *const c_char, config: *const c_char) -> 
             Some(p) => p.to_string(),
             None => std::env::var("LOOPSCOPE_TRACE").map_err(|_| Error::input("no path given and LOOPSCOPE_TRACE is not set".into()))?,
         };
+        // `%p`: this process's id, so each child of a forking server names a file of its own.
+        let path = path.replace("%p", &std::process::id().to_string());
         let cfg = match opt_text(config) {
             Some(c) => {
                 let t = std::fs::read_to_string(c).map_err(|e| Error::input(format!("{c}: cannot read: {e}")))?;

@@ -6,6 +6,14 @@
 //! lets the writer drain all buffers, write the end chunk and stop, and
 //! reports what was written and what was lost. One session is open per
 //! process at a time; a closed session can be followed by a new one.
+//!
+//! Fork: a child must never write into its parent's file. Handlers
+//! registered with `pthread_atfork` at the first open hold the session and
+//! control locks across `fork()` (so the child never inherits one held by a
+//! thread it does not have), and in the child drop the parent's session
+//! without touching it (its writer thread does not exist there; its file is
+//! the parent's) and make every buffer stale. The child then logs nothing
+//! until it opens a trace of its own (`ls_open` expands `%p` to the pid).
 
 use crate::clock::{self, CalPair};
 use crate::config::{Config, StreamKind};
@@ -76,6 +84,43 @@ struct Session {
 
 static SESSION: Mutex<Option<Session>> = Mutex::new(None);
 
+type Held = (std::sync::MutexGuard<'static, Option<Session>>, std::sync::MutexGuard<'static, entity::Control>);
+
+thread_local! {
+    /// The locks `before_fork` took, released by the parent and the child handlers (same thread).
+    static FORK_HELD: std::cell::RefCell<Option<Held>> = const { std::cell::RefCell::new(None) };
+}
+
+extern "C" fn before_fork() {
+    let held = (session(), control());
+    FORK_HELD.with(|c| *c.borrow_mut() = Some(held));
+}
+
+extern "C" fn after_fork_parent() {
+    FORK_HELD.with(|c| drop(c.borrow_mut().take()));
+}
+
+extern "C" fn after_fork_child() {
+    FORK_HELD.with(|c| {
+        if let Some((mut s, mut ctl)) = c.borrow_mut().take() {
+            if let Some(parent) = s.take() {
+                // Its writer is a thread of the parent and its file the parent's: leave both alone.
+                std::mem::forget(parent);
+                ctl.filters.clear();
+                ctl.remask_all();
+            }
+        }
+    });
+    EPOCH.fetch_add(1, Ordering::SeqCst);
+}
+
+fn register_fork_handlers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
+    });
+}
+
 fn session() -> std::sync::MutexGuard<'static, Option<Session>> {
     SESSION.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -111,6 +156,7 @@ fn process_name() -> String {
 /// Open a trace at `path`.
 pub fn open(path: &Path, config: Config) -> Result<(), Error> {
     config.validate("configuration")?;
+    register_fork_handlers();
     let mut g = session();
     if let Some(s) = g.as_ref() {
         return Err(Error::input(format!(
