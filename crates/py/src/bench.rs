@@ -8,8 +8,8 @@ pub(crate) const FLOOR_WORDS: usize = 8 * 1024 * 1024 / 8;
 
 /// ns per iteration of a TSC read + 16-byte store into an 8 MiB buffer, per repetition.
 #[pyfunction]
-pub(crate) fn bench_floor(py: Python<'_>, n: u64, reps: usize) -> Vec<f64> {
-    py.detach(|| {
+pub(crate) fn bench_floor(py: Python<'_>, n: u64, reps: usize) -> PyResult<Vec<f64>> {
+    detached(py, || {
         let mut buf = vec![0u64; FLOOR_WORDS];
         (0..reps)
             .map(|_| {
@@ -45,8 +45,8 @@ pub(crate) const ENV_WORDS: usize = 256 * 1024; // 2 MiB: in the last-level cach
 /// a 2 MiB table: arithmetic and cache traffic like compiled application
 /// code), `batches` batches of `ops` operations.
 #[pyfunction]
-pub(crate) fn env_compiled(py: Python<'_>, ops: u64, batches: usize) -> Vec<f64> {
-    py.detach(|| {
+pub(crate) fn env_compiled(py: Python<'_>, ops: u64, batches: usize) -> PyResult<Vec<f64>> {
+    detached(py, || {
         let mut t: Vec<u64> = (0..ENV_WORDS as u64).collect();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
         (0..batches)
@@ -98,7 +98,7 @@ pub(crate) fn bench_events(
             "open a trace with group 'bench' enabled first",
         ));
     }
-    Ok(py.detach(|| {
+    detached(py, || {
         (0..reps)
             .map(|_| {
                 let bar = Arc::new(std::sync::Barrier::new(threads));
@@ -125,7 +125,7 @@ pub(crate) fn bench_events(
                 v.iter().sum::<f64>() / v.len() as f64
             })
             .collect()
-    }))
+    })
 }
 
 /// Log events from one thread for `seconds`: paced at `rate` events/s
@@ -139,7 +139,7 @@ pub(crate) fn bench_sustained(py: Python<'_>, rate: f64, seconds: f64) -> PyResu
             "open a trace with group 'bench' enabled first",
         ));
     }
-    Ok(py.detach(|| {
+    detached(py, || {
         let t0 = Instant::now();
         let end = Duration::from_secs_f64(seconds);
         let mut n = 0u64;
@@ -161,7 +161,7 @@ pub(crate) fn bench_sustained(py: Python<'_>, rate: f64, seconds: f64) -> PyResu
             }
         }
         (n, t0.elapsed().as_secs_f64())
-    }))
+    })
 }
 
 pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {

@@ -6,7 +6,7 @@
 //! timeout, a KeyboardInterrupt escaped every `except` and `finally` of
 //! the program (seen with CPython 3.11).
 
-use super::{addr, run_interruptible, InputError, RunError};
+use super::{addr, detached, run_interruptible, InputError, RunError};
 use loopscope_channels::{raw, ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which};
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
@@ -82,16 +82,14 @@ impl PyChannel {
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
         let c = self.c.clone();
-        let r = py.detach(move || c.put(ts, data, dur(timeout)));
-        py.check_signals()?;
+        let r = detached(py, move || c.put(ts, data, dur(timeout)))?;
         r.map_err(err)
     }
     #[pyo3(signature = (consumer, which="next", ts=None, consume=false, timeout=5.0))]
     fn get<'py>(&self, py: Python<'py>, consumer: u32, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let c = self.c.clone();
-        let r = py.detach(move || c.get(consumer, w, consume, dur(timeout)));
-        py.check_signals()?;
+        let r = detached(py, move || c.get(consumer, w, consume, dur(timeout)))?;
         let item = r.map_err(err)?;
         Ok((item.ts, PyBytes::new(py, &item.data)))
     }
@@ -128,9 +126,9 @@ impl PyHub {
         Ok(PyChannel { c: self.h.create(name, capacity, f, max_item).map_err(InputError::new_err)? })
     }
     /// Move network input for at most `timeout` seconds (a hub nobody waits on).
-    fn pump(&self, py: Python<'_>, timeout: f64) -> bool {
+    fn pump(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
         let h = self.h.clone();
-        py.detach(move || h.pump(dur(timeout)).unwrap_or(false))
+        detached(py, move || h.pump(dur(timeout)).unwrap_or(false))
     }
     fn net_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.h.net_stats();
@@ -161,13 +159,12 @@ impl PyRemoteProducer {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let p = py.detach(move || RemoteProducer::connect(a, &name, t, frag, dur(timeout))).map_err(RunError::new_err)?;
+        let p = detached(py, move || RemoteProducer::connect(a, &name, t, frag, dur(timeout)))?.map_err(RunError::new_err)?;
         Ok(PyRemoteProducer { p: Mutex::new(p) })
     }
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
-        let r = py.detach(|| self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout)));
-        py.check_signals()?;
+        let r = detached(py, || self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout)))?;
         r.map_err(RunError::new_err)
     }
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -193,15 +190,14 @@ impl PyRemoteConsumer {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let r = py.detach(move || RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout))).map_err(RunError::new_err)?;
+        let r = detached(py, move || RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout)))?.map_err(RunError::new_err)?;
         Ok(PyRemoteConsumer { r })
     }
     #[pyo3(signature = (which="next", ts=None, consume=false, timeout=5.0))]
     fn get<'py>(&self, py: Python<'py>, which: &str, ts: Option<u64>, consume: bool, timeout: f64) -> PyResult<(u64, Bound<'py, PyBytes>)> {
         let w = self::which(which, ts)?;
         let (m, cid) = (self.r.mirror.clone(), self.r.cid);
-        let r = py.detach(move || m.get(cid, w, consume, dur(timeout)));
-        py.check_signals()?;
+        let r = detached(py, move || m.get(cid, w, consume, dur(timeout)))?;
         let item = r.map_err(err)?;
         Ok((item.ts, PyBytes::new(py, &item.data)))
     }

@@ -5,7 +5,7 @@
 //! pages into numpy columns and a string table, keeping each CPU's last event
 //! time across batches so that a loss at a batch's first page is placed.
 
-use super::InputError;
+use super::{detached, InputError};
 use loopscope_ktrace::decode::Decoder;
 use loopscope_ktrace::format::{parse, parse_header_page};
 use numpy::IntoPyArray;
@@ -19,6 +19,9 @@ use pyo3::types::{PyBytes, PyDict};
 #[pyfunction]
 #[pyo3(signature = (fd, page_size, max_bytes))]
 pub fn ktrace_read<'py>(py: Python<'py>, fd: i32, page_size: usize, max_bytes: usize) -> PyResult<Bound<'py, PyBytes>> {
+    // Not `detached`: a signal here must not throw away the pages just read
+    // (they are gone from the kernel's buffer). The drain's own handler raises
+    // at its next statement, and it reads what is left before it stops.
     let (buf, err) = py.detach(move || {
         let mut buf: Vec<u8> = Vec::with_capacity(page_size * 64);
         let mut page = vec![0u8; page_size];
@@ -69,10 +72,10 @@ impl KtraceDecoder {
     }
 
     /// Decode whole pages read from `cpu`'s buffer, in the order read.
-    fn pages(&mut self, py: Python<'_>, cpu: i32, data: &[u8]) {
+    fn pages(&mut self, py: Python<'_>, cpu: i32, data: &[u8]) -> PyResult<()> {
         let ps = self.page_size;
         let d = &mut self.d;
-        py.detach(|| d.pages(cpu, data, ps));
+        detached(py, || d.pages(cpu, data, ps))
     }
 
     /// Set where the previous batch left `cpu` (its last event's time).

@@ -53,6 +53,17 @@ fn err(e: loopscope_trace::Error) -> PyErr {
 
 pub(crate) use net::{addr, hist_dict};
 
+/// Run `f` with the interpreter lock released, then raise from this very
+/// call what a signal that came meanwhile asks for (Ctrl-C: KeyboardInterrupt),
+/// so the caller's `try`/`finally` sees it at the call and not at some later
+/// bytecode. Every native function that releases the lock goes through here
+/// (or through `run_interruptible`, which also stops the work).
+pub(crate) fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) -> PyResult<T> {
+    let v = py.detach(f);
+    py.check_signals()?;
+    Ok(v)
+}
+
 /// On Ctrl-C `stop` is set and the function's (partial) result still returned,
 /// with the second element true.
 /// Run ``f`` on a thread named ``name`` (kernel attribution names threads by

@@ -245,7 +245,7 @@ pub(crate) fn load_worker<'py>(
         seconds,
     };
     let never = AtomicBool::new(false);
-    let r = py.detach(|| loopscope_loads::run(&cfg, &never));
+    let r = detached(py, || loopscope_loads::run(&cfg, &never))?;
     let out = PyDict::new(py);
     out.set_item("kind", r.kind)?;
     out.set_item("unit", r.unit)?;

@@ -235,13 +235,13 @@ pub(crate) fn open(
 /// Close the trace; returns the end summary as JSON.
 #[pyfunction]
 pub(crate) fn close(py: Python<'_>) -> PyResult<String> {
-    let end = py.detach(session::close).map_err(err)?;
+    let end = detached(py, session::close)?.map_err(err)?;
     Ok(serde_json::to_string(&end).unwrap_or_default())
 }
 
 #[pyfunction]
 pub(crate) fn flush(py: Python<'_>) -> PyResult<()> {
-    py.detach(session::flush).map_err(err)
+    detached(py, session::flush)?.map_err(err)
 }
 
 /// Allocate the calling thread's trace buffers now (else its first record does).
@@ -293,12 +293,11 @@ pub(crate) fn read_trace<'py>(
     count_only: bool,
 ) -> PyResult<(Bound<'py, PyDict>, String)> {
     let p = path.to_string();
-    let t = py
-        .detach(move || {
-            std::panic::catch_unwind(|| reader::read_file(p.as_ref(), Options { sort, count_only }))
-                .unwrap_or_else(|_| Err(loopscope_trace::Error::failed(format!("{p}: the reader failed unexpectedly (a bug: please report it with this file)"))))
-        })
-        .map_err(err)?;
+    let t = detached(py, move || {
+        std::panic::catch_unwind(|| reader::read_file(p.as_ref(), Options { sort, count_only }))
+            .unwrap_or_else(|_| Err(loopscope_trace::Error::failed(format!("{p}: the reader failed unexpectedly (a bug: please report it with this file)"))))
+    })?
+    .map_err(err)?;
     let meta = serde_json::json!({
         "info": t.info,
         "entities": t.entities,

@@ -97,6 +97,9 @@ def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int
                 if progress:
                     progress(f"  run {i + 1}/{runs} ({mode.replace('_', ' ')}): loopscope probe timer, then cyclictest …")
                 r = timer.run(interval_us * 1000, duration_ns, mlock=True, dma_latency_us=0 if tuned else None, trace_path=work / f"t{i}.lstrace")
+                if r.interrupted:
+                    # the probe turned Ctrl-C into an early stop; the bench stops with it
+                    raise KeyboardInterrupt
                 if tuned and not r.dma_latency_ok:
                     raise RunError(f"the tuned comparison needs /dev/cpu_dma_latency, as cyclictest does: {r.dma_latency}")
                 s = r.summary

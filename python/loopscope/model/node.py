@@ -131,6 +131,8 @@ def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str)
     from loopscope.probes import syscall
 
     r = syscall.run(calls=calls, target_rel=0.03, max_seconds=max_seconds_per_call, workdir=workdir)
+    if r.interrupted:
+        raise KeyboardInterrupt  # a calibration cut short is no calibration
     return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "typical_ns": float(typical(c.batch_ns)),
                      "batches": c.batches, "converged": c.converged,
                      "batch_ns": c.batch_ns.tolist()} for c in r.calls}

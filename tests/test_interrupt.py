@@ -1,0 +1,79 @@
+"""Ctrl-C during the long native calls: a probe's measuring loop, the trace
+reader, the benches' native loops. Each command is started in a session of
+its own and its process group is sent SIGINT (as Ctrl-C in a terminal does)
+while it is inside native code; it must end with exit code 130 saying it was
+interrupted, without a traceback, keep what it measured, and leave no
+process of its session behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import loopscope.trace as lt
+from loopscope import _native
+from tests.conftest import BIN
+
+
+def _session_left(sid: int) -> list[str]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                out.append(f"{d.name} {(d / 'comm').read_text().strip()}")
+    return out
+
+
+def _interrupt(args: list[str], cwd: Path, after: float) -> subprocess.CompletedProcess[str]:
+    p = subprocess.Popen([str(BIN), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    time.sleep(after)
+    os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
+    out, err = p.communicate(timeout=60)
+    left = []
+    t_end = time.monotonic() + 10
+    while time.monotonic() < t_end and (left := _session_left(p.pid)):
+        time.sleep(0.1)
+    assert not left, f"left running after Ctrl-C: {left}"
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
+
+
+def _interrupted(r: subprocess.CompletedProcess[str]) -> None:
+    assert r.returncode == 130, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr
+    assert "interrupted" in r.stdout + r.stderr, (r.stdout[-500:], r.stderr)
+
+
+def test_ctrl_c_while_the_trace_reader_decodes_a_large_file_exits_130(tmp_path: Path) -> None:
+    big = tmp_path / "big.lstrace"
+    ses = lt.open(big, groups=["bench"])
+    try:
+        _native.bench_sustained(8e6, 1.5)
+    finally:
+        ses.close()
+    assert lt.info(big).records > 5_000_000
+    _interrupted(_interrupt(["trace", "dump", str(big), "--limit", "3"], tmp_path, 0.4))
+
+
+def test_ctrl_c_in_a_probe_keeps_its_trace_readable(tmp_path: Path) -> None:
+    r = _interrupt(["probe", "timer", "-i", "1000", "-d", "60s", "--trace", "t.lstrace"], tmp_path, 1.5)
+    _interrupted(r)
+    inf = lt.info(tmp_path / "t.lstrace")
+    assert inf.stats["closed"] and inf.records > 500
+
+
+def test_ctrl_c_in_bench_trace_s_native_loops_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
+    _interrupted(_interrupt(["bench", "trace", "--quick"], tmp_path, 2.0))
+
+
+@pytest.mark.needs_tool("cyclictest")
+def test_ctrl_c_in_bench_timer_stops_cyclictest_too(tmp_path: Path) -> None:
+    _interrupted(_interrupt(["bench", "timer", "--duration", "20s", "--runs", "1"], tmp_path, 3.0))
