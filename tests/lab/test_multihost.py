@@ -161,7 +161,7 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
         clocks = d.find_element(By.ID, "clocks").find_element(By.XPATH, "following-sibling::table[1]").text
         assert "reference" in clocks and "ppm" in clocks
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
-        # at 1280 px: clocks, links, hops and the causes' tables all fit; no chart text under 9 px
+        # at 1280 px: clocks, links, hops and the causes' tables all fit; no chart text under 11 px
         got = layout_problems(d)
         assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
         assert got["small"] == [], got["small"][:10]

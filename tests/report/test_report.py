@@ -182,7 +182,7 @@ def test_report_writes_the_summary_as_csv_and_markdown(run_dir: Path, cli: Cli, 
 
 
 @pytest.mark.needs_tool("chromium", "chromedriver")
-def test_at_1280_px_no_element_extends_past_the_right_edge_and_no_chart_text_is_under_9_px(run_dir: Path) -> None:
+def test_at_1280_px_no_element_extends_past_the_right_edge_and_no_chart_text_is_under_11_px(run_dir: Path) -> None:
     page = build(run_dir, KINDS).html
     d = chromium(1280, 900)
     try:
