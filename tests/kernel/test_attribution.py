@@ -151,7 +151,7 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None
     idle = next(g for g in ex["groups"] if g["phase"] == "idle")
     assert all(c["cause"] not in ("load: burst", "thread: ls-burst") for c in idle["causes"])
     html = (run / "report.html").read_text()
-    assert 'id="why"' in html and "load: burst" in html and "<details>" in html
+    assert 'id="why"' in html and "load: burst" in html and "<details class=\"outliers\">" in html
     # the lab's own share stands apart from the loads' and the system's, and the capture says what it cost
     assert "lab / loads / system" in html and "between the probe windows" in html
     att = pl.read_parquet(run / "tables" / "attribution.parquet")

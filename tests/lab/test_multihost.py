@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -161,6 +162,20 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
         clocks = d.find_element(By.ID, "clocks").find_element(By.XPATH, "following-sibling::table[1]").text
         assert "reference" in clocks and "ppm" in clocks
         assert [e for e in d.get_log("browser") if e["level"] in ("SEVERE", "ERROR")] == []
+        # the noise: the queueing fits are one line whose link leads to their table, not a bullet each
+        q = d.find_element(By.XPATH, "//p[strong[text()='Queueing inside the hosts']]")
+        target = q.find_element(By.LINK_TEXT, "table").get_attribute("href").rsplit("#", 1)[1]
+        assert d.find_element(By.ID, target).tag_name == "details" and "kernel → application stages by phase" in q.text
+        assert not [li for li in d.find_elements(By.CSS_SELECTOR, "li") if "kernel → application" in li.text and "Erlang" in li.text]
+        # the worst outliers: one control per probe and phase
+        groups = json.loads((run_dir / "explain.json").read_text())["groups"]
+        assert len(d.find_elements(By.CSS_SELECTOR, "details.outliers")) == len(groups)
+        # the mislabels: no "None", offsets in the unit that suits them, the traces where they are, the baseline named
+        assert "None" not in body and not re.search(r"[+−-]0\.0+\d* ms", body)
+        files = d.find_element(By.ID, "files").find_element(By.XPATH, "following-sibling::p[1]").text
+        assert "hosts/<host>/steps/<rep>-<phase>/" in files and "tables/pipeline.parquet" in files
+        names = [p["name"] for p in json.loads((run_dir / "spec.json").read_text())["phases"]]
+        assert f"the baseline phase, {'baseline' if 'baseline' in names else names[0]} (" in body
         # at 1280 px: clocks, links, hops and the causes' tables all fit; no chart text under 11 px
         got = layout_problems(d)
         assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
