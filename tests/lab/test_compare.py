@@ -57,6 +57,23 @@ def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dic
     assert "Runs compared" in html and "<svg" in html and "tripped" in html
 
 
+@pytest.mark.needs_tool("stress-ng", "chromium", "chromedriver")
+def test_the_comparison_page_fits_1280_px_in_chromium_diff_included(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    from tests.helpers import chromium, layout_problems
+
+    page = tmp_path / "cmp.html"
+    r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "-o", str(page), timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = chromium(1280, 900)
+    try:
+        d.get(page.as_uri())
+        got = layout_problems(d)
+    finally:
+        d.quit()
+    assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
+    assert got["small"] == [], got["small"][:10]
+
+
 @pytest.mark.needs_tool("stress-ng")
 def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: dict[str, Path], cli: Cli) -> None:
     r = cli("compare", str(runs["quiet"]), str(runs["quiet"]), "--fail-if", "p99 > +20%", "--json", timeout=300)
