@@ -151,6 +151,9 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
         d.get((run_dir / "report.html").as_uri())
         sec = d.find_element(By.ID, "probe-pipeline").text
         assert "Probe pipeline" in sec
+        # the end-to-end summary first, with the tail beside p50 and p99
+        e2e = d.find_element(By.ID, "probe-pipeline").find_element(By.XPATH, "following-sibling::table[1]")
+        assert [th.text for th in e2e.find_elements(By.TAG_NAME, "th")] == ["phase", "samples", "p50", "p99", "p99.9", "max", "mean"]
         body = d.find_element(By.TAG_NAME, "body").text
         for text in ("network b → c", "b (node 1): kernel → application", "end to end", "Messages"):
             assert text in body

@@ -219,7 +219,7 @@ def component_label(measure: str, hosts: list[str]) -> str:
 
 def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
     from loopscope.report import charts
-    from loopscope.report.sections import cell, heading
+    from loopscope.report.sections import cell, heading, metrics_table
 
     hosts = stage_hosts(tables, probe)
     measures = c["measure"].unique(maintain_order=True).to_list()
@@ -228,6 +228,8 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
         sec["describe"] += f" Path: {' → '.join(hosts)}."
     src = tables.pipeline.filter(pl.col("probe") == probe)
     frame = src.select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value"))
+    # the end-to-end time's summary, as every probe's: p50 … max by phase
+    sec["tables"].append(metrics_table(c, "e2e", "end-to-end time", present))
     sec["charts"].append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
     sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
     for metric in ("p50", "p99"):

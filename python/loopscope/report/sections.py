@@ -79,18 +79,24 @@ def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], ser
         if s.charts:
             sec["charts"].append(charts.ecdf(frame, here, f"{sec['name']}: {label}, distribution by phase", label))
             sec["charts"].append(charts.over_time(frame, here, f"{sec['name']}: {label} over time", label))
-        metrics = c.filter(pl.col("measure") == measure)["metric"].unique(maintain_order=True).to_list()
-        heads = [heading(m) for m in metrics]
-        rows = []
-        for ph in here:
-            cells = {}
-            for m in metrics:
-                r = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph) & (pl.col("metric") == m))
-                if not r.is_empty():
-                    cells[m] = cell(r.row(0, named=True))
-            first = c.filter((pl.col("measure") == measure) & (pl.col("phase") == ph)).row(0, named=True)
-            rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
-        sec["tables"].append({"title": label, "metrics": metrics, "heads": heads, "rows": rows})
+        sec["tables"].append(metrics_table(c, measure, label, here))
+
+
+def metrics_table(c: pl.DataFrame, measure: str, title: str, phases: list[str]) -> dict[str, Any]:
+    """One measure's summary table: a row per phase, a column per metric
+    (p50, p99, p99.9, max, mean, missed: each value with its interval and its
+    ratio to the baseline with that one's)."""
+    mc = c.filter(pl.col("measure") == measure)
+    metrics = mc["metric"].unique(maintain_order=True).to_list()
+    rows = []
+    for ph in phases:
+        here = mc.filter(pl.col("phase") == ph)
+        if here.is_empty():
+            continue
+        cells = {r["metric"]: cell(r) for r in here.iter_rows(named=True)}
+        first = here.row(0, named=True)
+        rows.append({"phase": ph, "loads": first["loads"], "n": first["n"], "reps": first["reps"], "cells": cells})
+    return {"title": title, "metrics": metrics, "heads": [heading(m) for m in metrics], "rows": rows}
 
 
 def detected(series: list[Any]) -> list[str]:
