@@ -44,7 +44,11 @@ for entry in "${pkgs[@]}"; do
   p=${entry%%|*}
   have "$p" || { need+=("$p"); why+=("  $p: ${entry#*|}"); }
 done
-[ ${#need[@]} -eq 0 ] && exit 0
+if [ ${#need[@]} -eq 0 ]; then
+  names=(); for entry in "${pkgs[@]}"; do names+=("${entry%%|*}"); done
+  echo "loopscope: the Debian packages for the $set_name are present (${names[*]})"
+  exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "loopscope: note: not root, so these Debian packages are not installed (what needs them will skip or fall back):" >&2
