@@ -81,3 +81,16 @@ def layout_problems(driver) -> dict:  # type: ignore[no-untyped-def]
     viewport's right edge (hidden ones included: they are opened first) and
     the chart texts drawn smaller than 11 px on screen (the old legends were 9.1 px)."""
     return driver.execute_script(LAYOUT_JS)
+
+
+def assert_fits_1280(page) -> None:  # type: ignore[no-untyped-def]
+    """Open ``page`` (a Path) in Chromium at 1280 px: nothing past the right
+    edge, no chart text under 11 px (``layout_problems``)."""
+    d = chromium(1280, 900)
+    try:
+        d.get(page.as_uri())
+        got = layout_problems(d)
+    finally:
+        d.quit()
+    assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
+    assert got["small"] == [], got["small"][:10]

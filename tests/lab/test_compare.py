@@ -59,19 +59,12 @@ def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dic
 
 @pytest.mark.needs_tool("stress-ng", "chromium", "chromedriver")
 def test_the_comparison_page_fits_1280_px_in_chromium_diff_included(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
-    from tests.helpers import chromium, layout_problems
+    from tests.helpers import assert_fits_1280
 
     page = tmp_path / "cmp.html"
     r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "-o", str(page), timeout=300)
     assert r.returncode == 0, r.stderr
-    d = chromium(1280, 900)
-    try:
-        d.get(page.as_uri())
-        got = layout_problems(d)
-    finally:
-        d.quit()
-    assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
-    assert got["small"] == [], got["small"][:10]
+    assert_fits_1280(page)
 
 
 @pytest.mark.needs_tool("stress-ng")

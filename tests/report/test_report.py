@@ -13,7 +13,7 @@ from loopscope.kinds import KINDS
 from loopscope.report import build
 from loopscope.report.sections import ns
 from tests.conftest import ROOT, Cli
-from tests.helpers import assert_clean_error, chromium, layout_problems
+from tests.helpers import assert_clean_error, assert_fits_1280, chromium
 
 SPEC = """name: rep
 probes:
@@ -183,15 +183,7 @@ def test_report_writes_the_summary_as_csv_and_markdown(run_dir: Path, cli: Cli, 
 
 @pytest.mark.needs_tool("chromium", "chromedriver")
 def test_at_1280_px_no_element_extends_past_the_right_edge_and_no_chart_text_is_under_11_px(run_dir: Path) -> None:
-    page = build(run_dir, KINDS).html
-    d = chromium(1280, 900)
-    try:
-        d.get(page.as_uri())
-        got = layout_problems(d)
-    finally:
-        d.quit()
-    assert got["wide"] == [] and got["page_width"] <= got["viewport"], got["wide"][:10]
-    assert got["small"] == [], got["small"][:10]
+    assert_fits_1280(build(run_dir, KINDS).html)
 
 
 @pytest.mark.needs_tool("chromium", "chromedriver")
