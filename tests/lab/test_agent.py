@@ -67,3 +67,27 @@ def test_closing_stdin_stops_the_loads_it_started(tmp_path: Path) -> None:
     for pid in pids:
         assert wait_gone(pid, 5)
     assert procs.pids_of_run("agent-t3") == []
+
+
+def _switches() -> int:
+    import threading
+
+    status = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("voluntary_ctxt_switches")))
+
+
+def test_waiting_for_a_probe_sleeps_instead_of_polling() -> None:
+    from loopscope.agent.server import exited_within
+
+    p = subprocess.Popen(["sleep", "5"])
+    try:
+        before = _switches()
+        assert not exited_within(p, 1.0)
+        woke = _switches() - before
+    finally:
+        p.kill()
+        p.wait()
+    # Popen.wait(timeout=1) wakes ~20 times a second to look; a pidfd sleeps until the exit or the timeout
+    assert woke <= 3, woke
+    q = subprocess.Popen(["sleep", "0.2"])
+    assert exited_within(q, 5.0) and q.returncode == 0

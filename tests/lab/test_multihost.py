@@ -138,6 +138,16 @@ def test_the_network_load_s_probes_leave_no_run_directory_of_their_own(three: tu
     assert sorted(p.name for p in run_dir.parent.iterdir()) == ["run3", "three.yaml"]
 
 
+def test_the_agents_and_the_controller_sleep_while_the_pipeline_measures(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    run_dir, r = three
+    assert r.returncode == 0, r.stderr
+    groups = json.loads((run_dir / "explain.json").read_text())["groups"]
+    assert groups
+    # they used to poll every host four times a second: up to 20 % of a group's outlier time
+    agent = {f"{g['probe']} {g['phase']}": (g.get("lab") or {}).get("lab: agent", 0.0) for g in groups}
+    assert max(agent.values()) <= 0.03, agent
+
+
 def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     from selenium.webdriver.common.by import By
 

@@ -112,6 +112,7 @@ class Agent:
         self.load_start_ns = 0
         self.probe: procs.Child | None = None
         self.running: dict[str, tuple[procs.Child, Path, int, bool]] = {}
+        self.exited: dict[str, int] = {}  # probe name -> CLOCK_MONOTONIC ns its exit was seen (wait_probe)
         self.kcapture: Any = None
 
     # ---- ops ------------------------------------------------------------------------
@@ -227,13 +228,17 @@ class Agent:
         return {"pid": child.pid, "trace": str(trace), "spawn_mono_ns": t0, "command": shlex.join(argv)}
 
     def wait_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Until the probe exits or ``timeout_s`` passes, asleep (no polling:
+        the probes beside it are measuring). ``collect: false`` only says
+        it ended; ``stop_probe`` collects it later, after the window."""
         name = m["name"]
         child = self._running(name)
-        try:
-            child.popen.wait(timeout=float(m.get("timeout_s", 1.0)))
-        except subprocess.TimeoutExpired:
+        if not exited_within(child.popen, float(m.get("timeout_s", 1.0))):
             self._check_loads("during the probe")
             return {"done": False}
+        self.exited.setdefault(name, time.monotonic_ns())
+        if m.get("collect", True) is False:
+            return {"done": True}
         return {"done": True, **self._finish(name)}
 
     def stop_probe(self, m: dict[str, Any]) -> dict[str, Any]:
@@ -264,7 +269,8 @@ class Agent:
     def _finish(self, name: str) -> dict[str, Any]:
         child, step, t0, stopping = self.running.pop(name)
         out, _ = child.popen.communicate()
-        t1 = time.monotonic_ns()
+        # when it ended, not when it was collected (a pipeline's source is collected after the window)
+        t1 = self.exited.pop(name, None) or time.monotonic_ns()
         text = out.decode(errors="replace").strip()
         lines = [l for l in text.splitlines() if l.strip() and l.strip() != "ready"]
         (step / f"{name}.json").write_text((lines[-1] if lines else "") + "\n")
@@ -395,6 +401,36 @@ class Agent:
         if fn is None:
             raise Failure("agent", f"unknown op {op!r}")
         return fn(m)
+
+
+def exited_within(popen: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``popen`` exits within ``timeout`` s, sleeping on its pidfd
+    meanwhile. (``Popen.wait(timeout)`` polls, waking every 50 ms: a lab
+    component on the CPUs of the probes it waits for.)"""
+    import select
+
+    if popen.poll() is not None:
+        return True
+    try:
+        fd = os.pidfd_open(popen.pid)
+    except (OSError, AttributeError):
+        try:
+            popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        end = time.monotonic() + timeout
+        while popen.poll() is None:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            poller.poll(left * 1000)
+        return True
+    finally:
+        os.close(fd)
 
 
 def _read_line(child: procs.Child, timeout: float) -> str:

@@ -16,7 +16,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows
+from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows
 from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
@@ -94,7 +94,8 @@ class App(ProbeKind):
                 started.append((host, name))
                 ctx.sleep(probe.start_gap / 1e9)
             end = time.monotonic() + dur_ns / 1e9
-            while time.monotonic() < end:
+
+            def look() -> None:
                 lab.check()
                 ctx.hubs_check(running_hubs)
                 for host, name in started:
@@ -104,7 +105,12 @@ class App(ProbeKind):
                         results[name] = r
                         started.remove((host, name))
                         raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host, f"probe {name}")
-                ctx.sleep(min(0.25, max(0.0, end - time.monotonic())))
+
+            # The window: every look wakes each agent (a lab component on the
+            # programs' CPUs), so the lab looks every WATCH_S and at the end.
+            while (left := end - time.monotonic()) > 0:
+                ctx.sleep(min(WATCH_S, left))
+                look()
             for host, name in list(reversed(started)):
                 results[name] = lab.agent(host).call("stop_probe", name=name)
                 started.remove((host, name))

@@ -82,6 +82,13 @@ class StepContext(Protocol):
         ...
 
 
+# How often a step of several processes looks at its hosts while they
+# measure: each look wakes every agent (a lab component on the probes' CPUs),
+# so rarely; a process or agent that dies is still seen at once when it is the
+# one being waited for, the others at the next look or at the end.
+WATCH_S = 5.0
+
+
 @dataclass
 class StepRows:
     """What one step adds to the run's tables: frames per table (already

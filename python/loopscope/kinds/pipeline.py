@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, groups
+from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, cli, groups
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import duration_text
 
@@ -122,13 +122,12 @@ class Pipeline(ProbeKind):
             spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count}
             lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
             started.append((src_host, names[0]))
+            # The window: the lab sleeps while the stages measure. The source's
+            # agent answers when the source exits (or every WATCH_S, when the
+            # other hosts are checked); nothing is collected until the last
+            # messages have arrived, so the lab's own work stays out of their way.
             limit = time.monotonic() + dur_ns / 1e9 + 120
-            while True:
-                r = lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=0.25)
-                if r["done"]:
-                    results[names[0]] = r
-                    started.remove((src_host, names[0]))
-                    break
+            while not lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=WATCH_S, collect=False)["done"]:
                 lab.check()
                 for host, _ in started:
                     lab.agent(host).call("status")
