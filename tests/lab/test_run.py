@@ -41,8 +41,21 @@ def write_spec(tmp: Path, loads: str = CPU, duration: str = "300ms", extra: str 
     return p
 
 
+def _described(pids: list[int]) -> list[str]:
+    """Each pid with its parent and command line, for a failure message."""
+    out = []
+    for p in pids:
+        try:
+            ppid = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            ppid, cmd = "?", "(gone)"
+        out.append(f"{p} (parent {ppid}): {cmd[:200]}")
+    return out
+
+
 def leftovers(run_id: str) -> list[str]:
-    out = [f"process {p}" for p in procs.pids_of_run(run_id)]
+    out = [f"process {d}" for d in _described(procs.pids_of_run(run_id))]
     root, _ = find_root()
     if root is not None and (root / run_id).exists():
         out.append(f"cgroup {root / run_id}")
@@ -192,7 +205,7 @@ def test_a_killed_controller_takes_the_agent_and_loads_with_it(tmp_path: Path, c
         p.send_signal(signal.SIGKILL)
         p.communicate(timeout=30)
     # The agent hears of it from the kernel (PR_SET_PDEATHSIG) and cleans up.
-    assert wait_for(lambda: not procs.pids_of_run("kill1"), 20), procs.pids_of_run("kill1")
+    assert wait_for(lambda: not procs.pids_of_run("kill1"), 20), _described(procs.pids_of_run("kill1"))
     root, _ = find_root()
     # the agent removes the cgroups once its children are gone: a moment after them
     assert root is None or wait_for(lambda: not (root / "kill1").exists(), 10)

@@ -92,8 +92,11 @@ extern "C" fn on_signal(_: libc::c_int) {
 
 /// Make this process a load worker: stop on SIGTERM/SIGINT, die with the parent.
 pub fn install_worker_signals() -> Result<(), String> {
+    // The parent that started this worker (the lab names it: the worker has
+    // been importing for a while, and its parent may have died meanwhile).
+    let started_by = std::env::var("LOOPSCOPE_PDEATHSIG").ok().and_then(|v| v.parse::<libc::pid_t>().ok()).filter(|&p| p > 0);
     unsafe {
-        let ppid = libc::getppid();
+        let ppid = started_by.unwrap_or_else(|| libc::getppid());
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // The parent may have died before the request took effect.
         if libc::getppid() != ppid {

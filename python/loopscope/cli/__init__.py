@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> None:
     from loopscope.selfname import from_env
 
     from_env()  # a lab component started by an agent names itself (clock-sync probes: ls-sync)
-    if os.environ.get("LOOPSCOPE_PDEATHSIG") == "1":
+    if os.environ.get("LOOPSCOPE_PDEATHSIG"):
         # Started by an agent: die with it, whatever kills it.
         from loopscope.host.procs import die_with_parent
 

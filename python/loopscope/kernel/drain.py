@@ -50,11 +50,6 @@ def _on_signal(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def _die_with_parent() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _stats(inst: Path, cpu: int) -> dict[str, int]:
@@ -283,7 +278,10 @@ def main(argv: list[str] | None = None) -> int:
     from loopscope.selfname import set_comm
 
     set_comm("ls-kcapture")
-    _die_with_parent()
+    from loopscope.host.procs import die_with_parent
+
+    if not die_with_parent(signal.SIGTERM):
+        return 1  # the agent died while this started: nothing to read for
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:

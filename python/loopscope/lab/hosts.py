@@ -395,14 +395,12 @@ def agent_argv(python: str = sys.executable) -> list[str]:
 
 
 def local_agent(host: str, run_id: str, log: Path) -> AgentClient:
-    env = procs.child_env(run_id)
-    env.pop("LOOPSCOPE_PDEATHSIG", None)
+    env = procs.child_env(run_id)  # the agent dies with this controller (LOOPSCOPE_PDEATHSIG)
     return AgentClient(host, "local", ProcessChannel(agent_argv(), env, log), log)
 
 
 def netns_agent(host: str, run_id: str, ns: str, offset_ns: int, log: Path) -> AgentClient:
-    env = procs.child_env(run_id)
-    env.pop("LOOPSCOPE_PDEATHSIG", None)
+    env = procs.child_env(run_id)  # nsexec execs the agent: its parent is this controller
     argv = [sys.executable, "-m", "loopscope.lab.nsexec", "--net", f"/run/netns/{ns}"]
     if offset_ns:
         argv += ["--monotonic-ns", str(offset_ns)]
