@@ -27,7 +27,6 @@ Replies are JSON lines on stdout: ``{"ready": …}`` once, then one per drain.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import os
 import select
