@@ -38,6 +38,7 @@ from typing import Any
 from loopscope.host import procs, provenance
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
+from loopscope.lineage import die_with_parent
 from loopscope.selfname import load_comm, set_comm
 
 
@@ -519,7 +520,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     signal.signal(signal.SIGINT, _on_term)
     signal.signal(signal.SIGHUP, _on_term)
-    if not procs.die_with_parent(signal.SIGTERM):
+    if not die_with_parent(signal.SIGTERM):
         return 1
     agent = Agent()
     out = sys.stdout

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from_env()  # a lab component started by an agent names itself (clock-sync probes: ls-sync)
     if os.environ.get("LOOPSCOPE_PDEATHSIG"):
         # Started by an agent: die with it, whatever kills it.
-        from loopscope.host.procs import die_with_parent
+        from loopscope.lineage import die_with_parent
 
         if not die_with_parent():
             sys.exit(EXIT_FAILED)

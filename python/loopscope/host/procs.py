@@ -4,17 +4,13 @@ Every process the lab starts gets the run's id in its environment
 (``LOOPSCOPE_RUN``), so that it can be found again even without cgroups,
 writes its output to a log file in the run directory, and enters its own
 cgroup when there is one. loopscope's own children also ask the kernel to
-kill them when their parent dies (``LOOPSCOPE_PDEATHSIG=<the parent's pid>``:
-probes, load workers and the kernel reader call ``prctl(PR_SET_PDEATHSIG)``
-first thing, then check that their parent is still the one that started
-them: a parent that died between the fork and the request, while the child
-was still importing, would otherwise leave it running). When a component
+kill them when their parent dies (``LOOPSCOPE_PDEATHSIG=<the parent's pid>``,
+see ``loopscope.lineage``). When a component
 fails, ``describe_failure`` gives its command, exit code and last lines.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import signal
@@ -24,31 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from loopscope.host.cgroup import RunGroup
-
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> bool:
-    """Ask the kernel to send ``sig`` when the parent dies; False if it
-    already has. ``parent`` is the pid that started this process (default:
-    the one in ``LOOPSCOPE_PDEATHSIG``); without one, the parent at the call,
-    which misses a death before it."""
-    if parent is None:
-        parent = parent_from_env()
-    ppid = os.getppid() if parent is None else parent
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-    except (OSError, AttributeError):
-        return True
-    return os.getppid() == ppid
-
-
-def parent_from_env() -> int | None:
-    """The pid ``LOOPSCOPE_PDEATHSIG`` names: the process this one dies with."""
-    v = os.environ.get("LOOPSCOPE_PDEATHSIG", "")
-    return int(v) if v.isdigit() and int(v) > 0 else None
-
 
 def tail(path: Path, n: int = 12) -> list[str]:
     try:

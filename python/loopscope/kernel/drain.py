@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     from loopscope.selfname import set_comm
 
     set_comm("ls-kcapture")
-    from loopscope.host.procs import die_with_parent
+    from loopscope.lineage import die_with_parent
 
     if not die_with_parent(signal.SIGTERM):
         return 1  # the agent died while this started: nothing to read for

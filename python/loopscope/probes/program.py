@@ -83,9 +83,9 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     child_env.pop("LOOPSCOPE_PDEATHSIG", None)
 
     def pre() -> None:
-        from loopscope.host.procs import die_with_parent
+        from loopscope.lineage import die_with_parent
 
-        die_with_parent()
+        die_with_parent(parent=os.getppid())  # this probe, whatever its own environment names
         if cpus:
             os.sched_setaffinity(0, cpus)
 

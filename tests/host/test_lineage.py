@@ -67,6 +67,6 @@ def test_a_child_whose_parent_is_alive_keeps_running() -> None:
 
 
 def test_die_with_parent_says_no_when_the_named_parent_is_not_the_parent() -> None:
-    code = "from loopscope.host import procs; import sys; sys.exit(0 if procs.die_with_parent(parent=1) else 3)"
+    code = "from loopscope.lineage import die_with_parent; import sys; sys.exit(0 if die_with_parent(parent=1) else 3)"
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30)
     assert r.returncode == (0 if os.getpid() == 1 else 3), r.stderr
