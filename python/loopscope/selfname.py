@@ -11,12 +11,14 @@ itself among the causes instead of showing up as ``python``:
 ``ls-ctl``       the controller                       → lab: agent
 ``ls-netem``     the link emulator                    → lab: emulator
 ``ls-sync…``     clock-sync probes                    → lab: sync
+``ls-probe``     a probe process's main thread        → lab: probe
 ``ld:<name>``    a worker of the load called <name>   → load: <name>
 ==============  ==================================================
 
 Threads take their creator's name, so a process names itself before it
 starts any. ``LOOPSCOPE_COMM`` in the environment names a loopscope child
-the same way (the agent sets it for load workers and sync probes).
+the same way, from the package's first import (the agent sets it for load
+workers and probes; a program a probe runs does not inherit it).
 """
 
 from __future__ import annotations

@@ -193,6 +193,7 @@ def test_buffers_are_sized_for_the_longest_window_within_memory() -> None:
     ("ls-agent", 1, "lab: agent"),
     ("ls-ctl", 1, "lab: agent"),
     ("ls-sync-recv", 1, "lab: sync"),
+    ("ls-probe", 1, "lab: probe"),
     ("ld:flood", 1, "load: flood"),
     ("stress-ng", 77, "load: stress"),
     ("polars-3", 1, "thread: polars-3"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +92,35 @@ def test_waiting_for_a_probe_sleeps_instead_of_polling() -> None:
     assert woke <= 3, woke
     q = subprocess.Popen(["sleep", "0.2"])
     assert exited_within(q, 5.0) and q.returncode == 0
+
+
+def test_a_lab_component_takes_its_name_at_the_first_import_of_loopscope() -> None:
+    """Its start-up (the imports after the first, a tenth of a second of
+    CPU) is then attributed to it, not to "python"."""
+    code = "import loopscope, sys; sys.stdout.write(open('/proc/thread-self/comm').read().strip() + ' ' + str('loopscope.cli' in sys.modules))"
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"}, capture_output=True, text=True, timeout=60)
+    assert r.stdout == "ls-probe False", r.stderr
+
+
+def test_a_probe_the_agent_starts_is_named_ls_probe_and_its_threads_keep_their_names(tmp_path: Path) -> None:
+    a = Agent("agent-t5")
+    try:
+        assert a.call(id=1, op="hello", run_id="agent-t5", run_dir=str(tmp_path))["ok"]
+        spec = {"kind": "pipe-sink", "name": "s", "bind": "127.0.0.1:0", "flow": 1}
+        r = a.call(id=2, op="start_probe", probe=spec, step_dir=str(tmp_path / "st"), scratch_dir=str(tmp_path / "x"), wait_ready=True)
+        assert r["ok"], r
+        pid = r["pid"]
+        assert Path(f"/proc/{pid}/comm").read_text().strip() == "ls-probe"
+        names = {Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() for t in os.listdir(f"/proc/{pid}/task")}
+        assert "ls-pipe-sink" in names, names
+        assert a.call(id=3, op="stop_probe", name="s")["ok"]
+    finally:
+        a.call(id=9, op="shutdown")
+        a.close()
+
+
+def test_a_program_run_as_a_probe_does_not_inherit_the_probes_name(tmp_path: Path) -> None:
+    code = "import os, loopscope; print(os.environ.get('LOOPSCOPE_COMM'), open('/proc/self/comm').read().strip())"
+    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "probe", "program", "--trace", str(tmp_path / "p.lstrace"), "--json", "--", "python3", "-c", code],
+                       env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "None python3" in r.stderr, r.stderr

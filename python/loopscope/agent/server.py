@@ -174,7 +174,7 @@ class Agent:
         argv = probe_argv(p, int(m["duration_ns"]), trace, Path(m["scratch_dir"]), calibrate)
         group = self.group.child(f"probes/{p['name']}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, procs.child_env(self.run_id), stdout_pipe=True)
+        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
         self.probe = child
         timeout = int(m["duration_ns"]) / 1e9 + float(m.get("timeout_slack_s", 120))
         try:
@@ -214,9 +214,7 @@ class Agent:
         argv = probe_argv(p, int(m.get("duration_ns") or 0), trace, Path(m["scratch_dir"]))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
-        comm = KINDS.comms.get(p["kind"])
-        env = procs.child_env(self.run_id, {"LOOPSCOPE_COMM": comm} if comm else None)
-        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, env, stdout_pipe=True)
+        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
         if m.get("wait_ready"):
             line = _read_line(child, float(m.get("ready_timeout_s", 15)))
@@ -402,6 +400,14 @@ class Agent:
         if fn is None:
             raise Failure("agent", f"unknown op {op!r}")
         return fn(m)
+
+
+def _probe_env(run_id: str, kind: str) -> dict[str, str]:
+    """A probe process's environment: its kind's name for itself (clock-sync
+    probes: ls-sync), else ``ls-probe``, the name of a probe's own main thread
+    (start-up, waiting, writing its results; its measuring threads name
+    themselves). Attribution calls it ``lab: probe``."""
+    return procs.child_env(run_id, {"LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
 
 
 def exited_within(popen: subprocess.Popen[bytes], timeout: float) -> bool:

@@ -78,6 +78,7 @@ ROLES = {
     "lab: emulator": "loopscope's user-space link emulator (forwards the emulated links' packets)",
     "lab: agent": "loopscope's agent or controller (starts and stops probes and loads)",
     "lab: sync": "loopscope's clock-sync probes",
+    "lab: probe": "a loopscope probe's own process besides its measuring threads: its start-up, its wait for them, its results and exit",
     "CPU idle": "nothing ran, yet the thread did not: its wake-up came late (timer interrupt, exit from a deep idle state, or a hypervisor that did not run the vCPU)",
     "scheduling latency": "the thread was woken and the CPU was idle, but it had not started running yet",
     "return to user space": "from the thread's switch-in to when it logged the event",
@@ -108,6 +109,8 @@ def task_label(comm: str | None, pid: int, roles: dict[int, str] | None = None, 
         return "lab: agent"
     if c.startswith("ls-sync"):
         return "lab: sync"
+    if c == "ls-probe":
+        return "lab: probe"
     if c.startswith("ld:"):
         return f"load: {c[3:]}"
     return f"thread: {c}"

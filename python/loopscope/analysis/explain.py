@@ -14,7 +14,8 @@ small cache of row groups (``kernel.store``), so the memory explain needs
 is that of a few row groups, whatever the run's length.
 
 Causes that are loopscope's own components are named ``lab: capture``,
-``lab: emulator``, ``lab: agent``, ``lab: sync``, and background loads
+``lab: emulator``, ``lab: agent``, ``lab: sync``, ``lab: probe`` (a probe
+process's own main thread), and background loads
 ``load: <name>``; each group carries the lab's share of the outliers' time
 apart from the loads' and the system's, and the kernel threads it names
 carry a one-line role.

@@ -39,9 +39,6 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from loopscope.selfname import from_env
-
-    from_env()  # a lab component started by an agent names itself (clock-sync probes: ls-sync)
     if os.environ.get("LOOPSCOPE_PDEATHSIG"):
         # Started by an agent: die with it, whatever kills it.
         from loopscope.lineage import die_with_parent

@@ -265,9 +265,10 @@ def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int
 @click.option("--duration", "-d", type=Duration(), default=None, help="How long to send (or --count).")
 @click.option("--count", type=click.IntRange(min=1), default=None, help="How many messages.")
 @click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id carried by every message (the sink keeps only its own).")
+@click.option("--linger", type=Duration(), default=0, help="After the last message, sleep this long before exiting, so that the messages in flight arrive undisturbed by the exit.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, flow: int, trace_path: str | None, as_json: bool) -> int:
+def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, flow: int, linger: int, trace_path: str | None, as_json: bool) -> int:
     """Source of a distributed pipeline: paced messages through the nodes to the sink."""
     from loopscope.probes import net, pipeline
 
@@ -279,7 +280,7 @@ def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None
         raise InputError(f"--size: must be 56..65000 bytes [got {size}]")
     if duration is None and count is None:
         raise InputError("give --duration or --count")
-    res = pipeline.source(dest, r, size, flow, count, duration, _trace_path(trace_path, "pipe-source"))
+    res = pipeline.source(dest, r, size, flow, count, duration, _trace_path(trace_path, "pipe-source"), linger)
     click.echo(json.dumps(res) if as_json else f"sent {res['sent']:,} messages to {dest} ({res['send_errors']} send errors); departure late p99 {format_ns(res['late_ns'].get('p99') or 0)}")
     return EXIT_INTERRUPTED if res["interrupted"] else 0
 

@@ -68,6 +68,7 @@ class PipelineProbe(ProbeModel):
 def _source(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
     a = cli("pipe-source") + ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
     a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]
+    a += ["--linger", duration_text(int(p["linger_ns"]))] if p.get("linger_ns") else []
     return a + ["--json", "--trace", str(trace)]
 
 
@@ -119,7 +120,12 @@ class Pipeline(ProbeKind):
                 lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), wait_ready=True)
                 started.append((host, names[i]))
             src_host = stages[0][1]
-            spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count}
+            # Messages still in flight when the source stops: the configured
+            # delays plus a margin. The source sleeps through it before its
+            # exit's own work, and the stages are stopped after it.
+            in_flight_ns = int(0.2e9 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links))
+            spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count,
+                    "linger_ns": in_flight_ns}
             lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
             started.append((src_host, names[0]))
             # The window: the lab sleeps while the stages measure. The source's
@@ -133,8 +139,6 @@ class Pipeline(ProbeKind):
                     lab.agent(host).call("status")
                 if time.monotonic() > limit:
                     raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
-            # Messages still in flight: the configured delays plus a margin.
-            ctx.sleep(0.2 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links) / 1e9)
             for host, name in list(reversed(started)):
                 results[name] = lab.agent(host).call("stop_probe", name=name)
                 started.remove((host, name))

@@ -25,9 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--protocol", choices=["udp", "tcp"], default="udp")
     p.add_argument("--dest", default=None, help="net: HOST:PORT (default: a sink of its own on loopback)")
     a = p.parse_args(argv)
-    from loopscope.selfname import from_env
-
-    from_env()  # before the native worker starts its threads: they take this name
+    # (named by LOOPSCOPE_COMM at the package's import, before the native worker starts its threads: they take this name)
     from loopscope import _native
     from loopscope.errors import LoopscopeError
 

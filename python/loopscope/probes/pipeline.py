@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,15 @@ from loopscope.probes.common import envelope, traced
 from loopscope.probes.net import Rate, hist_quantiles
 
 
-def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None) -> dict[str, Any]:
+def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None, linger_ns: int = 0) -> dict[str, Any]:
+    """Send, then (``linger_ns``) sleep while the last messages travel: the
+    source's own exit (closing its trace, its results, the interpreter's
+    teardown: tens of ms of CPU) would otherwise compete with the stages
+    still carrying them."""
     with traced(trace_path, ["pipe"]) as tr:
         r = _native.pipe_source(dest, flow, rate.pps_num, rate.pps_den, size, count, duration_ns)
+        if linger_ns > 0 and not r["interrupted"]:
+            time.sleep(linger_ns / 1e9)
     return {
         **envelope("pipe-source"),
         "dest": dest,

@@ -81,6 +81,7 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     child_env = {**os.environ, "PATH": path, **(env or {}), "LOOPSCOPE_TRACE": str(trace.resolve())}
     child_env.pop("LOOPSCOPE_PDEATHSIG", None)
+    child_env.pop("LOOPSCOPE_COMM", None)  # the program is the user's: it keeps its own name
 
     def pre() -> None:
         from loopscope.lineage import die_with_parent
