@@ -70,3 +70,18 @@ def test_die_with_parent_says_no_when_the_named_parent_is_not_the_parent() -> No
     code = "from loopscope.lineage import die_with_parent; import sys; sys.exit(0 if die_with_parent(parent=1) else 3)"
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=30)
     assert r.returncode == (0 if os.getpid() == 1 else 3), r.stderr
+
+
+def test_workers_a_loopscope_process_starts_itself_die_with_it_not_with_its_own_parent() -> None:
+    """A process whose environment names its own parent (a lab started it)
+    passes on its own pid, not that stale one: its workers run."""
+    code = (
+        "import time; from loopscope.model import node\n"
+        "ps = node._start_workers('cpu', 1, '/tmp', None)\n"
+        "time.sleep(1.5)\n"
+        "alive = ps[0].poll() is None\n"
+        "ps[0].terminate(); ps[0].wait()\n"
+        "print(alive)\n"
+    )
+    r = subprocess.run([PY, "-c", code], env=_orphaned_env("procs-t6"), capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "True", r.stderr

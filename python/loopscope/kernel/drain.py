@@ -49,8 +49,6 @@ def _on_signal(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-
-
 def _stats(inst: Path, cpu: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:

@@ -175,7 +175,9 @@ def _start_workers(kind: str, processes: int, scratch: str, cpus: list[int] | No
     if kind == "memory":
         argv += ["--count", "10000000"]
     pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    return [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre)
+    # the workers die with this process (and not with whoever started it, if a lab did: loopscope.lineage)
+    env = {**os.environ, "LOOPSCOPE_PDEATHSIG": str(os.getpid())}
+    return [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre, env=env)
             for _ in range(processes)]
 
 
