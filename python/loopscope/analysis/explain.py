@@ -134,7 +134,9 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o)
 
 
-def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> dict[str, Any] | None:
+def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
+    """Attribute every covered probe's outliers; ``all_causes`` adds every
+    cause of each group (``all_causes``), not only the top eight."""
     run = RunDir(run_dir).run()
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
@@ -208,6 +210,8 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000) -> 
                 "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
                            for r in by.head(8).iter_rows(named=True)],
             })
+            if all_causes:
+                out["groups"][-1]["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
     att_all = pl.concat(frames) if frames else pl.DataFrame()
     (run_dir / "tables").mkdir(exist_ok=True)
     if len(att_all):

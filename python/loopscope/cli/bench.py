@@ -129,6 +129,36 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
     return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo), as_json, kcapture.print_human)
 
 
+@bench.command("explain")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on one line, the last of stdout (progress goes to stderr).")
+@click.option("--case", "only", multiple=True, help="Run only this case (repeatable) [every case].")
+@click.option("--quick", is_flag=True, help="Short runs (2 s, one repetition): for smoke tests, not for figures.")
+@click.option("--seconds", type=click.FloatRange(min=0.5), default=None, help="Each phase's length [5, quick: 2].")
+@click.option("--repetitions", type=click.IntRange(min=1, max=50), default=None, help="Alternating baseline/injected repetitions [3, quick: 1].")
+@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the cases' experiments and runs go [a temporary directory].")
+def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None) -> int:
+    """The cause zoo: inject known causes of lateness, explain the runs, score what explain names first.
+
+    Each case is a timer probe on CPU 1 with a baseline phase and an injected
+    phase (a CPU hog, a SCHED_FIFO process, a UDP flood, timers, IPIs, timer
+    slack, ...); accuracy is the share of the cases whose injected cause explain
+    ranks first. Needs root, two CPUs and tracefs; a case this machine cannot
+    inject is skipped with the reason and counts as a miss.
+
+    \b
+    Examples:
+      loopscope bench explain
+      loopscope bench explain --case hog --case slack --quick
+      loopscope bench explain --json > zoo.json
+    """
+    import sys
+
+    from loopscope.bench import zoo
+
+    say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
+    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say), as_json, zoo.print_human) if not sys.stdout.closed else 1
+
+
 @bench.command("channels")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs, three sizes: for smoke tests, not for figures.")

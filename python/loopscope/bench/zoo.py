@@ -1,0 +1,278 @@
+"""``loopscope bench explain``: explain scored against injected causes.
+
+A classifier is trusted once it has been scored on cases whose answer is
+known. Each case here is a short experiment on this machine: a timer probe
+on one CPU (``PROBE_CPU``), a ``baseline`` phase and an ``injected`` phase
+in alternating repetitions, where the injected phase adds one known cause of
+lateness with a real program (stress-ng, ``ls-zoo``: the small C program in
+``zoo_inject.c``, built by the bench, or a tuning of the kernel). The run is
+then explained exactly as a user's run is (``analysis.explain``), and the
+case is scored on what explain says of the injected phase's outliers (above
+its p99): the cause ranked first, the expected cause's share and rank, its
+share in the baseline phase (it must be absent there) and the share nobody
+explains.
+
+The expected cause is declared by the case, never inferred from the run.
+A case this machine cannot inject (no stress-ng, one CPU, a missing kernel
+feature) is reported ``skipped`` with the reason and is never counted as
+passed: ``accuracy`` is over the named cases, skipped ones counting as
+misses.
+
+Injectors live either inside the lab (a ``command`` load of the injected
+phase: the lab starts and stops it with the phase) or, when the case is
+about a process the lab does not know (``fifo``), outside it: then a gate
+load of the injected phase writes its pid to a file, and the injector acts
+only while that process is alive. Every injector dies with the bench
+(``PR_SET_PDEATHSIG``) and gives back what it changed on SIGTERM; the lab
+gives back its tunings on every exit path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from loopscope.errors import RunError
+
+Progress = Callable[[str], None] | None
+PROBE_CPU = 1
+OTHER_CPU = 0
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Case:
+    """One injected cause: the experiment's loads and tunings for the
+    injected phase, what must be there to inject it, and the label explain
+    must rank first."""
+
+    name: str
+    expected: str
+    what: str
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    tunings: list[dict[str, Any]] = field(default_factory=list)
+    # a process the bench starts outside the lab, gated by the phase
+    outside: list[str] | None = None
+    needs: list[str] = field(default_factory=list)
+    # labels counted as the expected cause (the kernel may run it either way)
+    also: list[str] = field(default_factory=list)
+
+
+def cases(zoo: str) -> list[Case]:
+    """The named cases, in order. ``zoo`` is the built ls-zoo program."""
+    c, o = PROBE_CPU, OTHER_CPU
+    return [
+        Case("hog", "load: hog", f"a CPU hog at nice -20 on CPU {c}, a load of the lab",
+             loads=[{"name": "hog", "kind": "command", "command": ["nice", "-n", "-20", "stress-ng", "--cpu", "1", "--taskset", str(c), "--quiet"]}],
+             needs=["stress-ng", "nice"]),
+        Case("fifo", "thread: zoo-fifo", f"a SCHED_FIFO process outside the lab, busy 2 ms in every 20 ms on CPU {c}",
+             outside=[zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "2000", "--period-us", "20000"]),
+        Case("netrx", "softirq: NET_RX", f"a UDP flood into the probe's host, its receive steered to CPU {c} (RPS on lo), the sender on CPU {o}",
+             loads=[{"name": "flood", "kind": "net", "protocol": "udp", "rate": "unlimited", "size": 64, "dest": "h1:9"}],
+             tunings=[{"kind": "affinity", "load": "flood", "cpus": [o]},
+                      {"kind": "write", "path": "/sys/class/net/lo/queues/rx-0/rps_cpus", "value": f"{1 << c:x}"}],
+             needs=["/sys/class/net/lo/queues/rx-0/rps_cpus"], also=["thread: ksoftirqd"]),
+        Case("timers", "timer interrupt", f"300 high-resolution timers expiring together every 997 µs on CPU {c} (perf cpu-clock events)",
+             loads=[{"name": "timers", "kind": "command", "command": [zoo, "timers", "--cpu", str(c), "--events", "300", "--period-us", "997"]}],
+             also=["softirq: HRTIMER"]),
+        Case("ipi", "IPI: function call", f"cross-CPU function calls from CPU {o} to CPU {c} (enabling and disabling a group of 64 perf events there)",
+             loads=[{"name": "ipi", "kind": "command", "command": [zoo, "ipi", "--target", str(c), "--cpu", str(o), "--group", "64", "--gap-us", "20"]}]),
+        Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns)",
+             loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000"]}]),
+    ]
+
+
+SPEC_HEAD = """# loopscope bench explain: case {name} ({what})
+name: zoo-{name}
+hosts: [{{name: h1, kind: local}}]
+probes:
+  - {{kind: timer, name: t, interval_us: 1000, cpu: [{cpu}]}}
+"""
+
+
+def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> str:
+    loads = list(case.loads)
+    names = [ld["name"] for ld in loads]
+    if gate is not None:
+        loads.append({"name": "gate", "kind": "command", "command": ["sh", "-c", f"echo $$ > {gate} && exec sleep 100000"]})
+        names.append("gate")
+    body = SPEC_HEAD.format(name=case.name, what=case.what, cpu=PROBE_CPU)
+    body += "loads:\n" + "".join(f"  - {json.dumps(ld)}\n" for ld in loads) if loads else "loads: []\n"
+    body += "phases:\n  - {name: baseline}\n"
+    body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps(case.tunings)}}}\n"
+    body += f"duration: {duration_s:g}s\nwarmup: 0.5s\nrepetitions: {reps}\n"
+    return body
+
+
+def missing(case: Case) -> str | None:
+    """Why this machine cannot inject the case, or None."""
+    if (os.cpu_count() or 1) < 2:
+        return "needs two CPUs (the probe on one, the injectors' senders on the other)"
+    if os.geteuid() != 0:
+        return "needs root (SCHED_FIFO, perf events on a CPU, timer slack of another process, kernel capture)"
+    for n in case.needs:
+        if n.startswith("/"):
+            if not Path(n).exists():
+                return f"{n} does not exist on this kernel"
+        elif shutil.which(n) is None:
+            return f"{n} is not installed (scripts/install-deps.sh test installs it)"
+    from loopscope.kernel import capture
+
+    _, _, refused = capture.available()
+    return f"no kernel capture: {refused}" if refused else None
+
+
+def build_zoo(work: Path) -> Path:
+    from loopscope.cbuild import compiler
+
+    out = work / "ls-zoo"
+    r = subprocess.run([compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(out)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RunError(f"bench explain: building ls-zoo failed: {r.stderr.strip()[-600:]}")
+    return out
+
+
+def _group(res: dict[str, Any], phase: str) -> dict[str, Any] | None:
+    return next((g for g in res.get("groups") or [] if g["probe"] == "t" and g["phase"] == phase), None)
+
+
+def _share(g: dict[str, Any] | None, labels: list[str]) -> float:
+    if not g:
+        return 0.0
+    return sum(c["share"] or 0.0 for c in g["all_causes"] if c["cause"] in labels)
+
+
+def score(case: Case, res: dict[str, Any]) -> dict[str, Any]:
+    """What explain said of the case's phases, against the declared cause."""
+    labels = [case.expected, *case.also]
+    inj, base = _group(res, "injected"), _group(res, "baseline")
+    causes = (inj or {}).get("all_causes") or []
+    # the expected cause and the labels counted with it are one cause here
+    merged: dict[str, float] = {}
+    for c in causes:
+        key = case.expected if c["cause"] in labels else c["cause"]
+        merged[key] = merged.get(key, 0.0) + (c["share"] or 0.0)
+    ranked = sorted(merged.items(), key=lambda kv: -kv[1])
+    rank = next((i + 1 for i, (k, _) in enumerate(ranked) if k == case.expected), None)
+    return {
+        "name": case.name, "expected": case.expected, "injected": case.what,
+        "top_cause": ranked[0][0] if ranked else None, "top_share": ranked[0][1] if ranked else None,
+        "expected_share": merged.get(case.expected, 0.0), "expected_rank": rank,
+        "baseline_expected_share": _share(base, labels),
+        "unexplained_share": merged.get("unexplained", 0.0),
+        "outliers": (inj or {}).get("outliers", 0), "baseline_outliers": (base or {}).get("outliers", 0),
+        "causes": [{"cause": k, "share": v} for k, v in ranked[:6]],
+        "skipped": None,
+    }
+
+
+def _start_outside(argv: list[str], gate: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as f:
+        p = subprocess.Popen([*argv, "--gate", str(gate)], stdout=f, stderr=f, start_new_session=True)
+    time.sleep(0.2)
+    if p.poll() is not None:
+        raise RunError(f"bench explain: the injector {Path(argv[0]).name} {argv[1]} exited at once ({p.returncode}): {log.read_text()[-400:]}")
+    return p
+
+
+def _stop(p: subprocess.Popen[bytes] | None) -> None:
+    if p is None or p.poll() is not None:
+        return
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None]) -> dict[str, Any]:
+    from loopscope.analysis.explain import explain
+
+    why = missing(case)
+    if why:
+        return {"name": case.name, "expected": case.expected, "injected": case.what, "skipped": why}
+    d = work / case.name
+    d.mkdir(parents=True, exist_ok=True)
+    gate = d / "gate.pid" if case.outside else None
+    (d / "spec.yaml").write_text(spec_text(case, duration_s, reps, gate))
+    run_dir = d / "run"
+    outside = None
+    try:
+        if case.outside and gate is not None:
+            outside = _start_outside(case.outside, gate, d / "injector.log")
+        say(f"  {case.name}: {case.what} ({reps} × baseline/injected, {duration_s:g} s each) …")
+        r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RunError(f"bench explain: case {case.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+    finally:
+        _stop(outside)
+    say(f"  {case.name}: explaining …")
+    res = explain(run_dir, all_causes=True)
+    if res is None:
+        raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
+    out = score(case, res)
+    out["run"] = str(run_dir)
+    return out
+
+
+def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
+        workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:
+    say = progress or (lambda _m: None)
+    duration_s = duration_s or (2.0 if quick else 5.0)
+    reps = reps or (1 if quick else 3)
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="loopscope-zoo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    zoo = build_zoo(work)
+    every = cases(str(zoo))
+    unknown = sorted(set(only or []) - {c.name for c in every})
+    if unknown:
+        from loopscope.errors import InputError
+
+        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}")
+    chosen = [c for c in every if not only or c.name in only]
+    t0 = time.monotonic()
+    results = [run_case(c, work, duration_s, reps, say) for c in chosen]
+    ran = [r for r in results if not r.get("skipped")]
+    hit = sum(1 for r in ran if r.get("expected_rank") == 1)
+    return {
+        "cases": results,
+        "accuracy": hit / len(results) if results else None,
+        "ran": len(ran), "skipped": len(results) - len(ran),
+        "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
+        "seconds": time.monotonic() - t0,
+        "workdir": str(work),
+    }
+
+
+def print_human(r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from loopscope.cli.base import _console
+
+    t = Table(title="explain against injected causes (the injected phase's outliers, above its p99)")
+    for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers"):
+        t.add_column(col)
+    for c in r["cases"]:
+        if c.get("skipped"):
+            t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "")
+            continue
+        pct = lambda v: f"{100 * v:.1f} %" if v is not None else "–"  # noqa: E731
+        t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), pct(c["expected_share"]),
+                  f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]))
+    con = _console()
+    con.print(t)
+    con.print(f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}")

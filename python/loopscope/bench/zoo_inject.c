@@ -1,0 +1,260 @@
+/* ls-zoo: the injectors of `loopscope bench explain` (the cause zoo).
+ *
+ * Each mode injects one known cause of lateness on one CPU, with a real
+ * mechanism of the kernel, so that explain can be scored against it:
+ *
+ *   fifo    a SCHED_FIFO thread busy in bursts on a CPU (a process outside
+ *           the lab: its comm is what explain must name)
+ *   timers  many high-resolution timers firing on a CPU: per-CPU perf
+ *           cpu-clock events, whose hrtimers re-arm themselves inside the
+ *           timer interrupt (no thread of ours runs on that CPU)
+ *   ipi     cross-CPU function calls aimed at a CPU: enabling and disabling a
+ *           group of per-CPU perf events from another CPU (each toggle is an
+ *           IPI whose handler walks the group)
+ *   slack   timer slack on every thread whose name starts with a prefix
+ *           (/proc/TID/timerslack_ns), given back on exit
+ *   holder  a thread holding a mutex in bursts (used by `lockprog`)
+ *
+ * A gate (--gate FILE) makes an injector act only while the process whose
+ * pid FILE holds is alive: the bench's experiment starts that process as a
+ * load of its injected phase, so an injector that lives outside the lab
+ * follows the phases. Every mode dies with its parent (PR_SET_PDEATHSIG)
+ * and gives back what it changed on SIGTERM and SIGINT.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop_now = 0;
+static void on_stop(int sig) { (void)sig; stop_now = 1; }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    if (sched_setaffinity(0, sizeof s, &s) != 0) {
+        fprintf(stderr, "ls-zoo: cannot pin to CPU %d: %s\n", cpu, strerror(errno));
+        exit(1);
+    }
+}
+
+static void sleep_ns(int64_t ns) {
+    struct timespec ts = {ns / 1000000000LL, ns % 1000000000LL};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_now) {}
+}
+
+/* open while the gate's process lives (no gate: always open) */
+static const char *gate_path = NULL;
+static int gate_open(void) {
+    if (!gate_path) return 1;
+    FILE *f = fopen(gate_path, "r");
+    if (!f) return 0;
+    long pid = 0;
+    int ok = fscanf(f, "%ld", &pid) == 1 && pid > 0 && kill((pid_t)pid, 0) == 0;
+    fclose(f);
+    return ok;
+}
+
+static long arg(int argc, char **argv, const char *name, long dflt) {
+    for (int i = 2; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
+    return dflt;
+}
+
+static const char *sarg(int argc, char **argv, const char *name, const char *dflt) {
+    for (int i = 2; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return argv[i + 1];
+    return dflt;
+}
+
+static void spin_until(int64_t t) { while (now_ns() < t && !stop_now) {} }
+
+/* fifo: SCHED_FIFO, busy for --burst-us every --period-us while the gate is open */
+static int mode_fifo(int argc, char **argv) {
+    int cpu = (int)arg(argc, argv, "--cpu", 1);
+    int64_t burst = arg(argc, argv, "--burst-us", 2000) * 1000;
+    int64_t period = arg(argc, argv, "--period-us", 20000) * 1000;
+    struct sched_param sp = {.sched_priority = (int)arg(argc, argv, "--prio", 10)};
+    pin(cpu);
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+        fprintf(stderr, "ls-zoo fifo: SCHED_FIFO refused: %s\n", strerror(errno));
+        return 1;
+    }
+    int64_t next = now_ns();
+    while (!stop_now) {
+        if (gate_open()) spin_until(now_ns() + burst);
+        next += period;
+        int64_t d = next - now_ns();
+        if (d > 0) sleep_ns(d); else next = now_ns();
+    }
+    return 0;
+}
+
+static int perf_open(struct perf_event_attr *a, int cpu, int group) {
+    return (int)syscall(SYS_perf_event_open, a, -1, cpu, group, 0);
+}
+
+/* timers: --events cpu-clock events on --cpu, each firing every --period-us */
+static int mode_timers(int argc, char **argv) {
+    int cpu = (int)arg(argc, argv, "--cpu", 1);
+    int n = (int)arg(argc, argv, "--events", 16);
+    long period = arg(argc, argv, "--period-us", 100) * 1000;
+    for (int i = 0; i < n; i++) {
+        struct perf_event_attr a;
+        memset(&a, 0, sizeof a);
+        a.size = sizeof a;
+        a.type = PERF_TYPE_SOFTWARE;
+        a.config = PERF_COUNT_SW_CPU_CLOCK;
+        a.sample_period = (uint64_t)period;
+        if (perf_open(&a, cpu, -1) < 0) {
+            fprintf(stderr, "ls-zoo timers: perf_event_open on CPU %d: %s\n", cpu, strerror(errno));
+            return 1;
+        }
+        /* opened back to back: they expire together, one long interrupt */
+    }
+    while (!stop_now) pause();
+    return 0;
+}
+
+/* ipi: from --cpu, enable and disable a group of --group perf events on --target */
+static int mode_ipi(int argc, char **argv) {
+    int target = (int)arg(argc, argv, "--target", 1);
+    int n = (int)arg(argc, argv, "--group", 64);
+    int64_t gap = arg(argc, argv, "--gap-us", 20) * 1000;
+    pin((int)arg(argc, argv, "--cpu", 0));
+    int leader = -1;
+    for (int i = 0; i < n; i++) {
+        struct perf_event_attr a;
+        memset(&a, 0, sizeof a);
+        a.size = sizeof a;
+        a.type = PERF_TYPE_SOFTWARE;
+        a.config = PERF_COUNT_SW_CPU_CLOCK;
+        a.disabled = i == 0;
+        int fd = perf_open(&a, target, leader);
+        if (fd < 0) {
+            fprintf(stderr, "ls-zoo ipi: perf_event_open on CPU %d: %s\n", target, strerror(errno));
+            return 1;
+        }
+        if (i == 0) leader = fd;
+    }
+    while (!stop_now) {
+        ioctl(leader, PERF_EVENT_IOC_ENABLE, PERF_IOC_FLAG_GROUP);
+        ioctl(leader, PERF_EVENT_IOC_DISABLE, PERF_IOC_FLAG_GROUP);
+        if (gap > 0) spin_until(now_ns() + gap);
+    }
+    return 0;
+}
+
+/* slack: --ns of timer slack on every thread named --prefix*, restored on exit */
+#define MAX_T 256
+static long slack_tid[MAX_T], slack_old[MAX_T];
+static int slack_n = 0;
+
+static int write_slack(long tid, long ns) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%ld/timerslack_ns", tid);
+    FILE *f = fopen(p, "w");
+    if (!f) return -1;
+    int ok = fprintf(f, "%ld\n", ns) > 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+static long read_slack(long tid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%ld/timerslack_ns", tid);
+    FILE *f = fopen(p, "r");
+    long v = -1;
+    if (f) {
+        if (fscanf(f, "%ld", &v) != 1) v = -1;
+        fclose(f);
+    }
+    return v;
+}
+
+static void slack_scan(const char *prefix, long ns) {
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char tp[300];
+        snprintf(tp, sizeof tp, "/proc/%s/task", e->d_name);
+        DIR *td = opendir(tp);
+        if (!td) continue;
+        struct dirent *t;
+        while ((t = readdir(td))) {
+            if (t->d_name[0] < '0' || t->d_name[0] > '9') continue;
+            long tid = strtol(t->d_name, NULL, 10);
+            int known = 0;
+            for (int i = 0; i < slack_n; i++) known |= slack_tid[i] == tid;
+            if (known || slack_n >= MAX_T) continue;
+            char cp[600], comm[64] = "";
+            snprintf(cp, sizeof cp, "/proc/%s/task/%s/comm", e->d_name, t->d_name);
+            FILE *f = fopen(cp, "r");
+            if (!f) continue;
+            if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+            fclose(f);
+            if (strncmp(comm, prefix, strlen(prefix)) != 0) continue;
+            long old = read_slack(tid);
+            if (old >= 0 && write_slack(tid, ns) == 0) {
+                slack_tid[slack_n] = tid;
+                slack_old[slack_n++] = old;
+                fprintf(stderr, "ls-zoo slack: thread %ld (%s) %ld -> %ld ns\n", tid, strtok(comm, "\n"), old, ns);
+            }
+        }
+        closedir(td);
+    }
+    closedir(d);
+}
+
+static int mode_slack(int argc, char **argv) {
+    const char *prefix = sarg(argc, argv, "--prefix", "ls-timer");
+    long ns = arg(argc, argv, "--ns", 5000000);
+    while (!stop_now) {
+        slack_scan(prefix, ns);
+        sleep_ns(20 * 1000000LL);
+    }
+    /* 0 gives a thread back its default slack (the value it had may be ours, inherited) */
+    for (int i = 0; i < slack_n; i++) write_slack(slack_tid[i], 0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack [--option value ...] [--gate FILE]\n");
+        return 2;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1) return 1;
+    signal(SIGTERM, on_stop);
+    signal(SIGINT, on_stop);
+    gate_path = sarg(argc, argv, "--gate", NULL);
+    char name[16];
+    snprintf(name, sizeof name, "zoo-%s", argv[1]);
+    prctl(PR_SET_NAME, name);
+    if (!strcmp(argv[1], "fifo")) return mode_fifo(argc, argv);
+    if (!strcmp(argv[1], "timers")) return mode_timers(argc, argv);
+    if (!strcmp(argv[1], "ipi")) return mode_ipi(argc, argv);
+    if (!strcmp(argv[1], "slack")) return mode_slack(argc, argv);
+    fprintf(stderr, "ls-zoo: unknown mode %s\n", argv[1]);
+    return 2;
+}
