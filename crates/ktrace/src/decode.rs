@@ -32,6 +32,8 @@ enum Col {
     Name,
     DestCpu,
     Runtime,
+    Expires,
+    SoftExpires,
 }
 
 /// Per event: which of its fields fill which column.
@@ -47,6 +49,7 @@ fn plan(name: &str) -> &'static [(&'static str, Col)] {
         "softirq_entry" | "softirq_exit" | "softirq_raise" => &[("vec", Name)],
         "netif_receive_skb" => &[("name", Name)],
         "napi_poll" => &[("dev_name", Name)],
+        "hrtimer_start" => &[("expires", Expires), ("softexpires", SoftExpires)],
         _ => &[],
     }
 }
@@ -85,6 +88,9 @@ pub struct Columns {
     pub name: Vec<i64>,
     pub dest_cpu: Vec<i64>,
     pub runtime: Vec<i64>,
+    /// hrtimer_start: the hard expiry and the soft one (the slack is between them).
+    pub expires: Vec<i64>,
+    pub softexpires: Vec<i64>,
 }
 
 impl Columns {
@@ -93,7 +99,7 @@ impl Columns {
         self.cpu.reserve(n);
         self.event.reserve(n);
         self.pid.reserve(n);
-        for v in [&mut self.target, &mut self.target_comm, &mut self.next_pid, &mut self.next_comm, &mut self.prev_state, &mut self.irq, &mut self.name, &mut self.dest_cpu, &mut self.runtime] {
+        for v in [&mut self.target, &mut self.target_comm, &mut self.next_pid, &mut self.next_comm, &mut self.prev_state, &mut self.irq, &mut self.name, &mut self.dest_cpu, &mut self.runtime, &mut self.expires, &mut self.softexpires] {
             v.reserve(n);
         }
     }
@@ -203,7 +209,7 @@ impl Decoder {
 
     /// Decode `buf`, whole pages of `page_size` bytes read from `cpu`'s buffer, in order.
     pub fn pages(&mut self, cpu: i32, buf: &[u8], page_size: usize) {
-        // Records are 16 bytes and more: reserve once instead of growing thirteen vectors.
+        // Records are 16 bytes and more: reserve once instead of growing fifteen vectors.
         self.cols.reserve(buf.len() / 24);
         for chunk in buf.chunks(page_size.max(64)) {
             self.page(cpu, chunk);
@@ -255,7 +261,7 @@ impl Decoder {
         };
         let event = k.event as i32;
         let pid = d.get(4..8).map(|s| i32::from_le_bytes(s.try_into().unwrap())).unwrap_or(-1);
-        let mut vals = [NONE; 9];
+        let mut vals = [NONE; 11];
         let strings = &mut self.strings;
         for f in &k.fields {
             let v = if f.is_string {
@@ -291,6 +297,8 @@ impl Decoder {
         c.name.push(vals[6]);
         c.dest_cpu.push(vals[7]);
         c.runtime.push(vals[8]);
+        c.expires.push(vals[9]);
+        c.softexpires.push(vals[10]);
         self.counts.kept += 1;
     }
 

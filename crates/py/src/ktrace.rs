@@ -111,6 +111,8 @@ impl KtraceDecoder {
         cols.set_item("name", c.name.into_pyarray(py))?;
         cols.set_item("dest_cpu", c.dest_cpu.into_pyarray(py))?;
         cols.set_item("runtime", c.runtime.into_pyarray(py))?;
+        cols.set_item("expires", c.expires.into_pyarray(py))?;
+        cols.set_item("softexpires", c.softexpires.into_pyarray(py))?;
         o.set_item("columns", cols)?;
         let lost = PyDict::new(py);
         lost.set_item("cpu", l.cpu.into_pyarray(py))?;

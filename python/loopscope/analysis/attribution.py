@@ -47,6 +47,7 @@ IRQ_PAIRS = {
     "softirq_entry": ("softirq_exit", "softirq"),
     "local_timer_entry": ("local_timer_exit", "timer interrupt"),
     "call_function_single_entry": ("call_function_single_exit", "IPI: function call"),
+    "call_function_entry": ("call_function_exit", "IPI: function call"),
     "reschedule_entry": ("reschedule_exit", "IPI: reschedule"),
 }
 
@@ -82,6 +83,12 @@ ROLES = {
     "CPU idle": "nothing ran, yet the thread did not: its wake-up came late (timer interrupt, exit from a deep idle state, or a hypervisor that did not run the vCPU)",
     "scheduling latency": "the thread was woken and the CPU was idle, but it had not started running yet",
     "return to user space": "from the thread's switch-in to when it logged the event",
+    "timer slack": "the thread slept on a timer with slack: the kernel may fire it anywhere up to the slack after its deadline, and the CPU idled until it did (SCHED_FIFO threads get none; PR_SET_TIMERSLACK or /proc/TID/timerslack_ns sets it)",
+    "IPI: function call": "another CPU made this one run a function (smp_call_function: perf, cpufreq, memory management, membarrier)",
+    "IPI: TLB shootdown": "another CPU changed a memory map this CPU had loaded and made it flush its TLB",
+    "IPI: reschedule": "another CPU woke a task onto this one",
+    "timer interrupt": "the local timer interrupt: high-resolution timers expiring on this CPU (their callbacks run in it) and the scheduler tick",
+    "lab: writer": "the trace writer thread loopscope puts in every traced process (moves records from the threads' buffers to the file)",
 }
 
 
@@ -111,6 +118,8 @@ def task_label(comm: str | None, pid: int, roles: dict[int, str] | None = None, 
         return "lab: sync"
     if c == "ls-probe":
         return "lab: probe"
+    if c == "loopscope-wr":
+        return "lab: writer"
     if c.startswith("ld:"):
         return f"load: {c[3:]}"
     return f"thread: {c}"
@@ -147,9 +156,11 @@ class Kernel:
         labels: dict[tuple[str | None, int], str] = {}
         rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
         irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
+        tlb = ev.filter(pl.col("event") == "csd_function_entry")
         for c in sorted(set(ev["cpu"].unique().to_list())):
             r = rt.filter(pl.col("cpu") == c).sort("t_ns")
             segs_s, segs_e, irq_labels = _irq_segments(irq.filter(pl.col("cpu") == c))
+            _name_tlb(segs_s, segs_e, irq_labels, tlb.filter(pl.col("cpu") == c)["t_ns"].to_numpy())
             comms, pids = r["target_comm"].to_list(), r["target"].to_list()
             run_label = []
             for cm, pd in zip(comms, pids):
@@ -194,6 +205,8 @@ class Kernel:
                 "migr": e.filter((ev == "sched_migrate_task") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
                 "pf": e.filter((ev == "page_fault_user") & (pl.col("tid") == tid))["t_ns"].sort().to_numpy(),
             }
+            hs = e.filter((ev == "hrtimer_start") & (pl.col("tid") == tid) & pl.col("expires").is_not_null()).sort("t_ns")
+            self.by_tid[tid].update({"hs_t": hs["t_ns"].to_numpy(), "hs_exp": hs["expires"].to_numpy(), "hs_soft": hs["softexpires"].to_numpy()})
         return self.by_tid[tid]  # type: ignore[return-value]
 
 
@@ -218,6 +231,17 @@ def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     return seg["t_ns"].to_numpy(), seg["t_next"].to_numpy().astype(np.int64), seg["top"].to_list()
 
 
+def _name_tlb(s: np.ndarray, e: np.ndarray, labels: list[str], flushes: np.ndarray) -> None:
+    """An IPI whose handler ran a TLB flush (the capture records the IPI
+    functions only when they are ``flush_tlb_func``) is a TLB shootdown."""
+    if not len(flushes) or not len(s):
+        return
+    k = np.searchsorted(s, np.sort(flushes), side="right") - 1
+    for j, t in zip(k, np.sort(flushes)):
+        if j >= 0 and t <= e[j] and labels[j].startswith("IPI: function call"):
+            labels[j] = "IPI: TLB shootdown"
+
+
 def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, int, int]]:
     """(index, start, end) of segments overlapping [u, v), clipped to it."""
     out = []
@@ -234,8 +258,10 @@ def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, i
     return out
 
 
-def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int]) -> None:
-    """Add to ``out`` what CPU ``cv`` did over [u, v) while the thread ``tid`` waited."""
+def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int], slack: tuple[int, int] | None = None) -> None:
+    """Add to ``out`` what CPU ``cv`` did over [u, v) while the thread ``tid``
+    waited. ``slack``: the thread slept on a timer that could fire anywhere
+    in [soft, hard); idle time there before its wake-up is ``timer slack``."""
     if v <= u:
         return
     if cv is None:
@@ -276,6 +302,12 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
     if t < v:
         gaps.append((t, v))
     cut = v if woke is None else min(max(woke, u), v)
+    if slack is not None:
+        lo, hi = max(slack[0], u), min(slack[1], cut)
+        held = sum(max(0, min(gb, hi) - max(ga, lo)) for ga, gb in gaps)
+        if held > 0:
+            out["timer slack"] = out.get("timer slack", 0) + held
+            gaps = [g for ga, gb in gaps for g in ((ga, min(gb, lo)), (max(ga, hi), gb)) if g[1] > g[0]]
     before = sum(max(0, min(gb, cut) - ga) for ga, gb in gaps)
     after = sum(max(0, gb - max(ga, cut)) for ga, gb in gaps)
     if before:
@@ -340,7 +372,7 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     info["migrations"] = _count_in(th["migr"], a, b)
     info["page_faults"] = _count_in(th["pf"], a, b)
     cv = k.cpus.get(cpu) if cpu is not None else None
-    _activity(cv, a, s_in, tid, woke, out)
+    _activity(cv, a, s_in, tid, woke, out, _slack(th, a))
     if b > s_in:
         ret: dict[str, int] = {}
         _activity(cv, s_in, b, tid, None, ret)
@@ -351,6 +383,26 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
         if own:
             out["return to user space"] = out.get("return to user space", 0) + own
     return {"causes": out, **info}
+
+
+# How far a window's start may be from the soft expiry of the timer the
+# thread slept on for that timer to be the one it waited for.
+SLACK_MATCH_NS = 20_000
+
+
+def _slack(th: dict[str, np.ndarray], a: int) -> tuple[int, int] | None:
+    """[soft, hard) expiry of the timer the thread armed for the deadline
+    ``a`` (its last before ``a`` whose soft expiry is ``a``), when it had slack."""
+    hs_t = th.get("hs_t")
+    if hs_t is None or not len(hs_t):
+        return None
+    j = int(np.searchsorted(hs_t, a, side="right")) - 1
+    if j < 0:
+        return None
+    soft, hard = int(th["hs_soft"][j]), int(th["hs_exp"][j])
+    if abs(soft - a) > SLACK_MATCH_NS or hard <= soft:
+        return None
+    return soft, hard
 
 
 BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}

@@ -60,6 +60,8 @@ class Case:
     what: str
     loads: list[dict[str, Any]] = field(default_factory=list)
     tunings: list[dict[str, Any]] = field(default_factory=list)
+    # loads of the baseline phase (what the injected phase changes back)
+    baseline: list[dict[str, Any]] = field(default_factory=list)
     # a process the bench starts outside the lab, gated by the phase
     outside: list[str] | None = None
     needs: list[str] = field(default_factory=list)
@@ -77,7 +79,7 @@ def cases(zoo: str) -> list[Case]:
         Case("fifo", "thread: zoo-fifo", f"a SCHED_FIFO process outside the lab, busy 2 ms in every 20 ms on CPU {c}",
              outside=[zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "2000", "--period-us", "20000"]),
         Case("netrx", "softirq: NET_RX", f"a UDP flood into the probe's host, its receive steered to CPU {c} (RPS on lo), the sender on CPU {o}",
-             loads=[{"name": "flood", "kind": "net", "protocol": "udp", "rate": "unlimited", "size": 64, "dest": "h1:9"}],
+             loads=[{"name": "flood", "kind": "net", "protocol": "udp", "rate": "unlimited", "size": 64, "dest": "127.0.0.1:9"}],
              tunings=[{"kind": "affinity", "load": "flood", "cpus": [o]},
                       {"kind": "write", "path": "/sys/class/net/lo/queues/rx-0/rps_cpus", "value": f"{1 << c:x}"}],
              needs=["/sys/class/net/lo/queues/rx-0/rps_cpus"], also=["thread: ksoftirqd"]),
@@ -86,8 +88,9 @@ def cases(zoo: str) -> list[Case]:
              also=["softirq: HRTIMER"]),
         Case("ipi", "IPI: function call", f"cross-CPU function calls from CPU {o} to CPU {c} (enabling and disabling a group of 64 perf events there)",
              loads=[{"name": "ipi", "kind": "command", "command": [zoo, "ipi", "--target", str(c), "--cpu", str(o), "--group", "64", "--gap-us", "20"]}]),
-        Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns)",
-             loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000"]}]),
+        Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns; 1 ns in the baseline phase, not the default 50 µs)",
+             loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000", "--cpu", str(o)]}],
+             baseline=[{"name": "noslack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "1", "--cpu", str(o)]}]),
     ]
 
 
@@ -100,14 +103,14 @@ probes:
 
 
 def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> str:
-    loads = list(case.loads)
-    names = [ld["name"] for ld in loads]
+    loads = [*case.loads, *case.baseline]
+    names = [ld["name"] for ld in case.loads]
     if gate is not None:
         loads.append({"name": "gate", "kind": "command", "command": ["sh", "-c", f"echo $$ > {gate} && exec sleep 100000"]})
         names.append("gate")
     body = SPEC_HEAD.format(name=case.name, what=case.what, cpu=PROBE_CPU)
     body += "loads:\n" + "".join(f"  - {json.dumps(ld)}\n" for ld in loads) if loads else "loads: []\n"
-    body += "phases:\n  - {name: baseline}\n"
+    body += f"phases:\n  - {{name: baseline, loads: {json.dumps([ld['name'] for ld in case.baseline])}}}\n"
     body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps(case.tunings)}}}\n"
     body += f"duration: {duration_s:g}s\nwarmup: 0.5s\nrepetitions: {reps}\n"
     return body
@@ -208,7 +211,7 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
     d.mkdir(parents=True, exist_ok=True)
     gate = d / "gate.pid" if case.outside else None
     (d / "spec.yaml").write_text(spec_text(case, duration_s, reps, gate))
-    run_dir = d / "run"
+    run_dir = next(d / f"run-{i}" for i in range(1, 10_000) if not (d / f"run-{i}").exists())
     outside = None
     try:
         if case.outside and gate is not None:

@@ -229,6 +229,7 @@ static void slack_scan(const char *prefix, long ns) {
 static int mode_slack(int argc, char **argv) {
     const char *prefix = sarg(argc, argv, "--prefix", "ls-timer");
     long ns = arg(argc, argv, "--ns", 5000000);
+    pin((int)arg(argc, argv, "--cpu", 0));
     while (!stop_now) {
         slack_scan(prefix, ns);
         sleep_ns(20 * 1000000LL);

@@ -65,8 +65,24 @@ EVENTS = [
     "irq_vectors:call_function_single_exit",
     "irq_vectors:reschedule_entry",
     "irq_vectors:reschedule_exit",
+    "irq_vectors:call_function_entry",
+    "irq_vectors:call_function_exit",
     "exceptions:page_fault_user",
+    "timer:hrtimer_start",
+    "csd:csd_function_entry",
 ]
+
+# Events recorded only where a filter in the kernel passes them (the
+# ``.function`` form compares a pointer with a kernel symbol): the timers
+# of sleeping threads (their soft and hard expiry say how much timer slack
+# a wake-up was given), and of the functions IPIs run, only the TLB flush
+# (it names an IPI as a TLB shootdown). A kernel that refuses a filter
+# does without the event, and the run says so: unfiltered, they would be
+# recorded for every timer and every cross-CPU call.
+FILTERS = {
+    "timer:hrtimer_start": "function.function == hrtimer_wakeup",
+    "csd:csd_function_entry": "func.function == flush_tlb_func",
+}
 
 # Per-packet receive-path events: opt-in (``kernel.events``). Under a network
 # flood they fire hundreds of thousands of times a second and fill the buffers.

@@ -38,6 +38,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from loopscope.kernel.capture import FILTERS
+
 MAX_READ = 1 << 30
 
 
@@ -109,6 +111,8 @@ class Reader:
         for e in self.events:
             sub, name = e.split(":", 1)
             try:
+                if e in FILTERS:
+                    self._w(f"events/{sub}/{name}/filter", FILTERS[e])
                 self._w(f"events/{sub}/{name}/enable", "1")
                 text = (self.tf / "events" / sub / name / "format").read_text()
             except OSError:

@@ -46,6 +46,7 @@ SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
     "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
     "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
+    "expires": pl.Int64, "softexpires": pl.Int64,
 }
 
 

@@ -36,8 +36,9 @@ SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
     "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
     "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
+    "expires": pl.Int64, "softexpires": pl.Int64,
 }
-STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime"]
+STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime", "expires", "softexpires"]
 LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
 # Events per row group (drain writes them so, the store reads them so) and
 # groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
@@ -77,6 +78,8 @@ def frame(got: dict[str, Any]) -> pl.DataFrame:
         "name": num(c["name"], pl.Int32),
         "dest_cpu": num(c["dest_cpu"], pl.Int32),
         "runtime": num(c["runtime"], pl.Int64),
+        "expires": num(c["expires"], pl.Int64),
+        "softexpires": num(c["softexpires"], pl.Int64),
     })
     return df.sort("t_ns", maintain_order=True)
 

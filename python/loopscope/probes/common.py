@@ -20,16 +20,31 @@ class TraceOutcome:
 
 
 @contextmanager
-def traced(path: str | os.PathLike[str] | None, groups: list[str]) -> Iterator[TraceOutcome]:
+def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: list[int] | None = None) -> Iterator[TraceOutcome]:
     """Open a trace logging ``groups`` (plus ``loopscope``) around a probe run;
-    afterwards the outcome holds the records written and lost."""
+    afterwards the outcome holds the records written and lost.
+
+    ``away_from``: the CPUs the probe measures on. The calling thread (the
+    probe's main thread) and the trace writer it starts, which inherits its
+    affinity, keep off them for the run, so neither wakes inside a window
+    there (the measuring threads pin themselves); when those are every CPU
+    the probe may use, nothing changes."""
     out = TraceOutcome(path=os.fspath(path) if path is not None else None)
-    session = trace_api.open(path, groups=[*groups, "loopscope"]) if path is not None else None
+    before = os.sched_getaffinity(0)
+    rest = before - set(away_from or [])
+    moved = bool(away_from) and bool(rest) and rest != before
+    if moved:
+        os.sched_setaffinity(0, rest)
     try:
-        yield out
+        session = trace_api.open(path, groups=[*groups, "loopscope"]) if path is not None else None
+        try:
+            yield out
+        finally:
+            if session is not None:
+                session.close()
     finally:
-        if session is not None:
-            session.close()
+        if moved:
+            os.sched_setaffinity(0, before)
     if path is not None:
         # Count what reached the file (no table is built: polars stays unloaded).
         _, meta = _native.read_trace(os.fspath(path), False, True)

@@ -108,7 +108,7 @@ def run(
     validate(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
     if (work_iters is None) != (alone_ns is None):
         raise InputError("--work-iters and --alone-ns go together (both come from one --calibrate-only run)")
-    with traced(None if calibrate_only else trace_path, ["sched"]) as tr:
+    with traced(None if calibrate_only else trace_path, ["sched"], away_from=cpus) as tr:
         raw = _native.sched_probe(duration_ns, busy_threads, sleep_ns, work_ns, cpus, work_iters, alone_ns, calibrate_only)
     wake = np.asarray(raw["wake_delay_ns"])
     extra = np.asarray(raw["extra_ns"])

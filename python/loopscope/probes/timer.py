@@ -142,7 +142,7 @@ def run(
     """
     cpus = list(cpus or [])
     validate(interval_ns, duration_ns, threads, cpus, priority, dma_latency_us)
-    with traced(trace_path, ["timer"]) as tr:
+    with traced(trace_path, ["timer"], away_from=cpus) as tr:
         raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD, dma_latency_us)
     ths = []
     all_lat = []
