@@ -228,3 +228,77 @@ def test_nested_interrupts_are_split_by_the_innermost_handler() -> None:
     # the exit of a handler that began before the window is passed over
     assert list(zip(s.tolist(), e.tolist(), labels)) == [
         (100, 110, "irq: virtio0"), (110, 120, "softirq: NET_RX"), (120, 130, "timer interrupt"), (130, 140, "softirq: NET_RX"), (140, 150, "irq: virtio0")]
+
+
+def _events(rows: list[dict]) -> pl.DataFrame:
+    """Hand-made capture rows in the store's columns (absent fields null)."""
+    from loopscope.kernel import store as S
+
+    return pl.DataFrame([{c: r.get(c) for c in S.SCHEMA} for r in rows], schema=S.SCHEMA).sort("t_ns")
+
+
+def test_idle_time_inside_a_timers_slack_is_timer_slack_and_after_it_cpu_idle() -> None:
+    # thread 42 armed its timer for 1.000 ms with 0.5 ms of slack; the CPU idled;
+    # it was woken at 1.600 ms (0.1 ms past the slack) and ran at 1.610 ms.
+    ms = 1_000_000
+    k = A.Kernel.of(_events([
+        {"t_ns": 0, "cpu": 1, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
+        {"t_ns": 900_000, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": ms + ms // 2, "softexpires": ms},
+        {"t_ns": 1_600_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+        {"t_ns": 1_700_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 90_000},
+        {"t_ns": 3 * ms, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
+    ]), 0)
+    r = A.attribute(k, 42, ms, 1_620_000)
+    assert r["causes"] == {"timer slack": 500_000, "CPU idle": 100_000, "scheduling latency": 10_000, "return to user space": 10_000}
+
+
+def test_a_timer_armed_for_another_deadline_gives_no_slack() -> None:
+    k = A.Kernel.of(_events([
+        {"t_ns": 0, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 5_000_000, "softexpires": 4_000_000},
+        {"t_ns": 1_500_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+        {"t_ns": 1_600_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100_000},
+        {"t_ns": 9_000_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 1},
+    ]), 0)
+    assert "timer slack" not in A.attribute(k, 42, 1_000_000, 1_500_000)["causes"]
+
+
+def test_an_ipi_whose_handler_flushed_the_tlb_is_a_tlb_shootdown() -> None:
+    k = A.Kernel.of(_events([
+        {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+        {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
+        {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
+        {"t_ns": 200, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_entry"},
+        {"t_ns": 230, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_exit"},
+    ]), 0)
+    assert k.cpus[1].irq_label == ["IPI: TLB shootdown", "IPI: function call"]
+
+
+def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:
+    # thread 42 (cpu 1) sleeps in a lock at 1 ms; zoo-holder (tid 9, cpu 0)
+    # releases it and wakes it at 4 ms (recorded by the waker); 42 runs at 4.1 ms.
+    ms = 1_000_000
+    k = A.Kernel.of(_events([
+        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": ms},
+        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "app", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+        {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_stat_runtime", "target": 9, "target_comm": "zoo-holder", "runtime": 3 * ms},
+        {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_waking", "target": 42, "target_comm": "app", "dest_cpu": 1},
+        {"t_ns": 5 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": 900_000},
+    ]), 0)
+    r = A.attribute_span(k, 42, 0, 5 * ms)
+    assert r["causes"] == {"running": 1 * ms + 900_000, "blocked: zoo-holder": 3 * ms, "scheduling latency": 100_000}
+    assert A.cause_family("blocked: kworker/1:2") == "blocked: kworker" and A.cause_family("blocked: sleeping") == "blocked: sleeping"
+
+
+def test_a_sleep_held_past_its_deadline_by_timer_slack_is_split_at_the_deadline() -> None:
+    # thread 42 runs 0-1 ms, arms a 1 ms sleep (deadline 2 ms) with 5 ms of slack,
+    # is woken by the timer at 6 ms and runs until 7 ms.
+    ms = 1_000_000
+    k = A.Kernel.of(_events([
+        {"t_ns": 1 * ms - 500, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 7 * ms, "softexpires": 2 * ms},
+        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
+        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+        {"t_ns": 6 * ms, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
+        {"t_ns": 7 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
+    ]), 0)
+    r = A.attribute_span(k, 42, 0, 7 * ms)
+    assert r["causes"] == {"running": 2 * ms, "blocked: sleeping": 1 * ms, "timer slack": 4 * ms}

@@ -83,6 +83,7 @@ ROLES = {
     "CPU idle": "nothing ran, yet the thread did not: its wake-up came late (timer interrupt, exit from a deep idle state, or a hypervisor that did not run the vCPU)",
     "scheduling latency": "the thread was woken and the CPU was idle, but it had not started running yet",
     "return to user space": "from the thread's switch-in to when it logged the event",
+    "page faults": "the thread touched memory that was not there (paged out to swap, dropped from the page cache, never touched) and waited for the kernel to bring it in (mlockall keeps it resident)",
     "timer slack": "the thread slept on a timer with slack: the kernel may fire it anywhere up to the slack after its deadline, and the CPU idled until it did (SCHED_FIFO threads get none; PR_SET_TIMERSLACK or /proc/TID/timerslack_ns sets it)",
     "IPI: function call": "another CPU made this one run a function (smp_call_function: perf, cpufreq, memory management, membarrier)",
     "IPI: TLB shootdown": "another CPU changed a memory map this CPU had loaded and made it flush its TLB",
@@ -149,6 +150,9 @@ class Kernel:
     by_tid: dict[int, pl.DataFrame] = field(default_factory=dict)
     # where the lost events were (cpu, start_ns, end_ns, events); None: unknown
     lost_at: pl.DataFrame | None = None
+    roles: dict[int, str] = field(default_factory=dict)
+    perf_is_lab: bool = False
+    _comms: dict[int, str] | None = None
 
     @classmethod
     def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
@@ -174,7 +178,18 @@ class Kernel:
             )
         t = ev["t_ns"]
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
-        return cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0, lost_at=lost_windows if placed else None)  # type: ignore[arg-type]
+        k = cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0, lost_at=lost_windows if placed else None)  # type: ignore[arg-type]
+        k.roles, k.perf_is_lab = roles or {}, perf_is_lab
+        return k
+
+    def name_of(self, tid: int) -> str:
+        """How attribution names the task ``tid`` (its comm from the events that name it)."""
+        if self._comms is None:
+            e = self.events
+            a = e.filter(pl.col("target").is_not_null() & pl.col("target_comm").is_not_null() & (pl.col("event") != "sched_waking") & (pl.col("event") != "sched_wakeup")).select(pl.col("target").alias("t"), pl.col("target_comm").alias("c"))
+            b = e.filter(pl.col("next_pid").is_not_null() & pl.col("next_comm").is_not_null()).select(pl.col("next_pid").alias("t"), pl.col("next_comm").alias("c"))
+            self._comms = dict(pl.concat([a, b]).unique("t", keep="last").iter_rows())
+        return task_label(self._comms.get(tid) or f"tid {tid}", tid, self.roles, self.perf_is_lab)
 
     def lost_in(self, a: int, b: int) -> str | None:
         """Why [a, b) cannot be complete because of lost events, or None."""
@@ -205,6 +220,8 @@ class Kernel:
                 "migr": e.filter((ev == "sched_migrate_task") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
                 "pf": e.filter((ev == "page_fault_user") & (pl.col("tid") == tid))["t_ns"].sort().to_numpy(),
             }
+            wk = e.filter((ev == "sched_waking") & (pl.col("target") == tid)).sort("t_ns")
+            self.by_tid[tid].update({"wk_t": wk["t_ns"].to_numpy(), "wk_by": wk["tid"].to_numpy()})
             hs = e.filter((ev == "hrtimer_start") & (pl.col("tid") == tid) & pl.col("expires").is_not_null()).sort("t_ns")
             self.by_tid[tid].update({"hs_t": hs["t_ns"].to_numpy(), "hs_exp": hs["expires"].to_numpy(), "hs_soft": hs["softexpires"].to_numpy()})
         return self.by_tid[tid]  # type: ignore[return-value]
@@ -258,10 +275,13 @@ def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, i
     return out
 
 
-def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int], slack: tuple[int, int] | None = None) -> None:
+def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int], slack: tuple[int, int] | None = None, fault: int | None = None) -> None:
     """Add to ``out`` what CPU ``cv`` did over [u, v) while the thread ``tid``
     waited. ``slack``: the thread slept on a timer that could fire anywhere
-    in [soft, hard); idle time there before its wake-up is ``timer slack``."""
+    in [soft, hard); idle time there before its wake-up is ``timer slack``.
+    ``fault``: the thread took a page fault then, after its wake-up; its own
+    time and the idle time from then on (it waited for the page: a swap-in,
+    a read of the file) are ``page faults``."""
     if v <= u:
         return
     if cv is None:
@@ -308,6 +328,11 @@ def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, ou
         if held > 0:
             out["timer slack"] = out.get("timer slack", 0) + held
             gaps = [g for ga, gb in gaps for g in ((ga, min(gb, lo)), (max(ga, hi), gb)) if g[1] > g[0]]
+    if fault is not None and u <= fault < v:
+        held = sum(max(0, gb - max(ga, fault)) for ga, gb in gaps)
+        if held > 0:
+            out["page faults"] = out.get("page faults", 0) + held
+            gaps = [(ga, min(gb, fault)) for ga, gb in gaps if min(gb, fault) > ga]
     before = sum(max(0, min(gb, cut) - ga) for ga, gb in gaps)
     after = sum(max(0, gb - max(ga, cut)) for ga, gb in gaps)
     if before:
@@ -372,7 +397,11 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     info["migrations"] = _count_in(th["migr"], a, b)
     info["page_faults"] = _count_in(th["pf"], a, b)
     cv = k.cpus.get(cpu) if cpu is not None else None
-    _activity(cv, a, s_in, tid, woke, out, _slack(th, a))
+    pf = th["pf"]
+    # a fault in the window is the thread's own, so after its wake-up (recorded or not)
+    fi = int(np.searchsorted(pf, a, side="left"))
+    fault = int(pf[fi]) if fi < len(pf) and pf[fi] < s_in else None
+    _activity(cv, a, s_in, tid, woke, out, _slack(th, a), fault)
     if b > s_in:
         ret: dict[str, int] = {}
         _activity(cv, s_in, b, tid, None, ret)
@@ -384,6 +413,10 @@ def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
             out["return to user space"] = out.get("return to user space", 0) + own
     return {"causes": out, **info}
 
+
+# A sleep in uninterruptible state this soon after one of the thread's page
+# faults is the fault waiting for its page (a swap-in, a file read).
+FAULT_BEFORE_NS = 200_000
 
 # How far a window's start may be from the soft expiry of the timer the
 # thread slept on for that timer to be the one it waited for.
@@ -405,7 +438,41 @@ def _slack(th: dict[str, np.ndarray], a: int) -> tuple[int, int] | None:
     return soft, hard
 
 
+def _slept_on_slack(th: dict[str, np.ndarray], t: int, w: int) -> int | None:
+    """For a sleep from ``t`` to the wake-up ``w``: the soft expiry of the
+    timer the thread armed as it went to sleep, when the wake-up came after
+    it, within the timer's slack (the time from there to ``w`` is the slack's)."""
+    hs_t = th.get("hs_t")
+    if hs_t is None or not len(hs_t):
+        return None
+    j = int(np.searchsorted(hs_t, t + 2_000, side="right")) - 1
+    if j < 0 or hs_t[j] < t - 1_000_000:
+        return None
+    soft, hard = int(th["hs_soft"][j]), int(th["hs_exp"][j])
+    if hard <= soft or not (t <= soft < w <= hard + SLACK_MATCH_NS):
+        return None
+    return soft
+
+
 BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}
+
+
+def _blocked_by(k: Kernel, th: dict[str, np.ndarray], tid: int, t: int, x: int) -> tuple[str, int] | None:
+    """``blocked: <task>`` when another task woke the thread out of the sleep
+    that began at ``t`` (before its next run at ``x``): the lock's holder,
+    the writer of the pipe, whoever it waited for. Wake-ups from interrupts
+    are not recorded (timers, packets): those sleeps keep their state's label."""
+    wt, wb = th.get("wk_t"), th.get("wk_by")
+    if wt is None or not len(wt):
+        return None
+    i = int(np.searchsorted(wt, t, side="left"))
+    if i >= len(wt) or wt[i] > x:
+        return None
+    by = int(wb[i])
+    if by in (0, tid):
+        return None
+    name = k.name_of(by)
+    return "blocked: " + (name[len("thread: "):] if name.startswith("thread: ") else name), int(wt[i])
 
 
 def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
@@ -444,24 +511,39 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     for n, (x, y, c) in enumerate([*segs, [b, b, segs[-1][2]]]):
         if x > t:
             cv = k.cpus.get(c)
-            i = int(np.searchsorted(so_t, t + 2_000, side="right")) - 1
             # The thread was running at `a` (it logged the interval's start
             # itself) and until `t` (its last run): only a switch-out where
-            # that run ended can have put it to sleep; none recorded there
-            # means it was preempted (its own switch-outs are recorded).
-            state = (so_state[i] or "")[:1] if i >= 0 and so_t[i] >= max(a, t - 50_000) - 2_000 else "R"
+            # that run ended can have put it to sleep (the runtime accounted
+            # last may end a few µs before it); none recorded there means it
+            # was preempted (its own switch-outs are recorded).
+            i = int(np.searchsorted(so_t, max(a, t - 50_000) - 2_000, side="left"))
+            state = (so_state[i] or "")[:1] if i < len(so_t) and so_t[i] <= x else "R"
             wi = int(np.searchsorted(wake, t, side="left"))
             w = int(wake[wi]) if wi < len(wake) and wake[wi] <= x else None
             if state in ("R", "W"):
                 _activity(cv, t, x, tid, t, out)
             elif state:
-                label = BLOCKED.get(state, f"blocked ({state})")
+                by = _blocked_by(k, th, tid, t, x)
+                label = by[0] if by else BLOCKED.get(state, f"blocked ({state})")
+                if state == "D" and not by and _count_in(th["pf"], t - FAULT_BEFORE_NS, t + 2_000):
+                    label = "page faults"  # it blocked in the fault: waiting for the page
+                woken = w
+                if by and (w is None or by[1] < w):
+                    # blocked until the other task woke it; from there to the
+                    # wake-up taking effect, the wake-up's own delay
+                    w = by[1]
                 if w is None:
                     label += " (wake-up not recorded)" if n < len(segs) else ""
                     out[label] = out.get(label, 0) + (x - t)
                 else:
-                    out[label] = out.get(label, 0) + (w - t)
-                    _activity(cv, w, x, tid, w, out)
+                    slept = _slept_on_slack(th, t, w) if not by else None
+                    if slept is not None:
+                        # asleep until the timer's deadline, then held by its slack
+                        out[label] = out.get(label, 0) + (slept - t)
+                        out["timer slack"] = out.get("timer slack", 0) + (w - slept)
+                    else:
+                        out[label] = out.get(label, 0) + (w - t)
+                    _activity(cv, w, x, tid, woken if woken is not None and woken >= w else w, out)
             else:
                 _activity(cv, t, x, tid, w, out)
         if y > x:
@@ -500,6 +582,7 @@ def cause_family(cause: str) -> str:
     """Group threads by name without their numbers (kworker/1:2 → kworker)."""
     import re
 
-    if cause.startswith("thread: "):
-        return "thread: " + re.split(r"/|:|-\d|\.\d|\d+$", cause[len("thread: "):])[0]
+    for pre in ("thread: ", "blocked: "):
+        if cause.startswith(pre) and f"{cause}" not in BLOCKED.values() and not cause[len(pre):].startswith(("lab: ", "load: ")):
+            return pre + re.split(r"/|:|-\d|\.\d|\d+$", cause[len(pre):])[0]
     return cause

@@ -37,9 +37,14 @@ MIN_RECORDS = 200
 
 @dataclass
 class Finding:
+    """What a detector found; ``windows``: the stretches of the series (its
+    own clock, ns) where the anomaly is, for explain to say what ran there
+    (none: the whole series, as for quantization)."""
+
     kind: str
     text: str
     values: dict[str, Any] = field(default_factory=dict)
+    windows: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _fmt(ns: float) -> str:
@@ -76,7 +81,7 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
     # the cut: the last point of the head whose running median still differs
     trim_s = (t[c] - t[0]) / 1e9
     return Finding("warm-up", f"warm-up: the first {trim_s:.2f} s ({c} records) run at a median of {_fmt(hm)} against {_fmt(rest_med)} after; left out of the phase comparisons",
-                   {"records": c, "seconds": trim_s, "median_ns": hm, "steady_median_ns": rest_med, "p_value": p})
+                   {"records": c, "seconds": trim_s, "median_ns": hm, "steady_median_ns": rest_med, "p_value": p}, [(int(t[0]), int(t[c]))])
 
 
 def _fisher_g_p(g: float, m: int) -> float:
@@ -150,8 +155,11 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     # how much bigger the outliers are on the peak phase than elsewhere
     peak_bin = int(np.nanargmax(means))
     top = float(np.percentile(v[b == peak_bin], 90)) - base if np.any(b == peak_bin) else amp
+    # the spikes: on the peak phase (a bin either side), once per period
+    lo_ph, hi_ph = (peak_bin - 1) / nb * period, (peak_bin + 2) / nb * period
+    spikes = [(int(t[0] + k * period + lo_ph), int(t[0] + k * period + hi_ph)) for k in range(int(span // period) + 1)]
     return Finding("periodic", f"periodic disturbance: every {_fmt(period)}, +{_fmt(max(amp, top))} at its peak (spectral peak p = {p:.1e})",
-                   {"period_s": period / 1e9, "amplitude_ns": max(amp, top), "p_value": p})
+                   {"period_s": period / 1e9, "amplitude_ns": max(amp, top), "p_value": p}, spikes)
 
 
 def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
@@ -173,7 +181,7 @@ def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
         if cv < 0.1:
             vals["period_s"] = float(np.mean(iv)) / 1e9
             text += f", every {_fmt(vals['period_s'] * 1e9)}"
-    return Finding("gaps", text, vals)
+    return Finding("gaps", text, vals, [(int(a), int(a + n)) for a, n in zip(starts, lens)])
 
 
 STEPS_NS = np.unique(np.concatenate([np.array([a * 10 ** e for e in range(4, 9) for a in (1, 2, 2.5, 4, 5)]), np.array([1e6 * k for k in (1, 2, 3, 4, 5, 8, 10, 16, 20, 40, 50)])]))

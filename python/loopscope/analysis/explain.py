@@ -341,3 +341,28 @@ def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, A
         if len(out) >= n:
             break
     return out
+
+
+def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> dict[str, Any] | None:
+    """What explain found in an anomaly's windows: ``att``, the attribution
+    rows of one probe, phase and repetition (``id``, ``t_ns``, ``cause``,
+    ``ns``); ``windows``, the finding's stretches of the same clock (none:
+    all of them). The cause with the most of the outliers' time there, its
+    share, and in how many windows it is present (a window with no
+    attributed outlier counts against it)."""
+    if att is None or not len(att):
+        return None
+    a = att.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    if windows:
+        ws = pl.DataFrame({"w": list(range(len(windows))), "lo": [w[0] for w in windows], "hi": [w[1] for w in windows]})
+        a = a.join_where(ws, pl.col("t_ns") >= pl.col("lo"), pl.col("t_ns") < pl.col("hi"))
+    else:
+        a = a.with_columns(pl.lit(0).alias("w"))
+    if not len(a):
+        return {"cause": None, "share": 0.0, "windows_with": 0, "windows": len(windows), "outliers": 0}
+    by = a.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
+    top = str(by["family"][0])
+    total = int(a["ns"].sum())
+    return {"cause": top, "share": int(by["ns"][0]) / total if total else 0.0,
+            "windows_with": int(a.filter(pl.col("family") == top)["w"].n_unique()), "windows": len(windows) or 1,
+            "outliers": int(a["id"].n_unique())}

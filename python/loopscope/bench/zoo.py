@@ -62,15 +62,21 @@ class Case:
     tunings: list[dict[str, Any]] = field(default_factory=list)
     # loads of the baseline phase (what the injected phase changes back)
     baseline: list[dict[str, Any]] = field(default_factory=list)
-    # a process the bench starts outside the lab, gated by the phase
+    # a process the bench starts outside the lab, gated by the phase ([]: none,
+    # the probe reads the gate itself)
     outside: list[str] | None = None
     needs: list[str] = field(default_factory=list)
     # labels counted as the expected cause (the kernel may run it either way)
     also: list[str] = field(default_factory=list)
+    # the probe, when not the timer on PROBE_CPU (its name must be t)
+    probe: dict[str, Any] | None = None
+    # a swap file of this many MiB for the case (turned off and deleted after)
+    swap_mb: int = 0
 
 
-def cases(zoo: str) -> list[Case]:
-    """The named cases, in order. ``zoo`` is the built ls-zoo program."""
+def cases(zoo: str, lockprog: str, table: str) -> list[Case]:
+    """The named cases, in order. ``zoo`` is the built ls-zoo program,
+    ``lockprog`` and ``table`` the zoo-lock and zoo-table program probes."""
     c, o = PROBE_CPU, OTHER_CPU
     return [
         Case("hog", "load: hog", f"a CPU hog at nice -20 on CPU {c}, a load of the lab",
@@ -91,6 +97,13 @@ def cases(zoo: str) -> list[Case]:
         Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns; 1 ns in the baseline phase, not the default 50 µs)",
              loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000", "--cpu", str(o)]}],
              baseline=[{"name": "noslack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "1", "--cpu", str(o)]}]),
+        Case("faults", "page faults", f"a control loop on CPU {c} whose 64 MiB lookup table is not locked in memory, paged out to swap every 20 ms from CPU {o} (process_madvise MADV_PAGEOUT: memory pressure aimed at it)",
+             probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "64"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
+             loads=[{"name": "pageout", "kind": "command", "command": [zoo, "pageout", "--prefix", "zoo-table", "--every-ms", "20", "--max-kib", "131072", "--cpu", str(o)]}],
+             swap_mb=256),
+        Case("blocked", "blocked: zoo-holder", f"a program whose thread on CPU {c} waits for a mutex another of its threads (zoo-holder, CPU {o}) holds 3 ms in every 8 ms",
+             probe={"kind": "program", "name": "t", "command": [lockprog, "--cpu", str(c), "--holder-cpu", str(o), "--gate", "{gate}"], "attribute": ["lock/wait"]},
+             outside=[]),
     ]
 
 
@@ -98,7 +111,7 @@ SPEC_HEAD = """# loopscope bench explain: case {name} ({what})
 name: zoo-{name}
 hosts: [{{name: h1, kind: local}}]
 probes:
-  - {{kind: timer, name: t, interval_us: 1000, cpu: [{cpu}]}}
+  - {probe}
 """
 
 
@@ -108,7 +121,9 @@ def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> st
     if gate is not None:
         loads.append({"name": "gate", "kind": "command", "command": ["sh", "-c", f"echo $$ > {gate} && exec sleep 100000"]})
         names.append("gate")
-    body = SPEC_HEAD.format(name=case.name, what=case.what, cpu=PROBE_CPU)
+    probe = case.probe or {"kind": "timer", "name": "t", "interval_us": 1000, "cpu": [PROBE_CPU]}
+    probe = json.loads(json.dumps(probe).replace("{gate}", str(gate)))
+    body = SPEC_HEAD.format(name=case.name, what=case.what, probe=json.dumps(probe))
     body += "loads:\n" + "".join(f"  - {json.dumps(ld)}\n" for ld in loads) if loads else "loads: []\n"
     body += f"phases:\n  - {{name: baseline, loads: {json.dumps([ld['name'] for ld in case.baseline])}}}\n"
     body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps(case.tunings)}}}\n"
@@ -128,24 +143,36 @@ def missing(case: Case) -> str | None:
                 return f"{n} does not exist on this kernel"
         elif shutil.which(n) is None:
             return f"{n} is not installed (scripts/install-deps.sh test installs it)"
+    if case.swap_mb:
+        from loopscope.host import swapfile
+
+        why = swapfile.missing()
+        if why:
+            return why
     from loopscope.kernel import capture
 
     _, _, refused = capture.available()
     return f"no kernel capture: {refused}" if refused else None
 
 
-def build_zoo(work: Path) -> Path:
-    from loopscope.cbuild import compiler
+def build_zoo(work: Path) -> dict[str, str]:
+    """ls-zoo, zoo-lock, zoo-poll and zoo-table, compiled here: the
+    injectors, and the programs the program probes run (built against
+    loopscope's C library as a user's program is)."""
+    from loopscope import cbuild
 
     out = work / "ls-zoo"
-    r = subprocess.run([compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(out)], capture_output=True, text=True)
+    r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(out)], capture_output=True, text=True)
     if r.returncode != 0:
         raise RunError(f"bench explain: building ls-zoo failed: {r.stderr.strip()[-600:]}")
-    return out
+    progs = {"zoo": str(out)}
+    for name in ("lock", "poll", "table"):
+        progs[name] = str(cbuild.build([HERE / f"zoo_{name}.c"], work / f"zoo-{name}"))
+    return progs
 
 
 def _group(res: dict[str, Any], phase: str) -> dict[str, Any] | None:
-    return next((g for g in res.get("groups") or [] if g["probe"] == "t" and g["phase"] == phase), None)
+    return next((g for g in res.get("groups") or [] if (g["probe"] == "t" or g["probe"].startswith("t ")) and g["phase"] == phase), None)
 
 
 def _share(g: dict[str, Any] | None, labels: list[str]) -> float:
@@ -209,12 +236,17 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         return {"name": case.name, "expected": case.expected, "injected": case.what, "skipped": why}
     d = work / case.name
     d.mkdir(parents=True, exist_ok=True)
-    gate = d / "gate.pid" if case.outside else None
+    gate = d / "gate.pid" if case.outside is not None else None
     (d / "spec.yaml").write_text(spec_text(case, duration_s, reps, gate))
     run_dir = next(d / f"run-{i}" for i in range(1, 10_000) if not (d / f"run-{i}").exists())
     outside = None
+    swap = None
     try:
-        if case.outside and gate is not None:
+        if case.swap_mb:
+            from loopscope.host import swapfile
+
+            swap = swapfile.create(case.swap_mb)
+        if case.outside and gate is not None:  # [] : the probe itself reads the gate
             outside = _start_outside(case.outside, gate, d / "injector.log")
         say(f"  {case.name}: {case.what} ({reps} × baseline/injected, {duration_s:g} s each) …")
         r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
@@ -223,6 +255,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
             raise RunError(f"bench explain: case {case.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
     finally:
         _stop(outside)
+        if swap is not None:
+            swapfile.remove(swap)
     say(f"  {case.name}: explaining …")
     res = explain(run_dir, all_causes=True)
     if res is None:
@@ -232,6 +266,119 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
     return out
 
 
+@dataclass
+class Anomaly:
+    """One of the anomalies Boie & Niehaus 2007 left unexplained, injected:
+    the detector that must fire, what it must measure (``injected_ns``,
+    within ``tolerance``, or just fire when None) and the cause its finding
+    must name."""
+
+    name: str
+    detector: str
+    expected: str
+    what: str
+    injected_ns: int
+    tolerance: float | None
+    probe: dict[str, Any]
+    interval: str  # the series: group/name of the probe's intervals
+    seconds: float
+    loads: list[dict[str, Any]] = field(default_factory=list)
+    swap_mb: int = 0
+
+
+def anomalies(zoo: str, pollprog: str, table: str) -> list[Anomaly]:
+    c, o = PROBE_CPU, OTHER_CPU
+    timer = {"kind": "timer", "name": "t", "interval_us": 1000, "cpu": [c]}
+    return [
+        Anomaly("periodic", "periodic", "load: burst", f"a SCHED_FIFO burst of 30 ms every 8 s on CPU {c} (a load)", 8_000_000_000, 0.05,
+                timer, "timer/wakeup", 44.0,
+                loads=[{"name": "burst", "kind": "command", "command": [zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "30000", "--period-us", "8000000"]}]),
+        Anomaly("quantization", "quantization", "timer slack", f"a thread on CPU {c} polling for work with 200 µs sleeps and 5 ms of timer slack", 5_000_000, 0.10,
+                {"kind": "program", "name": "t", "command": [pollprog, "--cpu", str(c), "--slack-ns", "5000000", "--poll-us", "200"], "attribute": ["poll/wait"]},
+                "poll/wait", 20.0),
+        Anomaly("warmup", "warm-up", "page faults", f"a cold start: a control loop's unlocked 64 MiB table paged out every 20 ms for the first 4 s (from CPU {o})", 4_000_000_000, None,
+                {"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "64"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]}, "loop/cycle", 16.0,
+                loads=[{"name": "squeeze", "kind": "command", "command": [zoo, "pageout", "--prefix", "zoo-table", "--every-ms", "20", "--max-kib", "131072", "--for-ms", "4000", "--cpu", str(o)]}],
+                swap_mb=256),
+    ]
+
+
+def _series(run_dir: Path, interval: str) -> list[tuple[int, Any, Any]]:
+    """(rep, t_ns, value) of probe t's ``interval`` in every step of the run."""
+    import polars as pl
+
+    from loopscope.rundir import RunDir
+    from loopscope.trace import reader
+
+    g, n = interval.split("/", 1)
+    out = []
+    for st in RunDir(run_dir).run().get("steps") or []:
+        if st.get("probe") != "t" or not (run_dir / st["trace"]).exists():
+            continue
+        df = reader.read(run_dir / st["trace"], sort=True)
+        iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == g) & (pl.col("name").cast(pl.String) == n))
+        out.append((int(st["rep"]), iv["t_ns"].to_numpy(), iv["dur_ns"].to_numpy()))
+    return out
+
+
+def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """Run one anomaly's experiment, then its detector and explain on it."""
+    import polars as pl
+
+    from loopscope.analysis.detectors import detect
+    from loopscope.analysis.explain import causes_in, explain
+
+    head = {"name": an.name, "injected_ns": an.injected_ns, "expected": an.expected, "injected": an.what}
+    why = missing(Case(an.name, an.expected, an.what, swap_mb=an.swap_mb))
+    if why:
+        return {**head, "detected_ns": None, "cause": None, "ok": False, "skipped": why}
+    d = work / f"anomaly-{an.name}"
+    d.mkdir(parents=True, exist_ok=True)
+    body = SPEC_HEAD.format(name=an.name, what=an.what, probe=json.dumps(an.probe))
+    body += "loads:\n" + "".join(f"  - {json.dumps(ld)}\n" for ld in an.loads) if an.loads else "loads: []\n"
+    body += f"phases:\n  - {{name: anomaly, loads: {json.dumps([ld['name'] for ld in an.loads])}}}\n"
+    body += f"duration: {an.seconds:g}s\nwarmup: 0s\nrepetitions: 1\n"
+    (d / "spec.yaml").write_text(body)
+    run_dir = next(d / f"run-{i}" for i in range(1, 10_000) if not (d / f"run-{i}").exists())
+    swap = None
+    try:
+        if an.swap_mb:
+            from loopscope.host import swapfile
+
+            swap = swapfile.create(an.swap_mb)
+        say(f"  anomaly {an.name}: {an.what} ({an.seconds:g} s) …")
+        r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise RunError(f"bench explain: anomaly {an.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+    finally:
+        if swap is not None:
+            swapfile.remove(swap)
+    explain(run_dir)
+    p = run_dir / "tables" / "attribution.parquet"
+    att = pl.read_parquet(p).filter(pl.col("probe").str.starts_with("t")) if p.exists() else None
+    found, cause = None, None
+    for rep, t, v in _series(run_dir, an.interval):
+        f = next((f for f in detect(t, v) if f.kind == an.detector), None)
+        if f is None:
+            continue
+        found = f
+        c = causes_in(att.filter(pl.col("rep") == rep), f.windows) if att is not None else None
+        cause = c
+        break
+    key = {"periodic": "period_s", "quantization": "step_ns", "warm-up": "seconds"}[an.detector]
+    detected = None
+    if found is not None:
+        v = found.values[key]
+        detected = int(v if key == "step_ns" else v * 1e9)
+    ok = detected is not None and (cause or {}).get("cause") == an.expected
+    if ok and an.tolerance is not None:
+        ok = abs(detected - an.injected_ns) <= an.tolerance * an.injected_ns  # type: ignore[operator]
+    return {**head, "detected_ns": detected, "cause": (cause or {}).get("cause"), "ok": bool(ok), "skipped": None,
+            "finding": found.text if found else None, "cause_share": (cause or {}).get("share"),
+            "windows_with_cause": (cause or {}).get("windows_with"), "windows": (cause or {}).get("windows"), "run": str(run_dir)}
+
+
 def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
         workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:
     say = progress or (lambda _m: None)
@@ -239,21 +386,25 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     reps = reps or (1 if quick else 3)
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="loopscope-zoo-"))
     work.mkdir(parents=True, exist_ok=True)
-    zoo = build_zoo(work)
-    every = cases(str(zoo))
-    unknown = sorted(set(only or []) - {c.name for c in every})
+    progs = build_zoo(work)
+    every = cases(progs["zoo"], progs["lock"], progs["table"])
+    odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
+    unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies"})
     if unknown:
         from loopscope.errors import InputError
 
-        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}")
+        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}")
     chosen = [c for c in every if not only or c.name in only]
+    odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()
     results = [run_case(c, work, duration_s, reps, say) for c in chosen]
+    found = [run_anomaly(a, work, say) for a in odd]
     ran = [r for r in results if not r.get("skipped")]
     hit = sum(1 for r in ran if r.get("expected_rank") == 1)
     return {
         "cases": results,
         "accuracy": hit / len(results) if results else None,
+        "anomalies": found,
         "ran": len(ran), "skipped": len(results) - len(ran),
         "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
         "seconds": time.monotonic() - t0,
@@ -278,4 +429,18 @@ def print_human(r: dict[str, Any]) -> None:
                   f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]))
     con = _console()
     con.print(t)
+    if r.get("anomalies"):
+        a = Table(title="the study's anomalies, injected: detected and named")
+        for col in ("anomaly", "injected", "detected", "expected cause", "named", "ok"):
+            a.add_column(col)
+        from loopscope.units import format_ns
+
+        for x in r["anomalies"]:
+            if x.get("skipped"):
+                a.add_row(x["name"], format_ns(x["injected_ns"]), "skipped", x["expected"], x["skipped"], "no")
+                continue
+            named = f"{x['cause']} ({x['windows_with_cause']} of {x['windows']} windows)" if x.get("cause") else "–"
+            a.add_row(x["name"], format_ns(x["injected_ns"]), format_ns(x["detected_ns"]) if x["detected_ns"] is not None else "not detected",
+                      x["expected"], named, "yes" if x["ok"] else "no")
+        con.print(a)
     con.print(f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}")

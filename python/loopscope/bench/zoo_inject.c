@@ -13,7 +13,11 @@
  *           IPI whose handler walks the group)
  *   slack   timer slack on every thread whose name starts with a prefix
  *           (/proc/TID/timerslack_ns), given back on exit
- *   holder  a thread holding a mutex in bursts (used by `lockprog`)
+ *   pageout the anonymous memory (its thread stacks and regions up to
+ *           --max-kib) of the process one of whose threads is named with a
+ *           prefix, paged out to swap (process_madvise
+ *           MADV_PAGEOUT, the call proactive reclaimers use) every few ms:
+ *           memory pressure aimed at one process (locked memory is skipped)
  *
  * A gate (--gate FILE) makes an injector act only while the process whose
  * pid FILE holds is alive: the bench's experiment starts that process as a
@@ -33,6 +37,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -239,9 +245,93 @@ static int mode_slack(int argc, char **argv) {
     return 0;
 }
 
+/* the thread-group id of the first thread whose name starts with prefix, or 0 */
+static long find_tgid(const char *prefix) {
+    DIR *d = opendir("/proc");
+    long found = 0;
+    struct dirent *e;
+    while (d && !found && (e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char tp[300];
+        snprintf(tp, sizeof tp, "/proc/%s/task", e->d_name);
+        DIR *td = opendir(tp);
+        struct dirent *t;
+        while (td && !found && (t = readdir(td))) {
+            char cp[600], comm[64] = "";
+            snprintf(cp, sizeof cp, "/proc/%s/task/%s/comm", e->d_name, t->d_name);
+            FILE *f = fopen(cp, "r");
+            if (!f) continue;
+            if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0) found = strtol(e->d_name, NULL, 10);
+            fclose(f);
+        }
+        if (td) closedir(td);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+
+/* page out every private writable anonymous mapping of tgid; pages paged out, or -1 */
+static unsigned long max_bytes = 8UL << 20;
+static long page_out(long tgid) {
+    char p[64];
+    snprintf(p, sizeof p, "/proc/%ld/maps", tgid);
+    FILE *f = fopen(p, "r");
+    if (!f) return -1;
+    struct iovec iov[512];
+    int n = 0;
+    char line[512];
+    while (n < 512 && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        char perms[8] = "";
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &a, &b, perms, &path_at) < 3) continue;
+        const char *path = path_at ? line + path_at : "";
+        int anon = path[0] == '\n' || path[0] == 0 || strncmp(path, "[heap]", 6) == 0 || strncmp(path, "[stack", 6) == 0;
+        /* thread stacks and small regions, not the big heaps: the pages the
+         * measuring thread touches when it wakes, without gigabytes of swap I/O */
+        if (perms[0] == 'r' && perms[1] == 'w' && perms[3] == 'p' && anon && b - a <= max_bytes) {
+            iov[n].iov_base = (void *)a;
+            iov[n].iov_len = b - a;
+            n++;
+        }
+    }
+    fclose(f);
+    int pidfd = (int)syscall(SYS_pidfd_open, (pid_t)tgid, 0);
+    if (pidfd < 0) return -1;
+    long r = syscall(SYS_process_madvise, pidfd, iov, (size_t)n, MADV_PAGEOUT, 0);
+    close(pidfd);
+    return r;
+}
+
+static int mode_pageout(int argc, char **argv) {
+    const char *prefix = sarg(argc, argv, "--prefix", "ls-timer");
+    int64_t every = arg(argc, argv, "--every-ms", 20) * 1000000LL;
+    max_bytes = (unsigned long)arg(argc, argv, "--max-kib", 8196) << 10;
+    pin((int)arg(argc, argv, "--cpu", 0));
+    /* --for-ms: only so long after the start, then idle until stopped */
+    long for_ms = arg(argc, argv, "--for-ms", 0);
+    int64_t until = for_ms > 0 ? now_ns() + for_ms * 1000000LL : INT64_MAX;
+    long last = 0;
+    while (!stop_now && now_ns() < until) {
+        long tgid = find_tgid(prefix);
+        if (tgid) {
+            long r = page_out(tgid);
+            if (tgid != last) fprintf(stderr, "ls-zoo pageout: process %ld: %s\n", tgid, r < 0 ? strerror(errno) : "paging out");
+            last = tgid;
+        }
+        sleep_ns(every);
+    }
+    while (!stop_now) pause();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack [--option value ...] [--gate FILE]\n");
+        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack|pageout [--option value ...] [--gate FILE]\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -256,6 +346,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "timers")) return mode_timers(argc, argv);
     if (!strcmp(argv[1], "ipi")) return mode_ipi(argc, argv);
     if (!strcmp(argv[1], "slack")) return mode_slack(argc, argv);
+    if (!strcmp(argv[1], "pageout")) return mode_pageout(argc, argv);
     fprintf(stderr, "ls-zoo: unknown mode %s\n", argv[1]);
     return 2;
 }

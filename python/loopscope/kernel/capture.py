@@ -53,6 +53,7 @@ from typing import Any
 EVENTS = [
     "sched:sched_switch",
     "sched:sched_wakeup",
+    "sched:sched_waking",
     "sched:sched_migrate_task",
     "sched:sched_stat_runtime",
     "irq:irq_handler_entry",
@@ -73,13 +74,16 @@ EVENTS = [
 ]
 
 # Events recorded only where a filter in the kernel passes them (the
-# ``.function`` form compares a pointer with a kernel symbol): the timers
+# ``.function`` form compares a pointer with a kernel symbol): wake-ups
+# done by a task (not from a hard or soft interrupt or an NMI), the timers
 # of sleeping threads (their soft and hard expiry say how much timer slack
 # a wake-up was given), and of the functions IPIs run, only the TLB flush
 # (it names an IPI as a TLB shootdown). A kernel that refuses a filter
 # does without the event, and the run says so: unfiltered, they would be
 # recorded for every timer and every cross-CPU call.
 FILTERS = {
+    # wake-ups one task gives another (not those of interrupts): who a blocked thread waited for
+    "sched:sched_waking": "!(common_flags & 0x58)",
     "timer:hrtimer_start": "function.function == hrtimer_wakeup",
     "csd:csd_function_entry": "func.function == flush_tlb_func",
 }

@@ -25,6 +25,7 @@ class TimerProbe(ProbeModel):
     cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
     priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE)")
     dma_latency_us: Annotated[int, Field(ge=0)] | None = Field(None, description="hold /dev/cpu_dma_latency during the probe, as cyclictest does with 0")
+    mlock: bool = Field(True, description="lock the probe's memory (mlockall), as cyclictest -m does; false lets page faults into its wake-ups")
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
@@ -43,6 +44,8 @@ class Timer(ProbeKind):
             a += ["--priority", str(p["priority"])]
         if p.get("dma_latency_us") is not None:
             a += ["--dma-latency", str(p["dma_latency_us"])]
+        if p.get("mlock") is False:
+            a += ["--no-mlock"]
         return a + ["--json", "--trace", str(trace)]
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]

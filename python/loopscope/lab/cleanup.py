@@ -142,6 +142,12 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}remove leftover kernel trace instance {name} (its buffers)")
         if not dry_run:
             remove_instance(name)
+    from loopscope.host import swapfile
+
+    for sw in swapfile.leftovers():
+        actions.append(f"{verb}turn off and delete leftover swap file {sw}")
+        if not dry_run:
+            swapfile.remove(sw)
     root, _ = find_root()
     if root is not None and root.exists():
         for g in sorted(p for p in root.iterdir() if p.is_dir()):

@@ -99,9 +99,12 @@ def metrics_table(c: pl.DataFrame, measure: str, title: str, phases: list[str]) 
     return {"title": title, "metrics": metrics, "heads": [heading(m) for m in metrics], "rows": rows}
 
 
-def detected(series: list[Any]) -> list[str]:
-    """What the anomaly detectors found in these series, per phase and repetition."""
+def detected(series: list[Any], att: pl.DataFrame | None = None) -> list[str]:
+    """What the anomaly detectors found in these series, per phase and
+    repetition, each with what explain found in its windows (``att``: the
+    probe's attribution rows, when the run was explained)."""
     from loopscope.analysis.detectors import detect
+    from loopscope.analysis.explain import causes_in
 
     out = []
     for s in series:
@@ -110,9 +113,27 @@ def detected(series: list[Any]) -> list[str]:
             continue
         prefix = getattr(s, "prefix", "")
         for (phase, rep), g in df.group_by(["phase", "rep"], maintain_order=True):
+            here = att.filter((pl.col("phase") == phase) & (pl.col("rep") == rep)) if att is not None and len(att) else None
             for f in detect(g["t_ns"].to_numpy(), g["value"].to_numpy()):
-                out.append(f"{prefix}{phase}, rep {rep}: {f.text}")
+                line = f"{prefix}{phase}, rep {rep}: {f.text}"
+                c = causes_in(here, f.windows) if here is not None and f.kind != "drift" else None
+                if c and c["cause"]:
+                    where = f"in {c['windows_with']} of its {c['windows']} windows" if f.windows else "in its outliers"
+                    line += f"; explain finds {c['cause']} {where} ({100 * c['share']:.0f} % of their outliers' time)"
+                out.append(line)
     return out
+
+
+def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
+    """The explained outliers of a probe (its own and its intervals', named
+    ``<probe> <interval>``) from RUN/tables/attribution.parquet, if any."""
+    if run_dir is None:
+        return None
+    p = Path(run_dir) / "tables" / "attribution.parquet"
+    if not p.exists():
+        return None
+    a = pl.read_parquet(p, columns=["rep", "phase", "probe", "id", "t_ns", "cause", "ns"])
+    return a.filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
 
 
 def images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: int = 3) -> list[dict[str, str]]:
@@ -148,7 +169,7 @@ def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: 
         if kind is None:  # an app's intervals carry the kind "app", a known kind
             continue
         sec: dict[str, Any] = {"name": probe, "kind": kind.name, "describe": kind.describe, "charts": [], "tables": [], "grids": []}
-        sec["detected"] = [d for d in detected([s for s in kind.series(tables, probe) if s.scan])]
+        sec["detected"] = detected([s for s in kind.series(tables, probe) if s.scan], attribution_of(run_dir, probe))
         present = [p for p in phases if p in set(c["phase"].to_list())]
         kind.section(sec, tables, c, present, run_dir)
         out.append(sec)

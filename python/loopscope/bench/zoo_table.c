@@ -1,0 +1,88 @@
+/* zoo-table: the `faults` case and the warm-up anomaly of `loopscope bench explain`.
+ *
+ * A program probe (trace path from LOOPSCOPE_TRACE): a periodic control
+ * loop on --cpu that wakes every --period-us at an absolute deadline and,
+ * each cycle, reads --lookups entries at random from a --table-mib lookup
+ * table (its model, a map, a filter bank). It logs each cycle from its
+ * deadline to the end of its work (interval loop/cycle). Its memory is
+ * locked only with --mlock (mlockall), so memory pressure on it (the bench
+ * pages its memory out) turns into page faults inside the cycle. Stops on
+ * SIGINT or SIGTERM.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <loopscope.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <time.h>
+
+static volatile sig_atomic_t stop_now = 0;
+static void on_stop(int sig) { (void)sig; stop_now = 1; }
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long opt(int argc, char **argv, const char *name, long dflt) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
+    return dflt;
+}
+
+int main(int argc, char **argv) {
+    int cpu = (int)opt(argc, argv, "--cpu", 1);
+    int64_t period = opt(argc, argv, "--period-us", 1000) * 1000;
+    size_t bytes = (size_t)opt(argc, argv, "--table-mib", 64) << 20;
+    long lookups = opt(argc, argv, "--lookups", 64);
+    int lock = 0;
+    for (int i = 1; i < argc; i++) lock |= strcmp(argv[i], "--mlock") == 0;
+    signal(SIGINT, on_stop);
+    signal(SIGTERM, on_stop);
+    prctl(PR_SET_NAME, "zoo-table");
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    sched_setaffinity(0, sizeof s, &s);
+    if (lock && mlockall(MCL_CURRENT | MCL_FUTURE) != 0) perror("zoo-table: mlockall");
+    uint64_t *table = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+        perror("zoo-table: mmap");
+        return 1;
+    }
+    madvise(table, bytes, MADV_NOHUGEPAGE);
+    size_t n = bytes / sizeof *table;
+    for (size_t i = 0; i < n; i++) table[i] = i * 2654435761u;
+    if (ls_open(NULL, NULL) != 0) {
+        fprintf(stderr, "zoo-table: %s\n", ls_last_error());
+        return 1;
+    }
+    const ls_entity *cycle = ls_register("loop", "cycle", LS_KIND_INTERVAL, "one cycle: from its deadline to the end of its lookups");
+    ls_thread_init();
+    uint64_t x = 88172645463325252u, sum = 0;
+    int64_t next = now_ns() + period;
+    uint32_t k = 0;
+    while (!stop_now) {
+        struct timespec ts = {next / 1000000000LL, next % 1000000000LL};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop_now) {}
+        for (long j = 0; j < lookups; j++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            sum += table[x % n];
+        }
+        ls_interval_mono(cycle, k++, (uint64_t)next, (uint64_t)(now_ns() - next));
+        next += period;
+        if (next < now_ns()) next = now_ns() + period;
+    }
+    if (ls_close() != 0) {
+        fprintf(stderr, "zoo-table: %s\n", ls_last_error());
+        return 1;
+    }
+    return sum == 42 ? 3 : 0;
+}
