@@ -9,7 +9,7 @@ is and is tested on synthetic series with a known answer and on noise.
   differs from the rest, Mann-Whitney U, p < 1e-4, by more than 20 % and
   3 MADs); says how much to trim.
 - **periodic disturbance**: the series of outlier indicators (value above
-  the p95) on a regular grid has a spectral peak far above the rest (FFT
+  the p95, or no record at all in a grid step) on a regular grid has a spectral peak far above the rest (FFT
   periodogram, Fisher's g-test p < 1e-3, and 20× the median power); the
   period is the shortest autocorrelation lag near the best one (a short
   burst spreads its power over many harmonics), the amplitude comes from
@@ -108,6 +108,11 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     thr = np.percentile(v, 95)
     x = np.zeros(bins)
     np.maximum.at(x, idx, (v > thr).astype(float))
+    # A grid step with no record is a record that never came (a deadline
+    # missed while the thread could not run): as much an outlier as any.
+    seen = np.zeros(bins, dtype=bool)
+    seen[idx] = True
+    x[~seen] = 1.0
     x -= x.mean()
     if not x.any():
         return None
