@@ -268,6 +268,7 @@ pub(crate) fn echo_dict<'py>(
     d.set_item("malformed", r.malformed)?;
     d.set_item("send_errors", r.send_errors)?;
     d.set_item("elapsed_ns", r.elapsed_ns)?;
+    d.set_item("tids", r.tids.clone())?;
     d.set_item("interrupted", interrupted)?;
     Ok(d)
 }

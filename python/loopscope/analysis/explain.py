@@ -1,11 +1,11 @@
 """The outliers of a run and their causes, from its kernel captures.
 
-For every probe step whose records are latency intervals (the timer's
-wake-ups, the sched probe's wake-ups, and every pipeline stage's kernel to
-application time: the message waited in the kernel for the stage's thread,
-and every interval a ``program`` probe's own instrumentation logged, split
-into running, blocked and what ran while it waited) on a host a kernel
-capture covers,
+For every probe step on a host a kernel capture covers, its kind hands
+over the intervals explain may split (``ProbeKind.windows``: the timer's
+and the sched probe's wake-ups, every pipeline stage's and both rr ends'
+kernel-to-application waits, the syscall probe's batches, every interval a
+``program`` or ``app`` logged); explain knows no kind by name, and a step
+whose kind is not registered is said in ``not_explained``. Of those,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
 outlier's window split into causes. The capture is read in clusters of
@@ -49,7 +49,6 @@ from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import RunDir
 
-LATENCY = {("timer", "wakeup"), ("sched", "wakeup")}
 # A cluster of outlier windows is at most this long, and gets the kernel
 # events this far around its windows: runtime accounting comes at least
 # every tick (4 ms at HZ=250), so 20 ms holds the run that ends a window and
@@ -134,9 +133,57 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o)
 
 
-def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
-    """Attribute every covered probe's outliers; ``all_causes`` adds every
-    cause of each group (``all_causes``), not only the top eight."""
+class RunSource:
+    """What kinds read to hand explain their windows (``kinds.base.WindowSource``):
+    the run's record and spec, and its traces, each read once."""
+
+    def __init__(self, run_dir: Path, run: dict[str, Any], kernels: dict[str, int]) -> None:
+        self.run_dir, self.run = run_dir, run
+        p = run_dir / "spec.json"
+        self.spec: dict[str, Any] = json.loads(p.read_text()) if p.exists() else {}
+        self._kernels = kernels
+
+    def trace(self, rel: str) -> pl.DataFrame | None:
+        got = self.trace_info(rel)
+        return None if got is None else got[0]
+
+    def trace_info(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
+        p = self.run_dir / rel
+        return reader.read_with_info(p, sort=False) if p.exists() else None
+
+    def host_of(self, step: dict[str, Any]) -> str:
+        return step.get("host") or next(iter(self.run.get("hosts") or {"localhost": 0}))
+
+    def same_kernel(self, a: str, b: str) -> bool:
+        return a in self._kernels and self._kernels.get(a) == self._kernels.get(b)
+
+
+def windows_of(run_dir: Path, run: dict[str, Any], kinds: Any, caps: list[dict[str, Any]]) -> tuple[pl.DataFrame, list[str]]:
+    """Every step's windows through its kind's hook (``ProbeKind.windows``),
+    and the steps no registered kind answers for (said, never skipped silently)."""
+    kernels = {h: i for i, c in enumerate(caps) for h in c.get("covers") or []}
+    src = RunSource(run_dir, run, kernels)
+    parts, unknown = [], []
+    steps = run.get("steps") or []
+    for n, st in enumerate(steps, 1):
+        progress.step("explain: reading probe traces", n, len(steps))
+        kind = kinds.get(str(st.get("kind"))) if kinds is not None else None
+        if kind is None:
+            unknown.append(f"{st.get('probe')} ({st.get('kind')})")
+            continue
+        w = kind.windows(st, src)
+        if len(w):
+            parts.append(w)
+    from loopscope.analysis.windows import WINDOWS
+
+    return (pl.concat(parts) if parts else pl.DataFrame(schema=WINDOWS)), sorted(set(unknown))
+
+
+def explain(run_dir: Path, kinds: Any, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
+    """Attribute every covered probe's outliers; ``kinds`` is the kind
+    registry whose ``windows`` hook gives each step's intervals;
+    ``all_causes`` adds every cause of each group (``all_causes``), not only
+    the top eight."""
     run = RunDir(run_dir).run()
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
@@ -146,6 +193,12 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, all
     roles = _roles(run)
     out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
     frames = []
+    wins, unknown = windows_of(run_dir, run, kinds, caps)
+    next_id = 0
+    if unknown:
+        out["not_explained"] = [f"{u}: no registered kind gives its windows" for u in unknown]
+    off = pl.col("host").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, dtype=pl.Int64)
+    wins = wins.with_columns((pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("latency_ns") - off).alias("end_k"))
     for cap in caps:
         progress.step(f"explain: opening the kernel capture of {cap['host']}")
         try:
@@ -154,64 +207,23 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, all
             out["captures"].append({**cap, "error": str(e)})
             continue
         out["captures"].append(_capture_entry(run_dir, cap, st))
-        rows = []
-        steps = [s for s in run.get("steps") or [] if s.get("kind") in ("timer", "sched")]
-        for n, stp in enumerate(steps, 1):
-            progress.step("explain: reading probe traces", n, len(steps))
-            host = stp.get("host") or next(iter(run.get("hosts") or {"localhost": 0}))
-            if host not in cap["covers"]:
-                continue
-            p = run_dir / stp["trace"]
-            if not p.exists():
-                continue
-            df = reader.read(p, sort=False)
-            iv = df.filter(pl.col("kind").cast(pl.String) == "interval").with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String))
-            iv = iv.filter((pl.col("group") + "/" + pl.col("name")).is_in([f"{g}/{n}" for g, n in LATENCY]))
-            if not len(iv):
-                continue
-            off = offsets.get(host, 0)
-            rows.append(iv.select(
-                pl.lit(stp["rep"]).alias("rep"), pl.lit(stp["phase"]).alias("phase"), pl.lit(stp["probe"]).alias("probe"), pl.lit(host).alias("host"),
-                pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
-                (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"),
-            ))
-        rows += _pipeline_windows(run_dir, run, cap["covers"], offsets)
-        rows += _program_windows(run_dir, run, cap["covers"], offsets)
-        if not rows:
+        recs = wins.filter(pl.col("host").is_in(cap["covers"]))
+        if not len(recs):
             continue
-        recs = pl.concat(rows, how="diagonal_relaxed").with_columns(pl.col("span").fill_null(False) if any("span" in r.columns for r in rows) else pl.lit(False).alias("span")).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
+        # ids unique across captures (each outlier's rows join on it)
+        recs = recs.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64) + next_id)
+        next_id += len(recs)
         thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
         recs = recs.join(thr, on=["probe", "phase"])
         above = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True)
         n_above = above.group_by("probe", "phase").len()
         # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
-        del recs, rows
+        del recs
         att = attribute_store(st, outl, roles)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
-            total = int(g["ns"].sum())
-            by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
-            t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
-            fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
-            lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
-            loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
-            out["groups"].append({
-                "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
-                "outliers": int(g["id"].n_unique()), "outlier_ns": total,
-                "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
-                "complete": bool(g["complete"].all()),
-                "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
-                "incomplete_why": _why_counts(g),
-                "lab_share": sum(lab.values()) / total if total else 0.0,
-                "lab": {c: ns / total for c, ns in sorted(lab.items(), key=lambda kv: -kv[1])} if total else {},
-                "load_share": loads / total if total else 0.0,
-                "system_share": (total - sum(lab.values()) - loads) / total if total else 0.0,
-                "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
-                           for r in by.head(8).iter_rows(named=True)],
-            })
-            if all_causes:
-                out["groups"][-1]["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
+            out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes))
     att_all = pl.concat(frames) if frames else pl.DataFrame()
     (run_dir / "tables").mkdir(exist_ok=True)
     if len(att_all):
@@ -219,6 +231,33 @@ def explain(run_dir: Path, quantile: float = 0.99, max_outliers: int = 5000, all
     out["seconds"] = time.perf_counter() - t0
     (run_dir / "explain.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
     return out
+
+
+def _group_entry(probe: str, phase: str, cap: dict[str, Any], g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> dict[str, Any]:
+    """One probe × phase of explain's result: its causes and shares."""
+    total = int(g["ns"].sum())
+    by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
+    t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
+    fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
+    lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
+    loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
+    entry = {
+        "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
+        "outliers": int(g["id"].n_unique()), "outlier_ns": total,
+        "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
+        "complete": bool(g["complete"].all()),
+        "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
+        "incomplete_why": _why_counts(g),
+        "lab_share": sum(lab.values()) / total if total else 0.0,
+        "lab": {c: ns / total for c, ns in sorted(lab.items(), key=lambda kv: -kv[1])} if total else {},
+        "load_share": loads / total if total else 0.0,
+        "system_share": (total - sum(lab.values()) - loads) / total if total else 0.0,
+        "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
+                   for r in by.head(8).iter_rows(named=True)],
+    }
+    if all_causes:
+        entry["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
+    return entry
 
 
 def _why_counts(g: pl.DataFrame) -> list[str]:
@@ -233,94 +272,6 @@ def _why_counts(g: pl.DataFrame) -> list[str]:
             key = re.sub(r"^\d+ kernel events lost inside the window \(CPU [^)]*\)", "kernel events lost inside the window", part)
             counts[key] = counts.get(key, 0) + 1
     return [f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-
-
-def _pipeline_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offsets: dict[str, int]) -> list[pl.DataFrame]:
-    """Each pipeline stage's kernel-to-application windows (the message is in
-    the host's kernel; the stage's thread has not read it yet) as latency
-    records of that thread, named ``<probe> <stage> stack``. The stamps are
-    the host's CLOCK_REALTIME: its own traces' calibration pairs move them
-    to its CLOCK_MONOTONIC, the time-namespace offset to the kernel's."""
-    from loopscope.clock.sync import Pairs
-    from loopscope.probes.pipeline import messages_from
-
-    out = []
-    for st in run.get("steps") or []:
-        if st.get("kind") != "pipeline" or not st.get("stages"):
-            continue
-        sink = run_dir / st["trace"]
-        if not sink.exists():
-            continue
-        m = messages_from(reader.read(sink, sort=False))
-        if not len(m):
-            continue
-        stages = st["stages"]
-        n_nodes = len(stages) - 2
-        for k in range(1, n_nodes + 2):
-            sg = stages[k]
-            host = sg["host"]
-            if host not in covers:
-                continue
-            if k <= n_nodes:
-                krx, urx, label = f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}"
-                trace = run_dir / sg["trace"]
-            else:
-                krx, urx, label = "sink_krx_rt_ns", "sink_urx_rt_ns", "sink"
-                trace = sink
-            if not trace.exists() or krx not in m.columns:
-                continue
-            df, info = reader.read_with_info(trace, sort=False)
-            ev = df.filter(pl.col("group").cast(pl.String) == "pipe")
-            if not len(ev):
-                continue
-            tid = int(ev["tid"].mode()[0])
-            pairs = Pairs.of(info.calibration)
-            if not len(pairs.mono):
-                continue
-            a, _ = pairs.mono_of(m[krx].to_numpy())
-            b, _ = pairs.mono_of(m[urx].to_numpy())
-            off = offsets.get(host, 0)
-            out.append(pl.DataFrame({
-                "rep": [st["rep"]] * len(m), "phase": [st["phase"]] * len(m), "probe": [f"{st['probe']} {label} stack ({host})"] * len(m), "host": [host] * len(m),
-                "tid": [tid] * len(m), "t_ns": a, "latency_ns": b - a, "start_k": a - off, "end_k": b - off,
-            }).filter(pl.col("latency_ns") > 0))
-    return out
-
-
-def _program_windows(run_dir: Path, run: dict[str, Any], covers: list[str], offsets: dict[str, int]) -> list[pl.DataFrame]:
-    """Every interval a ``program`` probe logged that its ``attribute``
-    patterns select, as records of the thread that logged it, named
-    ``<probe> <group>/<name>``: split by ``attribute_span`` (the interval is
-    any stretch of the program's time), except those its ``wakeup`` patterns
-    name (from a deadline to when the thread ran), split like the timer's."""
-    from fnmatch import fnmatchcase
-
-    from loopscope.analysis.steps import program_parts
-
-    spec = json.loads((run_dir / "spec.json").read_text()) if (run_dir / "spec.json").exists() else {}
-    pats = {p.get("name"): p.get("attribute") or ["*"] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
-    wake = {p.get("name"): p.get("wakeup") or [] for p in spec.get("probes") or [] if p.get("kind") in ("program", "app")}
-    out = []
-    for st in run.get("steps") or []:
-        parts = [(p.host, p.trace, f"{p.name}: " if p.name else "") for p in program_parts(st, run)]
-        for host, trace, prefix in parts:
-            if host not in covers or not (run_dir / trace).exists():
-                continue
-            df = reader.read(run_dir / trace, sort=False)
-            iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"]))
-            if not len(iv):
-                continue
-            iv = iv.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"))
-            ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats.get(st["probe"], ["*"]))]
-            woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake.get(st["probe"], []))]
-            iv = iv.filter(pl.col("entity").is_in(ents) & (pl.col("dur_ns") > 0))
-            off = offsets.get(host, 0)
-            out.append(iv.select(
-                pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), (pl.lit(f"{st['probe']} {prefix}") + pl.col("entity")).alias("probe"), pl.lit(host).alias("host"),
-                pl.col("tid").cast(pl.Int64), "t_ns", pl.col("dur_ns").alias("latency_ns"),
-                (pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns") - off).alias("end_k"), ~pl.col("entity").is_in(woken).alias("span"),
-            ))
-    return out
 
 
 def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, Any]]:

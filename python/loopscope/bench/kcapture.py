@@ -186,7 +186,9 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any
 def _explain_self(run_dir: Path) -> tuple[tuple[int, int], dict[str, Any]]:
     from loopscope.analysis import explain
 
-    ex = explain.explain(run_dir) or {"groups": [], "captures": []}
+    from loopscope.kinds import KINDS
+
+    ex = explain.explain(run_dir, KINDS) or {"groups": [], "captures": []}
     cap_ns = tot = 0
     for g in ex["groups"]:
         if " stack (" not in g["probe"]:

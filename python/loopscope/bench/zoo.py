@@ -258,7 +258,9 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         if swap is not None:
             swapfile.remove(swap)
     say(f"  {case.name}: explaining …")
-    res = explain(run_dir, all_causes=True)
+    from loopscope.kinds import KINDS
+
+    res = explain(run_dir, KINDS, all_causes=True)
     if res is None:
         raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
     out = score(case, res)
@@ -367,7 +369,9 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> dict[str
     finally:
         if swap is not None:
             swapfile.remove(swap)
-    explain(run_dir)
+    from loopscope.kinds import KINDS
+
+    explain(run_dir, KINDS)
     p = run_dir / "tables" / "attribution.parquet"
     att = pl.read_parquet(p).filter(pl.col("probe").str.starts_with("t")) if p.exists() else None
     found, cause = None, None
@@ -426,9 +430,8 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
 
 
 def print_human(r: dict[str, Any]) -> None:
+    from rich.console import Console
     from rich.table import Table
-
-    from loopscope.cli.base import _console
 
     t = Table(title="explain against injected causes (the injected phase's outliers, above its p99)")
     for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers"):
@@ -440,7 +443,7 @@ def print_human(r: dict[str, Any]) -> None:
         pct = lambda v: f"{100 * v:.1f} %" if v is not None else "–"  # noqa: E731
         t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), pct(c["expected_share"]),
                   f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]))
-    con = _console()
+    con = Console()
     con.print(t)
     if r.get("anomalies"):
         a = Table(title="the study's anomalies, injected: detected and named")

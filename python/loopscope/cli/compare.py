@@ -110,7 +110,7 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
             explained = json.loads(ej.read_text())
         else:
             progress.step("advise: explaining the outliers")
-            explained = explain.explain(rd.path)
+            explained = explain.explain(rd.path, KINDS)
     rows, tunings = advise.advise(rd.path, explained, {k.name: k.model for k in KINDS})
     follow = None
     if tunings:

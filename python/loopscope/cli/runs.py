@@ -204,15 +204,15 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
       loopscope explain runs/20261124-101500-control-loop
       loopscope explain runs/20261124-101500-control-loop --quantile 0.999 --json
     """
+    from loopscope import progress
     from loopscope.analysis import explain
-
+    from loopscope.kinds import KINDS
     from loopscope.rundir import RunDir
 
     rd = RunDir.open(run_dir).path
-    from loopscope import progress
 
     with progress.shown(not as_json):
-        out = explain.explain(rd, quantile=quantile)
+        out = explain.explain(rd, KINDS, quantile=quantile)
     if out is None:
         raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or tracefs or the privileges were missing: see its notes)")
     if as_json:

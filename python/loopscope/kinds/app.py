@@ -16,8 +16,8 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows
-from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals
+from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource
+from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
 
@@ -151,6 +151,9 @@ class App(ProbeKind):
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        return program_windows(step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images

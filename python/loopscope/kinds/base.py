@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 import polars as pl
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.windows import WINDOWS, no_windows
 
 Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
 
@@ -80,6 +81,71 @@ class StepContext(Protocol):
     def failure(self, what: str, host: str, component: str) -> Exception:
         """The exception that stops the run naming a failed component."""
         ...
+
+
+class WindowSource(Protocol):
+    """What a kind reads to hand explain its windows (``analysis.explain.RunSource``)."""
+
+    run_dir: Path
+    run: dict[str, Any]
+    spec: dict[str, Any]
+
+    def trace(self, rel: str) -> pl.DataFrame | None:
+        """A trace of the run as a table (None: missing)."""
+        ...
+
+    def trace_info(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
+        """A trace and its metadata (calibration pairs), or None."""
+        ...
+
+    def host_of(self, step: dict[str, Any]) -> str:
+        """The host a step ran on (its ``host``, else the run's first)."""
+        ...
+
+    def same_kernel(self, a: str, b: str) -> bool:
+        """Whether two hosts run on one kernel (one capture covers both)."""
+        ...
+
+
+def wait_windows(step: dict[str, Any], src: WindowSource, trace_rel: str, krx_rt: Any, urx_rt: Any, tid: int, host: str, label: str) -> pl.DataFrame:
+    """Kernel-to-application waits of one receiving thread: a message was in
+    the host's kernel at ``krx_rt`` and the thread read it at ``urx_rt``
+    (CLOCK_REALTIME ns arrays), moved to the host's CLOCK_MONOTONIC by the
+    calibration pairs of ``trace_rel`` (a trace written on that host)."""
+    import numpy as np
+
+    from loopscope.clock.sync import Pairs
+
+    got = src.trace_info(trace_rel)
+    if got is None:
+        return no_windows()
+    pairs = Pairs.of(got[1].calibration)
+    if not len(pairs.mono):
+        return no_windows()
+    a, _ = pairs.mono_of(np.asarray(krx_rt, dtype=np.int64))
+    b, _ = pairs.mono_of(np.asarray(urx_rt, dtype=np.int64))
+    n = len(a)
+    return pl.DataFrame({
+        "rep": [step["rep"]] * n, "phase": [step["phase"]] * n, "probe": [label] * n, "host": [host] * n, "tid": [tid] * n,
+        "t_ns": a, "latency_ns": b - a, "span": [False] * n,
+    }).cast(WINDOWS).filter(pl.col("latency_ns") > 0)  # type: ignore[arg-type]
+
+
+def interval_windows(step: dict[str, Any], src: WindowSource, group: str, names: list[str] | None, span: bool, label: str | None = None) -> pl.DataFrame:
+    """The step's own intervals of ``group`` (``names``: only these; None:
+    all) as windows of the threads that logged them, named ``label`` (default
+    the probe's name; ``"{name}"`` puts each interval's name in)."""
+    df = src.trace(step["trace"]) if step.get("trace") else None
+    if df is None or not len(df):
+        return no_windows()
+    iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == group) & (pl.col("dur_ns") > 0))
+    if names is not None:
+        iv = iv.filter(pl.col("name").cast(pl.String).is_in(names))
+    name = pl.lit(step["probe"]) if label is None else pl.lit(label.split("{name}")[0]) + pl.col("name").cast(pl.String) + pl.lit(label.split("{name}")[-1] if "{name}" in label else "")
+    return iv.select(
+        pl.lit(step["rep"]).alias("rep"), pl.lit(step["phase"]).alias("phase"), name.alias("probe"), pl.lit(src.host_of(step)).alias("host"),
+        pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), pl.lit(span).alias("span"),
+    ).cast(WINDOWS)  # type: ignore[arg-type]
 
 
 # How often a step of several processes looks at its hosts while they
@@ -165,6 +231,13 @@ class ProbeKind:
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         return []
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """The intervals of one step that explain splits into causes, as a
+        ``WINDOWS`` frame. Every kind answers, even with an empty frame:
+        a kind that forgets fails the contract test instead of silently
+        getting no attribution."""
+        raise NotImplementedError(f"{self.name}: no windows for explain")
 
     def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]:
         """Per phase, (missed deadlines, deadlines) of each repetition; {} for a kind without deadlines."""

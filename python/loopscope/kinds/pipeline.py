@@ -19,7 +19,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, cli, groups
+from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import duration_text
 
@@ -190,6 +190,33 @@ class Pipeline(ProbeKind):
         if not len(df) or "e2e_ns" not in df.columns or "t_ns" not in df.columns:
             return []
         return [Series("e2e", "end-to-end time", df.filter(pl.col("probe") == probe).select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value")))]
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """Each stage's kernel-to-application waits (the message is in the
+        host's kernel; the stage's thread has not read it yet), as windows of
+        that thread, named ``<probe> <stage> stack (<host>)``."""
+        from loopscope.probes.pipeline import messages_from
+
+        stages = step.get("stages")
+        sink = src.trace(step["trace"]) if stages and step.get("trace") else None
+        if sink is None:
+            return no_windows()
+        m = messages_from(sink)
+        if not len(m):
+            return no_windows()
+        n_nodes = len(stages) - 2
+        out = []
+        for k in range(1, n_nodes + 2):
+            host = stages[k]["host"]
+            krx, urx, label, rel = (f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}", stages[k]["trace"]) if k <= n_nodes else ("sink_krx_rt_ns", "sink_urx_rt_ns", "sink", step["trace"])
+            df = src.trace(rel)
+            if df is None or krx not in m.columns:
+                continue
+            ev = df.filter(pl.col("group").cast(pl.String) == "pipe")
+            if not len(ev):
+                continue
+            out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step['probe']} {label} stack ({host})"))
+        return pl.concat(out) if out else no_windows()
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         pipeline_section(sec, tables, comp, sec["name"], present)

@@ -12,7 +12,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, cpus, groups
+from loopscope.kinds.base import WINDOWS, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, cpus, groups, no_windows
 from loopscope.spec.models import Command, Duration, Name, ProbeModel
 from loopscope.units import duration_text
 
@@ -55,6 +55,37 @@ def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
         (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
         pl.lit(kind).alias("kind"),
     )
+
+
+def program_windows(step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    """Every interval a program (or an app's process) logged that its
+    probe's ``attribute`` patterns select, as windows of the thread that
+    logged it, named ``<probe> [<process>: ]<group>/<name>``: any stretch of
+    the program's time (``span``), except those its ``wakeup`` patterns name
+    (from a deadline to when the thread ran, split like the timer's)."""
+    from fnmatch import fnmatchcase
+
+    from loopscope.analysis.steps import program_parts
+
+    probe = next((p for p in src.spec.get("probes") or [] if p.get("name") == step["probe"]), {})
+    pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []
+    out = []
+    for part in program_parts(step, src.run):
+        df = src.trace(part.trace)
+        if df is None or not len(df):
+            continue
+        iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"]) & (pl.col("dur_ns") > 0))
+        if not len(iv):
+            continue
+        iv = iv.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"))
+        ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats)]
+        woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake)]
+        prefix = f"{part.name}: " if part.name else ""
+        out.append(iv.filter(pl.col("entity").is_in(ents)).select(
+            pl.lit(step["rep"]).alias("rep"), pl.lit(step["phase"]).alias("phase"), (pl.lit(f"{step['probe']} {prefix}") + pl.col("entity")).alias("probe"),
+            pl.lit(part.host).alias("host"), pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), ~pl.col("entity").is_in(woken).alias("span"),
+        ).cast(WINDOWS))  # type: ignore[arg-type]
+    return pl.concat(out) if out else no_windows()
 
 
 def program_argv(p: dict[str, Any], duration_ns: int, trace: Path) -> list[str]:
@@ -108,6 +139,9 @@ class Program(ProbeKind):
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        return program_windows(step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images

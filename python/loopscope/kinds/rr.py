@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, groups
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import duration_text
 
@@ -150,7 +150,8 @@ class Rr(ProbeKind):
                 except Exception:  # noqa: BLE001 - stopping the server must not hide the first failure
                     pass
         return {**step, "server": {"host": srv, "address": spec["address"], "name": name, "json": lab.rel(srv, f"{lab.step_dir(srv, key)}/{name}.json"),
-                                   "answered": (echo.get("result") or {}).get("requests"), "cpu_usec": echo.get("cpu_usec")}}
+                                   "answered": (echo.get("result") or {}).get("requests"), "cpu_usec": echo.get("cpu_usec"),
+                                   "tids": (echo.get("result") or {}).get("tids")}}
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
         a = decode(trace)
@@ -182,6 +183,29 @@ class Rr(ProbeKind):
         }, schema_overrides={"server": pl.String})
         out.add("rr", tag(df))
         return out
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """Both ends' kernel-to-application waits: the client's thread reading
+        each answer (``<probe> client (<host>)``), and the echo server's
+        reading each request (``<probe> server (<host>)``, when the lab ran
+        it and it shares the client's kernel, so the client's calibration
+        places the server's CLOCK_REALTIME stamps: time namespaces do not
+        shift CLOCK_REALTIME)."""
+        df = src.trace(step["trace"]) if step.get("trace") else None
+        if df is None:
+            return no_windows()
+        a = decode(df)
+        if not len(a):
+            return no_windows()
+        client = src.host_of(step)
+        ev = df.filter((pl.col("group").cast(pl.String) == "net") & (pl.col("name").cast(pl.String) == "rr"))
+        out = [wait_windows(step, src, step["trace"], a[:, 5], a[:, 6], int(ev["tid"].mode()[0]), client, f"{step['probe']} client ({client})")]
+        srv = step.get("server") or {}
+        tids = srv.get("tids") or []
+        if srv.get("host") and len(tids) == 1 and src.same_kernel(client, srv["host"]):
+            # placed by the client's calibration, so on the client's clock (its host's offset takes them to the kernel's)
+            out.append(wait_windows(step, src, step["trace"], a[:, 2], a[:, 3], int(tids[0]), client, f"{step['probe']} server ({srv['host']})"))
+        return pl.concat(out)
 
     def measures(self, tables: Any) -> list[Measure]:
         out = []

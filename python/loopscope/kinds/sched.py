@@ -12,7 +12,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, cli, cpus, groups
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, cpus, groups, interval_windows
 from loopscope.spec.models import Duration, Name, ProbeModel
 from loopscope.units import duration_text
 
@@ -70,6 +70,10 @@ class Sched(ProbeKind):
             out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
             out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
         return out
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """Every wake-up, from the waker's wake-up call to when the thread ran."""
+        return interval_windows(step, src, "sched", ["wakeup"], span=False)
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         df = tables.sched.filter(pl.col("probe") == probe)

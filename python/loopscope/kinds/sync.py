@@ -7,7 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from loopscope.kinds.base import ProbeKind, cli
+import polars as pl
+
+from loopscope.kinds.base import ProbeKind, WindowSource, cli, no_windows
 
 
 def _serve(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
@@ -24,6 +26,10 @@ class Sync(ProbeKind):
     helpers = {"sync-serve": _serve, "sync": _probe}
     # the lab's own threads are named so attribution can tell them apart
     comm = {"sync-serve": "ls-sync", "sync": "ls-sync"}
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """None: the clock-sync probes are the lab's, never explained themselves."""
+        return no_windows()
 
 
 KIND = Sync()

@@ -12,7 +12,7 @@ from pydantic import BeforeValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, StepRows, cli, groups
+from loopscope.kinds.base import ProbeKind, StepRows, WindowSource, cli, groups, interval_windows
 from loopscope.spec.models import SYSCALLS, Duration, Name, ProbeModel
 
 
@@ -66,6 +66,11 @@ class Syscall(ProbeKind):
         out = StepRows()
         out.add("syscall", tag(s))
         return out
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """Every timed batch of a call, as any stretch of the thread's time
+        (its own running, the interrupts inside, a preemption), one group per call."""
+        return interval_windows(step, src, "syscall", None, span=True, label=f"{step['probe']} {{name}}")
 
     def measures(self, tables: Any) -> list[Measure]:
         out = []

@@ -11,7 +11,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepRows, cli, cpus, groups
+from loopscope.kinds.base import ProbeKind, Series, StepRows, WindowSource, cli, cpus, groups, interval_windows
 from loopscope.spec.models import Duration, Name, ProbeModel
 from loopscope.units import duration_text
 
@@ -65,6 +65,10 @@ class Timer(ProbeKind):
             if name == probe and "missed" in res:
                 out.setdefault(phase, []).append((int(res["missed"]), int(res.get("samples") or 0) + int(res["missed"])))
         return out
+
+    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+        """Every wake-up, from its deadline to when the thread ran."""
+        return interval_windows(step, src, "timer", ["wakeup"], span=False)
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         df = tables.timer.filter(pl.col("probe") == probe)

@@ -106,7 +106,7 @@ def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, Any] | None:
+def _explain(run_dir: Path, run: dict[str, Any], notes: list[str], kinds: Any) -> dict[str, Any] | None:
     """The outliers' causes, computed when missing or older than the run."""
     from loopscope.analysis import explain
 
@@ -116,7 +116,7 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str]) -> dict[str, 
     try:
         if ej.exists() and ej.stat().st_mtime >= (run_dir / "run.json").stat().st_mtime:
             return dict(json.loads(ej.read_text()))
-        return explain.explain(run_dir)
+        return explain.explain(run_dir, kinds)
     except (OSError, ValueError) as e:
         notes.append(f"the outliers could not be explained: {e}")
         return None
@@ -220,7 +220,7 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
     if tables.run.get("clocksync"):
         progress.step("report: the global timeline")
         tl = _timeline(run_dir, notes)
-    ex = _explain(run_dir, tables.run, notes)
+    ex = _explain(run_dir, tables.run, notes, kinds)
     # render
     progress.step("report: rendering")
     html = run_dir / "report.html"

@@ -28,11 +28,14 @@ pub struct EchoResult {
     pub malformed: u64,
     pub send_errors: u64,
     pub elapsed_ns: u64,
+    /// The threads that served (their kernel ids: explain attributes the
+    /// server's kernel-to-application waits to them).
+    pub tids: Vec<i64>,
 }
 
 /// Serve requests until `stop` or `duration_ns`.
 pub fn echo(sock: Udp, duration_ns: Option<u64>, stop: Arc<AtomicBool>) -> EchoResult {
-    let mut r = EchoResult::default();
+    let mut r = EchoResult { tids: vec![unsafe { libc::gettid() } as i64], ..Default::default() };
     let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; 2048]).collect();
     let mut names: Vec<libc::sockaddr_storage> = vec![unsafe { std::mem::zeroed() }; BATCH];
     let mut ctrl: Vec<[u8; 256]> = vec![[0u8; 256]; BATCH];

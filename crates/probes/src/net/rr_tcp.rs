@@ -85,6 +85,9 @@ fn serve(mut c: TcpStream, stop: Arc<AtomicBool>, r: Arc<Mutex<EchoResult>>) {
     if prepare(&c).is_err() {
         return;
     }
+    if let Ok(mut g) = r.lock() {
+        g.tids.push(unsafe { libc::gettid() } as i64);
+    }
     let fd = c.as_raw_fd();
     let mut fr = Framer::new();
     let mut msgs = Vec::new();

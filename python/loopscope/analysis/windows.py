@@ -1,0 +1,23 @@
+"""The one frame every probe kind hands explain: its attributable intervals.
+
+A kind's ``windows`` hook (``kinds.base.ProbeKind.windows``) returns its
+step's intervals in these columns; explain splits the outliers among them
+into causes and knows no kind by name. ``t_ns`` and ``latency_ns`` are on
+the host's CLOCK_MONOTONIC (explain moves them onto the kernel's with the
+host's time-namespace offset); ``span`` True: any stretch of the thread's
+time (split into running, blocked and what ran instead), False: from when
+the thread should have run to when it ran (split like a timer's wake-up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+WINDOWS: dict[str, Any] = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "host": pl.String, "tid": pl.Int64,
+                           "t_ns": pl.Int64, "latency_ns": pl.Int64, "span": pl.Boolean}
+
+
+def no_windows() -> pl.DataFrame:
+    return pl.DataFrame(schema=WINDOWS)

@@ -1,0 +1,53 @@
+"""Every registered kind answers every hook explain and the report rely
+on, so a kind that forgets one fails here instead of silently getting no
+attribution."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from loopscope.analysis.explain import RunSource
+from loopscope.analysis.windows import WINDOWS
+from loopscope.kinds import KINDS
+from loopscope.kinds.base import ProbeKind
+
+
+def _source(tmp: Path) -> RunSource:
+    return RunSource(tmp, {"hosts": {"h1": {}}, "steps": []}, {"h1": 0})
+
+
+@pytest.mark.parametrize("kind", list(KINDS), ids=lambda k: k.name)
+def test_every_kind_gives_explain_its_windows_in_the_one_frame(kind: ProbeKind, tmp_path: Path) -> None:
+    # a step whose trace is missing: an empty frame of the contract's columns, never an error
+    step: dict[str, Any] = {"kind": kind.name, "probe": "p", "rep": 1, "phase": "idle", "host": "h1", "trace": "steps/r01-idle/p.lstrace"}
+    assert type(kind).windows is not ProbeKind.windows, f"{kind.name} does not say which of its intervals explain splits"
+    w = kind.windows(step, _source(tmp_path))
+    assert isinstance(w, pl.DataFrame) and dict(w.schema) == WINDOWS and w.is_empty()
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.model is not None], ids=lambda k: k.name)
+def test_every_probe_kind_has_its_model_measures_and_section(kind: ProbeKind) -> None:
+    assert kind.describe, f"{kind.name}: no description for its report section"
+    assert kind.model.model_fields["kind"].annotation.__args__ == (kind.name,)  # type: ignore[union-attr]
+    assert type(kind).measures is not ProbeKind.measures, f"{kind.name}: no measures to compare across phases"
+    assert type(kind).rows is not ProbeKind.rows, f"{kind.name}: adds nothing to the run's tables"
+
+
+def test_a_kind_without_the_windows_hook_fails_loudly(tmp_path: Path) -> None:
+    class Forgetful(ProbeKind):
+        name = "forgetful"
+
+    with pytest.raises(NotImplementedError, match="forgetful"):
+        Forgetful().windows({"kind": "forgetful"}, _source(tmp_path))
+
+
+def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path) -> None:
+    from loopscope.analysis.explain import windows_of
+
+    run = {"hosts": {"h1": {}}, "steps": [{"kind": "nosuch", "probe": "x", "rep": 1, "phase": "idle", "trace": "t.lstrace"}]}
+    w, unknown = windows_of(tmp_path, run, KINDS, [{"covers": ["h1"]}])
+    assert w.is_empty() and unknown == ["x (nosuch)"]
