@@ -27,7 +27,7 @@ hosts:
 links:
   - between: [a, b]
     delay: 1ms
-kernel: {{capture: off}}
+kernel: {{capture: {capture}}}
 probes:
   - {{kind: rr, name: ping, host: a, dest: b, rate: 500pps}}
   - {{kind: rr, name: ping-tcp, host: a, dest: b, rate: 500pps, transport: tcp, port: 47301}}
@@ -47,7 +47,7 @@ def test_ipdv_is_the_change_in_delay_between_consecutive_exchanges_and_skips_a_g
 def rr_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
     d = tmp_path_factory.mktemp("rr")
     spec = d / "rr.yaml"
-    spec.write_text(RR.format(duration="1s"))
+    spec.write_text(RR.format(duration="1s", capture="off"))
     r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", "rr1"], cwd=d, capture_output=True, text=True, timeout=240)
     return d / "rr1", r
 
@@ -102,3 +102,26 @@ def test_an_rr_probe_naming_an_unknown_host_is_refused_by_check(tmp_path: Path) 
     r = subprocess.run([str(BIN), "check", str(spec)], capture_output=True, text=True)
     assert r.returncode == 2
     assert "probes.0.dest: no host named 'zz'" in r.stderr
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("ip", "ethtool")
+def test_both_ends_of_an_rr_probe_are_explained_through_its_kinds_windows(tmp_path: Path) -> None:
+    from loopscope.analysis.explain import explain
+    from loopscope.kinds import KINDS
+
+    spec = tmp_path / "rr.yaml"
+    spec.write_text(RR.format(duration="1s", capture="'on'"))
+    r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", "rr2", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "rr2" / "run.json").read_text())
+    assert all(len(s["server"]["tids"]) == 1 for s in run["steps"] if s["kind"] == "rr")  # the echo server says which thread served
+    ex = explain(tmp_path / "rr2", KINDS)
+    assert ex is not None
+    groups = {g["probe"] for g in ex["groups"]}
+    for probe in ("ping", "ping-tcp"):
+        assert {f"{probe} client (a)", f"{probe} server (b)"} <= groups, groups
+    for g in ex["groups"]:
+        # every outlier's wait is split: the causes add up to the outliers' time
+        assert abs(sum(c["ns"] for c in g["causes"]) - g["outlier_ns"]) <= g["outlier_ns"] * 0.2 or len(g["causes"]) == 8
+    assert leftovers("rr2") == []
