@@ -201,6 +201,26 @@ def chan_bench_client(
 
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...
+def ktrace_attribute(
+    cols: dict[str, npt.NDArray[np.int64]],
+    event_names: list[str],
+    comms: list[str],
+    states: list[str],
+    names: list[str],
+    role_tids: list[int],
+    role_labels: list[str],
+    perf_is_lab: bool,
+    lost: int,
+    lost_at: tuple[list[int], list[int], list[int], list[int]] | None,
+    t_first: int,
+    t_last: int,
+    w_id: npt.NDArray[np.int64],
+    w_tid: npt.NDArray[np.int64],
+    w_a: npt.NDArray[np.int64],
+    w_b: npt.NDArray[np.int64],
+    w_span: npt.NDArray[np.bool_],
+) -> dict[str, Any]: ...
+def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
 
 class KtraceDecoder:
     def __init__(self, header_page: str, formats: list[tuple[str, str]], page_size: int) -> None: ...

@@ -263,14 +263,24 @@ def test_a_timer_armed_for_another_deadline_gives_no_slack() -> None:
 
 
 def test_an_ipi_whose_handler_flushed_the_tlb_is_a_tlb_shootdown() -> None:
+    # thread 42 was due at 0 and ran at 300; CPU 1 handled two IPIs meanwhile,
+    # the first running the TLB flush
     k = A.Kernel.of(_events([
         {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
         {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
         {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
         {"t_ns": 200, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_entry"},
         {"t_ns": 230, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_exit"},
+        {"t_ns": 400, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100},
     ]), 0)
-    assert k.cpus[1].irq_label == ["IPI: TLB shootdown", "IPI: function call"]
+    c = A.attribute(k, 42, 0, 300)["causes"]
+    assert c["IPI: TLB shootdown"] == 20 and c["IPI: function call"] == 30
+    views = A.cpu_views(_events([
+        {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+        {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
+        {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
+    ]))
+    assert views[1].irq_label == ["IPI: TLB shootdown"]  # the Perfetto export's tracks say so too
 
 
 def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:

@@ -19,9 +19,14 @@
 //!   and labels, and places every loss on its CPU between the last event that
 //!   arrived and the first one after it.
 //!
+//! - [`attrib`] splits windows of threads into causes (who ran, which
+//!   interrupt, idle, timer slack, page faults, whom a blocked thread waited
+//!   for) from those columns, a cluster of windows per call.
+//!
 //! A page that cannot be walked (cut short, a length past its end) is counted
 //! as damaged and becomes a loss window of unknown size; it never panics.
 
+pub mod attrib;
 pub mod decode;
 pub mod format;
 pub mod page;

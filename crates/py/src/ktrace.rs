@@ -8,7 +8,7 @@
 use super::{detached, InputError};
 use loopscope_ktrace::decode::Decoder;
 use loopscope_ktrace::format::{parse, parse_header_page};
-use numpy::IntoPyArray;
+use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -133,4 +133,115 @@ impl KtraceDecoder {
         o.set_item("counts", counts)?;
         Ok(o)
     }
+}
+
+/// Split a cluster of windows into causes (crates/ktrace `attrib`).
+///
+/// `cols`: the events' columns as int64 arrays (-1: no value), text columns
+/// as indices into `comms` (target_comm, next_comm), `states` (prev_state),
+/// `names` (name) and `event_names` (event). `lost_at`: (cpu, start, end,
+/// events) arrays of the capture's placed losses, or None when they cannot
+/// be placed. Windows: `w_id`, `w_tid`, `w_a`, `w_b` (kernel CLOCK_MONOTONIC)
+/// and `w_span`. Returns one row per (window, cause) — `id`, `cause` (index
+/// into `causes`), `ns` — and per window `cpu` (-1: none), `migrations`,
+/// `page_faults`, `complete`, `missing` (None or the reason).
+#[pyfunction]
+#[pyo3(signature = (cols, event_names, comms, states, names, role_tids, role_labels, perf_is_lab, lost, lost_at, t_first, t_last, w_id, w_tid, w_a, w_b, w_span))]
+#[allow(clippy::too_many_arguments)]
+pub fn ktrace_attribute<'py>(
+    py: Python<'py>,
+    cols: &Bound<'py, PyDict>,
+    event_names: Vec<String>,
+    comms: Vec<String>,
+    states: Vec<String>,
+    names: Vec<String>,
+    role_tids: Vec<i64>,
+    role_labels: Vec<String>,
+    perf_is_lab: bool,
+    lost: i64,
+    lost_at: Option<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>)>,
+    t_first: i64,
+    t_last: i64,
+    w_id: PyReadonlyArray1<'py, i64>,
+    w_tid: PyReadonlyArray1<'py, i64>,
+    w_a: PyReadonlyArray1<'py, i64>,
+    w_b: PyReadonlyArray1<'py, i64>,
+    w_span: PyReadonlyArray1<'py, bool>,
+) -> PyResult<Bound<'py, PyDict>> {
+    use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
+    const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
+    let mut arrays: Vec<PyReadonlyArray1<'py, i64>> = Vec::with_capacity(COLS.len());
+    for c in COLS {
+        let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
+        arrays.push(a.extract()?);
+    }
+    let sl: Vec<&[i64]> = arrays.iter().map(|a| a.as_slice()).collect::<Result<_, _>>().map_err(|e| InputError::new_err(format!("ktrace_attribute: a column is not contiguous: {e}")))?;
+    let n = sl[0].len();
+    if sl.iter().any(|c| c.len() != n) {
+        return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
+    }
+    let wins: Vec<Window> = {
+        let (i, t, a, b, s) = (w_id.as_slice()?, w_tid.as_slice()?, w_a.as_slice()?, w_b.as_slice()?, w_span.as_slice()?);
+        (0..i.len()).map(|k| Window { id: i[k], tid: t[k], a: a[k], b: b[k], span: s[k] }).collect()
+    };
+    let ctx = Context {
+        roles: role_tids.into_iter().zip(role_labels).collect(),
+        perf_is_lab,
+        lost,
+        lost_at: lost_at.map(|(c, s, e, n)| c.into_iter().zip(s).zip(e).zip(n).map(|(((c, s), e), n)| (c, s, e, n)).collect()),
+        t_first,
+        t_last,
+    };
+    // Owned copies (a memcpy beside the work), so the interpreter lock is released while it runs.
+    let owned: Vec<Vec<i64>> = sl.iter().map(|c| c.to_vec()).collect();
+    drop(sl);
+    let splits = detached(py, move || {
+        let o = &owned;
+        let ev = Events {
+            t_ns: &o[0], cpu: &o[1], event: &o[2], pid: &o[3], target: &o[4], target_comm: &o[5], next_pid: &o[6], next_comm: &o[7],
+            prev_state: &o[8], name: &o[9], runtime: &o[10], expires: &o[11], softexpires: &o[12],
+            event_names: &event_names, comms: &comms, states: &states, names: &names,
+        };
+        attribute_many(&ev, &ctx, &wins)
+    })?;
+    let (mut r_id, mut r_cause, mut r_ns) = (Vec::new(), Vec::new(), Vec::new());
+    let mut table: Vec<String> = Vec::new();
+    let mut index: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+    let (mut w_ids, mut cpu, mut migr, mut pf, mut complete, mut missing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for s in splits {
+        for (c, ns) in s.causes {
+            let k = *index.entry(c.clone()).or_insert_with(|| {
+                table.push(c);
+                table.len() as i64 - 1
+            });
+            r_id.push(s.id);
+            r_cause.push(k);
+            r_ns.push(ns);
+        }
+        w_ids.push(s.id);
+        cpu.push(s.cpu.unwrap_or(-1));
+        migr.push(s.migrations);
+        pf.push(s.page_faults);
+        complete.push(s.complete);
+        missing.push(s.missing);
+    }
+    let o = PyDict::new(py);
+    o.set_item("id", r_id.into_pyarray(py))?;
+    o.set_item("cause", r_cause.into_pyarray(py))?;
+    o.set_item("ns", r_ns.into_pyarray(py))?;
+    o.set_item("causes", table)?;
+    o.set_item("w_id", w_ids.into_pyarray(py))?;
+    o.set_item("cpu", cpu.into_pyarray(py))?;
+    o.set_item("migrations", migr.into_pyarray(py))?;
+    o.set_item("page_faults", pf.into_pyarray(py))?;
+    o.set_item("complete", complete.into_pyarray(py))?;
+    o.set_item("missing", missing)?;
+    Ok(o)
+}
+
+/// How attribution names a task (the one rule, for Python's callers too).
+#[pyfunction]
+#[pyo3(signature = (comm, pid, perf_is_lab=false))]
+pub fn ktrace_task_label(comm: &str, pid: i64, perf_is_lab: bool) -> String {
+    loopscope_ktrace::attrib::task_label(comm, pid, &std::collections::HashMap::new(), perf_is_lab)
 }

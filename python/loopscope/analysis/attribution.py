@@ -32,6 +32,14 @@ placed in time, and a window whose switch-in cannot be found.
 
 Times are the kernel's CLOCK_MONOTONIC; a record's own times are moved onto
 it by the host's time-namespace offset.
+
+The split itself is native (``crates/ktrace/src/attrib.rs``): one call per
+cluster of windows builds the CPUs' and the threads' pictures in one pass
+over the cluster's events and splits every window, so explain's cost grows
+with the events around the outliers, not with Python per outlier. This
+module prepares the columns (text as indices into string tables), names
+the lab's and the loads' threads, and turns the result into a table; the
+per-CPU views below serve the Perfetto export's kernel tracks.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+
+from loopscope import _native
 
 IRQ_PAIRS = {
     "irq_handler_entry": ("irq_handler_exit", "irq"),
@@ -104,26 +114,11 @@ def role_of(cause: str) -> str | None:
 
 def task_label(comm: str | None, pid: int, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> str:
     """How attribution names a task that ran: the lab's and the loads' own
-    names first (by thread id, then by the name they gave themselves), else
-    ``thread: <comm>``."""
+    names first (by thread id), then the names loopscope's components give
+    themselves (one rule, in ``crates/ktrace``), else ``thread: <comm>``."""
     if roles and pid in roles:
         return roles[pid]
-    c = comm or "?"
-    if c == "ls-kcapture" or (perf_is_lab and c == "perf"):
-        return "lab: capture"
-    if c.startswith("ls-netem"):
-        return "lab: emulator"
-    if c in ("ls-agent", "ls-ctl"):
-        return "lab: agent"
-    if c.startswith("ls-sync"):
-        return "lab: sync"
-    if c == "ls-probe":
-        return "lab: probe"
-    if c == "loopscope-wr":
-        return "lab: writer"
-    if c.startswith("ld:"):
-        return f"load: {c[3:]}"
-    return f"thread: {c}"
+    return str(_native.ktrace_task_label(comm or "?", int(pid), perf_is_lab))
 
 
 @dataclass
@@ -140,91 +135,99 @@ class CpuView:
     run_label: list[str] = field(default_factory=list)
 
 
+def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> dict[int, CpuView]:
+    """Per CPU: which task ran when (runtime accounting) and which interrupt
+    handler, innermost first (for the Perfetto export's kernel tracks)."""
+    cpus: dict[int, CpuView] = {}
+    labels: dict[tuple[str | None, int], str] = {}
+    rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
+    irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
+    tlb = ev.filter(pl.col("event") == "csd_function_entry")
+    for c in sorted(set(ev["cpu"].unique().to_list())):
+        r = rt.filter(pl.col("cpu") == c).sort("t_ns")
+        segs_s, segs_e, irq_labels = _irq_segments(irq.filter(pl.col("cpu") == c))
+        _name_tlb(segs_s, segs_e, irq_labels, tlb.filter(pl.col("cpu") == c)["t_ns"].to_numpy())
+        comms, pids = r["target_comm"].to_list(), r["target"].to_list()
+        run_label = []
+        for cm, pd in zip(comms, pids):
+            if (cm, pd) not in labels:
+                labels[(cm, pd)] = task_label(cm, pd, roles, perf_is_lab)
+            run_label.append(labels[(cm, pd)])
+        cpus[int(c)] = CpuView((r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms, segs_s, segs_e, irq_labels, run_label)
+    return cpus
+
+
+NUMERIC = ("t_ns", "cpu", "pid", "target", "next_pid", "runtime", "expires", "softexpires")
+
+
 @dataclass
 class Kernel:
-    cpus: dict[int, CpuView]
-    events: pl.DataFrame
+    """A cluster's events as the native attribution takes them: numeric
+    columns (-1 for none) and text as indices into string tables."""
+
+    cols: dict[str, np.ndarray]
+    event_names: list[str]
+    comms: list[str]
+    states: list[str]
+    names: list[str]
     lost: int
     t_first: int
     t_last: int
-    by_tid: dict[int, pl.DataFrame] = field(default_factory=dict)
     # where the lost events were (cpu, start_ns, end_ns, events); None: unknown
     lost_at: pl.DataFrame | None = None
     roles: dict[int, str] = field(default_factory=dict)
     perf_is_lab: bool = False
-    _comms: dict[int, str] | None = None
 
     @classmethod
     def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
-        cpus: dict[int, CpuView] = {}
-        labels: dict[tuple[str | None, int], str] = {}
-        rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
-        irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
-        tlb = ev.filter(pl.col("event") == "csd_function_entry")
-        for c in sorted(set(ev["cpu"].unique().to_list())):
-            r = rt.filter(pl.col("cpu") == c).sort("t_ns")
-            segs_s, segs_e, irq_labels = _irq_segments(irq.filter(pl.col("cpu") == c))
-            _name_tlb(segs_s, segs_e, irq_labels, tlb.filter(pl.col("cpu") == c)["t_ns"].to_numpy())
-            comms, pids = r["target_comm"].to_list(), r["target"].to_list()
-            run_label = []
-            for cm, pd in zip(comms, pids):
-                key = (cm, pd)
-                if key not in labels:
-                    labels[key] = task_label(cm, pd, roles, perf_is_lab)
-                run_label.append(labels[key])
-            cpus[int(c)] = CpuView(
-                (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms,
-                segs_s, segs_e, irq_labels, run_label,
-            )
+        """From events with text columns (a parsed perf.data, hand-made events)."""
+        cols = _numbers(ev)
+        tables: dict[str, list[str]] = {"event": [], "comm": [], "state": [], "name": []}
+        for c, t in (("event", "event"), ("target_comm", "comm"), ("next_comm", "comm"), ("prev_state", "state"), ("name", "name")):
+            s = ev[c].cast(pl.String) if c in ev.columns else pl.Series(c, [None] * len(ev), dtype=pl.String)
+            new = [x for x in s.drop_nulls().unique(maintain_order=True).to_list() if x not in tables[t]]
+            tables[t] += new
+            cols[c] = s.replace_strict(tables[t], list(range(len(tables[t]))), default=-1, return_dtype=pl.Int64).to_numpy() if tables[t] else np.full(len(ev), -1, dtype=np.int64)
         t = ev["t_ns"]
+        return cls._make(cols, tables["event"], tables["comm"], tables["state"], tables["name"], lost, lost_windows, roles, perf_is_lab,
+                         int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+
+    @classmethod
+    def coded(cls, ev: pl.DataFrame, strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
+              roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
+        """From a capture's stored events (text already indices into ``strings``)."""
+        cols = _numbers(ev)
+        for c in ("event", "target_comm", "next_comm", "prev_state", "name"):
+            cols[c] = ev[c].fill_null(-1).cast(pl.Int64).to_numpy()
+        t = ev["t_ns"]
+        return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, perf_is_lab,
+                         int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+
+    @classmethod
+    def _make(cls, cols: dict[str, np.ndarray], event_names: list[str], comms: list[str], states: list[str], names: list[str], lost: int,
+              lost_windows: pl.DataFrame | None, roles: dict[int, str] | None, perf_is_lab: bool, t_first: int, t_last: int) -> "Kernel":
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
-        k = cls(cpus, ev, lost, int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0, lost_at=lost_windows if placed else None)  # type: ignore[arg-type]
-        k.roles, k.perf_is_lab = roles or {}, perf_is_lab
-        return k
+        return cls(cols, event_names, comms, states, names, lost, t_first, t_last, lost_windows if placed else None, roles or {}, perf_is_lab)
 
-    def name_of(self, tid: int) -> str:
-        """How attribution names the task ``tid`` (its comm from the events that name it)."""
-        if self._comms is None:
-            e = self.events
-            a = e.filter(pl.col("target").is_not_null() & pl.col("target_comm").is_not_null() & (pl.col("event") != "sched_waking") & (pl.col("event") != "sched_wakeup")).select(pl.col("target").alias("t"), pl.col("target_comm").alias("c"))
-            b = e.filter(pl.col("next_pid").is_not_null() & pl.col("next_comm").is_not_null()).select(pl.col("next_pid").alias("t"), pl.col("next_comm").alias("c"))
-            self._comms = dict(pl.concat([a, b]).unique("t", keep="last").iter_rows())
-        return task_label(self._comms.get(tid) or f"tid {tid}", tid, self.roles, self.perf_is_lab)
+    def split(self, rows: pl.DataFrame) -> dict[str, Any]:
+        """The native split of ``rows`` (``id``, ``tid``, ``start_k``, ``end_k``, ``span``)."""
+        la = None
+        if self.lost_at is not None:
+            la = tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events"))
+        span = rows["span"].fill_null(False) if "span" in rows.columns else pl.Series([False] * len(rows))
+        return dict(_native.ktrace_attribute(
+            self.cols, self.event_names, self.comms, self.states, self.names, list(self.roles), list(self.roles.values()), self.perf_is_lab,
+            int(self.lost), la, int(self.t_first), int(self.t_last),
+            rows["id"].cast(pl.Int64).to_numpy(), rows["tid"].cast(pl.Int64).to_numpy(), rows["start_k"].cast(pl.Int64).to_numpy(),
+            rows["end_k"].cast(pl.Int64).to_numpy(), span.cast(pl.Boolean).to_numpy(),
+        ))
 
-    def lost_in(self, a: int, b: int) -> str | None:
-        """Why [a, b) cannot be complete because of lost events, or None."""
-        if not self.lost:
-            return None
-        if self.lost_at is None:
-            return f"{self.lost} kernel events lost at unknown times"
-        w = self.lost_at.filter((pl.col("start_ns") < b) & (pl.col("end_ns") >= a))
-        if not len(w):
-            return None
-        cpus = ", ".join(str(c) for c in sorted(set(w["cpu"].to_list())))
-        return f"{int(w['events'].sum())} kernel events lost inside the window (CPU {cpus})"
 
-    def thread(self, tid: int) -> dict[str, np.ndarray]:
-        """The thread's own events as sorted arrays, once per thread: its
-        runtime segments, switch-ins, wake-ups, migrations and page faults."""
-        if tid not in self.by_tid:
-            e = self.events
-            ev = pl.col("event")
-            rt = e.filter((ev == "sched_stat_runtime") & (pl.col("target") == tid) & pl.col("runtime").is_not_null()).sort("t_ns")
-            sw = e.filter((ev == "sched_switch") & (pl.col("next_pid") == tid)).sort("t_ns")
-            so = e.filter((ev == "sched_switch") & (pl.col("target") == tid)).sort("t_ns")
-            self.by_tid[tid] = {
-                "so_t": so["t_ns"].to_numpy(), "so_state": so["prev_state"].to_list(),
-                "rs": (rt["t_ns"] - rt["runtime"]).to_numpy(), "re": rt["t_ns"].to_numpy(), "rc": rt["cpu"].to_numpy(),
-                "sw_t": sw["t_ns"].to_numpy(), "sw_c": sw["cpu"].to_numpy(),
-                "wake": e.filter((ev == "sched_wakeup") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
-                "migr": e.filter((ev == "sched_migrate_task") & (pl.col("target") == tid))["t_ns"].sort().to_numpy(),
-                "pf": e.filter((ev == "page_fault_user") & (pl.col("tid") == tid))["t_ns"].sort().to_numpy(),
-            }
-            wk = e.filter((ev == "sched_waking") & (pl.col("target") == tid)).sort("t_ns")
-            self.by_tid[tid].update({"wk_t": wk["t_ns"].to_numpy(), "wk_by": wk["tid"].to_numpy()})
-            hs = e.filter((ev == "hrtimer_start") & (pl.col("tid") == tid) & pl.col("expires").is_not_null()).sort("t_ns")
-            self.by_tid[tid].update({"hs_t": hs["t_ns"].to_numpy(), "hs_exp": hs["expires"].to_numpy(), "hs_soft": hs["softexpires"].to_numpy()})
-        return self.by_tid[tid]  # type: ignore[return-value]
+def _numbers(ev: pl.DataFrame) -> dict[str, np.ndarray]:
+    out = {}
+    for c in NUMERIC:
+        out[c] = ev[c].fill_null(-1).cast(pl.Int64).to_numpy() if c in ev.columns else np.full(len(ev), -1, dtype=np.int64)
+    return out
 
 
 def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -259,323 +262,44 @@ def _name_tlb(s: np.ndarray, e: np.ndarray, labels: list[str], flushes: np.ndarr
             labels[j] = "IPI: TLB shootdown"
 
 
-def _overlaps(s: np.ndarray, e: np.ndarray, u: int, v: int) -> list[tuple[int, int, int]]:
-    """(index, start, end) of segments overlapping [u, v), clipped to it."""
-    out = []
-    i = int(np.searchsorted(e, u, side="right"))
-    # segments are sorted by start; ends almost so: step back over stragglers
-    while i > 0 and e[i - 1] > u:
-        i -= 1
-    for j in range(i, len(s)):
-        if s[j] >= v:
-            break
-        a, b = max(int(s[j]), u), min(int(e[j]), v)
-        if b > a:
-            out.append((j, a, b))
-    return out
-
-
-def _activity(cv: CpuView | None, u: int, v: int, tid: int, woke: int | None, out: dict[str, int], slack: tuple[int, int] | None = None, fault: int | None = None) -> None:
-    """Add to ``out`` what CPU ``cv`` did over [u, v) while the thread ``tid``
-    waited. ``slack``: the thread slept on a timer that could fire anywhere
-    in [soft, hard); idle time there before its wake-up is ``timer slack``.
-    ``fault``: the thread took a page fault then, after its wake-up; its own
-    time and the idle time from then on (it waited for the page: a swap-in,
-    a read of the file) are ``page faults``."""
-    if v <= u:
-        return
-    if cv is None:
-        out["unexplained"] = out.get("unexplained", 0) + (v - u)
-        return
-    irqs = _overlaps(cv.irq_s, cv.irq_e, u, v)
-    for j, a, b in irqs:
-        out[cv.irq_label[j]] = out.get(cv.irq_label[j], 0) + (b - a)
-    covered = [(a, b) for _, a, b in irqs]
-    # Interrupt segments are disjoint and sorted: how much of [x, y) they
-    # cover comes from a running sum, so a long window stays linear.
-    ia = np.array([a for a, _ in covered], dtype=np.int64)
-    ib = np.array([b for _, b in covered], dtype=np.int64)
-    cum = np.concatenate([[0], np.cumsum(ib - ia)])
-
-    def irq_before(t: int) -> int:
-        k = int(np.searchsorted(ib, t, side="right"))
-        return int(cum[k]) + (max(0, t - int(ia[k])) if k < len(ia) else 0)
-
-    prev_end = u
-    for j, a, b in _overlaps(cv.run_s, cv.run_e, u, v):
-        if int(cv.run_pid[j]) == tid:
-            continue
-        a2 = max(a, prev_end)  # runs on one CPU do not overlap; where accounting says so, count once
-        d = (b - a2) - (irq_before(b) - irq_before(a2)) if b > a2 else 0
-        if d > 0:
-            key = cv.run_label[j] if cv.run_label else f"thread: {cv.run_comm[j]}"
-            out[key] = out.get(key, 0) + d
-        covered.append((a, b))
-        prev_end = max(prev_end, b)
-    # the rest: idle, before the wake-up (it came late) or after (scheduling latency)
-    gaps: list[tuple[int, int]] = []
-    t = u
-    for x, y in sorted(covered):
-        if x > t:
-            gaps.append((t, min(x, v)))
-        t = max(t, y)
-    if t < v:
-        gaps.append((t, v))
-    cut = v if woke is None else min(max(woke, u), v)
-    if slack is not None:
-        lo, hi = max(slack[0], u), min(slack[1], cut)
-        held = sum(max(0, min(gb, hi) - max(ga, lo)) for ga, gb in gaps)
-        if held > 0:
-            out["timer slack"] = out.get("timer slack", 0) + held
-            gaps = [g for ga, gb in gaps for g in ((ga, min(gb, lo)), (max(ga, hi), gb)) if g[1] > g[0]]
-    if fault is not None and u <= fault < v:
-        held = sum(max(0, gb - max(ga, fault)) for ga, gb in gaps)
-        if held > 0:
-            out["page faults"] = out.get("page faults", 0) + held
-            gaps = [(ga, min(gb, fault)) for ga, gb in gaps if min(gb, fault) > ga]
-    before = sum(max(0, min(gb, cut) - ga) for ga, gb in gaps)
-    after = sum(max(0, gb - max(ga, cut)) for ga, gb in gaps)
-    if before:
-        out["CPU idle"] = out.get("CPU idle", 0) + before
-    if after:
-        out["scheduling latency"] = out.get("scheduling latency", 0) + after
-
-
-def _and(a: str | None, b: str) -> str:
-    return f"{a}; {b}" if a else b
-
-
-def _window_info(k: Kernel, a: int, b: int) -> dict[str, Any]:
-    """What every window's result carries, with what makes it incomplete
-    before any thread is looked at: lost events, the capture's edges."""
-    lost = k.lost_in(a, b)
-    info: dict[str, Any] = {"migrations": 0, "page_faults": 0, "cpu": None, "complete": lost is None, "missing": lost, "switch_in": None}
-    if b > a and (a < k.t_first or b > k.t_last):
-        info["complete"] = False
-        info["missing"] = _and(info["missing"], "the window is not inside the capture")
-    return info
-
-
-def _count_in(x: np.ndarray, a: int, b: int) -> int:
-    return int(np.searchsorted(x, b, side="right") - np.searchsorted(x, a, side="left"))
+def _one(k: Kernel, tid: int, a: int, b: int, span: bool) -> dict[str, Any]:
+    r = k.split(pl.DataFrame({"id": [0], "tid": [tid], "start_k": [a], "end_k": [b], "span": [span]}))
+    causes = {r["causes"][int(c)]: int(ns) for c, ns in zip(r["cause"], r["ns"])}
+    cpu = int(r["cpu"][0])
+    return {"causes": causes if b > a else {}, "cpu": None if cpu < 0 else cpu, "migrations": int(r["migrations"][0]), "page_faults": int(r["page_faults"][0]),
+            "complete": bool(r["complete"][0]), "missing": r["missing"][0]}
 
 
 def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
-    """Split [a, b) (kernel CLOCK_MONOTONIC) for thread ``tid`` into causes (ns each)."""
-    out: dict[str, int] = {}
-    info = _window_info(k, a, b)
-    if b <= a:
-        return {"causes": out, **info}
-    th = k.thread(tid)
-    rs, re_, rc = th["rs"], th["re"], th["rc"]
-    # The thread's run that contains b: the first runtime event at or after b,
-    # chained back over contiguous segments on the same CPU to the switch-in.
-    s_in: int | None = None
-    cpu: int | None = None
-    i = int(np.searchsorted(re_, b, side="left"))
-    if i < len(re_) and rs[i] <= b:
-        cpu = int(rc[i])
-        s_in = int(rs[i])
-        while i > 0 and rc[i - 1] == cpu and abs(int(re_[i - 1]) - s_in) < 2_000 and s_in > a:
-            i -= 1
-            s_in = int(rs[i])
-    if s_in is None:
-        # No runtime accounted across b: fall back on a recorded switch-in.
-        j0, j1 = np.searchsorted(th["sw_t"], [a, b], side="left")[0], np.searchsorted(th["sw_t"], b, side="right")
-        if j1 > j0:
-            s_in, cpu = int(th["sw_t"][j1 - 1]), int(th["sw_c"][j1 - 1])
-    if s_in is None:
-        info["complete"] = False
-        info["missing"] = _and(info["missing"], "the thread's switch-in was not recorded")
-        s_in = b
-    s_in = max(a, min(s_in, b))
-    info["cpu"] = cpu
-    info["switch_in"] = s_in
-    w = th["wake"]
-    wi = int(np.searchsorted(w, a, side="left"))
-    woke = int(w[wi]) if wi < len(w) and w[wi] <= s_in else None
-    info["migrations"] = _count_in(th["migr"], a, b)
-    info["page_faults"] = _count_in(th["pf"], a, b)
-    cv = k.cpus.get(cpu) if cpu is not None else None
-    pf = th["pf"]
-    # a fault in the window is the thread's own, so after its wake-up (recorded or not)
-    fi = int(np.searchsorted(pf, a, side="left"))
-    fault = int(pf[fi]) if fi < len(pf) and pf[fi] < s_in else None
-    _activity(cv, a, s_in, tid, woke, out, _slack(th, a), fault)
-    if b > s_in:
-        ret: dict[str, int] = {}
-        _activity(cv, s_in, b, tid, None, ret)
-        # On its own CPU after the switch-in, idle means the thread itself was running.
-        own = ret.pop("CPU idle", 0) + ret.pop("scheduling latency", 0)
-        for key, ns in ret.items():
-            out[key] = out.get(key, 0) + ns
-        if own:
-            out["return to user space"] = out.get("return to user space", 0) + own
-    return {"causes": out, **info}
-
-
-# A sleep in uninterruptible state this soon after one of the thread's page
-# faults is the fault waiting for its page (a swap-in, a file read).
-FAULT_BEFORE_NS = 200_000
-
-# How far a window's start may be from the soft expiry of the timer the
-# thread slept on for that timer to be the one it waited for.
-SLACK_MATCH_NS = 20_000
-
-
-def _slack(th: dict[str, np.ndarray], a: int) -> tuple[int, int] | None:
-    """[soft, hard) expiry of the timer the thread armed for the deadline
-    ``a`` (its last before ``a`` whose soft expiry is ``a``), when it had slack."""
-    hs_t = th.get("hs_t")
-    if hs_t is None or not len(hs_t):
-        return None
-    j = int(np.searchsorted(hs_t, a, side="right")) - 1
-    if j < 0:
-        return None
-    soft, hard = int(th["hs_soft"][j]), int(th["hs_exp"][j])
-    if abs(soft - a) > SLACK_MATCH_NS or hard <= soft:
-        return None
-    return soft, hard
-
-
-def _slept_on_slack(th: dict[str, np.ndarray], t: int, w: int) -> int | None:
-    """For a sleep from ``t`` to the wake-up ``w``: the soft expiry of the
-    timer the thread armed as it went to sleep, when the wake-up came after
-    it, within the timer's slack (the time from there to ``w`` is the slack's)."""
-    hs_t = th.get("hs_t")
-    if hs_t is None or not len(hs_t):
-        return None
-    j = int(np.searchsorted(hs_t, t + 2_000, side="right")) - 1
-    if j < 0 or hs_t[j] < t - 1_000_000:
-        return None
-    soft, hard = int(th["hs_soft"][j]), int(th["hs_exp"][j])
-    if hard <= soft or not (t <= soft < w <= hard + SLACK_MATCH_NS):
-        return None
-    return soft
-
-
-BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}
-
-
-def _blocked_by(k: Kernel, th: dict[str, np.ndarray], tid: int, t: int, x: int) -> tuple[str, int] | None:
-    """``blocked: <task>`` when another task woke the thread out of the sleep
-    that began at ``t`` (before its next run at ``x``): the lock's holder,
-    the writer of the pipe, whoever it waited for. Wake-ups from interrupts
-    are not recorded (timers, packets): those sleeps keep their state's label."""
-    wt, wb = th.get("wk_t"), th.get("wk_by")
-    if wt is None or not len(wt):
-        return None
-    i = int(np.searchsorted(wt, t, side="left"))
-    if i >= len(wt) or wt[i] > x:
-        return None
-    by = int(wb[i])
-    if by in (0, tid):
-        return None
-    name = k.name_of(by)
-    return "blocked: " + (name[len("thread: "):] if name.startswith("thread: ") else name), int(wt[i])
+    """Split the wake-up window [a, b) (kernel CLOCK_MONOTONIC) of thread ``tid`` into causes (ns each)."""
+    return _one(k, tid, a, b, False)
 
 
 def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     """Split [a, b), any interval of thread ``tid`` (work, a wait, a whole
-    cycle), into what the thread was doing: ``running`` (its own time on a
-    CPU, less the interrupts inside it), ``blocked: …`` (off CPU by its own
-    doing, by the state it switched out in: sleeping, uninterruptible I/O)
-    and, while it was runnable but not running (preempted, or woken and not
-    yet on a CPU), what ran instead on the CPU it next ran on: threads,
-    interrupts, scheduling latency. The thread ran at the window's start
-    (it logged it), so an off-CPU stretch with no switch-out of its own
-    inside the window is preemption, never sleep."""
-    out: dict[str, int] = {}
-    info = _window_info(k, a, b)
-    if b <= a:
-        return {"causes": out, **info}
-    th = k.thread(tid)
-    rs, re_, rc = th["rs"], th["re"], th["rc"]
-    segs: list[list[int]] = []
-    j = int(np.searchsorted(re_, a, side="right"))
-    while j < len(rs) and rs[j] < b:
-        x, y, c = max(int(rs[j]), a), min(int(re_[j]), b), int(rc[j])
-        if y > x:
-            if segs and segs[-1][2] == c and x - segs[-1][1] < 2_000:
-                segs[-1][1] = max(segs[-1][1], y)
-            else:
-                segs.append([x, y, c])
-        j += 1
-    if not segs:
-        info["complete"] = False
-        info["missing"] = _and(info["missing"], "no run of the thread was recorded in the window")
-        return {"causes": {"unexplained": b - a}, **info}
-    info["cpu"] = segs[-1][2]
-    so_t, so_state, wake = th["so_t"], th["so_state"], th["wake"]
-    t = a
-    for n, (x, y, c) in enumerate([*segs, [b, b, segs[-1][2]]]):
-        if x > t:
-            cv = k.cpus.get(c)
-            # The thread was running at `a` (it logged the interval's start
-            # itself) and until `t` (its last run): only a switch-out where
-            # that run ended can have put it to sleep (the runtime accounted
-            # last may end a few µs before it); none recorded there means it
-            # was preempted (its own switch-outs are recorded).
-            i = int(np.searchsorted(so_t, max(a, t - 50_000) - 2_000, side="left"))
-            state = (so_state[i] or "")[:1] if i < len(so_t) and so_t[i] <= x else "R"
-            wi = int(np.searchsorted(wake, t, side="left"))
-            w = int(wake[wi]) if wi < len(wake) and wake[wi] <= x else None
-            if state in ("R", "W"):
-                _activity(cv, t, x, tid, t, out)
-            elif state:
-                by = _blocked_by(k, th, tid, t, x)
-                label = by[0] if by else BLOCKED.get(state, f"blocked ({state})")
-                if state == "D" and not by and _count_in(th["pf"], t - FAULT_BEFORE_NS, t + 2_000):
-                    label = "page faults"  # it blocked in the fault: waiting for the page
-                woken = w
-                if by and (w is None or by[1] < w):
-                    # blocked until the other task woke it; from there to the
-                    # wake-up taking effect, the wake-up's own delay
-                    w = by[1]
-                if w is None:
-                    label += " (wake-up not recorded)" if n < len(segs) else ""
-                    out[label] = out.get(label, 0) + (x - t)
-                else:
-                    slept = _slept_on_slack(th, t, w) if not by else None
-                    if slept is not None:
-                        # asleep until the timer's deadline, then held by its slack
-                        out[label] = out.get(label, 0) + (slept - t)
-                        out["timer slack"] = out.get("timer slack", 0) + (w - slept)
-                    else:
-                        out[label] = out.get(label, 0) + (w - t)
-                    _activity(cv, w, x, tid, woken if woken is not None and woken >= w else w, out)
-            else:
-                _activity(cv, t, x, tid, w, out)
-        if y > x:
-            cv = k.cpus.get(c)
-            irqs = _overlaps(cv.irq_s, cv.irq_e, x, y) if cv else []
-            for jj, aa, bb in irqs:
-                out[cv.irq_label[jj]] = out.get(cv.irq_label[jj], 0) + (bb - aa)  # type: ignore[union-attr]
-            out["running"] = out.get("running", 0) + (y - x) - sum(bb - aa for _, aa, bb in irqs)
-        t = max(t, y)
-    info["migrations"] = _count_in(th["migr"], a, b)
-    info["page_faults"] = _count_in(th["pf"], a, b)
-    return {"causes": out, **info}
+    cycle), into what the thread was doing: ``running``, ``blocked: …``
+    and, while it was runnable but not running, what ran instead."""
+    return _one(k, tid, a, b, True)
 
 
 def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
     """``rows`` with ``id``, ``tid``, ``start_k``, ``end_k`` (and optionally
-    ``span``: True for any interval, split by ``attribute_span``; else a
-    wake-up or wait, split by ``attribute``) → one row per (id, cause) with
-    ``ns``, plus per id ``cpu``, ``migrations``, ``page_faults``,
-    ``complete``, ``missing``."""
-    out = []
-    spans = rows["span"].to_list() if "span" in rows.columns else [False] * len(rows)
-    for (rid, tid, a, b), span in zip(rows.select("id", "tid", "start_k", "end_k").iter_rows(), spans):
-        r = (attribute_span if span else attribute)(k, int(tid), int(a), int(b))
-        total = b - a
-        causes = r["causes"] or {"unexplained": total}
-        left = total - sum(causes.values())
-        if left > 0:
-            causes["unexplained"] = causes.get("unexplained", 0) + left
-        for cause, ns in causes.items():
-            out.append({"id": rid, "cause": cause, "ns": int(ns), "cpu": r["cpu"], "migrations": r["migrations"], "page_faults": r["page_faults"], "complete": r["complete"], "missing": r["missing"]})
-    return pl.DataFrame(out, schema={"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String})
+    ``span``) → one row per (id, cause) with ``ns``, plus per id ``cpu``,
+    ``migrations``, ``page_faults``, ``complete``, ``missing``. Each
+    window's causes add up to its length (``unexplained`` takes the rest)."""
+    schema = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String}
+    if not len(rows):
+        return pl.DataFrame(schema=schema)
+    r = k.split(rows)
+    causes = pl.Series("c", r["causes"], dtype=pl.String)
+    per = pl.DataFrame({"id": r["w_id"], "cpu": pl.Series(r["cpu"]).replace(-1, None), "migrations": r["migrations"], "page_faults": r["page_faults"],
+                        "complete": r["complete"], "missing": pl.Series(r["missing"], dtype=pl.String)})
+    rows_df = pl.DataFrame({"id": r["id"], "cause": causes.gather(pl.Series(r["cause"])) if len(causes) else pl.Series([], dtype=pl.String), "ns": r["ns"]})
+    return rows_df.join(per, on="id", how="left", maintain_order="left").cast(schema).select(list(schema))  # type: ignore[arg-type]
+
+
+# The states a thread sleeps in, as the labels of its sleep (a span's blocked time).
+BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}
 
 
 def cause_family(cause: str) -> str:

@@ -55,6 +55,10 @@ from loopscope.rundir import RunDir
 # the switch-ins, wake-ups and interrupts around it.
 CHUNK_NS = 2_000_000_000
 MARGIN_NS = 20_000_000
+# Windows closer than this share one native call: the events between them
+# cost less to split than another call costs to prepare (the row groups
+# they sit in are read whole either way).
+JOIN_NS = 250_000_000
 
 
 
@@ -110,8 +114,9 @@ def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str,
 def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
     """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
     ``span``) from the capture. Windows are taken in time order in clusters
-    (windows whose margins touch, at most ``CHUNK_NS`` long), and each cluster
-    gets only the kernel events within ``MARGIN_NS`` of its windows."""
+    (windows at most ``JOIN_NS`` apart, at most ``CHUNK_NS`` long), and each
+    cluster gets the kernel events from ``MARGIN_NS`` before its first
+    window to ``MARGIN_NS`` after its last: one native call per cluster."""
     o = outl.sort("start_k")
     start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
     n = len(o)
@@ -121,16 +126,18 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     i = 0
     while i < n:
         a, hi, j = int(start[i]), int(end[i]), i
-        while j + 1 < n and int(start[j + 1]) - hi <= 2 * MARGIN_NS and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
+        while j + 1 < n and int(start[j + 1]) - hi <= JOIN_NS and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
             j += 1
             hi = max(hi, int(end[j]))
-        ev = st.load(a - MARGIN_NS, hi + MARGIN_NS)
-        k = A.Kernel.of(ev, lost, lost_at, roles=roles, perf_is_lab=st.legacy is not None)
+        if st.legacy is not None:
+            k = A.Kernel.of(st.load(a - MARGIN_NS, hi + MARGIN_NS), lost, lost_at, roles=roles, perf_is_lab=True)
+        else:
+            k = A.Kernel.coded(st.load_coded(a - MARGIN_NS, hi + MARGIN_NS), st.strings, st.event_names, lost, lost_at, roles=roles)
         k.t_first, k.t_last = st.t_first or 0, st.t_last or 0
         parts.append(A.attribute_many(k, o[i:j + 1]))
         i = j + 1
         progress.step("explain: attributing outliers", i, n)
-    return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o)
+    return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o.clear())
 
 
 class RunSource:

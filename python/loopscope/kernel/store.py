@@ -169,24 +169,26 @@ class Store:
         return self._rgs
 
     def _group(self, p: Path, i: int) -> pl.DataFrame:
-        """One group, its text decoded, kept in a small cache (explain walks
-        the run in time order, so each group is read about once). The slice
-        is pushed into the Parquet reader: it reads the row groups it covers."""
+        """One group as stored (text as codes), kept in a small cache
+        (explain walks the run in time order, so each group is read about
+        once). The slice is pushed into the Parquet reader: it reads the row
+        groups it covers."""
         key = (p, i)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
         df = pl.scan_parquet(p).slice(i * GROUP, GROUP).collect()
-        df = full(decode_text(df, self.strings, self.event_names))
+        for c in ("expires", "softexpires"):  # captures before these columns
+            if c not in df.columns:
+                df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
         self._cache[key] = df
         while len(self._cache) > CACHE_GROUPS:
             self._cache.popitem(last=False)
         return df
 
-    def load(self, a: int, b: int) -> pl.DataFrame:
-        """Every event with a <= t_ns <= b, time-sorted, in the columns of ``SCHEMA``."""
-        if self.legacy is not None:
-            return self.legacy.filter(pl.col("t_ns").is_between(a, b))
+    def load_coded(self, a: int, b: int) -> pl.DataFrame:
+        """Every event with a <= t_ns <= b, time-sorted, as stored: text
+        columns are indices into ``strings`` (``event`` into ``event_names``)."""
         parts = []
         for lo, hi, p, i in self._row_groups():
             if lo > b:
@@ -199,8 +201,15 @@ class Store:
             if y > x:
                 parts.append(g.slice(x, y - x))
         if not parts:
-            return pl.DataFrame(schema=SCHEMA)
-        return pl.concat(parts).sort("t_ns", maintain_order=True) if len(parts) > 1 else parts[0]
+            return pl.DataFrame(schema={c: (pl.Int32 if c in CODED else SCHEMA[c]) for c in STORED})
+        return pl.concat(parts, how="vertical_relaxed").sort("t_ns", maintain_order=True) if len(parts) > 1 else parts[0]
+
+    def load(self, a: int, b: int) -> pl.DataFrame:
+        """Every event with a <= t_ns <= b, time-sorted, in the columns of ``SCHEMA``."""
+        if self.legacy is not None:
+            return self.legacy.filter(pl.col("t_ns").is_between(a, b))
+        df = self.load_coded(a, b)
+        return full(decode_text(df, self.strings, self.event_names)) if len(df) else pl.DataFrame(schema=SCHEMA)
 
     def by_event(self) -> dict[str, int]:
         if self.legacy is not None:

@@ -216,7 +216,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     without attribution, the capture's first 5 s), on the global clock."""
     import json
 
-    from loopscope.analysis.attribution import Kernel
+    from loopscope.analysis.attribution import cpu_views
 
     run = RunDir(run_dir).run()
     from loopscope.kernel import store as S
@@ -253,7 +253,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
                 merged.append([a, b])
         # Only the kernel events around the windows of interest are read.
         ev = pl.concat([st.load(a - 20_000_000, b + 20_000_000) for a, b in merged]).unique(maintain_order=True)
-        k = Kernel.of(ev, 0)
+        views = cpu_views(ev)
         ref = None
         if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
             if clocks is None:
@@ -271,7 +271,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
 
         parent = _uuid("kernel", host)
         track(parent, f"kernel of {', '.join(cap['covers'])}")
-        for cpu, cv in k.cpus.items():
+        for cpu, cv in views.items():
             for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_comm)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
                 sel = np.zeros(len(s_arr), dtype=bool)
                 for a, b in merged:

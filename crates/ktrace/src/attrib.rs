@@ -1,0 +1,908 @@
+//! Why was it late: windows of threads split into causes, from kernel events.
+//!
+//! One call takes a cluster of outlier windows and the kernel events around
+//! them (the columns `decode` produces, text as indices into string tables)
+//! and returns, per window, its causes in nanoseconds. Building the per-CPU
+//! picture (who ran when from runtime accounting, which interrupt handler
+//! ran when, innermost first) and each thread's own events is one pass over
+//! the events; each window is then a few binary searches. The rules are the
+//! ones `python/loopscope/analysis/attribution.py` documents; that module is
+//! now a thin layer over this one.
+//!
+//! - a wake-up window [a, b] (`span` false): on the CPU the thread ran on,
+//!   interrupt handlers first, then every other task that ran, then idle
+//!   time: before the thread's wake-up `CPU idle` (or `timer slack` inside
+//!   the slack of the timer it slept on, `page faults` after a fault of its
+//!   own), after it `scheduling latency`; from its switch-in to b, `return
+//!   to user space`;
+//! - a span (`span` true): its own runs (`running`, less interrupts), its
+//!   sleeps by the state it switched out in (`blocked: sleeping`, ...), or
+//!   `blocked: <task>` when another task woke it, `page faults` when it
+//!   blocked right after a fault of its own, `timer slack` past the soft
+//!   expiry of the timer it slept on; while runnable, what ran instead.
+//!
+//! Times are the kernel's CLOCK_MONOTONIC.
+
+use std::collections::HashMap;
+
+/// No value in a column (a field the event does not have).
+const NONE: i64 = -1;
+/// Runtime segments of one task closer than this are one run.
+const JOIN_NS: i64 = 2_000;
+/// The window's start within this of a timer's soft expiry: the timer it slept on.
+const SLACK_MATCH_NS: i64 = 20_000;
+/// An uninterruptible sleep this soon after a fault of the thread: waiting for the page.
+const FAULT_BEFORE_NS: i64 = 200_000;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Ev {
+    Switch,
+    Wakeup,
+    Waking,
+    Migrate,
+    Runtime,
+    IrqEntry,
+    IrqExit,
+    SoftEntry,
+    SoftExit,
+    TimerEntry,
+    TimerExit,
+    CallEntry,
+    CallExit,
+    ReschedEntry,
+    ReschedExit,
+    PageFault,
+    HrStart,
+    Tlb,
+    Other,
+}
+
+fn ev_of(name: &str) -> Ev {
+    match name {
+        "sched_switch" => Ev::Switch,
+        "sched_wakeup" => Ev::Wakeup,
+        "sched_waking" => Ev::Waking,
+        "sched_migrate_task" => Ev::Migrate,
+        "sched_stat_runtime" => Ev::Runtime,
+        "irq_handler_entry" => Ev::IrqEntry,
+        "irq_handler_exit" => Ev::IrqExit,
+        "softirq_entry" => Ev::SoftEntry,
+        "softirq_exit" => Ev::SoftExit,
+        "local_timer_entry" => Ev::TimerEntry,
+        "local_timer_exit" => Ev::TimerExit,
+        "call_function_single_entry" | "call_function_entry" => Ev::CallEntry,
+        "call_function_single_exit" | "call_function_exit" => Ev::CallExit,
+        "reschedule_entry" => Ev::ReschedEntry,
+        "reschedule_exit" => Ev::ReschedExit,
+        "page_fault_user" => Ev::PageFault,
+        "hrtimer_start" => Ev::HrStart,
+        "csd_function_entry" => Ev::Tlb,
+        _ => Ev::Other,
+    }
+}
+
+/// The events of a cluster, one entry per event in each column (NONE: no such field).
+pub struct Events<'a> {
+    pub t_ns: &'a [i64],
+    pub cpu: &'a [i64],
+    /// index into `event_names`
+    pub event: &'a [i64],
+    /// the task that was current (its kernel pid: a thread id)
+    pub pid: &'a [i64],
+    pub target: &'a [i64],
+    /// index into `comms`
+    pub target_comm: &'a [i64],
+    pub next_pid: &'a [i64],
+    pub next_comm: &'a [i64],
+    /// index into `states`
+    pub prev_state: &'a [i64],
+    /// index into `names`
+    pub name: &'a [i64],
+    pub runtime: &'a [i64],
+    pub expires: &'a [i64],
+    pub softexpires: &'a [i64],
+    pub event_names: &'a [String],
+    pub comms: &'a [String],
+    pub states: &'a [String],
+    pub names: &'a [String],
+}
+
+/// What the run knows beyond the events.
+pub struct Context {
+    /// threads named by the run (loads, the lab's processes): tid → label
+    pub roles: HashMap<i64, String>,
+    /// a `perf` thread is the lab's capture (runs recorded with perf record)
+    pub perf_is_lab: bool,
+    /// events the capture lost, and where when known (cpu, start, end, count)
+    pub lost: i64,
+    pub lost_at: Option<Vec<(i64, i64, i64, i64)>>,
+    pub t_first: i64,
+    pub t_last: i64,
+}
+
+/// A window of thread `tid`: [a, b), split as a span or as a wake-up.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    pub id: i64,
+    pub tid: i64,
+    pub a: i64,
+    pub b: i64,
+    pub span: bool,
+}
+
+/// One window's result.
+#[derive(Debug, Default, Clone)]
+pub struct Split {
+    pub id: i64,
+    pub causes: Vec<(String, i64)>,
+    pub cpu: Option<i64>,
+    pub migrations: i64,
+    pub page_faults: i64,
+    pub complete: bool,
+    pub missing: Option<String>,
+}
+
+/// How attribution names a task that ran: the run's own names first (by
+/// thread id), then the names loopscope's components give themselves,
+/// else `thread: <comm>`.
+pub fn task_label(comm: &str, pid: i64, roles: &HashMap<i64, String>, perf_is_lab: bool) -> String {
+    if let Some(r) = roles.get(&pid) {
+        return r.clone();
+    }
+    if comm == "ls-kcapture" || (perf_is_lab && comm == "perf") {
+        return "lab: capture".into();
+    }
+    if comm.starts_with("ls-netem") {
+        return "lab: emulator".into();
+    }
+    if comm == "ls-agent" || comm == "ls-ctl" {
+        return "lab: agent".into();
+    }
+    if comm.starts_with("ls-sync") {
+        return "lab: sync".into();
+    }
+    if comm == "ls-probe" {
+        return "lab: probe".into();
+    }
+    if comm == "loopscope-wr" {
+        return "lab: writer".into();
+    }
+    if let Some(rest) = comm.strip_prefix("ld:") {
+        return format!("load: {rest}");
+    }
+    format!("thread: {comm}")
+}
+
+fn blocked_label(state: &str) -> String {
+    match state {
+        "S" => "blocked: sleeping".into(),
+        "D" => "blocked: uninterruptible (I/O)".into(),
+        "I" => "blocked: idle kernel thread".into(),
+        "T" => "blocked: stopped".into(),
+        "t" => "blocked: traced".into(),
+        s => format!("blocked ({s})"),
+    }
+}
+
+/// Left bisection: the first index whose value is >= x.
+fn lower(v: &[i64], x: i64) -> usize {
+    v.partition_point(|&y| y < x)
+}
+
+/// Right bisection: the first index whose value is > x.
+fn upper(v: &[i64], x: i64) -> usize {
+    v.partition_point(|&y| y <= x)
+}
+
+fn count_in(v: &[i64], a: i64, b: i64) -> i64 {
+    upper(v, b) as i64 - lower(v, a) as i64
+}
+
+#[derive(Default)]
+struct Cpu {
+    run_s: Vec<i64>,
+    run_e: Vec<i64>,
+    run_pid: Vec<i64>,
+    run_label: Vec<usize>,
+    irq_s: Vec<i64>,
+    irq_e: Vec<i64>,
+    irq_label: Vec<usize>,
+}
+
+#[derive(Default)]
+struct Thread {
+    so_t: Vec<i64>,
+    so_state: Vec<String>,
+    rs: Vec<i64>,
+    re: Vec<i64>,
+    rc: Vec<i64>,
+    sw_t: Vec<i64>,
+    sw_c: Vec<i64>,
+    wake: Vec<i64>,
+    migr: Vec<i64>,
+    pf: Vec<i64>,
+    wk_t: Vec<i64>,
+    wk_by: Vec<i64>,
+    hs_t: Vec<i64>,
+    hs_exp: Vec<i64>,
+    hs_soft: Vec<i64>,
+}
+
+/// Labels, each once; segments hold their index.
+#[derive(Default)]
+struct Labels {
+    list: Vec<String>,
+    map: HashMap<String, usize>,
+}
+
+impl Labels {
+    fn get(&mut self, s: String) -> usize {
+        if let Some(&i) = self.map.get(&s) {
+            return i;
+        }
+        self.list.push(s.clone());
+        self.map.insert(s, self.list.len() - 1);
+        self.list.len() - 1
+    }
+}
+
+/// Causes of one window in the order they were first found.
+#[derive(Default)]
+struct Acc(Vec<(String, i64)>);
+
+impl Acc {
+    fn add(&mut self, k: &str, ns: i64) {
+        if let Some(e) = self.0.iter_mut().find(|e| e.0 == k) {
+            e.1 += ns;
+        } else {
+            self.0.push((k.to_string(), ns));
+        }
+    }
+    fn take(&mut self, k: &str) -> i64 {
+        match self.0.iter().position(|e| e.0 == k) {
+            Some(i) => self.0.remove(i).1,
+            None => 0,
+        }
+    }
+}
+
+/// The kernel's picture of a cluster: per CPU and per thread of interest.
+pub struct Kernel<'a> {
+    ev: &'a Events<'a>,
+    ctx: &'a Context,
+    kinds: Vec<Ev>,
+    cpus: HashMap<i64, Cpu>,
+    threads: HashMap<i64, Thread>,
+    labels: Labels,
+    comm_of: Option<HashMap<i64, i64>>,
+}
+
+fn text(table: &[String], i: i64) -> Option<&str> {
+    if i < 0 {
+        None
+    } else {
+        table.get(i as usize).map(|s| s.as_str())
+    }
+}
+
+impl<'a> Kernel<'a> {
+    /// One pass over the events: every CPU's runs and interrupt handlers,
+    /// and the own events of the threads in `tids`.
+    pub fn new(ev: &'a Events<'a>, ctx: &'a Context, tids: &[i64]) -> Kernel<'a> {
+        let kinds: Vec<Ev> = ev.event_names.iter().map(|n| ev_of(n)).collect();
+        let mut k = Kernel { ev, ctx, kinds, cpus: HashMap::new(), threads: HashMap::new(), labels: Labels::default(), comm_of: None };
+        for &t in tids {
+            k.threads.entry(t).or_default();
+        }
+        let n = ev.t_ns.len();
+        // events in time order (the frame is sorted; stay safe if not)
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| ev.t_ns[i]);
+        let mut stacks: HashMap<i64, Vec<(usize, i64)>> = HashMap::new();
+        let mut runs: HashMap<i64, Vec<(i64, i64, i64, usize)>> = HashMap::new();
+        let mut tlb: HashMap<i64, Vec<i64>> = HashMap::new();
+        let mut label_of: HashMap<(i64, i64), usize> = HashMap::new();
+        let mut prev_t: HashMap<i64, i64> = HashMap::new();
+        for &i in &order {
+            let t = ev.t_ns[i];
+            let c = ev.cpu[i];
+            let kind = k.kind(i);
+            let is_irq = matches!(
+                kind,
+                Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry | Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit
+            );
+            // interrupt segments: from each entry or exit to the next on its CPU, labelled by the innermost open handler
+            if is_irq {
+                if let (Some(stack), Some(&p)) = (stacks.get(&c), prev_t.get(&c)) {
+                    if let Some(&(lab, _)) = stack.last() {
+                        if t > p {
+                            let cpu = k.cpus.entry(c).or_default();
+                            cpu.irq_s.push(p);
+                            cpu.irq_e.push(t);
+                            cpu.irq_label.push(lab);
+                        }
+                    }
+                }
+                prev_t.insert(c, t);
+            }
+            match kind {
+                Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry => {
+                    let lab = match kind {
+                        Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
+                        Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
+                        Ev::TimerEntry => "timer interrupt".into(),
+                        Ev::CallEntry => "IPI: function call".into(),
+                        _ => "IPI: reschedule".into(),
+                    };
+                    let l = k.labels.get(lab);
+                    stacks.entry(c).or_default().push((l, t));
+                }
+                Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit => {
+                    // an exit with nothing open: a handler that began before these events
+                    stacks.entry(c).or_default().pop();
+                }
+                Ev::Tlb => tlb.entry(c).or_default().push(t),
+                Ev::Runtime => {
+                    let (who, rt) = (ev.target[i], ev.runtime[i]);
+                    if who != 0 && who != NONE && rt != NONE {
+                        let key = (ev.target_comm[i], who);
+                        let lab = match label_of.get(&key) {
+                            Some(&l) => l,
+                            None => {
+                                let name = text(ev.comms, ev.target_comm[i]).unwrap_or("?");
+                                let l = k.labels.get(task_label(name, who, &ctx.roles, ctx.perf_is_lab));
+                                label_of.insert(key, l);
+                                l
+                            }
+                        };
+                        runs.entry(c).or_default().push((t - rt, t, who, lab));
+                    }
+                }
+                _ => {}
+            }
+            k.thread_event(i, kind);
+        }
+        for (c, r) in runs {
+            let cpu = k.cpus.entry(c).or_default();
+            for (s, e, p, l) in r {
+                cpu.run_s.push(s);
+                cpu.run_e.push(e);
+                cpu.run_pid.push(p);
+                cpu.run_label.push(l);
+            }
+        }
+        // an IPI whose handler flushed the TLB (the capture records the IPI
+        // functions only when they are flush_tlb_func) is a TLB shootdown
+        let call = k.labels.get("IPI: function call".into());
+        let shoot = k.labels.get("IPI: TLB shootdown".into());
+        for (c, flushes) in tlb {
+            if let Some(cpu) = k.cpus.get_mut(&c) {
+                for f in flushes {
+                    let j = upper(&cpu.irq_s, f);
+                    if j > 0 && f <= cpu.irq_e[j - 1] && cpu.irq_label[j - 1] == call {
+                        cpu.irq_label[j - 1] = shoot;
+                    }
+                }
+            }
+        }
+        k
+    }
+
+    fn kind(&self, i: usize) -> Ev {
+        let e = self.ev.event[i];
+        if e < 0 {
+            Ev::Other
+        } else {
+            self.kinds.get(e as usize).copied().unwrap_or(Ev::Other)
+        }
+    }
+
+    fn thread_event(&mut self, i: usize, kind: Ev) {
+        let ev = self.ev;
+        let t = ev.t_ns[i];
+        let (target, cur) = (ev.target[i], ev.pid[i]);
+        match kind {
+            Ev::Runtime if ev.runtime[i] != NONE => {
+                if let Some(th) = self.threads.get_mut(&target) {
+                    th.rs.push(t - ev.runtime[i]);
+                    th.re.push(t);
+                    th.rc.push(ev.cpu[i]);
+                }
+            }
+            Ev::Switch => {
+                if let Some(th) = self.threads.get_mut(&target) {
+                    th.so_t.push(t);
+                    th.so_state.push(text(ev.states, ev.prev_state[i]).unwrap_or("").to_string());
+                }
+                if let Some(th) = self.threads.get_mut(&ev.next_pid[i]) {
+                    th.sw_t.push(t);
+                    th.sw_c.push(ev.cpu[i]);
+                }
+            }
+            Ev::Wakeup => {
+                if let Some(th) = self.threads.get_mut(&target) {
+                    th.wake.push(t);
+                }
+            }
+            Ev::Waking => {
+                if let Some(th) = self.threads.get_mut(&target) {
+                    th.wk_t.push(t);
+                    th.wk_by.push(cur);
+                }
+            }
+            Ev::Migrate => {
+                if let Some(th) = self.threads.get_mut(&target) {
+                    th.migr.push(t);
+                }
+            }
+            Ev::PageFault => {
+                if let Some(th) = self.threads.get_mut(&cur) {
+                    th.pf.push(t);
+                }
+            }
+            Ev::HrStart if ev.expires[i] != NONE => {
+                if let Some(th) = self.threads.get_mut(&cur) {
+                    th.hs_t.push(t);
+                    th.hs_exp.push(ev.expires[i]);
+                    th.hs_soft.push(ev.softexpires[i]);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// How attribution names the task `tid` (its comm from the events that name it).
+    fn name_of(&mut self, tid: i64) -> String {
+        if self.comm_of.is_none() {
+            let ev = self.ev;
+            let mut m = HashMap::new();
+            for i in 0..ev.t_ns.len() {
+                let k = self.kind(i);
+                if k != Ev::Waking && k != Ev::Wakeup && ev.target[i] != NONE && ev.target_comm[i] != NONE {
+                    m.insert(ev.target[i], ev.target_comm[i]);
+                }
+                if ev.next_pid[i] != NONE && ev.next_comm[i] != NONE {
+                    m.insert(ev.next_pid[i], ev.next_comm[i]);
+                }
+            }
+            self.comm_of = Some(m);
+        }
+        let comm = self.comm_of.as_ref().and_then(|m| m.get(&tid)).and_then(|&c| text(self.ev.comms, c)).map(|s| s.to_string()).unwrap_or_else(|| format!("tid {tid}"));
+        task_label(&comm, tid, &self.ctx.roles, self.ctx.perf_is_lab)
+    }
+
+    fn lost_in(&self, a: i64, b: i64) -> Option<String> {
+        let ctx = self.ctx;
+        if ctx.lost == 0 {
+            return None;
+        }
+        let Some(at) = &ctx.lost_at else {
+            return Some(format!("{} kernel events lost at unknown times", ctx.lost));
+        };
+        let hit: Vec<&(i64, i64, i64, i64)> = at.iter().filter(|w| w.1 < b && w.2 >= a).collect();
+        if hit.is_empty() {
+            return None;
+        }
+        let mut cpus: Vec<i64> = hit.iter().map(|w| w.0).collect();
+        cpus.sort();
+        cpus.dedup();
+        let list: Vec<String> = cpus.iter().map(|c| c.to_string()).collect();
+        Some(format!("{} kernel events lost inside the window (CPU {})", hit.iter().map(|w| w.3).sum::<i64>(), list.join(", ")))
+    }
+
+    fn info(&self, id: i64, a: i64, b: i64) -> Split {
+        let lost = self.lost_in(a, b);
+        let mut s = Split { id, complete: lost.is_none(), missing: lost, ..Default::default() };
+        if b > a && (a < self.ctx.t_first || b > self.ctx.t_last) {
+            s.complete = false;
+            and(&mut s.missing, "the window is not inside the capture");
+        }
+        s
+    }
+
+    /// What CPU `cpu` did over [u, v) while thread `tid` waited.
+    #[allow(clippy::too_many_arguments)]
+    fn activity(&self, cpu: Option<i64>, u: i64, v: i64, tid: i64, woke: Option<i64>, out: &mut Acc, slack: Option<(i64, i64)>, fault: Option<i64>) {
+        if v <= u {
+            return;
+        }
+        let Some(cv) = cpu.and_then(|c| self.cpus.get(&c)) else {
+            out.add("unexplained", v - u);
+            return;
+        };
+        let irqs = overlaps(&cv.irq_s, &cv.irq_e, u, v);
+        let mut covered: Vec<(i64, i64)> = Vec::with_capacity(irqs.len() + 8);
+        for &(j, a, b) in &irqs {
+            out.add(&self.labels.list[cv.irq_label[j]], b - a);
+            covered.push((a, b));
+        }
+        // interrupt segments are disjoint and sorted: how much of [x, y) they cover, from a running sum
+        let ia: Vec<i64> = irqs.iter().map(|x| x.1).collect();
+        let ib: Vec<i64> = irqs.iter().map(|x| x.2).collect();
+        let mut cum = vec![0i64; ia.len() + 1];
+        for k in 0..ia.len() {
+            cum[k + 1] = cum[k] + ib[k] - ia[k];
+        }
+        let irq_before = |t: i64| -> i64 {
+            let k = upper(&ib, t);
+            cum[k] + if k < ia.len() { (t - ia[k]).max(0) } else { 0 }
+        };
+        let mut prev_end = u;
+        for (j, a, b) in overlaps(&cv.run_s, &cv.run_e, u, v) {
+            if cv.run_pid[j] == tid {
+                continue;
+            }
+            let a2 = a.max(prev_end); // runs on one CPU do not overlap; where accounting says so, count once
+            let d = if b > a2 { (b - a2) - (irq_before(b) - irq_before(a2)) } else { 0 };
+            if d > 0 {
+                out.add(&self.labels.list[cv.run_label[j]], d);
+            }
+            covered.push((a, b));
+            prev_end = prev_end.max(b);
+        }
+        covered.sort();
+        let mut gaps: Vec<(i64, i64)> = Vec::new();
+        let mut t = u;
+        for (x, y) in covered {
+            if x > t {
+                gaps.push((t, x.min(v)));
+            }
+            t = t.max(y);
+        }
+        if t < v {
+            gaps.push((t, v));
+        }
+        let cut = match woke {
+            None => v,
+            Some(w) => w.max(u).min(v),
+        };
+        if let Some((s0, s1)) = slack {
+            let (lo, hi) = (s0.max(u), s1.min(cut));
+            let held: i64 = gaps.iter().map(|&(ga, gb)| (gb.min(hi) - ga.max(lo)).max(0)).sum();
+            if held > 0 {
+                out.add("timer slack", held);
+                gaps = gaps.iter().flat_map(|&(ga, gb)| [(ga, gb.min(lo)), (ga.max(hi), gb)]).filter(|g| g.1 > g.0).collect();
+            }
+        }
+        if let Some(f) = fault {
+            if u <= f && f < v {
+                let held: i64 = gaps.iter().map(|&(ga, gb)| (gb - ga.max(f)).max(0)).sum();
+                if held > 0 {
+                    out.add("page faults", held);
+                    gaps = gaps.iter().map(|&(ga, gb)| (ga, gb.min(f))).filter(|g| g.1 > g.0).collect();
+                }
+            }
+        }
+        let before: i64 = gaps.iter().map(|&(ga, gb)| (gb.min(cut) - ga).max(0)).sum();
+        let after: i64 = gaps.iter().map(|&(ga, gb)| (gb - ga.max(cut)).max(0)).sum();
+        if before > 0 {
+            out.add("CPU idle", before);
+        }
+        if after > 0 {
+            out.add("scheduling latency", after);
+        }
+    }
+
+    /// [soft, hard) of the timer the thread armed for the deadline `a`, when it had slack.
+    fn slack(th: &Thread, a: i64) -> Option<(i64, i64)> {
+        let j = upper(&th.hs_t, a);
+        if j == 0 {
+            return None;
+        }
+        let (soft, hard) = (th.hs_soft[j - 1], th.hs_exp[j - 1]);
+        if (soft - a).abs() > SLACK_MATCH_NS || hard <= soft {
+            return None;
+        }
+        Some((soft, hard))
+    }
+
+    /// For a sleep from `t` to its wake-up `w`: the soft expiry of the timer
+    /// armed as it went to sleep, when the wake-up came within its slack.
+    fn slept_on_slack(th: &Thread, t: i64, w: i64) -> Option<i64> {
+        let j = upper(&th.hs_t, t + JOIN_NS);
+        if j == 0 || th.hs_t[j - 1] < t - 1_000_000 {
+            return None;
+        }
+        let (soft, hard) = (th.hs_soft[j - 1], th.hs_exp[j - 1]);
+        if hard <= soft || !(t <= soft && soft < w && w <= hard + SLACK_MATCH_NS) {
+            return None;
+        }
+        Some(soft)
+    }
+
+    /// `blocked: <task>` and when, when another task woke the thread out of
+    /// the sleep that began at `t` (before its next run at `x`).
+    fn blocked_by(&mut self, tid: i64, t: i64, x: i64) -> Option<(String, i64)> {
+        let th = self.threads.get(&tid)?;
+        let i = lower(&th.wk_t, t);
+        if i >= th.wk_t.len() || th.wk_t[i] > x {
+            return None;
+        }
+        let (by, at) = (th.wk_by[i], th.wk_t[i]);
+        if by == 0 || by == tid || by == NONE {
+            return None;
+        }
+        let name = self.name_of(by);
+        Some((format!("blocked: {}", name.strip_prefix("thread: ").unwrap_or(&name)), at))
+    }
+
+    /// Split the wake-up window [a, b) of thread `tid`.
+    pub fn attribute(&mut self, w: &Window) -> Split {
+        let (tid, a, b) = (w.tid, w.a, w.b);
+        let mut s = self.info(w.id, a, b);
+        let mut out = Acc::default();
+        if b <= a {
+            s.causes = out.0;
+            return s;
+        }
+        let th = self.threads.get(&tid).expect("threads of every window are built");
+        let (mut s_in, mut cpu) = (None, None);
+        let i = lower(&th.re, b);
+        if i < th.re.len() && th.rs[i] <= b {
+            let c = th.rc[i];
+            let mut i = i;
+            let mut sin = th.rs[i];
+            while i > 0 && th.rc[i - 1] == c && (th.re[i - 1] - sin).abs() < JOIN_NS && sin > a {
+                i -= 1;
+                sin = th.rs[i];
+            }
+            s_in = Some(sin);
+            cpu = Some(c);
+        }
+        if s_in.is_none() {
+            let (j0, j1) = (lower(&th.sw_t, a), upper(&th.sw_t, b));
+            if j1 > j0 {
+                s_in = Some(th.sw_t[j1 - 1]);
+                cpu = Some(th.sw_c[j1 - 1]);
+            }
+        }
+        let s_in = match s_in {
+            Some(x) => x,
+            None => {
+                s.complete = false;
+                and(&mut s.missing, "the thread's switch-in was not recorded");
+                b
+            }
+        }
+        .min(b)
+        .max(a);
+        s.cpu = cpu;
+        let wi = lower(&th.wake, a);
+        let woke = if wi < th.wake.len() && th.wake[wi] <= s_in { Some(th.wake[wi]) } else { None };
+        s.migrations = count_in(&th.migr, a, b);
+        s.page_faults = count_in(&th.pf, a, b);
+        // a fault in the window is the thread's own, so after its wake-up (recorded or not)
+        let fi = lower(&th.pf, a);
+        let fault = if fi < th.pf.len() && th.pf[fi] < s_in { Some(th.pf[fi]) } else { None };
+        let slack = Self::slack(th, a);
+        self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault);
+        if b > s_in {
+            let mut ret = Acc::default();
+            self.activity(cpu, s_in, b, tid, None, &mut ret, None, None);
+            // on its own CPU after the switch-in, idle means the thread itself was running
+            let own = ret.take("CPU idle") + ret.take("scheduling latency");
+            for (k, ns) in ret.0 {
+                out.add(&k, ns);
+            }
+            if own > 0 {
+                out.add("return to user space", own);
+            }
+        }
+        s.causes = out.0;
+        s
+    }
+
+    /// Split [a, b), any stretch of thread `tid`'s time.
+    pub fn attribute_span(&mut self, w: &Window) -> Split {
+        let (tid, a, b) = (w.tid, w.a, w.b);
+        let mut s = self.info(w.id, a, b);
+        let mut out = Acc::default();
+        if b <= a {
+            s.causes = out.0;
+            return s;
+        }
+        let th = self.threads.get(&tid).expect("threads of every window are built");
+        let mut segs: Vec<(i64, i64, i64)> = Vec::new();
+        let mut j = upper(&th.re, a);
+        while j < th.rs.len() && th.rs[j] < b {
+            let (x, y, c) = (th.rs[j].max(a), th.re[j].min(b), th.rc[j]);
+            if y > x {
+                match segs.last_mut() {
+                    Some(last) if last.2 == c && x - last.1 < JOIN_NS => last.1 = last.1.max(y),
+                    _ => segs.push((x, y, c)),
+                }
+            }
+            j += 1;
+        }
+        if segs.is_empty() {
+            s.complete = false;
+            and(&mut s.missing, "no run of the thread was recorded in the window");
+            s.causes = vec![("unexplained".into(), b - a)];
+            return s;
+        }
+        let last_cpu = segs[segs.len() - 1].2;
+        s.cpu = Some(last_cpu);
+        let n_segs = segs.len();
+        let mut all = segs.clone();
+        all.push((b, b, last_cpu));
+        let mut t = a;
+        for (n, &(x, y, c)) in all.iter().enumerate() {
+            if x > t {
+                let th = self.threads.get(&tid).expect("built");
+                // the thread ran until `t`: only a switch-out where that run ended can have put it to sleep
+                let i = lower(&th.so_t, a.max(t - 50_000) - JOIN_NS);
+                let state: String = if i < th.so_t.len() && th.so_t[i] <= x { th.so_state[i].chars().take(1).collect() } else { "R".into() };
+                let wi = lower(&th.wake, t);
+                let mut wk = if wi < th.wake.len() && th.wake[wi] <= x { Some(th.wake[wi]) } else { None };
+                let faulted = count_in(&th.pf, t - FAULT_BEFORE_NS, t + JOIN_NS) > 0;
+                if state == "R" || state == "W" {
+                    self.activity(Some(c), t, x, tid, Some(t), &mut out, None, None);
+                } else if !state.is_empty() {
+                    let by = self.blocked_by(tid, t, x);
+                    let th = self.threads.get(&tid).expect("built");
+                    let mut label = match &by {
+                        Some((l, _)) => l.clone(),
+                        None => blocked_label(&state),
+                    };
+                    if state == "D" && by.is_none() && faulted {
+                        label = "page faults".into(); // it blocked in the fault: waiting for the page
+                    }
+                    let woken = wk;
+                    if let Some((_, at)) = &by {
+                        if wk.is_none_or(|w| *at < w) {
+                            // blocked until the other task woke it; from there to the wake-up taking effect, the wake-up's own delay
+                            wk = Some(*at);
+                        }
+                    }
+                    match wk {
+                        None => {
+                            if n < n_segs {
+                                label.push_str(" (wake-up not recorded)");
+                            }
+                            out.add(&label, x - t);
+                        }
+                        Some(w) => {
+                            let slept = if by.is_none() { Self::slept_on_slack(th, t, w) } else { None };
+                            match slept {
+                                Some(soft) => {
+                                    out.add(&label, soft - t);
+                                    out.add("timer slack", w - soft);
+                                }
+                                None => out.add(&label, w - t),
+                            }
+                            let effect = match woken {
+                                Some(x0) if x0 >= w => x0,
+                                _ => w,
+                            };
+                            self.activity(Some(c), w, x, tid, Some(effect), &mut out, None, None);
+                        }
+                    }
+                } else {
+                    self.activity(Some(c), t, x, tid, wk, &mut out, None, None);
+                }
+            }
+            if y > x {
+                let mut irq_ns = 0;
+                if let Some(cv) = self.cpus.get(&c) {
+                    for (jj, aa, bb) in overlaps(&cv.irq_s, &cv.irq_e, x, y) {
+                        out.add(&self.labels.list[cv.irq_label[jj]], bb - aa);
+                        irq_ns += bb - aa;
+                    }
+                }
+                out.add("running", (y - x) - irq_ns);
+            }
+            t = t.max(y);
+        }
+        let th = self.threads.get(&tid).expect("built");
+        s.migrations = count_in(&th.migr, a, b);
+        s.page_faults = count_in(&th.pf, a, b);
+        s.causes = out.0;
+        s
+    }
+}
+
+fn and(missing: &mut Option<String>, why: &str) {
+    *missing = Some(match missing.take() {
+        Some(m) => format!("{m}; {why}"),
+        None => why.to_string(),
+    });
+}
+
+/// (index, start, end) of segments overlapping [u, v), clipped to it.
+/// Segments are sorted by end; starts almost so: step back over stragglers.
+fn overlaps(s: &[i64], e: &[i64], u: i64, v: i64) -> Vec<(usize, i64, i64)> {
+    let mut out = Vec::new();
+    let mut i = upper(e, u);
+    while i > 0 && e[i - 1] > u {
+        i -= 1;
+    }
+    for j in i..s.len() {
+        if s[j] >= v {
+            break;
+        }
+        let (a, b) = (s[j].max(u), e[j].min(v));
+        if b > a {
+            out.push((j, a, b));
+        }
+    }
+    out
+}
+
+/// Every window of a cluster split into causes; what no cause explains of a
+/// window is `unexplained`, so each window's causes add up to its length.
+pub fn attribute_many(ev: &Events, ctx: &Context, windows: &[Window]) -> Vec<Split> {
+    let mut tids: Vec<i64> = windows.iter().map(|w| w.tid).collect();
+    tids.sort();
+    tids.dedup();
+    let mut k = Kernel::new(ev, ctx, &tids);
+    windows
+        .iter()
+        .map(|w| {
+            let mut s = if w.span { k.attribute_span(w) } else { k.attribute(w) };
+            let total = w.b - w.a;
+            if s.causes.is_empty() {
+                s.causes.push(("unexplained".into(), total));
+            }
+            let left = total - s.causes.iter().map(|c| c.1).sum::<i64>();
+            if left > 0 {
+                match s.causes.iter_mut().find(|c| c.0 == "unexplained") {
+                    Some(c) => c.1 += left,
+                    None => s.causes.push(("unexplained".into(), left)),
+                }
+            }
+            s
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn another_task_running_before_the_switch_in_is_named_and_the_rest_is_return_to_user_space() {
+        // task 7 (hog) runs 0..900 on CPU 1; thread 42 was woken at 100, runs 900..1000
+        let names = table(&["sched_stat_runtime", "sched_wakeup"]);
+        let comms = table(&["hog", "t"]);
+        let empty: Vec<String> = vec![];
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[100, 900, 1000],
+            cpu: &[1, 1, 1],
+            event: &[1, 0, 0],
+            pid: &[7, 7, 42],
+            target: &[42, 7, 42],
+            target_comm: &[1, 0, 1],
+            next_pid: &[n, n, n],
+            next_comm: &[n, n, n],
+            prev_state: &[n, n, n],
+            name: &[n, n, n],
+            runtime: &[n, 900, 100],
+            expires: &[n, n, n],
+            softexpires: &[n, n, n],
+            event_names: &names,
+            comms: &comms,
+            states: &empty,
+            names: &empty,
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000 };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
+        assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
+        assert!(out[0].complete);
+    }
+
+    #[test]
+    fn the_lab_and_the_loads_are_named_by_their_own_names() {
+        let roles = HashMap::from([(5, "load: hog".to_string())]);
+        assert_eq!(task_label("stress-ng", 5, &roles, false), "load: hog");
+        assert_eq!(task_label("ls-kcapture", 9, &roles, false), "lab: capture");
+        assert_eq!(task_label("perf", 9, &roles, true), "lab: capture");
+        assert_eq!(task_label("perf", 9, &roles, false), "thread: perf");
+        assert_eq!(task_label("loopscope-wr", 9, &roles, false), "lab: writer");
+        assert_eq!(task_label("ld:io", 9, &roles, false), "load: io");
+    }
+}
