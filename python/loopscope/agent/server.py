@@ -253,6 +253,14 @@ class Agent:
             child.popen.wait()
         return {"done": True, **self._finish(name)}
 
+    def signal_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Pause (``stop``) or resume (``cont``) a running probe: the lab
+        pauses its clock-sync probes while a probe step measures."""
+        child = self._running(m["name"])
+        if child.popen.poll() is None:
+            child.popen.send_signal(signal.SIGSTOP if m["signal"] == "stop" else signal.SIGCONT)
+        return {"done": True}
+
     def status(self, m: dict[str, Any]) -> dict[str, Any]:
         for name, (child, _, _, stopping) in self.running.items():
             if child.popen.poll() is not None and not stopping and child.popen.returncode != 0:
@@ -392,6 +400,7 @@ class Agent:
             "start_probe": self.start_probe,
             "wait_probe": self.wait_probe,
             "stop_probe": self.stop_probe,
+            "signal_probe": self.signal_probe,
             "status": self.status,
             "start_kcapture": self.start_kcapture,
             "drain_kcapture": self.drain_kcapture,

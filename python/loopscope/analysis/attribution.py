@@ -86,7 +86,7 @@ ROLES = {
     "thread: kauditd": "the audit subsystem",
     "thread: oom_reaper": "frees the memory of tasks killed for lack of memory",
     "lab: capture": "loopscope's kernel capture reader (runs between probe windows, SCHED_IDLE)",
-    "lab: emulator": "loopscope's user-space link emulator (forwards the emulated links' packets)",
+    "lab: emulator": "loopscope's user-space link emulator, standing in for the router of a real network (it forwards the emulated links' packets on the CPUs the probes use); emulator: {cpu: N, poll: true} moves it to a CPU of its own, a real router or netem on real machines removes it",
     "lab: agent": "loopscope's agent or controller (starts and stops probes and loads)",
     "lab: sync": "loopscope's clock-sync probes",
     "lab: probe": "a loopscope probe's own process besides its measuring threads: its start-up, its wait for them, its results and exit",

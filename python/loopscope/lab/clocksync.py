@@ -6,7 +6,9 @@ agents are up, before the first phase, and stop after the last, so every
 record of every phase lies inside the span the probes cover. Their traces
 live in ``hosts/<name>/clocksync/`` and are listed in ``run.json`` under
 ``clocksync``; ``loopscope.clock.sync`` reads them afterwards. A probe that
-fails stops the run like any other component.
+fails stops the run like any other component. The initiators are paused
+(SIGSTOP) while each probe step measures and resumed after it (``pause``),
+so they are never inside a window: the estimate bridges each step.
 
 Which network they cross (``clocksync.network``): ``sync`` by default, the
 netns hosts' own veths to the reference (``netns.Topology.sync_links``) or
@@ -49,6 +51,19 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
     return info
 
 
+def pause(lab: Any, info: dict[str, Any] | None, on: bool) -> None:
+    """Stop (``on``) or resume the initiators: they rest while a probe step
+    measures, like the kernel capture's reader, and the estimate bridges the
+    step (its bound at a time inside the gap says what that costs). The
+    responder sleeps when no probe comes."""
+    if not info:
+        return
+    for host, name in info.get("running") or []:
+        if name == "clocksync":
+            lab.agent(host).call("signal_probe", name=name, signal="stop" if on else "cont")
+    info["paused"] = on
+
+
 def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
     """Where ``host``'s initiator sends, and over which network."""
     cs = exp.clocksync
@@ -64,6 +79,12 @@ def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
 
 def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
     """Initiators first (their last answers still come back), then the responder."""
+    if info.get("paused"):  # a stopped process handles SIGINT only once resumed
+        try:
+            pause(lab, info, False)
+        except AgentFailure:
+            if not quiet:
+                raise
     running: list[tuple[str, str]] = info.get("running") or []
     for host, name in sorted(running, key=lambda x: x[1] == "clocksync-serve"):
         try:

@@ -264,7 +264,17 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
                 lab.check()
                 # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
                 kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
-                step = KINDS[probe.kind].run(Steps(lab, exp, calib), tuned_probe(probe, pr.phase), pr.key, dur)
+                # The clock-sync probes rest while the step measures (the estimate bridges it).
+                clocksync.pause(lab, sync_info, True)
+                try:
+                    step = KINDS[probe.kind].run(Steps(lab, exp, calib), tuned_probe(probe, pr.phase), pr.key, dur)
+                except BaseException:
+                    try:  # resumed for their stop; the step's own failure is what the run reports
+                        clocksync.pause(lab, sync_info, False)
+                    except Exception:  # noqa: BLE001
+                        pass
+                    raise
+                clocksync.pause(lab, sync_info, False)
                 if "first_probe_spawn_mono_ns" not in run["timings"]:
                     run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
                 run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})

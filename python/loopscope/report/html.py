@@ -199,7 +199,8 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             if ws:
                 outliers.append({"phase": g["phase"], "worst": ws})
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
-    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] in ("lab: capture", "thread: perf") and (c["share"] or 0) >= 0.02})
+    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] == "lab: capture" and (c["share"] or 0) >= 0.02})
+    # (a run captured with perf record names its perf threads lab: capture itself; a user's own perf is not the lab)
     roles = {c["cause"]: c["role"] for g in ex.get("groups") or [] for c in g["causes"] if c.get("role")}
     return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"), "roles": sorted(roles.items()),
             "self_warning": (f"The kernel capture itself (lab: capture) takes 2 % or more of the outliers' time in {'; '.join(warn)}: its reader had to run inside those windows. "

@@ -302,6 +302,13 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
             break;
         }
         sleep_until(due as i64);
+        // Paused (the lab stops the clock-sync probes while a probe step
+        // measures): start again from now rather than sending the pairs
+        // that came due meanwhile in one burst.
+        let now = mono_ns() as f64;
+        if now - due > period {
+            due = now;
+        }
         for idx in 0..2u8 {
             if idx == 1 {
                 let until = mono_ns() + cfg.gap_ns;

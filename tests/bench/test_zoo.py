@@ -1,0 +1,70 @@
+"""``loopscope bench explain``: the cause zoo run for real in its quick
+form (a hog, a blocked lock, page faults, and the warm-up anomaly), its one
+JSON line, its refusals, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from loopscope.bench import zoo
+from loopscope.host import swapfile
+from tests.conftest import Cli
+
+CASE_KEYS = {"name", "expected", "top_cause", "top_share", "expected_share", "expected_rank", "baseline_expected_share", "unexplained_share", "outliers", "skipped"}
+ANOMALY_KEYS = {"name", "injected_ns", "detected_ns", "expected", "cause", "ok"}
+
+
+def _left() -> list[str]:
+    ps = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout.split()
+    return [c for c in ps if c.startswith(("zoo-", "ls-zoo", "ls-probe", "ls-agent"))] + [str(p) for p in Path("/var/tmp").glob("loopscope-*.swap")]
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("stress-ng")
+def test_the_zoo_names_a_hog_a_lock_holder_and_page_faults_first_and_prints_one_json_line(cli: Cli, tmp_path: Path) -> None:
+    rps = Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text()
+    r = cli("bench", "explain", "--json", "--quick", "--case", "hog", "--case", "blocked", "--case", "faults", "--case", "anomaly-warmup", "--dir", str(tmp_path / "z"), timeout=900)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1  # progress went to stderr
+    j = json.loads(lines[0])
+    assert [c["name"] for c in j["cases"]] == ["hog", "faults", "blocked"]
+    for c in j["cases"]:
+        assert CASE_KEYS <= set(c), c
+        assert c["skipped"] is None and c["outliers"] > 0
+        assert c["expected_rank"] == 1, c  # the injected cause comes out first
+        assert c["expected_share"] >= 0.5 and c["baseline_expected_share"] <= 0.05, c
+    assert j["accuracy"] == 1.0
+    (w,) = j["anomalies"]
+    assert ANOMALY_KEYS <= set(w) and w["name"] == "warmup" and w["detected_ns"] and w["cause"] == "page faults" and w["ok"]
+    assert _left() == [] and not swapfile.leftovers()
+    assert Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text() == rps
+
+
+def test_an_unknown_case_is_refused_naming_the_cases(cli: Cli) -> None:
+    r = cli("bench", "explain", "--case", "nosuch", "--json")
+    assert r.returncode == 2 and "nosuch" in r.stderr and "hog" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_case_this_machine_cannot_inject_says_why() -> None:
+    c = zoo.Case("x", "load: x", "needs a tool nobody has", needs=["no-such-injector-tool"])
+    why = zoo.missing(c)
+    assert why and ("no-such-injector-tool" in why or "root" in why or "CPU" in why)
+
+
+def test_every_named_case_declares_its_expected_cause_with_a_defined_label() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "explain.md").read_text()
+    names = [c.name for c in zoo.cases("zoo", "lock", "table")]
+    assert names == ["hog", "fifo", "netrx", "timers", "ipi", "slack", "faults", "blocked"]
+    for c in zoo.cases("zoo", "lock", "table"):
+        family = c.expected.split(":")[0] if c.expected.startswith(("thread:", "load:", "blocked:", "softirq:")) else c.expected
+        assert f"`{family}" in doc, c.expected  # every label is defined in docs/explain.md
+
+
+def test_the_quantum_of_slack_is_the_tick_when_the_tick_is_shorter() -> None:
+    q = next(a for a in zoo.anomalies("zoo", "poll", "table") if a.name == "quantization")
+    assert q.injected_ns == min(5_000_000, zoo.tick_ns())
