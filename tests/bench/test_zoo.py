@@ -39,6 +39,12 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_page_faults_first_and_prints_one_
         assert c["expected_rank"] == 1, c  # the injected cause comes out first
         assert c["expected_share"] >= 0.5 and c["baseline_expected_share"] <= 0.05, c
     assert j["accuracy"] == 1.0
+    # advise on each case's run: the hog's remedy (the probe SCHED_FIFO) lowers p99 in its follow-up
+    hog, faults, blocked = j["cases"]
+    assert "SCHED_FIFO" in hog["remedy"]["offered"] and hog["remedy"]["tunings"], hog["remedy"]
+    assert hog["remedy"]["against"] == "injected" and hog["remedy"]["ratio_p99"] < 1 and hog["remedy"]["significant"], hog["remedy"]
+    assert "lock" in blocked["remedy"]["offered"] and "mlockall" not in blocked["remedy"]["offered"]
+    assert "lock" in faults["remedy"]["offered"]  # mlockall: a change to the program, not a run-time tuning
     (w,) = j["anomalies"]
     assert ANOMALY_KEYS <= set(w) and w["name"] == "warmup" and w["detected_ns"] and w["cause"] == "page faults" and w["ok"]
     assert _left() == [] and not swapfile.leftovers()

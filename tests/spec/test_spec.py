@@ -121,3 +121,27 @@ def test_schema_prints_valid_json_with_every_probe_and_load_kind(cli: Cli) -> No
     text = json.dumps(s)
     for kind in ("timer", "sched", "syscall", "cpu", "memory", "io", "net", "mix", "command"):
         assert f'"{kind}"' in text
+
+
+def test_a_phase_compared_with_a_phase_that_does_not_exist_is_refused() -> None:
+    text = MINIMAL + "phases:\n  - {name: cpu-2, loads: [cpu-2]}\n  - {name: remedy, loads: [cpu-2], compare_with: nosuch}\n"
+    with pytest.raises(SpecError) as e:
+        parse(text, "x.yaml")
+    assert any("phases.1.compare_with" in p.render("x.yaml") and "nosuch" in p.render("x.yaml") for p in e.value.problems), str(e.value)
+
+
+def test_a_remedy_phase_is_compared_with_the_phase_it_names() -> None:
+    import numpy as np
+    import polars as pl
+
+    from loopscope.analysis.phases import Measure, compare_phases
+
+    rng = np.random.default_rng(1)
+    rows = [(rep, ph, v) for rep in (1, 2, 3) for ph, scale in (("baseline", 1.0), ("hog", 5.0), ("remedy", 1.0)) for v in rng.exponential(scale, 400)]
+    df = pl.DataFrame(rows, schema=["rep", "phase", "value"], orient="row").with_columns(pl.lit("").alias("loads"))
+    m = Measure("t", "timer", "latency", df, ("p50", "p99", "mean"), 32)
+    c = compare_phases([m], ["baseline", "hog", "remedy"], None, {"remedy": "hog"})
+    r = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99")).row(0, named=True)
+    assert r["baseline_phase"] == "hog" and r["ratio"] < 0.5 and r["significant"]
+    h = c.filter((pl.col("phase") == "hog") & (pl.col("metric") == "p99")).row(0, named=True)
+    assert h["baseline_phase"] == "baseline"

@@ -58,7 +58,7 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
         fields = getattr(models.get(p["kind"]), "model_fields", {})
         ctx = Context(probe=p["name"], probe_kind=p["kind"], probe_cpus=list(p.get("cpu") or []), usable=usable,
                       probe_takes_cpu="cpu" in fields, probe_takes_priority="priority" in fields, loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
-                      load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]})
+                      load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]}, probe_priority=p.get("priority"))
         top = [c for c in g.get("causes") or [] if c["cause"] not in SKIP and c["share"] >= MIN_SHARE][:3]
         for c in top:
             r = remedy(c["cause"], ctx)
@@ -82,22 +82,42 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def follow_up(run_dir: Path, tunings: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """The run's experiment with its phases written out and a remedy phase per advised phase."""
+    """The run's experiment as its author wrote it (``spec.yaml``, defaults
+    left out), its phases written out only when it had none, and a remedy
+    phase per advised phase: that phase's loads, links and tunings with the
+    remedy's tunings in place of any of the same target, compared with the
+    phase it remedies (``compare_with``), so "did it help" is one row."""
+    import yaml
+
     rd = RunDir.open(run_dir)
-    spec = json.loads(rd.spec_json.read_text())
     if not tunings:
         raise InputError(f"{run_dir}: no cause found has a remedy a phase can apply at run time; the table above says what to change by hand")
-    spec.pop("sweep", None)  # its loads are written out already
-    spec["name"] = f"{spec['name']}-remedy"[:64]
-    phases = [p for p in spec.get("phases") or []]
+    full = json.loads(rd.spec_json.read_text())
+    own = rd.path / "spec.yaml"
+    spec = yaml.safe_load(own.read_text()) if own.exists() else None
+    if not isinstance(spec, dict):
+        spec = {k: full[k] for k in ("name", "hosts", "links", "probes", "loads", "duration", "repetitions") if full.get(k) not in (None, [], {})}
+    spec["name"] = f"{full['name']}-remedy"[:64]
+    if not spec.get("phases"):
+        # the phases the run had, as few keys as they need
+        spec.pop("sweep", None)
+        spec["loads"] = full.get("loads") or []
+        spec["phases"] = [{"name": p["name"], **({"loads": p["loads"]} if p.get("loads") else {})} for p in full.get("phases") or []]
+        spec.pop("baseline", None)
+    phases = spec["phases"]
     names = {p["name"] for p in phases}
     for ph, ts in tunings.items():
-        base = next(p for p in phases if p["name"] == ph)
+        base = next((p for p in phases if p["name"] == ph), None) or next(p for p in full.get("phases") or [] if p["name"] == ph)
         name = "remedy" if len(tunings) == 1 else f"remedy-{ph}"
         while name in names or name == "baseline":
             name += "-2"
         names.add(name)
-        phases.append({"name": name, "loads": list(base.get("loads") or []), "links": list(base.get("links") or []), "tunings": ts})
-    spec["phases"] = phases
-    spec["baseline"] = False
+        kept = [t for t in base.get("tunings") or [] if not any(_same_target(t, r) for r in ts)]
+        phase: dict[str, Any] = {"name": name, "compare_with": ph}
+        if base.get("loads"):
+            phase["loads"] = list(base["loads"])
+        if base.get("links"):
+            phase["links"] = list(base["links"])
+        phase["tunings"] = [*kept, *ts]
+        phases.append(phase)
     return spec

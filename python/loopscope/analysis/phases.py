@@ -73,17 +73,19 @@ def _max_row(ser: list[np.ndarray], base_ser: list[np.ndarray], is_base: bool) -
             "ratio_hi": 1.0 if is_base else nan, "significant": False, "p_value": None}
 
 
-def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present: list[str]) -> list[dict[str, object]]:
-    """The missed deadlines of ``m``'s probe in each phase, against the baseline's."""
+def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present: list[str], against: dict[str, str] | None = None) -> list[dict[str, object]]:
+    """The missed deadlines of ``m``'s probe in each phase, against the baseline's (or the phase ``against`` names)."""
     here = [p for p in present if p in per_phase]
     if not here:
         return []
-    base_name = baseline_of(here)
-    base = per_phase[base_name]
-    ka, na = sum(k for k, _ in base), sum(n for _, n in base)
+    default = baseline_of(here)
     loads_of = dict(m.frame.select("phase", "loads").unique().iter_rows())
     rows = []
     for ph in here:
+        ref = (against or {}).get(ph)
+        base_name = ref if ref in here and ref != ph else default
+        base = per_phase[base_name]
+        ka, na = sum(k for k, _ in base), sum(n for _, n in base)
         reps = per_phase[ph]
         kb, nb = sum(k for k, _ in reps), sum(n for _, n in reps)
         is_base = ph == base_name
@@ -99,10 +101,13 @@ def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present
     return rows
 
 
-def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict[str, dict[str, list[tuple[int, int]]]] | None = None) -> pl.DataFrame:
+def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict[str, dict[str, list[tuple[int, int]]]] | None = None,
+                   against: dict[str, str] | None = None) -> pl.DataFrame:
     """Every measure (each probe kind says which it has) in every phase
-    against the baseline phase; ``missed``: per probe, per phase, each
-    repetition's (missed deadlines, deadlines), shown with the probe's first measure."""
+    against the baseline phase, or the phase ``against`` names for it (a
+    remedy phase against the phase it remedies); ``missed``: per probe, per
+    phase, each repetition's (missed deadlines, deadlines), shown with the
+    probe's first measure."""
     rows = []
     seen: set[str] = set()
     for m in measures:
@@ -115,7 +120,13 @@ def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict
         boot_metrics = [x for x in metrics if x != "max"]
         base_ser = _series(m.frame, base_name)
         base = Resampled(base_ser, boot_metrics, block=m.block, seed=7)
+        default = (base_name, base_ser, base)
         for i, ph in enumerate(present):
+            base_name, base_ser, base = default
+            ref = (against or {}).get(ph)
+            if ref is not None and ref in present and ref != ph:
+                base_name, base_ser = ref, _series(m.frame, ref)
+                base = Resampled(base_ser, boot_metrics, block=m.block, seed=7 + present.index(ref))
             ser = _series(m.frame, ph)
             other = base if ph == base_name else Resampled(ser, boot_metrics, block=m.block, seed=11 + i)
             for metric in metrics:
@@ -138,6 +149,6 @@ def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict
                     }
                 )
         if missed and m.probe in missed and m.probe not in seen:
-            rows += missed_rows(m, missed[m.probe], present)
+            rows += missed_rows(m, missed[m.probe], present, against)
         seen.add(m.probe)
     return pl.DataFrame(rows, schema=SCHEMA) if rows else pl.DataFrame(schema=SCHEMA)

@@ -40,6 +40,42 @@ class Context:
     loads: list[str]  # the phase's loads
     #: load → the CPUs its threads were allowed (what it pinned itself to, if it did)
     load_cpus: dict[str, list[int]] = field(default_factory=dict)
+    #: the probe's SCHED_FIFO priority as it ran (None: SCHED_OTHER)
+    probe_priority: int | None = None
+
+
+RT_PRIORITY = 80
+
+
+def _fifo(ctx: Context) -> list[dict[str, Any]]:
+    """The tuning that makes the probe SCHED_FIFO, when it takes one and is not already."""
+    if ctx.probe_takes_priority and (ctx.probe_priority or 0) < RT_PRIORITY:
+        return [{"kind": "sched", "probe": ctx.probe, "policy": "fifo", "priority": RT_PRIORITY}]
+    return []
+
+
+def _elsewhere(ctx: Context) -> list[int]:
+    """A CPU for the probe other than the one it ran on (pinning it where it already is changes nothing)."""
+    here = set(ctx.probe_cpus) if ctx.probe_cpus else set()
+    other = [c for c in ctx.usable if c not in here]
+    return other[:1] or ctx.usable[:1]
+
+
+def _move(ctx: Context) -> list[dict[str, Any]]:
+    return [{"kind": "affinity", "probe": ctx.probe, "cpus": _elsewhere(ctx)}] if ctx.probe_takes_cpu else []
+
+
+def _rps_paths(cpu_set: list[int]) -> list[str]:
+    """The receive queues whose packet steering (RPS) sends work to any of ``cpu_set``."""
+    out = []
+    for p in sorted(Path("/sys/class/net").glob("*/queues/rx-*/rps_cpus")):
+        try:
+            mask = int(p.read_text().strip().replace(",", ""), 16)
+        except (OSError, ValueError):
+            continue
+        if any(mask >> c & 1 for c in cpu_set):
+            out.append(str(p))
+    return out
 
 
 def _away(ctx: Context) -> tuple[list[int], list[int]]:
@@ -66,6 +102,24 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
     """The remedy for one cause (None: nothing loopscope knows to do about it)."""
     probe_cpus, rest = _away(ctx)
     pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
+    if cause.startswith(("load: ", "thread: ")) and not cause.startswith(("thread: kdamond", "thread: ksoftirqd")) and (fifo := _fifo(ctx)):
+        # what a real-time engineer tries first: a SCHED_FIFO thread preempts
+        # every SCHED_OTHER one at once, whatever its nice value, and any
+        # SCHED_FIFO thread of a lower priority
+        who = cause.split(": ", 1)[1]
+        return Remedy(f"run the probe's thread SCHED_FIFO (priority {RT_PRIORITY}): it then preempts {who} at once", "scheduling policy and priority",
+                      f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU", False, fifo)
+    if cause in ("timer interrupt",) or cause.startswith("IPI: "):
+        what = "the timers that expire there" if cause == "timer interrupt" else "the cross-CPU calls aimed at it"
+        return Remedy(f"move the probe to a CPU away from {what}", "CPU placement of the probe",
+                      f"taskset -c {','.join(map(str, _elsewhere(ctx)))} <command>   # find who targets the CPU: trace-cmd record -e ipi -e timer:hrtimer_start", False, _move(ctx))
+    if cause == "timer slack":
+        return Remedy("run the probe's thread SCHED_FIFO (real-time threads get no timer slack), or set its slack to 1 ns", "timer slack",
+                      f"chrt -f {RT_PRIORITY} <command>, or prctl(PR_SET_TIMERSLACK, 1) in the thread (echo 1 > /proc/TID/timerslack_ns)", False, _fifo(ctx))
+    if cause.startswith("blocked: ") and cause not in ("blocked: sleeping", "blocked: uninterruptible (I/O)"):
+        who = cause[len("blocked: "):]
+        return Remedy(f"the thread waited for {who}: shorten or split what {who} holds, or give the lock priority inheritance", "the program's locking",
+                      "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock", False)
     if cause.startswith("load: "):
         load = cause[6:]
         t: list[dict[str, Any]] = []
@@ -104,9 +158,13 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False,
                       [{"kind": "write", "path": p, "value": "off"} for p in _kdamonds()])
     if cause.startswith("softirq: NET_RX") or cause.startswith("thread: ksoftirqd"):
-        return Remedy("take receive processing off the probe's CPU, or poll instead of waiting for it", "RPS / IRQ steering / busy polling",
-                      f"echo <mask of {rc}> > /sys/class/net/<dev>/queues/rx-0/rps_cpus; sysctl net.core.busy_poll=50 net.core.busy_read=50", False,
-                      [{"kind": "write", "path": "/proc/sys/net/core/busy_poll", "value": 50}, {"kind": "write", "path": "/proc/sys/net/core/busy_read", "value": 50}])
+        here = ctx.probe_cpus or ctx.usable
+        away = [c for c in ctx.usable if c not in here] or rest
+        mask = f"{sum(1 << c for c in away):x}"
+        steer = [{"kind": "write", "path": p, "value": mask} for p in _rps_paths(here)]
+        return Remedy("take receive processing off the probe's CPU (packet steering, IRQ affinity), or move the probe", "RPS / IRQ steering",
+                      f"echo {mask} > /sys/class/net/<dev>/queues/rx-0/rps_cpus; the NIC's IRQ: echo {rc} > /proc/irq/<N>/smp_affinity_list", False,
+                      steer or _move(ctx))
     if cause == "lab: capture":
         return Remedy("record fewer kernel events (loopscope's own capture was in the way)", "the experiment's kernel capture",
                       "kernel: {events: [sched:sched_switch, sched:sched_wakeup, irq:irq_handler_entry, irq:irq_handler_exit]} or loopscope run … with the capture off", False)
@@ -114,11 +172,13 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         return Remedy("keep loopscope's link emulator off the probe's CPU, or let the kernel forward the path (ask nothing of the link)", "the experiment's emulator settings",
                       f"emulator: {{cpu: {rest[0]}}} in the experiment file; or drop the link's delay/jitter/loss so the router's kernel forwards it", False)
     if cause.startswith("lab: "):
-        return Remedy(f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it", "CPU affinity of the probe", f"the probe's cpu: [{pc}]", False,
-                      [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else [])
+        to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)  # pinned already: pinning it there again changes nothing
+        return Remedy(f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it", "CPU affinity of the probe", f"the probe's cpu: [{','.join(map(str, to))}]", False,
+                      [{"kind": "affinity", "probe": ctx.probe, "cpus": to}] if ctx.probe_takes_cpu else [])
     if cause.startswith("thread: "):
         name = cause[8:]
-        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else []
+        to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)
+        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": to}] if ctx.probe_takes_cpu else []
         return Remedy(f"move {name} off the probe's CPU, or the probe away from it", "CPU placement (affinity)", f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}", False, t)
     return None
 

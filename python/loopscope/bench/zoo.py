@@ -228,7 +228,43 @@ def _stop(p: subprocess.Popen[bytes] | None) -> None:
         p.wait()
 
 
-def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None]) -> dict[str, Any]:
+def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) -> dict[str, Any]:
+    """``loopscope advise`` on the case's run, as a user would run it, then
+    its follow-up experiment: the remedy offered for the expected cause, and
+    the remedy phase's p99 over the injected phase's, with its interval."""
+    import polars as pl
+    import yaml
+
+    fu = run_dir.parent / f"{run_dir.name}-follow-up.yaml"
+    a = subprocess.run([sys.executable, "-m", "loopscope.cli", "advise", str(run_dir), "--json", "-o", str(fu)], capture_output=True, text=True, timeout=600)
+    if a.returncode != 0:
+        return {"offered": None, "ratio_p99": None, "ci95": None, "significant": False, "why": a.stderr.strip()[-300:]}
+    j = json.loads(a.stdout.strip().splitlines()[-1])
+    mine = [r for r in j["advice"] if r["phase"] == "injected" and r["cause"] in (case.expected, *case.also)]
+    offered = mine[0]["remedy"] if mine else None
+    out: dict[str, Any] = {"offered": offered, "ratio_p99": None, "ci95": None, "significant": False, "tunings": []}
+    if not j.get("follow_up"):
+        return {**out, "why": "no remedy a phase can apply at run time"}
+    spec = yaml.safe_load(fu.read_text())
+    rem = next((p for p in spec.get("phases") or [] if p.get("compare_with") == "injected"), None)
+    if rem is None:
+        return {**out, "why": "advise offered no remedy for the injected phase"}
+    out["tunings"] = rem.get("tunings") or []
+    say(f"  {case.name}: the follow-up ({offered or 'remedies of the other causes'}) …")
+    fd = next(run_dir.parent / f"remedy-{i}" for i in range(1, 10_000) if not (run_dir.parent / f"remedy-{i}").exists())
+    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(fu), "--run-dir", str(fd), "--repetitions", str(reps)], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        return {**out, "why": f"the follow-up run failed: {r.stderr.strip()[-300:]}"}
+    c = pl.read_parquet(fd / "tables" / "comparisons.parquet").filter(
+        (pl.col("phase") == rem["name"]) & (pl.col("metric") == "p99") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
+    if not len(c):
+        return {**out, "why": "the follow-up has no p99 of the remedy phase"}
+    row = c.row(0, named=True)
+    return {**out, "ratio_p99": row["ratio"], "ci95": [row["ratio_lo"], row["ratio_hi"]], "significant": bool(row["significant"] and row["ratio"] < 1),
+            "against": row["baseline_phase"], "run": str(fd)}
+
+
+def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True) -> dict[str, Any]:
     from loopscope.analysis.explain import explain
 
     why = missing(case)
@@ -265,6 +301,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
     out = score(case, res)
     out["run"] = str(run_dir)
+    if remedies:
+        out["remedy"] = remedy_of(case, run_dir, reps, say)
     return out
 
 
@@ -397,7 +435,7 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> dict[str
 
 
 def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
-        workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:
+        workdir: str | None = None, progress: Progress = None, remedies: bool = True) -> dict[str, Any]:
     say = progress or (lambda _m: None)
     duration_s = duration_s or (2.0 if quick else 5.0)
     reps = reps or (1 if quick else 3)
@@ -414,11 +452,13 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()
-    results = [run_case(c, work, duration_s, reps, say) for c in chosen]
+    results = [run_case(c, work, duration_s, reps, say, remedies) for c in chosen]
     found = [run_anomaly(a, work, say) for a in odd]
     ran = [r for r in results if not r.get("skipped")]
     hit = sum(1 for r in ran if r.get("expected_rank") == 1)
+    helped = [r["name"] for r in ran if (r.get("remedy") or {}).get("significant")]
     return {
+        "remedies_that_helped": helped if remedies else None,
         "cases": results,
         "accuracy": hit / len(results) if results else None,
         "anomalies": found,
@@ -434,15 +474,18 @@ def print_human(r: dict[str, Any]) -> None:
     from rich.table import Table
 
     t = Table(title="explain against injected causes (the injected phase's outliers, above its p99)")
-    for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers"):
+    for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers", "remedy: p99 ratio [95 % CI]"):
         t.add_column(col)
     for c in r["cases"]:
         if c.get("skipped"):
-            t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "")
+            t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "", "")
             continue
         pct = lambda v: f"{100 * v:.1f} %" if v is not None else "–"  # noqa: E731
+        rem = c.get("remedy") or {}
+        rtext = (f"{rem['ratio_p99']:.2f} [{rem['ci95'][0]:.2f}, {rem['ci95'][1]:.2f}]{' *' if rem['significant'] else ''}" if rem.get("ratio_p99") is not None
+                 else (rem.get("why") or "–"))
         t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), pct(c["expected_share"]),
-                  f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]))
+                  f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]), rtext)
     con = Console()
     con.print(t)
     if r.get("anomalies"):

@@ -136,19 +136,24 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
 @click.option("--seconds", type=click.FloatRange(min=0.5), default=None, help="Each phase's length [5, quick: 2].")
 @click.option("--repetitions", type=click.IntRange(min=1, max=50), default=None, help="Alternating baseline/injected repetitions [3, quick: 1].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the cases' experiments and runs go [a temporary directory].")
-def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None) -> int:
+@click.option("--no-remedies", is_flag=True, help="Skip advise and the follow-up run of each case (they prove the remedy; about half the time).")
+def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None, no_remedies: bool) -> int:
     """The cause zoo: inject known causes of lateness, explain the runs, score what explain names first.
 
-    Each case is a timer probe on CPU 1 with a baseline phase and an injected
-    phase (a CPU hog, a SCHED_FIFO process, a UDP flood, timers, IPIs, timer
-    slack, ...); accuracy is the share of the cases whose injected cause explain
-    ranks first. Needs root, two CPUs and tracefs; a case this machine cannot
-    inject is skipped with the reason and counts as a miss.
+    Each case is a probe on CPU 1 with a baseline phase and an injected phase
+    (a CPU hog, a SCHED_FIFO process, a UDP flood, timers, IPIs, timer slack,
+    page faults, a lock held by another thread); accuracy is the share of the
+    cases whose injected cause explain ranks first. Then advise on each case's
+    run and its follow-up: did the remedy lower p99. The study's anomalies
+    (periodic, quantization, warm-up) are injected and must be detected and
+    named. Needs root, two CPUs and tracefs; a case this machine cannot inject
+    is skipped with the reason and counts as a miss.
 
     \b
     Examples:
       loopscope bench explain
       loopscope bench explain --case hog --case slack --quick
+      loopscope bench explain --case anomalies --no-remedies
       loopscope bench explain --json > zoo.json
     """
     import sys
@@ -156,7 +161,8 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
     from loopscope.bench import zoo
 
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say), as_json, zoo.print_human) if not sys.stdout.closed else 1
+    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say, remedies=not no_remedies),
+                   as_json, zoo.print_human) if not sys.stdout.closed else 1
 
 
 @bench.command("channels")

@@ -200,7 +200,8 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
         k = kinds.get(kind)
         if k is not None and (per := k.missed(tables, probe)):
             missed[probe] = per
-    comp = compare_phases(measures, phase_order, missed)
+    against = {p["name"]: p["compare_with"] for p in tables.spec.get("phases") or [] if p.get("compare_with")}
+    comp = compare_phases(measures, phase_order, missed, against)
     tables = tables.replace(**_channel_tables(run_dir, tables.run))
     notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps

@@ -336,6 +336,7 @@ class Phase(Model):
     loads: list[str] = Field(default_factory=list, description="names of loads held during this phase")
     tunings: list[Tuning] = Field(default_factory=list, description="settings applied when the phase starts and restored when it ends (docs/experiments.md)")
     links: list["Link"] = Field(default_factory=list, description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase")
+    compare_with: Name | None = Field(None, description="the phase this one is compared with (default: the baseline phase); a remedy phase names the phase it remedies")
 
 
 def _signed_duration(v: Any) -> int:
@@ -584,6 +585,8 @@ class Experiment(Model):
                 if phase.name in seen:
                     problems.append((("phases", i, "name"), f"phase name {phase.name!r} is used twice"))
                 seen.add(phase.name)
+                if phase.compare_with is not None and phase.compare_with not in {p.name for p in self.phases}:
+                    problems.append((("phases", i, "compare_with"), f"no phase named {phase.compare_with!r}; the phases are {', '.join(p.name for p in self.phases)}"))
                 for j, ref in enumerate(phase.loads):
                     if ref not in names:
                         problems.append((("phases", i, "loads", j), f"no load named {ref!r}; the loads are {', '.join(names) or '(none)'}"))
