@@ -107,12 +107,16 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     idx = ((t - t[0]) / dt).astype(np.int64).clip(0, bins - 1)
     thr = np.percentile(v, 95)
     x = np.zeros(bins)
-    np.maximum.at(x, idx, (v > thr).astype(float))
+    # Each outlier weighs by how far it is past the threshold (in e-folds,
+    # plus one): a disturbance of milliseconds outweighs the machine's
+    # everyday periodic noise just above the p95.
+    w = np.where(v > thr, 1.0 + np.log(np.maximum(v, thr) / max(thr, 1.0)), 0.0)
+    np.maximum.at(x, idx, w)
     # A grid step with no record is a record that never came (a deadline
-    # missed while the thread could not run): as much an outlier as any.
+    # missed while the thread could not run): as heavy as the worst outlier.
     seen = np.zeros(bins, dtype=bool)
     seen[idx] = True
-    x[~seen] = 1.0
+    x[~seen] = max(1.0, float(w.max()))
     x -= x.mean()
     if not x.any():
         return None
