@@ -297,7 +297,9 @@ impl<'a> Kernel<'a> {
         let n = ev.t_ns.len();
         // events in time order (the frame is sorted; stay safe if not)
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by_key(|&i| ev.t_ns[i]);
+        if !ev.t_ns.windows(2).all(|w| w[0] <= w[1]) {
+            order.sort_by_key(|&i| ev.t_ns[i]);
+        }
         let mut stacks: HashMap<i64, Vec<(usize, i64)>> = HashMap::new();
         let mut runs: HashMap<i64, Vec<(i64, i64, i64, usize)>> = HashMap::new();
         let mut tlb: HashMap<i64, Vec<i64>> = HashMap::new();
@@ -398,6 +400,9 @@ impl<'a> Kernel<'a> {
     }
 
     fn thread_event(&mut self, i: usize, kind: Ev) {
+        if matches!(kind, Ev::Other | Ev::IrqEntry | Ev::IrqExit | Ev::SoftEntry | Ev::SoftExit | Ev::TimerEntry | Ev::TimerExit | Ev::CallEntry | Ev::CallExit | Ev::ReschedEntry | Ev::ReschedExit | Ev::Tlb) {
+            return;
+        }
         let ev = self.ev;
         let t = ev.t_ns[i];
         let (target, cur) = (ev.target[i], ev.pid[i]);

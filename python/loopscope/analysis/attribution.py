@@ -204,6 +204,14 @@ class Kernel:
                          int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
 
     @classmethod
+    def arrays(cls, cols: dict[str, np.ndarray], strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
+               roles: dict[int, str] | None = None) -> "Kernel":
+        """From a capture's stored events as int64 arrays (``Store.load_arrays``)."""
+        t = cols["t_ns"]
+        return cls._make(dict(cols), event_names, strings, strings, strings, lost, lost_windows, roles, False,
+                         int(t[0]) if len(t) else 0, int(t[-1]) if len(t) else 0)
+
+    @classmethod
     def _make(cls, cols: dict[str, np.ndarray], event_names: list[str], comms: list[str], states: list[str], names: list[str], lost: int,
               lost_windows: pl.DataFrame | None, roles: dict[int, str] | None, perf_is_lab: bool, t_first: int, t_last: int) -> "Kernel":
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost

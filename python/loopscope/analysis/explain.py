@@ -132,7 +132,7 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
         if st.legacy is not None:
             k = A.Kernel.of(st.load(a - MARGIN_NS, hi + MARGIN_NS), lost, lost_at, roles=roles, perf_is_lab=True)
         else:
-            k = A.Kernel.coded(st.load_coded(a - MARGIN_NS, hi + MARGIN_NS), st.strings, st.event_names, lost, lost_at, roles=roles)
+            k = A.Kernel.arrays(st.load_arrays(a - MARGIN_NS, hi + MARGIN_NS), st.strings, st.event_names, lost, lost_at, roles=roles)
         k.t_first, k.t_last = st.t_first or 0, st.t_last or 0
         parts.append(A.attribute_many(k, o[i:j + 1]))
         i = j + 1

@@ -75,6 +75,7 @@ def open(
     ring_groups: Sequence[str] | None = None,
     config: str | os.PathLike[str] | None = None,
     fsync: bool = False,
+    flush_ms: int | None = None,
 ) -> Session:
     """Open a trace file (``path`` None: ``$LOOPSCOPE_TRACE``, which a run's
     ``program`` probe sets).
@@ -83,13 +84,17 @@ def open(
     ``$LOOPSCOPE_GROUPS``). ``ring_groups``: groups for a flight-recorder
     stream ``ring`` written only on ``trigger("ring")``. ``config``: a TOML
     file with ``[[stream]]`` tables (docs/trace-format.md), else
-    ``$LOOPSCOPE_CONFIG``.
+    ``$LOOPSCOPE_CONFIG``; ``flush_ms`` (without ``config``): how long the
+    writer sleeps between quiet cycles (default 10).
     """
     if path is None:
         path = os.environ.get("LOOPSCOPE_TRACE") or ""
         if not path:
             raise InputError("no trace path given and LOOPSCOPE_TRACE is not set")
     text = None
+    if config is None and flush_ms is not None:
+        # how long the writer sleeps between quiet cycles (docs/trace-format.md)
+        text = f"flush_ms = {int(flush_ms)}\n"
     if config is not None:
         p = Path(config)
         try:
