@@ -21,8 +21,9 @@ misses.
 Injectors live either inside the lab (a ``command`` load of the injected
 phase: the lab starts and stops it with the phase) or, when the case is
 about a process the lab does not know (``fifo``), outside it: then a gate
-load of the injected phase writes its pid to a file, and the injector acts
-only while that process is alive. Every injector dies with the bench
+load of the injected phase holds a lock on a file (``flock FILE sleep``),
+and the injector acts only while the lock is held (the kernel releases it
+when the load dies, however it dies). Every injector dies with the bench
 (``PR_SET_PDEATHSIG``) and gives back what it changed on SIGTERM; the lab
 gives back its tunings on every exit path.
 """
@@ -92,7 +93,7 @@ def cases(zoo: str, lockprog: str, table: str) -> list[Case]:
         Case("timers", "timer interrupt", f"500 high-resolution timers expiring together every 997 µs on CPU {c} (perf cpu-clock events)",
              loads=[{"name": "timers", "kind": "command", "command": [zoo, "timers", "--cpu", str(c), "--events", "500", "--period-us", "997"]}],
              also=["softirq: HRTIMER"]),
-        Case("ipi", "IPI: function call", f"cross-CPU function calls from CPU {o} to CPU {c} (enabling and disabling a group of 128 perf events there)",
+        Case("ipi", "IPI: function call", f"cross-CPU function calls from a SCHED_IDLE task on CPU {o} to CPU {c} (enabling and disabling a group of 128 perf events there)",
              loads=[{"name": "ipi", "kind": "command", "command": [zoo, "ipi", "--target", str(c), "--cpu", str(o), "--group", "128", "--gap-us", "10"]}]),
         Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns; 1 ns in the baseline phase, not the default 50 µs)",
              loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000", "--cpu", str(o)]}],
@@ -119,7 +120,8 @@ def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> st
     loads = [*case.loads, *case.baseline]
     names = [ld["name"] for ld in case.loads]
     if gate is not None:
-        loads.append({"name": "gate", "kind": "command", "command": ["sh", "-c", f"echo $$ > {gate} && exec sleep 100000"]})
+        gate.touch()
+        loads.append({"name": "gate", "kind": "command", "command": ["flock", str(gate), "sleep", "100000"]})
         names.append("gate")
     probe = case.probe or {"kind": "timer", "name": "t", "interval_us": 1000, "cpu": [PROBE_CPU]}
     probe = json.loads(json.dumps(probe).replace("{gate}", str(gate)))
@@ -289,20 +291,20 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
                            capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise RunError(f"bench explain: case {case.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+        say(f"  {case.name}: explaining …")
+        from loopscope.kinds import KINDS
+
+        res = explain(run_dir, KINDS, all_causes=True)
+        if res is None:
+            raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
+        out = score(case, res)
+        out["run"] = str(run_dir)
+        if remedies:  # the injectors and the swap stay for the follow-up: it runs the injected phase again
+            out["remedy"] = remedy_of(case, run_dir, reps, say)
     finally:
         _stop(outside)
         if swap is not None:
             swapfile.remove(swap)
-    say(f"  {case.name}: explaining …")
-    from loopscope.kinds import KINDS
-
-    res = explain(run_dir, KINDS, all_causes=True)
-    if res is None:
-        raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
-    out = score(case, res)
-    out["run"] = str(run_dir)
-    if remedies:
-        out["remedy"] = remedy_of(case, run_dir, reps, say)
     return out
 
 

@@ -19,8 +19,8 @@
  *           MADV_PAGEOUT, the call proactive reclaimers use) every few ms:
  *           memory pressure aimed at one process (locked memory is skipped)
  *
- * A gate (--gate FILE) makes an injector act only while the process whose
- * pid FILE holds is alive: the bench's experiment starts that process as a
+ * A gate (--gate FILE) makes an injector act only while a process holds a
+ * lock on FILE: the bench's experiment starts that process as a
  * load of its injected phase, so an injector that lives outside the lab
  * follows the phases. Every mode dies with its parent (PR_SET_PDEATHSIG)
  * and gives back what it changed on SIGTERM and SIGINT.
@@ -28,6 +28,8 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <linux/perf_event.h>
 #include <pthread.h>
 #include <sched.h>
@@ -68,16 +70,16 @@ static void sleep_ns(int64_t ns) {
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !stop_now) {}
 }
 
-/* open while the gate's process lives (no gate: always open) */
+/* open while the gate's load holds its lock (`flock FILE sleep …`: the
+ * kernel lets go of it when that process dies, however it dies) */
 static const char *gate_path = NULL;
 static int gate_open(void) {
     if (!gate_path) return 1;
-    FILE *f = fopen(gate_path, "r");
-    if (!f) return 0;
-    long pid = 0;
-    int ok = fscanf(f, "%ld", &pid) == 1 && pid > 0 && kill((pid_t)pid, 0) == 0;
-    fclose(f);
-    return ok;
+    int fd = open(gate_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* drops a lock this took */
+    return held;
 }
 
 static long arg(int argc, char **argv, const char *name, long dflt) {
@@ -147,6 +149,9 @@ static int mode_ipi(int argc, char **argv) {
     int n = (int)arg(argc, argv, "--group", 64);
     int64_t gap = arg(argc, argv, "--gap-us", 20) * 1000;
     pin((int)arg(argc, argv, "--cpu", 0));
+    /* a background task: whatever else runs on its CPU goes first (the IPIs it sends still land) */
+    struct sched_param none = {.sched_priority = 0};
+    sched_setscheduler(0, SCHED_IDLE, &none);
     int leader = -1;
     for (int i = 0; i < n; i++) {
         struct perf_event_attr a;

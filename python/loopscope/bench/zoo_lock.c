@@ -5,12 +5,14 @@
  * --period-us and logs how long it waited for the mutex (interval
  * lock/wait). The other thread, named zoo-holder and pinned to
  * --holder-cpu, takes the mutex for --hold-us every --every-us, but only
- * while the gate is open (--gate FILE: the pid in FILE is alive, a load of
- * the injected phase); otherwise it sleeps. explain must name the wait
+ * while the gate is open (--gate FILE: a load of the injected phase holds a
+ * lock on FILE); otherwise it sleeps. explain must name the wait
  * `blocked: zoo-holder`. Stops on SIGINT or SIGTERM.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <loopscope.h>
 #include <pthread.h>
 #include <sched.h>
@@ -48,14 +50,15 @@ static void pin(int cpu) {
     sched_setaffinity(0, sizeof s, &s);
 }
 
+/* open while the gate's load holds its lock (`flock FILE sleep …`: the
+ * kernel lets go of it when that process dies, however it dies) */
 static int gate_open(void) {
     if (!gate_path) return 1;
-    FILE *f = fopen(gate_path, "r");
-    if (!f) return 0;
-    long pid = 0;
-    int ok = fscanf(f, "%ld", &pid) == 1 && pid > 0 && kill((pid_t)pid, 0) == 0;
-    fclose(f);
-    return ok;
+    int fd = open(gate_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* drops a lock this took */
+    return held;
 }
 
 static void *holder(void *arg) {
