@@ -217,6 +217,16 @@ class Kernel:
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
         return cls(cols, event_names, comms, states, names, lost, t_first, t_last, lost_windows if placed else None, roles or {}, perf_is_lab)
 
+    def lost_in(self, a: int, b: int) -> str | None:
+        """Why [a, b) cannot be complete because of lost events, or None
+        (what the native split says of a window)."""
+        r = self.split(pl.DataFrame({"id": [0], "tid": [-2], "start_k": [a], "end_k": [b], "span": [False]}))
+        m = r["missing"][0]
+        if not m:
+            return None
+        lost = [x for x in m.split("; ") if "kernel events lost" in x]
+        return lost[0] if lost else None
+
     def split(self, rows: pl.DataFrame) -> dict[str, Any]:
         """The native split of ``rows`` (``id``, ``tid``, ``start_k``, ``end_k``, ``span``)."""
         la = None

@@ -384,12 +384,16 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
 @click.option("--gap", type=Duration(), default="20us", show_default=True, help="Gap between the two probes of a pair.")
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@click.option("--json", "as_json", is_flag=True, help="Print `ready` once started, then exactly one JSON object.")
 def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None, trace_path: str | None, as_json: bool) -> int:
     """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
     from loopscope.probes import clocksync, net
 
     net.hostport(dest, "--dest")
+    if as_json:
+        # the lab pauses the initiators between probe steps only once they are past
+        # their imports: a signal in the middle of those would end them
+        click.echo("ready")
     res = clocksync.probe(dest, flow, rate, gap, duration, _trace_path(trace_path, "sync"))
     click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
     return EXIT_INTERRUPTED if res["interrupted"] else 0

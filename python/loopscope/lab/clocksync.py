@@ -45,7 +45,7 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
             continue
         addr, net = dests[h.name]
         spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
-        r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name))
+        r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True)
         info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
         info["running"].append((h.name, "clocksync"))
     return info
