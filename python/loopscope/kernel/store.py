@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -189,17 +190,21 @@ class Store:
             self._cache.popitem(last=False)
         return df
 
+    def _groups_over(self, a: int, b: int) -> Iterator[tuple[Path, int]]:
+        """The row groups whose span meets [a, b], in time order."""
+        for lo, hi, p, i in self._row_groups():
+            if lo > b:
+                break
+            if hi >= a:
+                yield p, i
+
     def load_arrays(self, a: int, b: int) -> dict[str, np.ndarray]:
         """Every event with a <= t_ns <= b as int64 arrays (-1: no value; text
         as indices into ``strings``, ``event`` into ``event_names``), from
         each row group's arrays, made once per group and cached: what the
         native attribution takes, without a table operation per cluster."""
         parts = []
-        for lo, hi, p, i in self._row_groups():
-            if lo > b:
-                break
-            if hi < a:
-                continue
+        for p, i in self._groups_over(a, b):
             key = (p, i)
             arr = self._arrays.get(key)
             if arr is None:
@@ -227,11 +232,7 @@ class Store:
         """Every event with a <= t_ns <= b, time-sorted, as stored: text
         columns are indices into ``strings`` (``event`` into ``event_names``)."""
         parts = []
-        for lo, hi, p, i in self._row_groups():
-            if lo > b:
-                break
-            if hi < a:
-                continue
+        for p, i in self._groups_over(a, b):
             g = self._group(p, i)
             t = g["t_ns"]
             x, y = int(t.search_sorted(a, "left")), int(t.search_sorted(b, "right"))
