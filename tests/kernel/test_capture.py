@@ -67,6 +67,45 @@ def test_the_decoder_reads_what_the_kernel_prints_as_text(tmp_path: Path) -> Non
     assert sorted(df.filter(pl.col("event") == "softirq_entry")["name"].to_list()) == soft
 
 
+FAULTER = """
+import mmap, time
+for _ in range(20):
+    m = mmap.mmap(-1, 1 << 20)
+    for i in range(0, 1 << 20, 4096):
+        m[i] = 1
+    m.close()
+    time.sleep(0.002)
+"""
+
+
+def test_per_thread_events_leave_out_the_lab_and_its_loads_but_keep_the_rest(tmp_path: Path) -> None:
+    _tracefs()
+    events = ["sched:sched_switch", "sched:sched_wakeup", "exceptions:page_fault_user", "timer:hrtimer_start"]
+    cap = C.Capture(tmp_path / "k", events, buffer_mb=8, name=f"loopscope-{os.getpid()}")
+    meta = cap.start()
+    assert meta["refused"] is None, meta
+    try:
+        for comm in ("ld:flood", "ls-agent", "zoo-measured"):
+            # a process is named after the file it executes: a link of that name to Python
+            (tmp_path / comm).symlink_to(os.path.realpath(sys.executable))
+            subprocess.run([str(tmp_path / comm), "-I", "-c", FAULTER], check=True)
+        cap.drain("test")
+    finally:
+        meta = cap.stop()
+    assert meta["unfiltered_events"] == [] and "ld:*" in meta["filters"]["exceptions:page_fault_user"]
+    df = S.open_dir(tmp_path / "k").load(0, 1 << 62)
+    names = {r["next_pid"]: r["next_comm"] for r in df.filter(pl.col("event") == "sched_switch").iter_rows(named=True)}
+    faults = df.filter(pl.col("event") == "page_fault_user").with_columns(pl.col("pid").replace_strict(names, default=None).alias("comm"))
+    by = faults.group_by("comm").len()
+    got = dict(zip(by["comm"], by["len"]))
+    assert got.get("zoo-measured", 0) >= 20 * 256  # every page it touched
+    assert got.get("ld:flood", 0) == 0 and got.get("ls-agent", 0) == 0
+    woken = set(df.filter(pl.col("event") == "sched_wakeup")["target_comm"].to_list())
+    assert "zoo-measured" in woken and "ld:flood" not in woken and "ls-agent" not in woken
+    timers = df.filter(pl.col("event") == "hrtimer_start").with_columns(pl.col("pid").replace_strict(names, default=None).alias("comm"))
+    assert "zoo-measured" in set(timers["comm"].to_list()) and "ld:flood" not in set(timers["comm"].to_list())
+
+
 def test_the_reader_is_named_for_the_lab_and_runs_at_sched_idle(tmp_path: Path) -> None:
     tf = _tracefs()
     cap = C.Capture(tmp_path / "k", ["sched:sched_switch"], buffer_mb=2, name=f"loopscope-{os.getpid()}")

@@ -22,7 +22,12 @@ the kernel has events) and ``perf`` (``perf record`` on the same
 tracepoints, the capture loopscope used before).
 
 One run's p99 on this machine varies more than most effects, so every
-figure is the median over its runs, and the runs are listed.
+figure is the median over its runs, and the runs are listed. Each scenario
+is judged against its target (``verdict``: met, not met, or
+``inconclusive`` when two halves of the runs without capture differ by
+more than the target allows, so that no ratio could be told from noise);
+by default the bench adds pairs of runs until the noise floor is inside
+the target, up to a cap.
 """
 
 from __future__ import annotations
@@ -105,15 +110,17 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
     return int(fam.filter(pl.col("f") == "lab: capture")["ns"].sum()), int(fam["ns"].sum())
 
 
-def timer_idle(n: int, secs: float, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
     from loopscope.kernel import capture
 
-    without, with_ = [], []
-    for i in range(n):
-        say(f"  timer-idle {i + 1}/{n}: timer alone ({secs:g} s) …")
+    without: list[dict[str, Any]] = []
+    with_: list[dict[str, Any]] = []
+    i = 0
+    while plan.more(without, TARGETS["timer-idle"]):
+        say(f"  timer-idle {i + 1}/{plan.label(i)}: timer alone ({secs:g} s) …")
         j = _timer(secs, work, f"alone{i}")
         without.append({"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"]})
-        say(f"  timer-idle {i + 1}/{n}: timer under kernel capture ({secs:g} s) …")
+        say(f"  timer-idle {i + 1}/{plan.label(i)}: timer under kernel capture ({secs:g} s) …")
         cap = capture.Capture(work / f"cap{i}", window_s=secs)
         meta = cap.start()
         if meta["refused"]:
@@ -130,7 +137,9 @@ def timer_idle(n: int, secs: float, work: Path, say: Callable[[str], None]) -> d
             "reader_cpu_share": (meta["reader_cpu_s"] / meta["seconds"]) if meta.get("reader_cpu_s") is not None and meta.get("seconds") else None,
             "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
         })
-    return _summary("timer-idle", without, with_)
+        shutil.rmtree(work / f"cap{i}", ignore_errors=True)
+        i += 1
+    return _judged(_summary("timer-idle", without, with_), without, "timer-idle")
 
 
 def _pipeline_waits(run_dir: Path) -> np.ndarray:
@@ -198,7 +207,7 @@ def _explain_self(run_dir: Path) -> tuple[tuple[int, int], dict[str, Any]]:
     return (cap_ns, tot), (ex["captures"][0] if ex["captures"] else {})
 
 
-def pipeline_busy(n: int, secs: float, work: Path, say: Callable[[str], None], designs: list[str]) -> dict[str, Any]:
+def pipeline_busy(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None], designs: list[str]) -> dict[str, Any]:
     specs = {}
     for d in ["off", *designs]:
         capture = "off" if d in ("off", "perf") else "on"
@@ -206,9 +215,10 @@ def pipeline_busy(n: int, secs: float, work: Path, say: Callable[[str], None], d
         specs[d] = work / f"pipeline-{d}.yaml"
         specs[d].write_text(PIPELINE.format(seconds=f"{secs:g}", capture=capture, read=read))
     runs: dict[str, list[dict[str, Any]]] = {d: [] for d in specs}
-    for i in range(n):
+    i = 0
+    while plan.more(runs["off"], TARGETS["pipeline-busy"]):
         for d in specs:
-            say(f"  pipeline-busy {i + 1}/{n}: {'without capture' if d == 'off' else 'capture: ' + d} ({secs:g} s under a 200 Mbit/s flood) …")
+            say(f"  pipeline-busy {i + 1}/{plan.label(i)}: {'without capture' if d == 'off' else 'capture: ' + d} ({secs:g} s under a 200 Mbit/s flood) …")
             rd = work / f"run-{d}-{i}"
             r = _lab_run(specs[d], rd, d == "perf", work)
             w = r["waits"]
@@ -220,13 +230,62 @@ def pipeline_busy(n: int, secs: float, work: Path, say: Callable[[str], None], d
                             "reads_during_windows": cap.get("reads_during_windows")})
             runs[d].append(row)
             shutil.rmtree(rd, ignore_errors=True)
+        i += 1
     without = runs.pop("off")
-    out = _summary("pipeline-busy", without, runs[designs[0]])
-    a, b = without[0::2], without[1::2]
-    if a and b:
-        out["aa_spread"] = statistics.median(x["p99_ns"] for x in a) / statistics.median(x["p99_ns"] for x in b)
-    out["designs"] = {d: _summary(f"pipeline-busy ({d})", without, rs) for d, rs in runs.items()}
+    out = _judged(_summary("pipeline-busy", without, runs[designs[0]]), without, "pipeline-busy")
+    out["designs"] = {d: _judged(_summary(f"pipeline-busy ({d})", without, rs), without, "pipeline-busy") for d, rs in runs.items()}
     return out
+
+
+# The issue's targets: the p99 with capture over without, per scenario.
+TARGETS = {"timer-idle": 1.05, "pipeline-busy": 1.10}
+SELF_SHARE_TARGET = 0.02
+
+
+def aa_spread(without: list[dict[str, Any]]) -> float | None:
+    """The p99 of alternate runs without capture over the others': the noise
+    floor a with/without ratio is read against (1.0 on a quiet machine)."""
+    a, b = [x["p99_ns"] for x in without[0::2] if x.get("p99_ns")], [x["p99_ns"] for x in without[1::2] if x.get("p99_ns")]
+    return statistics.median(a) / statistics.median(b) if a and b else None
+
+
+def verdict(ratio: float | None, spread: float | None, target: float, self_share: float) -> str:
+    """``met``, ``not met`` or ``inconclusive``: a ratio is judged only when
+    the noise floor is inside the target (two halves of the runs without
+    capture differ by less than the effect the target allows)."""
+    if self_share > SELF_SHARE_TARGET:
+        return "not met"
+    if ratio is None or spread is None or max(spread, 1 / spread) > target:
+        return "inconclusive"
+    return "met" if ratio <= target else "not met"
+
+
+def _judged(s: dict[str, Any], without: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
+    s["aa_spread"] = aa_spread(without)
+    s["target"] = TARGETS[scenario]
+    s["verdict"] = verdict(s["p99_ratio"], s["aa_spread"], TARGETS[scenario], s["self_share"])
+    return s
+
+
+class Pairs:
+    """How many alternating pairs to run: ``fixed`` when the user said so,
+    else at least ``least`` and then more, up to ``most``, until the noise
+    floor (``aa_spread``) is inside the target, so that a ratio can be judged."""
+
+    def __init__(self, least: int, most: int, fixed: bool) -> None:
+        self.least, self.most, self.fixed = least, most, fixed
+
+    def more(self, without: list[dict[str, Any]], target: float) -> bool:
+        n = len(without)
+        if n < self.least:
+            return True
+        if self.fixed or n >= self.most:
+            return False
+        sp = aa_spread(without)
+        return sp is None or max(sp, 1 / sp) > target or n % 2 == 1
+
+    def label(self, i: int) -> str:
+        return str(self.least) if self.fixed or i < self.least else f"{self.least}…{self.most}"
 
 
 def _summary(name: str, without: list[dict[str, Any]], with_: list[dict[str, Any]]) -> dict[str, Any]:
@@ -266,20 +325,20 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     with tempfile.TemporaryDirectory(prefix="ls-bench-kcap-") as d:
         work = Path(d)
         if "timer-idle" in want:
-            n = runs or (2 if quick else 5)
+            plan = Pairs(runs or (2 if quick else 6), runs or (2 if quick else 24), bool(runs) or quick)
             secs = seconds or (2.0 if quick else 10.0)
-            t = timer_idle(n, secs, work, say)
-            t["context"] = {"runs": n, "seconds": secs, "interval_us": 1000}
+            t = timer_idle(plan, secs, work, say)
+            t["context"] = {"runs": len(t["runs_without"]), "seconds": secs, "interval_us": 1000}
             out["scenarios"].append(t)
             # Today's top-level keys are the idle timer's (perf_cpu_share: the capture's reader now).
             out.update({k: t[k] for k in ("p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "runs_without", "runs_with", "p99_ratio", "p50_ratio")})
             out["perf_cpu_share"] = t["reader_cpu_share"]
             out["context"] = t["context"]
         if "pipeline-busy" in want:
-            n = runs or (2 if quick else 10)
+            plan = Pairs(runs or (2 if quick else 10), runs or (2 if quick else 30), bool(runs) or quick)
             secs = seconds or (2.0 if quick else 5.0)
-            p = pipeline_busy(n, secs, work, say, dz)
-            p["context"] = {"runs": n, "seconds": secs, "rate_pps": 1000, "flood": "200 Mbit/s UDP h2 → h4", "designs": dz}
+            p = pipeline_busy(plan, secs, work, say, dz)
+            p["context"] = {"runs": len(p["runs_without"]), "seconds": secs, "rate_pps": 1000, "flood": "200 Mbit/s UDP h2 → h4", "designs": dz}
             out["scenarios"].append(p)
     out["events"] = have
     out["missing_events"] = lack
@@ -305,5 +364,7 @@ def print_human(r: dict[str, Any]) -> None:
                   + (f", reader {x['reader_cpu_share'] * 100:.1f} % of a CPU" if x.get("reader_cpu_share") is not None else ""))
         if s.get("aa_spread") is not None:
             print(f"  noise floor: p99 of one half of the runs without capture over the other: ×{s['aa_spread']:.3f}")
+        print(f"  target p99 ×{s['target']:.2f}, lab: capture ≤ {SELF_SHARE_TARGET * 100:.0f} %: {s['verdict']}"
+              + (" (the noise floor is wider than the target: more runs, or a quieter machine)" if s["verdict"] == "inconclusive" else ""))
         print(f"    p99 per run without: {', '.join(f(x['p99_ns']) for x in s['runs_without'])}")
         print(f"    p99 per run with:    {', '.join(f(x['p99_ns']) for x in s['runs_with'])}")

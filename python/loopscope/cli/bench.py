@@ -112,7 +112,7 @@ def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks:
 @bench.command("kcapture")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [timer-idle 5, pipeline-busy 10; quick: 2].")
+@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [as many as make the noise floor narrower than the target: timer-idle 6 to 24, pipeline-busy 10 to 30; quick: 2].")
 @click.option("--seconds", type=float, default=None, help="Length of each run [timer-idle 10, pipeline-busy 5; quick: 2].")
 @click.option("--scenario", "scenarios", type=click.Choice(["timer-idle", "pipeline-busy"]), multiple=True, help="Scenarios to run [both].")
 @click.option("--designs", is_flag=True, help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.")

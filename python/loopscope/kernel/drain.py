@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from loopscope.kernel.capture import FILTERS
+from loopscope.kernel.capture import FILTERS, filter_for
 
 MAX_READ = 1 << 30
 
@@ -77,6 +77,8 @@ class Reader:
         self.buffer_mb = buffer_mb
         self.events = events
         self.missing: list[str] = []
+        self.filters: dict[str, str] = {}  # event → the filter the kernel records it under
+        self.unfiltered: list[str] = []  # events recorded for every thread: this kernel refused the per-thread filter
         self.fds: dict[int, int] = {}
         self.seg = 0
         self.totals = {"segments": 0, "events": 0, "lost_events": 0, "lost_unknown_windows": 0, "bytes_read": 0, "bytes_written": 0,
@@ -108,11 +110,21 @@ class Reader:
         header = (self.tf / "events" / "header_page").read_text()
         (fmt_dir / "header_page").write_text(header)
         formats = []
+        own = _own_threads()
         for e in self.events:
             sub, name = e.split(":", 1)
             try:
-                if e in FILTERS:
-                    self._w(f"events/{sub}/{name}/filter", FILTERS[e])
+                flt = filter_for(e, own)
+                if flt:
+                    try:
+                        self._w(f"events/{sub}/{name}/filter", flt)
+                        self.filters[e] = flt
+                    except OSError:
+                        # a kernel without COMM or glob filters: only the event's own filter
+                        self.unfiltered.append(e)
+                        if e in FILTERS:
+                            self._w(f"events/{sub}/{name}/filter", FILTERS[e])
+                            self.filters[e] = FILTERS[e]
                 self._w(f"events/{sub}/{name}/enable", "1")
                 text = (self.tf / "events" / sub / name / "format").read_text()
             except OSError:
@@ -132,7 +144,7 @@ class Reader:
         self.index = open(self.out / "segments.jsonl", "a")
         self._w("tracing_on", "1")
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
-        return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
+        return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
 
     def drain(self, reason: str, label: str = "") -> dict[str, Any]:
         """Read every CPU's buffer, decode, write one segment."""
@@ -255,6 +267,18 @@ def _prompt() -> Iterator[None]:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         except (OSError, AttributeError):
             pass
+
+
+def _own_threads() -> list[int]:
+    """This reader's threads, its decoder's pool started first (their page
+    faults and timers are the capture's own, recorded by nobody)."""
+    import polars as pl
+
+    pl.thread_pool_size()
+    try:
+        return sorted(int(t) for t in os.listdir("/proc/self/task"))
+    except OSError:
+        return [os.getpid()]
 
 
 def _timens_offset() -> int:

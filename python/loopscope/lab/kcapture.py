@@ -39,7 +39,7 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
         meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read, timeout=60)
-        keys = ("tool", "read", "format", "instance", "events", "missing_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
+        keys = ("tool", "read", "format", "instance", "events", "missing_events", "filters", "unfiltered_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
         entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: meta.get(x) for x in keys}}
         if meta.get("refused"):
             msg = f"kernel capture on {host} ({', '.join(covers)}): {meta['refused']}; the report cannot say why outliers happened there"
@@ -50,6 +50,8 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
             info["running"].append(host)
             if meta.get("missing_events"):
                 notes.append(f"kernel capture on {host}: this kernel lacks {', '.join(meta['missing_events'])}")
+            if meta.get("unfiltered_events"):
+                notes.append(f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta['unfiltered_events'])}; they are recorded for every thread")
         info["captures"].append(entry)
     return info
 
