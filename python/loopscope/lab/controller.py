@@ -144,32 +144,10 @@ def _sleep(seconds: float) -> None:
 
 
 def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None, kinds: dict[str, str] | None = None) -> Outcome:
-    run_id = run_dir.name
-    run_dir.mkdir(parents=True)
-    base = run_dir.resolve()
-    (run_dir / "spec.yaml").write_text(spec_text)
-    _write_json(run_dir / "spec.json", exp.model_dump(mode="json", by_alias=True))
-    kinds = kinds or resolve_hosts(exp)[0]
-    run: dict[str, Any] = {
-        "run_id": run_id,
-        "name": exp.name,
-        "status": "running",
-        "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "controller_pid": os.getpid(),
-        "command": sys.argv,
-        "notes": notes,
-        "hosts": {h.name: kinds[h.name] for h in exp.hosts},
-        "steps": [],
-        "loads": [],
-        "timings": {},
-    }
-    RunDir(run_dir).write_run(run)
-    state.register(run_id, {"run_id": run_id, "run_dir": str(base), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
-    lab = Lab(exp, run_id, run_dir, kinds)
-    # namespaces and tunings outlive a killed controller: the reaper gives them back
-    reaper = Reaper(run_id) if lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
-    tuned: tunings.Applied | None = None
-    out = Outcome(run_dir, "running", notes=notes)
+    """Run the experiment into ``run_dir``; whatever happens, the lab comes
+    down and ``run.json`` says how the run ended. Ctrl-C and SIGTERM end
+    the run through the same clean-up."""
+    r = Run(exp, spec_text, run_dir, say, notes, tick, kinds)
     prev_int = signal.getsignal(signal.SIGINT)
     prev_term = signal.getsignal(signal.SIGTERM)
 
@@ -180,192 +158,281 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     selfname.set_comm("ls-ctl")  # attribution names the controller among the lab's own
     signal.signal(signal.SIGINT, interrupted)
     signal.signal(signal.SIGTERM, interrupted)
-    sync_info: dict[str, Any] | None = None
-    kcap_info: dict[str, Any] | None = None
     try:
-        if len(exp.hosts) > 1:
-            say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in kinds.items())})")
-        lab.up(say)
-        notes.extend(lab.notes)
-        if lab.paths:
-            run["paths"] = {n: {k: p[k] for k in ("from", "to", "mechanism", "why")} for n, p in lab.paths.items()}
-        first = next(iter(lab.hosts.values()))
-        run["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
-        run["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
-        run["timings"].update(lab.timings)
-        run["agent"] = {"host": first.name, "pid": first.hello["pid"], "cgroup": first.cgroup, "cgroup_note": first.hello["cgroup_note"]}
-        run["agents"] = {h.name: {"kind": h.kind, "pid": h.hello["pid"], "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
-        _write_json(run_dir / "provenance.json", {"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(), "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}})
-        for h in lab.hosts.values():
-            if h.cgroup is None:
-                notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
-        RunDir(run_dir).write_run(run)
-        # Size the sched probes' bursts once, on the idle machine, so every
-        # phase runs the same work against the same reference.
-        calib: dict[str, dict[str, Any]] = {}
-        for probe in exp.probes:
-            got = KINDS[probe.kind].prepare(Steps(lab, exp, calib), probe, say)
-            if got is not None:
-                calib[probe.name or ""] = got
-        run["calibration"] = calib
-        if clocksync.wanted(exp):
-            say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
-            sync_info = clocksync.start(lab, exp)
-            run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
-            RunDir(run_dir).write_run(run)
-        if exp.kernel.capture != "off":
-            kcap_info = kcapture.start(lab, exp, notes)
-            run["kernel"] = kcapture.public(kcap_info)
-            RunDir(run_dir).write_run(run)
-        plan = phase_runs(exp)
-        total = len(plan) * len(exp.probes)
-        done = 0
-        from loopscope.lab.emulator import link_configs
-
-        current_links = link_configs(exp)
-        run["phase_links"] = {}
-        if any(ph.tunings for ph in exp.phases or []):
-            run["tunings"] = []
-        for pr in plan:
-            if exp.links:
-                want = link_configs(exp, pr.phase)
-                run["phase_links"][pr.phase.name] = [{k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")} for c in want]
-                if want != current_links and lab.emulator is not None:
-                    changed = ", ".join(f"{c['name']} {c['delay_ns'] / 1e6:g} ms" for c, o in zip(want, current_links) if c != o)
-                    say(f"rep {pr.rep} · {pr.phase.name}: links now {changed}")
-                    lab.set_links(want)
-                    current_links = want
-            by_host, sinks = place_loads(lab, exp, pr.phase.loads, first.name)
-            tune_loads(by_host, pr.phase)
-            if pr.phase.tunings:
-                say(f"rep {pr.rep} · {pr.phase.name}: applying {len(pr.phase.tunings)} tunings")
-                tuned = tunings.Applied(state.state_dir() / f"{run_id}.tunings")
-                try:
-                    tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in exp.phases or []].index(pr.phase.name)}")
-                finally:
-                    run["tunings"].append({"rep": pr.rep, "phase": pr.phase.name, "changes": tuned.record()})
-                    RunDir(run_dir).write_run(run)
-            if by_host:
-                say(f"[{done}/{total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
-                # Sinks of network loads first, so the streams have somewhere to go.
-                for group in (sinks, by_host):
-                    for hname, loads in group.items():
-                        lab.agent(hname).call("start_loads", step_dir=lab.step_dir(hname, pr.key), scratch_dir=lab.scratch(hname), loads=loads)
-                by_host = {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
-            if exp.warmup:
-                _sleep(exp.warmup / 1e9)
-            for probe in exp.probes:
-                dur = int(probe_seconds(exp, probe) * 1e9)
-                label = f"rep {pr.rep} · {pr.phase.name} · {probe.name} ({dur / 1e9:g} s)"
-                if tick is not None:
-                    tick(done, total, label)
-                else:
-                    say(f"[{done}/{total}] {label}")
-                lab.check()
-                # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
-                kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
-                # The clock-sync probes rest while the step measures (the estimate bridges it).
-                clocksync.pause(lab, sync_info, True)
-                try:
-                    step = KINDS[probe.kind].run(Steps(lab, exp, calib), tuned_probe(probe, pr.phase), pr.key, dur)
-                except BaseException:
-                    try:  # resumed for their stop; the step's own failure is what the run reports
-                        clocksync.pause(lab, sync_info, False)
-                    except Exception:  # noqa: BLE001
-                        pass
-                    raise
-                clocksync.pause(lab, sync_info, False)
-                if "first_probe_spawn_mono_ns" not in run["timings"]:
-                    run["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
-                run["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
-                # Between windows: the kernel capture's reader runs now, not while a probe measures.
-                kcapture.drain(lab, kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
-                done += 1
-                RunDir(run_dir).write_run(run)
-                if tick is not None:
-                    tick(done, total, label)
-            # Senders before the sinks they send to.
-            for hname in sorted(by_host, key=lambda h: h in sinks):
-                lr = lab.agent(hname).call("stop_loads")
-                for ld in lr["loads"]:
-                    run["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
-            if tuned is not None:
-                notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in tuned.restore())
-                tuned = None
-        lab.check()
-        if kcap_info is not None:
-            kcapture.stop(lab, kcap_info, steps=run["steps"], notes=notes)
-            run["kernel"] = kcapture.public(kcap_info)
-        if sync_info is not None:
-            clocksync.stop(lab, sync_info)
-            run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
-        out.status = "completed"
-    except Interrupted as e:
-        out.status, out.error = "interrupted", f"interrupted by {e}"
-    except AgentFailure as e:
-        out.status, out.error = "failed", str(e)
-        run["failed"] = {"host": e.host, "component": e.component}
-    except LabError as e:
-        out.status, out.error = "failed", f"the lab could not be set up: {e}"
-        run["failed"] = {"host": None, "component": "lab"}
-    except RunError as e:
-        out.status, out.error = "failed", str(e)
-        run["failed"] = {"host": None, "component": "tunings" if str(e).startswith("tunings:") else "controller"}
+        r.body()
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
-            if out.status == "running":
-                out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
-            try:
-                run["lab_tids"] = lab.lab_tids()
-            except Exception:  # noqa: BLE001 - naming the lab's threads must not fail the clean-up
-                pass
-            if tuned is not None:
-                notes.extend(f"a tuning was not restored: {p}" for p in tuned.restore())
-            if kcap_info is not None and kcap_info.get("running"):
-                kcapture.stop(lab, kcap_info, quiet=True, steps=run["steps"], notes=notes)
-                run["kernel"] = kcapture.public(kcap_info)
-            if sync_info is not None and sync_info.get("running"):
-                clocksync.stop(lab, sync_info, quiet=True)
-                run["clocksync"] = {k: v for k, v in sync_info.items() if k != "running"}
-            lab.down(out.status == "completed", notes)
-            run["timings"].update(lab.timings)
-            if lab.emulator_result is not None:
-                run["emulator"] = {"json": "netem/netem.json", "trace": "netem/netem.lstrace"}
-            if lab.router_counts is not None:
-                run["router_kernel"] = lab.router_counts
-            for pid in procs.pids_of_run(run_id):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            for h in lab.hosts.values():
-                if not h.remote:
-                    shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
-            if run.get("tunings"):
-                # what the phases changed on this machine, old and new, beside the rest of its provenance
-                pj = run_dir / "provenance.json"
-                try:
-                    prov = json.loads(pj.read_text())
-                    prov["tunings"] = run["tunings"]
-                    _write_json(pj, prov)
-                except (OSError, ValueError):
-                    pass
-            run["status"] = out.status
-            run["error"] = out.error
-            run["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
-            RunDir(run_dir).write_run(run)
-            write_index(run_dir)
-            state.unregister(run_id)
-            if reaper is not None:
-                reaper.release()
+            r.teardown()
         finally:
             signal.signal(signal.SIGINT, prev_int)
             signal.signal(signal.SIGTERM, prev_term)
             if own_name:
                 selfname.set_comm(own_name)
-    return out
+    return r.out
+
+
+class Run:
+    """One run of an experiment: the lab, the record it writes (``run.json``)
+    and what is running beside the probes (clock sync, kernel capture, a
+    phase's tunings). ``body`` runs the plan and classifies how it failed;
+    ``teardown`` gives everything back on every way out."""
+
+    def __init__(self, exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None, kinds: dict[str, str] | None) -> None:
+        self.exp, self.run_dir, self.say, self.notes, self.tick = exp, run_dir, say, notes, tick
+        self.run_id = run_dir.name
+        run_dir.mkdir(parents=True)
+        (run_dir / "spec.yaml").write_text(spec_text)
+        _write_json(run_dir / "spec.json", exp.model_dump(mode="json", by_alias=True))
+        self.kinds = kinds or resolve_hosts(exp)[0]
+        self.rec: dict[str, Any] = {
+            "run_id": self.run_id,
+            "name": exp.name,
+            "status": "running",
+            "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "controller_pid": os.getpid(),
+            "command": sys.argv,
+            "notes": notes,
+            "hosts": {h.name: self.kinds[h.name] for h in exp.hosts},
+            "steps": [],
+            "loads": [],
+            "timings": {},
+        }
+        self.save()
+        state.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
+        self.lab = Lab(exp, self.run_id, run_dir, self.kinds)
+        # namespaces and tunings outlive a killed controller: the reaper gives them back
+        self.reaper = Reaper(self.run_id) if self.lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
+        self.tuned: tunings.Applied | None = None
+        self.out = Outcome(run_dir, "running", notes=notes)
+        self.sync_info: dict[str, Any] | None = None
+        self.kcap_info: dict[str, Any] | None = None
+        self.calib: dict[str, dict[str, Any]] = {}
+        self.done = 0
+
+    def save(self) -> None:
+        RunDir(self.run_dir).write_run(self.rec)
+
+    def body(self) -> None:
+        """The plan, and how it ended (``out.status``, ``run.json``'s ``failed``)."""
+        out, rec = self.out, self.rec
+        try:
+            self.bring_up()
+            self.calibrate()
+            self.start_beside()
+            plan = phase_runs(self.exp)
+            self.total = len(plan) * len(self.exp.probes)
+            from loopscope.lab.emulator import link_configs
+
+            self.links = link_configs(self.exp)
+            rec["phase_links"] = {}
+            if any(ph.tunings for ph in self.exp.phases or []):
+                rec["tunings"] = []
+            for pr in plan:
+                self.phase(pr)
+            self.lab.check()
+            self.stop_beside(quiet=False)
+            out.status = "completed"
+        except Interrupted as e:
+            out.status, out.error = "interrupted", f"interrupted by {e}"
+        except AgentFailure as e:
+            out.status, out.error = "failed", str(e)
+            rec["failed"] = {"host": e.host, "component": e.component}
+        except LabError as e:
+            out.status, out.error = "failed", f"the lab could not be set up: {e}"
+            rec["failed"] = {"host": None, "component": "lab"}
+        except RunError as e:
+            out.status, out.error = "failed", str(e)
+            rec["failed"] = {"host": None, "component": "tunings" if str(e).startswith("tunings:") else "controller"}
+
+    def bring_up(self) -> None:
+        """The hosts, their agents and the run's provenance."""
+        exp, lab, rec = self.exp, self.lab, self.rec
+        if len(exp.hosts) > 1:
+            self.say(f"bringing up {len(exp.hosts)} hosts ({', '.join(f'{n}: {k}' for n, k in self.kinds.items())})")
+        lab.up(self.say)
+        self.notes.extend(lab.notes)
+        if lab.paths:
+            rec["paths"] = {n: {k: p[k] for k in ("from", "to", "mechanism", "why")} for n, p in lab.paths.items()}
+        first = self.first = next(iter(lab.hosts.values()))
+        rec["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
+        rec["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
+        rec["timings"].update(lab.timings)
+        rec["agent"] = {"host": first.name, "pid": first.hello["pid"], "cgroup": first.cgroup, "cgroup_note": first.hello["cgroup_note"]}
+        rec["agents"] = {h.name: {"kind": h.kind, "pid": h.hello["pid"], "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
+        _write_json(self.run_dir / "provenance.json", {"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(), "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}})
+        for h in lab.hosts.values():
+            if h.cgroup is None:
+                self.notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
+        self.save()
+
+    def calibrate(self) -> None:
+        """Size the sched probes' bursts once, on the idle machine, so every
+        phase runs the same work against the same reference."""
+        for probe in self.exp.probes:
+            got = KINDS[probe.kind].prepare(Steps(self.lab, self.exp, self.calib), probe, self.say)
+            if got is not None:
+                self.calib[probe.name or ""] = got
+        self.rec["calibration"] = self.calib
+
+    def start_beside(self) -> None:
+        """What runs beside the probes for the whole run: clock sync, kernel capture."""
+        exp = self.exp
+        if clocksync.wanted(exp):
+            self.say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
+            self.sync_info = clocksync.start(self.lab, exp)
+            self.rec["clocksync"] = {k: v for k, v in self.sync_info.items() if k != "running"}
+            self.save()
+        if exp.kernel.capture != "off":
+            self.kcap_info = kcapture.start(self.lab, exp, self.notes)
+            self.rec["kernel"] = kcapture.public(self.kcap_info)
+            self.save()
+
+    def stop_beside(self, quiet: bool) -> None:
+        """Stop the capture and clock sync (those still running), recording what they say."""
+        if self.kcap_info is not None and (not quiet or self.kcap_info.get("running")):
+            kcapture.stop(self.lab, self.kcap_info, quiet=quiet, steps=self.rec["steps"], notes=self.notes)
+            self.rec["kernel"] = kcapture.public(self.kcap_info)
+        if self.sync_info is not None and (not quiet or self.sync_info.get("running")):
+            clocksync.stop(self.lab, self.sync_info, quiet=quiet)
+            self.rec["clocksync"] = {k: v for k, v in self.sync_info.items() if k != "running"}
+
+    def phase(self, pr: Any) -> None:
+        """One repetition of one phase: its links, tunings and loads, every probe, the loads stopped."""
+        self.set_links(pr)
+        by_host, sinks = place_loads(self.lab, self.exp, pr.phase.loads, self.first.name)
+        tune_loads(by_host, pr.phase)
+        self.apply_tunings(pr)
+        by_host = self.start_loads(pr, by_host, sinks)
+        if self.exp.warmup:
+            _sleep(self.exp.warmup / 1e9)
+        for probe in self.exp.probes:
+            self.step(pr, probe)
+        # Senders before the sinks they send to.
+        for hname in sorted(by_host, key=lambda h: h in sinks):
+            lr = self.lab.agent(hname).call("stop_loads")
+            for ld in lr["loads"]:
+                self.rec["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
+        if self.tuned is not None:
+            self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
+            self.tuned = None
+
+    def set_links(self, pr: Any) -> None:
+        if not self.exp.links:
+            return
+        from loopscope.lab.emulator import link_configs
+
+        want = link_configs(self.exp, pr.phase)
+        self.rec["phase_links"][pr.phase.name] = [{k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")} for c in want]
+        if want != self.links and self.lab.emulator is not None:
+            changed = ", ".join(f"{c['name']} {c['delay_ns'] / 1e6:g} ms" for c, o in zip(want, self.links) if c != o)
+            self.say(f"rep {pr.rep} · {pr.phase.name}: links now {changed}")
+            self.lab.set_links(want)
+            self.links = want
+
+    def apply_tunings(self, pr: Any) -> None:
+        if not pr.phase.tunings:
+            return
+        self.say(f"rep {pr.rep} · {pr.phase.name}: applying {len(pr.phase.tunings)} tunings")
+        self.tuned = tunings.Applied(state.state_dir() / f"{self.run_id}.tunings")
+        try:
+            self.tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in self.exp.phases or []].index(pr.phase.name)}")
+        finally:
+            self.rec["tunings"].append({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()})
+            self.save()
+
+    def start_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """Start the phase's loads, sinks of network loads first (so the
+        streams have somewhere to go); every host with a load or sink."""
+        if not by_host:
+            return by_host
+        self.say(f"[{self.done}/{self.total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
+        for group in (sinks, by_host):
+            for hname, loads in group.items():
+                self.lab.agent(hname).call("start_loads", step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads)
+        return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
+
+    def step(self, pr: Any, probe: Any) -> None:
+        """One probe's window: kernel buffers emptied, clock sync at rest while it measures."""
+        lab, rec = self.lab, self.rec
+        dur = int(probe_seconds(self.exp, probe) * 1e9)
+        label = f"rep {pr.rep} · {pr.phase.name} · {probe.name} ({dur / 1e9:g} s)"
+        if self.tick is not None:
+            self.tick(self.done, self.total, label)
+        else:
+            self.say(f"[{self.done}/{self.total}] {label}")
+        lab.check()
+        # The window starts with empty kernel buffers: what the loads' start and the warm-up recorded is read now.
+        kcapture.drain(lab, self.kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-before-{probe.name}")
+        # The clock-sync probes rest while the step measures (the estimate bridges it).
+        clocksync.pause(lab, self.sync_info, True)
+        try:
+            step = KINDS[probe.kind].run(Steps(lab, self.exp, self.calib), tuned_probe(probe, pr.phase), pr.key, dur)
+        except BaseException:
+            try:  # resumed for their stop; the step's own failure is what the run reports
+                clocksync.pause(lab, self.sync_info, False)
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        clocksync.pause(lab, self.sync_info, False)
+        if "first_probe_spawn_mono_ns" not in rec["timings"]:
+            rec["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
+        rec["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
+        # Between windows: the kernel capture's reader runs now, not while a probe measures.
+        kcapture.drain(lab, self.kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
+        self.done += 1
+        self.save()
+        if self.tick is not None:
+            self.tick(self.done, self.total, label)
+
+    def teardown(self) -> None:
+        """Give everything back, whatever happened: tunings, capture, clock
+        sync, the lab, stray processes, scratch; then the record's last word."""
+        out, rec, lab = self.out, self.rec, self.lab
+        if out.status == "running":
+            out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
+        try:
+            rec["lab_tids"] = lab.lab_tids()
+        except Exception:  # noqa: BLE001 - naming the lab's threads must not fail the clean-up
+            pass
+        if self.tuned is not None:
+            self.notes.extend(f"a tuning was not restored: {p}" for p in self.tuned.restore())
+        self.stop_beside(quiet=True)
+        lab.down(out.status == "completed", self.notes)
+        rec["timings"].update(lab.timings)
+        if lab.emulator_result is not None:
+            rec["emulator"] = {"json": "netem/netem.json", "trace": "netem/netem.lstrace"}
+        if lab.router_counts is not None:
+            rec["router_kernel"] = lab.router_counts
+        for pid in procs.pids_of_run(self.run_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for h in lab.hosts.values():
+            if not h.remote:
+                shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
+        if rec.get("tunings"):
+            self.tunings_into_provenance()
+        rec["status"] = out.status
+        rec["error"] = out.error
+        rec["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        self.save()
+        write_index(self.run_dir)
+        state.unregister(self.run_id)
+        if self.reaper is not None:
+            self.reaper.release()
+
+    def tunings_into_provenance(self) -> None:
+        """What the phases changed on this machine, old and new, beside the rest of its provenance."""
+        pj = self.run_dir / "provenance.json"
+        try:
+            prov = json.loads(pj.read_text())
+            prov["tunings"] = self.rec["tunings"]
+            _write_json(pj, prov)
+        except (OSError, ValueError):
+            pass
 
 
 def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
