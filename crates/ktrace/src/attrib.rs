@@ -25,6 +25,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 /// No value in a column (a field the event does not have).
 const NONE: i64 = -1;
 /// Runtime segments of one task closer than this are one run.
@@ -232,7 +234,7 @@ struct Thread {
 #[derive(Default)]
 struct Labels {
     list: Vec<String>,
-    map: HashMap<String, usize>,
+    map: FxHashMap<String, usize>,
 }
 
 impl Labels {
@@ -271,10 +273,10 @@ pub struct Kernel<'a> {
     ev: &'a Events<'a>,
     ctx: &'a Context,
     kinds: Vec<Ev>,
-    cpus: HashMap<i64, Cpu>,
-    threads: HashMap<i64, Thread>,
+    cpus: FxHashMap<i64, Cpu>,
+    threads: FxHashMap<i64, Thread>,
     labels: Labels,
-    comm_of: Option<HashMap<i64, i64>>,
+    comm_of: Option<FxHashMap<i64, i64>>,
 }
 
 fn text(table: &[String], i: i64) -> Option<&str> {
@@ -290,7 +292,7 @@ impl<'a> Kernel<'a> {
     /// and the own events of the threads in `tids`.
     pub fn new(ev: &'a Events<'a>, ctx: &'a Context, tids: &[i64]) -> Kernel<'a> {
         let kinds: Vec<Ev> = ev.event_names.iter().map(|n| ev_of(n)).collect();
-        let mut k = Kernel { ev, ctx, kinds, cpus: HashMap::new(), threads: HashMap::new(), labels: Labels::default(), comm_of: None };
+        let mut k = Kernel { ev, ctx, kinds, cpus: FxHashMap::default(), threads: FxHashMap::default(), labels: Labels::default(), comm_of: None };
         for &t in tids {
             k.threads.entry(t).or_default();
         }
@@ -300,11 +302,13 @@ impl<'a> Kernel<'a> {
         if !ev.t_ns.windows(2).all(|w| w[0] <= w[1]) {
             order.sort_by_key(|&i| ev.t_ns[i]);
         }
-        let mut stacks: HashMap<i64, Vec<(usize, i64)>> = HashMap::new();
-        let mut runs: HashMap<i64, Vec<(i64, i64, i64, usize)>> = HashMap::new();
-        let mut tlb: HashMap<i64, Vec<i64>> = HashMap::new();
-        let mut label_of: HashMap<(i64, i64), usize> = HashMap::new();
-        let mut prev_t: HashMap<i64, i64> = HashMap::new();
+        let mut stacks: FxHashMap<i64, Vec<(usize, i64)>> = FxHashMap::default();
+        let mut runs: FxHashMap<i64, Vec<(i64, i64, i64, usize)>> = FxHashMap::default();
+        let mut tlb: FxHashMap<i64, Vec<i64>> = FxHashMap::default();
+        let mut label_of: FxHashMap<(i64, i64), usize> = FxHashMap::default();
+        let mut prev_t: FxHashMap<i64, i64> = FxHashMap::default();
+        // a handler's label by (kind, name): made once, not per entry
+        let mut entry_label: FxHashMap<(u8, i64), usize> = FxHashMap::default();
         for &i in &order {
             let t = ev.t_ns[i];
             let c = ev.cpu[i];
@@ -329,14 +333,22 @@ impl<'a> Kernel<'a> {
             }
             match kind {
                 Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry => {
-                    let lab = match kind {
-                        Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
-                        Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
-                        Ev::TimerEntry => "timer interrupt".into(),
-                        Ev::CallEntry => "IPI: function call".into(),
-                        _ => "IPI: reschedule".into(),
+                    let key = (kind as u8, if matches!(kind, Ev::IrqEntry | Ev::SoftEntry) { ev.name[i] } else { NONE });
+                    let l = match entry_label.get(&key) {
+                        Some(&l) => l,
+                        None => {
+                            let lab = match kind {
+                                Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
+                                Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
+                                Ev::TimerEntry => "timer interrupt".into(),
+                                Ev::CallEntry => "IPI: function call".into(),
+                                _ => "IPI: reschedule".into(),
+                            };
+                            let l = k.labels.get(lab);
+                            entry_label.insert(key, l);
+                            l
+                        }
                     };
-                    let l = k.labels.get(lab);
                     stacks.entry(c).or_default().push((l, t));
                 }
                 Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit => {
@@ -460,7 +472,7 @@ impl<'a> Kernel<'a> {
     fn name_of(&mut self, tid: i64) -> String {
         if self.comm_of.is_none() {
             let ev = self.ev;
-            let mut m = HashMap::new();
+            let mut m = FxHashMap::default();
             for i in 0..ev.t_ns.len() {
                 let k = self.kind(i);
                 if k != Ev::Waking && k != Ev::Wakeup && ev.target[i] != NONE && ev.target_comm[i] != NONE {

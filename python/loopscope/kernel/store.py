@@ -209,8 +209,8 @@ class Store:
             arr = self._arrays.get(key)
             if arr is None:
                 g = self._group(p, i)
-                m = g.select([pl.col(c).fill_null(-1).cast(pl.Int64) for c in ARRAYS]).to_numpy()
-                arr = {c: np.ascontiguousarray(m[:, k]) for k, c in enumerate(ARRAYS)}
+                # column by column: one copy each (a frame's to_numpy makes a 2-D array, then each column another)
+                arr = {c: g.get_column(c).fill_null(-1).cast(pl.Int64).to_numpy() for c in ARRAYS}
                 self._arrays[key] = arr
                 while len(self._arrays) > CACHE_GROUPS:
                     self._arrays.pop(next(iter(self._arrays)))
