@@ -114,9 +114,24 @@ def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_pat
     r = cli("run", str(spec), "--run-dir", str(tmp_path / "r"))
     for x in (c, r):
         assert x.returncode == 2 and "Traceback" not in x.stderr, x.stderr
-        assert "probes.0.cpu: CPU 999 is not available" in x.stderr and "'no-such-program-here' is not installed" in x.stderr
+        assert "c.yaml:2: probes.0.cpu: CPU 999 is not available" in x.stderr and "c.yaml:3: loads.0.command: 'no-such-program-here' is not installed" in x.stderr
     assert c.stderr == r.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything_runs(cli: Cli, tmp_path: Path) -> None:
+    spec = tmp_path / "p.yaml"
+    spec.write_text("name: p\nprobes:\n  - kind: program\n    command: ./build/loop --rate 100\n  - kind: app\n    processes:\n      - {name: a, command: sh -c true}\n"
+                    "      - {name: b, command: no-such-ctl}\nduration: 1s\n")
+    for x in (cli("check", str(spec)), cli("run", str(spec), "--run-dir", str(tmp_path / "r"))):
+        assert x.returncode == 2 and "Traceback" not in x.stderr, x.stderr
+        assert f"p.yaml:4: probes.0.command: './build/loop' does not exist (relative to {tmp_path})" in x.stderr
+        assert "p.yaml:8: probes.1.processes.1.command: 'no-such-ctl' does not exist (on PATH)" in x.stderr
+        assert "processes.0" not in x.stderr
+    assert not (tmp_path / "r").exists()
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "loop").write_text("#!/bin/sh\n")
+    assert "probes.0.command" not in cli("check", str(spec)).stderr
 
 
 def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path) -> None:

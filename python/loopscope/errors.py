@@ -31,9 +31,22 @@ class InputError(LoopscopeError):
 
 
 class RunError(LoopscopeError):
-    """The run failed (exit code 1)."""
+    """The run failed (exit code 1). ``component`` names the part of
+    loopscope that failed (``tunings``, ``lab``, …) when the raiser knows
+    it: the run record says so, without reading the message."""
 
     exit_code = EXIT_FAILED
+
+    def __init__(self, message: str = "", component: str | None = None) -> None:
+        super().__init__(message)
+        self.component = component
+
+
+class Stopped(LoopscopeError):
+    """A signal or a peer asked this component to stop (exit code 130):
+    control flow that unwinds through the clean-up, not a fault."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 def missing_part(module: str, extra: str, what: str) -> str | None:

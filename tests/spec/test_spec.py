@@ -70,7 +70,7 @@ BAD = [
      "x.yaml:4: probes.0.calls.1: \"getpid:8\": getpid takes no size; sized calls: read, write, sendto, recvfrom"),
     (MINIMAL.replace("duration: 30s", "duration: 30"), "x.yaml:8: duration: needs a unit, e.g. 30s or 30ms [got 30]"),
     (MINIMAL.replace("duration: 30s", ""), "x.yaml:1: duration: is required"),
-    (MINIMAL.replace("interval_us: 1000", "interval_us: 1000\n    intervall: 5"), "x.yaml:5: probes.0.intervall: unknown field; allowed here: kind, name, interval_us"),
+    (MINIMAL.replace("interval_us: 1000", "interval_us: 1000\n    zzz: 5"), "x.yaml:5: probes.0.zzz: unknown field; allowed here: kind, name, interval_us"),
     (MINIMAL.replace("interval_us: 1000", "interval_us: 0"), "x.yaml:4: probes.0.interval_us: must be at least 1 [got 0]"),
     (MINIMAL.replace("name: timer-under-cpu", "name: timer under cpu"), "x.yaml:1: name: must be 1-64 letters"),
     (MINIMAL + "phases:\n  - name: p\n    loads: [cpu-3]\n", "x.yaml:11: phases.0.loads.0: no load named 'cpu-3'; the loads are cpu-2"),
@@ -80,6 +80,14 @@ BAD = [
     (MINIMAL + "warmup: soon\n", "x.yaml:9: warmup: 'soon' is not a duration"),
     (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    rate: 10 mbit"), "x.yaml:7: loads.0.rate: '10 mbit': 'm' would mean milli"),
     (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    protocol: sctp"), "x.yaml:7: loads.0.protocol: must be one of 'udp' or 'tcp' [got 'sctp']"),
+    (MINIMAL.replace("interval_us: 1000", "intervl_us: 1000"), "x.yaml:4: probes.0.intervl_us: unknown field (did you mean 'interval_us'?); allowed here:"),
+    (MINIMAL.replace("duration: 30s", "duraton: 30s"), "x.yaml:8: duraton: unknown field (did you mean 'duration'?); allowed here:"),
+    (MINIMAL.replace("kind: timer", "kind: timr"), "x.yaml:3: probes.0.kind: unknown kind 'timr' (did you mean 'timer'?); use one of"),
+    (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    protocol: upd"), "x.yaml:7: loads.0.protocol: must be one of 'udp' or 'tcp' [got 'upd']; did you mean 'udp'?"),
+    (MINIMAL.replace("    interval_us: 1000", "     interval_us: 1000"), "x.yaml:4: invalid YAML: a `key: value` where this line's indentation"),
+    (MINIMAL.replace("  - kind: cpu", "  - kind: cpu\n - kind: io"), "x.yaml:7: invalid YAML: this line's indentation does not match"),
+    (MINIMAL.replace("duration: 30s", "duration: 30s\n  warmup: 1s"), "x.yaml:9: invalid YAML: a `key: value` where this line's indentation"),
+    (MINIMAL.replace("    level: 2", "\tlevel: 2"), "x.yaml:7: invalid YAML: a tab in the indentation"),
 ]
 
 

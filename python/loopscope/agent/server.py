@@ -36,23 +36,23 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.host import procs, provenance
+from loopscope.errors import RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
 from loopscope.selfname import load_comm, set_comm
 
 
-class Failure(Exception):
+class Failure(RunError):
     """A component failed; ``detail`` says which, with command and output."""
 
     def __init__(self, component: str, detail: str) -> None:
-        super().__init__(detail)
-        self.component = component
+        super().__init__(detail, component=component)
         self.detail = detail
 
 
-class Terminated(Exception):
-    pass
+class Terminated(Stopped):
+    """SIGTERM, or the controller's end, reached the agent."""
 
 
 def _on_term(signum: int, frame: object) -> None:

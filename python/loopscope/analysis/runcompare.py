@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from loopscope.analysis.compare import MIN_SAMPLES, _stats, _thin, block_resample
+from loopscope.errors import InputError
 from loopscope.analysis.phases import Measure
 from loopscope.stats import dispersion, rate_ratio
 
@@ -46,7 +47,7 @@ RESAMPLES = 400
 ALPHA = 0.05
 
 
-class CompareError(ValueError):
+class CompareError(InputError, ValueError):
     """Runs that cannot be compared (probes that do not match, kinds that differ, a bad criterion)."""
 
 

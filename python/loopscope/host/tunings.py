@@ -167,7 +167,7 @@ class Applied:
                 try:
                     f.write_text(ch.new + "\n")
                 except OSError as e:
-                    raise RunError(f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value") from None
+                    raise RunError(f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value", component="tunings") from None
 
     def _hold_dma(self, us: int) -> None:
         import struct

@@ -39,12 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.kernel.capture import FILTERS, filter_for
+from loopscope.errors import Stopped
 
 MAX_READ = 1 << 30
 
 
-class Stop(Exception):
-    pass
+class Stop(Stopped):
+    """A signal asked the reader to stop: it drains what is left and removes its instance."""
 
 
 def _on_signal(signum: int, frame: object) -> None:

@@ -39,6 +39,8 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
+from loopscope.errors import InputError
+
 LINE = r"^\s*(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<ns>\d{9}):\s+(?P<event>\w+:\w+):\s?(?P<args>.*)$"
 FIELDS = "tid,cpu,time,event,trace"
 
@@ -50,8 +52,8 @@ SCHEMA = {
 }
 
 
-class KernelReadError(Exception):
-    pass
+class KernelReadError(InputError):
+    """A run's perf.data that ``perf script`` cannot read."""
 
 
 def _ncpus(data: Path) -> int:

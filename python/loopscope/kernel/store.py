@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from loopscope.errors import InputError
+
 SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
     "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
@@ -47,8 +49,8 @@ GROUP = 65536
 CACHE_GROUPS = 24
 
 
-class CaptureError(Exception):
-    pass
+class CaptureError(InputError):
+    """A run's kernel capture that cannot be read: no data, a newer format, a damaged index."""
 
 
 CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]

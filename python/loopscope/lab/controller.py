@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from loopscope.errors import InputError, RunError
+from loopscope.errors import InputError, RunError, Stopped
 from loopscope.rundir import RunDir
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
@@ -47,6 +47,7 @@ from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
 from loopscope.kinds import KINDS
 from loopscope.spec import Experiment, load
+from loopscope.spec.load import where
 from loopscope.spec.models import HOST_REF
 from loopscope.spec.plan import phase_runs, probe_seconds
 
@@ -54,8 +55,8 @@ Say = Callable[[str], None]
 Tick = Callable[[int, int, str], None]
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(Stopped):
+    """Ctrl-C or SIGTERM reached the controller: the run ends through its clean-up."""
 
 
 @dataclass
@@ -81,14 +82,15 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
     for i, ld in enumerate(exp.loads):
         if ld.kind == "command":
             if ld.level.percent is not None:
-                problems.append(f"{file}: loads.{i}.level: a command load's level is a number of copies, not a duty cycle [got {ld.level}]")
+                problems.append(f"{where(file, f'loads.{i}.level')}: loads.{i}.level: a command load's level is a number of copies, not a duty cycle [got {ld.level}]")
             if shutil.which(ld.command[0]) is None:
-                problems.append(f"{file}: loads.{i}.command: {ld.command[0]!r} is not installed or not on PATH")
+                problems.append(f"{where(file, f'loads.{i}.command')}: loads.{i}.command: {ld.command[0]!r} is not installed or not on PATH")
+    problems += _missing_programs(exp, file, kinds)
     cpus = set(os.sched_getaffinity(0))
     for i, p in enumerate(exp.probes):
         for c in getattr(p, "cpu", None) or []:
             if c not in cpus:
-                problems.append(f"{file}: probes.{i}.cpu: CPU {c} is not available; use one of {sorted(cpus)}")
+                problems.append(f"{where(file, f'probes.{i}.cpu')}: probes.{i}.cpu: CPU {c} is not available; use one of {sorted(cpus)}")
         if getattr(p, "priority", None) is not None and os.geteuid() != 0:
             notes.append(f"probes.{i}.priority: SCHED_FIFO needs CAP_SYS_NICE; the probe will say if it ran SCHED_OTHER")
         if getattr(p, "dma_latency_us", None) is not None and not os.access("/dev/cpu_dma_latency", os.W_OK):
@@ -104,6 +106,25 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
     if problems:
         raise InputError("\n".join(problems) if len(problems) == 1 else f"{len(problems)} problems, nothing was run:\n  " + "\n  ".join(problems))
     return notes, kinds
+
+
+def _missing_programs(exp: Experiment, file: str, kinds: dict[str, str]) -> list[str]:
+    """A program a probe starts on this machine's file system that is not
+    there: named before anything starts, not as a failed run."""
+    out = []
+    here = Path(file).resolve().parent
+    for i, p in enumerate(exp.probes):
+        progs = KINDS[p.kind].local_programs(p)
+        for j, q in enumerate(progs):
+            if kinds.get(q.host or exp.hosts[0].name) == "ssh" or not q.command:
+                continue
+            exe = q.command[0]
+            found = (Path(q.cwd or here) / exe).is_file() if "/" in exe else shutil.which(exe) is not None
+            if not found:
+                path = f"probes.{i}.command" if progs == [p] else f"probes.{i}.processes.{j}.command"
+                where_ = "relative to " + str(q.cwd or here) if "/" in exe and not exe.startswith("/") else "on PATH" if "/" not in exe else "there"
+                out.append(f"{where(file, path)}: {path}: {exe!r} does not exist ({where_}); build it or give its path")
+    return out
 
 
 def new_run_dir(results: Path, name: str) -> Path:
@@ -244,7 +265,7 @@ class Run:
             rec["failed"] = {"host": None, "component": "lab"}
         except RunError as e:
             out.status, out.error = "failed", str(e)
-            rec["failed"] = {"host": None, "component": "tunings" if str(e).startswith("tunings:") else "controller"}
+            rec["failed"] = {"host": None, "component": e.component or "controller"}
 
     def bring_up(self) -> None:
         """The hosts, their agents and the run's provenance."""

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.host import procs
+from loopscope.errors import RunError
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
 KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation asked)"
@@ -111,8 +112,11 @@ def link_configs(exp: Any, phase: Any = None) -> list[dict[str, Any]]:
     return out
 
 
-class EmulatorFailure(Exception):
-    pass
+class EmulatorFailure(RunError):
+    """The link emulator did not start or stopped; the message says why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, component="link emulator")
 
 
 class Emulator:

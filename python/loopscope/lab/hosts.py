@@ -44,8 +44,8 @@ class AgentFailure(RunError):
         self.component = component
 
 
-class ChannelClosed(Exception):
-    pass
+class ChannelClosed(RunError):
+    """The agent's end of the control channel closed."""
 
 
 # ---- channels ---------------------------------------------------------------------------
@@ -131,8 +131,8 @@ class ProcessChannel:
                 pass
 
 
-class SshError(Exception):
-    pass
+class SshError(RunError):
+    """ssh to a host failed: connecting, copying or starting the agent."""
 
 
 class SshChannel:

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loopscope.errors import missing_part
+from loopscope.errors import RunError, missing_part
 from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
 from loopscope.host import procs
@@ -34,8 +34,11 @@ from loopscope.host.cgroup import RunGroup, remove_root_if_empty
 from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs, path_plan
 
 
-class LabError(Exception):
+class LabError(RunError):
     """Setting up the lab failed; the message names the host or link."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, component="lab")
 
 
 @dataclass

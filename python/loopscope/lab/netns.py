@@ -45,6 +45,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from loopscope.errors import RunError
+
 PREFIX = "ls-"
 NET = "10.77"
 SYNC_NET = "10.78"
@@ -256,8 +258,11 @@ class Topology:
         }
 
 
-class NetnsError(Exception):
+class NetnsError(RunError):
     """iproute2 refused something; the message says what."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, component="network namespaces")
 
 
 def ip_tool() -> str | None:

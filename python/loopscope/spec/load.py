@@ -10,6 +10,7 @@ to say what is allowed and what was found, the way the user will fix it:
 
 from __future__ import annotations
 
+import difflib
 import os
 import types
 import typing
@@ -131,20 +132,55 @@ def _got(v: Any) -> str:
     return s if len(s) <= 60 else s[:57] + "..."
 
 
+def _near(word: str, names: list[str], prefix: str = " ") -> str:
+    """`` (did you mean 'x'?)`` when one name is close to what was written."""
+    close = difflib.get_close_matches(word, [n for n in names if n], n=1, cutoff=0.6)
+    if not close or close[0] == word:
+        return ""
+    return f"{prefix}did you mean {close[0]!r}?" if prefix.strip() else f" (did you mean {close[0]!r}?)"
+
+
+# PyYAML's words for the usual slips, in the words of someone fixing the file.
+YAML_SLIPS = [
+    ("mapping values are not allowed here", "a `key: value` where this line's indentation or the line above does not allow one: indent it under its parent, or quote a value that contains ': '"),
+    ("expected <block end>, but found", "this line's indentation does not match the lines around it: items of one list or mapping start in the same column"),
+    ("could not find expected ':'", "a key without its ':' (or a line that continues the one above without being indented under it)"),
+    ("found character '\\t' that cannot start any token", "a tab in the indentation: YAML indents with spaces only"),
+    ("found undefined alias", "a `*name` with no `&name` before it"),
+    ("while parsing a flow", "a [ … ] or { … } that is not closed on this line or the next"),
+    ("found unexpected end of stream", "a quote or bracket that is never closed"),
+]
+
+
+def _yaml_problem(e: yaml.YAMLError) -> Problem:
+    mark = getattr(e, "problem_mark", None)
+    what = getattr(e, "problem", None) or str(e)
+    context = getattr(e, "context", None) or ""
+    for raw, plain in YAML_SLIPS:
+        if raw in what or raw in context:
+            return Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {plain} (the parser: {what})")
+    return Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {what}")
+
+
 def _message(err: dict[str, Any]) -> str:
     t, ctx, inp = err["type"], err.get("ctx") or {}, err.get("input")
     if t == "missing":
         return "is required"
     if t == "extra_forbidden":
         m = _model_at(tuple(err["loc"]))
-        allowed = ", ".join(m.model_fields) if m else None
-        return f"unknown field; allowed here: {allowed}" if allowed else "unknown field"
+        if m is None:
+            return "unknown field"
+        names = [f.alias or n for n, f in m.model_fields.items()]
+        near = _near(str(err["loc"][-1]), names)
+        return f"unknown field{near}; allowed here: {', '.join(names)}"
     if t == "union_tag_invalid":
-        return f"unknown kind {ctx.get('tag')!r}; use one of {ctx.get('expected_tags')}"
+        tags = [x.strip(" '") for x in str(ctx.get("expected_tags") or "").split(",")]
+        return f"unknown kind {ctx.get('tag')!r}{_near(str(ctx.get('tag')), tags)}; use one of {ctx.get('expected_tags')}"
     if t == "union_tag_not_found":
         return "needs a `kind`"
     if t == "literal_error":
-        return f"must be one of {ctx.get('expected')} [got {_got(inp)}]"
+        choices = [x.strip(" '") for x in str(ctx.get("expected") or "").replace(" or ", ",").split(",")]
+        return f"must be one of {ctx.get('expected')} [got {_got(inp)}]{_near(str(inp), choices, prefix='; ')}"
     if t in ("int_parsing", "int_type", "int_from_float"):
         return f"must be a whole number [got {_got(inp)}]"
     if t in ("float_parsing", "float_type"):
@@ -196,9 +232,7 @@ def parse(text: str, file: str) -> Experiment:
     except RecursionError:
         raise SpecError(file, [Problem(None, "", "the file nests mappings or lists too deeply to read (thousands of levels); an experiment file needs a handful")]) from None
     except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        what = getattr(e, "problem", None) or str(e)
-        raise SpecError(file, [Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {what}")]) from None
+        raise SpecError(file, [_yaml_problem(e)]) from None
     if not isinstance(data, dict):
         raise SpecError(file, [Problem(_line(root), "", "the file must be a mapping of fields (name, probes, loads, duration, ...)")])
     if not probe_kinds_ready():
@@ -209,6 +243,18 @@ def parse(text: str, file: str) -> Experiment:
         raise SpecError(file, [Problem(_line(root), "", "the file nests too deeply to check; an experiment file needs a handful of levels")]) from None
     except ValidationError as e:
         raise SpecError(file, problems_from(e, root)) from None
+
+
+def where(file: str, path: str) -> str:
+    """``file:line`` of a dotted field path (``probes.0.cpu``) in an
+    experiment file, or ``file`` when the line cannot be found: for checks
+    made after the file validated (preflight)."""
+    try:
+        root = yaml.compose(Path(file).read_text(), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return file
+    line, _ = _locate(root, tuple(int(k) if k.isdigit() else k for k in path.split(".")))
+    return f"{file}:{line}" if line else file
 
 
 def load(path: str | os.PathLike[str]) -> Experiment:

@@ -29,14 +29,15 @@ import numpy as np
 import polars as pl
 
 from loopscope.clock import sync
+from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.trace import reader
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
 
 
-class TimelineError(Exception):
-    pass
+class TimelineError(InputError):
+    """A run whose hosts cannot be placed on one timeline from what it recorded."""
 
 
 def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], clocks: sync.RunClocks | None) -> sync.HostClock | None:
