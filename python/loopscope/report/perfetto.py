@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import polars as pl
@@ -134,74 +134,9 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
         for h in hosts:
             track(_uuid("host", h), h)
         for (host, source, thread, tid), g in placed.group_by(["host", "source", "thread", "tid"], maintain_order=True):
-            parent = _uuid("host", host)
-            base = f"{thread} [{tid}] — {Path(str(source)).name}"
-            iv = g.filter(pl.col("kind") == "interval")
-            if len(iv):
-                s = iv["t_global_ns"].to_numpy()
-                e = s + iv["dur_ns"].fill_null(0).to_numpy()
-                lanes = _lanes(s, e)
-                names = (iv["group"] + "/" + iv["name"]).to_list()
-                bounds = iv["bound_ns"].fill_nan(None).fill_null(0).to_numpy()
-                for lane in np.unique(lanes):
-                    tu = _uuid("thread", host, source, tid, lane)
-                    track(tu, base if lane == 0 else f"{base} (lane {lane + 1})", parent)
-                    sel = np.flatnonzero(lanes == lane)
-                    # Emit begin/end in time order: ends before begins at equal times.
-                    ev = sorted([(int(s[i]), 1, i) for i in sel] + [(int(e[i]), 0, i) for i in sel])
-                    for t, is_begin, i in ev:
-                        p = w.packet()
-                        p.timestamp = t
-                        p.track_event.track_uuid = tu
-                        if is_begin:
-                            p.track_event.type = TE.TYPE_SLICE_BEGIN
-                            p.track_event.name = names[i]
-                            a = p.track_event.debug_annotations.add()
-                            a.name = "bound_ns"
-                            a.int_value = int(bounds[i])
-                            counts["slices"] += 1
-                        else:
-                            p.track_event.type = TE.TYPE_SLICE_END
-            ins = g.filter(pl.col("kind") == "event")
-            if len(ins):
-                tu = _uuid("thread", host, source, tid, 0)
-                if not len(iv):
-                    track(tu, base, parent)
-                for t, grp, nm, val, tag, b in ins.select("t_global_ns", "group", "name", "value", "tag", "bound_ns").sort("t_global_ns").iter_rows():
-                    p = w.packet()
-                    p.timestamp = int(t)
-                    p.track_event.track_uuid = tu
-                    p.track_event.type = TE.TYPE_INSTANT
-                    p.track_event.name = f"{grp}/{nm}"
-                    for k, v in (("tag", tag), ("value", val), ("bound_ns", None if b is None or b != b else int(b))):
-                        if v is not None:
-                            a = p.track_event.debug_annotations.add()
-                            a.name = k
-                            a.int_value = int(v)
-                    counts["instants"] += 1
-            cn = g.filter(pl.col("kind") == "counter")
-            for (grp, nm), c in cn.group_by(["group", "name"], maintain_order=True):
-                cu = _uuid("counter", host, source, tid, grp, nm)
-                track(cu, f"{grp}/{nm} [{tid}]", parent, counter=True)
-                for t, v in c.select("t_global_ns", "value").sort("t_global_ns").iter_rows():
-                    p = w.packet()
-                    p.timestamp = int(t)
-                    p.track_event.track_uuid = cu
-                    p.track_event.type = TE.TYPE_COUNTER
-                    p.track_event.counter_value = int(v or 0)
-                    counts["counters"] += 1
+            _thread_tracks(w, TE, track, counts, g, (host, source, thread, tid))
         if clock is not None:
-            for (host,), c in clock.group_by(["host"], maintain_order=True):
-                for col, label in (("offset_ns", "clock offset vs reference, REALTIME (ns)"), ("bound_ns", "clock bound (ns)")):
-                    cu = _uuid("clock", host, col)
-                    track(cu, label, _uuid("host", host), counter=True)
-                    for t, v in c.select("t_global_ns", col).sort("t_global_ns").iter_rows():
-                        p = w.packet()
-                        p.timestamp = int(t)
-                        p.track_event.track_uuid = cu
-                        p.track_event.type = TE.TYPE_COUNTER
-                        p.track_event.double_counter_value = float(v)
-                        counts["counters"] += 1
+            _clock_tracks(w, TE, track, counts, clock)
         counts["kernel_slices"] = _kernel_tracks(run_dir, w, track, TE) if run_dir is not None else 0
         w.close()
     counts["packets"] = w.n
@@ -210,23 +145,95 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
     return counts
 
 
+def _thread_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
+    """One thread's records: intervals as slices (in lanes where they
+    overlap), events as instants, counters as counter tracks."""
+    host, source, thread, tid = who
+    parent = _uuid("host", host)
+    base = f"{thread} [{tid}] — {Path(str(source)).name}"
+    iv = g.filter(pl.col("kind") == "interval")
+    if len(iv):
+        s = iv["t_global_ns"].to_numpy()
+        e = s + iv["dur_ns"].fill_null(0).to_numpy()
+        lanes = _lanes(s, e)
+        names = (iv["group"] + "/" + iv["name"]).to_list()
+        bounds = iv["bound_ns"].fill_nan(None).fill_null(0).to_numpy()
+        for lane in np.unique(lanes):
+            tu = _uuid("thread", host, source, tid, lane)
+            track(tu, base if lane == 0 else f"{base} (lane {lane + 1})", parent)
+            sel = np.flatnonzero(lanes == lane)
+            # Emit begin/end in time order: ends before begins at equal times.
+            for t, is_begin, i in sorted([(int(s[i]), 1, i) for i in sel] + [(int(e[i]), 0, i) for i in sel]):
+                p = w.packet()
+                p.timestamp = t
+                p.track_event.track_uuid = tu
+                if is_begin:
+                    p.track_event.type = TE.TYPE_SLICE_BEGIN
+                    p.track_event.name = names[i]
+                    a = p.track_event.debug_annotations.add()
+                    a.name = "bound_ns"
+                    a.int_value = int(bounds[i])
+                    counts["slices"] += 1
+                else:
+                    p.track_event.type = TE.TYPE_SLICE_END
+    ins = g.filter(pl.col("kind") == "event")
+    if len(ins):
+        tu = _uuid("thread", host, source, tid, 0)
+        if not len(iv):
+            track(tu, base, parent)
+        for t, grp, nm, val, tag, b in ins.select("t_global_ns", "group", "name", "value", "tag", "bound_ns").sort("t_global_ns").iter_rows():
+            p = w.packet()
+            p.timestamp = int(t)
+            p.track_event.track_uuid = tu
+            p.track_event.type = TE.TYPE_INSTANT
+            p.track_event.name = f"{grp}/{nm}"
+            for k, v in (("tag", tag), ("value", val), ("bound_ns", None if b is None or b != b else int(b))):
+                if v is not None:
+                    a = p.track_event.debug_annotations.add()
+                    a.name = k
+                    a.int_value = int(v)
+            counts["instants"] += 1
+    for (grp, nm), c in g.filter(pl.col("kind") == "counter").group_by(["group", "name"], maintain_order=True):
+        cu = _uuid("counter", host, source, tid, grp, nm)
+        track(cu, f"{grp}/{nm} [{tid}]", parent, counter=True)
+        for t, v in c.select("t_global_ns", "value").sort("t_global_ns").iter_rows():
+            p = w.packet()
+            p.timestamp = int(t)
+            p.track_event.track_uuid = cu
+            p.track_event.type = TE.TYPE_COUNTER
+            p.track_event.counter_value = int(v or 0)
+            counts["counters"] += 1
+
+
+def _clock_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], clock: pl.DataFrame) -> None:
+    """Each host's clock offset and its bound, as counters under the host."""
+    for (host,), c in clock.group_by(["host"], maintain_order=True):
+        for col, label in (("offset_ns", "clock offset vs reference, REALTIME (ns)"), ("bound_ns", "clock bound (ns)")):
+            cu = _uuid("clock", host, col)
+            track(cu, label, _uuid("host", host), counter=True)
+            for t, v in c.select("t_global_ns", col).sort("t_global_ns").iter_rows():
+                p = w.packet()
+                p.timestamp = int(t)
+                p.track_event.track_uuid = cu
+                p.track_event.type = TE.TYPE_COUNTER
+                p.track_event.double_counter_value = float(v)
+                counts["counters"] += 1
+
+
 def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     """Per CPU of each captured kernel: which task ran (from runtime accounting)
     and which interrupt handlers ran, around every attributed outlier (±20 ms;
     without attribution, the capture's first 5 s), on the global clock."""
-    import json
-
     from loopscope.analysis.attribution import cpu_views
-
-    run = RunDir(run_dir).run()
     from loopscope.kernel import store as S
 
+    run = RunDir(run_dir).run()
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
         return 0
     att_path = run_dir / "tables" / "attribution.parquet"
     att = pl.read_parquet(att_path) if att_path.exists() else None
-    clocks = None
+    clocks: list[Any] = []  # the run's clocks, estimated once if a capture needs them
     n = 0
     for cap in caps:
         host = cap["host"]
@@ -236,42 +243,13 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
             continue
         if not st.events:
             continue
-        off = int(cap.get("timens_offset_ns") or 0)
-        # windows of interest, in kernel time
-        if att is not None and len(att):
-            o = att.filter(pl.col("host").is_in(cap["covers"])).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
-            hosts_off = {h: int(v.get("clock_offset_ns") or 0) for h, v in ((json.loads((run_dir / "provenance.json").read_text()).get("lab") or {}).get("hosts") or {}).items()} if (run_dir / "provenance.json").exists() else {}
-            spans = sorted((int(t) - hosts_off.get(h, 0) - 20_000_000, int(t) + int(l) - hosts_off.get(h, 0) + 20_000_000) for t, l, h in o.select("t_ns", "latency_ns", "host").iter_rows())
-        else:
-            t0 = int(st.t_first or 0)
-            spans = [(t0, t0 + 5_000_000_000)]
-        merged: list[list[int]] = []
-        for a, b in spans:
-            if merged and a <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], b)
-            else:
-                merged.append([a, b])
+        merged = _merge(_spans_of_interest(run_dir, cap, att, st))
         # Only the kernel events around the windows of interest are read.
         ev = pl.concat([st.load(a - 20_000_000, b + 20_000_000) for a, b in merged]).unique(maintain_order=True)
-        views = cpu_views(ev)
-        ref = None
-        if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
-            if clocks is None:
-                from loopscope.clock import sync
-
-                clocks = sync.estimate_run(run_dir)
-            ref = clocks
-
-        def to_global(t: np.ndarray) -> np.ndarray:
-            th = np.asarray(t, dtype=np.int64) + off
-            if ref is None:
-                return th
-            g, _ = ref.map_mono(host, th)
-            return g
-
+        to_global = _to_global(run_dir, run, host, int(cap.get("timens_offset_ns") or 0), clocks)
         parent = _uuid("kernel", host)
         track(parent, f"kernel of {', '.join(cap['covers'])}")
-        for cpu, cv in views.items():
+        for cpu, cv in cpu_views(ev).items():
             for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_comm)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
                 sel = np.zeros(len(s_arr), dtype=bool)
                 for a, b in merged:
@@ -284,33 +262,82 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
                 for lane in np.unique(lanes):
                     tu = _uuid("kcpu", host, cpu, label, lane)
                     track(tu, f"CPU {cpu} {'tasks' if label == 'CPU' else 'interrupts'}" + (f" (lane {lane + 1})" if lane else ""), parent)
-                    pts = sorted([(int(gs[i]), 1, i) for i in np.flatnonzero(lanes == lane)] + [(int(ge[i]), 0, i) for i in np.flatnonzero(lanes == lane)])
-                    for t, begin, i in pts:
-                        p = w.packet()
-                        p.timestamp = t
-                        p.track_event.track_uuid = tu
-                        if begin:
-                            p.track_event.type = TE.TYPE_SLICE_BEGIN
-                            p.track_event.name = names[int(idx[i])] or "?"
-                            n += 1
-                        else:
-                            p.track_event.type = TE.TYPE_SLICE_END
-        # Where the capture lost events: a slice per LOST record on its CPU.
-        lw = st.lost
-        if lw is not None and len(lw):
-            for (cpu,), g in lw.sort("start_ns").group_by("cpu", maintain_order=True):
-                tu = _uuid("klost", host, cpu)
-                track(tu, f"CPU {cpu} lost kernel events", parent)
-                gs, ge = to_global(g["start_ns"].to_numpy()), to_global(g["end_ns"].to_numpy())
-                for a, b, k_ev in zip(gs, ge, g["events"].to_list()):
-                    p = w.packet()
-                    p.timestamp = int(a)
-                    p.track_event.track_uuid = tu
-                    p.track_event.type = TE.TYPE_SLICE_BEGIN
-                    p.track_event.name = f"{k_ev} events lost"
-                    p = w.packet()
-                    p.timestamp = int(max(a, b))
-                    p.track_event.track_uuid = tu
-                    p.track_event.type = TE.TYPE_SLICE_END
-                    n += 1
+                    on = np.flatnonzero(lanes == lane)
+                    n += _slices(w, TE, tu, gs[on], ge[on], [names[int(idx[i])] or "?" for i in on])
+        n += _lost_tracks(st, w, TE, track, host, parent, to_global)
+    return n
+
+
+def _spans_of_interest(run_dir: Path, cap: dict[str, Any], att: pl.DataFrame | None, st: Any) -> list[tuple[int, int]]:
+    """Kernel-time spans around the capture's attributed outliers (±20 ms), or its first 5 s."""
+    import json
+
+    if att is None or not len(att):
+        t0 = int(st.t_first or 0)
+        return [(t0, t0 + 5_000_000_000)]
+    o = att.filter(pl.col("host").is_in(cap["covers"])).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
+    prov = run_dir / "provenance.json"
+    hosts = ((json.loads(prov.read_text()).get("lab") or {}).get("hosts") or {}) if prov.exists() else {}
+    off = {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
+    return sorted((int(t) - off.get(h, 0) - 20_000_000, int(t) + int(lat) - off.get(h, 0) + 20_000_000) for t, lat, h in o.select("t_ns", "latency_ns", "host").iter_rows())
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
+    """Sorted spans with the overlapping ones joined."""
+    merged: list[list[int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return merged
+
+
+def _to_global(run_dir: Path, run: dict[str, Any], host: str, off: int, clocks: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
+    """Kernel times of ``host``'s capture onto the run's global clock (its
+    time-namespace offset, then the clock-sync estimate when the host is not the reference)."""
+    ref = None
+    if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
+        if not clocks:
+            from loopscope.clock import sync
+
+            clocks.append(sync.estimate_run(run_dir))
+        ref = clocks[0]
+
+    def to_global(t: np.ndarray) -> np.ndarray:
+        th = np.asarray(t, dtype=np.int64) + off
+        if ref is None:
+            return th
+        g, _ = ref.map_mono(host, th)
+        return g
+
+    return to_global
+
+
+def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names: list[str]) -> int:
+    """One lane's slices (begin and end packets in time order); how many."""
+    pts = sorted([(int(gs[i]), 1, i) for i in range(len(gs))] + [(int(ge[i]), 0, i) for i in range(len(ge))])
+    for t, begin, i in pts:
+        p = w.packet()
+        p.timestamp = t
+        p.track_event.track_uuid = tu
+        if begin:
+            p.track_event.type = TE.TYPE_SLICE_BEGIN
+            p.track_event.name = names[i]
+        else:
+            p.track_event.type = TE.TYPE_SLICE_END
+    return len(gs)
+
+
+def _lost_tracks(st: Any, w: _Writer, TE: Any, track: Any, host: str, parent: int, to_global: Callable[[np.ndarray], np.ndarray]) -> int:
+    """Where the capture lost events: a slice per LOST record on its CPU."""
+    lw = st.lost
+    if lw is None or not len(lw):
+        return 0
+    n = 0
+    for (cpu,), g in lw.sort("start_ns").group_by("cpu", maintain_order=True):
+        tu = _uuid("klost", host, cpu)
+        track(tu, f"CPU {cpu} lost kernel events", parent)
+        gs, ge = to_global(g["start_ns"].to_numpy()), to_global(g["end_ns"].to_numpy())
+        n += _slices(w, TE, tu, gs, np.maximum(gs, ge), [f"{k} events lost" for k in g["events"].to_list()])
     return n
