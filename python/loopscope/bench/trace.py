@@ -149,7 +149,6 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
     if _native.is_open():
         raise RunError("a trace is already open in this process; the benchmark needs its own")
     try:
-        out: dict[str, Any] = {}
         _say(progress, f"building the C benchmark against libloopscope.a in {work} …")
         exe = cbuild.build([HERE / "trace_bench.c"], work / "trace_bench")
         c: dict[str, list[float]] = {}
@@ -159,134 +158,156 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
             ns, lost = _run_c(exe, mode, n, reps, work / f"c-{mode}.lstrace")
             c.update(ns)
             lost_timing += lost
-
         _say(progress, "  Rust and Python loops …")
-        ses = lt.open(work / "rust.lstrace", groups=["bench"])
-        try:
-            rust_floor: list[float] = []
-            rust: list[float] = []
-            for _ in range(reps):  # alternating, like the C pairs
-                rust_floor += _native.bench_floor(n, 1)
-                rust += _native.bench_events(n, 1, 1)
-            ev = lt.event("bench", "py", "benchmark event (Python loop)")
-            py: list[float] = []
-            loop: list[float] = []
-            n_py = 100_000
-            rng = range(n_py)
-            for _ in range(reps):
-                t0 = time.perf_counter_ns()
-                for i in rng:
-                    ev(i)
-                py.append((time.perf_counter_ns() - t0) / n_py)
-                t0 = time.perf_counter_ns()
-                for i in rng:
-                    pass
-                loop.append((time.perf_counter_ns() - t0) / n_py)
-                lt.flush()
-        finally:
-            end = ses.close()
-        lost_timing += end.lost_records
-
-        free = shutil.disk_usage(work).free
-        # The flat-out writer can reach the disk's speed; keep 10 GB spare.
-        if free < 12e9:
-            write_s = min(write_s, max(1.0, (free - 10e9) / 400e6))
-        _say(progress, f"  sustained write to {work} for {write_s:g} s …")
-        wpath = work / "write.lstrace"
-        ses = lt.open(wpath, groups=["bench"], fsync=True)
-        t0 = time.perf_counter()
-        try:
-            logged, _ = _native.bench_sustained(0.0, write_s)
-        finally:
-            wend = ses.close()
-        write_elapsed = time.perf_counter() - t0
-        winf = reader.check(wpath)
-        written = winf.records
-        wbytes = wpath.stat().st_size
-        wpath.unlink()
-
+        loops = _loops(work, n, reps)
+        lost_timing += loops["lost"]
+        wr = _sustained(work, write_s, progress)
         _say(progress, "  paced 1 M events/s …")
-        ppath = work / "paced.lstrace"
-        ses = lt.open(ppath, groups=["bench"])
-        try:
-            paced_n, paced_el = _native.bench_sustained(1e6, paced_s)
-        finally:
-            pend = ses.close()
-        pinf = reader.check(ppath)
-
+        paced = _paced(work, paced_s)
         _say(progress, f"  reader: {read_n:,} records …")
-        rpath = work / "read.lstrace"
-        ses = lt.open(rpath, groups=["bench"])
-        try:
-            _native.bench_events(n, read_n // n, 1)
-        finally:
-            ses.close()
-        rtimes = []
-        nrec = 0
-        for _ in range(3):
-            t0 = time.perf_counter()
-            df = reader.read(rpath)
-            rtimes.append(time.perf_counter() - t0)
-            nrec = len(df)
-            del df
-
+        rd = _read(work, n, read_n)
         lttng_ns, lttng_note = _lttng(work, n, reps, progress)
-
-        floor = _median(c["floor"])
-        cns = _median(c["event"])
-        out = {
-            "floor_ns": round(floor, 2),
-            "c_ns": round(cns, 2),
-            "rust_ns": round(_median(rust), 2),
-            "py_ns": round(_median(py), 1),
-            "c_2threads_ns": round(_median(c["threads2"]), 2),
-            "disabled_ns": round(_median(c["disabled"]), 3),
-            "write_mevents_per_s": round(written / write_elapsed / 1e6, 2),
-            "read_mrecords_per_s": round(nrec / _median(rtimes) / 1e6, 2),
-            "lost_records": pinf.lost_records,
-            "lttng_ns": round(_median(lttng_ns), 2) if lttng_ns else None,
-            "ratios": {
-                "c_over_floor": round(_paired_ratio(c["event"], c["floor"]), 3),
-                "rust_over_floor": round(_paired_ratio(rust, rust_floor), 3),
-                "c_2threads_over_floor": round(_median(c["threads2"]) / floor, 3),
-                "lttng_over_c": round(_median(lttng_ns) / cns, 2) if lttng_ns else None,
-            },
-            "spread_iqr_ns": {
-                "floor": _spread(c["floor"]),
-                "c": _spread(c["event"]),
-                "rust": _spread(rust),
-                "py": _spread(py),
-                "c_2threads": _spread(c["threads2"]),
-                "disabled": _spread(c["disabled"]),
-                "lttng": _spread(lttng_ns) if lttng_ns else None,
-            },
-            "context": {
-                "repetitions": reps,
-                "events_per_repetition": n,
-                "rust_floor_ns": round(_median(rust_floor), 2),
-                "py_empty_loop_ns": round(_median(loop), 1),
-                "lost_while_timing": lost_timing,
-                "write_seconds": write_s,
-                "write_elapsed_s": round(write_elapsed, 2),
-                "write_logged": logged,
-                "write_written": written,
-                "write_lost_records": wend.lost_records,
-                "write_bytes": wbytes,
-                "write_mb_per_s": round(wbytes / write_elapsed / 1e6, 1),
-                "paced_events": paced_n,
-                "paced_seconds": round(paced_el, 3),
-                "paced_written": pinf.records,
-                "paced_end_lost": pend.lost_records,
-                "read_records": nrec,
-                "read_seconds": [round(t, 3) for t in rtimes],
-                "lttng": lttng_note,
-                "clock": _native.clock_info()[0],
-                "quick": quick,
-            },
-        }
-        return out
+        return _result(c, loops, wr, paced, rd, (lttng_ns, lttng_note), {"repetitions": reps, "events_per_repetition": n, "lost_while_timing": lost_timing, "quick": quick})
     finally:
         tmp.cleanup()
+
+
+def _loops(work: Path, n: int, reps: int) -> dict[str, Any]:
+    """The Rust logging loop against its empty floor, and a Python loop of events against an empty one, alternating."""
+    ses = lt.open(work / "rust.lstrace", groups=["bench"])
+    out: dict[str, Any] = {"rust_floor": [], "rust": [], "py": [], "loop": []}
+    try:
+        for _ in range(reps):  # alternating, like the C pairs
+            out["rust_floor"] += _native.bench_floor(n, 1)
+            out["rust"] += _native.bench_events(n, 1, 1)
+        ev = lt.event("bench", "py", "benchmark event (Python loop)")
+        n_py = 100_000
+        rng = range(n_py)
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            for i in rng:
+                ev(i)
+            out["py"].append((time.perf_counter_ns() - t0) / n_py)
+            t0 = time.perf_counter_ns()
+            for i in rng:
+                pass
+            out["loop"].append((time.perf_counter_ns() - t0) / n_py)
+            lt.flush()
+    finally:
+        end = ses.close()
+    out["lost"] = end.lost_records
+    return out
+
+
+def _sustained(work: Path, write_s: float, progress: Progress) -> dict[str, Any]:
+    """Logging flat out for ``write_s`` seconds, fsync on: what reaches the file."""
+    free = shutil.disk_usage(work).free
+    # The flat-out writer can reach the disk's speed; keep 10 GB spare.
+    if free < 12e9:
+        write_s = min(write_s, max(1.0, (free - 10e9) / 400e6))
+    _say(progress, f"  sustained write to {work} for {write_s:g} s …")
+    wpath = work / "write.lstrace"
+    ses = lt.open(wpath, groups=["bench"], fsync=True)
+    t0 = time.perf_counter()
+    try:
+        logged, _ = _native.bench_sustained(0.0, write_s)
+    finally:
+        wend = ses.close()
+    elapsed = time.perf_counter() - t0
+    written = reader.check(wpath).records
+    wbytes = wpath.stat().st_size
+    wpath.unlink()
+    return {"seconds": write_s, "elapsed": elapsed, "logged": logged, "written": written, "lost": wend.lost_records, "bytes": wbytes}
+
+
+def _paced(work: Path, paced_s: float) -> dict[str, Any]:
+    """1 M events/s for ``paced_s`` seconds: whether anything is lost."""
+    ppath = work / "paced.lstrace"
+    ses = lt.open(ppath, groups=["bench"])
+    try:
+        paced_n, paced_el = _native.bench_sustained(1e6, paced_s)
+    finally:
+        pend = ses.close()
+    pinf = reader.check(ppath)
+    return {"events": paced_n, "seconds": paced_el, "written": pinf.records, "lost_records": pinf.lost_records, "end_lost": pend.lost_records}
+
+
+def _read(work: Path, n: int, read_n: int) -> dict[str, Any]:
+    """Reading ``read_n`` records into a frame, three times."""
+    rpath = work / "read.lstrace"
+    ses = lt.open(rpath, groups=["bench"])
+    try:
+        _native.bench_events(n, read_n // n, 1)
+    finally:
+        ses.close()
+    rtimes = []
+    nrec = 0
+    for _ in range(3):
+        t0 = time.perf_counter()
+        df = reader.read(rpath)
+        rtimes.append(time.perf_counter() - t0)
+        nrec = len(df)
+        del df
+    return {"times": rtimes, "records": nrec}
+
+
+def _result(c: dict[str, list[float]], loops: dict[str, Any], wr: dict[str, Any], paced: dict[str, Any], rd: dict[str, Any],
+            lttng: tuple[list[float], Any], ctx: dict[str, Any]) -> dict[str, Any]:
+    """The JSON object: medians, paired ratios, spreads and the context of each figure."""
+    lttng_ns, lttng_note = lttng
+    rust, rust_floor, py = loops["rust"], loops["rust_floor"], loops["py"]
+    floor = _median(c["floor"])
+    cns = _median(c["event"])
+    return {
+        "floor_ns": round(floor, 2),
+        "c_ns": round(cns, 2),
+        "rust_ns": round(_median(rust), 2),
+        "py_ns": round(_median(py), 1),
+        "c_2threads_ns": round(_median(c["threads2"]), 2),
+        "disabled_ns": round(_median(c["disabled"]), 3),
+        "write_mevents_per_s": round(wr["written"] / wr["elapsed"] / 1e6, 2),
+        "read_mrecords_per_s": round(rd["records"] / _median(rd["times"]) / 1e6, 2),
+        "lost_records": paced["lost_records"],
+        "lttng_ns": round(_median(lttng_ns), 2) if lttng_ns else None,
+        "ratios": {
+            "c_over_floor": round(_paired_ratio(c["event"], c["floor"]), 3),
+            "rust_over_floor": round(_paired_ratio(rust, rust_floor), 3),
+            "c_2threads_over_floor": round(_median(c["threads2"]) / floor, 3),
+            "lttng_over_c": round(_median(lttng_ns) / cns, 2) if lttng_ns else None,
+        },
+        "spread_iqr_ns": {
+            "floor": _spread(c["floor"]),
+            "c": _spread(c["event"]),
+            "rust": _spread(rust),
+            "py": _spread(py),
+            "c_2threads": _spread(c["threads2"]),
+            "disabled": _spread(c["disabled"]),
+            "lttng": _spread(lttng_ns) if lttng_ns else None,
+        },
+        "context": {
+            "repetitions": ctx["repetitions"],
+            "events_per_repetition": ctx["events_per_repetition"],
+            "rust_floor_ns": round(_median(rust_floor), 2),
+            "py_empty_loop_ns": round(_median(loops["loop"]), 1),
+            "lost_while_timing": ctx["lost_while_timing"],
+            "write_seconds": wr["seconds"],
+            "write_elapsed_s": round(wr["elapsed"], 2),
+            "write_logged": wr["logged"],
+            "write_written": wr["written"],
+            "write_lost_records": wr["lost"],
+            "write_bytes": wr["bytes"],
+            "write_mb_per_s": round(wr["bytes"] / wr["elapsed"] / 1e6, 1),
+            "paced_events": paced["events"],
+            "paced_seconds": round(paced["seconds"], 3),
+            "paced_written": paced["written"],
+            "paced_end_lost": paced["end_lost"],
+            "read_records": rd["records"],
+            "read_seconds": [round(t, 3) for t in rd["times"]],
+            "lttng": lttng_note,
+            "clock": _native.clock_info()[0],
+            "quick": ctx["quick"],
+        },
+    }
 
 
 def print_human(r: dict[str, Any]) -> None:
