@@ -35,3 +35,15 @@ def test_a_run_error_says_its_component_without_its_message_being_read() -> None
     assert RunError("tunings: y", component="tunings").component == "tunings"
     assert CaptureError("x").exit_code == EXIT_INPUT and isinstance(CaptureError("x"), InputError)
     assert Interrupted("SIGINT").exit_code == EXIT_INTERRUPTED and RunError("x").exit_code == EXIT_FAILED
+
+
+def test_a_misspelled_table_name_is_an_error_not_an_empty_table(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import polars as pl
+    import pytest
+
+    from loopscope.report.tables import RunTables
+
+    t = RunTables(run={}, spec={}, provenance={}, frames={"timer": pl.DataFrame({"latency_ns": [1]}), "channels": pl.DataFrame()}, loads=pl.DataFrame(), steps=pl.DataFrame())
+    assert len(t.timer) == 1 and len(t.channels) == 0
+    with pytest.raises(AttributeError, match="no table 'timr'.*channels, timer"):
+        _ = t.timr

@@ -39,12 +39,14 @@ class RunTables:
     emulator: dict[str, Any] | None = None
 
     def __getattr__(self, name: str) -> pl.DataFrame:
+        """A table by name: every table a registered kind declares is here
+        (empty when no step filled it); any other name is a mistake, said as one."""
         frames = self.__dict__.get("frames") or {}
         if name in frames:
             return frames[name]
         if name.startswith("_"):
             raise AttributeError(name)
-        return pl.DataFrame()  # a table no step of this run filled
+        raise AttributeError(f"no table {name!r}: no registered probe kind declares it (the tables are {', '.join(sorted(frames))})")
 
     def replace(self, **frames: pl.DataFrame) -> "RunTables":
         """The same run with some tables replaced (the steady state, say)."""
@@ -66,6 +68,9 @@ class RunTables:
 
 
 ALWAYS = {"timer", "sched", "syscall", "loads", "steps"}  # written even when empty (docs/tables.md)
+# Tables the report's analysis adds for programs that used channels
+# (``report._channel_tables``): present, empty, in every run without them.
+ANALYSIS_TABLES = ("breakdown", "items", "breakdown_size", "channels")
 
 
 def _empty(schema: dict[str, Any]) -> pl.DataFrame:
@@ -168,6 +173,8 @@ def load_run(run_dir: Path, kinds: Any, traces: TraceCache | None = None) -> Run
                 out[t] = pl.DataFrame(plain[t], infer_schema_length=None)
             elif t not in out:
                 out[t] = _empty(schema) if schema else pl.DataFrame()
+    for t in ANALYSIS_TABLES:
+        out.setdefault(t, pl.DataFrame())
     return RunTables(
         run=run,
         spec=spec,
