@@ -17,7 +17,7 @@ CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
 PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
 
-.PHONY: all install install-test install-ssh install-perfetto deps deps-demo build clib demo test test-rust test-python bench clean
+.PHONY: all install install-test install-ssh install-perfetto deps deps-demo build clib demo test test-rust test-python typecheck bench clean
 
 all: install
 
@@ -84,7 +84,12 @@ demo: install
 test-rust:
 	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi -p loopscope-os
 
-test-python:
+# mypy, strict, on the packages pyproject.toml's [tool.mypy] lists (the
+# contracts: spec, kinds, lab, analysis, the run directory, the errors).
+typecheck:
+	$(VENV)/bin/mypy --no-incremental
+
+test-python: typecheck
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q --durations=12

@@ -39,7 +39,7 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
     rd = RunDir.open(run_dir)
     spec = json.loads(rd.spec_json.read_text())
     prov = json.loads(rd.provenance_json.read_text()) if rd.provenance_json.exists() else {}
-    first = next(iter((prov.get("hosts") or {}).values()), {})
+    first: dict[str, Any] = next(iter((prov.get("hosts") or {}).values()), {})
     import os
 
     usable = list((first.get("cpu") or {}).get("usable_cpus") or sorted(os.sched_getaffinity(0)))

@@ -45,6 +45,7 @@ per-CPU views below serve the Perfetto export's kernel tracks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import typing
 from typing import Any
 
 import numpy as np
@@ -188,9 +189,9 @@ class Kernel:
             new = [x for x in s.drop_nulls().unique(maintain_order=True).to_list() if x not in tables[t]]
             tables[t] += new
             cols[c] = s.replace_strict(tables[t], list(range(len(tables[t]))), default=-1, return_dtype=pl.Int64).to_numpy() if tables[t] else np.full(len(ev), -1, dtype=np.int64)
-        t = ev["t_ns"]
+        ts = ev["t_ns"]
         return cls._make(cols, tables["event"], tables["comm"], tables["state"], tables["name"], lost, lost_windows, roles, perf_is_lab,
-                         int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+                         int(ts.min()) if len(ts) else 0, int(ts.max()) if len(ts) else 0)  # type: ignore[arg-type]
 
     @classmethod
     def coded(cls, ev: pl.DataFrame, strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
@@ -231,7 +232,7 @@ class Kernel:
         """The native split of ``rows`` (``id``, ``tid``, ``start_k``, ``end_k``, ``span``)."""
         la = None
         if self.lost_at is not None:
-            la = tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events"))
+            la = typing.cast("tuple[list[int], list[int], list[int], list[int]]", tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events")))
         span = rows["span"].fill_null(False) if "span" in rows.columns else pl.Series([False] * len(rows))
         return dict(_native.ktrace_attribute(
             self.cols, self.event_names, self.comms, self.states, self.names, list(self.roles), list(self.roles.values()), self.perf_is_lab,

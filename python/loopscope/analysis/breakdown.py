@@ -116,9 +116,9 @@ def _covered(iv: list[tuple[int, int]], s: np.ndarray, e: np.ndarray) -> np.ndar
     def before(x: np.ndarray) -> np.ndarray:  # covered time before x
         k = np.searchsorted(a, x, side="right")  # intervals starting at or before x
         part = np.where(k > 0, np.minimum(x, b[np.maximum(k - 1, 0)]) - a[np.maximum(k - 1, 0)], 0)
-        return cum[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(part, 0)
+        return np.asarray(cum[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(part, 0))
 
-    return before(e) - before(s)
+    return np.asarray(before(e) - before(s))
 
 
 CALL_CATEGORIES = ["blocking", "runtime", "runtime: lock", "messaging", "messaging: alloc"]

@@ -146,4 +146,4 @@ def _thin(x: np.ndarray, cap: int, parts: int) -> np.ndarray:
     run = 256
     k = per // run
     starts = (np.arange(k) * ((len(x) - run) / max(1, k - 1))).astype(np.int64)
-    return x[(starts[:, None] + np.arange(run)[None, :]).ravel()]
+    return np.asarray(x[(starts[:, None] + np.arange(run)[None, :]).ravel()])

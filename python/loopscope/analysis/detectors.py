@@ -163,12 +163,12 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     amp = float(np.nanmax(means) - base)
     # how much bigger the outliers are on the peak phase than elsewhere
     peak_bin = int(np.nanargmax(means))
-    top = float(np.percentile(v[b == peak_bin], 90)) - base if np.any(b == peak_bin) else amp
+    peak_top = float(np.percentile(v[b == peak_bin], 90)) - base if np.any(b == peak_bin) else amp
     # the spikes: on the peak phase (a bin either side), once per period
     lo_ph, hi_ph = (peak_bin - 1) / nb * period, (peak_bin + 2) / nb * period
     spikes = [(int(t[0] + k * period + lo_ph), int(t[0] + k * period + hi_ph)) for k in range(int(span // period) + 1)]
-    return Finding("periodic", f"periodic disturbance: every {_fmt(period)}, +{_fmt(max(amp, top))} at its peak (spectral peak p = {p:.1e})",
-                   {"period_s": period / 1e9, "amplitude_ns": max(amp, top), "p_value": p}, spikes)
+    return Finding("periodic", f"periodic disturbance: every {_fmt(period)}, +{_fmt(max(amp, peak_top))} at its peak (spectral peak p = {p:.1e})",
+                   {"period_s": period / 1e9, "amplitude_ns": max(amp, peak_top), "p_value": p}, spikes)
 
 
 def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:

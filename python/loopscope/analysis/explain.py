@@ -159,7 +159,7 @@ class RunSource:
         return reader.read_with_info(p, sort=False) if p.exists() else None
 
     def host_of(self, step: dict[str, Any]) -> str:
-        return step.get("host") or next(iter(self.run.get("hosts") or {"localhost": 0}))
+        return str(step.get("host") or next(iter(self.run.get("hosts") or {"localhost": 0})))
 
     def same_kernel(self, a: str, b: str) -> bool:
         return a in self._kernels and self._kernels.get(a) == self._kernels.get(b)

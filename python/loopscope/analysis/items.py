@@ -98,7 +98,11 @@ def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
     place = Placement(run_dir, run)
     rows: list[pl.DataFrame] = []
     for st in run.get("steps") or []:
-        puts, arrs, gets, sends, sizes = [], [], [], [], []
+        puts: list[Any] = []
+        arrs: list[Any] = []
+        gets: list[Any] = []
+        sends: list[Any] = []
+        sizes: list[Any] = []
         for part in program_parts(st, run):
             proc, host, trace = part.name, part.host, part.trace
             if not (run_dir / trace).exists():
@@ -149,7 +153,7 @@ def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
         # network on the timeline: origin send (its host) → arrival (the consumer's host)
         # REALTIME stamps less a common base before they become floats (NaN
         # marks a missing one): float64 keeps ns only below 2^53
-        base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)  # type: ignore[arg-type]
+        base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)
         src_rt = (j["origin_rt"].fill_null(j["sent_rt"]) - base).to_numpy().astype(np.float64)
         dst_rt = (j["arr_rt"] - base).to_numpy().astype(np.float64)
         ha = j["origin_host"].fill_null("").to_numpy().astype(str)
@@ -163,5 +167,5 @@ def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
         rows.append(j.select(
             pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), pl.lit(st["probe"]).alias("probe"), "channel", "ts", "bytes", "producer",
             pl.col("proc").alias("consumer"), "via", "put_ns", "net_ns", "net_bound_ns", "net_raw_ns", "deliver_ns", "total_ns",
-        ).cast(SCHEMA))  # type: ignore[arg-type]
+        ).cast(SCHEMA))
     return pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMA)

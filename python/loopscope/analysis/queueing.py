@@ -40,7 +40,7 @@ class ErlangFit:
         return self.ks_d < 0.05
 
     def pdf(self, x_ns: np.ndarray) -> np.ndarray:
-        return stats.gamma.pdf(np.asarray(x_ns, dtype=np.float64) - self.floor_ns, a=self.stages, scale=1 / self.rate_per_ns)
+        return np.asarray(stats.gamma.pdf(np.asarray(x_ns, dtype=np.float64) - self.floor_ns, a=self.stages, scale=1 / self.rate_per_ns))
 
     def text(self) -> str:
         from loopscope.units import format_ns

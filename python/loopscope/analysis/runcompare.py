@@ -201,13 +201,13 @@ def compare(runs: list[RunData]) -> list[Row]:
     base = runs[0]
     rows: list[Row] = []
     rng = np.random.default_rng(20261124)
-    cache: dict[tuple[int, str, str, str], tuple[Any, ...]] = {}
+    cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def stats(i: int, m: Measure, phase: str, by_rep: bool) -> tuple[Any, ...]:
-        key = (i, m.probe, m.name, phase) + (("rep",) if by_rep else ())
+        key: tuple[Any, ...] = (i, m.probe, m.name, phase) + (("rep",) if by_rep else ())
         if key not in cache:
             metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
-            cache[key] = _boot(_series(m, phase), metrics, m.block, by_rep, rng)  # type: ignore[assignment]
+            cache[key] = _boot(_series(m, phase), metrics, m.block, by_rep, rng)
         return cache[key]
 
     for j, run in enumerate(runs[1:], start=1):

@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 import polars as pl
 
 from loopscope.analysis.phases import Measure
-from loopscope.analysis.windows import WINDOWS, no_windows
+from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
 Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
 

@@ -37,7 +37,7 @@ class PipelineProbe(ProbeModel):
     source: Name = Field(description="host of the source")
     nodes: list[Name] = Field(default_factory=list, max_length=64, description="hosts of the processing nodes, in order (a host may appear more than once)")
     sink: Name | None = Field(None, description="host of the sink (default: the source's host: a control loop)")
-    rate: pps("a pipeline's") = Field("1000pps", description="messages per second")
+    rate: pps("a pipeline's") = Field("1000pps", description="messages per second")  # type: ignore[valid-type]  # an Annotated type a function makes
     size: Annotated[int, Field(ge=PIPE_HEADER, le=65000)] = Field(256, description="message bytes (UDP payload)")
     count: Annotated[int, Field(ge=1)] | None = Field(None, description="stop after this many messages (default: run for the duration)")
     work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work each node does per message, µs")
@@ -197,7 +197,7 @@ class Pipeline(ProbeKind):
         that thread, named ``<probe> <stage> stack (<host>)``."""
         from loopscope.probes.pipeline import messages_from
 
-        stages = step.get("stages")
+        stages = step.get("stages") or []
         sink = src.trace(step["trace"]) if stages and step.get("trace") else None
         if sink is None:
             return no_windows()
@@ -242,8 +242,8 @@ def component_label(measure: str, hosts: list[str]) -> str:
         k = int(measure[3:-4])
         return f"network {host(k)} → {host(k + 1)}"
     if measure.startswith("node"):
-        k, what = measure[4:].split("_", 1)
-        return f"{host(int(k))} (node {k}): " + ("kernel → application" if what == "stack" else "processing")
+        ks, what = measure[4:].split("_", 1)
+        return f"{host(int(ks))} (node {ks}): " + ("kernel → application" if what == "stack" else "processing")
     return measure
 
 
@@ -281,7 +281,8 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
     from loopscope.analysis.queueing import fit as erlang
     from loopscope.units import format_ns
 
-    fits, samples = [], []
+    fits: list[dict[str, Any]] = []
+    samples: list[tuple[str, Any, Any]] = []
     for m in [x for x in measures if x.endswith("_stack")]:
         col = f"{m}_ns"
         if col not in src.columns:

@@ -17,7 +17,7 @@ from loopscope.spec.models import Command, Duration, Name, ProbeModel
 from loopscope.units import duration_text
 
 PATTERNS = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
-WAKEUP = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
+WAKEUP: Any = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
 Env = dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str]
 INTERVALS = {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}
 
@@ -67,7 +67,7 @@ def program_windows(step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
 
     from loopscope.analysis.steps import program_parts
 
-    probe = next((p for p in src.spec.get("probes") or [] if p.get("name") == step["probe"]), {})
+    probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step["probe"]), {})
     pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []
     out = []
     for part in program_parts(step, src.run):

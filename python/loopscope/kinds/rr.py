@@ -229,7 +229,7 @@ class Rr(ProbeKind):
         from loopscope.report import charts
         from loopscope.report.sections import ns
 
-        spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec["name"]), {})
+        spec: dict[str, Any] = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec["name"]), {})
         first = next(iter(tables.run.get("hosts") or {"host": 0}))
         there, back = leg_names(spec, first)
         df = tables.rr.filter(pl.col("probe") == sec["name"])

@@ -576,7 +576,7 @@ def run(
         exp.duration = duration
         for p in exp.probes:
             if getattr(p, "duration", None) is not None:
-                p.duration = duration
+                setattr(p, "duration", duration)  # the kinds that have one
     if repetitions is not None:
         exp.repetitions = repetitions
     # A program probe on this machine's file system starts where the

@@ -368,7 +368,7 @@ class AgentClient:
         reply = json.loads(line)
         if not reply.get("ok"):
             raise AgentFailure(f"{reply.get('component', 'agent')} on {self.host}: {reply.get('error')}", host=self.host, component=reply.get("component"))
-        return reply
+        return dict(reply)
 
     def check_alive(self) -> None:
         if not self.ch.alive():

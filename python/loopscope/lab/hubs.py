@@ -56,7 +56,7 @@ def start(lab: Any, exp: Any, probe: str, key: str, dur_ns: int) -> list[tuple[s
         listen = f"{lab.hosts[host].address or '127.0.0.1'}:{exp.channel_port}"
         command = ["python3", "-m", "loopscope.cli", "channel", "hub", "--listen", listen, "--channels", json.dumps(decl, separators=(",", ":")),
                    "--stats", f"{lab.step_dir(host, key)}/{name}.stats.json"]
-        spec = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
+        spec: dict[str, Any] = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
         try:
             lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
         except AgentFailure:

@@ -136,10 +136,10 @@ class Topology:
             )
         topo = cls(run_id, hosts, tag, ns_name(tag, "router"), sync_reference=sync_reference if sync_reference in names else None)
         if topo.sync_reference:
-            for h in hosts:
-                if h.name != topo.sync_reference:
-                    i = h.index
-                    topo.sync_links[h.name] = SyncLink(h.name, i, f"{SYNC_NET}.{i}.2", f"{SYNC_NET}.{i}.1", f"s{i}", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:02", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:01")
+            for hn in hosts:
+                if hn.name != topo.sync_reference:
+                    i = hn.index
+                    topo.sync_links[hn.name] = SyncLink(hn.name, i, f"{SYNC_NET}.{i}.2", f"{SYNC_NET}.{i}.1", f"s{i}", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:02", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:01")
         return topo
 
     def host(self, name: str) -> HostNet:

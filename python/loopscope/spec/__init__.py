@@ -1,11 +1,13 @@
 """Experiment files: models (:mod:`.models`), loading with located errors
 (:mod:`.load`), the JSON Schema, and the plan a run follows (:mod:`.plan`)."""
 
+from typing import Any
+
 from loopscope.spec.load import Problem, SpecError, load, parse
 from loopscope.spec.models import Experiment
 
 
-def json_schema() -> dict:
+def json_schema() -> dict[str, Any]:
     """The JSON Schema of experiment files (``loopscope schema``)."""
     s = Experiment.model_json_schema(mode="validation")
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"

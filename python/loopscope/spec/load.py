@@ -16,6 +16,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
@@ -56,7 +57,8 @@ def _line(node: yaml.Node | None) -> int | None:
 def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, list[str]]:
     """Line of the deepest node along ``loc`` and the path elements that exist
     in the data (pydantic adds union tags that the file does not have)."""
-    node, line, shown = root, _line(root), []
+    node, line = root, _line(root)
+    shown: list[str] = []
     for key in loc:
         if isinstance(node, yaml.MappingNode):
             hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
@@ -162,7 +164,7 @@ def _yaml_problem(e: yaml.YAMLError) -> Problem:
     return Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {what}")
 
 
-def _message(err: dict[str, Any]) -> str:
+def _message(err: Mapping[str, Any]) -> str:
     t, ctx, inp = err["type"], err.get("ctx") or {}, err.get("input")
     if t == "missing":
         return "is required"
@@ -204,7 +206,7 @@ def _message(err: dict[str, Any]) -> str:
     if t == "string_pattern_mismatch":
         return f"must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit [got {_got(inp)}]"
     if t in ("level", "duration", "command"):
-        return err["msg"]
+        return str(err["msg"])
     return f"{err['msg']} [got {_got(inp)}]"
 
 

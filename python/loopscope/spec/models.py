@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 import typing
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
@@ -207,7 +207,7 @@ def _net_rate(v: Any) -> str:
     from loopscope.units import parse_rate
 
     if v == "unlimited":
-        return v
+        return "unlimited"
     try:
         parse_rate(str(v))
     except ValueError as e:
@@ -522,6 +522,10 @@ class ChannelDecl(Model):
                         WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKMG]i?B|B)?\s*$"}]})] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
 
 
+if TYPE_CHECKING:
+    Probe = ProbeModel  # made the union of the registered kinds' models by use_probe_models
+
+
 class Experiment(Model):
     """One experiment: probes × phases (sets of loads) × repetitions."""
 
@@ -556,7 +560,7 @@ class Experiment(Model):
         if self.sweep is not None:
             for k in self.sweep.kind:
                 for lv in self.sweep.level:
-                    loads.append(_LOAD_TYPES[k](kind=k, level=lv))
+                    loads.append(_LOAD_TYPES[k](kind=k, level=lv))  # type: ignore[call-arg, arg-type]
         names: dict[str, int] = {}
         for i, ld in enumerate(loads):
             if ld.name is None:
@@ -575,7 +579,7 @@ class Experiment(Model):
             pnames.add(p.name)
         if self.phases is None:
             ph = [Phase(name="baseline", loads=[])] if self.baseline else []
-            ph += [Phase(name=ld.name, loads=[ld.name]) for ld in loads]  # type: ignore[misc]
+            ph += [Phase(name=str(ld.name), loads=[str(ld.name)]) for ld in loads]  # names are set above
             if not ph:
                 problems.append((("baseline",), "nothing to run: there are no loads and baseline is false"))
             self.phases = ph
@@ -666,7 +670,8 @@ class Experiment(Model):
             problems.append((("channels",), "channels are for program and app probes, and there is none; add one or remove the channels"))
         pairs: dict[tuple[str, str], int] = {}
         for i, link in enumerate(self.links):
-            for end in (link.between or [link.from_, link.to]):
+            ends: list[str | None] = list(link.between or []) or [link.from_, link.to]
+            for end in ends:
                 if end is not None and end not in hosts:
                     problems.append((("links", i), f"link to a host that does not exist: {end!r}; the hosts are {known}"))
             for a, b in link.directions():
@@ -681,7 +686,7 @@ class Experiment(Model):
                 homes = {pairs.get(d) for d in dirs}
                 if None in homes:
                     problems.append((("phases", i, "links", j), f"phase {phase.name!r} changes the path {' and '.join(f'{a} -> {b}' for a, b in dirs if (a, b) not in pairs)}, which no link of the experiment sets; add it to `links` first"))
-                elif len(homes) > 1 or set(self.links[homes.pop()].directions()) != set(dirs):
+                elif len(homes) > 1 or set(self.links[typing.cast(int, homes.pop())].directions()) != set(dirs):
                     problems.append((("phases", i, "links", j), f"phase {phase.name!r}: give the same ends as the experiment's link (between or from/to) so it replaces that link whole"))
         return problems
 
@@ -695,7 +700,7 @@ class Experiment(Model):
         return next(h for h in self.hosts if h.name == name)
 
     def hosts_of(self, probe: Any) -> list[str]:
-        return probe.hosts(self.hosts[0].name)
+        return list(probe.hosts(self.hosts[0].name))
 
 
 def use_probe_models(models: list[type[ProbeModel]]) -> None:
@@ -704,7 +709,7 @@ def use_probe_models(models: list[type[ProbeModel]]) -> None:
     when it registers the kinds; until then an experiment cannot be read."""
     global Probe
     union = Annotated[Union[tuple(models)], Field(discriminator="kind")]  # type: ignore[valid-type]
-    Probe = union
+    Probe = union  # type: ignore[assignment]  # the union the checker cannot see: kinds register at run time
     _PROBE_KINDS[:] = [typing.get_args(m.model_fields["kind"].annotation)[0] for m in models]
     Experiment.model_rebuild(force=True, _types_namespace={"Probe": union})
 
