@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,13 @@ def test_a_probe_the_agent_starts_is_named_ls_probe_and_its_threads_keep_their_n
         assert r["ok"], r
         pid = r["pid"]
         assert Path(f"/proc/{pid}/comm").read_text().strip() == "ls-probe"
-        names = {Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() for t in os.listdir(f"/proc/{pid}/task")}
+        # "ready" means bound (packets queue in the socket); its receiving thread may start a moment later
+        deadline = time.monotonic() + 5
+        while True:
+            names = {Path(f"/proc/{pid}/task/{t}/comm").read_text().strip() for t in os.listdir(f"/proc/{pid}/task")}
+            if "ls-pipe-sink" in names or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         assert "ls-pipe-sink" in names, names
         assert a.call(id=3, op="stop_probe", name="s")["ok"]
     finally:
