@@ -150,7 +150,7 @@ def _pipeline_waits(run_dir: Path) -> np.ndarray:
     run = json.loads((run_dir / "run.json").read_text())
     out = []
     for st in run.get("steps") or []:
-        if st.get("kind") != "pipeline":
+        if not st.get("stages"):
             continue
         m = messages_from(reader.read(run_dir / st["trace"], sort=False))
         for c in m.columns if len(m) else []:
