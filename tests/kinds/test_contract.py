@@ -51,3 +51,15 @@ def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path) ->
     run = {"hosts": {"h1": {}}, "steps": [{"kind": "nosuch", "probe": "x", "rep": 1, "phase": "idle", "trace": "t.lstrace"}]}
     w, unknown = windows_of(tmp_path, run, KINDS, [{"covers": ["h1"]}])
     assert w.is_empty() and unknown == ["x (nosuch)"]
+
+
+@pytest.mark.parametrize("kind", list(KINDS), ids=lambda k: k.name)
+def test_every_kind_says_which_programs_its_steps_started(kind: ProbeKind) -> None:
+    from loopscope.analysis.steps import Part, program_parts
+
+    step: dict[str, Any] = {"kind": kind.name, "probe": "p", "host": "h1", "trace": "t.lstrace", "processes": [{"name": "a", "host": "h1", "trace": "a.lstrace"}],
+                            "hubs": [{"name": "hub-h1", "host": "h1", "trace": "hub.lstrace"}]}
+    parts = program_parts(step, {"hosts": {"h1": {}}}, KINDS)
+    assert all(isinstance(p, Part) for p in parts) and parts[-1].name == "hub-h1"
+    # the program kinds name theirs; every other kind started none of its own
+    assert [p.name for p in parts[:-1]] == {"program": [""], "app": ["a"]}.get(kind.name, [])

@@ -143,14 +143,14 @@ def split_calls(df: pl.DataFrame) -> pl.DataFrame:
     return calls.with_columns(*[pl.Series(c, v) for c, v in cols.items()])
 
 
-def breakdown(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
+def breakdown(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
 
     rows = []
     for st in run.get("steps") or []:
-        parts = [(p.name, p.trace) for p in program_parts(st, run)]
+        parts = [(p.name, p.trace) for p in program_parts(st, run, kinds)]
         for proc, trace in parts:
             path = run_dir / trace
             if not path.exists():
@@ -175,7 +175,7 @@ SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process
                "calls": pl.Int64, "mean_ns": pl.Float64, **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES}}
 
 
-def by_size(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
+def by_size(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
     """Mean time of a put or get per item size, split into layers."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
@@ -183,7 +183,7 @@ def by_size(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
     out = []
     for st in run.get("steps") or []:
         calls, sizes = [], []
-        for part in program_parts(st, run):
+        for part in program_parts(st, run, kinds):
             path = run_dir / part.trace
             if not path.exists():
                 continue

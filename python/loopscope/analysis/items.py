@@ -92,7 +92,7 @@ class Placement:
         return d, bound
 
 
-def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
+def items(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
     from loopscope.analysis.steps import program_parts
 
     place = Placement(run_dir, run)
@@ -103,7 +103,7 @@ def items(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
         gets: list[Any] = []
         sends: list[Any] = []
         sizes: list[Any] = []
-        for part in program_parts(st, run):
+        for part in program_parts(st, run, kinds):
             proc, host, trace = part.name, part.host, part.trace
             if not (run_dir / trace).exists():
                 continue

@@ -5,7 +5,7 @@ time breakdown, per-item events, the report's images) goes through here."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 
 class Part(NamedTuple):
@@ -14,12 +14,22 @@ class Part(NamedTuple):
     trace: str  # relative to the run directory
 
 
-def program_parts(st: dict[str, Any], run: dict[str, Any], hubs: bool = True) -> list[Part]:
-    out: list[Part] = []
-    if st.get("kind") == "program":
-        out = [Part("", st.get("host") or next(iter(run.get("hosts") or {"localhost": 0})), st["trace"])]
-    elif st.get("kind") == "app":
-        out = [Part(p["name"], p["host"], p["trace"]) for p in st.get("processes") or []]
+class HasPrograms(Protocol):
+    """A kind that may start programs (``kinds.base.ProbeKind.programs``)."""
+
+    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]: ...
+
+
+class Kinds(Protocol):
+    """The kinds by name (the registry, or one kind for its own steps)."""
+
+    def get(self, name: str) -> HasPrograms | None: ...
+
+
+def program_parts(st: dict[str, Any], run: dict[str, Any], kinds: Kinds, hubs: bool = True) -> list[Part]:
+    """The programs ``st``'s kind started, and the hubs beside them."""
+    kind = kinds.get(str(st.get("kind")))
+    out: list[Part] = kind.programs(st, run) if kind is not None else []
     if hubs:
         out += [Part(h["name"], h["host"], h["trace"]) for h in st.get("hubs") or []]
     return out

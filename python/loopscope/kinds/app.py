@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.steps import Part
 from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource
 from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
@@ -152,14 +153,18 @@ class App(ProbeKind):
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
 
+    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+        """One program per process of the app, each on its host."""
+        return [Part(p["name"], p["host"], p["trace"]) for p in step.get("processes") or []]
+
     def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
-        return program_windows(step, src)
+        return program_windows(self, step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images
 
         super().section(sec, tables, comp, present, run_dir)
-        sec["images"] = images(run_dir, tables, sec["name"], present)
+        sec["images"] = images(run_dir, tables, sec["name"], present, {self.name: self})
 
 
 KIND = App()

@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol
 import polars as pl
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.steps import Part
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
 Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
@@ -214,6 +215,11 @@ class ProbeKind:
         """One step (a repetition × phase); the record that goes in run.json."""
         spec = {**probe.model_dump(mode="json"), **ctx.calibration.get(probe.name or "", {})}
         return ctx.run_one(probe, spec, key, dur_ns)
+
+    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+        """The programs a step of this kind started, whose traces hold their
+        own intervals (``program``: one; ``app``: one per process)."""
+        return []
 
     def local_programs(self, probe: Any) -> list[Any]:
         """Its parts that take a ``cwd`` and ``host`` (programs it starts)."""

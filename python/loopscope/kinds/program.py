@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.steps import Part
 from loopscope.kinds.base import WINDOWS, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, cpus, groups, no_windows
 from loopscope.spec.models import Command, Duration, Name, ProbeModel
 from loopscope.units import duration_text
@@ -57,7 +58,7 @@ def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
     )
 
 
-def program_windows(step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
     """Every interval a program (or an app's process) logged that its
     probe's ``attribute`` patterns select, as windows of the thread that
     logged it, named ``<probe> [<process>: ]<group>/<name>``: any stretch of
@@ -70,7 +71,7 @@ def program_windows(step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
     probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step["probe"]), {})
     pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []
     out = []
-    for part in program_parts(step, src.run):
+    for part in program_parts(step, src.run, {str(step.get("kind")): kind}):
         df = src.trace(part.trace)
         if df is None or not len(df):
             continue
@@ -140,14 +141,18 @@ class Program(ProbeKind):
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
 
+    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+        """The one program the step ran, on its host."""
+        return [Part("", step.get("host") or next(iter(run.get("hosts") or {"localhost": 0})), step["trace"])]
+
     def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
-        return program_windows(step, src)
+        return program_windows(self, step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images
 
         super().section(sec, tables, comp, present, run_dir)
-        sec["images"] = images(run_dir, tables, sec["name"], present)
+        sec["images"] = images(run_dir, tables, sec["name"], present, {self.name: self})
 
 
 KIND = Program()

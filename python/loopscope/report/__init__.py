@@ -140,7 +140,7 @@ def steady_state(tables: Any, kinds: Any) -> tuple[Any, list[str]]:
     return steady, notes
 
 
-def _channel_tables(run_dir: Path, run: dict[str, Any]) -> dict[str, pl.DataFrame]:
+def _channel_tables(run_dir: Path, run: dict[str, Any], kinds: Any) -> dict[str, pl.DataFrame]:
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
     counts (analysis; the page shows them, ``tables/`` keeps them)."""
@@ -148,10 +148,10 @@ def _channel_tables(run_dir: Path, run: dict[str, Any]) -> dict[str, pl.DataFram
     from loopscope.analysis.chanstats import channel_stats
     from loopscope.analysis.items import items
 
-    b = breakdown(run_dir, run)
+    b = breakdown(run_dir, run, kinds)
     if not len(b):
         return {}
-    out = {"breakdown": b, "items": items(run_dir, run), "breakdown_size": by_size(run_dir, run)}
+    out = {"breakdown": b, "items": items(run_dir, run, kinds), "breakdown_size": by_size(run_dir, run, kinds)}
     c = channel_stats(run_dir, run)
     if len(c):
         out["channels"] = c
@@ -202,7 +202,7 @@ def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
             missed[probe] = per
     against = {p["name"]: p["compare_with"] for p in tables.spec.get("phases") or [] if p.get("compare_with")}
     comp = compare_phases(measures, phase_order, missed, against)
-    tables = tables.replace(**_channel_tables(run_dir, tables.run))
+    tables = tables.replace(**_channel_tables(run_dir, tables.run, kinds))
     notes = list(tables.run.get("notes") or []) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):

@@ -136,7 +136,7 @@ def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
     return a.filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
 
 
-def images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: int = 3) -> list[dict[str, str]]:
+def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Any, per_phase: int = 3) -> list[dict[str, str]]:
     """Images a program or app left next to its trace (``<trace>-frames/*.png``),
     a few per phase, inlined."""
     import base64
@@ -151,7 +151,7 @@ def images(run_dir: Any, tables: Any, probe: str, phases: list[str], per_phase: 
         for st in tables.run.get("steps") or []:
             if st.get("probe") != probe or st.get("phase") != ph:
                 continue
-            for part in program_parts(st, tables.run):
+            for part in program_parts(st, tables.run, kinds):
                 d = Path(run_dir) / part.trace.removesuffix(".lstrace")
                 d = d.with_name(d.name + "-frames")
                 for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
