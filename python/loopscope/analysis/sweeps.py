@@ -14,13 +14,21 @@ both R².
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
 from scipy import stats
 
-MAIN = {"timer": ("timer", "latency_ns"), "sched": ("sched", "wake_delay_ns"), "pipeline": ("pipeline", "e2e_ns")}
+class SweepKinds(Protocol):
+    """The kinds by name; each says what a sweep fits (``kinds.base.ProbeKind.sweep_values``)."""
+
+    def get(self, name: str) -> Any: ...
+
+
+def _values(kinds: SweepKinds, probe: dict[str, Any], tables: Any) -> list[tuple[str, pl.DataFrame]]:
+    kind = kinds.get(str(probe.get("kind")))
+    return list(kind.sweep_values(tables, str(probe.get("name")))) if kind is not None else []
 
 
 @dataclass
@@ -80,7 +88,7 @@ def _points(v_by_phase: dict[str, np.ndarray], x_of: dict[str, float]) -> list[t
     return sorted(pts)
 
 
-def link_sweep(tables: Any) -> list[dict[str, Any]]:
+def link_sweep(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
     """When phases change a link's delay (``phases[].links``): every probe's
     main series, and every interval a program or app logged, against that
     delay (the first link whose delay differs between phases)."""
@@ -97,17 +105,8 @@ def link_sweep(tables: Any) -> list[dict[str, Any]]:
     x_of = {ph: next(c["delay_ns"] for c in cs if c["name"] == link) / 1e6 for ph, cs in pl_.items() if ph not in loaded}
     series: list[tuple[str, dict[str, np.ndarray]]] = []
     for probe in (tables.spec.get("probes") or []):
-        kind = probe.get("kind")
-        if kind in MAIN:
-            table, col = MAIN[kind]
-            df: pl.DataFrame = getattr(tables, table)
-            if len(df) and col in df.columns:
-                d = df.filter(pl.col("probe") == probe.get("name"))
-                series.append((str(probe.get("name")), {str(ph): g[col].drop_nulls().to_numpy().astype(np.float64) for (ph,), g in d.group_by(["phase"])}))
-        elif kind in ("program", "app") and len(getattr(tables, "program", [])):
-            d = tables.program.filter(pl.col("probe") == probe.get("name"))
-            for (iv,), g in d.group_by(["interval"], maintain_order=True):
-                series.append((f"{probe.get('name')} {iv}", {str(ph): gg["dur_ns"].to_numpy().astype(np.float64) for (ph,), gg in g.group_by(["phase"])}))
+        for name, d in _values(kinds, probe, tables):
+            series.append((name, {str(ph): g["value"].drop_nulls().to_numpy().astype(np.float64) for (ph,), g in d.group_by(["phase"])}))
     out = []
     for name, by_phase in series:
         pts = _points(by_phase, x_of)
@@ -119,24 +118,21 @@ def link_sweep(tables: Any) -> list[dict[str, Any]]:
     return out
 
 
-def fit(tables: Any) -> list[dict[str, Any]]:
+def fit(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
     """Per probe and swept load kind: mean, SD and p99 against the level, with
     both fits; and against a link delay the phases change."""
     sweep = tables.spec.get("sweep")
     if not sweep:
-        return link_sweep(tables)
-    out = link_sweep(tables)
-    kinds = sweep.get("kind") or []
+        return link_sweep(tables, kinds)
+    out = link_sweep(tables, kinds)
+    swept = sweep.get("kind") or []
     for probe in (tables.spec.get("probes") or []):
-        kind = probe.get("kind")
-        if kind not in MAIN:
+        # the probe's main measure (the series named after it), not a program's intervals
+        main = [d for name, d in _values(kinds, probe, tables) if name == probe.get("name")]
+        if not main:
             continue
-        table, col = MAIN[kind]
-        df: pl.DataFrame = getattr(tables, table)
-        if not len(df) or col not in df.columns:
-            continue
-        df = df.filter(pl.col("probe") == probe.get("name"))
-        for k in kinds:
+        df = main[0]
+        for k in swept:
             pts = []
             for (phase,), g in df.group_by(["phase"], maintain_order=True):
                 if phase == "baseline":
@@ -147,7 +143,7 @@ def fit(tables: Any) -> list[dict[str, Any]]:
                     continue
                 if x is None:
                     continue
-                v = g[col].drop_nulls().to_numpy().astype(np.float64)
+                v = g["value"].drop_nulls().to_numpy().astype(np.float64)
                 if len(v) < 10:
                     continue
                 pts.append((x, float(v.mean()), float(v.std(ddof=1)), float(np.percentile(v, 99))))

@@ -18,7 +18,7 @@ from pydantic_core import PydanticCustomError
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
 from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource
-from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, intervals, program_windows
+from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
 
@@ -152,6 +152,10 @@ class App(ProbeKind):
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
+
+    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+        """Every interval the app's processes logged, each its own series."""
+        return interval_sweep_values(tables, probe)
 
     def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
         """One program per process of the app, each on its host."""

@@ -216,6 +216,20 @@ class ProbeKind:
         spec = {**probe.model_dump(mode="json"), **ctx.calibration.get(probe.name or "", {})}
         return ctx.run_one(probe, spec, key, dur_ns)
 
+    #: the probe's main measure, (table, column): what load and link sweeps fit against the level
+    main: tuple[str, str] | None = None
+
+    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+        """What a sweep fits for ``probe``: (name, rows of ``phase`` and
+        ``value``); the main measure, named after the probe, by default."""
+        if self.main is None:
+            return []
+        table, col = self.main
+        df: pl.DataFrame = getattr(tables, table)
+        if not len(df) or col not in df.columns:
+            return []
+        return [(probe, df.filter(pl.col("probe") == probe).select("phase", pl.col(col).alias("value")))]
+
     def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
         """The programs a step of this kind started, whose traces hold their
         own intervals (``program``: one; ``app``: one per process)."""

@@ -88,6 +88,7 @@ class Pipeline(ProbeKind):
                 "included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine "
                 "all hosts share that clock.")
     tables = {"pipeline": {}, "stages": {}}
+    main = ("pipeline", "e2e_ns")
     steady = (("pipeline", "e2e_ns", ()),)
     summary = frozenset({"e2e"})  # per-hop figures are in the report
     helpers = {"pipe-source": _source, "pipe-node": _node, "pipe-sink": _sink}

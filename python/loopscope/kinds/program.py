@@ -58,6 +58,15 @@ def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
     )
 
 
+def interval_sweep_values(tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+    """Each interval a program or app logged, as a series named ``<probe> <interval>``."""
+    d = tables.program
+    if not len(d):
+        return []
+    d = d.filter(pl.col("probe") == probe)
+    return [(f"{probe} {iv}", g.select("phase", pl.col("dur_ns").alias("value"))) for (iv,), g in d.group_by(["interval"], maintain_order=True)]
+
+
 def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
     """Every interval a program (or an app's process) logged that its
     probe's ``attribute`` patterns select, as windows of the thread that
@@ -140,6 +149,10 @@ class Program(ProbeKind):
 
     def series(self, tables: Any, probe: str) -> list[Series]:
         return interval_series(tables, probe)
+
+    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+        """Every interval the program logged, as its own series."""
+        return interval_sweep_values(tables, probe)
 
     def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
         """The one program the step ran, on its host."""

@@ -35,6 +35,7 @@ class Timer(ProbeKind):
     model = TimerProbe
     describe = "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement)."
     tables = {"timer": {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}}
+    main = ("timer", "latency_ns")
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}
 

@@ -326,11 +326,11 @@ def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> l
     return out
 
 
-def _sweeps(tables: Any) -> list[dict[str, Any]]:
+def _sweeps(tables: Any, kinds: Any) -> list[dict[str, Any]]:
     from loopscope.analysis import sweeps
 
     out = []
-    for sw in sweeps.fit(tables):
+    for sw in sweeps.fit(tables, kinds):
         if sw["kind"].startswith("link "):
             out.append({
                 "title": f"{sw['probe']} against the {sw['kind']}",
@@ -419,7 +419,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
     return t.render(
         css=(HERE / "page.css").read_text(),
-        sweeps=_sweeps(tables),
+        sweeps=_sweeps(tables, kinds),
         breakdown=_breakdown(run_dir, tables),
         why=_why(run_dir, ex),
         clocks=clock_rows,
