@@ -133,6 +133,8 @@ def test_the_perfetto_export_is_a_well_formed_trace(skewed: Path, cli: Cli) -> N
                 st.append(p.timestamp)
                 on_kernel = declared.get(parent.get(e.track_uuid, 0), "").startswith("kernel of")
                 kinds["kernel_begin" if on_kernel else "begin"] += 1
+                # a thread's interval carries its clock bound; a kernel slice has none of its own
+                assert [a.name for a in e.debug_annotations] == ([] if on_kernel else ["bound_ns"])
             elif e.type == TE.TYPE_SLICE_END:
                 assert st and st[-1] <= p.timestamp, "a slice ends before it begins or without one"
                 st.pop()

@@ -162,20 +162,7 @@ def _thread_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], g: p
             tu = _uuid("thread", host, source, tid, lane)
             track(tu, base if lane == 0 else f"{base} (lane {lane + 1})", parent)
             sel = np.flatnonzero(lanes == lane)
-            # Emit begin/end in time order: ends before begins at equal times.
-            for t, is_begin, i in sorted([(int(s[i]), 1, i) for i in sel] + [(int(e[i]), 0, i) for i in sel]):
-                p = w.packet()
-                p.timestamp = t
-                p.track_event.track_uuid = tu
-                if is_begin:
-                    p.track_event.type = TE.TYPE_SLICE_BEGIN
-                    p.track_event.name = names[i]
-                    a = p.track_event.debug_annotations.add()
-                    a.name = "bound_ns"
-                    a.int_value = int(bounds[i])
-                    counts["slices"] += 1
-                else:
-                    p.track_event.type = TE.TYPE_SLICE_END
+            counts["slices"] += _slices(w, TE, tu, s[sel], e[sel], [names[i] for i in sel], bounds[sel])
     ins = g.filter(pl.col("kind") == "event")
     if len(ins):
         tu = _uuid("thread", host, source, tid, 0)
@@ -314,8 +301,9 @@ def _to_global(run_dir: Path, run: dict[str, Any], host: str, off: int, clocks: 
     return to_global
 
 
-def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names: list[str]) -> int:
-    """One lane's slices (begin and end packets in time order); how many."""
+def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names: list[str], bounds: np.ndarray | None = None) -> int:
+    """One lane's slices (begin and end packets in time order: ends before
+    begins at equal times), each with its clock bound when given; how many."""
     pts = sorted([(int(gs[i]), 1, i) for i in range(len(gs))] + [(int(ge[i]), 0, i) for i in range(len(ge))])
     for t, begin, i in pts:
         p = w.packet()
@@ -324,6 +312,10 @@ def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names:
         if begin:
             p.track_event.type = TE.TYPE_SLICE_BEGIN
             p.track_event.name = names[i]
+            if bounds is not None:
+                a = p.track_event.debug_annotations.add()
+                a.name = "bound_ns"
+                a.int_value = int(bounds[i])
         else:
             p.track_event.type = TE.TYPE_SLICE_END
     return len(gs)
