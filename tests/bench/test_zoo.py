@@ -32,6 +32,7 @@ def test_the_zoo_names_a_hog_and_a_lock_holder_first_finds_a_cold_start_and_prin
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1  # progress went to stderr
+    assert f"runs are kept in {tmp_path / 'z'}" in r.stderr  # what the bench leaves behind is said
     j = json.loads(lines[0])
     assert [c["name"] for c in j["cases"]] == ["hog", "blocked"]
     for c in j["cases"]:

@@ -459,6 +459,8 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     ran = [r for r in results if not r.get("skipped")]
     hit = sum(1 for r in ran if r.get("expected_rank") == 1)
     helped = [r["name"] for r in ran if (r.get("remedy") or {}).get("significant")]
+    # the runs stay for a look (loopscope report / explain RUN); say where, and that they are the user's to remove
+    say(f"the cases' experiments and runs are kept in {work} (remove it when done; --dir chooses where)")
     return {
         "remedies_that_helped": helped if remedies else None,
         "cases": results,
