@@ -3,6 +3,7 @@
 
 import numpy as np
 import numpy.typing as npt
+from collections.abc import Mapping
 from typing import Any
 
 FORMAT_VERSION: tuple[int, int]
@@ -202,7 +203,7 @@ def chan_bench_client(
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...
 def ktrace_attribute(
-    cols: dict[str, npt.NDArray[np.int64]],
+    cols: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]],
     event_names: list[str],
     comms: list[str],
     states: list[str],

@@ -137,7 +137,8 @@ impl KtraceDecoder {
 
 /// Split a cluster of windows into causes (crates/ktrace `attrib`).
 ///
-/// `cols`: the events' columns as int64 arrays (-1: no value), text columns
+/// `cols`: the events' columns, each an int64 or int32 array or a list of them
+/// (chunks in time order; -1: no value), text columns
 /// as indices into `comms` (target_comm, next_comm), `states` (prev_state),
 /// `names` (name) and `event_names` (event). `lost_at`: (cpu, start, end,
 /// events) arrays of the capture's placed losses, or None when they cannot
@@ -170,14 +171,15 @@ pub fn ktrace_attribute<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
     const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
-    let mut arrays: Vec<PyReadonlyArray1<'py, i64>> = Vec::with_capacity(COLS.len());
+    // Owned int64 copies (the copy widens int32 columns and joins chunks), so
+    // the interpreter lock is released while the split runs.
+    let mut owned: Vec<Vec<i64>> = Vec::with_capacity(COLS.len());
     for c in COLS {
         let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
-        arrays.push(a.extract()?);
+        owned.push(column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?);
     }
-    let sl: Vec<&[i64]> = arrays.iter().map(|a| a.as_slice()).collect::<Result<_, _>>().map_err(|e| InputError::new_err(format!("ktrace_attribute: a column is not contiguous: {e}")))?;
-    let n = sl[0].len();
-    if sl.iter().any(|c| c.len() != n) {
+    let n = owned[0].len();
+    if owned.iter().any(|c| c.len() != n) {
         return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
     }
     let wins: Vec<Window> = {
@@ -192,9 +194,6 @@ pub fn ktrace_attribute<'py>(
         t_first,
         t_last,
     };
-    // Owned copies (a memcpy beside the work), so the interpreter lock is released while it runs.
-    let owned: Vec<Vec<i64>> = sl.iter().map(|c| c.to_vec()).collect();
-    drop(sl);
     let splits = detached(py, move || {
         let o = &owned;
         let ev = Events {
@@ -237,6 +236,36 @@ pub fn ktrace_attribute<'py>(
     o.set_item("complete", complete.into_pyarray(py))?;
     o.set_item("missing", missing)?;
     Ok(o)
+}
+
+/// One column as int64: an int64 or int32 array, or a list of them (chunks,
+/// joined in order).
+fn column(a: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    fn extend(out: &mut Vec<i64>, a: &Bound<'_, PyAny>) -> PyResult<()> {
+        if let Ok(x) = a.extract::<PyReadonlyArray1<'_, i64>>() {
+            match x.as_slice() {
+                Ok(s) => out.extend_from_slice(s),
+                Err(_) => out.extend(x.as_array().iter().copied()),
+            }
+        } else {
+            let x: PyReadonlyArray1<'_, i32> = a.extract()?;
+            match x.as_slice() {
+                Ok(s) => out.extend(s.iter().map(|&v| v as i64)),
+                Err(_) => out.extend(x.as_array().iter().map(|&v| v as i64)),
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    if let Ok(list) = a.cast::<pyo3::types::PyList>() {
+        out.reserve(list.iter().map(|c| c.len().unwrap_or(0)).sum());
+        for c in list.iter() {
+            extend(&mut out, &c)?;
+        }
+    } else {
+        extend(&mut out, a)?;
+    }
+    Ok(out)
 }
 
 /// How attribution names a task (the one rule, for Python's callers too).

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import typing
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -158,6 +159,8 @@ def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab
     return cpus
 
 
+# A column the native split takes: an int64 or int32 array, or chunks of them in time order.
+Column = np.ndarray | list[np.ndarray]
 NUMERIC = ("t_ns", "cpu", "pid", "target", "next_pid", "runtime", "expires", "softexpires")
 
 
@@ -166,7 +169,7 @@ class Kernel:
     """A cluster's events as the native attribution takes them: numeric
     columns (-1 for none) and text as indices into string tables."""
 
-    cols: dict[str, np.ndarray]
+    cols: Mapping[str, Column]
     event_names: list[str]
     comms: list[str]
     states: list[str]
@@ -205,15 +208,15 @@ class Kernel:
                          int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
 
     @classmethod
-    def arrays(cls, cols: dict[str, np.ndarray], strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
+    def arrays(cls, cols: Mapping[str, Column], strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
                roles: dict[int, str] | None = None) -> "Kernel":
-        """From a capture's stored events as int64 arrays (``Store.load_arrays``)."""
-        t = cols["t_ns"]
+        """From a capture's stored events as chunks of arrays (``Store.load_arrays``)."""
+        t = [c for c in cols["t_ns"] if len(c)]
         return cls._make(dict(cols), event_names, strings, strings, strings, lost, lost_windows, roles, False,
-                         int(t[0]) if len(t) else 0, int(t[-1]) if len(t) else 0)
+                         int(t[0][0]) if t else 0, int(t[-1][-1]) if t else 0)
 
     @classmethod
-    def _make(cls, cols: dict[str, np.ndarray], event_names: list[str], comms: list[str], states: list[str], names: list[str], lost: int,
+    def _make(cls, cols: Mapping[str, Column], event_names: list[str], comms: list[str], states: list[str], names: list[str], lost: int,
               lost_windows: pl.DataFrame | None, roles: dict[int, str] | None, perf_is_lab: bool, t_first: int, t_last: int) -> "Kernel":
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
         return cls(cols, event_names, comms, states, names, lost, t_first, t_last, lost_windows if placed else None, roles or {}, perf_is_lab)
@@ -301,20 +304,37 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
     return _one(k, tid, a, b, True)
 
 
+SPLIT_SCHEMA = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String}
+
+
 def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
     """``rows`` with ``id``, ``tid``, ``start_k``, ``end_k`` (and optionally
     ``span``) → one row per (id, cause) with ``ns``, plus per id ``cpu``,
     ``migrations``, ``page_faults``, ``complete``, ``missing``. Each
     window's causes add up to its length (``unexplained`` takes the rest)."""
-    schema = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String}
-    if not len(rows):
-        return pl.DataFrame(schema=schema)
-    r = k.split(rows)
-    causes = pl.Series("c", r["causes"], dtype=pl.String)
-    per = pl.DataFrame({"id": r["w_id"], "cpu": pl.Series(r["cpu"]).replace(-1, None), "migrations": r["migrations"], "page_faults": r["page_faults"],
-                        "complete": r["complete"], "missing": pl.Series(r["missing"], dtype=pl.String)})
-    rows_df = pl.DataFrame({"id": r["id"], "cause": causes.gather(pl.Series(r["cause"])) if len(causes) else pl.Series([], dtype=pl.String), "ns": r["ns"]})
-    return rows_df.join(per, on="id", how="left", maintain_order="left").cast(schema).select(list(schema))  # type: ignore[arg-type]
+    return splits_table([k.split(rows)] if len(rows) else [])
+
+
+def splits_table(splits: list[dict[str, Any]]) -> pl.DataFrame:
+    """The native split's results (``Kernel.split``, one per cluster) as one
+    table of ``SPLIT_SCHEMA``, built once for all of them."""
+    if not splits:
+        return pl.DataFrame(schema=SPLIT_SCHEMA)
+    # each call numbers its causes from 0: one table of names for all
+    names: dict[str, int] = {}
+    codes = []
+    for r in splits:
+        remap = np.array([names.setdefault(c, len(names)) for c in r["causes"]], dtype=np.int64)
+        codes.append(remap[r["cause"]] if len(remap) else np.zeros(0, dtype=np.int64))
+
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([r[key] for r in splits])
+
+    causes = pl.Series("c", list(names), dtype=pl.String)
+    per = pl.DataFrame({"id": cat("w_id"), "cpu": pl.Series(cat("cpu")).replace(-1, None), "migrations": cat("migrations"), "page_faults": cat("page_faults"),
+                        "complete": cat("complete"), "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String)})
+    rows_df = pl.DataFrame({"id": cat("id"), "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String), "ns": cat("ns")})
+    return rows_df.join(per, on="id", how="left", maintain_order="left").cast(SPLIT_SCHEMA).select(list(SPLIT_SCHEMA))  # type: ignore[arg-type]
 
 
 # The states a thread sleeps in, as the labels of its sleep (a span's blocked time).

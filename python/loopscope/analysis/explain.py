@@ -37,10 +37,13 @@ Results:
 from __future__ import annotations
 
 import json
+import os
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from loopscope import progress
@@ -59,6 +62,11 @@ MARGIN_NS = 20_000_000
 # cost less to split than another call costs to prepare (the row groups
 # they sit in are read whole either way).
 JOIN_NS = 250_000_000
+# Threads splitting clusters at once, and clusters read ahead of the splits.
+SPLITTERS = max(1, min(4, os.cpu_count() or 1))
+IN_FLIGHT = 2 * SPLITTERS
+# Traces a step's kind may read more than once are kept this many at a time.
+TRACES_KEPT = 16
 
 
 
@@ -111,33 +119,52 @@ def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str,
     }
 
 
-def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
-    """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
-    ``span``) from the capture. Windows are taken in time order in clusters
-    (windows at most ``JOIN_NS`` apart, at most ``CHUNK_NS`` long), and each
-    cluster gets the kernel events from ``MARGIN_NS`` before its first
-    window to ``MARGIN_NS`` after its last: one native call per cluster."""
-    o = outl.sort("start_k")
-    start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
-    n = len(o)
-    lost = st.lost_events if not st.unknown_loss else max(1, st.lost_events)
-    lost_at = st.lost if not st.unknown_loss else None
-    parts = []
-    i = 0
+def clusters(start: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
+    """Windows sorted by start, taken in clusters (at most ``JOIN_NS``
+    apart, at most ``CHUNK_NS`` long): (first index, index after the last)."""
+    out = []
+    i, n = 0, len(start)
     while i < n:
         a, hi, j = int(start[i]), int(end[i]), i
         while j + 1 < n and int(start[j + 1]) - hi <= JOIN_NS and max(hi, int(end[j + 1])) - a <= CHUNK_NS:
             j += 1
             hi = max(hi, int(end[j]))
-        if st.legacy is not None:
-            k = A.Kernel.of(st.load(a - MARGIN_NS, hi + MARGIN_NS), lost, lost_at, roles=roles, perf_is_lab=True)
-        else:
-            k = A.Kernel.arrays(st.load_arrays(a - MARGIN_NS, hi + MARGIN_NS), st.strings, st.event_names, lost, lost_at, roles=roles)
-        k.t_first, k.t_last = st.t_first or 0, st.t_last or 0
-        parts.append(A.attribute_many(k, o[i:j + 1]))
+        out.append((i, j + 1))
         i = j + 1
-        progress.step("explain: attributing outliers", i, n)
-    return pl.concat(parts) if parts else A.attribute_many(A.Kernel.of(pl.DataFrame(schema=S.SCHEMA), 0), o.clear())
+    return out
+
+
+def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
+    """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
+    ``span``) from the capture, a cluster of windows at a time
+    (``clusters``), each with the kernel events from ``MARGIN_NS`` before
+    its first window to ``MARGIN_NS`` after its last: one native call per
+    cluster, the row groups they need read in runs (``Store.plan``)."""
+    o = outl.sort("start_k")
+    start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
+    lost = st.lost_events if not st.unknown_loss else max(1, st.lost_events)
+    lost_at = st.lost if not st.unknown_loss else None
+    cl = clusters(start, end)
+    spans = [(int(start[i]) - MARGIN_NS, int(end[i:j].max()) + MARGIN_NS) for i, j in cl]
+    if st.legacy is not None:
+        return pl.concat([A.attribute_many(A.Kernel.of(st.load(a, b), lost, lost_at, roles=roles, perf_is_lab=True), o[i:j]) for (i, j), (a, b) in zip(cl, spans)]
+                         or [A.splits_table([])])
+    st.plan(spans)
+    # The splits run on SPLITTERS threads (the native call releases the
+    # interpreter lock) while this one reads the next clusters' events; at
+    # most IN_FLIGHT clusters wait, so memory stays that of a few clusters.
+    done: list[Future[dict[str, Any]]] = []
+    t_first, t_last = st.t_first or 0, st.t_last or 0
+    with ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
+        for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
+            k = A.Kernel.arrays(st.load_arrays(a, b), st.strings, st.event_names, lost, lost_at, roles=roles)
+            k.t_first, k.t_last = t_first, t_last
+            done.append(pool.submit(k.split, o[i:j]))
+            if n >= IN_FLIGHT:
+                done[n - IN_FLIGHT].result()
+            progress.step("explain: attributing outliers", j, len(o))
+        splits = [f.result() for f in done]
+    return A.splits_table(splits)
 
 
 class RunSource:
@@ -149,14 +176,20 @@ class RunSource:
         p = run_dir / "spec.json"
         self.spec: dict[str, Any] = json.loads(p.read_text()) if p.exists() else {}
         self._kernels = kernels
+        # a step's traces read once (a pipeline's sink trace serves its messages, its stage and its calibration)
+        self._traces: dict[str, tuple[pl.DataFrame, Any] | None] = {}
 
     def trace(self, rel: str) -> pl.DataFrame | None:
         got = self.trace_info(rel)
         return None if got is None else got[0]
 
     def trace_info(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
-        p = self.run_dir / rel
-        return reader.read_with_info(p, sort=False) if p.exists() else None
+        if rel not in self._traces:
+            p = self.run_dir / rel
+            self._traces[rel] = reader.read_with_info(p, sort=False) if p.exists() else None
+            while len(self._traces) > TRACES_KEPT:
+                self._traces.pop(next(iter(self._traces)))
+        return self._traces[rel]
 
     def host_of(self, step: dict[str, Any]) -> str:
         return str(step.get("host") or next(iter(self.run.get("hosts") or {"localhost": 0})))

@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import linprog
 
 
 @dataclass
@@ -110,6 +109,8 @@ def _fit(xl: np.ndarray, lo: np.ndarray, xu: np.ndarray, up: np.ndarray) -> tupl
     ])
     rhs = np.concatenate([-lo, up])
     scale = max(1.0, float(np.max(np.abs(rhs))))
+    from scipy.optimize import linprog  # here: importing scipy costs 0.4 s, and most readers of clock maps never fit one
+
     r = linprog(np.array([0.0, 0.0, -1.0]), A_ub=A, b_ub=rhs / scale, bounds=[(None, None)] * 3, method="highs")
     if r.status != 0:
         return None

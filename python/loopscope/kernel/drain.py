@@ -208,6 +208,9 @@ class Reader:
                     os.close(fd)
                 os.replace(tmp, path)
                 seg["file"] = f"events/{path.name}"
+                # each row group's first and last time: a reader finds the groups a window meets without opening the file
+                t = df["t_ns"]
+                seg["groups"] = [[int(t[i]), int(t[min(i + store.GROUP, len(t)) - 1])] for i in range(0, len(t), store.GROUP)]
                 seg["bytes"] = path.stat().st_size
                 self.totals["bytes_written"] += seg["bytes"]
             except OSError as e:

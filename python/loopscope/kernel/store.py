@@ -5,7 +5,8 @@ The reader (``drain``) leaves under ``hosts/<host>/kernel/``:
 - ``segments.jsonl``: one line per read of the buffers: ``seg``, ``reason``
   (``asked`` between windows, ``half full`` during one, ``stopped by …``),
   ``t_first_ns``/``t_last_ns`` (kernel CLOCK_MONOTONIC), ``events``,
-  ``file``, ``lost`` (windows: ``cpu``, ``start_ns``, ``end_ns``,
+  ``file``, ``groups`` (each row group's first and last ``t_ns``),
+  ``lost`` (windows: ``cpu``, ``start_ns``, ``end_ns``,
   ``events``, ``why``; ``events`` -1 when nobody counted them);
 - ``events/NNNNN.parquet``: the segment's events (``STORED`` columns;
   text as indices into the string table a segment line carries whenever
@@ -47,6 +48,8 @@ LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "event
 # groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
 GROUP = 65536
 CACHE_GROUPS = 24
+# Row groups read at once when a plan says they are all needed.
+BATCH = 16
 
 
 class CaptureError(InputError):
@@ -132,6 +135,7 @@ class Store:
     _rgs: list[tuple[int, int, Path, int]] | None = None
     _cache: OrderedDict[tuple[Path, int], pl.DataFrame] = field(default_factory=OrderedDict)
     _arrays: dict[tuple[Path, int], dict[str, np.ndarray]] = field(default_factory=dict)
+    _need: set[tuple[Path, int]] = field(default_factory=set)
 
     @property
     def lost_events(self) -> int:
@@ -167,7 +171,10 @@ class Store:
                 if not seg.get("file") or not seg.get("readable", True):
                     continue
                 p = self.dir / seg["file"]
-                t = pl.read_parquet(p, columns=["t_ns"])["t_ns"]
+                if seg.get("groups"):
+                    out += [(int(lo), int(hi), p, i) for i, (lo, hi) in enumerate(seg["groups"])]
+                    continue
+                t = pl.read_parquet(p, columns=["t_ns"])["t_ns"]  # captures before the index said
                 for i in range(0, len(t), GROUP):
                     out.append((int(t[i]), int(t[min(i + GROUP, len(t)) - 1]), p, i // GROUP))
             out.sort(key=lambda x: x[0])
@@ -200,35 +207,53 @@ class Store:
             if hi >= a:
                 yield p, i
 
-    def load_arrays(self, a: int, b: int) -> dict[str, np.ndarray]:
-        """Every event with a <= t_ns <= b as int64 arrays (-1: no value; text
-        as indices into ``strings``, ``event`` into ``event_names``), from
-        each row group's arrays, made once per group and cached: what the
-        native attribution takes, without a table operation per cluster."""
+    def plan(self, spans: list[tuple[int, int]]) -> None:
+        """Say which windows the coming ``load_arrays`` calls ask for: the row
+        groups they need are then read in runs of consecutive groups (up to
+        ``BATCH``, one read each: the Parquet reader decodes a run's columns
+        in parallel), and groups no window needs are never read."""
+        self._need = {key for a, b in spans for key in self._groups_over(a, b)}
+
+    def _fetch(self, p: Path, i: int) -> dict[str, np.ndarray]:
+        """Group ``i`` of ``p`` as arrays (-1: no value; int32 columns stay
+        int32, the native split widens them), read with the planned groups
+        after it and cached."""
+        key = (p, i)
+        arr = self._arrays.get(key)
+        if arr is not None:
+            return arr
+        j = i
+        while (p, j + 1) in self._need and (p, j + 1) not in self._arrays and j + 1 - i < BATCH:
+            j += 1
+        have = set(pl.read_parquet_schema(p))
+        df = pl.scan_parquet(p).slice(i * GROUP, (j - i + 1) * GROUP).select(
+            [pl.col(c).fill_null(-1) if c in have else pl.lit(-1, dtype=pl.Int64).alias(c) for c in ARRAYS]).collect()
+        for k in range(i, j + 1):
+            part = df.slice((k - i) * GROUP, GROUP)
+            self._arrays[(p, k)] = {c: part.get_column(c).to_numpy() for c in ARRAYS}
+        while len(self._arrays) > max(CACHE_GROUPS, 2 * BATCH):
+            self._arrays.pop(next(iter(self._arrays)))
+        return self._arrays[key]
+
+    def load_arrays(self, a: int, b: int) -> dict[str, list[np.ndarray]]:
+        """Every event with a <= t_ns <= b as arrays, each column a list of
+        chunks in time order (-1: no value; text as indices into
+        ``strings``, ``event`` into ``event_names``): views of each row
+        group's arrays, made once per group and cached, which the native
+        attribution joins as it copies them (no table operation, no copy
+        here)."""
         parts = []
         for p, i in self._groups_over(a, b):
-            key = (p, i)
-            arr = self._arrays.get(key)
-            if arr is None:
-                g = self._group(p, i)
-                # column by column: one copy each (a frame's to_numpy makes a 2-D array, then each column another)
-                arr = {c: g.get_column(c).fill_null(-1).cast(pl.Int64).to_numpy() for c in ARRAYS}
-                self._arrays[key] = arr
-                while len(self._arrays) > CACHE_GROUPS:
-                    self._arrays.pop(next(iter(self._arrays)))
+            arr = self._fetch(p, i)
             t = arr["t_ns"]
             x, y = int(np.searchsorted(t, a, "left")), int(np.searchsorted(t, b, "right"))
             if y > x:
                 parts.append({c: v[x:y] for c, v in arr.items()})
-        if not parts:
-            return {c: np.zeros(0, dtype=np.int64) for c in ARRAYS}
-        if len(parts) == 1:
-            return {c: np.ascontiguousarray(v) for c, v in parts[0].items()}
-        out = {c: np.concatenate([q[c] for q in parts]) for c in ARRAYS}
-        if np.all(out["t_ns"][1:] >= out["t_ns"][:-1]):  # consecutive drains: already in time order
-            return out
+        if all(int(q["t_ns"][0]) >= int(pr["t_ns"][-1]) for pr, q in zip(parts, parts[1:])):  # consecutive drains: in time order
+            return {c: [q[c] for q in parts] for c in ARRAYS}
+        out = {c: np.concatenate([q[c].astype(np.int64) for q in parts]) for c in ARRAYS}
         order = np.argsort(out["t_ns"], kind="stable")
-        return {c: v[order] for c, v in out.items()}
+        return {c: [v[order]] for c, v in out.items()}
 
     def load_coded(self, a: int, b: int) -> pl.DataFrame:
         """Every event with a <= t_ns <= b, time-sorted, as stored: text
