@@ -237,7 +237,7 @@ def explain(run_dir: Path, kinds: Any, quantile: float = 0.99, max_outliers: int
     next_id = 0
     if unknown:
         out["not_explained"] = [f"{u}: no registered kind gives its windows" for u in unknown]
-    off = pl.col("host").replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, dtype=pl.Int64)
+    off = pl.col("host").cast(pl.String).replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, dtype=pl.Int64)
     wins = wins.with_columns((pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("latency_ns") - off).alias("end_k"))
     for cap in caps:
         progress.step(f"explain: opening the kernel capture of {cap['host']}")
@@ -247,19 +247,21 @@ def explain(run_dir: Path, kinds: Any, quantile: float = 0.99, max_outliers: int
             out["captures"].append({**cap, "error": str(e)})
             continue
         out["captures"].append(_capture_entry(run_dir, cap, st))
-        recs = wins.filter(pl.col("host").is_in(cap["covers"]))
-        if not len(recs):
+        # The outliers of each probe and phase, without a copy of every record
+        # (a long run has millions): the threshold per row is a window
+        # expression, and only the rows above it are made.
+        recs = wins.lazy().filter(pl.col("host").is_in(cap["covers"])).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64) + next_id)
+        thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records")).collect()
+        if not len(thr):
             continue
-        # ids unique across captures (each outlier's rows join on it)
-        recs = recs.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64) + next_id)
-        next_id += len(recs)
-        thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records"))
-        recs = recs.join(thr, on=["probe", "phase"])
-        above = recs.filter(pl.col("latency_ns") > pl.col("threshold_ns")).sort("latency_ns", descending=True)
+        next_id += int(thr["records"].sum())
+        above = recs.filter(pl.col("latency_ns") > pl.col("latency_ns").quantile(quantile, "linear").over("probe", "phase")).collect()
+        above = above.with_columns(pl.col(c).cast(pl.String) for c in ("probe", "phase", "host")).sort("latency_ns", descending=True)
+        thr = thr.with_columns(pl.col(c).cast(pl.String) for c in ("probe", "phase"))
         n_above = above.group_by("probe", "phase").len()
-        # The latest ``max_outliers`` of each probe and phase (a long run's p99 is thousands).
+        # The ``max_outliers`` largest of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
-        del recs
+        del above
         att = attribute_store(st, outl, roles)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):

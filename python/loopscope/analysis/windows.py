@@ -15,7 +15,8 @@ from typing import Any
 
 import polars as pl
 
-WINDOWS: dict[str, Any] = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "host": pl.String, "tid": pl.Int64,
+# Text as categoricals: a long run has millions of windows, each naming its probe, phase and host.
+WINDOWS: dict[str, Any] = {"rep": pl.Int64, "phase": pl.Categorical, "probe": pl.Categorical, "host": pl.Categorical, "tid": pl.Int64,
                            "t_ns": pl.Int64, "latency_ns": pl.Int64, "span": pl.Boolean}
 
 
