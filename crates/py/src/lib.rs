@@ -64,51 +64,112 @@ pub(crate) fn detached<T: Send>(py: Python<'_>, f: impl FnOnce() -> T + Send) ->
     Ok(v)
 }
 
-/// On Ctrl-C `stop` is set and the function's (partial) result still returned,
-/// with the second element true.
 /// Run ``f`` on a thread named ``name`` (kernel attribution names threads by
 /// it: "ls-pipe-node" says more than a generic name) with the interpreter
-/// lock released, turning Ctrl-C into ``stop``.
+/// lock released, turning Ctrl-C (any signal Python's handlers raise for)
+/// into ``stop``; the function's (partial) result is still returned, with
+/// the second element true.
+///
+/// The calling thread sleeps until the work ends or a signal comes, never
+/// on a timer: it is a probe's main thread, and every wake-up of it would be
+/// loopscope inside some other probe's window (it woke every 100 ms once, a
+/// few tenths of a percent of a busy pipeline's outlier time). It waits in
+/// `ppoll` on an eventfd the worker writes when done, with every signal
+/// blocked except inside `ppoll` (the `pselect` pattern), so a signal that
+/// comes between Python's check and the wait still ends the wait. Process
+/// signals reach this thread: the kernel gives them to the main thread first
+/// when it does not block them.
 pub(crate) fn run_interruptible<T: Send + 'static>(
     py: Python<'_>,
     name: &str,
     stop: Arc<AtomicBool>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> PyResult<(T, bool)> {
-    let slot: Arc<(std::sync::Mutex<Option<T>>, std::sync::Condvar)> = Arc::new(Default::default());
-    let s2 = slot.clone();
+    let done = Arc::new(Done::new().map_err(|e| RunError::new_err(format!("cannot make the probe's wake-up file: {e}")))?);
+    let slot: Arc<std::sync::Mutex<Option<T>>> = Arc::new(Default::default());
+    let (s2, d2) = (slot.clone(), done.clone());
     let h = std::thread::Builder::new()
         .name(name.into())
         .spawn(move || {
             let v = f();
-            *s2.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
-            s2.1.notify_all();
+            *s2.lock().unwrap_or_else(|e| e.into_inner()) = Some(v);
+            d2.set();
         })
         .map_err(|e| RunError::new_err(format!("cannot start the probe thread: {e}")))?;
     let mut interrupted = false;
     loop {
-        let got = py.detach(|| {
-            let g = slot.0.lock().unwrap_or_else(|e| e.into_inner());
-            let (mut g, _) = slot
-                .1
-                .wait_timeout_while(g, Duration::from_millis(100), |v| v.is_none())
-                .unwrap_or_else(|e| e.into_inner());
-            g.take()
-        });
-        if let Some(v) = got {
-            let _ = h.join();
-            return Ok((v, interrupted));
-        }
-        if h.is_finished() {
-            if let Some(v) = slot.0.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                return Ok((v, interrupted));
-            }
-            return Err(RunError::new_err("the probe thread died without a result"));
-        }
+        let mask = SignalsBlocked::new();
         if !interrupted && py.check_signals().is_err() {
             interrupted = true;
             stop.store(true, Ordering::Relaxed);
         }
+        let finished = py.detach(|| done.wait(&mask));
+        drop(mask);
+        if finished || h.is_finished() {
+            let _ = h.join();
+            return match slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                Some(v) => Ok((v, interrupted)),
+                None => Err(RunError::new_err("the probe thread died without a result")),
+            };
+        }
+    }
+}
+
+/// An eventfd the worker writes when it is done.
+struct Done(std::os::fd::OwnedFd);
+
+impl Done {
+    fn new() -> std::io::Result<Done> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: eventfd returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is ours and open.
+        Ok(Done(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    fn set(&self) {
+        use std::os::fd::AsRawFd;
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to our eventfd.
+        unsafe { libc::write(self.0.as_raw_fd(), &one as *const u64 as *const libc::c_void, 8) };
+    }
+
+    /// Wait until the worker is done (true) or a signal came (false), the
+    /// signals unblocked only while waiting.
+    fn wait(&self, mask: &SignalsBlocked) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd { fd: self.0.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; `old` is the mask to wait with.
+        let n = unsafe { libc::ppoll(&mut p, 1, std::ptr::null(), &mask.old) };
+        n > 0
+    }
+}
+
+/// Every signal blocked on this thread until dropped (the old mask kept for `ppoll`).
+struct SignalsBlocked {
+    old: libc::sigset_t,
+}
+
+impl SignalsBlocked {
+    fn new() -> SignalsBlocked {
+        // SAFETY: sigset_t is plain data; the calls fill and apply it.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            SignalsBlocked { old }
+        }
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved at construction.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
     }
 }
 
