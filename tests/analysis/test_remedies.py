@@ -42,3 +42,13 @@ def test_timer_slack_is_remedied_by_sched_fifo_which_has_none() -> None:
 def test_a_thread_blocked_on_another_gets_advice_about_its_lock_and_no_tuning() -> None:
     r = remedy("blocked: zoo-holder", _ctx(probe_kind="program", probe_takes_priority=False))
     assert r is not None and "zoo-holder" in r.remedy and "PRIO_INHERIT" in r.command and r.tunings == []
+
+
+def test_page_faults_of_a_probe_that_ran_unlocked_are_remedied_by_locking_its_memory() -> None:
+    r = remedy("page faults", _ctx(probe_kind="program", probe_takes_priority=False, probe_unlocked=True))
+    assert r is not None and r.tunings == [{"kind": "mlock", "probe": "t"}] and "mlockall" in r.command
+
+
+def test_page_faults_of_a_probe_already_locked_get_advice_and_no_tuning() -> None:
+    r = remedy("page faults", _ctx(probe_unlocked=False))
+    assert r is not None and r.tunings == []

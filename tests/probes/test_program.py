@@ -111,3 +111,20 @@ def test_a_program_probe_without_a_command_is_bad_input(cli, tmp_path: Path) -> 
     (tmp_path / "b.yaml").write_text("name: b\nprobes: [{kind: program, command: ''}]\n")
     r = cli("check", "b.yaml")
     assert r.returncode == 2 and "command" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_mlock_has_loopscopes_library_lock_the_programs_memory_when_it_opens_its_trace(cli, tmp_path: Path) -> None:
+    prog = tmp_path / "locked.py"
+    prog.write_text(
+        "import sys\n"
+        "from loopscope.trace import api\n"
+        "api.open().close()\n"
+        "lck = next(l for l in open('/proc/self/status') if l.startswith('VmLck:'))\n"
+        "sys.stderr.write('LOCKED ' + lck.split()[1] + '\\n')\n"
+    )
+    for flag, want in ((["--mlock"], "mlockall"), ([], None)):
+        r = cli("probe", "program", "--json", *flag, "--trace", str(tmp_path / "p.lstrace"), "--", "python3", str(prog))
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        kib = int(r.stderr.split("LOCKED ")[1].split()[0])
+        assert j["memory_locked"] == want and (kib > 0) == bool(flag), (j, kib)

@@ -88,6 +88,8 @@ BAD = [
     (MINIMAL.replace("  - kind: cpu", "  - kind: cpu\n - kind: io"), "x.yaml:7: invalid YAML: this line's indentation does not match"),
     (MINIMAL.replace("duration: 30s", "duration: 30s\n  warmup: 1s"), "x.yaml:9: invalid YAML: a `key: value` where this line's indentation"),
     (MINIMAL.replace("    level: 2", "\tlevel: 2"), "x.yaml:7: invalid YAML: a tab in the indentation"),
+    (MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    name: s") + "phases:\n  - name: p\n    tunings: [{kind: mlock, probe: s}]\n",
+     "x.yaml:11: phases.0.tunings.0.probe: a syscall probe takes no mlock (timer and program probes do)"),
 ]
 
 

@@ -225,6 +225,11 @@ pub struct Info {
     pub streams: Vec<StreamInfo>,
     #[serde(default)]
     pub block_bytes: u64,
+    /// `"mlockall"` when the process's memory was locked at open because
+    /// `LOOPSCOPE_MLOCKALL=1` asked for it, `"mlockall failed: …"` when the
+    /// kernel refused; absent when nobody asked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_locked: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

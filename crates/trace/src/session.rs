@@ -1,6 +1,7 @@
 //! A trace session: one open file, its streams and its writer thread.
 //!
-//! `open` writes the file header, the info chunk and two calibration pairs
+//! `open` locks the process's memory when `LOOPSCOPE_MLOCKALL=1` asks, writes
+//! the file header, the info chunk and two calibration pairs
 //! synchronously (so an unwritable path fails there, not later), enables the
 //! configured groups and starts the writer. `close` disables every entity,
 //! lets the writer drain all buffers, write the end chunk and stop, and
@@ -154,6 +155,23 @@ fn process_name() -> String {
 }
 
 /// Open a trace at `path`.
+/// `LOOPSCOPE_MLOCKALL=1` (set by the lab for a `program` probe with
+/// `mlock: true`, or a phase's `mlock` tuning): lock every page the process
+/// has and will have (`mlockall(MCL_CURRENT | MCL_FUTURE)`), as a real-time
+/// program does at start, so memory pressure cannot page it out. What came
+/// of it goes into the info chunk (None: not asked).
+fn lock_memory_if_asked() -> Option<String> {
+    if std::env::var("LOOPSCOPE_MLOCKALL").ok().as_deref() != Some("1") {
+        return None;
+    }
+    // SAFETY: mlockall takes flags only.
+    if unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) } == 0 {
+        Some("mlockall".into())
+    } else {
+        Some(format!("mlockall failed: {} (RLIMIT_MEMLOCK or CAP_IPC_LOCK)", std::io::Error::last_os_error()))
+    }
+}
+
 pub fn open(path: &Path, config: Config) -> Result<(), Error> {
     config.validate("configuration")?;
     register_fork_handlers();
@@ -206,6 +224,7 @@ pub fn open(path: &Path, config: Config) -> Result<(), Error> {
             })
             .collect(),
         block_bytes: format::BLOCK,
+        memory_locked: lock_memory_if_asked(),
     };
     let mut out = Vec::with_capacity(4096);
     out.extend_from_slice(&format::file_header());

@@ -42,6 +42,8 @@ class Context:
     load_cpus: dict[str, list[int]] = field(default_factory=dict)
     #: the probe's SCHED_FIFO priority as it ran (None: SCHED_OTHER)
     probe_priority: int | None = None
+    #: the probe takes ``mlock`` (timer, program) and ran without it
+    probe_unlocked: bool = False
 
 
 RT_PRIORITY = 80
@@ -153,7 +155,9 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         t = [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else []
         return Remedy("pin the probe's thread to one CPU", "CPU affinity", f"taskset -c {pc} <command>", False, t)
     if cause in ("page faults", "page fault"):
-        return Remedy("lock and prefault the program's memory", "mlockall / prefaulting", "mlockall(MCL_CURRENT | MCL_FUTURE) at start, and touch the buffers once", False)
+        lock = [{"kind": "mlock", "probe": ctx.probe}] if ctx.probe_unlocked else []
+        return Remedy("lock the probe's memory (mlockall) so memory pressure cannot page it out, and prefault it", "mlockall / prefaulting",
+                      "mlockall(MCL_CURRENT | MCL_FUTURE) at start and touch the buffers once (cyclictest -m; the probe's mlock: true)", False, lock)
     if re.match(r"thread: kdamond", cause):
         return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False,
                       [{"kind": "write", "path": p, "value": "off"} for p in _kdamonds()])

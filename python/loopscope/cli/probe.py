@@ -324,10 +324,11 @@ def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool)
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the program to these CPUs.")
 @click.option("--env", "env", multiple=True, help="NAME=VALUE for the program's environment (repeatable).")
 @click.option("--cwd", type=click.Path(file_okay=False), default=None, help="The program's working directory [this one].")
+@click.option("--mlock", is_flag=True, help="Lock the program's memory (mlockall) when it opens its trace: loopscope's library does it (LOOPSCOPE_MLOCKALL=1).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file the program writes (its LOOPSCOPE_TRACE) [default: runs/<time>-program/program.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
+def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, mlock: bool, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
     """Run an instrumented program (after --) as a probe: it writes its own
     trace (LOOPSCOPE_TRACE); every interval it logs is summarised here and,
     in a run, compared across phases and attributed like a built-in probe's.
@@ -347,7 +348,7 @@ def probe_program(duration: int | None, until: str | None, cpus: list[int] | Non
             raise InputError(f"--env {e!r}: expected NAME=VALUE")
         extra[k] = v
     mode = until or ("duration" if duration else "exit")
-    res = program.run(list(command), _trace_path(trace_path, "program"), duration if mode == "duration" else None, mode, duration if mode == "exit" else None, extra, cpus, cwd)
+    res = program.run(list(command), _trace_path(trace_path, "program"), duration if mode == "duration" else None, mode, duration if mode == "exit" else None, extra, cpus, cwd, mlock)
     if as_json:
         click.echo(json.dumps(res))
         return 0

@@ -123,7 +123,7 @@ def check(phases: list[dict[str, Any]]) -> list[str]:
     problems = []
     for i, ph in enumerate(phases):
         for j, t in enumerate(ph.get("tunings") or []):
-            if t["kind"] in ("affinity", "sched"):
+            if t["kind"] in ("affinity", "sched", "mlock"):
                 continue
             try:
                 changes(t, f"phases.{i}.tunings.{j}")
@@ -154,7 +154,7 @@ class Applied:
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
         for j, t in enumerate(tunings):
-            if t["kind"] in ("affinity", "sched"):
+            if t["kind"] in ("affinity", "sched", "mlock"):
                 continue  # how a probe or load is started, not a file
             if t["kind"] == "dma_latency":
                 self._hold_dma(int(t["us"]))

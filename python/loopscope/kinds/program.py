@@ -35,6 +35,7 @@ class ProgramProbe(ProbeModel):
     env: Env = Field(default_factory=dict, description="extra environment variables")
     cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
     cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+    mlock: bool = Field(False, description="lock its memory (mlockall) when it opens its trace, done by loopscope's library; a phase's mlock tuning sets it for that phase")
     attribute: list[str] = PATTERNS
     wakeup: list[str] = WAKEUP
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
@@ -104,6 +105,8 @@ def program_argv(p: dict[str, Any], duration_ns: int, trace: Path) -> list[str]:
         a += ["--env", f"{k}={v}"]
     if p.get("cwd"):
         a += ["--cwd", p["cwd"]]
+    if p.get("mlock"):
+        a += ["--mlock"]
     return a + ["--json", "--trace", str(trace), "--", *p["command"]]
 
 

@@ -496,6 +496,8 @@ def tuned_probe(probe: Any, phase: Any) -> Any:
             update["cpu"] = list(t.cpus)
         elif t.kind == "sched" and t.probe == probe.name:
             update["priority"] = t.priority
+        elif t.kind == "mlock" and t.probe == probe.name:
+            update["mlock"] = True
     return probe.model_copy(update=update) if update else probe
 
 

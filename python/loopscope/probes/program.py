@@ -66,7 +66,7 @@ def _stop(pid: int, fd: int) -> tuple[tuple[int, Any], str]:
 
 
 def run(command: list[str], trace_path: str, duration_ns: int | None, until: str = "duration", timeout_ns: int | None = None,
-        env: dict[str, str] | None = None, cpus: list[int] | None = None, cwd: str | None = None) -> dict[str, Any]:
+        env: dict[str, str] | None = None, cpus: list[int] | None = None, cwd: str | None = None, mlock: bool = False) -> dict[str, Any]:
     if not command:
         raise InputError("program: no command given (loopscope probe program [options] -- CMD ARGS)")
     if until == "duration" and not duration_ns:
@@ -81,6 +81,8 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
     child_env = {**os.environ, "PATH": path, **(env or {}), "LOOPSCOPE_TRACE": str(trace.resolve())}
     child_env.pop("LOOPSCOPE_PDEATHSIG", None)
+    if mlock:
+        child_env["LOOPSCOPE_MLOCKALL"] = "1"  # loopscope's library locks the program's memory when it opens the trace
     child_env.pop("LOOPSCOPE_COMM", None)  # the program is the user's: it keeps its own name
 
     def pre() -> None:
@@ -139,6 +141,9 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     }
     if not wrote:
         out["note"] = "the program wrote no trace: open one with ls_open(NULL, NULL) (C), loopscope.trace.api.open() (Python), which take their path from LOOPSCOPE_TRACE"
+    if mlock and out.get("memory_locked") != "mlockall":
+        why = out.get("memory_locked") or "it opened no trace, so loopscope's library never ran to lock it"
+        out["note"] = "; ".join(filter(None, [out.get("note"), f"mlock was asked but the program's memory is not locked: {why}"]))
     return out
 
 
@@ -150,7 +155,7 @@ def summary(trace: Path) -> dict[str, Any]:
     from loopscope.trace import reader
 
     df, info = reader.read_with_info(trace, sort=False)
-    out: dict[str, Any] = {"records": info.records, "lost_records": info.lost_records, "intervals": [], "events": {}}
+    out: dict[str, Any] = {"records": info.records, "lost_records": info.lost_records, "intervals": [], "events": {}, "memory_locked": info.memory_locked}
     if not len(df):
         return out
     df = df.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"), pl.col("kind").cast(pl.String))

@@ -82,7 +82,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
     return line, shown
 
 
-_TAGS = {"affinity", "sched", "irq", "dma_latency", "cpuidle", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {"affinity", "sched", "irq", "dma_latency", "cpuidle", "mlock", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
 
 
 def _tags() -> set[str]:

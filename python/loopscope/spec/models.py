@@ -320,6 +320,13 @@ class CpuidleTuning(Model):
     disable: bool = True
 
 
+class MlockTuning(Model):
+    """Lock a probe's memory (mlockall) during the phase: a timer probe's ``mlock``, a program's through loopscope's library."""
+
+    kind: Literal["mlock"]
+    probe: Name = Field(description="a probe that takes mlock (timer, program)")
+
+
 class WriteTuning(Model):
     """Write a value to one file of an allowed list of sysfs and procfs files (docs/experiments.md)."""
 
@@ -328,7 +335,7 @@ class WriteTuning(Model):
     value: str | int
 
 
-Tuning = Annotated[Union[AffinityTuning, SchedTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, WriteTuning], Field(discriminator="kind")]
+Tuning = Annotated[Union[AffinityTuning, SchedTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")]
 
 
 class Phase(Model):
@@ -605,6 +612,13 @@ class Experiment(Model):
         problems: list[tuple[tuple[str | int, ...], str]] = []
         for j, t in enumerate(phase.tunings):
             where = ("phases", i, "tunings", j)
+            if isinstance(t, MlockTuning):
+                q = next((q for q in self.probes if q.name == t.probe), None)
+                if q is None:
+                    problems.append((where + ("probe",), f"no probe named {t.probe!r}; the probes are {', '.join(sorted(probes))}"))
+                elif "mlock" not in type(q).model_fields:
+                    problems.append((where + ("probe",), f"a {q.kind} probe takes no mlock (timer and program probes do)"))
+                continue
             if not isinstance(t, (AffinityTuning, SchedTuning)):
                 continue
             if t.load is not None and t.load not in phase.loads:

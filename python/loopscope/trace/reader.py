@@ -77,6 +77,8 @@ class TraceInfo:
     counts: dict[int, int] = field(default_factory=dict)
     t_first_ns: int | None = None
     t_last_ns: int | None = None
+    # "mlockall" / "mlockall failed: …" when LOOPSCOPE_MLOCKALL asked the writer to lock memory
+    memory_locked: str | None = None
 
     @property
     def records(self) -> int:
@@ -128,6 +130,7 @@ def _info_from(path: str, meta: dict[str, Any]) -> TraceInfo:
         calibration=meta["calibration"],
         end=meta["end"],
         stats=meta["stats"],
+        memory_locked=i.get("memory_locked"),
     )
 
 
