@@ -358,12 +358,57 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
 /// their counts and their packets in flight keep the delay they were given;
 /// packets arriving from then on get the new settings. Each change is a
 /// `netem/reconfigure` event in the trace (tag: the link's index).
-pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
-    let n = cfg.ports.len();
-    if ports.len() != n {
-        return Err(format!("{} ports opened for {} interfaces", ports.len(), n));
+pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
+    if ports.len() != cfg.ports.len() {
+        return Err(format!("{} ports opened for {} interfaces", ports.len(), cfg.ports.len()));
     }
-    // One link per ordered pair: the configured one or an ideal one.
+    let (links, table, configured) = links_of(cfg)?;
+    loopscope_trace::prepare_thread();
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
+    let placed = Placement::apply(cfg);
+    let mut fw = Forwarder::new(cfg, ports, links, table, configured);
+    let mut waiter = Waiter::new(cfg, &fw.ports);
+    let cpu0 = thread_cpu_ns();
+    let t0 = realtime_ns();
+    let end = cfg.duration_ns.map(|d| t0 + d as i64);
+    let mut reload_errors = Vec::new();
+    while !stop.load(Ordering::Relaxed) && !end.is_some_and(|e| realtime_ns() >= e) {
+        if RELOAD.swap(false, Ordering::Relaxed) {
+            if let Some(f) = reload.as_ref() {
+                match f() {
+                    Ok(specs) => fw.reconfigure(specs),
+                    Err(msg) => reload_errors.push(msg),
+                }
+            }
+        }
+        for pi in 0..fw.ports.len() {
+            fw.take_in(pi);
+        }
+        let now = fw.send_due();
+        waiter.wait(fw.next_departure(), now, end);
+    }
+    let mut result = fw.finish();
+    result.interrupted = stop.load(Ordering::Relaxed);
+    result.elapsed_ns = (realtime_ns() - t0).max(0) as u64;
+    result.wait = match (cfg.poll, cfg.cpu) {
+        (true, Some(c)) => format!("busy-poll on CPU {c}"),
+        (true, None) => "busy-poll (not pinned)".into(),
+        _ => "sleep in ppoll, spin the last margin".into(),
+    };
+    result.cpu_note = placed.cpu_note;
+    result.cpu_ns = thread_cpu_ns() - cpu0;
+    result.final_margin_ns = waiter.margin;
+    result.sleeps = waiter.sleeps;
+    result.priority = placed.priority;
+    result.policy_note = placed.policy_note;
+    result.reload_errors = reload_errors;
+    Ok(result)
+}
+
+/// One link per ordered pair of ports: the configured ones first, then an
+/// ideal one for every other pair; `table[from * n + to]` is the link's index.
+fn links_of(cfg: &Config) -> Result<(Vec<LinkSpec>, Vec<usize>, usize), String> {
+    let n = cfg.ports.len();
     let mut links: Vec<LinkSpec> = Vec::new();
     let mut table = vec![usize::MAX; n * n];
     for l in &cfg.links {
@@ -382,312 +427,405 @@ pub fn run_with(cfg: &Config, mut ports: Vec<Port>, stop: Arc<AtomicBool>, reloa
             }
         }
     }
-    let e = ents();
-    loopscope_trace::prepare_thread();
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
-    let cpu_note = match cfg.cpu {
-        Some(c) => unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(c, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
-                format!("pinned to CPU {c}")
-            } else {
-                format!("not pinned: CPU {c} refused ({})", std::io::Error::last_os_error())
-            }
-        },
-        None => String::new(),
-    };
-    // A SCHED_FIFO thread that never sleeps is throttled by the kernel (50 ms
-    // of every second by default): busy-polling runs at SCHED_OTHER.
-    let (got_priority, policy_note) = if cfg.poll {
-        // nice -20: ahead of ordinary work on its CPU, short of SCHED_FIFO.
-        let ok = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) } == 0;
-        (0, format!("SCHED_OTHER nice {} (busy-polling)", if ok { "-20" } else { "0" }))
-    } else if cfg.priority > 0 {
-        let sp = libc::sched_param { sched_priority: cfg.priority };
-        if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &sp) } == 0 {
-            (cfg.priority, format!("SCHED_FIFO {}", cfg.priority))
-        } else {
-            (0, format!("SCHED_OTHER (SCHED_FIFO {} refused: {})", cfg.priority, std::io::Error::last_os_error()))
-        }
-    } else {
-        (0, "SCHED_OTHER (no priority requested)".to_string())
-    };
-    let mut stats: Vec<LinkStats> = links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, kernel: cfg.is_kernel(l.from, l.to), ..Default::default() })
-        .collect();
-    let mut pstats: Vec<PortStats> = cfg
-        .ports
-        .iter()
-        .zip(ports.iter())
-        .map(|(p, q)| PortStats {
-            host: p.host.clone(),
-            ifname: p.ifname.clone(),
-            io: match (&q.rings, &q.ring_error) {
-                (Some(_), _) => "PACKET_MMAP rings".into(),
-                (None, Some(e)) => format!("one system call per frame (rings refused: {e})"),
-                (None, None) => "one system call per frame".into(),
-            },
-            ..Default::default()
-        })
-        .collect();
-    let mut batch: Vec<(usize, i64)> = Vec::new();
-    let mut applied: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
-    let mut late: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
-    let mut queued: Vec<LocalHistogram> = links.iter().map(|_| hist()).collect();
-    let mut busy_until = vec![0i64; links.len()];
-    let mut waiting = vec![0usize; links.len()];
-    let mut rng = Sampler::new(cfg.seed);
-    let mut slab: Vec<Pending> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let mut heap: BinaryHeap<Reverse<(i64, u64, usize)>> = BinaryHeap::new();
-    let mut order = 0u64;
-    let mut buf = vec![0u8; MAX_FRAME];
-    let mut pfds: Vec<libc::pollfd> = ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect();
-    let spin_cap = cfg.spin_max_ns.clamp(0, MAX_MARGIN_NS);
-    let mut margin: i64 = 50_000.min(spin_cap);
-    let cpu0 = thread_cpu_ns();
-    let mut lateness_ring = [0i64; LATE_RING];
-    let mut lateness_n = 0usize;
-    let mut sleeps = 0u64;
-    let mut payload = [0u8; 40];
-    let t0 = realtime_ns();
-    let end = cfg.duration_ns.map(|d| t0 + d as i64);
-    let mut result = EmuResult { hist_scale: Some(hist().scale), ..Default::default() };
-    loop {
-        if stop.load(Ordering::Relaxed) || end.is_some_and(|e| realtime_ns() >= e) {
-            break;
-        }
-        if RELOAD.swap(false, Ordering::Relaxed) {
-            if let Some(f) = reload.as_ref() {
-                match f() {
-                    Ok(specs) => {
-                        for sp in specs {
-                            if sp.from < n && sp.to < n && sp.from != sp.to {
-                                let li = table[sp.from * n + sp.to];
-                                let name = links[li].name.clone();
-                                links[li] = LinkSpec { name, ..sp };
-                                stats[li].configured = true;
-                                e.reconfigure.event_value(li as u32, links[li].delay_ns);
-                            }
-                        }
-                    }
-                    Err(msg) => result.reload_errors.push(msg),
+    Ok((links, table, configured))
+}
+
+/// Where and how the forwarding thread runs: pinned to `cpu` if asked;
+/// SCHED_FIFO at `priority` when it sleeps between departures, SCHED_OTHER
+/// nice -20 when it busy-polls (a SCHED_FIFO thread that never sleeps is
+/// throttled by the kernel, 50 ms of every second by default).
+struct Placement {
+    cpu_note: String,
+    priority: i32,
+    policy_note: String,
+}
+
+impl Placement {
+    fn apply(cfg: &Config) -> Placement {
+        let cpu_note = match cfg.cpu {
+            Some(c) => unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::CPU_SET(c, &mut set);
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0 {
+                    format!("pinned to CPU {c}")
+                } else {
+                    format!("not pinned: CPU {c} refused ({})", std::io::Error::last_os_error())
                 }
+            },
+            None => String::new(),
+        };
+        let (priority, policy_note) = if cfg.poll {
+            // nice -20: ahead of ordinary work on its CPU, short of SCHED_FIFO.
+            let ok = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -20) } == 0;
+            (0, format!("SCHED_OTHER nice {} (busy-polling)", if ok { "-20" } else { "0" }))
+        } else if cfg.priority > 0 {
+            let sp = libc::sched_param { sched_priority: cfg.priority };
+            if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &sp) } == 0 {
+                (cfg.priority, format!("SCHED_FIFO {}", cfg.priority))
+            } else {
+                (0, format!("SCHED_OTHER (SCHED_FIFO {} refused: {})", cfg.priority, std::io::Error::last_os_error()))
+            }
+        } else {
+            (0, "SCHED_OTHER (no priority requested)".to_string())
+        };
+        Placement { cpu_note, priority, policy_note }
+    }
+}
+
+/// A link's three histograms: the delay applied, the emulator's own
+/// lateness, the time queued behind earlier packets for the rate.
+struct LinkHists {
+    applied: LocalHistogram,
+    late: LocalHistogram,
+    queued: LocalHistogram,
+}
+
+/// The packets waiting to leave, by departure time (ties in arrival order);
+/// their frames live in a slab of reused buffers.
+#[derive(Default)]
+struct Departures {
+    slab: Vec<Pending>,
+    free: Vec<usize>,
+    heap: BinaryHeap<Reverse<(i64, u64, usize)>>,
+    order: u64,
+}
+
+impl Departures {
+    fn push(&mut self, frame: &[u8], p: Pending) {
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.slab.push(Pending { frame: Vec::new(), len: 0, link: 0, krx: 0, ready: 0, sched: 0, queued: 0, flags: 0 });
+            self.slab.len() - 1
+        });
+        let pd = &mut self.slab[slot];
+        let mut buf = std::mem::take(&mut pd.frame);
+        buf.clear();
+        buf.extend_from_slice(frame);
+        *pd = Pending { frame: buf, ..p };
+        self.order += 1;
+        self.heap.push(Reverse((pd.sched, self.order, slot)));
+    }
+
+    /// The next due slot (departure at or before `now`), taken off the heap.
+    fn pop_due(&mut self, now: i64) -> Option<usize> {
+        match self.heap.peek() {
+            Some(&Reverse((t, _, slot))) if t <= now => {
+                self.heap.pop();
+                Some(slot)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The forwarding loop's state: the links and their counts, the ports, the
+/// packets waiting to leave.
+struct Forwarder<'a> {
+    cfg: &'a Config,
+    ports: Vec<Port>,
+    links: Vec<LinkSpec>,
+    table: Vec<usize>,
+    stats: Vec<LinkStats>,
+    pstats: Vec<PortStats>,
+    hists: Vec<LinkHists>,
+    busy_until: Vec<i64>,
+    waiting: Vec<usize>,
+    rng: Sampler,
+    due: Departures,
+    batch: Vec<(usize, i64)>,
+    buf: Vec<u8>,
+    payload: [u8; 40],
+    e: Ents,
+}
+
+impl<'a> Forwarder<'a> {
+    fn new(cfg: &'a Config, ports: Vec<Port>, links: Vec<LinkSpec>, table: Vec<usize>, configured: usize) -> Forwarder<'a> {
+        let stats = links
+            .iter()
+            .enumerate()
+            .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, kernel: cfg.is_kernel(l.from, l.to), ..Default::default() })
+            .collect();
+        let pstats = cfg
+            .ports
+            .iter()
+            .zip(ports.iter())
+            .map(|(p, q)| PortStats {
+                host: p.host.clone(),
+                ifname: p.ifname.clone(),
+                io: match (&q.rings, &q.ring_error) {
+                    (Some(_), _) => "PACKET_MMAP rings".into(),
+                    (None, Some(e)) => format!("one system call per frame (rings refused: {e})"),
+                    (None, None) => "one system call per frame".into(),
+                },
+                ..Default::default()
+            })
+            .collect();
+        let n = links.len();
+        Forwarder {
+            cfg,
+            ports,
+            hists: links.iter().map(|_| LinkHists { applied: hist(), late: hist(), queued: hist() }).collect(),
+            links,
+            table,
+            stats,
+            pstats,
+            busy_until: vec![0; n],
+            waiting: vec![0; n],
+            rng: Sampler::new(cfg.seed),
+            due: Departures::default(),
+            batch: Vec::new(),
+            buf: vec![0u8; MAX_FRAME],
+            payload: [0u8; 40],
+            e: ents(),
+        }
+    }
+
+    /// New settings for the links they name (by direction).
+    fn reconfigure(&mut self, specs: Vec<LinkSpec>) {
+        let n = self.ports.len();
+        for sp in specs {
+            if sp.from < n && sp.to < n && sp.from != sp.to {
+                let li = self.table[sp.from * n + sp.to];
+                let name = self.links[li].name.clone();
+                self.links[li] = LinkSpec { name, ..sp };
+                self.stats[li].configured = true;
+                self.e.reconfigure.event_value(li as u32, self.links[li].delay_ns);
             }
         }
-        // 1. Take in what arrived.
-        for pi in 0..n {
-            if !ports[pi].ready() {
+    }
+
+    /// Take in what arrived on port `pi` (up to 256 frames a turn).
+    fn take_in(&mut self, pi: usize) {
+        if !self.ports[pi].ready() {
+            return;
+        }
+        for _ in 0..256 {
+            let Some((len, krx0)) = self.ports[pi].recv(&mut self.buf, &mut self.pstats[pi].not_for_router) else { break };
+            let ps = &mut self.pstats[pi];
+            ps.frames += 1;
+            let krx = if krx0 == 0 {
+                ps.no_kernel_ts += 1;
+                realtime_ns()
+            } else {
+                krx0
+            };
+            if let Some((li, ip)) = self.route(pi, len) {
+                self.admit(pi, li, len, krx, &ip);
+            }
+        }
+    }
+
+    /// The link a frame that came in on `pi` takes, or None (counted: not
+    /// IPv4, for the router itself, no route, a path the kernel forwards).
+    fn route(&mut self, pi: usize, len: usize) -> Option<(usize, frame::Ipv4)> {
+        let ps = &mut self.pstats[pi];
+        let Some(ip) = frame::ipv4(&self.buf[..len]) else {
+            ps.not_ipv4 += 1;
+            return None;
+        };
+        if self.cfg.ports.iter().any(|q| q.router_ip == ip.dst) {
+            ps.to_router += 1;
+            return None;
+        }
+        let out = match self.cfg.ports.iter().position(|q| ip.dst & q.mask() == q.net & q.mask()) {
+            Some(out) if out != pi => out,
+            _ => {
+                ps.unrouted += 1;
+                return None;
+            }
+        };
+        if self.cfg.is_kernel(pi, out) {
+            ps.kernel_path += 1;
+            return None;
+        }
+        Some((self.table[pi * self.ports.len() + out], ip))
+    }
+
+    /// The link's semantics for one frame: loss, the rewrite for its next
+    /// hop, duplication, reordering or delay, the rate queue; each copy that
+    /// survives waits for its departure.
+    fn admit(&mut self, pi: usize, li: usize, len: usize, krx: i64, ip: &frame::Ipv4) {
+        let l = &self.links[li];
+        let st = &mut self.stats[li];
+        st.packets_in += 1;
+        st.bytes_in += len as u64;
+        if self.rng.chance(l.loss) {
+            st.lost += 1;
+            self.e.drop.event_value(li as u32, 1);
+            return;
+        }
+        let out = l.to;
+        if !frame::forward(&mut self.buf[..len], ip, &self.ports[out].mac, &self.cfg.ports[out].host_mac) {
+            self.pstats[pi].ttl_expired += 1;
+            return;
+        }
+        let copies = if self.rng.chance(l.duplicate) { 2 } else { 1 };
+        for c in 0..copies {
+            let st = &mut self.stats[li];
+            if self.waiting[li] >= l.limit {
+                st.queue_drops += 1;
+                self.e.drop.event_value(li as u32, 2);
                 continue;
             }
-            for _ in 0..256 {
-                let Some((len, krx0)) = ports[pi].recv(&mut buf, &mut pstats[pi].not_for_router) else { break };
-                let ps = &mut pstats[pi];
-                ps.frames += 1;
-                let krx = if krx0 == 0 {
-                    ps.no_kernel_ts += 1;
-                    realtime_ns()
-                } else {
-                    krx0
-                };
-                let Some(ip) = frame::ipv4(&buf[..len]) else {
-                    ps.not_ipv4 += 1;
-                    continue;
-                };
-                if cfg.ports.iter().any(|q| q.router_ip == ip.dst) {
-                    ps.to_router += 1;
-                    continue;
-                }
-                let Some(out) = cfg.ports.iter().position(|q| ip.dst & q.mask() == q.net & q.mask()) else {
-                    ps.unrouted += 1;
-                    continue;
-                };
-                if out == pi {
-                    ps.unrouted += 1;
-                    continue;
-                }
-                if cfg.is_kernel(pi, out) {
-                    ps.kernel_path += 1;
-                    continue;
-                }
-                let li = table[pi * n + out];
-                let l = &links[li];
-                let st = &mut stats[li];
-                st.packets_in += 1;
-                st.bytes_in += len as u64;
-                if rng.chance(l.loss) {
-                    st.lost += 1;
-                    e.drop.event_value(li as u32, 1);
-                    continue;
-                }
-                if !frame::forward(&mut buf[..len], &ip, &ports[out].mac, &cfg.ports[out].host_mac) {
-                    pstats[pi].ttl_expired += 1;
-                    continue;
-                }
-                let copies = if rng.chance(l.duplicate) { 2 } else { 1 };
-                for c in 0..copies {
-                    let st = &mut stats[li];
-                    if waiting[li] >= l.limit {
-                        st.queue_drops += 1;
-                        e.drop.event_value(li as u32, 2);
-                        continue;
-                    }
-                    let mut flags = if c == 1 { FLAG_DUP } else { 0 };
-                    if c == 1 {
-                        st.duplicated += 1;
-                    }
-                    let ready = if rng.chance(l.reorder) {
-                        st.reordered += 1;
-                        flags |= FLAG_REORDERED;
-                        krx
-                    } else {
-                        krx + rng.delay(l)
-                    };
-                    let (sched, queue) = match l.rate_bps {
-                        Some(r) if r > 0.0 => {
-                            let tx = (len as f64 * 8.0 * 1e9 / r) as i64;
-                            let start = ready.max(busy_until[li]);
-                            busy_until[li] = start + tx;
-                            (start + tx, start - ready)
-                        }
-                        _ => (ready, 0),
-                    };
-                    let slot = match free.pop() {
-                        Some(s) => s,
-                        None => {
-                            slab.push(Pending { frame: Vec::new(), len: 0, link: 0, krx: 0, ready: 0, sched: 0, queued: 0, flags: 0 });
-                            slab.len() - 1
-                        }
-                    };
-                    let pd = &mut slab[slot];
-                    pd.frame.clear();
-                    pd.frame.extend_from_slice(&buf[..len]);
-                    pd.len = len;
-                    pd.link = li;
-                    pd.krx = krx;
-                    pd.ready = ready;
-                    pd.sched = sched;
-                    pd.queued = queue;
-                    pd.flags = flags;
-                    waiting[li] += 1;
-                    order += 1;
-                    heap.push(Reverse((sched, order, slot)));
-                }
+            let mut flags = if c == 1 { FLAG_DUP } else { 0 };
+            if c == 1 {
+                st.duplicated += 1;
             }
+            let ready = if self.rng.chance(l.reorder) {
+                st.reordered += 1;
+                flags |= FLAG_REORDERED;
+                krx
+            } else {
+                krx + self.rng.delay(l)
+            };
+            let (sched, queued) = match l.rate_bps {
+                Some(r) if r > 0.0 => {
+                    let tx = (len as f64 * 8.0 * 1e9 / r) as i64;
+                    let start = ready.max(self.busy_until[li]);
+                    self.busy_until[li] = start + tx;
+                    (start + tx, start - ready)
+                }
+                _ => (ready, 0),
+            };
+            self.waiting[li] += 1;
+            self.due.push(&self.buf[..len], Pending { frame: Vec::new(), len, link: li, krx, ready, sched, queued, flags });
         }
-        // 2. Send what is due: every due frame into its port's TX ring, then
-        // one flush per port; the departure is the flush's time.
+    }
+
+    /// Send what is due: every due frame into its port's TX ring, then one
+    /// flush per port; the departure is the flush's time. Returns the time after.
+    fn send_due(&mut self) -> i64 {
         let mut now = realtime_ns();
-        batch.clear();
-        while let Some(&Reverse((t, _, slot))) = heap.peek() {
-            if t > now {
-                break;
-            }
-            heap.pop();
-            let pd = &slab[slot];
-            let out = links[pd.link].to;
-            let direct = ports[out].rings.is_none();
+        self.batch.clear();
+        while let Some(slot) = self.due.pop_due(now) {
+            let pd = &self.due.slab[slot];
+            let out = self.links[pd.link].to;
+            let direct = self.ports[out].rings.is_none();
             let t_direct = if direct { realtime_ns() } else { 0 };
-            let ok = ports[out].send(&pd.frame[..pd.len]);
-            batch.push((slot, if ok { t_direct } else { -1 }));
+            let ok = self.ports[out].send(&pd.frame[..pd.len]);
+            self.batch.push((slot, if ok { t_direct } else { -1 }));
             if direct {
                 now = realtime_ns();
             }
         }
-        if !batch.is_empty() {
-            let t_flush = realtime_ns();
-            for p in ports.iter_mut() {
-                p.flush();
-            }
-            for &(slot, t) in &batch {
-                let pd = &slab[slot];
-                let li = pd.link;
-                waiting[li] -= 1;
-                let st = &mut stats[li];
-                if t >= 0 {
-                    let sent = if t > 0 { t } else { t_flush };
-                    st.forwarded += 1;
-                    applied[li].add(sent - pd.krx);
-                    late[li].add(sent - pd.sched);
-                    queued[li].add(pd.queued);
-                    if cfg.records {
-                        payload[0..8].copy_from_slice(&pd.krx.to_le_bytes());
-                        payload[8..16].copy_from_slice(&pd.ready.to_le_bytes());
-                        payload[16..24].copy_from_slice(&pd.sched.to_le_bytes());
-                        payload[24..32].copy_from_slice(&sent.to_le_bytes());
-                        payload[32..36].copy_from_slice(&(pd.len as u32).to_le_bytes());
-                        payload[36..40].copy_from_slice(&pd.flags.to_le_bytes());
-                        e.forward.event_payload(li as u32, &payload);
-                    }
-                } else {
-                    st.send_errors += 1;
-                    e.drop.event_value(li as u32, 3);
-                }
-                free.push(slot);
-            }
-            now = realtime_ns();
+        if self.batch.is_empty() {
+            return now;
         }
-        // 3. Wait: sleep until a margin before the next departure, spin the rest.
-        let next = heap.peek().map(|r| r.0 .0);
+        let t_flush = realtime_ns();
+        for p in self.ports.iter_mut() {
+            p.flush();
+        }
+        for i in 0..self.batch.len() {
+            let (slot, t) = self.batch[i];
+            self.sent(slot, if t > 0 { t } else if t == 0 { t_flush } else { -1 });
+            self.due.free.push(slot);
+        }
+        realtime_ns()
+    }
+
+    /// Count one frame that left at `sent` (-1: the send failed), and trace it.
+    fn sent(&mut self, slot: usize, sent: i64) {
+        let pd = &self.due.slab[slot];
+        let li = pd.link;
+        self.waiting[li] -= 1;
+        let st = &mut self.stats[li];
+        if sent < 0 {
+            st.send_errors += 1;
+            self.e.drop.event_value(li as u32, 3);
+            return;
+        }
+        st.forwarded += 1;
+        let h = &mut self.hists[li];
+        h.applied.add(sent - pd.krx);
+        h.late.add(sent - pd.sched);
+        h.queued.add(pd.queued);
+        if self.cfg.records {
+            let p = &mut self.payload;
+            p[0..8].copy_from_slice(&pd.krx.to_le_bytes());
+            p[8..16].copy_from_slice(&pd.ready.to_le_bytes());
+            p[16..24].copy_from_slice(&pd.sched.to_le_bytes());
+            p[24..32].copy_from_slice(&sent.to_le_bytes());
+            p[32..36].copy_from_slice(&(pd.len as u32).to_le_bytes());
+            p[36..40].copy_from_slice(&pd.flags.to_le_bytes());
+            self.e.forward.event_payload(li as u32, p);
+        }
+    }
+
+    fn next_departure(&self) -> Option<i64> {
+        self.due.heap.peek().map(|r| r.0 .0)
+    }
+
+    /// The counts, with what was still waiting and what the ports dropped.
+    fn finish(mut self) -> EmuResult {
+        for Reverse((_, _, slot)) in self.due.heap.drain() {
+            self.stats[self.due.slab[slot].link].pending_at_stop += 1;
+        }
+        for (st, h) in self.stats.iter_mut().zip(&self.hists) {
+            st.applied = h.applied.snapshot();
+            st.late = h.late.snapshot();
+            st.queued = h.queued.snapshot();
+        }
+        for (ps, p) in self.pstats.iter_mut().zip(self.ports.iter()) {
+            ps.socket_drops = p.drops();
+            ps.truncated = p.truncated;
+            ps.tx_refused = p.tx_refused;
+        }
+        EmuResult { links: self.stats, ports: self.pstats, hist_scale: Some(hist().scale), ..Default::default() }
+    }
+}
+
+/// How the loop waits for the next departure: in `ppoll` on the ports until
+/// a margin before it, spinning the rest; the margin follows a quantile of
+/// the wake-up lateness it sees (`spin_margin`). With `poll` it never sleeps.
+struct Waiter {
+    pfds: Vec<libc::pollfd>,
+    poll: bool,
+    spin_cap: i64,
+    permille: usize,
+    margin: i64,
+    ring: [i64; LATE_RING],
+    seen: usize,
+    sleeps: u64,
+}
+
+impl Waiter {
+    fn new(cfg: &Config, ports: &[Port]) -> Waiter {
+        let spin_cap = cfg.spin_max_ns.clamp(0, MAX_MARGIN_NS);
+        Waiter {
+            pfds: ports.iter().map(|p| libc::pollfd { fd: p.fd, events: libc::POLLIN, revents: 0 }).collect(),
+            poll: cfg.poll,
+            spin_cap,
+            permille: cfg.spin_permille.clamp(1, 999),
+            margin: 50_000.min(spin_cap),
+            ring: [0; LATE_RING],
+            seen: 0,
+            sleeps: 0,
+        }
+    }
+
+    fn wait(&mut self, next: Option<i64>, now: i64, end: Option<i64>) {
         let wait = match next {
-            _ if cfg.poll => 0,
-            Some(t) => t - now - margin,
+            _ if self.poll => 0,
+            Some(t) => t - now - self.margin,
             None => 100_000_000,
         };
-        if wait > 0 {
-            let wait = match end {
-                Some(e) => wait.min((e - now).max(0)),
-                None => wait,
-            }
-            .min(100_000_000);
-            let ts = libc::timespec { tv_sec: wait / 1_000_000_000, tv_nsec: wait % 1_000_000_000 };
-            let target = now + wait;
-            let r = unsafe { libc::ppoll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
-            sleeps += 1;
-            if r == 0 && next.is_some() {
-                // Woken by the timeout: learn how late wake-ups are.
-                lateness_ring[lateness_n % LATE_RING] = realtime_ns() - target;
-                lateness_n += 1;
-                if lateness_n % 64 == 0 {
-                    margin = spin_margin(&lateness_ring[..lateness_n.min(LATE_RING)], spin_cap, cfg.spin_permille.clamp(1, 999));
-                }
-            }
-        } else {
+        if wait <= 0 {
             std::hint::spin_loop();
+            return;
+        }
+        let wait = end.map_or(wait, |e| wait.min((e - now).max(0))).min(100_000_000);
+        let ts = libc::timespec { tv_sec: wait / 1_000_000_000, tv_nsec: wait % 1_000_000_000 };
+        let target = now + wait;
+        let r = unsafe { libc::ppoll(self.pfds.as_mut_ptr(), self.pfds.len() as libc::nfds_t, &ts, std::ptr::null()) };
+        self.sleeps += 1;
+        if r == 0 && next.is_some() {
+            // Woken by the timeout: learn how late wake-ups are.
+            self.ring[self.seen % LATE_RING] = realtime_ns() - target;
+            self.seen += 1;
+            if self.seen % 64 == 0 {
+                self.margin = spin_margin(&self.ring[..self.seen.min(LATE_RING)], self.spin_cap, self.permille);
+            }
         }
     }
-    result.interrupted = stop.load(Ordering::Relaxed);
-    result.elapsed_ns = (realtime_ns() - t0).max(0) as u64;
-    for Reverse((_, _, slot)) in heap.drain() {
-        stats[slab[slot].link].pending_at_stop += 1;
-    }
-    for (i, st) in stats.iter_mut().enumerate() {
-        st.applied = applied[i].snapshot();
-        st.late = late[i].snapshot();
-        st.queued = queued[i].snapshot();
-    }
-    for (ps, p) in pstats.iter_mut().zip(ports.iter()) {
-        ps.socket_drops = p.drops();
-        ps.truncated = p.truncated;
-        ps.tx_refused = p.tx_refused;
-    }
-    result.links = stats;
-    result.ports = pstats;
-    result.wait = match (cfg.poll, cfg.cpu) {
-        (true, Some(c)) => format!("busy-poll on CPU {c}"),
-        (true, None) => "busy-poll (not pinned)".into(),
-        _ => "sleep in ppoll, spin the last margin".into(),
-    };
-    result.cpu_note = cpu_note;
-    result.cpu_ns = thread_cpu_ns() - cpu0;
-    result.final_margin_ns = margin;
-    result.sleeps = sleeps;
-    result.priority = got_priority;
-    result.policy_note = policy_note;
-    Ok(result)
 }
 
 #[cfg(test)]
