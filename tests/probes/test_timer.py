@@ -138,3 +138,20 @@ def _target(p: str) -> str:
         return os.readlink(p)
     except OSError:
         return ""
+
+
+def test_a_lab_probes_trace_writer_runs_at_sched_idle_so_any_woken_thread_takes_its_cpu(tmp_path: Path) -> None:
+    p = subprocess.Popen([str(BIN), "probe", "timer", "--duration", "5s", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        writer = None
+        for _ in range(100):
+            tasks = Path(f"/proc/{p.pid}/task")
+            writer = next((int(t.name) for t in tasks.iterdir() if (t / "comm").read_text().strip() == "loopscope-wr"), None) if tasks.exists() else None
+            if writer:
+                break
+            time.sleep(0.05)
+        assert writer is not None, "no trace writer thread appeared"
+        assert os.sched_getscheduler(writer) == os.SCHED_IDLE
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=10)

@@ -74,6 +74,13 @@ pub struct Config {
     /// fsync the file at close.
     #[serde(default)]
     pub fsync: bool,
+    /// Run the writer at SCHED_IDLE: it then runs only when its CPU has
+    /// nothing else to do, and any thread woken there takes the CPU from it
+    /// at once (loopscope's own probes ask for it: their writer must not
+    /// delay what other probes measure). Under a CPU that never idles it
+    /// falls behind, and what overflows the buffers is counted as lost.
+    #[serde(default)]
+    pub writer_idle: bool,
 }
 
 fn default_streams() -> Vec<StreamConfig> {
@@ -85,7 +92,7 @@ fn default_flush_ms() -> u64 {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { streams: default_streams(), flush_ms: default_flush_ms(), fsync: false }
+        Config { streams: default_streams(), flush_ms: default_flush_ms(), fsync: false, writer_idle: false }
     }
 }
 

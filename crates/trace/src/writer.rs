@@ -85,6 +85,11 @@ pub fn count_records(mut b: &[u8]) -> u64 {
 }
 
 pub(crate) fn run(sh: Arc<Shared>, mut file: File, mut offset: u64) -> End {
+    if sh.config.writer_idle {
+        let p = libc::sched_param { sched_priority: 0 };
+        // SAFETY: this thread's own policy; a refusal leaves it as it was.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
+    }
     let nstreams = sh.config.streams.len();
     let mut cursors: Vec<Cursor> = Vec::new();
     let mut ns_done = 0usize;

@@ -25,6 +25,9 @@ class TraceOutcome:
 # time at the default 10 ms, and up to 2.1 % at 200 ms). Nothing reads a
 # probe's trace before it closes; a writer that finds more than a block
 # waiting goes back to 1 ms cycles, so a busy probe's rings do not fill.
+# It also runs at SCHED_IDLE: a thread woken on its CPU takes the CPU from it
+# at once (each flush is ~0.1 ms of writing, and under a flood it still was
+# up to 1.1 % of a pipeline stage's outlier time at 1 s).
 LAB_FLUSH_MS = 1000
 
 
@@ -45,7 +48,7 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
     if moved:
         os.sched_setaffinity(0, rest)
     try:
-        session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=LAB_FLUSH_MS) if path is not None else None
+        session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=LAB_FLUSH_MS, writer_idle=True) if path is not None else None
         try:
             yield out
         finally:

@@ -76,6 +76,7 @@ def open(
     config: str | os.PathLike[str] | None = None,
     fsync: bool = False,
     flush_ms: int | None = None,
+    writer_idle: bool = False,
 ) -> Session:
     """Open a trace file (``path`` None: ``$LOOPSCOPE_TRACE``, which a run's
     ``program`` probe sets).
@@ -92,9 +93,9 @@ def open(
         if not path:
             raise InputError("no trace path given and LOOPSCOPE_TRACE is not set")
     text = None
-    if config is None and flush_ms is not None:
-        # how long the writer sleeps between quiet cycles (docs/trace-format.md)
-        text = f"flush_ms = {int(flush_ms)}\n"
+    if config is None and (flush_ms is not None or writer_idle):
+        # how long the writer sleeps between quiet cycles, and whether it runs at SCHED_IDLE (docs/trace-format.md)
+        text = (f"flush_ms = {int(flush_ms)}\n" if flush_ms is not None else "") + ("writer_idle = true\n" if writer_idle else "")
     if config is not None:
         p = Path(config)
         try:
