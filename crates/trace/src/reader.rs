@@ -127,9 +127,46 @@ pub fn read_file(path: &Path, opts: Options) -> Result<Trace, Error> {
     read_bytes(&map, &path.display().to_string(), opts)
 }
 
-/// Read a trace held in memory; `name` is used in messages.
+/// Read a trace held in memory; `name` is used in messages. In stages: the
+/// file header, a walk over the chunks (metadata parsed, data chunks noted,
+/// damage skipped and counted), then the records: counted per chunk and
+/// decoded into columns in parallel.
 pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error> {
-    let bad = |off: usize, msg: String| Error::input(format!("{name}: offset {off}: {msg}"));
+    let (major, minor, hlen) = file_header(data, name)?;
+    let mut t = Trace::default();
+    t.stats.file_bytes = data.len() as u64;
+    t.stats.version = [major, minor];
+    let refs = walk_chunks(data, name, hlen, &mut t)?;
+    if let Some(e) = &t.end {
+        t.stats.lost_records = t.stats.lost_records.max(e.lost_records);
+    }
+
+    let clock = if t.info.clock == "mono" { ClockKind::Mono } else { ClockKind::Tsc };
+    let conv = RawToMono::new(clock, &t.calibration, if t.info.raw_hz > 0.0 { t.info.raw_hz } else { 1e9 });
+    // Entity id -> kind, for validating records.
+    let max_id = t.entities.iter().map(|e| e.id).max().unwrap_or(0) as usize;
+    let mut kinds: Vec<Option<Kind>> = vec![None; max_id + 1];
+    for e in &t.entities {
+        kinds[e.id as usize] = Some(e.kind);
+    }
+    let damaged = t.stats.damaged_chunks > 0 || t.stats.truncated_bytes > 0;
+    let dec = Decoder { data, name, kinds: &kinds, damaged, conv: &conv };
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+
+    let (plans, total) = plan_rows(&dec, &refs, workers, &mut t.stats)?;
+    t.stats.records = total as u64;
+    if opts.count_only {
+        return Ok(t);
+    }
+    t.cols = decode_rows(&dec, &plans, total, workers);
+    if opts.sort && !t.cols.t_ns.windows(2).all(|w| w[0] <= w[1]) {
+        sort_columns(&mut t.cols);
+    }
+    Ok(t)
+}
+
+/// The file header's version and length, or why this is not a trace we read.
+fn file_header(data: &[u8], name: &str) -> Result<(u16, u16, usize), Error> {
     if data.len() < format::FILE_HEADER_LEN || data[0..8] != format::FILE_MAGIC {
         let head: String = data.iter().take(8).map(|&b| if b.is_ascii_graphic() { b as char } else { '.' }).collect();
         return Err(Error::input(format!(
@@ -140,62 +177,62 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
     let minor = u16::from_le_bytes([data[10], data[11]]);
     let hlen = u32::from_le_bytes(data[12..16].try_into().unwrap()) as usize;
     if major != format::VERSION_MAJOR {
-        return Err(bad(8, format!(
-            "trace format {major}.{minor} cannot be read by this reader (format {}.x); use the loopscope version that wrote it",
+        return Err(Error::input(format!(
+            "{name}: offset 8: trace format {major}.{minor} cannot be read by this reader (format {}.x); use the loopscope version that wrote it",
             format::VERSION_MAJOR
         )));
     }
     if hlen < format::FILE_HEADER_LEN || hlen > data.len() || hlen % 8 != 0 {
-        return Err(bad(12, format!("file header length {hlen} is not valid; the header is damaged")));
+        return Err(Error::input(format!("{name}: offset 12: file header length {hlen} is not valid; the header is damaged")));
     }
+    Ok((major, minor, hlen))
+}
 
-    let mut t = Trace::default();
-    t.stats.file_bytes = data.len() as u64;
-    t.stats.version = [major, minor];
+/// A chunk header at `pos` that can be trusted (its length fits the format).
+fn intact_header(data: &[u8], pos: usize) -> Option<ChunkHeader> {
+    ChunkHeader::decode(&data[pos..]).filter(|h| (h.len as usize) <= format::MAX_CHUNK_PAYLOAD && h.len % 8 == 0)
+}
+
+/// The offset of the next intact chunk header after a damaged one at `pos`
+/// (the end of the data when there is none).
+fn resync(data: &[u8], pos: usize) -> usize {
+    let mut q = pos + 8;
+    while q + format::CHUNK_HEADER_LEN <= data.len() {
+        if data[q..q + 4] == format::CHUNK_MAGIC && intact_header(data, q).is_some() {
+            return q;
+        }
+        q += 8;
+    }
+    data.len()
+}
+
+/// Walk the chunks from `hlen`: metadata chunks go into `t`, data chunks
+/// are returned for decoding; damaged and cut-short chunks are skipped and
+/// counted in `t.stats` (with their records, when their header says).
+fn walk_chunks(data: &[u8], name: &str, hlen: usize, t: &mut Trace) -> Result<Vec<DataRef>, Error> {
     let mut refs: Vec<DataRef> = Vec::new();
     let mut have_info = false;
     let mut dump_of_stream: std::collections::HashMap<u16, u32> = Default::default();
     let mut pos = hlen;
-
     while pos < data.len() {
         if data.len() - pos < format::CHUNK_HEADER_LEN {
             t.stats.truncated_bytes += (data.len() - pos) as u64;
             note(&mut t.stats, format!("offset {pos}: file ends inside a chunk header ({} bytes lost)", data.len() - pos));
             break;
         }
-        let h = match ChunkHeader::decode(&data[pos..]) {
-            Some(h) if (h.len as usize) <= format::MAX_CHUNK_PAYLOAD && h.len % 8 == 0 => h,
-            _ => {
-                // Resynchronise on the next intact chunk header.
-                let mut q = pos + 8;
-                while q + format::CHUNK_HEADER_LEN <= data.len() {
-                    if data[q..q + 4] == format::CHUNK_MAGIC {
-                        if let Some(h2) = ChunkHeader::decode(&data[q..]) {
-                            if (h2.len as usize) <= format::MAX_CHUNK_PAYLOAD && h2.len % 8 == 0 {
-                                break;
-                            }
-                        }
-                    }
-                    q += 8;
-                }
-                let q = if q + format::CHUNK_HEADER_LEN <= data.len() { q } else { data.len() };
-                t.stats.damaged_chunks += 1;
-                t.stats.damaged_bytes += (q - pos) as u64;
-                note(&mut t.stats, format!("offset {pos}: damaged chunk header, {} bytes skipped", q - pos));
-                pos = q;
-                continue;
-            }
+        let Some(h) = intact_header(data, pos) else {
+            let q = resync(data, pos);
+            t.stats.damaged_chunks += 1;
+            t.stats.damaged_bytes += (q - pos) as u64;
+            note(&mut t.stats, format!("offset {pos}: damaged chunk header, {} bytes skipped", q - pos));
+            pos = q;
+            continue;
         };
         let body = pos + format::CHUNK_HEADER_LEN;
         let end = body + h.len as usize;
         if end > data.len() {
             t.stats.truncated_bytes += (data.len() - pos) as u64;
-            note(&mut t.stats, format!(
-                "offset {pos}: file ends inside a {} chunk ({} of {} bytes present)",
-                chunk::name(h.ty),
-                data.len() - pos,
-                end - pos
-            ));
+            note(&mut t.stats, format!("offset {pos}: file ends inside a {} chunk ({} of {} bytes present)", chunk::name(h.ty), data.len() - pos, end - pos));
             if h.ty == chunk::DATA {
                 t.stats.lost_records += h.lost;
             }
@@ -204,94 +241,75 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
         t.stats.chunks += 1;
         if h.ty == chunk::DATA {
             // The header is intact, so its count of dropped records is too.
-            t.stats.lost_records += h.lost;
-            let s = h.stream as usize;
-            if t.stats.lost_by_stream.len() <= s {
-                t.stats.lost_by_stream.resize(s + 1, 0);
-            }
-            t.stats.lost_by_stream[s] += h.lost;
+            count_lost(&mut t.stats, &h);
         }
         let payload = &data[body..end];
         if crc32c::crc32c(payload) != h.payload_crc {
             t.stats.damaged_chunks += 1;
             t.stats.damaged_bytes += (end - pos) as u64;
             note(&mut t.stats, format!("offset {pos}: {} chunk of {} bytes fails its checksum, skipped", chunk::name(h.ty), h.len));
-            pos = end;
-            continue;
-        }
-        let json_err = |e: serde_json::Error| bad(pos, format!("{} chunk is not valid: {e}", chunk::name(h.ty)));
-        match h.ty {
-            chunk::INFO => {
-                t.info = serde_json::from_slice(payload).map_err(json_err)?;
-                have_info = true;
+        } else if h.ty == chunk::DATA {
+            t.stats.data_chunks += 1;
+            let ring = t.info.streams.get(h.stream as usize).map(|s| s.kind == "ring").unwrap_or(false);
+            let dump = if ring { dump_of_stream.get(&h.stream).copied().unwrap_or(0) } else { 0 };
+            if !payload.is_empty() {
+                refs.push(DataRef { off: body, h, dump });
             }
-            chunk::NAMESPACE => {
-                let v: Vec<EntityInfo> = serde_json::from_slice(payload).map_err(json_err)?;
-                t.entities.extend(v);
-            }
-            chunk::THREADS => {
-                let v: Vec<ThreadInfo> = serde_json::from_slice(payload).map_err(json_err)?;
-                t.threads.extend(v);
-            }
-            chunk::CALIBRATION => {
-                let v: Vec<CalPair> = serde_json::from_slice(payload).map_err(json_err)?;
-                t.calibration.extend(v);
-            }
-            chunk::DUMP => {
-                let d: DumpInfo = serde_json::from_slice(payload).map_err(json_err)?;
-                dump_of_stream.insert(d.stream, d.dump);
-                t.dumps.push(d);
-            }
-            chunk::CONFIG => {
-                let c: ConfigChange = serde_json::from_slice(payload).map_err(json_err)?;
-                t.changes.push(c);
-            }
-            chunk::END => {
-                let e: End = serde_json::from_slice(payload).map_err(json_err)?;
-                t.stats.closed = true;
-                t.end = Some(e);
-            }
-            chunk::DATA => {
-                t.stats.data_chunks += 1;
-                let ring = t.info.streams.get(h.stream as usize).map(|s| s.kind == "ring").unwrap_or(false);
-                let dump = if ring { dump_of_stream.get(&h.stream).copied().unwrap_or(0) } else { 0 };
-                if !payload.is_empty() {
-                    refs.push(DataRef { off: body, h, dump });
-                }
-            }
-            _ => {
-                t.stats.unknown_chunks += 1;
-                note(&mut t.stats, format!("offset {pos}: unknown chunk type {} skipped (written by a newer loopscope?)", h.ty));
-            }
+        } else {
+            let json_err = |e: serde_json::Error| Error::input(format!("{name}: offset {pos}: {} chunk is not valid: {e}", chunk::name(h.ty)));
+            have_info |= metadata(&h, payload, pos, t, &mut dump_of_stream).map_err(json_err)?;
         }
         pos = end;
     }
-
     if !have_info {
-        return Err(bad(format::FILE_HEADER_LEN, "the info chunk is missing or damaged, so the trace cannot be interpreted".into()));
+        return Err(Error::input(format!("{name}: offset {}: the info chunk is missing or damaged, so the trace cannot be interpreted", format::FILE_HEADER_LEN)));
     }
-    if let Some(e) = &t.end {
-        t.stats.lost_records = t.stats.lost_records.max(e.lost_records);
+    Ok(refs)
+}
+
+fn count_lost(stats: &mut Stats, h: &ChunkHeader) {
+    stats.lost_records += h.lost;
+    let s = h.stream as usize;
+    if stats.lost_by_stream.len() <= s {
+        stats.lost_by_stream.resize(s + 1, 0);
     }
+    stats.lost_by_stream[s] += h.lost;
+}
 
-    let clock = if t.info.clock == "mono" { ClockKind::Mono } else { ClockKind::Tsc };
-    let conv = RawToMono::new(clock, &t.calibration, if t.info.raw_hz > 0.0 { t.info.raw_hz } else { 1e9 });
-
-    // Entity id -> kind, for validating records.
-    let max_id = t.entities.iter().map(|e| e.id).max().unwrap_or(0) as usize;
-    let mut kinds: Vec<Option<Kind>> = vec![None; max_id + 1];
-    for e in &t.entities {
-        kinds[e.id as usize] = Some(e.kind);
+/// One metadata chunk into `t`; true when it was the info chunk.
+fn metadata(h: &ChunkHeader, payload: &[u8], pos: usize, t: &mut Trace, dump_of_stream: &mut std::collections::HashMap<u16, u32>) -> Result<bool, serde_json::Error> {
+    match h.ty {
+        chunk::INFO => {
+            t.info = serde_json::from_slice(payload)?;
+            return Ok(true);
+        }
+        chunk::NAMESPACE => t.entities.extend(serde_json::from_slice::<Vec<EntityInfo>>(payload)?),
+        chunk::THREADS => t.threads.extend(serde_json::from_slice::<Vec<ThreadInfo>>(payload)?),
+        chunk::CALIBRATION => t.calibration.extend(serde_json::from_slice::<Vec<CalPair>>(payload)?),
+        chunk::DUMP => {
+            let d: DumpInfo = serde_json::from_slice(payload)?;
+            dump_of_stream.insert(d.stream, d.dump);
+            t.dumps.push(d);
+        }
+        chunk::CONFIG => t.changes.push(serde_json::from_slice::<ConfigChange>(payload)?),
+        chunk::END => {
+            t.stats.closed = true;
+            t.end = Some(serde_json::from_slice::<End>(payload)?);
+        }
+        _ => {
+            t.stats.unknown_chunks += 1;
+            note(&mut t.stats, format!("offset {pos}: unknown chunk type {} skipped (written by a newer loopscope?)", h.ty));
+        }
     }
-    let damaged = t.stats.damaged_chunks > 0 || t.stats.truncated_bytes > 0;
-    let dec = Decoder { data, name, kinds: &kinds, damaged, conv: &conv };
+    Ok(false)
+}
 
-    // Pass 2a: validate every record and count the rows of each chunk, so the
-    // columns can be allocated once at their final size.
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+/// Validate every record and count the rows of each data chunk (in
+/// parallel), so the columns can be allocated once at their final size:
+/// each chunk's first row and row count, and the total.
+fn plan_rows<'a>(dec: &Decoder, refs: &'a [DataRef], workers: usize, stats: &mut Stats) -> Result<(Vec<Plan<'a>>, usize), Error> {
     let counts: Vec<Result<(usize, u64), Error>> = {
         let per = refs.len().div_ceil(workers).max(1);
-        let dec = &dec;
         std::thread::scope(|sc| {
             let hs: Vec<_> = refs.chunks(per).map(|part| sc.spawn(move || part.iter().map(|r| dec.scan(r)).collect::<Vec<_>>())).collect();
             hs.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
@@ -301,28 +319,25 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
     let mut first = 0usize;
     for (r, c) in refs.iter().zip(counts) {
         let (rows, orphans) = c?;
-        t.stats.orphan_records += orphans;
+        stats.orphan_records += orphans;
         plans.push(Plan { r, first, rows });
         first += rows;
     }
-    let total = first;
-    t.stats.records = total as u64;
-    if opts.count_only {
-        return Ok(t);
-    }
+    Ok((plans, first))
+}
 
-    // Pass 2b: decode in parallel, each worker filling its own row range.
+/// Decode the planned chunks into columns, each worker filling its own
+/// row range, then join what they found besides (histograms, payloads).
+fn decode_rows(dec: &Decoder, plans: &[Plan], total: usize, workers: usize) -> Columns {
     let mut cols = Columns::zeroed(total);
     let mut parts: Vec<&[Plan]> = Vec::new();
-    {
-        let per = total.div_ceil(workers).max(1);
-        let mut start = 0;
-        for i in 0..plans.len() {
-            let end_row = plans[i].first + plans[i].rows;
-            if end_row - plans[start].first >= per || i + 1 == plans.len() {
-                parts.push(&plans[start..=i]);
-                start = i + 1;
-            }
+    let per = total.div_ceil(workers).max(1);
+    let mut start = 0;
+    for i in 0..plans.len() {
+        let end_row = plans[i].first + plans[i].rows;
+        if end_row - plans[start].first >= per || i + 1 == plans.len() {
+            parts.push(&plans[start..=i]);
+            start = i + 1;
         }
     }
     let extras: Vec<Extras> = {
@@ -334,13 +349,17 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
             rest = tail;
             jobs.push((*part, mine));
         }
-        let dec = &dec;
         std::thread::scope(|sc| {
             let hs: Vec<_> = jobs.into_iter().map(|(part, mine)| sc.spawn(move || dec.fill(part, mine))).collect();
             hs.into_iter().map(|h| h.join().unwrap_or_default()).collect()
         })
     };
-    let c = &mut cols;
+    join_extras(&mut cols, extras, total);
+    cols
+}
+
+/// Append each worker's histograms and payloads, renumbered, to the columns.
+fn join_extras(c: &mut Columns, extras: Vec<Extras>, total: usize) {
     let mut payload_rows: Vec<(usize, usize, usize)> = Vec::new(); // row, start, len (in merged payload)
     for x in extras {
         let hbase = c.hist_row.len() as u32;
@@ -369,11 +388,6 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
         }
         c.payload_off = off;
     }
-    t.cols = cols;
-    if opts.sort && !t.cols.t_ns.windows(2).all(|w| w[0] <= w[1]) {
-        sort_columns(&mut t.cols);
-    }
-    Ok(t)
 }
 
 struct Plan<'a> {
