@@ -285,16 +285,37 @@ impl Bench {
     }
 
     /// Time one batch of `n` calls: (start, duration) in CLOCK_MONOTONIC ns, or the failure.
+    /// What the calls need (files to close, links to unlink, datagrams to
+    /// receive, mappings to unmap) is made before the timing and cleaned up
+    /// after it.
     fn batch(&self, call: &str, n: usize, k: usize) -> Result<(i64, i64), String> {
-        let mut fds = vec![-1i32; n];
-        let names: Vec<CString> = if matches!(call, "link" | "unlink") { (0..n).map(|i| cpath(&self.dir.join(format!("l{k}-{i}")))).collect() } else { vec![] };
-        let mut maps: Vec<*mut libc::c_void> = vec![std::ptr::null_mut(); n];
-        let mut buf = [0u8; 256];
-        // Set-up outside the timing.
+        let mut h = self.set_up(call, n, k)?;
+        let t0 = mono_ns();
+        let mut failed = if FILE_CALLS.contains(&call) { self.timed_files(call, &mut h) } else { self.timed_other(call, &mut h) };
+        let dt = mono_ns() - t0;
+        h.clean_up(call, &mut failed);
+        if call == "sendto" {
+            self.drain();
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok((t0, dt)),
+        }
+    }
+
+    /// The handles a batch works on, made outside the timing.
+    fn set_up(&self, call: &str, n: usize, k: usize) -> Result<Handles, String> {
+        let mut h = Handles {
+            n,
+            fds: vec![-1i32; n],
+            names: if matches!(call, "link" | "unlink") { (0..n).map(|i| cpath(&self.dir.join(format!("l{k}-{i}")))).collect() } else { vec![] },
+            maps: vec![std::ptr::null_mut(); n],
+            buf: [0u8; 256],
+        };
         unsafe {
             match call {
                 "close" => {
-                    for f in fds.iter_mut() {
+                    for f in h.fds.iter_mut() {
                         *f = libc::open(self.file.as_ptr(), libc::O_RDONLY);
                         if *f < 0 {
                             return Err(errno_msg("open (set-up for close)"));
@@ -302,7 +323,7 @@ impl Bench {
                     }
                 }
                 "unlink" => {
-                    for nm in &names {
+                    for nm in &h.names {
                         if libc::link(self.file.as_ptr(), nm.as_ptr()) != 0 {
                             return Err(errno_msg("link (set-up for unlink)"));
                         }
@@ -316,8 +337,8 @@ impl Bench {
                     }
                 }
                 "munmap" => {
-                    for m in maps.iter_mut() {
-                        *m = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
+                    for m in h.maps.iter_mut() {
+                        *m = map_page();
                         if *m == libc::MAP_FAILED {
                             return Err(errno_msg("mmap (set-up for munmap)"));
                         }
@@ -326,15 +347,49 @@ impl Bench {
                 _ => {}
             }
         }
-        let mut failed: Option<String> = None;
-        let t0 = mono_ns();
+        Ok(h)
+    }
+
+    /// The timed loop of a call on files; the failure, if any.
+    fn timed_files(&self, call: &str, h: &mut Handles) -> Option<String> {
+        let n = h.n;
         unsafe {
             match call {
-                "getpid" => {
-                    for _ in 0..n {
-                        std::hint::black_box(libc::syscall(libc::SYS_getpid));
+                "open" => h.fds.iter_mut().for_each(|f| *f = libc::open(self.file.as_ptr(), libc::O_RDONLY)),
+                "close" => h.fds.iter_mut().for_each(|f| {
+                    libc::close(*f);
+                    *f = -1;
+                }),
+                "read" => return repeat(n, "pread", || libc::pread(self.fd, h.buf.as_mut_ptr() as *mut libc::c_void, 1, 0) == 1),
+                "write" => return repeat(n, "pwrite", || libc::pwrite(self.wfd, h.buf.as_ptr() as *const libc::c_void, 1, 0) == 1),
+                "stat" => {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    return repeat(n, "stat", || libc::stat(self.file.as_ptr(), &mut st) == 0);
+                }
+                "link" => {
+                    for nm in &h.names {
+                        if libc::link(self.file.as_ptr(), nm.as_ptr()) != 0 {
+                            return Some(errno_msg("link"));
+                        }
                     }
                 }
+                "unlink" => h.names.iter().for_each(|nm| {
+                    libc::unlink(nm.as_ptr());
+                }),
+                _ => unreachable!("FILE_CALLS lists the calls handled here"),
+            }
+        }
+        None
+    }
+
+    /// The timed loop of any other call; the failure, if any.
+    fn timed_other(&self, call: &str, h: &mut Handles) -> Option<String> {
+        let n = h.n;
+        unsafe {
+            match call {
+                "getpid" => (0..n).for_each(|_| {
+                    std::hint::black_box(libc::syscall(libc::SYS_getpid));
+                }),
                 "clock_gettime" => {
                     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
                     for _ in 0..n {
@@ -342,119 +397,77 @@ impl Bench {
                         std::hint::black_box(&ts);
                     }
                 }
-                "open" => {
-                    for f in fds.iter_mut() {
-                        *f = libc::open(self.file.as_ptr(), libc::O_RDONLY);
-                    }
-                }
-                "close" => {
-                    for f in fds.iter_mut() {
-                        libc::close(*f);
-                        *f = -1;
-                    }
-                }
-                "read" => {
-                    for _ in 0..n {
-                        if libc::pread(self.fd, buf.as_mut_ptr() as *mut libc::c_void, 1, 0) != 1 {
-                            failed = Some(errno_msg("pread"));
-                            break;
-                        }
-                    }
-                }
-                "write" => {
-                    for _ in 0..n {
-                        if libc::pwrite(self.wfd, buf.as_ptr() as *const libc::c_void, 1, 0) != 1 {
-                            failed = Some(errno_msg("pwrite"));
-                            break;
-                        }
-                    }
-                }
-                "stat" => {
-                    let mut st: libc::stat = std::mem::zeroed();
-                    for _ in 0..n {
-                        if libc::stat(self.file.as_ptr(), &mut st) != 0 {
-                            failed = Some(errno_msg("stat"));
-                            break;
-                        }
-                    }
-                }
-                "link" => {
-                    for nm in &names {
-                        if libc::link(self.file.as_ptr(), nm.as_ptr()) != 0 {
-                            failed = Some(errno_msg("link"));
-                            break;
-                        }
-                    }
-                }
-                "unlink" => {
-                    for nm in &names {
-                        libc::unlink(nm.as_ptr());
-                    }
-                }
-                "socket" => {
-                    for f in fds.iter_mut() {
-                        *f = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0);
-                    }
-                }
-                "sendto" => {
-                    for _ in 0..n {
-                        if self.send(64) < 0 {
-                            failed = Some(errno_msg("sendto"));
-                            break;
-                        }
-                    }
-                }
+                "socket" => h.fds.iter_mut().for_each(|f| *f = libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0)),
+                "sendto" => return repeat(n, "sendto", || self.send(64) >= 0),
                 "recvfrom" => {
-                    for _ in 0..n {
-                        if libc::recvfrom(self.rx, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) < 0 {
-                            failed = Some(errno_msg("recvfrom"));
-                            break;
-                        }
-                    }
+                    let buf = &mut h.buf;
+                    return repeat(n, "recvfrom", || {
+                        libc::recvfrom(self.rx, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) >= 0
+                    });
                 }
-                "mmap" => {
-                    for m in maps.iter_mut() {
-                        *m = libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
-                    }
-                }
-                "munmap" => {
-                    for m in maps.iter_mut() {
-                        libc::munmap(*m, 4096);
-                        *m = std::ptr::null_mut();
-                    }
-                }
-                other => failed = Some(format!("unknown system call {other:?}; known: {}", CALLS.join(", "))),
+                "mmap" => h.maps.iter_mut().for_each(|m| *m = map_page()),
+                "munmap" => h.maps.iter_mut().for_each(|m| {
+                    libc::munmap(*m, 4096);
+                    *m = std::ptr::null_mut();
+                }),
+                other => return Some(format!("unknown system call {other:?}; known: {}", CALLS.join(", "))),
             }
         }
-        let dt = mono_ns() - t0;
-        // Clean-up outside the timing, and failures of calls that return handles.
+        None
+    }
+}
+
+/// The calls `timed_files` times.
+const FILE_CALLS: [&str; 7] = ["open", "close", "read", "write", "stat", "link", "unlink"];
+
+/// Run `ok` `n` times, stopping at the first failure (named `what`, with errno).
+fn repeat(n: usize, what: &str, mut ok: impl FnMut() -> bool) -> Option<String> {
+    for _ in 0..n {
+        if !ok() {
+            return Some(errno_msg(what));
+        }
+    }
+    None
+}
+
+fn map_page() -> *mut libc::c_void {
+    // SAFETY: an anonymous private mapping of one page.
+    unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) }
+}
+
+/// What one batch opened, linked or mapped.
+struct Handles {
+    n: usize,
+    fds: Vec<i32>,
+    names: Vec<CString>,
+    maps: Vec<*mut libc::c_void>,
+    buf: [u8; 256],
+}
+
+impl Handles {
+    /// Clean-up outside the timing, and the failures of calls that return
+    /// handles (seen only now, so the loop stays a bare loop).
+    fn clean_up(self, call: &str, failed: &mut Option<String>) {
         unsafe {
-            for f in fds.iter() {
+            for f in self.fds.iter() {
                 if *f >= 0 {
                     libc::close(*f);
                 } else if matches!(call, "open" | "socket") && failed.is_none() {
-                    failed = Some(format!("{call} failed: {}", std::io::Error::last_os_error()));
+                    *failed = Some(format!("{call} failed: {}", std::io::Error::last_os_error()));
                 }
             }
             if call == "link" {
-                for nm in &names {
+                for nm in &self.names {
                     libc::unlink(nm.as_ptr());
                 }
             }
-            for m in maps.iter() {
+            for m in self.maps.iter() {
                 if *m == libc::MAP_FAILED && failed.is_none() {
-                    failed = Some("mmap failed".into());
+                    *failed = Some("mmap failed".into());
                 } else if !m.is_null() && *m != libc::MAP_FAILED {
                     libc::munmap(*m, 4096);
                 }
             }
-        }
-        if call == "sendto" {
-            self.drain();
-        }
-        match failed {
-            Some(e) => Err(e),
-            None => Ok((t0, dt)),
         }
     }
 }

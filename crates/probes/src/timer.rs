@@ -13,8 +13,8 @@
 //! which the thread should have run.
 
 use loopscope_trace::{register, Entity, Kind};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Barrier};
 use crate::os::{mono_ns, sleep_until, pin};
 
 /// What to run.
@@ -127,126 +127,42 @@ pub fn clock_read_ns() -> f64 {
 pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
     let ents = entities();
     let mut res = TimerResult::default();
-    if cfg.mlock {
-        let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
-        res.mlock_ok = r == 0;
-        res.mlock = if r == 0 { "mlockall(MCL_CURRENT|MCL_FUTURE)".into() } else { format!("mlockall refused: {}", std::io::Error::last_os_error()) };
-    } else {
-        res.mlock = "not requested".into();
-    }
+    (res.mlock, res.mlock_ok) = lock_memory(cfg.mlock);
     // The request holds only while the file stays open: keep it to the end.
-    let _qos = match cfg.dma_latency_us {
-        Some(us) => {
-            use std::io::Write;
-            match std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").and_then(|mut f| f.write_all(&us.to_ne_bytes()).map(|_| f)) {
-                Ok(f) => {
-                    res.dma_latency = format!("/dev/cpu_dma_latency held at {us} µs");
-                    res.dma_latency_ok = true;
-                    Some(f)
-                }
-                Err(e) => {
-                    res.dma_latency = format!("/dev/cpu_dma_latency {us} µs refused: {e}");
-                    None
-                }
-            }
-        }
-        None => {
-            res.dma_latency = "not requested (idle states as configured)".into();
-            res.dma_latency_ok = true;
-            None
-        }
-    };
+    let (_qos, dma_note, dma_ok) = hold_dma_latency(cfg.dma_latency_us);
+    (res.dma_latency, res.dma_latency_ok) = (dma_note, dma_ok);
     res.overhead_ns = clock_read_ns();
     let expected = (cfg.duration_ns / cfg.interval_ns.max(1)) as usize + 2;
     let keep = expected.min(cfg.max_samples);
     // Threads set themselves up (buffers, scheduling, pinning) first; the
     // first deadline is fixed only once all are ready, so set-up time never
     // shows up as latency.
-    let ready = Arc::new(std::sync::Barrier::new(cfg.threads + 1));
-    let go = Arc::new(std::sync::Barrier::new(cfg.threads + 1));
-    let start_at = Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let start = Start { ready: Arc::new(Barrier::new(cfg.threads + 1)), go: Arc::new(Barrier::new(cfg.threads + 1)), at: Arc::new(AtomicI64::new(0)) };
     let handles: Vec<_> = (0..cfg.threads)
         .map(|i| {
-            let cfg = cfg.clone();
-            let stop = stop.clone();
-            let (ready, go, start_at) = (ready.clone(), go.clone(), start_at.clone());
-            let wakeup = ents.wakeup;
-            let missed_e = ents.missed;
+            let (cfg, stop, start) = (cfg.clone(), stop.clone(), start.clone());
+            let (wakeup, missed) = (ents.wakeup, ents.missed);
             std::thread::Builder::new()
                 .name(format!("ls-timer-{i}"))
                 .spawn(move || {
-                    let mut r = ThreadResult { index: i, tid: unsafe { libc::gettid() } as u32, min_ns: i64::MAX, max_ns: i64::MIN, ..Default::default() };
-                    if !cfg.cpus.is_empty() {
-                        let c = cfg.cpus[i % cfg.cpus.len()];
-                        r.cpu = Some(c);
-                        r.affinity_ok = pin(c);
-                    }
-                    match cfg.priority {
-                        Some(p) => match set_fifo(p) {
-                            Ok(()) => {
-                                r.sched = format!("SCHED_FIFO {p}");
-                                r.sched_ok = true;
-                            }
-                            Err(e) => r.sched = format!("SCHED_FIFO {p} refused ({e}); ran SCHED_OTHER"),
-                        },
-                        None => {
-                            r.sched = "SCHED_OTHER".into();
-                            r.sched_ok = true;
-                        }
-                    }
+                    let mut r = set_up_thread(i, &cfg);
                     // Trace buffers and sample memory are made and touched
                     // before the first deadline, never inside the loop.
                     loopscope_trace::prepare_thread();
-                    let mut lat: Vec<i64> = Vec::with_capacity(keep);
-                    unsafe {
-                        let p = lat.as_mut_ptr();
-                        let mut k = 0;
-                        while k < keep {
-                            p.add(k).write_volatile(0);
-                            k += 512;
-                        }
-                    }
-                    ready.wait();
-                    go.wait();
-                    let start = start_at.load(Ordering::Acquire);
-                    let end = start + cfg.duration_ns as i64;
-                    // Stagger threads by a fraction of the interval, as cyclictest does.
-                    let mut next = start + (i as i64 * cfg.interval_ns as i64) / (cfg.threads as i64).max(1) / 2;
-                    let iv = cfg.interval_ns as i64;
-                    while next < end && !stop.load(Ordering::Relaxed) {
-                        sleep_until(next);
-                        let now = mono_ns();
-                        let l = now - next;
-                        if lat.len() < keep {
-                            lat.push(l);
-                        }
-                        r.wakeups += 1;
-                        r.sum_ns += l as i128;
-                        r.min_ns = r.min_ns.min(l);
-                        r.max_ns = r.max_ns.max(l);
-                        wakeup.interval_mono(i as u32, next as u64, l.max(0) as u64);
-                        next += iv;
-                        if now >= next {
-                            let k = (now - next) / iv + 1;
-                            // Only deadlines inside the run count as missed.
-                            let inside = if next >= end { 0 } else { k.min((end - next + iv - 1) / iv) };
-                            if inside > 0 {
-                                r.missed += inside as u64;
-                                missed_e.event_value(i as u32, inside);
-                            }
-                            next += k * iv;
-                        }
-                    }
+                    let mut lat = prefaulted(keep);
+                    start.ready.wait();
+                    start.go.wait();
+                    measure(&cfg, i, start.at.load(Ordering::Acquire), &stop, (wakeup, missed), &mut r, &mut lat);
                     r.latencies = lat;
                     r
                 })
                 .expect("spawn timer thread")
         })
         .collect();
-    ready.wait();
+    start.ready.wait();
     let t_begin = mono_ns();
-    start_at.store(t_begin + 1_000_000, Ordering::Release); // first deadline 1 ms out
-    go.wait();
+    start.at.store(t_begin + 1_000_000, Ordering::Release); // first deadline 1 ms out
+    start.go.wait();
     for h in handles {
         match h.join() {
             Ok(r) => res.threads.push(r),
@@ -259,4 +175,110 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
         unsafe { libc::munlockall() };
     }
     res
+}
+
+/// The threads' rendezvous: all set up (`ready`), then the first deadline
+/// is published in `at` and they start (`go`).
+#[derive(Clone)]
+struct Start {
+    ready: Arc<Barrier>,
+    go: Arc<Barrier>,
+    at: Arc<AtomicI64>,
+}
+
+/// `mlockall` when asked: what came of it, and whether it took.
+fn lock_memory(want: bool) -> (String, bool) {
+    if !want {
+        return ("not requested".into(), false);
+    }
+    let r = unsafe { libc::mlockall(libc::MCL_CURRENT | libc::MCL_FUTURE) };
+    if r == 0 {
+        ("mlockall(MCL_CURRENT|MCL_FUTURE)".into(), true)
+    } else {
+        (format!("mlockall refused: {}", std::io::Error::last_os_error()), false)
+    }
+}
+
+/// Hold /dev/cpu_dma_latency at `us` (the open file is the request), and say how it went.
+fn hold_dma_latency(us: Option<i32>) -> (Option<std::fs::File>, String, bool) {
+    use std::io::Write;
+    let Some(us) = us else {
+        return (None, "not requested (idle states as configured)".into(), true);
+    };
+    match std::fs::OpenOptions::new().write(true).open("/dev/cpu_dma_latency").and_then(|mut f| f.write_all(&us.to_ne_bytes()).map(|_| f)) {
+        Ok(f) => (Some(f), format!("/dev/cpu_dma_latency held at {us} µs"), true),
+        Err(e) => (None, format!("/dev/cpu_dma_latency {us} µs refused: {e}"), false),
+    }
+}
+
+/// A thread's pinning and scheduling, as its result starts.
+fn set_up_thread(i: usize, cfg: &TimerConfig) -> ThreadResult {
+    let mut r = ThreadResult { index: i, tid: unsafe { libc::gettid() } as u32, min_ns: i64::MAX, max_ns: i64::MIN, ..Default::default() };
+    if !cfg.cpus.is_empty() {
+        let c = cfg.cpus[i % cfg.cpus.len()];
+        r.cpu = Some(c);
+        r.affinity_ok = pin(c);
+    }
+    match cfg.priority {
+        Some(p) => match set_fifo(p) {
+            Ok(()) => {
+                r.sched = format!("SCHED_FIFO {p}");
+                r.sched_ok = true;
+            }
+            Err(e) => r.sched = format!("SCHED_FIFO {p} refused ({e}); ran SCHED_OTHER"),
+        },
+        None => {
+            r.sched = "SCHED_OTHER".into();
+            r.sched_ok = true;
+        }
+    }
+    r
+}
+
+/// Room for `keep` samples, every page touched now.
+fn prefaulted(keep: usize) -> Vec<i64> {
+    let mut lat: Vec<i64> = Vec::with_capacity(keep);
+    unsafe {
+        let p = lat.as_mut_ptr();
+        let mut k = 0;
+        while k < keep {
+            p.add(k).write_volatile(0);
+            k += 512;
+        }
+    }
+    lat
+}
+
+/// The loop: sleep to each deadline, take the lateness, log it; deadlines
+/// that passed while the thread was late are counted as missed and skipped.
+fn measure(cfg: &TimerConfig, i: usize, start: i64, stop: &AtomicBool, (wakeup, missed): (&Entity, &Entity), r: &mut ThreadResult, lat: &mut Vec<i64>) {
+    let keep = lat.capacity();
+    let end = start + cfg.duration_ns as i64;
+    // Stagger threads by a fraction of the interval, as cyclictest does.
+    let mut next = start + (i as i64 * cfg.interval_ns as i64) / (cfg.threads as i64).max(1) / 2;
+    let iv = cfg.interval_ns as i64;
+    while next < end && !stop.load(Ordering::Relaxed) {
+        sleep_until(next);
+        let now = mono_ns();
+        let l = now - next;
+        if lat.len() < keep {
+            lat.push(l);
+        }
+        r.wakeups += 1;
+        r.sum_ns += l as i128;
+        r.min_ns = r.min_ns.min(l);
+        r.max_ns = r.max_ns.max(l);
+        wakeup.interval_mono(i as u32, next as u64, l.max(0) as u64);
+        next += iv;
+        if now >= next {
+            let k = (now - next) / iv + 1;
+            // Only deadlines inside the run count as missed.
+            let inside = if next >= end { 0 } else { k.min((end - next + iv - 1) / iv) };
+            if inside > 0 {
+                r.missed += inside as u64;
+                missed.event_value(i as u32, inside);
+            }
+            next += k * iv;
+        }
+    }
 }

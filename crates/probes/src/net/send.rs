@@ -128,9 +128,7 @@ fn worker(cfg: &SendConfig, w: usize, sock: Udp, t0: i64, rt_off: i64, stop: &At
     r.dep_err_ns.reserve(expected.min(20_000_000));
     let mut sched = Schedule::new(cfg.pattern.clone(), cfg.pps_num, cfg.pps_den, cfg.count, cfg.duration_ns).enumerate().filter(move |(k, _)| k % n == w);
     let mut due: VecDeque<(u64, i64)> = VecDeque::with_capacity(MAX_BATCH * 2);
-    let mut bufs: Vec<Vec<u8>> = (0..MAX_BATCH).map(|_| vec![0u8; cfg.size]).collect();
-    let mut iov: Vec<libc::iovec> = vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BATCH];
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; MAX_BATCH];
+    let mut out = Outgoing::new(cfg.size);
     let mut stamps: Vec<TxStamp> = Vec::new();
     let end = cfg.duration_ns.map(|d| t0 + d as i64);
     let mut since_drain = 0usize;
@@ -142,95 +140,36 @@ fn worker(cfg: &SendConfig, w: usize, sock: Udp, t0: i64, rt_off: i64, stop: &At
                 None => break,
             }
         }
-        let (_, deadline) = due[0];
-        let mut now = mono_ns();
-        if deadline > now {
-            if cfg.tx_timestamps && since_drain > 0 {
-                drain_tx_stamps(sock.raw(), &mut stamps);
-                log_stamps(&e, &mut stamps, w, n, &mut r, cfg.records);
-                since_drain = 0;
-            }
-            if deadline - now > margin {
-                sleep_until(deadline - margin);
-                if mono_ns() > deadline {
-                    margin = (margin * 2).min(MARGIN_MAX_NS);
-                } else {
-                    margin = (margin - margin / 64).max(MARGIN_MIN_NS);
-                }
-            }
-            loop {
-                now = mono_ns();
-                if now >= deadline {
-                    break;
-                }
-                std::hint::spin_loop();
-            }
+        let deadline = due[0].1;
+        if deadline > mono_ns() && cfg.tx_timestamps && since_drain > 0 {
+            drain_tx_stamps(sock.raw(), &mut stamps);
+            log_stamps(&e, &mut stamps, w, n, &mut r, cfg.records);
+            since_drain = 0;
         }
+        let now = wait_for(deadline, &mut margin);
         if stop.load(Ordering::Relaxed) {
             break;
         }
-        if let Some(e) = end {
-            if now >= e + 1_000_000 {
-                // Behind and past the end: what is still due was not sent.
-                r.unsent += due.len() as u64 + sched.by_ref().count() as u64;
-                break;
-            }
+        if end.is_some_and(|e| now >= e + 1_000_000) {
+            // Behind and past the end: what is still due was not sent.
+            r.unsent += due.len() as u64 + sched.by_ref().count() as u64;
+            break;
         }
         // Everything due by now goes in one batch.
         while due.len() < MAX_BATCH {
-            match sched.next() {
-                Some((k, off)) if t0 + (off as i64) <= now => due.push_back((k as u64, t0 + off as i64)),
-                Some((k, off)) => {
-                    due.push_back((k as u64, t0 + off as i64));
-                    break;
-                }
-                None => break,
+            let Some((k, off)) = sched.next() else { break };
+            due.push_back((k as u64, t0 + off as i64));
+            if t0 + (off as i64) > now {
+                break;
             }
         }
         let ready = due.iter().take_while(|(_, d)| *d <= now).count().max(1);
-        let sent_rt = now + rt_off;
-        for (i, &(k, d)) in due.iter().take(ready).enumerate() {
-            Header { kind: DATA, flow: cfg.flow, worker: w as u32, seq: k, sched_ns: d + rt_off, sent_ns: sent_rt }.write(&mut bufs[i][..HEADER]);
-            iov[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: cfg.size };
-            msgs[i] = unsafe { std::mem::zeroed() };
-            msgs[i].msg_hdr.msg_iov = &mut iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
+        let sent = out.send(&sock, cfg, w, &due, ready, now, rt_off);
+        if !account(&e, cfg, &mut r, &due, ready, sent, now) {
+            break;
         }
-        let sent = unsafe { libc::sendmmsg(sock.raw(), msgs.as_mut_ptr(), ready as u32, 0) };
-        let done = mono_ns();
-        let ok = if sent < 0 {
-            let err = std::io::Error::last_os_error();
-            r.errors += ready as u64;
-            if r.first_error.is_none() {
-                r.first_error = Some(format!("sending to {}: {err}", cfg.dest));
-            }
-            // Nothing gets through at all (no route, no permission): stop
-            // rather than spin through the schedule.
-            if r.sent == 0 && r.errors >= 1000 {
-                break;
-            }
-            0
-        } else {
-            sent as usize
-        };
-        r.batches += 1;
-        r.largest_batch = r.largest_batch.max(ready);
-        for &(k, d) in due.iter().take(ok) {
-            let err = now - d;
-            if r.dep_err_ns.len() < 20_000_000 {
-                r.dep_err_ns.push(err.clamp(i32::MIN as i64, i32::MAX as i64) as i32);
-            }
-            if cfg.records {
-                e.send.interval_mono(k as u32, d as u64, err.max(0) as u64);
-            }
-        }
-        if sent >= 0 && ok < ready {
-            r.errors += (ready - ok) as u64;
-        }
-        r.sent += ok as u64;
-        r.last_sent_mono = done;
         due.drain(..ready);
-        since_drain += ok;
+        since_drain += sent.max(0) as usize;
         if cfg.tx_timestamps && since_drain >= 256 {
             drain_tx_stamps(sock.raw(), &mut stamps);
             log_stamps(&e, &mut stamps, w, n, &mut r, cfg.records);
@@ -247,6 +186,98 @@ fn worker(cfg: &SendConfig, w: usize, sock: Udp, t0: i64, rt_off: i64, stop: &At
         }
     }
     r
+}
+
+/// Sleep until `margin` before `deadline`, spin the rest; the margin grows
+/// when a wake-up came after the deadline and shrinks slowly otherwise.
+/// Returns the time it ended (at or after the deadline).
+fn wait_for(deadline: i64, margin: &mut i64) -> i64 {
+    let now = mono_ns();
+    if deadline <= now {
+        return now;
+    }
+    if deadline - now > *margin {
+        sleep_until(deadline - *margin);
+        *margin = if mono_ns() > deadline { (*margin * 2).min(MARGIN_MAX_NS) } else { (*margin - *margin / 64).max(MARGIN_MIN_NS) };
+    }
+    loop {
+        let now = mono_ns();
+        if now >= deadline {
+            return now;
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// The buffers of one `sendmmsg` batch, made once.
+struct Outgoing {
+    bufs: Vec<Vec<u8>>,
+    iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl Outgoing {
+    fn new(size: usize) -> Outgoing {
+        Outgoing {
+            bufs: (0..MAX_BATCH).map(|_| vec![0u8; size]).collect(),
+            iov: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; MAX_BATCH],
+            msgs: vec![unsafe { std::mem::zeroed() }; MAX_BATCH],
+        }
+    }
+
+    /// The first `ready` packets of `due`, each stamped with its schedule
+    /// and its send time `now` (CLOCK_REALTIME: + `rt_off`), in one
+    /// `sendmmsg`: how many went (-1: the call failed).
+    #[allow(clippy::too_many_arguments)]
+    fn send(&mut self, sock: &Udp, cfg: &SendConfig, w: usize, due: &VecDeque<(u64, i64)>, ready: usize, now: i64, rt_off: i64) -> isize {
+        for (i, &(k, d)) in due.iter().take(ready).enumerate() {
+            Header { kind: DATA, flow: cfg.flow, worker: w as u32, seq: k, sched_ns: d + rt_off, sent_ns: now + rt_off }.write(&mut self.bufs[i][..HEADER]);
+            self.iov[i] = libc::iovec { iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: cfg.size };
+            self.msgs[i] = unsafe { std::mem::zeroed() };
+            self.msgs[i].msg_hdr.msg_iov = &mut self.iov[i];
+            self.msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        unsafe { libc::sendmmsg(sock.raw(), self.msgs.as_mut_ptr(), ready as u32, 0) as isize }
+    }
+}
+
+/// Count a batch of `ready` packets of which `sent` went (-1: the call
+/// failed): each sent packet's departure error (sent at `now`), errors,
+/// batch sizes. False when nothing has ever got through (no route, no
+/// permission) after 1000 tries: the worker stops rather than spin through
+/// the schedule.
+fn account(e: &Ents, cfg: &SendConfig, r: &mut WorkerResult, due: &VecDeque<(u64, i64)>, ready: usize, sent: isize, now: i64) -> bool {
+    let done = mono_ns();
+    let ok = if sent < 0 {
+        let err = std::io::Error::last_os_error();
+        r.errors += ready as u64;
+        if r.first_error.is_none() {
+            r.first_error = Some(format!("sending to {}: {err}", cfg.dest));
+        }
+        if r.sent == 0 && r.errors >= 1000 {
+            return false;
+        }
+        0
+    } else {
+        sent as usize
+    };
+    r.batches += 1;
+    r.largest_batch = r.largest_batch.max(ready);
+    for &(k, d) in due.iter().take(ok) {
+        let err = now - d;
+        if r.dep_err_ns.len() < 20_000_000 {
+            r.dep_err_ns.push(err.clamp(i32::MIN as i64, i32::MAX as i64) as i32);
+        }
+        if cfg.records {
+            e.send.interval_mono(k as u32, d as u64, err.max(0) as u64);
+        }
+    }
+    if sent >= 0 && ok < ready {
+        r.errors += (ready - ok) as u64;
+    }
+    r.sent += ok as u64;
+    r.last_sent_mono = done;
+    true
 }
 
 /// Validate and open the workers' sockets (errors before anything is sent).

@@ -24,7 +24,7 @@
 
 use super::sock::{drain_tx_stamps, recv_stamped, Received, TxStamp, Udp, SCM_TSTAMP_SND};
 use crate::os::{mono_ns, sleep_until};
-use loopscope_trace::{register, Kind};
+use loopscope_trace::{register, Entity, Kind};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -239,19 +239,59 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let answers: Arc<Mutex<HashMap<(u64, u8), i64>>> = Arc::new(Mutex::new(HashMap::new()));
     let done = Arc::new(AtomicBool::new(false));
-    // The reader runs until the sender is done with its grace period, even
-    // after a stop: answers still in flight must not count as lost.
-    let (rs, ra, rd, flow) = (sock.clone(), answers.clone(), done.clone(), cfg.flow);
-    let reader = std::thread::Builder::new()
+    let reader = spawn_reader(sock.clone(), answers.clone(), done.clone(), cfg.flow)?;
+    let mut r = SyncResult { min_rtt_ns: i64::MAX, ..Default::default() };
+    let mut book = Book { cfg, ent, answers, sent: Sent::new(), stamps: Vec::new(), open: HashMap::new() };
+    let mut pace = Pace::new(cfg);
+    let t0 = pace.t0;
+    let mut seq: u64 = 0;
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            r.interrupted = true;
+            break;
+        }
+        if cfg.duration_ns.is_some_and(|d| pace.due as i64 - t0 >= d as i64) {
+            break;
+        }
+        pace.wait();
+        send_pair(&sock, cfg, seq, &mut book.sent, &mut r);
+        seq += 1;
+        book.settle(&sock, 200_000_000, &mut r.no_tx_stamp);
+        book.flush(&mut r, false);
+        pace.advance();
+    }
+    r.elapsed_ns = (mono_ns() - t0).max(0) as u64;
+    // Wait for the last answers, then settle everything.
+    let end = mono_ns() + if r.interrupted { cfg.grace_ns.min(50_000_000) } else { cfg.grace_ns };
+    while mono_ns() < end && !(book.open.is_empty() && book.sent.waiting.is_empty()) {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        book.settle(&sock, 200_000_000, &mut r.no_tx_stamp);
+        book.flush(&mut r, false);
+    }
+    book.settle(&sock, -1, &mut r.no_tx_stamp);
+    book.flush(&mut r, true);
+    done.store(true, Ordering::Relaxed);
+    r.malformed = reader.join().unwrap_or(0);
+    if r.min_rtt_ns == i64::MAX {
+        r.min_rtt_ns = 0;
+    }
+    Ok(r)
+}
+
+/// The answers' reader: runs until the sender is done with its grace
+/// period, even after a stop (answers still in flight must not count as
+/// lost); the malformed messages it saw.
+fn spawn_reader(sock: Arc<Udp>, answers: Arc<Mutex<HashMap<(u64, u8), i64>>>, done: Arc<AtomicBool>, flow: u32) -> Result<std::thread::JoinHandle<u64>, String> {
+    std::thread::Builder::new()
         .name("ls-sync-recv".into())
         .spawn(move || {
             let (mut buf, mut ctrl) = ([0u8; 256], [0u8; 256]);
             let mut malformed = 0u64;
-            while !rd.load(Ordering::Relaxed) {
-                if let Some(Received { len: n, krx, .. }) = recv_stamped(rs.raw(), &mut buf, &mut ctrl) {
+            while !done.load(Ordering::Relaxed) {
+                if let Some(Received { len: n, krx, .. }) = recv_stamped(sock.raw(), &mut buf, &mut ctrl) {
                     match Msg::read(&buf[..n]).filter(|m| m.kind == ANSWER && m.flow == flow) {
                         Some(m) => {
-                            ra.lock().unwrap_or_else(|e| e.into_inner()).insert((m.seq, m.idx), krx);
+                            answers.lock().unwrap_or_else(|e| e.into_inner()).insert((m.seq, m.idx), krx);
                         }
                         None => malformed += 1,
                     }
@@ -259,26 +299,100 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
             }
             malformed
         })
-        .map_err(|e| format!("cannot start the receiving thread: {e}"))?;
+        .map_err(|e| format!("cannot start the receiving thread: {e}"))
+}
 
-    let mut r = SyncResult { min_rtt_ns: i64::MAX, ..Default::default() };
-    let mut sent = Sent::new();
-    let mut stamps = Vec::new();
-    // Probes whose TX stamp is known, waiting for their answer: (seq, idx) -> (tx, mono when settled).
-    let mut open: HashMap<(u64, u8), (i64, i64)> = HashMap::new();
-    let flush = |open: &mut HashMap<(u64, u8), (i64, i64)>, r: &mut SyncResult, all: bool| {
+/// One pair: two probes `gap_ns` apart (spun, not slept).
+fn send_pair(sock: &Udp, cfg: &SyncConfig, seq: u64, sent: &mut Sent, r: &mut SyncResult) {
+    let mut buf = [0u8; SIZE];
+    for idx in 0..2u8 {
+        if idx == 1 {
+            let until = mono_ns() + cfg.gap_ns;
+            while mono_ns() < until {
+                std::hint::spin_loop();
+            }
+        }
+        Msg { kind: PROBE, idx, flow: cfg.flow, seq }.write(&mut buf);
+        if unsafe { libc::send(sock.raw(), buf.as_ptr() as *const libc::c_void, SIZE, 0) } < 0 {
+            r.send_errors += 1;
+        } else {
+            r.sent += 1;
+            sent.push((cfg.flow, seq, idx));
+        }
+    }
+    r.pairs += 1;
+}
+
+/// When pairs go out: `rate` a second with a small deterministic jitter on
+/// the period (so the probes do not lock onto a periodic disturbance of the
+/// same period); after a pause it starts again from now.
+struct Pace {
+    period: f64,
+    lcg: u64,
+    t0: i64,
+    due: f64,
+}
+
+impl Pace {
+    fn new(cfg: &SyncConfig) -> Pace {
+        let t0 = mono_ns() + 1_000_000;
+        Pace { period: 1e9 / cfg.rate, lcg: 0x9E37_79B9_7F4A_7C15 ^ cfg.flow as u64, t0, due: t0 as f64 }
+    }
+
+    fn wait(&mut self) {
+        sleep_until(self.due as i64);
+        // Paused (the lab stops the clock-sync probes while a probe step
+        // measures): start again from now rather than sending the pairs
+        // that came due meanwhile in one burst.
+        let now = mono_ns() as f64;
+        if now - self.due > self.period {
+            self.due = now;
+        }
+    }
+
+    fn advance(&mut self) {
+        self.lcg = self.lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let u = (self.lcg >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
+        self.due += self.period * (0.9 + 0.2 * u);
+    }
+}
+
+/// The probes sent and not yet recorded: waiting for their TX stamp
+/// (`sent`), then for their answer (`open`: (seq, idx) -> (tx, mono when
+/// its stamp came)); each becomes one record when answered or given up.
+struct Book<'a> {
+    cfg: &'a SyncConfig,
+    ent: &'static Entity,
+    answers: Arc<Mutex<HashMap<(u64, u8), i64>>>,
+    sent: Sent,
+    stamps: Vec<TxStamp>,
+    open: HashMap<(u64, u8), (i64, i64)>,
+}
+
+impl Book<'_> {
+    /// Match the kernel's TX stamps to the probes (`max_age` -1: all now).
+    fn settle(&mut self, sock: &Udp, max_age: i64, no_tx_stamp: &mut u64) {
+        drain_tx_stamps(sock.raw(), &mut self.stamps);
+        for ((_, s, i), tx) in self.sent.settle(&mut self.stamps, max_age, no_tx_stamp) {
+            self.open.insert((s, i), (tx, mono_ns()));
+        }
+    }
+
+    /// Record the probes whose answer came, and those waited for longer than
+    /// the grace period (or all, at the end) as lost.
+    fn flush(&mut self, r: &mut SyncResult, all: bool) {
         let now = mono_ns();
-        let mut got = answers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut got = self.answers.lock().unwrap_or_else(|e| e.into_inner());
         let mut finished = Vec::new();
-        for (&k, &(tx, at)) in open.iter() {
+        for (&k, &(tx, at)) in self.open.iter() {
             if let Some(&rx) = got.get(&k) {
                 finished.push((k, tx, rx));
-            } else if all || now - at > cfg.grace_ns {
+            } else if all || now - at > self.cfg.grace_ns {
                 finished.push((k, tx, 0));
             }
         }
         for (k, tx, rx) in finished {
-            open.remove(&k);
+            self.open.remove(&k);
             got.remove(&k);
             if rx != 0 {
                 r.answered += 1;
@@ -288,81 +402,9 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
             } else {
                 r.lost += 1;
             }
-            ent.event_payload(k.0 as u32, &payload(&[k.0 as i64, k.1 as i64, cfg.flow as i64, tx, rx]));
+            self.ent.event_payload(k.0 as u32, &payload(&[k.0 as i64, k.1 as i64, self.cfg.flow as i64, tx, rx]));
         }
-    };
-    let period = 1e9 / cfg.rate;
-    // A small deterministic jitter on the period keeps the probes from
-    // locking onto a periodic disturbance of the same period.
-    let mut lcg: u64 = 0x9E37_79B9_7F4A_7C15 ^ cfg.flow as u64;
-    let t0 = mono_ns() + 1_000_000;
-    let mut due = t0 as f64;
-    let mut buf = [0u8; SIZE];
-    let mut seq: u64 = 0;
-    loop {
-        if stop.load(Ordering::Relaxed) {
-            r.interrupted = true;
-            break;
-        }
-        if cfg.duration_ns.is_some_and(|d| due as i64 - t0 >= d as i64) {
-            break;
-        }
-        sleep_until(due as i64);
-        // Paused (the lab stops the clock-sync probes while a probe step
-        // measures): start again from now rather than sending the pairs
-        // that came due meanwhile in one burst.
-        let now = mono_ns() as f64;
-        if now - due > period {
-            due = now;
-        }
-        for idx in 0..2u8 {
-            if idx == 1 {
-                let until = mono_ns() + cfg.gap_ns;
-                while mono_ns() < until {
-                    std::hint::spin_loop();
-                }
-            }
-            Msg { kind: PROBE, idx, flow: cfg.flow, seq }.write(&mut buf);
-            if unsafe { libc::send(sock.raw(), buf.as_ptr() as *const libc::c_void, SIZE, 0) } < 0 {
-                r.send_errors += 1;
-            } else {
-                r.sent += 1;
-                sent.push((cfg.flow, seq, idx));
-            }
-        }
-        r.pairs += 1;
-        seq += 1;
-        drain_tx_stamps(sock.raw(), &mut stamps);
-        for ((_, s, i), tx) in sent.settle(&mut stamps, 200_000_000, &mut r.no_tx_stamp) {
-            open.insert((s, i), (tx, mono_ns()));
-        }
-        flush(&mut open, &mut r, false);
-        lcg = lcg.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let u = (lcg >> 11) as f64 / (1u64 << 53) as f64; // [0, 1)
-        due += period * (0.9 + 0.2 * u);
     }
-    r.elapsed_ns = (mono_ns() - t0).max(0) as u64;
-    // Wait for the last answers, then settle everything.
-    let end = mono_ns() + if r.interrupted { cfg.grace_ns.min(50_000_000) } else { cfg.grace_ns };
-    while mono_ns() < end && !(open.is_empty() && sent.waiting.is_empty()) {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        drain_tx_stamps(sock.raw(), &mut stamps);
-        for ((_, s, i), tx) in sent.settle(&mut stamps, 200_000_000, &mut r.no_tx_stamp) {
-            open.insert((s, i), (tx, mono_ns()));
-        }
-        flush(&mut open, &mut r, false);
-    }
-    drain_tx_stamps(sock.raw(), &mut stamps);
-    for ((_, s, i), tx) in sent.settle(&mut stamps, -1, &mut r.no_tx_stamp) {
-        open.insert((s, i), (tx, mono_ns()));
-    }
-    flush(&mut open, &mut r, true);
-    done.store(true, Ordering::Relaxed);
-    r.malformed = reader.join().unwrap_or(0);
-    if r.min_rtt_ns == i64::MAX {
-        r.min_rtt_ns = 0;
-    }
-    Ok(r)
 }
 
 #[cfg(test)]
