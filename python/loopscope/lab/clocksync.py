@@ -8,7 +8,10 @@ live in ``hosts/<name>/clocksync/`` and are listed in ``run.json`` under
 ``clocksync``; ``loopscope.clock.sync`` reads them afterwards. A probe that
 fails stops the run like any other component. The initiators are paused
 (SIGSTOP) while each probe step measures and resumed after it (``pause``),
-so they are never inside a window: the estimate bridges each step.
+so they are never inside a window: the estimate bridges each step. Each
+time they run they are let run ``AWAKE_S`` at least (a few pairs at their
+rate) before the next pause or their stop: a window's bridge needs pairs on
+both sides of it, and the gap between two steps can be a few milliseconds.
 
 Which network they cross (``clocksync.network``): ``sync`` by default, the
 netns hosts' own veths to the reference (``netns.Topology.sync_links``) or
@@ -18,9 +21,15 @@ network with its router and links. Each initiator records the one it used.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from loopscope.lab.hosts import AgentFailure
+
+# The least time the initiators run each time they are started or resumed:
+# three pairs at the default 20 a second, and the start-up they still do
+# after saying ready.
+AWAKE_S = 0.15
 
 
 def wanted(exp: Any) -> bool:
@@ -48,6 +57,7 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
         r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True)
         info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
         info["running"].append((h.name, "clocksync"))
+    info["awake_since"] = time.monotonic()
     return info
 
 
@@ -58,10 +68,21 @@ def pause(lab: Any, info: dict[str, Any] | None, on: bool) -> None:
     responder sleeps when no probe comes."""
     if not info:
         return
+    if on:
+        _let_run(info)
     for host, name in info.get("running") or []:
         if name == "clocksync":
             lab.agent(host).call("signal_probe", name=name, signal="stop" if on else "cont")
     info["paused"] = on
+    if not on:
+        info["awake_since"] = time.monotonic()
+
+
+def _let_run(info: dict[str, Any]) -> None:
+    """Wait until the initiators have run ``AWAKE_S`` since they last started."""
+    left = float(info.get("awake_since") or 0.0) + AWAKE_S - time.monotonic()
+    if left > 0:
+        time.sleep(left)
 
 
 def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
@@ -85,6 +106,8 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
         except AgentFailure:
             if not quiet:
                 raise
+    if not quiet:
+        _let_run(info)  # pairs after the last step, so its bridge has two ends
     running: list[tuple[str, str]] = info.get("running") or []
     for host, name in sorted(running, key=lambda x: x[1] == "clocksync-serve"):
         try:
