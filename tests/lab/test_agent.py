@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import sys
 import time
 from pathlib import Path
@@ -79,12 +80,13 @@ def _switches() -> int:
 
 
 def test_waiting_for_a_probe_sleeps_instead_of_polling() -> None:
-    from loopscope.agent.server import exited_within
+    from loopscope.agent.server import Agent
 
+    agent = Agent()
     p = subprocess.Popen(["sleep", "5"])
     try:
         before = _switches()
-        assert not exited_within(p, 1.0)
+        assert agent._sleep_on({"p": p}, 1.0, requests=False) == []
         woke = _switches() - before
     finally:
         p.kill()
@@ -92,7 +94,28 @@ def test_waiting_for_a_probe_sleeps_instead_of_polling() -> None:
     # Popen.wait(timeout=1) wakes ~20 times a second to look; a pidfd sleeps until the exit or the timeout
     assert woke <= 3, woke
     q = subprocess.Popen(["sleep", "0.2"])
-    assert exited_within(q, 5.0) and q.returncode == 0
+    assert agent._sleep_on({"q": q}, 5.0, requests=False) == ["q"]
+    q.wait()
+
+
+def test_a_watch_ends_when_the_controllers_next_request_arrives() -> None:
+    from loopscope.agent.server import Agent, Requests
+
+    agent = Agent()
+    r, w = os.pipe()
+    agent.requests = Requests(r)
+    p = subprocess.Popen(["sleep", "5"])
+    try:
+        t0 = time.monotonic()
+        threading.Timer(0.3, lambda: os.write(w, b'{"id": 2, "op": "status"}\n')).start()
+        assert agent._sleep_on({"p": p}, None, requests=True) == []
+        assert 0.25 < time.monotonic() - t0 < 3
+        assert agent.requests.next() == '{"id": 2, "op": "status"}'
+    finally:
+        p.kill()
+        p.wait()
+        os.close(r)
+        os.close(w)
 
 
 def test_a_lab_component_takes_its_name_at_the_first_import_of_loopscope() -> None:

@@ -212,6 +212,23 @@ def test_a_clock_offset_shifts_the_hosts_monotonic_clock_only(tmp_path: Path) ->
     assert 0 <= elapsed < 5_000_000_000
 
 
+def test_a_stage_killed_inside_the_window_fails_the_run_at_once_naming_it(tmp_path: Path) -> None:
+    spec = tmp_path / "three.yaml"
+    spec.write_text(THREE.format(duration="30s"))
+    with _start(tmp_path, spec, "killnode") as p:
+        assert wait_for(lambda: _pipeline_running("killnode"), 60)
+        node = next(pid for pid in procs.pids_of_run("killnode") if b"pipe-node" in _cmdline(Path(f"/proc/{pid}")))
+        t0 = time.monotonic()
+        os.kill(node, signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    assert p.returncode == 1, err
+    # the agents watch their stages: seen at once, not when the 30 s window ends
+    assert took < 15, (took, err)
+    assert re.search(r"probe pipeline\.node\d on [bc]: .*killed by SIGKILL", err, re.S), err
+    assert wait_for(lambda: leftovers("killnode") == [], 15), leftovers("killnode")
+
+
 def test_a_killed_agent_fails_the_run_on_every_host_and_leaves_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "three.yaml"
     spec.write_text(THREE.format(duration="20s"))

@@ -15,6 +15,10 @@ same ``id`` and ``ok``. It never listens on a port. Ops:
   run side by side (the stages of a pipeline): start one (waiting until a
   server says ``ready``), wait for one with a timeout (``done: false`` when
   it is still running), or stop one with SIGINT and collect its JSON;
+- ``watch``: asleep until one of its probes or loads exits or the
+  controller's next request arrives (which it then handles): what the lab
+  does on the other hosts while a pipeline or an app measures, so no agent
+  wakes inside the window and a death is seen at once;
 - ``status``: whether every running probe and load is alive;
 - ``shutdown``: stop everything and exit.
 
@@ -110,6 +114,8 @@ class Agent:
         self.group: RunGroup | None = None
         self.cg_note = ""
         self.loads: dict[str, list[procs.Child]] = {}
+        # the controller's request stream (set by main; ``watch`` sleeps on it too)
+        self.requests: Requests | None = None
         self.load_start_ns = 0
         self.probe: procs.Child | None = None
         self.running: dict[str, tuple[procs.Child, Path, int, bool]] = {}
@@ -229,16 +235,75 @@ class Agent:
     def wait_probe(self, m: dict[str, Any]) -> dict[str, Any]:
         """Until the probe exits or ``timeout_s`` passes, asleep (no polling:
         the probes beside it are measuring). ``collect: false`` only says
-        it ended; ``stop_probe`` collects it later, after the window."""
+        it ended; ``stop_probe`` collects it later, after the window.
+        ``watch``: other probes of this host whose death (or a load's) ends
+        the wait as a failure, as ``watch`` does. The next request ends the
+        wait too (``done: false``)."""
         name = m["name"]
         child = self._running(name)
-        if not exited_within(child.popen, float(m.get("timeout_s", 1.0))):
-            self._check_loads("during the probe")
-            return {"done": False}
+        watched = {n: self._running(n).popen for n in m.get("watch") or [] if n != name}
+        gone = self._sleep_on({name: child.popen, **watched, **self._load_popens()}, float(m.get("timeout_s", 1.0)), requests=True)
+        if name not in gone:
+            return {"done": False, "exited": self._died(gone, "during the probe")}
         self.exited.setdefault(name, time.monotonic_ns())
         if m.get("collect", True) is False:
             return {"done": True}
         return {"done": True, **self._finish(name)}
+
+    def watch(self, m: dict[str, Any]) -> dict[str, Any]:
+        """Asleep until one of the running probes ``names`` or a load
+        exits, ``timeout_s`` passes (default: never), or the next request
+        arrives. A probe that failed or a load that ended is a failure; a
+        probe that exited cleanly is said (``exited``)."""
+        popens = {n: self._running(n).popen for n in m.get("names") or []}
+        t = m.get("timeout_s")
+        gone = self._sleep_on({**popens, **self._load_popens()}, None if t is None else float(t), requests=True)
+        return {"exited": self._died(gone, "during the window")}
+
+    def _load_popens(self) -> dict[str, subprocess.Popen[bytes]]:
+        return {f"load {name} #{i}": k.popen for name, kids in self.loads.items() for i, k in enumerate(kids)}
+
+    def _died(self, gone: list[str], when: str) -> list[str]:
+        """Of the processes that exited (names from ``_sleep_on``): a load is a
+        failure, so is a probe that exited with an error (collected with its
+        log); the probes that exited cleanly."""
+        self._check_loads(when)
+        for name, (child, _, _, stopping) in list(self.running.items()):
+            if name in gone and child.popen.poll() not in (None, 0) and not stopping:
+                self._finish(name)
+        return [n for n in gone if n in self.running]
+
+    def _sleep_on(self, popens: dict[str, subprocess.Popen[bytes]], timeout: float | None, requests: bool) -> list[str]:
+        """Asleep on the processes' pidfds (and on standard input when
+        ``requests``) until one of them exits, a request is waiting, or
+        ``timeout`` passes: the names of those that exited."""
+        import select
+
+        gone = [n for n, p in popens.items() if p.poll() is not None]
+        if gone or (requests and self.requests is not None and self.requests.waiting()):
+            return gone
+        fds: dict[int, str] = {}
+        try:
+            for n, p in popens.items():
+                try:
+                    fds[os.pidfd_open(p.pid)] = n
+                except ProcessLookupError:
+                    return [n]
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            if requests and self.requests is not None:
+                poller.register(self.requests.fd, select.POLLIN)
+            end = None if timeout is None else time.monotonic() + timeout
+            while True:
+                left = None if end is None else max(0.0, end - time.monotonic())
+                ready = poller.poll(None if left is None else left * 1000)
+                gone = [fds[fd] for fd, _ in ready if fd in fds]
+                if gone or ready or (left is not None and left <= 0):
+                    return gone
+        finally:
+            for fd in fds:
+                os.close(fd)
 
     def stop_probe(self, m: dict[str, Any]) -> dict[str, Any]:
         name = m["name"]
@@ -402,6 +467,7 @@ class Agent:
             "stop_probe": self.stop_probe,
             "signal_probe": self.signal_probe,
             "status": self.status,
+            "watch": self.watch,
             "start_kcapture": self.start_kcapture,
             "drain_kcapture": self.drain_kcapture,
             "stop_kcapture": self.stop_kcapture,
@@ -419,34 +485,30 @@ def _probe_env(run_id: str, kind: str) -> dict[str, str]:
     return procs.child_env(run_id, {"LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
 
 
-def exited_within(popen: subprocess.Popen[bytes], timeout: float) -> bool:
-    """Whether ``popen`` exits within ``timeout`` s, sleeping on its pidfd
-    meanwhile. (``Popen.wait(timeout)`` polls, waking every 50 ms: a lab
-    component on the CPUs of the probes it waits for.)"""
-    import select
+class Requests:
+    """The controller's requests, a line at a time, read straight from the
+    descriptor (no hidden buffer), so ``watch`` can sleep on it and know
+    whether a request is already waiting."""
 
-    if popen.poll() is not None:
-        return True
-    try:
-        fd = os.pidfd_open(popen.pid)
-    except (OSError, AttributeError):
-        try:
-            popen.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        end = time.monotonic() + timeout
-        while popen.poll() is None:
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            poller.poll(left * 1000)
-        return True
-    finally:
-        os.close(fd)
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = b""
+
+    def waiting(self) -> bool:
+        return b"\n" in self._buf
+
+    def next(self) -> str | None:
+        """The next line (None at the end of input)."""
+        while b"\n" not in self._buf:
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                if not self._buf:
+                    return None
+                line, self._buf = self._buf, b""
+                return line.decode(errors="replace")
+            self._buf += chunk
+        line, _, self._buf = self._buf.partition(b"\n")
+        return line.decode(errors="replace")
 
 
 def _read_line(child: procs.Child, timeout: float) -> str:
@@ -538,9 +600,10 @@ def main() -> int:
     if not die_with_parent(signal.SIGTERM):
         return 1
     agent = Agent()
+    agent.requests = Requests(sys.stdin.fileno())
     out = sys.stdout
     try:
-        for line in sys.stdin:
+        while (line := agent.requests.next()) is not None:
             if not line.strip():
                 continue
             try:

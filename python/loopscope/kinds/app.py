@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource
 from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
@@ -94,24 +94,20 @@ class App(ProbeKind):
                 lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
                 started.append((host, name))
                 ctx.sleep(probe.start_gap / 1e9)
-            end = time.monotonic() + dur_ns / 1e9
-
-            def look() -> None:
-                lab.check()
-                ctx.hubs_check(running_hubs)
-                for host, name in started:
-                    st = lab.agent(host).call("status")
-                    if not st["probes"].get(name, False):
-                        r = lab.agent(host).call("stop_probe", name=name)
-                        results[name] = r
-                        started.remove((host, name))
-                        raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host, f"probe {name}")
-
-            # The window: every look wakes each agent (a lab component on the
-            # programs' CPUs), so the lab looks every WATCH_S and at the end.
-            while (left := end - time.monotonic()) > 0:
-                ctx.sleep(min(WATCH_S, left))
-                look()
+            # The window: the lab sleeps while the programs run; an agent
+            # answers at once when one of its programs exits (an app's
+            # processes must last the phase) or fails.
+            on: dict[str, list[str]] = {}
+            for host, name in started:
+                on.setdefault(host, []).append(name)
+            _, exited = ctx.window(on, None, dur_ns / 1e9)
+            lab.check()
+            ctx.hubs_check(running_hubs)
+            for host, name in exited[:1]:
+                r = lab.agent(host).call("stop_probe", name=name)
+                results[name] = r
+                started.remove((host, name))
+                raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host, f"probe {name}")
             for host, name in list(reversed(started)):
                 results[name] = lab.agent(host).call("stop_probe", name=name)
                 started.remove((host, name))

@@ -65,6 +65,13 @@ class StepContext(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    def window(self, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
+        """Sleep while the probes ``watch`` (host → names) measure, until the
+        probe ``until`` (host, name) exits or ``timeout_s`` passes, with no
+        lab component awake; a failure meanwhile raises at once. Whether
+        ``until`` ended, and the watched probes that exited cleanly."""
+        ...
+
     def with_hosts(self, command: list[str]) -> list[str]:
         """``{host:NAME}`` in a command, replaced by that host's address."""
         ...
@@ -149,11 +156,6 @@ def interval_windows(step: dict[str, Any], src: WindowSource, group: str, names:
     ).cast(WINDOWS)  # type: ignore[arg-type]
 
 
-# How often a step of several processes looks at its hosts while they
-# measure: each look wakes every agent (a lab component on the probes' CPUs),
-# so rarely; a process or agent that dies is still seen at once when it is the
-# one being waited for, the others at the next look or at the end.
-WATCH_S = 5.0
 
 
 @dataclass

@@ -10,7 +10,6 @@ processing. Its stages are helper processes (``pipe-source``,
 from __future__ import annotations
 
 import hashlib
-import time
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -19,7 +18,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import WATCH_S, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import duration_text
 
@@ -130,16 +129,16 @@ class Pipeline(ProbeKind):
             lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
             started.append((src_host, names[0]))
             # The window: the lab sleeps while the stages measure. The source's
-            # agent answers when the source exits (or every WATCH_S, when the
-            # other hosts are checked); nothing is collected until the last
-            # messages have arrived, so the lab's own work stays out of their way.
-            limit = time.monotonic() + dur_ns / 1e9 + 120
-            while not lab.agent(src_host).call("wait_probe", name=names[0], timeout_s=WATCH_S, collect=False)["done"]:
-                lab.check()
-                for host, _ in started:
-                    lab.agent(host).call("status")
-                if time.monotonic() > limit:
-                    raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
+            # agent answers when the source exits, the others when a stage
+            # fails; nothing is collected until the last messages have
+            # arrived, so the lab's own work stays out of their way.
+            stage_names: dict[str, list[str]] = {}
+            for host, name in started[:-1]:
+                stage_names.setdefault(host, []).append(name)
+            done, _ = ctx.window(stage_names, (src_host, names[0]), dur_ns / 1e9 + 120)
+            lab.check()
+            if not done:
+                raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
             for host, name in list(reversed(started)):
                 results[name] = lab.agent(host).call("stop_probe", name=name)
                 started.remove((host, name))

@@ -510,6 +510,11 @@ class Steps:
     def sleep(self, seconds: float) -> None:
         _sleep(seconds)
 
+    def window(self, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
+        from loopscope.lab import window
+
+        return window.sleep_through(self.lab, watch, until, timeout_s)
+
     def with_hosts(self, command: list[str]) -> list[str]:
         return [re.sub(HOST_REF, lambda m: self.lab.hosts[m.group(1)].address or "127.0.0.1", a) for a in command]
 

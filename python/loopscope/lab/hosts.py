@@ -348,6 +348,10 @@ class AgentClient:
         self.spawn_ns = time.monotonic_ns()
         self.next_id = 0
         self.dead: str | None = None
+        # Replies are read under a lock and matched by id: a thread may wait
+        # for one request's reply (a window's watch) while another is sent.
+        self._reading = threading.Lock()
+        self._inbox: dict[int, dict[str, Any]] = {}
 
     def _died(self, op: str) -> AgentFailure:
         ex = self.ch.exit_text()
@@ -356,19 +360,43 @@ class AgentClient:
         return AgentFailure(f"{self.dead}\n  command: {self.ch.command}\n  last output ({self.log}):\n{tail}", host=self.host, component="agent")
 
     def call(self, op: str, timeout: float | None = None, **kw: Any) -> dict[str, Any]:
+        return self.reply(self.send(op, **kw), op, timeout)
+
+    def send(self, op: str, **kw: Any) -> int:
+        """Send a request without waiting for its reply: its id."""
         self.next_id += 1
         msg = {"id": self.next_id, "op": op, **kw}
         try:
             self.ch.send((json.dumps(msg) + "\n").encode())
+        except ChannelClosed:
+            raise self._died(op) from None
+        return self.next_id
+
+    def reply(self, rid: int, op: str, timeout: float | None = None) -> dict[str, Any]:
+        """The reply to request ``rid`` (replies to other requests that come
+        first are kept for whoever waits for them)."""
+        while True:
+            got = self._inbox.pop(rid, None)
+            if got is None:
+                with self._reading:
+                    got = self._inbox.pop(rid, None)
+                    if got is None:
+                        got = self._read_one(op, timeout)
+                        if got.get("id") != rid:
+                            self._inbox[int(got.get("id") or -1)] = got
+                            continue
+            if not got.get("ok"):
+                raise AgentFailure(f"{got.get('component', 'agent')} on {self.host}: {got.get('error')}", host=self.host, component=got.get("component"))
+            return dict(got)
+
+    def _read_one(self, op: str, timeout: float | None) -> dict[str, Any]:
+        try:
             line = self.ch.recv_line(timeout)
         except ChannelClosed:
             raise self._died(op) from None
         except TimeoutError:
             raise AgentFailure(f"the agent on {self.host} did not answer {op} within {timeout:.0f} s", host=self.host, component="agent") from None
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            raise AgentFailure(f"{reply.get('component', 'agent')} on {self.host}: {reply.get('error')}", host=self.host, component=reply.get("component"))
-        return dict(reply)
+        return dict(json.loads(line))
 
     def check_alive(self) -> None:
         if not self.ch.alive():

@@ -1,0 +1,102 @@
+"""A measuring window across hosts, with the lab asleep.
+
+While a pipeline's stages or an app's processes measure on several hosts,
+nothing of the lab may wake on their CPUs: every wake-up of an agent or of
+the controller lands in some probe's window (the controller once looked at
+every host every 5 s, and those looks were up to 9 % of a stage's outlier
+time under load). Yet a stage that dies must fail the run at once, not
+when the window ends.
+
+So each agent sleeps on its processes: the agent of the host whose probe
+ends the window (a pipeline's source) answers ``wait_probe`` when it exits,
+every other agent answers ``watch`` when one of its probes or loads exits,
+and the controller waits for the first answer, each in a thread of its own
+blocked on its channel (no timer anywhere). A failure answers at once; a
+dead agent closes its channel, which answers too. When the window ends,
+each agent still watching is woken by the controller's next request, which
+it then handles as usual.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class _Pending:
+    host: str
+    rid: int
+    op: str
+
+
+def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
+    """Sleep while ``watch`` (host → probe names) measure, until the probe
+    ``until`` (host, name) exits or ``timeout_s`` passes. Raises the first
+    failure (a probe that failed, a load that ended, a dead agent). Returns
+    whether ``until`` ended (False: the time ran out first; True without
+    ``until``) and the watched probes that exited cleanly meanwhile."""
+    answers: queue.Queue[tuple[_Pending, dict[str, Any] | BaseException]] = queue.Queue()
+    pending: dict[str, _Pending] = {}
+    threads: list[threading.Thread] = []
+
+    def ask(host: str, op: str, **kw: Any) -> None:
+        p = _Pending(host, lab.agent(host).send(op, **kw), op)
+        pending[host] = p
+
+        def wait() -> None:
+            try:
+                answers.put((p, lab.agent(host).reply(p.rid, op)))
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                answers.put((p, e))
+
+        t = threading.Thread(target=wait, name=f"ls-window-{host}", daemon=True)
+        t.start()
+        threads.append(t)
+
+    exited: list[tuple[str, str]] = []
+    hosts = set(watch) | ({until[0]} if until else set())
+    end = time.monotonic() + timeout_s
+    done = until is None
+    try:
+        for host in sorted(hosts):
+            if until is not None and host == until[0]:
+                ask(host, "wait_probe", name=until[1], timeout_s=timeout_s, collect=False, watch=watch.get(host, []))
+            elif watch.get(host):
+                ask(host, "watch", names=watch[host])
+        while (left := end - time.monotonic()) > 0:
+            try:
+                p, got = answers.get(timeout=left)
+            except queue.Empty:
+                break
+            del pending[p.host]
+            if isinstance(got, BaseException):
+                raise got
+            if p.op == "wait_probe" and got.get("done"):
+                done = True
+                break
+            exited += [(p.host, n) for n in got.get("exited") or []]
+            left_on = [n for n in watch.get(p.host, []) if (p.host, n) not in exited]
+            if p.op == "wait_probe" and until is not None:
+                ask(p.host, p.op, name=until[1], timeout_s=max(0.0, end - time.monotonic()), collect=False, watch=left_on)
+            elif left_on:
+                ask(p.host, p.op, names=left_on)
+        return done, exited
+    finally:
+        _wake(lab, pending)
+        for t in threads:
+            t.join(timeout=30)
+
+
+def _wake(lab: Any, pending: dict[str, _Pending]) -> None:
+    """End every wait still outstanding: the agent answers it when the next
+    request arrives (a ``status``, whose own answer is read here); an agent
+    that cannot answer is left to the failure already on its way."""
+    for host, p in pending.items():
+        try:
+            lab.agent(host).call("status", timeout=30)
+        except Exception:  # noqa: BLE001 - the window's own outcome (or its failure) is what the caller needs
+            pass
