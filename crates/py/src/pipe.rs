@@ -18,18 +18,27 @@ pub(crate) fn ready(fd: Option<i32>) {
     }
 }
 
-/// Pipeline source: paced messages to the first stage.
+/// Pipeline source: paced messages to the first stage; then, unless
+/// stopped, `linger_ns` asleep in the sending thread while the last
+/// messages travel (nothing of the source's process runs meanwhile: its
+/// results and exit would compete with the stages carrying them).
 #[pyfunction]
-#[pyo3(signature = (dest, flow, pps_num, pps_den, size, count=None, duration_ns=None))]
+#[pyo3(signature = (dest, flow, pps_num, pps_den, size, count=None, duration_ns=None, linger_ns=0))]
 #[allow(clippy::too_many_arguments)]
-pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>) -> PyResult<Bound<'py, PyDict>> {
+pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>, linger_ns: u64) -> PyResult<Bound<'py, PyDict>> {
     if count.is_none() && duration_ns.is_none() {
         return Err(InputError::new_err("give a count or a duration"));
     }
     let d = addr(dest)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-pipe-source", stop, move || pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-pipe-source", stop, move || {
+        let r = pipe::source(&d, flow, pps_num, pps_den, size, count, duration_ns, s2);
+        if matches!(&r, Ok(x) if !x.interrupted) && linger_ns > 0 {
+            std::thread::sleep(std::time::Duration::from_nanos(linger_ns));
+        }
+        r
+    })?;
     let r = r.map_err(RunError::new_err)?;
     let o = PyDict::new(py);
     o.set_item("sent", r.sent)?;

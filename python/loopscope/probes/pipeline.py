@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from typing import Any
 
 import numpy as np
@@ -40,13 +39,13 @@ from loopscope.probes.net import Rate, hist_quantiles
 
 def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None, linger_ns: int = 0) -> dict[str, Any]:
     """Send, then (``linger_ns``) sleep while the last messages travel: the
-    source's own exit (closing its trace, its results, the interpreter's
+    source's own exit (its results, closing its trace, the interpreter's
     teardown: tens of ms of CPU) would otherwise compete with the stages
-    still carrying them."""
+    still carrying them. The sleep is the sending thread's, before the
+    native call returns: even turning its results into Python objects
+    waits."""
     with traced(trace_path, ["pipe"]) as tr:
-        r = _native.pipe_source(dest, flow, rate.pps_num, rate.pps_den, size, count, duration_ns)
-        if linger_ns > 0 and not r["interrupted"]:
-            time.sleep(linger_ns / 1e9)
+        r = _native.pipe_source(dest, flow, rate.pps_num, rate.pps_den, size, count, duration_ns, linger_ns)
     return {
         **envelope("pipe-source"),
         "dest": dest,
