@@ -312,3 +312,68 @@ def test_a_sleep_held_past_its_deadline_by_timer_slack_is_split_at_the_deadline(
     ]), 0)
     r = A.attribute_span(k, 42, 0, 7 * ms)
     assert r["causes"] == {"running": 2 * ms, "blocked: sleeping": 1 * ms, "timer slack": 4 * ms}
+
+
+def _ipis(cpu: int, start: int, every: int, length: int, n: int) -> list[dict]:
+    rows = []
+    for i in range(n):
+        t = start + i * every
+        rows += [{"t_ns": t, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+                 {"t_ns": t + length, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_exit"}]
+    return rows
+
+
+def test_idle_between_ipis_a_few_microseconds_apart_is_the_ipis_not_the_cpu_idling() -> None:
+    # deadline 0; an IPI every 28 µs (10 µs each) on the idle CPU until its timer fires at 1 ms
+    us = 1_000
+    rows = [
+        *_ipis(1, 50 * us, 28 * us, 10 * us, 30),
+        {"t_ns": 1_000 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+        {"t_ns": 1_050 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 40 * us},
+        {"t_ns": 3_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
+    ]
+    r = A.attribute(A.Kernel.of(_events(rows), 0), 42, 0, 1_020 * us)
+    c = r["causes"]
+    first, last_end = 50 * us, 50 * us + 29 * 28 * us + 10 * us
+    # the handlers, and the 29 gaps of 18 µs between them
+    assert c["IPI: function call"] == 30 * 10 * us + 29 * 18 * us
+    # before the storm and after its last IPI the CPU idled
+    assert c["CPU idle"] == first + (1_000 * us - last_end)
+    assert sum(c.values()) == 1_020 * us
+
+
+def test_idle_between_interrupts_far_apart_stays_cpu_idle() -> None:
+    us = 1_000
+    rows = [
+        *_ipis(1, 100 * us, 300 * us, 10 * us, 3),
+        {"t_ns": 1_000 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+        {"t_ns": 1_050 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 40 * us},
+        {"t_ns": 3_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
+    ]
+    c = A.attribute(A.Kernel.of(_events(rows), 0), 42, 0, 1_020 * us)["causes"]
+    assert c["IPI: function call"] == 30 * us and c["CPU idle"] == 1_000 * us - 30 * us
+
+
+def test_a_run_after_a_wake_up_starts_at_the_wake_up_even_when_runtime_says_earlier() -> None:
+    # a poller sleeps on 5 ms of slack three times in one wait; each runtime
+    # event carries a few µs from before the thread slept, so the runs it
+    # gives start before the wake-ups; the sleeps are still seen as slept on slack
+    us = 1_000
+    rows = []
+    t = 0
+    for k in range(3):
+        rows += [
+            {"t_ns": t + 80 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": t + 5_130 * us, "softexpires": t + 130 * us},
+            {"t_ns": t + 82 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 60 * us},
+            {"t_ns": t + 87 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+            {"t_ns": t + 5_150 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
+        ]
+        t += 5_150 * us
+    rows += [
+        {"t_ns": t + 80 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 95 * us},
+        {"t_ns": 30_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
+    ]
+    r = A.attribute_span(A.Kernel.of(_events(rows), 0), 42, 20 * us, t + 80 * us)
+    c = r["causes"]
+    assert not any("not recorded" in k for k in c), c
+    assert c["timer slack"] == 3 * (5_150 - 130) * us

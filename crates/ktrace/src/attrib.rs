@@ -35,6 +35,9 @@ const JOIN_NS: i64 = 2_000;
 const SLACK_MATCH_NS: i64 = 20_000;
 /// An uninterruptible sleep this soon after a fault of the thread: waiting for the page.
 const FAULT_BEFORE_NS: i64 = 200_000;
+/// Idle shorter than this between two interrupts of one kind, inside a
+/// window before the thread's wake-up, counts to them (`Kernel::storm`).
+const STORM_GAP_NS: i64 = 50_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ev {
@@ -287,6 +290,131 @@ fn text(table: &[String], i: i64) -> Option<&str> {
     }
 }
 
+/// What `Kernel::new`'s one pass keeps while it walks the events: each
+/// CPU's open interrupt handlers and the time of its last interrupt event,
+/// its task runs and TLB flushes, and labels made once per handler kind and
+/// name and per task.
+#[derive(Default)]
+struct Pass {
+    stacks: FxHashMap<i64, Vec<(usize, i64)>>,
+    prev_t: FxHashMap<i64, i64>,
+    runs: FxHashMap<i64, Vec<(i64, i64, i64, usize)>>,
+    tlb: FxHashMap<i64, Vec<i64>>,
+    label_of: FxHashMap<(i64, i64), usize>,
+    entry_label: FxHashMap<(u8, i64), usize>,
+}
+
+fn is_entry(kind: Ev) -> bool {
+    matches!(kind, Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry)
+}
+
+fn is_exit(kind: Ev) -> bool {
+    matches!(kind, Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit)
+}
+
+impl Pass {
+    fn event(&mut self, k: &mut Kernel, i: usize, kind: Ev) {
+        let ev = k.ev;
+        let (t, c) = (ev.t_ns[i], ev.cpu[i]);
+        if is_entry(kind) || is_exit(kind) {
+            self.irq_segment(k, c, t);
+        }
+        if is_entry(kind) {
+            let l = self.entry_label(k, i, kind);
+            self.stacks.entry(c).or_default().push((l, t));
+        } else if is_exit(kind) {
+            // an exit with nothing open: a handler that began before these events
+            self.stacks.entry(c).or_default().pop();
+        } else if kind == Ev::Tlb {
+            self.tlb.entry(c).or_default().push(t);
+        } else if kind == Ev::Runtime {
+            self.runtime(k, i, c, t);
+        }
+    }
+
+    /// Interrupt segments: from each entry or exit to the next on its CPU,
+    /// labelled by the innermost open handler.
+    fn irq_segment(&mut self, k: &mut Kernel, c: i64, t: i64) {
+        if let (Some(stack), Some(&p)) = (self.stacks.get(&c), self.prev_t.get(&c)) {
+            if let Some(&(lab, _)) = stack.last() {
+                if t > p {
+                    let cpu = k.cpus.entry(c).or_default();
+                    cpu.irq_s.push(p);
+                    cpu.irq_e.push(t);
+                    cpu.irq_label.push(lab);
+                }
+            }
+        }
+        self.prev_t.insert(c, t);
+    }
+
+    /// A handler's label by (kind, name): made once, not per entry.
+    fn entry_label(&mut self, k: &mut Kernel, i: usize, kind: Ev) -> usize {
+        let ev = k.ev;
+        let key = (kind as u8, if matches!(kind, Ev::IrqEntry | Ev::SoftEntry) { ev.name[i] } else { NONE });
+        if let Some(&l) = self.entry_label.get(&key) {
+            return l;
+        }
+        let lab = match kind {
+            Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
+            Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
+            Ev::TimerEntry => "timer interrupt".into(),
+            Ev::CallEntry => "IPI: function call".into(),
+            _ => "IPI: reschedule".into(),
+        };
+        let l = k.labels.get(lab);
+        self.entry_label.insert(key, l);
+        l
+    }
+
+    /// A task ran for `runtime` ns up to now on this CPU.
+    fn runtime(&mut self, k: &mut Kernel, i: usize, c: i64, t: i64) {
+        let ev = k.ev;
+        let (who, rt) = (ev.target[i], ev.runtime[i]);
+        if who == 0 || who == NONE || rt == NONE {
+            return;
+        }
+        let key = (ev.target_comm[i], who);
+        let lab = match self.label_of.get(&key) {
+            Some(&l) => l,
+            None => {
+                let name = text(ev.comms, ev.target_comm[i]).unwrap_or("?");
+                let l = k.labels.get(task_label(name, who, &k.ctx.roles, k.ctx.perf_is_lab));
+                self.label_of.insert(key, l);
+                l
+            }
+        };
+        self.runs.entry(c).or_default().push((t - rt, t, who, lab));
+    }
+
+    /// The runs into their CPUs; an IPI whose handler flushed the TLB (the
+    /// capture records the IPI functions only when they are
+    /// flush_tlb_func) becomes a TLB shootdown.
+    fn finish(self, k: &mut Kernel) {
+        for (c, r) in self.runs {
+            let cpu = k.cpus.entry(c).or_default();
+            for (s, e, p, l) in r {
+                cpu.run_s.push(s);
+                cpu.run_e.push(e);
+                cpu.run_pid.push(p);
+                cpu.run_label.push(l);
+            }
+        }
+        let call = k.labels.get("IPI: function call".into());
+        let shoot = k.labels.get("IPI: TLB shootdown".into());
+        for (c, flushes) in self.tlb {
+            if let Some(cpu) = k.cpus.get_mut(&c) {
+                for f in flushes {
+                    let j = upper(&cpu.irq_s, f);
+                    if j > 0 && f <= cpu.irq_e[j - 1] && cpu.irq_label[j - 1] == call {
+                        cpu.irq_label[j - 1] = shoot;
+                    }
+                }
+            }
+        }
+    }
+}
+
 impl<'a> Kernel<'a> {
     /// One pass over the events: every CPU's runs and interrupt handlers,
     /// and the own events of the threads in `tids`.
@@ -302,103 +430,13 @@ impl<'a> Kernel<'a> {
         if !ev.t_ns.windows(2).all(|w| w[0] <= w[1]) {
             order.sort_by_key(|&i| ev.t_ns[i]);
         }
-        let mut stacks: FxHashMap<i64, Vec<(usize, i64)>> = FxHashMap::default();
-        let mut runs: FxHashMap<i64, Vec<(i64, i64, i64, usize)>> = FxHashMap::default();
-        let mut tlb: FxHashMap<i64, Vec<i64>> = FxHashMap::default();
-        let mut label_of: FxHashMap<(i64, i64), usize> = FxHashMap::default();
-        let mut prev_t: FxHashMap<i64, i64> = FxHashMap::default();
-        // a handler's label by (kind, name): made once, not per entry
-        let mut entry_label: FxHashMap<(u8, i64), usize> = FxHashMap::default();
+        let mut pass = Pass::default();
         for &i in &order {
-            let t = ev.t_ns[i];
-            let c = ev.cpu[i];
             let kind = k.kind(i);
-            let is_irq = matches!(
-                kind,
-                Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry | Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit
-            );
-            // interrupt segments: from each entry or exit to the next on its CPU, labelled by the innermost open handler
-            if is_irq {
-                if let (Some(stack), Some(&p)) = (stacks.get(&c), prev_t.get(&c)) {
-                    if let Some(&(lab, _)) = stack.last() {
-                        if t > p {
-                            let cpu = k.cpus.entry(c).or_default();
-                            cpu.irq_s.push(p);
-                            cpu.irq_e.push(t);
-                            cpu.irq_label.push(lab);
-                        }
-                    }
-                }
-                prev_t.insert(c, t);
-            }
-            match kind {
-                Ev::IrqEntry | Ev::SoftEntry | Ev::TimerEntry | Ev::CallEntry | Ev::ReschedEntry => {
-                    let key = (kind as u8, if matches!(kind, Ev::IrqEntry | Ev::SoftEntry) { ev.name[i] } else { NONE });
-                    let l = match entry_label.get(&key) {
-                        Some(&l) => l,
-                        None => {
-                            let lab = match kind {
-                                Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
-                                Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
-                                Ev::TimerEntry => "timer interrupt".into(),
-                                Ev::CallEntry => "IPI: function call".into(),
-                                _ => "IPI: reschedule".into(),
-                            };
-                            let l = k.labels.get(lab);
-                            entry_label.insert(key, l);
-                            l
-                        }
-                    };
-                    stacks.entry(c).or_default().push((l, t));
-                }
-                Ev::IrqExit | Ev::SoftExit | Ev::TimerExit | Ev::CallExit | Ev::ReschedExit => {
-                    // an exit with nothing open: a handler that began before these events
-                    stacks.entry(c).or_default().pop();
-                }
-                Ev::Tlb => tlb.entry(c).or_default().push(t),
-                Ev::Runtime => {
-                    let (who, rt) = (ev.target[i], ev.runtime[i]);
-                    if who != 0 && who != NONE && rt != NONE {
-                        let key = (ev.target_comm[i], who);
-                        let lab = match label_of.get(&key) {
-                            Some(&l) => l,
-                            None => {
-                                let name = text(ev.comms, ev.target_comm[i]).unwrap_or("?");
-                                let l = k.labels.get(task_label(name, who, &ctx.roles, ctx.perf_is_lab));
-                                label_of.insert(key, l);
-                                l
-                            }
-                        };
-                        runs.entry(c).or_default().push((t - rt, t, who, lab));
-                    }
-                }
-                _ => {}
-            }
+            pass.event(&mut k, i, kind);
             k.thread_event(i, kind);
         }
-        for (c, r) in runs {
-            let cpu = k.cpus.entry(c).or_default();
-            for (s, e, p, l) in r {
-                cpu.run_s.push(s);
-                cpu.run_e.push(e);
-                cpu.run_pid.push(p);
-                cpu.run_label.push(l);
-            }
-        }
-        // an IPI whose handler flushed the TLB (the capture records the IPI
-        // functions only when they are flush_tlb_func) is a TLB shootdown
-        let call = k.labels.get("IPI: function call".into());
-        let shoot = k.labels.get("IPI: TLB shootdown".into());
-        for (c, flushes) in tlb {
-            if let Some(cpu) = k.cpus.get_mut(&c) {
-                for f in flushes {
-                    let j = upper(&cpu.irq_s, f);
-                    if j > 0 && f <= cpu.irq_e[j - 1] && cpu.irq_label[j - 1] == call {
-                        cpu.irq_label[j - 1] = shoot;
-                    }
-                }
-            }
-        }
+        pass.finish(&mut k);
         k
     }
 
@@ -421,7 +459,17 @@ impl<'a> Kernel<'a> {
         match kind {
             Ev::Runtime if ev.runtime[i] != NONE => {
                 if let Some(th) = self.threads.get_mut(&target) {
-                    th.rs.push(t - ev.runtime[i]);
+                    // Runtime accounting can carry the tail of the thread's
+                    // last run (after its last update, before it slept) into
+                    // this one: a thread that slept and was woken since ran
+                    // from its wake-up at the earliest.
+                    let mut start = t - ev.runtime[i];
+                    if let (Some(&w), Some(&slept)) = (th.wake.last(), th.so_t.last()) {
+                        if slept < w && start < w && w < t {
+                            start = w;
+                        }
+                    }
+                    th.rs.push(start);
                     th.re.push(t);
                     th.rc.push(ev.cpu[i]);
                 }
@@ -590,6 +638,7 @@ impl<'a> Kernel<'a> {
                 }
             }
         }
+        gaps = self.storm(cv, &irqs, gaps, cut, out);
         let before: i64 = gaps.iter().map(|&(ga, gb)| (gb.min(cut) - ga).max(0)).sum();
         let after: i64 = gaps.iter().map(|&(ga, gb)| (gb - ga.max(cut)).max(0)).sum();
         if before > 0 {
@@ -598,6 +647,39 @@ impl<'a> Kernel<'a> {
         if after > 0 {
             out.add("scheduling latency", after);
         }
+    }
+
+    /// Idle before the wake-up (`cut`) between two interrupts of one kind
+    /// less than STORM_GAP_NS apart is theirs: a CPU interrupted that often
+    /// leaves and re-enters its idle state (and, in a VM, exits to the
+    /// hypervisor) for each, and its own timer interrupt comes late
+    /// meanwhile (seen here: a 1 ms timer held up to a whole tick under an
+    /// IPI every 28 µs). The gaps left are returned.
+    fn storm(&self, cv: &Cpu, irqs: &[(usize, i64, i64)], gaps: Vec<(i64, i64)>, cut: i64, out: &mut Acc) -> Vec<(i64, i64)> {
+        if irqs.len() < 2 {
+            return gaps;
+        }
+        let mut left = Vec::with_capacity(gaps.len());
+        for (ga, gb) in gaps {
+            let end = gb.min(cut);
+            // the interrupt that ends where the gap starts, and the next one
+            let k = irqs.partition_point(|x| x.2 < ga);
+            let stormy = end - ga > 0
+                && end - ga < STORM_GAP_NS
+                && k + 1 < irqs.len()
+                && irqs[k].2 == ga
+                && irqs[k + 1].1 == gb
+                && cv.irq_label[irqs[k].0] == cv.irq_label[irqs[k + 1].0];
+            if stormy {
+                out.add(&self.labels.list[cv.irq_label[irqs[k].0]], end - ga);
+                if gb > end {
+                    left.push((end, gb));
+                }
+            } else {
+                left.push((ga, gb));
+            }
+        }
+        left
     }
 
     /// [soft, hard) of the timer the thread armed for the deadline `a`, when it had slack.
@@ -709,7 +791,9 @@ impl<'a> Kernel<'a> {
         s
     }
 
-    /// Split [a, b), any stretch of thread `tid`'s time.
+    /// Split [a, b), any stretch of thread `tid`'s time: its runs (less the
+    /// interrupts inside them) are `running`, and each stretch between them
+    /// is what kept it off the CPU (`gap`).
     pub fn attribute_span(&mut self, w: &Window) -> Split {
         let (tid, a, b) = (w.tid, w.a, w.b);
         let mut s = self.info(w.id, a, b);
@@ -718,19 +802,7 @@ impl<'a> Kernel<'a> {
             s.causes = out.0;
             return s;
         }
-        let th = self.threads.get(&tid).expect("threads of every window are built");
-        let mut segs: Vec<(i64, i64, i64)> = Vec::new();
-        let mut j = upper(&th.re, a);
-        while j < th.rs.len() && th.rs[j] < b {
-            let (x, y, c) = (th.rs[j].max(a), th.re[j].min(b), th.rc[j]);
-            if y > x {
-                match segs.last_mut() {
-                    Some(last) if last.2 == c && x - last.1 < JOIN_NS => last.1 = last.1.max(y),
-                    _ => segs.push((x, y, c)),
-                }
-            }
-            j += 1;
-        }
+        let segs = run_segments(self.threads.get(&tid).expect("threads of every window are built"), a, b);
         if segs.is_empty() {
             s.complete = false;
             and(&mut s.missing, "no run of the thread was recorded in the window");
@@ -740,73 +812,15 @@ impl<'a> Kernel<'a> {
         let last_cpu = segs[segs.len() - 1].2;
         s.cpu = Some(last_cpu);
         let n_segs = segs.len();
-        let mut all = segs.clone();
+        let mut all = segs;
         all.push((b, b, last_cpu));
         let mut t = a;
         for (n, &(x, y, c)) in all.iter().enumerate() {
             if x > t {
-                let th = self.threads.get(&tid).expect("built");
-                // the thread ran until `t`: only a switch-out where that run ended can have put it to sleep
-                let i = lower(&th.so_t, a.max(t - 50_000) - JOIN_NS);
-                let state: String = if i < th.so_t.len() && th.so_t[i] <= x { th.so_state[i].chars().take(1).collect() } else { "R".into() };
-                let wi = lower(&th.wake, t);
-                let mut wk = if wi < th.wake.len() && th.wake[wi] <= x { Some(th.wake[wi]) } else { None };
-                let faulted = count_in(&th.pf, t - FAULT_BEFORE_NS, t + JOIN_NS) > 0;
-                if state == "R" || state == "W" {
-                    self.activity(Some(c), t, x, tid, Some(t), &mut out, None, None);
-                } else if !state.is_empty() {
-                    let by = self.blocked_by(tid, t, x);
-                    let th = self.threads.get(&tid).expect("built");
-                    let mut label = match &by {
-                        Some((l, _)) => l.clone(),
-                        None => blocked_label(&state),
-                    };
-                    if state == "D" && by.is_none() && faulted {
-                        label = "page faults".into(); // it blocked in the fault: waiting for the page
-                    }
-                    let woken = wk;
-                    if let Some((_, at)) = &by {
-                        if wk.is_none_or(|w| *at < w) {
-                            // blocked until the other task woke it; from there to the wake-up taking effect, the wake-up's own delay
-                            wk = Some(*at);
-                        }
-                    }
-                    match wk {
-                        None => {
-                            if n < n_segs {
-                                label.push_str(" (wake-up not recorded)");
-                            }
-                            out.add(&label, x - t);
-                        }
-                        Some(w) => {
-                            let slept = if by.is_none() { Self::slept_on_slack(th, t, w) } else { None };
-                            match slept {
-                                Some(soft) => {
-                                    out.add(&label, soft - t);
-                                    out.add("timer slack", w - soft);
-                                }
-                                None => out.add(&label, w - t),
-                            }
-                            let effect = match woken {
-                                Some(x0) if x0 >= w => x0,
-                                _ => w,
-                            };
-                            self.activity(Some(c), w, x, tid, Some(effect), &mut out, None, None);
-                        }
-                    }
-                } else {
-                    self.activity(Some(c), t, x, tid, wk, &mut out, None, None);
-                }
+                self.gap(tid, a, t, x, c, n < n_segs, &mut out);
             }
             if y > x {
-                let mut irq_ns = 0;
-                if let Some(cv) = self.cpus.get(&c) {
-                    for (jj, aa, bb) in overlaps(&cv.irq_s, &cv.irq_e, x, y) {
-                        out.add(&self.labels.list[cv.irq_label[jj]], bb - aa);
-                        irq_ns += bb - aa;
-                    }
-                }
-                out.add("running", (y - x) - irq_ns);
+                self.running(c, x, y, &mut out);
             }
             t = t.max(y);
         }
@@ -816,6 +830,98 @@ impl<'a> Kernel<'a> {
         s.causes = out.0;
         s
     }
+
+    /// [x, y) the thread ran on CPU `c`: `running`, less the interrupts.
+    fn running(&self, c: i64, x: i64, y: i64, out: &mut Acc) {
+        let mut irq_ns = 0;
+        if let Some(cv) = self.cpus.get(&c) {
+            for (jj, aa, bb) in overlaps(&cv.irq_s, &cv.irq_e, x, y) {
+                out.add(&self.labels.list[cv.irq_label[jj]], bb - aa);
+                irq_ns += bb - aa;
+            }
+        }
+        out.add("running", (y - x) - irq_ns);
+    }
+
+    /// [t, x) the thread did not run (it ran next on CPU `c`; `more`: a run
+    /// of it follows inside the window): runnable, what ran instead; asleep,
+    /// what it waited for (another task that woke it, a page, its timer's
+    /// slack), then the wake-up's own delay.
+    #[allow(clippy::too_many_arguments)]
+    fn gap(&mut self, tid: i64, a: i64, t: i64, x: i64, c: i64, more: bool, out: &mut Acc) {
+        let th = self.threads.get(&tid).expect("built");
+        // the thread ran until `t`: only a switch-out where that run ended can have put it to sleep
+        let i = lower(&th.so_t, a.max(t - 50_000) - JOIN_NS);
+        let state: String = if i < th.so_t.len() && th.so_t[i] <= x { th.so_state[i].chars().take(1).collect() } else { "R".into() };
+        let wi = lower(&th.wake, t);
+        let wk = if wi < th.wake.len() && th.wake[wi] <= x { Some(th.wake[wi]) } else { None };
+        let faulted = count_in(&th.pf, t - FAULT_BEFORE_NS, t + JOIN_NS) > 0;
+        if state == "R" || state == "W" {
+            self.activity(Some(c), t, x, tid, Some(t), out, None, None);
+        } else if state.is_empty() {
+            self.activity(Some(c), t, x, tid, wk, out, None, None);
+        } else {
+            self.asleep(tid, t, x, c, &state, wk, faulted, more, out);
+        }
+    }
+
+    /// The thread slept in `state` from `t` (`wk`: its recorded wake-up).
+    #[allow(clippy::too_many_arguments)]
+    fn asleep(&mut self, tid: i64, t: i64, x: i64, c: i64, state: &str, woken: Option<i64>, faulted: bool, more: bool, out: &mut Acc) {
+        let by = self.blocked_by(tid, t, x);
+        let th = self.threads.get(&tid).expect("built");
+        let mut label = match &by {
+            Some((l, _)) => l.clone(),
+            None => blocked_label(state),
+        };
+        if state == "D" && by.is_none() && faulted {
+            label = "page faults".into(); // it blocked in the fault: waiting for the page
+        }
+        let mut wk = woken;
+        if let Some((_, at)) = &by {
+            if wk.is_none_or(|w| *at < w) {
+                // blocked until the other task woke it; from there to the wake-up taking effect, the wake-up's own delay
+                wk = Some(*at);
+            }
+        }
+        let Some(w) = wk else {
+            if more {
+                label.push_str(" (wake-up not recorded)");
+            }
+            out.add(&label, x - t);
+            return;
+        };
+        match if by.is_none() { Self::slept_on_slack(th, t, w) } else { None } {
+            Some(soft) => {
+                out.add(&label, soft - t);
+                out.add("timer slack", w - soft);
+            }
+            None => out.add(&label, w - t),
+        }
+        let effect = match woken {
+            Some(x0) if x0 >= w => x0,
+            _ => w,
+        };
+        self.activity(Some(c), w, x, tid, Some(effect), out, None, None);
+    }
+}
+
+/// The thread's runs inside [a, b), clipped to it, per CPU; runs on one CPU
+/// less than JOIN_NS apart are joined.
+fn run_segments(th: &Thread, a: i64, b: i64) -> Vec<(i64, i64, i64)> {
+    let mut segs: Vec<(i64, i64, i64)> = Vec::new();
+    let mut j = upper(&th.re, a);
+    while j < th.rs.len() && th.rs[j] < b {
+        let (x, y, c) = (th.rs[j].max(a), th.re[j].min(b), th.rc[j]);
+        if y > x {
+            match segs.last_mut() {
+                Some(last) if last.2 == c && x - last.1 < JOIN_NS => last.1 = last.1.max(y),
+                _ => segs.push((x, y, c)),
+            }
+        }
+        j += 1;
+    }
+    segs
 }
 
 fn and(missing: &mut Option<String>, why: &str) {
