@@ -28,7 +28,7 @@ fn result(r: Result<(), Error>) -> c_int {
     match r {
         Ok(()) => 0,
         Err(e) => {
-            set_error(&e.msg);
+            set_error(&e.to_string());
             -1
         }
     }
@@ -39,7 +39,7 @@ fn handle(r: Result<&'static Entity, Error>) -> *const Entity {
     match r {
         Ok(e) => e as *const Entity,
         Err(e) => {
-            set_error(&e.msg);
+            set_error(&e.to_string());
             std::ptr::null()
         }
     }
@@ -103,7 +103,7 @@ pub extern "C" fn ls_close() -> c_int {
             0
         }
         Err(e) => {
-            set_error(&e.msg);
+            set_error(&e.to_string());
             -1
         }
     }

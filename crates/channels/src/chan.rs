@@ -34,35 +34,24 @@ pub enum Which {
     At(u64),
 }
 
-#[derive(Debug, PartialEq, Eq)]
+/// Why a channel operation did not happen.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ChanError {
+    #[error("timed out")]
     Timeout,
+    #[error("timestamp {0} was already put on this channel")]
     Duplicate(u64),
+    #[error("an item of {size} bytes is larger than the channel's maximum of {max} bytes")]
     TooLarge { size: usize, max: usize },
+    #[error("item {0} is not in the channel any more (reclaimed, evicted or skipped)")]
     Gone(u64),
+    #[error("no consumer {0} is attached to this channel")]
     NoConsumer(u32),
+    #[error("the channel is closed")]
     Closed,
+    /// The network under a remote channel failed (the message says how).
+    #[error("{0}")]
     Net(String),
-}
-
-impl std::fmt::Display for ChanError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ChanError::Timeout => write!(f, "timed out"),
-            ChanError::Duplicate(ts) => write!(f, "timestamp {ts} was already put on this channel"),
-            ChanError::TooLarge { size, max } => write!(
-                f,
-                "an item of {size} bytes is larger than the channel's maximum of {max} bytes"
-            ),
-            ChanError::Gone(ts) => write!(
-                f,
-                "item {ts} is not in the channel any more (reclaimed, evicted or skipped)"
-            ),
-            ChanError::NoConsumer(id) => write!(f, "no consumer {id} is attached to this channel"),
-            ChanError::Closed => write!(f, "the channel is closed"),
-            ChanError::Net(e) => write!(f, "{e}"),
-        }
-    }
 }
 
 pub struct Item {

@@ -10,6 +10,7 @@
 //! - [`raw`]: the raw socket ping-pong the channels are measured against.
 
 pub mod chan;
+pub mod error;
 pub mod hub;
 pub mod inst;
 pub mod pool;
@@ -17,4 +18,5 @@ pub mod raw;
 pub mod wire;
 
 pub use chan::{ChanError, Channel, Full, Item, Stats, Which};
+pub use error::NetError;
 pub use hub::{Hub, NetStats, RemoteConsumer, RemoteProducer, Transport};

@@ -9,6 +9,7 @@
 //! back together. The channel runs carry the channel header (40 bytes per
 //! frame or datagram) and go through put, the hub's pump and get.
 
+use crate::error::{NetError, Result as NetResult};
 use crate::chan::{Full, Which};
 use crate::hub::{Hub, RemoteProducer, Transport};
 use crate::wire;
@@ -43,7 +44,7 @@ fn raw_udp_send(
     data: &[u8],
     frag: usize,
     to: Option<&SocketAddr>,
-) -> Result<(), String> {
+) -> NetResult<()> {
     let count = data.len().div_ceil(frag).max(1);
     let hdrs: Vec<[u8; RAW_HDR]> = (0..count)
         .map(|idx| {
@@ -120,12 +121,12 @@ pub fn raw_serve(
     transport: Transport,
     frag: usize,
     stop: &AtomicBool,
-) -> Result<u64, String> {
+) -> NetResult<u64> {
     let mut echoed = 0u64;
     match transport {
         Transport::Tcp => {
-            let l = TcpListener::bind(bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
-            l.set_nonblocking(true).map_err(|e| e.to_string())?;
+            let l = TcpListener::bind(bind).map_err(NetError::os(format!("cannot listen on {bind}")))?;
+            l.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;
             while !stop.load(Ordering::Relaxed) {
                 let (mut s, _) = match l.accept() {
                     Ok(x) => x,
@@ -134,7 +135,7 @@ pub fn raw_serve(
                         continue;
                     }
                 };
-                s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                s.set_nonblocking(false).map_err(NetError::os("set_nonblocking"))?;
                 let _ = s.set_nodelay(true);
                 let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
                 let mut buf = Vec::new();
@@ -172,7 +173,7 @@ pub fn raw_serve(
             }
         }
         Transport::Udp => {
-            let u = UdpSocket::bind(bind).map_err(|e| format!("cannot listen on {bind}: {e}"))?;
+            let u = UdpSocket::bind(bind).map_err(NetError::os(format!("cannot listen on {bind}")))?;
             loopscope_os::set_buffers(u.as_raw_fd(), 8 << 20);
             let mut buf = Vec::new();
             let mut dgram = vec![0u8; 65536];
@@ -200,7 +201,7 @@ pub fn chan_serve(
     transport: Transport,
     frag: usize,
     stop: &AtomicBool,
-) -> Result<u64, String> {
+) -> NetResult<u64> {
     let hub = Hub::new(frag);
     hub.listen(bind)?;
     let ping = hub.create("ping", 64, Full::Block, 64 << 20)?;
@@ -211,7 +212,7 @@ pub fn chan_serve(
         let item = match ping.get(me, Which::Next, false, Duration::from_millis(200)) {
             Ok(i) => i,
             Err(crate::ChanError::Timeout) => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         };
         if back.is_none() {
             back = Some(RemoteProducer::connect(
@@ -255,14 +256,14 @@ pub enum Client {
 }
 
 impl Client {
-    pub fn raw(dest: SocketAddr, transport: Transport, frag: usize) -> Result<Client, String> {
+    pub fn raw(dest: SocketAddr, transport: Transport, frag: usize) -> NetResult<Client> {
         Ok(match transport {
             Transport::Tcp => {
                 let s = TcpStream::connect_timeout(&dest, Duration::from_secs(5))
-                    .map_err(|e| format!("cannot connect to {dest}: {e}"))?;
+                    .map_err(NetError::os(format!("cannot connect to {dest}")))?;
                 let _ = s.set_nodelay(true);
                 s.set_read_timeout(Some(Duration::from_secs(10)))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(NetError::os("SO_RCVTIMEO"))?;
                 Client::RawTcp {
                     s,
                     back: Vec::new(),
@@ -274,8 +275,8 @@ impl Client {
                 } else {
                     "[::]:0"
                 })
-                .map_err(|e| e.to_string())?;
-                u.connect(dest).map_err(|e| e.to_string())?;
+                .map_err(NetError::os("binding the UDP client"))?;
+                u.connect(dest).map_err(NetError::os(format!("cannot connect to {dest}")))?;
                 loopscope_os::set_buffers(u.as_raw_fd(), 8 << 20);
                 Client::RawUdp {
                     u,
@@ -294,7 +295,7 @@ impl Client {
         dest: SocketAddr,
         transport: Transport,
         frag: usize,
-    ) -> Result<Client, String> {
+    ) -> NetResult<Client> {
         let hub = Hub::new(frag);
         hub.listen(bind)?;
         let pong = hub.create("pong", 64, Full::Block, 64 << 20)?;
@@ -309,7 +310,7 @@ impl Client {
         })
     }
 
-    fn once(&mut self, data: &[u8]) -> Result<bool, String> {
+    fn once(&mut self, data: &[u8]) -> NetResult<bool> {
         match self {
             Client::RawTcp { s, back } => {
                 wire::send_all(
@@ -321,7 +322,7 @@ impl Client {
                 back.resize(data.len(), 0);
                 s.read_exact(&mut lb)
                     .and_then(|_| s.read_exact(back))
-                    .map_err(|e| format!("raw tcp echo: {e}"))?;
+                    .map_err(NetError::os("raw tcp echo"))?;
                 Ok(true)
             }
             Client::RawUdp {
@@ -348,7 +349,7 @@ impl Client {
     }
 
     /// `warmup` untimed and `n` timed round trips of `size` bytes.
-    pub fn rounds(&mut self, size: usize, n: usize, warmup: usize) -> Result<Rounds, String> {
+    pub fn rounds(&mut self, size: usize, n: usize, warmup: usize) -> NetResult<Rounds> {
         let data = vec![0x5au8; size];
         let mut r = Rounds {
             size,

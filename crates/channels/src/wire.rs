@@ -8,6 +8,8 @@
 //! items), sent_ns u64 (the sender's CLOCK_REALTIME when it sent the item:
 //! with the hosts' clock alignment it places the network part of a hop).
 
+use crate::error::{NetError, Result as NetResult};
+
 pub const MAGIC: u32 = 0x4843_534c; // "LSCH"
 pub const HDR: usize = 40;
 
@@ -114,7 +116,7 @@ pub fn realtime_ns() -> u64 {
 
 /// Write all of `parts` to the socket `fd` (blocking or not) by the
 /// deadline: writev, and poll for room when the socket is full.
-pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Result<(), String> {
+pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> NetResult<()> {
     let mut idx = 0;
     let mut off = 0;
     while idx < parts.len() {
@@ -134,7 +136,7 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Resul
                 Some(libc::EAGAIN) => {
                     let now = std::time::Instant::now();
                     if now >= deadline {
-                        return Err("the peer did not take the data in time (its receive buffer stayed full)".into());
+                        return Err(NetError::Peer("the peer did not take the data in time (its receive buffer stayed full)".into()));
                     }
                     let mut pfd = libc::pollfd {
                         fd,
@@ -145,7 +147,7 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> Resul
                     unsafe { libc::poll(&mut pfd, 1, ms) };
                     continue;
                 }
-                _ => return Err(format!("send: {e}")),
+                _ => return Err(NetError::Os { what: "send".into(), source: e }),
             }
         }
         let mut n = n as usize;
@@ -177,13 +179,13 @@ pub fn send_udp(
     frag: usize,
     to: Option<&libc::sockaddr_storage>,
     tolen: u32,
-) -> Result<(), String> {
+) -> NetResult<()> {
     let count = data.len().div_ceil(frag).max(1);
     if count > u16::MAX as usize {
-        return Err(format!(
+        return Err(NetError::Input(format!(
             "an item of {} bytes needs {count} datagrams of {frag} bytes: more than 65535",
             data.len()
-        ));
+        )));
     }
     h.frag_count = count as u16;
     let hdrs: Vec<[u8; HDR]> = (0..count)
@@ -206,7 +208,7 @@ pub fn send_fragments(
     frag: usize,
     to: Option<&libc::sockaddr_storage>,
     tolen: u32,
-) -> Result<(), String> {
+) -> NetResult<()> {
     let count = heads.len();
     let mut sent = 0;
     while sent < count {
@@ -254,7 +256,7 @@ pub fn send_fragments(
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }
-                _ => return Err(format!("sendmmsg: {e}")),
+                _ => return Err(NetError::Os { what: "sendmmsg".into(), source: e }),
             }
         }
         sent += n as usize;

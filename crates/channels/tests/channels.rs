@@ -190,7 +190,7 @@ fn opening_a_channel_the_hub_does_not_have_names_it() {
     let e = RemoteProducer::connect(addr, "nosuch", Transport::Tcp, 1400, Duration::from_secs(2))
         .err()
         .unwrap();
-    assert!(e.contains("no channel named \"nosuch\""), "{e}");
+    assert!(!e.is_input() && e.to_string().contains("no channel named \"nosuch\""), "{e}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     pumper.join().unwrap();
     let e = RemoteProducer::connect(
@@ -202,5 +202,5 @@ fn opening_a_channel_the_hub_does_not_have_names_it() {
     )
     .err()
     .unwrap();
-    assert!(e.contains("cannot connect"), "{e}");
+    assert!(e.to_string().contains("cannot connect"), "{e}");
 }

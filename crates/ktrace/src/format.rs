@@ -115,7 +115,19 @@ fn symbols(fmt: &str) -> Vec<(u64, String)> {
 }
 
 /// Parse one event's `format` file (`system` is its folder under `events/`).
-pub fn parse(system: &str, text: &str) -> Result<Format, String> {
+/// A kernel event description the decoder cannot use. Always the input's
+/// fault (the capture's `formats/`, or a kernel newer than the decoder).
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("{system}: a field line the decoder cannot read: {line:?}")]
+    Field { system: String, line: String },
+    #[error("{event}: the format has no {what}: line")]
+    Missing { event: String, what: &'static str },
+    #[error("events/header_page: {0}")]
+    HeaderPage(String),
+}
+
+pub fn parse(system: &str, text: &str) -> Result<Format, FormatError> {
     let mut name = None;
     let mut id = None;
     let mut fields = Vec::new();
@@ -127,13 +139,13 @@ pub fn parse(system: &str, text: &str) -> Result<Format, String> {
         } else if let Some(v) = t.strip_prefix("ID:") {
             id = v.trim().parse::<u16>().ok();
         } else if t.starts_with("field:") {
-            fields.push(parse_field(t).ok_or_else(|| format!("{system}: a field line the decoder cannot read: {t:?}"))?);
+            fields.push(parse_field(t).ok_or_else(|| FormatError::Field { system: system.into(), line: t.into() })?);
         } else if let Some(v) = t.strip_prefix("print fmt:") {
             syms = symbols(v);
         }
     }
-    let name = name.ok_or_else(|| format!("{system}: the format has no name: line"))?;
-    let id = id.ok_or_else(|| format!("{system}/{name}: the format has no ID: line"))?;
+    let name = name.ok_or_else(|| FormatError::Missing { event: system.into(), what: "name" })?;
+    let id = id.ok_or_else(|| FormatError::Missing { event: format!("{system}/{name}"), what: "ID" })?;
     Ok(Format { system: system.to_string(), name, id, fields, symbols: syms })
 }
 
@@ -153,7 +165,7 @@ impl Default for PageLayout {
     }
 }
 
-pub fn parse_header_page(text: &str) -> Result<PageLayout, String> {
+pub fn parse_header_page(text: &str) -> Result<PageLayout, FormatError> {
     let mut l = PageLayout::default();
     let mut seen = 0;
     for line in text.lines() {
@@ -176,10 +188,10 @@ pub fn parse_header_page(text: &str) -> Result<PageLayout, String> {
         }
     }
     if seen != 7 {
-        return Err("events/header_page lacks timestamp, commit or data".into());
+        return Err(FormatError::HeaderPage("it lacks timestamp, commit or data".into()));
     }
     if l.commit_size != 4 && l.commit_size != 8 {
-        return Err(format!("events/header_page: a commit word of {} bytes", l.commit_size));
+        return Err(FormatError::HeaderPage(format!("a commit word of {} bytes", l.commit_size)));
     }
     Ok(l)
 }
@@ -214,6 +226,6 @@ mod tests {
 
     #[test]
     fn a_format_without_an_id_is_an_error_naming_it() {
-        assert!(parse("irq", "name: x\n").unwrap_err().contains("irq/x"));
+        assert!(parse("irq", "name: x\n").unwrap_err().to_string().contains("irq/x"));
     }
 }

@@ -115,7 +115,7 @@ impl CpuWork {
 }
 
 impl Work for CpuWork {
-    fn step(&mut self) -> Result<u64, String> {
+    fn step(&mut self) -> crate::error::Result<u64> {
         self.sink = self.sink.wrapping_add(self.h.encode(&self.data));
         // Perturb one byte so no unit is exactly the previous one.
         let i = (self.sink as usize) % BUFFER;

@@ -15,10 +15,12 @@
 //! with their parent (PR_SET_PDEATHSIG), so no load outlives the run.
 
 mod cpu;
+pub mod error;
 mod io;
 mod memory;
 pub mod net;
 
+pub use error::{LoadError, Result};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -81,7 +83,7 @@ pub struct Report {
 /// One kind's unit of work and its state.
 trait Work {
     /// Do one unit; returns how many units it counted (usually 1).
-    fn step(&mut self) -> Result<u64, String>;
+    fn step(&mut self) -> Result<u64>;
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -91,7 +93,7 @@ extern "C" fn on_signal(_: libc::c_int) {
 }
 
 /// Make this process a load worker: stop on SIGTERM/SIGINT, die with the parent.
-pub fn install_worker_signals() -> Result<(), String> {
+pub fn install_worker_signals() -> Result<()> {
     // The parent that started this worker (the lab names it: the worker has
     // been importing for a while, and its parent may have died meanwhile).
     let started_by = std::env::var("LOOPSCOPE_PDEATHSIG").ok().and_then(|v| v.parse::<libc::pid_t>().ok()).filter(|&p| p > 0);
@@ -100,7 +102,7 @@ pub fn install_worker_signals() -> Result<(), String> {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
         // The parent may have died before the request took effect.
         if libc::getppid() != ppid {
-            return Err("the parent process exited before the load started".into());
+            return Err(LoadError::Orphaned);
         }
         libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
         libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
@@ -113,7 +115,7 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::Relaxed)
 }
 
-fn make(kind: &Kind) -> Result<Box<dyn Work>, String> {
+fn make(kind: &Kind) -> Result<Box<dyn Work>> {
     Ok(match kind {
         Kind::Cpu => Box::new(cpu::CpuWork::new()),
         Kind::Memory { count } => Box::new(memory::MemoryWork::new(*count)),
@@ -129,7 +131,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool) -> Report {
     let mut w = match make(&cfg.kind) {
         Ok(w) => w,
         Err(e) => {
-            rep.error = Some(e);
+            rep.error = Some(e.to_string());
             return rep;
         }
     };
@@ -144,7 +146,7 @@ pub fn run(cfg: &Config, stop: &AtomicBool) -> Report {
         match w.step() {
             Ok(n) => rep.ops += n,
             Err(e) => {
-                rep.error = Some(e);
+                rep.error = Some(e.to_string());
                 break;
             }
         }

@@ -18,7 +18,7 @@ impl MemoryWork {
 }
 
 impl Work for MemoryWork {
-    fn step(&mut self) -> Result<u64, String> {
+    fn step(&mut self) -> crate::error::Result<u64> {
         for x in self.v.iter_mut() {
             *x = self.rng.next() as u32;
         }

@@ -9,6 +9,7 @@
 //! congestion control are what this load exercises (the role of ettcp in
 //! Boie & Niehaus 2007).
 
+use crate::error::{LoadError, Result};
 use crate::Work;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
@@ -36,10 +37,10 @@ pub(crate) struct NetWork {
     sink: Option<std::thread::JoinHandle<()>>,
 }
 
-fn udp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>), String> {
-    let rx = UdpSocket::bind("127.0.0.1:0").map_err(|e| format!("cannot bind the UDP sink on 127.0.0.1: {e}"))?;
-    rx.set_read_timeout(Some(Duration::from_millis(100))).map_err(|e| e.to_string())?;
-    let addr = rx.local_addr().map_err(|e| e.to_string())?;
+fn udp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>)> {
+    let rx = UdpSocket::bind("127.0.0.1:0").map_err(LoadError::socket("cannot bind the UDP sink on 127.0.0.1"))?;
+    rx.set_read_timeout(Some(Duration::from_millis(100))).map_err(LoadError::socket("SO_RCVTIMEO of the UDP sink"))?;
+    let addr = rx.local_addr().map_err(LoadError::socket("the UDP sink's address"))?;
     let h = std::thread::spawn(move || {
         let mut b = vec![0u8; 65536];
         while !done.load(Ordering::Relaxed) {
@@ -49,9 +50,9 @@ fn udp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandl
     Ok((addr, h))
 }
 
-fn tcp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>), String> {
-    let l = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("cannot listen on 127.0.0.1 for the TCP sink: {e}"))?;
-    let addr = l.local_addr().map_err(|e| e.to_string())?;
+fn tcp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandle<()>)> {
+    let l = TcpListener::bind("127.0.0.1:0").map_err(LoadError::socket("cannot listen on 127.0.0.1 for the TCP sink"))?;
+    let addr = l.local_addr().map_err(LoadError::socket("the TCP sink's address"))?;
     let h = std::thread::spawn(move || {
         if let Ok((mut c, _)) = l.accept() {
             c.set_read_timeout(Some(Duration::from_millis(100))).ok();
@@ -70,10 +71,10 @@ fn tcp_sink(done: Arc<AtomicBool>) -> Result<(SocketAddr, std::thread::JoinHandl
 }
 
 impl NetWork {
-    pub fn new(protocol: Protocol, rate_bps: Option<f64>, size: usize, dest: Option<SocketAddr>) -> Result<NetWork, String> {
+    pub fn new(protocol: Protocol, rate_bps: Option<f64>, size: usize, dest: Option<SocketAddr>) -> Result<NetWork> {
         if let Some(r) = rate_bps {
             if !(r > 0.0) {
-                return Err(format!("net load rate must be positive [got {r}]"));
+                return Err(LoadError::Input(format!("net load rate must be positive [got {r}]")));
             }
         }
         let size = match protocol {
@@ -90,12 +91,12 @@ impl NetWork {
         };
         let tx = match protocol {
             Protocol::Udp => {
-                let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(|e| format!("cannot bind the UDP sender: {e}"))?;
-                s.connect(to).map_err(|e| format!("{to}: {e}"))?;
+                let s = UdpSocket::bind(if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }).map_err(LoadError::socket("cannot bind the UDP sender"))?;
+                s.connect(to).map_err(LoadError::socket(format!("{to}: cannot connect")))?;
                 Tx::Udp(s)
             }
             Protocol::Tcp => {
-                let s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).map_err(|e| format!("{to}: cannot connect: {e}"))?;
+                let s = TcpStream::connect_timeout(&to, Duration::from_secs(5)).map_err(LoadError::socket(format!("{to}: cannot connect")))?;
                 s.set_write_timeout(Some(Duration::from_millis(200))).ok();
                 Tx::Tcp(s)
             }
@@ -106,7 +107,7 @@ impl NetWork {
 }
 
 impl Work for NetWork {
-    fn step(&mut self) -> Result<u64, String> {
+    fn step(&mut self) -> Result<u64> {
         if self.gap.is_some() {
             let now = Instant::now();
             if now < self.next {
@@ -123,7 +124,7 @@ impl Work for NetWork {
                 Tx::Tcp(s) => match s.write_all(&self.buf) {
                     Ok(()) => {}
                     Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
-                    Err(e) => return Err(format!("the TCP stream broke: {e}")),
+                    Err(e) => return Err(LoadError::Socket { what: "the TCP stream broke".into(), source: e }),
                 },
             }
             n += 1;

@@ -35,10 +35,12 @@
 //! apart from the hosts' noise. All times are CLOCK_REALTIME, the clock of
 //! the kernel's packet timestamps.
 
+pub mod error;
 pub mod frame;
 pub mod port;
 pub mod ring;
 
+pub use error::{NetemError, Result};
 use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
 use port::Port;
@@ -58,12 +60,12 @@ pub enum Dist {
 }
 
 impl Dist {
-    pub fn parse(s: &str) -> Result<Dist, String> {
+    pub fn parse(s: &str) -> Result<Dist> {
         match s {
             "uniform" => Ok(Dist::Uniform),
             "normal" => Ok(Dist::Normal),
             "pareto" => Ok(Dist::Pareto),
-            _ => Err(format!("unknown jitter distribution {s:?} (uniform, normal, pareto)")),
+            _ => Err(NetemError::Config(format!("unknown jitter distribution {s:?} (uniform, normal, pareto)"))),
         }
     }
 }
@@ -330,7 +332,7 @@ fn ents() -> Ents {
 /// carries; the second value lists the ports where that filter could not be
 /// attached (their kernel frames are then skipped in the loop, counted as
 /// `kernel_path` in the port's counts).
-pub fn open_ports(cfg: &Config) -> Result<(Vec<Port>, Vec<String>), String> {
+pub fn open_ports(cfg: &Config) -> Result<(Vec<Port>, Vec<String>)> {
     let mut ports = Vec::new();
     let mut unfiltered = Vec::new();
     for (i, p) in cfg.ports.iter().enumerate() {
@@ -347,10 +349,10 @@ pub fn open_ports(cfg: &Config) -> Result<(Vec<Port>, Vec<String>), String> {
 pub static RELOAD: AtomicBool = AtomicBool::new(false);
 
 /// New settings for some links, matched by direction (from → to).
-pub type Reload = Box<dyn Fn() -> Result<Vec<LinkSpec>, String> + Send>;
+pub type Reload = Box<dyn Fn() -> Result<Vec<LinkSpec>> + Send>;
 
 /// Forward until `stop` is set (or the duration passes).
-pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuResult, String> {
+pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuResult> {
     run_with(cfg, ports, stop, None)
 }
 
@@ -358,9 +360,9 @@ pub fn run(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>) -> Result<EmuR
 /// their counts and their packets in flight keep the delay they were given;
 /// packets arriving from then on get the new settings. Each change is a
 /// `netem/reconfigure` event in the trace (tag: the link's index).
-pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult, String> {
+pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: Option<Reload>) -> Result<EmuResult> {
     if ports.len() != cfg.ports.len() {
-        return Err(format!("{} ports opened for {} interfaces", ports.len(), cfg.ports.len()));
+        return Err(NetemError::Config(format!("{} ports opened for {} interfaces", ports.len(), cfg.ports.len())));
     }
     let (links, table, configured) = links_of(cfg)?;
     loopscope_trace::prepare_thread();
@@ -377,7 +379,7 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
             if let Some(f) = reload.as_ref() {
                 match f() {
                     Ok(specs) => fw.reconfigure(specs),
-                    Err(msg) => reload_errors.push(msg),
+                    Err(e) => reload_errors.push(e.to_string()),
                 }
             }
         }
@@ -407,13 +409,13 @@ pub fn run_with(cfg: &Config, ports: Vec<Port>, stop: Arc<AtomicBool>, reload: O
 
 /// One link per ordered pair of ports: the configured ones first, then an
 /// ideal one for every other pair; `table[from * n + to]` is the link's index.
-fn links_of(cfg: &Config) -> Result<(Vec<LinkSpec>, Vec<usize>, usize), String> {
+fn links_of(cfg: &Config) -> Result<(Vec<LinkSpec>, Vec<usize>, usize)> {
     let n = cfg.ports.len();
     let mut links: Vec<LinkSpec> = Vec::new();
     let mut table = vec![usize::MAX; n * n];
     for l in &cfg.links {
         if l.from >= n || l.to >= n || l.from == l.to {
-            return Err(format!("link {}: bad port indices {} -> {}", l.name, l.from, l.to));
+            return Err(NetemError::Config(format!("link {}: bad port indices {} -> {}", l.name, l.from, l.to)));
         }
         table[l.from * n + l.to] = links.len();
         links.push(l.clone());

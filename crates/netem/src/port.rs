@@ -11,6 +11,7 @@
 //! port, so the kernel's paths never wake the emulator. The filter is
 //! attached before the socket is bound: no frame slips in unfiltered.
 
+use crate::error::{NetemError, Result};
 use crate::ring::{Rings, RxFrame};
 use std::ffi::CString;
 
@@ -34,13 +35,11 @@ pub struct Port {
     pub truncated: u64,
 }
 
-fn errno_text(what: &str, name: &str) -> String {
-    format!("{what} {name}: {}", std::io::Error::last_os_error())
-}
+
 
 impl Port {
     /// Open, keeping every frame.
-    pub fn open(name: &str, bufsize: usize) -> Result<Port, String> {
+    pub fn open(name: &str, bufsize: usize) -> Result<Port> {
         Self::open_filtered(name, bufsize, None, false).map(|(p, _)| p)
     }
 
@@ -50,16 +49,16 @@ impl Port {
     /// fatal, the caller then skips the kernel's frames itself.
     /// With `rings`, frames come and go through PACKET_MMAP rings of about
     /// `bufsize` bytes each way (`ring_error` says why not, if not).
-    pub fn open_filtered(name: &str, bufsize: usize, only: Option<&[(u32, u8)]>, rings: bool) -> Result<(Port, Option<String>), String> {
-        let cname = CString::new(name).map_err(|_| format!("bad interface name {name:?}"))?;
+    pub fn open_filtered(name: &str, bufsize: usize, only: Option<&[(u32, u8)]>, rings: bool) -> Result<(Port, Option<String>)> {
+        let cname = CString::new(name).map_err(|_| NetemError::Config(format!("bad interface name {name:?}")))?;
         let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
         if ifindex == 0 {
-            return Err(format!("no interface {name} in this network namespace"));
+            return Err(NetemError::NoInterface(name.into()));
         }
         let proto = (libc::ETH_P_ALL as u16).to_be() as i32;
         let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) };
         if fd < 0 {
-            return Err(errno_text("cannot open a packet socket for", name));
+            return Err(NetemError::os("cannot open a packet socket for", name));
         }
         let mut port = Port { fd, name: name.to_string(), ifindex, mac: [0; 6], rings: None, ring_error: None, tx_refused: 0, truncated: 0 };
         let filter_error = match only {
@@ -79,15 +78,15 @@ impl Port {
         sll.sll_protocol = proto as u16;
         sll.sll_ifindex = ifindex;
         if unsafe { libc::bind(fd, &sll as *const _ as *const libc::sockaddr, std::mem::size_of::<libc::sockaddr_ll>() as u32) } < 0 {
-            return Err(errno_text("cannot bind a packet socket to", name));
+            return Err(NetemError::os("cannot bind a packet socket to", name));
         }
         let one: i32 = 1;
         let set = |level: i32, opt: i32, v: i32| unsafe { libc::setsockopt(fd, level, opt, &v as *const i32 as *const libc::c_void, 4) };
         if set(SOL_PACKET, PACKET_IGNORE_OUTGOING, one) < 0 {
-            return Err(errno_text("PACKET_IGNORE_OUTGOING (kernel 4.20+) failed on", name));
+            return Err(NetemError::os("PACKET_IGNORE_OUTGOING (kernel 4.20+) failed on", name));
         }
         if set(libc::SOL_SOCKET, SO_TIMESTAMPNS, one) < 0 {
-            return Err(errno_text("SO_TIMESTAMPNS failed on", name));
+            return Err(NetemError::os("SO_TIMESTAMPNS failed on", name));
         }
         loopscope_os::force_buffer(fd, loopscope_os::Buf::Recv, bufsize);
         loopscope_os::force_buffer(fd, loopscope_os::Buf::Send, bufsize);
@@ -96,7 +95,7 @@ impl Port {
             req.ifr_name[i] = c as libc::c_char;
         }
         if unsafe { libc::ioctl(fd, libc::SIOCGIFHWADDR, &mut req) } < 0 {
-            return Err(errno_text("cannot read the MAC address of", name));
+            return Err(NetemError::os("cannot read the MAC address of", name));
         }
         let sa = unsafe { req.ifr_ifru.ifru_hwaddr };
         for i in 0..6 {
@@ -220,15 +219,15 @@ pub fn dest_filter(nets: &[(u32, u8)]) -> Vec<libc::sock_filter> {
     p
 }
 
-fn attach_filter(fd: i32, nets: &[(u32, u8)]) -> Result<(), String> {
+fn attach_filter(fd: i32, nets: &[(u32, u8)]) -> Result<()> {
     if nets.len() > 80 {
-        return Err(format!("{} destinations are more than one socket filter holds (80)", nets.len()));
+        return Err(NetemError::Refused { what: "SO_ATTACH_FILTER".into(), source: std::io::Error::other(format!("{} destinations are more than one socket filter holds (80)", nets.len())) });
     }
     let prog = dest_filter(nets);
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
     let r = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog as *const _ as *const libc::c_void, std::mem::size_of::<libc::sock_fprog>() as u32) };
     if r < 0 {
-        return Err(format!("SO_ATTACH_FILTER failed: {}", std::io::Error::last_os_error()));
+        return Err(NetemError::refused("SO_ATTACH_FILTER"));
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! at the least) expires, which would add up to a millisecond to a link at
 //! low rates. Version 2 hands over each frame as it lands.
 
+use crate::error::NetemError;
 use std::sync::atomic::{fence, Ordering};
 
 const SOL_PACKET: i32 = 263;
@@ -123,19 +124,18 @@ fn frames_for(bytes: usize) -> (usize, usize) {
 impl Rings {
     /// Set a fresh (unbound) packet socket up with an RX ring of about
     /// `rx_bytes` and a TX ring of about `tx_bytes`, and map both.
-    pub fn setup(fd: i32, rx_bytes: usize, tx_bytes: usize) -> Result<Rings, String> {
+    pub fn setup(fd: i32, rx_bytes: usize, tx_bytes: usize) -> crate::error::Result<Rings> {
         let set = |opt: i32, v: *const libc::c_void, n: usize| unsafe { libc::setsockopt(fd, SOL_PACKET, opt, v, n as u32) };
-        let os = || std::io::Error::last_os_error().to_string();
         let v = TPACKET_V2;
         if set(PACKET_VERSION, &v as *const i32 as *const libc::c_void, 4) < 0 {
-            return Err(format!("PACKET_VERSION 2: {}", os()));
+            return Err(NetemError::refused("PACKET_VERSION 2"));
         }
         let (rb, rf) = frames_for(rx_bytes);
         let (tb, tf) = frames_for(tx_bytes);
         for (opt, blocks, frames, what) in [(PACKET_RX_RING, rb, rf, "RX"), (PACKET_TX_RING, tb, tf, "TX")] {
             let req = TpacketReq { block_size: BLOCK_SIZE as u32, block_nr: blocks as u32, frame_size: FRAME_SIZE as u32, frame_nr: frames as u32 };
             if set(opt, &req as *const TpacketReq as *const libc::c_void, std::mem::size_of::<TpacketReq>()) < 0 {
-                return Err(format!("PACKET_{what}_RING of {frames} frames: {}", os()));
+                return Err(NetemError::refused(format!("PACKET_{what}_RING of {frames} frames")));
             }
         }
         let len = (rb + tb) * BLOCK_SIZE;
@@ -144,7 +144,7 @@ impl Rings {
             // MAP_LOCKED needs RLIMIT_MEMLOCK room; unlocked rings still work.
             let m = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
             if m == libc::MAP_FAILED {
-                return Err(format!("mapping the rings ({} MiB): {}", len >> 20, os()));
+                return Err(NetemError::refused(format!("mapping the rings ({} MiB)", len >> 20)));
             }
             m
         } else {

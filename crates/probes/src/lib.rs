@@ -5,6 +5,7 @@
 //! and still get what was measured. Probes log into the trace under their own
 //! group when a session is open.
 
+pub mod error;
 pub mod os;
 pub mod timer;
 pub mod sched;

@@ -18,6 +18,7 @@
 //! allocated as a copier does), `sendto`/`recvfrom` carry datagrams of that
 //! size over loopback. Apps are priced by the calls at their own sizes.
 
+use crate::error::{ProbeError, Result};
 use loopscope_trace::{register, Entity, Kind};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -35,21 +36,21 @@ pub const SIZED: &[(&str, usize)] = &[("read", 1 << 20), ("write", 1 << 20), ("s
 const READ_FILE: usize = 4 << 20;
 
 /// `read` -> ("read", None); `read:4096` -> ("read", Some(4096)); else why not.
-pub fn parse_call(spec: &str) -> Result<(String, Option<usize>), String> {
+pub fn parse_call(spec: &str) -> Result<(String, Option<usize>)> {
     let (name, size) = match spec.split_once(':') {
         None => (spec, None),
         Some((n, z)) => (n, Some(z)),
     };
     if !CALLS.contains(&name) {
-        return Err(format!("unknown system call {name:?}; known: {}", CALLS.join(", ")));
+        return Err(ProbeError::Input(format!("unknown system call {name:?}; known: {}", CALLS.join(", "))));
     }
     let Some(z) = size else { return Ok((name.into(), None)) };
     let Some(&(_, max)) = SIZED.iter().find(|(n, _)| *n == name) else {
-        return Err(format!("{spec:?}: {name} takes no size; sized calls: {}", SIZED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")));
+        return Err(ProbeError::Input(format!("{spec:?}: {name} takes no size; sized calls: {}", SIZED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))));
     };
     match z.parse::<usize>() {
         Ok(b) if (1..=max).contains(&b) => Ok((name.into(), Some(b))),
-        _ => Err(format!("{spec:?}: the size after ':' is a number of bytes, 1..{max}")),
+        _ => Err(ProbeError::Input(format!("{spec:?}: the size after ':' is a number of bytes, 1..{max}"))),
     }
 }
 
@@ -118,8 +119,8 @@ pub fn mean_ci(x: &[f64]) -> (f64, f64) {
     (m, t95(n - 1) * (v / n as f64).sqrt())
 }
 
-fn errno_msg(what: &str) -> String {
-    format!("{what}: {}", std::io::Error::last_os_error())
+fn errno_msg(what: &str) -> ProbeError {
+    ProbeError::last_os(what)
 }
 
 fn cpath(p: &Path) -> CString {
@@ -143,13 +144,13 @@ struct Bench {
 }
 
 impl Bench {
-    fn new(dir: &Path) -> Result<Bench, String> {
+    fn new(dir: &Path) -> Result<Bench> {
         // One directory per probe, even with several in one process (each removes its own at the end).
         static SEQ: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = dir.join(format!("ls-syscall-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: cannot create the probe's scratch directory: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(ProbeError::os(format!("{}: cannot create the probe's scratch directory", dir.display())))?;
         let f = dir.join("data");
-        std::fs::write(&f, [0u8; 4096]).map_err(|e| format!("{}: {e}", f.display()))?;
+        std::fs::write(&f, [0u8; 4096]).map_err(ProbeError::os(format!("writing {}", f.display())))?;
         let file = cpath(&f);
         unsafe {
             let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
@@ -178,7 +179,7 @@ impl Bench {
             let room: libc::c_int = 64 << 20;
             loopscope_os::force_buffer(rx, loopscope_os::Buf::Recv, room as usize);
             let bf = dir.join("big");
-            std::fs::write(&bf, vec![7u8; READ_FILE]).map_err(|e| format!("{}: {e}", bf.display()))?;
+            std::fs::write(&bf, vec![7u8; READ_FILE]).map_err(ProbeError::os(format!("writing {}", bf.display())))?;
             let big = cpath(&bf);
             let bigfd = libc::open(big.as_ptr(), libc::O_RDONLY);
             let af = cpath(&dir.join("append"));
@@ -209,7 +210,7 @@ impl Bench {
     }
 
     /// Time one batch of `n` calls of `name:size`.
-    fn sized_batch(&self, call: &str, size: usize, n: usize) -> Result<(i64, i64), String> {
+    fn sized_batch(&self, call: &str, size: usize, n: usize) -> Result<(i64, i64)> {
         let mut rbuf = vec![0u8; size];
         unsafe {
             match call {
@@ -228,7 +229,7 @@ impl Bench {
                 _ => {}
             }
         }
-        let mut failed: Option<String> = None;
+        let mut failed: Option<ProbeError> = None;
         let t0 = mono_ns();
         unsafe {
             match call {
@@ -266,12 +267,12 @@ impl Bench {
                     for _ in 0..n {
                         let got = libc::recvfrom(self.rx, rbuf.as_mut_ptr() as *mut libc::c_void, size, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut());
                         if got != size as isize {
-                            failed = Some(if got < 0 { errno_msg(&format!("recvfrom {size}")) } else { format!("recvfrom {size}: got {got} bytes") });
+                            failed = Some(if got < 0 { errno_msg(&format!("recvfrom {size}")) } else { ProbeError::Os { what: format!("recvfrom {size}"), source: std::io::Error::other(format!("got {got} bytes")) } });
                             break;
                         }
                     }
                 }
-                other => failed = Some(format!("{other} takes no size")),
+                other => failed = Some(ProbeError::Input(format!("{other} takes no size"))),
             }
         }
         let dt = mono_ns() - t0;
@@ -288,7 +289,7 @@ impl Bench {
     /// What the calls need (files to close, links to unlink, datagrams to
     /// receive, mappings to unmap) is made before the timing and cleaned up
     /// after it.
-    fn batch(&self, call: &str, n: usize, k: usize) -> Result<(i64, i64), String> {
+    fn batch(&self, call: &str, n: usize, k: usize) -> Result<(i64, i64)> {
         let mut h = self.set_up(call, n, k)?;
         let t0 = mono_ns();
         let mut failed = if FILE_CALLS.contains(&call) { self.timed_files(call, &mut h) } else { self.timed_other(call, &mut h) };
@@ -304,7 +305,7 @@ impl Bench {
     }
 
     /// The handles a batch works on, made outside the timing.
-    fn set_up(&self, call: &str, n: usize, k: usize) -> Result<Handles, String> {
+    fn set_up(&self, call: &str, n: usize, k: usize) -> Result<Handles> {
         let mut h = Handles {
             n,
             fds: vec![-1i32; n],
@@ -351,7 +352,7 @@ impl Bench {
     }
 
     /// The timed loop of a call on files; the failure, if any.
-    fn timed_files(&self, call: &str, h: &mut Handles) -> Option<String> {
+    fn timed_files(&self, call: &str, h: &mut Handles) -> Option<ProbeError> {
         let n = h.n;
         unsafe {
             match call {
@@ -383,7 +384,7 @@ impl Bench {
     }
 
     /// The timed loop of any other call; the failure, if any.
-    fn timed_other(&self, call: &str, h: &mut Handles) -> Option<String> {
+    fn timed_other(&self, call: &str, h: &mut Handles) -> Option<ProbeError> {
         let n = h.n;
         unsafe {
             match call {
@@ -410,7 +411,7 @@ impl Bench {
                     libc::munmap(*m, 4096);
                     *m = std::ptr::null_mut();
                 }),
-                other => return Some(format!("unknown system call {other:?}; known: {}", CALLS.join(", "))),
+                other => return Some(ProbeError::Input(format!("unknown system call {other:?}; known: {}", CALLS.join(", ")))),
             }
         }
         None
@@ -421,7 +422,7 @@ impl Bench {
 const FILE_CALLS: [&str; 7] = ["open", "close", "read", "write", "stat", "link", "unlink"];
 
 /// Run `ok` `n` times, stopping at the first failure (named `what`, with errno).
-fn repeat(n: usize, what: &str, mut ok: impl FnMut() -> bool) -> Option<String> {
+fn repeat(n: usize, what: &str, mut ok: impl FnMut() -> bool) -> Option<ProbeError> {
     for _ in 0..n {
         if !ok() {
             return Some(errno_msg(what));
@@ -447,13 +448,13 @@ struct Handles {
 impl Handles {
     /// Clean-up outside the timing, and the failures of calls that return
     /// handles (seen only now, so the loop stays a bare loop).
-    fn clean_up(self, call: &str, failed: &mut Option<String>) {
+    fn clean_up(self, call: &str, failed: &mut Option<ProbeError>) {
         unsafe {
             for f in self.fds.iter() {
                 if *f >= 0 {
                     libc::close(*f);
                 } else if matches!(call, "open" | "socket") && failed.is_none() {
-                    *failed = Some(format!("{call} failed: {}", std::io::Error::last_os_error()));
+                    *failed = Some(ProbeError::last_os(call));
                 }
             }
             if call == "link" {
@@ -463,7 +464,7 @@ impl Handles {
             }
             for m in self.maps.iter() {
                 if *m == libc::MAP_FAILED && failed.is_none() {
-                    *failed = Some("mmap failed".into());
+                    *failed = Some(ProbeError::Os { what: "mmap".into(), source: std::io::Error::other("the mapping failed") });
                 } else if !m.is_null() && *m != libc::MAP_FAILED {
                     libc::munmap(*m, 4096);
                 }
@@ -490,8 +491,8 @@ fn entity(call: &str) -> Option<&'static Entity> {
     register("syscall", call, Kind::Interval, "one timed batch of this system call (tag: batch number)", None).ok()
 }
 
-pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, String> {
-    let specs = cfg.calls.iter().map(|c| parse_call(c)).collect::<Result<Vec<_>, _>>()?;
+pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult> {
+    let specs = cfg.calls.iter().map(|c| parse_call(c)).collect::<Result<Vec<_>>>()?;
     loopscope_trace::prepare_thread();
     let b = Bench::new(&cfg.dir)?;
     let mut res = SyscallResult { clock_read_ns: crate::timer::clock_read_ns(), ..Default::default() };
@@ -505,7 +506,7 @@ pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, 
         let t_start = mono_ns();
         // One untimed batch warms caches and the dentry/socket paths.
         if let Err(e) = one(cfg.batch, usize::MAX) {
-            r.error = Some(e);
+            r.error = Some(e.to_string());
             res.calls.push(r);
             continue;
         }
@@ -524,7 +525,7 @@ pub fn run(cfg: &SyscallConfig, stop: Arc<AtomicBool>) -> Result<SyscallResult, 
                     }
                 }
                 Err(e) => {
-                    r.error = Some(e);
+                    r.error = Some(e.to_string());
                     break;
                 }
             }
@@ -595,17 +596,17 @@ mod tests {
     #[test]
     fn a_size_is_refused_where_a_call_takes_none_or_it_is_out_of_range() {
         assert_eq!(parse_call("read:4096").unwrap(), ("read".to_string(), Some(4096)));
-        assert!(parse_call("getpid:8").unwrap_err().contains("takes no size"));
-        assert!(parse_call("sendto:70000").unwrap_err().contains("1..65000"));
-        assert!(parse_call("read:x").unwrap_err().contains("number of bytes"));
-        assert!(parse_call("reed").unwrap_err().contains("unknown system call"));
+        for (spec, why) in [("getpid:8", "takes no size"), ("sendto:70000", "1..65000"), ("read:x", "number of bytes"), ("reed", "unknown system call")] {
+            let e = parse_call(spec).unwrap_err();
+            assert!(e.is_input() && e.to_string().contains(why), "{spec}: {e}");
+        }
     }
 
     #[test]
     fn an_unusable_directory_fails_with_its_path() {
         let cfg = SyscallConfig { calls: vec!["open".into()], batch: 10, min_batches: 2, max_batches: 3, target_rel: 0.5, max_seconds: 1.0, dir: "/proc/1/nope".into() };
         let e = run(&cfg, Arc::new(AtomicBool::new(false))).err().unwrap();
-        assert!(e.contains("/proc/1/nope"), "{e}");
+        assert!(e.to_string().contains("/proc/1/nope"), "{e}");
     }
 
     #[test]

@@ -75,16 +75,14 @@ pub struct TimerResult {
     pub elapsed_ns: u64,
 }
 
-
-
-
-fn set_fifo(prio: i32) -> Result<(), String> {
+/// SCHED_FIFO at `prio` for the calling thread; the kernel's refusal as is.
+fn set_fifo(prio: i32) -> std::io::Result<()> {
     let p = libc::sched_param { sched_priority: prio };
     let r = unsafe { libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &p) };
     if r == 0 {
         Ok(())
     } else {
-        Err(std::io::Error::from_raw_os_error(r).to_string())
+        Err(std::io::Error::from_raw_os_error(r))
     }
 }
 

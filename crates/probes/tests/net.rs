@@ -77,7 +77,7 @@ fn several_workers_share_one_schedule() {
 fn a_port_in_use_is_named() {
     let (sock, rcfg) = receiver();
     let e = recv::bind(&RecvConfig { bind: sock.local, ..rcfg }).err().unwrap();
-    assert!(e.contains("port is in use"), "{e}");
+    assert!(e.is_input() && e.to_string().contains("port is in use"), "{e}");
 }
 
 #[test]

@@ -6,7 +6,7 @@
 //! timeout, a KeyboardInterrupt escaped every `except` and `finally` of
 //! the program (seen with CPython 3.11).
 
-use super::{addr, detached, run_interruptible, InputError, RunError};
+use super::{addr, detached, py_err, run_interruptible, InputError, RunError};
 use loopscope_channels::{raw, ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which};
 use numpy::IntoPyArray;
 use pyo3::prelude::*;
@@ -26,7 +26,7 @@ fn err(e: ChanError) -> PyErr {
 }
 
 fn transport(s: &str) -> PyResult<Transport> {
-    Transport::parse(s).map_err(InputError::new_err)
+    Transport::parse(s).map_err(py_err)
 }
 
 fn which(w: &str, ts: Option<u64>) -> PyResult<Which> {
@@ -114,7 +114,7 @@ impl PyHub {
         PyHub { h: Hub::new(frag) }
     }
     fn listen(&self, bind: &str) -> PyResult<String> {
-        self.h.listen(addr(bind)?).map(|a| a.to_string()).map_err(InputError::new_err)
+        self.h.listen(addr(bind)?).map(|a| a.to_string()).map_err(py_err)
     }
     #[pyo3(signature = (name, capacity=64, full="block", max_item=16 << 20))]
     fn create(&self, name: &str, capacity: usize, full: &str, max_item: usize) -> PyResult<PyChannel> {
@@ -123,7 +123,7 @@ impl PyHub {
             "drop-oldest" => Full::DropOldest,
             _ => return Err(InputError::new_err(format!("full={full:?}: expected 'block' or 'drop-oldest'"))),
         };
-        Ok(PyChannel { c: self.h.create(name, capacity, f, max_item).map_err(InputError::new_err)? })
+        Ok(PyChannel { c: self.h.create(name, capacity, f, max_item).map_err(py_err)? })
     }
     /// Move network input for at most `timeout` seconds (a hub nobody waits on).
     fn pump(&self, py: Python<'_>, timeout: f64) -> PyResult<bool> {
@@ -159,13 +159,13 @@ impl PyRemoteProducer {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let p = detached(py, move || RemoteProducer::connect(a, &name, t, frag, dur(timeout)))?.map_err(RunError::new_err)?;
+        let p = detached(py, move || RemoteProducer::connect(a, &name, t, frag, dur(timeout)))?.map_err(py_err)?;
         Ok(PyRemoteProducer { p: Mutex::new(p) })
     }
     #[pyo3(signature = (ts, data, timeout=5.0))]
     fn put(&self, py: Python<'_>, ts: u64, data: Vec<u8>, timeout: f64) -> PyResult<()> {
         let r = detached(py, || self.p.lock().unwrap_or_else(|e| e.into_inner()).put(ts, &data, dur(timeout)))?;
-        r.map_err(RunError::new_err)
+        r.map_err(py_err)
     }
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let p = self.p.lock().unwrap_or_else(|e| e.into_inner());
@@ -190,7 +190,7 @@ impl PyRemoteConsumer {
         let a = addr(hub)?;
         let t = self::transport(transport)?;
         let name = name.to_string();
-        let r = detached(py, move || RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout)))?.map_err(RunError::new_err)?;
+        let r = detached(py, move || RemoteConsumer::attach(a, &name, t, capacity, max_item, frag, dur(timeout)))?.map_err(py_err)?;
         Ok(PyRemoteConsumer { r })
     }
     #[pyo3(signature = (which="next", ts=None, consume=false, timeout=5.0))]
@@ -226,13 +226,16 @@ pub fn chan_bench_serve(py: Python<'_>, raw_bind: &str, chan_bind: &str, reply_t
     let s2 = stop.clone();
     let (res, _) = run_interruptible(py, "ls-chan-serve", stop, move || {
         let s3 = s2.clone();
-        let raw = std::thread::Builder::new().name("ls-raw-serve".into()).spawn(move || raw::raw_serve(rb, t, frag, &s3)).map_err(|e| e.to_string())?;
+        let raw = std::thread::Builder::new()
+            .name("ls-raw-serve".into())
+            .spawn(move || raw::raw_serve(rb, t, frag, &s3))
+            .map_err(loopscope_channels::NetError::os("cannot start the raw echo thread"))?;
         let c = raw::chan_serve(cb, rt, t, frag, &s2);
         s2.store(true, std::sync::atomic::Ordering::Relaxed);
-        let r = raw.join().map_err(|_| "the raw echo thread panicked".to_string())?;
-        Ok::<_, String>((r?, c?))
+        let r = raw.join().map_err(|_| loopscope_channels::NetError::Peer("the raw echo thread panicked".into()))?;
+        Ok::<_, loopscope_channels::NetError>((r?, c?))
     })?;
-    res.map_err(RunError::new_err)
+    res.map_err(py_err)
 }
 
 /// The timing side of the channel bench: per size, `blocks` blocks of
@@ -257,9 +260,9 @@ pub fn chan_bench_client<'py>(py: Python<'py>, raw_dest: &str, chan_dest: &str, 
                 }
             }
         }
-        Ok::<_, String>(out)
+        Ok::<_, loopscope_channels::NetError>(out)
     })?;
-    let rows = res.map_err(RunError::new_err)?;
+    let rows = res.map_err(py_err)?;
     let out = PyList::empty(py);
     for (mode, blk, r) in rows {
         let o = PyDict::new(py);

@@ -6,7 +6,7 @@
 //! the loop runs with the interpreter lock released until Ctrl-C/SIGTERM or
 //! the duration.
 
-use super::{hist_dict, run_interruptible, InputError, RunError};
+use super::{hist_dict, py_err, run_interruptible, InputError};
 use loopscope_netem::{self as netem, Dist, LinkSpec, PortSpec};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
@@ -59,7 +59,7 @@ fn parse(config: &str) -> PyResult<netem::Config> {
             to: num(l, "to", &w)? as usize,
             delay_ns: num(l, "delay_ns", &w)? as i64,
             jitter_ns: num(l, "jitter_ns", &w)? as i64,
-            dist: Dist::parse(text(l, "distribution", &w)?).map_err(InputError::new_err)?,
+            dist: Dist::parse(text(l, "distribution", &w)?).map_err(py_err)?,
             loss: num(l, "loss", &w)?,
             duplicate: num(l, "duplicate", &w)?,
             reorder: num(l, "reorder", &w)?,
@@ -99,7 +99,7 @@ extern "C" fn on_usr1(_: libc::c_int) {
 #[pyo3(signature = (config, ready_fd=None, reload_path=None))]
 pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, reload_path: Option<String>) -> PyResult<Bound<'py, PyDict>> {
     let cfg = parse(config)?;
-    let (ports, unfiltered) = netem::open_ports(&cfg).map_err(RunError::new_err)?;
+    let (ports, unfiltered) = netem::open_ports(&cfg).map_err(py_err)?;
     if let Some(fd) = ready_fd {
         let msg = b"ready\n";
         unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
@@ -112,8 +112,8 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
     let reload: Option<netem::Reload> = reload_path.map(|path| {
         unsafe { libc::signal(libc::SIGUSR1, on_usr1 as *const () as libc::sighandler_t) };
         Box::new(move || {
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-            let links = Python::attach(|_| parse(&text).map(|c| c.links).map_err(|e| e.to_string()))?;
+            let text = std::fs::read_to_string(&path).map_err(|e| netem::NetemError::Config(format!("{path}: {e}")))?;
+            let links = Python::attach(|_| parse(&text).map(|c| c.links).map_err(|e| netem::NetemError::Config(e.to_string())))?;
             if let Some(fd) = ready_fd {
                 let msg = format!("reloaded {}\n", links.len());
                 unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
@@ -122,7 +122,7 @@ pub fn netem_run<'py>(py: Python<'py>, config: &str, ready_fd: Option<i32>, relo
         }) as netem::Reload
     });
     let (r, interrupted) = run_interruptible(py, "ls-netem", stop, move || netem::run_with(&c2, ports, s2, reload))?;
-    let r = r.map_err(RunError::new_err)?;
+    let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     let links = PyList::empty(py);
     for l in &r.links {

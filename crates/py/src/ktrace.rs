@@ -63,10 +63,10 @@ impl KtraceDecoder {
     /// `header_page`: the text of events/header_page; `formats`: (system, format file text) per event.
     #[new]
     fn new(header_page: &str, formats: Vec<(String, String)>, page_size: usize) -> PyResult<Self> {
-        let layout = parse_header_page(header_page).map_err(InputError::new_err)?;
+        let layout = parse_header_page(header_page).map_err(|e| InputError::new_err(e.to_string()))?;
         let mut fs = Vec::new();
         for (sys, text) in formats {
-            fs.push(parse(&sys, &text).map_err(InputError::new_err)?);
+            fs.push(parse(&sys, &text).map_err(|e| InputError::new_err(e.to_string()))?);
         }
         Ok(KtraceDecoder { d: Decoder::new(layout, fs), page_size })
     }

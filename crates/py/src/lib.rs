@@ -44,14 +44,54 @@ pyo3::import_exception!(loopscope.errors, InputError);
 pyo3::import_exception!(loopscope.errors, RunError);
 
 fn err(e: loopscope_trace::Error) -> PyErr {
-    if e.input {
-        InputError::new_err(e.msg)
-    } else {
-        RunError::new_err(e.msg)
-    }
+    py_err(e)
 }
 
 pub(crate) use net::{addr, hist_dict};
+
+/// A crate's typed error as the exception its class calls for: the
+/// caller's input (`InputError`, exit 2) or the run (`RunError`, exit 1).
+pub(crate) trait Classified: std::fmt::Display {
+    fn is_input(&self) -> bool;
+}
+
+impl Classified for loopscope_probes::error::ProbeError {
+    fn is_input(&self) -> bool {
+        loopscope_probes::error::ProbeError::is_input(self)
+    }
+}
+
+impl Classified for loopscope_trace::Error {
+    fn is_input(&self) -> bool {
+        loopscope_trace::Error::is_input(self)
+    }
+}
+
+impl Classified for loopscope_netem::NetemError {
+    fn is_input(&self) -> bool {
+        loopscope_netem::NetemError::is_input(self)
+    }
+}
+
+impl Classified for loopscope_channels::NetError {
+    fn is_input(&self) -> bool {
+        loopscope_channels::NetError::is_input(self)
+    }
+}
+
+impl Classified for loopscope_loads::LoadError {
+    fn is_input(&self) -> bool {
+        loopscope_loads::LoadError::is_input(self)
+    }
+}
+
+pub(crate) fn py_err<E: Classified>(e: E) -> PyErr {
+    if e.is_input() {
+        InputError::new_err(e.to_string())
+    } else {
+        RunError::new_err(e.to_string())
+    }
+}
 
 /// Run `f` with the interpreter lock released, then raise from this very
 /// call what a signal that came meanwhile asks for (Ctrl-C: KeyboardInterrupt),

@@ -22,7 +22,7 @@ pub(crate) fn pattern(
             let p = replay.ok_or_else(|| InputError::new_err("the replay pattern needs a file"))?;
             Pattern::Replay {
                 offsets: loopscope_probes::net::schedule::read_replay(p.as_ref())
-                    .map_err(InputError::new_err)?,
+                    .map_err(py_err)?,
             }
         }
         other => {
@@ -34,7 +34,7 @@ pub(crate) fn pattern(
 }
 
 pub(crate) fn addr(a: &str) -> PyResult<std::net::SocketAddr> {
-    sock::resolve(a).map_err(InputError::new_err)
+    sock::resolve(a).map_err(py_err)
 }
 
 /// Departure offsets (ns) of a schedule, for tests and tools.
@@ -121,11 +121,11 @@ pub(crate) fn net_send<'py>(
         records,
         cpus,
     };
-    nsend::open_sockets(&cfg).map_err(InputError::new_err)?;
+    nsend::open_sockets(&cfg).map_err(py_err)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, "ls-send", stop, move || nsend::run(&cfg, s2))?;
-    let r = r.map_err(RunError::new_err)?;
+    let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     let ws = PyList::empty(py);
     for w in r.workers {
@@ -172,7 +172,7 @@ pub(crate) fn net_recv<'py>(
         rcvbuf,
         max_size,
     };
-    let sock = nrecv::bind(&cfg).map_err(InputError::new_err)?;
+    let sock = nrecv::bind(&cfg).map_err(py_err)?;
     let bound = sock.local.to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -238,7 +238,7 @@ pub(crate) fn net_echo<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     let a = addr(bind)?;
     if tcp {
-        let l = bulk::tcp_listen(&a).map_err(InputError::new_err)?;
+        let l = bulk::tcp_listen(&a).map_err(py_err)?;
         pipe::ready(ready_fd);
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
@@ -247,8 +247,8 @@ pub(crate) fn net_echo<'py>(
         })?;
         return echo_dict(py, &r, interrupted);
     }
-    let s = sock::Udp::bind(&a, 4 << 20).map_err(InputError::new_err)?;
-    s.enable_rx_timestamps().map_err(RunError::new_err)?;
+    let s = sock::Udp::bind(&a, 4 << 20).map_err(py_err)?;
+    s.enable_rx_timestamps().map_err(py_err)?;
     s.set_read_timeout_ms(50);
     pipe::ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
@@ -313,7 +313,7 @@ pub(crate) fn net_rr<'py>(
             rr::client(&cfg, s2)
         }
     })?;
-    let r = r.map_err(InputError::new_err)?;
+    let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     d.set_item("sent", r.sent)?;
     d.set_item("send_errors", r.send_errors)?;
@@ -348,7 +348,7 @@ pub(crate) fn net_bulk_tcp(
     let (r, _) = run_interruptible(py, "ls-bulk-send", stop, move || {
         bulk::tcp_send(&a, rate_bps, size, duration_ns, s2)
     })?;
-    let r = r.map_err(InputError::new_err)?;
+    let r = r.map_err(py_err)?;
     Ok((r.bytes, r.elapsed_ns, r.error))
 }
 
@@ -361,7 +361,7 @@ pub(crate) fn net_sink_tcp(
     duration_ns: Option<u64>,
 ) -> PyResult<(u64, u64)> {
     let a = addr(bind)?;
-    let l = bulk::tcp_listen(&a).map_err(InputError::new_err)?;
+    let l = bulk::tcp_listen(&a).map_err(py_err)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, _) = run_interruptible(py, "ls-bulk-sink", stop, move || {

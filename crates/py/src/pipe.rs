@@ -4,7 +4,7 @@
 //! starts the source only once every stage is listening; all three run with
 //! the interpreter lock released and stop on Ctrl-C/SIGTERM.
 
-use super::{addr, hist_dict, run_interruptible, InputError, RunError};
+use super::{addr, hist_dict, py_err, run_interruptible, InputError};
 use loopscope_probes::net::pipe;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -39,7 +39,7 @@ pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, p
         }
         r
     })?;
-    let r = r.map_err(RunError::new_err)?;
+    let r = r.map_err(py_err)?;
     let o = PyDict::new(py);
     o.set_item("sent", r.sent)?;
     o.set_item("send_errors", r.send_errors)?;
@@ -56,12 +56,12 @@ pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, p
 pub fn pipe_node<'py>(py: Python<'py>, bind: &str, next: &str, work_ns: i64, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
     let n = addr(next)?;
-    let sock = pipe::bind(&b).map_err(InputError::new_err)?;
+    let sock = pipe::bind(&b).map_err(py_err)?;
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, "ls-pipe-node", stop, move || pipe::node(sock, &n, work_ns, s2))?;
-    let r = r.map_err(RunError::new_err)?;
+    let r = r.map_err(py_err)?;
     let o = PyDict::new(py);
     o.set_item("received", r.received)?;
     o.set_item("forwarded", r.forwarded)?;
@@ -81,7 +81,7 @@ pub fn pipe_node<'py>(py: Python<'py>, bind: &str, next: &str, work_ns: i64, rea
 #[pyo3(signature = (bind, flow, ready_fd=None))]
 pub fn pipe_sink<'py>(py: Python<'py>, bind: &str, flow: u32, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
-    let sock = pipe::bind(&b).map_err(InputError::new_err)?;
+    let sock = pipe::bind(&b).map_err(py_err)?;
     ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();

@@ -140,7 +140,7 @@ pub(crate) fn syscall_probe<'py>(
     let (r, interrupted) = run_interruptible(py, "ls-syscall", stop, move || {
         loopscope_probes::syscall::run(&cfg, s2)
     })?;
-    let r = r.map_err(RunError::new_err)?;
+    let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     let calls = PyList::empty(py);
     for c in r.calls {
@@ -168,7 +168,7 @@ pub(crate) fn syscall_names() -> Vec<&'static str> {
 /// A call spec (`read`, `read:4096`) as (name, size or None); ValueError says why not.
 #[pyfunction]
 pub(crate) fn syscall_parse(spec: &str) -> PyResult<(String, Option<usize>)> {
-    loopscope_probes::syscall::parse_call(spec).map_err(pyo3::exceptions::PyValueError::new_err)
+    loopscope_probes::syscall::parse_call(spec).map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
 }
 
 /// The calls that take a size, with the largest size each allows.
@@ -238,7 +238,7 @@ pub(crate) fn load_worker<'py>(
             )));
         }
     }
-    loopscope_loads::install_worker_signals().map_err(RunError::new_err)?;
+    loopscope_loads::install_worker_signals().map_err(py_err)?;
     let cfg = LoadConfig {
         kind: k,
         duty,

@@ -4,7 +4,7 @@
 //! Ctrl-C/SIGTERM; the initiator sends pairs for a duration or until
 //! stopped. Both run with the interpreter lock released.
 
-use super::{addr, run_interruptible, InputError, RunError};
+use super::{addr, py_err, run_interruptible, InputError};
 use loopscope_probes::net::sync;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -16,7 +16,7 @@ use std::sync::Arc;
 #[pyo3(signature = (bind, ready_fd=None))]
 pub fn sync_serve<'py>(py: Python<'py>, bind: &str, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let b = addr(bind)?;
-    let sock = sync::bind(&b).map_err(InputError::new_err)?;
+    let sock = sync::bind(&b).map_err(py_err)?;
     if let Some(fd) = ready_fd {
         let msg = b"ready\n";
         unsafe { libc::write(fd, msg.as_ptr() as *const libc::c_void, msg.len()) };
@@ -48,7 +48,7 @@ pub fn sync_probe<'py>(py: Python<'py>, dest: &str, flow: u32, rate: f64, gap_ns
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     let (r, interrupted) = run_interruptible(py, "ls-sync", stop, move || sync::initiate(&cfg, s2))?;
-    let r = r.map_err(|e| if e.starts_with("rate") { InputError::new_err(e) } else { RunError::new_err(e) })?;
+    let r = r.map_err(py_err)?;
     let o = PyDict::new(py);
     o.set_item("pairs", r.pairs)?;
     o.set_item("sent", r.sent)?;

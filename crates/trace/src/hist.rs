@@ -27,28 +27,28 @@ pub enum Scale {
 
 impl Scale {
     /// Check the layout; the error says which parameter is wrong.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), crate::Error> {
         match *self {
             Scale::Log { sub_bits, max } => {
                 if !(1..=12).contains(&sub_bits) {
-                    return Err(format!("sub_bits must be 1..12 [got {sub_bits}]"));
+                    return Err(crate::Error::input(format!("sub_bits must be 1..12 [got {sub_bits}]")));
                 }
                 if max == 0 || max > i64::MAX as u64 {
-                    return Err(format!("max must be 1..2^63-1 [got {max}]"));
+                    return Err(crate::Error::input(format!("max must be 1..2^63-1 [got {max}]")));
                 }
             }
             Scale::Linear { lo, hi, n } => {
                 if hi <= lo {
-                    return Err(format!("hi must be greater than lo [got lo={lo}, hi={hi}]"));
+                    return Err(crate::Error::input(format!("hi must be greater than lo [got lo={lo}, hi={hi}]")));
                 }
                 if n == 0 {
-                    return Err("n must be at least 1 [got 0]".into());
+                    return Err(crate::Error::input("n must be at least 1 [got 0]".into()));
                 }
             }
         }
         let nb = self.buckets();
         if nb > MAX_BUCKETS {
-            return Err(format!("layout needs {nb} buckets, at most {MAX_BUCKETS} are allowed; lower sub_bits or max"));
+            return Err(crate::Error::input(format!("layout needs {nb} buckets, at most {MAX_BUCKETS} are allowed; lower sub_bits or max")));
         }
         Ok(())
     }
@@ -161,7 +161,7 @@ impl Snapshot {
 }
 
 impl Histogram {
-    pub fn new(scale: Scale) -> Result<Histogram, String> {
+    pub fn new(scale: Scale) -> Result<Histogram, crate::Error> {
         scale.validate()?;
         let n = scale.buckets() as usize;
         let buckets = (0..n).map(|_| AtomicU64::new(0)).collect::<Vec<_>>().into_boxed_slice();
@@ -243,7 +243,7 @@ pub struct LocalHistogram {
 }
 
 impl LocalHistogram {
-    pub fn new(scale: Scale) -> Result<LocalHistogram, String> {
+    pub fn new(scale: Scale) -> Result<LocalHistogram, crate::Error> {
         scale.validate()?;
         Ok(LocalHistogram { scale, buckets: vec![0; scale.buckets() as usize].into_boxed_slice(), under: 0, over: 0, sum: 0, min: i64::MAX, max: i64::MIN })
     }
@@ -315,7 +315,7 @@ mod tests {
     #[test]
     fn oversized_layouts_are_refused_with_a_reason() {
         let e = Histogram::new(Scale::Log { sub_bits: 12, max: 1 << 60 }).err().unwrap();
-        assert!(e.contains("buckets"), "{e}");
+        assert!(e.is_input() && e.to_string().contains("buckets"), "{e}");
         assert!(Scale::Linear { lo: 5, hi: 5, n: 3 }.validate().is_err());
     }
 

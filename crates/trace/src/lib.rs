@@ -41,32 +41,32 @@ pub use format::Kind;
 pub use writer::count_records;
 
 use format::rec;
-use std::fmt;
 
 /// What went wrong, and whether the caller's input (exit code 2) or the
 /// run itself (exit code 1) is to blame.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Error {
-    pub input: bool,
-    pub msg: String,
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Error {
+    /// The caller's input cannot work: a file that is not a trace, a bad
+    /// configuration, a histogram layout out of range (exit 2).
+    #[error("{0}")]
+    Input(String),
+    /// Something failed while tracing or reading (exit 1).
+    #[error("{0}")]
+    Failed(String),
 }
 
 impl Error {
     pub fn input(msg: String) -> Error {
-        Error { input: true, msg }
+        Error::Input(msg)
     }
     pub fn failed(msg: String) -> Error {
-        Error { input: false, msg }
+        Error::Failed(msg)
+    }
+    /// Whether the caller's input is at fault (exit 2) rather than the run (exit 1).
+    pub fn is_input(&self) -> bool {
+        matches!(self, Error::Input(_))
     }
 }
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.msg)
-    }
-}
-
-impl std::error::Error for Error {}
 
 /// The raw timestamp of now, for starting an interval.
 #[inline(always)]

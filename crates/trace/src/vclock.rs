@@ -37,17 +37,17 @@ fn raw(id: libc::clockid_t) -> i64 {
 }
 
 /// Parse `OFFSET_NS,DRIFT_PPM,EPOCH_REALTIME_NS`.
-pub fn parse(v: &str) -> Result<(i64, f64, i64), String> {
+pub fn parse(v: &str) -> Result<(i64, f64, i64), crate::Error> {
     let f: Vec<&str> = v.split(',').map(str::trim).collect();
     if f.len() != 3 {
-        return Err(format!("LOOPSCOPE_VCLOCK={v:?}: expected OFFSET_NS,DRIFT_PPM,EPOCH_REALTIME_NS"));
+        return Err(crate::Error::input(format!("LOOPSCOPE_VCLOCK={v:?}: expected OFFSET_NS,DRIFT_PPM,EPOCH_REALTIME_NS")));
     }
-    let off = f[0].parse::<i64>().map_err(|e| format!("LOOPSCOPE_VCLOCK offset {:?}: {e}", f[0]))?;
-    let drift = f[1].parse::<f64>().map_err(|e| format!("LOOPSCOPE_VCLOCK drift {:?}: {e}", f[1]))?;
+    let off = f[0].parse::<i64>().map_err(|e| crate::Error::input(format!("LOOPSCOPE_VCLOCK offset {:?}: {e}", f[0])))?;
+    let drift = f[1].parse::<f64>().map_err(|e| crate::Error::input(format!("LOOPSCOPE_VCLOCK drift {:?}: {e}", f[1])))?;
     if !drift.is_finite() || drift.abs() >= 1e5 {
-        return Err(format!("LOOPSCOPE_VCLOCK drift {drift} ppm: must be finite and below 100000 ppm in size"));
+        return Err(crate::Error::input(format!("LOOPSCOPE_VCLOCK drift {drift} ppm: must be finite and below 100000 ppm in size")));
     }
-    let epoch = f[2].parse::<i64>().map_err(|e| format!("LOOPSCOPE_VCLOCK epoch {:?}: {e}", f[2]))?;
+    let epoch = f[2].parse::<i64>().map_err(|e| crate::Error::input(format!("LOOPSCOPE_VCLOCK epoch {:?}: {e}", f[2])))?;
     Ok((off, drift, epoch))
 }
 

@@ -216,9 +216,9 @@ fn a_truncated_file_reads_every_complete_chunk() {
 #[test]
 fn foreign_and_newer_files_are_refused_with_the_offset() {
     let e = read_bytes(b"GIF89a-this is not a trace", "x.gif", Options::default()).err().unwrap();
-    assert!(e.msg.contains("not a loopscope trace"), "{e}");
+    assert!(e.to_string().contains("not a loopscope trace") && e.is_input(), "{e}");
     let mut h = loopscope_trace::format::file_header().to_vec();
     h[8] = 9;
     let e = read_bytes(&h, "new.lstrace", Options::default()).err().unwrap();
-    assert!(e.msg.contains("offset 8") && e.msg.contains("9.0"), "{e}");
+    assert!(e.to_string().contains("offset 8") && e.to_string().contains("9.0"), "{e}");
 }

@@ -30,6 +30,7 @@ mod remote;
 mod sockets;
 
 pub use remote::{RemoteConsumer, RemoteProducer};
+use crate::error::{NetError, Result as NetResult};
 use sockets::{conn_mode, ep_add, peer_of, set_bufs, src_of, tid};
 
 /// Where a datagram came from: address and port.
@@ -53,11 +54,11 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub fn parse(s: &str) -> Result<Transport, String> {
+    pub fn parse(s: &str) -> NetResult<Transport> {
         match s {
             "tcp" => Ok(Transport::Tcp),
             "udp" => Ok(Transport::Udp),
-            _ => Err(format!("transport {s:?}: expected tcp or udp")),
+            _ => Err(NetError::Input(format!("transport {s:?}: expected tcp or udp"))),
         }
     }
 }
@@ -102,7 +103,6 @@ struct Conn {
     body: Option<(Header, Vec<u8>, usize)>,
     /// (channel id, consumer id) of the consumers this connection attached
     subs: Vec<(u32, u32)>,
-    peer: String,
 }
 
 struct Partial {
@@ -208,13 +208,13 @@ impl Hub {
     }
 
     /// Listen on TCP and UDP at `bind` (port 0: any free port, the same for both).
-    pub fn listen(&self, bind: SocketAddr) -> Result<SocketAddr, String> {
+    pub fn listen(&self, bind: SocketAddr) -> NetResult<SocketAddr> {
         let l =
-            TcpListener::bind(bind).map_err(|e| format!("cannot listen on {bind} (tcp): {e}"))?;
-        let addr = l.local_addr().map_err(|e| e.to_string())?;
-        let u = UdpSocket::bind(addr).map_err(|e| format!("cannot listen on {addr} (udp): {e}"))?;
-        l.set_nonblocking(true).map_err(|e| e.to_string())?;
-        u.set_nonblocking(true).map_err(|e| e.to_string())?;
+            TcpListener::bind(bind).map_err(|e| NetError::Input(format!("cannot listen on {bind} (tcp): {e}")))?;
+        let addr = l.local_addr().map_err(NetError::os("local_addr"))?;
+        let u = UdpSocket::bind(addr).map_err(|e| NetError::Input(format!("cannot listen on {addr} (udp): {e}")))?;
+        l.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;
+        u.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;
         set_bufs(u.as_raw_fd(), 8 << 20);
         ep_add(self.inner.epfd, l.as_raw_fd(), TOK_LISTEN)?;
         ep_add(self.inner.epfd, u.as_raw_fd(), TOK_UDP)?;
@@ -232,12 +232,12 @@ impl Hub {
         capacity: usize,
         full: Full,
         max_item: usize,
-    ) -> Result<Arc<Channel>, String> {
+    ) -> NetResult<Arc<Channel>> {
         let mut names = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
         if names.contains_key(name) {
-            return Err(format!(
+            return Err(NetError::Input(format!(
                 "a channel named {name:?} already exists on this hub"
-            ));
+            )));
         }
         let c = Channel::new(name, capacity, full, max_item);
         let mut chans = self.inner.chans.lock().unwrap_or_else(|e| e.into_inner());
@@ -315,15 +315,14 @@ impl Hub {
         stream: Option<TcpStream>,
         udp: Option<UdpSocket>,
         mirror: Arc<Channel>,
-    ) -> Result<(), String> {
+    ) -> NetResult<()> {
         *mirror.waiter.lock().unwrap() = Some(Arc::new(HubWaiter(Arc::downgrade(&self.inner))));
         let mut p = self.inner.pump.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = stream {
-            conn_mode(&s).map_err(|e| e.to_string())?;
+            conn_mode(&s).map_err(NetError::os("the connection's socket options"))?;
             let tok = p.next_token;
             p.next_token += 1;
             ep_add(self.inner.epfd, s.as_raw_fd(), tok)?;
-            let peer = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
             p.conns.insert(
                 tok,
                 Conn {
@@ -334,11 +333,10 @@ impl Hub {
                     end: 0,
                     body: None,
                     subs: Vec::new(),
-                    peer,
                 },
             );
         } else if let Some(u) = udp {
-            u.set_nonblocking(true).map_err(|e| e.to_string())?;
+            u.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;
             ep_add(self.inner.epfd, u.as_raw_fd(), TOK_UDP)?;
             p.udp = Some((u, Sink::Mirror(mirror)));
         }

@@ -55,7 +55,7 @@ impl HubInner {
 
     pub(super) fn accept(&self, p: &mut Pump) {
         let Some(l) = p.listener.as_ref() else { return };
-        while let Ok((s, peer)) = l.accept() {
+        while let Ok((s, _)) = l.accept() {
             let _ = s.set_nodelay(true);
             let _ = conn_mode(&s);
             let tok = p.next_token;
@@ -71,7 +71,6 @@ impl HubInner {
                         end: 0,
                         body: None,
                         subs: Vec::new(),
-                        peer: peer.to_string(),
                     },
                 );
                 self.count(|n| n.conns_accepted += 1);
@@ -83,136 +82,90 @@ impl HubInner {
     /// Reads stop once a frame is complete and nothing is half-read (the
     /// epoll is level-triggered: what is left comes back at once), so an
     /// item costs one read, not one more that finds nothing.
+    /// Read what a connection has (without blocking) and handle the whole
+    /// frames in it; a connection that closed or sent garbage is dropped.
     pub(super) fn read_conn(&self, p: &mut Pump, tok: u64) -> bool {
         let Some(c) = p.conns.get_mut(&tok) else {
             return false;
         };
-        let mut any = false;
-        let mut closed = false;
         let mut frames: Vec<(Header, Vec<u8>)> = Vec::new();
-        loop {
-            if let Some((_, body, filled)) = c.body.as_mut() {
-                let take = (c.end - c.start).min(body.len() - *filled);
-                body[*filled..*filled + take].copy_from_slice(&c.buf[c.start..c.start + take]);
-                c.start += take;
-                *filled += take;
-                if *filled < body.len() {
-                    let t0 = loopscope_trace::now();
-                    match c.stream.read(&mut body[*filled..]) {
-                        Ok(0) => {
-                            closed = true;
-                            break;
-                        }
-                        Ok(k) => {
-                            *filled += k;
-                            inst::recv(t0);
-                        }
-                        Err(e)
-                            if matches!(
-                                e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                            ) =>
-                        {
-                            break
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        Err(_) => {
-                            closed = true;
-                            break;
-                        }
-                    }
-                }
-                if *filled == body.len() {
-                    let (h, body, _) = c.body.take().unwrap();
-                    frames.push((h, body));
-                }
-                continue;
+        let closed = loop {
+            let got = if c.body.is_some() {
+                c.fill_body(&mut frames)
+            } else if c.end - c.start >= HDR {
+                self.start_body(c)
+            } else if !frames.is_empty() && c.end == c.start {
+                Got::Wait
+            } else {
+                c.read_header_bytes()
+            };
+            match got {
+                Got::More => continue,
+                Got::Wait => break false,
+                Got::Closed => break true,
             }
-            if c.end - c.start >= HDR {
-                let Some(h) = Header::read(&c.buf[c.start..c.start + HDR]) else {
-                    self.count(|n| n.malformed += 1);
-                    closed = true;
-                    break;
-                };
-                c.start += HDR;
-                let t0 = loopscope_trace::now();
-                let body = crate::pool::take(h.len as usize);
-                inst::alloc(t0);
-                c.body = Some((h, body, 0));
-                continue;
-            }
-            if !frames.is_empty() && c.end == c.start {
-                break;
-            }
-            // need more header bytes: keep the partial one at the front
-            if c.start > 0 {
-                c.buf.copy_within(c.start..c.end, 0);
-                c.end -= c.start;
-                c.start = 0;
-            }
-            let end = c.end;
-            match c.stream.read(&mut c.buf[end..]) {
-                Ok(0) => {
-                    closed = true;
-                    break;
-                }
-                Ok(k) => c.end += k,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    break
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    closed = true;
-                    break;
-                }
-            }
-        }
+        };
         let sink = c.sink.clone();
         let fd = c.stream.as_raw_fd();
+        let mut any = false;
         for (h, body) in frames {
             any |= self.frame(p, Some(tok), fd, &sink, h, body, None);
         }
         if closed {
-            if let Some(c) = p.conns.remove(&tok) {
-                unsafe {
-                    libc::epoll_ctl(
-                        self.epfd,
-                        libc::EPOLL_CTL_DEL,
-                        c.stream.as_raw_fd(),
-                        std::ptr::null_mut(),
-                    )
-                };
-                let lost = !c.subs.is_empty() || matches!(c.sink, Sink::Mirror(_));
-                for (chan, consumer) in &c.subs {
-                    self.drop_sub(*chan, Some(*consumer));
-                }
-                if let Sink::Mirror(m) = &c.sink {
-                    m.close();
-                }
-                if lost {
-                    self.count(|n| n.conns_lost += 1);
-                }
-                let _ = c.peer;
-            }
+            self.close_conn(p, tok);
         }
         any
+    }
+
+    /// A frame's header at the front of the buffer: its body is read next
+    /// (garbage closes the connection).
+    fn start_body(&self, c: &mut Conn) -> Got {
+        let Some(h) = Header::read(&c.buf[c.start..c.start + HDR]) else {
+            self.count(|n| n.malformed += 1);
+            return Got::Closed;
+        };
+        c.start += HDR;
+        let t0 = loopscope_trace::now();
+        let body = crate::pool::take(h.len as usize);
+        inst::alloc(t0);
+        c.body = Some((h, body, 0));
+        Got::More
+    }
+
+    /// A connection that closed: out of the poll set, its subscriptions
+    /// dropped (counted as lost when it had any, or mirrored a channel).
+    fn close_conn(&self, p: &mut Pump, tok: u64) {
+        let Some(c) = p.conns.remove(&tok) else {
+            return;
+        };
+        unsafe {
+            libc::epoll_ctl(
+                self.epfd,
+                libc::EPOLL_CTL_DEL,
+                c.stream.as_raw_fd(),
+                std::ptr::null_mut(),
+            )
+        };
+        let lost = !c.subs.is_empty() || matches!(c.sink, Sink::Mirror(_));
+        for (chan, consumer) in &c.subs {
+            self.drop_sub(*chan, Some(*consumer));
+        }
+        if let Sink::Mirror(m) = &c.sink {
+            m.close();
+        }
+        if lost {
+            self.count(|n| n.conns_lost += 1);
+        }
     }
 
     /// Read the UDP socket's datagrams, up to 16 per recvmmsg, and put items
     /// back together.
     pub(super) fn read_udp(&self, p: &mut Pump) -> bool {
-        const BATCH: usize = 16;
-        const DG: usize = 65536;
         let mut any = false;
         let mut datagrams = 0u64;
         let mut malformed = 0u64;
-        if p.dgram.len() < BATCH * DG {
-            p.dgram.resize(BATCH * DG, 0);
+        if p.dgram.len() < UDP_BATCH * DG {
+            p.dgram.resize(UDP_BATCH * DG, 0);
         }
         loop {
             let Some((u, sink)) = p.udp.as_ref() else {
@@ -220,83 +173,27 @@ impl HubInner {
             };
             let sink = sink.clone();
             let fd = u.as_raw_fd();
-            let mut from: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-            let mut iov: Vec<libc::iovec> = (0..BATCH)
-                .map(|i| libc::iovec {
-                    iov_base: p.dgram[i * DG..].as_mut_ptr() as *mut libc::c_void,
-                    iov_len: DG,
-                })
-                .collect();
-            let mut msgs: Vec<libc::mmsghdr> = (0..BATCH)
-                .map(|i| {
-                    let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-                    m.msg_hdr.msg_iov = &mut iov[i];
-                    m.msg_hdr.msg_iovlen = 1;
-                    m.msg_hdr.msg_name = &mut from[i] as *mut _ as *mut libc::c_void;
-                    m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
-                    m
-                })
-                .collect();
+            let mut from: [libc::sockaddr_storage; UDP_BATCH] = unsafe { std::mem::zeroed() };
+            let mut lens = [(0usize, 0u32); UDP_BATCH];
             let t0 = loopscope_trace::now();
-            let n = unsafe {
-                libc::recvmmsg(
-                    fd,
-                    msgs.as_mut_ptr(),
-                    BATCH as u32,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null_mut(),
-                )
-            };
-            if n <= 0 {
+            let n = recv_batch(&mut p.dgram, fd, &mut from, &mut lens);
+            if n == 0 {
                 break;
             }
             datagrams += n as u64;
             let mut t_seg = t0;
-            for i in 0..n as usize {
-                let len = msgs[i].msg_len as usize;
-                let flen = msgs[i].msg_hdr.msg_namelen;
-                let dg = &p.dgram[i * DG..i * DG + len];
-                let Some(h) = Header::read(dg) else {
+            for i in 0..n {
+                let (len, flen) = lens[i];
+                let Some(h) = Header::read(&p.dgram[i * DG..i * DG + len]) else {
                     malformed += 1;
                     continue;
                 };
-                let src = src_of(&from[i]);
-                if h.frag_count <= 1 {
-                    let body = dg[HDR..].to_vec();
-                    // messaging up to here; the put that follows is the runtime's
-                    inst::recv(t_seg);
-                    self.note_seq(p, src, h);
-                    any |= self.frame(p, None, fd, &sink, h, body, Some((from[i], flen)));
-                    t_seg = loopscope_trace::now();
-                    continue;
-                }
-                let key = (src, h.seq);
-                let frag = self.frag;
-                let part = p.reasm.entry(key).or_insert_with(|| Partial {
-                    h,
-                    data: crate::pool::take(h.len as usize),
-                    got: 0,
-                    seen: vec![false; h.frag_count as usize],
-                    first: Instant::now(),
-                });
-                let k = h.frag_idx as usize;
-                let off = k * frag;
-                let payload = &p.dgram[i * DG + HDR..i * DG + len];
-                if k < part.seen.len() && !part.seen[k] && off + payload.len() <= part.data.len() {
-                    part.seen[k] = true;
-                    part.got += 1;
-                    part.data[off..off + payload.len()].copy_from_slice(payload);
-                }
-                if part.got as usize == part.seen.len() {
-                    inst::recv(t_seg);
-                    let part = p.reasm.remove(&key).unwrap();
-                    self.note_seq(p, src, part.h);
-                    any |= self.frame(p, None, fd, &sink, part.h, part.data, Some((from[i], flen)));
-                    t_seg = loopscope_trace::now();
-                }
+                let (got, t) = self.datagram(p, i, len, h, fd, &sink, (from[i], flen), t_seg);
+                any |= got;
+                t_seg = t;
             }
             inst::recv(t_seg);
-            if (n as usize) < BATCH {
+            if n < UDP_BATCH {
                 break;
             }
         }
@@ -305,6 +202,58 @@ impl HubInner {
             s.malformed += malformed;
         });
         any
+    }
+
+    /// One datagram (slot `i` of the batch): a whole item at once, or a
+    /// fragment put into its item's reassembly, which is handled when its
+    /// last fragment comes. Whether an item went into a channel, and the
+    /// time the next segment of receiving starts.
+    #[allow(clippy::too_many_arguments)]
+    fn datagram(
+        &self,
+        p: &mut Pump,
+        i: usize,
+        len: usize,
+        h: Header,
+        fd: RawFd,
+        sink: &Sink,
+        from: (libc::sockaddr_storage, u32),
+        t_seg: u64,
+    ) -> (bool, u64) {
+        let src = src_of(&from.0);
+        if h.frag_count <= 1 {
+            let body = p.dgram[i * DG + HDR..i * DG + len].to_vec();
+            // messaging up to here; the put that follows is the runtime's
+            inst::recv(t_seg);
+            self.note_seq(p, src, h);
+            let got = self.frame(p, None, fd, sink, h, body, Some(from));
+            return (got, loopscope_trace::now());
+        }
+        let key = (src, h.seq);
+        let frag = self.frag;
+        let part = p.reasm.entry(key).or_insert_with(|| Partial {
+            h,
+            data: crate::pool::take(h.len as usize),
+            got: 0,
+            seen: vec![false; h.frag_count as usize],
+            first: Instant::now(),
+        });
+        let k = h.frag_idx as usize;
+        let off = k * frag;
+        let payload = &p.dgram[i * DG + HDR..i * DG + len];
+        if k < part.seen.len() && !part.seen[k] && off + payload.len() <= part.data.len() {
+            part.seen[k] = true;
+            part.got += 1;
+            part.data[off..off + payload.len()].copy_from_slice(payload);
+        }
+        if part.got as usize != part.seen.len() {
+            return (false, t_seg);
+        }
+        inst::recv(t_seg);
+        let part = p.reasm.remove(&key).unwrap();
+        self.note_seq(p, src, part.h);
+        let got = self.frame(p, None, fd, sink, part.h, part.data, Some(from));
+        (got, loopscope_trace::now())
     }
 
     /// Count items a sender numbered but that never arrived (and partial
@@ -369,6 +318,9 @@ impl HubInner {
         }
     }
 
+    /// One whole frame from a connection (`tok`) or a datagram's sender
+    /// (`from`): an item into its channel, an open or attach answered, a
+    /// remote consumer's progress. True when an item went into a channel.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn frame(
         &self,
@@ -385,113 +337,9 @@ impl HubInner {
             return false;
         };
         match (kind, sink) {
-            (Kind::Put, Sink::Owner) | (Kind::Item, Sink::Mirror(_)) => {
-                let ch = match sink {
-                    Sink::Mirror(m) => Some(m.clone()),
-                    Sink::Owner => self.chan(h.chan),
-                };
-                let len = body.len() as u64;
-                self.count(|n| {
-                    n.items_in += 1;
-                    n.bytes_in += len;
-                });
-                inst::arrived(ch.as_ref().and_then(|c| c.ents), h.ts, h.sent_ns);
-                match ch {
-                    Some(c) => {
-                        // never block the pumping thread: a full channel refuses (counted)
-                        if c.put(h.ts, body, Duration::ZERO).is_err() {
-                            self.count(|n| n.refused += 1);
-                        }
-                        true
-                    }
-                    None => {
-                        self.count(|n| n.malformed += 1);
-                        false
-                    }
-                }
-            }
+            (Kind::Put, Sink::Owner) | (Kind::Item, Sink::Mirror(_)) => self.put_item(sink, h, body),
             (Kind::Open, Sink::Owner) | (Kind::Attach, Sink::Owner) => {
-                let name = String::from_utf8_lossy(&body).to_string();
-                let id = self
-                    .names
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get(&name)
-                    .copied();
-                let Some(id) = id else {
-                    let msg = format!("no channel named {name:?} on this hub");
-                    self.reply(
-                        fd,
-                        from,
-                        Header::new(Kind::Error, 0, h.ts, msg.len()),
-                        msg.as_bytes(),
-                    );
-                    return false;
-                };
-                if kind == Kind::Open {
-                    self.reply(fd, from, Header::new(Kind::Opened, id, h.ts, 0), &[]);
-                    return false;
-                }
-                let c = self.chan(id).unwrap();
-                let (consumer, dest) = match from {
-                    None => {
-                        let cid = c.attach(false);
-                        let Some(conn) = tok.and_then(|t| p.conns.get_mut(&t)) else {
-                            return false;
-                        };
-                        conn.subs.push((id, cid));
-                        let dup = conn.stream.try_clone();
-                        let Ok(dup) = dup else { return false };
-                        (
-                            Some(cid),
-                            SubDest::Tcp {
-                                fd: Mutex::new(dup),
-                            },
-                        )
-                    }
-                    Some((a, l)) => {
-                        let peer = peer_of(&a).unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
-                        let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
-                        if subs.get(&id).is_some_and(|v| {
-                            v.iter().any(|s| {
-                                matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer)
-                                    && !s.dead.load(Ordering::Relaxed)
-                            })
-                        }) {
-                            drop(subs);
-                            // a retried attach: answer again
-                            let mut r = Header::new(Kind::Attached, id, h.ts, 0);
-                            r.frag_idx = 0;
-                            self.reply(fd, from, r, &[]);
-                            return false;
-                        }
-                        (
-                            None,
-                            SubDest::Udp {
-                                fd,
-                                to: a,
-                                len: l,
-                                peer,
-                            },
-                        )
-                    }
-                };
-                let sub = Arc::new(Sub {
-                    consumer,
-                    dest,
-                    dead: AtomicBool::new(false),
-                    seq: AtomicU32::new(0),
-                });
-                self.subs
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .entry(id)
-                    .or_default()
-                    .push(sub);
-                c.has_remote.store(true, Ordering::Relaxed);
-                let mut r = Header::new(Kind::Attached, id, h.ts, 0);
-                r.frag_idx = consumer.unwrap_or(0);
-                self.reply(fd, from, r, &[]);
+                self.open_or_attach(p, tok, fd, kind, h, &body, from);
                 false
             }
             (Kind::Consumed, Sink::Owner) => {
@@ -509,6 +357,146 @@ impl HubInner {
             _ => {
                 self.count(|n| n.malformed += 1);
                 false
+            }
+        }
+    }
+
+    /// An item into its channel (the owner's, by id, or a mirror's), never
+    /// blocking the pumping thread: a full channel refuses it (counted).
+    fn put_item(&self, sink: &Sink, h: Header, body: Vec<u8>) -> bool {
+        let ch = match sink {
+            Sink::Mirror(m) => Some(m.clone()),
+            Sink::Owner => self.chan(h.chan),
+        };
+        let len = body.len() as u64;
+        self.count(|n| {
+            n.items_in += 1;
+            n.bytes_in += len;
+        });
+        inst::arrived(ch.as_ref().and_then(|c| c.ents), h.ts, h.sent_ns);
+        match ch {
+            Some(c) => {
+                if c.put(h.ts, body, Duration::ZERO).is_err() {
+                    self.count(|n| n.refused += 1);
+                }
+                true
+            }
+            None => {
+                self.count(|n| n.malformed += 1);
+                false
+            }
+        }
+    }
+
+    /// A channel asked for by name: `open` gets its id; `attach` makes the
+    /// asker a subscriber (a consumer over TCP, a peer over UDP) and says so.
+    #[allow(clippy::too_many_arguments)]
+    fn open_or_attach(
+        &self,
+        p: &mut Pump,
+        tok: Option<u64>,
+        fd: RawFd,
+        kind: Kind,
+        h: Header,
+        body: &[u8],
+        from: Option<(libc::sockaddr_storage, u32)>,
+    ) {
+        let name = String::from_utf8_lossy(body).to_string();
+        let id = self
+            .names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&name)
+            .copied();
+        let Some(id) = id else {
+            let msg = format!("no channel named {name:?} on this hub");
+            self.reply(
+                fd,
+                from,
+                Header::new(Kind::Error, 0, h.ts, msg.len()),
+                msg.as_bytes(),
+            );
+            return;
+        };
+        if kind == Kind::Open {
+            self.reply(fd, from, Header::new(Kind::Opened, id, h.ts, 0), &[]);
+            return;
+        }
+        let c = self.chan(id).unwrap();
+        let Some((consumer, dest)) = self.subscriber(p, tok, fd, id, &c, h, from) else {
+            return;
+        };
+        let sub = Arc::new(Sub {
+            consumer,
+            dest,
+            dead: AtomicBool::new(false),
+            seq: AtomicU32::new(0),
+        });
+        self.subs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(id)
+            .or_default()
+            .push(sub);
+        c.has_remote.store(true, Ordering::Relaxed);
+        let mut r = Header::new(Kind::Attached, id, h.ts, 0);
+        r.frag_idx = consumer.unwrap_or(0);
+        self.reply(fd, from, r, &[]);
+    }
+
+    /// Where an attaching subscriber's items go: a consumer of the channel
+    /// writing to its TCP connection, or its UDP address. None when there is
+    /// nothing to add (the connection is gone, or a retried UDP attach,
+    /// which is answered again).
+    #[allow(clippy::too_many_arguments)]
+    fn subscriber(
+        &self,
+        p: &mut Pump,
+        tok: Option<u64>,
+        fd: RawFd,
+        id: u32,
+        c: &Arc<Channel>,
+        h: Header,
+        from: Option<(libc::sockaddr_storage, u32)>,
+    ) -> Option<(Option<u32>, SubDest)> {
+        match from {
+            None => {
+                let cid = c.attach(false);
+                let conn = tok.and_then(|t| p.conns.get_mut(&t))?;
+                conn.subs.push((id, cid));
+                let dup = conn.stream.try_clone().ok()?;
+                Some((
+                    Some(cid),
+                    SubDest::Tcp {
+                        fd: Mutex::new(dup),
+                    },
+                ))
+            }
+            Some((a, l)) => {
+                let peer = peer_of(&a).unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
+                let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
+                if subs.get(&id).is_some_and(|v| {
+                    v.iter().any(|s| {
+                        matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer)
+                            && !s.dead.load(Ordering::Relaxed)
+                    })
+                }) {
+                    drop(subs);
+                    // a retried attach: answer again
+                    let mut r = Header::new(Kind::Attached, id, h.ts, 0);
+                    r.frag_idx = 0;
+                    self.reply(fd, from, r, &[]);
+                    return None;
+                }
+                Some((
+                    None,
+                    SubDest::Udp {
+                        fd,
+                        to: a,
+                        len: l,
+                        peer,
+                    },
+                ))
             }
         }
     }
@@ -576,4 +564,103 @@ impl HubInner {
             }
         }
     }
+}
+
+/// What a step of reading a connection came to.
+enum Got {
+    /// there may be more to do now
+    More,
+    /// nothing more until the socket is readable again
+    Wait,
+    /// the connection closed (or failed)
+    Closed,
+}
+
+/// A read that would block (or timed out) waits; one interrupted is tried
+/// again; any other error closes the connection.
+fn read_outcome(r: std::io::Result<usize>) -> Result<usize, Got> {
+    match r {
+        Ok(0) => Err(Got::Closed),
+        Ok(k) => Ok(k),
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => Err(Got::Wait),
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(Got::More),
+        Err(_) => Err(Got::Closed),
+    }
+}
+
+impl Conn {
+    /// Move buffered bytes into the frame body being read, then read the
+    /// rest of it from the socket; a complete body joins `frames`.
+    fn fill_body(&mut self, frames: &mut Vec<(Header, Vec<u8>)>) -> Got {
+        let Some((_, body, filled)) = self.body.as_mut() else {
+            return Got::More;
+        };
+        let take = (self.end - self.start).min(body.len() - *filled);
+        body[*filled..*filled + take].copy_from_slice(&self.buf[self.start..self.start + take]);
+        self.start += take;
+        *filled += take;
+        if *filled < body.len() {
+            let t0 = loopscope_trace::now();
+            match read_outcome(self.stream.read(&mut body[*filled..])) {
+                Ok(k) => {
+                    *filled += k;
+                    inst::recv(t0);
+                }
+                Err(g) => return g,
+            }
+        }
+        if *filled == body.len() {
+            let (h, body, _) = self.body.take().unwrap();
+            frames.push((h, body));
+        }
+        Got::More
+    }
+
+    /// More bytes for a header: the partial one moved to the front first.
+    fn read_header_bytes(&mut self) -> Got {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let end = self.end;
+        match read_outcome(self.stream.read(&mut self.buf[end..])) {
+            Ok(k) => {
+                self.end += k;
+                Got::More
+            }
+            Err(g) => g,
+        }
+    }
+}
+
+/// Datagrams read at once, and the room each gets.
+const UDP_BATCH: usize = 16;
+const DG: usize = 65536;
+
+/// One `recvmmsg` (not blocking) into `buf`'s slots: how many came, each
+/// one's length and sender's address length in `lens`.
+fn recv_batch(buf: &mut [u8], fd: RawFd, from: &mut [libc::sockaddr_storage; UDP_BATCH], lens: &mut [(usize, u32); UDP_BATCH]) -> usize {
+    let mut iov: Vec<libc::iovec> = (0..UDP_BATCH)
+        .map(|i| libc::iovec {
+            iov_base: buf[i * DG..].as_mut_ptr() as *mut libc::c_void,
+            iov_len: DG,
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = (0..UDP_BATCH)
+        .map(|i| {
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = &mut iov[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m.msg_hdr.msg_name = &mut from[i] as *mut _ as *mut libc::c_void;
+            m.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+            m
+        })
+        .collect();
+    let n = unsafe { libc::recvmmsg(fd, msgs.as_mut_ptr(), UDP_BATCH as u32, libc::MSG_DONTWAIT, std::ptr::null_mut()) };
+    let n = n.max(0) as usize;
+    for (i, m) in msgs.iter().take(n).enumerate() {
+        lens[i] = (m.msg_len as usize, m.msg_hdr.msg_namelen);
+    }
+    n
 }

@@ -24,7 +24,7 @@ impl RemoteProducer {
         transport: Transport,
         frag: usize,
         timeout: Duration,
-    ) -> Result<RemoteProducer, String> {
+    ) -> NetResult<RemoteProducer> {
         let (tcp, udp, r) = match transport {
             Transport::Tcp => {
                 let (s, r) = handshake_tcp(addr, Kind::Open, name, timeout)?;
@@ -49,7 +49,7 @@ impl RemoteProducer {
     }
 
     /// Hand the item to the network (the owner counts what its channel refuses).
-    pub fn put(&mut self, ts: u64, data: &[u8], timeout: Duration) -> Result<(), String> {
+    pub fn put(&mut self, ts: u64, data: &[u8], timeout: Duration) -> NetResult<()> {
         let t0 = loopscope_trace::now();
         self.seq += 1;
         let mut h = Header::new(Kind::Put, self.chan, ts, data.len());
@@ -97,14 +97,14 @@ impl RemoteConsumer {
         max_item: usize,
         frag: usize,
         timeout: Duration,
-    ) -> Result<RemoteConsumer, String> {
+    ) -> NetResult<RemoteConsumer> {
         let hub = Hub::new(frag);
         let mirror = Channel::new(name, capacity, Full::DropOldest, max_item);
         let cid = mirror.attach(true);
         match transport {
             Transport::Tcp => {
                 let (s, r) = handshake_tcp(addr, Kind::Attach, name, timeout)?;
-                let back = s.try_clone().map_err(|e| e.to_string())?;
+                let back = s.try_clone().map_err(NetError::os("try_clone"))?;
                 let chan = r.chan;
                 let back = Mutex::new(back);
                 // every item that leaves the mirror is consumed, as far as the owner is concerned

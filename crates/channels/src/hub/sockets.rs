@@ -21,13 +21,13 @@ pub(super) fn conn_mode(s: &TcpStream) -> std::io::Result<()> {
     s.set_write_timeout(Some(Duration::from_secs(5)))
 }
 
-pub(super) fn ep_add(epfd: RawFd, fd: RawFd, tok: u64) -> Result<(), String> {
+pub(super) fn ep_add(epfd: RawFd, fd: RawFd, tok: u64) -> NetResult<()> {
     let mut ev = libc::epoll_event {
         events: libc::EPOLLIN as u32,
         u64: tok,
     };
     if unsafe { libc::epoll_ctl(epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-        return Err(format!("epoll_ctl: {}", std::io::Error::last_os_error()));
+        return Err(NetError::Os { what: "epoll_ctl".into(), source: std::io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -71,7 +71,7 @@ pub(super) fn handshake_tcp(
     kind: Kind,
     name: &str,
     timeout: Duration,
-) -> Result<(TcpStream, Header), String> {
+) -> NetResult<(TcpStream, Header)> {
     // A hub that is still starting refuses the connection: try again until
     // the timeout (a lab starts hubs and their users at about the same time).
     let deadline = Instant::now() + timeout;
@@ -87,28 +87,28 @@ pub(super) fn handshake_tcp(
             {
                 std::thread::sleep(Duration::from_millis(50))
             }
-            Err(e) => return Err(format!("cannot connect to the hub at {addr}: {e}")),
+            Err(e) => return Err(NetError::Peer(format!("cannot connect to the hub at {addr}: {e}"))),
         }
     };
     let _ = s.set_nodelay(true);
     s.set_read_timeout(Some(timeout))
-        .map_err(|e| e.to_string())?;
+        .map_err(NetError::os("set_read_timeout"))?;
     let h = Header::new(kind, 0, 0, name.len());
     s.write_all(&h.bytes())
         .and_then(|_| s.write_all(name.as_bytes()))
-        .map_err(|e| format!("hub at {addr}: {e}"))?;
+        .map_err(|e| NetError::Peer(format!("hub at {addr}: {e}")))?;
     let mut hb = [0u8; HDR];
     s.read_exact(&mut hb)
-        .map_err(|e| format!("the hub at {addr} did not answer within {timeout:?}: {e}"))?;
+        .map_err(|e| NetError::Peer(format!("the hub at {addr} did not answer within {timeout:?}: {e}")))?;
     let r = Header::read(&hb).ok_or_else(|| {
-        format!("the hub at {addr} answered with something that is not a loopscope channel frame")
+        NetError::Peer(format!("the hub at {addr} answered with something that is not a loopscope channel frame"))
     })?;
     if r.kind == Kind::Error as u8 {
         let mut msg = vec![0u8; r.len as usize];
         let _ = s.read_exact(&mut msg);
-        return Err(format!("hub at {addr}: {}", String::from_utf8_lossy(&msg)));
+        return Err(NetError::Peer(format!("hub at {addr}: {}", String::from_utf8_lossy(&msg))));
     }
-    s.set_read_timeout(None).map_err(|e| e.to_string())?;
+    s.set_read_timeout(None).map_err(NetError::os("set_read_timeout"))?;
     Ok((s, r))
 }
 
@@ -117,15 +117,15 @@ pub(super) fn handshake_udp(
     kind: Kind,
     name: &str,
     timeout: Duration,
-) -> Result<(UdpSocket, Header), String> {
+) -> NetResult<(UdpSocket, Header)> {
     let bind: SocketAddr = if addr.is_ipv4() {
         "0.0.0.0:0".parse().unwrap()
     } else {
         "[::]:0".parse().unwrap()
     };
-    let u = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
+    let u = UdpSocket::bind(bind).map_err(NetError::os("binding the UDP client"))?;
     u.connect(addr)
-        .map_err(|e| format!("cannot reach the hub at {addr}: {e}"))?;
+        .map_err(|e| NetError::Peer(format!("cannot reach the hub at {addr}: {e}")))?;
     set_bufs(u.as_raw_fd(), 8 << 20);
     let deadline = Instant::now() + timeout;
     let mut buf = vec![0u8; 65536];
@@ -133,26 +133,26 @@ pub(super) fn handshake_udp(
         let h = Header::new(kind, 0, 0, name.len());
         let mut msg = h.bytes().to_vec();
         msg.extend_from_slice(name.as_bytes());
-        u.send(&msg).map_err(|e| format!("hub at {addr}: {e}"))?;
+        u.send(&msg).map_err(|e| NetError::Peer(format!("hub at {addr}: {e}")))?;
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!(
+            return Err(NetError::Peer(format!(
                 "the hub at {addr} did not answer within {timeout:?} (udp)"
-            ));
+            )));
         }
         u.set_read_timeout(Some(left.min(Duration::from_millis(200))))
-            .map_err(|e| e.to_string())?;
+            .map_err(NetError::os("SO_RCVTIMEO"))?;
         match u.recv(&mut buf) {
             Ok(n) => {
-                let r = Header::read(&buf[..n]).ok_or_else(|| format!("the hub at {addr} answered with something that is not a loopscope channel frame"))?;
+                let r = Header::read(&buf[..n]).ok_or_else(|| NetError::Peer(format!("the hub at {addr} answered with something that is not a loopscope channel frame")))?;
                 if r.kind == Kind::Error as u8 {
-                    return Err(format!(
+                    return Err(NetError::Peer(format!(
                         "hub at {addr}: {}",
                         String::from_utf8_lossy(&buf[HDR..n])
-                    ));
+                    )));
                 }
                 if r.kind == Kind::Opened as u8 || r.kind == Kind::Attached as u8 {
-                    u.set_read_timeout(None).map_err(|e| e.to_string())?;
+                    u.set_read_timeout(None).map_err(NetError::os("set_read_timeout"))?;
                     return Ok((u, r));
                 }
             }
@@ -166,11 +166,11 @@ pub(super) fn handshake_udp(
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 if Instant::now() >= deadline {
-                    return Err(format!("nothing listens at {addr} (udp)"));
+                    return Err(NetError::Peer(format!("nothing listens at {addr} (udp)")));
                 }
                 std::thread::sleep(Duration::from_millis(50));
             }
-            Err(e) => return Err(format!("hub at {addr}: {e}")),
+            Err(e) => return Err(NetError::Peer(format!("hub at {addr}: {e}"))),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! the TCP sink that absorbs it. (Bulk UDP is the paced sender without
 //! per-packet records.)
 
+use crate::error::{ProbeError, Result};
 use crate::os::{mono_ns, sleep_until};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -19,10 +20,10 @@ pub struct BulkResult {
 }
 
 /// Write to `dest` over TCP: `rate_bps` bits/s (None: unlimited) for `duration_ns`.
-pub fn tcp_send(dest: &SocketAddr, rate_bps: Option<f64>, size: usize, duration_ns: u64, stop: Arc<AtomicBool>) -> Result<BulkResult, String> {
+pub fn tcp_send(dest: &SocketAddr, rate_bps: Option<f64>, size: usize, duration_ns: u64, stop: Arc<AtomicBool>) -> Result<BulkResult> {
     let mut s = TcpStream::connect_timeout(dest, Duration::from_secs(5)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => format!("{dest}: connection refused (is a TCP sink listening? loopscope probe recv --tcp --bind {dest})"),
-        _ => format!("{dest}: cannot connect: {e}"),
+        std::io::ErrorKind::ConnectionRefused => ProbeError::address(dest, format!("connection refused (is a TCP sink listening? loopscope probe recv --tcp --bind {dest})")),
+        _ => ProbeError::address(dest, format!("cannot connect: {e}")),
     })?;
     s.set_write_timeout(Some(Duration::from_millis(200))).ok();
     let buf = vec![0x42u8; size.max(1)];
@@ -87,9 +88,9 @@ pub fn tcp_sink(listener: TcpListener, duration_ns: Option<u64>, stop: Arc<Atomi
     (bytes.load(Ordering::Relaxed), conns)
 }
 
-pub fn tcp_listen(bind: &SocketAddr) -> Result<TcpListener, String> {
+pub fn tcp_listen(bind: &SocketAddr) -> Result<TcpListener> {
     TcpListener::bind(bind).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AddrInUse => format!("{bind}: the port is in use; choose another or stop what holds it"),
-        _ => format!("{bind}: cannot listen: {e}"),
+        std::io::ErrorKind::AddrInUse => ProbeError::address(bind, "the port is in use; choose another or stop what holds it"),
+        _ => ProbeError::address(bind, format!("cannot listen: {e}")),
     })
 }

@@ -19,6 +19,7 @@
 //! a node counts what it could not forward (no room left in the message,
 //! send errors).
 
+use crate::error::{Result};
 use super::packet::{Header, HEADER, MAGIC, VERSION};
 use super::recv::{Arrival, Flow};
 use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, Udp};
@@ -100,7 +101,7 @@ pub struct SourceResult {
 
 /// Send `size`-byte messages to `dest` at `pps_num/pps_den` per second (absolute deadlines).
 #[allow(clippy::too_many_arguments)]
-pub fn source(dest: &SocketAddr, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>, stop: Arc<AtomicBool>) -> Result<SourceResult, String> {
+pub fn source(dest: &SocketAddr, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>, stop: Arc<AtomicBool>) -> Result<SourceResult> {
     let sock = Udp::connect(dest, 1 << 20)?;
     let sent_e = register("pipe", "sent", Kind::Event, "a pipeline message left the source (tag: seq); value: actual - scheduled send time, ns", None).expect("entity");
     loopscope_trace::prepare_thread();
@@ -151,7 +152,7 @@ pub struct NodeResult {
     pub elapsed_ns: u64,
 }
 
-pub fn bind(addr: &SocketAddr) -> Result<Udp, String> {
+pub fn bind(addr: &SocketAddr) -> Result<Udp> {
     let s = Udp::bind(addr, 4 << 20)?;
     s.enable_rx_timestamps()?;
     s.set_read_timeout_ms(50);
@@ -159,7 +160,7 @@ pub fn bind(addr: &SocketAddr) -> Result<Udp, String> {
 }
 
 /// Forward messages from `sock` to `next`, spinning `work_ns` on each, until stopped.
-pub fn node(sock: Udp, next: &SocketAddr, work_ns: i64, stop: Arc<AtomicBool>) -> Result<NodeResult, String> {
+pub fn node(sock: Udp, next: &SocketAddr, work_ns: i64, stop: Arc<AtomicBool>) -> Result<NodeResult> {
     let out = Udp::connect(next, 1 << 20)?;
     let res_e = register("pipe", "node", Kind::Event, "a message this node forwarded (tag: seq); value: kernel RX to send, ns", None).expect("entity");
     loopscope_trace::prepare_thread();

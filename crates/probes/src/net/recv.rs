@@ -20,6 +20,7 @@
 //! summary (histograms of each delay, per-second throughput, interarrival
 //! dispersion) is kept in fixed memory either way.
 
+use crate::error::{Result};
 use super::packet::{Header, HEADER};
 use super::sock::{realtime_ns, rx_timestamps, Udp};
 use crate::os::mono_ns;
@@ -204,7 +205,7 @@ fn socket_drops(local: &SocketAddr) -> u64 {
         .sum()
 }
 
-pub fn bind(cfg: &RecvConfig) -> Result<Udp, String> {
+pub fn bind(cfg: &RecvConfig) -> Result<Udp> {
     let s = Udp::bind(&cfg.bind, cfg.rcvbuf)?;
     s.enable_rx_timestamps()?;
     s.set_read_timeout_ms(50);
@@ -214,124 +215,192 @@ pub fn bind(cfg: &RecvConfig) -> Result<Udp, String> {
 pub fn run_on(sock: Udp, cfg: &RecvConfig, stop: Arc<AtomicBool>) -> RecvResult {
     let e = ents();
     loopscope_trace::prepare_thread();
-    let (mut owd, mut stack, mut endh, mut inter) = (hist(), hist(), hist(), hist());
-    let mut r = RecvResult { hist_scale: Some(owd.scale), ..Default::default() };
-    let mut flows: HashMap<u32, Flow> = HashMap::new();
     let size = cfg.max_size.max(HEADER);
-    let mut bufs: Vec<Vec<u8>> = (0..BATCH).map(|_| vec![0u8; size]).collect();
-    let mut ctrl: Vec<[u8; 256]> = vec![[0u8; 256]; BATCH];
-    let mut iov: Vec<libc::iovec> = vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH];
-    let mut msgs: Vec<libc::mmsghdr> = vec![unsafe { std::mem::zeroed() }; BATCH];
+    let mut inc = Incoming::new(size);
+    let mut t = Tally::new();
     let t_start = mono_ns();
     let drops0 = socket_drops(&sock.local);
     let mut last_arrival = t_start;
-    let mut prev_krx = 0i64;
-    let mut payload = [0u8; 48];
     while !stop.load(Ordering::Relaxed) {
         let now = mono_ns();
-        if cfg.duration_ns.is_some_and(|d| now - t_start >= d as i64) || cfg.count.is_some_and(|c| r.packets >= c) {
+        if cfg.duration_ns.is_some_and(|d| now - t_start >= d as i64) || cfg.count.is_some_and(|c| t.r.packets >= c) {
             break;
         }
-        if r.packets > 0 && cfg.idle_ns.is_some_and(|d| now - last_arrival >= d as i64) {
+        if t.r.packets > 0 && cfg.idle_ns.is_some_and(|d| now - last_arrival >= d as i64) {
             break;
         }
-        for i in 0..BATCH {
-            iov[i] = libc::iovec { iov_base: bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: size };
-            msgs[i] = unsafe { std::mem::zeroed() };
-            msgs[i].msg_hdr.msg_iov = &mut iov[i];
-            msgs[i].msg_hdr.msg_iovlen = 1;
-            msgs[i].msg_hdr.msg_control = ctrl[i].as_mut_ptr() as *mut libc::c_void;
-            msgs[i].msg_hdr.msg_controllen = ctrl[i].len();
-        }
-        let n = unsafe { libc::recvmmsg(sock.raw(), msgs.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
-        if n <= 0 {
+        let n = inc.recv(&sock);
+        if n == 0 {
             continue; // timeout (SO_RCVTIMEO) or EINTR: check the stop conditions
         }
         let urx = realtime_ns();
         last_arrival = mono_ns();
-        r.batches += 1;
-        if r.first_urx == 0 {
-            r.first_urx = urx;
-        }
-        r.last_urx = urx;
-        for i in 0..n as usize {
-            let m = &msgs[i];
+        t.batch(urx);
+        for i in 0..n {
+            let m = &inc.msgs[i];
             let len = m.msg_len as usize;
             if m.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
-                r.truncated += 1;
+                t.r.truncated += 1;
             }
             let (sw, hw) = unsafe { rx_timestamps(&m.msg_hdr) };
-            let krx = if hw != 0 { hw } else { sw };
-            if hw != 0 {
-                r.hw_ts += 1;
-            }
-            let Some(h) = Header::read(&bufs[i][..len.min(size)]) else {
-                r.malformed += 1;
-                if cfg.records {
-                    e.malformed.event_value(0, len as i64);
-                }
-                continue;
-            };
-            r.packets += 1;
-            r.bytes += len as u64;
-            match flows.get_mut(&h.flow) {
-                Some(f) => {
-                    f.add(h.seq);
-                }
-                None => {
-                    flows.insert(h.flow, Flow::new(h.seq));
-                }
-            }
-            if krx == 0 {
-                r.no_kernel_ts += 1;
-            } else {
-                if r.first_krx == 0 {
-                    r.first_krx = krx;
-                }
-                r.last_krx = krx;
-                let sec = ((krx - r.first_krx) / 1_000_000_000) as usize;
-                if sec < 1_000_000 {
-                    if r.per_second.len() <= sec {
-                        r.per_second.resize(sec + 1, (0, 0));
-                    }
-                    r.per_second[sec].0 += 1;
-                    r.per_second[sec].1 += len as u64;
-                }
-                if prev_krx != 0 {
-                    let d = krx - prev_krx;
-                    inter.add(d);
-                    r.interarrival_sum += d as f64;
-                    r.interarrival_sumsq += (d as f64) * (d as f64);
-                    r.interarrival_n += 1;
-                }
-                prev_krx = krx;
-                stack.add(krx - h.sent_ns);
-                endh.add(urx - krx);
-            }
-            owd.add(urx - h.sent_ns);
-            if cfg.records {
-                payload[0..4].copy_from_slice(&h.flow.to_le_bytes());
-                payload[4..8].copy_from_slice(&h.worker.to_le_bytes());
-                payload[8..16].copy_from_slice(&h.seq.to_le_bytes());
-                payload[16..24].copy_from_slice(&h.sched_ns.to_le_bytes());
-                payload[24..32].copy_from_slice(&h.sent_ns.to_le_bytes());
-                payload[32..40].copy_from_slice(&krx.to_le_bytes());
-                payload[40..48].copy_from_slice(&urx.to_le_bytes());
-                e.recv.event_payload(h.seq as u32, &payload);
-            }
+            t.packet(&inc.bufs[i][..len.min(size)], len, sw, hw, urx, cfg.records, &e);
         }
     }
+    let mut r = t.finish();
     r.elapsed_ns = (mono_ns() - t_start) as u64;
     r.interrupted = stop.load(Ordering::Relaxed);
     r.sockbuf_drops = socket_drops(&sock.local).saturating_sub(drops0);
-    r.owd = owd.snapshot();
-    r.stack_net = stack.snapshot();
-    r.end_host = endh.snapshot();
-    r.interarrival = inter.snapshot();
-    let mut fl: Vec<(u32, Flow)> = flows.into_iter().collect();
-    fl.sort_by_key(|f| f.0);
-    r.flows = fl;
     r
+}
+
+/// The buffers of one `recvmmsg` batch, made once.
+struct Incoming {
+    size: usize,
+    bufs: Vec<Vec<u8>>,
+    ctrl: Vec<[u8; 256]>,
+    iov: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl Incoming {
+    fn new(size: usize) -> Incoming {
+        Incoming {
+            size,
+            bufs: (0..BATCH).map(|_| vec![0u8; size]).collect(),
+            ctrl: vec![[0u8; 256]; BATCH],
+            iov: vec![libc::iovec { iov_base: std::ptr::null_mut(), iov_len: 0 }; BATCH],
+            msgs: vec![unsafe { std::mem::zeroed() }; BATCH],
+        }
+    }
+
+    /// Up to BATCH datagrams with their control messages; how many (0: a
+    /// timeout or a signal).
+    fn recv(&mut self, sock: &Udp) -> usize {
+        for i in 0..BATCH {
+            self.iov[i] = libc::iovec { iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void, iov_len: self.size };
+            self.msgs[i] = unsafe { std::mem::zeroed() };
+            self.msgs[i].msg_hdr.msg_iov = &mut self.iov[i];
+            self.msgs[i].msg_hdr.msg_iovlen = 1;
+            self.msgs[i].msg_hdr.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            self.msgs[i].msg_hdr.msg_controllen = self.ctrl[i].len();
+        }
+        let n = unsafe { libc::recvmmsg(sock.raw(), self.msgs.as_mut_ptr(), BATCH as u32, libc::MSG_WAITFORONE, std::ptr::null_mut()) };
+        n.max(0) as usize
+    }
+}
+
+/// What the receiver counts: per packet its one-way delay, the network's
+/// and the end host's share of it, the gaps between arrivals, each flow's
+/// sequence, each second's packets and bytes.
+struct Tally {
+    r: RecvResult,
+    owd: LocalHistogram,
+    stack: LocalHistogram,
+    endh: LocalHistogram,
+    inter: LocalHistogram,
+    flows: HashMap<u32, Flow>,
+    prev_krx: i64,
+    payload: [u8; 48],
+}
+
+impl Tally {
+    fn new() -> Tally {
+        let owd = hist();
+        Tally { r: RecvResult { hist_scale: Some(owd.scale), ..Default::default() }, owd, stack: hist(), endh: hist(), inter: hist(), flows: HashMap::new(), prev_krx: 0, payload: [0u8; 48] }
+    }
+
+    fn batch(&mut self, urx: i64) {
+        self.r.batches += 1;
+        if self.r.first_urx == 0 {
+            self.r.first_urx = urx;
+        }
+        self.r.last_urx = urx;
+    }
+
+    /// One datagram (`buf`, `len` bytes on the wire) with its kernel stamps
+    /// (software, hardware) and the time the application read it.
+    #[allow(clippy::too_many_arguments)]
+    fn packet(&mut self, buf: &[u8], len: usize, sw: i64, hw: i64, urx: i64, records: bool, e: &Ents) {
+        let r = &mut self.r;
+        let krx = if hw != 0 { hw } else { sw };
+        if hw != 0 {
+            r.hw_ts += 1;
+        }
+        let Some(h) = Header::read(buf) else {
+            r.malformed += 1;
+            if records {
+                e.malformed.event_value(0, len as i64);
+            }
+            return;
+        };
+        r.packets += 1;
+        r.bytes += len as u64;
+        match self.flows.get_mut(&h.flow) {
+            Some(f) => {
+                f.add(h.seq);
+            }
+            None => {
+                self.flows.insert(h.flow, Flow::new(h.seq));
+            }
+        }
+        if krx == 0 {
+            r.no_kernel_ts += 1;
+        } else {
+            self.kernel_stamped(krx, len, h.sent_ns, urx);
+        }
+        self.owd.add(urx - h.sent_ns);
+        if records {
+            let p = &mut self.payload;
+            p[0..4].copy_from_slice(&h.flow.to_le_bytes());
+            p[4..8].copy_from_slice(&h.worker.to_le_bytes());
+            p[8..16].copy_from_slice(&h.seq.to_le_bytes());
+            p[16..24].copy_from_slice(&h.sched_ns.to_le_bytes());
+            p[24..32].copy_from_slice(&h.sent_ns.to_le_bytes());
+            p[32..40].copy_from_slice(&krx.to_le_bytes());
+            p[40..48].copy_from_slice(&urx.to_le_bytes());
+            e.recv.event_payload(h.seq as u32, p);
+        }
+    }
+
+    /// What a kernel receive stamp adds: the second it falls in, the gap
+    /// since the last one, the network's and the end host's shares.
+    fn kernel_stamped(&mut self, krx: i64, len: usize, sent_ns: i64, urx: i64) {
+        let r = &mut self.r;
+        if r.first_krx == 0 {
+            r.first_krx = krx;
+        }
+        r.last_krx = krx;
+        let sec = ((krx - r.first_krx) / 1_000_000_000) as usize;
+        if sec < 1_000_000 {
+            if r.per_second.len() <= sec {
+                r.per_second.resize(sec + 1, (0, 0));
+            }
+            r.per_second[sec].0 += 1;
+            r.per_second[sec].1 += len as u64;
+        }
+        if self.prev_krx != 0 {
+            let d = krx - self.prev_krx;
+            self.inter.add(d);
+            r.interarrival_sum += d as f64;
+            r.interarrival_sumsq += (d as f64) * (d as f64);
+            r.interarrival_n += 1;
+        }
+        self.prev_krx = krx;
+        self.stack.add(krx - sent_ns);
+        self.endh.add(urx - krx);
+    }
+
+    fn finish(self) -> RecvResult {
+        let mut r = self.r;
+        r.owd = self.owd.snapshot();
+        r.stack_net = self.stack.snapshot();
+        r.end_host = self.endh.snapshot();
+        r.interarrival = self.inter.snapshot();
+        let mut fl: Vec<(u32, Flow)> = self.flows.into_iter().collect();
+        fl.sort_by_key(|f| f.0);
+        r.flows = fl;
+        r
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! share a clock (one host, or after the clock-sync issue's alignment) the
 //! two one-way legs follow.
 
+use crate::error::{ProbeError, Result};
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
 use super::schedule::{Pattern, Schedule};
 use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, rx_timestamps, Udp};
@@ -167,7 +168,7 @@ impl Exchange {
     }
 }
 
-pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String> {
+pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let sock = Arc::new(Udp::connect(&cfg.dest, 1 << 20)?);
     sock.enable_rx_timestamps()?;
     sock.set_read_timeout_ms(20);
@@ -214,7 +215,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             }
             (malformed, dups)
         })
-        .map_err(|e| format!("cannot start the receiving thread: {e}"))?;
+        .map_err(ProbeError::os("cannot start the receiving thread"))?;
     let mut buf = vec![0u8; size];
     let t0 = mono_ns() + 2_000_000;
     let mut errors = 0u64;

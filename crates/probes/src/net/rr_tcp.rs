@@ -9,6 +9,7 @@
 //! read returned, which for one message in flight is the message's own.
 //! Nagle is off on both ends, so a request leaves when it is written.
 
+use crate::error::{ProbeError, Result};
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
 use super::rr::{reader_done, EchoResult, Exchange, RrConfig, RrResult};
 use super::schedule::Schedule;
@@ -38,7 +39,7 @@ impl Framer {
 
     /// Read once (with the socket's timeout); append the complete messages
     /// to `out`. Err on end of stream or a malformed length.
-    fn read(&mut self, fd: i32, out: &mut Vec<(Vec<u8>, i64)>) -> Result<(), ()> {
+    fn read(&mut self, fd: i32, out: &mut Vec<(Vec<u8>, i64)>) -> std::result::Result<(), ()> {
         let Some(got) = recv_stamped(fd, &mut self.buf, &mut self.ctrl) else {
             let e = std::io::Error::last_os_error();
             return match e.kind() {
@@ -74,9 +75,9 @@ fn frame(msg: &[u8]) -> Vec<u8> {
     v
 }
 
-fn prepare(s: &TcpStream) -> Result<(), String> {
-    s.set_nodelay(true).map_err(|e| format!("TCP_NODELAY: {e}"))?;
-    s.set_read_timeout(Some(Duration::from_millis(20))).map_err(|e| format!("SO_RCVTIMEO: {e}"))?;
+fn prepare(s: &TcpStream) -> Result<()> {
+    s.set_nodelay(true).map_err(ProbeError::os("TCP_NODELAY"))?;
+    s.set_read_timeout(Some(Duration::from_millis(20))).map_err(ProbeError::os("SO_RCVTIMEO"))?;
     enable_rx_timestamps_fd(s.as_raw_fd())
 }
 
@@ -155,10 +156,10 @@ pub fn echo(listener: TcpListener, duration_ns: Option<u64>, stop: Arc<AtomicBoo
 
 /// The client: requests on the configured schedule over one connection, a
 /// reader thread matching the answers.
-pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String> {
+pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let sock = TcpStream::connect_timeout(&cfg.dest, Duration::from_secs(5)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => format!("{}: connection refused (is an echo server listening? loopscope probe echo --tcp --bind {})", cfg.dest, cfg.dest),
-        _ => format!("{}: cannot connect: {e}", cfg.dest),
+        std::io::ErrorKind::ConnectionRefused => ProbeError::address(cfg.dest, format!("connection refused (is an echo server listening? loopscope probe echo --tcp --bind {})", cfg.dest)),
+        _ => ProbeError::address(cfg.dest, format!("cannot connect: {e}")),
     })?;
     prepare(&sock)?;
     let rt_off = realtime_offset_ns();
@@ -167,7 +168,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
     let done_sending = Arc::new(AtomicBool::new(false));
     let sent_count = Arc::new(AtomicU64::new(0));
     let got: Arc<Mutex<Vec<Exchange>>> = Arc::new(Mutex::new(Vec::new()));
-    let rsock = sock.try_clone().map_err(|e| format!("cannot share the connection: {e}"))?;
+    let rsock = sock.try_clone().map_err(ProbeError::os("cannot share the connection"))?;
     let (rd, rg, rst, records) = (done_sending.clone(), got.clone(), stop.clone(), cfg.records);
     let grace = cfg.grace_ns as i64;
     let reader = std::thread::Builder::new()
@@ -208,7 +209,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult, String>
             }
             (malformed, dups)
         })
-        .map_err(|e| format!("cannot start the receiving thread: {e}"))?;
+        .map_err(ProbeError::os("cannot start the receiving thread"))?;
     let mut w = sock;
     let mut buf = vec![0u8; 4 + size];
     buf[..4].copy_from_slice(&(size as u32).to_le_bytes());

@@ -8,6 +8,7 @@
 //! from a seeded generator; `onoff` sends CBR bursts at the given rate for
 //! `on` then pauses for `off`; `replay` reads the offsets from a file.
 
+use crate::error::{ProbeError, Result};
 use std::path::Path;
 
 #[derive(Clone, Debug, PartialEq)]
@@ -100,22 +101,22 @@ impl Iterator for Schedule {
 
 /// Parse a replay file: one offset per line (ns, or with a unit: 10us, 1.5ms),
 /// `#` comments; offsets must not decrease.
-pub fn read_replay(path: &Path) -> Result<Vec<u64>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: cannot read the replay file: {e}", path.display()))?;
+pub fn read_replay(path: &Path) -> Result<Vec<u64>> {
+    let text = std::fs::read_to_string(path).map_err(|e| ProbeError::Input(format!("{}: cannot read the replay file: {e}", path.display())))?;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let l = line.split('#').next().unwrap_or("").trim();
         if l.is_empty() {
             continue;
         }
-        let v = parse_offset(l).ok_or_else(|| format!("{}:{}: {l:?} is not an offset (write ns, or a number with ns/us/ms/s)", path.display(), i + 1))?;
+        let v = parse_offset(l).ok_or_else(|| ProbeError::Input(format!("{}:{}: {l:?} is not an offset (write ns, or a number with ns/us/ms/s)", path.display(), i + 1)))?;
         if out.last().is_some_and(|&p| v < p) {
-            return Err(format!("{}:{}: offsets must not decrease ({v} ns after {} ns)", path.display(), i + 1, out.last().unwrap()));
+            return Err(ProbeError::Input(format!("{}:{}: offsets must not decrease ({v} ns after {} ns)", path.display(), i + 1, out.last().unwrap())));
         }
         out.push(v);
     }
     if out.is_empty() {
-        return Err(format!("{}: the replay file holds no offsets", path.display()));
+        return Err(ProbeError::Input(format!("{}: the replay file holds no offsets", path.display())));
     }
     Ok(out)
 }
@@ -184,9 +185,9 @@ mod tests {
         assert_eq!(o, vec![0, 10_000, 1_500_000, 2_000_000]);
         assert_eq!(Schedule::new(Pattern::Replay { offsets: o }, 1, 1, None, None).collect::<Vec<_>>().len(), 4);
         std::fs::write(&d, "0\n5ms\n1ms\n").unwrap();
-        assert!(read_replay(&d).unwrap_err().contains(":3: offsets must not decrease"));
+        assert!(read_replay(&d).unwrap_err().to_string().contains(":3: offsets must not decrease"));
         std::fs::write(&d, "0\nsoon\n").unwrap();
-        assert!(read_replay(&d).unwrap_err().contains(":2:"));
+        assert!(read_replay(&d).unwrap_err().to_string().contains(":2:"));
         std::fs::remove_file(&d).unwrap();
     }
 }

@@ -17,6 +17,7 @@
 //! whose deadline passed unsent are counted as not sent, and the result says
 //! the sender could not keep up, never a silently short rate.
 
+use crate::error::{ProbeError, Result};
 use super::packet::{Header, DATA, HEADER};
 use super::schedule::{Pattern, Schedule};
 use super::sock::{drain_tx_stamps, realtime_offset_ns, TxStamp, Udp, SCM_TSTAMP_SCHED, SCM_TSTAMP_SND};
@@ -281,12 +282,12 @@ fn account(e: &Ents, cfg: &SendConfig, r: &mut WorkerResult, due: &VecDeque<(u64
 }
 
 /// Validate and open the workers' sockets (errors before anything is sent).
-pub fn open_sockets(cfg: &SendConfig) -> Result<Vec<Udp>, String> {
+pub fn open_sockets(cfg: &SendConfig) -> Result<Vec<Udp>> {
     if cfg.size < HEADER || cfg.size > 65_507 {
-        return Err(format!("packet size must be {HEADER}..65507 bytes (a loopscope header is {HEADER}) [got {}]", cfg.size));
+        return Err(ProbeError::Input(format!("packet size must be {HEADER}..65507 bytes (a loopscope header is {HEADER}) [got {}]", cfg.size)));
     }
     if cfg.workers == 0 || cfg.workers > 256 {
-        return Err(format!("workers must be 1..256 [got {}]", cfg.workers));
+        return Err(ProbeError::Input(format!("workers must be 1..256 [got {}]", cfg.workers)));
     }
     (0..cfg.workers)
         .map(|_| {
@@ -299,7 +300,7 @@ pub fn open_sockets(cfg: &SendConfig) -> Result<Vec<Udp>, String> {
         .collect()
 }
 
-pub fn run(cfg: &SendConfig, stop: Arc<AtomicBool>) -> Result<SendResult, String> {
+pub fn run(cfg: &SendConfig, stop: Arc<AtomicBool>) -> Result<SendResult> {
     let socks = open_sockets(cfg)?;
     let rt_off = realtime_offset_ns();
     let barrier = Arc::new(Barrier::new(cfg.workers + 1));

@@ -9,6 +9,7 @@
 //! (`OPT_ID`) in the extended error. All kernel timestamps are
 //! CLOCK_REALTIME.
 
+use crate::error::{ProbeError, Result};
 use loopscope_trace::vclock;
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -39,13 +40,13 @@ pub fn realtime_offset_ns() -> i64 {
 }
 
 /// Resolve `host:port`; the error names it and says what is wrong.
-pub fn resolve(addr: &str) -> Result<SocketAddr, String> {
+pub fn resolve(addr: &str) -> Result<SocketAddr> {
     if !addr.contains(':') {
-        return Err(format!("{addr:?} needs a port: write HOST:PORT, e.g. 127.0.0.1:9000"));
+        return Err(ProbeError::address(format!("{addr:?}"), "needs a port: write HOST:PORT, e.g. 127.0.0.1:9000"));
     }
     match addr.to_socket_addrs() {
-        Ok(mut it) => it.next().ok_or_else(|| format!("{addr}: the name resolves to no address")),
-        Err(e) => Err(format!("{addr}: cannot resolve: {e}")),
+        Ok(mut it) => it.next().ok_or_else(|| ProbeError::address(addr, "the name resolves to no address")),
+        Err(e) => Err(ProbeError::address(addr, format!("cannot resolve: {e}"))),
     }
 }
 
@@ -59,9 +60,9 @@ fn family(a: &SocketAddr) -> libc::c_int {
     }
 }
 
-fn check(r: libc::c_int, what: &str) -> Result<(), String> {
+fn check(r: libc::c_int, what: &str) -> Result<()> {
     if r < 0 {
-        Err(format!("{what}: {}", io::Error::last_os_error()))
+        Err(ProbeError::last_os(what))
     } else {
         Ok(())
     }
@@ -73,7 +74,7 @@ fn setopt(fd: i32, level: i32, name: i32, v: libc::c_int) -> libc::c_int {
 
 /// Ask for kernel RX timestamps on any socket (a TCP stream's come with the
 /// read that returns the newest segment's bytes).
-pub fn enable_rx_timestamps_fd(fd: i32) -> Result<(), String> {
+pub fn enable_rx_timestamps_fd(fd: i32) -> Result<()> {
     let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE | libc::SOF_TIMESTAMPING_RX_HARDWARE | libc::SOF_TIMESTAMPING_SOFTWARE | libc::SOF_TIMESTAMPING_RAW_HARDWARE;
     check(setopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPING, flags as i32), "SO_TIMESTAMPING (receive)")
 }
@@ -85,7 +86,7 @@ pub struct Udp {
 }
 
 impl Udp {
-    pub fn bind(addr: &SocketAddr, rcvbuf: usize) -> Result<Udp, String> {
+    pub fn bind(addr: &SocketAddr, rcvbuf: usize) -> Result<Udp> {
         let fd = unsafe { libc::socket(family(addr), libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         check(fd, "socket")?;
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -96,18 +97,18 @@ impl Udp {
         let (ss, len) = sockaddr(addr);
         if unsafe { libc::bind(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
             let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::EADDRINUSE) => format!("{addr}: the port is in use; choose another or stop what holds it"),
-                Some(libc::EADDRNOTAVAIL) => format!("{addr}: no interface of this host has that address"),
-                Some(libc::EACCES) => format!("{addr}: permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)"),
-                _ => format!("{addr}: cannot bind: {e}"),
-            });
+            return Err(ProbeError::address(addr, match e.raw_os_error() {
+                Some(libc::EADDRINUSE) => "the port is in use; choose another or stop what holds it".to_string(),
+                Some(libc::EADDRNOTAVAIL) => "no interface of this host has that address".to_string(),
+                Some(libc::EACCES) => "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)".to_string(),
+                _ => format!("cannot bind: {e}"),
+            }));
         }
         let local = local_addr(raw).unwrap_or(*addr);
         Ok(Udp { fd, local })
     }
 
-    pub fn connect(dest: &SocketAddr, sndbuf: usize) -> Result<Udp, String> {
+    pub fn connect(dest: &SocketAddr, sndbuf: usize) -> Result<Udp> {
         let fd = unsafe { libc::socket(family(dest), libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
         check(fd, "socket")?;
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -118,11 +119,11 @@ impl Udp {
         let (ss, len) = sockaddr(dest);
         if unsafe { libc::connect(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
             let e = io::Error::last_os_error();
-            return Err(match e.raw_os_error() {
-                Some(libc::ENETUNREACH) => format!("{dest}: the network is unreachable from this host (no route)"),
-                Some(libc::EHOSTUNREACH) => format!("{dest}: the host is unreachable"),
-                _ => format!("{dest}: cannot connect: {e}"),
-            });
+            return Err(ProbeError::address(dest, match e.raw_os_error() {
+                Some(libc::ENETUNREACH) => "the network is unreachable from this host (no route)".to_string(),
+                Some(libc::EHOSTUNREACH) => "the host is unreachable".to_string(),
+                _ => format!("cannot connect: {e}"),
+            }));
         }
         let local = local_addr(raw).unwrap_or(*dest);
         Ok(Udp { fd, local })
@@ -133,12 +134,12 @@ impl Udp {
     }
 
     /// Ask for RX software (and hardware) timestamps.
-    pub fn enable_rx_timestamps(&self) -> Result<(), String> {
+    pub fn enable_rx_timestamps(&self) -> Result<()> {
         enable_rx_timestamps_fd(self.raw())
     }
 
     /// Ask for TX SCHED and SOFTWARE timestamps with per-packet ids.
-    pub fn enable_tx_timestamps(&self) -> Result<(), String> {
+    pub fn enable_tx_timestamps(&self) -> Result<()> {
         let flags = libc::SOF_TIMESTAMPING_TX_SCHED
             | libc::SOF_TIMESTAMPING_TX_SOFTWARE
             | libc::SOF_TIMESTAMPING_SOFTWARE
@@ -148,7 +149,7 @@ impl Udp {
     }
 
     /// Both at once (each SO_TIMESTAMPING call replaces the flags of the last).
-    pub fn enable_rx_tx_timestamps(&self) -> Result<(), String> {
+    pub fn enable_rx_tx_timestamps(&self) -> Result<()> {
         let flags = libc::SOF_TIMESTAMPING_RX_SOFTWARE
             | libc::SOF_TIMESTAMPING_RX_HARDWARE
             | libc::SOF_TIMESTAMPING_RAW_HARDWARE

@@ -22,6 +22,7 @@
 //! 0 when the answer never came) and `clocksync/serve` (responder; payload
 //! flow, seq, idx, rx, tx).
 
+use crate::error::{ProbeError, Result};
 use super::sock::{drain_tx_stamps, recv_stamped, Received, TxStamp, Udp, SCM_TSTAMP_SND};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::{register, Entity, Kind};
@@ -132,7 +133,7 @@ pub struct ServeResult {
 
 const SERVE_TIMEOUT_MS: i64 = 500;
 
-pub fn bind(addr: &SocketAddr) -> Result<Udp, String> {
+pub fn bind(addr: &SocketAddr) -> Result<Udp> {
     let s = Udp::bind(addr, 1 << 20)?;
     s.enable_rx_tx_timestamps()?;
     // The responder is never paused while probes measure (the initiators
@@ -227,9 +228,9 @@ pub struct SyncResult {
 }
 
 /// Send pairs until `duration` or `stop`; every probe becomes one record.
-pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, String> {
+pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult> {
     if !(cfg.rate > 0.0 && cfg.rate <= 10_000.0) {
-        return Err(format!("rate {} pairs/s: must be above 0 and at most 10000", cfg.rate));
+        return Err(ProbeError::Input(format!("rate {} pairs/s: must be above 0 and at most 10000", cfg.rate)));
     }
     let sock = Arc::new(Udp::connect(&cfg.dest, 1 << 20)?);
     sock.enable_rx_tx_timestamps()?;
@@ -281,7 +282,7 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult, S
 /// The answers' reader: runs until the sender is done with its grace
 /// period, even after a stop (answers still in flight must not count as
 /// lost); the malformed messages it saw.
-fn spawn_reader(sock: Arc<Udp>, answers: Arc<Mutex<HashMap<(u64, u8), i64>>>, done: Arc<AtomicBool>, flow: u32) -> Result<std::thread::JoinHandle<u64>, String> {
+fn spawn_reader(sock: Arc<Udp>, answers: Arc<Mutex<HashMap<(u64, u8), i64>>>, done: Arc<AtomicBool>, flow: u32) -> Result<std::thread::JoinHandle<u64>> {
     std::thread::Builder::new()
         .name("ls-sync-recv".into())
         .spawn(move || {
@@ -299,7 +300,7 @@ fn spawn_reader(sock: Arc<Udp>, answers: Arc<Mutex<HashMap<(u64, u8), i64>>>, do
             }
             malformed
         })
-        .map_err(|e| format!("cannot start the receiving thread: {e}"))
+        .map_err(ProbeError::os("cannot start the receiving thread"))
 }
 
 /// One pair: two probes `gap_ns` apart (spun, not slept).
