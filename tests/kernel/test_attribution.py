@@ -376,4 +376,21 @@ def test_a_run_after_a_wake_up_starts_at_the_wake_up_even_when_runtime_says_earl
     r = A.attribute_span(A.Kernel.of(_events(rows), 0), 42, 20 * us, t + 80 * us)
     c = r["causes"]
     assert not any("not recorded" in k for k in c), c
-    assert c["timer slack"] == 3 * (5_150 - 130) * us
+    # slept on its slack to the hard expiry, then 20 µs late each time
+    assert c["timer slack"] == 3 * 5_000 * us and c["CPU idle"] == 3 * 20 * us
+
+
+def test_a_slack_timer_that_fires_late_is_slack_to_its_hard_expiry_then_cpu_idle() -> None:
+    # asleep from 97 µs (its last accounted run) on a timer due at 200 µs with
+    # 5 ms of slack (hard 5.2 ms); the idle CPU woke 90 µs after the hard expiry
+    us = 1_000
+    rows = [
+        {"t_ns": 95 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 5_200 * us, "softexpires": 200 * us},
+        {"t_ns": 97 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 90 * us},
+        {"t_ns": 100 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+        {"t_ns": 5_290 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
+        {"t_ns": 5_400 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 100 * us},
+        {"t_ns": 30_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
+    ]
+    c = A.attribute_span(A.Kernel.of(_events(rows), 0), 42, 50 * us, 5_400 * us)["causes"]
+    assert c["timer slack"] == 5_000 * us and c["CPU idle"] == 90 * us and c["blocked: sleeping"] == 103 * us, c

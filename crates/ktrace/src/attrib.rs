@@ -38,6 +38,9 @@ const FAULT_BEFORE_NS: i64 = 200_000;
 /// Idle shorter than this between two interrupts of one kind, inside a
 /// window before the thread's wake-up, counts to them (`Kernel::storm`).
 const STORM_GAP_NS: i64 = 50_000;
+/// A wake-up at most this long after a timer's hard expiry is that timer's,
+/// come late (a CPU leaving deep idle takes tens of µs in this VM).
+const LATE_EXPIRY_NS: i64 = 1_000_000;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Ev {
@@ -695,18 +698,20 @@ impl<'a> Kernel<'a> {
         Some((soft, hard))
     }
 
-    /// For a sleep from `t` to its wake-up `w`: the soft expiry of the timer
-    /// armed as it went to sleep, when the wake-up came within its slack.
-    fn slept_on_slack(th: &Thread, t: i64, w: i64) -> Option<i64> {
+    /// For a sleep from `t` to its wake-up `w`: the soft and hard expiry of
+    /// the timer armed as it went to sleep, when the wake-up came after its
+    /// soft expiry and at most LATE_EXPIRY_NS after its hard one (later, the
+    /// sleep ended for another reason).
+    fn slept_on_slack(th: &Thread, t: i64, w: i64) -> Option<(i64, i64)> {
         let j = upper(&th.hs_t, t + JOIN_NS);
         if j == 0 || th.hs_t[j - 1] < t - 1_000_000 {
             return None;
         }
         let (soft, hard) = (th.hs_soft[j - 1], th.hs_exp[j - 1]);
-        if hard <= soft || !(t <= soft && soft < w && w <= hard + SLACK_MATCH_NS) {
+        if hard <= soft || !(t <= soft && soft < w && w <= hard + LATE_EXPIRY_NS) {
             return None;
         }
-        Some(soft)
+        Some((soft, hard))
     }
 
     /// `blocked: <task>` and when, when another task woke the thread out of
@@ -892,9 +897,14 @@ impl<'a> Kernel<'a> {
             return;
         };
         match if by.is_none() { Self::slept_on_slack(th, t, w) } else { None } {
-            Some(soft) => {
+            Some((soft, hard)) => {
+                // asleep to its deadline, held by the slack to the hard
+                // expiry; a wake-up later than that came late (idle exit)
                 out.add(&label, soft - t);
-                out.add("timer slack", w - soft);
+                out.add("timer slack", w.min(hard) - soft);
+                if w > hard {
+                    out.add("CPU idle", w - hard);
+                }
             }
             None => out.add(&label, w - t),
         }
