@@ -4,6 +4,7 @@ standalone and as a probe of a run, its intervals compared and explained."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import polars as pl
@@ -128,3 +129,19 @@ def test_mlock_has_loopscopes_library_lock_the_programs_memory_when_it_opens_its
         j = json.loads(r.stdout)
         kib = int(r.stderr.split("LOCKED ")[1].split()[0])
         assert j["memory_locked"] == want and (kib > 0) == bool(flag), (j, kib)
+
+
+def test_a_programs_trace_writer_runs_at_sched_idle_unless_its_env_says_otherwise(cli, tmp_path: Path) -> None:
+    prog = tmp_path / "writer.py"
+    prog.write_text(
+        "import os, sys, threading\n"
+        "from loopscope.trace import api\n"
+        "s = api.open()\n"
+        "tid = next(int(t) for t in os.listdir('/proc/self/task') if open(f'/proc/self/task/{t}/comm').read().strip() == 'loopscope-wr')\n"
+        "sys.stderr.write('POLICY %d\\n' % os.sched_getscheduler(tid))\n"
+        "s.close()\n"
+    )
+    for env, want in (([], os.SCHED_IDLE), (["--env", "LOOPSCOPE_WRITER_IDLE=0"], os.SCHED_OTHER)):
+        r = cli("probe", "program", "--json", *env, "--trace", str(tmp_path / "w.lstrace"), "--", "python3", str(prog))
+        assert r.returncode == 0, r.stderr
+        assert int(r.stderr.split("POLICY ")[1].split()[0]) == want, r.stderr

@@ -83,6 +83,8 @@ def run(command: list[str], trace_path: str, duration_ns: int | None, until: str
     child_env.pop("LOOPSCOPE_PDEATHSIG", None)
     if mlock:
         child_env["LOOPSCOPE_MLOCKALL"] = "1"  # loopscope's library locks the program's memory when it opens the trace
+    # its trace writer at SCHED_IDLE, as the lab's own probes' are, unless the program's env says otherwise
+    child_env.setdefault("LOOPSCOPE_WRITER_IDLE", "1")
     child_env.pop("LOOPSCOPE_COMM", None)  # the program is the user's: it keeps its own name
 
     def pre() -> None:
