@@ -394,3 +394,22 @@ def test_a_slack_timer_that_fires_late_is_slack_to_its_hard_expiry_then_cpu_idle
     ]
     c = A.attribute_span(A.Kernel.of(_events(rows), 0), 42, 50 * us, 5_400 * us)["causes"]
     assert c["timer slack"] == 5_000 * us and c["CPU idle"] == 90 * us and c["blocked: sleeping"] == 103 * us, c
+
+
+def test_a_thread_still_waiting_for_a_page_at_its_deadline_waits_on_page_faults_until_woken() -> None:
+    # the thread faulted at -150 µs and slept in D from -100 µs; its deadline is
+    # 0; the swap-in completed at 8 ms (a block softirq woke it) and it ran
+    us = 1_000
+    rows = [
+        {"t_ns": -300 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100 * us},
+        {"t_ns": -150 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "page_fault_user"},
+        {"t_ns": -102 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 190 * us},
+        {"t_ns": -100 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "t", "prev_state": "D", "next_pid": 0, "next_comm": "swapper/1"},
+        {"t_ns": 8_000 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "softirq_entry", "name": "BLOCK"},
+        {"t_ns": 8_004 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+        {"t_ns": 8_006 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "softirq_exit", "name": "BLOCK"},
+        {"t_ns": 8_100 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 90 * us},
+        {"t_ns": 30_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
+    ]
+    c = A.attribute(A.Kernel.of(_events(rows), 0), 42, 0, 8_100 * us)["causes"]
+    assert c["page faults"] >= 8_000 * us - 6 * us and "CPU idle" not in c, c

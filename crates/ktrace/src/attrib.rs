@@ -685,6 +685,20 @@ impl<'a> Kernel<'a> {
         left
     }
 
+    /// Whether at `t` the thread was in an uninterruptible sleep it entered
+    /// within FAULT_BEFORE_NS of one of its page faults, and had not run
+    /// since: waiting for the page (a swap-in, a file read).
+    fn in_fault_sleep(th: &Thread, t: i64) -> bool {
+        let i = upper(&th.so_t, t);
+        if i == 0 || !th.so_state[i - 1].starts_with('D') {
+            return false;
+        }
+        let slept = th.so_t[i - 1];
+        let j = upper(&th.rs, slept);
+        let ran_since = j < th.rs.len() && th.rs[j] < t;
+        !ran_since && count_in(&th.pf, slept - FAULT_BEFORE_NS, slept) > 0
+    }
+
     /// [soft, hard) of the timer the thread armed for the deadline `a`, when it had slack.
     fn slack(th: &Thread, a: i64) -> Option<(i64, i64)> {
         let j = upper(&th.hs_t, a);
@@ -775,9 +789,17 @@ impl<'a> Kernel<'a> {
         let woke = if wi < th.wake.len() && th.wake[wi] <= s_in { Some(th.wake[wi]) } else { None };
         s.migrations = count_in(&th.migr, a, b);
         s.page_faults = count_in(&th.pf, a, b);
-        // a fault in the window is the thread's own, so after its wake-up (recorded or not)
+        // a fault in the window is the thread's own, so after its wake-up
+        // (recorded or not); a thread still waiting at `a` for a page it
+        // faulted on before the window waits on that fault from `a`
         let fi = lower(&th.pf, a);
-        let fault = if fi < th.pf.len() && th.pf[fi] < s_in { Some(th.pf[fi]) } else { None };
+        let fault = if Self::in_fault_sleep(th, a) {
+            Some(a)
+        } else if fi < th.pf.len() && th.pf[fi] < s_in {
+            Some(th.pf[fi])
+        } else {
+            None
+        };
         let slack = Self::slack(th, a);
         self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault);
         if b > s_in {
