@@ -137,6 +137,7 @@ def test_a_programs_trace_writer_runs_at_sched_idle_unless_its_env_says_otherwis
         "import os, sys, threading\n"
         "from loopscope.trace import api\n"
         "s = api.open()\n"
+        "api.flush()\n"  # the writer names itself and sets its policy when it starts: flush returns once it has run
         "tid = next(int(t) for t in os.listdir('/proc/self/task') if open(f'/proc/self/task/{t}/comm').read().strip() == 'loopscope-wr')\n"
         "sys.stderr.write('POLICY %d\\n' % os.sched_getscheduler(tid))\n"
         "s.close()\n"

@@ -63,7 +63,9 @@ def active() -> list[str]:
 def remove(p: Path) -> None:
     """Off, then deleted (each step only if needed)."""
     if str(p) in active():
-        subprocess.run(["swapoff", str(p)], capture_output=True)
+        r = subprocess.run(["swapoff", str(p)], capture_output=True, text=True)
+        if r.returncode != 0:  # said, never left silently: the file stays on until `loopscope cleanup`
+            raise RunError(f"swapoff {p} failed: {(r.stderr or r.stdout).strip()[-300:]}; `loopscope cleanup` turns it off and deletes it")
     try:
         p.unlink()
     except FileNotFoundError:
