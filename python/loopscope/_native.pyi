@@ -51,35 +51,24 @@ def mono_ns() -> int: ...
 def clock_info() -> tuple[str, str]: ...
 def read_trace(path: str, sort: bool = True, count_only: bool = False) -> tuple[dict[str, npt.NDArray[np.generic]], str]: ...
 def hist_bounds(scale: str, idx: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
-def timer_probe(
-    interval_ns: int,
-    duration_ns: int,
-    threads: int = 1,
-    cpus: list[int] = ...,
-    priority: int | None = None,
-    mlock: bool = True,
-    max_samples: int = 16000000,
-    dma_latency_us: int | None = None,
-) -> dict[str, object]: ...
+def timer_probe(params: Any, duration_ns: int, max_samples: int = 16000000) -> dict[str, object]:
+    """``params``: a ``TimerParams`` model (probes/params.py), read by attribute."""
+def timer_params(p: Any) -> dict[str, object]:
+    """The fields the binding read of a ``TimerParams`` model."""
 def sched_probe(
+    params: Any,
     duration_ns: int,
-    busy_threads: int = 2,
-    sleep_ns: int = 1000000,
-    work_ns: int = 1000000,
-    cpus: list[int] = ...,
     work_iters: int | None = None,
     alone_ns: int | None = None,
     calibrate_only: bool = False,
-) -> dict[str, object]: ...
-def syscall_probe(
-    calls: list[str],
-    dir: str,
-    batch: int = 200,
-    min_batches: int = 10,
-    max_batches: int = 2000,
-    target_rel: float = 0.05,
-    max_seconds: float = 5.0,
-) -> dict[str, object]: ...
+) -> dict[str, object]:
+    """``params``: a ``SchedParams`` model, read by attribute."""
+def sched_params(p: Any) -> dict[str, object]:
+    """The fields the binding read of a ``SchedParams`` model."""
+def syscall_probe(params: Any, dir: str, min_batches: int = 10) -> dict[str, object]:
+    """``params``: a ``SyscallParams`` model, read by attribute; ``dir`` unless it names one."""
+def syscall_params(p: Any) -> dict[str, object]:
+    """The fields the binding read of a ``SyscallParams`` model."""
 def syscall_names() -> list[str]: ...
 def syscall_parse(spec: str) -> tuple[str, int | None]: ...
 def syscall_sized() -> list[tuple[str, int]]: ...

@@ -14,6 +14,7 @@ import pytest
 
 import loopscope.trace as lt
 from loopscope.probes import timer
+from loopscope.probes.params import TimerParams
 from tests.conftest import BIN, Cli
 from tests.helpers import assert_clean_error
 
@@ -36,7 +37,7 @@ def test_json_output_is_one_object_with_the_documented_keys(cli: Cli, tmp_path: 
 
 def test_every_wake_up_is_an_interval_in_the_trace(tmp_path: Path) -> None:
     p = tmp_path / "t.lstrace"
-    res = timer.run(500_000, 500_000_000, trace_path=p)
+    res = timer.run(TimerParams(interval_us=500), 500_000_000, p)
     df = lt.read(p)
     wk = df.filter(pl.col("name") == "wakeup")
     assert len(wk) == res.samples
@@ -52,7 +53,7 @@ def test_every_wake_up_is_an_interval_in_the_trace(tmp_path: Path) -> None:
 def test_missed_periods_are_counted_not_hidden() -> None:
     # A 2 µs period cannot be kept here (a wake-up costs tens of µs), so most
     # deadlines pass while the thread is still late for an earlier one.
-    res = timer.run(2_000, 200_000_000)
+    res = timer.run(TimerParams(interval_us=2), 200_000_000)
     assert res.missed > 0
     # Every deadline of the run is accounted for: measured or missed.
     assert abs((res.samples + res.missed) - 200_000_000 // 2_000) <= 2
@@ -60,7 +61,7 @@ def test_missed_periods_are_counted_not_hidden() -> None:
 
 def test_several_threads_pinned_to_cpus_are_reported_per_thread(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
-    res = timer.run(1_000_000, 300_000_000, threads=2, cpus=cpus[:2], trace_path=tmp_path / "t.lstrace")
+    res = timer.run(TimerParams(threads=2, cpu=cpus[:2]), 300_000_000, tmp_path / "t.lstrace")
     assert len(res.threads) == 2
     assert [t.cpu for t in res.threads] == [cpus[0], cpus[1 % len(cpus)]]
     assert all(t.affinity_ok for t in res.threads)
@@ -71,7 +72,7 @@ def test_several_threads_pinned_to_cpus_are_reported_per_thread(tmp_path: Path) 
 
 @pytest.mark.needs_root
 def test_sched_fifo_applies_when_privileged() -> None:
-    res = timer.run(1_000_000, 100_000_000, priority=50)
+    res = timer.run(TimerParams(priority=50), 100_000_000)
     assert res.threads[0].sched_ok and res.threads[0].sched == "SCHED_FIFO 50"
 
 
@@ -82,10 +83,10 @@ def test_sched_fifo_applies_when_privileged() -> None:
         (["--duration", "3 parsecs"], "unknown unit"),
         (["--duration", "soon"], "not a duration"),
         (["--interval-us", "0"], "--interval-us"),
-        (["--threads", "0"], "--threads: must be 1..1024"),
-        (["--cpu", "4096"], "--cpu: CPU 4096 is not available"),
+        (["--threads", "0"], "1<=x<=1024"),
+        (["--cpu", "4096"], "cpu: CPU 4096 is not available"),
         (["--cpu", "x"], "not a CPU list"),
-        (["--priority", "150"], "--priority: SCHED_FIFO priority must be 1..99"),
+        (["--priority", "150"], "1<=x<=99"),
         (["--bogus"], "No such option"),
     ],
 )
@@ -126,7 +127,7 @@ def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path) ->
 
 @pytest.mark.needs_root
 def test_dma_latency_is_held_for_the_run_and_released_after(tmp_path: Path) -> None:
-    res = timer.run(1_000_000, 200_000_000, dma_latency_us=0)
+    res = timer.run(TimerParams(dma_latency_us=0), 200_000_000)
     assert res.dma_latency_ok and "held at 0" in res.dma_latency
     # The request ends with the run: this process no longer holds the device open.
     held = [f for f in os.listdir("/proc/self/fd") if _target(f"/proc/self/fd/{f}") == "/dev/cpu_dma_latency"]

@@ -113,27 +113,43 @@ pub(crate) fn sched_probe<'py>(
 
 /// Run the system-call cost probe; returns a dict (see syscall.rs). A call
 /// that fails raises RunError naming it.
+/// The syscall probe's parameters as its model declares them (probes/params.py
+/// `SyscallParams`), read by attribute; `syscall_params` echoes them back.
+#[derive(FromPyObject, IntoPyObject, Clone, Debug)]
+pub(crate) struct SyscallParams {
+    calls: Vec<String>,
+    batch: usize,
+    target_pct: f64,
+    max_batches: usize,
+    max_seconds_per_call: f64,
+    dir: Option<String>,
+}
+
+/// What the binding read of a `SyscallParams` model (for the test that ties them).
 #[pyfunction]
-#[pyo3(signature = (calls, dir, batch=200, min_batches=10, max_batches=2000, target_rel=0.05, max_seconds=5.0))]
-#[allow(clippy::too_many_arguments)]
+pub(crate) fn syscall_params(p: SyscallParams) -> SyscallParams {
+    p
+}
+
+/// Run the system-call cost probe with its parameters (a `SyscallParams`
+/// model; its files go to `dir` unless it names one); returns a dict (see
+/// syscall.rs). A call that fails raises RunError naming it.
+#[pyfunction]
+#[pyo3(signature = (params, dir, min_batches=10))]
 pub(crate) fn syscall_probe<'py>(
     py: Python<'py>,
-    calls: Vec<String>,
+    params: SyscallParams,
     dir: String,
-    batch: usize,
     min_batches: usize,
-    max_batches: usize,
-    target_rel: f64,
-    max_seconds: f64,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = loopscope_probes::syscall::SyscallConfig {
-        calls,
-        batch,
+        calls: params.calls,
+        batch: params.batch,
         min_batches,
-        max_batches,
-        target_rel,
-        max_seconds,
-        dir: dir.into(),
+        max_batches: params.max_batches,
+        target_rel: params.target_pct / 100.0,
+        max_seconds: params.max_seconds_per_call,
+        dir: params.dir.unwrap_or(dir).into(),
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -258,6 +274,9 @@ pub(crate) fn load_worker<'py>(
 
 pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(timer_probe, m)?)?;
+    m.add_function(wrap_pyfunction!(timer_params, m)?)?;
+    m.add_function(wrap_pyfunction!(sched_params, m)?)?;
+    m.add_function(wrap_pyfunction!(syscall_params, m)?)?;
     m.add_function(wrap_pyfunction!(sched_probe, m)?)?;
     m.add_function(wrap_pyfunction!(syscall_probe, m)?)?;
     m.add_function(wrap_pyfunction!(syscall_names, m)?)?;

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from loopscope.errors import RunError
+from loopscope.probes.params import AS_CYCLICTEST, TimerParams
 from loopscope.probes import timer
 
 Progress = Callable[[str], None] | None
@@ -96,7 +97,8 @@ def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int
             for mode, tuned in (("tuned", True), ("as_configured", False)):
                 if progress:
                     progress(f"  run {i + 1}/{runs} ({mode.replace('_', ' ')}): loopscope probe timer, then cyclictest …")
-                r = timer.run(interval_us * 1000, duration_ns, mlock=True, dma_latency_us=0 if tuned else None, trace_path=work / f"t{i}.lstrace")
+                p = (AS_CYCLICTEST if tuned else TimerParams(mlock=True)).model_copy(update={"interval_us": interval_us})
+                r = timer.run(p, duration_ns, work / f"t{i}.lstrace")
                 if r.interrupted:
                     # the probe turned Ctrl-C into an early stop; the bench stops with it
                     raise KeyboardInterrupt

@@ -38,14 +38,15 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
       loopscope calibrate node --loads cpu,mem --cpu 1 -o node.json
     """
     from loopscope.model import node
-    from loopscope.probes import syscall
+    from loopscope.cli.params import build
+    from loopscope.probes.params import SyscallParams
 
     for x in [x for x in loads.split(",") if x]:
         node.parse_load(x)
     if calls and sizes:
         raise InputError("--sizes applies to the default calls; with --calls give each size in the call (read:4096)")
     names = [c for c in calls.split(",") if c] if calls else node.default_calls(node.parse_sizes(sizes) if sizes else None)
-    syscall.validate(names, 200, 0.03, 10)
+    build(SyscallParams, {"calls": names})  # refused here, naming the call, before any calibration ran
     m = node.calibrate([x for x in loads.split(",") if x], calls=names,
                        max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True), cpus=cpus, load_cpus=load_cpus)
     Path(output).write_text(json.dumps(m) + "\n")

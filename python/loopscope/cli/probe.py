@@ -6,11 +6,15 @@ import json
 import shlex
 import sys
 
+from typing import Any
+
 import click
 
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.units import format_bps, format_ns
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.params import build, options
+from loopscope.probes.params import SchedParams, SyscallParams, TimerParams
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -20,32 +24,26 @@ def probe() -> None:
 
 
 @probe.command("timer")
-@click.option("--interval-us", "-i", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period in µs.")
+@options(TimerParams)
 @click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
-@click.option("--threads", "-t", type=int, default=1, show_default=True, help="Measuring threads.")
-@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin threads to these CPUs, round-robin (1, 0,2, 0-3).")
-@click.option("--priority", "-p", type=int, default=None, help="SCHED_FIFO priority 1..99 (needs CAP_SYS_NICE; default: SCHED_OTHER).")
-@click.option("--mlock/--no-mlock", default=True, show_default=True, help="Lock memory (mlockall) so page faults do not add latency.")
-@click.option("--dma-latency", "dma_latency", type=int, default=None, help="Hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 (default: leave idle states alone).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] | None, priority: int | None, mlock: bool, dma_latency: int | None, trace_path: str | None, as_json: bool) -> int:
+def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Timer wake-up latency on absolute deadlines (what cyclictest measures).
 
     Every wake-up goes into the trace as an interval from its deadline to when
     the thread ran; deadlines that passed while a wake-up was late are counted
-    as missed.
+    as missed. The options are the experiment file's fields of a timer probe.
 
     \b
     Examples:
       loopscope probe timer -i 1000 -d 10s
       loopscope probe timer -i 200 -d 1m -t 2 --cpu 0,1 -p 80 --trace timer.lstrace
+      loopscope probe timer --dma-latency-us 0     # as cyclictest runs by default
     """
     from loopscope.probes import timer
 
-    interval_ns = interval_us * 1000
-    timer.validate(interval_ns, duration, threads, cpus or [], priority, dma_latency)
-    res = timer.run(interval_ns, duration, threads=threads, cpus=cpus, priority=priority, mlock=mlock, dma_latency_us=dma_latency, trace_path=_trace_path(trace_path, "timer"))
+    res = timer.run(build(TimerParams, params), duration, _trace_path(trace_path, "timer"))
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
@@ -54,17 +52,14 @@ def probe_timer(interval_us: int, duration: int, threads: int, cpus: list[int] |
 
 
 @probe.command("sched")
+@options(SchedParams)
 @click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to measure.")
-@click.option("--busy-threads", type=int, default=2, show_default=True, help="Threads spinning next to the measured one.")
-@click.option("--sleep-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long the measured thread sleeps each cycle.")
-@click.option("--work-us", type=click.IntRange(min=1), default=1000, show_default=True, help="How long its burst of work takes alone.")
-@click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin the threads to these CPUs (measured thread first).")
 @click.option("--work-iters", type=click.IntRange(min=1), default=None, help="Burst size from an earlier --calibrate-only run (with --alone-ns).")
 @click.option("--alone-ns", type=click.IntRange(min=1), default=None, help="The burst's time alone from that run.")
 @click.option("--calibrate-only", is_flag=True, help="Only size the burst and time it alone; print that and stop.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, cpus: list[int] | None, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool) -> int:
+def probe_sched(duration: int, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003).
 
     \b
@@ -74,44 +69,57 @@ def probe_sched(duration: int, busy_threads: int, sleep_us: int, work_us: int, c
     """
     from loopscope.probes import sched
 
-    sched.validate(duration, busy_threads, sleep_us * 1000, work_us * 1000, cpus or [])
-    res = sched.run(
-        duration, busy_threads=busy_threads, sleep_ns=sleep_us * 1000, work_ns=work_us * 1000, cpus=cpus,
-        work_iters=work_iters, alone_ns=alone_ns, calibrate_only=calibrate_only,
-        trace_path=None if calibrate_only else _trace_path(trace_path, "sched"),
-    )
+    p = build(SchedParams, params)
+    res = sched.run(p, duration, work_iters=work_iters, alone_ns=alone_ns, calibrate_only=calibrate_only,
+                    trace_path=None if calibrate_only else _trace_path(trace_path, "sched"))
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
-        from rich.table import Table
+        _print_sched(res)
+    return EXIT_INTERRUPTED if res.interrupted else 0
 
-        con = _console()
-        con.print(f"scheduler responsiveness · {busy_threads} busy threads · sleep {format_ns(res.sleep_ns)} / work {format_ns(res.work_ns)} · {res.cycles:,} cycles")
-        t = Table(show_edge=False)
-        t.add_column("")
-        for c in ("p50", "p99", "max", "avg (95% CI)"):
-            t.add_column(c, justify="right")
-        for name, s in (("wake-up delay", res.wake), ("extra completion", res.extra)):
-            if s.n:
-                t.add_row(name, format_ns(s.p50.value), format_ns(s.p99.value), format_ns(s.max), f"{format_ns(s.mean.value)} {_ci(s.mean)}")
-        con.print(t)
-        con.print(f"burst alone: {format_ns(res.alone_ns)} (fastest of 21, before the busy threads started); total extra time over the run: {format_ns(res.total_extra_ns)}")
-        _trace_line(con, res)
+
+def _print_sched(res: Any) -> None:
+    from rich.table import Table
+
+    con = _console()
+    con.print(f"scheduler responsiveness · {res.busy_threads} busy threads · sleep {format_ns(res.sleep_ns)} / work {format_ns(res.work_ns)} · {res.cycles:,} cycles")
+    t = Table(show_edge=False)
+    t.add_column("")
+    for c in ("p50", "p99", "max", "avg (95% CI)"):
+        t.add_column(c, justify="right")
+    for name, s in (("wake-up delay", res.wake), ("extra completion", res.extra)):
+        if s.n:
+            t.add_row(name, format_ns(s.p50.value), format_ns(s.p99.value), format_ns(s.max), f"{format_ns(s.mean.value)} {_ci(s.mean)}")
+    con.print(t)
+    con.print(f"burst alone: {format_ns(res.alone_ns)} (fastest of 21, before the busy threads started); total extra time over the run: {format_ns(res.total_extra_ns)}")
+    _trace_line(con, res)
+
+
+@probe.command("launch", hidden=True)
+@click.argument("launch_json")
+def probe_launch(launch_json: str) -> int:
+    """Run a probe as an agent starts it: one Launch (kind, typed parameters, the step's duration and trace) as JSON; prints its one JSON object."""
+    from pydantic import ValidationError
+
+    from loopscope.probes import launch
+    from loopscope.probes.params import Launch
+
+    try:
+        lc = Launch.model_validate_json(launch_json)
+    except ValidationError as e:
+        raise InputError(f"launch: {e.errors()[0]['msg']} at {'.'.join(str(x) for x in e.errors()[0]['loc'])}") from None
+    res = launch.run(lc)
+    click.echo(json.dumps(res.to_json()))
     return EXIT_INTERRUPTED if res.interrupted else 0
 
 
 @probe.command("syscall")
-@click.option("--calls", default=None, help="Comma-separated calls [default: all: getpid, clock_gettime, open, close, read, write, stat, link, unlink, socket, sendto, recvfrom, mmap, munmap]; "
-              "read, write, sendto and recvfrom also take a size in bytes (read:4096).")
-@click.option("--batch", type=int, default=200, show_default=True, help="Calls per timed batch.")
-@click.option("--target", type=float, default=5.0, show_default=True, help="Stop a call when its 95% CI half-width is within this % of the mean.")
-@click.option("--max-batches", type=int, default=2000, show_default=True, help="Cap on batches per call.")
-@click.option("--max-seconds", type=float, default=5.0, show_default=True, help="Cap on time per call.")
-@click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the probe's scratch files go [system temp dir].")
+@options(SyscallParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int, max_seconds: float, workdir: str | None, trace_path: str | None, as_json: bool) -> int:
-    """Cost of each system call, in batches until its 95% CI is within --target % (Carlinet et al. 2000).
+def probe_syscall(trace_path: str | None, as_json: bool, **params: Any) -> int:
+    """Cost of each system call, in batches until its 95% CI is within --target-pct % (Carlinet et al. 2000).
 
     \b
     Examples:
@@ -120,23 +128,22 @@ def probe_syscall(calls: str | None, batch: int, target: float, max_batches: int
     """
     from loopscope.probes import syscall
 
-    names = [c.strip() for c in calls.split(",") if c.strip()] if calls else None
-    syscall.validate(names or syscall.CALLS, batch, target / 100, max_batches)
-    res = syscall.run(calls=names, batch=batch, target_rel=target / 100, max_batches=max_batches, max_seconds=max_seconds, workdir=workdir, trace_path=_trace_path(trace_path, "syscall"))
+    p = build(SyscallParams, params)
+    res = syscall.run(p, None, _trace_path(trace_path, "syscall"))
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
         from rich.table import Table
 
         con = _console()
-        con.print(f"system-call cost · batches of {batch} · until the 95% CI is within {target:g}% of the mean")
+        con.print(f"system-call cost · batches of {p.batch} · until the 95% CI is within {p.target_pct:g}% of the mean")
         t = Table(show_edge=False)
         for c, j in (("call", "left"), ("mean", "right"), ("95% CI", "right"), ("batches", "right"), ("", "left")):
             t.add_column(c, justify=j)  # type: ignore[arg-type]
         for c in res.calls:
             t.add_row(c.name, format_ns(c.mean_ns), f"±{format_ns(c.ci_half_ns)}", f"{c.batches:,}", "" if c.converged else "[yellow]not converged (cap)[/]")
         con.print(t)
-        con.print(f"probe overhead: two clock reads per batch, {res.clock_read_ns * 2 / batch:.2f} ns per call, included")
+        con.print(f"probe overhead: two clock reads per batch, {res.clock_read_ns * 2 / p.batch:.2f} ns per call, included")
         _trace_line(con, res)
     return EXIT_INTERRUPTED if res.interrupted else 0
 

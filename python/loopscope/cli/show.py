@@ -60,6 +60,8 @@ def _print_timer(res: Any) -> None:
         con.print(f"[yellow]note:[/] {res.dma_latency}")
     elif "held" in res.dma_latency:
         con.print(f"power management: {res.dma_latency}")
+    if getattr(res, "peer_note", None):
+        con.print(f"power management: {res.peer_note}")
     if res.kept_samples < res.samples:
         con.print(f"[yellow]note:[/] statistics from the first {res.kept_samples:,} of {res.samples:,} samples (memory cap)")
     con.print(f"probe overhead: one clock read, {res.overhead_ns:.0f} ns, is part of every latency")

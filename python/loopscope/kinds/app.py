@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource
+from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource
 from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
@@ -77,56 +77,44 @@ class App(ProbeKind):
         return list(probe.processes)
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
-        lab = ctx.lab
-        first = next(iter(lab.hosts))
-        procs = [(p, p.host or first, f"{probe.name}.{p.name}") for p in probe.processes]
-        started: list[tuple[str, str]] = []
+        procs = [(p, p.host or ctx.first_host, f"{probe.name}.{p.name}") for p in probe.processes]
         running_hubs: list[Any] = []
         hub_parts: list[dict[str, Any]] = []
-        results: dict[str, dict[str, Any]] = {}
+        results: dict[str, Collected] = {}
         t0 = time.monotonic_ns()
         try:
             running_hubs = ctx.hubs_start(probe.name, key, dur_ns)
-            for p, host, name in procs:
-                env = {**p.env, **ctx.channel_env(host, key, name)}
-                spec = {"kind": "program", "name": name, "command": ctx.with_hosts(p.command), "until": "exit", "env": env, "cpu": p.cpu, "cwd": p.cwd}
-                # its own timeout is the phase plus a margin: stopping it is ours to do
-                lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
-                started.append((host, name))
-                ctx.sleep(probe.start_gap / 1e9)
-            # The window: the lab sleeps while the programs run; an agent
-            # answers at once when one of its programs exits (an app's
-            # processes must last the phase) or fails.
-            on: dict[str, list[str]] = {}
-            for host, name in started:
-                on.setdefault(host, []).append(name)
-            _, exited = ctx.window(on, None, dur_ns / 1e9)
-            lab.check()
-            ctx.hubs_check(running_hubs)
-            for host, name in exited[:1]:
-                r = lab.agent(host).call("stop_probe", name=name)
-                results[name] = r
-                started.remove((host, name))
-                raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.get('result', {}).get('exit')})", host, f"probe {name}")
-            for host, name in list(reversed(started)):
-                results[name] = lab.agent(host).call("stop_probe", name=name)
-                started.remove((host, name))
+            with ctx.helpers(key) as hs:
+                for p, host, name in procs:
+                    env = {**p.env, **ctx.channel_env(host, key, name)}
+                    spec = {"kind": "program", "name": name, "command": ctx.with_hosts(p.command), "until": "exit", "env": env, "cpu": p.cpu, "cwd": p.cwd}
+                    # its own timeout is the phase plus a margin: stopping it is ours to do
+                    hs.start(host, spec, duration_ns=dur_ns + 600_000_000_000)
+                    ctx.sleep(probe.start_gap / 1e9)
+                # The window: the lab sleeps while the programs run; an agent
+                # answers at once when one of its programs exits (an app's
+                # processes must last the phase) or fails.
+                on: dict[str, list[str]] = {}
+                for host, name in hs.running():
+                    on.setdefault(host, []).append(name)
+                _, exited = ctx.window(on, None, dur_ns / 1e9)
+                ctx.check()
+                ctx.hubs_check(running_hubs)
+                for host, name in exited[:1]:
+                    r = hs.stop(host, name)
+                    raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.result.get('exit')})", host, f"probe {name}")
+                for host, name in list(reversed(hs.running())):
+                    results[name] = hs.stop(host, name)
             hub_parts = ctx.hubs_stop(running_hubs)
         finally:
-            for host, name in reversed(started):
-                try:
-                    lab.agent(host).call("stop_probe", name=name, timeout_s=3)
-                except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
-                    pass
             ctx.hubs_stop(running_hubs, quiet=True)
         steps = []
         for p, host, name in procs:
             r = results[name]
-            steps.append({"name": p.name, "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{lab.step_dir(host, key)}/{name}.json"),
-                          "command": r["command"], "cpu_usec": r["cpu_usec"]})
-            stats = ctx.channel_env(host, key, name).get("LOOPSCOPE_CHANNEL_STATS")
+            steps.append({"name": p.name, "host": host, "trace": r.trace, "json": r.json, "command": r.command, "cpu_usec": r.cpu_usec})
+            stats = ctx.channel_stats(host, key, name)
             if stats:
-                steps[-1]["channel_stats"] = lab.rel(host, stats)
+                steps[-1]["channel_stats"] = stats
         out = {
             "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
             "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,

@@ -19,12 +19,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import Any, Callable, Protocol
 
 import polars as pl
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
+from loopscope.probes.params import Launch, Params
+from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
 Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
@@ -33,6 +36,11 @@ Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
 def cli(kind: str) -> list[str]:
     """The start of a command line that runs ``loopscope probe KIND``."""
     return [sys.executable, "-m", "loopscope.cli", "probe", kind]
+
+
+def launch_argv(launch: Launch) -> list[str]:
+    """The command line that runs a probe from its ``Launch`` (one JSON argument, the model's dump)."""
+    return cli("launch") + [launch.model_dump_json()]
 
 
 def cpus(p: dict[str, Any]) -> list[str]:
@@ -52,15 +60,89 @@ class RunFiles(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class HostView:
+    """What a kind may know of a lab host: where its parts listen."""
+
+    name: str
+    #: the address others reach it at (None: this machine's loopback)
+    address: str | None
+    #: reached over ssh (it binds 0.0.0.0, its files are fetched)
+    remote: bool
+
+    def bind(self, port: int) -> str:
+        """HOST:PORT a server of a step binds on this host."""
+        return f"{'0.0.0.0' if self.remote else self.address}:{port}"
+
+    def at(self, port: int) -> str:
+        """HOST:PORT others reach that server at."""
+        return f"{self.address}:{port}"
+
+
+@dataclass
+class Collected:
+    """A process a step started, once stopped: its files (relative to the
+    run directory), its command, what it cost, and its JSON result."""
+
+    name: str
+    host: str
+    trace: str
+    json: str
+    command: str
+    cpu_usec: int | None
+    spawn_mono_ns: int | None
+    end_mono_ns: int | None
+    result: dict[str, Any]
+
+
+class Helpers(Protocol):
+    """The processes one step starts beside (or as) its probe: an echo
+    server, a pipeline's stages, an app's processes. Whatever is still
+    running when the step leaves ``StepContext.helpers`` is stopped there,
+    on every way out, without hiding the first failure."""
+
+    def start(self, host: str, spec: dict[str, Any], *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
+        """Start ``spec`` (a probe or helper spec with a unique ``name``) on ``host``."""
+        ...
+
+    def stop(self, host: str, name: str) -> Collected:
+        """Stop one (it ends as its kind ends: SIGINT, or it has exited) and collect it."""
+        ...
+
+    def running(self) -> list[tuple[str, str]]:
+        """(host, name) of those started and not stopped, in start order."""
+        ...
+
+
 class StepContext(Protocol):
-    """What the controller hands a kind to run one step."""
+    """What the controller hands a kind to run one step. A kind sees the
+    lab only through it: hosts as ``HostView``, processes through
+    ``helpers`` and ``run_one``, never an agent."""
 
-    lab: Any
-    exp: Any
-    calibration: dict[str, dict[str, Any]]
+    exp: Experiment
+    run_id: str
+    hosts: dict[str, HostView]
+    calibration: dict[str, dict[str, int]]
 
-    def run_one(self, probe: Any, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
+    @property
+    def first_host(self) -> str:
+        """The experiment's first host (where parts without one run)."""
+        ...
+
+    def run_one(self, probe: ProbeModel, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
         """Run ``spec`` as one process on the probe's host; the step's record."""
+        ...
+
+    def calibrate(self, probe: ProbeModel) -> dict[str, Any]:
+        """Run the probe once on the idle machine in calibration mode; its JSON result."""
+        ...
+
+    def helpers(self, key: str) -> AbstractContextManager[Helpers]:
+        """Processes of step ``key``, stopped on the way out."""
+        ...
+
+    def check(self) -> None:
+        """Raise if a lab component (an agent, the emulator) failed meanwhile."""
         ...
 
     def sleep(self, seconds: float) -> None: ...
@@ -78,6 +160,10 @@ class StepContext(Protocol):
 
     def channel_env(self, host: str, key: str, name: str) -> dict[str, str]:
         """The environment that connects a program to the lab's channels (empty without channels)."""
+        ...
+
+    def channel_stats(self, host: str, key: str, name: str) -> str | None:
+        """Where a program's channel statistics go, relative to the run (None without channels)."""
         ...
 
     def hubs_start(self, probe: str, key: str, dur_ns: int) -> list[Any]: ...
@@ -206,8 +292,21 @@ class ProbeKind:
     #: the process name (comm) a helper runs under, where it is not the default
     comm: dict[str, str] = {}
 
+    #: its parameter model (``probes/*.py``), which its experiment model
+    #: inherits; a kind with one is started from a ``Launch``, never a command line of strings
+    params: type[Params] | None = None
+
     def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        raise NotImplementedError(f"{self.name}: no command line")
+        """How an agent starts it: ``loopscope probe launch`` with its typed parameters."""
+        if self.params is None:
+            raise NotImplementedError(f"{self.name}: no command line")
+        fields = self.params.model_fields
+        params = self.params.model_validate({k: v for k, v in p.items() if k in fields})
+        own = self.model.model_fields if self.model is not None else {}
+        launch = Launch(kind=self.name, params=params.model_dump(mode="json"), duration_ns=duration_ns, trace=None if calibrate else str(trace),
+                        scratch=str(scratch), calibrate=calibrate,
+                        calibration={k: int(v) for k, v in p.items() if k not in own and isinstance(v, int) and not isinstance(v, bool)})
+        return launch_argv(launch)
 
     def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
         """Once per run, before the first phase (the sched probe sizes its burst)."""

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
+from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import duration_text
 
@@ -95,68 +95,51 @@ class Pipeline(ProbeKind):
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         """Start the sink, then the nodes back to front, then the source; wait for
         the source, let the last messages arrive, stop the rest."""
-        lab, exp = ctx.lab, ctx.exp
         stages = probe.stages
         n = len(stages)
-        flow = int(hashlib.sha256(f"{lab.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
-
-        def where(i: int) -> str:
-            return f"{lab.hosts[stages[i][1]].address}:{probe.port + i}"
-
-        def bind(i: int) -> str:
-            h = lab.hosts[stages[i][1]]
-            return f"{'0.0.0.0' if h.remote else h.address}:{probe.port + i}"
-
+        flow = int(hashlib.sha256(f"{ctx.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
+        host = [ctx.hosts[h] for _, h in stages]
         names = [f"{probe.name}.source"] + [f"{probe.name}.node{i}" for i in range(1, n - 1)] + [f"{probe.name}.sink"]
-        started: list[tuple[str, str]] = []
-        results: dict[str, dict[str, Any]] = {}
-        try:
+        results: dict[str, Collected] = {}
+        with ctx.helpers(key) as hs:
             for i in reversed(range(1, n)):
-                role, host = stages[i]
+                role, hname = stages[i]
                 if role == "sink":
-                    spec = {"kind": "pipe-sink", "name": names[i], "bind": bind(i), "flow": flow}
+                    spec = {"kind": "pipe-sink", "name": names[i], "bind": host[i].bind(probe.port + i), "flow": flow}
                 else:
-                    spec = {"kind": "pipe-node", "name": names[i], "bind": bind(i), "next": where(i + 1), "work_us": probe.work_us}
-                lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), wait_ready=True)
-                started.append((host, names[i]))
+                    spec = {"kind": "pipe-node", "name": names[i], "bind": host[i].bind(probe.port + i), "next": host[i + 1].at(probe.port + i + 1),
+                            "work_us": probe.work_us}
+                hs.start(hname, spec, wait_ready=True)
             src_host = stages[0][1]
             # Messages still in flight when the source stops: the configured
             # delays plus a margin. The source sleeps through it before its
             # exit's own work, and the stages are stopped after it.
-            in_flight_ns = int(0.2e9 + 2 * sum(link.delay + 3 * link.jitter for link in exp.links))
-            spec = {"kind": "pipe-source", "name": names[0], "dest": where(1), "rate": probe.rate, "size": probe.size, "flow": flow, "count": probe.count,
-                    "linger_ns": in_flight_ns}
-            lab.agent(src_host).call("start_probe", probe=spec, step_dir=lab.step_dir(src_host, key), scratch_dir=lab.scratch(src_host), duration_ns=dur_ns)
-            started.append((src_host, names[0]))
+            in_flight_ns = int(0.2e9 + 2 * sum(link.delay + 3 * link.jitter for link in ctx.exp.links))
+            spec = {"kind": "pipe-source", "name": names[0], "dest": host[1].at(probe.port + 1), "rate": probe.rate, "size": probe.size, "flow": flow,
+                    "count": probe.count, "linger_ns": in_flight_ns}
+            stage_names: dict[str, list[str]] = {}
+            for h, name in hs.running():
+                stage_names.setdefault(h, []).append(name)
+            hs.start(src_host, spec, duration_ns=dur_ns)
             # The window: the lab sleeps while the stages measure. The source's
             # agent answers when the source exits, the others when a stage
             # fails; nothing is collected until the last messages have
             # arrived, so the lab's own work stays out of their way.
-            stage_names: dict[str, list[str]] = {}
-            for host, name in started[:-1]:
-                stage_names.setdefault(host, []).append(name)
             done, _ = ctx.window(stage_names, (src_host, names[0]), dur_ns / 1e9 + 120)
-            lab.check()
+            ctx.check()
             if not done:
                 raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
-            for host, name in list(reversed(started)):
-                results[name] = lab.agent(host).call("stop_probe", name=name)
-                started.remove((host, name))
-        finally:
-            for host, name in started:
-                try:
-                    lab.agent(host).call("stop_probe", name=name, timeout_s=3)
-                except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
-                    pass
+            for h, name in list(reversed(hs.running())):
+                results[name] = hs.stop(h, name)
         stage_steps = []
-        for i, (role, host) in enumerate(stages):
+        for i, (role, hname) in enumerate(stages):
             r = results[names[i]]
-            stage_steps.append({"role": role, "host": host, "name": names[i], "trace": lab.rel(host, r["trace"]),
-                                "json": lab.rel(host, f"{lab.step_dir(host, key)}/{names[i]}.json"), "command": r["command"], "cpu_usec": r["cpu_usec"]})
+            stage_steps.append({"role": role, "host": hname, "name": names[i], "trace": r.trace, "json": r.json, "command": r.command, "cpu_usec": r.cpu_usec})
         sink = stage_steps[-1]
+        src = results[names[0]]
         return {
             "host": stages[0][1], "trace": sink["trace"], "json": sink["json"], "command": stage_steps[0]["command"], "cpu_usec": stage_steps[0]["cpu_usec"],
-            "spawn_mono_ns": results[names[0]]["spawn_mono_ns"], "end_mono_ns": results[names[0]]["end_mono_ns"], "stages": stage_steps, "flow": flow,
+            "spawn_mono_ns": src.spawn_mono_ns, "end_mono_ns": src.end_mono_ns, "stages": stage_steps, "flow": flow,
         }
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]

@@ -126,32 +126,20 @@ class Rr(ProbeKind):
         return _client(p, duration_ns, trace, scratch)
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
-        lab = ctx.lab
         srv = probe.server_host
         spec = probe.model_dump(mode="json")
         if srv is None:
             spec["address"] = probe.dest
             return {**ctx.run_one(probe, spec, key, dur_ns), "server": {"host": None, "address": probe.dest}}
-        h = lab.hosts[srv]
+        h = ctx.hosts[srv]
         name = f"{probe.name}.echo"
-        bind = f"{'0.0.0.0' if h.remote else h.address}:{probe.port}"
-        spec["address"] = f"{h.address}:{probe.port}"
-        lab.agent(srv).call("start_probe", probe={"kind": "rr-echo", "name": name, "bind": bind, "transport": probe.transport},
-                            step_dir=lab.step_dir(srv, key), scratch_dir=lab.scratch(srv), wait_ready=True)
-        stopped = False
-        try:
+        spec["address"] = h.at(probe.port)
+        with ctx.helpers(key) as hs:
+            hs.start(srv, {"kind": "rr-echo", "name": name, "bind": h.bind(probe.port), "transport": probe.transport}, wait_ready=True)
             step = ctx.run_one(probe, spec, key, dur_ns)
-            echo = lab.agent(srv).call("stop_probe", name=name)
-            stopped = True
-        finally:
-            if not stopped:
-                try:
-                    lab.agent(srv).call("stop_probe", name=name, timeout_s=3)
-                except Exception:  # noqa: BLE001 - stopping the server must not hide the first failure
-                    pass
-        return {**step, "server": {"host": srv, "address": spec["address"], "name": name, "json": lab.rel(srv, f"{lab.step_dir(srv, key)}/{name}.json"),
-                                   "answered": (echo.get("result") or {}).get("requests"), "cpu_usec": echo.get("cpu_usec"),
-                                   "tids": (echo.get("result") or {}).get("tids")}}
+            echo = hs.stop(srv, name)
+        return {**step, "server": {"host": srv, "address": spec["address"], "name": name, "json": echo.json,
+                                   "answered": echo.result.get("requests"), "cpu_usec": echo.cpu_usec, "tids": echo.result.get("tids")}}
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
         a = decode(trace)

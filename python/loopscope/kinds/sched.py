@@ -6,25 +6,21 @@ machine (``prepare``), so every phase runs the same work."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, cpus, groups, interval_windows
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, groups, interval_windows
+from loopscope.probes.params import SchedParams
 from loopscope.spec.models import Duration, Name, ProbeModel
-from loopscope.units import duration_text
 
 
-class SchedProbe(ProbeModel):
+class SchedProbe(ProbeModel, SchedParams):
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
 
     kind: Literal["sched"]
-    busy_threads: Annotated[int, Field(ge=0, le=64)] = 2
-    sleep_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    work_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    cpu: list[Annotated[int, Field(ge=0)]] | None = None
     duration: Duration | None = None
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
@@ -32,6 +28,7 @@ class SchedProbe(ProbeModel):
 class Sched(ProbeKind):
     name = "sched"
     model = SchedProbe
+    params = SchedParams
     describe = ("A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each "
                 "burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).")
     tables = {"sched": {"cycle": pl.UInt32, "t_ns": pl.Int64, "wake_delay_ns": pl.Int64, "burst_ns": pl.Int64, "extra_ns": pl.Int64}}
@@ -39,22 +36,10 @@ class Sched(ProbeKind):
     steady = (("sched", "wake_delay_ns", ()),)
     labels = {"wake_delay": "wake-up delay", "burst": "burst completion time"}
 
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        a = cli("sched") + ["--duration", duration_text(duration_ns), "--busy-threads", str(p["busy_threads"]), "--sleep-us", str(p["sleep_us"]),
-                            "--work-us", str(p["work_us"]), *cpus(p)]
-        if calibrate:
-            return a + ["--calibrate-only", "--json"]
-        if p.get("work_iters"):
-            a += ["--work-iters", str(p["work_iters"]), "--alone-ns", str(p["alone_ns"])]
-        return a + ["--json", "--trace", str(trace)]
-
     def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
         say(f"calibrating {probe.name} (idle)")
-        lab = ctx.lab
-        host = probe.host or next(iter(lab.hosts))
-        r = lab.agent(probe.host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
-                                       duration_ns=int(probe.seconds(ctx.exp.duration) * 1e9), calibrate=True)
-        return {"work_iters": r["result"]["work_iters"], "alone_ns": r["result"]["alone_ns"]}
+        r = ctx.calibrate(probe)
+        return {"work_iters": r["work_iters"], "alone_ns": r["alone_ns"]}
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
         name = pl.col("name").cast(pl.String)

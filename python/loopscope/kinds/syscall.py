@@ -5,42 +5,21 @@ is ``crates/probes/src/syscall.rs``)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import polars as pl
-from pydantic import BeforeValidator, Field, WithJsonSchema
-from pydantic_core import PydanticCustomError
+from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, StepRows, WindowSource, cli, groups, interval_windows
-from loopscope.spec.models import SYSCALLS, Duration, Name, ProbeModel
+from loopscope.kinds.base import ProbeKind, StepRows, WindowSource, groups, interval_windows
+from loopscope.probes.params import SyscallParams
+from loopscope.spec.models import Duration, Name, ProbeModel
 
 
-def _syscall(v: Any) -> str:
-    from loopscope import _native
-
-    try:
-        _native.syscall_parse(str(v))
-    except ValueError as e:
-        raise PydanticCustomError("syscall", "{why}", {"why": str(e)}) from None
-    return str(v)
-
-
-SyscallName = Annotated[str, BeforeValidator(_syscall),
-                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
-                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
-
-
-class SyscallProbe(ProbeModel):
-    """Per-call cost of system calls, in batches until the 95 % CI is within `target` (Carlinet et al. 2000)."""
+class SyscallProbe(ProbeModel, SyscallParams):
+    """Per-call cost of system calls, in batches until the 95 % CI is within `target_pct` (Carlinet et al. 2000)."""
 
     kind: Literal["syscall"]
-    calls: list[SyscallName] = Field(default_factory=lambda: list(SYSCALLS))
-    batch: Annotated[int, Field(ge=1, le=500)] = 200
-    target_pct: Annotated[float, Field(gt=0, lt=100)] = 5.0
-    max_batches: Annotated[int, Field(ge=2, le=1_000_000)] = 2000
-    max_seconds_per_call: Annotated[float, Field(gt=0, le=3600)] = 5.0
-    dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory)")
     duration: Duration | None = Field(None, description="not used: the syscall probe stops when every call has converged or hit its cap")
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
@@ -51,12 +30,9 @@ class SyscallProbe(ProbeModel):
 class Syscall(ProbeKind):
     name = "syscall"
     model = SyscallProbe
+    params = SyscallParams
     describe = "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000)."
     tables = {"syscall": {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}}
-
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        return cli("syscall") + ["--calls", ",".join(p["calls"]), "--batch", str(p["batch"]), "--target", str(p["target_pct"]), "--max-batches", str(p["max_batches"]),
-                                 "--max-seconds", str(p["max_seconds_per_call"]), "--dir", p.get("dir") or str(scratch), "--json", "--trace", str(trace)]
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
         batch = int(result.get("batch") or 1)

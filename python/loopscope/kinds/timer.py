@@ -4,28 +4,21 @@ deadlines (cyclictest's measurement; the native loop is
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepRows, WindowSource, cli, cpus, groups, interval_windows
+from loopscope.kinds.base import ProbeKind, Series, StepRows, WindowSource, groups, interval_windows
+from loopscope.probes.params import TimerParams
 from loopscope.spec.models import Duration, Name, ProbeModel
-from loopscope.units import duration_text
 
 
-class TimerProbe(ProbeModel):
+class TimerProbe(ProbeModel, TimerParams):
     """Timer wake-up latency on absolute deadlines (cyclictest's measurement)."""
 
     kind: Literal["timer"]
-    interval_us: Annotated[int, Field(ge=1, le=10_000_000)] = 1000
-    threads: Annotated[int, Field(ge=1, le=1024)] = 1
-    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
-    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE)")
-    dma_latency_us: Annotated[int, Field(ge=0)] | None = Field(None, description="hold /dev/cpu_dma_latency during the probe, as cyclictest does with 0")
-    mlock: bool = Field(True, description="lock the probe's memory (mlockall), as cyclictest -m does; false lets page faults into its wake-ups")
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
@@ -33,21 +26,12 @@ class TimerProbe(ProbeModel):
 class Timer(ProbeKind):
     name = "timer"
     model = TimerProbe
+    params = TimerParams
     describe = "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement)."
     tables = {"timer": {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}}
     main = ("timer", "latency_ns")
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}
-
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        a = cli("timer") + ["--interval-us", str(p["interval_us"]), "--duration", duration_text(duration_ns), "--threads", str(p["threads"]), *cpus(p)]
-        if p.get("priority") is not None:
-            a += ["--priority", str(p["priority"])]
-        if p.get("dma_latency_us") is not None:
-            a += ["--dma-latency", str(p["dma_latency_us"])]
-        if p.get("mlock") is False:
-            a += ["--no-mlock"]
-        return a + ["--json", "--trace", str(trace)]
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
         out = StepRows()

@@ -33,10 +33,12 @@ import shutil
 import signal
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
 from loopscope.rundir import RunDir
 from loopscope import selfname
@@ -46,6 +48,7 @@ from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
 from loopscope.kinds import KINDS
+from loopscope.kinds.base import Collected, HostView
 from loopscope.spec import Experiment, load
 from loopscope.spec.load import where
 from loopscope.spec.models import HOST_REF
@@ -93,8 +96,8 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
                 problems.append(f"{where(file, f'probes.{i}.cpu')}: probes.{i}.cpu: CPU {c} is not available; use one of {sorted(cpus)}")
         if getattr(p, "priority", None) is not None and os.geteuid() != 0:
             notes.append(f"probes.{i}.priority: SCHED_FIFO needs CAP_SYS_NICE; the probe will say if it ran SCHED_OTHER")
-        if getattr(p, "dma_latency_us", None) is not None and not os.access("/dev/cpu_dma_latency", os.W_OK):
-            notes.append(f"probes.{i}.dma_latency_us: /dev/cpu_dma_latency is not writable; the probe will report it")
+        if isinstance(p, Params):
+            notes += [f"probes.{i}.{n}" for n in p.notes_here()]
     if run_dir is not None and run_dir.exists():
         problems.append(f"{run_dir}: the run directory already exists; nothing was overwritten (choose another --run-dir or remove it)")
     target = run_dir.parent if run_dir is not None else results
@@ -501,11 +504,77 @@ def tuned_probe(probe: Any, phase: Any) -> Any:
     return probe.model_copy(update=update) if update else probe
 
 
+class StepHelpers:
+    """The processes of one step (``kinds.base.Helpers``): started through
+    the host's agent, stopped in reverse on the way out."""
+
+    def __init__(self, lab: Lab, key: str) -> None:
+        self.lab, self.key = lab, key
+        self._running: list[tuple[str, str]] = []
+
+    def start(self, host: str, spec: dict[str, Any], *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
+        lab = self.lab
+        extra: dict[str, Any] = {"wait_ready": True} if wait_ready else {}
+        if duration_ns is not None:
+            extra["duration_ns"] = duration_ns
+        lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, self.key), scratch_dir=lab.scratch(host), **extra)
+        self._running.append((host, spec["name"]))
+
+    def stop(self, host: str, name: str) -> Collected:
+        lab = self.lab
+        r = lab.agent(host).call("stop_probe", name=name)
+        self._running.remove((host, name))
+        return Collected(name=name, host=host, trace=lab.rel(host, r["trace"]), json=lab.rel(host, f"{lab.step_dir(host, self.key)}/{name}.json"),
+                       command=r.get("command") or "", cpu_usec=r.get("cpu_usec"), spawn_mono_ns=r.get("spawn_mono_ns"), end_mono_ns=r.get("end_mono_ns"),
+                       result=r.get("result") or {})
+
+    def running(self) -> list[tuple[str, str]]:
+        return list(self._running)
+
+    def stop_rest(self) -> None:
+        """Stop what is still running, briefly and quietly: the step is
+        leaving on a failure, and this must not hide it."""
+        for host, name in reversed(self._running):
+            try:
+                self.lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+            except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
+                pass
+        self._running.clear()
+
+
 class Steps:
     """What a probe kind gets to run its steps (``kinds.base.StepContext``)."""
 
     def __init__(self, lab: Lab, exp: Experiment, calibration: dict[str, dict[str, Any]]) -> None:
         self.lab, self.exp, self.calibration = lab, exp, calibration
+        self.run_id = lab.run_id
+        self.hosts = {n: HostView(n, h.address, h.remote) for n, h in lab.hosts.items()}
+
+    @property
+    def first_host(self) -> str:
+        return next(iter(self.lab.hosts))
+
+    @contextmanager
+    def helpers(self, key: str) -> Iterator[StepHelpers]:
+        hs = StepHelpers(self.lab, key)
+        try:
+            yield hs
+        finally:
+            hs.stop_rest()
+
+    def calibrate(self, probe: Any) -> dict[str, Any]:
+        lab = self.lab
+        host = probe.host or self.first_host
+        r = lab.agent(host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
+                                 duration_ns=int(probe.seconds(self.exp.duration) * 1e9), calibrate=True)
+        out: dict[str, Any] = r["result"]
+        return out
+
+    def check(self) -> None:
+        self.lab.check()
+
+    def channel_stats(self, host: str, key: str, name: str) -> str | None:
+        return self.lab.rel(host, hubs.stats_path(self.lab, host, key, name)) if self.exp.channels else None
 
     def sleep(self, seconds: float) -> None:
         _sleep(seconds)

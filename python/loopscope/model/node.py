@@ -129,8 +129,10 @@ def env_slice(acc: dict[str, list[list[float]]], batches: int = 4) -> None:
 
 def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, dict[str, Any]]:
     from loopscope.probes import syscall
+    from loopscope.probes.params import SyscallParams
 
-    r = syscall.run(calls=calls, target_rel=0.03, max_seconds=max_seconds_per_call, workdir=workdir)
+    p = SyscallParams(target_pct=3, max_seconds_per_call=max_seconds_per_call, **({"calls": calls} if calls else {}))
+    r = syscall.run(p, workdir)
     if r.interrupted:
         raise KeyboardInterrupt  # a calibration cut short is no calibration
     return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "typical_ns": float(typical(c.batch_ns)),

@@ -20,6 +20,7 @@ from loopscope import _native
 from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
+from loopscope.probes.params import SchedParams, Launch, raise_unfit
 
 
 @dataclass
@@ -76,26 +77,13 @@ class SchedResult:
         }
 
 
-def validate(duration_ns: int, busy_threads: int, sleep_ns: int, work_ns: int, cpus: list[int]) -> None:
-    if not 0 <= busy_threads <= 64:
-        raise InputError(f"--busy-threads: must be 0..64 [got {busy_threads}]")
-    if sleep_ns < 1_000 or work_ns < 1_000:
-        raise InputError("--sleep-us and --work-us: must be at least 1 µs")
-    if duration_ns < 10 * (sleep_ns + work_ns):
-        raise InputError("--duration: must hold at least 10 sleep/work cycles")
-    allowed = sorted(os.sched_getaffinity(0))
-    for c in cpus:
-        if c not in allowed:
-            raise InputError(f"--cpu: CPU {c} is not available to this process; use one of {allowed}")
+PARAMS = SchedParams
 
 
 def run(
+    p: SchedParams,
     duration_ns: int,
     *,
-    busy_threads: int = 2,
-    sleep_ns: int = 1_000_000,
-    work_ns: int = 1_000_000,
-    cpus: list[int] | None = None,
     work_iters: int | None = None,
     alone_ns: int | None = None,
     calibrate_only: bool = False,
@@ -104,19 +92,20 @@ def run(
     """Run the probe. ``work_iters``/``alone_ns`` (from an earlier
     ``calibrate_only`` run, e.g. on the idle machine) fix the burst, so that
     runs under different loads do the same work against the same reference."""
-    cpus = list(cpus or [])
-    validate(duration_ns, busy_threads, sleep_ns, work_ns, cpus)
+    raise_unfit(p)
+    if duration_ns < 10 * (p.sleep_us + p.work_us) * 1000:
+        raise InputError("duration: must hold at least 10 sleep/work cycles")
     if (work_iters is None) != (alone_ns is None):
-        raise InputError("--work-iters and --alone-ns go together (both come from one --calibrate-only run)")
-    with traced(None if calibrate_only else trace_path, ["sched"], away_from=cpus) as tr:
-        raw = _native.sched_probe(duration_ns, busy_threads, sleep_ns, work_ns, cpus, work_iters, alone_ns, calibrate_only)
+        raise InputError("work_iters and alone_ns go together (both come from one calibration run)")
+    with traced(None if calibrate_only else trace_path, ["sched"], away_from=list(p.cpu or [])) as tr:
+        raw = _native.sched_probe(p, duration_ns, work_iters, alone_ns, calibrate_only)
     wake = np.asarray(raw["wake_delay_ns"])
     extra = np.asarray(raw["extra_ns"])
     return SchedResult(
         duration_ns=duration_ns,
-        busy_threads=busy_threads,
-        sleep_ns=sleep_ns,
-        work_ns=work_ns,
+        busy_threads=p.busy_threads,
+        sleep_ns=p.sleep_us * 1000,
+        work_ns=p.work_us * 1000,
         work_iters=int(raw["work_iters"]),
         alone_ns=int(raw["alone_ns"]),
         cycles=len(wake),
@@ -133,3 +122,10 @@ def run(
         wake_delay_ns=wake,
         extra_ns=extra,
     )
+
+
+def launched(p: SchedParams, launch: Launch) -> SchedResult:
+    """The probe as an agent starts it: calibrating, or with the burst its calibration found."""
+    c = launch.calibration
+    return run(p, launch.duration_ns, work_iters=c.get("work_iters"), alone_ns=c.get("alone_ns"), calibrate_only=launch.calibrate,
+               trace_path=launch.trace)

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from loopscope import _native
-from loopscope.errors import InputError, RunError
+from loopscope.errors import RunError
 from loopscope.probes.common import envelope, traced
+from loopscope.probes.params import Launch, SyscallParams
 
-CALLS: list[str] = list(_native.syscall_names())
 
 
 @dataclass
@@ -66,38 +66,11 @@ class SyscallResult:
         }
 
 
-def validate(calls: list[str], batch: int, target_rel: float, max_batches: int) -> None:
-    for c in calls:
-        try:
-            _native.syscall_parse(c)
-        except ValueError as e:
-            raise InputError(f"--calls: {e}") from None
-    if not calls:
-        raise InputError("--calls: name at least one system call")
-    if not 1 <= batch <= 500:
-        raise InputError(f"--batch: must be 1..500 calls [got {batch}]")
-    if not 0 < target_rel < 1:
-        raise InputError(f"--target: must be between 0 and 100 % [got {target_rel * 100:g} %]")
-    if max_batches < 2:
-        raise InputError(f"--max-batches: must be at least 2 [got {max_batches}]")
-
-
-def run(
-    *,
-    calls: list[str] | None = None,
-    batch: int = 200,
-    target_rel: float = 0.05,
-    min_batches: int = 10,
-    max_batches: int = 2000,
-    max_seconds: float = 5.0,
-    workdir: str | os.PathLike[str] | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-) -> SyscallResult:
-    calls = list(calls or CALLS)
-    validate(calls, batch, target_rel, max_batches)
+def run(p: SyscallParams, workdir: str | os.PathLike[str] | None = None, trace_path: str | os.PathLike[str] | None = None, min_batches: int = 10) -> SyscallResult:
+    """Time ``p.calls``; scratch files go to ``p.dir``, else ``workdir``, else the system's temporary directory."""
     d = os.fspath(workdir) if workdir is not None else tempfile.gettempdir()
     with traced(trace_path, ["syscall"]) as tr:
-        raw = _native.syscall_probe(calls, d, batch, min_batches, max_batches, target_rel, max_seconds)
+        raw = _native.syscall_probe(p, d, min_batches)
     failed = [c for c in raw["calls"] if c["error"]]
     if failed:
         c = failed[0]
@@ -110,6 +83,14 @@ def run(
         for c in raw["calls"]
     ]
     return SyscallResult(
-        calls=out, batch=batch, target_rel=target_rel, clock_read_ns=float(raw["clock_read_ns"]),
+        calls=out, batch=p.batch, target_rel=p.target_pct / 100, clock_read_ns=float(raw["clock_read_ns"]),
         interrupted=bool(raw["interrupted"]), trace=tr.path, trace_records=tr.records, trace_lost=tr.lost,
     )
+
+
+PARAMS = SyscallParams
+
+
+def launched(p: SyscallParams, launch: Launch) -> SyscallResult:
+    """The probe as an agent starts it: scratch files in the run's scratch directory unless it names one."""
+    return run(p, launch.scratch, launch.trace)

@@ -20,6 +20,7 @@ from loopscope import _native
 from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
+from loopscope.probes.params import TimerParams, Launch, raise_unfit
 
 MAX_SAMPLES_PER_THREAD = 16_000_000
 
@@ -56,6 +57,8 @@ class TimerResult:
     trace: str | None
     trace_records: int | None = None
     trace_lost: int | None = None
+    #: what a default changes against cyclictest, said where the number is
+    peer_note: str | None = None
     latencies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -86,6 +89,7 @@ class TimerResult:
             "dma_latency": self.dma_latency,
             "trace_records": self.trace_records,
             "trace_lost_records": self.trace_lost,
+            "peer_note": self.peer_note,
             "threads": [
                 {
                     "index": t.index,
@@ -105,45 +109,15 @@ class TimerResult:
         }
 
 
-def validate(interval_ns: int, duration_ns: int, threads: int, cpus: list[int], priority: int | None, dma_latency_us: int | None = None) -> None:
-    """Check the options; raise InputError naming the option and the rule."""
-    if interval_ns < 1_000:
-        raise InputError(f"--interval-us: must be at least 1 µs [got {interval_ns / 1000:g} µs]")
+def run(p: TimerParams, duration_ns: int, trace_path: str | os.PathLike[str] | None = None) -> TimerResult:
+    """Run the probe; write its trace to ``trace_path`` when given."""
+    raise_unfit(p)
+    interval_ns = p.interval_us * 1000
     if duration_ns < interval_ns:
-        raise InputError("--duration: must be at least one interval long")
-    if not 1 <= threads <= 1024:
-        raise InputError(f"--threads: must be 1..1024 [got {threads}]")
-    allowed = sorted(os.sched_getaffinity(0))
-    for c in cpus:
-        if c not in allowed:
-            raise InputError(f"--cpu: CPU {c} is not available to this process; use one of {allowed}")
-    if priority is not None and not 1 <= priority <= 99:
-        raise InputError(f"--priority: SCHED_FIFO priority must be 1..99 [got {priority}]")
-    if dma_latency_us is not None and not 0 <= dma_latency_us <= 2_000_000_000:
-        raise InputError(f"--dma-latency: must be 0 or more µs [got {dma_latency_us}]")
-
-
-def run(
-    interval_ns: int,
-    duration_ns: int,
-    *,
-    threads: int = 1,
-    cpus: list[int] | None = None,
-    priority: int | None = None,
-    mlock: bool = True,
-    dma_latency_us: int | None = None,
-    trace_path: str | os.PathLike[str] | None = None,
-) -> TimerResult:
-    """Run the probe; write its trace to ``trace_path`` when given.
-
-    ``dma_latency_us``: hold /dev/cpu_dma_latency at this value for the run,
-    as cyclictest does by default (with 0); None measures the machine with
-    its power management as configured.
-    """
-    cpus = list(cpus or [])
-    validate(interval_ns, duration_ns, threads, cpus, priority, dma_latency_us)
+        raise InputError("duration: must be at least one interval long")
+    cpus = list(p.cpu or [])
     with traced(trace_path, ["timer"], away_from=cpus) as tr:
-        raw = _native.timer_probe(interval_ns, duration_ns, threads, cpus, priority, mlock, MAX_SAMPLES_PER_THREAD, dma_latency_us)
+        raw = _native.timer_probe(p, duration_ns, MAX_SAMPLES_PER_THREAD)
     ths = []
     all_lat = []
     for t in raw["threads"]:
@@ -182,5 +156,14 @@ def run(
         trace_records=tr.records,
         trace_lost=tr.lost,
         latencies=lat,
+        peer_note=p.peer_note(),
     )
     return res
+
+
+PARAMS = TimerParams
+
+
+def launched(p: TimerParams, launch: Launch) -> TimerResult:
+    """The probe as an agent starts it."""
+    return run(p, launch.duration_ns, launch.trace)

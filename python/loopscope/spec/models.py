@@ -25,9 +25,6 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.units import duration_text, parse_duration_ns
 
-SYSCALLS = [
-    "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
-]
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
 
 

@@ -1,0 +1,152 @@
+"""A probe's parameters, declared once, and what a probe process is started with.
+
+Each probe module declares its parameters as one pydantic model (a
+subclass of ``Params``): name, type, bounds (``Field(ge=…, le=…)``) and
+help (the field's ``description``). Everything else comes from it: the
+experiment file's probe model inherits it (``kinds/``), ``loopscope probe
+KIND`` builds its options from it (``cli/params.py``), and the agent starts
+a probe with a ``Launch``: the kind and the parameters, dumped by the model
+and validated by it again in the probe's process. No command line is built
+from strings between the controller and a probe, and a bound lives in one
+place. Where the hot loop is native, the binding reads the model's fields
+by attribute (``crates/py``), and a test ties the two declarations.
+
+What is not a parameter but the step's: how long, where the trace goes,
+the scratch directory, and the values an earlier calibration step found
+(``calibration``: the sched probe's burst size), kept apart so that a user
+cannot set them in an experiment file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from loopscope.errors import InputError
+
+
+class Params(BaseModel):
+    """Base of every probe's parameter model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    def check_here(self) -> list[str]:
+        """What this machine cannot do of these parameters (checked where the
+        probe runs, not where the file is read): one line each."""
+        return []
+
+    def notes_here(self) -> list[str]:
+        """What will not apply here but the probe reports rather than fails on."""
+        return []
+
+
+class Launch(BaseModel):
+    """One probe process: the kind, its parameters and the step's own values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: str
+    params: dict[str, Any] = Field(description="the kind's Params, dumped; validated by its model in the probe's process")
+    duration_ns: int = Field(ge=0)
+    trace: str | None = None
+    scratch: str
+    calibrate: bool = False
+    calibration: dict[str, int] = Field(default_factory=dict)
+
+
+def cpus_here(cpus: list[int] | None, option: str = "cpu") -> list[str]:
+    """CPUs this process may not run on, said with the ones it may."""
+    allowed = sorted(os.sched_getaffinity(0))
+    return [f"{option}: CPU {c} is not available to this process; use one of {allowed}" for c in cpus or [] if c not in allowed]
+
+
+def raise_unfit(p: Params) -> None:
+    """``check_here`` as an InputError (exit 2) when anything is unfit."""
+    bad = p.check_here()
+    if bad:
+        raise InputError("; ".join(bad))
+
+
+# ---- the probes' parameters ------------------------------------------------------
+
+
+class TimerParams(Params):
+    """Timer wake-up latency on absolute deadlines (cyclictest's measurement)."""
+
+    interval_us: Annotated[int, Field(ge=1, le=10_000_000, description="wake-up period, µs", json_schema_extra={"x-flags": ["-i"]})] = 1000
+    threads: Annotated[int, Field(ge=1, le=1024, description="measuring threads", json_schema_extra={"x-flags": ["-t"]})] = 1
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
+    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE; default: SCHED_OTHER)",
+                                                                json_schema_extra={"x-flags": ["-p"]})
+    dma_latency_us: Annotated[int, Field(ge=0, le=2_000_000_000)] | None = Field(
+        None, description="hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 by default (default: leave idle states alone)",
+        json_schema_extra={"x-flags": ["--dma-latency"]})
+    mlock: bool = Field(True, description="lock the probe's memory (mlockall), as cyclictest -m does; off lets page faults into its wake-ups")
+
+    def check_here(self) -> list[str]:
+        return cpus_here(self.cpu)
+
+    def notes_here(self) -> list[str]:
+        if self.dma_latency_us is not None and not os.access("/dev/cpu_dma_latency", os.W_OK):
+            return ["dma_latency_us: /dev/cpu_dma_latency is not writable; the probe will report it"]
+        return []
+
+    def peer_note(self) -> str | None:
+        """One line for the summary when a default changes the number against cyclictest."""
+        if self.dma_latency_us is None:
+            return ("idle states left alone: cyclictest holds /dev/cpu_dma_latency at 0 by default, which keeps CPUs out of deep idle; "
+                    "compare with it under the same setting (dma_latency_us 0)")
+        return None
+
+
+#: What cyclictest does unless told otherwise (-m, and /dev/cpu_dma_latency held at 0).
+AS_CYCLICTEST = TimerParams(mlock=True, dma_latency_us=0)
+
+
+class SchedParams(Params):
+    """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
+
+    busy_threads: Annotated[int, Field(ge=0, le=64, description="threads spinning next to the measured one")] = 2
+    sleep_us: Annotated[int, Field(ge=1, le=10_000_000, description="how long the measured thread sleeps each cycle, µs")] = 1000
+    work_us: Annotated[int, Field(ge=1, le=10_000_000, description="how long its burst of work takes alone, µs")] = 1000
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin the threads to these CPUs (measured thread first)")
+
+    def check_here(self) -> list[str]:
+        return cpus_here(self.cpu)
+
+
+#: every call the syscall probe times (crates/probes/src/syscall.rs names the same; a test ties them)
+SYSCALLS = [
+    "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
+]
+
+
+def _syscall(v: Any) -> str:
+    from loopscope import _native
+
+    try:
+        _native.syscall_parse(str(v))
+    except ValueError as e:
+        raise PydanticCustomError("syscall", "{why}", {"why": str(e)}) from None
+    return str(v)
+
+
+SyscallName = Annotated[str, BeforeValidator(_syscall),
+                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
+                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
+
+
+class SyscallParams(Params):
+    """Per-call cost of system calls, in batches until the 95 % CI is within ``target_pct`` (Carlinet et al. 2000)."""
+
+    calls: Annotated[list[SyscallName], Field(min_length=1)] = Field(
+        default_factory=lambda: list(SYSCALLS), description="the calls to time; read, write, sendto and recvfrom take a size in bytes (read:4096)")
+    batch: Annotated[int, Field(ge=1, le=500, description="calls per timed batch")] = 200
+    target_pct: Annotated[float, Field(gt=0, lt=100, description="stop a call when its 95% CI half-width is within this % of the mean",
+                                       json_schema_extra={"x-flags": ["--target"]})] = 5.0
+    max_batches: Annotated[int, Field(ge=2, le=1_000_000, description="cap on batches per call")] = 2000
+    max_seconds_per_call: Annotated[float, Field(gt=0, le=3600, description="cap on time per call, s", json_schema_extra={"x-flags": ["--max-seconds"]})] = 5.0
+    dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory, or the system's temporary one)")
