@@ -2,30 +2,43 @@
 
 use super::*;
 
-/// Run the timer-latency probe; returns a dict (see timer.rs).
+/// The timer probe's parameters as its model declares them (probes/params.py
+/// `TimerParams`), read from the model by attribute; `timer_params` echoes
+/// them back so that a test ties the two declarations.
+#[derive(FromPyObject, IntoPyObject, Clone, Debug)]
+pub(crate) struct TimerParams {
+    interval_us: u64,
+    threads: usize,
+    cpu: Option<Vec<usize>>,
+    priority: Option<i32>,
+    dma_latency_us: Option<i32>,
+    mlock: bool,
+}
+
+/// What the binding read of a `TimerParams` model (for the test that ties them).
 #[pyfunction]
-#[pyo3(signature = (interval_ns, duration_ns, threads=1, cpus=vec![], priority=None, mlock=true, max_samples=16_000_000, dma_latency_us=None))]
-#[allow(clippy::too_many_arguments)]
+pub(crate) fn timer_params(p: TimerParams) -> TimerParams {
+    p
+}
+
+/// Run the timer-latency probe with its parameters (a `TimerParams` model); returns a dict (see timer.rs).
+#[pyfunction]
+#[pyo3(signature = (params, duration_ns, max_samples=16_000_000))]
 pub(crate) fn timer_probe<'py>(
     py: Python<'py>,
-    interval_ns: u64,
+    params: TimerParams,
     duration_ns: u64,
-    threads: usize,
-    cpus: Vec<usize>,
-    priority: Option<i32>,
-    mlock: bool,
     max_samples: usize,
-    dma_latency_us: Option<i32>,
 ) -> PyResult<Bound<'py, PyDict>> {
     let cfg = timer::TimerConfig {
-        interval_ns,
+        interval_ns: params.interval_us * 1000,
         duration_ns,
-        threads,
-        cpus,
-        priority,
-        mlock,
+        threads: params.threads,
+        cpus: params.cpu.unwrap_or_default(),
+        priority: params.priority,
+        mlock: params.mlock,
         max_samples,
-        dma_latency_us,
+        dma_latency_us: params.dma_latency_us,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
@@ -61,17 +74,31 @@ pub(crate) fn timer_probe<'py>(
     Ok(d)
 }
 
-/// Run the scheduler-responsiveness probe; returns a dict (see sched.rs).
+/// The sched probe's parameters as its model declares them (probes/params.py
+/// `SchedParams`), read by attribute; `sched_params` echoes them back.
+#[derive(FromPyObject, IntoPyObject, Clone, Debug)]
+pub(crate) struct SchedParams {
+    busy_threads: usize,
+    sleep_us: u64,
+    work_us: u64,
+    cpu: Option<Vec<usize>>,
+}
+
+/// What the binding read of a `SchedParams` model (for the test that ties them).
 #[pyfunction]
-#[pyo3(signature = (duration_ns, busy_threads=2, sleep_ns=1_000_000, work_ns=1_000_000, cpus=vec![], work_iters=None, alone_ns=None, calibrate_only=false))]
-#[allow(clippy::too_many_arguments)]
+pub(crate) fn sched_params(p: SchedParams) -> SchedParams {
+    p
+}
+
+/// Run the scheduler-responsiveness probe with its parameters (a
+/// `SchedParams` model) and, when given, the burst an earlier calibration
+/// found; returns a dict (see sched.rs).
+#[pyfunction]
+#[pyo3(signature = (params, duration_ns, work_iters=None, alone_ns=None, calibrate_only=false))]
 pub(crate) fn sched_probe<'py>(
     py: Python<'py>,
+    params: SchedParams,
     duration_ns: u64,
-    busy_threads: usize,
-    sleep_ns: u64,
-    work_ns: u64,
-    cpus: Vec<usize>,
     work_iters: Option<u64>,
     alone_ns: Option<i64>,
     calibrate_only: bool,
@@ -86,11 +113,11 @@ pub(crate) fn sched_probe<'py>(
         }
     };
     let cfg = loopscope_probes::sched::SchedConfig {
-        busy_threads,
-        sleep_ns,
-        work_ns,
+        busy_threads: params.busy_threads,
+        sleep_ns: params.sleep_us * 1000,
+        work_ns: params.work_us * 1000,
         duration_ns,
-        cpus,
+        cpus: params.cpu.unwrap_or_default(),
         fixed,
         calibrate_only,
     };

@@ -1,9 +1,9 @@
 """Command-line options made from a probe's parameter model.
 
 ``loopscope probe KIND`` takes the same parameters as the experiment
-file's probe of that kind, under the same names (``dma_latency_us`` is
-``--dma-latency-us``), with the model's help, default and bounds: the
-model (``probes/*.py``, a ``Params``) is the one declaration. A field may
+file's probe of that kind, under the same names (``interval_us`` is
+``--interval-us``), with the model's help, default and bounds: the
+model (``probes/params.py``, a ``Params``) is the one declaration. A field may
 add short or older spellings in its ``json_schema_extra`` (``x-flags``).
 Values click has already range-checked are validated by the model again,
 and a refusal names the option.
@@ -85,7 +85,7 @@ def _click_type(name: str, annotation: Any, meta: list[Any]) -> Any:
 
 
 def flag(name: str) -> str:
-    """The option a field becomes: ``dma_latency_us`` → ``--dma-latency-us``."""
+    """The option a field becomes: ``interval_us`` → ``--interval-us``."""
     return "--" + name.replace("_", "-")
 
 

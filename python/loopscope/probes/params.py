@@ -98,7 +98,7 @@ class TimerParams(Params):
         """One line for the summary when a default changes the number against cyclictest."""
         if self.dma_latency_us is None:
             return ("idle states left alone: cyclictest holds /dev/cpu_dma_latency at 0 by default, which keeps CPUs out of deep idle; "
-                    "compare with it under the same setting (dma_latency_us 0)")
+                    "compare with it under the same setting (dma_latency_us: 0 in a file, --dma-latency-us 0 on the command line)")
         return None
 
 
