@@ -39,7 +39,7 @@ def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: 
     Examples:
       loopscope probe timer -i 1000 -d 10s
       loopscope probe timer -i 200 -d 1m -t 2 --cpu 0,1 -p 80 --trace timer.lstrace
-      loopscope probe timer --dma-latency-us 0     # as cyclictest runs by default
+      loopscope probe timer --dma-latency-us 0 --cpu 1
     """
     from loopscope.probes import timer
 

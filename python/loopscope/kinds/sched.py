@@ -17,7 +17,7 @@ from loopscope.probes.params import SchedParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
 
-class SchedProbe(ProbeModel, SchedParams):
+class SchedProbe(SchedParams, ProbeModel):
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003)."""
 
     kind: Literal["sched"]

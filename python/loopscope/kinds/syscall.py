@@ -16,7 +16,7 @@ from loopscope.probes.params import SyscallParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
 
-class SyscallProbe(ProbeModel, SyscallParams):
+class SyscallProbe(SyscallParams, ProbeModel):
     """Per-call cost of system calls, in batches until the 95 % CI is within `target_pct` (Carlinet et al. 2000)."""
 
     kind: Literal["syscall"]

@@ -15,7 +15,7 @@ from loopscope.probes.params import TimerParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
 
-class TimerProbe(ProbeModel, TimerParams):
+class TimerProbe(TimerParams, ProbeModel):
     """Timer wake-up latency on absolute deadlines (cyclictest's measurement)."""
 
     kind: Literal["timer"]
