@@ -12,7 +12,7 @@ import pytest
 
 from loopscope import _native
 from loopscope.kinds import KINDS
-from loopscope.probes.params import SYSCALLS, Launch, Params, SchedParams, SyscallParams, TimerParams
+from loopscope.probes.params import SYSCALLS, Launch, Params, RrParams, SchedParams, SyscallParams, TimerParams
 from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
@@ -77,8 +77,22 @@ def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli,
     assert_clean_error(cli("probe", "launch", bad), 2, "timer.interval_us")
 
 
-@pytest.mark.parametrize("model", [TimerParams, SchedParams, SyscallParams], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", [TimerParams, SchedParams, SyscallParams, RrParams], ids=lambda m: m.__name__)
 def test_every_parameter_is_documented_with_the_experiment_files_fields(model: type[Params]) -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "experiments.md").read_text()
     for name in model.model_fields:
         assert f"| `{name}` |" in doc, name
+
+
+def test_an_rr_probe_naming_a_host_launches_its_client_with_the_servers_address(tmp_path: Path) -> None:
+    spec = {"kind": "rr", "name": "r", "dest": "10.0.0.2:47300", "rate": "500pps", "transport": "tcp", "size": 100, "port": 47300, "host": "a"}
+    lc = Launch.model_validate_json(KINDS["rr"].argv(spec, 10**9, tmp_path / "r.lstrace", tmp_path)[-1])
+    assert RrParams.model_validate(lc.params) == RrParams(dest="10.0.0.2:47300", rate="500pps", transport="tcp", size=100)
+
+
+def test_the_rr_experiment_field_dest_takes_a_host_name_the_launch_does_not() -> None:
+    from loopscope.kinds.rr import RrProbe
+
+    assert RrProbe(kind="rr", dest="server").server_host == "server"
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        RrParams(dest="server")

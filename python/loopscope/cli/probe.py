@@ -14,7 +14,7 @@ from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.units import format_bps, format_ns
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
 from loopscope.cli.params import build, options
-from loopscope.probes.params import SchedParams, SyscallParams, TimerParams
+from loopscope.probes.params import RrParams, SchedParams, SyscallParams, TimerParams
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -109,9 +109,9 @@ def probe_launch(launch_json: str) -> int:
         lc = Launch.model_validate_json(launch_json)
     except ValidationError as e:
         raise InputError(f"launch: {e.errors()[0]['msg']} at {'.'.join(str(x) for x in e.errors()[0]['loc'])}") from None
-    res = launch.run(lc)
-    click.echo(json.dumps(res.to_json()))
-    return EXIT_INTERRUPTED if res.interrupted else 0
+    out, interrupted = launch.run(lc)
+    click.echo(json.dumps(out))
+    return EXIT_INTERRUPTED if interrupted else 0
 
 
 @probe.command("syscall")
@@ -408,16 +408,17 @@ def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None
 
 
 @probe.command("rr")
-@click.option("--dest", required=True, help="Echo server HOST:PORT.")
-@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Request rate (1000pps).")
+@options(RrParams)
+@click.option("--tcp", is_flag=True, help="Same as --transport tcp; the server is `probe echo --tcp`.")
 @click.option("--duration", "-d", type=Duration(), default="5s", show_default=True, help="How long to send requests.")
-@click.option("--size", type=int, default=64, show_default=True, help="Request size in bytes (at least 48).")
 @click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
-@click.option("--tcp", is_flag=True, help="Over one TCP connection (default: UDP datagrams); the server is `probe echo --tcp`.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: str, tcp: bool, trace_path: str | None, as_json: bool) -> int:
+def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs.
+
+    The options are the experiment file's fields of an rr probe (``dest``
+    here is always the echo server's HOST:PORT).
 
     \b
     Examples:
@@ -426,7 +427,9 @@ def probe_rr(dest: str, rate_text: str, duration: int, size: int, pattern_text: 
     """
     from loopscope.probes import net
 
-    j = net.rr(dest, rate_text=rate_text, duration_ns=duration, size=size, pattern_text=pattern_text, tcp=tcp, trace_path=_trace_path(trace_path, "rr"))
+    p = build(RrParams, {**params, **({"transport": "tcp"} if tcp else {})})
+    dest = p.dest
+    j = net.rr(p, duration, pattern_text=pattern_text, trace_path=_trace_path(trace_path, "rr"))
     if as_json:
         click.echo(json.dumps(j))
     else:

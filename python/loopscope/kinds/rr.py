@@ -31,25 +31,22 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
+from loopscope.fields import ENDPOINT
 from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
-from loopscope.spec.models import Duration, Name, ProbeModel, pps
-from loopscope.units import duration_text
+from loopscope.probes.params import RrParams
+from loopscope.spec.models import Duration, Name, ProbeModel
 
-HEADER = 48  # the loopscope packet header (crates/probes/src/net/packet.rs)
-ENDPOINT = re.compile(r"^(?P<host>[^:\s]+):(?P<port>[0-9]{1,5})$")
 COLUMNS = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
            "turnaround_ns": pl.Int64, "ipdv_fwd_ns": pl.Int64, "ipdv_ret_ns": pl.Int64, "client": pl.String, "server": pl.String}
 
 
-class RrProbe(ProbeModel):
+class RrProbe(RrParams, ProbeModel):
     """Request/response between two hosts: round-trip time, both one-way legs on the run's timeline (with their sync bound) and their IPDV (RFC 3393)."""
 
     kind: Literal["rr"]
     host: Name | None = Field(None, description="the host of the client (default: the first host)")
+    # the file's dest may name a host of the experiment (the lab then starts the echo server and launches the client with its HOST:PORT)
     dest: str = Field(description="a host of the experiment (the lab starts an echo server there) or HOST:PORT of an echo server you run (loopscope probe echo)")
-    rate: pps("an rr probe's") = Field("1000pps", description="requests per second")  # type: ignore[valid-type]
-    transport: Literal["udp", "tcp"] = Field("udp", description="udp: one datagram each way; tcp: one connection, length-framed messages, Nagle off")
-    size: Annotated[int, Field(ge=HEADER, le=65000)] = Field(64, description="request bytes (the answer is 72)")
     port: Annotated[int, Field(ge=1024, le=65000)] = Field(47300, description="the echo server's port when dest names a host")
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
     talks_across_hosts: ClassVar[bool] = True
@@ -74,11 +71,6 @@ class RrProbe(ProbeModel):
 
     def hosts(self, first: str) -> list[str]:
         return list(dict.fromkeys([self.host or first, *([self.server_host] if self.server_host else [])]))
-
-
-def _client(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
-    return cli("rr") + ["--dest", p["address"], "--rate", p["rate"], "--size", str(p["size"]), "--duration", duration_text(duration_ns),
-                        *(["--tcp"] if p["transport"] == "tcp" else []), "--json", "--trace", str(trace)]
 
 
 def _echo(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
@@ -120,25 +112,22 @@ class Rr(ProbeKind):
     steady = (("rr", "rtt_ns", ()),)
     summary = frozenset({"rtt", "fwd", "ret"})
     labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}
+    params = RrParams
     helpers = {"rr-echo": _echo}
-
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        return _client(p, duration_ns, trace, scratch)
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         srv = probe.server_host
         spec = probe.model_dump(mode="json")
         if srv is None:
-            spec["address"] = probe.dest
             return {**ctx.run_one(probe, spec, key, dur_ns), "server": {"host": None, "address": probe.dest}}
         h = ctx.hosts[srv]
         name = f"{probe.name}.echo"
-        spec["address"] = h.at(probe.port)
+        spec["dest"] = h.at(probe.port)  # the client is launched with the server's HOST:PORT
         with ctx.helpers(key) as hs:
             hs.start(srv, {"kind": "rr-echo", "name": name, "bind": h.bind(probe.port), "transport": probe.transport}, wait_ready=True)
             step = ctx.run_one(probe, spec, key, dur_ns)
             echo = hs.stop(srv, name)
-        return {**step, "server": {"host": srv, "address": spec["address"], "name": name, "json": echo.json,
+        return {**step, "server": {"host": srv, "address": spec["dest"], "name": name, "json": echo.json,
                                    "answered": echo.result.get("requests"), "cpu_usec": echo.cpu_usec, "tids": echo.result.get("tids")}}
 
     def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]

@@ -1,49 +1,42 @@
 """Run a probe from a ``Launch``: what an agent's probe process does.
 
 The agent starts ``loopscope probe launch LAUNCH_JSON``; this module finds
-the probe's module by kind, validates the parameters with its model (the
-same model the experiment file was checked with, so nothing is parsed back
-from text), and runs it. Each probe module answers ``PARAMS`` (its model)
-and ``launched(params, launch)`` (its result, with ``to_json()`` and
-``interrupted``). Modules are imported only when their kind runs.
+the kind's parameter model and runner, validates the parameters with the
+model (the one the experiment file was checked with, so nothing is parsed
+back from text), and runs it. A runner takes the typed parameters and the
+launch and returns the probe's result: an object with ``to_json()``, or
+the JSON object itself. Modules are imported only when their kind runs.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
 from loopscope.errors import InputError
-from loopscope.probes.params import Launch, Params
+from loopscope.probes.params import Launch, Params, RrParams, SchedParams, SyscallParams, TimerParams
 
-#: kind → the module that runs it
-MODULES = {"timer": "loopscope.probes.timer", "sched": "loopscope.probes.sched", "syscall": "loopscope.probes.syscall"}
-
-
-class Result(Protocol):
-    interrupted: bool
-
-    def to_json(self) -> dict[str, Any]: ...
-
-
-def params_of(kind: str) -> type[Params]:
-    """The parameter model of a kind that starts from a ``Launch``."""
-    mod = importlib.import_module(MODULES[kind])
-    model: type[Params] = mod.PARAMS
-    return model
+#: kind → (its parameter model, the module and function that run it from a Launch)
+LAUNCHED: dict[str, tuple[type[Params], str, str]] = {
+    "timer": (TimerParams, "loopscope.probes.timer", "launched"),
+    "sched": (SchedParams, "loopscope.probes.sched", "launched"),
+    "syscall": (SyscallParams, "loopscope.probes.syscall", "launched"),
+    "rr": (RrParams, "loopscope.probes.net", "rr_launched"),
+}
 
 
-def run(launch: Launch) -> Result:
-    """Validate the parameters with the kind's model and run the probe."""
-    if launch.kind not in MODULES:
-        raise InputError(f"launch: unknown probe kind {launch.kind!r}; known: {', '.join(sorted(MODULES))}")
-    mod = importlib.import_module(MODULES[launch.kind])
+def run(launch: Launch) -> tuple[dict[str, Any], bool]:
+    """Validate the parameters with the kind's model and run the probe: its JSON object, and whether Ctrl-C cut it short."""
+    if launch.kind not in LAUNCHED:
+        raise InputError(f"launch: unknown probe kind {launch.kind!r}; known: {', '.join(sorted(LAUNCHED))}")
+    model, module, function = LAUNCHED[launch.kind]
     try:
-        p = mod.PARAMS.model_validate(launch.params)
+        p = model.model_validate(launch.params)
     except ValidationError as e:
         err = e.errors()[0]
         raise InputError(f"launch: {launch.kind}.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
-    res: Result = mod.launched(p, launch)
-    return res
+    res = getattr(importlib.import_module(module), function)(p, launch)
+    out: dict[str, Any] = res.to_json() if hasattr(res, "to_json") else res
+    return out, bool(out.get("interrupted"))

@@ -23,6 +23,7 @@ from loopscope import _native
 from loopscope.stats import summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
+from loopscope.probes.params import Launch, RrParams
 from loopscope.units import format_bps, parse_rate
 
 HEADER = 48
@@ -379,19 +380,17 @@ def recv(
 
 
 def rr(
-    dest: str,
-    *,
-    rate_text: str,
+    params: RrParams,
     duration_ns: int,
-    size: int = 64,
+    *,
     pattern_text: str = "cbr",
     seed: int = 1,
     records: bool = True,
-    tcp: bool = False,
     trace_path: str | os.PathLike[str] | None = None,
 ) -> dict[str, Any]:
-    hostport(dest, "--dest")
-    r = rate(rate_text, max(size, HEADER))
+    """Exchange requests with the echo server at ``params.dest`` for ``duration_ns``; the result as the probe's JSON."""
+    dest, size, tcp = params.dest, params.size, params.transport == "tcp"
+    r = rate(params.rate, max(size, HEADER))
     p = pattern(pattern_text, seed)
     if p.name == "replay":
         raise InputError("--pattern: replay is for the sender; rr takes cbr, poisson or onoff")
@@ -460,3 +459,8 @@ def split_delays(send_trace: str | os.PathLike[str], recv_trace: str | os.PathLi
         (pl.col("krx_ns") - pl.col("ktx_ns")).alias("network_ns"),
         (pl.col("urx_ns") - pl.col("krx_ns")).alias("end_host_ns"),
     )
+
+
+def rr_launched(p: RrParams, launch: Launch) -> dict[str, Any]:
+    """The rr client as an agent starts it."""
+    return rr(p, launch.duration_ns, trace_path=launch.trace)

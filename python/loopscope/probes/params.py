@@ -20,12 +20,13 @@ cannot set them in an experiment file.
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from loopscope.errors import InputError
+from loopscope.fields import Endpoint, pps
 
 
 class Params(BaseModel):
@@ -150,3 +151,16 @@ class SyscallParams(Params):
     max_batches: Annotated[int, Field(ge=2, le=1_000_000, description="cap on batches per call")] = 2000
     max_seconds_per_call: Annotated[float, Field(gt=0, le=3600, description="cap on time per call, s", json_schema_extra={"x-flags": ["--max-seconds"]})] = 5.0
     dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory, or the system's temporary one)")
+
+
+#: the loopscope packet header every request carries (crates/probes/src/net/packet.rs)
+RR_HEADER = 48
+
+
+class RrParams(Params):
+    """Request/response exchanges with an echo server: round trip, both one-way legs, IPDV."""
+
+    dest: Endpoint = Field(description="HOST:PORT of the echo server (loopscope probe echo)")
+    rate: pps("an rr probe's") = Field("1000pps", description="requests per second")  # type: ignore[valid-type]  # an Annotated type a function makes
+    transport: Literal["udp", "tcp"] = Field("udp", description="udp: one datagram each way; tcp: one connection, length-framed messages, Nagle off")
+    size: Annotated[int, Field(ge=RR_HEADER, le=65000)] = Field(64, description="request bytes (the answer is 72)")

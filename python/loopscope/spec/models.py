@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
+from loopscope.fields import pps as pps  # re-exported for the kinds
 from loopscope.units import duration_text, parse_duration_ns
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
@@ -122,23 +123,6 @@ class Model(BaseModel):
 # Each probe kind's model lives with the rest of that kind (loopscope.kinds):
 # the experiment's ``probes`` field is the union of the registered models,
 # built when the kinds register (``use_probe_models``).
-
-
-def pps(what: str) -> Any:
-    """A rate in messages per second (``1000pps``), for ``what`` in messages."""
-
-    def check(v: Any) -> str:
-        from loopscope.units import parse_rate
-
-        try:
-            _, kind = parse_rate(str(v))
-        except ValueError as e:
-            raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
-        if kind != "pps":
-            raise PydanticCustomError("rate", "{what} rate is messages per second, like 1000pps [got {got}]", {"what": what, "got": v})
-        return str(v)
-
-    return Annotated[str, BeforeValidator(check)]
 
 
 class ProbeModel(Model):

@@ -1,0 +1,41 @@
+"""Field types shared by the experiment file's models (``spec``) and the
+probes' parameter models (``probes/params.py``), which sit side by side in
+the layers: one rule for a rate or an endpoint, checked the same in both."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BeforeValidator
+from pydantic_core import PydanticCustomError
+
+from loopscope.units import parse_rate
+
+ENDPOINT = re.compile(r"^(?P<host>[^:\s]+):(?P<port>[0-9]{1,5})$")
+
+
+def pps(what: str) -> Any:
+    """A rate in messages per second (``1000pps``), for ``what`` in messages."""
+
+    def check(v: Any) -> str:
+        try:
+            _, kind = parse_rate(str(v))
+        except ValueError as e:
+            raise PydanticCustomError("rate", "{why}", {"why": str(e)}) from None
+        if kind != "pps":
+            raise PydanticCustomError("rate", "{what} rate is messages per second, like 1000pps [got {got}]", {"what": what, "got": v})
+        return str(v)
+
+    return Annotated[str, BeforeValidator(check)]
+
+
+def _endpoint(v: str) -> str:
+    m = ENDPOINT.match(v)
+    if m is None or not 1 <= int(m["port"]) <= 65535:
+        raise PydanticCustomError("endpoint", "must be HOST:PORT with a port 1..65535, e.g. 127.0.0.1:7000 [got {got}]", {"got": v})
+    return v
+
+
+#: HOST:PORT of a server
+Endpoint = Annotated[str, AfterValidator(_endpoint)]
