@@ -5,9 +5,10 @@ the layers: one rule for a rate or an endpoint, checked the same in both."""
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BeforeValidator
+from pydantic import AfterValidator, BeforeValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from loopscope.units import parse_rate
@@ -39,3 +40,22 @@ def _endpoint(v: str) -> str:
 
 #: HOST:PORT of a server
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
+
+
+def _command(v: Any) -> list[str]:
+    """A command line as a string (split as a shell would) or a list of arguments."""
+    if isinstance(v, str):
+        try:
+            parts = shlex.split(v)
+        except ValueError as e:
+            raise PydanticCustomError("command", "is not a valid command line: {why}", {"why": str(e)}) from None
+    elif isinstance(v, list) and all(isinstance(x, str) for x in v):
+        parts = v
+    else:
+        raise PydanticCustomError("command", "must be a command line or a list of arguments [got {got}]", {"got": v})
+    if not parts:
+        raise PydanticCustomError("command", "must not be empty", {})
+    return parts
+
+
+Command = Annotated[list[str], BeforeValidator(_command), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]

@@ -12,7 +12,7 @@ import pytest
 
 from loopscope import _native
 from loopscope.kinds import KINDS
-from loopscope.probes.params import SYSCALLS, Launch, Params, RrParams, SchedParams, SyscallParams, TimerParams
+from loopscope.probes.params import SYSCALLS, Launch, Params, ProgramParams, RrParams, SchedParams, SyscallParams, TimerParams
 from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
@@ -77,7 +77,7 @@ def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli,
     assert_clean_error(cli("probe", "launch", bad), 2, "timer.interval_us")
 
 
-@pytest.mark.parametrize("model", [TimerParams, SchedParams, SyscallParams, RrParams], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("model", [TimerParams, SchedParams, SyscallParams, RrParams, ProgramParams], ids=lambda m: m.__name__)
 def test_every_parameter_is_documented_with_the_experiment_files_fields(model: type[Params]) -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "experiments.md").read_text()
     for name in model.model_fields:
@@ -96,3 +96,16 @@ def test_the_rr_experiment_field_dest_takes_a_host_name_the_launch_does_not() ->
     assert RrProbe(kind="rr", dest="server").server_host == "server"
     with pytest.raises(ValueError, match="HOST:PORT"):
         RrParams(dest="server")
+
+
+def test_a_program_probe_is_launched_with_its_command_as_a_list_and_runs(cli: Cli, tmp_path: Path) -> None:
+    prog = "from loopscope.trace import api\ns = api.open()\napi.interval('work', 'step').interval(api.now(), 7)\ns.close()\n"
+    spec = {"kind": "program", "name": "p", "command": ["python3", "-c", prog], "until": "exit", "env": {"A_B": "1 2"}, "cwd": str(tmp_path),
+            "timeout": "30s", "attribute": ["*"], "wakeup": [], "duration": None, "host": None}
+    argv = KINDS["program"].argv(spec, 30 * 10**9, tmp_path / "p.lstrace", tmp_path)
+    lc = Launch.model_validate_json(argv[-1])
+    assert ProgramParams.model_validate(lc.params) == ProgramParams(command=["python3", "-c", prog], until="exit", env={"A_B": "1 2"}, cwd=str(tmp_path))
+    r = cli(*argv[3:])
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert [iv["entity"] for iv in j["intervals"]] == ["work/step"]

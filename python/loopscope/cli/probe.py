@@ -14,7 +14,9 @@ from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.units import format_bps, format_ns
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
 from loopscope.cli.params import build, options
-from loopscope.probes.params import RrParams, SchedParams, SyscallParams, TimerParams
+from loopscope.probes.params import (
+    EchoParams, PipeNodeParams, PipeSinkParams, PipeSourceParams, ProgramParams, RrParams, SchedParams, SyncParams, SyncServeParams, SyscallParams, TimerParams,
+)
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -244,11 +246,11 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 
 
 @probe.command("echo")
-@click.option("--bind", required=True, help="HOST:PORT to answer on.")
-@click.option("--tcp", is_flag=True, help="Answer over TCP connections (default: UDP datagrams).")
+@options(EchoParams)
+@click.option("--tcp", is_flag=True, help="Same as --transport tcp: answer over TCP connections.")
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
-def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int:
+def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: Any) -> int:
     """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times.
 
     \b
@@ -257,69 +259,55 @@ def probe_echo(bind: str, tcp: bool, duration: int | None, as_json: bool) -> int
       loopscope probe echo --bind 127.0.0.1:7000 --tcp -d 60s
     """
     from loopscope import _native
-    from loopscope.probes import net
 
-    net.hostport(bind, "--bind")
-    r = _native.net_echo(bind, duration, tcp, sys.stdout.fileno() if as_json else None)
+    p = build(EchoParams, {**params, **({"transport": "tcp"} if tcp else {})})
+    r = _native.net_echo(p.bind, duration, p.transport == "tcp", sys.stdout.fileno() if as_json else None)
     click.echo(json.dumps(r) if as_json else f"answered {r['requests']:,} requests ({r['malformed']:,} malformed messages ignored)")
     return EXIT_INTERRUPTED if r["interrupted"] else 0
 
 
 @probe.command("pipe-source", hidden=True)
-@click.option("--dest", required=True, help="First stage HOST:PORT (a node, or the sink).")
-@click.option("--rate", "rate_text", default="1000pps", show_default=True, help="Messages per second (1000pps).")
-@click.option("--size", type=int, default=256, show_default=True, help="Message bytes; 56 + 24 per node at least.")
+@options(PipeSourceParams, skip=("linger_ns",))
 @click.option("--duration", "-d", type=Duration(), default=None, help="How long to send (or --count).")
-@click.option("--count", type=click.IntRange(min=1), default=None, help="How many messages.")
-@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id carried by every message (the sink keeps only its own).")
 @click.option("--linger", type=Duration(), default=0, help="After the last message, sleep this long before exiting, so that the messages in flight arrive undisturbed by the exit.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def probe_pipe_source(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, flow: int, linger: int, trace_path: str | None, as_json: bool) -> int:
+def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Source of a distributed pipeline: paced messages through the nodes to the sink."""
     from loopscope.probes import net, pipeline
 
-    net.hostport(dest, "--dest")
-    r = net.rate(rate_text, size)
-    if r.bps is not None:
-        raise InputError(f"--rate: a pipeline's rate is messages per second, like 1000pps [got {rate_text}]")
-    if size < 56 or size > 65000:
-        raise InputError(f"--size: must be 56..65000 bytes [got {size}]")
-    if duration is None and count is None:
+    p = build(PipeSourceParams, {**params, "linger_ns": linger})
+    if duration is None and p.count is None:
         raise InputError("give --duration or --count")
-    res = pipeline.source(dest, r, size, flow, count, duration, _trace_path(trace_path, "pipe-source"), linger)
-    click.echo(json.dumps(res) if as_json else f"sent {res['sent']:,} messages to {dest} ({res['send_errors']} send errors); departure late p99 {format_ns(res['late_ns'].get('p99') or 0)}")
+    res = pipeline.source(p.dest, net.rate(p.rate, p.size), p.size, p.flow, p.count, duration, _trace_path(trace_path, "pipe-source"), p.linger_ns)
+    click.echo(json.dumps(res) if as_json else f"sent {res['sent']:,} messages to {p.dest} ({res['send_errors']} send errors); departure late p99 {format_ns(res['late_ns'].get('p99') or 0)}")
     return EXIT_INTERRUPTED if res["interrupted"] else 0
 
 
 @probe.command("pipe-node", hidden=True)
-@click.option("--bind", required=True, help="HOST:PORT this node listens on.")
-@click.option("--next", "next_hop", required=True, help="HOST:PORT of the next stage.")
-@click.option("--work-us", type=click.IntRange(min=0, max=1_000_000), default=0, show_default=True, help="Busy work per message, µs.")
+@options(PipeNodeParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-node/pipe-node.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
-def probe_pipe_node(bind: str, next_hop: str, work_us: int, trace_path: str | None, as_json: bool) -> int:
+def probe_pipe_node(trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
-    from loopscope.probes import net, pipeline
+    from loopscope.probes import pipeline
 
-    net.hostport(bind, "--bind")
-    net.hostport(next_hop, "--next")
-    res = pipeline.node(bind, next_hop, work_us, _trace_path(trace_path, "pipe-node"))
+    p = build(PipeNodeParams, params)
+    res = pipeline.node(p.bind, p.next, p.work_us, _trace_path(trace_path, "pipe-node"))
     click.echo(json.dumps(res) if as_json else f"forwarded {res['forwarded']:,} of {res['received']:,} messages ({res['malformed']} malformed, {res['full']} full, {res['send_errors']} send errors)")
     return 0
 
 
 @probe.command("pipe-sink", hidden=True)
-@click.option("--bind", required=True, help="HOST:PORT the sink listens on.")
-@click.option("--flow", type=int, default=1, show_default=True, help="Pipeline id to record.")
+@options(PipeSinkParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
-def probe_pipe_sink(bind: str, flow: int, trace_path: str | None, as_json: bool) -> int:
+def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
-    from loopscope.probes import net, pipeline
+    from loopscope.probes import pipeline
 
-    net.hostport(bind, "--bind")
-    res = pipeline.sink(bind, flow, _trace_path(trace_path, "pipe-sink"))
+    p = build(PipeSinkParams, params)
+    res = pipeline.sink(p.bind, p.flow, _trace_path(trace_path, "pipe-sink"))
     e = res["end_to_end_ns"]
     click.echo(json.dumps(res) if as_json else f"received {res['unique']:,} messages (lost {res['lost']}, duplicates {res['duplicates']}, reordered {res['reordered']}); end to end p50 {format_ns(e.get('p50') or 0)}")
     return 0
@@ -355,7 +343,8 @@ def probe_program(duration: int | None, until: str | None, cpus: list[int] | Non
             raise InputError(f"--env {e!r}: expected NAME=VALUE")
         extra[k] = v
     mode = until or ("duration" if duration else "exit")
-    res = program.run(list(command), _trace_path(trace_path, "program"), duration if mode == "duration" else None, mode, duration if mode == "exit" else None, extra, cpus, cwd, mlock)
+    p = build(ProgramParams, {"command": list(command), "until": mode, "env": extra, "cpu": cpus, "cwd": cwd, "mlock": mlock})
+    res = program.run(p, _trace_path(trace_path, "program"), duration)
     if as_json:
         click.echo(json.dumps(res))
         return 0
@@ -377,33 +366,31 @@ def probe_program(duration: int | None, until: str | None, cpus: list[int] | Non
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
 def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
     """Clock-sync responder (the reference host): answer probes, keep kernel stamps; until Ctrl-C."""
-    from loopscope.probes import clocksync, net
+    from loopscope.probes import clocksync
 
-    net.hostport(bind, "--bind")
+    bind = build(SyncServeParams, {"bind": bind}).bind
     res = clocksync.serve(bind, _trace_path(trace_path, "sync-serve"))
     click.echo(json.dumps(res) if as_json else f"answered {res['answered']:,} of {res['received']:,} probes ({res['no_tx_stamp']} without a TX stamp, {res['malformed']} malformed)")
     return 0
 
 
 @probe.command("sync", hidden=True)
-@click.option("--dest", required=True, help="HOST:PORT of the reference host's responder.")
-@click.option("--flow", type=click.IntRange(min=0, max=2**31), default=1, show_default=True, help="This host's id in the responder's records.")
-@click.option("--rate", type=click.FloatRange(min=0.01, max=10000), default=20.0, show_default=True, help="Probe pairs per second.")
+@options(SyncParams, skip=("gap_ns",))
 @click.option("--gap", type=Duration(), default="20us", show_default=True, help="Gap between the two probes of a pair.")
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once started, then exactly one JSON object.")
-def probe_sync(dest: str, flow: int, rate: float, gap: int, duration: int | None, trace_path: str | None, as_json: bool) -> int:
+def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
-    from loopscope.probes import clocksync, net
+    from loopscope.probes import clocksync
 
-    net.hostport(dest, "--dest")
+    p = build(SyncParams, {**params, "gap_ns": gap})
     if as_json:
         # the lab pauses the initiators between probe steps only once they are past
         # their imports: a signal in the middle of those would end them
         click.echo("ready")
-    res = clocksync.probe(dest, flow, rate, gap, duration, _trace_path(trace_path, "sync"))
-    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
+    res = clocksync.probe(p.dest, p.flow, p.rate, p.gap_ns, duration, _trace_path(trace_path, "sync"))
+    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {p.dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
     return EXIT_INTERRUPTED if res["interrupted"] else 0
 
 

@@ -18,7 +18,8 @@ from pydantic_core import PydanticCustomError
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
 from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource
-from loopscope.kinds.program import PATTERNS, INTERVALS, Env, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
+from loopscope.probes.params import EnvName
+from loopscope.kinds.program import PATTERNS, INTERVALS, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
 
 
@@ -28,7 +29,7 @@ class AppProcess(Model):
     name: Name
     command: Command
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
-    env: Env = Field(default_factory=dict)
+    env: dict[EnvName, str] = Field(default_factory=dict)
     cpu: list[Annotated[int, Field(ge=0)]] | None = None
     cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
 

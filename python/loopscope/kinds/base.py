@@ -30,22 +30,23 @@ from loopscope.probes.params import Launch, Params
 from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
-Argv = Callable[[dict[str, Any], int, Path, Path], list[str]]
-
 
 def cli(kind: str) -> list[str]:
     """The start of a command line that runs ``loopscope probe KIND``."""
     return [sys.executable, "-m", "loopscope.cli", "probe", kind]
 
 
+def launch_of(kind: str, model: type[Params], p: dict[str, Any], duration_ns: int, trace: Path | None, scratch: Path, calibrate: bool = False,
+              calibration: dict[str, int] | None = None) -> Launch:
+    """The ``Launch`` of a spec (a probe's dump, or a helper's): its model's fields, validated by it."""
+    params = model.model_validate({k: v for k, v in p.items() if k in model.model_fields})
+    return Launch(kind=kind, params=params.model_dump(mode="json"), duration_ns=duration_ns, trace=None if trace is None else str(trace),
+                  scratch=str(scratch), calibrate=calibrate, calibration=calibration or {})
+
+
 def launch_argv(launch: Launch) -> list[str]:
     """The command line that runs a probe from its ``Launch`` (one JSON argument, the model's dump)."""
     return cli("launch") + [launch.model_dump_json()]
-
-
-def cpus(p: dict[str, Any]) -> list[str]:
-    cpu = ",".join(str(c) for c in p.get("cpu") or [])
-    return ["--cpu", cpu] if cpu else []
 
 
 class RunFiles(Protocol):
@@ -287,8 +288,8 @@ class ProbeKind:
     summary: frozenset[str] | None = None
     #: names of its measures in the report (``wake_delay`` → ``wake-up delay``)
     labels: dict[str, str] = {}
-    #: helper processes an agent may start: name → command line
-    helpers: dict[str, Argv] = {}
+    #: helper processes an agent may start: name → their parameter model (launched like a probe)
+    helpers: dict[str, type[Params]] = {}
     #: the process name (comm) a helper runs under, where it is not the default
     comm: dict[str, str] = {}
 
@@ -300,13 +301,9 @@ class ProbeKind:
         """How an agent starts it: ``loopscope probe launch`` with its typed parameters."""
         if self.params is None:
             raise NotImplementedError(f"{self.name}: no command line")
-        fields = self.params.model_fields
-        params = self.params.model_validate({k: v for k, v in p.items() if k in fields})
         own = self.model.model_fields if self.model is not None else {}
-        launch = Launch(kind=self.name, params=params.model_dump(mode="json"), duration_ns=duration_ns, trace=None if calibrate else str(trace),
-                        scratch=str(scratch), calibrate=calibrate,
-                        calibration={k: int(v) for k, v in p.items() if k not in own and isinstance(v, int) and not isinstance(v, bool)})
-        return launch_argv(launch)
+        calibration = {k: int(v) for k, v in p.items() if k not in own and isinstance(v, int) and not isinstance(v, bool)}
+        return launch_argv(launch_of(self.name, self.params, p, duration_ns, None if calibrate else trace, scratch, calibrate, calibration))
 
     def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
         """Once per run, before the first phase (the sched probe sizes its burst)."""
@@ -383,15 +380,15 @@ class Kinds:
 
     def __init__(self) -> None:
         self.by_name: dict[str, ProbeKind] = {}
-        self.helpers: dict[str, Argv] = {}
+        self.helpers: dict[str, type[Params]] = {}
         self.comms: dict[str, str] = {}
 
     def add(self, kind: ProbeKind) -> None:
         if kind.name in self.by_name:
             raise ValueError(f"probe kind {kind.name!r} registered twice")
         self.by_name[kind.name] = kind
-        for h, fn in kind.helpers.items():
-            self.helpers[h] = fn
+        for h, model in kind.helpers.items():
+            self.helpers[h] = model
         self.comms.update(kind.comm)
 
     def __getitem__(self, name: str) -> ProbeKind:
@@ -412,4 +409,4 @@ class Kinds:
         if k is not None and k.model is not None:
             return k.argv(p, duration_ns, trace, scratch, calibrate)
         h = self.helpers.get(p["kind"])
-        return None if h is None else h(p, duration_ns, trace, scratch)
+        return None if h is None else launch_argv(launch_of(p["kind"], h, p, duration_ns, trace, scratch))

@@ -18,9 +18,9 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
+from loopscope.probes.params import PipeNodeParams, PipeSinkParams, PipeSourceParams
+from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
-from loopscope.units import duration_text
 
 PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
 PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
@@ -64,21 +64,6 @@ class PipelineProbe(ProbeModel):
         return list(dict.fromkeys(h for _, h in self.stages))
 
 
-def _source(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
-    a = cli("pipe-source") + ["--dest", p["dest"], "--rate", p["rate"], "--size", str(p["size"]), "--flow", str(p["flow"])]
-    a += ["--count", str(p["count"])] if p.get("count") else ["--duration", duration_text(duration_ns)]
-    a += ["--linger", duration_text(int(p["linger_ns"]))] if p.get("linger_ns") else []
-    return a + ["--json", "--trace", str(trace)]
-
-
-def _node(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
-    return cli("pipe-node") + ["--bind", p["bind"], "--next", p["next"], "--work-us", str(p["work_us"]), "--json", "--trace", str(trace)]
-
-
-def _sink(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
-    return cli("pipe-sink") + ["--bind", p["bind"], "--flow", str(p["flow"]), "--json", "--trace", str(trace)]
-
-
 class Pipeline(ProbeKind):
     name = "pipeline"
     model = PipelineProbe
@@ -90,7 +75,7 @@ class Pipeline(ProbeKind):
     main = ("pipeline", "e2e_ns")
     steady = (("pipeline", "e2e_ns", ()),)
     summary = frozenset({"e2e"})  # per-hop figures are in the report
-    helpers = {"pipe-source": _source, "pipe-node": _node, "pipe-sink": _sink}
+    helpers = {"pipe-source": PipeSourceParams, "pipe-node": PipeNodeParams, "pipe-sink": PipeSinkParams}
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         """Start the sink, then the nodes back to front, then the source; wait for

@@ -6,36 +6,29 @@ built-in probe's. It may use the lab's channels."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.kinds.base import WINDOWS, ProbeKind, Series, StepContext, StepRows, WindowSource, cli, cpus, groups, no_windows
-from loopscope.spec.models import Command, Duration, Name, ProbeModel
-from loopscope.units import duration_text
+from loopscope.kinds.base import WINDOWS, ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows
+from loopscope.probes.params import ProgramParams
+from loopscope.spec.models import Duration, Name, ProbeModel
 
 PATTERNS = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
 WAKEUP: Any = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
-Env = dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], str]
 INTERVALS = {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}
 
 
-class ProgramProbe(ProbeModel):
+class ProgramProbe(ProgramParams, ProbeModel):
     """Your own program, instrumented with loopscope's trace API (it takes its trace file from
     LOOPSCOPE_TRACE): every interval it logs is compared across phases and its outliers are
     explained like a built-in probe's."""
 
     kind: Literal["program"]
-    command: Command
-    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
     timeout: Duration | None = Field(None, description="with until: exit, how long it may run (default 10 minutes)")
-    env: Env = Field(default_factory=dict, description="extra environment variables")
-    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
-    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
-    mlock: bool = Field(False, description="lock its memory (mlockall) when it opens its trace, done by loopscope's library; a phase's mlock tuning sets it for that phase")
     attribute: list[str] = PATTERNS
     wakeup: list[str] = WAKEUP
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
@@ -99,17 +92,6 @@ def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) ->
     return pl.concat(out) if out else no_windows()
 
 
-def program_argv(p: dict[str, Any], duration_ns: int, trace: Path) -> list[str]:
-    a = cli("program") + ["--until", p["until"], "--duration", duration_text(duration_ns), *cpus(p)]
-    for k, v in (p.get("env") or {}).items():
-        a += ["--env", f"{k}={v}"]
-    if p.get("cwd"):
-        a += ["--cwd", p["cwd"]]
-    if p.get("mlock"):
-        a += ["--mlock"]
-    return a + ["--json", "--trace", str(trace), "--", *p["command"]]
-
-
 def interval_measures(tables: Any, kind: str) -> list[Measure]:
     out = []
     prog = tables.program
@@ -132,8 +114,7 @@ class Program(ProbeKind):
     tables = {"program": INTERVALS}
     steady = (("program", "dur_ns", ("interval",)),)
 
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        return program_argv(p, duration_ns, trace)
+    params = ProgramParams
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         spec = {**probe.model_dump(mode="json"), "command": ctx.with_hosts(probe.command)}

@@ -32,8 +32,8 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.fields import ENDPOINT
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, cli, groups, no_windows, wait_windows
-from loopscope.probes.params import RrParams
+from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows, wait_windows
+from loopscope.probes.params import EchoParams, RrParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
 COLUMNS = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
@@ -73,10 +73,6 @@ class RrProbe(RrParams, ProbeModel):
         return list(dict.fromkeys([self.host or first, *([self.server_host] if self.server_host else [])]))
 
 
-def _echo(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path) -> list[str]:
-    return cli("echo") + ["--bind", p["bind"], *(["--tcp"] if p["transport"] == "tcp" else []), "--json"]
-
-
 def decode(trace: pl.DataFrame) -> np.ndarray:
     """The client's ``net/rr`` events as rows of seq, sent, server kernel RX,
     server RX, server TX, kernel RX, RX (CLOCK_REALTIME ns)."""
@@ -113,7 +109,7 @@ class Rr(ProbeKind):
     summary = frozenset({"rtt", "fwd", "ret"})
     labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}
     params = RrParams
-    helpers = {"rr-echo": _echo}
+    helpers = {"rr-echo": EchoParams}
 
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         srv = probe.server_host

@@ -15,6 +15,7 @@ from typing import Any
 
 from loopscope import _native
 from loopscope.probes.common import envelope, traced
+from loopscope.probes.params import Launch, SyncParams, SyncServeParams
 
 DEFAULT_PORT = 9319
 DEFAULT_RATE = 20.0
@@ -35,3 +36,15 @@ def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | Non
         **envelope("sync-probe"), "dest": dest, "flow": flow, "rate": rate, "gap_ns": gap_ns, **r,
         "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
     }
+
+
+def serve_launched(p: SyncServeParams, launch: Launch) -> dict[str, Any]:
+    """The responder as the lab starts it: ``ready`` once listening, until stopped."""
+    return serve(p.bind, launch.trace)
+
+
+def probe_launched(p: SyncParams, launch: Launch) -> dict[str, Any]:
+    """An initiator as the lab starts it: ``ready`` at once, then pairs until stopped (or the launch's duration)."""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    return probe(p.dest, p.flow, p.rate, p.gap_ns, launch.duration_ns or None, launch.trace)

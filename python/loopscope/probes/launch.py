@@ -16,7 +16,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopscope.errors import InputError
-from loopscope.probes.params import Launch, Params, RrParams, SchedParams, SyscallParams, TimerParams
+from loopscope.probes.params import (
+    EchoParams, Launch, Params, PipeNodeParams, PipeSinkParams, PipeSourceParams, ProgramParams, RrParams, SchedParams, SyncParams, SyncServeParams,
+    SyscallParams, TimerParams,
+)
 
 #: kind → (its parameter model, the module and function that run it from a Launch)
 LAUNCHED: dict[str, tuple[type[Params], str, str]] = {
@@ -24,6 +27,14 @@ LAUNCHED: dict[str, tuple[type[Params], str, str]] = {
     "sched": (SchedParams, "loopscope.probes.sched", "launched"),
     "syscall": (SyscallParams, "loopscope.probes.syscall", "launched"),
     "rr": (RrParams, "loopscope.probes.net", "rr_launched"),
+    "program": (ProgramParams, "loopscope.probes.program", "launched"),
+    # the lab's helpers
+    "rr-echo": (EchoParams, "loopscope.probes.net", "echo_launched"),
+    "pipe-source": (PipeSourceParams, "loopscope.probes.pipeline", "source_launched"),
+    "pipe-node": (PipeNodeParams, "loopscope.probes.pipeline", "node_launched"),
+    "pipe-sink": (PipeSinkParams, "loopscope.probes.pipeline", "sink_launched"),
+    "sync-serve": (SyncServeParams, "loopscope.probes.clocksync", "serve_launched"),
+    "sync": (SyncParams, "loopscope.probes.clocksync", "probe_launched"),
 }
 
 

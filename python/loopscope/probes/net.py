@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import socket as _socket
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from loopscope import _native
 from loopscope.stats import summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
-from loopscope.probes.params import Launch, RrParams
+from loopscope.probes.params import EchoParams, Launch, RrParams
 from loopscope.units import format_bps, parse_rate
 
 HEADER = 48
@@ -464,3 +465,10 @@ def split_delays(send_trace: str | os.PathLike[str], recv_trace: str | os.PathLi
 def rr_launched(p: RrParams, launch: Launch) -> dict[str, Any]:
     """The rr client as an agent starts it."""
     return rr(p, launch.duration_ns, trace_path=launch.trace)
+
+
+def echo_launched(p: EchoParams, launch: Launch) -> dict[str, Any]:
+    """The echo server as the lab starts it: ``ready`` once listening, until stopped."""
+    sys.stdout.flush()
+    out: dict[str, Any] = _native.net_echo(p.bind, launch.duration_ns or None, p.transport == "tcp", sys.stdout.fileno())
+    return out

@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic_core import PydanticCustomError
 
 from loopscope.errors import InputError
-from loopscope.fields import Endpoint, pps
+from loopscope.fields import Command, Endpoint, pps
 
 
 class Params(BaseModel):
@@ -164,3 +164,72 @@ class RrParams(Params):
     rate: pps("an rr probe's") = Field("1000pps", description="requests per second")  # type: ignore[valid-type]  # an Annotated type a function makes
     transport: Literal["udp", "tcp"] = Field("udp", description="udp: one datagram each way; tcp: one connection, length-framed messages, Nagle off")
     size: Annotated[int, Field(ge=RR_HEADER, le=65000)] = Field(64, description="request bytes (the answer is 72)")
+
+
+#: an environment variable's name
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class ProgramParams(Params):
+    """Your own program, instrumented with loopscope's trace API (it takes its trace file from LOOPSCOPE_TRACE)."""
+
+    command: Command
+    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
+    env: dict[EnvName, str] = Field(default_factory=dict, description="extra environment variables")
+    cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
+    cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
+    mlock: bool = Field(False, description="lock its memory (mlockall) when it opens its trace, done by loopscope's library; a phase's mlock tuning sets it for that phase")
+
+    def check_here(self) -> list[str]:
+        return cpus_here(self.cpu)
+
+
+# ---- the lab's helpers: processes a kind starts beside its probe ------------------------
+
+
+class EchoParams(Params):
+    """The echo server an rr probe's client talks to."""
+
+    bind: Endpoint = Field(description="HOST:PORT to answer on")
+    transport: Literal["udp", "tcp"] = Field("udp", description="udp datagrams or tcp connections")
+
+
+class PipeSourceParams(Params):
+    """A pipeline's source: paced messages through the nodes to the sink."""
+
+    dest: Endpoint = Field(description="the first stage's HOST:PORT (a node, or the sink)")
+    rate: pps("a pipeline's") = Field("1000pps", description="messages per second")  # type: ignore[valid-type]  # an Annotated type a function makes
+    size: Annotated[int, Field(ge=56, le=65000)] = Field(256, description="message bytes; 56 + 24 per node at least")
+    flow: Annotated[int, Field(ge=0, le=2**31)] = Field(1, description="the pipeline's id, carried by every message (the sink keeps only its own)")
+    count: Annotated[int, Field(ge=1)] | None = Field(None, description="how many messages (default: for the step's duration)")
+    linger_ns: Annotated[int, Field(ge=0)] = Field(0, description="after the last message, sleep this long before exiting, so the messages in flight arrive undisturbed")
+
+
+class PipeNodeParams(Params):
+    """A pipeline's processing node: receive, work, stamp, forward."""
+
+    bind: Endpoint = Field(description="HOST:PORT this node listens on")
+    next: Endpoint = Field(description="HOST:PORT of the next stage")
+    work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work per message, µs")
+
+
+class PipeSinkParams(Params):
+    """A pipeline's sink: records every message of its flow."""
+
+    bind: Endpoint = Field(description="HOST:PORT the sink listens on")
+    flow: Annotated[int, Field(ge=0, le=2**31)] = Field(1, description="the pipeline's id to record")
+
+
+class SyncServeParams(Params):
+    """The reference host's clock-sync responder."""
+
+    bind: Endpoint = Field(description="HOST:PORT the responder listens on")
+
+
+class SyncParams(Params):
+    """A host's clock-sync initiator: probe pairs to the reference host's responder."""
+
+    dest: Endpoint = Field(description="HOST:PORT of the reference host's responder")
+    flow: Annotated[int, Field(ge=0, le=2**31)] = Field(1, description="this host's id in the responder's records")
+    rate: Annotated[float, Field(ge=0.01, le=10_000)] = Field(20.0, description="probe pairs per second")
+    gap_ns: Annotated[int, Field(ge=0, le=1_000_000_000)] = Field(20_000, description="gap between the two probes of a pair, ns")

@@ -35,6 +35,7 @@ import numpy as np
 from loopscope import _native
 from loopscope.probes.common import envelope, traced
 from loopscope.probes.net import Rate, hist_quantiles
+from loopscope.probes.params import Launch, PipeNodeParams, PipeSinkParams, PipeSourceParams
 
 
 def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None, linger_ns: int = 0) -> dict[str, Any]:
@@ -140,3 +141,20 @@ def components(n_nodes: int) -> list[str]:
     for k in range(n_nodes):
         out += [f"hop{k}_net_ns", f"node{k + 1}_stack_ns", f"node{k + 1}_work_ns"]
     return [*out, f"hop{n_nodes}_net_ns", "sink_stack_ns", "e2e_ns"]
+
+
+def source_launched(p: PipeSourceParams, launch: Launch) -> dict[str, Any]:
+    """The source as the lab starts it: ``count`` messages, else for the step's duration."""
+    from loopscope.probes.net import rate
+
+    return source(p.dest, rate(p.rate, p.size), p.size, p.flow, p.count, None if p.count else launch.duration_ns, launch.trace, p.linger_ns)
+
+
+def node_launched(p: PipeNodeParams, launch: Launch) -> dict[str, Any]:
+    """A node as the lab starts it: ``ready`` once listening, until stopped."""
+    return node(p.bind, p.next, p.work_us, launch.trace)
+
+
+def sink_launched(p: PipeSinkParams, launch: Launch) -> dict[str, Any]:
+    """The sink as the lab starts it: ``ready`` once listening, until stopped."""
+    return sink(p.bind, p.flow, launch.trace)

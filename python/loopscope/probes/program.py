@@ -37,6 +37,7 @@ import numpy as np
 
 from loopscope.errors import InputError, RunError
 from loopscope.probes.common import envelope
+from loopscope.probes.params import Launch, ProgramParams
 
 GRACE_S = 5.0
 STOP_CODES = {0, 130, 143, -signal.SIGINT, -signal.SIGTERM}
@@ -65,8 +66,12 @@ def _stop(pid: int, fd: int) -> tuple[tuple[int, Any], str]:
     raise AssertionError("unreachable")
 
 
-def run(command: list[str], trace_path: str, duration_ns: int | None, until: str = "duration", timeout_ns: int | None = None,
-        env: dict[str, str] | None = None, cpus: list[int] | None = None, cwd: str | None = None, mlock: bool = False) -> dict[str, Any]:
+def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any]:
+    """Run the program with LOOPSCOPE_TRACE set: until ``time_ns`` is up
+    (``until: duration``), or until it exits, failing after ``time_ns``
+    when given (``until: exit``)."""
+    command, until, env, cpus, cwd, mlock = p.command, p.until, p.env, p.cpu, p.cwd, p.mlock
+    duration_ns, timeout_ns = (time_ns, None) if until == "duration" else (None, time_ns)
     if not command:
         raise InputError("program: no command given (loopscope probe program [options] -- CMD ARGS)")
     if until == "duration" and not duration_ns:
@@ -171,3 +176,10 @@ def summary(trace: Path) -> dict[str, Any]:
     for (ent,), g in df.filter(pl.col("kind") != "interval").group_by("entity", maintain_order=True):
         out["events"][ent] = len(g)
     return out
+
+
+def launched(p: ProgramParams, launch: Launch) -> dict[str, Any]:
+    """The program as an agent starts it: until its time is up, or until it exits (that time is then its timeout)."""
+    if launch.trace is None:
+        raise InputError("program: a program probe needs a trace path (its LOOPSCOPE_TRACE)")
+    return run(p, launch.trace, launch.duration_ns)

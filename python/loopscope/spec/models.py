@@ -16,14 +16,13 @@ editors complete the file.
 from __future__ import annotations
 
 import re
-import shlex
 import typing
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from loopscope.fields import pps as pps  # re-exported for the kinds
+from loopscope.fields import Command as Command, pps as pps  # re-exported for the kinds
 from loopscope.units import duration_text, parse_duration_ns
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
@@ -213,29 +212,14 @@ class MixLoad(LoadBase):
     dir: str | None = None
 
 
-def _command(v: Any) -> list[str]:
-    if isinstance(v, str):
-        try:
-            parts = shlex.split(v)
-        except ValueError as e:
-            raise PydanticCustomError("command", "is not a valid command line: {why}", {"why": str(e)}) from None
-    elif isinstance(v, list) and all(isinstance(x, str) for x in v):
-        parts = v
-    else:
-        raise PydanticCustomError("command", "must be a command line or a list of arguments [got {got}]", {"got": v})
-    if not parts:
-        raise PydanticCustomError("command", "must not be empty", {})
-    return parts
 
-
-Command = Annotated[list[str], BeforeValidator(_command), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
 
 
 class CommandLoad(LoadBase):
     """Any external program (e.g. stress-ng), `level` copies of it."""
 
     kind: Literal["command"]
-    command: Annotated[list[str], BeforeValidator(_command), WithJsonSchema({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]})]
+    command: Command
 
 
 Load = Annotated[Union[CpuLoad, MemoryLoad, IoLoad, NetLoad, MixLoad, CommandLoad], Field(discriminator="kind")]
