@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from loopscope.kinds.pipeline import _source
+from loopscope.kinds import KINDS
+from loopscope.probes.params import Launch
 
 CLI = [sys.executable, "-m", "loopscope.cli", "probe"]
 
@@ -51,7 +52,8 @@ def test_a_source_told_to_linger_sleeps_that_long_after_its_last_message(tmp_pat
 
 
 def test_the_lab_asks_the_source_to_linger_for_the_messages_in_flight(tmp_path: Path) -> None:
-    p = {"dest": "10.0.0.2:4000", "rate": "1000pps", "size": 256, "flow": 7, "count": None, "linger_ns": 260_000_000}
-    argv = _source(p, 2_000_000_000, tmp_path / "t.lstrace", tmp_path)
-    assert argv[argv.index("--linger") + 1] == "260ms"
-    assert "--linger" not in _source({**p, "linger_ns": 0}, 2_000_000_000, tmp_path / "t.lstrace", tmp_path)
+    p = {"kind": "pipe-source", "name": "x.source", "dest": "10.0.0.2:4000", "rate": "1000pps", "size": 256, "flow": 7, "count": None, "linger_ns": 260_000_000}
+    argv = KINDS.argv(p, 2_000_000_000, tmp_path / "t.lstrace", tmp_path)
+    assert argv is not None
+    lc = Launch.model_validate_json(argv[-1])
+    assert lc.kind == "pipe-source" and lc.params["linger_ns"] == 260_000_000 and lc.duration_ns == 2_000_000_000
