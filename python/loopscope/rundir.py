@@ -71,6 +71,55 @@ class RunRecord(_Open):
     timings: dict[str, Any] = Field(default_factory=dict)
 
 
+class VirtualClock(_Open):
+    """A test-only skew of a host's clocks (``virtual_clock:`` of a host)."""
+
+    offset_ns: float = 0.0
+    drift_ppm: float = 0.0
+    epoch_realtime_ns: int | None = None
+
+
+class LabHost(_Open):
+    """How the lab set a host up: its kind, address, and what it did to its clocks."""
+
+    kind: str
+    address: str | None = None
+    clock_offset_ns: int = 0
+    virtual_clock: VirtualClock | None = None
+    ssh: str | None = None
+
+
+class LabProvenance(_Open):
+    """The lab's side of provenance.json: hosts, network, links."""
+
+    hosts: dict[str, LabHost] = Field(default_factory=dict)
+    network: dict[str, Any] | None = None
+    links: dict[str, Any] | None = None
+
+
+class MachineCpu(_Open):
+    usable_cpus: list[int] = Field(default_factory=list)
+
+
+class Machine(_Open):
+    """One host's machine as its agent found it (host/provenance.py writes the rest)."""
+
+    cpu: MachineCpu | None = None
+
+
+class Provenance(_Open):
+    """What ``provenance.json`` holds: the controller, the lab, each host's machine, and the tunings the phases applied."""
+
+    controller: dict[str, Any] = Field(default_factory=dict)
+    lab: LabProvenance = Field(default_factory=LabProvenance)
+    hosts: dict[str, Machine] = Field(default_factory=dict)
+    tunings: list[dict[str, Any]] | None = None
+
+    def offsets(self) -> dict[str, int]:
+        """Each host's CLOCK_MONOTONIC offset (its time namespace), ns."""
+        return {h: v.clock_offset_ns for h, v in self.lab.hosts.items()}
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -113,6 +162,26 @@ class RunDir:
             first = e.errors()[0]
             where = ".".join(str(x) for x in first["loc"])
             raise InputError(f"{self.run_json}: not a run record of format {fmt}: {where}: {first['msg']}; the run directory is damaged") from None
+
+    def provenance(self) -> Provenance:
+        """provenance.json, checked (an empty one when the run has none); InputError naming the file when it is damaged."""
+        try:
+            data = json.loads(self.provenance_json.read_text())
+        except FileNotFoundError:
+            return Provenance()
+        except (OSError, json.JSONDecodeError) as e:
+            raise InputError(f"{self.provenance_json}: cannot be read ({e}); the run directory is damaged") from None
+        try:
+            return Provenance.model_validate(data)
+        except ValidationError as e:
+            first = e.errors()[0]
+            raise InputError(f"{self.provenance_json}: {'.'.join(str(x) for x in first['loc'])}: {first['msg']}; the run directory is damaged") from None
+
+    def write_provenance(self, prov: Provenance) -> None:
+        """Write provenance.json (what was set, nothing defaulted), atomically."""
+        tmp = self.provenance_json.with_name(".provenance.json.tmp")
+        tmp.write_text(json.dumps(prov.model_dump(mode="json", exclude_unset=True), indent=1, default=str) + "\n")
+        os.replace(tmp, self.provenance_json)
 
     def run(self) -> dict[str, Any]:
         """The run record as the JSON it is (checked by ``record``)."""

@@ -38,11 +38,10 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
     ``models``: probe kind → its spec model (what fields a probe takes)."""
     rd = RunDir.open(run_dir)
     spec = json.loads(rd.spec_json.read_text())
-    prov = json.loads(rd.provenance_json.read_text()) if rd.provenance_json.exists() else {}
-    first: dict[str, Any] = next(iter((prov.get("hosts") or {}).values()), {})
+    first = next(iter(rd.provenance().hosts.values()), None)
     import os
 
-    usable = list((first.get("cpu") or {}).get("usable_cpus") or sorted(os.sched_getaffinity(0)))
+    usable = list((first.cpu.usable_cpus if first is not None and first.cpu is not None else None) or sorted(os.sched_getaffinity(0)))
     phases = {p["name"]: p for p in spec.get("phases") or []}
     run = rd.run()
     load_cpus: dict[tuple[str, str], list[int]] = {}

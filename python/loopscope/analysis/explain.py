@@ -71,9 +71,7 @@ TRACES_KEPT = 16
 
 
 def _host_offsets(run_dir: Path) -> dict[str, int]:
-    prov = json.loads((run_dir / "provenance.json").read_text()) if (run_dir / "provenance.json").exists() else {}
-    hosts = (prov.get("lab") or {}).get("hosts") or {}
-    return {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
+    return RunDir(run_dir).provenance().offsets()
 
 
 def _roles(run: dict[str, Any]) -> dict[int, str]:

@@ -11,13 +11,12 @@ time. ``errors`` compares a run's mapping with this truth.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from loopscope.rundir import RunDir
+from loopscope.rundir import LabHost, RunDir
 
 
 def machine_real_minus_mono() -> int:
@@ -33,38 +32,40 @@ def machine_real_minus_mono() -> int:
 
 
 class Truth:
-    def __init__(self, hosts: dict[str, dict[str, Any]], reference: str, real_minus_mono: int) -> None:
+    """What the lab injected into each host's clocks (provenance.json's lab hosts), to check the estimate against."""
+
+    def __init__(self, hosts: dict[str, LabHost], reference: str, real_minus_mono: int) -> None:
         self.hosts = hosts
         self.reference = reference
         self.rm = real_minus_mono
 
     @classmethod
     def of_run(cls, run_dir: Path, real_minus_mono: int | None = None) -> "Truth":
-        prov = json.loads((run_dir / "provenance.json").read_text())
-        run = RunDir(run_dir).run()
-        return cls(prov["lab"]["hosts"], run["clocksync"]["reference"], real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
+        rd = RunDir(run_dir)
+        run = rd.run()
+        return cls(rd.provenance().lab.hosts, run["clocksync"]["reference"], real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
 
     def _unskew(self, host: str, t: np.ndarray) -> np.ndarray:
         """A host's reported CLOCK_MONOTONIC → the machine's root CLOCK_MONOTONIC."""
         h = self.hosts[host]
-        tns = float(h.get("clock_offset_ns") or 0)
+        tns = float(h.clock_offset_ns)
         t = np.asarray(t, dtype=np.float64)
-        vc = h.get("virtual_clock")
+        vc = h.virtual_clock
         if vc:
-            d = vc["drift_ppm"] * 1e-6
-            epoch_mono = vc["epoch_realtime_ns"] - self.rm + tns  # the host's CLOCK_MONOTONIC at the epoch
-            t = epoch_mono + (t - vc["offset_ns"] - epoch_mono) / (1 + d)
+            d = vc.drift_ppm * 1e-6
+            epoch_mono = (vc.epoch_realtime_ns or 0) - self.rm + tns  # the host's CLOCK_MONOTONIC at the epoch
+            t = epoch_mono + (t - vc.offset_ns - epoch_mono) / (1 + d)
         return t - tns
 
     def _skew(self, host: str, root: np.ndarray) -> np.ndarray:
         h = self.hosts[host]
-        tns = float(h.get("clock_offset_ns") or 0)
+        tns = float(h.clock_offset_ns)
         t = np.asarray(root, dtype=np.float64) + tns
-        vc = h.get("virtual_clock")
+        vc = h.virtual_clock
         if vc:
-            d = vc["drift_ppm"] * 1e-6
-            epoch_mono = vc["epoch_realtime_ns"] - self.rm + tns
-            t = t + vc["offset_ns"] + d * (t - epoch_mono)
+            d = vc.drift_ppm * 1e-6
+            epoch_mono = (vc.epoch_realtime_ns or 0) - self.rm + tns
+            t = t + vc.offset_ns + d * (t - epoch_mono)
         return t
 
     def global_of(self, host: str, t_ns: np.ndarray) -> np.ndarray:
@@ -73,14 +74,16 @@ class Truth:
 
     def offset_ns(self, host: str) -> float:
         """The injected offset of the host's timestamps against the reference's, at the epoch."""
-        h, r = self.hosts[host], self.hosts[self.reference]
-        f = lambda x: float(x.get("clock_offset_ns") or 0) + float((x.get("virtual_clock") or {}).get("offset_ns") or 0)  # noqa: E731
-        return f(h) - f(r)
+        def f(x: LabHost) -> float:
+            return float(x.clock_offset_ns) + (x.virtual_clock.offset_ns if x.virtual_clock else 0.0)
+
+        return f(self.hosts[host]) - f(self.hosts[self.reference])
 
     def drift_ppm(self, host: str) -> float:
-        h, r = self.hosts[host], self.hosts[self.reference]
-        f = lambda x: float((x.get("virtual_clock") or {}).get("drift_ppm") or 0)  # noqa: E731
-        return f(h) - f(r)
+        def f(x: LabHost) -> float:
+            return x.virtual_clock.drift_ppm if x.virtual_clock else 0.0
+
+        return f(self.hosts[host]) - f(self.hosts[self.reference])
 
 
 def errors(run_dir: Path, clocks: Any, truth: Truth, host: str, t_ns: np.ndarray) -> dict[str, Any]:

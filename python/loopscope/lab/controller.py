@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import RunDir
+from loopscope.rundir import Provenance, RunDir
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -285,7 +285,8 @@ class Run:
         rec["timings"].update(lab.timings)
         rec["agent"] = {"host": first.name, "pid": first.hello["pid"], "cgroup": first.cgroup, "cgroup_note": first.hello["cgroup_note"]}
         rec["agents"] = {h.name: {"kind": h.kind, "pid": h.hello["pid"], "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
-        _write_json(self.run_dir / "provenance.json", {"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(), "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}})
+        RunDir(self.run_dir).write_provenance(Provenance.model_validate({"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(),
+                                                                          "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}}))
         for h in lab.hosts.values():
             if h.cgroup is None:
                 self.notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
@@ -450,13 +451,12 @@ class Run:
 
     def tunings_into_provenance(self) -> None:
         """What the phases changed on this machine, old and new, beside the rest of its provenance."""
-        pj = self.run_dir / "provenance.json"
-        try:
-            prov = json.loads(pj.read_text())
-            prov["tunings"] = self.rec["tunings"]
-            _write_json(pj, prov)
-        except (OSError, ValueError):
-            pass
+        rd = RunDir(self.run_dir)
+        if not rd.provenance_json.exists():
+            return
+        prov = rd.provenance()
+        prov.tunings = self.rec["tunings"]
+        rd.write_provenance(prov)
 
 
 def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:

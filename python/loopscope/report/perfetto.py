@@ -257,15 +257,12 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
 
 def _spans_of_interest(run_dir: Path, cap: dict[str, Any], att: pl.DataFrame | None, st: Any) -> list[tuple[int, int]]:
     """Kernel-time spans around the capture's attributed outliers (±20 ms), or its first 5 s."""
-    import json
 
     if att is None or not len(att):
         t0 = int(st.t_first or 0)
         return [(t0, t0 + 5_000_000_000)]
     o = att.filter(pl.col("host").is_in(cap["covers"])).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
-    prov = run_dir / "provenance.json"
-    hosts = ((json.loads(prov.read_text()).get("lab") or {}).get("hosts") or {}) if prov.exists() else {}
-    off = {h: int(v.get("clock_offset_ns") or 0) for h, v in hosts.items()}
+    off = RunDir(run_dir).provenance().offsets()
     return sorted((int(t) - off.get(h, 0) - 20_000_000, int(t) + int(lat) - off.get(h, 0) + 20_000_000) for t, lat, h in o.select("t_ns", "latency_ns", "host").iter_rows())
 
 

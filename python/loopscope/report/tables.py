@@ -131,8 +131,7 @@ def load_run(run_dir: Path, kinds: Any, traces: TraceCache | None = None) -> Run
     """Read a run's steps into tables, each step's rows made by its kind."""
     run = RunDir(run_dir).run()
     spec = json.loads((run_dir / "spec.json").read_text())
-    prov_path = run_dir / "provenance.json"
-    prov = json.loads(prov_path.read_text()) if prov_path.exists() else {}
+    prov = RunDir(run_dir).provenance().model_dump(mode="json", exclude_unset=True)
     files = Files(run_dir, run, traces)
     frames: dict[str, list[pl.DataFrame]] = {}
     plain: dict[str, list[dict[str, Any]]] = {}

@@ -30,7 +30,7 @@ import polars as pl
 
 from loopscope.clock import sync
 from loopscope.errors import InputError
-from loopscope.rundir import RunDir
+from loopscope.rundir import Provenance, RunDir
 from loopscope.trace import reader
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
@@ -40,7 +40,7 @@ class TimelineError(InputError):
     """A run whose hosts cannot be placed on one timeline from what it recorded."""
 
 
-def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], clocks: sync.RunClocks | None) -> sync.HostClock | None:
+def _router_clock(run_dir: Path, run: dict[str, Any], prov: Provenance, clocks: sync.RunClocks | None) -> sync.HostClock | None:
     """The emulator's process lives in the router namespace: same kernel, same REALTIME."""
     em = run.get("emulator")
     if not em or not (run_dir / em["trace"]).exists() or clocks is None:
@@ -48,17 +48,18 @@ def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], cloc
     pairs = sync.Pairs.of(reader.info(run_dir / em["trace"]).calibration)
     h = sync.HostClock("router", False, pairs)
     # Unskewed REALTIME; the reference's is skewed only under a test-only virtual clock.
-    vc = ((prov.get("lab") or {}).get("hosts") or {}).get(clocks.reference, {}).get("virtual_clock")
+    ref = prov.lab.hosts.get(clocks.reference)
+    vc = ref.virtual_clock if ref is not None else None
     from loopscope.clock import estimate as E
 
     big = 1 << 62
     w = E.Window(start_ns=-big, end_ns=big, t_center_ns=0, offset_ns=0.0, drift_ppm=0.0, vertices=np.array([[0.0, 0.0]]))
     if vc:
         # θ(t_ref) = router − ref = −(offset + drift·(t − epoch)) to first order
-        d = vc["drift_ppm"] * 1e-6
-        w.t_center_ns = int(vc["epoch_realtime_ns"])
-        w.offset_ns = -float(vc["offset_ns"]) / (1 + d)
-        w.drift_ppm = -vc["drift_ppm"] / (1 + d)
+        d = vc.drift_ppm * 1e-6
+        w.t_center_ns = int(vc.epoch_realtime_ns or 0)
+        w.offset_ns = -float(vc.offset_ns) / (1 + d)
+        w.drift_ppm = -vc.drift_ppm / (1 + d)
         w.vertices = np.array([[w.drift_ppm * 1e3, w.offset_ns]])
     h.windows = [w]
     return h
@@ -66,7 +67,7 @@ def _router_clock(run_dir: Path, run: dict[str, Any], prov: dict[str, Any], cloc
 
 def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
     run = RunDir.open(run_dir).run()
-    prov = json.loads((run_dir / "provenance.json").read_text()) if (run_dir / "provenance.json").exists() else {}
+    prov = RunDir(run_dir).provenance()
     hosts = list((run.get("hosts") or {}).keys()) or ["localhost"]
     clocks = sync.estimate_run(run_dir, use=use)
     out: dict[str, Any] = {"hosts": {}, "checks": {}, "notes": []}
