@@ -35,6 +35,42 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class StageStep(_Open):
+    """One stage of a pipeline step (source, node, sink), each on its host."""
+
+    role: str
+    host: str
+    name: str
+    trace: str
+    json_: str = Field(alias="json")
+    command: str | None = None
+    cpu_usec: float | None = None
+
+
+class ProcessStep(_Open):
+    """One process of an app step."""
+
+    name: str
+    host: str
+    trace: str
+    json_: str = Field(alias="json")
+    command: str | None = None
+    cpu_usec: float | None = None
+    channel_stats: str | None = None
+
+
+class ServerStep(_Open):
+    """The echo server of an rr step (``host`` None: one the user runs)."""
+
+    host: str | None = None
+    address: str
+    name: str | None = None
+    json_: str | None = Field(None, alias="json")
+    answered: int | None = None
+    cpu_usec: float | None = None
+    tids: list[int] | None = None
+
+
 class Step(_Open):
     """One repetition × phase × probe, with its files (relative to the run directory)."""
 
@@ -50,10 +86,137 @@ class Step(_Open):
     cpu_usec: float | None = None
     spawn_mono_ns: int
     end_mono_ns: int
+    #: a pipeline's stages and its flow id
+    stages: list[StageStep] | None = None
+    flow: int | None = None
+    #: an app's processes
+    processes: list[ProcessStep] | None = None
+    #: an rr probe's echo server
+    server: ServerStep | None = None
+    #: the channel hubs beside a program or app, and where its channel statistics went
+    hubs: list[dict[str, Any]] | None = None
+    channel_stats: str | None = None
+
+
+class LoadRecord(_Open):
+    """One load in one repetition × phase: where it ran, its threads, what it did."""
+
+    rep: int
+    phase: str
+    host: str | None = None
+    name: str
+    tids: list[int] = Field(default_factory=list)
+    cpus: list[int] | None = None
+    workers: int | None = None
+    exit: list[str] = Field(default_factory=list)
+    cpu_s: float | None = None
+
+
+class AgentRecord(_Open):
+    """The first host's agent."""
+
+    host: str | None = None
+    pid: int
+    cgroup: str | None = None
+    cgroup_note: str | None = None
+
+
+class HostAgent(_Open):
+    """Each host's agent: how it was reached and where its processes live."""
+
+    kind: str
+    pid: int | None = None
+    cgroup: str | None = None
+    address: str | None = None
+
+
+class Capture(_Open):
+    """One kernel capture: the host it ran on, the hosts it covers (one kernel), where its files are."""
+
+    host: str
+    covers: list[str] = Field(default_factory=list)
+    dir: str
+    tool: str | None = None
+    read: str | None = None
+    format: str | None = None
+    events: list[str] = Field(default_factory=list)
+
+
+class KernelRecord(_Open):
+    captures: list[Capture] = Field(default_factory=list)
+
+
+class SyncPart(_Open):
+    """A clock-sync responder or initiator: its files and its result."""
+
+    host: str | None = None
+    trace: str
+    json_: str = Field(alias="json")
+    result: dict[str, Any] | None = None
+
+
+class ClockSyncRecord(_Open):
+    """The run's clock-sync probes: the reference host, the responder there, an initiator on every other host."""
+
+    reference: str
+    port: int | None = None
+    rate: float | None = None
+    gap_ns: int | None = None
+    network: str | None = None
+    responder: SyncPart | None = None
+    initiators: dict[str, SyncPart] = Field(default_factory=dict)
+
+
+class EmulatorRecord(_Open):
+    json_: str = Field(alias="json")
+    trace: str
+
+
+class PathRecord(_Open):
+    """How the packets from one host to another were carried, and why."""
+
+    from_: str = Field(alias="from")
+    to: str
+    mechanism: str
+    why: str | None = None
+
+
+class LinkSetting(_Open):
+    """A link as a phase set it."""
+
+    name: str
+    delay_ns: int = 0
+    jitter_ns: int = 0
+    loss: float = 0.0
+    rate_bps: float | None = None
+
+
+class TuningChange(_Open):
+    tuning: str
+    path: str | None = None
+    old: str | None = None
+    new: str | None = None
+
+
+class TuningsApplied(_Open):
+    """What one repetition × phase changed on the machine (and gave back after)."""
+
+    rep: int
+    phase: str
+    changes: list[TuningChange] = Field(default_factory=list)
+
+
+class Failed(_Open):
+    """The component that failed a run, and on which host."""
+
+    host: str | None = None
+    component: str | None = None
 
 
 class RunRecord(_Open):
-    """What ``run.json`` holds (docs/tables.md lists the rest of a run directory)."""
+    """What ``run.json`` holds (docs/tables.md lists the rest of a run directory).
+    Every field the controller writes is declared here; a field this version
+    does not know (a newer minor addition) is kept as it is."""
 
     format: int = 1
     run_id: str
@@ -67,8 +230,24 @@ class RunRecord(_Open):
     error: str | None = None
     hosts: dict[str, str] = Field(default_factory=dict)
     steps: list[Step] = Field(default_factory=list)
-    loads: list[dict[str, Any]] = Field(default_factory=list)
-    timings: dict[str, Any] = Field(default_factory=dict)
+    loads: list[LoadRecord] = Field(default_factory=list)
+    timings: dict[str, int | float | None] = Field(default_factory=dict)
+    agent: AgentRecord | None = None
+    agents: dict[str, HostAgent] = Field(default_factory=dict)
+    #: per probe, what its calibration step found (the sched probe's burst)
+    calibration: dict[str, dict[str, int]] = Field(default_factory=dict)
+    kernel: KernelRecord | None = None
+    #: per phase, the links as it set them
+    phase_links: dict[str, list[LinkSetting]] = Field(default_factory=dict)
+    #: the lab's own threads by component (``lab: agent`` → tids), for attribution
+    lab_tids: dict[str, list[int]] = Field(default_factory=dict)
+    tunings: list[TuningsApplied] | None = None
+    clocksync: ClockSyncRecord | None = None
+    emulator: EmulatorRecord | None = None
+    paths: dict[str, PathRecord] | None = None
+    #: the router namespace's forwarding counters
+    router_kernel: dict[str, int] | None = None
+    failed: Failed | None = None
 
 
 class VirtualClock(_Open):
