@@ -11,6 +11,7 @@ and a refusal names the option.
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any, Callable, Literal, TypeVar, get_args, get_origin
@@ -100,7 +101,9 @@ def options(model: type[BaseModel], skip: tuple[str, ...] = ()) -> Callable[[F],
             more = [str(x) for x in extra.get("x-flags", [])]  # type: ignore[union-attr]
             t, optional, _ = _unwrap(f.annotation)
             help_text = (f.description or "").rstrip(".")
-            help_text = help_text[:1].upper() + help_text[1:] + "."
+            if not re.match(r"^[a-z_]+:", help_text):  # "udp: …" defines a value: left as written
+                help_text = help_text[:1].upper() + help_text[1:]
+            help_text += "."
             if t is bool:
                 decl = [f"{flag(name)}/--no-{name.replace('_', '-')}", name]
                 fn = click.option(*decl, default=f.default, show_default=True, help=help_text)(fn)
