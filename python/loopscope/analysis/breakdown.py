@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+from loopscope.analysis.registry import Registry
 
 # innermost first: a nanosecond covered by several goes to the first
 LAYERS = [("messaging: alloc", ["alloc"]), ("messaging", ["send", "recv"]), ("runtime: lock", ["lock"]), ("blocking", ["block"]), ("runtime", ["put", "get"])]
@@ -143,7 +144,7 @@ def split_calls(df: pl.DataFrame) -> pl.DataFrame:
     return calls.with_columns(*[pl.Series(c, v) for c, v in cols.items()])
 
 
-def breakdown(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
+def breakdown(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
@@ -175,7 +176,7 @@ SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process
                "calls": pl.Int64, "mean_ns": pl.Float64, **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES}}
 
 
-def by_size(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
+def by_size(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFrame:
     """Mean time of a put or get per item size, split into layers."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader

@@ -51,6 +51,7 @@ from loopscope.analysis import attribution as A
 from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import RunDir
+from loopscope.analysis.registry import Registry
 
 # A cluster of outlier windows is at most this long, and gets the kernel
 # events this far around its windows: runtime accounting comes at least
@@ -196,7 +197,7 @@ class RunSource:
         return a in self._kernels and self._kernels.get(a) == self._kernels.get(b)
 
 
-def windows_of(run_dir: Path, run: dict[str, Any], kinds: Any, caps: list[dict[str, Any]]) -> tuple[pl.DataFrame, list[str]]:
+def windows_of(run_dir: Path, run: dict[str, Any], kinds: Registry, caps: list[dict[str, Any]]) -> tuple[pl.DataFrame, list[str]]:
     """Every step's windows through its kind's hook (``ProbeKind.windows``),
     and the steps no registered kind answers for (said, never skipped silently)."""
     kernels = {h: i for i, c in enumerate(caps) for h in c.get("covers") or []}
@@ -217,7 +218,7 @@ def windows_of(run_dir: Path, run: dict[str, Any], kinds: Any, caps: list[dict[s
     return (pl.concat(parts) if parts else pl.DataFrame(schema=WINDOWS)), sorted(set(unknown))
 
 
-def explain(run_dir: Path, kinds: Any, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
+def explain(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
     """Attribute every covered probe's outliers; ``kinds`` is the kind
     registry whose ``windows`` hook gives each step's intervals;
     ``all_causes`` adds every cause of each group (``all_causes``), not only

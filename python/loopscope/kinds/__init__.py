@@ -11,6 +11,7 @@ loop, if any, under ``crates/probes``), then add one line below.
 from __future__ import annotations
 
 from loopscope.kinds import app, pipeline, program, rr, sched, sync, syscall, timer
+from loopscope.analysis.registry import Registry
 from loopscope.kinds.base import Kinds, ProbeKind, Series, StepContext, StepRows
 from loopscope.spec.models import use_probe_models
 
@@ -25,5 +26,8 @@ KINDS.add(rr.KIND)
 KINDS.add(sync.KIND)
 
 use_probe_models(KINDS.models())
+
+#: the registry as analysis and the report read it: the type checker holds KINDS to that contract here
+REGISTRY: Registry = KINDS
 
 __all__ = ["KINDS", "Kinds", "ProbeKind", "Series", "StepContext", "StepRows"]

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import polars as pl
 
@@ -397,7 +397,7 @@ class Kinds:
     def get(self, name: str) -> ProbeKind | None:
         return self.by_name.get(name)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[ProbeKind]:
         return iter(self.by_name.values())
 
     def models(self) -> list[Any]:

@@ -21,6 +21,7 @@ import polars as pl
 from loopscope import progress
 from loopscope.rundir import RunDir
 from loopscope.units import format_ns
+from loopscope.analysis.registry import Registry
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Report:
     #: trace files read to build it (each once)
     traces_read: int = 0
     #: the probe kinds it was built with (what each shows in the summary)
-    kinds: Any = None
+    kinds: Registry | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,7 +107,7 @@ def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def _explain(run_dir: Path, run: dict[str, Any], notes: list[str], kinds: Any) -> dict[str, Any] | None:
+def _explain(run_dir: Path, run: dict[str, Any], notes: list[str], kinds: Registry) -> dict[str, Any] | None:
     """The outliers' causes, computed when missing or older than the run."""
     from loopscope.analysis import explain
 
@@ -122,7 +123,7 @@ def _explain(run_dir: Path, run: dict[str, Any], notes: list[str], kinds: Any) -
         return None
 
 
-def steady_state(tables: Any, kinds: Any) -> tuple[Any, list[str]]:
+def steady_state(tables: Any, kinds: Registry) -> tuple[Any, list[str]]:
     """The tables with a warm-up the detector finds at the start of a series
     left out (each kind says which series), and a note for each."""
     from loopscope.analysis.detectors import trim_warmup
@@ -140,7 +141,7 @@ def steady_state(tables: Any, kinds: Any) -> tuple[Any, list[str]]:
     return steady, notes
 
 
-def _channel_tables(run_dir: Path, run: dict[str, Any], kinds: Any) -> dict[str, pl.DataFrame]:
+def _channel_tables(run_dir: Path, run: dict[str, Any], kinds: Registry) -> dict[str, pl.DataFrame]:
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
     counts (analysis; the page shows them, ``tables/`` keeps them)."""
@@ -158,7 +159,7 @@ def _channel_tables(run_dir: Path, run: dict[str, Any], kinds: Any) -> dict[str,
     return out
 
 
-def build(run_dir: Path, kinds: Any, share_reads: bool = True) -> Report:
+def build(run_dir: Path, kinds: Registry, share_reads: bool = True) -> Report:
     """Load the run, analyse it, write its tables, render its page.
 
     ``kinds`` is the probe-kind registry (``loopscope.kinds.KINDS``): each
@@ -180,7 +181,7 @@ def build(run_dir: Path, kinds: Any, share_reads: bool = True) -> Report:
     return rep
 
 
-def _build(run_dir: Path, kinds: Any, traces: Any, t0: float) -> Report:
+def _build(run_dir: Path, kinds: Registry, traces: Any, t0: float) -> Report:
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run

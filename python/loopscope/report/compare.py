@@ -22,11 +22,12 @@ from loopscope.analysis.runcompare import Row, RunData
 from loopscope.report import charts
 from loopscope.report.sections import ns, ratio
 from loopscope.rundir import RunDir
+from loopscope.analysis.registry import Registry
 
 HERE = Path(__file__).resolve().parent
 
 
-def load(path: str | Path, kinds: Any) -> RunData:
+def load(path: str | Path, kinds: Registry) -> RunData:
     from loopscope.report import steady_state
     from loopscope.report.tables import load_run
     from loopscope.trace import reader

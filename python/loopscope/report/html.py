@@ -14,6 +14,7 @@ from loopscope.report.sections import labels, probe_sections
 from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
+from loopscope.analysis.registry import Registry
 
 HERE = Path(__file__).resolve().parent
 
@@ -326,7 +327,7 @@ def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> l
     return out
 
 
-def _sweeps(tables: Any, kinds: Any) -> list[dict[str, Any]]:
+def _sweeps(tables: Any, kinds: Registry) -> list[dict[str, Any]]:
     from loopscope.analysis import sweeps
 
     out = []
@@ -403,7 +404,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None, kinds: Any = ()) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None, kinds: Registry | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run

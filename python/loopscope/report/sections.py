@@ -19,6 +19,8 @@ import polars as pl
 
 from loopscope.report import charts
 from loopscope.units import format_ns
+from loopscope.analysis.registry import Registry
+from loopscope.analysis.steps import Kinds as StepKinds
 
 
 def ns(x: float | None) -> str:
@@ -136,7 +138,7 @@ def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
     return a.filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
 
 
-def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Any, per_phase: int = 3) -> list[dict[str, str]]:
+def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: StepKinds, per_phase: int = 3) -> list[dict[str, str]]:
     """Images a program or app left next to its trace (``<trace>-frames/*.png``),
     a few per phase, inlined."""
     import base64
@@ -160,7 +162,7 @@ def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Any,
     return out
 
 
-def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Any) -> list[dict[str, Any]]:
+def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Registry) -> list[dict[str, Any]]:
     """One section per compared probe, each filled by its kind."""
     out = []
     for probe in comp["probe"].unique(maintain_order=True).to_list():
@@ -176,7 +178,7 @@ def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: 
     return out
 
 
-def labels(kinds: Any) -> dict[str, str]:
+def labels(kinds: Registry) -> dict[str, str]:
     """Every kind's names for its measures (``wake_delay`` → ``wake-up delay``)."""
     out: dict[str, str] = {}
     for k in kinds:

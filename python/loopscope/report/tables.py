@@ -19,6 +19,7 @@ import polars as pl
 
 from loopscope.trace import reader
 from loopscope.rundir import RunDir
+from loopscope.analysis.registry import Registry
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
 
@@ -127,7 +128,7 @@ class TraceCache:
         return reader.read_with_info(path, sort=False)
 
 
-def load_run(run_dir: Path, kinds: Any, traces: TraceCache | None = None) -> RunTables:
+def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -> RunTables:
     """Read a run's steps into tables, each step's rows made by its kind."""
     run = RunDir(run_dir).run()
     spec = json.loads((run_dir / "spec.json").read_text())
