@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +299,16 @@ class Provenance(_Open):
         return {h: v.clock_offset_ns for h, v in self.lab.hosts.items()}
 
 
+@dataclass
+class Derived:
+    """What an analysis step made of a run, for the run directory to write:
+    JSON documents and tables by their path in the run directory."""
+
+    documents: dict[str, Any] = field(default_factory=dict)
+    #: path → polars DataFrame (typed Any: this module sits below polars' users)
+    tables: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -361,6 +371,18 @@ class RunDir:
         tmp = self.provenance_json.with_name(".provenance.json.tmp")
         tmp.write_text(json.dumps(prov.model_dump(mode="json", exclude_unset=True), indent=1, default=str) + "\n")
         os.replace(tmp, self.provenance_json)
+
+    def write_derived(self, d: Derived) -> None:
+        """Write what an analysis step made: each document atomically (JSON), each table as Parquet."""
+        for rel, frame in d.tables.items():
+            p = self.path / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            frame.write_parquet(p)
+        for rel, doc in d.documents.items():
+            p = self.path / rel
+            tmp = p.with_name(f".{p.name}.tmp")
+            tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
+            os.replace(tmp, p)
 
     def run(self) -> dict[str, Any]:
         """The run record as the JSON it is (checked by ``record``)."""

@@ -50,7 +50,7 @@ from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.kernel import store as S
 from loopscope.trace import reader
-from loopscope.rundir import RunDir
+from loopscope.rundir import Derived, RunDir
 from loopscope.analysis.registry import Registry
 
 # A cluster of outlier windows is at most this long, and gets the kernel
@@ -219,10 +219,21 @@ def windows_of(run_dir: Path, run: dict[str, Any], kinds: Registry, caps: list[d
 
 
 def explain(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
+    """``attribute`` a run and have its run directory write the result
+    (explain.json, tables/attribution.parquet); what explain.json holds."""
+    d = attribute(run_dir, kinds, quantile, max_outliers, all_causes)
+    if d is None:
+        return None
+    RunDir(run_dir).write_derived(d)
+    out: dict[str, Any] = d.documents["explain.json"]
+    return out
+
+
+def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> Derived | None:
     """Attribute every covered probe's outliers; ``kinds`` is the kind
     registry whose ``windows`` hook gives each step's intervals;
     ``all_causes`` adds every cause of each group (``all_causes``), not only
-    the top eight."""
+    the top eight. Nothing is written: the result is returned."""
     run = RunDir(run_dir).run()
     caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
     if not caps:
@@ -266,12 +277,8 @@ def explain(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes))
     att_all = pl.concat(frames) if frames else pl.DataFrame()
-    (run_dir / "tables").mkdir(exist_ok=True)
-    if len(att_all):
-        att_all.write_parquet(run_dir / "tables" / "attribution.parquet")
     out["seconds"] = time.perf_counter() - t0
-    (run_dir / "explain.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
-    return out
+    return Derived(documents={"explain.json": out}, tables={"tables/attribution.parquet": att_all} if len(att_all) else {})
 
 
 def _group_entry(probe: str, phase: str, cap: dict[str, Any], g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> dict[str, Any]:

@@ -21,7 +21,6 @@ CLOCK_REALTIME.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ import polars as pl
 
 from loopscope.clock import sync
 from loopscope.errors import InputError
-from loopscope.rundir import Provenance, RunDir
+from loopscope.rundir import Derived, Provenance, RunDir
 from loopscope.trace import reader
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
@@ -66,6 +65,18 @@ def _router_clock(run_dir: Path, run: dict[str, Any], prov: Provenance, clocks: 
 
 
 def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
+    """``place`` a run's records on its timeline and have the run directory
+    write the result (timeline.json and .parquet, clock.json, the clock and
+    pipeline tables); what timeline.json holds."""
+    d = place(run_dir, use)
+    RunDir(run_dir).write_derived(d)
+    out: dict[str, Any] = d.documents["timeline.json"]
+    return out
+
+
+def place(run_dir: Path, use: str = "all") -> Derived:
+    """Every record of the run placed on the reference host's clock, with its bound; nothing written."""
+    derived = Derived()
     run = RunDir.open(run_dir).run()
     prov = RunDir(run_dir).provenance()
     hosts = list((run.get("hosts") or {}).keys()) or ["localhost"]
@@ -77,9 +88,8 @@ def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
         ref = hosts[0]
     else:
         ref = clocks.reference
-        (run_dir / "clock.json").write_text(json.dumps(clocks.summary(), indent=1, default=float) + "\n")
-        (run_dir / "tables").mkdir(exist_ok=True)
-        clocks.series().write_parquet(run_dir / "tables" / "clock.parquet")
+        derived.documents["clock.json"] = clocks.summary()
+        derived.tables["tables/clock.parquet"] = clocks.series()
         router = _router_clock(run_dir, run, prov, clocks)
         if router is not None:
             clocks.hosts["router"] = router
@@ -119,17 +129,17 @@ def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
             placed += int(ok.sum())
         out["hosts"][host] = {"records": n, "placed": placed, "not_placed": n - placed}
     tl = pl.concat(frames, how="vertical_relaxed").select(COLUMNS) if frames else pl.DataFrame(schema={c: pl.String for c in COLUMNS})
-    tl.write_parquet(run_dir / "timeline.parquet")
+    derived.tables["timeline.parquet"] = tl
     out["records"] = len(tl)
     if clocks is not None:
         out["checks"]["clocksync"] = _sync_checks(run_dir, run, clocks)
         pg, checks = _pipeline(run_dir, run, clocks)
         if pg is not None:
-            pg.write_parquet(run_dir / "tables" / "pipeline_global.parquet")
+            derived.tables["tables/pipeline_global.parquet"] = pg
         out["checks"]["pipeline"] = checks
         out["clock"] = clocks.summary()
-    (run_dir / "timeline.json").write_text(json.dumps(out, indent=1, default=float) + "\n")
-    return out
+    derived.documents["timeline.json"] = out
+    return derived
 
 
 def _sync_checks(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> dict[str, Any]:
