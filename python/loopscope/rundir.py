@@ -135,7 +135,10 @@ class Capture(_Open):
 
     host: str
     covers: list[str] = Field(default_factory=list)
-    dir: str
+    dir: str | None = None
+    #: the capture's data (segments index or a perf.data file), relative to the run; None when it recorded nothing
+    data: str | None = None
+    timens_offset_ns: int | None = None
     tool: str | None = None
     read: str | None = None
     format: str | None = None

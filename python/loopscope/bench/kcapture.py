@@ -45,6 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from loopscope.rundir import RunDir
 from loopscope.errors import RunError
 
 PIPELINE = """name: bench-kcapture
@@ -147,7 +148,7 @@ def _pipeline_waits(run_dir: Path) -> np.ndarray:
     from loopscope.probes.pipeline import messages_from
     from loopscope.trace import reader
 
-    run = json.loads((run_dir / "run.json").read_text())
+    run = RunDir(run_dir).run()
     out = []
     for st in run.get("steps") or []:
         if not st.get("stages"):
@@ -183,12 +184,13 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any
         raise RunError(f"bench kcapture: the pipeline run {run_dir.name} {out.status}: {out.error}")
     if perf:
         # The old capture's file, named in run.json the way runs recorded with it were.
-        run = json.loads((run_dir / "run.json").read_text())
+        rd = RunDir(run_dir)
+        run = rd.run()
         dest = run_dir / "hosts" / "h1" / "kernel"
         dest.mkdir(parents=True, exist_ok=True)
         shutil.move(str(data), dest / "kernel.perf")
         run["kernel"] = {"captures": [{"host": "h1", "covers": ["h1", "h2", "h3", "h4"], "data": "hosts/h1/kernel/kernel.perf", "timens_offset_ns": 0}]}
-        (run_dir / "run.json").write_text(json.dumps(run, indent=1) + "\n")
+        rd.write_run(run)
     return {"waits": _pipeline_waits(run_dir)}
 
 
