@@ -42,6 +42,17 @@ def _endpoint(v: str) -> str:
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
 
 
+def _bind(v: str) -> str:
+    m = ENDPOINT.match(v)
+    if m is None or not 0 <= int(m["port"]) <= 65535:
+        raise PydanticCustomError("bind", "must be HOST:PORT with a port 0..65535 (0: any free port), e.g. 0.0.0.0:7000 [got {got}]", {"got": v})
+    return v
+
+
+#: HOST:PORT a server binds (port 0: the kernel picks one)
+Bind = Annotated[str, AfterValidator(_bind)]
+
+
 def _command(v: Any) -> list[str]:
     """A command line as a string (split as a shell would) or a list of arguments."""
     if isinstance(v, str):

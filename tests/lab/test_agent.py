@@ -154,3 +154,16 @@ def test_a_program_run_as_a_probe_does_not_inherit_the_probes_name(tmp_path: Pat
     r = subprocess.run([sys.executable, "-m", "loopscope.cli", "probe", "program", "--trace", str(tmp_path / "p.lstrace"), "--json", "--", "python3", "-c", code],
                        env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert "None python3" in r.stderr, r.stderr
+
+
+def test_a_probe_spec_outside_its_models_bounds_is_refused_naming_the_field_and_the_agent_stays(tmp_path: Path) -> None:
+    a = Agent("agent-t9")
+    try:
+        assert a.call(id=1, op="hello", run_id="agent-t9", run_dir=str(tmp_path))["ok"]
+        r = a.call(id=2, op="start_probe", probe={"kind": "pipe-node", "name": "n", "bind": "127.0.0.1:0", "next": "127.0.0.1:0"},
+                   step_dir=str(tmp_path / "st"), scratch_dir=str(tmp_path / "x"))
+        assert not r["ok"] and "next" in r["error"] and "port 1..65535" in r["error"], r
+        assert a.call(id=3, op="status")["ok"]  # it answered, and it is still there
+    finally:
+        a.call(id=9, op="shutdown")
+        a.close()

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.host import procs, provenance
-from loopscope.errors import RunError, Stopped
+from loopscope.errors import InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
@@ -621,6 +621,8 @@ def main() -> int:
                 reply = {"id": m.get("id"), "ok": True, **agent.handle(m)}
             except Failure as f:
                 reply = {"id": m.get("id"), "ok": False, "component": f.component, "error": f.detail}
+            except (InputError, RunError) as e:  # a request it cannot carry out is answered, never the agent's end
+                reply = {"id": m.get("id"), "ok": False, "component": getattr(e, "component", None) or "agent", "error": str(e)}
             except OSError as e:
                 reply = {"id": m.get("id"), "ok": False, "component": "agent", "error": f"{e.filename or ''}: {e.strerror}"}
             out.write(json.dumps(reply) + "\n")

@@ -23,9 +23,11 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterator, Protocol
 
 import polars as pl
+from pydantic import ValidationError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
+from loopscope.errors import InputError
 from loopscope.probes.params import Launch, Params
 from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
@@ -39,7 +41,11 @@ def cli(kind: str) -> list[str]:
 def launch_of(kind: str, model: type[Params], p: dict[str, Any], duration_ns: int, trace: Path | None, scratch: Path, calibrate: bool = False,
               calibration: dict[str, int] | None = None) -> Launch:
     """The ``Launch`` of a spec (a probe's dump, or a helper's): its model's fields, validated by it."""
-    params = model.model_validate({k: v for k, v in p.items() if k in model.model_fields})
+    try:
+        params = model.model_validate({k: v for k, v in p.items() if k in model.model_fields})
+    except ValidationError as e:  # a request the caller made wrong: said as an input error naming the field, never a crash
+        err = e.errors()[0]
+        raise InputError(f"{kind} {p.get('name') or ''}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
     return Launch(kind=kind, params=params.model_dump(mode="json"), duration_ns=duration_ns, trace=None if trace is None else str(trace),
                   scratch=str(scratch), calibrate=calibrate, calibration=calibration or {})
 

@@ -26,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 from pydantic_core import PydanticCustomError
 
 from loopscope.errors import InputError
-from loopscope.fields import Command, Endpoint, pps
+from loopscope.fields import Bind, Command, Endpoint, pps
 
 
 class Params(BaseModel):
@@ -190,7 +190,7 @@ class ProgramParams(Params):
 class EchoParams(Params):
     """The echo server an rr probe's client talks to."""
 
-    bind: Endpoint = Field(description="HOST:PORT to answer on")
+    bind: Bind = Field(description="HOST:PORT to answer on")
     transport: Literal["udp", "tcp"] = Field("udp", description="udp datagrams or tcp connections")
 
 
@@ -208,7 +208,7 @@ class PipeSourceParams(Params):
 class PipeNodeParams(Params):
     """A pipeline's processing node: receive, work, stamp, forward."""
 
-    bind: Endpoint = Field(description="HOST:PORT this node listens on")
+    bind: Bind = Field(description="HOST:PORT this node listens on")
     next: Endpoint = Field(description="HOST:PORT of the next stage")
     work_us: Annotated[int, Field(ge=0, le=1_000_000)] = Field(0, description="busy work per message, µs")
 
@@ -216,14 +216,14 @@ class PipeNodeParams(Params):
 class PipeSinkParams(Params):
     """A pipeline's sink: records every message of its flow."""
 
-    bind: Endpoint = Field(description="HOST:PORT the sink listens on")
+    bind: Bind = Field(description="HOST:PORT the sink listens on")
     flow: Annotated[int, Field(ge=0, le=2**31)] = Field(1, description="the pipeline's id to record")
 
 
 class SyncServeParams(Params):
     """The reference host's clock-sync responder."""
 
-    bind: Endpoint = Field(description="HOST:PORT the responder listens on")
+    bind: Bind = Field(description="HOST:PORT the responder listens on")
 
 
 class SyncParams(Params):
