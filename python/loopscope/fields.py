@@ -31,26 +31,23 @@ def pps(what: str) -> Any:
     return Annotated[str, BeforeValidator(check)]
 
 
-def _endpoint(v: str) -> str:
-    m = ENDPOINT.match(v)
-    if m is None or not 1 <= int(m["port"]) <= 65535:
-        raise PydanticCustomError("endpoint", "must be HOST:PORT with a port 1..65535, e.g. 127.0.0.1:7000 [got {got}]", {"got": v})
-    return v
+def _hostport(lowest: int, example: str, what: str) -> Any:
+    """HOST:PORT with a port from ``lowest`` to 65535."""
+
+    def check(v: str) -> str:
+        m = ENDPOINT.match(v)
+        if m is None or not lowest <= int(m["port"]) <= 65535:
+            raise PydanticCustomError("hostport", "must be HOST:PORT with a port {lowest}..65535{what}, e.g. {example} [got {got}]",
+                                      {"lowest": lowest, "what": what, "example": example, "got": v})
+        return v
+
+    return Annotated[str, AfterValidator(check)]
 
 
 #: HOST:PORT of a server
-Endpoint = Annotated[str, AfterValidator(_endpoint)]
-
-
-def _bind(v: str) -> str:
-    m = ENDPOINT.match(v)
-    if m is None or not 0 <= int(m["port"]) <= 65535:
-        raise PydanticCustomError("bind", "must be HOST:PORT with a port 0..65535 (0: any free port), e.g. 0.0.0.0:7000 [got {got}]", {"got": v})
-    return v
-
-
+Endpoint = _hostport(1, "127.0.0.1:7000", "")
 #: HOST:PORT a server binds (port 0: the kernel picks one)
-Bind = Annotated[str, AfterValidator(_bind)]
+Bind = _hostport(0, "0.0.0.0:7000", " (0: any free port)")
 
 
 def _command(v: Any) -> list[str]:
