@@ -46,20 +46,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zoo_common.h"
+
 static volatile sig_atomic_t stop_now = 0;
 static void on_stop(int sig) { (void)sig; stop_now = 1; }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    if (sched_setaffinity(0, sizeof s, &s) != 0) {
+static void pin_or_die(int cpu) {
+    if (pin(cpu) != 0) {
         fprintf(stderr, "ls-zoo: cannot pin to CPU %d: %s\n", cpu, strerror(errno));
         exit(1);
     }
@@ -102,7 +95,7 @@ static int mode_fifo(int argc, char **argv) {
     int64_t burst = arg(argc, argv, "--burst-us", 2000) * 1000;
     int64_t period = arg(argc, argv, "--period-us", 20000) * 1000;
     struct sched_param sp = {.sched_priority = (int)arg(argc, argv, "--prio", 10)};
-    pin(cpu);
+    pin_or_die(cpu);
     if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
         fprintf(stderr, "ls-zoo fifo: SCHED_FIFO refused: %s\n", strerror(errno));
         return 1;
@@ -148,7 +141,7 @@ static int mode_ipi(int argc, char **argv) {
     int target = (int)arg(argc, argv, "--target", 1);
     int n = (int)arg(argc, argv, "--group", 64);
     int64_t gap = arg(argc, argv, "--gap-us", 20) * 1000;
-    pin((int)arg(argc, argv, "--cpu", 0));
+    pin_or_die((int)arg(argc, argv, "--cpu", 0));
     /* a background task: whatever else runs on its CPU goes first (the IPIs it sends still land) */
     struct sched_param none = {.sched_priority = 0};
     sched_setscheduler(0, SCHED_IDLE, &none);
@@ -240,7 +233,7 @@ static void slack_scan(const char *prefix, long ns) {
 static int mode_slack(int argc, char **argv) {
     const char *prefix = sarg(argc, argv, "--prefix", "ls-timer");
     long ns = arg(argc, argv, "--ns", 5000000);
-    pin((int)arg(argc, argv, "--cpu", 0));
+    pin_or_die((int)arg(argc, argv, "--cpu", 0));
     while (!stop_now) {
         slack_scan(prefix, ns);
         sleep_ns(20 * 1000000LL);
@@ -316,7 +309,7 @@ static int mode_pageout(int argc, char **argv) {
     const char *prefix = sarg(argc, argv, "--prefix", "ls-timer");
     int64_t every = arg(argc, argv, "--every-ms", 20) * 1000000LL;
     max_bytes = (unsigned long)arg(argc, argv, "--max-kib", 8196) << 10;
-    pin((int)arg(argc, argv, "--cpu", 0));
+    pin_or_die((int)arg(argc, argv, "--cpu", 0));
     /* --for-ms: only so long after the start, then idle until stopped */
     long for_ms = arg(argc, argv, "--for-ms", 0);
     int64_t until = for_ms > 0 ? now_ns() + for_ms * 1000000LL : INT64_MAX;

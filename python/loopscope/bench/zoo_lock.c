@@ -25,6 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zoo_common.h"
+
 static volatile sig_atomic_t stop_now = 0;
 static void on_stop(int sig) { (void)sig; stop_now = 1; }
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -32,22 +34,9 @@ static const char *gate_path = NULL;
 static long hold_ns = 3000000, every_ns = 8000000;
 static int holder_cpu = 0;
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 static void sleep_until(int64_t t) {
     struct timespec ts = {t / 1000000000LL, t % 1000000000LL};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop_now) {}
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
 }
 
 /* open while the gate's load holds its lock (`flock FILE sleep …`: the
@@ -78,12 +67,6 @@ static void *holder(void *arg) {
         sleep_until(next);
     }
     return NULL;
-}
-
-static long opt(int argc, char **argv, const char *name, long dflt) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
-    return dflt;
 }
 
 int main(int argc, char **argv) {

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "zoo_common.h"
+
 static volatile sig_atomic_t stop_now = 0;
 static void on_stop(int sig) { (void)sig; stop_now = 1; }
 static int efd = -1;
@@ -36,19 +38,6 @@ static int waker_cpu = 0;
 static int64_t period_ns = 1000000;
 /* when the waker wrote (CLOCK_MONOTONIC ns), read by the measured thread */
 static _Atomic int64_t sent_ns = 0;
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
 
 static void *waker(void *arg) {
     (void)arg;
@@ -68,12 +57,6 @@ static void *waker(void *arg) {
     /* wake the reader once more so it sees stop_now */
     (void)!write(efd, &one, sizeof one);
     return NULL;
-}
-
-static long opt(int argc, char **argv, const char *name, long dflt) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
-    return dflt;
 }
 
 int main(int argc, char **argv) {

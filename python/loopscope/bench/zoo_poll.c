@@ -20,20 +20,10 @@
 #include <sys/prctl.h>
 #include <time.h>
 
+#include "zoo_common.h"
+
 static volatile sig_atomic_t stop_now = 0;
 static void on_stop(int sig) { (void)sig; stop_now = 1; }
-
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static long opt(int argc, char **argv, const char *name, long dflt) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], name) == 0) return strtol(argv[i + 1], NULL, 10);
-    return dflt;
-}
 
 int main(int argc, char **argv) {
     int cpu = (int)opt(argc, argv, "--cpu", 1);
