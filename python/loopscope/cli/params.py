@@ -50,7 +50,7 @@ def _unwrap(annotation: Any) -> tuple[Any, bool, list[Any]]:
             return t, optional, meta
 
 
-def _range(meta: list[Any], kind: type) -> tuple[Any, Any, bool, bool]:
+def _range(meta: list[Any]) -> tuple[Any, Any, bool, bool]:
     lo = hi = None
     lo_open = hi_open = False
     for m in meta:
@@ -71,16 +71,16 @@ def _click_type(name: str, annotation: Any, meta: list[Any]) -> Any:
     if get_origin(t) is list:
         (item,) = get_args(t)
         bare, _, _ = _unwrap(item)
-        if bare is int and name == "cpu":
+        if bare is int:  # CPU numbers, the only integer lists: 1, 0,2 or 0-3
             return CpuList()
         return click.STRING  # comma-separated; split in _values
     if get_origin(t) is Literal:
         return click.Choice([str(a) for a in get_args(t)])
     if t is int:
-        lo, hi, lo_open, hi_open = _range(meta, int)
+        lo, hi, lo_open, hi_open = _range(meta)
         return click.IntRange(lo, hi, min_open=lo_open, max_open=hi_open) if lo is not None or hi is not None else click.INT
     if t is float:
-        lo, hi, lo_open, hi_open = _range(meta, float)
+        lo, hi, lo_open, hi_open = _range(meta)
         return click.FloatRange(lo, hi, min_open=lo_open, max_open=hi_open) if lo is not None or hi is not None else click.FLOAT
     return click.STRING
 
