@@ -71,6 +71,19 @@ class ServerStep(_Open):
     tids: list[int] | None = None
 
 
+class HubStep(_Open):
+    """A channel hub beside a program or app step (``hub-HOST``)."""
+
+    name: str
+    host: str
+    trace: str
+    json_: str = Field(alias="json")
+    stats: str | None = None
+    command: str | None = None
+    cpu_usec: float | None = None
+    hub: bool = True
+
+
 class Step(_Open):
     """One repetition × phase × probe, with its files (relative to the run directory)."""
 
@@ -94,7 +107,7 @@ class Step(_Open):
     #: an rr probe's echo server
     server: ServerStep | None = None
     #: the channel hubs beside a program or app, and where its channel statistics went
-    hubs: list[dict[str, Any]] | None = None
+    hubs: list[HubStep] | None = None
     channel_stats: str | None = None
 
 
@@ -110,6 +123,11 @@ class LoadRecord(_Open):
     workers: int | None = None
     exit: list[str] = Field(default_factory=list)
     cpu_s: float | None = None
+    cpu_source: str | None = None
+    elapsed_s: float | None = None
+    #: operations the load's workers said they did, and their unit
+    ops: float | None = None
+    unit: str | None = None
 
 
 class AgentRecord(_Open):
@@ -143,6 +161,25 @@ class Capture(_Open):
     read: str | None = None
     format: str | None = None
     events: list[str] = Field(default_factory=list)
+    missing_events: list[str] | None = None
+    instance: str | None = None
+    filters: dict[str, str] | None = None
+    unfiltered_events: list[str] | None = None
+    refused: str | None = None
+    clock: str | None = None
+    buffer_mb_per_cpu: float | None = None
+    buffer_why: str | None = None
+    page_size: int | None = None
+    log: str | None = None
+    #: after the capture stopped: how long it ran, what its reader cost, the reader's threads, its reads
+    seconds: float | None = None
+    reader_cpu_s: float | None = None
+    reader: dict[str, int | float | None] | None = None
+    reader_tids: list[int] = Field(default_factory=list)
+    #: the reads the reader made during a probe's window (each: kernel_ns, step, at_s, read_ms)
+    reader_ran_during: list[dict[str, Any]] = Field(default_factory=list)
+    #: an imported perf.data's perf CPU time
+    perf_cpu_s: float | None = None
 
 
 class KernelRecord(_Open):
@@ -156,6 +193,10 @@ class SyncPart(_Open):
     trace: str
     json_: str = Field(alias="json")
     result: dict[str, Any] | None = None
+    #: an initiator's flow id, the network it crossed (``sync`` or ``experiment``) and the address it probed
+    flow: int | None = None
+    network: str | None = None
+    dest: str | None = None
 
 
 class ClockSyncRecord(_Open):
@@ -166,6 +207,7 @@ class ClockSyncRecord(_Open):
     rate: float | None = None
     gap_ns: int | None = None
     network: str | None = None
+    asked_network: str | None = None
     responder: SyncPart | None = None
     initiators: dict[str, SyncPart] = Field(default_factory=dict)
 
@@ -252,6 +294,20 @@ class RunRecord(_Open):
     router_kernel: dict[str, int] | None = None
     failed: Failed | None = None
 
+    @property
+    def first_host(self) -> str:
+        """The run's first host (the controller's), ``localhost`` for a record without hosts."""
+        return next(iter(self.hosts), "localhost")
+
+    def host_of(self, step: Step) -> str:
+        """The host a step ran on (its ``host``, else the run's first)."""
+        return step.host or self.first_host
+
+    @property
+    def captures(self) -> list[Capture]:
+        """The kernel captures (none without a ``kernel`` record)."""
+        return self.kernel.captures if self.kernel else []
+
 
 class VirtualClock(_Open):
     """A test-only skew of a host's clocks (``virtual_clock:`` of a host)."""
@@ -287,6 +343,8 @@ class Machine(_Open):
     """One host's machine as its agent found it (host/provenance.py writes the rest)."""
 
     cpu: MachineCpu | None = None
+    #: what disciplines the host's CLOCK_REALTIME (kernel state, chrony, daemons)
+    clock_discipline: dict[str, Any] | None = None
 
 
 class Provenance(_Open):
@@ -387,13 +445,13 @@ class RunDir:
             tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
             os.replace(tmp, p)
 
-    def run(self) -> dict[str, Any]:
-        """The run record as the JSON it is (checked by ``record``)."""
-        return self.record().model_dump(mode="json", by_alias=True, exclude_unset=True)
-
     def write_run(self, run: dict[str, Any]) -> None:
-        """Write the run record (checked against the model first), atomically."""
-        rec = RunRecord.model_validate({**run, "format": RUN_FORMAT})
+        """Write the run record the controller keeps as JSON (checked against the model first), atomically."""
+        self.write_record(RunRecord.model_validate(run))
+
+    def write_record(self, rec: RunRecord) -> None:
+        """Write the run record, in this version's format, atomically."""
+        rec.format = RUN_FORMAT
         tmp = self.run_json.with_name(".run.json.tmp")
         tmp.write_text(json.dumps(rec.model_dump(mode="json", by_alias=True, exclude_unset=True), indent=1, default=str) + "\n")
         os.replace(tmp, self.run_json)

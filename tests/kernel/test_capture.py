@@ -19,6 +19,7 @@ import pytest
 from loopscope.analysis import attribution as A
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
+from loopscope.rundir import Capture
 
 pytestmark = pytest.mark.needs_root
 
@@ -253,7 +254,7 @@ def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path) -> None:
     r = subprocess.run(["perf", "record", "-q", "-a", "-k", "mono", "-e", "sched:sched_switch", "-e", "sched:sched_stat_runtime", "-o", str(tmp_path / "kernel.perf"), "--", "sleep", "0.3"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    st = S.open_capture(tmp_path, {"data": "kernel.perf"})
+    st = S.open_capture(tmp_path, Capture(host="h", data="kernel.perf"))
     assert st.legacy is not None and st.events > 0
     ev = st.load(st.t_first or 0, st.t_last or 0)
     assert set(ev.columns) == set(S.SCHEMA) and (ev["event"] == "sched_switch").any()
@@ -261,4 +262,4 @@ def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path) -> None:
 
 def test_a_capture_format_newer_than_this_reader_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(S.CaptureError, match="tracefs-segments/9"):
-        S.open_capture(tmp_path, {"format": "tracefs-segments/9", "data": "kernel"})
+        S.open_capture(tmp_path, Capture(host="h", format="tracefs-segments/9", data="kernel"))

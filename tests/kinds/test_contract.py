@@ -14,16 +14,25 @@ from loopscope.analysis.explain import RunSource
 from loopscope.analysis.windows import WINDOWS
 from loopscope.kinds import KINDS
 from loopscope.kinds.base import ProbeKind
+from loopscope.rundir import Capture, RunRecord, Step
+
+
+def _run(**fields: Any) -> RunRecord:
+    return RunRecord.model_validate({"run_id": "r", "name": "contract", "status": "completed", "hosts": {"h1": "h1"}, **fields})
+
+
+def _step(**fields: Any) -> Step:
+    return Step.model_validate({"probe": "p", "rep": 1, "phase": "idle", "trace": "t.lstrace", "json": "t.json", "spawn_mono_ns": 0, "end_mono_ns": 1, **fields})
 
 
 def _source(tmp: Path) -> RunSource:
-    return RunSource(tmp, {"hosts": {"h1": {}}, "steps": []}, {"h1": 0})
+    return RunSource(tmp, _run(), {"h1": 0})
 
 
 @pytest.mark.parametrize("kind", list(KINDS), ids=lambda k: k.name)
 def test_every_kind_gives_explain_its_windows_in_the_one_frame(kind: ProbeKind, tmp_path: Path) -> None:
     # a step whose trace is missing: an empty frame of the contract's columns, never an error
-    step: dict[str, Any] = {"kind": kind.name, "probe": "p", "rep": 1, "phase": "idle", "host": "h1", "trace": "steps/r01-idle/p.lstrace"}
+    step = _step(kind=kind.name, host="h1", trace="steps/r01-idle/p.lstrace")
     assert type(kind).windows is not ProbeKind.windows, f"{kind.name} does not say which of its intervals explain splits"
     w = kind.windows(step, _source(tmp_path))
     assert isinstance(w, pl.DataFrame) and dict(w.schema) == WINDOWS and w.is_empty()
@@ -42,14 +51,14 @@ def test_a_kind_without_the_windows_hook_fails_loudly(tmp_path: Path) -> None:
         name = "forgetful"
 
     with pytest.raises(NotImplementedError, match="forgetful"):
-        Forgetful().windows({"kind": "forgetful"}, _source(tmp_path))
+        Forgetful().windows(_step(kind="forgetful"), _source(tmp_path))
 
 
 def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path) -> None:
     from loopscope.analysis.explain import windows_of
 
-    run = {"hosts": {"h1": {}}, "steps": [{"kind": "nosuch", "probe": "x", "rep": 1, "phase": "idle", "trace": "t.lstrace"}]}
-    w, unknown = windows_of(tmp_path, run, KINDS, [{"covers": ["h1"]}])
+    run = _run(steps=[_step(kind="nosuch", probe="x")])
+    w, unknown = windows_of(tmp_path, run, KINDS, [Capture(host="h1", covers=["h1"])])
     assert w.is_empty() and unknown == ["x (nosuch)"]
 
 
@@ -57,9 +66,9 @@ def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path) ->
 def test_every_kind_says_which_programs_its_steps_started(kind: ProbeKind) -> None:
     from loopscope.analysis.steps import Part, program_parts
 
-    step: dict[str, Any] = {"kind": kind.name, "probe": "p", "host": "h1", "trace": "t.lstrace", "processes": [{"name": "a", "host": "h1", "trace": "a.lstrace"}],
-                            "hubs": [{"name": "hub-h1", "host": "h1", "trace": "hub.lstrace"}]}
-    parts = program_parts(step, {"hosts": {"h1": {}}}, KINDS)
+    step = _step(kind=kind.name, host="h1", processes=[{"name": "a", "host": "h1", "trace": "a.lstrace", "json": "a.json"}],
+                 hubs=[{"name": "hub-h1", "host": "h1", "trace": "hub.lstrace", "json": "hub.json"}])
+    parts = program_parts(step, _run(), KINDS)
     assert all(isinstance(p, Part) for p in parts) and parts[-1].name == "hub-h1"
     # the program kinds name theirs; every other kind started none of its own
     assert [p.name for p in parts[:-1]] == {"program": [""], "app": ["a"]}.get(kind.name, [])

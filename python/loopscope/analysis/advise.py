@@ -43,11 +43,10 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
 
     usable = list((first.cpu.usable_cpus if first is not None and first.cpu is not None else None) or sorted(os.sched_getaffinity(0)))
     phases = {p["name"]: p for p in spec.get("phases") or []}
-    run = rd.run()
     load_cpus: dict[tuple[str, str], list[int]] = {}
-    for ld in run.get("loads") or []:
-        if ld.get("cpus"):
-            load_cpus[(ld["phase"], ld["name"])] = sorted(set(load_cpus.get((ld["phase"], ld["name"]), [])) | set(ld["cpus"]))
+    for ld in rd.record().loads:
+        if ld.cpus:
+            load_cpus[(ld.phase, ld.name)] = sorted(set(load_cpus.get((ld.phase, ld.name), [])) | set(ld.cpus))
     rows: list[dict[str, Any]] = []
     tunings: dict[str, list[dict[str, Any]]] = {}
     for g in explained.get("groups") or []:

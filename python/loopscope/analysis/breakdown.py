@@ -35,11 +35,11 @@ per-size figures, from one run whose items vary in size.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import polars as pl
 from loopscope.analysis.registry import Registry
+from loopscope.rundir import RunRecord
 
 # innermost first: a nanosecond covered by several goes to the first
 LAYERS = [("messaging: alloc", ["alloc"]), ("messaging", ["send", "recv"]), ("runtime: lock", ["lock"]), ("blocking", ["block"]), ("runtime", ["put", "get"])]
@@ -144,13 +144,13 @@ def split_calls(df: pl.DataFrame) -> pl.DataFrame:
     return calls.with_columns(*[pl.Series(c, v) for c, v in cols.items()])
 
 
-def breakdown(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFrame:
+def breakdown(run_dir: Path, run: RunRecord, kinds: Registry) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
 
     rows = []
-    for st in run.get("steps") or []:
+    for st in run.steps:
         parts = [(p.name, p.trace) for p in program_parts(st, run, kinds)]
         for proc, trace in parts:
             path = run_dir / trace
@@ -167,7 +167,7 @@ def breakdown(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFra
                 parts_ns = split_thread(g)
                 total = sum(parts_ns.values())
                 for cat, ns in parts_ns.items():
-                    rows.append({"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "process": proc, "tid": int(tid), "thread": str(thread),
+                    rows.append({"rep": st.rep, "phase": st.phase, "probe": st.probe, "process": proc, "tid": int(tid), "thread": str(thread),
                                  "category": cat, "ns": int(ns), "share": ns / total if total else None})
     return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process": pl.String, "tid": pl.Int64, "thread": pl.String, "category": pl.String, "ns": pl.Int64, "share": pl.Float64})
 
@@ -176,13 +176,13 @@ SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process
                "calls": pl.Int64, "mean_ns": pl.Float64, **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES}}
 
 
-def by_size(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFrame:
+def by_size(run_dir: Path, run: RunRecord, kinds: Registry) -> pl.DataFrame:
     """Mean time of a put or get per item size, split into layers."""
     from loopscope.analysis.steps import program_parts
     from loopscope.trace import reader
 
     out = []
-    for st in run.get("steps") or []:
+    for st in run.steps:
         calls, sizes = [], []
         for part in program_parts(st, run, kinds):
             path = run_dir / part.trace
@@ -209,7 +209,7 @@ def by_size(run_dir: Path, run: dict[str, Any], kinds: Registry) -> pl.DataFrame
             pl.len().alias("calls"), pl.col("dur_ns").mean().alias("mean_ns"), *[pl.col(c).mean().alias(f"{c}_ns") for c in CALL_CATEGORIES],
         ).sort(["process", "channel", "what", "bytes"])
         out.append(agg.select(
-            pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), pl.lit(st["probe"]).alias("probe"), "process", "channel", pl.col("what").alias("call"), "bytes",
+            pl.lit(st.rep).alias("rep"), pl.lit(st.phase).alias("phase"), pl.lit(st.probe).alias("probe"), "process", "channel", pl.col("what").alias("call"), "bytes",
             "calls", "mean_ns", *[f"{c}_ns" for c in CALL_CATEGORIES],
         ).cast(SIZE_SCHEMA))  # type: ignore[arg-type]
     return pl.concat(out) if out else pl.DataFrame(schema=SIZE_SCHEMA)

@@ -22,35 +22,38 @@ from typing import Any
 
 import polars as pl
 
+from loopscope.rundir import RunRecord, Step
+
 COUNTS = ["put", "sent", "arrived", "got", "consumed", "dropped_full", "dropped_no_consumer", "skipped", "timeouts", "refused", "incomplete", "missing", "bytes"]
 SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "side": pl.String, "host": pl.String, "role": pl.String,
           **{k: pl.Int64 for k in COUNTS}}
 
 
-def _row(st: dict[str, Any], channel: str, side: str, host: str, role: str, **counts: Any) -> dict[str, Any]:
-    return {"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "channel": channel, "side": side, "host": host, "role": role,
+def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: Any) -> dict[str, Any]:
+    return {"rep": st.rep, "phase": st.phase, "probe": st.probe, "channel": channel, "side": side, "host": host, "role": role,
             **{k: (int(counts[k]) if counts.get(k) is not None else None) for k in COUNTS}}
 
 
-def channel_stats(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
+def channel_stats(run_dir: Path, run: RunRecord) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
-    for st in run.get("steps") or []:
-        for h in st.get("hubs") or []:
+    for st in run.steps:
+        for h in st.hubs or []:
             try:
-                s = json.loads((run_dir / h["stats"]).read_text())
-            except (OSError, ValueError, KeyError):
-                rows.append(_row(st, "(all)", h["name"], h["host"], "hub stats missing"))
+                s = json.loads((run_dir / (h.stats or "")).read_text()) if h.stats else None
+            except (OSError, ValueError):
+                s = None
+            if not isinstance(s, dict):
+                rows.append(_row(st, "(all)", h.name, h.host, "hub stats missing"))
                 continue
             for name, c in (s.get("channels") or {}).items():
-                rows.append(_row(st, name, h["name"], h["host"], "channel", put=c.get("put"), got=c.get("got"), consumed=c.get("consumed"),
+                rows.append(_row(st, name, h.name, h.host, "channel", put=c.get("put"), got=c.get("got"), consumed=c.get("consumed"),
                                  dropped_full=c.get("dropped_full"), dropped_no_consumer=c.get("dropped_no_consumer"), skipped=c.get("skipped"),
                                  timeouts=(c.get("put_timeouts") or 0) + (c.get("get_timeouts") or 0), bytes=c.get("bytes_put")))
             n = s.get("net") or {}
-            rows.append(_row(st, "(all)", h["name"], h["host"], "hub input", arrived=n.get("items_in"), refused=n.get("refused"), incomplete=n.get("incomplete"),
+            rows.append(_row(st, "(all)", h.name, h.host, "hub input", arrived=n.get("items_in"), refused=n.get("refused"), incomplete=n.get("incomplete"),
                              missing=n.get("missing"), bytes=n.get("bytes_in")))
-        procs = st.get("processes") or ([{"name": "", "host": st.get("host"), "channel_stats": st.get("channel_stats")}] if st.get("channel_stats") else [])
-        for p in procs:
-            path = p.get("channel_stats")
+        procs = [(p.name, p.host, p.channel_stats) for p in st.processes or []] or [("", run.host_of(st), st.channel_stats)]
+        for name, host, path in procs:
             if not path or not (run_dir / path).exists():
                 continue
             for line in (run_dir / path).read_text().splitlines():
@@ -58,11 +61,11 @@ def channel_stats(run_dir: Path, run: dict[str, Any]) -> pl.DataFrame:
                     e = json.loads(line)
                 except ValueError:
                     continue
-                side = p["name"] or st["probe"]
+                side = name or st.probe
                 if e.get("role") == "producer":
-                    rows.append(_row(st, e.get("channel", "?"), side, p["host"], "producer", sent=e.get("sent"), bytes=e.get("bytes")))
+                    rows.append(_row(st, e.get("channel", "?"), side, host, "producer", sent=e.get("sent"), bytes=e.get("bytes")))
                 else:
-                    rows.append(_row(st, e.get("channel", "?"), side, p["host"], "consumer", arrived=e.get("items_in"), got=e.get("got"), consumed=e.get("consumed"),
+                    rows.append(_row(st, e.get("channel", "?"), side, host, "consumer", arrived=e.get("items_in"), got=e.get("got"), consumed=e.get("consumed"),
                                      dropped_full=e.get("dropped_full"), skipped=e.get("skipped"), timeouts=e.get("get_timeouts"), incomplete=e.get("incomplete"),
                                      missing=e.get("missing")))
     return pl.DataFrame(rows, schema=SCHEMA) if rows else pl.DataFrame(schema=SCHEMA)

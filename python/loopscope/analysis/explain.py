@@ -50,7 +50,7 @@ from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.kernel import store as S
 from loopscope.trace import reader
-from loopscope.rundir import Derived, RunDir
+from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
 
 # A cluster of outlier windows is at most this long, and gets the kernel
@@ -75,42 +75,42 @@ def _host_offsets(run_dir: Path) -> dict[str, int]:
     return RunDir(run_dir).provenance().offsets()
 
 
-def _roles(run: dict[str, Any]) -> dict[int, str]:
+def _roles(run: RunRecord) -> dict[int, str]:
     """Threads the run knows by id: each load's (from its cgroup at stop), the
     lab's own processes' and the capture reader's (whatever their threads
     call themselves: polars' pool, jemalloc's, rich's refresh)."""
     out: dict[int, str] = {}
-    for ld in run.get("loads") or []:
-        for t in ld.get("tids") or []:
-            out[int(t)] = f"load: {ld['name']}"
-    for label, tids in (run.get("lab_tids") or {}).items():
+    for ld in run.loads:
+        for t in ld.tids:
+            out[t] = f"load: {ld.name}"
+    for label, tids in run.lab_tids.items():
         for t in tids:
-            out[int(t)] = label
-    for cap in (run.get("kernel") or {}).get("captures") or []:
-        for t in cap.get("reader_tids") or []:
-            out[int(t)] = "lab: capture"
+            out[t] = label
+    for cap in run.captures:
+        for t in cap.reader_tids:
+            out[t] = "lab: capture"
     return out
 
 
-def _capture_entry(run_dir: Path, cap: dict[str, Any], st: S.Store) -> dict[str, Any]:
+def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> dict[str, Any]:
     span = ((st.t_last or 0) - (st.t_first or 0)) / 1e9 if st.events else 0
-    secs = cap.get("seconds") or span or None
+    secs = cap.seconds or span or None
     on_disk = st.bytes_on_disk()
-    reader_cpu = cap.get("reader_cpu_s", cap.get("perf_cpu_s"))
-    rd = cap.get("reader") or {}
+    reader_cpu = cap.reader_cpu_s if "reader_cpu_s" in cap.model_fields_set else cap.perf_cpu_s
+    rd = cap.reader or {}
     return {
-        "host": cap["host"], "covers": cap["covers"], "format": cap.get("format") or "perf.data",
+        "host": cap.host, "covers": cap.covers, "format": cap.format or "perf.data",
         "events": st.events, "lost_events": st.lost_events, "lost_counted": st.lost_counted,
         "by_event": st.by_event(),
         "t_first_ns": st.t_first, "t_last_ns": st.t_last, "seconds": secs,
         "bytes_on_disk": on_disk, "bytes_per_s": on_disk / secs if secs else None,
         "events_per_s": st.events / span if span else None,
         "reader_cpu_s": reader_cpu, "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
-        "perf_cpu_s": cap.get("perf_cpu_s"), "perf_cpu_share": cap["perf_cpu_s"] / secs if cap.get("perf_cpu_s") is not None and secs else None,
+        "perf_cpu_s": cap.perf_cpu_s, "perf_cpu_share": cap.perf_cpu_s / secs if cap.perf_cpu_s is not None and secs else None,
         "reads_between_windows": rd.get("reads_asked"), "reads_during_windows": rd.get("reads_half_full"),
-        "reader_ran_during": cap.get("reader_ran_during") or [],
-        "buffer_mb_per_cpu": cap.get("buffer_mb_per_cpu"),
-        "missing_events": cap.get("missing_events") or [],
+        "reader_ran_during": cap.reader_ran_during,
+        "buffer_mb_per_cpu": cap.buffer_mb_per_cpu,
+        "missing_events": cap.missing_events or [],
         "lost_placed": not st.unknown_loss, "lost_unplaced": st.unknown_loss, "problems": st.problems,
         "lost_windows": len(st.lost),
         "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
@@ -170,7 +170,7 @@ class RunSource:
     """What kinds read to hand explain their windows (``kinds.base.WindowSource``):
     the run's record and spec, and its traces, each read once."""
 
-    def __init__(self, run_dir: Path, run: dict[str, Any], kernels: dict[str, int]) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord, kernels: dict[str, int]) -> None:
         self.run_dir, self.run = run_dir, run
         p = run_dir / "spec.json"
         self.spec: dict[str, Any] = json.loads(p.read_text()) if p.exists() else {}
@@ -190,25 +190,25 @@ class RunSource:
                 self._traces.pop(next(iter(self._traces)))
         return self._traces[rel]
 
-    def host_of(self, step: dict[str, Any]) -> str:
-        return str(step.get("host") or next(iter(self.run.get("hosts") or {"localhost": 0})))
+    def host_of(self, step: Step) -> str:
+        return self.run.host_of(step)
 
     def same_kernel(self, a: str, b: str) -> bool:
         return a in self._kernels and self._kernels.get(a) == self._kernels.get(b)
 
 
-def windows_of(run_dir: Path, run: dict[str, Any], kinds: Registry, caps: list[dict[str, Any]]) -> tuple[pl.DataFrame, list[str]]:
+def windows_of(run_dir: Path, run: RunRecord, kinds: Registry, caps: list[Capture]) -> tuple[pl.DataFrame, list[str]]:
     """Every step's windows through its kind's hook (``ProbeKind.windows``),
     and the steps no registered kind answers for (said, never skipped silently)."""
-    kernels = {h: i for i, c in enumerate(caps) for h in c.get("covers") or []}
+    kernels = {h: i for i, c in enumerate(caps) for h in c.covers}
     src = RunSource(run_dir, run, kernels)
     parts, unknown = [], []
-    steps = run.get("steps") or []
+    steps = run.steps
     for n, st in enumerate(steps, 1):
         progress.step("explain: reading probe traces", n, len(steps))
-        kind = kinds.get(str(st.get("kind"))) if kinds is not None else None
+        kind = kinds.get(st.kind) if kinds is not None else None
         if kind is None:
-            unknown.append(f"{st.get('probe')} ({st.get('kind')})")
+            unknown.append(f"{st.probe} ({st.kind})")
             continue
         w = kind.windows(st, src)
         if len(w):
@@ -234,8 +234,8 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
     registry whose ``windows`` hook gives each step's intervals;
     ``all_causes`` adds every cause of each group (``all_causes``), not only
     the top eight. Nothing is written: the result is returned."""
-    run = RunDir(run_dir).run()
-    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
+    run = RunDir(run_dir).record()
+    caps = [c for c in run.captures if c.data]
     if not caps:
         return None
     t0 = time.perf_counter()
@@ -250,17 +250,17 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
     off = pl.col("host").cast(pl.String).replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, dtype=pl.Int64)
     wins = wins.with_columns((pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("latency_ns") - off).alias("end_k"))
     for cap in caps:
-        progress.step(f"explain: opening the kernel capture of {cap['host']}")
+        progress.step(f"explain: opening the kernel capture of {cap.host}")
         try:
             st = S.open_capture(run_dir, cap)
         except S.CaptureError as e:
-            out["captures"].append({**cap, "error": str(e)})
+            out["captures"].append({**cap.model_dump(mode="json", exclude_unset=True), "error": str(e)})
             continue
         out["captures"].append(_capture_entry(run_dir, cap, st))
         # The outliers of each probe and phase, without a copy of every record
         # (a long run has millions): the threshold per row is a window
         # expression, and only the rows above it are made.
-        recs = wins.lazy().filter(pl.col("host").is_in(cap["covers"])).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64) + next_id)
+        recs = wins.lazy().filter(pl.col("host").is_in(cap.covers)).with_row_index("id").with_columns(pl.col("id").cast(pl.Int64) + next_id)
         thr = recs.group_by("probe", "phase").agg(pl.col("latency_ns").quantile(quantile, "linear").alias("threshold_ns"), pl.len().alias("records")).collect()
         if not len(thr):
             continue
@@ -281,7 +281,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
     return Derived(documents={"explain.json": out}, tables={"tables/attribution.parquet": att_all} if len(att_all) else {})
 
 
-def _group_entry(probe: str, phase: str, cap: dict[str, Any], g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> dict[str, Any]:
+def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> dict[str, Any]:
     """One probe × phase of explain's result: its causes and shares."""
     total = int(g["ns"].sum())
     by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
@@ -290,7 +290,7 @@ def _group_entry(probe: str, phase: str, cap: dict[str, Any], g: pl.DataFrame, t
     lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
     loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
     entry = {
-        "probe": probe, "phase": phase, "host_kernel": cap["host"], "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
+        "probe": probe, "phase": phase, "host_kernel": cap.host, "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
         "outliers": int(g["id"].n_unique()), "outlier_ns": total,
         "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
         "complete": bool(g["complete"].all()),

@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from loopscope.analysis.steps import Kinds
+from loopscope.rundir import RunRecord
+
 SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "ts": pl.Int64, "bytes": pl.Int64, "producer": pl.String,
           "consumer": pl.String, "via": pl.String, "put_ns": pl.Int64, "net_ns": pl.Int64, "net_bound_ns": pl.Float64, "net_raw_ns": pl.Int64,
           "deliver_ns": pl.Int64, "total_ns": pl.Int64}
@@ -57,9 +60,9 @@ def _records(run_dir: Path, trace: str) -> tuple[pl.DataFrame, Any]:
 class Placement:
     """Host CLOCK_REALTIME → the run's global clock, with bound."""
 
-    def __init__(self, run_dir: Path, run: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord) -> None:
         self.clocks = None
-        if len(run.get("hosts") or {}) > 1:
+        if len(run.hosts) > 1:
             from loopscope.clock import sync
 
             try:
@@ -92,12 +95,12 @@ class Placement:
         return d, bound
 
 
-def items(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
+def items(run_dir: Path, run: RunRecord, kinds: Kinds) -> pl.DataFrame:
     from loopscope.analysis.steps import program_parts
 
     place = Placement(run_dir, run)
     rows: list[pl.DataFrame] = []
-    for st in run.get("steps") or []:
+    for st in run.steps:
         puts: list[Any] = []
         arrs: list[Any] = []
         gets: list[Any] = []
@@ -165,7 +168,7 @@ def items(run_dir: Path, run: dict[str, Any], kinds: Any) -> pl.DataFrame:
         j = j.with_columns(pl.Series("net_ns", np.where(np.isfinite(net), net, np.nan)).fill_nan(None).round(0).cast(pl.Int64), pl.Series("net_bound_ns", bound).fill_nan(None))
         j = j.with_columns((pl.col("put_ns") + pl.col("net_ns") + pl.col("deliver_ns")).alias("total_ns"))
         rows.append(j.select(
-            pl.lit(st["rep"]).alias("rep"), pl.lit(st["phase"]).alias("phase"), pl.lit(st["probe"]).alias("probe"), "channel", "ts", "bytes", "producer",
+            pl.lit(st.rep).alias("rep"), pl.lit(st.phase).alias("phase"), pl.lit(st.probe).alias("probe"), "channel", "ts", "bytes", "producer",
             pl.col("proc").alias("consumer"), "via", "put_ns", "net_ns", "net_bound_ns", "net_raw_ns", "deliver_ns", "total_ns",
         ).cast(SCHEMA))
     return pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMA)

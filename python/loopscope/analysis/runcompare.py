@@ -41,6 +41,7 @@ from loopscope.analysis.compare import MIN_SAMPLES, _stats, _thin, block_resampl
 from loopscope.errors import InputError
 from loopscope.analysis.phases import Measure
 from loopscope.stats import dispersion, rate_ratio
+from loopscope.rundir import Provenance
 
 METRICS = ("p50", "p99", "p999", "max", "mean", "missed")
 RESAMPLES = 400
@@ -61,7 +62,7 @@ class RunData:
     measures: list[Measure]
     #: (probe, phase) → (missed deadlines, deadlines) of each repetition
     missed: dict[tuple[str, str], list[tuple[int, int]]] = field(default_factory=dict)
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
     spec_text: str = ""
 
     def kinds(self) -> dict[str, str]:
@@ -283,7 +284,8 @@ def differences(runs: list[RunData]) -> dict[str, Any]:
 
     facts: dict[str, dict[str, Any]] = {}
     for r in runs:
-        for host, prov in (r.provenance.get("hosts") or {}).items():
+        for host, machine in r.provenance.hosts.items():
+            prov = machine.model_dump(mode="json")  # the machine's facts, free-form as its agent gathered them
             for label, path in PROVENANCE:
                 v: Any = prov
                 for k in path:

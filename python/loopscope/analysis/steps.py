@@ -5,7 +5,9 @@ time breakdown, per-item events, the report's images) goes through here."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
+
+from loopscope.rundir import RunRecord, Step
 
 
 class Part(NamedTuple):
@@ -17,7 +19,7 @@ class Part(NamedTuple):
 class HasPrograms(Protocol):
     """A kind that may start programs (``kinds.base.ProbeKind.programs``)."""
 
-    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]: ...
+    def programs(self, step: Step, run: RunRecord) -> list[Part]: ...
 
 
 class Kinds(Protocol):
@@ -26,10 +28,10 @@ class Kinds(Protocol):
     def get(self, name: str) -> HasPrograms | None: ...
 
 
-def program_parts(st: dict[str, Any], run: dict[str, Any], kinds: Kinds, hubs: bool = True) -> list[Part]:
+def program_parts(st: Step, run: RunRecord, kinds: Kinds, hubs: bool = True) -> list[Part]:
     """The programs ``st``'s kind started, and the hubs beside them."""
-    kind = kinds.get(str(st.get("kind")))
+    kind = kinds.get(st.kind)
     out: list[Part] = kind.programs(st, run) if kind is not None else []
     if hubs:
-        out += [Part(h["name"], h["host"], h["trace"]) for h in st.get("hubs") or []]
+        out += [Part(h.name, h.host, h.trace) for h in st.hubs or []]
     return out

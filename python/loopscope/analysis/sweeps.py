@@ -92,17 +92,17 @@ def link_sweep(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
     """When phases change a link's delay (``phases[].links``): every probe's
     main series, and every interval a program or app logged, against that
     delay (the first link whose delay differs between phases)."""
-    pl_ = tables.run.get("phase_links") or {}
+    pl_ = tables.run.phase_links
     if len(pl_) < 3:
         return []
-    names = [c["name"] for c in next(iter(pl_.values()))]
-    varying = [n for n in names if len({next((c["delay_ns"] for c in cs if c["name"] == n), None) for cs in pl_.values()}) > 1]
+    names = [c.name for c in next(iter(pl_.values()))]
+    varying = [n for n in names if len({next((c.delay_ns for c in cs if c.name == n), None) for cs in pl_.values()}) > 1]
     if not varying:
         return []
     link = varying[0]
     # phases that hold loads are other experiments: only the unloaded ones sweep the delay
     loaded = {p["name"] for p in tables.spec.get("phases") or [] if p.get("loads")}
-    x_of = {ph: next(c["delay_ns"] for c in cs if c["name"] == link) / 1e6 for ph, cs in pl_.items() if ph not in loaded}
+    x_of = {ph: next(c.delay_ns for c in cs if c.name == link) / 1e6 for ph, cs in pl_.items() if ph not in loaded}
     series: list[tuple[str, dict[str, np.ndarray]]] = []
     for probe in (tables.spec.get("probes") or []):
         for name, d in _values(kinds, probe, tables):

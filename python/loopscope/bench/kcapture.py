@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from loopscope.rundir import RunDir
+from loopscope.rundir import Capture, KernelRecord, RunDir
 from loopscope.errors import RunError
 
 PIPELINE = """name: bench-kcapture
@@ -148,12 +148,11 @@ def _pipeline_waits(run_dir: Path) -> np.ndarray:
     from loopscope.probes.pipeline import messages_from
     from loopscope.trace import reader
 
-    run = RunDir(run_dir).run()
     out = []
-    for st in run.get("steps") or []:
-        if not st.get("stages"):
+    for st in RunDir(run_dir).record().steps:
+        if not st.stages:
             continue
-        m = messages_from(reader.read(run_dir / st["trace"], sort=False))
+        m = messages_from(reader.read(run_dir / st.trace, sort=False))
         for c in m.columns if len(m) else []:
             if c.endswith("_stack_ns"):
                 out.append(m[c].to_numpy())
@@ -185,12 +184,12 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any
     if perf:
         # The old capture's file, named in run.json the way runs recorded with it were.
         rd = RunDir(run_dir)
-        run = rd.run()
+        run = rd.record()
         dest = run_dir / "hosts" / "h1" / "kernel"
         dest.mkdir(parents=True, exist_ok=True)
         shutil.move(str(data), dest / "kernel.perf")
-        run["kernel"] = {"captures": [{"host": "h1", "covers": ["h1", "h2", "h3", "h4"], "data": "hosts/h1/kernel/kernel.perf", "timens_offset_ns": 0}]}
-        rd.write_run(run)
+        run.kernel = KernelRecord(captures=[Capture(host="h1", covers=["h1", "h2", "h3", "h4"], data="hosts/h1/kernel/kernel.perf", timens_offset_ns=0)])
+        rd.write_record(run)
     return {"waits": _pipeline_waits(run_dir)}
 
 

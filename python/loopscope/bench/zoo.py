@@ -368,12 +368,12 @@ def _series(run_dir: Path, interval: str) -> list[tuple[int, Any, Any]]:
 
     g, n = interval.split("/", 1)
     out = []
-    for st in RunDir(run_dir).run().get("steps") or []:
-        if st.get("probe") != "t" or not (run_dir / st["trace"]).exists():
+    for st in RunDir(run_dir).record().steps:
+        if st.probe != "t" or not (run_dir / st.trace).exists():
             continue
-        df = reader.read(run_dir / st["trace"], sort=True)
+        df = reader.read(run_dir / st.trace, sort=True)
         iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == g) & (pl.col("name").cast(pl.String) == n))
-        out.append((int(st["rep"]), iv["t_ns"].to_numpy(), iv["dur_ns"].to_numpy()))
+        out.append((st.rep, iv["t_ns"].to_numpy(), iv["dur_ns"].to_numpy()))
     return out
 
 

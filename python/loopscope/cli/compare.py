@@ -101,8 +101,7 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
     from loopscope.rundir import RunDir
 
     rd = RunDir.open(run_dir)
-    run = rd.run()
-    if not any(c.get("data") for c in ((run.get("kernel") or {}).get("captures") or [])):
+    if not any(c.data for c in rd.record().captures):
         raise InputError(f"{run_dir}: the run has no kernel capture, so there are no causes to advise on; run it with `kernel: {{capture: on}}` (root and tracefs)")
     ej = rd.path / "explain.json"
     with progress.shown(not as_json):

@@ -61,7 +61,7 @@ class Window:
             return np.full(x.shape, np.inf)
         est = self.theta(t_ns)
         lines = self.vertices[:, 1][:, None] + self.vertices[:, 0][:, None] * x[None, :]
-        return np.max(np.abs(lines - est[None, :]), axis=0)
+        return np.asarray(np.max(np.abs(lines - est[None, :]), axis=0))
 
 
 def _rel_s(t_ns: np.ndarray, center_ns: int) -> np.ndarray:
@@ -92,7 +92,7 @@ def hull_lower_bounds(t: np.ndarray, v: np.ndarray) -> np.ndarray:
     keep = np.r_[True, np.diff(t) != 0]  # one point per t: the largest v
     idx = o[keep]
     tk = t[keep]
-    return idx[_upper_hull((tk - tk[0]).astype(np.float64) if len(tk) else tk.astype(np.float64), v[keep].astype(np.float64))]
+    return np.asarray(idx[_upper_hull((tk - tk[0]).astype(np.float64) if len(tk) else tk.astype(np.float64), v[keep].astype(np.float64))])
 
 
 def hull_upper_bounds(t: np.ndarray, v: np.ndarray) -> np.ndarray:

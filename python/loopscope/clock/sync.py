@@ -42,7 +42,7 @@ import polars as pl
 
 from loopscope.clock import estimate as E
 from loopscope.trace import reader
-from loopscope.rundir import RunDir
+from loopscope.rundir import HubStep, ProcessStep, RunDir, RunRecord, StageStep
 
 GAP_TOLERANCE_NS = 4_000
 MIN_PURE = 20
@@ -237,7 +237,10 @@ def _pure(df: pl.DataFrame, tol: int) -> pl.DataFrame:
     for c in need:
         if c not in w.columns:
             w = w.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
-    ok = lambda c: pl.col(c).is_not_null() & (pl.col(c) != 0)  # noqa: E731
+
+    def ok(c: str) -> pl.Expr:
+        return pl.col(c).is_not_null() & (pl.col(c) != 0)
+
     w = w.with_columns(
         (ok("tx_h_0") & ok("tx_h_1") & ok("rx_ref_0") & ok("rx_ref_1") & (((pl.col("rx_ref_1") - pl.col("rx_ref_0")) - (pl.col("tx_h_1") - pl.col("tx_h_0"))).abs() <= tol)).fill_null(False).alias("fwd_pure"),
         (ok("tx_ref_0") & ok("tx_ref_1") & ok("rx_h_0") & ok("rx_h_1") & (((pl.col("rx_h_1") - pl.col("rx_h_0")) - (pl.col("tx_ref_1") - pl.col("tx_ref_0"))).abs() <= tol)).fill_null(False).alias("bwd_pure"),
@@ -250,32 +253,33 @@ def _min_rtt(df: pl.DataFrame) -> int | None:
     return int((ok["rx_h"] - ok["tx_h"]).min()) if len(ok) else None  # type: ignore[arg-type]
 
 
-def host_traces(run: dict[str, Any]) -> dict[str, list[str]]:
+def host_traces(run: RunRecord) -> dict[str, list[str]]:
     """Every trace of the run, by the host that wrote it."""
     out: dict[str, list[str]] = {}
-    for st in run.get("steps") or []:
-        if st.get("host") and st.get("trace"):
-            out.setdefault(st["host"], []).append(st["trace"])
-        for sg in [*(st.get("stages") or []), *(st.get("processes") or [])[1:], *(st.get("hubs") or [])]:
-            out.setdefault(sg["host"], []).append(sg["trace"])
-    cs = run.get("clocksync") or {}
-    if cs.get("responder"):
-        out.setdefault(cs["responder"]["host"], []).append(cs["responder"]["trace"])
-    for h, i in (cs.get("initiators") or {}).items():
-        out.setdefault(h, []).append(i["trace"])
+    for st in run.steps:
+        if st.host and st.trace:
+            out.setdefault(st.host, []).append(st.trace)
+        parts: list[StageStep | ProcessStep | HubStep] = [*(st.stages or []), *(st.processes or [])[1:], *(st.hubs or [])]
+        for sg in parts:
+            out.setdefault(sg.host, []).append(sg.trace)
+    cs = run.clocksync
+    if cs is not None and cs.responder is not None:
+        out.setdefault(cs.responder.host or cs.reference, []).append(cs.responder.trace)
+    for h, i in (cs.initiators if cs is not None else {}).items():
+        out.setdefault(h, []).append(i.trace)
     return out
 
 
 def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
     """Every host's clock against the reference; None for a run without clock-sync probes."""
-    run = RunDir(run_dir).run()
-    cs = run.get("clocksync")
-    if not cs or not cs.get("responder"):
+    run = RunDir(run_dir).record()
+    cs = run.clocksync
+    if cs is None or cs.responder is None:
         return None
-    ref = cs["reference"]
+    ref = cs.reference
     traces = host_traces(run)
     clocks: dict[str, HostClock] = {}
-    for host in run.get("hosts") or {}:
+    for host in run.hosts:
         cals: list[dict[str, Any]] = []
         for t in traces.get(host, []):
             p = run_dir / t
@@ -289,17 +293,17 @@ def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP
             clocks[host].problems.append("no calibration pairs: no trace of this host could be read, so its records cannot be placed")
         for s in clocks[host].pairs.steps:
             clocks[host].problems.append(f"CLOCK_REALTIME stepped by {s['step_ns'] / 1e6:+.3f} ms between monotonic {s['after_mono_ns']} and {s['before_mono_ns']} ns: records around it are placed with the windows on each side")
-    serve_path = run_dir / cs["responder"]["trace"]
+    serve_path = run_dir / cs.responder.trace
     serve = _payloads(reader.read(serve_path, sort=False), "serve") if serve_path.exists() else np.zeros((0, 5), np.int64)
-    for host, ini in (cs.get("initiators") or {}).items():
+    for host, ini in cs.initiators.items():
         hc = clocks[host]
-        p = run_dir / ini["trace"]
+        p = run_dir / ini.trace
         init = _payloads(reader.read(p, sort=False), "probe") if p.exists() else np.zeros((0, 5), np.int64)
         if not len(init):
             hc.problems.append(f"no clock-sync probes from {host}: its records cannot be placed on the global clock")
             hc.counts = {"sent": 0}
             continue
-        df = _pure(_join(init, serve, int(ini["flow"])), gap_tolerance_ns)
+        df = _pure(_join(init, serve, int(ini.flow or 0)), gap_tolerance_ns)
         hc.exchanges = df
         sent = len(df)
         answered = int((df["rx_h"] != 0).sum())

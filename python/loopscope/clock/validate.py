@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from loopscope.errors import InputError
 from loopscope.rundir import LabHost, RunDir
 
 
@@ -42,8 +43,10 @@ class Truth:
     @classmethod
     def of_run(cls, run_dir: Path, real_minus_mono: int | None = None) -> "Truth":
         rd = RunDir(run_dir)
-        run = rd.run()
-        return cls(rd.provenance().lab.hosts, run["clocksync"]["reference"], real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
+        cs = rd.record().clocksync
+        if cs is None:
+            raise InputError(f"{run_dir}: the run has no clock-sync probes: nothing to check its clocks against")
+        return cls(rd.provenance().lab.hosts, cs.reference, real_minus_mono if real_minus_mono is not None else machine_real_minus_mono())
 
     def _unskew(self, host: str, t: np.ndarray) -> np.ndarray:
         """A host's reported CLOCK_MONOTONIC → the machine's root CLOCK_MONOTONIC."""

@@ -35,6 +35,7 @@ import numpy as np
 import polars as pl
 
 from loopscope.errors import InputError
+from loopscope.rundir import Capture
 
 SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
@@ -290,10 +291,10 @@ class Store:
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
 
 
-def open_capture(run_dir: Path, cap: dict[str, Any]) -> Store:
+def open_capture(run_dir: Path, cap: Capture) -> Store:
     """The capture a run.json ``kernel.captures`` entry describes."""
-    fmt = cap.get("format")
-    data = run_dir / cap["data"] if cap.get("data") else None
+    fmt = cap.format
+    data = run_dir / cap.data if cap.data else None
     if data is None:
         raise CaptureError("the capture recorded no data")
     if fmt is None and data.suffix == ".perf":

@@ -17,7 +17,8 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource
+from loopscope.rundir import RunRecord, Step
+from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource
 from loopscope.probes.params import EnvName
 from loopscope.kinds.program import PATTERNS, INTERVALS, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
 from loopscope.spec.models import HOST_REF, Command, Duration, Model, Name, ProbeModel
@@ -124,12 +125,12 @@ class App(ProbeKind):
             out["hubs"] = hub_parts
         return out
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
-        for proc in step.get("processes") or []:
-            df = read.trace(proc["trace"])
+        for proc in step.processes or []:
+            df = read.trace(proc.trace)
             if df is not None:
-                out.add("program", tag(intervals(df, f"{proc['name']}: ", "app")))
+                out.add("program", tag(intervals(df, f"{proc.name}: ", "app")))
         return out
 
     def measures(self, tables: Any) -> list[Measure]:
@@ -142,11 +143,11 @@ class App(ProbeKind):
         """Every interval the app's processes logged, each its own series."""
         return interval_sweep_values(tables, probe)
 
-    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+    def programs(self, step: Step, run: RunRecord) -> list[Part]:
         """One program per process of the app, each on its host."""
-        return [Part(p["name"], p["host"], p["trace"]) for p in step.get("processes") or []]
+        return [Part(p.name, p.host, p.trace) for p in step.processes or []]
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:

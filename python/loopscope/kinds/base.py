@@ -29,6 +29,7 @@ from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
 from loopscope.errors import InputError
 from loopscope.probes.params import Launch, Params
+from loopscope.rundir import RunRecord, Step
 from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
@@ -55,6 +56,10 @@ def launch_argv(launch: Launch) -> list[str]:
     return cli("launch") + [launch.model_dump_json()]
 
 
+#: adds a step's columns (rep, phase, loads, probe) to a frame of its rows
+Tag = Callable[[pl.DataFrame], pl.DataFrame]
+
+
 class RunFiles(Protocol):
     """A run directory's files, for a kind building its rows."""
 
@@ -64,6 +69,11 @@ class RunFiles(Protocol):
 
     def json(self, rel: str) -> dict[str, Any]:
         """A probe's result (the last line of its JSON file); {} when missing."""
+        ...
+
+    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> tuple[Any, Any]:
+        """``rt_b`` on ``host_b`` minus ``rt_a`` on ``host_a`` (CLOCK_REALTIME
+        arrays less ``base``) on the run's global clock, and its bound."""
         ...
 
 
@@ -188,7 +198,7 @@ class WindowSource(Protocol):
     """What a kind reads to hand explain its windows (``analysis.explain.RunSource``)."""
 
     run_dir: Path
-    run: dict[str, Any]
+    run: RunRecord
     spec: dict[str, Any]
 
     def trace(self, rel: str) -> pl.DataFrame | None:
@@ -199,7 +209,7 @@ class WindowSource(Protocol):
         """A trace and its metadata (calibration pairs), or None."""
         ...
 
-    def host_of(self, step: dict[str, Any]) -> str:
+    def host_of(self, step: Step) -> str:
         """The host a step ran on (its ``host``, else the run's first)."""
         ...
 
@@ -208,7 +218,7 @@ class WindowSource(Protocol):
         ...
 
 
-def wait_windows(step: dict[str, Any], src: WindowSource, trace_rel: str, krx_rt: Any, urx_rt: Any, tid: int, host: str, label: str) -> pl.DataFrame:
+def wait_windows(step: Step, src: WindowSource, trace_rel: str, krx_rt: Any, urx_rt: Any, tid: int, host: str, label: str) -> pl.DataFrame:
     """Kernel-to-application waits of one receiving thread: a message was in
     the host's kernel at ``krx_rt`` and the thread read it at ``urx_rt``
     (CLOCK_REALTIME ns arrays), moved to the host's CLOCK_MONOTONIC by the
@@ -227,24 +237,24 @@ def wait_windows(step: dict[str, Any], src: WindowSource, trace_rel: str, krx_rt
     b, _ = pairs.mono_of(np.asarray(urx_rt, dtype=np.int64))
     n = len(a)
     return pl.DataFrame({
-        "rep": [step["rep"]] * n, "phase": [step["phase"]] * n, "probe": [label] * n, "host": [host] * n, "tid": [tid] * n,
+        "rep": [step.rep] * n, "phase": [step.phase] * n, "probe": [label] * n, "host": [host] * n, "tid": [tid] * n,
         "t_ns": a, "latency_ns": b - a, "span": [False] * n,
     }).cast(WINDOWS).filter(pl.col("latency_ns") > 0)  # type: ignore[arg-type]
 
 
-def interval_windows(step: dict[str, Any], src: WindowSource, group: str, names: list[str] | None, span: bool, label: str | None = None) -> pl.DataFrame:
+def interval_windows(step: Step, src: WindowSource, group: str, names: list[str] | None, span: bool, label: str | None = None) -> pl.DataFrame:
     """The step's own intervals of ``group`` (``names``: only these; None:
     all) as windows of the threads that logged them, named ``label`` (default
     the probe's name; ``"{name}"`` puts each interval's name in)."""
-    df = src.trace(step["trace"]) if step.get("trace") else None
+    df = src.trace(step.trace) if step.trace else None
     if df is None or not len(df):
         return no_windows()
     iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == group) & (pl.col("dur_ns") > 0))
     if names is not None:
         iv = iv.filter(pl.col("name").cast(pl.String).is_in(names))
-    name = pl.lit(step["probe"]) if label is None else pl.lit(label.split("{name}")[0]) + pl.col("name").cast(pl.String) + pl.lit(label.split("{name}")[-1] if "{name}" in label else "")
+    name = pl.lit(step.probe) if label is None else pl.lit(label.split("{name}")[0]) + pl.col("name").cast(pl.String) + pl.lit(label.split("{name}")[-1] if "{name}" in label else "")
     return iv.select(
-        pl.lit(step["rep"]).alias("rep"), pl.lit(step["phase"]).alias("phase"), name.alias("probe"), pl.lit(src.host_of(step)).alias("host"),
+        pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), name.alias("probe"), pl.lit(src.host_of(step)).alias("host"),
         pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), pl.lit(span).alias("span"),
     ).cast(WINDOWS)  # type: ignore[arg-type]
 
@@ -334,7 +344,7 @@ class ProbeKind:
             return []
         return [(probe, df.filter(pl.col("probe") == probe).select("phase", pl.col(col).alias("value")))]
 
-    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+    def programs(self, step: Step, run: RunRecord) -> list[Part]:
         """The programs a step of this kind started, whose traces hold their
         own intervals (``program``: one; ``app``: one per process)."""
         return []
@@ -343,7 +353,7 @@ class ProbeKind:
         """Its parts that take a ``cwd`` and ``host`` (programs it starts)."""
         return []
 
-    def rows(self, step: dict[str, Any], trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Callable[[pl.DataFrame], pl.DataFrame]) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         """The table rows of one step: ``trace`` is the step's trace,
         ``result`` its probe's JSON, ``read`` reads the run's other files
         (each trace once), ``tag`` adds the step's columns."""
@@ -356,7 +366,7 @@ class ProbeKind:
     def series(self, tables: Any, probe: str) -> list[Series]:
         return []
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """The intervals of one step that explain splits into causes, as a
         ``WINDOWS`` frame. Every kind answers, even with an empty frame:
         a kind that forgets fails the contract test instead of silently

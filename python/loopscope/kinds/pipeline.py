@@ -19,7 +19,8 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.probes.params import PipeNodeParams, PipeSinkParams, PipeSourceParams
-from loopscope.kinds.base import Collected, ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows, wait_windows
+from loopscope.rundir import Step
+from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 
 PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
@@ -127,16 +128,16 @@ class Pipeline(ProbeKind):
             "spawn_mono_ns": src.spawn_mono_ns, "end_mono_ns": src.end_mono_ns, "stages": stage_steps, "flow": flow,
         }
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         from loopscope.probes.pipeline import messages_from
 
         out = StepRows()
         m = messages_from(trace)
         if len(m):
             out.add("pipeline", tag(m))
-        for sg in step.get("stages") or []:
-            sres = read.json(sg["json"])
-            row = {"rep": step["rep"], "phase": step["phase"], "probe": step["probe"], "role": sg["role"], "stage": sg["name"], "host": sg["host"]}
+        for sg in step.stages or []:
+            sres = read.json(sg.json_)
+            row = {"rep": step.rep, "phase": step.phase, "probe": step.probe, "role": sg.role, "stage": sg.name, "host": sg.host}
             row.update({k: sres.get(k) for k in STAGE_COUNTS})
             out.rows.setdefault("stages", []).append(row)
         return out
@@ -159,14 +160,14 @@ class Pipeline(ProbeKind):
             return []
         return [Series("e2e", "end-to-end time", df.filter(pl.col("probe") == probe).select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value")))]
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Each stage's kernel-to-application waits (the message is in the
         host's kernel; the stage's thread has not read it yet), as windows of
         that thread, named ``<probe> <stage> stack (<host>)``."""
         from loopscope.probes.pipeline import messages_from
 
-        stages = step.get("stages") or []
-        sink = src.trace(step["trace"]) if stages and step.get("trace") else None
+        stages = step.stages or []
+        sink = src.trace(step.trace) if stages and step.trace else None
         if sink is None:
             return no_windows()
         m = messages_from(sink)
@@ -175,15 +176,15 @@ class Pipeline(ProbeKind):
         n_nodes = len(stages) - 2
         out = []
         for k in range(1, n_nodes + 2):
-            host = stages[k]["host"]
-            krx, urx, label, rel = (f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}", stages[k]["trace"]) if k <= n_nodes else ("sink_krx_rt_ns", "sink_urx_rt_ns", "sink", step["trace"])
+            host = stages[k].host
+            krx, urx, label, rel = (f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}", stages[k].trace) if k <= n_nodes else ("sink_krx_rt_ns", "sink_urx_rt_ns", "sink", step.trace)
             df = src.trace(rel)
             if df is None or krx not in m.columns:
                 continue
             ev = df.filter(pl.col("group").cast(pl.String) == "pipe")
             if not len(ev):
                 continue
-            out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step['probe']} {label} stack ({host})"))
+            out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step.probe} {label} stack ({host})"))
         return pl.concat(out) if out else no_windows()
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:

@@ -13,7 +13,8 @@ from pydantic import Field
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.kinds.base import WINDOWS, ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows
+from loopscope.rundir import RunRecord, Step
+from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WINDOWS, WindowSource, groups, no_windows
 from loopscope.probes.params import ProgramParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
@@ -61,7 +62,7 @@ def interval_sweep_values(tables: Any, probe: str) -> list[tuple[str, pl.DataFra
     return [(f"{probe} {iv}", g.select("phase", pl.col("dur_ns").alias("value"))) for (iv,), g in d.group_by(["interval"], maintain_order=True)]
 
 
-def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+def program_windows(kind: ProbeKind, step: Step, src: WindowSource) -> pl.DataFrame:
     """Every interval a program (or an app's process) logged that its
     probe's ``attribute`` patterns select, as windows of the thread that
     logged it, named ``<probe> [<process>: ]<group>/<name>``: any stretch of
@@ -71,10 +72,10 @@ def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) ->
 
     from loopscope.analysis.steps import program_parts
 
-    probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step["probe"]), {})
+    probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step.probe), {})
     pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []
     out = []
-    for part in program_parts(step, src.run, {str(step.get("kind")): kind}):
+    for part in program_parts(step, src.run, {step.kind: kind}):
         df = src.trace(part.trace)
         if df is None or not len(df):
             continue
@@ -86,7 +87,7 @@ def program_windows(kind: ProbeKind, step: dict[str, Any], src: WindowSource) ->
         woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake)]
         prefix = f"{part.name}: " if part.name else ""
         out.append(iv.filter(pl.col("entity").is_in(ents)).select(
-            pl.lit(step["rep"]).alias("rep"), pl.lit(step["phase"]).alias("phase"), (pl.lit(f"{step['probe']} {prefix}") + pl.col("entity")).alias("probe"),
+            pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), (pl.lit(f"{step.probe} {prefix}") + pl.col("entity")).alias("probe"),
             pl.lit(part.host).alias("host"), pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), ~pl.col("entity").is_in(woken).alias("span"),
         ).cast(WINDOWS))  # type: ignore[arg-type]
     return pl.concat(out) if out else no_windows()
@@ -123,7 +124,7 @@ class Program(ProbeKind):
     def local_programs(self, probe: Any) -> list[Any]:
         return [probe]
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         out.add("program", tag(intervals(trace, "", "program")))
         return out
@@ -138,11 +139,11 @@ class Program(ProbeKind):
         """Every interval the program logged, as its own series."""
         return interval_sweep_values(tables, probe)
 
-    def programs(self, step: dict[str, Any], run: dict[str, Any]) -> list[Part]:
+    def programs(self, step: Step, run: RunRecord) -> list[Part]:
         """The one program the step ran, on its host."""
-        return [Part("", step.get("host") or next(iter(run.get("hosts") or {"localhost": 0})), step["trace"])]
+        return [Part("", run.host_of(step), step.trace)]
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:

@@ -32,7 +32,8 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.fields import ENDPOINT
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, groups, no_windows, wait_windows
+from loopscope.rundir import Step
+from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.probes.params import EchoParams, RrParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
@@ -126,17 +127,17 @@ class Rr(ProbeKind):
         return {**step, "server": {"host": srv, "address": spec["dest"], "name": name, "json": echo.json,
                                    "answered": echo.result.get("requests"), "cpu_usec": echo.cpu_usec, "tids": echo.result.get("tids")}}
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         a = decode(trace)
         out = StepRows()
         if not len(a):
             return out
         a = a[np.argsort(a[:, 0], kind="stable")]
         seq, sent, skrx, surx, sutx, krx, urx = (a[:, i] for i in range(7))
-        client = step.get("host") or ""
-        server = (step.get("server") or {}).get("host")
+        client = step.host or ""
+        server = step.server.host if step.server else None
         if server is None:
-            addr = str((step.get("server") or {}).get("address") or "")
+            addr = step.server.address if step.server else ""
             server = client if addr.startswith("127.") else ""
         base = int(sent[0])
         n = len(a)
@@ -157,14 +158,14 @@ class Rr(ProbeKind):
         out.add("rr", tag(df))
         return out
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Both ends' kernel-to-application waits: the client's thread reading
         each answer (``<probe> client (<host>)``), and the echo server's
         reading each request (``<probe> server (<host>)``, when the lab ran
         it and it shares the client's kernel, so the client's calibration
         places the server's CLOCK_REALTIME stamps: time namespaces do not
         shift CLOCK_REALTIME)."""
-        df = src.trace(step["trace"]) if step.get("trace") else None
+        df = src.trace(step.trace) if step.trace else None
         if df is None:
             return no_windows()
         a = decode(df)
@@ -172,12 +173,12 @@ class Rr(ProbeKind):
             return no_windows()
         client = src.host_of(step)
         ev = df.filter((pl.col("group").cast(pl.String) == "net") & (pl.col("name").cast(pl.String) == "rr"))
-        out = [wait_windows(step, src, step["trace"], a[:, 5], a[:, 6], int(ev["tid"].mode()[0]), client, f"{step['probe']} client ({client})")]
-        srv = step.get("server") or {}
-        tids = srv.get("tids") or []
-        if srv.get("host") and len(tids) == 1 and src.same_kernel(client, srv["host"]):
+        out = [wait_windows(step, src, step.trace, a[:, 5], a[:, 6], int(ev["tid"].mode()[0]), client, f"{step.probe} client ({client})")]
+        srv = step.server
+        tids = (srv.tids if srv else None) or []
+        if srv and srv.host and len(tids) == 1 and src.same_kernel(client, srv.host):
             # placed by the client's calibration, so on the client's clock (its host's offset takes them to the kernel's)
-            out.append(wait_windows(step, src, step["trace"], a[:, 2], a[:, 3], int(tids[0]), client, f"{step['probe']} server ({srv['host']})"))
+            out.append(wait_windows(step, src, step.trace, a[:, 2], a[:, 3], int(tids[0]), client, f"{step.probe} server ({srv.host})"))
         return pl.concat(out)
 
     def measures(self, tables: Any) -> list[Measure]:
@@ -193,7 +194,7 @@ class Rr(ProbeKind):
     def series(self, tables: Any, probe: str) -> list[Series]:
         df = tables.rr.filter(pl.col("probe") == probe)
         spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == probe), {"dest": "?"})
-        there, back = leg_names(spec, next(iter(tables.run.get("hosts") or {"host": 0})))
+        there, back = leg_names(spec, tables.run.first_host)
         return [Series("rtt", "round trip", df.select("rep", "phase", "t_ns", pl.col("rtt_ns").alias("value"))),
                 *(Series(m, f"{label} one-way delay", df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"), scan=False, charts=False)
                   for m, label in (("fwd", there), ("ret", back)))]
@@ -203,7 +204,7 @@ class Rr(ProbeKind):
         from loopscope.report.sections import ns
 
         spec: dict[str, Any] = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec["name"]), {})
-        first = next(iter(tables.run.get("hosts") or {"host": 0}))
+        first = tables.run.first_host
         there, back = leg_names(spec, first)
         df = tables.rr.filter(pl.col("probe") == sec["name"])
         sec["describe"] += f" Here {spec.get('host') or first} asks {spec.get('dest')} over {spec.get('transport', 'udp').upper()} at {spec.get('rate')}."

@@ -12,7 +12,8 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepContext, StepRows, WindowSource, groups, interval_windows
+from loopscope.rundir import Step
+from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SchedParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
@@ -41,7 +42,7 @@ class Sched(ProbeKind):
         r = ctx.calibrate(probe)
         return {"work_iters": r["work_iters"], "alone_ns": r["alone_ns"]}
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         name = pl.col("name").cast(pl.String)
         wk = trace.filter(name == "wakeup").select(pl.col("tag").alias("cycle"), pl.col("t_ns"), pl.col("dur_ns").alias("wake_delay_ns"))
         bu = trace.filter(name == "burst").select(pl.col("tag").alias("cycle"), pl.col("dur_ns").alias("burst_ns"))
@@ -57,7 +58,7 @@ class Sched(ProbeKind):
             out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
         return out
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Every wake-up, from the waker's wake-up call to when the thread ran."""
         return interval_windows(step, src, "sched", ["wakeup"], span=False)
 
@@ -67,7 +68,7 @@ class Sched(ProbeKind):
                 Series("burst", "burst completion time", df.select("rep", "phase", "t_ns", pl.col("burst_ns").alias("value")), scan=False)]
 
     def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
-        cal = (tables.run.get("calibration") or {}).get(sec["name"])
+        cal = tables.run.calibration.get(sec["name"])
         if cal:
             from loopscope.report.sections import ns
 

@@ -4,10 +4,10 @@ lab's side is ``lab/clocksync.py``; the estimate is ``clock/``."""
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
+from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, WindowSource, no_windows
 from loopscope.probes.params import SyncParams, SyncServeParams
 
@@ -18,7 +18,7 @@ class Sync(ProbeKind):
     # the lab's own threads are named so attribution can tell them apart
     comm = {"sync-serve": "ls-sync", "sync": "ls-sync"}
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """None: the clock-sync probes are the lab's, never explained themselves."""
         return no_windows()
 

@@ -11,7 +11,8 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, StepRows, WindowSource, groups, interval_windows
+from loopscope.rundir import Step
+from loopscope.kinds.base import ProbeKind, RunFiles, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SyscallParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
@@ -34,7 +35,7 @@ class Syscall(ProbeKind):
     describe = "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000)."
     tables = {"syscall": {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}}
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         batch = int(result.get("batch") or 1)
         s = trace.filter(pl.col("group").cast(pl.String) == "syscall").select(
             pl.col("name").cast(pl.String).alias("call"), pl.col("tag").alias("batch"), "t_ns", (pl.col("dur_ns") / batch).alias("per_call_ns")
@@ -43,10 +44,10 @@ class Syscall(ProbeKind):
         out.add("syscall", tag(s))
         return out
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Every timed batch of a call, as any stretch of the thread's time
         (its own running, the interrupts inside, a preemption), one group per call."""
-        return interval_windows(step, src, "syscall", None, span=True, label=f"{step['probe']} {{name}}")
+        return interval_windows(step, src, "syscall", None, span=True, label=f"{step.probe} {{name}}")
 
     def measures(self, tables: Any) -> list[Measure]:
         out = []

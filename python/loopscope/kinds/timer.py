@@ -10,7 +10,8 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.kinds.base import ProbeKind, Series, StepRows, WindowSource, groups, interval_windows
+from loopscope.rundir import Step
+from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import TimerParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
@@ -33,7 +34,7 @@ class Timer(ProbeKind):
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}
 
-    def rows(self, step, trace, result, read, tag) -> StepRows:  # type: ignore[no-untyped-def]
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         w = trace.filter(pl.col("name").cast(pl.String) == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
         out.add("timer", tag(w))
@@ -51,7 +52,7 @@ class Timer(ProbeKind):
                 out.setdefault(phase, []).append((int(res["missed"]), int(res.get("samples") or 0) + int(res["missed"])))
         return out
 
-    def windows(self, step: dict[str, Any], src: WindowSource) -> pl.DataFrame:
+    def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Every wake-up, from its deadline to when the thread ran."""
         return interval_windows(step, src, "timer", ["wakeup"], span=False)
 

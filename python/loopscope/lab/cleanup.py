@@ -98,11 +98,11 @@ def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) ->
     rj = rd / "run.json"
     if rj.exists() and not dry_run:
         try:
-            r = RunDir(rd).run()
-            if r.get("status") == "running":
-                r["status"] = "abandoned"
-                r["error"] = f"the run was killed ({reason or 'its controller is gone'}); loopscope cleanup removed what it left"
-                RunDir(rd).write_run(r)
+            r = RunDir(rd).record()
+            if r.status == "running":
+                r.status = "abandoned"
+                r.error = f"the run was killed ({reason or 'its controller is gone'}); loopscope cleanup removed what it left"
+                RunDir(rd).write_record(r)
                 actions.append(f"  marked {rj} abandoned")
         except (OSError, InputError, ValueError):
             pass

@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from loopscope import progress
-from loopscope.rundir import RunDir
+from loopscope.rundir import RunDir, RunRecord
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
 
@@ -29,7 +29,7 @@ class Report:
     run_dir: Path
     html: Path
     comparisons: pl.DataFrame
-    run: dict[str, Any]
+    run: RunRecord
     seconds: float
     notes: list[str] = field(default_factory=list)
     #: trace files read to build it (each once)
@@ -41,7 +41,7 @@ class Report:
         return {
             "run_dir": str(self.run_dir),
             "report": str(self.html),
-            "status": self.run.get("status"),
+            "status": self.run.status,
             "build_seconds": round(self.seconds, 3),
             "traces_read": self.traces_read,
             "comparisons": self.comparisons.to_dicts(),
@@ -51,7 +51,7 @@ class Report:
     def summary_lines(self) -> list[str]:
         """A few lines for the terminal: per measure, the p99 (or mean) of
         every phase against the baseline."""
-        out = [f"{self.run.get('name')}: {self.run.get('status')}, {len(self.run.get('steps', []))} probe runs"]
+        out = [f"{self.run.name}: {self.run.status}, {len(self.run.steps)} probe runs"]
         c = self.comparisons
         if c.is_empty():
             return out + ["  no measurements to compare"]
@@ -107,11 +107,11 @@ def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def _explain(run_dir: Path, run: dict[str, Any], notes: list[str], kinds: Registry) -> dict[str, Any] | None:
+def _explain(run_dir: Path, run: RunRecord, notes: list[str], kinds: Registry) -> dict[str, Any] | None:
     """The outliers' causes, computed when missing or older than the run."""
     from loopscope.analysis import explain
 
-    if not any(c.get("data") for c in ((run.get("kernel") or {}).get("captures") or [])):
+    if not any(c.data for c in run.captures):
         return None
     ej = run_dir / "explain.json"
     try:
@@ -141,7 +141,7 @@ def steady_state(tables: Any, kinds: Registry) -> tuple[Any, list[str]]:
     return steady, notes
 
 
-def _channel_tables(run_dir: Path, run: dict[str, Any], kinds: Registry) -> dict[str, pl.DataFrame]:
+def _channel_tables(run_dir: Path, run: RunRecord, kinds: Registry) -> dict[str, pl.DataFrame]:
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
     counts (analysis; the page shows them, ``tables/`` keeps them)."""
@@ -204,7 +204,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Any, t0: float) -> Report:
     against = {p["name"]: p["compare_with"] for p in tables.spec.get("phases") or [] if p.get("compare_with")}
     comp = compare_phases(measures, phase_order, missed, against)
     tables = tables.replace(**_channel_tables(run_dir, tables.run, kinds))
-    notes = list(tables.run.get("notes") or []) + trimmed_notes
+    notes = list(tables.run.notes) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):
         notes.append(f"rep {r['rep']} {r['phase']} {r['probe']}: {r['lost_records']} trace records lost")
@@ -212,19 +212,19 @@ def _build(run_dir: Path, kinds: Registry, traces: Any, t0: float) -> Report:
         for th in res.get("threads") or []:
             if th.get("sched") and "refused" in th["sched"]:
                 notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
-    if tables.run.get("status") != "completed":
-        notes.insert(0, f"the run {tables.run.get('status')}: {tables.run.get('error')}")
+    if tables.run.status != "completed":
+        notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
     # write the tables (the timeline and explain below read them)
     out = run_dir / "tables"
     tables.write(out)
     comp.write_parquet(out / "comparisons.parquet")
     tl = None
-    if tables.run.get("clocksync"):
+    if tables.run.clocksync:
         progress.step("report: the global timeline")
         tl = _timeline(run_dir, notes)
     ex = _explain(run_dir, tables.run, notes, kinds)
     # render
     progress.step("report: rendering")
     html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes, run_dir, tl, ex, kinds))
+    html.write_text(render(tables, comp, phase_order, notes, kinds, run_dir, tl, ex))
     return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes, kinds=kinds)

@@ -15,6 +15,9 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from loopscope.analysis.sweeps import Fit  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
@@ -41,7 +44,7 @@ plt.rcParams.update(
 )
 
 
-def _svg(fig: plt.Figure) -> str:
+def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight")
     plt.close(fig)
@@ -176,7 +179,7 @@ def clock_chart(series: pl.DataFrame) -> str:
     change since the start (its drift, and any step) and the bound of the
     estimate, which is the error budget of every cross-host figure."""
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
-    t0 = float(series["t_global_ns"].min())
+    t0 = float(series["t_global_ns"].min() or 0)  # type: ignore[arg-type]
     for i, host in enumerate(series["host"].unique(maintain_order=True).to_list()):
         g = series.filter(pl.col("host") == host).sort("t_global_ns")
         if len(g) > CLOCK_POINTS:
@@ -209,7 +212,7 @@ def _legend_outside(ax: Any) -> None:
     ax.legend(list(seen.values()), list(seen.keys()), fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def cause_bars(groups: list[dict], title: str) -> str:
+def cause_bars(groups: list[dict[str, Any]], title: str) -> str:
     """One stacked bar per phase: the outliers' time split by cause (shares)."""
     causes: list[str] = []
     for g in groups:
@@ -281,7 +284,7 @@ def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str
     return _svg(fig)
 
 
-def sweep_fits(fits: list, title: str, xlabel: str) -> str:
+def sweep_fits(fits: list[Fit], title: str, xlabel: str) -> str:
     """Mean, SD and p99 against the swept level, with the linear and quadratic fits."""
     fig, axes = plt.subplots(1, len(fits), figsize=(2.9 * len(fits) + 0.5, 2.6), squeeze=False, layout="constrained")
     for ax, f in zip(axes[0], fits):

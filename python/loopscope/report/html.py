@@ -15,6 +15,7 @@ from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
 from loopscope.analysis.registry import Registry
+from loopscope.rundir import ClockSyncRecord, Provenance
 
 HERE = Path(__file__).resolve().parent
 
@@ -56,12 +57,17 @@ def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
     return rows
 
 
-def _hosts(prov: dict[str, Any]) -> list[dict[str, Any]]:
-    lab = prov.get("lab") or {}
+def _version() -> str:
+    from loopscope import __version__
+
+    return str(__version__)
+
+
+def _hosts(prov: Provenance) -> list[dict[str, Any]]:
     out = []
-    for name, h in (lab.get("hosts") or {}).items():
-        off = h.get("clock_offset_ns") or 0
-        out.append({"name": name, "kind": h.get("kind"), "address": h.get("address"), "offset": f"{off / 1e9:+g} s" if off else "0", "ssh": h.get("ssh", "")})
+    for name, h in prov.lab.hosts.items():
+        off = h.clock_offset_ns
+        out.append({"name": name, "kind": h.kind, "address": h.address, "offset": f"{off / 1e9:+g} s" if off else "0", "ssh": h.ssh or ""})
     return out
 
 
@@ -82,18 +88,19 @@ def discipline_text(d: dict[str, Any] | None) -> str:
     return "; ".join(parts)
 
 
-def _clock_network(cs: dict[str, Any] | None) -> str:
+def _clock_network(cs: ClockSyncRecord | None) -> str:
     """One sentence on the network the clock-sync probes crossed."""
     if not cs:
         return ""
-    by = {h: i.get("network") for h, i in (cs.get("initiators") or {}).items()}
+    by = {h: i.network for h, i in cs.initiators.items()}
     if not by or not any(by.values()):
         return "The probes crossed the experiment's network (its router and links)."
     text = {"sync": "the sync network (a link of their own to the reference, no router, no emulation)", "experiment": "the experiment's network (its router and links)"}
     nets = set(by.values())
     if len(nets) == 1:
-        return f"The probes crossed {text[nets.pop()]}."
-    return "The probes crossed " + "; ".join(f"for {h}, {text.get(n, n)}" for h, n in sorted(by.items())) + "."
+        only = nets.pop()
+        return f"The probes crossed {text.get(only or '', only)}."
+    return "The probes crossed " + "; ".join(f"for {h}, {text.get(n or '', n)}" for h, n in sorted(by.items())) + "."
 
 
 def _signed(x: float) -> str:
@@ -101,7 +108,7 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + _ns(abs(x))
 
 
-def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: Provenance | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
     from pathlib import Path
 
@@ -132,7 +139,8 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: dict[str, Any] | None
                 "pure": f"{p.get('pure_there', 0):,} / {p.get('pure_back', 0):,}",
                 "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
             })
-        rows[-1]["discipline"] = discipline_text((((prov or {}).get("hosts") or {}).get(host) or {}).get("clock_discipline"))
+        machine = prov.hosts.get(host) if prov is not None else None
+        rows[-1]["discipline"] = discipline_text(machine.clock_discipline if machine is not None else None)
         problems += [f"{host}: {x}" for x in h["problems"]]
     for c in (tl.get("checks") or {}).get("pipeline") or []:
         if c.get("negative_beyond_bound"):
@@ -362,10 +370,12 @@ def _findings(comp: pl.DataFrame, measure_label: dict[str, str]) -> list[str]:
     return out[:12]
 
 
-def _provenance(prov: dict[str, Any]) -> list[tuple[str, str]]:
-    h = next(iter((prov.get("hosts") or {}).values()), {})
-    if not h:
+def _provenance(prov: Provenance) -> list[tuple[str, str]]:
+    first = next(iter(prov.hosts.values()), None)
+    if first is None:
         return []
+    # the machine's facts as its agent gathered them (free-form: what this kernel exposes)
+    h = first.model_dump(mode="json")
     cpu = h.get("cpu") or {}
     sw = h.get("software") or {}
     git = h.get("loopscope_git") or {}
@@ -404,13 +414,13 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None, kinds: Registry | None = None) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
     spec = tables.spec
-    start = run.get("started_utc")
-    end = run.get("ended_utc")
+    start = run.started_utc
+    end = run.ended_utc
     dur = ""
     if start and end:
         d = _dt.datetime.fromisoformat(end) - _dt.datetime.fromisoformat(start)
@@ -427,8 +437,9 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         clock_chart=clock_chart,
         clock_problems=clock_problems,
         clock_reference=(tl or {}).get("reference"),
-        clock_network=_clock_network(run.get("clocksync")),
-        title=f"loopscope · {run.get('name')}",
+        clock_network=_clock_network(run.clocksync),
+        title=f"loopscope · {run.name}",
+        version=_version(),
         run=run,
         spec=spec,
         duration=dur,
@@ -443,7 +454,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
         emulator=_emulator_rows(tables.emulator),
         emulator_info=tables.emulator,
         kernel_paths=_kernel_paths(tables.emulator),
-        steps=len(run.get("steps") or []),
+        steps=len(run.steps),
         lost_total=lost_total,
         records_total=int(tables.steps["records"].sum()) if len(tables.steps) else 0,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

@@ -27,7 +27,7 @@ from typing import Any, BinaryIO, Callable
 
 import numpy as np
 import polars as pl
-from loopscope.rundir import RunDir
+from loopscope.rundir import Capture, RunDir, RunRecord
 
 SEQ = 0x4C53  # trusted_packet_sequence_id for every packet
 
@@ -140,9 +140,8 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
         counts["kernel_slices"] = _kernel_tracks(run_dir, w, track, TE) if run_dir is not None else 0
         w.close()
     counts["packets"] = w.n
-    counts["path"] = str(out)
     counts["bytes"] = out.stat().st_size
-    return counts
+    return {**counts, "path": str(out)}
 
 
 def _thread_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
@@ -214,8 +213,8 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     from loopscope.analysis.attribution import cpu_views
     from loopscope.kernel import store as S
 
-    run = RunDir(run_dir).run()
-    caps = [c for c in ((run.get("kernel") or {}).get("captures") or []) if c.get("data")]
+    run = RunDir(run_dir).record()
+    caps = [c for c in run.captures if c.data]
     if not caps:
         return 0
     att_path = run_dir / "tables" / "attribution.parquet"
@@ -223,7 +222,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     clocks: list[Any] = []  # the run's clocks, estimated once if a capture needs them
     n = 0
     for cap in caps:
-        host = cap["host"]
+        host = cap.host
         try:
             st = S.open_capture(run_dir, cap)
         except S.CaptureError:
@@ -233,9 +232,9 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
         merged = _merge(_spans_of_interest(run_dir, cap, att, st))
         # Only the kernel events around the windows of interest are read.
         ev = pl.concat([st.load(a - 20_000_000, b + 20_000_000) for a, b in merged]).unique(maintain_order=True)
-        to_global = _to_global(run_dir, run, host, int(cap.get("timens_offset_ns") or 0), clocks)
+        to_global = _to_global(run_dir, run, host, cap.timens_offset_ns or 0, clocks)
         parent = _uuid("kernel", host)
-        track(parent, f"kernel of {', '.join(cap['covers'])}")
+        track(parent, f"kernel of {', '.join(cap.covers)}")
         for cpu, cv in cpu_views(ev).items():
             for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_comm)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
                 sel = np.zeros(len(s_arr), dtype=bool)
@@ -255,13 +254,13 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     return n
 
 
-def _spans_of_interest(run_dir: Path, cap: dict[str, Any], att: pl.DataFrame | None, st: Any) -> list[tuple[int, int]]:
+def _spans_of_interest(run_dir: Path, cap: Capture, att: pl.DataFrame | None, st: Any) -> list[tuple[int, int]]:
     """Kernel-time spans around the capture's attributed outliers (±20 ms), or its first 5 s."""
 
     if att is None or not len(att):
         t0 = int(st.t_first or 0)
         return [(t0, t0 + 5_000_000_000)]
-    o = att.filter(pl.col("host").is_in(cap["covers"])).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
+    o = att.filter(pl.col("host").is_in(cap.covers)).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
     off = RunDir(run_dir).provenance().offsets()
     return sorted((int(t) - off.get(h, 0) - 20_000_000, int(t) + int(lat) - off.get(h, 0) + 20_000_000) for t, lat, h in o.select("t_ns", "latency_ns", "host").iter_rows())
 
@@ -277,11 +276,11 @@ def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:
     return merged
 
 
-def _to_global(run_dir: Path, run: dict[str, Any], host: str, off: int, clocks: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
+def _to_global(run_dir: Path, run: RunRecord, host: str, off: int, clocks: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
     """Kernel times of ``host``'s capture onto the run's global clock (its
     time-namespace offset, then the clock-sync estimate when the host is not the reference)."""
     ref = None
-    if "reference" in (run.get("clocksync") or {}) and run["clocksync"]["reference"] != host:
+    if run.clocksync is not None and run.clocksync.reference != host:
         if not clocks:
             from loopscope.clock import sync
 
@@ -293,7 +292,7 @@ def _to_global(run_dir: Path, run: dict[str, Any], host: str, off: int, clocks: 
         if ref is None:
             return th
         g, _ = ref.map_mono(host, th)
-        return g
+        return np.asarray(g)
 
     return to_global
 

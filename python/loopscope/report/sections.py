@@ -150,14 +150,14 @@ def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Step
     out = []
     for ph in phases:
         n = 0
-        for st in tables.run.get("steps") or []:
-            if st.get("probe") != probe or st.get("phase") != ph:
+        for st in tables.run.steps:
+            if st.probe != probe or st.phase != ph:
                 continue
             for part in program_parts(st, tables.run, kinds):
                 d = Path(run_dir) / part.trace.removesuffix(".lstrace")
                 d = d.with_name(d.name + "-frames")
                 for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
-                    out.append({"phase": ph, "rep": st["rep"], "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
+                    out.append({"phase": ph, "rep": st.rep, "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
                     n += 1
     return out
 

@@ -18,7 +18,7 @@ from typing import Any
 import polars as pl
 
 from loopscope.trace import reader
-from loopscope.rundir import RunDir
+from loopscope.rundir import Provenance, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
@@ -30,9 +30,9 @@ class RunTables:
     per table the probe kinds fill (``timer``, ``sched``, ``pipeline``, …,
     reached as attributes), plus the steps, the loads and each step's result."""
 
-    run: dict[str, Any]
+    run: RunRecord
     spec: dict[str, Any]
-    provenance: dict[str, Any]
+    provenance: Provenance
     frames: dict[str, pl.DataFrame]
     loads: pl.DataFrame
     steps: pl.DataFrame
@@ -42,7 +42,7 @@ class RunTables:
     def __getattr__(self, name: str) -> pl.DataFrame:
         """A table by name: every table a registered kind declares is here
         (empty when no step filled it); any other name is a mistake, said as one."""
-        frames = self.__dict__.get("frames") or {}
+        frames: dict[str, pl.DataFrame] = self.__dict__.get("frames") or {}
         if name in frames:
             return frames[name]
         if name.startswith("_"):
@@ -78,12 +78,12 @@ def _empty(schema: dict[str, Any]) -> pl.DataFrame:
     return pl.DataFrame(schema={**STEP_COLS, **schema})
 
 
-def _tag(df: pl.DataFrame, st: dict[str, Any]) -> pl.DataFrame:
+def _tag(df: pl.DataFrame, st: Step) -> pl.DataFrame:
     return df.with_columns(
-        pl.lit(st["rep"], dtype=pl.UInt16).alias("rep"),
-        pl.lit(st["phase"]).alias("phase"),
-        pl.lit("+".join(st["loads"]) or "none").alias("loads"),
-        pl.lit(st["probe"]).alias("probe"),
+        pl.lit(st.rep, dtype=pl.UInt16).alias("rep"),
+        pl.lit(st.phase).alias("phase"),
+        pl.lit("+".join(st.loads) or "none").alias("loads"),
+        pl.lit(st.probe).alias("probe"),
     )
 
 
@@ -91,7 +91,7 @@ class Files:
     """The run's files for the kinds (``kinds.base.RunFiles``): each trace
     read once and shared, results by path, clock placement built once."""
 
-    def __init__(self, run_dir: Path, run: dict[str, Any], traces: Any = None) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord, traces: Any = None) -> None:
         self.run_dir, self.run = run_dir, run
         self.traces = traces if traces is not None else TraceCache(run_dir)
         self._place: Any = None
@@ -130,29 +130,30 @@ class TraceCache:
 
 def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -> RunTables:
     """Read a run's steps into tables, each step's rows made by its kind."""
-    run = RunDir(run_dir).run()
-    spec = json.loads((run_dir / "spec.json").read_text())
-    prov = RunDir(run_dir).provenance().model_dump(mode="json", exclude_unset=True)
+    rd = RunDir(run_dir)
+    run = rd.record()
+    spec = json.loads(rd.spec_json.read_text())
+    prov = rd.provenance()
     files = Files(run_dir, run, traces)
     frames: dict[str, list[pl.DataFrame]] = {}
     plain: dict[str, list[dict[str, Any]]] = {}
     stepsrows = []
     results: dict[tuple[int, str, str], dict[str, Any]] = {}
-    for st in run["steps"]:
-        res = files.json(st["json"])
-        results[(st["rep"], st["phase"], st["probe"])] = res
-        got = files.traces.get(st["trace"])
+    for st in run.steps:
+        res = files.json(st.json_)
+        results[(st.rep, st.phase, st.probe)] = res
+        got = files.traces.get(st.trace)
         if got is None:
-            raise FileNotFoundError(f"{run_dir / st['trace']}: the trace of rep {st['rep']} {st['phase']} {st['probe']} is missing")
+            raise FileNotFoundError(f"{run_dir / st.trace}: the trace of rep {st.rep} {st.phase} {st.probe} is missing")
         df, inf = got
         stepsrows.append(
             {
-                "rep": st["rep"], "phase": st["phase"], "loads": "+".join(st["loads"]) or "none", "probe": st["probe"], "kind": st["kind"],
-                "trace": st["trace"], "records": inf.records, "lost_records": inf.lost_records, "damaged_chunks": inf.stats["damaged_chunks"],
-                "probe_cpu_s": (st.get("cpu_usec") or 0) / 1e6, "wall_s": (st["end_mono_ns"] - st["spawn_mono_ns"]) / 1e9,
+                "rep": st.rep, "phase": st.phase, "loads": "+".join(st.loads) or "none", "probe": st.probe, "kind": st.kind,
+                "trace": st.trace, "records": inf.records, "lost_records": inf.lost_records, "damaged_chunks": inf.stats["damaged_chunks"],
+                "probe_cpu_s": (st.cpu_usec or 0) / 1e6, "wall_s": (st.end_mono_ns - st.spawn_mono_ns) / 1e9,
             }
         )
-        kind = kinds.get(st["kind"])
+        kind = kinds.get(st.kind)
         if kind is None:
             continue  # a kind this version does not know: its step is listed, its rows are not
         rows = kind.rows(st, df, res, files, lambda d, st=st: _tag(d, st))
@@ -160,7 +161,7 @@ def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -
             frames.setdefault(t, []).extend(xs)
         for t, rs in rows.rows.items():
             plain.setdefault(t, []).extend(rs)
-    loads = pl.DataFrame(run.get("loads") or [], infer_schema_length=None) if run.get("loads") else pl.DataFrame()
+    loads = pl.DataFrame([ld.model_dump(mode="json", exclude_unset=True) for ld in run.loads], infer_schema_length=None) if run.loads else pl.DataFrame()
     if len(loads):
         loads = loads.with_columns((pl.col("cpu_s") / pl.col("elapsed_s")).alias("cpu_util")).drop("exit")
     out: dict[str, pl.DataFrame] = {}
@@ -187,20 +188,20 @@ def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -
     )
 
 
-def _emulator(run_dir: Path, run: dict[str, Any]) -> dict[str, Any] | None:
+def _emulator(run_dir: Path, run: RunRecord) -> dict[str, Any] | None:
     """The emulator's counts (when it ran), with what carried each path
     (``paths``) and the router kernel's own counts (``router_kernel``)."""
-    em = run.get("emulator")
-    paths, router = run.get("paths"), run.get("router_kernel")
+    em = run.emulator
+    paths, router = run.paths, run.router_kernel
     if not em and not paths:
         return None
-    out: dict[str, Any] = {"links": [], "paths": paths or {}, "router_kernel": router}
+    out: dict[str, Any] = {"links": [], "paths": {k: v.model_dump(mode="json", by_alias=True, exclude_unset=True) for k, v in (paths or {}).items()}, "router_kernel": router}
     if em:
         try:
-            out.update(json.loads((run_dir / em["json"]).read_text()))
+            out.update(json.loads((run_dir / em.json_).read_text()))
         except (OSError, json.JSONDecodeError):
             return out if paths else None
-        out["queueing"] = _emulator_queueing(run_dir / em["trace"], out)
+        out["queueing"] = _emulator_queueing(run_dir / em.trace, out)
     return out
 
 

@@ -29,7 +29,7 @@ import polars as pl
 
 from loopscope.clock import sync
 from loopscope.errors import InputError
-from loopscope.rundir import Derived, Provenance, RunDir
+from loopscope.rundir import Derived, Provenance, RunDir, RunRecord
 from loopscope.trace import reader
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
@@ -39,12 +39,12 @@ class TimelineError(InputError):
     """A run whose hosts cannot be placed on one timeline from what it recorded."""
 
 
-def _router_clock(run_dir: Path, run: dict[str, Any], prov: Provenance, clocks: sync.RunClocks | None) -> sync.HostClock | None:
+def _router_clock(run_dir: Path, run: RunRecord, prov: Provenance, clocks: sync.RunClocks | None) -> sync.HostClock | None:
     """The emulator's process lives in the router namespace: same kernel, same REALTIME."""
-    em = run.get("emulator")
-    if not em or not (run_dir / em["trace"]).exists() or clocks is None:
+    em = run.emulator
+    if not em or not (run_dir / em.trace).exists() or clocks is None:
         return None
-    pairs = sync.Pairs.of(reader.info(run_dir / em["trace"]).calibration)
+    pairs = sync.Pairs.of(reader.info(run_dir / em.trace).calibration)
     h = sync.HostClock("router", False, pairs)
     # Unskewed REALTIME; the reference's is skewed only under a test-only virtual clock.
     ref = prov.lab.hosts.get(clocks.reference)
@@ -77,9 +77,9 @@ def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
 def place(run_dir: Path, use: str = "all") -> Derived:
     """Every record of the run placed on the reference host's clock, with its bound; nothing written."""
     derived = Derived()
-    run = RunDir.open(run_dir).run()
-    prov = RunDir(run_dir).provenance()
-    hosts = list((run.get("hosts") or {}).keys()) or ["localhost"]
+    rd = RunDir.open(run_dir)
+    run, prov = rd.record(), rd.provenance()
+    hosts = list(run.hosts) or ["localhost"]
     clocks = sync.estimate_run(run_dir, use=use)
     out: dict[str, Any] = {"hosts": {}, "checks": {}, "notes": []}
     if clocks is None:
@@ -95,8 +95,8 @@ def place(run_dir: Path, use: str = "all") -> Derived:
             clocks.hosts["router"] = router
     out["reference"] = ref
     traces = sync.host_traces(run)
-    if run.get("emulator") and clocks is not None and "router" in clocks.hosts:
-        traces.setdefault("router", []).append(run["emulator"]["trace"])
+    if run.emulator and clocks is not None and "router" in clocks.hosts:
+        traces.setdefault("router", []).append(run.emulator.trace)
     frames = []
     for host, paths in traces.items():
         n = placed = 0
@@ -142,7 +142,7 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     return derived
 
 
-def _sync_checks(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> dict[str, Any]:
+def _sync_checks(run_dir: Path, run: RunRecord, clocks: sync.RunClocks) -> dict[str, Any]:
     """The probes' own one-way delays on the timeline: none may be negative beyond its bound."""
     res: dict[str, Any] = {}
     for host, h in clocks.hosts.items():
@@ -161,22 +161,22 @@ def _sync_checks(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> 
     return res
 
 
-def _pipeline(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
+def _pipeline(run_dir: Path, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
     from loopscope.probes.pipeline import messages_from
 
     frames, checks = [], []
-    for st in run.get("steps") or []:
-        if not st.get("stages"):  # a step whose messages pass through stages (a pipeline's)
+    for st in run.steps:
+        if not st.stages:  # a step whose messages pass through stages (a pipeline's)
             continue
-        p = run_dir / st["trace"]
+        p = run_dir / st.trace
         if not p.exists():
             continue
         m = messages_from(reader.read(p, sort=False))
         if not len(m):
             continue
-        hosts = [sg["host"] for sg in st["stages"]]
+        hosts = [sg.host for sg in st.stages]
         n_nodes = len(hosts) - 2
-        cols: dict[str, Any] = {"rep": [st["rep"]] * len(m), "phase": [st["phase"]] * len(m), "probe": [st["probe"]] * len(m), "seq": m["seq"].to_numpy()}
+        cols: dict[str, Any] = {"rep": [st.rep] * len(m), "phase": [st.phase] * len(m), "probe": [st.probe] * len(m), "seq": m["seq"].to_numpy()}
         g_prev, b_prev = clocks.map_real(hosts[0], m["sent_rt_ns"].to_numpy())
         cols["sent_global_ns"] = g_prev
         legs = []
@@ -193,7 +193,7 @@ def _pipeline(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> tup
             raw = m[f"hop{k}_net_ns"].to_numpy()
             ok = np.isfinite(bound)
             checks.append({
-                "rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "hop": k, "from": hosts[k], "to": hosts[k + 1], "messages": int(ok.sum()),
+                "rep": st.rep, "phase": st.phase, "probe": st.probe, "hop": k, "from": hosts[k], "to": hosts[k + 1], "messages": int(ok.sum()),
                 "min_net_ns": float(np.min(net[ok])) if ok.any() else None, "min_raw_ns": float(np.min(raw)) if len(raw) else None,
                 "bound_median_ns": float(np.median(bound[ok])) if ok.any() else None,
                 "negative_beyond_bound": int(np.sum(net[ok] < -bound[ok])),
@@ -212,7 +212,7 @@ def _pipeline(run_dir: Path, run: dict[str, Any], clocks: sync.RunClocks) -> tup
             # a loop: the round trip on the source's one clock against the sum of its legs on the timeline
             one_clock = m["e2e_ns"].to_numpy().astype(np.float64)
             d = np.sum(legs, axis=0) - one_clock
-            checks.append({"rep": st["rep"], "phase": st["phase"], "probe": st["probe"], "round_trip": True, "messages": len(d), "max_abs_diff_ns": float(np.nanmax(np.abs(d))) if len(d) else None})
+            checks.append({"rep": st.rep, "phase": st.phase, "probe": st.probe, "round_trip": True, "messages": len(d), "max_abs_diff_ns": float(np.nanmax(np.abs(d))) if len(d) else None})
         frames.append(pl.DataFrame(cols))
     return (pl.concat(frames, how="diagonal_relaxed") if frames else None), checks
 
