@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import loopscope.kinds  # noqa: F401 - registers the probe kinds
+from loopscope.kinds import KINDS
 from loopscope.spec import SpecError, json_schema, load, parse
 from loopscope.spec.plan import phase_runs
 from tests.conftest import ROOT, Cli
@@ -27,7 +27,7 @@ duration: 30s
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_every_shipped_example_is_valid(path: Path) -> None:
-    exp = load(path)
+    exp = load(path, KINDS)
     assert exp.phases and exp.probes
     assert len(phase_runs(exp)) == len(exp.phases) * exp.repetitions
 
@@ -37,25 +37,25 @@ def test_every_example_validates_against_the_published_schema(path: Path) -> Non
     import jsonschema
     import yaml
 
-    jsonschema.validate(yaml.safe_load(path.read_text()), json_schema())
+    jsonschema.validate(yaml.safe_load(path.read_text()), json_schema(KINDS))
 
 
 def test_the_smallest_file_gets_a_baseline_and_one_phase_per_load() -> None:
-    exp = parse(MINIMAL, "m.yaml")
+    exp = parse(MINIMAL, "m.yaml", KINDS)
     assert [p.name for p in exp.phases or []] == ["baseline", "cpu-2"]
     assert exp.duration == 30_000_000_000 and exp.loads[0].level.processes == 2
 
 
 def test_a_sweep_expands_kind_by_level() -> None:
-    exp = parse(MINIMAL.replace("loads:\n  - kind: cpu\n    level: 2\n", "sweep:\n  kind: [cpu, io]\n  level: [1, '50%']\n"), "s.yaml")
+    exp = parse(MINIMAL.replace("loads:\n  - kind: cpu\n    level: 2\n", "sweep:\n  kind: [cpu, io]\n  level: [1, '50%']\n"), "s.yaml", KINDS)
     assert [ld.name for ld in exp.loads] == ["cpu-1", "cpu-50pct", "io-1", "io-50pct"]
     assert len(exp.phases or []) == 5
 
 
 def test_shuffled_order_is_reproducible() -> None:
     text = MINIMAL + "repetitions: 3\norder: shuffled\nseed: 4\nsweep:\n  kind: [cpu, io, memory]\n  level: [1]\n"
-    a = [(r.rep, r.phase.name) for r in phase_runs(parse(text, "a.yaml"))]
-    b = [(r.rep, r.phase.name) for r in phase_runs(parse(text, "b.yaml"))]
+    a = [(r.rep, r.phase.name) for r in phase_runs(parse(text, "a.yaml", KINDS))]
+    b = [(r.rep, r.phase.name) for r in phase_runs(parse(text, "b.yaml", KINDS))]
     assert a == b and len(set(n for _, n in a)) == 5
 
 
@@ -96,14 +96,14 @@ BAD = [
 @pytest.mark.parametrize("text, message", BAD, ids=[m.split(": ", 1)[1][:40] for _, m in BAD])
 def test_a_bad_file_is_refused_with_file_line_field_and_value(text: str, message: str) -> None:
     with pytest.raises(SpecError) as e:
-        parse(text, "x.yaml")
+        parse(text, "x.yaml", KINDS)
     assert any(p.render("x.yaml").startswith(message) for p in e.value.problems), str(e.value)
 
 
 def test_all_problems_are_reported_at_once() -> None:
     text = MINIMAL.replace("level: 2", "level: 0").replace("interval_us: 1000", "interval_us: -1").replace("duration: 30s", "duration: 5")
     with pytest.raises(SpecError) as e:
-        parse(text, "x.yaml")
+        parse(text, "x.yaml", KINDS)
     assert len(e.value.problems) == 3
     assert str(e.value).startswith("x.yaml: 3 problems, nothing was run:")
 
@@ -136,7 +136,7 @@ def test_schema_prints_valid_json_with_every_probe_and_load_kind(cli: Cli) -> No
 def test_a_phase_compared_with_a_phase_that_does_not_exist_is_refused() -> None:
     text = MINIMAL + "phases:\n  - {name: cpu-2, loads: [cpu-2]}\n  - {name: remedy, loads: [cpu-2], compare_with: nosuch}\n"
     with pytest.raises(SpecError) as e:
-        parse(text, "x.yaml")
+        parse(text, "x.yaml", KINDS)
     assert any("phases.1.compare_with" in p.render("x.yaml") and "nosuch" in p.render("x.yaml") for p in e.value.problems), str(e.value)
 
 

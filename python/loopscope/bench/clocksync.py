@@ -37,6 +37,7 @@ from typing import Any, Callable
 import numpy as np
 
 from loopscope.errors import RunError
+from loopscope.rundir import VirtualClock
 
 HOSTS = """hosts:
   - {name: a}
@@ -118,9 +119,9 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
         # the truth of θ (REALTIME domain) drifts at the skew's rate against the reference's
         true_drift = truth.drift_ppm(host)
         # NTP's clock filter on the same exchanges, compared in the REALTIME domain
-        vc = truth.hosts[host].get("virtual_clock") or {}
+        vc = truth.hosts[host].virtual_clock or VirtualClock()
         t_eval = np.unique(np.concatenate([h.t_lo, h.t_up]))
-        true_theta = float(vc.get("offset_ns") or 0) + float(vc.get("drift_ppm") or 0) * 1e-6 * (t_eval - float(vc.get("epoch_realtime_ns") or 0))
+        true_theta = vc.offset_ns + vc.drift_ppm * 1e-6 * (t_eval - float(vc.epoch_realtime_ns or 0))
         ntp = np.abs(_ntp_filter(h, t_eval) - true_theta)
         ntp = ntp[np.isfinite(ntp)]
         th, _ = h.theta(t_eval)

@@ -97,7 +97,7 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool)
         for p in export.write_csv(rep.comparisons, Path(csv_dir)):
             click.echo(f"wrote {p}", err=True)
     if markdown:
-        click.echo(export.markdown(rep.comparisons, f"{rep.run.get('name')} ({Path(run_dir).name})", labels(KINDS)), nl=False)
+        click.echo(export.markdown(rep.comparisons, f"{rep.run.name} ({Path(run_dir).name})", labels(KINDS)), nl=False)
     elif as_json:
         click.echo(json.dumps(rep.to_json()))
     else:
@@ -245,10 +245,10 @@ def schema_cmd() -> int:
     Examples:
       loopscope schema > experiment.schema.json
     """
-    import loopscope.kinds  # noqa: F401 - registers the probe kinds the schema lists
+    from loopscope.kinds import KINDS
     from loopscope.spec import json_schema
 
-    click.echo(json.dumps(json_schema(), indent=2))
+    click.echo(json.dumps(json_schema(KINDS), indent=2))
     return 0
 
 
@@ -263,12 +263,12 @@ def check_cmd(spec: str) -> int:
     Examples:
       loopscope check examples/demo.yaml
     """
-    import loopscope.kinds  # noqa: F401 - registers the probe kinds
+    from loopscope.kinds import KINDS
     from loopscope.lab.controller import preflight
     from loopscope.spec import load
     from loopscope.spec.plan import estimate_seconds, phase_runs
 
-    exp = load(spec)
+    exp = load(spec, KINDS)
     notes, _ = preflight(exp, spec, Path(exp.results), None)
     for n in notes:
         click.echo(f"note: {n}", err=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from loopscope.kinds import app, pipeline, program, rr, sched, sync, syscall, timer
 from loopscope.analysis.registry import Registry
 from loopscope.kinds.base import Kinds, ProbeKind, Series, StepContext, StepRows
-from loopscope.spec.models import use_probe_models
 
 KINDS = Kinds()
 KINDS.add(timer.KIND)
@@ -24,8 +23,6 @@ KINDS.add(program.KIND)
 KINDS.add(app.KIND)
 KINDS.add(rr.KIND)
 KINDS.add(sync.KIND)
-
-use_probe_models(KINDS.models())
 
 #: the registry as analysis and the report read it: the type checker holds KINDS to that contract here
 REGISTRY: Registry = KINDS

@@ -645,7 +645,7 @@ def run(
     repetitions: int | None = None,
     kernel_capture: bool = True,
 ) -> Outcome:
-    exp = load(spec_path)
+    exp = load(spec_path, KINDS)
     if not kernel_capture:
         exp.kernel.capture = "off"
     if duration is not None:

@@ -4,15 +4,15 @@
 from typing import Any
 
 from loopscope.spec.load import Problem, SpecError, load, parse
-from loopscope.spec.models import Experiment
+from loopscope.spec.models import Experiment, HasModels, experiment_model
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of experiment files (``loopscope schema``)."""
-    s = Experiment.model_json_schema(mode="validation")
+def json_schema(kinds: HasModels) -> dict[str, Any]:
+    """The JSON Schema of experiment files with ``kinds``' probes (``loopscope schema``)."""
+    s = experiment_model(kinds).model_json_schema(mode="validation")
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "loopscope experiment"
     return s
 
 
-__all__ = ["Experiment", "Problem", "SpecError", "json_schema", "load", "parse"]
+__all__ = ["Experiment", "HasModels", "Problem", "SpecError", "experiment_model", "json_schema", "load", "parse"]

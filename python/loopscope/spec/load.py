@@ -23,7 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from loopscope.errors import InputError
-from loopscope.spec.models import Experiment, probe_kinds, probe_kinds_ready
+from loopscope.spec.models import Experiment, HasModels, experiment_model, probe_kinds
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,17 @@ def _line(node: yaml.Node | None) -> int | None:
     return node.start_mark.line + 1 if node is not None else None
 
 
-def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, list[str]]:
+def _locate(root: yaml.Node | None, loc: tuple[Any, ...], tags: set[str] | None = None) -> tuple[int | None, list[str]]:
     """Line of the deepest node along ``loc`` and the path elements that exist
     in the data (pydantic adds union tags that the file does not have)."""
     node, line = root, _line(root)
+    tags = _TAGS if tags is None else tags
     shown: list[str] = []
     for key in loc:
         if isinstance(node, yaml.MappingNode):
             hit = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == str(key)), None)
             if hit is None:
-                if isinstance(key, str) and shown and key in _tags():
+                if isinstance(key, str) and shown and key in tags:
                     continue  # a discriminator tag
                 shown.append(str(key))
                 continue
@@ -76,7 +77,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
                 line = _line(node)
             shown.append(str(key))
         else:
-            if isinstance(key, str) and key in _tags():
+            if isinstance(key, str) and key in tags:
                 continue
             shown.append(str(key))
     return line, shown
@@ -85,14 +86,14 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int | None, l
 _TAGS = {"affinity", "sched", "irq", "dma_latency", "cpuidle", "mlock", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
 
 
-def _tags() -> set[str]:
-    """Union tags pydantic puts in a location: the load kinds, the registered probe kinds, a few types."""
-    return _TAGS | set(probe_kinds())
+def _tags(model: type[Experiment]) -> set[str]:
+    """Union tags pydantic puts in a location: the load kinds, the model's probe kinds, a few types."""
+    return _TAGS | set(probe_kinds(model))
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+def _model_at(model: type[Experiment], loc: tuple[Any, ...]) -> type[BaseModel] | None:
     """The model that owns the last element of ``loc`` (for listing allowed fields)."""
-    cur: Any = Experiment
+    cur: Any = model
     for key in loc[:-1]:
         cur = _unwrap(cur, key)
         if cur is None:
@@ -164,12 +165,12 @@ def _yaml_problem(e: yaml.YAMLError) -> Problem:
     return Problem(mark.line + 1 if mark else None, "", f"invalid YAML: {what}")
 
 
-def _message(err: Mapping[str, Any]) -> str:
+def _message(model: type[Experiment], err: Mapping[str, Any]) -> str:
     t, ctx, inp = err["type"], err.get("ctx") or {}, err.get("input")
     if t == "missing":
         return "is required"
     if t == "extra_forbidden":
-        m = _model_at(tuple(err["loc"]))
+        m = _model_at(model, tuple(err["loc"]))
         if m is None:
             return "unknown field"
         names = [f.alias or n for n, f in m.model_fields.items()]
@@ -210,24 +211,25 @@ def _message(err: Mapping[str, Any]) -> str:
     return f"{err['msg']} [got {_got(inp)}]"
 
 
-def problems_from(e: ValidationError, root: yaml.Node | None) -> list[Problem]:
+def problems_from(model: type[Experiment], e: ValidationError, root: yaml.Node | None) -> list[Problem]:
     out: list[Problem] = []
+    tags = _tags(model)
     for err in e.errors(include_url=False):
         if err["type"] == "spec_references":
             for loc, msg in err["ctx"]["problems"]:
-                line, shown = _locate(root, tuple(err["loc"]) + tuple(loc))
+                line, shown = _locate(root, tuple(err["loc"]) + tuple(loc), tags)
                 out.append(Problem(line, ".".join(shown), msg))
             continue
         loc = tuple(err["loc"])
         if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
             loc = loc + ("kind",)
-        line, shown = _locate(root, loc)
-        out.append(Problem(line, ".".join(shown), _message(err)))
+        line, shown = _locate(root, loc, tags)
+        out.append(Problem(line, ".".join(shown), _message(model, err)))
     return sorted(out, key=lambda p: (p.line or 0, p.path))
 
 
-def parse(text: str, file: str) -> Experiment:
-    """Validate experiment text; SpecError lists every problem."""
+def parse(text: str, file: str, kinds: HasModels) -> Experiment:
+    """Validate experiment text against the model of ``kinds``' probes; SpecError lists every problem."""
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -237,14 +239,13 @@ def parse(text: str, file: str) -> Experiment:
         raise SpecError(file, [_yaml_problem(e)]) from None
     if not isinstance(data, dict):
         raise SpecError(file, [Problem(_line(root), "", "the file must be a mapping of fields (name, probes, loads, duration, ...)")])
-    if not probe_kinds_ready():
-        raise RuntimeError("no probe kinds are registered: import loopscope.kinds before reading experiment files")
+    model = experiment_model(kinds)
     try:
-        return Experiment.model_validate(data)
+        return model.model_validate(data)
     except RecursionError:
         raise SpecError(file, [Problem(_line(root), "", "the file nests too deeply to check; an experiment file needs a handful of levels")]) from None
     except ValidationError as e:
-        raise SpecError(file, problems_from(e, root)) from None
+        raise SpecError(file, problems_from(model, e, root)) from None
 
 
 def where(file: str, path: str) -> str:
@@ -259,7 +260,8 @@ def where(file: str, path: str) -> str:
     return f"{file}:{line}" if line else file
 
 
-def load(path: str | os.PathLike[str]) -> Experiment:
+def load(path: str | os.PathLike[str], kinds: HasModels) -> Experiment:
+    """An experiment file read with the probe kinds of ``kinds`` (the registry, ``loopscope.kinds.KINDS``)."""
     p = Path(path)
     try:
         text = p.read_text()
@@ -269,4 +271,4 @@ def load(path: str | os.PathLike[str]) -> Experiment:
         raise InputError(f"{p}: is a directory, not an experiment file") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{p}: cannot read: {e}") from None
-    return parse(text, str(p))
+    return parse(text, str(p), kinds)

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 import typing
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
+from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.fields import Command as Command, pps as pps  # re-exported for the kinds
@@ -120,8 +120,8 @@ class Model(BaseModel):
 # ---- probes ----------------------------------------------------------------------
 #
 # Each probe kind's model lives with the rest of that kind (loopscope.kinds):
-# the experiment's ``probes`` field is the union of the registered models,
-# built when the kinds register (``use_probe_models``).
+# the experiment model a file is read with is built from the registry's models
+# (``experiment_model``), its ``probes`` their union on ``kind``.
 
 
 class ProbeModel(Model):
@@ -494,10 +494,6 @@ class ChannelDecl(Model):
                         WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKMG]i?B|B)?\s*$"}]})] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
 
 
-if TYPE_CHECKING:
-    Probe = ProbeModel  # made the union of the registered kinds' models by use_probe_models
-
-
 class Experiment(Model):
     """One experiment: probes × phases (sets of loads) × repetitions."""
 
@@ -510,7 +506,8 @@ class Experiment(Model):
     clocksync: ClockSync = Field(default_factory=ClockSync)
     kernel: KernelCapture = Field(default_factory=KernelCapture)
     emulator: EmulatorSettings = Field(default_factory=EmulatorSettings)
-    probes: list["Probe"] = Field(min_length=1)
+    #: ProbeModel here; the model ``experiment_model`` builds makes it the kinds' union
+    probes: list[ProbeModel] = Field(min_length=1)
     loads: list[Load] = Field(default_factory=list)
     sweep: Sweep | None = None
     baseline: bool = Field(True, description="add an idle phase named 'baseline' first (when phases are not listed)")
@@ -682,27 +679,38 @@ class Experiment(Model):
         return list(probe.hosts(self.hosts[0].name))
 
 
-def use_probe_models(models: list[type[ProbeModel]]) -> None:
-    """Make ``models`` (each with a ``kind: Literal[...]`` field) the probe
-    kinds an experiment file may use. ``loopscope.kinds`` calls this once,
-    when it registers the kinds; until then an experiment cannot be read."""
-    global Probe
-    union = Annotated[Union[tuple(models)], Field(discriminator="kind")]  # type: ignore[valid-type]
-    Probe = union  # type: ignore[assignment]  # the union the checker cannot see: kinds register at run time
-    _PROBE_KINDS[:] = [typing.get_args(m.model_fields["kind"].annotation)[0] for m in models]
-    Experiment.model_rebuild(force=True, _types_namespace={"Probe": union})
+class HasModels(Protocol):
+    """What reading an experiment needs of the kind registry: its kinds' models."""
+
+    def models(self) -> list[type[ProbeModel]]: ...
 
 
-_PROBE_KINDS: list[str] = []
+_BUILT: dict[tuple[type[ProbeModel], ...], type[Experiment]] = {}
 
 
-def probe_kinds() -> list[str]:
-    """The registered probe kinds' names."""
-    return list(_PROBE_KINDS)
+def experiment_model(kinds: HasModels) -> type[Experiment]:
+    """The experiment model whose ``probes`` are ``kinds``' models (each with
+    a ``kind: Literal[...]`` field), told apart by ``kind``; built once per
+    set of models. Every reader of an experiment file is handed the registry
+    and asks for this: nothing depends on an import having happened first."""
+    key = tuple(kinds.models())
+    got = _BUILT.get(key)
+    if got is None:
+        if not key:
+            raise ValueError("no probe kinds: an experiment needs a registry with at least one kind")
+        union = Annotated[Union[key], Field(discriminator="kind")]  # type: ignore[valid-type]
+        got = create_model("Experiment", __base__=Experiment, __module__=__name__, probes=(list[union], Field(min_length=1)))
+        _BUILT[key] = got
+        _KIND_NAMES[got] = [typing.get_args(m.model_fields["kind"].annotation)[0] for m in key]
+    return got
 
 
-def probe_kinds_ready() -> bool:
-    return Experiment.__pydantic_complete__
+_KIND_NAMES: dict[type[Experiment], list[str]] = {}
+
+
+def probe_kinds(model: type[Experiment]) -> list[str]:
+    """The probe kinds an experiment model takes (none for the bare ``Experiment``)."""
+    return list(_KIND_NAMES.get(model, []))
 
 
 _LOAD_TYPES: dict[str, type[LoadBase]] = {"cpu": CpuLoad, "memory": MemoryLoad, "io": IoLoad, "net": NetLoad, "mix": MixLoad}
