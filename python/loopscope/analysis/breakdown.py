@@ -34,12 +34,12 @@ per-size figures, from one run whose items vary in size.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 from loopscope.analysis.registry import Registry
 from loopscope.rundir import RunRecord
+from loopscope.trace.files import Files
 
 # innermost first: a nanosecond covered by several goes to the first
 LAYERS = [("messaging: alloc", ["alloc"]), ("messaging", ["send", "recv"]), ("runtime: lock", ["lock"]), ("blocking", ["block"]), ("runtime", ["put", "get"])]
@@ -144,20 +144,16 @@ def split_calls(df: pl.DataFrame) -> pl.DataFrame:
     return calls.with_columns(*[pl.Series(c, v) for c, v in cols.items()])
 
 
-def breakdown(run_dir: Path, run: RunRecord, kinds: Registry) -> pl.DataFrame:
+def breakdown(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
     from loopscope.analysis.steps import program_parts
-    from loopscope.trace import reader
 
     rows = []
     for st in run.steps:
         parts = [(p.name, p.trace) for p in program_parts(st, run, kinds)]
         for proc, trace in parts:
-            path = run_dir / trace
-            if not path.exists():
-                continue
-            df = reader.read(path, sort=False)
-            if not len(df) or not (df["group"].cast(pl.String) == "chan").any():
+            df = files.trace(trace)
+            if df is None or not len(df) or not (df["group"].cast(pl.String) == "chan").any():
                 continue
             df = df.with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), pl.col("thread").cast(pl.String))
             df = df.filter(pl.col("group") != "loopscope")
@@ -176,19 +172,17 @@ SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process
                "calls": pl.Int64, "mean_ns": pl.Float64, **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES}}
 
 
-def by_size(run_dir: Path, run: RunRecord, kinds: Registry) -> pl.DataFrame:
+def by_size(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
     """Mean time of a put or get per item size, split into layers."""
     from loopscope.analysis.steps import program_parts
-    from loopscope.trace import reader
 
     out = []
     for st in run.steps:
         calls, sizes = [], []
         for part in program_parts(st, run, kinds):
-            path = run_dir / part.trace
-            if not path.exists():
+            df = files.trace(part.trace)
+            if df is None:
                 continue
-            df = reader.read(path, sort=False)
             df = df.with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)).filter(pl.col("group") == "chan")
             if not len(df):
                 continue

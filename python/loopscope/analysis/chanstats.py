@@ -17,12 +17,12 @@ producer / consumer.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from loopscope.rundir import RunRecord, Step
+from loopscope.trace.files import Files
 
 COUNTS = ["put", "sent", "arrived", "got", "consumed", "dropped_full", "dropped_no_consumer", "skipped", "timeouts", "refused", "incomplete", "missing", "bytes"]
 SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "side": pl.String, "host": pl.String, "role": pl.String,
@@ -34,13 +34,14 @@ def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: Any)
             **{k: (int(counts[k]) if counts.get(k) is not None else None) for k in COUNTS}}
 
 
-def channel_stats(run_dir: Path, run: RunRecord) -> pl.DataFrame:
+def channel_stats(run: RunRecord, files: Files) -> pl.DataFrame:
     rows: list[dict[str, Any]] = []
     for st in run.steps:
         for h in st.hubs or []:
             try:
-                s = json.loads((run_dir / (h.stats or "")).read_text()) if h.stats else None
-            except (OSError, ValueError):
+                text = files.text(h.stats) if h.stats else None
+                s = json.loads(text) if text is not None else None
+            except ValueError:
                 s = None
             if not isinstance(s, dict):
                 rows.append(_row(st, "(all)", h.name, h.host, "hub stats missing"))
@@ -54,9 +55,10 @@ def channel_stats(run_dir: Path, run: RunRecord) -> pl.DataFrame:
                              missing=n.get("missing"), bytes=n.get("bytes_in")))
         procs = [(p.name, p.host, p.channel_stats) for p in st.processes or []] or [("", run.host_of(st), st.channel_stats)]
         for name, host, path in procs:
-            if not path or not (run_dir / path).exists():
+            text = files.text(path) if path else None
+            if text is None:
                 continue
-            for line in (run_dir / path).read_text().splitlines():
+            for line in text.splitlines():
                 try:
                     e = json.loads(line)
                 except ValueError:

@@ -31,25 +31,28 @@ per channel and item (its timestamp's low 32 bits, the records' tag):
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 
 from loopscope.analysis.steps import Kinds
+from loopscope.clock.sync import RunClocks
 from loopscope.rundir import RunRecord
+from loopscope.trace.files import Files
 
 SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "ts": pl.Int64, "bytes": pl.Int64, "producer": pl.String,
           "consumer": pl.String, "via": pl.String, "put_ns": pl.Int64, "net_ns": pl.Int64, "net_bound_ns": pl.Float64, "net_raw_ns": pl.Int64,
           "deliver_ns": pl.Int64, "total_ns": pl.Int64}
 
 
-def _records(run_dir: Path, trace: str) -> tuple[pl.DataFrame, Any]:
+def _records(files: Files, trace: str) -> tuple[pl.DataFrame, Any] | None:
     from loopscope.clock.sync import Pairs
-    from loopscope.trace import reader
 
-    df, info = reader.read_with_info(run_dir / trace, sort=False)
+    got = files.trace_info(trace)
+    if got is None:
+        return None
+    df, info = got
     df = df.filter(pl.col("group").cast(pl.String) == "chan").with_columns(pl.col("name").cast(pl.String))
     df = df.filter(pl.col("name").str.contains(":", literal=True)).with_columns(
         pl.col("name").str.split_exact(":", 1).struct.rename_fields(["what", "channel"]).alias("n"),
@@ -60,15 +63,20 @@ def _records(run_dir: Path, trace: str) -> tuple[pl.DataFrame, Any]:
 class Placement:
     """Host CLOCK_REALTIME → the run's global clock, with bound."""
 
-    def __init__(self, run_dir: Path, run: RunRecord) -> None:
-        self.clocks = None
-        if len(run.hosts) > 1:
-            from loopscope.clock import sync
+    def __init__(self, clocks: RunClocks | None) -> None:
+        self.clocks = clocks
 
-            try:
-                self.clocks = sync.estimate_run(run_dir)
-            except Exception:  # noqa: BLE001 - no placement: raw REALTIME, said by a null bound
-                self.clocks = None
+    @classmethod
+    def of(cls, run: RunRecord, files: Files) -> Placement:
+        """The run's placement: its clocks estimated when it has more than one host."""
+        if len(run.hosts) <= 1:
+            return cls(None)
+        from loopscope.clock import sync
+
+        try:
+            return cls(sync.estimate(run, files))
+        except Exception:  # noqa: BLE001 - no placement: raw REALTIME, said by a null bound
+            return cls(None)
 
     def diff(self, host_a: np.ndarray, rt_a: np.ndarray, host_b: np.ndarray, rt_b: np.ndarray, base: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """rt_b (on host_b) − rt_a (on host_a) on the global clock, and its
@@ -95,10 +103,10 @@ class Placement:
         return d, bound
 
 
-def items(run_dir: Path, run: RunRecord, kinds: Kinds) -> pl.DataFrame:
+def items(run: RunRecord, files: Files, kinds: Kinds, place: Placement | None = None) -> pl.DataFrame:
     from loopscope.analysis.steps import program_parts
 
-    place = Placement(run_dir, run)
+    place = place if place is not None else Placement.of(run, files)
     rows: list[pl.DataFrame] = []
     for st in run.steps:
         puts: list[Any] = []
@@ -108,9 +116,10 @@ def items(run_dir: Path, run: RunRecord, kinds: Kinds) -> pl.DataFrame:
         sizes: list[Any] = []
         for part in program_parts(st, run, kinds):
             proc, host, trace = part.name, part.host, part.trace
-            if not (run_dir / trace).exists():
+            got = _records(files, trace)
+            if got is None:
                 continue
-            df, pairs = _records(run_dir, trace)
+            df, pairs = got
             if not len(df):
                 continue
             who = [pl.lit(proc).alias("proc"), pl.lit(host).alias("host")]

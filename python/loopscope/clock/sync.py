@@ -41,7 +41,7 @@ import numpy as np
 import polars as pl
 
 from loopscope.clock import estimate as E
-from loopscope.trace import reader
+from loopscope.trace.files import Files
 from loopscope.rundir import HubStep, ProcessStep, RunDir, RunRecord, StageStep
 
 GAP_TOLERANCE_NS = 4_000
@@ -271,8 +271,13 @@ def host_traces(run: RunRecord) -> dict[str, list[str]]:
 
 
 def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
-    """Every host's clock against the reference; None for a run without clock-sync probes."""
-    run = RunDir(run_dir).record()
+    """``estimate`` of the run in ``run_dir`` (opened here)."""
+    return estimate(RunDir(run_dir).record(), Files(run_dir), use=use, gap_tolerance_ns=gap_tolerance_ns, min_window_s=min_window_s, max_window_s=max_window_s)
+
+
+def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
+    """Every host's clock against the reference, from the traces ``files``
+    holds; None for a run without clock-sync probes."""
     cs = run.clocksync
     if cs is None or cs.responder is None:
         return None
@@ -282,23 +287,20 @@ def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP
     for host in run.hosts:
         cals: list[dict[str, Any]] = []
         for t in traces.get(host, []):
-            p = run_dir / t
-            if p.exists():
-                try:
-                    cals += reader.info(p).calibration
-                except Exception:  # noqa: BLE001 - a damaged trace costs its pairs only
-                    pass
+            inf = files.info(t)  # a damaged trace costs its pairs only
+            if inf is not None:
+                cals += inf.calibration
         clocks[host] = HostClock(host, host == ref, Pairs.of(cals))
         if not cals:
             clocks[host].problems.append("no calibration pairs: no trace of this host could be read, so its records cannot be placed")
         for s in clocks[host].pairs.steps:
             clocks[host].problems.append(f"CLOCK_REALTIME stepped by {s['step_ns'] / 1e6:+.3f} ms between monotonic {s['after_mono_ns']} and {s['before_mono_ns']} ns: records around it are placed with the windows on each side")
-    serve_path = run_dir / cs.responder.trace
-    serve = _payloads(reader.read(serve_path, sort=False), "serve") if serve_path.exists() else np.zeros((0, 5), np.int64)
+    served = files.trace(cs.responder.trace)
+    serve = _payloads(served, "serve") if served is not None else np.zeros((0, 5), np.int64)
     for host, ini in cs.initiators.items():
         hc = clocks[host]
-        p = run_dir / ini.trace
-        init = _payloads(reader.read(p, sort=False), "probe") if p.exists() else np.zeros((0, 5), np.int64)
+        sent_by = files.trace(ini.trace)
+        init = _payloads(sent_by, "probe") if sent_by is not None else np.zeros((0, 5), np.int64)
         if not len(init):
             hc.problems.append(f"no clock-sync probes from {host}: its records cannot be placed on the global clock")
             hc.counts = {"sent": 0}

@@ -20,6 +20,7 @@ import polars as pl
 
 from loopscope import progress
 from loopscope.rundir import RunDir, RunRecord
+from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
 
@@ -141,7 +142,7 @@ def steady_state(tables: Any, kinds: Registry) -> tuple[Any, list[str]]:
     return steady, notes
 
 
-def _channel_tables(run_dir: Path, run: RunRecord, kinds: Registry) -> dict[str, pl.DataFrame]:
+def _channel_tables(run: RunRecord, files: Files, kinds: Registry) -> dict[str, pl.DataFrame]:
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
     counts (analysis; the page shows them, ``tables/`` keeps them)."""
@@ -149,11 +150,11 @@ def _channel_tables(run_dir: Path, run: RunRecord, kinds: Registry) -> dict[str,
     from loopscope.analysis.chanstats import channel_stats
     from loopscope.analysis.items import items
 
-    b = breakdown(run_dir, run, kinds)
+    b = breakdown(run, files, kinds)
     if not len(b):
         return {}
-    out = {"breakdown": b, "items": items(run_dir, run, kinds), "breakdown_size": by_size(run_dir, run, kinds)}
-    c = channel_stats(run_dir, run)
+    out = {"breakdown": b, "items": items(run, files, kinds), "breakdown_size": by_size(run, files, kinds)}
+    c = channel_stats(run, files)
     if len(c):
         out["channels"] = c
     return out
@@ -168,20 +169,19 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True) -> Report:
     rendering writes nothing. ``share_reads=False`` lets every part open the
     files itself (how reports were built before: ``loopscope bench report``
     compares the two)."""
-    from loopscope.report.tables import TraceCache
     from loopscope.trace import reader
 
     t0 = time.perf_counter()
     run_dir = RunDir.open(run_dir).path
     opened = reader.opened
     with reader.shared() if share_reads else contextlib.nullcontext():
-        rep = _build(run_dir, kinds, TraceCache(run_dir), t0)
+        rep = _build(run_dir, kinds, Files(run_dir), t0)
     rep.traces_read = reader.opened - opened
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
     return rep
 
 
-def _build(run_dir: Path, kinds: Registry, traces: Any, t0: float) -> Report:
+def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float) -> Report:
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run
@@ -203,7 +203,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Any, t0: float) -> Report:
             missed[probe] = per
     against = {p["name"]: p["compare_with"] for p in tables.spec.get("phases") or [] if p.get("compare_with")}
     comp = compare_phases(measures, phase_order, missed, against)
-    tables = tables.replace(**_channel_tables(run_dir, tables.run, kinds))
+    tables = tables.replace(**_channel_tables(tables.run, traces, kinds))
     notes = list(tables.run.notes) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps
     for r in lost.iter_rows(named=True):

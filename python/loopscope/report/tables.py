@@ -20,6 +20,8 @@ import polars as pl
 from loopscope.trace import reader
 from loopscope.rundir import Provenance, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
+from loopscope.analysis.items import Placement
+from loopscope.trace.files import Files
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
 
@@ -87,54 +89,37 @@ def _tag(df: pl.DataFrame, st: Step) -> pl.DataFrame:
     )
 
 
-class Files:
-    """The run's files for the kinds (``kinds.base.RunFiles``): each trace
-    read once and shared, results by path, clock placement built once."""
+class StepFiles:
+    """The run's files for the kinds (``kinds.base.RunFiles``): traces as
+    ``files`` reads them, results by path, clock placement built once."""
 
-    def __init__(self, run_dir: Path, run: RunRecord, traces: Any = None) -> None:
-        self.run_dir, self.run = run_dir, run
-        self.traces = traces if traces is not None else TraceCache(run_dir)
-        self._place: Any = None
+    def __init__(self, run: RunRecord, files: Files) -> None:
+        self.run, self.files = run, files
+        self._place: Placement | None = None
 
     def trace(self, rel: str) -> pl.DataFrame | None:
-        got = self.traces.get(rel)
-        return None if got is None else got[0]
+        return self.files.trace(rel)
 
     def json(self, rel: str) -> dict[str, Any]:
+        text = self.files.text(rel)
         try:
-            return dict(json.loads((self.run_dir / rel).read_text().strip().splitlines()[-1]))
-        except (OSError, json.JSONDecodeError, IndexError, TypeError, ValueError):
+            return dict(json.loads(text.strip().splitlines()[-1])) if text is not None else {}
+        except (json.JSONDecodeError, IndexError, TypeError, ValueError):
             return {}
 
-    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> Any:
+    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> tuple[Any, Any]:
         if self._place is None:
-            from loopscope.analysis.items import Placement
-
-            self._place = Placement(self.run_dir, self.run)
+            self._place = Placement.of(self.run, self.files)
         return self._place.diff(host_a, rt_a, host_b, rt_b, base)
 
 
-class TraceCache:
-    """Traces of one run by their path in it; None for a missing one. Inside
-    ``reader.shared()`` (as the report reads) each file is read once."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir = run_dir
-
-    def get(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
-        path = self.run_dir / str(rel)
-        if not path.exists():
-            return None
-        return reader.read_with_info(path, sort=False)
-
-
-def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -> RunTables:
+def load_run(run_dir: Path, kinds: Registry, traces: Files | None = None) -> RunTables:
     """Read a run's steps into tables, each step's rows made by its kind."""
     rd = RunDir(run_dir)
     run = rd.record()
     spec = json.loads(rd.spec_json.read_text())
     prov = rd.provenance()
-    files = Files(run_dir, run, traces)
+    files = StepFiles(run, traces if traces is not None else Files(run_dir))
     frames: dict[str, list[pl.DataFrame]] = {}
     plain: dict[str, list[dict[str, Any]]] = {}
     stepsrows = []
@@ -142,7 +127,7 @@ def load_run(run_dir: Path, kinds: Registry, traces: TraceCache | None = None) -
     for st in run.steps:
         res = files.json(st.json_)
         results[(st.rep, st.phase, st.probe)] = res
-        got = files.traces.get(st.trace)
+        got = files.files.trace_info(st.trace)
         if got is None:
             raise FileNotFoundError(f"{run_dir / st.trace}: the trace of rep {st.rep} {st.phase} {st.probe} is missing")
         df, inf = got

@@ -30,7 +30,7 @@ import polars as pl
 from loopscope.clock import sync
 from loopscope.errors import InputError
 from loopscope.rundir import Derived, Provenance, RunDir, RunRecord
-from loopscope.trace import reader
+from loopscope.trace.files import Files
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
 
@@ -39,12 +39,13 @@ class TimelineError(InputError):
     """A run whose hosts cannot be placed on one timeline from what it recorded."""
 
 
-def _router_clock(run_dir: Path, run: RunRecord, prov: Provenance, clocks: sync.RunClocks | None) -> sync.HostClock | None:
+def _router_clock(files: Files, run: RunRecord, prov: Provenance, clocks: sync.RunClocks | None) -> sync.HostClock | None:
     """The emulator's process lives in the router namespace: same kernel, same REALTIME."""
     em = run.emulator
-    if not em or not (run_dir / em.trace).exists() or clocks is None:
+    inf = files.info(em.trace) if em else None
+    if inf is None or clocks is None:
         return None
-    pairs = sync.Pairs.of(reader.info(run_dir / em.trace).calibration)
+    pairs = sync.Pairs.of(inf.calibration)
     h = sync.HostClock("router", False, pairs)
     # Unskewed REALTIME; the reference's is skewed only under a test-only virtual clock.
     ref = prov.lab.hosts.get(clocks.reference)
@@ -80,7 +81,8 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     rd = RunDir.open(run_dir)
     run, prov = rd.record(), rd.provenance()
     hosts = list(run.hosts) or ["localhost"]
-    clocks = sync.estimate_run(run_dir, use=use)
+    files = Files(rd.path)
+    clocks = sync.estimate(run, files, use=use)
     out: dict[str, Any] = {"hosts": {}, "checks": {}, "notes": []}
     if clocks is None:
         if len(hosts) > 1:
@@ -90,7 +92,7 @@ def place(run_dir: Path, use: str = "all") -> Derived:
         ref = clocks.reference
         derived.documents["clock.json"] = clocks.summary()
         derived.tables["tables/clock.parquet"] = clocks.series()
-        router = _router_clock(run_dir, run, prov, clocks)
+        router = _router_clock(files, run, prov, clocks)
         if router is not None:
             clocks.hosts["router"] = router
     out["reference"] = ref
@@ -101,11 +103,8 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     for host, paths in traces.items():
         n = placed = 0
         for rel in paths:
-            p = run_dir / rel
-            if not p.exists():
-                continue
-            df = reader.read(p, sort=False)
-            if not len(df):
+            df = files.trace(rel)
+            if df is None or not len(df):
                 continue
             t = df["t_ns"].to_numpy()
             if host == ref:
@@ -132,8 +131,8 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     derived.tables["timeline.parquet"] = tl
     out["records"] = len(tl)
     if clocks is not None:
-        out["checks"]["clocksync"] = _sync_checks(run_dir, run, clocks)
-        pg, checks = _pipeline(run_dir, run, clocks)
+        out["checks"]["clocksync"] = _sync_checks(clocks)
+        pg, checks = _pipeline(files, run, clocks)
         if pg is not None:
             derived.tables["tables/pipeline_global.parquet"] = pg
         out["checks"]["pipeline"] = checks
@@ -142,7 +141,7 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     return derived
 
 
-def _sync_checks(run_dir: Path, run: RunRecord, clocks: sync.RunClocks) -> dict[str, Any]:
+def _sync_checks(clocks: sync.RunClocks) -> dict[str, Any]:
     """The probes' own one-way delays on the timeline: none may be negative beyond its bound."""
     res: dict[str, Any] = {}
     for host, h in clocks.hosts.items():
@@ -161,17 +160,17 @@ def _sync_checks(run_dir: Path, run: RunRecord, clocks: sync.RunClocks) -> dict[
     return res
 
 
-def _pipeline(run_dir: Path, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
+def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
     from loopscope.probes.pipeline import messages_from
 
     frames, checks = [], []
     for st in run.steps:
         if not st.stages:  # a step whose messages pass through stages (a pipeline's)
             continue
-        p = run_dir / st.trace
-        if not p.exists():
+        sink = files.trace(st.trace)
+        if sink is None:
             continue
-        m = messages_from(reader.read(p, sort=False))
+        m = messages_from(sink)
         if not len(m):
             continue
         hosts = [sg.host for sg in st.stages]
