@@ -51,8 +51,22 @@ def test_bad_requests_get_error_replies_not_a_dead_agent(tmp_path: Path) -> None
     r = a.call(id=5, op="fly")
     assert not r["ok"] and r["id"] == 5 and "unknown op 'fly'" in r["error"]
     assert a.call(id=6, op="hello", run_id="agent-t2", run_dir=str(tmp_path))["ok"]
-    a.call(id=7, op="shutdown")
+    # a request its model refuses is answered naming the field, before anything is done
+    r = a.call(id=7, op="stop_probe", nmae="x")
+    assert not r["ok"] and r["id"] == 7 and "bad stop_probe request" in r["error"] and "name" in r["error"]
+    r = a.call(id=8, op="signal_probe", name="x", signal="kill")
+    assert not r["ok"] and "signal" in r["error"]
+    a.call(id=9, op="shutdown")
     a.close()
+
+
+def test_every_request_of_the_protocol_has_its_handler_in_the_agent() -> None:
+    from loopscope import protocol as P
+    from loopscope.agent.server import Agent as Server
+
+    for op, req in P.REQUESTS.items():
+        assert req.op == op and callable(getattr(Server, op, None)), op
+        assert issubclass(req.reply, P.Reply), op
 
 
 def test_closing_stdin_stops_the_loads_it_started(tmp_path: Path) -> None:

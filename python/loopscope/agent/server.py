@@ -39,11 +39,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from loopscope import protocol as P
 from loopscope.host import procs, provenance
 from loopscope.errors import InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
+from loopscope.rundir import Machine
 from loopscope.selfname import load_comm, set_comm
 
 
@@ -124,32 +128,27 @@ class Agent:
 
     # ---- ops ------------------------------------------------------------------------
 
-    def hello(self, m: dict[str, Any]) -> dict[str, Any]:
-        self.run_id = m["run_id"]
-        self.run_dir = Path(m["run_dir"])
+    def hello(self, m: P.Hello) -> P.HelloReply:
+        self.run_id = m.run_id
+        self.run_dir = Path(m.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if m.get("vclock"):
+        if m.vclock:
             # Test only: every child (probes, loads) skews its timestamps alike.
-            os.environ["LOOPSCOPE_VCLOCK"] = m["vclock"]
-        root, self.cg_note = find_root() if m.get("cgroups", True) else (None, "cgroups not requested")
+            os.environ["LOOPSCOPE_VCLOCK"] = m.vclock
+        root, self.cg_note = find_root() if m.cgroups else (None, "cgroups not requested")
         if root is not None:
-            self.group = RunGroup(root, m.get("cgroup_name") or self.run_id)
-        return {
-            "pid": os.getpid(),
-            "started_mono_ns": _STARTED_NS,
-            "cgroup": str(self.group.path) if self.group else None,
-            "cgroup_note": self.cg_note,
-            "provenance": provenance.gather(self.cg_note),
-        }
+            self.group = RunGroup(root, m.cgroup_name or self.run_id)
+        return P.HelloReply(pid=os.getpid(), started_mono_ns=_STARTED_NS, cgroup=str(self.group.path) if self.group else None, cgroup_note=self.cg_note,
+                            provenance=Machine.model_validate(provenance.gather(self.cg_note)))
 
-    def start_loads(self, m: dict[str, Any]) -> dict[str, Any]:
-        step = Path(m["step_dir"])
-        scratch = Path(m["scratch_dir"])
+    def start_loads(self, m: P.StartLoads) -> P.LoadsStarted:
+        step = Path(m.step_dir)
+        scratch = Path(m.scratch_dir)
         env = procs.child_env(self.run_id)
         started = []
         self.load_start_ns = time.monotonic_ns()
         scratch.mkdir(parents=True, exist_ok=True)
-        for ld in m["loads"]:
+        for ld in m.loads:
             name = ld["name"]
             group = self.group.child(f"loads/{name}") if self.group else None
             kids = []
@@ -157,14 +156,14 @@ class Agent:
             for i, argv in enumerate(load_argvs(ld, scratch)):
                 kids.append(procs.spawn(f"{name}[{i}]", "load", argv, step / "loads" / f"{name}-{i}.log", group, lenv))
             self.loads[name] = kids
-            started.append({"name": name, "pids": [k.pid for k in kids], "cgroup": str(group) if group else None, "command": kids[0].command() if kids else None})
+            started.append(P.LoadStarted(name=name, pids=[k.pid for k in kids], cgroup=str(group) if group else None, command=kids[0].command() if kids else None))
         # A load that cannot start dies at once: give it a moment to do so.
-        time.sleep(float(m.get("settle_s", 0.3)))
+        time.sleep(m.settle_s)
         self._check_loads("while starting")
-        for ld, st in zip(m["loads"], started):
+        for ld, st in zip(m.loads, started):
             if ld.get("cpus") or ld.get("sched"):
-                st["tuned"] = _tune_threads(ld, _threads_of(Path(st["cgroup"]) if st["cgroup"] else None, st["pids"]))
-        return {"loads": started}
+                st.tuned = _tune_threads(ld, _threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
+        return P.LoadsStarted(loads=started)
 
     def _check_loads(self, when: str) -> None:
         for name, kids in self.loads.items():
@@ -172,17 +171,17 @@ class Agent:
                 if k.popen.poll() is not None:
                     raise Failure(f"load {name}", k.describe_failure(f"load {name} exited {when} (it should run until the phase ends)"))
 
-    def run_probe(self, m: dict[str, Any]) -> dict[str, Any]:
-        p = m["probe"]
-        step = Path(m["step_dir"])
+    def run_probe(self, m: P.RunProbe) -> P.ProbeDone:
+        p = m.probe
+        step = Path(m.step_dir)
         trace = step / f"{p['name']}.lstrace"
-        calibrate = bool(m.get("calibrate"))
-        argv = probe_argv(p, int(m["duration_ns"]), trace, Path(m["scratch_dir"]), calibrate)
+        calibrate = m.calibrate
+        argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir), calibrate)
         group = self.group.child(f"probes/{p['name']}") if self.group else None
         t0 = time.monotonic_ns()
         child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
         self.probe = child
-        timeout = int(m["duration_ns"]) / 1e9 + float(m.get("timeout_slack_s", 120))
+        timeout = m.duration_ns / 1e9 + m.timeout_slack_s
         try:
             out, _ = child.popen.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -205,60 +204,59 @@ class Agent:
         if group:
             RunGroup.remove(group)
         self._check_loads("during the probe")
-        return {"result": result, "trace": str(trace), "spawn_mono_ns": t0, "end_mono_ns": t1, "cpu_usec": cpu, "command": shlex.join(argv)}
+        return P.ProbeDone(result=result, trace=str(trace), spawn_mono_ns=t0, end_mono_ns=t1, cpu_usec=cpu, command=shlex.join(argv))
 
     # ---- probes side by side ---------------------------------------------------------
 
-    def start_probe(self, m: dict[str, Any]) -> dict[str, Any]:
-        p = m["probe"]
+    def start_probe(self, m: P.StartProbe) -> P.ProbeStarted:
+        p = m.probe
         name = p["name"]
         if name in self.running:
             raise Failure(f"probe {name}", f"probe {name} is already running")
-        step = Path(m["step_dir"])
+        step = Path(m.step_dir)
         step.mkdir(parents=True, exist_ok=True)
         trace = step / f"{name}.lstrace"
-        argv = probe_argv(p, int(m.get("duration_ns") or 0), trace, Path(m["scratch_dir"]))
+        argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
         child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
-        if m.get("wait_ready"):
-            line = _read_line(child, float(m.get("ready_timeout_s", 15)))
+        if m.wait_ready:
+            line = _read_line(child, m.ready_timeout_s)
             if line != "ready":
                 child.popen.kill()
                 child.popen.wait()
                 del self.running[name]
                 what = f"probe {name} did not get ready" + (f" (it printed {line!r})" if line else "")
                 raise Failure(f"probe {name}", child.describe_failure(what))
-        return {"pid": child.pid, "trace": str(trace), "spawn_mono_ns": t0, "command": shlex.join(argv)}
+        return P.ProbeStarted(pid=child.pid, trace=str(trace), spawn_mono_ns=t0, command=shlex.join(argv))
 
-    def wait_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+    def wait_probe(self, m: P.WaitProbe) -> P.Waited | P.ProbeDone:
         """Until the probe exits or ``timeout_s`` passes, asleep (no polling:
         the probes beside it are measuring). ``collect: false`` only says
         it ended; ``stop_probe`` collects it later, after the window.
         ``watch``: other probes of this host whose death (or a load's) ends
         the wait as a failure, as ``watch`` does. The next request ends the
         wait too (``done: false``)."""
-        name = m["name"]
+        name = m.name
         child = self._running(name)
-        watched = {n: self._running(n).popen for n in m.get("watch") or [] if n != name}
-        gone = self._sleep_on({name: child.popen, **watched, **self._load_popens()}, float(m.get("timeout_s", 1.0)), requests=True)
+        watched = {n: self._running(n).popen for n in m.watch if n != name}
+        gone = self._sleep_on({name: child.popen, **watched, **self._load_popens()}, m.timeout_s, requests=True)
         if name not in gone:
-            return {"done": False, "exited": self._died(gone, "during the probe")}
+            return P.Waited(done=False, exited=self._died(gone, "during the probe"))
         self.exited.setdefault(name, time.monotonic_ns())
-        if m.get("collect", True) is False:
-            return {"done": True}
-        return {"done": True, **self._finish(name)}
+        if not m.collect:
+            return P.Waited(done=True)
+        return self._finish(name)
 
-    def watch(self, m: dict[str, Any]) -> dict[str, Any]:
+    def watch(self, m: P.Watch) -> P.Watched:
         """Asleep until one of the running probes ``names`` or a load
         exits, ``timeout_s`` passes (default: never), or the next request
         arrives. A probe that failed or a load that ended is a failure; a
         probe that exited cleanly is said (``exited``)."""
-        popens = {n: self._running(n).popen for n in m.get("names") or []}
-        t = m.get("timeout_s")
-        gone = self._sleep_on({**popens, **self._load_popens()}, None if t is None else float(t), requests=True)
-        return {"exited": self._died(gone, "during the window")}
+        popens = {n: self._running(n).popen for n in m.names}
+        gone = self._sleep_on({**popens, **self._load_popens()}, m.timeout_s, requests=True)
+        return P.Watched(exited=self._died(gone, "during the window"))
 
     def _load_popens(self) -> dict[str, subprocess.Popen[bytes]]:
         return {f"load {name} #{i}": k.popen for name, kids in self.loads.items() for i, k in enumerate(kids)}
@@ -305,40 +303,40 @@ class Agent:
             for fd in fds:
                 os.close(fd)
 
-    def stop_probe(self, m: dict[str, Any]) -> dict[str, Any]:
-        name = m["name"]
+    def stop_probe(self, m: P.StopProbe) -> P.ProbeDone:
+        name = m.name
         child, step, t0, _ = self.running[name] if name in self.running else (self._running(name), Path("."), 0, False)
         self.running[name] = (child, step, t0, True)
         if child.popen.poll() is None:
             child.popen.send_signal(signal.SIGINT)
         try:
-            child.popen.wait(timeout=float(m.get("timeout_s", 15)))
+            child.popen.wait(timeout=m.timeout_s)
         except subprocess.TimeoutExpired:
             child.popen.kill()
             child.popen.wait()
-        return {"done": True, **self._finish(name)}
+        return self._finish(name)
 
-    def signal_probe(self, m: dict[str, Any]) -> dict[str, Any]:
+    def signal_probe(self, m: P.SignalProbe) -> P.Done:
         """Pause (``stop``) or resume (``cont``) a running probe: the lab
         pauses its clock-sync probes while a probe step measures."""
-        child = self._running(m["name"])
+        child = self._running(m.name)
         if child.popen.poll() is None:
-            child.popen.send_signal(signal.SIGSTOP if m["signal"] == "stop" else signal.SIGCONT)
-        return {"done": True}
+            child.popen.send_signal(signal.SIGSTOP if m.signal == "stop" else signal.SIGCONT)
+        return P.Done()
 
-    def status(self, m: dict[str, Any]) -> dict[str, Any]:
+    def status(self, m: P.GetStatus) -> P.Status:
         for name, (child, _, _, stopping) in self.running.items():
             if child.popen.poll() is not None and not stopping and child.popen.returncode != 0:
                 self._finish(name)
         self._check_loads("during the run")
-        return {"probes": {n: c.popen.poll() is None for n, (c, _, _, _) in self.running.items()}}
+        return P.Status(probes={n: c.popen.poll() is None for n, (c, _, _, _) in self.running.items()})
 
     def _running(self, name: str) -> procs.Child:
         if name not in self.running:
             raise Failure("agent", f"no probe named {name!r} is running here")
         return self.running[name][0]
 
-    def _finish(self, name: str) -> dict[str, Any]:
+    def _finish(self, name: str) -> P.ProbeDone:
         child, step, t0, stopping = self.running.pop(name)
         out, _ = child.popen.communicate()
         # when it ended, not when it was collected (a pipeline's source is collected after the window)
@@ -356,9 +354,9 @@ class Agent:
         cpu = RunGroup.cpu_usec(child.group) if child.group else None
         if child.group:
             RunGroup.remove(child.group)
-        return {"result": result, "trace": str(step / f"{name}.lstrace"), "spawn_mono_ns": t0, "end_mono_ns": t1, "cpu_usec": cpu, "command": child.command()}
+        return P.ProbeDone(result=result, trace=str(step / f"{name}.lstrace"), spawn_mono_ns=t0, end_mono_ns=t1, cpu_usec=cpu, command=child.command())
 
-    def stop_loads(self, m: dict[str, Any]) -> dict[str, Any]:
+    def stop_loads(self, m: P.StopLoads) -> P.LoadsStopped:
         report = []
         elapsed = (time.monotonic_ns() - self.load_start_ns) / 1e9
         early = []
@@ -383,53 +381,46 @@ class Agent:
             if group:
                 RunGroup.remove(group)
             works = [_last_json(k.log) for k in kids]
-            report.append(
-                {
-                    "name": name,
-                    "tids": tids,
-                    "cpus": sorted(allowed),
-                    "workers": len(kids),
-                    "exit": [procs.exit_text(k.popen.returncode) for k in kids],
-                    "cpu_s": usec / 1e6 if usec is not None else proc_cpu,
-                    "cpu_source": "cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",
-                    "elapsed_s": elapsed,
-                    "ops": sum(w.get("ops", 0) for w in works if w) if any(works) else None,
-                    "unit": next((w.get("unit") for w in works if w), None),
-                }
-            )
+            report.append(P.LoadStopped(
+                name=name, tids=tids, cpus=sorted(allowed), workers=len(kids), exit=[procs.exit_text(k.popen.returncode) for k in kids],
+                cpu_s=usec / 1e6 if usec is not None else proc_cpu,
+                cpu_source="cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",
+                elapsed_s=elapsed, ops=sum(w.get("ops", 0) for w in works if w) if any(works) else None,
+                unit=next((w.get("unit") for w in works if w), None),
+            ))
         self.loads = {}
         if early:
             name, k = early[0]
             raise Failure(f"load {name}", k.describe_failure(f"load {name} exited before the phase ended"))
-        return {"loads": report}
+        return P.LoadsStopped(loads=report)
 
-    def start_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+    def start_kcapture(self, m: P.StartKcapture) -> P.CaptureMeta:
         """Record kernel events (this machine's kernel) until ``stop_kcapture``."""
         from loopscope.kernel.capture import Capture
 
         if self.kcapture is not None:
             raise Failure("kernel capture", "a kernel capture is already running here")
         group = self.group.child("kernel") if self.group else None
-        cap = Capture(Path(m["out_dir"]), m.get("events") or None, m.get("buffer_mb"), m.get("window_s"), name=f"loopscope-{self.run_id}"[:60], group=group, read=str(m.get("read") or "between-windows"))
+        cap = Capture(Path(m.out_dir), m.events or None, m.buffer_mb, m.window_s, name=f"loopscope-{self.run_id}"[:60], group=group, read=m.read)
         wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
         meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
         if not meta["refused"]:
             self.kcapture = cap
-        return meta
+        return P.CaptureMeta.model_validate(meta)
 
-    def drain_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+    def drain_kcapture(self, m: P.DrainKcapture) -> P.CaptureMeta:
         """Read the kernel's buffers now (the lab calls this between probe windows)."""
         if self.kcapture is None:
-            return {"error": "no kernel capture is running"}
-        return self.kcapture.drain(str(m.get("label") or ""))
+            return P.CaptureMeta(error="no kernel capture is running")
+        return P.CaptureMeta.model_validate(self.kcapture.drain(m.label))
 
-    def stop_kcapture(self, m: dict[str, Any]) -> dict[str, Any]:
+    def stop_kcapture(self, m: P.StopKcapture) -> P.CaptureMeta:
         if self.kcapture is None:
-            return {"refused": "no kernel capture was running"}
+            return P.CaptureMeta(refused="no kernel capture was running")
         meta = self.kcapture.stop()
         meta["half_full"] = self.kcapture.final.get("half_full") or []
         self.kcapture = None
-        return meta
+        return P.CaptureMeta.model_validate(meta)
 
     # ---- clean-up -------------------------------------------------------------------
 
@@ -456,25 +447,19 @@ class Agent:
                     pass
 
     def handle(self, m: dict[str, Any]) -> dict[str, Any]:
-        op = m.get("op")
-        fn = {
-            "hello": self.hello,
-            "start_loads": self.start_loads,
-            "run_probe": self.run_probe,
-            "stop_loads": self.stop_loads,
-            "start_probe": self.start_probe,
-            "wait_probe": self.wait_probe,
-            "stop_probe": self.stop_probe,
-            "signal_probe": self.signal_probe,
-            "status": self.status,
-            "watch": self.watch,
-            "start_kcapture": self.start_kcapture,
-            "drain_kcapture": self.drain_kcapture,
-            "stop_kcapture": self.stop_kcapture,
-        }.get(op)  # type: ignore[arg-type]
-        if fn is None:
+        """One request off the wire: checked against its model, carried out by
+        the method of its op's name, the reply dumped as JSON."""
+        op = str(m.get("op"))
+        cls = P.REQUESTS.get(op)
+        if cls is None:
             raise Failure("agent", f"unknown op {op!r}")
-        return fn(m)
+        try:
+            req = cls.model_validate({k: v for k, v in m.items() if k not in ("id", "op")})
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise Failure("agent", f"bad {op} request: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
+        reply: P.Reply = getattr(self, op)(req)
+        return reply.model_dump(mode="json", exclude_unset=True)
 
 
 def _probe_env(run_id: str, kind: str) -> dict[str, str]:
@@ -543,9 +528,10 @@ def _last_json(log: Path) -> dict[str, Any] | None:
     for line in reversed(procs.tail(log, 50)):
         if line.startswith("{"):
             try:
-                return json.loads(line)
+                got = json.loads(line)
             except json.JSONDecodeError:
                 return None
+            return got if isinstance(got, dict) else None
     return None
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from loopscope import protocol as P
 from loopscope.lab.hosts import AgentFailure
 
 # The least time the initiators run each time they are started or resumed:
@@ -46,16 +47,16 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
     bind = f"{'0.0.0.0' if rh.remote or any_sync else rh.address}:{cs.port}"
     nets = sorted({net for _, net in dests.values()})
     info: dict[str, Any] = {"reference": ref, "port": cs.port, "rate": cs.rate, "gap_ns": cs.gap, "network": nets[0] if len(nets) == 1 else "mixed", "asked_network": cs.network, "responder": None, "initiators": {}, "running": []}
-    r = lab.agent(ref).call("start_probe", probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True)
-    info["responder"] = {"host": ref, "trace": lab.rel(ref, r["trace"]), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
+    r = lab.agent(ref).ask(P.StartProbe(probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True))
+    info["responder"] = {"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
     info["running"].append((ref, "clocksync-serve"))
     for flow, h in enumerate(exp.hosts, start=1):
         if h.name == ref:
             continue
         addr, net = dests[h.name]
         spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
-        r = lab.agent(h.name).call("start_probe", probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True)
-        info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r["trace"]), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
+        r = lab.agent(h.name).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True))
+        info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r.trace), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
         info["running"].append((h.name, "clocksync"))
     info["awake_since"] = time.monotonic()
     return info
@@ -72,7 +73,7 @@ def pause(lab: Any, info: dict[str, Any] | None, on: bool) -> None:
         _let_run(info)
     for host, name in info.get("running") or []:
         if name == "clocksync":
-            lab.agent(host).call("signal_probe", name=name, signal="stop" if on else "cont")
+            lab.agent(host).ask(P.SignalProbe(name=name, signal="stop" if on else "cont"))
     info["paused"] = on
     if not on:
         info["awake_since"] = time.monotonic()
@@ -111,8 +112,7 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
     running: list[tuple[str, str]] = info.get("running") or []
     for host, name in sorted(running, key=lambda x: x[1] == "clocksync-serve"):
         try:
-            res = lab.agent(host).call("stop_probe", name=name, timeout_s=5)
-            r = res.get("result") or {}
+            r = lab.agent(host).ask(P.StopProbe(name=name, timeout_s=5)).result
             keys = ("pairs", "sent", "answered", "lost", "no_tx_stamp", "min_rtt_ns") if name == "clocksync" else ("received", "answered", "no_tx_stamp", "no_rx_stamp", "malformed")
             target = info["initiators"][host] if name == "clocksync" else info["responder"]
             target["result"] = {k: r.get(k) for k in keys}

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
 from loopscope.rundir import Provenance, RunDir
@@ -283,13 +284,13 @@ class Run:
         rec["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
         rec["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
         rec["timings"].update(lab.timings)
-        rec["agent"] = {"host": first.name, "pid": first.hello["pid"], "cgroup": first.cgroup, "cgroup_note": first.hello["cgroup_note"]}
-        rec["agents"] = {h.name: {"kind": h.kind, "pid": h.hello["pid"], "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
+        rec["agent"] = {"host": first.name, "pid": first.pid, "cgroup": first.cgroup, "cgroup_note": first.hello.cgroup_note if first.hello else None}
+        rec["agents"] = {h.name: {"kind": h.kind, "pid": h.pid, "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
         RunDir(self.run_dir).write_provenance(Provenance.model_validate({"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(),
-                                                                          "hosts": {h.name: h.hello["provenance"] for h in lab.hosts.values()}}))
+                                                                          "hosts": {h.name: h.hello.provenance for h in lab.hosts.values() if h.hello}}))
         for h in lab.hosts.values():
             if h.cgroup is None:
-                self.notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello['cgroup_note']}); CPU use comes from /proc and clean-up relies on process ids")
+                self.notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello.cgroup_note if h.hello else 'no agent'}); CPU use comes from /proc and clean-up relies on process ids")
         self.save()
 
     def calibrate(self) -> None:
@@ -336,9 +337,9 @@ class Run:
             self.step(pr, probe)
         # Senders before the sinks they send to.
         for hname in sorted(by_host, key=lambda h: h in sinks):
-            lr = self.lab.agent(hname).call("stop_loads")
-            for ld in lr["loads"]:
-                self.rec["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld})
+            lr = self.lab.agent(hname).ask(P.StopLoads())
+            for ld in lr.loads:
+                self.rec["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json")})
         if self.tuned is not None:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
             self.tuned = None
@@ -375,7 +376,7 @@ class Run:
         self.say(f"[{self.done}/{self.total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
         for group in (sinks, by_host):
             for hname, loads in group.items():
-                self.lab.agent(hname).call("start_loads", step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads)
+                self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads))
         return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
     def step(self, pr: Any, probe: Any) -> None:
@@ -514,19 +515,18 @@ class StepHelpers:
 
     def start(self, host: str, spec: dict[str, Any], *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
         lab = self.lab
-        extra: dict[str, Any] = {"wait_ready": True} if wait_ready else {}
+        req = P.StartProbe(probe=spec, step_dir=lab.step_dir(host, self.key), scratch_dir=lab.scratch(host), wait_ready=wait_ready)
         if duration_ns is not None:
-            extra["duration_ns"] = duration_ns
-        lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, self.key), scratch_dir=lab.scratch(host), **extra)
+            req.duration_ns = duration_ns
+        lab.agent(host).ask(req)
         self._running.append((host, spec["name"]))
 
     def stop(self, host: str, name: str) -> Collected:
         lab = self.lab
-        r = lab.agent(host).call("stop_probe", name=name)
+        r = lab.agent(host).ask(P.StopProbe(name=name))
         self._running.remove((host, name))
-        return Collected(name=name, host=host, trace=lab.rel(host, r["trace"]), json=lab.rel(host, f"{lab.step_dir(host, self.key)}/{name}.json"),
-                       command=r.get("command") or "", cpu_usec=r.get("cpu_usec"), spawn_mono_ns=r.get("spawn_mono_ns"), end_mono_ns=r.get("end_mono_ns"),
-                       result=r.get("result") or {})
+        return Collected(name=name, host=host, trace=lab.rel(host, r.trace), json=lab.rel(host, f"{lab.step_dir(host, self.key)}/{name}.json"),
+                       command=r.command, cpu_usec=r.cpu_usec, spawn_mono_ns=r.spawn_mono_ns, end_mono_ns=r.end_mono_ns, result=r.result)
 
     def running(self) -> list[tuple[str, str]]:
         return list(self._running)
@@ -536,7 +536,7 @@ class StepHelpers:
         leaving on a failure, and this must not hide it."""
         for host, name in reversed(self._running):
             try:
-                self.lab.agent(host).call("stop_probe", name=name, timeout_s=3)
+                self.lab.agent(host).ask(P.StopProbe(name=name, timeout_s=3))
             except Exception:  # noqa: BLE001 - stopping what is left must not hide the first failure
                 pass
         self._running.clear()
@@ -565,10 +565,9 @@ class Steps:
     def calibrate(self, probe: Any) -> dict[str, Any]:
         lab = self.lab
         host = probe.host or self.first_host
-        r = lab.agent(host).call("run_probe", probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
-                                 duration_ns=int(probe.seconds(self.exp.duration) * 1e9), calibrate=True)
-        out: dict[str, Any] = r["result"]
-        return out
+        r = lab.agent(host).ask(P.RunProbe(probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
+                                           duration_ns=int(probe.seconds(self.exp.duration) * 1e9), calibrate=True))
+        return r.result
 
     def check(self) -> None:
         self.lab.check()
@@ -615,18 +614,18 @@ class Steps:
             spec = {**spec, "env": {**spec.get("env", {}), **self.channel_env(hname, key, probe.name)}}
             running = self.hubs_start(probe.name, key, dur_ns)
         try:
-            r = lab.agent(hname).call("run_probe", probe=spec, step_dir=lab.step_dir(hname, key), scratch_dir=lab.scratch(hname), duration_ns=dur_ns)
+            r = lab.agent(hname).ask(P.RunProbe(probe=spec, step_dir=lab.step_dir(hname, key), scratch_dir=lab.scratch(hname), duration_ns=dur_ns))
             hub_parts = self.hubs_stop(running)
         finally:
             self.hubs_stop(running, quiet=True)
         step = {
             "host": hname,
-            "trace": lab.rel(hname, r["trace"]),
+            "trace": lab.rel(hname, r.trace),
             "json": lab.rel(hname, f"{lab.step_dir(hname, key)}/{probe.name}.json"),
-            "command": r["command"],
-            "cpu_usec": r["cpu_usec"],
-            "spawn_mono_ns": r["spawn_mono_ns"],
-            "end_mono_ns": r["end_mono_ns"],
+            "command": r.command,
+            "cpu_usec": r.cpu_usec,
+            "spawn_mono_ns": r.spawn_mono_ns,
+            "end_mono_ns": r.end_mono_ns,
         }
         if channels:
             step["hubs"] = hub_parts

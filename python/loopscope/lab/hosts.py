@@ -29,10 +29,13 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from loopscope.errors import RunError
 from loopscope.host import procs
+from loopscope import protocol as P
+
+R = TypeVar("R", bound=P.Reply)
 
 
 class AgentFailure(RunError):
@@ -359,8 +362,18 @@ class AgentClient:
         self.dead = f"the agent on {self.host} died during {op} ({ex})"
         return AgentFailure(f"{self.dead}\n  command: {self.ch.command}\n  last output ({self.log}):\n{tail}", host=self.host, component="agent")
 
-    def call(self, op: str, timeout: float | None = None, **kw: Any) -> dict[str, Any]:
-        return self.reply(self.send(op, **kw), op, timeout)
+    def ask(self, req: P.Request[R], timeout: float | None = None) -> R:
+        """Send a typed request and wait for its typed reply."""
+        return self.answer(req, self.post(req), timeout)
+
+    def post(self, req: P.Request[R]) -> int:
+        """Send a typed request without waiting: its id, for ``answer``."""
+        return self.send(req.op, **req.model_dump(mode="json", exclude_unset=True))
+
+    def answer(self, req: P.Request[R], rid: int, timeout: float | None = None) -> R:
+        """The typed reply to request ``rid`` (sent by ``post``)."""
+        got = self.reply(rid, req.op, timeout)
+        return cast(R, req.reply.model_validate({k: v for k, v in got.items() if k not in ("id", "ok")}))
 
     def send(self, op: str, **kw: Any) -> int:
         """Send a request without waiting for its reply: its id."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from loopscope import protocol as P
 from loopscope.lab.hosts import AgentFailure
 
 
@@ -58,7 +59,7 @@ def start(lab: Any, exp: Any, probe: str, key: str, dur_ns: int) -> list[tuple[s
                    "--stats", f"{lab.step_dir(host, key)}/{name}.stats.json"]
         spec: dict[str, Any] = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
         try:
-            lab.agent(host).call("start_probe", probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000)
+            lab.agent(host).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000))
         except AgentFailure:
             stop(lab, started, quiet=True)
             raise
@@ -69,11 +70,11 @@ def start(lab: Any, exp: Any, probe: str, key: str, dur_ns: int) -> list[tuple[s
 def check(lab: Any, started: list[tuple[str, str]]) -> None:
     """A hub that exited on its own fails the step, naming it."""
     for host, name in started:
-        st = lab.agent(host).call("status")
-        if not st["probes"].get(name, False):
-            r = lab.agent(host).call("stop_probe", name=name)
+        st = lab.agent(host).ask(P.GetStatus())
+        if not st.probes.get(name, False):
+            r = lab.agent(host).ask(P.StopProbe(name=name))
             started.remove((host, name))
-            raise AgentFailure(f"the channel hub on {host} exited during the step ({r.get('result', {}).get('exit')}); see {name}.log", host=host, component=f"hub {name}")
+            raise AgentFailure(f"the channel hub on {host} exited during the step ({r.result.get('exit')}); see {name}.log", host=host, component=f"hub {name}")
 
 
 def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[dict[str, Any]]:
@@ -81,14 +82,14 @@ def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[
     parts = []
     for host, name in list(started):
         try:
-            r = lab.agent(host).call("stop_probe", name=name, **({"timeout_s": 3} if quiet else {}))
+            r = lab.agent(host).ask(P.StopProbe(name=name, timeout_s=3) if quiet else P.StopProbe(name=name))
         except AgentFailure:
             if not quiet:
                 raise
             continue
         finally:
             started.remove((host, name))
-        step = r["trace"].rsplit("/", 1)[0]
-        parts.append({"name": name.split(".", 1)[1], "host": host, "trace": lab.rel(host, r["trace"]), "json": lab.rel(host, f"{step}/{name}.json"),
-                      "stats": lab.rel(host, f"{step}/{name}.stats.json"), "command": r["command"], "cpu_usec": r["cpu_usec"], "hub": True})
+        step = r.trace.rsplit("/", 1)[0]
+        parts.append({"name": name.split(".", 1)[1], "host": host, "trace": lab.rel(host, r.trace), "json": lab.rel(host, f"{step}/{name}.json"),
+                      "stats": lab.rel(host, f"{step}/{name}.stats.json"), "command": r.command, "cpu_usec": r.cpu_usec, "hub": True})
     return parts

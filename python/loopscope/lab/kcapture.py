@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from loopscope import protocol as P
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -38,20 +39,21 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
     info: dict[str, Any] = {"captures": [], "running": []}
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
-        meta = lab.agent(host).call("start_kcapture", out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read, timeout=60)
+        meta = lab.agent(host).ask(P.StartKcapture(out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read), timeout=60)
         keys = ("tool", "read", "format", "instance", "events", "missing_events", "filters", "unfiltered_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
-        entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: meta.get(x) for x in keys}}
-        if meta.get("refused"):
-            msg = f"kernel capture on {host} ({', '.join(covers)}): {meta['refused']}; the report cannot say why outliers happened there"
+        said = meta.model_dump(mode="json")
+        entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: said.get(x) for x in keys}}
+        if meta.refused:
+            msg = f"kernel capture on {host} ({', '.join(covers)}): {meta.refused}; the report cannot say why outliers happened there"
             if k.capture == "on":
                 raise AgentFailure(msg, host=host, component="kernel capture")
             notes.append(msg)
         else:
             info["running"].append(host)
-            if meta.get("missing_events"):
-                notes.append(f"kernel capture on {host}: this kernel lacks {', '.join(meta['missing_events'])}")
-            if meta.get("unfiltered_events"):
-                notes.append(f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta['unfiltered_events'])}; they are recorded for every thread")
+            if meta.missing_events:
+                notes.append(f"kernel capture on {host}: this kernel lacks {', '.join(meta.missing_events)}")
+            if meta.unfiltered_events:
+                notes.append(f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta.unfiltered_events)}; they are recorded for every thread")
         info["captures"].append(entry)
     return info
 
@@ -59,21 +61,21 @@ def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
 def drain(lab: Any, info: dict[str, Any] | None, label: str) -> None:
     """Read every running capture's buffers now (between probe windows)."""
     for host in (info or {}).get("running") or []:
-        r = lab.agent(host).call("drain_kcapture", label=label, timeout=120)
-        if r.get("error"):
-            raise AgentFailure(f"kernel capture on {host}: {r['error']}", host=host, component="kernel capture")
+        r = lab.agent(host).ask(P.DrainKcapture(label=label), timeout=120)
+        if r.error:
+            raise AgentFailure(f"kernel capture on {host}: {r.error}", host=host, component="kernel capture")
 
 
 def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[dict[str, Any]] | None = None, notes: list[str] | None = None) -> None:
     for host in list(info.get("running") or []):
         entry = next(e for e in info["captures"] if e["host"] == host)
         try:
-            meta = lab.agent(host).call("stop_kcapture", timeout=180)
-            entry.update({"seconds": meta.get("seconds"), "reader_cpu_s": meta.get("reader_cpu_s"), "reader": meta.get("reader"), "reader_tids": meta.get("reader_tids") or []})
-            if meta.get("data"):
-                entry["data"] = lab.rel(host, meta["data"])
-                entry["log"] = lab.rel(host, meta["log"])
-            ran = _during(meta.get("half_full") or [], steps or [], int(entry.get("timens_offset_ns") or 0))
+            end = lab.agent(host).ask(P.StopKcapture(), timeout=180)
+            entry.update({"seconds": end.seconds, "reader_cpu_s": end.reader_cpu_s, "reader": end.reader, "reader_tids": end.reader_tids})
+            if end.data:
+                entry["data"] = lab.rel(host, end.data)
+                entry["log"] = lab.rel(host, end.log or "")
+            ran = _during(end.half_full, steps or [], int(entry.get("timens_offset_ns") or 0))
             entry["reader_ran_during"] = ran
             if ran and notes is not None:
                 inside = [r for r in ran if r.get("step")]

@@ -22,10 +22,11 @@ from __future__ import annotations
 import os
 import shlex
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from loopscope import protocol as P
 from loopscope.errors import RunError, missing_part
 from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
@@ -52,7 +53,15 @@ class HostRt:
     local_base: Path  # where its files end up here
     agent: H.AgentClient | None = None
     cgroup: str | None = None
-    hello: dict[str, Any] = field(default_factory=dict)
+    #: what its agent said on starting (None before it did)
+    hello: P.HelloReply | None = None
+
+    @property
+    def pid(self) -> int:
+        """Its agent's process id (known once the agent said hello)."""
+        if self.hello is None:
+            raise RuntimeError(f"{self.name}: its agent has not said hello")
+        return self.hello.pid
 
     @property
     def remote(self) -> bool:
@@ -213,16 +222,16 @@ class Lab:
             assert h.agent is not None
             vc = h.spec.virtual_clock
             vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
-            h.hello = h.agent.call("hello", run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}", vclock=vclock)
-            h.cgroup = h.hello.get("cgroup")
+            h.hello = hello = h.agent.ask(P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}", vclock=vclock))
+            h.cgroup = hello.cgroup
         self.timings["lab_up_ns"] = time.monotonic_ns() - t0
-        agents = [{"host": h.name, "pid": h.hello["pid"], "start": procs.process_start_time(h.hello["pid"])} for h in self.hosts.values() if not h.remote]
+        agents = [{"host": h.name, "pid": h.pid, "start": procs.process_start_time(h.pid)} for h in self.hosts.values() if not h.remote]
         first = next(iter(self.hosts.values()))
         state.update(
             self.run_id,
             agents=agents,
-            agent_pid=first.hello["pid"] if not first.remote else None,
-            agent_start=procs.process_start_time(first.hello["pid"]) if not first.remote else None,
+            agent_pid=first.pid if not first.remote else None,
+            agent_start=procs.process_start_time(first.pid) if not first.remote else None,
             cgroup=first.cgroup if not self.multi else None,
             cgroups=[h.cgroup for h in self.hosts.values() if h.cgroup and not h.remote],
         )
@@ -299,7 +308,7 @@ class Lab:
     def lab_tids(self) -> dict[str, list[int]]:
         """The threads of the lab's own processes on this machine, by the name
         attribution gives them: the controller and the agents, the emulator."""
-        own = {"lab: agent": [os.getpid(), *(h.hello["pid"] for h in self.hosts.values() if not h.remote and h.hello)]}
+        own = {"lab: agent": [os.getpid(), *(h.hello.pid for h in self.hosts.values() if not h.remote and h.hello)]}
         if self.emulator is not None:
             own["lab: emulator"] = [self.emulator.child.pid]
         out: dict[str, list[int]] = {}

@@ -25,12 +25,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from loopscope import protocol as P
+
 
 @dataclass
 class _Pending:
     host: str
     rid: int
-    op: str
+    req: P.WaitProbe | P.Watch
 
 
 def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
@@ -39,17 +41,17 @@ def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] 
     failure (a probe that failed, a load that ended, a dead agent). Returns
     whether ``until`` ended (False: the time ran out first; True without
     ``until``) and the watched probes that exited cleanly meanwhile."""
-    answers: queue.Queue[tuple[_Pending, dict[str, Any] | BaseException]] = queue.Queue()
+    answers: queue.Queue[tuple[_Pending, P.Waited | P.Watched | BaseException]] = queue.Queue()
     pending: dict[str, _Pending] = {}
     threads: list[threading.Thread] = []
 
-    def ask(host: str, op: str, **kw: Any) -> None:
-        p = _Pending(host, lab.agent(host).send(op, **kw), op)
+    def ask(host: str, req: P.WaitProbe | P.Watch) -> None:
+        p = _Pending(host, lab.agent(host).post(req), req)
         pending[host] = p
 
         def wait() -> None:
             try:
-                answers.put((p, lab.agent(host).reply(p.rid, op)))
+                answers.put((p, lab.agent(host).answer(req, p.rid)))
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 answers.put((p, e))
 
@@ -64,9 +66,9 @@ def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] 
     try:
         for host in sorted(hosts):
             if until is not None and host == until[0]:
-                ask(host, "wait_probe", name=until[1], timeout_s=timeout_s, collect=False, watch=watch.get(host, []))
+                ask(host, P.WaitProbe(name=until[1], timeout_s=timeout_s, collect=False, watch=watch.get(host, [])))
             elif watch.get(host):
-                ask(host, "watch", names=watch[host])
+                ask(host, P.Watch(names=watch[host]))
         while (left := end - time.monotonic()) > 0:
             try:
                 p, got = answers.get(timeout=left)
@@ -75,15 +77,15 @@ def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] 
             del pending[p.host]
             if isinstance(got, BaseException):
                 raise got
-            if p.op == "wait_probe" and got.get("done"):
+            if isinstance(got, P.Waited) and got.done:
                 done = True
                 break
-            exited += [(p.host, n) for n in got.get("exited") or []]
+            exited += [(p.host, n) for n in got.exited]
             left_on = [n for n in watch.get(p.host, []) if (p.host, n) not in exited]
-            if p.op == "wait_probe" and until is not None:
-                ask(p.host, p.op, name=until[1], timeout_s=max(0.0, end - time.monotonic()), collect=False, watch=left_on)
+            if isinstance(p.req, P.WaitProbe) and until is not None:
+                ask(p.host, P.WaitProbe(name=until[1], timeout_s=max(0.0, end - time.monotonic()), collect=False, watch=left_on))
             elif left_on:
-                ask(p.host, p.op, names=left_on)
+                ask(p.host, P.Watch(names=left_on))
         return done, exited
     finally:
         _wake(lab, pending)
@@ -97,6 +99,6 @@ def _wake(lab: Any, pending: dict[str, _Pending]) -> None:
     that cannot answer is left to the failure already on its way."""
     for host, p in pending.items():
         try:
-            lab.agent(host).call("status", timeout=30)
+            lab.agent(host).ask(P.GetStatus(), timeout=30)
         except Exception:  # noqa: BLE001 - the window's own outcome (or its failure) is what the caller needs
             pass

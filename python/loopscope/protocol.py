@@ -1,0 +1,263 @@
+"""The agent protocol: every request the controller sends an agent, and its reply, as models.
+
+The controller and each host's agent talk JSON lines over the agent's
+standard input and output (locally a pipe, remotely SSH or a TCP launcher):
+``{"id": 7, "op": "start_probe", ...}`` one way, ``{"id": 7, "ok": true,
+...}`` the other. This module is that conversation's contract, imported by
+both ends: a request is a ``Request`` subclass naming its ``op`` and its
+reply model, so the client (``lab.hosts.AgentClient.ask``) sends a typed
+request and gets a typed reply, and the agent (``agent.server``) validates
+what arrives before acting on it, answering a malformed request with an
+error that names the field instead of a KeyError deep in a handler.
+
+Two parts stay free-form on purpose: a probe's or load's specification
+(the experiment file's model dumped as it is; the agent hands it to the
+probe's own parameter model, which checks it) and a probe's result (each
+kind prints its own JSON; its kind reads it). The wire format is the one
+before these models existed: field names and shapes are unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from loopscope.rundir import Machine
+
+
+class Reply(BaseModel):
+    """What an agent answers (fields it adds in a newer version are kept)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+R = TypeVar("R", bound=Reply)
+
+
+class Request(BaseModel, Generic[R]):
+    """One request: its ``op`` on the wire and the model of its reply."""
+
+    model_config = ConfigDict(extra="forbid")
+    op: ClassVar[str]
+    reply: ClassVar[type[Reply]]
+
+
+# ---- replies --------------------------------------------------------------------------------
+
+
+class HelloReply(Reply):
+    pid: int
+    started_mono_ns: int
+    cgroup: str | None = None
+    cgroup_note: str = ""
+    #: the machine as the agent found it (host/provenance.py)
+    provenance: Machine = Field(default_factory=Machine)
+
+
+class LoadStarted(Reply):
+    name: str
+    pids: list[int]
+    cgroup: str | None = None
+    command: str | None = None
+    #: what placing its threads did (CPUs, scheduling), when the load asked for it
+    tuned: dict[str, Any] | None = None
+
+
+class LoadsStarted(Reply):
+    loads: list[LoadStarted] = Field(default_factory=list)
+
+
+class LoadStopped(Reply):
+    """One load at the end of a phase: its threads, where they ran, what it did."""
+
+    name: str
+    tids: list[int] = Field(default_factory=list)
+    cpus: list[int] = Field(default_factory=list)
+    workers: int = 0
+    exit: list[str] = Field(default_factory=list)
+    cpu_s: float | None = None
+    cpu_source: str | None = None
+    elapsed_s: float | None = None
+    ops: float | None = None
+    unit: str | None = None
+
+
+class LoadsStopped(Reply):
+    loads: list[LoadStopped] = Field(default_factory=list)
+
+
+class ProbeStarted(Reply):
+    pid: int
+    trace: str
+    spawn_mono_ns: int
+    command: str
+
+
+class ProbeDone(Reply):
+    """A probe collected: its result (the kind's own JSON), its files and its cost."""
+
+    done: bool = True
+    result: dict[str, Any] = Field(default_factory=dict)
+    trace: str
+    spawn_mono_ns: int
+    end_mono_ns: int
+    cpu_usec: int | None = None
+    command: str
+
+
+class Waited(Reply):
+    """``wait_probe`` without collecting: whether the probe ended, and the watched probes that exited cleanly."""
+
+    done: bool
+    exited: list[str] = Field(default_factory=list)
+
+
+class Watched(Reply):
+    exited: list[str] = Field(default_factory=list)
+
+
+class Done(Reply):
+    done: bool = True
+
+
+class Status(Reply):
+    #: each running probe: whether it is still alive
+    probes: dict[str, bool] = Field(default_factory=dict)
+
+
+class CaptureMeta(Reply):
+    """What the kernel capture said on starting, draining or stopping (see ``rundir.Capture`` for what the run keeps)."""
+
+    refused: str | None = None
+    error: str | None = None
+    missing_events: list[str] | None = None
+    unfiltered_events: list[str] | None = None
+    data: str | None = None
+    log: str | None = None
+    #: on stopping: how long it ran, what its reader cost, the reader's threads and its counts
+    seconds: float | None = None
+    reader_cpu_s: float | None = None
+    reader: dict[str, int | float | None] | None = None
+    reader_tids: list[int] = Field(default_factory=list)
+    #: the reads the reader made when a CPU's buffer was half full (kernel_ns, read_ns)
+    half_full: list[dict[str, int | float]] = Field(default_factory=list)
+
+
+# ---- requests -------------------------------------------------------------------------------
+
+
+class Hello(Request[HelloReply]):
+    op = "hello"
+    reply = HelloReply
+    run_id: str
+    run_dir: str
+    cgroup_name: str | None = None
+    cgroups: bool = True
+    #: test only: a virtual clock every child of the agent skews its timestamps by
+    vclock: str | None = None
+
+
+class StartLoads(Request[LoadsStarted]):
+    op = "start_loads"
+    reply = LoadsStarted
+    step_dir: str
+    scratch_dir: str
+    #: each load as the experiment file's model dumps it, with its name, CPUs and scheduling
+    loads: list[dict[str, Any]]
+    settle_s: float = 0.3
+
+
+class StopLoads(Request[LoadsStopped]):
+    op = "stop_loads"
+    reply = LoadsStopped
+
+
+class RunProbe(Request[ProbeDone]):
+    """Run a probe to its end (the step's one process, or a calibration)."""
+
+    op = "run_probe"
+    reply = ProbeDone
+    #: the probe as the experiment file's model dumps it (its kind's parameter model checks it)
+    probe: dict[str, Any]
+    step_dir: str
+    scratch_dir: str
+    duration_ns: int
+    calibrate: bool = False
+    timeout_slack_s: float = 120.0
+
+
+class StartProbe(Request[ProbeStarted]):
+    """Start a probe or helper beside others (collected by ``stop_probe``)."""
+
+    op = "start_probe"
+    reply = ProbeStarted
+    probe: dict[str, Any]
+    step_dir: str
+    scratch_dir: str
+    duration_ns: int = 0
+    #: wait for its ``ready`` line (a server bound, a stage listening)
+    wait_ready: bool = False
+    ready_timeout_s: float = 15.0
+
+
+class WaitProbe(Request[Waited]):
+    op = "wait_probe"
+    reply = Waited
+    name: str
+    timeout_s: float = 1.0
+    collect: bool = True
+    #: other probes of the host whose failure ends the wait
+    watch: list[str] = Field(default_factory=list)
+
+
+class Watch(Request[Watched]):
+    op = "watch"
+    reply = Watched
+    names: list[str] = Field(default_factory=list)
+    timeout_s: float | None = None
+
+
+class StopProbe(Request[ProbeDone]):
+    op = "stop_probe"
+    reply = ProbeDone
+    name: str
+    timeout_s: float = 15.0
+
+
+class SignalProbe(Request[Done]):
+    op = "signal_probe"
+    reply = Done
+    name: str
+    signal: Literal["stop", "cont"]
+
+
+class GetStatus(Request[Status]):
+    op = "status"
+    reply = Status
+
+
+class StartKcapture(Request[CaptureMeta]):
+    op = "start_kcapture"
+    reply = CaptureMeta
+    out_dir: str
+    events: list[str] | None = None
+    buffer_mb: int | None = None
+    window_s: float | None = None
+    read: str = "between-windows"
+
+
+class DrainKcapture(Request[CaptureMeta]):
+    op = "drain_kcapture"
+    reply = CaptureMeta
+    label: str = ""
+
+
+class StopKcapture(Request[CaptureMeta]):
+    op = "stop_kcapture"
+    reply = CaptureMeta
+
+
+#: every request by its op, for the agent to read what arrives
+REQUESTS: dict[str, type[Request[Any]]] = {r.op: r for r in (
+    Hello, StartLoads, StopLoads, RunProbe, StartProbe, WaitProbe, Watch, StopProbe, SignalProbe, GetStatus, StartKcapture, DrainKcapture, StopKcapture)}
