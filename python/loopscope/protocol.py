@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopscope.rundir import Machine
+from loopscope.rundir import LoadReport, Machine
 
 
 class Reply(BaseModel):
@@ -68,23 +68,8 @@ class LoadsStarted(Reply):
     loads: list[LoadStarted] = Field(default_factory=list)
 
 
-class LoadStopped(Reply):
-    """One load at the end of a phase: its threads, where they ran, what it did."""
-
-    name: str
-    tids: list[int] = Field(default_factory=list)
-    cpus: list[int] = Field(default_factory=list)
-    workers: int = 0
-    exit: list[str] = Field(default_factory=list)
-    cpu_s: float | None = None
-    cpu_source: str | None = None
-    elapsed_s: float | None = None
-    ops: float | None = None
-    unit: str | None = None
-
-
 class LoadsStopped(Reply):
-    loads: list[LoadStopped] = Field(default_factory=list)
+    loads: list[LoadReport] = Field(default_factory=list)
 
 
 class ProbeStarted(Reply):

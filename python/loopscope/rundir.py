@@ -6,8 +6,9 @@ and says so in one message, exit code 2, naming the path.
 
 ``run.json`` is the run record (``RunRecord``): what ran, on which hosts,
 every step (repetition × phase × probe) with its files, how the run ended.
-The controller writes it only through ``RunDir.write_run`` and every reader
-goes through ``RunDir.run``, both checking it against the model. The record
+The controller keeps it as a ``RunRecord`` and writes it only through
+``RunDir.write_record``; every reader gets the object from ``RunDir.record``,
+checked against the model. The record
 carries its format version (``format``); a record without one is from
 before versions were written (format 1, which this version reads), and a
 record of a newer format is refused, naming it. Fields the model does not
@@ -111,12 +112,9 @@ class Step(_Open):
     channel_stats: str | None = None
 
 
-class LoadRecord(_Open):
-    """One load in one repetition × phase: where it ran, its threads, what it did."""
+class LoadReport(_Open):
+    """One load at the end of a phase as its agent found it: its threads, where they ran, what it did."""
 
-    rep: int
-    phase: str
-    host: str | None = None
     name: str
     tids: list[int] = Field(default_factory=list)
     cpus: list[int] | None = None
@@ -128,6 +126,14 @@ class LoadRecord(_Open):
     #: operations the load's workers said they did, and their unit
     ops: float | None = None
     unit: str | None = None
+
+
+class LoadRecord(LoadReport):
+    """One load in one repetition × phase: where it ran, its threads, what it did."""
+
+    rep: int
+    phase: str
+    host: str | None = None
 
 
 class AgentRecord(_Open):
@@ -444,10 +450,6 @@ class RunDir:
             tmp = p.with_name(f".{p.name}.tmp")
             tmp.write_text(json.dumps(doc, indent=1, default=float) + "\n")
             os.replace(tmp, p)
-
-    def write_run(self, run: dict[str, Any]) -> None:
-        """Write the run record the controller keeps as JSON (checked against the model first), atomically."""
-        self.write_record(RunRecord.model_validate(run))
 
     def write_record(self, rec: RunRecord) -> None:
         """Write the run record, in this version's format, atomically."""

@@ -47,7 +47,7 @@ from loopscope.errors import InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
-from loopscope.rundir import Machine
+from loopscope.rundir import LoadReport, Machine
 from loopscope.selfname import load_comm, set_comm
 
 
@@ -381,7 +381,7 @@ class Agent:
             if group:
                 RunGroup.remove(group)
             works = [_last_json(k.log) for k in kids]
-            report.append(P.LoadStopped(
+            report.append(LoadReport(
                 name=name, tids=tids, cpus=sorted(allowed), workers=len(kids), exit=[procs.exit_text(k.popen.returncode) for k in kids],
                 cpu_s=usec / 1e6 if usec is not None else proc_cpu,
                 cpu_source="cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",

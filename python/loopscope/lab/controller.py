@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import Provenance, RunDir
+from loopscope.rundir import AgentRecord, ClockSyncRecord, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -211,19 +211,9 @@ class Run:
         (run_dir / "spec.yaml").write_text(spec_text)
         _write_json(run_dir / "spec.json", exp.model_dump(mode="json", by_alias=True))
         self.kinds = kinds or resolve_hosts(exp)[0]
-        self.rec: dict[str, Any] = {
-            "run_id": self.run_id,
-            "name": exp.name,
-            "status": "running",
-            "started_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-            "controller_pid": os.getpid(),
-            "command": sys.argv,
-            "notes": notes,
-            "hosts": {h.name: self.kinds[h.name] for h in exp.hosts},
-            "steps": [],
-            "loads": [],
-            "timings": {},
-        }
+        self.rec = RunRecord(run_id=self.run_id, name=exp.name, status="running", started_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+                             controller_pid=os.getpid(), command=sys.argv, notes=notes, hosts={h.name: self.kinds[h.name] for h in exp.hosts},
+                             steps=[], loads=[], timings={})
         self.save()
         state.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
         self.lab = Lab(exp, self.run_id, run_dir, self.kinds)
@@ -237,7 +227,9 @@ class Run:
         self.done = 0
 
     def save(self) -> None:
-        RunDir(self.run_dir).write_run(self.rec)
+        """Write the record as it stands (the notes said so far included)."""
+        self.rec.notes = list(self.notes)
+        RunDir(self.run_dir).write_record(self.rec)
 
     def body(self) -> None:
         """The plan, and how it ended (``out.status``, ``run.json``'s ``failed``)."""
@@ -251,9 +243,9 @@ class Run:
             from loopscope.lab.emulator import link_configs
 
             self.links = link_configs(self.exp)
-            rec["phase_links"] = {}
+            rec.phase_links = {}
             if any(ph.tunings for ph in self.exp.phases or []):
-                rec["tunings"] = []
+                rec.tunings = []
             for pr in plan:
                 self.phase(pr)
             self.lab.check()
@@ -263,13 +255,13 @@ class Run:
             out.status, out.error = "interrupted", f"interrupted by {e}"
         except AgentFailure as e:
             out.status, out.error = "failed", str(e)
-            rec["failed"] = {"host": e.host, "component": e.component}
+            rec.failed = Failed(host=e.host, component=e.component)
         except LabError as e:
             out.status, out.error = "failed", f"the lab could not be set up: {e}"
-            rec["failed"] = {"host": None, "component": "lab"}
+            rec.failed = Failed(host=None, component="lab")
         except RunError as e:
             out.status, out.error = "failed", str(e)
-            rec["failed"] = {"host": None, "component": e.component or "controller"}
+            rec.failed = Failed(host=None, component=e.component or "controller")
 
     def bring_up(self) -> None:
         """The hosts, their agents and the run's provenance."""
@@ -279,13 +271,13 @@ class Run:
         lab.up(self.say)
         self.notes.extend(lab.notes)
         if lab.paths:
-            rec["paths"] = {n: {k: p[k] for k in ("from", "to", "mechanism", "why")} for n, p in lab.paths.items()}
+            rec.paths = {n: PathRecord.model_validate({k: p[k] for k in ("from", "to", "mechanism", "why")}) for n, p in lab.paths.items()}
         first = self.first = next(iter(lab.hosts.values()))
-        rec["timings"]["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
-        rec["timings"]["agent_ready_mono_ns"] = time.monotonic_ns()
-        rec["timings"].update(lab.timings)
-        rec["agent"] = {"host": first.name, "pid": first.pid, "cgroup": first.cgroup, "cgroup_note": first.hello.cgroup_note if first.hello else None}
-        rec["agents"] = {h.name: {"kind": h.kind, "pid": h.pid, "cgroup": h.cgroup, "address": h.address} for h in lab.hosts.values()}
+        rec.timings["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
+        rec.timings["agent_ready_mono_ns"] = time.monotonic_ns()
+        rec.timings.update(lab.timings)
+        rec.agent = AgentRecord(host=first.name, pid=first.pid, cgroup=first.cgroup, cgroup_note=first.hello.cgroup_note if first.hello else None)
+        rec.agents = {h.name: HostAgent(kind=h.kind, pid=h.pid, cgroup=h.cgroup, address=h.address) for h in lab.hosts.values()}
         RunDir(self.run_dir).write_provenance(Provenance.model_validate({"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(),
                                                                           "hosts": {h.name: h.hello.provenance for h in lab.hosts.values() if h.hello}}))
         for h in lab.hosts.values():
@@ -300,7 +292,7 @@ class Run:
             got = KINDS[probe.kind].prepare(Steps(self.lab, self.exp, self.calib), probe, self.say)
             if got is not None:
                 self.calib[probe.name or ""] = got
-        self.rec["calibration"] = self.calib
+        self.rec.calibration = self.calib
 
     def start_beside(self) -> None:
         """What runs beside the probes for the whole run: clock sync, kernel capture."""
@@ -308,21 +300,21 @@ class Run:
         if clocksync.wanted(exp):
             self.say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
             self.sync_info = clocksync.start(self.lab, exp)
-            self.rec["clocksync"] = {k: v for k, v in self.sync_info.items() if k != "running"}
+            self.rec.clocksync = ClockSyncRecord.model_validate({k: v for k, v in self.sync_info.items() if k != "running"})
             self.save()
         if exp.kernel.capture != "off":
             self.kcap_info = kcapture.start(self.lab, exp, self.notes)
-            self.rec["kernel"] = kcapture.public(self.kcap_info)
+            self.rec.kernel = kcapture.public(self.kcap_info)
             self.save()
 
     def stop_beside(self, quiet: bool) -> None:
         """Stop the capture and clock sync (those still running), recording what they say."""
         if self.kcap_info is not None and (not quiet or self.kcap_info.get("running")):
-            kcapture.stop(self.lab, self.kcap_info, quiet=quiet, steps=self.rec["steps"], notes=self.notes)
-            self.rec["kernel"] = kcapture.public(self.kcap_info)
+            kcapture.stop(self.lab, self.kcap_info, quiet=quiet, steps=self.rec.steps, notes=self.notes)
+            self.rec.kernel = kcapture.public(self.kcap_info)
         if self.sync_info is not None and (not quiet or self.sync_info.get("running")):
             clocksync.stop(self.lab, self.sync_info, quiet=quiet)
-            self.rec["clocksync"] = {k: v for k, v in self.sync_info.items() if k != "running"}
+            self.rec.clocksync = ClockSyncRecord.model_validate({k: v for k, v in self.sync_info.items() if k != "running"})
 
     def phase(self, pr: Any) -> None:
         """One repetition of one phase: its links, tunings and loads, every probe, the loads stopped."""
@@ -339,7 +331,7 @@ class Run:
         for hname in sorted(by_host, key=lambda h: h in sinks):
             lr = self.lab.agent(hname).ask(P.StopLoads())
             for ld in lr.loads:
-                self.rec["loads"].append({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json")})
+                self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
         if self.tuned is not None:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
             self.tuned = None
@@ -350,7 +342,7 @@ class Run:
         from loopscope.lab.emulator import link_configs
 
         want = link_configs(self.exp, pr.phase)
-        self.rec["phase_links"][pr.phase.name] = [{k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")} for c in want]
+        self.rec.phase_links[pr.phase.name] = [LinkSetting.model_validate({k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")}) for c in want]
         if want != self.links and self.lab.emulator is not None:
             changed = ", ".join(f"{c['name']} {c['delay_ns'] / 1e6:g} ms" for c, o in zip(want, self.links) if c != o)
             self.say(f"rep {pr.rep} · {pr.phase.name}: links now {changed}")
@@ -365,7 +357,7 @@ class Run:
         try:
             self.tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in self.exp.phases or []].index(pr.phase.name)}")
         finally:
-            self.rec["tunings"].append({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()})
+            self.rec.tunings = [*(self.rec.tunings or []), TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()})]
             self.save()
 
     def start_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
@@ -402,9 +394,9 @@ class Run:
                 pass
             raise
         clocksync.pause(lab, self.sync_info, False)
-        if "first_probe_spawn_mono_ns" not in rec["timings"]:
-            rec["timings"]["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
-        rec["steps"].append({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
+        if "first_probe_spawn_mono_ns" not in rec.timings:
+            rec.timings["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
+        rec.steps.append(Step.model_validate({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step}))
         # Between windows: the kernel capture's reader runs now, not while a probe measures.
         kcapture.drain(lab, self.kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
         self.done += 1
@@ -419,18 +411,18 @@ class Run:
         if out.status == "running":
             out.status, out.error = "failed", out.error or "the controller stopped unexpectedly"
         try:
-            rec["lab_tids"] = lab.lab_tids()
+            rec.lab_tids = lab.lab_tids()
         except Exception:  # noqa: BLE001 - naming the lab's threads must not fail the clean-up
             pass
         if self.tuned is not None:
             self.notes.extend(f"a tuning was not restored: {p}" for p in self.tuned.restore())
         self.stop_beside(quiet=True)
         lab.down(out.status == "completed", self.notes)
-        rec["timings"].update(lab.timings)
+        rec.timings.update(lab.timings)
         if lab.emulator_result is not None:
-            rec["emulator"] = {"json": "netem/netem.json", "trace": "netem/netem.lstrace"}
+            rec.emulator = EmulatorRecord.model_validate({"json": "netem/netem.json", "trace": "netem/netem.lstrace"})
         if lab.router_counts is not None:
-            rec["router_kernel"] = lab.router_counts
+            rec.router_kernel = lab.router_counts
         for pid in procs.pids_of_run(self.run_id):
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -439,11 +431,11 @@ class Run:
         for h in lab.hosts.values():
             if not h.remote:
                 shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
-        if rec.get("tunings"):
+        if rec.tunings:
             self.tunings_into_provenance()
-        rec["status"] = out.status
-        rec["error"] = out.error
-        rec["ended_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        rec.status = out.status
+        rec.error = out.error
+        rec.ended_utc = _dt.datetime.now(_dt.timezone.utc).isoformat()
         self.save()
         write_index(self.run_dir)
         state.unregister(self.run_id)
@@ -456,7 +448,7 @@ class Run:
         if not rd.provenance_json.exists():
             return
         prov = rd.provenance()
-        prov.tunings = self.rec["tunings"]
+        prov.tunings = [t.model_dump(mode="json", exclude_unset=True) for t in self.rec.tunings or []]
         rd.write_provenance(prov)
 
 

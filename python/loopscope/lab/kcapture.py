@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope import protocol as P
+from loopscope.rundir import KernelRecord, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -66,7 +67,7 @@ def drain(lab: Any, info: dict[str, Any] | None, label: str) -> None:
             raise AgentFailure(f"kernel capture on {host}: {r.error}", host=host, component="kernel capture")
 
 
-def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[dict[str, Any]] | None = None, notes: list[str] | None = None) -> None:
+def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
     for host in list(info.get("running") or []):
         entry = next(e for e in info["captures"] if e["host"] == host)
         try:
@@ -96,21 +97,21 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[dict[s
         info["running"].remove(host)
 
 
-def _during(reads: list[dict[str, Any]], steps: list[dict[str, Any]], timens_off: int) -> list[dict[str, Any]]:
+def _during(reads: list[dict[str, int | float]], steps: list[Step], timens_off: int) -> list[dict[str, Any]]:
     """Each read the reader made on its own, with the step whose window it fell in, if any."""
     out = []
     for r in reads:
         t = int(r["mono_ns"])
         hit = None
         for s in steps:
-            a, b = s.get("spawn_mono_ns"), s.get("end_mono_ns")
-            if a is not None and b is not None and a <= t <= b:
-                hit = f"rep {s['rep']} · {s['phase']} · {s['probe']}"
-                start = a
+            if s.spawn_mono_ns <= t <= s.end_mono_ns:
+                hit = f"rep {s.rep} · {s.phase} · {s.probe}"
+                start = s.spawn_mono_ns
                 break
         out.append({"kernel_ns": t - timens_off, "step": hit, "at_s": (t - start) / 1e9 if hit else 0.0, "read_ms": r.get("read_ns", 0) / 1e6})
     return out
 
 
-def public(info: dict[str, Any]) -> dict[str, Any]:
-    return {"captures": info["captures"]}
+def public(info: dict[str, Any]) -> KernelRecord:
+    """What the run record keeps of the captures."""
+    return KernelRecord.model_validate({"captures": info["captures"]})
