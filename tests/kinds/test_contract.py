@@ -72,3 +72,23 @@ def test_every_kind_says_which_programs_its_steps_started(kind: ProbeKind) -> No
     assert all(isinstance(p, Part) for p in parts) and parts[-1].name == "hub-h1"
     # the program kinds name theirs; every other kind started none of its own
     assert [p.name for p in parts[:-1]] == {"program": [""], "app": ["a"]}.get(kind.name, [])
+
+
+def _empty_tables() -> Any:
+    from loopscope.report.tables import ANALYSIS_TABLES, RunTables, _empty
+    from loopscope.rundir import Provenance
+
+    frames = {t: _empty(schema) if schema else pl.DataFrame() for k in KINDS for t, schema in k.tables.items()}
+    frames.update({t: pl.DataFrame() for t in ANALYSIS_TABLES})
+    return RunTables(run=_run(), spec={"probes": [{"kind": k.name, "name": f"p-{k.name}", "dest": "127.0.0.1:9"} for k in KINDS]}, provenance=Provenance(), frames=frames,
+                     loads=pl.DataFrame(), steps=pl.DataFrame())
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.model is not None], ids=lambda k: k.name)
+def test_every_kind_answers_the_report_hooks_for_a_run_without_its_rows(kind: ProbeKind) -> None:
+    # a run whose steps of this kind recorded nothing: every hook answers empty, none fails
+    t, probe = _empty_tables(), f"p-{kind.name}"
+    assert kind.measures(t) == []
+    assert all(len(s.frame) == 0 for s in kind.series(t, probe))
+    assert all(len(v) == 0 for _, v in kind.sweep_values(t, probe))
+    assert all(not per for per in kind.missed(t, probe).values())
