@@ -22,10 +22,12 @@ network with its router and links. Each initiator records the one it used.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from loopscope import protocol as P
 from loopscope.lab.hosts import AgentFailure
+from loopscope.rundir import ClockSyncRecord, SyncPart
 
 # The least time the initiators run each time they are started or resumed:
 # three pairs at the default 20 a second, and the start-up they still do
@@ -38,7 +40,18 @@ def wanted(exp: Any) -> bool:
     return cs.enabled == "on" or (cs.enabled == "auto" and len(exp.hosts) > 1)
 
 
-def start(lab: Any, exp: Any) -> dict[str, Any]:
+@dataclass
+class SyncRun:
+    """The clock-sync probes while they run: what ``run.json`` keeps of them
+    (``record``), which are running where, and when they last woke."""
+
+    record: ClockSyncRecord
+    running: list[tuple[str, str]] = field(default_factory=list)
+    awake_since: float = 0.0
+    paused: bool = False
+
+
+def start(lab: Any, exp: Any) -> SyncRun:
     cs = exp.clocksync
     ref = cs.reference or exp.hosts[0].name
     rh = lab.hosts[ref]
@@ -46,23 +59,25 @@ def start(lab: Any, exp: Any) -> dict[str, Any]:
     any_sync = any(net == "sync" for _, net in dests.values())
     bind = f"{'0.0.0.0' if rh.remote or any_sync else rh.address}:{cs.port}"
     nets = sorted({net for _, net in dests.values()})
-    info: dict[str, Any] = {"reference": ref, "port": cs.port, "rate": cs.rate, "gap_ns": cs.gap, "network": nets[0] if len(nets) == 1 else "mixed", "asked_network": cs.network, "responder": None, "initiators": {}, "running": []}
+    info = SyncRun(ClockSyncRecord(reference=ref, port=cs.port, rate=cs.rate, gap_ns=cs.gap, network=nets[0] if len(nets) == 1 else "mixed", asked_network=cs.network,
+                                   responder=None, initiators={}))
     r = lab.agent(ref).ask(P.StartProbe(probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True))
-    info["responder"] = {"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
-    info["running"].append((ref, "clocksync-serve"))
+    info.record.responder = SyncPart.model_validate({"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")})
+    info.running.append((ref, "clocksync-serve"))
     for flow, h in enumerate(exp.hosts, start=1):
         if h.name == ref:
             continue
         addr, net = dests[h.name]
         spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
         r = lab.agent(h.name).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True))
-        info["initiators"][h.name] = {"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r.trace), "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")}
-        info["running"].append((h.name, "clocksync"))
-    info["awake_since"] = time.monotonic()
+        info.record.initiators[h.name] = SyncPart.model_validate({"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r.trace),
+                                                                  "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")})
+        info.running.append((h.name, "clocksync"))
+    info.awake_since = time.monotonic()
     return info
 
 
-def pause(lab: Any, info: dict[str, Any] | None, on: bool) -> None:
+def pause(lab: Any, info: SyncRun | None, on: bool) -> None:
     """Stop (``on``) or resume the initiators: they rest while a probe step
     measures, like the kernel capture's reader, and the estimate bridges the
     step (its bound at a time inside the gap says what that costs). The
@@ -71,17 +86,17 @@ def pause(lab: Any, info: dict[str, Any] | None, on: bool) -> None:
         return
     if on:
         _let_run(info)
-    for host, name in info.get("running") or []:
+    for host, name in info.running:
         if name == "clocksync":
             lab.agent(host).ask(P.SignalProbe(name=name, signal="stop" if on else "cont"))
-    info["paused"] = on
+    info.paused = on
     if not on:
-        info["awake_since"] = time.monotonic()
+        info.awake_since = time.monotonic()
 
 
-def _let_run(info: dict[str, Any]) -> None:
+def _let_run(info: SyncRun) -> None:
     """Wait until the initiators have run ``AWAKE_S`` since they last started."""
-    left = float(info.get("awake_since") or 0.0) + AWAKE_S - time.monotonic()
+    left = info.awake_since + AWAKE_S - time.monotonic()
     if left > 0:
         time.sleep(left)
 
@@ -99,9 +114,9 @@ def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
     return rh.address, "experiment"
 
 
-def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
+def stop(lab: Any, info: SyncRun, quiet: bool = False) -> None:
     """Initiators first (their last answers still come back), then the responder."""
-    if info.get("paused"):  # a stopped process handles SIGINT only once resumed
+    if info.paused:  # a stopped process handles SIGINT only once resumed
         try:
             pause(lab, info, False)
         except AgentFailure:
@@ -109,14 +124,14 @@ def stop(lab: Any, info: dict[str, Any], quiet: bool = False) -> None:
                 raise
     if not quiet:
         _let_run(info)  # pairs after the last step, so its bridge has two ends
-    running: list[tuple[str, str]] = info.get("running") or []
-    for host, name in sorted(running, key=lambda x: x[1] == "clocksync-serve"):
+    for host, name in sorted(info.running, key=lambda x: x[1] == "clocksync-serve"):
         try:
             r = lab.agent(host).ask(P.StopProbe(name=name, timeout_s=5)).result
             keys = ("pairs", "sent", "answered", "lost", "no_tx_stamp", "min_rtt_ns") if name == "clocksync" else ("received", "answered", "no_tx_stamp", "no_rx_stamp", "malformed")
-            target = info["initiators"][host] if name == "clocksync" else info["responder"]
-            target["result"] = {k: r.get(k) for k in keys}
+            target = info.record.initiators[host] if name == "clocksync" else info.record.responder
+            if target is not None:
+                target.result = {k: r.get(k) for k in keys}
         except AgentFailure:
             if not quiet:
                 raise
-    info["running"] = []
+    info.running = []

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import AgentRecord, ClockSyncRecord, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
+from loopscope.rundir import AgentRecord, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -221,8 +221,8 @@ class Run:
         self.reaper = Reaper(self.run_id) if self.lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
         self.tuned: tunings.Applied | None = None
         self.out = Outcome(run_dir, "running", notes=notes)
-        self.sync_info: dict[str, Any] | None = None
-        self.kcap_info: dict[str, Any] | None = None
+        self.sync_info: clocksync.SyncRun | None = None
+        self.kcap_info: kcapture.CaptureRun | None = None
         self.calib: dict[str, dict[str, Any]] = {}
         self.done = 0
 
@@ -300,21 +300,21 @@ class Run:
         if clocksync.wanted(exp):
             self.say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
             self.sync_info = clocksync.start(self.lab, exp)
-            self.rec.clocksync = ClockSyncRecord.model_validate({k: v for k, v in self.sync_info.items() if k != "running"})
+            self.rec.clocksync = self.sync_info.record
             self.save()
         if exp.kernel.capture != "off":
             self.kcap_info = kcapture.start(self.lab, exp, self.notes)
-            self.rec.kernel = kcapture.public(self.kcap_info)
+            self.rec.kernel = self.kcap_info.record()
             self.save()
 
     def stop_beside(self, quiet: bool) -> None:
         """Stop the capture and clock sync (those still running), recording what they say."""
-        if self.kcap_info is not None and (not quiet or self.kcap_info.get("running")):
+        if self.kcap_info is not None and (not quiet or self.kcap_info.running):
             kcapture.stop(self.lab, self.kcap_info, quiet=quiet, steps=self.rec.steps, notes=self.notes)
-            self.rec.kernel = kcapture.public(self.kcap_info)
-        if self.sync_info is not None and (not quiet or self.sync_info.get("running")):
+            self.rec.kernel = self.kcap_info.record()
+        if self.sync_info is not None and (not quiet or self.sync_info.running):
             clocksync.stop(self.lab, self.sync_info, quiet=quiet)
-            self.rec.clocksync = ClockSyncRecord.model_validate({k: v for k, v in self.sync_info.items() if k != "running"})
+            self.rec.clocksync = self.sync_info.record
 
     def phase(self, pr: Any) -> None:
         """One repetition of one phase: its links, tunings and loads, every probe, the loads stopped."""

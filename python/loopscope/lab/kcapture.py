@@ -17,11 +17,12 @@ note in the run with ``capture: auto`` and an error with ``capture: on``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loopscope import protocol as P
-from loopscope.rundir import KernelRecord, Step
+from loopscope.rundir import Capture, KernelRecord, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -34,67 +35,80 @@ def kernels(lab: Any) -> list[tuple[str, list[str]]]:
     return out
 
 
-def start(lab: Any, exp: Any, notes: list[str]) -> dict[str, Any]:
+@dataclass
+class CaptureRun:
+    """The captures of a run while they record: what ``run.json`` keeps of
+    each (``captures``) and the hosts whose capture still runs."""
+
+    captures: list[Capture] = field(default_factory=list)
+    running: list[str] = field(default_factory=list)
+
+    def record(self) -> KernelRecord:
+        """What the run record keeps of the captures."""
+        return KernelRecord(captures=self.captures)
+
+
+def start(lab: Any, exp: Any, notes: list[str]) -> CaptureRun:
     k = exp.kernel
     window_s = max([probe_seconds(exp, p) for p in exp.probes] or [10.0])
-    info: dict[str, Any] = {"captures": [], "running": []}
+    info = CaptureRun()
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
         meta = lab.agent(host).ask(P.StartKcapture(out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read), timeout=60)
         keys = ("tool", "read", "format", "instance", "events", "missing_events", "filters", "unfiltered_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
         said = meta.model_dump(mode="json")
-        entry = {"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: said.get(x) for x in keys}}
+        entry = Capture.model_validate({"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: said.get(x) for x in keys}})
         if meta.refused:
             msg = f"kernel capture on {host} ({', '.join(covers)}): {meta.refused}; the report cannot say why outliers happened there"
             if k.capture == "on":
                 raise AgentFailure(msg, host=host, component="kernel capture")
             notes.append(msg)
         else:
-            info["running"].append(host)
+            info.running.append(host)
             if meta.missing_events:
                 notes.append(f"kernel capture on {host}: this kernel lacks {', '.join(meta.missing_events)}")
             if meta.unfiltered_events:
                 notes.append(f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta.unfiltered_events)}; they are recorded for every thread")
-        info["captures"].append(entry)
+        info.captures.append(entry)
     return info
 
 
-def drain(lab: Any, info: dict[str, Any] | None, label: str) -> None:
+def drain(lab: Any, info: CaptureRun | None, label: str) -> None:
     """Read every running capture's buffers now (between probe windows)."""
-    for host in (info or {}).get("running") or []:
+    for host in info.running if info is not None else []:
         r = lab.agent(host).ask(P.DrainKcapture(label=label), timeout=120)
         if r.error:
             raise AgentFailure(f"kernel capture on {host}: {r.error}", host=host, component="kernel capture")
 
 
-def stop(lab: Any, info: dict[str, Any], quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
-    for host in list(info.get("running") or []):
-        entry = next(e for e in info["captures"] if e["host"] == host)
+def stop(lab: Any, info: CaptureRun, quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
+    for host in list(info.running):
+        entry = next(e for e in info.captures if e.host == host)
         try:
             end = lab.agent(host).ask(P.StopKcapture(), timeout=180)
-            entry.update({"seconds": end.seconds, "reader_cpu_s": end.reader_cpu_s, "reader": end.reader, "reader_tids": end.reader_tids})
+            entry.seconds, entry.reader_cpu_s, entry.reader, entry.reader_tids = end.seconds, end.reader_cpu_s, end.reader, end.reader_tids
             if end.data:
-                entry["data"] = lab.rel(host, end.data)
-                entry["log"] = lab.rel(host, end.log or "")
-            ran = _during(end.half_full, steps or [], int(entry.get("timens_offset_ns") or 0))
-            entry["reader_ran_during"] = ran
+                entry.data = lab.rel(host, end.data)
+                entry.log = lab.rel(host, end.log or "")
+            ran = _during(end.half_full, steps or [], entry.timens_offset_ns or 0)
+            entry.reader_ran_during = ran
             if ran and notes is not None:
                 inside = [r for r in ran if r.get("step")]
                 notes.append(
-                    f"kernel capture on {host}: a buffer ({entry.get('buffer_mb_per_cpu')} MiB per CPU) filled to half "
+                    f"kernel capture on {host}: a buffer ({entry.buffer_mb_per_cpu} MiB per CPU) filled to half "
                     f"{len(ran)} time(s) and the reader (SCHED_IDLE) ran then"
                     + (f", {len(inside)} time(s) inside a probe window: " + "; ".join(f"{r['step']} at +{r['at_s']:.2f} s for {r['read_ms']:.1f} ms" for r in inside[:5]) if inside else "")
                     + "; set kernel.buffer_mb higher, or capture fewer events, to keep it out")
         except AgentFailure:
             if not quiet:
                 raise
-        if "data" not in entry and not lab.hosts[host].remote:
+        if entry.data is None and not lab.hosts[host].remote:
             # The agent stopped the reader itself (Ctrl-C reaches it too): what it wrote is still there.
             d = Path(lab.hosts[host].base) / "kernel"
             if (d / "segments.jsonl").exists():
-                entry["data"] = lab.rel(host, str(d))
-                entry["log"] = lab.rel(host, str(d / "reader.log"))
-        info["running"].remove(host)
+                entry.data = lab.rel(host, str(d))
+                entry.log = lab.rel(host, str(d / "reader.log"))
+        info.running.remove(host)
 
 
 def _during(reads: list[dict[str, int | float]], steps: list[Step], timens_off: int) -> list[dict[str, Any]]:
@@ -111,7 +125,3 @@ def _during(reads: list[dict[str, int | float]], steps: list[Step], timens_off: 
         out.append({"kernel_ns": t - timens_off, "step": hit, "at_s": (t - start) / 1e9 if hit else 0.0, "read_ms": r.get("read_ns", 0) / 1e6})
     return out
 
-
-def public(info: dict[str, Any]) -> KernelRecord:
-    """What the run record keeps of the captures."""
-    return KernelRecord.model_validate({"captures": info["captures"]})
