@@ -20,12 +20,15 @@ from loopscope.analysis.steps import Part
 from loopscope.rundir import RunRecord, Step
 
 
+#: a table's columns as a kind declares them: name → polars dtype (an instance or the class)
+Columns = dict[str, "pl.DataType | type[pl.DataType]"]
+
 class KindView(Protocol):
     """One probe kind, as analysis and the report read it."""
 
     name: str
     describe: str
-    tables: dict[str, dict[str, Any]]
+    tables: dict[str, Columns]
     steady: tuple[tuple[str, str, tuple[str, ...]], ...]
     labels: dict[str, str]
     summary: frozenset[str] | None

@@ -17,7 +17,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.steps import Part
-from loopscope.rundir import RunRecord, Step
+from loopscope.rundir import HubStep, RunRecord, Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource
 from loopscope.probes.params import EnvName
 from loopscope.kinds.program import PATTERNS, INTERVALS, interval_measures, interval_series, interval_sweep_values, intervals, program_windows
@@ -81,7 +81,7 @@ class App(ProbeKind):
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         procs = [(p, p.host or ctx.first_host, f"{probe.name}.{p.name}") for p in probe.processes]
         running_hubs: list[Any] = []
-        hub_parts: list[dict[str, Any]] = []
+        hub_parts: list[HubStep] = []
         results: dict[str, Collected] = {}
         t0 = time.monotonic_ns()
         try:

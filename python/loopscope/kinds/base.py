@@ -26,10 +26,11 @@ import polars as pl
 from pydantic import ValidationError
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Columns
 from loopscope.analysis.steps import Part
 from loopscope.errors import InputError
 from loopscope.probes.params import Launch, Params
-from loopscope.rundir import RunRecord, Step
+from loopscope.rundir import HubStep, RunRecord, Step
 from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
 
@@ -187,7 +188,7 @@ class StepContext(Protocol):
 
     def hubs_check(self, running: list[Any]) -> None: ...
 
-    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[dict[str, Any]]: ...
+    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[HubStep]: ...
 
     def failure(self, what: str, host: str, component: str) -> Exception:
         """The exception that stops the run naming a failed component."""
@@ -297,7 +298,7 @@ class ProbeKind:
     #: one paragraph for its report section
     describe: str = ""
     #: the run tables its steps fill: name → column schema (beyond rep, phase, loads, probe)
-    tables: dict[str, dict[str, Any]] = {}
+    tables: dict[str, Columns] = {}
     #: (table, value column, group-by) trimmed of a detected warm-up before phases are compared
     steady: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     #: the measures the terminal summary shows (None: all)
@@ -321,7 +322,7 @@ class ProbeKind:
         calibration = {k: int(v) for k, v in p.items() if k not in own and isinstance(v, int) and not isinstance(v, bool)}
         return launch_argv(launch_of(self.name, self.params, p, duration_ns, None if calibrate else trace, scratch, calibrate, calibration))
 
-    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
+    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, int] | None:
         """Once per run, before the first phase (the sched probe sizes its burst)."""
         return None
 

@@ -31,13 +31,14 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Columns
 from loopscope.fields import ENDPOINT
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.probes.params import EchoParams, RrParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
-COLUMNS = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
+COLUMNS: Columns = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
            "turnaround_ns": pl.Int64, "ipdv_fwd_ns": pl.Int64, "ipdv_ret_ns": pl.Int64, "client": pl.String, "server": pl.String}
 
 

@@ -37,10 +37,10 @@ class Sched(ProbeKind):
     steady = (("sched", "wake_delay_ns", ()),)
     labels = {"wake_delay": "wake-up delay", "burst": "burst completion time"}
 
-    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, Any] | None:
+    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, int] | None:
         say(f"calibrating {probe.name} (idle)")
         r = ctx.calibrate(probe)
-        return {"work_iters": r["work_iters"], "alone_ns": r["alone_ns"]}
+        return {"work_iters": int(r["work_iters"]), "alone_ns": int(r["alone_ns"])}
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         name = pl.col("name").cast(pl.String)

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import AgentRecord, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
+from loopscope.rundir import AgentRecord, HubStep, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -223,7 +223,7 @@ class Run:
         self.out = Outcome(run_dir, "running", notes=notes)
         self.sync_info: clocksync.SyncRun | None = None
         self.kcap_info: kcapture.CaptureRun | None = None
-        self.calib: dict[str, dict[str, Any]] = {}
+        self.calib: dict[str, dict[str, int]] = {}
         self.done = 0
 
     def save(self) -> None:
@@ -537,7 +537,7 @@ class StepHelpers:
 class Steps:
     """What a probe kind gets to run its steps (``kinds.base.StepContext``)."""
 
-    def __init__(self, lab: Lab, exp: Experiment, calibration: dict[str, dict[str, Any]]) -> None:
+    def __init__(self, lab: Lab, exp: Experiment, calibration: dict[str, dict[str, int]]) -> None:
         self.lab, self.exp, self.calibration = lab, exp, calibration
         self.run_id = lab.run_id
         self.hosts = {n: HostView(n, h.address, h.remote) for n, h in lab.hosts.items()}
@@ -589,7 +589,7 @@ class Steps:
     def hubs_check(self, running: list[Any]) -> None:
         hubs.check(self.lab, running)
 
-    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[dict[str, Any]]:
+    def hubs_stop(self, running: list[Any], quiet: bool = False) -> list[HubStep]:
         return hubs.stop(self.lab, running, quiet=quiet) if running else []
 
     def failure(self, what: str, host: str, component: str) -> Exception:

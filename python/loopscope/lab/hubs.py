@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from loopscope import protocol as P
+from loopscope.rundir import HubStep
 from loopscope.lab.hosts import AgentFailure
 
 
@@ -77,7 +78,7 @@ def check(lab: Any, started: list[tuple[str, str]]) -> None:
             raise AgentFailure(f"the channel hub on {host} exited during the step ({r.result.get('exit')}); see {name}.log", host=host, component=f"hub {name}")
 
 
-def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[dict[str, Any]]:
+def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[HubStep]:
     """Stop the hubs; their parts for the step (name ``hub-HOST``)."""
     parts = []
     for host, name in list(started):
@@ -90,6 +91,6 @@ def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[
         finally:
             started.remove((host, name))
         step = r.trace.rsplit("/", 1)[0]
-        parts.append({"name": name.split(".", 1)[1], "host": host, "trace": lab.rel(host, r.trace), "json": lab.rel(host, f"{step}/{name}.json"),
-                      "stats": lab.rel(host, f"{step}/{name}.stats.json"), "command": r.command, "cpu_usec": r.cpu_usec, "hub": True})
+        parts.append(HubStep.model_validate({"name": name.split(".", 1)[1], "host": host, "trace": lab.rel(host, r.trace), "json": lab.rel(host, f"{step}/{name}.json"),
+                                             "stats": lab.rel(host, f"{step}/{name}.stats.json"), "command": r.command, "cpu_usec": r.cpu_usec, "hub": True}))
     return parts

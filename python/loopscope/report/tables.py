@@ -19,7 +19,7 @@ import polars as pl
 
 from loopscope.trace import reader
 from loopscope.rundir import Provenance, RunDir, RunRecord, Step
-from loopscope.analysis.registry import Registry
+from loopscope.analysis.registry import Columns, Registry
 from loopscope.analysis.items import Placement
 from loopscope.trace.files import Files
 
@@ -76,7 +76,7 @@ ALWAYS = {"timer", "sched", "syscall", "loads", "steps"}  # written even when em
 ANALYSIS_TABLES = ("breakdown", "items", "breakdown_size", "channels")
 
 
-def _empty(schema: dict[str, Any]) -> pl.DataFrame:
+def _empty(schema: Columns) -> pl.DataFrame:
     return pl.DataFrame(schema={**STEP_COLS, **schema})
 
 
