@@ -10,6 +10,7 @@ type checker verifies it where the registry is handed down).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
@@ -23,6 +24,44 @@ from loopscope.rundir import RunRecord, Step
 #: a table's columns as a kind declares them: name → polars dtype (an instance or the class)
 Columns = dict[str, "pl.DataType | type[pl.DataType]"]
 
+
+class Tables(Protocol):
+    """A run as tables, as a kind reads it (``report.tables.RunTables``):
+    its record, its experiment as run, each step's result by (rep, phase,
+    probe), and every table a kind declares, by name (a name no kind
+    declares is an error, never an empty table)."""
+
+    run: RunRecord
+    spec: dict[str, Any]
+    results: dict[tuple[int, str, str], dict[str, Any]]
+    steps: pl.DataFrame
+
+    def __getattr__(self, name: str) -> pl.DataFrame: ...
+
+
+@dataclass
+class Section:
+    """One probe's section of the report, as its kind fills it
+    (``ProbeKind.section``) and the page shows it: charts are inline SVG,
+    tables and grids are rows for the page."""
+
+    name: str
+    kind: str
+    describe: str
+    charts: list[str] = field(default_factory=list)
+    tables: list[Any] = field(default_factory=list)
+    grids: list[Any] = field(default_factory=list)
+    #: what the anomaly detectors found in its series
+    detected: list[str] = field(default_factory=list)
+    #: sample frames a program saved
+    images: list[Any] = field(default_factory=list)
+    #: a kind's own parts: a syscall probe's per-call table, a pipeline's hop
+    #: tables, its queueing fits and its message accounting
+    syscall: Any = None
+    pipeline: Any = None
+    queueing: Any = None
+    accounting: Any = None
+
 class KindView(Protocol):
     """One probe kind, as analysis and the report read it."""
 
@@ -34,11 +73,11 @@ class KindView(Protocol):
     summary: frozenset[str] | None
     main: tuple[str, str] | None
 
-    def measures(self, tables: Any) -> list[Measure]: ...
+    def measures(self, tables: Tables) -> list[Measure]: ...
 
-    def series(self, tables: Any, probe: str) -> list[Any]: ...
+    def series(self, tables: Tables, probe: str) -> list[Any]: ...
 
-    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]: ...
+    def sweep_values(self, tables: Tables, probe: str) -> list[tuple[str, pl.DataFrame]]: ...
 
     def programs(self, step: Step, run: RunRecord) -> list[Part]: ...
 
@@ -46,9 +85,9 @@ class KindView(Protocol):
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: Any, tag: Any) -> Any: ...
 
-    def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]: ...
+    def missed(self, tables: Tables, probe: str) -> dict[str, list[tuple[int, int]]]: ...
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None: ...
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None: ...
 
 
 class Registry(Protocol):

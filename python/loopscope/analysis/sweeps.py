@@ -20,13 +20,15 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
+from loopscope.analysis.registry import Tables
+
 class SweepKinds(Protocol):
     """The kinds by name; each says what a sweep fits (``kinds.base.ProbeKind.sweep_values``)."""
 
     def get(self, name: str) -> Any: ...
 
 
-def _values(kinds: SweepKinds, probe: dict[str, Any], tables: Any) -> list[tuple[str, pl.DataFrame]]:
+def _values(kinds: SweepKinds, probe: dict[str, Any], tables: Tables) -> list[tuple[str, pl.DataFrame]]:
     kind = kinds.get(str(probe.get("kind")))
     return list(kind.sweep_values(tables, str(probe.get("name")))) if kind is not None else []
 
@@ -88,7 +90,7 @@ def _points(v_by_phase: dict[str, np.ndarray], x_of: dict[str, float]) -> list[t
     return sorted(pts)
 
 
-def link_sweep(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
+def link_sweep(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
     """When phases change a link's delay (``phases[].links``): every probe's
     main series, and every interval a program or app logged, against that
     delay (the first link whose delay differs between phases)."""
@@ -118,7 +120,7 @@ def link_sweep(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
     return out
 
 
-def fit(tables: Any, kinds: SweepKinds) -> list[dict[str, Any]]:
+def fit(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
     """Per probe and swept load kind: mean, SD and p99 against the level, with
     both fits; and against a link delay the phases change."""
     sweep = tables.spec.get("sweep")

@@ -16,6 +16,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Section, Tables
 from loopscope.analysis.steps import Part
 from loopscope.rundir import HubStep, RunRecord, Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource
@@ -133,13 +134,13 @@ class App(ProbeKind):
                 out.add("program", tag(intervals(df, f"{proc.name}: ", "app")))
         return out
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         return interval_measures(tables, "app")
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         return interval_series(tables, probe)
 
-    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+    def sweep_values(self, tables: Tables, probe: str) -> list[tuple[str, pl.DataFrame]]:
         """Every interval the app's processes logged, each its own series."""
         return interval_sweep_values(tables, probe)
 
@@ -150,11 +151,11 @@ class App(ProbeKind):
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images
 
         super().section(sec, tables, comp, present, run_dir)
-        sec["images"] = images(run_dir, tables, sec["name"], present, {self.name: self})
+        sec.images = images(run_dir, tables, sec.name, present, {self.name: self})
 
 
 KIND = App()

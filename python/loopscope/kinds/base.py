@@ -26,7 +26,7 @@ import polars as pl
 from pydantic import ValidationError
 
 from loopscope.analysis.phases import Measure
-from loopscope.analysis.registry import Columns
+from loopscope.analysis.registry import Columns, Section, Tables
 from loopscope.analysis.steps import Part
 from loopscope.errors import InputError
 from loopscope.probes.params import Launch, Params
@@ -334,7 +334,7 @@ class ProbeKind:
     #: the probe's main measure, (table, column): what load and link sweeps fit against the level
     main: tuple[str, str] | None = None
 
-    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+    def sweep_values(self, tables: Tables, probe: str) -> list[tuple[str, pl.DataFrame]]:
         """What a sweep fits for ``probe``: (name, rows of ``phase`` and
         ``value``); the main measure, named after the probe, by default."""
         if self.main is None:
@@ -360,11 +360,11 @@ class ProbeKind:
         (each trace once), ``tag`` adds the step's columns."""
         return StepRows()
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         """Its measures, compared across phases."""
         return []
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         return []
 
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
@@ -374,15 +374,15 @@ class ProbeKind:
         getting no attribution."""
         raise NotImplementedError(f"{self.name}: no windows for explain")
 
-    def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]:
+    def missed(self, tables: Tables, probe: str) -> dict[str, list[tuple[int, int]]]:
         """Per phase, (missed deadlines, deadlines) of each repetition; {} for a kind without deadlines."""
         return {}
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         """Fill its report section (``sec``): charts and tables."""
         from loopscope.report.sections import series_section
 
-        series_section(sec, comp, present, self.series(tables, sec["name"]))
+        series_section(sec, comp, present, self.series(tables, sec.name))
 
 
 def groups(df: pl.DataFrame) -> list[tuple[str, pl.DataFrame]]:

@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Section, Tables
 from loopscope.probes.params import PipeNodeParams, PipeSinkParams, PipeSourceParams
 from loopscope.rundir import Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
@@ -142,7 +143,7 @@ class Pipeline(ProbeKind):
             out.rows.setdefault("stages", []).append(row)
         return out
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         from loopscope.probes.pipeline import components
 
         out = []
@@ -154,7 +155,7 @@ class Pipeline(ProbeKind):
                     out.append(Measure(probe, "pipeline", col[:-3], v, ("p50", "p99", "mean"), 32))
         return out
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         df = tables.pipeline
         if not len(df) or "e2e_ns" not in df.columns or "t_ns" not in df.columns:
             return []
@@ -187,11 +188,11 @@ class Pipeline(ProbeKind):
             out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step.probe} {label} stack ({host})"))
         return pl.concat(out) if out else no_windows()
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
-        pipeline_section(sec, tables, comp, sec["name"], present)
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        pipeline_section(sec, tables, comp, sec.name, present)
 
 
-def stage_hosts(tables: Any, probe: str) -> list[str]:
+def stage_hosts(tables: Tables, probe: str) -> list[str]:
     for p in tables.spec.get("probes") or []:
         if p.get("name") == probe and p.get("kind") == "pipeline":
             return [p["source"], *p.get("nodes", []), p.get("sink") or p["source"]]
@@ -216,7 +217,7 @@ def component_label(measure: str, hosts: list[str]) -> str:
     return measure
 
 
-def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: str, present: list[str]) -> None:
+def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, present: list[str]) -> None:
     from loopscope.report import charts
     from loopscope.report.sections import cell, heading, metrics_table
 
@@ -224,16 +225,16 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
     measures = c["measure"].unique(maintain_order=True).to_list()
     labels = {m: component_label(m, hosts) for m in measures}
     if hosts:
-        sec["describe"] += f" Path: {' → '.join(hosts)}."
+        sec.describe += f" Path: {' → '.join(hosts)}."
     src = tables.pipeline.filter(pl.col("probe") == probe)
     frame = src.select("rep", "phase", "t_ns", pl.col("e2e_ns").alias("value"))
     # the end-to-end time's summary, as every probe's: p50 … max by phase
-    sec["tables"].append(metrics_table(c, "e2e", "end-to-end time", present))
-    sec["charts"].append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
-    sec["charts"].append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
+    sec.tables.append(metrics_table(c, "e2e", "end-to-end time", present))
+    sec.charts.append(charts.ecdf(frame, present, f"{probe}: end-to-end time, distribution by phase", "end-to-end time"))
+    sec.charts.append(charts.over_time(frame, present, f"{probe}: end-to-end time over time", "end-to-end time"))
     for metric in ("p50", "p99"):
         cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
-        sec["charts"].append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", metric, labels))
+        sec.charts.append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", metric, labels))
     tabs = []
     for metric in [x for x in ("p50", "p99", "p999", "max", "mean") if x in set(c["metric"].to_list())]:
         rows = []
@@ -245,7 +246,7 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
                     cells[ph] = cell(r.row(0, named=True))
             rows.append({"call": labels[m], "cells": cells})
         tabs.append({"metric": metric, "heading": heading(metric), "phases": present, "rows": rows})
-    sec["pipeline"] = tabs
+    sec.pipeline = tabs
     # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
     from loopscope.analysis.queueing import fit as erlang
     from loopscope.units import format_ns
@@ -265,9 +266,9 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
                          "ks_d": f"{f.ks_d:.3f}", "fits": f.fits, "n": f"{f.n:,}"})
             if ph == present[0] or len(samples) < 4:
                 samples.append((f"{labels[m]} ({ph})", x, f))
-    sec["queueing"] = {"rows": fits, "fit": sum(1 for x in fits if x["fits"]), "id": f"queueing-{probe}"} if fits else None
+    sec.queueing = {"rows": fits, "fit": sum(1 for x in fits if x["fits"]), "id": f"queueing-{probe}"} if fits else None
     if samples:
-        sec["charts"].append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
+        sec.charts.append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
     st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
     acct = []
     for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
@@ -288,7 +289,7 @@ def pipeline_section(sec: dict[str, Any], tables: Any, c: pl.DataFrame, probe: s
                 "node_drops": int(sum((r.get("full") or 0) + (r.get("send_errors") or 0) + (r.get("malformed") or 0) for r in nodes.iter_rows(named=True))),
             }
         )
-    sec["accounting"] = acct
+    sec.accounting = acct
 
 
 

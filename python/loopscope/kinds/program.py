@@ -12,7 +12,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
-from loopscope.analysis.registry import Columns
+from loopscope.analysis.registry import Columns, Section, Tables
 from loopscope.analysis.steps import Part
 from loopscope.rundir import RunRecord, Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WINDOWS, WindowSource, groups, no_windows
@@ -54,7 +54,7 @@ def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
     )
 
 
-def interval_sweep_values(tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+def interval_sweep_values(tables: Tables, probe: str) -> list[tuple[str, pl.DataFrame]]:
     """Each interval a program or app logged, as a series named ``<probe> <interval>``."""
     d = tables.program
     if not len(d):
@@ -94,7 +94,7 @@ def program_windows(kind: ProbeKind, step: Step, src: WindowSource) -> pl.DataFr
     return pl.concat(out) if out else no_windows()
 
 
-def interval_measures(tables: Any, kind: str) -> list[Measure]:
+def interval_measures(tables: Tables, kind: str) -> list[Measure]:
     out = []
     prog = tables.program
     for probe, g in groups(prog.filter(pl.col("kind") == kind) if len(prog) else prog):
@@ -103,7 +103,7 @@ def interval_measures(tables: Any, kind: str) -> list[Measure]:
     return out
 
 
-def interval_series(tables: Any, probe: str) -> list[Series]:
+def interval_series(tables: Tables, probe: str) -> list[Series]:
     prog = tables.program.filter(pl.col("probe") == probe)
     return [Series(str(ent), str(ent), g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value")), prefix=f"{ent}, ")
             for (ent,), g in prog.group_by("interval", maintain_order=True)]
@@ -130,13 +130,13 @@ class Program(ProbeKind):
         out.add("program", tag(intervals(trace, "", "program")))
         return out
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         return interval_measures(tables, "program")
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         return interval_series(tables, probe)
 
-    def sweep_values(self, tables: Any, probe: str) -> list[tuple[str, pl.DataFrame]]:
+    def sweep_values(self, tables: Tables, probe: str) -> list[tuple[str, pl.DataFrame]]:
         """Every interval the program logged, as its own series."""
         return interval_sweep_values(tables, probe)
 
@@ -147,11 +147,11 @@ class Program(ProbeKind):
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images
 
         super().section(sec, tables, comp, present, run_dir)
-        sec["images"] = images(run_dir, tables, sec["name"], present, {self.name: self})
+        sec.images = images(run_dir, tables, sec.name, present, {self.name: self})
 
 
 KIND = Program()

@@ -31,7 +31,7 @@ from pydantic import Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
-from loopscope.analysis.registry import Columns
+from loopscope.analysis.registry import Columns, Section, Tables
 from loopscope.fields import ENDPOINT
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
@@ -182,7 +182,7 @@ class Rr(ProbeKind):
             out.append(wait_windows(step, src, step.trace, a[:, 2], a[:, 3], int(tids[0]), client, f"{step.probe} server ({srv.host})"))
         return pl.concat(out)
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         out = []
         for probe, g in groups(tables.rr):
             for m, col in (("rtt", pl.col("rtt_ns")), ("fwd", pl.col("fwd_ns")), ("ret", pl.col("ret_ns")),
@@ -192,7 +192,7 @@ class Rr(ProbeKind):
                     out.append(Measure(probe, "rr", m, v, ("p50", "p99", "mean"), 32))
         return out
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         df = tables.rr.filter(pl.col("probe") == probe)
         spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == probe), {"dest": "?"})
         there, back = leg_names(spec, tables.run.first_host)
@@ -200,15 +200,15 @@ class Rr(ProbeKind):
                 *(Series(m, f"{label} one-way delay", df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"), scan=False, charts=False)
                   for m, label in (("fwd", there), ("ret", back)))]
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report import charts
         from loopscope.report.sections import ns
 
-        spec: dict[str, Any] = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec["name"]), {})
+        spec: dict[str, Any] = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec.name), {})
         first = tables.run.first_host
         there, back = leg_names(spec, first)
-        df = tables.rr.filter(pl.col("probe") == sec["name"])
-        sec["describe"] += f" Here {spec.get('host') or first} asks {spec.get('dest')} over {spec.get('transport', 'udp').upper()} at {spec.get('rate')}."
+        df = tables.rr.filter(pl.col("probe") == sec.name)
+        sec.describe += f" Here {spec.get('host') or first} asks {spec.get('dest')} over {spec.get('transport', 'udp').upper()} at {spec.get('rate')}."
         rows = []
         for ph in present:
             g = df.filter(pl.col("phase") == ph)
@@ -222,20 +222,20 @@ class Rr(ProbeKind):
                 text = f"{ns(v.quantile(0.5))} / {ns(v.quantile(0.99))}"
                 if bound:
                     b = g[bound].drop_nulls()
-                    text += f" ± {ns(b.median())}" if len(b) else ""
+                    text += f" ± {ns(float(b.median()))}" if len(b) else ""  # type: ignore[arg-type]
                 return text
 
             iv = [f"{ns(g[c].drop_nulls().abs().quantile(0.99))}" if g[c].drop_nulls().len() else "n/a" for c in ("ipdv_fwd_ns", "ipdv_ret_ns")]
-            sent = sum(int((tables.results.get((r, ph, sec["name"])) or {}).get("sent") or 0) for r in g["rep"].unique().to_list())
+            sent = sum(int((tables.results.get((r, ph, sec.name)) or {}).get("sent") or 0) for r in g["rep"].unique().to_list())
             rows.append([ph, f"{len(g):,} of {sent:,}", q("rtt_ns"), q("fwd_ns", "fwd_bound_ns"), q("ret_ns", "ret_bound_ns"), f"{there} {iv[0]} · {back} {iv[1]}"])
-        sec["grids"].append({"title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
+        sec.grids.append({"title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
                              "columns": ["phase", "answered", "RTT", there, back, "IPDV"], "rows": rows})
         super().section(sec, tables, comp, present, run_dir)
         for measure, label in (("fwd", there), ("ret", back)):
             c = comp.filter(pl.col("measure") == measure)
             if len(c):
                 legs = df.select("rep", "phase", "t_ns", pl.col(f"{measure}_ns").alias("value")).drop_nulls("value")
-                sec["charts"].append(charts.ecdf(legs, [p for p in present if p in set(legs["phase"].to_list())], f"{sec['name']}: leg {label}, distribution by phase", f"{label} one-way delay"))
+                sec.charts.append(charts.ecdf(legs, [p for p in present if p in set(legs["phase"].to_list())], f"{sec.name}: leg {label}, distribution by phase", f"{label} one-way delay"))
 
 
 KIND = Rr()

@@ -12,6 +12,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Section, Tables
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SchedParams
@@ -51,7 +52,7 @@ class Sched(ProbeKind):
         out.add("sched", tag(wk.join(bu, on="cycle", how="left").with_columns((pl.col("burst_ns") - alone).alias("extra_ns"))))
         return out
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         out = []
         for probe, g in groups(tables.sched):
             out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
@@ -62,17 +63,17 @@ class Sched(ProbeKind):
         """Every wake-up, from the waker's wake-up call to when the thread ran."""
         return interval_windows(step, src, "sched", ["wakeup"], span=False)
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         df = tables.sched.filter(pl.col("probe") == probe)
         return [Series("wake_delay", "wake-up delay", df.select("rep", "phase", "t_ns", pl.col("wake_delay_ns").alias("value"))),
                 Series("burst", "burst completion time", df.select("rep", "phase", "t_ns", pl.col("burst_ns").alias("value")), scan=False)]
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
-        cal = tables.run.calibration.get(sec["name"])
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+        cal = tables.run.calibration.get(sec.name)
         if cal:
             from loopscope.report.sections import ns
 
-            sec["describe"] += f" Here the burst is {cal['work_iters']:,} iterations, {ns(cal['alone_ns'])} alone."
+            sec.describe += f" Here the burst is {cal['work_iters']:,} iterations, {ns(cal['alone_ns'])} alone."
         super().section(sec, tables, comp, present, run_dir)
 
 

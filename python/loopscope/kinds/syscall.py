@@ -11,6 +11,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Section, Tables
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SyscallParams
@@ -49,18 +50,18 @@ class Syscall(ProbeKind):
         (its own running, the interrupts inside, a preemption), one group per call."""
         return interval_windows(step, src, "syscall", None, span=True, label=f"{step.probe} {{name}}")
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         out = []
         for probe, g in groups(tables.syscall):
             for (call,), gc in g.group_by("call", maintain_order=True):
                 out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
         return out
 
-    def section(self, sec: dict[str, Any], tables: Any, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report import charts
         from loopscope.report.sections import cell
 
-        sec["charts"].append(charts.syscall_bars(comp, present, f"{sec['name']}: cost per call by phase"))
+        sec.charts.append(charts.syscall_bars(comp, present, f"{sec.name}: cost per call by phase"))
         rows = []
         for call in comp["measure"].unique(maintain_order=True).to_list():
             cells = {}
@@ -69,7 +70,7 @@ class Syscall(ProbeKind):
                 if not r.is_empty():
                     cells[ph] = cell(r.row(0, named=True))
             rows.append({"call": call, "cells": cells})
-        sec["syscall"] = {"phases": present, "rows": rows}
+        sec.syscall = {"phases": present, "rows": rows}
 
 
 KIND = Syscall()

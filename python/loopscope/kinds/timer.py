@@ -10,6 +10,7 @@ import polars as pl
 from pydantic import Field
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.registry import Tables
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import TimerParams
@@ -40,11 +41,11 @@ class Timer(ProbeKind):
         out.add("timer", tag(w))
         return out
 
-    def measures(self, tables: Any) -> list[Measure]:
+    def measures(self, tables: Tables) -> list[Measure]:
         return [Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32)
                 for probe, g in groups(tables.timer)]
 
-    def missed(self, tables: Any, probe: str) -> dict[str, list[tuple[int, int]]]:
+    def missed(self, tables: Tables, probe: str) -> dict[str, list[tuple[int, int]]]:
         """Periods the threads overran and skipped (each a missed deadline), per repetition."""
         out: dict[str, list[tuple[int, int]]] = {}
         for (rep, phase, name), res in sorted(tables.results.items()):
@@ -56,7 +57,7 @@ class Timer(ProbeKind):
         """Every wake-up, from its deadline to when the thread ran."""
         return interval_windows(step, src, "timer", ["wakeup"], span=False)
 
-    def series(self, tables: Any, probe: str) -> list[Series]:
+    def series(self, tables: Tables, probe: str) -> list[Series]:
         df = tables.timer.filter(pl.col("probe") == probe)
         return [Series("latency", "wake-up latency", df.select("rep", "phase", "t_ns", pl.col("latency_ns").alias("value")))]
 

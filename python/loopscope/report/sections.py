@@ -19,7 +19,7 @@ import polars as pl
 
 from loopscope.report import charts
 from loopscope.units import format_ns
-from loopscope.analysis.registry import Registry
+from loopscope.analysis.registry import Registry, Section, Tables
 from loopscope.analysis.steps import Kinds as StepKinds
 
 
@@ -69,7 +69,7 @@ def cell(r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], series: list[Any]) -> None:
+def series_section(sec: Section, c: pl.DataFrame, present: list[str], series: list[Any]) -> None:
     """Per measure: its distribution and its course by phase, and its metrics
     by phase against the baseline."""
     for s in series:
@@ -79,9 +79,9 @@ def series_section(sec: dict[str, Any], c: pl.DataFrame, present: list[str], ser
         if not here:
             continue
         if s.charts:
-            sec["charts"].append(charts.ecdf(frame, here, f"{sec['name']}: {label}, distribution by phase", label))
-            sec["charts"].append(charts.over_time(frame, here, f"{sec['name']}: {label} over time", label))
-        sec["tables"].append(metrics_table(c, measure, label, here))
+            sec.charts.append(charts.ecdf(frame, here, f"{sec.name}: {label}, distribution by phase", label))
+            sec.charts.append(charts.over_time(frame, here, f"{sec.name}: {label} over time", label))
+        sec.tables.append(metrics_table(c, measure, label, here))
 
 
 def metrics_table(c: pl.DataFrame, measure: str, title: str, phases: list[str]) -> dict[str, Any]:
@@ -138,7 +138,7 @@ def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
     return a.filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
 
 
-def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: StepKinds, per_phase: int = 3) -> list[dict[str, str]]:
+def images(run_dir: Any, tables: Tables, probe: str, phases: list[str], kinds: StepKinds, per_phase: int = 3) -> list[dict[str, str | int]]:
     """Images a program or app left next to its trace (``<trace>-frames/*.png``),
     a few per phase, inlined."""
     import base64
@@ -147,7 +147,7 @@ def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Step
 
     if run_dir is None:
         return []
-    out = []
+    out: list[dict[str, str | int]] = []
     for ph in phases:
         n = 0
         for st in tables.run.steps:
@@ -162,7 +162,7 @@ def images(run_dir: Any, tables: Any, probe: str, phases: list[str], kinds: Step
     return out
 
 
-def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Registry) -> list[dict[str, Any]]:
+def probe_sections(tables: Tables, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Registry) -> list[Section]:
     """One section per compared probe, each filled by its kind."""
     out = []
     for probe in comp["probe"].unique(maintain_order=True).to_list():
@@ -170,8 +170,8 @@ def probe_sections(tables: Any, comp: pl.DataFrame, phases: list[str], run_dir: 
         kind = kinds.get(str(c["kind"][0]))
         if kind is None:  # an app's intervals carry the kind "app", a known kind
             continue
-        sec: dict[str, Any] = {"name": probe, "kind": kind.name, "describe": kind.describe, "charts": [], "tables": [], "grids": []}
-        sec["detected"] = detected([s for s in kind.series(tables, probe) if s.scan], attribution_of(run_dir, probe))
+        sec = Section(name=probe, kind=kind.name, describe=kind.describe)
+        sec.detected = detected([s for s in kind.series(tables, probe) if s.scan], attribution_of(run_dir, probe))
         present = [p for p in phases if p in set(c["phase"].to_list())]
         kind.section(sec, tables, c, present, run_dir)
         out.append(sec)
