@@ -162,7 +162,8 @@ def available(events: list[str] | None = None) -> tuple[list[str], list[str], st
         return [], want, "tracefs is not mounted and cannot be (mount -t tracefs nodev /sys/kernel/tracing as root)"
     if not os.access(tf / "instances", os.W_OK):
         return [], want, f"creating a trace instance needs root ({tf}/instances is not writable)"
-    have, lack = [], []
+    have: list[str] = []
+    lack: list[str] = []
     for e in want:
         sub, name = e.split(":", 1)
         (have if Path(tf, "events", sub, name, "format").is_file() else lack).append(e)
@@ -327,9 +328,10 @@ class Capture:
                 return None
             buf += b
         try:
-            return json.loads(buf.decode(errors="replace").strip().splitlines()[-1])
+            got = json.loads(buf.decode(errors="replace").strip().splitlines()[-1])
         except (json.JSONDecodeError, IndexError):
             return None
+        return got if isinstance(got, dict) else None
 
     def _log_tail(self) -> str:
         try:

@@ -145,6 +145,7 @@ class Reader:
         self.index = open(self.out / "segments.jsonl", "a")
         self._w("tracing_on", "1")
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        self.last_k: int = self.started_k
         return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
 
     def drain(self, reason: str, label: str = "") -> dict[str, Any]:
@@ -209,8 +210,8 @@ class Reader:
                 os.replace(tmp, path)
                 seg["file"] = f"events/{path.name}"
                 # each row group's first and last time: a reader finds the groups a window meets without opening the file
-                t = df["t_ns"]
-                seg["groups"] = [[int(t[i]), int(t[min(i + store.GROUP, len(t)) - 1])] for i in range(0, len(t), store.GROUP)]
+                ts = df["t_ns"]
+                seg["groups"] = [[int(ts[i]), int(ts[min(i + store.GROUP, len(ts)) - 1])] for i in range(0, len(ts), store.GROUP)]
                 seg["bytes"] = path.stat().st_size
                 self.totals["bytes_written"] += seg["bytes"]
             except OSError as e:

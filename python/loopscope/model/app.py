@@ -252,8 +252,8 @@ def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cp
             (d / "buffer_size_kb").write_text("32768")
             (d / "trace_clock").write_text("mono")
         (inst / "options" / "event-fork").write_text("1")
-        for e in ("raw_syscalls/sys_enter", "raw_syscalls/sys_exit"):
-            (inst / "events" / e / "enable").write_text("1")
+        for ev in ("raw_syscalls/sys_enter", "raw_syscalls/sys_exit"):
+            (inst / "events" / ev / "enable").write_text("1")
         (sw / "events" / "sched" / "sched_switch" / "enable").write_text("1")
         r, w = os.pipe()
         pid = os.fork()

@@ -71,7 +71,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
         # a call's CPU time: its mean on-CPU duration (the tracer took off
         # the time it was switched out)
         d = st.get("dur_mean_ns")
-        if m in known:
+        if m is not None and m in known:
             classes = st.get("bytes_classes") if len(cost_curve(sa, m)) > 1 else None
             priced_by_size += n if classes else 0.0
             rows.append((m, n, float(d) if d is not None else None, classes))

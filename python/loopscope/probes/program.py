@@ -101,7 +101,7 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any
 
     t0 = time.monotonic_ns()
     try:
-        p = subprocess.Popen(command, env=child_env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
+        child = subprocess.Popen(command, env=child_env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
                              start_new_session=True, preexec_fn=pre, cwd=cwd)
     except FileNotFoundError:
         raise InputError(f"program: cannot start {command[0]!r}: no such file on this host (give a path, or install it)") from None
@@ -109,25 +109,25 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any
         raise InputError(f"program: cannot start {command[0]!r}: not executable") from None
     except OSError as e:
         raise RunError(f"program: cannot start {command[0]!r}: {e.strerror}") from None
-    fd = os.pidfd_open(p.pid)
+    fd = os.pidfd_open(child.pid)
     stopped = "exit"
     try:
         if until == "duration":
-            got = _wait(p.pid, fd, duration_ns / 1e9)  # type: ignore[operator]
+            got = _wait(child.pid, fd, duration_ns / 1e9)  # type: ignore[operator]
             if got is None:
-                got, sig = _stop(p.pid, fd)
+                got, sig = _stop(child.pid, fd)
                 stopped = f"duration ({sig})"
         else:
-            got = _wait(p.pid, fd, timeout_ns / 1e9 if timeout_ns else None)
+            got = _wait(child.pid, fd, timeout_ns / 1e9 if timeout_ns else None)
             if got is None:
-                _stop(p.pid, fd)
+                _stop(child.pid, fd)
                 raise RunError(f"program {command[0]!r} did not exit within {timeout_ns / 1e9:g} s (timeout); it was stopped")  # type: ignore[operator]
     except KeyboardInterrupt:
-        got, sig = _stop(p.pid, fd)
+        got, sig = _stop(child.pid, fd)
         stopped = f"interrupted ({sig})"
     finally:
         os.close(fd)
-        p.returncode = 0  # reaped by wait4 above; keep Popen from trying again
+        child.returncode = 0  # reaped by wait4 above; keep Popen from trying again
     t1 = time.monotonic_ns()
     code, ru = got
     from loopscope.host.procs import exit_text
@@ -142,7 +142,7 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any
 
         trace_api.open(trace, groups=["loopscope"]).close()
     out = {
-        **envelope("program"), "command": command, "pid": p.pid, "exit": exit_text(code), "stopped": stopped, "until": until,
+        **envelope("program"), "command": command, "pid": child.pid, "exit": exit_text(code), "stopped": stopped, "until": until,
         "wall_ns": t1 - t0, "user_cpu_ns": int(ru.ru_utime * 1e9), "sys_cpu_ns": int(ru.ru_stime * 1e9), "max_rss_kib": ru.ru_maxrss,
         "wrote_trace": wrote, "trace": str(trace), **summary(trace),
     }
