@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ def node_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     m = node.calibrate(["cpu"], calls=["getpid", "read", "read:4096", "stat"], max_seconds_per_call=0.5, env_seconds=0.5)
     p = tmp_path_factory.mktemp("node") / "node.json"
-    p.write_text(json.dumps(m))
+    p.write_text(m.model_dump_json(exclude_unset=True))
     return p
 
 
@@ -98,9 +99,11 @@ def test_an_unknown_condition_names_the_ones_the_model_has(cli: Cli, tmp_path: P
     assert r.returncode == 2 and "memory-3" in r.stderr and "idle, cpu-1" in r.stderr
 
 
-def _cond(read: float, getpid: float, env: float, compiled: float) -> dict[str, object]:
+def _cond(read: float, getpid: float, env: float, compiled: float) -> Any:
+    from loopscope.model.node import Condition
+
     b = lambda v: {"mean_ns": v, "batch_ns": [v * 0.99, v, v * 1.01]}  # noqa: E731
-    return {"syscalls": {"read": b(read), "getpid": b(getpid)}, "environments": {"cpython": b(env), "compiled": b(compiled)}}
+    return Condition.model_validate({"syscalls": {"read": b(read), "getpid": b(getpid)}, "environments": {"cpython": b(env), "compiled": b(compiled)}})
 
 
 def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_work_like_memory() -> None:
@@ -128,10 +131,12 @@ def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_wor
 def test_calls_that_move_data_are_priced_on_the_nodes_cost_by_size_curve() -> None:
     from loopscope.model.predict import sys_ratio
 
-    def node(scale: float) -> dict[str, object]:
+    def node(scale: float) -> Any:
+        from loopscope.model.node import Cost
+
         c = _cond(300 * scale, 100, 20, 2)
-        b = lambda v: {"mean_ns": v, "batch_ns": [v, v, v]}  # noqa: E731
-        c["syscalls"].update({"read:4096": b(1300 * scale), "read:65536": b(16300 * scale)})  # type: ignore[attr-defined]
+        b = lambda v: Cost(mean_ns=v, batch_ns=[v, v, v])  # noqa: E731
+        c.syscalls.update({"read:4096": b(1300 * scale), "read:65536": b(16300 * scale)})
         return c
 
     # half the reads 4 KiB, half 128 KiB (beyond the largest size: the last slope);
@@ -174,8 +179,8 @@ def test_batches_of_one_slice_count_as_one_sample_of_the_machine() -> None:
     rng = np.random.default_rng(3)
     levels = rng.normal(100.0, 10.0, 10)
     sliced = summ_slices([[float(v)] * 20 for v in levels])
-    assert sliced["slices"] == [20] * 10 and sliced["batches"] == 200
-    pooled = {**sliced, "slices": None}  # the same batches taken as independent
+    assert sliced.slices == [20] * 10 and sliced.batches == 200
+    pooled = sliced.model_copy(update={"slices": None})  # the same batches taken as independent
     _, lo_s, hi_s = ratio_ci(sliced, sliced)
     _, lo_p, hi_p = ratio_ci(pooled, pooled)
     # resampling whole slices shows the slices' spread; resampling batches hides most of it

@@ -149,12 +149,13 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                             acc[key] += got[key]
                     with nodem.pinned(app_cpus):
                         for c, v in nodem.syscalls(calls[i % parts::parts] if n >= parts else calls, per_call, d).items():
-                            costs.setdefault(cond, {}).setdefault(c, []).append(v["batch_ns"])
+                            costs.setdefault(cond, {}).setdefault(c, []).append(v.batch_ns)
                         nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
             sw.to(None)
         loads = dict(plan)
-        conditions = {c: {"load": {"kind": workers[loads[c]][0], "cpus": workers[loads[c]][1], "processes": 1} if loads[c] else None, "syscalls": {k: nodem.summ_slices(v) for k, v in costs[c].items()},
-                          "environments": {k: nodem.summ_slices(v) for k, v in envs[c].items()}} for c in costs}
+        conditions = {c: nodem.Condition(load=nodem.LoadSpec(kind=workers[loads[c]][0], cpus=workers[loads[c]][1], processes=1) if loads[c] else None,
+                                         syscalls={k: nodem.summ_slices(v) for k, v in costs[c].items()},
+                                         environments={k: nodem.summ_slices(v) for k, v in envs[c].items()}) for c in costs}
         node = nodem.assemble(conditions)
         rows = []
         for name, cmd in progs.items():
@@ -165,7 +166,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             # idle again is predicted from the node's idle-again slices: the
             # noise floor holds the node's sampling as well as the programs'
             for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
-                p = predm.predict(model, node["conditions"]["idle"], node["conditions"][to])
+                p = predm.predict(model, node.conditions["idle"], node.conditions[to])
                 mm, m99, mh, m99_ci = _stats(measured[name][label])
                 rows.append({
                     "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]), "in_target": label in ("idle-again", "memory-1", "io-1"),
@@ -187,7 +188,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             "beyond_the_model": {"conditions": sorted({r["to"] for r in beyond}), "max_abs_err_mean_pct": max((abs(r["err_mean_pct"]) for r in beyond), default=None),
                                  "why": "a load time-sharing the programs' own CPU: it changes their CPU time through what it leaves in the caches "
                                         "and how the CPU idles, which the node's microbenchmarks do not share; reported, not in the target"},
-            "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": node["changes"], "version": envelope("bench-model"), "quick": quick}
+            "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": {c: ch.model_dump(mode="json") for c, ch in node.changes.items()}, "version": envelope("bench-model"), "quick": quick}
 
 
 def print_human(r: dict[str, Any]) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from loopscope.errors import InputError
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+if TYPE_CHECKING:
+    from loopscope.model.node import Condition, NodeModel
 
 
 @cli.group()
@@ -49,13 +52,13 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
     build(SyscallParams, {"calls": names})  # refused here, naming the call, before any calibration ran
     m = node.calibrate([x for x in loads.split(",") if x], calls=names,
                        max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True), cpus=cpus, load_cpus=load_cpus)
-    Path(output).write_text(json.dumps(m) + "\n")
-    for cond, c in m["conditions"].items():
-        env = ", ".join(f"{k} {v['mean_ns']:.2f} ± {v['ci95_half_ns']:.2f} ns/op" for k, v in c["environments"].items())
-        click.echo(f"{cond}: {len(c['syscalls'])} calls; {env}")
-        for k, ch in (m["changes"].get(cond) or {}).get("syscalls", {}).items():
-            if ch["significant"]:
-                click.echo(f"  {k}: {ch['ratio']:.2f}x [{ch['ci95'][0]:.2f}, {ch['ci95'][1]:.2f}]")
+    Path(output).write_text(m.model_dump_json(exclude_unset=True) + "\n")
+    for cond, c in m.conditions.items():
+        env = ", ".join(f"{k} {v.mean_ns:.2f} ± {v.ci95_half_ns or 0:.2f} ns/op" for k, v in c.environments.items())
+        click.echo(f"{cond}: {len(c.syscalls)} calls; {env}")
+        for k, ch in (m.changes[cond].syscalls if cond in m.changes else {}).items():
+            if ch.significant:
+                click.echo(f"  {k}: {ch.ratio:.2f}x [{ch.ci95[0]:.2f}, {ch.ci95[1]:.2f}]")
     click.echo(f"node model: {output}")
     return 0
 
@@ -98,7 +101,7 @@ def model_group() -> None:
     """Carry an app model from one node or condition to another."""
 
 
-def _node_ref(text: str) -> tuple[dict[str, Any], dict[str, Any], str]:
+def _node_ref(text: str) -> tuple[NodeModel, Condition, str]:
     from loopscope.model import node
 
     path, _, cond = text.partition(":")
@@ -174,22 +177,24 @@ def model_show(model_file: str, top: int) -> int:
         from loopscope.model import node
 
         m = node.read(model_file)
-        click.echo(f"node model of {m['machine'].get('host')} ({(m['machine'].get('cpu') or {}).get('model')}), {m['created']}")
-        conds = list(m["conditions"])
+        click.echo(f"node model of {m.machine.get('host')} ({(m.machine.get('cpu') or {}).get('model')}), {m.created}")
+        conds = list(m.conditions)
         click.echo(f"  {'cost (typical batch)':<22}" + "".join(f"{c:>14}" for c in conds))
 
         def cost(part: str, c: str, k: str) -> float:
-            x = m["conditions"][c][part].get(k)
-            return float(x.get("typical_ns", x["median_ns"])) if x else float("nan")
+            x = getattr(m.conditions[c], part).get(k)
+            v = (x.typical_ns if x.typical_ns is not None else x.median_ns) if x else None
+            return float(v) if v is not None else float("nan")
 
-        rows = [("env " + k, [cost("environments", c, k) for c in conds]) for k in m["conditions"]["idle"]["environments"]]
-        rows += [(k, [cost("syscalls", c, k) for c in conds]) for k in m["conditions"]["idle"]["syscalls"]]
+        idle = m.conditions["idle"]
+        rows = [("env " + k, [cost("environments", c, k) for c in conds]) for k in idle.environments]
+        rows += [(k, [cost("syscalls", c, k) for c in conds]) for k in idle.syscalls]
         for name, vals in rows:
             marks = []
             for c, v in zip(conds, vals):
-                ch = (m["changes"].get(c) or {})
-                part = ch.get("environments" if name.startswith("env ") else "syscalls", {}).get(name.removeprefix("env "))
-                marks.append(f"{v:>12.1f}{'*' if part and part['significant'] else ' '} ")
+                ch = m.changes.get(c)
+                part = (ch.environments if name.startswith("env ") else ch.syscalls).get(name.removeprefix("env ")) if ch else None
+                marks.append(f"{v:>12.1f}{'*' if part and part.significant else ' '} ")
             click.echo(f"  {name:<22}" + "".join(marks))
         click.echo("  (ns per call or per operation; * = significantly different from idle)")
         return 0

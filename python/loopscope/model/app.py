@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from loopscope.errors import InputError, RunError
+from loopscope.model.node import NodeModel
 
 FORMAT = "loopscope-app-model"
 VERSION = 1
@@ -329,7 +330,7 @@ def environment_of(cmd: list[str]) -> str:
     return "cpython" if re.match(r"^python[0-9.]*$", exe) else "compiled"
 
 
-def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] | None, node_path: str | None, condition: str, cwd: str | None = None,
+def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | None, node_path: str | None, condition: str, cwd: str | None = None,
               env_kind: str | None = None, say: Any = lambda s: None, cpus: list[int] | None = None) -> dict[str, Any]:
     from loopscope.probes.common import envelope
 
@@ -345,7 +346,7 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: dict[str, Any] 
     return {
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
         "command": cmd, "environment": env_kind or environment_of(cmd),
-        "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.get("created") if node else None, "condition": condition},
+        "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.created if node else None, "condition": condition},
         "cpus": cpus, "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
         "syscalls": st,
     }

@@ -45,6 +45,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 FORMAT = "loopscope-node-model"
 VERSION = 1
@@ -53,6 +54,73 @@ LOAD_KINDS = ["cpu", "memory", "io"]
 SIZES: dict[str, list[int]] = {"read": [64, 4096, 65536], "write": [64, 4096, 65536], "sendto": [256, 1400, 16384], "recvfrom": [256, 1400, 16384]}
 # The bytes the minimal form of each moves (the syscall probe: 1-byte pread/pwrite, 64-byte datagrams).
 MINIMAL_BYTES = {"read": 1, "write": 1, "sendto": 64, "recvfrom": 64}
+
+
+class _Part(BaseModel):
+    # a newer minor version's fields are kept as they are
+    model_config = ConfigDict(extra="allow")
+
+
+class Cost(_Part):
+    """One measured cost (ns per call or per operation): its batches and their summary."""
+
+    mean_ns: float
+    batch_ns: list[float]
+    ci95_half_ns: float | None = None
+    median_ns: float | None = None
+    #: the mean without the slowest and fastest 10 % (``typical``)
+    typical_ns: float | None = None
+    batches: int | None = None
+    converged: bool | None = None
+    #: batches per slice, when they were taken in slices (``boot_typical`` resamples whole slices)
+    slices: list[int] | None = None
+
+
+class Change(_Part):
+    """A loaded condition's cost over idle, with its 95 % CI."""
+
+    ratio: float
+    ci95: list[float]
+    significant: bool
+
+
+class Changes(_Part):
+    syscalls: dict[str, Change] = Field(default_factory=dict)
+    environments: dict[str, Change] = Field(default_factory=dict)
+
+
+class LoadSpec(_Part):
+    kind: str
+    processes: int
+    cpus: list[int] | None = None
+
+
+class Condition(_Part):
+    """The machine under one condition: idle, or a load."""
+
+    load: LoadSpec | None = None
+    syscalls: dict[str, Cost] = Field(default_factory=dict)
+    environments: dict[str, Cost] = Field(default_factory=dict)
+
+
+class Placement(_Part):
+    cpus: list[int] | None = None
+    load_cpus: list[int] | None = None
+
+
+class NodeModel(_Part):
+    """What a node model file holds (``FORMAT``, ``VERSION``)."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    created: str | None = None
+    #: the loopscope that made it
+    loopscope: dict[str, str | int] = Field(default_factory=dict)
+    #: the machine's facts as gathered (free-form: what this kernel exposes)
+    machine: dict[str, Any] = Field(default_factory=dict)
+    conditions: dict[str, Condition]
+    changes: dict[str, Changes] = Field(default_factory=dict)
+    placement: Placement | None = None
 
 
 def default_calls(sizes: list[int] | None = None) -> list[str]:
@@ -86,7 +154,7 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def cost_curve(costs: dict[str, Any], name: str) -> list[tuple[float, str]]:
+def cost_curve(costs: dict[str, Cost], name: str) -> list[tuple[float, str]]:
     """The (bytes, call key) points a node model has for ``name``, by size."""
     pts = [(float(MINIMAL_BYTES[name]), name)] if name in costs and name in MINIMAL_BYTES else []
     for k in costs:
@@ -127,7 +195,7 @@ def env_slice(acc: dict[str, list[list[float]]], batches: int = 4) -> None:
         acc.setdefault(k, []).append([float(f()) for _ in range(batches)])
 
 
-def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, dict[str, Any]]:
+def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, Cost]:
     from loopscope.probes import syscall
     from loopscope.probes.params import SyscallParams
 
@@ -135,9 +203,8 @@ def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str)
     r = syscall.run(p, workdir)
     if r.interrupted:
         raise KeyboardInterrupt  # a calibration cut short is no calibration
-    return {c.name: {"mean_ns": c.mean_ns, "ci95_half_ns": c.ci_half_ns, "median_ns": float(np.median(c.batch_ns)), "typical_ns": float(typical(c.batch_ns)),
-                     "batches": c.batches, "converged": c.converged,
-                     "batch_ns": c.batch_ns.tolist()} for c in r.calls}
+    return {c.name: Cost(mean_ns=c.mean_ns, ci95_half_ns=c.ci_half_ns, median_ns=float(np.median(c.batch_ns)), typical_ns=float(typical(c.batch_ns)),
+                         batches=c.batches, converged=c.converged, batch_ns=c.batch_ns.tolist()) for c in r.calls}
 
 
 def parse_load(text: str) -> tuple[str, int]:
@@ -281,13 +348,13 @@ def typical(x: Any, axis: int | None = None) -> Any:
 MIN_SLICES = 8
 
 
-def boot_typical(entry: dict[str, Any], k: int, rng: np.random.Generator) -> np.ndarray:
+def boot_typical(entry: Cost, k: int, rng: np.random.Generator) -> np.ndarray:
     """``k`` bootstrap draws of an entry's typical cost. Batches taken in
     one slice share the machine's state of that moment, so they are not
     independent: with ``MIN_SLICES`` slices or more (``slices``: batches per
     slice) whole slices are resampled, otherwise batches."""
-    x = np.asarray(entry["batch_ns"], dtype=float)
-    sl = entry.get("slices") or []
+    x = np.asarray(entry.batch_ns, dtype=float)
+    sl = entry.slices or []
     if len(sl) >= MIN_SLICES:
         ends = np.cumsum(sl)
         groups = np.split(x, ends[:-1])
@@ -296,37 +363,31 @@ def boot_typical(entry: dict[str, Any], k: int, rng: np.random.Generator) -> np.
     return np.asarray(typical(x[rng.integers(0, len(x), (k, len(x)))], axis=1))
 
 
-def ratio_ci(base: dict[str, Any], other: dict[str, Any], resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
+def ratio_ci(base: Cost, other: Cost, resamples: int = 1000, seed: int = 1) -> tuple[float, float, float]:
     """typical(other)/typical(base) of two cost entries, with a 95 %
     bootstrap CI (``boot_typical``)."""
     rng = np.random.default_rng(seed)
     r = boot_typical(other, resamples, rng) / boot_typical(base, resamples, rng)
-    return float(typical(other["batch_ns"]) / typical(base["batch_ns"])), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
+    return float(typical(other.batch_ns) / typical(base.batch_ns)), float(np.percentile(r, 2.5)), float(np.percentile(r, 97.5))
 
 
-def _change(base: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
+def _change(base: Cost, other: Cost) -> Change:
     r, lo, hi = ratio_ci(base, other)
-    return {"ratio": r, "ci95": [lo, hi], "significant": bool(lo > 1 or hi < 1)}
+    return Change(ratio=r, ci95=[lo, hi], significant=bool(lo > 1 or hi < 1))
 
 
-def _summ(xs: list[float], converged: bool) -> dict[str, Any]:
-    a = np.asarray(xs, dtype=float)
-    half = 1.96 * a.std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else float("inf")
-    return {"mean_ns": float(a.mean()), "ci95_half_ns": float(half), "median_ns": float(np.median(a)), "typical_ns": float(typical(a)), "batches": len(a),
-            "converged": converged, "batch_ns": list(xs)}
-
-
-def summ_slices(slices: list[list[float]], target: float | None = None) -> dict[str, Any]:
+def summ_slices(slices: list[list[float]], target: float | None = None) -> Cost:
     """Batches taken in slices as one entry (``slices`` keeps their sizes);
     ``converged`` when a ``target`` is given and the CI is within it."""
     flat = [x for s in slices for x in s]
-    out = _summ(flat, False)
-    out["converged"] = bool(target is not None and out["ci95_half_ns"] <= target * out["mean_ns"])
-    out["slices"] = [len(s) for s in slices]
-    return out
+    a = np.asarray(flat, dtype=float)
+    mean = float(a.mean())
+    half = float(1.96 * a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else float("inf")
+    return Cost(mean_ns=mean, ci95_half_ns=half, median_ns=float(np.median(a)), typical_ns=float(typical(a)), batches=len(a),
+                converged=bool(target is not None and half <= target * mean), batch_ns=flat, slices=[len(s) for s in slices])
 
 
-def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> dict[str, Any]:
+def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> Condition:
     """One condition's costs, as the machine is now: each call in turn, a
     slice of environment batches after each (``env_seconds`` in all, at
     least 10 batches each), so both sample the same stretch of time."""
@@ -334,65 +395,73 @@ def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: f
     # a slice's batches: cpython ~5 ms, compiled ~1 ms each, so ~6 ms per pair
     per_slice = max(2, round(env_seconds / 0.006 / max(1, len(names))))
     env: dict[str, list[list[float]]] = {}
-    sc: dict[str, dict[str, Any]] = {}
+    sc: dict[str, Cost] = {}
     for c in names:
         sc.update(syscalls([c], max_seconds_per_call, scratch))
         env_slice(env, per_slice)
     while min(sum(map(len, v)) for v in env.values()) < 10:
         env_slice(env, per_slice)
-    return {"syscalls": sc, "environments": {k: summ_slices(v, target=0.01) for k, v in env.items()}}
+    return Condition(syscalls=sc, environments={k: summ_slices(v, target=0.01) for k, v in env.items()})
 
 
-def assemble(conditions: dict[str, Any]) -> dict[str, Any]:
+def assemble(conditions: dict[str, Condition]) -> NodeModel:
     """The node model: the conditions, each loaded one's changes from idle, the machine."""
     from loopscope.host.provenance import gather
     from loopscope.probes.common import envelope
 
-    changes: dict[str, Any] = {}
+    changes: dict[str, Changes] = {}
     idle = conditions["idle"]
     for name, c in conditions.items():
         if name == "idle":
             continue
-        changes[name] = {
-            "syscalls": {k: _change(idle["syscalls"][k], v) for k, v in c["syscalls"].items() if k in idle["syscalls"]},
-            "environments": {k: _change(idle["environments"][k], v) for k, v in c["environments"].items()},
-        }
+        changes[name] = Changes(
+            syscalls={k: _change(idle.syscalls[k], v) for k, v in c.syscalls.items() if k in idle.syscalls},
+            environments={k: _change(idle.environments[k], v) for k, v in c.environments.items()},
+        )
     prov = gather()
-    return {
-        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("node-model"),
-        "machine": {k: prov.get(k) for k in ("host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software")},
-        "conditions": conditions, "changes": changes,
-    }
+    return NodeModel(format=FORMAT, version=VERSION, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loopscope=envelope("node-model"),
+                     machine={k: prov.get(k) for k in ("host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software")},
+                     conditions=conditions, changes=changes)
 
 
 def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Any = lambda s: None,
-              cpus: list[int] | None = None, load_cpus: list[int] | None = None) -> dict[str, Any]:
+              cpus: list[int] | None = None, load_cpus: list[int] | None = None) -> NodeModel:
     """Idle, then each load; ``cpus``: where the measuring thread runs (pin
     the apps there too, ``calibrate app --cpu``), ``load_cpus``: where the
     load workers run."""
-    conditions: dict[str, Any] = {}
+    conditions: dict[str, Condition] = {}
     with tempfile.TemporaryDirectory(prefix="loopscope-calibrate-") as scratch:
         plan: list[tuple[str, str | None, int]] = [("idle", None, 0)] + [(f"{k}-{n}", k, n) for k, n in (parse_load(x) for x in loads)]
         for name, kind, n in plan:
             say(f"calibrating: {name}")
             with load(kind, n, scratch, load_cpus) if kind else contextlib.nullcontext(), pinned(cpus):
-                conditions[name] = {"load": {"kind": kind, "processes": n} if kind else None, **measure(calls, max_seconds_per_call, env_seconds, scratch)}
+                c = measure(calls, max_seconds_per_call, env_seconds, scratch)
+                c.load = LoadSpec(kind=kind, processes=n) if kind else None
+                conditions[name] = c
     m = assemble(conditions)
-    m["placement"] = {"cpus": cpus, "load_cpus": load_cpus}
+    m.placement = Placement(cpus=cpus, load_cpus=load_cpus)
     return m
 
 
-def read(path: str) -> dict[str, Any]:
-    """A node model, its format and version checked."""
+def read(path: str) -> NodeModel:
+    """A node model, its format and version checked, each part against its model."""
+    from pydantic import ValidationError
+
+    from loopscope.errors import InputError
     from loopscope.model import read_versioned
 
-    return read_versioned(path, "node model", FORMAT, VERSION, "loopscope calibrate node")
+    data = read_versioned(path, "node model", FORMAT, VERSION, "loopscope calibrate node")
+    try:
+        return NodeModel.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with loopscope calibrate node") from None
 
 
-def condition(model: dict[str, Any], name: str | None, path: str) -> dict[str, Any]:
+def condition(model: NodeModel, name: str | None, path: str) -> Condition:
     from loopscope.errors import InputError
 
     name = name or "idle"
-    if name not in model["conditions"]:
-        raise InputError(f"{path}: no condition {name!r}; it has {', '.join(model['conditions'])}")
-    return model["conditions"][name]  # type: ignore[no-any-return]
+    if name not in model.conditions:
+        raise InputError(f"{path}: no condition {name!r}; it has {', '.join(model.conditions)}")
+    return model.conditions[name]

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from loopscope.model.node import Condition, Cost
+
 ALIASES = {
     "openat": "open", "openat2": "open", "creat": "open", "newfstatat": "stat", "fstat": "stat", "lstat": "stat", "statx": "stat", "fstatat64": "stat",
     "unlinkat": "unlink", "linkat": "link", "pread64": "read", "readv": "read", "preadv": "read", "pwrite64": "write", "writev": "write",
@@ -35,14 +37,14 @@ ALIASES = {
 
 
 
-def _ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, float]:
+def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
     from loopscope.model.node import ratio_ci
 
     return ratio_ci(a, b)
 
 
-def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resamples: int = 400) -> dict[str, Any]:
+def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int = 400) -> dict[str, Any]:
     """Node B's system time for the app over node A's.
 
     A call's cost is the node's cost of that call at the sizes the app's
@@ -58,9 +60,9 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     from loopscope.model.node import boot_typical, cost_curve, typical
 
     states = (app.get("syscalls") or {}).get("states") or {}
-    known = set(na["syscalls"]) & set(nb["syscalls"])
-    sa = {k: v for k, v in na["syscalls"].items() if k in known}
-    sb = {k: v for k, v in nb["syscalls"].items() if k in known}
+    known = set(na.syscalls) & set(nb.syscalls)
+    sa = {k: v for k, v in na.syscalls.items() if k in known}
+    sb = {k: v for k, v in nb.syscalls.items() if k in known}
     rows: list[tuple[str, float, float | None, list[list[float]] | None]] = []  # node call, calls per run, traced mean ns, size classes
     priced_by_size = 0.0
     un_n, un_t, total = 0.0, 0.0, 0.0
@@ -85,11 +87,11 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     sys_mean = float(np.mean(app["runs"]["sys_ns"])) if app.get("runs") else 0.0
     rng = np.random.default_rng(1)
 
-    def val(entry: dict[str, Any], k: int | None) -> np.ndarray:
+    def val(entry: Cost, k: int | None) -> np.ndarray:
         """An entry's typical cost, or ``k`` bootstrap draws of it."""
-        return np.asarray([typical(entry["batch_ns"])]) if k is None else boot_typical(entry, k, rng)
+        return np.asarray([typical(entry.batch_ns)]) if k is None else boot_typical(entry, k, rng)
 
-    def cost(node: dict[str, Any], m: str, classes: list[list[float]] | None, k: int | None) -> np.ndarray:
+    def cost(node: dict[str, Cost], m: str, classes: list[list[float]] | None, k: int | None) -> np.ndarray:
         """The node's cost of call ``m`` at the app's size classes."""
         if not classes:
             return val(node[m], k)
@@ -106,7 +108,7 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
     def estimate(boot: bool) -> tuple[np.ndarray, dict[str, float]]:
         k = resamples if boot else 1
         draws = k if boot else None
-        r_mem = val(nb["environments"]["compiled"], draws) / val(na["environments"]["compiled"], draws)
+        r_mem = val(nb.environments["compiled"], draws) / val(na.environments["compiled"], draws)
         fa = np.zeros(k)
         fb = np.zeros(k)
         extra = np.zeros(k)
@@ -131,9 +133,9 @@ def sys_ratio(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any], resam
             "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None, **parts}
 
 
-def predict(app: dict[str, Any], na: dict[str, Any], nb: dict[str, Any]) -> dict[str, Any]:
+def predict(app: dict[str, Any], na: Condition, nb: Condition) -> dict[str, Any]:
     env = app["environment"]
-    r_user, lo_u, hi_u = _ratio(na["environments"][env], nb["environments"][env])
+    r_user, lo_u, hi_u = _ratio(na.environments[env], nb.environments[env])
     rs = sys_ratio(app, na, nb)
     u = np.asarray(app["runs"]["user_ns"], dtype=float)
     s = np.asarray(app["runs"]["sys_ns"], dtype=float)
