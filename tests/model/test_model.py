@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loopscope.model.app import AppModel
+
 import numpy as np
 import pytest
 
@@ -84,17 +86,26 @@ def test_a_program_too_short_to_measure_is_bad_input(cli: Cli) -> None:
     assert r.returncode == 2 and "too little to measure" in r.stderr
 
 
+MINIMAL_APP = {"format": "loopscope-app-model", "version": 1, "environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [1e5, 1e5]}}
+
+
+def test_an_app_model_missing_a_part_is_an_input_error_naming_it(cli: Cli, tmp_path: Path, node_model: Path) -> None:
+    (tmp_path / "app.json").write_text(json.dumps({"format": "loopscope-app-model", "version": 1}))
+    r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", str(node_model))
+    assert r.returncode == 2 and "app.json: environment" in r.stderr and "calibrate app" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_a_node_model_of_another_version_is_refused(cli: Cli, tmp_path: Path, node_model: Path) -> None:
     m = json.loads(node_model.read_text())
     m["version"] = 99
     (tmp_path / "old.json").write_text(json.dumps(m))
-    (tmp_path / "app.json").write_text(json.dumps({"format": "loopscope-app-model", "version": 1}))
+    (tmp_path / "app.json").write_text(json.dumps(MINIMAL_APP))
     r = cli("model", "predict", "app.json", "--from", "old.json", "--to", str(node_model))
     assert r.returncode == 2 and "old.json" in r.stderr and "version 99" in r.stderr and "calibrate the node again" in r.stderr
 
 
 def test_an_unknown_condition_names_the_ones_the_model_has(cli: Cli, tmp_path: Path, node_model: Path) -> None:
-    (tmp_path / "app.json").write_text(json.dumps({"format": "loopscope-app-model", "version": 1}))
+    (tmp_path / "app.json").write_text(json.dumps(MINIMAL_APP))
     r = cli("model", "predict", "app.json", "--from", str(node_model), "--to", f"{node_model}:memory-3")
     assert r.returncode == 2 and "memory-3" in r.stderr and "idle, cpu-1" in r.stderr
 
@@ -115,7 +126,7 @@ def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_wor
     app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [5.33e6, 5.53e6]},
            "syscalls": {"states": {"pread64": {"per_run": 900.0, "dur_mean_ns": 3000.0}, "getpid": {"per_run": 100.0, "dur_mean_ns": 100.0},
                                    "futex": {"per_run": 10.0, "dur_mean_ns": 500.0}}}}
-    p = predict(app, _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 3))
+    p = predict(AppModel.model_validate(app), _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 3))
     fixed_a, fixed_b, extra, unmod = 900 * 1000 + 100 * 100, 900 * 2000 + 100 * 100, 900 * 2000, 10 * 500
     traced = fixed_a + extra + unmod
     share = traced / 5.43e6
@@ -145,11 +156,11 @@ def test_calls_that_move_data_are_priced_on_the_nodes_cost_by_size_curve() -> No
     per_read = 0.5 * at_4k + 0.5 * at_128k
     app = {"environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [100 * per_read] * 2},
            "syscalls": {"states": {"read": {"per_run": 100.0, "dur_mean_ns": per_read, "bytes_classes": [[4096.0, 0.5], [131072.0, 0.5]]}}}}
-    r = sys_ratio(app, node(1.0), node(2.0))
+    r = sys_ratio(AppModel.model_validate(app), node(1.0), node(2.0))
     assert r["ratio"] == pytest.approx(2.0) and r["priced_by_size_share"] == 1.0
     assert r["fixed_share_of_calls"] == pytest.approx(1.0) and r["argument_share_of_calls"] == pytest.approx(0.0)
     # a node without sizes prices the same reads at its minimal read and scales the rest like memory-bound work
-    bare = sys_ratio(app, _cond(300, 100, 20, 2), _cond(600, 100, 20, 2))
+    bare = sys_ratio(AppModel.model_validate(app), _cond(300, 100, 20, 2), _cond(600, 100, 20, 2))
     assert bare["priced_by_size_share"] == 0.0 and bare["ratio"] < 1.1
 
 
@@ -191,7 +202,7 @@ def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() 
     from loopscope.model.predict import predict
 
     app = {"environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [30e6, 30e6]}, "syscalls": {"states": {}}}
-    p = predict(app, _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 2))
+    p = predict(AppModel.model_validate(app), _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 2))
     assert p["sys_ratio"]["ratio"] == pytest.approx(2100 / 1100)
     assert p["user_ratio"]["ratio"] == pytest.approx(1.0)
 

@@ -162,7 +162,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             say(f"{name}: tracing two runs for its system-call mix")
             st = appm.trace_runs(cmd, 2, None, None)
             r0 = measured[name]["idle"]
-            model = {"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd}
+            model = appm.AppModel.model_validate({"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd})
             # idle again is predicted from the node's idle-again slices: the
             # noise floor holds the node's sampling as well as the programs'
             for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:

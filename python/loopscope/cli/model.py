@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -13,6 +13,7 @@ from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cl
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 if TYPE_CHECKING:
+    from loopscope.model.app import AppModel
     from loopscope.model.node import Condition, NodeModel
 
 
@@ -87,11 +88,12 @@ def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition:
     if nm is not None:
         node.condition(nm, condition, node_path or "")
     m = app.calibrate(list(command), runs, traced_runs, nm, node_path, condition, env_kind=environment, say=lambda t: click.echo(t, err=True), cpus=cpus)
-    Path(output).write_text(json.dumps(m) + "\n")
-    t = m["cpu"]["total"]
-    click.echo(f"{m['command'][0]}: CPU {t['mean_ns'] / 1e6:.2f} ms mean, p95 {t['p95_ns'] / 1e6:.2f}, p99 {t['p99_ns'] / 1e6:.2f} "
-               f"(user {m['cpu']['user']['mean_ns'] / 1e6:.2f}, system {m['cpu']['system']['mean_ns'] / 1e6:.2f}) over {runs} runs; "
-               f"{m['syscalls'].get('calls_per_run', 0):.0f} system calls per run, {len(m['syscalls'].get('states') or {})} kinds")
+    Path(output).write_text(m.model_dump_json(exclude_unset=True) + "\n")
+    assert m.cpu is not None  # calibrate always measures it
+    t = m.cpu.total
+    click.echo(f"{m.command[0]}: CPU {t.mean_ns / 1e6:.2f} ms mean, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f} "
+               f"(user {m.cpu.user.mean_ns / 1e6:.2f}, system {m.cpu.system.mean_ns / 1e6:.2f}) over {runs} runs; "
+               f"{m.syscalls.calls_per_run or 0:.0f} system calls per run, {len(m.syscalls.states)} kinds")
     click.echo(f"app model: {output}")
     return 0
 
@@ -109,16 +111,15 @@ def _node_ref(text: str) -> tuple[NodeModel, Condition, str]:
     return m, node.condition(m, cond or None, path), f"{path}:{cond or 'idle'}"
 
 
-def _from_of(a: dict[str, Any], src: str | None, app_model: str) -> str:
+def _from_of(a: AppModel, src: str | None, app_model: str) -> str:
     """--from, or the node the app model was calibrated against."""
     from loopscope.errors import InputError
 
     if src:
         return src
-    n = a.get("node") or {}
-    if not n.get("path"):
+    if not a.node.path:
         raise InputError(f"{app_model}: calibrated without --node, so give --from NODE_MODEL[:CONDITION]")
-    return f"{n['path']}:{n.get('condition') or 'idle'}"
+    return f"{a.node.path}:{a.node.condition or 'idle'}"
 
 
 @model_group.command("predict")
@@ -143,7 +144,7 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
     if as_json:
         click.echo(json.dumps({"from": na, "to": nb, **p}))
         return 0
-    click.echo(f"{' '.join(a['command'])}: {na} → {nb}")
+    click.echo(f"{' '.join(a.command)}: {na} → {nb}")
     click.echo(f"  CPU mean {p['from_mean_ns'] / 1e6:.2f} ms → {p['pred_mean_ns'] / 1e6:.2f} ms [{p['pred_mean_ci95_ns'][0] / 1e6:.2f}, {p['pred_mean_ci95_ns'][1] / 1e6:.2f}], "
                f"p95 {p['pred_p95_ns'] / 1e6:.2f} ms, p99 {p['pred_p99_ns'] / 1e6:.2f} ms")
     u, s = p["user_ratio"], p["sys_ratio"]
@@ -202,23 +203,24 @@ def model_show(model_file: str, top: int) -> int:
         from loopscope.model import app
 
         a = app.read(model_file)
-        t = a["cpu"]["total"]
-        click.echo(f"{' '.join(a['command'])} ({a['environment']}), {len(a['runs']['user_ns'])} runs, node {a['node'].get('path')}:{a['node'].get('condition')}")
-        click.echo(f"  CPU mean {t['mean_ns'] / 1e6:.2f} ms, p95 {t['p95_ns'] / 1e6:.2f}, p99 {t['p99_ns'] / 1e6:.2f}, min {t['min_ns'] / 1e6:.2f}, max {t['max_ns'] / 1e6:.2f}; "
-                   f"user {a['cpu']['user']['mean_ns'] / 1e6:.2f} ms, system {a['cpu']['system']['mean_ns'] / 1e6:.2f} ms")
-        sc = a["syscalls"]
-        if not sc.get("states"):
-            click.echo(f"  no call structure: {sc.get('note', 'not traced')}")
+        click.echo(f"{' '.join(a.command)} ({a.environment}), {len(a.runs.user_ns)} runs, node {a.node.path}:{a.node.condition}")
+        if a.cpu is not None:
+            t = a.cpu.total
+            click.echo(f"  CPU mean {t.mean_ns / 1e6:.2f} ms, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f}, min {t.min_ns / 1e6:.2f}, max {t.max_ns / 1e6:.2f}; "
+                       f"user {a.cpu.user.mean_ns / 1e6:.2f} ms, system {a.cpu.system.mean_ns / 1e6:.2f} ms")
+        sc = a.syscalls
+        if not sc.states:
+            click.echo(f"  no call structure: {sc.note or 'not traced'}")
             return 0
-        click.echo(f"  {sc['calls_per_run']:.0f} calls per run on {sc['threads_per_run']:.1f} threads; between calls p50 {sc['gap_p50_ns'] / 1e3:.1f} µs, p99 {sc['gap_p99_ns'] / 1e3:.1f} µs"
-                   + (f"; {sc['lost_events']} events lost by the tracer" if sc.get("lost_events") else ""))
+        click.echo(f"  {sc.calls_per_run or 0:.0f} calls per run on {sc.threads_per_run or 0:.1f} threads; between calls p50 {(sc.gap_p50_ns or 0) / 1e3:.1f} µs, p99 {(sc.gap_p99_ns or 0) / 1e3:.1f} µs"
+                   + (f"; {sc.lost_events} events lost by the tracer" if sc.lost_events else ""))
         click.echo(f"  {'call':<18}{'per run':>9}{'p50':>10}{'p99':>10}{'bytes':>10}  next")
-        for name, st in list(sc["states"].items())[:top]:
-            nxt = ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(st["next"].items())[:3])
-            nb = f"{st['bytes_mean']:>10.0f}" if st.get("bytes_mean") is not None else f"{'':>10}"
-            click.echo(f"  {name:<18}{st['per_run']:>9.1f}{st['dur_p50_ns'] / 1e3:>8.1f}µs{st['dur_p99_ns'] / 1e3:>8.1f}µs{nb}  {nxt}")
-        if len(sc["states"]) > top:
-            click.echo(f"  … {len(sc['states']) - top} more kinds of call (--top)")
+        for name, st in list(sc.states.items())[:top]:
+            nxt = ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(st.next.items())[:3])
+            nb = f"{st.bytes_mean:>10.0f}" if st.bytes_mean is not None else f"{'':>10}"
+            click.echo(f"  {name:<18}{st.per_run:>9.1f}{(st.dur_p50_ns or 0) / 1e3:>8.1f}µs{(st.dur_p99_ns or 0) / 1e3:>8.1f}µs{nb}  {nxt}")
+        if len(sc.states) > top:
+            click.echo(f"  … {len(sc.states) - top} more kinds of call (--top)")
         return 0
     raise InputError(f"{model_file}: not a node or app model (they are written by `loopscope calibrate node|app`)")
 
@@ -245,14 +247,14 @@ def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: b
     _, ca, na = _node_ref(_from_of(a, src, app_model))
     _, cb, nb = _node_ref(dst)
     p = predict.predict(a, ca, cb)
-    r = app.run_many(a["command"], runs, cpus=a.get("cpus"))
+    r = app.run_many(a.command, runs, cpus=a.cpus)
     cpu = np.asarray(r["user_ns"], dtype=float) + np.asarray(r["sys_ns"], dtype=float)
     meas = {"meas_mean_ns": float(cpu.mean()), "meas_p95_ns": float(np.percentile(cpu, 95)), "meas_p99_ns": float(np.percentile(cpu, 99))}
     err = {"err_mean_pct": 100 * (p["pred_mean_ns"] / meas["meas_mean_ns"] - 1), "err_p99_pct": 100 * (p["pred_p99_ns"] / meas["meas_p99_ns"] - 1)}
     if as_json:
         click.echo(json.dumps({"from": na, "to": nb, **p, **meas, **err}))
         return 0
-    click.echo(f"{' '.join(a['command'])}: {na} → {nb}, {runs} runs now")
+    click.echo(f"{' '.join(a.command)}: {na} → {nb}, {runs} runs now")
     click.echo(f"  mean: predicted {p['pred_mean_ns'] / 1e6:.2f} ms, measured {meas['meas_mean_ns'] / 1e6:.2f} ms ({err['err_mean_pct']:+.1f} %)")
     click.echo(f"  p99:  predicted {p['pred_p99_ns'] / 1e6:.2f} ms, measured {meas['meas_p99_ns'] / 1e6:.2f} ms ({err['err_p99_pct']:+.1f} %)")
     return 0

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.errors import InputError, RunError
 from loopscope.model.node import NodeModel
@@ -43,6 +44,91 @@ VERSION = 1
 MIN_CPU_MS = 20.0
 
 
+
+
+class _Part(BaseModel):
+    # a newer minor version's fields are kept as they are
+    model_config = ConfigDict(extra="allow")
+
+
+class Summary(_Part):
+    """A distribution of CPU times per run (ns)."""
+
+    mean_ns: float
+    var_ns2: float = 0.0
+    p95_ns: float
+    p99_ns: float
+    min_ns: float
+    max_ns: float
+
+
+class CpuTimes(_Part):
+    total: Summary
+    user: Summary
+    system: Summary
+
+
+class Runs(_Part):
+    """Each timed run's CPU and wall time (wait4), ns."""
+
+    user_ns: list[float]
+    sys_ns: list[float]
+    wall_ns: list[float] = Field(default_factory=list)
+
+
+class CallState(_Part):
+    """One kind of system call of the program: how often per run, how long on CPU, what follows it, what it moved."""
+
+    per_run: float
+    dur_mean_ns: float | None = None
+    dur_p50_ns: float | None = None
+    dur_p99_ns: float | None = None
+    dur_trim_mean_ns: float | None = None
+    next: dict[str, float] = Field(default_factory=dict)
+    bytes_mean: float | None = None
+    #: [mean bytes, fraction of calls] per power-of-two size class
+    bytes_classes: list[list[float]] | None = None
+
+
+class CallStructure(_Part):
+    """The program's system calls as the traced runs saw them (none when not traced: ``note`` says so)."""
+
+    runs: int = 0
+    states: dict[str, CallState] = Field(default_factory=dict)
+    note: str | None = None
+    calls_per_run: float | None = None
+    threads_per_run: float | None = None
+    gap_mean_ns: float | None = None
+    gap_p50_ns: float | None = None
+    gap_p99_ns: float | None = None
+    tool: str | None = None
+    lost_events: int | None = None
+    names_known: bool | None = None
+    calls_switched_out: float | None = None
+
+
+class NodeRef(_Part):
+    """The node model (and its condition) the app was calibrated against."""
+
+    path: str | None = None
+    created: str | None = None
+    condition: str | None = None
+
+
+class AppModel(_Part):
+    """What an app model file holds (``FORMAT``, ``VERSION``)."""
+
+    format: str = FORMAT
+    version: int = VERSION
+    created: str | None = None
+    loopscope: dict[str, str | int] = Field(default_factory=dict)
+    command: list[str] = Field(default_factory=list)
+    environment: str
+    node: NodeRef = Field(default_factory=NodeRef)
+    cpus: list[int] | None = None
+    runs: Runs
+    cpu: CpuTimes | None = None
+    syscalls: CallStructure = Field(default_factory=CallStructure)
 
 def _session_left(sid: int) -> list[int]:
     """Processes still in session ``sid`` (what a program left behind)."""
@@ -331,7 +417,7 @@ def environment_of(cmd: list[str]) -> str:
 
 
 def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | None, node_path: str | None, condition: str, cwd: str | None = None,
-              env_kind: str | None = None, say: Any = lambda s: None, cpus: list[int] | None = None) -> dict[str, Any]:
+              env_kind: str | None = None, say: Any = lambda s: None, cpus: list[int] | None = None) -> AppModel:
     from loopscope.probes.common import envelope
 
     if not cmd:
@@ -343,17 +429,24 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | Non
     say(f"tracing {traced_runs} more runs")
     st = trace_runs(cmd, traced_runs, cwd, None, cpus)
     u, s = np.asarray(r["user_ns"], dtype=float), np.asarray(r["sys_ns"], dtype=float)
-    return {
+    return AppModel.model_validate({
         "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
         "command": cmd, "environment": env_kind or environment_of(cmd),
         "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.created if node else None, "condition": condition},
         "cpus": cpus, "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
         "syscalls": st,
-    }
+    })
 
 
-def read(path: str) -> dict[str, Any]:
-    """A app model, its format and version checked."""
+def read(path: str) -> AppModel:
+    """An app model, its format and version checked, each part against its model."""
+    from pydantic import ValidationError
+
     from loopscope.model import read_versioned
 
-    return read_versioned(path, "app model", FORMAT, VERSION, "loopscope calibrate app")
+    data = read_versioned(path, "app model", FORMAT, VERSION, "loopscope calibrate app")
+    try:
+        return AppModel.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with loopscope calibrate app") from None

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from loopscope.model.app import AppModel
 from loopscope.model.node import Condition, Cost
 
 ALIASES = {
@@ -44,7 +45,7 @@ def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     return ratio_ci(a, b)
 
 
-def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int = 400) -> dict[str, Any]:
+def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400) -> dict[str, Any]:
     """Node B's system time for the app over node A's.
 
     A call's cost is the node's cost of that call at the sizes the app's
@@ -59,7 +60,7 @@ def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int 
     traced call (exec, page faults) like memory-bound work."""
     from loopscope.model.node import boot_typical, cost_curve, typical
 
-    states = (app.get("syscalls") or {}).get("states") or {}
+    states = app.syscalls.states
     known = set(na.syscalls) & set(nb.syscalls)
     sa = {k: v for k, v in na.syscalls.items() if k in known}
     sb = {k: v for k, v in nb.syscalls.items() if k in known}
@@ -67,14 +68,14 @@ def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int 
     priced_by_size = 0.0
     un_n, un_t, total = 0.0, 0.0, 0.0
     for name, st in states.items():
-        n = float(st["per_run"])
+        n = st.per_run
         total += n
         m = name if name in known else ALIASES.get(name)
         # a call's CPU time: its mean on-CPU duration (the tracer took off
         # the time it was switched out)
-        d = st.get("dur_mean_ns")
+        d = st.dur_mean_ns
         if m is not None and m in known:
-            classes = st.get("bytes_classes") if len(cost_curve(sa, m)) > 1 else None
+            classes = st.bytes_classes if len(cost_curve(sa, m)) > 1 else None
             priced_by_size += n if classes else 0.0
             rows.append((m, n, float(d) if d is not None else None, classes))
         else:
@@ -84,7 +85,7 @@ def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int 
     if not rows:
         # no structure (or nothing that maps): every call the node measured, alike, no argument work
         rows = [(k, 1.0, None, None) for k in sorted(known) if ":" not in k]
-    sys_mean = float(np.mean(app["runs"]["sys_ns"])) if app.get("runs") else 0.0
+    sys_mean = float(np.mean(app.runs.sys_ns)) if app.runs.sys_ns else 0.0
     rng = np.random.default_rng(1)
 
     def val(entry: Cost, k: int | None) -> np.ndarray:
@@ -133,12 +134,12 @@ def sys_ratio(app: dict[str, Any], na: Condition, nb: Condition, resamples: int 
             "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None, **parts}
 
 
-def predict(app: dict[str, Any], na: Condition, nb: Condition) -> dict[str, Any]:
-    env = app["environment"]
+def predict(app: AppModel, na: Condition, nb: Condition) -> dict[str, Any]:
+    env = app.environment
     r_user, lo_u, hi_u = _ratio(na.environments[env], nb.environments[env])
     rs = sys_ratio(app, na, nb)
-    u = np.asarray(app["runs"]["user_ns"], dtype=float)
-    s = np.asarray(app["runs"]["sys_ns"], dtype=float)
+    u = np.asarray(app.runs.user_ns, dtype=float)
+    s = np.asarray(app.runs.sys_ns, dtype=float)
     pred = u * r_user + s * rs["ratio"]
     lo = u * lo_u + s * rs["ci95"][0]
     hi = u * hi_u + s * rs["ci95"][1]
