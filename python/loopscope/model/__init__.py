@@ -5,7 +5,27 @@ app carried from one node or condition to another)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_model(path: str, model: type[M], what: str, fmt: str, version: int, writer: str) -> M:
+    """A model file read into ``model`` (``read_versioned``'s checks first,
+    then each part against its model): anything else is bad input naming the
+    file, the field and the command that writes a good one."""
+    from pydantic import ValidationError
+
+    from loopscope.errors import InputError
+
+    data = read_versioned(path, what, fmt, version, writer)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with {writer}") from None
 
 
 def read_versioned(path: str, what: str, fmt: str, version: int, writer: str) -> dict[str, Any]:

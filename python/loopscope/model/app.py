@@ -440,13 +440,6 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | Non
 
 def read(path: str) -> AppModel:
     """An app model, its format and version checked, each part against its model."""
-    from pydantic import ValidationError
+    from loopscope.model import read_model
 
-    from loopscope.model import read_versioned
-
-    data = read_versioned(path, "app model", FORMAT, VERSION, "loopscope calibrate app")
-    try:
-        return AppModel.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with loopscope calibrate app") from None
+    return read_model(path, AppModel, "app model", FORMAT, VERSION, "loopscope calibrate app")

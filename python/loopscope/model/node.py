@@ -445,17 +445,9 @@ def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_
 
 def read(path: str) -> NodeModel:
     """A node model, its format and version checked, each part against its model."""
-    from pydantic import ValidationError
+    from loopscope.model import read_model
 
-    from loopscope.errors import InputError
-    from loopscope.model import read_versioned
-
-    data = read_versioned(path, "node model", FORMAT, VERSION, "loopscope calibrate node")
-    try:
-        return NodeModel.model_validate(data)
-    except ValidationError as e:
-        err = e.errors()[0]
-        raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with loopscope calibrate node") from None
+    return read_model(path, NodeModel, "node model", FORMAT, VERSION, "loopscope calibrate node")
 
 
 def condition(model: NodeModel, name: str | None, path: str) -> Condition:
