@@ -42,6 +42,7 @@ import polars as pl
 
 from loopscope.clock import estimate as E
 from loopscope.trace.files import Files
+from loopscope.trace.reader import CalPair
 from loopscope.rundir import HubStep, ProcessStep, RunDir, RunRecord, StageStep
 
 GAP_TOLERANCE_NS = 4_000
@@ -66,7 +67,7 @@ class Pairs:
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, cals: list[dict[str, Any]]) -> "Pairs":
+    def of(cls, cals: list[CalPair]) -> "Pairs":
         if not cals:
             return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
         a = np.array([(c["mono_ns"], c["realtime_ns"], c["realtime_err_ns"]) for c in cals], dtype=np.int64)
@@ -285,7 +286,7 @@ def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns
     traces = host_traces(run)
     clocks: dict[str, HostClock] = {}
     for host in run.hosts:
-        cals: list[dict[str, Any]] = []
+        cals: list[CalPair] = []
         for t in traces.get(host, []):
             inf = files.info(t)  # a damaged trace costs its pairs only
             if inf is not None:

@@ -33,7 +33,7 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, NotRequired, TypedDict
 
 import numpy as np
 import polars as pl
@@ -53,6 +53,95 @@ REC_EVENT_PAYLOAD = 3
 REC_INTERVAL = 4
 
 
+# The trace file's metadata as the native reader gives it: one TypedDict per
+# chunk kind, the same fields as the Rust side's structs (crates/trace
+# format.rs and reader.rs), so a field renamed there fails the checker here.
+
+
+class StreamInfo(TypedDict):
+    id: int
+    name: str
+    #: "normal" or "ring"
+    kind: str
+    groups: list[str]
+    buffer_bytes: int
+
+
+class EntityInfo(TypedDict):
+    id: int
+    group: str
+    name: str
+    kind: str
+    desc: str
+    #: a histogram's bucket scale (``trace.api.histogram``)
+    histogram: NotRequired[object]
+
+
+class ThreadInfo(TypedDict):
+    index: int
+    tid: int
+    name: str
+
+
+class DumpInfo(TypedDict):
+    """A flight-recorder dump of a ring stream."""
+
+    stream: int
+    dump: int
+    tag: int
+    trigger_raw: int
+    overwritten_bytes: int
+
+
+class ConfigChange(TypedDict):
+    """A run-time switch of a group on a stream."""
+
+    raw: int
+    stream: int
+    group: str
+    enabled: bool
+
+
+class CalPair(TypedDict):
+    """One calibration read: CLOCK_MONOTONIC, CLOCK_REALTIME (with its read error) and the raw counter."""
+
+    mono_ns: int
+    realtime_ns: int
+    realtime_err_ns: int
+    raw: int
+    raw_err: int
+
+
+class EndInfo(TypedDict):
+    """The writer's totals at close."""
+
+    end_mono_ns: int
+    bytes_written: int
+    lost_records: int
+    lost_by_stream: list[int]
+    dumps: int
+    error: str | None
+
+
+class ReadStats(TypedDict):
+    """What the reader found of the file's integrity."""
+
+    file_bytes: int
+    chunks: int
+    data_chunks: int
+    damaged_chunks: int
+    damaged_bytes: int
+    truncated_bytes: int
+    unknown_chunks: int
+    records: int
+    lost_records: int
+    lost_by_stream: list[int]
+    orphan_records: int
+    closed: bool
+    version: list[int]
+    problems: list[str]
+
+
 @dataclass
 class TraceInfo:
     """A trace's metadata and what the reader found about its integrity."""
@@ -66,14 +155,14 @@ class TraceInfo:
     raw_hz: float
     version: tuple[int, int]
     start_realtime_ns: int
-    streams: list[dict[str, Any]]
-    entities: list[dict[str, Any]]
-    threads: list[dict[str, Any]]
-    dumps: list[dict[str, Any]]
-    changes: list[dict[str, Any]]
-    calibration: list[dict[str, Any]]
-    end: dict[str, Any] | None
-    stats: dict[str, Any]
+    streams: list[StreamInfo]
+    entities: list[EntityInfo]
+    threads: list[ThreadInfo]
+    dumps: list[DumpInfo]
+    changes: list[ConfigChange]
+    calibration: list[CalPair]
+    end: EndInfo | None
+    stats: ReadStats
     counts: dict[int, int] = field(default_factory=dict)
     t_first_ns: int | None = None
     t_last_ns: int | None = None
