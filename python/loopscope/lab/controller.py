@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import AgentRecord, HubStep, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, PathRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
+from loopscope.rundir import AgentRecord, HubStep, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -271,7 +271,7 @@ class Run:
         lab.up(self.say)
         self.notes.extend(lab.notes)
         if lab.paths:
-            rec.paths = {n: PathRecord.model_validate({k: p[k] for k in ("from", "to", "mechanism", "why")}) for n, p in lab.paths.items()}
+            rec.paths = dict(lab.paths)
         first = self.first = next(iter(lab.hosts.values()))
         rec.timings["agent_spawn_mono_ns"] = first.agent.spawn_ns if first.agent else None
         rec.timings["agent_ready_mono_ns"] = time.monotonic_ns()

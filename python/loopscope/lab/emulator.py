@@ -31,10 +31,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from loopscope.host import procs
 from loopscope.errors import RunError
+from loopscope.rundir import PathRecord
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
 KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation asked)"
@@ -57,9 +58,16 @@ def _asks(link: Any) -> list[str]:
     return out
 
 
-def path_plan(exp: Any, hosts: list[str]) -> dict[str, dict[str, Any]]:
-    """Every ordered pair of ``hosts``: ``{"a->b": {from, to, mechanism,
-    why}}``, mechanism ``kernel`` or ``emulator``."""
+#: one direction of a link as the emulator is configured with it (the units it takes: ns, fractions, bits/s)
+LinkConfig = TypedDict("LinkConfig", {
+    "name": str, "spec_index": int, "from": str, "to": str, "delay_ns": int, "jitter_ns": int, "distribution": str,
+    "loss": float, "duplicate": float, "reorder": float, "rate_bps": "float | None", "limit": "int | None",
+})
+
+
+def path_plan(exp: Any, hosts: list[str]) -> dict[str, PathRecord]:
+    """Every ordered pair of ``hosts`` by ``a->b``: what carries it
+    (``kernel`` or ``emulator``) and why."""
     asked: dict[tuple[str, str], list[str]] = {}
     sources = [("", l) for l in exp.links] + [(f"phase {ph.name}: ", l) for ph in (getattr(exp, "phases", None) or []) for l in (ph.links or [])]
     for where, link in sources:
@@ -71,16 +79,16 @@ def path_plan(exp: Any, hosts: list[str]) -> dict[str, dict[str, Any]]:
             if a == b:
                 continue
             why = asked.get((a, b)) or []
-            plan[f"{a}->{b}"] = {
+            plan[f"{a}->{b}"] = PathRecord.model_validate({
                 "from": a,
                 "to": b,
                 "mechanism": "emulator" if why else "kernel",
                 "why": ("asks for " + ", ".join(dict.fromkeys(why))) if why else "nothing asked in any phase",
-            }
+            })
     return plan
 
 
-def link_configs(exp: Any, phase: Any = None) -> list[dict[str, Any]]:
+def link_configs(exp: Any, phase: Any = None) -> list[LinkConfig]:
     """One entry per direction of every link in the experiment file (with
     ``phase``: as that phase changes them)."""
     from loopscope.units import parse_rate
@@ -89,7 +97,7 @@ def link_configs(exp: Any, phase: Any = None) -> list[dict[str, Any]]:
     for over in (getattr(phase, "links", None) or []):
         dirs = set(over.directions())
         links = [over if set(l.directions()) & dirs else l for l in links]
-    out = []
+    out: list[LinkConfig] = []
     for i, link in enumerate(links):
         rate = parse_rate(link.rate)[0] if link.rate else None
         for a, b in link.directions():

@@ -32,7 +32,8 @@ from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
 from loopscope.host import procs
 from loopscope.host.cgroup import RunGroup, remove_root_if_empty
-from loopscope.lab.emulator import Emulator, EmulatorFailure, link_configs, path_plan
+from loopscope.rundir import PathRecord
+from loopscope.lab.emulator import Emulator, EmulatorFailure, LinkConfig, link_configs, path_plan
 
 
 class LabError(RunError):
@@ -159,7 +160,7 @@ class Lab:
         self.timings: dict[str, int] = {}
         self.emulator_result: dict[str, Any] | None = None
         # Per path: what carries it (``path_plan``), settled in ``up``.
-        self.paths: dict[str, dict[str, Any]] = {}
+        self.paths: dict[str, PathRecord] = {}
         self.kernel_forwarded: set[tuple[str, str]] = set()
         self.router_counts: dict[str, int] | None = None
         # What the lab decided or could not do while coming up (the run's notes).
@@ -201,7 +202,7 @@ class Lab:
             self.timings["netns_up_ns"] = time.monotonic_ns() - t0
             if len(self.topo.hosts) >= 2:
                 self._paths_up()
-                if any(p["mechanism"] == "emulator" for p in self.paths.values()):
+                if any(p.mechanism == "emulator" for p in self.paths.values()):
                     cfg = self._emulator_config(link_configs(self.exp))
                     try:
                         self.emulator = Emulator(self.topo.router_ns, cfg, self.run_dir / "netem", self.run_id)
@@ -241,8 +242,8 @@ class Lab:
         router refuses it, the emulator carries every path and the notes say why."""
         assert self.topo is not None
         self.paths = path_plan(self.exp, [h.name for h in self.topo.hosts])
-        emulated = {(p["from"], p["to"]) for p in self.paths.values() if p["mechanism"] == "emulator"}
-        kernel = {(p["from"], p["to"]) for p in self.paths.values() if p["mechanism"] == "kernel"}
+        emulated = {(p.from_, p.to) for p in self.paths.values() if p.mechanism == "emulator"}
+        kernel = {(p.from_, p.to) for p in self.paths.values() if p.mechanism == "kernel"}
         if not kernel:
             return
         try:
@@ -250,12 +251,12 @@ class Lab:
         except netns.NetnsError as e:
             self.notes.append(f"the router's kernel cannot forward the paths that ask for no emulation ({e}); the user-space emulator carries every path")
             for p in self.paths.values():
-                if p["mechanism"] == "kernel":
-                    p.update(mechanism="emulator", why=f"kernel forwarding refused: {e}")
+                if p.mechanism == "kernel":
+                    p.mechanism, p.why = "emulator", f"kernel forwarding refused: {e}"
             return
         self.kernel_forwarded = kernel
 
-    def _emulator_config(self, links: list[dict[str, Any]]) -> dict[str, Any]:
+    def _emulator_config(self, links: list[LinkConfig]) -> dict[str, Any]:
         assert self.topo is not None
         es = self.exp.emulator
         cfg = self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
@@ -263,7 +264,7 @@ class Lab:
 
     # ---- during the run --------------------------------------------------------------
 
-    def set_links(self, configs: list[dict[str, Any]]) -> None:
+    def set_links(self, configs: list[LinkConfig]) -> None:
         """New link settings for the running emulator (a phase that changes links)."""
         if self.emulator is None or self.topo is None:
             return
@@ -331,10 +332,11 @@ class Lab:
         if self.exp.links or self.paths:
             from loopscope.lab.emulator import KERNEL_MECHANISM, MECHANISM
 
-            mechs = {p["mechanism"] for p in self.paths.values()}
+            mechs = {p.mechanism for p in self.paths.values()}
             out["links"] = {
                 "mechanism": "; ".join(m for k, m in (("emulator", MECHANISM), ("kernel", KERNEL_MECHANISM)) if k in mechs) or "none",
-                "paths": {n: {**p, "mechanism": MECHANISM if p["mechanism"] == "emulator" else KERNEL_MECHANISM, "carried_by": p["mechanism"]} for n, p in self.paths.items()},
+                "paths": {n: {**p.model_dump(mode="json", by_alias=True), "mechanism": MECHANISM if p.mechanism == "emulator" else KERNEL_MECHANISM, "carried_by": p.mechanism}
+                          for n, p in self.paths.items()},
                 "applied": link_configs(self.exp),
             }
         return out

@@ -42,6 +42,7 @@ import ipaddress
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,7 +238,7 @@ class Topology:
         h = self.host(host)
         _batch(h.ns, [f"link set {h.ifname} down"])
 
-    def emulator_config(self, links: list[dict[str, object]], seed: int, records: bool = True, priority: int = 0, kernel: set[tuple[str, str]] | None = None) -> dict[str, object]:
+    def emulator_config(self, links: Sequence[Mapping[str, object]], seed: int, records: bool = True, priority: int = 0, kernel: set[tuple[str, str]] | None = None) -> dict[str, object]:
         """``kernel``: the paths the router's kernel forwards (the emulator's
         sockets filter their frames out)."""
         idx = {h.name: i for i, h in enumerate(self.hosts)}
