@@ -33,7 +33,8 @@ def _params(fn: ast.FunctionDef) -> list[str]:
 def test_the_stub_and_the_module_declare_the_same_names() -> None:
     top, _ = _stub()
     public = {n for n in dir(_native) if not n.startswith("_")}
-    assert set(top) == public
+    # private names are the stub's own types (the probes' result shapes), not the module's
+    assert {n for n in top if not n.startswith("_")} == public
 
 
 def test_function_parameters_match_the_native_signatures() -> None:

@@ -4,7 +4,123 @@
 import numpy as np
 import numpy.typing as npt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
+
+# The probes' results as the binding builds them (crates/py/src/probes.rs
+# from crates/probes' result structs): private names, not in the module.
+
+class _TimerThread(TypedDict):
+    index: int
+    tid: int
+    cpu: int | None
+    wakeups: int
+    missed: int
+    min_ns: int
+    max_ns: int
+    sum_ns: int
+    sched: str
+    sched_ok: bool
+    affinity_ok: bool
+    error: str | None
+    latencies: npt.NDArray[np.int64]
+
+class _TimerRun(TypedDict):
+    threads: list[_TimerThread]
+    mlock: str
+    mlock_ok: bool
+    dma_latency: str
+    dma_latency_ok: bool
+    overhead_ns: float
+    interrupted: bool
+    elapsed_ns: int
+
+class _SchedRun(TypedDict):
+    work_iters: int
+    alone_ns: int
+    alone_samples: npt.NDArray[np.int64]
+    wake_delay_ns: npt.NDArray[np.int64]
+    extra_ns: npt.NDArray[np.int64]
+    busy_ops: list[int]
+    elapsed_ns: int
+    interrupted: bool
+
+class _SyscallCall(TypedDict):
+    name: str
+    mean_ns: float
+    ci_half_ns: float
+    converged: bool
+    error: str | None
+    batch_ns: npt.NDArray[np.float64]
+
+class _SyscallRun(TypedDict):
+    calls: list[_SyscallCall]
+    clock_read_ns: float
+    interrupted: bool
+
+class _Hist(TypedDict):
+    """A histogram snapshot: occupied buckets (index, count), out-of-range counts, exact sum/min/max."""
+    idx: npt.NDArray[np.uint32]
+    count: npt.NDArray[np.uint64]
+    under: int
+    over: int
+    sum: int
+    min: int
+    max: int
+
+class _SendWorker(TypedDict):
+    sent: int
+    unsent: int
+    errors: int
+    first_error: str | None
+    batches: int
+    largest_batch: int
+    tx_sched: int
+    tx_sw: int
+    dep_err_ns: npt.NDArray[np.int32]
+
+class _SendRun(TypedDict):
+    workers: list[_SendWorker]
+    scheduled_ns: int
+    elapsed_ns: int
+    realtime_offset_ns: int
+    interrupted: bool
+
+class _PipeSource(TypedDict):
+    sent: int
+    send_errors: int
+    late: _Hist
+    hist_scale: str
+    elapsed_ns: int
+    interrupted: bool
+
+class _PipeNode(TypedDict):
+    received: int
+    forwarded: int
+    malformed: int
+    full: int
+    send_errors: int
+    no_kernel_ts: int
+    residence: _Hist
+    hist_scale: str
+    elapsed_ns: int
+    interrupted: bool
+
+class _PipeSink(TypedDict):
+    received: int
+    unique: int
+    lost: int
+    duplicates: int
+    reordered: int
+    malformed: int
+    truncated: int
+    no_kernel_ts: int
+    first_seq: int
+    max_seq: int
+    hops_seen: list[int]
+    end_to_end: _Hist
+    hist_scale: str
+    elapsed_ns: int
+    interrupted: bool
 
 FORMAT_VERSION: tuple[int, int]
 MAX_PAYLOAD: int
@@ -51,7 +167,7 @@ def mono_ns() -> int: ...
 def clock_info() -> tuple[str, str]: ...
 def read_trace(path: str, sort: bool = True, count_only: bool = False) -> tuple[dict[str, npt.NDArray[np.generic]], str]: ...
 def hist_bounds(scale: str, idx: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
-def timer_probe(params: Any, duration_ns: int, max_samples: int = 16000000) -> dict[str, object]:
+def timer_probe(params: Any, duration_ns: int, max_samples: int = 16000000) -> _TimerRun:
     """``params``: a ``TimerParams`` model (probes/params.py), read by attribute."""
 def timer_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``TimerParams`` model."""
@@ -61,11 +177,11 @@ def sched_probe(
     work_iters: int | None = None,
     alone_ns: int | None = None,
     calibrate_only: bool = False,
-) -> dict[str, object]:
+) -> _SchedRun:
     """``params``: a ``SchedParams`` model, read by attribute."""
 def sched_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``SchedParams`` model."""
-def syscall_probe(params: Any, dir: str, min_batches: int = 10) -> dict[str, object]:
+def syscall_probe(params: Any, dir: str, min_batches: int = 10) -> _SyscallRun:
     """``params``: a ``SyscallParams`` model, read by attribute; ``dir`` unless it names one."""
 def syscall_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``SyscallParams`` model."""
@@ -112,7 +228,7 @@ def net_send(
     off_ns: int = 0,
     replay: str | None = None,
     cpus: list[int] = ...,
-) -> dict[str, object]: ...
+) -> _SendRun: ...
 def net_recv(
     bind: str,
     duration_ns: int | None = None,
@@ -123,6 +239,22 @@ def net_recv(
     max_size: int = 65536,
 ) -> dict[str, object]: ...
 def net_echo(bind: str, duration_ns: int | None = None, tcp: bool = False, ready_fd: int | None = None) -> dict[str, object]: ...
+class _RrRun(TypedDict):
+    """A request-response run: counts, then one column per exchange (ns stamps)."""
+    sent: int
+    send_errors: int
+    malformed: int
+    duplicates: int
+    elapsed_ns: int
+    interrupted: bool
+    seq: npt.NDArray[np.int64]
+    sent_ns: npt.NDArray[np.int64]
+    srv_krx_ns: npt.NDArray[np.int64]
+    srv_urx_ns: npt.NDArray[np.int64]
+    srv_utx_ns: npt.NDArray[np.int64]
+    krx_ns: npt.NDArray[np.int64]
+    urx_ns: npt.NDArray[np.int64]
+
 def net_rr(
     dest: str,
     pps_num: int,
@@ -137,13 +269,13 @@ def net_rr(
     on_ns: int = 0,
     off_ns: int = 0,
     tcp: bool = False,
-) -> dict[str, object]: ...
+) -> _RrRun: ...
 def net_bulk_tcp(dest: str, duration_ns: int, rate_bps: float | None = None, size: int = 65536) -> tuple[int, int, str | None]: ...
 def net_sink_tcp(bind: str, duration_ns: int | None = None) -> tuple[int, int]: ...
 def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None = None) -> dict[str, object]: ...
-def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> dict[str, object]: ...
-def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> dict[str, object]: ...
-def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> dict[str, object]: ...
+def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> _PipeSource: ...
+def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> _PipeNode: ...
+def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> _PipeSink: ...
 def sync_serve(bind: str, ready_fd: int | None = None) -> dict[str, object]: ...
 def sync_probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None = None, grace_ns: int = 200_000_000) -> dict[str, object]: ...
 def bench_floor(n: int, reps: int) -> list[float]: ...

@@ -16,6 +16,7 @@ import os
 import sys
 import socket as _socket
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -125,7 +126,7 @@ def is_local(host: str) -> bool:
 # ---- histogram summaries ------------------------------------------------------------
 
 
-def hist_quantiles(h: dict[str, Any], scale: str, qs: tuple[float, ...] = (0.5, 0.99, 0.999)) -> dict[str, Any]:
+def hist_quantiles(h: Mapping[str, Any], scale: str, qs: tuple[float, ...] = (0.5, 0.99, 0.999)) -> dict[str, Any]:
     """Quantiles of a native histogram snapshot: each the bucket that holds it
     (its bounds are the error), plus exact min, max and mean."""
     idx = np.asarray(h["idx"], dtype=np.uint32)

@@ -81,12 +81,12 @@ def sink(bind: str, flow: int, trace_path: str | None) -> dict[str, Any]:
     with traced(trace_path, ["pipe"]) as tr:
         sys.stdout.flush()
         r = _native.pipe_sink(bind, flow, ready_fd=sys.stdout.fileno())
-    keys = ("received", "unique", "lost", "duplicates", "reordered", "malformed", "truncated", "no_kernel_ts", "first_seq", "max_seq", "hops_seen", "elapsed_ns", "interrupted")
     return {
         **envelope("pipe-sink"),
         "bind": bind,
         "flow": flow,
-        **{k: r[k] for k in keys},
+        **{k: r[k] for k in ("received", "unique", "lost", "duplicates", "reordered", "malformed", "truncated", "no_kernel_ts", "first_seq", "max_seq", "hops_seen",
+                             "elapsed_ns", "interrupted")},
         "end_to_end_ns": hist_quantiles(r["end_to_end"], r["hist_scale"]),
         "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
     }
