@@ -317,9 +317,18 @@ class RemoteConsumerCore:
     def stats(self) -> dict[str, int]: ...
 
 def chan_bench_serve(raw_bind: str, chan_bind: str, reply_to: str, transport: str, frag: int = 1400) -> tuple[int, int]: ...
+class _ChanBenchRow(TypedDict):
+    """One block of the channel benchmark's client: raw or channel, its item size and each round trip."""
+    mode: str
+    block: int
+    size: int
+    elapsed_ns: int
+    timeouts: int
+    rtt_ns: npt.NDArray[np.int64]
+
 def chan_bench_client(
     raw_dest: str, chan_dest: str, bind: str, transport: str, sizes: list[int], rounds: list[int], blocks: int, warmup: int = 20, frag: int = 1400
-) -> list[dict[str, object]]: ...
+) -> list[_ChanBenchRow]: ...
 
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...

@@ -12,7 +12,7 @@ import click
 from loopscope.units import parse_duration_ns
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[int, Any]):
     """A duration with a unit: 10s, 500ms, 2m."""
 
     name = "duration"
@@ -26,7 +26,7 @@ class Duration(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
-class CpuList(click.ParamType):
+class CpuList(click.ParamType[list[int], Any]):
     """CPU numbers: 1, or 0,2, or 0-3."""
 
     name = "cpus"

@@ -51,7 +51,8 @@ def _unwrap(annotation: Any) -> tuple[Any, bool, list[Any]]:
 
 
 def _range(meta: list[Any]) -> tuple[Any, Any, bool, bool]:
-    lo = hi = None
+    lo: Any = None
+    hi: Any = None
     lo_open = hi_open = False
     for m in meta:
         if isinstance(m, at.Ge):

@@ -132,6 +132,7 @@ def channel_bench_client(transport: str, raw_dest: str, chan_dest: str, bind: st
     out = []
     for r in _native.chan_bench_client(raw_dest, chan_dest, bind, transport, sz, rn, blocks, warmup, frag):
         rtt = np.asarray(r["rtt_ns"])
-        out.append({"mode": r["mode"], "block": r["block"], "size": r["size"], "n": int(len(rtt)), "elapsed_ns": int(r["elapsed_ns"]), "timeouts": int(r["timeouts"]), "rtt_ns": rtt.tolist()})
+        out.append({"mode": r["mode"], "block": r["block"], "size": r["size"], "n": int(len(rtt)), "elapsed_ns": int(r["elapsed_ns"]), "timeouts": int(r["timeouts"]),
+                    "rtt_ns": rtt.tolist()})
     click.echo(json.dumps(out))
     return 0

@@ -140,8 +140,8 @@ def probe_syscall(trace_path: str | None, as_json: bool, **params: Any) -> int:
         con = _console()
         con.print(f"system-call cost · batches of {p.batch} · until the 95% CI is within {p.target_pct:g}% of the mean")
         t = Table(show_edge=False)
-        for c, j in (("call", "left"), ("mean", "right"), ("95% CI", "right"), ("batches", "right"), ("", "left")):
-            t.add_column(c, justify=j)  # type: ignore[arg-type]
+        for head, j in (("call", "left"), ("mean", "right"), ("95% CI", "right"), ("batches", "right"), ("", "left")):
+            t.add_column(head, justify=j)  # type: ignore[arg-type]
         for c in res.calls:
             t.add_row(c.name, format_ns(c.mean_ns), f"±{format_ns(c.ci_half_ns)}", f"{c.batches:,}", "" if c.converged else "[yellow]not converged (cap)[/]")
         con.print(t)
@@ -461,12 +461,14 @@ def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size:
         b, el, err = _native.net_bulk_tcp(dest, duration, bps, size or 65536)
         if err:
             raise RunError(f"bulk TCP stream to {dest}: {err}")
-        out = {"bytes": b, "elapsed_ns": el, "bps": b * 8 / (el / 1e9) if el else 0.0, "protocol": "tcp"}
+        rate_bps = b * 8 / (el / 1e9) if el else 0.0
+        out = {"bytes": b, "elapsed_ns": el, "bps": rate_bps, "protocol": "tcp"}
     else:
         sz = size or 1400
         res = net.send(dest, rate_text=rate_text or "100Gbit", size=sz, duration_ns=duration, tx_timestamps=False, records=False, trace_path=None)
-        out = {"bytes": res.sent * sz, "elapsed_ns": res.elapsed_ns, "bps": res.sent_bps, "protocol": "udp", "kept_up": res.kept_up if rate_text else None}
-    click.echo(json.dumps(out) if as_json else f"{out['protocol']} bulk to {dest}: {out['bytes']:,} bytes, {format_bps(out['bps'])}")
+        rate_bps = res.sent_bps
+        out = {"bytes": res.sent * sz, "elapsed_ns": res.elapsed_ns, "bps": rate_bps, "protocol": "udp", "kept_up": res.kept_up if rate_text else None}
+    click.echo(json.dumps(out) if as_json else f"{out['protocol']} bulk to {dest}: {out['bytes']:,} bytes, {format_bps(rate_bps)}")
     return 0
 
 

@@ -115,13 +115,17 @@ def comparison(runs: list[Any], rows: list[Any], diff: dict[str, Any], criteria:
     for r in rows:
         if r.metric not in ("p99", "p999", "max", "missed"):
             continue
-        fmt = (lambda x: "n/a" if x is None else f"{x * 100:.3g} %") if r.metric == "missed" else (lambda x: "n/a" if x is None else format_ns(x))
+        missed = r.metric == "missed"
+
+        def fmt(x: float | None, missed: bool = missed) -> str:
+            return "n/a" if x is None else (f"{x * 100:.3g} %" if missed else format_ns(x))
+
         ci = f" [{r.ci95[0]:.2f}, {r.ci95[1]:.2f}]" if r.ci95 else ""
         ratio = "n/a" if r.ratio is None else f"{r.ratio:.2f}x{ci}{' *' if r.significant else ''}"
         t.add_row(r.run, r.probe, r.phase, r.measure, r.metric, fmt(r.baseline), fmt(r.value), ratio)
     con.print(t)
-    for c in criteria:
-        con.print(f"{'TRIPPED' if c['tripped'] else 'held'}: {c['expr']}" + (f" ({'; '.join(c['rows'][:3])})" if c["rows"] else ""))
+    for crit in criteria:
+        con.print(f"{'TRIPPED' if crit['tripped'] else 'held'}: {crit['expr']}" + (f" ({'; '.join(crit['rows'][:3])})" if crit["rows"] else ""))
     if output:
         click.echo(output)
 
