@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from loopscope.rundir import LoadReport, Machine
+from loopscope.rundir import CaptureReport, LoadReport, Machine
 
 
 class Reply(BaseModel):
@@ -111,20 +111,16 @@ class Status(Reply):
     probes: dict[str, bool] = Field(default_factory=dict)
 
 
-class CaptureMeta(Reply):
-    """What the kernel capture said on starting, draining or stopping (see ``rundir.Capture`` for what the run keeps)."""
+class Drained(Reply):
+    """A read of the capture's buffers between windows (its counts kept as they come), or why there was none."""
 
-    refused: str | None = None
     error: str | None = None
-    missing_events: list[str] | None = None
-    unfiltered_events: list[str] | None = None
-    data: str | None = None
-    log: str | None = None
-    #: on stopping: how long it ran, what its reader cost, the reader's threads and its counts
-    seconds: float | None = None
-    reader_cpu_s: float | None = None
-    reader: dict[str, int | float | None] | None = None
-    reader_tids: list[int] = Field(default_factory=list)
+
+
+class CaptureMeta(CaptureReport, Reply):
+    """What the kernel capture said on starting or stopping (its fields are
+    ``rundir.CaptureReport``'s, which the run keeps)."""
+
     #: the reads the reader made when a CPU's buffer was half full (kernel_ns, read_ns)
     half_full: list[dict[str, int | float]] = Field(default_factory=list)
 
@@ -232,9 +228,9 @@ class StartKcapture(Request[CaptureMeta]):
     read: str = "between-windows"
 
 
-class DrainKcapture(Request[CaptureMeta]):
+class DrainKcapture(Request[Drained]):
     op = "drain_kcapture"
-    reply = CaptureMeta
+    reply = Drained
     label: str = ""
 
 

@@ -154,19 +154,19 @@ class HostAgent(_Open):
     address: str | None = None
 
 
-class Capture(_Open):
-    """One kernel capture: the host it ran on, the hosts it covers (one kernel), where its files are."""
+class CaptureReport(_Open):
+    """What a kernel capture says of itself (the agent's reply to starting
+    and stopping it: ``protocol.CaptureMeta``), and so what the run keeps of
+    it (``Capture``): one declaration for both."""
 
-    host: str
-    covers: list[str] = Field(default_factory=list)
-    dir: str | None = None
-    #: the capture's data (segments index or a perf.data file), relative to the run; None when it recorded nothing
+    #: the capture's data (segments index or a perf.data file); None when it recorded nothing
     data: str | None = None
+    log: str | None = None
     timens_offset_ns: int | None = None
     tool: str | None = None
     read: str | None = None
     format: str | None = None
-    events: list[str] = Field(default_factory=list)
+    events: list[str] | None = None
     missing_events: list[str] | None = None
     instance: str | None = None
     filters: dict[str, str] | None = None
@@ -176,12 +176,20 @@ class Capture(_Open):
     buffer_mb_per_cpu: float | None = None
     buffer_why: str | None = None
     page_size: int | None = None
-    log: str | None = None
-    #: after the capture stopped: how long it ran, what its reader cost, the reader's threads, its reads
+    #: after the capture stopped: how long it ran, what its reader cost, the reader's threads and its counts
     seconds: float | None = None
     reader_cpu_s: float | None = None
     reader: dict[str, int | float | None] | None = None
     reader_tids: list[int] = Field(default_factory=list)
+
+
+class Capture(CaptureReport):
+    """One kernel capture of a run: the host it ran on, the hosts it covers
+    (one kernel), where its files are (``data``, ``log``: relative to the run)."""
+
+    host: str
+    covers: list[str] = Field(default_factory=list)
+    dir: str | None = None
     #: the reads the reader made during a probe's window (each: kernel_ns, step, at_s, read_ms)
     reader_ran_during: list[dict[str, Any]] = Field(default_factory=list)
     #: an imported perf.data's perf CPU time

@@ -408,11 +408,11 @@ class Agent:
             self.kcapture = cap
         return P.CaptureMeta.model_validate(meta)
 
-    def drain_kcapture(self, m: P.DrainKcapture) -> P.CaptureMeta:
+    def drain_kcapture(self, m: P.DrainKcapture) -> P.Drained:
         """Read the kernel's buffers now (the lab calls this between probe windows)."""
         if self.kcapture is None:
-            return P.CaptureMeta(error="no kernel capture is running")
-        return P.CaptureMeta.model_validate(self.kcapture.drain(m.label))
+            return P.Drained(error="no kernel capture is running")
+        return P.Drained.model_validate(self.kcapture.drain(m.label))
 
     def stop_kcapture(self, m: P.StopKcapture) -> P.CaptureMeta:
         if self.kcapture is None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope import protocol as P
-from loopscope.rundir import Capture, KernelRecord, Step
+from loopscope.rundir import Capture, CaptureReport, KernelRecord, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -55,9 +55,9 @@ def start(lab: Any, exp: Any, notes: list[str]) -> CaptureRun:
     for host, covers in kernels(lab):
         out_dir = f"{lab.hosts[host].base}/kernel"
         meta = lab.agent(host).ask(P.StartKcapture(out_dir=out_dir, events=k.events, buffer_mb=k.buffer_mb, window_s=window_s, read=k.read), timeout=60)
-        keys = ("tool", "read", "format", "instance", "events", "missing_events", "filters", "unfiltered_events", "refused", "clock", "timens_offset_ns", "buffer_mb_per_cpu", "buffer_why", "page_size")
-        said = meta.model_dump(mode="json")
-        entry = Capture.model_validate({"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **{x: said.get(x) for x in keys}})
+        # what the capture said of itself on starting (its files and reader figures come at its stop)
+        said = meta.model_dump(mode="json", include=set(CaptureReport.model_fields) - {"data", "log", "seconds", "reader_cpu_s", "reader", "reader_tids"})
+        entry = Capture.model_validate({"host": host, "covers": covers, "dir": lab.rel(host, out_dir), **said})
         if meta.refused:
             msg = f"kernel capture on {host} ({', '.join(covers)}): {meta.refused}; the report cannot say why outliers happened there"
             if k.capture == "on":
