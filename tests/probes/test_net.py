@@ -122,7 +122,7 @@ def test_a_paced_run_arrives_whole_with_kernel_timestamps_both_ways(cli: Cli, tm
     assert s.returncode == 0, s.stderr
     js, jr = json.loads(s.stdout), json.loads(out)
     assert js["sent"] == 4000 and js["kept_up"] and js["shortfall"] is None
-    assert js["tx_timestamps"]["software"] == 4000 and js["tx_timestamps"]["sched"] == 4000
+    assert js["tx_timestamps"] == {"software": 4000, "sched": 4000, "missing": 0}
     assert jr["packets"] == 4000 and jr["lost"] == 0 and jr["kernel_timestamps"] == 4000
     d = jr["delay_ns"]
     assert 0 < d["end_host"]["p50"] < d["one_way"]["p99"] + 1
@@ -133,6 +133,25 @@ def test_a_paced_run_arrives_whole_with_kernel_timestamps_both_ways(cli: Cli, tm
     sent = lt.read(tmp_path / "s.lstrace").filter(pl.col("name") == "send")
     gaps = np.diff(np.sort(sent["t_ns"].to_numpy()))
     assert sent.height == 4000 and set(np.unique(gaps)) <= {50_000}
+
+
+def test_a_sender_stopped_mid_run_keeps_every_tx_timestamp_while_it_catches_up(tmp_path: Path) -> None:
+    # Stopped for 80 ms at 20 kpps, the sender owes 1,600 packets and sends
+    # them in batches; their stamps pile up on the error queue meanwhile.
+    port = free_port()
+    rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "700ms", "--json", "--no-packet-records", cwd=tmp_path)
+    tx = subprocess.Popen([str(BIN), "probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "20kpps", "--size", "200", "--count", "20000",
+                           "--no-packet-records", "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for _ in range(3):
+        time.sleep(0.25)
+        tx.send_signal(19)  # SIGSTOP
+        time.sleep(0.08)
+        tx.send_signal(18)  # SIGCONT
+    out, err = tx.communicate(timeout=30)
+    rx.communicate(timeout=30)
+    j = json.loads(out)
+    assert j["sent"] == 20000 and j["largest_batch"] > 32, err
+    assert j["tx_timestamps"] == {"software": 20000, "sched": 20000, "missing": 0}
 
 
 def test_bounded_memory_mode_keeps_summaries_without_per_packet_records(cli: Cli, tmp_path: Path) -> None:

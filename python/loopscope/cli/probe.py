@@ -190,7 +190,9 @@ def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count
         con.print(f"sent {j['sent']:,} packets of {size} bytes to {dest}: {format_bps(j['sent_bps'])} of {format_bps(j['requested_bps'])} requested ({pattern_text}, {workers} worker{'s' if workers > 1 else ''})")
         if d:
             con.print(f"departure error: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, p99.9 {format_ns(d['p999'])}, max {format_ns(d['max'])}")
-        con.print(f"kernel TX timestamps: {j['tx_timestamps']['sched']:,} at the queue, {j['tx_timestamps']['software']:,} at the driver; {j['batches']:,} send calls, largest batch {j['largest_batch']}")
+        tx = j["tx_timestamps"]
+        missing = f" ({tx['missing']:,} never came: the error queue overflowed)" if tx["missing"] else ""
+        con.print(f"kernel TX timestamps: {tx['sched']:,} at the queue, {tx['software']:,} at the driver{missing}; {j['batches']:,} send calls, largest batch {j['largest_batch']}")
         _trace_line(con, res)
     if j["shortfall"]:
         sys.stderr.write(f"loopscope: warning: {j['shortfall']}\n")

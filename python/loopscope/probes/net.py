@@ -177,6 +177,7 @@ class SendResult:
     largest_batch: int
     tx_sched: int
     tx_sw: int
+    tx_stamped: bool
     interrupted: bool
     trace: str | None
     trace_records: int | None = None
@@ -195,6 +196,12 @@ class SendResult:
     def kept_up(self) -> bool:
         slack = max(1_000_000, self.scheduled_ns // 100)
         return self.unsent == 0 and self.errors == 0 and self.elapsed_ns <= self.scheduled_ns + slack
+
+    @property
+    def tx_missing(self) -> int:
+        """Kernel TX stamps asked for but never read (two per packet sent):
+        the kernel drops them when the error queue is full, and says nothing."""
+        return max(0, 2 * self.sent - self.tx_sched - self.tx_sw) if self.tx_stamped else 0
 
     def shortfall(self) -> str | None:
         if self.kept_up or self.interrupted:
@@ -224,7 +231,7 @@ class SendResult:
             "departure_err_ns": dep,
             "batches": self.batches,
             "largest_batch": self.largest_batch,
-            "tx_timestamps": {"sched": self.tx_sched, "software": self.tx_sw},
+            "tx_timestamps": {"sched": self.tx_sched, "software": self.tx_sw, "missing": self.tx_missing},
             "dest": self.dest,
             "size": self.size,
             "pattern": self.pattern,
@@ -282,7 +289,7 @@ def send(
         first_error=next((w["first_error"] for w in ws if w["first_error"]), None),
         scheduled_ns=int(raw["scheduled_ns"]), elapsed_ns=int(raw["elapsed_ns"]),
         batches=sum(w["batches"] for w in ws), largest_batch=max(w["largest_batch"] for w in ws),
-        tx_sched=sum(w["tx_sched"] for w in ws), tx_sw=sum(w["tx_sw"] for w in ws),
+        tx_sched=sum(w["tx_sched"] for w in ws), tx_sw=sum(w["tx_sw"] for w in ws), tx_stamped=tx_timestamps,
         interrupted=bool(raw["interrupted"]), trace=tr.path, trace_records=tr.records, trace_lost=tr.lost,
         dep_err_ns=np.concatenate([np.asarray(w["dep_err_ns"]) for w in ws]) if ws else np.zeros(0, dtype=np.int32),
     )

@@ -178,8 +178,9 @@ fn worker(cfg: &SendConfig, w: usize, sock: Udp, t0: i64, rt_off: i64, stop: &At
         }
     }
     if cfg.tx_timestamps {
-        // Stamps of the last packets arrive shortly after their send.
-        let until = mono_ns() + 20_000_000;
+        // Stamps of the last packets arrive shortly after their send (later
+        // on a loaded machine; the wait ends as soon as all are in).
+        let until = mono_ns() + 200_000_000;
         while mono_ns() < until && r.tx_sw + r.tx_sched < 2 * r.sent {
             drain_tx_stamps(sock.raw(), &mut stamps);
             log_stamps(&e, &mut stamps, w, n, &mut r, cfg.records);

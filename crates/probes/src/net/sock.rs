@@ -138,8 +138,13 @@ impl Udp {
         enable_rx_timestamps_fd(self.raw())
     }
 
-    /// Ask for TX SCHED and SOFTWARE timestamps with per-packet ids.
+    /// Ask for TX SCHED and SOFTWARE timestamps with per-packet ids. The
+    /// stamps wait on the error queue, which is charged to the receive
+    /// buffer: with the default one a sender that stalls a few milliseconds
+    /// and then catches up in batches overflows it and the kernel drops
+    /// stamps, so the buffer is made room for thousands.
     pub fn enable_tx_timestamps(&self) -> Result<()> {
+        loopscope_os::force_buffer(self.raw(), loopscope_os::Buf::Recv, 4 << 20);
         let flags = libc::SOF_TIMESTAMPING_TX_SCHED
             | libc::SOF_TIMESTAMPING_TX_SOFTWARE
             | libc::SOF_TIMESTAMPING_SOFTWARE
