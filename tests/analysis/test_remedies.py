@@ -3,9 +3,16 @@ and it is what a real-time engineer would try."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from loopscope.analysis.remedies import Context, remedy
+from loopscope.analysis.remedies import Context, Remedy, remedy
+
+
+def plain(r: Remedy) -> list[dict[str, Any]]:
+    """A remedy's tunings as an experiment file writes them."""
+    return [t.model_dump(mode="json", exclude_unset=True) for t in r.tunings]
 
 
 def _ctx(**kw: object) -> Context:
@@ -15,28 +22,28 @@ def _ctx(**kw: object) -> Context:
 
 def test_a_hog_gets_the_probe_sched_fifo_first() -> None:
     r = remedy("load: hog", _ctx())
-    assert r is not None and "SCHED_FIFO" in r.remedy and r.tunings == [{"kind": "sched", "probe": "t", "policy": "fifo", "priority": 80}]
+    assert r is not None and "SCHED_FIFO" in r.remedy and plain(r) == [{"kind": "sched", "probe": "t", "policy": "fifo", "priority": 80}]
 
 
 def test_a_probe_already_at_fifo_80_is_moved_away_from_a_hog_instead() -> None:
     r = remedy("load: hog", _ctx(probe_priority=80))
-    assert r is not None and "SCHED_FIFO" not in r.remedy and any(t["kind"] == "affinity" for t in r.tunings)
+    assert r is not None and "SCHED_FIFO" not in r.remedy and any(t.kind == "affinity" for t in r.tunings)
 
 
 @pytest.mark.parametrize("cause", ["lab: sync", "timer interrupt", "IPI: function call", "IPI: TLB shootdown"])
 def test_a_probe_pinned_to_cpu_1_is_never_told_to_pin_itself_to_cpu_1(cause: str) -> None:
     r = remedy(cause, _ctx())
-    assert r is not None and r.tunings == [{"kind": "affinity", "probe": "t", "cpus": [0]}], r
+    assert r is not None and plain(r) == [{"kind": "affinity", "probe": "t", "cpus": [0]}], r
 
 
 def test_a_thread_competing_with_a_probe_that_cannot_take_a_priority_moves_the_probe_elsewhere() -> None:
     r = remedy("thread: zoo-fifo", _ctx(probe_takes_priority=False))
-    assert r is not None and r.tunings == [{"kind": "affinity", "probe": "t", "cpus": [0]}]
+    assert r is not None and plain(r) == [{"kind": "affinity", "probe": "t", "cpus": [0]}]
 
 
 def test_timer_slack_is_remedied_by_sched_fifo_which_has_none() -> None:
     r = remedy("timer slack", _ctx())
-    assert r is not None and r.tunings and r.tunings[0]["policy"] == "fifo" and "PR_SET_TIMERSLACK" in r.command
+    assert r is not None and r.tunings and plain(r)[0]["policy"] == "fifo" and "PR_SET_TIMERSLACK" in r.command
 
 
 def test_a_thread_blocked_on_another_gets_advice_about_its_lock_and_no_tuning() -> None:
@@ -46,7 +53,7 @@ def test_a_thread_blocked_on_another_gets_advice_about_its_lock_and_no_tuning() 
 
 def test_page_faults_of_a_probe_that_ran_unlocked_are_remedied_by_locking_its_memory() -> None:
     r = remedy("page faults", _ctx(probe_kind="program", probe_takes_priority=False, probe_unlocked=True))
-    assert r is not None and r.tunings == [{"kind": "mlock", "probe": "t"}] and "mlockall" in r.command
+    assert r is not None and plain(r) == [{"kind": "mlock", "probe": "t"}] and "mlockall" in r.command
 
 
 def test_page_faults_of_a_probe_already_locked_get_advice_and_no_tuning() -> None:

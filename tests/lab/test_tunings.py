@@ -16,6 +16,7 @@ import polars as pl
 import pytest
 
 from loopscope.lab import state
+from tests.helpers import assert_clean_error
 from tests.conftest import BIN, Cli
 from tests.lab.test_run import wait_for
 
@@ -167,3 +168,7 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
     assert p99["baseline_phase"] == "hog" and p99["significant"] and p99["ratio"] < 0.5, p99
     assert settings() == before
+    # advise reads the run's explain.json when it is current: one that is not what explain writes is named
+    ej = tmp_path / "h1" / "explain.json"
+    ej.write_text(json.dumps({**json.loads(ej.read_text()), "groups": [{"probe": "timer"}]}))
+    assert_clean_error(cli("advise", str(tmp_path / "h1"), "--json"), 2, "explain.json: groups.0.phase: Field required", "loopscope explain")

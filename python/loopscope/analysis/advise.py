@@ -15,14 +15,34 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
+from loopscope.analysis.explained import ExplainDoc
 from loopscope.analysis.remedies import Context, remedy
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
+from loopscope.spec.models import Tuning
 
 SKIP = {"return to user space", "unexplained"}
 MIN_SHARE = 0.05
+
+
+class Advice(TypedDict):
+    """One cause of one probe and phase, and what to do about it."""
+
+    probe: str
+    phase: str
+    cause: str
+    share: float
+    remedy: str
+    knob: str | None
+    command: str | None
+    reboot: bool | None
+    runtime: bool
+
+
+#: per advised phase, the tunings its remedy phase applies
+Remedies = dict[str, list[Tuning]]
 
 
 def _probe_of(group: str, probes: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -33,7 +53,7 @@ def _probe_of(group: str, probes: list[dict[str, Any]]) -> dict[str, Any] | None
     return None
 
 
-def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -> tuple[list[Advice], Remedies]:
     """The advice rows, and per advised phase the tunings a remedy phase applies.
     ``models``: probe kind → its spec model (what fields a probe takes)."""
     rd = RunDir.open(run_dir)
@@ -47,9 +67,9 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
     for ld in rd.record().loads:
         if ld.cpus:
             load_cpus[(ld.phase, ld.name)] = sorted(set(load_cpus.get((ld.phase, ld.name), [])) | set(ld.cpus))
-    rows: list[dict[str, Any]] = []
-    tunings: dict[str, list[dict[str, Any]]] = {}
-    for g in explained.get("groups") or []:
+    rows: list[Advice] = []
+    tunings: Remedies = {}
+    for g in explained["groups"]:
         p = _probe_of(g["probe"], spec.get("probes") or [])
         if p is None:
             continue
@@ -58,18 +78,23 @@ def advise(run_dir: Path, explained: dict[str, Any], models: dict[str, Any]) -> 
                       probe_takes_cpu="cpu" in fields, probe_takes_priority="priority" in fields, loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
                       load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]}, probe_priority=p.get("priority"),
                       probe_unlocked="mlock" in fields and not p.get("mlock", fields["mlock"].default if "mlock" in fields else True))
-        top = [c for c in g.get("causes") or [] if c["cause"] not in SKIP and c["share"] >= MIN_SHARE][:3]
-        for c in top:
-            r = remedy(c["cause"], ctx)
-            rows.append({"probe": g["probe"], "phase": g["phase"], "cause": c["cause"], "share": round(c["share"], 4),
+        top = [(c["cause"], c["share"] or 0.0) for c in g["causes"] if c["cause"] not in SKIP and (c["share"] or 0.0) >= MIN_SHARE][:3]
+        for cause, share in top:
+            r = remedy(cause, ctx)
+            rows.append({"probe": g["probe"], "phase": g["phase"], "cause": cause, "share": round(share, 4),
                          "remedy": r.remedy if r else "none known: see docs/explain.md for what it is", "knob": r.knob if r else None,
                          "command": r.command if r else None, "reboot": r.reboot if r else None, "runtime": bool(r and r.tunings)})
             if r and r.tunings and g["phase"] in phases:
                 have = tunings.setdefault(g["phase"], [])
                 for t in r.tunings:
-                    if t not in have and not any(_same_target(t, h) for h in have):
+                    if t not in have and not any(_same_target(_plain(t), _plain(h)) for h in have):
                         have.append(t)
     return rows, tunings
+
+
+def _plain(t: Tuning) -> dict[str, Any]:
+    """A tuning as the experiment file writes it (the fields it was given)."""
+    return t.model_dump(mode="json", exclude_unset=True)
 
 
 def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -80,7 +105,7 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in key)
 
 
-def follow_up(run_dir: Path, tunings: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, Any]:
     """The run's experiment as its author wrote it (``spec.yaml``, defaults
     left out), its phases written out only when it had none, and a remedy
     phase per advised phase: that phase's loads, links and tunings with the
@@ -105,7 +130,8 @@ def follow_up(run_dir: Path, tunings: dict[str, list[dict[str, Any]]]) -> dict[s
         spec.pop("baseline", None)
     phases = spec["phases"]
     names = {p["name"] for p in phases}
-    for ph, ts in tunings.items():
+    for ph, models in tunings.items():
+        ts = [_plain(t) for t in models]
         base = next((p for p in phases if p["name"] == ph), None) or next(p for p in full.get("phases") or [] if p["name"] == ph)
         name = "remedy" if len(tunings) == 1 else f"remedy-{ph}"
         while name in names or name == "baseline":

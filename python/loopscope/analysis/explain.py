@@ -52,6 +52,7 @@ from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
+from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, read
 
 # A cluster of outlier windows is at most this long, and gets the kernel
 # events this far around its windows: runtime accounting comes at least
@@ -92,7 +93,11 @@ def _roles(run: RunRecord) -> dict[int, str]:
     return out
 
 
-def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> dict[str, Any]:
+def _count(v: float | None) -> int | None:
+    return None if v is None else int(v)
+
+
+def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
     span = ((st.t_last or 0) - (st.t_first or 0)) / 1e9 if st.events else 0
     secs = cap.seconds or span or None
     on_disk = st.bytes_on_disk()
@@ -107,7 +112,7 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> dict[str, Any]:
         "events_per_s": st.events / span if span else None,
         "reader_cpu_s": reader_cpu, "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
         "perf_cpu_s": cap.perf_cpu_s, "perf_cpu_share": cap.perf_cpu_s / secs if cap.perf_cpu_s is not None and secs else None,
-        "reads_between_windows": rd.get("reads_asked"), "reads_during_windows": rd.get("reads_half_full"),
+        "reads_between_windows": _count(rd.get("reads_asked")), "reads_during_windows": _count(rd.get("reads_half_full")),
         "reader_ran_during": cap.reader_ran_during,
         "buffer_mb_per_cpu": cap.buffer_mb_per_cpu,
         "missing_events": cap.missing_events or [],
@@ -218,15 +223,24 @@ def windows_of(run_dir: Path, run: RunRecord, kinds: Registry, caps: list[Captur
     return (pl.concat(parts) if parts else pl.DataFrame(schema=WINDOWS)), sorted(set(unknown))
 
 
-def explain(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> dict[str, Any] | None:
+def explain(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> ExplainDoc | None:
     """``attribute`` a run and have its run directory write the result
     (explain.json, tables/attribution.parquet); what explain.json holds."""
     d = attribute(run_dir, kinds, quantile, max_outliers, all_causes)
     if d is None:
         return None
     RunDir(run_dir).write_derived(d)
-    out: dict[str, Any] = d.documents["explain.json"]
+    out: ExplainDoc = d.documents["explain.json"]
     return out
+
+
+def cached(run_dir: Path, kinds: Registry) -> ExplainDoc | None:
+    """The run's explain.json when it is newer than the run record, else
+    explained now (and written); None when no capture holds data."""
+    ej, rj = run_dir / "explain.json", run_dir / "run.json"
+    if ej.exists() and rj.exists() and ej.stat().st_mtime >= rj.stat().st_mtime:
+        return read(ej)
+    return explain(run_dir, kinds)
 
 
 def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outliers: int = 5000, all_causes: bool = False) -> Derived | None:
@@ -241,7 +255,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
     t0 = time.perf_counter()
     offsets = _host_offsets(run_dir)
     roles = _roles(run)
-    out: dict[str, Any] = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
+    out: ExplainDoc = {"captures": [], "groups": [], "threshold": f"p{quantile * 100:g} of each probe in each phase", "max_outliers": max_outliers}
     frames = []
     wins, unknown = windows_of(run_dir, run, kinds, caps)
     next_id = 0
@@ -254,7 +268,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         try:
             st = S.open_capture(run_dir, cap)
         except S.CaptureError as e:
-            out["captures"].append({**cap.model_dump(mode="json", exclude_unset=True), "error": str(e)})
+            out["captures"].append({**cap.model_dump(mode="json", exclude_unset=True), "error": str(e)})  # type: ignore[arg-type]
             continue
         out["captures"].append(_capture_entry(run_dir, cap, st))
         # The outliers of each probe and phase, without a copy of every record
@@ -281,7 +295,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
     return Derived(documents={"explain.json": out}, tables={"tables/attribution.parquet": att_all} if len(att_all) else {})
 
 
-def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> dict[str, Any]:
+def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> Group:
     """One probe × phase of explain's result: its causes and shares."""
     total = int(g["ns"].sum())
     by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
@@ -289,7 +303,9 @@ def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.
     fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
     lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
     loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
-    entry = {
+    causes: list[Cause] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
+                           for r in by.head(8).iter_rows(named=True)]
+    entry: Group = {
         "probe": probe, "phase": phase, "host_kernel": cap.host, "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
         "outliers": int(g["id"].n_unique()), "outlier_ns": total,
         "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
@@ -300,8 +316,7 @@ def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.
         "lab": {c: ns / total for c, ns in sorted(lab.items(), key=lambda kv: -kv[1])} if total else {},
         "load_share": loads / total if total else 0.0,
         "system_share": (total - sum(lab.values()) - loads) / total if total else 0.0,
-        "causes": [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
-                   for r in by.head(8).iter_rows(named=True)],
+        "causes": causes,
     }
     if all_causes:
         entry["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
@@ -322,17 +337,17 @@ def _why_counts(g: pl.DataFrame) -> list[str]:
     return [f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
 
 
-def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, Any]]:
+def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[Outlier]:
     """The ``n`` latest outliers of a probe and phase, each with its causes (for the report)."""
     p = run_dir / "tables" / "attribution.parquet"
     if not p.exists():
         return []
     a = pl.read_parquet(p).filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
-    out = []
+    out: list[Outlier] = []
     for (rid,), g in a.sort("latency_ns", descending=True).group_by("id", maintain_order=True):
         g = g.sort("ns", descending=True)
         out.append({
-            "id": rid, "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
+            "id": int(rid), "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
             "span": bool(g["span"][0]) if "span" in g.columns else False,
             "migrations": int(g["migrations"][0]), "page_faults": int(g["page_faults"][0]), "complete": bool(g["complete"][0]),
             "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
@@ -342,7 +357,7 @@ def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[dict[str, A
     return out
 
 
-def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> dict[str, Any] | None:
+def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> Found | None:
     """What explain found in an anomaly's windows: ``att``, the attribution
     rows of one probe, phase and repetition (``id``, ``t_ns``, ``cause``,
     ``ns``); ``windows``, the finding's stretches of the same clock (none:

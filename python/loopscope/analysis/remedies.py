@@ -14,7 +14,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from loopscope.spec.models import (AffinityTuning, DmaLatencyTuning, IrqTuning, MlockTuning, SchedTuning, Tuning,
+                                   WriteTuning)
 
 
 @dataclass
@@ -23,8 +25,9 @@ class Remedy:
     knob: str
     command: str
     reboot: bool
-    #: tunings of a remedy phase that apply it at run time (empty: not at run time)
-    tunings: list[dict[str, Any]] = field(default_factory=list)
+    #: tunings of a remedy phase that apply it at run time (empty: not at run time),
+    #: the experiment file's own models: a remedy cannot write one a run refuses
+    tunings: list[Tuning] = field(default_factory=list)
 
 
 @dataclass
@@ -49,10 +52,10 @@ class Context:
 RT_PRIORITY = 80
 
 
-def _fifo(ctx: Context) -> list[dict[str, Any]]:
+def _fifo(ctx: Context) -> list[Tuning]:
     """The tuning that makes the probe SCHED_FIFO, when it takes one and is not already."""
     if ctx.probe_takes_priority and (ctx.probe_priority or 0) < RT_PRIORITY:
-        return [{"kind": "sched", "probe": ctx.probe, "policy": "fifo", "priority": RT_PRIORITY}]
+        return [SchedTuning(kind="sched", probe=ctx.probe, policy="fifo", priority=RT_PRIORITY)]
     return []
 
 
@@ -63,8 +66,8 @@ def _elsewhere(ctx: Context) -> list[int]:
     return other[:1] or ctx.usable[:1]
 
 
-def _move(ctx: Context) -> list[dict[str, Any]]:
-    return [{"kind": "affinity", "probe": ctx.probe, "cpus": _elsewhere(ctx)}] if ctx.probe_takes_cpu else []
+def _move(ctx: Context) -> list[Tuning]:
+    return [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=_elsewhere(ctx))] if ctx.probe_takes_cpu else []
 
 
 def _rps_paths(cpu_set: list[int]) -> list[str]:
@@ -124,48 +127,48 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
                       "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock", False)
     if cause.startswith("load: "):
         load = cause[6:]
-        t: list[dict[str, Any]] = []
+        t: list[Tuning] = []
         pinned = ctx.load_cpus.get(load) or []
         if pinned and set(pinned) < set(ctx.usable) and ctx.probe_takes_cpu:
             # the load pinned itself (stress-ng --taskset, a cpuset of its own): move the probe to the CPUs it left free
             free = [c for c in ctx.usable if c not in pinned]
-            t.append({"kind": "affinity", "probe": ctx.probe, "cpus": free})
+            t.append(AffinityTuning(kind="affinity", probe=ctx.probe, cpus=free))
             return Remedy(f"the load {load} pins itself to CPU {','.join(map(str, pinned))}: move the probe to CPU {','.join(map(str, free))}", "CPU placement of the probe",
                           f"taskset -c {','.join(map(str, free))} <probe command>   # or the probe's cpu: [{','.join(map(str, free))}]", False, t)
         if load in ctx.loads:
-            t.append({"kind": "affinity", "load": load, "cpus": rest})
+            t.append(AffinityTuning(kind="affinity", load=load, cpus=rest))
         if ctx.probe_takes_cpu:
-            t.append({"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus})
+            t.append(AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus))
         return Remedy(f"move the load {load} off the probe's CPU (cpusets or affinity), and pin the probe", "CPU placement (affinity, cpusets)",
                       f"taskset -acp {rc} <pids of {load}>   # or: systemd-run -p AllowedCPUs={rc} …; pin the probe: taskset -c {pc}", False, t)
     if cause.startswith("irq: "):
         name = cause[5:]
         n = _irq_number(name)
-        t = [{"kind": "irq", "irq": n, "cpus": rest}] if n is not None else []
+        t = [IrqTuning(kind="irq", irq=n, cpus=rest)] if n is not None else []
         where = f"/proc/irq/{n if n is not None else '<N>'}/smp_affinity_list"
         return Remedy(f"steer interrupt {name} away from the probe's CPU", "IRQ affinity", f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq", False, t)
     if cause == "CPU idle":
         return Remedy("keep the CPU out of deep idle states: its wake-up came late", "cpu_dma_latency / cpuidle states",
                       "hold /dev/cpu_dma_latency at 0 (cyclictest does), or: cpupower idle-set -D 1; for good: idle=poll or processor.max_cstate=1 on the kernel command line",
-                      False, [{"kind": "dma_latency", "us": 0}])
+                      False, [DmaLatencyTuning(kind="dma_latency", us=0)])
     if cause == "scheduling latency":
-        t = [{"kind": "sched", "probe": ctx.probe, "policy": "fifo", "priority": 80}] if ctx.probe_takes_priority else []
+        t = [SchedTuning(kind="sched", probe=ctx.probe, policy="fifo", priority=80)] if ctx.probe_takes_priority else []
         return Remedy("run the probe's thread with a real-time policy", "scheduling policy and priority", "chrt -f 80 <command>   # or the probe's priority: 80", False, t)
     if cause == "migrations":
-        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": probe_cpus}] if ctx.probe_takes_cpu else []
+        t = [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus)] if ctx.probe_takes_cpu else []
         return Remedy("pin the probe's thread to one CPU", "CPU affinity", f"taskset -c {pc} <command>", False, t)
     if cause in ("page faults", "page fault"):
-        lock = [{"kind": "mlock", "probe": ctx.probe}] if ctx.probe_unlocked else []
+        lock: list[Tuning] = [MlockTuning(kind="mlock", probe=ctx.probe)] if ctx.probe_unlocked else []
         return Remedy("lock the probe's memory (mlockall) so memory pressure cannot page it out, and prefault it", "mlockall / prefaulting",
                       "mlockall(MCL_CURRENT | MCL_FUTURE) at start and touch the buffers once (cyclictest -m; the probe's mlock: true)", False, lock)
     if re.match(r"thread: kdamond", cause):
-        return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False,
-                      [{"kind": "write", "path": p, "value": "off"} for p in _kdamonds()])
+        off: list[Tuning] = [WriteTuning(kind="write", path=p, value="off") for p in _kdamonds()]
+        return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False, off)
     if cause.startswith("softirq: NET_RX") or cause.startswith("thread: ksoftirqd"):
         here = ctx.probe_cpus or ctx.usable
         away = [c for c in ctx.usable if c not in here] or rest
         mask = f"{sum(1 << c for c in away):x}"
-        steer = [{"kind": "write", "path": p, "value": mask} for p in _rps_paths(here)]
+        steer: list[Tuning] = [WriteTuning(kind="write", path=p, value=mask) for p in _rps_paths(here)]
         return Remedy("take receive processing off the probe's CPU (packet steering, IRQ affinity), or move the probe", "RPS / IRQ steering",
                       f"echo {mask} > /sys/class/net/<dev>/queues/rx-0/rps_cpus; the NIC's IRQ: echo {rc} > /proc/irq/<N>/smp_affinity_list", False,
                       steer or _move(ctx))
@@ -178,11 +181,11 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
     if cause.startswith("lab: "):
         to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)  # pinned already: pinning it there again changes nothing
         return Remedy(f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it", "CPU affinity of the probe", f"the probe's cpu: [{','.join(map(str, to))}]", False,
-                      [{"kind": "affinity", "probe": ctx.probe, "cpus": to}] if ctx.probe_takes_cpu else [])
+                      [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else [])
     if cause.startswith("thread: "):
         name = cause[8:]
         to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)
-        t = [{"kind": "affinity", "probe": ctx.probe, "cpus": to}] if ctx.probe_takes_cpu else []
+        t = [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else []
         return Remedy(f"move {name} off the probe's CPU, or the probe away from it", "CPU placement (affinity)", f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}", False, t)
     return None
 

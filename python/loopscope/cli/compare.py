@@ -103,13 +103,11 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
     rd = RunDir.open(run_dir)
     if not any(c.data for c in rd.record().captures):
         raise InputError(f"{run_dir}: the run has no kernel capture, so there are no causes to advise on; run it with `kernel: {{capture: on}}` (root and tracefs)")
-    ej = rd.path / "explain.json"
     with progress.shown(not as_json):
-        if ej.exists() and ej.stat().st_mtime >= rd.run_json.stat().st_mtime:
-            explained = json.loads(ej.read_text())
-        else:
-            progress.step("advise: explaining the outliers")
-            explained = explain.explain(rd.path, KINDS)
+        progress.step("advise: explaining the outliers")
+        explained = explain.cached(rd.path, KINDS)
+    if explained is None:
+        raise InputError(f"{run_dir}: no kernel capture of the run holds data, so there are no causes to advise on")
     rows, tunings = advise.advise(rd.path, explained, {k.name: k.model for k in KINDS})
     follow = None
     if tunings:

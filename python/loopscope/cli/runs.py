@@ -206,6 +206,7 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     """
     from loopscope import progress
     from loopscope.analysis import explain
+    from loopscope.analysis.explained import opened
     from loopscope.kinds import KINDS
     from loopscope.rundir import RunDir
 
@@ -218,22 +219,26 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(out, default=float))
         return 0
-    for c in out["captures"]:
-        if c.get("error"):
-            click.echo(f"{c['host']}: {c['error']}")
+    for entry in out["captures"]:
+        c = opened(entry)
+        if c is None:
+            click.echo(f"{entry.get('host')}: {entry.get('error')}")
             continue
-        cost = (f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU" if c.get("perf_cpu_share") is not None
-                else f"; the reader used {c['reader_cpu_share'] * 100:.1f} % of a CPU, {c.get('reads_during_windows') or 0} of its reads inside windows" if c.get("reader_cpu_share") is not None else "")
-        size = f", {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c.get("bytes_per_s") else ""
+        cost = ""
+        if c["perf_cpu_share"] is not None:
+            cost = f"; perf used {c['perf_cpu_share'] * 100:.1f} % of a CPU"
+        elif c["reader_cpu_share"] is not None:
+            cost = f"; the reader used {c['reader_cpu_share'] * 100:.1f} % of a CPU, {c['reads_during_windows'] or 0} of its reads inside windows"
+        size = f", {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c["bytes_per_s"] else ""
         click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost{size}{cost}")
-        for p in c.get("problems") or []:
+        for p in c["problems"]:
             click.echo(f"  capture: {p}")
     for g in out["groups"]:
-        top = ", ".join(f"{x['cause']} {x['share'] * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
-        top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %" if "lab_share" in g else ""
+        top = ", ".join(f"{x['cause']} {(x['share'] or 0) * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
+        top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %"
         flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
         click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
-    click.echo(f"attributed in {out['seconds']:.1f} s; {rd / 'tables' / 'attribution.parquet'}")
+    click.echo(f"attributed in {out.get('seconds', 0.0):.1f} s; {rd / 'tables' / 'attribution.parquet'}")
     return 0
 
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from loopscope.cli.base import _console, _default_run_dir
 from loopscope.units import format_ns
+
+if TYPE_CHECKING:
+    from loopscope.analysis.advise import Advice
 
 
 def _ci(e: Any) -> str:
@@ -130,7 +134,7 @@ def comparison(runs: list[Any], rows: list[Any], diff: dict[str, Any], criteria:
         click.echo(output)
 
 
-def advice(rows: list[dict[str, Any]], follow: Any) -> None:
+def advice(rows: list[Advice], follow: Path | None) -> None:
     """`loopscope advise`'s table."""
     from rich.table import Table
 

@@ -23,6 +23,8 @@ from loopscope.rundir import RunDir, RunRecord
 from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
+from loopscope.analysis.explained import ExplainDoc
+from loopscope.errors import InputError
 
 
 @dataclass
@@ -108,18 +110,15 @@ def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
         return None
 
 
-def _explain(run_dir: Path, run: RunRecord, notes: list[str], kinds: Registry) -> dict[str, Any] | None:
+def _explain(run_dir: Path, run: RunRecord, notes: list[str], kinds: Registry) -> ExplainDoc | None:
     """The outliers' causes, computed when missing or older than the run."""
     from loopscope.analysis import explain
 
     if not any(c.data for c in run.captures):
         return None
-    ej = run_dir / "explain.json"
     try:
-        if ej.exists() and ej.stat().st_mtime >= (run_dir / "run.json").stat().st_mtime:
-            return dict(json.loads(ej.read_text()))
-        return explain.explain(run_dir, kinds)
-    except (OSError, ValueError) as e:
+        return explain.cached(run_dir, kinds)
+    except (OSError, ValueError, InputError) as e:
         notes.append(f"the outliers could not be explained: {e}")
         return None
 

@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from loopscope.analysis.sweeps import Fit  # noqa: E402
+from loopscope.analysis.explained import Group  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
@@ -212,7 +213,7 @@ def _legend_outside(ax: Any) -> None:
     ax.legend(list(seen.values()), list(seen.keys()), fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def cause_bars(groups: list[dict[str, Any]], title: str) -> str:
+def cause_bars(groups: list[Group], title: str) -> str:
     """One stacked bar per phase: the outliers' time split by cause (shares)."""
     causes: list[str] = []
     for g in groups:

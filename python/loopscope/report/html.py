@@ -15,6 +15,7 @@ from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
 from loopscope.analysis.registry import Registry
+from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
 from loopscope.rundir import ClockSyncRecord, Provenance
 
 HERE = Path(__file__).resolve().parent
@@ -156,7 +157,7 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: Provenance | None = N
     return rows, chart, problems
 
 
-def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
+def _why(run_dir: Any, ex: ExplainDoc | None) -> dict[str, Any] | None:
     """The Why section: per probe, its phases' top causes, a chart, the worst outliers."""
     if not ex:
         return None
@@ -164,37 +165,36 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
     from loopscope.report.charts import cause_bars
 
     caps = []
-    for c in ex.get("captures") or []:
-        if c.get("error"):
-            caps.append(f"{c['host']}: the capture could not be read: {c['error']}")
+    for entry in ex["captures"]:
+        c = opened(entry)
+        if c is None:
+            caps.append(f"{entry.get('host')}: the capture could not be read: {entry.get('error')}")
             continue
-        share = c.get("perf_cpu_share")
-        reader = c.get("reader_cpu_share")
-        during = c.get("reader_ran_during") or []
+        share, reader, during = c["perf_cpu_share"], c["reader_cpu_share"], c["reader_ran_during"]
         caps.append(
             f"{c['host']} (kernel of {', '.join(c['covers'])}): {c['events']:,} events"
-            + (f" ({c['events_per_s']:,.0f}/s)" if c.get("events_per_s") else "")
+            + (f" ({c['events_per_s']:,.0f}/s)" if c["events_per_s"] else "")
             + f", {c['lost_events']:,} lost"
-            + (_lost_where(c) if c.get("lost_events") else "")
-            + (f"; {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c.get("bytes_per_s") else "")
+            + (_lost_where(c) if c["lost_events"] else "")
+            + (f"; {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c["bytes_per_s"] else "")
             + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
             + (f"; its reader used {reader * 100:.1f} % of a CPU, between the probe windows" if reader is not None and share is None else "")
             + (f", and ran inside {sum(1 for d in during if d.get('step'))} window(s) when a buffer was half full" if any(d.get("step") for d in during) else "")
-            + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c.get("missing_events") else "")
-            + ("; " + "; ".join(c["problems"]) if c.get("problems") else "")
+            + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c["missing_events"] else "")
+            + ("; " + "; ".join(c["problems"]) if c["problems"] else "")
         )
     probes = []
-    by_probe: dict[str, list[dict[str, Any]]] = {}
-    for g in ex.get("groups") or []:
+    by_probe: dict[str, list[Group]] = {}
+    for g in ex["groups"]:
         by_probe.setdefault(g["probe"], []).append(g)
     for probe, groups in by_probe.items():
         rows = []
         for g in groups:
-            top = ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
+            top = ", ".join(f"{c['cause']} {(c['share'] or 0) * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
             note = "complete" if g["complete"] else f"incomplete: {g['incomplete_outliers']} outliers ({'; '.join(g['incomplete_why'])})"
-            split = (f"{g['lab_share'] * 100:.1f} % / {g['load_share'] * 100:.0f} % / {g['system_share'] * 100:.0f} %") if "lab_share" in g else ""
+            split = f"{g['lab_share'] * 100:.1f} % / {g['load_share'] * 100:.0f} % / {g['system_share'] * 100:.0f} %"
             rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note, "split": split,
-                         "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in (g.get("lab") or {}).items())})
+                         "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in g["lab"].items())})
         # The worst outliers of each phase, behind one control per phase.
         outliers = []
         for g in groups:
@@ -208,20 +208,20 @@ def _why(run_dir: Any, ex: dict[str, Any] | None) -> dict[str, Any] | None:
             if ws:
                 outliers.append({"phase": g["phase"], "worst": ws})
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
-    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex.get("groups") or [] for c in g["causes"] if c["cause"] == "lab: capture" and (c["share"] or 0) >= 0.02})
+    warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex["groups"] for c in g["causes"] if c["cause"] == "lab: capture" and (c["share"] or 0) >= 0.02})
     # (a run captured with perf record names its perf threads lab: capture itself; a user's own perf is not the lab)
-    roles = {c["cause"]: c["role"] for g in ex.get("groups") or [] for c in g["causes"] if c.get("role")}
-    return {"captures": caps, "probes": probes, "threshold": ex.get("threshold"), "seconds": ex.get("seconds"), "roles": sorted(roles.items()),
+    roles = {c["cause"]: role for g in ex["groups"] for c in g["causes"] if (role := c.get("role"))}
+    return {"captures": caps, "probes": probes, "threshold": ex["threshold"], "seconds": ex.get("seconds"), "roles": sorted(roles.items()),
             "self_warning": (f"The kernel capture itself (lab: capture) takes 2 % or more of the outliers' time in {'; '.join(warn)}: its reader had to run inside those windows. "
                              "Give the kernel more buffer (kernel.buffer_mb), capture fewer events (kernel.events), or none (kernel.capture: off) for such phases.") if warn else None}
 
 
-def _lost_where(c: dict[str, Any]) -> str:
+def _lost_where(c: CaptureSummary) -> str:
     """Where a capture's lost events were, as the report says it."""
-    if not c.get("lost_placed"):
+    if not c["lost_placed"]:
         return " (the capture could not say where: every outlier of this capture is marked incomplete)"
-    where = c.get("lost_where") or []
-    t0 = c.get("t_first_ns") or 0
+    where = c["lost_where"]
+    t0 = c["t_first_ns"] or 0
     spans = ", ".join(f"CPU {w['cpu']} {(w['start_ns'] - t0) / 1e9:.3f}–{(w['end_ns'] - t0) / 1e9:.3f} s ({w['events']:,})" for w in where[:5])
     more = f" and {c['lost_windows'] - len(where[:5])} more" if c["lost_windows"] > 5 else ""
     return f" in {c['lost_windows']} windows (from the capture's start: {spans}{more}; outliers overlapping one are marked incomplete)"
@@ -414,7 +414,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: dict[str, Any] | None = None, ex: dict[str, Any] | None = None) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: dict[str, Any] | None = None, ex: ExplainDoc | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
