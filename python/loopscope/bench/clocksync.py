@@ -32,12 +32,15 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope.errors import RunError
-from loopscope.rundir import VirtualClock
+from loopscope.clock.sync import HostClock, ProbeCounts
+from loopscope.rundir import RunDir, VirtualClock
 
 HOSTS = """hosts:
   - {name: a}
@@ -69,11 +72,13 @@ duration: {seconds}s
 """
 
 
-def _ntp_filter(h: Any, t_eval: np.ndarray) -> np.ndarray:
+def _ntp_filter(h: HostClock, t_eval: np.ndarray) -> np.ndarray:
     """θ by NTP's clock filter: in each run of eight complete exchanges (probe
     there, answer back), the offset of the one with the smallest round trip."""
     import polars as pl
 
+    if h.exchanges is None:
+        return np.full(t_eval.shape, np.nan)
     x = h.exchanges.filter((pl.col("tx_h") != 0) & (pl.col("rx_h") != 0) & pl.col("rx_ref").is_not_null() & (pl.col("rx_ref") != 0) & (pl.col("tx_ref") != 0)).sort("rx_ref")
     n = len(x)
     if n < 8:
@@ -90,7 +95,40 @@ def _ntp_filter(h: Any, t_eval: np.ndarray) -> np.ndarray:
     return np.array(est_v)[idx]
 
 
-def condition(name: str, text: str, work: Path, seconds: float, network: str = "sync") -> list[dict[str, Any]]:
+class ClockRow(TypedDict):
+    """One skewed host under one condition: the estimate's error against the
+    truth the bench injected, its bound, and NTP's filter on the same probes."""
+
+    condition: str
+    host: str
+    network: str
+    true_offset_ns: float
+    true_drift_ppm: float
+    err_p50_ns: float | None
+    err_p99_ns: float | None
+    err_max_ns: float | None
+    drift_err_ppm: float | None
+    bound_ns: float | None
+    bound_max_ns: float | None
+    bound_holds: bool
+    realtime_err_p99_ns: float | None
+    ntp_err_p50_ns: float | None
+    ntp_err_p99_ns: float | None
+    probes: ProbeCounts
+    windows: int
+    points: int
+    not_placed: int
+    seconds: float
+
+
+class ClocksyncBench(TypedDict):
+    """What ``loopscope bench clocksync --json`` prints."""
+
+    rows: list[ClockRow]
+    context: dict[str, float | str | list[str]]
+
+
+def condition(name: str, text: str, work: Path, seconds: float, network: str = "sync") -> list[ClockRow]:
     from loopscope.clock import sync, validate
     from loopscope.timeline import build
 
@@ -100,13 +138,14 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
     if r.returncode != 0:
         raise RunError(f"bench clocksync: the {name} run on the {network} network failed: {r.stderr.strip()[-600:]}")
     run_dir = work / tag
-    used = {h: i.get("network") for h, i in (json.loads((run_dir / "run.json").read_text()).get("clocksync") or {}).get("initiators", {}).items()}
+    cs = RunDir(run_dir).record().clocksync
+    used = {h: i.network for h, i in cs.initiators.items()} if cs else {}
     build(run_dir)
     clocks = sync.estimate_run(run_dir)
     if clocks is None:
         raise RunError(f"bench clocksync: the {name} run has no clock-sync probes")
     truth = validate.Truth.of_run(run_dir)
-    rows = []
+    rows: list[ClockRow] = []
     for host, h in clocks.hosts.items():
         if h.is_reference or host == "router":
             continue
@@ -115,7 +154,7 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
         e = validate.errors(run_dir, clocks, truth, host, grid)
         good = [w for w in h.windows if w.drift_ppm is not None]
         span = sum(w.end_ns - w.start_ns for w in good)
-        drift = sum(w.drift_ppm * (w.end_ns - w.start_ns) for w in good) / span if span else None  # type: ignore[operator]
+        drift = sum((w.drift_ppm or 0.0) * (w.end_ns - w.start_ns) for w in good) / span if span else None
         # the truth of θ (REALTIME domain) drifts at the skew's rate against the reference's
         true_drift = truth.drift_ppm(host)
         # NTP's clock filter on the same exchanges, compared in the REALTIME domain
@@ -127,7 +166,7 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
         th, _ = h.theta(t_eval)
         own = np.abs(th - true_theta)
         rows.append({
-            "condition": f"{name}/{host}", "host": host, "network": used.get(host, network),
+            "condition": f"{name}/{host}", "host": host, "network": used.get(host) or network,
             "true_offset_ns": truth.offset_ns(host), "true_drift_ppm": true_drift,
             "err_p50_ns": e["err_p50_ns"], "err_p99_ns": e["err_p99_ns"], "err_max_ns": e["err_max_ns"],
             "drift_err_ppm": abs(drift - true_drift) if drift is not None else None,
@@ -142,12 +181,12 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
 NETWORKS = ("sync", "experiment")
 
 
-def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[str, ...] = NETWORKS, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[str, ...] = NETWORKS, progress: Callable[[str], None] | None = None) -> ClocksyncBench:
     if not (hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0):
         raise RunError("bench clocksync needs root: it runs netns hosts with time namespaces")
     say = progress or (lambda s: None)
     secs = seconds or (10.0 if quick else 60.0)
-    rows: list[dict[str, Any]] = []
+    rows: list[ClockRow] = []
     with tempfile.TemporaryDirectory(prefix="ls-bench-clock-") as d:
         work = Path(d)
         for network in networks:
@@ -157,15 +196,25 @@ def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[st
     return {"rows": rows, "context": {"seconds": secs, "hosts": HOSTS.strip(), "networks": list(networks)}}
 
 
-def print_human(r: dict[str, Any]) -> None:
+def _ns(x: float | None) -> str:
+    from loopscope.units import format_ns
+
+    return format_ns(x) if x is not None else "n/a"
+
+
+def _ppm(x: float | None) -> str:
+    return f"{x:.4f} ppm" if x is not None else "n/a"
+
+
+def print_human(r: ClocksyncBench) -> None:
     from loopscope.units import format_ns
 
     print(f"clock sync, {r['context']['seconds']:g} s per condition; error = mapped − true global time of 600 instants per host")
     for x in r["rows"]:
         print(
             f"  {x['network']:10s} {x['condition']:8s} true {x['true_offset_ns'] / 1e9:+.6f} s at {x['true_drift_ppm']:+g} ppm: "
-            f"error p50 {format_ns(x['err_p50_ns'])}, p99 {format_ns(x['err_p99_ns'])}, max {format_ns(x['err_max_ns'])}; "
-            f"bound {format_ns(x['bound_ns'])} (holds: {x['bound_holds']}); drift error {x['drift_err_ppm']:.4f} ppm; "
+            f"error p50 {_ns(x['err_p50_ns'])}, p99 {_ns(x['err_p99_ns'])}, max {_ns(x['err_max_ns'])}; "
+            f"bound {_ns(x['bound_ns'])} (holds: {x['bound_holds']}); drift error {_ppm(x['drift_err_ppm'])}; "
             f"NTP filter p99 {format_ns(x['ntp_err_p99_ns'] or 0)}"
         )
     print(json.dumps({"probes": {f"{x['network']}:{x['condition']}": x["probes"] for x in r["rows"]}}))

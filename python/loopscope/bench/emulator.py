@@ -53,11 +53,178 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
 import numpy as np
 
 from loopscope.errors import RunError
 
 Progress = Callable[[str], None] | None
+
+
+class Owd(TypedDict):
+    """One-way delays of a stream (ns)."""
+
+    p50_ns: float
+    p99_ns: float
+    max_ns: float | None
+    n: int
+
+
+class KernelPath(Owd):
+    emulator_frames_seen: int
+
+
+class EndToEnd(TypedDict):
+    """Send call → receiver kernel RX, minus the requested delay (ns)."""
+
+    p50_err_ns: float
+    p99_err_ns: float
+    max_err_ns: float | None
+    min_err_ns: float | None
+    n: int
+
+
+class Applied(TypedDict, total=False):
+    """The delay the emulator applied, from kernel stamps, minus the one asked (ns)."""
+
+    own_p50_err_ns: float
+    own_p99_err_ns: float
+    own_max_err_ns: float
+    late_p99_ns: float
+    matched: bool
+    emulator_cpu_share: float | None
+    p50_err_ns: float
+    p99_err_ns: float
+    max_err_ns: float
+    min_err_ns: float
+    n: int
+    steal_ms: float
+
+
+class Loss(TypedDict):
+    sent: int
+    received: int
+    measured: float | None
+    interval95: list[float]
+    in_interval: bool
+
+
+class Trial(TypedDict, total=False):
+    """One rate tried: sent, received, whether the sender kept its schedule."""
+
+    pps: int
+    sent: int
+    received: int
+    kept_up: bool
+    ok: bool
+    emulator: dict[str, int | None]  # the emulator's counts for the link, and its sockets' drops
+
+
+class Rates(TypedDict, total=False):
+    seconds: float
+    size: int
+    delay_ns: int
+    app_cpu: int | None
+    emulator_cpu: int | None
+    kernel_max: int
+    kernel_trials: list[Trial]
+    emulator_max: int
+    emulator_trials: list[Trial]
+    emulator_plain_max: int
+    emulator_plain_trials: list[Trial]
+
+
+class Platform(TypedDict):
+    p50_ns: float
+    p99_ns: float
+    p999_ns: float
+    max_ns: float
+    missed_share: float
+    sched: str
+
+
+class Round(TypedDict, total=False):
+    """Everything measured in one round."""
+
+    emulator_zero: Owd
+    delay_end_to_end: EndToEnd
+    delay: Applied
+    delay_spin99: Applied
+    delay_poll: Applied
+    loss: Loss
+    kernel: Owd
+    kernel_path: KernelPath
+    rates: Rates
+    platform: Platform
+
+
+class LabTimes(TypedDict):
+    up_s: float
+    down_s: float
+    netns_up_s: float
+    emulator_ready_s: float
+
+
+class EmulatorBench(TypedDict, total=False):
+    """What ``loopscope bench emulator --json`` prints: medians over the rounds
+    (``*_runs``: the value of each round), the ratios, and every round."""
+
+    requested_delay_ns: int
+    pps: int
+    p50_err_ns: float | None
+    p99_err_ns: float | None
+    max_err_ns: float | None
+    min_err_ns: float | None
+    steal_ms_runs: list[float | None]
+    p99_err_ns_runs: list[float | None]
+    end_to_end_p50_err_ns: float | None
+    end_to_end_p99_err_ns: float | None
+    end_to_end_max_err_ns: float | None
+    emulator_own_p99_err_ns: float | None
+    emulator_late_p99_ns: float | None
+    loss_requested: float
+    loss_measured: float | None
+    loss_measured_runs: list[float | None]
+    loss_in_interval_runs: list[bool]
+    loss_interval95: list[float]
+    kernel_forward_p50_ns: float | None
+    kernel_forward_p99_ns: float | None
+    kernel_path_p50_ns: float | None
+    kernel_path_p99_ns: float | None
+    kernel_path_emulator_frames_runs: list[int]
+    emulator_cpu_share: float | None
+    spin99_p99_err_ns: float | None
+    spin99_p99_err_ns_runs: list[float | None]
+    spin99_cpu_share: float | None
+    poll_cpu_share: float | None
+    poll_p99_err_ns: float | None
+    poll_max_err_ns: float | None
+    poll_p99_err_ns_runs: list[float | None]
+    pps_max: float | None
+    pps_max_plain: float | None
+    pps_kernel_max: float | None
+    pps_max_runs: list[int]
+    pps_max_plain_runs: list[int]
+    pps_kernel_max_runs: list[int]
+    pps_cpus: dict[str, int | None]
+    emulator_zero_p50_ns: float | None
+    emulator_zero_p99_ns: float | None
+    platform_fifo_timer_p99_ns: float | None
+    platform_fifo_timer_p999_ns: float | None
+    platform_fifo_timer_max_ns: float | None
+    platform_fifo_timer_missed_share: float | None
+    lab_up_s: float
+    lab_down_s: float
+    lab_runs: list[LabTimes]
+    rounds: list[Round]
+    context: dict[str, int | float]
+    ratio_p50_emulator_vs_kernel: float | None
+    ratio_p99_emulator_vs_kernel: float | None
+    ratio_p50_kernel_path_vs_forward: float | None
+    ratio_p99_kernel_path_vs_forward: float | None
+    ratio_pps_max_vs_kernel: float | None
+    ratio_pps_max_plain_vs_kernel: float | None
 PPS = 10_000
 SIZE = 200
 DELAY_NS = 2_000_000
@@ -110,7 +277,7 @@ def _send_recv(topo: Any, work: Path, tag: str, *, pps: int, size: int, seconds:
     return json.loads(tx.stdout), json.loads(out), trace
 
 
-def rate_trial(topo: Any, work: Path, pps: int, seconds: float, cpu: int | None) -> dict[str, Any]:
+def rate_trial(topo: Any, work: Path, pps: int, seconds: float, cpu: int | None) -> Trial:
     """64-byte payloads a → b at ``pps`` for ``seconds`` (sender and receiver
     on ``cpu``): sent, received, whether the sender kept its schedule."""
     s, r, _ = _send_recv(topo, work, "rate", pps=pps, size=RATE_SIZE, seconds=seconds, port=5002, records=False, cpu=cpu)
@@ -118,10 +285,10 @@ def rate_trial(topo: Any, work: Path, pps: int, seconds: float, cpu: int | None)
     return {"pps": pps, "sent": int(s["sent"]), "received": got, "kept_up": bool(s["kept_up"]), "ok": bool(s["kept_up"]) and got >= int(s["sent"])}
 
 
-def rate_search(trial: Callable[[int], dict[str, Any]], steps: int = 3, start: int = RATE_START) -> tuple[int, list[dict[str, Any]]]:
+def rate_search(trial: Callable[[int], Trial], steps: int = 3, start: int = RATE_START) -> tuple[int, list[Trial]]:
     """The highest rate ``trial`` passes: double from ``start`` until one
     fails, then bisect ``steps`` times between the last pass and the fail."""
-    tried: list[dict[str, Any]] = []
+    tried: list[Trial] = []
     lo, hi = 0, start
     while True:
         t = trial(hi)
@@ -161,7 +328,7 @@ def _q(x: np.ndarray, q: float) -> float:
     return float(np.quantile(x, q)) if len(x) else float("nan")
 
 
-def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -> dict[str, float]:
+def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -> Applied:
     """The applied delay from kernel stamps only: the packet's kernel RX at
     the router's ingress to its kernel RX at the receiver (a FIFO link
     without loss keeps the order, so the i-th forwarded packet is the i-th
@@ -184,20 +351,20 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     own = (a[:, 3] - a[:, 0]) - requested
     late = a[:, 3] - a[:, 2]
     res = json.loads((path.parent / "netem.json").read_text()) if (path.parent / "netem.json").exists() else {}
-    out = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False, "emulator_cpu_share": res.get("cpu_share")}
+    out: Applied = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False, "emulator_cpu_share": res.get("cpu_share")}
     if len(krx_recv) == len(a):
         err = krx_recv - a[:, 0] - requested
         out.update({"matched": True, "p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()), "min_err_ns": float(err.min()), "n": len(err)})
     return out
 
 
-def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> dict[str, Any]:
+def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> Round:
     from scipy.stats import binom
 
     from loopscope.lab import netns
     from loopscope.lab.emulator import Emulator
 
-    out: dict[str, Any] = {}
+    out: Round = {}
     work.mkdir(parents=True, exist_ok=True)
     ncpu = len(os.sched_getaffinity(0))
     emu_cpu, app_cpu = (1, 0) if ncpu >= 2 else (None, None)
@@ -216,7 +383,7 @@ def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int =
                 emu.stop()
             return tx, owd, rx, work / tag / "netem.lstrace", krx
 
-        def owd_stats(owd: np.ndarray) -> dict[str, Any]:
+        def owd_stats(owd: np.ndarray) -> Owd:
             return {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
 
         # 1. The emulator, no delay (forwarding is off in the router).
@@ -261,20 +428,20 @@ def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int =
         out["kernel_path"] = {**owd_stats(owd), "emulator_frames_seen": sum(p["frames"] for p in res.get("ports") or [] if p["host"] == "a")}
         # 7. Packet rates: the kernel first (forwarding on), then a -> b
         # blackholed in the kernel so only the emulator carries it.
-        rates: dict[str, Any] = {"seconds": rate_seconds, "size": RATE_SIZE, "delay_ns": RATE_DELAY_NS, "app_cpu": app_cpu, "emulator_cpu": emu_cpu}
+        rates: Rates = {"seconds": rate_seconds, "size": RATE_SIZE, "delay_ns": RATE_DELAY_NS, "app_cpu": app_cpu, "emulator_cpu": emu_cpu}
         rates["kernel_max"], rates["kernel_trials"] = rate_search(lambda pps: rate_trial(topo, work, pps, rate_seconds, app_cpu), rate_steps, rate_start)
         topo.kernel_forwarding({("a", "b")})
         for key, extra in (("emulator", {}), ("emulator_plain", {"rings": False})):
-            def trial(pps: int, extra: dict[str, Any] = extra, key: str = key) -> dict[str, Any]:
-                emu = emulator([{"delay_ns": RATE_DELAY_NS}], f"rate-{key}", **extra, **({"cpu": emu_cpu} if emu_cpu is not None else {}))
+            def trial(pps: int, extra: dict[str, Any] = extra, key: str = key) -> Trial:
+                emu = emulator([{"delay_ns": RATE_DELAY_NS}], f"rate-{key}", None, **extra, **({"cpu": emu_cpu} if emu_cpu is not None else {}))
                 try:
                     t = rate_trial(topo, work, pps, rate_seconds, app_cpu)
                 finally:
                     r = emu.stop() or {}
-                lk = next((l for l in r.get("links") or [] if l["name"] == "a->b"), {})
+                lk: dict[str, int] = next((l for l in r.get("links") or [] if l["name"] == "a->b"), {})
                 t["emulator"] = {k: lk.get(k) for k in ("packets_in", "forwarded", "queue_drops", "send_errors")} | {"socket_drops": sum(p.get("socket_drops", 0) for p in r.get("ports") or [])}
                 return t
-            rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)
+            rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)  # type: ignore[literal-required]
         out["rates"] = rates
     finally:
         topo.down()
@@ -288,7 +455,7 @@ def _steal_ms() -> float:
     return int(fields[8]) * 1000.0 / os.sysconf("SC_CLK_TCK") if len(fields) > 8 else 0.0
 
 
-def platform_round(seconds: float, work: Path) -> dict[str, Any]:
+def platform_round(seconds: float, work: Path) -> Platform:
     r = subprocess.run(
         [sys.executable, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "100", "--priority", "50", "--duration", f"{seconds:g}s", "--json", "--trace", str(work / "platform.lstrace")],
         capture_output=True, text=True, timeout=seconds + 60,
@@ -299,7 +466,7 @@ def platform_round(seconds: float, work: Path) -> dict[str, Any]:
     return {"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "p999_ns": j["p999_ns"], "max_ns": j["max_ns"], "missed_share": j["missed"] / max(1, j["samples"] + j["missed"]), "sched": j["threads"][0]["sched"]}
 
 
-def lab_round(work: Path, i: int) -> dict[str, float]:
+def lab_round(work: Path, i: int) -> LabTimes:
     (work / "four.yaml").write_text(FOUR)
     r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"], cwd=work, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
@@ -308,7 +475,7 @@ def lab_round(work: Path, i: int) -> dict[str, float]:
     return {"up_s": t["lab_up_ns"] / 1e9, "down_s": t["lab_down_ns"] / 1e9, "netns_up_s": t["netns_up_ns"] / 1e9, "emulator_ready_s": t["emulator_ready_ns"] / 1e9}
 
 
-def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
+def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None) -> EmulatorBench:
     from loopscope.lab import netns
 
     why = netns.privileges()
@@ -318,7 +485,8 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     n = runs or (1 if quick else 3)
     secs = seconds or (1.0 if quick else 5.0)
     rsecs = rate_seconds or (1.0 if quick else 5.0)
-    rounds, labs = [], []
+    rounds: list[Round] = []
+    labs: list[LabTimes] = []
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-emu-") as d:
         work = Path(d)
         for i in range(n):
@@ -330,15 +498,15 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
             say(f"  round {i + 1}/{n}: a four-host lab up and down …")
             labs.append(lab_round(work, i))
 
-    def med(f: Callable[[dict[str, Any]], Any]) -> float | None:
-        xs = [f(r) for r in rounds if f(r) is not None]
-        return statistics.median(xs) if xs else None
+    def med(f: Callable[[Round], float | None]) -> float | None:
+        xs = [x for r in rounds if (x := f(r)) is not None]
+        return float(statistics.median(xs)) if xs else None
 
-    def spread(f: Callable[[dict[str, Any]], Any]) -> list[float]:
+    def spread(f: Callable[[Round], Any]) -> list[Any]:
         return [f(r) for r in rounds]
 
     loss_measured = med(lambda r: r["loss"]["measured"])
-    res = {
+    res: EmulatorBench = {
         "requested_delay_ns": DELAY_NS,
         "pps": PPS,
         "p50_err_ns": med(lambda r: r["delay"].get("p50_err_ns")),
@@ -391,43 +559,62 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     }
     k50, e50 = res["kernel_forward_p50_ns"], res["emulator_zero_p50_ns"]
     k99, e99 = res["kernel_forward_p99_ns"], res["emulator_zero_p99_ns"]
-    res["ratio_p50_emulator_vs_kernel"] = e50 / k50 if k50 else None
-    res["ratio_p99_emulator_vs_kernel"] = e99 / k99 if k99 else None
-    p50, p99 = res["kernel_path_p50_ns"], res["kernel_path_p99_ns"]
-    res["ratio_p50_kernel_path_vs_forward"] = p50 / k50 if k50 and p50 else None
-    res["ratio_p99_kernel_path_vs_forward"] = p99 / k99 if k99 and p99 else None
+    res["ratio_p50_emulator_vs_kernel"] = _over(e50, k50)
+    res["ratio_p99_emulator_vs_kernel"] = _over(e99, k99)
+    res["ratio_p50_kernel_path_vs_forward"] = _over(res["kernel_path_p50_ns"], k50)
+    res["ratio_p99_kernel_path_vs_forward"] = _over(res["kernel_path_p99_ns"], k99)
     pk = res["pps_kernel_max"]
-    res["ratio_pps_max_vs_kernel"] = res["pps_max"] / pk if pk else None
-    res["ratio_pps_max_plain_vs_kernel"] = res["pps_max_plain"] / pk if pk else None
+    res["ratio_pps_max_vs_kernel"] = _over(res["pps_max"], pk)
+    res["ratio_pps_max_plain_vs_kernel"] = _over(res["pps_max_plain"], pk)
     return res
 
 
-def print_human(r: dict[str, Any]) -> None:
+def _over(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _ns(x: float | None) -> str:
+    from loopscope.units import format_ns
+
+    return format_ns(x) if x is not None else "n/a"
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f} %" if x is not None else "n/a"
+
+
+def _times(x: float | None) -> str:
+    return f"{x:.2f}×" if x is not None else "n/a"
+
+
+def _pps(x: float | None) -> str:
+    return f"{x:,.0f} pps" if x is not None else "n/a"
+
+
+def print_human(r: EmulatorBench) -> None:
     from loopscope.units import format_ns
 
     c = r["context"]
     print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")
-    f = lambda x: format_ns(x) if x is not None else "n/a"  # noqa: E731
-    print(f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {f(r['p50_err_ns'])}, p99 {f(r['p99_err_ns'])}, max {f(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)")
-    runs = ", ".join(f"{f(p)} ({st:.0f} ms stolen)" for p, st in zip(r["p99_err_ns_runs"], r["steal_ms_runs"]))
+    print(f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {_ns(r['p50_err_ns'])}, p99 {_ns(r['p99_err_ns'])}, max {_ns(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)")
+    runs = ", ".join(f"{_ns(p)} ({st:.0f} ms stolen)" for p, st in zip(r["p99_err_ns_runs"], r["steal_ms_runs"]))
     print(f"    p99 per round, with the hypervisor's steal time meanwhile: {runs}")
-    print(f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {f(r['end_to_end_p50_err_ns'])}, p99 {f(r['end_to_end_p99_err_ns'])}, max {f(r['end_to_end_max_err_ns'])}")
-    print(f"    the emulator's own view (its departure − its kernel RX − delay): p99 {f(r['emulator_own_p99_err_ns'])}; departures late p99 {f(r['emulator_late_p99_ns'])}")
+    print(f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {_ns(r['end_to_end_p50_err_ns'])}, p99 {_ns(r['end_to_end_p99_err_ns'])}, max {_ns(r['end_to_end_max_err_ns'])}")
+    print(f"    the emulator's own view (its departure − its kernel RX − delay): p99 {_ns(r['emulator_own_p99_err_ns'])}; departures late p99 {_ns(r['emulator_late_p99_ns'])}")
     lo, hi = r["loss_interval95"]
-    print(f"  loss {r['loss_requested'] * 100:g} %: measured {r['loss_measured'] * 100:.3f} % (95 % interval {lo * 100:.3f}–{hi * 100:.3f} %; in it: {r['loss_in_interval_runs']})")
-    print(f"  no delay, one way p50/p99: kernel forwarding {format_ns(r['kernel_forward_p50_ns'])} / {format_ns(r['kernel_forward_p99_ns'])}, "
-          f"emulator {format_ns(r['emulator_zero_p50_ns'])} / {format_ns(r['emulator_zero_p99_ns'])} "
-          f"(ratio {r['ratio_p50_emulator_vs_kernel']:.2f}× / {r['ratio_p99_emulator_vs_kernel']:.2f}×)")
+    print(f"  loss {r['loss_requested'] * 100:g} %: measured {_pct(r['loss_measured'], 3)} (95 % interval {lo * 100:.3f}–{hi * 100:.3f} %; in it: {r['loss_in_interval_runs']})")
+    print(f"  no delay, one way p50/p99: kernel forwarding {_ns(r['kernel_forward_p50_ns'])} / {_ns(r['kernel_forward_p99_ns'])}, "
+          f"emulator {_ns(r['emulator_zero_p50_ns'])} / {_ns(r['emulator_zero_p99_ns'])} "
+          f"(ratio {_times(r['ratio_p50_emulator_vs_kernel'])} / {_times(r['ratio_p99_emulator_vs_kernel'])})")
     print(f"  a lab path that asks for nothing (kernel forwarding, the emulator's filters on its interfaces), one way p50/p99: "
-          f"{f(r['kernel_path_p50_ns'])} / {f(r['kernel_path_p99_ns'])} (ratio to plain forwarding {r['ratio_p50_kernel_path_vs_forward']:.2f}× / {r['ratio_p99_kernel_path_vs_forward']:.2f}×); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}")
-    pct = lambda x: f"{x * 100:.1f} %" if x is not None else "n/a"  # noqa: E731
-    print(f"  the emulator's CPU over its run (the delayed stream): {pct(r['emulator_cpu_share'])} of one CPU (spinning ahead of the median wake-up, the default)")
-    print(f"  spinning ahead of the 99th percentile instead: applied error p99 {f(r['spin99_p99_err_ns'])} (per round {', '.join(f(x) for x in r['spin99_p99_err_ns_runs'])}), {pct(r['spin99_cpu_share'])} of one CPU")
-    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {f(r['poll_p99_err_ns'])}, max {f(r['poll_max_err_ns'])} (per round {', '.join(f(x) for x in r['poll_p99_err_ns_runs'])}); {pct(r['poll_cpu_share'])} of that CPU")
+          f"{_ns(r['kernel_path_p50_ns'])} / {_ns(r['kernel_path_p99_ns'])} (ratio to plain forwarding {_times(r['ratio_p50_kernel_path_vs_forward'])} / {_times(r['ratio_p99_kernel_path_vs_forward'])}); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}")
+    print(f"  the emulator's CPU over its run (the delayed stream): {_pct(r['emulator_cpu_share'])} of one CPU (spinning ahead of the median wake-up, the default)")
+    print(f"  spinning ahead of the 99th percentile instead: applied error p99 {_ns(r['spin99_p99_err_ns'])} (per round {', '.join(_ns(x) for x in r['spin99_p99_err_ns_runs'])}), {_pct(r['spin99_cpu_share'])} of one CPU")
+    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {_ns(r['poll_p99_err_ns'])}, max {_ns(r['poll_max_err_ns'])} (per round {', '.join(_ns(x) for x in r['poll_p99_err_ns_runs'])}); {_pct(r['poll_cpu_share'])} of that CPU")
     cpus = r["pps_cpus"]
     where = f"sender and receiver on CPU {cpus['sender_and_receiver']}, the emulator on CPU {cpus['emulator']}" if cpus["emulator"] is not None else "one CPU: nothing pinned"
     print(f"  highest rate of {c['rate_size']}-byte payloads at {format_ns(c['rate_delay_ns'])} with no loss ({c['rate_seconds']:g} s per trial; {where}):")
-    print(f"    emulator {r['pps_max']:,.0f} pps, one system call per frame {r['pps_max_plain']:,.0f} pps, kernel forwarding {r['pps_kernel_max']:,.0f} pps "
-          f"(ratio {r['ratio_pps_max_vs_kernel']:.2f}× / {r['ratio_pps_max_plain_vs_kernel']:.2f}× of the kernel's; rounds {r['pps_max_runs']} / {r['pps_max_plain_runs']} / {r['pps_kernel_max_runs']})")
-    print(f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {f(r['platform_fifo_timer_p99_ns'])}, p99.9 {f(r['platform_fifo_timer_p999_ns'])}, max {f(r['platform_fifo_timer_max_ns'])}; missed {r['platform_fifo_timer_missed_share'] * 100:.2f} % of periods")
+    print(f"    emulator {_pps(r['pps_max'])}, one system call per frame {_pps(r['pps_max_plain'])}, kernel forwarding {_pps(r['pps_kernel_max'])} "
+          f"(ratio {_times(r['ratio_pps_max_vs_kernel'])} / {_times(r['ratio_pps_max_plain_vs_kernel'])} of the kernel's; rounds {r['pps_max_runs']} / {r['pps_max_plain_runs']} / {r['pps_kernel_max_runs']})")
+    print(f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {_ns(r['platform_fifo_timer_p99_ns'])}, p99.9 {_ns(r['platform_fifo_timer_p999_ns'])}, max {_ns(r['platform_fifo_timer_max_ns'])}; missed {_pct(r['platform_fifo_timer_missed_share'], 2)} of periods")
     print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")

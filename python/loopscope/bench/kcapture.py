@@ -41,12 +41,70 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope.rundir import Capture, KernelRecord, RunDir
 from loopscope.errors import RunError
+from loopscope.analysis.explained import CaptureSummary, opened
+
+class RunStats(TypedDict, total=False):
+    """One run without or with the capture (ns; counts of the capture's run)."""
+
+    p50_ns: float | None
+    p99_ns: float | None
+    max_ns: float | None
+    waits: int
+    kernel_events: int
+    lost_kernel_events: int
+    bytes_on_disk: int
+    bytes_per_s: float | None
+    seconds: float | None
+    reads_half_full: int
+    reads_during_windows: int | None
+    reader_cpu_share: float | None
+    self: tuple[int, int]  # (ns explain gave lab: capture, outliers' ns), pooled into self_share
+    self_share: float
+
+
+class Scenario(TypedDict, total=False):
+    """One scenario: medians of the runs each way, their ratios and the verdict."""
+
+    name: str
+    p50_ns_without: float | None
+    p99_ns_without: float | None
+    p50_ns_with: float | None
+    p99_ns_with: float | None
+    kernel_events: float | None
+    lost_kernel_events: int
+    bytes_per_s: float | None
+    reader_cpu_share: float | None
+    self_share: float
+    runs_without: list[RunStats]
+    runs_with: list[RunStats]
+    p99_ratio: float | None
+    p50_ratio: float | None
+    aa_spread: float | None
+    target: float
+    verdict: str
+    designs: dict[str, "Scenario"]
+    context: dict[str, int | float | str | list[str]]
+
+
+class KcaptureBench(Scenario, total=False):
+    """What ``loopscope bench kcapture --json`` prints: every scenario, and the
+    idle timer's figures at the top level (as earlier versions printed them)."""
+
+    scenarios: list[Scenario]
+    perf_cpu_share: float | None
+    events: list[str]
+    missing_events: list[str]
+
+
+
 
 PIPELINE = """name: bench-kcapture
 hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}, {{name: h4}}]
@@ -73,14 +131,15 @@ kernel: {{capture: "{capture}", read: {read}}}
 """
 
 
-def _timer(seconds: float, work: Path, tag: str) -> dict[str, Any]:
+def _timer(seconds: float, work: Path, tag: str) -> RunStats:
     r = subprocess.run(
         [sys.executable, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "1000", "--duration", f"{seconds:g}s", "--json", "--trace", str(work / f"{tag}.lstrace")],
         capture_output=True, text=True, timeout=seconds + 60,
     )
     if r.returncode != 0:
         raise RunError(f"bench kcapture: the timer probe failed: {r.stderr.strip()[-400:]}")
-    return dict(json.loads(r.stdout))
+    j = json.loads(r.stdout)
+    return {"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"]}
 
 
 def _self_share(shares: list[tuple[int, int]]) -> float:
@@ -111,16 +170,16 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
     return int(fam.filter(pl.col("f") == "lab: capture")["ns"].sum()), int(fam["ns"].sum())
 
 
-def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None]) -> Scenario:
     from loopscope.kernel import capture
 
-    without: list[dict[str, Any]] = []
-    with_: list[dict[str, Any]] = []
+    without: list[RunStats] = []
+    with_: list[RunStats] = []
     i = 0
     while plan.more(without, TARGETS["timer-idle"]):
         say(f"  timer-idle {i + 1}/{plan.label(i)}: timer alone ({secs:g} s) …")
         j = _timer(secs, work, f"alone{i}")
-        without.append({"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"]})
+        without.append(j)
         say(f"  timer-idle {i + 1}/{plan.label(i)}: timer under kernel capture ({secs:g} s) …")
         cap = capture.Capture(work / f"cap{i}", window_s=secs)
         meta = cap.start()
@@ -159,7 +218,8 @@ def _pipeline_waits(run_dir: Path) -> np.ndarray:
     return np.concatenate(out) if out else np.array([], dtype=np.int64)
 
 
-def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any]:
+def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> np.ndarray:
+    """The run's pooled stage waits (``_pipeline_waits``)."""
     from loopscope.lab import controller
 
     pp = None
@@ -190,45 +250,47 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> dict[str, Any
         shutil.move(str(data), dest / "kernel.perf")
         run.kernel = KernelRecord(captures=[Capture(host="h1", covers=["h1", "h2", "h3", "h4"], data="hosts/h1/kernel/kernel.perf", timens_offset_ns=0)])
         rd.write_record(run)
-    return {"waits": _pipeline_waits(run_dir)}
+    return _pipeline_waits(run_dir)
 
 
-def _explain_self(run_dir: Path) -> tuple[tuple[int, int], dict[str, Any]]:
+def _explain_self(run_dir: Path) -> tuple[tuple[int, int], CaptureSummary | None]:
     from loopscope.analysis import explain
 
     from loopscope.kinds import KINDS
 
-    ex = explain.explain(run_dir, KINDS) or {"groups": [], "captures": []}
+    ex = explain.explain(run_dir, KINDS)
     cap_ns = tot = 0
-    for g in ex["groups"]:
+    for g in ex["groups"] if ex else []:
         if " stack (" not in g["probe"]:
             continue
         tot += g["outlier_ns"]
-        cap_ns += int(round((g.get("lab") or {}).get("lab: capture", 0.0) * g["outlier_ns"]))
-    return (cap_ns, tot), (ex["captures"][0] if ex["captures"] else {})
+        cap_ns += int(round(g["lab"].get("lab: capture", 0.0) * g["outlier_ns"]))
+    return (cap_ns, tot), (opened(ex["captures"][0]) if ex and ex["captures"] else None)
 
 
-def pipeline_busy(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None], designs: list[str]) -> dict[str, Any]:
+def pipeline_busy(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None], designs: list[str]) -> Scenario:
     specs = {}
     for d in ["off", *designs]:
         capture = "off" if d in ("off", "perf") else "on"
         read = "continuously" if d == "continuously" else "between-windows"
         specs[d] = work / f"pipeline-{d}.yaml"
         specs[d].write_text(PIPELINE.format(seconds=f"{secs:g}", capture=capture, read=read))
-    runs: dict[str, list[dict[str, Any]]] = {d: [] for d in specs}
+    runs: dict[str, list[RunStats]] = {d: [] for d in specs}
     i = 0
     while plan.more(runs["off"], TARGETS["pipeline-busy"]):
         for d in specs:
             say(f"  pipeline-busy {i + 1}/{plan.label(i)}: {'without capture' if d == 'off' else 'capture: ' + d} ({secs:g} s under a 200 Mbit/s flood) …")
             rd = work / f"run-{d}-{i}"
             r = _lab_run(specs[d], rd, d == "perf", work)
-            w = r["waits"]
-            row: dict[str, Any] = {"p50_ns": float(np.percentile(w, 50)) if len(w) else None, "p99_ns": float(np.percentile(w, 99)) if len(w) else None, "waits": int(len(w))}
+            w = r
+            row: RunStats = {"p50_ns": float(np.percentile(w, 50)) if len(w) else None, "p99_ns": float(np.percentile(w, 99)) if len(w) else None, "waits": int(len(w))}
             if d != "off":
                 (c, t), cap = _explain_self(rd)
-                row.update({"self": (c, t), "kernel_events": cap.get("events", 0), "lost_kernel_events": cap.get("lost_events", 0),
-                            "bytes_per_s": cap.get("bytes_per_s"), "reader_cpu_share": cap.get("reader_cpu_share", cap.get("perf_cpu_share")),
-                            "reads_during_windows": cap.get("reads_during_windows")})
+                row["self"] = (c, t)
+                if cap is not None:
+                    row.update({"kernel_events": cap["events"], "lost_kernel_events": cap["lost_events"], "bytes_per_s": cap["bytes_per_s"],
+                                "reader_cpu_share": cap["reader_cpu_share"] if cap["reader_cpu_share"] is not None else cap["perf_cpu_share"],
+                                "reads_during_windows": cap["reads_during_windows"]})
             runs[d].append(row)
             shutil.rmtree(rd, ignore_errors=True)
         i += 1
@@ -243,11 +305,12 @@ TARGETS = {"timer-idle": 1.05, "pipeline-busy": 1.10}
 SELF_SHARE_TARGET = 0.02
 
 
-def aa_spread(without: list[dict[str, Any]]) -> float | None:
+def aa_spread(without: list[RunStats]) -> float | None:
     """The p99 of alternate runs without capture over the others': the noise
     floor a with/without ratio is read against (1.0 on a quiet machine)."""
-    a, b = [x["p99_ns"] for x in without[0::2] if x.get("p99_ns")], [x["p99_ns"] for x in without[1::2] if x.get("p99_ns")]
-    return statistics.median(a) / statistics.median(b) if a and b else None
+    a = [p for x in without[0::2] if (p := x.get("p99_ns"))]
+    b = [p for x in without[1::2] if (p := x.get("p99_ns"))]
+    return float(statistics.median(a) / statistics.median(b)) if a and b else None
 
 
 def verdict(ratio: float | None, spread: float | None, target: float, self_share: float) -> str:
@@ -261,10 +324,10 @@ def verdict(ratio: float | None, spread: float | None, target: float, self_share
     return "met" if ratio <= target else "not met"
 
 
-def _judged(s: dict[str, Any], without: list[dict[str, Any]], scenario: str) -> dict[str, Any]:
+def _judged(s: Scenario, without: list[RunStats], scenario: str) -> Scenario:
     s["aa_spread"] = aa_spread(without)
     s["target"] = TARGETS[scenario]
-    s["verdict"] = verdict(s["p99_ratio"], s["aa_spread"], TARGETS[scenario], s["self_share"])
+    s["verdict"] = verdict(s.get("p99_ratio"), s["aa_spread"], TARGETS[scenario], s.get("self_share", 0.0))
     return s
 
 
@@ -276,7 +339,7 @@ class Pairs:
     def __init__(self, least: int, most: int, fixed: bool) -> None:
         self.least, self.most, self.fixed = least, most, fixed
 
-    def more(self, without: list[dict[str, Any]], target: float) -> bool:
+    def more(self, without: list[RunStats], target: float) -> bool:
         n = len(without)
         if n < self.least:
             return True
@@ -289,27 +352,45 @@ class Pairs:
         return str(self.least) if self.fixed or i < self.least else f"{self.least}…{self.most}"
 
 
-def _summary(name: str, without: list[dict[str, Any]], with_: list[dict[str, Any]]) -> dict[str, Any]:
-    med = lambda xs, k: statistics.median(x[k] for x in xs if x.get(k) is not None) if any(x.get(k) is not None for x in xs) else None  # noqa: E731
-    s = {
+def _med(xs: list[RunStats], k: str) -> float | None:
+    v = [float(x) for r in xs if isinstance(x := r.get(k), (int, float))]
+    return float(statistics.median(v)) if v else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a and b else None
+
+
+def _summary(name: str, without: list[RunStats], with_: list[RunStats]) -> Scenario:
+    if any("bytes_per_s" in x for x in with_):
+        bps = _med(with_, "bytes_per_s")
+    else:
+        per = [x.get("bytes_on_disk", 0) / secs for x in with_ if (secs := x.get("seconds"))]
+        bps = float(statistics.median(per)) if per else None
+    runs_with: list[RunStats] = []
+    for x in with_:
+        c, t = x.get("self", (0, 0))
+        row: RunStats = {k: v for k, v in x.items() if k != "self"}  # type: ignore[assignment]
+        row["self_share"] = c / t if t else 0.0
+        runs_with.append(row)
+    s: Scenario = {
         "name": name,
-        "p50_ns_without": med(without, "p50_ns"), "p99_ns_without": med(without, "p99_ns"),
-        "p50_ns_with": med(with_, "p50_ns"), "p99_ns_with": med(with_, "p99_ns"),
-        "kernel_events": med(with_, "kernel_events"),
+        "p50_ns_without": _med(without, "p50_ns"), "p99_ns_without": _med(without, "p99_ns"),
+        "p50_ns_with": _med(with_, "p50_ns"), "p99_ns_with": _med(with_, "p99_ns"),
+        "kernel_events": _med(with_, "kernel_events"),
         "lost_kernel_events": sum(x.get("lost_kernel_events") or 0 for x in with_),
-        "bytes_per_s": med(with_, "bytes_per_s") if any("bytes_per_s" in x for x in with_) else (
-            statistics.median(x["bytes_on_disk"] / x["seconds"] for x in with_ if x.get("seconds")) if any(x.get("seconds") for x in with_) else None),
-        "reader_cpu_share": med(with_, "reader_cpu_share"),
+        "bytes_per_s": bps,
+        "reader_cpu_share": _med(with_, "reader_cpu_share"),
         "self_share": _self_share([x["self"] for x in with_ if "self" in x]),
-        "runs_without": without, "runs_with": [{k: v for k, v in x.items() if k != "self"} | {"self_share": (x["self"][0] / x["self"][1]) if x.get("self") and x["self"][1] else 0.0} for x in with_],
+        "runs_without": without, "runs_with": runs_with,
     }
-    s["p99_ratio"] = s["p99_ns_with"] / s["p99_ns_without"] if s["p99_ns_without"] and s["p99_ns_with"] else None
-    s["p50_ratio"] = s["p50_ns_with"] / s["p50_ns_without"] if s["p50_ns_without"] and s["p50_ns_with"] else None
+    s["p99_ratio"] = _ratio(s["p99_ns_with"], s["p99_ns_without"])
+    s["p50_ratio"] = _ratio(s["p50_ns_with"], s["p50_ns_without"])
     return s
 
 
 def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, scenarios: list[str] | None = None,
-        designs: bool = False, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+        designs: bool = False, progress: Callable[[str], None] | None = None) -> KcaptureBench:
     import os
 
     from loopscope.kernel import capture
@@ -322,7 +403,7 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     if "pipeline-busy" in want and os.geteuid() != 0:
         raise RunError("bench kcapture: the pipeline-busy scenario needs root (network namespaces); run it as root or pass --scenario timer-idle")
     dz = ["between-windows"] + (["continuously"] + (["perf"] if shutil.which("perf") else []) if designs else [])
-    out: dict[str, Any] = {"scenarios": []}
+    out: KcaptureBench = {"scenarios": []}
     with tempfile.TemporaryDirectory(prefix="ls-bench-kcap-") as d:
         work = Path(d)
         if "timer-idle" in want:
@@ -332,8 +413,9 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
             t["context"] = {"runs": len(t["runs_without"]), "seconds": secs, "interval_us": 1000}
             out["scenarios"].append(t)
             # Today's top-level keys are the idle timer's (perf_cpu_share: the capture's reader now).
-            out.update({k: t[k] for k in ("p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "runs_without", "runs_with", "p99_ratio", "p50_ratio")})
-            out["perf_cpu_share"] = t["reader_cpu_share"]
+            for k in ("p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "runs_without", "runs_with", "p99_ratio", "p50_ratio"):
+                out[k] = t[k]
+            out["perf_cpu_share"] = t.get("reader_cpu_share")
             out["context"] = t["context"]
         if "pipeline-busy" in want:
             plan = Pairs(runs or (2 if quick else 10), runs or (2 if quick else 30), bool(runs) or quick)
@@ -346,7 +428,7 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     return out
 
 
-def print_human(r: dict[str, Any]) -> None:
+def print_human(r: KcaptureBench) -> None:
     from loopscope.units import format_ns
 
     def f(x: float | None) -> str:
@@ -361,8 +443,8 @@ def print_human(r: dict[str, Any]) -> None:
                   f"p99 {f(x['p99_ns_without'])} → {f(x['p99_ns_with'])} (×{x['p99_ratio'] or float('nan'):.3f}); "
                   f"lab: capture {x['self_share'] * 100:.2f} % of the outliers' time; "
                   f"{(x['kernel_events'] or 0):,.0f} events/run, {x['lost_kernel_events']} lost"
-                  + (f", {x['bytes_per_s'] / 1e6:.2f} MB/s on disk" if x.get("bytes_per_s") else "")
-                  + (f", reader {x['reader_cpu_share'] * 100:.1f} % of a CPU" if x.get("reader_cpu_share") is not None else ""))
+                  + (f", {bps / 1e6:.2f} MB/s on disk" if (bps := x.get("bytes_per_s")) else "")
+                  + (f", reader {share * 100:.1f} % of a CPU" if (share := x.get("reader_cpu_share")) is not None else ""))
         if s.get("aa_spread") is not None:
             print(f"  noise floor: p99 of one half of the runs without capture over the other: ×{s['aa_spread']:.3f}")
         print(f"  target p99 ×{s['target']:.2f}, lab: capture ≤ {SELF_SHARE_TARGET * 100:.0f} %: {s['verdict']}"

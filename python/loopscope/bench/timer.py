@@ -24,7 +24,9 @@ import statistics
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import NotRequired, TypedDict
 
 import numpy as np
 
@@ -35,7 +37,42 @@ from loopscope.probes import timer
 Progress = Callable[[str], None] | None
 
 
-def _cyclictest(interval_us: int, duration_ns: int, work: Path, tuned: bool) -> dict[str, float]:
+class Latency(TypedDict):
+    """One run of one tool, in ns."""
+
+    samples: int
+    min_ns: float
+    avg_ns: float
+    p50_ns: float
+    p99_ns: float
+    max_ns: float
+    missed: NotRequired[int]  # loopscope: periods it skipped
+    beyond_histogram: NotRequired[int]  # cyclictest: samples past its last bucket
+
+
+class Comparison(TypedDict):
+    """Both tools' medians over the runs, their ratios, ranges and every run."""
+
+    loopscope: dict[str, float]
+    cyclictest: dict[str, float]
+    ratio_loopscope_over_cyclictest: dict[str, float | None]
+    range_over_runs: dict[str, dict[str, list[float]]]
+    per_run: dict[str, list[Latency]]
+
+
+class TimerBench(Comparison):
+    """What ``loopscope bench timer --json`` prints: the tuned comparison at the
+    top level, the untuned one under ``as_configured``."""
+
+    interval_us: int
+    duration_s: float
+    runs: int
+    as_configured: Comparison
+    commands: dict[str, list[str]]
+    note: str
+
+
+def _cyclictest(interval_us: int, duration_ns: int, work: Path, tuned: bool) -> Latency:
     out = work / "ct.json"
     secs = max(1, round(duration_ns / 1e9))
     cmd = ["cyclictest", "-m", "-i", str(interval_us), "-D", str(secs), "-q", "-h", "20000", f"--json={out}"]
@@ -75,9 +112,14 @@ def _cyclictest(interval_us: int, duration_ns: int, work: Path, tuned: bool) -> 
 KEYS = ["min_ns", "avg_ns", "p50_ns", "p99_ns", "max_ns"]
 
 
-def _compare(ours: list[dict[str, float]], theirs: list[dict[str, float]]) -> dict[str, Any]:
-    med = lambda rows, k: float(statistics.median([x[k] for x in rows]))  # noqa: E731
-    rng = lambda rows, k: [float(min(x[k] for x in rows)), float(max(x[k] for x in rows))]  # noqa: E731
+def _compare(ours: list[Latency], theirs: list[Latency]) -> Comparison:
+    def med(rows: list[Latency], k: str) -> float:
+        return float(statistics.median([float(x[k]) for x in rows]))  # type: ignore[literal-required]
+
+    def rng(rows: list[Latency], k: str) -> list[float]:
+        v = [float(x[k]) for x in rows]  # type: ignore[literal-required]
+        return [min(v), max(v)]
+
     return {
         "loopscope": {k: round(med(ours, k), 1) for k in KEYS},
         "cyclictest": {k: round(med(theirs, k), 1) for k in KEYS},
@@ -87,10 +129,10 @@ def _compare(ours: list[dict[str, float]], theirs: list[dict[str, float]]) -> di
     }
 
 
-def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int = 3, progress: Progress = None) -> dict[str, Any]:
+def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int = 3, progress: Progress = None) -> TimerBench:
     if not shutil.which("cyclictest"):
         raise RunError("cyclictest is not installed (Debian package rt-tests; scripts/install-deps.sh installs it)")
-    rows: dict[str, tuple[list[dict[str, float]], list[dict[str, float]]]] = {"tuned": ([], []), "as_configured": ([], [])}
+    rows: dict[str, tuple[list[Latency], list[Latency]]] = {"tuned": ([], []), "as_configured": ([], [])}
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-timer-") as d:
         work = Path(d)
         for i in range(runs):
@@ -121,7 +163,7 @@ def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int
     }
 
 
-def print_human(r: dict[str, Any]) -> None:
+def print_human(r: TimerBench) -> None:
     print(f"timer latency, interval {r['interval_us']} µs, {r['duration_s']:g} s per run, {r['runs']} alternating runs each (medians over runs)")
     for title, c, cmds in (("tuned", r, r["commands"]["tuned"]), ("as configured", r["as_configured"], r["commands"]["as_configured"])):
         print(f"{title}: {cmds[0]}  vs  {cmds[1]}")

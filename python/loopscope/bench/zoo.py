@@ -42,12 +42,86 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
+from loopscope.analysis.explained import ExplainDoc, Group
+
 from loopscope.errors import RunError
 
 Progress = Callable[[str], None] | None
 PROBE_CPU = 1
 OTHER_CPU = 0
 HERE = Path(__file__).resolve().parent
+
+
+class CauseShare(TypedDict):
+    cause: str
+    share: float
+
+
+class RemedyTried(TypedDict, total=False):
+    """``loopscope advise`` on a case's run, and its follow-up's verdict."""
+
+    offered: str | None
+    ratio_p99: float | None
+    ci95: list[float] | None
+    significant: bool
+    tunings: list[dict[str, Any]]  # the remedy phase's tunings, as the follow-up file writes them
+    why: str
+    against: str
+    run: str
+
+
+class CaseResult(TypedDict, total=False):
+    """One injected cause, scored (or why it was skipped)."""
+
+    name: str
+    expected: str
+    injected: str
+    skipped: str | None
+    top_cause: str | None
+    top_share: float | None
+    expected_share: float
+    expected_rank: int | None
+    baseline_expected_share: float
+    unexplained_share: float
+    outliers: int
+    baseline_outliers: int
+    causes: list[CauseShare]
+    run: str
+    remedy: RemedyTried
+
+
+class AnomalyResult(TypedDict, total=False):
+    """One of the study's anomalies: detected, measured and named (or skipped)."""
+
+    name: str
+    injected_ns: int
+    expected: str
+    injected: str
+    detected_ns: int | None
+    cause: str | None
+    ok: bool
+    skipped: str | None
+    finding: str | None
+    cause_share: float | None
+    windows_with_cause: int | None
+    windows: int | None
+    run: str
+
+
+class ZooBench(TypedDict):
+    """What ``loopscope bench explain --json`` prints."""
+
+    remedies_that_helped: list[str] | None
+    cases: list[CaseResult]
+    accuracy: float | None
+    anomalies: list[AnomalyResult]
+    ran: int
+    skipped: int
+    settings: dict[str, str | float | int]
+    seconds: float
+    workdir: str
 
 
 @dataclass
@@ -179,21 +253,21 @@ def build_zoo(work: Path) -> dict[str, str]:
     return progs
 
 
-def _group(res: dict[str, Any], phase: str) -> dict[str, Any] | None:
-    return next((g for g in res.get("groups") or [] if (g["probe"] == "t" or g["probe"].startswith("t ")) and g["phase"] == phase), None)
+def _group(res: ExplainDoc, phase: str) -> Group | None:
+    return next((g for g in res["groups"] if (g["probe"] == "t" or g["probe"].startswith("t ")) and g["phase"] == phase), None)
 
 
-def _share(g: dict[str, Any] | None, labels: list[str]) -> float:
+def _share(g: Group | None, labels: list[str]) -> float:
     if not g:
         return 0.0
-    return sum(c["share"] or 0.0 for c in g["all_causes"] if c["cause"] in labels)
+    return sum(c["share"] or 0.0 for c in g.get("all_causes", []) if c["cause"] in labels)
 
 
-def score(case: Case, res: dict[str, Any]) -> dict[str, Any]:
+def score(case: Case, res: ExplainDoc) -> CaseResult:
     """What explain said of the case's phases, against the declared cause."""
     labels = [case.expected, *case.also]
     inj, base = _group(res, "injected"), _group(res, "baseline")
-    causes = (inj or {}).get("all_causes") or []
+    causes = inj.get("all_causes", []) if inj else []
     # the expected cause and the labels counted with it are one cause here
     merged: dict[str, float] = {}
     for c in causes:
@@ -207,7 +281,7 @@ def score(case: Case, res: dict[str, Any]) -> dict[str, Any]:
         "expected_share": merged.get(case.expected, 0.0), "expected_rank": rank,
         "baseline_expected_share": _share(base, labels),
         "unexplained_share": merged.get("unexplained", 0.0),
-        "outliers": (inj or {}).get("outliers", 0), "baseline_outliers": (base or {}).get("outliers", 0),
+        "outliers": inj["outliers"] if inj else 0, "baseline_outliers": base["outliers"] if base else 0,
         "causes": [{"cause": k, "share": v} for k, v in ranked[:6]],
         "skipped": None,
     }
@@ -236,7 +310,7 @@ def _stop(p: subprocess.Popen[bytes] | None) -> None:
         p.wait()
 
 
-def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) -> dict[str, Any]:
+def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) -> RemedyTried:
     """``loopscope advise`` on the case's run, as a user would run it, then
     its follow-up experiment: the remedy offered for the expected cause, and
     the remedy phase's p99 over the injected phase's, with its interval."""
@@ -250,7 +324,7 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     j = json.loads(a.stdout.strip().splitlines()[-1])
     mine = [r for r in j["advice"] if r["phase"] == "injected" and r["cause"] in (case.expected, *case.also)]
     offered = mine[0]["remedy"] if mine else None
-    out: dict[str, Any] = {"offered": offered, "ratio_p99": None, "ci95": None, "significant": False, "tunings": []}
+    out: RemedyTried = {"offered": offered, "ratio_p99": None, "ci95": None, "significant": False, "tunings": []}
     if not j.get("follow_up"):
         return {**out, "why": "no remedy a phase can apply at run time"}
     spec = yaml.safe_load(fu.read_text())
@@ -272,7 +346,7 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
             "against": row["baseline_phase"], "run": str(fd)}
 
 
-def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True) -> dict[str, Any]:
+def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True) -> CaseResult:
     from loopscope.analysis.explain import explain
 
     why = missing(case)
@@ -377,14 +451,14 @@ def _series(run_dir: Path, interval: str) -> list[tuple[int, Any, Any]]:
     return out
 
 
-def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> dict[str, Any]:
+def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyResult:
     """Run one anomaly's experiment, then its detector and explain on it."""
     import polars as pl
 
     from loopscope.analysis.detectors import detect
     from loopscope.analysis.explain import causes_in, explain
 
-    head = {"name": an.name, "injected_ns": an.injected_ns, "expected": an.expected, "injected": an.what}
+    head: AnomalyResult = {"name": an.name, "injected_ns": an.injected_ns, "expected": an.expected, "injected": an.what}
     why = missing(Case(an.name, an.expected, an.what, swap_mb=an.swap_mb))
     if why:
         return {**head, "detected_ns": None, "cause": None, "ok": False, "skipped": why}
@@ -429,16 +503,16 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> dict[str
     if found is not None:
         v = found.values[key]
         detected = int(v if key == "step_ns" else v * 1e9)
-    ok = detected is not None and (cause or {}).get("cause") == an.expected
-    if ok and an.tolerance is not None:
-        ok = abs(detected - an.injected_ns) <= an.tolerance * an.injected_ns  # type: ignore[operator]
-    return {**head, "detected_ns": detected, "cause": (cause or {}).get("cause"), "ok": bool(ok), "skipped": None,
-            "finding": found.text if found else None, "cause_share": (cause or {}).get("share"),
-            "windows_with_cause": (cause or {}).get("windows_with"), "windows": (cause or {}).get("windows"), "run": str(run_dir)}
+    ok = detected is not None and cause is not None and cause["cause"] == an.expected
+    if ok and detected is not None and an.tolerance is not None:
+        ok = abs(detected - an.injected_ns) <= an.tolerance * an.injected_ns
+    return {**head, "detected_ns": detected, "cause": cause["cause"] if cause else None, "ok": bool(ok), "skipped": None,
+            "finding": found.text if found else None, "cause_share": cause["share"] if cause else None,
+            "windows_with_cause": cause["windows_with"] if cause else None, "windows": cause["windows"] if cause else None, "run": str(run_dir)}
 
 
 def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
-        workdir: str | None = None, progress: Progress = None, remedies: bool = True) -> dict[str, Any]:
+        workdir: str | None = None, progress: Progress = None, remedies: bool = True) -> ZooBench:
     say = progress or (lambda _m: None)
     duration_s = duration_s or (2.0 if quick else 5.0)
     reps = reps or (1 if quick else 3)
@@ -474,7 +548,11 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     }
 
 
-def print_human(r: dict[str, Any]) -> None:
+def _pct(v: float | None) -> str:
+    return f"{100 * v:.1f} %" if v is not None else "–"
+
+
+def print_human(r: ZooBench) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -485,12 +563,12 @@ def print_human(r: dict[str, Any]) -> None:
         if c.get("skipped"):
             t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "", "")
             continue
-        pct = lambda v: f"{100 * v:.1f} %" if v is not None else "–"  # noqa: E731
         rem = c.get("remedy") or {}
-        rtext = (f"{rem['ratio_p99']:.2f} [{rem['ci95'][0]:.2f}, {rem['ci95'][1]:.2f}]{' *' if rem['significant'] else ''}" if rem.get("ratio_p99") is not None
+        ratio, ci = rem.get("ratio_p99"), rem.get("ci95")
+        rtext = (f"{ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{' *' if rem.get('significant') else ''}" if ratio is not None and ci
                  else (rem.get("why") or "–"))
-        t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), pct(c["expected_share"]),
-                  f"{c['top_cause']} ({pct(c['top_share'])})", pct(c["baseline_expected_share"]), pct(c["unexplained_share"]), str(c["outliers"]), rtext)
+        t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), _pct(c["expected_share"]),
+                  f"{c['top_cause']} ({_pct(c['top_share'])})", _pct(c["baseline_expected_share"]), _pct(c["unexplained_share"]), str(c["outliers"]), rtext)
     con = Console()
     con.print(t)
     if r.get("anomalies"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
@@ -13,6 +13,9 @@ from loopscope.units import format_ns
 
 if TYPE_CHECKING:
     from loopscope.analysis.advise import Advice
+
+#: a benchmark's result (a TypedDict, printed as JSON or by its own printer)
+R = TypeVar("R")
 
 
 def _ci(e: Any) -> str:
@@ -92,7 +95,7 @@ def _trace_line(con: Any, res: Any) -> None:
 # ---- experiments ---------------------------------------------------------------
 
 
-def _report(res: dict[str, Any], as_json: bool, human: Any) -> int:
+def _report(res: R, as_json: bool, human: Callable[[R], None]) -> int:
     """A benchmark's result: one JSON object, or the human summary."""
     if as_json:
         click.echo(json.dumps(res))

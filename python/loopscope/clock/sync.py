@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import TypedDict
 
 import numpy as np
 import polars as pl
@@ -57,6 +58,66 @@ def _payloads(df: pl.DataFrame, name: str) -> np.ndarray:
     return np.frombuffer(b"".join(p), dtype="<i8").reshape(len(p), 5).copy()
 
 
+class ClockStep(TypedDict):
+    """CLOCK_REALTIME stepped between two calibration pairs."""
+
+    after_mono_ns: int
+    before_mono_ns: int
+    step_ns: int
+
+
+class ProbeCounts(TypedDict, total=False):
+    """What became of a host's clock-sync probes (``sent`` only: none were read)."""
+
+    sent: int
+    reached_reference: int
+    answered: int
+    lost_there: int
+    lost_back: int
+    pure_there: int
+    pure_back: int
+    used_there: int
+    used_back: int
+    used: str
+    min_rtt_ns: int | None
+
+
+class WindowSummary(TypedDict):
+    start_realtime_ns: int
+    end_realtime_ns: int
+    status: str
+    offset_ns: float | None
+    monotonic_offset_ns: float | None
+    at_realtime_ns: int
+    drift_ppm: float | None
+    drift_lo_ppm: float | None
+    drift_hi_ppm: float | None
+    bound_mid_ns: float | None
+    bound_max_ns: float | None
+    margin_ns: float | None
+    lower_bounds: int
+    upper_bounds: int
+
+
+class HostSummary(TypedDict):
+    reference: bool
+    windows: list[WindowSummary]
+    probes: ProbeCounts
+    problems: list[str]
+    clock_steps: list[ClockStep]
+    calibration_pairs: int
+    pair_read_error_ns_median: float | None
+
+
+class ClockSummary(TypedDict):
+    """clock.json, and the ``clock`` part of timeline.json."""
+
+    reference: str
+    gap_tolerance_ns: int
+    probes_used: str
+    hosts: dict[str, HostSummary]
+
+
 @dataclass
 class Pairs:
     """Calibration pairs of one host: CLOCK_MONOTONIC ↔ CLOCK_REALTIME."""
@@ -64,7 +125,7 @@ class Pairs:
     mono: np.ndarray
     real: np.ndarray
     err: np.ndarray
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[ClockStep] = field(default_factory=list)
 
     @classmethod
     def of(cls, cals: list[CalPair]) -> "Pairs":
@@ -78,13 +139,13 @@ class Pairs:
         p.steps = p._find_steps()
         return p
 
-    def _find_steps(self) -> list[dict[str, Any]]:
+    def _find_steps(self) -> list[ClockStep]:
         if len(self.mono) < 2:
             return []
         off = self.real - self.mono
         d = np.diff(off)
         allow = 500e-6 * np.diff(self.mono) + self.err[1:] + self.err[:-1] + 1000
-        out = []
+        out: list[ClockStep] = []
         for i in np.flatnonzero(np.abs(d) > allow):
             out.append({"after_mono_ns": int(self.mono[i]), "before_mono_ns": int(self.mono[i + 1]), "step_ns": int(d[i])})
         return out
@@ -124,7 +185,7 @@ class HostClock:
     is_reference: bool
     pairs: Pairs
     windows: list[E.Window] = field(default_factory=list)
-    counts: dict[str, Any] = field(default_factory=dict)
+    counts: ProbeCounts = field(default_factory=lambda: ProbeCounts())
     problems: list[str] = field(default_factory=list)
     # lower/upper bounds used (for the report and for validation)
     t_lo: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -180,11 +241,11 @@ class RunClocks:
         g, e = self.hosts[self.reference].pairs.mono_of(rr)
         return g, b + e
 
-    def summary(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"reference": self.reference, "gap_tolerance_ns": self.gap_tolerance_ns, "probes_used": self.use, "hosts": {}}
+    def summary(self) -> ClockSummary:
+        out: ClockSummary = {"reference": self.reference, "gap_tolerance_ns": self.gap_tolerance_ns, "probes_used": self.use, "hosts": {}}
         ref = self.hosts[self.reference]
         for name, h in self.hosts.items():
-            ws = []
+            ws: list[WindowSummary] = []
             for w in h.windows:
                 ts = np.linspace(w.start_ns, w.end_ns, 9).astype(np.int64)
                 b = w.bound(ts) if w.offset_ns is not None else np.full(ts.shape, np.inf)

@@ -24,6 +24,7 @@ from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import ExplainDoc
+from loopscope.timeline import TimelineDoc
 from loopscope.errors import InputError
 
 
@@ -96,16 +97,13 @@ def _ratio(x: float) -> str:
     return f"{x:.3f}x" if abs(x - 1) < 0.01 else f"{x:.2f}x"
 
 
-def _timeline(run_dir: Path, notes: list[str]) -> dict[str, Any] | None:
-    """The run's timeline, built when missing or older than the run."""
+def _timeline(run_dir: Path, notes: list[str]) -> TimelineDoc | None:
+    """The global timeline, built when missing or older than the run."""
     from loopscope import timeline
 
-    tj = run_dir / "timeline.json"
     try:
-        if tj.exists() and tj.stat().st_mtime >= (run_dir / "run.json").stat().st_mtime:
-            return dict(json.loads(tj.read_text()))
-        return timeline.build(run_dir)
-    except (OSError, ValueError, timeline.TimelineError) as e:
+        return timeline.cached(run_dir)
+    except (OSError, ValueError, InputError, timeline.TimelineError) as e:
         notes.append(f"the global timeline could not be built: {e}")
         return None
 

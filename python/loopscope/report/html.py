@@ -16,6 +16,7 @@ from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
 from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
+from loopscope.timeline import TimelineDoc
 from loopscope.rundir import ClockSyncRecord, Provenance
 
 HERE = Path(__file__).resolve().parent
@@ -109,17 +110,19 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + _ns(abs(x))
 
 
-def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: Provenance | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
     from pathlib import Path
 
-    if not tl or not tl.get("clock"):
+    clock = tl.get("clock") if tl else None
+    if not tl or not clock:
         return [], None, []
-    rows, problems = [], []
-    for host, h in tl["clock"]["hosts"].items():
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for host, h in clock["hosts"].items():
         if host == "router":
             continue
-        placed = (tl.get("hosts") or {}).get(host, {})
+        placed = tl.get("hosts", {}).get(host) or {"records": 0, "placed": 0, "not_placed": 0}
         ok = [w for w in h["windows"] if w["offset_ns"] is not None]
         p = h["probes"]
         if h["reference"]:
@@ -130,7 +133,7 @@ def _clocks(run_dir: Any, tl: dict[str, Any] | None, prov: Provenance | None = N
             rows.append({
                 "host": host,
                 "mono": (f"{mo / 1e9:+.9f} s" if abs(mo) >= 1e8 else _signed(mo)) if mo is not None else "n/a",
-                "real": _signed(w["offset_ns"]) if w else "n/a",
+                "real": _signed(w["offset_ns"]) if w and w["offset_ns"] is not None else "n/a",
                 "drift": f"{w['drift_ppm']:+.3f} ppm [{w['drift_lo_ppm']:+.3f}, {w['drift_hi_ppm']:+.3f}]" if w and w["drift_lo_ppm"] is not None else (f"{w['drift_ppm']:+.3f} ppm" if w else "n/a"),
                 "bound": f"±{_ns(w['bound_mid_ns'])} (max {_ns(max(x['bound_max_ns'] or 0 for x in ok))})" if w else "none",
                 "windows": f"{len(ok)} of {len(h['windows'])}",
@@ -414,7 +417,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: dict[str, Any] | None = None, ex: ExplainDoc | None = None) -> str:
+def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: TimelineDoc | None = None, ex: ExplainDoc | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run

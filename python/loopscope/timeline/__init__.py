@@ -24,6 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
+
 import numpy as np
 import polars as pl
 
@@ -31,6 +34,62 @@ from loopscope.clock import sync
 from loopscope.errors import InputError
 from loopscope.rundir import Derived, Provenance, RunDir, RunRecord
 from loopscope.trace.files import Files
+
+
+class Placed(TypedDict):
+    """A host's records, and how many have a place on the global clock."""
+
+    records: int
+    placed: int
+    not_placed: int
+
+
+class SyncCheck(TypedDict):
+    """A host's clock-sync probes' own one-way delays on the timeline."""
+
+    there_min_ns: float | None
+    back_min_ns: float | None
+    negative_beyond_bound: int
+
+
+#: one hop of a pipeline on the timeline, or a loop's round trip against its legs
+HopCheck = TypedDict("HopCheck", {
+    "rep": int, "phase": str, "probe": str, "hop": int, "from": str, "to": str, "messages": int,
+    "min_net_ns": float | None, "min_raw_ns": float | None, "bound_median_ns": float | None, "negative_beyond_bound": int,
+    "round_trip": bool, "max_abs_diff_ns": float | None,
+}, total=False)
+
+
+class Checks(TypedDict, total=False):
+    clocksync: dict[str, SyncCheck]
+    pipeline: list[HopCheck]
+
+
+class TimelineDoc(TypedDict, total=False):
+    """timeline.json: the reference, every host's placed records, the checks
+    a timeline must pass, the clock estimate (when the run synchronised)."""
+
+    hosts: dict[str, Placed]
+    checks: Checks
+    notes: list[str]
+    reference: str
+    records: int
+    clock: sync.ClockSummary
+
+
+_DOC = TypeAdapter(TimelineDoc)
+
+
+def cached(run_dir: Path) -> TimelineDoc:
+    """The run's timeline.json when it is newer than the run record, else built now (and written)."""
+    tj, rj = run_dir / "timeline.json", run_dir / "run.json"
+    if tj.exists() and rj.exists() and tj.stat().st_mtime >= rj.stat().st_mtime:
+        try:
+            return _DOC.validate_json(tj.read_bytes())
+        except ValidationError as e:
+            err = e.errors()[0]
+            raise InputError(f"{tj}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (`loopscope timeline {run_dir}` writes it again)") from None
+    return build(run_dir)
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
 
@@ -65,13 +124,13 @@ def _router_clock(files: Files, run: RunRecord, prov: Provenance, clocks: sync.R
     return h
 
 
-def build(run_dir: Path, use: str = "all") -> dict[str, Any]:
+def build(run_dir: Path, use: str = "all") -> TimelineDoc:
     """``place`` a run's records on its timeline and have the run directory
     write the result (timeline.json and .parquet, clock.json, the clock and
     pipeline tables); what timeline.json holds."""
     d = place(run_dir, use)
     RunDir(run_dir).write_derived(d)
-    out: dict[str, Any] = d.documents["timeline.json"]
+    out: TimelineDoc = d.documents["timeline.json"]
     return out
 
 
@@ -83,7 +142,7 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     hosts = list(run.hosts) or ["localhost"]
     files = Files(rd.path)
     clocks = sync.estimate(run, files, use=use)
-    out: dict[str, Any] = {"hosts": {}, "checks": {}, "notes": []}
+    out: TimelineDoc = {"hosts": {}, "checks": {}, "notes": []}
     if clocks is None:
         if len(hosts) > 1:
             out["notes"].append("this run has no clock-sync probes: only the first host's records are placed; the others keep t_ns only")
@@ -141,9 +200,9 @@ def place(run_dir: Path, use: str = "all") -> Derived:
     return derived
 
 
-def _sync_checks(clocks: sync.RunClocks) -> dict[str, Any]:
+def _sync_checks(clocks: sync.RunClocks) -> dict[str, SyncCheck]:
     """The probes' own one-way delays on the timeline: none may be negative beyond its bound."""
-    res: dict[str, Any] = {}
+    res: dict[str, SyncCheck] = {}
     for host, h in clocks.hosts.items():
         if h.is_reference or host == "router" or not len(h.t_lo):
             continue
@@ -160,10 +219,11 @@ def _sync_checks(clocks: sync.RunClocks) -> dict[str, Any]:
     return res
 
 
-def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[dict[str, Any]]]:
+def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[HopCheck]]:
     from loopscope.probes.pipeline import messages_from
 
-    frames, checks = [], []
+    frames: list[pl.DataFrame] = []
+    checks: list[HopCheck] = []
     for st in run.steps:
         if not st.stages:  # a step whose messages pass through stages (a pipeline's)
             continue
@@ -226,14 +286,15 @@ def _s(ns: float | None) -> str:
     return f"{ns / 1e9:+.9f} s" if abs(ns) >= 1e8 else f"{ns / 1e6:+.6f} ms"
 
 
-def summary_lines(out: dict[str, Any]) -> list[str]:
+def summary_lines(out: TimelineDoc) -> list[str]:
     """What a reader needs first: each host's offset, drift and bound, then anything wrong."""
     from loopscope.units import format_ns
 
     lines = [f"global clock: CLOCK_MONOTONIC of {out['reference']}; {out['records']:,} records"]
-    clock = out.get("clock") or {}
-    for host, h in (clock.get("hosts") or {}).items():
-        placed = out["hosts"].get(host, {})
+    clock = out.get("clock")
+    nowhere: Placed = {"records": 0, "placed": 0, "not_placed": 0}
+    for host, h in (clock["hosts"] if clock else {}).items():
+        placed = out["hosts"].get(host, nowhere)
         if h["reference"]:
             lines.append(f"  {host}: the reference")
             continue
@@ -247,7 +308,7 @@ def summary_lines(out: dict[str, Any]) -> list[str]:
             p = h["probes"]
             lines.append(
                 f"  {host}: CLOCK_MONOTONIC {_s(w['monotonic_offset_ns'])}, CLOCK_REALTIME {_s(w['offset_ns'])} from the reference's; drift {w['drift_ppm']:+.3f} ppm [{_f(w['drift_lo_ppm'])}, {_f(w['drift_hi_ppm'])}], "
-                f"bound ±{format_ns(w['bound_mid_ns'])} (max {format_ns(bmax)}) over {len(ok)} window(s); "
+                f"bound ±{format_ns(w['bound_mid_ns'] or 0)} (max {format_ns(bmax)}) over {len(ok)} window(s); "
                 f"{p.get('used_there', 0) + p.get('used_back', 0):,} probes, {p.get('lost_there', 0) + p.get('lost_back', 0)} lost, best round trip {format_ns(p.get('min_rtt_ns') or 0)}"
             )
         else:
@@ -258,12 +319,13 @@ def summary_lines(out: dict[str, Any]) -> list[str]:
             lines.append(f"    ! {pr}")
     for note in out.get("notes") or []:
         lines.append(f"  ! {note}")
-    for c in (out.get("checks") or {}).get("pipeline") or []:
+    checks = out.get("checks") or {}
+    for c in checks.get("pipeline") or []:
         if c.get("negative_beyond_bound"):
             lines.append(f"  ! {c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
         if c.get("round_trip") and c.get("max_abs_diff_ns") is not None:
-            lines.append(f"  {c['probe']} ({c['phase']}, rep {c['rep']}): round trip on one clock vs its legs on the timeline differ by at most {format_ns(c['max_abs_diff_ns'])}")
-    for host, c in ((out.get("checks") or {}).get("clocksync") or {}).items():
-        if c.get("negative_beyond_bound"):
-            lines.append(f"  ! {host}: {c['negative_beyond_bound']} clock-sync probes arrive before they left by more than the bound")
+            lines.append(f"  {c['probe']} ({c['phase']}, rep {c['rep']}): round trip on one clock vs its legs on the timeline differ by at most {format_ns(c['max_abs_diff_ns'] or 0)}")
+    for host, sc in (checks.get("clocksync") or {}).items():
+        if sc["negative_beyond_bound"]:
+            lines.append(f"  ! {host}: {sc['negative_beyond_bound']} clock-sync probes arrive before they left by more than the bound")
     return lines
