@@ -26,6 +26,8 @@ import sys
 import time
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
 import numpy as np
 
 from loopscope.errors import InputError, RunError
@@ -40,12 +42,51 @@ def _in(ns: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.lab.nsexec", "--net", f"/run/netns/{ns}", "--", sys.executable, "-m", "loopscope.cli", *args]
 
 
+class Block(TypedDict):
+    """One block of the client's ping-pong, raw or through a channel (its JSON)."""
+
+    mode: str
+    block: int
+    size: int
+    n: int
+    elapsed_ns: int
+    timeouts: int
+    rtt_ns: list[int]
+
+
+class SizeRow(TypedDict):
+    """One item size: both modes' throughput and round trips, the overhead over its pairs."""
+
+    size: int
+    channel_mbps: float | None
+    raw_mbps: float | None
+    overhead_pct: float | None
+    overhead_iqr_pct: list[float] | None
+    p50_ns: float | None
+    p99_ns: float | None
+    raw_p50_ns: float | None
+    raw_p99_ns: float | None
+    blocks: int
+    rounds: int
+    timeouts: int
+    raw_timeouts: int
+
+
+class ChannelsBench(TypedDict, total=False):
+    """What ``loopscope bench channels --json`` prints (``rows``: tcp's, else the first transport's)."""
+
+    context: dict[str, int | str | list[int]]
+    transports: dict[str, list[SizeRow]]
+    rows: list[SizeRow]
+    max_overhead_pct: float | None
+
+
 def _rounds(size: int, quick: bool) -> int:
     n = 200 if size <= 16384 else 60 if size <= 262144 else 16
     return max(10, n // 4) if quick else n
 
 
-def one(topo: Any, transport: str, sizes: list[int], blocks: int, quick: bool, port: int, placement: str) -> list[dict[str, Any]]:
+def one(topo: Any, transport: str, sizes: list[int], blocks: int, quick: bool, port: int, placement: str) -> list[Block]:
     a, b = topo.host("a"), topo.host("b")
     raw, chan, back = f"{b.address}:{port}", f"{b.address}:{port + 1}", f"{a.address}:{port + 2}"
     srv = subprocess.Popen(_in(b.ns, "channel", "bench-serve", "--transport", transport, "--raw-bind", raw, "--chan-bind", chan, "--reply-to", back,
@@ -59,7 +100,8 @@ def one(topo: Any, transport: str, sizes: list[int], blocks: int, quick: bool, p
                            capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
             raise RunError(f"bench channels: the {transport} client on a failed: {r.stderr.strip()[-400:]}")
-        return json.loads(r.stdout)
+        blocks_out: list[Block] = json.loads(r.stdout)
+        return blocks_out
     finally:
         srv.send_signal(2)
         try:
@@ -69,12 +111,12 @@ def one(topo: Any, transport: str, sizes: list[int], blocks: int, quick: bool, p
             srv.communicate()
 
 
-def _mbps(r: dict[str, Any]) -> float:
+def _mbps(r: Block) -> float:
     return 2 * r["size"] * 8 * r["n"] / r["elapsed_ns"] * 1e3 if r["elapsed_ns"] and r["n"] else 0.0
 
 
-def summarize(blocks: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, Any]]:
-    rows = []
+def summarize(blocks: list[Block], sizes: list[int]) -> list[SizeRow]:
+    rows: list[SizeRow] = []
     for size in sizes:
         bs = [x for x in blocks if x["size"] == size]
         by = {(x["mode"], x["block"]): x for x in bs}
@@ -85,7 +127,7 @@ def summarize(blocks: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, 
         def q(m: str, p: float) -> float | None:
             return float(np.percentile(rtt[m], p)) if len(rtt[m]) else None
 
-        lo, hi = (float(np.percentile(over, 25)), float(np.percentile(over, 75))) if over else (None, None)
+        lo, hi = (float(np.percentile(over, 25)), float(np.percentile(over, 75))) if over else (0.0, 0.0)
         rows.append({
             "size": size,
             "channel_mbps": round(float(np.median([_mbps(c) for _, c in pairs])), 1) if pairs else None,
@@ -99,7 +141,7 @@ def summarize(blocks: list[dict[str, Any]], sizes: list[int]) -> list[dict[str, 
     return rows
 
 
-def run(*, quick: bool = False, blocks: int | None = None, transports: list[str] | None = None, placement: str = "split", progress: Progress = None) -> dict[str, Any]:
+def run(*, quick: bool = False, blocks: int | None = None, transports: list[str] | None = None, placement: str = "split", progress: Progress = None) -> ChannelsBench:
     from loopscope.lab import netns
 
     why = netns.privileges()
@@ -108,25 +150,34 @@ def run(*, quick: bool = False, blocks: int | None = None, transports: list[str]
     say = progress or (lambda s: None)
     nb = blocks or (4 if quick else 20)
     sizes = SIZES[:3] if quick else SIZES
-    out: dict[str, Any] = {"context": {"blocks": nb, "sizes": sizes, "hosts": "two netns hosts, kernel forwarding", "frag": 1400, "placement": placement}, "transports": {}}
+    by_transport: dict[str, list[SizeRow]] = {}
+    out: ChannelsBench = {"transports": by_transport, "context": {"blocks": nb, "sizes": sizes, "hosts": "two netns hosts, kernel forwarding", "frag": 1400, "placement": placement}}
     topo = netns.Topology.plan(f"bench-chan-{time.monotonic_ns()}", ["a", "b"])
     topo.up()
     try:
         subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
         for i, transport in enumerate(transports or ["tcp", "udp"]):
             say(f"{transport}: {nb} alternating blocks per size, {len(sizes)} sizes")
-            out["transports"][transport] = summarize(one(topo, transport, sizes, nb, quick, PORT + 10 * i, placement), sizes)
+            by_transport[transport] = summarize(one(topo, transport, sizes, nb, quick, PORT + 10 * i, placement), sizes)
     finally:
         topo.down()
-    out["rows"] = out["transports"].get("tcp") or next(iter(out["transports"].values()))
-    vals = [r["overhead_pct"] for rows in out["transports"].values() for r in rows if r["overhead_pct"] is not None]
+    out["rows"] = by_transport.get("tcp") or next(iter(by_transport.values()))
+    vals = [v for rows in by_transport.values() for r in rows if (v := r["overhead_pct"]) is not None]
     out["max_overhead_pct"] = max(vals) if vals else None
     return out
 
 
-def print_human(r: dict[str, Any]) -> None:
+def _fmt(x: float | None, spec: str, width: int) -> str:
+    return format(x, spec) if x is not None else "n/a".rjust(width)
+
+
+def _ns(x: float | None) -> str:
     from loopscope.units import format_ns
 
+    return format_ns(x) if x is not None else "n/a"
+
+
+def print_human(r: ChannelsBench) -> None:
     c = r["context"]
     print(f"channels vs raw sockets: ping-pong a ↔ b ({c['hosts']}; ends on {'CPUs 0 and 1' if c['placement'] == 'split' else 'CPU 0 both'}), {c['blocks']} alternating block pairs per size")
     for t, rows in r["transports"].items():
@@ -134,6 +185,7 @@ def print_human(r: dict[str, Any]) -> None:
         print(f"    {'size':>9} {'channel':>12} {'raw':>12} {'overhead [IQR]':>22} {'chan p50':>10} {'raw p50':>10} {'chan p99':>10} {'raw p99':>10}")
         for x in rows:
             iqr = x["overhead_iqr_pct"] or [0, 0]
-            print(f"    {x['size']:>9,} {x['channel_mbps']:>7.1f} Mb/s {x['raw_mbps']:>7.1f} Mb/s {x['overhead_pct']:>6.1f}% [{iqr[0]:>5.1f}, {iqr[1]:>5.1f}] {format_ns(x['p50_ns']):>10} {format_ns(x['raw_p50_ns']):>10} {format_ns(x['p99_ns']):>10} {format_ns(x['raw_p99_ns']):>10}"
+            print(f"    {x['size']:>9,} {_fmt(x['channel_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['raw_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['overhead_pct'], '>6.1f', 6)}% [{iqr[0]:>5.1f}, {iqr[1]:>5.1f}] "
+                  f"{_ns(x['p50_ns']):>10} {_ns(x['raw_p50_ns']):>10} {_ns(x['p99_ns']):>10} {_ns(x['raw_p99_ns']):>10}"
                   + (f"  ({x['timeouts']} channel / {x['raw_timeouts']} raw rounds timed out)" if x["timeouts"] or x["raw_timeouts"] else ""))
-    print(f"  largest overhead (median of pairs): {r['max_overhead_pct']:.1f} %")
+    print(f"  largest overhead (median of pairs): {_fmt(r.get('max_overhead_pct'), '.1f', 0)} %")

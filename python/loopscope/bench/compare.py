@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
 from loopscope.errors import RunError
 
 SPEC = """name: {name}
@@ -48,13 +50,46 @@ def _run(work: Path, name: str, hog: bool, duration: str) -> Path:
     return work / name
 
 
-def bench(kinds: Any, pairs: int = 5, duration: str = "1s", say: Callable[[str], None] | None = None) -> dict[str, Any]:
+class AaPair(TypedDict):
+    """One A/A pair: its comparison rows, and which came out significant."""
+
+    rows: int
+    significant: int
+    which: list[str]
+
+
+class P99Row(TypedDict):
+    ratio: float
+    ci95: list[float] | None
+    significant: bool
+
+
+class AbCase(TypedDict):
+    """Quiet against hogged: each phase's p99 ratio, and whether the gate trips."""
+
+    p99: dict[str, P99Row]
+    gate_tripped: bool
+
+
+class CompareBench(TypedDict):
+    """What ``loopscope bench compare --json`` prints: the A/A pairs' false
+    positives and the A/B case's p99 rows and gate."""
+
+    pairs: int
+    aa: list[AaPair]
+    aa_rows: int
+    aa_significant: int
+    aa_share: float | None
+    ab: AbCase
+
+
+def bench(kinds: Any, pairs: int = 5, duration: str = "1s", say: Callable[[str], None] | None = None) -> CompareBench:
     from loopscope.analysis.runcompare import Criterion, compare
     from loopscope.report.compare import load
 
     if shutil.which("stress-ng") is None:
         raise RunError("bench compare needs stress-ng for its A/B case (scripts/install-deps.sh installs it)")
-    aa = []
+    aa: list[AaPair] = []
     with tempfile.TemporaryDirectory(prefix="ls-bench-compare-") as tmp:
         work = Path(tmp)
         for i in range(pairs):
@@ -70,12 +105,12 @@ def bench(kinds: Any, pairs: int = 5, duration: str = "1s", say: Callable[[str],
         rows = compare([load(a, kinds), load(b, kinds)])
         crit = Criterion.parse("p99 > +20%", {"timer"})
         p99 = {r.phase: r for r in rows if r.metric == "p99"}
-        ab = {
+        ab: AbCase = {
             "p99": {ph: {"ratio": round(r.ratio or 0, 2), "ci95": [round(x, 2) for x in r.ci95] if r.ci95 else None, "significant": r.significant} for ph, r in p99.items()},
             "gate_tripped": bool(crit.tripped_by(rows)),
         }
         if say:
             say(f"  A/B: {ab}")
     total = sum(x["rows"] for x in aa)
-    sig = sum(x["significant"] for x in aa)
-    return {"pairs": pairs, "aa": aa, "aa_rows": total, "aa_significant": sig, "aa_share": round(sig / total, 4) if total else None, "ab": ab}
+    n_sig = sum(x["significant"] for x in aa)
+    return {"pairs": pairs, "aa": aa, "aa_rows": total, "aa_significant": n_sig, "aa_share": round(n_sig / total, 4) if total else None, "ab": ab}

@@ -58,6 +58,7 @@ from typing_extensions import TypedDict
 import numpy as np
 
 from loopscope.errors import RunError
+from loopscope.rundir import RunDir
 
 Progress = Callable[[str], None] | None
 
@@ -471,7 +472,7 @@ def lab_round(work: Path, i: int) -> LabTimes:
     r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"], cwd=work, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RunError(f"bench emulator: the four-host run failed: {r.stderr.strip()[-600:]}")
-    t = json.loads((work / f"four{i}" / "run.json").read_text())["timings"]
+    t = {k: float(v or 0) for k, v in RunDir(work / f"four{i}").record().timings.items()}
     return {"up_s": t["lab_up_ns"] / 1e9, "down_s": t["lab_down_ns"] / 1e9, "netns_up_s": t["netns_up_ns"] / 1e9, "emulator_ready_s": t["emulator_ready_ns"] / 1e9}
 
 

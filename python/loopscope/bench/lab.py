@@ -15,19 +15,21 @@ Three figures, each measured here, back to back:
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope.stats import quantile
 from loopscope.errors import RunError
+from loopscope.rundir import RunDir
 
 Progress = Callable[[str], None] | None
 ROOT_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -51,7 +53,10 @@ def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPro
 def _first_record_ns(trace: Path) -> int:
     from loopscope.trace import reader
 
-    return int(reader.read(trace, sort=False)["t_ns"].min())
+    first = reader.read(trace, sort=False)["t_ns"].min()
+    if not isinstance(first, int):
+        raise RunError(f"bench lab: {trace} holds no record")
+    return first
 
 
 def _latencies(trace: Path) -> np.ndarray:
@@ -62,7 +67,43 @@ def _latencies(trace: Path) -> np.ndarray:
     return df.filter(pl.col("name") == "wakeup")["dur_ns"].to_numpy()
 
 
-def _agreement(via: list[np.ndarray], alone: list[np.ndarray], q: float) -> dict[str, Any]:
+class Agreement(TypedDict):
+    """One quantile through the lab and alone: means over runs, their 95 % CIs, Welch's p."""
+
+    via_run_ns: float
+    via_run_ci95_ns: list[float]
+    alone_ns: float
+    alone_ci95_ns: list[float]
+    ratio: float
+    cis_overlap: bool
+    welch_p: float | None
+    per_run_via_ns: list[float]
+    per_run_alone_ns: list[float]
+    pooled: dict[str, float | list[float | None]]
+
+
+class LabContext(TypedDict):
+    runs: int
+    timer_duration: str
+    agent_ready_ms: list[float]
+    probe_process_ms: list[float]
+    report_html_bytes: int
+    demo_spec: str
+    demo_samples: int
+    quick: bool
+
+
+class LabBench(TypedDict):
+    """What ``loopscope bench lab --json`` prints."""
+
+    agent_to_probe_ms: float
+    agent_to_probe_range_ms: list[float]
+    report_s: float
+    timer_run_vs_alone: dict[str, Agreement]
+    context: LabContext
+
+
+def _agreement(via: list[np.ndarray], alone: list[np.ndarray], q: float) -> Agreement:
     """Compare a quantile through the lab and alone. Runs are the unit: each
     run's quantile is one sample (the machine's state differs more between
     runs than the samples within one run tell), so the 95 % CIs are Student
@@ -98,7 +139,7 @@ def _agreement(via: list[np.ndarray], alone: list[np.ndarray], q: float) -> dict
     }
 
 
-def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None, progress: Progress = None) -> dict[str, Any]:
+def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None, progress: Progress = None) -> LabBench:
     say = progress or (lambda s: None)
     n = runs or (2 if quick else 5)
     dur = "1s" if quick else "10s"
@@ -110,9 +151,9 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
         for i in range(n):
             say(f"  agent start to probe start, run {i + 1}/{n} …")
             _cli("run", "tiny.yaml", "--run-dir", f"tiny{i}", "--no-report", cwd=work)
-            r = json.loads((work / f"tiny{i}" / "run.json").read_text())
-            first = _first_record_ns(work / f"tiny{i}" / r["steps"][0]["trace"])
-            t = r["timings"]
+            r = RunDir(work / f"tiny{i}").record()
+            first = _first_record_ns(work / f"tiny{i}" / r.steps[0].trace)
+            t = {k: float(v or 0) for k, v in r.timings.items()}
             starts.append(
                 {
                     "total_ms": (first - t["agent_spawn_mono_ns"]) / 1e6,
@@ -126,8 +167,7 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
         for i in range(n):
             say(f"  timer through loopscope run, run {i + 1}/{n} …")
             _cli("run", "timer.yaml", "--run-dir", f"via{i}", "--no-report", cwd=work)
-            r = json.loads((work / f"via{i}" / "run.json").read_text())
-            via.append(_latencies(work / f"via{i}" / r["steps"][0]["trace"]))
+            via.append(_latencies(work / f"via{i}" / RunDir(work / f"via{i}").record().steps[0].trace))
             say(f"  timer alone, run {i + 1}/{n} …")
             _cli("probe", "timer", "--interval-us", "1000", "--duration", dur, "--json", "--trace", f"alone{i}.lstrace", cwd=work)
             alone.append(_latencies(work / f"alone{i}.lstrace"))
@@ -164,14 +204,17 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
         }
 
 
-def print_human(r: dict[str, Any]) -> None:
+def _ci(v: list[float]) -> str:
+    return f"[{v[0] / 1e3:.1f}, {v[1] / 1e3:.1f}] µs"
+
+
+def print_human(r: LabBench) -> None:
     c = r["context"]
     print(f"agent start to probe start: {r['agent_to_probe_ms']} ms median over {c['runs']} runs, range {r['agent_to_probe_range_ms']} ms (target <= 500 ms)")
     print(f"  agent ready: {c['agent_ready_ms']} ms; probe process to its first record: {c['probe_process_ms']} ms")
     print(f"report of the demo run: {r['report_s']} s (target <= 10 s), {c['report_html_bytes'] / 1024:.0f} KiB of HTML")
     for q, a in r["timer_run_vs_alone"].items():
-        ci = lambda v: f"[{v[0] / 1e3:.1f}, {'open' if v[1] is None else f'{v[1] / 1e3:.1f}'}] µs"  # noqa: E731
         print(
-            f"timer {q} (mean of per-run values, 95% CI over runs): via loopscope run {a['via_run_ns'] / 1e3:.1f} µs {ci(a['via_run_ci95_ns'])}, "
-            f"alone {a['alone_ns'] / 1e3:.1f} µs {ci(a['alone_ci95_ns'])}: ratio {a['ratio']}, CIs {'overlap' if a['cis_overlap'] else 'do NOT overlap'}, Welch p={a['welch_p']}"
+            f"timer {q} (mean of per-run values, 95% CI over runs): via loopscope run {a['via_run_ns'] / 1e3:.1f} µs {_ci(a['via_run_ci95_ns'])}, "
+            f"alone {a['alone_ns'] / 1e3:.1f} µs {_ci(a['alone_ci95_ns'])}: ratio {a['ratio']}, CIs {'overlap' if a['cis_overlap'] else 'do NOT overlap'}, Welch p={a['welch_p']}"
         )

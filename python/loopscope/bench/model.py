@@ -47,13 +47,16 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, Callable
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope.model import app as appm
 from loopscope.model import node as nodem
 from loopscope.model import predict as predm
+from loopscope.probes.common import Envelope, envelope
 
 ECHO = """
 import socket
@@ -105,7 +108,40 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float, float, list[float]]:
     return float(cpu.mean()), float(np.percentile(cpu, 99)), half, [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))]
 
 
-def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> dict[str, Any]:
+#: one program moved from idle to one condition: predicted against measured CPU time per run
+ModelRow = TypedDict("ModelRow", {
+    "app": str, "from": str, "to": str, "runs": int, "in_target": bool,
+    "pred_mean_ns": float, "meas_mean_ns": float, "err_mean_pct": float,
+    "pred_p99_ns": float, "meas_p99_ns": float, "err_p99_pct": float,
+    "from_mean_ns": float, "user_share": float, "user_ratio": float, "sys_ratio": float,
+    "unmodelled_share": float | None, "measured_ratio": float,
+    "pred_mean_ci95_ns": list[float], "meas_mean_ci95_ns": list[float], "intervals_overlap": bool,
+    "meas_p99_ci95_ns": list[float], "pred_p99_within_meas_ci": bool,
+})
+
+
+class Beyond(TypedDict):
+    conditions: list[str]
+    max_abs_err_mean_pct: float | None
+    why: str
+
+
+class ModelBench(TypedDict):
+    """What ``loopscope bench model --json`` prints."""
+
+    rows: list[ModelRow]
+    max_abs_err_mean_pct: float
+    max_abs_err_p99_pct: float
+    targets: dict[str, int]
+    beyond_the_model: Beyond
+    rounds: int
+    placement: dict[str, list[int] | None]
+    node_changes: dict[str, Any]  # the node model's own changes between conditions, as it writes them
+    version: Envelope
+    quick: bool
+
+
+def run(quick: bool = False, runs: int | None = None, progress: Callable[[str], None] | None = None) -> ModelBench:
     say = progress or (lambda s: None)
     n = runs or (4 if quick else 100)
     settle = 0.05 if quick else 0.2
@@ -153,11 +189,11 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                         nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
             sw.to(None)
         loads = dict(plan)
-        conditions = {c: nodem.Condition(load=nodem.LoadSpec(kind=workers[loads[c]][0], cpus=workers[loads[c]][1], processes=1) if loads[c] else None,
+        conditions = {c: nodem.Condition(load=nodem.LoadSpec(kind=workers[w][0], cpus=workers[w][1], processes=1) if (w := loads[c]) else None,
                                          syscalls={k: nodem.summ_slices(v) for k, v in costs[c].items()},
                                          environments={k: nodem.summ_slices(v) for k, v in envs[c].items()}) for c in costs}
         node = nodem.assemble(conditions)
-        rows = []
+        rows: list[ModelRow] = []
         for name, cmd in progs.items():
             say(f"{name}: tracing two runs for its system-call mix")
             st = appm.trace_runs(cmd, 2, None, None)
@@ -179,8 +215,6 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
                     "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
                     "meas_p99_ci95_ns": m99_ci, "pred_p99_within_meas_ci": bool(m99_ci[0] <= p["pred_p99_ns"] <= m99_ci[1]),
                 })
-    from loopscope.probes.common import envelope
-
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows if r["in_target"])
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows if r["in_target"])
     beyond = [r for r in rows if not r["in_target"]]
@@ -191,7 +225,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Any = None) -> d
             "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": {c: ch.model_dump(mode="json") for c, ch in node.changes.items()}, "version": envelope("bench-model"), "quick": quick}
 
 
-def print_human(r: dict[str, Any]) -> None:
+def print_human(r: ModelBench) -> None:
     print("portable CPU-time models: predicted from the node model vs measured (CPU time per run, wait4)")
     print(f"  {'app':<22} {'to':<11} {'measured/idle':>13} {'pred mean':>10} {'meas mean':>10} {'err':>7} {'pred p99':>10} {'meas p99':>10} {'err':>7}  user share, user×, sys×")
     for x in r["rows"]:

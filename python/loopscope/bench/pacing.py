@@ -34,7 +34,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
 
@@ -55,11 +57,54 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.cli", *args]
 
 
+class PaceRow(TypedDict, total=False):
+    """One tool at one rate (``error``: the tool failed)."""
+
+    tool: str
+    requested_bps: float
+    achieved_bps: float
+    cv_per_second: float | None
+    departure_err_p50_ns: float | None
+    departure_err_p99_ns: float | None
+    lost: int | None
+    sent: int | None
+    kept_up: bool
+    workers: int
+    error: str
+
+
+class Trial(TypedDict):
+    requested_bps: int
+    achieved_bps: int
+    ok: bool
+    kept_up: bool
+
+
+class Receiver(TypedDict):
+    packets_sent: int
+    packets_received: int
+    socket_buffer_drops: int
+    kernel_timestamps: int
+    trace_records: int
+    trace_lost_records: int
+    drain_seconds: float
+    pps: int | None
+
+
+class PacingBench(TypedDict):
+    """What ``loopscope bench pacing --json`` prints."""
+
+    rows: list[PaceRow]
+    max_rate_within_1pct_bps: dict[str, int]
+    receiver: Receiver
+    context: dict[str, int | float | bool | dict[str, list[Trial]]]
+
+
 def _rate_text(bps: float) -> str:
     return f"{bps / 1e6:g}Mbit"
 
 
-def loopscope_run(bps: float, seconds: float, workers: int, work: Path, size: int = SIZE) -> dict[str, Any]:
+def loopscope_run(bps: float, seconds: float, workers: int, work: Path, size: int = SIZE) -> PaceRow:
     port = _free_port()
     rx = subprocess.Popen(
         _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "1s", "--duration", f"{seconds + 10:g}s", "--no-packet-records", "--json", "--trace", str(work / "r.lstrace")),
@@ -97,7 +142,7 @@ def loopscope_run(bps: float, seconds: float, workers: int, work: Path, size: in
     }
 
 
-def iperf3_run(bps: float, seconds: int) -> dict[str, Any] | None:
+def iperf3_run(bps: float, seconds: int) -> PaceRow | None:
     if not shutil.which("iperf3"):
         return None
     port = _free_port()
@@ -138,15 +183,16 @@ def iperf3_run(bps: float, seconds: int) -> dict[str, Any] | None:
     }
 
 
-def max_rate_within_1pct(workers: int, work: Path, seconds: float, lo: float = 100e6, hi: float = 40e9, steps: int = 7) -> tuple[float, list[dict[str, Any]]]:
+def max_rate_within_1pct(workers: int, work: Path, seconds: float, lo: float = 100e6, hi: float = 40e9, steps: int = 7) -> tuple[float, list[Trial]]:
     """Highest rate whose achieved rate is within 1 % of the requested one (bisection on a log scale)."""
-    trials = []
+    trials: list[Trial] = []
     best = 0.0
     for _ in range(steps):
         mid = (lo * hi) ** 0.5
         r = loopscope_run(mid, seconds, workers, work)
-        ok = r["achieved_bps"] >= 0.99 * mid
-        trials.append({"requested_bps": round(mid), "achieved_bps": round(r["achieved_bps"]), "ok": ok, "kept_up": r["kept_up"]})
+        got = r.get("achieved_bps", 0.0)
+        ok = got >= 0.99 * mid
+        trials.append({"requested_bps": round(mid), "achieved_bps": round(got), "ok": ok, "kept_up": r.get("kept_up", False)})
         if ok:
             best, lo = mid, mid
         else:
@@ -154,7 +200,7 @@ def max_rate_within_1pct(workers: int, work: Path, seconds: float, lo: float = 1
     return best, trials
 
 
-def receiver_capacity(work: Path, packets: int = 200_000) -> dict[str, Any]:
+def receiver_capacity(work: Path, packets: int = 200_000) -> Receiver:
     """Packets per second the receiver drains with kernel timestamps and a trace
     record per packet: the packets wait in its socket buffer while it is
     stopped, so the sender's speed does not limit the measurement."""
@@ -193,10 +239,10 @@ def receiver_capacity(work: Path, packets: int = 200_000) -> dict[str, Any]:
     }
 
 
-def run(*, quick: bool = False, seconds: float | None = None, progress: Progress = None) -> dict[str, Any]:
+def run(*, quick: bool = False, seconds: float | None = None, progress: Progress = None) -> PacingBench:
     say = progress or (lambda s: None)
     secs = seconds or (2.0 if quick else 5.0)
-    rows: list[dict[str, Any]] = []
+    rows: list[PaceRow] = []
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-pacing-") as d:
         work = Path(d)
         for bps in RATES:
@@ -206,8 +252,8 @@ def run(*, quick: bool = False, seconds: float | None = None, progress: Progress
             ip = iperf3_run(bps, int(max(1, round(secs))))
             if ip is not None:
                 rows.append(ip)
-        maxrate: dict[str, Any] = {}
-        trials: dict[str, Any] = {}
+        maxrate: dict[str, int] = {}
+        trials: dict[str, list[Trial]] = {}
         for w in (1, 2) if quick else (1, 2, 3, 4):
             say(f"  highest rate within 1% with {w} worker(s) …")
             best, t = max_rate_within_1pct(w, work, 1.0 if quick else 2.0, steps=3 if quick else 7)
@@ -223,7 +269,7 @@ def run(*, quick: bool = False, seconds: float | None = None, progress: Progress
     }
 
 
-def print_human(r: dict[str, Any]) -> None:
+def print_human(r: PacingBench) -> None:
     from loopscope.units import format_bps, format_ns
 
     print(f"pacing on loopback, {r['context']['size']}-byte packets, {r['context']['seconds']:g} s per run")

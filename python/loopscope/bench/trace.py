@@ -33,7 +33,9 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
+
+from typing_extensions import TypedDict
 
 from loopscope import _native, cbuild
 from loopscope.host import procs
@@ -137,7 +139,65 @@ def _pids(name: str) -> set[int]:
     return out
 
 
-def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str | None = None, progress: Progress = None) -> dict[str, Any]:
+class Loops(TypedDict):
+    """ns per event of each repetition: Rust against its floor, Python against an empty loop."""
+
+    rust_floor: list[float]
+    rust: list[float]
+    py: list[float]
+    loop: list[float]
+    lost: int
+
+
+class Sustained(TypedDict):
+    seconds: float
+    elapsed: float
+    logged: int
+    written: int
+    lost: int
+    bytes: int
+
+
+class Paced(TypedDict):
+    events: int
+    seconds: float
+    written: int
+    lost_records: int
+    end_lost: int
+
+
+class Read(TypedDict):
+    times: list[float]
+    records: int
+
+
+class Context(TypedDict):
+    repetitions: int
+    events_per_repetition: int
+    lost_while_timing: int
+    quick: bool
+
+
+class TraceBench(TypedDict):
+    """What ``loopscope bench trace --json`` prints: medians, paired ratios,
+    spreads (IQR) and the context of every figure."""
+
+    floor_ns: float
+    c_ns: float
+    rust_ns: float
+    py_ns: float
+    c_2threads_ns: float
+    disabled_ns: float
+    write_mevents_per_s: float
+    read_mrecords_per_s: float
+    lost_records: int
+    lttng_ns: float | None
+    ratios: dict[str, float | None]
+    spread_iqr_ns: dict[str, list[float] | None]
+    context: dict[str, int | float | bool | str | list[float] | None]
+
+
+def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str | None = None, progress: Progress = None) -> TraceBench:
     """Run every measurement; returns the JSON object ``--json`` prints."""
     n = 250_000  # 4 MB of records: half a thread's default ring
     reps = 5 if quick else 21
@@ -172,10 +232,10 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
         tmp.cleanup()
 
 
-def _loops(work: Path, n: int, reps: int) -> dict[str, Any]:
+def _loops(work: Path, n: int, reps: int) -> Loops:
     """The Rust logging loop against its empty floor, and a Python loop of events against an empty one, alternating."""
     ses = lt.open(work / "rust.lstrace", groups=["bench"])
-    out: dict[str, Any] = {"rust_floor": [], "rust": [], "py": [], "loop": []}
+    out: Loops = {"rust_floor": [], "rust": [], "py": [], "loop": [], "lost": 0}
     try:
         for _ in range(reps):  # alternating, like the C pairs
             out["rust_floor"] += _native.bench_floor(n, 1)
@@ -199,7 +259,7 @@ def _loops(work: Path, n: int, reps: int) -> dict[str, Any]:
     return out
 
 
-def _sustained(work: Path, write_s: float, progress: Progress) -> dict[str, Any]:
+def _sustained(work: Path, write_s: float, progress: Progress) -> Sustained:
     """Logging flat out for ``write_s`` seconds, fsync on: what reaches the file."""
     free = shutil.disk_usage(work).free
     # The flat-out writer can reach the disk's speed; keep 10 GB spare.
@@ -220,7 +280,7 @@ def _sustained(work: Path, write_s: float, progress: Progress) -> dict[str, Any]
     return {"seconds": write_s, "elapsed": elapsed, "logged": logged, "written": written, "lost": wend.lost_records, "bytes": wbytes}
 
 
-def _paced(work: Path, paced_s: float) -> dict[str, Any]:
+def _paced(work: Path, paced_s: float) -> Paced:
     """1 M events/s for ``paced_s`` seconds: whether anything is lost."""
     ppath = work / "paced.lstrace"
     ses = lt.open(ppath, groups=["bench"])
@@ -232,7 +292,7 @@ def _paced(work: Path, paced_s: float) -> dict[str, Any]:
     return {"events": paced_n, "seconds": paced_el, "written": pinf.records, "lost_records": pinf.lost_records, "end_lost": pend.lost_records}
 
 
-def _read(work: Path, n: int, read_n: int) -> dict[str, Any]:
+def _read(work: Path, n: int, read_n: int) -> Read:
     """Reading ``read_n`` records into a frame, three times."""
     rpath = work / "read.lstrace"
     ses = lt.open(rpath, groups=["bench"])
@@ -251,8 +311,8 @@ def _read(work: Path, n: int, read_n: int) -> dict[str, Any]:
     return {"times": rtimes, "records": nrec}
 
 
-def _result(c: dict[str, list[float]], loops: dict[str, Any], wr: dict[str, Any], paced: dict[str, Any], rd: dict[str, Any],
-            lttng: tuple[list[float], Any], ctx: dict[str, Any]) -> dict[str, Any]:
+def _result(c: dict[str, list[float]], loops: Loops, wr: Sustained, paced: Paced, rd: Read,
+            lttng: tuple[list[float] | None, str], ctx: Context) -> TraceBench:
     """The JSON object: medians, paired ratios, spreads and the context of each figure."""
     lttng_ns, lttng_note = lttng
     rust, rust_floor, py = loops["rust"], loops["rust_floor"], loops["py"]
@@ -310,7 +370,7 @@ def _result(c: dict[str, list[float]], loops: dict[str, Any], wr: dict[str, Any]
     }
 
 
-def print_human(r: dict[str, Any]) -> None:
+def print_human(r: TraceBench) -> None:
     c = r["context"]
     rt = r["ratios"]
     lines = [

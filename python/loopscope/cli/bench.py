@@ -268,7 +268,7 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
 
     res = compare.bench(KINDS, pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
 
-    def human(r: dict[str, Any]) -> None:
+    def human(r: compare.CompareBench) -> None:
         click.echo(f"A/A: {r['aa_significant']} of {r['aa_rows']} rows significant over {r['pairs']} pairs ({(r['aa_share'] or 0) * 100:.1f} %; target at most 5 %)")
         for ph, x in r["ab"]["p99"].items():
             click.echo(f"A/B (stress-ng on the probe's CPU): {ph} p99 {x['ratio']}x {x['ci95']}{' significant' if x['significant'] else ''}")

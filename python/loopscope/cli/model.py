@@ -150,8 +150,8 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
     u, s = p["user_ratio"], p["sys_ratio"]
     click.echo(f"  user ({p['user_share'] * 100:.0f} % of it, {p['environment']}) × {u['ratio']:.3f} [{u['ci95'][0]:.3f}, {u['ci95'][1]:.3f}]; "
                f"system × {s['ratio']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] from {len(s['calls_used'])} calls"
-               + (f", {s['priced_by_size_share'] * 100:.0f} % of its calls priced at the sizes they moved" if s.get("priced_by_size_share") else "")
-               + (f", {s['unmodelled_share'] * 100:.0f} % of its calls have no counterpart in the node model" if s.get("unmodelled_share") else ""))
+               + (f", {by_size * 100:.0f} % of its calls priced at the sizes they moved" if (by_size := s["priced_by_size_share"]) else "")
+               + (f", {unmodelled * 100:.0f} % of its calls have no counterpart in the node model" if (unmodelled := s["unmodelled_share"]) else ""))
     for lim in p["limits"]:
         click.echo(f"  not seen: {lim}")
     return 0

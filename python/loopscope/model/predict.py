@@ -22,7 +22,7 @@ faults and interrupts charged as system time.
 
 from __future__ import annotations
 
-from typing import Any
+from typing_extensions import TypedDict
 
 import numpy as np
 
@@ -38,6 +38,42 @@ ALIASES = {
 
 
 
+class SysRatio(TypedDict):
+    """Node B's system time for the app over node A's, with how it was priced."""
+
+    ratio: float
+    ci95: list[float]
+    calls_used: list[str]
+    unmodelled_share: float | None
+    priced_by_size_share: float | None
+    calls_share: float
+    fixed_share_of_calls: float
+    argument_share_of_calls: float
+    fixed_ratio: float
+    memory_ratio: float
+
+
+class Ratio(TypedDict):
+    ratio: float
+    ci95: list[float]
+
+
+class Prediction(TypedDict):
+    """An app's CPU time per run on node B, from its runs on node A (ns)."""
+
+    environment: str
+    user_ratio: Ratio
+    sys_ratio: SysRatio
+    user_share: float
+    from_mean_ns: float
+    pred_mean_ns: float
+    pred_mean_ci95_ns: list[float]
+    pred_p95_ns: float
+    pred_p99_ns: float
+    runs: int
+    limits: list[str]
+
+
 def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
     from loopscope.model.node import ratio_ci
@@ -45,7 +81,7 @@ def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     return ratio_ci(a, b)
 
 
-def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400) -> dict[str, Any]:
+def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400) -> SysRatio:
     """Node B's system time for the app over node A's.
 
     A call's cost is the node's cost of that call at the sizes the app's
@@ -131,10 +167,12 @@ def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400)
     point, parts = estimate(False)
     boot, _ = estimate(True)
     return {"ratio": float(point[0]), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))], "calls_used": sorted({m for m, *_ in rows}),
-            "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None, **parts}
+            "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None,
+            "calls_share": parts["calls_share"], "fixed_share_of_calls": parts["fixed_share_of_calls"], "argument_share_of_calls": parts["argument_share_of_calls"],
+            "fixed_ratio": parts["fixed_ratio"], "memory_ratio": parts["memory_ratio"]}
 
 
-def predict(app: AppModel, na: Condition, nb: Condition) -> dict[str, Any]:
+def predict(app: AppModel, na: Condition, nb: Condition) -> Prediction:
     env = app.environment
     r_user, lo_u, hi_u = _ratio(na.environments[env], nb.environments[env])
     rs = sys_ratio(app, na, nb)

@@ -6,7 +6,9 @@ import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Iterator
+
+from typing_extensions import TypedDict
 
 from loopscope import _native
 from loopscope.trace import api as trace_api
@@ -64,7 +66,15 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
         out.records, out.lost = stats["records"], stats["lost_records"]
 
 
-def envelope(kind: str) -> dict[str, Any]:
+class Envelope(TypedDict):
+    """The version stamp every probe's JSON carries."""
+
+    probe: str
+    loopscope: str
+    json_format: int
+
+
+def envelope(kind: str) -> Envelope:
     """Version stamp every probe's JSON carries."""
     from loopscope import __version__
 
