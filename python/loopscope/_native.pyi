@@ -272,7 +272,47 @@ def net_rr(
 ) -> _RrRun: ...
 def net_bulk_tcp(dest: str, duration_ns: int, rate_bps: float | None = None, size: int = 65536) -> tuple[int, int, str | None]: ...
 def net_sink_tcp(bind: str, duration_ns: int | None = None) -> tuple[int, int]: ...
-def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None = None) -> dict[str, object]: ...
+_NetemLink = TypedDict("_NetemLink", {
+    "name": str, "from": str, "to": str, "configured": bool, "packets_in": int, "bytes_in": int, "forwarded": int, "lost": int,
+    "duplicated": int, "reordered": int, "queue_drops": int, "send_errors": int, "pending_at_stop": int, "kernel": bool,
+    "applied": _Hist, "late": _Hist, "queued": _Hist,
+})
+
+class _NetemPort(TypedDict):
+    """One interface of the emulator: what it saw and dropped."""
+    host: str
+    ifname: str
+    frames: int
+    not_for_router: int
+    not_ipv4: int
+    to_router: int
+    unrouted: int
+    ttl_expired: int
+    no_kernel_ts: int
+    kernel_path: int
+    socket_drops: int
+    truncated: int
+    tx_refused: int
+    io: str
+
+class _NetemRun(TypedDict):
+    """The emulator's counts when it stops."""
+    links: list[_NetemLink]
+    ports: list[_NetemPort]
+    hist_scale: str
+    elapsed_ns: int
+    interrupted: bool
+    final_margin_ns: int
+    sleeps: int
+    priority: int
+    policy: str
+    reload_errors: list[str]
+    unfiltered: list[str]
+    wait: str
+    cpu_note: str
+    cpu_ns: int
+
+def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None = None) -> _NetemRun: ...
 def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> _PipeSource: ...
 def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> _PipeNode: ...
 def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> _PipeSink: ...

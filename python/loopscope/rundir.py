@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from typing_extensions import TypedDict
 
 from loopscope.errors import InputError
 
@@ -226,9 +227,94 @@ class ClockSyncRecord(_Open):
     initiators: dict[str, SyncPart] = Field(default_factory=dict)
 
 
+class HistQuantiles(TypedDict, total=False):
+    """A histogram's summary (ns): each quantile is the middle of the bucket
+    that holds it, ``*_bucket`` that bucket's bounds (its error), None when it
+    fell under or over the histogram's range; min, max and mean are exact."""
+
+    n: int
+    under: int
+    over: int
+    p50: int | None
+    p50_bucket: list[int]
+    p99: int | None
+    p99_bucket: list[int]
+    p999: int | None
+    p999_bucket: list[int]
+    min: int
+    max: int
+    mean: float
+    std: float
+    cv: float | None
+
+
 class EmulatorRecord(_Open):
     json_: str = Field(alias="json")
     trace: str
+
+
+#: one emulated link's counts and the delays it applied (netem.json ``links``)
+LinkCounts = TypedDict("LinkCounts", {
+    "name": str, "from": str, "to": str, "configured": bool, "kernel": bool,
+    "packets_in": int, "bytes_in": int, "forwarded": int, "lost": int, "duplicated": int, "reordered": int,
+    "queue_drops": int, "send_errors": int, "pending_at_stop": int,
+    "applied_ns": HistQuantiles, "late_ns": HistQuantiles, "queued_ns": HistQuantiles,
+})
+
+
+class PortCounts(TypedDict):
+    """One of the emulator's interfaces: what it saw and dropped (netem.json ``ports``)."""
+
+    host: str
+    ifname: str
+    frames: int
+    not_for_router: int
+    not_ipv4: int
+    to_router: int
+    unrouted: int
+    ttl_expired: int
+    no_kernel_ts: int
+    kernel_path: int
+    socket_drops: int
+    truncated: int
+    tx_refused: int
+    io: str
+
+
+class EmulatorResult(TypedDict, total=False):
+    """netem.json: what the link emulator did over the run (``loopscope netem --json``)."""
+
+    probe: str
+    loopscope: str
+    json_format: int
+    mechanism: str
+    links: list[LinkCounts]
+    ports: list[PortCounts]
+    elapsed_ns: int
+    interrupted: bool
+    final_margin_ns: int
+    sleeps: int
+    priority: int
+    policy: str
+    reload_errors: list[str]
+    unfiltered: list[str]
+    wait: str | None
+    cpu_note: str
+    cpu_ns: int | None
+    cpu_share: float | None
+    trace: dict[str, str | int | None]
+
+
+EMULATOR_RESULT = TypeAdapter(EmulatorResult)
+
+
+def read_emulator_result(path: Path) -> EmulatorResult:
+    """A netem.json checked against its type (InputError naming the field)."""
+    try:
+        return EMULATOR_RESULT.validate_json(path.read_bytes())
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise InputError(f"{path}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
 
 
 class PathRecord(_Open):

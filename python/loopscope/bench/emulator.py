@@ -439,8 +439,10 @@ def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int =
                     t = rate_trial(topo, work, pps, rate_seconds, app_cpu)
                 finally:
                     r = emu.stop() or {}
-                lk: dict[str, int] = next((l for l in r.get("links") or [] if l["name"] == "a->b"), {})
-                t["emulator"] = {k: lk.get(k) for k in ("packets_in", "forwarded", "queue_drops", "send_errors")} | {"socket_drops": sum(p.get("socket_drops", 0) for p in r.get("ports") or [])}
+                lk = next((l for l in r.get("links") or [] if l["name"] == "a->b"), None)
+                t["emulator"] = {"packets_in": lk["packets_in"] if lk else None, "forwarded": lk["forwarded"] if lk else None,
+                                 "queue_drops": lk["queue_drops"] if lk else None, "send_errors": lk["send_errors"] if lk else None,
+                                 "socket_drops": sum(p["socket_drops"] for p in r.get("ports") or [])}
                 return t
             rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)  # type: ignore[literal-required]
         out["rates"] = rates

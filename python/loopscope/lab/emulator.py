@@ -31,11 +31,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from pydantic import ValidationError
 
 from loopscope.host import procs
 from loopscope.errors import RunError
-from loopscope.rundir import PathRecord
+from loopscope.rundir import EMULATOR_RESULT, EmulatorResult, LinkCounts, PathRecord
+
+if TYPE_CHECKING:
+    from loopscope._native import _NetemRun as NetemRun
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
 KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation asked)"
@@ -138,7 +143,7 @@ class Emulator:
         self.trace = out_dir / "netem.lstrace"
         self.argv = ["ip", "netns", "exec", router_ns, sys.executable, "-m", "loopscope.cli", "netem", "--config", str(self.config_path), "--trace", str(self.trace), "--json"]
         self.child = procs.spawn("netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id, {"LOOPSCOPE_COMM": "ls-netem"}), stdout_pipe=True)
-        self.result: dict[str, Any] | None = None
+        self.result: EmulatorResult | None = None
         assert self.child.popen.stdout is not None
         fd = self.child.popen.stdout.fileno()
         end = time.monotonic() + ready_timeout
@@ -182,7 +187,7 @@ class Emulator:
         if self.child.popen.poll() is not None:
             raise EmulatorFailure(self.child.describe_failure("the link emulator exited during the run"))
 
-    def stop(self, timeout: float = 10.0) -> dict[str, Any] | None:
+    def stop(self, timeout: float = 10.0) -> EmulatorResult | None:
         p = self.child.popen
         if p.poll() is None:
             p.send_signal(signal.SIGINT)
@@ -195,8 +200,8 @@ class Emulator:
         for line in reversed(text.splitlines()):
             if line.startswith("{"):
                 try:
-                    self.result = json.loads(line)
-                except json.JSONDecodeError:
+                    self.result = EMULATOR_RESULT.validate_json(line)
+                except ValidationError:
                     break
                 (self.out_dir / "netem.json").write_text(line + "\n")
                 break
@@ -209,7 +214,7 @@ class Emulator:
             p.wait()
 
 
-def run_emulator(config_path: str, trace_path: str | None) -> dict[str, Any]:
+def run_emulator(config_path: str, trace_path: str | None) -> EmulatorResult:
     """The body of ``loopscope netem``: forward until SIGINT/SIGTERM, then summarize."""
     from loopscope import _native
     from loopscope.probes.common import envelope, traced
@@ -218,19 +223,23 @@ def run_emulator(config_path: str, trace_path: str | None) -> dict[str, Any]:
     with traced(trace_path, ["netem"]) as tr:
         sys.stdout.flush()
         r = _native.netem_run(config, ready_fd=sys.stdout.fileno(), reload_path=str(Path(config_path).resolve()))
-    return {**envelope("netem"), **summarize(r), "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
+    out: EmulatorResult = {**envelope("netem"), **summarize(r), "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
+    return out
 
 
-def summarize(r: dict[str, Any]) -> dict[str, Any]:
+def summarize(r: NetemRun) -> EmulatorResult:
     from loopscope.probes.net import hist_quantiles
 
     scale = r["hist_scale"]
-    links = []
+    links: list[LinkCounts] = []
     for l in r["links"]:
-        d = {k: v for k, v in l.items() if k not in ("applied", "late", "queued")}
-        for k in ("applied", "late", "queued"):
-            d[f"{k}_ns"] = hist_quantiles(l[k], scale)
-        links.append(d)
+        links.append({
+            "name": l["name"], "from": l["from"], "to": l["to"], "configured": l["configured"], "kernel": l["kernel"],
+            "packets_in": l["packets_in"], "bytes_in": l["bytes_in"], "forwarded": l["forwarded"], "lost": l["lost"],
+            "duplicated": l["duplicated"], "reordered": l["reordered"], "queue_drops": l["queue_drops"], "send_errors": l["send_errors"],
+            "pending_at_stop": l["pending_at_stop"],
+            "applied_ns": hist_quantiles(l["applied"], scale), "late_ns": hist_quantiles(l["late"], scale), "queued_ns": hist_quantiles(l["queued"], scale),
+        })
     return {
         "mechanism": MECHANISM,
         "links": links,
@@ -241,10 +250,10 @@ def summarize(r: dict[str, Any]) -> dict[str, Any]:
         "sleeps": r["sleeps"],
         "priority": r["priority"],
         "policy": r["policy"],
-        "reload_errors": r.get("reload_errors") or [],
-        "unfiltered": r.get("unfiltered") or [],
-        "wait": r.get("wait"),
-        "cpu_note": r.get("cpu_note") or "",
-        "cpu_ns": r.get("cpu_ns"),
-        "cpu_share": (r.get("cpu_ns") or 0) / r["elapsed_ns"] if r.get("elapsed_ns") else None,
+        "reload_errors": r["reload_errors"],
+        "unfiltered": r["unfiltered"],
+        "wait": r["wait"],
+        "cpu_note": r["cpu_note"],
+        "cpu_ns": r["cpu_ns"],
+        "cpu_share": r["cpu_ns"] / r["elapsed_ns"] if r["elapsed_ns"] else None,
     }

@@ -32,7 +32,7 @@ from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
 from loopscope.host import procs
 from loopscope.host.cgroup import RunGroup, remove_root_if_empty
-from loopscope.rundir import PathRecord
+from loopscope.rundir import EmulatorResult, PathRecord
 from loopscope.lab.emulator import Emulator, EmulatorFailure, LinkConfig, link_configs, path_plan
 
 
@@ -158,7 +158,7 @@ class Lab:
         self.emulator: Emulator | None = None
         self.hosts: dict[str, HostRt] = {}
         self.timings: dict[str, int] = {}
-        self.emulator_result: dict[str, Any] | None = None
+        self.emulator_result: EmulatorResult | None = None
         # Per path: what carries it (``path_plan``), settled in ``up``.
         self.paths: dict[str, PathRecord] = {}
         self.kernel_forwarded: set[tuple[str, str]] = set()
@@ -361,7 +361,7 @@ class Lab:
                 for u in (self.emulator_result or {}).get("unfiltered") or []:
                     notes.append(f"link emulator: no socket filter on {u}; it saw the kernel's paths' frames there and left them alone (they cost it wake-ups)")
                 for p in (self.emulator_result or {}).get("ports") or []:
-                    if p.get("socket_drops"):
+                    if p["socket_drops"]:
                         notes.append(f"link emulator: the kernel dropped {p['socket_drops']:,} frames on {p['ifname']} (from {p['host']}) before the emulator read them")
             except Exception as e:  # noqa: BLE001
                 notes.append(f"stopping the link emulator: {e}")

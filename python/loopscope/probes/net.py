@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from loopscope import _native
+from loopscope.rundir import HistQuantiles
 from loopscope.stats import summarize
 from loopscope.errors import InputError
 from loopscope.probes.common import envelope, traced
@@ -125,14 +126,16 @@ def is_local(host: str) -> bool:
 
 # ---- histogram summaries ------------------------------------------------------------
 
+QUANTILE_KEYS = ("p50", "p99", "p999")
 
-def hist_quantiles(h: Mapping[str, Any], scale: str, qs: tuple[float, ...] = (0.5, 0.99, 0.999)) -> dict[str, Any]:
+
+def hist_quantiles(h: Mapping[str, Any], scale: str, qs: tuple[float, ...] = (0.5, 0.99, 0.999)) -> HistQuantiles:
     """Quantiles of a native histogram snapshot: each the bucket that holds it
     (its bounds are the error), plus exact min, max and mean."""
     idx = np.asarray(h["idx"], dtype=np.uint32)
     cnt = np.asarray(h["count"], dtype=np.uint64)
     total = int(cnt.sum()) + int(h["under"]) + int(h["over"])
-    out: dict[str, Any] = {"n": total, "under": int(h["under"]), "over": int(h["over"])}
+    out: HistQuantiles = {"n": total, "under": int(h["under"]), "over": int(h["over"])}
     if total == 0:
         return out
     lo, hi = _native.hist_bounds(scale, idx)
@@ -140,15 +143,17 @@ def hist_quantiles(h: Mapping[str, Any], scale: str, qs: tuple[float, ...] = (0.
     for q in qs:
         rank = max(1, math.ceil(q * total))
         name = f"p{str(q * 100).rstrip('0').rstrip('.').replace('.', '')}"
+        if name not in QUANTILE_KEYS:
+            raise ValueError(f"hist_quantiles: no key for the {q} quantile (HistQuantiles has {', '.join(QUANTILE_KEYS)})")
         if rank <= int(h["under"]):
-            out[name] = None
+            out[name] = None  # type: ignore[literal-required]
             continue
         k = int(np.searchsorted(cum, rank))
         if k >= len(idx):
-            out[name] = None  # in the overflow
+            out[name] = None  # type: ignore[literal-required]  # in the overflow
             continue
-        out[name] = int((int(lo[k]) + int(hi[k])) // 2)
-        out[f"{name}_bucket"] = [int(lo[k]), int(hi[k])]
+        out[name] = int((int(lo[k]) + int(hi[k])) // 2)  # type: ignore[literal-required]
+        out[f"{name}_bucket"] = [int(lo[k]), int(hi[k])]  # type: ignore[literal-required]
     out["min"] = int(h["min"])
     out["max"] = int(h["max"])
     out["mean"] = round(h["sum"] / total, 1)

@@ -18,42 +18,44 @@ from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
 from loopscope.timeline import TimelineDoc
 from loopscope.rundir import ClockSyncRecord, Provenance
+from loopscope.report.tables import EmulatorView
 
 HERE = Path(__file__).resolve().parent
 
 
-def _kernel_paths(em: dict[str, Any] | None) -> list[str]:
+def _kernel_paths(em: EmulatorView | None) -> list[str]:
     """The paths the router's kernel forwarded (nothing asked of them)."""
-    return [n.replace("->", "→") for n, p in ((em or {}).get("paths") or {}).items() if p.get("mechanism") == "kernel"]
+    return [n.replace("->", "→") for n, p in (em.paths if em else {}).items() if p.mechanism == "kernel"]
 
 
-def _emulator_rows(em: dict[str, Any] | None) -> list[dict[str, Any]]:
+def _emulator_rows(em: EmulatorView | None) -> list[dict[str, Any]]:
     """One row per path the emulator carried, with its counts."""
-    if not em:
+    if not em or not em.result:
         return []
     rows = []
-    paths = em.get("paths") or {}
-    for l in em.get("links") or []:
-        if l.get("kernel"):
+    for l in em.result.get("links") or []:
+        if l["kernel"]:
             continue
-        if not paths and not l.get("packets_in") and not l.get("configured"):
+        if not em.paths and not l["packets_in"] and not l["configured"]:
             continue
-        a, late = l.get("applied_ns") or {}, l.get("late_ns") or {}
+        a, late = l["applied_ns"], l["late_ns"]
+        path = em.paths.get(l["name"])
+        q = em.queueing.get(l["name"])
         rows.append(
             {
                 "name": l["name"],
                 "carried": "emulator",
-                "configured": (paths.get(l["name"]) or {}).get("why") or ("yes" if l.get("configured") else "no (ideal)"),
+                "configured": (path.why if path else None) or ("yes" if l["configured"] else "no (ideal)"),
                 "in": f"{l['packets_in']:,}",
                 "forwarded": f"{l['forwarded']:,}",
                 "lost": l["lost"],
                 "duplicated": l["duplicated"],
                 "reordered": l["reordered"],
-                "queue_drops": l["queue_drops"] + l.get("send_errors", 0),
-                "pending": l.get("pending_at_stop", 0),
+                "queue_drops": l["queue_drops"] + l["send_errors"],
+                "pending": l["pending_at_stop"],
                 "applied": f"{_ns(a.get('p50'))} / {_ns(a.get('p99'))}" if a.get("n") else "n/a",
                 "late": f"{_ns(late.get('p50'))} / {_ns(late.get('p99'))} / {_ns(late.get('max'))}" if late.get("n") else "n/a",
-                "queueing": ((em.get("queueing") or {}).get(l["name"]) or {}).get("text", ""),
+                "queueing": q.text() if q else "",
             }
         )
     return rows

@@ -18,9 +18,11 @@ from typing import Any
 import polars as pl
 
 from loopscope.trace import reader
-from loopscope.rundir import Provenance, RunDir, RunRecord, Step
+from loopscope.errors import InputError
+from loopscope.rundir import EmulatorResult, PathRecord, Provenance, RunDir, RunRecord, Step, read_emulator_result
 from loopscope.analysis.registry import Columns, Registry
 from loopscope.analysis.items import Placement
+from loopscope.analysis.queueing import ErlangFit
 from loopscope.trace.files import Files
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
@@ -39,7 +41,7 @@ class RunTables:
     loads: pl.DataFrame
     steps: pl.DataFrame
     results: dict[tuple[int, str, str], dict[str, Any]] = field(default_factory=dict)
-    emulator: dict[str, Any] | None = None
+    emulator: EmulatorView | None = None
 
     def __getattr__(self, name: str) -> pl.DataFrame:
         """A table by name: every table a registered kind declares is here
@@ -173,24 +175,36 @@ def load_run(run_dir: Path, kinds: Registry, traces: Files | None = None) -> Run
     )
 
 
-def _emulator(run_dir: Path, run: RunRecord) -> dict[str, Any] | None:
+@dataclass
+class EmulatorView:
+    """What carried each path (``paths``), the router kernel's own counts, and
+    when the emulator ran its netem.json (``result``) with, per link it
+    carried, its queueing against the M/Er/1 model (``queueing``)."""
+
+    paths: dict[str, PathRecord]
+    router_kernel: dict[str, int] | None
+    result: EmulatorResult | None = None
+    queueing: dict[str, ErlangFit] = field(default_factory=dict)
+
+
+def _emulator(run_dir: Path, run: RunRecord) -> EmulatorView | None:
     """The emulator's counts (when it ran), with what carried each path
     (``paths``) and the router kernel's own counts (``router_kernel``)."""
     em = run.emulator
     paths, router = run.paths, run.router_kernel
     if not em and not paths:
         return None
-    out: dict[str, Any] = {"links": [], "paths": {k: v.model_dump(mode="json", by_alias=True, exclude_unset=True) for k, v in (paths or {}).items()}, "router_kernel": router}
+    out = EmulatorView(paths=dict(paths or {}), router_kernel=router)
     if em:
         try:
-            out.update(json.loads((run_dir / em.json_).read_text()))
-        except (OSError, json.JSONDecodeError):
+            out.result = read_emulator_result(run_dir / em.json_)
+        except (OSError, InputError):
             return out if paths else None
-        out["queueing"] = _emulator_queueing(run_dir / em.trace, out)
+        out.queueing = _emulator_queueing(run_dir / em.trace, out.result)
     return out
 
 
-def _emulator_queueing(trace: Path, em: dict[str, Any]) -> dict[str, Any]:
+def _emulator_queueing(trace: Path, em: EmulatorResult) -> dict[str, ErlangFit]:
     """Per link, the emulator's own residence beyond the configured delay (its
     actual departure minus the packet's ready time: the rate queue plus its
     lateness) against the M/Er/1 model (``analysis/queueing.py``)."""
@@ -205,7 +219,7 @@ def _emulator_queueing(trace: Path, em: dict[str, Any]) -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - a damaged emulator trace costs this figure only
         return {}
     ev = df.filter(pl.col("name").cast(pl.String) == "forward")
-    out: dict[str, Any] = {}
+    out: dict[str, ErlangFit] = {}
     names = [l["name"] for l in em.get("links") or []]
     for (tag,), g in ev.group_by(["tag"]):
         pay = [p for p in g["payload"].to_list() if p is not None and len(p) >= 32]
@@ -214,5 +228,5 @@ def _emulator_queueing(trace: Path, em: dict[str, Any]) -> dict[str, Any]:
         a = np.frombuffer(b"".join(p[:32] for p in pay), dtype="<i8").reshape(len(pay), 4)
         f = fit((a[:, 3] - a[:, 1]).astype(np.float64))
         if f is not None:
-            out[names[int(tag)]] = {**f.to_json(), "text": f.text()}
+            out[names[int(tag)]] = f
     return out
