@@ -390,7 +390,22 @@ def ktrace_attribute(
     w_a: npt.NDArray[np.int64],
     w_b: npt.NDArray[np.int64],
     w_span: npt.NDArray[np.bool_],
-) -> dict[str, Any]: ...
+) -> _Split: ...
+
+class _Split(TypedDict):
+    """Windows split into causes: one entry per (window, cause) (``id``,
+    ``cause`` an index into ``causes``, ``ns``), and one per window (``w_id``, …)."""
+    id: npt.NDArray[np.int64]
+    cause: npt.NDArray[np.int64]
+    ns: npt.NDArray[np.integer[Any]]
+    causes: list[str]
+    w_id: npt.NDArray[np.int64]
+    cpu: npt.NDArray[np.integer[Any]]
+    migrations: npt.NDArray[np.integer[Any]]
+    page_faults: npt.NDArray[np.integer[Any]]
+    complete: npt.NDArray[np.bool_]
+    missing: list[str | None]
+
 def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
 
 class KtraceDecoder:

@@ -47,12 +47,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import typing
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
+
+from typing_extensions import TypedDict
 
 import numpy as np
 import polars as pl
 
 from loopscope import _native
+
+if TYPE_CHECKING:
+    from loopscope._native import _Split as Split
 
 IRQ_PAIRS = {
     "irq_handler_entry": ("irq_handler_exit", "irq"),
@@ -231,18 +236,18 @@ class Kernel:
         lost = [x for x in m.split("; ") if "kernel events lost" in x]
         return lost[0] if lost else None
 
-    def split(self, rows: pl.DataFrame) -> dict[str, Any]:
+    def split(self, rows: pl.DataFrame) -> Split:
         """The native split of ``rows`` (``id``, ``tid``, ``start_k``, ``end_k``, ``span``)."""
         la = None
         if self.lost_at is not None:
             la = typing.cast("tuple[list[int], list[int], list[int], list[int]]", tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events")))
         span = rows["span"].fill_null(False) if "span" in rows.columns else pl.Series([False] * len(rows))
-        return dict(_native.ktrace_attribute(
+        return _native.ktrace_attribute(
             self.cols, self.event_names, self.comms, self.states, self.names, list(self.roles), list(self.roles.values()), self.perf_is_lab,
             int(self.lost), la, int(self.t_first), int(self.t_last),
             rows["id"].cast(pl.Int64).to_numpy(), rows["tid"].cast(pl.Int64).to_numpy(), rows["start_k"].cast(pl.Int64).to_numpy(),
             rows["end_k"].cast(pl.Int64).to_numpy(), span.cast(pl.Boolean).to_numpy(),
-        ))
+        )
 
 
 def _numbers(ev: pl.DataFrame) -> dict[str, np.ndarray]:
@@ -284,7 +289,18 @@ def _name_tlb(s: np.ndarray, e: np.ndarray, labels: list[str], flushes: np.ndarr
             labels[j] = "IPI: TLB shootdown"
 
 
-def _one(k: Kernel, tid: int, a: int, b: int, span: bool) -> dict[str, Any]:
+class Attributed(TypedDict):
+    """One window split into causes (ns each), with what the thread went through."""
+
+    causes: dict[str, int]
+    cpu: int | None
+    migrations: int
+    page_faults: int
+    complete: bool
+    missing: str | None
+
+
+def _one(k: Kernel, tid: int, a: int, b: int, span: bool) -> Attributed:
     r = k.split(pl.DataFrame({"id": [0], "tid": [tid], "start_k": [a], "end_k": [b], "span": [span]}))
     causes = {r["causes"][int(c)]: int(ns) for c, ns in zip(r["cause"], r["ns"])}
     cpu = int(r["cpu"][0])
@@ -292,12 +308,12 @@ def _one(k: Kernel, tid: int, a: int, b: int, span: bool) -> dict[str, Any]:
             "complete": bool(r["complete"][0]), "missing": r["missing"][0]}
 
 
-def attribute(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
+def attribute(k: Kernel, tid: int, a: int, b: int) -> Attributed:
     """Split the wake-up window [a, b) (kernel CLOCK_MONOTONIC) of thread ``tid`` into causes (ns each)."""
     return _one(k, tid, a, b, False)
 
 
-def attribute_span(k: Kernel, tid: int, a: int, b: int) -> dict[str, Any]:
+def attribute_span(k: Kernel, tid: int, a: int, b: int) -> Attributed:
     """Split [a, b), any interval of thread ``tid`` (work, a wait, a whole
     cycle), into what the thread was doing: ``running``, ``blocked: …``
     and, while it was runnable but not running, what ran instead."""
@@ -315,7 +331,7 @@ def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
     return splits_table([k.split(rows)] if len(rows) else [])
 
 
-def splits_table(splits: list[dict[str, Any]]) -> pl.DataFrame:
+def splits_table(splits: list[Split]) -> pl.DataFrame:
     """The native split's results (``Kernel.split``, one per cluster) as one
     table of ``SPLIT_SCHEMA``, built once for all of them."""
     if not splits:
@@ -327,13 +343,15 @@ def splits_table(splits: list[dict[str, Any]]) -> pl.DataFrame:
         remap = np.array([names.setdefault(c, len(names)) for c in r["causes"]], dtype=np.int64)
         codes.append(remap[r["cause"]] if len(remap) else np.zeros(0, dtype=np.int64))
 
-    def cat(key: str) -> np.ndarray:
-        return np.concatenate([r[key] for r in splits])
+    def cat(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts)
 
     causes = pl.Series("c", list(names), dtype=pl.String)
-    per = pl.DataFrame({"id": cat("w_id"), "cpu": pl.Series(cat("cpu")).replace(-1, None), "migrations": cat("migrations"), "page_faults": cat("page_faults"),
-                        "complete": cat("complete"), "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String)})
-    rows_df = pl.DataFrame({"id": cat("id"), "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String), "ns": cat("ns")})
+    per = pl.DataFrame({"id": cat([r["w_id"] for r in splits]), "cpu": pl.Series(cat([r["cpu"] for r in splits])).replace(-1, None),
+                        "migrations": cat([r["migrations"] for r in splits]), "page_faults": cat([r["page_faults"] for r in splits]),
+                        "complete": cat([r["complete"] for r in splits]), "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String)})
+    rows_df = pl.DataFrame({"id": cat([r["id"] for r in splits]), "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String),
+                            "ns": cat([r["ns"] for r in splits])})
     return rows_df.join(per, on="id", how="left", maintain_order="left").cast(SPLIT_SCHEMA).select(list(SPLIT_SCHEMA))  # type: ignore[arg-type]
 
 

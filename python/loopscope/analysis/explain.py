@@ -41,7 +41,7 @@ import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -52,6 +52,8 @@ from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
+if TYPE_CHECKING:
+    from loopscope._native import _Split as Split
 from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, read
 
 # A cluster of outlier windows is at most this long, and gets the kernel
@@ -157,7 +159,7 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     # The splits run on SPLITTERS threads (the native call releases the
     # interpreter lock) while this one reads the next clusters' events; at
     # most IN_FLIGHT clusters wait, so memory stays that of a few clusters.
-    done: list[Future[dict[str, Any]]] = []
+    done: list[Future[Split]] = []
     t_first, t_last = st.t_first or 0, st.t_last or 0
     with ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):

@@ -18,7 +18,9 @@ from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
 from loopscope.timeline import TimelineDoc
 from loopscope.rundir import ClockSyncRecord, Provenance
-from loopscope.report.tables import EmulatorView
+from loopscope.report.tables import EmulatorView, RunTables
+from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, FilesInfo, HostRow, ItemRow, LoadRow,
+                                   OutlierRow, PhaseOutliers, ShareRow, SweepBlock, Why, WhyProbe, WhyRow)
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,11 +30,11 @@ def _kernel_paths(em: EmulatorView | None) -> list[str]:
     return [n.replace("->", "→") for n, p in (em.paths if em else {}).items() if p.mechanism == "kernel"]
 
 
-def _emulator_rows(em: EmulatorView | None) -> list[dict[str, Any]]:
+def _emulator_rows(em: EmulatorView | None) -> list[EmulatorRow]:
     """One row per path the emulator carried, with its counts."""
     if not em or not em.result:
         return []
-    rows = []
+    rows: list[EmulatorRow] = []
     for l in em.result.get("links") or []:
         if l["kernel"]:
             continue
@@ -67,8 +69,8 @@ def _version() -> str:
     return str(__version__)
 
 
-def _hosts(prov: Provenance) -> list[dict[str, Any]]:
-    out = []
+def _hosts(prov: Provenance) -> list[HostRow]:
+    out: list[HostRow] = []
     for name, h in prov.lab.hosts.items():
         off = h.clock_offset_ns
         out.append({"name": name, "kind": h.kind, "address": h.address, "offset": f"{off / 1e9:+g} s" if off else "0", "ssh": h.ssh or ""})
@@ -112,14 +114,14 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + _ns(abs(x))
 
 
-def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None) -> tuple[list[dict[str, Any]], str | None, list[str]]:
+def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None) -> tuple[list[ClockRow], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
     from pathlib import Path
 
     clock = tl.get("clock") if tl else None
     if not tl or not clock:
         return [], None, []
-    rows: list[dict[str, Any]] = []
+    rows: list[ClockRow] = []
     problems: list[str] = []
     for host, h in clock["hosts"].items():
         if host == "router":
@@ -162,7 +164,7 @@ def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None
     return rows, chart, problems
 
 
-def _why(run_dir: Any, ex: ExplainDoc | None) -> dict[str, Any] | None:
+def _why(run_dir: Any, ex: ExplainDoc | None) -> Why | None:
     """The Why section: per probe, its phases' top causes, a chart, the worst outliers."""
     if not ex:
         return None
@@ -188,12 +190,12 @@ def _why(run_dir: Any, ex: ExplainDoc | None) -> dict[str, Any] | None:
             + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c["missing_events"] else "")
             + ("; " + "; ".join(c["problems"]) if c["problems"] else "")
         )
-    probes = []
+    probes: list[WhyProbe] = []
     by_probe: dict[str, list[Group]] = {}
     for g in ex["groups"]:
         by_probe.setdefault(g["probe"], []).append(g)
     for probe, groups in by_probe.items():
-        rows = []
+        rows: list[WhyRow] = []
         for g in groups:
             top = ", ".join(f"{c['cause']} {(c['share'] or 0) * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
             note = "complete" if g["complete"] else f"incomplete: {g['incomplete_outliers']} outliers ({'; '.join(g['incomplete_why'])})"
@@ -201,9 +203,9 @@ def _why(run_dir: Any, ex: ExplainDoc | None) -> dict[str, Any] | None:
             rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note, "split": split,
                          "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in g["lab"].items())})
         # The worst outliers of each phase, behind one control per phase.
-        outliers = []
+        outliers: list[PhaseOutliers] = []
         for g in groups:
-            ws = []
+            ws: list[OutlierRow] = []
             for w in worst(Path(run_dir), probe, g["phase"], 20):
                 ws.append({
                     "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
@@ -232,7 +234,7 @@ def _lost_where(c: CaptureSummary) -> str:
     return f" in {c['lost_windows']} windows (from the capture's start: {spans}{more}; outliers overlapping one are marked incomplete)"
 
 
-def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
+def _breakdown(run_dir: Any, tables: RunTables) -> list[Breakdown]:
     """Per program/app probe whose threads used channels: each thread's time
     split into application, blocking, runtime and messaging, per phase."""
     from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
@@ -240,11 +242,12 @@ def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
     b = tables.breakdown
     if run_dir is None or not len(b):
         return []
-    out = []
+    out: list[Breakdown] = []
     phases = [p["name"] for p in tables.spec.get("phases") or []]
     for (probe,), g in b.group_by(["probe"], maintain_order=True):
         agg = g.group_by(["process", "thread", "phase", "category"]).agg(pl.col("ns").sum())
-        rows, bars = [], []
+        rows: list[ShareRow] = []
+        bars: list[tuple[str, dict[str, float]]] = []
         keys = agg.select("process", "thread").unique(maintain_order=True).rows()
         for proc, thread in sorted(keys):
             for ph in phases:
@@ -264,13 +267,13 @@ def _breakdown(run_dir: Any, tables: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+def _items(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[ItemRow]:
     """Per channel and phase: an item's put, network and delivery times (p50 / p99)."""
     it = tables.items
     if not len(it):
         return []
     it = it.filter(pl.col("probe") == probe)
-    out = []
+    out: list[ItemRow] = []
     it = it.with_columns(pl.col("via").fill_null(""), pl.col("bytes").fill_null(-1))
     for (ch, prod, cons, via, size), g in it.group_by(["channel", "producer", "consumer", "via", "bytes"], maintain_order=True):
         for ph in phases:
@@ -283,7 +286,8 @@ def _items(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[di
                 return f"{_ns(v.quantile(0.5))} / {_ns(v.quantile(0.99))}" if len(v) else "n/a"
 
             b = x["net_bound_ns"].drop_nulls()
-            bound = f"± {_ns(b.median())}" if len(b) else ("n/a" if x["net_ns"].null_count() < len(x) else "")
+            med = b.median()
+            bound = f"± {_ns(float(med))}" if len(b) and isinstance(med, (int, float)) else ("n/a" if x["net_ns"].null_count() < len(x) else "")
             path = " → ".join(p for p in (prod or "?", via, cons) if p)
             out.append({"channel": ch, "path": path, "size": _bytes(size) if size >= 0 else "?", "phase": ph, "n": len(x), "put": q("put_ns"), "net": q("net_ns"),
                         "bound": bound, "raw": q("net_raw_ns"), "deliver": q("deliver_ns"), "total": q("total_ns")})
@@ -297,7 +301,7 @@ def _bytes(n: float) -> str:
     return f"{n:g} B"
 
 
-def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+def _per_size(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[CallSizeRow]:
     """Per process, channel, call and item size: a call's mean time and its layers."""
     from loopscope.analysis.breakdown import CALL_CATEGORIES
 
@@ -307,7 +311,7 @@ def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list
     b = b.filter(pl.col("probe") == probe)
     if b["bytes"].n_unique() < 2:
         return []
-    out = []
+    out: list[CallSizeRow] = []
     for ph in phases:
         x = b.filter(pl.col("phase") == ph).group_by(["process", "channel", "call", "bytes"], maintain_order=True).agg(
             pl.col("calls").sum(), *[(pl.col(c) * pl.col("calls")).sum() / pl.col("calls").sum() for c in ["mean_ns", *[f"{k}_ns" for k in CALL_CATEGORIES]]],
@@ -320,13 +324,13 @@ def _per_size(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list
     return out
 
 
-def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> list[dict[str, Any]]:
+def _chan_counts(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[ChannelCountRow]:
     """The declared channels' counts per phase: what went in, came out, was lost."""
     c = tables.channels
     if not len(c):
         return []
     c = c.filter(pl.col("probe") == probe)
-    out = []
+    out: list[ChannelCountRow] = []
     for ph in phases:
         from loopscope.analysis.chanstats import COUNTS
 
@@ -340,10 +344,10 @@ def _chan_counts(run_dir: Path, tables: Any, probe: str, phases: list[str]) -> l
     return out
 
 
-def _sweeps(tables: Any, kinds: Registry) -> list[dict[str, Any]]:
+def _sweeps(tables: RunTables, kinds: Registry) -> list[SweepBlock]:
     from loopscope.analysis import sweeps
 
-    out = []
+    out: list[SweepBlock] = []
     for sw in sweeps.fit(tables, kinds):
         if sw["kind"].startswith("link "):
             out.append({
@@ -403,10 +407,10 @@ def _provenance(prov: Provenance) -> list[tuple[str, str]]:
     ]
 
 
-def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
+def _loads(loads: pl.DataFrame) -> tuple[list[LoadRow], str | None]:
     if loads.is_empty():
         return [], None
-    rows = []
+    rows: list[LoadRow] = []
     for r in loads.iter_rows(named=True):
         ops = r.get("ops")
         rate = f"{ops / r['elapsed_s']:,.1f}/s" if ops is not None and r["elapsed_s"] else "n/a"
@@ -419,7 +423,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[dict[str, Any]], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: TimelineDoc | None = None, ex: ExplainDoc | None = None) -> str:
+def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: TimelineDoc | None = None, ex: ExplainDoc | None = None) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
@@ -468,7 +472,7 @@ def render(tables: Any, comp: pl.DataFrame, phases: list[str], notes: list[str],
     )
 
 
-def _files(run_dir: Any) -> dict[str, Any]:
+def _files(run_dir: Any) -> FilesInfo:
     """What the run directory holds, as the Files section lists it: the tables
     written, and where the traces are (per host, per step)."""
     if run_dir is None:
