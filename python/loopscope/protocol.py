@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopscope.kernel.capture import HalfFull
 from loopscope.rundir import CaptureReport, LoadReport, Machine
 
 
@@ -122,7 +123,7 @@ class CaptureMeta(CaptureReport, Reply):
     ``rundir.CaptureReport``'s, which the run keeps)."""
 
     #: the reads the reader made when a CPU's buffer was half full (kernel_ns, read_ns)
-    half_full: list[dict[str, int | float]] = Field(default_factory=list)
+    half_full: list[HalfFull] = Field(default_factory=list)
 
 
 # ---- requests -------------------------------------------------------------------------------

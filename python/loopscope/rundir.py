@@ -184,6 +184,15 @@ class CaptureReport(_Open):
     reader_tids: list[int] = Field(default_factory=list)
 
 
+class ReadDuring(TypedDict):
+    """A read the kernel forced on the capture's reader, and the probe window it fell in (if any)."""
+
+    kernel_ns: int
+    step: str | None
+    at_s: float
+    read_ms: float
+
+
 class Capture(CaptureReport):
     """One kernel capture of a run: the host it ran on, the hosts it covers
     (one kernel), where its files are (``data``, ``log``: relative to the run)."""
@@ -192,7 +201,7 @@ class Capture(CaptureReport):
     covers: list[str] = Field(default_factory=list)
     dir: str | None = None
     #: the reads the reader made during a probe's window (each: kernel_ns, step, at_s, read_ms)
-    reader_ran_during: list[dict[str, Any]] = Field(default_factory=list)
+    reader_ran_during: list[ReadDuring] = Field(default_factory=list)
     #: an imported perf.data's perf CPU time
     perf_cpu_s: float | None = None
 

@@ -18,6 +18,7 @@ from loopscope.lab import state
 from loopscope.host import procs
 from loopscope.host.cgroup import find_root
 from tests.conftest import BIN, Cli
+from tests.kernel.test_capture import PINGPONG
 
 TINY = """name: tiny
 probes:
@@ -244,3 +245,25 @@ def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so
     assert not run.get("kernel")
     assert any("no kernel capture" in n for n in run["notes"]), run["notes"]
     assert json.loads((tmp_path / "nk" / "spec.json").read_text())["kernel"]["capture"] == "off"
+
+
+def test_a_capture_buffer_filling_in_a_window_is_said_and_the_run_completes(tmp_path: Path, cli: Cli) -> None:
+    # 1 MiB per CPU against two threads switching as fast as they can: the
+    # kernel wakes the reader when a buffer is half full, inside the probe's
+    # windows; the run keeps each such read (when, for how long, in which step).
+    from loopscope.kernel.capture import tracefs
+
+    if tracefs() is None:
+        pytest.skip("needs tracefs for a kernel capture")
+    (tmp_path / "pingpong.py").write_text(PINGPONG)
+    load = f"  - {{name: switch, kind: command, command: [{json.dumps(str(BIN.parent / 'python'))}, {json.dumps(str(tmp_path / 'pingpong.py'))}]}}\n"
+    spec = write_spec(tmp_path, loads=load, duration="2s", extra="kernel: {capture: on, buffer_mb: 1}\n")
+    r = cli("run", str(spec), "--run-dir", str(tmp_path / "hf"), "--no-report")
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "hf" / "run.json").read_text())
+    cap = run["kernel"]["captures"][0]
+    assert cap["reader"]["reads_half_full"] > 0, cap["reader"]
+    assert len(cap["reader_ran_during"]) == cap["reader"]["reads_half_full"]
+    inside = [x for x in cap["reader_ran_during"] if x["step"]]
+    assert inside and all(x["read_ms"] > 0 and x["at_s"] >= 0 for x in inside), cap["reader_ran_during"][:3]
+    assert any("filled to half" in n for n in run["notes"]), run["notes"]

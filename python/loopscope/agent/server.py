@@ -404,9 +404,9 @@ class Agent:
         cap = Capture(Path(m.out_dir), m.events or None, m.buffer_mb, m.window_s, name=f"loopscope-{self.run_id}"[:60], group=group, read=m.read)
         wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
         meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
-        if not meta["refused"]:
+        if not meta.refused:
             self.kcapture = cap
-        return P.CaptureMeta.model_validate(meta)
+        return P.CaptureMeta.model_validate(meta.model_dump(exclude_unset=True))
 
     def drain_kcapture(self, m: P.DrainKcapture) -> P.Drained:
         """Read the kernel's buffers now (the lab calls this between probe windows)."""
@@ -418,9 +418,9 @@ class Agent:
         if self.kcapture is None:
             return P.CaptureMeta(refused="no kernel capture was running")
         meta = self.kcapture.stop()
-        meta["half_full"] = self.kcapture.final.get("half_full") or []
+        half_full = self.kcapture.final.get("half_full") or []
         self.kcapture = None
-        return P.CaptureMeta.model_validate(meta)
+        return P.CaptureMeta.model_validate({**meta.model_dump(exclude_unset=True), "half_full": half_full})
 
     # ---- clean-up -------------------------------------------------------------------
 

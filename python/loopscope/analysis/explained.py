@@ -17,13 +17,13 @@ causes and the shares of the lab, the loads and the system.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from typing_extensions import NotRequired, TypedDict
 
 from pydantic import TypeAdapter, ValidationError
 
 from loopscope.errors import InputError
+from loopscope.rundir import ReadDuring
 
 
 class LostStretch(TypedDict):
@@ -53,7 +53,7 @@ class CaptureSummary(TypedDict):
     perf_cpu_share: float | None
     reads_between_windows: int | None
     reads_during_windows: int | None
-    reader_ran_during: list[dict[str, Any]]
+    reader_ran_during: list[ReadDuring]
     buffer_mb_per_cpu: float | None
     missing_events: list[str]
     lost_placed: bool

@@ -183,18 +183,18 @@ def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None
         say(f"  timer-idle {i + 1}/{plan.label(i)}: timer under kernel capture ({secs:g} s) …")
         cap = capture.Capture(work / f"cap{i}", window_s=secs)
         meta = cap.start()
-        if meta["refused"]:
-            raise RunError(f"bench kcapture: {meta['refused']}")
+        if meta.refused:
+            raise RunError(f"bench kcapture: {meta.refused}")
         try:
             j = _timer(secs, work, f"with{i}")
             cap.drain("after the probe")
         finally:
             meta = cap.stop()
-        rd = meta.get("reader") or {}
+        rd = meta.reader or {}
         with_.append({
-            "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": rd.get("events", 0), "lost_kernel_events": rd.get("lost_events", 0),
-            "bytes_on_disk": rd.get("bytes_written", 0), "seconds": meta.get("seconds"), "reads_half_full": rd.get("reads_half_full", 0),
-            "reader_cpu_share": (meta["reader_cpu_s"] / meta["seconds"]) if meta.get("reader_cpu_s") is not None and meta.get("seconds") else None,
+            "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": int(rd.get("events") or 0), "lost_kernel_events": int(rd.get("lost_events") or 0),
+            "bytes_on_disk": int(rd.get("bytes_written") or 0), "seconds": meta.seconds, "reads_half_full": int(rd.get("reads_half_full") or 0),
+            "reader_cpu_share": meta.reader_cpu_s / meta.seconds if meta.reader_cpu_s is not None and meta.seconds else None,
             "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
         })
         shutil.rmtree(work / f"cap{i}", ignore_errors=True)

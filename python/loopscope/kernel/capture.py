@@ -36,7 +36,6 @@ cross-checked against the buffers' overrun counters).
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
@@ -44,7 +43,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict
+
+from loopscope.rundir import CaptureReport
 
 # What attribution reads, and nothing more: every event is ring-buffer space
 # and a cost where it fires (sched_waking and the hrtimer expiries, once
@@ -205,6 +209,46 @@ def size_buffers(window_s: float | None, asked_mb: int | None = None) -> tuple[i
     return mb, why
 
 
+class Ready(TypedDict, total=False):
+    """The reader's first line: the instance is recording (or why not)."""
+
+    ready: bool
+    page_size: int
+    cpus: list[int]
+    missing: list[str]
+    filters: dict[str, str]
+    unfiltered: list[str]
+    buffer_kb: int
+    error: str
+
+
+class HalfFull(TypedDict):
+    """A read the kernel forced (a CPU's buffer half full): when, and how long it took."""
+
+    mono_ns: int
+    kernel_ns: int
+    read_ns: int
+    after: str
+
+
+class Drained(TypedDict, total=False):
+    """The reader's answer to a drain (one segment written), or, at stop, with its totals."""
+
+    seg: int
+    events: int
+    lost_events: int
+    read_ns: int
+    bytes_read: int
+    error: str
+    totals: dict[str, int]
+    half_full: list[HalfFull]
+
+
+R = TypeVar("R")
+READY: TypeAdapter[Ready] = TypeAdapter(Ready)
+DRAINED: TypeAdapter[Drained] = TypeAdapter(Drained)
+
+
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
@@ -219,8 +263,8 @@ class Capture:
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_ns = 0
         self.stopped_ns = 0
-        self.ready: dict[str, Any] = {}
-        self.final: dict[str, Any] = {}
+        self.ready: Ready = {}
+        self.final: Drained = {}
         self.cpu_s: float | None = None
         self.tids: list[int] = []
         self.group = group
@@ -238,7 +282,7 @@ class Capture:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
                 "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else [])]
 
-    def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+    def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> CaptureReport:
         """Create the instance and start its reader; ``wrap`` (argv → argv) puts
         the reader in a cgroup, ``env`` marks it as the run's."""
         if self.refused:
@@ -250,7 +294,7 @@ class Capture:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env)
         self.started_ns = time.monotonic_ns()
-        reply = self._reply(timeout=20)
+        reply = self._reply(READY, timeout=20)
         if reply is None or not reply.get("ready"):
             why = (reply or {}).get("error") or self._log_tail() or "the reader said nothing"
             self.refused = f"the kernel capture's reader did not start: {why}"
@@ -261,18 +305,18 @@ class Capture:
             self._group_idle(True)
         return self.meta()
 
-    def drain(self, label: str = "") -> dict[str, Any]:
+    def drain(self, label: str = "") -> Drained:
         """Read everything the buffers hold now (call it between windows)."""
         if self.proc is None or self.proc.poll() is not None:
             return {"error": "the kernel capture's reader is not running" + (f": {self._log_tail()}" if self.proc else "")}
         self._group_idle(False)
         try:
             self._send(f"drain {label}")
-            return self._reply(timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
+            return self._reply(DRAINED, timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
         finally:
             self._group_idle(True)
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> CaptureReport:
         if self.proc is not None:
             self.cpu_s = _cpu_s(self.proc.pid)
             try:
@@ -283,7 +327,7 @@ class Capture:
             if self.proc.poll() is None:
                 self._group_idle(False)
                 self._send("stop")
-                self.final = self._reply(timeout=120) or {}
+                self.final = self._reply(DRAINED, timeout=120) or {}
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -314,7 +358,8 @@ class Capture:
         except (BrokenPipeError, OSError):
             pass
 
-    def _reply(self, timeout: float) -> dict[str, Any] | None:
+    def _reply(self, shape: TypeAdapter[R], timeout: float) -> R | None:
+        """The reader's next line, checked against ``shape`` (None: no answer, or not one it gives)."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         end = time.monotonic() + timeout
@@ -328,10 +373,9 @@ class Capture:
                 return None
             buf += b
         try:
-            got = json.loads(buf.decode(errors="replace").strip().splitlines()[-1])
-        except (json.JSONDecodeError, IndexError):
+            return shape.validate_json(buf.decode(errors="replace").strip().splitlines()[-1])
+        except (ValidationError, IndexError):
             return None
-        return got if isinstance(got, dict) else None
 
     def _log_tail(self) -> str:
         try:
@@ -339,8 +383,8 @@ class Capture:
         except OSError:
             return ""
 
-    def meta(self) -> dict[str, Any]:
-        return {
+    def meta(self) -> CaptureReport:
+        return CaptureReport.model_validate({
             "tool": f"tracefs instance, read {self.read}",
             "read": self.read,
             "format": FORMAT,
@@ -361,7 +405,7 @@ class Capture:
             "reader_cpu_s": self.cpu_s,
             "reader_tids": self.tids,
             "reader": self.final.get("totals"),
-        }
+        })
 
 
 def _close_pipes(p: subprocess.Popen[bytes]) -> None:

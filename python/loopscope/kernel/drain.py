@@ -36,9 +36,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-from loopscope.kernel.capture import FILTERS, filter_for
+from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Ready, filter_for
 from loopscope.errors import Stopped
 
 MAX_READ = 1 << 30
@@ -84,13 +83,13 @@ class Reader:
         self.seg = 0
         self.totals = {"segments": 0, "events": 0, "lost_events": 0, "lost_unknown_windows": 0, "bytes_read": 0, "bytes_written": 0,
                        "damaged_pages": 0, "unknown_records": 0, "reads_asked": 0, "reads_half_full": 0, "read_ns": 0, "write_errors": 0}
-        self.half_full: list[dict[str, Any]] = []
+        self.half_full: list[HalfFull] = []
         self.n_strings = -1
 
     def _w(self, rel: str, value: str) -> None:
         (self.inst / rel).write_text(value)
 
-    def create(self) -> dict[str, Any]:
+    def create(self) -> Ready:
         from loopscope import _native
 
         if self.inst.exists():
@@ -148,7 +147,7 @@ class Reader:
         self.last_k: int = self.started_k
         return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
 
-    def drain(self, reason: str, label: str = "") -> dict[str, Any]:
+    def drain(self, reason: str, label: str = "") -> Drained:
         """Read every CPU's buffer, decode, write one segment."""
         from loopscope import _native
         from loopscope.kernel import store
@@ -292,7 +291,7 @@ def _timens_offset() -> int:
     return timens_offset_ns()
 
 
-def _say(obj: dict[str, Any]) -> None:
+def _say(obj: Ready | Drained) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 

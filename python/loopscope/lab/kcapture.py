@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from loopscope import protocol as P
-from loopscope.rundir import Capture, CaptureReport, KernelRecord, Step
+from loopscope.kernel.capture import HalfFull
+from loopscope.rundir import Capture, CaptureReport, KernelRecord, ReadDuring, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -111,17 +112,16 @@ def stop(lab: Any, info: CaptureRun, quiet: bool = False, steps: list[Step] | No
         info.running.remove(host)
 
 
-def _during(reads: list[dict[str, int | float]], steps: list[Step], timens_off: int) -> list[dict[str, Any]]:
+def _during(reads: list[HalfFull], steps: list[Step], timens_off: int) -> list[ReadDuring]:
     """Each read the reader made on its own, with the step whose window it fell in, if any."""
-    out = []
+    out: list[ReadDuring] = []
     for r in reads:
-        t = int(r["mono_ns"])
-        hit = None
+        t = r["mono_ns"]
+        hit, start = None, t
         for s in steps:
             if s.spawn_mono_ns <= t <= s.end_mono_ns:
                 hit = f"rep {s.rep} · {s.phase} · {s.probe}"
                 start = s.spawn_mono_ns
                 break
-        out.append({"kernel_ns": t - timens_off, "step": hit, "at_s": (t - start) / 1e9 if hit else 0.0, "read_ms": r.get("read_ns", 0) / 1e6})
+        out.append({"kernel_ns": t - timens_off, "step": hit, "at_s": (t - start) / 1e9, "read_ms": r["read_ns"] / 1e6})
     return out
-
