@@ -445,15 +445,91 @@ class LabProvenance(_Open):
 
 
 class MachineCpu(_Open):
+    model: str | None = None
+    cpus: int | None = None
     usable_cpus: list[int] = Field(default_factory=list)
+    isolated: str | None = None
+    smt: str | None = None
+
+
+class MachineKernel(_Open):
+    release: str | None = None
+    version: str | None = None
+    machine: str | None = None
+    cmdline: str | None = None
+
+
+class KernelClock(_Open):
+    """The kernel's NTP state (adjtimex, read only)."""
+
+    state: str
+    synchronised: bool
+    frequency_ppm: float
+    offset_ns: int
+    max_error_us: int
+    est_error_us: int
+    tai_offset_s: int
+
+
+class Chrony(_Open):
+    """chrony's tracking report (or why there is none: ``note``)."""
+
+    reference: str | None = None
+    stratum: int | None = None
+    system_time_offset_s: float | None = None
+    last_offset_s: float | None = None
+    rms_offset_s: float | None = None
+    frequency_ppm: float | None = None
+    skew_ppm: float | None = None
+    leap: str | None = None
+    note: str | None = None
+
+
+class ClockDiscipline(_Open):
+    """What disciplines a host's CLOCK_REALTIME: the kernel, chrony, the time daemons running."""
+
+    kernel: KernelClock | None = None
+    chrony: Chrony | None = None
+    daemons: list[str] = Field(default_factory=list)
+
+
+class CpuFreq(_Open):
+    governors: dict[str, str] | None = None
+    note: str | None = None
+
+
+class Privileges(_Open):
+    euid: int | None = None
+    capabilities: dict[str, bool] = Field(default_factory=dict)
+
+
+class GitInfo(_Open):
+    sha: str | None = None
+    dirty: bool | None = None
+    note: str | None = None
 
 
 class Machine(_Open):
-    """One host's machine as its agent found it (host/provenance.py writes the rest)."""
+    """One host's machine as its agent found it (``host/provenance.py``)."""
 
+    host: str | None = None
+    time_utc: str | None = None
+    kernel: MachineKernel | None = None
     cpu: MachineCpu | None = None
+    memory_kib: int | None = None
+    clocksource: str | None = None
     #: what disciplines the host's CLOCK_REALTIME (kernel state, chrony, daemons)
-    clock_discipline: dict[str, Any] | None = None
+    clock_discipline: ClockDiscipline | None = None
+    cpufreq: CpuFreq | None = None
+    cpuidle_driver: str | None = None
+    preempt: str | None = None
+    loadavg_at_start: list[float] | None = None
+    privileges: Privileges | None = None
+    cgroup: str | None = None
+    tracefs: str | None = None
+    software: dict[str, str | None] = Field(default_factory=dict)
+    loopscope_git: GitInfo | None = None
+    executable: str | None = None
 
 
 class Provenance(_Open):

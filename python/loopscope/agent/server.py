@@ -47,7 +47,7 @@ from loopscope.errors import InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
-from loopscope.rundir import LoadReport, Machine
+from loopscope.rundir import LoadReport
 from loopscope.selfname import load_comm, set_comm
 
 
@@ -139,7 +139,7 @@ class Agent:
         if root is not None:
             self.group = RunGroup(root, m.cgroup_name or self.run_id)
         return P.HelloReply(pid=os.getpid(), started_mono_ns=_STARTED_NS, cgroup=str(self.group.path) if self.group else None, cgroup_note=self.cg_note,
-                            provenance=Machine.model_validate(provenance.gather(self.cg_note)))
+                            provenance=provenance.gather(self.cg_note))
 
     def start_loads(self, m: P.StartLoads) -> P.LoadsStarted:
         step = Path(m.step_dir)

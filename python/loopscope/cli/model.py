@@ -178,7 +178,7 @@ def model_show(model_file: str, top: int) -> int:
         from loopscope.model import node
 
         m = node.read(model_file)
-        click.echo(f"node model of {m.machine.get('host')} ({(m.machine.get('cpu') or {}).get('model')}), {m.created}")
+        click.echo(f"node model of {m.machine.host} ({m.machine.cpu.model if m.machine.cpu else None}), {m.created}")
         conds = list(m.conditions)
         click.echo(f"  {'cost (typical batch)':<22}" + "".join(f"{c:>14}" for c in conds))
 

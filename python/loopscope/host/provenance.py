@@ -18,7 +18,8 @@ import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+
+from loopscope.rundir import Chrony, ClockDiscipline, CpuFreq, GitInfo, KernelClock, Machine
 
 # Bits of CapEff in /proc/self/status.
 CAPS = {"CAP_SYS_NICE": 23, "CAP_NET_ADMIN": 12, "CAP_SYS_ADMIN": 21, "CAP_IPC_LOCK": 14, "CAP_SYS_RESOURCE": 24}
@@ -58,25 +59,25 @@ def _versions() -> dict[str, str | None]:
     return out
 
 
-def _git() -> dict[str, Any]:
+def _git() -> GitInfo:
     here = Path(__file__).resolve().parent
     try:
         sha = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
-            return {"sha": None, "note": "not running from a git checkout"}
+            return GitInfo(sha=None, note="not running from a git checkout")
         dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5)
-        return {"sha": sha.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+        return GitInfo(sha=sha.stdout.strip(), dirty=bool(dirty.stdout.strip()))
     except (OSError, subprocess.TimeoutExpired):
-        return {"sha": None, "note": "git is not available"}
+        return GitInfo(sha=None, note="git is not available")
 
 
-def _cpufreq() -> dict[str, Any]:
+def _cpufreq() -> CpuFreq:
     govs = {}
     for d in sorted(Path("/sys/devices/system/cpu").glob("cpu[0-9]*")):
         g = _read(str(d / "cpufreq" / "scaling_governor"))
         if g:
             govs[d.name] = g
-    return {"governors": govs or None, "note": None if govs else "no cpufreq driver (typical in a VM): frequency is the host's business"}
+    return CpuFreq(governors=govs or None, note=None if govs else "no cpufreq driver (typical in a VM): frequency is the host's business")
 
 
 class _Timex(ctypes.Structure):
@@ -91,39 +92,40 @@ class _Timex(ctypes.Structure):
     ]
 
 
-def clock_discipline() -> dict[str, Any]:
+def clock_discipline() -> ClockDiscipline:
     """What disciplines this host's CLOCK_REALTIME: the kernel's NTP state
     (adjtimex, read only), chrony's tracking report and whether ptp4l or
     phc2sys run. Recorded per host because a clock slewed or stepped by a
     daemon during a run is what the clock-sync estimate has to follow."""
-    out: dict[str, Any] = {}
+    out = ClockDiscipline()
     try:
         tx = _Timex()
         libc = ctypes.CDLL(None, use_errno=True)
         state = libc.adjtimex(ctypes.byref(tx))
         if state >= 0:
             STA_UNSYNC, STA_NANO = 0x0040, 0x2000
-            out["kernel"] = {
-                "state": {0: "TIME_OK", 1: "TIME_INS", 2: "TIME_DEL", 3: "TIME_OOP", 4: "TIME_WAIT", 5: "TIME_ERROR"}.get(state, str(state)),
-                "synchronised": not tx.status & STA_UNSYNC,
-                "frequency_ppm": tx.freq / 65536.0,
-                "offset_ns": tx.offset if tx.status & STA_NANO else tx.offset * 1000,
-                "max_error_us": tx.maxerror,
-                "est_error_us": tx.esterror,
-                "tai_offset_s": tx.tai,
-            }
+            out.kernel = KernelClock(
+                state={0: "TIME_OK", 1: "TIME_INS", 2: "TIME_DEL", 3: "TIME_OOP", 4: "TIME_WAIT", 5: "TIME_ERROR"}.get(state, str(state)),
+                synchronised=not tx.status & STA_UNSYNC,
+                frequency_ppm=tx.freq / 65536.0,
+                offset_ns=tx.offset if tx.status & STA_NANO else tx.offset * 1000,
+                max_error_us=tx.maxerror,
+                est_error_us=tx.esterror,
+                tai_offset_s=tx.tai,
+            )
     except (OSError, AttributeError):
-        out["kernel"] = None
+        out.kernel = None
     if shutil.which("chronyc"):
         try:
             r = subprocess.run(["chronyc", "-c", "tracking"], capture_output=True, text=True, timeout=2)
             f = r.stdout.strip().split(",")
             if r.returncode == 0 and len(f) >= 14:
-                out["chrony"] = {"reference": f[1], "stratum": int(f[2]), "system_time_offset_s": float(f[4]), "last_offset_s": float(f[5]), "rms_offset_s": float(f[6]), "frequency_ppm": float(f[7]), "skew_ppm": float(f[9]), "leap": f[13]}
+                out.chrony = Chrony(reference=f[1], stratum=int(f[2]), system_time_offset_s=float(f[4]), last_offset_s=float(f[5]), rms_offset_s=float(f[6]),
+                                    frequency_ppm=float(f[7]), skew_ppm=float(f[9]), leap=f[13])
             else:
-                out["chrony"] = {"note": (r.stderr.strip() or r.stdout.strip() or "chronyd not answering")[:200]}
+                out.chrony = Chrony(note=(r.stderr.strip() or r.stdout.strip() or "chronyd not answering")[:200])
         except (OSError, subprocess.TimeoutExpired, ValueError) as e:
-            out["chrony"] = {"note": str(e)[:200]}
+            out.chrony = Chrony(note=str(e)[:200])
     running = []
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
@@ -133,17 +135,17 @@ def clock_discipline() -> dict[str, Any]:
                 continue
             if comm in ("ptp4l", "phc2sys", "chronyd", "ntpd", "systemd-timesyn"):
                 running.append(comm)
-    out["daemons"] = sorted(set(running))
+    out.daemons = sorted(set(running))
     return out
 
 
-def gather(cgroup_note: str | None = None) -> dict[str, Any]:
+def gather(cgroup_note: str | None = None) -> Machine:
     u = os.uname()
     try:
         load = os.getloadavg()
     except OSError:
         load = None
-    return {
+    return Machine.model_validate({
         "host": socket.gethostname(),
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "kernel": {"release": u.release, "version": u.version, "machine": u.machine, "cmdline": _read("/proc/cmdline")},
@@ -167,7 +169,7 @@ def gather(cgroup_note: str | None = None) -> dict[str, Any]:
         "software": _versions(),
         "loopscope_git": _git(),
         "executable": sys.executable,
-    }
+    })
 
 
 def _preempt_from_version(v: str) -> str | None:

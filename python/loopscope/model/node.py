@@ -47,6 +47,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from loopscope.rundir import Machine
+
 FORMAT = "loopscope-node-model"
 VERSION = 1
 LOAD_KINDS = ["cpu", "memory", "io"]
@@ -117,7 +119,7 @@ class NodeModel(_Part):
     #: the loopscope that made it
     loopscope: dict[str, str | int] = Field(default_factory=dict)
     #: the machine's facts as gathered (free-form: what this kernel exposes)
-    machine: dict[str, Any] = Field(default_factory=dict)
+    machine: Machine = Field(default_factory=Machine)
     conditions: dict[str, Condition]
     changes: dict[str, Changes] = Field(default_factory=dict)
     placement: Placement | None = None
@@ -420,7 +422,7 @@ def assemble(conditions: dict[str, Condition]) -> NodeModel:
         )
     prov = gather()
     return NodeModel(format=FORMAT, version=VERSION, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loopscope=envelope("node-model"),
-                     machine={k: prov.get(k) for k in ("host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software")},
+                     machine=Machine.model_validate(prov.model_dump(include={"host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software"})),
                      conditions=conditions, changes=changes)
 
 

@@ -17,7 +17,7 @@ from loopscope.report.sections import ratio as _ratio
 from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
 from loopscope.timeline import TimelineDoc
-from loopscope.rundir import ClockSyncRecord, Provenance
+from loopscope.rundir import ClockDiscipline, ClockSyncRecord, Provenance
 from loopscope.report.tables import EmulatorView, RunTables
 from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, FilesInfo, HostRow, ItemRow, LoadRow,
                                    OutlierRow, PhaseOutliers, ShareRow, SweepBlock, Why, WhyProbe, WhyRow)
@@ -77,20 +77,20 @@ def _hosts(prov: Provenance) -> list[HostRow]:
     return out
 
 
-def discipline_text(d: dict[str, Any] | None) -> str:
+def discipline_text(d: ClockDiscipline | None) -> str:
     """One line on what disciplines a host's CLOCK_REALTIME (provenance ``clock_discipline``)."""
     if not d:
         return "not recorded"
-    k = d.get("kernel") or {}
+    k = d.kernel
     parts = []
     if k:
-        parts.append(f"kernel {'synchronised' if k.get('synchronised') else 'unsynchronised'} ({k.get('state')}), frequency {k.get('frequency_ppm', 0):+.3f} ppm, estimated error {_ns((k.get('est_error_us') or 0) * 1000)}")
-    c = d.get("chrony")
-    if c and "reference" in c:
-        parts.append(f"chrony: {c['reference']} stratum {c['stratum']}, offset {c['system_time_offset_s'] * 1e6:+.1f} µs, rms {c['rms_offset_s'] * 1e6:.1f} µs")
+        parts.append(f"kernel {'synchronised' if k.synchronised else 'unsynchronised'} ({k.state}), frequency {k.frequency_ppm:+.3f} ppm, estimated error {_ns(k.est_error_us * 1000)}")
+    c = d.chrony
+    if c and c.reference is not None:
+        parts.append(f"chrony: {c.reference} stratum {c.stratum}, offset {(c.system_time_offset_s or 0) * 1e6:+.1f} µs, rms {(c.rms_offset_s or 0) * 1e6:.1f} µs")
     elif c:
-        parts.append(f"chrony: {c.get('note')}")
-    parts.append("daemons: " + (", ".join(d.get("daemons") or []) or "none"))
+        parts.append(f"chrony: {c.note}")
+    parts.append("daemons: " + (", ".join(d.daemons) or "none"))
     return "; ".join(parts)
 
 
