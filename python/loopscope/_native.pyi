@@ -237,8 +237,59 @@ def net_recv(
     records: bool = True,
     rcvbuf: int = 33554432,
     max_size: int = 65536,
-) -> dict[str, object]: ...
-def net_echo(bind: str, duration_ns: int | None = None, tcp: bool = False, ready_fd: int | None = None) -> dict[str, object]: ...
+) -> _RecvRun: ...
+
+class _RecvFlow(TypedDict):
+    """One flow's sequence accounting at the receiver."""
+    flow: int
+    first_seq: int
+    max_seq: int
+    received: int
+    unique: int
+    duplicates: int
+    reordered: int
+    beyond_window: int
+    lost: int
+
+class _RecvRun(TypedDict):
+    """A receive run: counts, flows, per-second totals and the delay histograms."""
+    bound: str
+    packets: int
+    bytes: int
+    malformed: int
+    truncated: int
+    no_kernel_ts: int
+    hw_ts: int
+    batches: int
+    sockbuf_drops: int
+    flows: list[_RecvFlow]
+    per_second_packets: npt.NDArray[np.uint64]
+    per_second_bytes: npt.NDArray[np.uint64]
+    first_krx: int
+    last_krx: int
+    first_urx: int
+    last_urx: int
+    owd: _Hist
+    stack_net: _Hist
+    end_host: _Hist
+    interarrival: _Hist
+    hist_scale: str
+    interarrival_n: int
+    interarrival_sum: float
+    interarrival_sumsq: float
+    elapsed_ns: int
+    interrupted: bool
+
+class _EchoRun(TypedDict):
+    """The echo server's counts when it stops."""
+    requests: int
+    malformed: int
+    send_errors: int
+    elapsed_ns: int
+    tids: list[int]
+    interrupted: bool
+
+def net_echo(bind: str, duration_ns: int | None = None, tcp: bool = False, ready_fd: int | None = None) -> _EchoRun: ...
 class _RrRun(TypedDict):
     """A request-response run: counts, then one column per exchange (ns stamps)."""
     sent: int
@@ -316,8 +367,32 @@ def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None 
 def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> _PipeSource: ...
 def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> _PipeNode: ...
 def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> _PipeSink: ...
-def sync_serve(bind: str, ready_fd: int | None = None) -> dict[str, object]: ...
-def sync_probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None = None, grace_ns: int = 200_000_000) -> dict[str, object]: ...
+class _SyncServe(TypedDict):
+    """The clock-sync responder's counts."""
+    received: int
+    answered: int
+    malformed: int
+    send_errors: int
+    no_tx_stamp: int
+    no_rx_stamp: int
+    elapsed_ns: int
+    interrupted: bool
+
+class _SyncProbe(TypedDict):
+    """The clock-sync initiator's counts."""
+    pairs: int
+    sent: int
+    answered: int
+    lost: int
+    send_errors: int
+    no_tx_stamp: int
+    malformed: int
+    min_rtt_ns: int | None
+    elapsed_ns: int
+    interrupted: bool
+
+def sync_serve(bind: str, ready_fd: int | None = None) -> _SyncServe: ...
+def sync_probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None = None, grace_ns: int = 200_000_000) -> _SyncProbe: ...
 def bench_floor(n: int, reps: int) -> list[float]: ...
 def env_compiled(ops: int, batches: int) -> list[float]: ...
 def bench_events(n: int, reps: int, threads: int = 1) -> list[float]: ...

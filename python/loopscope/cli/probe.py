@@ -240,8 +240,9 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
             cv = t["cv_per_second"]
             con.print(f"throughput {format_bps(t['bps'])}" + (f", per-second CV {cv * 100:.3f}%" if cv is not None else ""))
         for name, d in j["delay_ns"].items():
-            if d.get("n") and d.get("p50") is not None:
-                con.print(f"{name.replace('_', ' ')} delay: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99']) if d.get('p99') is not None else 'over range'}, max {format_ns(d['max'])}")
+            if d.get("n") and (p50 := d.get("p50")) is not None:
+                p99 = d.get("p99")
+                con.print(f"{name.replace('_', ' ')} delay: p50 {format_ns(p50)}, p99 {format_ns(p99) if p99 is not None else 'over range'}, max {format_ns(d.get('max', 0))}")
         con.print(f"kernel RX timestamps on {j['kernel_timestamps']:,} packets ({j['hardware_timestamps']:,} from hardware); socket buffer drops: {j['socket_buffer_drops']:,}")
         _trace_line(con, res)
     return EXIT_INTERRUPTED if j["interrupted"] else 0
@@ -392,7 +393,7 @@ def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: 
         # their imports: a signal in the middle of those would end them
         click.echo("ready")
     res = clocksync.probe(p.dest, p.flow, p.rate, p.gap_ns, duration, _trace_path(trace_path, "sync"))
-    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {p.dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(res['min_rtt_ns'])}")
+    click.echo(json.dumps(res) if as_json else f"{res['pairs']:,} pairs to {p.dest}: {res['answered']:,} answered, {res['lost']} lost; best round trip {format_ns(rtt) if (rtt := res['min_rtt_ns']) is not None else 'none (no pair came back)'}")
     return EXIT_INTERRUPTED if res["interrupted"] else 0
 
 
@@ -424,8 +425,9 @@ def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None
     else:
         con = _console()
         con.print(f"{j['answered']:,} of {j['sent']:,} requests answered ({j['lost']:,} lost) by {dest}")
-        for k in ("rtt_ns", "forward_ns", "return_ns", "server_turnaround_ns", "client_end_host_ns"):
-            d = j.get(k)
+        legs = {"rtt_ns": j["rtt_ns"], "forward_ns": j["forward_ns"], "return_ns": j["return_ns"], "server_turnaround_ns": j["server_turnaround_ns"],
+                "client_end_host_ns": j["client_end_host_ns"]}
+        for k, d in legs.items():
             if d and d.get("n"):
                 con.print(f"{k[:-3].replace('_', ' ')}: p50 {format_ns(d['p50'])}, p99 {format_ns(d['p99'])}, max {format_ns(d['max'])}")
         if j.get("note"):

@@ -11,10 +11,8 @@ offsets from the two traces afterwards.
 from __future__ import annotations
 
 import sys
-from typing import Any
-
 from loopscope import _native
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, TraceInfo, envelope, traced
 from loopscope.probes.params import Launch, SyncParams, SyncServeParams
 
 DEFAULT_PORT = 9319
@@ -22,14 +20,49 @@ DEFAULT_RATE = 20.0
 DEFAULT_GAP_NS = 20_000
 
 
-def serve(bind: str, trace_path: str | None) -> dict[str, Any]:
+class ServeJson(Envelope):
+    """What the responder says when it stops."""
+
+    bind: str
+    received: int
+    answered: int
+    malformed: int
+    send_errors: int
+    no_tx_stamp: int
+    no_rx_stamp: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: TraceInfo
+
+
+class ProbeJson(Envelope):
+    """What an initiator says when it stops."""
+
+    dest: str
+    flow: int
+    rate: float
+    gap_ns: int
+    pairs: int
+    sent: int
+    answered: int
+    lost: int
+    send_errors: int
+    no_tx_stamp: int
+    malformed: int
+    min_rtt_ns: int | None
+    elapsed_ns: int
+    interrupted: bool
+    trace: TraceInfo
+
+
+def serve(bind: str, trace_path: str | None) -> ServeJson:
     with traced(trace_path, ["clocksync"]) as tr:
         sys.stdout.flush()
         r = _native.sync_serve(bind, ready_fd=sys.stdout.fileno())
     return {**envelope("sync-serve"), "bind": bind, **r, "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost}}
 
 
-def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None, trace_path: str | None) -> dict[str, Any]:
+def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None, trace_path: str | None) -> ProbeJson:
     with traced(trace_path, ["clocksync"]) as tr:
         r = _native.sync_probe(dest, flow, rate, gap_ns, duration_ns)
     return {
@@ -38,12 +71,12 @@ def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | Non
     }
 
 
-def serve_launched(p: SyncServeParams, launch: Launch) -> dict[str, Any]:
+def serve_launched(p: SyncServeParams, launch: Launch) -> ServeJson:
     """The responder as the lab starts it: ``ready`` once listening, until stopped."""
     return serve(p.bind, launch.trace)
 
 
-def probe_launched(p: SyncParams, launch: Launch) -> dict[str, Any]:
+def probe_launched(p: SyncParams, launch: Launch) -> ProbeJson:
     """An initiator as the lab starts it: ``ready`` at once, then pairs until stopped (or the launch's duration)."""
     sys.stdout.write("ready\n")
     sys.stdout.flush()

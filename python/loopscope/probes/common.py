@@ -66,6 +66,14 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
         out.records, out.lost = stats["records"], stats["lost_records"]
 
 
+class TraceInfo(TypedDict):
+    """Where a helper's trace went and how many records it kept and lost."""
+
+    path: str | None
+    records: int | None
+    lost: int | None
+
+
 class Envelope(TypedDict):
     """The version stamp every probe's JSON carries."""
 

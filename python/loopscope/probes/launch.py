@@ -11,7 +11,7 @@ the JSON object itself. Modules are imported only when their kind runs.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -38,8 +38,10 @@ LAUNCHED: dict[str, tuple[type[Params], str, str]] = {
 }
 
 
-def run(launch: Launch) -> tuple[dict[str, Any], bool]:
-    """Validate the parameters with the kind's model and run the probe: its JSON object, and whether Ctrl-C cut it short."""
+def run(launch: Launch) -> tuple[Mapping[str, object], bool]:
+    """Validate the parameters with the kind's model and run the probe: its
+    JSON object (each probe's own TypedDict: ``TimerJson``, ``RrJson``, …;
+    here only printed), and whether Ctrl-C cut it short."""
     if launch.kind not in LAUNCHED:
         raise InputError(f"launch: unknown probe kind {launch.kind!r}; known: {', '.join(sorted(LAUNCHED))}")
     model, module, function = LAUNCHED[launch.kind]
@@ -49,5 +51,5 @@ def run(launch: Launch) -> tuple[dict[str, Any], bool]:
         err = e.errors()[0]
         raise InputError(f"launch: {launch.kind}.{'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
     res = getattr(importlib.import_module(module), function)(p, launch)
-    out: dict[str, Any] = res.to_json() if hasattr(res, "to_json") else res
+    out: Mapping[str, object] = res.to_json() if hasattr(res, "to_json") else res
     return out, bool(out.get("interrupted"))

@@ -17,7 +17,9 @@ import sys
 import socket as _socket
 from dataclasses import dataclass, field
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import NotRequired, TypedDict
 
 import numpy as np
 
@@ -25,9 +27,12 @@ from loopscope import _native
 from loopscope.rundir import HistQuantiles
 from loopscope.stats import summarize
 from loopscope.errors import InputError
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, envelope, traced
 from loopscope.probes.params import EchoParams, Launch, RrParams
 from loopscope.units import format_bps, parse_rate
+
+if TYPE_CHECKING:
+    from loopscope._native import _RecvRun as RecvRun
 
 HEADER = 48
 
@@ -160,6 +165,135 @@ def hist_quantiles(h: Mapping[str, Any], scale: str, qs: tuple[float, ...] = (0.
     return out
 
 
+# ---- what the probes print -----------------------------------------------------------
+
+
+class Spread(TypedDict, total=False):
+    """A summary of ns values (only ``n`` when there was none), with the CIs of p50 and p99."""
+
+    n: int
+    min: int
+    p50: int
+    p99: int
+    p999: int
+    max: int
+    mean: float
+    ci95: dict[str, list[float | None]]
+
+
+class SendJson(TypedDict):
+    """What ``loopscope probe send --json`` prints."""
+
+    sent: int
+    unsent: int
+    send_errors: int
+    first_error: str | None
+    requested_bps: float
+    requested_pps: float
+    sent_bps: float
+    kept_up: bool
+    shortfall: str | None
+    departure_err_ns: Spread
+    batches: int
+    largest_batch: int
+    tx_timestamps: dict[str, int]
+    dest: str
+    size: int
+    pattern: str
+    workers: int
+    scheduled_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+
+
+class Throughput(TypedDict):
+    bps: float | None
+    per_second_bps: list[float]
+    cv_per_second: float | None
+
+
+class RecvFlow(TypedDict):
+    flow: int
+    first_seq: int
+    max_seq: int
+    received: int
+    unique: int
+    duplicates: int
+    reordered: int
+    beyond_window: int
+    lost: int
+
+
+class RecvJson(TypedDict):
+    """What ``loopscope probe recv --json`` prints: counts, flows, throughput and the delays' histograms."""
+
+    packets: int
+    bytes: int
+    lost: int
+    duplicates: int
+    reordered: int
+    malformed: int
+    truncated: int
+    socket_buffer_drops: int
+    kernel_timestamps: int
+    hardware_timestamps: int
+    flows: list[RecvFlow]
+    throughput: Throughput
+    interarrival_ns: HistQuantiles
+    delay_ns: dict[str, HistQuantiles]
+    bound: str
+    receiving_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+
+
+class RrJson(TypedDict):
+    """What ``loopscope probe rr --json`` prints: the round trip and, on one clock, both legs."""
+
+    sent: int
+    answered: int
+    lost: int
+    duplicates: int
+    malformed: int
+    send_errors: int
+    rtt_ns: Spread
+    client_end_host_ns: Spread
+    server_end_host_ns: Spread
+    server_turnaround_ns: Spread
+    same_clock: bool
+    forward_ns: Spread | None
+    return_ns: Spread | None
+    requested_pps: float
+    dest: str
+    transport: str
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+    note: NotRequired[str]
+
+
+class EchoJson(TypedDict):
+    """What the echo server says when it stops."""
+
+    requests: int
+    malformed: int
+    send_errors: int
+    elapsed_ns: int
+    tids: list[int]
+    interrupted: bool
+
+
 # ---- send ---------------------------------------------------------------------------
 
 
@@ -215,9 +349,9 @@ class SendResult:
         why = f"; first error: {self.first_error}" if self.first_error else ""
         return f"could not keep up: sent {format_bps(self.sent_bps)} of {format_bps(self.requested_bps)} ({self.sent:,} of {total:,} packets on time){why}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SendJson:
         s = summarize(self.dep_err_ns.astype(np.int64))
-        dep = {}
+        dep: Spread = {}
         if s.n:
             dep = {
                 "n": s.n, "p50": int(s.p50.value), "p99": int(s.p99.value), "p999": int(s.p999.value), "max": int(s.max), "mean": round(s.mean.value, 1),
@@ -305,7 +439,7 @@ def send(
 
 @dataclass
 class RecvResult:
-    raw: dict[str, Any]
+    raw: RecvRun
     trace: str | None
     trace_records: int | None = None
     trace_lost: int | None = None
@@ -329,13 +463,13 @@ class RecvResult:
             return None
         return float(v.std(ddof=1) / v.mean())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> RecvJson:
         raw = self.raw
         scale = raw["hist_scale"]
         flows = raw["flows"]
         span = (raw["last_krx"] - raw["first_krx"]) if raw["first_krx"] else 0
         n = raw["interarrival_n"]
-        ia = {}
+        ia: HistQuantiles = {}
         if n:
             mean = raw["interarrival_sum"] / n
             var = max(0.0, raw["interarrival_sumsq"] / n - mean * mean)
@@ -351,7 +485,7 @@ class RecvResult:
             "socket_buffer_drops": raw["sockbuf_drops"],
             "kernel_timestamps": raw["packets"] - raw["no_kernel_ts"],
             "hardware_timestamps": raw["hw_ts"],
-            "flows": flows,
+            "flows": [RecvFlow(**f) for f in flows],
             "throughput": {
                 "bps": (raw["bytes"] * 8 / ((span + (ia.get("mean") or 0)) / 1e9)) if span else None,
                 "per_second_bps": self.per_second_bps(),
@@ -401,7 +535,7 @@ def rr(
     seed: int = 1,
     records: bool = True,
     trace_path: str | os.PathLike[str] | None = None,
-) -> dict[str, Any]:
+) -> RrJson:
     """Exchange requests with the echo server at ``params.dest`` for ``duration_ns``; the result as the probe's JSON."""
     dest, size, tcp = params.dest, params.size, params.transport == "tcp"
     r = rate(params.rate, max(size, HEADER))
@@ -413,14 +547,14 @@ def rr(
     same = is_local(dest.rpartition(":")[0])
     a = {k: np.asarray(raw[k]) for k in ("sent_ns", "srv_krx_ns", "srv_urx_ns", "srv_utx_ns", "krx_ns", "urx_ns")}
 
-    def summ(x: np.ndarray) -> dict[str, Any]:
+    def summ(x: np.ndarray) -> Spread:
         s = summarize(x)
         if not s.n:
             return {"n": 0}
         return {"n": s.n, "min": int(s.min), "p50": int(s.p50.value), "p99": int(s.p99.value), "max": int(s.max), "mean": round(s.mean.value, 1),
                 "ci95": {"p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]}}
 
-    out = {
+    out: RrJson = {
         "sent": raw["sent"],
         "answered": len(a["sent_ns"]),
         "lost": raw["sent"] - len(a["sent_ns"]),
@@ -475,13 +609,13 @@ def split_delays(send_trace: str | os.PathLike[str], recv_trace: str | os.PathLi
     )
 
 
-def rr_launched(p: RrParams, launch: Launch) -> dict[str, Any]:
+def rr_launched(p: RrParams, launch: Launch) -> RrJson:
     """The rr client as an agent starts it."""
     return rr(p, launch.duration_ns, trace_path=launch.trace)
 
 
-def echo_launched(p: EchoParams, launch: Launch) -> dict[str, Any]:
+def echo_launched(p: EchoParams, launch: Launch) -> EchoJson:
     """The echo server as the lab starts it: ``ready`` once listening, until stopped."""
     sys.stdout.flush()
-    out: dict[str, Any] = _native.net_echo(p.bind, launch.duration_ns or None, p.transport == "tcp", sys.stdout.fileno())
-    return out
+    r = _native.net_echo(p.bind, launch.duration_ns or None, p.transport == "tcp", sys.stdout.fileno())
+    return {"requests": r["requests"], "malformed": r["malformed"], "send_errors": r["send_errors"], "elapsed_ns": r["elapsed_ns"], "tids": r["tids"], "interrupted": r["interrupted"]}

@@ -33,12 +33,68 @@ from typing import Any
 import numpy as np
 
 from loopscope import _native
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, TraceInfo, envelope, traced
+from loopscope.rundir import HistQuantiles
 from loopscope.probes.net import Rate, hist_quantiles
 from loopscope.probes.params import Launch, PipeNodeParams, PipeSinkParams, PipeSourceParams
 
 
-def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None, linger_ns: int = 0) -> dict[str, Any]:
+class SourceJson(Envelope):
+    """What the pipeline's source says when it stops."""
+
+    dest: str
+    rate_pps: float
+    size: int
+    flow: int
+    sent: int
+    send_errors: int
+    late_ns: HistQuantiles
+    elapsed_ns: int
+    interrupted: bool
+    trace: TraceInfo
+
+
+class NodeJson(Envelope):
+    """What a node says when it stops: its counts and residence (kernel RX to send)."""
+
+    bind: str
+    next: str
+    work_us: int
+    received: int
+    forwarded: int
+    malformed: int
+    full: int
+    send_errors: int
+    no_kernel_ts: int
+    elapsed_ns: int
+    interrupted: bool
+    residence_ns: HistQuantiles
+    trace: TraceInfo
+
+
+class SinkJson(Envelope):
+    """What the sink says when it stops: sequence accounting and end-to-end delay."""
+
+    bind: str
+    flow: int
+    received: int
+    unique: int
+    lost: int
+    duplicates: int
+    reordered: int
+    malformed: int
+    truncated: int
+    no_kernel_ts: int
+    first_seq: int
+    max_seq: int
+    hops_seen: list[int]
+    elapsed_ns: int
+    interrupted: bool
+    end_to_end_ns: HistQuantiles
+    trace: TraceInfo
+
+
+def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, duration_ns: int | None, trace_path: str | None, linger_ns: int = 0) -> SourceJson:
     """Send, then (``linger_ns``) sleep while the last messages travel: the
     source's own exit (its results, closing its trace, the interpreter's
     teardown: tens of ms of CPU) would otherwise compete with the stages
@@ -62,7 +118,7 @@ def source(dest: str, rate: Rate, size: int, flow: int, count: int | None, durat
     }
 
 
-def node(bind: str, next_hop: str, work_us: int, trace_path: str | None) -> dict[str, Any]:
+def node(bind: str, next_hop: str, work_us: int, trace_path: str | None) -> NodeJson:
     with traced(trace_path, ["pipe"]) as tr:
         sys.stdout.flush()
         r = _native.pipe_node(bind, next_hop, work_us * 1000, ready_fd=sys.stdout.fileno())
@@ -71,13 +127,14 @@ def node(bind: str, next_hop: str, work_us: int, trace_path: str | None) -> dict
         "bind": bind,
         "next": next_hop,
         "work_us": work_us,
-        **{k: r[k] for k in ("received", "forwarded", "malformed", "full", "send_errors", "no_kernel_ts", "elapsed_ns", "interrupted")},
+        "received": r["received"], "forwarded": r["forwarded"], "malformed": r["malformed"], "full": r["full"], "send_errors": r["send_errors"],
+        "no_kernel_ts": r["no_kernel_ts"], "elapsed_ns": r["elapsed_ns"], "interrupted": r["interrupted"],
         "residence_ns": hist_quantiles(r["residence"], r["hist_scale"]),
         "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
     }
 
 
-def sink(bind: str, flow: int, trace_path: str | None) -> dict[str, Any]:
+def sink(bind: str, flow: int, trace_path: str | None) -> SinkJson:
     with traced(trace_path, ["pipe"]) as tr:
         sys.stdout.flush()
         r = _native.pipe_sink(bind, flow, ready_fd=sys.stdout.fileno())
@@ -85,8 +142,9 @@ def sink(bind: str, flow: int, trace_path: str | None) -> dict[str, Any]:
         **envelope("pipe-sink"),
         "bind": bind,
         "flow": flow,
-        **{k: r[k] for k in ("received", "unique", "lost", "duplicates", "reordered", "malformed", "truncated", "no_kernel_ts", "first_seq", "max_seq", "hops_seen",
-                             "elapsed_ns", "interrupted")},
+        "received": r["received"], "unique": r["unique"], "lost": r["lost"], "duplicates": r["duplicates"], "reordered": r["reordered"],
+        "malformed": r["malformed"], "truncated": r["truncated"], "no_kernel_ts": r["no_kernel_ts"], "first_seq": r["first_seq"], "max_seq": r["max_seq"],
+        "hops_seen": r["hops_seen"], "elapsed_ns": r["elapsed_ns"], "interrupted": r["interrupted"],
         "end_to_end_ns": hist_quantiles(r["end_to_end"], r["hist_scale"]),
         "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
     }
@@ -113,7 +171,7 @@ def messages_from(records: Any) -> Any:
     rows = [p for p in payloads if len(p) == 40 + 24 * n_hops]
     arr = np.frombuffer(b"".join(rows), dtype="<i8").reshape(len(rows), 5 + 3 * n_hops)
     keep = np.array([len(p) == 40 + 24 * n_hops for p in payloads])
-    cols: dict[str, Any] = {"t_ns": t_ns[keep], "seq": arr[:, 0], "sched_rt_ns": arr[:, 1], "sent_rt_ns": arr[:, 2]}
+    cols: dict[str, np.ndarray] = {"t_ns": t_ns[keep], "seq": arr[:, 0], "sched_rt_ns": arr[:, 1], "sent_rt_ns": arr[:, 2]}
     for k in range(n_hops):
         cols[f"node{k + 1}_krx_rt_ns"] = arr[:, 3 + 3 * k]
         cols[f"node{k + 1}_urx_rt_ns"] = arr[:, 4 + 3 * k]
@@ -143,18 +201,18 @@ def components(n_nodes: int) -> list[str]:
     return [*out, f"hop{n_nodes}_net_ns", "sink_stack_ns", "e2e_ns"]
 
 
-def source_launched(p: PipeSourceParams, launch: Launch) -> dict[str, Any]:
+def source_launched(p: PipeSourceParams, launch: Launch) -> SourceJson:
     """The source as the lab starts it: ``count`` messages, else for the step's duration."""
     from loopscope.probes.net import rate
 
     return source(p.dest, rate(p.rate, p.size), p.size, p.flow, p.count, None if p.count else launch.duration_ns, launch.trace, p.linger_ns)
 
 
-def node_launched(p: PipeNodeParams, launch: Launch) -> dict[str, Any]:
+def node_launched(p: PipeNodeParams, launch: Launch) -> NodeJson:
     """A node as the lab starts it: ``ready`` once listening, until stopped."""
     return node(p.bind, p.next, p.work_us, launch.trace)
 
 
-def sink_launched(p: PipeSinkParams, launch: Launch) -> dict[str, Any]:
+def sink_launched(p: PipeSinkParams, launch: Launch) -> SinkJson:
     """The sink as the lab starts it: ``ready`` once listening, until stopped."""
     return sink(p.bind, p.flow, launch.trace)

@@ -33,10 +33,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import NotRequired, TypedDict
+
 import numpy as np
 
 from loopscope.errors import InputError, RunError
-from loopscope.probes.common import envelope
+from loopscope.probes.common import Envelope, envelope
 from loopscope.probes.params import Launch, ProgramParams
 
 GRACE_S = 5.0
@@ -66,7 +68,45 @@ def _stop(pid: int, fd: int) -> tuple[tuple[int, Any], str]:
     raise AssertionError("unreachable")
 
 
-def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any]:
+class IntervalJson(TypedDict):
+    """One interval entity the program logged: its summary (ns)."""
+
+    entity: str
+    n: int
+    min_ns: int
+    p50_ns: int
+    p99_ns: int
+    max_ns: int
+    avg_ns: float
+    ci95_ns: dict[str, list[float | None]]
+
+
+class TraceSummary(TypedDict):
+    records: int
+    lost_records: int
+    intervals: list[IntervalJson]
+    events: dict[str, int]
+    memory_locked: str | None
+
+
+class ProgramJson(Envelope, TraceSummary):
+    """What ``loopscope probe program --json`` prints: how the program ended, its cost, its trace's summary."""
+
+    command: list[str]
+    pid: int
+    exit: str
+    stopped: str
+    until: str
+    wall_ns: int
+    user_cpu_ns: int
+    sys_cpu_ns: int
+    max_rss_kib: int
+    wrote_trace: bool
+    trace: str
+    note: NotRequired[str]
+
+
+def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
     """Run the program with LOOPSCOPE_TRACE set: until ``time_ns`` is up
     (``until: duration``), or until it exits, failing after ``time_ns``
     when given (``until: exit``)."""
@@ -141,20 +181,23 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> dict[str, Any
         from loopscope.trace import api as trace_api
 
         trace_api.open(trace, groups=["loopscope"]).close()
-    out = {
-        **envelope("program"), "command": command, "pid": child.pid, "exit": exit_text(code), "stopped": stopped, "until": until,
+    sm, stamp = summary(trace), envelope("program")
+    out: ProgramJson = {
+        "probe": stamp["probe"], "loopscope": stamp["loopscope"], "json_format": stamp["json_format"],
+        "command": command, "pid": child.pid, "exit": exit_text(code), "stopped": stopped, "until": until,
         "wall_ns": t1 - t0, "user_cpu_ns": int(ru.ru_utime * 1e9), "sys_cpu_ns": int(ru.ru_stime * 1e9), "max_rss_kib": ru.ru_maxrss,
-        "wrote_trace": wrote, "trace": str(trace), **summary(trace),
+        "wrote_trace": wrote, "trace": str(trace),
+        "records": sm["records"], "lost_records": sm["lost_records"], "intervals": sm["intervals"], "events": sm["events"], "memory_locked": sm["memory_locked"],
     }
     if not wrote:
         out["note"] = "the program wrote no trace: open one with ls_open(NULL, NULL) (C), loopscope.trace.api.open() (Python), which take their path from LOOPSCOPE_TRACE"
-    if mlock and out.get("memory_locked") != "mlockall":
-        why = out.get("memory_locked") or "it opened no trace, so loopscope's library never ran to lock it"
+    if mlock and out["memory_locked"] != "mlockall":
+        why = out["memory_locked"] or "it opened no trace, so loopscope's library never ran to lock it"
         out["note"] = "; ".join(filter(None, [out.get("note"), f"mlock was asked but the program's memory is not locked: {why}"]))
     return out
 
 
-def summary(trace: Path) -> dict[str, Any]:
+def summary(trace: Path) -> TraceSummary:
     """Per interval entity a latency summary; per event entity a count."""
     import polars as pl
 
@@ -162,7 +205,7 @@ def summary(trace: Path) -> dict[str, Any]:
     from loopscope.trace import reader
 
     df, info = reader.read_with_info(trace, sort=False)
-    out: dict[str, Any] = {"records": info.records, "lost_records": info.lost_records, "intervals": [], "events": {}, "memory_locked": info.memory_locked}
+    out: TraceSummary = {"records": info.records, "lost_records": info.lost_records, "intervals": [], "events": {}, "memory_locked": info.memory_locked}
     if not len(df):
         return out
     df = df.with_columns((pl.col("group").cast(pl.String) + "/" + pl.col("name").cast(pl.String)).alias("entity"), pl.col("kind").cast(pl.String))
@@ -178,7 +221,7 @@ def summary(trace: Path) -> dict[str, Any]:
     return out
 
 
-def launched(p: ProgramParams, launch: Launch) -> dict[str, Any]:
+def launched(p: ProgramParams, launch: Launch) -> ProgramJson:
     """The program as an agent starts it: until its time is up, or until it exits (that time is then its timeout)."""
     if launch.trace is None:
         raise InputError("program: a program probe needs a trace path (its LOOPSCOPE_TRACE)")

@@ -12,15 +12,52 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope import _native
 from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, envelope, traced
 from loopscope.probes.params import SchedParams, Launch, raise_unfit
+
+
+class LatencyJson(TypedDict, total=False):
+    """A summary of one measure (ns); only ``n`` when there was no sample."""
+
+    n: int
+    min_ns: int
+    avg_ns: float
+    p50_ns: int
+    p99_ns: int
+    p999_ns: int
+    max_ns: int
+    ci95_ns: dict[str, list[float | None]]
+
+
+class SchedJson(TypedDict):
+    """What ``loopscope probe sched --json`` prints."""
+
+    cycles: int
+    calibrated_here: bool
+    wake_delay: LatencyJson
+    extra_completion: LatencyJson
+    total_extra_ns: int
+    alone_ns: int
+    work_iters: int
+    busy_threads: int
+    busy_ops: list[int]
+    sleep_ns: int
+    work_ns: int
+    duration_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
 
 
 @dataclass
@@ -45,8 +82,8 @@ class SchedResult:
     wake_delay_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
     extra_ns: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
 
-    def to_json(self) -> dict[str, Any]:
-        def summ(s: LatencySummary) -> dict[str, Any]:
+    def to_json(self) -> SchedJson:
+        def summ(s: LatencySummary) -> LatencyJson:
             if not s.n:
                 return {"n": 0}
             return {

@@ -11,15 +11,38 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+
+from typing_extensions import TypedDict
 
 import numpy as np
 
 from loopscope import _native
 from loopscope.errors import RunError
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, envelope, traced
 from loopscope.probes.params import Launch, SyscallParams
 
+
+
+class CallJson(TypedDict):
+    mean_ns: float
+    ci95_half_ns: float
+    ci95_ns: list[float]
+    batches: int
+    converged: bool
+
+
+class SyscallJson(TypedDict):
+    """What ``loopscope probe syscall --json`` prints: each call's mean cost with its interval."""
+
+    calls: dict[str, CallJson]
+    batch: int
+    target_rel: float
+    clock_read_ns: float
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
 
 
 @dataclass
@@ -43,7 +66,7 @@ class SyscallResult:
     trace_records: int | None = None
     trace_lost: int | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> SyscallJson:
         return {
             "calls": {
                 c.name: {

@@ -14,15 +14,58 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 import numpy as np
 
 from loopscope import _native
 from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
-from loopscope.probes.common import envelope, traced
+from loopscope.probes.common import Envelope, envelope, traced
 from loopscope.probes.params import TimerParams, Launch, raise_unfit
 
 MAX_SAMPLES_PER_THREAD = 16_000_000
+
+
+class ThreadJson(TypedDict):
+    index: int
+    tid: int
+    cpu: int | None
+    sched: str
+    samples: int
+    missed: int
+    min_ns: int | None
+    p50_ns: int | None
+    p99_ns: int | None
+    max_ns: int | None
+
+
+class TimerJson(TypedDict):
+    """What ``loopscope probe timer --json`` prints (ns; None without a sample)."""
+
+    samples: int
+    missed: int
+    min_ns: int | None
+    avg_ns: float | None
+    p50_ns: int | None
+    p99_ns: int | None
+    p999_ns: int | None
+    max_ns: int | None
+    trace: str | None
+    ci95_ns: dict[str, list[float | None]]
+    overhead_ns: float
+    interval_ns: int
+    duration_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    kept_samples: int
+    mlock: str
+    dma_latency: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    peer_note: str | None
+    threads: list[ThreadJson]
+    version: Envelope
 
 
 @dataclass
@@ -61,7 +104,7 @@ class TimerResult:
     peer_note: str | None = None
     latencies: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> TimerJson:
         """The ``--json`` object: the keys the issue names first, then errors and context."""
         s = self.summary
 
