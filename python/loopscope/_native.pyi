@@ -483,10 +483,26 @@ class _Split(TypedDict):
 
 def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
 
+class _DecodedLost(TypedDict):
+    """Where the pages said events were lost: per loss, its CPU, span and count (-1: unknown), and why."""
+    cpu: npt.NDArray[np.int64]
+    start_ns: npt.NDArray[np.int64]
+    end_ns: npt.NDArray[np.int64]
+    events: npt.NDArray[np.int64]
+    why: list[str]
+
+class _Decoded(TypedDict):
+    """What the decoder holds since the last take: columns (codes into ``strings``/``events``), losses, tables, counts."""
+    columns: dict[str, npt.NDArray[np.int64] | npt.NDArray[np.int32]]
+    lost: _DecodedLost
+    strings: list[str]
+    events: list[str]
+    counts: dict[str, int]
+
 class KtraceDecoder:
     def __init__(self, header_page: str, formats: list[tuple[str, str]], page_size: int) -> None: ...
     def pages(self, cpu: int, data: bytes) -> None: ...
     def set_last_time(self, cpu: int, t_ns: int) -> None: ...
     def last_times(self) -> list[tuple[int, int]]: ...
     def finish(self, end_ns: int) -> None: ...
-    def take(self) -> dict[str, Any]: ...
+    def take(self) -> _Decoded: ...

@@ -190,7 +190,7 @@ class Reader:
                 lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
                              "why": "the buffer's overrun counter (no page said where)"})
         self.last_k = now_k
-        seg = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
+        seg: store.Segment = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
                "decode_ns": dec_ns, "frame_ns": t_frame - t_read, "events": len(df), "t_first_ns": t_first, "t_last_ns": t_last, "lost": lost, "file": None, "counts": got["counts"]}
         if len(got["strings"]) != self.n_strings:
             seg["strings"], seg["event_names"] = got["strings"], got["events"]
@@ -217,8 +217,10 @@ class Reader:
                 tmp.unlink(missing_ok=True)
                 self.totals["write_errors"] += 1
                 seg["write_error"] = str(e)
-                seg["lost"] = [*lost, *({"cpu": int(c), "start_ns": int(g["t_ns"].min()), "end_ns": int(g["t_ns"].max()), "events": len(g),  # type: ignore[arg-type]
-                                         "why": f"the segment could not be written: {e}"} for (c,), g in df.group_by("cpu"))]
+                unwritten: list[store.LostWindow] = [
+                    {"cpu": int(c), "start_ns": int(g["t_ns"].min()), "end_ns": int(g["t_ns"].max()), "events": len(g),  # type: ignore[arg-type]
+                     "why": f"the segment could not be written: {e}"} for (c,), g in df.group_by("cpu")]
+                seg["lost"] = [*lost, *unwritten]
         seg["write_ns"] = time.monotonic_ns() - t_frame
         self.seg += 1
         t = self.totals
@@ -240,7 +242,7 @@ class Reader:
         except OSError as e:
             t["write_errors"] += 1
             sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
-        return {"seg": seg["seg"], "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
+        return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
 
     def close(self) -> None:
         for fd in self.fds.values():

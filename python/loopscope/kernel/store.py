@@ -24,18 +24,23 @@ from ``perf record``) open through ``perfdata`` into the same interface.
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import NotRequired, TypedDict
 
 import numpy as np
 import polars as pl
 
 from loopscope.errors import InputError
 from loopscope.rundir import Capture
+
+if TYPE_CHECKING:
+    from loopscope._native import _Decoded as Decoded
 
 SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
@@ -53,6 +58,47 @@ CACHE_GROUPS = 24
 BATCH = 16
 
 
+class LostWindow(TypedDict):
+    """Events the kernel lost on one CPU between two times (``events`` -1: count unknown)."""
+
+    cpu: int
+    start_ns: int
+    end_ns: int
+    events: int
+    why: NotRequired[str]
+
+
+class Segment(TypedDict, total=False):
+    """One line of a capture's segments.jsonl: one read of the buffers, the
+    file its events went to, what it lost and what it cost."""
+
+    seg: int | None
+    reason: str
+    label: str
+    read_start_mono_ns: int
+    read_ns: int
+    bytes_read: int
+    decode_ns: int
+    frame_ns: int
+    write_ns: int
+    events: int
+    t_first_ns: int | None
+    t_last_ns: int | None
+    lost: list[LostWindow]
+    file: str | None
+    counts: dict[str, int]
+    strings: list[str]
+    event_names: list[str]
+    groups: list[list[int]]
+    bytes: int
+    write_error: str
+    readable: bool
+    lost_unknown: bool
+
+
+SEGMENT: TypeAdapter[Segment] = TypeAdapter(Segment)
+
+
 class CaptureError(InputError):
     """A run's kernel capture that cannot be read: no data, a newer format, a damaged index."""
 
@@ -62,7 +108,7 @@ CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
 ARRAYS = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"]
 
 
-def frame(got: dict[str, Any]) -> pl.DataFrame:
+def frame(got: Decoded) -> pl.DataFrame:
     """The decoder's columns as a time-sorted table of ``STORED`` columns:
     numbers, and for the text columns indices into the string table (the
     event names for ``event``), null where the event has no such field.
@@ -105,7 +151,7 @@ def decode_text(df: pl.DataFrame, strings: list[str], events: list[str]) -> pl.D
     return df.with_columns(**out) if out else df
 
 
-def lost_list(got: dict[str, Any]) -> list[dict[str, Any]]:
+def lost_list(got: Decoded) -> list[LostWindow]:
     lo = got["lost"]
     return [{"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}
             for c, a, b, n, w in zip(lo["cpu"], lo["start_ns"], lo["end_ns"], lo["events"], lo["why"])]
@@ -126,7 +172,7 @@ class Store:
     """One capture: its segments, its losses, events by time window."""
 
     dir: Path
-    segments: list[dict[str, Any]]
+    segments: list[Segment]
     lost: pl.DataFrame  # cpu, start_ns, end_ns, events (>= 1; unknown counts as 1)
     unknown_loss: list[str] = field(default_factory=list)  # losses that cannot be placed in time
     problems: list[str] = field(default_factory=list)
@@ -149,12 +195,12 @@ class Store:
 
     @property
     def t_first(self) -> int | None:
-        ts = [s["t_first_ns"] for s in self.segments if s.get("t_first_ns") is not None]
+        ts = [t for s in self.segments if (t := s.get("t_first_ns")) is not None]
         return min(ts) if ts else None
 
     @property
     def t_last(self) -> int | None:
-        ts = [s["t_last_ns"] for s in self.segments if s.get("t_last_ns") is not None]
+        ts = [t for s in self.segments if (t := s.get("t_last_ns")) is not None]
         return max(ts) if ts else None
 
     @property
@@ -169,9 +215,10 @@ class Store:
         if self._rgs is None:
             out = []
             for seg in self.segments:
-                if not seg.get("file") or not seg.get("readable", True):
+                rel = seg.get("file")
+                if not rel or not seg.get("readable", True):
                     continue
-                p = self.dir / seg["file"]
+                p = self.dir / rel
                 if seg.get("groups"):
                     out += [(int(lo), int(hi), p, i) for i, (lo, hi) in enumerate(seg["groups"])]
                     continue
@@ -280,7 +327,7 @@ class Store:
     def by_event(self) -> dict[str, int]:
         if self.legacy is not None:
             return {r["event"]: r["len"] for r in self.legacy.group_by("event").len().sort("len", descending=True).iter_rows(named=True)}
-        files = [self.dir / s["file"] for s in self.segments if s.get("file") and s.get("readable", True)]
+        files = [self.dir / rel for s in self.segments if (rel := s.get("file")) and s.get("readable", True)]
         if not files:
             return {}
         g = pl.scan_parquet(files).group_by("event").len().sort("len", descending=True).collect()
@@ -306,7 +353,7 @@ def open_capture(run_dir: Path, cap: Capture) -> Store:
 
 def open_dir(d: Path) -> Store:
     idx = d / "segments.jsonl"
-    segments: list[dict[str, Any]] = []
+    segments: list[Segment] = []
     problems: list[str] = []
     unknown: list[str] = []
     try:
@@ -317,8 +364,8 @@ def open_dir(d: Path) -> Store:
         if not line.strip():
             continue
         try:
-            segments.append(json.loads(line))
-        except json.JSONDecodeError:
+            segments.append(SEGMENT.validate_json(line))
+        except ValidationError:
             # A line cut short by a kill: what it described is lost at an unknown time.
             problems.append(f"{idx.name} line {n} is cut short")
             unknown.append(f"{idx.name} line {n} is cut short")
@@ -334,17 +381,18 @@ def open_dir(d: Path) -> Store:
             except Exception as e:  # noqa: BLE001 - polars raises several kinds for a damaged file
                 problems.append(f"{rel}: unreadable ({str(e).splitlines()[0][:120]})")
                 unknown.append(f"{rel} is unreadable and its span unknown")
-    lost_rows: list[dict[str, Any]] = []
+    lost_rows: list[LostWindow] = []
     for s in segments:
-        if s.get("file"):
-            p = d / s["file"]
+        if fname := s.get("file"):
+            p = d / fname
             try:
                 pl.read_parquet_schema(p)
             except Exception as e:  # noqa: BLE001 - a cut-short or damaged file
                 s["readable"] = False
                 problems.append(f"{s['file']}: unreadable ({str(e).splitlines()[0][:120]}); its {s.get('events')} events count as lost")
-                if s.get("t_first_ns") is not None:
-                    lost_rows += [{"cpu": -1, "start_ns": s["t_first_ns"], "end_ns": s["t_last_ns"], "events": int(s.get("events") or 1)}]
+                a, b = s.get("t_first_ns"), s.get("t_last_ns")
+                if a is not None:
+                    lost_rows += [{"cpu": -1, "start_ns": a, "end_ns": b if b is not None else a, "events": int(s.get("events") or 1)}]
         for w in s.get("lost") or []:
             if w["events"] < 0:
                 s["lost_unknown"] = True
@@ -366,7 +414,7 @@ def _legacy(data: Path) -> Store:
         raise CaptureError(str(e)) from None
     ev = got.events
     t = ev["t_ns"]
-    seg = {"seg": 0, "reason": "perf record", "file": None, "events": len(ev),
+    seg: Segment = {"seg": 0, "reason": "perf record", "file": None, "events": len(ev),
            "t_first_ns": int(t.min()) if len(t) else None, "t_last_ns": int(t.max()) if len(t) else None}  # type: ignore[arg-type]
     unknown = [] if got.placed or not got.lost else [f"{got.lost} kernel events lost at unknown times"]
     return Store(data.parent, [seg], got.lost_windows, unknown, [], legacy=ev)
