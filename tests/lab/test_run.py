@@ -164,8 +164,9 @@ def _running(tmp_path: Path, run_dir: str) -> bool:
 
 
 def _agent_pid(tmp_path: Path, run_dir: str) -> int:
-    info = next(i for i in state.registered() if i["run_id"] == run_dir)
-    return int(info["agent_pid"])
+    info = next(i for i in state.registered() if i.run_id == run_dir)
+    assert info.agent_pid is not None
+    return info.agent_pid
 
 
 def _wait_loaded(run_id: str) -> bool:

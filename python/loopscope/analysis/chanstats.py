@@ -29,13 +29,17 @@ SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl
           **{k: pl.Int64 for k in COUNTS}}
 
 
-def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: Any) -> dict[str, Any]:
+#: one row of the channels table: the step's and the channel's names, then each count (None: not counted there)
+ChannelRow = dict[str, int | str | None]
+
+
+def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: Any) -> ChannelRow:
     return {"rep": st.rep, "phase": st.phase, "probe": st.probe, "channel": channel, "side": side, "host": host, "role": role,
             **{k: (int(counts[k]) if counts.get(k) is not None else None) for k in COUNTS}}
 
 
 def channel_stats(run: RunRecord, files: Files) -> pl.DataFrame:
-    rows: list[dict[str, Any]] = []
+    rows: list[ChannelRow] = []
     for st in run.steps:
         for h in st.hubs or []:
             try:

@@ -43,7 +43,7 @@ class Finding:
 
     kind: str
     text: str
-    values: dict[str, Any] = field(default_factory=dict)
+    values: dict[str, float] = field(default_factory=dict)
     windows: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -183,7 +183,7 @@ def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
     starts = t[big]
     text = (f"gaps: {len(big)} stretches without records, {_fmt(float(lens.min()))}–{_fmt(float(lens.max()))} long" if len(big) > 1
             else f"gaps: 1 stretch without records, {_fmt(float(lens.min()))} long")
-    vals: dict[str, Any] = {"count": int(len(big)), "min_ns": float(lens.min()), "max_ns": float(lens.max()), "total_ns": float(lens.sum())}
+    vals: dict[str, float] = {"count": int(len(big)), "min_ns": float(lens.min()), "max_ns": float(lens.max()), "total_ns": float(lens.sum())}
     if len(big) >= 3:
         iv = np.diff(starts)
         cv = float(np.std(iv) / np.mean(iv)) if np.mean(iv) > 0 else 1.0
@@ -293,8 +293,8 @@ def trim_warmup(df: Any, value: str, by: tuple[str, ...] = ()) -> tuple[Any, lis
         g = g.sort("t_ns")
         f = warmup(g["t_ns"].to_numpy().astype(np.float64), g[value].to_numpy().astype(np.float64))
         if f is not None:
-            keep.append(g.slice(f.values["records"]))
-            notes.append(f"{probe}, {phase}, rep {rep}: a warm-up of {f.values['seconds']:.2f} s ({f.values['records']} records, median {_fmt(f.values['median_ns'])} against {_fmt(f.values['steady_median_ns'])}) is left out of the comparisons")
+            keep.append(g.slice(int(f.values["records"])))
+            notes.append(f"{probe}, {phase}, rep {rep}: a warm-up of {f.values['seconds']:.2f} s ({int(f.values['records'])} records, median {_fmt(f.values['median_ns'])} against {_fmt(f.values['steady_median_ns'])}) is left out of the comparisons")
         else:
             keep.append(g)
     return pl.concat(keep), notes

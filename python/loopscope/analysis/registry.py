@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
+from typing_extensions import TypedDict
+
 import polars as pl
 
 from loopscope.analysis.phases import Measure
@@ -39,6 +41,35 @@ class Tables(Protocol):
     def __getattr__(self, name: str) -> pl.DataFrame: ...
 
 
+class MetricCell(TypedDict):
+    """One metric of one phase: its value with CI, and its ratio to the baseline with CI (text for the page)."""
+
+    value: str
+    ci: str
+    ratio: str
+    ratio_ci: str
+    sig: bool
+    up: bool
+    p: str
+
+
+class MetricsRow(TypedDict):
+    phase: str
+    loads: str
+    n: int
+    reps: int
+    cells: dict[str, MetricCell]
+
+
+class MetricsTable(TypedDict):
+    """One measure's table: a row per phase, a column per metric."""
+
+    title: str
+    metrics: list[str]
+    heads: list[str]
+    rows: list[MetricsRow]
+
+
 @dataclass
 class Section:
     """One probe's section of the report, as its kind fills it
@@ -49,7 +80,7 @@ class Section:
     kind: str
     describe: str
     charts: list[str] = field(default_factory=list)
-    tables: list[Any] = field(default_factory=list)
+    tables: list[MetricsTable] = field(default_factory=list)
     grids: list[Any] = field(default_factory=list)
     #: what the anomaly detectors found in its series
     detected: list[str] = field(default_factory=list)

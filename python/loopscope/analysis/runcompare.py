@@ -35,6 +35,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from typing_extensions import TypedDict
+
 import numpy as np
 
 from loopscope.analysis.compare import MIN_SAMPLES, _stats, _thin, block_resample
@@ -50,6 +52,38 @@ ALPHA = 0.05
 
 class CompareError(InputError, ValueError):
     """Runs that cannot be compared (probes that do not match, kinds that differ, a bad criterion)."""
+
+
+class RowJson(TypedDict):
+    """One comparison row as ``loopscope compare --json`` prints it (NaN and inf as null)."""
+
+    run: str
+    probe: str
+    phase: str
+    measure: str
+    metric: str
+    baseline: float | None
+    value: float | None
+    ratio: float | None
+    ci95: list[float] | None
+    significant: bool
+    p_holm: float | None
+    within_run: bool
+
+
+class CriterionResult(TypedDict):
+    """A ``--fail-if`` criterion: whether a row tripped it, and which."""
+
+    expr: str
+    tripped: bool
+    rows: list[str]
+
+
+class Differences(TypedDict):
+    """What differs between runs: platform facts per host (value per run) and the experiment file."""
+
+    facts: dict[str, dict[str, object]]
+    spec_diff: dict[str, str]
 
 
 @dataclass
@@ -84,11 +118,13 @@ class Row:
     significant: bool = False
     within_run: bool = False
 
-    def to_json(self) -> dict[str, Any]:
-        r = {k: getattr(self, k) for k in ("run", "probe", "phase", "measure", "metric", "baseline", "value", "ratio", "ci95", "significant")}
-        r["p_holm"] = self.p_value
-        r["within_run"] = self.within_run
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+    def to_json(self) -> RowJson:
+        def num(v: float | None) -> float | None:
+            return None if v is None or not math.isfinite(v) else v
+
+        return {"run": self.run, "probe": self.probe, "phase": self.phase, "measure": self.measure, "metric": self.metric,
+                "baseline": num(self.baseline), "value": num(self.value), "ratio": num(self.ratio), "ci95": self.ci95,
+                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run}
 
 
 def _series(m: Measure, phase: str) -> list[np.ndarray]:
@@ -277,12 +313,12 @@ PROVENANCE = (
 )
 
 
-def differences(runs: list[RunData]) -> dict[str, Any]:
+def differences(runs: list[RunData]) -> Differences:
     """What differs between the runs: each host's platform facts that differ,
     the tunings each run applied, and the experiment file as a diff."""
     import difflib
 
-    facts: dict[str, dict[str, Any]] = {}
+    facts: dict[str, dict[str, object]] = {}
     for r in runs:
         for host, machine in r.provenance.hosts.items():
             prov = machine.model_dump(mode="json")  # the machine's facts, free-form as its agent gathered them

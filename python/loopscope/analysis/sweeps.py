@@ -14,7 +14,10 @@ both R².
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import Any, Protocol
+
+from typing_extensions import TypedDict
 
 import numpy as np
 import polars as pl
@@ -28,7 +31,8 @@ class SweepKinds(Protocol):
     def get(self, name: str) -> Any: ...
 
 
-def _values(kinds: SweepKinds, probe: dict[str, Any], tables: Tables) -> list[tuple[str, pl.DataFrame]]:
+def _values(kinds: SweepKinds, probe: Mapping[str, object], tables: Tables) -> list[tuple[str, pl.DataFrame]]:
+    """What ``probe`` (the experiment file's entry) sweeps, through its kind."""
     kind = kinds.get(str(probe.get("kind")))
     return list(kind.sweep_values(tables, str(probe.get("name")))) if kind is not None else []
 
@@ -47,6 +51,15 @@ class Fit:
     @property
     def best(self) -> str:
         return "quadratic" if self.p_quadratic is not None and self.p_quadratic < 0.05 and (self.quadratic or (0,))[0] != 0 else "linear"
+
+
+class SweepFit(TypedDict):
+    """One probe's series against a swept level (a load's, or a link's delay): mean, SD and p99, each fitted."""
+
+    probe: str
+    kind: str
+    unit: str
+    fits: list[Fit]
 
 
 def _r2(y: np.ndarray, yhat: np.ndarray) -> float:
@@ -90,7 +103,7 @@ def _points(v_by_phase: dict[str, np.ndarray], x_of: dict[str, float]) -> list[t
     return sorted(pts)
 
 
-def link_sweep(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
+def link_sweep(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
     """When phases change a link's delay (``phases[].links``): every probe's
     main series, and every interval a program or app logged, against that
     delay (the first link whose delay differs between phases)."""
@@ -109,7 +122,7 @@ def link_sweep(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
     for probe in (tables.spec.get("probes") or []):
         for name, d in _values(kinds, probe, tables):
             series.append((name, {str(ph): g["value"].drop_nulls().to_numpy().astype(np.float64) for (ph,), g in d.group_by(["phase"])}))
-    out = []
+    out: list[SweepFit] = []
     for name, by_phase in series:
         pts = _points(by_phase, x_of)
         if len({p[0] for p in pts}) < 3:
@@ -120,7 +133,7 @@ def link_sweep(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
     return out
 
 
-def fit(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
+def fit(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
     """Per probe and swept load kind: mean, SD and p99 against the level, with
     both fits; and against a link delay the phases change."""
     sweep = tables.spec.get("sweep")
@@ -154,7 +167,7 @@ def fit(tables: Tables, kinds: SweepKinds) -> list[dict[str, Any]]:
             pts.sort()
             a = np.array(pts)
             fits = [fit_xy(s, a[:, 0], a[:, i]) for i, s in ((1, "mean"), (2, "standard deviation"), (3, "p99"))]
-            out.append({"probe": probe.get("name"), "kind": k, "unit": "processes" if "pct" not in "".join(str(p) for p in df["phase"].unique().to_list()) else "%", "fits": fits})
+            out.append({"probe": str(probe.get("name")), "kind": k, "unit": "processes" if "pct" not in "".join(str(p) for p in df["phase"].unique().to_list()) else "%", "fits": fits})
     return out
 
 

@@ -11,12 +11,13 @@ the thread should have run to when it ran (split like a timer's wake-up).
 
 from __future__ import annotations
 
-from typing import Any
 
 import polars as pl
 
+from loopscope.analysis.registry import Columns
+
 # Text as categoricals: a long run has millions of windows, each naming its probe, phase and host.
-WINDOWS: dict[str, Any] = {"rep": pl.Int64, "phase": pl.Categorical, "probe": pl.Categorical, "host": pl.Categorical, "tid": pl.Int64,
+WINDOWS: Columns = {"rep": pl.Int64, "phase": pl.Categorical, "probe": pl.Categorical, "host": pl.Categorical, "tid": pl.Int64,
                            "t_ns": pl.Int64, "latency_ns": pl.Int64, "span": pl.Boolean}
 
 

@@ -31,7 +31,7 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
       loopscope compare runs/stock runs/isolcpus --fail-if 'timer.p99 > +10%' -o compare.html
     """
     from loopscope import progress
-    from loopscope.analysis.runcompare import CompareError, Criterion, compare, differences
+    from loopscope.analysis.runcompare import CompareError, Criterion, CriterionResult, compare, differences
     from loopscope.kinds import KINDS
     from loopscope.report import compare as page
     from loopscope.report.sections import labels
@@ -53,7 +53,7 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
         except CompareError as e:
             raise InputError(str(e)) from None
     diff = differences(data)
-    criteria = []
+    criteria: list[CriterionResult] = []
     for c in crit:
         hit = c.tripped_by(rows)
         criteria.append({"expr": c.expr, "tripped": bool(hit), "rows": [f"{r.run} {r.probe} {r.phase} {r.measure} {r.metric} {r.ratio:.3f} [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" for r in hit if r.ci95 and r.ratio is not None]})

@@ -13,6 +13,7 @@ from loopscope.units import format_ns
 
 if TYPE_CHECKING:
     from loopscope.analysis.advise import Advice
+    from loopscope.analysis.runcompare import CriterionResult, Differences, Row, RunData
 
 #: a benchmark's result (a TypedDict, printed as JSON or by its own printer)
 R = TypeVar("R")
@@ -104,7 +105,7 @@ def _report(res: R, as_json: bool, human: Callable[[R], None]) -> int:
     return 0
 
 
-def comparison(runs: list[Any], rows: list[Any], diff: dict[str, Any], criteria: list[dict[str, Any]], output: str | None, total: list[Any]) -> None:
+def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], output: str | None, total: list[Row]) -> None:
     """`loopscope compare`'s terminal table: the p99, p999, max and missed rows of the measures shown, significant ones marked."""
     from rich.table import Table
 

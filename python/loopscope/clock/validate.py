@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict
+
 import numpy as np
 from loopscope.errors import InputError
 from loopscope.rundir import LabHost, RunDir
@@ -89,7 +91,20 @@ class Truth:
         return f(self.hosts[host]) - f(self.hosts[self.reference])
 
 
-def errors(run_dir: Path, clocks: Any, truth: Truth, host: str, t_ns: np.ndarray) -> dict[str, Any]:
+class Errors(TypedDict):
+    """Mapped − true global time at some instants of a host (ns), and the mapping's bounds there."""
+
+    n: int
+    err_p50_ns: float | None
+    err_p99_ns: float | None
+    err_max_ns: float | None
+    bound_ns: float | None
+    bound_max_ns: float | None
+    bound_holds: bool
+    not_placed: int
+
+
+def errors(run_dir: Path, clocks: Any, truth: Truth, host: str, t_ns: np.ndarray) -> Errors:
     """Mapped − true global time at host times t_ns, with the mapping's bounds."""
     g, b = clocks.map_mono(host, t_ns)
     true = truth.global_of(host, t_ns)

@@ -35,7 +35,9 @@ from __future__ import annotations
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
+
+from typing_extensions import TypedDict
 
 import polars as pl
 
@@ -181,7 +183,17 @@ def read(data: Path) -> Capture:
     return Capture(parse(text), lost, win, int(win["events"].sum()) >= lost)
 
 
-def summary(df: pl.DataFrame, lost: int) -> dict[str, Any]:
+class Summary(TypedDict):
+    """A perf.data capture's counts: events (by event), lost, first and last time."""
+
+    events: int
+    lost_events: int
+    by_event: dict[str, int]
+    t_first_ns: int | None
+    t_last_ns: int | None
+
+
+def summary(df: pl.DataFrame, lost: int) -> Summary:
     counts = df.group_by("event").len().sort("len", descending=True)
     return {
         "events": len(df),

@@ -24,7 +24,6 @@ import os
 import time
 from pathlib import Path
 
-from typing import Any
 
 from loopscope.lab import netns, state
 from loopscope.host import procs, tunings
@@ -49,37 +48,37 @@ def _run_ids_in_environments() -> dict[str, list[int]]:
     return out
 
 
-def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) -> list[str]:
+def clean_run(info: state.RunState, dry_run: bool, reason: str | None = None) -> list[str]:
     """Remove what one dead run left: agents, processes, namespaces, cgroups."""
     actions: list[str] = []
     verb = "would " if dry_run else ""
-    rid = info["run_id"]
-    pid = info["controller_pid"]
+    rid = info.run_id
+    pid = info.controller_pid
     actions.append(f"run {rid}: {reason or f'its controller (pid {pid}) is gone'}")
     journal = state.state_dir() / f"{rid}.tunings"
     if journal.exists():
         # the settings a phase tuned, given back (the journal holds their old values)
         actions += [f"  {verb}restore the tunings in {journal}"] if dry_run else tunings.restore_journal(journal)
-    agents = list(info.get("agents") or [])
-    if info.get("agent_pid") and not any(a.get("pid") == info["agent_pid"] for a in agents):
-        agents.append({"pid": info["agent_pid"], "start": info.get("agent_start"), "host": "localhost"})
+    agents = list(info.agents)
+    if info.agent_pid and not any(a.pid == info.agent_pid for a in agents):
+        agents.append(state.AgentEntry(pid=info.agent_pid, start=info.agent_start, host="localhost"))
     for a in agents:
-        if a.get("pid") and procs.alive(a["pid"], a.get("start")):
-            actions.append(f"  {verb}stop its agent on {a.get('host')} (pid {a['pid']})")
+        if a.pid and procs.alive(a.pid, a.start):
+            actions.append(f"  {verb}stop its agent on {a.host} (pid {a.pid})")
             if not dry_run:
-                procs.terminate_pid(a["pid"])
+                procs.terminate_pid(a.pid)
     pids = procs.pids_of_run(rid)
     if pids:
         actions.append(f"  {verb}kill {len(pids)} processes of run {rid}: {', '.join(map(str, sorted(pids)))}")
         if not dry_run:
             for pid in pids:
                 procs.terminate_pid(pid)
-    gone = [n for n in info.get("namespaces") or [] if n in netns.existing()]
+    gone = [n for n in info.namespaces if n in netns.existing()]
     if gone:
         actions.append(f"  {verb}delete network namespaces {', '.join(gone)}")
         if not dry_run:
             netns.delete_namespaces(gone)
-    cgs = [c for c in [info.get("cgroup"), *(info.get("cgroups") or [])] if c]
+    cgs = [c for c in [info.cgroup, *info.cgroups] if c]
     for cg in cgs:
         if Path(cg).exists():
             actions.append(f"  {verb}kill and remove cgroup {cg} ({len(RunGroup.pids(Path(cg)))} processes)")
@@ -94,7 +93,7 @@ def clean_run(info: dict[str, Any], dry_run: bool, reason: str | None = None) ->
         end = time.monotonic() + 5
         while (root / rid).exists() and not RunGroup.remove(root / rid) and time.monotonic() < end:
             time.sleep(0.1)
-    rd = Path(info.get("run_dir", ""))
+    rd = Path(info.run_dir)
     rj = rd / "run.json"
     if rj.exists() and not dry_run:
         try:
@@ -116,8 +115,8 @@ def run(dry_run: bool = False) -> list[str]:
     live: set[str] = set()
     verb = "would " if dry_run else ""
     for info in state.registered():
-        if procs.alive(info["controller_pid"], info.get("controller_start")):
-            live.add(info["run_id"])
+        if procs.alive(info.controller_pid, info.controller_start):
+            live.add(info.run_id)
             continue
         actions += clean_run(info, dry_run)
     live_tags = {netns.tag_of(r) for r in live}

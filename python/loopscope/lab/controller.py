@@ -215,7 +215,7 @@ class Run:
                              controller_pid=os.getpid(), command=sys.argv, notes=notes, hosts={h.name: self.kinds[h.name] for h in exp.hosts},
                              steps=[], loads=[], timings={})
         self.save()
-        state.register(self.run_id, {"run_id": self.run_id, "run_dir": str(run_dir.resolve()), "controller_pid": os.getpid(), "controller_start": procs.process_start_time(os.getpid())})
+        state.register(state.RunState(run_id=self.run_id, run_dir=str(run_dir.resolve()), controller_pid=os.getpid(), controller_start=procs.process_start_time(os.getpid())))
         self.lab = Lab(exp, self.run_id, run_dir, self.kinds)
         # namespaces and tunings outlive a killed controller: the reaper gives them back
         self.reaper = Reaper(self.run_id) if self.lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None

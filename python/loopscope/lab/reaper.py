@@ -52,7 +52,7 @@ def main(run_id: str) -> int:
     from loopscope.lab import cleanup, state
 
     for info in state.registered():
-        if info.get("run_id") == run_id:
+        if info.run_id == run_id:
             cleanup.clean_run(info, dry_run=False, reason="its controller died")
     return 0
 

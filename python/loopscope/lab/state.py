@@ -9,10 +9,11 @@ to kill what is left and tidy the run directory's status.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 def state_dir() -> Path:
@@ -26,22 +27,51 @@ def state_dir() -> Path:
     raise OSError("no writable directory for run state (/run/loopscope, $XDG_RUNTIME_DIR, /tmp)")
 
 
-def register(run_id: str, info: dict[str, Any]) -> Path:
-    p = state_dir() / f"{run_id}.json"
+class AgentEntry(BaseModel):
+    """One of the run's local agents: its host, pid and start time (a pid reused by another process is not it)."""
+
+    host: str | None = None
+    pid: int | None = None
+    start: int | None = None
+
+
+class RunState(BaseModel):
+    """What a running run registers: enough to find and remove what it left if it is killed."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    run_dir: str = ""
+    controller_pid: int
+    controller_start: int | None = None
+    agents: list[AgentEntry] = Field(default_factory=list)
+    agent_pid: int | None = None
+    agent_start: int | None = None
+    cgroup: str | None = None
+    cgroups: list[str] = Field(default_factory=list)
+    namespaces: list[str] = Field(default_factory=list)
+
+
+def register(info: RunState) -> Path:
+    p = state_dir() / f"{info.run_id}.json"
     tmp = p.with_suffix(".tmp")
-    tmp.write_text(json.dumps(info))
+    tmp.write_text(info.model_dump_json())
     tmp.replace(p)
     return p
 
 
-def update(run_id: str, **kw: Any) -> None:
-    p = state_dir() / f"{run_id}.json"
+def _read(p: Path) -> RunState | None:
     try:
-        info = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError):
+        return RunState.model_validate_json(p.read_text())
+    except (OSError, ValidationError):
+        return None
+
+
+def update(run_id: str, **kw: Any) -> None:
+    info = _read(state_dir() / f"{run_id}.json")
+    if info is None:
         return
-    info.update(kw)
-    register(run_id, info)
+    register(RunState.model_validate({**info.model_dump(), **kw}))
 
 
 def unregister(run_id: str) -> None:
@@ -51,15 +81,10 @@ def unregister(run_id: str) -> None:
         pass
 
 
-def registered() -> list[dict[str, Any]]:
-    out = []
+def registered() -> list[RunState]:
+    """Every run registered here (a file that is not one is passed over)."""
     try:
         files = sorted(state_dir().glob("*.json"))
     except OSError:
         return []
-    for f in files:
-        try:
-            out.append(json.loads(f.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return out
+    return [info for f in files if (info := _read(f)) is not None]

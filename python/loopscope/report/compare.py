@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+
+from typing_extensions import TypedDict
 
 import jinja2
 import polars as pl
 
-from loopscope.analysis.runcompare import Row, RunData
+from loopscope.analysis.runcompare import CriterionResult, Differences, Row, RunData
 from loopscope.report import charts
 from loopscope.report.sections import ns, ratio
 from loopscope.rundir import RunDir
@@ -49,7 +50,29 @@ def load(path: str | Path, kinds: Registry) -> RunData:
     )
 
 
-def _cell(r: Row) -> dict[str, Any]:
+class CompareRow(TypedDict):
+    """One row of a measure's table on the compare page."""
+
+    run: str
+    phase: str
+    metric: str
+    baseline: str
+    value: str
+    ratio: str
+    ci: str
+    sig: bool
+    up: bool
+    p: str
+
+
+class CompareBlock(TypedDict):
+    probe: str
+    measure: str
+    charts: list[str]
+    rows: list[CompareRow]
+
+
+def _cell(r: Row) -> CompareRow:
     is_rate = r.metric == "missed"
 
     def v(x: float | None) -> str:
@@ -58,6 +81,7 @@ def _cell(r: Row) -> dict[str, Any]:
         return f"{x * 100:.3g} %" if is_rate else ns(x)
 
     return {
+        "run": r.run, "phase": r.phase, "metric": r.metric,
         "baseline": v(r.baseline), "value": v(r.value), "ratio": ratio(r.ratio),
         "ci": f"[{ratio(r.ci95[0])}, {ratio(r.ci95[1])}]" if r.ci95 else ("no interval for a maximum" if r.metric == "max" else "too few samples"),
         "sig": r.significant, "up": r.significant and (r.ratio or 0) > 1,
@@ -65,9 +89,9 @@ def _cell(r: Row) -> dict[str, Any]:
     }
 
 
-def render(runs: list[RunData], rows: list[Row], diff: dict[str, Any], criteria: list[dict[str, Any]], labels: dict[str, str]) -> str:
+def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], labels: dict[str, str]) -> str:
     base = runs[0]
-    probes: list[dict[str, Any]] = []
+    probes: list[CompareBlock] = []
     seen: set[tuple[str, str]] = set()
     for m in base.measures:
         if (m.probe, m.name) in seen:
@@ -92,12 +116,12 @@ def render(runs: list[RunData], rows: list[Row], diff: dict[str, Any], criteria:
                     frame = pl.concat(frames, how="diagonal_relaxed")
                     label = labels.get(m.name, m.name)
                     charts_.append(charts.ecdf(frame, [r.label for r in runs], f"{m.probe}: {label} in {ph}, every run", label))
-        table = [{"run": r.run, "phase": r.phase, "metric": r.metric, **_cell(r)} for r in mine]
+        table = [_cell(r) for r in mine]
         probes.append({"probe": m.probe, "measure": labels.get(m.name, m.name), "charts": charts_, "rows": table})
     for (probe, ph) in base.missed:
         mine = [r for r in rows if r.probe == probe and r.metric == "missed" and r.phase == ph]
         if mine:
-            probes.append({"probe": probe, "measure": f"missed deadlines in {ph}", "charts": [], "rows": [{"run": r.run, "phase": r.phase, "metric": r.metric, **_cell(r)} for r in mine]})
+            probes.append({"probe": probe, "measure": f"missed deadlines in {ph}", "charts": [], "rows": [_cell(r) for r in mine]})
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=True)
     return env.get_template("compare.html.j2").render(
         css=(HERE / "page.css").read_text(), runs=runs, base=base, probes=probes, diff=diff, criteria=criteria,

@@ -19,7 +19,7 @@ import polars as pl
 
 from loopscope.report import charts
 from loopscope.units import format_ns
-from loopscope.analysis.registry import Registry, Section, Tables
+from loopscope.analysis.registry import MetricCell, MetricsRow, MetricsTable, Registry, Section, Tables
 from loopscope.analysis.steps import Kinds as StepKinds
 
 
@@ -47,7 +47,7 @@ def _interval(lo: float | None, hi: float | None, fmt: Any) -> str:
     return f"[{fmt(lo)}, {fmt(hi)}]" if ok else ""
 
 
-def cell(r: dict[str, Any]) -> dict[str, Any]:
+def cell(r: dict[str, Any]) -> MetricCell:
     """One comparison row as a table cell: value with CI, ratio to the
     baseline with CI. A missed-deadline row's value is a count of its
     deadlines; a maximum has no interval; a quantile short of samples neither."""
@@ -84,13 +84,13 @@ def series_section(sec: Section, c: pl.DataFrame, present: list[str], series: li
         sec.tables.append(metrics_table(c, measure, label, here))
 
 
-def metrics_table(c: pl.DataFrame, measure: str, title: str, phases: list[str]) -> dict[str, Any]:
+def metrics_table(c: pl.DataFrame, measure: str, title: str, phases: list[str]) -> MetricsTable:
     """One measure's summary table: a row per phase, a column per metric
     (p50, p99, p99.9, max, mean, missed: each value with its interval and its
     ratio to the baseline with that one's)."""
     mc = c.filter(pl.col("measure") == measure)
     metrics = mc["metric"].unique(maintain_order=True).to_list()
-    rows = []
+    rows: list[MetricsRow] = []
     for ph in phases:
         here = mc.filter(pl.col("phase") == ph)
         if here.is_empty():
