@@ -17,26 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from typing_extensions import TypedDict
 
 import numpy as np
 from scipy import stats
 
 MAX_STAGES = 64
 MIN_SAMPLES = 200
-
-
-class FitJson(TypedDict):
-    """An Erlang fit as JSON: its stages, rate, floor, mean above the floor, KS statistic and verdict."""
-
-    stages: int
-    rate_per_ns: float
-    floor_ns: float
-    mean_above_floor_ns: float
-    ks_d: float
-    ks_p: float
-    n: int
-    fits: bool
 
 
 @dataclass
@@ -63,10 +49,6 @@ class ErlangFit:
         return (f"M/E{self.stages}/1: Erlang with {self.stages} stage{'s' if self.stages > 1 else ''} "
                 f"(≈ {self.stages} packet{'s' if self.stages > 1 else ''} per batch), mean {format_ns(self.mean_above_floor_ns)} above a floor of {format_ns(self.floor_ns)}; "
                 f"KS D = {self.ks_d:.3f} ({verdict}, n = {self.n:,})")
-
-    def to_json(self) -> FitJson:
-        return {"stages": self.stages, "rate_per_ns": self.rate_per_ns, "floor_ns": self.floor_ns, "mean_above_floor_ns": self.mean_above_floor_ns,
-                "ks_d": self.ks_d, "ks_p": self.ks_p, "n": self.n, "fits": self.fits}
 
 
 def _best_k(y: np.ndarray) -> tuple[int, float]:

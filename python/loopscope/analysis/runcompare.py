@@ -54,21 +54,8 @@ class CompareError(InputError, ValueError):
     """Runs that cannot be compared (probes that do not match, kinds that differ, a bad criterion)."""
 
 
-class RowJson(TypedDict):
-    """One comparison row as ``loopscope compare --json`` prints it (NaN and inf as null)."""
-
-    run: str
-    probe: str
-    phase: str
-    measure: str
-    metric: str
-    baseline: float | None
-    value: float | None
-    ratio: float | None
-    ci95: list[float] | None
-    significant: bool
-    p_holm: float | None
-    within_run: bool
+#: one comparison row as ``loopscope compare --json`` prints it (NaN and inf as null)
+RowJson = dict[str, str | float | bool | list[float] | None]
 
 
 class CriterionResult(TypedDict):
