@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
 from loopscope.trace import reader
 
 DERIVED = ["tables", "report.html", "report.json", "timeline.json", "timeline.parquet", "clock.json", "explain.json"]
@@ -34,7 +36,31 @@ def _strip(run: Path) -> None:
             p.unlink()
 
 
-def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+class Timing(TypedDict):
+    median: float
+    range: list[float]
+
+
+class PageSize(TypedDict):
+    bytes: int
+    largest_chart_bytes: int
+    charts: int
+
+
+class ReportBench(TypedDict):
+    """What ``loopscope bench report --json`` prints: the report built with each
+    part reading its own traces against each trace read once, alternating."""
+
+    run: str
+    traces: int
+    runs: int
+    seconds: dict[str, Timing]
+    traces_read: dict[str, float]
+    speedup: float | None
+    page: PageSize
+
+
+def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] | None = None) -> ReportBench:
     from loopscope.report import build
     from loopscope.rundir import RunDir
 
@@ -66,7 +92,7 @@ def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] |
     }
 
 
-def _page(html: Path) -> dict[str, int]:
+def _page(html: Path) -> PageSize:
     """The page's bytes, its largest inline SVG's bytes, and how many it has."""
     import re
 

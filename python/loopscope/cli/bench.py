@@ -4,7 +4,6 @@ from __future__ import annotations
 
 
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -239,7 +238,7 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
 
     res = report.bench(Path(run_dir), KINDS, runs, say=None if as_json else lambda t: click.echo(t, err=True))
 
-    def human(r: dict[str, Any]) -> None:
+    def human(r: report.ReportBench) -> None:
         s = r["seconds"]
         click.echo(f"report of {r['run']} ({r['traces']} traces), medians of {r['runs']}:")
         click.echo(f"  each part reading its own: {s['each_part']['median']} s {s['each_part']['range']}, {r['traces_read']['each_part']:.0f} trace files read")

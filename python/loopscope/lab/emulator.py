@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import ValidationError
@@ -135,7 +136,7 @@ class EmulatorFailure(RunError):
 class Emulator:
     """``loopscope netem`` running in the router namespace."""
 
-    def __init__(self, router_ns: str, config: dict[str, Any], out_dir: Path, run_id: str, ready_timeout: float = 10.0) -> None:
+    def __init__(self, router_ns: str, config: Mapping[str, object], out_dir: Path, run_id: str, ready_timeout: float = 10.0) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.config_path = out_dir / "netem-config.json"
@@ -163,7 +164,7 @@ class Emulator:
             self.kill()
             raise EmulatorFailure(self.child.describe_failure(f"the link emulator said {line.strip()!r} instead of ready"))
 
-    def reconfigure(self, config: dict[str, Any], timeout: float = 5.0) -> None:
+    def reconfigure(self, config: Mapping[str, object], timeout: float = 5.0) -> None:
         """New link settings while it runs (a phase that changes a link):
         rewrite the configuration, signal it, wait for it to say it took them."""
         self.config_path.write_text(json.dumps(config, indent=1) + "\n")

@@ -256,7 +256,7 @@ class Lab:
             return
         self.kernel_forwarded = kernel
 
-    def _emulator_config(self, links: list[LinkConfig]) -> dict[str, Any]:
+    def _emulator_config(self, links: list[LinkConfig]) -> dict[str, object]:
         assert self.topo is not None
         es = self.exp.emulator
         cfg = self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
