@@ -71,8 +71,10 @@ def _pipeline_running(run_id: str) -> bool:
 
 
 def _agent_of(run_id: str, host: str) -> int:
-    info = next(i for i in state.registered() if i["run_id"] == run_id)
-    return int(next(a["pid"] for a in info["agents"] if a["host"] == host))
+    info = next(i for i in state.registered() if i.run_id == run_id)
+    pid = next(a.pid for a in info.agents if a.host == host)
+    assert pid is not None
+    return pid
 
 
 @pytest.fixture(scope="module")
