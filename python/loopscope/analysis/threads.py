@@ -1,0 +1,148 @@
+"""How late each thread of a program ran, and why: from a kernel capture alone.
+
+``summarize`` takes a capture (``kernel.store``) and the threads to measure
+(their ids and names), finds every activation of each
+(``analysis.activations``), and explains the late ones: the wake-ups above
+the thread's p99 (at least one), each window from the wake-up to the
+switch-in split into causes by the same native attribution every probe
+kind's outliers go through (``analysis.explain.attribute_store``). The
+causes of a thread are its outliers' time by cause, as shares 0–1, largest
+first, with explain's labels.
+
+What the capture lacks is said, never guessed: no ``hrtimer_start`` of the
+thread (a kernel or a recording without timer events, or a thread that does
+not sleep on timers) gives ``timer_lateness_ns: null``; activations overlapping
+lost events are left out of the figures and counted.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+from typing_extensions import TypedDict
+
+from loopscope.analysis import attribution as A
+from loopscope.analysis.activations import activations
+from loopscope.kernel import store as S
+
+
+class Spread(TypedDict):
+    p50: int
+    p99: int
+    max: int
+
+
+class Share(TypedDict):
+    cause: str
+    share: float
+
+
+class ThreadJson(TypedDict):
+    """One thread: its activations' figures (ns) and its outliers' causes."""
+
+    tid: int
+    comm: str
+    activations: int
+    incomplete: int
+    wakeup_latency_ns: Spread | None
+    timer_lateness_ns: Spread | None
+    runtime_ns: Spread | None
+    period_ns: int | None
+    preemptions: int
+    migrations: int
+    switch_in_bound_ns: Spread | None
+    outliers: int
+    causes: list[Share]
+
+
+class ThreadsJson(TypedDict):
+    """What ``loopscope probe threads --json`` prints."""
+
+    threads: list[ThreadJson]
+    kernel_events: int
+    lost_kernel_events: int
+
+
+def _spread(s: pl.Series) -> Spread | None:
+    v = s.drop_nulls().to_numpy()
+    if not len(v):
+        return None
+    return {"p50": int(np.percentile(v, 50)), "p99": int(np.percentile(v, 99)), "max": int(v.max())}
+
+
+def names_in(ev: pl.DataFrame) -> dict[int, str]:
+    """Every thread the capture names (the latest name it ran under)."""
+    sw = ev.filter(pl.col("event") == "sched_switch")
+    pairs = pl.concat([
+        sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
+        sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
+    ]).drop_nulls().filter(pl.col("tid") > 0).sort("t_ns")
+    return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
+
+
+def matching(names: dict[int, str], comm: str | None = None, threads: str | None = None, tids: set[int] | None = None) -> dict[int, str]:
+    """The threads to measure: those in ``tids`` (when given), whose name
+    matches ``comm`` (a regular expression, anywhere in the name) and ``threads``."""
+    out = {}
+    for tid, name in names.items():
+        if tids is not None and tid not in tids:
+            continue
+        if comm is not None and not re.search(comm, name):
+            continue
+        if threads is not None and not re.search(threads, name):
+            continue
+        out[tid] = name
+    return out
+
+
+def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, tuple[int, list[Share]]]:
+    """Per thread, its outliers (wake-ups above its p99, at least one) and their causes."""
+    from loopscope.analysis.explain import attribute_store
+
+    ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null())
+    if not len(ok):
+        return {}
+    thr = ok.group_by("tid").agg(pl.col("wakeup_latency_ns").quantile(0.99, "linear").alias("thr"))
+    top = ok.join(thr, on="tid").filter(pl.col("wakeup_latency_ns") >= pl.col("thr"))
+    outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", pl.col("woken_ns").alias("start_k"), pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
+    att = attribute_store(st, outl, roles)
+    if not len(att):
+        return {}
+    att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    out: dict[int, tuple[int, list[Share]]] = {}
+    for (tid,), g in att.group_by("tid"):
+        by = g.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
+        total = int(by["ns"].sum())
+        shares: list[Share] = [{"cause": str(f), "share": int(ns) / total} for f, ns in by.iter_rows()] if total else []
+        out[int(tid)] = (int(g["id"].n_unique()), shares)
+    return out
+
+
+def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None = None, window: tuple[int, int] | None = None) -> ThreadsJson:
+    """Every activation of ``threads`` (tid → name) in the capture, summarised
+    per thread and explained; ``roles`` names the measuring side's own threads
+    (``lab: …``), so that loopscope is told apart from the program's neighbours;
+    ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
+    (a command's start and its stop are the measuring side's doing, not its)."""
+    ev = st.load(st.t_first or 0, st.t_last or 0)
+    act = activations(ev, list(threads), st.lost)
+    if window is not None:
+        act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
+    causes = _causes(st, act, roles or {})
+    rows: list[ThreadJson] = []
+    for tid, name in sorted(threads.items()):
+        a = act.filter(pl.col("tid") == tid)
+        ok = a.filter(pl.col("complete"))
+        n_out, shares = causes.get(tid, (0, []))
+        period = ok["period_ns"].drop_nulls()
+        rows.append({
+            "tid": tid, "comm": name, "activations": len(a), "incomplete": len(a) - len(ok),
+            "wakeup_latency_ns": _spread(ok["wakeup_latency_ns"]), "timer_lateness_ns": _spread(ok["timer_lateness_ns"]),
+            "runtime_ns": _spread(ok["runtime_ns"]), "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
+            "preemptions": int(a["preemptions"].sum()), "migrations": int(a["migrations"].sum()),
+            "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
+            "outliers": n_out, "causes": shares,
+        })
+    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events}

@@ -1,0 +1,184 @@
+"""``loopscope probe threads``: any program's threads, measured from the kernel.
+
+No instrumentation: a kernel capture runs while the target does (a command
+started here, or a process already running, or every thread whose name
+matches), then every activation of its threads is measured and the late
+ones explained (``analysis/threads.py``). A command's threads are collected
+from /proc while it runs, so threads that come and go are measured too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from loopscope.cli.base import Duration, _console
+from loopscope.cli.probe import probe
+from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
+from loopscope.units import format_ns
+
+if TYPE_CHECKING:
+    from loopscope.analysis.threads import Spread, ThreadsJson
+
+#: how often the target's threads are listed while it runs (this process is
+#: SCHED_IDLE meanwhile: it only runs where nothing else wants the CPU)
+POLL_S = 0.1
+
+
+def _tasks(pid: int) -> dict[int, str]:
+    """A process's threads now (tid → name); {} once it is gone."""
+    out = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out[int(t)] = Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
+def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool]:
+    """Until the duration is up or the target is gone: its threads as seen, and whether Ctrl-C ended it."""
+    seen: dict[int, str] = {}
+    end = time.monotonic() + duration_ns / 1e9 if duration_ns else None
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        pass
+    try:
+        while end is None or time.monotonic() < end:
+            if pid is not None:
+                now = _tasks(pid)
+                if not now and (child is None or child.poll() is not None):
+                    break
+                seen.update(now)
+            elif child is not None and child.poll() is not None:
+                break
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        return seen, True
+    finally:
+        try:
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except OSError:
+            pass
+    return seen, False
+
+
+def _stop(child: subprocess.Popen[bytes] | None) -> str:
+    """Stop a command started here (SIGINT, then SIGKILL after 2 s): how it ended."""
+    if child is None:
+        return "attached"
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGINT)
+        try:
+            child.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        return f"stopped (exit {child.returncode})"
+    return f"exited ({child.returncode})"
+
+
+@probe.command("threads", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--pid", type=int, default=None, help="Measure this running process's threads.")
+@click.option("--comm", default=None, help="Measure every thread whose name matches this regular expression.")
+@click.option("--threads", "threads_re", default=None, help="Of the target's threads, only those whose name matches this regular expression.")
+@click.option("--duration", "-d", type=Duration(), default=None, help="How long to watch [a command: until it exits; --pid/--comm: 10 s].")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, duration: int | None, as_json: bool, command: tuple[str, ...]) -> int:
+    """How late each thread of a program ran, and why, from kernel events
+    alone: give a running process (--pid), thread names (--comm) or a
+    command (after --). Needs root and tracefs.
+
+    \b
+    Examples:
+      loopscope probe threads -d 10s -- cyclictest -m -p 80 -i 1000
+      loopscope probe threads --pid 4242 -d 30s --threads 'worker.*' --json
+    """
+    import re
+
+    from loopscope.analysis.threads import matching, names_in, summarize
+    from loopscope.kernel import capture as C
+    from loopscope.kernel import store as S
+
+    if sum(x is not None and x != () for x in (pid, comm, command or None)) != 1:
+        raise InputError("give one target: --pid P, --comm REGEX, or a command after --")
+    for flag, rx in (("--comm", comm), ("--threads", threads_re)):
+        if rx is not None:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise InputError(f"{flag} {rx!r}: not a regular expression ({e})") from None
+    if pid is not None and not Path(f"/proc/{pid}").exists():
+        raise InputError(f"--pid {pid}: no such process on this host")
+    _, _, refused = C.available()
+    if refused:
+        raise RunError(f"probe threads needs a kernel capture: {refused}", component="kernel capture")
+    with tempfile.TemporaryDirectory(prefix="ls-threads-") as d:
+        cap = C.Capture(Path(d) / "kernel", name=f"loopscope-threads{os.getpid()}")
+        meta = cap.start()
+        if meta.refused:
+            raise RunError(f"probe threads: {meta.refused}", component="kernel capture")
+        child = None
+        try:
+            if command:
+                try:
+                    # its output is the user's, on stderr: stdout is this command's (--json)
+                    child = subprocess.Popen(list(command), start_new_session=True, stdout=sys.stderr.fileno())
+                except OSError as e:
+                    raise InputError(f"cannot start {command[0]!r}: {e.strerror}") from None
+            target = child.pid if child is not None else pid
+            # measured: from when the command settled (its exec, its start-up are ours) to before it is stopped
+            time.sleep(0.05 if child is not None else 0)
+            off = C.timens_offset_ns()
+            a = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
+            seen, interrupted = _watch(target, child, duration or (None if child is not None else 10_000_000_000))
+            b = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
+            ended = _stop(child)
+            cap.drain("end")
+        finally:
+            if child is not None and child.poll() is None:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+            cap.stop()
+        st = S.open_dir(Path(d) / "kernel")
+        names = {**names_in(st.load(st.t_first or 0, st.t_last or 0)), **seen}
+        chosen = matching(names, comm=comm, threads=threads_re, tids=set(seen) if target is not None else None)
+        if not chosen:
+            what = f"--comm {comm!r}" if comm else f"pid {target}"
+            raise InputError(f"no thread of {what}{f' matching --threads {threads_re!r}' if threads_re else ''} ran while the capture recorded")
+        # this process's own threads (its /proc polling, the capture's reader) are the lab's
+        own = {t: "lab: probe" for t in _tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
+        res = summarize(st, chosen, own, (a, b))
+    if as_json:
+        click.echo(json.dumps(res))
+    else:
+        _print(res, ended)
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+def _print(res: ThreadsJson, ended: str) -> None:
+    con = _console()
+
+    def s(x: Spread | None) -> str:
+        return f"p50 {format_ns(x['p50'])}, p99 {format_ns(x['p99'])}, max {format_ns(x['max'])}" if x else "n/a"
+
+    con.print(f"{len(res['threads'])} thread(s), target {ended}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
+    for t in res["threads"]:
+        con.print(f"[bold]{t['comm']}[/] ({t['tid']}): {t['activations']:,} activations ({t['incomplete']} incomplete), {t['preemptions']} preemptions, {t['migrations']} migrations")
+        con.print(f"  wake-up latency {s(t['wakeup_latency_ns'])}; timer lateness {s(t['timer_lateness_ns'])}; run time {s(t['runtime_ns'])}")
+        if t["causes"]:
+            con.print("  its late wake-ups' time: " + ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in t["causes"][:4]))

@@ -1,0 +1,67 @@
+"""An uninstrumented program's threads, measured from the kernel: cyclictest
+as the program, its own report as the check."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from loopscope.kernel import capture as C
+from tests.conftest import BIN, Cli
+from tests.helpers import assert_clean_error
+
+CYCLICTEST = ["cyclictest", "-m", "-p", "80", "-i", "1000", "-t", "1", "-q"]
+
+
+def _needs() -> None:
+    if C.tracefs() is None:
+        pytest.skip("needs tracefs for a kernel capture")
+    if shutil.which("cyclictest") is None:
+        pytest.skip("needs cyclictest (rt-tests)")
+
+
+def test_cyclictest_s_thread_is_measured_without_instrumentation_and_its_maximum_agrees(tmp_path: Path) -> None:
+    _needs()
+    r = subprocess.run([str(BIN), "probe", "threads", "-d", "2s", "--json", "--", *CYCLICTEST], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(r.stdout.strip().splitlines()) == 1  # the program's own output went to stderr
+    t = max(j["threads"], key=lambda x: x["activations"])
+    assert t["comm"] == "cyclictest" and t["activations"] > 1500 and abs(t["period_ns"] - 1_000_000) < 20_000, t
+    assert t["timer_lateness_ns"] is not None and 1_000 < t["timer_lateness_ns"]["p50"] < t["timer_lateness_ns"]["p99"] <= t["timer_lateness_ns"]["max"]
+    # cyclictest's own maximum (µs, from its clock read after the switch) is the same wake-up, a few µs later
+    ct_max = int(re.search(r"Max:\s+(\d+)", r.stderr).group(1)) * 1000  # type: ignore[union-attr]
+    assert ct_max - 15_000 <= t["timer_lateness_ns"]["max"] <= ct_max + 1_000, (t["timer_lateness_ns"], ct_max)
+    assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
+    assert [c["share"] for c in t["causes"]] == sorted((c["share"] for c in t["causes"]), reverse=True)
+    assert not any(c["cause"].startswith("thread: loopscope") for th in j["threads"] for c in th["causes"]), j
+    assert j["kernel_events"] > 0 and j["lost_kernel_events"] == 0
+
+
+def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp_path: Path) -> None:
+    _needs()
+    p = subprocess.Popen([*CYCLICTEST, "-D", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(0.3)
+        r = subprocess.run([str(BIN), "probe", "threads", "--pid", str(p.pid), "-d", "1s", "--threads", "^cyclictest$", "--json"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        p.kill()
+        p.wait()
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert {t["comm"] for t in j["threads"]} == {"cyclictest"} and max(t["activations"] for t in j["threads"]) > 700
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--pid", "999999999"], "--pid 999999999: no such process"),
+    ([], "give one target"),
+    (["--comm", "("], "--comm '(': not a regular expression"),
+])
+def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[str], needle: str) -> None:
+    assert_clean_error(cli("probe", "threads", *args), 2, needle)
