@@ -65,3 +65,15 @@ def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp
 ])
 def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[str], needle: str) -> None:
     assert_clean_error(cli("probe", "threads", *args), 2, needle)
+
+
+def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_probe(tmp_path: Path) -> None:
+    if shutil.which("cyclictest") is None:
+        pytest.skip("needs cyclictest (rt-tests)")
+    (tmp_path / "ct.yaml").write_text("name: ct\nprobes:\n  - {kind: program, name: ct, command: [cyclictest, -m, -i, '1000', -q]}\nloads: []\nduration: 1s\nrepetitions: 1\n")
+    r = subprocess.run([str(BIN), "run", "ct.yaml", "--run-dir", "r"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = r.stdout + r.stderr
+    assert "probe ct (program) logged no interval" in said and "of CPU per step" in said and "loopscope probe threads" in said, said
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert "No probe measured anything to compare" in page and "No phase differs significantly" not in page

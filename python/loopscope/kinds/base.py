@@ -374,6 +374,11 @@ class ProbeKind:
         getting no attribution."""
         raise NotImplementedError(f"{self.name}: no windows for explain")
 
+    def silent(self, results: list[dict[str, Any]]) -> str:
+        """Why a probe of this kind has nothing to compare, and what it did
+        record, from its steps' results (said in the summary and the report)."""
+        return f"measured nothing in its {len(results)} step(s)"
+
     def missed(self, tables: Tables, probe: str) -> dict[str, list[tuple[int, int]]]:
         """Per phase, (missed deadlines, deadlines) of each repetition; {} for a kind without deadlines."""
         return {}

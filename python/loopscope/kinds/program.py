@@ -147,6 +147,16 @@ class Program(ProbeKind):
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
+    def silent(self, results: list[dict[str, Any]]) -> str:
+        """A program that logged no interval (it is not built against loopscope, or logged only events)."""
+        cpu = sum((r.get("user_cpu_ns") or 0) + (r.get("sys_cpu_ns") or 0) for r in results) / max(1, len(results))
+        ends = sorted({str(r.get("stopped") or r.get("exit") or "?") for r in results})
+        records = sum(int(r.get("records") or 0) for r in results)
+        events = sum(sum((r.get("events") or {}).values()) for r in results)
+        return (f"logged no interval in its {len(results)} step(s): {records:,} trace records ({events:,} events), {cpu / 1e9:.3f} s of CPU per step, "
+                f"ended by {', '.join(ends)}. A program that does not log through loopscope is measured from the kernel: "
+                "loopscope probe threads -- COMMAND (docs/threads.md)")
+
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
         from loopscope.report.sections import images
 

@@ -58,7 +58,7 @@ class Report:
         out = [f"{self.run.name}: {self.run.status}, {len(self.run.steps)} probe runs"]
         c = self.comparisons
         if c.is_empty():
-            return out + ["  no measurements to compare"]
+            return out + ["  no measurements to compare"] + [f"  note: {n}" for n in self.notes][:28]
         for (probe, measure), g in c.group_by(["probe", "measure"], maintain_order=True):
             kind = self.kinds.get(str(g["kind"][0])) if self.kinds is not None else None
             shown = getattr(kind, "summary", None)
@@ -89,6 +89,19 @@ class Report:
         for n in self.notes:
             out.append(f"  note: {n}")
         return out[:30]
+
+
+def _silent(tables: Any, comp: pl.DataFrame, kinds: Registry) -> list[str]:
+    """A line for each probe of the run with nothing to compare: what its kind says it did instead."""
+    compared = set(comp["probe"].unique().to_list()) if len(comp) else set()
+    out = []
+    for p in tables.spec.get("probes") or []:
+        name, kind = str(p.get("name")), kinds.get(str(p.get("kind")))
+        if name in compared or kind is None:
+            continue
+        results = [res for (_, _, probe), res in sorted(tables.results.items()) if probe == name]
+        out.append(f"probe {name} ({kind.name}) {kind.silent(results)}")
+    return out
 
 
 def _ratio(x: float) -> str:
@@ -209,6 +222,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float) -> Report:
         for th in res.get("threads") or []:
             if th.get("sched") and "refused" in th["sched"]:
                 notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
+    notes += _silent(tables, comp, kinds)
     if tables.run.status != "completed":
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
     # write the tables (the timeline and explain below read them)
