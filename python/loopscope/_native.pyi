@@ -6,6 +6,9 @@ import numpy.typing as npt
 from collections.abc import Mapping
 from typing import Any, TypedDict
 
+# netem.json keeps the emulator's interfaces as the binding gives them: one declaration
+from loopscope.rundir import PortCounts
+
 # The probes' results as the binding builds them (crates/py/src/probes.rs
 # from crates/probes' result structs): private names, not in the module.
 
@@ -329,27 +332,10 @@ _NetemLink = TypedDict("_NetemLink", {
     "applied": _Hist, "late": _Hist, "queued": _Hist,
 })
 
-class _NetemPort(TypedDict):
-    """One interface of the emulator: what it saw and dropped."""
-    host: str
-    ifname: str
-    frames: int
-    not_for_router: int
-    not_ipv4: int
-    to_router: int
-    unrouted: int
-    ttl_expired: int
-    no_kernel_ts: int
-    kernel_path: int
-    socket_drops: int
-    truncated: int
-    tx_refused: int
-    io: str
-
 class _NetemRun(TypedDict):
     """The emulator's counts when it stops."""
     links: list[_NetemLink]
-    ports: list[_NetemPort]
+    ports: list[PortCounts]
     hist_scale: str
     elapsed_ns: int
     interrupted: bool

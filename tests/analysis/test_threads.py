@@ -35,9 +35,11 @@ def test_cyclictest_s_thread_is_measured_without_instrumentation_and_its_maximum
     t = max(j["threads"], key=lambda x: x["activations"])
     assert t["comm"] == "cyclictest" and t["activations"] > 1500 and abs(t["period_ns"] - 1_000_000) < 20_000, t
     assert t["timer_lateness_ns"] is not None and 1_000 < t["timer_lateness_ns"]["p50"] < t["timer_lateness_ns"]["p99"] <= t["timer_lateness_ns"]["max"]
-    # cyclictest's own maximum (µs, from its clock read after the switch) is the same wake-up, a few µs later
+    # cyclictest's own maximum (µs, its clock read after the switch) is no earlier than loopscope's; a switch-in the
+    # kernel did not trace is placed at the start of its bound, so cyclictest's may be later by up to that bound
     ct_max = int(re.search(r"Max:\s+(\d+)", r.stderr).group(1)) * 1000  # type: ignore[union-attr]
-    assert ct_max - 15_000 <= t["timer_lateness_ns"]["max"] <= ct_max + 1_000, (t["timer_lateness_ns"], ct_max)
+    bound = (t["switch_in_bound_ns"] or {}).get("max", 0)
+    assert t["timer_lateness_ns"]["max"] - 2_000 <= ct_max <= t["timer_lateness_ns"]["max"] + bound + 15_000, (t["timer_lateness_ns"], bound, ct_max)
     assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
     assert [c["share"] for c in t["causes"]] == sorted((c["share"] for c in t["causes"]), reverse=True)
     assert not any(c["cause"].startswith("thread: loopscope") for th in j["threads"] for c in th["causes"]), j

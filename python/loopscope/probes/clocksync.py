@@ -11,6 +11,7 @@ offsets from the two traces afterwards.
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 from loopscope import _native
 from loopscope.probes.common import Envelope, TraceInfo, envelope, traced
 from loopscope.probes.params import Launch, SyncParams, SyncServeParams
@@ -20,39 +21,20 @@ DEFAULT_RATE = 20.0
 DEFAULT_GAP_NS = 20_000
 
 
-class ServeJson(Envelope):
-    """What the responder says when it stops."""
+if TYPE_CHECKING:
+    # the responder's and an initiator's JSON: the binding's counts (one declaration, in the stub) with what this side adds
+    from loopscope._native import _SyncProbe, _SyncServe
 
-    bind: str
-    received: int
-    answered: int
-    malformed: int
-    send_errors: int
-    no_tx_stamp: int
-    no_rx_stamp: int
-    elapsed_ns: int
-    interrupted: bool
-    trace: TraceInfo
+    class ServeJson(Envelope, _SyncServe):
+        bind: str
+        trace: TraceInfo
 
-
-class ProbeJson(Envelope):
-    """What an initiator says when it stops."""
-
-    dest: str
-    flow: int
-    rate: float
-    gap_ns: int
-    pairs: int
-    sent: int
-    answered: int
-    lost: int
-    send_errors: int
-    no_tx_stamp: int
-    malformed: int
-    min_rtt_ns: int | None
-    elapsed_ns: int
-    interrupted: bool
-    trace: TraceInfo
+    class ProbeJson(Envelope, _SyncProbe):
+        dest: str
+        flow: int
+        rate: float
+        gap_ns: int
+        trace: TraceInfo
 
 
 def serve(bind: str, trace_path: str | None) -> ServeJson:

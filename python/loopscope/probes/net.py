@@ -32,6 +32,7 @@ from loopscope.probes.params import EchoParams, Launch, RrParams
 from loopscope.units import format_bps, parse_rate
 
 if TYPE_CHECKING:
+    from loopscope._native import _RecvFlow
     from loopscope._native import _RecvRun as RecvRun
 
 HEADER = 48
@@ -216,18 +217,6 @@ class Throughput(TypedDict):
     cv_per_second: float | None
 
 
-class RecvFlow(TypedDict):
-    flow: int
-    first_seq: int
-    max_seq: int
-    received: int
-    unique: int
-    duplicates: int
-    reordered: int
-    beyond_window: int
-    lost: int
-
-
 class RecvJson(TypedDict):
     """What ``loopscope probe recv --json`` prints: counts, flows, throughput and the delays' histograms."""
 
@@ -241,7 +230,7 @@ class RecvJson(TypedDict):
     socket_buffer_drops: int
     kernel_timestamps: int
     hardware_timestamps: int
-    flows: list[RecvFlow]
+    flows: list[_RecvFlow]
     throughput: Throughput
     interarrival_ns: HistQuantiles
     delay_ns: dict[str, HistQuantiles]
@@ -485,7 +474,7 @@ class RecvResult:
             "socket_buffer_drops": raw["sockbuf_drops"],
             "kernel_timestamps": raw["packets"] - raw["no_kernel_ts"],
             "hardware_timestamps": raw["hw_ts"],
-            "flows": [RecvFlow(**f) for f in flows],
+            "flows": flows,
             "throughput": {
                 "bps": (raw["bytes"] * 8 / ((span + (ia.get("mean") or 0)) / 1e9)) if span else None,
                 "per_second_bps": self.per_second_bps(),
