@@ -30,7 +30,8 @@ test_pkgs=(
   "chromium-driver|drives that browser from the tests (selenium)"
   "openssh-server|the ssh host kind's tests log in to this machine"
   "openssh-client|ssh-keygen for those tests' keys"
-  "linux-perf|perf, to open runs captured with perf record and for bench kcapture's comparison"
+  "linux-perf|perf, to open runs captured with perf record, for bench kcapture's comparison and the perf.data imports' tests"
+  "trace-cmd|writes the trace.dat files the import tests and bench read (trace-cmd extract, convert, report)"
 )
 pkgs=("${demo_pkgs[@]}")
 [ "$set_name" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -492,3 +492,32 @@ class KtraceDecoder:
     def last_times(self) -> list[tuple[int, int]]: ...
     def finish(self, end_ns: int) -> None: ...
     def take(self) -> _Decoded: ...
+
+class _ImportMeta(TypedDict, total=False):
+    format: str
+    version: int
+    clock: str
+    compression: str | None
+    buffers: list[str]
+    cpus_with_data: int
+    bad_formats: list[str]
+    hostname: str | None
+    os_release: str | None
+    perf_version: str | None
+    command: str | None
+    nr_cpus: int | None
+    page_size: int
+    uname: str | None
+    tool_version: str | None
+    cpu_count: int
+    cpustats: list[str]
+    header_page: str
+    formats: list[tuple[str, str]]
+    cmdlines: list[tuple[int, str]]
+
+class KtraceImport:
+    def __init__(self, path: str, kind: str) -> None: ...
+    def meta(self) -> _ImportMeta: ...
+    def next(self, records: int) -> bool: ...
+    def take(self) -> _Decoded: ...
+    def perf_counts(self) -> tuple[int, int, int, int, int] | None: ...

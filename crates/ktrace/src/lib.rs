@@ -23,10 +23,16 @@
 //!   interrupt, idle, timer slack, page faults, whom a blocked thread waited
 //!   for) from those columns, a cluster of windows per call.
 //!
+//! - [`tracedat`] and [`import`] read recordings made by trace-cmd
+//!   (`trace.dat`, versions 6 and 7) and perf (`perf.data`) into the same
+//!   columns.
+//!
 //! A page that cannot be walked (cut short, a length past its end) is counted
 //! as damaged and becomes a loss window of unknown size; it never panics.
 
 pub mod attrib;
 pub mod decode;
 pub mod format;
+pub mod import;
 pub mod page;
+pub mod tracedat;

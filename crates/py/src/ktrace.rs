@@ -95,43 +95,159 @@ impl KtraceDecoder {
     /// Everything decoded since the last call: {column: numpy array},
     /// {lost column: numpy array or list}, the string table, the event names, counts.
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let (c, l) = self.d.take();
+        take_dict(py, &mut self.d, |_| {})
+    }
+}
+
+/// Everything `d` decoded since the last call, as Python columns; `to_ns`
+/// turns the recording's stamps into nanoseconds where they are not.
+fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) -> PyResult<Bound<'py, PyDict>> {
+    let (mut c, mut l) = d.take();
+    to_ns(&mut c.t_ns);
+    to_ns(&mut l.start_ns);
+    to_ns(&mut l.end_ns);
+    let o = PyDict::new(py);
+    let cols = PyDict::new(py);
+    cols.set_item("t_ns", c.t_ns.into_pyarray(py))?;
+    cols.set_item("cpu", c.cpu.into_pyarray(py))?;
+    cols.set_item("event", c.event.into_pyarray(py))?;
+    cols.set_item("pid", c.pid.into_pyarray(py))?;
+    cols.set_item("target", c.target.into_pyarray(py))?;
+    cols.set_item("target_comm", c.target_comm.into_pyarray(py))?;
+    cols.set_item("next_pid", c.next_pid.into_pyarray(py))?;
+    cols.set_item("next_comm", c.next_comm.into_pyarray(py))?;
+    cols.set_item("prev_state", c.prev_state.into_pyarray(py))?;
+    cols.set_item("irq", c.irq.into_pyarray(py))?;
+    cols.set_item("name", c.name.into_pyarray(py))?;
+    cols.set_item("dest_cpu", c.dest_cpu.into_pyarray(py))?;
+    cols.set_item("runtime", c.runtime.into_pyarray(py))?;
+    cols.set_item("expires", c.expires.into_pyarray(py))?;
+    cols.set_item("softexpires", c.softexpires.into_pyarray(py))?;
+    o.set_item("columns", cols)?;
+    let lost = PyDict::new(py);
+    lost.set_item("cpu", l.cpu.into_pyarray(py))?;
+    lost.set_item("start_ns", l.start_ns.into_pyarray(py))?;
+    lost.set_item("end_ns", l.end_ns.into_pyarray(py))?;
+    lost.set_item("events", l.events.into_pyarray(py))?;
+    lost.set_item("why", l.why)?;
+    o.set_item("lost", lost)?;
+    o.set_item("strings", d.strings().to_vec())?;
+    o.set_item("events", d.events.clone())?;
+    let n = d.counts;
+    let counts = PyDict::new(py);
+    counts.set_item("pages", n.pages)?;
+    counts.set_item("records", n.records)?;
+    counts.set_item("kept", n.kept)?;
+    counts.set_item("unknown_type", n.unknown_type)?;
+    counts.set_item("damaged_pages", n.damaged_pages)?;
+    o.set_item("counts", counts)?;
+    Ok(o)
+}
+
+enum Source {
+    TraceDat(Box<loopscope_ktrace::import::TraceDat>),
+    Perf(Box<loopscope_ktrace::import::Perf>),
+}
+
+/// A recording of another tool (trace-cmd's trace.dat, perf's perf.data)
+/// decoded a batch at a time into the columns `KtraceDecoder` gives.
+#[pyclass(module = "loopscope._native", name = "KtraceImport", unsendable)]
+pub struct KtraceImport {
+    src: Source,
+}
+
+fn file_err(path: &str, e: loopscope_ktrace::tracedat::FileError) -> PyErr {
+    InputError::new_err(format!("{path}: {e}"))
+}
+
+#[pymethods]
+impl KtraceImport {
+    /// `kind`: "trace.dat" or "perf.data".
+    #[new]
+    fn new(path: &str, kind: &str) -> PyResult<Self> {
+        use loopscope_ktrace::import::{Perf, TraceDat};
+        let src = match kind {
+            "trace.dat" => Source::TraceDat(Box::new(TraceDat::open(path).map_err(|e| file_err(path, e))?)),
+            "perf.data" => Source::Perf(Box::new(Perf::open(path).map_err(|e| file_err(path, e))?)),
+            k => return Err(InputError::new_err(format!("{path}: unknown kind of recording {k:?}"))),
+        };
+        Ok(KtraceImport { src })
+    }
+
+    /// What the file says about itself: its format, version, clock, machine,
+    /// recorder, CPUs, the formats it describes, and what could not be read.
+    fn meta<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let o = PyDict::new(py);
-        let cols = PyDict::new(py);
-        cols.set_item("t_ns", c.t_ns.into_pyarray(py))?;
-        cols.set_item("cpu", c.cpu.into_pyarray(py))?;
-        cols.set_item("event", c.event.into_pyarray(py))?;
-        cols.set_item("pid", c.pid.into_pyarray(py))?;
-        cols.set_item("target", c.target.into_pyarray(py))?;
-        cols.set_item("target_comm", c.target_comm.into_pyarray(py))?;
-        cols.set_item("next_pid", c.next_pid.into_pyarray(py))?;
-        cols.set_item("next_comm", c.next_comm.into_pyarray(py))?;
-        cols.set_item("prev_state", c.prev_state.into_pyarray(py))?;
-        cols.set_item("irq", c.irq.into_pyarray(py))?;
-        cols.set_item("name", c.name.into_pyarray(py))?;
-        cols.set_item("dest_cpu", c.dest_cpu.into_pyarray(py))?;
-        cols.set_item("runtime", c.runtime.into_pyarray(py))?;
-        cols.set_item("expires", c.expires.into_pyarray(py))?;
-        cols.set_item("softexpires", c.softexpires.into_pyarray(py))?;
-        o.set_item("columns", cols)?;
-        let lost = PyDict::new(py);
-        lost.set_item("cpu", l.cpu.into_pyarray(py))?;
-        lost.set_item("start_ns", l.start_ns.into_pyarray(py))?;
-        lost.set_item("end_ns", l.end_ns.into_pyarray(py))?;
-        lost.set_item("events", l.events.into_pyarray(py))?;
-        lost.set_item("why", l.why)?;
-        o.set_item("lost", lost)?;
-        o.set_item("strings", self.d.strings().to_vec())?;
-        o.set_item("events", self.d.events.clone())?;
-        let n = self.d.counts;
-        let counts = PyDict::new(py);
-        counts.set_item("pages", n.pages)?;
-        counts.set_item("records", n.records)?;
-        counts.set_item("kept", n.kept)?;
-        counts.set_item("unknown_type", n.unknown_type)?;
-        counts.set_item("damaged_pages", n.damaged_pages)?;
-        o.set_item("counts", counts)?;
+        let m = match &self.src {
+            Source::TraceDat(t) => {
+                o.set_item("format", "trace.dat")?;
+                o.set_item("clock", &t.clock)?;
+                o.set_item("compression", t.meta.compression.map(|c| format!("{c:?}").to_lowercase()))?;
+                o.set_item("buffers", t.meta.buffers.iter().map(|b| b.name.clone()).collect::<Vec<_>>())?;
+                o.set_item("cpus_with_data", t.meta.buffers.first().map(|b| b.cpus.len()).unwrap_or(0))?;
+                o.set_item("bad_formats", &t.bad_formats)?;
+                &t.meta
+            }
+            Source::Perf(p) => {
+                o.set_item("format", "perf.data")?;
+                o.set_item("clock", "perf")?;
+                o.set_item("hostname", &p.hostname)?;
+                o.set_item("os_release", &p.os_release)?;
+                o.set_item("perf_version", &p.perf_version)?;
+                o.set_item("command", &p.command)?;
+                o.set_item("nr_cpus", p.nr_cpus)?;
+                o.set_item("bad_formats", &p.bad_formats)?;
+                &p.meta
+            }
+        };
+        o.set_item("version", m.version)?;
+        o.set_item("page_size", m.page_size)?;
+        o.set_item("uname", &m.uname)?;
+        o.set_item("tool_version", &m.tool_version)?;
+        o.set_item("cpu_count", m.cpu_count)?;
+        o.set_item("cpustats", &m.cpustats)?;
+        o.set_item("header_page", &m.header_page)?;
+        o.set_item("formats", m.formats.clone())?;
+        o.set_item("cmdlines", m.cmdlines.clone())?;
         Ok(o)
+    }
+
+    /// Decode about `records` more records (in time order); False at the end.
+    fn next(&mut self, py: Python<'_>, records: u64) -> PyResult<bool> {
+        let r = match &mut self.src {
+            Source::TraceDat(t) => {
+                let t = &mut **t;
+                py.detach(move || t.next(records))
+            }
+            Source::Perf(p) => {
+                let p = &mut **p;
+                py.detach(move || p.next(records))
+            }
+        };
+        py.check_signals()?;
+        r.map_err(|e| InputError::new_err(e.to_string()))
+    }
+
+    /// Everything decoded since the last call, as `KtraceDecoder.take` gives it.
+    fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        match &mut self.src {
+            Source::TraceDat(t) => {
+                let conv = t.conv();
+                take_dict(py, &mut t.dec, |x| conv.to_ns(x))
+            }
+            Source::Perf(p) => take_dict(py, &mut p.dec, |_| {}),
+        }
+    }
+
+    /// What a perf.data held besides tracepoint samples (None for trace.dat).
+    fn perf_counts(&self) -> Option<(u64, u64, u64, u64, u64)> {
+        match &self.src {
+            Source::Perf(p) => {
+                let c = p.counts;
+                Some((c.samples, c.not_tracepoints, c.lost_records, c.lost_events, c.other_records))
+            }
+            Source::TraceDat(_) => None,
+        }
     }
 }
 

@@ -19,6 +19,17 @@ else on that CPU and the thread's first event in its own context, and
 ``on_bound_ns`` carries the width of that interval (0 where the switch was
 traced): the figure's error, said, as every figure's is.
 
+Timer expiries are on CLOCK_MONOTONIC. A capture on another clock (an
+imported trace.dat on trace-cmd's default ``local``, a perf.data on perf's
+clock) has its expiries carried onto its own clock by the offset the
+kernel's own timer interrupts show: each ``hrtimer_expire_entry`` carries
+the base's ``now`` (CLOCK_MONOTONIC) read just before the event's stamp, so
+stamp − now is the offset plus a little (the smallest of the neighbouring
+ones is taken, timers on other bases left out); an expiry takes the offset
+nearest in time, so a drift between the clocks over a long trace does not
+add up. Without those events the lateness is not measured (null), never
+guessed.
+
 The events are taken apart per thread with polars, vectorised: a
 thread's own events sorted by time are cut at every sleep; what happened
 between a sleep and the next switch-in (the wake-up, the timer that ended
@@ -41,7 +52,37 @@ COLUMNS = {
 WAKE_EVENTS = ("sched_wakeup", "sched_waking")
 
 
-def _thread_events(ev: pl.DataFrame, tids: list[int]) -> pl.DataFrame:
+#: clocks whose stamps are CLOCK_MONOTONIC (timer expiries need no carrying)
+MONO_CLOCKS = ("mono",)
+#: the neighbouring offsets whose smallest is taken, and how far from the
+#: capture's median an offset may be to count (further: a timer on another base)
+OFFSET_WINDOW = 16
+OFFSET_BAND_NS = 50_000_000
+
+
+def mono_offsets(ev: pl.DataFrame) -> pl.DataFrame:
+    """(t_ns, off_ns): the capture's clock minus CLOCK_MONOTONIC, along the
+    capture, from its timer interrupts (``hrtimer_expire_entry``'s ``now``,
+    decoded into ``expires``); empty when it has none."""
+    x = ev.filter((pl.col("event") == "hrtimer_expire_entry") & pl.col("expires").is_not_null()).select("t_ns", (pl.col("t_ns") - pl.col("expires")).alias("off_ns"))
+    if not len(x):
+        return x
+    med = x["off_ns"].median()
+    x = x.filter((pl.col("off_ns") - med).abs() < OFFSET_BAND_NS).sort("t_ns")
+    return x.with_columns(pl.col("off_ns").rolling_min(OFFSET_WINDOW, min_samples=1, center=True))
+
+
+def _on_clock(arms: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
+    """Timer arms' expiries (``value``) carried onto the capture's clock."""
+    if offsets is None:
+        return arms
+    if not len(offsets) or not len(arms):
+        return arms.with_columns(pl.lit(None, pl.Int64).alias("value"))
+    got = arms.sort("t_ns").join_asof(offsets, on="t_ns", strategy="nearest")
+    return got.with_columns((pl.col("value") + pl.col("off_ns")).alias("value")).drop("off_ns")
+
+
+def _thread_events(ev: pl.DataFrame, tids: list[int], clock: str = "mono") -> pl.DataFrame:
     """The events that concern ``tids`` as one time-sorted stream per thread:
     ``kind`` in (run, out, arm, wake, in), its time and CPU; for ``out``
     whether the thread went to sleep, for ``arm`` the timer's expiry, for
@@ -59,8 +100,8 @@ def _thread_events(ev: pl.DataFrame, tids: list[int]) -> pl.DataFrame:
         part(sw.filter(pl.col("target").cast(pl.Int64).is_in(want)), "target", "out", sleep=pl.col("prev_state").fill_null("R") != "R"),
         part(ev.filter(pl.col("event").is_in(WAKE_EVENTS) & pl.col("target").cast(pl.Int64).is_in(want)), "target", "wake"),
         # the time the thread asked for: the soft expiry (the hard one adds its timer slack)
-        part(ev.filter((pl.col("event") == "hrtimer_start") & pl.col("pid").cast(pl.Int64).is_in(want) & pl.col("expires").is_not_null()), "pid", "arm",
-             value=pl.coalesce("softexpires", "expires")),
+        _on_clock(part(ev.filter((pl.col("event") == "hrtimer_start") & pl.col("pid").cast(pl.Int64).is_in(want) & pl.col("expires").is_not_null()), "pid", "arm",
+                       value=pl.coalesce("softexpires", "expires")), None if clock in MONO_CLOCKS else mono_offsets(ev)),
         part(ev.filter((pl.col("event") == "sched_stat_runtime") & pl.col("target").cast(pl.Int64).is_in(want) & pl.col("runtime").is_not_null()), "target", "run",
              value=pl.col("runtime")),
     ]
@@ -94,14 +135,14 @@ def _first_in_missing(per: pl.DataFrame, ev: pl.DataFrame, tids: list[int]) -> p
         others, left_on="before", right_on="lower", by="cpu", strategy="backward", check_sortedness=False).select("tid", "act", "lower", "seen")
 
 
-def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None) -> pl.DataFrame:
+def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono") -> pl.DataFrame:
     """One row per activation of each thread in ``tids`` (``COLUMNS``).
     ``ev``: kernel events (``kernel.store`` columns, text decoded); ``lost``:
     windows of lost events (cpu, start_ns, end_ns), each making the
-    activations it overlaps incomplete."""
+    activations it overlaps incomplete; ``clock``: the capture's trace clock."""
     if not len(ev) or not tids:
         return pl.DataFrame(schema=COLUMNS)
-    te = _thread_events(ev, tids)
+    te = _thread_events(ev, tids, clock)
     if not len(te):
         return pl.DataFrame(schema=COLUMNS)
     # activation k of a thread: everything after its k-th sleep up to and including its (k+1)-th

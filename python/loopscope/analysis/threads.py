@@ -82,6 +82,17 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
+def thread_names(st: S.Store) -> dict[int, str]:
+    """``names_in`` over a whole capture, reading its switches alone."""
+    if st.legacy is not None:
+        return names_in(st.legacy)
+    if "sched_switch" not in st.event_names or not st.files():
+        return {}
+    code = st.event_names.index("sched_switch")
+    sw = pl.scan_parquet(st.files()).filter(pl.col("event") == code).select("t_ns", "event", "target", "target_comm", "next_pid", "next_comm").collect()
+    return names_in(S.decode_text(sw, st.strings, st.event_names))
+
+
 def matching(names: dict[int, str], comm: str | None = None, threads: str | None = None, tids: set[int] | None = None) -> dict[int, str]:
     """The threads to measure: those in ``tids`` (when given), whose name
     matches ``comm`` (a regular expression, anywhere in the name) and ``threads``."""
@@ -127,7 +138,7 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
     (a command's start and its stop are the measuring side's doing, not its)."""
     ev = st.load(st.t_first or 0, st.t_last or 0)
-    act = activations(ev, list(threads), st.lost)
+    act = activations(ev, list(threads), st.lost, st.clock)
     if window is not None:
         act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
     causes = _causes(st, act, roles or {})

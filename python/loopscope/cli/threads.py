@@ -166,17 +166,18 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
     if as_json:
         click.echo(json.dumps(res))
     else:
-        _print(res, ended)
+        print_threads(res, f"target {ended}")
     return EXIT_INTERRUPTED if interrupted else 0
 
 
-def _print(res: ThreadsJson, ended: str) -> None:
+def print_threads(res: ThreadsJson, where: str) -> None:
+    """The threads' figures as lines of text (``probe threads``, ``threads``)."""
     con = _console()
 
     def s(x: Spread | None) -> str:
         return f"p50 {format_ns(x['p50'])}, p99 {format_ns(x['p99'])}, max {format_ns(x['max'])}" if x else "n/a"
 
-    con.print(f"{len(res['threads'])} thread(s), target {ended}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
+    con.print(f"{len(res['threads'])} thread(s), {where}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
     for t in res["threads"]:
         con.print(f"[bold]{t['comm']}[/] ({t['tid']}): {t['activations']:,} activations ({t['incomplete']} incomplete), {t['preemptions']} preemptions, {t['migrations']} migrations")
         con.print(f"  wake-up latency {s(t['wakeup_latency_ns'])}; timer lateness {s(t['timer_lateness_ns'])}; run time {s(t['runtime_ns'])}")

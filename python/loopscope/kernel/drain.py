@@ -196,25 +196,12 @@ class Reader:
             seg["strings"], seg["event_names"] = got["strings"], got["events"]
             self.n_strings = len(got["strings"])
         if len(df):
-            path = self.out / "events" / f"{self.seg:05d}.parquet"
-            tmp = path.with_suffix(".tmp")
             try:
-                df.write_parquet(tmp, compression="zstd", compression_level=3, row_group_size=store.GROUP, statistics=True)
-                # Written back now, between windows, not by the kernel's flusher inside a later one.
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, path)
-                seg["file"] = f"events/{path.name}"
-                # each row group's first and last time: a reader finds the groups a window meets without opening the file
-                ts = df["t_ns"]
-                seg["groups"] = [[int(ts[i]), int(ts[min(i + store.GROUP, len(ts)) - 1])] for i in range(0, len(ts), store.GROUP)]
-                seg["bytes"] = path.stat().st_size
+                # written back now, between windows, not by the kernel's flusher inside a later one
+                written = store.write_segment(self.out, self.seg, df)
+                seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
                 self.totals["bytes_written"] += seg["bytes"]
             except OSError as e:
-                tmp.unlink(missing_ok=True)
                 self.totals["write_errors"] += 1
                 seg["write_error"] = str(e)
                 unwritten: list[store.LostWindow] = [

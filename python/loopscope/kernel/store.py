@@ -24,11 +24,12 @@ from ``perf record``) open through ``perfdata`` into the same interface.
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import NotRequired, TypedDict
@@ -108,34 +109,21 @@ CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
 ARRAYS = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"]
 
 
+# The decoder's columns that hold -1 where an event has no such field, and their stored type.
+NULLABLE = {"target": pl.Int32, "target_comm": pl.Int32, "next_pid": pl.Int32, "next_comm": pl.Int32, "prev_state": pl.Int32, "irq": pl.Int32,
+            "name": pl.Int32, "dest_cpu": pl.Int32, "runtime": pl.Int64, "expires": pl.Int64, "softexpires": pl.Int64}
+
+
 def frame(got: Decoded) -> pl.DataFrame:
     """The decoder's columns as a time-sorted table of ``STORED`` columns:
     numbers, and for the text columns indices into the string table (the
     event names for ``event``), null where the event has no such field.
     Text is looked up only when a window is loaded (``decode_text``)."""
     c = got["columns"]
-
-    def num(codes: np.ndarray, dt: Any) -> pl.Series:
-        s = pl.Series(codes)
-        return pl.select(pl.when(s >= 0).then(s).cast(dt)).to_series()
-
-    df = pl.DataFrame({
-        "t_ns": pl.Series(c["t_ns"], dtype=pl.Int64),
-        "cpu": pl.Series(c["cpu"], dtype=pl.Int32),
-        "pid": pl.Series(c["pid"], dtype=pl.Int32),
-        "event": pl.Series(c["event"], dtype=pl.Int32),
-        "target": num(c["target"], pl.Int32),
-        "target_comm": num(c["target_comm"], pl.Int32),
-        "next_pid": num(c["next_pid"], pl.Int32),
-        "next_comm": num(c["next_comm"], pl.Int32),
-        "prev_state": num(c["prev_state"], pl.Int32),
-        "irq": num(c["irq"], pl.Int32),
-        "name": num(c["name"], pl.Int32),
-        "dest_cpu": num(c["dest_cpu"], pl.Int32),
-        "runtime": num(c["runtime"], pl.Int64),
-        "expires": num(c["expires"], pl.Int64),
-        "softexpires": num(c["softexpires"], pl.Int64),
-    })
+    raw = pl.DataFrame({k: c[k] for k in ("t_ns", "cpu", "pid", "event", *NULLABLE)})
+    # one pass over every column (polars runs them in parallel): -1 is "no such field", null in the table
+    df = raw.with_columns(pl.col("t_ns").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pl.col("pid").cast(pl.Int32), pl.col("event").cast(pl.Int32),
+                          *(pl.when(pl.col(k) >= 0).then(pl.col(k)).cast(dt).alias(k) for k, dt in NULLABLE.items())).select(STORED)
     return df.sort("t_ns", maintain_order=True)
 
 
@@ -149,6 +137,37 @@ def decode_text(df: pl.DataFrame, strings: list[str], events: list[str]) -> pl.D
             table = ev if c == "event" else st
             out[c] = table.gather(df[c].cast(pl.Int64)) if len(table) else pl.Series(c, [None] * len(df), dtype=pl.String)
     return df.with_columns(**out) if out else df
+
+
+class SegmentFile(TypedDict):
+    file: str
+    groups: list[list[int]]
+    bytes: int
+
+
+def write_segment(d: Path, seg: int, df: pl.DataFrame, sync: bool = True, level: int = 3) -> SegmentFile:
+    """Write a segment's events (time-sorted) to ``d/events/NNNNN.parquet``:
+    under a temporary name, renamed when whole (a kill leaves whole files
+    only), in row groups of ``GROUP`` whose first and last times are returned
+    for the index; ``sync``: written back now (the live reader does it
+    between windows, not inside a later one). OSError when it cannot be written."""
+    path = d / "events" / f"{seg:05d}.parquet"
+    tmp = path.with_suffix(".tmp")
+    try:
+        df.write_parquet(tmp, compression="zstd", compression_level=level, row_group_size=GROUP, statistics=True)
+        if sync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    ts = df["t_ns"]
+    groups = [[int(ts[i]), int(ts[min(i + GROUP, len(ts)) - 1])] for i in range(0, len(ts), GROUP)]
+    return {"file": f"events/{path.name}", "groups": groups, "bytes": path.stat().st_size}
 
 
 def lost_list(got: Decoded) -> list[LostWindow]:
@@ -179,6 +198,7 @@ class Store:
     legacy: pl.DataFrame | None = None
     strings: list[str] = field(default_factory=list)
     event_names: list[str] = field(default_factory=list)
+    clock: str = "mono"  # the trace clock its stamps are on (an imported recording's may differ)
     _rgs: list[tuple[int, int, Path, int]] | None = None
     _cache: OrderedDict[tuple[Path, int], pl.DataFrame] = field(default_factory=OrderedDict)
     _arrays: dict[tuple[Path, int], dict[str, np.ndarray]] = field(default_factory=dict)
@@ -327,12 +347,16 @@ class Store:
     def by_event(self) -> dict[str, int]:
         if self.legacy is not None:
             return {r["event"]: r["len"] for r in self.legacy.group_by("event").len().sort("len", descending=True).iter_rows(named=True)}
-        files = [self.dir / rel for s in self.segments if (rel := s.get("file")) and s.get("readable", True)]
+        files = self.files()
         if not files:
             return {}
         g = pl.scan_parquet(files).group_by("event").len().sort("len", descending=True).collect()
         g = decode_text(g, self.strings, self.event_names)
         return {r["event"]: int(r["len"]) for r in g.iter_rows(named=True)}
+
+    def files(self) -> list[Path]:
+        """The readable segment files."""
+        return [self.dir / rel for s in self.segments if (rel := s.get("file")) and s.get("readable", True)]
 
     def bytes_on_disk(self) -> int:
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
@@ -348,7 +372,10 @@ def open_capture(run_dir: Path, cap: Capture) -> Store:
         return _legacy(data)
     if fmt != "tracefs-segments/1":
         raise CaptureError(f"capture format {fmt!r} is newer than this loopscope reads (it reads tracefs-segments/1 and perf.data)")
-    return open_dir(data)
+    st = open_dir(data)
+    if cap.read == "imported" and cap.clock:
+        st.clock = cap.clock  # a recording of another tool, on the clock it chose
+    return st
 
 
 def open_dir(d: Path) -> Store:

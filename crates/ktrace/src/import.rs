@@ -1,0 +1,225 @@
+//! Recordings made by other tools, decoded into the same columns as
+//! loopscope's own capture.
+//!
+//! - [`TraceDat`]: trace-cmd's `trace.dat`. Each CPU's pages are read a chunk
+//!   at a time and handed to the decoder in the order of their page stamps
+//!   (a k-way merge over the CPUs), so a batch holds every CPU's events up to
+//!   about the same time and memory stays that of a batch. Losses come from
+//!   the pages themselves (the kernel's missed-events flags), as for a live
+//!   capture.
+//! - [`Perf`]: `perf.data` through the linux-perf-data crate (the file's
+//!   structure, its attributes, records sorted by time across its rounds);
+//!   each tracepoint sample's raw payload is the same record the ring buffer
+//!   holds, decoded by the same formats (read from the file's TRACING_DATA).
+//!   LOST and LOST_SAMPLES records become loss windows on their CPU, from the
+//!   last event that reached it to the record.
+//!
+//! Every format the file describes is decoded (events attribution does not
+//! read keep their time, CPU and task), so the count of events is the count
+//! of records the recorder's own reader prints. Formats that do not parse are
+//! named, and their records counted as unknown.
+
+use crate::decode::Decoder;
+use crate::format::{parse, parse_header_page, Format, PageLayout};
+use crate::tracedat::{self, CpuStream, FileError, Meta};
+use std::fs::File;
+
+type R<T> = Result<T, FileError>;
+
+/// Clocks whose stamps are nanoseconds as they are.
+const NS_CLOCKS: [&str; 9] = ["local", "global", "mono", "mono_raw", "boot", "perf", "tai", "uptime", "ns"];
+
+fn formats(list: &[(String, String)]) -> (Vec<Format>, Vec<String>) {
+    let (mut ok, mut bad) = (Vec::new(), Vec::new());
+    for (sys, text) in list {
+        match parse(sys, text) {
+            Ok(f) => ok.push(f),
+            Err(e) => bad.push(format!("{sys}: {e}")),
+        }
+    }
+    (ok, bad)
+}
+
+pub struct TraceDat {
+    f: File,
+    pub meta: Meta,
+    streams: Vec<CpuStream>,
+    pub dec: Decoder,
+    /// Formats that did not parse (their records count as unknown).
+    pub bad_formats: Vec<String>,
+    /// Stamps to nanoseconds: (mult, shift, offset) for cycle clocks, then the file's offset.
+    tsc: Option<(u32, u32, u64)>,
+    pub clock: String,
+}
+
+impl TraceDat {
+    pub fn open(path: &str) -> R<Self> {
+        let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
+        let meta = tracedat::open(&f)?;
+        let Some(buf) = meta.buffers.first().cloned() else { return Err(FileError("it holds no recorded pages (no flyrecord buffer)".into())) };
+        let clock = buf.clock.clone().or_else(|| meta.clock.clone()).unwrap_or_else(|| "local".into());
+        let tsc = if NS_CLOCKS.contains(&clock.as_str()) {
+            None
+        } else if let Some(t) = meta.tsc2nsec {
+            Some(t)
+        } else {
+            return Err(FileError(format!("its stamps are on the {clock:?} clock, in cycles, and it holds no conversion to nanoseconds (TSC2NSEC): record with -C mono or another clock in ns")));
+        };
+        let layout = parse_header_page(&meta.header_page).map_err(|e| FileError(format!("its header_page: {e}")))?;
+        let (fs, bad_formats) = formats(&meta.formats);
+        let page = if buf.page_size > 0 { buf.page_size } else { meta.page_size };
+        let mut streams = Vec::new();
+        for c in &buf.cpus {
+            streams.push(CpuStream::new(&f, c, page, meta.compression)?);
+        }
+        Ok(TraceDat { f, meta, streams, dec: Decoder::new(layout, fs), bad_formats, tsc, clock })
+    }
+
+    /// Decode pages, earliest first across the CPUs, until about `records`
+    /// more records are decoded. False when every page has been read.
+    pub fn next(&mut self, records: u64) -> R<bool> {
+        let goal = self.dec.counts.records + records;
+        self.dec.reserve(records as usize + 4096);
+        loop {
+            let mut best: Option<(u64, usize)> = None;
+            for (i, s) in self.streams.iter_mut().enumerate() {
+                if let Some(t) = s.front(&self.f)? {
+                    if best.is_none_or(|(b, _)| t < b) {
+                        best = Some((t, i));
+                    }
+                }
+            }
+            let Some((_, i)) = best else { return Ok(false) };
+            let s = &mut self.streams[i];
+            let cpu = s.cpu;
+            let page = s.take();
+            let n = page.len();
+            self.dec.pages(cpu, page, n.max(1));
+            if self.dec.counts.records >= goal {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// How this file's stamps become nanoseconds.
+    pub fn conv(&self) -> Conv {
+        Conv { tsc: self.tsc, offset_ns: self.meta.offset_ns }
+    }
+}
+
+/// Stamps into nanoseconds of the recording's clock: cycles through the
+/// file's TSC2NSEC, then the file's OFFSET.
+#[derive(Debug, Clone, Copy)]
+pub struct Conv {
+    tsc: Option<(u32, u32, u64)>,
+    offset_ns: i64,
+}
+
+impl Conv {
+    pub fn to_ns(&self, t: &mut [i64]) {
+        if let Some((mult, shift, off)) = self.tsc {
+            for x in t.iter_mut() {
+                *x = (((*x as u64 as u128 * mult as u128) >> shift) as u64).wrapping_add(off) as i64;
+            }
+        }
+        if self.offset_ns != 0 {
+            for x in t.iter_mut() {
+                *x += self.offset_ns;
+            }
+        }
+    }
+}
+
+/// What a perf.data held besides its tracepoint samples.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PerfCounts {
+    pub samples: u64,
+    pub not_tracepoints: u64,
+    pub lost_records: u64,
+    pub lost_events: u64,
+    pub other_records: u64,
+}
+
+pub struct Perf {
+    file: linux_perf_data::PerfFile,
+    iter: linux_perf_data::PerfRecordIter<std::io::BufReader<File>>,
+    pub dec: Decoder,
+    pub meta: Meta,
+    pub bad_formats: Vec<String>,
+    pub counts: PerfCounts,
+    pub hostname: Option<String>,
+    pub os_release: Option<String>,
+    pub perf_version: Option<String>,
+    pub command: Option<String>,
+    pub nr_cpus: Option<u32>,
+}
+
+impl Perf {
+    pub fn open(path: &str) -> R<Self> {
+        use linux_perf_data::{Feature, PerfFileReader};
+        let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
+        let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f)).map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
+        let file = r.perf_file;
+        let Some(td) = file.feature_section_data(Feature::TRACING_DATA) else {
+            return Err(FileError("it holds no tracepoint descriptions (no TRACING_DATA): record kernel tracepoints, as perf sched record or perf record -e 'sched:*' do".into()));
+        };
+        let meta = tracedat::tracing_data(td)?;
+        let layout: PageLayout = parse_header_page(&meta.header_page).unwrap_or_default();
+        let (fs, bad_formats) = formats(&meta.formats);
+        let s = |x: Result<Option<&str>, linux_perf_data::Error>| x.ok().flatten().map(str::to_string);
+        let hostname = s(file.hostname());
+        let os_release = s(file.os_release());
+        let perf_version = s(file.perf_version());
+        let command = file.cmdline().ok().flatten().map(|v| v.join(" "));
+        let nr_cpus = file.nr_cpus().ok().flatten().map(|n| n.nr_cpus_available);
+        Ok(Perf { file, iter: r.record_iter, dec: Decoder::new(layout, fs), meta, bad_formats, counts: PerfCounts::default(), hostname, os_release, perf_version, command, nr_cpus })
+    }
+
+    /// Decode records in time order until about `records` more samples are
+    /// decoded. False when the file is read to its end.
+    pub fn next(&mut self, records: u64) -> R<bool> {
+        use linux_perf_data::linux_perf_event_reader::EventRecord;
+        use linux_perf_data::PerfFileRecord;
+        let goal = self.counts.samples + records;
+        self.dec.reserve(records as usize);
+        while self.counts.samples < goal {
+            let rec = self.iter.next_record(&mut self.file).map_err(|e| FileError(format!("a record does not read: {e}")))?;
+            let Some(rec) = rec else { return Ok(false) };
+            let PerfFileRecord::EventRecord { record, .. } = rec else { continue };
+            if record.record_type.0 == 13 {
+                // LOST_SAMPLES: a u64 count, then the record's sample id
+                let n = record.data.as_slice().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
+                lost(&mut self.dec, &mut self.counts, &record, n as i64, "perf lost samples (LOST_SAMPLES)");
+                continue;
+            }
+            match record.parse() {
+                Ok(EventRecord::Sample(smp)) => {
+                    self.counts.samples += 1;
+                    let (Some(t), Some(raw)) = (smp.timestamp, smp.raw) else {
+                        self.counts.not_tracepoints += 1;
+                        continue;
+                    };
+                    let cpu = smp.cpu.map(|c| c as i32).unwrap_or(-1);
+                    self.dec.event(cpu, t as i64, &raw.as_slice());
+                }
+                Ok(EventRecord::Lost(l)) => lost(&mut self.dec, &mut self.counts, &record, l.count as i64, "perf lost events (LOST)"),
+                Ok(_) => self.counts.other_records += 1,
+                Err(e) => return Err(FileError(format!("a record does not parse: {e}"))),
+            }
+        }
+        Ok(true)
+    }
+
+}
+
+/// A perf loss record: a window on its CPU up to its time, or of unknown place.
+fn lost(dec: &mut Decoder, counts: &mut PerfCounts, record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>, n: i64, why: &str) {
+    counts.lost_records += 1;
+    counts.lost_events += n.max(0) as u64;
+    let cd = record.common_data().ok();
+    match cd.and_then(|c| Some((c.cpu?, c.timestamp?))) {
+        Some((cpu, t)) => dec.lose_at(cpu as i32, t as i64, n, why),
+        // no sample id on the record: the place is unknown
+        None => dec.lose_at(-1, 0, n, &format!("{why}; the record carries no time or CPU")),
+    }
+}

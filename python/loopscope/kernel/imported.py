@@ -1,0 +1,243 @@
+"""Recordings of other tools as loopscope runs: ``loopscope import FILE``.
+
+trace-cmd's ``trace.dat`` (versions 6 and 7, compressed or not) and
+``perf.data`` (tracepoint samples: ``perf sched record``, ``perf record -e
+'sched:*' …``) are decoded natively (``loopscope._native.KtraceImport``:
+crates/ktrace ``tracedat``/``import``) a batch at a time, in time order, into
+the capture format loopscope's own reader writes (``tracefs-segments/1``:
+``segments.jsonl`` and ``events/NNNNN.parquet`` under
+``hosts/<host>/kernel/``), so ``explain``, ``threads`` and the Perfetto
+export read an imported run like any other. Memory is that of one batch
+(``BATCH`` records), not of the file.
+
+Nothing is lost silently: the recorder's losses (a page's missed-events
+flag in a trace.dat, perf's LOST and LOST_SAMPLES records) become loss
+windows on their CPU, from the last event that arrived to the first after;
+a loss whose place the file does not say counts against every window; a
+format that does not parse is named and its records counted as unknown. The
+run record says where the capture came from (file, size, format, version,
+recorder, machine, clock): an imported run's stamps are on the recording's
+clock (trace-cmd's default ``local``, perf's ``perf`` clock), not this
+machine's CLOCK_MONOTONIC.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from typing_extensions import TypedDict
+
+from loopscope.errors import InputError, RunError
+from loopscope.kernel import store as S
+from loopscope.rundir import Capture, KernelRecord, RunDir, RunRecord
+
+if TYPE_CHECKING:
+    from loopscope._native import _Decoded as Decoded
+    from loopscope._native import _ImportMeta as ImportMeta
+
+# Records per segment: some 30-60 MB of decoded columns at a time.
+BATCH = 1 << 20
+TRACE_DAT_MAGIC = b"\x17\x08\x44tracing"
+PERF_MAGIC = b"PERFILE2"
+FORMAT = "tracefs-segments/1"
+
+
+class Source(TypedDict, total=False):
+    """Where an imported capture came from (run.json ``kernel.captures[].imported``)."""
+
+    file: str
+    bytes: int
+    format: str
+    version: int
+    recorder: str | None
+    machine: str | None
+    command: str | None
+    clock: str
+    compression: str | None
+    cpus: int | None
+    notes: list[str]
+
+
+class Imported(TypedDict):
+    """What ``loopscope import --json`` prints."""
+
+    run_dir: str
+    format: str
+    version: int
+    kernel_events: int
+    lost_kernel_events: int
+    lost_windows: int
+    segments: int
+    events_per_s: float
+    seconds: float
+    notes: list[str]
+
+
+def kind_of(path: Path) -> str:
+    """``trace.dat`` or ``perf.data`` by the file's first bytes (InputError otherwise)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(10)
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror})") from None
+    if head == TRACE_DAT_MAGIC:
+        return "trace.dat"
+    if head[:8] == PERF_MAGIC:
+        return "perf.data"
+    if head[:8] == b"2ELIFREP":
+        raise InputError(f"{path}: a big-endian perf.data; loopscope reads little-endian recordings only")
+    if head[:8] == b"PERFILE":
+        raise InputError(f"{path}: a perf.data of the first format version (PERFILE); record it again with a perf of the last ten years")
+    raise InputError(f"{path}: neither a trace-cmd trace.dat nor a perf.data (its first bytes are {head[:10]!r})")
+
+
+def _write_formats(d: Path, header_page: str, formats: list[tuple[str, str]], wanted: set[str]) -> None:
+    """The descriptions the events were decoded with, as the live capture keeps them."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "header_page").write_text(header_page)
+    for sys_name, text in formats:
+        m = re.search(r"^name:\s*(\S+)", text, re.M)
+        if m and m.group(1) in wanted:
+            (d / sys_name).mkdir(exist_ok=True)
+            (d / sys_name / f"{m.group(1)}.format").write_text(text)
+
+
+def _write(cap_dir: Path, seg: S.Segment, got: Decoded) -> S.Segment:
+    """One segment's table and file (zstd level 1: an import is written once,
+    fast), on the writing thread; its index line back."""
+    df = S.frame(got)
+    if len(df):
+        seg["t_first_ns"], seg["t_last_ns"] = int(df["t_ns"][0]), int(df["t_ns"][-1])
+        try:
+            w = S.write_segment(cap_dir, int(seg["seg"] or 0), df, sync=False, level=1)
+        except OSError as e:
+            raise RunError(f"{cap_dir}: cannot write the imported events ({e.strerror or e})", component="import") from None
+        seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
+    return seg
+
+
+def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source:
+    def s(k: str) -> str | None:
+        v = meta.get(k)
+        return str(v) if v not in (None, "") else None
+
+    cpus = meta.get("nr_cpus") or meta.get("cpu_count")
+    return {
+        "file": str(path.resolve()), "bytes": path.stat().st_size, "format": kind, "version": int(str(meta.get("version") or 0)),
+        "recorder": f"perf {s('perf_version')}" if kind == "perf.data" and s("perf_version") else (f"trace-cmd {s('tool_version')}" if s("tool_version") else None),
+        "machine": " ".join(x for x in (s("hostname"), s("os_release") or s("uname")) if x) or None,
+        "command": s("command"), "clock": str(meta.get("clock") or "local"), "compression": s("compression"),
+        "cpus": int(str(cpus)) if cpus else None, "notes": notes,
+    }
+
+
+def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
+    """Decode ``path`` into a new run directory ``out`` (which must not exist)."""
+    from loopscope import _native
+
+    kind = kind_of(path)
+    if out.exists() and any(out.iterdir()):
+        raise InputError(f"{out}: exists and is not empty; give a new directory with -o")
+    imp = _native.KtraceImport(str(path), kind)
+    meta = imp.meta()
+    host = host or str(meta.get("hostname") or "") or "imported"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", host):
+        raise InputError(f"--host {host!r}: a host name is letters, digits, '.', '_' and '-'")
+    notes: list[str] = [f"{len(meta['bad_formats'])} event format(s) in the file do not parse; their records count as unknown: "
+                        + "; ".join(meta["bad_formats"][:3])] if meta["bad_formats"] else []
+    notes += [n for n in meta["cpustats"] if n.startswith("note:")]
+    if kind == "trace.dat" and len(meta.get("buffers") or []) > 1:
+        notes.append(f"the file holds {len(meta['buffers'])} buffers ({', '.join(b or 'top' for b in meta['buffers'])}); "
+                     f"{meta['buffers'][0] or 'top'!r}, the one with the most data, is imported")
+    cap_dir = out / "hosts" / host / "kernel"
+    (cap_dir / "events").mkdir(parents=True)
+    t0 = time.perf_counter()
+    seg_no, total, lost_n, lost_w = 0, 0, 0, 0
+    present: set[str] = set()
+    n_strings = -1
+    # Decoding (native, without the interpreter lock) overlaps the writing
+    # of the batch before it on a thread of its own: two batches in memory at most.
+    pending: Future[S.Segment] | None = None
+    with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(1, thread_name_prefix="ls-import-write") as pool:
+        def done(f: Future[S.Segment] | None) -> None:
+            if f is not None:
+                index.write(json.dumps(f.result()) + "\n")
+
+        more = True
+        while more:
+            t_read = time.perf_counter_ns()
+            more = imp.next(BATCH)
+            got = imp.take()
+            lost = S.lost_list(got)
+            n = len(got["columns"]["t_ns"])
+            seg: S.Segment = {"seg": seg_no, "reason": f"imported from {kind}", "label": path.name, "read_ns": time.perf_counter_ns() - t_read,
+                              "events": n, "t_first_ns": None, "t_last_ns": None, "lost": lost, "file": None, "counts": got["counts"]}
+            if len(got["strings"]) != n_strings:
+                seg["strings"], seg["event_names"] = got["strings"], got["events"]
+                n_strings = len(got["strings"])
+            if not n and not lost:
+                continue
+            present.update(got["events"][int(i)] for i in np.unique(got["columns"]["event"]))
+            done(pending)
+            pending = pool.submit(_write, cap_dir, seg, got)
+            seg_no += 1
+            total += n
+            lost_n += sum(max(0, w["events"]) for w in lost)
+            lost_w += len(lost)
+        done(pending)
+    secs = time.perf_counter() - t0
+    if kind == "perf.data":
+        pc = imp.perf_counts()
+        if pc and pc[1]:
+            notes.append(f"{pc[1]:,} samples were not tracepoints (no raw payload) and are left out")
+    _write_formats(cap_dir / "formats", str(meta["header_page"]), list(meta["formats"]), present)
+    if total == 0:
+        notes.append("the recording holds no events")
+    src = _source(path, kind, meta, notes)
+    missing = [e for e in ("sched_switch",) if e not in present] + ([] if present & {"sched_wakeup", "sched_waking"} else ["sched_wakeup or sched_waking"])
+    cap = Capture.model_validate({
+        "host": host, "covers": [host], "dir": f"hosts/{host}/kernel", "data": f"hosts/{host}/kernel", "format": FORMAT,
+        "tool": "trace-cmd" if kind == "trace.dat" else "perf", "read": "imported", "clock": src["clock"],
+        "events": sorted(present), "missing_events": missing, "page_size": int(str(meta.get("page_size") or 0)) or None, "imported": src,
+    })
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rec = RunRecord(run_id=out.name, name=f"import-{path.stem}", status="imported", started_utc=now, ended_utc=now, command=list(sys.argv),
+                    notes=[f"imported from {path} ({kind} version {src['version']}); its times are on the recording's {src['clock']!r} clock", *notes],
+                    hosts={host: "imported"}, kernel=KernelRecord(captures=[cap]))
+    RunDir(out).write_record(rec)
+    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": total, "lost_kernel_events": lost_n, "lost_windows": lost_w,
+            "segments": seg_no, "seconds": secs, "events_per_s": total / secs if secs > 0 else 0.0, "notes": notes}
+
+
+def default_dir(path: Path) -> Path:
+    """``runs/<YYYYmmdd-HHMMSS>-import-<name>``, numbered when it exists."""
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-import-{re.sub(r'[^A-Za-z0-9_.-]', '_', path.stem) or 'trace'}"
+    d, n = base, 1
+    while d.exists():
+        n += 1
+        d = base.with_name(f"{base.name}-{n}")
+    return d
+
+
+def remove_partial(out: Path) -> None:
+    """A failed import leaves nothing behind."""
+    import shutil
+
+    if out.exists():
+        shutil.rmtree(out, ignore_errors=True)
+    try:
+        os.rmdir(out.parent)
+    except OSError:
+        pass
+
