@@ -6,7 +6,8 @@
 //!   (a k-way merge over the CPUs), so a batch holds every CPU's events up to
 //!   about the same time and memory stays that of a batch. Losses come from
 //!   the pages themselves (the kernel's missed-events flags), as for a live
-//!   capture.
+//!   capture; a CPU whose buffer wrapped lost its events from the recording's
+//!   first stamp (on any CPU) to its own first one.
 //! - [`Perf`]: `perf.data` through the linux-perf-data crate (the file's
 //!   structure, its attributes, records sorted by time across its rounds);
 //!   each tracepoint sample's raw payload is the same record the ring buffer
@@ -72,7 +73,22 @@ impl TraceDat {
         for c in &buf.cpus {
             streams.push(CpuStream::new(&f, c, page, meta.compression)?);
         }
-        Ok(TraceDat { f, meta, streams, dec: Decoder::new(layout, fs), bad_formats, tsc, clock })
+        let mut dec = Decoder::new(layout, fs);
+        // A CPU whose first page says events were dropped before it (a buffer
+        // that wrapped, as a flight recorder's does) lost them from when the
+        // recording began, at the first stamp of any CPU, to its own first event.
+        let mut firsts = Vec::new();
+        for s in streams.iter_mut() {
+            if let Some(t) = s.front(&f)? {
+                firsts.push((s.cpu, t));
+            }
+        }
+        if let Some(t0) = firsts.iter().map(|x| x.1).min() {
+            for (cpu, _) in firsts {
+                dec.set_last_time(cpu, t0 as i64);
+            }
+        }
+        Ok(TraceDat { f, meta, streams, dec, bad_formats, tsc, clock })
     }
 
     /// Decode pages, earliest first across the CPUs, until about `records`

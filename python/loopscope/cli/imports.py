@@ -44,12 +44,15 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
     if not src.exists():
         raise InputError(f"{file}: no such file")
     dest = Path(out) if out else I.default_dir(src)
-    made = not dest.exists()
+    existed = dest.exists()
+    if existed and dest.is_dir() and any(dest.iterdir()):
+        raise InputError(f"{dest}: exists and is not empty; give a new directory with -o")
     try:
         res = I.import_file(src, dest, host)
     except BaseException:
-        if made:
-            I.remove_partial(dest)
+        I.remove_partial(dest)  # nothing half-imported is left (an empty directory given stays)
+        if existed:
+            dest.mkdir(exist_ok=True)
         raise
     if as_json:
         click.echo(json.dumps(res))
@@ -101,6 +104,11 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
     if len(caps) > 1:
         raise InputError(f"{run_dir}: captures of {', '.join(c.host for c in caps)}; choose one with --host")
     st = S.open_capture(rd.path, caps[0])
+    seen = set(st.by_event())
+    lacking = [e for e in ("sched_switch",) if e not in seen] + ([] if {"sched_wakeup", "sched_waking"} & seen else ["sched_wakeup or sched_waking"])
+    if lacking:
+        raise InputError(f"{run_dir}: its capture has no {' and no '.join(lacking)} events, so no thread's activations can be measured; record them "
+                         "(trace-cmd record -e sched, perf sched record)")
     names = thread_names(st)
     chosen = {t: n for t, n in names.items() if (not tids or t in tids) and (comm is None or re.search(comm, n)) and (threads_re is None or re.search(threads_re, n))}
     for t in tids:

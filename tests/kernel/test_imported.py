@@ -1,0 +1,156 @@
+"""Recordings of trace-cmd and perf, made here the way users make them,
+imported and measured: their own readers' counts and cyclictest are the checks."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from loopscope.bench import foreign as F
+from loopscope.kernel import capture as C
+from tests.conftest import Cli
+from tests.helpers import assert_clean_error
+
+CYCLICTEST = ["cyclictest", "-m", "-p", "80", "-i", "1000", "-t", "1", "-q", "-D", "1"]
+
+
+def _needs(*tools: str) -> None:
+    if C.tracefs() is None:
+        pytest.skip("needs tracefs to record a trace")
+    for t in tools:
+        if shutil.which(t) is None:
+            pytest.skip(f"needs {t} (scripts/install-deps.sh installs it as root)")
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """cyclictest for a second, as trace-cmd writes it (version 7 zstd, then
+    converted to 7 uncompressed and to 6) and as perf sched record does."""
+    _needs("trace-cmd", "cyclictest")
+    d = tmp_path_factory.mktemp("foreign")
+    v7 = F.trace_dat(d / "v7.dat", CYCLICTEST)
+    out = {"v7": v7}
+    for name, ver, comp in (("v7none", 7, "none"), ("v6", 6, "none")):
+        out[name] = d / f"{name}.dat"
+        import subprocess
+
+        subprocess.run(["trace-cmd", "convert", "--file-version", str(ver), "--compression", comp, "-i", str(v7), "-o", str(out[name])], check=True, capture_output=True)
+    if shutil.which("perf"):
+        out["perf"] = F.perf_data(d / "perf.data", CYCLICTEST)
+    return out
+
+
+@pytest.mark.parametrize("name", ["v7", "v7none", "v6"])
+def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str) -> None:
+    r = cli("import", str(recordings[name]), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["format"] == "trace.dat" and j["version"] == (6 if name == "v6" else 7)
+    assert j["kernel_events"] == F.reported(recordings[name]) > 1000
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    cap = run["kernel"]["captures"][0]
+    assert cap["format"] == "tracefs-segments/1" and cap["imported"]["format"] == "trace.dat" and cap["imported"]["clock"] == "local"
+    assert {"sched_switch", "sched_wakeup", "hrtimer_start"} <= set(cap["events"]) and cap["missing_events"] == []
+
+
+def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    if "perf" not in recordings:
+        pytest.skip("needs perf (linux-perf)")
+    r = cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert j["format"] == "perf.data" and j["kernel_events"] == F.reported(recordings["perf"]) > 1000
+
+
+def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lateness(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    assert cli("import", str(recordings["v7"]), "-o", str(tmp_path / "run")).returncode == 0
+    r = cli("threads", str(tmp_path / "run"), "--comm", "cyclictest", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(r.stdout.strip().splitlines()) == 1
+    j = json.loads(r.stdout)
+    t = max(j["threads"], key=lambda x: x["activations"])
+    assert t["activations"] > 800 and abs(t["period_ns"] - 1_000_000) < 20_000, t
+    # trace-cmd's default clock is not CLOCK_MONOTONIC: the expiries are carried onto it (an error would show as ms)
+    lat = t["timer_lateness_ns"]
+    assert lat is not None and 500 < lat["p50"] < 200_000 and lat["p50"] <= lat["p99"] <= lat["max"], t
+    assert j["kernel_events"] == F.reported(recordings["v7"]) and j["lost_kernel_events"] == 0
+    assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
+
+
+def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measured(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    if "perf" not in recordings:
+        pytest.skip("needs perf (linux-perf)")
+    assert cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run")).returncode == 0
+    r = cli("threads", str(tmp_path / "run"), "--comm", "cyclictest", "--json")
+    assert r.returncode == 0, r.stderr
+    t = max(json.loads(r.stdout)["threads"], key=lambda x: x["activations"])
+    assert t["activations"] > 800 and t["timer_lateness_ns"] is None and t["wakeup_latency_ns"] is not None
+
+
+def test_explain_reads_an_imported_run_and_counts_its_events(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    r = cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run"), "--json")
+    n = json.loads(r.stdout)["kernel_events"]
+    r = cli("explain", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["captures"][0]["events"] == n
+
+
+def test_events_trace_cmd_lost_are_placed_and_the_activations_they_touch_are_incomplete(cli: Cli, tmp_path: Path) -> None:
+    _needs("trace-cmd", "stress-ng")
+    # a buffer far too small for a context-switch storm, overwritten as a flight recorder's is: each CPU's
+    # first page says how many events were dropped before it
+    p = F.trace_dat(tmp_path / "lossy.dat", ["stress-ng", "--switch", "2", "-t", "1", "-q"], buffer_kb=64)
+    r = cli("import", str(p), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["lost_kernel_events"] > 0 and j["lost_windows"] > 0, j
+    assert j["kernel_events"] == F.reported(p)
+    seg = json.loads((tmp_path / "run" / "hosts").glob("*/kernel/segments.jsonl").__next__().read_text().splitlines()[0])
+    # dropped before each CPU's first event, from the recording's first event on any CPU
+    assert all(w["start_ns"] == seg["t_first_ns"] and w["events"] > 0 for w in seg["lost"]), seg["lost"]
+    r = cli("threads", str(tmp_path / "run"), "--comm", "stress-ng", "--json")
+    assert r.returncode == 0, r.stderr
+    t = json.loads(r.stdout)
+    assert t["lost_kernel_events"] == j["lost_kernel_events"]
+    assert sum(x["incomplete"] for x in t["threads"]) > 0
+
+
+def test_a_file_of_neither_format_is_refused_naming_it(cli: Cli, tmp_path: Path) -> None:
+    f = tmp_path / "notes.txt"
+    f.write_text("hello, not a trace\n")
+    assert_clean_error(cli("import", str(f)), 2, "notes.txt", "neither a trace-cmd trace.dat nor a perf.data")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_trace_dat_cut_short_is_refused_saying_where(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    f = tmp_path / "cut.dat"
+    f.write_bytes(recordings["v6"].read_bytes()[:3000])
+    assert_clean_error(cli("import", str(f), "-o", str(tmp_path / "run")), 2, "cut.dat", "cut short")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_trace_dat_version_it_does_not_read_is_named(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    b = bytearray(recordings["v6"].read_bytes()[:4096])
+    b[10] = ord("5")
+    f = tmp_path / "v5.dat"
+    f.write_bytes(bytes(b))
+    assert_clean_error(cli("import", str(f)), 2, "version 5", "6 and 7")
+
+
+def test_a_trace_without_switches_imports_and_threads_says_what_is_missing(cli: Cli, tmp_path: Path) -> None:
+    _needs("trace-cmd")
+    p = F.trace_dat(tmp_path / "irq.dat", ["sleep", "0.2"], events=["irq", "timer/hrtimer_expire_entry"])
+    assert cli("import", str(p), "-o", str(tmp_path / "run")).returncode == 0
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert "sched_switch" in run["kernel"]["captures"][0]["missing_events"]
+    assert_clean_error(cli("threads", str(tmp_path / "run"), "--comm", "."), 2, "sched_switch")
+
+
+def test_import_into_a_directory_that_holds_something_is_refused(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "keep.txt").write_text("mine")
+    assert_clean_error(cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run")), 2, "not empty")
+    assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
