@@ -34,6 +34,8 @@ enum Col {
     Runtime,
     Expires,
     SoftExpires,
+    /// A function pointer, named through the recording's kallsyms (into `Name`; none without them).
+    Func,
 }
 
 /// Per event: which of its fields fill which column.
@@ -49,7 +51,7 @@ fn plan(name: &str) -> &'static [(&'static str, Col)] {
         "softirq_entry" | "softirq_exit" | "softirq_raise" => &[("vec", Name)],
         "netif_receive_skb" => &[("name", Name)],
         "napi_poll" => &[("dev_name", Name)],
-        "hrtimer_start" => &[("expires", Expires), ("softexpires", SoftExpires)],
+        "hrtimer_start" => &[("expires", Expires), ("softexpires", SoftExpires), ("function", Func)],
         // the timer base's clock when it fired (CLOCK_MONOTONIC for most timers): places expiries on a capture of another clock
         "hrtimer_expire_entry" => &[("now", Expires)],
         _ => &[],
@@ -179,11 +181,13 @@ pub struct Decoder {
     pub cols: Columns,
     pub lost: Losses,
     pub counts: Counts,
+    /// Function addresses → interned names (a recording's kallsyms; empty for a live capture).
+    ksyms: rustc_hash::FxHashMap<u64, i64>,
 }
 
 impl Decoder {
     pub fn new(layout: PageLayout, formats: Vec<Format>) -> Self {
-        let mut d = Decoder { layout, known: Vec::new(), events: Vec::new(), strings: Interner::default(), last: HashMap::new(), cols: Columns::default(), lost: Losses::default(), counts: Counts::default() };
+        let mut d = Decoder { layout, known: Vec::new(), events: Vec::new(), strings: Interner::default(), last: HashMap::new(), cols: Columns::default(), lost: Losses::default(), counts: Counts::default(), ksyms: Default::default() };
         d.strings.get(b"R");
         for f in formats {
             let fields = plan(&f.name)
@@ -225,6 +229,22 @@ impl Decoder {
         self.lost.end_ns.push(end);
         self.lost.events.push(events);
         self.lost.why.push(why.to_string());
+    }
+
+    /// Name function pointers (a timer's `function`) from a /proc/kallsyms text:
+    /// its code symbols only.
+    pub fn set_kallsyms(&mut self, text: &str) {
+        for l in text.lines() {
+            let mut it = l.split_ascii_whitespace();
+            let (Some(a), Some(t), Some(n)) = (it.next(), it.next(), it.next()) else { continue };
+            if !matches!(t, "t" | "T") {
+                continue;
+            }
+            if let Ok(addr) = u64::from_str_radix(a, 16) {
+                let i = self.strings.get(n.as_bytes());
+                self.ksyms.entry(addr).or_insert(i);
+            }
+        }
     }
 
     /// Room for `n` more events (a reader that knows its batch size asks once).
@@ -299,7 +319,7 @@ impl Decoder {
         };
         let event = k.event as i32;
         let pid = d.get(4..8).map(|s| i32::from_le_bytes(s.try_into().unwrap())).unwrap_or(-1);
-        let mut vals = [NONE; 11];
+        let mut vals = [NONE; 12];
         let strings = &mut self.strings;
         for f in &k.fields {
             let v = if f.is_string {
@@ -310,6 +330,10 @@ impl Decoder {
             } else {
                 let Some(x) = int_of(d, f) else { continue };
                 match f.col {
+                    Col::Func => match self.ksyms.get(&(x as u64)) {
+                        Some(&i) => i,
+                        None => continue,
+                    },
                     Col::PrevState => state_code(x as u64, &k.symbols),
                     Col::Name if !k.symbols.is_empty() => match k.symbols.iter().find(|(v, _)| *v == x as u64) {
                         Some((_, i)) => *i,
@@ -319,7 +343,8 @@ impl Decoder {
                     _ => x,
                 }
             };
-            vals[f.col as usize] = v;
+            let col = if f.col == Col::Func { Col::Name } else { f.col };
+            vals[col as usize] = v;
         }
         let c = &mut self.cols;
         c.t_ns.push(t);

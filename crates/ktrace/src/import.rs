@@ -74,6 +74,7 @@ impl TraceDat {
             streams.push(CpuStream::new(&f, c, page, meta.compression)?);
         }
         let mut dec = Decoder::new(layout, fs);
+        dec.set_kallsyms(&meta.kallsyms);
         // A CPU whose first page says events were dropped before it (a buffer
         // that wrapped, as a flight recorder's does) lost them from when the
         // recording began, at the first stamp of any CPU, to its own first event.
@@ -188,7 +189,9 @@ impl Perf {
         let perf_version = s(file.perf_version());
         let command = file.cmdline().ok().flatten().map(|v| v.join(" "));
         let nr_cpus = file.nr_cpus().ok().flatten().map(|n| n.nr_cpus_available);
-        Ok(Perf { file, iter: r.record_iter, dec: Decoder::new(layout, fs), meta, bad_formats, counts: PerfCounts::default(), hostname, os_release, perf_version, command, nr_cpus })
+        let mut dec = Decoder::new(layout, fs);
+        dec.set_kallsyms(&meta.kallsyms);
+        Ok(Perf { file, iter: r.record_iter, dec, meta, bad_formats, counts: PerfCounts::default(), hostname, os_release, perf_version, command, nr_cpus })
     }
 
     /// Decode records in time order until about `records` more samples are

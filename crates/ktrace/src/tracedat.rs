@@ -91,6 +91,8 @@ pub struct Meta {
     pub header_page: String,
     /// (system, format file text), every event the file describes.
     pub formats: Vec<(String, String)>,
+    /// /proc/kallsyms of the recording machine (names a timer's function).
+    pub kallsyms: String,
     /// saved_cmdlines: pid → comm.
     pub cmdlines: Vec<(i32, String)>,
     pub clock: Option<String>,
@@ -285,7 +287,7 @@ pub fn tracing_data(b: &[u8]) -> R<Meta> {
     ftrace_formats(s, &mut m)?;
     event_formats(s, &mut m)?;
     let n = s.u32("kallsyms' size")?;
-    s.skip(n as u64, "kallsyms")?;
+    m.kallsyms = s.text(n as u64, "kallsyms")?;
     let n = s.u32("printk formats' size")?;
     s.skip(n as u64, "printk formats")?;
     if let Ok(n) = s.u64("the command lines' size") {
@@ -351,7 +353,7 @@ fn v6(s: &mut Disk<'_>, m: &mut Meta) -> R<()> {
     ftrace_formats(s, m)?;
     event_formats(s, m)?;
     let n = s.u32("kallsyms' size")?;
-    s.skip(n as u64, "kallsyms")?;
+    m.kallsyms = s.text(n as u64, "kallsyms")?;
     let n = s.u32("printk formats' size")?;
     s.skip(n as u64, "printk formats")?;
     let n = s.u64("the command lines' size")?;
@@ -461,6 +463,10 @@ fn v7(s: &mut Disk<'_>, m: &mut Meta) -> R<()> {
             16 => header_info(b, m)?,
             17 => ftrace_formats(b, m)?,
             18 => event_formats(b, m)?,
+            19 => {
+                let n = b.u32("kallsyms' size")?;
+                m.kallsyms = b.text(n as u64, "kallsyms")?;
+            }
             21 => {
                 let n = b.u64("the command lines' size")?;
                 m.cmdlines = cmdlines(&b.text(n, "the command lines")?);

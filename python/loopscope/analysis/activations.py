@@ -52,6 +52,8 @@ COLUMNS = {
 WAKE_EVENTS = ("sched_wakeup", "sched_waking")
 
 
+#: the function of the timer a thread sleeps on (nanosleep, clock_nanosleep, poll and select timeouts)
+SLEEP_TIMER = "hrtimer_wakeup"
 #: clocks whose stamps are CLOCK_MONOTONIC (timer expiries need no carrying)
 MONO_CLOCKS = ("mono",)
 #: the neighbouring offsets whose smallest is taken, and how far from the
@@ -100,7 +102,9 @@ def _thread_events(ev: pl.DataFrame, tids: list[int], clock: str = "mono") -> pl
         part(sw.filter(pl.col("target").cast(pl.Int64).is_in(want)), "target", "out", sleep=pl.col("prev_state").fill_null("R") != "R"),
         part(ev.filter(pl.col("event").is_in(WAKE_EVENTS) & pl.col("target").cast(pl.Int64).is_in(want)), "target", "wake"),
         # the time the thread asked for: the soft expiry (the hard one adds its timer slack)
-        _on_clock(part(ev.filter((pl.col("event") == "hrtimer_start") & pl.col("pid").cast(pl.Int64).is_in(want) & pl.col("expires").is_not_null()), "pid", "arm",
+        # a sleep's own timer (hrtimer_wakeup); a capture that filtered them in the kernel keeps no name
+        _on_clock(part(ev.filter((pl.col("event") == "hrtimer_start") & pl.col("pid").cast(pl.Int64).is_in(want) & pl.col("expires").is_not_null()
+                                 & (pl.col("name").is_null() | (pl.col("name") == SLEEP_TIMER))), "pid", "arm",
                        value=pl.coalesce("softexpires", "expires")), None if clock in MONO_CLOCKS else mono_offsets(ev)),
         part(ev.filter((pl.col("event") == "sched_stat_runtime") & pl.col("target").cast(pl.Int64).is_in(want) & pl.col("runtime").is_not_null()), "target", "run",
              value=pl.col("runtime")),
@@ -111,7 +115,7 @@ def _thread_events(ev: pl.DataFrame, tids: list[int], clock: str = "mono") -> pl
     return pl.concat(parts).sort("tid", "t_ns", order)
 
 
-def _first_in_missing(per: pl.DataFrame, ev: pl.DataFrame, tids: list[int]) -> pl.DataFrame:
+def _first_in_missing(per: pl.DataFrame, ev: pl.DataFrame, tids: list[int], others: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per activation whose switch-in the kernel did not trace (this VM
     leaves out the switches of one CPU's idle task), when it began to run:
     no later than the first event recorded in the thread's own context after
@@ -130,14 +134,16 @@ def _first_in_missing(per: pl.DataFrame, ev: pl.DataFrame, tids: list[int]) -> p
     got = need.join_asof(mine, left_on="after", right_on="seen", by="tid", strategy="forward", check_sortedness=False).drop_nulls("seen")
     if not len(got):
         return empty
-    others = ev.select(pl.col("t_ns").alias("lower"), pl.col("cpu").cast(pl.Int32)).sort("lower")
+    others = (others if others is not None else ev).select(pl.col("t_ns").alias("lower"), pl.col("cpu").cast(pl.Int32)).sort("lower")
     return got.with_columns((pl.col("seen") - 1).alias("before")).sort("before").join_asof(
         others, left_on="before", right_on="lower", by="cpu", strategy="backward", check_sortedness=False).select("tid", "act", "lower", "seen")
 
 
-def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono") -> pl.DataFrame:
+def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono", others: pl.DataFrame | None = None) -> pl.DataFrame:
     """One row per activation of each thread in ``tids`` (``COLUMNS``).
-    ``ev``: kernel events (``kernel.store`` columns, text decoded); ``lost``:
+    ``ev``: kernel events (``kernel.store`` columns, text decoded): all of
+    them, or at least those of the threads and their wake-ups, switches and
+    timers, with ``others`` the (t_ns, cpu) of every event; ``lost``:
     windows of lost events (cpu, start_ns, end_ns), each making the
     activations it overlaps incomplete; ``clock``: the capture's trace clock."""
     if not len(ev) or not tids:
@@ -159,7 +165,7 @@ def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = N
         (pl.col("cpu").filter(is_in | (pl.col("kind") == "run")).diff().fill_null(0) != 0).sum().cast(pl.Int64).alias("migrations"),
         is_in.sum().alias("n_in"), is_out.sum().alias("n_out"),
     ).sort("tid", "act").with_columns(pl.col("off_ns").shift(1).over("tid").alias("prev_off"))
-    inferred = _first_in_missing(per, ev, tids)
+    inferred = _first_in_missing(per, ev, tids, others)
     per = per.join(inferred, on=["tid", "act"], how="left").with_columns(
         # its first switch-in, traced or inferred (never before its wake-up)
         pl.when(pl.col("seen").is_not_null())

@@ -24,7 +24,7 @@ import polars as pl
 from typing_extensions import TypedDict
 
 from loopscope.analysis import attribution as A
-from loopscope.analysis.activations import activations
+from loopscope.analysis.activations import MONO_CLOCKS, activations
 from loopscope.kernel import store as S
 
 
@@ -82,6 +82,23 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
+def thread_events(st: S.Store, tids: list[int]) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """What ``activations`` needs of a capture for ``tids``, without decoding
+    the rest: the events in their context or naming them (switches, wake-ups,
+    their timers and run time), the timer interrupts when the capture's clock
+    is not CLOCK_MONOTONIC, and the (t_ns, cpu) of every event; one filtered
+    scan of the segment files, text decoded for the rows kept only."""
+    if st.legacy is not None or not st.files():
+        return st.load(st.t_first or 0, st.t_last or 0), None
+    want = pl.Series(tids, dtype=pl.Int32).implode()
+    mine = pl.col("pid").is_in(want) | pl.col("target").is_in(want) | pl.col("next_pid").is_in(want)
+    if st.clock not in MONO_CLOCKS and "hrtimer_expire_entry" in st.event_names:
+        mine = mine | (pl.col("event") == st.event_names.index("hrtimer_expire_entry"))
+    lf = pl.scan_parquet(st.files())
+    rel, others = pl.collect_all([lf.filter(mine), lf.select("t_ns", "cpu")])
+    return S.full(S.decode_text(rel.sort("t_ns", maintain_order=True), st.strings, st.event_names)), others
+
+
 def thread_names(st: S.Store) -> dict[int, str]:
     """``names_in`` over a whole capture, reading its switches alone."""
     if st.legacy is not None:
@@ -137,8 +154,8 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     (``lab: …``), so that loopscope is told apart from the program's neighbours;
     ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
     (a command's start and its stop are the measuring side's doing, not its)."""
-    ev = st.load(st.t_first or 0, st.t_last or 0)
-    act = activations(ev, list(threads), st.lost, st.clock)
+    ev, others = thread_events(st, list(threads))
+    act = activations(ev, list(threads), st.lost, st.clock, others)
     if window is not None:
         act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
     causes = _causes(st, act, roles or {})

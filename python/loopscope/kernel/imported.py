@@ -150,7 +150,8 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
         raise InputError(f"{out}: exists and is not empty; give a new directory with -o")
     imp = _native.KtraceImport(str(path), kind)
     meta = imp.meta()
-    host = host or str(meta.get("hostname") or "") or "imported"
+    uname = str(meta.get("uname") or "").split()
+    host = host or str(meta.get("hostname") or "") or (uname[1] if len(uname) > 1 else "") or "imported"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", host):
         raise InputError(f"--host {host!r}: a host name is letters, digits, '.', '_' and '-'")
     notes: list[str] = [f"{len(meta['bad_formats'])} event format(s) in the file do not parse; their records count as unknown: "
