@@ -24,6 +24,7 @@ import click
 from loopscope.cli.base import Duration, _console
 from loopscope.cli.probe import probe
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
+from loopscope.probes.threads import tasks
 from loopscope.units import format_ns
 
 if TYPE_CHECKING:
@@ -32,20 +33,6 @@ if TYPE_CHECKING:
 #: how often the target's threads are listed while it runs (this process is
 #: SCHED_IDLE meanwhile: it only runs where nothing else wants the CPU)
 POLL_S = 0.1
-
-
-def _tasks(pid: int) -> dict[int, str]:
-    """A process's threads now (tid → name); {} once it is gone."""
-    out = {}
-    try:
-        for t in os.listdir(f"/proc/{pid}/task"):
-            try:
-                out[int(t)] = Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
-            except OSError:
-                continue
-    except OSError:
-        pass
-    return out
 
 
 def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool]:
@@ -59,7 +46,7 @@ def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: 
     try:
         while end is None or time.monotonic() < end:
             if pid is not None:
-                now = _tasks(pid)
+                now = tasks(pid)
                 if not now and (child is None or child.poll() is not None):
                     break
                 seen.update(now)
@@ -161,7 +148,7 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
             what = f"--comm {comm!r}" if comm else f"pid {target}"
             raise InputError(f"no thread of {what}{f' matching --threads {threads_re!r}' if threads_re else ''} ran while the capture recorded")
         # this process's own threads (its /proc polling, the capture's reader) are the lab's
-        own = {t: "lab: probe" for t in _tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
+        own = {t: "lab: probe" for t in tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
         res = summarize(st, chosen, own, (a, b))
     if as_json:
         click.echo(json.dumps(res))

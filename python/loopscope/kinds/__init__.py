@@ -10,7 +10,7 @@ loop, if any, under ``crates/probes``), then add one line below.
 
 from __future__ import annotations
 
-from loopscope.kinds import app, pipeline, program, rr, sched, sync, syscall, timer
+from loopscope.kinds import app, pipeline, program, rr, sched, sync, syscall, threads, timer
 from loopscope.analysis.registry import Registry
 from loopscope.kinds.base import Kinds, ProbeKind, Series, StepContext, StepRows
 
@@ -23,6 +23,7 @@ KINDS.add(program.KIND)
 KINDS.add(app.KIND)
 KINDS.add(rr.KIND)
 KINDS.add(sync.KIND)
+KINDS.add(threads.KIND)
 
 #: the registry as analysis and the report read it: the type checker holds KINDS to that contract here
 REGISTRY: Registry = KINDS

@@ -64,6 +64,15 @@ Tag = Callable[[pl.DataFrame], pl.DataFrame]
 class RunFiles(Protocol):
     """A run directory's files, for a kind building its rows."""
 
+    run: RunRecord
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    def kernel(self, host: str) -> Any:
+        """The kernel capture covering ``host`` (a ``kernel.store.Store``, opened once); None without one."""
+        ...
+
     def trace(self, rel: str) -> pl.DataFrame | None:
         """A trace of the run (read once, shared); None when it is missing."""
         ...

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from loopscope.errors import InputError
 from loopscope.probes.params import (
     EchoParams, Launch, Params, PipeNodeParams, PipeSinkParams, PipeSourceParams, ProgramParams, RrParams, SchedParams, SyncParams, SyncServeParams,
-    SyscallParams, TimerParams,
+    SyscallParams, ThreadsParams, TimerParams,
 )
 
 #: kind → (its parameter model, the module and function that run it from a Launch)
@@ -28,6 +28,7 @@ LAUNCHED: dict[str, tuple[type[Params], str, str]] = {
     "syscall": (SyscallParams, "loopscope.probes.syscall", "launched"),
     "rr": (RrParams, "loopscope.probes.net", "rr_launched"),
     "program": (ProgramParams, "loopscope.probes.program", "launched"),
+    "threads": (ThreadsParams, "loopscope.probes.threads", "launched"),
     # the lab's helpers
     "rr-echo": (EchoParams, "loopscope.probes.net", "echo_launched"),
     "pipe-source": (PipeSourceParams, "loopscope.probes.pipeline", "source_launched"),

@@ -98,6 +98,23 @@ class StepFiles:
     def __init__(self, run: RunRecord, files: Files) -> None:
         self.run, self.files = run, files
         self._place: Placement | None = None
+        self._kernels: dict[str, Any] = {}
+
+    @property
+    def run_dir(self) -> Path:
+        return self.files.root
+
+    def kernel(self, host: str) -> Any:
+        """The capture covering ``host``, opened once (None: none, or unreadable)."""
+        from loopscope.kernel import store as S
+
+        if host not in self._kernels:
+            cap = next((c for c in self.run.captures if c.data and (host in c.covers or c.host == host)), None)
+            try:
+                self._kernels[host] = S.open_capture(self.files.root, cap) if cap is not None else None
+            except S.CaptureError:
+                self._kernels[host] = None
+        return self._kernels[host]
 
     def trace(self, rel: str) -> pl.DataFrame | None:
         return self.files.trace(rel)

@@ -1,0 +1,245 @@
+"""The ``threads`` probe's process: which threads to measure, and when.
+
+It measures nothing itself: the lab's kernel capture records the threads,
+and the ``threads`` kind (``kinds/threads.py``) finds their activations in
+it after the run. This process starts the command (in a session of its
+own, pinned and at SCHED_FIFO when asked) or attaches to threads already
+running (a pid, a thread-name pattern, a cgroup), lists their threads from
+/proc while the step runs (every ``POLL_S``, at SCHED_IDLE, so that it runs
+only where nothing else wants a CPU; the command's start-up and stop are
+left out of the measured window), and prints one JSON object: the threads
+seen (tid → name), the measured window on the kernel's CLOCK_MONOTONIC, its
+own thread ids (the lab's, told apart in attribution) and how the command
+ended. It writes an empty trace so the run's tables stay whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from typing_extensions import NotRequired, TypedDict
+
+from loopscope.errors import InputError, RunError
+from loopscope.probes.common import envelope
+from loopscope.probes.params import Attach, Launch, ThreadsParams
+
+#: how often the target's threads are listed (this process is SCHED_IDLE meanwhile)
+POLL_S = 0.5
+#: thread-name patterns scan all of /proc: less often
+SCAN_S = 2.0
+#: a command settles before it is measured (its exec and start-up are the lab's doing)
+SETTLE_S = 0.05
+
+
+class ThreadsProbeJson(TypedDict):
+    """What the threads probe's process prints."""
+
+    probe: str
+    loopscope: str
+    json_format: int
+    seen: dict[str, str]
+    window_ns: list[int]
+    own_tids: list[int]
+    target: str
+    ended: str
+    note: NotRequired[str]
+    interrupted: NotRequired[bool]
+
+
+def tasks(pid: int) -> dict[int, str]:
+    """A process's threads now (tid → name); {} once it is gone. The main
+    thread of a process with others is named ``<name> (main)``: programs
+    often give their workers the process's own name (cyclictest does), and
+    threads are compared by name."""
+    out = {}
+    try:
+        for t in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out[int(t)] = Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
+            except OSError:
+                continue
+    except OSError:
+        pass
+    if len(out) > 1 and pid in out:
+        out[pid] += " (main)"
+    return out
+
+
+def named(rx: str, skip: set[int]) -> dict[int, str]:
+    """Every thread on the host whose name matches ``rx`` (not those in ``skip``)."""
+    pat = re.compile(rx)
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        for tid, comm in tasks(int(p)).items():
+            if tid not in skip and pat.search(comm):
+                out[tid] = comm
+    return out
+
+
+def in_cgroup(path: str) -> dict[int, str]:
+    """The threads of a cgroup (v2: cgroup.threads)."""
+    base = Path(path) if path.startswith("/sys/fs/cgroup") else Path("/sys/fs/cgroup") / path.lstrip("/")
+    out = {}
+    try:
+        for t in (base / "cgroup.threads").read_text().split():
+            try:
+                out[int(t)] = Path(f"/proc/{t}/comm").read_text().strip()
+            except OSError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
+def attach_problem(a: Attach) -> str | None:
+    """Why an attach target matches nothing on this host now (None: it does)."""
+    if a.pid is not None and not Path(f"/proc/{a.pid}").exists():
+        return f"attach: pid {a.pid}: no such process on this host"
+    if a.comm is not None and not named(a.comm, {os.getpid()}):
+        return f"attach: comm {a.comm!r}: no thread of that name runs on this host"
+    if a.cgroup is not None:
+        base = Path(a.cgroup) if a.cgroup.startswith("/sys/fs/cgroup") else Path("/sys/fs/cgroup") / a.cgroup.lstrip("/")
+        if not (base / "cgroup.threads").exists():
+            return f"attach: cgroup {a.cgroup}: no such cgroup (v2) on this host"
+        if not in_cgroup(a.cgroup):
+            return f"attach: cgroup {a.cgroup}: it holds no thread"
+    return None
+
+
+def kernel_now() -> int:
+    """The kernel's CLOCK_MONOTONIC (this process may sit in a time namespace)."""
+    from loopscope.kernel.capture import timens_offset_ns
+
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - timens_offset_ns()
+
+
+def _listed(p: ThreadsParams, child: subprocess.Popen[bytes] | None, own: set[int], last_scan: list[float]) -> dict[int, str] | None:
+    """The target's threads now; None when the target is gone."""
+    a = p.attach
+    if child is not None:
+        now = tasks(child.pid)
+        return now if now or child.poll() is None else None
+    assert a is not None
+    if a.pid is not None:
+        return tasks(a.pid) or None
+    if a.cgroup is not None:
+        return in_cgroup(a.cgroup)
+    if time.monotonic() - last_scan[0] < SCAN_S:
+        return {}
+    last_scan[0] = time.monotonic()
+    return named(str(a.comm), own)
+
+
+def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int]:
+    """Until the step's time is up or the target is gone: its threads as seen,
+    whether the target went away first, and when the measured window ends on
+    the kernel's clock: when the last sleep was due to end (what this
+    process does once awake, listing and stopping, is left out), or when the
+    target was found gone."""
+    seen: dict[int, str] = {}
+    own = {int(t) for t in os.listdir("/proc/self/task")}
+    end = time.monotonic() + duration_ns / 1e9
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except OSError:
+        pass
+    last_scan = [0.0]
+    gone = False
+    b = kernel_now()
+    while time.monotonic() < end:
+        now = _listed(p, child, own, last_scan)
+        if now is None:
+            gone = True
+            b = kernel_now()
+            break
+        seen.update(now)
+        nap = min(POLL_S, max(0.0, end - time.monotonic()))
+        b = kernel_now() + int(nap * 1e9)
+        time.sleep(nap)
+    if p.threads is not None:
+        rx = re.compile(p.threads)
+        seen = {t: n for t, n in seen.items() if rx.search(n)}
+    return seen, gone, b
+
+
+def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
+    assert p.command is not None
+    env = {**os.environ, **p.env}
+    env.pop("LOOPSCOPE_PDEATHSIG", None)
+    env.pop("LOOPSCOPE_COMM", None)
+
+    def pre() -> None:
+        from loopscope.lineage import die_with_parent
+
+        die_with_parent(parent=os.getppid())
+        if p.cpu:
+            os.sched_setaffinity(0, p.cpu)
+        if p.priority:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(p.priority))
+
+    try:
+        return subprocess.Popen(p.command, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
+                                start_new_session=True, preexec_fn=pre, cwd=p.cwd)
+    except FileNotFoundError:
+        raise InputError(f"threads: cannot start {p.command[0]!r}: no such file on this host") from None
+    except subprocess.SubprocessError as e:
+        raise RunError(f"threads: cannot start {p.command[0]!r}: {e}") from None
+    except OSError as e:
+        raise RunError(f"threads: cannot start {p.command[0]!r}: {e.strerror}") from None
+
+
+def _stop(child: subprocess.Popen[bytes]) -> str:
+    """SIGINT, then SIGKILL after 2 s: how it ended."""
+    if child.poll() is None:
+        os.killpg(child.pid, signal.SIGINT)
+        try:
+            child.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+        return f"stopped (exit {child.returncode})"
+    return f"exited ({child.returncode})"
+
+
+def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
+    """One step: start or attach, list the threads for the step's time, say which and when."""
+    if launch.trace:
+        from loopscope.trace import api as trace_api
+
+        Path(launch.trace).parent.mkdir(parents=True, exist_ok=True)
+        trace_api.open(Path(launch.trace), groups=["loopscope"]).close()
+    if p.attach is not None and (why := attach_problem(p.attach)):
+        raise InputError(why)
+    child = _start(p) if p.command is not None else None
+    interrupted = False
+    try:
+        if child is not None:
+            time.sleep(SETTLE_S)
+        a = kernel_now()
+        try:
+            seen, gone, b = watch(p, child, launch.duration_ns)
+        except KeyboardInterrupt:
+            seen, gone, interrupted, b = {}, False, True, kernel_now()
+        ended = _stop(child) if child is not None else ("gone" if gone else "attached")
+    finally:
+        if child is not None and child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+    stamp = envelope("threads")
+    target = " ".join(p.command) if p.command else (f"pid {p.attach.pid}" if p.attach and p.attach.pid else
+                                                     f"comm {p.attach.comm!r}" if p.attach and p.attach.comm else f"cgroup {p.attach.cgroup if p.attach else ''}")
+    out: ThreadsProbeJson = {**stamp, "seen": {str(t): n for t, n in sorted(seen.items())}, "window_ns": [a, b],  # type: ignore[typeddict-item]
+                             "own_tids": sorted(int(t) for t in os.listdir("/proc/self/task")), "target": target, "ended": ended}
+    if not seen:
+        out["note"] = f"no thread of {target}{f' matching {p.threads!r}' if p.threads else ''} was seen while the step ran"
+    if interrupted:
+        out["interrupted"] = True
+    return out
