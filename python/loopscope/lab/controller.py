@@ -99,6 +99,9 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
             notes.append(f"probes.{i}.priority: SCHED_FIFO needs CAP_SYS_NICE; the probe will say if it ran SCHED_OTHER")
         if isinstance(p, Params):
             notes += [f"probes.{i}.{n}" for n in p.notes_here()]
+            if kinds.get(getattr(p, "host", None) or exp.hosts[0].name) != "ssh":
+                # what only this machine can say (a process to attach to); CPUs are said above
+                problems += [f"{where(file, f'probes.{i}')}: probes.{i}.{x}" for x in p.check_here() if not x.startswith("cpu:")]
     if run_dir is not None and run_dir.exists():
         problems.append(f"{run_dir}: the run directory already exists; nothing was overwritten (choose another --run-dir or remove it)")
     target = run_dir.parent if run_dir is not None else results
