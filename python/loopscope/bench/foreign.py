@@ -31,6 +31,26 @@ def _w(p: Path, v: str) -> None:
     p.write_text(v)
 
 
+def _run_all(command: list[str], timeout: float = 600) -> None:
+    """Run a command in a session of its own; on a timeout its whole group
+    is killed (a load's workers included), and the timeout said."""
+    import os
+    import signal
+
+    p = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        p.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        raise RunError(f"{command[0]} did not end within {timeout:g} s", component="bench") from None
+    finally:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)  # whatever it left behind
+        except ProcessLookupError:
+            pass
+
+
 def trace_dat(out: Path, command: list[str], events: list[str] | None = None, buffer_kb: int = 4096, clock: str = "local",
               version: int = 7, compression: str = "zstd", overwrite: bool = True) -> Path:
     """Record ``command`` into ``out`` (a trace.dat of ``version`` and ``compression``)."""
@@ -49,7 +69,7 @@ def trace_dat(out: Path, command: list[str], events: list[str] | None = None, bu
             _w(inst / "events" / e / "enable", "1")
         _w(inst / "tracing_on", "1")
         try:
-            subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600, check=False)
+            _run_all(command)
         finally:
             _w(inst / "tracing_on", "0")
         raw = out.with_suffix(".v7.dat") if (version, compression) != (7, "zstd") else out

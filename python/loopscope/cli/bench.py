@@ -128,6 +128,42 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
     return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo), as_json, kcapture.print_human)
 
 
+@bench.command("threads")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@click.option("--quick", is_flag=True, help="One short pair: for smoke tests, not for figures.")
+@click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of runs [4, more up to 12 until the noise floor is within 1.05].")
+@click.option("--seconds", type=float, default=None, help="Length of each run [10; quick: 2].")
+def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float | None) -> int:
+    """cyclictest measured by loopscope from the kernel against its own histogram, and what watching costs it (alternating runs).
+
+    \b
+    Examples:
+      loopscope bench threads --json
+      loopscope bench threads --pairs 8 --seconds 20
+    """
+    from loopscope.bench import threads as bt
+
+    return _report(bt.run(quick=quick, pairs=pairs, seconds=seconds, progress=None if as_json else click.echo), as_json, bt.print_human)
+
+
+@bench.command("import")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@click.option("--quick", is_flag=True, help="A small recording, once: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="How long the busy load is recorded, whole seconds [4; quick: 1].")
+@click.option("--repeat", type=click.IntRange(min=1), default=None, help="Repetitions per file [3; quick: 1].")
+def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int | None) -> int:
+    """Reading trace-cmd's and perf's recordings of a busy machine: import and threads rates against trace-cmd report / perf script.
+
+    \b
+    Examples:
+      loopscope bench import --json
+      loopscope bench import --seconds 20 --repeat 5
+    """
+    from loopscope.bench import imports as bi
+
+    return _report(bi.run(quick=quick, seconds=seconds, repeat=repeat, progress=None if as_json else click.echo), as_json, bi.print_human)
+
+
 @bench.command("explain")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on one line, the last of stdout (progress goes to stderr).")
 @click.option("--case", "only", multiple=True, help="Run only this case (repeatable) [every case].")

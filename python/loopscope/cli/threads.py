@@ -36,30 +36,27 @@ POLL_S = 0.1
 
 
 def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool]:
-    """Until the duration is up or the target is gone: its threads as seen, and whether Ctrl-C ended it."""
+    """Until the duration is up or the target is gone: its threads as seen,
+    and whether Ctrl-C ended it. It sleeps at the normal policy (the end is
+    noticed on a CPU-bound machine) and lists at SCHED_IDLE."""
+    from loopscope.probes.threads import set_idle
+
     seen: dict[int, str] = {}
     end = time.monotonic() + duration_ns / 1e9 if duration_ns else None
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except OSError:
-        pass
-    try:
         while end is None or time.monotonic() < end:
+            if child is not None and child.poll() is not None:
+                break  # reaped first: an exited child's /proc entry lingers until then
             if pid is not None:
+                set_idle(idle=True)
                 now = tasks(pid)
-                if not now and (child is None or child.poll() is not None):
+                set_idle(idle=False)
+                if not now:
                     break
                 seen.update(now)
-            elif child is not None and child.poll() is not None:
-                break
-            time.sleep(POLL_S)
+            time.sleep(POLL_S if end is None else min(POLL_S, max(0.0, end - time.monotonic())))
     except KeyboardInterrupt:
         return seen, True
-    finally:
-        try:
-            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-        except OSError:
-            pass
     return seen, False
 
 

@@ -125,8 +125,9 @@ def _listed(p: ThreadsParams, child: subprocess.Popen[bytes] | None, own: set[in
     """The target's threads now; None when the target is gone."""
     a = p.attach
     if child is not None:
-        now = tasks(child.pid)
-        return now if now or child.poll() is None else None
+        if child.poll() is not None:
+            return None  # reaped first: an exited child's /proc entry lingers until then
+        return tasks(child.pid)
     assert a is not None
     if a.pid is not None:
         return tasks(a.pid) or None
@@ -138,24 +139,32 @@ def _listed(p: ThreadsParams, child: subprocess.Popen[bytes] | None, own: set[in
     return named(str(a.comm), own)
 
 
+def set_idle(idle: bool) -> None:
+    """This thread at SCHED_IDLE (True) or back at the normal policy."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+    except OSError:
+        pass
+
+
 def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int]:
     """Until the step's time is up or the target is gone: its threads as seen,
     whether the target went away first, and when the measured window ends on
     the kernel's clock: when the last sleep was due to end (what this
     process does once awake, listing and stopping, is left out), or when the
-    target was found gone."""
+    target was found gone. It sleeps at the normal policy (so that the end
+    of the step is noticed on a CPU-bound machine) and lists at SCHED_IDLE
+    (so that the listing runs only where nothing else wants a CPU)."""
     seen: dict[int, str] = {}
     own = {int(t) for t in os.listdir("/proc/self/task")}
     end = time.monotonic() + duration_ns / 1e9
-    try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    except OSError:
-        pass
     last_scan = [0.0]
     gone = False
     b = kernel_now()
     while time.monotonic() < end:
+        set_idle(idle=True)
         now = _listed(p, child, own, last_scan)
+        set_idle(idle=False)
         if now is None:
             gone = True
             b = kernel_now()

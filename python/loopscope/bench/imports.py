@@ -1,0 +1,143 @@
+"""``loopscope bench import``: reading other tools' recordings, against their own readers.
+
+A busy recording is made here (``stress-ng --switch`` on every CPU: context
+switches, wake-ups, timers and interrupts, the densest traffic a scheduler
+trace has), as trace-cmd writes it (``trace-cmd extract``: version 7,
+zstd) and converted to version 6 and to uncompressed version 7, and as
+``perf record -e sched:… `` writes it. For each file, ``repeat`` times,
+alternating:
+
+- ``loopscope import`` into the segment format: events per second, its
+  peak RSS (the import's memory is bounded by a batch, not by the file),
+  and its count of events against the recorder's own reader's;
+- the peer: ``trace-cmd report`` / ``perf script`` reading the same file
+  into text (the recorder's own way out of its format), events per second;
+- ``loopscope threads RUN --comm stress-ng`` on the imported run: events
+  of the capture per second of analysis (the weakest case: the threads
+  measured are the trace's every event).
+
+Figures are medians over the repetitions; the ratio is loopscope's rate
+over the peer's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from typing_extensions import TypedDict
+
+from loopscope.bench import foreign as F
+from loopscope.errors import RunError
+
+#: what the busy recordings enable
+EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "sched/sched_migrate_task", "sched/sched_stat_runtime", "irq",
+          "timer/hrtimer_start", "timer/hrtimer_expire_entry"]
+
+
+class FileFigures(TypedDict):
+    file: str
+    bytes: int
+    events: int
+    reported: int
+    counts_equal: bool
+    import_events_per_s: float
+    import_rss_mb: float
+    peer: str
+    peer_events_per_s: float
+    ratio: float
+    threads_events_per_s: float | None
+
+
+class ImportBench(TypedDict):
+    """What ``loopscope bench import --json`` prints."""
+
+    files: list[FileFigures]
+    repeat: int
+    seconds: float
+
+
+def _rss_of(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
+    """Wall seconds and peak RSS (MB) of one command (its own, through wait4)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    out, err = p.stdout.read(), p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
+    return time.perf_counter() - t0, ru.ru_maxrss / 1024, subprocess.CompletedProcess(cmd, p.returncode, out.decode(), err.decode())
+
+
+def _peer_rate(path: Path, events: int) -> tuple[str, float]:
+    with open(path, "rb") as f:
+        dat = f.read(3) == b"\x17\x08\x44"
+    cmd = ["trace-cmd", "report", "-i", str(path)] if dat else ["perf", "script", "-i", str(path)]
+    t0 = time.perf_counter()
+    subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    return cmd[0] + " " + cmd[1], events / (time.perf_counter() - t0)
+
+
+def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | None) -> FileFigures:
+    reported = F.reported(path)
+    imp: list[tuple[float, float, int]] = []
+    peer: list[float] = []
+    thr: list[float] = []
+    name = ""
+    for i in range(repeat):
+        out = work / f"run-{path.stem}-{i}"
+        secs, rss, r = _rss_of([sys.executable, "-m", "loopscope.cli", "import", str(path), "-o", str(out), "--json"])
+        if r.returncode != 0:
+            raise RunError(f"loopscope import {path.name} failed: {r.stderr.strip()[-300:]}", component="bench")
+        n = int(json.loads(r.stdout.strip().splitlines()[-1])["kernel_events"])
+        imp.append((secs, rss, n))
+        name, rate = _peer_rate(path, n)
+        peer.append(rate)
+        t0 = time.perf_counter()
+        tr = subprocess.run([sys.executable, "-m", "loopscope.cli", "threads", str(out), "--comm", "stress-ng", "--json"], capture_output=True, text=True)
+        if tr.returncode == 0:
+            thr.append(n / (time.perf_counter() - t0))
+        shutil.rmtree(out, ignore_errors=True)
+        if progress:
+            progress(f"{path.name} #{i + 1}: import {n / secs / 1e6:.2f} M events/s ({rss:.0f} MB), {name} {rate / 1e6:.2f} M/s"
+                     + (f", threads {thr[-1] / 1e6:.2f} M/s" if thr else ""))
+    # the rate of the command as a user runs it (interpreter start-up included)
+    rates = [n / s for s, _, n in imp]
+    ir, pr = statistics.median(rates), statistics.median(peer)
+    return {"file": path.name, "bytes": path.stat().st_size, "events": imp[0][2], "reported": reported, "counts_equal": imp[0][2] == reported,
+            "import_events_per_s": ir, "import_rss_mb": max(x[1] for x in imp), "peer": name, "peer_events_per_s": pr, "ratio": ir / pr,
+            "threads_events_per_s": statistics.median(thr) if thr else None}
+
+
+def run(quick: bool = False, seconds: float | None = None, repeat: int | None = None, progress: Callable[[str], None] | None = None) -> ImportBench:
+    for tool in ("trace-cmd", "stress-ng"):
+        if shutil.which(tool) is None:
+            raise RunError(f"bench import needs {tool}", component="bench")
+    secs = float(max(1, round(seconds or (1 if quick else 4))))  # stress-ng takes whole seconds (0.5 would be "forever")
+    reps = repeat or (1 if quick else 3)
+    with tempfile.TemporaryDirectory(prefix="ls-bench-import-") as d:
+        work = Path(d)
+        load = ["stress-ng", "--switch", str(os.cpu_count() or 2), "-t", f"{secs:g}", "-q"]
+        buf = int(64 * 1024 * secs)
+        v7 = F.trace_dat(work / "busy-v7.dat", load, events=EVENTS, buffer_kb=buf, clock="mono")
+        files = [v7, F.trace_dat(work / "busy-v6.dat", load, events=EVENTS, buffer_kb=buf, clock="mono", version=6, compression="none")]
+        if shutil.which("perf"):
+            files.append(F.perf_data(work / "busy-perf.data", load, events=[e.replace("/", ":") for e in EVENTS if "/" in e]))
+        out = [_one(f, reps, work, progress) for f in files]
+    return {"files": out, "repeat": reps, "seconds": secs}
+
+
+def print_human(r: ImportBench) -> None:
+    for f in r["files"]:
+        th = f"; threads {f['threads_events_per_s'] / 1e6:.2f} M events/s" if f["threads_events_per_s"] else ""
+        print(f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
+              f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
+              f"(× {f['ratio']:.1f}){th}")
+    print(f"medians of {r['repeat']} repetitions; recordings of stress-ng --switch for {r['seconds']:g} s")
