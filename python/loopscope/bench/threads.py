@@ -54,9 +54,9 @@ class RunFigures(TypedDict, total=False):
     cyclictest_p99_ns: float
     cyclictest_max_ns: float
     cyclictest_samples: int
-    loopscope_p50_ns: float
-    loopscope_p99_ns: float
-    loopscope_max_ns: float
+    loopscope_p50_ns: float | None
+    loopscope_p99_ns: float | None
+    loopscope_max_ns: float | None
     activations: int
     kernel_events: int
 
