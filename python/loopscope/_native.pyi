@@ -433,6 +433,22 @@ def chan_bench_client(
 
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...
+def ktrace_activations(
+    t: npt.NDArray[np.int64],
+    cpu: npt.NDArray[np.int64],
+    kind: npt.NDArray[np.int64],
+    pid: npt.NDArray[np.int64],
+    target: npt.NDArray[np.int64],
+    next_pid: npt.NDArray[np.int64],
+    asleep: npt.NDArray[np.int64],
+    value: npt.NDArray[np.int64],
+    tids: list[int],
+    all_t: npt.NDArray[np.int64],
+    all_cpu: npt.NDArray[np.int64],
+    lost_start: list[int],
+    lost_end: list[int],
+) -> dict[str, npt.NDArray[np.int64] | npt.NDArray[np.bool_]]: ...
+
 def ktrace_attribute(
     cols: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]],
     event_names: list[str],

@@ -167,3 +167,30 @@ def test_pairs_are_added_until_the_noise_floor_is_inside_the_target() -> None:
     assert not Pairs(4, 4, False).more(wide, 1.10)  # the cap
     assert not Pairs(4, 30, True).more(wide, 1.10)  # --runs fixes the count
     assert Pairs(6, 30, False).more(narrow, 1.10)  # never fewer than the least
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("cyclictest")
+def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own(cli: Cli) -> None:
+    r = cli("bench", "threads", "--json", "--quick", "--seconds", "1", timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert len(r.stdout.strip().splitlines()) == 1
+    assert [x["metric"] for x in j["rows"]] == ["p50", "p99"]
+    for x in j["rows"]:
+        assert x["loopscope_ns"] > 0 and x["cyclictest_ns"] > 0
+    assert isinstance(j["agree"], bool) and j["watch_cost_p99"] > 0 and j["watch_verdict"] in ("met", "not met", "inconclusive")
+    assert "aa_spread" in j and j["pairs"] == 1 and len(j["runs"]) == 2
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("trace-cmd", "stress-ng")
+def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli) -> None:
+    r = cli("bench", "import", "--json", "--quick", timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    names = [f["file"] for f in j["files"]]
+    assert names[:2] == ["busy-v7.dat", "busy-v6.dat"]
+    for f in j["files"]:
+        assert f["counts_equal"] and f["events"] > 0, f
+        assert f["import_events_per_s"] > 0 and f["peer_events_per_s"] > 0 and f["import_rss_mb"] > 0

@@ -30,6 +30,7 @@
 //! A page that cannot be walked (cut short, a length past its end) is counted
 //! as damaged and becomes a loss window of unknown size; it never panics.
 
+pub mod activations;
 pub mod attrib;
 pub mod decode;
 pub mod format;

@@ -40,6 +40,7 @@ a window of lost events.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 #: per activation (ns, times on the capture's clock)
@@ -84,117 +85,69 @@ def _on_clock(arms: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
     return got.with_columns((pl.col("value") + pl.col("off_ns")).alias("value")).drop("off_ns")
 
 
-def _thread_events(ev: pl.DataFrame, tids: list[int], clock: str = "mono") -> pl.DataFrame:
-    """The events that concern ``tids`` as one time-sorted stream per thread:
-    ``kind`` in (run, out, arm, wake, in), its time and CPU; for ``out``
-    whether the thread went to sleep, for ``arm`` the timer's expiry, for
-    ``run`` the CPU time it accounts (``sched_stat_runtime``: the thread ran
-    from ``t - runtime`` to ``t``)."""
-    want = pl.Series(tids, dtype=pl.Int64).implode()
-    sw = ev.filter(pl.col("event") == "sched_switch")
-
-    def part(df: pl.DataFrame, tid: str, kind: str, sleep: pl.Expr | None = None, value: pl.Expr | None = None) -> pl.DataFrame:
-        return df.select(pl.col(tid).cast(pl.Int64).alias("tid"), "t_ns", pl.col("cpu").cast(pl.Int32), pl.lit(kind).alias("kind"),
-                         (sleep if sleep is not None else pl.lit(False)).alias("sleep"), (value if value is not None else pl.lit(None, pl.Int64)).cast(pl.Int64).alias("value"))
-
-    parts = [
-        part(sw.filter(pl.col("next_pid").cast(pl.Int64).is_in(want)), "next_pid", "in"),
-        part(sw.filter(pl.col("target").cast(pl.Int64).is_in(want)), "target", "out", sleep=pl.col("prev_state").fill_null("R") != "R"),
-        part(ev.filter(pl.col("event").is_in(WAKE_EVENTS) & pl.col("target").cast(pl.Int64).is_in(want)), "target", "wake"),
-        # the time the thread asked for: the soft expiry (the hard one adds its timer slack)
-        # a sleep's own timer (hrtimer_wakeup); a capture that filtered them in the kernel keeps no name
-        _on_clock(part(ev.filter((pl.col("event") == "hrtimer_start") & pl.col("pid").cast(pl.Int64).is_in(want) & pl.col("expires").is_not_null()
-                                 & (pl.col("name").is_null() | (pl.col("name") == SLEEP_TIMER))), "pid", "arm",
-                       value=pl.coalesce("softexpires", "expires")), None if clock in MONO_CLOCKS else mono_offsets(ev)),
-        part(ev.filter((pl.col("event") == "sched_stat_runtime") & pl.col("target").cast(pl.Int64).is_in(want) & pl.col("runtime").is_not_null()), "target", "run",
-             value=pl.col("runtime")),
-    ]
-    # at one instant: the run accounted at a switch-out before the switch-out,
-    # a thread switched out before it is woken, woken before it is switched in
-    order = pl.col("kind").replace_strict({"run": 0, "out": 1, "arm": 2, "wake": 3, "in": 4}, return_dtype=pl.Int8)
-    return pl.concat(parts).sort("tid", "t_ns", order)
+#: the kind of each event the native pass reads: a switch, a wake-up, a timer armed, run time accounted (else 0)
+KIND_CODES = {"sched_switch": 1, "sched_wakeup": 2, "sched_waking": 2, "hrtimer_start": 3, "sched_stat_runtime": 4}
 
 
-def _first_in_missing(per: pl.DataFrame, ev: pl.DataFrame, tids: list[int], others: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per activation whose switch-in the kernel did not trace (this VM
-    leaves out the switches of one CPU's idle task), when it began to run:
-    no later than the first event recorded in the thread's own context after
-    its sleep (``seen``: a timer it arms, a fault, its run time accounted),
-    and no earlier than the last event of anyone else on that CPU before it
-    (``lower``: typically an interrupt's exit). Every event between the two
-    is the thread's, so the switch lies in between; ``on_bound_ns`` says how
-    far apart they are: the estimate's error."""
-    need = per.filter(pl.col("first_in").is_null()).select(
-        "tid", "act", pl.coalesce(pl.col("prev_off") + 1, pl.col("first_wake")).alias("after")).drop_nulls("after").sort("after")
-    empty = pl.DataFrame(schema={"tid": pl.Int64, "act": pl.Int64, "lower": pl.Int64, "seen": pl.Int64})
-    if not len(need):
-        return empty
-    mine = ev.filter(pl.col("pid").cast(pl.Int64).is_in(pl.Series(tids, dtype=pl.Int64).implode())).select(
-        pl.col("pid").cast(pl.Int64).alias("tid"), pl.col("t_ns").alias("seen"), pl.col("cpu").cast(pl.Int32)).sort("seen")
-    got = need.join_asof(mine, left_on="after", right_on="seen", by="tid", strategy="forward", check_sortedness=False).drop_nulls("seen")
-    if not len(got):
-        return empty
-    others = (others if others is not None else ev).select(pl.col("t_ns").alias("lower"), pl.col("cpu").cast(pl.Int32)).sort("lower")
-    return got.with_columns((pl.col("seen") - 1).alias("before")).sort("before").join_asof(
-        others, left_on="before", right_on="lower", by="cpu", strategy="backward", check_sortedness=False).select("tid", "act", "lower", "seen")
+def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | None) -> dict[str, np.ndarray]:
+    """The int64 columns the native pass reads (-1: none). ``ev`` is decoded
+    text, or as stored (``coded``: the capture's event names and strings)."""
+    if coded is None:
+        kind = pl.col("event").replace_strict(KIND_CODES, default=0, return_dtype=pl.Int64)
+        asleep = pl.col("prev_state").fill_null("R") != "R"
+        timer_ok = pl.col("name").is_null() | (pl.col("name") == SLEEP_TIMER)
+    else:
+        names, strings = coded
+        table = np.array([KIND_CODES.get(n, 0) for n in names] or [0], dtype=np.int64)
+        kind = pl.lit(pl.Series("kind", table[ev["event"].cast(pl.Int64).fill_null(0).to_numpy()]))
+        asleep = pl.col("prev_state").fill_null(0) != 0  # 0: "R", the string table's first entry
+        sleep_code = strings.index(SLEEP_TIMER) if SLEEP_TIMER in strings else -2
+        timer_ok = pl.col("name").is_null() | (pl.col("name") == sleep_code)
+    df = ev.select(
+        pl.col("t_ns").cast(pl.Int64), pl.col("cpu").cast(pl.Int64), kind.alias("kind"), pl.col("pid").cast(pl.Int64).fill_null(-1),
+        pl.col("target").cast(pl.Int64).fill_null(-1), pl.col("next_pid").cast(pl.Int64).fill_null(-1), asleep.cast(pl.Int64).alias("asleep"),
+        # a sleep timer's soft expiry (the hard one adds its slack); a run's ns; else none
+        pl.when((kind == 3) & pl.col("expires").is_not_null() & timer_ok).then(pl.coalesce("softexpires", "expires"))
+        .when(kind == 4).then(pl.col("runtime")).cast(pl.Int64).alias("value"),
+    ).with_columns(pl.when((pl.col("kind") == 3) & pl.col("value").is_null()).then(0).otherwise(pl.col("kind")).alias("kind"))
+    if clock not in MONO_CLOCKS:
+        arms = df.with_row_index("i").filter(pl.col("kind") == 3).select("i", "t_ns", "value")
+        moved = _on_clock(arms, mono_offsets(ev if coded is None else _expire_entries(ev, coded[0])))
+        df = df.with_row_index("i").join(moved.select("i", pl.col("value").alias("moved")), on="i", how="left").with_columns(
+            pl.when(pl.col("kind") == 3).then(pl.col("moved")).otherwise(pl.col("value")).alias("value")).drop("i", "moved")
+    return {c: df[c].fill_null(-1).to_numpy() for c in df.columns}
 
 
-def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono", others: pl.DataFrame | None = None) -> pl.DataFrame:
+def _expire_entries(ev: pl.DataFrame, names: list[str]) -> pl.DataFrame:
+    """A coded frame's timer interrupts, with their event named (for ``mono_offsets``)."""
+    code = names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in names else -2
+    return ev.filter(pl.col("event") == code).select("t_ns", pl.lit("hrtimer_expire_entry").alias("event"), "expires")
+
+
+def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono", others: pl.DataFrame | None = None,
+                coded: tuple[list[str], list[str]] | None = None) -> pl.DataFrame:
     """One row per activation of each thread in ``tids`` (``COLUMNS``).
-    ``ev``: kernel events (``kernel.store`` columns, text decoded): all of
-    them, or at least those of the threads and their wake-ups, switches and
-    timers, with ``others`` the (t_ns, cpu) of every event; ``lost``:
-    windows of lost events (cpu, start_ns, end_ns), each making the
-    activations it overlaps incomplete; ``clock``: the capture's trace clock."""
+    ``ev``: kernel events (``kernel.store`` columns, text decoded, or as
+    stored with ``coded`` its event names and strings): all of them, or at
+    least those of the threads and their wake-ups, switches and timers, with
+    ``others`` the (t_ns, cpu) of every event; ``lost``: windows of lost
+    events (cpu, start_ns, end_ns), each making the activations it overlaps
+    incomplete; ``clock``: the capture's trace clock. The pass itself is
+    native (``crates/ktrace/src/activations.rs``)."""
+    from loopscope import _native
+
     if not len(ev) or not tids:
         return pl.DataFrame(schema=COLUMNS)
-    te = _thread_events(ev, tids, clock)
-    if not len(te):
-        return pl.DataFrame(schema=COLUMNS)
-    # activation k of a thread: everything after its k-th sleep up to and including its (k+1)-th
-    # (``sleep`` is true only on a switch-out asleep)
-    te = te.with_columns(pl.col("sleep").cast(pl.Int64).cum_sum().shift(1, fill_value=0).over("tid").alias("act"))
-    is_in, is_out = pl.col("kind") == "in", pl.col("kind") == "out"
-    per = te.group_by("tid", "act").agg(
-        pl.col("t_ns").filter(is_in).min().alias("first_in"),
-        pl.col("t_ns").filter(is_out & pl.col("sleep")).max().alias("off_ns"),
-        pl.col("t_ns").filter(pl.col("kind") == "wake").min().alias("first_wake"),
-        pl.col("value").filter(pl.col("kind") == "arm").last().alias("armed"),
-        pl.col("t_ns").filter(is_out).sum().alias("sum_out"), pl.col("t_ns").filter(is_in).sum().alias("sum_in"),
-        (is_out & ~pl.col("sleep")).sum().cast(pl.Int64).alias("preemptions"),
-        (pl.col("cpu").filter(is_in | (pl.col("kind") == "run")).diff().fill_null(0) != 0).sum().cast(pl.Int64).alias("migrations"),
-        is_in.sum().alias("n_in"), is_out.sum().alias("n_out"),
-    ).sort("tid", "act").with_columns(pl.col("off_ns").shift(1).over("tid").alias("prev_off"))
-    inferred = _first_in_missing(per, ev, tids, others)
-    per = per.join(inferred, on=["tid", "act"], how="left").with_columns(
-        # its first switch-in, traced or inferred (never before its wake-up)
-        pl.when(pl.col("seen").is_not_null())
-        .then(pl.max_horizontal("lower", pl.when(pl.col("first_wake") <= pl.col("seen")).then(pl.col("first_wake"))))
-        .otherwise(pl.col("first_in")).alias("on_ns"),
-    )
-    per = per.with_columns(
-        pl.when(pl.col("first_wake") <= pl.col("on_ns")).then(pl.col("first_wake")).alias("woken_ns"),
-        # with the first switch-in inferred, the outs pair with the ins traced and that one
-        pl.when(pl.col("seen").is_not_null() & (pl.col("n_out") == pl.col("n_in") + 1)).then(pl.col("sum_out") - pl.col("sum_in") - pl.col("on_ns"))
-        .when(pl.col("seen").is_null() & (pl.col("n_out") == pl.col("n_in"))).then(pl.col("sum_out") - pl.col("sum_in")).alias("runtime_ns"),
-    ).with_columns(
-        # the timer the thread armed in the activation before, ending the sleep before this one
-        pl.col("armed").shift(1).over("tid").alias("timer_expires_ns"),
-        pl.col("woken_ns").diff().over("tid").alias("period_ns"),
-        (pl.col("on_ns") - pl.col("woken_ns")).alias("wakeup_latency_ns"),
-        pl.when(pl.col("seen").is_not_null()).then(pl.col("seen") - pl.col("on_ns")).otherwise(0).alias("on_bound_ns"),
-        # whole: begun inside the capture (after a sleep it saw) and ended asleep
-        (pl.col("off_ns").is_not_null() & (pl.col("act") > 0) & pl.col("on_ns").is_not_null()).alias("complete"),
-    ).with_columns(
-        pl.when(pl.col("timer_expires_ns") <= pl.col("on_ns")).then(pl.col("on_ns") - pl.col("timer_expires_ns")).alias("timer_lateness_ns"),
-    )
-    per = per.filter(pl.col("on_ns").is_not_null())
-    per = per.with_columns(pl.when(pl.col("complete")).then(pl.col("runtime_ns")).alias("runtime_ns"))
-    if lost is not None and len(lost):
-        hit = per.select("tid", "act", "woken_ns", "on_ns", "off_ns").join_where(
-            lost.select(pl.col("start_ns").alias("ls"), pl.col("end_ns").alias("le")),
-            pl.col("ls") <= pl.coalesce("off_ns", "on_ns"), pl.col("le") >= pl.coalesce("woken_ns", "on_ns"),
-        ).select("tid", "act").unique()
-        per = per.join(hit.with_columns(pl.lit(True).alias("lost")), on=["tid", "act"], how="left").with_columns(
-            pl.col("complete") & pl.col("lost").is_null())
-    return per.select(list(COLUMNS)).cast(COLUMNS)  # type: ignore[arg-type]
+    a = _arrays(ev, clock, coded)
+    every = others if others is not None else ev
+    all_t = every["t_ns"].cast(pl.Int64).to_numpy()
+    all_cpu = every["cpu"].cast(pl.Int64).to_numpy()
+    ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
+    le = lost["end_ns"].to_list() if lost is not None and len(lost) else []
+    # threads in id order, each one's activations in order: the rows come sorted by (tid, act)
+    got = _native.ktrace_activations(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"],
+                                     sorted({int(t) for t in tids}), all_t, all_cpu, ls, le)
+    null = np.iinfo(np.int64).min
+    cols = {k: pl.Series(k, v) for k, v in got.items()}
+    out = pl.DataFrame(cols).with_columns(pl.when(pl.col(c) != null).then(pl.col(c)).alias(c) for c in COLUMNS if c not in ("tid", "act", "complete"))
+    return out.select(list(COLUMNS)).cast(COLUMNS)  # type: ignore[arg-type]

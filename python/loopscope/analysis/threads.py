@@ -54,6 +54,7 @@ class ThreadJson(TypedDict):
     migrations: int
     switch_in_bound_ns: Spread | None
     outliers: int
+    explained_outliers: int
     causes: list[Share]
 
 
@@ -82,21 +83,22 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
-def thread_events(st: S.Store, tids: list[int]) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+def thread_events(st: S.Store, tids: list[int]) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[list[str], list[str]] | None]:
     """What ``activations`` needs of a capture for ``tids``, without decoding
     the rest: the events in their context or naming them (switches, wake-ups,
     their timers and run time), the timer interrupts when the capture's clock
     is not CLOCK_MONOTONIC, and the (t_ns, cpu) of every event; one filtered
-    scan of the segment files, text decoded for the rows kept only."""
+    scan of the segment files, as stored (text as codes: the third value is
+    the capture's event names and strings, None when the text is decoded)."""
     if st.legacy is not None or not st.files():
-        return st.load(st.t_first or 0, st.t_last or 0), None
+        return st.load(st.t_first or 0, st.t_last or 0), None, None
     want = pl.Series(tids, dtype=pl.Int32).implode()
     mine = pl.col("pid").is_in(want) | pl.col("target").is_in(want) | pl.col("next_pid").is_in(want)
     if st.clock not in MONO_CLOCKS and "hrtimer_expire_entry" in st.event_names:
         mine = mine | (pl.col("event") == st.event_names.index("hrtimer_expire_entry"))
     lf = pl.scan_parquet(st.files())
     rel, others = pl.collect_all([lf.filter(mine), lf.select("t_ns", "cpu")])
-    return S.full(S.decode_text(rel.sort("t_ns", maintain_order=True), st.strings, st.event_names)), others
+    return rel.sort("t_ns", maintain_order=True), others, (st.event_names, st.strings)
 
 
 def thread_names(st: S.Store) -> dict[int, str]:
@@ -125,8 +127,13 @@ def matching(names: dict[int, str], comm: str | None = None, threads: str | None
     return out
 
 
-def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, tuple[int, list[Share]]]:
-    """Per thread, its outliers (wake-ups above its p99, at least one) and their causes."""
+#: the outliers of a thread whose causes are found: its largest (a busy thread's p99 is thousands of wake-ups)
+MAX_EXPLAINED = 500
+
+
+def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, tuple[int, int, list[Share]]]:
+    """Per thread, its outliers (wake-ups above its p99, at least one), how
+    many were explained (the largest ``MAX_EXPLAINED``) and their causes."""
     from loopscope.analysis.explain import attribute_store
 
     ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null())
@@ -134,17 +141,19 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, 
         return {}
     thr = ok.group_by("tid").agg(pl.col("wakeup_latency_ns").quantile(0.99, "linear").alias("thr"))
     top = ok.join(thr, on="tid").filter(pl.col("wakeup_latency_ns") >= pl.col("thr"))
+    counts = dict(top.group_by("tid").len().iter_rows())
+    top = top.sort("wakeup_latency_ns", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
     outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", pl.col("woken_ns").alias("start_k"), pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
     att = attribute_store(st, outl, roles)
     if not len(att):
         return {}
     att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
-    out: dict[int, tuple[int, list[Share]]] = {}
+    out: dict[int, tuple[int, int, list[Share]]] = {}
     for (tid,), g in att.group_by("tid"):
         by = g.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
         total = int(by["ns"].sum())
         shares: list[Share] = [{"cause": str(f), "share": int(ns) / total} for f, ns in by.iter_rows()] if total else []
-        out[int(tid)] = (int(g["id"].n_unique()), shares)
+        out[int(tid)] = (int(counts.get(tid, 0)), int(g["id"].n_unique()), shares)
     return out
 
 
@@ -154,8 +163,8 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     (``lab: …``), so that loopscope is told apart from the program's neighbours;
     ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
     (a command's start and its stop are the measuring side's doing, not its)."""
-    ev, others = thread_events(st, list(threads))
-    act = activations(ev, list(threads), st.lost, st.clock, others)
+    ev, others, coded = thread_events(st, list(threads))
+    act = activations(ev, list(threads), st.lost, st.clock, others, coded)
     if window is not None:
         act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
     causes = _causes(st, act, roles or {})
@@ -163,7 +172,7 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     for tid, name in sorted(threads.items()):
         a = act.filter(pl.col("tid") == tid)
         ok = a.filter(pl.col("complete"))
-        n_out, shares = causes.get(tid, (0, []))
+        n_out, n_explained, shares = causes.get(tid, (0, 0, []))
         period = ok["period_ns"].drop_nulls()
         rows.append({
             "tid": tid, "comm": name, "activations": len(a), "incomplete": len(a) - len(ok),
@@ -171,6 +180,6 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
             "runtime_ns": _spread(ok["runtime_ns"]), "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
             "preemptions": int(a["preemptions"].sum()), "migrations": int(a["migrations"].sum()),
             "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
-            "outliers": n_out, "causes": shares,
+            "outliers": n_out, "explained_outliers": n_explained, "causes": shares,
         })
     return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events}

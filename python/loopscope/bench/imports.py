@@ -124,7 +124,8 @@ def run(quick: bool = False, seconds: float | None = None, repeat: int | None = 
     reps = repeat or (1 if quick else 3)
     with tempfile.TemporaryDirectory(prefix="ls-bench-import-") as d:
         work = Path(d)
-        load = ["stress-ng", "--switch", str(os.cpu_count() or 2), "-t", f"{secs:g}", "-q"]
+        # quick: a light load (the smoke test's files are small); else the densest scheduler traffic
+        load = ["stress-ng", "--cpu", "1", "-t", f"{secs:g}", "-q"] if quick else ["stress-ng", "--switch", str(os.cpu_count() or 2), "-t", f"{secs:g}", "-q"]
         buf = int(64 * 1024 * secs)
         v7 = F.trace_dat(work / "busy-v7.dat", load, events=EVENTS, buffer_kb=buf, clock="mono")
         files = [v7, F.trace_dat(work / "busy-v6.dat", load, events=EVENTS, buffer_kb=buf, clock="mono", version=6, compression="none")]
