@@ -79,3 +79,15 @@ def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_pro
     assert "probe ct (program) logged no interval" in said and "of CPU per step" in said and "loopscope probe threads" in said, said
     page = (tmp_path / "r" / "report.html").read_text()
     assert "No probe measured anything to compare" in page and "No phase differs significantly" not in page
+
+
+def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path) -> None:
+    _needs()
+    prog = "import threading, time\nt = threading.Thread(target=time.sleep, args=(0.6,)); t.start(); t.join()\ntime.sleep(1.6)\n"
+    r = subprocess.run([str(BIN), "probe", "threads", "--json", "--", "python3", "-c", prog], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(j["exited"]) == 1 and j["exited"][0]["comm"] == "python3", j.get("exited")
+    assert j["exited"][0]["tid"] in {t["tid"] for t in j["threads"]}
+    r = subprocess.run([str(BIN), "probe", "threads", "--", "python3", "-c", prog], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert "exited while the target ran on" in r.stdout

@@ -154,3 +154,11 @@ def test_import_into_a_directory_that_holds_something_is_refused(recordings: dic
     (tmp_path / "run" / "keep.txt").write_text("mine")
     assert_clean_error(cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run")), 2, "not empty")
     assert (tmp_path / "run" / "keep.txt").read_text() == "mine"
+
+
+def test_a_top_buffer_s_counters_beyond_what_its_pages_placed_are_a_loss_over_the_recording() -> None:
+    from loopscope.kernel.imported import _counted_not_placed
+
+    stats = ["CPU: 0\nentries: 5\noverrun: 120\ncommit overrun: 0\nbytes: 9\ndropped events: 3\n", "CPU: 1\noverrun: 10\n"]
+    got = _counted_not_placed(stats, {0: 100, 1: 10}, (1_000, 9_000))
+    assert got == [{"cpu": 0, "start_ns": 1_000, "end_ns": 9_000, "events": 23, "why": "the buffer's counters (trace-cmd's CPUSTAT; no page said where)"}]

@@ -21,7 +21,7 @@ import re
 
 import numpy as np
 import polars as pl
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
 from loopscope.analysis.activations import MONO_CLOCKS, activations
@@ -58,12 +58,18 @@ class ThreadJson(TypedDict):
     causes: list[Share]
 
 
+class Exited(TypedDict):
+    tid: int
+    comm: str
+
+
 class ThreadsJson(TypedDict):
     """What ``loopscope probe threads --json`` prints."""
 
     threads: list[ThreadJson]
     kernel_events: int
     lost_kernel_events: int
+    exited: NotRequired[list[Exited]]
 
 
 def _spread(s: pl.Series) -> Spread | None:

@@ -32,16 +32,18 @@ if TYPE_CHECKING:
 
 #: how often the target's threads are listed while it runs (this process is
 #: SCHED_IDLE meanwhile: it only runs where nothing else wants the CPU)
-POLL_S = 0.1
+POLL_S = 0.5
 
 
-def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool]:
+def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool, dict[int, str]]:
     """Until the duration is up or the target is gone: its threads as seen,
-    and whether Ctrl-C ended it. It sleeps at the normal policy (the end is
-    noticed on a CPU-bound machine) and lists at SCHED_IDLE."""
+    whether Ctrl-C ended it, and the threads that exited while the target
+    ran on. It sleeps at the normal policy (the end is noticed on a
+    CPU-bound machine) and lists at SCHED_IDLE."""
     from loopscope.probes.threads import set_idle
 
     seen: dict[int, str] = {}
+    last: dict[int, str] = {}
     end = time.monotonic() + duration_ns / 1e9 if duration_ns else None
     try:
         while end is None or time.monotonic() < end:
@@ -54,10 +56,11 @@ def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: 
                 if not now:
                     break
                 seen.update(now)
+                last = now
             time.sleep(POLL_S if end is None else min(POLL_S, max(0.0, end - time.monotonic())))
     except KeyboardInterrupt:
-        return seen, True
-    return seen, False
+        return seen, True, {t: n for t, n in seen.items() if last and t not in last}
+    return seen, False, {t: n for t, n in seen.items() if last and t not in last}
 
 
 def _stop(child: subprocess.Popen[bytes] | None) -> str:
@@ -129,7 +132,7 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
             time.sleep(0.05 if child is not None else 0)
             off = C.timens_offset_ns()
             a = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
-            seen, interrupted = _watch(target, child, duration or (None if child is not None else 10_000_000_000))
+            seen, interrupted, exited = _watch(target, child, duration or (None if child is not None else 10_000_000_000))
             b = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
             ended = _stop(child)
             cap.drain("end")
@@ -147,6 +150,7 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
         # this process's own threads (its /proc polling, the capture's reader) are the lab's
         own = {t: "lab: probe" for t in tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
         res = summarize(st, chosen, own, (a, b))
+        res["exited"] = [{"tid": t, "comm": n} for t, n in sorted(exited.items()) if t in chosen]
     if as_json:
         click.echo(json.dumps(res))
     else:
@@ -162,6 +166,8 @@ def print_threads(res: ThreadsJson, where: str) -> None:
         return f"p50 {format_ns(x['p50'])}, p99 {format_ns(x['p99'])}, max {format_ns(x['max'])}" if x else "n/a"
 
     con.print(f"{len(res['threads'])} thread(s), {where}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
+    for x in res.get("exited") or []:
+        con.print(f"  note: thread {x['comm']} ({x['tid']}) exited while the target ran on: its figures end there")
     for t in res["threads"]:
         con.print(f"[bold]{t['comm']}[/] ({t['tid']}): {t['activations']:,} activations ({t['incomplete']} incomplete), {t['preemptions']} preemptions, {t['migrations']} migrations")
         con.print(f"  wake-up latency {s(t['wakeup_latency_ns'])}; timer lateness {s(t['timer_lateness_ns'])}; run time {s(t['runtime_ns'])}")

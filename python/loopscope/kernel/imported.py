@@ -112,6 +112,25 @@ def _write_formats(d: Path, header_page: str, formats: list[tuple[str, str]], wa
             (d / sys_name / f"{m.group(1)}.format").write_text(text)
 
 
+def _counted_not_placed(stats: list[str], placed: dict[int, int], span: tuple[int, int]) -> list[S.LostWindow]:
+    """Per CPU, the events its buffer's counters (CPUSTAT: overrun, commit
+    overrun, dropped events) say were lost beyond those its pages placed: a
+    window over the whole recording, for no page said where."""
+    out: list[S.LostWindow] = []
+    if span[0] > span[1]:
+        return out
+    for text in stats:
+        kv = dict((k.strip(), v.strip()) for k, _, v in (line.partition(":") for line in text.splitlines()) if v.strip())
+        if not kv.get("CPU", "").isdigit():
+            continue
+        n = sum(int(kv[k]) for k in ("overrun", "commit overrun", "dropped events") if kv.get(k, "").isdigit())
+        cpu = int(kv["CPU"])
+        if n > placed.get(cpu, 0):
+            out.append({"cpu": cpu, "start_ns": span[0], "end_ns": span[1], "events": n - placed.get(cpu, 0),
+                        "why": "the buffer's counters (trace-cmd's CPUSTAT; no page said where)"})
+    return out
+
+
 def _write(cap_dir: Path, seg: S.Segment, got: Decoded) -> S.Segment:
     """One segment's table and file (zstd level 1: an import is written once,
     fast), on the writing thread; its index line back."""
@@ -166,6 +185,8 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     seg_no, total, lost_n, lost_w = 0, 0, 0, 0
     present: set[str] = set()
     n_strings = -1
+    placed: dict[int, int] = {}  # per CPU, the lost events the pages said
+    span = (2**63 - 1, -(2**63))
     # Decoding (native, without the interpreter lock) overlaps the writing
     # of the batch before it on a thread of its own: two batches in memory at most.
     pending: Future[S.Segment] | None = None
@@ -195,7 +216,22 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
             total += n
             lost_n += sum(max(0, w["events"]) for w in lost)
             lost_w += len(lost)
+            for w in lost:
+                placed[w["cpu"]] = placed.get(w["cpu"], 0) + max(0, w["events"])
+            t = got["columns"]["t_ns"]
+            if len(t):
+                span = (min(span[0], int(t.min())), max(span[1], int(t.max())))
         done(pending)
+    if kind == "trace.dat" and (meta.get("buffers") or [""])[0] == "":
+        # the top buffer's own counters (trace-cmd keeps them): what its pages did not say
+        extra = _counted_not_placed(meta["cpustats"], placed, span)
+        if extra:
+            seg = {"seg": seg_no, "reason": "the buffer's counters", "label": path.name, "events": 0, "t_first_ns": None, "t_last_ns": None,
+                   "lost": extra, "file": None}
+            with open(cap_dir / "segments.jsonl", "a") as index:
+                index.write(json.dumps(seg) + "\n")
+            lost_n += sum(w["events"] for w in extra)
+            lost_w += len(extra)
     secs = time.perf_counter() - t0
     if kind == "perf.data":
         pc = imp.perf_counts()

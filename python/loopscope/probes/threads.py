@@ -50,6 +50,7 @@ class ThreadsProbeJson(TypedDict):
     ended: str
     note: NotRequired[str]
     interrupted: NotRequired[bool]
+    exited: NotRequired[dict[str, str]]
 
 
 def tasks(pid: int) -> dict[int, str]:
@@ -147,15 +148,17 @@ def set_idle(idle: bool) -> None:
         pass
 
 
-def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int]:
+def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int, dict[int, str]]:
     """Until the step's time is up or the target is gone: its threads as seen,
     whether the target went away first, and when the measured window ends on
     the kernel's clock: when the last sleep was due to end (what this
     process does once awake, listing and stopping, is left out), or when the
-    target was found gone. It sleeps at the normal policy (so that the end
+    target was found gone; and the threads that exited while it ran on. It
+    sleeps at the normal policy (so that the end
     of the step is noticed on a CPU-bound machine) and lists at SCHED_IDLE
     (so that the listing runs only where nothing else wants a CPU)."""
     seen: dict[int, str] = {}
+    last: dict[int, str] = {}
     own = {int(t) for t in os.listdir("/proc/self/task")}
     end = time.monotonic() + duration_ns / 1e9
     last_scan = [0.0]
@@ -170,13 +173,15 @@ def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: 
             b = kernel_now()
             break
         seen.update(now)
+        if now:
+            last = now
         nap = min(POLL_S, max(0.0, end - time.monotonic()))
         b = kernel_now() + int(nap * 1e9)
         time.sleep(nap)
     if p.threads is not None:
         rx = re.compile(p.threads)
         seen = {t: n for t, n in seen.items() if rx.search(n)}
-    return seen, gone, b
+    return seen, gone, b, {t: n for t, n in seen.items() if last and t not in last}
 
 
 def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
@@ -234,9 +239,9 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
             time.sleep(SETTLE_S)
         a = kernel_now()
         try:
-            seen, gone, b = watch(p, child, launch.duration_ns)
+            seen, gone, b, exited = watch(p, child, launch.duration_ns)
         except KeyboardInterrupt:
-            seen, gone, interrupted, b = {}, False, True, kernel_now()
+            seen, gone, interrupted, b, exited = {}, False, True, kernel_now(), {}
         ended = _stop(child) if child is not None else ("gone" if gone else "attached")
     finally:
         if child is not None and child.poll() is None:
@@ -247,6 +252,9 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
                                                      f"comm {p.attach.comm!r}" if p.attach and p.attach.comm else f"cgroup {p.attach.cgroup if p.attach else ''}")
     out: ThreadsProbeJson = {**stamp, "seen": {str(t): n for t, n in sorted(seen.items())}, "window_ns": [a, b],  # type: ignore[typeddict-item]
                              "own_tids": sorted(int(t) for t in os.listdir("/proc/self/task")), "target": target, "ended": ended}
+    if exited:
+        out["exited"] = {str(t): n for t, n in sorted(exited.items())}
+        out["note"] = "exited while the step ran: " + ", ".join(f"{n} ({t})" for t, n in sorted(exited.items()))
     if not seen:
         out["note"] = f"no thread of {target}{f' matching {p.threads!r}' if p.threads else ''} was seen while the step ran"
     if interrupted:
