@@ -92,6 +92,10 @@ class Threads(ProbeKind):
     main = ("threads", "wakeup_latency_ns")
     labels = {"wakeup": "wake-up latency", "timer": "timer lateness", "runtime": "run time"}
 
+    def local_programs(self, probe: Any) -> list[Any]:
+        """A command it starts (checked at preflight like a program's)."""
+        return [probe] if probe.command else []
+
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         host = read.run.host_of(step)
