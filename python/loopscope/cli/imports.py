@@ -85,16 +85,12 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
     from loopscope.analysis.threads import summarize, thread_names
     from loopscope.cli.threads import print_threads
     from loopscope.kernel import store as S
+    from loopscope.probes.threads import check_patterns
     from loopscope.rundir import RunDir
 
     if comm is None and not tids:
         raise InputError("give the threads: --comm REGEX or --tid N")
-    for flag, rx in (("--comm", comm), ("--threads", threads_re)):
-        if rx is not None:
-            try:
-                re.compile(rx)
-            except re.error as e:
-                raise InputError(f"{flag} {rx!r}: not a regular expression ({e})") from None
+    check_patterns(comm=comm, threads=threads_re)
     rd = RunDir.open(run_dir)
     caps = [c for c in rd.record().captures if c.data]
     if host is not None:

@@ -24,7 +24,7 @@ import click
 from loopscope.cli.base import Duration, _console
 from loopscope.cli.probe import probe
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
-from loopscope.probes.threads import tasks
+from loopscope.probes.threads import check_patterns, stop, tasks
 from loopscope.units import format_ns
 
 if TYPE_CHECKING:
@@ -64,18 +64,8 @@ def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: 
 
 
 def _stop(child: subprocess.Popen[bytes] | None) -> str:
-    """Stop a command started here (SIGINT, then SIGKILL after 2 s): how it ended."""
-    if child is None:
-        return "attached"
-    if child.poll() is None:
-        os.killpg(child.pid, signal.SIGINT)
-        try:
-            child.wait(timeout=2)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        return f"stopped (exit {child.returncode})"
-    return f"exited ({child.returncode})"
+    """Stop a command started here: how it ended ("attached" when there is none)."""
+    return "attached" if child is None else stop(child)
 
 
 @probe.command("threads", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -95,7 +85,6 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
       loopscope probe threads -d 10s -- cyclictest -m -p 80 -i 1000
       loopscope probe threads --pid 4242 -d 30s --threads 'worker.*' --json
     """
-    import re
 
     from loopscope.analysis.threads import matching, names_in, summarize
     from loopscope.kernel import capture as C
@@ -103,12 +92,7 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
 
     if sum(x is not None and x != () for x in (pid, comm, command or None)) != 1:
         raise InputError("give one target: --pid P, --comm REGEX, or a command after --")
-    for flag, rx in (("--comm", comm), ("--threads", threads_re)):
-        if rx is not None:
-            try:
-                re.compile(rx)
-            except re.error as e:
-                raise InputError(f"{flag} {rx!r}: not a regular expression ({e})") from None
+    check_patterns(comm=comm, threads=threads_re)
     if pid is not None and not Path(f"/proc/{pid}").exists():
         raise InputError(f"--pid {pid}: no such process on this host")
     _, _, refused = C.available()

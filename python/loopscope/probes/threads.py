@@ -100,6 +100,16 @@ def in_cgroup(path: str) -> dict[int, str]:
     return out
 
 
+def check_patterns(**flags: str | None) -> None:
+    """Each given regular expression compiles (InputError naming its option otherwise)."""
+    for flag, rx in flags.items():
+        if rx is not None:
+            try:
+                re.compile(rx)
+            except re.error as e:
+                raise InputError(f"--{flag} {rx!r}: not a regular expression ({e})") from None
+
+
 def attach_problem(a: Attach) -> str | None:
     """Why an attach target matches nothing on this host now (None: it does)."""
     if a.pid is not None and not Path(f"/proc/{a.pid}").exists():
@@ -210,8 +220,8 @@ def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
         raise RunError(f"threads: cannot start {p.command[0]!r}: {e.strerror}") from None
 
 
-def _stop(child: subprocess.Popen[bytes]) -> str:
-    """SIGINT, then SIGKILL after 2 s: how it ended."""
+def stop(child: subprocess.Popen[bytes]) -> str:
+    """Stop a command started in a session of its own (SIGINT, then SIGKILL after 2 s): how it ended."""
     if child.poll() is None:
         os.killpg(child.pid, signal.SIGINT)
         try:
@@ -242,7 +252,7 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
             seen, gone, b, exited = watch(p, child, launch.duration_ns)
         except KeyboardInterrupt:
             seen, gone, interrupted, b, exited = {}, False, True, kernel_now(), {}
-        ended = _stop(child) if child is not None else ("gone" if gone else "attached")
+        ended = stop(child) if child is not None else ("gone" if gone else "attached")
     finally:
         if child is not None and child.poll() is None:
             os.killpg(child.pid, signal.SIGKILL)
