@@ -139,7 +139,7 @@ def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = N
     if not len(ev) or not tids:
         return pl.DataFrame(schema=COLUMNS)
     a = _arrays(ev, clock, coded)
-    every = others if others is not None else ev
+    every = others if others is not None else ev.select("t_ns", "cpu")
     all_t = every["t_ns"].cast(pl.Int64).to_numpy()
     all_cpu = every["cpu"].cast(pl.Int64).to_numpy()
     ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []

@@ -102,9 +102,15 @@ def thread_events(st: S.Store, tids: list[int]) -> tuple[pl.DataFrame, pl.DataFr
     mine = pl.col("pid").is_in(want) | pl.col("target").is_in(want) | pl.col("next_pid").is_in(want)
     if st.clock not in MONO_CLOCKS and "hrtimer_expire_entry" in st.event_names:
         mine = mine | (pl.col("event") == st.event_names.index("hrtimer_expire_entry"))
-    lf = pl.scan_parquet(st.files())
-    rel, others = pl.collect_all([lf.filter(mine), lf.select("t_ns", "cpu")])
-    return rel.sort("t_ns", maintain_order=True), others, (st.event_names, st.strings)
+    # a segment file at a time (memory: one segment and what is kept), only the columns the pass reads
+    cols = ["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]
+    rels, others = [], []
+    for f in st.files():
+        lf = pl.scan_parquet(f)
+        r, o = pl.collect_all([lf.filter(mine).select(cols), lf.select("t_ns", "cpu")])
+        rels.append(r)
+        others.append(o)
+    return pl.concat(rels).sort("t_ns", maintain_order=True), pl.concat(others), (st.event_names, st.strings)
 
 
 def thread_names(st: S.Store) -> dict[int, str]:
@@ -114,8 +120,19 @@ def thread_names(st: S.Store) -> dict[int, str]:
     if "sched_switch" not in st.event_names or not st.files():
         return {}
     code = st.event_names.index("sched_switch")
-    sw = pl.scan_parquet(st.files()).filter(pl.col("event") == code).select("t_ns", "event", "target", "target_comm", "next_pid", "next_comm").collect()
-    return names_in(S.decode_text(sw, st.strings, st.event_names))
+    # per segment file: each thread's last name there (the files are read one at a time)
+    parts = []
+    for f in st.files():
+        sw = pl.scan_parquet(f).filter(pl.col("event") == code)
+        parts.append(pl.concat([
+            sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
+            sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
+        ]).drop_nulls().filter(pl.col("tid") > 0).sort("t_ns").group_by("tid").agg(pl.col("comm").last(), pl.col("t_ns").last()).collect())
+    if not parts:
+        return {}
+    last = pl.concat(parts).sort("t_ns").group_by("tid").agg(pl.col("comm").last())
+    table = st.strings
+    return {int(t): table[int(c)] if 0 <= int(c) < len(table) else "?" for t, c in last.iter_rows()}
 
 
 def matching(names: dict[int, str], comm: str | None = None, threads: str | None = None, tids: set[int] | None = None) -> dict[int, str]:
