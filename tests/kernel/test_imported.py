@@ -106,15 +106,17 @@ def test_events_trace_cmd_lost_are_placed_and_the_activations_they_touch_are_inc
     r = cli("import", str(p), "-o", str(tmp_path / "run"), "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    assert j["lost_kernel_events"] > 0 and j["lost_windows"] > 0, j
+    assert j["lost_windows"] > 0, j
     assert j["kernel_events"] == F.reported(p)
     seg = json.loads((tmp_path / "run" / "hosts").glob("*/kernel/segments.jsonl").__next__().read_text().splitlines()[0])
-    # dropped before each CPU's first event, from the recording's first event on any CPU
-    assert all(w["start_ns"] == seg["t_first_ns"] and w["events"] > 0 for w in seg["lost"]), seg["lost"]
+    # dropped before each CPU's first event, from the recording's first event on any CPU; a page may
+    # say events were dropped without their count (-1: unknown, never 0)
+    assert all(w["start_ns"] == seg["t_first_ns"] and (w["events"] > 0 or w["events"] == -1) for w in seg["lost"]), seg["lost"]
+    assert j["lost_kernel_events"] == sum(w["events"] for w in seg["lost"] if w["events"] > 0)
     r = cli("threads", str(tmp_path / "run"), "--comm", "stress-ng", "--json")
     assert r.returncode == 0, r.stderr
     t = json.loads(r.stdout)
-    assert t["lost_kernel_events"] == j["lost_kernel_events"]
+    assert t["lost_kernel_events"] >= j["lost_kernel_events"]  # the store counts a window of unknown size as one
     assert sum(x["incomplete"] for x in t["threads"]) > 0
 
 

@@ -59,7 +59,7 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
         return 0
     con = _console()
     con.print(f"{res['format']} version {res['version']}: {res['kernel_events']:,} events, {res['lost_kernel_events']:,} lost "
-              f"({res['lost_windows']} loss windows), {res['segments']} segment(s), in {res['seconds']:.2f} s ({res['events_per_s'] / 1e6:.1f} M events/s)")
+              f"({res['lost_windows']} loss windows{f', {u} of them of unknown size' if (u := res['lost_unknown_windows']) else ''}), {res['segments']} segment(s), in {res['seconds']:.2f} s ({res['events_per_s'] / 1e6:.1f} M events/s)")
     for n in res["notes"]:
         con.print(f"  note: {n}")
     click.echo(res["run_dir"])

@@ -77,6 +77,7 @@ class Imported(TypedDict):
     kernel_events: int
     lost_kernel_events: int
     lost_windows: int
+    lost_unknown_windows: int
     segments: int
     events_per_s: float
     seconds: float
@@ -182,7 +183,7 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     cap_dir = out / "hosts" / host / "kernel"
     (cap_dir / "events").mkdir(parents=True)
     t0 = time.perf_counter()
-    seg_no, total, lost_n, lost_w = 0, 0, 0, 0
+    seg_no, total, lost_n, lost_w, lost_u = 0, 0, 0, 0, 0
     present: set[str] = set()
     n_strings = -1
     placed: dict[int, int] = {}  # per CPU, the lost events the pages said
@@ -216,6 +217,7 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
             total += n
             lost_n += sum(max(0, w["events"]) for w in lost)
             lost_w += len(lost)
+            lost_u += sum(1 for w in lost if w["events"] < 0)
             for w in lost:
                 placed[w["cpu"]] = placed.get(w["cpu"], 0) + max(0, w["events"])
             t = got["columns"]["t_ns"]
@@ -252,7 +254,7 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
                     notes=[f"imported from {path} ({kind} version {src['version']}); its times are on the recording's {src['clock']!r} clock", *notes],
                     hosts={host: "imported"}, kernel=KernelRecord(captures=[cap]))
     RunDir(out).write_record(rec)
-    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": total, "lost_kernel_events": lost_n, "lost_windows": lost_w,
+    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": total, "lost_kernel_events": lost_n, "lost_windows": lost_w, "lost_unknown_windows": lost_u,
             "segments": seg_no, "seconds": secs, "events_per_s": total / secs if secs > 0 else 0.0, "notes": notes}
 
 
