@@ -82,7 +82,7 @@ demo: install
 	fi
 
 test-rust:
-	$(CARGO) test --release --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi -p loopscope-os
+	$(CARGO) test --profile test-ci --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi -p loopscope-os
 
 # mypy, strict, on the packages pyproject.toml's [tool.mypy] lists (the
 # contracts: spec, kinds, lab, analysis, the run directory, the errors).
