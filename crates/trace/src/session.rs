@@ -54,6 +54,9 @@ pub(crate) struct Shared {
     pub flush_done: Mutex<u64>,
     pub flush_cv: Condvar,
     pub bytes_written: AtomicU64,
+    /// The writer thread's kernel id once it runs (0 before): `close` lifts
+    /// it out of SCHED_IDLE and its CPU confinement so that it can finish.
+    pub writer_tid: std::sync::atomic::AtomicI32,
 }
 
 impl Shared {
@@ -249,6 +252,7 @@ pub fn open(path: &Path, config: Config) -> Result<(), Error> {
         flush_done: Mutex::new(0),
         flush_cv: Condvar::new(),
         bytes_written: AtomicU64::new(offset),
+        writer_tid: std::sync::atomic::AtomicI32::new(0),
     });
     let ws = shared.clone();
     let writer = std::thread::Builder::new()
@@ -274,12 +278,33 @@ pub fn close() -> Result<End, Error> {
         c.remask_all();
     }
     EPOCH.fetch_add(1, Ordering::SeqCst);
+    release_writer(&s.shared);
     s.shared.stop.store(true, Ordering::Release);
     s.shared.wake_writer();
     let end = s.writer.join().map_err(|_| Error::failed("the trace writer thread panicked".into()))?;
     match &end.error {
         Some(e) => Err(Error::input(e.clone())),
         None => Ok(end),
+    }
+}
+
+/// The measuring is over: an idle-policy writer confined away from the
+/// measured CPUs could wait behind a busy neighbour for seconds (a nice -20
+/// hog on its only CPU held a 1 s probe's close for 5-18 s), so it gets the
+/// normal policy and the closing thread's CPUs to drain what is left.
+fn release_writer(sh: &Shared) {
+    let tid = sh.writer_tid.load(Ordering::Acquire);
+    if tid <= 0 || !sh.config.writer_idle {
+        return;
+    }
+    let p = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain syscalls on a thread of this process; a refusal leaves it as it was.
+    unsafe {
+        libc::sched_setscheduler(tid, libc::SCHED_OTHER, &p);
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0 {
+            libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
     }
 }
 

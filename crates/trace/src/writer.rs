@@ -90,6 +90,8 @@ pub(crate) fn run(sh: Arc<Shared>, file: File, offset: u64) -> End {
         // SAFETY: this thread's own policy; a refusal leaves it as it was.
         unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &p) };
     }
+    // SAFETY: this thread's own id.
+    sh.writer_tid.store(unsafe { libc::gettid() }, Ordering::Release);
     let quiet = Duration::from_millis(sh.config.flush_ms);
     let mut w = Writer::new(sh, file, offset);
     loop {

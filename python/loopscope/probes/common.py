@@ -54,6 +54,12 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
         try:
             yield out
         finally:
+            # the measuring is over: back on every CPU first, so that the
+            # close (and the writer it releases onto this thread's CPUs) does
+            # not wait behind whatever holds the CPUs left to it
+            if moved:
+                os.sched_setaffinity(0, before)
+                moved = False
             if session is not None:
                 session.close()
     finally:
