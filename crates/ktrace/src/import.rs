@@ -118,6 +118,23 @@ impl TraceDat {
         }
     }
 
+    /// The earliest stamp (in ns) any page not yet decoded can hold: every
+    /// event decoded so far before it is in its final place; those at or
+    /// after it may have later pages' events between them. None at the end.
+    pub fn watermark_ns(&mut self) -> R<Option<i64>> {
+        let mut low: Option<u64> = None;
+        for s in self.streams.iter_mut() {
+            if let Some(t) = s.front(&self.f)? {
+                low = Some(low.map_or(t, |l| l.min(t)));
+            }
+        }
+        Ok(low.map(|t| {
+            let mut x = [t as i64];
+            self.conv().to_ns(&mut x);
+            x[0]
+        }))
+    }
+
     /// How this file's stamps become nanoseconds.
     pub fn conv(&self) -> Conv {
         Conv { tsc: self.tsc, offset_ns: self.meta.offset_ns }

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import polars as pl
 
 from typing_extensions import TypedDict
 
@@ -132,18 +133,35 @@ def _counted_not_placed(stats: list[str], placed: dict[int, int], span: tuple[in
     return out
 
 
-def _write(cap_dir: Path, seg: S.Segment, got: Decoded) -> S.Segment:
-    """One segment's table and file (zstd level 1: an import is written once,
-    fast), on the writing thread; its index line back."""
-    df = S.frame(got)
-    if len(df):
-        seg["t_first_ns"], seg["t_last_ns"] = int(df["t_ns"][0]), int(df["t_ns"][-1])
-        try:
-            w = S.write_segment(cap_dir, int(seg["seg"] or 0), df, sync=False, level=1)
-        except OSError as e:
-            raise RunError(f"{cap_dir}: cannot write the imported events ({e.strerror or e})", component="import") from None
-        seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
-    return seg
+class _Writer:
+    """Segments written in time order, on the writing thread. A trace.dat's
+    pages are decoded earliest first, but a batch's last pages can end after
+    the next pages begin: what is at or after the reader's ``watermark``
+    waits for the next batch (merged in order), so segments never overlap
+    (an overlap sent every read across it down the slow, re-sorting path)."""
+
+    def __init__(self, cap_dir: Path) -> None:
+        self.cap_dir = cap_dir
+        self.carry: pl.DataFrame | None = None
+
+    def __call__(self, seg: S.Segment, got: Decoded, watermark: int | None) -> S.Segment:
+        df = S.frame(got)
+        if self.carry is not None and len(self.carry):
+            df = self.carry.merge_sorted(df, "t_ns")
+        self.carry = None
+        if watermark is not None:
+            cut = int(df["t_ns"].search_sorted(watermark, "left"))
+            df, self.carry = df.slice(0, cut), df.slice(cut)
+        seg["events"] = len(df)
+        if len(df):
+            seg["t_first_ns"], seg["t_last_ns"] = int(df["t_ns"][0]), int(df["t_ns"][-1])
+            try:
+                # zstd level 1: an import is written once, fast
+                w = S.write_segment(self.cap_dir, int(seg["seg"] or 0), df, sync=False, level=1)
+            except OSError as e:
+                raise RunError(f"{self.cap_dir}: cannot write the imported events ({e.strerror or e})", component="import") from None
+            seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
+        return seg
 
 
 def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source:
@@ -191,6 +209,7 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     # Decoding (native, without the interpreter lock) overlaps the writing
     # of the batch before it on a thread of its own: two batches in memory at most.
     pending: Future[S.Segment] | None = None
+    write = _Writer(cap_dir)
     with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(1, thread_name_prefix="ls-import-write") as pool:
         def done(f: Future[S.Segment] | None) -> None:
             if f is not None:
@@ -208,11 +227,11 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
             if len(got["strings"]) != n_strings:
                 seg["strings"], seg["event_names"] = got["strings"], got["events"]
                 n_strings = len(got["strings"])
-            if not n and not lost:
+            if not n and not lost and more:
                 continue
             present.update(got["events"][int(i)] for i in np.unique(got["columns"]["event"]))
             done(pending)
-            pending = pool.submit(_write, cap_dir, seg, got)
+            pending = pool.submit(write, seg, got, imp.watermark_ns() if more else None)
             seg_no += 1
             total += n
             lost_n += sum(max(0, w["events"]) for w in lost)
