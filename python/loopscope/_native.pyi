@@ -433,21 +433,20 @@ def chan_bench_client(
 
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...
-def ktrace_activations(
-    t: npt.NDArray[np.int64],
-    cpu: npt.NDArray[np.int64],
-    kind: npt.NDArray[np.int64],
-    pid: npt.NDArray[np.int64],
-    target: npt.NDArray[np.int64],
-    next_pid: npt.NDArray[np.int64],
-    asleep: npt.NDArray[np.int64],
-    value: npt.NDArray[np.int64],
-    tids: list[int],
-    all_t: npt.NDArray[np.int64],
-    all_cpu: npt.NDArray[np.int64],
-    lost_start: list[int],
-    lost_end: list[int],
-) -> dict[str, npt.NDArray[np.int64] | npt.NDArray[np.bool_]]: ...
+class KtraceActivations:
+    def __init__(self, tids: list[int], lost_start: list[int], lost_end: list[int]) -> None: ...
+    def feed(
+        self,
+        t: npt.NDArray[np.int64],
+        cpu: npt.NDArray[np.int64],
+        kind: npt.NDArray[np.int64],
+        pid: npt.NDArray[np.int64],
+        target: npt.NDArray[np.int64],
+        next_pid: npt.NDArray[np.int64],
+        asleep: npt.NDArray[np.int64],
+        value: npt.NDArray[np.int64],
+    ) -> None: ...
+    def finish(self) -> dict[str, npt.NDArray[np.int64] | npt.NDArray[np.bool_]]: ...
 
 def ktrace_attribute(
     cols: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]],
@@ -536,4 +535,5 @@ class KtraceImport:
     def meta(self) -> _ImportMeta: ...
     def next(self, records: int) -> bool: ...
     def take(self) -> _Decoded: ...
+    def watermark_ns(self) -> int | None: ...
     def perf_counts(self) -> tuple[int, int, int, int, int] | None: ...

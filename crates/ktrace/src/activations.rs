@@ -1,15 +1,19 @@
-//! Every activation of chosen threads, from scheduling events alone, in one pass.
+//! Every activation of chosen threads, from scheduling events alone, in one
+//! pass over the capture in time order, a batch at a time.
 //!
 //! The semantics are those `python/loopscope/analysis/activations.py`
-//! documents; this is their native form (the polars one read 1 M events a
-//! second of a busy capture, this one reads tens). Per thread, its events
-//! (switched in, switched out asleep or preempted, woken, a sleep timer armed,
-//! run time accounted) are sorted by time and, at one instant, in that order:
-//! run, out, arm, wake, in. Activation k is everything after the thread's
-//! k-th sleep up to and including its (k+1)-th. A switch-in the kernel did
-//! not trace is placed between the last event of anyone on that CPU before
-//! the thread's first event in its own context and that event, its width
-//! said. Times are the capture's; `NULL` marks a figure that does not exist.
+//! documents. Per thread, its events (switched in, switched out asleep or
+//! preempted, woken, a sleep timer armed, run time accounted, any event in
+//! its own context) at one instant are applied in that order: run, out, arm,
+//! wake, in, own. Activation k is everything after the thread's k-th sleep up
+//! to and including its (k+1)-th. A switch-in the kernel did not trace is
+//! placed between the last event of anyone on that CPU before the thread's
+//! first event in its own context after it slept, and that event, its width
+//! said. Memory is each thread's open activation and the rows, not the
+//! events: a capture of any length streams through. Times are the
+//! capture's; `NULL` marks a figure that does not exist.
+
+use std::collections::VecDeque;
 
 /// A figure that does not exist (a column's null).
 pub const NULL: i64 = i64::MIN;
@@ -21,9 +25,12 @@ pub enum Kind {
     Arm = 2,
     Wake = 3,
     In = 4,
+    /// Any event in the thread's own context (`value`: the last event on its CPU before it).
+    Own = 5,
 }
 
-/// One event of one thread: (time, kind, cpu, went to sleep, value: an arm's expiry, a run's ns).
+/// One event of one thread: (time, kind, cpu, went to sleep, value: an
+/// arm's expiry, a run's ns, an own event's last event on its CPU before it).
 #[derive(Clone, Copy, Debug)]
 pub struct TEv {
     pub t: i64,
@@ -31,43 +38,6 @@ pub struct TEv {
     pub cpu: i64,
     pub sleep: bool,
     pub value: i64,
-}
-
-/// Per thread: its events, and the (time, cpu) of every event in its own context.
-#[derive(Default, Debug)]
-pub struct Thread {
-    pub tid: i64,
-    pub events: Vec<TEv>,
-    pub own: Vec<(i64, i64)>,
-}
-
-/// Every event's (time, cpu), per CPU, time-sorted: where a switch-in may have been.
-pub struct Cpus {
-    by_cpu: rustc_hash::FxHashMap<i64, Vec<i64>>,
-}
-
-impl Cpus {
-    pub fn new(t: &[i64], cpu: &[i64]) -> Self {
-        let mut by_cpu: rustc_hash::FxHashMap<i64, Vec<i64>> = Default::default();
-        for (&a, &c) in t.iter().zip(cpu) {
-            by_cpu.entry(c).or_default().push(a);
-        }
-        for v in by_cpu.values_mut() {
-            v.sort_unstable();
-        }
-        Cpus { by_cpu }
-    }
-
-    /// The last event on `cpu` at or before `t`.
-    fn last_at_or_before(&self, cpu: i64, t: i64) -> Option<i64> {
-        let v = self.by_cpu.get(&cpu)?;
-        let i = v.partition_point(|&x| x <= t);
-        if i == 0 {
-            None
-        } else {
-            Some(v[i - 1])
-        }
-    }
 }
 
 /// Loss windows, for "does any overlap [lo, hi]" in log time.
@@ -139,175 +109,376 @@ fn some(x: i64) -> Option<i64> {
     (x != NULL).then_some(x)
 }
 
-/// The groups (activations with at least one event) of one thread, in order.
-fn groups(th: &mut Thread) -> Vec<Group> {
-    th.events.sort_by_key(|e| (e.t, e.kind));
-    let mut out: Vec<Group> = Vec::new();
-    let mut act = 0i64;
-    for e in &th.events {
-        if out.last().is_none_or(|g| g.act != act) {
-            out.push(Group::new(act));
-        }
-        let g = out.last_mut().unwrap();
-        match e.kind {
-            Kind::In => {
-                if g.first_in == NULL || e.t < g.first_in {
-                    g.first_in = e.t;
-                }
-                g.sum_in += e.t;
-                g.n_in += 1;
-            }
-            Kind::Out => {
-                if e.sleep && (g.off == NULL || e.t > g.off) {
-                    g.off = e.t;
-                }
-                g.sum_out += e.t;
-                g.n_out += 1;
-                if !e.sleep {
-                    g.preemptions += 1;
-                }
-            }
-            Kind::Wake => {
-                if g.first_wake == NULL || e.t < g.first_wake {
-                    g.first_wake = e.t;
-                }
-            }
-            Kind::Arm => g.armed = e.value,
-            Kind::Run => {}
-        }
-        if matches!(e.kind, Kind::In | Kind::Run) {
-            if g.last_cpu != NULL && g.last_cpu != e.cpu {
-                g.migrations += 1;
-            }
-            g.last_cpu = e.cpu;
-        }
-        if e.kind == Kind::Out && e.sleep {
-            act += 1;
-        }
-    }
-    out
+/// A group that ended, waiting (when its switch-in was not traced) for the
+/// thread's first own event at or after `after`: (its time, the last event
+/// on its CPU before it).
+struct Closed {
+    g: Group,
+    after: i64,
+    seen: Option<(i64, i64)>,
 }
 
-/// Every activation of every thread in `threads`.
-pub fn activations(threads: &mut [Thread], cpus: &Cpus, lost: &Losses) -> Out {
-    let mut o = Out::default();
-    for th in threads.iter_mut() {
-        th.own.sort_unstable();
-        let gs = groups(th);
-        let mut prev_off = NULL;
-        let mut prev_armed = NULL;
-        let mut prev_woken = NULL;
-        for g in &gs {
-            // a switch-in not traced: between the last event on its CPU and the thread's first own event after it slept
-            let (mut seen, mut lower) = (NULL, NULL);
-            if g.first_in == NULL {
-                let after = if prev_off != NULL { prev_off + 1 } else { g.first_wake };
-                if after != NULL {
-                    let i = th.own.partition_point(|x| x.0 < after);
-                    if let Some(&(s, c)) = th.own.get(i) {
-                        seen = s;
-                        lower = cpus.last_at_or_before(c, s - 1).unwrap_or(NULL);
-                    }
-                }
-            }
-            let on = if seen != NULL {
-                let w = some(g.first_wake).filter(|&w| w <= seen);
-                match (some(lower), w) {
-                    (Some(a), Some(b)) => a.max(b),
-                    (Some(a), None) => a,
-                    (None, Some(b)) => b,
-                    (None, None) => NULL,
-                }
-            } else {
-                g.first_in
-            };
-            let woken = if g.first_wake != NULL && on != NULL && g.first_wake <= on { g.first_wake } else { NULL };
-            let runtime = if seen != NULL && g.n_out == g.n_in + 1 && on != NULL {
-                g.sum_out - g.sum_in - on
-            } else if seen == NULL && g.n_out == g.n_in {
-                g.sum_out - g.sum_in
-            } else {
-                NULL
-            };
-            let timer_expires = prev_armed;
-            let period = if woken != NULL && prev_woken != NULL { woken - prev_woken } else { NULL };
-            prev_armed = g.armed;
-            prev_woken = woken;
-            prev_off = g.off;
-            if on == NULL {
-                continue;
-            }
-            let whole = g.off != NULL && g.act > 0;
-            let mut complete = whole;
-            if complete {
-                let lo = if woken != NULL { woken } else { on };
-                let hi = if g.off != NULL { g.off } else { on };
-                if lost.overlaps(lo, hi) {
-                    complete = false;
-                }
-            }
-            o.tid.push(th.tid);
-            o.act.push(g.act);
-            o.woken.push(woken);
-            o.on.push(on);
-            o.off.push(g.off);
-            o.wakeup_latency.push(if woken != NULL { on - woken } else { NULL });
-            o.timer_expires.push(timer_expires);
-            o.timer_lateness.push(if timer_expires != NULL && timer_expires <= on { on - timer_expires } else { NULL });
-            o.runtime.push(if whole { runtime } else { NULL });
-            o.preemptions.push(g.preemptions);
-            o.migrations.push(g.migrations);
-            o.period.push(period);
-            o.on_bound.push(if seen != NULL { seen - on } else { 0 });
-            o.complete.push(complete);
+impl Closed {
+    fn ready(&self) -> bool {
+        self.g.first_in != NULL || self.after == NULL || self.seen.is_some()
+    }
+}
+
+/// One thread along the stream.
+struct ThreadState {
+    tid: i64,
+    /// Its events at the latest instant seen (applied in kind order when time moves on).
+    pending: Vec<TEv>,
+    act: i64,
+    open: Option<Group>,
+    /// When it last went to sleep (the previous group's end).
+    last_off: i64,
+    /// Its first own event at or after the open group's `after`.
+    own_since: Option<(i64, i64)>,
+    /// Groups ended and not yet rows, in order.
+    closed: VecDeque<Closed>,
+    prev_armed: i64,
+    prev_woken: i64,
+}
+
+impl ThreadState {
+    fn new(tid: i64) -> Self {
+        ThreadState { tid, pending: Vec::new(), act: 0, open: None, last_off: NULL, own_since: None, closed: VecDeque::new(), prev_armed: NULL, prev_woken: NULL }
+    }
+
+    /// Where the open group's untraced switch-in is looked for from.
+    fn after(&self) -> i64 {
+        if self.last_off != NULL {
+            self.last_off + 1
+        } else {
+            self.open.map_or(NULL, |g| g.first_wake)
         }
     }
-    o
+}
+
+/// Every activation of chosen threads from events fed in time order (any
+/// number of batches), then `finish`.
+pub struct Stream {
+    index: rustc_hash::FxHashMap<i64, usize>,
+    threads: Vec<ThreadState>,
+    /// Per CPU: the latest event time seen, and the latest before that one.
+    cpu_last: rustc_hash::FxHashMap<i64, (i64, i64)>,
+    lost: Losses,
+    out: Out,
+}
+
+impl Stream {
+    pub fn new(tids: &[i64], lost: Losses) -> Self {
+        let mut sorted = tids.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let index = sorted.iter().enumerate().map(|(i, &t)| (t, i)).collect();
+        let threads = sorted.into_iter().map(ThreadState::new).collect();
+        Stream { index, threads, cpu_last: Default::default(), lost, out: Out::default() }
+    }
+
+    /// The last event on `cpu` strictly before `t`; `t` is then seen there.
+    fn see(&mut self, cpu: i64, t: i64) -> i64 {
+        let e = self.cpu_last.entry(cpu).or_insert((NULL, NULL));
+        if e.0 == NULL || t > e.0 {
+            *e = (t, e.0);
+        }
+        if e.0 < t {
+            e.0
+        } else {
+            e.1
+        }
+    }
+
+    /// One event, in time order: its kind (1 switch, 2 wake-up, 3 sleep
+    /// timer armed, 4 run time accounted, else 0), the task in whose context
+    /// it ran (`pid`), the switch's previous task or the woken one
+    /// (`target`), the switch's next task, whether the previous task went to
+    /// sleep, and the arm's expiry or the run's ns (`NULL`: none).
+    #[allow(clippy::too_many_arguments)]
+    pub fn event(&mut self, t: i64, cpu: i64, kind: i64, pid: i64, target: i64, next_pid: i64, asleep: bool, value: i64) {
+        let lower = self.see(cpu, t);
+        match kind {
+            1 => {
+                self.push(next_pid, TEv { t, kind: Kind::In, cpu, sleep: false, value: NULL });
+                self.push(target, TEv { t, kind: Kind::Out, cpu, sleep: asleep, value: NULL });
+            }
+            2 => self.push(target, TEv { t, kind: Kind::Wake, cpu, sleep: false, value: NULL }),
+            3 => self.push(pid, TEv { t, kind: Kind::Arm, cpu, sleep: false, value }),
+            4 => self.push(target, TEv { t, kind: Kind::Run, cpu, sleep: false, value }),
+            _ => {}
+        }
+        self.push(pid, TEv { t, kind: Kind::Own, cpu, sleep: false, value: lower });
+    }
+
+    fn push(&mut self, who: i64, e: TEv) {
+        let Some(&j) = self.index.get(&who) else { return };
+        let th = &mut self.threads[j];
+        if th.pending.first().is_some_and(|p| p.t != e.t) {
+            apply(th, &self.lost, &mut self.out);
+        }
+        th.pending.push(e);
+    }
+
+    /// Every thread's last group ended; the rows, by thread id then activation.
+    pub fn finish(mut self) -> Out {
+        for th in self.threads.iter_mut() {
+            apply(th, &self.lost, &mut self.out);
+            if let Some(g) = th.open.take() {
+                close(th, g);
+            }
+            while let Some(c) = th.closed.pop_front() {
+                row(th, c, &self.lost, &mut self.out);
+            }
+        }
+        self.out.sorted()
+    }
+}
+
+/// A thread's pending events (one instant), in kind order.
+fn apply(th: &mut ThreadState, lost: &Losses, out: &mut Out) {
+    let mut pend = std::mem::take(&mut th.pending);
+    pend.sort_by_key(|e| e.kind);
+    for &e in &pend {
+        step(th, e, lost, out);
+    }
+    pend.clear();
+    th.pending = pend;
+}
+
+fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
+    if e.kind == Kind::Own {
+        // groups waiting for this: their switch-in is placed before it
+        while let Some(c) = th.closed.front_mut() {
+            if !c.ready() && e.t >= c.after {
+                c.seen = Some((e.t, e.value));
+            }
+            if !c.ready() {
+                break;
+            }
+            let c = th.closed.pop_front().unwrap();
+            row(th, c, lost, out);
+        }
+        let after = th.after();
+        if th.own_since.is_none() && after != NULL && e.t >= after {
+            th.own_since = Some((e.t, e.value));
+        }
+        return;
+    }
+    let act = th.act;
+    let g = th.open.get_or_insert_with(|| Group::new(act));
+    match e.kind {
+        Kind::In => {
+            if g.first_in == NULL || e.t < g.first_in {
+                g.first_in = e.t;
+            }
+            g.sum_in += e.t;
+            g.n_in += 1;
+        }
+        Kind::Out => {
+            if e.sleep && (g.off == NULL || e.t > g.off) {
+                g.off = e.t;
+            }
+            g.sum_out += e.t;
+            g.n_out += 1;
+            if !e.sleep {
+                g.preemptions += 1;
+            }
+        }
+        Kind::Wake => {
+            if g.first_wake == NULL || e.t < g.first_wake {
+                g.first_wake = e.t;
+            }
+        }
+        Kind::Arm => g.armed = e.value,
+        Kind::Run | Kind::Own => {}
+    }
+    if matches!(e.kind, Kind::In | Kind::Run) {
+        if g.last_cpu != NULL && g.last_cpu != e.cpu {
+            g.migrations += 1;
+        }
+        g.last_cpu = e.cpu;
+    }
+    if e.kind == Kind::Out && e.sleep {
+        let g = th.open.take().unwrap();
+        close(th, g);
+        th.act += 1;
+        th.last_off = e.t;
+        th.own_since = None;
+    }
+}
+
+/// A group ends: a row now, or queued (in order) until its untraced switch-in can be placed.
+fn close(th: &mut ThreadState, g: Group) {
+    let after = if th.last_off != NULL { th.last_off + 1 } else { g.first_wake };
+    let seen = if g.first_in == NULL && after != NULL { th.own_since.filter(|s| s.0 >= after) } else { None };
+    th.closed.push_back(Closed { g, after, seen });
+}
+
+/// The row of a group whose switch-in is known (or never will be).
+fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Out) {
+    let g = c.g;
+    let (seen, lower) = match c.seen {
+        Some((s, l)) if g.first_in == NULL => (s, l),
+        _ => (NULL, NULL),
+    };
+    let on = if seen != NULL {
+        let w = some(g.first_wake).filter(|&w| w <= seen);
+        match (some(lower), w) {
+            (Some(a), Some(b)) => a.max(b),
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => NULL,
+        }
+    } else {
+        g.first_in
+    };
+    let woken = if g.first_wake != NULL && on != NULL && g.first_wake <= on { g.first_wake } else { NULL };
+    let runtime = if seen != NULL && g.n_out == g.n_in + 1 && on != NULL {
+        g.sum_out - g.sum_in - on
+    } else if seen == NULL && g.n_out == g.n_in {
+        g.sum_out - g.sum_in
+    } else {
+        NULL
+    };
+    let timer_expires = th.prev_armed;
+    let period = if woken != NULL && th.prev_woken != NULL { woken - th.prev_woken } else { NULL };
+    th.prev_armed = g.armed;
+    th.prev_woken = woken;
+    if on == NULL {
+        return;
+    }
+    let whole = g.off != NULL && g.act > 0;
+    let mut complete = whole;
+    if complete {
+        let lo = if woken != NULL { woken } else { on };
+        let hi = if g.off != NULL { g.off } else { on };
+        if lost.overlaps(lo, hi) {
+            complete = false;
+        }
+    }
+    o.tid.push(th.tid);
+    o.act.push(g.act);
+    o.woken.push(woken);
+    o.on.push(on);
+    o.off.push(g.off);
+    o.wakeup_latency.push(if woken != NULL { on - woken } else { NULL });
+    o.timer_expires.push(timer_expires);
+    o.timer_lateness.push(if timer_expires != NULL && timer_expires <= on { on - timer_expires } else { NULL });
+    o.runtime.push(if whole { runtime } else { NULL });
+    o.preemptions.push(g.preemptions);
+    o.migrations.push(g.migrations);
+    o.period.push(period);
+    o.on_bound.push(if seen != NULL { seen - on } else { 0 });
+    o.complete.push(complete);
+}
+
+impl Out {
+    /// The rows by (thread, activation).
+    fn sorted(self) -> Out {
+        let mut order: Vec<usize> = (0..self.tid.len()).collect();
+        order.sort_by_key(|&i| (self.tid[i], self.act[i]));
+        fn pick<T: Copy>(v: &[T], order: &[usize]) -> Vec<T> {
+            order.iter().map(|&i| v[i]).collect()
+        }
+        Out {
+            tid: pick(&self.tid, &order),
+            act: pick(&self.act, &order),
+            woken: pick(&self.woken, &order),
+            on: pick(&self.on, &order),
+            off: pick(&self.off, &order),
+            wakeup_latency: pick(&self.wakeup_latency, &order),
+            timer_expires: pick(&self.timer_expires, &order),
+            timer_lateness: pick(&self.timer_lateness, &order),
+            runtime: pick(&self.runtime, &order),
+            preemptions: pick(&self.preemptions, &order),
+            migrations: pick(&self.migrations, &order),
+            period: pick(&self.period, &order),
+            on_bound: pick(&self.on_bound, &order),
+            complete: pick(&self.complete, &order),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn ev(t: i64, kind: Kind, cpu: i64, sleep: bool) -> TEv {
-        TEv { t, kind, cpu, sleep, value: NULL }
+    /// Feeds (t, cpu, kind, pid, target, next_pid, asleep, value) rows.
+    fn run(tids: &[i64], rows: &[(i64, i64, i64, i64, i64, i64, bool, i64)], lost: Vec<(i64, i64)>) -> Out {
+        let mut s = Stream::new(tids, Losses::new(lost));
+        for &(t, c, k, p, tg, n, a, v) in rows {
+            s.event(t, c, k, p, tg, n, a, v);
+        }
+        s.finish()
     }
 
     #[test]
     fn a_timer_sleep_gives_its_lateness_and_wake_up_latency() {
-        let mut a = TEv { t: 100, kind: Kind::Arm, cpu: 0, sleep: false, value: 1000 };
-        a.value = 1000;
-        let mut th = vec![Thread {
-            tid: 7,
-            events: vec![ev(50, Kind::In, 0, false), a, ev(110, Kind::Out, 0, true), ev(1005, Kind::Wake, 0, false), ev(1012, Kind::In, 0, false), ev(1030, Kind::Out, 0, true)],
-            own: vec![(50, 0), (100, 0)],
-        }];
-        let o = activations(&mut th, &Cpus::new(&[], &[]), &Losses::new(vec![]));
+        let o = run(&[7], &[
+            (50, 0, 1, 0, 0, 7, false, NULL),   // switched in
+            (100, 0, 3, 7, -1, -1, false, 1000), // arms its sleep timer for 1000
+            (110, 0, 1, 7, 7, 0, true, NULL),   // sleeps
+            (1005, 0, 2, 0, 7, -1, false, NULL), // woken
+            (1012, 0, 1, 0, 0, 7, false, NULL), // in
+            (1030, 0, 1, 7, 7, 0, true, NULL),  // sleeps again
+        ], vec![]);
         let i = o.act.iter().position(|&a| a == 1).unwrap();
         assert_eq!((o.woken[i], o.on[i], o.wakeup_latency[i], o.timer_lateness[i], o.runtime[i], o.complete[i]), (1005, 1012, 7, 12, 18, true));
     }
 
     #[test]
     fn an_untraced_switch_in_is_placed_after_the_last_event_on_its_cpu() {
-        let mut th = vec![Thread {
-            tid: 7,
-            events: vec![ev(10, Kind::In, 1, false), ev(20, Kind::Out, 1, true), ev(100, Kind::Wake, 1, false), ev(200, Kind::Out, 1, true)],
-            own: vec![(10, 1), (150, 1)],
-        }];
-        let cpus = Cpus::new(&[10, 20, 100, 130, 150], &[1, 1, 1, 1, 1]);
-        let o = activations(&mut th, &cpus, &Losses::new(vec![]));
+        let o = run(&[7], &[
+            (10, 1, 1, 0, 0, 7, false, NULL),
+            (20, 1, 1, 7, 7, 0, true, NULL),
+            (100, 1, 2, 0, 7, -1, false, NULL),
+            (130, 1, 0, 0, -1, -1, false, NULL), // someone else's event on CPU 1
+            (150, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs, its switch-in untraced
+            (200, 1, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
         let i = o.act.iter().position(|&a| a == 1).unwrap();
         assert_eq!((o.on[i], o.on_bound[i], o.wakeup_latency[i]), (130, 20, 30));
     }
 
     #[test]
     fn an_activation_overlapping_lost_events_is_incomplete() {
-        let mut th = vec![Thread {
-            tid: 7,
-            events: vec![ev(10, Kind::Out, 0, true), ev(100, Kind::Wake, 0, false), ev(110, Kind::In, 0, false), ev(200, Kind::Out, 0, true)],
-            own: vec![],
-        }];
-        let o = activations(&mut th, &Cpus::new(&[], &[]), &Losses::new(vec![(150, 160)]));
-        assert!(!o.complete[0]);
+        let o = run(&[7], &[
+            (10, 0, 1, 7, 7, 0, true, NULL),
+            (100, 0, 2, 0, 7, -1, false, NULL),
+            (110, 0, 1, 0, 0, 7, false, NULL),
+            (200, 0, 1, 7, 7, 0, true, NULL),
+        ], vec![(150, 160)]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert!(!o.complete[i]);
+    }
+
+    #[test]
+    fn events_at_one_instant_are_applied_in_kind_order_whatever_order_they_come_in() {
+        // woken and switched in at the same instant, the switch-in listed first
+        let o = run(&[7], &[
+            (10, 0, 1, 7, 7, 0, true, NULL),
+            (100, 0, 1, 0, 0, 7, false, NULL),
+            (100, 0, 2, 0, 7, -1, false, NULL),
+            (200, 0, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert_eq!((o.woken[i], o.wakeup_latency[i]), (100, 0));
+    }
+
+    #[test]
+    fn a_switch_in_placed_by_an_own_event_in_a_later_batch_keeps_the_rows_in_order() {
+        let mut s = Stream::new(&[7], Losses::new(vec![]));
+        for &(t, c, k, p, tg, n, a) in &[(10, 0, 1, 7, 7, 0, true), (100, 0, 2, 0, 7, -1, false), (120, 0, 0, 3, -1, -1, false)] {
+            s.event(t, c, k, p, tg, n, a, NULL);
+        }
+        // the next batch: the thread's first own event, then a sleep
+        for &(t, c, k, p, tg, n, a) in &[(150, 0, 0, 7, -1, -1, false), (160, 0, 1, 7, 7, 0, true)] {
+            s.event(t, c, k, p, tg, n, a, NULL);
+        }
+        let o = s.finish();
+        // activation 0 is a sleep alone (nothing of it ran in view): no row
+        assert_eq!(o.act, vec![1]);
+        assert_eq!((o.on[0], o.on_bound[0], o.wakeup_latency[0]), (120, 30, 20));
     }
 }

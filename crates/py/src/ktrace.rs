@@ -239,6 +239,16 @@ impl KtraceImport {
         }
     }
 
+    /// The earliest time (ns) an event still to be decoded can have (None:
+    /// any, or none left): events taken before it are in their final order.
+    /// perf.data comes out in time order already (the parser sorts its rounds).
+    fn watermark_ns(&mut self) -> PyResult<Option<i64>> {
+        match &mut self.src {
+            Source::TraceDat(t) => t.watermark_ns().map_err(|e| InputError::new_err(e.to_string())),
+            Source::Perf(_) => Ok(None),
+        }
+    }
+
     /// What a perf.data held besides tracepoint samples (None for trace.dat).
     fn perf_counts(&self) -> Option<(u64, u64, u64, u64, u64)> {
         match &self.src {
@@ -391,88 +401,78 @@ pub fn ktrace_task_label(comm: &str, pid: i64, perf_is_lab: bool) -> String {
     loopscope_ktrace::attrib::task_label(comm, pid, &std::collections::HashMap::new(), perf_is_lab)
 }
 
-/// Every activation of `tids` (crates/ktrace `activations`), from the
-/// capture's events as int64 arrays (-1: none): `kind` 1 a switch, 2 a
-/// wake-up, 3 a sleep timer armed (`value`: its expiry on the capture's
-/// clock, -1 when it could not be placed), 4 run time accounted, 0 any
-/// other event; `asleep` (a switch-out's state was not R); and the (t, cpu)
-/// of every event of the capture (`all_t`, `all_cpu`), the loss windows.
-/// Returns {column: int64 array (i64::MIN: null)}, `complete` as bool.
-#[pyfunction]
-#[pyo3(signature = (t, cpu, kind, pid, target, next_pid, asleep, value, tids, all_t, all_cpu, lost_start, lost_end))]
-#[allow(clippy::too_many_arguments)]
-pub fn ktrace_activations<'py>(
-    py: Python<'py>,
-    t: PyReadonlyArray1<'py, i64>,
-    cpu: PyReadonlyArray1<'py, i64>,
-    kind: PyReadonlyArray1<'py, i64>,
-    pid: PyReadonlyArray1<'py, i64>,
-    target: PyReadonlyArray1<'py, i64>,
-    next_pid: PyReadonlyArray1<'py, i64>,
-    asleep: PyReadonlyArray1<'py, i64>,
-    value: PyReadonlyArray1<'py, i64>,
-    tids: Vec<i64>,
-    all_t: PyReadonlyArray1<'py, i64>,
-    all_cpu: PyReadonlyArray1<'py, i64>,
-    lost_start: Vec<i64>,
-    lost_end: Vec<i64>,
-) -> PyResult<Bound<'py, PyDict>> {
-    use loopscope_ktrace::activations::{activations, Cpus, Kind, Losses, TEv, Thread};
-    let (t, cpu, kind, pid, target, next_pid, asleep, value) =
-        (t.as_slice()?, cpu.as_slice()?, kind.as_slice()?, pid.as_slice()?, target.as_slice()?, next_pid.as_slice()?, asleep.as_slice()?, value.as_slice()?);
-    let n = t.len();
-    if [cpu.len(), kind.len(), pid.len(), target.len(), next_pid.len(), asleep.len(), value.len()].iter().any(|&l| l != n) {
-        return Err(InputError::new_err("ktrace_activations: the columns differ in length"));
+/// Every activation of chosen threads (crates/ktrace `activations`), fed
+/// the capture in time order a batch at a time, then `finish`: memory is the
+/// threads' open activations and the rows, not the events.
+#[pyclass(module = "loopscope._native", name = "KtraceActivations")]
+pub struct KtraceActivations {
+    stream: Option<loopscope_ktrace::activations::Stream>,
+}
+
+#[pymethods]
+impl KtraceActivations {
+    /// `tids`: the threads; `lost_start`/`lost_end`: windows of lost events
+    /// (an activation overlapping one is incomplete).
+    #[new]
+    fn new(tids: Vec<i64>, lost_start: Vec<i64>, lost_end: Vec<i64>) -> Self {
+        use loopscope_ktrace::activations::{Losses, Stream};
+        KtraceActivations { stream: Some(Stream::new(&tids, Losses::new(lost_start.into_iter().zip(lost_end).collect()))) }
     }
-    let (all_t, all_cpu) = (all_t.as_slice()?, all_cpu.as_slice()?);
-    let out = py.detach(|| {
-        let mut index: rustc_hash::FxHashMap<i64, usize> = Default::default();
-        let mut ths: Vec<Thread> = Vec::new();
-        for &tid in &tids {
-            index.entry(tid).or_insert_with(|| {
-                ths.push(Thread { tid, ..Default::default() });
-                ths.len() - 1
-            });
+
+    /// Every event of a stretch of the capture, in time order, as int64
+    /// arrays: kind (1 switch, 2 wake-up, 3 sleep timer armed, 4 run time,
+    /// else 0), pid, target, next_pid, asleep (1: the switch's previous task
+    /// slept), value (an arm's expiry on the capture's clock, a run's ns; -1: none).
+    #[allow(clippy::too_many_arguments)]
+    fn feed(
+        &mut self,
+        py: Python<'_>,
+        t: PyReadonlyArray1<'_, i64>,
+        cpu: PyReadonlyArray1<'_, i64>,
+        kind: PyReadonlyArray1<'_, i64>,
+        pid: PyReadonlyArray1<'_, i64>,
+        target: PyReadonlyArray1<'_, i64>,
+        next_pid: PyReadonlyArray1<'_, i64>,
+        asleep: PyReadonlyArray1<'_, i64>,
+        value: PyReadonlyArray1<'_, i64>,
+    ) -> PyResult<()> {
+        let (t, cpu, kind, pid, target, next_pid, asleep, value) =
+            (t.as_slice()?, cpu.as_slice()?, kind.as_slice()?, pid.as_slice()?, target.as_slice()?, next_pid.as_slice()?, asleep.as_slice()?, value.as_slice()?);
+        let n = t.len();
+        if [cpu.len(), kind.len(), pid.len(), target.len(), next_pid.len(), asleep.len(), value.len()].iter().any(|&l| l != n) {
+            return Err(InputError::new_err("KtraceActivations.feed: the columns differ in length"));
         }
+        let s = self.stream.as_mut().ok_or_else(|| InputError::new_err("KtraceActivations: already finished"))?;
         let null = loopscope_ktrace::activations::NULL;
-        for i in 0..n {
-            let mut push = |who: i64, k: Kind, sleep: bool, v: i64| {
-                if let Some(&j) = index.get(&who) {
-                    ths[j].events.push(TEv { t: t[i], kind: k, cpu: cpu[i], sleep, value: v });
-                }
-            };
-            match kind[i] {
-                1 => {
-                    push(next_pid[i], Kind::In, false, null);
-                    push(target[i], Kind::Out, asleep[i] == 1, null);
-                }
-                2 => push(target[i], Kind::Wake, false, null),
-                3 => push(pid[i], Kind::Arm, false, if value[i] == -1 { null } else { value[i] }),
-                4 => push(target[i], Kind::Run, false, value[i]),
-                _ => {}
+        py.detach(|| {
+            for i in 0..n {
+                let v = if value[i] == -1 { null } else { value[i] };
+                s.event(t[i], cpu[i], kind[i], pid[i], target[i], next_pid[i], asleep[i] == 1, v);
             }
-            if let Some(&j) = index.get(&pid[i]) {
-                ths[j].own.push((t[i], cpu[i]));
-            }
-        }
-        let cpus = Cpus::new(all_t, all_cpu);
-        let lost = Losses::new(lost_start.into_iter().zip(lost_end).collect());
-        activations(&mut ths, &cpus, &lost)
-    });
-    let o = PyDict::new(py);
-    o.set_item("tid", out.tid.into_pyarray(py))?;
-    o.set_item("act", out.act.into_pyarray(py))?;
-    o.set_item("woken_ns", out.woken.into_pyarray(py))?;
-    o.set_item("on_ns", out.on.into_pyarray(py))?;
-    o.set_item("off_ns", out.off.into_pyarray(py))?;
-    o.set_item("wakeup_latency_ns", out.wakeup_latency.into_pyarray(py))?;
-    o.set_item("timer_expires_ns", out.timer_expires.into_pyarray(py))?;
-    o.set_item("timer_lateness_ns", out.timer_lateness.into_pyarray(py))?;
-    o.set_item("runtime_ns", out.runtime.into_pyarray(py))?;
-    o.set_item("preemptions", out.preemptions.into_pyarray(py))?;
-    o.set_item("migrations", out.migrations.into_pyarray(py))?;
-    o.set_item("period_ns", out.period.into_pyarray(py))?;
-    o.set_item("on_bound_ns", out.on_bound.into_pyarray(py))?;
-    o.set_item("complete", out.complete.into_pyarray(py))?;
-    Ok(o)
+        });
+        Ok(())
+    }
+
+    /// The rows, by thread id then activation: {column: int64 array (NULL as
+    /// int64's minimum), complete: bool array}.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.stream.take().ok_or_else(|| InputError::new_err("KtraceActivations: already finished"))?;
+        let out = py.detach(|| s.finish());
+        let o = PyDict::new(py);
+        o.set_item("tid", out.tid.into_pyarray(py))?;
+        o.set_item("act", out.act.into_pyarray(py))?;
+        o.set_item("woken_ns", out.woken.into_pyarray(py))?;
+        o.set_item("on_ns", out.on.into_pyarray(py))?;
+        o.set_item("off_ns", out.off.into_pyarray(py))?;
+        o.set_item("wakeup_latency_ns", out.wakeup_latency.into_pyarray(py))?;
+        o.set_item("timer_expires_ns", out.timer_expires.into_pyarray(py))?;
+        o.set_item("timer_lateness_ns", out.timer_lateness.into_pyarray(py))?;
+        o.set_item("runtime_ns", out.runtime.into_pyarray(py))?;
+        o.set_item("preemptions", out.preemptions.into_pyarray(py))?;
+        o.set_item("migrations", out.migrations.into_pyarray(py))?;
+        o.set_item("period_ns", out.period.into_pyarray(py))?;
+        o.set_item("on_bound_ns", out.on_bound.into_pyarray(py))?;
+        o.set_item("complete", out.complete.into_pyarray(py))?;
+        Ok(o)
+    }
 }

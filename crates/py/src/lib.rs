@@ -231,7 +231,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ktrace::KtraceDecoder>()?;
     m.add_class::<ktrace::KtraceImport>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
-    m.add_function(wrap_pyfunction!(ktrace::ktrace_activations, m)?)?;
+    m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;

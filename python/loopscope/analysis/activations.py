@@ -30,12 +30,14 @@ nearest in time, so a drift between the clocks over a long trace does not
 add up. Without those events the lateness is not measured (null), never
 guessed.
 
-The events are taken apart per thread with polars, vectorised: a
-thread's own events sorted by time are cut at every sleep; what happened
-between a sleep and the next switch-in (the wake-up, the timer that ended
-the sleep) belongs to the activation that follows. An activation the
-capture began or ended inside is marked incomplete, as is one overlapping
-a window of lost events.
+The pass is native (``KtraceActivations``, crates/ktrace
+``activations``) and streams: the capture is fed in time order a stretch at
+a time (``Feed``), each thread's events cut at every sleep as they come;
+what happened between a sleep and the next switch-in (the wake-up, the
+timer that ended the sleep) belongs to the activation that follows. Memory
+is the rows and each thread's open activation, not the capture. An
+activation the capture began or ended inside is marked incomplete, as is
+one overlapping a window of lost events.
 """
 
 from __future__ import annotations
@@ -89,9 +91,10 @@ def _on_clock(arms: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
 KIND_CODES = {"sched_switch": 1, "sched_wakeup": 2, "sched_waking": 2, "hrtimer_start": 3, "sched_stat_runtime": 4}
 
 
-def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | None) -> dict[str, np.ndarray]:
+def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | None, offsets: pl.DataFrame | None = None) -> dict[str, np.ndarray]:
     """The int64 columns the native pass reads (-1: none). ``ev`` is decoded
-    text, or as stored (``coded``: the capture's event names and strings)."""
+    text, or as stored (``coded``: the capture's event names and strings);
+    ``offsets``: the capture's ``mono_offsets`` (found in ``ev`` when None)."""
     if coded is None:
         kind = pl.col("event").replace_strict(KIND_CODES, default=0, return_dtype=pl.Int64)
         asleep = pl.col("prev_state").fill_null("R") != "R"
@@ -111,8 +114,10 @@ def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | N
         .when(kind == 4).then(pl.col("runtime")).cast(pl.Int64).alias("value"),
     ).with_columns(pl.when((pl.col("kind") == 3) & pl.col("value").is_null()).then(0).otherwise(pl.col("kind")).alias("kind"))
     if clock not in MONO_CLOCKS:
+        if offsets is None:
+            offsets = mono_offsets(ev if coded is None else _expire_entries(ev, coded[0]))
         arms = df.with_row_index("i").filter(pl.col("kind") == 3).select("i", "t_ns", "value")
-        moved = _on_clock(arms, mono_offsets(ev if coded is None else _expire_entries(ev, coded[0])))
+        moved = _on_clock(arms, offsets)
         df = df.with_row_index("i").join(moved.select("i", pl.col("value").alias("moved")), on="i", how="left").with_columns(
             pl.when(pl.col("kind") == 3).then(pl.col("moved")).otherwise(pl.col("value")).alias("value")).drop("i", "moved")
     return {c: df[c].fill_null(-1).to_numpy() for c in df.columns}
@@ -124,30 +129,45 @@ def _expire_entries(ev: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     return ev.filter(pl.col("event") == code).select("t_ns", pl.lit("hrtimer_expire_entry").alias("event"), "expires")
 
 
-def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono", others: pl.DataFrame | None = None,
+class Feed:
+    """The native pass fed a stretch of the capture at a time (each in time
+    order, each after the last), then ``rows``."""
+
+    def __init__(self, tids: list[int], lost: pl.DataFrame | None, clock: str, coded: tuple[list[str], list[str]] | None = None,
+                 offsets: pl.DataFrame | None = None) -> None:
+        from loopscope import _native
+
+        ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
+        le = lost["end_ns"].to_list() if lost is not None and len(lost) else []
+        self.clock, self.coded, self.offsets = clock, coded, offsets
+        self.native = _native.KtraceActivations(sorted({int(t) for t in tids}), ls, le)
+
+    def feed(self, ev: pl.DataFrame) -> None:
+        """Every event of a stretch (``kernel.store`` columns, text decoded or as stored)."""
+        if not len(ev):
+            return
+        a = _arrays(ev, self.clock, self.coded, self.offsets)
+        self.native.feed(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"])
+
+    def rows(self) -> pl.DataFrame:
+        """One row per activation (``COLUMNS``), by thread then activation."""
+        got = self.native.finish()
+        null = np.iinfo(np.int64).min
+        out = pl.DataFrame({k: pl.Series(k, v) for k, v in got.items()}).with_columns(
+            pl.when(pl.col(c) != null).then(pl.col(c)).alias(c) for c in COLUMNS if c not in ("tid", "act", "complete"))
+        return out.select(list(COLUMNS)).cast(COLUMNS)  # type: ignore[arg-type]
+
+
+def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono",
                 coded: tuple[list[str], list[str]] | None = None) -> pl.DataFrame:
     """One row per activation of each thread in ``tids`` (``COLUMNS``).
-    ``ev``: kernel events (``kernel.store`` columns, text decoded, or as
-    stored with ``coded`` its event names and strings): all of them, or at
-    least those of the threads and their wake-ups, switches and timers, with
-    ``others`` the (t_ns, cpu) of every event; ``lost``: windows of lost
-    events (cpu, start_ns, end_ns), each making the activations it overlaps
-    incomplete; ``clock``: the capture's trace clock. The pass itself is
-    native (``crates/ktrace/src/activations.rs``)."""
-    from loopscope import _native
-
+    ``ev``: every kernel event of a stretch, time-sorted (``kernel.store``
+    columns, text decoded, or as stored with ``coded`` its event names and
+    strings); ``lost``: windows of lost events (cpu, start_ns, end_ns), each
+    making the activations it overlaps incomplete; ``clock``: the capture's
+    trace clock."""
     if not len(ev) or not tids:
         return pl.DataFrame(schema=COLUMNS)
-    a = _arrays(ev, clock, coded)
-    every = others if others is not None else ev.select("t_ns", "cpu")
-    all_t = every["t_ns"].cast(pl.Int64).to_numpy()
-    all_cpu = every["cpu"].cast(pl.Int64).to_numpy()
-    ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
-    le = lost["end_ns"].to_list() if lost is not None and len(lost) else []
-    # threads in id order, each one's activations in order: the rows come sorted by (tid, act)
-    got = _native.ktrace_activations(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"],
-                                     sorted({int(t) for t in tids}), all_t, all_cpu, ls, le)
-    null = np.iinfo(np.int64).min
-    cols = {k: pl.Series(k, v) for k, v in got.items()}
-    out = pl.DataFrame(cols).with_columns(pl.when(pl.col(c) != null).then(pl.col(c)).alias(c) for c in COLUMNS if c not in ("tid", "act", "complete"))
-    return out.select(list(COLUMNS)).cast(COLUMNS)  # type: ignore[arg-type]
+    f = Feed(tids, lost, clock, coded)
+    f.feed(ev)
+    return f.rows()

@@ -24,7 +24,7 @@ import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
-from loopscope.analysis.activations import MONO_CLOCKS, activations
+from loopscope.analysis.activations import MONO_CLOCKS, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
 
 
@@ -89,28 +89,24 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
-def thread_events(st: S.Store, tids: list[int]) -> tuple[pl.DataFrame, pl.DataFrame | None, tuple[list[str], list[str]] | None]:
-    """What ``activations`` needs of a capture for ``tids``, without decoding
-    the rest: the events in their context or naming them (switches, wake-ups,
-    their timers and run time), the timer interrupts when the capture's clock
-    is not CLOCK_MONOTONIC, and the (t_ns, cpu) of every event; one filtered
-    scan of the segment files, as stored (text as codes: the third value is
-    the capture's event names and strings, None when the text is decoded)."""
+def thread_activations(st: S.Store, tids: list[int]) -> pl.DataFrame:
+    """Every activation of ``tids`` in the capture (``activations.COLUMNS``):
+    its segment files streamed through the native pass one at a time, as
+    stored (text as codes), only the columns the pass reads; memory is a
+    file's events and the rows, whatever the capture's length."""
     if st.legacy is not None or not st.files():
-        return st.load(st.t_first or 0, st.t_last or 0), None, None
-    want = pl.Series(tids, dtype=pl.Int32).implode()
-    mine = pl.col("pid").is_in(want) | pl.col("target").is_in(want) | pl.col("next_pid").is_in(want)
-    if st.clock not in MONO_CLOCKS and "hrtimer_expire_entry" in st.event_names:
-        mine = mine | (pl.col("event") == st.event_names.index("hrtimer_expire_entry"))
-    # a segment file at a time (memory: one segment and what is kept), only the columns the pass reads
-    cols = ["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]
-    rels, others = [], []
-    for f in st.files():
-        lf = pl.scan_parquet(f)
-        r, o = pl.collect_all([lf.filter(mine).select(cols), lf.select("t_ns", "cpu")])
-        rels.append(r)
-        others.append(o)
-    return pl.concat(rels).sort("t_ns", maintain_order=True), pl.concat(others), (st.event_names, st.strings)
+        return activations(st.load(st.t_first or 0, st.t_last or 0), tids, st.lost, st.clock)
+    coded = (st.event_names, st.strings)
+    offsets = None
+    if st.clock not in MONO_CLOCKS:
+        # the capture's clock against CLOCK_MONOTONIC, from all of its timer interrupts (a small filtered read)
+        code = st.event_names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in st.event_names else -2
+        ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.files()])
+        offsets = mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
+    feed = Feed(tids, st.lost, st.clock, coded, offsets)
+    for part in st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]):
+        feed.feed(part)
+    return feed.rows()
 
 
 def thread_names(st: S.Store) -> dict[int, str]:
@@ -186,8 +182,7 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     (``lab: …``), so that loopscope is told apart from the program's neighbours;
     ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
     (a command's start and its stop are the measuring side's doing, not its)."""
-    ev, others, coded = thread_events(st, list(threads))
-    act = activations(ev, list(threads), st.lost, st.clock, others, coded)
+    act = thread_activations(st, list(threads))
     if window is not None:
         act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
     causes = _causes(st, act, roles or {})

@@ -358,6 +358,39 @@ class Store:
         """The readable segment files."""
         return [self.dir / rel for s in self.segments if (rel := s.get("file")) and s.get("readable", True)]
 
+    def stretches(self, columns: list[str]) -> Iterator[pl.DataFrame]:
+        """Every event, as stored, in time order across the whole capture, a
+        segment file at a time (``columns`` of it): a file's events at or
+        after the first of a later file (buffers of several CPUs read at one
+        drain end at different times) wait and are merged into the next, so
+        a pass reading these sees one time order in the memory of a file."""
+        segs = [s for s in self.segments if s.get("file") and s.get("readable", True)]
+        firsts = [s.get("t_first_ns") for s in segs]
+        # per file, the earliest first event of any later file
+        later: list[int | None] = [None] * len(segs)
+        low: int | None = None
+        for i in range(len(segs) - 1, -1, -1):
+            later[i] = low
+            f = firsts[i]
+            if f is not None:
+                low = f if low is None else min(low, f)
+        carry: pl.DataFrame | None = None
+        for s, cut in zip(segs, later):
+            path = self.dir / str(s["file"])
+            have = pl.read_parquet_schema(path)
+            df = pl.read_parquet(path, columns=[c for c in columns if c in have])
+            if len(df.columns) < len(columns):  # a file from before a column was kept
+                df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c) for c in columns if c not in have).select(columns)
+            if carry is not None and len(carry):
+                df = carry.merge_sorted(df, "t_ns")
+            carry = None
+            if cut is not None:
+                k = int(df["t_ns"].search_sorted(cut, "left"))
+                df, carry = df.slice(0, k), df.slice(k)
+            yield df
+        if carry is not None and len(carry):
+            yield carry
+
     def bytes_on_disk(self) -> int:
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
 
