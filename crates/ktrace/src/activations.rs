@@ -161,8 +161,8 @@ impl ThreadState {
 pub struct Stream {
     index: rustc_hash::FxHashMap<i64, usize>,
     threads: Vec<ThreadState>,
-    /// Per CPU: the latest event time seen, and the latest before that one.
-    cpu_last: rustc_hash::FxHashMap<i64, (i64, i64)>,
+    /// Per CPU (by number): the latest event time seen, and the latest before that one.
+    cpu_last: Vec<(i64, i64)>,
     lost: Losses,
     out: Out,
 }
@@ -174,12 +174,16 @@ impl Stream {
         sorted.dedup();
         let index = sorted.iter().enumerate().map(|(i, &t)| (t, i)).collect();
         let threads = sorted.into_iter().map(ThreadState::new).collect();
-        Stream { index, threads, cpu_last: Default::default(), lost, out: Out::default() }
+        Stream { index, threads, cpu_last: Vec::new(), lost, out: Out::default() }
     }
 
     /// The last event on `cpu` strictly before `t`; `t` is then seen there.
     fn see(&mut self, cpu: i64, t: i64) -> i64 {
-        let e = self.cpu_last.entry(cpu).or_insert((NULL, NULL));
+        let c = cpu.clamp(0, 1 << 16) as usize;
+        if c >= self.cpu_last.len() {
+            self.cpu_last.resize(c + 1, (NULL, NULL));
+        }
+        let e = &mut self.cpu_last[c];
         if e.0 == NULL || t > e.0 {
             *e = (t, e.0);
         }
@@ -374,29 +378,25 @@ fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Out) {
 }
 
 impl Out {
-    /// The rows by (thread, activation).
-    fn sorted(self) -> Out {
-        let mut order: Vec<usize> = (0..self.tid.len()).collect();
-        order.sort_by_key(|&i| (self.tid[i], self.act[i]));
-        fn pick<T: Copy>(v: &[T], order: &[usize]) -> Vec<T> {
-            order.iter().map(|&i| v[i]).collect()
+    /// The rows by (thread, activation), a column at a time (memory: the
+    /// rows, one column more and the order).
+    fn sorted(mut self) -> Out {
+        let n = self.tid.len();
+        if (1..n).all(|i| (self.tid[i - 1], self.act[i - 1]) <= (self.tid[i], self.act[i])) {
+            return self;
         }
-        Out {
-            tid: pick(&self.tid, &order),
-            act: pick(&self.act, &order),
-            woken: pick(&self.woken, &order),
-            on: pick(&self.on, &order),
-            off: pick(&self.off, &order),
-            wakeup_latency: pick(&self.wakeup_latency, &order),
-            timer_expires: pick(&self.timer_expires, &order),
-            timer_lateness: pick(&self.timer_lateness, &order),
-            runtime: pick(&self.runtime, &order),
-            preemptions: pick(&self.preemptions, &order),
-            migrations: pick(&self.migrations, &order),
-            period: pick(&self.period, &order),
-            on_bound: pick(&self.on_bound, &order),
-            complete: pick(&self.complete, &order),
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        order.sort_by_key(|&i| (self.tid[i as usize], self.act[i as usize]));
+        fn pick<T: Copy>(v: &mut Vec<T>, order: &[u32]) {
+            let new: Vec<T> = order.iter().map(|&i| v[i as usize]).collect();
+            *v = new;
         }
+        for v in [&mut self.tid, &mut self.act, &mut self.woken, &mut self.on, &mut self.off, &mut self.wakeup_latency, &mut self.timer_expires,
+                  &mut self.timer_lateness, &mut self.runtime, &mut self.preemptions, &mut self.migrations, &mut self.period, &mut self.on_bound] {
+            pick(v, &order);
+        }
+        pick(&mut self.complete, &order);
+        self
     }
 }
 

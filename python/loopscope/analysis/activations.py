@@ -91,36 +91,51 @@ def _on_clock(arms: pl.DataFrame, offsets: pl.DataFrame | None) -> pl.DataFrame:
 KIND_CODES = {"sched_switch": 1, "sched_wakeup": 2, "sched_waking": 2, "hrtimer_start": 3, "sched_stat_runtime": 4}
 
 
+def _ints(ev: pl.DataFrame, c: str) -> np.ndarray:
+    """A column as int64 (-1: none)."""
+    s = ev[c]
+    return (s.fill_null(-1) if s.null_count() else s).cast(pl.Int64).to_numpy()
+
+
 def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | None, offsets: pl.DataFrame | None = None) -> dict[str, np.ndarray]:
     """The int64 columns the native pass reads (-1: none). ``ev`` is decoded
     text, or as stored (``coded``: the capture's event names and strings);
     ``offsets``: the capture's ``mono_offsets`` (found in ``ev`` when None)."""
     if coded is None:
-        kind = pl.col("event").replace_strict(KIND_CODES, default=0, return_dtype=pl.Int64)
-        asleep = pl.col("prev_state").fill_null("R") != "R"
-        timer_ok = pl.col("name").is_null() | (pl.col("name") == SLEEP_TIMER)
-    else:
-        names, strings = coded
-        table = np.array([KIND_CODES.get(n, 0) for n in names] or [0], dtype=np.int64)
-        kind = pl.lit(pl.Series("kind", table[ev["event"].cast(pl.Int64).fill_null(0).to_numpy()]))
-        asleep = pl.col("prev_state").fill_null(0) != 0  # 0: "R", the string table's first entry
+        names = sorted(set(ev["event"].drop_nulls().unique().to_list()))
+        strings = sorted(set(ev["name"].drop_nulls().unique().to_list()) | set(ev["prev_state"].drop_nulls().unique().to_list()) | {"R"})
+        strings.remove("R")
+        strings.insert(0, "R")
+        ev = ev.with_columns(pl.col("event").replace_strict(names, list(range(len(names))), default=None, return_dtype=pl.Int32),
+                             *(pl.col(c).replace_strict(strings, list(range(len(strings))), default=None, return_dtype=pl.Int32) for c in ("name", "prev_state")))
+        coded = (names, strings)
+    names, strings = coded
+    table = np.array([KIND_CODES.get(n, 0) for n in names] or [0], dtype=np.int64)
+    kind = table[_ints(ev, "event").clip(0, len(table) - 1)]
+    value = np.full(len(ev), -1, dtype=np.int64)
+    arm = np.flatnonzero(kind == 3)
+    if len(arm):
+        # a sleep timer's soft expiry (the hard one adds its slack); an arm of another timer, or without one, is no arm
         sleep_code = strings.index(SLEEP_TIMER) if SLEEP_TIMER in strings else -2
-        timer_ok = pl.col("name").is_null() | (pl.col("name") == sleep_code)
-    df = ev.select(
-        pl.col("t_ns").cast(pl.Int64), pl.col("cpu").cast(pl.Int64), kind.alias("kind"), pl.col("pid").cast(pl.Int64).fill_null(-1),
-        pl.col("target").cast(pl.Int64).fill_null(-1), pl.col("next_pid").cast(pl.Int64).fill_null(-1), asleep.cast(pl.Int64).alias("asleep"),
-        # a sleep timer's soft expiry (the hard one adds its slack); a run's ns; else none
-        pl.when((kind == 3) & pl.col("expires").is_not_null() & timer_ok).then(pl.coalesce("softexpires", "expires"))
-        .when(kind == 4).then(pl.col("runtime")).cast(pl.Int64).alias("value"),
-    ).with_columns(pl.when((pl.col("kind") == 3) & pl.col("value").is_null()).then(0).otherwise(pl.col("kind")).alias("kind"))
+        name, exp, soft = (_ints(ev, c)[arm] for c in ("name", "expires", "softexpires"))
+        ok = ((name == -1) | (name == sleep_code)) & (exp != -1)
+        value[arm] = np.where(soft != -1, soft, exp)
+        value[arm[~ok]] = -1
+        kind[arm[~ok]] = 0
+    run = np.flatnonzero(kind == 4)
+    if len(run):
+        value[run] = _ints(ev, "runtime")[run]
+    out = {"t_ns": _ints(ev, "t_ns"), "cpu": _ints(ev, "cpu"), "kind": kind, "pid": _ints(ev, "pid"), "target": _ints(ev, "target"),
+           "next_pid": _ints(ev, "next_pid"), "asleep": (_ints(ev, "prev_state") > 0).astype(np.int64), "value": value}
     if clock not in MONO_CLOCKS:
         if offsets is None:
-            offsets = mono_offsets(ev if coded is None else _expire_entries(ev, coded[0]))
-        arms = df.with_row_index("i").filter(pl.col("kind") == 3).select("i", "t_ns", "value")
-        moved = _on_clock(arms, offsets)
-        df = df.with_row_index("i").join(moved.select("i", pl.col("value").alias("moved")), on="i", how="left").with_columns(
-            pl.when(pl.col("kind") == 3).then(pl.col("moved")).otherwise(pl.col("value")).alias("value")).drop("i", "moved")
-    return {c: df[c].fill_null(-1).to_numpy() for c in df.columns}
+            offsets = mono_offsets(_expire_entries(ev, names))
+        # only the arms move: carried onto the capture's clock, put back in place
+        at = np.flatnonzero(kind == 3)
+        if len(at):
+            moved = _on_clock(pl.DataFrame({"i": at, "t_ns": out["t_ns"][at], "value": value[at]}), offsets)
+            value[moved["i"].to_numpy()] = moved["value"].fill_null(-1).to_numpy()
+    return out
 
 
 def _expire_entries(ev: pl.DataFrame, names: list[str]) -> pl.DataFrame:
@@ -153,9 +168,12 @@ class Feed:
         """One row per activation (``COLUMNS``), by thread then activation."""
         got = self.native.finish()
         null = np.iinfo(np.int64).min
-        out = pl.DataFrame({k: pl.Series(k, v) for k, v in got.items()}).with_columns(
-            pl.when(pl.col(c) != null).then(pl.col(c)).alias(c) for c in COLUMNS if c not in ("tid", "act", "complete"))
-        return out.select(list(COLUMNS)).cast(COLUMNS)  # type: ignore[arg-type]
+        cols: dict[str, pl.Series] = {}
+        for c in COLUMNS:
+            # a column at a time, each native array let go once its table column is made (memory: the rows and one column)
+            s = pl.Series(c, got.pop(c))
+            cols[c] = s if c in ("tid", "act", "complete") else pl.select(pl.when(s != null).then(s)).to_series().alias(c)
+        return pl.DataFrame(cols).cast(COLUMNS)  # type: ignore[arg-type]
 
 
 def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono",

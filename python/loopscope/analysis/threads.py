@@ -155,11 +155,12 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, 
     many were explained (the largest ``MAX_EXPLAINED``) and their causes."""
     from loopscope.analysis.explain import attribute_store
 
-    ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null())
-    if not len(ok):
-        return {}
+    # only the columns this needs (a dense capture has millions of activations)
+    ok = act.lazy().filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null()).select("tid", "woken_ns", "on_ns", "wakeup_latency_ns")
     thr = ok.group_by("tid").agg(pl.col("wakeup_latency_ns").quantile(0.99, "linear").alias("thr"))
-    top = ok.join(thr, on="tid").filter(pl.col("wakeup_latency_ns") >= pl.col("thr"))
+    top = ok.join(thr, on="tid").filter(pl.col("wakeup_latency_ns") >= pl.col("thr")).collect()
+    if not len(top):
+        return {}
     counts = dict(top.group_by("tid").len().iter_rows())
     top = top.sort("wakeup_latency_ns", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
     outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", pl.col("woken_ns").alias("start_k"), pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))

@@ -387,9 +387,9 @@ class Store:
             if cut is not None:
                 k = int(df["t_ns"].search_sorted(cut, "left"))
                 df, carry = df.slice(0, k), df.slice(k)
-            yield df
+            yield df.rechunk()  # one array per column (a file reads as a chunk per row group)
         if carry is not None and len(carry):
-            yield carry
+            yield carry.rechunk()
 
     def bytes_on_disk(self) -> int:
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())
