@@ -12,9 +12,13 @@ alternating:
   and its count of events against the recorder's own reader's;
 - the peer: ``trace-cmd report`` / ``perf script`` reading the same file
   into text (the recorder's own way out of its format), events per second;
-- ``loopscope threads RUN --comm stress-ng`` on the imported run: events
-  of the capture per second of analysis (the weakest case: the threads
-  measured are the trace's every event).
+- ``loopscope threads RUN`` on the imported run, events of the capture per
+  second of analysis (interpreter start-up included) and peak RSS, twice:
+  ``--comm stress-ng``, the weakest case (the threads measured are in
+  nearly every event: a million activations and thousands of outliers to
+  explain per 8 M events), and ``--comm 'rcu|ksoftirqd|kworker'``, the
+  common one (a few threads of a busy machine: the capture is streamed
+  past them).
 
 Figures are medians over the repetitions; the ratio is loopscope's rate
 over the peer's.
@@ -38,6 +42,8 @@ from typing_extensions import TypedDict
 from loopscope.bench import foreign as F
 from loopscope.errors import RunError
 
+#: the common case for ``threads``: a few kernel threads of the busy machine
+FEW = "rcu|ksoftirqd|kworker"
 #: what the busy recordings enable
 EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "sched/sched_migrate_task", "sched/sched_stat_runtime", "irq",
           "timer/hrtimer_start", "timer/hrtimer_expire_entry"]
@@ -55,6 +61,9 @@ class FileFigures(TypedDict):
     peer_events_per_s: float
     ratio: float
     threads_events_per_s: float | None
+    threads_rss_mb: float | None
+    threads_few_events_per_s: float | None
+    threads_few_rss_mb: float | None
 
 
 class ImportBench(TypedDict):
@@ -90,6 +99,9 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
     imp: list[tuple[float, float, int]] = []
     peer: list[float] = []
     thr: list[float] = []
+    few: list[float] = []
+    thr_rss: list[float] = []
+    few_rss: list[float] = []
     name = ""
     for i in range(repeat):
         out = work / f"run-{path.stem}-{i}"
@@ -100,20 +112,22 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
         imp.append((secs, rss, n))
         name, rate = _peer_rate(path, n)
         peer.append(rate)
-        t0 = time.perf_counter()
-        tr = subprocess.run([sys.executable, "-m", "loopscope.cli", "threads", str(out), "--comm", "stress-ng", "--json"], capture_output=True, text=True)
-        if tr.returncode == 0:
-            thr.append(n / (time.perf_counter() - t0))
+        for comm, into, mem in (("stress-ng", thr, thr_rss), (FEW, few, few_rss)):
+            ts, trss, tr = _rss_of([sys.executable, "-m", "loopscope.cli", "threads", str(out), "--comm", comm, "--json"])
+            if tr.returncode == 0:
+                into.append(n / ts)
+                mem.append(trss)
         shutil.rmtree(out, ignore_errors=True)
         if progress:
             progress(f"{path.name} #{i + 1}: import {n / secs / 1e6:.2f} M events/s ({rss:.0f} MB), {name} {rate / 1e6:.2f} M/s"
-                     + (f", threads {thr[-1] / 1e6:.2f} M/s" if thr else ""))
+                     + (f", threads {thr[-1] / 1e6:.2f} M/s" if thr else "") + (f" ({few[-1] / 1e6:.2f} M/s for a few)" if few else ""))
     # the rate of the command as a user runs it (interpreter start-up included)
     rates = [n / s for s, _, n in imp]
     ir, pr = statistics.median(rates), statistics.median(peer)
     return {"file": path.name, "bytes": path.stat().st_size, "events": imp[0][2], "reported": reported, "counts_equal": imp[0][2] == reported,
             "import_events_per_s": ir, "import_rss_mb": max(x[1] for x in imp), "peer": name, "peer_events_per_s": pr, "ratio": ir / pr,
-            "threads_events_per_s": statistics.median(thr) if thr else None}
+            "threads_events_per_s": statistics.median(thr) if thr else None, "threads_rss_mb": max(thr_rss) if thr_rss else None,
+            "threads_few_events_per_s": statistics.median(few) if few else None, "threads_few_rss_mb": max(few_rss) if few_rss else None}
 
 
 def run(quick: bool = False, seconds: float | None = None, repeat: int | None = None, progress: Callable[[str], None] | None = None) -> ImportBench:
@@ -137,7 +151,10 @@ def run(quick: bool = False, seconds: float | None = None, repeat: int | None = 
 
 def print_human(r: ImportBench) -> None:
     for f in r["files"]:
-        th = f"; threads {f['threads_events_per_s'] / 1e6:.2f} M events/s" if f["threads_events_per_s"] else ""
+        th = (f"; threads {f['threads_events_per_s'] / 1e6:.2f} M events/s in {f['threads_rss_mb']:.0f} MB (every event a target's)"
+              if f["threads_events_per_s"] and f["threads_rss_mb"] else "")
+        th += (f", {f['threads_few_events_per_s'] / 1e6:.2f} M events/s in {f['threads_few_rss_mb']:.0f} MB (a few threads)"
+               if f["threads_few_events_per_s"] and f["threads_few_rss_mb"] else "")
         print(f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
               f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
               f"(× {f['ratio']:.1f}){th}")

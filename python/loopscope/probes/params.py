@@ -24,7 +24,7 @@ import re
 import os
 from typing import Annotated, Any, Literal
 
-from pydantic import model_validator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import model_validator, AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from loopscope.errors import InputError
@@ -186,22 +186,29 @@ class ProgramParams(Params):
         return cpus_here(self.cpu)
 
 
+def _pattern(v: str) -> str:
+    try:
+        re.compile(v)
+    except re.error as e:
+        raise ValueError(f"{v!r} is not a regular expression ({e})") from None
+    return v
+
+
+#: a regular expression, checked when the file is read
+Pattern = Annotated[str, AfterValidator(_pattern)]
+
+
 class Attach(Params):
     """Threads already running on the host: one of a process id, a thread-name pattern or a cgroup."""
 
     pid: Annotated[int, Field(ge=1)] | None = Field(None, description="a running process: its threads")
-    comm: str | None = Field(None, description="every thread whose name matches this regular expression")
+    comm: Pattern | None = Field(None, description="every thread whose name matches this regular expression")
     cgroup: str | None = Field(None, description="every thread of this cgroup (a path under /sys/fs/cgroup)")
 
     @model_validator(mode="after")
     def _one(self) -> Attach:
         if sum(x is not None for x in (self.pid, self.comm, self.cgroup)) != 1:
             raise ValueError("give one of pid, comm or cgroup")
-        if self.comm is not None:
-            try:
-                re.compile(self.comm)
-            except re.error as e:
-                raise ValueError(f"comm {self.comm!r} is not a regular expression ({e})") from None
         return self
 
 
@@ -210,7 +217,7 @@ class ThreadsParams(Params):
 
     command: Command | None = Field(None, description="a command to start for each step (stopped with SIGINT when the step's time is up)")
     attach: Attach | None = Field(None, description="or threads already running: {pid: N}, {comm: REGEX} or {cgroup: PATH}")
-    threads: str | None = Field(None, description="of the target's threads, only those whose name matches this regular expression (default: all)")
+    threads: Pattern | None = Field(None, description="of the target's threads, only those whose name matches this regular expression (default: all)")
     env: dict[EnvName, str] = Field(default_factory=dict, description="extra environment variables of the command")
     cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin the command to these CPUs")
     priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="run the command SCHED_FIFO at this priority")
@@ -220,11 +227,6 @@ class ThreadsParams(Params):
     def _target(self) -> ThreadsParams:
         if (self.command is None) == (self.attach is None):
             raise ValueError("give either command or attach")
-        if self.threads is not None:
-            try:
-                re.compile(self.threads)
-            except re.error as e:
-                raise ValueError(f"threads {self.threads!r} is not a regular expression ({e})") from None
         return self
 
     def check_here(self) -> list[str]:
