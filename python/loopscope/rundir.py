@@ -111,6 +111,8 @@ class Step(_Open):
     #: the channel hubs beside a program or app, and where its channel statistics went
     hubs: list[HubStep] | None = None
     channel_stats: str | None = None
+    #: the window was cut short (by this signal: SIGINT, SIGTERM); its result is what was measured until then
+    interrupted: str | None = None
 
 
 class LoadReport(_Open):

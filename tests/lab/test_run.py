@@ -189,6 +189,37 @@ def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path) ->
     assert wait_for(lambda: leftovers("int1") == [], 10), leftovers("int1")
 
 
+def _probe_measuring(run_id: str) -> bool:
+    """True once the run's probe process is up (its window has begun or is about to)."""
+    return wait_for(lambda: any(b"probe\0launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(tmp_path: Path, sig: signal.Signals) -> None:
+    spec = write_spec(tmp_path, loads="", duration="60s")
+    run_id = f"cut{sig.name}"
+    with _start(tmp_path, spec, run_id) as p:
+        assert _probe_measuring(run_id)
+        time.sleep(1.5)
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+    assert p.returncode == 130, err
+    # not the rest of a 60 s window: the probe was told to stop and said what it measured
+    assert took < 15, took
+    run = json.loads((tmp_path / run_id / "run.json").read_text())
+    assert run["status"] == "interrupted"
+    [step] = run["steps"]
+    assert step["interrupted"] == sig.name
+    result = json.loads((tmp_path / run_id / step["json"]).read_text().strip().splitlines()[-1])
+    assert result["interrupted"] and result["samples"] > 100
+    r = subprocess.run([str(BIN), "report", str(tmp_path / run_id)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "1 probe runs" in r.stdout and f"cut short by {sig.name}" in r.stdout, r.stdout
+    assert wait_for(lambda: leftovers(run_id) == [], 10), leftovers(run_id)
+
+
 def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "crash1") as p:

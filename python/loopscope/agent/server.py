@@ -43,7 +43,7 @@ from pydantic import ValidationError
 
 from loopscope import protocol as P
 from loopscope.host import procs, provenance
-from loopscope.errors import InputError, RunError, Stopped
+from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
@@ -194,12 +194,16 @@ class Agent:
         text = out.decode(errors="replace").strip()
         step.mkdir(parents=True, exist_ok=True)
         (step / f"{p['name']}{'.calibration' if calibrate else ''}.json").write_text(text + "\n")
-        if child.popen.returncode != 0:
-            raise Failure(f"probe {p['name']}", child.describe_failure())
         try:
             result = json.loads(text.splitlines()[-1])
         except (json.JSONDecodeError, IndexError):
-            raise Failure(f"probe {p['name']}", child.describe_failure(f"probe {p['name']} printed no JSON result")) from None
+            result = None
+        # cut short (SIGUSR1 from the controller, passed on as SIGINT): what it measured until then is its result
+        cut = child.popen.returncode == EXIT_INTERRUPTED and isinstance(result, dict) and bool(result.get("interrupted"))
+        if child.popen.returncode != 0 and not cut:
+            raise Failure(f"probe {p['name']}", child.describe_failure())
+        if not isinstance(result, dict):
+            raise Failure(f"probe {p['name']}", child.describe_failure(f"probe {p['name']} printed no JSON result"))
         cpu = RunGroup.cpu_usec(group) if group else None
         if group:
             RunGroup.remove(group)
@@ -586,6 +590,14 @@ def main() -> int:
     if not die_with_parent(signal.SIGTERM):
         return 1
     agent = Agent()
+
+    def cut_short(signum: int, frame: object) -> None:
+        # The controller was asked to stop inside a window: the probe measuring
+        # stops as at its window's end (SIGINT) and says what it measured.
+        if agent.probe is not None and agent.probe.popen.poll() is None:
+            agent.probe.popen.send_signal(signal.SIGINT)
+
+    signal.signal(signal.SIGUSR1, cut_short)
     agent.requests = Requests(sys.stdin.fileno())
     out = sys.stdout
     try:

@@ -63,6 +63,10 @@ class Interrupted(Stopped):
     """Ctrl-C or SIGTERM reached the controller: the run ends through its clean-up."""
 
 
+#: how long a probe cut short inside its window may take to say what it measured
+CUT_SHORT_S = 5.0
+
+
 @dataclass
 class Outcome:
     run_dir: Path
@@ -400,6 +404,10 @@ class Run:
         if "first_probe_spawn_mono_ns" not in rec.timings:
             rec.timings["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
         rec.steps.append(Step.model_validate({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step}))
+        if step.get("interrupted"):
+            # kept, cut short: the run ends here, through its clean-up
+            self.save()
+            raise Interrupted(str(step["interrupted"]))
         # Between windows: the kernel capture's reader runs now, not while a probe measures.
         kcapture.drain(lab, self.kcap_info, f"r{pr.rep:02d}-{pr.phase.name}-{probe.name}")
         self.done += 1
@@ -608,8 +616,15 @@ class Steps:
         if channels:
             spec = {**spec, "env": {**spec.get("env", {}), **self.channel_env(hname, key, probe.name)}}
             running = self.hubs_start(probe.name, key, dur_ns)
+        cut: str | None = None
         try:
-            r = lab.agent(hname).ask(P.RunProbe(probe=spec, step_dir=lab.step_dir(hname, key), scratch_dir=lab.scratch(hname), duration_ns=dur_ns))
+            agent = lab.agent(hname)
+            req = P.RunProbe(probe=spec, step_dir=lab.step_dir(hname, key), scratch_dir=lab.scratch(hname), duration_ns=dur_ns)
+            rid = agent.post(req)
+            try:
+                r = agent.answer(req, rid)
+            except Interrupted as e:
+                r, cut = self.cut_short(hname, req, rid, e), str(e)
             hub_parts = self.hubs_stop(running)
         finally:
             self.hubs_stop(running, quiet=True)
@@ -625,7 +640,24 @@ class Steps:
         if channels:
             step["hubs"] = hub_parts
             step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, key, probe.name))
+        if cut is not None:
+            step["interrupted"] = cut
         return step
+
+    def cut_short(self, hname: str, req: P.RunProbe, rid: int, why: Interrupted) -> P.ProbeDone:
+        """Ctrl-C or SIGTERM inside a window: the probe is told to stop as at
+        its window's end (its agent passes SIGUSR1 on as SIGINT) and what it
+        measured until then is the step's result, within ``CUT_SHORT_S``; a
+        host whose agent this controller cannot signal (over ssh), or a probe
+        that cannot stop early, ends the run without the step."""
+        h = self.lab.hosts[hname]
+        if h.remote or h.hello is None:
+            raise why
+        try:
+            os.kill(h.hello.pid, signal.SIGUSR1)
+            return self.lab.agent(hname).answer(req, rid, timeout=CUT_SHORT_S)
+        except (OSError, AgentFailure):
+            raise why from None
 
 
 def run(

@@ -223,6 +223,11 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float) -> Report:
             if th.get("sched") and "refused" in th["sched"]:
                 notes.append(f"rep {key[0]} {key[1]} {key[2]}: {th['sched']}")
     notes += _silent(tables, comp, kinds)
+    for st in tables.run.steps:
+        if st.interrupted:
+            secs = (st.end_mono_ns - st.spawn_mono_ns) / 1e9
+            notes.append(f"rep {st.rep} {st.phase} {st.probe}: cut short by {st.interrupted} after {secs:.1f} s of its window; "
+                         "its figures are what it measured until then")
     if tables.run.status != "completed":
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
     # write the tables (the timeline and explain below read them)
