@@ -158,13 +158,14 @@ def set_idle(idle: bool) -> None:
         pass
 
 
-def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int, dict[int, str]]:
+def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int, dict[int, str], bool]:
     """Until the step's time is up or the target is gone: its threads as seen,
     whether the target went away first, and when the measured window ends on
     the kernel's clock: when the last sleep was due to end (what this
     process does once awake, listing and stopping, is left out), or when the
-    target was found gone; and the threads that exited while it ran on. It
-    sleeps at the normal policy (so that the end
+    target was found gone; the threads that exited while it ran on; and
+    whether Ctrl-C (SIGINT) cut it short, the window then ending there with
+    what was seen until then kept. It sleeps at the normal policy (so that the end
     of the step is noticed on a CPU-bound machine) and lists at SCHED_IDLE
     (so that the listing runs only where nothing else wants a CPU)."""
     seen: dict[int, str] = {}
@@ -174,24 +175,29 @@ def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: 
     last_scan = [0.0]
     gone = False
     b = kernel_now()
-    while time.monotonic() < end:
-        set_idle(idle=True)
-        now = _listed(p, child, own, last_scan)
+    cut = False
+    try:
+        while time.monotonic() < end:
+            set_idle(idle=True)
+            now = _listed(p, child, own, last_scan)
+            set_idle(idle=False)
+            if now is None:
+                gone = True
+                b = kernel_now()
+                break
+            seen.update(now)
+            if now:
+                last = now
+            nap = min(POLL_S, max(0.0, end - time.monotonic()))
+            b = kernel_now() + int(nap * 1e9)
+            time.sleep(nap)
+    except KeyboardInterrupt:
         set_idle(idle=False)
-        if now is None:
-            gone = True
-            b = kernel_now()
-            break
-        seen.update(now)
-        if now:
-            last = now
-        nap = min(POLL_S, max(0.0, end - time.monotonic()))
-        b = kernel_now() + int(nap * 1e9)
-        time.sleep(nap)
+        cut, b = True, kernel_now()
     if p.threads is not None:
         rx = re.compile(p.threads)
         seen = {t: n for t, n in seen.items() if rx.search(n)}
-    return seen, gone, b, {t: n for t, n in seen.items() if last and t not in last}
+    return seen, gone, b, {t: n for t, n in seen.items() if last and t not in last}, cut
 
 
 def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
@@ -248,10 +254,7 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
         if child is not None:
             time.sleep(SETTLE_S)
         a = kernel_now()
-        try:
-            seen, gone, b, exited = watch(p, child, launch.duration_ns)
-        except KeyboardInterrupt:
-            seen, gone, interrupted, b, exited = {}, False, True, kernel_now(), {}
+        seen, gone, b, exited, interrupted = watch(p, child, launch.duration_ns)
         ended = stop(child) if child is not None else ("gone" if gone else "attached")
     finally:
         if child is not None and child.poll() is None:
