@@ -119,6 +119,19 @@ def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_pat
     assert not (tmp_path / "r").exists()
 
 
+def test_check_estimates_the_disk_and_memory_a_run_takes_from_its_length_and_rates(cli: Cli, tmp_path: Path) -> None:
+    spec = tmp_path / "f.yaml"
+    # 2 threads at 1 kHz for 10 s × 2 repetitions: 40,000 wake-ups of ~25 bytes = 1.0 MB of trace
+    spec.write_text("name: f\nprobes: [{kind: timer, threads: 2, interval_us: 1000}]\nduration: 10s\nrepetitions: 2\n")
+    r = cli("check", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert "probe traces 1.0 MB" in r.stdout and "kernel capture 1.0 MB–14 MB" in r.stdout, r.stdout
+    assert "kernel ring buffers" in r.stdout and "MiB per CPU" in r.stdout
+    spec.write_text(spec.read_text() + "kernel: {capture: off}\n")
+    r = cli("check", str(spec))
+    assert "kernel capture 0.0 MB–0.0 MB" in r.stdout and "ring buffers" not in r.stdout, r.stdout
+
+
 def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything_runs(cli: Cli, tmp_path: Path) -> None:
     spec = tmp_path / "p.yaml"
     spec.write_text("name: p\nprobes:\n  - kind: program\n    command: ./build/loop --rate 100\n  - kind: app\n    processes:\n      - {name: a, command: sh -c true}\n"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -257,6 +258,10 @@ def schema_cmd() -> int:
     return 0
 
 
+def _mb(x: float) -> str:
+    return f"{x / 1000:.1f} GB" if x >= 1000 else (f"{x:.0f} MB" if x >= 10 else f"{x:.1f} MB")
+
+
 @cli.command("check")
 @click.argument("spec", type=click.Path())
 def check_cmd(spec: str) -> int:
@@ -271,7 +276,7 @@ def check_cmd(spec: str) -> int:
     from loopscope.kinds import KINDS
     from loopscope.lab.controller import preflight
     from loopscope.spec import load
-    from loopscope.spec.plan import estimate_seconds, phase_runs
+    from loopscope.spec.plan import KERNEL_MB_PER_S, estimate_footprint, estimate_seconds, phase_runs
 
     exp = load(spec, KINDS)
     notes, _ = preflight(exp, spec, Path(exp.results), None)
@@ -281,6 +286,12 @@ def check_cmd(spec: str) -> int:
     est = estimate_seconds(exp)
     about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"
     click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · at most about {about}")
+    fp = estimate_footprint(exp, KINDS)
+    click.echo(f"  disk: about {_mb(fp.disk_mb[0])}–{_mb(fp.disk_mb[1])} (kernel capture {_mb(fp.kernel_mb[0])}–{_mb(fp.kernel_mb[1])} at "
+               f"{KERNEL_MB_PER_S[0]:g}–{KERNEL_MB_PER_S[1]:g} MB/s, quiet to busy; probe traces {_mb(fp.traces_mb)}"
+               + (f", not counting {', '.join(fp.unsized)}, whose traces grow with what they measure" if fp.unsized else "") + ")")
+    if fp.buffers_mib:
+        click.echo(f"  memory: kernel ring buffers {fp.buffers_mib} MiB ({fp.buffer_mib_per_cpu} MiB per CPU × {os.cpu_count() or 1} CPUs), held while the run lasts")
     for pr in runs:
         loads = ", ".join(pr.phase.loads) or "no load"
         click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")

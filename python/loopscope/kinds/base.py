@@ -335,6 +335,11 @@ class ProbeKind:
         """Once per run, before the first phase (the sched probe sizes its burst)."""
         return None
 
+    def trace_bytes_per_s(self, probe: Any) -> float | None:
+        """About how many bytes a second its trace grows while it measures
+        (``check``'s disk estimate); None when it depends on what it measures."""
+        return None
+
     def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
         """One step (a repetition × phase); the record that goes in run.json."""
         spec = {**probe.model_dump(mode="json"), **ctx.calibration.get(probe.name or "", {})}

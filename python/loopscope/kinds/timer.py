@@ -35,6 +35,10 @@ class Timer(ProbeKind):
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}
 
+    def trace_bytes_per_s(self, probe: Any) -> float:
+        """A record of about 25 bytes per wake-up of each thread (72 kB for 2,920 wake-ups, measured)."""
+        return float(probe.threads * 1e6 / probe.interval_us * 25)
+
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         w = trace.filter(pl.col("name").cast(pl.String) == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
