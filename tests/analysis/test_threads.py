@@ -28,18 +28,24 @@ def _needs() -> None:
 
 def test_cyclictest_s_thread_is_measured_without_instrumentation_and_its_maximum_agrees(tmp_path: Path) -> None:
     _needs()
-    r = subprocess.run([str(BIN), "probe", "threads", "-d", "2s", "--json", "--", *CYCLICTEST], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    # -v: every cycle's latency (µs), on the program's output (stderr here)
+    r = subprocess.run([str(BIN), "probe", "threads", "-d", "2s", "--json", "--", *CYCLICTEST, "-v"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
     assert len(r.stdout.strip().splitlines()) == 1  # the program's own output went to stderr
     t = max(j["threads"], key=lambda x: x["activations"])
     assert t["comm"] == "cyclictest" and t["activations"] > 1500 and abs(t["period_ns"] - 1_000_000) < 20_000, t
     assert t["timer_lateness_ns"] is not None and 1_000 < t["timer_lateness_ns"]["p50"] < t["timer_lateness_ns"]["p99"] <= t["timer_lateness_ns"]["max"]
-    # cyclictest's own maximum (µs, its clock read after the switch) is no earlier than loopscope's; a switch-in the
-    # kernel did not trace is placed at the start of its bound, so cyclictest's may be later by up to that bound
-    ct_max = int(re.search(r"Max:\s+(\d+)", r.stderr).group(1)) * 1000  # type: ignore[union-attr]
+    # cyclictest's own figures (µs, its clock read after the switch) are no earlier than loopscope's; a switch-in the
+    # kernel did not trace is placed at the start of its bound, so cyclictest's may be later by up to that bound.
+    # Its first and last cycles fall outside the measured window (the program's start and its stop are the lab's
+    # doing): loopscope's maximum is one cyclictest saw, and covers every cycle certainly inside the window.
+    cycles = [int(x) * 1000 for x in re.findall(r"^\s*0:\s*\d+:\s*(\d+)\s*$", r.stderr, re.M)]
+    assert len(cycles) >= t["activations"], (len(cycles), t["activations"])
     bound = (t["switch_in_bound_ns"] or {}).get("max", 0)
-    assert t["timer_lateness_ns"]["max"] - 2_000 <= ct_max <= t["timer_lateness_ns"]["max"] + bound + 15_000, (t["timer_lateness_ns"], bound, ct_max)
+    lo_max = t["timer_lateness_ns"]["max"]
+    assert lo_max - 2_000 <= max(cycles), (lo_max, max(cycles))
+    assert max(cycles[100:-100]) <= lo_max + bound + 15_000, (t["timer_lateness_ns"], bound, max(cycles[100:-100]))
     assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
     assert [c["share"] for c in t["causes"]] == sorted((c["share"] for c in t["causes"]), reverse=True)
     assert not any(c["cause"].startswith("thread: loopscope") for th in j["threads"] for c in th["causes"]), j

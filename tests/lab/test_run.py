@@ -194,13 +194,13 @@ def _probe_measuring(run_id: str) -> bool:
     return wait_for(lambda: any(b"probe\0launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(tmp_path: Path, sig: signal.Signals) -> None:
     spec = write_spec(tmp_path, loads="", duration="60s")
     run_id = f"cut{sig.name}"
     with _start(tmp_path, spec, run_id) as p:
         assert _probe_measuring(run_id)
-        time.sleep(1.5)
+        time.sleep(1.0)
         t0 = time.monotonic()
         p.send_signal(sig)
         out, err = p.communicate(timeout=60)
@@ -214,10 +214,11 @@ def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_
     assert step["interrupted"] == sig.name
     result = json.loads((tmp_path / run_id / step["json"]).read_text().strip().splitlines()[-1])
     assert result["interrupted"] and result["samples"] > 100
-    r = subprocess.run([str(BIN), "report", str(tmp_path / run_id)], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert "1 probe runs" in r.stdout and f"cut short by {sig.name}" in r.stdout, r.stdout
     assert wait_for(lambda: leftovers(run_id) == [], 10), leftovers(run_id)
+    if sig == signal.SIGINT:  # (one report is enough: the two signals take one path)
+        r = subprocess.run([str(BIN), "report", str(tmp_path / run_id)], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        assert "1 probe runs" in r.stdout and f"cut short by {sig.name}" in r.stdout, r.stdout
 
 
 def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:

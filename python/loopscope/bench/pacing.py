@@ -210,7 +210,7 @@ def receiver_capacity(work: Path, packets: int = 200_000) -> Receiver:
     # dropped some of it before the socket (loopback's backlog under a
     # burst): waiting for --count alone once outlived the bench's patience.
     rx = subprocess.Popen(
-        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--count", str(packets), "--idle", "2s", "--duration", "120s",
+        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--count", str(packets), "--idle", "0.5s", "--duration", "120s",
              "--rcvbuf-mib", "1024", "--json", "--trace", str(work / "cap.lstrace")),
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
