@@ -45,10 +45,11 @@ def _source_seconds(tmp: Path, linger: str | None) -> tuple[float, int]:
 
 
 def test_a_source_told_to_linger_sleeps_that_long_after_its_last_message(tmp_path: Path) -> None:
-    plain, got_plain = _source_seconds(tmp_path, None)
-    lingering, got = _source_seconds(tmp_path, "700ms")
-    assert got == got_plain == 20
-    assert lingering - plain > 0.5, (plain, lingering)
+    # alternating, twice each: a slow start of either interpreter only adds time, so the smallest of each is compared
+    runs = [_source_seconds(tmp_path, linger) for linger in (None, "700ms", None, "700ms")]
+    assert all(got == 20 for _, got in runs)
+    plain, lingering = min(runs[0][0], runs[2][0]), min(runs[1][0], runs[3][0])
+    assert lingering - plain > 0.5, runs
 
 
 def test_the_lab_asks_the_source_to_linger_for_the_messages_in_flight(tmp_path: Path) -> None:
