@@ -47,9 +47,12 @@ def test_every_wake_up_of_a_timer_thread_is_an_activation_with_its_timer_latenes
     # the probe's deadline is the time its thread asked its timer for
     j = own.select(pl.col("t_ns").alias("timer_expires_ns"), pl.col("dur_ns").alias("probe_ns")).join(act, on="timer_expires_ns")
     assert len(j) >= 0.98 * len(own), (len(j), len(own))
-    # the kernel sees the switch-in; the probe reads its clock a moment after
+    # the kernel sees the switch-in; the probe reads its clock a moment after.
+    # That moment is 2-3 us here when the host leaves the VM alone and was a
+    # median 13-16 us on a busy host; an activation matched to the wrong
+    # wake-up would be off by a period (1 ms).
     gap = (j["probe_ns"] - j["timer_lateness_ns"]).to_numpy()
-    assert np.percentile(gap, 1) >= -2_000 and np.percentile(gap, 50) < 15_000, np.percentile(gap, [1, 50, 99])
+    assert np.percentile(gap, 1) >= -2_000 and np.percentile(gap, 50) < 100_000, np.percentile(gap, [1, 50, 99])
     assert j["wakeup_latency_ns"].null_count() < 0.02 * len(j) and (j["wakeup_latency_ns"].drop_nulls() >= 0).all()
     assert (j["runtime_ns"].drop_nulls() > 0).all() and (j["on_bound_ns"] >= 0).all()
     assert j["complete"].mean() > 0.98  # type: ignore[operator]
