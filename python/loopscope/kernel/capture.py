@@ -244,9 +244,28 @@ class Drained(TypedDict, total=False):
     half_full: list[HalfFull]
 
 
+class Kept(TypedDict, total=False):
+    """The flight recorder's answer to a keep: events kept and read, how long
+    tracing was paused (and when, kernel ns), the CPUs whose buffer no longer
+    reached back to the window's start, earlier pauses inside the window."""
+
+    kept: int
+    read: int
+    read_ns: int
+    write_ns: int
+    paused_ns: int
+    pause: list[int]
+    short: list[dict[str, int]]
+    blind: list[list[int]]
+    bytes: int
+    error: str
+    totals: dict[str, int]
+
+
 R = TypeVar("R")
 READY: TypeAdapter[Ready] = TypeAdapter(Ready)
 DRAINED: TypeAdapter[Drained] = TypeAdapter(Drained)
+KEPT: TypeAdapter[Kept] = TypeAdapter(Kept)
 
 
 class Capture:
@@ -280,7 +299,8 @@ class Capture:
 
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
-                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else [])]
+                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else []),
+                *(["--flight"] if self.read == "flight" else [])]
 
     def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> CaptureReport:
         """Create the instance and start its reader; ``wrap`` (argv → argv) puts
@@ -315,6 +335,15 @@ class Capture:
             return self._reply(DRAINED, timeout=120) or {"error": f"the kernel capture's reader did not answer a drain: {self._log_tail()}"}
         finally:
             self._group_idle(True)
+
+    def keep(self, t0: int, t1: int, dest: Path, margin_ns: int) -> Kept:
+        """A flight recorder's (``read="flight"``) window [t0, t1] (kernel ns)
+        taken out of its buffers into a store in ``dest``; events from
+        ``margin_ns`` before the newest are held for the next keep."""
+        if self.proc is None or self.proc.poll() is not None:
+            return {"error": "the flight recorder's reader is not running" + (f": {self._log_tail()}" if self.proc else "")}
+        self._send(f"keep {t0} {t1} {margin_ns} {dest}")
+        return self._reply(KEPT, timeout=60) or {"error": f"the flight recorder's reader did not answer a keep: {self._log_tail()}"}
 
     def stop(self) -> CaptureReport:
         if self.proc is not None:

@@ -22,6 +22,16 @@ leaves whole files only; a write that fails (a full disk) keeps the line,
 with the events counted as lost over the segment's span.
 
 Replies are JSON lines on stdout: ``{"ready": …}`` once, then one per drain.
+
+As a flight recorder (``--flight``, for ``loopscope monitor``) it never
+reads on its own and never writes a segment of everything: the buffers
+overwrite their oldest pages, and a ``keep T0 T1 DIR`` line takes the
+window [T0, T1] (kernel ns) out of them into a store of its own in DIR.
+To read the buffers the instance is paused (``tracing_on`` 0) for as long
+as the read takes, the events after the window are held back in memory
+for the next keep (a read consumes the pages), and the reply says whether
+every CPU's buffer still reached back to T0 and when tracing was paused:
+``loopscope.monitor.recorder`` turns both into the window's losses.
 """
 
 from __future__ import annotations
@@ -36,8 +46,11 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Ready, filter_for
+import polars as pl
+
+from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
 from loopscope.errors import Stopped
 
 MAX_READ = 1 << 30
@@ -69,8 +82,16 @@ def _dropped(st: dict[str, int]) -> int:
 
 
 class Reader:
-    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False) -> None:
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: bool = False) -> None:
         self.continuously = continuously
+        self.flight = flight
+        # flight recorder: the events of the last read after its window (a read consumes the pages),
+        # when tracing was last resumed, and the pauses so far (kernel ns)
+        self.held: pl.DataFrame | None = None
+        self.resumed_k = 0
+        self.pauses: list[tuple[int, int]] = []
+        self.k_strings: list[str] = []
+        self.k_events: list[str] = []
         self.tf = tf
         self.inst = tf / "instances" / name
         self.out = out
@@ -145,6 +166,7 @@ class Reader:
         self._w("tracing_on", "1")
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
         self.last_k: int = self.started_k
+        self.resumed_k = self.started_k
         return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
 
     def drain(self, reason: str, label: str = "") -> Drained:
@@ -231,6 +253,91 @@ class Reader:
             sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
         return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
 
+    def keep(self, t0: int, t1: int, dest: Path, margin_ns: int) -> Kept:
+        """Take [t0, t1] out of the buffers into a store in ``dest``
+        (``segments.jsonl``, ``events/00000.parquet``): pause, read every CPU,
+        resume; events up to ``margin_ns`` before the newest are held for the
+        next keep, older ones dropped (memory stays a few seconds' events)."""
+        from loopscope import _native
+        from loopscope.kernel import store
+
+        def now() -> int:
+            return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+
+        h = self.held
+        if h is not None and len(h) and int(h["t_ns"].min()) <= t0 and int(h["t_ns"].max()) >= t1:  # type: ignore[arg-type]
+            # an earlier keep's read holds the whole window: no pause, no read
+            return self._write_kept(h.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)), t0, t1, dest, [], [], [], None, 0, 0)
+        overrun = {c: _dropped(_stats(self.inst, c)) for c in self.fds}
+        p0 = now()
+        self._w("tracing_on", "0")
+        t_read = time.monotonic_ns()
+        nbytes = 0
+        try:
+            held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
+            for c, fd in self.fds.items():
+                bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
+                buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+                nbytes += len(buf)
+                if buf:
+                    self.decoder.pages(c, buf)
+        finally:
+            self._w("tracing_on", "1")
+        p1 = now()
+        read_ns = time.monotonic_ns() - t_read
+        got = self.decoder.take()
+        self.k_strings, self.k_events = got["strings"], got["events"]  # the tables only grow: the last one serves every window
+        new = store.frame(got)
+        # per CPU: where this read's events start, and whether the buffer overwrote pages since the last resume
+        first = {int(c): int(t) for c, t in new.group_by("cpu").agg(pl.col("t_ns").min()).iter_rows()} if len(new) else {}
+        over = {c: _dropped(_stats(self.inst, c)) - overrun[c] > 0 or overrun[c] > self.base.get(c, 0) for c in self.fds}
+        self.base = {c: _dropped(_stats(self.inst, c)) for c in self.fds}
+        short = []
+        for c in self.fds:
+            # the window is covered on CPU c when the buffer reached back past t0:
+            # nothing overwritten since tracing resumed and t0 after that, or its oldest event before t0
+            reach = first.get(c, p0) if over[c] else self.resumed_k
+            if reach > t0 and not (self.held is not None and len(self.held) and int(self.held["t_ns"].min()) <= t0):  # type: ignore[arg-type]
+                short.append({"cpu": c, "from_ns": t0, "to_ns": min(reach, t1)})
+        both = pl.concat([self.held, new]) if self.held is not None and len(self.held) else new
+        if self.held is not None and len(self.held) and len(new):
+            both = both.sort("t_ns", maintain_order=True)
+        win = both.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1))
+        newest = int(both["t_ns"].max()) if len(both) else p1  # type: ignore[arg-type]
+        self.held = both.filter(pl.col("t_ns") >= newest - margin_ns)
+        blind = [(a, b) for a, b in self.pauses if b > t0 and a < t1]
+        self.pauses = [*self.pauses[-63:], (p0, p1)]
+        self.resumed_k = p1
+        # the page flags' own losses between events this read has
+        placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
+        self.totals["reads_asked"] += 1
+        return self._write_kept(win, t0, t1, dest, short, blind, placed, (p0, p1), len(new), nbytes, read_ns)
+
+    def _write_kept(self, win: pl.DataFrame, t0: int, t1: int, dest: Path, short: list[dict[str, int]], blind: list[tuple[int, int]],
+                    placed: list[Any], pause: tuple[int, int] | None, n_read: int, nbytes: int, read_ns: int = 0) -> Kept:
+        from loopscope.kernel import store
+
+        (dest / "events").mkdir(parents=True, exist_ok=True)
+        lost: list[store.LostWindow] = [{"cpu": w["cpu"], "start_ns": w["from_ns"], "end_ns": w["to_ns"], "events": 1,
+                                         "why": "the flight recorder's buffer had overwritten this before the window was kept"} for w in short]
+        lost += [{"cpu": c, "start_ns": a, "end_ns": b, "events": 1, "why": "tracing was paused to keep an earlier window"} for a, b in blind for c in self.fds]
+        lost += placed
+        seg: store.Segment = {"seg": 0, "reason": "kept", "label": dest.name, "read_ns": read_ns, "bytes_read": nbytes,
+                              "events": len(win), "t_first_ns": t0, "t_last_ns": t1, "lost": lost, "file": None,
+                              "strings": self.k_strings, "event_names": self.k_events}
+        t_w = time.monotonic_ns()
+        if len(win):
+            written = store.write_segment(dest, 0, win, sync=False)
+            seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
+        (dest / "segments.jsonl").write_text(json.dumps(seg) + "\n")
+        t = self.totals
+        t["segments"] += 1
+        t["events"] += len(win)
+        t["bytes_read"] += nbytes
+        t["read_ns"] += read_ns
+        return {"kept": len(win), "read": n_read, "read_ns": read_ns, "write_ns": time.monotonic_ns() - t_w, "paused_ns": pause[1] - pause[0] if pause else 0,
+                "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
+
     def close(self) -> None:
         for fd in self.fds.values():
             try:
@@ -280,7 +387,7 @@ def _timens_offset() -> int:
     return timens_offset_ns()
 
 
-def _say(obj: Ready | Drained) -> None:
+def _say(obj: Ready | Drained | Kept) -> None:
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
 
@@ -292,6 +399,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buffer-mb", type=int, required=True)
     ap.add_argument("--events", required=True)
     ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
+    ap.add_argument("--flight", action="store_true", help="a flight recorder: the buffers overwrite, read only by a keep line")
     a = ap.parse_args(argv)
     from loopscope.selfname import set_comm
 
@@ -312,13 +420,13 @@ def main(argv: list[str] | None = None) -> int:
     if tf is None:
         _say({"error": "tracefs is not mounted"})
         return 1
-    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously)
+    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight)
     label = ""
     try:
         _say(r.create())
         poller = select.poll()
         poller.register(0, select.POLLIN)
-        for fd in r.fds.values():
+        for fd in r.fds.values() if not r.flight else []:
             poller.register(fd, select.POLLIN)
         pending = b""
         while True:
@@ -327,17 +435,27 @@ def main(argv: list[str] | None = None) -> int:
             if 0 in fds:
                 chunk = os.read(0, 4096)
                 if not chunk:
-                    r.drain("the agent went away", label)
+                    if not r.flight:
+                        r.drain("the agent went away", label)
                     break
                 pending += chunk
                 stop = False
                 while b"\n" in pending:
                     line, pending = pending.split(b"\n", 1)
                     cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
-                    if cmd == "drain":
+                    if cmd == "keep":
+                        t0, t1, margin, dest = arg.split(" ", 3)
+                        try:
+                            _say(r.keep(int(t0), int(t1), Path(dest), int(margin)))
+                        except OSError as e:
+                            _say({"error": f"keeping a window in {dest}: {e}"})
+                    elif cmd == "drain":
                         label = arg
                         with _prompt():
                             _say(r.drain("asked", arg))
+                    elif cmd == "stop" and r.flight:
+                        _say({"totals": r.totals})
+                        stop = True
                     elif cmd == "stop":
                         with _prompt():
                             last = r.drain("asked", "end")
@@ -351,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.01)  # batch: at most a hundred reads a second
     except Stop as e:
         try:
-            r.drain(f"stopped by {e}", label)
+            if not r.flight:
+                r.drain(f"stopped by {e}", label)
         except Exception:  # noqa: BLE001 - the instance is removed below whatever happened
             pass
     except Exception as e:  # noqa: BLE001 - said to the agent, then the instance is removed

@@ -381,6 +381,10 @@ class ProbeKind:
     def series(self, tables: Tables, probe: str) -> list[Series]:
         return []
 
+    #: the kind's windows are found in the run's kernel capture, not in its
+    #: own trace (a monitor, which keeps only windows around outliers, cannot run it)
+    windows_need_capture: bool = False
+
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """The intervals of one step that explain splits into causes, as a
         ``WINDOWS`` frame. Every kind answers, even with an empty frame:

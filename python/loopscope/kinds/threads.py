@@ -84,6 +84,7 @@ def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str
 
 class Threads(ProbeKind):
     name = "threads"
+    windows_need_capture = True
     model = ThreadsProbe
     params = ThreadsParams
     describe = ("Any program's threads, uninstrumented, from the kernel capture: per thread name, how long after its wake-up each activation ran "

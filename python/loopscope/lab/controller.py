@@ -179,7 +179,11 @@ def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: lis
     """Run the experiment into ``run_dir``; whatever happens, the lab comes
     down and ``run.json`` says how the run ended. Ctrl-C and SIGTERM end
     the run through the same clean-up."""
-    r = Run(exp, spec_text, run_dir, say, notes, tick, kinds)
+    return execute_run(Run(exp, spec_text, run_dir, say, notes, tick, kinds))
+
+
+def execute_run(r: "Run") -> Outcome:
+    """``r``'s body, then its teardown on every way out (a monitor is a ``Run`` too)."""
     prev_int = signal.getsignal(signal.SIGINT)
     prev_term = signal.getsignal(signal.SIGTERM)
 
@@ -242,21 +246,7 @@ class Run:
         """The plan, and how it ended (``out.status``, ``run.json``'s ``failed``)."""
         out, rec = self.out, self.rec
         try:
-            self.bring_up()
-            self.calibrate()
-            self.start_beside()
-            plan = phase_runs(self.exp)
-            self.total = len(plan) * len(self.exp.probes)
-            from loopscope.lab.emulator import link_configs
-
-            self.links = link_configs(self.exp)
-            rec.phase_links = {}
-            if any(ph.tunings for ph in self.exp.phases or []):
-                rec.tunings = []
-            for pr in plan:
-                self.phase(pr)
-            self.lab.check()
-            self.stop_beside(quiet=False)
+            self.plan()
             out.status = "completed"
         except Interrupted as e:
             out.status, out.error = "interrupted", f"interrupted by {e}"
@@ -269,6 +259,29 @@ class Run:
         except RunError as e:
             out.status, out.error = "failed", str(e)
             rec.failed = Failed(host=None, component=e.component or "controller")
+
+    def plan(self) -> None:
+        """What the run does, start to end (a monitor does its own)."""
+        rec = self.rec
+        self.bring_up()
+        self.calibrate()
+        self.start_beside()
+        plan = phase_runs(self.exp)
+        self.total = len(plan) * len(self.exp.probes)
+        self.set_links_start()
+        if any(ph.tunings for ph in self.exp.phases or []):
+            rec.tunings = []
+        for pr in plan:
+            self.phase(pr)
+        self.lab.check()
+        self.stop_beside(quiet=False)
+
+    def set_links_start(self) -> None:
+        """The links as the experiment sets them (a phase changes them from there)."""
+        from loopscope.lab.emulator import link_configs
+
+        self.links = link_configs(self.exp)
+        self.rec.phase_links = {}
 
     def bring_up(self) -> None:
         """The hosts, their agents and the run's provenance."""

@@ -240,6 +240,9 @@ def parse(text: str, file: str, kinds: HasModels) -> Experiment:
     if not isinstance(data, dict):
         raise SpecError(file, [Problem(_line(root), "", "the file must be a mapping of fields (name, probes, loads, duration, ...)")])
     model = experiment_model(kinds)
+    if isinstance(data.get("monitor"), dict) and "duration" not in data:
+        # a monitor's probes measure a period at a time: that is their duration
+        data["duration"] = data["monitor"].get("period", "60s")
     try:
         return model.model_validate(data)
     except RecursionError:

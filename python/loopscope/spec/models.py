@@ -23,7 +23,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from pydantic_core import PydanticCustomError
 
 from loopscope.fields import Command as Command, pps as pps  # re-exported for the kinds
-from loopscope.units import duration_text, parse_duration_ns
+from loopscope.units import duration_text, parse_bytes, parse_duration_ns
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
 
@@ -367,6 +367,70 @@ class EmulatorSettings(Model):
     )
 
 
+_QUANTILE = re.compile(r"^\s*p(\d{1,2}(?:\.\d+)?)\s*$")
+
+
+def _threshold(v: Any) -> str:
+    """A time ('200us') or a quantile of the last hour ('p99.9'), as written."""
+    if isinstance(v, str):
+        m = _QUANTILE.match(v)
+        if m and 0 < float(m.group(1)) < 100:
+            return v.strip()
+        try:
+            if parse_duration_ns(v) > 0:
+                return v.strip()
+        except ValueError:
+            pass
+    raise PydanticCustomError("duration", "must be a time like 200us or 1ms, or a quantile of the last hour like p99.9 [got {got}]", {"got": v})
+
+
+def _retain_size(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        raise PydanticCustomError("duration", "must be a size like 2GB or 500MB [got {got}]", {"got": v})
+    try:
+        return parse_bytes(v)
+    except ValueError:
+        raise PydanticCustomError("duration", "must be a size like 2GB or 500MB [got {got}]", {"got": v}) from None
+
+
+Size = Annotated[int, BeforeValidator(_retain_size), WithJsonSchema({"type": ["string", "integer"], "examples": ["2GB", "500MB"]})]
+
+#: the smallest ``monitor.retain``: a few kept windows (one is ~10-100 kB)
+MIN_RETAIN = 1_000_000
+
+
+class MonitorSettings(Model):
+    """What ``loopscope monitor`` keeps (docs/monitor.md): a histogram of every probe per period, and the
+    kernel's events around every outlier above the threshold, within a disk budget."""
+
+    period: Duration = Field(60_000_000_000, description="length of one histogram period (at least 1s)")
+    threshold: Annotated[str, BeforeValidator(_threshold)] = Field("p99.9", description="an outlier: above this time (200us), or above this quantile of the last hour (p99.9)")
+    retain: Size = Field(1_000_000_000, description="disk for kept windows (2GB); the oldest windows go first, their causes stay")
+    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(120, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
+    reach: Duration = Field(8_000_000_000, description="how far back the kernel's buffers must reach (their size follows from it)")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "MonitorSettings":
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.period < 1_000_000_000:
+            problems.append((("period",), f"must be at least 1s [got {duration_text(self.period)}]"))
+        if self.retain < MIN_RETAIN:
+            problems.append((("retain",), f"must hold at least one kept window: at least 1MB [got {self.retain} bytes]"))
+        if self.reach < 2_000_000_000:
+            problems.append((("reach",), f"must be at least 2s: an outlier is seen up to a second after it happened [got {duration_text(self.reach)}]"))
+        if problems:
+            raise PydanticCustomError("spec_references", "{count} problems with the monitor", {"count": len(problems), "problems": problems})
+        return self
+
+    def threshold_ns(self) -> int | None:
+        """The fixed threshold, or None for a quantile."""
+        return None if _QUANTILE.match(self.threshold) else parse_duration_ns(self.threshold)
+
+    def threshold_quantile(self) -> float | None:
+        m = _QUANTILE.match(self.threshold)
+        return float(m.group(1)) / 100 if m else None
+
+
 class KernelCapture(Model):
     """Kernel events (scheduler, interrupts, page faults, timers, network receive) recorded during the
     run on every kernel that allows it (tracepoints into a trace instance of the run's own, CLOCK_MONOTONIC,
@@ -518,6 +582,7 @@ class Experiment(Model):
     duration: Duration
     warmup: OptDuration = Field(0, description="after the loads of a phase start and before its first probe")
     results: str = Field("runs", description="directory that receives run directories")
+    monitor: MonitorSettings | None = Field(None, description="a monitor file (loopscope monitor): no duration, phases or repetitions needed")
 
     @model_validator(mode="after")
     def _names_and_phases(self) -> "Experiment":
@@ -546,6 +611,10 @@ class Experiment(Model):
             if p.name in pnames:
                 problems.append((("probes", i, "name"), f"probe name {p.name!r} is used twice; give the probes distinct names"))
             pnames.add(p.name)
+        if self.monitor is not None and self.phases is None:
+            self.phases = [Phase(name="monitor", loads=[str(ld.name) for ld in loads])]
+        elif self.monitor is not None and len(self.phases or []) > 1:
+            problems.append((("phases",), f"a monitor runs one phase (its loads held throughout) [got {len(self.phases or [])}]"))
         if self.phases is None:
             ph = [Phase(name="baseline", loads=[])] if self.baseline else []
             ph += [Phase(name=str(ld.name), loads=[str(ld.name)]) for ld in loads]  # names are set above

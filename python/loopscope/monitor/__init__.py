@@ -1,0 +1,58 @@
+"""``loopscope monitor``: a machine watched for days in bounded memory and disk.
+
+Cheap detail for the whole run (a latency histogram per probe and period,
+the maximum with its time, counts), expensive detail only around outliers
+(the kernel's events, taken from its own ring buffers after the fact, and
+their causes). ``run`` is the loop, ``hist`` the histograms, ``keeper`` the
+flight recorder and the explaining, ``lock`` one monitor per directory;
+docs/monitor.md is the user's side.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from loopscope.errors import InputError
+from loopscope.kinds import KINDS
+from loopscope.lab.controller import Outcome, Say, execute_run, preflight
+from loopscope.monitor.lock import Lock
+from loopscope.monitor.run import Monitor, check
+from loopscope.spec import load
+
+
+def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | None, say: Say, view: object = None) -> Outcome:
+    """Monitor ``spec_path`` into a new directory ``out`` (or continue ``resume``)."""
+    exp = load(spec_path, KINDS)
+    if exp.monitor is None:
+        raise InputError(f"{spec_path}: has no monitor: mapping; add one (monitor: {{period: 1m, threshold: 200us}}) to monitor it")
+    check(exp, spec_path)
+    text = Path(spec_path).read_text()
+    if resume is not None:
+        d = Path(resume)
+        if not (d / "monitor.json").exists() or not (d / "spec.yaml").exists():
+            raise InputError(f"{d}: not a monitor directory (no monitor.json or spec.yaml); give the directory a monitor wrote")
+        if (d / "spec.yaml").read_text() != text:
+            raise InputError(f"{spec_path}: differs from {d}/spec.yaml, the spec this monitor ran with; resume with that spec (a changed spec is a new monitor)")
+    else:
+        d = Path(out) if out else Path(exp.results) / f"monitor-{exp.name}"
+        if d.exists() and any(d.iterdir()):
+            raise InputError(f"{d}: exists and is not empty; give a new directory with -o, or continue it with --resume {d}")
+    d.mkdir(parents=True, exist_ok=True)
+    lock = Lock(d)
+    lock.take()
+    try:
+        (d / "spec.yaml").write_text(text)
+        notes, kinds = preflight(exp, spec_path, d, None)
+        if lock.taken_from:
+            notes.append(f"continued from pid {lock.taken_from}, which is gone")
+        for n in notes:
+            say(f"note: {n}")
+        m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view)  # type: ignore[arg-type]
+        return execute_run(m)
+    finally:
+        lock.release()
+
+
+def status_of(d: Path) -> dict[str, object]:
+    return json.loads((d / "monitor.json").read_text())  # type: ignore[no-any-return]

@@ -1,0 +1,290 @@
+"""Keeping the kernel's events around outliers, and naming their causes.
+
+The kernel records scheduler, interrupt, timer and page-fault events into
+the monitor's own tracefs instance, in overwrite mode: the buffers always
+hold the last seconds (``monitor.reach``), and nothing reads them. When a
+probe's trace shows an outlier above the threshold (a second or so after it
+happened: the probe's trace writer flushes once a second), the keeper asks
+the flight recorder's reader (``loopscope.kernel.drain --flight``) for the
+window around it (``MARGIN_NS`` either side, explain's margin), which lands
+in ``windows/NNNNNNN/`` as a store of its own, attributes it (the same
+native split as ``explain``) and appends every outlier with its causes to
+``outliers.jsonl``. Outliers close together share one window.
+
+What cannot be kept is counted by why, never dropped silently:
+``rate`` (more than ``monitor.keep_per_minute`` windows in a minute),
+``overwritten`` (the buffers no longer reached back to the window: the
+outlier was seen too late, or the buffer is too small for the load),
+``recorder`` (no kernel capture on this machine, or its reader failed),
+``disk`` (a window could not be written). A window read while tracing was
+paused for an earlier one is kept but marked incomplete (its causes leave
+the blind time ``unexplained``).
+
+``monitor.retain`` bounds the windows' disk: the oldest windows are
+removed first; their outliers' causes stay in ``outliers.jsonl``.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import polars as pl
+
+from loopscope.analysis.explain import attribute_store
+from loopscope.kernel import capture as C
+from loopscope.kernel import store as S
+
+# Kernel events kept either side of an outlier: half of explain's 20 ms
+# (runtime accounting comes at least every 4 ms tick, so 10 ms still holds
+# the run that ends a window), which halves a kept window's disk.
+MARGIN_NS = 10_000_000
+# After a window's end, wait this long before taking it (the kernel's
+# events of the window's last moments are then in the buffers).
+SETTLE_NS = 50_000_000
+# The events per second per CPU the buffers are sized for (the demo's noise
+# records 5-20 k; a busy pipeline 150 k): reach x this x 40 bytes.
+SIZED_FOR_EVENTS_PER_S = 50_000
+
+
+@dataclass
+class Outlier:
+    """One window above the threshold, as a probe's trace showed it (host clock)."""
+
+    probe: str
+    host: str
+    tid: int
+    t_ns: int
+    latency_ns: int
+    span: bool
+    offset_ns: int = 0  # the host's CLOCK_MONOTONIC minus the kernel's
+
+    @property
+    def start_k(self) -> int:
+        return self.t_ns - self.offset_ns
+
+    @property
+    def end_k(self) -> int:
+        return self.t_ns + self.latency_ns - self.offset_ns
+
+
+@dataclass
+class Counts:
+    above: int = 0
+    kept: int = 0
+    explained: int = 0
+    windows: int = 0
+    windows_removed: int = 0
+    not_kept: dict[str, int] = field(default_factory=dict)
+    by_cause: dict[str, int] = field(default_factory=dict)
+    paused_ns: int = 0
+    kept_bytes: int = 0
+
+    def miss(self, why: str, n: int = 1) -> None:
+        self.not_kept[why] = self.not_kept.get(why, 0) + n
+
+
+def buffer_mb(reach_ns: int) -> int:
+    return max(4, int(reach_ns / 1e9 * SIZED_FOR_EVENTS_PER_S * 40 / (1 << 20)) + 1)
+
+
+class Keeper:
+    """The flight recorder, and a thread that keeps and explains outliers as they come."""
+
+    def __init__(self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True) -> None:
+        self.out = out
+        self.settings = settings
+        self.roles = roles
+        self.counts = Counts()
+        self.last: deque[dict[str, Any]] = deque(maxlen=20)  # the last explained outliers, for the live view
+        self.lock = threading.Lock()
+        self.q: queue.Queue[Outlier | None] = queue.Queue()
+        self.cap: C.Capture | None = None
+        self.why_not: str | None = None
+        self.kept_times: deque[int] = deque()
+        self.windows: deque[tuple[Path, int]] = deque()  # (dir, bytes), oldest first
+        self.seq = 0
+        self.thread: threading.Thread | None = None
+        self.outliers = open(out / "outliers.jsonl", "a")
+        self._recount()
+        if enabled:
+            self.cap = C.Capture(out / "kernel", buffer_mb=buffer_mb(settings.reach), name=name, read="flight")
+
+    def _recount(self) -> None:
+        """Windows already on disk (a resumed monitor): retained as before."""
+        wd = self.out / "windows"
+        if wd.is_dir():
+            for d in sorted(p for p in wd.iterdir() if p.is_dir()):
+                b = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+                self.windows.append((d, b))
+                self.counts.kept_bytes += b
+                self.seq = max(self.seq, int(d.name) + 1 if d.name.isdigit() else self.seq)
+
+    def start(self) -> str | None:
+        """Start the recorder (None, or why there is none: outliers are then counted, not kept)."""
+        if self.cap is not None:
+            meta = self.cap.start()
+            if meta.refused:
+                self.why_not = meta.refused
+                self.cap = None
+        else:
+            self.why_not = "the kernel capture is off"
+        self.thread = threading.Thread(target=self._loop, name="ls-keeper", daemon=True)
+        self.thread.start()
+        return self.why_not
+
+    def reader_tids(self) -> list[int]:
+        if self.cap is None or self.cap.proc is None:
+            return []
+        try:
+            return sorted(int(t) for t in __import__("os").listdir(f"/proc/{self.cap.proc.pid}/task"))
+        except OSError:
+            return []
+
+    def put(self, o: Outlier) -> None:
+        with self.lock:
+            self.counts.above += 1
+        self.q.put(o)
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Keep what is queued (within ``timeout_s``), then stop the recorder."""
+        self.q.put(None)
+        if self.thread is not None:
+            self.thread.join(timeout_s)
+        if self.cap is not None:
+            self.cap.stop()
+            self.cap = None
+        self.outliers.close()
+
+    # ---- the keeping thread ---------------------------------------------------------
+
+    def _loop(self) -> None:
+        done = False
+        while not done:
+            first = self.q.get()
+            if first is None:
+                break
+            batch = [first]
+            # what came with it, and what ends close after it, share a window
+            wait_until = time.monotonic_ns() + SETTLE_NS
+            while True:
+                try:
+                    nxt = self.q.get(timeout=max(0.0, (wait_until - time.monotonic_ns()) / 1e9))
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    done = True
+                    break
+                batch.append(nxt)
+            batch.sort(key=lambda o: o.start_k)
+            group: list[Outlier] = []
+            for o in batch:
+                # one window for outliers whose margins overlap; apart, each keeps its own (the time between is not worth its disk)
+                if group and (o.start_k - max(g.end_k for g in group) > 2 * MARGIN_NS):
+                    self._keep(group)
+                    group = []
+                group.append(o)
+            if group:
+                self._keep(group)
+
+    def _allowed(self) -> bool:
+        now = time.monotonic_ns()
+        while self.kept_times and self.kept_times[0] < now - 60_000_000_000:
+            self.kept_times.popleft()
+        if len(self.kept_times) >= self.settings.keep_per_minute:
+            return False
+        self.kept_times.append(now)
+        return True
+
+    def _keep(self, group: list[Outlier]) -> None:
+        if self.cap is None:
+            self._write(group, None, "recorder", None)
+            return
+        if not self._allowed():
+            self._write(group, None, "rate", None)
+            return
+        t0 = min(o.start_k for o in group) - MARGIN_NS
+        t1 = max(o.end_k for o in group) + MARGIN_NS
+        # the window's last events must have been recorded
+        delay = t1 + SETTLE_NS - (time.clock_gettime_ns(time.CLOCK_MONOTONIC) - C.timens_offset_ns())
+        if delay > 0:
+            time.sleep(delay / 1e9)
+        d = self.out / "windows" / f"{self.seq:07d}"
+        self.seq += 1
+        got = self.cap.keep(t0, t1, d, int(self.settings.reach))
+        if got.get("error"):
+            shutil.rmtree(d, ignore_errors=True)
+            self._write(group, None, "disk" if "keeping a window" in str(got["error"]) else "recorder", str(got["error"]))
+            return
+        with self.lock:
+            self.counts.paused_ns += int(got.get("paused_ns") or 0)
+        if got.get("short"):
+            # the buffers did not reach back to the window: nothing of it is worth keeping
+            shutil.rmtree(d, ignore_errors=True)
+            self._write(group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window")
+            return
+        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        att = self._attribute(d, group)
+        with self.lock:
+            self.counts.windows += 1
+            self.counts.kept_bytes += size
+            self.windows.append((d, size))
+        self._write(group, d, None, None, att, blind=bool(got.get("blind")))
+        self._retain()
+
+    def _attribute(self, d: Path, group: list[Outlier]) -> pl.DataFrame | None:
+        try:
+            st = S.open_dir(d)
+            rows = pl.DataFrame({"id": list(range(len(group))), "tid": [o.tid for o in group], "start_k": [o.start_k for o in group],
+                                 "end_k": [o.end_k for o in group], "span": [o.span for o in group]})
+            return attribute_store(st, rows, self.roles())
+        except Exception as e:  # noqa: BLE001 - one window's failure is said in its record, the monitor goes on
+            (d / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
+            return None
+
+    def _write(self, group: list[Outlier], d: Path | None, why_not: str | None, detail: str | None, att: pl.DataFrame | None = None, blind: bool = False) -> None:
+        for i, o in enumerate(group):
+            rec: dict[str, Any] = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
+                                   "window": d.name if d is not None else None, "not_kept": why_not}
+            if detail:
+                rec["detail"] = detail
+            if att is not None:
+                mine = att.filter(pl.col("id") == i).sort("ns", descending=True)
+                total = max(1, o.latency_ns)
+                rec["causes"] = [{"cause": c, "ns": int(ns), "share": round(int(ns) / total, 4)} for c, ns in zip(mine["cause"], mine["ns"]) if ns > 0]
+                rec["complete"] = bool(mine["complete"][0]) and not blind if len(mine) else False
+                rec["top_cause"] = rec["causes"][0]["cause"] if rec["causes"] else None
+                if len(mine) and mine["missing"][0]:
+                    rec["missing"] = mine["missing"][0]
+                if blind:
+                    rec["missing"] = "; ".join(x for x in (rec.get("missing"), "tracing was paused inside the window to keep an earlier one") if x)
+            with self.lock:
+                c = self.counts
+                if why_not is not None:
+                    c.miss(why_not)
+                else:
+                    c.kept += 1
+                    if rec.get("top_cause"):
+                        c.explained += 1
+                        c.by_cause[rec["top_cause"]] = c.by_cause.get(rec["top_cause"], 0) + 1
+                self.last.append(rec)
+            self.outliers.write(json.dumps(rec) + "\n")
+        self.outliers.flush()
+
+    def _retain(self) -> None:
+        """The oldest windows go first while the kept windows exceed ``monitor.retain``."""
+        while True:
+            with self.lock:
+                if self.counts.kept_bytes <= self.settings.retain or len(self.windows) <= 1:
+                    return
+                d, b = self.windows.popleft()
+                self.counts.kept_bytes -= b
+                self.counts.windows_removed += 1
+            shutil.rmtree(d, ignore_errors=True)

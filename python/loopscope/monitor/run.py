@@ -1,0 +1,396 @@
+"""``loopscope monitor``: the spec's probes, period after period, for days.
+
+A monitor is a run of one phase (the spec's loads, held throughout) whose
+probes measure a period at a time, over and over, until ``--for`` ends or
+a signal stops it. The lab is the one ``loopscope run`` uses (hosts,
+agents, loads, clean-up on every way out), brought up in a session
+directory of the monitor's (``sessions/NNN``); what the monitor keeps is
+beside it, bounded whatever the run's length:
+
+- per probe and period a latency histogram (``monitor.hist``), appended to
+  ``histograms/<probe>.hlog`` as the period closes, and a row of
+  ``periods.jsonl`` (count, p50/p99/p99.9/max and the maximum's time, the
+  probe's own summary: samples and missed deadlines);
+- every outlier above the threshold, kept and explained as it comes
+  (``monitor.keeper``): ``outliers.jsonl`` and the windows of kernel events
+  around them (``windows/``), within ``monitor.retain``;
+- ``monitor.json``, rewritten at every period's close: settings, counts,
+  the run's maximum per probe, how it ended.
+
+While a period runs, a thread reads the probe's trace as its writer flushes
+it (once a second) and hands the kind's windows (``ProbeKind.windows``, the
+hook explain uses: every kind that has one can be monitored) above the
+threshold to the keeper. The period's trace is deleted when its histogram
+is written. The monitor's own threads run on CPUs no probe is pinned to.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import polars as pl
+from hdrh.histogram import HdrHistogram
+
+from loopscope import protocol as P
+from loopscope.errors import InputError
+from loopscope.kinds import KINDS
+from loopscope.lab.controller import Interrupted, Run, Say, Steps, _sleep, place_loads, tune_loads
+from loopscope.monitor import hist
+from loopscope.monitor.keeper import Keeper, Outlier
+from loopscope.rundir import LoadRecord, RunRecord, Step
+from loopscope.spec import Experiment
+from loopscope.spec.plan import phase_runs
+from loopscope.trace import reader
+
+FORMAT = "loopscope-monitor/1"
+# How often the open period's trace is read for outliers.
+TAIL_S = 0.25
+# A quantile threshold waits for this many values (p99.9 of fewer is noise).
+QUANTILE_MIN = 2000
+HOUR_NS = 3_600_000_000_000
+
+
+@dataclass
+class ProbeLive:
+    """One probe's figures so far (the live view and the metrics read them)."""
+
+    name: str
+    period: HdrHistogram = field(default_factory=hist.new)
+    whole: HdrHistogram = field(default_factory=hist.new)
+    last_period: HdrHistogram | None = None
+    max_ns: int = 0
+    max_at_utc: str | None = None
+    periods: int = 0
+    samples: int = 0
+    missed: int = 0
+
+
+class LiveSource:
+    """What a kind's ``windows`` hook reads (``kinds.base.WindowSource``),
+    over the open period's trace as far as it has been written."""
+
+    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, Any]) -> None:
+        self.run_dir, self.run, self.spec = run_dir, run, spec
+
+    def trace(self, rel: str) -> pl.DataFrame | None:
+        got = self.trace_info(rel)
+        return None if got is None else got[0]
+
+    def trace_info(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
+        p = self.run_dir / rel
+        if not p.exists() or p.stat().st_size == 0:
+            return None
+        try:
+            return reader.read_with_info(p, sort=False)
+        except Exception:  # noqa: BLE001 - a file its writer has only begun is read again next time
+            return None
+
+    def host_of(self, step: Step) -> str:
+        return step.host or self.run.first_host
+
+    def same_kernel(self, a: str, b: str) -> bool:
+        return True  # local and namespace hosts: the monitor refuses others
+
+
+class Tail(threading.Thread):
+    """Reads the open period's trace every ``TAIL_S`` and hands new windows
+    above the threshold to the keeper; keeps the period's values for a
+    quantile threshold."""
+
+    def __init__(self, mon: "Monitor") -> None:
+        super().__init__(name="ls-tail", daemon=True)
+        self.mon = mon
+        self.cv = threading.Condition()
+        self.step: Step | None = None
+        self.seen: dict[tuple[str, int], int] = {}
+        self.values: list[np.ndarray] = []
+        self.stopping = False
+
+    def watch(self, step: Step | None) -> None:
+        with self.cv:
+            self.step = step
+            self.seen = {}
+            self.values = []
+            self.cv.notify()
+
+    def finish(self) -> pl.DataFrame:
+        """The period's last read (the whole trace), then stop watching: its windows."""
+        with self.cv:
+            w = self._read()
+            self.step = None
+            return w
+
+    def run(self) -> None:
+        while True:
+            with self.cv:
+                self.cv.wait(TAIL_S)
+                if self.stopping:
+                    return
+                if self.step is not None:
+                    try:
+                        self._read()
+                    except Exception as e:  # noqa: BLE001 - said once in the notes; the period's close reads the trace again
+                        self.mon.note_once(f"reading a period's trace while it ran failed: {type(e).__name__}: {e}")
+
+    def _read(self) -> pl.DataFrame:
+        st = self.step
+        if st is None:
+            return pl.DataFrame()
+        w = KINDS[st.kind].windows(st, self.mon.src)
+        if not len(w):
+            return w
+        new = []
+        for (probe,), g in w.group_by(pl.col("probe").cast(pl.String), maintain_order=True):
+            last = self.seen.get((str(probe), 0), -1)
+            g = g.filter(pl.col("t_ns") > last)
+            if not len(g):
+                continue
+            self.seen[(str(probe), 0)] = int(g["t_ns"].max())  # type: ignore[arg-type]
+            new.append(g)
+        if not new:
+            return w
+        fresh = pl.concat(new)
+        self.values.append(fresh["latency_ns"].to_numpy())
+        thr = self.mon.threshold_ns(np.concatenate(self.values))
+        if thr is not None:
+            for r in fresh.filter(pl.col("latency_ns") > thr).iter_rows(named=True):
+                self.mon.keeper.put(Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]),
+                                            self.mon.offset(str(r["host"]))))
+        return w
+
+
+class Monitor(Run):
+    """A run whose one phase's probes measure period after period (see the module's text)."""
+
+    def __init__(self, exp: Experiment, spec_text: str, out: Path, say: Say, notes: list[str], for_ns: int | None, kinds: dict[str, str],
+                 view: Callable[["Monitor"], None] | None = None) -> None:
+        self.mdir = out
+        sessions = out / "sessions"
+        n = len([p for p in sessions.iterdir() if p.is_dir()]) + 1 if sessions.is_dir() else 1
+        self.settings = exp.monitor
+        assert self.settings is not None
+        exp.kernel.capture = "off"  # the monitor's flight recorder replaces the run's capture
+        super().__init__(exp, spec_text, sessions / f"{n:03d}", say, notes, None, kinds)
+        self.for_ns = for_ns
+        self.view = view
+        self.live = {p.name: ProbeLive(str(p.name)) for p in exp.probes}
+        self.logs = {p.name: hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
+        self.recent = hist.Recent(HOUR_NS)
+        self.periods_f = open(out / "periods.jsonl", "a")
+        self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=True)
+        self.src = LiveSource(self.run_dir, self.rec, json.loads((self.run_dir / "spec.json").read_text()))
+        self.tail = Tail(self)
+        self._noted: set[str] = set()
+        self.started_utc = _dt.datetime.now(_dt.timezone.utc).isoformat()
+        self.started_mono = time.monotonic_ns()
+        self.period_no = self._periods_so_far()
+        self.status = "running"
+        self.roles_cache: dict[int, str] = {}
+
+    # ---- helpers the threads call ------------------------------------------------------
+
+    def note_once(self, text: str) -> None:
+        if text not in self._noted:
+            self._noted.add(text)
+            self.notes.append(text)
+
+    def offset(self, host: str) -> int:
+        h = self.lab.hosts.get(host)
+        return int(getattr(h.spec, "clock_offset", 0) or 0) if h is not None else 0
+
+    def threshold_ns(self, open_values: np.ndarray) -> int | None:
+        s = self.settings
+        assert s is not None
+        fixed = s.threshold_ns()
+        if fixed is not None:
+            return fixed
+        q = s.threshold_quantile()
+        assert q is not None
+        return self.recent.quantile(q, open_values, QUANTILE_MIN)
+
+    def _roles(self) -> dict[int, str]:
+        return self.roles_cache
+
+    def _refresh_roles(self) -> None:
+        out: dict[int, str] = {}
+        for label, tids in self.lab.lab_tids().items():
+            for t in tids:
+                out[t] = label
+        for t in self.keeper.reader_tids():
+            out[t] = "lab: capture"
+        self.roles_cache = out
+
+    def _periods_so_far(self) -> int:
+        p = self.mdir / "periods.jsonl"
+        if not p.exists():
+            return 0
+        return max((int(json.loads(line).get("period", 0)) for line in p.read_text().splitlines() if line.strip().startswith("{") and line.strip().endswith("}")), default=0)
+
+    # ---- the run ----------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """The lab up, the recorder and the loads started, then periods until ``--for`` ends."""
+        self.bring_up()
+        self._away_from_probes()
+        why = self.keeper.start()
+        if why:
+            self.notes.append(f"outliers are counted, not kept: {why}")
+            self.say(f"note: outliers are counted, not kept: {why}")
+        self.tail.start()
+        pr = phase_runs(self.exp)[0]
+        self.total = len(self.exp.probes)
+        self.set_links_start()
+        self.set_links(pr)
+        by_host, sinks = place_loads(self.lab, self.exp, pr.phase.loads, self.first.name)
+        tune_loads(by_host, pr.phase)
+        self.apply_tunings(pr)
+        by_host = self.start_loads(pr, by_host, sinks)
+        if self.exp.warmup:
+            _sleep(self.exp.warmup / 1e9)
+        self._refresh_roles()
+        self.write_record()
+        period = int(self.settings.period)  # type: ignore[union-attr]
+        while True:
+            for probe in self.exp.probes:
+                left = None if self.for_ns is None else self.for_ns - (time.monotonic_ns() - self.started_mono)
+                if left is not None and left < 1_000_000_000:
+                    self._stop_loads(pr, by_host, sinks)
+                    self.lab.check()
+                    return
+                self.period(pr, probe, period if left is None else min(period, left))
+
+    def _stop_loads(self, pr: Any, by_host: dict[str, Any], sinks: dict[str, Any]) -> None:
+        for hname in sorted(by_host, key=lambda h: h in sinks):
+            lr = self.lab.agent(hname).ask(P.StopLoads())
+            for ld in lr.loads:
+                self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
+
+    def _away_from_probes(self) -> None:
+        """The monitor's threads (and the recorder it starts) on CPUs no probe is pinned to."""
+        pinned = {c for p in self.exp.probes for c in (getattr(p, "cpu", None) or [])}
+        try:
+            mine = os.sched_getaffinity(0)
+            rest = mine - pinned
+            if rest and pinned:
+                os.sched_setaffinity(0, rest)
+        except OSError:
+            pass
+
+    def period(self, pr: Any, probe: Any, dur_ns: int) -> None:
+        self.period_no += 1
+        n = self.period_no
+        key = f"{probe.name}-{n:07d}"
+        host = probe.host or self.first.name
+        trace = Path(self.lab.step_dir(host, key)) / f"{probe.name}.lstrace"
+        st = Step.model_validate({"rep": 1, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind,
+                                  "host": host, "trace": self.lab.rel(host, str(trace)), "json": self.lab.rel(host, str(trace.with_suffix(".json"))),
+                                  "spawn_mono_ns": 0, "end_mono_ns": 0})
+        t0 = time.time()
+        t0_mono = time.monotonic_ns()
+        self.tail.watch(st)
+        cut: str | None = None
+        try:
+            step = KINDS[probe.kind].run(Steps(self.lab, self.exp, self.calib), probe, key, dur_ns)
+            cut = step.get("interrupted")
+        finally:
+            w = self.tail.finish()
+        t1 = time.time()
+        self.close_period(probe, n, st, step, w, t0, t1, t0_mono)
+        if cut:
+            raise Interrupted(str(cut))
+
+    def close_period(self, probe: Any, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int) -> None:
+        lv = self.live[probe.name]
+        vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
+        h = hist.new()
+        hist.record(h, vals)
+        self.logs[probe.name].write(h, t0, t1)
+        self.recent.add(time.monotonic_ns(), h)
+        lv.whole.add(h)
+        lv.last_period = h
+        lv.periods += 1
+        res: dict[str, Any] = {}
+        try:
+            res = json.loads((self.run_dir / step["json"]).read_text().strip().splitlines()[-1])
+        except (OSError, KeyError, ValueError, IndexError):
+            pass
+        row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals)}
+        if len(vals):
+            i = int(np.argmax(vals))
+            row.update({"p50_ns": hist.quantile(h, 0.5), "p99_ns": hist.quantile(h, 0.99), "p999_ns": hist.quantile(h, 0.999), "max_ns": int(vals[i]),
+                        "max_t_ns": int(w["t_ns"][i])})
+            row["max_at_utc"] = _utc(t0 + (int(w["t_ns"][i]) - t0_mono) / 1e9)
+            if int(vals[i]) > lv.max_ns:
+                lv.max_ns, lv.max_at_utc = int(vals[i]), row["max_at_utc"]
+        for k in ("samples", "missed", "interrupted"):
+            if k in res:
+                row[k] = res[k]
+        lv.samples += int(res.get("samples") or len(vals))
+        lv.missed += int(res.get("missed") or 0)
+        self.periods_f.write(json.dumps(row) + "\n")
+        self.periods_f.flush()
+        os.fsync(self.periods_f.fileno())
+        # the period's trace has given what is kept of it
+        shutil.rmtree(Path(self.lab.step_dir(st.host or self.first.name, f"{probe.name}-{n:07d}")), ignore_errors=True)
+        self._refresh_roles()
+        self.write_record()
+        if self.view is not None:
+            self.view(self)
+
+    def record(self) -> dict[str, Any]:
+        s = self.settings
+        assert s is not None
+        c = self.keeper.counts
+        with self.keeper.lock:
+            counts = {"outliers_above": c.above, "kept": c.kept, "explained": c.explained, "not_kept": dict(c.not_kept), "windows": c.windows,
+                      "windows_removed": c.windows_removed, "kept_bytes": c.kept_bytes, "recorder_paused_ns": c.paused_ns, "by_top_cause": dict(c.by_cause)}
+        return {
+            "format": FORMAT, "name": self.exp.name, "status": self.status, "pid": os.getpid(), "started_utc": self.started_utc,
+            "updated_utc": _utc(time.time()), "settings": s.model_dump(mode="json"), "periods": self.period_no,
+            "probes": {k: {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
+                           "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed}
+                       for k, v in self.live.items()},
+            "counts": counts, "recorder": self.keeper.why_not or "flight recorder (pause and read)", "session": self.run_dir.name, "notes": list(self.notes),
+        }
+
+    def write_record(self) -> None:
+        p = self.mdir / "monitor.json"
+        tmp = p.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.record(), indent=1) + "\n")
+        os.replace(tmp, p)
+
+    def teardown(self) -> None:
+        self.tail.stopping = True
+        try:
+            self.keeper.stop()
+        finally:
+            for lg in self.logs.values():
+                lg.close()
+            self.periods_f.close()
+            super().teardown()
+            self.status = self.out.status
+            self.write_record()
+
+
+def _utc(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def check(exp: Experiment, file: str) -> None:
+    """What a monitor can watch: this machine's kernel (local and namespace
+    hosts), probes whose windows come from their own traces."""
+    for h in exp.hosts:
+        if h.kind not in ("local", "netns"):
+            raise InputError(f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns")
+    for p in exp.probes:
+        if KINDS[p.kind].windows_need_capture:
+            raise InputError(f"{file}: probe {p.name} is a {p.kind} probe, whose windows come from a whole kernel capture; a monitor keeps only the windows around outliers")
