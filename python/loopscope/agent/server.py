@@ -162,7 +162,7 @@ class Agent:
         self._check_loads("while starting")
         for ld, st in zip(m.loads, started):
             if ld.get("cpus") or ld.get("sched"):
-                st.tuned = _tune_threads(ld, _threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
+                st.tuned = _tune_threads(ld, procs.threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
         return P.LoadsStarted(loads=started)
 
     def _check_loads(self, when: str) -> None:
@@ -372,7 +372,7 @@ class Agent:
             proc_cpu = sum(_proc_cpu_s(k.pid) for k in kids)
             group = kids[0].group if kids else None
             # Every thread of the load, so attribution can name it whatever the program calls itself.
-            tids = _threads_of(group, [k.pid for k in kids])
+            tids = procs.threads_of(group, [k.pid for k in kids])
             # where its threads were allowed to run (a load may pin itself: stress-ng --taskset)
             allowed: set[int] = set()
             for t in tids:
@@ -564,22 +564,6 @@ def _tune_threads(ld: dict[str, Any], tids: list[int]) -> dict[str, Any]:
     if failed:
         raise Failure(f"load {ld['name']}", f"the phase's tunings could not be applied to load {ld['name']}: {'; '.join(failed[:3])}")
     return {"threads": done, "cpus": ld.get("cpus"), "sched": ld.get("sched")}
-
-
-def _threads_of(group: Path | None, pids: list[int]) -> list[int]:
-    """The thread ids of a load: its cgroup's, or its processes' own without one."""
-    out: set[int] = set()
-    if group is not None:
-        try:
-            out |= {int(x) for x in (Path(group) / "cgroup.threads").read_text().split()}
-        except (OSError, ValueError):
-            pass
-    for pid in pids:
-        try:
-            out |= {int(t) for t in os.listdir(f"/proc/{pid}/task")}
-        except OSError:
-            pass
-    return sorted(out)
 
 
 def main() -> int:

@@ -155,3 +155,19 @@ def process_start_time(pid: int) -> int | None:
 def alive(pid: int, start_time: int | None) -> bool:
     st = process_start_time(pid)
     return st is not None and (start_time is None or st == start_time)
+
+
+def threads_of(group: Path | None, pids: list[int]) -> list[int]:
+    """The thread ids of a load: its cgroup's, and its processes' own (without a cgroup, or beside it)."""
+    out: set[int] = set()
+    if group is not None:
+        try:
+            out |= {int(x) for x in (Path(group) / "cgroup.threads").read_text().split()}
+        except (OSError, ValueError):
+            pass
+    for pid in pids:
+        try:
+            out |= {int(t) for t in os.listdir(f"/proc/{pid}/task")}
+        except OSError:
+            pass
+    return sorted(out)

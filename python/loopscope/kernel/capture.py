@@ -271,8 +271,9 @@ KEPT: TypeAdapter[Kept] = TypeAdapter(Kept)
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows") -> None:
+    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows", flight: str = "alternate") -> None:
         self.read = read
+        self.flight = flight
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.log = self.out_dir / "reader.log"
@@ -300,7 +301,7 @@ class Capture:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
                 "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else []),
-                *(["--flight"] if self.read == "flight" else [])]
+                *(["--flight", self.flight] if self.read == "flight" else [])]
 
     def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> CaptureReport:
         """Create the instance and start its reader; ``wrap`` (argv → argv) puts
@@ -366,6 +367,7 @@ class Capture:
             self.proc = None
             self.stopped_ns = time.monotonic_ns()
         remove_instance(self.name)
+        remove_instance(f"{self.name}-b")  # a flight recorder's twin
         return self.meta()
 
     def _kill(self) -> None:
@@ -378,6 +380,7 @@ class Capture:
             _close_pipes(self.proc)
             self.proc = None
         remove_instance(self.name)
+        remove_instance(f"{self.name}-b")
 
     def _send(self, line: str) -> None:
         assert self.proc is not None and self.proc.stdin is not None

@@ -82,16 +82,22 @@ def _dropped(st: dict[str, int]) -> int:
 
 
 class Reader:
-    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: bool = False) -> None:
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None) -> None:
         self.continuously = continuously
+        #: flight recorder: "alternate" (two instances, one recording while the other is read) or "pause" (one, paused while read)
         self.flight = flight
-        # flight recorder: the events of the last read after its window (a read consumes the pages),
-        # when tracing was last resumed, and the pauses so far (kernel ns)
+        # flight recorder: the events of the last read after its window (a read consumes
+        # the pages), and the pauses so far (kernel ns)
         self.held: pl.DataFrame | None = None
-        self.resumed_k = 0
         self.pauses: list[tuple[int, int]] = []
         self.k_strings: list[str] = []
         self.k_events: list[str] = []
+        # the flight recorder's instances: (directory, per-CPU fds), the one recording, each one's
+        # overrun counters at its last read, and when each last started recording (kernel ns)
+        self.pair: list[tuple[Path, dict[int, int]]] = []
+        self.active = 0
+        self.bases: list[dict[int, int]] = []
+        self.since: list[int] = []
         self.tf = tf
         self.inst = tf / "instances" / name
         self.out = out
@@ -161,13 +167,38 @@ class Reader:
         for c in cpus:
             self.fds[c] = os.open(self.inst / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
         self.base = {c: _dropped(_stats(self.inst, c)) for c in cpus}
+        self.pair = [(self.inst, self.fds)]
+        if self.flight == "alternate":
+            self.pair.append(self._twin(cpus))
+        self.bases = [{c: _dropped(_stats(d, c)) for c in cpus} for d, _ in self.pair]
         (self.out / "events").mkdir(exist_ok=True)
         self.index = open(self.out / "segments.jsonl", "a")
         self._w("tracing_on", "1")
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
         self.last_k: int = self.started_k
-        self.resumed_k = self.started_k
+        self.since = [self.started_k for _ in self.pair]
         return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
+
+    def _twin(self, cpus: list[int]) -> tuple[Path, dict[int, int]]:
+        """The flight recorder's second instance, set up as the first, not recording."""
+        d = self.tf / "instances" / f"{self.inst.name}-b"
+        if d.exists():
+            raise RuntimeError(f"a trace instance {d.name} exists already (a killed monitor: loopscope cleanup removes it)")
+        d.mkdir()
+        for rel, v in (("tracing_on", "0"), ("trace_clock", "mono"), ("buffer_size_kb", str(self.buffer_mb * 1024))):
+            (d / rel).write_text(v)
+        try:
+            (d / "options/overwrite").write_text("1")
+        except OSError:
+            pass
+        for e in self.events:
+            if e in self.missing:
+                continue
+            sub, name = e.split(":", 1)
+            if e in self.filters:
+                (d / "events" / sub / name / "filter").write_text(self.filters[e])
+            (d / "events" / sub / name / "enable").write_text("1")
+        return d, {c: os.open(d / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
 
     def drain(self, reason: str, label: str = "") -> Drained:
         """Read every CPU's buffer, decode, write one segment."""
@@ -268,46 +299,63 @@ class Reader:
         if h is not None and len(h) and int(h["t_ns"].min()) <= t0 and int(h["t_ns"].max()) >= t1:  # type: ignore[arg-type]
             # an earlier keep's read holds the whole window: no pause, no read
             return self._write_kept(h.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)), t0, t1, dest, [], [], [], None, 0, 0)
-        overrun = {c: _dropped(_stats(self.inst, c)) for c in self.fds}
+        a = self.active
+        inst, fds = self.pair[a]
         p0 = now()
-        self._w("tracing_on", "0")
+        if len(self.pair) > 1:
+            # the twin records from now on; this one stops a moment later (the
+            # events of that moment are in both, and are kept once)
+            (self.pair[1 - a][0] / "tracing_on").write_text("1")
+            switched = now()
+        (inst / "tracing_on").write_text("0")
         t_read = time.monotonic_ns()
         nbytes = 0
         try:
-            held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
-            for c, fd in self.fds.items():
+            held = {c: _stats(inst, c).get("bytes", 0) for c in fds}
+            for c, fd in fds.items():
                 bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
                 buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
                 nbytes += len(buf)
                 if buf:
                     self.decoder.pages(c, buf)
         finally:
-            self._w("tracing_on", "1")
+            if len(self.pair) == 1:
+                (inst / "tracing_on").write_text("1")
         p1 = now()
         read_ns = time.monotonic_ns() - t_read
         got = self.decoder.take()
         self.k_strings, self.k_events = got["strings"], got["events"]  # the tables only grow: the last one serves every window
         new = store.frame(got)
-        # per CPU: where this read's events start, and whether the buffer overwrote pages since the last resume
+        # per CPU: where this read's events start, and whether the buffer overwrote pages since it last started recording
         first = {int(c): int(t) for c, t in new.group_by("cpu").agg(pl.col("t_ns").min()).iter_rows()} if len(new) else {}
-        over = {c: _dropped(_stats(self.inst, c)) - overrun[c] > 0 or overrun[c] > self.base.get(c, 0) for c in self.fds}
-        self.base = {c: _dropped(_stats(self.inst, c)) for c in self.fds}
+        after = {c: _dropped(_stats(inst, c)) for c in fds}
+        over = {c: after[c] > self.bases[a].get(c, 0) for c in fds}
+        self.bases[a] = after
+        had = self.held if self.held is not None and len(self.held) else None
         short = []
-        for c in self.fds:
-            # the window is covered on CPU c when the buffer reached back past t0:
-            # nothing overwritten since tracing resumed and t0 after that, or its oldest event before t0
-            reach = first.get(c, p0) if over[c] else self.resumed_k
-            if reach > t0 and not (self.held is not None and len(self.held) and int(self.held["t_ns"].min()) <= t0):  # type: ignore[arg-type]
-                short.append({"cpu": c, "from_ns": t0, "to_ns": min(reach, t1)})
-        both = pl.concat([self.held, new]) if self.held is not None and len(self.held) else new
-        if self.held is not None and len(self.held) and len(new):
-            both = both.sort("t_ns", maintain_order=True)
+        for c in fds:
+            # covered when this CPU's events reach back to t0 without a gap: the
+            # buffer's oldest event when it overwrote, else from when it started
+            # recording, and before that the events held from the last read
+            start = first.get(c, p0) if over[c] else self.since[a]
+            if start > t0 and (over[c] or had is None or int(had["t_ns"].min()) > t0):  # type: ignore[arg-type]
+                short.append({"cpu": c, "from_ns": t0, "to_ns": min(start, t1)})
+        both = pl.concat([had, new]) if had is not None else new
+        if had is not None and len(new):
+            both = both.unique(maintain_order=True).sort("t_ns", maintain_order=True) if len(self.pair) > 1 else both.sort("t_ns", maintain_order=True)
         win = both.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1))
         newest = int(both["t_ns"].max()) if len(both) else p1  # type: ignore[arg-type]
         self.held = both.filter(pl.col("t_ns") >= newest - margin_ns)
-        blind = [(a, b) for a, b in self.pauses if b > t0 and a < t1]
+        if len(self.pair) > 1:
+            self.active = 1 - a
+            self.since[self.active] = switched
+            # no pause: nothing was blind
+            placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
+            self.totals["reads_asked"] += 1
+            return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
+        self.since[a] = p1
+        blind = [(x, y) for x, y in self.pauses if y > t0 and x < t1]
         self.pauses = [*self.pauses[-63:], (p0, p1)]
-        self.resumed_k = p1
         # the page flags' own losses between events this read has
         placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
         self.totals["reads_asked"] += 1
@@ -339,16 +387,17 @@ class Reader:
                 "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
 
     def close(self) -> None:
-        for fd in self.fds.values():
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self.fds = {}
-        if self.inst.is_dir():
-            from loopscope.kernel.capture import remove_instance
+        from loopscope.kernel.capture import remove_instance
 
-            remove_instance(self.inst.name)
+        for d, fds in self.pair or [(self.inst, self.fds)]:
+            for fd in fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            fds.clear()
+            if d.is_dir():
+                remove_instance(d.name)
 
 
 @contextmanager
@@ -399,7 +448,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buffer-mb", type=int, required=True)
     ap.add_argument("--events", required=True)
     ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
-    ap.add_argument("--flight", action="store_true", help="a flight recorder: the buffers overwrite, read only by a keep line")
+    ap.add_argument("--flight", choices=["alternate", "pause"], default=None,
+                    help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read")
     a = ap.parse_args(argv)
     from loopscope.selfname import set_comm
 
@@ -426,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         _say(r.create())
         poller = select.poll()
         poller.register(0, select.POLLIN)
-        for fd in r.fds.values() if not r.flight else []:
+        for fd in r.fds.values() if r.flight is None else []:
             poller.register(fd, select.POLLIN)
         pending = b""
         while True:
@@ -435,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
             if 0 in fds:
                 chunk = os.read(0, 4096)
                 if not chunk:
-                    if not r.flight:
+                    if r.flight is None:
                         r.drain("the agent went away", label)
                     break
                 pending += chunk
@@ -453,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
                         label = arg
                         with _prompt():
                             _say(r.drain("asked", arg))
-                    elif cmd == "stop" and r.flight:
+                    elif cmd == "stop" and r.flight is not None:
                         _say({"totals": r.totals})
                         stop = True
                     elif cmd == "stop":
@@ -469,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                     time.sleep(0.01)  # batch: at most a hundred reads a second
     except Stop as e:
         try:
-            if not r.flight:
+            if r.flight is None:
                 r.drain(f"stopped by {e}", label)
         except Exception:  # noqa: BLE001 - the instance is removed below whatever happened
             pass

@@ -115,7 +115,7 @@ class Keeper:
         self.outliers = open(out / "outliers.jsonl", "a")
         self._recount()
         if enabled:
-            self.cap = C.Capture(out / "kernel", buffer_mb=buffer_mb(settings.reach), name=name, read="flight")
+            self.cap = C.Capture(out / "kernel", buffer_mb=buffer_mb(settings.reach), name=name, read="flight", flight=settings.recorder)
 
     def _recount(self) -> None:
         """Windows already on disk (a resumed monitor): retained as before."""

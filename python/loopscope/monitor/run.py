@@ -42,6 +42,7 @@ from hdrh.histogram import HdrHistogram
 
 from loopscope import protocol as P
 from loopscope.errors import InputError
+from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab.controller import Interrupted, Run, Say, Steps, _sleep, place_loads, tune_loads
 from loopscope.monitor import hist
@@ -72,6 +73,9 @@ class ProbeLive:
     periods: int = 0
     samples: int = 0
     missed: int = 0
+    #: time between one period's last value and the next one's first (the probe restarting): not measured
+    unmeasured_ns: int = 0
+    last_end_k: int | None = None
 
 
 class LiveSource:
@@ -195,6 +199,34 @@ class Monitor(Run):
         self.period_no = self._periods_so_far()
         self.status = "running"
         self.roles_cache: dict[int, str] = {}
+        self.load_groups: dict[str, tuple[Path | None, list[int]]] = {}
+        self._carry_over()
+
+    def _carry_over(self) -> None:
+        """A resumed monitor goes on from what the directory holds: its counts,
+        each probe's maximum and whole-run histogram, the last hour's periods."""
+        p = self.mdir / "monitor.json"
+        if not p.exists():
+            return
+        try:
+            old = json.loads(p.read_text())
+        except (OSError, ValueError):
+            return
+        c, k = old.get("counts") or {}, self.keeper.counts
+        k.above, k.kept, k.explained = int(c.get("outliers_above", 0)), int(c.get("kept", 0)), int(c.get("explained", 0))
+        k.not_kept, k.by_cause = dict(c.get("not_kept") or {}), dict(c.get("by_top_cause") or {})
+        k.windows, k.windows_removed, k.paused_ns = int(c.get("windows", 0)), int(c.get("windows_removed", 0)), int(c.get("recorder_paused_ns", 0))
+        now_ms = time.time() * 1000
+        for name, lv in self.live.items():
+            was = (old.get("probes") or {}).get(name) or {}
+            lv.max_ns, lv.max_at_utc = int(was.get("max_ns") or 0), was.get("max_at_utc")
+            lv.periods, lv.samples, lv.missed = int(was.get("periods", 0)), int(was.get("samples", 0)), int(was.get("missed", 0))
+            lv.unmeasured_ns = int(float(was.get("unmeasured_s") or 0) * 1e9)
+            log = self.mdir / "histograms" / f"{name}.hlog"
+            for h in hist.read_log(log) if log.exists() else []:
+                lv.whole.add(h)
+                if now_ms - h.get_end_time_stamp() < HOUR_NS / 1e6:
+                    self.recent.add(time.monotonic_ns() - int((now_ms - h.get_end_time_stamp()) * 1e6), h)
 
     # ---- helpers the threads call ------------------------------------------------------
 
@@ -218,16 +250,36 @@ class Monitor(Run):
         return self.recent.quantile(q, open_values, QUANTILE_MIN)
 
     def _roles(self) -> dict[int, str]:
-        return self.roles_cache
-
-    def _refresh_roles(self) -> None:
-        out: dict[int, str] = {}
+        """Threads by who they are, as they are now (a run learns its loads'
+        threads when they stop; a monitor's loads never do): the lab's own,
+        the recorder's, each load's (its cgroup's threads). Once named, a
+        thread keeps its name: an outlier explained after its load stopped
+        (the last ones, at the end) still names it."""
+        out = self.roles_cache
         for label, tids in self.lab.lab_tids().items():
             for t in tids:
                 out[t] = label
         for t in self.keeper.reader_tids():
             out[t] = "lab: capture"
-        self.roles_cache = out
+        for name, (group, pids) in self.load_groups.items():
+            for t in procs.threads_of(group, pids):
+                out[t] = f"load: {name}"
+        return dict(out)
+
+    def _refresh_roles(self) -> None:
+        self._roles()
+
+    def start_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+        """``Run.start_loads``, keeping where each load's threads are (for ``_roles``)."""
+        if not by_host:
+            return by_host
+        self.say(f"starting {', '.join(n for n in pr.phase.loads)}")
+        for group in (sinks, by_host):
+            for hname, loads in group.items():
+                r = self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, "loads"), scratch_dir=self.lab.scratch(hname), loads=loads))
+                for ld in r.loads:
+                    self.load_groups[ld.name] = (Path(ld.cgroup) if ld.cgroup else None, list(ld.pids))
+        return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
     def _periods_so_far(self) -> int:
         p = self.mdir / "periods.jsonl"
@@ -313,6 +365,18 @@ class Monitor(Run):
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
         hist.record(h, vals)
+        # the period is the time its values span (the probe's start and stop are not measured)
+        off = self.offset(st.host or self.first.name)
+        to_utc = time.time() - time.monotonic()
+        gap_ns = None
+        if len(w):
+            a_k = int(w["t_ns"].min()) - off  # type: ignore[arg-type]
+            b_k = int((w["t_ns"] + w["latency_ns"]).max()) - off  # type: ignore[arg-type]
+            t0, t1 = a_k / 1e9 + to_utc, b_k / 1e9 + to_utc
+            if lv.last_end_k is not None:
+                gap_ns = max(0, a_k - lv.last_end_k)
+                lv.unmeasured_ns += gap_ns
+            lv.last_end_k = b_k
         self.logs[probe.name].write(h, t0, t1)
         self.recent.add(time.monotonic_ns(), h)
         lv.whole.add(h)
@@ -323,12 +387,13 @@ class Monitor(Run):
             res = json.loads((self.run_dir / step["json"]).read_text().strip().splitlines()[-1])
         except (OSError, KeyError, ValueError, IndexError):
             pass
-        row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals)}
+        row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
+                               "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3)}
         if len(vals):
             i = int(np.argmax(vals))
             row.update({"p50_ns": hist.quantile(h, 0.5), "p99_ns": hist.quantile(h, 0.99), "p999_ns": hist.quantile(h, 0.999), "max_ns": int(vals[i]),
                         "max_t_ns": int(w["t_ns"][i])})
-            row["max_at_utc"] = _utc(t0 + (int(w["t_ns"][i]) - t0_mono) / 1e9)
+            row["max_at_utc"] = _utc((int(w["t_ns"][i]) - off) / 1e9 + to_utc)
             if int(vals[i]) > lv.max_ns:
                 lv.max_ns, lv.max_at_utc = int(vals[i]), row["max_at_utc"]
         for k in ("samples", "missed", "interrupted"):
@@ -357,9 +422,10 @@ class Monitor(Run):
             "format": FORMAT, "name": self.exp.name, "status": self.status, "pid": os.getpid(), "started_utc": self.started_utc,
             "updated_utc": _utc(time.time()), "settings": s.model_dump(mode="json"), "periods": self.period_no,
             "probes": {k: {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
-                           "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed}
+                           "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed,
+                           "unmeasured_s": round(v.unmeasured_ns / 1e9, 3)}
                        for k, v in self.live.items()},
-            "counts": counts, "recorder": self.keeper.why_not or "flight recorder (pause and read)", "session": self.run_dir.name, "notes": list(self.notes),
+            "counts": counts, "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})", "session": self.run_dir.name, "notes": list(self.notes),
         }
 
     def write_record(self) -> None:
