@@ -461,13 +461,18 @@ def remove_instance(name: str) -> bool:
         (d / "tracing_on").write_text("0")
     except OSError:
         pass
+    why = ""
     for _ in range(50):
         try:
             d.rmdir()
             return True
-        except OSError:
+        except FileNotFoundError:
+            return True
+        except OSError as e:
             # A reader still holds a buffer open: it is being killed.
+            why = e.strerror or str(e)
             time.sleep(0.05)
+    sys.stderr.write(f"loopscope: trace instance {name} could not be removed: {why} (loopscope cleanup removes it)\n")
     return False
 
 

@@ -135,7 +135,7 @@ class Keeper:
                 self.why_not = meta.refused
                 self.cap = None
         else:
-            self.why_not = "the kernel capture is off"
+            self.why_not = "the flight recorder is off (monitor.recorder: off)"
         self.thread = threading.Thread(target=self._loop, name="ls-keeper", daemon=True)
         self.thread.start()
         return self.why_not

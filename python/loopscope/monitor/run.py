@@ -53,7 +53,8 @@ from loopscope.spec.plan import phase_runs
 from loopscope.trace import reader
 
 FORMAT = "loopscope-monitor/1"
-# How often the open period's trace is read for outliers.
+# How often the open period's trace is looked at for outliers (its writer
+# flushes once a second; a read happens only when the file has grown).
 TAIL_S = 0.25
 # A quantile threshold waits for this many values (p99.9 of fewer is noise).
 QUANTILE_MIN = 2000
@@ -106,70 +107,85 @@ class LiveSource:
 
 
 class Tail(threading.Thread):
-    """Reads the open period's trace every ``TAIL_S`` and hands new windows
-    above the threshold to the keeper; keeps the period's values for a
-    quantile threshold."""
+    """Reads the open period's trace whenever its writer has added to it
+    (at most every ``TAIL_S``) and hands new windows above the threshold to
+    the keeper; keeps the period's values for a quantile threshold. The lock
+    guards only the bookkeeping: a read never holds it, so closing a period
+    never waits for one (a starved thread reading a long trace would
+    otherwise hold the period's close, and its signal, for minutes)."""
 
     def __init__(self, mon: "Monitor") -> None:
         super().__init__(name="ls-tail", daemon=True)
         self.mon = mon
-        self.cv = threading.Condition()
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
         self.step: Step | None = None
-        self.seen: dict[tuple[str, int], int] = {}
+        self.gen = 0
+        self.seen: dict[str, int] = {}
         self.values: list[np.ndarray] = []
+        self.size = -1
         self.stopping = False
 
     def watch(self, step: Step | None) -> None:
-        with self.cv:
-            self.step = step
-            self.seen = {}
-            self.values = []
-            self.cv.notify()
+        with self.lock:
+            self.step, self.gen = step, self.gen + 1
+            self.seen, self.values, self.size = {}, [], -1
 
     def finish(self) -> pl.DataFrame:
-        """The period's last read (the whole trace), then stop watching: its windows."""
-        with self.cv:
-            w = self._read()
+        """Stop watching, then the period's last read (the whole trace): its windows."""
+        with self.lock:
+            st, gen = self.step, self.gen
             self.step = None
-            return w
-
-    def run(self) -> None:
-        while True:
-            with self.cv:
-                self.cv.wait(TAIL_S)
-                if self.stopping:
-                    return
-                if self.step is not None:
-                    try:
-                        self._read()
-                    except Exception as e:  # noqa: BLE001 - said once in the notes; the period's close reads the trace again
-                        self.mon.note_once(f"reading a period's trace while it ran failed: {type(e).__name__}: {e}")
-
-    def _read(self) -> pl.DataFrame:
-        st = self.step
         if st is None:
             return pl.DataFrame()
         w = KINDS[st.kind].windows(st, self.mon.src)
-        if not len(w):
-            return w
-        new = []
-        for (probe,), g in w.group_by(pl.col("probe").cast(pl.String), maintain_order=True):
-            last = self.seen.get((str(probe), 0), -1)
-            g = g.filter(pl.col("t_ns") > last)
-            if not len(g):
-                continue
-            self.seen[(str(probe), 0)] = int(g["t_ns"].max())  # type: ignore[arg-type]
-            new.append(g)
-        if not new:
-            return w
-        fresh = pl.concat(new)
-        self.values.append(fresh["latency_ns"].to_numpy())
-        thr = self.mon.threshold_ns(np.concatenate(self.values))
-        if thr is not None:
-            for r in fresh.filter(pl.col("latency_ns") > thr).iter_rows(named=True):
-                self.mon.keeper.put(Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]),
-                                            self.mon.offset(str(r["host"]))))
+        self._new(w, gen)
         return w
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.wake.set()
+
+    def run(self) -> None:
+        while not self.stopping:
+            self.wake.wait(TAIL_S)
+            with self.lock:
+                st, gen = self.step, self.gen
+            if st is None or self.stopping:
+                continue
+            try:
+                size = (self.mon.run_dir / st.trace).stat().st_size if st.trace else 0
+                if size == self.size:
+                    continue  # nothing flushed since the last read
+                self.size = size
+                self._new(KINDS[st.kind].windows(st, self.mon.src), gen)
+            except Exception as e:  # noqa: BLE001 - said once in the notes; the period's close reads the trace again
+                self.mon.note_once(f"reading a period's trace while it ran failed: {type(e).__name__}: {e}")
+
+    def _new(self, w: pl.DataFrame, gen: int) -> None:
+        """The windows of ``w`` not seen yet (of the period ``gen``) to the keeper when above the threshold."""
+        if not len(w):
+            return
+        fresh = []
+        with self.lock:
+            if gen != self.gen:
+                return  # a read of a period already closed
+            for (probe,), g in w.group_by(pl.col("probe").cast(pl.String), maintain_order=True):
+                g = g.filter(pl.col("t_ns") > self.seen.get(str(probe), -1))
+                if len(g):
+                    self.seen[str(probe)] = int(g["t_ns"].max())  # type: ignore[arg-type]
+                    fresh.append(g)
+            if not fresh:
+                return
+            new = pl.concat(fresh)
+            self.values.append(new["latency_ns"].to_numpy())
+            values = np.concatenate(self.values)
+        thr = self.mon.threshold_ns(values)
+        if thr is None:
+            return
+        for r in new.filter(pl.col("latency_ns") > thr).iter_rows(named=True):
+            self.mon.keeper.put(Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]),
+                                        self.mon.offset(str(r["host"]))))
 
 
 class Monitor(Run):
@@ -190,7 +206,7 @@ class Monitor(Run):
         self.logs = {p.name: hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
-        self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=True)
+        self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=self.settings.recorder != "off")
         self.src = LiveSource(self.run_dir, self.rec, json.loads((self.run_dir / "spec.json").read_text()))
         self.tail = Tail(self)
         self._noted: set[str] = set()
@@ -327,15 +343,11 @@ class Monitor(Run):
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
 
     def _away_from_probes(self) -> None:
-        """The monitor's threads (and the recorder it starts) on CPUs no probe is pinned to."""
-        pinned = {c for p in self.exp.probes for c in (getattr(p, "cpu", None) or [])}
-        try:
-            mine = os.sched_getaffinity(0)
-            rest = mine - pinned
-            if rest and pinned:
-                os.sched_setaffinity(0, rest)
-        except OSError:
-            pass
+        """Every thread of the monitor (polars' and its I/O runtime's among
+        them; threads started later inherit it) and the recorder it starts
+        on CPUs no probe is pinned to; after the agents started, whose
+        probes need every CPU."""
+        away_from_probes(self.exp)
 
     def period(self, pr: Any, probe: Any, dur_ns: int) -> None:
         self.period_no += 1
@@ -435,7 +447,7 @@ class Monitor(Run):
         os.replace(tmp, p)
 
     def teardown(self) -> None:
-        self.tail.stopping = True
+        self.tail.stop()
         try:
             self.keeper.stop()
         finally:
@@ -445,6 +457,21 @@ class Monitor(Run):
             super().teardown()
             self.status = self.out.status
             self.write_record()
+
+
+def away_from_probes(exp: Experiment) -> None:
+    pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+    try:
+        rest = os.sched_getaffinity(0) - pinned
+        if not rest or not pinned:
+            return
+        for t in os.listdir("/proc/self/task"):
+            try:
+                os.sched_setaffinity(int(t), rest)
+            except OSError:
+                pass
+    except OSError:
+        pass
 
 
 def _utc(t: float) -> str:

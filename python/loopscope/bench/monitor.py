@@ -1,0 +1,266 @@
+"""``loopscope bench monitor``: what a long monitor costs, and whether it explains every outlier.
+
+The scenario: a 1 kHz timer probe (SCHED_FIFO 50) on CPU 1, a threshold of
+200 µs, a 2 ms SCHED_FIFO burst (priority 60) on its CPU every second (so
+one outlier a second, of known cause), and the CPU load of the demo (two
+workers, flat out). Measured:
+
+- **the long run** (``--minutes M``): ``loopscope monitor --for M`` with
+  1-minute periods; the summed RSS of the monitor's own processes (the
+  monitor, its agent, the flight recorder's reader: probes and loads are
+  what it measures) at minute 2 and at the end; the directory's disk per
+  hour (``du``: what the file system gives it, block rounding included)
+  and the histograms' alone per probe; outliers above the threshold,
+  kept, explained (a top cause); the lab's share of the kept outliers'
+  time (``self_share``: causes named ``lab: …``).
+- **the cost** (``--pairs``): short monitors alternating with the flight
+  recorder off and on (``monitor.recorder``), the timer's p99 of each; the
+  ratio of medians, read against ``aa_spread`` (alternate runs without the
+  recorder against each other): ``met``/``not met`` only when the noise
+  floor is inside the target, else ``inconclusive``.
+- **the weakest case** (``--busy``): the same, with a context-switch storm
+  (``stress-ng --switch``) on the other CPU: the kernel records ~10x the
+  events, so each kept window's read is that much larger, and a window
+  seen late is more likely overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from typing_extensions import TypedDict
+
+from loopscope import cbuild
+from loopscope.bench.kcapture import Pairs, verdict
+from loopscope.errors import RunError
+
+HERE = Path(__file__).resolve().parent
+THRESHOLD = "200us"
+TARGET = 1.05
+
+
+class Scenario(TypedDict, total=False):
+    name: str
+    minutes: float
+    rss_mb_start: float | None
+    rss_mb_end: float | None
+    rss_ratio: float | None
+    disk_mb_per_h: float
+    hist_mb_per_h_per_probe: float
+    outliers_above: int
+    outliers_kept: int
+    outliers_explained: int
+    explained_ratio: float | None
+    not_kept: dict[str, int]
+    top_causes: dict[str, int]
+    self_share: float
+    windows: int
+    window_kb_mean: float | None
+    recorder_reads_ms_mean: float | None
+    periods: int
+    p99_ns_periods: list[int | None]
+
+
+class Cost(TypedDict, total=False):
+    pairs: int
+    seconds: float
+    p99_without_ns: list[int | None]
+    p99_with_ns: list[int | None]
+    p99_ratio_with_capture: float | None
+    aa_spread: float | None
+    target: float
+    verdict: str
+
+
+class MonitorBench(TypedDict, total=False):
+    threshold: str
+    recorder: str
+    scenarios: list[Scenario]
+    cost: Cost
+    rss_mb_start: float | None
+    rss_mb_end: float | None
+    disk_mb_per_h: float
+    outliers_above: int
+    outliers_explained: int
+    self_share: float
+    p99_ratio_with_capture: float | None
+    aa_spread: float | None
+    verdict: str
+
+
+def _spec(zoo: Path, period: str, recorder: str, busy: bool) -> str:
+    loads = [
+        {"name": "burst", "kind": "command", "command": [str(zoo), "fifo", "--cpu", "1", "--prio", "60", "--burst-us", "2000", "--period-us", "1000000"]},
+        {"name": "cpu", "kind": "cpu", "level": 2},
+    ]
+    if busy:
+        loads.append({"name": "switch", "kind": "command", "command": ["stress-ng", "--switch", "1", "--taskset", "0", "--quiet"]})
+    return "\n".join([
+        "name: bench-monitor",
+        "probes:",
+        "  - {kind: timer, name: t, interval_us: 1000, cpu: [1], priority: 50}",
+        "loads:",
+        *(f"  - {json.dumps(ld)}" for ld in loads),
+        f"monitor: {{period: {period}, threshold: {THRESHOLD}, recorder: {recorder}}}",
+        "",
+    ])
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                pp = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(pp, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def _own_rss_mb(pid: int) -> float:
+    """Summed RSS of the monitor's own processes: itself, its agents, the
+    recorder's reader (by their names), not the probes and loads it runs."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            comm = Path(f"/proc/{p}/comm").read_text().strip()
+            if p != pid and comm not in ("ls-agent", "ls-kcapture"):
+                continue
+            total += next(int(line.split()[1]) for line in Path(f"/proc/{p}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+        except (OSError, StopIteration, ValueError):
+            continue
+    return total / 1024
+
+
+def _du_mb(d: Path) -> float:
+    return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file() or f.is_dir()) / 1e6
+
+
+def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say: Callable[[str], None]) -> Scenario:
+    name = "busy" if busy else "demo-noise"
+    spec = work / f"{name}.yaml"
+    spec.write_text(_spec(zoo, period, "alternate", busy))
+    out = work / f"mon-{name}"
+    say(f"  {name}: monitoring for {minutes:g} min ({period} periods, threshold {THRESHOLD}) …")
+    p = subprocess.Popen([sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{minutes * 60:g}s", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.monotonic()
+    start_at = min(120.0, minutes * 60 * 0.4)
+    rss_start: float | None = None
+    rss_end: float | None = None
+    while p.poll() is None:
+        time.sleep(1.0)
+        el = time.monotonic() - t0
+        if rss_start is None and el >= start_at:
+            rss_start = _own_rss_mb(p.pid)
+        if el < minutes * 60 - 1:
+            rss_end = _own_rss_mb(p.pid)
+    stdout, stderr = p.communicate()
+    if p.returncode != 0:
+        raise RunError(f"bench monitor: the monitor failed ({name}): {stderr.strip()[-600:]}")
+    rec = json.loads(stdout.strip().splitlines()[-1])
+    c = rec["counts"]
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines() if x.strip()]
+    kept = [o for o in outl if o.get("causes")]
+    lab_ns = sum(x["ns"] for o in kept for x in o["causes"] if x["cause"].startswith("lab:"))
+    all_ns = sum(o["latency_ns"] for o in kept)
+    hours = minutes / 60
+    hist_b = sum(f.stat().st_size for f in (out / "histograms").glob("*.hlog"))
+    periods = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines() if x.strip()]
+    return {
+        "name": name, "minutes": minutes, "rss_mb_start": rss_start, "rss_mb_end": rss_end,
+        "rss_ratio": rss_end / rss_start if rss_start and rss_end else None,
+        "disk_mb_per_h": _du_mb(out) / hours, "hist_mb_per_h_per_probe": hist_b / 1e6 / hours,
+        "outliers_above": c["outliers_above"], "outliers_kept": c["kept"], "outliers_explained": c["explained"],
+        "explained_ratio": c["explained"] / c["outliers_above"] if c["outliers_above"] else None,
+        "not_kept": c["not_kept"], "top_causes": c["by_top_cause"], "self_share": lab_ns / all_ns if all_ns else 0.0,
+        "windows": c["windows"], "window_kb_mean": c["kept_bytes"] / 1e3 / c["windows"] if c["windows"] else None,
+        "periods": len(periods), "p99_ns_periods": [r.get("p99_ns") for r in periods],
+    }
+
+
+def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str], None]) -> Cost:
+    """Short monitors alternating without and with the flight recorder: the timer's p99 of each."""
+    res: dict[str, list[int | None]] = {"off": [], "alternate": []}
+    i = 0
+    while pairs.more([{"p99_ns": x} for x in res["off"]], TARGET):
+        i += 1
+        for rec in ("off", "alternate") if i % 2 else ("alternate", "off"):
+            spec = work / f"cost-{rec}.yaml"
+            spec.write_text(_spec(zoo, f"{seconds:g}s", rec, False))
+            out = work / f"cost-{rec}-{i}"
+            say(f"  cost: pair {i} ({pairs.label(i)}), recorder {rec}, {seconds:g} s …")
+            r = subprocess.run([sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{seconds + 0.5:g}s", "--json"],
+                               capture_output=True, text=True, timeout=seconds + 120)
+            if r.returncode != 0:
+                raise RunError(f"bench monitor: a cost run failed (recorder {rec}): {r.stderr.strip()[-600:]}")
+            rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines() if x.strip()]
+            res[rec].append(rows[0].get("p99_ns") if rows else None)
+            shutil.rmtree(out, ignore_errors=True)
+    without = [x for x in res["off"] if x]
+    with_ = [x for x in res["alternate"] if x]
+    ratio = statistics.median(with_) / statistics.median(without) if without and with_ else None
+    a, b = without[0::2], without[1::2]
+    spread = statistics.median(a) / statistics.median(b) if a and b else None
+    return {"pairs": i, "seconds": seconds, "p99_without_ns": res["off"], "p99_with_ns": res["alternate"], "p99_ratio_with_capture": ratio,
+            "aa_spread": spread, "target": TARGET, "verdict": verdict(ratio, spread, TARGET, 0.0)}
+
+
+def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None = None, busy: bool = True,
+        progress: Callable[[str], None] | None = None) -> MonitorBench:
+    if os.geteuid() != 0:
+        raise RunError("bench monitor needs root (SCHED_FIFO, a trace instance)")
+    if (os.cpu_count() or 1) < 2:
+        raise RunError("bench monitor needs 2 CPUs (the probe's and the rest)")
+    say = progress or (lambda s: None)
+    minutes = minutes or (0.5 if quick else 10.0)
+    period = "10s" if quick else "1m"
+    with tempfile.TemporaryDirectory(prefix="loopscope-bench-mon-") as d:
+        work = Path(d)
+        zoo = work / "ls-zoo"
+        r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(zoo)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RunError(f"bench monitor: building ls-zoo failed: {r.stderr.strip()[-600:]}")
+        scen = [long_run(work, zoo, minutes, period, False, say)]
+        if busy and shutil.which("stress-ng"):
+            scen.append(long_run(work, zoo, minutes / 2 if not quick else minutes, period, True, say))
+        c = cost(work, zoo, Pairs(1 if quick else 4, 1 if quick else 10, pairs is not None or quick) if pairs is None else Pairs(pairs, pairs, True),
+                 2.0 if quick else 20.0, say)
+    m = scen[0]
+    return {"threshold": THRESHOLD, "recorder": "alternate", "scenarios": scen, "cost": c,
+            "rss_mb_start": m.get("rss_mb_start"), "rss_mb_end": m.get("rss_mb_end"), "disk_mb_per_h": m["disk_mb_per_h"],
+            "outliers_above": m["outliers_above"], "outliers_explained": m["outliers_explained"], "self_share": m["self_share"],
+            "p99_ratio_with_capture": c.get("p99_ratio_with_capture"), "aa_spread": c.get("aa_spread"), "verdict": c["verdict"]}
+
+
+def _f(x: Any, fmt: str = "{:.2f}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def print_human(r: MonitorBench) -> None:
+    print(f"loopscope monitor: a 1 kHz timer, threshold {r['threshold']}, a 2 ms SCHED_FIFO burst on its CPU every second, the demo's CPU load")
+    for s in r["scenarios"]:
+        print(f"  {s['name']} ({s['minutes']:g} min): RSS {_f(s.get('rss_mb_start'), '{:.0f}')} MB at the start, {_f(s.get('rss_mb_end'), '{:.0f}')} MB at the end"
+              f" (x{_f(s.get('rss_ratio'), '{:.3f}')}); disk {s['disk_mb_per_h']:.1f} MB/h (histograms {s['hist_mb_per_h_per_probe']:.3f} MB/h per probe)")
+        print(f"    outliers above: {s['outliers_above']}, kept {s['outliers_kept']}, explained {s['outliers_explained']} ({_f(s.get('explained_ratio'), '{:.1%}')});"
+              f" not kept {s['not_kept'] or 0}; lab's share of their time {s['self_share']:.2%}; windows {s['windows']} of {_f(s.get('window_kb_mean'), '{:.1f}')} kB")
+        print(f"    top causes: {s['top_causes']}")
+    c = r["cost"]
+    print(f"  cost: p99 with the flight recorder / without: x{_f(c.get('p99_ratio_with_capture'), '{:.3f}')} (noise floor x{_f(c.get('aa_spread'), '{:.3f}')},"
+          f" {c['pairs']} pairs of {c['seconds']:g} s): {c['verdict']} (target x{c['target']})")
