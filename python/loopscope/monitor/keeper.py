@@ -46,6 +46,12 @@ from loopscope.kernel import store as S
 # (runtime accounting comes at least every 4 ms tick, so 10 ms still holds
 # the run that ends a window), which halves a kept window's disk.
 MARGIN_NS = 10_000_000
+# Events held after a read for the next keep (a read consumes the pages): an
+# outlier is kept at most ~1.5 s after it happened (the probe's trace is
+# flushed once a second), so the next window starts no earlier than that
+# before the read; more would only cost memory (under a switch storm the
+# reader held 8 s of events, 500 MB).
+HOLD_NS = 3_000_000_000
 # After a window's end, wait this long before taking it (the kernel's
 # events of the window's last moments are then in the buffers).
 SETTLE_NS = 50_000_000
@@ -218,7 +224,7 @@ class Keeper:
             time.sleep(delay / 1e9)
         d = self.out / "windows" / f"{self.seq:07d}"
         self.seq += 1
-        got = self.cap.keep(t0, t1, d, int(self.settings.reach))
+        got = self.cap.keep(t0, t1, d, HOLD_NS)
         if got.get("error"):
             shutil.rmtree(d, ignore_errors=True)
             self._write(group, None, "disk" if "keeping a window" in str(got["error"]) else "recorder", str(got["error"]))
