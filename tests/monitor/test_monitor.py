@@ -99,6 +99,11 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
     assert all(o["latency_ns"] > 1_000_000 for o in outl)
     assert all((out / "windows" / o["window"] / "segments.jsonl").exists() for o in outl)
     assert _left(p.pid) == []
+    # the monitor's page: per probe the run's histogram, the maxima, the heat map; the causes ranked
+    r = subprocess.run([str(BIN), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == 3 and "Causes of the kept outliers" in page and "load: burst" in page
 
 
 def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path) -> None:

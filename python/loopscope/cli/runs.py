@@ -79,7 +79,7 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @click.option("--csv", "csv_dir", type=click.Path(file_okay=False), default=None, help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).")
 @click.option("--markdown", is_flag=True, help="Print the summary tables as Markdown (for a pull request) instead of the terminal summary.")
 def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool) -> int:
-    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory.
+    """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory (or a monitor's directory).
 
     \b
     Examples:
@@ -92,6 +92,14 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool)
     from loopscope.report import build, export
     from loopscope.report.sections import labels
 
+    if (Path(run_dir) / "monitor.json").exists():
+        # a monitor's directory: its own page (docs/monitor.md)
+        if as_json or csv_dir or markdown:
+            raise InputError(f"{run_dir}: is a monitor's directory; --json, --csv and --markdown are a run's (its figures are monitor.json, periods.jsonl and outliers.jsonl)")
+        from loopscope.monitor import page
+
+        click.echo(f"report: {page.build(Path(run_dir))}")
+        return 0
     with progress.shown(not as_json and not markdown):
         rep = build(Path(run_dir), KINDS)
     if csv_dir:

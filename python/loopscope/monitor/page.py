@@ -1,0 +1,154 @@
+"""``loopscope report DIR`` on a monitor: one page in the OSADL latency-plot tradition.
+
+Per probe: the whole run's latency histogram (log counts: the tail is what a
+long run is for), the maximum of every period over time with each spike's
+top cause, a heat map of the period histograms over time; then the causes of
+all kept outliers ranked by their time, and the run's counts (outliers
+above the threshold, kept, not kept and why). Built from the directory's
+files alone (``monitor.json``, ``periods.jsonl``, ``histograms/*.hlog``,
+``outliers.jsonl``); inline SVG, no JavaScript.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loopscope.monitor import hist
+import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
+
+from loopscope.report.charts import MANY, _svg
+from loopscope.units import format_ns
+
+# latency bins for the histogram and the heat map: 8 per factor of ten, 100 ns to 100 s
+EDGES = np.logspace(2, 11, 73)
+
+
+def _counts(h: Any) -> np.ndarray:
+    """A histogram's counts in ``EDGES`` bins."""
+    out = np.zeros(len(EDGES) - 1)
+    for item in h.get_recorded_iterator():
+        i = int(np.clip(np.searchsorted(EDGES, item.value_iterated_to, side="right") - 1, 0, len(out) - 1))
+        out[i] += item.count_at_value_iterated_to
+    return out
+
+
+def _lines(p: Path) -> list[dict[str, Any]]:
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue  # a line cut short by a kill
+    return out
+
+
+def _probe_charts(name: str, hs: list[Any], periods: list[dict[str, Any]], outl: list[dict[str, Any]], thr_ns: int | None) -> str:
+    rows = [r for r in periods if r["probe"] == name]
+    per = np.array([_counts(h) for h in hs]) if hs else np.zeros((0, len(EDGES) - 1))
+    whole = per.sum(axis=0) if len(per) else np.zeros(len(EDGES) - 1)
+    parts = []
+    # the bins that hold values, and a little either side
+    nz = np.nonzero(whole)[0]
+    lo, hi = (max(0, int(nz[0]) - 2), min(len(whole), int(nz[-1]) + 3)) if len(nz) else (0, len(whole))
+    # 1. the whole run's histogram
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    mid = np.sqrt(EDGES[:-1] * EDGES[1:]) / 1e3
+    ax.bar(mid[lo:hi], whole[lo:hi], width=np.diff(EDGES)[lo:hi] / 1e3, align="center", color="#1f5fa8", log=True)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency (µs)")
+    ax.set_ylabel("values (log)")
+    if thr_ns:
+        ax.axvline(thr_ns / 1e3, color="#d9480f", lw=1, ls="--", label=f"threshold {format_ns(thr_ns)}")
+        ax.legend()
+    ax.set_title(f"{name}: every value of the run ({int(whole.sum()):,})")
+    parts.append(_svg(fig))
+    # 2. the maximum per period, each spike coloured by its top cause
+    if rows:
+        by_t = {(o["probe"], o["t_ns"]): o for o in outl}
+        x = np.array([int(r["period"]) for r in rows])
+        mx = np.array([r.get("max_ns") or 0 for r in rows]) / 1e3
+        causes = [(by_t.get((name, r.get("max_t_ns"))) or {}).get("top_cause") or ("below the threshold" if thr_ns and (r.get("max_ns") or 0) <= thr_ns else "not kept")
+                  for r in rows]
+        names = sorted(set(causes), key=causes.index)
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        ax.plot(x, mx, color="#adb5bd", lw=0.8, zorder=1)
+        for i, c in enumerate(names):
+            sel = [j for j, cc in enumerate(causes) if cc == c]
+            ax.scatter(x[sel], mx[sel], s=14, color="#ced4da" if c == "below the threshold" else MANY[i % len(MANY)], label=c, zorder=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("period")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_ylabel("maximum (µs)")
+        ax.legend(fontsize=8, ncol=2)
+        ax.set_title(f"{name}: the maximum of each period, by the top cause of the outlier that made it")
+        parts.append(_svg(fig))
+    # 3. the period histograms over time
+    if len(per):
+        fig, ax = plt.subplots(figsize=(9, 3.2))
+        img = np.log10(per.T[lo:hi] + 1)
+        ax.imshow(img, aspect="auto", origin="lower", cmap="viridis", extent=(0.5, len(per) + 0.5, lo, hi), interpolation="nearest")
+        ticks = [i for i in range(lo, hi + 1) if i % 8 == 0] or [lo]
+        ax.set_yticks(ticks, [format_ns(EDGES[i]) for i in ticks])
+        ax.set_xlabel("period")
+        ax.set_ylabel("latency")
+        ax.grid(False)
+        ax.set_title(f"{name}: each period's histogram (colour: log count)")
+        parts.append(_svg(fig))
+    return "\n".join(f"<figure>{p}</figure>" for p in parts)
+
+
+def build(d: Path) -> Path:
+    """Write ``d/report.html``; its path."""
+    rec = json.loads((d / "monitor.json").read_text())
+    periods = _lines(d / "periods.jsonl")
+    outl = _lines(d / "outliers.jsonl")
+    thr = rec.get("settings", {}).get("threshold")
+    try:
+        from loopscope.units import parse_duration_ns
+
+        thr_ns: int | None = parse_duration_ns(thr) if thr and not str(thr).startswith("p") else None
+    except ValueError:
+        thr_ns = None
+    e = html.escape
+    body = []
+    c = rec.get("counts", {})
+    nk = c.get("not_kept") or {}
+    body.append("<table><tr><th>outliers above the threshold</th><th>kept</th><th>explained</th><th>not kept</th><th>windows kept</th><th>windows removed (retain)</th></tr>"
+                f"<tr><td>{c.get('outliers_above', 0):,}</td><td>{c.get('kept', 0):,}</td><td>{c.get('explained', 0):,}</td>"
+                f"<td>{e(', '.join(f'{k}: {v}' for k, v in nk.items()) or '0')}</td><td>{c.get('windows', 0):,}</td><td>{c.get('windows_removed', 0):,}</td></tr></table>")
+    for name, p in (rec.get("probes") or {}).items():
+        log = d / "histograms" / f"{name}.hlog"
+        hs = hist.read_log(log) if log.exists() else []
+        body.append(f"<h2>{e(name)}</h2><p>{p.get('count', 0):,} values in {p.get('periods', 0)} periods; p99 {format_ns(p.get('p99_ns') or 0)},"
+                    f" p99.9 {format_ns(p.get('p999_ns') or 0)}, maximum {format_ns(p.get('max_ns') or 0)} at {e(str(p.get('max_at_utc')))};"
+                    f" not measured between periods: {p.get('unmeasured_s', 0):g} s; missed deadlines: {p.get('missed', 0)}</p>")
+        body.append(_probe_charts(name, hs, periods, outl, thr_ns))
+    # causes of the kept outliers, ranked by their time
+    tot: dict[str, int] = {}
+    n: dict[str, int] = {}
+    for o in outl:
+        for x in o.get("causes") or []:
+            tot[x["cause"]] = tot.get(x["cause"], 0) + int(x["ns"])
+        if o.get("top_cause"):
+            n[o["top_cause"]] = n.get(o["top_cause"], 0) + 1
+    all_ns = sum(tot.values()) or 1
+    rows = "".join(f"<tr><td>{e(k)}</td><td>{format_ns(v)}</td><td>{v / all_ns:.1%}</td><td>{n.get(k, 0):,}</td></tr>"
+                   for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))
+    body.append(f"<h2>Causes of the kept outliers</h2><table><tr><th>cause</th><th>time</th><th>share</th><th>outliers it tops</th></tr>{rows}</table>")
+    notes = "".join(f"<li>{e(x)}</li>" for x in rec.get("notes") or [])
+    css = (Path(__file__).resolve().parents[1] / "report" / "page.css").read_text()
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopscope monitor: {e(rec.get('name', ''))}</title><style>{css}</style></head><body>"
+            f"<h1>loopscope monitor: {e(rec.get('name', ''))}</h1><p>{e(rec.get('status', ''))}; from {e(str(rec.get('started_utc')))} to {e(str(rec.get('updated_utc')))};"
+            f" {rec.get('periods', 0)} periods of {e(str(rec.get('settings', {}).get('period')))}; threshold {e(str(thr))}; recorder: {e(str(rec.get('recorder')))}</p>"
+            + "".join(body) + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "") + "</body></html>")
+    out = d / "report.html"
+    out.write_text(page)
+    return out
