@@ -32,6 +32,7 @@ test_pkgs=(
   "openssh-client|ssh-keygen for those tests' keys"
   "linux-perf|perf, to open runs captured with perf record, for bench kcapture's comparison and the perf.data imports' tests"
   "trace-cmd|writes the trace.dat files the import tests and bench read (trace-cmd extract, convert, report)"
+  "prometheus|a real Prometheus server scrapes loopscope monitor's metrics endpoint in its test"
 )
 pkgs=("${demo_pkgs[@]}")
 [ "$set_name" = test ] && pkgs+=("${test_pkgs[@]}")

@@ -164,3 +164,66 @@ def test_histogram_batches_land_in_the_buckets_hdrhistogram_gives_one_value_at_a
     for x in v:
         b.record_value(int(x))
     assert a.equals(b)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.needs_tool("prometheus")
+def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_bucket_of_the_monitor(burst_spec: Path, tmp_path: Path) -> None:
+    import urllib.parse
+    import urllib.request
+
+    from loopscope.monitor.metrics import BUCKETS
+
+    mport, pport = _free_port(), _free_port()
+    (tmp_path / "prom.yml").write_text(f"global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: loopscope\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n")
+    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prom.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = tmp_path / "m"
+    try:
+        r = subprocess.run([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "8s", "--metrics", f"127.0.0.1:{mport}", "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+
+        def query(q: str) -> float:
+            u = f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q})
+            with urllib.request.urlopen(u, timeout=10) as f:
+                res = json.loads(f.read())["data"]["result"]
+            assert res, q
+            return float(res[0]["value"][1])
+
+        p99_prom = query('histogram_quantile(0.99, loopscope_latency_seconds_bucket{probe="t"})') * 1e9
+        count_prom = query('loopscope_latency_seconds_count{probe="t"}')
+        kept = query('sum(loopscope_outliers_total{probe="t"})')
+    finally:
+        prom.terminate()
+        prom.wait(timeout=30)
+    rec = json.loads(r.stdout.strip().splitlines()[-1])
+    p99 = rec["probes"]["t"]["p99_ns"]
+    # Prometheus's last scrape can be up to a second before the end: most of the values, not all
+    assert 0.7 * rec["probes"]["t"]["count"] <= count_prom <= rec["probes"]["t"]["count"]
+    edges = [0.0, *[b * 1e9 for b in BUCKETS], float("inf")]
+
+    def bucket(v: float) -> int:
+        return next(i for i in range(1, len(edges)) if v <= edges[i])
+
+    assert abs(bucket(p99_prom) - bucket(p99)) <= 1, (p99_prom, p99)
+    assert kept >= 1
+
+
+def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, burst_spec: Path, tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        r = cli("monitor", str(burst_spec), "-o", str(tmp_path / "m"), "--metrics", f"127.0.0.1:{port}")
+    assert r.returncode == 2 and "--metrics" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()

@@ -33,13 +33,49 @@ def _period_line(m: Any) -> str:
     return f"period {m.period_no} · " + " · ".join(parts) + " · " + out
 
 
+def _live_table(m: Any) -> Any:
+    """The live view: per probe this period's p99 and max so far, the run's
+    maximum and when; the counts; the last explained outliers."""
+    import numpy as np
+    from rich.console import Group
+    from rich.table import Table
+
+    from loopscope.monitor import hist
+
+    with m.tail.lock:
+        st = m.tail.step
+        vals = np.concatenate(m.tail.values) if m.tail.values else np.zeros(0, dtype=np.int64)
+    t = Table(title=f"loopscope monitor · {m.exp.name} · period {m.period_no}", title_justify="left")
+    for col in ("probe", "values", "p99 (period)", "max (period)", "run's max", "at"):
+        t.add_column(col, justify="right" if col not in ("probe", "at") else "left")
+    for name, lv in m.live.items():
+        cur = vals if st is not None and st.probe == name else np.zeros(0, dtype=np.int64)
+        h = hist.new()
+        hist.record(h, cur)
+        t.add_row(str(name), f"{len(cur):,}", format_ns(hist.quantile(h, 0.99) or 0) if len(cur) else "-", format_ns(int(cur.max())) if len(cur) else "-",
+                  format_ns(lv.max_ns) if lv.max_ns else "-", str(lv.max_at_utc or "-")[11:23])
+    c = m.keeper.counts
+    o = Table(title="last outliers", title_justify="left")
+    for col in ("probe", "latency", "top cause", "share", "kept"):
+        o.add_column(col)
+    with m.keeper.lock:
+        last = list(m.keeper.last)[-8:]
+        nk = sum(c.not_kept.values())
+        line = f"outliers above the threshold {c.above:,} · kept {c.kept:,} · explained {c.explained:,} · not kept {nk:,} {dict(c.not_kept) if nk else ''}"
+    for r in reversed(last):
+        top = (r.get("causes") or [{}])[0]
+        o.add_row(r["probe"], format_ns(r["latency_ns"]), str(r.get("top_cause") or "-"), f"{top.get('share', 0):.0%}" if top else "-", r.get("window") or f"no ({r.get('not_kept')})")
+    return Group(t, line, o)
+
+
 @cli.command("monitor")
 @click.argument("spec", type=click.Path())
 @click.option("-o", "--out", "out", default=None, type=click.Path(file_okay=False), help="Directory to create for the monitor [RESULTS/monitor-NAME].")
 @click.option("--resume", default=None, type=click.Path(file_okay=False), help="Continue this monitor directory (the same SPEC it ran with).")
 @click.option("--for", "for_ns", type=Duration(), default=None, help="Stop after this long (e.g. 24h); default: until Ctrl-C or SIGTERM.")
+@click.option("--metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus / OpenMetrics metrics here (a bare PORT binds to loopback).")
 @click.option("--json", "as_json", is_flag=True, help="At the end, print monitor.json as one JSON line (the last line of stdout).")
-def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | None, as_json: bool) -> int:
+def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | None, metrics: str | None, as_json: bool) -> int:
     """Run SPEC's probes period after period under its loads, keep a histogram per
     period and the kernel's events around every outlier, explained as it comes.
 
@@ -51,6 +87,7 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
     Examples:
       loopscope monitor examples/monitor.yaml --for 8h -o overnight
       loopscope monitor examples/monitor.yaml --resume overnight
+      loopscope monitor examples/monitor.yaml --metrics 127.0.0.1:9464
     """
     from loopscope import monitor
     from loopscope.selfname import set_comm
@@ -61,10 +98,26 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
         sys.stderr.write(msg + "\n")
         sys.stderr.flush()
 
-    def view(m: Any) -> None:
-        say(_period_line(m))
+    live: list[Any] = []
 
-    o = monitor.start(spec, out, resume, for_ns, say, view)
+    def view(m: Any) -> None:
+        if not sys.stderr.isatty():
+            if m.period_no:
+                say(_period_line(m))
+            return
+        if not live:
+            from rich.console import Console
+            from rich.live import Live
+
+            lv = Live(console=Console(stderr=True), get_renderable=lambda: _live_table(m), refresh_per_second=1, transient=False)
+            lv.start()
+            live.append(lv)
+
+    try:
+        o = monitor.start(spec, out, resume, for_ns, say, view, metrics)
+    finally:
+        for lv in live:
+            lv.stop()
     d = o.run_dir.parent.parent
     rec = monitor.status_of(d)
     if o.status != "completed":

@@ -21,9 +21,16 @@ from loopscope.monitor.run import Monitor, check
 from loopscope.spec import load
 
 
-def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | None, say: Say, view: object = None) -> Outcome:
-    """Monitor ``spec_path`` into a new directory ``out`` (or continue ``resume``)."""
+def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | None, say: Say, view: object = None, metrics: str | None = None) -> Outcome:
+    """Monitor ``spec_path`` into a new directory ``out`` (or continue ``resume``);
+    ``metrics``: HOST:PORT to serve Prometheus metrics on."""
     exp = load(spec_path, KINDS)
+    at = None
+    if metrics is not None:
+        from loopscope.monitor import metrics as M
+
+        at = M.parse_address(metrics)
+        M.check_free(*at)
     if exp.monitor is None:
         raise InputError(f"{spec_path}: has no monitor: mapping; add one (monitor: {{period: 1m, threshold: 200us}}) to monitor it")
     check(exp, spec_path)
@@ -48,7 +55,7 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
             notes.append(f"continued from pid {lock.taken_from}, which is gone")
         for n in notes:
             say(f"note: {n}")
-        m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view)  # type: ignore[arg-type]
+        m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view, metrics=at)  # type: ignore[arg-type]
         return execute_run(m)
     finally:
         lock.release()

@@ -118,6 +118,7 @@ class Keeper:
         self.windows: deque[tuple[Path, int]] = deque()  # (dir, bytes), oldest first
         self.seq = 0
         self.thread: threading.Thread | None = None
+        self.by_probe_cause: dict[tuple[str, str], int] = {}  # for the metrics: (probe, top cause or "not kept: why")
         self.outliers = open(out / "outliers.jsonl", "a")
         self._recount()
         if enabled:
@@ -273,6 +274,8 @@ class Keeper:
                     rec["missing"] = "; ".join(x for x in (rec.get("missing"), "tracing was paused inside the window to keep an earlier one") if x)
             with self.lock:
                 c = self.counts
+                key = (o.probe, f"not kept: {why_not}" if why_not is not None else str(rec.get("top_cause") or "unexplained"))
+                self.by_probe_cause[key] = self.by_probe_cause.get(key, 0) + 1
                 if why_not is not None:
                     c.miss(why_not)
                 else:

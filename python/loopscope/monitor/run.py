@@ -192,7 +192,7 @@ class Monitor(Run):
     """A run whose one phase's probes measure period after period (see the module's text)."""
 
     def __init__(self, exp: Experiment, spec_text: str, out: Path, say: Say, notes: list[str], for_ns: int | None, kinds: dict[str, str],
-                 view: Callable[["Monitor"], None] | None = None) -> None:
+                 view: Callable[["Monitor"], None] | None = None, metrics: tuple[str, int] | None = None) -> None:
         self.mdir = out
         sessions = out / "sessions"
         n = len([p for p in sessions.iterdir() if p.is_dir()]) + 1 if sessions.is_dir() else 1
@@ -216,6 +216,9 @@ class Monitor(Run):
         self.status = "running"
         self.roles_cache: dict[int, str] = {}
         self.load_groups: dict[str, tuple[Path | None, list[int]]] = {}
+        self.live_lock = threading.Lock()
+        self.metrics_at = metrics
+        self.metrics_server: Any = None
         self._carry_over()
 
     def _carry_over(self) -> None:
@@ -264,6 +267,23 @@ class Monitor(Run):
         q = s.threshold_quantile()
         assert q is not None
         return self.recent.quantile(q, open_values, QUANTILE_MIN)
+
+    def live_snapshot(self) -> dict[str, dict[str, Any]]:
+        """Per probe, for the metrics: the run's histogram so far (the open
+        period's values included), the last period's maximum, periods closed."""
+        with self.tail.lock:
+            st = self.tail.step
+            open_vals = np.concatenate(self.tail.values) if self.tail.values else np.zeros(0, dtype=np.int64)
+        out = {}
+        with self.live_lock:
+            for name, lv in self.live.items():
+                h = hist.new()
+                h.add(lv.whole)
+                if st is not None and st.probe == name:
+                    hist.record(h, open_vals)
+                last = lv.last_period.get_max_value() if lv.last_period is not None and lv.last_period.get_total_count() else None
+                out[str(name)] = {"whole": h, "last_max_ns": last, "periods": lv.periods}
+        return out
 
     def _roles(self) -> dict[int, str]:
         """Threads by who they are, as they are now (a run learns its loads'
@@ -325,7 +345,14 @@ class Monitor(Run):
         if self.exp.warmup:
             _sleep(self.exp.warmup / 1e9)
         self._refresh_roles()
+        if self.metrics_at is not None:
+            from loopscope.monitor import metrics
+
+            self.metrics_server = metrics.serve(self, *self.metrics_at)
+            self.say(f"metrics: http://{self.metrics_at[0]}:{self.metrics_at[1]}/metrics")
         self.write_record()
+        if self.view is not None:
+            self.view(self)  # the live view starts
         period = int(self.settings.period)  # type: ignore[union-attr]
         while True:
             for probe in self.exp.probes:
@@ -391,9 +418,10 @@ class Monitor(Run):
             lv.last_end_k = b_k
         self.logs[probe.name].write(h, t0, t1)
         self.recent.add(time.monotonic_ns(), h)
-        lv.whole.add(h)
-        lv.last_period = h
-        lv.periods += 1
+        with self.live_lock:
+            lv.whole.add(h)
+            lv.last_period = h
+            lv.periods += 1
         res: dict[str, Any] = {}
         try:
             res = json.loads((self.run_dir / step["json"]).read_text().strip().splitlines()[-1])
@@ -448,6 +476,9 @@ class Monitor(Run):
 
     def teardown(self) -> None:
         self.tail.stop()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         try:
             self.keeper.stop()
         finally:
