@@ -290,6 +290,15 @@ def check_cmd(spec: str) -> int:
     notes, _ = preflight(exp, spec, Path(exp.results), None)
     for n in notes:
         click.echo(f"note: {n}", err=True)
+    if exp.monitor is not None:
+        from loopscope.monitor.run import check as monitor_check, footprint
+
+        monitor_check(exp, spec)
+        first, *rest = footprint(exp)
+        click.echo(f"{spec}: valid · {first}")
+        for line in rest:
+            click.echo(line)
+        return 0
     runs = phase_runs(exp)
     est = estimate_seconds(exp)
     about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"

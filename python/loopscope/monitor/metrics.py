@@ -67,7 +67,7 @@ def cumulative(h: Any) -> tuple[list[tuple[str, float]], float]:
         i = next((k for k, b in enumerate(BUCKETS) if v_s <= b), len(BUCKETS))
         counts[i] += n
     out, run = [], 0
-    for b, n in zip([*map(str, BUCKETS), "+Inf"], counts):
+    for b, n in zip([*(f"{x:g}" for x in BUCKETS), "+Inf"], counts):
         run += n
         out.append((b, float(run)))
     return out, total_s

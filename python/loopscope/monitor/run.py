@@ -490,6 +490,37 @@ class Monitor(Run):
             self.write_record()
 
 
+# What a monitor writes, measured (docs/benchmarks.md "Monitoring"): a
+# period's histogram in the interval log, its periods.jsonl line, an
+# outlier's outliers.jsonl line, a kept window on disk (blocks included).
+HLOG_BYTES_PER_PERIOD = 1600
+PERIOD_LINE_BYTES = 420
+OUTLIER_LINE_BYTES = 450
+WINDOW_BYTES = (16_000, 40_000)
+
+
+def footprint(exp: Experiment) -> list[str]:
+    """``loopscope check``'s lines for a monitor: per hour, and at most."""
+    from loopscope.monitor.keeper import buffer_mb
+
+    s = exp.monitor
+    assert s is not None
+    per_h = 3600e9 / s.period
+    n = len(exp.probes)
+    fixed = n * per_h * (HLOG_BYTES_PER_PERIOD + PERIOD_LINE_BYTES) / 1e6
+    out_max = s.keep_per_minute * 60
+    win = (out_max * WINDOW_BYTES[0] / 1e6, out_max * WINDOW_BYTES[1] / 1e6)
+    ncpu = os.cpu_count() or 1
+    mb = buffer_mb(s.reach)
+    sets = 2 if s.recorder == "alternate" else 1 if s.recorder == "pause" else 0
+    return [
+        f"a monitor: {n} probes, periods of {s.period / 1e9:g} s under {', '.join(exp.phases[0].loads) if exp.phases and exp.phases[0].loads else 'no load'}; threshold {s.threshold}",
+        f"  disk per hour: histograms and periods {fixed:.2f} MB; outliers {OUTLIER_LINE_BYTES / 1e3:.2f} kB each; kept windows {WINDOW_BYTES[0] // 1000}-{WINDOW_BYTES[1] // 1000} kB each,"
+        f" at most {win[0]:.0f}-{win[1]:.0f} MB an hour ({s.keep_per_minute} a minute), never more than monitor.retain ({s.retain / 1e9:g} GB) in all",
+        f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {s.reach / 1e9:g} s at 50 k events/s per CPU); the monitor's processes ~300 MB",
+    ]
+
+
 def away_from_probes(exp: Experiment) -> None:
     pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
     try:
