@@ -248,3 +248,22 @@ def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, bu
         r = cli("monitor", str(burst_spec), "-o", str(tmp_path / "m"), "--metrics", f"127.0.0.1:{port}")
     assert r.returncode == 2 and "--metrics" in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_path: Path) -> None:
+    # each session's lab has a run id of its own: one monitor's teardown
+    # once killed every process of the other's (both were "001")
+    spec = tmp_path / "quiet.yaml"
+    spec.write_text("name: quiet\nprobes:\n  - {kind: timer, name: t, interval_us: 1000}\nmonitor: {period: 2s, threshold: 5ms}\n")
+    a = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(tmp_path / "a"), "--for", "9s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.0)
+        b = subprocess.run([str(BIN), "monitor", str(spec), "-o", str(tmp_path / "b"), "--for", "3s"], capture_output=True, text=True, timeout=120)
+        assert b.returncode == 0, b.stderr
+        out, err = a.communicate(timeout=120)
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait()
+    assert a.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"

@@ -389,6 +389,11 @@ class Reader:
     def close(self) -> None:
         from loopscope.kernel.capture import remove_instance
 
+        # Stopping already: a second signal (the parent's death after its
+        # stop line) must not cut the removal short and leave an instance behind.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
         for d, fds in self.pair or [(self.inst, self.fds)]:
             for fd in fds.values():
                 try:

@@ -199,7 +199,10 @@ class Monitor(Run):
         self.settings = exp.monitor
         assert self.settings is not None
         exp.kernel.capture = "off"  # the monitor's flight recorder replaces the run's capture
-        super().__init__(exp, spec_text, sessions / f"{n:03d}", say, notes, None, kinds)
+        # The session's directory name is its lab's run id (its cgroup, its
+        # processes' mark, what its teardown kills): unique on this machine,
+        # or one monitor's teardown would kill another's probes.
+        super().__init__(exp, spec_text, sessions / f"{n:03d}-{time.strftime('%Y%m%d-%H%M%S')}-mon{os.getpid()}", say, notes, None, kinds)
         self.for_ns = for_ns
         self.view = view
         self.live = {p.name: ProbeLive(str(p.name)) for p in exp.probes}

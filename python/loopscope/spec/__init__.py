@@ -12,6 +12,10 @@ def json_schema(kinds: HasModels) -> dict[str, Any]:
     s = experiment_model(kinds).model_json_schema(mode="validation")
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     s["title"] = "loopscope experiment"
+    # a monitor file needs no duration (its probes measure a period at a time)
+    s["required"] = [r for r in s.get("required", []) if r != "duration"]
+    s["if"] = {"not": {"required": ["monitor"]}}
+    s["then"] = {"required": ["duration"]}
     return s
 
 
