@@ -267,3 +267,46 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
             a.wait()
     assert a.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+
+
+def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path) -> None:
+    spec = tmp_path / "quiet.yaml"
+    spec.write_text("name: quiet\nprobes:\n  - {kind: timer, name: t, interval_us: 1000}\nmonitor: {period: 2s, threshold: 5ms}\n")
+    out = tmp_path / "m"
+    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--for", "9s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _periods(out) < 1:
+            time.sleep(0.1)
+        time.sleep(0.8)  # inside the second period
+        probes = subprocess.run(["pgrep", "-f", f"probe launch .*{out}"], capture_output=True, text=True).stdout.split()
+        assert probes
+        for pid in probes:
+            os.kill(int(pid), signal.SIGKILL)
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, stderr
+    rec = json.loads(stdout.strip().splitlines()[-1])
+    assert rec["status"] == "completed" and rec["probes"]["t"]["probe_restarts"] == 1
+    rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
+    assert sum(1 for r in rows if r.get("probe_died")) == 1 and rows[-1].get("probe_died") is None and rows[-1]["count"] > 0
+
+
+def test_retain_removes_the_oldest_windows_first_and_keeps_the_rest_within_it(tmp_path: Path) -> None:
+    from loopscope.monitor.keeper import Keeper
+    from loopscope.spec.models import MonitorSettings
+
+    for i in range(10):
+        d = tmp_path / "windows" / f"{i:07d}" / "events"
+        d.mkdir(parents=True)
+        (d / "00000.parquet").write_bytes(os.urandom(300_000))
+    k = Keeper(tmp_path, MonitorSettings(retain="1MB"), "unused", dict, enabled=False)  # type: ignore[arg-type]
+    assert k.counts.kept_bytes >= 3_000_000  # what a resumed monitor finds on disk counts
+    k._retain()
+    left = sorted(p.name for p in (tmp_path / "windows").iterdir())
+    assert left == ["0000007", "0000008", "0000009"] and k.counts.windows_removed == 7
+    assert k.counts.kept_bytes <= 1_000_000
+    k.stop()

@@ -45,6 +45,7 @@ from loopscope.errors import InputError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab.controller import Interrupted, Run, Say, Steps, _sleep, place_loads, tune_loads
+from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.monitor.keeper import Keeper, Outlier
 from loopscope.rundir import LoadRecord, RunRecord, Step
@@ -58,6 +59,8 @@ FORMAT = "loopscope-monitor/1"
 TAIL_S = 0.25
 # A quantile threshold waits for this many values (p99.9 of fewer is noise).
 QUANTILE_MIN = 2000
+# A probe dying this many periods in a row ends the monitor (it would not measure again).
+MAX_DEATHS = 3
 HOUR_NS = 3_600_000_000_000
 
 
@@ -77,6 +80,9 @@ class ProbeLive:
     #: time between one period's last value and the next one's first (the probe restarting): not measured
     unmeasured_ns: int = 0
     last_end_k: int | None = None
+    #: periods whose probe died (it starts again with the next one), and how many in a row now
+    restarts: int = 0
+    deaths_in_a_row: int = 0
 
 
 class LiveSource:
@@ -244,6 +250,7 @@ class Monitor(Run):
             lv.max_ns, lv.max_at_utc = int(was.get("max_ns") or 0), was.get("max_at_utc")
             lv.periods, lv.samples, lv.missed = int(was.get("periods", 0)), int(was.get("samples", 0)), int(was.get("missed", 0))
             lv.unmeasured_ns = int(float(was.get("unmeasured_s") or 0) * 1e9)
+            lv.restarts = int(was.get("probe_restarts") or 0)
             log = self.mdir / "histograms" / f"{name}.hlog"
             for h in hist.read_log(log) if log.exists() else []:
                 lv.whole.add(h)
@@ -392,17 +399,31 @@ class Monitor(Run):
         t0_mono = time.monotonic_ns()
         self.tail.watch(st)
         cut: str | None = None
+        died: str | None = None
+        step: dict[str, Any] = {}
         try:
             step = KINDS[probe.kind].run(Steps(self.lab, self.exp, self.calib), probe, key, dur_ns)
             cut = step.get("interrupted")
+        except AgentFailure as e:
+            # A probe that dies is started again with the next period, and
+            # counted; one that dies MAX_DEATHS periods in a row ends the monitor.
+            lv = self.live[probe.name]
+            if not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
+                raise
+            lv.deaths_in_a_row += 1
+            lv.restarts += 1
+            died = str(e).splitlines()[0][:300]
+            self.say(f"period {n}: probe {probe.name} died ({died}); it starts again with the next period")
         finally:
             w = self.tail.finish()
         t1 = time.time()
-        self.close_period(probe, n, st, step, w, t0, t1, t0_mono)
+        if died is None:
+            self.live[probe.name].deaths_in_a_row = 0
+        self.close_period(probe, n, st, step, w, t0, t1, t0_mono, died)
         if cut:
             raise Interrupted(str(cut))
 
-    def close_period(self, probe: Any, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int) -> None:
+    def close_period(self, probe: Any, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None) -> None:
         lv = self.live[probe.name]
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
@@ -431,7 +452,7 @@ class Monitor(Run):
         except (OSError, KeyError, ValueError, IndexError):
             pass
         row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
-                               "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3)}
+                               "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3), **({"probe_died": died} if died else {})}
         if len(vals):
             i = int(np.argmax(vals))
             row.update({"p50_ns": hist.quantile(h, 0.5), "p99_ns": hist.quantile(h, 0.99), "p999_ns": hist.quantile(h, 0.999), "max_ns": int(vals[i]),
@@ -466,7 +487,7 @@ class Monitor(Run):
             "updated_utc": _utc(time.time()), "settings": s.model_dump(mode="json"), "periods": self.period_no,
             "probes": {k: {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
                            "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed,
-                           "unmeasured_s": round(v.unmeasured_ns / 1e9, 3)}
+                           "unmeasured_s": round(v.unmeasured_ns / 1e9, 3), "probe_restarts": v.restarts}
                        for k, v in self.live.items()},
             "counts": counts, "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})", "session": self.run_dir.name, "notes": list(self.notes),
         }
