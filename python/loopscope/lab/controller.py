@@ -347,14 +347,17 @@ class Run:
             _sleep(self.exp.warmup / 1e9)
         for probe in self.exp.probes:
             self.step(pr, probe)
-        # Senders before the sinks they send to.
+        self.stop_loads(pr, by_host, sinks)
+        if self.tuned is not None:
+            self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
+            self.tuned = None
+
+    def stop_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> None:
+        """Stop the phase's loads, senders before the sinks they send to, and record what each did."""
         for hname in sorted(by_host, key=lambda h: h in sinks):
             lr = self.lab.agent(hname).ask(P.StopLoads())
             for ld in lr.loads:
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
-        if self.tuned is not None:
-            self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
-            self.tuned = None
 
     def set_links(self, pr: Any) -> None:
         if not self.exp.links:

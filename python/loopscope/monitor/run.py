@@ -48,7 +48,7 @@ from loopscope.lab.controller import Interrupted, Run, Say, Steps, _sleep, place
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.monitor.keeper import Keeper, Outlier
-from loopscope.rundir import LoadRecord, RunRecord, Step
+from loopscope.rundir import RunRecord, Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import phase_runs
 from loopscope.trace import reader
@@ -368,16 +368,10 @@ class Monitor(Run):
             for probe in self.exp.probes:
                 left = None if self.for_ns is None else self.for_ns - (time.monotonic_ns() - self.started_mono)
                 if left is not None and left < 1_000_000_000:
-                    self._stop_loads(pr, by_host, sinks)
+                    self.stop_loads(pr, by_host, sinks)
                     self.lab.check()
                     return
                 self.period(pr, probe, period if left is None else min(period, left))
-
-    def _stop_loads(self, pr: Any, by_host: dict[str, Any], sinks: dict[str, Any]) -> None:
-        for hname in sorted(by_host, key=lambda h: h in sinks):
-            lr = self.lab.agent(hname).ask(P.StopLoads())
-            for ld in lr.loads:
-                self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
 
     def _away_from_probes(self) -> None:
         """Every thread of the monitor (polars' and its I/O runtime's among
