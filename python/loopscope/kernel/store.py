@@ -98,6 +98,7 @@ class Segment(TypedDict, total=False):
 
 
 SEGMENT: TypeAdapter[Segment] = TypeAdapter(Segment)
+LOST_LIST: TypeAdapter[list[LostWindow]] = TypeAdapter(list[LostWindow])
 
 
 class CaptureError(InputError):

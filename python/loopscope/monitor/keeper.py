@@ -9,7 +9,9 @@ the flight recorder's reader (``loopscope.kernel.drain --flight``) for the
 window around it (``MARGIN_NS`` either side, explain's margin), which lands
 in ``windows/NNNNNNN/`` as a store of its own, attributes it (the same
 native split as ``explain``) and appends every outlier with its causes to
-``outliers.jsonl``. Outliers close together share one window.
+``outliers.jsonl``. Outliers close together share one window. A period's
+windows are then packed into one store (pack.py: a window alone costs more
+in file-system blocks than in events).
 
 What cannot be kept is counted by why, never dropped silently:
 ``rate`` (more than ``monitor.keep_per_minute`` windows in a minute),
@@ -41,6 +43,7 @@ import polars as pl
 from loopscope.analysis.explain import attribute_store
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
+from loopscope.monitor import pack as P
 
 # Kernel events kept either side of an outlier: half of explain's 20 ms
 # (runtime accounting comes at least every 4 ms tick, so 10 ms still holds
@@ -97,6 +100,11 @@ class Counts:
         self.not_kept[why] = self.not_kept.get(why, 0) + n
 
 
+def _bytes(d: Path) -> int:
+    """What a window or pack takes on disk (allocated blocks, as du counts)."""
+    return sum(f.stat().st_blocks * 512 for f in d.rglob("*")) + d.stat().st_blocks * 512
+
+
 def buffer_mb(reach_ns: int) -> int:
     return max(4, int(reach_ns / 1e9 * SIZED_FOR_EVENTS_PER_S * 40 / (1 << 20)) + 1)
 
@@ -115,7 +123,10 @@ class Keeper:
         self.cap: C.Capture | None = None
         self.why_not: str | None = None
         self.kept_times: deque[int] = deque()
-        self.windows: deque[tuple[Path, int]] = deque()  # (dir, bytes), oldest first
+        self.windows: deque[tuple[Path, int]] = deque()  # (dir, bytes), oldest first: windows and packs of them
+        self.unpacked: list[Path] = []  # kept since the last pack
+        self.packed_at = time.monotonic_ns()
+        self.pack_error: str | None = None
         self.seq = 0
         self.thread: threading.Thread | None = None
         self.by_probe_cause: dict[tuple[str, str], int] = {}  # for the metrics: (probe, top cause or "not kept: why")
@@ -127,12 +138,14 @@ class Keeper:
     def _recount(self) -> None:
         """Windows already on disk (a resumed monitor): retained as before."""
         wd = self.out / "windows"
+        P.tidy(wd)
         if wd.is_dir():
-            for d in sorted(p for p in wd.iterdir() if p.is_dir()):
-                b = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+            found = sorted((r, p) for p in wd.iterdir() if p.is_dir() and (r := P.ids(p)) is not None)
+            for r, d in found:
+                b = _bytes(d)
                 self.windows.append((d, b))
                 self.counts.kept_bytes += b
-                self.seq = max(self.seq, int(d.name) + 1 if d.name.isdigit() else self.seq)
+                self.seq = max(self.seq, r[1] + 1)
 
     def start(self) -> str | None:
         """Start the recorder (None, or why there is none: outliers are then counted, not kept)."""
@@ -165,6 +178,8 @@ class Keeper:
         self.q.put(None)
         if self.thread is not None:
             self.thread.join(timeout_s)
+        if self.thread is None or not self.thread.is_alive():
+            self._pack(force=True)
         if self.cap is not None:
             self.cap.stop()
             self.cap = None
@@ -175,7 +190,11 @@ class Keeper:
     def _loop(self) -> None:
         done = False
         while not done:
-            first = self.q.get()
+            try:
+                first = self.q.get(timeout=1.0)
+            except queue.Empty:
+                self._pack()
+                continue
             if first is None:
                 break
             batch = [first]
@@ -200,15 +219,15 @@ class Keeper:
                 group.append(o)
             if group:
                 self._keep(group)
+            self._pack()
 
     def _allowed(self) -> bool:
+        """Whether the rate limit lets one more window be kept (only windows
+        actually kept count against it: a failed keep costs nothing)."""
         now = time.monotonic_ns()
         while self.kept_times and self.kept_times[0] < now - 60_000_000_000:
             self.kept_times.popleft()
-        if len(self.kept_times) >= self.settings.keep_per_minute:
-            return False
-        self.kept_times.append(now)
-        return True
+        return len(self.kept_times) < int(self.settings.keep_per_minute)
 
     def _keep(self, group: list[Outlier]) -> None:
         if self.cap is None:
@@ -237,14 +256,41 @@ class Keeper:
             shutil.rmtree(d, ignore_errors=True)
             self._write(group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window")
             return
-        size = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        self.kept_times.append(time.monotonic_ns())
+        size = _bytes(d)
         att = self._attribute(d, group)
         with self.lock:
             self.counts.windows += 1
             self.counts.kept_bytes += size
             self.windows.append((d, size))
+            self.unpacked.append(d)
         self._write(group, d, None, None, att, blind=bool(got.get("blind")))
         self._retain()
+
+    def _pack(self, force: bool = False) -> None:
+        """Pack the windows kept since the last pack into one store (pack.py),
+        once a period has passed since the first of them (or at the end)."""
+        if not self.unpacked or not force and time.monotonic_ns() - self.packed_at < self.settings.period:
+            return
+        with self.lock:
+            todo, self.unpacked = self.unpacked, []
+        try:
+            packs = P.pack(todo)
+        except OSError as e:  # a full disk: the windows stay as they were, and still count
+            self.pack_error = str(e)
+            return
+        finally:
+            self.packed_at = time.monotonic_ns()
+        gone = set(todo) - {p for p in todo if p.exists()}
+        with self.lock:
+            kept = [(d, b) for d, b in self.windows if d not in gone]
+            self.counts.kept_bytes = sum(b for _, b in kept)
+            for p in packs:
+                b = _bytes(p)
+                kept.append((p, b))
+                self.counts.kept_bytes += b
+            kept.sort(key=lambda x: P.ids(x[0]) or (0, 0))
+            self.windows = deque(kept)
 
     def _attribute(self, d: Path, group: list[Outlier]) -> pl.DataFrame | None:
         try:
@@ -295,5 +341,7 @@ class Keeper:
                     return
                 d, b = self.windows.popleft()
                 self.counts.kept_bytes -= b
-                self.counts.windows_removed += 1
+                self.counts.windows_removed += P.count(d)
+                if d in self.unpacked:
+                    self.unpacked.remove(d)
             shutil.rmtree(d, ignore_errors=True)
