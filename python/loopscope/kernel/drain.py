@@ -27,11 +27,15 @@ As a flight recorder (``--flight``, for ``loopscope monitor``) it never
 reads on its own and never writes a segment of everything: the buffers
 overwrite their oldest pages, and a ``keep T0 T1 DIR`` line takes the
 window [T0, T1] (kernel ns) out of them into a store of its own in DIR.
-To read the buffers the instance is paused (``tracing_on`` 0) for as long
-as the read takes, the events after the window are held back in memory
-for the next keep (a read consumes the pages), and the reply says whether
-every CPU's buffer still reached back to T0 and when tracing was paused:
-``loopscope.monitor.recorder`` turns both into the window's losses.
+With ``alternate`` a twin instance (``<name>-b``) takes over before the
+recording one is stopped and read, so nothing goes unrecorded; the idle
+twin's events are off (an enabled event of a stopped instance still costs
+its probe at every hit) and are turned on at the switch (some 2 ms).
+With ``pause`` the one instance is paused (``tracing_on`` 0) for as long
+as the read takes. Either way the events after the window are held back
+in memory for the next keep (a read consumes the pages), and the reply
+says whether every CPU's buffer still reached back to T0 and when tracing
+was paused: the monitor's keeper turns both into the window's losses.
 """
 
 from __future__ import annotations
@@ -197,8 +201,16 @@ class Reader:
             sub, name = e.split(":", 1)
             if e in self.filters:
                 (d / "events" / sub / name / "filter").write_text(self.filters[e])
-            (d / "events" / sub / name / "enable").write_text("1")
+        # Its events stay off until it takes over: an enabled event of an
+        # instance not recording still runs its probe at every hit.
         return d, {c: os.open(d / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
+
+    def _events_on(self, d: Path, on: bool) -> None:
+        """Turn an instance's events on or off (some 2 ms for all of them)."""
+        for e in self.events:
+            if e not in self.missing:
+                sub, name = e.split(":", 1)
+                (d / "events" / sub / name / "enable").write_text("1" if on else "0")
 
     def drain(self, reason: str, label: str = "") -> Drained:
         """Read every CPU's buffer, decode, write one segment."""
@@ -305,6 +317,7 @@ class Reader:
         if len(self.pair) > 1:
             # the twin records from now on; this one stops a moment later (the
             # events of that moment are in both, and are kept once)
+            self._events_on(self.pair[1 - a][0], True)
             (self.pair[1 - a][0] / "tracing_on").write_text("1")
             switched = now()
         (inst / "tracing_on").write_text("0")
@@ -321,6 +334,8 @@ class Reader:
         finally:
             if len(self.pair) == 1:
                 (inst / "tracing_on").write_text("1")
+            else:
+                self._events_on(inst, False)
         p1 = now()
         read_ns = time.monotonic_ns() - t_read
         got = self.decoder.take()
