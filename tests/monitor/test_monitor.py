@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loopscope import cbuild
-from loopscope.monitor import hist
+from loopscope.monitor import hist, pack
 from tests.conftest import BIN, Cli
 
 ZOO = Path(__file__).resolve().parents[2] / "python" / "loopscope" / "bench" / "zoo_inject.c"
@@ -97,7 +97,12 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
     assert len(named) >= bursts - 2, ([o["top_cause"] for o in outl], bursts)
     assert all(o["complete"] and o["causes"][0]["share"] > 0.5 for o in outl), outl
     assert all(o["latency_ns"] > 1_000_000 for o in outl)
-    assert all((out / "windows" / o["window"] / "segments.jsonl").exists() for o in outl)
+    # the periods' windows were packed (one store each), and every outlier's window is found in its pack
+    wd = out / "windows"
+    assert sorted(d.name for d in wd.iterdir()) and all(pack.PACK.match(d.name) for d in wd.iterdir())
+    for o in outl:
+        f = pack.find(wd, o["window"])
+        assert f is not None and f.t0 < f.t1 and len(f.store.load(f.t0, f.t1)) > 0, o
     assert _left(p.pid) == []
     # the monitor's page: per probe the run's histogram, the maxima, the heat map; the causes ranked
     r = subprocess.run([str(BIN), "report", str(out)], capture_output=True, text=True, timeout=120)
@@ -267,6 +272,33 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
             a.wait()
     assert a.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
+
+
+@pytest.mark.needs_tool("ip")
+def test_an_rr_and_a_pipeline_probe_across_namespaces_take_turns_and_their_outliers_are_named_by_their_windows(tmp_path: Path) -> None:
+    spec = tmp_path / "net.yaml"
+    spec.write_text("""name: net
+hosts: [{name: a}, {name: b}]
+probes:
+  - {kind: rr, name: ping, host: a, dest: b, rate: 500pps}
+  - {kind: pipeline, name: pipe, source: a, nodes: [b], sink: a, rate: 500pps, size: 256, work_us: 20}
+loads:
+  - {name: cpu, kind: cpu, level: 1}
+monitor: {period: 2s, threshold: 100us}
+""")
+    out = tmp_path / "m"
+    r = subprocess.run([str(BIN), "monitor", str(spec), "-o", str(out), "--for", "9s", "--json"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
+    # one probe measures at a time, in turn
+    assert [x["probe"] for x in rows[:2]] == ["ping", "pipe"] and all(x["count"] > 0 for x in rows), rows
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
+    # the rr probe's windows are its client's round trips; the pipeline's, each stage's wait for its message
+    probes = {o["probe"] for o in outl}
+    assert any(p.startswith("ping client") for p in probes) and any(p.startswith("pipe ") and "stack" in p for p in probes), probes
+    assert all(o["top_cause"] for o in outl if o["window"]), outl
+    # every host's part of a period (the echo's, the stages') is gone once its histogram is written
+    assert not [p for p in out.glob("sessions/*/hosts/*/steps/*") if p.name != "loads"]
 
 
 def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path) -> None:

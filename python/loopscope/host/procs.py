@@ -16,6 +16,8 @@ import shlex
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,10 +77,38 @@ def child_env(run_id: str, extra: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
+# The CPUs this process could use when it started. Its children get them
+# back even when the process has been moved off some since: a monitor moves
+# its agents off the probes' CPUs (their polars threads had run there), and
+# the probes those agents start must still reach those CPUs.
+START_CPUS: set[int] = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
+
+
+@contextmanager
+def _start_cpus() -> Iterator[None]:
+    """The calling thread on ``START_CPUS`` while it forks (a child inherits its mask)."""
+    try:
+        now = os.sched_getaffinity(0)
+    except (OSError, AttributeError):
+        yield
+        return
+    widen = bool(START_CPUS) and now != START_CPUS
+    if widen:
+        try:
+            os.sched_setaffinity(0, START_CPUS)
+        except OSError:
+            widen = False
+    try:
+        yield
+    finally:
+        if widen:
+            os.sched_setaffinity(0, now)
+
+
 def spawn(name: str, kind: str, argv: list[str], log: Path, group: Path | None, env: dict[str, str], stdout_pipe: bool = False) -> Child:
     log.parent.mkdir(parents=True, exist_ok=True)
     full = RunGroup.wrap(group, argv) if group is not None else argv
-    with open(log, "ab") as logf:
+    with open(log, "ab") as logf, _start_cpus():
         p = subprocess.Popen(
             full,
             stdin=subprocess.DEVNULL,

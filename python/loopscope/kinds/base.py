@@ -385,6 +385,14 @@ class ProbeKind:
     #: own trace (a monitor, which keeps only windows around outliers, cannot run it)
     windows_need_capture: bool = False
 
+    def live_step(self, probe: Any, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
+        """Where a step's trace and result will be, before it runs (a monitor
+        reads the open period's trace as it grows): ``host``, ``trace``,
+        ``json`` (paths under ``step_dir(host)``), and ``stages`` for a kind
+        whose step has them. One process named after the probe, by default."""
+        d = Path(step_dir(host))
+        return {"host": host, "trace": str(d / f"{probe.name}.lstrace"), "json": str(d / f"{probe.name}.json")}
+
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """The intervals of one step that explain splits into causes, as a
         ``WINDOWS`` frame. Every kind answers, even with an empty frame:

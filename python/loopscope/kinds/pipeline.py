@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, Callable, ClassVar, Literal
 
 import polars as pl
 from pydantic import Field, model_validator
@@ -27,6 +27,11 @@ from loopscope.spec.models import Duration, Name, ProbeModel, pps
 PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
 PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
 STAGE_COUNTS = ("sent", "send_errors", "received", "forwarded", "unique", "lost", "duplicates", "reordered", "malformed", "full", "no_kernel_ts")
+
+
+def stage_names(probe: str, n: int) -> list[str]:
+    """The processes of an ``n``-stage pipeline, source to sink (their traces are ``<name>.lstrace``)."""
+    return [f"{probe}.source"] + [f"{probe}.node{i}" for i in range(1, n - 1)] + [f"{probe}.sink"]
 
 
 class PipelineProbe(ProbeModel):
@@ -86,7 +91,7 @@ class Pipeline(ProbeKind):
         n = len(stages)
         flow = int(hashlib.sha256(f"{ctx.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
         host = [ctx.hosts[h] for _, h in stages]
-        names = [f"{probe.name}.source"] + [f"{probe.name}.node{i}" for i in range(1, n - 1)] + [f"{probe.name}.sink"]
+        names = stage_names(probe.name, n)
         results: dict[str, Collected] = {}
         with ctx.helpers(key) as hs:
             for i in reversed(range(1, n)):
@@ -104,15 +109,15 @@ class Pipeline(ProbeKind):
             in_flight_ns = int(0.2e9 + 2 * sum(link.delay + 3 * link.jitter for link in ctx.exp.links))
             spec = {"kind": "pipe-source", "name": names[0], "dest": host[1].at(probe.port + 1), "rate": probe.rate, "size": probe.size, "flow": flow,
                     "count": probe.count, "linger_ns": in_flight_ns}
-            stage_names: dict[str, list[str]] = {}
+            running: dict[str, list[str]] = {}
             for h, name in hs.running():
-                stage_names.setdefault(h, []).append(name)
+                running.setdefault(h, []).append(name)
             hs.start(src_host, spec, duration_ns=dur_ns)
             # The window: the lab sleeps while the stages measure. The source's
             # agent answers when the source exits, the others when a stage
             # fails; nothing is collected until the last messages have
             # arrived, so the lab's own work stays out of their way.
-            done, _ = ctx.window(stage_names, (src_host, names[0]), dur_ns / 1e9 + 120)
+            done, _ = ctx.window(running, (src_host, names[0]), dur_ns / 1e9 + 120)
             ctx.check()
             if not done:
                 raise ctx.failure(f"the pipeline source {names[0]} on {src_host} did not finish", src_host, f"probe {names[0]}")
@@ -128,6 +133,14 @@ class Pipeline(ProbeKind):
             "host": stages[0][1], "trace": sink["trace"], "json": sink["json"], "command": stage_steps[0]["command"], "cpu_usec": stage_steps[0]["cpu_usec"],
             "spawn_mono_ns": src.spawn_mono_ns, "end_mono_ns": src.end_mono_ns, "stages": stage_steps, "flow": flow,
         }
+
+    def live_step(self, probe: Any, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
+        """The stages' traces where ``run`` has its processes write them (the sink's is the step's)."""
+        stages = probe.stages
+        names = stage_names(probe.name, len(stages))
+        st = [{"role": role, "host": h, "name": names[i], "trace": str(Path(step_dir(h)) / f"{names[i]}.lstrace"),
+               "json": str(Path(step_dir(h)) / f"{names[i]}.json")} for i, (role, h) in enumerate(stages)]
+        return {"host": stages[0][1], "trace": st[-1]["trace"], "json": st[-1]["json"], "stages": st}
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         from loopscope.probes.pipeline import messages_from

@@ -374,21 +374,22 @@ class Monitor(Run):
                 self.period(pr, probe, period if left is None else min(period, left))
 
     def _away_from_probes(self) -> None:
-        """Every thread of the monitor (polars' and its I/O runtime's among
-        them; threads started later inherit it) and the recorder it starts
-        on CPUs no probe is pinned to; after the agents started, whose
-        probes need every CPU."""
-        away_from_probes(self.exp)
+        """Every thread of the monitor and of its agents (polars' and its I/O
+        runtime's among them; threads started later inherit it) and the
+        recorder it starts on CPUs no probe is pinned to. The probes an
+        agent starts get the agent's first CPUs back (``procs.spawn``)."""
+        away_from_probes(self.exp, [t for t in self.lab.lab_tids().get("lab: agent", []) if t])
 
     def period(self, pr: Any, probe: Any, dur_ns: int) -> None:
         self.period_no += 1
         n = self.period_no
         key = f"{probe.name}-{n:07d}"
-        host = probe.host or self.first.name
-        trace = Path(self.lab.step_dir(host, key)) / f"{probe.name}.lstrace"
+        plan = KINDS[probe.kind].live_step(probe, key, getattr(probe, "host", None) or self.first.name, lambda h: self.lab.step_dir(h, key))
+        host = plan["host"]
+        rel = {k: self.lab.rel(plan["host"], plan[k]) for k in ("trace", "json")}
+        stages = [{**sg, "trace": self.lab.rel(sg["host"], sg["trace"]), "json": self.lab.rel(sg["host"], sg["json"])} for sg in plan.get("stages") or []]
         st = Step.model_validate({"rep": 1, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind,
-                                  "host": host, "trace": self.lab.rel(host, str(trace)), "json": self.lab.rel(host, str(trace.with_suffix(".json"))),
-                                  "spawn_mono_ns": 0, "end_mono_ns": 0})
+                                  "host": host, **rel, **({"stages": stages} if stages else {}), "spawn_mono_ns": 0, "end_mono_ns": 0})
         t0 = time.time()
         t0_mono = time.monotonic_ns()
         self.tail.watch(st)
@@ -463,7 +464,8 @@ class Monitor(Run):
         self.periods_f.flush()
         os.fsync(self.periods_f.fileno())
         # the period's trace has given what is kept of it
-        shutil.rmtree(Path(self.lab.step_dir(st.host or self.first.name, f"{probe.name}-{n:07d}")), ignore_errors=True)
+        for h in self.lab.hosts:  # every host's part of it (an rr probe's echo, a pipeline's stages)
+            shutil.rmtree(Path(self.lab.step_dir(h, f"{probe.name}-{n:07d}")), ignore_errors=True)
         self._refresh_roles()
         self.write_record()
         if self.view is not None:
@@ -539,15 +541,16 @@ def footprint(exp: Experiment) -> list[str]:
     ]
 
 
-def away_from_probes(exp: Experiment) -> None:
+def away_from_probes(exp: Experiment, tids: list[int] | None = None) -> None:
+    """This process's threads, and ``tids``, onto the CPUs no probe is pinned to."""
     pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
     try:
         rest = os.sched_getaffinity(0) - pinned
         if not rest or not pinned:
             return
-        for t in os.listdir("/proc/self/task"):
+        for t in {int(x) for x in os.listdir("/proc/self/task")} | set(tids or []):
             try:
-                os.sched_setaffinity(int(t), rest)
+                os.sched_setaffinity(t, rest)
             except OSError:
                 pass
     except OSError:
@@ -562,7 +565,7 @@ def check(exp: Experiment, file: str) -> None:
     """What a monitor can watch: this machine's kernel (local and namespace
     hosts), probes whose windows come from their own traces."""
     for h in exp.hosts:
-        if h.kind not in ("local", "netns"):
+        if h.kind not in ("local", "netns", "auto"):  # auto: netns with root, else local
             raise InputError(f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns")
     for p in exp.probes:
         if KINDS[p.kind].windows_need_capture:
