@@ -18,6 +18,9 @@ workers, flat out). Measured:
   ratio of medians, read against ``aa_spread`` (alternate runs without the
   recorder against each other): ``met``/``not met`` only when the noise
   floor is inside the target, else ``inconclusive``.
+- **the designs** (``--designs``): the busy case and the cost for both
+  flight recorders, ``alternate`` (two instances, nothing blind) and
+  ``pause`` (one, blind while it is read).
 - **the weakest case** (``--busy``): the same, with 50 k context switches
   a second (``stress-ng --switch``, paced) on the other CPU: the kernel
   records many times the events, so each kept window's read is that much
@@ -74,6 +77,8 @@ class Scenario(TypedDict, total=False):
     recorder_reads_ms_mean: float | None
     periods: int
     p99_ns_periods: list[int | None]
+    recorder: str
+    recorder_paused_ms: float
 
 
 class Cost(TypedDict, total=False):
@@ -85,6 +90,7 @@ class Cost(TypedDict, total=False):
     aa_spread: float | None
     target: float
     verdict: str
+    designs: dict[str, Any]
 
 
 class MonitorBench(TypedDict, total=False):
@@ -176,11 +182,11 @@ def _du_mb(d: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file() or f.is_dir()) / 1e6
 
 
-def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say: Callable[[str], None]) -> Scenario:
+def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say: Callable[[str], None], recorder: str = "alternate") -> Scenario:
     _all_cpus()
-    name = "busy" if busy else "demo-noise"
+    name = ("busy" if busy else "demo-noise") + ("" if recorder == "alternate" else f"-{recorder}")
     spec = work / f"{name}.yaml"
-    spec.write_text(_spec(zoo, period, "alternate", busy))
+    spec.write_text(_spec(zoo, period, recorder, busy))
     out = work / f"mon-{name}"
     say(f"  {name}: monitoring for {minutes:g} min ({period} periods, threshold {THRESHOLD}) …")
     p = subprocess.Popen([sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{minutes * 60:g}s", "--json"],
@@ -210,7 +216,7 @@ def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say
     hist_b = sum(f.stat().st_size for f in (out / "histograms").glob("*.hlog"))
     periods = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines() if x.strip()]
     return {
-        "name": name, "minutes": minutes, "rss_mb_start": rss_start, "rss_mb_end": rss_end,
+        "name": name, "recorder": recorder, "minutes": minutes, "rss_mb_start": rss_start, "rss_mb_end": rss_end,
         "rss_ratio": rss_end / rss_start if rss_start and rss_end else None,
         "disk_mb_per_h": _du_mb(out) / hours, "hist_mb_per_h_per_probe": hist_b / 1e6 / hours,
         "outliers_above": c["outliers_above"], "outliers_kept": c["kept"], "outliers_explained": c["explained"],
@@ -218,17 +224,20 @@ def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say
         "not_kept": c["not_kept"], "top_causes": c["by_top_cause"], "self_share": lab_ns / all_ns if all_ns else 0.0,
         "windows": c["windows"], "window_kb_mean": c["kept_bytes"] / 1e3 / c["windows"] if c["windows"] else None,
         "periods": len(periods), "p99_ns_periods": [r.get("p99_ns") for r in periods],
+        "recorder_paused_ms": c.get("recorder_paused_ns", 0) / 1e6,
     }
 
 
-def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str], None]) -> Cost:
-    """Short monitors alternating without and with the flight recorder: the timer's p99 of each."""
-    res: dict[str, list[int | None]] = {"off": [], "alternate": []}
+def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str], None], designs: tuple[str, ...] = ("alternate",)) -> Cost:
+    """Short monitors alternating without and with the flight recorder (each
+    design in ``designs``, the order turned round every pair): the timer's p99 of each."""
+    res: dict[str, list[int | None]] = {"off": [], **{d: [] for d in designs}}
     _all_cpus()
     i = 0
     while pairs.more([{"p99_ns": x} for x in res["off"]], TARGET):
         i += 1
-        for rec in ("off", "alternate") if i % 2 else ("alternate", "off"):
+        order = ["off", *designs]
+        for rec in order if i % 2 else order[::-1]:
             spec = work / f"cost-{rec}.yaml"
             spec.write_text(_spec(zoo, f"{seconds:g}s", rec, False))
             out = work / f"cost-{rec}-{i}"
@@ -241,16 +250,23 @@ def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str
             res[rec].append(rows[0].get("p99_ns") if rows else None)
             shutil.rmtree(out, ignore_errors=True)
     without = [x for x in res["off"] if x]
-    with_ = [x for x in res["alternate"] if x]
-    ratio = statistics.median(with_) / statistics.median(without) if without and with_ else None
+
+    def ratio_of(d: str) -> float | None:
+        with_ = [x for x in res[d] if x]
+        return statistics.median(with_) / statistics.median(without) if without and with_ else None
+
+    ratio = ratio_of(designs[0])
     a, b = without[0::2], without[1::2]
     spread = statistics.median(a) / statistics.median(b) if a and b else None
-    return {"pairs": i, "seconds": seconds, "p99_without_ns": res["off"], "p99_with_ns": res["alternate"], "p99_ratio_with_capture": ratio,
-            "aa_spread": spread, "target": TARGET, "verdict": verdict(ratio, spread, TARGET, 0.0)}
+    got: Cost = {"pairs": i, "seconds": seconds, "p99_without_ns": res["off"], "p99_with_ns": res[designs[0]], "p99_ratio_with_capture": ratio,
+                 "aa_spread": spread, "target": TARGET, "verdict": verdict(ratio, spread, TARGET, 0.0)}
+    if len(designs) > 1:
+        got["designs"] = {d: {"p99_with_ns": res[d], "p99_ratio_with_capture": ratio_of(d), "verdict": verdict(ratio_of(d), spread, TARGET, 0.0)} for d in designs}
+    return got
 
 
 def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None = None, busy: bool = True,
-        progress: Callable[[str], None] | None = None) -> MonitorBench:
+        designs: bool = False, progress: Callable[[str], None] | None = None) -> MonitorBench:
     if os.geteuid() != 0:
         raise RunError("bench monitor needs root (SCHED_FIFO, a trace instance)")
     if (os.cpu_count() or 1) < 2:
@@ -264,11 +280,13 @@ def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None 
         r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(zoo)], capture_output=True, text=True)
         if r.returncode != 0:
             raise RunError(f"bench monitor: building ls-zoo failed: {r.stderr.strip()[-600:]}")
+        recorders = ("alternate", "pause") if designs else ("alternate",)
         scen = [long_run(work, zoo, minutes, period, False, say)]
         if busy and shutil.which("stress-ng"):
-            scen.append(long_run(work, zoo, minutes / 2 if not quick else minutes, period, True, say))
+            for rec in recorders:
+                scen.append(long_run(work, zoo, minutes / 2 if not quick else minutes, period, True, say, rec))
         c = cost(work, zoo, Pairs(1 if quick else 4, 1 if quick else 10, pairs is not None or quick) if pairs is None else Pairs(pairs, pairs, True),
-                 2.0 if quick else 20.0, say)
+                 2.0 if quick else 20.0, say, recorders)
     m = scen[0]
     return {"threshold": THRESHOLD, "recorder": "alternate", "scenarios": scen, "cost": c,
             "rss_mb_start": m.get("rss_mb_start"), "rss_mb_end": m.get("rss_mb_end"), "disk_mb_per_h": m["disk_mb_per_h"],
@@ -291,3 +309,5 @@ def print_human(r: MonitorBench) -> None:
     c = r["cost"]
     print(f"  cost: p99 with the flight recorder / without: x{_f(c.get('p99_ratio_with_capture'), '{:.3f}')} (noise floor x{_f(c.get('aa_spread'), '{:.3f}')},"
           f" {c['pairs']} pairs of {c['seconds']:g} s): {c['verdict']} (target x{c['target']})")
+    for d, v in (c.get("designs") or {}).items():
+        print(f"    {d}: x{_f(v.get('p99_ratio_with_capture'), '{:.3f}')} ({v['verdict']})")

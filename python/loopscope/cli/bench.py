@@ -152,17 +152,19 @@ def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float 
 @click.option("--minutes", type=click.FloatRange(min=0.2), default=None, help="Length of the long run [10; quick: 0.5]; the busy one runs half as long.")
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of 20 s monitors without and with the recorder [4, more up to 10 until the noise floor is within 1.05].")
 @click.option("--no-busy", is_flag=True, help="Leave out the weakest case (a context-switch storm beside the probe).")
-def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool) -> int:
+@click.option("--designs", is_flag=True, help="Run the busy case and the cost for both flight recorders: alternate (two instances) and pause (one, blind while read).")
+def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool) -> int:
     """A long monitor of a timer under a periodic burst: memory, disk, outliers kept and explained, and the flight recorder's cost.
 
     \b
     Examples:
       loopscope bench monitor --json
       loopscope bench monitor --minutes 60 --pairs 10
+      loopscope bench monitor --designs --minutes 4
     """
     from loopscope.bench import monitor as bm
 
-    return _report(bm.run(minutes=minutes, quick=quick, pairs=pairs, busy=not no_busy, progress=(lambda s: click.echo(s, err=True)) if as_json else click.echo),
+    return _report(bm.run(minutes=minutes, quick=quick, pairs=pairs, busy=not no_busy, designs=designs, progress=(lambda s: click.echo(s, err=True)) if as_json else click.echo),
                    as_json, bm.print_human)
 
 
