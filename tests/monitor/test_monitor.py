@@ -274,6 +274,40 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
 
 
+def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burst_spec: Path, tmp_path: Path) -> None:
+    from loopscope.monitor.keeper import DISK_FLOOR
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={(DISK_FLOOR >> 20) + 40}m", "tmpfs", str(disk)], check=True)
+    try:
+        filler = disk / "filler"
+        subprocess.run(["fallocate", "-l", "50m", str(filler)], check=True)  # 54 MB free: under the floor from the start
+        out = disk / "m"
+        p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "13s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and _periods(out) < 2:
+                time.sleep(0.2)
+            filler.unlink()  # room again
+            stdout, stderr = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert p.returncode == 0, stderr
+        rec = json.loads(stdout.strip().splitlines()[-1])
+        assert "windows are no longer kept" in stderr and "windows are kept again" in stderr
+        assert any("no longer kept" in n for n in rec["notes"])
+        c = rec["counts"]
+        assert c["not_kept"].get("disk", 0) >= 2 and c["kept"] >= 1, c  # not kept while full, kept again after
+        rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
+        assert len(rows) >= 4 and all(r["count"] > 0 for r in rows)  # the histograms went on throughout
+        assert len(hist.read_log(out / "histograms" / "t.hlog")) == len(rows)
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 @pytest.mark.needs_tool("ip")
 def test_an_rr_and_a_pipeline_probe_across_namespaces_take_turns_and_their_outliers_are_named_by_their_windows(tmp_path: Path) -> None:
     spec = tmp_path / "net.yaml"

@@ -144,6 +144,9 @@ BYTES_PER_EVENT = 40
 STEP_SLACK_S = 3.0
 MIN_BUFFER_MB = 16
 MAX_BUFFER_MB = 1024
+# How long a keep may take before the keeper gives the window up (the reader
+# goes on, and its late answer is skipped by its sequence number).
+KEEP_TIMEOUT_S = 30.0
 
 
 def tracefs() -> Path | None:
@@ -260,6 +263,8 @@ class Kept(TypedDict, total=False):
     bytes: int
     error: str
     totals: dict[str, int]
+    seq: int  # the keep's number, to match an answer with its question
+    age_ns: int  # how long after the window's start it was taken
 
 
 R = TypeVar("R")
@@ -288,6 +293,7 @@ class Capture:
         self.cpu_s: float | None = None
         self.tids: list[int] = []
         self.group = group
+        self.keep_seq = 0
 
     def _group_idle(self, on: bool) -> None:
         """With the cpu controller, a group's tasks compete as one entity:
@@ -343,8 +349,20 @@ class Capture:
         ``margin_ns`` before the newest are held for the next keep."""
         if self.proc is None or self.proc.poll() is not None:
             return {"error": "the flight recorder's reader is not running" + (f": {self._log_tail()}" if self.proc else "")}
-        self._send(f"keep {t0} {t1} {margin_ns} {dest}")
-        return self._reply(KEPT, timeout=60) or {"error": f"the flight recorder's reader did not answer a keep: {self._log_tail()}"}
+        self.keep_seq += 1
+        self._group_idle(False)
+        try:
+            self._send(f"keep {self.keep_seq} {t0} {t1} {margin_ns} {dest}")
+            end = time.monotonic() + KEEP_TIMEOUT_S
+            while True:
+                # an answer to a keep that timed out earlier comes first: skip it
+                got = self._reply(KEPT, timeout=max(0.0, end - time.monotonic()))
+                if got is None:
+                    return {"error": f"the flight recorder's reader did not answer a keep within {KEEP_TIMEOUT_S:g} s: {self._log_tail()}"}
+                if got.get("seq") == self.keep_seq:
+                    return got
+        finally:
+            self._group_idle(True)
 
     def stop(self) -> CaptureReport:
         if self.proc is not None:

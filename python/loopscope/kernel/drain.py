@@ -28,9 +28,9 @@ reads on its own and never writes a segment of everything: the buffers
 overwrite their oldest pages, and a ``keep T0 T1 DIR`` line takes the
 window [T0, T1] (kernel ns) out of them into a store of its own in DIR.
 With ``alternate`` a twin instance (``<name>-b``) takes over before the
-recording one is stopped and read, so nothing goes unrecorded; the idle
-twin's events are off (an enabled event of a stopped instance still costs
-its probe at every hit) and are turned on at the switch (some 2 ms).
+recording one is stopped and read, so nothing goes unrecorded (the idle
+twin's events stay enabled: turning them on at the switch waited seconds
+for the kernel under a busy scheduler).
 With ``pause`` the one instance is paused (``tracing_on`` 0) for as long
 as the read takes. Either way the events after the window are held back
 in memory for the next keep (a read consumes the pages), and the reply
@@ -201,16 +201,11 @@ class Reader:
             sub, name = e.split(":", 1)
             if e in self.filters:
                 (d / "events" / sub / name / "filter").write_text(self.filters[e])
-        # Its events stay off until it takes over: an enabled event of an
-        # instance not recording still runs its probe at every hit.
+            # enabled now, not at the switch: turning events on waits for the
+            # kernel to patch its tracepoints on every CPU, which under a
+            # busy scheduler took seconds and every keep overran its window
+            (d / "events" / sub / name / "enable").write_text("1")
         return d, {c: os.open(d / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
-
-    def _events_on(self, d: Path, on: bool) -> None:
-        """Turn an instance's events on or off (some 2 ms for all of them)."""
-        for e in self.events:
-            if e not in self.missing:
-                sub, name = e.split(":", 1)
-                (d / "events" / sub / name / "enable").write_text("1" if on else "0")
 
     def drain(self, reason: str, label: str = "") -> Drained:
         """Read every CPU's buffer, decode, write one segment."""
@@ -317,7 +312,6 @@ class Reader:
         if len(self.pair) > 1:
             # the twin records from now on; this one stops a moment later (the
             # events of that moment are in both, and are kept once)
-            self._events_on(self.pair[1 - a][0], True)
             (self.pair[1 - a][0] / "tracing_on").write_text("1")
             switched = now()
         (inst / "tracing_on").write_text("0")
@@ -334,8 +328,6 @@ class Reader:
         finally:
             if len(self.pair) == 1:
                 (inst / "tracing_on").write_text("1")
-            else:
-                self._events_on(inst, False)
         p1 = now()
         read_ns = time.monotonic_ns() - t_read
         got = self.decoder.take()
@@ -357,7 +349,16 @@ class Reader:
                 short.append({"cpu": c, "from_ns": t0, "to_ns": min(start, t1)})
         both = pl.concat([had, new]) if had is not None else new
         if had is not None and len(new):
-            both = both.unique(maintain_order=True).sort("t_ns", maintain_order=True) if len(self.pair) > 1 else both.sort("t_ns", maintain_order=True)
+            lo, hi = int(new["t_ns"].min()), int(had["t_ns"].max())  # type: ignore[arg-type]
+            if lo <= hi:
+                # both are in time order; only where they overlap (the moment
+                # both instances recorded, at the switch) is an event twice, or
+                # out of order: deduplicate and sort there, not everywhere (a
+                # sort of everything held was a third of a keep under a storm)
+                t = pl.col("t_ns")
+                mid = pl.concat([had.filter(t >= lo), new.filter(t <= hi)])
+                mid = (mid.unique(maintain_order=True) if len(self.pair) > 1 else mid).sort("t_ns", maintain_order=True)
+                both = pl.concat([had.filter(t < lo), mid, new.filter(t > hi)])
         win = both.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1))
         newest = int(both["t_ns"].max()) if len(both) else p1  # type: ignore[arg-type]
         self.held = both.filter(pl.col("t_ns") >= newest - margin_ns)
@@ -398,7 +399,7 @@ class Reader:
         t["events"] += len(win)
         t["bytes_read"] += nbytes
         t["read_ns"] += read_ns
-        return {"kept": len(win), "read": n_read, "read_ns": read_ns, "write_ns": time.monotonic_ns() - t_w, "paused_ns": pause[1] - pause[0] if pause else 0,
+        return {"kept": len(win), "read": n_read, "read_ns": read_ns, "age_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset() - t0, "write_ns": time.monotonic_ns() - t_w, "paused_ns": pause[1] - pause[0] if pause else 0,
                 "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
 
     def close(self) -> None:
@@ -514,11 +515,15 @@ def main(argv: list[str] | None = None) -> int:
                     line, pending = pending.split(b"\n", 1)
                     cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
                     if cmd == "keep":
-                        t0, t1, margin, dest = arg.split(" ", 3)
+                        # at the normal policy: at SCHED_IDLE a busy machine left it a few per cent of a CPU, and keeps took minutes
+                        seq, t0, t1, margin, dest = arg.split(" ", 4)
                         try:
-                            _say(r.keep(int(t0), int(t1), Path(dest), int(margin)))
+                            with _prompt():
+                                kept = r.keep(int(t0), int(t1), Path(dest), int(margin))
+                            kept["seq"] = int(seq)
+                            _say(kept)
                         except OSError as e:
-                            _say({"error": f"keeping a window in {dest}: {e}"})
+                            _say({"error": f"keeping a window in {dest}: {e}", "seq": int(seq)})
                     elif cmd == "drain":
                         label = arg
                         with _prompt():

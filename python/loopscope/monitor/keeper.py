@@ -18,7 +18,8 @@ What cannot be kept is counted by why, never dropped silently:
 ``overwritten`` (the buffers no longer reached back to the window: the
 outlier was seen too late, or the buffer is too small for the load),
 ``recorder`` (no kernel capture on this machine, or its reader failed),
-``disk`` (a window could not be written). A window read while tracing was
+``disk`` (a window could not be written, or the disk is nearly full),
+``stopped`` (still queued when the monitor stopped). A window read while tracing was
 paused for an earlier one is kept but marked incomplete (its causes leave
 the blind time ``unexplained``).
 
@@ -55,9 +56,17 @@ MARGIN_NS = 10_000_000
 # before the read; more would only cost memory (under a switch storm the
 # reader held 8 s of events, 500 MB).
 HOLD_NS = 3_000_000_000
+# An outlier waits this long for others to share the read of the buffers.
+BATCH_NS = 500_000_000
+# Outliers taken at once: every one waiting, up to this many.
+MAX_BATCH = 1000
 # After a window's end, wait this long before taking it (the kernel's
 # events of the window's last moments are then in the buffers).
 SETTLE_NS = 50_000_000
+# Windows are kept only while the disk holding the monitor's directory has
+# this much free: below it they are counted (``disk``) and the histograms,
+# periods and causes (a few kB a period) go on being written.
+DISK_FLOOR = 64 << 20
 # The events per second per CPU the buffers are sized for (the demo's noise
 # records 5-20 k; a busy pipeline 150 k): reach x this x 40 bytes.
 SIZED_FOR_EVENTS_PER_S = 50_000
@@ -112,8 +121,12 @@ def buffer_mb(reach_ns: int) -> int:
 class Keeper:
     """The flight recorder, and a thread that keeps and explains outliers as they come."""
 
-    def __init__(self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True) -> None:
+    def __init__(self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True,
+                 note: Callable[[str], None] | None = None) -> None:
         self.out = out
+        self.note = note or (lambda _t: None)
+        self.disk_full = False
+        self.abandon = False  # stopping: what is left is counted, not kept
         self.settings = settings
         self.roles = roles
         self.counts = Counts()
@@ -178,12 +191,30 @@ class Keeper:
         self.q.put(None)
         if self.thread is not None:
             self.thread.join(timeout_s)
-        if self.thread is None or not self.thread.is_alive():
+        # what is still queued is counted (not kept: stopped), never dropped
+        self.abandon = True
+        if self.thread is not None:
+            self.thread.join(2.0)
+        left: list[Outlier] = []
+        while True:
+            try:
+                o = self.q.get_nowait()
+            except queue.Empty:
+                break
+            if o is not None:
+                left.append(o)
+        if left:
+            self._write(left, None, "stopped", "the monitor stopped before this outlier's window was kept")
+        alive = self.thread is not None and self.thread.is_alive()
+        if not alive:
             self._pack(force=True)
         if self.cap is not None:
             self.cap.stop()
             self.cap = None
-        self.outliers.close()
+        with self.lock:
+            self.outliers.flush()
+            if not alive:
+                self.outliers.close()
 
     # ---- the keeping thread ---------------------------------------------------------
 
@@ -198,8 +229,10 @@ class Keeper:
             if first is None:
                 break
             batch = [first]
-            # what came with it, and what ends close after it, share a window
-            wait_until = time.monotonic_ns() + SETTLE_NS
+            # what comes in the next moments is taken with it: one read of the
+            # buffers serves them all (a read is of the whole buffer, tens of
+            # MB under a busy scheduler)
+            wait_until = time.monotonic_ns() + BATCH_NS
             while True:
                 try:
                     nxt = self.q.get(timeout=max(0.0, (wait_until - time.monotonic_ns()) / 1e9))
@@ -209,16 +242,30 @@ class Keeper:
                     done = True
                     break
                 batch.append(nxt)
+            # and everything else waiting (kept slower than they come, the
+            # batch grows instead of the queue: one read serves it all)
+            while len(batch) < MAX_BATCH:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    done = True
+                    break
+                batch.append(nxt)
             batch.sort(key=lambda o: o.start_k)
-            group: list[Outlier] = []
+            groups: list[list[Outlier]] = []
             for o in batch:
                 # one window for outliers whose margins overlap; apart, each keeps its own (the time between is not worth its disk)
-                if group and (o.start_k - max(g.end_k for g in group) > 2 * MARGIN_NS):
-                    self._keep(group)
-                    group = []
-                group.append(o)
-            if group:
-                self._keep(group)
+                if not groups or o.start_k - max(g.end_k for g in groups[-1]) > 2 * MARGIN_NS:
+                    groups.append([o])
+                else:
+                    groups[-1].append(o)
+            for i, g in enumerate(groups):
+                # the read for the oldest window holds the events back to the
+                # next one's start, so the later windows need no read of their own
+                nxt_start = groups[i + 1][0].start_k - MARGIN_NS if i + 1 < len(groups) else None
+                self._keep(g, nxt_start)
             self._pack()
 
     def _allowed(self) -> bool:
@@ -229,13 +276,27 @@ class Keeper:
             self.kept_times.popleft()
         return len(self.kept_times) < int(self.settings.keep_per_minute)
 
-    def _keep(self, group: list[Outlier]) -> None:
+    def _keep(self, group: list[Outlier], hold_from: int | None = None) -> None:
+        if self.abandon:
+            self._write(group, None, "stopped", "the monitor stopped before this outlier's window was kept")
+            return
         if self.cap is None:
             self._write(group, None, "recorder", None)
             return
         if not self._allowed():
             self._write(group, None, "rate", None)
             return
+        free = shutil.disk_usage(self.out).free
+        if free < DISK_FLOOR:
+            if not self.disk_full:
+                self.note(f"the disk holding {self.out} has {free >> 20} MB free (under {DISK_FLOOR >> 20} MB): windows are no longer kept "
+                          "(counted as not kept: disk); histograms, periods and outliers go on")
+            self.disk_full = True
+            self._write(group, None, "disk", f"{free >> 20} MB free on the disk")
+            return
+        if self.disk_full:
+            self.disk_full = False
+            self.note(f"the disk holding {self.out} has room again ({free >> 20} MB free): windows are kept again")
         t0 = min(o.start_k for o in group) - MARGIN_NS
         t1 = max(o.end_k for o in group) + MARGIN_NS
         # the window's last events must have been recorded
@@ -244,7 +305,9 @@ class Keeper:
             time.sleep(delay / 1e9)
         d = self.out / "windows" / f"{self.seq:07d}"
         self.seq += 1
-        got = self.cap.keep(t0, t1, d, HOLD_NS)
+        now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - C.timens_offset_ns()
+        hold = HOLD_NS if hold_from is None else min(max(HOLD_NS, now_k - hold_from), int(self.settings.reach))
+        got = self.cap.keep(t0, t1, d, hold)
         if got.get("error"):
             shutil.rmtree(d, ignore_errors=True)
             self._write(group, None, "disk" if "keeping a window" in str(got["error"]) else "recorder", str(got["error"]))
@@ -254,7 +317,7 @@ class Keeper:
         if got.get("short"):
             # the buffers did not reach back to the window: nothing of it is worth keeping
             shutil.rmtree(d, ignore_errors=True)
-            self._write(group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window")
+            self._write(group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window", age_ns=got.get("age_ns"))
             return
         self.kept_times.append(time.monotonic_ns())
         size = _bytes(d)
@@ -264,7 +327,7 @@ class Keeper:
             self.counts.kept_bytes += size
             self.windows.append((d, size))
             self.unpacked.append(d)
-        self._write(group, d, None, None, att, blind=bool(got.get("blind")))
+        self._write(group, d, None, None, att, blind=bool(got.get("blind")), age_ns=got.get("age_ns"))
         self._retain()
 
     def _pack(self, force: bool = False) -> None:
@@ -302,10 +365,13 @@ class Keeper:
             (d / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
             return None
 
-    def _write(self, group: list[Outlier], d: Path | None, why_not: str | None, detail: str | None, att: pl.DataFrame | None = None, blind: bool = False) -> None:
+    def _write(self, group: list[Outlier], d: Path | None, why_not: str | None, detail: str | None, att: pl.DataFrame | None = None, blind: bool = False,
+               age_ns: int | None = None) -> None:
         for i, o in enumerate(group):
             rec: dict[str, Any] = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
                                    "window": d.name if d is not None else None, "not_kept": why_not}
+            if age_ns is not None:
+                rec["kept_after_ms"] = round(age_ns / 1e6, 1)  # from the window's start to its events taken out of the kernel
             if detail:
                 rec["detail"] = detail
             if att is not None:
@@ -330,8 +396,11 @@ class Keeper:
                         c.explained += 1
                         c.by_cause[rec["top_cause"]] = c.by_cause.get(rec["top_cause"], 0) + 1
                 self.last.append(rec)
-            self.outliers.write(json.dumps(rec) + "\n")
-        self.outliers.flush()
+                if not self.outliers.closed:
+                    self.outliers.write(json.dumps(rec) + "\n")
+        with self.lock:
+            if not self.outliers.closed:
+                self.outliers.flush()
 
     def _retain(self) -> None:
         """The oldest windows go first while the kept windows exceed ``monitor.retain``."""

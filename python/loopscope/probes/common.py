@@ -31,6 +31,19 @@ class TraceOutcome:
 # at once (each flush is ~0.1 ms of writing, and under a flood it still was
 # up to 1.1 % of a pipeline stage's outlier time at 1 s).
 LAB_FLUSH_MS = 1000
+# A monitor reads a probe's trace while it runs and needs it sooner, and its
+# probes' writers run off the measured CPUs beside loads that would starve an
+# idle one: it sets these for its probes (``LOOPSCOPE_FLUSH_MS``,
+# ``LOOPSCOPE_WRITER_IDLE=0``).
+
+
+def _writer() -> tuple[int, bool]:
+    """(flush_ms, writer at SCHED_IDLE) for a probe's trace: the lab's, unless the environment says."""
+    try:
+        ms = int(os.environ.get("LOOPSCOPE_FLUSH_MS") or LAB_FLUSH_MS)
+    except ValueError:
+        ms = LAB_FLUSH_MS
+    return max(1, min(ms, 10_000)), os.environ.get("LOOPSCOPE_WRITER_IDLE", "1") != "0"
 
 
 @contextmanager
@@ -50,7 +63,8 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
     if moved:
         os.sched_setaffinity(0, rest)
     try:
-        session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=LAB_FLUSH_MS, writer_idle=True) if path is not None else None
+        flush_ms, idle = _writer()
+        session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=flush_ms, writer_idle=idle) if path is not None else None
         try:
             yield out
         finally:
