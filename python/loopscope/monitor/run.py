@@ -525,11 +525,12 @@ class Monitor(Run):
 
 # What a monitor writes, measured (docs/benchmarks.md "Monitoring"): a
 # period's histogram in the interval log, its periods.jsonl line, an
-# outlier's outliers.jsonl line, a kept window on disk (blocks included).
+# outlier's outliers.jsonl line, a kept window on disk once packed (blocks
+# included: 2 kB at the demo's noise, 12 kB beside a context-switch storm).
 HLOG_BYTES_PER_PERIOD = 1600
 PERIOD_LINE_BYTES = 420
 OUTLIER_LINE_BYTES = 450
-WINDOW_BYTES = (16_000, 40_000)
+WINDOW_BYTES = (2_000, 13_000)
 
 
 def footprint(exp: Experiment) -> list[str]:
