@@ -300,3 +300,23 @@ def test_a_capture_buffer_filling_in_a_window_is_said_and_the_run_completes(tmp_
     inside = [x for x in cap["reader_ran_during"] if x["step"]]
     assert inside and all(x["read_ms"] > 0 and x["at_s"] >= 0 for x in inside), cap["reader_ran_during"][:3]
     assert any("filled to half" in n for n in run["notes"]), run["notes"]
+
+
+def test_a_bug_in_the_controller_fails_the_run_naming_it_and_keeps_the_traceback_beside_the_record(tmp_path: Path) -> None:
+    from loopscope.kinds import KINDS
+    from loopscope.lab.controller import Run, execute_run
+    from loopscope.spec.load import parse
+
+    exp = parse("name: bug\nprobes: [{kind: timer}]\nduration: 1s\n", "bug.yaml", KINDS)
+
+    class Broken(Run):
+        def plan(self) -> None:
+            raise ValueError("a value nobody expected")
+
+    r = Broken(exp, "name: bug\n", tmp_path / "run", lambda _m: None, [], None, {h.name: "local" for h in exp.hosts})
+    out = execute_run(r)
+    assert out.status == "failed" and "ValueError: a value nobody expected" in (out.error or "") and "loopscope's bug" in (out.error or "")
+    tb = (tmp_path / "run" / "controller-error.txt").read_text()
+    assert "Traceback" in tb and "raise ValueError" in tb
+    rec = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert rec["failed"]["component"] == "controller"

@@ -259,6 +259,13 @@ class Run:
         except RunError as e:
             out.status, out.error = "failed", str(e)
             rec.failed = Failed(host=None, component=e.component or "controller")
+        except Exception as e:  # noqa: BLE001 - a bug of loopscope's: the run fails naming the controller, the traceback is kept for the report of it
+            import traceback
+
+            where = self.run_dir / "controller-error.txt"
+            where.write_text(traceback.format_exc())
+            out.status, out.error = "failed", f"the controller failed ({type(e).__name__}: {e}); this is loopscope's bug, the traceback is in {where}"
+            rec.failed = Failed(host=None, component="controller")
 
     def plan(self) -> None:
         """What the run does, start to end (a monitor does its own)."""
