@@ -229,24 +229,14 @@ class Keeper:
             if first is None:
                 break
             batch = [first]
-            # what comes in the next moments is taken with it: one read of the
-            # buffers serves them all (a read is of the whole buffer, tens of
-            # MB under a busy scheduler)
+            # what comes in the next moments is taken with it, and then
+            # everything else waiting (kept slower than they come, the batch
+            # grows instead of the queue): one read of the buffers serves them
+            # all (a read is of the whole buffer, tens of MB under a busy scheduler)
             wait_until = time.monotonic_ns() + BATCH_NS
-            while True:
-                try:
-                    nxt = self.q.get(timeout=max(0.0, (wait_until - time.monotonic_ns()) / 1e9))
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    done = True
-                    break
-                batch.append(nxt)
-            # and everything else waiting (kept slower than they come, the
-            # batch grows instead of the queue: one read serves it all)
             while len(batch) < MAX_BATCH:
                 try:
-                    nxt = self.q.get_nowait()
+                    nxt = self.q.get(timeout=max(0.0, (wait_until - time.monotonic_ns()) / 1e9))
                 except queue.Empty:
                     break
                 if nxt is None:
