@@ -47,6 +47,13 @@ def _periods(out: Path) -> int:
     return len(p.read_text().splitlines()) if p.exists() else 0
 
 
+def _wait_periods(out: Path, n: int, timeout_s: float = 60.0) -> None:
+    """Until ``out`` has ``n`` closed periods (or the timeout: the test's own asserts say what is missing)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and _periods(out) < n:
+        time.sleep(0.1)
+
+
 def _left(pid: int) -> list[str]:
     """Processes of a monitor (its descendants by name) and loopscope's trace instances still there."""
     ps = subprocess.run(["ps", "-eo", "comm="], capture_output=True, text=True).stdout.split()
@@ -60,9 +67,7 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # two whole periods, then SIGTERM inside the third
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _periods(out) < 2:
-            time.sleep(0.2)
+        _wait_periods(out, 2)
         time.sleep(1.5)
         t = time.monotonic()
         p.send_signal(signal.SIGTERM)
@@ -115,9 +120,7 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _periods(out) < 1:
-            time.sleep(0.2)
+        _wait_periods(out, 1)
         time.sleep(1.0)
         # a second monitor on the directory is refused, naming the first
         r = subprocess.run([str(BIN), "monitor", str(burst_spec), "--resume", str(out)], capture_output=True, text=True, timeout=60)
@@ -286,9 +289,7 @@ def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burs
         out = disk / "m"
         p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "13s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and _periods(out) < 2:
-                time.sleep(0.2)
+            _wait_periods(out, 2)
             filler.unlink()  # room again
             stdout, stderr = p.communicate(timeout=120)
         finally:
@@ -341,9 +342,7 @@ def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--for", "9s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and _periods(out) < 1:
-            time.sleep(0.1)
+        _wait_periods(out, 1)
         time.sleep(0.8)  # inside the second period
         probes = subprocess.run(["pgrep", "-f", f"probe launch .*{out}"], capture_output=True, text=True).stdout.split()
         assert probes
