@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -334,6 +335,52 @@ monitor: {period: 2s, threshold: 100us}
     assert all(o["top_cause"] for o in outl if o["window"]), outl
     # every host's part of a period (the echo's, the stages') is gone once its histogram is written
     assert not [p for p in out.glob("sessions/*/hosts/*/steps/*") if p.name != "loads"]
+
+
+def test_an_uninstrumented_cyclictest_is_monitored_from_its_threads_own_kernel_events_and_each_burst_is_named(burst_spec: Path, tmp_path: Path) -> None:
+    if shutil.which("cyclictest") is None:
+        pytest.skip("needs cyclictest (rt-tests)")
+    spec = tmp_path / "cyc.yaml"
+    # cyclictest's thread at SCHED_FIFO 5 on CPU 1, below the burst's 10: each burst holds it up ~2 ms
+    spec.write_text(f"""name: cyc
+probes:
+  - kind: threads
+    name: cyc
+    command: [cyclictest, -m, -p, "5", -i, "1000", -t, "1", -q, -a, "1"]
+    threads: "^cyclictest$"
+    cpu: [1]
+loads:
+  - {{name: burst, kind: command, command: [{burst_spec.parent / "ls-zoo"}, fifo, --cpu, "1", --prio, "10", --burst-us, "2000", --period-us, "1000000"]}}
+monitor: {{period: 3s, threshold: 1ms}}
+""")
+    out = tmp_path / "m"
+    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--for", "10s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # while a period runs, only the program's threads are recorded (the probe put its command in set_event_pid)
+        deadline = time.monotonic() + 30
+        pids: list[str] = []
+        while time.monotonic() < deadline and not pids:
+            f = Path(f"/sys/kernel/tracing/instances/loopscope-mon{p.pid}-w/set_event_pid")
+            pids = f.read_text().split() if f.exists() else []
+            pids = [x for x in pids if Path(f"/proc/{x}/comm").exists() and Path(f"/proc/{x}/comm").read_text().strip() == "cyclictest"]
+            time.sleep(0.1)
+        stdout, stderr = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert pids, "the watching capture never listed cyclictest's threads"
+    assert p.returncode == 0, stderr
+    rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
+    # 1 kHz: every activation of the thread is in its period's histogram (none dropped for an untraced switch-in)
+    assert rows and all(r["count"] >= 0.97 * 1000 * r["seconds"] for r in rows), rows
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
+    bursts = int(sum(r["seconds"] for r in rows))
+    assert len(outl) >= bursts - 2, (outl, bursts)
+    assert all(o["window"] and o["top_cause"] == "load: burst" and o["causes"][0]["share"] > 0.5 for o in outl), outl
+    rec = json.loads(stdout.strip().splitlines()[-1])
+    assert rec["counts"]["kept"] == rec["counts"]["outliers_above"] == len(outl)
+    assert _left(p.pid) == [] and not [p for p in out.glob("sessions/*/steps/*") if p.name != "loads"]
 
 
 def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path) -> None:

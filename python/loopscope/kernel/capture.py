@@ -125,6 +125,14 @@ def filter_for(event: str, also_not: list[int] | None = None) -> str | None:
     return " && ".join(parts) or None
 
 
+# What a watching capture (``read="watch"``: a monitor's ``threads`` probe,
+# only the program's threads) records: what their activations are made of.
+WATCH_EVENTS = ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking", "sched:sched_migrate_task", "timer:hrtimer_start"]
+# A watching capture's buffers: a 1 kHz program makes ~5 k of its events a
+# second, read every half second; room for seconds of a busier one.
+WATCH_BUFFER_MB = 4
+
+
 # Per-packet receive-path events: opt-in (``kernel.events``). Under a network
 # flood they fire hundreds of thousands of times a second and fill the buffers.
 NET_EVENTS = ["net:netif_receive_skb", "napi:napi_poll", "udp:udp_fail_queue_rcv_skb"]
@@ -307,7 +315,12 @@ class Capture:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
                 "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else []),
-                *(["--flight", self.flight] if self.read == "flight" else [])]
+                *(["--flight", self.flight] if self.read == "flight" else []), *(["--watch"] if self.read == "watch" else [])]
+
+    def pid_file(self) -> Path | None:
+        """A watching capture's ``set_event_pid`` (the threads to record are written there)."""
+        tf = tracefs()
+        return tf / "instances" / self.name / "set_event_pid" if tf is not None else None
 
     def start(self, wrap: Any = None, env: dict[str, str] | None = None) -> CaptureReport:
         """Create the instance and start its reader; ``wrap`` (argv → argv) puts

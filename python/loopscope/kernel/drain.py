@@ -23,6 +23,17 @@ with the events counted as lost over the segment's span.
 
 Replies are JSON lines on stdout: ``{"ready": …}`` once, then one per drain.
 
+To watch a program (``--watch``, a monitor's ``threads`` probe) it records
+only the threads in the instance's ``set_event_pid`` (with
+``options/event-fork``, every thread and process they start joins them),
+which the probe fills as it starts or finds its target: the kernel then
+records a switch only when a watched thread is one of its two sides, a
+wake-up only when a watched thread is woken, a timer only when one arms
+it. It starts with one pid no task has (``pid_max`` − 1): an empty list
+would record everyone. It reads every ``WATCH_READ_S`` at the normal
+policy, a segment each time, so the monitor sees the program's activations
+while the period runs.
+
 As a flight recorder (``--flight``, for ``loopscope monitor``) it never
 reads on its own and never writes a segment of everything: the buffers
 overwrite their oldest pages, and a ``keep T0 T1 DIR`` line takes the
@@ -58,6 +69,8 @@ from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, fi
 from loopscope.errors import Stopped
 
 MAX_READ = 1 << 30
+#: a watching reader's pace (the monitor's tail reads the segments as they come)
+WATCH_READ_S = 0.5
 
 
 class Stop(Stopped):
@@ -86,8 +99,11 @@ def _dropped(st: dict[str, int]) -> int:
 
 
 class Reader:
-    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None) -> None:
-        self.continuously = continuously
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None,
+                 watch: bool = False) -> None:
+        self.continuously = continuously or watch
+        #: record only the threads in set_event_pid (and those they start)
+        self.watch = watch
         #: flight recorder: "alternate" (two instances, one recording while the other is read) or "pause" (one, paused while read)
         self.flight = flight
         # flight recorder: the events of the last read after its window (a read consumes
@@ -136,6 +152,10 @@ class Reader:
             self._w("options/overwrite", "1")
         except OSError:
             pass
+        if self.watch:
+            # one pid no task has: an empty list would record every thread until the probe adds its own
+            self._w("set_event_pid", str(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1))
+            self._w("options/event-fork", "1")
         fmt_dir = self.out / "formats"
         fmt_dir.mkdir(parents=True, exist_ok=True)
         header = (self.tf / "events" / "header_page").read_text()
@@ -469,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buffer-mb", type=int, required=True)
     ap.add_argument("--events", required=True)
     ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
+    ap.add_argument("--watch", action="store_true", help="record only the threads in the instance's set_event_pid (and those they start); read every half second")
     ap.add_argument("--flight", choices=["alternate", "pause"], default=None,
                     help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read")
     a = ap.parse_args(argv)
@@ -482,7 +503,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        if not a.watch:  # a watching reader is read from while the period runs: at the normal policy
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError) as e:
         sys.stderr.write(f"ls-kcapture: SCHED_IDLE refused ({e}); the reader runs at the normal policy\n")
     from loopscope.kernel.capture import tracefs
@@ -491,7 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     if tf is None:
         _say({"error": "tracefs is not mounted"})
         return 1
-    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight)
+    r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight, a.watch)
     label = ""
     try:
         _say(r.create())
@@ -540,7 +562,10 @@ def main(argv: list[str] | None = None) -> int:
                     break
             elif fds:
                 r.drain("continuously" if r.continuously else "half full", label)
-                if r.continuously:
+                if r.watch:
+                    # a line on stdin (stop) is still answered at once
+                    select.select([0], [], [], WATCH_READ_S)
+                elif r.continuously:
                     time.sleep(0.01)  # batch: at most a hundred reads a second
     except Stop as e:
         try:

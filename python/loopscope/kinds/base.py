@@ -382,8 +382,13 @@ class ProbeKind:
         return []
 
     #: the kind's windows are found in the run's kernel capture, not in its
-    #: own trace (a monitor, which keeps only windows around outliers, cannot run it)
+    #: own trace (a monitor, which keeps only windows around outliers, cannot run it
+    #: unless ``live_capture``)
     windows_need_capture: bool = False
+    #: a monitor can record such a kind's steps with a watching capture of their
+    #: own (``kernel.capture`` ``read="watch"``: only the threads its probe puts in
+    #: the capture's ``set_event_pid``), which its ``windows`` then reads
+    live_capture: bool = False
 
     def live_step(self, probe: Any, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
         """Where a step's trace and result will be, before it runs (a monitor

@@ -16,6 +16,14 @@ through the kind hook (``windows``) by the native attribution.
 
 Without a kernel capture (``kernel.capture: off``, no tracefs, no root) the
 kind measures nothing and says so.
+
+In a monitor (``live_capture``) there is no run capture: each period's
+threads are recorded by a capture of their own that records nothing else
+(``kernel.capture.WATCH_EVENTS`` for the threads in its ``set_event_pid``,
+which the probe fills), read every half second; the monitor's source
+gives that store (``live_store``), the threads seen so far (the probe's
+``.seen.json``) and where its last read ended (``since``), so each read
+finds only the new activations.
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ ROWS: Columns = {
 }
 #: a step's activations are read from its window widened by this much (a wake-up just before it)
 MARGIN_NS = 50_000_000
+#: a monitor's read goes back this far before the last one's newest activation (one still running then)
+SINCE_BACK_NS = 1_000_000_000
 
 
 class ThreadsProbe(ThreadsParams, ProbeModel):
@@ -51,9 +61,10 @@ class ThreadsProbe(ThreadsParams, ProbeModel):
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
-def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str, Any], store: Any = None) -> pl.DataFrame | None:
+def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str, Any], store: Any = None, since_ns: int | None = None) -> pl.DataFrame | None:
     """The activations of the threads a step saw, inside its window (kernel
-    CLOCK_MONOTONIC), with ``comm``; None when no capture covers its host."""
+    CLOCK_MONOTONIC), with ``comm``; None when no capture covers its host.
+    ``since_ns``: only those from about then on (a monitor's next read)."""
     from loopscope.analysis.activations import activations
     from loopscope.kernel import store as S
 
@@ -71,6 +82,8 @@ def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str
     if not names or len(win) != 2:
         return pl.DataFrame(schema={**ROWS, "woken_ns": pl.Int64, "on_ns": pl.Int64, "complete": pl.Boolean})
     a, b = int(win[0]), int(win[1])
+    if since_ns is not None:
+        a = max(a, since_ns - SINCE_BACK_NS)
     ev = store.load(a - MARGIN_NS, b + MARGIN_NS)
     act = activations(ev, list(names), store.lost, store.clock)
     act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(a, b))
@@ -85,6 +98,7 @@ def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str
 class Threads(ProbeKind):
     name = "threads"
     windows_need_capture = True
+    live_capture = True
     model = ThreadsProbe
     params = ThreadsParams
     describe = ("Any program's threads, uninstrumented, from the kernel capture: per thread name, how long after its wake-up each activation ran "
@@ -144,19 +158,36 @@ class Threads(ProbeKind):
         """Every complete wake-up of the step's threads, from the wake-up to the switch-in."""
         import json
 
+        live = getattr(src, "live_store", None)
         try:
             result = json.loads((src.run_dir / step.json_).read_text().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError):
+            if live is None:
+                return no_windows()
+            try:  # a monitor's period still running: what its probe has seen so far
+                result = json.loads((src.run_dir / step.trace).with_suffix(".seen.json").read_text())
+            except (OSError, ValueError, TypeError):
+                return no_windows()
+        store = live(step) if live is not None else None
+        if live is not None and store is None:
             return no_windows()
-        act = step_activations(src.run_dir, src.run, step, result)
+        act = step_activations(src.run_dir, src.run, step, result, store, getattr(src, "since", {}).get(step.probe))
         if act is None or not len(act):
             return no_windows()
         host = src.host_of(step)
-        off = RunDir(src.run_dir).provenance().offsets().get(host, 0)  # windows are on the host's clock, the capture on the kernel's
-        ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null() & (pl.col("wakeup_latency_ns") > 0))
+        # windows are on the host's clock, the capture on the kernel's
+        off = src.offset(host) if hasattr(src, "offset") else RunDir(src.run_dir).provenance().offsets().get(host, 0)
+        # A monitor's histogram holds every activation: one whose switch-in the
+        # kernel did not trace (this VM never traces a switch from CPU 1's idle
+        # task) counts at its bound, the latest the switch-in can have been (a
+        # watching capture has few other events on the CPU to place it by, so
+        # its lower bound is often the wake-up itself: 11 % of a 1 kHz
+        # cyclictest's activations came out as 0 and would have been dropped).
+        lat = pl.col("wakeup_latency_ns") + (pl.col("on_bound_ns").fill_null(0) if live is not None else 0)
+        ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null() & (lat > 0))
         return ok.select(
             pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), pl.lit(step.probe).alias("probe"), pl.lit(host).alias("host"),
-            pl.col("tid"), (pl.col("woken_ns") + off).alias("t_ns"), pl.col("wakeup_latency_ns").alias("latency_ns"), pl.lit(False).alias("span"),
+            pl.col("tid"), (pl.col("woken_ns") + off).alias("t_ns"), lat.alias("latency_ns"), pl.lit(False).alias("span"),
         ).cast(WINDOWS)  # type: ignore[arg-type]
 
     def silent(self, results: list[dict[str, Any]]) -> str:

@@ -22,6 +22,14 @@ it (once a second) and hands the kind's windows (``ProbeKind.windows``, the
 hook explain uses: every kind that has one can be monitored) above the
 threshold to the keeper. The period's trace is deleted when its histogram
 is written. The monitor's own threads run on CPUs no probe is pinned to.
+
+A kind whose windows come from kernel events (``threads``: any program's
+threads, ``live_capture``) gets, for each of its periods, a capture of its
+own that records only the program's threads (``kernel.drain --watch``: the
+probe puts its target in the capture's ``set_event_pid``), read every half
+second into the period's directory; the tail reads it as it reads a
+probe's trace, and it goes with the period's directory. Its cost is the
+program's own events, not the machine's.
 """
 
 from __future__ import annotations
@@ -91,8 +99,43 @@ class LiveSource:
     """What a kind's ``windows`` hook reads (``kinds.base.WindowSource``),
     over the open period's trace as far as it has been written."""
 
-    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, Any]) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, Any], offset: Callable[[str], int] = lambda _h: 0) -> None:
         self.run_dir, self.run, self.spec = run_dir, run, spec
+        self._offset = offset
+        #: a watching capture's directory per probe (``live_capture`` kinds), and where the last read ended
+        self.stores: dict[str, Path] = {}
+        self.since: dict[str, int] = {}
+
+    def after(self, since: dict[str, int]) -> "LiveSource":
+        """This source for a read that needs only what came after ``since`` (per probe)."""
+        c = LiveSource(self.run_dir, self.run, self.spec, self._offset)
+        c.stores, c.since = self.stores, dict(since)
+        return c
+
+    def live_store(self, step: Step) -> Any:
+        """The watching capture of ``step``'s probe as far as it has been read (None: none yet)."""
+        from loopscope.kernel import store as S
+
+        d = self.stores.get(step.probe)
+        if d is None or not (d / "segments.jsonl").exists():
+            return None
+        try:
+            return S.open_dir(d)
+        except S.CaptureError:
+            return None
+
+    def offset(self, host: str) -> int:
+        return self._offset(host)
+
+    def grown(self, st: Step) -> int:
+        """How much of the step's files there is (the tail reads again when it grows)."""
+        n = 0
+        for p in (self.run_dir / st.trace if st.trace else None, self.stores[st.probe] / "segments.jsonl" if st.probe in self.stores else None):
+            try:
+                n += p.stat().st_size if p is not None else 0
+            except OSError:
+                pass
+        return n
 
     def trace(self, rel: str) -> pl.DataFrame | None:
         got = self.trace_info(rel)
@@ -162,11 +205,13 @@ class Tail(threading.Thread):
             if st is None or self.stopping:
                 continue
             try:
-                size = (self.mon.run_dir / st.trace).stat().st_size if st.trace else 0
+                size = self.mon.src.grown(st)
                 if size == self.size:
                     continue  # nothing flushed since the last read
                 self.size = size
-                self._new(KINDS[st.kind].windows(st, self.mon.src), gen)
+                with self.lock:
+                    since = dict(self.seen)
+                self._new(KINDS[st.kind].windows(st, self.mon.src.after(since)), gen)
             except Exception as e:  # noqa: BLE001 - said once in the notes; the period's close reads the trace again
                 self.mon.note_once(f"reading a period's trace while it ran failed: {type(e).__name__}: {e}")
 
@@ -218,7 +263,10 @@ class Monitor(Run):
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
         self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=self.settings.recorder != "off", note=self._keeper_note)
-        self.src = LiveSource(self.run_dir, self.rec, json.loads((self.run_dir / "spec.json").read_text()))
+        self.src = LiveSource(self.run_dir, self.rec, json.loads((self.run_dir / "spec.json").read_text()), self.offset)
+        # a live_capture kind's watching capture (one at a time: probes take turns)
+        self.watch_name = f"loopscope-mon{os.getpid()}-w"
+        self.watch_tids: list[int] = []
         self.tail = Tail(self)
         self._noted: set[str] = set()
         self.started_utc = _dt.datetime.now(_dt.timezone.utc).isoformat()
@@ -311,7 +359,7 @@ class Monitor(Run):
         for label, tids in self.lab.lab_tids().items():
             for t in tids:
                 out[t] = label
-        for t in self.keeper.reader_tids():
+        for t in [*self.keeper.reader_tids(), *self.watch_tids]:
             out[t] = "lab: capture"
         for name, (group, pids) in self.load_groups.items():
             for t in procs.threads_of(group, pids):
@@ -350,6 +398,13 @@ class Monitor(Run):
         # kernel's buffers had overwritten the outliers' windows).
         os.environ["LOOPSCOPE_FLUSH_MS"] = str(PROBE_FLUSH_MS)
         os.environ["LOOPSCOPE_WRITER_IDLE"] = "0"
+        if any(KINDS[p.kind].live_capture for p in self.exp.probes):
+            from loopscope.kernel.capture import tracefs
+            from loopscope.probes.threads import WATCH_ENV
+
+            tf = tracefs()
+            if tf is not None:
+                os.environ[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
         self.bring_up()
         self._away_from_probes()
         why = self.keeper.start()
@@ -405,6 +460,7 @@ class Monitor(Run):
                                   "host": host, **rel, **({"stages": stages} if stages else {}), "spawn_mono_ns": 0, "end_mono_ns": 0})
         t0 = time.time()
         t0_mono = time.monotonic_ns()
+        watching = self._watch(probe, Path(self.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
         self.tail.watch(st)
         cut: str | None = None
         died: str | None = None
@@ -423,13 +479,41 @@ class Monitor(Run):
             died = str(e).splitlines()[0][:300]
             self.say(f"period {n}: probe {probe.name} died ({died}); it starts again with the next period")
         finally:
+            if watching is not None:
+                self._unwatch(watching)
             w = self.tail.finish()
+            self.src.stores.pop(probe.name, None)
         t1 = time.time()
         if died is None:
             self.live[probe.name].deaths_in_a_row = 0
         self.close_period(probe, n, st, step, w, t0, t1, t0_mono, died)
         if cut:
             raise Interrupted(str(cut))
+
+    def _watch(self, probe: Any, d: Path) -> Any:
+        """A watching capture for ``probe``'s period (its probe fills its
+        ``set_event_pid``), or None when the kernel refuses (said once)."""
+        from loopscope.kernel import capture as C
+
+        cap = C.Capture(d, events=C.WATCH_EVENTS, buffer_mb=C.WATCH_BUFFER_MB, name=self.watch_name, read="watch")
+        meta = cap.start()
+        if meta.refused:
+            self.note_once(f"probe {probe.name}: its threads cannot be recorded, so it measures nothing: {meta.refused}")
+            return None
+        if meta.missing_events:
+            self.note_once(f"probe {probe.name}: this kernel lacks {', '.join(meta.missing_events)}; its threads are measured without them")
+        self.src.stores[str(probe.name)] = d
+        try:
+            self.watch_tids = sorted(int(t) for t in os.listdir(f"/proc/{cap.proc.pid}/task")) if cap.proc is not None else []
+        except OSError:
+            self.watch_tids = []
+        return cap
+
+    def _unwatch(self, cap: Any) -> None:
+        """The watching capture's last read, then its instance removed."""
+        cap.stop()
+        if cap.final.get("error"):
+            self.note_once(f"the watching capture's last read failed: {cap.final['error']}")
 
     def close_period(self, probe: Any, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None) -> None:
         lv = self.live[probe.name]
@@ -535,6 +619,7 @@ WINDOW_BYTES = (2_000, 13_000)
 
 def footprint(exp: Experiment) -> list[str]:
     """``loopscope check``'s lines for a monitor: per hour, and at most."""
+    from loopscope.kernel.capture import WATCH_BUFFER_MB
     from loopscope.monitor.keeper import buffer_mb
 
     s = exp.monitor
@@ -552,6 +637,8 @@ def footprint(exp: Experiment) -> list[str]:
         f"  disk per hour: histograms and periods {fixed:.2f} MB; outliers {OUTLIER_LINE_BYTES / 1e3:.2f} kB each; kept windows {WINDOW_BYTES[0] // 1000}-{WINDOW_BYTES[1] // 1000} kB each,"
         f" at most {win[0]:.0f}-{win[1]:.0f} MB an hour ({s.keep_per_minute} a minute), never more than monitor.retain ({s.retain / 1e9:g} GB) in all",
         f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {s.reach / 1e9:g} s at 50 k events/s per CPU); the monitor's processes ~300 MB",
+        *([f"  a threads probe's period: a capture of the program's threads only, {WATCH_BUFFER_MB} MiB per CPU of kernel buffers and ~0.05 MB a second"
+           f" on disk (1 kHz), removed with the period"] if any(KINDS[p.kind].live_capture for p in exp.probes) else []),
     ]
 
 
@@ -596,5 +683,5 @@ def check(exp: Experiment, file: str) -> None:
         if h.kind not in ("local", "netns", "auto"):  # auto: netns with root, else local
             raise InputError(f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns")
     for p in exp.probes:
-        if KINDS[p.kind].windows_need_capture:
+        if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:
             raise InputError(f"{file}: probe {p.name} is a {p.kind} probe, whose windows come from a whole kernel capture; a monitor keeps only the windows around outliers")

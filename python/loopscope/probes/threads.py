@@ -11,10 +11,19 @@ left out of the measured window), and prints one JSON object: the threads
 seen (tid → name), the measured window on the kernel's CLOCK_MONOTONIC, its
 own thread ids (the lab's, told apart in attribution) and how the command
 ended. It writes an empty trace so the run's tables stay whole.
+
+Watched by a monitor (``LOOPSCOPE_WATCH_PIDS``: a watching kernel
+capture's ``set_event_pid``) it puts its target there, so that the kernel
+records the target's threads only: the command's own pid, written by the
+command's process before it execs (every thread and process it starts then
+joins by ``event-fork``), or each attached thread as it is found; and after
+every listing it rewrites ``<trace>.seen.json`` (the threads seen so far and
+the window up to now), which the monitor reads while the period runs.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -35,6 +44,35 @@ POLL_S = 0.5
 SCAN_S = 2.0
 #: a command settles before it is measured (its exec and start-up are the lab's doing)
 SETTLE_S = 0.05
+#: a monitor's watching capture: where the target's thread ids go
+WATCH_ENV = "LOOPSCOPE_WATCH_PIDS"
+
+
+def add_pids(tids: list[int]) -> None:
+    """Threads for a monitor's watching capture to record (nothing outside a monitor)."""
+    path = os.environ.get(WATCH_ENV)
+    if not path or not tids:
+        return
+    try:
+        # appended (no O_TRUNC: the kernel adds them to the list); os.open, as
+        # Python's "a" seeks to the end, which tracefs refuses
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            os.write(fd, (" ".join(str(t) for t in tids) + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        sys.stderr.write(f"threads: cannot add {tids} to the monitor's capture ({path}): {e}\n")
+
+
+def _live(path: Path | None, seen: dict[int, str], rx: re.Pattern[str] | None, a: int, b: int) -> None:
+    """The threads seen so far and the window up to ``b``, for a monitor to read while the period runs."""
+    if path is None:
+        return
+    got = {str(t): n for t, n in sorted(seen.items()) if rx is None or rx.search(n)}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"seen": got, "window_ns": [a, b]}) + "\n")
+    os.replace(tmp, path)
 
 
 class ThreadsProbeJson(TypedDict):
@@ -158,7 +196,8 @@ def set_idle(idle: bool) -> None:
         pass
 
 
-def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int) -> tuple[dict[int, str], bool, int, dict[int, str], bool]:
+def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int, live: Path | None = None,
+          a: int = 0) -> tuple[dict[int, str], bool, int, dict[int, str], bool]:
     """Until the step's time is up or the target is gone: its threads as seen,
     whether the target went away first, and when the measured window ends on
     the kernel's clock: when the last sleep was due to end (what this
@@ -167,7 +206,8 @@ def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: 
     whether Ctrl-C (SIGINT) cut it short, the window then ending there with
     what was seen until then kept. It sleeps at the normal policy (so that the end
     of the step is noticed on a CPU-bound machine) and lists at SCHED_IDLE
-    (so that the listing runs only where nothing else wants a CPU)."""
+    (so that the listing runs only where nothing else wants a CPU). ``live``:
+    where a monitor reads what was seen so far (``_live``)."""
     seen: dict[int, str] = {}
     last: dict[int, str] = {}
     own = {int(t) for t in os.listdir("/proc/self/task")}
@@ -176,6 +216,7 @@ def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: 
     gone = False
     b = kernel_now()
     cut = False
+    rx = re.compile(p.threads) if p.threads is not None else None
     try:
         while time.monotonic() < end:
             set_idle(idle=True)
@@ -185,17 +226,19 @@ def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: 
                 gone = True
                 b = kernel_now()
                 break
+            if child is None:
+                add_pids([t for t in now if t not in seen])  # a command's threads join by event-fork
             seen.update(now)
             if now:
                 last = now
+            _live(live, seen, rx, a, kernel_now())
             nap = min(POLL_S, max(0.0, end - time.monotonic()))
             b = kernel_now() + int(nap * 1e9)
             time.sleep(nap)
     except KeyboardInterrupt:
         set_idle(idle=False)
         cut, b = True, kernel_now()
-    if p.threads is not None:
-        rx = re.compile(p.threads)
+    if rx is not None:
         seen = {t: n for t, n in seen.items() if rx.search(n)}
     return seen, gone, b, {t: n for t, n in seen.items() if last and t not in last}, cut
 
@@ -205,11 +248,13 @@ def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
     env = {**os.environ, **p.env}
     env.pop("LOOPSCOPE_PDEATHSIG", None)
     env.pop("LOOPSCOPE_COMM", None)
+    env.pop(WATCH_ENV, None)
 
     def pre() -> None:
         from loopscope.lineage import die_with_parent
 
         die_with_parent(parent=os.getppid())
+        add_pids([os.getpid()])  # before exec: every thread it starts is recorded
         if p.cpu:
             os.sched_setaffinity(0, p.cpu)
         if p.priority:
@@ -254,7 +299,8 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
         if child is not None:
             time.sleep(SETTLE_S)
         a = kernel_now()
-        seen, gone, b, exited, interrupted = watch(p, child, launch.duration_ns)
+        live = Path(launch.trace).with_suffix(".seen.json") if launch.trace and os.environ.get(WATCH_ENV) else None
+        seen, gone, b, exited, interrupted = watch(p, child, launch.duration_ns, live, a)
         ended = stop(child) if child is not None else ("gone" if gone else "attached")
     finally:
         if child is not None and child.poll() is None:
