@@ -340,12 +340,15 @@ class Pairs:
         self.least, self.most, self.fixed = least, most, fixed
 
     def more(self, without: list[RunStats], target: float) -> bool:
-        n = len(without)
+        return self.more_at(len(without), lambda: aa_spread(without), target)
+
+    def more_at(self, n: int, spread: Callable[[], float | None], target: float) -> bool:
+        """``more`` for ``n`` runs without, whose noise floor ``spread`` gives."""
         if n < self.least:
             return True
         if self.fixed or n >= self.most:
             return False
-        sp = aa_spread(without)
+        sp = spread()
         return sp is None or max(sp, 1 / sp) > target or n % 2 == 1
 
     def label(self, i: int) -> str:

@@ -406,7 +406,7 @@ class MonitorSettings(Model):
     period: Duration = Field(60_000_000_000, description="length of one histogram period (at least 1s)")
     threshold: Annotated[str, BeforeValidator(_threshold)] = Field("p99.9", description="an outlier: above this time (200us), or above this quantile of the last hour (p99.9)")
     retain: Size = Field(1_000_000_000, description="disk for kept windows (2GB); the oldest windows go first, their causes stay")
-    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(120, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
+    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(300, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
     reach: Duration = Field(8_000_000_000, description="how far back the kernel's buffers must reach (their size follows from it)")
     # YAML reads a bare off as false: take it as the word it was
     recorder: Annotated[Literal["alternate", "pause", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field("alternate", description="alternate: two trace instances, one recording while the other is read; pause: one, paused while it is read (half the memory, blind meanwhile); off: outliers counted, not kept")
