@@ -22,9 +22,10 @@ workers, flat out). Measured:
   ``inconclusive``. Pooled, not a median of each run's p99: a 20 s run's
   p99 rests on its 200 slowest wake-ups, and this VM moved a median of
   three such p99s by 15 % between two sets of runs of the same thing.
-- **the designs** (``--designs``): the busy case and the cost for both
-  flight recorders, ``alternate`` (two instances, nothing blind) and
-  ``pause`` (one, blind while it is read).
+- **the designs** (``--designs``): the busy case and the cost for every
+  flight recorder, ``alternate`` (two instances, nothing blind),
+  ``pause`` (one, blind while it is read) and ``drain`` (one with small
+  buffers, read every 0.2 s into memory; a keep decodes the window's pages).
 - **the weakest case** (``--busy``): the same, with 50 k context switches
   a second (``stress-ng --switch``, paced) on the other CPU: the kernel
   records many times the events, so each kept window's read is that much
@@ -185,9 +186,16 @@ def _du_mb(d: Path) -> float:
     return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file() or f.is_dir()) / 1e6
 
 
-def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say: Callable[[str], None], recorder: str = "alternate") -> Scenario:
+def _default_recorder() -> str:
+    from loopscope.spec.models import MonitorSettings
+
+    return str(MonitorSettings.model_fields["recorder"].default)
+
+
+def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say: Callable[[str], None], recorder: str | None = None) -> Scenario:
     _all_cpus()
-    name = ("busy" if busy else "demo-noise") + ("" if recorder == "alternate" else f"-{recorder}")
+    recorder = recorder or _default_recorder()
+    name = ("busy" if busy else "demo-noise") + ("" if recorder == _default_recorder() else f"-{recorder}")
     spec = work / f"{name}.yaml"
     spec.write_text(_spec(zoo, period, recorder, busy))
     out = work / f"mon-{name}"
@@ -298,7 +306,8 @@ def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None 
         r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(zoo)], capture_output=True, text=True)
         if r.returncode != 0:
             raise RunError(f"bench monitor: building ls-zoo failed: {r.stderr.strip()[-600:]}")
-        recorders = ("alternate", "pause") if designs else ("alternate",)
+        default = _default_recorder()
+        recorders = (default, *(x for x in ("drain", "alternate", "pause") if x != default)) if designs else (default,)
         scen = [long_run(work, zoo, minutes, period, False, say)]
         if busy and shutil.which("stress-ng"):
             for rec in recorders:
@@ -306,7 +315,7 @@ def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None 
         c = cost(work, zoo, Pairs(1 if quick else 4, 1 if quick else 10, pairs is not None or quick) if pairs is None else Pairs(pairs, pairs, True),
                  2.0 if quick else 20.0, say, recorders)
     m = scen[0]
-    return {"threshold": THRESHOLD, "recorder": "alternate", "scenarios": scen, "cost": c,
+    return {"threshold": THRESHOLD, "recorder": _default_recorder(), "scenarios": scen, "cost": c,
             "rss_mb_start": m.get("rss_mb_start"), "rss_mb_end": m.get("rss_mb_end"), "disk_mb_per_h": m["disk_mb_per_h"],
             "outliers_above": m["outliers_above"], "outliers_explained": m["outliers_explained"], "self_share": m["self_share"],
             "p99_ratio_with_capture": c.get("p99_ratio_with_capture"), "aa_spread": c.get("aa_spread"), "verdict": c["verdict"]}

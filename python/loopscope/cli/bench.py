@@ -152,7 +152,7 @@ def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float 
 @click.option("--minutes", type=click.FloatRange(min=0.2), default=None, help="Length of the long run [10; quick: 0.5]; the busy one runs half as long.")
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of 20 s monitors without and with the recorder [4, more up to 10 until the noise floor is within 1.05].")
 @click.option("--no-busy", is_flag=True, help="Leave out the weakest case (a context-switch storm beside the probe).")
-@click.option("--designs", is_flag=True, help="Run the busy case and the cost for both flight recorders: alternate (two instances) and pause (one, blind while read).")
+@click.option("--designs", is_flag=True, help="Run the busy case and the cost for every flight recorder: alternate (two instances), pause (one, blind while read) and drain (one read all the time into memory).")
 def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool) -> int:
     """A long monitor of a timer under a periodic burst: memory, disk, outliers kept and explained, and the flight recorder's cost.
 

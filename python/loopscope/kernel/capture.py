@@ -284,8 +284,9 @@ KEPT: TypeAdapter[Kept] = TypeAdapter(Kept)
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows", flight: str = "alternate") -> None:
+    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows", flight: str = "alternate", reach_ns: int | None = None) -> None:
         self.read = read
+        self.reach_ns = reach_ns
         self.flight = flight
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -315,7 +316,8 @@ class Capture:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
                 "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else []),
-                *(["--flight", self.flight] if self.read == "flight" else []), *(["--watch"] if self.read == "watch" else [])]
+                *(["--flight", self.flight] if self.read == "flight" else []), *(["--watch"] if self.read == "watch" else []),
+                *(["--reach-ms", str(self.reach_ns // 1_000_000)] if self.read == "flight" and self.reach_ns else [])]
 
     def pid_file(self) -> Path | None:
         """A watching capture's ``set_event_pid`` (the threads to record are written there)."""

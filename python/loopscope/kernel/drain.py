@@ -43,7 +43,13 @@ recording one is stopped and read, so nothing goes unrecorded (the idle
 twin's events stay enabled: turning them on at the switch waited seconds
 for the kernel under a busy scheduler).
 With ``pause`` the one instance is paused (``tracing_on`` 0) for as long
-as the read takes. Either way the events after the window are held back
+as the read takes. With ``drain`` the one instance (small buffers) is read
+every ``DRAIN_EVERY_S`` at the normal policy and its pages kept in memory
+as they came, undecoded, for ``--reach`` (``Ring``): a keep takes the
+pages whose span meets the window (a page's header carries its first
+time) and decodes those alone, so its cost is the window's events, not a
+whole buffer's; what the kernel overwrote before a read took it is a loss
+placed on its CPU, from the buffer's overrun counter. Either way the events after the window are held back
 in memory for the next keep (a read consumes the pages), and the reply
 says whether every CPU's buffer still reached back to T0 and when tracing
 was paused: the monitor's keeper turns both into the window's losses.
@@ -71,6 +77,57 @@ from loopscope.errors import Stopped
 MAX_READ = 1 << 30
 #: a watching reader's pace (the monitor's tail reads the segments as they come)
 WATCH_READ_S = 0.5
+#: a draining flight recorder's pace: its kernel buffers need only hold this long
+DRAIN_EVERY_S = 0.2
+
+
+class Ring:
+    """A draining flight recorder's memory: per CPU, the pages read from the
+    kernel in order, each with its header's time, for ``reach_ns``; and the
+    stretches the kernel overwrote before a read took them."""
+
+    def __init__(self, reach_ns: int, page_size: int) -> None:
+        from collections import deque
+
+        self.reach_ns, self.page_size = reach_ns, page_size
+        self.pages: dict[int, deque[tuple[int, bytes]]] = {}
+        self.gaps: list[tuple[int, int, int, int]] = []  # (cpu, from, to, events)
+        self.bytes = 0
+        self.cut: dict[int, int] = {}  # per CPU, once pages were let go: the time the oldest kept page starts
+
+    def add(self, cpu: int, buf: bytes) -> None:
+        from collections import deque
+
+        q = self.pages.setdefault(cpu, deque())
+        ps = self.page_size
+        for i in range(0, len(buf), ps):
+            page = buf[i:i + ps]
+            if len(page) < 16:
+                continue
+            q.append((int.from_bytes(page[:8], "little"), page))
+            self.bytes += len(page)
+
+    def trim(self, now_k: int) -> None:
+        """Pages whose whole span ended more than ``reach_ns`` ago go (the next page's time is where a page ends)."""
+        edge = now_k - self.reach_ns
+        for c, q in self.pages.items():
+            while len(q) > 1 and q[1][0] < edge:
+                self.bytes -= len(q.popleft()[1])
+                self.cut[c] = q[0][0]
+        self.gaps = [g for g in self.gaps if g[2] >= edge]
+
+    def over(self, cpu: int, t0: int, t1: int) -> list[bytes]:
+        """The pages of ``cpu`` that may hold events in [t0, t1]."""
+        q = self.pages.get(cpu)
+        if not q:
+            return []
+        out = []
+        items = list(q)
+        for i, (ts, page) in enumerate(items):
+            end = items[i + 1][0] if i + 1 < len(items) else None
+            if ts <= t1 and (end is None or end >= t0):
+                out.append(page)
+        return out
 
 
 class Stop(Stopped):
@@ -104,8 +161,11 @@ class Reader:
         self.continuously = continuously or watch
         #: record only the threads in set_event_pid (and those they start)
         self.watch = watch
-        #: flight recorder: "alternate" (two instances, one recording while the other is read) or "pause" (one, paused while read)
+        #: flight recorder: "alternate" (two instances, one recording while the other is read), "pause" (one, paused while read)
+        #: or "drain" (one, read all the time into ``ring``)
         self.flight = flight
+        self.ring: Ring | None = None
+        self.reach_ns = 8_000_000_000
         # flight recorder: the events of the last read after its window (a read consumes
         # the pages), and the pauses so far (kernel ns)
         self.held: pl.DataFrame | None = None
@@ -322,6 +382,8 @@ class Reader:
         def now() -> int:
             return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
 
+        if self.flight == "drain":
+            return self._keep_drained(t0, t1, dest)
         h = self.held
         if h is not None and len(h) and int(h["t_ns"].min()) <= t0 and int(h["t_ns"].max()) >= t1:  # type: ignore[arg-type]
             # an earlier keep's read holds the whole window: no pause, no read
@@ -397,6 +459,66 @@ class Reader:
         self.totals["reads_asked"] += 1
         return self._write_kept(win, t0, t1, dest, short, blind, placed, (p0, p1), len(new), nbytes, read_ns)
 
+    def pull(self) -> None:
+        """A draining recorder's read: every CPU's new pages into the ring,
+        and what the kernel overwrote since the last read as a gap."""
+        from loopscope import _native
+
+        if self.ring is None:
+            self.ring = Ring(self.reach_ns, self.page_size)
+        t0 = time.monotonic_ns()
+        now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        inst, fds = self.pair[0]
+        for c, fd in fds.items():
+            st = _stats(inst, c)
+            bound = (st.get("bytes", 0) // max(1, self.page_size - 64) + 2) * self.page_size
+            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+            if buf:
+                self.ring.add(c, buf)
+            total = _dropped(st)
+            if total > self.bases[0].get(c, 0):
+                self.ring.gaps.append((c, self.last_k, now_k, total - self.bases[0].get(c, 0)))
+                self.bases[0][c] = total
+            self.totals["bytes_read"] += len(buf)
+        self.last_k = now_k
+        self.ring.trim(now_k)
+        self.totals["reads_half_full"] += 1  # reads of its own (not asked)
+        self.totals["read_ns"] += time.monotonic_ns() - t0
+
+    def _keep_drained(self, t0: int, t1: int, dest: Path) -> Kept:
+        """A draining recorder's keep: a read (the window's end may still be in
+        the kernel), then the ring's pages over [t0, t1] decoded, nothing else."""
+        from loopscope.kernel import store
+
+        self.pull()
+        ring = self.ring
+        assert ring is not None
+        t_read = time.monotonic_ns()
+        n = 0
+        nbytes = 0
+        short = []
+        for c in self.pair[0][1]:
+            pages = ring.over(c, t0, t1)
+            cut = ring.cut.get(c)
+            if cut is not None and cut > t0:  # the ring had let these go: the window came too late
+                short.append({"cpu": c, "from_ns": t0, "to_ns": min(cut, t1)})
+            if pages:
+                self.decoder.set_last_time(c, int.from_bytes(pages[0][:8], "little"))
+                buf = b"".join(pages)
+                self.decoder.pages(c, buf)
+                n += len(pages)
+                nbytes += len(buf)
+        got = self.decoder.take()
+        self.k_strings, self.k_events = got["strings"], got["events"]
+        new = store.frame(got)
+        win = new.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)).sort("t_ns", maintain_order=True)
+        read_ns = time.monotonic_ns() - t_read
+        placed: list[Any] = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1]
+        placed += [{"cpu": c, "start_ns": a, "end_ns": b, "events": ev, "why": "the kernel overwrote these before the recorder's read took them"}
+                   for c, a, b, ev in ring.gaps if b > t0 and a < t1]
+        self.totals["reads_asked"] += 1
+        return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
+
     def _write_kept(self, win: pl.DataFrame, t0: int, t1: int, dest: Path, short: list[dict[str, int]], blind: list[tuple[int, int]],
                     placed: list[Any], pause: tuple[int, int] | None, n_read: int, nbytes: int, read_ns: int = 0) -> Kept:
         from loopscope.kernel import store
@@ -442,7 +564,7 @@ class Reader:
 
 
 @contextmanager
-def _prompt() -> Iterator[None]:
+def _prompt(idle_after: bool = True) -> Iterator[None]:
     """Between windows the lab waits for the drain: run it at the normal
     policy (at SCHED_IDLE a CPU-bound load could starve it for seconds), then
     go back to SCHED_IDLE for whatever the buffers force it to do later."""
@@ -453,10 +575,11 @@ def _prompt() -> Iterator[None]:
     try:
         yield
     finally:
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (OSError, AttributeError):
-            pass
+        if idle_after:
+            try:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+            except (OSError, AttributeError):
+                pass
 
 
 def _own_threads() -> list[int]:
@@ -490,7 +613,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--events", required=True)
     ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
     ap.add_argument("--watch", action="store_true", help="record only the threads in the instance's set_event_pid (and those they start); read every half second")
-    ap.add_argument("--flight", choices=["alternate", "pause"], default=None,
+    ap.add_argument("--reach-ms", type=int, default=8000, help="a draining flight recorder keeps this much of the past in memory")
+    ap.add_argument("--flight", choices=["alternate", "pause", "drain"], default=None,
                     help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read")
     a = ap.parse_args(argv)
     from loopscope.selfname import set_comm
@@ -503,7 +627,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
     try:
-        if not a.watch:  # a watching reader is read from while the period runs: at the normal policy
+        if not a.watch and a.flight != "drain":  # a watching or draining reader reads while probes run: at the normal policy
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError) as e:
         sys.stderr.write(f"ls-kcapture: SCHED_IDLE refused ({e}); the reader runs at the normal policy\n")
@@ -514,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         _say({"error": "tracefs is not mounted"})
         return 1
     r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight, a.watch)
+    r.reach_ns = a.reach_ms * 1_000_000
     label = ""
     try:
         _say(r.create())
@@ -522,8 +647,13 @@ def main(argv: list[str] | None = None) -> int:
         for fd in r.fds.values() if r.flight is None else []:
             poller.register(fd, select.POLLIN)
         pending = b""
+        draining = r.flight == "drain"
+        next_pull = time.monotonic() + DRAIN_EVERY_S
         while True:
-            ready = poller.poll()
+            ready = poller.poll(max(0, int((next_pull - time.monotonic()) * 1000)) if draining else None)
+            if draining and time.monotonic() >= next_pull:
+                r.pull()
+                next_pull = time.monotonic() + DRAIN_EVERY_S
             fds = {fd for fd, _ in ready}
             if 0 in fds:
                 chunk = os.read(0, 4096)
@@ -540,7 +670,7 @@ def main(argv: list[str] | None = None) -> int:
                         # at the normal policy: at SCHED_IDLE a busy machine left it a few per cent of a CPU, and keeps took minutes
                         seq, t0, t1, margin, dest = arg.split(" ", 4)
                         try:
-                            with _prompt():
+                            with _prompt(idle_after=not draining):  # a draining recorder stays at the normal policy
                                 kept = r.keep(int(t0), int(t1), Path(dest), int(margin))
                             kept["seq"] = int(seq)
                             _say(kept)

@@ -114,6 +114,10 @@ def _bytes(d: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in d.rglob("*")) + d.stat().st_blocks * 512
 
 
+#: a draining recorder's kernel buffers: room for this long between its reads (it reads every 0.2 s)
+DRAIN_KERNEL_NS = 2_000_000_000
+
+
 def buffer_mb(reach_ns: int) -> int:
     return max(4, int(reach_ns / 1e9 * SIZED_FOR_EVENTS_PER_S * 40 / (1 << 20)) + 1)
 
@@ -146,7 +150,9 @@ class Keeper:
         self.outliers = open(out / "outliers.jsonl", "a")
         self._recount()
         if enabled:
-            self.cap = C.Capture(out / "kernel", buffer_mb=buffer_mb(settings.reach), name=name, read="flight", flight=settings.recorder)
+            # a draining recorder keeps the past in its own memory: the kernel's buffers hold only what comes between two reads
+            mb = buffer_mb(DRAIN_KERNEL_NS if settings.recorder == "drain" else settings.reach)
+            self.cap = C.Capture(out / "kernel", buffer_mb=mb, name=name, read="flight", flight=settings.recorder, reach_ns=int(settings.reach))
 
     def _recount(self) -> None:
         """Windows already on disk (a resumed monitor): retained as before."""

@@ -620,7 +620,7 @@ WINDOW_BYTES = (2_000, 13_000)
 def footprint(exp: Experiment) -> list[str]:
     """``loopscope check``'s lines for a monitor: per hour, and at most."""
     from loopscope.kernel.capture import WATCH_BUFFER_MB
-    from loopscope.monitor.keeper import buffer_mb
+    from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 
     s = exp.monitor
     assert s is not None
@@ -630,13 +630,16 @@ def footprint(exp: Experiment) -> list[str]:
     out_max = s.keep_per_minute * 60
     win = (out_max * WINDOW_BYTES[0] / 1e6, out_max * WINDOW_BYTES[1] / 1e6)
     ncpu = os.cpu_count() or 1
-    mb = buffer_mb(s.reach)
-    sets = 2 if s.recorder == "alternate" else 1 if s.recorder == "pause" else 0
+    drain = s.recorder == "drain"
+    mb = buffer_mb(DRAIN_KERNEL_NS if drain else s.reach)
+    sets = 2 if s.recorder == "alternate" else 1 if s.recorder in ("pause", "drain") else 0
     return [
         f"a monitor: {n} probes, periods of {s.period / 1e9:g} s under {', '.join(exp.phases[0].loads) if exp.phases and exp.phases[0].loads else 'no load'}; threshold {s.threshold}",
         f"  disk per hour: histograms and periods {fixed:.2f} MB; outliers {OUTLIER_LINE_BYTES / 1e3:.2f} kB each; kept windows {WINDOW_BYTES[0] // 1000}-{WINDOW_BYTES[1] // 1000} kB each,"
         f" at most {win[0]:.0f}-{win[1]:.0f} MB an hour ({s.keep_per_minute} a minute), never more than monitor.retain ({s.retain / 1e9:g} GB) in all",
-        f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {s.reach / 1e9:g} s at 50 k events/s per CPU); the monitor's processes ~300 MB",
+        f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {(DRAIN_KERNEL_NS if drain else s.reach) / 1e9:g} s at 50 k events/s per CPU)"
+        + (f"; the recorder's memory holds {s.reach / 1e9:g} s of events, up to {buffer_mb(s.reach) * ncpu} MiB at that rate" if drain else "")
+        + "; the monitor's processes ~300 MB",
         *([f"  a threads probe's period: a capture of the program's threads only, {WATCH_BUFFER_MB} MiB per CPU of kernel buffers and ~0.05 MB a second"
            f" on disk (1 kHz), removed with the period"] if any(KINDS[p.kind].live_capture for p in exp.probes) else []),
     ]

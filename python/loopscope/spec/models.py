@@ -409,7 +409,7 @@ class MonitorSettings(Model):
     keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(300, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
     reach: Duration = Field(8_000_000_000, description="how far back the kernel's buffers must reach (their size follows from it)")
     # YAML reads a bare off as false: take it as the word it was
-    recorder: Annotated[Literal["alternate", "pause", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field("alternate", description="alternate: two trace instances, one recording while the other is read; pause: one, paused while it is read (half the memory, blind meanwhile); off: outliers counted, not kept")
+    recorder: Annotated[Literal["alternate", "pause", "drain", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field("drain", description="drain: one trace instance with small buffers, read every 0.2 s into the recorder's memory (reach's worth), a keep decodes only the window's pages; alternate: two instances, one recording while the other is read; pause: one, paused while it is read (blind meanwhile); off: outliers counted, not kept")
 
     @model_validator(mode="after")
     def _bounds(self) -> "MonitorSettings":
