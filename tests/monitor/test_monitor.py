@@ -117,6 +117,21 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
     assert page.count("<svg") == 3 and "Causes of the kept outliers" in page and "load: burst" in page
 
 
+@pytest.mark.parametrize("recorder", ["alternate", "pause"])
+def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Path, tmp_path: Path, recorder: str) -> None:
+    spec = tmp_path / "r.yaml"
+    spec.write_text(burst_spec.read_text().replace("threshold: 1ms}", f"threshold: 1ms, recorder: {recorder}}}"))
+    out = tmp_path / "m"
+    r = subprocess.run([str(BIN), "monitor", str(spec), "-o", str(out), "--for", "7s", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rec = json.loads(r.stdout.strip().splitlines()[-1])
+    assert rec["settings"]["recorder"] == recorder and rec["recorder"] == f"flight recorder ({recorder})"
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
+    bursts = int(sum(json.loads(x)["seconds"] for x in (out / "periods.jsonl").read_text().splitlines()))
+    assert len([o for o in outl if o["top_cause"] == "load: burst"]) >= bursts - 2, outl
+    assert rec["counts"]["kept"] == rec["counts"]["outliers_above"], rec["counts"]
+
+
 def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path) -> None:
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

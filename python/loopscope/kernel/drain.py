@@ -35,9 +35,10 @@ policy, a segment each time, so the monitor sees the program's activations
 while the period runs.
 
 As a flight recorder (``--flight``, for ``loopscope monitor``) it never
-reads on its own and never writes a segment of everything: the buffers
-overwrite their oldest pages, and a ``keep T0 T1 DIR`` line takes the
-window [T0, T1] (kernel ns) out of them into a store of its own in DIR.
+writes a segment of everything: a ``keep T0 T1 DIR`` line takes the window
+[T0, T1] (kernel ns) out of what it holds into a store of its own in DIR.
+With ``alternate`` and ``pause`` it never reads on its own: the buffers
+overwrite their oldest pages, and a keep reads all of them.
 With ``alternate`` a twin instance (``<name>-b``) takes over before the
 recording one is stopped and read, so nothing goes unrecorded (the idle
 twin's events stay enabled: turning them on at the switch waited seconds

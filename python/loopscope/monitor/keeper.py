@@ -83,6 +83,7 @@ class Outlier:
     latency_ns: int
     span: bool
     offset_ns: int = 0  # the host's CLOCK_MONOTONIC minus the kernel's
+    queued_k: int = 0  # when the keeper was handed it (kernel clock)
 
     @property
     def start_k(self) -> int:
@@ -114,8 +115,9 @@ def _bytes(d: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in d.rglob("*")) + d.stat().st_blocks * 512
 
 
-#: a draining recorder's kernel buffers: room for this long between its reads (it reads every 0.2 s)
-DRAIN_KERNEL_NS = 2_000_000_000
+#: a draining recorder's kernel buffers: room for this long between its reads (it reads every 0.2 s) at
+#: SIZED_FOR_EVENTS_PER_S; the same size as the others' (0.8 s of a context-switch storm's 470 k events a second)
+DRAIN_KERNEL_NS = 8_000_000_000
 
 
 def buffer_mb(reach_ns: int) -> int:
@@ -150,7 +152,8 @@ class Keeper:
         self.outliers = open(out / "outliers.jsonl", "a")
         self._recount()
         if enabled:
-            # a draining recorder keeps the past in its own memory: the kernel's buffers hold only what comes between two reads
+            # a draining recorder keeps the past in its own memory: the kernel's buffers hold what comes between two reads,
+            # with room for a read held up (a context-switch storm wrote 19 MB a second on one CPU: 4 MiB overflowed)
             mb = buffer_mb(DRAIN_KERNEL_NS if settings.recorder == "drain" else settings.reach)
             self.cap = C.Capture(out / "kernel", buffer_mb=mb, name=name, read="flight", flight=settings.recorder, reach_ns=int(settings.reach))
 
@@ -188,6 +191,7 @@ class Keeper:
             return []
 
     def put(self, o: Outlier) -> None:
+        o.queued_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - C.timens_offset_ns()
         with self.lock:
             self.counts.above += 1
         self.q.put(o)
@@ -366,6 +370,8 @@ class Keeper:
         for i, o in enumerate(group):
             rec: dict[str, Any] = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
                                    "window": d.name if d is not None else None, "not_kept": why_not}
+            if o.queued_k:
+                rec["queued_after_ms"] = round((o.queued_k - o.start_k) / 1e6, 1)  # from the window's start to the keeper being handed it
             if age_ns is not None:
                 rec["kept_after_ms"] = round(age_ns / 1e6, 1)  # from the window's start to its events taken out of the kernel
             if detail:
