@@ -1,10 +1,13 @@
 """Keeping the kernel's events around outliers, and naming their causes.
 
 The kernel records scheduler, interrupt, timer and page-fault events into
-the monitor's own tracefs instance, in overwrite mode: the buffers always
-hold the last seconds (``monitor.reach``), and nothing reads them. When a
-probe's trace shows an outlier above the threshold (a second or so after it
-happened: the probe's trace writer flushes once a second), the keeper asks
+the monitor's own tracefs instance; the flight recorder holds the last
+seconds of them (``monitor.reach``): by default its reader drains the
+kernel's buffers every 0.2 s into its own memory (``recorder: drain``), or
+the buffers overwrite and nothing reads them until a keep (``alternate``,
+``pause``). When a probe's trace shows an outlier above the threshold (a
+fraction of a second after it happened: the probe's trace writer flushes
+four times a second in a monitor), the keeper asks
 the flight recorder's reader (``loopscope.kernel.drain --flight``) for the
 window around it (``MARGIN_NS`` either side, explain's margin), which lands
 in ``windows/NNNNNNN/`` as a store of its own, attributes it (the same
