@@ -606,6 +606,33 @@ def _say(obj: Ready | Drained | Kept) -> None:
     sys.stdout.flush()
 
 
+def _command(r: Reader, cmd: str, arg: str, label: str) -> tuple[str, bool]:
+    """One line from the agent or the keeper, answered: (the label of the reads to come, whether to stop)."""
+    if cmd == "keep":
+        # at the normal policy: at SCHED_IDLE a busy machine left it a few per cent of a CPU, and keeps took minutes
+        seq, t0, t1, margin, dest = arg.split(" ", 4)
+        try:
+            with _prompt(idle_after=r.flight != "drain"):  # a draining recorder stays at the normal policy
+                kept = r.keep(int(t0), int(t1), Path(dest), int(margin))
+            kept["seq"] = int(seq)
+            _say(kept)
+        except OSError as e:
+            _say({"error": f"keeping a window in {dest}: {e}", "seq": int(seq)})
+    elif cmd == "drain":
+        with _prompt():
+            _say(r.drain("asked", arg))
+        return arg, False
+    elif cmd == "stop" and r.flight is not None:
+        _say({"totals": r.totals})
+        return label, True
+    elif cmd == "stop":
+        with _prompt():
+            last = r.drain("asked", "end")
+        _say({**last, "totals": r.totals, "half_full": r.half_full})
+        return label, True
+    return label, False
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="loopscope-kcapture", description="the kernel capture's reader (started by the lab)")
     ap.add_argument("--instance", required=True)
@@ -664,31 +691,10 @@ def main(argv: list[str] | None = None) -> int:
                     break
                 pending += chunk
                 stop = False
-                while b"\n" in pending:
+                while b"\n" in pending and not stop:
                     line, pending = pending.split(b"\n", 1)
                     cmd, _, arg = line.decode(errors="replace").strip().partition(" ")
-                    if cmd == "keep":
-                        # at the normal policy: at SCHED_IDLE a busy machine left it a few per cent of a CPU, and keeps took minutes
-                        seq, t0, t1, margin, dest = arg.split(" ", 4)
-                        try:
-                            with _prompt(idle_after=not draining):  # a draining recorder stays at the normal policy
-                                kept = r.keep(int(t0), int(t1), Path(dest), int(margin))
-                            kept["seq"] = int(seq)
-                            _say(kept)
-                        except OSError as e:
-                            _say({"error": f"keeping a window in {dest}: {e}", "seq": int(seq)})
-                    elif cmd == "drain":
-                        label = arg
-                        with _prompt():
-                            _say(r.drain("asked", arg))
-                    elif cmd == "stop" and r.flight is not None:
-                        _say({"totals": r.totals})
-                        stop = True
-                    elif cmd == "stop":
-                        with _prompt():
-                            last = r.drain("asked", "end")
-                        _say({**last, "totals": r.totals, "half_full": r.half_full})
-                        stop = True
+                    label, stop = _command(r, cmd, arg, label)
                 if stop:
                     break
             elif fds:
