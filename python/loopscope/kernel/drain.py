@@ -44,16 +44,18 @@ recording one is stopped and read, so nothing goes unrecorded (the idle
 twin's events stay enabled: turning them on at the switch waited seconds
 for the kernel under a busy scheduler).
 With ``pause`` the one instance is paused (``tracing_on`` 0) for as long
-as the read takes. With ``drain`` the one instance (small buffers) is read
-every ``DRAIN_EVERY_S`` at the normal policy and its pages kept in memory
-as they came, undecoded, for ``--reach`` (``Ring``): a keep takes the
-pages whose span meets the window (a page's header carries its first
-time) and decodes those alone, so its cost is the window's events, not a
-whole buffer's; what the kernel overwrote before a read took it is a loss
-placed on its CPU, from the buffer's overrun counter. Either way the events after the window are held back
+as the read takes. Either way the events after the window are held back
 in memory for the next keep (a read consumes the pages), and the reply
 says whether every CPU's buffer still reached back to T0 and when tracing
 was paused: the monitor's keeper turns both into the window's losses.
+With ``drain`` the one instance is read every ``DRAIN_EVERY_S`` at the
+normal policy and its pages kept in memory as they came, undecoded, for
+``--reach-ms`` (``Ring``): a keep reads once more, then takes the pages
+whose span meets the window (a page's header carries its first time) and
+decodes those alone, so its cost is the window's events, not a whole
+buffer's; what the kernel overwrote before a read took it is a loss placed
+on its CPU between the two reads, from the buffer's overrun counter, and
+a window older than the ring reaches is ``short``.
 """
 
 from __future__ import annotations
