@@ -15,6 +15,8 @@ EXIT_FAILED = 1
 EXIT_INPUT = 2
 #: ``loopscope compare --fail-if``: a criterion tripped (a regression gate for CI)
 EXIT_CRITERION = 3
+#: ``loopscope compare --fail-if … --strict``: no criterion failed, but one could not be decided
+EXIT_INCONCLUSIVE = 4
 EXIT_INTERRUPTED = 130
 
 

@@ -21,6 +21,19 @@ import numpy as np
 
 Z95 = 1.959963984540054
 
+#: the smallest change called one: a ratio is significant only when its 95 %
+#: interval excludes 1 ± this (``--min-effect``), so that a ratio of 1.000×
+#: [1.000×, 1.000×] (a fixed delay measured twice) is not a change
+MIN_EFFECT = 0.02
+
+
+def beyond(ratio: float | None, lo: float | None, hi: float | None, min_effect: float = MIN_EFFECT) -> bool:
+    """A ratio, and all of its interval, outside 1 ± ``min_effect``: a change, not noise."""
+    if ratio is None or lo is None or hi is None or not all(math.isfinite(x) for x in (ratio, lo, hi)):
+        return False
+    up, down = 1 + min_effect, 1 - min_effect
+    return (lo > up and ratio > up) or (hi < down and ratio < down)
+
 
 @dataclass(frozen=True)
 class Estimate:

@@ -6,7 +6,10 @@ confidence interval from a block bootstrap: the samples of each repetition
 are resampled in blocks of consecutive samples, which keeps most of the
 autocorrelation a latency series has (a disturbance lasts several periods),
 so the interval is not the over-confident one an i.i.d. bootstrap would
-give. A change is *significant* when the interval excludes 1; a metric
+give. A change is *significant* when the interval lies wholly outside
+1 ± ``min_effect`` (2 % by default: a practical threshold, so that a
+ratio of 1.000× [1.000×, 1.000×] from a fixed delay is not called a
+change, however narrow its interval); a metric
 with too few samples behind it (``MIN_SAMPLES``) gets no interval and is
 never called significant. Batch means of
 the syscall probe are independent by construction and are resampled one by
@@ -21,12 +24,21 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from loopscope.stats import MIN_EFFECT, beyond
+
 QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
 METRICS = [*QUANTILES, "mean"]
 # Samples a metric needs before an interval is given for it: a quantile
 # needs two samples beyond it (below that the bootstrap only reshuffles
 # the maximum and its interval is falsely narrow), anything at least 20.
 MIN_SAMPLES = {"p50": 20, "p99": 200, "p999": 2000, "mean": 20}
+#: how each metric pools a phase's repetitions (the report, ``compare`` and the dataset alike)
+POOLING = {
+    "p50": "quantile of every repetition's samples together", "p99": "quantile of every repetition's samples together",
+    "p999": "quantile of every repetition's samples together", "mean": "mean of every repetition's samples together",
+    "max": "largest sample of any repetition", "missed": "missed deadlines of every repetition added, over their deadlines",
+}
+
 
 
 def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
@@ -89,20 +101,22 @@ class Resampled:
     bootstrap replicates, computed once and shared by every comparison."""
 
     def __init__(self, series: list[np.ndarray], metrics: list[str] = METRICS, *, block: int = 32, resamples: int = 300, seed: int = 1, max_samples: int = 40_000) -> None:
-        parts = [_thin(np.asarray(s, dtype=np.float64), max_samples, len(series)) for s in series]
+        full = [np.asarray(s, dtype=np.float64) for s in series]
+        parts = [_thin(s, max_samples, len(series)) for s in full]
         self.all = np.concatenate(parts) if parts else np.zeros(0)
         self.n = len(self.all)
         self.metrics = metrics
         if self.n:
-            self.point = {m: float(v[0]) for m, v in _stats(self.all[None, :], metrics).items()}
+            # the point values of every sample; only the resampling is of the thinned ones
+            self.point = {m: float(v[0]) for m, v in _stats(np.concatenate(full)[None, :], metrics).items()}
             self.boot = _stats(block_resample(parts, resamples, block, np.random.default_rng(seed)), metrics)
         else:
             self.point = {m: float("nan") for m in metrics}
             self.boot = {}
 
 
-def compare_resampled(base: Resampled, other: Resampled, metric: str, *, test: bool = True) -> Comparison:
-    """Ratio other/base of ``metric`` with its 95 % CI."""
+def compare_resampled(base: Resampled, other: Resampled, metric: str, *, test: bool = True, min_effect: float = MIN_EFFECT) -> Comparison:
+    """Ratio other/base of ``metric`` with its 95 % CI, significant past 1 ± ``min_effect``."""
     if base.n == 0 or other.n == 0:
         nan = float("nan")
         return Comparison(metric, nan, nan, nan, nan, nan, False, None, base.n, other.n)
@@ -125,7 +139,7 @@ def compare_resampled(base: Resampled, other: Resampled, metric: str, *, test: b
             p = float(mannwhitneyu(base.all, other.all, alternative="two-sided").pvalue)
         except (ImportError, ValueError):
             p = None
-    sig = bool(np.isfinite(lo) and (lo > 1 or hi < 1))
+    sig = beyond(ratio, lo, hi, min_effect)
     return Comparison(metric, bv, ov, ratio, lo, hi, sig, p, base.n, other.n)
 
 

@@ -12,6 +12,12 @@ of every other run is divided by the baseline run's, with a 95 % interval:
   has one degree of freedom: the intervals are wide, and honest). A run
   with one repetition can only be resampled within itself (a block
   bootstrap of consecutive samples), and the rows say so (``within_run``);
+- every metric pools a run's repetitions as the run's own report does
+  (``analysis.compare.POOLING``): a quantile or the mean is of every
+  repetition's samples together, ``max`` is the largest sample of any
+  repetition, missed deadlines are added; the ratio is of those values, and
+  where the repetitions are the unit its interval is Welch's width (from the
+  repetitions' own values) centred on it;
 - ``max`` has no interval (a bootstrap of a maximum only reshuffles it) and
   is never significant;
 - ``missed`` is a rate (missed deadlines per deadline): the ratio of two
@@ -23,9 +29,16 @@ of every other run is divided by the baseline run's, with a 95 % interval:
 
 Each row's p-value (Welch's test on the logarithms, or the bootstrap's
 two-sided one within a run) is Holm-corrected across all rows of the comparison; a row is
-significant when its corrected p-value is below 0.05 and its interval
-excludes 1. A criterion (``p99 > +10%``, ``timer.p99 > +10%``) trips when a
-matching row's interval lies wholly past the bound.
+significant when its corrected p-value is below 0.05 and its interval lies
+wholly outside 1 ± ``min_effect`` (2 % unless asked: a practical threshold,
+so that a fixed delay measured twice, 1.000× [1.000×, 1.000×], is no change).
+
+A criterion (``p99 > +10%``, ``timer.p99 > +10%``) has three outcomes: it
+*fails* when a matching row's interval lies wholly past the bound, *passes*
+when every matching row's interval lies wholly on the good side of it, and
+is *inconclusive* otherwise (an interval that straddles the bound, a row
+without one, no matching row): the data cannot decide, and a gate says so
+instead of guessing.
 """
 
 from __future__ import annotations
@@ -39,10 +52,10 @@ from typing_extensions import TypedDict
 
 import numpy as np
 
-from loopscope.analysis.compare import MIN_SAMPLES, _stats, _thin, block_resample
+from loopscope.analysis.compare import MIN_SAMPLES, POOLING, _stats, _thin, block_resample
 from loopscope.errors import InputError
 from loopscope.analysis.phases import Measure
-from loopscope.stats import dispersion, rate_ratio
+from loopscope.stats import MIN_EFFECT, beyond, dispersion, rate_ratio
 from loopscope.rundir import Provenance
 
 METRICS = ("p50", "p99", "p999", "max", "mean", "missed")
@@ -59,11 +72,16 @@ RowJson = dict[str, str | float | bool | list[float] | None]
 
 
 class CriterionResult(TypedDict):
-    """A ``--fail-if`` criterion: whether a row tripped it, and which."""
+    """A ``--fail-if`` criterion: its outcome (``pass``, ``fail``,
+    ``inconclusive``), whether it tripped (failed), the rows that failed it
+    and the rows that could not decide it (each with why), per probe."""
 
     expr: str
+    outcome: str
     tripped: bool
     rows: list[str]
+    undecided: list[str]
+    probes: dict[str, str]
 
 
 class Differences(TypedDict):
@@ -105,13 +123,24 @@ class Row:
     significant: bool = False
     within_run: bool = False
 
+    @property
+    def pooled(self) -> str:
+        """How the metric pools a run's repetitions."""
+        return POOLING.get(self.metric, "every repetition's samples together")
+
+    def line(self) -> str:
+        """The row in one line, for criteria and messages."""
+        ci = f" [{self.ci95[0]:.3f}, {self.ci95[1]:.3f}]" if self.ci95 else " (no interval)"
+        ratio = "n/a" if self.ratio is None else f"{self.ratio:.3f}"
+        return f"{self.run} {self.probe} {self.phase} {self.measure} {self.metric} {ratio}{ci}"
+
     def to_json(self) -> RowJson:
         def num(v: float | None) -> float | None:
             return None if v is None or not math.isfinite(v) else v
 
         return {"run": self.run, "probe": self.probe, "phase": self.phase, "measure": self.measure, "metric": self.metric,
                 "baseline": num(self.baseline), "value": num(self.value), "ratio": num(self.ratio), "ci95": self.ci95,
-                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run}
+                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run, "pooled": self.pooled}
 
 
 def _series(m: Measure, phase: str) -> list[np.ndarray]:
@@ -123,13 +152,15 @@ def _series(m: Measure, phase: str) -> list[np.ndarray]:
 
 def _boot(series: list[np.ndarray], metrics: list[str], block: int, by_rep: bool, rng: np.random.Generator) -> tuple[dict[str, float], dict[str, np.ndarray], int]:
     """Point values and bootstrap replicates of ``metrics``."""
-    parts = [_thin(s, 40_000, len(series)) for s in series if len(s)]
+    full = [s for s in series if len(s)]
+    parts = [_thin(s, 40_000, len(series)) for s in full]
     if not parts:
         return {m: math.nan for m in metrics}, {}, 0
     allv = np.concatenate(parts)
-    point = {m: float(v[0]) for m, v in _stats(allv[None, :], [m for m in metrics if m != "max"]).items()}
+    every = np.concatenate(full)  # the point values are of every sample (POOLING); only the resampling thins
+    point = {m: float(v[0]) for m, v in _stats(every[None, :], [m for m in metrics if m != "max"]).items()}
     if "max" in metrics:
-        point["max"] = float(allv.max())
+        point["max"] = float(every.max())
     qm = [m for m in metrics if m != "max"]
     if by_rep:
         return point, _per_rep(series, qm), len(allv)
@@ -176,10 +207,12 @@ def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: t
     row = Row(run, probe, phase, measure, metric, bv, ov, ratio, None, None, within_run=within)
     if metric == "max" or ratio is None or min(bn, on) < MIN_SAMPLES.get(metric, 20) or metric not in bb or metric not in ob:
         return row
-    if not within:  # the repetitions' values
+    if not within:  # the repetitions' values: Welch's width, centred on the pooled ratio the row shows
         got = welch_log_ratio(bb[metric], ob[metric])
         if got is not None:
-            row.ci95, row.p_value = got
+            (lo, hi), row.p_value = got
+            half = math.sqrt(hi / lo) if lo > 0 else math.inf
+            row.ci95 = [ratio / half, ratio * half]
         return row
     with np.errstate(divide="ignore", invalid="ignore"):
         r = ob[metric] / bb[metric]
@@ -193,14 +226,15 @@ def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: t
 
 
 
-def holm(rows: list[Row]) -> None:
-    """Replace each row's p-value by its Holm-corrected one and mark the significant rows."""
+def holm(rows: list[Row], min_effect: float = MIN_EFFECT) -> None:
+    """Replace each row's p-value by its Holm-corrected one and mark the
+    significant rows (corrected p below 0.05, the interval outside 1 ± ``min_effect``)."""
     tested = sorted((r for r in rows if r.p_value is not None), key=lambda r: r.p_value)  # type: ignore[arg-type,return-value]
     m, running = len(tested), 0.0
     for i, r in enumerate(tested):
         running = max(running, min(1.0, (m - i) * float(r.p_value)))  # type: ignore[arg-type]
         r.p_value = running
-        r.significant = bool(running < ALPHA and r.ci95 is not None and (r.ci95[0] > 1 or r.ci95[1] < 1))
+        r.significant = bool(running < ALPHA and r.ci95 is not None and beyond(r.ratio, r.ci95[0], r.ci95[1], min_effect))
 
 
 def check_match(runs: list[RunData]) -> None:
@@ -219,8 +253,8 @@ def check_match(runs: list[RunData]) -> None:
                 raise CompareError(f"{r.path}: probe {p} is a {kind} probe there and a {base[p]} probe in {runs[0].path}; they measure different things")
 
 
-def compare(runs: list[RunData]) -> list[Row]:
-    """Every other run against ``runs[0]``, row by row."""
+def compare(runs: list[RunData], min_effect: float = MIN_EFFECT) -> list[Row]:
+    """Every other run against ``runs[0]``, row by row; significant past 1 ± ``min_effect``."""
     check_match(runs)
     base = runs[0]
     rows: list[Row] = []
@@ -257,7 +291,7 @@ def compare(runs: list[RunData]) -> list[Row]:
             phi = max(dispersion(reps_a), dispersion(reps_b))
             point, ci, p = rate_ratio(k_a, n_a, k_b, n_b, phi)
             rows.append(Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p, within_run=not by_rep))
-    holm(rows)
+    holm(rows, min_effect)
     return rows
 
 
@@ -281,15 +315,51 @@ class Criterion:
             raise CompareError(f"--fail-if {text!r}: no probe named {m['probe']!r}; the probes are {', '.join(sorted(probes))}")
         return cls(text, m["probe"], m["metric"], m["op"], 1 + float(m["pct"]) / 100)
 
+    def matches(self, r: Row) -> bool:
+        return r.metric == self.metric and (self.probe is None or r.probe == self.probe)
+
+    def verdict(self, r: Row) -> str:
+        """One row against the bound: ``fail`` (its interval wholly past
+        it), ``pass`` (wholly on the good side) or ``inconclusive``."""
+        if r.ci95 is None or r.ratio is None:
+            return "inconclusive"
+        lo, hi = r.ci95
+        if self.op == ">":
+            return "fail" if lo > self.bound else ("pass" if hi <= self.bound else "inconclusive")
+        return "fail" if hi < self.bound else ("pass" if lo >= self.bound else "inconclusive")
+
     def tripped_by(self, rows: list[Row]) -> list[Row]:
         """The rows whose interval lies wholly past the bound (a row without one never trips)."""
-        out = []
-        for r in rows:
-            if r.metric != self.metric or (self.probe and r.probe != self.probe) or r.ci95 is None:
-                continue
-            if (self.op == ">" and r.ci95[0] > self.bound) or (self.op == "<" and r.ci95[1] < self.bound):
-                out.append(r)
-        return out
+        return [r for r in rows if self.matches(r) and self.verdict(r) == "fail"]
+
+    def judge(self, rows: list[Row]) -> CriterionResult:
+        """The criterion over every matching row, and per probe: ``fail`` when
+        any row fails, else ``inconclusive`` when any cannot decide (or none
+        matches), else ``pass``."""
+        mine = [(r, self.verdict(r)) for r in rows if self.matches(r)]
+        per: dict[str, list[str]] = {}
+        for r, v in mine:
+            per.setdefault(r.probe, []).append(v)
+        probes = {p: _outcome(v) for p, v in per.items()}
+        undecided = [r.line() + (": no interval" if r.ci95 is None else ": the interval straddles the bound") for r, v in mine if v == "inconclusive"]
+        failed = [r.line() for r, v in mine if v == "fail"]
+        outcome = _outcome([v for _, v in mine])
+        if not mine:
+            undecided = [f"no row has {self.metric}" + (f" for probe {self.probe}" if self.probe else "")]
+        return {"expr": self.expr, "outcome": outcome, "tripped": outcome == "fail", "rows": failed, "undecided": undecided, "probes": probes}
+
+
+def gate_outcome(criteria: list[CriterionResult]) -> str | None:
+    """The gate's outcome over every criterion (None: there is none)."""
+    return _outcome([c["outcome"] for c in criteria]) if criteria else None
+
+
+def _outcome(verdicts: list[str]) -> str:
+    if "fail" in verdicts:
+        return "fail"
+    if "inconclusive" in verdicts or not verdicts:
+        return "inconclusive"
+    return "pass"
 
 
 PROVENANCE = (

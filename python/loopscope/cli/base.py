@@ -26,6 +26,24 @@ class Duration(click.ParamType[int, Any]):
             self.fail(str(e), param, ctx)
 
 
+class Percent(click.ParamType[float, Any]):
+    """A share in per cent, given as 2%, 2 % or 2: returned as a fraction (0.02)."""
+
+    name = "percent"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().removesuffix("%").strip()
+        try:
+            v = float(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a percentage; write it as 2% or 0.5%", param, ctx)
+        if not 0 <= v < 100:
+            self.fail(f"{value!r}: give a percentage from 0 up to (not including) 100", param, ctx)
+        return v / 100
+
+
 class CpuList(click.ParamType[list[int], Any]):
     """CPU numbers: 1, or 0,2, or 0-3."""
 

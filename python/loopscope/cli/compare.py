@@ -3,39 +3,51 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
 
-from loopscope.cli.base import cli
-from loopscope.errors import EXIT_CRITERION, InputError
+from loopscope.cli.base import Percent, cli
+from loopscope.errors import EXIT_CRITERION, EXIT_INCONCLUSIVE, InputError
 
 
 @cli.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--baseline", "baseline", type=click.Path(), default=None, help="The run the others are divided by [the first one].")
 @click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
-              help="Exit 3 when a row's 95 % interval lies wholly past the bound: 'p99 > +10%', 'timer.p99 > +10%', 'mean < -5%'. Repeatable.")
-@click.option("--json", "as_json", is_flag=True, help="Print one object: runs, rows, criteria.")
+              help="A gate: fails (exit 3) when a row's 95 % interval lies wholly past the bound, passes when wholly on the good side, "
+                   "else is inconclusive: 'p99 > +10%', 'timer.p99 > +10%', 'mean < -5%'. Repeatable.")
+@click.option("--strict", is_flag=True, help="Exit 4 when no criterion failed but one was inconclusive (default: exit 0 and say so).")
+@click.option("--min-effect", "min_effect", type=Percent(), default="2%", show_default=True,
+              help="Mark a change significant only when its 95 % interval lies outside 1 ± this.")
+@click.option("--junit", "junit", type=click.Path(dir_okay=False), default=None, help="Write the criteria as JUnit XML (a case per criterion and probe) for Jenkins or GitLab.")
+@click.option("--json", "as_json", is_flag=True, help="Print one object: runs, rows, criteria, differences.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison page (HTML) here.")
-def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], as_json: bool, output: str | None) -> int:
+def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], strict: bool, min_effect: float, junit: str | None,
+                as_json: bool, output: str | None) -> int:
     """Compare runs: every metric (p50, p99, p999, max, mean, missed) of each
     probe, phase and measure, as a ratio to the baseline run with its 95 %
-    interval and a Holm-corrected significance mark; what differs between
-    the runs (kernel, command line, CPU, isolated CPUs, loopscope, the
-    experiment file). Exit code 3 when a --fail-if criterion trips.
+    interval, marked significant when the interval lies outside 1 ± the
+    minimum effect (Holm-corrected); what differs between the runs (kernel,
+    command line, CPU, isolated CPUs, loopscope, the experiment file).
+
+    A --fail-if criterion passes, fails (exit 3) or is inconclusive (the
+    interval straddles the bound: exit 0 and the word, or 4 with --strict).
 
     \b
     Examples:
       loopscope compare runs/before runs/after
       loopscope compare runs/stock runs/isolcpus --fail-if 'timer.p99 > +10%' -o compare.html
+      loopscope compare runs/main runs/branch --fail-if 'p99 > +10%' --strict --junit gate.xml
     """
     from loopscope import progress
-    from loopscope.analysis.runcompare import CompareError, Criterion, CriterionResult, compare, differences
+    from loopscope.analysis.runcompare import CompareError, Criterion, CriterionResult, compare, differences, gate_outcome
     from loopscope.kinds import KINDS
     from loopscope.report import compare as page
     from loopscope.report.sections import labels
 
+    t0 = time.perf_counter()
     paths = list(runs)
     if baseline is not None:
         paths = [baseline, *[p for p in paths if Path(p).resolve() != Path(baseline).resolve()]]
@@ -49,19 +61,21 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
         try:
             crit = [Criterion.parse(e, {m.probe for m in data[0].measures}) for e in fail_if]
             progress.step("compare: resampling")
-            rows = compare(data)
+            rows = compare(data, min_effect)
         except CompareError as e:
             raise InputError(str(e)) from None
     diff = differences(data)
-    criteria: list[CriterionResult] = []
-    for c in crit:
-        hit = c.tripped_by(rows)
-        criteria.append({"expr": c.expr, "tripped": bool(hit), "rows": [f"{r.run} {r.probe} {r.phase} {r.measure} {r.metric} {r.ratio:.3f} [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]" for r in hit if r.ci95 and r.ratio is not None]})
+    criteria: list[CriterionResult] = [c.judge(rows) for c in crit]
     if output:
-        Path(output).write_text(page.render(data, rows, diff, criteria, labels(KINDS)))
+        Path(output).write_text(page.render(data, rows, diff, criteria, labels(KINDS), min_effect))
+    if junit:
+        from loopscope.report import junit as junit_xml
+
+        junit_xml.write(Path(junit), crit, rows, data[0].label, strict, time.perf_counter() - t0)
     if as_json:
         click.echo(json.dumps({"runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
-                               "rows": [r.to_json() for r in rows], "criteria": criteria, "differences": diff}, default=str))
+                               "min_effect": min_effect, "rows": [r.to_json() for r in rows], "criteria": criteria,
+                               "outcome": gate_outcome(criteria), "differences": diff}, default=str))
     else:
         from loopscope.cli.show import comparison
 
@@ -72,8 +86,10 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
             k = kind_of.get(r.probe)  # type: ignore[attr-defined]
             return r.metric == "missed" or k is None or k.summary is None or r.measure in k.summary  # type: ignore[attr-defined]
 
-        comparison(data, [r for r in rows if shown(r)], diff, criteria, output, total=rows)
-    return EXIT_CRITERION if any(c["tripped"] for c in criteria) else 0
+        comparison(data, [r for r in rows if shown(r)], diff, criteria, output, total=rows, min_effect=min_effect, strict=strict)
+    outcome = gate_outcome(criteria)
+    return EXIT_CRITERION if outcome == "fail" else (EXIT_INCONCLUSIVE if outcome == "inconclusive" and strict else 0)
+
 
 
 @cli.command("advise")

@@ -11,7 +11,7 @@ import click
 
 from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED, InputError, missing_part
 from loopscope.units import format_ns
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, Percent, _console, _default_run_dir, cli  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -23,7 +23,9 @@ from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_p
 @click.option("--duration", "duration_over", type=Duration(), default=None, help="Override the file's duration (per probe and phase), e.g. for a short trial.")
 @click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
 @click.option("--no-kernel-capture", is_flag=True, help="Record no kernel events (the file's `kernel: {capture: off}`): no explain, no advise, and nothing of the capture's in the way.")
-def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None, no_kernel_capture: bool) -> int:
+@click.option("--min-effect", "min_effect", type=Percent(), default=None, help="The report marks a change only when its interval lies outside 1 ± this [2%].")
+def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None, no_kernel_capture: bool,
+            min_effect: float | None) -> int:
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last.
 
     \b
@@ -63,7 +65,7 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 
         from loopscope.kinds import KINDS
 
-        rep = build(out.run_dir, KINDS)
+        rep = build(out.run_dir, KINDS, min_effect=min_effect)
         for line in rep.summary_lines():
             click.echo(line)
         click.echo(f"report: {rep.html}")
@@ -78,7 +80,8 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
 @click.option("--csv", "csv_dir", type=click.Path(file_okay=False), default=None, help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).")
 @click.option("--markdown", is_flag=True, help="Print the summary tables as Markdown (for a pull request) instead of the terminal summary.")
-def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool) -> int:
+@click.option("--min-effect", "min_effect", type=Percent(), default=None, help="Mark a change only when its 95 % interval lies outside 1 ± this [2%]; stated on the page.")
+def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool, min_effect: float | None) -> int:
     """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory (or a monitor's directory).
 
     \b
@@ -101,7 +104,7 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool)
         click.echo(f"report: {page.build(Path(run_dir))}")
         return 0
     with progress.shown(not as_json and not markdown):
-        rep = build(Path(run_dir), KINDS)
+        rep = build(Path(run_dir), KINDS, min_effect=min_effect)
     if csv_dir:
         for p in export.write_csv(rep.comparisons, Path(csv_dir)):
             click.echo(f"wrote {p}", err=True)

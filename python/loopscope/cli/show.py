@@ -10,6 +10,7 @@ import click
 
 from loopscope.cli.base import _console, _default_run_dir
 from loopscope.units import format_ns
+from loopscope.stats import MIN_EFFECT
 
 if TYPE_CHECKING:
     from loopscope.analysis.advise import Advice
@@ -105,12 +106,15 @@ def _report(res: R, as_json: bool, human: Callable[[R], None]) -> int:
     return 0
 
 
-def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], output: str | None, total: list[Row]) -> None:
+def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], output: str | None, total: list[Row],
+               min_effect: float = MIN_EFFECT, strict: bool = False) -> None:
     """`loopscope compare`'s terminal table: the p99, p999, max and missed rows of the measures shown, significant ones marked."""
     from rich.table import Table
 
     con = _console()
-    con.print(f"baseline {runs[0].label}; {sum(r.significant for r in total)} of {len(total)} rows significant (Holm-corrected, 95 %; the table shows each probe's main measures, --json and -o all)")
+    con.print(f"baseline {runs[0].label}; {sum(r.significant for r in total)} of {len(total)} rows significant (Holm-corrected, 95 %, the interval outside 1 ± {min_effect * 100:g} %; "
+              "the table shows each probe's main measures, --json and -o all)")
+    con.print("pooled over repetitions: quantiles and the mean of every repetition's samples together; max the largest sample of any; missed deadlines added")
     if any(r.within_run for r in rows):
         con.print("note: a run has one repetition: its intervals hold only the variation within that run")
     for k, v in diff["facts"].items():
@@ -133,7 +137,10 @@ def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria
         t.add_row(r.run, r.probe, r.phase, r.measure, r.metric, fmt(r.baseline), fmt(r.value), ratio)
     con.print(t)
     for crit in criteria:
-        con.print(f"{'TRIPPED' if crit['tripped'] else 'held'}: {crit['expr']}" + (f" ({'; '.join(crit['rows'][:3])})" if crit["rows"] else ""))
+        word = {"fail": "FAIL", "pass": "pass", "inconclusive": "INCONCLUSIVE" if strict else "inconclusive"}[crit["outcome"]]
+        why = crit["rows"] if crit["outcome"] == "fail" else (crit["undecided"] if crit["outcome"] == "inconclusive" else [])
+        per = ", ".join(f"{p} {o}" for p, o in crit["probes"].items())
+        con.print(f"{word}: {crit['expr']}" + (f" ({per})" if per else "") + (f": {'; '.join(why[:3])}{' …' if len(why) > 3 else ''}" if why else ""), markup=False, highlight=False)
     if output:
         click.echo(output)
 

@@ -24,7 +24,8 @@ loads. A node model here (JSON, ``FORMAT``/``VERSION``) holds, per
 
 and, per loaded condition, ``changes``: every cost's ratio to idle with a
 95 % CI (bootstrap of the batch means, a slice at a time where they were
-taken in slices: ``boot_typical``) and whether it is significant (the
+taken in slices: ``boot_typical``) and whether it is significant (its
+interval outside 1 ± 2 %, ``stats.MIN_EFFECT``; the
 shape of Carlinet et al. 2000's tables of costs per load), plus the machine description.
 
 A load is held by the same workers a run's loads use
@@ -375,7 +376,9 @@ def ratio_ci(base: Cost, other: Cost, resamples: int = 1000, seed: int = 1) -> t
 
 def _change(base: Cost, other: Cost) -> Change:
     r, lo, hi = ratio_ci(base, other)
-    return Change(ratio=r, ci95=[lo, hi], significant=bool(lo > 1 or hi < 1))
+    from loopscope.stats import beyond
+
+    return Change(ratio=r, ci95=[lo, hi], significant=beyond(r, lo, hi))
 
 
 def summ_slices(slices: list[list[float]], target: float | None = None) -> Cost:

@@ -85,7 +85,9 @@ class Report:
                     tail.append("missed deadlines " + " · ".join(f"{r['phase']} {int(r['value_ns']):,}" for r in ms.iter_rows(named=True)))
                 if tail:
                     out.append("    " + "; ".join(tail))
-        out.append("  (ratios to the first phase shown, the baseline, with 95% CI; * = significant)")
+        from loopscope.report.sections import min_effect_of
+
+        out.append(f"  (ratios to the first phase shown, the baseline, with 95% CI; * = significant: the interval outside 1 ± {min_effect_of(c)})")
         for n in self.notes:
             out.append(f"  note: {n}")
         return out[:30]
@@ -170,7 +172,7 @@ def _channel_tables(run: RunRecord, files: Files, kinds: Registry) -> dict[str, 
     return out
 
 
-def build(run_dir: Path, kinds: Registry, share_reads: bool = True) -> Report:
+def build(run_dir: Path, kinds: Registry, share_reads: bool = True, min_effect: float | None = None) -> Report:
     """Load the run, analyse it, write its tables, render its page.
 
     ``kinds`` is the probe-kind registry (``loopscope.kinds.KINDS``): each
@@ -178,20 +180,22 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True) -> Report:
     is read once (``reader.shared``) and shared by everything that needs it;
     rendering writes nothing. ``share_reads=False`` lets every part open the
     files itself (how reports were built before: ``loopscope bench report``
-    compares the two)."""
+    compares the two). A change is marked significant when its interval
+    lies outside 1 ± ``min_effect`` (``analysis.compare.MIN_EFFECT`` unless given)."""
     from loopscope.trace import reader
 
     t0 = time.perf_counter()
     run_dir = RunDir.open(run_dir).path
     opened = reader.opened
     with reader.shared() if share_reads else contextlib.nullcontext():
-        rep = _build(run_dir, kinds, Files(run_dir), t0)
+        rep = _build(run_dir, kinds, Files(run_dir), t0, min_effect)
     rep.traces_read = reader.opened - opened
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")
     return rep
 
 
-def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float) -> Report:
+def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect: float | None = None) -> Report:
+    from loopscope.stats import MIN_EFFECT
     from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run
@@ -212,7 +216,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float) -> Report:
         if k is not None and (per := k.missed(tables, probe)):
             missed[probe] = per
     against = {p["name"]: p["compare_with"] for p in tables.spec.get("phases") or [] if p.get("compare_with")}
-    comp = compare_phases(measures, phase_order, missed, against)
+    comp = compare_phases(measures, phase_order, missed, against, MIN_EFFECT if min_effect is None else min_effect)
     tables = tables.replace(**_channel_tables(tables.run, traces, kinds))
     notes = list(tables.run.notes) + trimmed_notes
     lost = tables.steps.filter(pl.col("lost_records") > 0) if len(tables.steps) else tables.steps

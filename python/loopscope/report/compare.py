@@ -20,6 +20,7 @@ import jinja2
 import polars as pl
 
 from loopscope.analysis.runcompare import CriterionResult, Differences, Row, RunData
+from loopscope.stats import MIN_EFFECT
 from loopscope.report import charts
 from loopscope.report.sections import ns, ratio
 from loopscope.rundir import RunDir
@@ -89,7 +90,7 @@ def _cell(r: Row) -> CompareRow:
     }
 
 
-def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], labels: dict[str, str]) -> str:
+def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], labels: dict[str, str], min_effect: float = MIN_EFFECT) -> str:
     base = runs[0]
     probes: list[CompareBlock] = []
     seen: set[tuple[str, str]] = set()
@@ -125,5 +126,5 @@ def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: li
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=True)
     return env.get_template("compare.html.j2").render(
         css=(HERE / "page.css").read_text(), runs=runs, base=base, probes=probes, diff=diff, criteria=criteria,
-        n_sig=sum(r.significant for r in rows), n_rows=len(rows), within=any(r.within_run for r in rows),
+        n_sig=sum(r.significant for r in rows), n_rows=len(rows), within=any(r.within_run for r in rows), min_effect=f"{min_effect * 100:g} %",
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 import polars as pl
 
-from loopscope.report.sections import heading, ns, ratio
+from loopscope.report.sections import heading, min_effect_of, ns, ratio
 
 
 def summary(comp: pl.DataFrame) -> pl.DataFrame:
@@ -51,7 +51,7 @@ def write_csv(comp: pl.DataFrame, out: Path) -> list[Path]:
 
 def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
     """Tables for a pull request: per probe and measure, each phase's metrics with the ratio to the baseline."""
-    out = [f"### {title}", "", "Each phase's value, and in brackets its ratio to the baseline phase (✱: the ratio's 95 % interval excludes 1; tables/comparisons.parquet has every interval)."]
+    out = [f"### {title}", "", "Each phase's value, and in brackets its ratio to the baseline phase (✱: the ratio's 95 % interval lies outside 1 ± " + min_effect_of(comp) + "; tables/comparisons.parquet has every interval)."]
     for (probe, measure), g in comp.group_by(["probe", "measure"], maintain_order=True):
         metrics = g["metric"].unique(maintain_order=True).to_list()
         out += ["", f"**{probe}: {labels.get(str(measure), str(measure))}**", "",
@@ -71,3 +71,4 @@ def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
                 cells.append(v)
             out.append(f"| {ph} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
+

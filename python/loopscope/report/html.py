@@ -10,7 +10,7 @@ import jinja2
 import polars as pl
 
 from loopscope.report import charts
-from loopscope.report.sections import labels, probe_sections
+from loopscope.report.sections import labels, min_effect_of, probe_sections
 from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
@@ -468,6 +468,7 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
         records_total=int(tables.steps["records"].sum()) if len(tables.steps) else 0,
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         baseline=baseline_of([p for p in phases if p in set(comp["phase"].to_list())] or phases or ["baseline"]),
+        min_effect=min_effect_of(comp),
         files=_files(run_dir),
     )
 

@@ -184,3 +184,11 @@ def labels(kinds: Registry) -> dict[str, str]:
     for k in kinds:
         out.update(getattr(k, "labels", {}) or {})
     return out
+
+
+def min_effect_of(comp: pl.DataFrame) -> str:
+    """The practical threshold a comparisons table was marked with, as pages state it (``2 %``)."""
+    from loopscope.stats import MIN_EFFECT
+
+    me = comp["min_effect"].drop_nulls() if "min_effect" in comp.columns else None
+    return f"{(float(me[0]) if me is not None and len(me) else MIN_EFFECT) * 100:g} %"
