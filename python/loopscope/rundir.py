@@ -557,6 +557,55 @@ class Derived:
     tables: dict[str, Any] = field(default_factory=dict)
 
 
+#: the columns that identify a run, beside every row of every table it writes (docs/tables.md)
+IDENTITY = ("run_id", "experiment", "host", "kernel", "loopscope_version", "started_utc")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """What identifies a run's rows when many runs are read as one dataset:
+    the run (its directory's name), the experiment, when it started, the
+    loopscope that recorded it, and per row the host and its kernel."""
+
+    run_id: str
+    experiment: str
+    started_utc: str | None
+    loopscope_version: str | None
+    kernels: dict[str, str | None]
+    first_host: str
+    probe_hosts: dict[str, str]
+
+    @classmethod
+    def of(cls, run: RunRecord, prov: Provenance) -> Identity:
+        kernels = {h: (m.kernel.release if m.kernel else None) for h, m in prov.hosts.items()}
+        probe_hosts: dict[str, str] = {}
+        for st in run.steps:
+            probe_hosts.setdefault(st.probe, run.host_of(st))
+        version = next((m.software.get("loopscope") for m in prov.hosts.values() if m.software.get("loopscope")), None)
+        return cls(run.run_id, run.name, run.started_utc, version, kernels, run.first_host, probe_hosts)
+
+    def tag(self, frame: Any) -> Any:
+        """``frame`` (a polars DataFrame) with the identifying columns at its
+        end: a row's host is its own ``host`` column where it has one, else its
+        probe's host, else the run's first; the kernel is that host's."""
+        import polars as pl
+
+        if "host" in frame.columns:
+            host = pl.col("host")
+        elif "probe" in frame.columns:
+            host = pl.col("probe").replace_strict(self.probe_hosts, default=self.first_host, return_dtype=pl.String)
+        else:
+            host = pl.lit(self.first_host)
+        started = pl.lit(self.started_utc).str.to_datetime(time_zone="UTC", time_unit="us") if self.started_utc else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+        out = frame.drop([c for c in IDENTITY if c in frame.columns and c != "host"]).with_columns(
+            pl.lit(self.run_id).alias("run_id"), pl.lit(self.experiment).alias("experiment"), host.cast(pl.String).alias("host"),
+        )
+        return out.with_columns(
+            pl.col("host").replace_strict(self.kernels, default=None, return_dtype=pl.String).alias("kernel"),
+            pl.lit(self.loopscope_version, dtype=pl.String).alias("loopscope_version"), started.alias("started_utc"),
+        )
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -620,12 +669,18 @@ class RunDir:
         tmp.write_text(json.dumps(prov.model_dump(mode="json", exclude_unset=True), indent=1, default=str) + "\n")
         os.replace(tmp, self.provenance_json)
 
+    def identity(self) -> Identity:
+        """What identifies the run's rows in a dataset of runs."""
+        return Identity.of(self.record(), self.provenance())
+
     def write_derived(self, d: Derived) -> None:
-        """Write what an analysis step made: each document atomically (JSON), each table as Parquet."""
+        """Write what an analysis step made: each document atomically (JSON),
+        each table as Parquet, its rows identified (``Identity.tag``)."""
+        ident = self.identity() if d.tables else None
         for rel, frame in d.tables.items():
             p = self.path / rel
             p.parent.mkdir(parents=True, exist_ok=True)
-            frame.write_parquet(p)
+            (ident.tag(frame) if ident is not None and rel.startswith("tables/") else frame).write_parquet(p)
         for rel, doc in d.documents.items():
             p = self.path / rel
             tmp = p.with_name(f".{p.name}.tmp")

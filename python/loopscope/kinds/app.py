@@ -75,6 +75,7 @@ class App(ProbeKind):
     model = AppProbe
     describe = "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases."
     tables = {"program": INTERVALS}
+    records = (("program", "interval", "dur_ns"),)
 
     def local_programs(self, probe: Any) -> list[Any]:
         return list(probe.processes)

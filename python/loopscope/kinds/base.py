@@ -310,6 +310,10 @@ class ProbeKind:
     tables: dict[str, Columns] = {}
     #: (table, value column, group-by) trimmed of a detected warm-up before phases are compared
     steady: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    #: its samples in a dataset of runs' ``records`` view (``loopscope query``):
+    #: (table, the measure's name as an SQL expression over the table's columns,
+    #: the column of the value in ns), the same names as its ``measures``
+    records: tuple[tuple[str, str, str], ...] = ()
     #: the measures the terminal summary shows (None: all)
     summary: frozenset[str] | None = None
     #: names of its measures in the report (``wake_delay`` → ``wake-up delay``)

@@ -79,6 +79,7 @@ class Pipeline(ProbeKind):
                 "included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine "
                 "all hosts share that clock.")
     tables = {"pipeline": {}, "stages": {}}
+    records = (("pipeline", "'e2e'", "e2e_ns"), ("pipeline", "'sink_stack'", "sink_stack_ns"))
     main = ("pipeline", "e2e_ns")
     steady = (("pipeline", "e2e_ns", ()),)
     summary = frozenset({"e2e"})  # per-hop figures are in the report

@@ -114,6 +114,7 @@ class Program(ProbeKind):
     model = ProgramProbe
     describe = "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure."
     tables = {"program": INTERVALS}
+    records = (("program", "interval", "dur_ns"),)
     steady = (("program", "dur_ns", ("interval",)),)
 
     params = ProgramParams

@@ -107,6 +107,7 @@ class Rr(ProbeKind):
     describe = ("Request/response exchanges: the round trip on the client's clock, both one-way legs on the run's timeline (each with the sum of its two "
                 "ends' clock-sync bounds) and each leg's IPDV (RFC 3393: the change of one-way delay between consecutive exchanges; a clock offset cancels in it).")
     tables = {"rr": COLUMNS}
+    records = (("rr", "'rtt'", "rtt_ns"), ("rr", "'fwd'", "fwd_ns"), ("rr", "'ret'", "ret_ns"))
     steady = (("rr", "rtt_ns", ()),)
     summary = frozenset({"rtt", "fwd", "ret"})
     labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}

@@ -34,6 +34,7 @@ class Sched(ProbeKind):
     describe = ("A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each "
                 "burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).")
     tables = {"sched": {"cycle": pl.UInt32, "t_ns": pl.Int64, "wake_delay_ns": pl.Int64, "burst_ns": pl.Int64, "extra_ns": pl.Int64}}
+    records = (("sched", "'wake_delay'", "wake_delay_ns"), ("sched", "'burst'", "burst_ns"))
     main = ("sched", "wake_delay_ns")
     steady = (("sched", "wake_delay_ns", ()),)
     labels = {"wake_delay": "wake-up delay", "burst": "burst completion time"}

@@ -35,6 +35,7 @@ class Syscall(ProbeKind):
     params = SyscallParams
     describe = "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000)."
     tables = {"syscall": {"call": pl.String, "batch": pl.UInt32, "t_ns": pl.Int64, "per_call_ns": pl.Float64}}
+    records = (("syscall", "call", "per_call_ns"),)
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         batch = int(result.get("batch") or 1)

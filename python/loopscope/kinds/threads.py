@@ -104,6 +104,7 @@ class Threads(ProbeKind):
     describe = ("Any program's threads, uninstrumented, from the kernel capture: per thread name, how long after its wake-up each activation ran "
                 "(wake-up latency), how late its own sleep timers fired (timer lateness, cyclictest's figure), and how long it ran.")
     tables = {"threads": ROWS}
+    records = (("threads", "comm || ' wakeup'", "wakeup_latency_ns"), ("threads", "comm || ' timer'", "timer_lateness_ns"), ("threads", "comm || ' runtime'", "runtime_ns"))
     main = ("threads", "wakeup_latency_ns")
     labels = {"wakeup": "wake-up latency", "timer": "timer lateness", "runtime": "run time"}
 

@@ -31,6 +31,7 @@ class Timer(ProbeKind):
     params = TimerParams
     describe = "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement)."
     tables = {"timer": {"thread": pl.UInt32, "t_ns": pl.Int64, "latency_ns": pl.Int64}}
+    records = (("timer", "'latency'", "latency_ns"),)
     main = ("timer", "latency_ns")
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}

@@ -236,8 +236,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect:
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
     # write the tables (the timeline and explain below read them)
     out = run_dir / "tables"
-    tables.write(out)
-    comp.write_parquet(out / "comparisons.parquet")
+    tables.write(out, {"comparisons": comp})
     tl = None
     if tables.run.clocksync:
         progress.step("report: the global timeline")

@@ -8,6 +8,7 @@ fast; axes, labels and lines stay vector.
 from __future__ import annotations
 
 import io
+import math
 import re
 from typing import Any
 
@@ -301,4 +302,38 @@ def sweep_fits(fits: list[Fit], title: str, xlabel: str) -> str:
         ax.set_ylabel(unit)
         ax.legend(fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=9)
+    return _svg(fig)
+
+
+def trend(series: dict[str, list[tuple[int, float, float | None, float | None]]], labels: list[str], title: str, ylabel: str) -> str:
+    """A metric over runs: per series (a host, a kernel) each run's value at
+    its place in time order (x: the run's index, labelled below), with its
+    95 % interval as a bar where it has one."""
+    allv = np.array([v for pts in series.values() for _, v, _, _ in pts], dtype=np.float64)
+    div, unit = _scale(allv) if len(allv) else (1.0, "ns")
+    fig, ax = plt.subplots(figsize=(9.4, 3.8))
+    k = max(1, len(series))
+    for i, (name, pts) in enumerate(series.items()):
+        if not pts:
+            continue
+        shift = (i - (k - 1) / 2) * min(0.12, 0.6 / k)  # runs of several series side by side, not on top of each other
+        x = np.array([p[0] for p in pts], dtype=np.float64) + shift
+        y = np.array([p[1] for p in pts], dtype=np.float64) / div
+        lo = np.array([np.nan if p[2] is None else p[2] for p in pts], dtype=np.float64) / div
+        hi = np.array([np.nan if p[3] is None else p[3] for p in pts], dtype=np.float64) / div
+        colour = PALETTE[i % len(PALETTE)]
+        ax.plot(x, y, "-", color=colour, alpha=0.35, linewidth=1)
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        if ok.any():
+            ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none", ecolor=colour, elinewidth=1.2, capsize=2.5)
+        ax.plot(x, y, "o", color=colour, markersize=4, label=name)
+    n = len(labels)
+    step = max(1, math.ceil(n / 24))
+    ax.set_xticks(range(0, n, step))
+    ax.set_xticklabels([labels[j] for j in range(0, n, step)], rotation=40, ha="right")
+    ax.set_xlim(-0.6, n - 0.4)
+    ax.set_ylabel(f"{ylabel} ({unit})")
+    ax.set_title(title, loc="left")
+    if k > 1:
+        _legend_outside(ax)
     return _svg(fig)

@@ -19,7 +19,7 @@ import polars as pl
 
 from loopscope.trace import reader
 from loopscope.errors import InputError
-from loopscope.rundir import EmulatorResult, PathRecord, Provenance, RunDir, RunRecord, Step, read_emulator_result
+from loopscope.rundir import EmulatorResult, Identity, PathRecord, Provenance, RunDir, RunRecord, Step, read_emulator_result
 from loopscope.analysis.registry import Columns, Registry
 from loopscope.analysis.items import Placement
 from loopscope.analysis.queueing import ErlangFit
@@ -59,15 +59,18 @@ class RunTables:
 
         return dataclasses.replace(self, frames={**self.frames, **frames})
 
-    def write(self, out: Path) -> list[Path]:
-        """Every table as ``out/<name>.parquet``: the one place tables are written."""
+    def write(self, out: Path, extra: dict[str, pl.DataFrame] | None = None) -> list[Path]:
+        """Every table as ``out/<name>.parquet`` (and ``extra``'s: the
+        comparisons), each row identified by the run's columns
+        (``rundir.Identity``): the one place a run's measurement tables are written."""
         out.mkdir(exist_ok=True)
+        ident = Identity.of(self.run, self.provenance)
         paths = []
-        for name, df in [*self.frames.items(), ("loads", self.loads), ("steps", self.steps)]:
+        for name, df in [*self.frames.items(), ("loads", self.loads), ("steps", self.steps), *(extra or {}).items()]:
             if name not in ALWAYS and not len(df):
                 continue
             p = out / f"{name}.parquet"
-            df.write_parquet(p)
+            ident.tag(df).write_parquet(p)
             paths.append(p)
         return paths
 

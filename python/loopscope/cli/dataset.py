@@ -1,0 +1,202 @@
+"""A directory of runs as one dataset: `runs`, `query`, `trend` (docs/tables.md)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from loopscope.cli.base import Percent, _console, cli
+
+FORMATS = click.Choice(["table", "csv", "json"])
+
+
+def _open(root: str) -> Any:
+    from loopscope.dataset.query import Query
+    from loopscope.dataset.scan import scan
+    from loopscope.kinds import KINDS
+
+    return Query(scan(root), [r for k in KINDS for r in k.records])
+
+
+def _say(notes: list[str]) -> None:
+    for n in notes:
+        sys.stderr.write(f"loopscope: note: {n}\n")
+
+
+def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str | None = None) -> None:
+    from loopscope.dataset.query import plain
+
+    if fmt == "csv":
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(columns)
+        for r in rows:
+            w.writerow(["" if v is None else plain(v) for v in r])
+        return
+    from rich.table import Table
+
+    t = Table(show_header=True, header_style="bold", title=title)
+    for i, c in enumerate(columns):
+        t.add_column(c, no_wrap=i == 0)
+    for r in rows:
+        t.add_row(*("" if v is None else _cell(v) for v in r))
+    _console().print(t)
+
+
+def _cell(v: Any) -> str:
+    from loopscope.dataset.query import plain
+
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(plain(v))
+
+
+@cli.command("runs")
+@click.argument("directory", type=click.Path())
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="json: one object on one line, {\"runs\": [...]}.")
+def runs_cmd(directory: str, fmt: str) -> int:
+    """List the runs under DIRECTORY: experiment, hosts, kernel, loopscope
+    version, when, status, and each probe's p99 in its baseline phase with
+    its interval. Runs that cannot be read are listed with why.
+
+    \b
+    Examples:
+      loopscope runs runs/
+      loopscope runs runs/ --format json | jq '.runs[] | select(.status != "completed")'
+    """
+    q = _open(directory)
+    figures = _figures(q)
+    entries = []
+    for r in q.ds.runs:
+        e = r.to_json()
+        e["p99"] = figures.get(r.run_id, {})
+        entries.append(e)
+    entries.sort(key=lambda e: (e["started_utc"] or "", e["run_id"]))
+    notes = q.ds.notes() + q.notes
+    if fmt == "json":
+        click.echo(json.dumps({"runs": entries, "notes": notes}, default=str, separators=(",", ":")))
+        return 0
+    cols = ["run", "experiment", "started (UTC)", "status", "hosts", "kernel", "version", "reps", "p99 [95 % CI]"]
+    rows = []
+    for e in entries:
+        p99 = " · ".join(f"{p} {_with_ci(f['value_ns'], f['lo_ns'], f['hi_ns'])}" for p, f in e["p99"].items())
+        rows.append((e["run_id"], e["experiment"] or "", (e["started_utc"] or "")[:16].replace("T", " "), e["status"] or ("unreadable" if not e["readable"] else ""),
+                     ", ".join(e["hosts"]), e["kernel"] or "", e["version"] or "", e["repetitions"] or "", p99 or (e["why"] or "")))
+    if fmt == "csv":
+        _emit(cols, rows, "csv")
+    else:
+        _emit(cols, rows, "table", title=f"{len(entries)} runs in {directory} (p99: each probe's first measure in the run's baseline phase)")
+    _say(notes)
+    return 0
+
+
+def _ns(v: Any) -> str:
+    from loopscope.units import format_ns
+
+    return "?" if v is None else format_ns(float(v))
+
+
+def _with_ci(v: Any, lo: Any, hi: Any) -> str:
+    """``125 µs [120, 142]``: the interval in the value's unit."""
+    if v is None:
+        return "?"
+    v = float(v)
+    div, unit = (1e6, "ms") if v >= 1e6 else ((1e3, "µs") if v >= 1e3 else (1.0, "ns"))
+    ci = f" [{float(lo) / div:.3g}, {float(hi) / div:.3g}]" if lo is not None and hi is not None else ""
+    return f"{v / div:.3g} {unit}{ci}"
+
+
+def _figures(q: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each run's p99 of each probe's first measure in its baseline phase."""
+    if "comparisons" not in q.views:
+        return {}
+    a = q.run("SELECT run_id, probe, measure, value_ns, lo_ns, hi_ns FROM (SELECT *, row_number() OVER (PARTITION BY run_id, probe ORDER BY rowid) AS k "
+              "FROM (SELECT *, row_number() OVER () AS rowid FROM summary WHERE metric = 'p99' AND phase = baseline_phase)) WHERE k = 1")
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for run_id, probe, measure, v, lo, hi in a.rows:
+        out.setdefault(run_id, {})[probe] = {"measure": measure, "value_ns": v, "lo_ns": lo, "hi_ns": hi}
+    return out
+
+
+@cli.command("query")
+@click.argument("directory", type=click.Path())
+@click.argument("sql")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="json: one object on one line, {\"columns\": [...], \"rows\": [[...]]}.")
+def query_cmd(directory: str, sql: str, fmt: str) -> int:
+    """Run SQL (DuckDB) over the runs under DIRECTORY, in place.
+
+    Views: runs (run_id, experiment, host, kernel, version, started_utc,
+    path, …), probes, summary (run_id, host, probe, measure, phase, metric,
+    value_ns, lo_ns, hi_ns, …), comparisons, attribution, records (every
+    sample: run_id, host, probe, measure, t_ns, value_ns, …) and one per
+    table (timer, sched, rr, steps, …). Every view starts with run_id,
+    experiment, host, kernel, loopscope_version, started_utc. docs/tables.md
+    lists the columns.
+
+    \b
+    Examples:
+      loopscope query runs/ "SELECT host, median(value_ns) FROM summary WHERE metric = 'p99' GROUP BY host"
+      loopscope query runs/ "SELECT kernel, count(*) FROM runs GROUP BY kernel" --format csv
+      loopscope query runs/ "SELECT cause, sum(ns) FROM attribution GROUP BY cause ORDER BY 2 DESC LIMIT 5"
+    """
+    from loopscope.dataset.query import plain
+
+    q = _open(directory)
+    a = q.run(sql)
+    notes = q.ds.notes() + a.notes
+    if fmt == "json":
+        click.echo(json.dumps({"columns": a.columns, "rows": [[plain(v) for v in r] for r in a.rows], "notes": notes}, separators=(",", ":")))
+        return 0
+    _emit(a.columns, a.rows, fmt)
+    _say(notes)
+    return 0
+
+
+@cli.command("trend")
+@click.argument("directory", type=click.Path())
+@click.option("--probe", required=True, help="The probe (by name, as the experiments call it).")
+@click.option("--metric", type=click.Choice(["p50", "p99", "p999", "max", "mean"]), default="p99", show_default=True)
+@click.option("--measure", default=None, help="The probe's measure when it has several (an rr probe's rtt or fwd, a syscall probe's call) [its main one].")
+@click.option("--phase", default=None, help="The phase [each run's baseline phase].")
+@click.option("--by", type=click.Choice(["host", "kernel"]), default=None, help="One series per host or per kernel.")
+@click.option("--min-effect", "min_effect", type=Percent(), default="2%", show_default=True, help="Mark a run ▲/▼ only when its interval clears the previous run's by more than this.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the trend's page (HTML) here.")
+@click.option("--json", "as_json", is_flag=True, help="Print one object: the trend's points.")
+def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phase: str | None, by: str | None, min_effect: float,
+              output: str | None, as_json: bool) -> int:
+    """A metric of one probe over the runs under DIRECTORY, each run's value
+    with its 95 % interval, in the order they started, as a table and (-o)
+    a page in the report's style.
+
+    \b
+    Examples:
+      loopscope trend runs/ --probe timer --metric p99
+      loopscope trend runs/ --probe timer --metric p99 --by kernel -o trend.html
+    """
+    from loopscope.dataset.trend import page, trend
+    from loopscope.kinds import KINDS
+
+    q = _open(directory)
+    main = {k.name: k.records[0][1].strip("'") for k in KINDS if k.records}
+    t = trend(q, probe, metric, by, measure, phase, main, min_effect)
+    if output:
+        Path(output).write_text(page(t, Path(directory)))
+    notes = q.ds.notes() + q.notes
+    if as_json:
+        click.echo(json.dumps({"probe": t.probe, "measure": t.measure, "metric": t.metric, "by": t.by, "phase": t.phase, "min_effect": t.min_effect,
+                               "points": [p.to_json() for p in t.points], "missing": t.missing, "notes": notes}, separators=(",", ":")))
+        return 0
+    cols = ["run", "started (UTC)", *([by] if by else []), "phase", metric, "95 % CI", "reps", ""]
+    rows = [(p.run_id, p.started_utc.strftime("%Y-%m-%d %H:%M:%S") if p.started_utc else "", *([p.series] if by else []), p.phase, _ns(p.value_ns),
+             f"[{_ns(p.lo_ns)}, {_ns(p.hi_ns)}]" if p.lo_ns is not None else "no interval", p.reps or "", p.change) for p in t.points]
+    _emit(cols, rows, "table", title=f"{t.probe} {t.measure} {t.metric}" + (f" by {by}" if by else "") + f": {len(t.points)} points")
+    for m in t.missing:
+        sys.stderr.write(f"loopscope: note: without this figure: {m}\n")
+    _say(notes)
+    if output:
+        click.echo(output)
+    return 0

@@ -1,0 +1,253 @@
+"""SQL over a directory of runs: DuckDB, embedded, reading the runs' files in place.
+
+``Query`` opens an in-memory DuckDB and describes the dataset to it: the
+runs and their hosts (``runs``), each run's probes (``probes``), and one view
+per table the runs wrote (``timer``, ``comparisons``, ``attribution``, …)
+over the runs' own Parquet files (``read_parquet`` of the list, by column
+name, so runs whose tables gained columns read together with older ones:
+a column a run lacks is null in its rows). Nothing is copied or converted.
+
+Every view starts with the columns that identify a row's run
+(``rundir.IDENTITY``), taken from the run records, not from the files, so
+runs written before the tables carried them answer the same way: a row's
+``host`` is its own (``attribution``, ``stages``), else its probe's, else
+the run's first. Two views are built on the others:
+
+- ``summary``: each run's figures, one row per probe, measure, phase and
+  metric (p50, p99, p999, max, mean), ``value_ns`` with its 95 % interval
+  ``lo_ns``/``hi_ns``, pooled over the run's repetitions as the report
+  pools them (``pooled``);
+- ``records``: every sample of every run, one row each: the measure's name
+  and ``value_ns``, as each probe kind declares (``ProbeKind.records``).
+
+Views are made only when a query names them (a view over 200 runs' files
+reads their footers), and a file DuckDB finds damaged while answering is
+left out, said, and the query asked again of the rest.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loopscope.dataset.scan import Dataset
+from loopscope.errors import InputError
+from loopscope.rundir import IDENTITY
+
+#: views built on others, and what they read
+DERIVED = {"summary": ("comparisons",), "records": ()}
+SUMMARY_METRICS = ("p50", "p99", "p999", "max", "mean")
+POOLED_BEFORE = ("CASE WHEN metric = 'max' THEN 'largest sample of any repetition' "
+                 "WHEN metric = 'mean' THEN 'mean of every repetition''s samples together' "
+                 "ELSE 'quantile of every repetition''s samples together' END")
+
+
+class QueryError(InputError):
+    """SQL DuckDB refused: its own message, exit code 2."""
+
+
+def _lit(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+@dataclass
+class Answer:
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    notes: list[str] = field(default_factory=list)
+
+
+class Query:
+    """A DuckDB connection that knows a dataset's runs."""
+
+    def __init__(self, ds: Dataset, records: list[tuple[str, str, str]] | None = None) -> None:
+        import duckdb
+
+        self.ds = ds
+        self.records_from = list(dict.fromkeys(records or []))
+        self.con = duckdb.connect(":memory:")
+        self.con.execute("SET enable_progress_bar = false")
+        self.made: set[str] = set()
+        self.notes: list[str] = []
+        self._files: dict[str, list[tuple[Path, str]]] = {}
+        for r in ds.readable:
+            for t, p in r.tables.items():
+                self._files.setdefault(t, []).append((p, r.run_id))
+        self._base()
+
+    def _base(self) -> None:
+        """The tables every view joins: runs (one row per run and host), probes, files."""
+        c = self.con
+        c.execute("CREATE TABLE runs (run_id VARCHAR, experiment VARCHAR, host VARCHAR, kernel VARCHAR, version VARCHAR, "
+                  "started_utc TIMESTAMPTZ, path VARCHAR, status VARCHAR, ended_utc TIMESTAMPTZ, format INTEGER, commit VARCHAR, "
+                  "repetitions INTEGER, first_host VARCHAR, hosts INTEGER, tables INTEGER)")
+        c.execute("CREATE TABLE probes (run_id VARCHAR, probe VARCHAR, kind VARCHAR, host VARCHAR)")
+        c.execute("CREATE TABLE _files (file VARCHAR, run_id VARCHAR, tbl VARCHAR)")
+        runs, probes = [], []
+        for r in self.ds.readable:
+            for h, k in r.hosts.items():
+                runs.append((r.run_id, r.experiment, h, k, r.version, _ts(r.started_utc), str(r.path), r.status, _ts(r.ended_utc), r.format,
+                             r.commit, r.repetitions, r.first_host, len(r.hosts), len(r.tables)))
+            probes += [(r.run_id, p, k, h) for p, (k, h) in r.probes.items()]
+        if runs:
+            c.executemany("INSERT INTO runs VALUES (" + ",".join("?" * 15) + ")", runs)
+        if probes:
+            c.executemany("INSERT INTO probes VALUES (?, ?, ?, ?)", probes)
+        files = [(str(p), rid, t) for t, xs in self._files.items() for p, rid in xs]
+        if files:
+            c.executemany("INSERT INTO _files VALUES (?, ?, ?)", files)
+        c.execute("CREATE VIEW _run AS SELECT DISTINCT run_id, experiment, version, started_utc, first_host FROM runs")
+
+    @property
+    def views(self) -> list[str]:
+        """Every name a query can use."""
+        return sorted({"runs", "probes", *self._files, *DERIVED})
+
+    def _columns(self, files: list[tuple[Path, str]]) -> list[str]:
+        rel = self.con.sql(f"SELECT * FROM read_parquet([{', '.join(_lit(str(p)) for p, _ in files)}], union_by_name = true) LIMIT 0")
+        return list(rel.columns)
+
+    def _table_view(self, name: str) -> None:
+        files = self._files.get(name) or []
+        if not files:
+            self.con.execute(f"CREATE VIEW {name} AS SELECT * FROM runs WHERE false")  # a name no run has: empty, said by the caller
+            return
+        cols = self._columns(files)
+        drop = [c for c in IDENTITY if c in cols]
+        host = "t.host" if "host" in cols else "NULL"
+        probe_join = "LEFT JOIN probes p ON p.run_id = f.run_id AND p.probe = t.probe" if "probe" in cols else "LEFT JOIN (SELECT NULL AS host) p ON true"
+        src = f"read_parquet([{', '.join(_lit(str(p)) for p, _ in files)}], union_by_name = true, filename = true)"
+        self.con.execute(
+            f"CREATE VIEW {name} AS WITH x AS ("
+            f"SELECT t.* EXCLUDE ({', '.join(['filename', *drop])}), f.run_id AS _run_id, COALESCE({host}, p.host, r.first_host) AS _host "
+            f"FROM {src} t JOIN _files f ON f.file = t.filename JOIN _run r ON r.run_id = f.run_id {probe_join}) "
+            "SELECT x._run_id AS run_id, r.experiment, x._host AS host, h.kernel, r.version AS loopscope_version, r.started_utc, "
+            "x.* EXCLUDE (_run_id, _host) FROM x JOIN _run r ON r.run_id = x._run_id LEFT JOIN runs h ON h.run_id = x._run_id AND h.host = x._host")
+
+    def _summary(self) -> None:
+        self.ensure({"comparisons"})
+        cols = set(self.con.sql("SELECT * FROM comparisons LIMIT 0").columns)
+        if "metric" not in cols:
+            self.con.execute("CREATE VIEW summary AS SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS phase, "
+                             "NULL::VARCHAR AS metric, NULL::DOUBLE AS value_ns, NULL::DOUBLE AS lo_ns, NULL::DOUBLE AS hi_ns WHERE false")
+            return
+        pooled = "COALESCE(pooled, " + POOLED_BEFORE + ")" if "pooled" in cols else POOLED_BEFORE
+        metrics = ", ".join(_lit(m) for m in SUMMARY_METRICS)
+        self.con.execute(
+            "CREATE VIEW summary AS SELECT run_id, experiment, host, kernel, loopscope_version, started_utc, probe, kind, measure, phase, loads, "
+            f"metric, value_ns, value_lo_ns AS lo_ns, value_hi_ns AS hi_ns, n, reps, {pooled} AS pooled, baseline_phase, ratio, ratio_lo, ratio_hi, significant "
+            f"FROM comparisons WHERE metric IN ({metrics})")
+
+    def _records(self) -> None:
+        parts = []
+        for table, measure, value in self.records_from:
+            if table not in self._files:
+                continue
+            self.ensure({table})
+            cols = set(self.con.sql(f"SELECT * FROM {table} LIMIT 0").columns)
+            if value not in cols or "probe" not in cols:
+                continue
+            t = "t.t_ns" if "t_ns" in cols else "NULL::BIGINT"
+            loads = "t.loads" if "loads" in cols else "NULL::VARCHAR"
+            parts.append(f"SELECT t.run_id, t.experiment, t.host, t.kernel, t.loopscope_version, t.started_utc, t.probe, pr.kind, t.rep, t.phase, {loads} AS loads, "
+                         f"t._measure AS measure, {t} AS t_ns, t.{value}::DOUBLE AS value_ns FROM (SELECT *, ({measure})::VARCHAR AS _measure FROM {table}) t "
+                         f"LEFT JOIN probes pr ON pr.run_id = t.run_id AND pr.probe = t.probe WHERE t.{value} IS NOT NULL")
+        if not parts:
+            parts = ["SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS kind, NULL::VARCHAR AS phase, "
+                     "NULL::VARCHAR AS measure, NULL::BIGINT AS t_ns, NULL::DOUBLE AS value_ns WHERE false"]
+        self.con.execute("CREATE VIEW records AS " + " UNION ALL BY NAME ".join(dict.fromkeys(parts)))
+
+    def ensure(self, names: set[str]) -> None:
+        """Make the views ``names`` need (once)."""
+        for n in sorted(names):
+            if n in self.made or n in ("runs", "probes"):
+                continue
+            self.made.add(n)
+            if n == "summary":
+                self._summary()
+            elif n == "records":
+                self._records()
+            else:
+                self._table_view(n)
+
+    def named(self, sql: str) -> set[str]:
+        """The views a query names (a word that is a view's name)."""
+        words = {w.lower() for w in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", sql)}
+        return words & set(self.views)
+
+    def _reset(self) -> None:
+        for n in sorted(self.made):
+            self.con.execute(f"DROP VIEW IF EXISTS {n}")
+        self.made.clear()
+
+    def run(self, sql: str) -> Answer:
+        """The query's answer; QueryError with DuckDB's message for SQL it refuses.
+        A run file DuckDB finds damaged is left out, said, and the query asked again."""
+        import duckdb
+
+        for _ in range(20):
+            try:
+                self.ensure(self.named(sql))
+                rel = self.con.sql(sql)
+                if rel is None:
+                    return Answer([], [], self.notes)
+                return Answer(list(rel.columns), rel.fetchall(), self.notes)
+            except duckdb.Error as e:
+                bad = self._damaged(str(e))
+                if bad is None:
+                    raise QueryError(f"query: {_first_line(e)}{_hint(str(e), self.views)}") from None
+                self._reset()
+        raise QueryError("query: too many damaged files; check the runs with `loopscope runs`")
+
+    def _damaged(self, msg: str) -> str | None:
+        """The dataset's file a DuckDB error names, now left out (None: the error is the query's)."""
+        for t, xs in self._files.items():
+            for p, rid in xs:
+                if str(p) in msg:
+                    xs.remove((p, rid))
+                    self.notes.append(f"{p}: left out: {_first_line(msg)}")
+                    self.con.execute("DELETE FROM _files WHERE file = ?", [str(p)])
+                    return str(p)
+        return None
+
+
+def _first_line(e: object) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _hint(msg: str, views: list[str]) -> str:
+    if "Catalog Error" in msg and ("does not exist" in msg or "not found" in msg):
+        return f"; the views are: {', '.join(views)} (docs/tables.md)"
+    return ""
+
+
+def _ts(s: str | None) -> _dt.datetime | None:
+    if not s:
+        return None
+    try:
+        return _dt.datetime.fromisoformat(s)
+    except ValueError:
+        return None
+
+
+def plain(v: Any) -> Any:
+    """A DuckDB value as JSON holds it (times as ISO text, NaN as null)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return v.isoformat()
+    if isinstance(v, _dt.timedelta):
+        return v.total_seconds()
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): plain(x) for k, x in v.items()}
+    if isinstance(v, (bytes, bytearray)):
+        return v.hex()
+    if v is None or isinstance(v, (str, int, float, bool)):
+        return v
+    return str(v)

@@ -1,0 +1,160 @@
+"""A metric of one probe over many runs: ``loopscope trend``.
+
+One point per run (and per host, for a probe measured on several), in the
+order the runs started: the run's figure from the dataset's ``summary``
+(pooled over its repetitions as its report pools them) with its 95 %
+interval. ``by`` splits the points into series by host or by kernel. Within
+a series, a run whose whole interval lies above (below) the previous run's
+interval, by more than the minimum effect, is marked ``▲`` (``▼``): a step
+worth a look, told apart from runs that only move inside each other's
+intervals. The same points go to a page in the report's style.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loopscope.dataset.query import Query, _lit
+from loopscope.errors import InputError
+from loopscope.stats import MIN_EFFECT
+
+
+@dataclass
+class Point:
+    run_id: str
+    started_utc: _dt.datetime | None
+    series: str
+    host: str
+    kernel: str | None
+    phase: str
+    value_ns: float
+    lo_ns: float | None
+    hi_ns: float | None
+    reps: int | None
+    change: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "started_utc": self.started_utc.isoformat() if self.started_utc else None, "series": self.series,
+                "host": self.host, "kernel": self.kernel, "phase": self.phase, "value_ns": self.value_ns, "lo_ns": self.lo_ns,
+                "hi_ns": self.hi_ns, "reps": self.reps, "change": self.change}
+
+
+@dataclass
+class Trend:
+    probe: str
+    measure: str
+    metric: str
+    by: str | None
+    phase: str | None
+    min_effect: float
+    points: list[Point] = field(default_factory=list)
+    #: runs of the dataset without this probe's figure, with why
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def series(self) -> dict[str, list[Point]]:
+        out: dict[str, list[Point]] = {}
+        for p in self.points:
+            out.setdefault(p.series, []).append(p)
+        return out
+
+
+def _measure(q: Query, probe: str, measure: str | None, main: dict[str, str]) -> str:
+    rows = q.run(f"SELECT measure, count(*) FROM summary WHERE probe = {_lit(probe)} GROUP BY measure ORDER BY count(*) DESC, measure").rows
+    if not rows:
+        probes = [r[0] for r in q.run("SELECT DISTINCT probe FROM summary ORDER BY probe").rows]
+        raise InputError(f"trend: no run of the dataset has a probe named {probe!r}; its probes are: {', '.join(probes) or 'none (no run has comparisons)'}")
+    names = [str(r[0]) for r in rows]
+    if measure is not None:
+        if measure not in names:
+            raise InputError(f"trend: probe {probe} has no measure {measure!r}; its measures are: {', '.join(names)}")
+        return measure
+    if len(names) == 1:
+        return names[0]
+    kind = q.run(f"SELECT DISTINCT kind FROM probes WHERE probe = {_lit(probe)}").rows
+    first = main.get(str(kind[0][0])) if kind else None
+    if first in names:
+        return str(first)
+    raise InputError(f"trend: probe {probe} has several measures ({', '.join(names)}); choose one with --measure")
+
+
+def trend(q: Query, probe: str, metric: str, by: str | None = None, measure: str | None = None, phase: str | None = None,
+          main: dict[str, str] | None = None, min_effect: float = MIN_EFFECT) -> Trend:
+    """The metric of ``probe`` over the dataset's runs (``main``: each kind's
+    main measure, taken when a probe has several and none is named)."""
+    m = _measure(q, probe, measure, main or {})
+    where = f"probe = {_lit(probe)} AND measure = {_lit(m)} AND metric = {_lit(metric)} AND " + (f"phase = {_lit(phase)}" if phase else "phase = baseline_phase")
+    rows = q.run(f"SELECT run_id, started_utc, host, kernel, phase, value_ns, lo_ns, hi_ns, reps FROM summary WHERE {where} "
+                 "ORDER BY started_utc NULLS LAST, run_id, host").rows
+    t = Trend(probe, m, metric, by, phase, min_effect)
+    for run_id, started, host, kernel, ph, v, lo, hi, reps in rows:
+        if v is None:
+            continue
+        key = {"host": host, "kernel": kernel or "kernel unknown"}.get(by or "", "every run")
+        t.points.append(Point(run_id, started, str(key), host, kernel, ph, float(v), _num(lo), _num(hi), reps))
+    have = {p.run_id for p in t.points}
+    for r in q.ds.runs:
+        if r.run_id in have:
+            continue
+        if not r.readable:
+            t.missing.append(f"{r.run_id}: {r.why}")
+        elif probe not in r.probes:
+            continue  # another experiment: not this probe's run
+        else:
+            t.missing.append(f"{r.run_id}: " + (r.why or (f"no {metric} of {m} in phase {phase}" if phase else f"no {metric} of {m}")))
+    _mark(t)
+    return t
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v else None
+
+
+def _mark(t: Trend) -> None:
+    """▲/▼: a run whose interval lies wholly above/below the previous run's of its series, by more than the minimum effect."""
+    up, down = 1 + t.min_effect, 1 - t.min_effect
+    for pts in t.series.values():
+        for prev, p in zip(pts, pts[1:]):
+            if None in (p.lo_ns, p.hi_ns, prev.lo_ns, prev.hi_ns) or prev.value_ns <= 0:
+                continue
+            r = p.value_ns / prev.value_ns
+            if p.lo_ns > prev.hi_ns and r > up:  # type: ignore[operator]
+                p.change = "▲"
+            elif p.hi_ns < prev.lo_ns and r < down:  # type: ignore[operator]
+                p.change = "▼"
+
+
+def page(t: Trend, root: Path) -> str:
+    """The trend as one self-contained page in the report's style."""
+    import jinja2
+
+    from loopscope.report import charts
+    from loopscope.report.sections import ns
+
+    order = list(dict.fromkeys(p.run_id for p in t.points))
+    index = {r: i for i, r in enumerate(order)}
+    labels = [_short(next(p for p in t.points if p.run_id == r)) for r in order]
+    series = {name: [(index[p.run_id], p.value_ns, p.lo_ns, p.hi_ns) for p in pts] for name, pts in t.series.items()}
+    title = f"{t.probe}: {t.measure} {t.metric}" + (f" by {t.by}" if t.by else "") + f", {len(order)} runs"
+    svg = charts.trend(series, labels, title, f"{t.measure} {t.metric}") if t.points else ""
+    rows = [{"run": p.run_id, "started": p.started_utc.strftime("%Y-%m-%d %H:%M") if p.started_utc else "", "series": p.series, "host": p.host,
+             "kernel": p.kernel or "", "phase": p.phase, "value": ns(p.value_ns),
+             "ci": f"[{ns(p.lo_ns)}, {ns(p.hi_ns)}]" if p.lo_ns is not None and p.hi_ns is not None else "no interval",
+             "reps": p.reps or "", "change": p.change} for p in t.points]
+    here = Path(__file__).resolve().parent.parent / "report"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=True)
+    return env.get_template("trend.html.j2").render(
+        css=(here / "page.css").read_text(), t=t, root=str(root), chart=svg, rows=rows, runs=len(order),
+        min_effect=f"{t.min_effect * 100:g} %", generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    )
+
+
+def _short(p: Point) -> str:
+    return p.started_utc.strftime("%m-%d %H:%M") if p.started_utc else p.run_id[:15]
