@@ -73,6 +73,7 @@ class Query:
         self.con.execute("SET enable_progress_bar = false")
         self.made: set[str] = set()
         self.notes: list[str] = []
+        self._checked: set[Path] = set()
         self._files: dict[str, list[tuple[Path, str]]] = {}
         for r in ds.readable:
             for t, p in r.tables.items():
@@ -186,33 +187,46 @@ class Query:
 
     def run(self, sql: str) -> Answer:
         """The query's answer; QueryError with DuckDB's message for SQL it refuses.
-        A run file DuckDB finds damaged is left out, said, and the query asked again."""
+        A run's file DuckDB cannot read is left out, said, and the query asked again."""
         import duckdb
 
-        for _ in range(20):
+        named: set[str] = set()
+        for _ in range(50):
             try:
-                self.ensure(self.named(sql))
+                named = self.named(sql)
+                self.ensure(named)
                 rel = self.con.sql(sql)
                 if rel is None:
                     return Answer([], [], self.notes)
                 return Answer(list(rel.columns), rel.fetchall(), self.notes)
+            except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
+                raise QueryError(f"query: {_first_line(e)}{_hint(str(e), self.views)}") from None
             except duckdb.Error as e:
-                bad = self._damaged(str(e))
-                if bad is None:
-                    raise QueryError(f"query: {_first_line(e)}{_hint(str(e), self.views)}") from None
+                if not self._leave_out_damaged(str(e), named):
+                    raise QueryError(f"query: {_first_line(e)}") from None
                 self._reset()
         raise QueryError("query: too many damaged files; check the runs with `loopscope runs`")
 
-    def _damaged(self, msg: str) -> str | None:
-        """The dataset's file a DuckDB error names, now left out (None: the error is the query's)."""
-        for t, xs in self._files.items():
-            for p, rid in xs:
-                if str(p) in msg:
-                    xs.remove((p, rid))
-                    self.notes.append(f"{p}: left out: {_first_line(msg)}")
+    def _leave_out_damaged(self, msg: str, named: set[str]) -> bool:
+        """Find the files behind ``named`` views that cannot be read whole
+        (DuckDB's message does not always name the file), leave them out and
+        say so; False when every one reads (the error is the query's)."""
+        tables = {t for n in named for t in ([*DERIVED[n]] if n in DERIVED and DERIVED[n] else ([x[0] for x in self.records_from] if n == "records" else [n]))}
+        found = False
+        for t in sorted(tables):
+            for p, rid in list(self._files.get(t) or []):
+                if p in self._checked:
+                    continue
+                try:
+                    self.con.execute(f"CREATE OR REPLACE TEMP TABLE _check AS SELECT * FROM read_parquet({_lit(str(p))})")
+                    self._checked.add(p)
+                except Exception as e:  # noqa: BLE001 - any failure to read the file whole is the file's
+                    self._files[t].remove((p, rid))
                     self.con.execute("DELETE FROM _files WHERE file = ?", [str(p)])
-                    return str(p)
-        return None
+                    self.notes.append(f"{p}: left out: it cannot be read ({_first_line(e)})")
+                    found = True
+        self.con.execute("DROP TABLE IF EXISTS _check")
+        return found
 
 
 def _first_line(e: object) -> str:
