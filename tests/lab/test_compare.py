@@ -77,7 +77,8 @@ def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: d
     j = json.loads(r.stdout)
     rows = j["rows"]
     assert rows and all(x["ratio"] is None or abs(x["ratio"] - 1) < 1e-9 for x in rows) and not any(x["significant"] for x in rows)
-    assert j["outcome"] == "pass" and j["criteria"][0]["probes"] == {"timer": "pass"}
+    # the interval is the repetitions' spread around 1.00x: wholly below the bound (pass) or across it (inconclusive), never past it
+    assert j["outcome"] in ("pass", "inconclusive") and j["criteria"][0]["probes"]["timer"] == j["outcome"]
 
 
 @pytest.mark.needs_tool("stress-ng")

@@ -8,7 +8,7 @@ syscall probe's per-call cost of each call, each interval (``group/name``) a
 samples of each repetition are kept apart (the bootstrap resamples within a
 repetition), summarised by p50, p99 and the mean (syscall: the mean of its
 batch means), each with a 95 % interval, and divided by the baseline phase's
-figure, with the interval of that ratio and whether it excludes 1: the shape
+figure, with the interval of that ratio and whether it lies outside 1 ± the minimum effect: the shape
 of Tables 2 and 3 of Carlinet et al. 2000, with an error on every cell.
 
 The tail goes beside them wherever a measure has quantiles: p99.9 (its
