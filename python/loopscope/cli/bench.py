@@ -338,7 +338,7 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
 
 @bench.command("dataset")
 @click.option("--runs", "n_runs", type=int, default=200, show_default=True, help="Short real runs to record (each on one of --hosts namespace hosts in turn).")
-@click.option("--hosts", type=int, default=4, show_default=True)
+@click.option("--hosts", type=int, default=4, show_default=True, help="Network namespace hosts the runs take turns on (h1, h2, …).")
 @click.option("--duration", default="300ms", show_default=True, help="Each run's timer duration.")
 @click.option("--repeat", type=int, default=5, show_default=True, help="Times each command and its floor are run, alternating.")
 @click.option("--dataset", "dataset", type=click.Path(file_okay=False), default=None, help="Time over this directory of runs instead of recording one.")

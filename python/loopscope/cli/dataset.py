@@ -159,7 +159,7 @@ def query_cmd(directory: str, sql: str, fmt: str) -> int:
 @cli.command("trend")
 @click.argument("directory", type=click.Path())
 @click.option("--probe", required=True, help="The probe (by name, as the experiments call it).")
-@click.option("--metric", type=click.Choice(["p50", "p99", "p999", "max", "mean"]), default="p99", show_default=True)
+@click.option("--metric", type=click.Choice(["p50", "p99", "p999", "max", "mean"]), default="p99", show_default=True, help="The figure of each run (pooled over its repetitions as its report pools them).")
 @click.option("--measure", default=None, help="The probe's measure when it has several (an rr probe's rtt or fwd, a syscall probe's call) [its main one].")
 @click.option("--phase", default=None, help="The phase [each run's baseline phase].")
 @click.option("--by", type=click.Choice(["host", "kernel"]), default=None, help="One series per host or per kernel.")
