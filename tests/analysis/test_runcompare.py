@@ -131,3 +131,27 @@ def test_compare_reports_the_largest_sample_as_max_and_pools_quantiles_over_repe
     assert rows["p99"].baseline == pytest.approx(float(np.quantile(every, 0.99)), rel=1e-3)
     assert rows["p99"].ci95 is not None and rows["p99"].ci95[0] <= rows["p99"].ratio <= rows["p99"].ci95[1]
     assert rows["p99"].pooled.startswith("quantile of every repetition") and rows["max"].pooled == "largest sample of any repetition"
+
+
+def test_a_run_of_one_repetition_is_cut_into_segments_that_carry_its_drift_into_the_interval() -> None:
+    import numpy as np
+    import polars as pl
+
+    from loopscope.analysis.phases import Measure
+    from loopscope.analysis.runcompare import RunData, compare
+
+    rng = np.random.default_rng(5)
+
+    def run(label: str, drift: float) -> RunData:
+        # 2,000 samples whose level wanders over the run, as this machine's do between runs
+        level = 100.0 * np.repeat(1 + drift * rng.standard_normal(5), 400)
+        frame = pl.DataFrame({"rep": 1, "phase": "idle", "loads": "none", "value": rng.exponential(level)})
+        return RunData(label, label, 1, [Measure("timer", "timer", "latency", frame, ("p50", "p99", "mean"), 32)])
+
+    a, b = run("a", 0.15), run("b", 0.15)
+    rows = {r.metric: r for r in compare([a, b])}
+    assert rows["p50"].unit == "segments of a run of one repetition" and rows["p50"].within_run
+    lo, hi = rows["p50"].ci95 or [1, 1]
+    assert hi / lo > 1.15  # the drift between segments widens it: a bootstrap within the run would be a few per cent wide
+    short = RunData("s", "s", 1, [Measure("timer", "timer", "latency", a.measures[0].frame.head(300), ("p50", "p99", "mean"), 32)])
+    assert {r.unit for r in compare([short, b]) if r.metric != "missed"} == {"blocks of samples within the run"}

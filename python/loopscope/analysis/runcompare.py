@@ -10,8 +10,15 @@ of every other run is divided by the baseline run's, with a 95 % interval:
   the ratio is Welch's t interval on the logarithms of those values, so the
   variation between repetitions is inside it (with two repetitions a run
   has one degree of freedom: the intervals are wide, and honest). A run
-  with one repetition can only be resampled within itself (a block
-  bootstrap of consecutive samples), and the rows say so (``within_run``);
+  of one repetition is cut into up to ``SEGMENTS`` consecutive segments
+  (each of ``SEGMENT_SAMPLES`` samples or more) that take the
+  repetitions' place: the machine's drift over the run is then inside the
+  interval, which a bootstrap of samples within the run would leave out (on
+  this machine one-repetition A/A pairs were called different in 21 % of
+  rows that way, 7 % with segments; docs/benchmarks.md). Only a run too
+  short to cut is resampled within itself (a block bootstrap of
+  consecutive samples). The rows say which (``unit``), and ``within_run``
+  that a run had one repetition;
 - every metric pools a run's repetitions as the run's own report does
   (``analysis.compare.POOLING``): a quantile or the mean is of every
   repetition's samples together, ``max`` is the largest sample of any
@@ -59,6 +66,10 @@ from loopscope.stats import MIN_EFFECT, beyond, dispersion, rate_ratio
 from loopscope.rundir import Provenance
 
 METRICS = ("p50", "p99", "p999", "max", "mean", "missed")
+#: a run of one repetition is cut into up to this many consecutive segments
+#: (of ``SEGMENT_SAMPLES`` samples or more: a p99 needs 200), the units its interval is taken over
+SEGMENTS = 5
+SEGMENT_SAMPLES = 200
 RESAMPLES = 400
 ALPHA = 0.05
 
@@ -122,6 +133,8 @@ class Row:
     p_value: float | None
     significant: bool = False
     within_run: bool = False
+    #: what the interval was taken over: the repetitions, a lone repetition's segments, or blocks of samples
+    unit: str = "repetitions"
 
     @property
     def pooled(self) -> str:
@@ -140,7 +153,17 @@ class Row:
 
         return {"run": self.run, "probe": self.probe, "phase": self.phase, "measure": self.measure, "metric": self.metric,
                 "baseline": num(self.baseline), "value": num(self.value), "ratio": num(self.ratio), "ci95": self.ci95,
-                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run, "pooled": self.pooled}
+                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run, "unit": self.unit, "pooled": self.pooled}
+
+
+def _units(series: list[np.ndarray]) -> list[np.ndarray]:
+    """The units an interval is taken over: the repetitions, or, for a run of
+    one, up to ``SEGMENTS`` consecutive segments of it (one unit when it is too short)."""
+    kept = [s for s in series if len(s)]
+    if len(kept) != 1:
+        return kept
+    k = min(SEGMENTS, len(kept[0]) // SEGMENT_SAMPLES)
+    return [c for c in np.array_split(kept[0], k)] if k >= 2 else kept
 
 
 def _series(m: Measure, phase: str) -> list[np.ndarray]:
@@ -261,11 +284,17 @@ def compare(runs: list[RunData], min_effect: float = MIN_EFFECT) -> list[Row]:
     rng = np.random.default_rng(20261124)
     cache: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-    def stats(i: int, m: Measure, phase: str, by_rep: bool) -> tuple[Any, ...]:
-        key: tuple[Any, ...] = (i, m.probe, m.name, phase) + (("rep",) if by_rep else ())
+    def units(i: int, m: Measure, phase: str) -> list[np.ndarray]:
+        key = ("units", i, m.probe, m.name, phase)
+        if key not in cache:
+            cache[key] = tuple(_units(_series(m, phase)))
+        return list(cache[key])
+
+    def stats(i: int, m: Measure, phase: str, by_unit: bool) -> tuple[Any, ...]:
+        key: tuple[Any, ...] = (i, m.probe, m.name, phase) + (("unit",) if by_unit else ())
         if key not in cache:
             metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
-            cache[key] = _boot(_series(m, phase), metrics, m.block, by_rep, rng)
+            cache[key] = _boot(units(i, m, phase) if by_unit else _series(m, phase), metrics, m.block, by_unit, rng)
         return cache[key]
 
     for j, run in enumerate(runs[1:], start=1):
@@ -278,10 +307,13 @@ def compare(runs: list[RunData], min_effect: float = MIN_EFFECT) -> list[Row]:
             phases_b = list(dict.fromkeys(m.frame["phase"].to_list()))
             phases_o = set(other.frame["phase"].to_list())
             for ph in [p for p in phases_b if p in phases_o]:
-                b, o = stats(0, m, ph, by_rep), stats(j, other, ph, by_rep)
+                by_unit = len(units(0, m, ph)) >= 2 and len(units(j, other, ph)) >= 2
+                b, o = stats(0, m, ph, by_unit), stats(j, other, ph, by_unit)
                 metrics = [x for x in METRICS if x != "missed"] if "p99" in m.metrics else list(m.metrics)
+                unit = "repetitions" if by_rep else ("segments of a run of one repetition" if by_unit else "blocks of samples within the run")
                 for metric in metrics:
-                    rows.append(_ratio_row(run.label, m.probe, ph, m.name, metric, b, o, not by_rep))
+                    rows.append(_ratio_row(run.label, m.probe, ph, m.name, metric, b, o, not by_unit))
+                    rows[-1].within_run, rows[-1].unit = not by_rep, unit
         for (probe, ph), reps_b in run.missed.items():
             if (probe, ph) not in base.missed:
                 continue
