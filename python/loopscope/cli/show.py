@@ -116,7 +116,8 @@ def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria
               "the table shows each probe's main measures, --json and -o all)")
     con.print("pooled over repetitions: quantiles and the mean of every repetition's samples together; max the largest sample of any; missed deadlines added")
     if any(r.within_run for r in rows):
-        con.print("note: a run has one repetition: its intervals hold only the variation within that run")
+        con.print("note: a run has one repetition: its intervals are taken over segments of it, so they hold its drift but not the variation between runs; "
+                  "record repetitions: 3 or more for a gate to trust")
     for k, v in diff["facts"].items():
         con.print(f"differs: {k}: " + " · ".join(f"{lab} {val}" for lab, val in v.items()))
     for lab in diff["spec_diff"]:

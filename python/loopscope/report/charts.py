@@ -327,6 +327,11 @@ def trend(series: dict[str, list[tuple[int, float, float | None, float | None]]]
         if ok.any():
             ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none", ecolor=colour, elinewidth=1.2, capsize=2.5)
         ax.plot(x, y, "o", color=colour, markersize=4, label=name)
+    his = [p[3] for pts in series.values() for p in pts if p[3] is not None]
+    los = [p[2] for pts in series.values() for p in pts if p[2] is not None and p[2] > 0]
+    if his and los and max(his) / min(los) > 20:  # intervals reaching far up (short runs' tails) would flatten every value: log scale
+        ax.set_yscale("log")
+        _plain(ax.yaxis)
     n = len(labels)
     step = max(1, math.ceil(n / 24))
     ax.set_xticks(range(0, n, step))
