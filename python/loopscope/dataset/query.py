@@ -77,7 +77,8 @@ class Query:
         self._files: dict[str, list[tuple[Path, str]]] = {}
         for r in ds.readable:
             for t, p in r.tables.items():
-                self._files.setdefault(t, []).append((p, r.run_id))
+                if re.fullmatch(r"[a-z_][a-z0-9_]*", t) and t not in ("runs", "probes", *DERIVED):  # a table loopscope writes, named as a view can be
+                    self._files.setdefault(t, []).append((p, r.run_id))
         self._base()
 
     def _base(self) -> None:

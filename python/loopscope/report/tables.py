@@ -75,7 +75,7 @@ class RunTables:
         return paths
 
 
-ALWAYS = {"timer", "sched", "syscall", "loads", "steps"}  # written even when empty (docs/tables.md)
+ALWAYS = {"timer", "sched", "syscall", "loads", "steps", "comparisons"}  # written even when empty (docs/tables.md)
 # Tables the report's analysis adds for programs that used channels
 # (``report._channel_tables``): present, empty, in every run without them.
 ANALYSIS_TABLES = ("breakdown", "items", "breakdown_size", "channels")
