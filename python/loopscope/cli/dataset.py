@@ -51,7 +51,8 @@ def _cell(v: Any) -> str:
     from loopscope.dataset.query import plain
 
     if isinstance(v, float):
-        return f"{v:.6g}"
+        # nanoseconds read best whole (4579430, not 4.57943e+06); small and fractional values keep six digits
+        return f"{v:.0f}" if 1e5 <= abs(v) < 1e18 else f"{v:.6g}"
     return str(plain(v))
 
 
