@@ -92,3 +92,13 @@ def test_every_kind_answers_the_report_hooks_for_a_run_without_its_rows(kind: Pr
     assert all(len(s.frame) == 0 for s in kind.series(t, probe))
     assert all(len(v) == 0 for _, v in kind.sweep_values(t, probe))
     assert all(not per for per in kind.missed(t, probe).values())
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.model is not None and k.tables], ids=lambda k: k.name)
+def test_every_kind_with_tables_offers_its_samples_to_the_datasets_records_from_its_own_tables(kind: ProbeKind) -> None:
+    assert kind.records, f"{kind.name}: its samples are missing from `loopscope query`'s records view (ProbeKind.records)"
+    for table, measure, value in kind.records:
+        assert table in kind.tables, f"{kind.name}: records from {table!r}, a table it does not declare"
+        schema = kind.tables[table]
+        assert not schema or value in schema, f"{kind.name}: {value!r} is not a column of {table}"
+        assert measure.strip(), f"{kind.name}: no measure name for {value}"
