@@ -107,6 +107,20 @@ class Done(Reply):
     done: bool = True
 
 
+class Packed(Reply):
+    """The host's run directory packed for the way home (``host/packing.py``)."""
+
+    bytes: int
+    files: int
+    sha256: str
+
+
+class Chunk(Reply):
+    #: base64 of the packed file's bytes from the request's offset
+    data: str
+    eof: bool
+
+
 class Status(Reply):
     #: each running probe: whether it is still alive
     probes: dict[str, bool] = Field(default_factory=dict)
@@ -138,6 +152,8 @@ class Hello(Request[HelloReply]):
     cgroups: bool = True
     #: test only: a virtual clock every child of the agent skews its timestamps by
     vclock: str | None = None
+    #: the controller's loopscope version: an agent of another version refuses, naming both
+    controller_version: str | None = None
 
 
 class StartLoads(Request[LoadsStarted]):
@@ -240,6 +256,27 @@ class StopKcapture(Request[CaptureMeta]):
     reply = CaptureMeta
 
 
+class PackFiles(Request[Packed]):
+    op = "pack_files"
+    reply = Packed
+    #: the host's run directory (the one ``hello`` named)
+    path: str
+
+
+class ReadPacked(Request[Chunk]):
+    op = "read_packed"
+    reply = Chunk
+    offset: int = 0
+    size: int = 4 << 20
+
+
+class DropFiles(Request[Done]):
+    op = "drop_files"
+    reply = Done
+    #: remove the run directory too (its files are home)
+    remove: bool = True
+
+
 #: every request by its op, for the agent to read what arrives
 REQUESTS: dict[str, type[Request[Any]]] = {r.op: r for r in (
-    Hello, StartLoads, StopLoads, RunProbe, StartProbe, WaitProbe, Watch, StopProbe, SignalProbe, GetStatus, StartKcapture, DrainKcapture, StopKcapture)}
+    Hello, StartLoads, StopLoads, RunProbe, StartProbe, WaitProbe, Watch, StopProbe, SignalProbe, GetStatus, StartKcapture, DrainKcapture, StopKcapture, PackFiles, ReadPacked, DropFiles)}

@@ -363,10 +363,26 @@ class TuningsApplied(_Open):
 
 
 class Failed(_Open):
-    """The component that failed a run, and on which host."""
+    """The component that failed a run, and on which host, when and why."""
 
     host: str | None = None
     component: str | None = None
+    at_utc: str | None = None
+    #: the step or stage of the run it failed in
+    during: str | None = None
+    #: the first line of what went wrong (``error`` has all of it)
+    why: str | None = None
+
+
+class LostHost(_Open):
+    """A host lost mid-run under ``on_host_failure: continue``: the run went on without it."""
+
+    host: str
+    at_utc: str
+    during: str
+    why: str
+    #: the steps it was part of that did not run, or were cut short by its loss (``r01-baseline/timer``)
+    steps: list[str] = Field(default_factory=list)
 
 
 class RunRecord(_Open):
@@ -404,6 +420,8 @@ class RunRecord(_Open):
     #: the router namespace's forwarding counters
     router_kernel: dict[str, int] | None = None
     failed: Failed | None = None
+    #: hosts lost mid-run under ``on_host_failure: continue``
+    lost_hosts: list[LostHost] = Field(default_factory=list)
 
     @property
     def first_host(self) -> str:
@@ -532,6 +550,11 @@ class Machine(_Open):
     software: dict[str, str | None] = Field(default_factory=dict)
     loopscope_git: GitInfo | None = None
     executable: str | None = None
+    #: the kernel's boot id: hosts that share it share one kernel (one kernel capture covers them)
+    boot_id: str | None = None
+    #: the inode of the agent's PID namespace (hosts of one kernel with the same one see the same process ids)
+    pid_ns: int | None = None
+    loopscope_version: str | None = None
 
 
 class Provenance(_Open):

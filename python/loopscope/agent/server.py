@@ -125,10 +125,17 @@ class Agent:
         self.running: dict[str, tuple[procs.Child, Path, int, bool]] = {}
         self.exited: dict[str, int] = {}  # probe name -> CLOCK_MONOTONIC ns its exit was seen (wait_probe)
         self.kcapture: Any = None
+        self.packed: Any = None  # agent.files.Packed, between pack_files and drop_files
 
     # ---- ops ------------------------------------------------------------------------
 
     def hello(self, m: P.Hello) -> P.HelloReply:
+        import loopscope
+
+        mine = str(loopscope.__version__)
+        if m.controller_version is not None and m.controller_version != mine:
+            raise Failure("agent", f"this host's loopscope is {mine} ({sys.executable}) and the controller's is {m.controller_version}: "
+                                   "one version must run on every host (`loopscope hosts install EXPERIMENT` puts the controller's there)")
         self.run_id = m.run_id
         self.run_dir = Path(m.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -426,9 +433,35 @@ class Agent:
         self.kcapture = None
         return P.CaptureMeta.model_validate({**meta.model_dump(exclude_unset=True), "half_full": half_full})
 
+    # ---- files home ---------------------------------------------------------------
+
+    def pack_files(self, m: P.PackFiles) -> P.Packed:
+        """Pack the run directory for the way home (``host/packing.py``)."""
+        from loopscope.host.packing import Packed
+
+        if self.packed is not None:
+            self.packed.drop(remove_root=False)
+        self.packed = Packed(Path(m.path))
+        return P.Packed(bytes=self.packed.size, files=self.packed.files, sha256=self.packed.sha256)
+
+    def read_packed(self, m: P.ReadPacked) -> P.Chunk:
+        if self.packed is None:
+            raise Failure("agent", "nothing is packed: pack_files first")
+        data, eof = self.packed.read(m.offset, m.size)
+        return P.Chunk(data=data, eof=eof)
+
+    def drop_files(self, m: P.DropFiles) -> P.Done:
+        if self.packed is not None:
+            self.packed.drop(remove_root=m.remove)
+            self.packed = None
+        return P.Done()
+
     # ---- clean-up -------------------------------------------------------------------
 
     def cleanup(self) -> None:
+        if self.packed is not None:
+            self.packed.drop(remove_root=False)
+            self.packed = None
         if self.kcapture is not None:
             self.kcapture.stop()
             self.kcapture = None

@@ -169,7 +169,24 @@ def gather(cgroup_note: str | None = None) -> Machine:
         "software": _versions(),
         "loopscope_git": _git(),
         "executable": sys.executable,
+        "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+        "pid_ns": _ns_inode("pid"),
+        "loopscope_version": _own_version(),
     })
+
+
+def _ns_inode(kind: str) -> int | None:
+    """The inode of this process's ``kind`` namespace: equal on two hosts of one kernel when they see the same process ids."""
+    try:
+        return os.stat(f"/proc/self/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+def _own_version() -> str:
+    import loopscope
+
+    return str(loopscope.__version__)
 
 
 def _preempt_from_version(v: str) -> str | None:

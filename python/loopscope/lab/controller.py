@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterator
 from loopscope import protocol as P
 from loopscope.probes.params import Params
 from loopscope.errors import InputError, RunError, Stopped
-from loopscope.rundir import AgentRecord, HubStep, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, Provenance, RunDir, RunRecord, Step, TuningsApplied
+from loopscope.rundir import AgentRecord, HubStep, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, LostHost, Provenance, RunDir, RunRecord, Step, TuningsApplied
 from loopscope import selfname
 from loopscope.lab import clocksync, hubs, kcapture, state
 from loopscope.host import procs, tunings
@@ -52,7 +52,7 @@ from loopscope.kinds import KINDS
 from loopscope.kinds.base import Collected, HostView
 from loopscope.spec import Experiment, load
 from loopscope.spec.load import where
-from loopscope.spec.models import HOST_REF
+from loopscope.spec.models import HOST_REF, REMOTE
 from loopscope.spec.plan import phase_runs, probe_seconds
 
 Say = Callable[[str], None]
@@ -103,7 +103,7 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
             notes.append(f"probes.{i}.priority: SCHED_FIFO needs CAP_SYS_NICE; the probe will say if it ran SCHED_OTHER")
         if isinstance(p, Params):
             notes += [f"probes.{i}.{n}" for n in p.notes_here()]
-            if kinds.get(getattr(p, "host", None) or exp.hosts[0].name) != "ssh":
+            if kinds.get(getattr(p, "host", None) or exp.hosts[0].name) not in REMOTE:
                 # what only this machine can say (a process to attach to); CPUs are said above
                 problems += [f"{where(file, f'probes.{i}')}: probes.{i}.{x}" for x in p.check_here() if not x.startswith("cpu:")]
     if run_dir is not None and run_dir.exists():
@@ -127,7 +127,7 @@ def _missing_programs(exp: Experiment, file: str, kinds: dict[str, str]) -> list
     for i, p in enumerate(exp.probes):
         progs = KINDS[p.kind].local_programs(p)
         for j, q in enumerate(progs):
-            if kinds.get(q.host or exp.hosts[0].name) == "ssh" or not q.command:
+            if kinds.get(q.host or exp.hosts[0].name) in REMOTE or not q.command:
                 continue
             exe = q.command[0]
             found = (Path(q.cwd or here) / exe).is_file() if "/" in exe else shutil.which(exe) is not None
@@ -168,6 +168,10 @@ def write_index(run_dir: Path) -> None:
                     h.update(block)
             files.append({"path": str(f.relative_to(run_dir)), "bytes": f.stat().st_size, "sha256": h.hexdigest()})
     _write_json(run_dir / "index.json", {"files": files})
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _sleep(seconds: float) -> None:
@@ -236,6 +240,8 @@ class Run:
         self.kcap_info: kcapture.CaptureRun | None = None
         self.calib: dict[str, dict[str, int]] = {}
         self.done = 0
+        #: what the run is doing now (a failure or a lost host says it)
+        self.during = "bringing up the lab"
 
     def save(self) -> None:
         """Write the record as it stands (the notes said so far included)."""
@@ -252,7 +258,7 @@ class Run:
             out.status, out.error = "interrupted", f"interrupted by {e}"
         except AgentFailure as e:
             out.status, out.error = "failed", str(e)
-            rec.failed = Failed(host=e.host, component=e.component)
+            rec.failed = Failed(host=e.host, component=e.component, at_utc=_now(), during=self.during, why=str(e).splitlines()[0])
         except LabError as e:
             out.status, out.error = "failed", f"the lab could not be set up: {e}"
             rec.failed = Failed(host=None, component="lab")
@@ -280,7 +286,8 @@ class Run:
             rec.tunings = []
         for pr in plan:
             self.phase(pr)
-        self.lab.check()
+        with self.may_lose("the end of the run"):
+            self.lab.check()
         self.stop_beside(quiet=False)
 
     def set_links_start(self) -> None:
@@ -353,7 +360,14 @@ class Run:
         if self.exp.warmup:
             _sleep(self.exp.warmup / 1e9)
         for probe in self.exp.probes:
-            self.step(pr, probe)
+            gone = [h for h in self.exp.hosts_of(probe) if self.lab.hosts[h].lost]
+            if gone:  # a host it needs was lost earlier: marked, not run
+                for h in gone:
+                    self.lost_step(h, f"{pr.key}/{probe.name}")
+                self.done += 1
+                continue
+            with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · {probe.name}", f"{pr.key}/{probe.name}"):
+                self.step(pr, probe)
         self.stop_loads(pr, by_host, sinks)
         if self.tuned is not None:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
@@ -362,7 +376,12 @@ class Run:
     def stop_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> None:
         """Stop the phase's loads, senders before the sinks they send to, and record what each did."""
         for hname in sorted(by_host, key=lambda h: h in sinks):
-            lr = self.lab.agent(hname).ask(P.StopLoads())
+            if self.lab.hosts[hname].lost:
+                continue
+            with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · stopping loads on {hname}"):
+                lr = self.lab.agent(hname).ask(P.StopLoads())
+            if self.lab.hosts[hname].lost:
+                continue
             for ld in lr.loads:
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
 
@@ -398,7 +417,10 @@ class Run:
         self.say(f"[{self.done}/{self.total}] rep {pr.rep} · {pr.phase.name}: starting {', '.join(n for n in pr.phase.loads)}")
         for group in (sinks, by_host):
             for hname, loads in group.items():
-                self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads))
+                if self.lab.hosts[hname].lost:
+                    continue
+                with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · starting loads on {hname}"):
+                    self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads))
         return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
     def step(self, pr: Any, probe: Any) -> None:
@@ -406,6 +428,7 @@ class Run:
         lab, rec = self.lab, self.rec
         dur = int(probe_seconds(self.exp, probe) * 1e9)
         label = f"rep {pr.rep} · {pr.phase.name} · {probe.name} ({dur / 1e9:g} s)"
+        self.during = label
         if self.tick is not None:
             self.tick(self.done, self.total, label)
         else:
@@ -437,6 +460,52 @@ class Run:
         self.save()
         if self.tick is not None:
             self.tick(self.done, self.total, label)
+
+    @contextmanager
+    def may_lose(self, during: str, step: str | None = None) -> Iterator[None]:
+        """Under ``on_host_failure: continue``, a failure whose cause is a host
+        whose agent is gone (its launcher exited, its connection dropped, it
+        was killed) loses that host, and the run goes on with the others; any
+        other failure, or every host gone, fails the run as under ``stop``."""
+        self.during = during
+        try:
+            yield
+        except AgentFailure as e:
+            if self.exp.on_host_failure != "continue":
+                raise
+            dead = [h for h in self.lab.hosts.values() if h.lost is None and h.agent is not None and (h.agent.dead is not None or not h.agent.ch.alive())]
+            if not dead or len(dead) == sum(1 for h in self.lab.hosts.values() if h.lost is None):
+                raise
+            for h in dead:
+                self.lose(h.name, during, h.agent.dead if h.agent is not None and h.agent.dead else str(e).splitlines()[0], step)
+
+    def lose(self, host: str, during: str, why: str, step: str | None) -> None:
+        """Go on without ``host``: its agent stopped, what ran beside the
+        probes there (kernel capture, clock sync) ended, its loss recorded."""
+        h = self.lab.hosts[host]
+        h.lost = why
+        if h.agent is not None:
+            try:
+                h.agent.terminate()
+            except Exception:  # noqa: BLE001 - it is gone already; this only makes sure
+                pass
+        if self.kcap_info is not None and host in self.kcap_info.running:
+            self.kcap_info.running.remove(host)
+            self.notes.append(f"the kernel capture on {host} ended with it (the hosts it covered have no kernel events after {_now()})")
+        if self.sync_info is not None:
+            self.sync_info.running = [(x, n) for x, n in self.sync_info.running if x != host]
+            if host == (self.exp.clocksync.reference or self.exp.hosts[0].name):
+                self.notes.append(f"host {host} was the clock-sync reference: the other hosts' offsets after its loss are extrapolated from before it")
+        # assigned, not appended: the record keeps only the fields set
+        self.rec.lost_hosts = [*self.rec.lost_hosts, LostHost(host=host, at_utc=_now(), during=during, why=why, steps=[step] if step else [])]
+        self.notes.append(f"host {host} was lost during {during} ({why}); the run went on without it (on_host_failure: continue)")
+        self.say(f"host {host} lost during {during}: {why}; going on without it")
+        self.save()
+
+    def lost_step(self, host: str, step: str) -> None:
+        for lh in self.rec.lost_hosts:
+            if lh.host == host and step not in lh.steps:
+                lh.steps.append(step)
 
     def teardown(self) -> None:
         """Give everything back, whatever happened: tunings, capture, clock
@@ -710,7 +779,7 @@ def run(
     here = str(Path(spec_path).resolve().parent)
     for p in exp.probes:
         for q in KINDS[p.kind].local_programs(p):
-            if q.cwd is None and kind_of.get(q.host or exp.hosts[0].name) != "ssh":
+            if q.cwd is None and kind_of.get(q.host or exp.hosts[0].name) not in REMOTE:
                 q.cwd = here
     text = Path(spec_path).read_text()
     res = Path(results or exp.results)

@@ -1,4 +1,4 @@
-"""Reaching a host's agent: local processes, network namespaces, ssh.
+"""Reaching a host's agent: local processes, network namespaces, ssh, launchers.
 
 Every host kind ends in the same thing, an agent speaking JSON lines on its
 standard input and output (``docs/agent-protocol.md``); only the way there
@@ -9,7 +9,9 @@ differs:
   host's network namespace and, for a clock offset, a new time namespace;
 - ``ssh``: an asyncssh connection (host key checked against known_hosts,
   never accepted blindly) running ``<python> -m loopscope.agent`` on the
-  remote machine; its files are fetched over SFTP when the run ends.
+  remote machine; its files are fetched over SFTP when the run ends;
+- ``exec``: the host's launcher (srun, kubectl exec, …) running the same
+  command (``lab/launch.py``); its files come home through the agent.
 
 ``Channel`` is the byte pipe; ``AgentClient`` the request/reply layer on
 top, which turns a channel that closes into an ``AgentFailure`` naming the
@@ -315,7 +317,8 @@ async def connect(host: Any, timeout: float) -> Any:
 
 
 def ssh_preflight(host: Any, timeout: float = 10.0) -> str | None:
-    """None when ``host`` can be reached and has loopscope; else what is wrong."""
+    """None when ``host`` can be reached and has this controller's loopscope; else what is wrong."""
+    from loopscope.lab import launch
 
     async def check() -> str | None:
         try:
@@ -323,11 +326,15 @@ def ssh_preflight(host: Any, timeout: float = 10.0) -> str | None:
         except SshError as e:
             return str(e)
         try:
-            r = await conn.run(f"{shlex.quote(host.python)} -c 'import loopscope, loopscope._native; print(loopscope.__version__)'", check=False)
-            if r.exit_status != 0:
-                err = str(r.stderr or r.stdout or "").strip().splitlines()
-                return f"loopscope is not installed for {host.python} on {host.address} ({err[-1] if err else f'exit code {r.exit_status}'}); install it there (pip install loopscope) or set `python:` to an interpreter that has it"
-            return None
+            r = await conn.run(f"sh -c {shlex.quote(launch.check_line(host))}", check=False)
+            out = str(r.stdout or "") + str(r.stderr or "")
+            why = launch.check_answer(host.name, f"ssh {host.address}", r.exit_status, out)
+            if why and r.exit_status != 0:
+                err = out.strip().splitlines()
+                which = host.python or "the installed interpreter or this controller's"
+                return (f"loopscope is not installed for {which} on {host.address} "
+                        f"({err[-1] if err else f'exit code {r.exit_status}'}); `loopscope hosts install EXPERIMENT` puts this controller's there, or set `python:` to an interpreter that has it")
+            return why.split(": ", 1)[1] if why else None
         finally:
             conn.close()
 
@@ -356,10 +363,10 @@ class AgentClient:
         self._reading = threading.Lock()
         self._inbox: dict[int, dict[str, Any]] = {}
 
-    def _died(self, op: str) -> AgentFailure:
+    def _died(self, op: str, why: str | None = None) -> AgentFailure:
         ex = self.ch.exit_text()
         tail = "\n".join("    " + l for l in procs.tail(self.log)) or "    (no output)"
-        self.dead = f"the agent on {self.host} died during {op} ({ex})"
+        self.dead = f"the agent on {self.host} died during {op} ({why or ex})"
         return AgentFailure(f"{self.dead}\n  command: {self.ch.command}\n  last output ({self.log}):\n{tail}", host=self.host, component="agent")
 
     def ask(self, req: P.Request[R], timeout: float | None = None) -> R:
@@ -409,7 +416,17 @@ class AgentClient:
             raise self._died(op) from None
         except TimeoutError:
             raise AgentFailure(f"the agent on {self.host} did not answer {op} within {timeout:.0f} s", host=self.host, component="agent") from None
-        return dict(json.loads(line))
+        try:
+            got = json.loads(line)
+        except json.JSONDecodeError:
+            got = None
+        if not isinstance(got, dict):
+            # a launcher that printed its own words on the agent's channel
+            with open(self.log, "ab") as lf:
+                lf.write(b"(on the agent's standard output) " + line[:2000] + b"\n")
+            self.ch.terminate()
+            raise self._died(op, f"it printed something that is not the agent's: {line[:200].decode(errors='replace')!r}") from None
+        return got
 
     def check_alive(self) -> None:
         if not self.ch.alive():
@@ -449,8 +466,18 @@ def netns_agent(host: str, run_id: str, ns: str, offset_ns: int, log: Path) -> A
     return AgentClient(host, "netns", ProcessChannel(argv, env, log), log)
 
 
+def exec_agent(host: Any, run_id: str, log: Path) -> AgentClient:
+    """An agent through the host's launcher (``lab/launch.py``)."""
+    from loopscope.lab import launch
+
+    ch = ProcessChannel(launch.argv(host, launch.agent_line(host, run_id)), launch.launcher_env(run_id), log)
+    return AgentClient(host.name, "exec", ch, log)
+
+
 def ssh_agent(host: Any, run_id: str, log: Path) -> AgentClient:
-    cmd = f"env LOOPSCOPE_RUN={shlex.quote(run_id)} {shlex.quote(host.python)} -m loopscope.agent"
+    from loopscope.lab import launch
+
+    cmd = f"sh -c {shlex.quote(launch.agent_line(host, run_id))}"
     try:
         ch = SshChannel(host, cmd, log)
     except SshError as e:

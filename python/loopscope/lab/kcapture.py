@@ -1,7 +1,8 @@
 """Kernel capture across a lab: one trace instance per kernel, read between windows.
 
 Netns and local hosts share this machine's kernel, so the first of them
-records for all; every ssh host records its own. The captures start once the
+records for all; ssh and exec hosts are grouped by their kernel's boot id,
+and one host of each kernel records for all hosts on it. The captures start once the
 agents are up (after the clock-sync probes) and stop after the last phase.
 The controller calls ``drain`` after every probe step, when no probe
 measures, so the reader's work falls between windows; buffers are sized for
@@ -29,10 +30,22 @@ from loopscope.spec.plan import probe_seconds
 
 
 def kernels(lab: Any) -> list[tuple[str, list[str]]]:
-    """(host that records, hosts its kernel serves)."""
-    local = [h.name for h in lab.hosts.values() if not h.remote]
-    out = [(local[0], local)] if local else []
-    out += [(h.name, [h.name]) for h in lab.hosts.values() if h.remote]
+    """(host that records, hosts its kernel serves): one capture per kernel,
+    hosts told apart by their agents' boot ids (netns and local hosts share
+    this machine's; exec hosts in namespaces or containers share theirs). The
+    recorder is a host of this machine when the kernel is this machine's, so
+    its files need no way home."""
+    groups: dict[str, list[Any]] = {}
+    for h in lab.hosts.values():
+        if h.lost:
+            continue
+        boot = h.hello.provenance.boot_id if h.hello is not None else None
+        key = boot if boot else ("here" if not h.remote else f"host {h.name}")
+        groups.setdefault(key, []).append(h)
+    out = []
+    for hs in groups.values():
+        rec = next((h for h in hs if not h.remote), next((h for h in hs if h.here), hs[0]))
+        out.append((rec.name, [h.name for h in hs]))
     return out
 
 

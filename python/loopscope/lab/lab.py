@@ -33,7 +33,12 @@ from loopscope.lab import netns, state
 from loopscope.host import procs
 from loopscope.host.cgroup import RunGroup, remove_root_if_empty
 from loopscope.rundir import EmulatorResult, PathRecord
+from loopscope.spec.models import REMOTE
 from loopscope.lab.emulator import Emulator, EmulatorFailure, LinkConfig, link_configs, path_plan
+
+
+#: how long an agent may take to say hello (a launcher may wait for its cluster's scheduler)
+HELLO_TIMEOUT_S = 120.0
 
 
 class LabError(RunError):
@@ -64,9 +69,28 @@ class HostRt:
             raise RuntimeError(f"{self.name}: its agent has not said hello")
         return self.hello.pid
 
+    #: why its agent is gone (a lost host under ``on_host_failure: continue``)
+    lost: str | None = None
+
     @property
     def remote(self) -> bool:
-        return self.kind == "ssh"
+        """Its agent runs elsewhere (ssh, a launcher): files come home at the end, no signal reaches it."""
+        return self.kind in REMOTE
+
+    @property
+    def here(self) -> bool:
+        """Its agent's processes are this machine's, with the process ids this controller sees."""
+        if not self.remote:
+            return True
+        me = _own_machine()
+        p = self.hello.provenance if self.hello else None
+        return p is not None and p.boot_id is not None and (p.boot_id, p.pid_ns) == me
+
+
+def _own_machine() -> tuple[str | None, int | None]:
+    from loopscope.host.provenance import _ns_inode, _read
+
+    return _read("/proc/sys/kernel/random/boot_id"), _ns_inode("pid")
 
 
 def resolve_hosts(exp: Any) -> tuple[dict[str, str], list[str]]:
@@ -120,15 +144,15 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
         from loopscope.host import tunings
 
         problems += [f"{file}: {p}" for p in tunings.check([ph.model_dump() for ph in exp.phases or []])]
-        remote = [n for n, k in kinds.items() if k == "ssh"]
+        remote = [n for n, k in kinds.items() if k in REMOTE]
         if remote:
-            problems.append(f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh hosts; tune them by hand for now or leave the tunings out")
+            problems.append(f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh or exec hosts; tune them by hand for now or leave the tunings out")
     es = exp.emulator
     if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):
         problems.append(f"{file}: emulator.cpu: CPU {es.cpu} is not one this process may use (allowed: {', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     for i, h in enumerate(exp.hosts):
-        if h.sync_address and kinds.get(h.name) != "ssh":
-            problems.append(f"{file}: hosts.{i}.sync_address: only ssh hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
+        if h.sync_address and kinds.get(h.name) not in REMOTE:
+            problems.append(f"{file}: hosts.{i}.sync_address: only ssh and exec hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
     if ns_hosts:
         overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
         try:
@@ -144,6 +168,12 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
         err = H.ssh_preflight(h)
         if err:
             problems.append(f"{file}: host {h.name}: {err}")
+    execs = [h for h in exp.hosts if kinds.get(h.name) == "exec"]
+    if execs:
+        from loopscope.lab import launch
+
+        said = launch.preflight(execs)
+        problems += [f"{file}: {said[h.name]}" for h in execs if h.name in said]
     return problems
 
 
@@ -180,7 +210,7 @@ class Lab:
                 address = h.address or (f"127.0.{i}.1" if self.multi else "127.0.0.1")
             else:
                 address = h.address
-            if kind == "ssh":
+            if kind in REMOTE:
                 base = f"{h.workdir.rstrip('/')}/{run_id}/{h.name}"
                 local_base = run_dir / "hosts" / h.name if self.multi else run_dir
             elif not self.multi:
@@ -216,14 +246,23 @@ class Lab:
             elif h.kind == "netns":
                 assert self.topo is not None
                 h.agent = H.netns_agent(h.name, self.run_id, self.topo.host(h.name).ns, h.spec.clock_offset, log)
+            elif h.kind == "exec":
+                h.agent = H.exec_agent(h.spec, self.run_id, log)
             else:
                 say(f"connecting to {h.name} ({h.spec.address}) over ssh")
                 h.agent = H.ssh_agent(h.spec, self.run_id, log)
-        for h in self.hosts.values():
+        from loopscope.lab.launch import version
+
+        asked = []
+        for h in self.hosts.values():  # every hello sent before any is waited for: the agents start side by side
             assert h.agent is not None
             vc = h.spec.virtual_clock
             vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
-            h.hello = hello = h.agent.ask(P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.run_id if not self.multi else f"{self.run_id}/{h.name}", vclock=vclock))
+            req = P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version())
+            asked.append((h, req, h.agent.post(req)))
+        for h, req, rid in asked:
+            assert h.agent is not None
+            h.hello = hello = h.agent.answer(req, rid, timeout=HELLO_TIMEOUT_S)
             h.cgroup = hello.cgroup
         self.timings["lab_up_ns"] = time.monotonic_ns() - t0
         agents = [{"host": h.name, "pid": h.pid, "start": procs.process_start_time(h.pid)} for h in self.hosts.values() if not h.remote]
@@ -236,6 +275,10 @@ class Lab:
             cgroup=first.cgroup if not self.multi else None,
             cgroups=[h.cgroup for h in self.hosts.values() if h.cgroup and not h.remote],
         )
+
+    def cgroup_name(self, host: str) -> str:
+        """The cgroup of ``host``'s agent, under loopscope's root on its machine."""
+        return self.run_id if not self.multi else f"{self.run_id}/{host}"
 
     def _paths_up(self) -> None:
         """Kernel forwarding for the paths that ask for nothing; where the
@@ -299,7 +342,7 @@ class Lab:
             except EmulatorFailure as e:
                 raise H.AgentFailure(str(e), host="router", component="link emulator") from None
         for h in self.hosts.values():
-            if h.agent is not None and h.name != skip:
+            if h.agent is not None and h.name != skip and h.lost is None:
                 h.agent.check_alive()
 
     def link_down(self, host: str) -> None:
@@ -309,7 +352,7 @@ class Lab:
     def lab_tids(self) -> dict[str, list[int]]:
         """The threads of the lab's own processes on this machine, by the name
         attribution gives them: the controller and the agents, the emulator."""
-        own = {"lab: agent": [os.getpid(), *(h.hello.pid for h in self.hosts.values() if not h.remote and h.hello)]}
+        own = {"lab: agent": [os.getpid(), *(h.hello.pid for h in self.hosts.values() if h.here and h.hello)]}
         if self.emulator is not None:
             own["lab: emulator"] = [self.emulator.child.pid]
         out: dict[str, list[int]] = {}
@@ -325,7 +368,7 @@ class Lab:
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.remote else {})} for h in self.hosts.values()},
+            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.kind == "ssh" else {}), **({"launcher": h.spec.launcher} if h.kind == "exec" else {})} for h in self.hosts.values()},
         }
         if self.topo is not None:
             out["network"] = self.topo.describe()
@@ -345,16 +388,14 @@ class Lab:
 
     def down(self, completed: bool, notes: list[str]) -> None:
         t0 = time.monotonic_ns()
-        for h in self.hosts.values():
-            if h.agent is None:
-                continue
-            try:
-                if completed:
-                    h.agent.close()
-                else:
-                    h.agent.terminate()
-            except Exception as e:  # noqa: BLE001 - clean-up goes on whatever happened
-                notes.append(f"stopping the agent on {h.name}: {e}")
+        agents = [h for h in self.hosts.values() if h.agent is not None or (h.kind == "exec" and h.lost)]
+        if agents:
+            from concurrent.futures import ThreadPoolExecutor
+
+            # every host at once: a fleet comes down in the time of its slowest host
+            with ThreadPoolExecutor(max_workers=min(32, len(agents))) as pool:
+                for said in pool.map(lambda h: self._agent_down(h, completed), agents):
+                    notes.extend(said)
         if self.emulator is not None:
             try:
                 self.emulator_result = self.emulator.stop()
@@ -367,7 +408,7 @@ class Lab:
                 notes.append(f"stopping the link emulator: {e}")
                 self.emulator.kill()
         for h in self.hosts.values():
-            if h.remote and h.agent is not None:
+            if h.kind == "ssh" and h.agent is not None:
                 self._fetch(h, notes)
         if self.topo is not None:
             if self.kernel_forwarded:
@@ -383,6 +424,49 @@ class Lab:
                 else:
                     remove_root_if_empty(Path(h.cgroup))
         self.timings["lab_down_ns"] = time.monotonic_ns() - t0
+
+    def _agent_down(self, h: HostRt, completed: bool) -> list[str]:
+        """Stop one host's agent; an exec host's files come home first, through
+        that agent when the run completed, else through a fresh one once the
+        first has stopped what it ran. Never raises: what went wrong is said."""
+        notes: list[str] = []
+        live = h.agent is not None and h.lost is None and h.agent.dead is None
+        if h.kind == "exec" and completed and live:
+            assert h.agent is not None
+            notes += self._fetch_exec(h, h.agent)
+        try:
+            if h.agent is not None:
+                if completed and live:
+                    h.agent.close()
+                else:
+                    h.agent.terminate()
+        except Exception as e:  # noqa: BLE001 - clean-up goes on whatever happened
+            notes.append(f"stopping the agent on {h.name}: {e}")
+        if h.kind == "exec" and not (completed and live):
+            notes += self._fetch_exec(h, None)
+        return notes
+
+    def _fetch_exec(self, h: HostRt, agent: H.AgentClient | None) -> list[str]:
+        """An exec host's files home through its agent (``agent`` None: a
+        fresh one started for it, the first being gone)."""
+        from loopscope.lab import launch
+
+        fresh = agent is None
+        try:
+            if agent is None:
+                agent = H.exec_agent(h.spec, self.run_id, h.local_base / "fetch.log")
+                # the same cgroup as the lost agent's: this one removes it on leaving, with what the first left there
+                agent.ask(P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name)), timeout=60)
+            launch.fetch(agent, h.base, h.local_base)
+            return []
+        except Exception as e:  # noqa: BLE001 - the run's record says the files are missing, and why
+            return [f"host {h.name}: its files could not be brought home from {h.base}{' (after its agent was lost)' if fresh else ''}: {e}"]
+        finally:
+            if fresh and agent is not None:
+                try:
+                    agent.close(timeout=10)
+                except Exception:  # noqa: BLE001
+                    agent.terminate()
 
     def _fetch(self, h: HostRt, notes: list[str]) -> None:
         try:

@@ -56,6 +56,8 @@ class Report:
         """A few lines for the terminal: per measure, the p99 (or mean) of
         every phase against the baseline."""
         out = [f"{self.run.name}: {self.run.status}, {len(self.run.steps)} probe runs"]
+        for lh in self.run.lost_hosts:
+            out.append(f"  LOST HOST {lh.host} at {lh.at_utc} during {lh.during}: {lh.why}; {len(lh.steps)} of its steps not run or cut short")
         c = self.comparisons
         if c.is_empty():
             return out + ["  no measurements to compare"] + [f"  note: {n}" for n in self.notes][:28]
@@ -102,7 +104,9 @@ def _silent(tables: Any, comp: pl.DataFrame, kinds: Registry) -> list[str]:
         if name in compared or kind is None:
             continue
         results = [res for (_, _, probe), res in sorted(tables.results.items()) if probe == name]
-        out.append(f"probe {name} ({kind.name}) {kind.silent(results)}")
+        lost = [lh.host for lh in tables.run.lost_hosts if any(s.endswith(f"/{name}") for s in lh.steps)]
+        why = f" (host {', '.join(lost)} lost: its steps did not run)" if lost else ""
+        out.append(f"probe {name} ({kind.name}) {kind.silent(results)}{why}")
     return out
 
 

@@ -151,6 +151,8 @@ class ProbeModel(Model):
 
 
 HOST_REF = r"\{host:([A-Za-z0-9][A-Za-z0-9._-]{0,63})\}"
+#: host kinds whose agent runs elsewhere (its files come back at the end; this controller cannot signal it)
+REMOTE = ("ssh", "exec")
 
 
 # ---- loads ------------------------------------------------------------------------
@@ -447,20 +449,30 @@ class KernelCapture(Model):
 
 class Host(Model):
     """A machine of the experiment: a network namespace on this machine (netns, the default with
-    root), a real machine reached over ssh, or processes on loopback (local)."""
+    root), a real machine reached over ssh, a machine or container reached through a launcher
+    fleets already run (exec: srun, kubectl exec, docker exec, ip netns exec, ssh), or processes on
+    loopback (local)."""
 
     name: Name = "localhost"
-    kind: Literal["auto", "netns", "ssh", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local")
-    address: str | None = Field(None, description="ssh: the machine to connect to; netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)")
+    kind: Literal["auto", "netns", "ssh", "exec", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local")
+    address: str | None = Field(None, description="ssh: the machine to connect to; exec: the address its network probes and clock sync use (required); netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)")
+    launcher: list[str] | None = Field(None, min_length=1, description="exec: the command that runs a process on the host with its standard input and output (e.g. [srun, --nodelist=n1, --ntasks=1], [kubectl, exec, -i, POD, --]); the agent's command is appended")
     clock_offset: SignedDuration = Field(0, description="netns: shift this host's CLOCK_MONOTONIC (a time namespace), e.g. 2.5s")
     user: str | None = Field(None, description="ssh: login name (default: yours)")
     port: Annotated[int, Field(ge=1, le=65535)] = Field(22, description="ssh: port")
     identity: str | None = Field(None, description="ssh: private key file (default: the ssh agent and ~/.ssh/id_*)")
     known_hosts: str | None = Field(None, description="ssh: known_hosts file the host key is checked against (default ~/.ssh/known_hosts)")
-    python: str = Field("python3", description="ssh: the remote interpreter that has loopscope installed")
-    workdir: str = Field("/tmp/loopscope-runs", description="ssh: where the remote agent writes before files are fetched")
+    python: str | None = Field(None, description="ssh, exec: the host's interpreter that has loopscope (default: the one `loopscope hosts install` put in install_dir, else this controller's own interpreter's path)")
+    install_dir: str = Field("~/.local/share/loopscope", description="ssh, exec: where `loopscope hosts install` puts loopscope on the host (one directory per version; ~ is the host's home)")
+    system_python: str = Field("python3", description="ssh, exec: the host's own Python 3, which `loopscope hosts install` builds loopscope's environment from")
+    workdir: str = Field("/tmp/loopscope-runs", description="ssh, exec: where the remote agent writes before its files come back")
     virtual_clock: VirtualClock | None = Field(None, description="test only: skew this host's timestamps to validate clock synchronization")
-    sync_address: str | None = Field(None, description="ssh: the address the clock-sync probes reach this host at when it is the reference (an interface off the experiment's network); netns hosts get a sync network of their own")
+    sync_address: str | None = Field(None, description="ssh, exec: the address the clock-sync probes reach this host at when it is the reference (an interface off the experiment's network); netns hosts get a sync network of their own")
+
+    @property
+    def remote(self) -> bool:
+        """Reached through ssh or a launcher: its files are written there and come back at the end."""
+        return self.kind in ("ssh", "exec")
 
 
 def _percent(v: Any) -> float:
@@ -585,6 +597,7 @@ class Experiment(Model):
     warmup: OptDuration = Field(0, description="after the loads of a phase start and before its first probe")
     results: str = Field("runs", description="directory that receives run directories")
     monitor: MonitorSettings | None = Field(None, description="a monitor file (loopscope monitor): no duration, phases or repetitions needed")
+    on_host_failure: Literal["stop", "continue"] = Field("stop", description="a host lost mid-run (its agent or launcher gone): stop the run cleanly, exit 1; or continue with the other hosts, mark the lost host's steps, exit 0 naming it")
 
     @model_validator(mode="after")
     def _names_and_phases(self) -> "Experiment":
@@ -681,6 +694,12 @@ class Experiment(Model):
         for i, h in enumerate(self.hosts):
             if h.kind == "ssh" and not h.address:
                 problems.append((("hosts", i, "address"), f"ssh host {h.name!r} needs an address (a name or IP to connect to)"))
+            if h.kind == "exec" and not h.address:
+                problems.append((("hosts", i, "address"), f"exec host {h.name!r} needs an address: the one its network probes and clock sync reach it at"))
+            if h.kind == "exec" and not h.launcher:
+                problems.append((("hosts", i, "launcher"), f"exec host {h.name!r} needs a launcher: the command that starts a process there with its stdin and stdout, e.g. [srun, --nodelist=n1, --ntasks=1]"))
+            if h.launcher and h.kind != "exec":
+                problems.append((("hosts", i, "launcher"), f"only exec hosts take a launcher (host {h.name!r} is {h.kind}); add `kind: exec`"))
             if h.address and h.kind in ("netns", "local", "auto"):
                 import ipaddress
 
@@ -693,7 +712,7 @@ class Experiment(Model):
                 if key in addrs:
                     problems.append((("hosts", i, "address"), f"address {h.address} clashes with host {addrs[key]!r}; give each host its own"))
                 addrs.setdefault(key, h.name)
-            if h.clock_offset and h.kind in ("ssh", "local"):
+            if h.clock_offset and h.kind in ("ssh", "exec", "local"):
                 problems.append((("hosts", i, "clock_offset"), f"a clock offset needs a time namespace: only netns hosts have one (host {h.name!r} is {h.kind})"))
 
         def ref(where: tuple[str | int, ...], name: str | None) -> None:

@@ -87,9 +87,9 @@ def estimate_footprint(exp: Experiment, kinds: _KindsByName) -> Footprint:
             unsized.append(p.name or p.kind)
         else:
             traces += rate * probe_seconds(exp, p) * n / 1e6
-    # one capture per kernel: this machine's (its namespaces share it) and each ssh host's
-    here = any(h.kind != "ssh" for h in exp.hosts) or not exp.hosts
-    kernels = int(here) + sum(1 for h in exp.hosts if h.kind == "ssh")
+    # one capture per kernel: this machine's (its namespaces share it) and each ssh or exec host's (at most: exec hosts on one kernel share one)
+    here = any(not h.remote for h in exp.hosts) or not exp.hosts
+    kernels = int(here) + sum(1 for h in exp.hosts if h.remote)
     capture = exp.kernel.capture != "off"
     secs = estimate_seconds(exp)
     kern = (KERNEL_MB_PER_S[0] * secs * kernels, KERNEL_MB_PER_S[1] * secs * kernels) if capture else (0.0, 0.0)

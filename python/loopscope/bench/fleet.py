@@ -1,0 +1,83 @@
+"""A fleet of machines on this one: network namespaces on one switch.
+
+What the exec host kind is tested and measured against when no cluster is at
+hand: ``n`` namespaces ``lsf<pid>-h<i>`` (address ``10.76.<i // 250>.<i % 250 + 1>/16``
+on ``eth0``), each a veth into a bridge in a switch namespace
+``lsf<pid>-sw``, so the hosts reach one another and nothing of this
+machine's own network changes. They are not a run's (loopscope's runs
+build ``ls-…`` namespaces of their own): the fleet is what a user would
+already have, reached through ``ip netns exec`` or ``nsenter`` as the
+launcher, or through a Slurm daemon started inside each namespace. Leaving
+the ``with`` block deletes them all, veths and bridge with them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass, field
+
+
+def _batch(cmds: list[str], ns: str | None = None) -> None:
+    r = subprocess.run(["ip", *(["-n", ns] if ns else []), "-batch", "-"], input="".join(c + "\n" for c in cmds), capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        raise RuntimeError(f"ip -batch failed: {r.stderr.strip()}")
+
+
+@dataclass
+class Fleet:
+    n: int
+    tag: str = field(default_factory=lambda: f"lsf{os.getpid()}")
+
+    @property
+    def switch(self) -> str:
+        return f"{self.tag}-sw"
+
+    def ns(self, i: int) -> str:
+        """Host ``i``'s namespace (1-based)."""
+        return f"{self.tag}-h{i}"
+
+    def address(self, i: int) -> str:
+        return f"10.76.{i // 250}.{i % 250 + 1}"
+
+    @property
+    def namespaces(self) -> list[str]:
+        return [self.switch, *(self.ns(i) for i in range(1, self.n + 1))]
+
+    def up(self) -> "Fleet":
+        sw = ["link add br0 type bridge", "link set br0 up"]
+        for i in range(1, self.n + 1):
+            sw += [f"link add p{i} type veth peer name eth0 netns {self.ns(i)}", f"link set p{i} master br0", f"link set p{i} up"]
+        try:
+            _batch([f"netns add {n}" for n in self.namespaces])
+            _batch(sw, self.switch)
+            for i in range(1, self.n + 1):
+                _batch([f"address add {self.address(i)}/16 dev eth0", "link set eth0 up", "link set lo up"], self.ns(i))
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        present = set(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else set()
+        gone = [n for n in self.namespaces if n in present]
+        if gone:
+            subprocess.run(["ip", "-batch", "-", "-force"], input="".join(f"netns delete {n}\n" for n in gone), capture_output=True, text=True, timeout=60)
+
+    def __enter__(self) -> "Fleet":
+        return self.up()
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+    def hosts_yaml(self, launcher: str = "netns", names: str = "h{i}") -> str:
+        """The experiment file's ``hosts:`` for the fleet, each an exec host
+        through ``ip netns exec`` (``launcher="netns"``) or ``nsenter``."""
+        out = ["hosts:"]
+        for i in range(1, self.n + 1):
+            if launcher == "netns":
+                cmd = f"[ip, netns, exec, {self.ns(i)}]"
+            else:
+                cmd = f"[nsenter, --net=/run/netns/{self.ns(i)}]"
+            out.append(f"  - {{name: {names.format(i=i)}, kind: exec, launcher: {cmd}, address: {self.address(i)}}}")
+        return "\n".join(out) + "\n"

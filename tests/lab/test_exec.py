@@ -1,0 +1,159 @@
+"""The exec host kind: agents started by a launcher, here ``ip netns exec``
+and ``nsenter`` into a fleet of namespaces on one switch (``bench/fleet.py``),
+so every part is real: the launcher's stdio is the agent's channel, the
+agents' files come home through it, one kernel capture covers the hosts of
+one kernel, and a host killed mid-run is lost (``on_host_failure``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from loopscope.bench.fleet import Fleet
+from tests.conftest import BIN, Cli
+from tests.lab.test_multihost import leftovers
+from tests.lab.test_run import wait_for
+
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "nsenter")]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    with Fleet(3) as f:
+        yield f
+    assert not any(Path("/run/netns", n).exists() for n in f.namespaces)
+
+
+def hosts(f: Fleet, n: int = 2, **extra: str) -> str:
+    out = ["hosts:"]
+    for i in range(1, n + 1):
+        # both launchers: ip netns exec (which mounts a sysfs of its own) and nsenter (which does not)
+        launcher = f"[ip, netns, exec, {f.ns(i)}]" if i % 2 else f"[nsenter, '--net=/run/netns/{f.ns(i)}']"
+        more = "".join(f", {k}: {v}" for k, v in extra.items())
+        out.append(f"  - {{name: h{i}, kind: exec, launcher: {launcher}, address: {f.address(i)}{more}}}")
+    return "\n".join(out) + "\n"
+
+
+def agent_in(ns: str) -> int | None:
+    """The agent running in namespace ``ns``."""
+    ino = os.stat(f"/run/netns/{ns}").st_ino
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if b"loopscope.agent" in (d / "cmdline").read_bytes() and os.stat(d / "ns" / "net").st_ino == ino:
+                return int(d.name)
+        except OSError:
+            pass
+    return None
+
+
+def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(fleet: Fleet, tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "exec.yaml"
+    spec.write_text("name: exec\n" + hosts(fleet) + "probes:\n  - {kind: timer, host: h2, interval_us: 2000}\n  - {kind: rr, host: h1, dest: h2, rate: 200pps}\n"
+                    "loads:\n  - {kind: cpu, host: h2}\nduration: 500ms\n")
+    r = cli("run", str(spec), "--run-dir", "execrun", timeout=240)
+    assert r.returncode == 0, r.stderr
+    d = tmp_path / "execrun"
+    run = json.loads((d / "run.json").read_text())
+    assert run["hosts"] == {"h1": "exec", "h2": "exec"}
+    for phase in ("baseline", "cpu-1"):
+        assert (d / "hosts" / "h2" / "steps" / f"r01-{phase}" / "timer.lstrace").stat().st_size > 0
+        assert (d / "hosts" / "h1" / "steps" / f"r01-{phase}" / "rr.lstrace").stat().st_size > 0
+    # Both hosts run on this machine's kernel: one capture records for both, and its files came home too.
+    caps = run["kernel"]["captures"]
+    assert len(caps) == 1 and sorted(caps[0]["covers"]) == ["h1", "h2"], caps
+    if not caps[0].get("refused"):
+        assert (d / caps[0]["data"] / "segments.jsonl").exists()
+    prov = json.loads((d / "provenance.json").read_text())
+    assert prov["lab"]["hosts"]["h1"]["launcher"][:3] == ["ip", "netns", "exec"]
+    assert prov["hosts"]["h1"]["boot_id"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert "timer latency" in r.stdout and "rr rtt" in r.stdout
+    # nothing is left where the agents wrote, nor running
+    assert not (Path("/tmp/loopscope-runs") / "execrun").exists()
+    assert wait_for(lambda: leftovers("execrun") == [], 15), leftovers("execrun")
+
+
+def _run_and_kill(f: Fleet, tmp: Path, name: str, policy: str) -> tuple[subprocess.CompletedProcess[str], Path]:
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(f"name: {name}\non_host_failure: {policy}\n" + hosts(f, 3)
+                    + "probes:\n  - {kind: timer, name: t1, host: h1, interval_us: 2000}\n  - {kind: timer, name: t2, host: h2, interval_us: 2000}\n"
+                    "  - {kind: rr, host: h1, dest: h3, rate: 200pps}\nloads:\n  - {kind: cpu, host: h2}\nrepetitions: 2\nduration: 1s\n")
+    with subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", name], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        assert wait_for(lambda: (tmp / name / "hosts" / "h2" / "agent.log").exists() and json.loads((tmp / name / "run.json").read_text()).get("steps"), 90)
+        pid = agent_in(f.ns(2))
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        out, err = p.communicate(timeout=180)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err), tmp / name
+
+
+def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(fleet: Fleet, tmp_path: Path) -> None:
+    r, d = _run_and_kill(fleet, tmp_path, "lostrun", "continue")
+    assert r.returncode == 0, r.stderr
+    assert "LOST HOST h2" in r.stdout and "died" in r.stdout
+    run = json.loads((d / "run.json").read_text())
+    assert run["status"] == "completed"
+    lost = run["lost_hosts"]
+    assert [lh["host"] for lh in lost] == ["h2"] and lost[0]["at_utc"] and "killed by SIGKILL" in lost[0]["why"]
+    # the other hosts' steps are all there; h2's are marked, none recorded as measured
+    done = {(s["rep"], s["phase"], s["probe"]) for s in run["steps"]}
+    for rep in (1, 2):
+        for phase in ("baseline", "cpu-1"):
+            assert (rep, phase, "t1") in done and (rep, phase, "rr") in done
+    assert "r02-cpu-1/t2" in lost[0]["steps"] and not any(s["probe"] == "t2" and s["rep"] == 2 for s in run["steps"])
+    html = (d / "report.html").read_text()
+    assert "Hosts lost mid-run" in html and "h2" in html
+    assert wait_for(lambda: leftovers("lostrun") == [], 15), leftovers("lostrun")
+
+
+def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_why(fleet: Fleet, tmp_path: Path) -> None:
+    r, d = _run_and_kill(fleet, tmp_path, "stoprun", "stop")
+    assert r.returncode == 1, r.stderr
+    assert "the agent on h2 died" in r.stderr and "command: nsenter --net=/run/netns/" in r.stderr
+    failed = json.loads((d / "run.json").read_text())["failed"]
+    assert failed["host"] == "h2" and failed["at_utc"] and failed["during"] and "SIGKILL" in failed["why"]
+    assert wait_for(lambda: leftovers("stoprun") == [], 15), leftovers("stoprun")
+
+
+@pytest.mark.parametrize(("launcher", "said"), [
+    ("[no-such-launcher, x]", "its launcher 'no-such-launcher' is not installed"),
+    ("[/bin/false]", "the launcher `/bin/false` failed (exit code 1)"),
+    ("[echo, hello]", "printed something that is not loopscope"),
+    ("[sh, -c, 'echo cannot reach node n7 >&2; exit 3', x]", "cannot reach node n7"),
+])
+def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(launcher: str, said: str, tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(f"name: bad\nhosts:\n  - {{name: n7, kind: exec, launcher: {launcher}, address: 10.9.9.9}}\nprobes:\n  - {{kind: timer}}\nduration: 1s\n")
+    r = cli("run", str(spec))
+    assert r.returncode == 2, r.stderr
+    assert "host n7:" in r.stderr and said in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_an_exec_host_without_an_address_or_a_launcher_is_refused(tmp_path: Path, cli: Cli) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\nhosts:\n  - {name: a, kind: exec, launcher: [srun]}\n  - {name: b, kind: exec, address: 10.0.0.2}\n  - {name: c, kind: ssh, address: x, launcher: [srun]}\n"
+                    "probes:\n  - {kind: timer}\nduration: 1s\n")
+    r = cli("check", str(spec))
+    assert r.returncode == 2
+    assert "hosts.0.address: exec host 'a' needs an address" in r.stderr
+    assert "hosts.1.launcher: exec host 'b' needs a launcher" in r.stderr
+    assert "hosts.2.launcher: only exec hosts take a launcher" in r.stderr
+
+
+def test_an_agent_of_another_version_refuses_naming_both(tmp_path: Path) -> None:
+    import loopscope
+
+    p = subprocess.run([str(BIN.parent / "python"), "-m", "loopscope.agent"], input='{"id": 1, "op": "hello", "run_id": "v", "run_dir": "%s", "cgroups": false, "controller_version": "9.9.9"}\n' % tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    reply = json.loads(p.stdout.splitlines()[0])
+    assert reply["ok"] is False
+    assert f"this host's loopscope is {loopscope.__version__}" in reply["error"] and "the controller's is 9.9.9" in reply["error"]
+    assert "loopscope hosts install" in reply["error"]
