@@ -196,3 +196,22 @@ def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli) -> Non
     for f in j["files"]:
         assert f["counts_equal"] and f["events"] > 0, f
         assert f["import_events_per_s"] > 0 and f["peer_events_per_s"] > 0 and f["import_rss_mb"] > 0
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("ip", "nsenter")
+def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli) -> None:
+    from loopscope.bench import slurm
+
+    args = ["bench", "fleet", "--hosts", "3", "--repeat", "1", "--launcher", "nsenter", "--no-weak", "--json"]
+    if slurm.available() is None:
+        args += ["--launcher", "slurm"]
+    r = cli(*args, timeout=600)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    kinds = [c["launcher"] for c in res["cases"]]
+    assert kinds[0] == "nsenter" and (len(kinds) == 2) == (slurm.available() is None)
+    for c in res["cases"]:
+        assert c["left"] == 0 and c["runs"] == 1
+        assert 0 < c["up_s"]["median"] < 60 and 0 < c["down_s"]["median"] < 60
+        assert c["floor_up_s"] is not None and c["up_ratio"] is not None

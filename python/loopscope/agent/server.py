@@ -45,7 +45,6 @@ from loopscope import protocol as P
 from loopscope.host import procs, provenance
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
-from loopscope.kinds import KINDS
 from loopscope.lineage import die_with_parent
 from loopscope.rundir import LoadReport
 from loopscope.selfname import load_comm, set_comm
@@ -71,6 +70,8 @@ def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, 
     """The command line that runs probe ``p`` (a dumped probe spec, or a
     helper's: a pipeline stage, an echo server, a clock-sync probe), as its
     kind says (``loopscope.kinds``)."""
+    from loopscope.kinds import KINDS  # at the first probe, not at start: a fleet's agents start side by side
+
     argv = KINDS.argv(p, duration_ns, trace, scratch, calibrate)
     if argv is None:
         raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
@@ -504,6 +505,8 @@ def _probe_env(run_id: str, kind: str) -> dict[str, str]:
     probes: ls-sync), else ``ls-probe``, the name of a probe's own main thread
     (start-up, waiting, writing its results; its measuring threads name
     themselves). Attribution calls it ``lab: probe``."""
+    from loopscope.kinds import KINDS
+
     return procs.child_env(run_id, {"LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
 
 

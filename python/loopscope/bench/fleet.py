@@ -8,7 +8,8 @@ machine's own network changes. They are not a run's (loopscope's runs
 build ``ls-…`` namespaces of their own): the fleet is what a user would
 already have, reached through ``ip netns exec`` or ``nsenter`` as the
 launcher, or through a Slurm daemon started inside each namespace. Leaving
-the ``with`` block deletes them all, veths and bridge with them.
+the ``with`` block deletes them all, veths and bridge with them (the veth
+into this machine's own network, ``attach=True``, goes with the switch).
 """
 
 from __future__ import annotations
@@ -24,9 +25,16 @@ def _batch(cmds: list[str], ns: str | None = None) -> None:
         raise RuntimeError(f"ip -batch failed: {r.stderr.strip()}")
 
 
+#: this machine's own address on the fleet's switch, when attached (``attach=True``)
+ROOT_ADDRESS = "10.76.255.254"
+
+
 @dataclass
 class Fleet:
     n: int
+    #: also put this machine's own network on the switch (at ``ROOT_ADDRESS``): what a
+    #: cluster's daemons on this machine (slurmctld, srun) need to reach the hosts
+    attach: bool = False
     tag: str = field(default_factory=lambda: f"lsf{os.getpid()}")
 
     @property
@@ -53,6 +61,9 @@ class Fleet:
             _batch(sw, self.switch)
             for i in range(1, self.n + 1):
                 _batch([f"address add {self.address(i)}/16 dev eth0", "link set eth0 up", "link set lo up"], self.ns(i))
+            if self.attach:
+                _batch([f"link add {self.tag}r type veth peer name up0 netns {self.switch}", f"address add {ROOT_ADDRESS}/16 dev {self.tag}r", f"link set {self.tag}r up"])
+                _batch(["link set up0 master br0", "link set up0 up"], self.switch)
         except BaseException:
             self.down()
             raise
