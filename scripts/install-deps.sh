@@ -33,6 +33,9 @@ test_pkgs=(
   "linux-perf|perf, to open runs captured with perf record, for bench kcapture's comparison and the perf.data imports' tests"
   "trace-cmd|writes the trace.dat files the import tests and bench read (trace-cmd extract, convert, report)"
   "prometheus|a real Prometheus server scrapes loopscope monitor's metrics endpoint in its test"
+  "slurm-wlm|a real Slurm cluster (slurmctld, one slurmd per namespace) the exec host kind's tests and bench fleet start agents through with srun"
+  "munge|the authentication that Slurm cluster uses"
+  "ansible-core|ansible-inventory: the inventory hosts' tests read Ansible inventories with Ansible's own parser"
 )
 pkgs=("${demo_pkgs[@]}")
 [ "$set_name" = test ] && pkgs+=("${test_pkgs[@]}")

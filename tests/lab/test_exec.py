@@ -157,3 +157,21 @@ def test_an_agent_of_another_version_refuses_naming_both(tmp_path: Path) -> None
     assert reply["ok"] is False
     assert f"this host's loopscope is {loopscope.__version__}" in reply["error"] and "the controller's is 9.9.9" in reply["error"]
     assert "loopscope hosts install" in reply["error"]
+
+
+@pytest.mark.skipif(__import__("loopscope.spec.inventory", fromlist=["tool"]).tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core)")
+def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli) -> None:
+    lines = ["all:", "  children:", "    fleet:", "      hosts:"]
+    for i in (1, 2):
+        lines += [f"        node{i}:", f"          ansible_host: {fleet.address(i)}", f"          loopscope_launcher: [nsenter, '--net=/run/netns/{fleet.ns(i)}']"]
+    (tmp_path / "fleet.yml").write_text("\n".join(lines) + "\n")
+    spec = tmp_path / "inv.yaml"
+    spec.write_text("name: inv\nhosts: {inventory: fleet.yml, group: fleet, kind: exec}\nprobes:\n  - {kind: rr, host: node1, dest: node2, rate: 200pps}\nduration: 500ms\nbaseline: true\n"
+                    "kernel: {capture: off}\n")
+    r = cli("run", str(spec), "--run-dir", "invrun", timeout=240)
+    assert r.returncode == 0, r.stderr
+    run = json.loads((tmp_path / "invrun" / "run.json").read_text())
+    assert run["hosts"] == {"node1": "exec", "node2": "exec"}
+    assert run["agents"]["node2"]["address"] == fleet.address(2)
+    assert (tmp_path / "invrun" / "hosts" / "node1" / "steps" / "r01-baseline" / "rr.lstrace").stat().st_size > 0
+    assert wait_for(lambda: leftovers("invrun") == [], 15), leftovers("invrun")

@@ -110,7 +110,7 @@ def check_answer(name: str, launcher: str, rc: int | None, out: str) -> str | No
     if rc != 0 or not last.startswith(MARK + " "):
         what = "failed" if rc != 0 else "printed something that is not loopscope" if lines else "ended without running loopscope"
         hint = ""
-        if "No module named" in out or "not found" in out or "No such file" in out:
+        if "No module named 'loopscope'" in out or rc in (126, 127):
             hint = "\n  loopscope is not on that host: `loopscope hosts install EXPERIMENT` puts this controller's there, or set `python:`"
         return f"{head} {what} ({procs.exit_text(rc)}); last output:\n{tail_text(out)}{hint}"
     _, got, exe = (last.split(" ", 2) + ["", ""])[:3]

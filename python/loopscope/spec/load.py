@@ -239,6 +239,17 @@ def parse(text: str, file: str, kinds: HasModels) -> Experiment:
         raise SpecError(file, [_yaml_problem(e)]) from None
     if not isinstance(data, dict):
         raise SpecError(file, [Problem(_line(root), "", "the file must be a mapping of fields (name, probes, loads, duration, ...)")])
+    from loopscope.spec import inventory
+
+    found = inventory.expand(data, Path(file).parent)
+    if found:
+        single = isinstance(yaml.safe_load(text).get("hosts"), dict)
+        out = []
+        for i, e in found:
+            loc: tuple[Any, ...] = ("hosts", e.field) if single else ("hosts", i, e.field)
+            line, _ = _locate(root, loc)
+            out.append(Problem(line, ".".join(str(x) for x in loc), str(e)))
+        raise SpecError(file, out)
     model = experiment_model(kinds)
     if isinstance(data.get("monitor"), dict) and "duration" not in data:
         # a monitor's probes measure a period at a time: that is their duration
