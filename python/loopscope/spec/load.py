@@ -245,10 +245,10 @@ def parse(text: str, file: str, kinds: HasModels) -> Experiment:
     if found:
         single = isinstance(yaml.safe_load(text).get("hosts"), dict)
         out = []
-        for i, e in found:
-            loc: tuple[Any, ...] = ("hosts", e.field) if single else ("hosts", i, e.field)
+        for i, bad in found:
+            loc: tuple[Any, ...] = ("hosts", bad.field) if single else ("hosts", i, bad.field)
             line, _ = _locate(root, loc)
-            out.append(Problem(line, ".".join(str(x) for x in loc), str(e)))
+            out.append(Problem(line, ".".join(str(x) for x in loc), str(bad)))
         raise SpecError(file, out)
     model = experiment_model(kinds)
     if isinstance(data.get("monitor"), dict) and "duration" not in data:
