@@ -136,9 +136,9 @@ def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
     for i, p in enumerate(exp.probes):
         if p.talks_across_hosts:
             ks = {kinds[h] for h in exp.hosts_of(p) if h in kinds}
-            if len(ks) > 1:
+            if len({"remote" if k in REMOTE else k for k in ks}) > 1:
                 problems.append(
-                    f"{file}: probes.{i}: a {p.kind} probe's parts must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh ones only ssh ones [got {', '.join(sorted(ks))}]"
+                    f"{file}: probes.{i}: a {p.kind} probe's parts must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh and exec ones only ssh and exec ones [got {', '.join(sorted(ks))}]"
                 )
     if any(ph.tunings for ph in exp.phases or []):
         from loopscope.host import tunings

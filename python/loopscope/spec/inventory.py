@@ -41,11 +41,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from loopscope.errors import InputError
+
 #: inventory variables that set a host field
 ANSIBLE_VARS = {"ansible_user": "user", "ansible_port": "port", "ansible_ssh_private_key_file": "identity", "ansible_python_interpreter": "system_python"}
 
 
-class InventoryError(Exception):
+class InventoryError(InputError):
     """An inventory that cannot be used: ``field`` (under the hosts item) and why."""
 
     def __init__(self, field: str, message: str) -> None:
