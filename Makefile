@@ -17,7 +17,7 @@ CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
 PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
 
-.PHONY: all install install-test install-ssh install-perfetto deps deps-demo build clib demo test test-rust test-python typecheck bench clean
+.PHONY: all install install-test install-ssh install-perfetto install-ansible deps deps-demo build clib demo test test-rust test-python typecheck bench clean
 
 all: install
 
@@ -64,10 +64,10 @@ build: $(VENV)/.pydeps $(TOOLS)/.ok clib
 	@$(PY) -c "import loopscope._native" || { echo "loopscope: error: loopscope._native does not import; see $(VENV)/build.log"; exit 1; }
 
 # `make install`: what loopscope runs with; `install-test`: and the tests'
-# tools with every optional part; `install-ssh`/`install-perfetto`: one part.
+# tools with every optional part; `install-ssh`/`install-perfetto`/`install-ansible`: one part.
 install: deps-demo build
 install-test: deps build $(VENV)/.testdeps
-install-ssh install-perfetto: install-%: install
+install-ssh install-perfetto install-ansible: install-%: install
 	$(PIP) $(PIPI) -r requirements-$*.lock
 
 # The main job: examples/control-loop.yaml, shortened (2 s per probe and

@@ -340,7 +340,7 @@ def test_preflight_refuses_what_the_sync_network_and_the_emulator_cannot_do(tmp_
     )
     r = cli("run", str(spec))
     assert r.returncode == 2, r.stderr
-    assert "hosts.1.sync_address: only ssh hosts take one" in r.stderr
+    assert "hosts.1.sync_address: only ssh and exec hosts take one" in r.stderr
     assert "emulator.cpu: CPU 4000 is not one this process may use" in r.stderr
     assert "address 10.78.5.2 lies in 10.78.0.0/16" in r.stderr and "clocksync.network: experiment" in r.stderr
     assert "Traceback" not in r.stderr and not list(tmp_path.glob("runs/*"))
