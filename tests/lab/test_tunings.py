@@ -64,7 +64,7 @@ def _journal(run_id: str) -> Path:
 
 def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path) -> None:
     before = settings()
-    spec = write_spec(tmp_path, "tune1", "1s", 5)
+    spec = write_spec(tmp_path, "tune1", "500ms", 5)
     r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", str(tmp_path / "tune1")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert settings() == before
@@ -162,7 +162,7 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     # only what changed: the author's file and the remedy phase, no defaults written out
     assert len(text.splitlines()) < 30 and "clocksync" not in text and "emulator" not in text, text
     # the follow-up runs, and its own comparisons show the remedy helped
-    r = subprocess.run([str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5", "--duration", "500ms"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     c = pl.read_parquet(tmp_path / "f1" / "tables" / "comparisons.parquet")
     p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
