@@ -454,6 +454,8 @@ class LabHost(_Open):
     clock_offset_ns: int = 0
     virtual_clock: VirtualClock | None = None
     ssh: str | None = None
+    #: exec: the launcher's command the agent was started through
+    launcher: list[str] | None = None
 
 
 class LabProvenance(_Open):

@@ -215,3 +215,6 @@ def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_l
         assert c["left"] == 0 and c["runs"] == 1
         assert 0 < c["up_s"]["median"] < 60 and 0 < c["down_s"]["median"] < 60
         assert c["floor_up_s"] is not None and c["up_ratio"] is not None
+    k = res["killed"]
+    assert k["exit_code"] == 0 and k["named_in_summary"] and k["lost"] == [k["victim"]] and k["lost_steps"]
+    assert k["others_complete"] == k["others_expected"] == 2 and k["left"] == 0

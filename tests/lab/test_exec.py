@@ -174,3 +174,19 @@ def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_lau
     assert run["agents"]["node2"]["address"] == fleet.address(2)
     assert (tmp_path / "invrun" / "hosts" / "node1" / "steps" / "r01-baseline" / "rr.lstrace").stat().st_size > 0
     assert wait_for(lambda: leftovers("invrun") == [], 15), leftovers("invrun")
+
+
+def test_cleanup_deletes_a_fleet_whose_process_is_gone_and_keeps_a_live_one(cli: Cli) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone, kept = f"lsf{dead.pid}-h1", f"lsf{os.getpid()}-h99"
+    for n in (gone, kept):
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        r = cli("cleanup")
+        assert r.returncode == 0, r.stderr
+        assert gone in r.stdout and not Path("/run/netns", gone).exists()
+        assert Path("/run/netns", kept).exists()
+    finally:
+        for n in (gone, kept):
+            subprocess.run(["ip", "netns", "delete", n], capture_output=True)

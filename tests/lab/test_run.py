@@ -191,7 +191,7 @@ def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path) ->
 
 def _probe_measuring(run_id: str) -> bool:
     """True once the run's probe process is up (its window has begun or is about to)."""
-    return wait_for(lambda: any(b"probe\0launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
+    return wait_for(lambda: any(b"loopscope.probes.launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

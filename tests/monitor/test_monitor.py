@@ -409,7 +409,7 @@ def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_
     try:
         _wait_periods(out, 1)
         time.sleep(0.8)  # inside the second period
-        probes = subprocess.run(["pgrep", "-f", f"probe launch .*{out}"], capture_output=True, text=True).stdout.split()
+        probes = subprocess.run(["pgrep", "-f", f"loopscope.probes.launch .*{out}"], capture_output=True, text=True).stdout.split()
         assert probes
         for pid in probes:
             os.kill(int(pid), signal.SIGKILL)

@@ -5,6 +5,7 @@ native binding all take, and these tests tie them together."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,15 +56,18 @@ def test_a_bound_declared_in_the_model_refuses_the_option_naming_it(cli: Cli) ->
 def test_an_agent_starts_a_probe_from_its_typed_parameters_as_one_launch(cli: Cli, tmp_path: Path) -> None:
     spec = {"kind": "timer", "name": "t", "interval_us": 500, "dma_latency_us": 0, "cpu": [0], "duration": None, "host": None}
     argv = KINDS["timer"].argv(spec, 200_000_000, tmp_path / "t.lstrace", tmp_path)
-    assert argv[:2] == [sys.executable, "-m"] and argv[-2] == "launch"
+    assert argv[:3] == [sys.executable, "-m", "loopscope.probes.launch"] and len(argv) == 4
     lc = Launch.model_validate_json(argv[-1])
     assert TimerParams.model_validate(lc.params) == TimerParams(interval_us=500, dma_latency_us=0, cpu=[0])
     assert lc.duration_ns == 200_000_000 and lc.trace == str(tmp_path / "t.lstrace")
-    r = cli(*argv[3:])
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["samples"] >= 300 and j["interval_ns"] == 500_000 and "held at 0" in j["dma_latency"]
     assert (tmp_path / "t.lstrace").exists()
+    # `loopscope probe launch` is the same, through the command line
+    r = cli("probe", "launch", argv[-1])
+    assert r.returncode == 0 and json.loads(r.stdout)["samples"] >= 300, r.stderr
 
 
 def test_the_sched_calibration_travels_apart_from_its_parameters(tmp_path: Path) -> None:
@@ -105,7 +109,7 @@ def test_a_program_probe_is_launched_with_its_command_as_a_list_and_runs(cli: Cl
     argv = KINDS["program"].argv(spec, 30 * 10**9, tmp_path / "p.lstrace", tmp_path)
     lc = Launch.model_validate_json(argv[-1])
     assert ProgramParams.model_validate(lc.params) == ProgramParams(command=["python3", "-c", prog], until="exit", env={"A_B": "1 2"}, cwd=str(tmp_path))
-    r = cli(*argv[3:])
+    r = cli("probe", "launch", argv[-1])
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert [iv["entity"] for iv in j["intervals"]] == ["work/step"]

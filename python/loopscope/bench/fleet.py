@@ -8,7 +8,8 @@ machine's own network changes. They are not a run's (loopscope's runs
 build ``ls-…`` namespaces of their own): the fleet is what a user would
 already have, reached through ``ip netns exec`` or ``nsenter`` as the
 launcher, or through a Slurm daemon started inside each namespace. Leaving
-the ``with`` block deletes them all, veths and bridge with them (the veth
+the ``with`` block deletes them all (``loopscope cleanup`` deletes those of a
+killed bench or test: ``lab.netns.leftover_fleets``), veths and bridge with them (the veth
 into this machine's own network, ``attach=True``, goes with the switch).
 """
 

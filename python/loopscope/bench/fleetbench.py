@@ -32,6 +32,11 @@ agent's channel (base64 in JSON lines, where loopscope's own netns hosts
 write straight into the run directory), and the run's end waits for the
 slowest host.
 
+Last, a host killed mid-run: every host measures (0.5 s each) under
+``on_host_failure: continue`` and the middle host's agent is SIGKILLed once
+two steps are done; the run must exit 0 naming the host in its summary,
+mark the host's steps, complete every other host's, and leave nothing.
+
 Targets (issue): 16 hosts through ``exec``: up ≤ 5 s, down ≤ 3 s, nothing left.
 """
 
@@ -78,11 +83,27 @@ class Case(TypedDict):
     runs: int
 
 
+class Killed(TypedDict):
+    """A host killed mid-run under ``on_host_failure: continue``."""
+
+    hosts: int
+    victim: str
+    exit_code: int
+    named_in_summary: bool
+    lost: list[str]
+    lost_steps: list[str]
+    others_complete: int
+    others_expected: int
+    left: int
+    run_s: float
+
+
 class FleetBench(TypedDict):
     hosts: int
     repeat: int
     cases: list[Case]
     weak: list[Case]
+    killed: Killed
     skipped: dict[str, str]
     target_up_s: float
     target_down_s: float
@@ -181,6 +202,54 @@ def _floor(kind: str, f: Fleet, cluster: Any) -> tuple[float, float]:
     return up, time.monotonic() - t1
 
 
+def _agent_in(ns: str) -> int | None:
+    ino = os.stat(f"/run/netns/{ns}").st_ino
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and b"loopscope.agent" in (d / "cmdline").read_bytes() and os.stat(d / "ns" / "net").st_ino == ino:
+                return int(d.name)
+        except OSError:
+            pass
+    return None
+
+
+def killed_case(f: Fleet, work: Path) -> Killed:
+    """Every host measures; the middle host's agent is killed once two steps are done."""
+    victim = f.n // 2 + 1
+    lines = ["name: killed", "on_host_failure: continue", "hosts:"]
+    lines += [f"  - {{name: h{i}, kind: exec, launcher: {json.dumps(_launcher('nsenter', f, None, i))}, address: {f.address(i)}}}" for i in range(1, f.n + 1)]
+    lines += ["probes:", *(f"  - {{kind: timer, name: t{i}, host: h{i}, interval_us: 1000}}" for i in range(1, f.n + 1)), "duration: 500ms", "baseline: true"]
+    spec = work / "killed.yaml"
+    spec.write_text("\n".join(lines) + "\n")
+    rd = work / "fleet-killed"
+    t0 = time.monotonic()
+    with subprocess.Popen([sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(rd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            try:
+                if len(json.loads((rd / "run.json").read_text()).get("steps") or []) >= 2:
+                    break
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.05)
+        pid = _agent_in(f.ns(victim))
+        if pid is None:
+            p.kill()
+            raise RunError(f"bench fleet: no agent of h{victim} to kill")
+        os.kill(pid, 9)
+        out, err = p.communicate(timeout=600)
+    run_s = time.monotonic() - t0
+    run = json.loads((rd / "run.json").read_text())
+    done = {s["probe"] for s in run["steps"]}
+    others = [f"t{i}" for i in range(1, f.n + 1) if i != victim]
+    time.sleep(0.3)
+    res: Killed = {"hosts": f.n, "victim": f"h{victim}", "exit_code": p.returncode, "named_in_summary": f"LOST HOST h{victim}" in out,
+                   "lost": [lh["host"] for lh in run.get("lost_hosts") or []], "lost_steps": [s for lh in run.get("lost_hosts") or [] for s in lh["steps"]],
+                   "others_complete": sum(1 for t in others if t in done), "others_expected": len(others), "left": _left("fleet-killed", None), "run_s": round(run_s, 2)}
+    shutil.rmtree(rd, ignore_errors=True)
+    return res
+
+
 def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHERS, weak: bool = True, say: Say = None) -> FleetBench:
     from loopscope.bench import slurm
 
@@ -214,6 +283,9 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
             finally:
                 if cluster is not None:
                     cluster.down()
+            killed = killed_case(f, work)
+            if say:
+                say(f"  killed: h{hosts // 2 + 1} lost, exit {killed['exit_code']}, {killed['others_complete']}/{killed['others_expected']} other hosts complete, {killed['left']} left")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -228,7 +300,7 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
                 "files_mb": round(statistics.median(d["mb"]), 2), "left": int(sum(d["left"])), "runs": len(d["up"])}
 
     return {"hosts": hosts, "repeat": repeat, "cases": [case(k, False) for k in launchers], "weak": [case(k, True) for k in launchers] if weak else [],
-            "skipped": skipped, "target_up_s": 5.0, "target_down_s": 3.0}
+            "killed": killed, "skipped": skipped, "target_up_s": 5.0, "target_down_s": 3.0}
 
 
 def print_human(r: FleetBench) -> None:
@@ -241,5 +313,9 @@ def print_human(r: FleetBench) -> None:
             fl = f", floor up {c['floor_up_s']['median']} s down {c['floor_down_s']['median']} s (x{c['up_ratio']}, x{c['down_ratio']})" if c["floor_up_s"] and c["floor_down_s"] else ""
             print(f"    {c['launcher']:8s} up {c['up_s']['median']} s {c['up_s']['range']}, down {c['down_s']['median']} s {c['down_s']['range']}{fl}; "
                   f"{c['files_mb']} MB home; {c['left']} left over {c['runs']} runs")
-    for k, why in r["skipped"].items():
-        print(f"  {k}: skipped: {why}")
+    k = r["killed"]
+    print(f"  a host killed mid-run (on_host_failure: continue): {k['victim']} of {k['hosts']} lost, exit code {k['exit_code']}, named in the summary: "
+          f"{'yes' if k['named_in_summary'] else 'NO'}; its steps marked: {', '.join(k['lost_steps']) or 'none'}; other hosts complete "
+          f"{k['others_complete']}/{k['others_expected']}; {k['left']} left; {k['run_s']} s")
+    for name, why in r["skipped"].items():
+        print(f"  {name}: skipped: {why}")

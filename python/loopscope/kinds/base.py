@@ -53,8 +53,9 @@ def launch_of(kind: str, model: type[Params], p: dict[str, Any], duration_ns: in
 
 
 def launch_argv(launch: Launch) -> list[str]:
-    """The command line that runs a probe from its ``Launch`` (one JSON argument, the model's dump)."""
-    return cli("launch") + [launch.model_dump_json()]
+    """The command line that runs a probe from its ``Launch`` (one JSON argument, the model's dump):
+    ``probes/launch.py`` on its own (``loopscope probe launch`` is the same without the command line's imports)."""
+    return [sys.executable, "-m", "loopscope.probes.launch", launch.model_dump_json()]
 
 
 #: adds a step's columns (rep, phase, loads, probe) to a frame of its rows
@@ -328,7 +329,7 @@ class ProbeKind:
     params: type[Params] | None = None
 
     def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-        """How an agent starts it: ``loopscope probe launch`` with its typed parameters."""
+        """How an agent starts it: ``python -m loopscope.probes.launch`` with its typed parameters."""
         if self.params is None:
             raise NotImplementedError(f"{self.name}: no command line")
         own = self.model.model_fields if self.model is not None else {}

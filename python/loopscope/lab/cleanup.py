@@ -7,7 +7,8 @@ namespaces). What remains after the controller, the agents and the reaper
 were all SIGKILLed is found four ways: the state files of runs whose
 controller is gone, cgroups under ``loopscope/`` that belong to no live
 run, processes whose environment names a run that is not running any more,
-network namespaces named ``ls-<tag>-*`` whose tag is no live run's, and
+network namespaces named ``ls-<tag>-*`` whose tag is no live run's (and a
+bench's or test's fleet, ``lsf<pid>-*``, whose process is gone), and
 kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
 for a capture outside a run) whose run or process is gone.
 
@@ -125,6 +126,11 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}delete leftover network namespaces {', '.join(stray)}")
         if not dry_run:
             netns.delete_namespaces(stray)
+    fleets = netns.leftover_fleets()
+    if fleets:
+        actions.append(f"{verb}delete the namespaces of fleets whose bench or test is gone: {', '.join(fleets)}")
+        if not dry_run:
+            netns.delete_namespaces(fleets, prefix="lsf")
     for rid, pids in _run_ids_in_environments().items():
         if rid in live:
             continue

@@ -40,6 +40,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -292,17 +293,28 @@ def _no_offload(ns: str, ifname: str) -> None:
     _run(["ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off", "tso", "off", "gso", "off"])
 
 
-def existing() -> list[str]:
-    """loopscope's namespaces present now (``ip netns`` names starting ls-)."""
+def existing(prefix: str = PREFIX) -> list[str]:
+    """loopscope's namespaces present now (``ip netns`` names starting ls-, or ``prefix``)."""
     try:
         names = os.listdir("/run/netns")
     except OSError:
         return []
-    return sorted(n for n in names if n.startswith(PREFIX))
+    return sorted(n for n in names if n.startswith(prefix))
 
 
-def delete_namespaces(names: list[str]) -> list[str]:
-    present = set(existing())
+def leftover_fleets() -> list[str]:
+    """Namespaces of fleets (``bench/fleet.py``: ``lsf<pid>-sw``, ``lsf<pid>-h<i>``)
+    whose process is gone: a killed bench or test left them."""
+    out = []
+    for n in existing("lsf"):
+        m = re.fullmatch(r"lsf(\d+)-(sw|h\d+)", n)
+        if m and not os.path.exists(f"/proc/{m.group(1)}"):
+            out.append(n)
+    return out
+
+
+def delete_namespaces(names: list[str], prefix: str = PREFIX) -> list[str]:
+    present = set(existing(prefix))
     gone = [n for n in names if n in present]
     if gone:
         subprocess.run(["ip", "-batch", "-", "-force"], input="".join(f"netns delete {n}\n" for n in gone), capture_output=True, text=True, timeout=30)

@@ -73,7 +73,8 @@ def _hosts(prov: Provenance) -> list[HostRow]:
     out: list[HostRow] = []
     for name, h in prov.lab.hosts.items():
         off = h.clock_offset_ns
-        out.append({"name": name, "kind": h.kind, "address": h.address, "offset": f"{off / 1e9:+g} s" if off else "0", "ssh": h.ssh or ""})
+        out.append({"name": name, "kind": h.kind, "address": h.address, "offset": f"{off / 1e9:+g} s" if off else "0",
+                    "ssh": f"ssh {h.ssh}" if h.ssh else " ".join(h.launcher) if h.launcher else ""})
     return out
 
 
