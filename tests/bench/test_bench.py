@@ -203,7 +203,8 @@ def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli) -> Non
 def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli) -> None:
     from loopscope.bench import slurm
 
-    args = ["bench", "fleet", "--hosts", "3", "--repeat", "1", "--launcher", "nsenter", "--no-weak", "--json"]
+    # (the host killed mid-run is tests/lab/test_exec.py's; here only that the bench leaves it out when asked)
+    args = ["bench", "fleet", "--hosts", "3", "--repeat", "1", "--launcher", "nsenter", "--no-weak", "--no-kill", "--json"]
     if slurm.available() is None:
         args += ["--launcher", "slurm"]
     r = cli(*args, timeout=600)
@@ -215,6 +216,4 @@ def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_l
         assert c["left"] == 0 and c["runs"] == 1
         assert 0 < c["up_s"]["median"] < 60 and 0 < c["down_s"]["median"] < 60
         assert c["floor_up_s"] is not None and c["up_ratio"] is not None
-    k = res["killed"]
-    assert k["exit_code"] == 0 and k["named_in_summary"] and k["lost"] == [k["victim"]] and k["lost_steps"]
-    assert k["others_complete"] == k["others_expected"] == 2 and k["left"] == 0
+    assert res["killed"] is None

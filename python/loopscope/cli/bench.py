@@ -372,8 +372,9 @@ def bench_dataset(n_runs: int, hosts: int, duration: str, repeat: int, dataset: 
 @click.option("--launcher", "launchers", multiple=True, type=click.Choice(["netns", "nsenter", "slurm", "lab"]),
               help="Launchers to measure (default: all; slurm when Slurm is installed; lab: loopscope's own netns hosts).")
 @click.option("--no-weak", is_flag=True, help="Leave out the weak case (every host measures and brings files home).")
+@click.option("--no-kill", is_flag=True, help="Leave out the host killed mid-run under on_host_failure: continue.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-def bench_fleet(hosts: int, repeat: int, launchers: tuple[str, ...], no_weak: bool, as_json: bool) -> int:
+def bench_fleet(hosts: int, repeat: int, launchers: tuple[str, ...], no_weak: bool, no_kill: bool, as_json: bool) -> int:
     """A fleet's lab up and down through launchers (ip netns exec, nsenter, srun to a real Slurm cluster), against bare agents
     through the same launcher and loopscope's own netns hosts (targets for 16 hosts: up ≤ 5 s, down ≤ 3 s, nothing left).
 
@@ -384,5 +385,5 @@ def bench_fleet(hosts: int, repeat: int, launchers: tuple[str, ...], no_weak: bo
     """
     from loopscope.bench import fleetbench as fb
 
-    res = fb.bench(hosts, repeat, launchers or fb.LAUNCHERS, weak=not no_weak, say=None if as_json else lambda t: click.echo(t, err=True))
+    res = fb.bench(hosts, repeat, launchers or fb.LAUNCHERS, weak=not no_weak, kill=not no_kill, say=None if as_json else lambda t: click.echo(t, err=True))
     return _report(res, as_json, fb.print_human)

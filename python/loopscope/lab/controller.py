@@ -360,18 +360,34 @@ class Run:
         if self.exp.warmup:
             _sleep(self.exp.warmup / 1e9)
         for probe in self.exp.probes:
-            gone = [h for h in self.exp.hosts_of(probe) if self.lab.hosts[h].lost]
-            if gone:  # a host it needs was lost earlier: marked, not run
-                for h in gone:
-                    self.lost_step(h, f"{pr.key}/{probe.name}")
-                self.done += 1
-                continue
-            with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · {probe.name}", f"{pr.key}/{probe.name}"):
-                self.step(pr, probe)
+            self.step_unless_lost(pr, probe)
         self.stop_loads(pr, by_host, sinks)
         if self.tuned is not None:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
             self.tuned = None
+
+    def step_unless_lost(self, pr: Any, probe: Any) -> None:
+        """The probe's step, unless a host it needs is lost (then the step is
+        marked for that host, not run). A host lost during the step that the
+        step does not need (found dead by the checks around it) is lost, and
+        the step runs again, once."""
+        key = f"{pr.key}/{probe.name}"
+        for _ in range(2):
+            needs = set(self.exp.hosts_of(probe))
+            gone = [h for h in needs if self.lab.hosts[h].lost]
+            if gone:
+                for h in gone:
+                    self.lost_step(h, key)
+                self.done += 1
+                return
+            ok = False
+            with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · {probe.name}"):
+                self.step(pr, probe)
+                ok = True
+            if ok:
+                return
+            # a host was lost: the next round marks the step if it needed that host, else runs it again
+        self.done += 1
 
     def stop_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> None:
         """Stop the phase's loads, senders before the sinks they send to, and record what each did."""
