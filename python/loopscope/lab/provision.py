@@ -119,6 +119,8 @@ class Bundle:
     identity: str
     wheels: int
     bytes: int
+    files: list[Path]
+    manifest: dict[str, Any]
 
 
 def source_tree() -> Path | None:
@@ -183,19 +185,22 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
     version = launch.version()
     identity = f"{_identity(whl)}-{lock_id}"
     dep_wheels = [p for p in sorted(deps.glob("*.whl")) if not p.name.startswith("loopscope-")]
-    tar = cache / "bundle.tar"
     manifest = {"version": version, "identity": identity, "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
                 "installer": f"wheels/{inst.name}", "force": force}
-    with tarfile.open(tar, "w") as t:
-        data = json.dumps(manifest).encode()
+    return Bundle(cache / "bundle.tar", version, identity, 1 + len(dep_wheels), sum(p.stat().st_size for p in [whl, *dep_wheels]), [whl, *dep_wheels], manifest)
+
+
+def pack(b: Bundle) -> None:
+    """Write the tar the hosts receive (only when one needs it)."""
+    import io
+
+    with tarfile.open(b.tar, "w") as t:
+        data = json.dumps(b.manifest).encode()
         info = tarfile.TarInfo("manifest.json")
         info.size = len(data)
-        import io
-
         t.addfile(info, io.BytesIO(data))
-        for p in [whl, *dep_wheels]:
+        for p in b.files:
             t.add(p, arcname=f"wheels/{p.name}")
-    return Bundle(tar, version, identity, 1 + len(dep_wheels), tar.stat().st_size)
 
 
 @dataclass
@@ -224,6 +229,30 @@ def _outcome(name: str, rc: int | None, out: str, t0: float) -> Installed:
     return Installed(name, "failed", f"exit code {rc}; last output:\n{launch.tail_text(out)}", dt)
 
 
+def _marker_line(host: Any) -> str:
+    """Shell: print the host's install record of this version (nothing if there is none)."""
+    return f"{launch.installed_python(host)}; cat \"$(dirname \"$(dirname \"$p\")\")/loopscope-install.json\" 2>/dev/null; true"
+
+
+def current(host: Any, b: Bundle) -> Installed | None:
+    """``current`` when the host already holds this build (asked before anything is sent), else None."""
+    t0 = time.monotonic()
+    line = _marker_line(host)
+    try:
+        if host.kind == "exec":
+            r = subprocess.run(launch.argv(host, line), stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=launch.launcher_env("hosts-install"), start_new_session=True)
+            out = r.stdout.decode(errors="replace")
+        else:
+            out = _ssh_run(host, f"sh -c {shlex.quote(line)}", b"")[1]
+        mark = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, RunError):
+        return None
+    if isinstance(mark, dict) and mark.get("identity") == b.identity:
+        return Installed(host.name, "current", f"loopscope {b.version} in {host.install_dir}/{b.version}/bin/python", round(time.monotonic() - t0, 2),
+                         f"{host.install_dir}/{b.version}/bin/python")
+    return None
+
+
 def install_one(host: Any, b: Bundle) -> Installed:
     t0 = time.monotonic()
     if host.kind == "exec":
@@ -239,30 +268,45 @@ def install_one(host: Any, b: Bundle) -> Installed:
     return _install_ssh(host, b, t0)
 
 
-def _install_ssh(host: Any, b: Bundle, t0: float) -> Installed:
+def _ssh_run(host: Any, cmd: str, data: bytes) -> tuple[int | None, str]:
+    """Run ``cmd`` on an ssh host with ``data`` on its standard input: exit status and output."""
     import asyncio
 
     from loopscope.lab.hosts import SshError, connect
 
-    async def go() -> Installed:
+    async def go() -> tuple[int | None, str]:
         try:
             conn = await connect(host, 15)
         except SshError as e:
-            return Installed(host.name, "failed", str(e), time.monotonic() - t0)
+            raise RunError(str(e)) from None
         try:
-            r = await conn.run(f"sh -c {shlex.quote(_line(host))}", input=b.tar.read_bytes(), encoding=None, check=False)
-            out = bytes(r.stdout or b"") + bytes(r.stderr or b"")
-            return _outcome(host.name, r.exit_status, out.decode(errors="replace"), t0)
+            r = await conn.run(cmd, input=data, encoding=None, check=False)
+            return r.exit_status, (bytes(r.stdout or b"") + bytes(r.stderr or b"")).decode(errors="replace")
         finally:
             conn.close()
 
     return asyncio.run(go())
 
 
+def _install_ssh(host: Any, b: Bundle, t0: float) -> Installed:
+    try:
+        rc, out = _ssh_run(host, f"sh -c {shlex.quote(_line(host))}", b.tar.read_bytes())
+    except RunError as e:
+        return Installed(host.name, "failed", str(e), time.monotonic() - t0)
+    return _outcome(host.name, rc, out, t0)
+
+
 def install(hosts: list[Any], say: Say, force: bool = False, wheel: str | None = None) -> tuple[Bundle, list[Installed]]:
     """Every ssh and exec host of ``hosts`` brought to this controller's loopscope, side by side."""
     b = bundle(say, wheel, force)
-    say(f"sending loopscope {b.version} (build {b.identity}: {b.wheels} wheels, {b.bytes / 1e6:.0f} MB) to {len(hosts)} host(s) …")
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        done = list(pool.map(lambda h: install_one(h, b), hosts))
-    return b, done
+        have = list(pool.map(lambda h: None if force else current(h, b), hosts))
+    todo = [h for h, c in zip(hosts, have) if c is None]
+    if todo:
+        pack(b)
+        say(f"sending loopscope {b.version} (build {b.identity}: {b.wheels} wheels, {b.bytes / 1e6:.0f} MB) to {len(todo)} host(s) …")
+        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+            sent = dict(zip([h.name for h in todo], pool.map(lambda h: install_one(h, b), todo)))
+    else:
+        sent = {}
+    return b, [c if c is not None else sent[h.name] for h, c in zip(hosts, have)]
