@@ -204,7 +204,7 @@ def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_l
     from loopscope.bench import slurm
 
     # (the host killed mid-run is tests/lab/test_exec.py's; here only that the bench leaves it out when asked)
-    args = ["bench", "fleet", "--hosts", "3", "--repeat", "1", "--launcher", "nsenter", "--no-weak", "--no-kill", "--json"]
+    args = ["bench", "fleet", "--hosts", "2", "--repeat", "1", "--launcher", "nsenter", "--no-weak", "--no-kill", "--json"]
     if slurm.available() is None:
         args += ["--launcher", "slurm"]
     r = cli(*args, timeout=600)
