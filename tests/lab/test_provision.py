@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,8 @@ from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
 
 SSHD = "/usr/sbin/sshd"
+#: root's home as the hosts see it (their /etc is this machine's), relative to a host's root
+HOME = pwd.getpwuid(0).pw_dir.lstrip("/")
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "nsenter", "unshare", "chroot", "ssh-keygen")]
 
 ENTER = r"""#!/bin/sh
@@ -115,9 +118,9 @@ def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_control
     got = json.loads(r.stdout)
     assert {h["host"]: h["outcome"] for h in got["hosts"]} == {"ssh1": "installed", "exec2": "installed"}, got
     for root in rooted.roots:
-        mark = json.loads((root / "root" / ".local" / "share" / "loopscope" / launch.version() / "loopscope-install.json").read_text())
+        mark = json.loads((root / HOME / ".local" / "share" / "loopscope" / launch.version() / "loopscope-install.json").read_text())
         assert mark["version"] == launch.version() and mark["identity"] == got["build"]
-        assert not list((root / "root" / ".local" / "share" / "loopscope").glob("*.partial"))
+        assert not list((root / HOME / ".local" / "share" / "loopscope").glob("*.partial"))
     # the same build again: left alone
     r = cli("hosts", "install", str(spec), "--json", timeout=600)
     assert r.returncode == 0 and {h["outcome"] for h in json.loads(r.stdout)["hosts"]} == {"current"}, r.stdout
@@ -126,7 +129,8 @@ def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_control
     assert r.returncode == 0, r.stderr
     prov = json.loads((tmp_path / "provrun" / "provenance.json").read_text())
     for h in ("ssh1", "exec2"):
-        assert prov["hosts"][h]["executable"] == f"/root/.local/share/loopscope/{launch.version()}/bin/python"
+        # root's home as the hosts' own /etc/passwd says (this machine's, bound read-only)
+        assert prov["hosts"][h]["executable"] == f"{pwd.getpwuid(0).pw_dir}/.local/share/loopscope/{launch.version()}/bin/python"
     assert (tmp_path / "provrun" / "hosts" / "exec2" / "steps" / "r01-baseline" / "rr.lstrace").stat().st_size > 0
     assert wait_for(lambda: leftovers("provrun") == [], 15), leftovers("provrun")
 
@@ -136,7 +140,7 @@ def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted
     spec.write_text("name: v\nhosts:\n" + rooted.exec_host() + "probes:\n  - {kind: timer, host: exec2}\nduration: 300ms\n")
     r = cli("hosts", "install", str(spec), timeout=900)
     assert r.returncode == 0, r.stderr
-    site = rooted.roots[1] / "root" / ".local" / "share" / "loopscope" / launch.version() / "lib"
+    site = rooted.roots[1] / HOME / ".local" / "share" / "loopscope" / launch.version() / "lib"
     meta = next(site.glob(f"python*/site-packages/loopscope-{launch.version()}.dist-info/METADATA"))
     text = meta.read_text()
     try:
