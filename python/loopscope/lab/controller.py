@@ -394,9 +394,10 @@ class Run:
         for hname in sorted(by_host, key=lambda h: h in sinks):
             if self.lab.hosts[hname].lost:
                 continue
+            lr: P.LoadsStopped | None = None
             with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · stopping loads on {hname}"):
                 lr = self.lab.agent(hname).ask(P.StopLoads())
-            if self.lab.hosts[hname].lost:
+            if lr is None:  # lost (it, or a host found dead meanwhile): its loads ended with it
                 continue
             for ld in lr.loads:
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
