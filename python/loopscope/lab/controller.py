@@ -395,9 +395,11 @@ class Run:
             if self.lab.hosts[hname].lost:
                 continue
             lr: P.LoadsStopped | None = None
-            with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · stopping loads on {hname}"):
-                lr = self.lab.agent(hname).ask(P.StopLoads())
-            if lr is None:  # lost (it, or a host found dead meanwhile): its loads ended with it
+            for _ in range(2):  # a loss elsewhere interrupting it: asked again
+                if lr is None and not self.lab.hosts[hname].lost:
+                    with self.may_lose(f"rep {pr.rep} · {pr.phase.name} · stopping loads on {hname}"):
+                        lr = self.lab.agent(hname).ask(P.StopLoads())
+            if lr is None:  # lost: its loads ended with its agent
                 continue
             for ld in lr.loads:
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
