@@ -27,6 +27,8 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
+use crate::switches::{uncovered, Switches};
+
 /// No value in a column (a field the event does not have).
 const NONE: i64 = -1;
 /// Runtime segments of one task closer than this are one run.
@@ -234,6 +236,8 @@ struct Thread {
     hs_t: Vec<i64>,
     hs_exp: Vec<i64>,
     hs_soft: Vec<i64>,
+    /// how many of its runs came from runtime accounting
+    from_runtime: usize,
 }
 
 /// Labels, each once; segments hold their index.
@@ -305,6 +309,9 @@ struct Pass {
     tlb: FxHashMap<i64, Vec<i64>>,
     label_of: FxHashMap<(i64, i64), usize>,
     entry_label: FxHashMap<(u8, i64), usize>,
+    switches: Switches,
+    /// each task's latest name (index into `comms`), for runs found from switches
+    comm: FxHashMap<i64, i64>,
 }
 
 fn is_entry(kind: Ev) -> bool {
@@ -319,6 +326,10 @@ impl Pass {
     fn event(&mut self, k: &mut Kernel, i: usize, kind: Ev) {
         let ev = k.ev;
         let (t, c) = (ev.t_ns[i], ev.cpu[i]);
+        self.switches.seen(c, t, ev.pid[i]);
+        if kind == Ev::Switch {
+            self.switched(ev, i, c, t);
+        }
         if is_entry(kind) || is_exit(kind) {
             self.irq_segment(k, c, t);
         }
@@ -333,6 +344,18 @@ impl Pass {
         } else if kind == Ev::Runtime {
             self.runtime(k, i, c, t);
         }
+    }
+
+    /// A `sched_switch`: the runs it ends and starts, and the tasks' names.
+    fn switched(&mut self, ev: &Events, i: usize, c: i64, t: i64) {
+        let (prev, next) = (ev.target[i], ev.next_pid[i]);
+        if prev != NONE && ev.target_comm[i] != NONE {
+            self.comm.insert(prev, ev.target_comm[i]);
+        }
+        if next != NONE && ev.next_comm[i] != NONE {
+            self.comm.insert(next, ev.next_comm[i]);
+        }
+        self.switches.switch(c, t, prev, next);
     }
 
     /// Interrupt segments: from each entry or exit to the next on its CPU,
@@ -377,6 +400,7 @@ impl Pass {
         if who == 0 || who == NONE || rt == NONE {
             return;
         }
+        self.switches.runtime_seen = true;
         let key = (ev.target_comm[i], who);
         let lab = match self.label_of.get(&key) {
             Some(&l) => l,
@@ -390,10 +414,58 @@ impl Pass {
         self.runs.entry(c).or_default().push((t - rt, t, who, lab));
     }
 
+    /// Runs the runtime accounting left out, from the switches: all of
+    /// them where none was recorded (`switches`); each thread of interest
+    /// without runtime runs gets its runs from the switches too.
+    fn fill_from_switches(&mut self, k: &mut Kernel) {
+        let sw = std::mem::take(&mut self.switches);
+        let by_cpu = sw.finish();
+        for (c, runs) in by_cpu {
+            let mine = self.runs.entry(c).or_default();
+            mine.sort_by_key(|r| r.1);
+            let covered: Vec<(i64, i64)> = mine.iter().map(|r| (r.0, r.1)).collect();
+            let fill = if covered.is_empty() { runs.clone() } else { uncovered(&runs, &covered) };
+            for (s, e, p) in fill {
+                let comm = self.comm.get(&p).copied().unwrap_or(NONE);
+                let key = (comm, p);
+                let lab = match self.label_of.get(&key) {
+                    Some(&l) => l,
+                    None => {
+                        let name = text(k.ev.comms, comm).map(|s| s.to_string()).unwrap_or_else(|| format!("tid {p}"));
+                        let l = k.labels.get(task_label(&name, p, &k.ctx.roles, k.ctx.perf_is_lab));
+                        self.label_of.insert(key, l);
+                        l
+                    }
+                };
+                mine.push((s, e, p, lab));
+            }
+            mine.sort_by_key(|r| r.1);
+            for &(s, e, p) in &runs {
+                if let Some(th) = k.threads.get_mut(&p) {
+                    if th.from_runtime == 0 {
+                        th.rs.push(s);
+                        th.re.push(e);
+                        th.rc.push(c);
+                    }
+                }
+            }
+        }
+        for th in k.threads.values_mut() {
+            if th.from_runtime == 0 && !th.re.windows(2).all(|w| w[0] <= w[1]) {
+                let mut v: Vec<(i64, i64, i64)> = (0..th.re.len()).map(|j| (th.rs[j], th.re[j], th.rc[j])).collect();
+                v.sort_by_key(|x| x.1);
+                th.rs = v.iter().map(|x| x.0).collect();
+                th.re = v.iter().map(|x| x.1).collect();
+                th.rc = v.iter().map(|x| x.2).collect();
+            }
+        }
+    }
+
     /// The runs into their CPUs; an IPI whose handler flushed the TLB (the
     /// capture records the IPI functions only when they are
     /// flush_tlb_func) becomes a TLB shootdown.
-    fn finish(self, k: &mut Kernel) {
+    fn finish(mut self, k: &mut Kernel) {
+        self.fill_from_switches(k);
         for (c, r) in self.runs {
             let cpu = k.cpus.entry(c).or_default();
             for (s, e, p, l) in r {
@@ -475,6 +547,7 @@ impl<'a> Kernel<'a> {
                     th.rs.push(start);
                     th.re.push(t);
                     th.rc.push(ev.cpu[i]);
+                    th.from_runtime += 1;
                 }
             }
             Ev::Switch => {
@@ -1048,6 +1121,37 @@ mod tests {
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
         assert!(out[0].complete);
+    }
+
+    #[test]
+    fn without_runtime_events_who_ran_comes_from_the_switches() {
+        // no sched_stat_runtime: hog (7) is on CPU 1 from its first event; thread 42 is woken at 100, switched in at 900
+        let names = table(&["sched_switch", "sched_wakeup", "sched_migrate_task"]);
+        let comms = table(&["hog", "t"]);
+        let states = table(&["R"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[100, 900, 1000],
+            cpu: &[1, 1, 1],
+            event: &[1, 0, 2],
+            pid: &[7, 7, 42],
+            target: &[42, 7, n],
+            target_comm: &[1, 0, n],
+            next_pid: &[n, 42, n],
+            next_comm: &[n, 1, n],
+            prev_state: &[n, 0, n],
+            name: &[n, n, n],
+            runtime: &[n, n, n],
+            expires: &[n, n, n],
+            softexpires: &[n, n, n],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000 };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 950, span: false }]);
+        assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 800), ("return to user space".to_string(), 50)]);
     }
 
     #[test]

@@ -21,7 +21,8 @@
 //!
 //! - [`attrib`] splits windows of threads into causes (who ran, which
 //!   interrupt, idle, timer slack, page faults, whom a blocked thread waited
-//!   for) from those columns, a cluster of windows per call.
+//!   for) from those columns, a cluster of windows per call; [`switches`]
+//!   says who ran from `sched_switch` where no runtime events were recorded.
 //!
 //! - [`tracedat`] and [`import`] read recordings made by trace-cmd
 //!   (`trace.dat`, versions 6 and 7) and perf (`perf.data`) into the same
@@ -36,4 +37,5 @@ pub mod decode;
 pub mod format;
 pub mod import;
 pub mod page;
+pub mod switches;
 pub mod tracedat;
