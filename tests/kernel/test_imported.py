@@ -148,7 +148,37 @@ def test_a_trace_without_switches_imports_and_threads_says_what_is_missing(cli: 
     assert cli("import", str(p), "-o", str(tmp_path / "run")).returncode == 0
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert "sched_switch" in run["kernel"]["captures"][0]["missing_events"]
-    assert_clean_error(cli("threads", str(tmp_path / "run"), "--comm", "."), 2, "sched_switch")
+    assert_clean_error(cli("threads", str(tmp_path / "run"), "--comm", "."), 2, "sched_switch", "perf sched record")
+    assert_clean_error(cli("explain", str(tmp_path / "run")), 2, "sched_switch", "perf sched record")
+
+
+#: cyclictest (SCHED_OTHER) beside a nice -20 CPU hog on its CPU, as a user records it
+HOGGED = ["sh", "-c", "nice -n -20 stress-ng --cpu 1 --taskset 1 -t 3 --quiet & sleep 0.3; cyclictest -t1 -a1 -i1000 -D 2 -q -m; wait"]
+
+
+def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cli: Cli, tmp_path: Path) -> None:
+    _needs("trace-cmd", "cyclictest", "stress-ng")
+    p = F.trace_dat(tmp_path / "hog.dat", HOGGED, buffer_kb=20000)
+    r = cli("import", str(p), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["kernel_events"]
+    assert abs(n - F.reported(p)) <= 0.001 * n
+    r = cli("threads", str(tmp_path / "run"), "--comm", "cyclictest", "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    busiest = max(j["threads"], key=lambda x: x["activations"])
+    assert any(c["cause"].startswith("thread: stress-ng") for c in busiest["causes"][:3]), busiest["causes"]
+    # what the six events cannot show is named, with what records it
+    unseen = {e for u in j["not_recorded"] for e in u["events"]}
+    assert "sched_stat_runtime" in unseen and "local_timer_entry" in unseen and "irq_handler_entry" not in unseen
+    e = cli("explain", str(tmp_path / "run"), "--json")
+    assert e.returncode == 0, e.stderr
+    doc = json.loads(e.stdout)
+    assert sum(c["events"] for c in doc["captures"]) == j["kernel_events"] == n
+    # an imported run has no probe records: explain says where its threads are measured, and names no table it did not write
+    assert doc["groups"] == [] and any("loopscope threads" in w for w in doc["not_explained"])
+    human = cli("explain", str(tmp_path / "run"))
+    assert "attribution.parquet" not in human.stdout and "loopscope threads" in human.stdout
 
 
 def test_import_into_a_directory_that_holds_something_is_refused(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:

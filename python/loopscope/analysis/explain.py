@@ -48,6 +48,7 @@ import polars as pl
 
 from loopscope import progress
 from loopscope.analysis import attribution as A
+from loopscope.analysis import recorded as R
 from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
@@ -118,6 +119,7 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
         "reader_ran_during": cap.reader_ran_during,
         "buffer_mb_per_cpu": cap.buffer_mb_per_cpu,
         "missing_events": cap.missing_events or [],
+        "not_recorded": R.unseen(st.by_event()),
         "lost_placed": not st.unknown_loss, "lost_unplaced": st.unknown_loss, "problems": st.problems,
         "lost_windows": len(st.lost),
         "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
@@ -272,6 +274,8 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         except S.CaptureError as e:
             out["captures"].append({**cap.model_dump(mode="json", exclude_unset=True), "error": str(e)})  # type: ignore[arg-type]
             continue
+        if cap.read == "imported":
+            R.need_scheduler(st.by_event(), str(run_dir), "explain")
         out["captures"].append(_capture_entry(run_dir, cap, st))
         # The outliers of each probe and phase, without a copy of every record
         # (a long run has millions): the threshold per row is a window

@@ -22,6 +22,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from pydantic import TypeAdapter, ValidationError
 
+from loopscope.analysis.recorded import Unseen
 from loopscope.errors import InputError
 from loopscope.rundir import ReadDuring
 
@@ -56,6 +57,7 @@ class CaptureSummary(TypedDict):
     reader_ran_during: list[ReadDuring]
     buffer_mb_per_cpu: float | None
     missing_events: list[str]
+    not_recorded: list[Unseen]
     lost_placed: bool
     lost_unplaced: list[str]
     problems: list[str]

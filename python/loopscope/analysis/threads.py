@@ -9,7 +9,8 @@ kind's outliers go through (``analysis.explain.attribute_store``). The
 causes of a thread are its outliers' time by cause, as shares 0–1, largest
 first, with explain's labels.
 
-What the capture lacks is said, never guessed: no ``hrtimer_start`` of the
+What the capture lacks is said, never guessed: each class of events it
+does not hold is listed with what that hides (``analysis.recorded``); no ``hrtimer_start`` of the
 thread (a kernel or a recording without timer events, or a thread that does
 not sleep on timers) gives ``timer_lateness_ns: null``; activations overlapping
 lost events are left out of the figures and counted.
@@ -24,6 +25,7 @@ import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
+from loopscope.analysis.recorded import Unseen, unseen
 from loopscope.analysis.activations import MONO_CLOCKS, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
 
@@ -69,6 +71,7 @@ class ThreadsJson(TypedDict):
     threads: list[ThreadJson]
     kernel_events: int
     lost_kernel_events: int
+    not_recorded: list[Unseen]
     exited: NotRequired[list[Exited]]
 
 
@@ -201,4 +204,4 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
             "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
             "outliers": n_out, "explained_outliers": n_explained, "causes": shares,
         })
-    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events}
+    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events, "not_recorded": unseen(st.by_event())}

@@ -65,11 +65,18 @@ class CpuList(click.ParamType[list[int], Any]):
         return out
 
 
+#: the width a console has when it is not a terminal: wide enough that no table is cut
+NO_WRAP = 100_000
+
+
 def _console() -> Any:
-    """A rich console; 120 columns when the output is not a terminal (pipes, CI logs)."""
+    """A rich console: the terminal's width; into a pipe or a file nothing is
+    wrapped or cut (a line stays one line for grep and awk)."""
     from rich.console import Console
 
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True, width=NO_WRAP)
 
 
 def _default_run_dir(name: str) -> Path:

@@ -82,6 +82,7 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
       loopscope threads runs/20261126-101500-import-trace --comm 'cyclictest'
       loopscope threads runs/20261126-101500-import-trace --tid 4242 --json
     """
+    from loopscope.analysis.recorded import RECORD_SCHEDULER, need_scheduler
     from loopscope.analysis.threads import summarize, thread_names
     from loopscope.cli.threads import print_threads
     from loopscope.kernel import store as S
@@ -101,10 +102,10 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
         raise InputError(f"{run_dir}: captures of {', '.join(c.host for c in caps)}; choose one with --host")
     st = S.open_capture(rd.path, caps[0])
     seen = set(st.by_event())
-    lacking = [e for e in ("sched_switch",) if e not in seen] + ([] if {"sched_wakeup", "sched_waking"} & seen else ["sched_wakeup or sched_waking"])
-    if lacking:
-        raise InputError(f"{run_dir}: its capture has no {' and no '.join(lacking)} events, so no thread's activations can be measured; record them "
-                         "(trace-cmd record -e sched, perf sched record)")
+    need_scheduler(seen, run_dir, "threads")
+    if not {"sched_wakeup", "sched_waking"} & seen:
+        raise InputError(f"{run_dir}: its capture has no sched_wakeup or sched_waking events, so no thread's activations can be measured; "
+                         f"record them with {RECORD_SCHEDULER}")
     names = thread_names(st)
     chosen = {t: n for t, n in names.items() if (not tids or t in tids) and (comm is None or re.search(comm, n)) and (threads_re is None or re.search(threads_re, n))}
     for t in tids:

@@ -219,6 +219,7 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     from loopscope import progress
     from loopscope.analysis import explain
     from loopscope.analysis.explained import opened
+    from loopscope.analysis.recorded import line
     from loopscope.kinds import KINDS
     from loopscope.rundir import RunDir
 
@@ -228,6 +229,11 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
         out = explain.explain(rd, KINDS, quantile=quantile)
     if out is None:
         raise InputError(f"{run_dir}: the run has no kernel capture (kernel.capture was off, or tracefs or the privileges were missing: see its notes)")
+    imported = not out["groups"] and all(c.read == "imported" for c in RunDir.open(run_dir).record().captures if c.data)
+    if imported:
+        out.setdefault("not_explained", []).append(
+            f"an imported recording has no probe records, so explain has no outliers of its own; "
+            f"`loopscope threads {run_dir} --comm NAME` measures any thread in it and explains its late wake-ups")
     if as_json:
         click.echo(json.dumps(out, default=float))
         return 0
@@ -245,12 +251,17 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
         click.echo(f"kernel of {', '.join(c['covers'])}: {c['events']:,} events, {c['lost_events']:,} lost{size}{cost}")
         for p in c["problems"]:
             click.echo(f"  capture: {p}")
+        for u in c["not_recorded"]:
+            click.echo(f"  note: {line(u)}")
     for g in out["groups"]:
         top = ", ".join(f"{x['cause']} {(x['share'] or 0) * 100:.0f} %" for x in g["causes"][:4] if (x["share"] or 0) >= 0.005)
         top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %"
         flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
         click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
-    click.echo(f"attributed in {out.get('seconds', 0.0):.1f} s; {rd / 'tables' / 'attribution.parquet'}")
+    for why in out.get("not_explained", []):
+        click.echo(f"  note: {why}")
+    table = rd / "tables" / "attribution.parquet"
+    click.echo(f"attributed in {out.get('seconds', 0.0):.1f} s" + (f"; {table}" if out["groups"] and table.exists() else ""))
     return 0
 
 

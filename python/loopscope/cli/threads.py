@@ -150,6 +150,10 @@ def print_threads(res: ThreadsJson, where: str) -> None:
         return f"p50 {format_ns(x['p50'])}, p99 {format_ns(x['p99'])}, max {format_ns(x['max'])}" if x else "n/a"
 
     con.print(f"{len(res['threads'])} thread(s), {where}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
+    from loopscope.analysis.recorded import line
+
+    for u in res.get("not_recorded") or []:
+        con.print(f"  note: {line(u)}")
     for x in res.get("exited") or []:
         con.print(f"  note: thread {x['comm']} ({x['tid']}) exited while the target ran on: its figures end there")
     for t in res["threads"]:
