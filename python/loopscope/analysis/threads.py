@@ -26,7 +26,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
 from loopscope.analysis.recorded import Unseen, unseen
-from loopscope.analysis.activations import MONO_CLOCKS, Feed, activations, mono_offsets
+from loopscope.analysis.activations import MONO_CLOCKS, OFFSET_WINDOW, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
 
 
@@ -72,6 +72,7 @@ class ThreadsJson(TypedDict):
     kernel_events: int
     lost_kernel_events: int
     not_recorded: list[Unseen]
+    timer_lateness_from: str
     exited: NotRequired[list[Exited]]
 
 
@@ -106,10 +107,52 @@ def thread_activations(st: S.Store, tids: list[int]) -> pl.DataFrame:
         code = st.event_names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in st.event_names else -2
         ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.files()])
         offsets = mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
-    feed = Feed(tids, st.lost, st.clock, coded, offsets)
+    # no timer interrupts to carry the expiries with: they stay on CLOCK_MONOTONIC, carried below from the wake-ups
+    raw = offsets is not None and not len(offsets)
+    feed = Feed(tids, st.lost, st.clock, coded, pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets)
     for part in st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]):
         feed.feed(part)
-    return feed.rows()
+    return carried_by_wakeups(feed.rows()) if raw else feed.rows()
+
+
+#: a wake-up this much earlier than the typical one against its timer's expiry ended its sleep for another reason
+EARLY_WAKE_NS = 1_000_000
+
+
+def carried_by_wakeups(act: pl.DataFrame) -> pl.DataFrame:
+    """Activations whose timer expiries are still on CLOCK_MONOTONIC while
+    the capture's clock is another (no ``hrtimer_expire_entry`` to carry
+    them): the offset between the clocks is the smallest gap from an
+    expiry to the wake-up that followed it, among the neighbouring ones
+    (``OFFSET_WINDOW``; a timer's wake-up comes after its expiry), wake-ups
+    far earlier than the typical one left out (their sleep ended for
+    another reason). The lateness is then short by at most the smallest
+    wake-up delay near it (a few µs when the timer interrupt is not held
+    up): a lower bound, said as such (``timer_from``)."""
+    d = act.filter(pl.col("timer_expires_ns").is_not_null() & pl.col("woken_ns").is_not_null()).select(
+        pl.col("woken_ns").alias("_t"), (pl.col("woken_ns") - pl.col("timer_expires_ns")).alias("_clocks"))
+    if not len(d):
+        return act.with_columns(pl.lit(None, pl.Int64).alias("timer_expires_ns"), pl.lit(None, pl.Int64).alias("timer_lateness_ns"))
+    med = d["_clocks"].median()
+    d = d.filter(pl.col("_clocks") >= med - EARLY_WAKE_NS).sort("_t").with_columns(pl.col("_clocks").rolling_min(OFFSET_WINDOW, min_samples=1, center=True))
+    keyed = act.with_row_index("_i").with_columns(pl.coalesce("woken_ns", "on_ns").alias("_k")).sort("_k")
+    got = keyed.join_asof(d, left_on="_k", right_on="_t", strategy="nearest").sort("_i")
+    exp = pl.col("timer_expires_ns") + pl.col("_clocks")
+    late = pl.when(exp <= pl.col("on_ns")).then(pl.col("on_ns") - exp)
+    return got.with_columns(exp.alias("timer_expires_ns"), late.alias("timer_lateness_ns")).select(act.columns)
+
+
+def timer_from(st: S.Store) -> str:
+    """How the timer lateness of a capture's threads was measured, or why not."""
+    have = st.by_event()
+    if "hrtimer_start" not in have:
+        return "not measured: no hrtimer_start events (record timer:hrtimer_start)"
+    if st.clock in MONO_CLOCKS:
+        return "the capture's clock is CLOCK_MONOTONIC, the timers' own"
+    if "hrtimer_expire_entry" in have:
+        return "expiries carried onto the capture's clock by its timer interrupts (hrtimer_expire_entry)"
+    return ("expiries carried onto the capture's clock by the wake-ups that followed them (no hrtimer_expire_entry): "
+            "a lower bound, short by at most the smallest wake-up delay nearby")
 
 
 def thread_names(st: S.Store) -> dict[int, str]:
@@ -204,4 +247,5 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
             "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
             "outliers": n_out, "explained_outliers": n_explained, "causes": shares,
         })
-    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events, "not_recorded": unseen(st.by_event())}
+    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events, "not_recorded": unseen(st.by_event()),
+            "timer_lateness_from": timer_from(st)}
