@@ -466,6 +466,8 @@ def ktrace_attribute(
     w_a: npt.NDArray[np.int64],
     w_b: npt.NDArray[np.int64],
     w_span: npt.NDArray[np.bool_],
+    group_tids: list[int] | None = None,
+    group_paths: list[str] | None = None,
 ) -> _Split: ...
 
 class _Split(TypedDict):

@@ -97,11 +97,13 @@ struct Group {
     n_in: i64,
     n_out: i64,
     last_cpu: i64,
+    /// where runtime accounting says the thread's run began, when its switch-in was not traced
+    ran_from: i64,
 }
 
 impl Group {
     fn new(act: i64) -> Self {
-        Group { act, first_in: NULL, off: NULL, first_wake: NULL, armed: NULL, sum_out: 0, sum_in: 0, preemptions: 0, migrations: 0, n_in: 0, n_out: 0, last_cpu: NULL }
+        Group { act, first_in: NULL, off: NULL, first_wake: NULL, armed: NULL, sum_out: 0, sum_in: 0, preemptions: 0, migrations: 0, n_in: 0, n_out: 0, last_cpu: NULL, ran_from: NULL }
     }
 }
 
@@ -139,21 +141,46 @@ struct ThreadState {
     closed: VecDeque<Closed>,
     prev_armed: i64,
     prev_woken: i64,
+    /// Held off the CPU at this time after a switch-in (`HELD_NS`): its switch-in is looked for after it.
+    held: i64,
+    /// A short first run that ended runnable (time, cpu): held, if its CPU then idles with a task runnable.
+    cand: (i64, i64),
 }
 
 impl ThreadState {
     fn new(tid: i64) -> Self {
-        ThreadState { tid, pending: Vec::new(), act: 0, open: None, last_off: NULL, own_since: None, closed: VecDeque::new(), prev_armed: NULL, prev_woken: NULL }
+        ThreadState { tid, pending: Vec::new(), act: 0, open: None, last_off: NULL, own_since: None, closed: VecDeque::new(), prev_armed: NULL, prev_woken: NULL, held: NULL, cand: (NULL, NULL) }
     }
 
     /// Where the open group's untraced switch-in is looked for from.
     fn after(&self) -> i64 {
-        if self.last_off != NULL {
-            self.last_off + 1
+        let base = if self.last_off != NULL { self.last_off + 1 } else { self.open.map_or(NULL, |g| g.first_wake) };
+        if self.held != NULL {
+            base.max(self.held + 1)
         } else {
-            self.open.map_or(NULL, |g| g.first_wake)
+            base
         }
     }
+}
+
+/// A first run after a wake-up this short that ends runnable, with its CPU
+/// idling within as long while a task is runnable (switched out runnable to
+/// the idle task: the thread itself, or a sibling of its group picked next),
+/// never reached user space: the thread's group ran out of its CPU limit
+/// (cgroup bandwidth; Linux 6.18 throttles a task on its way back to user
+/// space, after its switch-in), and its wait runs on to the next switch-in.
+pub const HELD_NS: i64 = 200_000;
+
+/// The thread was held (`HELD_NS`) at `at`: its first switch-in did not count.
+fn hold(th: &mut ThreadState, at: i64) {
+    if let Some(g) = th.open.as_mut() {
+        if g.first_in != NULL && g.n_in == 1 {
+            g.first_in = NULL;
+            th.held = at;
+            th.own_since = None;
+        }
+    }
+    th.cand = (NULL, NULL);
 }
 
 /// Every activation of chosen threads from events fed in time order (any
@@ -202,10 +229,13 @@ impl Stream {
     #[allow(clippy::too_many_arguments)]
     pub fn event(&mut self, t: i64, cpu: i64, kind: i64, pid: i64, target: i64, next_pid: i64, asleep: bool, value: i64) {
         let lower = self.see(cpu, t);
+        if kind == 1 && next_pid == 0 && !asleep && target > 0 {
+            self.idled_runnable(cpu, t);
+        }
         match kind {
             1 => {
                 self.push(next_pid, TEv { t, kind: Kind::In, cpu, sleep: false, value: NULL });
-                self.push(target, TEv { t, kind: Kind::Out, cpu, sleep: asleep, value: NULL });
+                self.push(target, TEv { t, kind: Kind::Out, cpu, sleep: asleep, value: next_pid });
             }
             2 => self.push(target, TEv { t, kind: Kind::Wake, cpu, sleep: false, value: NULL }),
             3 => self.push(pid, TEv { t, kind: Kind::Arm, cpu, sleep: false, value }),
@@ -213,6 +243,20 @@ impl Stream {
             _ => {}
         }
         self.push(pid, TEv { t, kind: Kind::Own, cpu, sleep: false, value: lower });
+    }
+
+    /// A task was switched out runnable to the idle task on `cpu` at `t`: a
+    /// thread whose short first run there ended runnable just before was held.
+    fn idled_runnable(&mut self, cpu: i64, t: i64) {
+        for th in self.threads.iter_mut() {
+            if th.pending.first().is_some_and(|p| p.t < t) {
+                apply(th, &self.lost, &mut self.out);
+            }
+            let (at, c) = th.cand;
+            if at != NULL && c == cpu && t - at <= HELD_NS {
+                hold(th, at);
+            }
+        }
     }
 
     fn push(&mut self, who: i64, e: TEv) {
@@ -270,6 +314,7 @@ fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
         return;
     }
     let act = th.act;
+    let mut held = false;
     let g = th.open.get_or_insert_with(|| Group::new(act));
     match e.kind {
         Kind::In => {
@@ -288,6 +333,10 @@ fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
             if !e.sleep {
                 g.preemptions += 1;
             }
+            if !e.sleep && g.n_out == 1 && g.first_wake != NULL && g.first_in != NULL && e.t - g.first_in < HELD_NS {
+                // maybe held on the way back to user space: not yet run
+                held = true;
+            }
         }
         Kind::Wake => {
             if g.first_wake == NULL || e.t < g.first_wake {
@@ -295,7 +344,12 @@ fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
             }
         }
         Kind::Arm => g.armed = e.value,
-        Kind::Run | Kind::Own => {}
+        Kind::Run => {
+            if g.first_in == NULL && e.value != NULL && g.ran_from == NULL {
+                g.ran_from = e.t - e.value;
+            }
+        }
+        Kind::Own => {}
     }
     if matches!(e.kind, Kind::In | Kind::Run) {
         if g.last_cpu != NULL && g.last_cpu != e.cpu {
@@ -303,12 +357,23 @@ fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
         }
         g.last_cpu = e.cpu;
     }
+    if held {
+        if e.value == 0 {
+            hold(th, e.t);
+        } else {
+            th.cand = (e.t, e.cpu);
+        }
+    } else if e.kind == Kind::In {
+        th.cand = (NULL, NULL);
+    }
     if e.kind == Kind::Out && e.sleep {
         let g = th.open.take().unwrap();
         close(th, g);
         th.act += 1;
         th.last_off = e.t;
         th.own_since = None;
+        th.held = NULL;
+        th.cand = (NULL, NULL);
     }
 }
 
@@ -328,11 +393,16 @@ fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Out) {
     };
     let on = if seen != NULL {
         let w = some(g.first_wake).filter(|&w| w <= seen);
-        match (some(lower), w) {
+        let at = match (some(lower), w) {
             (Some(a), Some(b)) => a.max(b),
             (Some(a), None) => a,
             (None, Some(b)) => b,
             (None, None) => NULL,
+        };
+        // runtime accounting's start of the run, where recorded, narrows it (it is early by µs, never late)
+        match some(g.ran_from).filter(|&r| r <= seen && r >= c.after) {
+            Some(r) if at == NULL || r > at => r,
+            _ => at,
         }
     } else {
         g.first_in
@@ -425,6 +495,73 @@ mod tests {
         ], vec![]);
         let i = o.act.iter().position(|&a| a == 1).unwrap();
         assert_eq!((o.woken[i], o.on[i], o.wakeup_latency[i], o.timer_lateness[i], o.runtime[i], o.complete[i]), (1005, 1012, 7, 12, 18, true));
+    }
+
+    #[test]
+    fn a_thread_held_on_its_way_back_to_user_space_waits_until_its_next_switch_in() {
+        // woken at 1005, switched in at 1012, switched out runnable to idle at 1020 (its group's CPU limit), in again at 80_000
+        let o = run(&[7], &[
+            (50, 0, 1, 0, 0, 7, false, NULL),
+            (100, 0, 3, 7, -1, -1, false, 1000),
+            (110, 0, 1, 7, 7, 0, true, NULL),
+            (1005, 0, 2, 0, 7, -1, false, NULL),
+            (1012, 0, 1, 0, 0, 7, false, NULL),
+            (1020, 0, 1, 7, 7, 0, false, NULL),
+            (80_000, 0, 1, 0, 0, 7, false, NULL),
+            (80_030, 0, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert_eq!((o.on[i], o.wakeup_latency[i], o.timer_lateness[i]), (80_000, 80_000 - 1005, 79_000));
+    }
+
+    #[test]
+    fn a_thread_held_while_a_sibling_of_its_group_runs_out_the_limit_waits_too() {
+        // 7 is switched out runnable to its sibling 9, which is switched out runnable to idle 6 ns later;
+        // 7's switch-in from idle is not traced, its runtime accounting says it ran from 80_000
+        let o = run(&[7], &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 9, true, NULL),
+            (1005, 1, 2, 9, 7, -1, false, NULL),
+            (1012, 1, 1, 9, 9, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 9, false, NULL),
+            (1026, 1, 1, 9, 9, 0, false, NULL),
+            (60_000, 1, 0, 0, -1, -1, false, NULL),
+            (80_030, 1, 4, 7, 7, -1, false, 30),
+            (80_030, 1, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert_eq!((o.on[i], o.wakeup_latency[i], o.on_bound[i]), (80_000, 80_000 - 1005, 30));
+    }
+
+    #[test]
+    fn a_short_preemption_by_another_task_is_not_a_hold() {
+        let o = run(&[7], &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 0, true, NULL),
+            (1005, 1, 2, 0, 7, -1, false, NULL),
+            (1012, 1, 1, 0, 0, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 9, false, NULL), // preempted by 9, which runs on
+            (5000, 1, 1, 9, 9, 7, true, NULL),
+            (5030, 1, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert_eq!((o.on[i], o.wakeup_latency[i]), (1012, 7));
+    }
+
+    #[test]
+    fn a_held_thread_whose_next_switch_in_is_untraced_is_placed_after_the_hold() {
+        let o = run(&[7], &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 0, true, NULL),
+            (1005, 1, 2, 0, 7, -1, false, NULL),
+            (1012, 1, 1, 0, 0, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 0, false, NULL),
+            (79_990, 1, 0, 0, -1, -1, false, NULL), // an interrupt in idle
+            (80_010, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs again, the switch-in untraced
+            (80_030, 1, 1, 7, 7, 0, true, NULL),
+        ], vec![]);
+        let i = o.act.iter().position(|&a| a == 1).unwrap();
+        assert_eq!((o.on[i], o.on_bound[i]), (79_990, 20));
     }
 
     #[test]

@@ -128,6 +128,8 @@ pub struct Context {
     pub lost_at: Option<Vec<(i64, i64, i64, i64)>>,
     pub t_first: i64,
     pub t_last: i64,
+    /// the CPU-limited cgroup a measured thread is in (tid → its path), when known
+    pub groups: HashMap<i64, String>,
 }
 
 /// A window of thread `tid`: [a, b), split as a span or as a wake-up.
@@ -217,6 +219,9 @@ struct Cpu {
     irq_s: Vec<i64>,
     irq_e: Vec<i64>,
     irq_label: Vec<usize>,
+    /// stretches the CPU idled from a task's switch-out while runnable to that task's next run there: its group out of its CPU limit
+    thr_s: Vec<i64>,
+    thr_e: Vec<i64>,
 }
 
 #[derive(Default)]
@@ -312,6 +317,8 @@ struct Pass {
     switches: Switches,
     /// each task's latest name (index into `comms`), for runs found from switches
     comm: FxHashMap<i64, i64>,
+    /// per CPU: when a task was switched out runnable to the idle task, and which
+    held: FxHashMap<i64, Vec<(i64, i64)>>,
 }
 
 fn is_entry(kind: Ev) -> bool {
@@ -356,6 +363,9 @@ impl Pass {
             self.comm.insert(next, ev.next_comm[i]);
         }
         self.switches.switch(c, t, prev, next);
+        if next == 0 && prev > 0 && text(ev.states, ev.prev_state[i]).is_some_and(|x| x.starts_with('R')) {
+            self.held.entry(c).or_default().push((t, prev));
+        }
     }
 
     /// Interrupt segments: from each entry or exit to the next on its CPU,
@@ -473,6 +483,22 @@ impl Pass {
                 cpu.run_e.push(e);
                 cpu.run_pid.push(p);
                 cpu.run_label.push(l);
+            }
+        }
+        for (c, marks) in self.held {
+            if let Some(cpu) = k.cpus.get_mut(&c) {
+                for (m, who) in marks {
+                    // to the next run of the task held there (its group's quota back; others may run meanwhile)
+                    let mut j = upper(&cpu.run_e, m);
+                    while j < cpu.run_s.len() && (cpu.run_s[j] < m || cpu.run_pid[j] != who) {
+                        j += 1;
+                    }
+                    let end = if j < cpu.run_s.len() { cpu.run_s[j] } else { k.ctx.t_last.max(m) };
+                    if end > m && cpu.thr_e.last().is_none_or(|&e| e <= m) {
+                        cpu.thr_s.push(m);
+                        cpu.thr_e.push(end);
+                    }
+                }
             }
         }
         let call = k.labels.get("IPI: function call".into());
@@ -715,6 +741,7 @@ impl<'a> Kernel<'a> {
             }
         }
         gaps = self.storm(cv, &irqs, gaps, cut, out);
+        gaps = self.throttled(cv, gaps, cut, tid, out);
         let before: i64 = gaps.iter().map(|&(ga, gb)| (gb.min(cut) - ga).max(0)).sum();
         let after: i64 = gaps.iter().map(|&(ga, gb)| (gb - ga.max(cut)).max(0)).sum();
         if before > 0 {
@@ -753,6 +780,47 @@ impl<'a> Kernel<'a> {
                 }
             } else {
                 left.push((ga, gb));
+            }
+        }
+        left
+    }
+
+    /// Idle after the wake-up (`cut`) inside a stretch the CPU idled from a
+    /// task's switch-out while runnable: the thread was runnable and the
+    /// CPU free, which CFS allows only when the thread's group (or one
+    /// above it) is out of its CPU limit: `throttled: <group>` (the group's
+    /// path when the run knows it). The gaps left are returned.
+    fn throttled(&self, cv: &Cpu, gaps: Vec<(i64, i64)>, cut: i64, tid: i64, out: &mut Acc) -> Vec<(i64, i64)> {
+        if cv.thr_s.is_empty() {
+            return gaps;
+        }
+        let mut held = 0;
+        let mut left = Vec::with_capacity(gaps.len());
+        for (ga, gb) in gaps {
+            let lo = ga.max(cut);
+            if gb <= lo {
+                left.push((ga, gb));
+                continue;
+            }
+            if ga < lo {
+                left.push((ga, lo));
+            }
+            let mut t = lo;
+            for (_, x, y) in overlaps(&cv.thr_s, &cv.thr_e, lo, gb) {
+                if x > t {
+                    left.push((t, x));
+                }
+                held += y - x.max(t);
+                t = t.max(y);
+            }
+            if t < gb {
+                left.push((t, gb));
+            }
+        }
+        if held > 0 {
+            match self.ctx.groups.get(&tid) {
+                Some(g) => out.add(&format!("throttled: {g}"), held),
+                None => out.add("throttled: CPU limit", held),
             }
         }
         left
@@ -1117,7 +1185,7 @@ mod tests {
             states: &empty,
             names: &empty,
         };
-        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000 };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000, groups: HashMap::new() };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
         assert!(out[0].complete);
@@ -1149,9 +1217,42 @@ mod tests {
             states: &states,
             names: &[],
         };
-        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000 };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000, groups: HashMap::new() };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 800), ("return to user space".to_string(), 50)]);
+    }
+
+    #[test]
+    fn a_runnable_thread_on_a_cpu_idled_by_its_groups_limit_is_throttled() {
+        // 9 (the group's busy sibling) is switched out runnable to idle at 300: the group is out of its limit;
+        // thread 42, woken at 400, waits with the CPU idle until the quota comes back (9000)
+        let names = table(&["sched_switch", "sched_wakeup"]);
+        let comms = table(&["busy", "t", "swapper/1"]);
+        let states = table(&["R", "S"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[100, 300, 400, 9000, 9500],
+            cpu: &[1, 1, 1, 1, 1],
+            event: &[0, 0, 1, 0, 0],
+            pid: &[42, 9, 0, 0, 42],
+            target: &[42, 9, 42, 0, 42],
+            target_comm: &[1, 0, 1, 2, 1],
+            next_pid: &[9, 0, n, 42, 9],
+            next_comm: &[0, 2, n, 1, 0],
+            prev_state: &[1, 0, n, 0, 1],
+            name: &[n, n, n, n, n],
+            runtime: &[n, n, n, n, n],
+            expires: &[n, n, n, n, n],
+            softexpires: &[n, n, n, n, n],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let groups = HashMap::from([(42, "/loop".to_string())]);
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 9000, span: false }]);
+        assert_eq!(out[0].causes, vec![("throttled: /loop".to_string(), 8600)]);
     }
 
     #[test]

@@ -273,7 +273,7 @@ impl KtraceImport {
 /// into `causes`), `ns` — and per window `cpu` (-1: none), `migrations`,
 /// `page_faults`, `complete`, `missing` (None or the reason).
 #[pyfunction]
-#[pyo3(signature = (cols, event_names, comms, states, names, role_tids, role_labels, perf_is_lab, lost, lost_at, t_first, t_last, w_id, w_tid, w_a, w_b, w_span))]
+#[pyo3(signature = (cols, event_names, comms, states, names, role_tids, role_labels, perf_is_lab, lost, lost_at, t_first, t_last, w_id, w_tid, w_a, w_b, w_span, group_tids=None, group_paths=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn ktrace_attribute<'py>(
     py: Python<'py>,
@@ -294,6 +294,8 @@ pub fn ktrace_attribute<'py>(
     w_a: PyReadonlyArray1<'py, i64>,
     w_b: PyReadonlyArray1<'py, i64>,
     w_span: PyReadonlyArray1<'py, bool>,
+    group_tids: Option<Vec<i64>>,
+    group_paths: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
     const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
@@ -319,6 +321,7 @@ pub fn ktrace_attribute<'py>(
         lost_at: lost_at.map(|(c, s, e, n)| c.into_iter().zip(s).zip(e).zip(n).map(|(((c, s), e), n)| (c, s, e, n)).collect()),
         t_first,
         t_last,
+        groups: group_tids.unwrap_or_default().into_iter().zip(group_paths.unwrap_or_default()).collect(),
     };
     let splits = detached(py, move || {
         let o = &owned;

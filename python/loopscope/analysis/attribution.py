@@ -186,6 +186,8 @@ class Kernel:
     lost_at: pl.DataFrame | None = None
     roles: dict[int, str] = field(default_factory=dict)
     perf_is_lab: bool = False
+    #: measured threads under a CPU limit → the limited cgroup's path (``host.cpulimit``)
+    groups: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
@@ -247,6 +249,7 @@ class Kernel:
             int(self.lost), la, int(self.t_first), int(self.t_last),
             rows["id"].cast(pl.Int64).to_numpy(), rows["tid"].cast(pl.Int64).to_numpy(), rows["start_k"].cast(pl.Int64).to_numpy(),
             rows["end_k"].cast(pl.Int64).to_numpy(), span.cast(pl.Boolean).to_numpy(),
+            list(self.groups), list(self.groups.values()),
         )
 
 

@@ -142,7 +142,7 @@ def clusters(start: np.ndarray, end: np.ndarray) -> list[tuple[int, int]]:
     return out
 
 
-def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None) -> pl.DataFrame:
+def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | None = None, groups: dict[int, str] | None = None) -> pl.DataFrame:
     """Attribute the windows of ``outl`` (``id``, ``tid``, ``start_k``, ``end_k``,
     ``span``) from the capture, a cluster of windows at a time
     (``clusters``), each with the kernel events from ``MARGIN_NS`` before
@@ -167,6 +167,7 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
             k = A.Kernel.arrays(st.load_arrays(a, b), st.strings, st.event_names, lost, lost_at, roles=roles)
             k.t_first, k.t_last = t_first, t_last
+            k.groups = groups or {}
             done.append(pool.submit(k.split, o[i:j]))
             if n >= IN_FLIGHT:
                 done[n - IN_FLIGHT].result()

@@ -196,7 +196,7 @@ def matching(names: dict[int, str], comm: str | None = None, threads: str | None
 MAX_EXPLAINED = 500
 
 
-def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, tuple[int, int, list[Share]]]:
+def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[int, str] | None = None) -> dict[int, tuple[int, int, list[Share]]]:
     """Per thread, its outliers (wake-ups above its p99, at least one), how
     many were explained (the largest ``MAX_EXPLAINED``) and their causes."""
     from loopscope.analysis.explain import attribute_store
@@ -210,7 +210,7 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, 
     counts = dict(top.group_by("tid").len().iter_rows())
     top = top.sort("wakeup_latency_ns", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
     outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", pl.col("woken_ns").alias("start_k"), pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
-    att = attribute_store(st, outl, roles)
+    att = attribute_store(st, outl, roles, groups)
     if not len(att):
         return {}
     att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
@@ -223,16 +223,19 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str]) -> dict[int, 
     return out
 
 
-def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None = None, window: tuple[int, int] | None = None) -> ThreadsJson:
+def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None = None, window: tuple[int, int] | None = None,
+              groups: dict[int, str] | None = None) -> ThreadsJson:
     """Every activation of ``threads`` (tid → name) in the capture, summarised
     per thread and explained; ``roles`` names the measuring side's own threads
     (``lab: …``), so that loopscope is told apart from the program's neighbours;
     ``window`` (kernel CLOCK_MONOTONIC ns): only the activations woken inside it
-    (a command's start and its stop are the measuring side's doing, not its)."""
+    (a command's start and its stop are the measuring side's doing, not its);
+    ``groups``: threads under a CPU limit → the limited cgroup's path, which
+    names their throttled time."""
     act = thread_activations(st, list(threads))
     if window is not None:
         act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
-    causes = _causes(st, act, roles or {})
+    causes = _causes(st, act, roles or {}, groups)
     rows: list[ThreadJson] = []
     for tid, name in sorted(threads.items()):
         a = act.filter(pl.col("tid") == tid)

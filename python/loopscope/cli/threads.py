@@ -35,11 +35,14 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 
 
-def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None) -> tuple[dict[int, str], bool, dict[int, str]]:
+def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None,
+           groups: dict[int, str]) -> tuple[dict[int, str], bool, dict[int, str]]:
     """Until the duration is up or the target is gone: its threads as seen,
     whether Ctrl-C ended it, and the threads that exited while the target
-    ran on. It sleeps at the normal policy (the end is noticed on a
+    ran on; ``groups`` gets each new thread's CPU-limited cgroup, if any
+    (``host.cpulimit``). It sleeps at the normal policy (the end is noticed on a
     CPU-bound machine) and lists at SCHED_IDLE."""
+    from loopscope.host.cpulimit import limits
     from loopscope.probes.threads import set_idle
 
     seen: dict[int, str] = {}
@@ -55,6 +58,7 @@ def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: 
                 set_idle(idle=False)
                 if not now:
                     break
+                groups.update(limits([t for t in now if t not in seen]))
                 seen.update(now)
                 last = now
             time.sleep(POLL_S if end is None else min(POLL_S, max(0.0, end - time.monotonic())))
@@ -116,7 +120,8 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
             time.sleep(0.05 if child is not None else 0)
             off = C.timens_offset_ns()
             a = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
-            seen, interrupted, exited = _watch(target, child, duration or (None if child is not None else 10_000_000_000))
+            groups: dict[int, str] = {}
+            seen, interrupted, exited = _watch(target, child, duration or (None if child is not None else 10_000_000_000), groups)
             b = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - off
             ended = _stop(child)
             cap.drain("end")
@@ -131,9 +136,13 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
         if not chosen:
             what = f"--comm {comm!r}" if comm else f"pid {target}"
             raise InputError(f"no thread of {what}{f' matching --threads {threads_re!r}' if threads_re else ''} ran while the capture recorded")
+        if target is None:
+            from loopscope.host.cpulimit import limits
+
+            groups.update(limits([t for t in chosen if t not in groups]))
         # this process's own threads (its /proc polling, the capture's reader) are the lab's
         own = {t: "lab: probe" for t in tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
-        res = summarize(st, chosen, own, (a, b))
+        res = summarize(st, chosen, own, (a, b), groups)
         res["exited"] = [{"tid": t, "comm": n} for t, n in sorted(exited.items()) if t in chosen]
     if as_json:
         click.echo(json.dumps(res))
