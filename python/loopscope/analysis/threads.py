@@ -133,7 +133,7 @@ def carried_by_wakeups(act: pl.DataFrame) -> pl.DataFrame:
         pl.col("woken_ns").alias("_t"), (pl.col("woken_ns") - pl.col("timer_expires_ns")).alias("_clocks"))
     if not len(d):
         return act.with_columns(pl.lit(None, pl.Int64).alias("timer_expires_ns"), pl.lit(None, pl.Int64).alias("timer_lateness_ns"))
-    med = d["_clocks"].median()
+    med = int(d["_clocks"].median() or 0)  # type: ignore[arg-type]
     d = d.filter(pl.col("_clocks") >= med - EARLY_WAKE_NS).sort("_t").with_columns(pl.col("_clocks").rolling_min(OFFSET_WINDOW, min_samples=1, center=True))
     keyed = act.with_row_index("_i").with_columns(pl.coalesce("woken_ns", "on_ns").alias("_k")).sort("_k")
     got = keyed.join_asof(d, left_on="_k", right_on="_t", strategy="nearest").sort("_i")
