@@ -403,6 +403,17 @@ impl Pass {
         l
     }
 
+    /// A task's label by (name, thread id): made once, not per run.
+    fn task(&mut self, k: &mut Kernel, comm: i64, who: i64) -> usize {
+        if let Some(&l) = self.label_of.get(&(comm, who)) {
+            return l;
+        }
+        let name = text(k.ev.comms, comm).map(|s| s.to_string()).unwrap_or_else(|| if comm == NONE { format!("tid {who}") } else { "?".into() });
+        let l = k.labels.get(task_label(&name, who, &k.ctx.roles, k.ctx.perf_is_lab));
+        self.label_of.insert((comm, who), l);
+        l
+    }
+
     /// A task ran for `runtime` ns up to now on this CPU.
     fn runtime(&mut self, k: &mut Kernel, i: usize, c: i64, t: i64) {
         let ev = k.ev;
@@ -411,16 +422,7 @@ impl Pass {
             return;
         }
         self.switches.runtime_seen = true;
-        let key = (ev.target_comm[i], who);
-        let lab = match self.label_of.get(&key) {
-            Some(&l) => l,
-            None => {
-                let name = text(ev.comms, ev.target_comm[i]).unwrap_or("?");
-                let l = k.labels.get(task_label(name, who, &k.ctx.roles, k.ctx.perf_is_lab));
-                self.label_of.insert(key, l);
-                l
-            }
-        };
+        let lab = self.task(k, ev.target_comm[i], who);
         self.runs.entry(c).or_default().push((t - rt, t, who, lab));
     }
 
@@ -437,19 +439,10 @@ impl Pass {
             let fill = if covered.is_empty() { runs.clone() } else { uncovered(&runs, &covered) };
             for (s, e, p) in fill {
                 let comm = self.comm.get(&p).copied().unwrap_or(NONE);
-                let key = (comm, p);
-                let lab = match self.label_of.get(&key) {
-                    Some(&l) => l,
-                    None => {
-                        let name = text(k.ev.comms, comm).map(|s| s.to_string()).unwrap_or_else(|| format!("tid {p}"));
-                        let l = k.labels.get(task_label(&name, p, &k.ctx.roles, k.ctx.perf_is_lab));
-                        self.label_of.insert(key, l);
-                        l
-                    }
-                };
-                mine.push((s, e, p, lab));
+                let lab = self.task(k, comm, p);
+                self.runs.entry(c).or_default().push((s, e, p, lab));
             }
-            mine.sort_by_key(|r| r.1);
+            self.runs.entry(c).or_default().sort_by_key(|r| r.1);
             for &(s, e, p) in &runs {
                 if let Some(th) = k.threads.get_mut(&p) {
                     if th.from_runtime == 0 {
