@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.kernel.capture import HalfFull
-from loopscope.rundir import CaptureReport, LoadReport, Machine
+from loopscope.rundir import CaptureReport, CpuLimit, LoadReport, Machine
 
 
 class Reply(BaseModel):
@@ -127,9 +127,11 @@ class Status(Reply):
 
 
 class Drained(Reply):
-    """A read of the capture's buffers between windows (its counts kept as they come), or why there was none."""
+    """A read of the capture's buffers between windows (its counts kept as they come), or why there was none;
+    and the kernel's groups with a CPU limit at that time."""
 
     error: str | None = None
+    cpu_limits: list[CpuLimit] = Field(default_factory=list)
 
 
 class CaptureMeta(CaptureReport, Reply):

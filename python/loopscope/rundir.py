@@ -195,6 +195,21 @@ class ReadDuring(TypedDict):
     read_ms: float
 
 
+class CpuLimit(_Open):
+    """A cgroup with a CPU limit on a captured kernel (``host.cpulimit``): its
+    limit, its throttle counters and the threads seen in it, as of the last
+    look (the capture looks after every probe step)."""
+
+    path: str
+    #: the hierarchy (cgroup v1 ``cpu``'s id in /proc/cgroups; 0 for cgroup v2), as ``cgroup_attach_task`` says it
+    hierarchy: int = 0
+    quota_us: int
+    period_us: int
+    nr_throttled: int = 0
+    throttled_ns: int = 0
+    tids: list[int] = Field(default_factory=list)
+
+
 class Capture(CaptureReport):
     """One kernel capture of a run: the host it ran on, the hosts it covers
     (one kernel), where its files are (``data``, ``log``: relative to the run)."""
@@ -206,6 +221,8 @@ class Capture(CaptureReport):
     reader_ran_during: list[ReadDuring] = Field(default_factory=list)
     #: an imported perf.data's perf CPU time
     perf_cpu_s: float | None = None
+    #: the groups with a CPU limit on this kernel during the run (their threads gathered over its looks)
+    cpu_limits: list[CpuLimit] = Field(default_factory=list)
 
 
 class KernelRecord(_Open):

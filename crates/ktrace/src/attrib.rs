@@ -40,6 +40,8 @@ const FAULT_BEFORE_NS: i64 = 200_000;
 /// Idle shorter than this between two interrupts of one kind, inside a
 /// window before the thread's wake-up, counts to them (`Kernel::storm`).
 const STORM_GAP_NS: i64 = 50_000;
+/// A wait on another task shorter than this is not looked into (what held that task up).
+const CHAIN_MIN_NS: i64 = 100_000;
 /// A wake-up at most this long after a timer's hard expiry is that timer's,
 /// come late (a CPU leaving deep idle takes tens of µs in this VM).
 const LATE_EXPIRY_NS: i64 = 1_000_000;
@@ -238,6 +240,7 @@ struct Thread {
     pf: Vec<i64>,
     wk_t: Vec<i64>,
     wk_by: Vec<i64>,
+    wk_cpu: Vec<i64>,
     hs_t: Vec<i64>,
     hs_exp: Vec<i64>,
     hs_soft: Vec<i64>,
@@ -588,6 +591,7 @@ impl<'a> Kernel<'a> {
                 if let Some(th) = self.threads.get_mut(&target) {
                     th.wk_t.push(t);
                     th.wk_by.push(cur);
+                    th.wk_cpu.push(ev.cpu[i]);
                 }
             }
             Ev::Migrate => {
@@ -863,19 +867,43 @@ impl<'a> Kernel<'a> {
     }
 
     /// `blocked: <task>` and when, when another task woke the thread out of
-    /// the sleep that began at `t` (before its next run at `x`).
+    /// the sleep that began at `t` (before its next run at `x`); when that
+    /// task itself spent most of the wait preempted on its CPU by one other
+    /// task, the chain: `blocked: <task> ← preempted by <other>` (a priority
+    /// inversion when the blocked thread outranks the one that ran).
     fn blocked_by(&mut self, tid: i64, t: i64, x: i64) -> Option<(String, i64)> {
         let th = self.threads.get(&tid)?;
         let i = lower(&th.wk_t, t);
         if i >= th.wk_t.len() || th.wk_t[i] > x {
             return None;
         }
-        let (by, at) = (th.wk_by[i], th.wk_t[i]);
+        let (by, at, cpu) = (th.wk_by[i], th.wk_t[i], th.wk_cpu[i]);
         if by == 0 || by == tid || by == NONE {
             return None;
         }
         let name = self.name_of(by);
-        Some((format!("blocked: {}", name.strip_prefix("thread: ").unwrap_or(&name)), at))
+        let who = name.strip_prefix("thread: ").unwrap_or(&name).to_string();
+        match self.preempted(by, cpu, t, at) {
+            Some(other) => Some((format!("blocked: {who} \u{2190} preempted by {other}"), at)),
+            None => Some((format!("blocked: {who}"), at)),
+        }
+    }
+
+    /// The one task that ran on `cpu` for at least half of [t, at) while
+    /// task `by` (which ran there at `at`) did not: what held `by` up.
+    fn preempted(&self, by: i64, cpu: i64, t: i64, at: i64) -> Option<String> {
+        let cv = self.cpus.get(&cpu)?;
+        if at - t < CHAIN_MIN_NS {
+            return None;
+        }
+        let mut by_label: FxHashMap<usize, i64> = FxHashMap::default();
+        for (j, a, b) in overlaps(&cv.run_s, &cv.run_e, t, at) {
+            if cv.run_pid[j] != by {
+                *by_label.entry(cv.run_label[j]).or_default() += b - a;
+            }
+        }
+        let (&lab, &ns) = by_label.iter().max_by_key(|e| *e.1)?;
+        (2 * ns >= at - t).then(|| self.labels.list[lab].clone())
     }
 
     /// Split the wake-up window [a, b) of thread `tid`.
@@ -1246,6 +1274,39 @@ mod tests {
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 9000, span: false }]);
         assert_eq!(out[0].causes, vec![("throttled: /loop".to_string(), 8600)]);
+    }
+
+    #[test]
+    fn a_blocked_thread_whose_waker_was_preempted_names_the_chain() {
+        // 42 runs on CPU 1 until it blocks at 1000; the lock's holder 8 is preempted on CPU 0 by hog 7
+        // from 1000 to 900_000, runs, and wakes 42 at 950_000; 42 runs again at 960_000
+        let names = table(&["sched_switch", "sched_waking", "sched_wakeup"]);
+        let comms = table(&["hog", "t", "holder"]);
+        let states = table(&["R", "S"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[500, 1000, 1000, 900_000, 950_000, 950_001, 960_000, 990_000],
+            cpu: &[1, 1, 0, 0, 0, 1, 1, 1],
+            event: &[0, 0, 0, 0, 1, 2, 0, 0],
+            pid: &[0, 42, 8, 7, 8, 0, 0, 42],
+            target: &[0, 42, 8, 7, 42, 42, 0, 42],
+            target_comm: &[n, 1, 2, 0, 1, 1, n, 1],
+            next_pid: &[42, 0, 7, 8, n, n, 42, 0],
+            next_comm: &[1, n, 0, 2, n, n, 1, n],
+            prev_state: &[0, 1, 0, 0, n, n, 0, 1],
+            name: &[n; 8],
+            runtime: &[n; 8],
+            expires: &[n; 8],
+            softexpires: &[n; 8],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1_000_000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 500, b: 990_000, span: true }]);
+        let top = out[0].causes.iter().max_by_key(|c| c.1).unwrap();
+        assert_eq!(top.0, "blocked: holder \u{2190} preempted by thread: hog");
     }
 
     #[test]

@@ -54,6 +54,8 @@ fn plan(name: &str) -> &'static [(&'static str, Col)] {
         "hrtimer_start" => &[("expires", Expires), ("softexpires", SoftExpires), ("function", Func)],
         // the timer base's clock when it fired (CLOCK_MONOTONIC for most timers): places expiries on a capture of another clock
         "hrtimer_expire_entry" => &[("now", Expires)],
+        // a task moved into a cgroup: which (its path in hierarchy `dst_root`), so a CPU limit's group is named
+        "cgroup_attach_task" => &[("pid", Target), ("comm", TargetComm), ("dst_path", Name), ("dst_root", Irq)],
         _ => &[],
     }
 }

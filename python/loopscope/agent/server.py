@@ -424,7 +424,9 @@ class Agent:
         """Read the kernel's buffers now (the lab calls this between probe windows)."""
         if self.kcapture is None:
             return P.Drained(error="no kernel capture is running")
-        return P.Drained.model_validate(self.kcapture.drain(m.label))
+        from loopscope.host.cpulimit import snapshot
+
+        return P.Drained.model_validate({**self.kcapture.drain(m.label), "cpu_limits": snapshot()})
 
     def stop_kcapture(self, m: P.StopKcapture) -> P.CaptureMeta:
         if self.kcapture is None:

@@ -362,10 +362,19 @@ def splits_table(splits: list[Split]) -> pl.DataFrame:
 BLOCKED = {"S": "blocked: sleeping", "D": "blocked: uninterruptible (I/O)", "I": "blocked: idle kernel thread", "T": "blocked: stopped", "t": "blocked: traced"}
 
 
+#: how a chain of causes is written: ``blocked: A ← preempted by B``
+CHAIN = " \u2190 "
+
+
 def cause_family(cause: str) -> str:
-    """Group threads by name without their numbers (kworker/1:2 → kworker)."""
+    """Group threads by name without their numbers (kworker/1:2 → kworker);
+    in a chain, each task's name so."""
     import re
 
+    if CHAIN in cause:
+        head, _, tail = cause.partition(CHAIN)
+        verb, _, who = tail.rpartition(" by ")
+        return cause_family(head) + CHAIN + (f"{verb} by {cause_family(who)}" if verb else cause_family(tail))
     for pre in ("thread: ", "blocked: "):
         if cause.startswith(pre) and f"{cause}" not in BLOCKED.values() and not cause[len(pre):].startswith(("lab: ", "load: ")):
             return pre + re.split(r"/|:|-\d|\.\d|\d+$", cause[len(pre):])[0]

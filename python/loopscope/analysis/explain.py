@@ -49,6 +49,7 @@ import polars as pl
 from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.analysis import recorded as R
+from loopscope.analysis.limits import groups_of
 from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
@@ -293,7 +294,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         # The ``max_outliers`` largest of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         del above
-        att = attribute_store(st, outl, roles)
+        att = attribute_store(st, outl, roles, groups_of(cap.cpu_limits, st))
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes))

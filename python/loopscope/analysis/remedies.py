@@ -114,6 +114,8 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         who = cause.split(": ", 1)[1]
         return Remedy(f"run the probe's thread SCHED_FIFO (priority {RT_PRIORITY}): it then preempts {who} at once", "scheduling policy and priority",
                       f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU", False, fifo)
+    if cause.startswith("throttled: ") and cause != "throttled: RT":
+        return _unthrottle(cause[len("throttled: "):])
     if cause in ("timer interrupt",) or cause.startswith("IPI: "):
         what = "the timers that expire there" if cause == "timer interrupt" else "the cross-CPU calls aimed at it"
         return Remedy(f"move the probe to a CPU away from {what}", "CPU placement of the probe",
@@ -121,6 +123,12 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
     if cause == "timer slack":
         return Remedy("run the probe's thread SCHED_FIFO (real-time threads get no timer slack), or set its slack to 1 ns", "timer slack",
                       f"chrt -f {RT_PRIORITY} <command>, or prctl(PR_SET_TIMERSLACK, 1) in the thread (echo 1 > /proc/TID/timerslack_ns)", False, _fifo(ctx))
+    if cause.startswith("blocked: ") and " \u2190 preempted by " in cause:
+        holder, _, other = cause[len("blocked: "):].partition(" \u2190 preempted by ")
+        return Remedy(f"give the lock {holder} holds priority inheritance: while it holds it, it runs at the waiter's priority and {other} cannot preempt it "
+                      f"(a priority inversion); or move {other} off {holder}'s CPU", "the program's locking (mutex protocol)",
+                      "pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT) before pthread_mutex_init; check: perf lock contention -b, "
+                      "or trace-cmd record -e sched -e syscalls:sys_enter_futex", False)
     if cause.startswith("blocked: ") and cause not in ("blocked: sleeping", "blocked: uninterruptible (I/O)"):
         who = cause[len("blocked: "):]
         return Remedy(f"the thread waited for {who}: shorten or split what {who} holds, or give the lock priority inheritance", "the program's locking",
@@ -188,6 +196,19 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         t = [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else []
         return Remedy(f"move {name} off the probe's CPU, or the probe away from it", "CPU placement (affinity)", f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}", False, t)
     return None
+
+
+def _unthrottle(group: str) -> Remedy:
+    """Lift the CPU limit of ``group`` (a cgroup path; "CPU limit": not known)."""
+    from loopscope.host.cpulimit import lift
+
+    known = group.startswith("/")
+    where = lift(group) if known else None
+    how = (f"echo {where[1]} > {where[0]}" if where else "echo -1 > /sys/fs/cgroup/cpu/<group>/cpu.cfs_quota_us (v2: echo max > /sys/fs/cgroup/<group>/cpu.max)")
+    t: list[Tuning] = [WriteTuning(kind="write", path=where[0], value=where[1])] if where and Path(where[0]).exists() else []
+    name = f"the cgroup {group}" if known else "the thread's cgroup (find it: cat /proc/TID/cgroup)"
+    return Remedy(f"raise or remove the CPU limit of {name}, or move the thread out of it: its quota was spent and the kernel held the thread until the next period",
+                  "CPU limit (cgroup bandwidth: cpu.cfs_quota_us / cpu.max)", f"{how}   # or a larger quota; a container: docker update --cpus N, or the pod's resources.limits.cpu", False, t)
 
 
 def _kdamonds() -> list[str]:

@@ -49,6 +49,8 @@ from loopscope.analysis.explained import ExplainDoc, Group
 from loopscope.errors import RunError
 
 Progress = Callable[[str], None] | None
+#: the cgroup the throttle case limits (under the cpu controller's root; `loopscope cleanup` removes it)
+THROTTLE_GROUP = "ls-zoo-throttle"
 PROBE_CPU = 1
 OTHER_CPU = 0
 HERE = Path(__file__).resolve().parent
@@ -147,6 +149,8 @@ class Case:
     probe: dict[str, Any] | None = None
     # a swap file of this many MiB for the case (turned off and deleted after)
     swap_mb: int = 0
+    # a cgroup with a CPU limit for the case (name, quota µs, period µs), made before its run and removed after
+    cpu_limit: tuple[str, int, int] | None = None
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
@@ -185,6 +189,17 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
         Case("blocked", "blocked: zoo-holder", f"a program whose thread on CPU {c} waits for a mutex another of its threads (zoo-holder, CPU {o}) holds 3 ms in every 8 ms",
              probe={"kind": "program", "name": "t", "command": [lockprog, "--cpu", str(c), "--holder-cpu", str(o), "--gate", "{gate}"], "attribute": ["lock/wait"]},
              outside=[]),
+        Case("throttle", f"throttled: /{THROTTLE_GROUP}", f"a SCHED_OTHER control loop on CPU {c} in a cgroup allowed 20 ms of CPU every 100 ms, its quota spent by a busy sibling in the group on CPU {c}",
+             probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "1", "--lookups", "16", "--mlock"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
+             loads=[{"name": "limit", "kind": "command", "command": [zoo, "throttle", "--prefix", "zoo-table", "--group", THROTTLE_GROUP, "--cpu", str(c), "--scan-cpu", str(o)]}],
+             cpu_limit=(THROTTLE_GROUP, 20_000, 100_000)),
+        Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
+             f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 300 µs in every 2 ms, "
+             f"while a CPU hog at nice -20 on CPU {o} preempts the holder",
+             probe={"kind": "program", "name": "t", "command": [lockprog, "--cpu", str(c), "--holder-cpu", str(o), "--hold-us", "300", "--every-us", "2000", "--fifo", "50"],
+                    "attribute": ["lock/wait"]},
+             loads=[{"name": "hog", "kind": "command", "command": ["nice", "-n", "-20", "stress-ng", "--cpu", "1", "--taskset", str(o), "--quiet"]}],
+             needs=["stress-ng", "nice"]),
     ]
 
 
@@ -229,6 +244,12 @@ def missing(case: Case) -> str | None:
         from loopscope.host import swapfile
 
         why = swapfile.missing()
+        if why:
+            return why
+    if case.cpu_limit:
+        from loopscope.host import cpulimit
+
+        why = cpulimit.missing()
         if why:
             return why
     from loopscope.kernel import capture
@@ -360,6 +381,10 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
     outside = None
     swap = None
     try:
+        if case.cpu_limit:
+            from loopscope.host import cpulimit
+
+            cpulimit.make(*case.cpu_limit)
         if case.swap_mb:
             from loopscope.host import swapfile
 
@@ -385,6 +410,12 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         _stop(outside)
         if swap is not None:
             swapfile.remove(swap)
+        if case.cpu_limit:
+            from loopscope.host import cpulimit
+
+            g = cpulimit.group_dir(case.cpu_limit[0])
+            if g is not None:
+                cpulimit.remove(g)
     return out
 
 

@@ -18,6 +18,14 @@
  *           prefix, paged out to swap (process_madvise
  *           MADV_PAGEOUT, the call proactive reclaimers use) every few ms:
  *           memory pressure aimed at one process (locked memory is skipped)
+ *   throttle a CPU limit (cgroup v1 cpu.cfs_quota_us, or v2 cpu.max) on a
+ *           group of its own (--group), holding a busy sibling on --cpu
+ *           and every thread whose name starts with --prefix: the sibling
+ *           spends the quota, the threads wait for the next period; the
+ *           threads go back to the root on exit, and the group is removed
+ *           when this made it (a group that exists keeps its limit: the
+ *           bench makes it, and a remedy may lift it); `loopscope cleanup`
+ *           removes a group a killed bench left
  *
  * A gate (--gate FILE) makes an injector act only while a process holds a
  * lock on FILE: the bench's experiment starts that process as a
@@ -42,7 +50,9 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -327,9 +337,134 @@ static int mode_pageout(int argc, char **argv) {
     return 0;
 }
 
+/* throttle: see the top of the file */
+static int thr_v2 = 0, thr_own = 0;
+static char thr_root[64], thr_dir[300];
+
+static int write_str(const char *path, const char *v) {
+    FILE *f = fopen(path, "w");
+    if (!f) return -1;
+    int ok = fputs(v, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* thread tid (v1) or its process (v2: a cgroup holds whole processes) into dir */
+static int thr_move(long tid, const char *dir) {
+    char p[400], v[32];
+    snprintf(p, sizeof p, "%s/%s", dir, thr_v2 ? "cgroup.procs" : "tasks");
+    snprintf(v, sizeof v, "%ld", tid);
+    return write_str(p, v);
+}
+
+static long thr_moved[MAX_T];
+static int thr_n = 0;
+
+static void thr_scan(const char *prefix) {
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        char tp[300];
+        snprintf(tp, sizeof tp, "/proc/%s/task", e->d_name);
+        DIR *td = opendir(tp);
+        struct dirent *t;
+        while (td && (t = readdir(td))) {
+            if (t->d_name[0] < '0' || t->d_name[0] > '9') continue;
+            long tid = strtol(t->d_name, NULL, 10);
+            int known = 0;
+            for (int i = 0; i < thr_n; i++) known |= thr_moved[i] == tid;
+            if (known || thr_n >= MAX_T) continue;
+            char cp[600], comm[64] = "";
+            snprintf(cp, sizeof cp, "/proc/%s/task/%s/comm", e->d_name, t->d_name);
+            FILE *f = fopen(cp, "r");
+            if (!f) continue;
+            if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
+            fclose(f);
+            if (strncmp(comm, prefix, strlen(prefix)) != 0) continue;
+            if (thr_move(thr_v2 ? strtol(e->d_name, NULL, 10) : tid, thr_dir) == 0) {
+                thr_moved[thr_n++] = tid;
+                fprintf(stderr, "ls-zoo throttle: thread %ld (%s) into %s\n", tid, strtok(comm, "\n"), thr_dir);
+            }
+        }
+        if (td) closedir(td);
+    }
+    if (d) closedir(d);
+}
+
+/* every task left in the group back to the root, then the group removed */
+static void thr_give_back(void) {
+    char p[400], line[32];
+    snprintf(p, sizeof p, "%s/%s", thr_dir, thr_v2 ? "cgroup.procs" : "tasks");
+    for (int round = 0; round < 50; round++) {
+        FILE *f = fopen(p, "r");
+        int left = 0;
+        while (f && fgets(line, sizeof line, f)) {
+            left++;
+            thr_move(strtol(line, NULL, 10), thr_root);
+        }
+        if (f) fclose(f);
+        if (!thr_own || rmdir(thr_dir) == 0 || errno == ENOENT) return;
+        (void)left;
+        sleep_ns(20 * 1000000LL);
+    }
+    fprintf(stderr, "ls-zoo throttle: could not remove %s: %s\n", thr_dir, strerror(errno));
+}
+
+static int mode_throttle(int argc, char **argv) {
+    const char *prefix = sarg(argc, argv, "--prefix", "zoo-table");
+    const char *group = sarg(argc, argv, "--group", "ls-zoo-throttle");
+    long quota = arg(argc, argv, "--quota-us", 20000), period = arg(argc, argv, "--period-us", 100000);
+    int cpu = (int)arg(argc, argv, "--cpu", 1);
+    pin_or_die((int)arg(argc, argv, "--scan-cpu", 0));
+    thr_v2 = access("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", F_OK) != 0;
+    snprintf(thr_root, sizeof thr_root, "%s", thr_v2 ? "/sys/fs/cgroup" : "/sys/fs/cgroup/cpu");
+    snprintf(thr_dir, sizeof thr_dir, "%s/%s", thr_root, group);
+    /* a group that exists (the bench made it) keeps its limit, whatever a remedy set it to, and stays */
+    thr_own = mkdir(thr_dir, 0755) == 0;
+    if (!thr_own && errno != EEXIST) {
+        fprintf(stderr, "ls-zoo throttle: cannot make %s: %s\n", thr_dir, strerror(errno));
+        return 1;
+    }
+    char p[400], v[64];
+    int bad = 0;
+    if (thr_own && thr_v2) {
+        snprintf(p, sizeof p, "%s/cpu.max", thr_dir);
+        snprintf(v, sizeof v, "%ld %ld", quota, period);
+        bad = write_str(p, v);
+    } else if (thr_own) {
+        snprintf(p, sizeof p, "%s/cpu.cfs_period_us", thr_dir);
+        snprintf(v, sizeof v, "%ld", period);
+        bad = write_str(p, v);
+        snprintf(p, sizeof p, "%s/cpu.cfs_quota_us", thr_dir);
+        snprintf(v, sizeof v, "%ld", quota);
+        bad |= write_str(p, v);
+    }
+    if (bad) {
+        fprintf(stderr, "ls-zoo throttle: cannot set the limit in %s: %s\n", p, strerror(errno));
+        thr_give_back();
+        return 1;
+    }
+    pid_t kid = fork();
+    if (kid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        prctl(PR_SET_NAME, "zoo-sibling");
+        pin_or_die(cpu);
+        for (volatile uint64_t x = 0;; x++) {}
+    }
+    thr_move(kid, thr_dir);
+    while (!stop_now) {
+        thr_scan(prefix);
+        sleep_ns(20 * 1000000LL);
+    }
+    kill(kid, SIGKILL);
+    waitpid(kid, NULL, 0);
+    thr_give_back();
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack|pageout [--option value ...] [--gate FILE]\n");
+        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack|pageout|throttle [--option value ...] [--gate FILE]\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -345,6 +480,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "ipi")) return mode_ipi(argc, argv);
     if (!strcmp(argv[1], "slack")) return mode_slack(argc, argv);
     if (!strcmp(argv[1], "pageout")) return mode_pageout(argc, argv);
+    if (!strcmp(argv[1], "throttle")) return mode_throttle(argc, argv);
     fprintf(stderr, "ls-zoo: unknown mode %s\n", argv[1]);
     return 2;
 }

@@ -8,6 +8,15 @@
  * while the gate is open (--gate FILE: a load of the injected phase holds a
  * lock on FILE); otherwise it sleeps. explain must name the wait
  * `blocked: zoo-holder`. Stops on SIGINT or SIGTERM.
+ *
+ * The `inversion` case runs it with --fifo PRIO (the measured thread
+ * SCHED_FIFO) and no gate (the holder always takes the mutex), while a CPU
+ * hog of the injected phase shares the holder's CPU: the holder, SCHED_OTHER,
+ * is preempted while it holds the mutex and the real-time thread waits for
+ * both (a priority inversion): explain must name the chain
+ * `blocked: zoo-holder ← preempted by load: hog`. --pi gives the mutex
+ * priority inheritance (PTHREAD_PRIO_INHERIT), the remedy: the holder then
+ * runs at the waiter's priority while it holds it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,7 +38,7 @@
 
 static volatile sig_atomic_t stop_now = 0;
 static void on_stop(int sig) { (void)sig; stop_now = 1; }
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t lock;
 static const char *gate_path = NULL;
 static long hold_ns = 3000000, every_ns = 8000000;
 static int holder_cpu = 0;
@@ -77,6 +86,12 @@ int main(int argc, char **argv) {
     int64_t period = opt(argc, argv, "--period-us", 1000) * 1000;
     hold_ns = opt(argc, argv, "--hold-us", 3000) * 1000;
     every_ns = opt(argc, argv, "--every-us", 8000) * 1000;
+    int fifo = (int)opt(argc, argv, "--fifo", 0), pi = 0;
+    for (int i = 1; i < argc; i++) pi |= strcmp(argv[i], "--pi") == 0;
+    pthread_mutexattr_t ma;
+    pthread_mutexattr_init(&ma);
+    if (pi) pthread_mutexattr_setprotocol(&ma, PTHREAD_PRIO_INHERIT);
+    pthread_mutex_init(&lock, &ma);
     signal(SIGINT, on_stop);
     signal(SIGTERM, on_stop);
     prctl(PR_SET_NAME, "zoo-lock");
@@ -88,6 +103,11 @@ int main(int argc, char **argv) {
     pthread_t h;
     pthread_create(&h, NULL, holder, NULL);
     pin(cpu);
+    if (fifo > 0) {
+        struct sched_param sp = {.sched_priority = fifo};
+        int e = pthread_setschedparam(pthread_self(), SCHED_FIFO, &sp);
+        if (e) fprintf(stderr, "zoo-lock: SCHED_FIFO %d: %s\n", fifo, strerror(e));
+    }
     ls_thread_init();
     int64_t next = now_ns() + period;
     uint32_t n = 0;

@@ -82,6 +82,7 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
       loopscope threads runs/20261126-101500-import-trace --comm 'cyclictest'
       loopscope threads runs/20261126-101500-import-trace --tid 4242 --json
     """
+    from loopscope.analysis.limits import groups_of
     from loopscope.analysis.recorded import RECORD_SCHEDULER, need_scheduler
     from loopscope.analysis.threads import summarize, thread_names
     from loopscope.cli.threads import print_threads
@@ -114,7 +115,7 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
     if not chosen:
         what = f"--comm {comm!r}" if comm else "the --tid given"
         raise InputError(f"no thread matching {what}{f' and --threads {threads_re!r}' if threads_re else ''} ran in the capture")
-    res = summarize(st, chosen)
+    res = summarize(st, chosen, groups=groups_of(caps[0].cpu_limits, st))
     if as_json:
         click.echo(json.dumps(res))
     else:

@@ -18,6 +18,7 @@ trace is a task switched out runnable to the idle task, and the group's
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,3 +111,125 @@ def limits(tids: list[int]) -> dict[int, str]:
         if lim is not None:
             out[t] = lim.path
     return out
+
+
+def _v1_cpu_hierarchy() -> int:
+    """cgroup v1 ``cpu``'s hierarchy id (/proc/cgroups), 0 when it has none."""
+    for line in (_read(Path("/proc/cgroups")) or "").splitlines()[1:]:
+        f = line.split()
+        if len(f) >= 2 and f[0] == "cpu":
+            return int(f[1])
+    return 0
+
+
+#: groups walked at most: a machine with more is looked at no deeper (the snapshot stays cheap)
+MAX_GROUPS = 4096
+
+
+def snapshot() -> list[dict[str, object]]:
+    """Every group with a CPU limit on this kernel, its counters and its
+    threads now (``rundir.CpuLimit``'s fields): cgroup v1 ``cpu`` and v2."""
+    out: list[dict[str, object]] = []
+    for root, hier in ((V1_CPU, _v1_cpu_hierarchy()), (V2, 0)):
+        if not root.is_dir() or (root == V2 and not (root / "cgroup.controllers").exists()):
+            continue
+        seen = 0
+        for d, dirs, _ in os.walk(root):
+            seen += 1
+            if seen > MAX_GROUPS:
+                break
+            rel = "/" + os.path.relpath(d, root) if d != str(root) else "/"
+            lim = _limit_at(root, rel)
+            if lim is None:
+                continue
+            tids = [int(t) for t in (_read(Path(d) / ("tasks" if root == V1_CPU else "cgroup.threads")) or "").split() if t.isdigit()]
+            out.append({"path": lim.path, "hierarchy": hier, "quota_us": lim.quota_us, "period_us": lim.period_us,
+                        "nr_throttled": lim.nr_throttled, "throttled_ns": lim.throttled_ns, "tids": tids})
+    return out
+
+
+#: groups loopscope's benches and tests make (the cause zoo's throttle case, the throttle test)
+OWN_GROUPS = ("ls-zoo-throttle", "ls-test-throttle-")
+#: the name of the injector that holds the zoo's group while it runs
+INJECTOR = "zoo-throttle"
+
+
+def _injector_alive() -> bool:
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and (_read(d / "comm") or "").strip() == INJECTOR:
+            return True
+    return False
+
+
+def leftovers() -> list[Path]:
+    """Groups of loopscope's own with a CPU limit that a killed bench or test left behind."""
+    if _injector_alive():
+        return []
+    out = []
+    for root in (V1_CPU, V2):
+        if root.is_dir():
+            out += [g for g in root.iterdir() if g.is_dir() and g.name.startswith(OWN_GROUPS)]
+    return out
+
+
+def remove(group: Path) -> None:
+    """Every task of ``group`` back to its hierarchy's root, then the group removed."""
+    procs = "tasks" if (group / "tasks").exists() else "cgroup.procs"
+    for t in (_read(group / procs) or "").split():
+        try:
+            (group.parent / procs).write_text(t)
+        except OSError:
+            pass  # gone meanwhile
+    try:
+        group.rmdir()
+    except OSError:
+        pass
+
+
+def _root() -> tuple[Path, bool] | None:
+    """The hierarchy that limits CPU time here, and whether it is cgroup v2."""
+    if (V1_CPU / "cpu.cfs_quota_us").exists():
+        return V1_CPU, False
+    if "cpu" in (_read(V2 / "cgroup.subtree_control") or "").split():
+        return V2, True
+    return None
+
+
+def missing() -> str | None:
+    """Why no group with a CPU limit can be made here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (a cgroup with a CPU limit)"
+    if _root() is None:
+        return "no cgroup v1 cpu controller, and cgroup v2 has no cpu controller enabled at its root"
+    return None
+
+
+def group_dir(name: str) -> Path | None:
+    got = _root()
+    return None if got is None else got[0] / name
+
+
+def make(name: str, quota_us: int, period_us: int) -> Path:
+    """A group ``name`` under the root allowed ``quota_us`` of every ``period_us``."""
+    got = _root()
+    if got is None:
+        raise OSError(missing())
+    root, v2 = got
+    g = root / name
+    g.mkdir(exist_ok=True)
+    if v2:
+        (g / "cpu.max").write_text(f"{quota_us} {period_us}")
+    else:
+        (g / "cpu.cfs_period_us").write_text(str(period_us))
+        (g / "cpu.cfs_quota_us").write_text(str(quota_us))
+    return g
+
+
+def lift(path: str) -> tuple[str, str] | None:
+    """The file and value that remove the CPU limit of group ``path`` (what a write tuning sets), or None."""
+    got = _root()
+    if got is None:
+        return None
+    root, v2 = got
+    d = root / path.lstrip("/")
+    return (str(d / "cpu.max"), "max") if v2 else (str(d / "cpu.cfs_quota_us"), "-1")

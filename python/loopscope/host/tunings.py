@@ -54,6 +54,10 @@ ALLOWED = [
     "/sys/kernel/mm/transparent_hugepage/enabled",
     "/sys/kernel/mm/transparent_hugepage/defrag",
     "/sys/kernel/mm/damon/admin/kdamonds/*/state",
+    # a cgroup's CPU limit (v1 quota, v2 cpu.max), at any depth
+    "/sys/fs/cgroup/cpu/cpu.cfs_quota_us",
+    "/sys/fs/cgroup/cpu/*/cpu.cfs_quota_us",
+    "/sys/fs/cgroup/*/cpu.max",
 ]
 
 

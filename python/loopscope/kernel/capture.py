@@ -75,6 +75,8 @@ EVENTS = [
     "exceptions:page_fault_user",
     "timer:hrtimer_start",
     "csd:csd_function_entry",
+    # rare (a task moved between cgroups): names the CPU-limited group a thread was moved into
+    "cgroup:cgroup_attach_task",
 ]
 
 # Events recorded only where a filter in the kernel passes them (the

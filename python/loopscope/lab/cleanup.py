@@ -153,6 +153,12 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}turn off and delete leftover swap file {sw}")
         if not dry_run:
             swapfile.remove(sw)
+    from loopscope.host import cpulimit
+
+    for g in cpulimit.leftovers():
+        actions.append(f"{verb}give back and remove leftover CPU-limited cgroup {g}")
+        if not dry_run:
+            cpulimit.remove(g)
     root, _ = find_root()
     if root is not None and root.exists():
         for g in sorted(p for p in root.iterdir() if p.is_dir()):

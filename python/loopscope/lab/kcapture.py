@@ -24,7 +24,7 @@ from typing import Any
 
 from loopscope import protocol as P
 from loopscope.kernel.capture import HalfFull
-from loopscope.rundir import Capture, CaptureReport, KernelRecord, ReadDuring, Step
+from loopscope.rundir import Capture, CaptureReport, CpuLimit, KernelRecord, ReadDuring, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
 
@@ -93,6 +93,19 @@ def drain(lab: Any, info: CaptureRun | None, label: str) -> None:
         r = lab.agent(host).ask(P.DrainKcapture(label=label), timeout=120)
         if r.error:
             raise AgentFailure(f"kernel capture on {host}: {r.error}", host=host, component="kernel capture")
+        if r.cpu_limits:
+            entry = next(e for e in info.captures if e.host == host)  # type: ignore[union-attr]
+            entry.cpu_limits = merge_limits(entry.cpu_limits, r.cpu_limits)
+
+
+def merge_limits(had: list[CpuLimit], now: list[CpuLimit]) -> list[CpuLimit]:
+    """The groups seen so far and now: each group's latest limit and
+    counters, and every thread seen in it at any look."""
+    out = {(g.hierarchy, g.path): g for g in had}
+    for g in now:
+        old = out.get((g.hierarchy, g.path))
+        out[(g.hierarchy, g.path)] = g if old is None else g.model_copy(update={"tids": sorted(set(old.tids) | set(g.tids))})
+    return list(out.values())
 
 
 def stop(lab: Any, info: CaptureRun, quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
