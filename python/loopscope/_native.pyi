@@ -483,6 +483,7 @@ class _Split(TypedDict):
     page_faults: npt.NDArray[np.integer[Any]]
     complete: npt.NDArray[np.bool_]
     missing: list[str | None]
+    rule: list[str | None]
 
 def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
 

@@ -1,5 +1,5 @@
 """``loopscope bench explain``: the cause zoo run for real in its quick
-form (a hog, a blocked lock, and the warm-up anomaly's page faults), its one
+form (a hog, a blocked lock, a CPU limit, and the warm-up anomaly's page faults), its one
 JSON line, its refusals, and nothing left behind."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from loopscope.bench import zoo
 from loopscope.host import swapfile
 from tests.conftest import Cli
 
-CASE_KEYS = {"name", "expected", "top_cause", "top_share", "expected_share", "expected_rank", "baseline_expected_share", "unexplained_share", "outliers", "skipped"}
+CASE_KEYS = {"name", "expected", "top_cause", "top_share", "expected_share", "expected_rank", "baseline_expected_share", "unexplained_share", "outliers", "skipped",
+             "baseline_top", "baseline_ok"}
 ANOMALY_KEYS = {"name", "injected_ns", "detected_ns", "expected", "cause", "ok"}
 
 
@@ -25,25 +26,31 @@ def _left() -> list[str]:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("stress-ng")
-def test_the_zoo_names_a_hog_and_a_lock_holder_first_finds_a_cold_start_and_prints_one_json_line(cli: Cli, tmp_path: Path) -> None:
+def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_start_and_prints_one_json_line(cli: Cli, tmp_path: Path) -> None:
     # (the faults case shares its injector and swap file with the warm-up anomaly run here; the full bench runs all eight)
     rps = Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text()
     before = set(_left())  # another run's leftovers (a killed bench on this machine) are not this one's
-    r = cli("bench", "explain", "--json", "--quick", "--case", "hog", "--case", "blocked", "--case", "anomaly-warmup", "--dir", str(tmp_path / "z"), timeout=900)
+    r = cli("bench", "explain", "--json", "--quick", "--case", "hog", "--case", "blocked", "--case", "throttle", "--case", "anomaly-warmup", "--dir", str(tmp_path / "z"),
+            timeout=900)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1  # progress went to stderr
     assert f"runs are kept in {tmp_path / 'z'}" in r.stderr  # what the bench leaves behind is said
     j = json.loads(lines[0])
-    assert [c["name"] for c in j["cases"]] == ["hog", "blocked"]
+    assert [c["name"] for c in j["cases"]] == ["hog", "blocked", "throttle"]
     for c in j["cases"]:
         assert CASE_KEYS <= set(c), c
         assert c["skipped"] is None and c["outliers"] > 0
         assert c["expected_rank"] == 1, c  # the injected cause comes out first
         assert c["expected_share"] >= 0.5 and c["baseline_expected_share"] <= 0.05, c
     assert j["accuracy"] == 1.0
+    # rtla's rule on the same outliers: a hog running when the timer fired is what it blames
+    assert j["cases"][0]["baseline_top"] == "load: hog" and j["cases"][0]["baseline_ok"] and 0 < j["baseline_accuracy"] <= 1
     # advise on each case's run: the hog's remedy (the probe SCHED_FIFO) lowers p99 in its follow-up
-    hog, blocked = j["cases"]
+    hog, blocked, throttle = j["cases"]
+    # the limit is lifted in the follow-up (the bench's group, given back after)
+    assert throttle["remedy"]["tunings"] == [{"kind": "write", "path": "/sys/fs/cgroup/cpu/ls-zoo-throttle/cpu.cfs_quota_us", "value": "-1"}], throttle["remedy"]
+    assert not Path("/sys/fs/cgroup/cpu/ls-zoo-throttle").exists()
     assert "SCHED_FIFO" in hog["remedy"]["offered"] and hog["remedy"]["tunings"], hog["remedy"]
     assert hog["remedy"]["against"] == "injected" and hog["remedy"]["ratio_p99"] < 1 and hog["remedy"]["significant"], hog["remedy"]
     assert "lock" in blocked["remedy"]["offered"] and "mlockall" not in blocked["remedy"]["offered"]

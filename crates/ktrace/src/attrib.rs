@@ -154,6 +154,10 @@ pub struct Split {
     pub page_faults: i64,
     pub complete: bool,
     pub missing: Option<String>,
+    /// what rtla's rule blames: the task running on the CPU when the window
+    /// began (the timer fired), else `CPU idle`; the thread itself running
+    /// then: the CPU's last other task before it
+    pub rule: Option<String>,
 }
 
 /// How attribution names a task that ran: the run's own names first (by
@@ -947,6 +951,7 @@ impl<'a> Kernel<'a> {
         .min(b)
         .max(a);
         s.cpu = cpu;
+        s.rule = Some(self.rule(cpu, a, tid));
         let wi = lower(&th.wake, a);
         let woke = if wi < th.wake.len() && th.wake[wi] <= s_in { Some(th.wake[wi]) } else { None };
         s.migrations = count_in(&th.migr, a, b);
@@ -1000,6 +1005,7 @@ impl<'a> Kernel<'a> {
         }
         let last_cpu = segs[segs.len() - 1].2;
         s.cpu = Some(last_cpu);
+        s.rule = Some(self.rule(Some(segs[0].2), a, tid));
         let n_segs = segs.len();
         let mut all = segs;
         all.push((b, b, last_cpu));
@@ -1018,6 +1024,26 @@ impl<'a> Kernel<'a> {
         s.page_faults = count_in(&th.pf, a, b);
         s.causes = out.0;
         s
+    }
+
+    /// rtla's rule for a window that began at `t` on `cpu`: whoever ran
+    /// there then; the CPU idle: `CPU idle`; the thread itself: the task
+    /// that ran there last before it.
+    fn rule(&self, cpu: Option<i64>, t: i64, tid: i64) -> String {
+        let Some(cv) = cpu.and_then(|c| self.cpus.get(&c)) else {
+            return "CPU idle".into();
+        };
+        let mut j = upper(&cv.run_e, t);
+        // runs are sorted by end: step back over any that still cover t
+        while j > 0 && cv.run_e[j - 1] > t {
+            j -= 1;
+        }
+        let covering = (j..cv.run_s.len()).take_while(|&k| cv.run_s[k] <= t).find(|&k| cv.run_e[k] > t);
+        match covering {
+            Some(k) if cv.run_pid[k] != tid => self.labels.list[cv.run_label[k]].clone(),
+            Some(_) => (0..j).rev().find(|&k| cv.run_pid[k] != tid).map_or("CPU idle".into(), |k| self.labels.list[cv.run_label[k]].clone()),
+            None => "CPU idle".into(),
+        }
     }
 
     /// [x, y) the thread ran on CPU `c`: `running`, less the interrupts.

@@ -336,6 +336,7 @@ pub fn ktrace_attribute<'py>(
     let mut table: Vec<String> = Vec::new();
     let mut index: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     let (mut w_ids, mut cpu, mut migr, mut pf, mut complete, mut missing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut rule = Vec::new();
     for s in splits {
         for (c, ns) in s.causes {
             let k = *index.entry(c.clone()).or_insert_with(|| {
@@ -352,6 +353,7 @@ pub fn ktrace_attribute<'py>(
         pf.push(s.page_faults);
         complete.push(s.complete);
         missing.push(s.missing);
+        rule.push(s.rule);
     }
     let o = PyDict::new(py);
     o.set_item("id", r_id.into_pyarray(py))?;
@@ -364,6 +366,7 @@ pub fn ktrace_attribute<'py>(
     o.set_item("page_faults", pf.into_pyarray(py))?;
     o.set_item("complete", complete.into_pyarray(py))?;
     o.set_item("missing", missing)?;
+    o.set_item("rule", rule)?;
     Ok(o)
 }
 

@@ -92,6 +92,9 @@ class CaseResult(TypedDict, total=False):
     causes: list[CauseShare]
     run: str
     remedy: RemedyTried
+    #: rtla's rule on the same outliers: its most-blamed label (by outlier time), and whether that is the expected cause
+    baseline_top: str | None
+    baseline_ok: bool
 
 
 class AnomalyResult(TypedDict, total=False):
@@ -118,6 +121,8 @@ class ZooBench(TypedDict):
     remedies_that_helped: list[str] | None
     cases: list[CaseResult]
     accuracy: float | None
+    #: the same score for rtla's rule (blame whoever ran when the timer fired) on the same outliers
+    baseline_accuracy: float | None
     anomalies: list[AnomalyResult]
     ran: int
     skipped: int
@@ -194,12 +199,11 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
              loads=[{"name": "limit", "kind": "command", "command": [zoo, "throttle", "--prefix", "zoo-table", "--group", THROTTLE_GROUP, "--cpu", str(c), "--scan-cpu", str(o)]}],
              cpu_limit=(THROTTLE_GROUP, 20_000, 100_000)),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
-             f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 300 µs in every 2 ms, "
-             f"while a CPU hog at nice -20 on CPU {o} preempts the holder",
-             probe={"kind": "program", "name": "t", "command": [lockprog, "--cpu", str(c), "--holder-cpu", str(o), "--hold-us", "300", "--every-us", "2000", "--fifo", "50"],
+             f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
+             f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
+             probe={"kind": "program", "name": "t", "command": [lockprog, "--cpu", str(c), "--holder-cpu", str(o), "--hold-us", "1500", "--every-us", "2000", "--fifo", "50"],
                     "attribute": ["lock/wait"]},
-             loads=[{"name": "hog", "kind": "command", "command": ["nice", "-n", "-20", "stress-ng", "--cpu", "1", "--taskset", str(o), "--quiet"]}],
-             needs=["stress-ng", "nice"]),
+             loads=[{"name": "hog", "kind": "command", "command": [zoo, "fifo", "--cpu", str(o), "--prio", "10", "--burst-us", "4000", "--period-us", "10000"]}]),
     ]
 
 
@@ -308,6 +312,28 @@ def score(case: Case, res: ExplainDoc) -> CaseResult:
     }
 
 
+def rule_top(run_dir: Path, phase: str) -> str | None:
+    """rtla's rule over a phase's outliers of the case's probe: the label it
+    blames most, each outlier weighted by its length (as explain's shares
+    are), threads grouped by name as explain groups them."""
+    import polars as pl
+
+    from loopscope.analysis.attribution import cause_family
+
+    p = run_dir / "tables" / "attribution.parquet"
+    if not p.exists():
+        return None
+    a = pl.read_parquet(p).filter((pl.col("phase") == phase) & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
+    if "rule" not in a.columns or not len(a):
+        return None
+    per = a.group_by("id").agg(pl.col("rule").first(), pl.col("latency_ns").first()).drop_nulls("rule")
+    if not len(per):
+        return None
+    per = per.with_columns(pl.col("rule").map_elements(cause_family, return_dtype=pl.String))
+    top = per.group_by("rule").agg(pl.col("latency_ns").sum()).sort("latency_ns", descending=True)
+    return str(top["rule"][0])
+
+
 def _start_outside(argv: list[str], gate: Path, log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as f:
         p = subprocess.Popen([*argv, "--gate", str(gate)], stdout=f, stderr=f, start_new_session=True)
@@ -404,6 +430,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
             raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
         out = score(case, res)
         out["run"] = str(run_dir)
+        out["baseline_top"] = rule_top(run_dir, "injected")
+        out["baseline_ok"] = out["baseline_top"] in (case.expected, *case.also)
         if remedies:  # the injectors and the swap stay for the follow-up: it runs the injected phase again
             out["remedy"] = remedy_of(case, run_dir, reps, say)
     finally:
@@ -571,6 +599,7 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
         "remedies_that_helped": helped if remedies else None,
         "cases": results,
         "accuracy": hit / len(results) if results else None,
+        "baseline_accuracy": sum(1 for r in ran if r.get("baseline_ok")) / len(results) if results else None,
         "anomalies": found,
         "ran": len(ran), "skipped": len(results) - len(ran),
         "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
@@ -588,18 +617,19 @@ def print_human(r: ZooBench) -> None:
     from rich.table import Table
 
     t = Table(title="explain against injected causes (the injected phase's outliers, above its p99)")
-    for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers", "remedy: p99 ratio [95 % CI]"):
+    for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers", "rtla's rule blames", "remedy: p99 ratio [95 % CI]"):
         t.add_column(col)
     for c in r["cases"]:
         if c.get("skipped"):
-            t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "", "")
+            t.add_row(c["name"], c["expected"], "skipped", c["skipped"], "", "", "", "", "", "")
             continue
         rem = c.get("remedy") or {}
         ratio, ci = rem.get("ratio_p99"), rem.get("ci95")
         rtext = (f"{ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{' *' if rem.get('significant') else ''}" if ratio is not None and ci
                  else (rem.get("why") or "–"))
         t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), _pct(c["expected_share"]),
-                  f"{c['top_cause']} ({_pct(c['top_share'])})", _pct(c["baseline_expected_share"]), _pct(c["unexplained_share"]), str(c["outliers"]), rtext)
+                  f"{c['top_cause']} ({_pct(c['top_share'])})", _pct(c["baseline_expected_share"]), _pct(c["unexplained_share"]), str(c["outliers"]),
+                  f"{c.get('baseline_top') or '–'}{' (right)' if c.get('baseline_ok') else ''}", rtext)
     con = Console()
     con.print(t)
     if r.get("anomalies"):
@@ -616,4 +646,6 @@ def print_human(r: ZooBench) -> None:
             a.add_row(x["name"], format_ns(x["injected_ns"]), format_ns(x["detected_ns"]) if x["detected_ns"] is not None else "not detected",
                       x["expected"], named, "yes" if x["ok"] else "no")
         con.print(a)
+    if r.get("baseline_accuracy") is not None:
+        con.print(f"rtla's rule (blame whoever ran when the timer fired) on the same outliers: accuracy {r['baseline_accuracy']:.2f}")
     con.print(f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}")
