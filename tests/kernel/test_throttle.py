@@ -73,3 +73,21 @@ def test_a_thread_held_by_its_groups_cpu_limit_is_as_late_as_it_says_and_the_lim
     ours = t["timer_lateness_ns"]["p99"]
     assert abs(ours - theirs) <= 0.1 * theirs, (ours, theirs)
     assert t["causes"][0]["cause"] == f"throttled: /{limited.name}" and t["causes"][0]["share"] >= 0.5, t["causes"]
+
+
+def test_cleanup_gives_back_a_cpu_limited_group_a_killed_bench_left(cli: Cli) -> None:
+    if os.geteuid() != 0 or cpulimit.missing():
+        pytest.skip(f"needs root and a cpu controller: {cpulimit.missing()}")
+    g = cpulimit.make("ls-zoo-throttle", 20_000, 100_000)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        (g / ("tasks" if (g / "tasks").exists() else "cgroup.procs")).write_text(str(sleeper.pid))
+        r = cli("cleanup")
+        assert r.returncode == 0, r.stderr
+        assert "ls-zoo-throttle" in r.stdout and not g.exists()
+        assert cpulimit.limit_of(sleeper.pid) is None  # its task is back at the root, unlimited
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        if g.exists():
+            cpulimit.remove(g)
