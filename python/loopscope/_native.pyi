@@ -476,6 +476,7 @@ class _Split(TypedDict):
     id: npt.NDArray[np.int64]
     cause: npt.NDArray[np.int64]
     ns: npt.NDArray[np.integer[Any]]
+    before_ns: npt.NDArray[np.int64]
     causes: list[str]
     w_id: npt.NDArray[np.int64]
     cpu: npt.NDArray[np.integer[Any]]

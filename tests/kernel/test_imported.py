@@ -168,6 +168,9 @@ def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cl
     j = json.loads(r.stdout)
     busiest = max(j["threads"], key=lambda x: x["activations"])
     assert any(c["cause"].startswith("thread: stress-ng") for c in busiest["causes"][:3]), busiest["causes"]
+    # its timer fired on time; the hog held the CPU after the wake-up: that part holds the time, and the hog is its cause
+    parts = busiest["parts"]
+    assert parts["headline"] == "after the wake-up" and parts["after"][0]["cause"].startswith("thread: stress-ng"), parts
     # what the six events cannot show is named, with what records it
     unseen = {e for u in j["not_recorded"] for e in u["events"]}
     assert "sched_stat_runtime" in unseen and "local_timer_entry" in unseen and "irq_handler_entry" not in unseen

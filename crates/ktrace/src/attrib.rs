@@ -158,6 +158,9 @@ pub struct Split {
     /// began (the timer fired), else `CPU idle`; the thread itself running
     /// then: the CPU's last other task before it
     pub rule: Option<String>,
+    /// a wake-up window's causes before the thread's wake-up (from the start
+    /// of the window, its timer's expiry, to the wake-up); None: no wake-up recorded
+    pub before: Option<Vec<(String, i64)>>,
 }
 
 /// How attribution names a task that ran: the run's own names first (by
@@ -968,7 +971,25 @@ impl<'a> Kernel<'a> {
             None
         };
         let slack = Self::slack(th, a);
-        self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault);
+        match woke {
+            // the part before the wake-up (the timer's expiry to its wake-up) and the part after, each with its causes
+            Some(w) if w > a => {
+                let mut pre = Acc::default();
+                self.activity(cpu, a, w.min(s_in), tid, woke, &mut pre, slack, fault);
+                // a fault taken before the wake-up is still waited on after it
+                let fault_after = fault.map(|f| f.max(w.min(s_in)));
+                self.activity(cpu, w.min(s_in), s_in, tid, woke, &mut out, slack, fault_after);
+                s.before = Some(pre.0.clone());
+                for (k, ns) in pre.0 {
+                    out.add(&k, ns);
+                }
+            }
+            Some(_) => {
+                s.before = Some(Vec::new());
+                self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault);
+            }
+            None => self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault),
+        }
         if b > s_in {
             let mut ret = Acc::default();
             self.activity(cpu, s_in, b, tid, None, &mut ret, None, None);

@@ -332,13 +332,18 @@ pub fn ktrace_attribute<'py>(
         };
         attribute_many(&ev, &ctx, &wins)
     })?;
-    let (mut r_id, mut r_cause, mut r_ns) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut r_id, mut r_cause, mut r_ns, mut r_pre) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut table: Vec<String> = Vec::new();
     let mut index: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
     let (mut w_ids, mut cpu, mut migr, mut pf, mut complete, mut missing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut rule = Vec::new();
     for s in splits {
         for (c, ns) in s.causes {
+            // the part of this cause before the wake-up (-1: no wake-up recorded)
+            let pre = match &s.before {
+                Some(b) => b.iter().find(|x| x.0 == c).map_or(0, |x| x.1),
+                None => -1,
+            };
             let k = *index.entry(c.clone()).or_insert_with(|| {
                 table.push(c);
                 table.len() as i64 - 1
@@ -346,6 +351,7 @@ pub fn ktrace_attribute<'py>(
             r_id.push(s.id);
             r_cause.push(k);
             r_ns.push(ns);
+            r_pre.push(pre);
         }
         w_ids.push(s.id);
         cpu.push(s.cpu.unwrap_or(-1));
@@ -359,6 +365,7 @@ pub fn ktrace_attribute<'py>(
     o.set_item("id", r_id.into_pyarray(py))?;
     o.set_item("cause", r_cause.into_pyarray(py))?;
     o.set_item("ns", r_ns.into_pyarray(py))?;
+    o.set_item("before_ns", r_pre.into_pyarray(py))?;
     o.set_item("causes", table)?;
     o.set_item("w_id", w_ids.into_pyarray(py))?;
     o.set_item("cpu", cpu.into_pyarray(py))?;

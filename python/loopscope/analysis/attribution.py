@@ -323,7 +323,7 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> Attributed:
     return _one(k, tid, a, b, True)
 
 
-SPLIT_SCHEMA = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String,
+SPLIT_SCHEMA = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "before_ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String,
                 "rule": pl.String}
 
 
@@ -356,7 +356,7 @@ def splits_table(splits: list[Split]) -> pl.DataFrame:
                         "complete": cat([r["complete"] for r in splits]), "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String),
                         "rule": pl.Series([m for r in splits for m in r["rule"]], dtype=pl.String)})
     rows_df = pl.DataFrame({"id": cat([r["id"] for r in splits]), "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String),
-                            "ns": cat([r["ns"] for r in splits])})
+                            "ns": cat([r["ns"] for r in splits]), "before_ns": pl.Series(cat([r["before_ns"] for r in splits])).replace(-1, None)})
     return rows_df.join(per, on="id", how="left", maintain_order="left").cast(SPLIT_SCHEMA).select(list(SPLIT_SCHEMA))  # type: ignore[arg-type]
 
 

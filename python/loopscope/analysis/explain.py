@@ -56,7 +56,7 @@ from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
-from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, read
+from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, Parts, read
 
 # A cluster of outlier windows is at most this long, and gets the kernel
 # events this far around its windows: runtime accounting comes at least
@@ -326,9 +326,32 @@ def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.
         "system_share": (total - sum(lab.values()) - loads) / total if total else 0.0,
         "causes": causes,
     }
+    parts = parts_of(g)
+    if parts is not None:
+        entry["parts"] = parts
     if all_causes:
         entry["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
     return entry
+
+
+def parts_of(g: pl.DataFrame, top: int = 4) -> Parts | None:
+    """The outliers' time before the wake-up and after it, each part's
+    causes (families, largest first), over the outliers whose wake-up was
+    recorded; None when none was (spans, a recording without wake-ups)."""
+    k = g.filter(pl.col("before_ns").is_not_null()) if "before_ns" in g.columns else g.clear()
+    total = int(k["ns"].sum() or 0) if len(k) else 0
+    if not total:
+        return None
+    k = k.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    by = k.group_by("family").agg(pl.col("before_ns").sum().alias("pre"), (pl.col("ns") - pl.col("before_ns")).sum().alias("post"))
+    pre = int(by["pre"].sum())
+
+    def ranked(col: str) -> list[Cause]:
+        r = by.filter(pl.col(col) > 0).sort(col, descending=True).head(top)
+        return [{"cause": str(f), "ns": int(ns), "share": int(ns) / total} for f, ns in r.select("family", col).iter_rows()]
+
+    return {"before_wakeup_share": pre / total, "headline": "before the wake-up" if 2 * pre > total else "after the wake-up",
+            "before": ranked("pre"), "after": ranked("post")}
 
 
 def _why_counts(g: pl.DataFrame) -> list[str]:

@@ -81,6 +81,15 @@ class Cause(TypedDict):
     role: NotRequired[str | None]
 
 
+class Parts(TypedDict):
+    """The outliers' time before and after the thread's wake-up, each with its causes."""
+
+    before_wakeup_share: float
+    headline: str
+    before: list[Cause]
+    after: list[Cause]
+
+
 class Group(TypedDict):
     probe: str
     phase: str
@@ -99,6 +108,10 @@ class Group(TypedDict):
     system_share: float
     causes: list[Cause]
     all_causes: NotRequired[list[Cause]]
+    #: the outliers split as rtla splits a timerlat sample: the part before the thread's wake-up (its
+    #: timer's expiry to the wake-up: the interrupt late, the CPU or vCPU not running) and after it (to
+    #: user space); shares of the outliers whose wake-up was recorded; which part holds most of the time
+    parts: NotRequired[Parts]
 
 
 class ExplainDoc(TypedDict):

@@ -25,6 +25,7 @@ import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
+from loopscope.analysis.explained import Parts
 from loopscope.analysis.recorded import Unseen, unseen
 from loopscope.analysis.activations import MONO_CLOCKS, OFFSET_WINDOW, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
@@ -58,6 +59,8 @@ class ThreadJson(TypedDict):
     outliers: int
     explained_outliers: int
     causes: list[Share]
+    #: the outliers' time before the wake-up (the timer's lateness) and after it, each part's causes
+    parts: Parts | None
 
 
 class Exited(TypedDict):
@@ -196,30 +199,39 @@ def matching(names: dict[int, str], comm: str | None = None, threads: str | None
 MAX_EXPLAINED = 500
 
 
-def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[int, str] | None = None) -> dict[int, tuple[int, int, list[Share]]]:
-    """Per thread, its outliers (wake-ups above its p99, at least one), how
-    many were explained (the largest ``MAX_EXPLAINED``) and their causes."""
-    from loopscope.analysis.explain import attribute_store
+Causes = tuple[int, int, list[Share], "Parts | None"]
 
-    # only the columns this needs (a dense capture has millions of activations)
-    ok = act.lazy().filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null()).select("tid", "woken_ns", "on_ns", "wakeup_latency_ns")
-    thr = ok.group_by("tid").agg(pl.col("wakeup_latency_ns").quantile(0.99, "linear").alias("thr"))
-    top = ok.join(thr, on="tid").filter(pl.col("wakeup_latency_ns") >= pl.col("thr")).collect()
+
+def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[int, str] | None = None) -> dict[int, Causes]:
+    """Per thread, its outliers (activations whose lateness, from the timer's
+    expiry where it slept on one, else from its wake-up, is above its p99; at
+    least one), how many were explained (the largest ``MAX_EXPLAINED``), their
+    causes, and their time before and after the wake-up."""
+    from loopscope.analysis.explain import attribute_store, parts_of
+
+    # only the columns this needs (a dense capture has millions of activations); a window starts at the
+    # timer's expiry when the thread slept on one (the part before its wake-up is the timer's lateness)
+    timed = pl.col("timer_expires_ns").is_not_null() & (pl.col("timer_expires_ns") <= pl.col("woken_ns"))
+    ok = act.lazy().filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null()).select(
+        "tid", pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"), "on_ns",
+        pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"))
+    thr = ok.group_by("tid").agg(pl.col("late").quantile(0.99, "linear").alias("thr"))
+    top = ok.join(thr, on="tid").filter(pl.col("late") >= pl.col("thr")).collect()
     if not len(top):
         return {}
     counts = dict(top.group_by("tid").len().iter_rows())
-    top = top.sort("wakeup_latency_ns", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
-    outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", pl.col("woken_ns").alias("start_k"), pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
+    top = top.sort("late", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
+    outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", "start_k", pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
     att = attribute_store(st, outl, roles, groups)
     if not len(att):
         return {}
     att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
-    out: dict[int, tuple[int, int, list[Share]]] = {}
+    out: dict[int, Causes] = {}
     for (tid,), g in att.group_by("tid"):
         by = g.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
         total = int(by["ns"].sum())
         shares: list[Share] = [{"cause": str(f), "share": int(ns) / total} for f, ns in by.iter_rows()] if total else []
-        out[int(tid)] = (int(counts.get(tid, 0)), int(g["id"].n_unique()), shares)
+        out[int(tid)] = (int(counts.get(tid, 0)), int(g["id"].n_unique()), shares, parts_of(g))
     return out
 
 
@@ -240,7 +252,7 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
     for tid, name in sorted(threads.items()):
         a = act.filter(pl.col("tid") == tid)
         ok = a.filter(pl.col("complete"))
-        n_out, n_explained, shares = causes.get(tid, (0, 0, []))
+        n_out, n_explained, shares, parts = causes.get(tid, (0, 0, [], None))
         period = ok["period_ns"].drop_nulls()
         rows.append({
             "tid": tid, "comm": name, "activations": len(a), "incomplete": len(a) - len(ok),
@@ -248,7 +260,7 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
             "runtime_ns": _spread(ok["runtime_ns"]), "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
             "preemptions": int(a["preemptions"].sum()), "migrations": int(a["migrations"].sum()),
             "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
-            "outliers": n_out, "explained_outliers": n_explained, "causes": shares,
+            "outliers": n_out, "explained_outliers": n_explained, "causes": shares, "parts": parts,
         })
     return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events, "not_recorded": unseen(st.by_event()),
             "timer_lateness_from": timer_from(st)}

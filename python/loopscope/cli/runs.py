@@ -220,6 +220,7 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     from loopscope.analysis import explain
     from loopscope.analysis.explained import opened
     from loopscope.analysis.recorded import line
+    from loopscope.cli.threads import parts_line
     from loopscope.kinds import KINDS
     from loopscope.rundir import RunDir
 
@@ -258,6 +259,8 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
         top += f" · lab {g['lab_share'] * 100:.1f} %, loads {g['load_share'] * 100:.0f} %, system {g['system_share'] * 100:.0f} %"
         flag = "" if g["complete"] else f" (incomplete: {'; '.join(g['incomplete_why'])})"
         click.echo(f"  {g['probe']} · {g['phase']}: {g['outliers']} outliers above {format_ns(g['threshold_ns'])}: {top}{flag}")
+        if "parts" in g:
+            click.echo(f"    {parts_line(g['parts'])}")
     for why in out.get("not_explained", []):
         click.echo(f"  note: {why}")
     table = rd / "tables" / "attribution.parquet"

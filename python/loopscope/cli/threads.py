@@ -28,6 +28,7 @@ from loopscope.probes.threads import check_patterns, stop, tasks
 from loopscope.units import format_ns
 
 if TYPE_CHECKING:
+    from loopscope.analysis.explained import Cause, Parts
     from loopscope.analysis.threads import Spread, ThreadsJson
 
 #: how often the target's threads are listed while it runs (this process is
@@ -151,6 +152,16 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
     return EXIT_INTERRUPTED if interrupted else 0
 
 
+def parts_line(p: Parts) -> str:
+    """The outliers' two parts in a line: which holds the headline time, each with its causes."""
+    def causes(cs: list[Cause]) -> str:
+        return ", ".join(f"{c['cause']} {(c['share'] or 0) * 100:.0f} %" for c in cs[:3]) or "nothing"
+
+    pre = p["before_wakeup_share"]
+    return (f"{pre * 100:.0f} % before the wake-up ({causes(p['before'])}), {(1 - pre) * 100:.0f} % after it ({causes(p['after'])}); "
+            f"most of the time is {p['headline']}")
+
+
 def print_threads(res: ThreadsJson, where: str) -> None:
     """The threads' figures as lines of text (``probe threads``, ``threads``)."""
     con = _console()
@@ -170,3 +181,5 @@ def print_threads(res: ThreadsJson, where: str) -> None:
         con.print(f"  wake-up latency {s(t['wakeup_latency_ns'])}; timer lateness {s(t['timer_lateness_ns'])}; run time {s(t['runtime_ns'])}")
         if t["causes"]:
             con.print("  its late wake-ups' time: " + ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in t["causes"][:4]))
+        if (parts := t.get("parts")) is not None:
+            con.print(f"  {parts_line(parts)}")
