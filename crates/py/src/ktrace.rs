@@ -332,6 +332,13 @@ pub fn ktrace_attribute<'py>(
         };
         attribute_many(&ev, &ctx, &wins)
     })?;
+    splits_dict(py, splits)
+}
+
+/// The splits as the columns Python reads: a row per (window, cause), its
+/// part before the wake-up (-1: none recorded), and per window its CPU,
+/// counts, completeness and what rtla's rule blames.
+fn splits_dict(py: Python<'_>, splits: Vec<loopscope_ktrace::attrib::Split>) -> PyResult<Bound<'_, PyDict>> {
     let (mut r_id, mut r_cause, mut r_ns, mut r_pre) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut table: Vec<String> = Vec::new();
     let mut index: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
