@@ -204,23 +204,24 @@ static long read_slack(long tid) {
     return v;
 }
 
-static void slack_scan(const char *prefix, long ns) {
+/* Every thread whose name starts with prefix and whose id is not in seen[0..*n):
+ * act(process id, thread id, name) on it, and its id kept in seen when act
+ * returns 0 (at most MAX_T). */
+static void each_named(const char *prefix, long *seen, int *n, int (*act)(long pid, long tid, const char *comm)) {
     DIR *d = opendir("/proc");
-    if (!d) return;
     struct dirent *e;
-    while ((e = readdir(d))) {
+    while (d && (e = readdir(d))) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         char tp[300];
         snprintf(tp, sizeof tp, "/proc/%s/task", e->d_name);
         DIR *td = opendir(tp);
-        if (!td) continue;
         struct dirent *t;
-        while ((t = readdir(td))) {
+        while (td && (t = readdir(td))) {
             if (t->d_name[0] < '0' || t->d_name[0] > '9') continue;
             long tid = strtol(t->d_name, NULL, 10);
             int known = 0;
-            for (int i = 0; i < slack_n; i++) known |= slack_tid[i] == tid;
-            if (known || slack_n >= MAX_T) continue;
+            for (int i = 0; i < *n; i++) known |= seen[i] == tid;
+            if (known || *n >= MAX_T) continue;
             char cp[600], comm[64] = "";
             snprintf(cp, sizeof cp, "/proc/%s/task/%s/comm", e->d_name, t->d_name);
             FILE *f = fopen(cp, "r");
@@ -228,16 +229,27 @@ static void slack_scan(const char *prefix, long ns) {
             if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
             fclose(f);
             if (strncmp(comm, prefix, strlen(prefix)) != 0) continue;
-            long old = read_slack(tid);
-            if (old >= 0 && write_slack(tid, ns) == 0) {
-                slack_tid[slack_n] = tid;
-                slack_old[slack_n++] = old;
-                fprintf(stderr, "ls-zoo slack: thread %ld (%s) %ld -> %ld ns\n", tid, strtok(comm, "\n"), old, ns);
-            }
+            if (act(strtol(e->d_name, NULL, 10), tid, strtok(comm, "\n")) == 0) seen[(*n)++] = tid;
         }
-        closedir(td);
+        if (td) closedir(td);
     }
-    closedir(d);
+    if (d) closedir(d);
+}
+
+static long slack_ns = 0;
+
+static int slack_one(long pid, long tid, const char *comm) {
+    (void)pid;
+    long old = read_slack(tid);
+    if (old < 0 || write_slack(tid, slack_ns) != 0) return -1;
+    slack_old[slack_n] = old;
+    fprintf(stderr, "ls-zoo slack: thread %ld (%s) %ld -> %ld ns\n", tid, comm, old, slack_ns);
+    return 0;
+}
+
+static void slack_scan(const char *prefix, long ns) {
+    slack_ns = ns;
+    each_named(prefix, slack_tid, &slack_n, slack_one);
 }
 
 static int mode_slack(int argc, char **argv) {
@@ -359,37 +371,13 @@ static int thr_move(long tid, const char *dir) {
 static long thr_moved[MAX_T];
 static int thr_n = 0;
 
-static void thr_scan(const char *prefix) {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        char tp[300];
-        snprintf(tp, sizeof tp, "/proc/%s/task", e->d_name);
-        DIR *td = opendir(tp);
-        struct dirent *t;
-        while (td && (t = readdir(td))) {
-            if (t->d_name[0] < '0' || t->d_name[0] > '9') continue;
-            long tid = strtol(t->d_name, NULL, 10);
-            int known = 0;
-            for (int i = 0; i < thr_n; i++) known |= thr_moved[i] == tid;
-            if (known || thr_n >= MAX_T) continue;
-            char cp[600], comm[64] = "";
-            snprintf(cp, sizeof cp, "/proc/%s/task/%s/comm", e->d_name, t->d_name);
-            FILE *f = fopen(cp, "r");
-            if (!f) continue;
-            if (!fgets(comm, sizeof comm, f)) comm[0] = 0;
-            fclose(f);
-            if (strncmp(comm, prefix, strlen(prefix)) != 0) continue;
-            if (thr_move(thr_v2 ? strtol(e->d_name, NULL, 10) : tid, thr_dir) == 0) {
-                thr_moved[thr_n++] = tid;
-                fprintf(stderr, "ls-zoo throttle: thread %ld (%s) into %s\n", tid, strtok(comm, "\n"), thr_dir);
-            }
-        }
-        if (td) closedir(td);
-    }
-    if (d) closedir(d);
+static int thr_one(long pid, long tid, const char *comm) {
+    if (thr_move(thr_v2 ? pid : tid, thr_dir) != 0) return -1;
+    fprintf(stderr, "ls-zoo throttle: thread %ld (%s) into %s\n", tid, comm, thr_dir);
+    return 0;
 }
+
+static void thr_scan(const char *prefix) { each_named(prefix, thr_moved, &thr_n, thr_one); }
 
 /* every task left in the group back to the root, then the group removed */
 static void thr_give_back(void) {
