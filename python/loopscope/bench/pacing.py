@@ -53,6 +53,21 @@ def _free_port() -> int:
     return int(p)
 
 
+def _bound(port: int, proc: subprocess.Popen[str], timeout_s: float = 15.0) -> None:
+    """Wait until a UDP socket is bound to ``port`` on this host (/proc/net/udp),
+    or ``proc`` exits, or ``timeout_s`` passes: a receiver's start-up (its
+    imports) takes longer than any fixed sleep on a busy machine."""
+    want = f":{port:04X} "
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and proc.poll() is None:
+        try:
+            if any(want in line.split()[1] + " " for line in Path("/proc/net/udp").read_text().splitlines()[1:]):
+                return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.02)
+
+
 def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.cli", *args]
 
@@ -215,7 +230,8 @@ def receiver_capacity(work: Path, packets: int = 200_000) -> Receiver:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
-        time.sleep(0.5)
+        _bound(port, rx)
+        time.sleep(0.1)
         os.kill(rx.pid, signal.SIGSTOP)
         tx = subprocess.run(
             _cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "300kpps", "--size", "64", "--count", str(packets), "--workers", "1",
