@@ -51,6 +51,9 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     # the limit is lifted in the follow-up (the bench's group, given back after)
     assert throttle["remedy"]["tunings"] == [{"kind": "write", "path": "/sys/fs/cgroup/cpu/ls-zoo-throttle/cpu.cfs_quota_us", "value": "-1"}], throttle["remedy"]
     assert not Path("/sys/fs/cgroup/cpu/ls-zoo-throttle").exists()
+    # the program's own p99 lateness and loopscope's, from the kernel alone, agree within 10 %
+    own, ours = throttle["self_p99_ns"], throttle["loopscope_p99_ns"]
+    assert own and ours and abs(ours - own) <= 0.1 * own, (own, ours)
     assert "SCHED_FIFO" in hog["remedy"]["offered"] and hog["remedy"]["tunings"], hog["remedy"]
     assert hog["remedy"]["against"] == "injected" and hog["remedy"]["ratio_p99"] < 1 and hog["remedy"]["significant"], hog["remedy"]
     assert "lock" in blocked["remedy"]["offered"] and "mlockall" not in blocked["remedy"]["offered"]

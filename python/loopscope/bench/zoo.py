@@ -95,6 +95,9 @@ class CaseResult(TypedDict, total=False):
     #: rtla's rule on the same outliers: its most-blamed label (by outlier time), and whether that is the expected cause
     baseline_top: str | None
     baseline_ok: bool
+    #: the injected phase's p99 lateness by the program's own clock, and by loopscope's kernel capture alone
+    self_p99_ns: int | None
+    loopscope_p99_ns: int | None
 
 
 class AnomalyResult(TypedDict, total=False):
@@ -156,6 +159,8 @@ class Case:
     swap_mb: int = 0
     # a cgroup with a CPU limit for the case (name, quota µs, period µs), made before its run and removed after
     cpu_limit: tuple[str, int, int] | None = None
+    # the measured program's threads (a name prefix) whose own lateness is compared with loopscope's from the kernel
+    self_check: str | None = None
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
@@ -197,7 +202,7 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
         Case("throttle", f"throttled: /{THROTTLE_GROUP}", f"a SCHED_OTHER control loop on CPU {c} in a cgroup allowed 20 ms of CPU every 100 ms, its quota spent by a busy sibling in the group on CPU {c}",
              probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "1", "--lookups", "16", "--mlock"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
              loads=[{"name": "limit", "kind": "command", "command": [zoo, "throttle", "--prefix", "zoo-table", "--group", THROTTLE_GROUP, "--cpu", str(c), "--scan-cpu", str(o)]}],
-             cpu_limit=(THROTTLE_GROUP, 20_000, 100_000)),
+             cpu_limit=(THROTTLE_GROUP, 20_000, 100_000), self_check="zoo-table"),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
              f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
              f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
@@ -310,6 +315,38 @@ def score(case: Case, res: ExplainDoc) -> CaseResult:
         "causes": [{"cause": k, "share": v} for k, v in ranked[:6]],
         "skipped": None,
     }
+
+
+def self_and_kernel_p99(run_dir: Path, comm: str, phase: str) -> tuple[int | None, int | None]:
+    """A phase's p99 lateness of the measured program by its own clock (the
+    intervals it logged, deadline to its work's end) and by loopscope from
+    the kernel alone (the timer lateness of its threads named ``comm``*, in
+    that phase's steps)."""
+    import polars as pl
+
+    from loopscope.analysis.explain import windows_of
+    from loopscope.analysis.threads import thread_activations, thread_names
+    from loopscope.kernel import store as S
+    from loopscope.kinds import KINDS
+    from loopscope.rundir import RunDir
+
+    run = RunDir(run_dir).record()
+    caps = [c for c in run.captures if c.data]
+    spans = [(s.spawn_mono_ns, s.end_mono_ns) for s in run.steps if s.phase == phase]
+    if not caps or not spans:
+        return None, None
+    w, _ = windows_of(run_dir, run, KINDS, caps)
+    own = w.filter(pl.col("phase").cast(pl.String) == phase)["latency_ns"]
+    st = S.open_capture(run_dir, caps[0])
+    act = thread_activations(st, [t for t, n in thread_names(st).items() if n.startswith(comm)])
+    inside = pl.any_horizontal([pl.col("on_ns").is_between(a, b) for a, b in spans])
+    kernel = act.filter(inside & pl.col("complete"))["timer_lateness_ns"].drop_nulls()
+
+    def p99(x: pl.Series) -> int | None:
+        q = x.quantile(0.99, "linear") if len(x) else None
+        return int(q) if q is not None else None
+
+    return p99(own), p99(kernel)
 
 
 def rule_top(run_dir: Path, phase: str) -> str | None:
@@ -430,6 +467,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
             raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
         out = score(case, res)
         out["run"] = str(run_dir)
+        if case.self_check:
+            out["self_p99_ns"], out["loopscope_p99_ns"] = self_and_kernel_p99(run_dir, case.self_check, "injected")
         out["baseline_top"] = rule_top(run_dir, "injected")
         out["baseline_ok"] = out["baseline_top"] in (case.expected, *case.also)
         if remedies:  # the injectors and the swap stay for the follow-up: it runs the injected phase again
