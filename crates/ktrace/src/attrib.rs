@@ -40,6 +40,8 @@ const FAULT_BEFORE_NS: i64 = 200_000;
 /// Idle shorter than this between two interrupts of one kind, inside a
 /// window before the thread's wake-up, counts to them (`Kernel::storm`).
 const STORM_GAP_NS: i64 = 50_000;
+/// The longest a group can be held by its CPU limit: cgroup bandwidth's longest period (1 s).
+const MAX_HOLD_NS: i64 = 1_000_000_000;
 /// A wait on another task shorter than this is not looked into (what held that task up).
 const CHAIN_MIN_NS: i64 = 100_000;
 /// A wake-up at most this long after a timer's hard expiry is that timer's,
@@ -488,15 +490,26 @@ impl Pass {
                 cpu.run_label.push(l);
             }
         }
+        // each held task's run starts on any CPU: a stretch ends where the task runs again, wherever that is
+        let held_pids: rustc_hash::FxHashSet<i64> = self.held.values().flatten().map(|&(_, p)| p).collect();
+        let mut starts: FxHashMap<i64, Vec<i64>> = FxHashMap::default();
+        for cv in k.cpus.values() {
+            for (j, &p) in cv.run_pid.iter().enumerate() {
+                if held_pids.contains(&p) {
+                    starts.entry(p).or_default().push(cv.run_s[j]);
+                }
+            }
+        }
+        for v in starts.values_mut() {
+            v.sort_unstable();
+        }
         for (c, marks) in self.held {
             if let Some(cpu) = k.cpus.get_mut(&c) {
                 for (m, who) in marks {
-                    // to the next run of the task held there (its group's quota back; others may run meanwhile)
-                    let mut j = upper(&cpu.run_e, m);
-                    while j < cpu.run_s.len() && (cpu.run_s[j] < m || cpu.run_pid[j] != who) {
-                        j += 1;
-                    }
-                    let end = if j < cpu.run_s.len() { cpu.run_s[j] } else { k.ctx.t_last.max(m) };
+                    // to the held task's next run (its group's quota back; others may run meanwhile), at most a
+                    // CFS period's longest, so that a task moved away and never back holds nothing here
+                    let next = starts.get(&who).and_then(|v| v.get(lower(v, m + 1)).copied());
+                    let end = next.unwrap_or(k.ctx.t_last).min(m + MAX_HOLD_NS);
                     if end > m && cpu.thr_e.last().is_none_or(|&e| e <= m) {
                         cpu.thr_s.push(m);
                         cpu.thr_e.push(end);
@@ -1321,6 +1334,38 @@ mod tests {
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 9000, span: false }]);
         assert_eq!(out[0].causes, vec![("throttled: /loop".to_string(), 8600)]);
+    }
+
+    #[test]
+    fn a_task_switched_out_runnable_that_runs_again_on_another_cpu_holds_nothing_after() {
+        // 9 is switched out runnable to idle on CPU 1 at 300 and runs on CPU 0 from 400 (moved, not throttled);
+        // thread 42, woken on CPU 1 at 5000, waits with CPU 1 idle until 5100: scheduling latency, not a throttle
+        let names = table(&["sched_switch", "sched_wakeup"]);
+        let comms = table(&["busy", "t", "swapper/1"]);
+        let states = table(&["R", "S"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[100, 300, 400, 5000, 5100, 5600],
+            cpu: &[1, 1, 0, 1, 1, 1],
+            event: &[0, 0, 0, 1, 0, 0],
+            pid: &[42, 9, 0, 0, 0, 42],
+            target: &[42, 9, 0, 42, 0, 42],
+            target_comm: &[1, 0, 2, 1, 2, 1],
+            next_pid: &[9, 0, 9, n, 42, 0],
+            next_comm: &[0, 2, 0, n, 1, 2],
+            prev_state: &[1, 0, 0, n, 0, 1],
+            name: &[n; 6],
+            runtime: &[n; 6],
+            expires: &[n; 6],
+            softexpires: &[n; 6],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 5000, b: 5100, span: false }]);
+        assert_eq!(out[0].causes, vec![("scheduling latency".to_string(), 100)]);
     }
 
     #[test]
