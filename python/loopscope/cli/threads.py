@@ -56,10 +56,11 @@ def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: 
             if pid is not None:
                 set_idle(idle=True)
                 now = tasks(pid)
+                # the new threads' CPU-limited groups, read at SCHED_IDLE too
+                groups.update(limits([t for t in now if t not in seen]))
                 set_idle(idle=False)
                 if not now:
                     break
-                groups.update(limits([t for t in now if t not in seen]))
                 seen.update(now)
                 last = now
             time.sleep(POLL_S if end is None else min(POLL_S, max(0.0, end - time.monotonic())))
