@@ -42,6 +42,12 @@ const FAULT_BEFORE_NS: i64 = 200_000;
 const STORM_GAP_NS: i64 = 50_000;
 /// The longest a group can be held by its CPU limit: cgroup bandwidth's longest period (1 s).
 const MAX_HOLD_NS: i64 = 1_000_000_000;
+
+/// Whether a kernel priority is a real-time one (SCHED_FIFO/RR: 0-99;
+/// deadline tasks show -1, the others 100-139).
+fn is_rt(prio: i64) -> bool {
+    (0..100).contains(&prio)
+}
 /// A wait on another task shorter than this is not looked into (what held that task up).
 const CHAIN_MIN_NS: i64 = 100_000;
 /// A wake-up at most this long after a timer's hard expiry is that timer's,
@@ -115,6 +121,9 @@ pub struct Events<'a> {
     pub runtime: &'a [i64],
     pub expires: &'a [i64],
     pub softexpires: &'a [i64],
+    /// the kernel priority of the target task (sched_switch: prev's; wake-ups: the woken task's), and of the next
+    pub prio: &'a [i64],
+    pub next_prio: &'a [i64],
     pub event_names: &'a [String],
     pub comms: &'a [String],
     pub states: &'a [String],
@@ -233,6 +242,10 @@ struct Cpu {
     /// stretches the CPU idled from a task's switch-out while runnable to that task's next run there: its group out of its CPU limit
     thr_s: Vec<i64>,
     thr_e: Vec<i64>,
+    /// stretches from a real-time task's switch-out while runnable to a lower class (RT throttling, or the
+    /// fair server's share) to the next real-time task's switch-in: real-time tasks here were held
+    rt_s: Vec<i64>,
+    rt_e: Vec<i64>,
 }
 
 #[derive(Default)]
@@ -255,6 +268,8 @@ struct Thread {
     hs_soft: Vec<i64>,
     /// how many of its runs came from runtime accounting
     from_runtime: usize,
+    /// whether it ran real-time when last seen (its priority in the switches and wake-ups)
+    rt: bool,
 }
 
 /// Labels, each once; segments hold their index.
@@ -331,6 +346,9 @@ struct Pass {
     comm: FxHashMap<i64, i64>,
     /// per CPU: when a task was switched out runnable to the idle task, and which
     held: FxHashMap<i64, Vec<(i64, i64)>>,
+    /// per CPU: since when real-time tasks were held (a runnable one switched out to a lower class), and the stretches closed
+    rt_open: FxHashMap<i64, i64>,
+    rt: FxHashMap<i64, Vec<(i64, i64)>>,
 }
 
 fn is_entry(kind: Ev) -> bool {
@@ -375,8 +393,19 @@ impl Pass {
             self.comm.insert(next, ev.next_comm[i]);
         }
         self.switches.switch(c, t, prev, next);
-        if next == 0 && prev > 0 && text(ev.states, ev.prev_state[i]).is_some_and(|x| x.starts_with('R')) {
+        let runnable = text(ev.states, ev.prev_state[i]).is_some_and(|x| x.starts_with('R'));
+        if next == 0 && prev > 0 && runnable {
             self.held.entry(c).or_default().push((t, prev));
+        }
+        // a real-time task gives way to a lower class only when real-time time is rationed (RT
+        // throttling, the fair server): held from there until a real-time task runs again
+        let (pp, np) = (ev.prio[i], ev.next_prio[i]);
+        if is_rt(np) {
+            if let Some(s) = self.rt_open.remove(&c) {
+                self.rt.entry(c).or_default().push((s, t.min(s + MAX_HOLD_NS)));
+            }
+        } else if is_rt(pp) && np != NONE && prev > 0 && runnable {
+            self.rt_open.entry(c).or_insert(t);
         }
     }
 
@@ -490,6 +519,19 @@ impl Pass {
                 cpu.run_label.push(l);
             }
         }
+        for (c, s) in std::mem::take(&mut self.rt_open) {
+            self.rt.entry(c).or_default().push((s, k.ctx.t_last.min(s + MAX_HOLD_NS)));
+        }
+        for (c, mut v) in std::mem::take(&mut self.rt) {
+            v.sort_unstable();
+            let cpu = k.cpus.entry(c).or_default();
+            for (s, e) in v {
+                if e > s {
+                    cpu.rt_s.push(s);
+                    cpu.rt_e.push(e);
+                }
+            }
+        }
         // each held task's run starts on any CPU: a stretch ends where the task runs again, wherever that is
         let held_pids: rustc_hash::FxHashSet<i64> = self.held.values().flatten().map(|&(_, p)| p).collect();
         let mut starts: FxHashMap<i64, Vec<i64>> = FxHashMap::default();
@@ -594,16 +636,25 @@ impl<'a> Kernel<'a> {
             }
             Ev::Switch => {
                 if let Some(th) = self.threads.get_mut(&target) {
+                    if ev.prio[i] != NONE {
+                        th.rt = is_rt(ev.prio[i]);
+                    }
                     th.so_t.push(t);
                     th.so_state.push(text(ev.states, ev.prev_state[i]).unwrap_or("").to_string());
                 }
                 if let Some(th) = self.threads.get_mut(&ev.next_pid[i]) {
+                    if ev.next_prio[i] != NONE {
+                        th.rt = is_rt(ev.next_prio[i]);
+                    }
                     th.sw_t.push(t);
                     th.sw_c.push(ev.cpu[i]);
                 }
             }
             Ev::Wakeup => {
                 if let Some(th) = self.threads.get_mut(&target) {
+                    if ev.prio[i] != NONE {
+                        th.rt = is_rt(ev.prio[i]);
+                    }
                     th.wake.push(t);
                 }
             }
@@ -694,6 +745,9 @@ impl<'a> Kernel<'a> {
             out.add("unexplained", v - u);
             return;
         };
+        if self.rt_held(cpu, cv, u, v, tid, woke, out, slack, fault) {
+            return;
+        }
         let irqs = overlaps(&cv.irq_s, &cv.irq_e, u, v);
         let mut covered: Vec<(i64, i64)> = Vec::with_capacity(irqs.len() + 8);
         for &(j, a, b) in &irqs {
@@ -767,6 +821,37 @@ impl<'a> Kernel<'a> {
         if after > 0 {
             out.add("scheduling latency", after);
         }
+    }
+
+    /// A real-time thread woken on a CPU where real-time tasks were held
+    /// (`rt_s`/`rt_e`) waited for the held stretch to end whoever ran
+    /// meanwhile: `throttled: RT`. The rest of [u, v) is split as usual.
+    /// Whether it was (false: nothing held the thread, nothing added).
+    #[allow(clippy::too_many_arguments)]
+    fn rt_held(&self, cpu: Option<i64>, cv: &Cpu, u: i64, v: i64, tid: i64, woke: Option<i64>, out: &mut Acc, slack: Option<(i64, i64)>, fault: Option<i64>) -> bool {
+        if cv.rt_s.is_empty() || !self.threads.get(&tid).is_some_and(|th| th.rt) {
+            return false;
+        }
+        let lo = woke.map_or(u, |w| w.max(u));
+        let held = overlaps(&cv.rt_s, &cv.rt_e, lo, v);
+        if held.is_empty() {
+            return false;
+        }
+        let mut t = u;
+        for (_, a, b) in held {
+            let a = a.max(t);
+            if a > t {
+                self.activity(cpu, t, a, tid, woke, out, slack, fault);
+            }
+            if b > a {
+                out.add("throttled: RT", b - a);
+            }
+            t = t.max(b);
+        }
+        if t < v {
+            self.activity(cpu, t, v, tid, woke, out, slack, fault);
+        }
+        true
     }
 
     /// Idle before the wake-up (`cut`) between two interrupts of one kind
@@ -1261,6 +1346,8 @@ mod tests {
             runtime: &[n, 900, 100],
             expires: &[n, n, n],
             softexpires: &[n, n, n],
+            prio: &[n, n, n],
+            next_prio: &[n, n, n],
             event_names: &names,
             comms: &comms,
             states: &empty,
@@ -1293,6 +1380,8 @@ mod tests {
             runtime: &[n, n, n],
             expires: &[n, n, n],
             softexpires: &[n, n, n],
+            prio: &[n, n, n],
+            next_prio: &[n, n, n],
             event_names: &names,
             comms: &comms,
             states: &states,
@@ -1301,6 +1390,54 @@ mod tests {
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000, groups: HashMap::new() };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 800), ("return to user space".to_string(), 50)]);
+    }
+
+    /// Switches on CPU 1: the spinner (7, FIFO 10: prio 89) is switched out runnable to a
+    /// lower-class task at 300 (`cfs`: 120, 9) and real-time thread 42 (prio 19) is woken at 400,
+    /// switched in at 6000; `to_rt` is whether what 7 gave way to was real-time.
+    fn rt_events(names: &[String], comms: &[String], states: &[String], to_rt: bool) -> Events<'static> {
+        let n = NONE;
+        let leak = |v: Vec<i64>| -> &'static [i64] { Box::leak(v.into_boxed_slice()) };
+        let (nm, cm, st): (&'static [String], &'static [String], &'static [String]) =
+            (Box::leak(names.to_vec().into_boxed_slice()), Box::leak(comms.to_vec().into_boxed_slice()), Box::leak(states.to_vec().into_boxed_slice()));
+        Events {
+            t_ns: leak(vec![100, 300, 400, 6000, 6500]),
+            cpu: leak(vec![1, 1, 1, 1, 1]),
+            event: leak(vec![0, 0, 1, 0, 0]),
+            pid: leak(vec![42, 7, 9, 9, 42]),
+            target: leak(vec![42, 7, 42, 9, 42]),
+            target_comm: leak(vec![1, 0, 1, 2, 1]),
+            next_pid: leak(vec![7, 9, n, 42, 7]),
+            next_comm: leak(vec![0, 2, n, 1, 0]),
+            prev_state: leak(vec![1, 0, n, 0, 1]),
+            name: leak(vec![n; 5]),
+            runtime: leak(vec![n; 5]),
+            expires: leak(vec![n; 5]),
+            softexpires: leak(vec![n; 5]),
+            prio: leak(vec![19, 89, 19, 120, 19]),
+            next_prio: leak(vec![89, if to_rt { 50 } else { 120 }, n, 19, 89]),
+            event_names: nm,
+            comms: cm,
+            states: st,
+            names: &[],
+        }
+    }
+
+    #[test]
+    fn a_real_time_thread_held_after_a_real_time_task_gave_way_to_a_lower_class_is_throttled_rt() {
+        let ev = rt_events(&table(&["sched_switch", "sched_wakeup"]), &table(&["spin", "t", "cfs"]), &table(&["R", "S"]), false);
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 6000, span: false }]);
+        assert_eq!(out[0].causes, vec![("throttled: RT".to_string(), 5600)]);
+    }
+
+    #[test]
+    fn a_real_time_task_preempted_by_a_higher_one_holds_nothing() {
+        let ev = rt_events(&table(&["sched_switch", "sched_wakeup"]), &table(&["spin", "t", "cfs"]), &table(&["R", "S"]), true);
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 6000, span: false }]);
+        assert!(out[0].causes.iter().all(|c| c.0 != "throttled: RT"), "{:?}", out[0].causes);
+        assert_eq!(out[0].causes[0].0, "thread: cfs");
     }
 
     #[test]
@@ -1325,6 +1462,8 @@ mod tests {
             runtime: &[n, n, n, n, n],
             expires: &[n, n, n, n, n],
             softexpires: &[n, n, n, n, n],
+            prio: &[n, n, n, n, n],
+            next_prio: &[n, n, n, n, n],
             event_names: &names,
             comms: &comms,
             states: &states,
@@ -1358,6 +1497,8 @@ mod tests {
             runtime: &[n; 6],
             expires: &[n; 6],
             softexpires: &[n; 6],
+            prio: &[n; 6],
+            next_prio: &[n; 6],
             event_names: &names,
             comms: &comms,
             states: &states,
@@ -1390,6 +1531,8 @@ mod tests {
             runtime: &[n; 8],
             expires: &[n; 8],
             softexpires: &[n; 8],
+            prio: &[n; 8],
+            next_prio: &[n; 8],
             event_names: &names,
             comms: &comms,
             states: &states,

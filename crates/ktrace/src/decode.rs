@@ -36,14 +36,26 @@ enum Col {
     SoftExpires,
     /// A function pointer, named through the recording's kallsyms (into `Name`; none without them).
     Func,
+    /// The kernel's priority of the target task (0-99 real-time, 100-139 the others; sched_switch's prev_prio)
+    Prio,
+    /// sched_switch's next_prio
+    NextPrio,
 }
 
 /// Per event: which of its fields fill which column.
 fn plan(name: &str) -> &'static [(&'static str, Col)] {
     use Col::*;
     match name {
-        "sched_switch" => &[("prev_pid", Target), ("prev_comm", TargetComm), ("prev_state", PrevState), ("next_pid", NextPid), ("next_comm", NextComm)],
-        "sched_wakeup" | "sched_waking" | "sched_wakeup_new" => &[("pid", Target), ("comm", TargetComm), ("target_cpu", DestCpu)],
+        "sched_switch" => &[
+            ("prev_pid", Target),
+            ("prev_comm", TargetComm),
+            ("prev_state", PrevState),
+            ("next_pid", NextPid),
+            ("next_comm", NextComm),
+            ("prev_prio", Prio),
+            ("next_prio", NextPrio),
+        ],
+        "sched_wakeup" | "sched_waking" | "sched_wakeup_new" => &[("pid", Target), ("comm", TargetComm), ("target_cpu", DestCpu), ("prio", Prio)],
         "sched_migrate_task" => &[("pid", Target), ("comm", TargetComm), ("dest_cpu", DestCpu)],
         "sched_stat_runtime" => &[("pid", Target), ("comm", TargetComm), ("runtime", Runtime)],
         "irq_handler_entry" => &[("irq", Irq), ("name", Name)],
@@ -97,6 +109,9 @@ pub struct Columns {
     /// hrtimer_start: the hard expiry and the soft one (the slack is between them).
     pub expires: Vec<i64>,
     pub softexpires: Vec<i64>,
+    /// sched_switch: the tasks' kernel priorities (prev, next); the wake-ups: the woken task's
+    pub prio: Vec<i64>,
+    pub next_prio: Vec<i64>,
 }
 
 impl Columns {
@@ -105,7 +120,7 @@ impl Columns {
         self.cpu.reserve(n);
         self.event.reserve(n);
         self.pid.reserve(n);
-        for v in [&mut self.target, &mut self.target_comm, &mut self.next_pid, &mut self.next_comm, &mut self.prev_state, &mut self.irq, &mut self.name, &mut self.dest_cpu, &mut self.runtime, &mut self.expires, &mut self.softexpires] {
+        for v in [&mut self.target, &mut self.target_comm, &mut self.next_pid, &mut self.next_comm, &mut self.prev_state, &mut self.irq, &mut self.name, &mut self.dest_cpu, &mut self.runtime, &mut self.expires, &mut self.softexpires, &mut self.prio, &mut self.next_prio] {
             v.reserve(n);
         }
     }
@@ -321,7 +336,7 @@ impl Decoder {
         };
         let event = k.event as i32;
         let pid = d.get(4..8).map(|s| i32::from_le_bytes(s.try_into().unwrap())).unwrap_or(-1);
-        let mut vals = [NONE; 12];
+        let mut vals = [NONE; 14];
         let strings = &mut self.strings;
         for f in &k.fields {
             let v = if f.is_string {
@@ -364,6 +379,8 @@ impl Decoder {
         c.runtime.push(vals[8]);
         c.expires.push(vals[9]);
         c.softexpires.push(vals[10]);
+        c.prio.push(vals[12]);
+        c.next_prio.push(vals[13]);
         self.counts.kept += 1;
     }
 

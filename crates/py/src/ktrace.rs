@@ -123,6 +123,8 @@ fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) 
     cols.set_item("runtime", c.runtime.into_pyarray(py))?;
     cols.set_item("expires", c.expires.into_pyarray(py))?;
     cols.set_item("softexpires", c.softexpires.into_pyarray(py))?;
+    cols.set_item("prio", c.prio.into_pyarray(py))?;
+    cols.set_item("next_prio", c.next_prio.into_pyarray(py))?;
     o.set_item("columns", cols)?;
     let lost = PyDict::new(py);
     lost.set_item("cpu", l.cpu.into_pyarray(py))?;
@@ -307,6 +309,13 @@ pub fn ktrace_attribute<'py>(
         owned.push(column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?);
     }
     let n = owned[0].len();
+    // the tasks' priorities: captures before these columns have none
+    for c in ["prio", "next_prio"] {
+        owned.push(match cols.get_item(c)? {
+            Some(a) => column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?,
+            None => vec![-1; n],
+        });
+    }
     if owned.iter().any(|c| c.len() != n) {
         return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
     }
@@ -327,7 +336,7 @@ pub fn ktrace_attribute<'py>(
         let o = &owned;
         let ev = Events {
             t_ns: &o[0], cpu: &o[1], event: &o[2], pid: &o[3], target: &o[4], target_comm: &o[5], next_pid: &o[6], next_comm: &o[7],
-            prev_state: &o[8], name: &o[9], runtime: &o[10], expires: &o[11], softexpires: &o[12],
+            prev_state: &o[8], name: &o[9], runtime: &o[10], expires: &o[11], softexpires: &o[12], prio: &o[13], next_prio: &o[14],
             event_names: &event_names, comms: &comms, states: &states, names: &names,
         };
         attribute_many(&ev, &ctx, &wins)

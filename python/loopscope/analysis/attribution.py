@@ -166,7 +166,7 @@ def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab
 
 # A column the native split takes: an int64 or int32 array, or chunks of them in time order.
 Column = np.ndarray | list[np.ndarray]
-NUMERIC = ("t_ns", "cpu", "pid", "target", "next_pid", "runtime", "expires", "softexpires")
+NUMERIC = ("t_ns", "cpu", "pid", "target", "next_pid", "runtime", "expires", "softexpires", "prio", "next_prio")
 
 
 @dataclass

@@ -10,8 +10,8 @@ the CPU, the time in ns, the event and its fields. Per event the fields that
 attribution needs get columns of their own:
 
 ==================  ===========================================================
-sched_switch        prev_pid, prev_comm, prev_state, next_pid, next_comm, prio
-sched_wakeup(ing)   target pid and comm, target_cpu
+sched_switch        prev_pid, prev_comm, prev_state, next_pid, next_comm, prev_prio, next_prio
+sched_wakeup(ing)   target pid and comm, target_cpu, prio
 sched_migrate_task  target pid, orig_cpu, dest_cpu
 sched_stat_runtime  target pid and comm, runtime (ns it ran up to this event)
 irq_handler_*       irq, name (entry)
@@ -50,7 +50,7 @@ SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
     "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
     "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
-    "expires": pl.Int64, "softexpires": pl.Int64,
+    "expires": pl.Int64, "softexpires": pl.Int64, "prio": pl.Int32, "next_prio": pl.Int32,
 }
 
 
@@ -146,11 +146,11 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
     # Each event's fields by its own pattern, on its own rows only.
     sw = df.filter(pl.col("event") == "sched_switch")
     if len(sw):
-        g = sw["args"].str.extract_groups(r"prev_comm=(?P<target_comm>.*?) prev_pid=(?P<target>\d+) prev_prio=-?\d+ prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>.*?) next_pid=(?P<next_pid>\d+) next_prio=-?\d+").struct.unnest()
+        g = sw["args"].str.extract_groups(r"prev_comm=(?P<target_comm>.*?) prev_pid=(?P<target>\d+) prev_prio=(?P<prio>-?\d+) prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>.*?) next_pid=(?P<next_pid>\d+) next_prio=(?P<next_prio>-?\d+)").struct.unnest()
         parts.append(pl.concat([sw, g], how="horizontal"))
     wk = df.filter(pl.col("event").is_in(["sched_wakeup", "sched_waking", "sched_migrate_task"]))
     if len(wk):
-        g = wk["args"].str.extract_groups(r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) prio=-?\d+(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=\d+ dest_cpu=(?P<dc>\d+))?").struct.unnest()
+        g = wk["args"].str.extract_groups(r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) prio=(?P<prio>-?\d+)(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=\d+ dest_cpu=(?P<dc>\d+))?").struct.unnest()
         g = g.with_columns(pl.coalesce("dc", "wt").alias("dest_cpu")).drop("dc", "wt")
         parts.append(pl.concat([wk, g], how="horizontal"))
     rt = df.filter(pl.col("event") == "sched_stat_runtime")

@@ -47,9 +47,10 @@ SCHEMA = {
     "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
     "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
     "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
-    "expires": pl.Int64, "softexpires": pl.Int64,
+    "expires": pl.Int64, "softexpires": pl.Int64, "prio": pl.Int32, "next_prio": pl.Int32,
 }
-STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime", "expires", "softexpires"]
+STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime", "expires", "softexpires",
+          "prio", "next_prio"]
 LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
 # Events per row group (drain writes them so, the store reads them so) and
 # groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
@@ -107,12 +108,13 @@ class CaptureError(InputError):
 
 CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
 # The columns the native attribution takes, as int64 arrays.
-ARRAYS = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"]
+ARRAYS = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires", "prio", "next_prio"]
 
 
 # The decoder's columns that hold -1 where an event has no such field, and their stored type.
 NULLABLE = {"target": pl.Int32, "target_comm": pl.Int32, "next_pid": pl.Int32, "next_comm": pl.Int32, "prev_state": pl.Int32, "irq": pl.Int32,
-            "name": pl.Int32, "dest_cpu": pl.Int32, "runtime": pl.Int64, "expires": pl.Int64, "softexpires": pl.Int64}
+            "name": pl.Int32, "dest_cpu": pl.Int32, "runtime": pl.Int64, "expires": pl.Int64, "softexpires": pl.Int64,
+            "prio": pl.Int32, "next_prio": pl.Int32}
 
 
 def frame(got: Decoded) -> pl.DataFrame:
@@ -260,9 +262,9 @@ class Store:
             self._cache.move_to_end(key)
             return self._cache[key]
         df = pl.scan_parquet(p).slice(i * GROUP, GROUP).collect()
-        for c in ("expires", "softexpires"):  # captures before these columns
+        for c in ("expires", "softexpires", "prio", "next_prio"):  # captures before these columns
             if c not in df.columns:
-                df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
+                df = df.with_columns(pl.lit(None, dtype=SCHEMA[c]).alias(c))
         self._cache[key] = df
         while len(self._cache) > CACHE_GROUPS:
             self._cache.popitem(last=False)
