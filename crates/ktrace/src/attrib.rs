@@ -346,9 +346,13 @@ struct Pass {
     comm: FxHashMap<i64, i64>,
     /// per CPU: when a task was switched out runnable to the idle task, and which
     held: FxHashMap<i64, Vec<(i64, i64)>>,
-    /// per CPU: since when real-time tasks were held (a runnable one switched out to a lower class), and the stretches closed
+    /// per CPU: since when real-time tasks were held (the CPU ran a lower class while one waited there), and the stretches closed
     rt_open: FxHashMap<i64, i64>,
     rt: FxHashMap<i64, Vec<(i64, i64)>>,
+    /// real-time tasks switched out runnable and not run since: the CPU each waits on
+    rt_waiting: FxHashMap<i64, i64>,
+    /// whether a task was real-time when last seen in a switch
+    rt_task: FxHashMap<i64, bool>,
 }
 
 fn is_entry(kind: Ev) -> bool {
@@ -364,8 +368,18 @@ impl Pass {
         let ev = k.ev;
         let (t, c) = (ev.t_ns[i], ev.cpu[i]);
         self.switches.seen(c, t, ev.pid[i]);
+        if !self.rt_open.is_empty() && kind != Ev::Switch {
+            self.rt_seen(ev, i, kind, c, t);
+        }
         if kind == Ev::Switch {
             self.switched(ev, i, c, t);
+        } else if kind == Ev::Migrate && !self.rt_waiting.is_empty() {
+            // a waiting real-time task moved: it waits elsewhere now (where, the columns here do not say)
+            if let Some(w) = self.rt_waiting.remove(&ev.target[i]) {
+                if !self.rt_waiting.values().any(|&x| x == w) {
+                    self.rt_close(w, t);
+                }
+            }
         }
         if is_entry(kind) || is_exit(kind) {
             self.irq_segment(k, c, t);
@@ -397,15 +411,53 @@ impl Pass {
         if next == 0 && prev > 0 && runnable {
             self.held.entry(c).or_default().push((t, prev));
         }
-        // a real-time task gives way to a lower class only when real-time time is rationed (RT
-        // throttling, the fair server): held from there until a real-time task runs again
-        let (pp, np) = (ev.prio[i], ev.next_prio[i]);
-        if is_rt(np) {
-            if let Some(s) = self.rt_open.remove(&c) {
-                self.rt.entry(c).or_default().push((s, t.min(s + MAX_HOLD_NS)));
+        self.rt_switch(ev, i, c, t, runnable);
+    }
+
+    /// A CPU runs a lower class while a real-time task waits on it only
+    /// when real-time time is rationed (RT throttling, the fair server's
+    /// share): real-time tasks there are held from that switch until one
+    /// runs again (on this CPU, or the waiting one anywhere).
+    fn rt_switch(&mut self, ev: &Events, i: usize, c: i64, t: i64, runnable: bool) {
+        let (prev, next, pp, np) = (ev.target[i], ev.next_pid[i], ev.prio[i], ev.next_prio[i]);
+        if pp == NONE && np == NONE {
+            return;
+        }
+        if pp != NONE {
+            self.rt_task.insert(prev, is_rt(pp));
+        }
+        if np != NONE {
+            self.rt_task.insert(next, is_rt(np));
+        }
+        if let Some(w) = self.rt_waiting.remove(&next) {
+            if w != c && !self.rt_waiting.values().any(|&x| x == w) {
+                self.rt_close(w, t);
             }
-        } else if is_rt(pp) && np != NONE && prev > 0 && runnable {
+        }
+        if is_rt(pp) && runnable && prev > 0 {
+            self.rt_waiting.insert(prev, c);
+        }
+        if is_rt(np) {
+            self.rt_close(c, t);
+        } else if np != NONE && self.rt_waiting.values().any(|&x| x == c) {
             self.rt_open.entry(c).or_insert(t);
+        }
+    }
+
+    fn rt_close(&mut self, c: i64, t: i64) {
+        if let Some(s) = self.rt_open.remove(&c) {
+            self.rt.entry(c).or_default().push((s, t.min(s + MAX_HOLD_NS)));
+        }
+    }
+
+    /// An event in a real-time task's context on a CPU whose real-time
+    /// tasks were held: it runs, so the hold ended (at the run's start when
+    /// runtime accounting says), a switch in that went unrecorded.
+    fn rt_seen(&mut self, ev: &Events, i: usize, kind: Ev, c: i64, t: i64) {
+        if self.rt_open.contains_key(&c) && self.rt_task.get(&ev.pid[i]).copied().unwrap_or(false) {
+            let at = if kind == Ev::Runtime && ev.runtime[i] > 0 { t - ev.runtime[i] } else { t };
+            let s = self.rt_open[&c];
+            self.rt_close(c, at.max(s));
         }
     }
 
@@ -1429,6 +1481,41 @@ mod tests {
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups: HashMap::new() };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 6000, span: false }]);
         assert_eq!(out[0].causes, vec![("throttled: RT".to_string(), 5600)]);
+    }
+
+    #[test]
+    fn a_cpu_idling_while_a_preempted_real_time_task_waits_holds_the_next_real_time_thread() {
+        // what RT throttling looks like on a CPU that never records its switch out of idle: the spinner (7)
+        // is preempted by thread 42 at 100; 42 sleeps at 200 and the CPU idles though 7 is runnable;
+        // 42 is woken at 1000 and its runtime event at 9000 says it ran from 8900
+        let names = table(&["sched_switch", "sched_wakeup", "sched_stat_runtime"]);
+        let comms = table(&["spin", "t", "swapper/1"]);
+        let states = table(&["R", "S"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[100, 200, 1000, 9000, 9010],
+            cpu: &[1, 1, 1, 1, 1],
+            event: &[0, 0, 1, 2, 0],
+            pid: &[7, 42, 0, 42, 42],
+            target: &[7, 42, 42, 42, 42],
+            target_comm: &[0, 1, 1, 1, 1],
+            next_pid: &[42, 0, n, n, 7],
+            next_comm: &[1, 2, n, n, 0],
+            prev_state: &[0, 1, n, n, 1],
+            name: &[n; 5],
+            runtime: &[n, n, n, 100, n],
+            expires: &[n; 5],
+            softexpires: &[n; 5],
+            prio: &[89, 19, 19, n, 19],
+            next_prio: &[19, 120, n, n, 89],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 1000, b: 8900, span: false }]);
+        assert_eq!(out[0].causes, vec![("throttled: RT".to_string(), 7900)]);
     }
 
     #[test]

@@ -114,7 +114,9 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         who = cause.split(": ", 1)[1]
         return Remedy(f"run the probe's thread SCHED_FIFO (priority {RT_PRIORITY}): it then preempts {who} at once", "scheduling policy and priority",
                       f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU", False, fifo)
-    if cause.startswith("throttled: ") and cause != "throttled: RT":
+    if cause == "throttled: RT":
+        return _rt_budget(ctx)
+    if cause.startswith("throttled: "):
         return _unthrottle(cause[len("throttled: "):])
     if cause in ("timer interrupt",) or cause.startswith("IPI: "):
         what = "the timers that expire there" if cause == "timer interrupt" else "the cross-CPU calls aimed at it"
@@ -209,6 +211,22 @@ def _unthrottle(group: str) -> Remedy:
     name = f"the cgroup {group}" if known else "the thread's cgroup (find it: cat /proc/TID/cgroup)"
     return Remedy(f"raise or remove the CPU limit of {name}, or move the thread out of it: its quota was spent and the kernel held the thread until the next period",
                   "CPU limit (cgroup bandwidth: cpu.cfs_quota_us / cpu.max)", f"{how}   # or a larger quota; a container: docker update --cpus N, or the pod's resources.limits.cpu", False, t)
+
+
+def _rt_budget(ctx: Context) -> Remedy:
+    """Real-time tasks on the probe's CPU spent its real-time budget and the
+    kernel held every one there, the probe too: run the phase's loads that
+    share the probe's CPU as SCHED_OTHER (a policy the probe preempts, with
+    no budget to spend)."""
+    here = set(ctx.probe_cpus or ctx.usable)
+    mine = [ld for ld in ctx.loads if not ctx.load_cpus.get(ld) or here & set(ctx.load_cpus[ld])]
+    t: list[Tuning] = [SchedTuning(kind="sched", load=ld, policy="other") for ld in mine]
+    cpu = ",".join(map(str, sorted(here)))
+    return Remedy("take real-time priority from the busy real-time task on the probe's CPU (SCHED_OTHER, or a budget of its own with SCHED_DEADLINE): "
+                  "it spent the CPU's real-time share (sched_rt_runtime_us of every sched_rt_period_us) and the kernel then held every real-time thread there, the probe too",
+                  "real-time bandwidth (sched_rt_runtime_us) and the tasks' policies",
+                  f"chrt -o -p 0 <pid>   # find it: ps -eLo tid,cls,rtprio,psr,pcpu,comm | awk '$2 == \"FF\" || $2 == \"RR\"' on CPU {cpu}; "
+                  "lifting the limit (echo -1 > /proc/sys/kernel/sched_rt_runtime_us) lets a runaway spinner keep the CPU for good", False, t)
 
 
 def _kdamonds() -> list[str]:

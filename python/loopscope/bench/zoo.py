@@ -161,6 +161,8 @@ class Case:
     cpu_limit: tuple[str, int, int] | None = None
     # the measured program's threads (a name prefix) whose own lateness is compared with loopscope's from the kernel
     self_check: str | None = None
+    # a real-time spinner that only RT throttling (sched_rt_runtime_us) keeps from holding its CPU for good
+    rt_spinner: bool = False
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
@@ -203,6 +205,13 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
              probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "1", "--lookups", "16", "--mlock"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
              loads=[{"name": "limit", "kind": "command", "command": [zoo, "throttle", "--prefix", "zoo-table", "--group", THROTTLE_GROUP, "--cpu", str(c), "--scan-cpu", str(o)]}],
              cpu_limit=(THROTTLE_GROUP, 20_000, 100_000), self_check="zoo-table"),
+        Case("rt-throttle", "throttled: RT",
+             f"a SCHED_FIFO spinner (priority 10, a load) on CPU {c} spends the CPU's real-time budget (sched_rt_runtime_us of every "
+             f"sched_rt_period_us); the probe, a 50 Hz loop SCHED_FIFO 80 on CPU {c}, is held with every real-time task there until the next period",
+             # every 20 ms: a throttle (the last 50 ms of each second here) holds one of its wake-ups in 50, a p99 one
+             probe={"kind": "timer", "name": "t", "interval_us": 20000, "cpu": [c], "priority": 80},
+             loads=[{"name": "spin", "kind": "command", "command": [zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "1000000", "--period-us", "1000000"]}],
+             needs=["/proc/sys/kernel/sched_rt_runtime_us"], rt_spinner=True),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
              f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
              f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
@@ -255,6 +264,8 @@ def missing(case: Case) -> str | None:
         why = swapfile.missing()
         if why:
             return why
+    if case.rt_spinner and (why := _rt_throttling_off()):
+        return why
     if case.cpu_limit:
         from loopscope.host import cpulimit
 
@@ -265,6 +276,19 @@ def missing(case: Case) -> str | None:
 
     _, _, refused = capture.available()
     return f"no kernel capture: {refused}" if refused else None
+
+
+def _rt_throttling_off() -> str | None:
+    """Why a real-time spinner must not run here: with RT throttling off
+    nothing would ever take its CPU back (None: it is on)."""
+    try:
+        runtime = int(Path("/proc/sys/kernel/sched_rt_runtime_us").read_text())
+        period = int(Path("/proc/sys/kernel/sched_rt_period_us").read_text())
+    except (OSError, ValueError) as e:
+        return f"cannot read the RT throttling settings: {e}"
+    if runtime < 0 or runtime >= period:
+        return f"RT throttling is off (sched_rt_runtime_us {runtime} of sched_rt_period_us {period}): a SCHED_FIFO spinner would keep its CPU for good"
+    return None
 
 
 def build_zoo(work: Path) -> dict[str, str]:

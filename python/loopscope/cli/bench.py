@@ -199,7 +199,8 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
 
     Each case is a probe on CPU 1 with a baseline phase and an injected phase
     (a CPU hog, a SCHED_FIFO process, a UDP flood, timers, IPIs, timer slack,
-    page faults, a lock held by another thread); accuracy is the share of the
+    page faults, a lock held by another thread, a cgroup's CPU limit, RT
+    throttling, a priority inversion); accuracy is the share of the
     cases whose injected cause explain ranks first. Then advise on each case's
     run and its follow-up: did the remedy lower p99. The study's anomalies
     (periodic, quantization, warm-up) are injected and must be detected and
