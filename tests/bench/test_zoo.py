@@ -77,7 +77,7 @@ def test_a_case_this_machine_cannot_inject_says_why() -> None:
 def test_every_named_case_declares_its_expected_cause_with_a_defined_label() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "explain.md").read_text()
     names = [c.name for c in zoo.cases("zoo", "lock", "table")]
-    assert names == ["hog", "fifo", "netrx", "timers", "ipi", "slack", "faults", "blocked", "throttle", "rt-throttle", "inversion"]
+    assert names == ["hog", "fifo", "netrx", "timers", "ipi", "slack", "faults", "blocked", "throttle", "rt-throttle", "slowdown", "inversion"]
     for c in zoo.cases("zoo", "lock", "table"):
         family = c.expected.split(":")[0] if c.expected.startswith(("thread:", "load:", "blocked:", "softirq:", "throttled:")) else c.expected
         assert f"`{family}" in doc, c.expected  # every label is defined in docs/explain.md

@@ -49,6 +49,7 @@ import polars as pl
 from loopscope import progress
 from loopscope.analysis import attribution as A
 from loopscope.analysis import recorded as R
+from loopscope.analysis import slowed as SL
 from loopscope.analysis.limits import groups_of
 from loopscope.kernel import store as S
 from loopscope.trace import reader
@@ -269,6 +270,7 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         out["not_explained"] = [f"{u}: no registered kind gives its windows" for u in unknown]
     off = pl.col("host").cast(pl.String).replace_strict(offsets, default=0, return_dtype=pl.Int64) if offsets else pl.lit(0, dtype=pl.Int64)
     wins = wins.with_columns((pl.col("t_ns") - off).alias("start_k"), (pl.col("t_ns") + pl.col("latency_ns") - off).alias("end_k"))
+    refs = _slow_references(run_dir, wins)
     for cap in caps:
         progress.step(f"explain: opening the kernel capture of {cap.host}")
         try:
@@ -294,16 +296,29 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         # The ``max_outliers`` largest of each probe and phase (a long run's p99 is thousands).
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         del above
-        att = attribute_store(st, outl, roles, groups_of(cap.cpu_limits, st))
+        att = SL.split(attribute_store(st, outl, roles, groups_of(cap.cpu_limits, st)), outl, refs)
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
-            out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes))
+            out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes, refs))
     att_all = pl.concat(frames) if frames else pl.DataFrame()
     out["seconds"] = time.perf_counter() - t0
     return Derived(documents={"explain.json": out}, tables={"tables/attribution.parquet": att_all} if len(att_all) else {})
 
 
-def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool) -> Group:
+def _slow_references(run_dir: Path, wins: pl.DataFrame) -> pl.DataFrame:
+    """Each probe and phase's reference for ``slowed: no kernel event``: the
+    phases in the run's order, each compared with its ``compare_with``."""
+    try:
+        spec = json.loads(RunDir(run_dir).spec_json.read_text())
+    except (OSError, ValueError):
+        spec = {}
+    phases = [p["name"] for p in spec.get("phases") or [] if p.get("name")]
+    against = {p["name"]: p["compare_with"] for p in spec.get("phases") or [] if p.get("compare_with")}
+    return SL.references(wins, phases, against)
+
+
+def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool,
+                 refs: pl.DataFrame | None = None) -> Group:
     """One probe × phase of explain's result: its causes and shares."""
     total = int(g["ns"].sum())
     by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
@@ -329,9 +344,16 @@ def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.
     parts = parts_of(g)
     if parts is not None:
         entry["parts"] = parts
+    if SL.LABEL in fam and refs is not None and len(r := refs.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))):
+        entry["slowed"] = {"reference_phase": str(r["ref_phase"][0]), "reference_ns": int(r["ref_ns"][0]), "candidates": SL.candidates(_cpus_of(g))}
     if all_causes:
         entry["all_causes"] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None} for r in by.iter_rows(named=True)]
     return entry
+
+
+def _cpus_of(g: pl.DataFrame) -> list[int]:
+    """The CPUs a group's outliers ran on (the native split's ``cpu``)."""
+    return sorted({int(c) for c in g["cpu"].drop_nulls().unique().to_list() if c is not None and int(c) >= 0}) if "cpu" in g.columns else []
 
 
 def parts_of(g: pl.DataFrame, top: int = 4) -> Parts | None:

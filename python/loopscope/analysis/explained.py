@@ -90,6 +90,14 @@ class Parts(TypedDict):
     after: list[Cause]
 
 
+class Slowed(TypedDict):
+    """The reference of ``slowed: no kernel event`` in a group, and its candidates."""
+
+    reference_phase: str
+    reference_ns: int
+    candidates: list[str]
+
+
 class Group(TypedDict):
     probe: str
     phase: str
@@ -112,6 +120,9 @@ class Group(TypedDict):
     #: timer's expiry to the wake-up: the interrupt late, the CPU or vCPU not running) and after it (to
     #: user space); shares of the outliers whose wake-up was recorded; which part holds most of the time
     parts: NotRequired[Parts]
+    #: when spans ran slower than the same work in the phase compared with: that phase, its median
+    #: length of the span, and what could have slowed it that no kernel event shows
+    slowed: NotRequired[Slowed]
 
 
 class ExplainDoc(TypedDict):

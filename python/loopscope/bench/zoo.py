@@ -98,6 +98,8 @@ class CaseResult(TypedDict, total=False):
     #: the injected phase's p99 lateness by the program's own clock, and by loopscope's kernel capture alone
     self_p99_ns: int | None
     loopscope_p99_ns: int | None
+    #: the slowdown case: the injected phase's median run time of the same work over the baseline's
+    run_time_ratio: float | None
 
 
 class AnomalyResult(TypedDict, total=False):
@@ -212,6 +214,13 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
              probe={"kind": "timer", "name": "t", "interval_us": 20000, "cpu": [c], "priority": 80},
              loads=[{"name": "spin", "kind": "command", "command": [zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "1000000", "--period-us", "1000000"]}],
              needs=["/proc/sys/kernel/sched_rt_runtime_us"], rt_spinner=True),
+        Case("slowdown", "slowed: no kernel event",
+             f"a program on CPU {c} doing the same work every 2 ms (a chain of 4,000 dependent reads through a 512 KiB table), "
+             f"while stress-ng --cache thrashes the shared cache and the memory from CPU {o}: its work takes longer with no kernel event in its way",
+             probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-kib", "512", "--lookups", "4000", "--chase", "--period-us", "2000", "--mlock"],
+                    "attribute": ["loop/work"]},
+             loads=[{"name": "cache", "kind": "command", "command": ["stress-ng", "--cache", "1", "--taskset", str(o), "--quiet"]}],
+             needs=["stress-ng"]),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
              f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
              f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
@@ -373,6 +382,20 @@ def self_and_kernel_p99(run_dir: Path, comm: str, phase: str) -> tuple[int | Non
     return p99(own), p99(kernel)
 
 
+def run_time_ratio(run_dir: Path) -> float | None:
+    """The injected phase's median span of the probe over the baseline's: how much longer the same work took."""
+    import polars as pl
+
+    from loopscope.analysis.explain import windows_of
+    from loopscope.kinds import KINDS
+    from loopscope.rundir import RunDir
+
+    run = RunDir(run_dir).record()
+    w, _ = windows_of(run_dir, run, KINDS, [c for c in run.captures if c.data])
+    med = {str(p): v for p, v in w.filter(pl.col("span")).group_by(pl.col("phase").cast(pl.String)).agg(pl.col("latency_ns").median()).iter_rows()}
+    return med["injected"] / med["baseline"] if med.get("baseline") and med.get("injected") is not None else None
+
+
 def rule_top(run_dir: Path, phase: str) -> str | None:
     """rtla's rule over a phase's outliers of the case's probe: the label it
     blames most, each outlier weighted by its length (as explain's shares
@@ -493,6 +516,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         out["run"] = str(run_dir)
         if case.self_check:
             out["self_p99_ns"], out["loopscope_p99_ns"] = self_and_kernel_p99(run_dir, case.self_check, "injected")
+        if case.expected == "slowed: no kernel event":
+            out["run_time_ratio"] = run_time_ratio(run_dir)
         out["baseline_top"] = rule_top(run_dir, "injected")
         out["baseline_ok"] = out["baseline_top"] in (case.expected, *case.also)
         if remedies:  # the injectors and the swap stay for the follow-up: it runs the injected phase again
