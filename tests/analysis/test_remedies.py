@@ -59,3 +59,13 @@ def test_page_faults_of_a_probe_that_ran_unlocked_are_remedied_by_locking_its_me
 def test_page_faults_of_a_probe_already_locked_get_advice_and_no_tuning() -> None:
     r = remedy("page faults", _ctx(probe_unlocked=False))
     assert r is not None and r.tunings == []
+
+
+def test_rt_throttling_takes_real_time_priority_from_the_loads_on_the_probes_cpu_only() -> None:
+    r = remedy("throttled: RT", _ctx(loads=["spin", "far"], load_cpus={"spin": [1], "far": [0]}))
+    assert r is not None and plain(r) == [{"kind": "sched", "load": "spin", "policy": "other"}]
+
+
+def test_a_slowed_probe_gets_its_neighbours_held_to_a_sliver_of_a_cpu() -> None:
+    r = remedy("slowed: no kernel event", _ctx(loads=["cache"], load_cpus={"cache": [0]}))
+    assert r is not None and plain(r) == [{"kind": "limit", "load": "cache", "cpus": 0.001}]

@@ -172,3 +172,32 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     ej = tmp_path / "h1" / "explain.json"
     ej.write_text(json.dumps({**json.loads(ej.read_text()), "groups": [{"probe": "timer"}]}))
     assert_clean_error(cli("advise", str(tmp_path / "h1"), "--json"), 2, "explain.json: groups.0.phase: Field required", "loopscope explain")
+
+
+LIMITED = """name: limited
+probes:
+  - {kind: timer, interval_us: 1000, cpu: [1]}
+loads:
+  - {name: busy, kind: command, command: "stress-ng --cpu 1 --taskset 0 --quiet"}
+phases:
+  - {name: free, loads: [busy]}
+  - {name: held, loads: [busy], tunings: [{kind: limit, load: busy, cpus: 0.1}]}
+duration: 2s
+kernel: {capture: off}
+"""
+
+
+def test_a_limit_tuning_holds_a_load_to_its_cpu_budget_and_its_group_is_gone_after(tmp_path: Path) -> None:
+    from loopscope.host import cpulimit
+
+    if why := cpulimit.missing():
+        pytest.skip(why)
+    (tmp_path / "e.yaml").write_text(LIMITED)
+    r = subprocess.run([str(BIN), "run", "e.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr
+    loads = {ld["phase"]: ld for ld in json.loads((tmp_path / "run" / "run.json").read_text())["loads"]}
+    share = {ph: ld["cpu_s"] / ld["elapsed_s"] for ph, ld in loads.items()}
+    assert share["free"] > 0.7, share
+    assert share["held"] < 0.2, share  # 10 ms of every 100 ms, and the settling before the limit
+    assert not [g for g in cpulimit.leftovers() if g.name.startswith(cpulimit.LIMIT_PREFIX)]
+    assert not any(p.name.startswith(cpulimit.LIMIT_PREFIX) for root in (cpulimit.V1_CPU, cpulimit.V2) if root.is_dir() for p in root.iterdir())

@@ -90,6 +90,10 @@ BAD = [
     (MINIMAL.replace("    level: 2", "\tlevel: 2"), "x.yaml:7: invalid YAML: a tab in the indentation"),
     (MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    name: s") + "phases:\n  - name: p\n    tunings: [{kind: mlock, probe: s}]\n",
      "x.yaml:11: phases.0.tunings.0.probe: a syscall probe takes no mlock (timer and program probes do)"),
+    (MINIMAL + "phases:\n  - name: p\n    tunings: [{kind: limit, load: cpu-2, cpus: 0.1}]\n",
+     "x.yaml:11: phases.0.tunings.0.load: no load 'cpu-2' in phase 'p'; its loads are (none)"),
+    (MINIMAL + "phases:\n  - name: p\n    loads: [cpu-2]\n    tunings: [{kind: limit, load: cpu-2, cpus: 0}]\n",
+     "x.yaml:12: phases.0.tunings.0.cpus: must be at least 0.001 [got 0]"),
 ]
 
 

@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopscope import protocol as P
-from loopscope.host import procs, provenance
+from loopscope.host import cpulimit, procs, provenance
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.lineage import die_with_parent
@@ -117,6 +117,8 @@ class Agent:
         self.run_id = "unnamed"
         self.run_dir = Path(".")
         self.group: RunGroup | None = None
+        #: groups a phase's limit tunings made for its loads, removed when the loads stop
+        self.limited: list[Path] = []
         self.cg_note = ""
         self.loads: dict[str, list[procs.Child]] = {}
         # the controller's request stream (set by main; ``watch`` sleeps on it too)
@@ -171,7 +173,26 @@ class Agent:
         for ld, st in zip(m.loads, started):
             if ld.get("cpus") or ld.get("sched"):
                 st.tuned = _tune_threads(ld, procs.threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
+            if ld.get("limit"):
+                self._limit_load(ld, st)
         return P.LoadsStarted(loads=started)
+
+    def _limit_load(self, ld: dict[str, Any], st: P.LoadStarted) -> None:
+        """A phase's ``limit`` tuning on a load: its threads held to a CPU budget until the loads stop."""
+        own = Path(st.cgroup) if st.cgroup else None
+        try:
+            g = cpulimit.limit_threads(ld["name"], float(ld["limit"]["cpus"]), procs.threads_of(own, st.pids), own)
+        except OSError as e:
+            raise Failure(f"load {ld['name']}", f"the phase's limit tuning could not hold load {ld['name']} to {ld['limit']['cpus']} CPUs: "
+                          f"{e.strerror or e} ({cpulimit.missing() or 'the cgroup refused it'})") from None
+        if g is not None:
+            self.limited.append(g)
+        st.tuned = {**(st.tuned or {}), "limit_cpus": ld["limit"]["cpus"], "limit_group": str(g or own)}
+
+    def _unlimit(self) -> None:
+        for g in self.limited:
+            cpulimit.remove(g)
+        self.limited = []
 
     def _check_loads(self, when: str) -> None:
         for name, kids in self.loads.items():
@@ -392,6 +413,7 @@ class Agent:
             usec = RunGroup.cpu_usec(group) if group else None
             if group:
                 RunGroup.remove(group)
+            self._unlimit()
             works = [_last_json(k.log) for k in kids]
             report.append(LoadReport(
                 name=name, tids=tids, cpus=sorted(allowed), workers=len(kids), exit=[procs.exit_text(k.popen.returncode) for k in kids],
@@ -475,6 +497,7 @@ class Agent:
         for kids in self.loads.values():
             procs.stop(kids, grace=2.0)
         self.loads = {}
+        self._unlimit()
         if self.group is not None:
             RunGroup.remove(self.group.path)
             root, _ = find_root()

@@ -74,7 +74,8 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
         if p is None:
             continue
         fields = getattr(models.get(p["kind"]), "model_fields", {})
-        ctx = Context(probe=p["name"], probe_kind=p["kind"], probe_cpus=list(p.get("cpu") or []), usable=usable,
+        # a probe that does not say its CPUs (a program that pins itself) is where its outliers ran
+        ctx = Context(probe=p["name"], probe_kind=p["kind"], probe_cpus=list(p.get("cpu") or g.get("cpus") or []), usable=usable,
                       probe_takes_cpu="cpu" in fields, probe_takes_priority="priority" in fields, loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
                       load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]}, probe_priority=p.get("priority"),
                       probe_unlocked="mlock" in fields and not p.get("mlock", fields["mlock"].default if "mlock" in fields else True))
@@ -101,7 +102,7 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two tunings of one thing (the probe's placement, one file): the first stays."""
     if a["kind"] != b["kind"]:
         return False
-    key = {"affinity": ("probe", "load"), "sched": ("probe", "load"), "irq": ("irq",), "write": ("path",), "dma_latency": (), "cpuidle": ("state",), "mlock": ("probe",)}[a["kind"]]
+    key = {"affinity": ("probe", "load"), "sched": ("probe", "load"), "limit": ("load",), "irq": ("irq",), "write": ("path",), "dma_latency": (), "cpuidle": ("state",), "mlock": ("probe",)}[a["kind"]]
     return all(a.get(k) == b.get(k) for k in key)
 
 

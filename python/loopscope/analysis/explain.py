@@ -344,6 +344,8 @@ def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.
     parts = parts_of(g)
     if parts is not None:
         entry["parts"] = parts
+    if cpus := _cpus_of(g):
+        entry["cpus"] = cpus
     if SL.LABEL in fam and refs is not None and len(r := refs.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))):
         entry["slowed"] = {"reference_phase": str(r["ref_phase"][0]), "reference_ns": int(r["ref_ns"][0]), "candidates": SL.candidates(_cpus_of(g))}
     if all_causes:

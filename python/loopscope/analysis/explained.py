@@ -123,6 +123,8 @@ class Group(TypedDict):
     #: when spans ran slower than the same work in the phase compared with: that phase, its median
     #: length of the span, and what could have slowed it that no kernel event shows
     slowed: NotRequired[Slowed]
+    #: the CPUs the outliers ran on (what a remedy takes as the probe's when it does not pin it)
+    cpus: NotRequired[list[int]]
 
 
 class ExplainDoc(TypedDict):

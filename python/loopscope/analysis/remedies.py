@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopscope.spec.models import (AffinityTuning, DmaLatencyTuning, IrqTuning, MlockTuning, SchedTuning, Tuning,
+from loopscope.spec.models import (AffinityTuning, DmaLatencyTuning, IrqTuning, LimitTuning, MlockTuning, SchedTuning, Tuning,
                                    WriteTuning)
 
 
@@ -116,6 +116,8 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
                       f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU", False, fifo)
     if cause == "throttled: RT":
         return _rt_budget(ctx)
+    if cause == "slowed: no kernel event":
+        return _quiet_neighbours(ctx)
     if cause.startswith("throttled: "):
         return _unthrottle(cause[len("throttled: "):])
     if cause in ("timer interrupt",) or cause.startswith("IPI: "):
@@ -227,6 +229,31 @@ def _rt_budget(ctx: Context) -> Remedy:
                   "real-time bandwidth (sched_rt_runtime_us) and the tasks' policies",
                   f"chrt -o -p 0 <pid>   # find it: ps -eLo tid,cls,rtprio,psr,pcpu,comm | awk '$2 == \"FF\" || $2 == \"RR\"' on CPU {cpu}; "
                   "lifting the limit (echo -1 > /proc/sys/kernel/sched_rt_runtime_us) lets a runaway spinner keep the CPU for good", False, t)
+
+
+#: the share of a CPU a neighbour that slowed the probe keeps in the follow-up: 1 ms a second, stopped
+#: in effect (a tenth of a CPU still left one cycle in ten cold here, and moving it to the other CPU helped not at all)
+NEIGHBOUR_CPUS = 0.001
+
+
+def _quiet_neighbours(ctx: Context) -> Remedy:
+    """The probe ran slower with no kernel event in its way: what slowed it
+    ran beside it (on its CPU between its runs, or on another CPU sharing
+    the cache and the memory). Hold the phase's loads to 1 ms of CPU a
+    second, stopped in effect while the phase keeps them."""
+    here = set(ctx.probe_cpus)
+    _, rest = _away(ctx)
+    # a load on the probe's own CPU that never preempted it (SCHED_IDLE, or between its runs) left the caches
+    # cold for it; a load elsewhere shares the cache and the memory: each held to 1 ms a second
+    beside = [ld for ld in ctx.loads if here and here & set(ctx.load_cpus.get(ld) or [])]
+    away = [ld for ld in ctx.loads if ld not in beside]
+    t: list[Tuning] = [LimitTuning(kind="limit", load=ld, cpus=NEIGHBOUR_CPUS) for ld in beside + away]
+    who = ", ".join(beside + away) or "the busiest process beside it"
+    return Remedy(f"stop, limit or move {who}: the probe's own work ran longer with nothing in its way the kernel records, so what took the memory bandwidth or "
+                  "the shared cache ran beside it (or the host took the vCPU: steal time)",
+                  "neighbours' CPU time (cgroup limit), cache and memory bandwidth partitioning (resctrl CAT/MBA where the CPU has it)",
+                  "echo '10000 100000' > /sys/fs/cgroup/<neighbour>/cpu.max   # or systemd-run --scope -p CPUQuota=10% <command>; "
+                  "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>", False, t)
 
 
 def _kdamonds() -> list[str]:

@@ -161,15 +161,50 @@ def _injector_alive() -> bool:
     return False
 
 
+#: groups an agent makes for a phase's ``limit`` tuning: ls-limit-<agent pid>-<load>
+LIMIT_PREFIX = "ls-limit-"
+
+
+def _limit_owner_gone(g: Path) -> bool:
+    pid = g.name[len(LIMIT_PREFIX):].partition("-")[0]
+    return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
+
+
 def leftovers() -> list[Path]:
-    """Groups of loopscope's own with a CPU limit that a killed bench or test left behind."""
-    if _injector_alive():
-        return []
+    """Groups of loopscope's own with a CPU limit that a killed bench, test or agent left behind."""
+    injector = _injector_alive()
     out = []
     for root in (V1_CPU, V2):
         if root.is_dir():
-            out += [g for g in root.iterdir() if g.is_dir() and g.name.startswith(OWN_GROUPS)]
+            out += [g for g in root.iterdir() if g.is_dir() and not injector and g.name.startswith(OWN_GROUPS)]
+            out += [g for g in root.iterdir() if g.is_dir() and g.name.startswith(LIMIT_PREFIX) and _limit_owner_gone(g)]
     return out
+
+
+def limit_threads(name: str, cpus: float, tids: list[int], own: Path | None) -> Path | None:
+    """Hold the threads ``tids`` (a load) to ``cpus`` CPUs' worth of time in
+    every 100 ms (every second below 0.01 CPU, as a quota is 1 ms at least): in ``own`` (the load's cgroup v2 group) where it has the
+    cpu controller, else in a group of their own (``LIMIT_PREFIX``, this
+    process's pid and ``name``; what the caller removes with ``remove``,
+    None when ``own`` was limited). New threads and children of theirs stay
+    in it (a cgroup is inherited at fork)."""
+    period = 100_000 if cpus >= 0.01 else 1_000_000
+    quota = max(1000, round(cpus * period))
+    if own is not None and (own / "cpu.max").exists():
+        (own / "cpu.max").write_text(f"{quota} {period}")
+        return None
+    g = make(f"{LIMIT_PREFIX}{os.getpid()}-{name}", quota, period)
+    procs = "tasks" if (g / "tasks").exists() else "cgroup.procs"
+    for t in tids:
+        try:
+            (g / procs).write_text(str(t))
+        except ProcessLookupError:
+            pass  # the thread ended meanwhile
+        except OSError as e:
+            if e.errno != 3:  # ESRCH
+                remove(g)
+                raise
+    return g
 
 
 def remove(group: Path) -> None:

@@ -127,7 +127,7 @@ def check(phases: list[dict[str, Any]]) -> list[str]:
     problems = []
     for i, ph in enumerate(phases):
         for j, t in enumerate(ph.get("tunings") or []):
-            if t["kind"] in ("affinity", "sched", "mlock"):
+            if t["kind"] in ("affinity", "sched", "mlock", "limit"):
                 continue
             try:
                 changes(t, f"phases.{i}.tunings.{j}")
@@ -158,7 +158,7 @@ class Applied:
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
         for j, t in enumerate(tunings):
-            if t["kind"] in ("affinity", "sched", "mlock"):
+            if t["kind"] in ("affinity", "sched", "mlock", "limit"):
                 continue  # how a probe or load is started, not a file
             if t["kind"] == "dma_latency":
                 self._hold_dma(int(t["us"]))

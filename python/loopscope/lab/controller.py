@@ -596,12 +596,14 @@ def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) 
 def tune_loads(by_host: dict[str, list[dict[str, Any]]], phase: Any) -> None:
     """The phase's placement and scheduling tunings of its loads, for the agents to apply."""
     for t in phase.tunings:
-        if t.kind in ("affinity", "sched") and t.load is not None:
+        if t.kind in ("affinity", "sched", "limit") and t.load is not None:
             for loads in by_host.values():
                 for d in loads:
                     if d["name"] == t.load:
                         if t.kind == "affinity":
                             d["cpus"] = list(t.cpus)
+                        elif t.kind == "limit":
+                            d["limit"] = {"cpus": t.cpus}
                         else:
                             d["sched"] = {"policy": t.policy, "priority": t.priority}
 

@@ -83,7 +83,7 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...], tags: set[str] | None 
     return line, shown
 
 
-_TAGS = {"affinity", "sched", "irq", "dma_latency", "cpuidle", "mlock", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {"affinity", "sched", "limit", "irq", "dma_latency", "cpuidle", "mlock", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
 
 
 def _tags(model: type[Experiment]) -> set[str]:

@@ -263,6 +263,16 @@ class SchedTuning(_Target):
     priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="1..99 for fifo and rr")
 
 
+class LimitTuning(Model):
+    """A CPU limit on a load during the phase (cgroup bandwidth): at most
+    ``cpus`` CPUs' worth of time in every 100 ms (every second below 0.01),
+    for every thread of it."""
+
+    kind: Literal["limit"]
+    load: Name = Field(description="a load of this phase")
+    cpus: Annotated[float, Field(ge=0.001, le=1024)] = Field(description="CPUs' worth of time it may use (0.1: 10 ms of every 100 ms; 0.001: 1 ms a second, stopped in effect)")
+
+
 class IrqTuning(Model):
     """Steer an interrupt to these CPUs (/proc/irq/N/smp_affinity_list)."""
 
@@ -302,7 +312,7 @@ class WriteTuning(Model):
     value: str | int
 
 
-Tuning = Annotated[Union[AffinityTuning, SchedTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")]
+Tuning = Annotated[Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")]
 
 
 class Phase(Model):
@@ -665,6 +675,8 @@ class Experiment(Model):
                 elif "mlock" not in type(q).model_fields:
                     problems.append((where + ("probe",), f"a {q.kind} probe takes no mlock (timer and program probes do)"))
                 continue
+            if isinstance(t, LimitTuning) and t.load not in phase.loads:
+                problems.append((where + ("load",), f"no load {t.load!r} in phase {phase.name!r}; its loads are {', '.join(phase.loads) or '(none)'}"))
             if not isinstance(t, (AffinityTuning, SchedTuning)):
                 continue
             if t.load is not None and t.load not in phase.loads:
