@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis.explained import ExplainDoc, Group
 
@@ -128,6 +128,10 @@ class ZooBench(TypedDict):
     accuracy: float | None
     #: the same score for rtla's rule (blame whoever ran when the timer fired) on the same outliers
     baseline_accuracy: float | None
+    #: the bursts case (known lengths at known instants; not among the named cases): its entry, and the median
+    #: absolute difference between the time explain gives the bursts in each outlier and the bursts' overlap with it
+    bursts: NotRequired[CaseResult | None]
+    duration_error_us: NotRequired[float | None]
     anomalies: list[AnomalyResult]
     ran: int
     skipped: int
@@ -231,6 +235,40 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
                     "attribute": ["lock/wait"]},
              loads=[{"name": "hog", "kind": "command", "command": [zoo, "fifo", "--cpu", str(o), "--prio", "10", "--burst-us", "4000", "--period-us", "10000"]}]),
     ]
+
+
+def bursts_case(zoo: str, log: Path) -> Case:
+    """Known answers for time: a 1 ms SCHED_FIFO spin every 50 ms on the
+    probe's CPU, each burst's start and end logged by the injector (each
+    holds the 1 kHz probe's one wake-up inside it, 2 % of them: the
+    phase's p99; a 200 µs burst every 100 ms held one wake-up in 500,
+    below the p99 and the CPU's own idle exits)."""
+    c = PROBE_CPU
+    return Case("bursts", "load: bursts", f"a 1 ms SCHED_FIFO spin every 50 ms on CPU {c}, each burst's start and end written by the injector",
+                loads=[{"name": "bursts", "kind": "command", "command": [zoo, "bursts", "--cpu", str(c), "--prio", "10", "--burst-us", "1000",
+                                                                          "--period-us", "50000", "--log", str(log)]}])
+
+
+def duration_error_us(run_dir: Path, log: Path, label: str = "load: bursts") -> float | None:
+    """The median, over the injected phase's outliers that a burst overlaps
+    or explain gives the label, of |time explain gives the label − the
+    bursts' overlap with the outlier's window|, in µs (None: no such outlier)."""
+    import numpy as np
+    import polars as pl
+
+    p = run_dir / "tables" / "attribution.parquet"
+    if not p.exists() or not log.exists():
+        return None
+    b = np.array([[int(x) for x in ln.split()] for ln in log.read_text().splitlines() if len(ln.split()) == 2], dtype=np.int64).reshape(-1, 2)
+    a = pl.read_parquet(p).filter((pl.col("phase") == "injected") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
+    per = a.group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("ns").filter(pl.col("cause") == label).sum().alias("named"))
+    errs = []
+    for t, lat, named in per.select("t_ns", "latency_ns", "named").iter_rows():
+        lo, hi = int(t), int(t) + int(lat)
+        overlap = int(np.clip(np.minimum(b[:, 1], hi) - np.maximum(b[:, 0], lo), 0, None).sum()) if len(b) else 0
+        if overlap or named:
+            errs.append(abs(int(named or 0) - overlap))
+    return float(np.median(errs)) / 1e3 if errs else None
 
 
 SPEC_HEAD = """# loopscope bench explain: case {name} ({what})
@@ -671,15 +709,23 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     progs = build_zoo(work)
     every = cases(progs["zoo"], progs["lock"], progs["table"], progs["ping"])
     odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
-    unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies"})
+    unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies", "bursts"})
     if unknown:
         from loopscope.errors import InputError
 
-        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}")
+        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, bursts, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}")
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()
     results = [run_case(c, work, duration_s, reps, say, remedies) for c in chosen]
+    timed: CaseResult | None = None
+    error_us = None
+    if not only or "bursts" in only:
+        log = work / "bursts" / "bursts.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
+        timed = run_case(bursts_case(progs["zoo"], log), work, duration_s, reps, say, remedies=False)
+        error_us = duration_error_us(Path(timed["run"]), log) if timed.get("run") else None
     found = [run_anomaly(a, work, say) for a in odd]
     ran = [r for r in results if not r.get("skipped")]
     hit = sum(1 for r in ran if r.get("expected_rank") == 1)
@@ -692,6 +738,7 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
         "accuracy": hit / len(results) if results else None,
         "baseline_accuracy": sum(1 for r in ran if r.get("baseline_ok")) / len(results) if results else None,
         "anomalies": found,
+        "bursts": timed, "duration_error_us": error_us,
         "ran": len(ran), "skipped": len(results) - len(ran),
         "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
         "seconds": time.monotonic() - t0,
@@ -737,6 +784,11 @@ def print_human(r: ZooBench) -> None:
             a.add_row(x["name"], format_ns(x["injected_ns"]), format_ns(x["detected_ns"]) if x["detected_ns"] is not None else "not detected",
                       x["expected"], named, "yes" if x["ok"] else "no")
         con.print(a)
+    if r.get("bursts") and not (r["bursts"] or {}).get("skipped"):
+        b = r["bursts"] or {}
+        err = r.get("duration_error_us")
+        con.print(f"bursts (known lengths at known instants): {b.get('expected')} {_pct(b.get('expected_share'))} of the outliers' time; "
+                  f"explain's time against the injected overlap: median error {f'{err:.1f} µs' if err is not None else '–'}")
     if r.get("baseline_accuracy") is not None:
         con.print(f"rtla's rule (blame whoever ran when the timer fired) on the same outliers: accuracy {r['baseline_accuracy']:.2f}")
     con.print(f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}")

@@ -5,6 +5,9 @@
  *
  *   fifo    a SCHED_FIFO thread busy in bursts on a CPU (a process outside
  *           the lab: its comm is what explain must name)
+ *   bursts  a SCHED_FIFO spin of --burst-us every --period-us on a CPU, each
+ *           burst's start and end (CLOCK_MONOTONIC ns) appended to --log:
+ *           a known answer for how long explain says each outlier was held
  *   timers  many high-resolution timers firing on a CPU: per-CPU perf
  *           cpu-clock events, whose hrtimers re-arm themselves inside the
  *           timer interrupt (no thread of ours runs on that CPU)
@@ -122,6 +125,43 @@ static int mode_fifo(int argc, char **argv) {
 
 static int perf_open(struct perf_event_attr *a, int cpu, int group) {
     return (int)syscall(SYS_perf_event_open, a, -1, cpu, group, 0);
+}
+
+/* bursts: SCHED_FIFO, a spin of --burst-us at every --period-us, each logged (start end, ns) to --log */
+static int mode_bursts(int argc, char **argv) {
+    int cpu = (int)arg(argc, argv, "--cpu", 1);
+    int64_t burst = arg(argc, argv, "--burst-us", 200) * 1000;
+    int64_t period = arg(argc, argv, "--period-us", 100000) * 1000;
+    const char *path = sarg(argc, argv, "--log", NULL);
+    struct sched_param sp = {.sched_priority = (int)arg(argc, argv, "--prio", 10)};
+    FILE *log = path ? fopen(path, "a") : NULL;
+    if (!log) {
+        fprintf(stderr, "ls-zoo bursts: --log FILE is needed and must open: %s\n", path ? strerror(errno) : "no --log");
+        return 2;
+    }
+    setvbuf(log, NULL, _IOFBF, 1 << 20);
+    pin_or_die(cpu);
+    if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0) {
+        fprintf(stderr, "ls-zoo bursts: SCHED_FIFO refused: %s\n", strerror(errno));
+        return 1;
+    }
+    /* each burst is logged from its deadline (the timer makes it runnable there and, the CPU idle, it
+     * runs at once: its way back to user space is the burst's too) to just before it sleeps again */
+    int64_t next = now_ns() + period;
+    while (!stop_now) {
+        struct timespec ts = {next / 1000000000LL, next % 1000000000LL};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop_now) {}
+        if (stop_now) break;
+        int64_t a = now_ns();
+        if (a - next < 50000) a = next; /* woken on time (a late wake-up starts where it ran) */
+        spin_until(a + burst);
+        next += period;
+        if (next < now_ns()) next = now_ns() + period;
+        /* buffered, written on the way out: a write here would make the burst's run longer than its log says */
+        fprintf(log, "%lld %lld\n", (long long)a, (long long)now_ns());
+    }
+    fclose(log);
+    return 0;
 }
 
 /* timers: --events cpu-clock events on --cpu, each firing every --period-us */
@@ -452,7 +492,7 @@ static int mode_throttle(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ls-zoo fifo|timers|ipi|slack|pageout|throttle [--option value ...] [--gate FILE]\n");
+        fprintf(stderr, "usage: ls-zoo fifo|bursts|timers|ipi|slack|pageout|throttle [--option value ...] [--gate FILE]\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -465,6 +505,7 @@ int main(int argc, char **argv) {
     prctl(PR_SET_NAME, name);
     if (!strcmp(argv[1], "fifo")) return mode_fifo(argc, argv);
     if (!strcmp(argv[1], "timers")) return mode_timers(argc, argv);
+    if (!strcmp(argv[1], "bursts")) return mode_bursts(argc, argv);
     if (!strcmp(argv[1], "ipi")) return mode_ipi(argc, argv);
     if (!strcmp(argv[1], "slack")) return mode_slack(argc, argv);
     if (!strcmp(argv[1], "pageout")) return mode_pageout(argc, argv);
