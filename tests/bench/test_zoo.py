@@ -86,3 +86,19 @@ def test_every_named_case_declares_its_expected_cause_with_a_defined_label() -> 
 def test_the_quantization_anomaly_declares_the_slack_it_injects() -> None:
     q = next(a for a in zoo.anomalies("zoo", "poll", "table") if a.name == "quantization")
     assert q.injected_ns == 5_000_000 and q.expected == "timer slack"
+
+def test_a_cause_the_recorded_set_cannot_show_is_invisible_and_says_what_is_missing() -> None:
+    from loopscope.bench import recorders
+
+    minimal = {"sched_switch", "sched_wakeup", "sched_waking"}
+    assert recorders.invisible("softirq: NET_RX", minimal) == "no softirq_entry events: softirq: NET_RX cannot be seen"
+    assert recorders.invisible("timer slack", minimal) is not None
+    for thread_caused in ("load: hog", "thread: zoo-fifo", "blocked: zoo-holder", "throttled: /g", "throttled: RT", "slowed: no kernel event"):
+        assert recorders.invisible(thread_caused, minimal) is None, thread_caused
+    assert recorders.invisible("IPI: function call", {*minimal, "csd_function_entry"}) is None
+
+
+def test_a_case_recorded_by_another_tool_runs_with_loopscopes_capture_off() -> None:
+    hog = next(c for c in zoo.cases("zoo", "lock", "table") if c.name == "hog")
+    assert "kernel: {capture: off}" in zoo.spec_text(hog, 2, 1, None, capture=False)
+    assert "capture: off" not in zoo.spec_text(hog, 2, 1, None)

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -78,6 +78,8 @@ class CaseResult(TypedDict, total=False):
     """One injected cause, scored (or why it was skipped)."""
 
     name: str
+    #: another recorder's set lacks what shows this cause: which events (the top cause is then no verdict)
+    invisible: str
     expected: str
     injected: str
     skipped: str | None
@@ -132,6 +134,10 @@ class ZooBench(TypedDict):
     #: absolute difference between the time explain gives the bursts in each outlier and the bursts' overlap with it
     bursts: NotRequired[CaseResult | None]
     duration_error_us: NotRequired[float | None]
+    #: who recorded the kernel (native: loopscope's capture), the event set, and its tracepoints
+    recorder: NotRequired[str]
+    events: NotRequired[str]
+    event_list: NotRequired[list[str]]
     anomalies: list[AnomalyResult]
     ran: int
     skipped: int
@@ -279,7 +285,7 @@ probes:
 """
 
 
-def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> str:
+def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None, capture: bool = True) -> str:
     loads = [*case.loads, *case.baseline]
     names = [ld["name"] for ld in case.loads]
     if gate is not None:
@@ -293,6 +299,8 @@ def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None) -> st
     body += f"phases:\n  - {{name: baseline, loads: {json.dumps([ld['name'] for ld in case.baseline])}}}\n"
     body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps(case.tunings)}}}\n"
     body += f"duration: {duration_s:g}s\nwarmup: 0.5s\nrepetitions: {reps}\n"
+    if not capture:  # another recorder records the kernel (bench/recorders.py)
+        body += "kernel: {capture: off}\n"
     return body
 
 
@@ -518,16 +526,21 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
             "against": row["baseline_phase"], "run": str(fd)}
 
 
-def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True) -> CaseResult:
+def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True,
+             recorder: str = "native", events: str = "full") -> CaseResult:
     from loopscope.analysis.explain import explain
+    from loopscope.bench import recorders as REC
 
-    why = missing(case)
+    why = missing(case) or (REC.missing(recorder) if recorder != "native" else None)
     if why:
         return {"name": case.name, "expected": case.expected, "injected": case.what, "skipped": why}
+    if recorder != "native" and case.cpu_limit:
+        # no look at the kernel's groups without loopscope's capture: the limit is named without its group
+        case = replace(case, also=[*case.also, "throttled: CPU limit"])
     d = work / case.name
     d.mkdir(parents=True, exist_ok=True)
     gate = d / "gate.pid" if case.outside is not None else None
-    (d / "spec.yaml").write_text(spec_text(case, duration_s, reps, gate))
+    (d / "spec.yaml").write_text(spec_text(case, duration_s, reps, gate, capture=recorder == "native"))
     run_dir = next(d / f"run-{i}" for i in range(1, 10_000) if not (d / f"run-{i}").exists())
     outside = None
     swap = None
@@ -543,10 +556,19 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         if case.outside and gate is not None:  # [] : the probe itself reads the gate
             outside = _start_outside(case.outside, gate, d / "injector.log")
         say(f"  {case.name}: {case.what} ({reps} × baseline/injected, {duration_s:g} s each) …")
-        r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
-                           capture_output=True, text=True, timeout=600)
-        if r.returncode != 0:
-            raise RunError(f"bench explain: case {case.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+        cmd = [sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"]
+        present: list[str] | None = None
+        if recorder == "native":
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise RunError(f"bench explain: case {case.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+        else:
+            rec = REC.record(recorder, events, d / ("kernel.dat" if recorder == "trace-cmd" else "perf.data"), cmd)
+            status = json.loads((run_dir / "run.json").read_text()).get("status") if (run_dir / "run.json").exists() else None
+            if status != "completed":
+                raise RunError(f"bench explain: case {case.name}: the run under {recorder} did not complete ({status or 'no run.json'}; see {run_dir})")
+            present = REC.attach(run_dir, rec)
+            rec.unlink(missing_ok=True)
         say(f"  {case.name}: explaining …")
         from loopscope.kinds import KINDS
 
@@ -555,6 +577,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
             raise RunError(f"bench explain: case {case.name}: the run has no kernel capture to explain")
         out = score(case, res)
         out["run"] = str(run_dir)
+        if present is not None and (inv := REC.invisible(case.expected, set(present))):
+            out["invisible"] = inv
         if case.self_check:
             out["self_p99_ns"], out["loopscope_p99_ns"] = self_and_kernel_p99(run_dir, case.self_check, "injected")
         if case.expected == "slowed: no kernel event":
@@ -700,7 +724,7 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyR
 
 
 def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
-        workdir: str | None = None, progress: Progress = None, remedies: bool = True) -> ZooBench:
+        workdir: str | None = None, progress: Progress = None, remedies: bool = True, recorder: str = "native", events: str = "full") -> ZooBench:
     say = progress or (lambda _m: None)
     duration_s = duration_s or (2.0 if quick else 5.0)
     reps = reps or (1 if quick else 3)
@@ -717,10 +741,14 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()
-    results = [run_case(c, work, duration_s, reps, say, remedies) for c in chosen]
+    native = recorder == "native"
+    remedies = remedies and native  # the follow-up proves a remedy with loopscope's capture; another recorder is scored on names
+    if not native:
+        odd = []  # the anomalies' detectors read the probes' records, not the recorder's: nothing to compare
+    results = [run_case(c, work, duration_s, reps, say, remedies, recorder, events) for c in chosen]
     timed: CaseResult | None = None
     error_us = None
-    if not only or "bursts" in only:
+    if native and (not only or "bursts" in only):
         log = work / "bursts" / "bursts.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         log.unlink(missing_ok=True)
@@ -739,11 +767,21 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
         "baseline_accuracy": sum(1 for r in ran if r.get("baseline_ok")) / len(results) if results else None,
         "anomalies": found,
         "bursts": timed, "duration_error_us": error_us,
+        "recorder": recorder, "events": events, "event_list": _event_list(recorder, events),
         "ran": len(ran), "skipped": len(results) - len(ran),
         "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
         "seconds": time.monotonic() - t0,
         "workdir": str(work),
     }
+
+
+def _event_list(recorder: str, events: str) -> list[str]:
+    """The tracepoints the recorder was asked for (loopscope's capture filters some: docs/explain.md)."""
+    from loopscope.bench import recorders as REC
+
+    if recorder == "perf" and events == "minimal":
+        return ["perf sched record (sched:sched_switch, sched:sched_wakeup, sched:sched_wakeup_new, sched:sched_migrate_task, sched:sched_stat_*)"]
+    return REC.events_of(events)
 
 
 def _pct(v: float | None) -> str:

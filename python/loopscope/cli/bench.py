@@ -194,7 +194,12 @@ def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int 
 @click.option("--repetitions", type=click.IntRange(min=1, max=50), default=None, help="Alternating baseline/injected repetitions [3, quick: 1].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the cases' experiments and runs go [a temporary directory].")
 @click.option("--no-remedies", is_flag=True, help="Skip advise and the follow-up run of each case (they prove the remedy; about half the time).")
-def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None, no_remedies: bool) -> int:
+@click.option("--recorder", type=click.Choice(["native", "trace-cmd", "perf"]), default="native", show_default=True,
+              help="Who records the kernel: loopscope's capture, or trace-cmd / perf as a user records it (imported, then explained; no remedies, no anomalies).")
+@click.option("--events", type=click.Choice(["minimal", "full"]), default="full", show_default=True,
+              help="The other recorder's events: minimal (sched_switch, sched_wakeup, sched_waking; perf: perf sched record) or full (loopscope's capture set).")
+def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None, no_remedies: bool,
+                  recorder: str, events: str) -> int:
     """The cause zoo: inject known causes of lateness, explain the runs, score what explain names first.
 
     Each case is a probe on CPU 1 with a baseline phase and an injected phase
@@ -213,13 +218,15 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
       loopscope bench explain --case hog --case slack --quick
       loopscope bench explain --case anomalies --no-remedies
       loopscope bench explain --json > zoo.json
+      loopscope bench explain --recorder trace-cmd --events minimal --no-remedies
     """
     import sys
 
     from loopscope.bench import zoo
 
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say, remedies=not no_remedies),
+    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say, remedies=not no_remedies,
+                            recorder=recorder, events=events),
                    as_json, zoo.print_human) if not sys.stdout.closed else 1
 
 
