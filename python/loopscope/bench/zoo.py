@@ -175,6 +175,8 @@ class Case:
     self_check: str | None = None
     # a real-time spinner that only RT throttling (sched_rt_runtime_us) keeps from holding its CPU for good
     rt_spinner: bool = False
+    # tunings of every phase (the baseline's too): the same ground for both
+    every_phase: list[dict[str, Any]] = field(default_factory=list)
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
@@ -233,7 +235,8 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
              probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-kib", "512", "--lookups", "16000", "--chase", "--period-us", "4000", "--mlock"],
                     "attribute": ["loop/work"]},
              loads=[{"name": "cache", "kind": "command", "command": ["stress-ng", "--cache", "1", "--taskset", str(c), "--sched", "idle", "--quiet"]}],
-             needs=["stress-ng"]),
+             # an idle vCPU here comes back late by up to milliseconds (the host), more than the work's own slowdown: no deep idle in any phase
+             every_phase=[{"kind": "dma_latency", "us": 0}], needs=["stress-ng"]),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
              f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
              f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
@@ -296,8 +299,8 @@ def spec_text(case: Case, duration_s: float, reps: int, gate: Path | None, captu
     probe = json.loads(json.dumps(probe).replace("{gate}", str(gate)))
     body = SPEC_HEAD.format(name=case.name, what=case.what, probe=json.dumps(probe))
     body += "loads:\n" + "".join(f"  - {json.dumps(ld)}\n" for ld in loads) if loads else "loads: []\n"
-    body += f"phases:\n  - {{name: baseline, loads: {json.dumps([ld['name'] for ld in case.baseline])}}}\n"
-    body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps(case.tunings)}}}\n"
+    body += f"phases:\n  - {{name: baseline, loads: {json.dumps([ld['name'] for ld in case.baseline])}, tunings: {json.dumps(case.every_phase)}}}\n"
+    body += f"  - {{name: injected, loads: {json.dumps(names)}, tunings: {json.dumps([*case.every_phase, *case.tunings])}}}\n"
     body += f"duration: {duration_s:g}s\nwarmup: 0.5s\nrepetitions: {reps}\n"
     if not capture:  # another recorder records the kernel (bench/recorders.py)
         body += "kernel: {capture: off}\n"
@@ -519,6 +522,10 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
         return {**out, "why": f"the follow-up run failed: {r.stderr.strip()[-300:]}"}
     c = pl.read_parquet(fd / "tables" / "comparisons.parquet").filter(
         (pl.col("phase") == rem["name"]) & (pl.col("metric") == "p99") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
+    # a program probe has a row per interval: the one the case attributes (zoo-table logs loop/work and loop/cycle)
+    if "measure" in c.columns:
+        mine_only = c.filter(pl.col("measure").is_in((case.probe or {}).get("attribute") or []))
+        c = mine_only if len(mine_only) else c
     if not len(c):
         return {**out, "why": "the follow-up has no p99 of the remedy phase"}
     row = c.row(0, named=True)
