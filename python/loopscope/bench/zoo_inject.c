@@ -145,15 +145,14 @@ static int mode_bursts(int argc, char **argv) {
         fprintf(stderr, "ls-zoo bursts: SCHED_FIFO refused: %s\n", strerror(errno));
         return 1;
     }
-    /* each burst is logged from its deadline (the timer makes it runnable there and, the CPU idle, it
-     * runs at once: its way back to user space is the burst's too) to just before it sleeps again */
+    /* each burst is logged as user space sees it: from its first clock read after the wake-up to its
+     * last before it sleeps again (the kernel's way in and out of the sleep is its run too, a few µs) */
     int64_t next = now_ns() + period;
     while (!stop_now) {
         struct timespec ts = {next / 1000000000LL, next % 1000000000LL};
         while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR && !stop_now) {}
         if (stop_now) break;
         int64_t a = now_ns();
-        if (a - next < 50000) a = next; /* woken on time (a late wake-up starts where it ran) */
         spin_until(a + burst);
         next += period;
         if (next < now_ns()) next = now_ns() + period;
