@@ -35,3 +35,13 @@ def test_a_wake_up_window_is_not_a_span_and_is_never_slowed() -> None:
     att = pl.DataFrame({"id": [3], "cause": ["running"], "ns": [400]})
     outl = pl.DataFrame({"id": [3], "probe": ["t loop/work"], "phase": ["load"], "span": [False]})
     assert SL.split(att, outl, refs).to_dicts() == att.to_dicts()
+
+
+def test_an_idle_cpu_in_a_recording_without_interrupts_says_it_may_be_them() -> None:
+    from loopscope.analysis import recorded as R
+
+    minimal = ["sched_switch", "sched_wakeup", "sched_waking"]
+    h = R.hedged(minimal)
+    assert h["CPU idle"].startswith("CPU idle or not recorded (interrupts, soft interrupts, timer interrupts, IPIs, timer slack")
+    full = [*minimal, "irq_handler_entry", "softirq_entry", "local_timer_entry", "call_function_entry", "hrtimer_start"]
+    assert R.hedged(full) == {}

@@ -297,6 +297,10 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
         outl = above.group_by("probe", "phase", maintain_order=True).head(max_outliers)
         del above
         att = SL.split(attribute_store(st, outl, roles, groups_of(cap.cpu_limits, st)), outl, refs)
+        # what the capture recorded: its enabled set (an event that never fired was still recorded), else what it holds
+        if hedge := R.hedged([e.split(":")[-1] for e in cap.events or []] or st.by_event()):
+            # what was not recorded may be in an idle-looking gap: the label says so, it does not guess
+            att = att.with_columns(pl.col("cause").replace(hedge))
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
         for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
             out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes, refs))

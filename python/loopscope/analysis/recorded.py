@@ -77,6 +77,22 @@ def unseen(present: Iterable[str]) -> list[Unseen]:
     return [{"events": list(c.events), "hides": c.hides, "record": c.record} for c in CLASSES if not have & set(c.events)]
 
 
+#: classes whose time, unrecorded, looks like an idle CPU (or a woken thread not yet running): short names
+LOOK_IDLE = {"irq": "interrupts", "softirq": "soft interrupts", "timer-interrupt": "timer interrupts", "ipi": "IPIs", "timers": "timer slack"}
+
+
+def hedged(present: Iterable[str]) -> dict[str, str]:
+    """``CPU idle`` and ``scheduling latency`` as a capture without some
+    of ``LOOK_IDLE``'s classes must say them: the time may be those
+    (``{}``: every class recorded, the labels stand)."""
+    have = set(present)
+    gone = [short for c in CLASSES if c.name in LOOK_IDLE and not have & set(c.events) for short in (LOOK_IDLE[c.name],)]
+    if not gone:
+        return {}
+    tail = f" or not recorded ({', '.join(gone)})"
+    return {"CPU idle": "CPU idle" + tail, "scheduling latency": "scheduling latency" + tail}
+
+
 def line(u: Unseen) -> str:
     """One class as a sentence: "no irq events: …; record irq:* to see it"."""
     return f"no {' or '.join(u['events'])} events: {u['hides']}; record {u['record']} to see it"
