@@ -392,7 +392,8 @@ impl Pass {
         } else if is_exit(kind) {
             // an exit with nothing open: a handler that began before these events
             self.stacks.entry(c).or_default().pop();
-        } else if kind == Ev::Tlb {
+        } else if kind == Ev::Tlb && text(ev.names, ev.name[i]).is_none_or(|f| f.starts_with("flush_tlb_func")) {
+            // loopscope's capture records only the TLB flush (a filter); a recording of every call names each
             self.tlb.entry(c).or_default().push(t);
         } else if kind == Ev::Runtime {
             self.runtime(k, i, c, t);

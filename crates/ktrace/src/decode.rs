@@ -64,6 +64,8 @@ fn plan(name: &str) -> &'static [(&'static str, Col)] {
         "netif_receive_skb" => &[("name", Name)],
         "napi_poll" => &[("dev_name", Name)],
         "hrtimer_start" => &[("expires", Expires), ("softexpires", SoftExpires), ("function", Func)],
+        // the function a cross-CPU call ran (named where the recording has the kernel's symbols)
+        "csd_function_entry" => &[("func", Func)],
         // the timer base's clock when it fired (CLOCK_MONOTONIC for most timers): places expiries on a capture of another clock
         "hrtimer_expire_entry" => &[("now", Expires)],
         // a task moved into a cgroup: which (its path in hierarchy `dst_root`), so a CPU limit's group is named

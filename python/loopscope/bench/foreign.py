@@ -52,7 +52,7 @@ def _run_all(command: list[str], timeout: float = 600) -> None:
 
 
 def trace_dat(out: Path, command: list[str], events: list[str] | None = None, buffer_kb: int = 4096, clock: str = "local",
-              version: int = 7, compression: str = "zstd", overwrite: bool = True) -> Path:
+              version: int = 7, compression: str = "zstd", overwrite: bool = True, filters: dict[str, str] | None = None) -> Path:
     """Record ``command`` into ``out`` (a trace.dat of ``version`` and ``compression``)."""
     tf = tracefs()
     if tf is None or shutil.which("trace-cmd") is None:
@@ -66,6 +66,8 @@ def trace_dat(out: Path, command: list[str], events: list[str] | None = None, bu
         _w(inst / "buffer_size_kb", str(buffer_kb))
         _w(inst / "options" / "overwrite", "1" if overwrite else "0")
         for e in events or TRACE_CMD_EVENTS:
+            if filters and e in filters:  # trace-cmd record -e E -f FILTER
+                _w(inst / "events" / e / "filter", filters[e])
             _w(inst / "events" / e / "enable", "1")
         _w(inst / "tracing_on", "1")
         try:

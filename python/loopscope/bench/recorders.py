@@ -16,7 +16,10 @@ runs on it like on any run. What the recorder is given:
 
 The sets: ``minimal`` is what any scheduler recording has (``sched_switch``,
 ``sched_wakeup``, ``sched_waking``; perf's ``perf sched record`` adds its
-own few), ``full`` is loopscope's capture set (docs/explain.md), unfiltered.
+own few), ``full`` is loopscope's capture set (docs/explain.md) with its filters
+(the timers of sleeping threads only, the TLB flush only of the cross-CPU
+calls, the wake-ups tasks give: unfiltered, 500 re-arming timers alone
+fill trace-cmd's buffers within the minute, as they would a user's).
 A case whose cause needs events the set lacks is ``invisible``: the JSON
 says which instead of scoring a top cause it could not have seen.
 """
@@ -79,13 +82,18 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
     """Run ``command`` while ``recorder`` records the kernel's ``which`` set into ``out``."""
     from loopscope.bench import foreign
 
+    from loopscope.kernel.capture import FILTERS
+
     ev = events_of(which)
     if recorder == "trace-cmd":
-        return foreign.trace_dat(out, command, [e.replace(":", "/") for e in ev], buffer_kb=BUFFER_KB, clock="mono", overwrite=False)
+        return foreign.trace_dat(out, command, [e.replace(":", "/") for e in ev], buffer_kb=BUFFER_KB, clock="mono", overwrite=False,
+                                 filters={e.replace(":", "/"): f for e, f in FILTERS.items()})
     if which == "minimal":
         rec = ["perf", "sched", "record", "-k", "CLOCK_MONOTONIC"]
     else:
-        rec = ["perf", "record", "-a", "-k", "CLOCK_MONOTONIC", "-m", "16M", *[x for e in ev for x in ("-e", e)]]
+        rec = ["perf", "record", "-a", "-k", "CLOCK_MONOTONIC", "-m", "16M"]
+        for e in ev:
+            rec += ["-e", e, *(["--filter", FILTERS[e]] if e in FILTERS else [])]
     r = subprocess.run([*rec, "-o", str(out), "--", *command], capture_output=True, text=True, timeout=1200)
     if r.returncode != 0 or not out.exists():
         raise RunError(f"{' '.join(rec[:3])} failed ({r.returncode}): {r.stderr.strip()[-400:]}", component="bench")
