@@ -1107,8 +1107,13 @@ impl<'a> Kernel<'a> {
         let s_in = match s_in {
             Some(x) => x,
             None => {
+                // (a CPU that records no switch out of its idle task, and nothing else in the thread's
+                // context: a recording of the switches and wake-ups alone) the window's end is the
+                // program's own; the thread waited on the CPU it last ran on (a pinned thread surely)
                 s.complete = false;
-                and(&mut s.missing, "the thread's switch-in was not recorded");
+                and(&mut s.missing, "the thread's switch-in was not recorded (the CPU it last ran on is assumed, to the window's end)");
+                let j = lower(&th.re, a);
+                cpu = if j > 0 { Some(th.rc[j - 1]) } else { th.rc.get(j).copied() };
                 b
             }
         }
