@@ -174,20 +174,20 @@ class Agent:
             if ld.get("cpus") or ld.get("sched"):
                 st.tuned = _tune_threads(ld, procs.threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
             if ld.get("limit"):
-                self._limit_load(ld, st)
+                self._limit_load(ld["name"], float(ld["limit"]["cpus"]), st)
         return P.LoadsStarted(loads=started)
 
-    def _limit_load(self, ld: dict[str, Any], st: P.LoadStarted) -> None:
-        """A phase's ``limit`` tuning on a load: its threads held to a CPU budget until the loads stop."""
+    def _limit_load(self, name: str, cpus: float, st: P.LoadStarted) -> None:
+        """A phase's ``limit`` tuning on load ``name``: its threads held to ``cpus`` until the loads stop."""
         own = Path(st.cgroup) if st.cgroup else None
         try:
-            g = cpulimit.limit_threads(ld["name"], float(ld["limit"]["cpus"]), procs.threads_of(own, st.pids), own)
+            g = cpulimit.limit_threads(name, cpus, procs.threads_of(own, st.pids), own)
         except OSError as e:
-            raise Failure(f"load {ld['name']}", f"the phase's limit tuning could not hold load {ld['name']} to {ld['limit']['cpus']} CPUs: "
+            raise Failure(f"load {name}", f"the phase's limit tuning could not hold load {name} to {cpus} CPUs: "
                           f"{e.strerror or e} ({cpulimit.missing() or 'the cgroup refused it'})") from None
         if g is not None:
             self.limited.append(g)
-        st.tuned = {**(st.tuned or {}), "limit_cpus": ld["limit"]["cpus"], "limit_group": str(g or own)}
+        st.tuned = {**(st.tuned or {}), "limit_cpus": cpus, "limit_group": str(g or own)}
 
     def _unlimit(self) -> None:
         for g in self.limited:

@@ -176,7 +176,7 @@ class Case:
     # a real-time spinner that only RT throttling (sched_rt_runtime_us) keeps from holding its CPU for good
     rt_spinner: bool = False
     # tunings of every phase (the baseline's too): the same ground for both
-    every_phase: list[dict[str, Any]] = field(default_factory=list)
+    every_phase: list[dict[str, object]] = field(default_factory=list)
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
