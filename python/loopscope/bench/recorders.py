@@ -26,7 +26,9 @@ says which instead of scoring a top cause it could not have seen.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -94,9 +96,16 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
         rec = ["perf", "record", "-a", "-k", "CLOCK_MONOTONIC", "-m", "16M"]
         for e in ev:
             rec += ["-e", e, *(["--filter", FILTERS[e]] if e in FILTERS else [])]
-    r = subprocess.run([*rec, "-o", str(out), "--", *command], capture_output=True, text=True, timeout=1200)
-    if r.returncode != 0 or not out.exists():
-        raise RunError(f"{' '.join(rec[:3])} failed ({r.returncode}): {r.stderr.strip()[-400:]}", component="bench")
+    # a session of its own: on a timeout perf and the run under it (its agent, loads, probes) go together
+    p = subprocess.Popen([*rec, "-o", str(out), "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=1200)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        raise RunError(f"{' '.join(rec[:3])} did not end within 1200 s; it and the run under it were killed", component="bench") from None
+    if p.returncode != 0 or not out.exists():
+        raise RunError(f"{' '.join(rec[:3])} failed ({p.returncode}): {err.strip()[-400:]}", component="bench")
     return out
 
 
