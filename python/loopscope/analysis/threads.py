@@ -213,7 +213,9 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[
     # timer's expiry when the thread slept on one (the part before its wake-up is the timer's lateness)
     timed = pl.col("timer_expires_ns").is_not_null() & (pl.col("timer_expires_ns") <= pl.col("woken_ns"))
     ok = act.lazy().filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null()).select(
-        "tid", pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"), "on_ns",
+        "tid", pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"),
+        # a window runs to the latest its switch-in can have been (attribution finds the run itself)
+        (pl.col("on_ns") + pl.col("on_bound_ns").fill_null(0)).alias("on_ns"),
         pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"))
     thr = ok.group_by("tid").agg(pl.col("late").quantile(0.99, "linear").alias("thr"))
     top = ok.join(thr, on="tid").filter(pl.col("late") >= pl.col("thr")).collect()
