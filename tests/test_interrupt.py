@@ -33,8 +33,22 @@ def _session_left(sid: int) -> list[str]:
     return out
 
 
+def _started(pid: int, timeout: float = 30) -> None:
+    """Wait until the command has loaded loopscope's native module: its
+    imports are behind it (on a busy machine they take seconds)."""
+    t_end = time.monotonic() + timeout
+    while time.monotonic() < t_end:
+        try:
+            if "_native" in Path(f"/proc/{pid}/maps").read_text():
+                return
+        except OSError:
+            return
+        time.sleep(0.02)
+
+
 def _interrupt(args: list[str], cwd: Path, after: float) -> subprocess.CompletedProcess[str]:
     p = subprocess.Popen([str(BIN), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _started(p.pid)
     time.sleep(after)
     os.killpg(p.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the whole foreground group
     out, err = p.communicate(timeout=60)
@@ -68,6 +82,22 @@ def test_ctrl_c_in_a_probe_keeps_its_trace_readable(tmp_path: Path) -> None:
     _interrupted(r)
     inf = lt.info(tmp_path / "t.lstrace")
     assert inf.stats["closed"] and inf.records > 500
+
+
+def test_ctrl_c_while_the_command_is_still_starting_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    # at once: the command is still importing its modules
+    _interrupted(_interrupt_at_once(["trace", "dump", "nosuch.lstrace"], tmp_path))
+
+
+def _interrupt_at_once(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    p = subprocess.Popen([str(BIN), *args], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # inside the CLI's imports: numpy is among the first of them, polars and the rest come after
+    t_end = time.monotonic() + 10
+    while time.monotonic() < t_end and "_multiarray_umath" not in Path(f"/proc/{p.pid}/maps").read_text():
+        time.sleep(0.002)
+    os.killpg(p.pid, signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def test_ctrl_c_in_bench_trace_s_native_loops_exits_130_and_leaves_nothing(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from loopscope.analysis import attribution as A
 from loopscope.kernel import capture as C
+from loopscope.analysis.threads import thread_names
 from loopscope.kernel import store as S
 from loopscope.rundir import Capture
 
@@ -94,8 +95,10 @@ def test_per_thread_events_leave_out_the_lab_and_its_loads_but_keep_the_rest(tmp
     finally:
         meta = cap.stop()
     assert meta.unfiltered_events == [] and "ld:*" in (meta.filters or {})["exceptions:page_fault_user"]
-    df = S.open_dir(tmp_path / "k").load(0, 1 << 62)
-    names = {r["next_pid"]: r["next_comm"] for r in df.filter(pl.col("event") == "sched_switch").iter_rows(named=True)}
+    st = S.open_dir(tmp_path / "k")
+    df = st.load(0, 1 << 62)
+    # named by every switch, out as well as in (this VM does not trace CPU 1's switches out of idle)
+    names = thread_names(st)
     faults = df.filter(pl.col("event") == "page_fault_user").with_columns(pl.col("pid").replace_strict(names, default=None).alias("comm"))
     by = faults.group_by("comm").len()
     got = dict(zip(by["comm"], by["len"]))
