@@ -399,6 +399,7 @@ impl Pass {
             self.runtime(k, i, c, t);
         } else if kind == Ev::Wakeup {
             self.woke.insert(ev.target[i], t);
+            self.switches.woke(ev.target[i], t);
         }
     }
 
@@ -1099,7 +1100,9 @@ impl<'a> Kernel<'a> {
         }
         if s_in.is_none() {
             let (j0, j1) = (lower(&th.sw_t, a), upper(&th.sw_t, b));
-            if j1 > j0 {
+            // a recorded switch-in the thread left again before b (held by a CPU limit on its way to user
+            // space, preempted) is not the one that ran it at b: that one was not recorded
+            if j1 > j0 && upper(&th.so_t, th.sw_t[j1 - 1]) == upper(&th.so_t, b) {
                 s_in = Some(th.sw_t[j1 - 1]);
                 cpu = Some(th.sw_c[j1 - 1]);
             }
@@ -1576,6 +1579,61 @@ mod tests {
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 9000, span: false }]);
         assert_eq!(out[0].causes, vec![("throttled: /loop".to_string(), 8600)]);
+    }
+
+    /// A test's events from rows of (t, cpu, event, context pid, target, target comm, next pid,
+    /// next comm, prev state), indexes into `names`, `comms` and `states`; no runtimes, no priorities.
+    fn events(rows: &[[i64; 9]], names: &[&str], comms: &[&str], states: &[&str]) -> Events<'static> {
+        let col = |k: usize| -> &'static [i64] { Box::leak(rows.iter().map(|r| r[k]).collect::<Vec<_>>().into_boxed_slice()) };
+        let none: &'static [i64] = Box::leak(vec![NONE; rows.len()].into_boxed_slice());
+        let strings = |v: &[&str]| -> &'static [String] { Box::leak(table(v).into_boxed_slice()) };
+        Events {
+            t_ns: col(0),
+            cpu: col(1),
+            event: col(2),
+            pid: col(3),
+            target: col(4),
+            target_comm: col(5),
+            next_pid: col(6),
+            next_comm: col(7),
+            prev_state: col(8),
+            name: none,
+            runtime: none,
+            expires: none,
+            softexpires: none,
+            prio: none,
+            next_prio: none,
+            event_names: strings(names),
+            comms: strings(comms),
+            states: strings(states),
+            names: &[],
+        }
+    }
+
+    #[test]
+    fn a_thread_held_after_its_recorded_switch_in_waits_to_its_unrecorded_one() {
+        // switches and wake-ups alone, and CPU 1 records no switch out of idle: thread 42, woken at 400, is
+        // switched in at 500 and out runnable to idle at 520 (its group's limit holds it on its way to user
+        // space); the switch that runs it again, when the quota comes back, went unrecorded (9000)
+        let n = NONE;
+        let ev = events(
+            &[
+                [100, 1, 0, 42, 42, 1, 9, 0, 1],
+                [400, 1, 1, 9, 42, 1, n, n, n],
+                [500, 1, 0, 9, 9, 0, 42, 1, 0],
+                [520, 1, 0, 42, 42, 1, 0, 2, 0],
+                [9500, 1, 0, 42, 42, 1, 9, 0, 1],
+            ],
+            &["sched_switch", "sched_wakeup"],
+            &["busy", "t", "swapper/1"],
+            &["R", "S"],
+        );
+        let groups = HashMap::from([(42, "/loop".to_string())]);
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 10_000, groups };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 9050, span: false }]);
+        let ns = |k: &str| out[0].causes.iter().find(|c| c.0 == k).map_or(0, |c| c.1);
+        assert_eq!((ns("throttled: /loop"), ns("thread: busy"), ns("return to user space")), (9050 - 520, 100, 0), "{:?}", out[0].causes);
+        assert!(!out[0].complete);
     }
 
     #[test]

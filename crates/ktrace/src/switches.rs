@@ -13,7 +13,11 @@
 //!   or an event recorded in another task's context, means a switch went
 //!   unrecorded (some kernels, this VM's among them, do not trace the
 //!   switch out of the idle task): the new task is taken to run from the
-//!   first event that shows it running;
+//!   first event that shows it running, or, where the CPU was idle and the
+//!   task was woken while it idled, from that wake-up (an idle CPU runs
+//!   what is woken onto it at once, less its exit from idle, which the
+//!   task's run then holds; with runtime accounting recorded, its runs say
+//!   where the run began and this is not needed);
 //! - after a CPU's last switch its task ran to the end of the events.
 //!
 //! Where runtime accounting exists, its runs stay what attribution uses;
@@ -41,6 +45,8 @@ pub struct Switches {
     t_end: i64,
     /// whether any CPU had runtime accounting
     pub runtime_seen: bool,
+    /// each task's latest wake-up
+    woken: FxHashMap<i64, i64>,
 }
 
 impl Switches {
@@ -61,9 +67,25 @@ impl Switches {
                 let since = self.t0.unwrap_or(t);
                 self.cur.insert(cpu, (ctx_pid, since));
             }
-            Some(&(p, _)) if p != ctx_pid => self.to(cpu, t, ctx_pid),
+            Some(&(p, _)) if p != ctx_pid => self.unrecorded(cpu, t, ctx_pid),
             _ => {}
         }
+    }
+
+    /// A task was woken at `t` (on whichever CPU).
+    pub fn woke(&mut self, task: i64, t: i64) {
+        if !self.runtime_seen {
+            self.woken.insert(task, t);
+        }
+    }
+
+    /// `task` is seen running on `cpu` at `t`, its switch-in unrecorded.
+    fn unrecorded(&mut self, cpu: i64, t: i64, task: i64) {
+        let from = match (self.cur.get(&cpu), self.woken.get(&task)) {
+            (Some(&(0, since)), Some(&w)) if !self.runtime_seen && w > since && w < t => w,
+            _ => t,
+        };
+        self.to(cpu, from, task);
     }
 
     /// A recorded switch on `cpu` at `t` from `prev` to `next`.
@@ -73,7 +95,7 @@ impl Switches {
                 let since = self.t0.unwrap_or(t);
                 self.cur.insert(cpu, (prev, since));
             }
-            Some(&(p, _)) if p != prev && prev >= 0 => self.to(cpu, t, prev),
+            Some(&(p, _)) if p != prev && prev >= 0 => self.unrecorded(cpu, t, prev),
             _ => {}
         }
         if next >= 0 {
@@ -170,6 +192,31 @@ mod tests {
         s.switch(1, 800, 8, 0);
         let r = s.finish();
         assert_eq!(r[&1], vec![(500, 800, 8)]);
+    }
+
+    #[test]
+    fn a_task_woken_while_its_cpu_idled_ran_from_its_wake_up_where_the_switch_to_it_was_not_recorded() {
+        let mut s = Switches::default();
+        s.switch(1, 100, 7, 0); // 7 sleeps: idle
+        s.woke(8, 300); // 8 is woken (on another CPU, or this one)
+        s.switch(1, 800, 8, 0); // 8 is seen running: the switch out of idle was not recorded
+        s.woke(9, 850); // 9 is woken while the CPU idles, and seen running by an event in its context
+        s.seen(1, 900, 9);
+        s.woke(7, 950); // 7 is woken while 9 runs: the CPU was not idle, so 7 ran from where it is seen
+        s.switch(1, 1000, 7, 0);
+        let r = s.finish();
+        assert_eq!(r[&1], vec![(300, 800, 8), (850, 1000, 9)]);
+    }
+
+    #[test]
+    fn with_runtime_accounting_a_wake_up_does_not_place_an_unrecorded_switch() {
+        let mut s = Switches { runtime_seen: true, ..Default::default() };
+        s.switch(1, 100, 7, 0);
+        s.woke(8, 300);
+        s.switch(1, 800, 8, 0);
+        s.seen(1, 900, 0);
+        let r = s.finish();
+        assert!(r.get(&1).is_none_or(|runs| runs.iter().all(|x| x.0 >= 800)), "{r:?}");
     }
 
     #[test]
