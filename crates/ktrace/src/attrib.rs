@@ -268,6 +268,8 @@ struct Thread {
     hs_soft: Vec<i64>,
     /// how many of its runs came from runtime accounting
     from_runtime: usize,
+    /// runs of its whose start the switches placed at its wake-up: (wake-up, first event showing it run)
+    guess: Vec<(i64, i64)>,
     /// whether it ran real-time when last seen (its priority in the switches and wake-ups)
     rt: bool,
 }
@@ -536,7 +538,14 @@ impl Pass {
     /// without runtime runs gets its runs from the switches too.
     fn fill_from_switches(&mut self, k: &mut Kernel) {
         let sw = std::mem::take(&mut self.switches);
-        let by_cpu = sw.finish();
+        let (by_cpu, guesses) = sw.finish();
+        for (_, p, w, seen) in guesses {
+            if let Some(th) = k.threads.get_mut(&p) {
+                if th.from_runtime == 0 {
+                    th.guess.push((w, seen));
+                }
+            }
+        }
         for (c, runs) in by_cpu {
             let mine = self.runs.entry(c).or_default();
             mine.sort_by_key(|r| r.1);
@@ -1107,6 +1116,13 @@ impl<'a> Kernel<'a> {
                 cpu = Some(th.sw_c[j1 - 1]);
             }
         }
+        if let Some(seen) = s_in.and_then(|x| guessed(th, x)) {
+            // the switches placed the switch-in at the wake-up: where it came up to the first event showing the
+            // thread run, nothing says (the interrupts and the idle exit there were not recorded either)
+            s.complete = false;
+            and(&mut s.missing, "the thread's switch-in was not recorded (it came between its wake-up and its first recorded event)");
+            s_in = Some(seen.min(b));
+        }
         let s_in = match s_in {
             Some(x) => x,
             None => {
@@ -1186,16 +1202,26 @@ impl<'a> Kernel<'a> {
             s.causes = out.0;
             return s;
         }
-        let segs = run_segments(self.threads.get(&tid).expect("threads of every window are built"), a, b);
-        if segs.is_empty() {
-            s.complete = false;
-            and(&mut s.missing, "no run of the thread was recorded in the window");
-            s.causes = vec![("unexplained".into(), b - a)];
-            return s;
-        }
-        let last_cpu = segs[segs.len() - 1].2;
+        let th = self.threads.get(&tid).expect("threads of every window are built");
+        let segs = run_segments(th, a, b);
+        let last_cpu = match segs.last() {
+            Some(seg) => seg.2,
+            None => {
+                s.complete = false;
+                // (a recording of the switches and wake-ups alone, on a CPU that records no switch out of its
+                // idle task) what kept the thread off the CPU is still said, on the CPU it last ran on
+                let j = lower(&th.re, a);
+                let Some(c) = (if j > 0 { Some(th.rc[j - 1]) } else { th.rc.get(j).copied() }) else {
+                    and(&mut s.missing, "no run of the thread was recorded in the window");
+                    s.causes = vec![("unexplained".into(), b - a)];
+                    return s;
+                };
+                and(&mut s.missing, "no run of the thread was recorded in the window (the CPU it last ran on is assumed)");
+                c
+            }
+        };
         s.cpu = Some(last_cpu);
-        s.rule = Some(self.rule(Some(segs[0].2), a, tid));
+        s.rule = Some(self.rule(Some(segs.first().map_or(last_cpu, |seg| seg.2)), a, tid));
         let n_segs = segs.len();
         let mut all = segs;
         all.push((b, b, last_cpu));
@@ -1316,13 +1342,22 @@ impl<'a> Kernel<'a> {
     }
 }
 
+/// Where a run of the thread that begins at `x` is first seen running, when
+/// the switches placed its start at its wake-up (None: `x` was recorded).
+fn guessed(th: &Thread, x: i64) -> Option<i64> {
+    let k = th.guess.partition_point(|g| g.0 < x);
+    th.guess.get(k).filter(|g| g.0 == x).map(|g| g.1)
+}
+
 /// The thread's runs inside [a, b), clipped to it, per CPU; runs on one CPU
 /// less than JOIN_NS apart are joined.
 fn run_segments(th: &Thread, a: i64, b: i64) -> Vec<(i64, i64, i64)> {
     let mut segs: Vec<(i64, i64, i64)> = Vec::new();
     let mut j = upper(&th.re, a);
     while j < th.rs.len() && th.rs[j] < b {
-        let (x, y, c) = (th.rs[j].max(a), th.re[j].min(b), th.rc[j]);
+        // a run placed at the wake-up is known to have begun by its first recorded event
+        let start = guessed(th, th.rs[j]).unwrap_or(th.rs[j]);
+        let (x, y, c) = (start.max(a), th.re[j].min(b), th.rc[j]);
         if y > x {
             match segs.last_mut() {
                 Some(last) if last.2 == c && x - last.1 < JOIN_NS => last.1 = last.1.max(y),
@@ -1634,6 +1669,49 @@ mod tests {
         let ns = |k: &str| out[0].causes.iter().find(|c| c.0 == k).map_or(0, |c| c.1);
         assert_eq!((ns("throttled: /loop"), ns("thread: busy"), ns("return to user space")), (9050 - 520, 100, 0), "{:?}", out[0].causes);
         assert!(!out[0].complete);
+    }
+
+    #[test]
+    fn a_switch_in_placed_at_the_wake_up_leaves_the_wait_before_the_first_event_to_what_was_not_recorded() {
+        // CPU 1 idles from 100; thread 42 is woken at 400 and runs (the switch out of idle unrecorded), its
+        // program logs at 600, and it is first seen running at its switch-out (900)
+        let n = NONE;
+        let ev = events(
+            &[[100, 1, 0, 42, 42, 0, 0, 1, 0], [400, 1, 1, 0, 42, 0, n, n, n], [900, 1, 0, 42, 42, 0, 0, 1, 0]],
+            &["sched_switch", "sched_wakeup"],
+            &["t", "swapper/1"],
+            &["S"],
+        );
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 400, b: 600, span: false }]);
+        // after the wake-up, with nothing recorded on the CPU: scheduling latency (hedged where interrupts were not recorded)
+        assert_eq!(out[0].causes, vec![("scheduling latency".to_string(), 200)]);
+        assert!(!out[0].complete);
+    }
+
+    #[test]
+    fn a_span_whose_runs_were_not_recorded_still_names_who_woke_the_thread() {
+        // thread 42 blocks on CPU 1 at 100 (span from 90), holder 9 on CPU 0 wakes it at 300; its run on CPU 1
+        // from there was not recorded (no switch out of idle), its program ends the span at 350
+        let n = NONE;
+        let ev = events(
+            &[
+                [50, 0, 0, 0, 0, 2, 9, 1, 0],
+                [100, 1, 0, 42, 42, 0, 0, 2, 0],
+                [299, 0, 2, 9, 42, 0, n, n, n],
+                [300, 0, 1, 9, 42, 0, n, n, n],
+                [900, 1, 0, 42, 42, 0, 0, 2, 0],
+                [950, 0, 0, 9, 9, 1, 0, 2, 0],
+            ],
+            &["sched_switch", "sched_wakeup", "sched_waking"],
+            &["t", "holder", "swapper"],
+            &["S"],
+        );
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 90, b: 350, span: true }]);
+        let ns = |k: &str| out[0].causes.iter().find(|c| c.0 == k).map_or(0, |c| c.1);
+        // blocked until the holder's waking (299), then the wake-up's own delay to the span's end
+        assert_eq!((ns("blocked: holder"), ns("scheduling latency"), ns("unexplained")), (199, 50, 0), "{:?}", out[0].causes);
     }
 
     #[test]

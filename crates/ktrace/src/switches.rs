@@ -45,9 +45,15 @@ pub struct Switches {
     t_end: i64,
     /// whether any CPU had runtime accounting
     pub runtime_seen: bool,
-    /// each task's latest wake-up
+    /// each task's latest wake-up not yet followed by a run
     woken: FxHashMap<i64, i64>,
+    guesses: Vec<Guess>,
 }
+
+/// A run whose start was placed at the task's wake-up: (CPU, task, the
+/// wake-up, the first event that shows it running). Where in between the
+/// switch came, nothing recorded says.
+pub type Guess = (i64, i64, i64, i64);
 
 impl Switches {
     /// Any event on `cpu` at `t`, recorded in the context of task `ctx_pid`
@@ -85,6 +91,9 @@ impl Switches {
             (Some(&(0, since)), Some(&w)) if !self.runtime_seen && w > since && w < t => w,
             _ => t,
         };
+        if from < t {
+            self.guesses.push((cpu, task, from, t));
+        }
         self.to(cpu, from, task);
     }
 
@@ -104,6 +113,9 @@ impl Switches {
     }
 
     fn to(&mut self, cpu: i64, t: i64, next: i64) {
+        if !self.woken.is_empty() {
+            self.woken.remove(&next); // it runs: its wake-up has had its effect
+        }
         if let Some((p, since)) = self.cur.insert(cpu, (next, t)) {
             if p > 0 && t > since {
                 self.runs.entry(cpu).or_default().push((since, t, p));
@@ -111,8 +123,9 @@ impl Switches {
         }
     }
 
-    /// Every CPU's runs, the open ones closed at the last event.
-    pub fn finish(mut self) -> FxHashMap<i64, Runs> {
+    /// Every CPU's runs, the open ones closed at the last event, and the
+    /// runs whose start was placed at a wake-up.
+    pub fn finish(mut self) -> (FxHashMap<i64, Runs>, Vec<Guess>) {
         let end = self.t_end;
         let open: Vec<(i64, (i64, i64))> = self.cur.drain().collect();
         for (c, (p, since)) in open {
@@ -120,7 +133,7 @@ impl Switches {
                 self.runs.entry(c).or_default().push((since, end, p));
             }
         }
-        self.runs
+        (self.runs, self.guesses)
     }
 }
 
@@ -169,7 +182,7 @@ mod tests {
         s.seen(1, 150, -1);
         s.switch(1, 400, 7, 9);
         s.seen(1, 900, -1);
-        let r = s.finish();
+        let (r, _) = s.finish();
         assert_eq!(r[&1], vec![(100, 400, 7), (400, 900, 9)]);
     }
 
@@ -179,7 +192,7 @@ mod tests {
         s.seen(0, 100, -1);
         s.seen(1, 200, 7); // an interrupt while 7 ran
         s.switch(1, 400, 7, 0);
-        let r = s.finish();
+        let (r, _) = s.finish();
         assert_eq!(r[&1], vec![(100, 400, 7)]);
     }
 
@@ -190,7 +203,7 @@ mod tests {
         s.seen(1, 300, 0); // an interrupt in idle
         s.seen(1, 500, 8); // 8 is running: the switch to it was not recorded
         s.switch(1, 800, 8, 0);
-        let r = s.finish();
+        let (r, _) = s.finish();
         assert_eq!(r[&1], vec![(500, 800, 8)]);
     }
 
@@ -204,8 +217,9 @@ mod tests {
         s.seen(1, 900, 9);
         s.woke(7, 950); // 7 is woken while 9 runs: the CPU was not idle, so 7 ran from where it is seen
         s.switch(1, 1000, 7, 0);
-        let r = s.finish();
+        let (r, g) = s.finish();
         assert_eq!(r[&1], vec![(300, 800, 8), (850, 1000, 9)]);
+        assert_eq!(g, vec![(1, 8, 300, 800), (1, 9, 850, 900)]);
     }
 
     #[test]
@@ -215,7 +229,7 @@ mod tests {
         s.woke(8, 300);
         s.switch(1, 800, 8, 0);
         s.seen(1, 900, 0);
-        let r = s.finish();
+        let (r, _) = s.finish();
         assert!(r.get(&1).is_none_or(|runs| runs.iter().all(|x| x.0 >= 800)), "{r:?}");
     }
 
@@ -225,7 +239,7 @@ mod tests {
         s.switch(1, 100, 7, 0);
         s.switch(1, 600, 8, 9); // 8 ran from somewhere after 100: it is placed at 600
         s.switch(1, 700, 9, 0);
-        let r = s.finish();
+        let (r, _) = s.finish();
         assert_eq!(r[&1], vec![(600, 700, 9)]);
     }
 

@@ -223,7 +223,10 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
     import sys
 
     from loopscope.bench import zoo
+    from loopscope.selfname import set_comm
 
+    # it drives the cases' runs as their controller does, and is named as one among the lab's own
+    set_comm("ls-ctl")
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
     return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say, remedies=not no_remedies,
                             recorder=recorder, events=events),
