@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from loopscope.bench import zoo
-from loopscope.host import swapfile
+from loopscope.host import shared, swapfile
 from tests.conftest import Cli
 
 CASE_KEYS = {"name", "expected", "top_cause", "top_share", "expected_share", "expected_rank", "baseline_expected_share", "unexplained_share", "outliers", "skipped",
@@ -102,3 +102,20 @@ def test_a_case_recorded_by_another_tool_runs_with_loopscopes_capture_off() -> N
     hog = next(c for c in zoo.cases("zoo", "lock", "table") if c.name == "hog")
     assert "kernel: {capture: off}" in zoo.spec_text(hog, 2, 1, None, capture=False)
     assert "capture: off" not in zoo.spec_text(hog, 2, 1, None)
+
+
+def test_cleanup_deletes_a_shared_table_a_killed_bench_left(cli: Cli) -> None:
+    # the slowdown case's table lives in /dev/shm, named for the bench's pid: one whose owner is gone is a leftover
+    dead = max(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()) + 100_000
+    left = shared.DIR / f"loopscope-{dead}.shared"
+    mine = shared.path()
+    left.write_bytes(b"\0" * 4096)
+    mine.write_bytes(b"\0" * 4096)
+    try:
+        r = cli("cleanup")
+        assert r.returncode == 0, r.stderr
+        assert str(left) in r.stdout and not left.exists()
+        assert mine.exists()  # its owner (this test) is alive
+    finally:
+        shared.remove(left)
+        shared.remove(mine)

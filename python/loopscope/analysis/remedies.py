@@ -250,7 +250,7 @@ def _quiet_neighbours(ctx: Context) -> Remedy:
     t: list[Tuning] = [LimitTuning(kind="limit", load=ld, cpus=NEIGHBOUR_CPUS) for ld in beside + away]
     who = ", ".join(beside + away) or "the busiest process beside it"
     return Remedy(f"stop, limit or move {who}: the probe's own work ran longer with nothing in its way the kernel records, so what took the memory bandwidth or "
-                  "the shared cache ran beside it (or the host took the vCPU: steal time)",
+                  "the shared cache, or wrote the memory it reads, ran beside it (or the host took the vCPU: steal time)",
                   "neighbours' CPU time (cgroup limit), cache and memory bandwidth partitioning (resctrl CAT/MBA where the CPU has it)",
                   "echo '10000 100000' > /sys/fs/cgroup/<neighbour>/cpu.max   # or systemd-run --scope -p CPUQuota=10% <command>; "
                   "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>", False, t)

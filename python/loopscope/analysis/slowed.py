@@ -16,7 +16,8 @@ reference's: its long spans are that same spread, not a slower machine.
 The measure assumes the span does the same work every time; a span whose
 work varies is not slowed, it is busier, and the report says what the
 reference was so a reader can tell. The candidates it cannot tell apart
-are named from the machine: memory bandwidth and the shared cache always,
+are named from the machine: memory bandwidth, the shared cache and memory
+another CPU writes (false sharing: each read takes the line back) always,
 an SMT sibling where the CPU has one, the hypervisor where the kernel
 counts steal time (``/proc/stat``).
 """
@@ -72,7 +73,7 @@ def split(att: pl.DataFrame, outl: pl.DataFrame, refs: pl.DataFrame) -> pl.DataF
 
 def candidates(cpus: list[int]) -> list[str]:
     """What can slow a thread with no kernel event on this machine, for the probe's CPUs."""
-    out = ["memory bandwidth", "shared cache"]
+    out = ["memory bandwidth", "shared cache", "memory another CPU writes (false sharing)"]
     for c in cpus:
         sib = Path(f"/sys/devices/system/cpu/cpu{c}/topology/thread_siblings_list")
         try:

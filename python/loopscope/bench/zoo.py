@@ -47,6 +47,7 @@ from typing_extensions import NotRequired, TypedDict
 from loopscope.analysis.explained import ExplainDoc, Group
 
 from loopscope.errors import RunError
+from loopscope.host import shared
 
 Progress = Callable[[str], None] | None
 #: the cgroup the throttle case limits (under the cpu controller's root; `loopscope cleanup` removes it)
@@ -177,6 +178,8 @@ class Case:
     rt_spinner: bool = False
     # tunings of every phase (the baseline's too): the same ground for both
     every_phase: list[dict[str, object]] = field(default_factory=list)
+    # the probe's table is a shared-memory file of the bench's (host/shared.py), removed after the case
+    shared: bool = False
 
 
 def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[Case]:
@@ -230,13 +233,18 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
         # one run to the next, less than the host's own noise: the thrasher runs on the program's CPU instead, at
         # SCHED_IDLE, so it runs only while the program sleeps and nothing the kernel records is inside its work
         Case("slowdown", "slowed: no kernel event",
-             f"a program on CPU {c} doing the same work every 4 ms (a chain of 16,000 dependent reads through a 512 KiB table), "
-             f"while a SCHED_IDLE stress-ng --cache on CPU {c} thrashes the caches between its cycles: its work takes longer with no kernel event inside it",
-             probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-kib", "512", "--lookups", "16000", "--chase", "--period-us", "4000", "--mlock"],
+             f"a program on CPU {c} doing the same work every 4 ms (a chain of 16,000 dependent reads through a 512 KiB table in shared memory), "
+             f"while a neighbour on CPU {o} writes to every cache line of that table: each read takes the line back from the other CPU's cache, "
+             "so the work takes longer with no kernel event inside it",
+             probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-kib", "512", "--lookups", "16000", "--chase", "--period-us", "4000",
+                                                                 "--mlock", "--shm", str(shared.path())],
                     "attribute": ["loop/work"]},
-             loads=[{"name": "cache", "kind": "command", "command": ["stress-ng", "--cache", "1", "--taskset", str(c), "--sched", "idle", "--quiet"]}],
+             # (a cache thrasher on the same CPU, stress-ng --cache at SCHED_IDLE, slowed this work 1.4-3.3x on one host and not at all on
+             # another, whose L1 and L2 came back cold to the work anyway; nor did stress-ng --stream on the other CPU, with tables of
+             # 16 KiB to 256 MiB: docs/benchmarks.md. Lines another CPU writes are missed on any host.)
+             loads=[{"name": "writer", "kind": "command", "command": [zoo, "share", "--path", str(shared.path()), "--cpu", str(o)]}],
              # an idle vCPU here comes back late by up to milliseconds (the host), more than the work's own slowdown: no deep idle in any phase
-             every_phase=[{"kind": "dma_latency", "us": 0}], needs=["stress-ng"]),
+             every_phase=[{"kind": "dma_latency", "us": 0}], shared=True),
         Case("inversion", "blocked: zoo-holder \u2190 preempted by load: hog",
              f"a SCHED_FIFO thread on CPU {c} waits for a mutex (no priority inheritance) that a SCHED_OTHER thread (zoo-holder, CPU {o}) holds 1.5 ms in every 2 ms, "
              f"while a SCHED_FIFO hog of lower priority, busy 4 ms in every 10 ms on CPU {o}, preempts the holder",
@@ -607,6 +615,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         _stop(outside)
         if swap is not None:
             swapfile.remove(swap)
+        if case.shared:
+            shared.remove(shared.path())
         if case.cpu_limit:
             from loopscope.host import cpulimit
 

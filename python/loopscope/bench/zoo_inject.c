@@ -29,6 +29,11 @@
  *           when this made it (a group that exists keeps its limit: the
  *           bench makes it, and a remedy may lift it); `loopscope cleanup`
  *           removes a group a killed bench left
+ *   share   writes, from --cpu, to one word of every cache line of the file
+ *           --path that a program maps and reads (shared memory): each of
+ *           the program's reads then takes the line back from this CPU's
+ *           cache, so its work slows with no kernel event in its way (a
+ *           neighbour writing memory the program reads: false sharing)
  *
  * A gate (--gate FILE) makes an injector act only while a process holds a
  * lock on FILE: the bench's experiment starts that process as a
@@ -489,9 +494,45 @@ static int mode_throttle(int argc, char **argv) {
     return 0;
 }
 
+static int mode_share(int argc, char **argv) {
+    const char *path = sarg(argc, argv, "--path", NULL);
+    if (!path) {
+        fprintf(stderr, "ls-zoo share: --path FILE is needed\n");
+        return 2;
+    }
+    pin_or_die((int)arg(argc, argv, "--cpu", 0));
+    /* the program makes the file when it starts: wait for it */
+    int fd = -1;
+    struct stat st = {0};
+    for (int i = 0; i < 1000 && !stop_now; i++) {
+        fd = open(path, O_RDWR);
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= 64) break;
+        if (fd >= 0) close(fd);
+        fd = -1;
+        sleep_ns(10 * 1000000LL);
+    }
+    if (fd < 0) {
+        if (stop_now) return 0;
+        fprintf(stderr, "ls-zoo share: %s did not appear: %s\n", path, strerror(errno));
+        return 1;
+    }
+    size_t bytes = (size_t)st.st_size;
+    volatile uint64_t *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (t == MAP_FAILED) {
+        fprintf(stderr, "ls-zoo share: cannot map %s: %s\n", path, strerror(errno));
+        return 1;
+    }
+    /* the last word of each line: the program's chain is in the first */
+    while (!stop_now)
+        for (size_t w = 7; w < bytes / 8; w += 8) t[w]++;
+    munmap((void *)t, bytes);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: ls-zoo fifo|bursts|timers|ipi|slack|pageout|throttle [--option value ...] [--gate FILE]\n");
+        fprintf(stderr, "usage: ls-zoo fifo|bursts|timers|ipi|slack|pageout|throttle|share [--option value ...] [--gate FILE]\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -509,6 +550,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "slack")) return mode_slack(argc, argv);
     if (!strcmp(argv[1], "pageout")) return mode_pageout(argc, argv);
     if (!strcmp(argv[1], "throttle")) return mode_throttle(argc, argv);
+    if (!strcmp(argv[1], "share")) return mode_share(argc, argv);
     fprintf(stderr, "ls-zoo: unknown mode %s\n", argv[1]);
     return 2;
 }

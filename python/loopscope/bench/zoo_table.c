@@ -11,13 +11,16 @@
  * random cycle over its cache lines): no two overlap, so each costs the
  * memory's full latency (the `slowdown` case: a neighbour that takes the
  * shared cache or the memory bandwidth shows as longer work, no kernel event
- * in its way). --table-kib sizes the table finer than --table-mib. Its memory is
+ * in its way). --table-kib sizes the table finer than --table-mib. --shm
+ * FILE puts the table in FILE (made if missing, kept), mapped shared, so a
+ * neighbour can map it too (`ls-zoo share`). Its memory is
  * locked only with --mlock (mlockall), so memory pressure on it (the bench
  * pages its memory out) turns into page faults inside the cycle. Stops on
  * SIGINT or SIGTERM.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <loopscope.h>
 #include <sched.h>
 #include <signal.h>
@@ -28,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "zoo_common.h"
 
@@ -50,7 +54,21 @@ int main(int argc, char **argv) {
     signal(SIGTERM, on_stop);
     prctl(PR_SET_NAME, "zoo-table");
     if (lock && mlockall(MCL_CURRENT | MCL_FUTURE) != 0) perror("zoo-table: mlockall");
-    uint64_t *table = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const char *shm = NULL;
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--shm") == 0) shm = argv[i + 1];
+    uint64_t *table;
+    if (shm) {
+        int fd = open(shm, O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0) {
+            fprintf(stderr, "zoo-table: %s: %s\n", shm, strerror(errno));
+            return 1;
+        }
+        table = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+    } else {
+        table = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
     if (table == MAP_FAILED) {
         perror("zoo-table: mmap");
         return 1;

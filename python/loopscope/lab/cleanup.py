@@ -153,6 +153,12 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}turn off and delete leftover swap file {sw}")
         if not dry_run:
             swapfile.remove(sw)
+    from loopscope.host import shared
+
+    for f in shared.leftovers():
+        actions.append(f"{verb}delete leftover shared-memory file {f}")
+        if not dry_run:
+            shared.remove(f)
     from loopscope.host import cpulimit
 
     for g in cpulimit.leftovers():
