@@ -17,7 +17,7 @@ CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
 PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
 
-.PHONY: all install install-test install-ssh install-perfetto install-ansible deps deps-demo build clib demo test test-rust test-python typecheck bench clean
+.PHONY: all install install-test install-ssh install-perfetto install-ansible deps deps-demo build clib demo test test-rust test-python typecheck check bench clean
 
 all: install
 
@@ -95,6 +95,15 @@ test-python: typecheck
 	$(VENV)/bin/pytest -q --durations=12
 
 test: install-test test-rust test-python
+
+# The fast tier, while working: lint, the import contracts and the tests that
+# start no lab (tests/tiers.py), on the tree `make install-test` built; it
+# builds nothing. `make test` (what CI runs) before stopping.
+check:
+	@test -x $(VENV)/bin/pytest || { echo "loopscope: error: no test tools in $(VENV); run 'make install-test' once"; exit 2; }
+	$(VENV)/bin/ruff check --quiet python tests
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/pytest -q --tier fast --durations=5
 
 bench: install
 	$(VENV)/bin/loopscope bench trace

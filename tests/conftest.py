@@ -11,6 +11,8 @@ from typing import Callable
 
 import pytest
 
+pytest_plugins = ["tests.tiers"]
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent / "loopscope"
 

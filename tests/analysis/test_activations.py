@@ -19,7 +19,7 @@ from tests.conftest import BIN
 
 
 @pytest.fixture(scope="module")
-def timer_under_capture(tmp_path_factory: pytest.TempPathFactory) -> tuple[pl.DataFrame, pl.DataFrame, int]:
+def timer_under_capture(tmp_path_factory: pytest.TempPathFactory, lab: None) -> tuple[pl.DataFrame, pl.DataFrame, int]:
     """A SCHED_FIFO timer probe, 1 kHz for 1.5 s, under a kernel capture: the
     kernel's events, the probe's own wake-ups, its measuring thread's id."""
     if C.tracefs() is None:

@@ -15,7 +15,7 @@ TRACE_KEYS = [
 
 
 @pytest.mark.needs_tool("cc")
-def test_bench_trace_prints_one_object_with_every_figure(cli: Cli) -> None:
+def test_bench_trace_prints_one_object_with_every_figure(cli: Cli, bench: None) -> None:
     r = cli("bench", "trace", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -30,7 +30,7 @@ def test_bench_trace_prints_one_object_with_every_figure(cli: Cli) -> None:
 
 
 @pytest.mark.needs_tool("cyclictest")
-def test_bench_timer_compares_with_cyclictest(cli: Cli) -> None:
+def test_bench_timer_compares_with_cyclictest(cli: Cli, bench: None) -> None:
     r = cli("bench", "timer", "--json", "--duration", "1s", "--runs", "1", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -39,7 +39,7 @@ def test_bench_timer_compares_with_cyclictest(cli: Cli) -> None:
         assert j["ratio_loopscope_over_cyclictest"][k] > 0
 
 
-def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli) -> None:
+def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli, bench: None) -> None:
     r = cli("bench", "lab", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -50,7 +50,7 @@ def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli) -> None:
 
 
 @pytest.mark.needs_tool("iperf3")
-def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli) -> None:
+def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli, bench: None) -> None:
     r = cli("bench", "pacing", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -66,7 +66,7 @@ def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli) 
 
 
 @pytest.mark.needs_root
-def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli) -> None:
+def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli, bench: None) -> None:
     r = cli("bench", "channels", "--json", "--quick", "--transport", "udp", "--blocks", "2", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -80,7 +80,7 @@ def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli) -> None:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("dd")
-def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli) -> None:
+def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli, bench: None) -> None:
     r = cli("bench", "model", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -108,7 +108,7 @@ SCENARIO_KEYS = ["name", "p50_ns_without", "p99_ns_without", "p50_ns_with", "p99
 
 
 @pytest.mark.needs_root
-def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli) -> None:
+def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli, bench: None) -> None:
     r = cli("bench", "kcapture", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -127,7 +127,7 @@ def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli) 
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("ip", "ethtool", "taskset")
-def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_packet_rate(cli: Cli) -> None:
+def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_packet_rate(cli: Cli, bench: None) -> None:
     r = cli("bench", "emulator", "--json", "--quick", "--seconds", "0.5", "--rate-seconds", "0.5", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -142,7 +142,7 @@ def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_pa
 
 
 @pytest.mark.needs_root
-def test_bench_clocksync_checks_each_skewed_host_against_the_truth_it_injected(cli: Cli) -> None:
+def test_bench_clocksync_checks_each_skewed_host_against_the_truth_it_injected(cli: Cli, bench: None) -> None:
     r = cli("bench", "clocksync", "--json", "--quick", "--network", "sync", "--seconds", "4", timeout=900)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
@@ -173,7 +173,7 @@ def test_pairs_are_added_until_the_noise_floor_is_inside_the_target() -> None:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("cyclictest")
-def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own(cli: Cli) -> None:
+def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own(cli: Cli, bench: None) -> None:
     r = cli("bench", "threads", "--json", "--quick", "--seconds", "1", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -187,7 +187,7 @@ def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("trace-cmd", "stress-ng")
-def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli) -> None:
+def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench: None) -> None:
     r = cli("bench", "import", "--json", "--quick", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)

@@ -26,7 +26,7 @@ def _left() -> list[str]:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("stress-ng")
-def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_start_and_prints_one_json_line(cli: Cli, tmp_path: Path) -> None:
+def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_start_and_prints_one_json_line(cli: Cli, tmp_path: Path, bench: None) -> None:
     # (the faults case shares its injector and swap file with the warm-up anomaly run here; the full bench runs all eight)
     rps = Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text()
     before = set(_left())  # another run's leftovers (a killed bench on this machine) are not this one's
@@ -63,7 +63,7 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     assert Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text() == rps
 
 
-def test_an_unknown_case_is_refused_naming_the_cases(cli: Cli) -> None:
+def test_an_unknown_case_is_refused_naming_the_cases(cli: Cli, bench: None) -> None:
     r = cli("bench", "explain", "--case", "nosuch", "--json")
     assert r.returncode == 2 and "nosuch" in r.stderr and "hog" in r.stderr and "Traceback" not in r.stderr
 

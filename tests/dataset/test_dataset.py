@@ -32,7 +32,7 @@ kernel: {{capture: {capture}}}
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def results(tmp_path_factory: pytest.TempPathFactory, lab: None) -> Path:
     """Three real runs of two experiments, one with the kernel capture (its attribution)."""
     d = tmp_path_factory.mktemp("dataset")
     for name, capture in (("tick", "off"), ("tick", "off"), ("tock", "on")):

@@ -134,7 +134,7 @@ duration: 3s
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("chrt", "taskset")
-def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None:
+def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path, lab: None) -> None:
     (tmp_path / "b.yaml").write_text(BURST)
     r = subprocess.run([str(BIN), "run", "b.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
@@ -162,7 +162,7 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path) -> None
 
 
 @pytest.mark.needs_root
-def test_a_kernel_without_the_events_is_said_and_the_run_goes_on(tmp_path: Path) -> None:
+def test_a_kernel_without_the_events_is_said_and_the_run_goes_on(tmp_path: Path, lab: None) -> None:
     (tmp_path / "n.yaml").write_text("name: n\nkernel: {events: ['nosuch:event']}\nprobes: [{kind: timer, interval_us: 1000}]\nduration: 300ms\n")
     r = subprocess.run([str(BIN), "run", "n.yaml", "--run-dir", "run", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

@@ -44,7 +44,7 @@ while True:
 """
 
 
-def test_the_decoder_reads_what_the_kernel_prints_as_text(tmp_path: Path) -> None:
+def test_the_decoder_reads_what_the_kernel_prints_as_text(tmp_path: Path, lab: None) -> None:
     tf = _tracefs()
     cap = C.Capture(tmp_path / "k", ["sched:sched_switch", "sched:sched_wakeup", "irq:softirq_entry"], buffer_mb=4, name=f"loopscope-{os.getpid()}")
     meta = cap.start()
@@ -80,7 +80,7 @@ for _ in range(20):
 """
 
 
-def test_per_thread_events_leave_out_the_lab_and_its_loads_but_keep_the_rest(tmp_path: Path) -> None:
+def test_per_thread_events_leave_out_the_lab_and_its_loads_but_keep_the_rest(tmp_path: Path, lab: None) -> None:
     _tracefs()
     events = ["sched:sched_switch", "sched:sched_wakeup", "exceptions:page_fault_user", "timer:hrtimer_start"]
     cap = C.Capture(tmp_path / "k", events, buffer_mb=8, name=f"loopscope-{os.getpid()}")
@@ -110,7 +110,7 @@ def test_per_thread_events_leave_out_the_lab_and_its_loads_but_keep_the_rest(tmp
     assert "zoo-measured" in set(timers["comm"].to_list()) and "ld:flood" not in set(timers["comm"].to_list())
 
 
-def test_the_reader_is_named_for_the_lab_and_runs_at_sched_idle(tmp_path: Path) -> None:
+def test_the_reader_is_named_for_the_lab_and_runs_at_sched_idle(tmp_path: Path, lab: None) -> None:
     tf = _tracefs()
     cap = C.Capture(tmp_path / "k", ["sched:sched_switch"], buffer_mb=2, name=f"loopscope-{os.getpid()}")
     assert cap.start().refused is None
@@ -128,7 +128,7 @@ def test_the_reader_is_named_for_the_lab_and_runs_at_sched_idle(tmp_path: Path) 
     assert A.task_label("ls-kcapture", 5) == "lab: capture"
 
 
-def test_an_agent_killed_with_sigkill_leaves_no_instance(tmp_path: Path) -> None:
+def test_an_agent_killed_with_sigkill_leaves_no_instance(tmp_path: Path, lab: None) -> None:
     tf = _tracefs()
     code = (f"import time; from pathlib import Path; from loopscope.kernel.capture import Capture\n"
             f"c = Capture(Path({str(tmp_path / 'k')!r}), ['sched:sched_switch'], buffer_mb=2, name='loopscope-killtest{os.getpid()}')\n"
@@ -162,7 +162,7 @@ def test_cleanup_removes_an_instance_whose_owner_is_gone() -> None:
     assert any(f"loopscope-{dead}" in a for a in actions)
 
 
-def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path) -> None:
+def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path, lab: None) -> None:
     # A 1 MiB buffer per CPU and two threads switching as fast as they can for
     # a second: the kernel overwrites unread pages, and every dropped event is
     # placed on a CPU between two times inside the capture.
@@ -189,7 +189,7 @@ def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path) -> None:
     assert k.lost_in(a, b + 1) is not None
 
 
-def test_a_damaged_segment_is_said_and_its_span_counts_as_lost(tmp_path: Path) -> None:
+def test_a_damaged_segment_is_said_and_its_span_counts_as_lost(tmp_path: Path, lab: None) -> None:
     _tracefs()
     cap = C.Capture(tmp_path / "k", ["sched:sched_switch", "sched:sched_stat_runtime"], buffer_mb=2, name=f"loopscope-{os.getpid()}")
     assert cap.start().refused is None
@@ -253,7 +253,7 @@ def test_roles_explain_the_kernel_threads_and_the_lab() -> None:
 
 
 @pytest.mark.needs_tool("perf")
-def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path) -> None:
+def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path, lab: None) -> None:
     r = subprocess.run(["perf", "record", "-q", "-a", "-k", "mono", "-e", "sched:sched_switch", "-e", "sched:sched_stat_runtime", "-o", str(tmp_path / "kernel.perf"), "--", "sleep", "0.3"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
@@ -263,6 +263,6 @@ def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path) -> None:
     assert set(ev.columns) == set(S.SCHEMA) and (ev["event"] == "sched_switch").any()
 
 
-def test_a_capture_format_newer_than_this_reader_is_refused_by_name(tmp_path: Path) -> None:
+def test_a_capture_format_newer_than_this_reader_is_refused_by_name(tmp_path: Path, lab: None) -> None:
     with pytest.raises(S.CaptureError, match="tracefs-segments/9"):
         S.open_capture(tmp_path, Capture(host="h", format="tracefs-segments/9", data="kernel"))

@@ -26,7 +26,7 @@ def _needs(*tools: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def recordings(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str, Path]:
     """cyclictest for a second, as trace-cmd writes it (version 7 zstd, then
     converted to 7 uncompressed and to 6) and as perf sched record does."""
     _needs("trace-cmd", "cyclictest")
@@ -56,7 +56,7 @@ def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recor
     assert {"sched_switch", "sched_wakeup", "hrtimer_start"} <= set(cap["events"]) and cap["missing_events"] == []
 
 
-def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     if "perf" not in recordings:
         pytest.skip("needs perf (linux-perf)")
     r = cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run"), "--json")
@@ -65,7 +65,7 @@ def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordin
     assert j["format"] == "perf.data" and j["kernel_events"] == F.reported(recordings["perf"]) > 1000
 
 
-def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lateness(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lateness(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     assert cli("import", str(recordings["v7"]), "-o", str(tmp_path / "run")).returncode == 0
     r = cli("threads", str(tmp_path / "run"), "--comm", "cyclictest", "--json")
     assert r.returncode == 0, r.stderr
@@ -80,7 +80,7 @@ def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lat
     assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
 
 
-def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measured(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measured(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     if "perf" not in recordings:
         pytest.skip("needs perf (linux-perf)")
     assert cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run")).returncode == 0
@@ -98,7 +98,7 @@ def test_explain_reads_an_imported_run_and_counts_its_events(recordings: dict[st
     assert json.loads(r.stdout)["captures"][0]["events"] == n
 
 
-def test_events_trace_cmd_lost_are_placed_and_the_activations_they_touch_are_incomplete(cli: Cli, tmp_path: Path) -> None:
+def test_events_trace_cmd_lost_are_placed_and_the_activations_they_touch_are_incomplete(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs("trace-cmd", "stress-ng")
     # a buffer far too small for a context-switch storm, overwritten as a flight recorder's is: each CPU's
     # first page says how many events were dropped before it
@@ -142,7 +142,7 @@ def test_a_trace_dat_version_it_does_not_read_is_named(recordings: dict[str, Pat
     assert_clean_error(cli("import", str(f)), 2, "version 5", "6 and 7")
 
 
-def test_a_trace_without_switches_imports_and_threads_says_what_is_missing(cli: Cli, tmp_path: Path) -> None:
+def test_a_trace_without_switches_imports_and_threads_says_what_is_missing(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs("trace-cmd")
     p = F.trace_dat(tmp_path / "irq.dat", ["sleep", "0.2"], events=["irq", "timer/hrtimer_expire_entry"])
     assert cli("import", str(p), "-o", str(tmp_path / "run")).returncode == 0
@@ -156,7 +156,7 @@ def test_a_trace_without_switches_imports_and_threads_says_what_is_missing(cli: 
 HOGGED = ["sh", "-c", "nice -n -20 stress-ng --cpu 1 --taskset 1 -t 3 --quiet & sleep 0.3; cyclictest -t1 -a1 -i1000 -D 2 -q -m; wait"]
 
 
-def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cli: Cli, tmp_path: Path) -> None:
+def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs("trace-cmd", "cyclictest", "stress-ng")
     p = F.trace_dat(tmp_path / "hog.dat", HOGGED, buffer_kb=20000)
     r = cli("import", str(p), "-o", str(tmp_path / "run"), "--json")
@@ -174,6 +174,9 @@ def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cl
     # what the six events cannot show is named, with what records it
     unseen = {e for u in j["not_recorded"] for e in u["events"]}
     assert "sched_stat_runtime" in unseen and "local_timer_entry" in unseen and "irq_handler_entry" not in unseen
+    # an idle-looking gap may be a timer interrupt or an IPI it did not record: no cause calls it plain idle
+    causes = {c["cause"] for t in j["threads"] for c in t["causes"]}
+    assert not causes & {"CPU idle", "scheduling latency"}, causes
     e = cli("explain", str(tmp_path / "run"), "--json")
     assert e.returncode == 0, e.stderr
     doc = json.loads(e.stdout)
@@ -199,7 +202,7 @@ def test_a_top_buffer_s_counters_beyond_what_its_pages_placed_are_a_loss_over_th
     assert got == [{"cpu": 0, "start_ns": 1_000, "end_ns": 9_000, "events": 23, "why": "the buffer's counters (trace-cmd's CPUSTAT; no page said where)"}]
 
 
-def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_agrees_with_cyclictest(cli: Cli, tmp_path: Path) -> None:
+def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_agrees_with_cyclictest(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs("trace-cmd", "cyclictest", "stress-ng")
     own = tmp_path / "cyclictest.txt"
     cmd = ["sh", "-c", f"nice -n -20 stress-ng --cpu 1 --taskset 1 -t 3 --quiet & sleep 0.3; cyclictest -t1 -a1 -i1000 -D 2 -q -m > {own}; wait"]

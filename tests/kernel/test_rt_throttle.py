@@ -31,7 +31,7 @@ warmup: 0.3s
 
 
 @pytest.mark.needs_root
-def test_a_real_time_probe_held_by_rt_throttling_is_throttled_rt(tmp_path: Path) -> None:
+def test_a_real_time_probe_held_by_rt_throttling_is_throttled_rt(tmp_path: Path, lab: None) -> None:
     if why := _rt_throttling_off():
         pytest.skip(why)
     if C.tracefs() is None:

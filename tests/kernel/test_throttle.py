@@ -53,7 +53,7 @@ def limited() -> Iterator[Path]:
                 time.sleep(0.05)
 
 
-def test_a_thread_held_by_its_groups_cpu_limit_is_as_late_as_it_says_and_the_limit_is_named(limited: Path, cli: Cli, tmp_path: Path) -> None:
+def test_a_thread_held_by_its_groups_cpu_limit_is_as_late_as_it_says_and_the_limit_is_named(limited: Path, cli: Cli, tmp_path: Path, lab: None) -> None:
     if shutil.which("taskset") is None:
         pytest.skip("needs taskset")
     prog = cbuild.build([HERE / "c" / "periodic.c"], tmp_path / "periodic")

@@ -54,7 +54,7 @@ def test_a_kind_without_the_windows_hook_fails_loudly(tmp_path: Path) -> None:
         Forgetful().windows(_step(kind="forgetful"), _source(tmp_path))
 
 
-def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path) -> None:
+def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path, lab: None) -> None:
     from loopscope.analysis.explain import windows_of
 
     run = _run(steps=[_step(kind="nosuch", probe="x")])

@@ -13,7 +13,7 @@ from tests.conftest import ROOT, Cli
 
 
 @pytest.mark.needs_root
-def test_the_video_loop_runs_across_three_hosts_and_its_frames_reach_the_report(cli: Cli, tmp_path: Path) -> None:
+def test_the_video_loop_runs_across_three_hosts_and_its_frames_reach_the_report(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = (ROOT / "examples" / "video-loop.yaml").read_text()
     # one short phase; the programs still start in examples/
     spec = spec.split("phases:")[0] + "phases:\n  - {name: short}\nduration: 4s\n"
@@ -64,7 +64,7 @@ kernel: {capture: 'off'}
 """
 
 
-def test_an_app_process_that_fails_stops_the_run_and_is_named(cli: Cli, tmp_path: Path) -> None:
+def test_an_app_process_that_fails_stops_the_run_and_is_named(cli: Cli, tmp_path: Path, lab: None) -> None:
     (tmp_path / "f.yaml").write_text(FAILING)
     r = cli("run", "f.yaml", "--run-dir", "run", "--no-report", timeout=120)
     assert r.returncode == 1

@@ -27,7 +27,7 @@ kernel: {{capture: off}}
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("compare")
     out = {}
     for name, loads in (("quiet", ""), ("hogged", "hog")):
@@ -105,7 +105,7 @@ def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and
 
 
 @pytest.mark.needs_tool("stress-ng")
-def test_runs_whose_probes_do_not_match_are_refused(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_runs_whose_probes_do_not_match_are_refused(runs: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     other = tmp_path / "other.yaml"
     other.write_text("name: other\nprobes:\n  - {kind: timer, name: tick}\nduration: 300ms\nkernel: {capture: off}\n")
     r = subprocess.run([str(BIN), "run", str(other), "--run-dir", str(tmp_path / "o"), "--no-report"], capture_output=True, text=True, timeout=120)

@@ -16,7 +16,7 @@ from tests.conftest import ROOT, Cli
 
 
 @pytest.mark.needs_root
-def test_a_pipeline_over_declared_channels_is_counted_followed_and_split_by_item_size(cli: Cli, tmp_path: Path) -> None:
+def test_a_pipeline_over_declared_channels_is_counted_followed_and_split_by_item_size(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = (ROOT / "examples" / "channels.yaml").read_text()
     spec = spec.split("phases:")[0] + "phases:\n  - {name: short}\nduration: 4s\n"
     spec = spec.replace('command: "python3 sensors/', f'cwd: {ROOT / "examples"}, command: "python3 sensors/')

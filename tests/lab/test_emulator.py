@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ethtool")]
 
 
 @pytest.fixture
-def topo() -> Iterator[netns.Topology]:
+def topo(lab: None) -> Iterator[netns.Topology]:
     t = netns.Topology.plan(f"emu-test-{time.monotonic_ns()}", ["a", "b"])
     t.up()
     try:
@@ -57,7 +57,7 @@ def send_through(t: netns.Topology, tmp: Path, lk: dict[str, Any], rate: str, co
     return json.loads(tx.stdout), json.loads(out), em
 
 
-def test_loss_falls_in_the_binomial_interval_of_the_requested_rate(topo: netns.Topology, tmp_path: Path) -> None:
+def test_loss_falls_in_the_binomial_interval_of_the_requested_rate(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     n, p = 4000, 0.2
     tx, rx, em = send_through(topo, tmp_path, link(loss=p), "4000pps", n)
     lo, hi = binom.interval(0.9999, n, p)
@@ -65,7 +65,7 @@ def test_loss_falls_in_the_binomial_interval_of_the_requested_rate(topo: netns.T
     assert rx["packets"] == n - em["lost"]
 
 
-def test_duplicates_arrive_twice_and_are_counted_by_both_ends(topo: netns.Topology, tmp_path: Path) -> None:
+def test_duplicates_arrive_twice_and_are_counted_by_both_ends(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     n, p = 3000, 0.1
     tx, rx, em = send_through(topo, tmp_path, link(duplicate=p), "3000pps", n)
     lo, hi = binom.interval(0.9999, n, p)
@@ -73,13 +73,13 @@ def test_duplicates_arrive_twice_and_are_counted_by_both_ends(topo: netns.Topolo
     assert rx["duplicates"] == em["duplicated"] and rx["packets"] == n + em["duplicated"]
 
 
-def test_reordered_packets_overtake_the_delayed_ones(topo: netns.Topology, tmp_path: Path) -> None:
+def test_reordered_packets_overtake_the_delayed_ones(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     tx, rx, em = send_through(topo, tmp_path, link(delay_ns=3_000_000, reorder=0.3), "2000pps", 2000)
     assert em["reordered"] > 400
     assert rx["reordered"] > 100 and rx["lost"] == 0
 
 
-def test_delay_and_jitter_shape_the_one_way_delay(topo: netns.Topology, tmp_path: Path) -> None:
+def test_delay_and_jitter_shape_the_one_way_delay(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     tx, rx, em = send_through(topo, tmp_path, link(delay_ns=5_000_000, jitter_ns=1_000_000, distribution="normal"), "2000pps", 3000)
     d = rx["delay_ns"]["sender_and_network"]
     # Normal jitter of sd 1 ms around 5 ms: the median near 5 ms, tails well beyond ±1 ms.
@@ -88,7 +88,7 @@ def test_delay_and_jitter_shape_the_one_way_delay(topo: netns.Topology, tmp_path
     assert em["applied_ns"]["min"] < 3_500_000
 
 
-def test_a_rate_limit_queues_and_drops_what_exceeds_it(topo: netns.Topology, tmp_path: Path) -> None:
+def test_a_rate_limit_queues_and_drops_what_exceeds_it(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     tx, rx, em = send_through(topo, tmp_path, link(rate_bps=8e6, limit=20), "2000pps", 4000, size=1000)
     assert em["queue_drops"] > 1000
     # What got through left at the link's rate (frames of 1042 bytes on the wire).
@@ -105,7 +105,7 @@ def _stream(t: netns.Topology, tmp: Path, src: str, dest: str, count: int, bind:
     return json.loads(tx.stdout), json.loads(out)
 
 
-def test_a_path_that_asks_for_nothing_is_forwarded_by_the_kernel_and_never_reaches_the_emulator(topo: netns.Topology, tmp_path: Path) -> None:
+def test_a_path_that_asks_for_nothing_is_forwarded_by_the_kernel_and_never_reaches_the_emulator(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     topo.kernel_forwarding({("b", "a")})
     back = link(name="b->a", delay_ns=1_000_000, **{"from": "b", "to": "a"})
     emu = Emulator(topo.router_ns, topo.emulator_config([back], seed=3, kernel={("a", "b")}), tmp_path / "netem", "emu-test")
@@ -123,7 +123,7 @@ def test_a_path_that_asks_for_nothing_is_forwarded_by_the_kernel_and_never_reach
     assert counts is not None and counts["forwarded"] >= 400
 
 
-def test_the_sync_network_joins_each_host_to_the_reference_without_the_router(tmp_path: Path) -> None:
+def test_the_sync_network_joins_each_host_to_the_reference_without_the_router(tmp_path: Path, lab: None) -> None:
     t = netns.Topology.plan(f"sync-test-{time.monotonic_ns()}", ["a", "b", "c"], sync_reference="a")
     t.up()
     try:
@@ -139,7 +139,7 @@ def test_the_sync_network_joins_each_host_to_the_reference_without_the_router(tm
     assert not [n for n in netns.existing() if n.startswith(f"ls-{t.tag}-")]
 
 
-def test_a_host_address_inside_the_sync_network_is_refused_when_there_is_one() -> None:
+def test_a_host_address_inside_the_sync_network_is_refused_when_there_is_one(lab: None) -> None:
     with pytest.raises(netns.NetnsError, match="10.78.0.0/16"):
         netns.Topology.plan("x", ["a", "b"], {"b": "10.78.9.2"}, sync_reference="a")
     netns.Topology.plan("x", ["a", "b"], {"b": "10.78.9.2"})

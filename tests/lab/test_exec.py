@@ -54,7 +54,7 @@ def agent_in(ns: str) -> int | None:
     return None
 
 
-def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(fleet: Fleet, tmp_path: Path, cli: Cli) -> None:
+def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "exec.yaml"
     spec.write_text("name: exec\n" + hosts(fleet) + "probes:\n  - {kind: timer, host: h2, interval_us: 2000}\n  - {kind: rr, host: h1, dest: h2, rate: 200pps}\n"
                     "loads:\n  - {kind: cpu, host: h2}\nduration: 500ms\n")
@@ -127,7 +127,7 @@ def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_wh
     ("[echo, hello]", "printed something that is not loopscope"),
     ("[sh, -c, 'echo cannot reach node n7 >&2; exit 3', x]", "cannot reach node n7"),
 ])
-def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(launcher: str, said: str, tmp_path: Path, cli: Cli) -> None:
+def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(launcher: str, said: str, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(f"name: bad\nhosts:\n  - {{name: n7, kind: exec, launcher: {launcher}, address: 10.9.9.9}}\nprobes:\n  - {{kind: timer}}\nduration: 1s\n")
     r = cli("run", str(spec))
@@ -159,7 +159,7 @@ def test_an_agent_of_another_version_refuses_naming_both(tmp_path: Path) -> None
 
 
 @pytest.mark.skipif(__import__("loopscope.spec.inventory", fromlist=["tool"]).tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core)")
-def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli) -> None:
+def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
     lines = ["all:", "  children:", "    fleet:", "      hosts:"]
     for i in (1, 2):
         lines += [f"        node{i}:", f"          ansible_host: {fleet.address(i)}", f"          loopscope_launcher: [nsenter, '--net=/run/netns/{fleet.ns(i)}']"]

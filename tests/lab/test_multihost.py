@@ -78,7 +78,7 @@ def _agent_of(run_id: str, host: str) -> int:
 
 
 @pytest.fixture(scope="module")
-def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def three(tmp_path_factory: pytest.TempPathFactory, lab: None) -> tuple[Path, subprocess.CompletedProcess[str]]:
     d = tmp_path_factory.mktemp("three")
     spec = d / "three.yaml"
     spec.write_text(THREE.format(duration="1s"))
@@ -87,7 +87,7 @@ def three(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
 
 
 @pytest.fixture(autouse=True)
-def no_namespace_left() -> Iterator[None]:
+def no_namespace_left(lab: None) -> Iterator[None]:
     before = set(netns.existing())
     yield
     assert wait_for(lambda: not set(netns.existing()) - before, 15), set(netns.existing()) - before
@@ -245,7 +245,7 @@ def test_a_killed_agent_fails_the_run_on_every_host_and_leaves_nothing(tmp_path:
     assert wait_for(lambda: leftovers("killb") == [], 15), leftovers("killb")
 
 
-def test_a_link_taken_down_mid_run_shows_as_lost_messages(tmp_path: Path, cli: Cli) -> None:
+def test_a_link_taken_down_mid_run_shows_as_lost_messages(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "three.yaml"
     spec.write_text(THREE.format(duration="3s").replace("loads:\n  - kind: cpu\n    host: c\n  - {name: net, kind: net, host: a, dest: \"c:9000\", rate: 10Mbit}\n", "loads: []\n"))
     with _start(tmp_path, spec, "down") as p:
@@ -289,7 +289,7 @@ def test_a_killed_controller_leaves_no_namespace_behind(tmp_path: Path, cli: Cli
     assert json.loads((tmp_path / "kill9" / "run.json").read_text())["status"] == "abandoned"
 
 
-def test_cleanup_removes_namespaces_of_a_run_whose_reaper_was_killed_too(tmp_path: Path, cli: Cli) -> None:
+def test_cleanup_removes_namespaces_of_a_run_whose_reaper_was_killed_too(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "three.yaml"
     spec.write_text(THREE.format(duration="20s"))
     with _start(tmp_path, spec, "kill10") as p:
@@ -314,7 +314,7 @@ def _cmdline(d: Path) -> bytes:
         return b""
 
 
-def test_preflight_names_the_host_or_link_at_fault(tmp_path: Path, cli: Cli) -> None:
+def test_preflight_names_the_host_or_link_at_fault(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(
         "name: bad\nhosts:\n  - {name: a}\n  - {name: b, address: 10.77.1.9}\n  - {name: c}\n"
@@ -332,7 +332,7 @@ def test_preflight_names_the_host_or_link_at_fault(tmp_path: Path, cli: Cli) -> 
     assert not list(tmp_path.glob("runs/*"))
 
 
-def test_preflight_refuses_what_the_sync_network_and_the_emulator_cannot_do(tmp_path: Path, cli: Cli) -> None:
+def test_preflight_refuses_what_the_sync_network_and_the_emulator_cannot_do(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(
         "name: bad\nhosts:\n  - {name: a}\n  - {name: b, address: 10.78.5.2, sync_address: 10.9.9.9}\n"
@@ -346,7 +346,7 @@ def test_preflight_refuses_what_the_sync_network_and_the_emulator_cannot_do(tmp_
     assert "Traceback" not in r.stderr and not list(tmp_path.glob("runs/*"))
 
 
-def test_netns_hosts_without_privileges_are_refused_at_preflight() -> None:
+def test_netns_hosts_without_privileges_are_refused_at_preflight(lab: None) -> None:
     # A directory the unprivileged user can read and write (pytest's tmp_path is private to root).
     with tempfile.TemporaryDirectory(prefix="loopscope-nopriv-") as d:
         work = Path(d)

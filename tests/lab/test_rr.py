@@ -44,7 +44,7 @@ def test_ipdv_is_the_change_in_delay_between_consecutive_exchanges_and_skips_a_g
 
 
 @pytest.fixture(scope="module")
-def rr_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def rr_run(tmp_path_factory: pytest.TempPathFactory, lab: None) -> tuple[Path, subprocess.CompletedProcess[str]]:
     d = tmp_path_factory.mktemp("rr")
     spec = d / "rr.yaml"
     spec.write_text(RR.format(duration="1s", capture="off"))
@@ -53,7 +53,7 @@ def rr_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.C
 
 
 @pytest.fixture(autouse=True)
-def no_namespace_left() -> Iterator[None]:
+def no_namespace_left(lab: None) -> Iterator[None]:
     before = set(netns.existing())
     yield
     assert wait_for(lambda: not set(netns.existing()) - before, 15), set(netns.existing()) - before
@@ -106,7 +106,7 @@ def test_an_rr_probe_naming_an_unknown_host_is_refused_by_check(tmp_path: Path) 
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("ip", "ethtool")
-def test_both_ends_of_an_rr_probe_are_explained_through_its_kinds_windows(tmp_path: Path) -> None:
+def test_both_ends_of_an_rr_probe_are_explained_through_its_kinds_windows(tmp_path: Path, lab: None) -> None:
     from loopscope.analysis.explain import explain
     from loopscope.kinds import KINDS
 

@@ -74,7 +74,7 @@ def wait_for(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return pred()
 
 
-def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path) -> None:
+def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path)
     r = cli("run", str(spec), "--run-dir", "out/r1", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -99,7 +99,7 @@ def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, t
     assert root is None or not any(p.is_dir() for p in root.iterdir())
 
 
-def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path: Path) -> None:
+def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path)
     d = tmp_path / "taken"
     d.mkdir()
@@ -110,7 +110,7 @@ def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path:
 
 
 @pytest.mark.needs_root
-def test_a_read_only_results_directory_is_refused(cli: Cli, tmp_path: Path) -> None:
+def test_a_read_only_results_directory_is_refused(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path)
     ro = tmp_path / "ro"
     ro.mkdir()
@@ -122,14 +122,14 @@ def test_a_read_only_results_directory_is_refused(cli: Cli, tmp_path: Path) -> N
         subprocess.run(["umount", str(ro)], check=False)
 
 
-def test_a_command_that_is_not_installed_fails_preflight(cli: Cli, tmp_path: Path) -> None:
+def test_a_command_that_is_not_installed_fails_preflight(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path, loads="  - kind: command\n    command: no-such-program-xyz --go\n")
     r = cli("run", str(spec), "--results", str(tmp_path / "runs"))
     assert r.returncode == 2 and "loads.0.command: 'no-such-program-xyz' is not installed" in r.stderr, r.stderr
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli, tmp_path: Path) -> None:
+def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli, tmp_path: Path, lab: None) -> None:
     probes = "  - kind: syscall\n    calls: [open]\n    dir: /proc/1/nonexistent\n"
     spec = write_spec(tmp_path, probes=probes)
     r = cli("run", str(spec), "--run-dir", "fail1", timeout=300)
@@ -142,7 +142,7 @@ def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli
     assert leftovers("fail1") == []
 
 
-def test_a_load_that_dies_fails_the_run_with_its_exit_code(cli: Cli, tmp_path: Path) -> None:
+def test_a_load_that_dies_fails_the_run_with_its_exit_code(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path, loads="  - name: quitter\n    kind: command\n    command: [sh, -c, 'echo giving up >&2; exit 3']\n")
     r = cli("run", str(spec), "--run-dir", "fail2", timeout=300)
     assert r.returncode == 1, r.stderr
@@ -270,7 +270,7 @@ def test_cleanup_removes_what_survives_a_killed_controller_and_agent(tmp_path: P
     assert cli("cleanup").stdout.strip() == "nothing to clean up"
 
 
-def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so(tmp_path: Path, cli: Cli) -> None:
+def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = write_spec(tmp_path, loads="", extra="kernel: {capture: on}\n")
     r = cli("run", str(spec), "--run-dir", str(tmp_path / "nk"), "--no-report", "--no-kernel-capture")
     assert r.returncode == 0, r.stderr
@@ -280,7 +280,7 @@ def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so
     assert json.loads((tmp_path / "nk" / "spec.json").read_text())["kernel"]["capture"] == "off"
 
 
-def test_a_capture_buffer_filling_in_a_window_is_said_and_the_run_completes(tmp_path: Path, cli: Cli) -> None:
+def test_a_capture_buffer_filling_in_a_window_is_said_and_the_run_completes(tmp_path: Path, cli: Cli, lab: None) -> None:
     # 1 MiB per CPU against two threads switching as fast as they can: the
     # kernel wakes the reader when a buffer is half full, inside the probe's
     # windows; the run keeps each such read (when, for how long, in which step).

@@ -86,7 +86,7 @@ def ssh_host(s: Sshd, name: str = "remote", **over: str) -> str:
     return "  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
 
 
-def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli) -> None:
+def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "ssh.yaml"
     spec.write_text(
         "name: ssh\nhosts:\n  - {name: here, kind: local}\n" + ssh_host(sshd)
@@ -109,7 +109,7 @@ def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, 
     assert wait_for(lambda: leftovers("sshrun") == [], 15), leftovers("sshrun")
 
 
-def test_a_host_key_that_does_not_match_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli) -> None:
+def test_a_host_key_that_does_not_match_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "k.yaml"
     spec.write_text("name: k\nhosts:\n" + ssh_host(sshd, known_hosts=str(sshd.other_known_hosts)) + "probes:\n  - {kind: timer}\nduration: 1s\n")
     r = cli("run", str(spec))
@@ -117,7 +117,7 @@ def test_a_host_key_that_does_not_match_is_refused_at_preflight(sshd: Sshd, tmp_
     assert "host remote: its host key does not match" in r.stderr and str(sshd.other_known_hosts) in r.stderr
 
 
-def test_an_unreachable_ssh_host_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli) -> None:
+def test_an_unreachable_ssh_host_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "u.yaml"
     spec.write_text("name: u\nhosts:\n" + ssh_host(sshd, port="2299") + "probes:\n  - {kind: timer}\nduration: 1s\n")
     r = cli("run", str(spec))
@@ -125,7 +125,7 @@ def test_an_unreachable_ssh_host_is_refused_at_preflight(sshd: Sshd, tmp_path: P
     assert f"host remote: cannot reach {sshd.address}:2299" in r.stderr
 
 
-def test_a_remote_without_loopscope_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli) -> None:
+def test_a_remote_without_loopscope_is_refused_at_preflight(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
     bare = shutil.which("python3", path="/usr/bin:/bin")
     assert bare
     spec = tmp_path / "n.yaml"
@@ -135,7 +135,7 @@ def test_a_remote_without_loopscope_is_refused_at_preflight(sshd: Sshd, tmp_path
     assert f"loopscope is not installed for {bare}" in r.stderr
 
 
-def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_path: Path) -> None:
+def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_path: Path, lab: None) -> None:
     spec = tmp_path / "kill.yaml"
     spec.write_text("name: kill\nhosts:\n" + ssh_host(sshd) + "probes:\n  - {kind: timer, interval_us: 2000}\nloads:\n  - {kind: cpu}\nduration: 20s\nbaseline: false\n")
     with subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", "sshkill", "--no-report"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:

@@ -40,7 +40,7 @@ def _needs() -> None:
         pytest.skip("needs cyclictest (rt-tests)")
 
 
-def test_a_command_s_threads_are_measured_per_phase_compared_and_explained(cli: Cli, tmp_path: Path) -> None:
+def test_a_command_s_threads_are_measured_per_phase_compared_and_explained(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs()
     (tmp_path / "t.yaml").write_text(SPEC.format(deadline=40))
     r = cli("run", "t.yaml", timeout=300)
@@ -65,7 +65,7 @@ def test_a_command_s_threads_are_measured_per_phase_compared_and_explained(cli: 
     assert subprocess.run(["pgrep", "-x", "cyclictest"], capture_output=True).returncode == 1
 
 
-def test_threads_already_running_are_attached_by_name(cli: Cli, tmp_path: Path) -> None:
+def test_threads_already_running_are_attached_by_name(cli: Cli, tmp_path: Path, lab: None) -> None:
     _needs()
     target = subprocess.Popen(["cyclictest", "-m", "-p", "70", "-i", "2000", "-t", "1", "-q"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -83,7 +83,7 @@ def test_threads_already_running_are_attached_by_name(cli: Cli, tmp_path: Path) 
         target.wait()
 
 
-def test_an_attach_target_that_matches_nothing_is_refused_before_the_run(cli: Cli, tmp_path: Path) -> None:
+def test_an_attach_target_that_matches_nothing_is_refused_before_the_run(cli: Cli, tmp_path: Path, lab: None) -> None:
     (tmp_path / "n.yaml").write_text("name: none\nprobes:\n  - kind: threads\n    attach: {comm: '^no-such-thread-here$'}\nduration: 1s\n")
     assert_clean_error(cli("check", "n.yaml"), 2, "no-such-thread-here")
     assert_clean_error(cli("run", "n.yaml"), 2, "no-such-thread-here")

@@ -62,7 +62,7 @@ def _journal(run_id: str) -> Path:
     return state.state_dir() / f"{run_id}.tunings"
 
 
-def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path) -> None:
+def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path, lab: None) -> None:
     before = settings()
     spec = write_spec(tmp_path, "tune1", "500ms", 5)
     r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", str(tmp_path / "tune1")], capture_output=True, text=True, timeout=300)
@@ -115,7 +115,7 @@ def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Pa
     assert r.returncode == 0, r.stderr
 
 
-def test_a_tuning_that_cannot_apply_is_refused_before_anything_runs(tmp_path: Path, cli: Cli) -> None:
+def test_a_tuning_that_cannot_apply_is_refused_before_anything_runs(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\nprobes: [{kind: timer}]\nphases:\n  - name: p\n    tunings: [{kind: irq, irq: 99999, cpus: [0]}]\nduration: 1s\n")
     r = cli("run", str(spec))
@@ -135,7 +135,7 @@ kernel: {capture: on}
 """
 
 
-def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path, cli: Cli) -> None:
+def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path, cli: Cli, lab: None) -> None:
     from loopscope.kernel.capture import tracefs
 
     if tracefs() is None:
@@ -187,7 +187,7 @@ kernel: {capture: off}
 """
 
 
-def test_a_limit_tuning_holds_a_load_to_its_cpu_budget_and_its_group_is_gone_after(tmp_path: Path) -> None:
+def test_a_limit_tuning_holds_a_load_to_its_cpu_budget_and_its_group_is_gone_after(tmp_path: Path, lab: None) -> None:
     from loopscope.host import cpulimit
 
     if why := cpulimit.missing():

@@ -45,7 +45,7 @@ def test_a_node_model_gives_every_cost_an_interval_and_every_load_its_change(nod
 
 
 @pytest.mark.needs_root
-def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(cli: Cli, tmp_path: Path, node_model: Path) -> None:
+def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(cli: Cli, tmp_path: Path, node_model: Path, lab: None) -> None:
     (tmp_path / "busy.py").write_text(BUSY)
     r = cli("calibrate", "app", "--runs", "4", "--traced-runs", "1", "--node", str(node_model), "-o", "app.json", "--", sys.executable, "busy.py", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -76,12 +76,12 @@ def test_an_app_model_holds_each_runs_cpu_time_and_the_calls_seen_by_the_kernel(
     assert r.returncode == 2 and "not a node or app model" in r.stderr
 
 
-def test_a_failing_program_is_a_failed_calibration_naming_the_run(cli: Cli) -> None:
+def test_a_failing_program_is_a_failed_calibration_naming_the_run(cli: Cli, lab: None) -> None:
     r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "echo broken >&2; exit 3")
     assert r.returncode == 1 and "run 1 of 3" in r.stderr and "exit code 3" in r.stderr and "broken" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_program_too_short_to_measure_is_bad_input(cli: Cli) -> None:
+def test_a_program_too_short_to_measure_is_bad_input(cli: Cli, lab: None) -> None:
     r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "0", "-o", "a.json", "--", "true")
     assert r.returncode == 2 and "too little to measure" in r.stderr
 
@@ -176,7 +176,7 @@ def test_the_bytes_each_data_call_moved_come_from_its_return_value() -> None:
     assert st["bytes_classes"] == [[0.0, 0.2], [100.0, 0.2], [4096.0, 0.6]]
 
 
-def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli) -> None:
+def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli, lab: None) -> None:
     r = cli("calibrate", "node", "--calls", "getpid:64", "-o", "n.json")
     assert r.returncode == 2 and "getpid takes no size" in r.stderr and "Traceback" not in r.stderr
     r = cli("calibrate", "node", "--sizes", "4KiB,lots", "-o", "n.json")
@@ -207,7 +207,7 @@ def test_without_a_call_structure_system_time_scales_like_all_the_calls_alike() 
     assert p["user_ratio"]["ratio"] == pytest.approx(1.0)
 
 
-def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(cli: Cli, tmp_path: Path) -> None:
+def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(cli: Cli, tmp_path: Path, lab: None) -> None:
     import time
 
     r = cli("calibrate", "app", "--runs", "2", "--traced-runs", "0", "-o", "a.json", "--", "sh", "-c", "sleep 300 & echo $! > child.pid; exit 0")
@@ -220,7 +220,7 @@ def test_a_program_that_leaves_children_running_is_refused_and_they_are_killed(c
 
 
 @pytest.mark.needs_root
-def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here(cli: Cli, tmp_path: Path) -> None:
+def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here(cli: Cli, tmp_path: Path, lab: None) -> None:
     r = cli("calibrate", "node", "--calls", "getpid,stat", "--loads", "cpu", "--max-seconds-per-call", "0.2", "--cpu", "0", "-o", "node.json", timeout=300)
     assert r.returncode == 0, r.stderr
     assert "idle: 2 calls" in r.stdout and "cpu-1: 2 calls" in r.stdout and "node model: node.json" in r.stdout
@@ -237,7 +237,7 @@ def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here
     assert c["err_mean_pct"] == pytest.approx(100 * (c["pred_mean_ns"] / c["meas_mean_ns"] - 1))
 
 
-def test_bad_load_names_are_refused_before_anything_runs(cli: Cli) -> None:
+def test_bad_load_names_are_refused_before_anything_runs(cli: Cli, lab: None) -> None:
     r = cli("calibrate", "node", "--loads", "disk", "-o", "n.json")
     assert r.returncode == 2 and "unknown load kind 'disk'" in r.stderr and "cpu, memory, io" in r.stderr
 

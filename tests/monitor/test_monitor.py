@@ -63,7 +63,7 @@ def _left(pid: int) -> list[str]:
     return procs + inst
 
 
-def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_with_exit_130(burst_spec: Path, tmp_path: Path) -> None:
+def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_with_exit_130(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -120,7 +120,7 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
 
 
 @pytest.mark.parametrize("recorder", ["alternate", "pause"])
-def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Path, tmp_path: Path, recorder: str) -> None:
+def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Path, tmp_path: Path, recorder: str, lab: None) -> None:
     spec = tmp_path / "r.yaml"
     spec.write_text(burst_spec.read_text().replace("threshold: 1ms}", f"threshold: 1ms, recorder: {recorder}}}"))
     out = tmp_path / "m"
@@ -134,7 +134,7 @@ def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Pa
     assert rec["counts"]["kept"] == rec["counts"]["outliers_above"], rec["counts"]
 
 
-def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path) -> None:
+def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -166,7 +166,7 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
 @pytest.mark.parametrize("field,value,says", [
     ("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain"),
 ])
-def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str) -> None:
+def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str, lab: None) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(f"name: bad\nprobes:\n  - {{kind: timer, interval_us: 1000}}\nmonitor:\n  {field}: {value}\n")
     r = cli("monitor", str(f), "-o", str(tmp_path / "m"))
@@ -174,7 +174,7 @@ def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: P
     assert not (tmp_path / "m").exists()
 
 
-def test_a_spec_without_a_monitor_mapping_is_refused_saying_what_to_add(cli: Cli, tmp_path: Path) -> None:
+def test_a_spec_without_a_monitor_mapping_is_refused_saying_what_to_add(cli: Cli, tmp_path: Path, lab: None) -> None:
     f = tmp_path / "plain.yaml"
     f.write_text("name: plain\nprobes:\n  - {kind: timer, interval_us: 1000}\nduration: 1s\n")
     r = cli("monitor", str(f))
@@ -201,7 +201,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.needs_tool("prometheus")
-def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_bucket_of_the_monitor(burst_spec: Path, tmp_path: Path) -> None:
+def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_bucket_of_the_monitor(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -264,7 +264,7 @@ def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_buck
     assert outliers is not None and outliers >= 1
 
 
-def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, burst_spec: Path, tmp_path: Path) -> None:
+def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, burst_spec: Path, tmp_path: Path, lab: None) -> None:
     import socket
 
     with socket.socket() as s:
@@ -276,7 +276,7 @@ def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, bu
     assert not (tmp_path / "m").exists()
 
 
-def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_path: Path) -> None:
+def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     # each session's lab has a run id of its own: one monitor's teardown
     # once killed every process of the other's (both were "001")
     spec = tmp_path / "quiet.yaml"
@@ -295,7 +295,7 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
 
 
-def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burst_spec: Path, tmp_path: Path) -> None:
+def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     from loopscope.monitor.keeper import DISK_FLOOR
 
     disk = tmp_path / "disk"
@@ -328,7 +328,7 @@ def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burs
 
 
 @pytest.mark.needs_tool("ip")
-def test_an_rr_and_a_pipeline_probe_across_namespaces_take_turns_and_their_outliers_are_named_by_their_windows(tmp_path: Path) -> None:
+def test_an_rr_and_a_pipeline_probe_across_namespaces_take_turns_and_their_outliers_are_named_by_their_windows(tmp_path: Path, lab: None) -> None:
     spec = tmp_path / "net.yaml"
     spec.write_text("""name: net
 hosts: [{name: a}, {name: b}]
@@ -354,7 +354,7 @@ monitor: {period: 2s, threshold: 100us}
     assert not [p for p in out.glob("sessions/*/hosts/*/steps/*") if p.name != "loads"]
 
 
-def test_an_uninstrumented_cyclictest_is_monitored_from_its_threads_own_kernel_events_and_each_burst_is_named(burst_spec: Path, tmp_path: Path) -> None:
+def test_an_uninstrumented_cyclictest_is_monitored_from_its_threads_own_kernel_events_and_each_burst_is_named(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     if shutil.which("cyclictest") is None:
         pytest.skip("needs cyclictest (rt-tests)")
     spec = tmp_path / "cyc.yaml"
@@ -401,7 +401,7 @@ monitor: {{period: 3s, threshold: 1ms}}
     assert _left(p.pid) == [] and not [p for p in out.glob("sessions/*/steps/*") if p.name != "loads"]
 
 
-def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path) -> None:
+def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path, lab: None) -> None:
     spec = tmp_path / "quiet.yaml"
     spec.write_text("name: quiet\nprobes:\n  - {kind: timer, name: t, interval_us: 1000}\nmonitor: {period: 2s, threshold: 5ms}\n")
     out = tmp_path / "m"

@@ -114,7 +114,7 @@ def test_loss_duplicates_reordering_and_foreign_datagrams_are_counted(cli: Cli, 
 # ---- send and receive ----------------------------------------------------------------
 
 
-def test_a_paced_run_arrives_whole_with_kernel_timestamps_both_ways(cli: Cli, tmp_path: Path) -> None:
+def test_a_paced_run_arrives_whole_with_kernel_timestamps_both_ways(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "700ms", "--json", "--trace", "r.lstrace", cwd=tmp_path)
     s = cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "20kpps", "--size", "200", "--count", "4000", "--json", "--trace", "s.lstrace")
@@ -135,7 +135,7 @@ def test_a_paced_run_arrives_whole_with_kernel_timestamps_both_ways(cli: Cli, tm
     assert sent.height == 4000 and set(np.unique(gaps)) <= {50_000}
 
 
-def test_a_sender_stopped_mid_run_keeps_every_tx_timestamp_while_it_catches_up(tmp_path: Path) -> None:
+def test_a_sender_stopped_mid_run_keeps_every_tx_timestamp_while_it_catches_up(tmp_path: Path, lab: None) -> None:
     # Stopped for 80 ms at 20 kpps, the sender owes 1,600 packets and sends
     # them in batches; their stamps pile up on the error queue meanwhile.
     port = free_port()
@@ -154,7 +154,7 @@ def test_a_sender_stopped_mid_run_keeps_every_tx_timestamp_while_it_catches_up(t
     assert j["tx_timestamps"] == {"software": 20000, "sched": 20000, "missing": 0}
 
 
-def test_bounded_memory_mode_keeps_summaries_without_per_packet_records(cli: Cli, tmp_path: Path) -> None:
+def test_bounded_memory_mode_keeps_summaries_without_per_packet_records(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "500ms", "--no-packet-records", "--json", "--trace", "r.lstrace", cwd=tmp_path)
     cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "10kpps", "--count", "1000", "--no-packet-records", "--trace", "s.lstrace")
@@ -164,7 +164,7 @@ def test_bounded_memory_mode_keeps_summaries_without_per_packet_records(cli: Cli
     assert lt.info(tmp_path / "r.lstrace").records == 0
 
 
-def test_request_response_measures_rtt_and_both_legs_on_one_clock(cli: Cli, tmp_path: Path) -> None:
+def test_request_response_measures_rtt_and_both_legs_on_one_clock(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     srv = background("probe", "echo", "--bind", f"127.0.0.1:{port}", "--duration", "5s", "--json", cwd=tmp_path)
     r = cli("probe", "rr", "--dest", f"127.0.0.1:{port}", "--rate", "500pps", "--duration", "1s", "--json", "--trace", "rr.lstrace")
@@ -177,7 +177,7 @@ def test_request_response_measures_rtt_and_both_legs_on_one_clock(cli: Cli, tmp_
     assert lt.info(tmp_path / "rr.lstrace").counts
 
 
-def test_a_tcp_bulk_stream_reaches_its_sink_at_the_set_rate(cli: Cli, tmp_path: Path) -> None:
+def test_a_tcp_bulk_stream_reaches_its_sink_at_the_set_rate(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     sink = background("probe", "recv", "--tcp", "--bind", f"127.0.0.1:{port}", "--duration", "3s", "--json", cwd=tmp_path)
     b = cli("probe", "bulk", "--tcp", "--dest", f"127.0.0.1:{port}", "--rate", "40Mbit", "--duration", "1s", "--json")
@@ -191,7 +191,7 @@ def test_a_tcp_bulk_stream_reaches_its_sink_at_the_set_rate(cli: Cli, tmp_path: 
 # ---- errors ----------------------------------------------------------------------------
 
 
-def test_a_port_in_use_is_a_one_line_error(cli: Cli) -> None:
+def test_a_port_in_use_is_a_one_line_error(cli: Cli, lab: None) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -214,12 +214,12 @@ def test_a_port_in_use_is_a_one_line_error(cli: Cli) -> None:
         (["--dest", "127.0.0.1:9", "--rate", "1kpps", "--pattern", "replay:/nonexistent"], "/nonexistent: no such replay file"),
     ],
 )
-def test_bad_sender_input_is_a_one_line_error(cli: Cli, args: list[str], needle: str) -> None:
+def test_bad_sender_input_is_a_one_line_error(cli: Cli, args: list[str], needle: str, lab: None) -> None:
     assert_clean_error(cli("probe", "send", *args), 2, needle)
 
 
 @pytest.mark.needs_root
-def test_an_unreachable_network_is_named(tmp_path: Path) -> None:
+def test_an_unreachable_network_is_named(tmp_path: Path, lab: None) -> None:
     # A fresh network namespace has no route anywhere: a real unreachable network.
     ns = f"lstest-unreach-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
@@ -231,7 +231,7 @@ def test_an_unreachable_network_is_named(tmp_path: Path) -> None:
         subprocess.run(["ip", "netns", "delete", ns], check=False)
 
 
-def test_a_rate_the_machine_cannot_keep_is_said_not_hidden(cli: Cli, tmp_path: Path) -> None:
+def test_a_rate_the_machine_cannot_keep_is_said_not_hidden(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "500ms", "--no-packet-records", "--json", "--trace", "r.lstrace", cwd=tmp_path)
     s = cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "100Gbit", "--size", "1400", "--duration", "500ms", "--no-packet-records", "--json", "--trace", "s.lstrace")

@@ -41,19 +41,19 @@ def test_a_kinds_experiment_model_takes_its_probes_parameters_with_the_same_boun
         n: v for n, v in k.params.model_json_schema()["properties"].items()}.items()
 
 
-def test_the_timer_commands_options_are_its_models_fields_with_their_help(cli: Cli) -> None:
+def test_the_timer_commands_options_are_its_models_fields_with_their_help(cli: Cli, lab: None) -> None:
     out = cli("probe", "timer", "--help").stdout
     for name, f in TimerParams.model_fields.items():
         assert "--" + name.replace("_", "-") in out, name
     assert "--dma-latency-us" in out and "cyclictest" in out  # the default that changes the number against the peer is said
 
 
-def test_a_bound_declared_in_the_model_refuses_the_option_naming_it(cli: Cli) -> None:
+def test_a_bound_declared_in_the_model_refuses_the_option_naming_it(cli: Cli, lab: None) -> None:
     assert_clean_error(cli("probe", "timer", "--priority", "100"), 2, "--priority")
     assert_clean_error(cli("probe", "sched", "--busy-threads", "65"), 2, "--busy-threads")
 
 
-def test_an_agent_starts_a_probe_from_its_typed_parameters_as_one_launch(cli: Cli, tmp_path: Path) -> None:
+def test_an_agent_starts_a_probe_from_its_typed_parameters_as_one_launch(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = {"kind": "timer", "name": "t", "interval_us": 500, "dma_latency_us": 0, "cpu": [0], "duration": None, "host": None}
     argv = KINDS["timer"].argv(spec, 200_000_000, tmp_path / "t.lstrace", tmp_path)
     assert argv[:3] == [sys.executable, "-m", "loopscope.probes.launch"] and len(argv) == 4
@@ -76,7 +76,7 @@ def test_the_sched_calibration_travels_apart_from_its_parameters(tmp_path: Path)
     assert lc.params == SchedParams(busy_threads=1).model_dump() and lc.calibration == {"work_iters": 1234, "alone_ns": 5678}
 
 
-def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli, tmp_path: Path) -> None:
+def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli, tmp_path: Path, lab: None) -> None:
     bad = Launch(kind="timer", params={"interval_us": 0}, duration_ns=10**8, scratch=str(tmp_path)).model_dump_json()
     assert_clean_error(cli("probe", "launch", bad), 2, "timer.interval_us")
 
@@ -102,7 +102,7 @@ def test_the_rr_experiment_field_dest_takes_a_host_name_the_launch_does_not() ->
         RrParams(dest="server")
 
 
-def test_a_program_probe_is_launched_with_its_command_as_a_list_and_runs(cli: Cli, tmp_path: Path) -> None:
+def test_a_program_probe_is_launched_with_its_command_as_a_list_and_runs(cli: Cli, tmp_path: Path, lab: None) -> None:
     prog = "from loopscope.trace import api\ns = api.open()\napi.interval('work', 'step').interval(api.now(), 7)\ns.close()\n"
     spec = {"kind": "program", "name": "p", "command": ["python3", "-c", prog], "until": "exit", "env": {"A_B": "1 2"}, "cwd": str(tmp_path),
             "timeout": "30s", "attribute": ["*"], "wakeup": [], "duration": None, "host": None}

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 PERIODIC = ROOT / "examples" / "programs" / "periodic.py"
 
 
-def test_a_c_program_writes_the_trace_named_by_loopscope_trace(cli, build_c, tmp_path: Path) -> None:
+def test_a_c_program_writes_the_trace_named_by_loopscope_trace(cli, build_c, tmp_path: Path, lab: None) -> None:
     exe = build_c("program_loop.c")
     r = cli("probe", "program", "--json", "--trace", "p.lstrace", "--", str(exe), "150")
     assert r.returncode == 0, r.stderr
@@ -28,7 +28,7 @@ def test_a_c_program_writes_the_trace_named_by_loopscope_trace(cli, build_c, tmp
     assert j["wall_ns"] > 150_000_000 and j["user_cpu_ns"] + j["sys_cpu_ns"] < j["wall_ns"]
 
 
-def test_a_python_program_is_stopped_with_sigint_when_its_time_is_up(cli) -> None:
+def test_a_python_program_is_stopped_with_sigint_when_its_time_is_up(cli, lab: None) -> None:
     r = cli("probe", "program", "--json", "--duration", "1500ms", "--trace", "p.lstrace", "--", "python3", str(PERIODIC), "--period-ms", "5")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -38,21 +38,21 @@ def test_a_python_program_is_stopped_with_sigint_when_its_time_is_up(cli) -> Non
     assert 200 < wake["n"] < 320  # 1.5 s at 5 ms
 
 
-def test_a_program_without_a_trace_is_measured_and_said(cli) -> None:
+def test_a_program_without_a_trace_is_measured_and_said(cli, lab: None) -> None:
     r = cli("probe", "program", "--json", "--trace", "p.lstrace", "--", "sleep", "0.1")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert not j["wrote_trace"] and "LOOPSCOPE_TRACE" in j["note"] and j["records"] == 0
 
 
-def test_a_failing_or_missing_program_is_an_error_naming_it(cli) -> None:
+def test_a_failing_or_missing_program_is_an_error_naming_it(cli, lab: None) -> None:
     r = cli("probe", "program", "--", "sh", "-c", "echo boom >&2; exit 3")
     assert r.returncode == 1 and "'sh' failed: exit code 3" in r.stderr and "boom" in r.stderr
     r = cli("probe", "program", "--", "/no/such/program")
     assert r.returncode == 2 and "/no/such/program" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_program_that_outlives_its_timeout_fails_and_is_stopped(cli) -> None:
+def test_a_program_that_outlives_its_timeout_fails_and_is_stopped(cli, lab: None) -> None:
     r = cli("probe", "program", "--until", "exit", "--duration", "300ms", "--", "sleep", "30")
     assert r.returncode == 1 and "did not exit within 0.3 s" in r.stderr
 
@@ -76,7 +76,7 @@ duration: 3s
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("chrt", "taskset")
-def test_a_programs_intervals_are_compared_and_their_outliers_explained(cli, tmp_path: Path) -> None:
+def test_a_programs_intervals_are_compared_and_their_outliers_explained(cli, tmp_path: Path, lab: None) -> None:
     (tmp_path / "p.yaml").write_text(PROG.format(periodic=PERIODIC))
     r = cli("run", "p.yaml", "--run-dir", "run", timeout=240)
     assert r.returncode == 0, r.stderr
@@ -101,7 +101,7 @@ def test_a_programs_intervals_are_compared_and_their_outliers_explained(cli, tmp
     assert "loop/wake" in html and "program loop/work" in html
 
 
-def test_a_failing_program_fails_the_run_and_says_which_probe(cli, tmp_path: Path) -> None:
+def test_a_failing_program_fails_the_run_and_says_which_probe(cli, tmp_path: Path, lab: None) -> None:
     (tmp_path / "f.yaml").write_text("name: f\nprobes: [{kind: program, name: mine, command: 'sh -c \"echo broken >&2; exit 5\"'}]\nduration: 1s\nkernel: {capture: 'off'}\n")
     r = cli("run", "f.yaml", "--run-dir", "run", "--no-report", timeout=120)
     assert r.returncode == 1
@@ -114,7 +114,7 @@ def test_a_program_probe_without_a_command_is_bad_input(cli, tmp_path: Path) -> 
     assert r.returncode == 2 and "command" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_mlock_has_loopscopes_library_lock_the_programs_memory_when_it_opens_its_trace(cli, tmp_path: Path) -> None:
+def test_mlock_has_loopscopes_library_lock_the_programs_memory_when_it_opens_its_trace(cli, tmp_path: Path, lab: None) -> None:
     prog = tmp_path / "locked.py"
     prog.write_text(
         "import sys\n"
@@ -131,7 +131,7 @@ def test_mlock_has_loopscopes_library_lock_the_programs_memory_when_it_opens_its
         assert j["memory_locked"] == want and (kib > 0) == bool(flag), (j, kib)
 
 
-def test_a_programs_trace_writer_runs_at_sched_idle_unless_its_env_says_otherwise(cli, tmp_path: Path) -> None:
+def test_a_programs_trace_writer_runs_at_sched_idle_unless_its_env_says_otherwise(cli, tmp_path: Path, lab: None) -> None:
     prog = tmp_path / "writer.py"
     prog.write_text(
         "import os, sys, threading\n"

@@ -21,7 +21,7 @@ from tests.helpers import assert_clean_error
 KEYS = ["samples", "missed", "min_ns", "avg_ns", "p50_ns", "p99_ns", "p999_ns", "max_ns", "trace"]
 
 
-def test_json_output_is_one_object_with_the_documented_keys(cli: Cli, tmp_path: Path) -> None:
+def test_json_output_is_one_object_with_the_documented_keys(cli: Cli, tmp_path: Path, lab: None) -> None:
     r = cli("probe", "timer", "--interval-us", "1000", "--duration", "1s", "--json", "--trace", "t.lstrace")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -90,16 +90,16 @@ def test_sched_fifo_applies_when_privileged() -> None:
         (["--bogus"], "No such option"),
     ],
 )
-def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: str) -> None:
+def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: str, lab: None) -> None:
     assert_clean_error(cli("probe", "timer", *args), 2, needle)
 
 
-def test_an_unwritable_trace_path_is_an_input_error(cli: Cli) -> None:
+def test_an_unwritable_trace_path_is_an_input_error(cli: Cli, lab: None) -> None:
     r = cli("probe", "timer", "--duration", "100ms", "--trace", "/nonexistent/dir/t.lstrace")
     assert_clean_error(r, 2, "/nonexistent/dir/t.lstrace: cannot create the trace file")
 
 
-def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_running(tmp_path: Path) -> None:
+def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_running(tmp_path: Path, lab: None) -> None:
     with subprocess.Popen(
         [str(BIN), "probe", "timer", "--duration", "60s", "--json", "--trace", "t.lstrace"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -115,7 +115,7 @@ def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_runni
     assert not Path(f"/proc/{p.pid}").exists()
 
 
-def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path) -> None:
+def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path, lab: None) -> None:
     r = cli("probe", "timer", "--interval-us", "2000", "--duration", "300ms")
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]
@@ -141,7 +141,7 @@ def _target(p: str) -> str:
         return ""
 
 
-def test_a_lab_probes_trace_writer_runs_at_sched_idle_so_any_woken_thread_takes_its_cpu(tmp_path: Path) -> None:
+def test_a_lab_probes_trace_writer_runs_at_sched_idle_so_any_woken_thread_takes_its_cpu(tmp_path: Path, lab: None) -> None:
     p = subprocess.Popen([str(BIN), "probe", "timer", "--duration", "5s", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         writer = None

@@ -37,7 +37,7 @@ repetitions: 2
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(tmp_path_factory: pytest.TempPathFactory, lab: None) -> Path:
     import subprocess
 
     from tests.conftest import BIN

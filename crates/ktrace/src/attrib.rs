@@ -1355,8 +1355,12 @@ fn run_segments(th: &Thread, a: i64, b: i64) -> Vec<(i64, i64, i64)> {
     let mut segs: Vec<(i64, i64, i64)> = Vec::new();
     let mut j = upper(&th.re, a);
     while j < th.rs.len() && th.rs[j] < b {
-        // a run placed at the wake-up is known to have begun by its first recorded event
-        let start = guessed(th, th.rs[j]).unwrap_or(th.rs[j]);
+        // a run placed at the wake-up is known to have begun by its first recorded event, or by the span's
+        // start where it began before it (the program logged a while running)
+        let start = match guessed(th, th.rs[j]) {
+            Some(seen) if th.rs[j] > a => seen.min(b),
+            _ => th.rs[j],
+        };
         let (x, y, c) = (start.max(a), th.re[j].min(b), th.rc[j]);
         if y > x {
             match segs.last_mut() {
@@ -1687,6 +1691,22 @@ mod tests {
         // after the wake-up, with nothing recorded on the CPU: scheduling latency (hedged where interrupts were not recorded)
         assert_eq!(out[0].causes, vec![("scheduling latency".to_string(), 200)]);
         assert!(!out[0].complete);
+    }
+
+    #[test]
+    fn a_span_the_program_began_inside_a_run_placed_at_the_wake_up_is_running() {
+        // CPU 1 idles from 100; thread 42 is woken at 400 and runs unrecorded until its switch-out at 900; its
+        // program logged a span 450..800 (it was running at 450)
+        let n = NONE;
+        let ev = events(
+            &[[100, 1, 0, 42, 42, 0, 0, 1, 0], [400, 1, 1, 0, 42, 0, n, n, n], [900, 1, 0, 42, 42, 0, 0, 1, 0]],
+            &["sched_switch", "sched_wakeup"],
+            &["t", "swapper/1"],
+            &["S"],
+        );
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 450, b: 800, span: true }]);
+        assert_eq!(out[0].causes, vec![("running".to_string(), 350)]);
     }
 
     #[test]

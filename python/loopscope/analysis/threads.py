@@ -26,7 +26,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
 from loopscope.analysis.explained import Parts
-from loopscope.analysis.recorded import Unseen, unseen
+from loopscope.analysis.recorded import Unseen, hedged, unseen
 from loopscope.analysis.activations import MONO_CLOCKS, OFFSET_WINDOW, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
 
@@ -225,6 +225,9 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[
     top = top.sort("late", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
     outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", "start_k", pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
     att = attribute_store(st, outl, roles, groups)
+    if hedge := hedged(st.by_event()):
+        # what was not recorded may be in an idle-looking gap: the label says so (as explain's does)
+        att = att.with_columns(pl.col("cause").replace(hedge))
     if not len(att):
         return {}
     att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))

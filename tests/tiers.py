@@ -1,0 +1,113 @@
+"""Test tiers, set from the fixtures a test uses.
+
+- **fast**: pure logic, parsing, and analysis of recorded fixtures
+  (`make check`, while working);
+- **lab**: a test that starts a lab, a probe, a load or a kernel capture,
+  or runs a peer that measures or loads the machine: it uses the `lab`
+  fixture, itself or through a fixture of its own (a module's run);
+- **bench**: a bench's quick form: it uses the `bench` fixture.
+
+`make test` runs every tier; `make check` runs `pytest --tier fast`, which
+deselects the lab and bench tests and guards the rest: a fast test that
+starts a lab anyway (a loopscope command that measures, a peer that loads
+or records the machine, a kernel capture) fails, naming the fixture it
+needs. So a test cannot land in the fast tier by mistake.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: loopscope commands that measure the machine (start a lab, probes, loads, agents)
+LAB_COMMANDS = {"run", "monitor", "probe", "bench", "calibrate", "hosts"}
+LAB_SUBCOMMANDS = {("model", "check")}
+#: programs that load, measure or record the machine, or make namespaces
+LAB_TOOLS = {"stress-ng", "cyclictest", "trace-cmd", "perf", "iperf3", "sockperf", "irtt", "ip", "unshare", "nsenter", "lttng", "chrt",
+             "taskset", "prometheus", "sshd", "srun", "ansible-playbook"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=["fast", "all"], default="all",
+                     help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check)")
+
+
+@pytest.fixture(scope="session")
+def lab() -> None:
+    """Marks a test as one that starts a lab (its tier: lab)."""
+
+
+@pytest.fixture(scope="session")
+def bench() -> None:
+    """Marks a test as a bench's quick form (its tier: bench)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        if "bench" in names:
+            item.add_marker(pytest.mark.bench)
+        elif "lab" in names:
+            item.add_marker(pytest.mark.lab)
+    if config.getoption("--tier") != "fast":
+        return
+    keep = [i for i in items if not (i.get_closest_marker("lab") or i.get_closest_marker("bench"))]
+    gone = [i for i in items if i not in keep]
+    if gone:
+        config.hook.pytest_deselected(items=gone)
+        items[:] = keep
+
+
+def _labbish(argv: list[str]) -> str | None:
+    """What a command line starts that the fast tier must not (None: nothing)."""
+    if not argv:
+        return None
+    prog = Path(str(argv[0])).name
+    args = [str(a) for a in argv[1:]]
+    if prog == "loopscope" or (prog.startswith("python") and args[:2] == ["-m", "loopscope.cli"]):
+        rest = args[2:] if prog.startswith("python") else args
+        words = [a for a in rest if not a.startswith("-")]
+        if "--help" in rest or "-h" in rest:
+            return None
+        if words and (words[0] in LAB_COMMANDS or tuple(words[:2]) in LAB_SUBCOMMANDS):
+            return f"loopscope {' '.join(words[:2])}"
+        return None
+    if prog in LAB_TOOLS:
+        return prog
+    return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """In the fast tier, starting a lab fails the test that does it."""
+    if request.config.getoption("--tier") != "fast":
+        yield
+        return
+    from loopscope.kernel import capture as C
+
+    real_init = subprocess.Popen.__init__
+    real_start = C.Capture.start
+
+    def init(self: subprocess.Popen[Any], args: Any, *a: Any, **kw: Any) -> None:
+        argv = [args] if isinstance(args, (str, bytes, os.PathLike)) else list(args)
+        what = _labbish([x.decode() if isinstance(x, bytes) else str(x) for x in argv])
+        if what:
+            pytest.fail(f"a fast-tier test started {what}: give the test (or its fixture) the `lab` fixture, or `bench` for a bench", pytrace=False)
+        real_init(self, args, *a, **kw)
+
+    def start(self: C.Capture) -> Any:
+        pytest.fail("a fast-tier test started a kernel capture: give the test (or its fixture) the `lab` fixture", pytrace=False)
+        return real_start(self)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+    C.Capture.start = start  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = real_init  # type: ignore[method-assign]
+        C.Capture.start = real_start  # type: ignore[method-assign]
