@@ -714,7 +714,8 @@ def _quantum(run_dir: Path, slack_ns: int) -> tuple[int, float | None]:
     from loopscope.kernel import store as S
     from loopscope.rundir import RunDir
 
-    caps = [c for c in RunDir(run_dir).record().kernel.captures if c.data]
+    kernel = RunDir(run_dir).record().kernel
+    caps = [c for c in kernel.captures if c.data] if kernel else []
     if not caps:
         return slack_ns, None
     st = S.open_capture(run_dir, caps[0])
