@@ -57,6 +57,8 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     assert "SCHED_FIFO" in hog["remedy"]["offered"] and hog["remedy"]["tunings"], hog["remedy"]
     assert hog["remedy"]["against"] == "injected" and hog["remedy"]["ratio_p99"] < 1 and hog["remedy"]["significant"], hog["remedy"]
     assert "lock" in blocked["remedy"]["offered"] and "mlockall" not in blocked["remedy"]["offered"]
+    # a change to the program: no follow-up pretends to prove it
+    assert blocked["remedy"]["ratio_p99"] is None and "no run-time tuning" in blocked["remedy"]["why"], blocked["remedy"]
     (w,) = j["anomalies"]
     assert ANOMALY_KEYS <= set(w) and w["name"] == "warmup" and w["detected_ns"] and w["cause"] == "page faults" and w["ok"]
     assert set(_left()) <= before and set(swapfile.leftovers()) <= {Path(p) for p in before}

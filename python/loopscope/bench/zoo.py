@@ -530,6 +530,9 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     mine = [r for r in j["advice"] if r["phase"] == "injected" and r["cause"] in (case.expected, *case.also)]
     offered = mine[0]["remedy"] if mine else None
     out: RemedyTried = {"offered": offered, "ratio_p99": None, "ci95": None, "significant": False, "tunings": []}
+    if mine and not mine[0].get("runtime"):
+        # a follow-up would try only the other causes' remedies: it proves nothing of this one
+        return {**out, "why": f"the remedy for {mine[0]['cause']} is a change to the program ({mine[0]['knob']}): no run-time tuning proves it"}
     if not j.get("follow_up"):
         return {**out, "why": "no remedy a phase can apply at run time"}
     spec = yaml.safe_load(fu.read_text())

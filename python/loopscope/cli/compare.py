@@ -131,7 +131,7 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
         spec = advise.follow_up(rd.path, tunings)
         follow.write_text("# loopscope advise: the experiment of " + str(rd.path) + " as written, then its remedy phases (compare_with: the phase each remedies)\n" + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120))
     if as_json:
-        click.echo(json.dumps({"advice": [{k: r[k] for k in ("probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot")} for r in rows],
+        click.echo(json.dumps({"advice": [{k: r[k] for k in ("probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime")} for r in rows],
                                "follow_up": str(follow) if follow else None}))
     else:
         from loopscope.cli.show import advice
