@@ -36,6 +36,12 @@ def test_a_probe_pinned_to_cpu_1_is_never_told_to_pin_itself_to_cpu_1(cause: str
     assert r is not None and plain(r) == [{"kind": "affinity", "probe": "t", "cpus": [0]}], r
 
 
+def test_calls_aimed_at_the_probes_cpu_hold_the_loads_that_run_elsewhere_not_the_probe() -> None:
+    # (moving the probe beside the sender made it later: the calls are aimed at whichever CPU it is on)
+    r = remedy("IPI: function call", _ctx(loads=["ipi", "hog"], load_cpus={"ipi": [0], "hog": [1]}))
+    assert r is not None and plain(r) == [{"kind": "limit", "load": "ipi", "cpus": 0.001}] and "ipi_send_cpu" in r.command, r
+
+
 def test_a_thread_competing_with_a_probe_that_cannot_take_a_priority_moves_the_probe_elsewhere() -> None:
     r = remedy("thread: zoo-fifo", _ctx(probe_takes_priority=False))
     assert r is not None and plain(r) == [{"kind": "affinity", "probe": "t", "cpus": [0]}]

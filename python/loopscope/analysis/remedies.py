@@ -120,6 +120,8 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         return _quiet_neighbours(ctx)
     if cause.startswith("throttled: "):
         return _unthrottle(cause[len("throttled: "):])
+    if cause.startswith("IPI: ") and (senders := [ld for ld in ctx.loads if ctx.load_cpus.get(ld) and not set(ctx.probe_cpus) & set(ctx.load_cpus[ld])]):
+        return _quiet_senders(cause, senders)
     if cause in ("timer interrupt",) or cause.startswith("IPI: "):
         what = "the timers that expire there" if cause == "timer interrupt" else "the cross-CPU calls aimed at it"
         return Remedy(f"move the probe to a CPU away from {what}", "CPU placement of the probe",
@@ -254,6 +256,20 @@ def _quiet_neighbours(ctx: Context) -> Remedy:
                   "neighbours' CPU time (cgroup limit), cache and memory bandwidth partitioning (resctrl CAT/MBA where the CPU has it)",
                   "echo '10000 100000' > /sys/fs/cgroup/<neighbour>/cpu.max   # or systemd-run --scope -p CPUQuota=10% <command>; "
                   "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>", False, t)
+
+
+def _quiet_senders(cause: str, senders: list[str]) -> Remedy:
+    """Cross-CPU calls come from a task on another CPU: the probe cannot
+    move away from them (they are aimed at the CPU it is on, wherever that
+    is; moving it beside the sender made it 2.3 times later here). The
+    phase's loads elsewhere are the suspects: each held to 1 ms of CPU a
+    second; the follow-up says whether they were the senders."""
+    who = ", ".join(senders)
+    t: list[Tuning] = [LimitTuning(kind="limit", load=ld, cpus=NEIGHBOUR_CPUS) for ld in senders]
+    return Remedy(f"stop, limit or move what sends the {cause[len('IPI: '):]}s aimed at the probe's CPU: a task on another CPU sends them, and the phase's "
+                  f"loads there ({who}) are the suspects", "the senders of cross-CPU calls (what they do: perf events toggled, memory unmapped, CPUs' state changed)",
+                  "trace-cmd record -e ipi:ipi_send_cpu -e ipi:ipi_send_cpumask -e irq_vectors:call_function_single_entry, then trace-cmd report: each send names "
+                  "its task and callsite; isolating the CPU (isolcpus=, nohz_full=) keeps most kernel senders off it", False, t)
 
 
 def _kdamonds() -> list[str]:
