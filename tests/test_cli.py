@@ -147,7 +147,7 @@ def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything
     assert "probes.0.command" not in cli("check", str(spec)).stderr
 
 
-def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path) -> None:
+def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path, lab: None) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("name: x\nprobes: " + "[" * 5000 + "]" * 5000 + "\n")
     for cmd in ("check", "run"):

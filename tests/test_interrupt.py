@@ -77,7 +77,7 @@ def test_ctrl_c_while_the_trace_reader_decodes_a_large_file_exits_130(tmp_path: 
     _interrupted(_interrupt(["trace", "dump", str(big), "--limit", "3"], tmp_path, 0.4))
 
 
-def test_ctrl_c_in_a_probe_keeps_its_trace_readable(tmp_path: Path) -> None:
+def test_ctrl_c_in_a_probe_keeps_its_trace_readable(tmp_path: Path, lab: None) -> None:
     r = _interrupt(["probe", "timer", "-i", "1000", "-d", "60s", "--trace", "t.lstrace"], tmp_path, 1.5)
     _interrupted(r)
     inf = lt.info(tmp_path / "t.lstrace")
@@ -100,10 +100,10 @@ def _interrupt_at_once(args: list[str], cwd: Path) -> subprocess.CompletedProces
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
-def test_ctrl_c_in_bench_trace_s_native_loops_exits_130_and_leaves_nothing(tmp_path: Path) -> None:
+def test_ctrl_c_in_bench_trace_s_native_loops_exits_130_and_leaves_nothing(tmp_path: Path, lab: None) -> None:
     _interrupted(_interrupt(["bench", "trace", "--quick"], tmp_path, 2.0))
 
 
 @pytest.mark.needs_tool("cyclictest")
-def test_ctrl_c_in_bench_timer_stops_cyclictest_too(tmp_path: Path) -> None:
+def test_ctrl_c_in_bench_timer_stops_cyclictest_too(tmp_path: Path, lab: None) -> None:
     _interrupted(_interrupt(["bench", "timer", "--duration", "20s", "--runs", "1"], tmp_path, 3.0))

@@ -200,7 +200,7 @@ def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("ip", "nsenter")
-def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli) -> None:
+def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli, bench: None) -> None:
     from loopscope.bench import slurm
 
     # (the host killed mid-run is tests/lab/test_exec.py's; here only that the bench leaves it out when asked)

@@ -38,7 +38,7 @@ def test_the_environment_names_this_process_as_the_parent_to_die_with() -> None:
     assert procs.child_env("procs-t0")["LOOPSCOPE_PDEATHSIG"] == str(os.getpid())
 
 
-def test_a_probe_whose_parent_died_before_it_started_exits_at_once() -> None:
+def test_a_probe_whose_parent_died_before_it_started_exits_at_once(lab: None) -> None:
     r, took = _run([PY, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "2000", "--duration", "20s", "--json"], _orphaned_env("procs-t1"))
     assert r.returncode == 1, r.stderr
     assert took < 15

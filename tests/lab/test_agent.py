@@ -163,7 +163,7 @@ def test_a_probe_the_agent_starts_is_named_ls_probe_and_its_threads_keep_their_n
         a.close()
 
 
-def test_a_program_run_as_a_probe_does_not_inherit_the_probes_name(tmp_path: Path) -> None:
+def test_a_program_run_as_a_probe_does_not_inherit_the_probes_name(tmp_path: Path, lab: None) -> None:
     code = "import os, loopscope; print(os.environ.get('LOOPSCOPE_COMM'), open('/proc/self/comm').read().strip())"
     r = subprocess.run([sys.executable, "-m", "loopscope.cli", "probe", "program", "--trace", str(tmp_path / "p.lstrace"), "--json", "--", "python3", "-c", code],
                        env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"}, capture_output=True, text=True, timeout=60, cwd=tmp_path)

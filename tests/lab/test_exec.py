@@ -94,7 +94,7 @@ def _run_and_kill(f: Fleet, tmp: Path, name: str, policy: str) -> tuple[subproce
     return subprocess.CompletedProcess(p.args, p.returncode, out, err), tmp / name
 
 
-def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(fleet: Fleet, tmp_path: Path) -> None:
+def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(fleet: Fleet, tmp_path: Path, lab: None) -> None:
     r, d = _run_and_kill(fleet, tmp_path, "lostrun", "continue")
     assert r.returncode == 0, r.stderr
     assert "LOST HOST h2" in r.stdout and "died" in r.stdout
@@ -112,7 +112,7 @@ def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(f
     assert wait_for(lambda: leftovers("lostrun") == [], 15), leftovers("lostrun")
 
 
-def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_why(fleet: Fleet, tmp_path: Path) -> None:
+def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_why(fleet: Fleet, tmp_path: Path, lab: None) -> None:
     r, d = _run_and_kill(fleet, tmp_path, "stoprun", "stop")
     assert r.returncode == 1, r.stderr
     assert "the agent on h2 died" in r.stderr and "command: nsenter --net=/run/netns/" in r.stderr
@@ -176,7 +176,7 @@ def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_lau
     assert wait_for(lambda: leftovers("invrun") == [], 15), leftovers("invrun")
 
 
-def test_cleanup_deletes_a_fleet_whose_process_is_gone_and_keeps_a_live_one(cli: Cli) -> None:
+def test_cleanup_deletes_a_fleet_whose_process_is_gone_and_keeps_a_live_one(cli: Cli, lab: None) -> None:
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone, kept = f"lsf{dead.pid}-h1", f"lsf{os.getpid()}-h99"

@@ -174,7 +174,7 @@ def _wait_loaded(run_id: str) -> bool:
     return wait_for(lambda: any(b"loopscope.loads.worker" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
 
 
-def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path) -> None:
+def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "int1") as p:
         assert _wait_loaded("int1")
@@ -195,7 +195,7 @@ def _probe_measuring(run_id: str) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(tmp_path: Path, sig: signal.Signals) -> None:
+def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(tmp_path: Path, sig: signal.Signals, lab: None) -> None:
     spec = write_spec(tmp_path, loads="", duration="60s")
     run_id = f"cut{sig.name}"
     with _start(tmp_path, spec, run_id) as p:
@@ -221,7 +221,7 @@ def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_
         assert "1 probe runs" in r.stdout and f"cut short by {sig.name}" in r.stdout, r.stdout
 
 
-def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path) -> None:
+def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "crash1") as p:
         assert _wait_loaded("crash1")
@@ -232,7 +232,7 @@ def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path) -> Non
     assert wait_for(lambda: leftovers("crash1") == [], 10), leftovers("crash1")
 
 
-def test_a_killed_controller_takes_the_agent_and_loads_with_it(tmp_path: Path, cli: Cli) -> None:
+def test_a_killed_controller_takes_the_agent_and_loads_with_it(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "kill1") as p:
         assert _wait_loaded("kill1")
@@ -250,7 +250,7 @@ def test_a_killed_controller_takes_the_agent_and_loads_with_it(tmp_path: Path, c
     assert leftovers("kill1") == []
 
 
-def test_cleanup_removes_what_survives_a_killed_controller_and_agent(tmp_path: Path, cli: Cli) -> None:
+def test_cleanup_removes_what_survives_a_killed_controller_and_agent(tmp_path: Path, cli: Cli, lab: None) -> None:
     # An external program does not die with its parent: only its cgroup (or
     # its run id in the environment) finds it again.
     spec = write_spec(tmp_path, duration="30s", loads="  - name: sleeper\n    kind: command\n    command: sleep 600\n", extra="baseline: false\n")

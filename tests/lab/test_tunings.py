@@ -89,7 +89,7 @@ def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
     return subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", str(tmp / run_dir), "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path) -> None:
+def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path, lab: None) -> None:
     before = settings()
     spec = write_spec(tmp_path, "tune2", "20s", 1, hog_first=False)
     p = _start(tmp_path, spec, "tune2")
@@ -101,7 +101,7 @@ def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path) -> Non
     assert settings() == before and not _journal("tune2").exists()
 
 
-def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Path, cli: Cli) -> None:
+def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Path, cli: Cli, lab: None) -> None:
     before = settings()
     spec = write_spec(tmp_path, "tune3", "20s", 1, hog_first=False)
     p = _start(tmp_path, spec, "tune3")

@@ -86,7 +86,7 @@ def pkt(seq: int, flow: int = 1, size: int = 64) -> bytes:
     return h + bytes(size - len(h))
 
 
-def test_loss_duplicates_reordering_and_foreign_datagrams_are_counted(cli: Cli, tmp_path: Path) -> None:
+def test_loss_duplicates_reordering_and_foreign_datagrams_are_counted(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "500ms", "--json", "--trace", "r.lstrace", cwd=tmp_path)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -242,7 +242,7 @@ def test_a_rate_the_machine_cannot_keep_is_said_not_hidden(cli: Cli, tmp_path: P
     assert "per worker" in s.stderr  # said before the run too
 
 
-def test_sender_and_receiver_stop_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+def test_sender_and_receiver_stop_cleanly_on_ctrl_c(tmp_path: Path, lab: None) -> None:
     import signal
 
     port = free_port()

@@ -44,7 +44,7 @@ def _source_seconds(tmp: Path, linger: str | None) -> tuple[float, int]:
     return took, json.loads(out.strip().splitlines()[-1])["received"]
 
 
-def test_a_source_told_to_linger_sleeps_that_long_after_its_last_message(tmp_path: Path) -> None:
+def test_a_source_told_to_linger_sleeps_that_long_after_its_last_message(tmp_path: Path, lab: None) -> None:
     # alternating, twice each: a slow start of either interpreter only adds time, so the smallest of each is compared
     runs = [_source_seconds(tmp_path, linger) for linger in (None, "700ms", None, "700ms")]
     assert all(got == 20 for _, got in runs)

@@ -1094,28 +1094,7 @@ impl<'a> Kernel<'a> {
             return s;
         }
         let th = self.threads.get(&tid).expect("threads of every window are built");
-        let (mut s_in, mut cpu) = (None, None);
-        let i = lower(&th.re, b);
-        if i < th.re.len() && th.rs[i] <= b {
-            let c = th.rc[i];
-            let mut i = i;
-            let mut sin = th.rs[i];
-            while i > 0 && th.rc[i - 1] == c && (th.re[i - 1] - sin).abs() < JOIN_NS && sin > a {
-                i -= 1;
-                sin = th.rs[i];
-            }
-            s_in = Some(sin);
-            cpu = Some(c);
-        }
-        if s_in.is_none() {
-            let (j0, j1) = (lower(&th.sw_t, a), upper(&th.sw_t, b));
-            // a recorded switch-in the thread left again before b (held by a CPU limit on its way to user
-            // space, preempted) is not the one that ran it at b: that one was not recorded
-            if j1 > j0 && upper(&th.so_t, th.sw_t[j1 - 1]) == upper(&th.so_t, b) {
-                s_in = Some(th.sw_t[j1 - 1]);
-                cpu = Some(th.sw_c[j1 - 1]);
-            }
-        }
+        let (mut s_in, mut cpu) = switch_in(th, a, b);
         if let Some(seen) = s_in.and_then(|x| guessed(th, x)) {
             // the switches placed the switch-in at the wake-up: where it came up to the first event showing the
             // thread run, nothing says (the interrupts and the idle exit there were not recorded either)
@@ -1340,6 +1319,30 @@ impl<'a> Kernel<'a> {
         };
         self.activity(Some(c), w, x, tid, Some(effect), out, None, None);
     }
+}
+
+/// The thread's switch-in that ran it at `b` and its CPU, when found: from
+/// its runs (the one that contains `b`, chained back to where it began), else
+/// from its recorded switch-ins in [a, b].
+fn switch_in(th: &Thread, a: i64, b: i64) -> (Option<i64>, Option<i64>) {
+    let i = lower(&th.re, b);
+    if i < th.re.len() && th.rs[i] <= b {
+        let c = th.rc[i];
+        let mut i = i;
+        let mut sin = th.rs[i];
+        while i > 0 && th.rc[i - 1] == c && (th.re[i - 1] - sin).abs() < JOIN_NS && sin > a {
+            i -= 1;
+            sin = th.rs[i];
+        }
+        return (Some(sin), Some(c));
+    }
+    let (j0, j1) = (lower(&th.sw_t, a), upper(&th.sw_t, b));
+    // a recorded switch-in the thread left again before b (held by a CPU limit on its way to user
+    // space, preempted) is not the one that ran it at b: that one was not recorded
+    if j1 > j0 && upper(&th.so_t, th.sw_t[j1 - 1]) == upper(&th.so_t, b) {
+        return (Some(th.sw_t[j1 - 1]), Some(th.sw_c[j1 - 1]));
+    }
+    (None, None)
 }
 
 /// Where a run of the thread that begins at `x` is first seen running, when
