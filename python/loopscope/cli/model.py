@@ -113,7 +113,6 @@ def _node_ref(text: str) -> tuple[NodeModel, Condition, str]:
 
 def _from_of(a: AppModel, src: str | None, app_model: str) -> str:
     """--from, or the node the app model was calibrated against."""
-    from loopscope.errors import InputError
 
     if src:
         return src
@@ -168,7 +167,6 @@ def model_show(model_file: str, top: int) -> int:
       loopscope model show app.json
       loopscope model show node.json --top 5
     """
-    from loopscope.errors import InputError
 
     try:
         kind = json.loads(Path(model_file).read_text()).get("format")

@@ -60,7 +60,6 @@ def channel_hub(listen: str, spec: str, stats_path: str | None, frag: int) -> in
     file; its trace (LOOPSCOPE_TRACE) gets the runtime's own records."""
 
     from loopscope.channels import Hub
-    from loopscope.errors import InputError
     from loopscope.trace import api
 
     try:

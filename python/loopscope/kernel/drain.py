@@ -588,7 +588,6 @@ def _prompt(idle_after: bool = True) -> Iterator[None]:
 def _own_threads() -> list[int]:
     """This reader's threads, its decoder's pool started first (their page
     faults and timers are the capture's own, recorded by nobody)."""
-    import polars as pl
 
     pl.thread_pool_size()
     try:

@@ -117,7 +117,6 @@ def _signed(x: float) -> str:
 
 def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None) -> tuple[list[ClockRow], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
-    from pathlib import Path
 
     clock = tl.get("clock") if tl else None
     if not tl or not clock:
