@@ -80,9 +80,9 @@ def test_the_rust_scanner_measures_a_function_to_its_closing_brace() -> None:
 # below its value here. When a change lowers one, lower its number here in
 # the same commit; a change that raises one fails until it is taken back.
 HELD = {
-    "dict_any": 151,
+    "dict_any": 150,
     "any_params": 209,
-    "probe_kind_branches": 5,
+    "probe_kind_branches": 0,
     "host_kind_branches": 36,
     "local_imports": 487,
     "local_imports_repeating_a_top_level_one": 0,

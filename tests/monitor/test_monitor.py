@@ -174,6 +174,14 @@ def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: P
     assert not (tmp_path / "m").exists()
 
 
+def test_a_monitor_refused_in_preflight_makes_no_directory(cli: Cli, tmp_path: Path, lab: None) -> None:
+    f = tmp_path / "cpu.yaml"
+    f.write_text("name: cpu\nprobes:\n  - {kind: timer, interval_us: 1000, cpu: [4096]}\nmonitor: {period: 1m, threshold: 200us}\n")
+    r = cli("monitor", str(f), "-o", str(tmp_path / "m"))
+    assert r.returncode == 2 and "probes.0.cpu: CPU 4096 is not available" in r.stderr, r.stderr
+    assert not (tmp_path / "m").exists()
+
+
 def test_a_spec_without_a_monitor_mapping_is_refused_saying_what_to_add(cli: Cli, tmp_path: Path, lab: None) -> None:
     f = tmp_path / "plain.yaml"
     f.write_text("name: plain\nprobes:\n  - {kind: timer, interval_us: 1000}\nduration: 1s\n")

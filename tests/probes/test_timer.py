@@ -94,6 +94,14 @@ def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: 
     assert_clean_error(cli("probe", "timer", *args), 2, needle)
 
 
+def test_a_refused_probe_leaves_no_run_directory(cli: Cli, tmp_path: Path, lab: None) -> None:
+    assert_clean_error(cli("probe", "timer", "--cpu", "4096", "--duration", "100ms"), 2, "cpu: CPU 4096 is not available")
+    assert not (tmp_path / "runs").exists()
+    r = cli("probe", "timer", "--duration", "50ms")
+    assert r.returncode == 0, r.stderr
+    assert [p.name for p in (tmp_path / "runs").glob("*/*")] == ["timer.lstrace"]
+
+
 def test_an_unwritable_trace_path_is_an_input_error(cli: Cli, lab: None) -> None:
     r = cli("probe", "timer", "--duration", "100ms", "--trace", "/nonexistent/dir/t.lstrace")
     assert_clean_error(r, 2, "/nonexistent/dir/t.lstrace: cannot create the trace file")

@@ -159,7 +159,11 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
 
     st = S.open_dir(cap_dir)
     df = reader.read(trace, sort=False)
-    iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == "timer") & (pl.col("name").cast(pl.String) == "wakeup"))
+    iv = df.filter(
+        (pl.col("kind").cast(pl.String) == "interval"),
+        (pl.col("group").cast(pl.String) == "timer"),
+        (pl.col("name").cast(pl.String) == "wakeup"),
+    )
     if not len(iv):
         return 0, 0
     thr = iv["dur_ns"].quantile(0.99, "linear")

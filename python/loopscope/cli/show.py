@@ -81,8 +81,22 @@ def _trace_path(trace_path: str | None, name: str) -> str:
     if trace_path is not None:
         return trace_path
     d = _default_run_dir(name)
+    made = [p for p in (d.parent, d) if not p.exists()]
     d.mkdir(parents=True, exist_ok=True)
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.call_on_close(lambda: _drop_empty(made))
     return str(d / f"{name}.lstrace")
+
+
+def _drop_empty(made: list[Path]) -> None:
+    """A command refused (or failed) before its probe wrote anything leaves no
+    empty directory behind: those it made, deepest first, if still empty."""
+    for p in reversed(made):
+        try:
+            p.rmdir()
+        except OSError:
+            pass  # not empty: the run's files are in it
 
 
 def _trace_line(con: Any, res: Any) -> None:

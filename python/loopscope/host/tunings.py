@@ -84,7 +84,9 @@ def _cpus_text(cpus: list[int]) -> str:
 
 
 def changes(tuning: dict[str, Any], where: str) -> list[Change]:
-    """The files one tuning writes; InputError naming it (``where``: its place in the file) when one cannot be written."""
+    """The files one tuning writes (none for those that say how a probe or a
+    load is started: the agents apply those); InputError naming it
+    (``where``: its place in the file) when one cannot be written."""
     kind = tuning["kind"]
     label = f"{where} ({kind})"
     out: list[Change] = []
@@ -127,8 +129,6 @@ def check(phases: list[dict[str, Any]]) -> list[str]:
     problems = []
     for i, ph in enumerate(phases):
         for j, t in enumerate(ph.get("tunings") or []):
-            if t["kind"] in ("affinity", "sched", "mlock", "limit"):
-                continue
             try:
                 changes(t, f"phases.{i}.tunings.{j}")
             except InputError as e:
@@ -158,8 +158,6 @@ class Applied:
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
         for j, t in enumerate(tunings):
-            if t["kind"] in ("affinity", "sched", "mlock", "limit"):
-                continue  # how a probe or load is started, not a file
             if t["kind"] == "dma_latency":
                 self._hold_dma(int(t["us"]))
                 continue

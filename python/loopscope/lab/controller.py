@@ -596,28 +596,16 @@ def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) 
 def tune_loads(by_host: dict[str, list[dict[str, Any]]], phase: Any) -> None:
     """The phase's placement and scheduling tunings of its loads, for the agents to apply."""
     for t in phase.tunings:
-        if t.kind in ("affinity", "sched", "limit") and t.load is not None:
-            for loads in by_host.values():
-                for d in loads:
-                    if d["name"] == t.load:
-                        if t.kind == "affinity":
-                            d["cpus"] = list(t.cpus)
-                        elif t.kind == "limit":
-                            d["limit"] = {"cpus": t.cpus}
-                        else:
-                            d["sched"] = {"policy": t.policy, "priority": t.priority}
+        for loads in by_host.values():
+            for d in loads:
+                d.update(t.for_load(d["name"]))
 
 
 def tuned_probe(probe: Any, phase: Any) -> Any:
     """The probe as this phase runs it: its CPUs or priority as the phase's tunings say."""
-    update: dict[str, Any] = {}
+    update: dict[str, object] = {}
     for t in phase.tunings:
-        if t.kind == "affinity" and t.probe == probe.name:
-            update["cpu"] = list(t.cpus)
-        elif t.kind == "sched" and t.probe == probe.name:
-            update["priority"] = t.priority
-        elif t.kind == "mlock" and t.probe == probe.name:
-            update["mlock"] = True
+        update.update(t.for_probe(probe.name))
     return probe.model_copy(update=update) if update else probe
 
 

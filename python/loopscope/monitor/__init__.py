@@ -45,12 +45,12 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         d = Path(out) if out else Path(exp.results) / f"monitor-{exp.name}"
         if d.exists() and any(d.iterdir()):
             raise InputError(f"{d}: exists and is not empty; give a new directory with -o, or continue it with --resume {d}")
+    notes, kinds = preflight(exp, spec_path, d, None)  # before anything is made on disk: a refused monitor leaves nothing
     d.mkdir(parents=True, exist_ok=True)
     lock = Lock(d)
     lock.take()
     try:
         (d / "spec.yaml").write_text(text)
-        notes, kinds = preflight(exp, spec_path, d, None)
         if lock.taken_from:
             notes.append(f"continued from pid {lock.taken_from}, which is gone")
         for n in notes:

@@ -237,7 +237,19 @@ class Sweep(Model):
 CpuList = list[Annotated[int, Field(ge=0)]]
 
 
-class _Target(Model):
+class _Tuning(Model):
+    """What a tuning changes in how a probe or a load is started (none, for
+    those that write a file): the fields of the probe's model it sets, and
+    the keys of the load's start-up description."""
+
+    def for_probe(self, name: str) -> dict[str, object]:
+        return {}
+
+    def for_load(self, name: str) -> dict[str, object]:
+        return {}
+
+
+class _Target(_Tuning):
     probe: Name | None = Field(None, description="a probe of the experiment")
     load: Name | None = Field(None, description="a load of this phase")
 
@@ -254,6 +266,12 @@ class AffinityTuning(_Target):
     kind: Literal["affinity"]
     cpus: CpuList = Field(min_length=1)
 
+    def for_probe(self, name: str) -> dict[str, object]:
+        return {"cpu": list(self.cpus)} if self.probe == name else {}
+
+    def for_load(self, name: str) -> dict[str, object]:
+        return {"cpus": list(self.cpus)} if self.load == name else {}
+
 
 class SchedTuning(_Target):
     """A scheduling policy and priority for a probe or a load during the phase."""
@@ -262,8 +280,14 @@ class SchedTuning(_Target):
     policy: Literal["fifo", "rr", "other"] = "fifo"
     priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="1..99 for fifo and rr")
 
+    def for_probe(self, name: str) -> dict[str, object]:
+        return {"priority": self.priority} if self.probe == name else {}
 
-class LimitTuning(Model):
+    def for_load(self, name: str) -> dict[str, object]:
+        return {"sched": {"policy": self.policy, "priority": self.priority}} if self.load == name else {}
+
+
+class LimitTuning(_Tuning):
     """A CPU limit on a load during the phase (cgroup bandwidth): at most
     ``cpus`` CPUs' worth of time in every 100 ms (every second below 0.01),
     for every thread of it."""
@@ -272,8 +296,11 @@ class LimitTuning(Model):
     load: Name = Field(description="a load of this phase")
     cpus: Annotated[float, Field(ge=0.001, le=1024)] = Field(description="CPUs' worth of time it may use (0.1: 10 ms of every 100 ms; 0.001: 1 ms a second, stopped in effect)")
 
+    def for_load(self, name: str) -> dict[str, object]:
+        return {"limit": {"cpus": self.cpus}} if self.load == name else {}
 
-class IrqTuning(Model):
+
+class IrqTuning(_Tuning):
     """Steer an interrupt to these CPUs (/proc/irq/N/smp_affinity_list)."""
 
     kind: Literal["irq"]
@@ -281,14 +308,14 @@ class IrqTuning(Model):
     cpus: CpuList = Field(min_length=1)
 
 
-class DmaLatencyTuning(Model):
+class DmaLatencyTuning(_Tuning):
     """Hold /dev/cpu_dma_latency at this many µs (0: no deep idle states)."""
 
     kind: Literal["dma_latency"]
     us: Annotated[int, Field(ge=0)] = 0
 
 
-class CpuidleTuning(Model):
+class CpuidleTuning(_Tuning):
     """Disable (or enable) one idle state, by index or name, on these CPUs (default: all)."""
 
     kind: Literal["cpuidle"]
@@ -297,14 +324,17 @@ class CpuidleTuning(Model):
     disable: bool = True
 
 
-class MlockTuning(Model):
+class MlockTuning(_Tuning):
     """Lock a probe's memory (mlockall) during the phase: a timer probe's ``mlock``, a program's through loopscope's library."""
 
     kind: Literal["mlock"]
     probe: Name = Field(description="a probe that takes mlock (timer, program)")
 
+    def for_probe(self, name: str) -> dict[str, object]:
+        return {"mlock": True} if self.probe == name else {}
 
-class WriteTuning(Model):
+
+class WriteTuning(_Tuning):
     """Write a value to one file of an allowed list of sysfs and procfs files (docs/experiments.md)."""
 
     kind: Literal["write"]
