@@ -87,8 +87,8 @@ HELD = {
     "local_imports": 487,
     "local_imports_repeating_a_top_level_one": 0,
     "long_files": 16,
-    "python_circles": 2,
-    "rust_circles": 1,
+    "python_circles": 0,
+    "rust_circles": 0,
 }
 
 

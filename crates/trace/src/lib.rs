@@ -32,6 +32,7 @@ pub mod hist;
 mod local;
 pub mod reader;
 pub mod session;
+mod shared;
 pub mod vclock;
 mod writer;
 

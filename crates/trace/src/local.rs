@@ -10,24 +10,11 @@
 //! the writer drains them and then frees them.
 
 use crate::buffer::{Producer, Ring};
-use crate::session::{self, Shared};
+use crate::shared::{self, Shared, ThreadShared, EPOCH};
 use std::cell::Cell;
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-
-/// Bumped at every open and close; buffers of another epoch are stale.
-pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(1);
-
-/// What the writer sees of a logging thread.
-pub(crate) struct ThreadShared {
-    pub index: u32,
-    pub tid: u32,
-    pub name: String,
-    /// One ring per stream of the session, in stream order.
-    pub rings: Vec<Ring>,
-    pub exited: AtomicBool,
-}
 
 pub(crate) struct ThreadState {
     epoch: u64,
@@ -200,7 +187,7 @@ pub fn prepare_thread() -> bool {
 /// Make this thread's buffers for the current session. None when no session
 /// is open or the thread is being torn down (the record is then counted lost).
 fn attach() -> Option<*mut ThreadState> {
-    let shared = session::current()?;
+    let shared = shared::current()?;
     let old = LOCAL.with(|c| c.replace(null_mut()));
     if !old.is_null() {
         let st = unsafe { Box::from_raw(old) };

@@ -20,73 +20,14 @@ use crate::clock::{self, CalPair};
 use crate::config::{Config, StreamKind};
 use crate::entity::{self, control, StreamFilter};
 use crate::format::{self, chunk, End, Info, StreamInfo};
-use crate::local::{ThreadShared, EPOCH};
+use crate::shared::{current, session, PendingTrigger, Session, Shared, EPOCH};
 use crate::{writer, Error};
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::thread::{JoinHandle, Thread};
 use std::time::Duration;
-
-pub(crate) struct PendingTrigger {
-    pub stream: u16,
-    pub tag: u32,
-    pub raw: u64,
-}
-
-/// State shared between the logging threads, the API and the writer.
-pub(crate) struct Shared {
-    pub epoch: u64,
-    pub path: PathBuf,
-    pub config: Config,
-    /// Threads attached since the writer last looked (it takes them over).
-    pub threads: Mutex<Vec<Arc<ThreadShared>>>,
-    pub next_thread: std::sync::atomic::AtomicU32,
-    pub stop: AtomicBool,
-    pub writer: OnceLock<Thread>,
-    pub triggers: Mutex<Vec<PendingTrigger>>,
-    pub changes: Mutex<Vec<format::ConfigChange>>,
-    /// Records that could not be buffered at all (thread exiting, wrong kind).
-    pub lost_unattached: AtomicU64,
-    pub flush_req: AtomicU64,
-    pub flush_done: Mutex<u64>,
-    pub flush_cv: Condvar,
-    pub bytes_written: AtomicU64,
-    /// The writer thread's kernel id once it runs (0 before): `close` lifts
-    /// it out of SCHED_IDLE and its CPU confinement so that it can finish.
-    pub writer_tid: std::sync::atomic::AtomicI32,
-}
-
-impl Shared {
-    pub fn add_thread(&self, make: impl FnOnce(u32) -> ThreadShared) -> Arc<ThreadShared> {
-        let index = self.next_thread.fetch_add(1, Ordering::Relaxed);
-        let t = Arc::new(make(index));
-        self.threads.lock().unwrap_or_else(|e| e.into_inner()).push(t.clone());
-        t
-    }
-
-    pub fn wake_writer(&self) {
-        if let Some(t) = self.writer.get() {
-            t.unpark();
-        }
-    }
-
-    fn stream_id(&self, name: &str) -> Result<u16, Error> {
-        self.config.streams.iter().position(|s| s.name == name).map(|i| i as u16).ok_or_else(|| {
-            let names: Vec<_> = self.config.streams.iter().map(|s| s.name.as_str()).collect();
-            Error::input(format!("no stream named {name:?}; this session has {}", names.join(", ")))
-        })
-    }
-}
-
-struct Session {
-    shared: Arc<Shared>,
-    writer: JoinHandle<End>,
-}
-
-static SESSION: Mutex<Option<Session>> = Mutex::new(None);
 
 type Held = (std::sync::MutexGuard<'static, Option<Session>>, std::sync::MutexGuard<'static, entity::Control>);
 
@@ -123,14 +64,6 @@ fn register_fork_handlers() {
     ONCE.call_once(|| unsafe {
         libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child));
     });
-}
-
-fn session() -> std::sync::MutexGuard<'static, Option<Session>> {
-    SESSION.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-pub(crate) fn current() -> Option<Arc<Shared>> {
-    session().as_ref().map(|s| s.shared.clone())
 }
 
 /// Whether a session is open.

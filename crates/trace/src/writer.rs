@@ -19,8 +19,7 @@
 use crate::batch::{json, Batch};
 use crate::clock;
 use crate::format::{self, chunk, rec, ChunkHeader, DumpInfo, End, ThreadInfo, BLOCK};
-use crate::local::ThreadShared;
-use crate::session::Shared;
+use crate::shared::{Shared, ThreadShared};
 use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;

@@ -24,7 +24,8 @@ import click
 from loopscope.cli.base import Duration, _console
 from loopscope.cli.probe import probe
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
-from loopscope.probes.threads import check_patterns, stop, tasks
+from loopscope.probes.targets import tasks
+from loopscope.probes.threads import check_patterns, stop
 from loopscope.units import format_ns
 
 if TYPE_CHECKING:

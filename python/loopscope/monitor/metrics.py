@@ -21,7 +21,8 @@ use is refused before the monitor starts (exit 2, naming ``--metrics``).
 from __future__ import annotations
 
 import socket
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -30,7 +31,7 @@ from loopscope.errors import InputError
 from loopscope.monitor import hist
 
 if TYPE_CHECKING:
-    from loopscope.monitor.run import Monitor
+    from loopscope.monitor.keeper import Keeper
 
 #: bucket upper bounds, seconds: 1-2-5 from 1 µs to 10 s
 BUCKETS = [m * 10.0**e for e in range(-6, 1) for m in (1, 2, 5)] + [10.0]
@@ -73,8 +74,16 @@ def cumulative(h: Any) -> tuple[list[tuple[str, float]], float]:
     return out, total_s
 
 
+class Watched(Protocol):
+    """What the endpoint reads of a running monitor."""
+
+    keeper: Keeper
+
+    def live_snapshot(self) -> Mapping[str, Mapping[str, Any]]: ...
+
+
 class Collector:
-    def __init__(self, mon: "Monitor") -> None:
+    def __init__(self, mon: Watched) -> None:
         self.mon = mon
 
     def collect(self) -> Iterator[Any]:
@@ -103,7 +112,7 @@ class Collector:
         yield CounterMetricFamily("loopscope_windows_removed", "kept windows removed to stay within monitor.retain", value=removed)
 
 
-def serve(mon: "Monitor", host: str, port: int) -> Any:
+def serve(mon: Watched, host: str, port: int) -> Any:
     """Start the endpoint (a daemon thread); its server, to shut down."""
     reg = CollectorRegistry(auto_describe=True)
     reg.register(Collector(mon))

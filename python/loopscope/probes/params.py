@@ -230,10 +230,10 @@ class ThreadsParams(Params):
         return self
 
     def check_here(self) -> list[str]:
-        from loopscope.probes.threads import attach_problem
+        from loopscope.probes.targets import problem
 
         out = cpus_here(self.cpu)
-        if self.attach is not None and (why := attach_problem(self.attach)):
+        if self.attach is not None and (why := problem(self.attach.pid, self.attach.comm, self.attach.cgroup)):
             out.append(why)
         return out
 

@@ -36,7 +36,8 @@ from typing_extensions import NotRequired, TypedDict
 
 from loopscope.errors import InputError, RunError
 from loopscope.probes.common import envelope
-from loopscope.probes.params import Attach, Launch, ThreadsParams
+from loopscope.probes.params import Launch, ThreadsParams
+from loopscope.probes.targets import in_cgroup, named, problem, tasks
 
 #: how often the target's threads are listed (this process is SCHED_IDLE meanwhile)
 POLL_S = 0.5
@@ -91,53 +92,6 @@ class ThreadsProbeJson(TypedDict):
     exited: NotRequired[dict[str, str]]
 
 
-def tasks(pid: int) -> dict[int, str]:
-    """A process's threads now (tid → name); {} once it is gone. The main
-    thread of a process with others is named ``<name> (main)``: programs
-    often give their workers the process's own name (cyclictest does), and
-    threads are compared by name."""
-    out = {}
-    try:
-        for t in os.listdir(f"/proc/{pid}/task"):
-            try:
-                out[int(t)] = Path(f"/proc/{pid}/task/{t}/comm").read_text().strip()
-            except OSError:
-                continue
-    except OSError:
-        pass
-    if len(out) > 1 and pid in out:
-        out[pid] += " (main)"
-    return out
-
-
-def named(rx: str, skip: set[int]) -> dict[int, str]:
-    """Every thread on the host whose name matches ``rx`` (not those in ``skip``)."""
-    pat = re.compile(rx)
-    out = {}
-    for p in os.listdir("/proc"):
-        if not p.isdigit():
-            continue
-        for tid, comm in tasks(int(p)).items():
-            if tid not in skip and pat.search(comm):
-                out[tid] = comm
-    return out
-
-
-def in_cgroup(path: str) -> dict[int, str]:
-    """The threads of a cgroup (v2: cgroup.threads)."""
-    base = Path(path) if path.startswith("/sys/fs/cgroup") else Path("/sys/fs/cgroup") / path.lstrip("/")
-    out = {}
-    try:
-        for t in (base / "cgroup.threads").read_text().split():
-            try:
-                out[int(t)] = Path(f"/proc/{t}/comm").read_text().strip()
-            except OSError:
-                continue
-    except OSError:
-        pass
-    return out
-
-
 def check_patterns(**flags: str | None) -> None:
     """Each given regular expression compiles (InputError naming its option otherwise)."""
     for flag, rx in flags.items():
@@ -146,21 +100,6 @@ def check_patterns(**flags: str | None) -> None:
                 re.compile(rx)
             except re.error as e:
                 raise InputError(f"--{flag} {rx!r}: not a regular expression ({e})") from None
-
-
-def attach_problem(a: Attach) -> str | None:
-    """Why an attach target matches nothing on this host now (None: it does)."""
-    if a.pid is not None and not Path(f"/proc/{a.pid}").exists():
-        return f"attach: pid {a.pid}: no such process on this host"
-    if a.comm is not None and not named(a.comm, {os.getpid()}):
-        return f"attach: comm {a.comm!r}: no thread of that name runs on this host"
-    if a.cgroup is not None:
-        base = Path(a.cgroup) if a.cgroup.startswith("/sys/fs/cgroup") else Path("/sys/fs/cgroup") / a.cgroup.lstrip("/")
-        if not (base / "cgroup.threads").exists():
-            return f"attach: cgroup {a.cgroup}: no such cgroup (v2) on this host"
-        if not in_cgroup(a.cgroup):
-            return f"attach: cgroup {a.cgroup}: it holds no thread"
-    return None
 
 
 def kernel_now() -> int:
@@ -291,7 +230,7 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
 
         Path(launch.trace).parent.mkdir(parents=True, exist_ok=True)
         trace_api.open(Path(launch.trace), groups=["loopscope"]).close()
-    if p.attach is not None and (why := attach_problem(p.attach)):
+    if p.attach is not None and (why := problem(p.attach.pid, p.attach.comm, p.attach.cgroup)):
         raise InputError(why)
     child = _start(p) if p.command is not None else None
     interrupted = False
