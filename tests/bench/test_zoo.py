@@ -49,7 +49,8 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     # advise on each case's run: the hog's remedy (the probe SCHED_FIFO) lowers p99 in its follow-up
     hog, blocked, throttle = j["cases"]
     # the limit is lifted in the follow-up (the bench's group, given back after)
-    assert throttle["remedy"]["tunings"] == [{"kind": "write", "path": "/sys/fs/cgroup/cpu/ls-zoo-throttle/cpu.cfs_quota_us", "value": "-1"}], throttle["remedy"]
+    # (with the remedies advise offers for the run's other causes, if any stood out)
+    assert {"kind": "write", "path": "/sys/fs/cgroup/cpu/ls-zoo-throttle/cpu.cfs_quota_us", "value": "-1"} in throttle["remedy"]["tunings"], throttle["remedy"]
     assert not Path("/sys/fs/cgroup/cpu/ls-zoo-throttle").exists()
     # the program's own p99 lateness and loopscope's, from the kernel alone, agree within 10 %
     own, ours = throttle["self_p99_ns"], throttle["loopscope_p99_ns"]

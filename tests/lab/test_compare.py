@@ -1,5 +1,5 @@
-"""``loopscope compare`` on real runs: a CPU hog on the probe's CPU is found
-and trips a criterion (exit 3), the JSON has its documented shape, the page
+"""``loopscope compare`` on recorded runs (tests/recorded.py): a CPU hog on
+the probe's CPU is found and trips a criterion (exit 3), the JSON has its documented shape, the page
 renders, and runs that cannot be compared are refused (exit 2)."""
 
 from __future__ import annotations
@@ -10,35 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from tests import recorded
 from tests.conftest import BIN, Cli
 from tests.helpers import assert_clean_error
 
-SPEC = """name: {name}
-probes:
-  - {{kind: timer, interval_us: 1000, cpu: [0]}}
-loads:
-  - {{name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 0 --quiet"}}
-phases:
-  - {{name: run, loads: [{loads}]}}
-duration: 1s
-repetitions: 5
-kernel: {{capture: off}}
-"""
-
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str, Path]:
-    d = tmp_path_factory.mktemp("compare")
-    out = {}
-    for name, loads in (("quiet", ""), ("hogged", "hog")):
-        (d / f"{name}.yaml").write_text(SPEC.format(name=name, loads=loads))
-        r = subprocess.run([str(BIN), "run", f"{name}.yaml", "--run-dir", name, "--no-report"], cwd=d, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        out[name] = d / name
-    return out
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Five repetitions of a timer on CPU 0, quiet and beside a nice -20 hog
+    there, recorded (tests/recorded.py): the comparison is analysis, fast tier."""
+    return recorded.copy("compare", tmp_path_factory.mktemp("compare"))
 
 
-@pytest.mark.needs_tool("stress-ng")
 def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
     page = tmp_path / "cmp.html"
     r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "--fail-if", "p99 > +20%", "--json", "-o", str(page), timeout=300)
@@ -60,7 +43,7 @@ def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dic
     assert "Runs compared" in html and "<svg" in html and "failed" in html and "1 ± <strong>2 %</strong>" in html
 
 
-@pytest.mark.needs_tool("stress-ng", "chromium", "chromedriver")
+@pytest.mark.needs_tool("chromium", "chromedriver")
 def test_the_comparison_page_fits_1280_px_in_chromium_diff_included(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
     from tests.helpers import assert_fits_1280
 
@@ -70,7 +53,6 @@ def test_the_comparison_page_fits_1280_px_in_chromium_diff_included(runs: dict[s
     assert_fits_1280(page)
 
 
-@pytest.mark.needs_tool("stress-ng")
 def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: dict[str, Path], cli: Cli) -> None:
     r = cli("compare", str(runs["quiet"]), str(runs["quiet"]), "--fail-if", "p99 > +20%", "--json", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -81,7 +63,6 @@ def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: d
     assert j["outcome"] in ("pass", "inconclusive") and j["criteria"][0]["probes"]["timer"] == j["outcome"]
 
 
-@pytest.mark.needs_tool("stress-ng")
 def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and_a_junit_skip_or_failure(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
     from junitparser import Failure, JUnitXml, Skipped
 
@@ -104,7 +85,6 @@ def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and
     assert got["p99 > +1000000% · timer"] == []  # passed: the interval wholly below the bound
 
 
-@pytest.mark.needs_tool("stress-ng")
 def test_runs_whose_probes_do_not_match_are_refused(runs: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     other = tmp_path / "other.yaml"
     other.write_text("name: other\nprobes:\n  - {kind: timer, name: tick}\nduration: 300ms\nkernel: {capture: off}\n")
