@@ -37,13 +37,66 @@ repetitions: 5
 kernel: {{capture: off}}
 """
 
+# report: three probes under two loads, two repetitions, the kernel captured.
+REPORT = """name: rep
+probes:
+  - kind: timer
+    interval_us: 1000
+  - kind: sched
+    sleep_us: 500
+    work_us: 500
+  - kind: syscall
+    calls: [getpid, open, read]
+    max_seconds_per_call: 0.3
+    target_pct: 10
+loads:
+  - kind: cpu
+    level: 2
+  - kind: io
+    level: 1
+duration: 600ms
+repetitions: 2
+"""
+
+# dataset: three runs of two experiments in one results directory (each
+# with its report: the tables the dataset reads), one with the kernel captured.
+DATASET = """name: {name}
+probes:
+  - {{kind: timer, interval_us: 1000}}
+loads:
+  - {{name: cpu, kind: cpu, level: 1}}
+phases:
+  - {{name: baseline}}
+  - {{name: cpu, loads: [cpu]}}
+duration: 400ms
+repetitions: 2
+kernel: {{capture: {capture}}}
+"""
+
+#: recipes whose runs go into one results directory (``runs``), named by the lab
+RESULTS = {"dataset"}
+
 RECIPES: dict[str, dict[str, str]] = {
+    "dataset": {
+        "tick-1": DATASET.format(name="tick", capture="off"),
+        "tick-2": DATASET.format(name="tick", capture="off"),
+        "tock": DATASET.format(name="tock", capture="on"),
+    },
+    "report": {"run": REPORT},
     "compare": {"quiet": COMPARE.format(name="quiet", loads=""), "hogged": COMPARE.format(name="hogged", loads="hog")},
 }
 
 
 def copy(name: str, dest: Path) -> dict[str, Path]:
     """The recorded runs of ``name``, copied under ``dest``: run name → its directory."""
+    if name in RESULTS:
+        runs = Path(shutil.copytree(RUNS / name / "runs", dest / "runs"))
+        from loopscope.kinds import KINDS
+        from loopscope.report import build
+
+        for run in sorted(runs.iterdir()):
+            build(run, KINDS)  # the tables and page by today's code, from what the run recorded
+        return {"runs": runs}
     out = {}
     for run in RECIPES[name]:
         out[run] = Path(shutil.copytree(RUNS / name / run, dest / run))
@@ -56,10 +109,19 @@ def record(name: str) -> None:
     where.mkdir(parents=True)
     for run, spec in RECIPES[name].items():
         (where / f"{run}.yaml").write_text(spec)
-        r = subprocess.run([str(BIN), "run", f"{run}.yaml", "--run-dir", run, "--no-report"], cwd=where, timeout=600)
+        args = ["--results", "runs"] if name in RESULTS else ["--run-dir", run, "--no-report"]
+        r = subprocess.run([str(BIN), "run", f"{run}.yaml", *args], cwd=where, timeout=600)
         if r.returncode != 0:
             sys.exit(f"recording {name}/{run} failed (exit {r.returncode})")
         (where / f"{run}.yaml").unlink()
+    for run in (where / "runs").iterdir() if name in RESULTS else ():
+        # what the report derives is made again from the recording by each
+        # copy (explain's attribution, made at the run's end, stays)
+        for t in (run / "tables").glob("*.parquet"):
+            if t.name != "attribution.parquet":
+                t.unlink()
+        for f in ("report.html", "report.json"):
+            (run / f).unlink()
 
 
 if __name__ == "__main__":

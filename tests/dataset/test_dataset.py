@@ -1,4 +1,4 @@
-"""A directory of real runs as one dataset: identity beside every row, read
+"""A directory of recorded runs as one dataset: identity beside every row, read
 by DuckDB and polars as it is; `runs`, `query` and `trend` over it; damaged,
 older and newer runs among good ones said while the good ones answer."""
 
@@ -6,40 +6,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from tests.conftest import BIN, Cli
+from tests import recorded
+from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
 IDENTITY = ["run_id", "experiment", "host", "kernel", "loopscope_version", "started_utc"]
 
-SPEC = """name: {name}
-probes:
-  - {{kind: timer, interval_us: 1000}}
-loads:
-  - {{name: cpu, kind: cpu, level: 1}}
-phases:
-  - {{name: baseline}}
-  - {{name: cpu, loads: [cpu]}}
-duration: 400ms
-repetitions: 2
-kernel: {{capture: {capture}}}
-"""
-
-
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory, lab: None) -> Path:
-    """Three real runs of two experiments, one with the kernel capture (its attribution)."""
-    d = tmp_path_factory.mktemp("dataset")
-    for name, capture in (("tick", "off"), ("tick", "off"), ("tock", "on")):
-        (d / f"{name}.yaml").write_text(SPEC.format(name=name, capture=capture))
-        r = subprocess.run([str(BIN), "run", f"{name}.yaml", "--results", "runs"], cwd=d, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-    runs = d / "runs"
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three real runs of two experiments, one with the kernel capture (its
+    attribution), recorded (tests/recorded.py): the dataset is analysis, fast tier."""
+    runs = recorded.copy("dataset", tmp_path_factory.mktemp("dataset"))["runs"]
     assert len([p for p in runs.iterdir() if (p / "run.json").exists()]) == 3
     return runs
 

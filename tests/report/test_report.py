@@ -12,41 +12,15 @@ import pytest
 from loopscope.kinds import KINDS
 from loopscope.report import build
 from loopscope.report.sections import ns
+from tests import recorded
 from tests.conftest import ROOT, Cli
 from tests.helpers import assert_clean_error, assert_fits_1280, chromium
 
-SPEC = """name: rep
-probes:
-  - kind: timer
-    interval_us: 1000
-  - kind: sched
-    sleep_us: 500
-    work_us: 500
-  - kind: syscall
-    calls: [getpid, open, read]
-    max_seconds_per_call: 0.3
-    target_pct: 10
-loads:
-  - kind: cpu
-    level: 2
-  - kind: io
-    level: 1
-duration: 600ms
-repetitions: 2
-"""
-
-
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory, lab: None) -> Path:
-    import subprocess
-
-    from tests.conftest import BIN
-
-    d = tmp_path_factory.mktemp("report")
-    (d / "spec.yaml").write_text(SPEC)
-    r = subprocess.run([str(BIN), "run", "spec.yaml", "--run-dir", "run", "--no-report"], cwd=d, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
-    return d / "run"
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three probes under two loads, the kernel captured: a recorded run
+    (tests/recorded.py), so the report is analysis in the fast tier."""
+    return recorded.copy("report", tmp_path_factory.mktemp("report"))["run"]
 
 
 def test_tables_hold_every_sample_tagged_with_its_step(run_dir: Path) -> None:
