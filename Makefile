@@ -92,7 +92,8 @@ typecheck:
 test-python: typecheck
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(VENV)/bin/pytest -q --durations=12
+	$(VENV)/bin/pytest -q --tier fast -n 2
+	$(VENV)/bin/pytest -q --tier slow --durations=12
 
 test: install-test test-rust test-python
 
@@ -103,7 +104,7 @@ check:
 	@test -x $(VENV)/bin/pytest || { echo "loopscope: error: no test tools in $(VENV); run 'make install-test' once"; exit 2; }
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(VENV)/bin/pytest -q --tier fast --durations=5
+	$(VENV)/bin/pytest -q --tier fast -n 2 --durations=5
 
 bench: install
 	$(VENV)/bin/loopscope bench trace

@@ -7,8 +7,10 @@
   fixture, itself or through a fixture of its own (a module's run);
 - **bench**: a bench's quick form: it uses the `bench` fixture.
 
-`make test` runs every tier; `make check` runs `pytest --tier fast`, which
-deselects the lab and bench tests and guards the rest: a fast test that
+`make test` runs every tier: the fast one on both CPUs (pytest-xdist; it
+measures nothing), then the lab and bench tests one at a time (`--tier slow`:
+they measure the machine, and share it with nothing else). `make check` runs
+`pytest --tier fast`, which deselects the lab and bench tests and guards the rest: a fast test that
 starts a lab anyway (a loopscope command that measures, a peer that loads
 or records the machine, a kernel capture) fails, naming the fixture it
 needs. So a test cannot land in the fast tier by mistake.
@@ -33,8 +35,9 @@ LAB_TOOLS = {"stress-ng", "cyclictest", "trace-cmd", "perf", "iperf3", "sockperf
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--tier", choices=["fast", "all"], default="all",
-                     help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check)")
+    parser.addoption("--tier", choices=["fast", "slow", "all"], default="all",
+                     help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check); "
+                          "slow: only those that do (make test runs both, the fast one on every CPU)")
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +57,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.bench)
         elif "lab" in names:
             item.add_marker(pytest.mark.lab)
-    if config.getoption("--tier") != "fast":
+    tier = config.getoption("--tier")
+    if tier == "all":
         return
-    keep = [i for i in items if not (i.get_closest_marker("lab") or i.get_closest_marker("bench"))]
+    keep = [i for i in items if bool(i.get_closest_marker("lab") or i.get_closest_marker("bench")) == (tier == "slow")]
     gone = [i for i in items if i not in keep]
     if gone:
         config.hook.pytest_deselected(items=gone)
