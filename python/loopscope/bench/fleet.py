@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -28,6 +29,13 @@ def _batch(cmds: list[str], ns: str | None = None) -> None:
 
 #: this machine's own address on the fleet's switch, when attached (``attach=True``)
 ROOT_ADDRESS = "10.76.255.254"
+
+
+#: the launchers that reach a fleet host's namespace, by name
+NS_LAUNCHERS: dict[str, Callable[[str], list[str]]] = {
+    "netns": lambda ns: ["ip", "netns", "exec", ns],
+    "nsenter": lambda ns: ["nsenter", f"--net=/run/netns/{ns}"],
+}
 
 
 @dataclass
@@ -87,9 +95,6 @@ class Fleet:
         through ``ip netns exec`` (``launcher="netns"``) or ``nsenter``."""
         out = ["hosts:"]
         for i in range(1, self.n + 1):
-            if launcher == "netns":
-                cmd = f"[ip, netns, exec, {self.ns(i)}]"
-            else:
-                cmd = f"[nsenter, --net=/run/netns/{self.ns(i)}]"
+            cmd = "[" + ", ".join(NS_LAUNCHERS[launcher](self.ns(i))) + "]"
             out.append(f"  - {{name: {names.format(i=i)}, kind: exec, launcher: {cmd}, address: {self.address(i)}}}")
         return "\n".join(out) + "\n"

@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 from typing_extensions import TypedDict
 
-from loopscope.bench.fleet import Fleet
+from loopscope.bench.fleet import NS_LAUNCHERS, Fleet
 from loopscope.errors import RunError
 from loopscope.host import procs
 
@@ -114,10 +114,8 @@ def _spread(xs: list[float]) -> Spread:
 
 
 def _launcher(kind: str, f: Fleet, cluster: Any, i: int) -> list[str]:
-    if kind == "netns":
-        return ["ip", "netns", "exec", f.ns(i)]
-    if kind == "nsenter":
-        return ["nsenter", f"--net=/run/netns/{f.ns(i)}"]
+    if kind in NS_LAUNCHERS:
+        return NS_LAUNCHERS[kind](f.ns(i))
     return list(cluster.launcher(i))
 
 
@@ -169,15 +167,12 @@ def _one_run(kind: str, f: Fleet, cluster: Any, weak: bool, work: Path, k: int) 
 def _floor(kind: str, f: Fleet, cluster: Any) -> tuple[float, float]:
     """``f.n`` bare agents through the launcher: spawn to the last hello, shutdown to the last exit."""
     from loopscope.lab.launch import argv as launch_argv, launcher_env
-    from types import SimpleNamespace
-
     env = launcher_env("fleet-floor")
     ps = []
     t0 = time.monotonic()
     for i in range(1, f.n + 1):
-        host = SimpleNamespace(launcher=_launcher(kind, f, cluster, i))
         line = f'exec {sys.executable} -m loopscope.agent'
-        ps.append(subprocess.Popen(launch_argv(host, line), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True))
+        ps.append(subprocess.Popen(launch_argv(_launcher(kind, f, cluster, i), line), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True))
     hello = json.dumps({"id": 1, "op": "hello", "run_id": "fleet-floor", "run_dir": tempfile.gettempdir() + "/fleet-floor", "cgroups": False}) + "\n"
     for p in ps:
         assert p.stdin is not None

@@ -22,7 +22,7 @@ def _remote(spec: str) -> list[Any]:
     from loopscope.spec import load
 
     exp = load(spec, KINDS)
-    found = [h for h in exp.hosts if h.kind in ("ssh", "exec")]
+    found = [h for h in exp.hosts if h.remote]
     if not found:
         raise InputError(f"{spec}: has no ssh or exec hosts (hosts install and check are for those; netns and local hosts run this machine's loopscope)")
     return found
@@ -71,15 +71,12 @@ def hosts_check(spec: str) -> int:
       loopscope hosts check fleet.yaml
     """
     from loopscope.lab import launch
-    from loopscope.lab.hosts import ssh_preflight
+    from loopscope.lab.hostkinds import HOST_KINDS
 
     remote = _remote(spec)
-    problems = launch.preflight([h for h in remote if h.kind == "exec"])
-    for h in remote:
-        if h.kind == "ssh":
-            why = ssh_preflight(h)
-            if why:
-                problems[h.name] = f"host {h.name}: {why}"
+    problems: dict[str, str] = {}
+    for name, kind in HOST_KINDS.items():
+        problems |= kind.preflight([(i, h) for i, h in enumerate(remote) if h.kind == name])
     for h in remote:
         click.echo(f"  {h.name} ({h.kind}): {'ready: loopscope ' + launch.version() if h.name not in problems else 'NOT READY'}")
     if problems:

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
 from loopscope.lab.hosts import AgentFailure
 from loopscope.rundir import ClockSyncRecord, SyncPart
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Experiment
 
 # The least time the initiators run each time they are started or resumed:
 # three pairs at the default 20 a second, and the start-up they still do
@@ -35,7 +38,7 @@ from loopscope.rundir import ClockSyncRecord, SyncPart
 AWAKE_S = 0.15
 
 
-def wanted(exp: Any) -> bool:
+def wanted(exp: Experiment) -> bool:
     cs = exp.clocksync
     return cs.enabled == "on" or (cs.enabled == "auto" and len(exp.hosts) > 1)
 
@@ -51,7 +54,7 @@ class SyncRun:
     paused: bool = False
 
 
-def start(lab: Any, exp: Any) -> SyncRun:
+def start(lab: Any, exp: Experiment) -> SyncRun:
     cs = exp.clocksync
     ref = cs.reference or exp.hosts[0].name
     rh = lab.hosts[ref]
@@ -101,7 +104,7 @@ def _let_run(info: SyncRun) -> None:
         time.sleep(left)
 
 
-def destination(lab: Any, exp: Any, host: str) -> tuple[str, str]:
+def destination(lab: Any, exp: Experiment, host: str) -> tuple[str, str]:
     """Where ``host``'s initiator sends, and over which network."""
     cs = exp.clocksync
     rh = lab.hosts[cs.reference or exp.hosts[0].name]

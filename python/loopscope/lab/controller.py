@@ -36,7 +36,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from loopscope import protocol as P
 from loopscope.probes.params import Params
@@ -54,6 +54,9 @@ from loopscope.spec import Experiment, load
 from loopscope.spec.load import where
 from loopscope.spec.models import HOST_REF, REMOTE
 from loopscope.spec.plan import phase_runs, probe_seconds
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import ProbeModel
 
 Say = Callable[[str], None]
 Tick = Callable[[int, int, str], None]
@@ -366,7 +369,7 @@ class Run:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
             self.tuned = None
 
-    def step_unless_lost(self, pr: Any, probe: Any) -> None:
+    def step_unless_lost(self, pr: Any, probe: ProbeModel) -> None:
         """The probe's step, unless a host it needs is lost (then the step is
         marked for that host, not run). A host lost during the step that the
         step does not need (found dead by the checks around it) is lost, and
@@ -442,7 +445,7 @@ class Run:
                     self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads))
         return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
-    def step(self, pr: Any, probe: Any) -> None:
+    def step(self, pr: Any, probe: ProbeModel) -> None:
         """One probe's window: kernel buffers emptied, clock sync at rest while it measures."""
         lab, rec = self.lab, self.rec
         dur = int(probe_seconds(self.exp, probe) * 1e9)
@@ -601,7 +604,7 @@ def tune_loads(by_host: dict[str, list[dict[str, Any]]], phase: Any) -> None:
                 d.update(t.for_load(d["name"]))
 
 
-def tuned_probe(probe: Any, phase: Any) -> Any:
+def tuned_probe(probe: ProbeModel, phase: Any) -> Any:
     """The probe as this phase runs it: its CPUs or priority as the phase's tunings say."""
     update: dict[str, object] = {}
     for t in phase.tunings:
@@ -666,9 +669,9 @@ class Steps:
         finally:
             hs.stop_rest()
 
-    def calibrate(self, probe: Any) -> dict[str, Any]:
+    def calibrate(self, probe: ProbeModel) -> dict[str, Any]:
         lab = self.lab
-        host = probe.host or self.first_host
+        host = probe.hosts(self.first_host)[0]
         r = lab.agent(host).ask(P.RunProbe(probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
                                            duration_ns=int(probe.seconds(self.exp.duration) * 1e9), calibrate=True))
         return r.result
@@ -707,16 +710,16 @@ class Steps:
     def failure(self, what: str, host: str, component: str) -> Exception:
         return AgentFailure(what, host=host, component=component)
 
-    def run_one(self, probe: Any, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
+    def run_one(self, probe: ProbeModel, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
         """``spec`` as one process on the probe's host, with the channel hubs
         running beside it when the experiment has channels and the kind uses them."""
         lab = self.lab
-        hname = probe.host or next(iter(lab.hosts))
+        hname = probe.hosts(next(iter(lab.hosts)))[0]
         channels = bool(self.exp.channels) and probe.uses_channels
         running: list[Any] = []
         if channels:
-            spec = {**spec, "env": {**spec.get("env", {}), **self.channel_env(hname, key, probe.name)}}
-            running = self.hubs_start(probe.name, key, dur_ns)
+            spec = {**spec, "env": {**spec.get("env", {}), **self.channel_env(hname, key, probe.label)}}
+            running = self.hubs_start(probe.label, key, dur_ns)
         cut: str | None = None
         try:
             agent = lab.agent(hname)
@@ -729,7 +732,7 @@ class Steps:
             hub_parts = self.hubs_stop(running)
         finally:
             self.hubs_stop(running, quiet=True)
-        step = {
+        step: dict[str, object] = {
             "host": hname,
             "trace": lab.rel(hname, r.trace),
             "json": lab.rel(hname, f"{lab.step_dir(hname, key)}/{probe.name}.json"),
@@ -740,7 +743,7 @@ class Steps:
         }
         if channels:
             step["hubs"] = hub_parts
-            step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, key, probe.name))
+            step["channel_stats"] = lab.rel(hname, hubs.stats_path(lab, hname, key, probe.label))
         if cut is not None:
             step["interrupted"] = cut
         return step

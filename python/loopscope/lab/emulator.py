@@ -41,6 +41,7 @@ from loopscope.errors import RunError
 from loopscope.rundir import EMULATOR_RESULT, EmulatorResult, LinkCounts, PathRecord
 
 if TYPE_CHECKING:
+    from loopscope.spec.models import Experiment
     from loopscope._native import _NetemRun as NetemRun
 
 MECHANISM = "loopscope user-space emulator (AF_PACKET forwarding in the router namespace; the kernel has no netem)"
@@ -71,7 +72,7 @@ LinkConfig = TypedDict("LinkConfig", {
 })
 
 
-def path_plan(exp: Any, hosts: list[str]) -> dict[str, PathRecord]:
+def path_plan(exp: Experiment, hosts: list[str]) -> dict[str, PathRecord]:
     """Every ordered pair of ``hosts`` by ``a->b``: what carries it
     (``kernel`` or ``emulator``) and why."""
     asked: dict[tuple[str, str], list[str]] = {}
@@ -94,7 +95,7 @@ def path_plan(exp: Any, hosts: list[str]) -> dict[str, PathRecord]:
     return plan
 
 
-def link_configs(exp: Any, phase: Any = None) -> list[LinkConfig]:
+def link_configs(exp: Experiment, phase: Any = None) -> list[LinkConfig]:
     """One entry per direction of every link in the experiment file (with
     ``phase``: as that phase changes them)."""
     from loopscope.units import parse_rate

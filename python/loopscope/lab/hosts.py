@@ -31,11 +31,14 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from loopscope.errors import RunError
 from loopscope.host import procs
 from loopscope import protocol as P
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Host
 
 R = TypeVar("R", bound=P.Reply)
 
@@ -143,7 +146,7 @@ class SshError(RunError):
 class SshChannel:
     """An agent on a remote machine over asyncssh, driven from a thread of its own."""
 
-    def __init__(self, host: Any, remote_cmd: str, log: Path, connect_timeout: float = 10.0) -> None:
+    def __init__(self, host: Host, remote_cmd: str, log: Path, connect_timeout: float = 10.0) -> None:
         self.host = host
         self.remote_cmd = remote_cmd
         self.log = log
@@ -293,7 +296,7 @@ class SshChannel:
         self.thread.join(timeout=5)
 
 
-async def connect(host: Any, timeout: float) -> Any:
+async def connect(host: Host, timeout: float) -> Any:
     """An asyncssh connection to ``host`` with its key checked; SshError says why not."""
     import asyncssh
 
@@ -316,7 +319,7 @@ async def connect(host: Any, timeout: float) -> Any:
         raise SshError(f"ssh failed: {e}") from None
 
 
-def ssh_preflight(host: Any, timeout: float = 10.0) -> str | None:
+def ssh_preflight(host: Host, timeout: float = 10.0) -> str | None:
     """None when ``host`` can be reached and has this controller's loopscope; else what is wrong."""
     from loopscope.lab import launch
 
@@ -466,7 +469,7 @@ def netns_agent(host: str, run_id: str, ns: str, offset_ns: int, log: Path) -> A
     return AgentClient(host, "netns", ProcessChannel(argv, env, log), log)
 
 
-def exec_agent(host: Any, run_id: str, log: Path) -> AgentClient:
+def exec_agent(host: Host, run_id: str, log: Path) -> AgentClient:
     """An agent through the host's launcher (``lab/launch.py``)."""
     from loopscope.lab import launch
 
@@ -474,7 +477,7 @@ def exec_agent(host: Any, run_id: str, log: Path) -> AgentClient:
     return AgentClient(host.name, "exec", ch, log)
 
 
-def ssh_agent(host: Any, run_id: str, log: Path) -> AgentClient:
+def ssh_agent(host: Host, run_id: str, log: Path) -> AgentClient:
     from loopscope.lab import launch
 
     cmd = f"sh -c {shlex.quote(launch.agent_line(host, run_id))}"

@@ -19,14 +19,17 @@ lost to incomplete UDP items is only known there).
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
 from loopscope.rundir import HubStep
 from loopscope.lab.hosts import AgentFailure
 
+if TYPE_CHECKING:
+    from loopscope.spec.models import Experiment
 
-def hub_hosts(lab: Any, exp: Any) -> dict[str, list[Any]]:
+
+def hub_hosts(lab: Any, exp: Experiment) -> dict[str, list[Any]]:
     first = next(iter(lab.hosts))
     out: dict[str, list[Any]] = {}
     for c in exp.channels:
@@ -34,7 +37,7 @@ def hub_hosts(lab: Any, exp: Any) -> dict[str, list[Any]]:
     return out
 
 
-def env_for(lab: Any, exp: Any) -> str:
+def env_for(lab: Any, exp: Experiment) -> str:
     """LOOPSCOPE_CHANNELS for the step's processes."""
     first = next(iter(lab.hosts))
     m = {}
@@ -49,7 +52,7 @@ def stats_path(lab: Any, host: str, key: str, name: str) -> str:
     return f"{lab.step_dir(host, key)}/{name}.channels.jsonl"
 
 
-def start(lab: Any, exp: Any, probe: str, key: str, dur_ns: int) -> list[tuple[str, str]]:
+def start(lab: Any, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[tuple[str, str]]:
     """Start the step's hubs; returns (host, name) of each started."""
     started: list[tuple[str, str]] = []
     for host, chans in hub_hosts(lab, exp).items():

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
 from loopscope.kernel.capture import HalfFull
 from loopscope.rundir import Capture, CaptureReport, CpuLimit, KernelRecord, ReadDuring, Step
 from loopscope.lab.hosts import AgentFailure
 from loopscope.spec.plan import probe_seconds
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Experiment
 
 
 def kernels(lab: Any) -> list[tuple[str, list[str]]]:
@@ -62,7 +65,7 @@ class CaptureRun:
         return KernelRecord(captures=self.captures)
 
 
-def start(lab: Any, exp: Any, notes: list[str]) -> CaptureRun:
+def start(lab: Any, exp: Experiment, notes: list[str]) -> CaptureRun:
     k = exp.kernel
     window_s = max([probe_seconds(exp, p) for p in exp.probes] or [10.0])
     info = CaptureRun()

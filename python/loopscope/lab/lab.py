@@ -20,21 +20,22 @@ the end).
 from __future__ import annotations
 
 import os
-import shlex
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
-from loopscope.errors import RunError, missing_part
+from loopscope.errors import RunError
 from loopscope.lab import hosts as H
 from loopscope.lab import netns, state
 from loopscope.host import procs
-from loopscope.host.cgroup import RunGroup, remove_root_if_empty
+from loopscope.lab.hostkinds import HOST_KINDS, Down, HostRt
 from loopscope.rundir import EmulatorResult, PathRecord
-from loopscope.spec.models import REMOTE
+from loopscope.spec.hostkinds import DECLARED, resolve
 from loopscope.lab.emulator import Emulator, EmulatorFailure, LinkConfig, link_configs, path_plan
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Experiment
 
 
 #: how long an agent may take to say hello (a launcher may wait for its cluster's scheduler)
@@ -48,137 +49,80 @@ class LabError(RunError):
         super().__init__(message, component="lab")
 
 
-@dataclass
-class HostRt:
-    name: str
-    kind: str
-    spec: Any
-    index: int
-    address: str
-    base: str  # the run's directory for this host, in that host's file system
-    local_base: Path  # where its files end up here
-    agent: H.AgentClient | None = None
-    cgroup: str | None = None
-    #: what its agent said on starting (None before it did)
-    hello: P.HelloReply | None = None
-
-    @property
-    def pid(self) -> int:
-        """Its agent's process id (known once the agent said hello)."""
-        if self.hello is None:
-            raise RuntimeError(f"{self.name}: its agent has not said hello")
-        return self.hello.pid
-
-    #: why its agent is gone (a lost host under ``on_host_failure: continue``)
-    lost: str | None = None
-
-    @property
-    def remote(self) -> bool:
-        """Its agent runs elsewhere (ssh, a launcher): files come home at the end, no signal reaches it."""
-        return self.kind in REMOTE
-
-    @property
-    def here(self) -> bool:
-        """Its agent's processes are this machine's, with the process ids this controller sees."""
-        if not self.remote:
-            return True
-        me = _own_machine()
-        p = self.hello.provenance if self.hello else None
-        return p is not None and p.boot_id is not None and (p.boot_id, p.pid_ns) == me
-
-
-def _own_machine() -> tuple[str | None, int | None]:
-    from loopscope.host.provenance import _ns_inode, _read
-
-    return _read("/proc/sys/kernel/random/boot_id"), _ns_inode("pid")
-
-
-def resolve_hosts(exp: Any) -> tuple[dict[str, str], list[str]]:
-    """Each host's kind, and notes on what was decided."""
+def resolve_hosts(exp: Experiment) -> tuple[dict[str, str], list[str]]:
+    """Each host's kind (``auto`` resolved: spec/hostkinds.py), and notes on what was decided."""
     why_not = netns.privileges()
     wants_ns = len(exp.hosts) > 1 or any(h.clock_offset for h in exp.hosts) or bool(exp.links)
     kinds: dict[str, str] = {}
     notes: list[str] = []
     for h in exp.hosts:
-        if h.kind != "auto":
-            kinds[h.name] = h.kind
-        elif wants_ns and why_not is None:
-            kinds[h.name] = "netns"
-        else:
-            kinds[h.name] = "local"
-            if wants_ns:
-                notes.append(f"host {h.name}: runs as local processes on loopback ({why_not})")
+        kinds[h.name], note = resolve(h.kind, wants_ns, why_not)
+        if note:
+            notes.append(f"host {h.name}: {note}")
     return kinds, notes
 
 
-def sync_reference(exp: Any, kinds: dict[str, str]) -> str | None:
+def _namespaced(kinds: dict[str, str]) -> list[str]:
+    return [n for n, k in kinds.items() if DECLARED[k].namespaced]
+
+
+def sync_reference(exp: Experiment, kinds: dict[str, str]) -> str | None:
     """The netns host the sync network leads to, when the run wants one."""
     from loopscope.lab import clocksync
 
     ref = exp.clocksync.reference or exp.hosts[0].name
-    if clocksync.wanted(exp) and exp.clocksync.network == "sync" and kinds.get(ref) == "netns":
-        return ref  # type: ignore[no-any-return]
+    if clocksync.wanted(exp) and exp.clocksync.network == "sync" and ref in _namespaced(kinds):
+        return ref
     return None
 
 
-def check(exp: Any, file: str, kinds: dict[str, str]) -> list[str]:
+def check(exp: Experiment, file: str, kinds: dict[str, str]) -> list[str]:
     """Problems with hosts and links that make the run impossible (preflight)."""
     problems: list[str] = []
-    ns_hosts = [n for n, k in kinds.items() if k == "netns"]
+    ns_hosts = _namespaced(kinds)
     if ns_hosts:
         why = netns.privileges()
         if why is not None:
             problems.append(f"{file}: hosts {', '.join(ns_hosts)}: netns hosts cannot be created: {why}; run as root or use `kind: local`")
     for i, link in enumerate(exp.links):
         for end in dict.fromkeys(e for d in link.directions() for e in d):
-            if kinds.get(end, "netns") != "netns":
+            if end in kinds and end not in ns_hosts:
                 problems.append(f"{file}: links.{i}: host {end} is {kinds[end]}: links are emulated between netns hosts only (no netem between {kinds[end]} hosts here)")
     for i, p in enumerate(exp.probes):
         if p.talks_across_hosts:
             ks = {kinds[h] for h in exp.hosts_of(p) if h in kinds}
-            if len({"remote" if k in REMOTE else k for k in ks}) > 1:
+            if len({"remote" if DECLARED[k].remote else k for k in ks}) > 1:
                 problems.append(
                     f"{file}: probes.{i}: a {p.kind} probe's parts must reach each other: netns hosts reach only netns hosts, local ones only local ones, ssh and exec ones only ssh and exec ones [got {', '.join(sorted(ks))}]"
                 )
+    remote = [n for n, k in kinds.items() if DECLARED[k].remote]
     if any(ph.tunings for ph in exp.phases or []):
         from loopscope.host import tunings
 
         problems += [f"{file}: {p}" for p in tunings.check([ph.model_dump() for ph in exp.phases or []])]
-        remote = [n for n, k in kinds.items() if k in REMOTE]
         if remote:
             problems.append(f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh or exec hosts; tune them by hand for now or leave the tunings out")
     es = exp.emulator
     if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):
         problems.append(f"{file}: emulator.cpu: CPU {es.cpu} is not one this process may use (allowed: {', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     for i, h in enumerate(exp.hosts):
-        if h.sync_address and kinds.get(h.name) not in REMOTE:
+        if h.sync_address and h.name not in remote:
             problems.append(f"{file}: hosts.{i}.sync_address: only ssh and exec hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
     if ns_hosts:
-        overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
+        overrides = {h.name: h.address for h in exp.hosts if h.name in ns_hosts and h.address}
         try:
             netns.Topology.plan("preflight", ns_hosts, overrides, sync_reference=sync_reference(exp, kinds))
         except netns.NetnsError as e:
             problems.append(f"{file}: {e}")
-    ssh = [(i, h) for i, h in enumerate(exp.hosts) if kinds.get(h.name) == "ssh"]
-    why = missing_part("asyncssh", "ssh", "the ssh host kind") if ssh else None
-    if why:
-        problems.append(f"{file}: hosts.{ssh[0][0]}.kind: {why}")
-        ssh = []
-    for _, h in ssh:
-        err = H.ssh_preflight(h)
-        if err:
-            problems.append(f"{file}: host {h.name}: {err}")
-    execs = [h for h in exp.hosts if kinds.get(h.name) == "exec"]
-    if execs:
-        from loopscope.lab import launch
-
-        said = launch.preflight(execs)
-        problems += [f"{file}: {said[h.name]}" for h in execs if h.name in said]
+    for name, kind in HOST_KINDS.items():
+        mine = [(i, h) for i, h in enumerate(exp.hosts) if kinds.get(h.name) == name]
+        said = kind.preflight(mine)
+        problems += [f"{file}: {said[h.name]}" for _, h in mine if h.name in said]
     return problems
 
 
 class Lab:
-    def __init__(self, exp: Any, run_id: str, run_dir: Path, kinds: dict[str, str]) -> None:
+    def __init__(self, exp: Experiment, run_id: str, run_dir: Path, kinds: dict[str, str]) -> None:
         self.exp = exp
         self.run_id = run_id
         self.run_dir = run_dir
@@ -197,20 +141,14 @@ class Lab:
         self.notes: list[str] = []
         # The instant virtual clocks (test only) count their drift from.
         self.vclock_epoch_ns = time.time_ns()
-        ns_names = [h.name for h in exp.hosts if kinds[h.name] == "netns"]
+        ns_names = _namespaced(kinds)
         if ns_names:
-            overrides = {h.name: h.address for h in exp.hosts if kinds[h.name] == "netns" and h.address}
+            overrides = {h.name: h.address for h in exp.hosts if h.name in ns_names and h.address}
             self.topo = netns.Topology.plan(run_id, ns_names, overrides, sync_reference=sync_reference(exp, kinds))
         for i, h in enumerate(exp.hosts, start=1):
             kind = kinds[h.name]
-            if kind == "netns":
-                assert self.topo is not None
-                address = self.topo.host(h.name).address
-            elif kind == "local":
-                address = h.address or (f"127.0.{i}.1" if self.multi else "127.0.0.1")
-            else:
-                address = h.address
-            if kind in REMOTE:
+            address = HOST_KINDS[kind].address(h, i, self.multi, self.topo)
+            if DECLARED[kind].remote:
                 base = f"{h.workdir.rstrip('/')}/{run_id}/{h.name}"
                 local_base = run_dir / "hosts" / h.name if self.multi else run_dir
             elif not self.multi:
@@ -241,16 +179,7 @@ class Lab:
                     self.timings["emulator_ready_ns"] = time.monotonic_ns() - t0
         for h in self.hosts.values():
             log = (self.run_dir / "agent.log") if not self.multi else (self.run_dir / "hosts" / h.name / "agent.log")
-            if h.kind == "local":
-                h.agent = H.local_agent(h.name, self.run_id, log)
-            elif h.kind == "netns":
-                assert self.topo is not None
-                h.agent = H.netns_agent(h.name, self.run_id, self.topo.host(h.name).ns, h.spec.clock_offset, log)
-            elif h.kind == "exec":
-                h.agent = H.exec_agent(h.spec, self.run_id, log)
-            else:
-                say(f"connecting to {h.name} ({h.spec.address}) over ssh")
-                h.agent = H.ssh_agent(h.spec, self.run_id, log)
+            h.agent = HOST_KINDS[h.kind].start(h, self.run_id, self.topo, log, say)
         from loopscope.lab.launch import version
 
         asked = []
@@ -368,7 +297,7 @@ class Lab:
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **({"ssh": f"{h.spec.user + '@' if h.spec.user else ''}{h.spec.address}:{h.spec.port}"} if h.kind == "ssh" else {}), **({"launcher": h.spec.launcher} if h.kind == "exec" else {})} for h in self.hosts.values()},
+            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **HOST_KINDS[h.kind].describe(h.spec)} for h in self.hosts.values()},
         }
         if self.topo is not None:
             out["network"] = self.topo.describe()
@@ -388,7 +317,7 @@ class Lab:
 
     def down(self, completed: bool, notes: list[str]) -> None:
         t0 = time.monotonic_ns()
-        agents = [h for h in self.hosts.values() if h.agent is not None or (h.kind == "exec" and h.lost)]
+        agents = [h for h in self.hosts.values() if h.agent is not None or (HOST_KINDS[h.kind].down_when_lost and h.lost)]
         if agents:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -407,33 +336,22 @@ class Lab:
             except Exception as e:  # noqa: BLE001
                 notes.append(f"stopping the link emulator: {e}")
                 self.emulator.kill()
-        for h in self.hosts.values():
-            if h.kind == "ssh" and h.agent is not None:
-                self._fetch(h, notes)
         if self.topo is not None:
             if self.kernel_forwarded:
                 self.router_counts = self.topo.forward_counts()
             self.topo.down()
         for h in self.hosts.values():
-            if h.cgroup and not h.remote:
-                RunGroup.remove(Path(h.cgroup))
-                if self.multi:
-                    parent = Path(h.cgroup).parent
-                    RunGroup.remove(parent)
-                    remove_root_if_empty(parent)
-                else:
-                    remove_root_if_empty(Path(h.cgroup))
+            HOST_KINDS[h.kind].cleanup(h, self.multi)
         self.timings["lab_down_ns"] = time.monotonic_ns() - t0
 
     def _agent_down(self, h: HostRt, completed: bool) -> list[str]:
-        """Stop one host's agent; an exec host's files come home first, through
-        that agent when the run completed, else through a fresh one once the
-        first has stopped what it ran. Never raises: what went wrong is said."""
-        notes: list[str] = []
+        """Stop one host's agent, its files brought home as its kind says
+        (through that agent before it stops, or after). Never raises: what
+        went wrong is said."""
+        kind = HOST_KINDS[h.kind]
         live = h.agent is not None and h.lost is None and h.agent.dead is None
-        if h.kind == "exec" and completed and live:
-            assert h.agent is not None
-            notes += self._fetch_exec(h, h.agent)
+        down = Down(self.run_id, self.cgroup_name(h.name), completed, live)
+        notes = kind.home_before_stop(h, down)
         try:
             if h.agent is not None:
                 if completed and live:
@@ -442,42 +360,4 @@ class Lab:
                     h.agent.terminate()
         except Exception as e:  # noqa: BLE001 - clean-up goes on whatever happened
             notes.append(f"stopping the agent on {h.name}: {e}")
-        if h.kind == "exec" and not (completed and live):
-            notes += self._fetch_exec(h, None)
-        return notes
-
-    def _fetch_exec(self, h: HostRt, agent: H.AgentClient | None) -> list[str]:
-        """An exec host's files home through its agent (``agent`` None: a
-        fresh one started for it, the first being gone)."""
-        from loopscope.lab import launch
-
-        fresh = agent is None
-        try:
-            if agent is None:
-                agent = H.exec_agent(h.spec, self.run_id, h.local_base / "fetch.log")
-                # the same cgroup as the lost agent's: this one removes it on leaving, with what the first left there
-                agent.ask(P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name)), timeout=60)
-            launch.fetch(agent, h.base, h.local_base)
-            return []
-        except Exception as e:  # noqa: BLE001 - the run's record says the files are missing, and why
-            return [f"host {h.name}: its files could not be brought home from {h.base}{' (after its agent was lost)' if fresh else ''}: {e}"]
-        finally:
-            if fresh and agent is not None:
-                try:
-                    agent.close(timeout=10)
-                except Exception:  # noqa: BLE001
-                    agent.terminate()
-
-    def _fetch(self, h: HostRt, notes: list[str]) -> None:
-        try:
-            ch = H.SshChannel(h.spec, "true", h.local_base / "fetch.log")
-        except Exception as e:  # noqa: BLE001
-            notes.append(f"host {h.name}: its files could not be fetched from {h.base}: {e}")
-            return
-        try:
-            ch.fetch(h.base, h.local_base)
-            ch.run(f"rm -rf {shlex.quote(h.base)}; rmdir {shlex.quote(os.path.dirname(h.base))} 2>/dev/null; true")
-        except Exception as e:  # noqa: BLE001
-            notes.append(f"host {h.name}: fetching {h.base} failed: {e}")
-        finally:
-            ch.close()
+        return notes + kind.home_after_stop(h, down)

@@ -33,9 +33,13 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from loopscope.errors import InputError
 from loopscope.host import procs
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Host
 
 #: what the preflight's interpreter prints first on its answer line
 MARK = "loopscope-here"
@@ -56,7 +60,7 @@ def _dir(path: str) -> str:
     return shlex.quote(path)
 
 
-def pick_python(host: Any) -> str:
+def pick_python(host: Host) -> str:
     """Shell that sets ``$p`` to the interpreter the host's agent runs with."""
     if host.python:
         return f"p={shlex.quote(host.python)}"
@@ -64,25 +68,32 @@ def pick_python(host: Any) -> str:
     return f'p={d}; [ -x "$p" ] || p={shlex.quote(sys.executable)}'
 
 
-def installed_python(host: Any) -> str:
+def installed_python(host: Host) -> str:
     """Shell: the interpreter ``hosts install`` puts on the host (``$p``)."""
     return f"p={_dir(host.install_dir.rstrip('/') or '/')}/{shlex.quote(version())}/bin/python"
 
 
-def agent_line(host: Any, run_id: str) -> str:
+def agent_line(host: Host, run_id: str) -> str:
     """The shell line that starts the host's agent."""
     return f'{pick_python(host)}; LOOPSCOPE_RUN={shlex.quote(run_id)} exec "$p" -m loopscope.agent'
 
 
-def check_line(host: Any) -> str:
+def check_line(host: Host) -> str:
     """The shell line whose last output line says which loopscope the host would run."""
     probe = f"import sys, loopscope, loopscope._native; print({MARK!r}, loopscope.__version__, sys.executable)"
     return f'{pick_python(host)}; exec "$p" -c {shlex.quote(probe)}'
 
 
-def argv(host: Any, line: str) -> list[str]:
-    """The launcher's command with a shell line appended."""
-    return [*host.launcher, "sh", "-c", line]
+def launcher(host: Host) -> list[str]:
+    """An exec host's launcher (its entry was checked to have one)."""
+    if not host.launcher:
+        raise InputError(f"exec host {host.name!r} needs a launcher")
+    return host.launcher
+
+
+def argv(host: Host | list[str], line: str) -> list[str]:
+    """The launcher's command (a host's, or one given) with a shell line appended."""
+    return [*(host if isinstance(host, list) else launcher(host)), "sh", "-c", line]
 
 
 def launcher_env(run_id: str | None) -> dict[str, str]:
@@ -119,27 +130,27 @@ def check_answer(name: str, launcher: str, rc: int | None, out: str) -> str | No
     return None
 
 
-def preflight(hosts: list[Any], timeout: float = 60.0) -> dict[str, str]:
+def preflight(hosts: list[Host], timeout: float = 60.0) -> dict[str, str]:
     """Each exec host's launcher run once, in parallel: what is wrong, by host."""
     problems: dict[str, str] = {}
     todo = []
     for h in hosts:
-        exe = h.launcher[0]
+        exe = launcher(h)[0]
         if shutil.which(exe) is None:
-            problems[h.name] = f"host {h.name}: its launcher {exe!r} is not installed or not on PATH (launcher: {shlex.join(h.launcher)})"
+            problems[h.name] = f"host {h.name}: its launcher {exe!r} is not installed or not on PATH (launcher: {shlex.join(launcher(h))})"
         else:
             todo.append(h)
 
-    def one(h: Any) -> tuple[str, str | None]:
+    def one(h: Host) -> tuple[str, str | None]:
         cmd = argv(h, check_line(h))
         try:
             r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=launcher_env(None), start_new_session=True)
-            return h.name, check_answer(h.name, shlex.join(h.launcher), r.returncode, (r.stdout + r.stderr).decode(errors="replace"))
+            return h.name, check_answer(h.name, shlex.join(launcher(h)), r.returncode, (r.stdout + r.stderr).decode(errors="replace"))
         except subprocess.TimeoutExpired as e:
             out = ((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace")
-            return h.name, check_answer(h.name, shlex.join(h.launcher), None, out)
+            return h.name, check_answer(h.name, shlex.join(launcher(h)), None, out)
         except OSError as e:
-            return h.name, f"host {h.name}: its launcher {shlex.join(h.launcher)} could not start: {e.strerror}"
+            return h.name, f"host {h.name}: its launcher {shlex.join(launcher(h))} could not start: {e.strerror}"
 
     if todo:
         with ThreadPoolExecutor(max_workers=min(32, len(todo))) as pool:

@@ -43,10 +43,13 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from loopscope.errors import InputError, RunError
 from loopscope.lab import launch
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import Host
 
 Say = Callable[[str], None]
 
@@ -212,7 +215,7 @@ class Installed:
     python: str | None = None
 
 
-def _line(host: Any) -> str:
+def _line(host: Host) -> str:
     return f"exec {shlex.quote(host.system_python)} -c {shlex.quote(BOOTSTRAP)} {shlex.quote(host.install_dir)}"
 
 
@@ -229,12 +232,12 @@ def _outcome(name: str, rc: int | None, out: str, t0: float) -> Installed:
     return Installed(name, "failed", f"exit code {rc}; last output:\n{launch.tail_text(out)}", dt)
 
 
-def _marker_line(host: Any) -> str:
+def _marker_line(host: Host) -> str:
     """Shell: print the host's install record of this version (nothing if there is none)."""
     return f"{launch.installed_python(host)}; cat \"$(dirname \"$(dirname \"$p\")\")/loopscope-install.json\" 2>/dev/null; true"
 
 
-def current(host: Any, b: Bundle) -> Installed | None:
+def current(host: Host, b: Bundle) -> Installed | None:
     """``current`` when the host already holds this build (asked before anything is sent), else None."""
     t0 = time.monotonic()
     line = _marker_line(host)
@@ -253,7 +256,7 @@ def current(host: Any, b: Bundle) -> Installed | None:
     return None
 
 
-def install_one(host: Any, b: Bundle) -> Installed:
+def install_one(host: Host, b: Bundle) -> Installed:
     t0 = time.monotonic()
     if host.kind == "exec":
         cmd = launch.argv(host, _line(host))
@@ -261,14 +264,14 @@ def install_one(host: Any, b: Bundle) -> Installed:
             with open(b.tar, "rb") as f:
                 r = subprocess.run(cmd, stdin=f, capture_output=True, timeout=1800, env=launch.launcher_env("hosts-install"), start_new_session=True)
         except FileNotFoundError:
-            return Installed(host.name, "failed", f"its launcher {host.launcher[0]!r} is not installed", 0.0)
+            return Installed(host.name, "failed", f"its launcher {launch.launcher(host)[0]!r} is not installed", 0.0)
         except subprocess.TimeoutExpired:
             return Installed(host.name, "failed", "no answer within 30 min", time.monotonic() - t0)
         return _outcome(host.name, r.returncode, (r.stdout + r.stderr).decode(errors="replace"), t0)
     return _install_ssh(host, b, t0)
 
 
-def _ssh_run(host: Any, cmd: str, data: bytes) -> tuple[int | None, str]:
+def _ssh_run(host: Host, cmd: str, data: bytes) -> tuple[int | None, str]:
     """Run ``cmd`` on an ssh host with ``data`` on its standard input: exit status and output."""
     import asyncio
 
@@ -288,7 +291,7 @@ def _ssh_run(host: Any, cmd: str, data: bytes) -> tuple[int | None, str]:
     return asyncio.run(go())
 
 
-def _install_ssh(host: Any, b: Bundle, t0: float) -> Installed:
+def _install_ssh(host: Host, b: Bundle, t0: float) -> Installed:
     try:
         rc, out = _ssh_run(host, f"sh -c {shlex.quote(_line(host))}", b.tar.read_bytes())
     except RunError as e:
@@ -296,7 +299,7 @@ def _install_ssh(host: Any, b: Bundle, t0: float) -> Installed:
     return _outcome(host.name, rc, out, t0)
 
 
-def install(hosts: list[Any], say: Say, force: bool = False, wheel: str | None = None) -> tuple[Bundle, list[Installed]]:
+def install(hosts: list[Host], say: Say, force: bool = False, wheel: str | None = None) -> tuple[Bundle, list[Installed]]:
     """Every ssh and exec host of ``hosts`` brought to this controller's loopscope, side by side."""
     b = bundle(say, wheel, force)
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:

@@ -42,7 +42,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import polars as pl
@@ -60,6 +60,9 @@ from loopscope.rundir import RunRecord, Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import phase_runs
 from loopscope.trace import reader
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import ProbeModel
 
 FORMAT = "loopscope-monitor/1"
 # How often the open period's trace is looked at for outliers (its writer
@@ -448,7 +451,7 @@ class Monitor(Run):
         agent starts get the agent's first CPUs back (``procs.spawn``)."""
         away_from_probes(self.exp, [t for t in self.lab.lab_tids().get("lab: agent", []) if t])
 
-    def period(self, pr: Any, probe: Any, dur_ns: int) -> None:
+    def period(self, pr: Any, probe: ProbeModel, dur_ns: int) -> None:
         self.period_no += 1
         n = self.period_no
         key = f"{probe.name}-{n:07d}"
@@ -482,7 +485,7 @@ class Monitor(Run):
             if watching is not None:
                 self._unwatch(watching)
             w = self.tail.finish()
-            self.src.stores.pop(probe.name, None)
+            self.src.stores.pop(probe.label, None)
         t1 = time.time()
         if died is None:
             self.live[probe.name].deaths_in_a_row = 0
@@ -490,7 +493,7 @@ class Monitor(Run):
         if cut:
             raise Interrupted(str(cut))
 
-    def _watch(self, probe: Any, d: Path) -> Any:
+    def _watch(self, probe: ProbeModel, d: Path) -> Any:
         """A watching capture for ``probe``'s period (its probe fills its
         ``set_event_pid``), or None when the kernel refuses (said once)."""
         from loopscope.kernel import capture as C
@@ -515,7 +518,7 @@ class Monitor(Run):
         if cap.final.get("error"):
             self.note_once(f"the watching capture's last read failed: {cap.final['error']}")
 
-    def close_period(self, probe: Any, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None) -> None:
+    def close_period(self, probe: ProbeModel, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None) -> None:
         lv = self.live[probe.name]
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
@@ -683,7 +686,7 @@ def check(exp: Experiment, file: str) -> None:
     """What a monitor can watch: this machine's kernel (local and namespace
     hosts), probes whose windows come from their own traces."""
     for h in exp.hosts:
-        if h.kind not in ("local", "netns", "auto"):  # auto: netns with root, else local
+        if h.remote:
             raise InputError(f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns")
     for p in exp.probes:
         if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.errors import InputError
+from loopscope.spec.hostkinds import DECLARED
 
 #: inventory variables that set a host field
 ANSIBLE_VARS = {"ansible_user": "user", "ansible_port": "port", "ansible_ssh_private_key_file": "identity", "ansible_python_interpreter": "system_python"}
@@ -137,7 +138,7 @@ def hosts_of(item: dict[str, Any], base: Path) -> list[dict[str, Any]]:
         for var, val in v.items():
             if var.startswith("loopscope_"):
                 h[var[len("loopscope_"):]] = val
-        address = v.get("loopscope_address") or v.get("ansible_host") or (name if h["kind"] == "ssh" else None)
+        address = v.get("loopscope_address") or v.get("ansible_host") or (name if getattr(DECLARED.get(str(h["kind"])), "connects_by_name", False) else None)
         if not address:
             raise InventoryError("group", f"host {name} of {path} has no address: set ansible_host or loopscope_address for it (an exec host's network probes need one)")
         h["address"] = str(address)

@@ -23,6 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSeriali
 from pydantic_core import PydanticCustomError
 
 from loopscope.fields import Command as Command, pps as pps  # re-exported for the kinds
+from loopscope.spec.hostkinds import DECLARED
+from loopscope.spec.hostkinds import REMOTE as _REMOTE
 from loopscope.units import duration_text, parse_bytes, parse_duration_ns
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
@@ -134,6 +136,11 @@ class ProbeModel(Model):
     #: its parts on different hosts talk to each other over the network
     talks_across_hosts: ClassVar[bool] = False
 
+    @property
+    def label(self) -> str:
+        """Its name: given, or made from its kind when the experiment was read."""
+        return self.name or self.kind
+
     def host_refs(self) -> list[tuple[tuple[str | int, ...], str | None]]:
         """(field path within the probe, host name) for every host it names."""
         refs: list[tuple[tuple[str | int, ...], str | None]] = [(("host",), getattr(self, "host", None))]
@@ -152,7 +159,7 @@ class ProbeModel(Model):
 
 HOST_REF = r"\{host:([A-Za-z0-9][A-Za-z0-9._-]{0,63})\}"
 #: host kinds whose agent runs elsewhere (its files come back at the end; this controller cannot signal it)
-REMOTE = ("ssh", "exec")
+REMOTE = _REMOTE  # the kinds whose agents run elsewhere (spec/hostkinds.py)
 
 
 # ---- loads ------------------------------------------------------------------------
@@ -494,7 +501,7 @@ class Host(Model):
     loopback (local)."""
 
     name: Name = "localhost"
-    kind: Literal["auto", "netns", "ssh", "exec", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local")
+    kind: Literal["auto", "netns", "ssh", "exec", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local (spec/hostkinds.py)")
     address: str | None = Field(None, description="ssh: the machine to connect to; exec: the address its network probes and clock sync use (required); netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)")
     launcher: list[str] | None = Field(None, min_length=1, description="exec: the command that runs a process on the host with its standard input and output (e.g. [srun, --nodelist=n1, --ntasks=1], [kubectl, exec, -i, POD, --]); the agent's command is appended")
     clock_offset: SignedDuration = Field(0, description="netns: shift this host's CLOCK_MONOTONIC (a time namespace), e.g. 2.5s")
@@ -512,7 +519,7 @@ class Host(Model):
     @property
     def remote(self) -> bool:
         """Reached through ssh or a launcher: its files are written there and come back at the end."""
-        return self.kind in ("ssh", "exec")
+        return DECLARED[self.kind].remote
 
 
 def _percent(v: Any) -> float:
@@ -734,28 +741,13 @@ class Experiment(Model):
         known = ", ".join(hosts)
         addrs: dict[str, str] = {}
         for i, h in enumerate(self.hosts):
-            if h.kind == "ssh" and not h.address:
-                problems.append((("hosts", i, "address"), f"ssh host {h.name!r} needs an address (a name or IP to connect to)"))
-            if h.kind == "exec" and not h.address:
-                problems.append((("hosts", i, "address"), f"exec host {h.name!r} needs an address: the one its network probes and clock sync reach it at"))
-            if h.kind == "exec" and not h.launcher:
-                problems.append((("hosts", i, "launcher"), f"exec host {h.name!r} needs a launcher: the command that starts a process there with its stdin and stdout, e.g. [srun, --nodelist=n1, --ntasks=1]"))
-            if h.launcher and h.kind != "exec":
-                problems.append((("hosts", i, "launcher"), f"only exec hosts take a launcher (host {h.name!r} is {h.kind}); add `kind: exec`"))
-            if h.address and h.kind in ("netns", "local", "auto"):
-                import ipaddress
-
-                try:
-                    ipaddress.IPv4Address(h.address)
-                except ValueError:
-                    problems.append((("hosts", i, "address"), f"must be an IPv4 address for a {h.kind} host [got {h.address!r}]"))
-            if h.address:
-                key = f"{h.address}:{h.port}" if h.kind == "ssh" else h.address
+            d = DECLARED[h.kind]
+            problems += d.problems(i, h)
+            key = d.address_key(h)
+            if key is not None:
                 if key in addrs:
                     problems.append((("hosts", i, "address"), f"address {h.address} clashes with host {addrs[key]!r}; give each host its own"))
                 addrs.setdefault(key, h.name)
-            if h.clock_offset and h.kind in ("ssh", "exec", "local"):
-                problems.append((("hosts", i, "clock_offset"), f"a clock offset needs a time namespace: only netns hosts have one (host {h.name!r} is {h.kind})"))
 
         def ref(where: tuple[str | int, ...], name: str | None) -> None:
             if name is not None and name not in hosts:
@@ -807,7 +799,7 @@ class Experiment(Model):
             return self.hosts[0]
         return next(h for h in self.hosts if h.name == name)
 
-    def hosts_of(self, probe: Any) -> list[str]:
+    def hosts_of(self, probe: ProbeModel) -> list[str]:
         return list(probe.hosts(self.hosts[0].name))
 
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from loopscope.spec.models import Experiment, Phase
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import ProbeModel
 
 
 @dataclass(frozen=True)
@@ -39,7 +42,7 @@ def phase_runs(exp: Experiment) -> list[PhaseRun]:
     return out
 
 
-def probe_seconds(exp: Experiment, probe: Any) -> float:
+def probe_seconds(exp: Experiment, probe: ProbeModel) -> float:
     """Time a probe takes in one phase (its kind decides: the syscall probe's is its cap)."""
     return float(probe.seconds(exp.duration))
 

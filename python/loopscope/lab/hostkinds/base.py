@@ -1,0 +1,135 @@
+"""What every host kind does for the lab, and the lab's record of one host.
+
+A host kind (``HostKind``) is looked up by its name in ``HOST_KINDS``
+(``lab/hostkinds/__init__.py``); its declaration (``spec/hostkinds.py``)
+says what its entry in the experiment file holds. The hooks, in the order a
+run meets them:
+
+- ``preflight``: whether its hosts can run the experiment, asked before
+  anything starts (problems by host name);
+- ``address``: the address the other hosts reach it at;
+- ``start``: its agent, spawned (not yet waited for);
+- ``describe``: what the run's provenance says of it beyond kind and address;
+- ``home_before_stop`` / ``home_after_stop``: its files brought home, through
+  its live agent or after that agent stopped (the kinds whose agents write
+  elsewhere);
+- ``cleanup``: what the lab made for it on this machine, removed (cgroups).
+
+Defaults are what a host on this machine needs: nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from loopscope import protocol as P
+from loopscope.host.cgroup import RunGroup, remove_root_if_empty
+from loopscope.lab import hosts as H
+from loopscope.spec.hostkinds import DECLARED, Declared
+
+if TYPE_CHECKING:
+    from loopscope.lab.netns import Topology
+    from loopscope.spec.models import Host
+
+
+@dataclass
+class HostRt:
+    """One host of a running lab."""
+
+    name: str
+    kind: str
+    spec: Host
+    index: int
+    address: str
+    base: str  # the run's directory for this host, in that host's file system
+    local_base: Path  # where its files end up here
+    agent: H.AgentClient | None = None
+    cgroup: str | None = None
+    #: what its agent said on starting (None before it did)
+    hello: P.HelloReply | None = None
+    #: why its agent is gone (a lost host under ``on_host_failure: continue``)
+    lost: str | None = None
+
+    @property
+    def pid(self) -> int:
+        """Its agent's process id (known once the agent said hello)."""
+        if self.hello is None:
+            raise RuntimeError(f"{self.name}: its agent has not said hello")
+        return self.hello.pid
+
+    @property
+    def remote(self) -> bool:
+        """Its agent runs elsewhere (ssh, a launcher): files come home at the end, no signal reaches it."""
+        return DECLARED[self.kind].remote
+
+    @property
+    def here(self) -> bool:
+        """Its agent's processes are this machine's, with the process ids this controller sees."""
+        if not self.remote:
+            return True
+        me = _own_machine()
+        p = self.hello.provenance if self.hello else None
+        return p is not None and p.boot_id is not None and (p.boot_id, p.pid_ns) == me
+
+
+def _own_machine() -> tuple[str | None, int | None]:
+    from loopscope.host.provenance import _ns_inode, _read
+
+    return _read("/proc/sys/kernel/random/boot_id"), _ns_inode("pid")
+
+
+@dataclass
+class Down:
+    """What bringing one host down needs of its lab."""
+
+    run_id: str
+    cgroup_name: str
+    completed: bool
+    #: its agent was still there to ask when the lab came down
+    live: bool
+
+
+class HostKind:
+    """The lab's half of a host kind (the defaults: a host on this machine)."""
+
+    name = ""
+    #: an agent that was lost is still brought down (a fresh one fetches its files)
+    down_when_lost = False
+
+    @property
+    def declared(self) -> Declared:
+        return DECLARED[self.name]
+
+    def preflight(self, hosts: list[tuple[int, Host]]) -> dict[str, str]:
+        """What stops these hosts (with their places in the file) from running the experiment, by host name."""
+        return {}
+
+    def address(self, spec: Host, index: int, multi: bool, topo: Topology | None) -> str:
+        return spec.address or ""
+
+    def start(self, h: HostRt, run_id: str, topo: Topology | None, log: Path, say: Callable[[str], None]) -> H.AgentClient:
+        raise NotImplementedError(self.name)
+
+    def describe(self, spec: Host) -> dict[str, object]:
+        return {}
+
+    def home_before_stop(self, h: HostRt, down: Down) -> list[str]:
+        return []
+
+    def home_after_stop(self, h: HostRt, down: Down) -> list[str]:
+        return []
+
+    def cleanup(self, h: HostRt, multi: bool) -> None:
+        """The cgroup its agent ran in, and the run's and loopscope's above it once empty."""
+        if not h.cgroup:
+            return
+        RunGroup.remove(Path(h.cgroup))
+        if multi:
+            parent = Path(h.cgroup).parent
+            RunGroup.remove(parent)
+            remove_root_if_empty(parent)
+        else:
+            remove_root_if_empty(Path(h.cgroup))
