@@ -70,24 +70,24 @@ class AppProbe(ProbeModel):
         return list(dict.fromkeys(p.host or first for p in self.processes))
 
 
-class App(ProbeKind):
+class App(ProbeKind[AppProbe]):
     name = "app"
     model = AppProbe
     describe = "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases."
     tables = {"program": INTERVALS}
     records = (("program", "interval", "dur_ns"),)
 
-    def local_programs(self, probe: Any) -> list[Any]:
+    def local_programs(self, probe: AppProbe) -> list[Any]:
         return list(probe.processes)
 
-    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: AppProbe, key: str, dur_ns: int) -> dict[str, Any]:
         procs = [(p, p.host or ctx.first_host, f"{probe.name}.{p.name}") for p in probe.processes]
         running_hubs: list[Any] = []
         hub_parts: list[HubStep] = []
         results: dict[str, Collected] = {}
         t0 = time.monotonic_ns()
         try:
-            running_hubs = ctx.hubs_start(probe.name, key, dur_ns)
+            running_hubs = ctx.hubs_start(probe.label, key, dur_ns)
             with ctx.helpers(key) as hs:
                 for p, host, name in procs:
                     env = {**p.env, **ctx.channel_env(host, key, name)}
@@ -112,16 +112,16 @@ class App(ProbeKind):
             hub_parts = ctx.hubs_stop(running_hubs)
         finally:
             ctx.hubs_stop(running_hubs, quiet=True)
-        steps = []
+        steps: list[dict[str, object]] = []
         for p, host, name in procs:
             r = results[name]
             steps.append({"name": p.name, "host": host, "trace": r.trace, "json": r.json, "command": r.command, "cpu_usec": r.cpu_usec})
             stats = ctx.channel_stats(host, key, name)
             if stats:
                 steps[-1]["channel_stats"] = stats
-        out = {
+        out: dict[str, object] = {
             "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
-            "cpu_usec": sum(x["cpu_usec"] or 0 for x in steps), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
+            "cpu_usec": sum(results[name].cpu_usec or 0 for _, _, name in procs), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
         }
         if ctx.exp.channels:
             out["hubs"] = hub_parts

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from contextlib import AbstractContextManager
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Generic, Iterator, Protocol, TypeVar
 
 import polars as pl
 from pydantic import ValidationError
@@ -300,11 +300,17 @@ class Series:
     charts: bool = True
 
 
-class ProbeKind:
-    """A kind's behaviour; each kind module subclasses it once."""
+#: a kind's experiment-file model
+M = TypeVar("M", bound=ProbeModel)
+
+
+class ProbeKind(Generic[M]):
+    """A kind's behaviour; each kind module subclasses it once, over its
+    experiment-file model (``class Timer(ProbeKind[TimerProbe])``), so its
+    hooks take that model."""
 
     name: str = ""
-    model: Any = None
+    model: type[M] | None = None
     #: one paragraph for its report section
     describe: str = ""
     #: the run tables its steps fill: name → column schema (beyond rep, phase, loads, probe)
@@ -336,16 +342,16 @@ class ProbeKind:
         calibration = {k: int(v) for k, v in p.items() if k not in own and isinstance(v, int) and not isinstance(v, bool)}
         return launch_argv(launch_of(self.name, self.params, p, duration_ns, None if calibrate else trace, scratch, calibrate, calibration))
 
-    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, int] | None:
+    def prepare(self, ctx: StepContext, probe: M, say: Callable[[str], None]) -> dict[str, int] | None:
         """Once per run, before the first phase (the sched probe sizes its burst)."""
         return None
 
-    def trace_bytes_per_s(self, probe: Any) -> float | None:
+    def trace_bytes_per_s(self, probe: M) -> float | None:
         """About how many bytes a second its trace grows while it measures
         (``check``'s disk estimate); None when it depends on what it measures."""
         return None
 
-    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: M, key: str, dur_ns: int) -> dict[str, Any]:
         """One step (a repetition × phase); the record that goes in run.json."""
         spec = {**probe.model_dump(mode="json"), **ctx.calibration.get(probe.name or "", {})}
         return ctx.run_one(probe, spec, key, dur_ns)
@@ -369,7 +375,7 @@ class ProbeKind:
         own intervals (``program``: one; ``app``: one per process)."""
         return []
 
-    def local_programs(self, probe: Any) -> list[Any]:
+    def local_programs(self, probe: M) -> list[Any]:
         """Its parts that take a ``cwd`` and ``host`` (programs it starts)."""
         return []
 
@@ -395,7 +401,7 @@ class ProbeKind:
     #: the capture's ``set_event_pid``), which its ``windows`` then reads
     live_capture: bool = False
 
-    def live_step(self, probe: Any, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
+    def live_step(self, probe: M, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
         """Where a step's trace and result will be, before it runs (a monitor
         reads the open period's trace as it grows): ``host``, ``trace``,
         ``json`` (paths under ``step_dir(host)``), and ``stages`` for a kind
@@ -437,11 +443,11 @@ class Kinds:
     """The registry: kinds by name, and the helpers they bring."""
 
     def __init__(self) -> None:
-        self.by_name: dict[str, ProbeKind] = {}
+        self.by_name: dict[str, ProbeKind[Any]] = {}
         self.helpers: dict[str, type[Params]] = {}
         self.comms: dict[str, str] = {}
 
-    def add(self, kind: ProbeKind) -> None:
+    def add(self, kind: ProbeKind[Any]) -> None:
         if kind.name in self.by_name:
             raise ValueError(f"probe kind {kind.name!r} registered twice")
         self.by_name[kind.name] = kind
@@ -449,16 +455,16 @@ class Kinds:
             self.helpers[h] = model
         self.comms.update(kind.comm)
 
-    def __getitem__(self, name: str) -> ProbeKind:
+    def __getitem__(self, name: str) -> ProbeKind[Any]:
         return self.by_name[name]
 
-    def get(self, name: str) -> ProbeKind | None:
+    def get(self, name: str) -> ProbeKind[Any] | None:
         return self.by_name.get(name)
 
-    def __iter__(self) -> Iterator[ProbeKind]:
+    def __iter__(self) -> Iterator[ProbeKind[Any]]:
         return iter(self.by_name.values())
 
-    def models(self) -> list[Any]:
+    def models(self) -> list[type[ProbeModel]]:
         return [k.model for k in self if k.model is not None]
 
     def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str] | None:

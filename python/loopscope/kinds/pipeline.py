@@ -71,7 +71,7 @@ class PipelineProbe(ProbeModel):
         return list(dict.fromkeys(h for _, h in self.stages))
 
 
-class Pipeline(ProbeKind):
+class Pipeline(ProbeKind[PipelineProbe]):
     name = "pipeline"
     model = PipelineProbe
     describe = ("A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each "
@@ -85,14 +85,14 @@ class Pipeline(ProbeKind):
     summary = frozenset({"e2e"})  # per-hop figures are in the report
     helpers = {"pipe-source": PipeSourceParams, "pipe-node": PipeNodeParams, "pipe-sink": PipeSinkParams}
 
-    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: PipelineProbe, key: str, dur_ns: int) -> dict[str, Any]:
         """Start the sink, then the nodes back to front, then the source; wait for
         the source, let the last messages arrive, stop the rest."""
         stages = probe.stages
         n = len(stages)
         flow = int(hashlib.sha256(f"{ctx.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
         host = [ctx.hosts[h] for _, h in stages]
-        names = stage_names(probe.name, n)
+        names = stage_names(probe.label, n)
         results: dict[str, Collected] = {}
         with ctx.helpers(key) as hs:
             for i in reversed(range(1, n)):
@@ -135,10 +135,10 @@ class Pipeline(ProbeKind):
             "spawn_mono_ns": src.spawn_mono_ns, "end_mono_ns": src.end_mono_ns, "stages": stage_steps, "flow": flow,
         }
 
-    def live_step(self, probe: Any, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
+    def live_step(self, probe: PipelineProbe, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
         """The stages' traces where ``run`` has its processes write them (the sink's is the step's)."""
         stages = probe.stages
-        names = stage_names(probe.name, len(stages))
+        names = stage_names(probe.label, len(stages))
         st = [{"role": role, "host": h, "name": names[i], "trace": str(Path(step_dir(h)) / f"{names[i]}.lstrace"),
                "json": str(Path(step_dir(h)) / f"{names[i]}.json")} for i, (role, h) in enumerate(stages)]
         return {"host": stages[0][1], "trace": st[-1]["trace"], "json": st[-1]["json"], "stages": st}

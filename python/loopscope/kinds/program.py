@@ -63,7 +63,7 @@ def interval_sweep_values(tables: Tables, probe: str) -> list[tuple[str, pl.Data
     return [(f"{probe} {iv}", g.select("phase", pl.col("dur_ns").alias("value"))) for (iv,), g in d.group_by(["interval"], maintain_order=True)]
 
 
-def program_windows(kind: ProbeKind, step: Step, src: WindowSource) -> pl.DataFrame:
+def program_windows(kind: ProbeKind[Any], step: Step, src: WindowSource) -> pl.DataFrame:
     """Every interval a program (or an app's process) logged that its
     probe's ``attribute`` patterns select, as windows of the thread that
     logged it, named ``<probe> [<process>: ]<group>/<name>``: any stretch of
@@ -109,7 +109,7 @@ def interval_series(tables: Tables, probe: str) -> list[Series]:
             for (ent,), g in prog.group_by("interval", maintain_order=True)]
 
 
-class Program(ProbeKind):
+class Program(ProbeKind[ProgramProbe]):
     name = "program"
     model = ProgramProbe
     describe = "Your own program, run with LOOPSCOPE_TRACE set: every interval its instrumentation logged (group/name), compared across phases like a built-in probe's measure."
@@ -119,11 +119,11 @@ class Program(ProbeKind):
 
     params = ProgramParams
 
-    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: ProgramProbe, key: str, dur_ns: int) -> dict[str, Any]:
         spec = {**probe.model_dump(mode="json"), "command": ctx.with_hosts(probe.command)}
         return ctx.run_one(probe, spec, key, dur_ns)
 
-    def local_programs(self, probe: Any) -> list[Any]:
+    def local_programs(self, probe: ProgramProbe) -> list[Any]:
         return [probe]
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:

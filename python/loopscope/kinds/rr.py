@@ -101,7 +101,7 @@ def leg_names(probe: dict[str, Any], first: str) -> tuple[str, str]:
     return f"{a}→{b}", f"{b}→{a}"
 
 
-class Rr(ProbeKind):
+class Rr(ProbeKind[RrProbe]):
     name = "rr"
     model = RrProbe
     describe = ("Request/response exchanges: the round trip on the client's clock, both one-way legs on the run's timeline (each with the sum of its two "
@@ -114,7 +114,7 @@ class Rr(ProbeKind):
     params = RrParams
     helpers = {"rr-echo": EchoParams}
 
-    def run(self, ctx: StepContext, probe: Any, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: RrProbe, key: str, dur_ns: int) -> dict[str, Any]:
         srv = probe.server_host
         spec = probe.model_dump(mode="json")
         if srv is None:

@@ -27,7 +27,7 @@ class SchedProbe(SchedParams, ProbeModel):
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
-class Sched(ProbeKind):
+class Sched(ProbeKind[SchedProbe]):
     name = "sched"
     model = SchedProbe
     params = SchedParams
@@ -39,7 +39,7 @@ class Sched(ProbeKind):
     steady = (("sched", "wake_delay_ns", ()),)
     labels = {"wake_delay": "wake-up delay", "burst": "burst completion time"}
 
-    def prepare(self, ctx: StepContext, probe: Any, say: Callable[[str], None]) -> dict[str, int] | None:
+    def prepare(self, ctx: StepContext, probe: SchedProbe, say: Callable[[str], None]) -> dict[str, int] | None:
         say(f"calibrating {probe.name} (idle)")
         r = ctx.calibrate(probe)
         return {"work_iters": int(r["work_iters"]), "alone_ns": int(r["alone_ns"])}

@@ -8,11 +8,12 @@ from __future__ import annotations
 import polars as pl
 
 from loopscope.rundir import Step
+from loopscope.spec.models import ProbeModel
 from loopscope.kinds.base import ProbeKind, WindowSource, no_windows
 from loopscope.probes.params import SyncParams, SyncServeParams
 
 
-class Sync(ProbeKind):
+class Sync(ProbeKind[ProbeModel]):
     name = "clocksync"
     helpers = {"sync-serve": SyncServeParams, "sync": SyncParams}
     # the lab's own threads are named so attribution can tell them apart

@@ -29,7 +29,7 @@ class SyscallProbe(SyscallParams, ProbeModel):
         return self.max_seconds_per_call * len(self.calls)  # its cap: it stops when every call converged
 
 
-class Syscall(ProbeKind):
+class Syscall(ProbeKind[SyscallProbe]):
     name = "syscall"
     model = SyscallProbe
     params = SyscallParams

@@ -95,7 +95,7 @@ def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str
     )
 
 
-class Threads(ProbeKind):
+class Threads(ProbeKind[ThreadsProbe]):
     name = "threads"
     windows_need_capture = True
     live_capture = True
@@ -108,7 +108,7 @@ class Threads(ProbeKind):
     main = ("threads", "wakeup_latency_ns")
     labels = {"wakeup": "wake-up latency", "timer": "timer lateness", "runtime": "run time"}
 
-    def local_programs(self, probe: Any) -> list[Any]:
+    def local_programs(self, probe: ThreadsProbe) -> list[Any]:
         """A command it starts (checked at preflight like a program's)."""
         return [probe] if probe.command else []
 

@@ -25,7 +25,7 @@ class TimerProbe(TimerParams, ProbeModel):
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
 
-class Timer(ProbeKind):
+class Timer(ProbeKind[TimerProbe]):
     name = "timer"
     model = TimerProbe
     params = TimerParams
@@ -36,7 +36,7 @@ class Timer(ProbeKind):
     steady = (("timer", "latency_ns", ()),)
     labels = {"latency": "wake-up latency"}
 
-    def trace_bytes_per_s(self, probe: Any) -> float:
+    def trace_bytes_per_s(self, probe: TimerProbe) -> float:
         """A record of about 25 bytes per wake-up of each thread (72 kB for 2,920 wake-ups, measured)."""
         return float(probe.threads * 1e6 / probe.interval_us * 25)
 
