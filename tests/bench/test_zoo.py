@@ -107,7 +107,7 @@ def test_a_case_recorded_by_another_tool_runs_with_loopscopes_capture_off() -> N
     assert "capture: off" not in zoo.spec_text(hog, 2, 1, None)
 
 
-def test_cleanup_deletes_a_shared_table_a_killed_bench_left(cli: Cli) -> None:
+def test_cleanup_deletes_a_shared_table_a_killed_bench_left(cli: Cli, lab: None) -> None:
     # the slowdown case's table lives in /dev/shm, named for the bench's pid: one whose owner is gone is a leftover
     dead = max(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()) + 100_000
     left = shared.DIR / f"loopscope-{dead}.shared"

@@ -75,7 +75,7 @@ def test_a_thread_held_by_its_groups_cpu_limit_is_as_late_as_it_says_and_the_lim
     assert t["causes"][0]["cause"] == f"throttled: /{limited.name}" and t["causes"][0]["share"] >= 0.5, t["causes"]
 
 
-def test_cleanup_gives_back_a_cpu_limited_group_a_killed_bench_left(cli: Cli) -> None:
+def test_cleanup_gives_back_a_cpu_limited_group_a_killed_bench_left(cli: Cli, lab: None) -> None:
     if os.geteuid() != 0 or cpulimit.missing():
         pytest.skip(f"needs root and a cpu controller: {cpulimit.missing()}")
     g = cpulimit.make("ls-zoo-throttle", 20_000, 100_000)
