@@ -84,7 +84,7 @@ HELD = {
     "any_params": 154,
     "probe_kind_branches": 0,
     "host_kind_branches": 2,
-    "local_imports": 483,
+    "local_imports": 328,
     "local_imports_repeating_a_top_level_one": 0,
     "long_files": 16,
     "python_circles": 0,

@@ -12,6 +12,8 @@ import subprocess
 from pathlib import Path
 
 from loopscope.errors import RunError
+import argparse
+import sys
 
 PKG = Path(__file__).resolve().parent
 
@@ -59,8 +61,6 @@ def flags(*, cflags: bool, libs: bool, static: bool) -> list[str]:
 
 def config_main(argv: list[str] | None = None) -> int:
     """``loopscope-config``: print the flags, like pkg-config's --cflags --libs."""
-    import argparse
-    import sys
 
     ap = argparse.ArgumentParser(
         prog="loopscope-config",

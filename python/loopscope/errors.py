@@ -9,6 +9,7 @@ The native module raises these same classes.
 """
 
 from __future__ import annotations
+import importlib
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -54,7 +55,6 @@ class Stopped(LoopscopeError):
 def missing_part(module: str, extra: str, what: str) -> str | None:
     """Why ``what`` cannot work when ``module`` (the ``extra`` optional part)
     does not import, saying how to install it; None when it imports."""
-    import importlib
 
     try:
         importlib.import_module(module)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
+from loopscope import _native
 
 #: per activation (ns, times on the capture's clock)
 COLUMNS = {
@@ -150,7 +151,6 @@ class Feed:
 
     def __init__(self, tids: list[int], lost: pl.DataFrame | None, clock: str, coded: tuple[list[str], list[str]] | None = None,
                  offsets: pl.DataFrame | None = None) -> None:
-        from loopscope import _native
 
         ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
         le = lost["end_ns"].to_list() if lost is not None and len(lost) else []

@@ -22,6 +22,8 @@ from loopscope.analysis.remedies import Context, remedy
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.spec.models import Tuning
+import os
+import yaml
 
 SKIP = {"return to user space", "unexplained"}
 MIN_SHARE = 0.05
@@ -59,7 +61,6 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
     rd = RunDir.open(run_dir)
     spec = json.loads(rd.spec_json.read_text())
     first = next(iter(rd.provenance().hosts.values()), None)
-    import os
 
     usable = list((first.cpu.usable_cpus if first is not None and first.cpu is not None else None) or sorted(os.sched_getaffinity(0)))
     phases = {p["name"]: p for p in spec.get("phases") or []}
@@ -112,7 +113,6 @@ def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, Any]:
     phase per advised phase: that phase's loads, links and tunings with the
     remedy's tunings in place of any of the same target, compared with the
     phase it remedies (``compare_with``), so "did it help" is one row."""
-    import yaml
 
     rd = RunDir.open(run_dir)
     if not tunings:

@@ -55,6 +55,7 @@ import numpy as np
 import polars as pl
 
 from loopscope import _native
+import re
 
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
@@ -371,7 +372,6 @@ CHAIN = " \u2190 "
 def cause_family(cause: str) -> str:
     """Group threads by name without their numbers (kworker/1:2 → kworker);
     in a chain, each task's name so."""
-    import re
 
     if CHAIN in cause:
         head, _, tail = cause.partition(CHAIN)

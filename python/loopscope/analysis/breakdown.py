@@ -40,6 +40,7 @@ import polars as pl
 from loopscope.analysis.registry import Registry
 from loopscope.rundir import RunRecord
 from loopscope.trace.files import Files
+from loopscope.analysis.steps import program_parts
 
 # innermost first: a nanosecond covered by several goes to the first
 LAYERS = [("messaging: alloc", ["alloc"]), ("messaging", ["send", "recv"]), ("runtime: lock", ["lock"]), ("blocking", ["block"]), ("runtime", ["put", "get"])]
@@ -146,7 +147,6 @@ def split_calls(df: pl.DataFrame) -> pl.DataFrame:
 
 def breakdown(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
     """Every thread of every program/app step whose trace has ``chan`` records."""
-    from loopscope.analysis.steps import program_parts
 
     rows = []
     for st in run.steps:
@@ -174,7 +174,6 @@ SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process
 
 def by_size(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
     """Mean time of a put or get per item size, split into layers."""
-    from loopscope.analysis.steps import program_parts
 
     out = []
     for st in run.steps:

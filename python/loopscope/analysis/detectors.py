@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 from scipy import stats
+from loopscope.units import format_ns
 
 MIN_RECORDS = 200
 
@@ -48,7 +49,6 @@ class Finding:
 
 
 def _fmt(ns: float) -> str:
-    from loopscope.units import format_ns
 
     return format_ns(ns)
 

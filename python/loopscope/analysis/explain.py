@@ -58,6 +58,8 @@ from loopscope.analysis.registry import Registry
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
 from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, Parts, read
+from loopscope.analysis.windows import WINDOWS
+import re
 
 # A cluster of outlier windows is at most this long, and gets the kernel
 # events this far around its windows: runtime accounting comes at least
@@ -225,7 +227,6 @@ def windows_of(run_dir: Path, run: RunRecord, kinds: Registry, caps: list[Captur
         w = kind.windows(st, src)
         if len(w):
             parts.append(w)
-    from loopscope.analysis.windows import WINDOWS
 
     return (pl.concat(parts) if parts else pl.DataFrame(schema=WINDOWS)), sorted(set(unknown))
 
@@ -385,7 +386,6 @@ def parts_of(g: pl.DataFrame, top: int = 4) -> Parts | None:
 def _why_counts(g: pl.DataFrame) -> list[str]:
     """The reasons outliers are incomplete, each with how many it touches
     (the per-window event counts folded into one reason)."""
-    import re
 
     per = g.filter(~pl.col("complete")).group_by("id").agg(pl.col("missing").drop_nulls().first())
     counts: dict[str, int] = {}

@@ -40,6 +40,9 @@ from loopscope.analysis.steps import Kinds
 from loopscope.clock.sync import RunClocks
 from loopscope.rundir import RunRecord
 from loopscope.trace.files import Files
+from loopscope.clock.sync import Pairs
+from loopscope.analysis.steps import program_parts
+from loopscope.clock import sync
 
 SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "ts": pl.Int64, "bytes": pl.Int64, "producer": pl.String,
           "consumer": pl.String, "via": pl.String, "put_ns": pl.Int64, "net_ns": pl.Int64, "net_bound_ns": pl.Float64, "net_raw_ns": pl.Int64,
@@ -47,7 +50,6 @@ SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl
 
 
 def _records(files: Files, trace: str) -> tuple[pl.DataFrame, Any] | None:
-    from loopscope.clock.sync import Pairs
 
     got = files.trace_info(trace)
     if got is None:
@@ -71,7 +73,6 @@ class Placement:
         """The run's placement: its clocks estimated when it has more than one host."""
         if len(run.hosts) <= 1:
             return cls(None)
-        from loopscope.clock import sync
 
         try:
             return cls(sync.estimate(run, files))
@@ -104,7 +105,6 @@ class Placement:
 
 
 def items(run: RunRecord, files: Files, kinds: Kinds, place: Placement | None = None) -> pl.DataFrame:
-    from loopscope.analysis.steps import program_parts
 
     place = place if place is not None else Placement.of(run, files)
     rows: list[pl.DataFrame] = []

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats
+from loopscope.units import format_ns
 
 MAX_STAGES = 64
 MIN_SAMPLES = 200
@@ -43,7 +44,6 @@ class ErlangFit:
         return np.asarray(stats.gamma.pdf(np.asarray(x_ns, dtype=np.float64) - self.floor_ns, a=self.stages, scale=1 / self.rate_per_ns))
 
     def text(self) -> str:
-        from loopscope.units import format_ns
 
         verdict = "fits" if self.fits else "does not fit"
         return (f"M/E{self.stages}/1: Erlang with {self.stages} stage{'s' if self.stages > 1 else ''} "

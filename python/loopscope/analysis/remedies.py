@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loopscope.spec.models import (AffinityTuning, DmaLatencyTuning, IrqTuning, LimitTuning, MlockTuning, SchedTuning, Tuning,
                                    WriteTuning)
+from loopscope.host.cpulimit import lift
 
 
 @dataclass
@@ -206,7 +207,6 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
 
 def _unthrottle(group: str) -> Remedy:
     """Lift the CPU limit of ``group`` (a cgroup path; "CPU limit": not known)."""
-    from loopscope.host.cpulimit import lift
 
     known = group.startswith("/")
     where = lift(group) if known else None

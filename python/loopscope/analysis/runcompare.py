@@ -64,6 +64,8 @@ from loopscope.errors import InputError
 from loopscope.analysis.phases import Measure
 from loopscope.stats import MIN_EFFECT, beyond, dispersion, rate_ratio
 from loopscope.rundir import Provenance
+import polars as pl
+import difflib
 
 METRICS = ("p50", "p99", "p999", "max", "mean", "missed")
 #: a run of one repetition is cut into up to this many consecutive segments
@@ -167,7 +169,6 @@ def _units(series: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _series(m: Measure, phase: str) -> list[np.ndarray]:
-    import polars as pl
 
     f = m.frame.filter(pl.col("phase") == phase)
     return [g["value"].to_numpy().astype(np.float64) for _, g in f.group_by("rep", maintain_order=True)]
@@ -405,7 +406,6 @@ PROVENANCE = (
 def differences(runs: list[RunData]) -> Differences:
     """What differs between the runs: each host's platform facts that differ,
     the tunings each run applied, and the experiment file as a diff."""
-    import difflib
 
     facts: dict[str, dict[str, object]] = {}
     for r in runs:

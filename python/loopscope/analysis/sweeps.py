@@ -24,6 +24,7 @@ import polars as pl
 from scipy import stats
 
 from loopscope.analysis.registry import Tables
+from loopscope.units import format_ns
 
 class SweepKinds(Protocol):
     """The kinds by name; each says what a sweep fits (``kinds.base.ProbeKind.sweep_values``)."""
@@ -172,7 +173,6 @@ def fit(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
 
 
 def statement(f: Fit, per: str = "level") -> str:
-    from loopscope.units import format_ns
 
     lin = f"linear R² {f.r2_linear:.3f}"
     if f.r2_quadratic is None:

@@ -31,6 +31,8 @@ from typing_extensions import TypedDict
 import numpy as np
 
 from loopscope.errors import InputError, RunError
+from loopscope.lab import netns
+from loopscope.units import format_ns
 
 SIZES = [1024, 4096, 16384, 65536, 262144, 1048576]
 PORT = 47400
@@ -142,7 +144,6 @@ def summarize(blocks: list[Block], sizes: list[int]) -> list[SizeRow]:
 
 
 def run(*, quick: bool = False, blocks: int | None = None, transports: list[str] | None = None, placement: str = "split", progress: Progress = None) -> ChannelsBench:
-    from loopscope.lab import netns
 
     why = netns.privileges()
     if why:
@@ -172,7 +173,6 @@ def _fmt(x: float | None, spec: str, width: int) -> str:
 
 
 def _ns(x: float | None) -> str:
-    from loopscope.units import format_ns
 
     return format_ns(x) if x is not None else "n/a"
 

@@ -41,6 +41,10 @@ import numpy as np
 from loopscope.errors import RunError
 from loopscope.clock.sync import HostClock, ProbeCounts
 from loopscope.rundir import RunDir, VirtualClock
+import polars as pl
+from loopscope.clock import sync, validate
+from loopscope.timeline import build
+from loopscope.units import format_ns
 
 HOSTS = """hosts:
   - {name: a}
@@ -75,7 +79,6 @@ duration: {seconds}s
 def _ntp_filter(h: HostClock, t_eval: np.ndarray) -> np.ndarray:
     """θ by NTP's clock filter: in each run of eight complete exchanges (probe
     there, answer back), the offset of the one with the smallest round trip."""
-    import polars as pl
 
     if h.exchanges is None:
         return np.full(t_eval.shape, np.nan)
@@ -129,8 +132,6 @@ class ClocksyncBench(TypedDict):
 
 
 def condition(name: str, text: str, work: Path, seconds: float, network: str = "sync") -> list[ClockRow]:
-    from loopscope.clock import sync, validate
-    from loopscope.timeline import build
 
     tag = f"{name}-{network}"
     (work / f"{tag}.yaml").write_text(text)
@@ -197,7 +198,6 @@ def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[st
 
 
 def _ns(x: float | None) -> str:
-    from loopscope.units import format_ns
 
     return format_ns(x) if x is not None else "n/a"
 
@@ -207,7 +207,6 @@ def _ppm(x: float | None) -> str:
 
 
 def print_human(r: ClocksyncBench) -> None:
-    from loopscope.units import format_ns
 
     print(f"clock sync, {r['context']['seconds']:g} s per condition; error = mapped − true global time of 600 instants per host")
     for x in r["rows"]:

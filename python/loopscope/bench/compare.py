@@ -33,6 +33,7 @@ from typing import Any, Callable
 from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
+import dataclasses
 
 SPEC = """name: {name}
 probes:
@@ -105,7 +106,6 @@ class CompareBench(TypedDict):
 
 def first_rep(d: Any) -> Any:
     """A run's data with its first repetition only."""
-    import dataclasses
 
     import polars as pl
 

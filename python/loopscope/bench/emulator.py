@@ -59,6 +59,9 @@ import numpy as np
 
 from loopscope.errors import RunError
 from loopscope.rundir import RunDir
+from loopscope.lab import netns
+from loopscope.lab.emulator import Emulator
+from loopscope.units import format_ns
 
 Progress = Callable[[str], None] | None
 
@@ -362,8 +365,6 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
 def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> Round:
     from scipy.stats import binom
 
-    from loopscope.lab import netns
-    from loopscope.lab.emulator import Emulator
 
     out: Round = {}
     work.mkdir(parents=True, exist_ok=True)
@@ -479,7 +480,6 @@ def lab_round(work: Path, i: int) -> LabTimes:
 
 
 def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None) -> EmulatorBench:
-    from loopscope.lab import netns
 
     why = netns.privileges()
     if why is not None:
@@ -578,7 +578,6 @@ def _over(a: float | None, b: float | None) -> float | None:
 
 
 def _ns(x: float | None) -> str:
-    from loopscope.units import format_ns
 
     return format_ns(x) if x is not None else "n/a"
 
@@ -596,7 +595,6 @@ def _pps(x: float | None) -> str:
 
 
 def print_human(r: EmulatorBench) -> None:
-    from loopscope.units import format_ns
 
     c = r["context"]
     print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")

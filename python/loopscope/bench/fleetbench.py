@@ -59,6 +59,8 @@ from typing_extensions import TypedDict
 from loopscope.bench.fleet import NS_LAUNCHERS, Fleet
 from loopscope.errors import RunError
 from loopscope.host import procs
+from loopscope.lab import netns
+from loopscope.lab.launch import argv as launch_argv, launcher_env
 
 Say = Callable[[str], None] | None
 LAUNCHERS = ("netns", "nsenter", "slurm", "lab")
@@ -136,7 +138,6 @@ def _spec(kind: str, f: Fleet, cluster: Any, weak: bool) -> str:
 
 
 def _left(run_id: str, cluster: Any) -> int:
-    from loopscope.lab import netns
 
     n = len(procs.pids_of_run(run_id))
     n += int((Path("/tmp/loopscope-runs") / run_id).exists())
@@ -166,7 +167,6 @@ def _one_run(kind: str, f: Fleet, cluster: Any, weak: bool, work: Path, k: int) 
 
 def _floor(kind: str, f: Fleet, cluster: Any) -> tuple[float, float]:
     """``f.n`` bare agents through the launcher: spawn to the last hello, shutdown to the last exit."""
-    from loopscope.lab.launch import argv as launch_argv, launcher_env
     env = launcher_env("fleet-floor")
     ps = []
     t0 = time.monotonic()

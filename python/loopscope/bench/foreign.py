@@ -21,6 +21,9 @@ from pathlib import Path
 
 from loopscope.errors import RunError
 from loopscope.kernel.capture import tracefs
+import os
+import signal
+import threading
 
 #: what the issue's trace-cmd recording enables (trace-cmd record -e … of each)
 TRACE_CMD_EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_migrate_task", "irq", "timer/hrtimer_start", "timer/hrtimer_expire_entry"]
@@ -39,9 +42,6 @@ def _run_all(command: list[str], timeout: float = 600) -> None:
     50 ms, and each poll is a wake-up of this process on whatever CPU,
     the probe's among them, in the recording it makes (the zoo's cases
     named it as a cause)."""
-    import os
-    import signal
-    import threading
 
     p = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     expired = threading.Event()

@@ -50,6 +50,13 @@ import numpy as np
 from loopscope.rundir import Capture, KernelRecord, RunDir
 from loopscope.errors import RunError
 from loopscope.analysis.explained import CaptureSummary, opened
+from loopscope.analysis import attribution as A
+from loopscope.kernel import store as S
+from loopscope.kernel import capture
+from loopscope.lab import controller
+from loopscope.analysis import explain
+import os
+from loopscope.units import format_ns
 
 class RunStats(TypedDict, total=False):
     """One run without or with the capture (ns; counts of the capture's run)."""
@@ -152,9 +159,7 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
     """(ns attributed to lab: capture, outlier ns) for the timer's outliers above its p99."""
     import polars as pl
 
-    from loopscope.analysis import attribution as A
     from loopscope.analysis.explain import attribute_store
-    from loopscope.kernel import store as S
     from loopscope.trace import reader
 
     st = S.open_dir(cap_dir)
@@ -175,7 +180,6 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
 
 
 def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None]) -> Scenario:
-    from loopscope.kernel import capture
 
     without: list[RunStats] = []
     with_: list[RunStats] = []
@@ -224,7 +228,6 @@ def _pipeline_waits(run_dir: Path) -> np.ndarray:
 
 def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> np.ndarray:
     """The run's pooled stage waits (``_pipeline_waits``)."""
-    from loopscope.lab import controller
 
     pp = None
     if perf:
@@ -258,7 +261,6 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> np.ndarray:
 
 
 def _explain_self(run_dir: Path) -> tuple[tuple[int, int], CaptureSummary | None]:
-    from loopscope.analysis import explain
 
     from loopscope.kinds import KINDS
 
@@ -398,9 +400,7 @@ def _summary(name: str, without: list[RunStats], with_: list[RunStats]) -> Scena
 
 def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, scenarios: list[str] | None = None,
         designs: bool = False, progress: Callable[[str], None] | None = None) -> KcaptureBench:
-    import os
 
-    from loopscope.kernel import capture
 
     say = progress or (lambda s: None)
     want = scenarios or ["timer-idle", "pipeline-busy"]
@@ -436,7 +436,6 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
 
 
 def print_human(r: KcaptureBench) -> None:
-    from loopscope.units import format_ns
 
     def f(x: float | None) -> str:
         return format_ns(x) if x is not None else "–"

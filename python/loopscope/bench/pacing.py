@@ -39,6 +39,7 @@ from typing import Callable
 from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
+from loopscope.units import format_bps, format_ns
 
 Progress = Callable[[str], None] | None
 RATES = [10e6, 100e6, 1e9, 5e9]
@@ -295,7 +296,6 @@ def run(*, quick: bool = False, seconds: float | None = None, progress: Progress
 
 
 def print_human(r: PacingBench) -> None:
-    from loopscope.units import format_bps, format_ns
 
     print(f"pacing on loopback, {r['context']['size']}-byte packets, {r['context']['seconds']:g} s per run")
     print(f"  {'tool':10} {'requested':>15} {'achieved':>15} {'error':>8} {'CV/s':>8} {'dep p50':>9} {'dep p99':>9} {'lost':>7}")

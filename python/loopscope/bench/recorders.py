@@ -34,6 +34,12 @@ from pathlib import Path
 
 from loopscope.errors import RunError
 from loopscope.kernel.capture import EVENTS
+from loopscope.kernel.capture import tracefs
+from loopscope.kernel.capture import FILTERS
+import json
+import tempfile
+from loopscope.kernel import imported as I
+from loopscope.rundir import Capture, KernelRecord, RunDir
 
 RECORDERS = ("native", "trace-cmd", "perf")
 SETS = ("minimal", "full")
@@ -59,7 +65,6 @@ def events_of(which: str) -> list[str]:
 
 def missing(recorder: str) -> str | None:
     """Why a recorder cannot run here (None: it can)."""
-    from loopscope.kernel.capture import tracefs
 
     if recorder == "trace-cmd":
         if shutil.which("trace-cmd") is None:
@@ -84,7 +89,6 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
     """Run ``command`` while ``recorder`` records the kernel's ``which`` set into ``out``."""
     from loopscope.bench import foreign
 
-    from loopscope.kernel.capture import FILTERS
 
     ev = events_of(which)
     if recorder == "trace-cmd":
@@ -111,11 +115,7 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
 
 def attach(run_dir: Path, recording: Path, host: str = "h1") -> list[str]:
     """Import ``recording`` and make it ``run_dir``'s capture of ``host``; the events it holds."""
-    import json
-    import tempfile
 
-    from loopscope.kernel import imported as I
-    from loopscope.rundir import Capture, KernelRecord, RunDir
 
     with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=".import-") as tmp:
         dest = Path(tmp) / "run"

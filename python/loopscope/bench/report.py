@@ -23,6 +23,7 @@ from typing import Any, Callable
 from typing_extensions import TypedDict
 
 from loopscope.trace import reader
+import re
 
 DERIVED = ["tables", "report.html", "report.json", "timeline.json", "timeline.parquet", "clock.json", "explain.json"]
 
@@ -94,7 +95,6 @@ def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] |
 
 def _page(html: Path) -> PageSize:
     """The page's bytes, its largest inline SVG's bytes, and how many it has."""
-    import re
 
     text = html.read_text()
     svgs = [len(m.group(0).encode()) for m in re.finditer(r"<svg.*?</svg>", text, re.S)]

@@ -48,6 +48,10 @@ from loopscope.analysis.explained import ExplainDoc, Group
 
 from loopscope.errors import RunError
 from loopscope.host import shared
+from loopscope.kernel import capture
+from loopscope import cbuild
+from loopscope.kernel import store as S
+from loopscope.rundir import RunDir
 
 Progress = Callable[[str], None] | None
 #: the cgroup the throttle case limits (under the cpu controller's root; `loopscope cleanup` removes it)
@@ -355,7 +359,6 @@ def missing(case: Case) -> str | None:
         why = cpulimit.missing()
         if why:
             return why
-    from loopscope.kernel import capture
 
     _, _, refused = capture.available()
     return f"no kernel capture: {refused}" if refused else None
@@ -378,7 +381,6 @@ def build_zoo(work: Path) -> dict[str, str]:
     """ls-zoo, zoo-lock, zoo-poll and zoo-table, compiled here: the
     injectors, and the programs the program probes run (built against
     loopscope's C library as a user's program is)."""
-    from loopscope import cbuild
 
     out = work / "ls-zoo"
     r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(out)], capture_output=True, text=True)
@@ -433,9 +435,7 @@ def self_and_kernel_p99(run_dir: Path, comm: str, phase: str) -> tuple[int | Non
 
     from loopscope.analysis.explain import windows_of
     from loopscope.analysis.threads import thread_activations, thread_names
-    from loopscope.kernel import store as S
     from loopscope.kinds import KINDS
-    from loopscope.rundir import RunDir
 
     run = RunDir(run_dir).record()
     caps = [c for c in run.captures if c.data]
@@ -462,7 +462,6 @@ def run_time_ratio(run_dir: Path) -> float | None:
 
     from loopscope.analysis.explain import windows_of
     from loopscope.kinds import KINDS
-    from loopscope.rundir import RunDir
 
     run = RunDir(run_dir).record()
     w, _ = windows_of(run_dir, run, KINDS, [c for c in run.captures if c.data])
@@ -684,7 +683,6 @@ def _series(run_dir: Path, interval: str) -> list[tuple[int, Any, Any]]:
     """(rep, t_ns, value) of probe t's ``interval`` in every step of the run."""
     import polars as pl
 
-    from loopscope.rundir import RunDir
     from loopscope.trace import reader
 
     g, n = interval.split("/", 1)
@@ -714,8 +712,6 @@ def _quantum(run_dir: Path, slack_ns: int) -> tuple[int, float | None]:
     least half of HZ's ticks."""
     import polars as pl
 
-    from loopscope.kernel import store as S
-    from loopscope.rundir import RunDir
 
     kernel = RunDir(run_dir).record().kernel
     caps = [c for c in kernel.captures if c.data] if kernel else []

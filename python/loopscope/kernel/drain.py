@@ -76,6 +76,13 @@ import polars as pl
 
 from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
 from loopscope.errors import Stopped
+from loopscope.kernel.capture import timens_offset_ns
+from loopscope.selfname import set_comm
+from loopscope.lineage import die_with_parent
+from loopscope.kernel.capture import tracefs
+from collections import deque
+from loopscope import _native
+from loopscope.kernel.capture import remove_instance
 
 MAX_READ = 1 << 30
 #: a watching reader's pace (the monitor's tail reads the segments as they come)
@@ -90,7 +97,6 @@ class Ring:
     stretches the kernel overwrote before a read took them."""
 
     def __init__(self, reach_ns: int, page_size: int) -> None:
-        from collections import deque
 
         self.reach_ns, self.page_size = reach_ns, page_size
         self.pages: dict[int, deque[tuple[int, bytes]]] = {}
@@ -99,7 +105,6 @@ class Ring:
         self.cut: dict[int, int] = {}  # per CPU, once pages were let go: the time the oldest kept page starts
 
     def add(self, cpu: int, buf: bytes) -> None:
-        from collections import deque
 
         q = self.pages.setdefault(cpu, deque())
         ps = self.page_size
@@ -200,7 +205,6 @@ class Reader:
         (self.inst / rel).write_text(value)
 
     def create(self) -> Ready:
-        from loopscope import _native
 
         if self.inst.exists():
             raise RuntimeError(f"a trace instance {self.inst.name} exists already (another capture, or a killed run: loopscope cleanup removes it)")
@@ -292,7 +296,6 @@ class Reader:
 
     def drain(self, reason: str, label: str = "") -> Drained:
         """Read every CPU's buffer, decode, write one segment."""
-        from loopscope import _native
         from loopscope.kernel import store
 
         t0 = time.monotonic_ns()
@@ -379,7 +382,6 @@ class Reader:
         (``segments.jsonl``, ``events/00000.parquet``): pause, read every CPU,
         resume; events up to ``margin_ns`` before the newest are held for the
         next keep, older ones dropped (memory stays a few seconds' events)."""
-        from loopscope import _native
         from loopscope.kernel import store
 
         def now() -> int:
@@ -465,7 +467,6 @@ class Reader:
     def pull(self) -> None:
         """A draining recorder's read: every CPU's new pages into the ring,
         and what the kernel overwrote since the last read as a gap."""
-        from loopscope import _native
 
         if self.ring is None:
             self.ring = Ring(self.reach_ns, self.page_size)
@@ -548,7 +549,6 @@ class Reader:
                 "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
 
     def close(self) -> None:
-        from loopscope.kernel.capture import remove_instance
 
         # Stopping already: a second signal (the parent's death after its
         # stop line) must not cut the removal short and leave an instance behind.
@@ -597,7 +597,6 @@ def _own_threads() -> list[int]:
 
 
 def _timens_offset() -> int:
-    from loopscope.kernel.capture import timens_offset_ns
 
     return timens_offset_ns()
 
@@ -646,10 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flight", choices=["alternate", "pause", "drain"], default=None,
                     help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read")
     a = ap.parse_args(argv)
-    from loopscope.selfname import set_comm
 
     set_comm("ls-kcapture")
-    from loopscope.lineage import die_with_parent
 
     if not die_with_parent(signal.SIGTERM):
         return 1  # the agent died while this started: nothing to read for
@@ -660,7 +657,6 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     except (OSError, AttributeError) as e:
         sys.stderr.write(f"ls-kcapture: SCHED_IDLE refused ({e}); the reader runs at the normal policy\n")
-    from loopscope.kernel.capture import tracefs
 
     tf = tracefs()
     if tf is None:

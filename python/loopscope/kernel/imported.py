@@ -41,6 +41,8 @@ from typing_extensions import TypedDict
 from loopscope.errors import InputError, RunError
 from loopscope.kernel import store as S
 from loopscope.rundir import Capture, KernelRecord, RunDir, RunRecord
+from loopscope import _native
+import shutil
 
 if TYPE_CHECKING:
     from loopscope._native import _Decoded as Decoded
@@ -181,7 +183,6 @@ def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source
 
 def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     """Decode ``path`` into a new run directory ``out`` (which must not exist)."""
-    from loopscope import _native
 
     kind = kind_of(path)
     if out.exists() and any(out.iterdir()):
@@ -290,7 +291,6 @@ def default_dir(path: Path) -> Path:
 
 def remove_partial(out: Path) -> None:
     """A failed import leaves nothing behind."""
-    import shutil
 
     if out.exists():
         shutil.rmtree(out, ignore_errors=True)

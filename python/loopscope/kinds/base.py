@@ -33,6 +33,7 @@ from loopscope.probes.params import Launch, Params
 from loopscope.rundir import HubStep, RunRecord, Step
 from loopscope.spec.models import Experiment, ProbeModel
 from loopscope.analysis.windows import WINDOWS as WINDOWS, no_windows as no_windows  # re-exported for the kinds
+import numpy as np
 
 
 def cli(kind: str) -> list[str]:
@@ -234,7 +235,6 @@ def wait_windows(step: Step, src: WindowSource, trace_rel: str, krx_rt: Any, urx
     the host's kernel at ``krx_rt`` and the thread read it at ``urx_rt``
     (CLOCK_REALTIME ns arrays), moved to the host's CLOCK_MONOTONIC by the
     calibration pairs of ``trace_rel`` (a trace written on that host)."""
-    import numpy as np
 
     from loopscope.clock.sync import Pairs
 

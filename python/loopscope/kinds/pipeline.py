@@ -23,6 +23,7 @@ from loopscope.probes.params import PipeNodeParams, PipeSinkParams, PipeSourcePa
 from loopscope.rundir import Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
+from loopscope.units import format_ns
 
 PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
 PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
@@ -263,7 +264,6 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
     sec.pipeline = tabs
     # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
     from loopscope.analysis.queueing import fit as erlang
-    from loopscope.units import format_ns
 
     fits: list[dict[str, Any]] = []
     samples: list[tuple[str, Any, Any]] = []

@@ -18,6 +18,8 @@ from loopscope.rundir import RunRecord, Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WINDOWS, WindowSource, groups, no_windows
 from loopscope.probes.params import ProgramParams
 from loopscope.spec.models import Duration, Name, ProbeModel
+from fnmatch import fnmatchcase
+from loopscope.analysis.steps import program_parts
 
 PATTERNS = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
 WAKEUP: Any = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
@@ -69,9 +71,7 @@ def program_windows(kind: ProbeKind[Any], step: Step, src: WindowSource) -> pl.D
     logged it, named ``<probe> [<process>: ]<group>/<name>``: any stretch of
     the program's time (``span``), except those its ``wakeup`` patterns name
     (from a deadline to when the thread ran, split like the timer's)."""
-    from fnmatch import fnmatchcase
 
-    from loopscope.analysis.steps import program_parts
 
     probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step.probe), {})
     pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []

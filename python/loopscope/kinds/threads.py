@@ -40,6 +40,9 @@ from loopscope.kinds.base import WINDOWS, ProbeKind, RunFiles, Series, StepRows,
 from loopscope.probes.params import ThreadsParams
 from loopscope.rundir import RunDir, RunRecord, Step
 from loopscope.spec.models import Duration, Name, ProbeModel
+from loopscope.analysis.activations import activations
+from loopscope.kernel import store as S
+import json
 
 ROWS: Columns = {
     "comm": pl.String, "tid": pl.Int64, "t_ns": pl.Int64, "wakeup_latency_ns": pl.Int64, "timer_lateness_ns": pl.Int64, "runtime_ns": pl.Int64,
@@ -65,8 +68,6 @@ def step_activations(run_dir: Path, run: RunRecord, step: Step, result: dict[str
     """The activations of the threads a step saw, inside its window (kernel
     CLOCK_MONOTONIC), with ``comm``; None when no capture covers its host.
     ``since_ns``: only those from about then on (a monitor's next read)."""
-    from loopscope.analysis.activations import activations
-    from loopscope.kernel import store as S
 
     host = run.host_of(step)
     if store is None:
@@ -157,7 +158,6 @@ class Threads(ProbeKind[ThreadsProbe]):
 
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         """Every complete wake-up of the step's threads, from the wake-up to the switch-in."""
-        import json
 
         live = getattr(src, "live_store", None)
         try:

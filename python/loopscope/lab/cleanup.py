@@ -31,6 +31,10 @@ from loopscope.host import procs, tunings
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
+from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
+from loopscope.host import swapfile
+from loopscope.host import shared
+from loopscope.host import cpulimit
 
 
 def _run_ids_in_environments() -> dict[str, list[int]]:
@@ -138,7 +142,6 @@ def run(dry_run: bool = False) -> list[str]:
         if not dry_run:
             for pid in pids:
                 procs.terminate_pid(pid)
-    from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
 
     for name in leftover_instances():
         owner = name[len(INSTANCE_PREFIX):]
@@ -147,19 +150,16 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}remove leftover kernel trace instance {name} (its buffers)")
         if not dry_run:
             remove_instance(name)
-    from loopscope.host import swapfile
 
     for sw in swapfile.leftovers():
         actions.append(f"{verb}turn off and delete leftover swap file {sw}")
         if not dry_run:
             swapfile.remove(sw)
-    from loopscope.host import shared
 
     for f in shared.leftovers():
         actions.append(f"{verb}delete leftover shared-memory file {f}")
         if not dry_run:
             shared.remove(f)
-    from loopscope.host import cpulimit
 
     for g in cpulimit.leftovers():
         actions.append(f"{verb}give back and remove leftover CPU-limited cgroup {g}")

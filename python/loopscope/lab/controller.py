@@ -54,6 +54,8 @@ from loopscope.spec import Experiment, load
 from loopscope.spec.load import where
 from loopscope.spec.models import HOST_REF, REMOTE
 from loopscope.spec.plan import phase_runs, probe_seconds
+from loopscope.lab.lab import check
+from loopscope.lab.emulator import link_configs
 
 if TYPE_CHECKING:
     from loopscope.spec.models import ProbeModel
@@ -85,7 +87,6 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
     """Check what can be checked before anything starts; InputError for what
     makes the run impossible, notes for what will run degraded. Returns the
     notes and each host's kind."""
-    from loopscope.lab.lab import check
 
     problems: list[str] = []
     kinds, notes = resolve_hosts(exp)
@@ -295,7 +296,6 @@ class Run:
 
     def set_links_start(self) -> None:
         """The links as the experiment sets them (a phase changes them from there)."""
-        from loopscope.lab.emulator import link_configs
 
         self.links = link_configs(self.exp)
         self.rec.phase_links = {}
@@ -410,7 +410,6 @@ class Run:
     def set_links(self, pr: Any) -> None:
         if not self.exp.links:
             return
-        from loopscope.lab.emulator import link_configs
 
         want = link_configs(self.exp, pr.phase)
         self.rec.phase_links[pr.phase.name] = [LinkSetting.model_validate({k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")}) for c in want]

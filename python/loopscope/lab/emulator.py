@@ -39,6 +39,9 @@ from pydantic import ValidationError
 from loopscope.host import procs
 from loopscope.errors import RunError
 from loopscope.rundir import EMULATOR_RESULT, EmulatorResult, LinkCounts, PathRecord
+from loopscope.units import duration_text
+from loopscope.units import parse_rate
+from loopscope import _native
 
 if TYPE_CHECKING:
     from loopscope.spec.models import Experiment
@@ -50,7 +53,6 @@ KERNEL_MECHANISM = "kernel IP forwarding in the router namespace (no emulation a
 
 def _asks(link: Any) -> list[str]:
     """What a link asks of the path beyond plain forwarding."""
-    from loopscope.units import duration_text
 
     out = []
     if link.delay:
@@ -98,7 +100,6 @@ def path_plan(exp: Experiment, hosts: list[str]) -> dict[str, PathRecord]:
 def link_configs(exp: Experiment, phase: Any = None) -> list[LinkConfig]:
     """One entry per direction of every link in the experiment file (with
     ``phase``: as that phase changes them)."""
-    from loopscope.units import parse_rate
 
     links = list(exp.links)
     for over in (getattr(phase, "links", None) or []):
@@ -218,7 +219,6 @@ class Emulator:
 
 def run_emulator(config_path: str, trace_path: str | None) -> EmulatorResult:
     """The body of ``loopscope netem``: forward until SIGINT/SIGTERM, then summarize."""
-    from loopscope import _native
     from loopscope.probes.common import envelope, traced
 
     config = Path(config_path).read_text()

@@ -33,6 +33,7 @@ from loopscope.lab.hostkinds import HOST_KINDS, Down, HostRt
 from loopscope.rundir import EmulatorResult, PathRecord
 from loopscope.spec.hostkinds import DECLARED, resolve
 from loopscope.lab.emulator import Emulator, EmulatorFailure, LinkConfig, link_configs, path_plan
+from loopscope.lab.launch import version
 
 if TYPE_CHECKING:
     from loopscope.spec.models import Experiment
@@ -180,7 +181,6 @@ class Lab:
         for h in self.hosts.values():
             log = (self.run_dir / "agent.log") if not self.multi else (self.run_dir / "hosts" / h.name / "agent.log")
             h.agent = HOST_KINDS[h.kind].start(h, self.run_id, self.topo, log, say)
-        from loopscope.lab.launch import version
 
         asked = []
         for h in self.hosts.values():  # every hello sent before any is waited for: the agents start side by side

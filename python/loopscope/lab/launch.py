@@ -37,6 +37,9 @@ from typing import TYPE_CHECKING, Any
 
 from loopscope.errors import InputError
 from loopscope.host import procs
+import loopscope
+from loopscope import protocol as P
+from loopscope.host.packing import decode, unpack
 
 if TYPE_CHECKING:
     from loopscope.spec.models import Host
@@ -46,7 +49,6 @@ MARK = "loopscope-here"
 
 
 def version() -> str:
-    import loopscope
 
     return str(loopscope.__version__)
 
@@ -162,8 +164,6 @@ def preflight(hosts: list[Host], timeout: float = 60.0) -> dict[str, str]:
 
 def fetch(agent: Any, base: str, into: Path, remove: bool = True) -> int:
     """Bring the host's run directory home through its agent: the number of files."""
-    from loopscope import protocol as P
-    from loopscope.host.packing import decode, unpack
 
     packed = agent.ask(P.PackFiles(path=base), timeout=600)
     chunks: list[bytes] = []

@@ -47,6 +47,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from loopscope.errors import InputError, RunError
 from loopscope.lab import launch
+import loopscope
+import io
+import asyncio
 
 if TYPE_CHECKING:
     from loopscope.spec.models import Host
@@ -128,7 +131,6 @@ class Bundle:
 
 def source_tree() -> Path | None:
     """The source tree this loopscope was built from (an editable install's), if there is one."""
-    import loopscope
 
     root = Path(loopscope.__file__).resolve().parents[2]
     return root if (root / "pyproject.toml").exists() and (root / "requirements.lock").exists() else None
@@ -195,7 +197,6 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
 
 def pack(b: Bundle) -> None:
     """Write the tar the hosts receive (only when one needs it)."""
-    import io
 
     with tarfile.open(b.tar, "w") as t:
         data = json.dumps(b.manifest).encode()
@@ -273,7 +274,6 @@ def install_one(host: Host, b: Bundle) -> Installed:
 
 def _ssh_run(host: Host, cmd: str, data: bytes) -> tuple[int | None, str]:
     """Run ``cmd`` on an ssh host with ``data`` on its standard input: exit status and output."""
-    import asyncio
 
     from loopscope.lab.hosts import SshError, connect
 

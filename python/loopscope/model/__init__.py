@@ -8,6 +8,9 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic import ValidationError
+from loopscope.errors import InputError
+import json
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -16,9 +19,7 @@ def read_model(path: str, model: type[M], what: str, fmt: str, version: int, wri
     """A model file read into ``model`` (``read_versioned``'s checks first,
     then each part against its model): anything else is bad input naming the
     file, the field and the command that writes a good one."""
-    from pydantic import ValidationError
 
-    from loopscope.errors import InputError
 
     data = read_versioned(path, what, fmt, version, writer)
     try:
@@ -31,9 +32,7 @@ def read_model(path: str, model: type[M], what: str, fmt: str, version: int, wri
 def read_versioned(path: str, what: str, fmt: str, version: int, writer: str) -> dict[str, Any]:
     """A model file, its format and version checked: anything else is bad
     input naming the file and the command that writes a good one."""
-    import json
 
-    from loopscope.errors import InputError
 
     try:
         with open(path) as f:

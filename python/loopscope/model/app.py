@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.errors import InputError, RunError
 from loopscope.model.node import NodeModel
+from loopscope.kernel.capture import tracefs
 
 FORMAT = "loopscope-app-model"
 VERSION = 1
@@ -321,7 +322,6 @@ def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str,
 def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None, names: dict[int, str]) -> dict[str, Any]:
     """One run with the raw_syscalls tracepoints on, in a tracefs instance of
     its own, filtered to the program's pid and every process it forks."""
-    from loopscope.kernel.capture import tracefs
 
     root = tracefs()
     if root is None or not (root / "instances").is_dir():

@@ -49,6 +49,13 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.rundir import Machine
+from loopscope import _native
+from loopscope.errors import InputError
+from loopscope.units import parse_bytes
+from loopscope.probes import syscall
+from loopscope.probes.params import SyscallParams
+from loopscope.stats import beyond
+from loopscope.host.provenance import gather
 
 FORMAT = "loopscope-node-model"
 VERSION = 1
@@ -129,7 +136,6 @@ class NodeModel(_Part):
 def default_calls(sizes: list[int] | None = None) -> list[str]:
     """Every call the probe knows, and the data-moving ones at ``sizes``
     (each capped at what the call allows) or at ``SIZES``."""
-    from loopscope import _native
 
     out = list(_native.syscall_names())
     cap = dict(_native.syscall_sized())
@@ -140,8 +146,6 @@ def default_calls(sizes: list[int] | None = None) -> list[str]:
 
 def parse_sizes(text: str) -> list[int]:
     """'256,4096' -> [256, 4096] (bytes; size suffixes allowed: 4KiB)."""
-    from loopscope.errors import InputError
-    from loopscope.units import parse_bytes
 
     out = []
     for x in (x.strip() for x in text.split(",") if x.strip()):
@@ -183,7 +187,6 @@ def _py_op_batch(ops: int) -> float:
 
 def _compiled_batch() -> float:
     """CPU ns per operation of the compiled environment (one batch)."""
-    from loopscope import _native
 
     return float(_native.env_compiled(200_000, 1)[0])
 
@@ -199,8 +202,6 @@ def env_slice(acc: dict[str, list[list[float]]], batches: int = 4) -> None:
 
 
 def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str) -> dict[str, Cost]:
-    from loopscope.probes import syscall
-    from loopscope.probes.params import SyscallParams
 
     p = SyscallParams(target_pct=3, max_seconds_per_call=max_seconds_per_call, **({"calls": calls} if calls else {}))
     r = syscall.run(p, workdir)
@@ -212,7 +213,6 @@ def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str)
 
 def parse_load(text: str) -> tuple[str, int]:
     """'memory' / 'memory:2' -> (kind, processes)."""
-    from loopscope.errors import InputError
 
     kind, _, lv = text.partition(":")
     if kind not in LOAD_KINDS:
@@ -376,7 +376,6 @@ def ratio_ci(base: Cost, other: Cost, resamples: int = 1000, seed: int = 1) -> t
 
 def _change(base: Cost, other: Cost) -> Change:
     r, lo, hi = ratio_ci(base, other)
-    from loopscope.stats import beyond
 
     return Change(ratio=r, ci95=[lo, hi], significant=beyond(r, lo, hi))
 
@@ -411,7 +410,6 @@ def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: f
 
 def assemble(conditions: dict[str, Condition]) -> NodeModel:
     """The node model: the conditions, each loaded one's changes from idle, the machine."""
-    from loopscope.host.provenance import gather
     from loopscope.probes.common import envelope
 
     changes: dict[str, Changes] = {}
@@ -456,7 +454,6 @@ def read(path: str) -> NodeModel:
 
 
 def condition(model: NodeModel, name: str | None, path: str) -> Condition:
-    from loopscope.errors import InputError
 
     name = name or "idle"
     if name not in model.conditions:

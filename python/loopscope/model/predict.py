@@ -28,6 +28,8 @@ import numpy as np
 
 from loopscope.model.app import AppModel
 from loopscope.model.node import Condition, Cost
+from loopscope.model.node import ratio_ci
+from loopscope.model.node import boot_typical, cost_curve, typical
 
 ALIASES = {
     "openat": "open", "openat2": "open", "creat": "open", "newfstatat": "stat", "fstat": "stat", "lstat": "stat", "statx": "stat", "fstatat64": "stat",
@@ -76,7 +78,6 @@ class Prediction(TypedDict):
 
 def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
-    from loopscope.model.node import ratio_ci
 
     return ratio_ci(a, b)
 
@@ -94,7 +95,6 @@ def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400)
     work (the compiled environment's ratio). Calls the node model lacks
     scale like the modelled calls' fixed parts; system time outside any
     traced call (exec, page faults) like memory-bound work."""
-    from loopscope.model.node import boot_typical, cost_curve, typical
 
     states = app.syscalls.states
     known = set(na.syscalls) & set(nb.syscalls)

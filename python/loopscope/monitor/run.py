@@ -60,6 +60,10 @@ from loopscope.rundir import RunRecord, Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import phase_runs
 from loopscope.trace import reader
+from loopscope.kernel.capture import WATCH_BUFFER_MB
+from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
+from loopscope.kernel import store as S
+from loopscope.kernel import capture as C
 
 if TYPE_CHECKING:
     from loopscope.spec.models import ProbeModel
@@ -117,7 +121,6 @@ class LiveSource:
 
     def live_store(self, step: Step) -> Any:
         """The watching capture of ``step``'s probe as far as it has been read (None: none yet)."""
-        from loopscope.kernel import store as S
 
         d = self.stores.get(step.probe)
         if d is None or not (d / "segments.jsonl").exists():
@@ -496,7 +499,6 @@ class Monitor(Run):
     def _watch(self, probe: ProbeModel, d: Path) -> Any:
         """A watching capture for ``probe``'s period (its probe fills its
         ``set_event_pid``), or None when the kernel refuses (said once)."""
-        from loopscope.kernel import capture as C
 
         cap = C.Capture(d, events=C.WATCH_EVENTS, buffer_mb=C.WATCH_BUFFER_MB, name=self.watch_name, read="watch")
         meta = cap.start()
@@ -622,8 +624,6 @@ WINDOW_BYTES = (2_000, 13_000)
 
 def footprint(exp: Experiment) -> list[str]:
     """``loopscope check``'s lines for a monitor: per hour, and at most."""
-    from loopscope.kernel.capture import WATCH_BUFFER_MB
-    from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 
     s = exp.monitor
     assert s is not None

@@ -26,6 +26,14 @@ from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import ExplainDoc
 from loopscope.timeline import TimelineDoc
 from loopscope.errors import InputError
+from loopscope import timeline
+from loopscope.analysis import explain
+from loopscope.analysis.breakdown import breakdown, by_size
+from loopscope.analysis.chanstats import channel_stats
+from loopscope.analysis.items import items
+from loopscope.trace import reader
+from loopscope.stats import MIN_EFFECT
+from loopscope.analysis.phases import compare_phases
 
 
 @dataclass
@@ -118,7 +126,6 @@ def _ratio(x: float) -> str:
 
 def _timeline(run_dir: Path, notes: list[str]) -> TimelineDoc | None:
     """The global timeline, built when missing or older than the run."""
-    from loopscope import timeline
 
     try:
         return timeline.cached(run_dir)
@@ -129,7 +136,6 @@ def _timeline(run_dir: Path, notes: list[str]) -> TimelineDoc | None:
 
 def _explain(run_dir: Path, run: RunRecord, notes: list[str], kinds: Registry) -> ExplainDoc | None:
     """The outliers' causes, computed when missing or older than the run."""
-    from loopscope.analysis import explain
 
     if not any(c.data for c in run.captures):
         return None
@@ -162,9 +168,6 @@ def _channel_tables(run: RunRecord, files: Files, kinds: Registry) -> dict[str, 
     """For programs that used channels: each thread's time split by layer,
     each item's way through, calls by item size, and the declared channels'
     counts (analysis; the page shows them, ``tables/`` keeps them)."""
-    from loopscope.analysis.breakdown import breakdown, by_size
-    from loopscope.analysis.chanstats import channel_stats
-    from loopscope.analysis.items import items
 
     b = breakdown(run, files, kinds)
     if not len(b):
@@ -186,7 +189,6 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True, min_effect: 
     files itself (how reports were built before: ``loopscope bench report``
     compares the two). A change is marked significant when its interval
     lies outside 1 ± ``min_effect`` (``analysis.compare.MIN_EFFECT`` unless given)."""
-    from loopscope.trace import reader
 
     t0 = time.perf_counter()
     run_dir = RunDir.open(run_dir).path
@@ -199,8 +201,6 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True, min_effect: 
 
 
 def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect: float | None = None) -> Report:
-    from loopscope.stats import MIN_EFFECT
-    from loopscope.analysis.phases import compare_phases
     from loopscope.report.html import render
     from loopscope.report.tables import load_run
 

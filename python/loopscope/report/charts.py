@@ -22,6 +22,7 @@ from loopscope.analysis.sweeps import Fit  # noqa: E402
 from loopscope.analysis.explained import Group  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+from matplotlib.ticker import FuncFormatter
 
 # Up to 20 causes in one chart, each its own colour (matplotlib's tab20).
 MANY = [matplotlib.colormaps["tab20"](i) for i in range(20)]
@@ -62,7 +63,6 @@ def _svg(fig: Figure) -> str:
 
 def _plain(axis: Any) -> None:
     """Log-axis ticks as plain numbers (0.1, 1, 10), not powers of ten."""
-    from matplotlib.ticker import FuncFormatter
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 

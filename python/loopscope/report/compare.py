@@ -25,14 +25,14 @@ from loopscope.report import charts
 from loopscope.report.sections import ns, ratio
 from loopscope.rundir import RunDir
 from loopscope.analysis.registry import Registry
+from loopscope.report.tables import load_run
+from loopscope.trace import reader
 
 HERE = Path(__file__).resolve().parent
 
 
 def load(path: str | Path, kinds: Registry) -> RunData:
     from loopscope.report import steady_state
-    from loopscope.report.tables import load_run
-    from loopscope.trace import reader
 
     rd = RunDir.open(path)
     with reader.shared():

@@ -21,6 +21,11 @@ from loopscope.rundir import ClockDiscipline, ClockSyncRecord, Provenance
 from loopscope.report.tables import EmulatorView, RunTables
 from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, FilesInfo, HostRow, ItemRow, LoadRow,
                                    OutlierRow, PhaseOutliers, ShareRow, SweepBlock, Why, WhyProbe, WhyRow)
+from loopscope import __version__
+from loopscope.analysis.explain import worst
+from loopscope.report.charts import cause_bars
+from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
+from loopscope.analysis import sweeps
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,7 +69,6 @@ def _emulator_rows(em: EmulatorView | None) -> list[EmulatorRow]:
 
 
 def _version() -> str:
-    from loopscope import __version__
 
     return str(__version__)
 
@@ -168,8 +172,6 @@ def _why(run_dir: Any, ex: ExplainDoc | None) -> Why | None:
     """The Why section: per probe, its phases' top causes, a chart, the worst outliers."""
     if not ex:
         return None
-    from loopscope.analysis.explain import worst
-    from loopscope.report.charts import cause_bars
 
     caps = []
     for entry in ex["captures"]:
@@ -237,7 +239,6 @@ def _lost_where(c: CaptureSummary) -> str:
 def _breakdown(run_dir: Any, tables: RunTables) -> list[Breakdown]:
     """Per program/app probe whose threads used channels: each thread's time
     split into application, blocking, runtime and messaging, per phase."""
-    from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
 
     b = tables.breakdown
     if run_dir is None or not len(b):
@@ -345,7 +346,6 @@ def _chan_counts(run_dir: Path, tables: RunTables, probe: str, phases: list[str]
 
 
 def _sweeps(tables: RunTables, kinds: Registry) -> list[SweepBlock]:
-    from loopscope.analysis import sweeps
 
     out: list[SweepBlock] = []
     for sw in sweeps.fit(tables, kinds):

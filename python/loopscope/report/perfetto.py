@@ -28,6 +28,9 @@ from typing import Any, BinaryIO, Callable
 import numpy as np
 import polars as pl
 from loopscope.rundir import Capture, RunDir, RunRecord
+from loopscope.trace import reader
+from loopscope.analysis.attribution import cpu_views
+from loopscope.kernel import store as S
 
 SEQ = 0x4C53  # trusted_packet_sequence_id for every packet
 
@@ -93,7 +96,6 @@ def export_trace(trace: Path, out: Path) -> dict[str, Any]:
     """One trace file alone, on its own clock (CLOCK_MONOTONIC of the host
     that wrote it: one clock, so every bound is 0): for programs
     instrumented with the trace API and no experiment."""
-    from loopscope.trace import reader
 
     df = reader.read(trace)
     tl = df.select(
@@ -210,8 +212,6 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     """Per CPU of each captured kernel: which task ran (from runtime accounting)
     and which interrupt handlers ran, around every attributed outlier (±20 ms;
     without attribution, the capture's first 5 s), on the global clock."""
-    from loopscope.analysis.attribution import cpu_views
-    from loopscope.kernel import store as S
 
     run = RunDir(run_dir).record()
     caps = [c for c in run.captures if c.data]

@@ -21,6 +21,11 @@ from loopscope.report import charts
 from loopscope.units import format_ns
 from loopscope.analysis.registry import MetricCell, MetricsRow, MetricsTable, Registry, Section, Tables
 from loopscope.analysis.steps import Kinds as StepKinds
+from loopscope.analysis.detectors import detect
+from loopscope.analysis.explain import causes_in
+import base64
+from loopscope.analysis.steps import program_parts
+from loopscope.stats import MIN_EFFECT
 
 
 def ns(x: float | None) -> str:
@@ -105,8 +110,6 @@ def detected(series: list[Any], att: pl.DataFrame | None = None) -> list[str]:
     """What the anomaly detectors found in these series, per phase and
     repetition, each with what explain found in its windows (``att``: the
     probe's attribution rows, when the run was explained)."""
-    from loopscope.analysis.detectors import detect
-    from loopscope.analysis.explain import causes_in
 
     out = []
     for s in series:
@@ -141,9 +144,7 @@ def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
 def images(run_dir: Any, tables: Tables, probe: str, phases: list[str], kinds: StepKinds, per_phase: int = 3) -> list[dict[str, str | int]]:
     """Images a program or app left next to its trace (``<trace>-frames/*.png``),
     a few per phase, inlined."""
-    import base64
 
-    from loopscope.analysis.steps import program_parts
 
     if run_dir is None:
         return []
@@ -188,7 +189,6 @@ def labels(kinds: Registry) -> dict[str, str]:
 
 def min_effect_of(comp: pl.DataFrame) -> str:
     """The practical threshold a comparisons table was marked with, as pages state it (``2 %``)."""
-    from loopscope.stats import MIN_EFFECT
 
     me = comp["min_effect"].drop_nulls() if "min_effect" in comp.columns else None
     return f"{(float(me[0]) if me is not None and len(me) else MIN_EFFECT) * 100:g} %"

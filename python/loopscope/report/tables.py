@@ -24,6 +24,10 @@ from loopscope.analysis.registry import Columns, Registry
 from loopscope.analysis.items import Placement
 from loopscope.analysis.queueing import ErlangFit
 from loopscope.trace.files import Files
+import numpy as np
+from loopscope.analysis.queueing import fit
+import dataclasses
+from loopscope.kernel import store as S
 
 STEP_COLS = {"rep": pl.UInt16, "phase": pl.String, "loads": pl.String, "probe": pl.String}
 
@@ -55,7 +59,6 @@ class RunTables:
 
     def replace(self, **frames: pl.DataFrame) -> "RunTables":
         """The same run with some tables replaced (the steady state, say)."""
-        import dataclasses
 
         return dataclasses.replace(self, frames={**self.frames, **frames})
 
@@ -109,7 +112,6 @@ class StepFiles:
 
     def kernel(self, host: str) -> Any:
         """The capture covering ``host``, opened once (None: none, or unreadable)."""
-        from loopscope.kernel import store as S
 
         if host not in self._kernels:
             cap = next((c for c in self.run.captures if c.data and (host in c.covers or c.host == host)), None)
@@ -228,9 +230,7 @@ def _emulator_queueing(trace: Path, em: EmulatorResult) -> dict[str, ErlangFit]:
     """Per link, the emulator's own residence beyond the configured delay (its
     actual departure minus the packet's ready time: the rate queue plus its
     lateness) against the M/Er/1 model (``analysis/queueing.py``)."""
-    import numpy as np
 
-    from loopscope.analysis.queueing import fit
 
     if not trace.exists():
         return {}

@@ -26,6 +26,7 @@ from loopscope.fields import Command as Command, pps as pps  # re-exported for t
 from loopscope.spec.hostkinds import DECLARED
 from loopscope.spec.hostkinds import REMOTE as _REMOTE
 from loopscope.units import duration_text, parse_bytes, parse_duration_ns
+from loopscope.units import parse_rate
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
 
@@ -193,7 +194,6 @@ class IoLoad(LoadBase):
 
 
 def _net_rate(v: Any) -> str:
-    from loopscope.units import parse_rate
 
     if v == "unlimited":
         return "unlimited"
@@ -551,7 +551,6 @@ Percent = Annotated[
 def _bit_rate(v: Any) -> str | None:
     if v is None:
         return None
-    from loopscope.units import parse_rate
 
     try:
         _, kind = parse_rate(str(v))

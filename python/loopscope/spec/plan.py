@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from loopscope.spec.models import Experiment, Phase
+from loopscope.kernel.capture import size_buffers
 
 if TYPE_CHECKING:
     from loopscope.spec.models import ProbeModel
@@ -80,7 +81,6 @@ def estimate_footprint(exp: Experiment, kinds: _KindsByName) -> Footprint:
     each probe's trace at its kind's rate over its windows, the kernel capture
     (when on) over the whole run on every host, and its ring buffers (per CPU,
     sized as the run would size them, on every host of this machine)."""
-    from loopscope.kernel.capture import size_buffers
 
     n = len(phase_runs(exp))
     traces, unsized = 0.0, []

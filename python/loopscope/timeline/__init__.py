@@ -34,6 +34,9 @@ from loopscope.clock import sync
 from loopscope.errors import InputError
 from loopscope.rundir import Derived, Provenance, RunDir, RunRecord
 from loopscope.trace.files import Files
+from loopscope.clock import estimate as E
+from loopscope.probes.pipeline import messages_from
+from loopscope.units import format_ns
 
 
 class Placed(TypedDict):
@@ -109,7 +112,6 @@ def _router_clock(files: Files, run: RunRecord, prov: Provenance, clocks: sync.R
     # Unskewed REALTIME; the reference's is skewed only under a test-only virtual clock.
     ref = prov.lab.hosts.get(clocks.reference)
     vc = ref.virtual_clock if ref is not None else None
-    from loopscope.clock import estimate as E
 
     big = 1 << 62
     w = E.Window(start_ns=-big, end_ns=big, t_center_ns=0, offset_ns=0.0, drift_ppm=0.0, vertices=np.array([[0.0, 0.0]]))
@@ -220,7 +222,6 @@ def _sync_checks(clocks: sync.RunClocks) -> dict[str, SyncCheck]:
 
 
 def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.DataFrame | None, list[HopCheck]]:
-    from loopscope.probes.pipeline import messages_from
 
     frames: list[pl.DataFrame] = []
     checks: list[HopCheck] = []
@@ -288,7 +289,6 @@ def _s(ns: float | None) -> str:
 
 def summary_lines(out: TimelineDoc) -> list[str]:
     """What a reader needs first: each host's offset, drift and bound, then anything wrong."""
-    from loopscope.units import format_ns
 
     lines = [f"global clock: CLOCK_MONOTONIC of {out['reference']}; {out['records']:,} records"]
     clock = out.get("clock")

@@ -29,6 +29,7 @@ from loopscope import protocol as P
 from loopscope.host.cgroup import RunGroup, remove_root_if_empty
 from loopscope.lab import hosts as H
 from loopscope.spec.hostkinds import DECLARED, Declared
+from loopscope.host.provenance import _ns_inode, _read
 
 if TYPE_CHECKING:
     from loopscope.lab.netns import Topology
@@ -76,7 +77,6 @@ class HostRt:
 
 
 def _own_machine() -> tuple[str | None, int | None]:
-    from loopscope.host.provenance import _ns_inode, _read
 
     return _read("/proc/sys/kernel/random/boot_id"), _ns_inode("pid")
 
