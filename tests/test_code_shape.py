@@ -122,3 +122,11 @@ def test_the_circle_finder_finds_a_circle_and_only_that() -> None:
 def test_a_comparison_with_a_host_kind_is_a_branch_and_a_lookup_is_not() -> None:
     src = 'if h.kind == "ssh":\n    pass\nx = HOSTS[h.kind]\nmatch k:\n    case "netns":\n        pass\ny = k in ("exec", "x")\n'
     assert sorted(shape.branches_in(ast.parse(src), src, shape.HOST_KINDS, kind_line=False)) == [1, 5, 7]
+
+
+def test_docs_layout_names_every_package() -> None:
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    pkgs = sorted(p.parent.name for p in (ROOT / "python" / "loopscope").glob("*/__init__.py"))
+    assert len(pkgs) > 10
+    missing = [p for p in pkgs if f"{p}/" not in layout]
+    assert not missing, f"docs/layout.md does not name these packages: {missing}"
