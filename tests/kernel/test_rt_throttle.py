@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from loopscope.bench.zoo import _rt_throttling_off
+from loopscope.bench.zoocase import _rt_throttling_off
 from loopscope.kernel import capture as C
 from tests.conftest import BIN
 
