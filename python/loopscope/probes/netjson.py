@@ -1,0 +1,129 @@
+"""What the network probes print with ``--json`` (``send``, ``recv``, ``rr``,
+``echo``), as declared types."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from typing_extensions import NotRequired, TypedDict
+
+from loopscope.rundir import HistQuantiles
+from loopscope.probes.common import Envelope
+
+if TYPE_CHECKING:
+    from loopscope._native import _RecvFlow
+
+
+
+class Spread(TypedDict, total=False):
+    """A summary of ns values (only ``n`` when there was none), with the CIs of p50 and p99."""
+
+    n: int
+    min: int
+    p50: int
+    p99: int
+    p999: int
+    max: int
+    mean: float
+    ci95: dict[str, list[float | None]]
+
+
+class SendJson(TypedDict):
+    """What ``loopscope probe send --json`` prints."""
+
+    sent: int
+    unsent: int
+    send_errors: int
+    first_error: str | None
+    requested_bps: float
+    requested_pps: float
+    sent_bps: float
+    kept_up: bool
+    shortfall: str | None
+    departure_err_ns: Spread
+    batches: int
+    largest_batch: int
+    tx_timestamps: dict[str, int]
+    dest: str
+    size: int
+    pattern: str
+    workers: int
+    scheduled_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+
+
+class Throughput(TypedDict):
+    bps: float | None
+    per_second_bps: list[float]
+    cv_per_second: float | None
+
+
+class RecvJson(TypedDict):
+    """What ``loopscope probe recv --json`` prints: counts, flows, throughput and the delays' histograms."""
+
+    packets: int
+    bytes: int
+    lost: int
+    duplicates: int
+    reordered: int
+    malformed: int
+    truncated: int
+    socket_buffer_drops: int
+    kernel_timestamps: int
+    hardware_timestamps: int
+    flows: list[_RecvFlow]
+    throughput: Throughput
+    interarrival_ns: HistQuantiles
+    delay_ns: dict[str, HistQuantiles]
+    bound: str
+    receiving_ns: int
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+
+
+class RrJson(TypedDict):
+    """What ``loopscope probe rr --json`` prints: the round trip and, on one clock, both legs."""
+
+    sent: int
+    answered: int
+    lost: int
+    duplicates: int
+    malformed: int
+    send_errors: int
+    rtt_ns: Spread
+    client_end_host_ns: Spread
+    server_end_host_ns: Spread
+    server_turnaround_ns: Spread
+    same_clock: bool
+    forward_ns: Spread | None
+    return_ns: Spread | None
+    requested_pps: float
+    dest: str
+    transport: str
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+    note: NotRequired[str]
+
+
+class EchoJson(TypedDict):
+    """What the echo server says when it stops."""
+
+    requests: int
+    malformed: int
+    send_errors: int
+    elapsed_ns: int
+    tids: list[int]
+    interrupted: bool
