@@ -124,6 +124,16 @@ def record(name: str) -> None:
             (run / f).unlink()
 
 
+def scrub(where: Path) -> None:
+    """This checkout's path out of the recording's documents (commands,
+    provenance): a recorded run names no path of the machine it was made on."""
+    for f in where.rglob("*.json"):
+        text = f.read_text()
+        if str(ROOT) in text:
+            f.write_text(text.replace(str(ROOT), "/src/loopscope"))
+
+
 if __name__ == "__main__":
     for n in sys.argv[1:] or sorted(RECIPES):
         record(n)
+        scrub(RUNS / n)
