@@ -329,7 +329,7 @@ def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burs
         c = rec["counts"]
         assert c["not_kept"].get("disk", 0) >= 2 and c["kept"] >= 1, c  # not kept while full, kept again after
         rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
-        assert len(rows) >= 4 and all(r["count"] > 0 for r in rows)  # the histograms went on throughout
+        assert len(rows) >= 3 and all(r["count"] > 0 for r in rows)  # the histograms went on throughout: two periods full, one after
         assert len(hist.read_log(out / "histograms" / "t.hlog")) == len(rows)
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
