@@ -164,3 +164,37 @@ def test_a_lab_probes_trace_writer_runs_at_sched_idle_so_any_woken_thread_takes_
     finally:
         p.send_signal(signal.SIGINT)
         p.wait(timeout=10)
+
+
+def _tasks_by_name(pid: int, names: set[str], timeout_s: float = 5.0) -> dict[str, int]:
+    """The probe's threads named ``names``, by name, once they all exist."""
+    deadline = time.monotonic() + timeout_s
+    found: dict[str, int] = {}
+    while time.monotonic() < deadline and set(found) != names:
+        tasks = Path(f"/proc/{pid}/task")
+        for t in tasks.iterdir() if tasks.exists() else []:
+            try:
+                name = (t / "comm").read_text().strip()
+            except OSError:
+                continue
+            if name in names:
+                found[name] = int(t.name)
+        time.sleep(0.05)
+    return found
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs: one measured, one for the writer")
+def test_only_the_trace_writer_keeps_off_the_measured_cpu_so_set_up_and_results_are_never_left_to_a_hog(tmp_path: Path, lab: None) -> None:
+    # (a 0.5 s probe beside a nice -20 hog on the other CPU took 4 s while its main thread was kept there too)
+    p = subprocess.Popen([str(BIN), "probe", "timer", "--duration", "5s", "--cpu", "1", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    try:
+        t = _tasks_by_name(p.pid, {"loopscope-wr", "ls-timer-main", "ls-timer-0"})
+        assert set(t) == {"loopscope-wr", "ls-timer-main", "ls-timer-0"}, t
+        every = os.sched_getaffinity(0)
+        assert 1 not in os.sched_getaffinity(t["loopscope-wr"])
+        assert os.sched_getaffinity(p.pid) == every and os.sched_getaffinity(t["ls-timer-main"]) == every
+        assert os.sched_getaffinity(t["ls-timer-0"]) == {1}
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=10)

@@ -51,34 +51,36 @@ def traced(path: str | os.PathLike[str] | None, groups: list[str], away_from: li
     """Open a trace logging ``groups`` (plus ``loopscope``) around a probe run;
     afterwards the outcome holds the records written and lost.
 
-    ``away_from``: the CPUs the probe measures on. The calling thread (the
-    probe's main thread) and the trace writer it starts, which inherits its
-    affinity, keep off them for the run, so neither wakes inside a window
-    there (the measuring threads pin themselves); when those are every CPU
-    the probe may use, nothing changes."""
+    ``away_from``: the CPUs the probe measures on. The trace writer keeps
+    off them for the run, so it never wakes inside a window there: it is
+    started (and inherits its affinity) while the calling thread is off
+    them, and the calling thread goes back to every CPU at once. The calling
+    thread itself must not stay off them: on a machine of two CPUs with a
+    hog on the other one, everything it does before and after the window
+    (the set-up, the results) ran at the hog's leftovers, about 1 % of a
+    CPU, and a 0.5 s probe took 4 s. It sleeps through the window (the
+    measuring threads pin themselves, and the native probes wait in
+    ``ppoll`` without a timer). When the measured CPUs are every CPU the
+    probe may use, nothing changes."""
     out = TraceOutcome(path=os.fspath(path) if path is not None else None)
     before = os.sched_getaffinity(0)
     rest = before - set(away_from or [])
     moved = bool(away_from) and bool(rest) and rest != before
-    if moved:
-        os.sched_setaffinity(0, rest)
-    try:
-        flush_ms, idle = _writer()
-        session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=flush_ms, writer_idle=idle) if path is not None else None
+    flush_ms, idle = _writer()
+    session = None
+    if path is not None:
+        if moved:
+            os.sched_setaffinity(0, rest)
         try:
-            yield out
+            session = trace_api.open(path, groups=[*groups, "loopscope"], flush_ms=flush_ms, writer_idle=idle)
         finally:
-            # the measuring is over: back on every CPU first, so that the
-            # close (and the writer it releases onto this thread's CPUs) does
-            # not wait behind whatever holds the CPUs left to it
             if moved:
                 os.sched_setaffinity(0, before)
-                moved = False
-            if session is not None:
-                session.close()
+    try:
+        yield out
     finally:
-        if moved:
-            os.sched_setaffinity(0, before)
+        if session is not None:
+            session.close()
     if path is not None:
         # Count what reached the file (no table is built: polars stays unloaded).
         _, meta = _native.read_trace(os.fspath(path), False, True)
