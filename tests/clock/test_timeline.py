@@ -47,7 +47,7 @@ def no_namespace_left(lab: None) -> Iterator[None]:
 def skewed(tmp_path_factory: pytest.TempPathFactory, lab: None) -> Path:
     d = tmp_path_factory.mktemp("skewed")
     (d / "s.yaml").write_text(SKEWED.format(links="", duration="4s"))
-    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run"], cwd=d, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run", "--no-report"], cwd=d, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     t = subprocess.run([str(BIN), "timeline", "run"], cwd=d, capture_output=True, text=True, timeout=120)
     assert t.returncode == 0, t.stderr
@@ -169,7 +169,7 @@ def test_the_report_shows_each_hosts_clock(skewed: Path, cli: Cli) -> None:
 def test_a_host_whose_probes_never_come_back_is_said_and_not_placed(tmp_path: Path, cli: Cli, lab: None) -> None:
     cut = "links:\n  - {between: [a, b], loss: 100%}\nclocksync: {network: experiment}\n"
     (tmp_path / "s.yaml").write_text(SKEWED.format(links=cut, duration="2s"))
-    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     t = cli("timeline", str(tmp_path / "run"))
     assert t.returncode == 0, t.stderr
@@ -193,7 +193,7 @@ def test_the_timeline_of_a_directory_that_is_no_run_is_a_clear_error(tmp_path: P
 
 def test_a_host_cut_off_on_the_experiment_network_stays_on_the_timeline_through_the_sync_network(tmp_path: Path, cli: Cli, lab: None) -> None:
     (tmp_path / "s.yaml").write_text(SKEWED.format(links="links:\n  - {between: [a, b], loss: 100%}\n", duration="2s"))
-    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([str(BIN), "run", "s.yaml", "--run-dir", "run", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     b = run["clocksync"]["initiators"]["b"]

@@ -167,7 +167,7 @@ def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_lau
     spec = tmp_path / "inv.yaml"
     spec.write_text("name: inv\nhosts: {inventory: fleet.yml, group: fleet, kind: exec}\nprobes:\n  - {kind: rr, host: node1, dest: node2, rate: 200pps}\nduration: 500ms\nbaseline: true\n"
                     "kernel: {capture: off}\n")
-    r = cli("run", str(spec), "--run-dir", "invrun", timeout=240)
+    r = cli("run", str(spec), "--run-dir", "invrun", "--no-report", timeout=240)
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "invrun" / "run.json").read_text())
     assert run["hosts"] == {"node1": "exec", "node2": "exec"}

@@ -193,7 +193,7 @@ def test_a_limit_tuning_holds_a_load_to_its_cpu_budget_and_its_group_is_gone_aft
     if why := cpulimit.missing():
         pytest.skip(why)
     (tmp_path / "e.yaml").write_text(LIMITED)
-    r = subprocess.run([str(BIN), "run", "e.yaml", "--run-dir", "run"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    r = subprocess.run([str(BIN), "run", "e.yaml", "--run-dir", "run", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr
     loads = {ld["phase"]: ld for ld in json.loads((tmp_path / "run" / "run.json").read_text())["loads"]}
     share = {ph: ld["cpu_s"] / ld["elapsed_s"] for ph, ld in loads.items()}
