@@ -16,6 +16,8 @@ case "$set_name" in demo|test) ;; *) echo "usage: $0 demo|test" >&2; exit 2 ;; e
 demo_pkgs=(
   "gcc|the linker Rust needs, and the compiler for C programs built against the C API"
   "libc6-dev|the C library headers those builds need"
+  "libzstd-dev|zstd for reading trace.dat version 7, linked from the system (without it the build compiles its own copy, a minute longer)"
+  "pkg-config|finds that libzstd for the build"
   "iproute2|ip netns / veth: each experiment host is a network namespace"
   "ethtool|turns segmentation offloads off on the hosts' links so packets are stamped as sent"
 )
