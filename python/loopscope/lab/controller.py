@@ -355,6 +355,18 @@ class Run:
 
     def phase(self, pr: Any) -> None:
         """One repetition of one phase: its links, tunings and loads, every probe, the loads stopped."""
+        by_host, sinks = self.start_phase(pr)
+        for probe in self.exp.probes:
+            self.step_unless_lost(pr, probe)
+        self.stop_loads(pr, by_host, sinks)
+        if self.tuned is not None:
+            self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
+            self.tuned = None
+
+    def start_phase(self, pr: Any) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+        """A phase's links, tunings and loads, then its warm-up: what both
+        loops over a lab (a run's steps, a monitor's periods) do before their
+        probes. Returns the loads by host and their sinks, for ``stop_loads``."""
         self.set_links(pr)
         by_host, sinks = place_loads(self.lab, self.exp, pr.phase.loads, self.first.name)
         tune_loads(by_host, pr.phase)
@@ -362,12 +374,7 @@ class Run:
         by_host = self.start_loads(pr, by_host, sinks)
         if self.exp.warmup:
             _sleep(self.exp.warmup / 1e9)
-        for probe in self.exp.probes:
-            self.step_unless_lost(pr, probe)
-        self.stop_loads(pr, by_host, sinks)
-        if self.tuned is not None:
-            self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
-            self.tuned = None
+        return by_host, sinks
 
     def step_unless_lost(self, pr: Any, probe: ProbeModel) -> None:
         """The probe's step, unless a host it needs is lost (then the step is

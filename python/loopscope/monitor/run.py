@@ -52,7 +52,7 @@ from loopscope import protocol as P
 from loopscope.errors import InputError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
-from loopscope.lab.controller import Interrupted, Run, Say, Steps, _sleep, place_loads, tune_loads
+from loopscope.lab.controller import Interrupted, Run, Say, Steps
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.monitor.keeper import Keeper, Outlier
@@ -421,13 +421,7 @@ class Monitor(Run):
         pr = phase_runs(self.exp)[0]
         self.total = len(self.exp.probes)
         self.set_links_start()
-        self.set_links(pr)
-        by_host, sinks = place_loads(self.lab, self.exp, pr.phase.loads, self.first.name)
-        tune_loads(by_host, pr.phase)
-        self.apply_tunings(pr)
-        by_host = self.start_loads(pr, by_host, sinks)
-        if self.exp.warmup:
-            _sleep(self.exp.warmup / 1e9)
+        by_host, sinks = self.start_phase(pr)
         self._refresh_roles()
         if self.metrics_at is not None:
             from loopscope.monitor import metrics
