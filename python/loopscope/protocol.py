@@ -156,6 +156,10 @@ class Hello(Request[HelloReply]):
     vclock: str | None = None
     #: the controller's loopscope version: an agent of another version refuses, naming both
     controller_version: str | None = None
+    #: what every probe of the session starts with in its environment, on every
+    #: host (a monitor's: its probes' trace flush period and writer policy, the
+    #: file a threads probe adds its threads to for the flight recorder)
+    probe_env: dict[str, str] = Field(default_factory=dict)
 
 
 class StartLoads(Request[LoadsStarted]):

@@ -115,6 +115,7 @@ def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
 class Agent:
     def __init__(self) -> None:
         self.run_id = "unnamed"
+        self.probe_env: dict[str, str] = {}
         self.run_dir = Path(".")
         self.group: RunGroup | None = None
         #: groups a phase's limit tunings made for its loads, removed when the loads stop
@@ -141,6 +142,7 @@ class Agent:
                                    "one version must run on every host (`loopscope hosts install EXPERIMENT` puts the controller's there)")
         self.run_id = m.run_id
         self.run_dir = Path(m.run_dir)
+        self.probe_env = dict(m.probe_env)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if m.vclock:
             # Test only: every child (probes, loads) skews its timestamps alike.
@@ -208,7 +210,7 @@ class Agent:
         argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir), calibrate)
         group = self.group.child(f"probes/{p['name']}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
+        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, _probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
         self.probe = child
         timeout = m.duration_ns / 1e9 + m.timeout_slack_s
         try:
@@ -252,7 +254,7 @@ class Agent:
         argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, _probe_env(self.run_id, p["kind"]), stdout_pipe=True)
+        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, _probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
         if m.wait_ready:
             line = _read_line(child, m.ready_timeout_s)
@@ -525,14 +527,15 @@ class Agent:
         return reply.model_dump(mode="json", exclude_unset=True)
 
 
-def _probe_env(run_id: str, kind: str) -> dict[str, str]:
-    """A probe process's environment: its kind's name for itself (clock-sync
-    probes: ls-sync), else ``ls-probe``, the name of a probe's own main thread
-    (start-up, waiting, writing its results; its measuring threads name
-    themselves). Attribution calls it ``lab: probe``."""
+def _probe_env(run_id: str, kind: str, session: dict[str, str]) -> dict[str, str]:
+    """A probe process's environment: the session's settings (``Hello.probe_env``),
+    and its kind's name for itself (clock-sync probes: ls-sync), else
+    ``ls-probe``, the name of a probe's own main thread (start-up, waiting,
+    writing its results; its measuring threads name themselves). Attribution
+    calls it ``lab: probe``."""
     from loopscope.kinds import KINDS
 
-    return procs.child_env(run_id, {"LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
+    return procs.child_env(run_id, {**session, "LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
 
 
 class Requests:

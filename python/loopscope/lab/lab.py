@@ -142,6 +142,8 @@ class Lab:
         self.notes: list[str] = []
         # The instant virtual clocks (test only) count their drift from.
         self.vclock_epoch_ns = time.time_ns()
+        # What every probe of the session starts with in its environment (``Hello.probe_env``).
+        self.probe_env: dict[str, str] = {}
         ns_names = _namespaced(kinds)
         if ns_names:
             overrides = {h.name: h.address for h in exp.hosts if h.name in ns_names and h.address}
@@ -187,7 +189,8 @@ class Lab:
             assert h.agent is not None
             vc = h.spec.virtual_clock
             vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
-            req = P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version())
+            req = P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version(),
+                          probe_env=self.probe_env)
             asked.append((h, req, h.agent.post(req)))
         for h, req, rid in asked:
             assert h.agent is not None

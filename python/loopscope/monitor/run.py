@@ -402,15 +402,15 @@ class Monitor(Run):
         # and a load beside the writer cannot hold its trace back (an idle
         # writer under a context-switch storm flushed 8-20 s late, after the
         # kernel's buffers had overwritten the outliers' windows).
-        os.environ["LOOPSCOPE_FLUSH_MS"] = str(PROBE_FLUSH_MS)
-        os.environ["LOOPSCOPE_WRITER_IDLE"] = "0"
+        # (what every probe of the session starts with, through each agent's hello)
+        self.lab.probe_env.update({"LOOPSCOPE_FLUSH_MS": str(PROBE_FLUSH_MS), "LOOPSCOPE_WRITER_IDLE": "0"})
         if any(KINDS[p.kind].live_capture for p in self.exp.probes):
             from loopscope.kernel.capture import tracefs
             from loopscope.probes.threads import WATCH_ENV
 
             tf = tracefs()
             if tf is not None:
-                os.environ[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
+                self.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
         self.bring_up()
         self._away_from_probes()
         why = self.keeper.start()
