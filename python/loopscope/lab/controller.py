@@ -53,7 +53,7 @@ from loopscope.kinds.base import Collected, HostView
 from loopscope.spec import Experiment, load
 from loopscope.spec.load import where
 from loopscope.spec.models import HOST_REF, REMOTE
-from loopscope.spec.plan import phase_runs, probe_seconds
+from loopscope.spec.plan import PhaseRun, phase_runs, probe_seconds
 from loopscope.lab.lab import check
 from loopscope.lab.emulator import link_configs
 
@@ -62,6 +62,10 @@ if TYPE_CHECKING:
 
 Say = Callable[[str], None]
 Tick = Callable[[int, int, str], None]
+
+
+# A phase's loads placed on their hosts (each a load's request), and likewise their sinks.
+LoadsByHost = dict[str, list[dict[str, Any]]]
 
 
 class Interrupted(Stopped):
@@ -353,7 +357,7 @@ class Run:
             clocksync.stop(self.lab, self.sync_info, quiet=quiet)
             self.rec.clocksync = self.sync_info.record
 
-    def phase(self, pr: Any) -> None:
+    def phase(self, pr: PhaseRun) -> None:
         """One repetition of one phase: its links, tunings and loads, every probe, the loads stopped."""
         by_host, sinks = self.start_phase(pr)
         for probe in self.exp.probes:
@@ -363,7 +367,7 @@ class Run:
             self.notes.extend(f"rep {pr.rep} {pr.phase.name}: a tuning was not restored: {p}" for p in self.tuned.restore())
             self.tuned = None
 
-    def start_phase(self, pr: Any) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+    def start_phase(self, pr: PhaseRun) -> tuple[LoadsByHost, LoadsByHost]:
         """A phase's links, tunings and loads, then its warm-up: what both
         loops over a lab (a run's steps, a monitor's periods) do before their
         probes. Returns the loads by host and their sinks, for ``stop_loads``."""
@@ -376,7 +380,7 @@ class Run:
             _sleep(self.exp.warmup / 1e9)
         return by_host, sinks
 
-    def step_unless_lost(self, pr: Any, probe: ProbeModel) -> None:
+    def step_unless_lost(self, pr: PhaseRun, probe: ProbeModel) -> None:
         """The probe's step, unless a host it needs is lost (then the step is
         marked for that host, not run). A host lost during the step that the
         step does not need (found dead by the checks around it) is lost, and
@@ -399,7 +403,7 @@ class Run:
             # a host was lost: the next round marks the step if it needed that host, else runs it again
         self.done += 1
 
-    def stop_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> None:
+    def stop_loads(self, pr: PhaseRun, by_host: LoadsByHost, sinks: LoadsByHost) -> None:
         """Stop the phase's loads, senders before the sinks they send to, and record what each did."""
         for hname in sorted(by_host, key=lambda h: h in sinks):
             if self.lab.hosts[hname].lost:
@@ -414,7 +418,7 @@ class Run:
             for ld in lr.loads:
                 self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
 
-    def set_links(self, pr: Any) -> None:
+    def set_links(self, pr: PhaseRun) -> None:
         if not self.exp.links:
             return
 
@@ -426,7 +430,7 @@ class Run:
             self.lab.set_links(want)
             self.links = want
 
-    def apply_tunings(self, pr: Any) -> None:
+    def apply_tunings(self, pr: PhaseRun) -> None:
         if not pr.phase.tunings:
             return
         self.say(f"rep {pr.rep} · {pr.phase.name}: applying {len(pr.phase.tunings)} tunings")
@@ -437,7 +441,7 @@ class Run:
             self.rec.tunings = [*(self.rec.tunings or []), TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()})]
             self.save()
 
-    def start_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    def start_loads(self, pr: PhaseRun, by_host: LoadsByHost, sinks: LoadsByHost) -> LoadsByHost:
         """Start the phase's loads, sinks of network loads first (so the
         streams have somewhere to go); every host with a load or sink."""
         if not by_host:
@@ -451,7 +455,7 @@ class Run:
                     self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, pr.key), scratch_dir=self.lab.scratch(hname), loads=loads))
         return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
-    def step(self, pr: Any, probe: ProbeModel) -> None:
+    def step(self, pr: PhaseRun, probe: ProbeModel) -> None:
         """One probe's window: kernel buffers emptied, clock sync at rest while it measures."""
         lab, rec = self.lab, self.rec
         dur = int(probe_seconds(self.exp, probe) * 1e9)
@@ -583,12 +587,12 @@ class Run:
         rd.write_provenance(prov)
 
 
-def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]]:
+def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) -> tuple[LoadsByHost, LoadsByHost]:
     """The phase's loads by host, and the sinks their network loads need: a
     net load whose ``dest`` names a host of the experiment (``h4:9000``)
     sends to that host's address, where a sink is started for it."""
-    by_host: dict[str, list[dict[str, Any]]] = {}
-    sinks: dict[str, list[dict[str, Any]]] = {}
+    by_host: LoadsByHost = {}
+    sinks: LoadsByHost = {}
     for n in names:
         ld = exp.load(n)
         d = ld.model_dump(mode="json")
@@ -602,7 +606,7 @@ def place_loads(lab: Lab, exp: Experiment, names: list[str], default_host: str) 
     return by_host, sinks
 
 
-def tune_loads(by_host: dict[str, list[dict[str, Any]]], phase: Any) -> None:
+def tune_loads(by_host: LoadsByHost, phase: Any) -> None:
     """The phase's placement and scheduling tunings of its loads, for the agents to apply."""
     for t in phase.tunings:
         for loads in by_host.values():

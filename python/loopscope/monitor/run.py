@@ -52,13 +52,13 @@ from loopscope import protocol as P
 from loopscope.errors import InputError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
-from loopscope.lab.controller import Interrupted, Run, Say, Steps
+from loopscope.lab.controller import Interrupted, LoadsByHost, Run, Say, Steps
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.monitor.keeper import Keeper, Outlier
 from loopscope.rundir import RunRecord, Step
 from loopscope.spec import Experiment
-from loopscope.spec.plan import phase_runs
+from loopscope.spec.plan import PhaseRun, phase_runs
 from loopscope.trace import reader
 from loopscope.kernel.capture import WATCH_BUFFER_MB
 from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
@@ -375,7 +375,7 @@ class Monitor(Run):
     def _refresh_roles(self) -> None:
         self._roles()
 
-    def start_loads(self, pr: Any, by_host: dict[str, list[dict[str, Any]]], sinks: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    def start_loads(self, pr: PhaseRun, by_host: LoadsByHost, sinks: LoadsByHost) -> LoadsByHost:
         """``Run.start_loads``, keeping where each load's threads are (for ``_roles``)."""
         if not by_host:
             return by_host
@@ -448,7 +448,7 @@ class Monitor(Run):
         agent starts get the agent's first CPUs back (``procs.spawn``)."""
         away_from_probes(self.exp, [t for t in self.lab.lab_tids().get("lab: agent", []) if t])
 
-    def period(self, pr: Any, probe: ProbeModel, dur_ns: int) -> None:
+    def period(self, pr: PhaseRun, probe: ProbeModel, dur_ns: int) -> None:
         self.period_no += 1
         n = self.period_no
         key = f"{probe.name}-{n:07d}"
