@@ -147,6 +147,17 @@ def _identity(wheel: Path) -> str:
     return h.hexdigest()[:16]
 
 
+
+def build_env() -> dict[str, str]:
+    """The Rust build's environment as the Makefile sets it: zstd from the
+    system's libzstd when pkg-config finds it. Built otherwise, zstd-sys
+    would see its setting change, compile its bundled copy (a minute here),
+    and the next ``make`` would build it again the other way."""
+    env = dict(os.environ)
+    if shutil.which("pkg-config") and subprocess.run(["pkg-config", "--exists", "libzstd"], capture_output=True).returncode == 0:
+        env["ZSTD_SYS_USE_PKG_CONFIG"] = "1"
+    return env
+
 def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
     """The tar every host receives (built under ``~/.cache/loopscope/``)."""
     src = source_tree()
@@ -173,7 +184,10 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
         if exe is None:
             raise ProvisionError(f"maturin is not installed ({maturin} is missing): make install builds it")
         say("building the loopscope wheel (maturin build --release) …")
-        r = subprocess.run([exe, "build", "--release", "--quiet", "-o", str(built), "-i", sys.executable], cwd=src, capture_output=True, text=True, timeout=1800)
+        # (linked to the system's libzstd.so.1, which every host with a Linux
+        # package manager has: the wheel is not repaired to carry its own copy)
+        r = subprocess.run([exe, "build", "--release", "--quiet", "--auditwheel", "warn", "-o", str(built), "-i", sys.executable], cwd=src, capture_output=True,
+                           text=True, timeout=1800, env=build_env())
         if r.returncode != 0:
             raise ProvisionError(f"maturin build failed: {r.stderr.strip()[-800:]}")
         found = sorted(built.glob("loopscope-*.whl"))
