@@ -44,18 +44,11 @@ from pydantic import ValidationError
 from loopscope import protocol as P
 from loopscope.host import cpulimit, procs, provenance
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
+from loopscope.agent.commands import Failure, last_json, load_argvs, probe_argv, probe_env, proc_cpu_s, read_line, tune_threads
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.lineage import die_with_parent
 from loopscope.rundir import LoadReport
 from loopscope.selfname import load_comm, set_comm
-
-
-class Failure(RunError):
-    """A component failed; ``detail`` says which, with command and output."""
-
-    def __init__(self, component: str, detail: str) -> None:
-        super().__init__(detail, component=component)
-        self.detail = detail
 
 
 class Terminated(Stopped):
@@ -64,52 +57,6 @@ class Terminated(Stopped):
 
 def _on_term(signum: int, frame: object) -> None:
     raise Terminated(signal.Signals(signum).name)
-
-
-def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
-    """The command line that runs probe ``p`` (a dumped probe spec, or a
-    helper's: a pipeline stage, an echo server, a clock-sync probe), as its
-    kind says (``loopscope.kinds``)."""
-    from loopscope.kinds import KINDS  # at the first probe, not at start: a fleet's agents start side by side
-
-    argv = KINDS.argv(p, duration_ns, trace, scratch, calibrate)
-    if argv is None:
-        raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
-    return argv
-
-
-def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
-    """One command line per worker process of load ``ld`` (a dumped load spec)."""
-    level = ld["level"]
-    percent = isinstance(level, str) and level.endswith("%")
-    n = len(os.sched_getaffinity(0)) if percent else int(level)
-    if ld["kind"] == "command":
-        return [list(ld["command"])] * n
-    if ld["kind"] == "sink":
-        # The receiving end of a network load sent to this host.
-        # Its trace goes to the scratch directory (removed with the run's
-        # scratch), never to the runs/ folder of the directory it was started in.
-        a = [sys.executable, "-m", "loopscope.cli", "probe", "recv", "--bind", ld["bind"], "--trace", str(scratch / f"{ld['name']}.lstrace")]
-        return [a + (["--tcp"] if ld["protocol"] == "tcp" else ["--no-packet-records", "--rcvbuf-mib", "8"])]
-    a = [sys.executable, "-m", "loopscope.loads.worker", ld["kind"]]
-    if percent:
-        a += ["--duty", str(float(level[:-1]) / 100)]
-    if ld["kind"] in ("io", "mix"):
-        a += ["--dir", ld.get("dir") or str(scratch / ld["name"])]
-    if ld["kind"] == "io" and ld.get("fsync"):
-        a.append("--fsync")
-    if ld["kind"] == "memory":
-        a += ["--count", str(ld["count"])]
-    if ld["kind"] == "net":
-        a += ["--protocol", ld["protocol"], "--size", str(ld["size"])]
-        if ld["rate"] != "unlimited":
-            from loopscope.units import parse_rate
-
-            v, unit = parse_rate(ld["rate"])
-            a += ["--rate-bps", str(v if unit == "bps" else v * ld["size"] * 8)]
-        if ld.get("dest"):
-            a += ["--dest", ld["dest"]]
-    return [a] * n
 
 
 class Agent:
@@ -174,7 +121,7 @@ class Agent:
         self._check_loads("while starting")
         for ld, st in zip(m.loads, started):
             if ld.get("cpus") or ld.get("sched"):
-                st.tuned = _tune_threads(ld, procs.threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
+                st.tuned = tune_threads(ld, procs.threads_of(Path(st.cgroup) if st.cgroup else None, st.pids))
             if ld.get("limit"):
                 self._limit_load(ld["name"], float(ld["limit"]["cpus"]), st)
         return P.LoadsStarted(loads=started)
@@ -210,7 +157,7 @@ class Agent:
         argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir), calibrate)
         group = self.group.child(f"probes/{p['name']}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, _probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
+        child = procs.spawn(p["name"], "probe", argv, step / f"{p['name']}.log", group, probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
         self.probe = child
         timeout = m.duration_ns / 1e9 + m.timeout_slack_s
         try:
@@ -254,10 +201,10 @@ class Agent:
         argv = probe_argv(p, m.duration_ns, trace, Path(m.scratch_dir))
         group = self.group.child(f"probes/{name}") if self.group else None
         t0 = time.monotonic_ns()
-        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, _probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
+        child = procs.spawn(name, "probe", argv, step / f"{name}.log", group, probe_env(self.run_id, p["kind"], self.probe_env), stdout_pipe=True)
         self.running[name] = (child, step, t0, False)
         if m.wait_ready:
-            line = _read_line(child, m.ready_timeout_s)
+            line = read_line(child, m.ready_timeout_s)
             if line != "ready":
                 child.popen.kill()
                 child.popen.wait()
@@ -400,7 +347,7 @@ class Agent:
                 if k.popen.poll() is not None:
                     early.append((name, k))
         for name, kids in list(self.loads.items()):
-            proc_cpu = sum(_proc_cpu_s(k.pid) for k in kids)
+            proc_cpu = sum(proc_cpu_s(k.pid) for k in kids)
             group = kids[0].group if kids else None
             # Every thread of the load, so attribution can name it whatever the program calls itself.
             tids = procs.threads_of(group, [k.pid for k in kids])
@@ -416,7 +363,7 @@ class Agent:
             if group:
                 RunGroup.remove(group)
             self._unlimit()
-            works = [_last_json(k.log) for k in kids]
+            works = [last_json(k.log) for k in kids]
             report.append(LoadReport(
                 name=name, tids=tids, cpus=sorted(allowed), workers=len(kids), exit=[procs.exit_text(k.popen.returncode) for k in kids],
                 cpu_s=usec / 1e6 if usec is not None else proc_cpu,
@@ -527,17 +474,6 @@ class Agent:
         return reply.model_dump(mode="json", exclude_unset=True)
 
 
-def _probe_env(run_id: str, kind: str, session: dict[str, str]) -> dict[str, str]:
-    """A probe process's environment: the session's settings (``Hello.probe_env``),
-    and its kind's name for itself (clock-sync probes: ls-sync), else
-    ``ls-probe``, the name of a probe's own main thread (start-up, waiting,
-    writing its results; its measuring threads name themselves). Attribution
-    calls it ``lab: probe``."""
-    from loopscope.kinds import KINDS
-
-    return procs.child_env(run_id, {**session, "LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
-
-
 class Requests:
     """The controller's requests, a line at a time, read straight from the
     descriptor (no hidden buffer), so ``watch`` can sleep on it and know
@@ -564,70 +500,7 @@ class Requests:
         return line.decode(errors="replace")
 
 
-def _read_line(child: procs.Child, timeout: float) -> str:
-    """The first line a probe prints ('' if it exits or stays silent)."""
-    import select
-
-    assert child.popen.stdout is not None
-    fd = child.popen.stdout.fileno()
-    end = time.monotonic() + timeout
-    buf = b""
-    while not buf.endswith(b"\n"):
-        r, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-        if not r:
-            break
-        b = os.read(fd, 1)
-        if not b:
-            child.popen.wait()
-            break
-        buf += b
-    return buf.decode(errors="replace").strip()
-
-
-def _proc_cpu_s(pid: int) -> float:
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def _last_json(log: Path) -> dict[str, Any] | None:
-    for line in reversed(procs.tail(log, 50)):
-        if line.startswith("{"):
-            try:
-                got = json.loads(line)
-            except json.JSONDecodeError:
-                return None
-            return got if isinstance(got, dict) else None
-    return None
-
-
 _STARTED_NS = time.monotonic_ns()
-
-
-POLICIES = {"fifo": os.SCHED_FIFO, "rr": os.SCHED_RR, "other": os.SCHED_OTHER}
-
-
-def _tune_threads(ld: dict[str, Any], tids: list[int]) -> dict[str, Any]:
-    """A phase's placement and scheduling tunings on every thread of a load
-    (after its start, so they override what the program set for itself)."""
-    done, failed = 0, []
-    for tid in tids:
-        try:
-            if ld.get("cpus"):
-                os.sched_setaffinity(tid, ld["cpus"])
-            if ld.get("sched"):
-                pol = ld["sched"]["policy"]
-                os.sched_setscheduler(tid, POLICIES[pol], os.sched_param(ld["sched"].get("priority") or 0 if pol != "other" else 0))
-            done += 1
-        except ProcessLookupError:
-            pass  # the thread ended meanwhile
-        except OSError as e:
-            failed.append(f"thread {tid}: {e.strerror}")
-    if failed:
-        raise Failure(f"load {ld['name']}", f"the phase's tunings could not be applied to load {ld['name']}: {'; '.join(failed[:3])}")
-    return {"threads": done, "cpus": ld.get("cpus"), "sched": ld.get("sched")}
 
 
 def main() -> int:
