@@ -104,6 +104,19 @@ class Envelope(TypedDict):
     json_format: int
 
 
+class TracedRunJson(TypedDict):
+    """What every traced probe's JSON ends with: how long it ran, whether
+    it was stopped early, its trace with the records kept and lost, and its
+    version stamp (the probes' own JSON types add their measures)."""
+
+    elapsed_ns: int
+    interrupted: bool
+    trace: str | None
+    trace_records: int | None
+    trace_lost_records: int | None
+    version: Envelope
+
+
 def envelope(kind: str) -> Envelope:
     """Version stamp every probe's JSON carries."""
     from loopscope import __version__

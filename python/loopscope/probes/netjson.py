@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from typing_extensions import NotRequired, TypedDict
 
 from loopscope.rundir import HistQuantiles
-from loopscope.probes.common import Envelope
+from loopscope.probes.common import TracedRunJson
 
 if TYPE_CHECKING:
     from loopscope._native import _RecvFlow
@@ -28,7 +28,7 @@ class Spread(TypedDict, total=False):
     ci95: dict[str, list[float | None]]
 
 
-class SendJson(TypedDict):
+class SendJson(TracedRunJson):
     """What ``loopscope probe send --json`` prints."""
 
     sent: int
@@ -49,12 +49,6 @@ class SendJson(TypedDict):
     pattern: str
     workers: int
     scheduled_ns: int
-    elapsed_ns: int
-    interrupted: bool
-    trace: str | None
-    trace_records: int | None
-    trace_lost_records: int | None
-    version: Envelope
 
 
 class Throughput(TypedDict):
@@ -63,7 +57,7 @@ class Throughput(TypedDict):
     cv_per_second: float | None
 
 
-class RecvJson(TypedDict):
+class RecvJson(TracedRunJson):
     """What ``loopscope probe recv --json`` prints: counts, flows, throughput and the delays' histograms."""
 
     packets: int
@@ -82,15 +76,9 @@ class RecvJson(TypedDict):
     delay_ns: dict[str, HistQuantiles]
     bound: str
     receiving_ns: int
-    elapsed_ns: int
-    interrupted: bool
-    trace: str | None
-    trace_records: int | None
-    trace_lost_records: int | None
-    version: Envelope
 
 
-class RrJson(TypedDict):
+class RrJson(TracedRunJson):
     """What ``loopscope probe rr --json`` prints: the round trip and, on one clock, both legs."""
 
     sent: int
@@ -109,12 +97,6 @@ class RrJson(TypedDict):
     requested_pps: float
     dest: str
     transport: str
-    elapsed_ns: int
-    interrupted: bool
-    trace: str | None
-    trace_records: int | None
-    trace_lost_records: int | None
-    version: Envelope
     note: NotRequired[str]
 
 

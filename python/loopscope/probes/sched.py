@@ -20,7 +20,7 @@ import numpy as np
 from loopscope import _native
 from loopscope.stats import LatencySummary, summarize
 from loopscope.errors import InputError
-from loopscope.probes.common import Envelope, envelope, traced
+from loopscope.probes.common import TracedRunJson, envelope, traced
 from loopscope.probes.params import SchedParams, Launch, raise_unfit
 
 
@@ -37,7 +37,7 @@ class LatencyJson(TypedDict, total=False):
     ci95_ns: dict[str, list[float | None]]
 
 
-class SchedJson(TypedDict):
+class SchedJson(TracedRunJson):
     """What ``loopscope probe sched --json`` prints."""
 
     cycles: int
@@ -52,12 +52,6 @@ class SchedJson(TypedDict):
     sleep_ns: int
     work_ns: int
     duration_ns: int
-    elapsed_ns: int
-    interrupted: bool
-    trace: str | None
-    trace_records: int | None
-    trace_lost_records: int | None
-    version: Envelope
 
 
 @dataclass
