@@ -57,7 +57,7 @@ from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
-from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Outlier, Parts, read
+from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Parts, read
 from loopscope.analysis.windows import WINDOWS
 import re
 
@@ -394,26 +394,6 @@ def _why_counts(g: pl.DataFrame) -> list[str]:
             key = re.sub(r"^\d+ kernel events lost inside the window \(CPU [^)]*\)", "kernel events lost inside the window", part)
             counts[key] = counts.get(key, 0) + 1
     return [f"{k} ({n})" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])]
-
-
-def worst(run_dir: Path, probe: str, phase: str, n: int = 5) -> list[Outlier]:
-    """The ``n`` latest outliers of a probe and phase, each with its causes (for the report)."""
-    p = run_dir / "tables" / "attribution.parquet"
-    if not p.exists():
-        return []
-    a = pl.read_parquet(p).filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
-    out: list[Outlier] = []
-    for (rid,), g in a.sort("latency_ns", descending=True).group_by("id", maintain_order=True):
-        g = g.sort("ns", descending=True)
-        out.append({
-            "id": int(rid), "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
-            "span": bool(g["span"][0]) if "span" in g.columns else False,
-            "migrations": int(g["migrations"][0]), "page_faults": int(g["page_faults"][0]), "complete": bool(g["complete"][0]),
-            "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
-        })
-        if len(out) >= n:
-            break
-    return out
 
 
 def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> Found | None:

@@ -137,7 +137,7 @@ class ExplainDoc(TypedDict):
 
 
 class Outlier(TypedDict):
-    """One outlier with its causes, for the report (``explain.worst``)."""
+    """One outlier with its causes, for the report (``SectionInputs.worst``)."""
 
     id: int
     rep: int

@@ -11,7 +11,6 @@ type checker verifies it where the registry is handed down).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from typing_extensions import TypedDict
@@ -19,6 +18,7 @@ from typing_extensions import TypedDict
 import polars as pl
 
 from loopscope.analysis.phases import Measure
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.analysis.steps import Part
 from loopscope.rundir import RunRecord, Step
 
@@ -120,7 +120,7 @@ class KindView(Protocol):
 
     def silent(self, results: list[dict[str, Any]]) -> str: ...
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None: ...
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None: ...
 
 
 class Registry(Protocol):

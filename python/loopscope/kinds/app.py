@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import polars as pl
@@ -17,6 +16,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.analysis.steps import Part
 from loopscope.rundir import HubStep, RunRecord, Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource
@@ -152,11 +152,9 @@ class App(ProbeKind[AppProbe]):
     def windows(self, step: Step, src: WindowSource) -> pl.DataFrame:
         return program_windows(self, step, src)
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
-        from loopscope.report.sections import images
-
-        super().section(sec, tables, comp, present, run_dir)
-        sec.images = images(run_dir, tables, sec.name, present, {self.name: self})
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
+        super().section(sec, tables, comp, present, inputs)
+        sec.images = inputs.images_of(tables.run, sec.name, present, {self.name: self})
 
 
 KIND = App()

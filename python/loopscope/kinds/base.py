@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Columns, Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.analysis.steps import Part
 from loopscope.errors import InputError
 from loopscope.probes.params import Launch, Params
@@ -425,7 +426,7 @@ class ProbeKind(Generic[M]):
         """Per phase, (missed deadlines, deadlines) of each repetition; {} for a kind without deadlines."""
         return {}
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         """Fill its report section (``sec``): charts and tables."""
         from loopscope.report.sections import series_section
 

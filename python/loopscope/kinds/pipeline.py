@@ -19,6 +19,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.probes.params import PipeNodeParams, PipeSinkParams, PipeSourceParams
 from loopscope.rundir import Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
@@ -203,7 +204,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
             out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step.probe} {label} stack ({host})"))
         return pl.concat(out) if out else no_windows()
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         pipeline_section(sec, tables, comp, sec.name, present)
 
 

@@ -5,7 +5,6 @@ built-in probe's. It may use the lab's channels."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import polars as pl
@@ -13,6 +12,7 @@ from pydantic import Field
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Columns, Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.analysis.steps import Part
 from loopscope.rundir import RunRecord, Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WINDOWS, WindowSource, groups, no_windows
@@ -158,11 +158,9 @@ class Program(ProbeKind[ProgramProbe]):
                 f"ended by {', '.join(ends)}. A program that does not log through loopscope is measured from the kernel: "
                 "loopscope probe threads -- COMMAND (docs/threads.md)")
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
-        from loopscope.report.sections import images
-
-        super().section(sec, tables, comp, present, run_dir)
-        sec.images = images(run_dir, tables, sec.name, present, {self.name: self})
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
+        super().section(sec, tables, comp, present, inputs)
+        sec.images = inputs.images_of(tables.run, sec.name, present, {self.name: self})
 
 
 KIND = Program()

@@ -22,7 +22,6 @@ The native loops are ``crates/probes/src/net/rr.rs`` (UDP) and
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
@@ -32,6 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Columns, Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.fields import ENDPOINT
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
@@ -201,7 +201,7 @@ class Rr(ProbeKind[RrProbe]):
                 *(Series(m, f"{label} one-way delay", df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"), scan=False, charts=False)
                   for m, label in (("fwd", there), ("ret", back)))]
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         from loopscope.report import charts
         from loopscope.report.sections import ns
 
@@ -231,7 +231,7 @@ class Rr(ProbeKind[RrProbe]):
             rows.append([ph, f"{len(g):,} of {sent:,}", q("rtt_ns"), q("fwd_ns", "fwd_bound_ns"), q("ret_ns", "ret_bound_ns"), f"{there} {iv[0]} · {back} {iv[1]}"])
         sec.grids.append({"title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
                              "columns": ["phase", "answered", "RTT", there, back, "IPDV"], "rows": rows})
-        super().section(sec, tables, comp, present, run_dir)
+        super().section(sec, tables, comp, present, inputs)
         for measure, label in (("fwd", there), ("ret", back)):
             c = comp.filter(pl.col("measure") == measure)
             if len(c):

@@ -5,7 +5,6 @@ machine (``prepare``), so every phase runs the same work."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Callable, Literal
 
 import polars as pl
@@ -13,6 +12,7 @@ from pydantic import Field
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SchedParams
@@ -69,13 +69,13 @@ class Sched(ProbeKind[SchedProbe]):
         return [Series("wake_delay", "wake-up delay", df.select("rep", "phase", "t_ns", pl.col("wake_delay_ns").alias("value"))),
                 Series("burst", "burst completion time", df.select("rep", "phase", "t_ns", pl.col("burst_ns").alias("value")), scan=False)]
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         cal = tables.run.calibration.get(sec.name)
         if cal:
             from loopscope.report.sections import ns
 
             sec.describe += f" Here the burst is {cal['work_iters']:,} iterations, {ns(cal['alone_ns'])} alone."
-        super().section(sec, tables, comp, present, run_dir)
+        super().section(sec, tables, comp, present, inputs)
 
 
 KIND = Sched()

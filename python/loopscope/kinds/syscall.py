@@ -4,7 +4,6 @@ is ``crates/probes/src/syscall.rs``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Literal
 
 import polars as pl
@@ -12,6 +11,7 @@ from pydantic import Field
 
 from loopscope.analysis.phases import Measure
 from loopscope.analysis.registry import Section, Tables
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SyscallParams
@@ -58,7 +58,7 @@ class Syscall(ProbeKind[SyscallProbe]):
                 out.append(Measure(probe, "syscall", str(call), gc.select("rep", "phase", "loads", pl.col("per_call_ns").alias("value")), ("mean",), 1))
         return out
 
-    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], run_dir: Path | None) -> None:
+    def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         from loopscope.report import charts
         from loopscope.report.sections import cell
 

@@ -23,11 +23,7 @@ from loopscope.rundir import RunDir, RunRecord
 from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
-from loopscope.analysis.explained import ExplainDoc
-from loopscope.timeline import TimelineDoc
-from loopscope.errors import InputError
-from loopscope import timeline
-from loopscope.analysis import explain
+from loopscope.report.derived import derive
 from loopscope.analysis.breakdown import breakdown, by_size
 from loopscope.analysis.chanstats import channel_stats
 from loopscope.analysis.items import items
@@ -124,28 +120,6 @@ def _ratio(x: float) -> str:
     return f"{x:.3f}x" if abs(x - 1) < 0.01 else f"{x:.2f}x"
 
 
-def _timeline(run_dir: Path, notes: list[str]) -> TimelineDoc | None:
-    """The global timeline, built when missing or older than the run."""
-
-    try:
-        return timeline.cached(run_dir)
-    except (OSError, ValueError, InputError, timeline.TimelineError) as e:
-        notes.append(f"the global timeline could not be built: {e}")
-        return None
-
-
-def _explain(run_dir: Path, run: RunRecord, notes: list[str], kinds: Registry) -> ExplainDoc | None:
-    """The outliers' causes, computed when missing or older than the run."""
-
-    if not any(c.data for c in run.captures):
-        return None
-    try:
-        return explain.cached(run_dir, kinds)
-    except (OSError, ValueError, InputError) as e:
-        notes.append(f"the outliers could not be explained: {e}")
-        return None
-
-
 def steady_state(tables: Any, kinds: Registry) -> tuple[Any, list[str]]:
     """The tables with a warm-up the detector finds at the start of a series
     left out (each kind says which series), and a note for each."""
@@ -238,16 +212,11 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect:
                          "its figures are what it measured until then")
     if tables.run.status != "completed":
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
-    # write the tables (the timeline and explain below read them)
-    out = run_dir / "tables"
-    tables.write(out, {"comparisons": comp})
-    tl = None
-    if tables.run.clocksync:
-        progress.step("report: the global timeline")
-        tl = _timeline(run_dir, notes)
-    ex = _explain(run_dir, tables.run, notes, kinds)
-    # render
+    # write the tables (the timeline and explain read them), then load what they derive
+    tables.write(run_dir / "tables", {"comparisons": comp})
+    derived = derive(run_dir, tables.run, kinds, notes)
+    # render: from values, no file read
     progress.step("report: rendering")
     html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes, kinds, run_dir, tl, ex))
+    html.write_text(render(tables, comp, phase_order, notes, kinds, derived))
     return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes, kinds=kinds)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as _dt
 from pathlib import Path
-from typing import Any
 
 import jinja2
 import polars as pl
@@ -19,10 +18,11 @@ from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, open
 from loopscope.timeline import TimelineDoc
 from loopscope.rundir import ClockDiscipline, ClockSyncRecord, Provenance
 from loopscope.report.tables import EmulatorView, RunTables
-from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, FilesInfo, HostRow, ItemRow, LoadRow,
+from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, HostRow, ItemRow, LoadRow,
                                    OutlierRow, PhaseOutliers, ShareRow, SweepBlock, Why, WhyProbe, WhyRow)
 from loopscope import __version__
-from loopscope.analysis.explain import worst
+from loopscope.analysis.inputs import SectionInputs
+from loopscope.report.derived import Derived
 from loopscope.report.charts import cause_bars
 from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
 from loopscope.analysis import sweeps
@@ -119,7 +119,7 @@ def _signed(x: float) -> str:
     return ("+" if x >= 0 else "−") + _ns(abs(x))
 
 
-def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None) -> tuple[list[ClockRow], str | None, list[str]]:
+def _clocks(tl: TimelineDoc | None, clock_series: pl.DataFrame | None, prov: Provenance | None = None) -> tuple[list[ClockRow], str | None, list[str]]:
     """Rows of the Clocks section, its chart, and what went wrong."""
 
     clock = tl.get("clock") if tl else None
@@ -157,18 +157,11 @@ def _clocks(run_dir: Any, tl: TimelineDoc | None, prov: Provenance | None = None
     for c in (tl.get("checks") or {}).get("pipeline") or []:
         if c.get("negative_beyond_bound"):
             problems.append(f"{c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}, rep {c['rep']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
-    chart = None
-    path = Path(run_dir) / "tables" / "clock.parquet"
-    if path.exists():
-        from loopscope.report.charts import clock_chart
-
-        s = pl.read_parquet(path)
-        if len(s):
-            chart = clock_chart(s)
+    chart = charts.clock_chart(clock_series) if clock_series is not None and len(clock_series) else None
     return rows, chart, problems
 
 
-def _why(run_dir: Any, ex: ExplainDoc | None) -> Why | None:
+def _why(ex: ExplainDoc | None, inputs: SectionInputs) -> Why | None:
     """The Why section: per probe, its phases' top causes, a chart, the worst outliers."""
     if not ex:
         return None
@@ -208,7 +201,7 @@ def _why(run_dir: Any, ex: ExplainDoc | None) -> Why | None:
         outliers: list[PhaseOutliers] = []
         for g in groups:
             ws: list[OutlierRow] = []
-            for w in worst(Path(run_dir), probe, g["phase"], 20):
+            for w in inputs.worst(probe, g["phase"], 20):
                 ws.append({
                     "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
                     "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),
@@ -236,12 +229,12 @@ def _lost_where(c: CaptureSummary) -> str:
     return f" in {c['lost_windows']} windows (from the capture's start: {spans}{more}; outliers overlapping one are marked incomplete)"
 
 
-def _breakdown(run_dir: Any, tables: RunTables) -> list[Breakdown]:
+def _breakdown(tables: RunTables) -> list[Breakdown]:
     """Per program/app probe whose threads used channels: each thread's time
     split into application, blocking, runtime and messaging, per phase."""
 
     b = tables.breakdown
-    if run_dir is None or not len(b):
+    if not len(b):
         return []
     out: list[Breakdown] = []
     phases = [p["name"] for p in tables.spec.get("phases") or []]
@@ -261,14 +254,14 @@ def _breakdown(run_dir: Any, tables: RunTables) -> list[Breakdown]:
                 label = f"{proc + ' · ' if proc else ''}{thread} · {ph}"
                 bars.append((label, share))
                 rows.append({"label": label, "total": _ns(total), "cells": [f"{share[c] * 100:.1f} %" for c in CATEGORIES]})
-        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows, "per_item": _items(Path(run_dir), tables, str(probe), phases),
-                    "per_size": _per_size(Path(run_dir), tables, str(probe), phases), "size_categories": CALL_CATEGORIES,
-                    "channels": _chan_counts(Path(run_dir), tables, str(probe), phases),
+        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows, "per_item": _items(tables, str(probe), phases),
+                    "per_size": _per_size(tables, str(probe), phases), "size_categories": CALL_CATEGORIES,
+                    "channels": _chan_counts(tables, str(probe), phases),
                     "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time")})
     return out
 
 
-def _items(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[ItemRow]:
+def _items(tables: RunTables, probe: str, phases: list[str]) -> list[ItemRow]:
     """Per channel and phase: an item's put, network and delivery times (p50 / p99)."""
     it = tables.items
     if not len(it):
@@ -302,7 +295,7 @@ def _bytes(n: float) -> str:
     return f"{n:g} B"
 
 
-def _per_size(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[CallSizeRow]:
+def _per_size(tables: RunTables, probe: str, phases: list[str]) -> list[CallSizeRow]:
     """Per process, channel, call and item size: a call's mean time and its layers."""
     from loopscope.analysis.breakdown import CALL_CATEGORIES
 
@@ -325,7 +318,7 @@ def _per_size(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -
     return out
 
 
-def _chan_counts(run_dir: Path, tables: RunTables, probe: str, phases: list[str]) -> list[ChannelCountRow]:
+def _chan_counts(tables: RunTables, probe: str, phases: list[str]) -> list[ChannelCountRow]:
     """The declared channels' counts per phase: what went in, came out, was lost."""
     c = tables.channels
     if not len(c):
@@ -423,7 +416,8 @@ def _loads(loads: pl.DataFrame) -> tuple[list[LoadRow], str | None]:
     return rows, charts.load_bars(loads)
 
 
-def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, run_dir: Any = None, tl: TimelineDoc | None = None, ex: ExplainDoc | None = None) -> str:
+def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, derived: Derived) -> str:
+    """The page, from values: the tables, the comparisons and what analysis derived (it reads no file)."""
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     t = env.get_template("report.html.j2")
     run = tables.run
@@ -436,12 +430,13 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
         dur = f"{d.total_seconds():.0f} s"
     load_rows, load_chart = _loads(tables.loads)
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
-    clock_rows, clock_chart, clock_problems = _clocks(run_dir, tl, tables.provenance)
+    tl = derived.timeline
+    clock_rows, clock_chart, clock_problems = _clocks(tl, derived.clock, tables.provenance)
     return t.render(
         css=(HERE / "page.css").read_text(),
         sweeps=_sweeps(tables, kinds),
-        breakdown=_breakdown(run_dir, tables),
-        why=_why(run_dir, ex),
+        breakdown=_breakdown(tables),
+        why=_why(derived.explain, derived.inputs),
         clocks=clock_rows,
         clock_chart=clock_chart,
         clock_problems=clock_problems,
@@ -455,7 +450,7 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
         phases=[{"name": p["name"], "loads": ", ".join(p["loads"]) or "none"} for p in spec.get("phases") or []],
         notes=notes,
         findings=_findings(comp, labels(kinds)),
-        sections=probe_sections(tables, comp, phases, run_dir, kinds),
+        sections=probe_sections(tables, comp, phases, derived.inputs, kinds),
         loads=load_rows,
         load_chart=load_chart,
         provenance=_provenance(tables.provenance),
@@ -469,15 +464,5 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
         generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
         baseline=baseline_of([p for p in phases if p in set(comp["phase"].to_list())] or phases or ["baseline"]),
         min_effect=min_effect_of(comp),
-        files=_files(run_dir),
+        files=derived.files,
     )
-
-
-def _files(run_dir: Any) -> FilesInfo:
-    """What the run directory holds, as the Files section lists it: the tables
-    written, and where the traces are (per host, per step)."""
-    if run_dir is None:
-        return {"tables": [], "hosts": False}
-    d = Path(run_dir)
-    return {"tables": sorted(p.name for p in (d / "tables").glob("*.parquet")), "hosts": (d / "hosts").is_dir(),
-            "kernel": any(d.glob("hosts/*/kernel")), "netem": (d / "netem").is_dir()}

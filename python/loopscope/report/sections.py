@@ -12,7 +12,6 @@ imports them.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -20,11 +19,9 @@ import polars as pl
 from loopscope.report import charts
 from loopscope.units import format_ns
 from loopscope.analysis.registry import MetricCell, MetricsRow, MetricsTable, Registry, Section, Tables
-from loopscope.analysis.steps import Kinds as StepKinds
 from loopscope.analysis.detectors import detect
 from loopscope.analysis.explain import causes_in
-import base64
-from loopscope.analysis.steps import program_parts
+from loopscope.analysis.inputs import SectionInputs
 from loopscope.stats import MIN_EFFECT
 
 
@@ -129,41 +126,7 @@ def detected(series: list[Any], att: pl.DataFrame | None = None) -> list[str]:
     return out
 
 
-def attribution_of(run_dir: Any, probe: str) -> pl.DataFrame | None:
-    """The explained outliers of a probe (its own and its intervals', named
-    ``<probe> <interval>``) from RUN/tables/attribution.parquet, if any."""
-    if run_dir is None:
-        return None
-    p = Path(run_dir) / "tables" / "attribution.parquet"
-    if not p.exists():
-        return None
-    a = pl.read_parquet(p, columns=["rep", "phase", "probe", "id", "t_ns", "cause", "ns"])
-    return a.filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
-
-
-def images(run_dir: Any, tables: Tables, probe: str, phases: list[str], kinds: StepKinds, per_phase: int = 3) -> list[dict[str, str | int]]:
-    """Images a program or app left next to its trace (``<trace>-frames/*.png``),
-    a few per phase, inlined."""
-
-
-    if run_dir is None:
-        return []
-    out: list[dict[str, str | int]] = []
-    for ph in phases:
-        n = 0
-        for st in tables.run.steps:
-            if st.probe != probe or st.phase != ph:
-                continue
-            for part in program_parts(st, tables.run, kinds):
-                d = Path(run_dir) / part.trace.removesuffix(".lstrace")
-                d = d.with_name(d.name + "-frames")
-                for f in sorted(d.glob("*.png"))[:per_phase - n] if d.is_dir() else []:
-                    out.append({"phase": ph, "rep": st.rep, "name": f"{part.name or probe}: {f.stem}", "src": "data:image/png;base64," + base64.b64encode(f.read_bytes()).decode()})
-                    n += 1
-    return out
-
-
-def probe_sections(tables: Tables, comp: pl.DataFrame, phases: list[str], run_dir: Any, kinds: Registry) -> list[Section]:
+def probe_sections(tables: Tables, comp: pl.DataFrame, phases: list[str], inputs: SectionInputs, kinds: Registry) -> list[Section]:
     """One section per compared probe, each filled by its kind."""
     out = []
     for probe in comp["probe"].unique(maintain_order=True).to_list():
@@ -172,9 +135,9 @@ def probe_sections(tables: Tables, comp: pl.DataFrame, phases: list[str], run_di
         if kind is None:  # an app's intervals carry the kind "app", a known kind
             continue
         sec = Section(name=probe, kind=kind.name, describe=kind.describe)
-        sec.detected = detected([s for s in kind.series(tables, probe) if s.scan], attribution_of(run_dir, probe))
+        sec.detected = detected([s for s in kind.series(tables, probe) if s.scan], inputs.attribution_of(probe))
         present = [p for p in phases if p in set(c["phase"].to_list())]
-        kind.section(sec, tables, c, present, run_dir)
+        kind.section(sec, tables, c, present, inputs)
         out.append(sec)
     return out
 
