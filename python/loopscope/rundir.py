@@ -18,16 +18,19 @@ are kept as they are.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
 from loopscope.errors import InputError
+
+T = TypeVar("T")
 
 #: the run record's format: 2 added ``format`` itself; 1 is every run before it
 RUN_FORMAT = 2
@@ -648,6 +651,41 @@ class Identity:
         )
 
 
+#: within ``read_once()``: each run document parsed once, keyed by path, size and mtime
+_read: dict[tuple[str, int, int], Any] | None = None
+
+
+@contextlib.contextmanager
+def read_once() -> Iterator[None]:
+    """Within: run.json, spec.json and provenance.json are each parsed once and
+    shared (the report's load, its timeline and explain read the same run).
+    What they return is shared, so it is read-only there; a file that
+    changes is read again."""
+    global _read
+    outer = _read
+    if outer is None:
+        _read = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _read = None
+
+
+def _once(path: Path, parse: Callable[[], T]) -> T:
+    if _read is None:
+        return parse()
+    try:
+        st = path.stat()
+    except OSError:
+        return parse()
+    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    if key not in _read:
+        _read[key] = parse()
+    got: T = _read[key]
+    return got
+
+
 @dataclass(frozen=True)
 class RunDir:
     path: Path
@@ -677,6 +715,13 @@ class RunDir:
 
     def record(self) -> RunRecord:
         """The run record, checked; InputError naming the file when it is damaged or newer than this version reads."""
+        return _once(self.run_json, self._record)
+
+    def spec(self) -> dict[str, Any]:
+        """The experiment as run (spec.json); {} when the run has none."""
+        return _once(self.spec_json, lambda: json.loads(self.spec_json.read_text()) if self.spec_json.exists() else {})
+
+    def _record(self) -> RunRecord:
         try:
             data = json.loads(self.run_json.read_text())
         except (OSError, json.JSONDecodeError) as e:
@@ -693,6 +738,9 @@ class RunDir:
 
     def provenance(self) -> Provenance:
         """provenance.json, checked (an empty one when the run has none); InputError naming the file when it is damaged."""
+        return _once(self.provenance_json, self._provenance)
+
+    def _provenance(self) -> Provenance:
         try:
             data = json.loads(self.provenance_json.read_text())
         except FileNotFoundError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -104,6 +105,23 @@ def test_the_report_reads_each_trace_of_the_run_once(run_dir: Path) -> None:
     rep = build(run_dir, KINDS)
     assert rep.traces_read == len({s["trace"] for s in steps})
     assert json.loads((run_dir / "report.json").read_text())["traces_read"] == rep.traces_read
+
+
+def test_a_fresh_report_parses_the_run_record_spec_and_provenance_once_though_explain_reads_them_too(run_dir: Path, tmp_path: Path,
+                                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    fresh = tmp_path / "fresh"
+    shutil.copytree(run_dir, fresh, ignore=shutil.ignore_patterns("tables", "report.*", "explain*"))
+    read: list[str] = []
+    text = Path.read_text
+
+    def counted(self: Path, *a: Any, **k: Any) -> str:
+        read.append(self.name)
+        return text(self, *a, **k)
+
+    monkeypatch.setattr(Path, "read_text", counted)
+    assert build(fresh, KINDS).html.exists()
+    assert (fresh / "tables" / "attribution.parquet").exists()  # explain ran, and read the run too
+    assert {n: read.count(n) for n in ("run.json", "spec.json", "provenance.json")} == {"run.json": 1, "spec.json": 1, "provenance.json": 1}
 
 
 def test_a_run_recorded_before_run_formats_still_opens(run_dir: Path, tmp_path: Path) -> None:

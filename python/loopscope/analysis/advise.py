@@ -13,7 +13,6 @@ run's own comparisons show whether the remedy helped (``docs/compare.md``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -59,7 +58,7 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
     """The advice rows, and per advised phase the tunings a remedy phase applies.
     ``models``: probe kind → its spec model (what fields a probe takes)."""
     rd = RunDir.open(run_dir)
-    spec = json.loads(rd.spec_json.read_text())
+    spec = rd.spec()
     first = next(iter(rd.provenance().hosts.values()), None)
 
     usable = list((first.cpu.usable_cpus if first is not None and first.cpu is not None else None) or sorted(os.sched_getaffinity(0)))
@@ -117,7 +116,7 @@ def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, Any]:
     rd = RunDir.open(run_dir)
     if not tunings:
         raise InputError(f"{run_dir}: no cause found has a remedy a phase can apply at run time; the table above says what to change by hand")
-    full = json.loads(rd.spec_json.read_text())
+    full = rd.spec()
     own = rd.path / "spec.yaml"
     spec = yaml.safe_load(own.read_text()) if own.exists() else None
     if not isinstance(spec, dict):

@@ -36,7 +36,6 @@ Results:
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -186,8 +185,7 @@ class RunSource:
 
     def __init__(self, run_dir: Path, run: RunRecord, kernels: dict[str, int]) -> None:
         self.run_dir, self.run = run_dir, run
-        p = run_dir / "spec.json"
-        self.spec: dict[str, Any] = json.loads(p.read_text()) if p.exists() else {}
+        self.spec: dict[str, Any] = RunDir(run_dir).spec()
         self._kernels = kernels
         # a step's traces read once (a pipeline's sink trace serves its messages, its stage and its calibration)
         self._traces: dict[str, tuple[pl.DataFrame, Any] | None] = {}
@@ -314,7 +312,7 @@ def _slow_references(run_dir: Path, wins: pl.DataFrame) -> pl.DataFrame:
     """Each probe and phase's reference for ``slowed: no kernel event``: the
     phases in the run's order, each compared with its ``compare_with``."""
     try:
-        spec = json.loads(RunDir(run_dir).spec_json.read_text())
+        spec = RunDir(run_dir).spec()
     except (OSError, ValueError):
         spec = {}
     phases = [p["name"] for p in spec.get("phases") or [] if p.get("name")]

@@ -19,6 +19,7 @@ from typing import Any
 import polars as pl
 
 from loopscope import progress
+from loopscope import rundir
 from loopscope.rundir import RunDir, RunRecord
 from loopscope.trace.files import Files
 from loopscope.units import format_ns
@@ -167,7 +168,7 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True, min_effect: 
     t0 = time.perf_counter()
     run_dir = RunDir.open(run_dir).path
     opened = reader.opened
-    with reader.shared() if share_reads else contextlib.nullcontext():
+    with reader.shared() if share_reads else contextlib.nullcontext(), rundir.read_once() if share_reads else contextlib.nullcontext():
         rep = _build(run_dir, kinds, Files(run_dir), t0, min_effect)
     rep.traces_read = reader.opened - opened
     (run_dir / "report.json").write_text(json.dumps(rep.to_json(), indent=1, default=str) + "\n")

@@ -141,7 +141,7 @@ def load_run(run_dir: Path, kinds: Registry, traces: Files | None = None) -> Run
     """Read a run's steps into tables, each step's rows made by its kind."""
     rd = RunDir(run_dir)
     run = rd.record()
-    spec = json.loads(rd.spec_json.read_text())
+    spec = rd.spec()
     prov = rd.provenance()
     files = StepFiles(run, traces if traces is not None else Files(run_dir))
     frames: dict[str, list[pl.DataFrame]] = {}
