@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -49,9 +50,42 @@ def cli(tmp_path: Path) -> Cli:
     def run(*args: str, timeout: float = 120, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         e = dict(os.environ)
         e.update(env or {})
-        return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp_path, env=e)
+        r = subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd or tmp_path, env=e)
+        if "--json" in args and r.returncode == 0:
+            _printed_as_declared(list(args), r.stdout)
+        return r
 
     return run
+
+
+def _printed_as_declared(args: list[str], stdout: str) -> None:
+    """What a command printed with --json has no key its declared type
+    (``cli.base.prints``) lacks: every test that runs one checks the declaration."""
+    import click
+
+    from loopscope.cli import cli as root
+    from loopscope.cli.base import JSON_TYPES
+    from tests.jsonkeys import undeclared
+    from tests.jsonref import resolve
+
+    cmd: click.Command = root
+    for a in args:
+        if not isinstance(cmd, click.Group) or a not in cmd.commands:
+            break
+        cmd = cmd.commands[a]
+    f = cmd.callback
+    ref = JSON_TYPES.get(f"{f.__module__}:{f.__qualname__}") if f is not None else None
+    if ref is None:
+        return
+    try:
+        printed = json.loads(stdout)
+    except ValueError:
+        lines = [ln for ln in stdout.splitlines() if ln.startswith("{") and ln.endswith("}")]
+        if not lines:
+            return
+        printed = json.loads(lines[-1])
+    extra = undeclared(printed, resolve(ref))
+    assert not extra, f"loopscope {' '.join(args)} printed keys its declared type {ref} lacks (declare them, then python -m tests.jsonref): {extra}"
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from typing import Any, TypedDict
 
 # netem.json keeps the emulator's interfaces as the binding gives them: one declaration
 from loopscope.rundir import PortCounts
+from loopscope.nativetypes import RecvFlow as _RecvFlow, SyncProbeCounts as _SyncProbe, SyncServeCounts as _SyncServe
 
 # The probes' results as the binding builds them (crates/py/src/probes.rs
 # from crates/probes' result structs): private names, not in the module.
@@ -242,18 +243,6 @@ def net_recv(
     max_size: int = 65536,
 ) -> _RecvRun: ...
 
-class _RecvFlow(TypedDict):
-    """One flow's sequence accounting at the receiver."""
-    flow: int
-    first_seq: int
-    max_seq: int
-    received: int
-    unique: int
-    duplicates: int
-    reordered: int
-    beyond_window: int
-    lost: int
-
 class _RecvRun(TypedDict):
     """A receive run: counts, flows, per-second totals and the delay histograms."""
     bound: str
@@ -282,6 +271,7 @@ class _RecvRun(TypedDict):
     interarrival_sumsq: float
     elapsed_ns: int
     interrupted: bool
+
 
 class _EchoRun(TypedDict):
     """The echo server's counts when it stops."""
@@ -353,29 +343,7 @@ def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None 
 def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> _PipeSource: ...
 def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> _PipeNode: ...
 def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> _PipeSink: ...
-class _SyncServe(TypedDict):
-    """The clock-sync responder's counts."""
-    received: int
-    answered: int
-    malformed: int
-    send_errors: int
-    no_tx_stamp: int
-    no_rx_stamp: int
-    elapsed_ns: int
-    interrupted: bool
 
-class _SyncProbe(TypedDict):
-    """The clock-sync initiator's counts."""
-    pairs: int
-    sent: int
-    answered: int
-    lost: int
-    send_errors: int
-    no_tx_stamp: int
-    malformed: int
-    min_rtt_ns: int | None
-    elapsed_ns: int
-    interrupted: bool
 
 def sync_serve(bind: str, ready_fd: int | None = None) -> _SyncServe: ...
 def sync_probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None = None, grace_ns: int = 200_000_000) -> _SyncProbe: ...

@@ -42,6 +42,13 @@ class Advice(TypedDict):
     runtime: bool
 
 
+class AdviseJson(TypedDict):
+    """What ``loopscope advise --json`` prints: the rows, and the follow-up experiment written (None: no remedy a phase can apply)."""
+
+    advice: list[Advice]
+    follow_up: str | None
+
+
 #: per advised phase, the tunings its remedy phase applies
 Remedies = dict[str, list[Tuning]]
 

@@ -81,7 +81,23 @@ class CompareError(InputError, ValueError):
 
 
 #: one comparison row as ``loopscope compare --json`` prints it (NaN and inf as null)
-RowJson = dict[str, str | float | bool | list[float] | None]
+class RowJson(TypedDict):
+    """One row of ``compare --json``: a run's metric against the baseline run's."""
+
+    run: str
+    probe: str
+    phase: str
+    measure: str
+    metric: str
+    baseline: float | None
+    value: float | None
+    ratio: float | None
+    ci95: list[float] | None
+    significant: bool
+    p_holm: float | None
+    within_run: bool
+    unit: str
+    pooled: str
 
 
 class CriterionResult(TypedDict):
@@ -102,6 +118,26 @@ class Differences(TypedDict):
 
     facts: dict[str, dict[str, object]]
     spec_diff: dict[str, str]
+
+
+class RunRef(TypedDict):
+    """One compared run, as ``compare --json`` names it."""
+
+    label: str
+    path: str
+    reps: int
+    baseline: bool
+
+
+class CompareJson(TypedDict):
+    """What ``loopscope compare --json`` prints."""
+
+    runs: list[RunRef]
+    min_effect: float
+    rows: list[RowJson]
+    criteria: list[CriterionResult]
+    outcome: str | None
+    differences: Differences
 
 
 @dataclass

@@ -5,11 +5,30 @@ from __future__ import annotations
 import datetime as _dt
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import click
 
 from loopscope.units import parse_duration_ns
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: each ``--json`` command's declared output type (a TypedDict, a pydantic
+#: model or a dataclass) as ``module:Name``, by its function (named, not
+#: imported: the command line starts without the analysis modules);
+#: tests/test_json_docs.py checks that every command with ``--json`` declares
+#: one and that docs/ names every key
+JSON_TYPES: dict[str, str] = {}
+
+
+def prints(declared: str) -> Callable[[F], F]:
+    """Declare what a command prints with ``--json`` (``module:Name``; under ``@cli.command``, over the function)."""
+
+    def mark(f: F) -> F:
+        JSON_TYPES[f"{f.__module__}:{f.__qualname__}"] = declared
+        return f
+
+    return mark
 
 
 class Duration(click.ParamType[int, Any]):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -21,6 +21,7 @@ def bench() -> None:
 @click.option("--quick", is_flag=True, help="Short runs (seconds, not minutes): for smoke tests, not for figures.")
 @click.option("--write-seconds", type=float, default=None, help="Length of the sustained-write test [30, quick: 2].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where to write the benchmark traces [a temporary directory].")
+@prints("loopscope.bench.trace:TraceBench")
 def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir: str | None) -> int:
     """Cost per event (C, Rust, Python, two threads, disabled) against the raw floor and LTTng-UST.
 
@@ -39,6 +40,7 @@ def bench_trace(as_json: bool, quick: bool, write_seconds: float | None, workdir
 @click.option("--interval-us", type=click.IntRange(min=1), default=1000, show_default=True, help="Wake-up period of both tools, in µs.")
 @click.option("--duration", type=Duration(), default="10s", show_default=True, help="Length of each run.")
 @click.option("--runs", type=click.IntRange(min=1), default=3, show_default=True, help="Runs of each tool, alternating.")
+@prints("loopscope.bench.timer:TimerBench")
 def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> int:
     """The timer probe against cyclictest -m -i N, alternating runs.
 
@@ -56,6 +58,7 @@ def bench_timer(as_json: bool, interval_us: int, duration: int, runs: int) -> in
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="Length of each rate's run [5, quick: 2].")
+@prints("loopscope.bench.pacing:PacingBench")
 def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
     """The UDP sender against iperf3 on loopback: achieved rate, per-second CV, departure error.
 
@@ -75,6 +78,7 @@ def bench_pacing(as_json: bool, quick: bool, seconds: float | None) -> int:
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Rounds of every measurement [3, quick: 1].")
 @click.option("--seconds", type=float, default=None, help="Length of each stream [5, quick: 1].")
 @click.option("--rate-seconds", type=float, default=None, help="Length of each packet-rate trial [5, quick: 1].")
+@prints("loopscope.bench.emulatorjson:EmulatorBench")
 def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float | None, rate_seconds: float | None) -> int:
     """The link emulator against kernel forwarding: delay error at 10 kpps (sleeping and busy-polling), loss against its binomial
     interval, a lab path that asks for nothing, the highest packet rate against the kernel's, lab up/down.
@@ -94,6 +98,7 @@ def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float 
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="Length of each condition's run [60, quick: 10].")
 @click.option("--network", "networks", type=click.Choice(["sync", "experiment"]), multiple=True, help="Which network the probes take (repeat for both) [both].")
+@prints("loopscope.bench.clocksync:ClocksyncBench")
 def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks: tuple[str, ...]) -> int:
     """Clock sync against injected offsets and drifts, idle and loaded, on the sync network and on the experiment's:
     error, bound, drift; NTP's filter on the same probes.
@@ -115,6 +120,7 @@ def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks:
 @click.option("--seconds", type=float, default=None, help="Length of each run [timer-idle 10, pipeline-busy 5; quick: 2].")
 @click.option("--scenario", "scenarios", type=click.Choice(["timer-idle", "pipeline-busy"]), multiple=True, help="Scenarios to run [both].")
 @click.option("--designs", is_flag=True, help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.")
+@prints("loopscope.bench.kcapture:KcaptureBench")
 def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None, scenarios: tuple[str, ...], designs: bool) -> int:
     """What kernel capture costs the probes: an idle timer and a pipeline under a network flood, with and without capture, alternating.
 
@@ -133,6 +139,7 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
 @click.option("--quick", is_flag=True, help="One short pair: for smoke tests, not for figures.")
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of runs [4, more up to 12 until the noise floor is within 1.05].")
 @click.option("--seconds", type=float, default=None, help="Length of each run [10; quick: 2].")
+@prints("loopscope.bench.threads:ThreadsBench")
 def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float | None) -> int:
     """cyclictest measured by loopscope from the kernel against its own histogram, and what watching costs it (alternating runs).
 
@@ -153,6 +160,7 @@ def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float 
 @click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of 20 s monitors without and with the recorder [4, more up to 10 until the noise floor is within 1.05].")
 @click.option("--no-busy", is_flag=True, help="Leave out the weakest case (a context-switch storm beside the probe).")
 @click.option("--designs", is_flag=True, help="Run the busy case and the cost for every flight recorder: alternate (two instances), pause (one, blind while read) and drain (one read all the time into memory).")
+@prints("loopscope.bench.monitor:MonitorBench")
 def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool) -> int:
     """A long monitor of a timer under a periodic burst: memory, disk, outliers kept and explained, and the flight recorder's cost.
 
@@ -173,6 +181,7 @@ def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int 
 @click.option("--quick", is_flag=True, help="A small recording, once: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="How long the busy load is recorded, whole seconds [4; quick: 1].")
 @click.option("--repeat", type=click.IntRange(min=1), default=None, help="Repetitions per file [3; quick: 1].")
+@prints("loopscope.bench.imports:ImportBench")
 def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int | None) -> int:
     """Reading trace-cmd's and perf's recordings of a busy machine: import and threads rates against trace-cmd report / perf script.
 
@@ -198,6 +207,7 @@ def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int 
               help="Who records the kernel: loopscope's capture, or trace-cmd / perf as a user records it (imported, then explained; no remedies, no anomalies).")
 @click.option("--events", type=click.Choice(["minimal", "full"]), default="full", show_default=True,
               help="The other recorder's events: minimal (sched_switch, sched_wakeup, sched_waking; perf: perf sched record) or full (loopscope's capture set).")
+@prints("loopscope.bench.zoo:ZooBench")
 def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None, no_remedies: bool,
                   recorder: str, events: str) -> int:
     """The cause zoo: inject known causes of lateness, explain the runs, score what explain names first.
@@ -239,6 +249,7 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
 @click.option("--blocks", type=click.IntRange(min=1), default=None, help="Block pairs per size, raw and channel alternating [20, quick: 4].")
 @click.option("--transport", "transports", type=click.Choice(["tcp", "udp"]), multiple=True, help="Transports to measure [tcp and udp].")
 @click.option("--placement", type=click.Choice(["split", "same"]), default="split", show_default=True, help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.")
+@prints("loopscope.bench.channels:ChannelsBench")
 def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: tuple[str, ...], placement: str) -> int:
     """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB.
 
@@ -257,6 +268,7 @@ def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: t
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
 @click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs of each measurement [5, quick: 2].")
 @click.option("--demo", default=None, help="Experiment whose report is timed [examples/demo.yaml].")
+@prints("loopscope.bench.lab:LabBench")
 def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) -> int:
     """What the lab costs: agent start to probe start, report time, timer through the lab vs alone.
 
@@ -274,6 +286,7 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
 @click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4].")
+@prints("loopscope.bench.model:ModelBench")
 def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
     """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there.
 
@@ -294,6 +307,7 @@ def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
 @click.argument("run_dir", type=click.Path())
 @click.option("--runs", type=int, default=3, show_default=True, help="Builds of each way, alternating.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.bench.report:ReportBench")
 def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
     """`loopscope report` on RUN_DIR with its derived files removed: each trace read once, against every part reading its own.
 
@@ -323,6 +337,7 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
 @click.option("--pairs", type=int, default=20, show_default=True, help="Rounds of three runs: A, A' (the same again) and B (a hog on the probe's CPU).")
 @click.option("--duration", default="1s", show_default=True, help="Each phase's duration.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.bench.compare:CompareBench")
 def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
     """`loopscope compare` against nothing changed (A/A pairs: at most 5 % of rows significant, the gate `p99 > +10%` fails none)
     and a CPU hog at nice -20 on the probe's CPU (A/B pairs: the gate fails every one).
@@ -355,6 +370,7 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
 @click.option("--dataset", "dataset", type=click.Path(file_okay=False), default=None, help="Time over this directory of runs instead of recording one.")
 @click.option("--keep", type=click.Path(file_okay=False), default=None, help="Record the runs here and keep them.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.bench.dataset:DatasetBench")
 def bench_dataset(n_runs: int, hosts: int, duration: str, repeat: int, dataset: str | None, keep: str | None, as_json: bool) -> int:
     """`runs`, `query` and `trend` over many real runs (targets over 200: runs and query ≤ 2 s, trend ≤ 3 s), each against the same
     answer read straight from the files; and the weak case, a query over every sample (`records`).
@@ -385,6 +401,7 @@ def bench_dataset(n_runs: int, hosts: int, duration: str, repeat: int, dataset: 
 @click.option("--no-weak", is_flag=True, help="Leave out the weak case (every host measures and brings files home).")
 @click.option("--no-kill", is_flag=True, help="Leave out the host killed mid-run under on_host_failure: continue.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.bench.fleetbench:FleetBench")
 def bench_fleet(hosts: int, repeat: int, launchers: tuple[str, ...], no_weak: bool, no_kill: bool, as_json: bool) -> int:
     """A fleet's lab up and down through launchers (ip netns exec, nsenter, srun to a real Slurm cluster), against bare agents
     through the same launcher and loopscope's own netns hosts (targets for 16 hosts: up ≤ 5 s, down ≤ 3 s, nothing left).

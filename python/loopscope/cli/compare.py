@@ -6,10 +6,17 @@ import json
 import time
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import click
 
-from loopscope.cli.base import Percent, cli
+from loopscope.cli.base import cli, Percent, prints
 from loopscope.errors import EXIT_CRITERION, EXIT_INCONCLUSIVE, InputError
+
+if TYPE_CHECKING:
+    from loopscope.analysis.advise import AdviseJson
+    from loopscope.analysis.runcompare import CompareJson
+
 
 
 @cli.command("compare")
@@ -24,6 +31,7 @@ from loopscope.errors import EXIT_CRITERION, EXIT_INCONCLUSIVE, InputError
 @click.option("--junit", "junit", type=click.Path(dir_okay=False), default=None, help="Write the criteria as JUnit XML (a case per criterion and probe) for Jenkins or GitLab.")
 @click.option("--json", "as_json", is_flag=True, help="Print one object: runs, rows, criteria, differences.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison page (HTML) here.")
+@prints("loopscope.analysis.runcompare:CompareJson")
 def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], strict: bool, min_effect: float, junit: str | None,
                 as_json: bool, output: str | None) -> int:
     """Compare runs: every metric (p50, p99, p999, max, mean, missed) of each
@@ -73,9 +81,10 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
 
         junit_xml.write(Path(junit), crit, rows, data[0].label, strict, time.perf_counter() - t0)
     if as_json:
-        click.echo(json.dumps({"runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
-                               "min_effect": min_effect, "rows": [r.to_json() for r in rows], "criteria": criteria,
-                               "outcome": gate_outcome(criteria), "differences": diff}, default=str))
+        out: CompareJson = {"runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
+                            "min_effect": min_effect, "rows": [r.to_json() for r in rows], "criteria": criteria,
+                            "outcome": gate_outcome(criteria), "differences": diff}
+        click.echo(json.dumps(out, default=str))
     else:
         from loopscope.cli.show import comparison
 
@@ -96,6 +105,7 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
 @click.argument("run_dir", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print one object: advice, follow_up.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Where the follow-up experiment goes [RUN/follow-up.yaml].")
+@prints("loopscope.analysis.advise:AdviseJson")
 def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
     """For each probe and phase, the top causes of the outliers (from the run's
     kernel capture, as `explain` names them), each with a remedy: what to do,
@@ -131,8 +141,8 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
         spec = advise.follow_up(rd.path, tunings)
         follow.write_text("# loopscope advise: the experiment of " + str(rd.path) + " as written, then its remedy phases (compare_with: the phase each remedies)\n" + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120))
     if as_json:
-        click.echo(json.dumps({"advice": [{k: r[k] for k in ("probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime")} for r in rows],
-                               "follow_up": str(follow) if follow else None}))
+        adv: AdviseJson = {"advice": rows, "follow_up": str(follow) if follow else None}
+        click.echo(json.dumps(adv))
     else:
         from loopscope.cli.show import advice
 

@@ -6,11 +6,15 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import click
 
-from loopscope.cli.base import Percent, _console, cli
+from loopscope.cli.base import _console, cli, Percent, prints
+
+if TYPE_CHECKING:
+    from loopscope.dataset.trend import TrendJson
+
 
 FORMATS = click.Choice(["table", "csv", "json"])
 
@@ -167,6 +171,7 @@ def query_cmd(directory: str, sql: str, fmt: str) -> int:
 @click.option("--min-effect", "min_effect", type=Percent(), default="2%", show_default=True, help="Mark a run ▲/▼ only when its interval clears the previous run's by more than this.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the trend's page (HTML) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one object: the trend's points.")
+@prints("loopscope.dataset.trend:TrendJson")
 def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phase: str | None, by: str | None, min_effect: float,
               output: str | None, as_json: bool) -> int:
     """A metric of one probe over the runs under DIRECTORY, each run's value
@@ -188,8 +193,9 @@ def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phas
         Path(output).write_text(page(t, Path(directory)))
     notes = q.ds.notes() + q.notes
     if as_json:
-        click.echo(json.dumps({"probe": t.probe, "measure": t.measure, "metric": t.metric, "by": t.by, "phase": t.phase, "min_effect": t.min_effect,
-                               "points": [p.to_json() for p in t.points], "missing": t.missing, "notes": notes}, separators=(",", ":")))
+        out: TrendJson = {"probe": t.probe, "measure": t.measure, "metric": t.metric, "by": t.by, "phase": t.phase, "min_effect": t.min_effect,
+                          "points": [p.to_json() for p in t.points], "missing": t.missing, "notes": notes}
+        click.echo(json.dumps(out, separators=(",", ":")))
         return 0
     cols = ["run", "started (UTC)", *([by] if by else []), "phase", metric, "95 % CI", "reps", ""]
     rows = [(p.run_id, p.started_utc.strftime("%Y-%m-%d %H:%M:%S") if p.started_utc else "", *([p.series] if by else []), p.phase, _ns(p.value_ns),

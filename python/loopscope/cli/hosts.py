@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import click
 
-from loopscope.cli.base import cli
+from loopscope.cli.base import cli, prints
 from loopscope.errors import EXIT_FAILED, InputError
+
+if TYPE_CHECKING:
+    from loopscope.lab.provision import InstallJson
+
 
 
 @cli.group("hosts")
@@ -33,6 +37,7 @@ def _remote(spec: str) -> list[Any]:
 @click.option("--force", is_flag=True, help="Reinstall on hosts that already hold this build.")
 @click.option("--wheel", type=click.Path(dir_okay=False), default=None, help="Send this loopscope wheel instead of building one from the source tree.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object: the bundle and each host's outcome.")
+@prints("loopscope.lab.provision:InstallJson")
 def hosts_install(spec: str, force: bool, wheel: str | None, as_json: bool) -> int:
     """Put this controller's exact loopscope (the wheel this clone builds and its locked dependencies) on every ssh and
     exec host of SPEC that lacks it, into `install_dir/<version>` there, through the host's own launcher or ssh: the host
@@ -50,8 +55,9 @@ def hosts_install(spec: str, force: bool, wheel: str | None, as_json: bool) -> i
     b, done = provision.install(remote, say, force=force, wheel=wheel)
     bad = [d for d in done if d.outcome in ("failed", "refused")]
     if as_json:
-        click.echo(json.dumps({"version": b.version, "build": b.identity, "wheels": b.wheels, "bytes": b.bytes,
-                               "hosts": [{"host": d.host, "outcome": d.outcome, "detail": d.detail, "seconds": d.seconds, "python": d.python} for d in done]}))
+        out: InstallJson = {"version": b.version, "build": b.identity, "wheels": b.wheels, "bytes": b.bytes,
+                            "hosts": [{"host": d.host, "outcome": d.outcome, "detail": d.detail, "seconds": d.seconds, "python": d.python} for d in done]}
+        click.echo(json.dumps(out))
     else:
         for d in done:
             click.echo(f"  {d.host}: {d.outcome}: {d.detail} ({d.seconds:g} s)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from loopscope.cli.base import _console, cli
+from loopscope.cli.base import _console, cli, prints
 from loopscope.errors import InputError
 
 
@@ -24,6 +24,7 @@ from loopscope.errors import InputError
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False), default=None, help="The run directory to make [runs/<time>-import-<file name>].")
 @click.option("--host", default=None, help="The host the recording is of [the file's host name, else 'imported'].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@prints("loopscope.kernel.imported:Imported")
 def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> int:
     """Read a trace-cmd trace.dat (versions 6 and 7) or a perf.data of
     kernel tracepoints into a run directory; then `loopscope threads RUN`
@@ -73,6 +74,7 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
 @click.option("--threads", "threads_re", default=None, help="Of those, only the threads whose name matches this regular expression.")
 @click.option("--host", default=None, help="The capture of this host [the run's only one].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@prints("loopscope.analysis.threads:ThreadsJson")
 def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_re: str | None, host: str | None, as_json: bool) -> int:
     """How late each thread ran, and why, from a run's kernel capture
     (a run of loopscope's, or one made by `loopscope import`).

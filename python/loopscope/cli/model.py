@@ -9,8 +9,13 @@ from typing import TYPE_CHECKING
 import click
 
 from loopscope.errors import InputError
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+if TYPE_CHECKING:
+    from loopscope.model.predict import CheckJson
+    from loopscope.model.predict import PredictJson
+
 
 if TYPE_CHECKING:
     from loopscope.model.app import AppModel
@@ -126,6 +131,7 @@ def _from_of(a: AppModel, src: str | None, app_model: str) -> str:
 @click.option("--from", "src", default=None, help="NODE_MODEL[:CONDITION] the app was calibrated on [the one its model names].")
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] to predict for.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.model.predict:PredictJson")
 def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> int:
     """Predict the app's CPU time distribution on another node or under another condition.
 
@@ -141,7 +147,8 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
     _, cb, nb = _node_ref(dst)
     p = predict.predict(a, ca, cb)
     if as_json:
-        click.echo(json.dumps({"from": na, "to": nb, **p}))
+        pj: PredictJson = {"from": na, "to": nb, **p}
+        click.echo(json.dumps(pj))
         return 0
     click.echo(f"{' '.join(a.command)}: {na} → {nb}")
     click.echo(f"  CPU mean {p['from_mean_ns'] / 1e6:.2f} ms → {p['pred_mean_ns'] / 1e6:.2f} ms [{p['pred_mean_ci95_ns'][0] / 1e6:.2f}, {p['pred_mean_ci95_ns'][1] / 1e6:.2f}], "
@@ -229,6 +236,7 @@ def model_show(model_file: str, top: int) -> int:
 @click.option("--to", "dst", required=True, help="NODE_MODEL[:CONDITION] of this machine as it is now.")
 @click.option("--runs", type=click.IntRange(min=2), default=50, show_default=True, help="Runs of the program here, to compare with the prediction.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.model.predict:CheckJson")
 def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: bool) -> int:
     """Run the app here now and compare its CPU time with the prediction.
 
@@ -250,7 +258,9 @@ def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: b
     meas = {"meas_mean_ns": float(cpu.mean()), "meas_p95_ns": float(np.percentile(cpu, 95)), "meas_p99_ns": float(np.percentile(cpu, 99))}
     err = {"err_mean_pct": 100 * (p["pred_mean_ns"] / meas["meas_mean_ns"] - 1), "err_p99_pct": 100 * (p["pred_p99_ns"] / meas["meas_p99_ns"] - 1)}
     if as_json:
-        click.echo(json.dumps({"from": na, "to": nb, **p, **meas, **err}))
+        cj: CheckJson = {"from": na, "to": nb, **p, "meas_mean_ns": meas["meas_mean_ns"], "meas_p95_ns": meas["meas_p95_ns"], "meas_p99_ns": meas["meas_p99_ns"],
+                         "err_mean_pct": err["err_mean_pct"], "err_p99_pct": err["err_p99_pct"]}
+        click.echo(json.dumps(cj))
         return 0
     click.echo(f"{' '.join(a.command)}: {na} → {nb}, {runs} runs now")
     click.echo(f"  mean: predicted {p['pred_mean_ns'] / 1e6:.2f} ms, measured {meas['meas_mean_ns'] / 1e6:.2f} ms ({err['err_mean_pct']:+.1f} %)")

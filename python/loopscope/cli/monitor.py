@@ -10,7 +10,7 @@ import click
 
 from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from loopscope.units import format_ns
-from loopscope.cli.base import Duration, cli
+from loopscope.cli.base import cli, Duration, prints
 
 
 def _period_line(m: Any) -> str:
@@ -75,6 +75,7 @@ def _live_table(m: Any) -> Any:
 @click.option("--for", "for_ns", type=Duration(), default=None, help="Stop after this long (e.g. 24h); default: until Ctrl-C or SIGTERM.")
 @click.option("--metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus / OpenMetrics metrics here (a bare PORT binds to loopback).")
 @click.option("--json", "as_json", is_flag=True, help="At the end, print monitor.json as one JSON line (the last line of stdout).")
+@prints("loopscope.monitor.record:MonitorJson")
 def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | None, metrics: str | None, as_json: bool) -> int:
     """Run SPEC's probes period after period under its loads, keep a histogram per
     period and the kernel's events around every outlier, explained as it comes.

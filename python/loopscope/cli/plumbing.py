@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from loopscope.errors import InputError
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -18,6 +18,7 @@ from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_p
 @click.option("--config", "config_path", required=True, type=click.Path(exists=True, dir_okay=False), help="Emulator configuration (JSON, written by the lab).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file of every forwarded packet.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object when stopped.")
+@prints("loopscope.rundir:EmulatorResult")
 def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
     """The user-space link emulator: forward between a router namespace's interfaces until Ctrl-C.
 

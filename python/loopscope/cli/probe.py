@@ -6,18 +6,23 @@ import json
 import shlex
 import sys
 
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 import click
 
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.units import format_bps, format_ns
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.params import build, options
 from loopscope.probes.params import (
     EchoParams, PipeNodeParams, PipeSinkParams, PipeSourceParams, ProgramParams, RrParams, SchedParams, SyncParams, SyncServeParams, SyscallParams, TimerParams,
 )
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+
+if TYPE_CHECKING:
+    from loopscope.probes.netjson import BulkJson
+    from loopscope.probes.netjson import RecvTcpJson
+
 
 
 @cli.group()
@@ -30,6 +35,7 @@ def probe() -> None:
 @click.option("--duration", "-d", type=Duration(), default="10s", show_default=True, help="How long to measure (10s, 500ms, 2m).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.timer:TimerJson")
 def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Timer wake-up latency on absolute deadlines (what cyclictest measures).
 
@@ -61,6 +67,7 @@ def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: 
 @click.option("--calibrate-only", is_flag=True, help="Only size the burst and time it alone; print that and stop.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.sched:SchedJson")
 def probe_sched(duration: int, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003).
 
@@ -120,6 +127,7 @@ def probe_launch(launch_json: str) -> int:
 @options(SyscallParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.syscall:SyscallJson")
 def probe_syscall(trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Cost of each system call, in batches until its 95% CI is within --target-pct % (Carlinet et al. 2000).
 
@@ -164,6 +172,7 @@ def probe_syscall(trace_path: str | None, as_json: bool, **params: Any) -> int:
 @click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-send/send.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.netjson:SendJson")
 def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count: int | None, pattern_text: str, seed: int, workers: int, flow: int,
                tx_timestamps: bool, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
     """Paced UDP sender: departures on absolute deadlines, says if it could not keep up.
@@ -209,6 +218,7 @@ def probe_send(dest: str, rate_text: str, size: int, duration: int | None, count
 @click.option("--packet-records/--no-packet-records", default=True, show_default=True, help="One trace record per packet (off: histograms only, fixed memory).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-recv/recv.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.netjson:RecvJson")
 def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | None, tcp: bool, rcvbuf_mib: int, packet_records: bool, trace_path: str | None, as_json: bool) -> int:
     """Receiver with kernel RX timestamps: loss, duplicates, reordering, throughput, delays split.
 
@@ -223,8 +233,8 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
     net.hostport(bind, "--bind")
     if tcp:
         b, conns = _native.net_sink_tcp(bind, duration)
-        out = {"bytes": b, "connections": conns, "bind": bind}
-        click.echo(json.dumps(out) if as_json else f"received {b:,} bytes over {conns} TCP connection(s)")
+        tcp_out: RecvTcpJson = {"bytes": b, "connections": conns, "bind": bind}
+        click.echo(json.dumps(tcp_out) if as_json else f"received {b:,} bytes over {conns} TCP connection(s)")
         return 0
     if duration is None and idle is None and count is None:
         sys.stderr.write("loopscope: receiving until Ctrl-C (give --duration, --idle or --count to stop by itself)\n")
@@ -253,6 +263,7 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 @click.option("--tcp", is_flag=True, help="Same as --transport tcp: answer over TCP connections.")
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
+@prints("loopscope.probes.netjson:EchoJson")
 def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: Any) -> int:
     """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times.
 
@@ -275,6 +286,7 @@ def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: Any) ->
 @click.option("--linger", type=Duration(), default=0, help="After the last message, sleep this long before exiting, so that the messages in flight arrive undisturbed by the exit.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.pipeline:SourceJson")
 def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Source of a distributed pipeline: paced messages through the nodes to the sink."""
     from loopscope.probes import net, pipeline
@@ -291,6 +303,7 @@ def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None,
 @options(PipeNodeParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-node/pipe-node.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+@prints("loopscope.probes.pipeline:NodeJson")
 def probe_pipe_node(trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
     from loopscope.probes import pipeline
@@ -305,6 +318,7 @@ def probe_pipe_node(trace_path: str | None, as_json: bool, **params: Any) -> int
 @options(PipeSinkParams)
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+@prints("loopscope.probes.pipeline:SinkJson")
 def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
     from loopscope.probes import pipeline
@@ -326,6 +340,7 @@ def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: Any) -> int
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file the program writes (its LOOPSCOPE_TRACE) [default: runs/<time>-program/program.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@prints("loopscope.probes.program:ProgramJson")
 def probe_program(duration: int | None, until: str | None, cpus: list[int] | None, env: tuple[str, ...], cwd: str | None, mlock: bool, trace_path: str | None, as_json: bool, command: tuple[str, ...]) -> int:
     """Run an instrumented program (after --) as a probe: it writes its own
     trace (LOOPSCOPE_TRACE); every interval it logs is summarised here and,
@@ -367,6 +382,7 @@ def probe_program(duration: int | None, until: str | None, cpus: list[int] | Non
 @click.option("--bind", default="0.0.0.0:9319", show_default=True, help="HOST:PORT the responder listens on.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync-serve/sync-serve.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
+@prints("loopscope.probes.clocksync:ServeJson")
 def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
     """Clock-sync responder (the reference host): answer probes, keep kernel stamps; until Ctrl-C."""
     from loopscope.probes import clocksync
@@ -383,6 +399,7 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [default: until Ctrl-C].")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once started, then exactly one JSON object.")
+@prints("loopscope.probes.clocksync:ProbeJson")
 def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
     from loopscope.probes import clocksync
@@ -404,6 +421,7 @@ def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: 
 @click.option("--pattern", "pattern_text", default="cbr", show_default=True, help="cbr | poisson | onoff:ON/OFF.")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.netjson:RrJson")
 def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None, as_json: bool, **params: Any) -> int:
     """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs.
 
@@ -444,6 +462,7 @@ def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None
 @click.option("--tcp", is_flag=True, help="A TCP stream (default: UDP datagrams).")
 @click.option("--size", type=int, default=None, help="Write size (TCP, default 64 KiB) or datagram size (UDP, default 1400).")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
+@prints("loopscope.probes.netjson:BulkJson")
 def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size: int | None, as_json: bool) -> int:
     """Bulk stream as competing network load (the role ettcp played in Boie & Niehaus 2007).
 
@@ -466,7 +485,7 @@ def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size:
         if err:
             raise RunError(f"bulk TCP stream to {dest}: {err}")
         rate_bps = b * 8 / (el / 1e9) if el else 0.0
-        out = {"bytes": b, "elapsed_ns": el, "bps": rate_bps, "protocol": "tcp"}
+        out: BulkJson = {"bytes": b, "elapsed_ns": el, "bps": rate_bps, "protocol": "tcp"}
     else:
         sz = size or 1400
         res = net.send(dest, rate_text=rate_text or "100Gbit", size=sz, duration_ns=duration, tx_timestamps=False, records=False, trace_path=None)

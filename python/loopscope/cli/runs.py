@@ -11,7 +11,7 @@ import click
 
 from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED, InputError, missing_part
 from loopscope.units import format_ns
-from loopscope.cli.base import CpuList, Duration, Percent, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, Percent, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -81,6 +81,7 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @click.option("--csv", "csv_dir", type=click.Path(file_okay=False), default=None, help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).")
 @click.option("--markdown", is_flag=True, help="Print the summary tables as Markdown (for a pull request) instead of the terminal summary.")
 @click.option("--min-effect", "min_effect", type=Percent(), default=None, help="Mark a change only when its 95 % interval lies outside 1 ± this [2%]; stated on the page.")
+@prints("loopscope.report:ReportJson")
 def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool, min_effect: float | None) -> int:
     """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory (or a monitor's directory).
 
@@ -123,6 +124,7 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool,
 @click.argument("run_dir", type=click.Path())
 @click.option("--probes", "use", type=click.Choice(["all", "pairs"]), default="all", show_default=True, help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.")
 @click.option("--json", "as_json", is_flag=True, help="Print the clocks and checks as one JSON object.")
+@prints("loopscope.timeline:TimelineDoc")
 def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
     """Put every record of every host on the reference host's clock: RUN/timeline.parquet.
 
@@ -208,6 +210,7 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
 @click.argument("run_dir", type=click.Path())
 @click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="Records above this quantile of their probe and phase are attributed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
+@prints("loopscope.analysis.explained:ExplainDoc")
 def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     """Why the outliers were late: each one's window split into causes from the run's kernel capture.
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loopscope.cli.base import Duration, _console
+from loopscope.cli.base import _console, Duration, prints
 from loopscope.cli.probe import probe
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.probes.targets import tasks
@@ -82,6 +82,7 @@ def _stop(child: subprocess.Popen[bytes] | None) -> str:
 @click.option("--duration", "-d", type=Duration(), default=None, help="How long to watch [a command: until it exits; --pid/--comm: 10 s].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@prints("loopscope.analysis.threads:ThreadsJson")
 def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, duration: int | None, as_json: bool, command: tuple[str, ...]) -> int:
     """How late each thread of a program ran, and why, from kernel events
     alone: give a running process (--pid), thread names (--comm) or a

@@ -9,7 +9,7 @@ import sys
 import click
 
 from loopscope.errors import InputError
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -27,6 +27,7 @@ def _existing(path: str) -> str:
 @trace.command("info")
 @click.argument("file", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@prints("loopscope.trace.narrate:TraceInfoJson")
 def trace_info(file: str, as_json: bool) -> int:
     """Entities, counts, time span, lost records and damage of a trace.
 

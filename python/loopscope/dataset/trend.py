@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict
+
 from loopscope.dataset.query import Query, _lit
 from loopscope.errors import InputError
 from loopscope.stats import MIN_EFFECT
@@ -36,10 +38,40 @@ class Point:
     reps: int | None
     change: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PointJson:
         return {"run_id": self.run_id, "started_utc": self.started_utc.isoformat() if self.started_utc else None, "series": self.series,
                 "host": self.host, "kernel": self.kernel, "phase": self.phase, "value_ns": self.value_ns, "lo_ns": self.lo_ns,
                 "hi_ns": self.hi_ns, "reps": self.reps, "change": self.change}
+
+
+class PointJson(TypedDict):
+    """One point of ``trend --json``: a run's figure, with its interval and the change it marks."""
+
+    run_id: str
+    started_utc: str | None
+    series: str
+    host: str
+    kernel: str | None
+    phase: str
+    value_ns: float
+    lo_ns: float | None
+    hi_ns: float | None
+    reps: int | None
+    change: str
+
+
+class TrendJson(TypedDict):
+    """What ``loopscope trend --json`` prints."""
+
+    probe: str
+    measure: str
+    metric: str
+    by: str | None
+    phase: str | None
+    min_effect: float
+    points: list[PointJson]
+    missing: list[str]
+    notes: list[str]
 
 
 @dataclass

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from typing_extensions import TypedDict
+
 from loopscope.errors import InputError, RunError
 from loopscope.lab import launch
 import loopscope
@@ -219,6 +221,26 @@ def pack(b: Bundle) -> None:
         t.addfile(info, io.BytesIO(data))
         for p in b.files:
             t.add(p, arcname=f"wheels/{p.name}")
+
+
+class HostInstalled(TypedDict):
+    """One host's outcome in ``hosts install --json``."""
+
+    host: str
+    outcome: str
+    detail: str
+    seconds: float
+    python: str | None
+
+
+class InstallJson(TypedDict):
+    """What ``loopscope hosts install --json`` prints: the bundle sent and each host's outcome."""
+
+    version: str
+    build: str
+    wheels: int
+    bytes: int
+    hosts: list[HostInstalled]
 
 
 @dataclass

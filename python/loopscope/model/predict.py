@@ -76,6 +76,24 @@ class Prediction(TypedDict):
     limits: list[str]
 
 
+#: the nodes and conditions a prediction is between, as ``model predict --json`` names them
+Ends = TypedDict("Ends", {"from": str, "to": str})
+
+
+class PredictJson(Ends, Prediction):
+    """What ``loopscope model predict --json`` prints: the prediction between the two nodes."""
+
+
+class CheckJson(PredictJson):
+    """What ``loopscope model check --json`` prints: the prediction, what was measured here now, and the error."""
+
+    meas_mean_ns: float
+    meas_p95_ns: float
+    meas_p99_ns: float
+    err_mean_pct: float
+    err_p99_pct: float
+
+
 def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     """b/a of two batch-mean costs, with a 95 % bootstrap CI."""
 

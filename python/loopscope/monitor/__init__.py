@@ -10,13 +10,14 @@ docs/monitor.md is the user's side.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from loopscope.errors import InputError
 from loopscope.kinds import KINDS
 from loopscope.lab.controller import Outcome, Say, execute_run, preflight
+from loopscope.monitor import record
 from loopscope.monitor.lock import Lock
+from loopscope.monitor.record import MonitorJson
 from loopscope.monitor.run import Monitor, check
 from loopscope.spec import load
 
@@ -37,7 +38,7 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
     text = Path(spec_path).read_text()
     if resume is not None:
         d = Path(resume)
-        if not (d / "monitor.json").exists() or not (d / "spec.yaml").exists():
+        if not record.exists(d) or not (d / "spec.yaml").exists():
             raise InputError(f"{d}: not a monitor directory (no monitor.json or spec.yaml); give the directory a monitor wrote")
         if (d / "spec.yaml").read_text() != text:
             raise InputError(f"{spec_path}: differs from {d}/spec.yaml, the spec this monitor ran with; resume with that spec (a changed spec is a new monitor)")
@@ -61,5 +62,5 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         lock.release()
 
 
-def status_of(d: Path) -> dict[str, object]:
-    return json.loads((d / "monitor.json").read_text())  # type: ignore[no-any-return]
+def status_of(d: Path) -> MonitorJson:
+    return record.read(d)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from loopscope.monitor import hist
+from loopscope.monitor import hist, record
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
@@ -107,10 +107,10 @@ def _probe_charts(name: str, hs: list[Any], periods: list[dict[str, Any]], outl:
 
 def build(d: Path) -> Path:
     """Write ``d/report.html``; its path."""
-    rec = json.loads((d / "monitor.json").read_text())
+    rec = record.read(d)
     periods = _lines(d / "periods.jsonl")
     outl = _lines(d / "outliers.jsonl")
-    thr = rec.get("settings", {}).get("threshold")
+    thr = str(rec["settings"].get("threshold") or "")
     try:
         from loopscope.units import parse_duration_ns
 

@@ -54,7 +54,8 @@ from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab.controller import Interrupted, LoadsByHost, Run, Say, Steps
 from loopscope.lab.hosts import AgentFailure
-from loopscope.monitor import hist
+from loopscope.monitor import hist, record
+from loopscope.monitor.record import Counts, MonitorJson
 from loopscope.monitor.keeper import Keeper, Outlier
 from loopscope.rundir import RunRecord, Step
 from loopscope.spec import Experiment
@@ -289,12 +290,11 @@ class Monitor(Run):
     def _carry_over(self) -> None:
         """A resumed monitor goes on from what the directory holds: its counts,
         each probe's maximum and whole-run histogram, the last hour's periods."""
-        p = self.mdir / "monitor.json"
-        if not p.exists():
+        if not record.exists(self.mdir):
             return
         try:
-            old = json.loads(p.read_text())
-        except (OSError, ValueError):
+            old = record.read(self.mdir)
+        except InputError:
             return
         c, k = old.get("counts") or {}, self.keeper.counts
         k.above, k.kept, k.explained = int(c.get("outliers_above", 0)), int(c.get("kept", 0)), int(c.get("explained", 0))
@@ -302,11 +302,12 @@ class Monitor(Run):
         k.windows, k.windows_removed, k.paused_ns = int(c.get("windows", 0)), int(c.get("windows_removed", 0)), int(c.get("recorder_paused_ns", 0))
         now_ms = time.time() * 1000
         for name, lv in self.live.items():
-            was = (old.get("probes") or {}).get(name) or {}
-            lv.max_ns, lv.max_at_utc = int(was.get("max_ns") or 0), was.get("max_at_utc")
-            lv.periods, lv.samples, lv.missed = int(was.get("periods", 0)), int(was.get("samples", 0)), int(was.get("missed", 0))
-            lv.unmeasured_ns = int(float(was.get("unmeasured_s") or 0) * 1e9)
-            lv.restarts = int(was.get("probe_restarts") or 0)
+            was = (old.get("probes") or {}).get(str(name))
+            if was is not None:
+                lv.max_ns, lv.max_at_utc = int(was.get("max_ns") or 0), was.get("max_at_utc")
+                lv.periods, lv.samples, lv.missed = int(was.get("periods", 0)), int(was.get("samples", 0)), int(was.get("missed", 0))
+                lv.unmeasured_ns = int(float(was.get("unmeasured_s") or 0) * 1e9)
+                lv.restarts = int(was.get("probe_restarts") or 0)
             log = self.mdir / "histograms" / f"{name}.hlog"
             for h in hist.read_log(log) if log.exists() else []:
                 lv.whole.add(h)
@@ -567,17 +568,17 @@ class Monitor(Run):
         if self.view is not None:
             self.view(self)
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> MonitorJson:
         s = self.settings
         assert s is not None
         c = self.keeper.counts
         with self.keeper.lock:
-            counts = {"outliers_above": c.above, "kept": c.kept, "explained": c.explained, "not_kept": dict(c.not_kept), "windows": c.windows,
+            counts: Counts = {"outliers_above": c.above, "kept": c.kept, "explained": c.explained, "not_kept": dict(c.not_kept), "windows": c.windows,
                       "windows_removed": c.windows_removed, "kept_bytes": c.kept_bytes, "recorder_paused_ns": c.paused_ns, "by_top_cause": dict(c.by_cause)}
         return {
             "format": FORMAT, "name": self.exp.name, "status": self.status, "pid": os.getpid(), "started_utc": self.started_utc,
             "updated_utc": _utc(time.time()), "settings": s.model_dump(mode="json"), "periods": self.period_no,
-            "probes": {k: {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
+            "probes": {str(k): {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
                            "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed,
                            "unmeasured_s": round(v.unmeasured_ns / 1e9, 3), "probe_restarts": v.restarts}
                        for k, v in self.live.items()},
@@ -585,10 +586,7 @@ class Monitor(Run):
         }
 
     def write_record(self) -> None:
-        p = self.mdir / "monitor.json"
-        tmp = p.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.record(), indent=1) + "\n")
-        os.replace(tmp, p)
+        record.write(self.mdir, self.record())
 
     def teardown(self) -> None:
         self.tail.stop()

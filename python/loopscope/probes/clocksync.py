@@ -11,30 +11,31 @@ offsets from the two traces afterwards.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
 from loopscope import _native
 from loopscope.probes.common import Envelope, TraceInfo, envelope, traced
 from loopscope.probes.params import Launch, SyncParams, SyncServeParams
+from loopscope.nativetypes import SyncProbeCounts, SyncServeCounts
 
 DEFAULT_PORT = 9319
 DEFAULT_RATE = 20.0
 DEFAULT_GAP_NS = 20_000
 
 
-if TYPE_CHECKING:
-    # the responder's and an initiator's JSON: the binding's counts (one declaration, in the stub) with what this side adds
-    from loopscope._native import _SyncProbe, _SyncServe
+class ServeJson(Envelope, SyncServeCounts):
+    """The responder's JSON: the binding's counts (nativetypes) with what this side adds."""
 
-    class ServeJson(Envelope, _SyncServe):
-        bind: str
-        trace: TraceInfo
+    bind: str
+    trace: TraceInfo
 
-    class ProbeJson(Envelope, _SyncProbe):
-        dest: str
-        flow: int
-        rate: float
-        gap_ns: int
-        trace: TraceInfo
+
+class ProbeJson(Envelope, SyncProbeCounts):
+    """An initiator's JSON: the binding's counts with what this side adds."""
+
+    dest: str
+    flow: int
+    rate: float
+    gap_ns: int
+    trace: TraceInfo
 
 
 def serve(bind: str, trace_path: str | None) -> ServeJson:

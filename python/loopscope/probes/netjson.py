@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from typing_extensions import NotRequired, TypedDict
 
+from loopscope.nativetypes import RecvFlow
 from loopscope.rundir import HistQuantiles
 from loopscope.probes.common import TracedRunJson
-
-if TYPE_CHECKING:
-    from loopscope._native import _RecvFlow
-
 
 
 class Spread(TypedDict, total=False):
@@ -70,7 +65,7 @@ class RecvJson(TracedRunJson):
     socket_buffer_drops: int
     kernel_timestamps: int
     hardware_timestamps: int
-    flows: list[_RecvFlow]
+    flows: list[RecvFlow]
     throughput: Throughput
     interarrival_ns: HistQuantiles
     delay_ns: dict[str, HistQuantiles]
@@ -109,3 +104,22 @@ class EchoJson(TypedDict):
     elapsed_ns: int
     tids: list[int]
     interrupted: bool
+
+
+class BulkJson(TypedDict):
+    """What ``loopscope probe bulk --json`` prints: bytes sent, for how long, at what rate."""
+
+    bytes: int
+    elapsed_ns: int
+    bps: float
+    protocol: str
+    #: UDP at a requested rate: whether the sender kept up with it (None: no rate asked, or TCP)
+    kept_up: NotRequired[bool | None]
+
+
+class RecvTcpJson(TypedDict):
+    """What ``loopscope probe recv --tcp --json`` prints: bytes received over how many connections."""
+
+    bytes: int
+    connections: int
+    bind: str

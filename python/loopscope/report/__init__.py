@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from typing_extensions import TypedDict
+
 import polars as pl
 
 from loopscope import progress
@@ -33,6 +35,18 @@ from loopscope.stats import MIN_EFFECT
 from loopscope.analysis.phases import compare_phases
 
 
+class ReportJson(TypedDict):
+    """What ``loopscope report --json`` prints (and report.json holds): the comparisons, as the comparisons table's rows."""
+
+    run_dir: str
+    report: str
+    status: str
+    build_seconds: float
+    traces_read: int
+    comparisons: list[dict[str, Any]]
+    notes: list[str]
+
+
 @dataclass
 class Report:
     run_dir: Path
@@ -46,7 +60,7 @@ class Report:
     #: the probe kinds it was built with (what each shows in the summary)
     kinds: Registry | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> ReportJson:
         return {
             "run_dir": str(self.run_dir),
             "report": str(self.html),

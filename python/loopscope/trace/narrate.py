@@ -12,10 +12,12 @@ import datetime as _dt
 import os
 from typing import Any, Iterator
 
+from typing_extensions import TypedDict
+
 import polars as pl
 
 from loopscope.errors import InputError
-from loopscope.trace.reader import TraceInfo
+from loopscope.trace.reader import ConfigChange, DumpInfo, ReadStats, StreamInfo, ThreadInfo, TraceInfo
 from loopscope.units import format_ns
 
 
@@ -26,8 +28,43 @@ def _bytes(n: int) -> str:
     return f"{n} B"
 
 
-def info_json(inf: TraceInfo) -> dict[str, Any]:
-    ents = [
+class EntityJson(TypedDict):
+    """One entity of a trace (a probe's measurement point) and its record count."""
+
+    id: int
+    group: str
+    name: str
+    kind: str
+    desc: str
+    records: int
+
+
+class TraceInfoJson(TypedDict):
+    """What ``loopscope trace info --json`` prints: the trace's header, streams, threads, entities and counts."""
+
+    path: str
+    format_version: list[int]
+    host: str
+    pid: int
+    process: str
+    clock: str
+    clock_reason: str
+    raw_hz: float
+    start_realtime_ns: int
+    t_first_ns: int | None
+    t_last_ns: int | None
+    streams: list[StreamInfo]
+    threads: list[ThreadInfo]
+    entities: list[EntityJson]
+    dumps: list[DumpInfo]
+    group_changes: list[ConfigChange]
+    calibration_pairs: int
+    stats: ReadStats
+    losses: list[str]
+
+
+def info_json(inf: TraceInfo) -> TraceInfoJson:
+    ents: list[EntityJson] = [
         {
             "id": e["id"],
             "group": e["group"],
