@@ -26,7 +26,7 @@ def test_every_exception_class_of_loopscope_derives_from_its_error_hierarchy() -
 def test_a_run_error_says_its_component_without_its_message_being_read() -> None:
     from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, InputError, RunError
     from loopscope.kernel.store import CaptureError
-    from loopscope.lab.controller import Interrupted
+    from loopscope.lab.steps import Interrupted
     from loopscope.lab.lab import LabError
     from loopscope.lab.netns import NetnsError
 

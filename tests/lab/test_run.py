@@ -304,17 +304,24 @@ def test_a_capture_buffer_filling_in_a_window_is_said_and_the_run_completes(tmp_
 
 def test_a_bug_in_the_controller_fails_the_run_naming_it_and_keeps_the_traceback_beside_the_record(tmp_path: Path) -> None:
     from loopscope.kinds import KINDS
-    from loopscope.lab.controller import Run, execute_run
+    from loopscope.lab.session import Session, execute
     from loopscope.spec.load import parse
 
     exp = parse("name: bug\nprobes: [{kind: timer}]\nduration: 1s\n", "bug.yaml", KINDS)
 
-    class Broken(Run):
+    class Broken:
+        """A loop whose plan has a bug."""
+
+        def __init__(self) -> None:
+            self.session = Session(exp, "name: bug\n", tmp_path / "run", lambda _m: None, [], {h.name: "local" for h in exp.hosts})
+
         def plan(self) -> None:
             raise ValueError("a value nobody expected")
 
-    r = Broken(exp, "name: bug\n", tmp_path / "run", lambda _m: None, [], None, {h.name: "local" for h in exp.hosts})
-    out = execute_run(r)
+        def teardown(self) -> None:
+            self.session.teardown()
+
+    out = execute(Broken())
     assert out.status == "failed" and "ValueError: a value nobody expected" in (out.error or "") and "loopscope's bug" in (out.error or "")
     tb = (tmp_path / "run" / "controller-error.txt").read_text()
     assert "Traceback" in tb and "raise ValueError" in tb

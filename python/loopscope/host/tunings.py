@@ -15,7 +15,7 @@ latency request is a file descriptor: the kernel drops it when the process
 holding it dies, so it needs no journal.
 
 Placement and scheduling tunings of probes and loads change how those are
-started (``lab/controller.py``, ``agent/server.py``), not files.
+started (``lab/session.py``, ``agent/server.py``), not files.
 
 ``LOOPSCOPE_SYSFS_ROOT`` (tests only) puts a stand-in tree under ``/sys``
 and ``/proc`` paths, for machines that lack what a test needs.

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from loopscope.errors import InputError
 from loopscope.kinds import KINDS
-from loopscope.lab.controller import Outcome, Say, execute_run, preflight
+from loopscope.lab.controller import preflight
+from loopscope.lab.session import Outcome, Say, execute
 from loopscope.monitor import record
 from loopscope.monitor.lock import Lock
 from loopscope.monitor.record import MonitorJson
@@ -57,7 +58,7 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         for n in notes:
             say(f"note: {n}")
         m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view, metrics=at)  # type: ignore[arg-type]
-        return execute_run(m)
+        return execute(m)
     finally:
         lock.release()
 

@@ -48,31 +48,27 @@ import numpy as np
 import polars as pl
 from hdrh.histogram import HdrHistogram
 
-from loopscope import protocol as P
 from loopscope.errors import InputError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
-from loopscope.lab.controller import Interrupted, LoadsByHost, Run, Say, Steps
+from loopscope.lab.session import Say, Session
+from loopscope.lab.steps import Interrupted, Steps
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist, record
 from loopscope.monitor.record import Counts, MonitorJson
-from loopscope.monitor.keeper import Keeper, Outlier
-from loopscope.rundir import RunRecord, Step
+from loopscope.monitor.keeper import Keeper
+from loopscope.monitor.tail import LiveSource, Tail
+from loopscope.rundir import Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import PhaseRun, phase_runs
-from loopscope.trace import reader
 from loopscope.kernel.capture import WATCH_BUFFER_MB
 from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
-from loopscope.kernel import store as S
 from loopscope.kernel import capture as C
 
 if TYPE_CHECKING:
     from loopscope.spec.models import ProbeModel
 
 FORMAT = "loopscope-monitor/1"
-# How often the open period's trace is looked at for outliers (its writer
-# flushes every PROBE_FLUSH_MS; a read happens only when the file has grown).
-TAIL_S = 0.25
 # How often a monitored probe's trace writer flushes.
 PROBE_FLUSH_MS = 250
 # A quantile threshold waits for this many values (p99.9 of fewer is noise).
@@ -103,152 +99,7 @@ class ProbeLive:
     deaths_in_a_row: int = 0
 
 
-class LiveSource:
-    """What a kind's ``windows`` hook reads (``kinds.base.WindowSource``),
-    over the open period's trace as far as it has been written."""
-
-    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, Any], offset: Callable[[str], int] = lambda _h: 0) -> None:
-        self.run_dir, self.run, self.spec = run_dir, run, spec
-        self._offset = offset
-        #: a watching capture's directory per probe (``live_capture`` kinds), and where the last read ended
-        self.stores: dict[str, Path] = {}
-        self.since: dict[str, int] = {}
-
-    def after(self, since: dict[str, int]) -> "LiveSource":
-        """This source for a read that needs only what came after ``since`` (per probe)."""
-        c = LiveSource(self.run_dir, self.run, self.spec, self._offset)
-        c.stores, c.since = self.stores, dict(since)
-        return c
-
-    def live_store(self, step: Step) -> Any:
-        """The watching capture of ``step``'s probe as far as it has been read (None: none yet)."""
-
-        d = self.stores.get(step.probe)
-        if d is None or not (d / "segments.jsonl").exists():
-            return None
-        try:
-            return S.open_dir(d)
-        except S.CaptureError:
-            return None
-
-    def offset(self, host: str) -> int:
-        return self._offset(host)
-
-    def grown(self, st: Step) -> int:
-        """How much of the step's files there is (the tail reads again when it grows)."""
-        n = 0
-        for p in (self.run_dir / st.trace if st.trace else None, self.stores[st.probe] / "segments.jsonl" if st.probe in self.stores else None):
-            try:
-                n += p.stat().st_size if p is not None else 0
-            except OSError:
-                pass
-        return n
-
-    def trace(self, rel: str) -> pl.DataFrame | None:
-        got = self.trace_info(rel)
-        return None if got is None else got[0]
-
-    def trace_info(self, rel: str) -> tuple[pl.DataFrame, Any] | None:
-        p = self.run_dir / rel
-        if not p.exists() or p.stat().st_size == 0:
-            return None
-        try:
-            return reader.read_with_info(p, sort=False)
-        except Exception:  # noqa: BLE001 - a file its writer has only begun is read again next time
-            return None
-
-    def host_of(self, step: Step) -> str:
-        return step.host or self.run.first_host
-
-    def same_kernel(self, a: str, b: str) -> bool:
-        return True  # local and namespace hosts: the monitor refuses others
-
-
-class Tail(threading.Thread):
-    """Reads the open period's trace whenever its writer has added to it
-    (at most every ``TAIL_S``) and hands new windows above the threshold to
-    the keeper; keeps the period's values for a quantile threshold. The lock
-    guards only the bookkeeping: a read never holds it, so closing a period
-    never waits for one (a starved thread reading a long trace would
-    otherwise hold the period's close, and its signal, for minutes)."""
-
-    def __init__(self, mon: "Monitor") -> None:
-        super().__init__(name="ls-tail", daemon=True)
-        self.mon = mon
-        self.lock = threading.Lock()
-        self.wake = threading.Event()
-        self.step: Step | None = None
-        self.gen = 0
-        self.seen: dict[str, int] = {}
-        self.values: list[np.ndarray] = []
-        self.size = -1
-        self.stopping = False
-
-    def watch(self, step: Step | None) -> None:
-        with self.lock:
-            self.step, self.gen = step, self.gen + 1
-            self.seen, self.values, self.size = {}, [], -1
-
-    def finish(self) -> pl.DataFrame:
-        """Stop watching, then the period's last read (the whole trace): its windows."""
-        with self.lock:
-            st, gen = self.step, self.gen
-            self.step = None
-        if st is None:
-            return pl.DataFrame()
-        w = KINDS[st.kind].windows(st, self.mon.src)
-        self._new(w, gen)
-        return w
-
-    def stop(self) -> None:
-        self.stopping = True
-        self.wake.set()
-
-    def run(self) -> None:
-        while not self.stopping:
-            self.wake.wait(TAIL_S)
-            with self.lock:
-                st, gen = self.step, self.gen
-            if st is None or self.stopping:
-                continue
-            try:
-                size = self.mon.src.grown(st)
-                if size == self.size:
-                    continue  # nothing flushed since the last read
-                self.size = size
-                with self.lock:
-                    since = dict(self.seen)
-                self._new(KINDS[st.kind].windows(st, self.mon.src.after(since)), gen)
-            except Exception as e:  # noqa: BLE001 - said once in the notes; the period's close reads the trace again
-                self.mon.note_once(f"reading a period's trace while it ran failed: {type(e).__name__}: {e}")
-
-    def _new(self, w: pl.DataFrame, gen: int) -> None:
-        """The windows of ``w`` not seen yet (of the period ``gen``) to the keeper when above the threshold."""
-        if not len(w):
-            return
-        fresh = []
-        with self.lock:
-            if gen != self.gen:
-                return  # a read of a period already closed
-            for (probe,), g in w.group_by(pl.col("probe").cast(pl.String), maintain_order=True):
-                g = g.filter(pl.col("t_ns") > self.seen.get(str(probe), -1))
-                if len(g):
-                    self.seen[str(probe)] = int(g["t_ns"].max())  # type: ignore[arg-type]
-                    fresh.append(g)
-            if not fresh:
-                return
-            new = pl.concat(fresh)
-            self.values.append(new["latency_ns"].to_numpy())
-            values = np.concatenate(self.values)
-        thr = self.mon.threshold_ns(values)
-        if thr is None:
-            return
-        for r in new.filter(pl.col("latency_ns") > thr).iter_rows(named=True):
-            self.mon.keeper.put(Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]),
-                                        self.mon.offset(str(r["host"]))))
-
-
-class Monitor(Run):
+class Monitor:
     """A run whose one phase's probes measure period after period (see the module's text)."""
 
     def __init__(self, exp: Experiment, spec_text: str, out: Path, say: Say, notes: list[str], for_ns: int | None, kinds: dict[str, str],
@@ -262,7 +113,8 @@ class Monitor(Run):
         # The session's directory name is its lab's run id (its cgroup, its
         # processes' mark, what its teardown kills): unique on this machine,
         # or one monitor's teardown would kill another's probes.
-        super().__init__(exp, spec_text, sessions / f"{n:03d}-{time.strftime('%Y%m%d-%H%M%S')}-mon{os.getpid()}", say, notes, None, kinds)
+        self.session = Session(exp, spec_text, sessions / f"{n:03d}-{time.strftime('%Y%m%d-%H%M%S')}-mon{os.getpid()}", say, notes, kinds)
+        self.exp, self.say, self.notes = exp, say, notes
         self.for_ns = for_ns
         self.view = view
         self.live = {p.name: ProbeLive(str(p.name)) for p in exp.probes}
@@ -270,7 +122,7 @@ class Monitor(Run):
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
         self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=self.settings.recorder != "off", note=self._keeper_note)
-        self.src = LiveSource(self.run_dir, self.rec, json.loads((self.run_dir / "spec.json").read_text()), self.offset)
+        self.src = LiveSource(self.session.run_dir, self.session.rec, json.loads((self.session.run_dir / "spec.json").read_text()), self.offset)
         # a live_capture kind's watching capture (one at a time: probes take turns)
         self.watch_name = f"loopscope-mon{os.getpid()}-w"
         self.watch_tids: list[int] = []
@@ -281,7 +133,6 @@ class Monitor(Run):
         self.period_no = self._periods_so_far()
         self.status = "running"
         self.roles_cache: dict[int, str] = {}
-        self.load_groups: dict[str, tuple[Path | None, list[int]]] = {}
         self.live_lock = threading.Lock()
         self.metrics_at = metrics
         self.metrics_server: Any = None
@@ -326,7 +177,7 @@ class Monitor(Run):
             self.notes.append(text)
 
     def offset(self, host: str) -> int:
-        h = self.lab.hosts.get(host)
+        h = self.session.lab.hosts.get(host)
         return int(getattr(h.spec, "clock_offset", 0) or 0) if h is not None else 0
 
     def threshold_ns(self, open_values: np.ndarray) -> int | None:
@@ -363,30 +214,18 @@ class Monitor(Run):
         thread keeps its name: an outlier explained after its load stopped
         (the last ones, at the end) still names it."""
         out = self.roles_cache
-        for label, tids in self.lab.lab_tids().items():
+        for label, tids in self.session.lab.lab_tids().items():
             for t in tids:
                 out[t] = label
         for t in [*self.keeper.reader_tids(), *self.watch_tids]:
             out[t] = "lab: capture"
-        for name, (group, pids) in self.load_groups.items():
+        for name, (group, pids) in self.session.load_groups.items():
             for t in procs.threads_of(group, pids):
                 out[t] = f"load: {name}"
         return dict(out)
 
     def _refresh_roles(self) -> None:
         self._roles()
-
-    def start_loads(self, pr: PhaseRun, by_host: LoadsByHost, sinks: LoadsByHost) -> LoadsByHost:
-        """``Run.start_loads``, keeping where each load's threads are (for ``_roles``)."""
-        if not by_host:
-            return by_host
-        self.say(f"starting {', '.join(n for n in pr.phase.loads)}")
-        for group in (sinks, by_host):
-            for hname, loads in group.items():
-                r = self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, "loads"), scratch_dir=self.lab.scratch(hname), loads=loads))
-                for ld in r.loads:
-                    self.load_groups[ld.name] = (Path(ld.cgroup) if ld.cgroup else None, list(ld.pids))
-        return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
     def _periods_so_far(self) -> int:
         p = self.mdir / "periods.jsonl"
@@ -404,15 +243,15 @@ class Monitor(Run):
         # writer under a context-switch storm flushed 8-20 s late, after the
         # kernel's buffers had overwritten the outliers' windows).
         # (what every probe of the session starts with, through each agent's hello)
-        self.lab.probe_env.update({"LOOPSCOPE_FLUSH_MS": str(PROBE_FLUSH_MS), "LOOPSCOPE_WRITER_IDLE": "0"})
+        self.session.lab.probe_env.update({"LOOPSCOPE_FLUSH_MS": str(PROBE_FLUSH_MS), "LOOPSCOPE_WRITER_IDLE": "0"})
         if any(KINDS[p.kind].live_capture for p in self.exp.probes):
             from loopscope.kernel.capture import tracefs
             from loopscope.probes.threads import WATCH_ENV
 
             tf = tracefs()
             if tf is not None:
-                self.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
-        self.bring_up()
+                self.session.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
+        self.session.bring_up()
         self._away_from_probes()
         why = self.keeper.start()
         if why:
@@ -420,9 +259,8 @@ class Monitor(Run):
             self.say(f"note: outliers are counted, not kept: {why}")
         self.tail.start()
         pr = phase_runs(self.exp)[0]
-        self.total = len(self.exp.probes)
-        self.set_links_start()
-        by_host, sinks = self.start_phase(pr)
+        self.session.set_links_start()
+        by_host, sinks = self.session.start_phase(pr, "loads", "")
         self._refresh_roles()
         if self.metrics_at is not None:
             from loopscope.monitor import metrics
@@ -437,8 +275,8 @@ class Monitor(Run):
             for probe in self.exp.probes:
                 left = None if self.for_ns is None else self.for_ns - (time.monotonic_ns() - self.started_mono)
                 if left is not None and left < 1_000_000_000:
-                    self.stop_loads(pr, by_host, sinks)
-                    self.lab.check()
+                    self.session.end_phase(pr, by_host, sinks)
+                    self.session.lab.check()
                     return
                 self.period(pr, probe, period if left is None else min(period, left))
 
@@ -447,27 +285,27 @@ class Monitor(Run):
         runtime's among them; threads started later inherit it) and the
         recorder it starts on CPUs no probe is pinned to. The probes an
         agent starts get the agent's first CPUs back (``procs.spawn``)."""
-        away_from_probes(self.exp, [t for t in self.lab.lab_tids().get("lab: agent", []) if t])
+        away_from_probes(self.exp, [t for t in self.session.lab.lab_tids().get("lab: agent", []) if t])
 
     def period(self, pr: PhaseRun, probe: ProbeModel, dur_ns: int) -> None:
         self.period_no += 1
         n = self.period_no
         key = f"{probe.name}-{n:07d}"
-        plan = KINDS[probe.kind].live_step(probe, key, getattr(probe, "host", None) or self.first.name, lambda h: self.lab.step_dir(h, key))
+        plan = KINDS[probe.kind].live_step(probe, key, getattr(probe, "host", None) or self.session.first.name, lambda h: self.session.lab.step_dir(h, key))
         host = plan["host"]
-        rel = {k: self.lab.rel(plan["host"], plan[k]) for k in ("trace", "json")}
-        stages = [{**sg, "trace": self.lab.rel(sg["host"], sg["trace"]), "json": self.lab.rel(sg["host"], sg["json"])} for sg in plan.get("stages") or []]
+        rel = {k: self.session.lab.rel(plan["host"], plan[k]) for k in ("trace", "json")}
+        stages = [{**sg, "trace": self.session.lab.rel(sg["host"], sg["trace"]), "json": self.session.lab.rel(sg["host"], sg["json"])} for sg in plan.get("stages") or []]
         st = Step.model_validate({"rep": 1, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind,
                                   "host": host, **rel, **({"stages": stages} if stages else {}), "spawn_mono_ns": 0, "end_mono_ns": 0})
         t0 = time.time()
         t0_mono = time.monotonic_ns()
-        watching = self._watch(probe, Path(self.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
+        watching = self._watch(probe, Path(self.session.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
         self.tail.watch(st)
         cut: str | None = None
         died: str | None = None
         step: dict[str, Any] = {}
         try:
-            step = KINDS[probe.kind].run(Steps(self.lab, self.exp, self.calib), probe, key, dur_ns)
+            step = KINDS[probe.kind].run(Steps(self.session.lab, self.exp, self.session.calib), probe, key, dur_ns)
             cut = step.get("interrupted")
         except AgentFailure as e:
             # A probe that dies is started again with the next period, and
@@ -521,7 +359,7 @@ class Monitor(Run):
         h = hist.new()
         hist.record(h, vals)
         # the period is the time its values span (the probe's start and stop are not measured)
-        off = self.offset(st.host or self.first.name)
+        off = self.offset(st.host or self.session.first.name)
         to_utc = time.time() - time.monotonic()
         gap_ns = None
         if len(w):
@@ -540,7 +378,7 @@ class Monitor(Run):
             lv.periods += 1
         res: dict[str, Any] = {}
         try:
-            res = json.loads((self.run_dir / step["json"]).read_text().strip().splitlines()[-1])
+            res = json.loads((self.session.run_dir / step["json"]).read_text().strip().splitlines()[-1])
         except (OSError, KeyError, ValueError, IndexError):
             pass
         row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
@@ -561,8 +399,8 @@ class Monitor(Run):
         self.periods_f.flush()
         os.fsync(self.periods_f.fileno())
         # the period's trace has given what is kept of it
-        for h in self.lab.hosts:  # every host's part of it (an rr probe's echo, a pipeline's stages)
-            shutil.rmtree(Path(self.lab.step_dir(h, f"{probe.name}-{n:07d}")), ignore_errors=True)
+        for h in self.session.lab.hosts:  # every host's part of it (an rr probe's echo, a pipeline's stages)
+            shutil.rmtree(Path(self.session.lab.step_dir(h, f"{probe.name}-{n:07d}")), ignore_errors=True)
         self._refresh_roles()
         self.write_record()
         if self.view is not None:
@@ -582,7 +420,7 @@ class Monitor(Run):
                            "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed,
                            "unmeasured_s": round(v.unmeasured_ns / 1e9, 3), "probe_restarts": v.restarts}
                        for k, v in self.live.items()},
-            "counts": counts, "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})", "session": self.run_dir.name, "notes": list(self.notes),
+            "counts": counts, "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})", "session": self.session.run_dir.name, "notes": list(self.notes),
         }
 
     def write_record(self) -> None:
@@ -599,8 +437,8 @@ class Monitor(Run):
             for lg in self.logs.values():
                 lg.close()
             self.periods_f.close()
-            super().teardown()
-            self.status = self.out.status
+            self.session.teardown()
+            self.status = self.session.out.status
             self.write_record()
 
 
