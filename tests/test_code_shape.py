@@ -84,7 +84,7 @@ HELD = {
     "any_params": 135,
     "probe_kind_branches": 0,
     "host_kind_branches": 2,
-    "local_imports": 325,
+    "local_imports": 263,
     "local_imports_repeating_a_top_level_one": 0,
     "long_files": 10,
     "python_circles": 0,

@@ -34,6 +34,9 @@ from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
 import dataclasses
+import polars as pl
+from loopscope.analysis.runcompare import Criterion, compare
+from loopscope.report.compare import load
 
 SPEC = """name: {name}
 probes:
@@ -107,17 +110,12 @@ class CompareBench(TypedDict):
 def first_rep(d: Any) -> Any:
     """A run's data with its first repetition only."""
 
-    import polars as pl
-
     ms = [dataclasses.replace(m, frame=m.frame.filter(pl.col("rep") == pl.col("rep").min())) for m in d.measures]
     missed = {k: v[:1] for k, v in d.missed.items()}
     return dataclasses.replace(d, reps=1, measures=ms, missed=missed)
 
 
 def bench(kinds: Any, pairs: int = 20, duration: str = "1s", say: Callable[[str], None] | None = None) -> CompareBench:
-    from loopscope.analysis.runcompare import Criterion, compare
-    from loopscope.report.compare import load
-
     if shutil.which("stress-ng") is None:
         raise RunError("bench compare needs stress-ng for its A/B case (scripts/install-deps.sh installs it)")
     aa: list[AaPair] = []

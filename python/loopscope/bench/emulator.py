@@ -62,6 +62,9 @@ from loopscope.lab import netns
 from loopscope.lab.emulator import Emulator
 from loopscope.units import format_ns
 from loopscope.bench.emulatorjson import Owd, Applied, Trial, Rates, Platform, Round, LabTimes, EmulatorBench
+from loopscope.trace.reader import read
+import polars as pl
+from scipy.stats import binom
 
 Progress = Callable[[str], None] | None
 
@@ -152,10 +155,8 @@ def _stream(topo: Any, work: Path, seconds: float, tag: str, cpu: int | None = N
     JSON, per-packet krx − sent in ns, receiver JSON, the receiver's kernel
     RX times in sequence order)."""
     tx, rx, trace = _send_recv(topo, work, tag, pps=PPS, size=SIZE, seconds=seconds, port=5001, records=True, cpu=cpu)
-    from loopscope.trace.reader import read
 
     df = read(trace)
-    import polars as pl
 
     pay = df.filter(pl.col("name").cast(pl.String) == "recv")["payload"].to_list()
     arr = np.frombuffer(b"".join(pay), dtype="<i8").reshape(len(pay), 6) if pay else np.zeros((0, 6), dtype=np.int64)
@@ -174,10 +175,6 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     the router's ingress to its kernel RX at the receiver (a FIFO link
     without loss keeps the order, so the i-th forwarded packet is the i-th
     received), minus the requested delay; and the emulator's own view."""
-    import polars as pl
-
-    from loopscope.trace.reader import read
-
     cfg = json.loads((path.parent / "netem-config.json").read_text())
     names = [l["name"] for l in cfg["links"]]
     df = read(path)
@@ -200,8 +197,6 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
 
 
 def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> Round:
-    from scipy.stats import binom
-
 
     out: Round = {}
     work.mkdir(parents=True, exist_ok=True)

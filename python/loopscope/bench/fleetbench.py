@@ -61,6 +61,7 @@ from loopscope.errors import RunError
 from loopscope.host import procs
 from loopscope.lab import netns
 from loopscope.lab.launch import argv as launch_argv, launcher_env
+from loopscope.bench import slurm
 
 Say = Callable[[str], None] | None
 LAUNCHERS = ("netns", "nsenter", "slurm", "lab")
@@ -247,8 +248,6 @@ def killed_case(f: Fleet, work: Path) -> Killed:
 
 
 def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHERS, weak: bool = True, kill: bool = True, say: Say = None) -> FleetBench:
-    from loopscope.bench import slurm
-
     skipped: dict[str, str] = {}
     if "slurm" in launchers and (why := slurm.available()) is not None:
         skipped["slurm"] = why

@@ -57,6 +57,12 @@ from loopscope.lab import controller
 from loopscope.analysis import explain
 import os
 from loopscope.units import format_ns
+import polars as pl
+from loopscope.analysis.explain import attribute_store
+from loopscope.trace import reader
+from loopscope.probes.pipeline import messages_from
+from loopscope.kernel.capture import EVENTS
+from loopscope.kinds import KINDS
 
 class RunStats(TypedDict, total=False):
     """One run without or with the capture (ns; counts of the capture's run)."""
@@ -157,11 +163,6 @@ def _self_share(shares: list[tuple[int, int]]) -> float:
 
 def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
     """(ns attributed to lab: capture, outlier ns) for the timer's outliers above its p99."""
-    import polars as pl
-
-    from loopscope.analysis.explain import attribute_store
-    from loopscope.trace import reader
-
     st = S.open_dir(cap_dir)
     df = reader.read(trace, sort=False)
     iv = df.filter(
@@ -212,9 +213,6 @@ def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None
 
 def _pipeline_waits(run_dir: Path) -> np.ndarray:
     """Every stage's kernel→application wait of every message (ns), pooled."""
-    from loopscope.probes.pipeline import messages_from
-    from loopscope.trace import reader
-
     out = []
     for st in RunDir(run_dir).record().steps:
         if not st.stages:
@@ -231,8 +229,6 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> np.ndarray:
 
     pp = None
     if perf:
-        from loopscope.kernel.capture import EVENTS
-
         (work / "perf").mkdir(exist_ok=True)
         data = work / "perf" / f"{run_dir.name}.perf"
         a = ["perf", "record", "-q", "-a", "-k", "mono", "-m", "1024", "-o", str(data)]
@@ -261,8 +257,6 @@ def _lab_run(spec: Path, run_dir: Path, perf: bool, work: Path) -> np.ndarray:
 
 
 def _explain_self(run_dir: Path) -> tuple[tuple[int, int], CaptureSummary | None]:
-
-    from loopscope.kinds import KINDS
 
     ex = explain.explain(run_dir, KINDS)
     cap_ns = tot = 0

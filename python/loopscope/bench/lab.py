@@ -30,6 +30,11 @@ import numpy as np
 from loopscope.stats import quantile
 from loopscope.errors import RunError
 from loopscope.rundir import RunDir
+from loopscope.trace import reader
+import polars as pl
+from scipy import stats as st
+from loopscope.kinds import KINDS
+from loopscope.report import build
 
 Progress = Callable[[str], None] | None
 ROOT_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -51,8 +56,6 @@ def _cli(*args: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedPro
 
 
 def _first_record_ns(trace: Path) -> int:
-    from loopscope.trace import reader
-
     first = reader.read(trace, sort=False)["t_ns"].min()
     if not isinstance(first, int):
         raise RunError(f"bench lab: {trace} holds no record")
@@ -60,9 +63,6 @@ def _first_record_ns(trace: Path) -> int:
 
 
 def _latencies(trace: Path) -> np.ndarray:
-    from loopscope.trace import reader
-    import polars as pl
-
     df = reader.read(trace, sort=False)
     return df.filter(pl.col("name") == "wakeup")["dur_ns"].to_numpy()
 
@@ -110,8 +110,6 @@ def _agreement(via: list[np.ndarray], alone: list[np.ndarray], q: float) -> Agre
     t intervals over runs, and the two agree when those overlap (Welch's
     test gives the p-value). The pooled-sample CIs are kept for reference:
     they only describe within-run noise and are far too narrow for this."""
-    from scipy import stats as st
-
     per_via = np.array([quantile(np.sort(x), q).value for x in via])
     per_alone = np.array([quantile(np.sort(x), q).value for x in alone])
 
@@ -179,9 +177,6 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
             demo_spec = work / "demo.yaml"
         say(f"  running {demo_spec} for the report benchmark …")
         _cli("run", str(demo_spec), "--run-dir", "demo", "--no-report", cwd=work, timeout=1800)
-        from loopscope.kinds import KINDS
-        from loopscope.report import build
-
         t0 = time.perf_counter()
         rep = build(work / "demo", KINDS)
         report_s = time.perf_counter() - t0

@@ -50,6 +50,8 @@ from typing_extensions import TypedDict
 from loopscope import cbuild
 from loopscope.bench.kcapture import Pairs, verdict
 from loopscope.errors import RunError
+from loopscope.spec.models import MonitorSettings
+from loopscope.monitor import hist
 
 HERE = Path(__file__).resolve().parent
 THRESHOLD = "200us"
@@ -187,8 +189,6 @@ def _du_mb(d: Path) -> float:
 
 
 def _default_recorder() -> str:
-    from loopscope.spec.models import MonitorSettings
-
     return str(MonitorSettings.model_fields["recorder"].default)
 
 
@@ -242,8 +242,6 @@ def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say
 def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str], None], designs: tuple[str, ...] = ("alternate",)) -> Cost:
     """Short monitors alternating without and with the flight recorder (each
     design in ``designs``, the order turned round every pair): the timer's p99 of each."""
-    from loopscope.monitor import hist
-
     res: dict[str, list[int | None]] = {"off": [], **{d: [] for d in designs}}
     pooled: dict[str, list[Any]] = {"off": [], **{d: [] for d in designs}}
     _all_cpus()

@@ -40,6 +40,7 @@ from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
 from loopscope.units import format_bps, format_ns
+import numpy as np
 
 Progress = Callable[[str], None] | None
 RATES = [10e6, 100e6, 1e9, 5e9]
@@ -182,7 +183,6 @@ def iperf3_run(bps: float, seconds: int) -> PaceRow | None:
     j = json.loads(c.stdout)
     so = j.get("server_output_json") or {}
     per = [iv["sum"]["bytes"] * 8 / iv["sum"]["seconds"] for iv in so.get("intervals", []) if iv["sum"]["seconds"] > 0.99]
-    import numpy as np
 
     cv = float(np.std(per, ddof=1) / np.mean(per)) if len(per) > 1 and np.mean(per) > 0 else None
     # What arrived, from the receiver: packets counted minus those lost.

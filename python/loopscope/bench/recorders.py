@@ -40,6 +40,7 @@ import json
 import tempfile
 from loopscope.kernel import imported as I
 from loopscope.rundir import Capture, KernelRecord, RunDir
+from loopscope.bench import foreign
 
 RECORDERS = ("native", "trace-cmd", "perf")
 SETS = ("minimal", "full")
@@ -87,8 +88,6 @@ def invisible(expected: str, present: set[str]) -> str | None:
 
 def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
     """Run ``command`` while ``recorder`` records the kernel's ``which`` set into ``out``."""
-    from loopscope.bench import foreign
-
 
     ev = events_of(which)
     if recorder == "trace-cmd":

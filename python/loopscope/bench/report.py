@@ -24,6 +24,8 @@ from typing_extensions import TypedDict
 
 from loopscope.trace import reader
 import re
+from loopscope.report import build
+from loopscope.rundir import RunDir
 
 DERIVED = ["tables", "report.html", "report.json", "timeline.json", "timeline.parquet", "clock.json", "explain.json"]
 
@@ -62,9 +64,6 @@ class ReportBench(TypedDict):
 
 
 def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] | None = None) -> ReportBench:
-    from loopscope.report import build
-    from loopscope.rundir import RunDir
-
     src = RunDir.open(run_dir).path
     traces = sum(1 for _ in src.rglob("*.lstrace"))
     out: dict[str, list[float]] = {"once": [], "each_part": []}

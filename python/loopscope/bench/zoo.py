@@ -49,6 +49,15 @@ from loopscope.host import shared
 from loopscope.bench.zoocase import Progress, PROBE_CPU, CaseResult, Case, cases, bursts_case, spec_text, missing, _rt_throttling_off, build_zoo  # noqa: F401 (the zoo's names, for its tests)
 from loopscope.bench.zooscore import score, duration_error_us, self_and_kernel_p99, run_time_ratio, rule_top, remedy_of
 from loopscope.bench.zooanomaly import AnomalyResult, anomalies, run_anomaly
+from loopscope.analysis.explain import explain
+from loopscope.bench import recorders as REC
+from loopscope.kinds import KINDS
+from loopscope.host import cpulimit
+from loopscope.host import swapfile
+from loopscope.errors import InputError
+from rich.console import Console
+from rich.table import Table
+from loopscope.units import format_ns
 
 
 class ZooBench(TypedDict):
@@ -100,9 +109,6 @@ def _stop(p: subprocess.Popen[bytes] | None) -> None:
 
 def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True,
              recorder: str = "native", events: str = "full") -> CaseResult:
-    from loopscope.analysis.explain import explain
-    from loopscope.bench import recorders as REC
-
     why = missing(case) or (REC.missing(recorder) if recorder != "native" else None)
     if why:
         return {"name": case.name, "expected": case.expected, "injected": case.what, "skipped": why}
@@ -118,12 +124,8 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
     swap = None
     try:
         if case.cpu_limit:
-            from loopscope.host import cpulimit
-
             cpulimit.make(*case.cpu_limit)
         if case.swap_mb:
-            from loopscope.host import swapfile
-
             swap = swapfile.create(case.swap_mb)
         if case.outside and gate is not None:  # [] : the probe itself reads the gate
             outside = _start_outside(case.outside, gate, d / "injector.log")
@@ -142,7 +144,6 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
             present = REC.attach(run_dir, rec)
             rec.unlink(missing_ok=True)
         say(f"  {case.name}: explaining …")
-        from loopscope.kinds import KINDS
 
         res = explain(run_dir, KINDS, all_causes=True)
         if res is None:
@@ -166,8 +167,6 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
         if case.shared:
             shared.remove(shared.path())
         if case.cpu_limit:
-            from loopscope.host import cpulimit
-
             g = cpulimit.group_dir(case.cpu_limit[0])
             if g is not None:
                 cpulimit.remove(g)
@@ -186,8 +185,6 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
     unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies", "bursts"})
     if unknown:
-        from loopscope.errors import InputError
-
         raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, bursts, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}")
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
@@ -228,8 +225,6 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
 
 def _event_list(recorder: str, events: str) -> list[str]:
     """The tracepoints the recorder was asked for (loopscope's capture filters some: docs/explain.md)."""
-    from loopscope.bench import recorders as REC
-
     if recorder == "perf" and events == "minimal":
         return ["perf sched record (sched:sched_switch, sched:sched_wakeup, sched:sched_wakeup_new, sched:sched_migrate_task, sched:sched_stat_*)"]
     return REC.events_of(events)
@@ -240,9 +235,6 @@ def _pct(v: float | None) -> str:
 
 
 def print_human(r: ZooBench) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     t = Table(title="explain against injected causes (the injected phase's outliers, above its p99)")
     for col in ("case", "expected", "rank", "share", "top cause", "baseline", "unexplained", "outliers", "rtla's rule blames", "remedy: p99 ratio [95 % CI]"):
         t.add_column(col)
@@ -263,7 +255,6 @@ def print_human(r: ZooBench) -> None:
         a = Table(title="the study's anomalies, injected: detected and named")
         for col in ("anomaly", "injected", "detected", "expected cause", "named", "ok"):
             a.add_column(col)
-        from loopscope.units import format_ns
 
         for x in r["anomalies"]:
             if x.get("skipped"):

@@ -17,6 +17,12 @@ from loopscope.errors import RunError
 from loopscope.kernel import store as S
 from loopscope.rundir import RunDir
 from loopscope.bench.zoocase import Case, OTHER_CPU, PROBE_CPU, SPEC_HEAD, missing
+import polars as pl
+from loopscope.trace import reader
+from loopscope.analysis.detectors import detect
+from loopscope.analysis.explain import causes_in, explain
+from loopscope.kinds import KINDS
+from loopscope.host import swapfile
 
 
 class AnomalyResult(TypedDict, total=False):
@@ -90,10 +96,6 @@ def anomalies(zoo: str, pollprog: str, table: str) -> list[Anomaly]:
 
 def _series(run_dir: Path, interval: str) -> list[tuple[int, Any, Any]]:
     """(rep, t_ns, value) of probe t's ``interval`` in every step of the run."""
-    import polars as pl
-
-    from loopscope.trace import reader
-
     g, n = interval.split("/", 1)
     out = []
     for st in RunDir(run_dir).record().steps:
@@ -119,8 +121,6 @@ def _quantum(run_dir: Path, slack_ns: int) -> tuple[int, float | None]:
     kept running (this VM's idle governor keeps it for sleeps this short
     on some days, not on others): min(slack, tick) where the CPU took at
     least half of HZ's ticks."""
-    import polars as pl
-
 
     kernel = RunDir(run_dir).record().kernel
     caps = [c for c in kernel.captures if c.data] if kernel else []
@@ -137,11 +137,6 @@ def _quantum(run_dir: Path, slack_ns: int) -> tuple[int, float | None]:
 
 def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyResult:
     """Run one anomaly's experiment, then its detector and explain on it."""
-    import polars as pl
-
-    from loopscope.analysis.detectors import detect
-    from loopscope.analysis.explain import causes_in, explain
-
     head: AnomalyResult = {"name": an.name, "injected_ns": an.injected_ns, "expected": an.expected, "injected": an.what}
     why = missing(Case(an.name, an.expected, an.what, swap_mb=an.swap_mb))
     if why:
@@ -157,8 +152,6 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyR
     swap = None
     try:
         if an.swap_mb:
-            from loopscope.host import swapfile
-
             swap = swapfile.create(an.swap_mb)
         say(f"  anomaly {an.name}: {an.what} ({an.seconds:g} s) …")
         r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
@@ -168,7 +161,6 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyR
     finally:
         if swap is not None:
             swapfile.remove(swap)
-    from loopscope.kinds import KINDS
 
     explain(run_dir, KINDS)
     p = run_dir / "tables" / "attribution.parquet"

@@ -17,6 +17,8 @@ from loopscope.errors import RunError
 from loopscope.host import shared
 from loopscope.kernel import capture
 from loopscope import cbuild
+from loopscope.host import swapfile
+from loopscope.host import cpulimit
 
 
 
@@ -243,16 +245,12 @@ def missing(case: Case) -> str | None:
         elif shutil.which(n) is None:
             return f"{n} is not installed (scripts/install-deps.sh test installs it)"
     if case.swap_mb:
-        from loopscope.host import swapfile
-
         why = swapfile.missing()
         if why:
             return why
     if case.rt_spinner and (why := _rt_throttling_off()):
         return why
     if case.cpu_limit:
-        from loopscope.host import cpulimit
-
         why = cpulimit.missing()
         if why:
             return why

@@ -15,6 +15,13 @@ from loopscope.analysis.explained import ExplainDoc, Group
 from loopscope.kernel import store as S
 from loopscope.rundir import RunDir
 from loopscope.bench.zoocase import Case, CaseResult, RemedyTried
+import numpy as np
+import polars as pl
+from loopscope.analysis.explain import windows_of
+from loopscope.analysis.threads import thread_activations, thread_names
+from loopscope.kinds import KINDS
+from loopscope.analysis.attribution import cause_family
+import yaml
 
 
 def _group(res: ExplainDoc, phase: str) -> Group | None:
@@ -59,9 +66,6 @@ def duration_error_us(run_dir: Path, log: Path, label: str = "load: bursts") -> 
     start), that timer's interrupt (and the soft interrupts after it) ran
     inside the burst's span by the injector's clock: the overlap leaves it
     out, as explain names it apart."""
-    import numpy as np
-    import polars as pl
-
     p = run_dir / "tables" / "attribution.parquet"
     if not p.exists() or not log.exists():
         return None
@@ -87,12 +91,6 @@ def self_and_kernel_p99(run_dir: Path, comm: str, phase: str) -> tuple[int | Non
     intervals it logged, deadline to its work's end) and by loopscope from
     the kernel alone (the timer lateness of its threads named ``comm``*, in
     that phase's steps)."""
-    import polars as pl
-
-    from loopscope.analysis.explain import windows_of
-    from loopscope.analysis.threads import thread_activations, thread_names
-    from loopscope.kinds import KINDS
-
     run = RunDir(run_dir).record()
     caps = [c for c in run.captures if c.data]
     spans = [(s.spawn_mono_ns, s.end_mono_ns) for s in run.steps if s.phase == phase]
@@ -114,11 +112,6 @@ def self_and_kernel_p99(run_dir: Path, comm: str, phase: str) -> tuple[int | Non
 
 def run_time_ratio(run_dir: Path) -> float | None:
     """The injected phase's median span of the probe over the baseline's: how much longer the same work took."""
-    import polars as pl
-
-    from loopscope.analysis.explain import windows_of
-    from loopscope.kinds import KINDS
-
     run = RunDir(run_dir).record()
     w, _ = windows_of(run_dir, run, KINDS, [c for c in run.captures if c.data])
     med = {str(p): v for p, v in w.filter(pl.col("span")).group_by(pl.col("phase").cast(pl.String)).agg(pl.col("latency_ns").median()).iter_rows()}
@@ -129,10 +122,6 @@ def rule_top(run_dir: Path, phase: str) -> str | None:
     """rtla's rule over a phase's outliers of the case's probe: the label it
     blames most, each outlier weighted by its length (as explain's shares
     are), threads grouped by name as explain groups them."""
-    import polars as pl
-
-    from loopscope.analysis.attribution import cause_family
-
     p = run_dir / "tables" / "attribution.parquet"
     if not p.exists():
         return None
@@ -151,9 +140,6 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     """``loopscope advise`` on the case's run, as a user would run it, then
     its follow-up experiment: the remedy offered for the expected cause, and
     the remedy phase's p99 over the injected phase's, with its interval."""
-    import polars as pl
-    import yaml
-
     fu = run_dir.parent / f"{run_dir.name}-follow-up.yaml"
     a = subprocess.run([sys.executable, "-m", "loopscope.cli", "advise", str(run_dir), "--json", "-o", str(fu)], capture_output=True, text=True, timeout=600)
     if a.returncode != 0:
