@@ -20,6 +20,7 @@ import polars as pl
 from loopscope.analysis.explain import windows_of
 from loopscope.analysis.threads import thread_activations, thread_names
 from loopscope.kinds import KINDS
+from loopscope import report
 from loopscope.analysis.attribution import cause_family
 import yaml
 
@@ -160,10 +161,12 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     out["tunings"] = rem.get("tunings") or []
     say(f"  {case.name}: the follow-up ({offered or 'remedies of the other causes'}) …")
     fd = next(run_dir.parent / f"remedy-{i}" for i in range(1, 10_000) if not (run_dir.parent / f"remedy-{i}").exists())
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(fu), "--run-dir", str(fd), "--repetitions", str(reps)], capture_output=True, text=True, timeout=900)
+    # the run as a user runs it; of its report, only the comparisons (report.analyse: no explain, no page)
+    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(fu), "--run-dir", str(fd), "--repetitions", str(reps), "--no-report"],
+                       capture_output=True, text=True, timeout=900)
     if r.returncode != 0:
         return {**out, "why": f"the follow-up run failed: {r.stderr.strip()[-300:]}"}
-    c = pl.read_parquet(fd / "tables" / "comparisons.parquet").filter(
+    c = report.analyse(fd, KINDS).filter(
         (pl.col("phase") == rem["name"]) & (pl.col("metric") == "p99") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
     # a program probe has a row per interval: the one the case attributes (zoo-table logs loop/work and loop/cycle)
     if "measure" in c.columns:

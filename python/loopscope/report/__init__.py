@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict
 
@@ -27,6 +27,9 @@ from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
 from loopscope.report.derived import derive
+
+if TYPE_CHECKING:
+    from loopscope.report.tables import RunTables
 from loopscope.analysis.breakdown import breakdown, by_size
 from loopscope.analysis.chanstats import channel_stats
 from loopscope.analysis.items import items
@@ -189,10 +192,33 @@ def build(run_dir: Path, kinds: Registry, share_reads: bool = True, min_effect: 
     return rep
 
 
+def analyse(run_dir: Path, kinds: Registry, min_effect: float | None = None) -> pl.DataFrame:
+    """The run's tables and phase comparisons written (``RUN/tables``), and
+    the comparisons: ``build`` without the derived documents and the page,
+    for a tool that needs only the figures (the cause zoo's follow-ups)."""
+    run_dir = RunDir.open(run_dir).path
+    with reader.shared(), rundir.read_once():
+        _, comp, _, _ = _analysed(run_dir, kinds, Files(run_dir), min_effect)
+    return comp
+
+
 def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect: float | None = None) -> Report:
     from loopscope.report.html import render
-    from loopscope.report.tables import load_run
 
+    tables, comp, notes, phase_order = _analysed(run_dir, kinds, traces, min_effect)
+    # load what the timeline and explain derive from the tables
+    derived = derive(run_dir, tables.run, kinds, notes)
+    # render: from values, no file read
+    progress.step("report: rendering")
+    html = run_dir / "report.html"
+    html.write_text(render(tables, comp, phase_order, notes, kinds, derived))
+    return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes, kinds=kinds)
+
+
+def _analysed(run_dir: Path, kinds: Registry, traces: Files, min_effect: float | None) -> tuple[RunTables, pl.DataFrame, list[str], list[str]]:
+    """Load the run, compare its phases, write its tables: the tables, the
+    comparisons, the notes so far and the phases in order."""
+    from loopscope.report.tables import load_run  # (scipy, through the queueing fits: only when a report is built)
     # load
     progress.step("report: reading the run's traces")
     tables = load_run(run_dir, kinds, traces)
@@ -227,11 +253,6 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect:
                          "its figures are what it measured until then")
     if tables.run.status != "completed":
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
-    # write the tables (the timeline and explain read them), then load what they derive
+    # write the tables (the timeline and explain read them)
     tables.write(run_dir / "tables", {"comparisons": comp})
-    derived = derive(run_dir, tables.run, kinds, notes)
-    # render: from values, no file read
-    progress.step("report: rendering")
-    html = run_dir / "report.html"
-    html.write_text(render(tables, comp, phase_order, notes, kinds, derived))
-    return Report(run_dir, html, comp, tables.run, time.perf_counter() - t0, notes, kinds=kinds)
+    return tables, comp, notes, phase_order
