@@ -19,105 +19,20 @@ import re
 import typing
 from typing import Annotated, Any, ClassVar, Literal, Protocol, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema, create_model, model_validator
+from pydantic import BeforeValidator, Field, WithJsonSchema, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
 from loopscope.fields import Command as Command, pps as pps  # re-exported for the kinds
 from loopscope.spec.hostkinds import DECLARED
 from loopscope.spec.hostkinds import REMOTE as _REMOTE
-from loopscope.units import duration_text, parse_bytes, parse_duration_ns
+from loopscope.units import parse_bytes
 from loopscope.units import parse_rate
 
+from loopscope.spec.values import (CpuList as CpuList, Duration as Duration, OptDuration as OptDuration, Level as Level, LevelField as LevelField, Name as Name, Model as Model)
+from loopscope.spec.tunings import (AffinityTuning as AffinityTuning, SchedTuning as SchedTuning, LimitTuning as LimitTuning, IrqTuning as IrqTuning, DmaLatencyTuning as DmaLatencyTuning, CpuidleTuning as CpuidleTuning, MlockTuning as MlockTuning, WriteTuning as WriteTuning, Tuning as Tuning)
+from loopscope.spec.settings import (SignedDuration as SignedDuration, VirtualClock as VirtualClock, ClockSync as ClockSync, EmulatorSettings as EmulatorSettings, Size as Size, MIN_RETAIN as MIN_RETAIN, MonitorSettings as MonitorSettings, KernelCapture as KernelCapture)
+
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
-
-
-def _duration(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
-        raise PydanticCustomError("duration", "must be a duration like 30s, 500ms or 2m [got {got}]", {"got": v})
-    if isinstance(v, (int, float)):
-        raise PydanticCustomError("duration", "needs a unit, e.g. {got}s or {got}ms [got {got}]", {"got": v})
-    try:
-        return parse_duration_ns(v)
-    except ValueError as e:
-        raise PydanticCustomError("duration", "{why}", {"why": str(e)}) from None
-
-
-Duration = Annotated[
-    int,
-    BeforeValidator(_duration),
-    PlainSerializer(duration_text, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*(ns|us|µs|ms|s|m|min|h)\s*$", "examples": ["30s", "500ms", "2m"]}),
-]
-
-
-def _zero_or_duration(v: Any) -> int:
-    if v in (0, "0"):
-        return 0
-    return _duration(v)
-
-
-OptDuration = Annotated[
-    int,
-    BeforeValidator(_zero_or_duration),
-    PlainSerializer(lambda ns: duration_text(ns) if ns else "0", return_type=str),
-    WithJsonSchema({"type": ["string", "integer"], "description": "a duration like 5s, or 0", "examples": ["5s", 0]}),
-]
-
-
-class Level(BaseModel):
-    """How much of a load: a number of processes, or a duty cycle on every CPU."""
-
-    model_config = ConfigDict(frozen=True)
-    processes: int | None = None
-    percent: float | None = None
-
-    def label(self) -> str:
-        if self.percent is not None:
-            return f"{self.percent:g}pct"
-        return str(self.processes)
-
-    def __str__(self) -> str:
-        return f"{self.percent:g}%" if self.percent is not None else f"{self.processes}"
-
-
-def _level(v: Any) -> Level:
-    msg = "must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got {got}]"
-    if isinstance(v, Level):
-        return v
-    if isinstance(v, bool):
-        raise PydanticCustomError("level", msg, {"got": v})
-    if isinstance(v, int):
-        if 1 <= v <= 512:
-            return Level(processes=v)
-        raise PydanticCustomError("level", msg, {"got": v})
-    if isinstance(v, str):
-        m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*", v)
-        if m and 1 <= float(m.group(1)) <= 100:
-            return Level(percent=float(m.group(1)))
-        if re.fullmatch(r"\s*[0-9]+\s*", v) and 1 <= int(v) <= 512:
-            return Level(processes=int(v))
-    raise PydanticCustomError("level", msg, {"got": v})
-
-
-LevelField = Annotated[
-    Level,
-    BeforeValidator(_level),
-    PlainSerializer(lambda lv: lv.percent and f"{lv.percent:g}%" or lv.processes, return_type=Union[int, str]),
-    WithJsonSchema(
-        {
-            "oneOf": [
-                {"type": "integer", "minimum": 1, "maximum": 512, "description": "processes"},
-                {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?%$", "description": "duty cycle on every CPU, 1..100 %"},
-            ]
-        }
-    ),
-]
-
-Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", description="letters, digits, . _ - (used in file names)")]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
 # ---- probes ----------------------------------------------------------------------
@@ -241,115 +156,6 @@ class Sweep(Model):
     level: list[LevelField] = Field(min_length=1)
 
 
-CpuList = list[Annotated[int, Field(ge=0)]]
-
-
-class _Tuning(Model):
-    """What a tuning changes in how a probe or a load is started (none, for
-    those that write a file): the fields of the probe's model it sets, and
-    the keys of the load's start-up description."""
-
-    def for_probe(self, name: str) -> dict[str, object]:
-        return {}
-
-    def for_load(self, name: str) -> dict[str, object]:
-        return {}
-
-
-class _Target(_Tuning):
-    probe: Name | None = Field(None, description="a probe of the experiment")
-    load: Name | None = Field(None, description="a load of this phase")
-
-    @model_validator(mode="after")
-    def _one(self) -> "_Target":
-        if (self.probe is None) == (self.load is None):
-            raise PydanticCustomError("tuning_target", "name exactly one of probe or load", {})
-        return self
-
-
-class AffinityTuning(_Target):
-    """Run a probe or a load on these CPUs during the phase."""
-
-    kind: Literal["affinity"]
-    cpus: CpuList = Field(min_length=1)
-
-    def for_probe(self, name: str) -> dict[str, object]:
-        return {"cpu": list(self.cpus)} if self.probe == name else {}
-
-    def for_load(self, name: str) -> dict[str, object]:
-        return {"cpus": list(self.cpus)} if self.load == name else {}
-
-
-class SchedTuning(_Target):
-    """A scheduling policy and priority for a probe or a load during the phase."""
-
-    kind: Literal["sched"]
-    policy: Literal["fifo", "rr", "other"] = "fifo"
-    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="1..99 for fifo and rr")
-
-    def for_probe(self, name: str) -> dict[str, object]:
-        return {"priority": self.priority} if self.probe == name else {}
-
-    def for_load(self, name: str) -> dict[str, object]:
-        return {"sched": {"policy": self.policy, "priority": self.priority}} if self.load == name else {}
-
-
-class LimitTuning(_Tuning):
-    """A CPU limit on a load during the phase (cgroup bandwidth): at most
-    ``cpus`` CPUs' worth of time in every 100 ms (every second below 0.01),
-    for every thread of it."""
-
-    kind: Literal["limit"]
-    load: Name = Field(description="a load of this phase")
-    cpus: Annotated[float, Field(ge=0.001, le=1024)] = Field(description="CPUs' worth of time it may use (0.1: 10 ms of every 100 ms; 0.001: 1 ms a second, stopped in effect)")
-
-    def for_load(self, name: str) -> dict[str, object]:
-        return {"limit": {"cpus": self.cpus}} if self.load == name else {}
-
-
-class IrqTuning(_Tuning):
-    """Steer an interrupt to these CPUs (/proc/irq/N/smp_affinity_list)."""
-
-    kind: Literal["irq"]
-    irq: Annotated[int, Field(ge=0)]
-    cpus: CpuList = Field(min_length=1)
-
-
-class DmaLatencyTuning(_Tuning):
-    """Hold /dev/cpu_dma_latency at this many µs (0: no deep idle states)."""
-
-    kind: Literal["dma_latency"]
-    us: Annotated[int, Field(ge=0)] = 0
-
-
-class CpuidleTuning(_Tuning):
-    """Disable (or enable) one idle state, by index or name, on these CPUs (default: all)."""
-
-    kind: Literal["cpuidle"]
-    state: int | str
-    cpus: CpuList | None = None
-    disable: bool = True
-
-
-class MlockTuning(_Tuning):
-    """Lock a probe's memory (mlockall) during the phase: a timer probe's ``mlock``, a program's through loopscope's library."""
-
-    kind: Literal["mlock"]
-    probe: Name = Field(description="a probe that takes mlock (timer, program)")
-
-    def for_probe(self, name: str) -> dict[str, object]:
-        return {"mlock": True} if self.probe == name else {}
-
-
-class WriteTuning(_Tuning):
-    """Write a value to one file of an allowed list of sysfs and procfs files (docs/experiments.md)."""
-
-    kind: Literal["write"]
-    path: str
-    value: str | int
-
-
-Tuning = Annotated[Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")]
 
 
 class Phase(Model):
@@ -358,140 +164,6 @@ class Phase(Model):
     tunings: list[Tuning] = Field(default_factory=list, description="settings applied when the phase starts and restored when it ends (docs/experiments.md)")
     links: list["Link"] = Field(default_factory=list, description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase")
     compare_with: Name | None = Field(None, description="the phase this one is compared with (default: the baseline phase); a remedy phase names the phase it remedies")
-
-
-def _signed_duration(v: Any) -> int:
-    if v in (0, "0"):
-        return 0
-    if isinstance(v, str) and v.strip().startswith("-"):
-        return -_duration(v.strip()[1:])
-    if isinstance(v, str) and v.strip().startswith("+"):
-        return _duration(v.strip()[1:])
-    return _duration(v)
-
-
-SignedDuration = Annotated[
-    int,
-    BeforeValidator(_signed_duration),
-    PlainSerializer(lambda ns: ("-" if ns < 0 else "") + duration_text(abs(ns)) if ns else "0", return_type=str),
-    WithJsonSchema({"type": ["string", "integer"], "description": "a duration with an optional sign, like -1.5s or 200ms, or 0"}),
-]
-
-
-class VirtualClock(Model):
-    """Test only: skew every timestamp the host's agent and its children produce (their CLOCK_MONOTONIC
-    and CLOCK_REALTIME reads and the kernel packet stamps they read) by offset + drift·(t − run start),
-    so clock synchronization has a known error to find between hosts that share one kernel."""
-
-    offset: SignedDuration = Field(0, description="added to every timestamp, e.g. 3ms or -250us")
-    drift_ppm: Annotated[float, Field(ge=-1000, le=1000)] = Field(0.0, description="rate error in parts per million, e.g. 20")
-
-
-class ClockSync(Model):
-    """Clock-sync probes during every multi-host run: coded probe pairs between each host and the reference,
-    kernel-timestamped both ways; the offline estimate puts every host on the reference's clock."""
-
-    enabled: Literal["auto", "on", "off"] = Field("auto", description="auto: on when the experiment has more than one host")
-    reference: Name | None = Field(None, description="the host whose CLOCK_MONOTONIC is the global clock (default: the first host)")
-    rate: Annotated[float, Field(gt=0, le=1000)] = Field(20.0, description="probe pairs per second per host")
-    gap: Duration = Field(20_000, description="gap between the two probes of a pair")
-    port: Annotated[int, Field(ge=1, le=65535)] = Field(9319, description="UDP port of the reference's responder")
-    network: Literal["sync", "experiment"] = Field(
-        "sync",
-        description="sync: the probes use a network of their own (netns hosts: a veth from each host straight to the reference, never emulated; ssh hosts: the reference's sync_address); experiment: they cross the experiment's network and its links",
-    )
-
-
-class EmulatorSettings(Model):
-    """How the link emulator (netns hosts, links that ask for delay, jitter, rate, reorder, loss or
-    duplication) waits for its next departure."""
-
-    cpu: Annotated[int, Field(ge=0, le=4095)] | None = Field(None, description="pin the emulator's forwarding thread to this CPU (pick one the probes and loads do not use)")
-    poll: bool = Field(False, description="busy-poll instead of sleeping between departures: the most punctual departures, for the price of the whole CPU (use with cpu)")
-    rings: bool = Field(True, description="move frames through PACKET_MMAP rings (false: one system call per frame, for comparison)")
-    spin: OptDuration = Field(150_000, description="the most it spins before a departure instead of sleeping (below this it follows its recent wake-up lateness); 0 never spins")
-    spin_quantile: Annotated[float, Field(ge=0.01, le=0.999)] = Field(
-        0.5,
-        description="which quantile of its wake-up lateness it spins ahead of: 0.5 makes the typical departure punctual for little CPU; 0.99 also cuts the tail, for about twice the CPU the probes share",
-    )
-
-
-_QUANTILE = re.compile(r"^\s*p(\d{1,2}(?:\.\d+)?)\s*$")
-
-
-def _threshold(v: Any) -> str:
-    """A time ('200us') or a quantile of the last hour ('p99.9'), as written."""
-    if isinstance(v, str):
-        m = _QUANTILE.match(v)
-        if m and 0 < float(m.group(1)) < 100:
-            return v.strip()
-        try:
-            if parse_duration_ns(v) > 0:
-                return v.strip()
-        except ValueError:
-            pass
-    raise PydanticCustomError("duration", "must be a time like 200us or 1ms, or a quantile of the last hour like p99.9 [got {got}]", {"got": v})
-
-
-def _retain_size(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (str, int)):
-        raise PydanticCustomError("duration", "must be a size like 2GB or 500MB [got {got}]", {"got": v})
-    try:
-        return parse_bytes(v)
-    except ValueError:
-        raise PydanticCustomError("duration", "must be a size like 2GB or 500MB [got {got}]", {"got": v}) from None
-
-
-Size = Annotated[int, BeforeValidator(_retain_size), WithJsonSchema({"type": ["string", "integer"], "examples": ["2GB", "500MB"]})]
-
-#: the smallest ``monitor.retain``: a few kept windows (one is ~10-100 kB)
-MIN_RETAIN = 1_000_000
-
-
-class MonitorSettings(Model):
-    """What ``loopscope monitor`` keeps (docs/monitor.md): a histogram of every probe per period, and the
-    kernel's events around every outlier above the threshold, within a disk budget."""
-
-    period: Duration = Field(60_000_000_000, description="length of one histogram period (at least 1s)")
-    threshold: Annotated[str, BeforeValidator(_threshold)] = Field("p99.9", description="an outlier: above this time (200us), or above this quantile of the last hour (p99.9)")
-    retain: Size = Field(1_000_000_000, description="disk for kept windows (2GB); the oldest windows go first, their causes stay")
-    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(300, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
-    reach: Duration = Field(8_000_000_000, description="how far back the kernel's buffers must reach (their size follows from it)")
-    # YAML reads a bare off as false: take it as the word it was
-    recorder: Annotated[Literal["alternate", "pause", "drain", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field("drain", description="drain: one trace instance with small buffers, read every 0.2 s into the recorder's memory (reach's worth), a keep decodes only the window's pages; alternate: two instances, one recording while the other is read; pause: one, paused while it is read (blind meanwhile); off: outliers counted, not kept")
-
-    @model_validator(mode="after")
-    def _bounds(self) -> "MonitorSettings":
-        problems: list[tuple[tuple[str | int, ...], str]] = []
-        if self.period < 1_000_000_000:
-            problems.append((("period",), f"must be at least 1s [got {duration_text(self.period)}]"))
-        if self.retain < MIN_RETAIN:
-            problems.append((("retain",), f"must hold at least one kept window: at least 1MB [got {self.retain} bytes]"))
-        if self.reach < 2_000_000_000:
-            problems.append((("reach",), f"must be at least 2s: an outlier is seen up to a second after it happened [got {duration_text(self.reach)}]"))
-        if problems:
-            raise PydanticCustomError("spec_references", "{count} problems with the monitor", {"count": len(problems), "problems": problems})
-        return self
-
-    def threshold_ns(self) -> int | None:
-        """The fixed threshold, or None for a quantile."""
-        return None if _QUANTILE.match(self.threshold) else parse_duration_ns(self.threshold)
-
-    def threshold_quantile(self) -> float | None:
-        m = _QUANTILE.match(self.threshold)
-        return float(m.group(1)) / 100 if m else None
-
-
-class KernelCapture(Model):
-    """Kernel events (scheduler, interrupts, page faults, timers, network receive) recorded during the
-    run on every kernel that allows it (tracepoints into a trace instance of the run's own, CLOCK_MONOTONIC,
-    read between probe windows), to explain outliers."""
-
-    # YAML reads a bare on/off as true/false: take them as the words they were
-    capture: Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
-    events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
-    buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)")
-    read: Literal["between-windows", "continuously"] = Field("between-windows", description="between-windows: the reader runs between probe windows (and in one only when a buffer is half full); continuously: it reads whenever there are events, at SCHED_IDLE (for comparison)")
 
 
 class Host(Model):
@@ -596,7 +268,6 @@ Phase.model_rebuild()
 
 
 def _size(v: Any) -> int:
-    from loopscope.units import parse_bytes
 
     try:
         return parse_bytes(v)
