@@ -1,0 +1,516 @@
+"""The tracefs instance a kernel capture's reader owns (``Reader``), and the
+draining flight recorder's memory (``Ring``).
+
+``Reader`` creates the instance (and a twin for ``alternate``), reads its
+buffers into segments when asked or when a CPU's buffer is half full, keeps
+a window for the flight recorder, and removes the instance on close. The
+process around it, its command lines and its signals, is ``drain.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from loopscope.kernel.capture import timens_offset_ns
+from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
+from collections import deque
+from loopscope import _native
+from loopscope.kernel.capture import remove_instance
+
+
+MAX_READ = 1 << 30
+#: a watching reader's pace (the monitor's tail reads the segments as they come)
+WATCH_READ_S = 0.5
+#: a draining flight recorder's pace: its kernel buffers need only hold this long
+DRAIN_EVERY_S = 0.2
+
+
+def _own_threads() -> list[int]:
+    """This reader's threads, its decoder's pool started first (their page
+    faults and timers are the capture's own, recorded by nobody)."""
+
+    pl.thread_pool_size()
+    try:
+        return sorted(int(t) for t in os.listdir("/proc/self/task"))
+    except OSError:
+        return [os.getpid()]
+
+
+def _timens_offset() -> int:
+
+    return timens_offset_ns()
+
+
+class Ring:
+    """A draining flight recorder's memory: per CPU, the pages read from the
+    kernel in order, each with its header's time, for ``reach_ns``; and the
+    stretches the kernel overwrote before a read took them."""
+
+    def __init__(self, reach_ns: int, page_size: int) -> None:
+
+        self.reach_ns, self.page_size = reach_ns, page_size
+        self.pages: dict[int, deque[tuple[int, bytes]]] = {}
+        self.gaps: list[tuple[int, int, int, int]] = []  # (cpu, from, to, events)
+        self.bytes = 0
+        self.cut: dict[int, int] = {}  # per CPU, once pages were let go: the time the oldest kept page starts
+
+    def add(self, cpu: int, buf: bytes) -> None:
+
+        q = self.pages.setdefault(cpu, deque())
+        ps = self.page_size
+        for i in range(0, len(buf), ps):
+            page = buf[i:i + ps]
+            if len(page) < 16:
+                continue
+            q.append((int.from_bytes(page[:8], "little"), page))
+            self.bytes += len(page)
+
+    def trim(self, now_k: int) -> None:
+        """Pages whose whole span ended more than ``reach_ns`` ago go (the next page's time is where a page ends)."""
+        edge = now_k - self.reach_ns
+        for c, q in self.pages.items():
+            while len(q) > 1 and q[1][0] < edge:
+                self.bytes -= len(q.popleft()[1])
+                self.cut[c] = q[0][0]
+        self.gaps = [g for g in self.gaps if g[2] >= edge]
+
+    def over(self, cpu: int, t0: int, t1: int) -> list[bytes]:
+        """The pages of ``cpu`` that may hold events in [t0, t1]."""
+        q = self.pages.get(cpu)
+        if not q:
+            return []
+        out = []
+        items = list(q)
+        for i, (ts, page) in enumerate(items):
+            end = items[i + 1][0] if i + 1 < len(items) else None
+            if ts <= t1 and (end is None or end >= t0):
+                out.append(page)
+        return out
+
+
+def _stats(inst: Path, cpu: int) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in (inst / "per_cpu" / f"cpu{cpu}" / "stats").read_text().splitlines():
+            k, _, v = line.partition(":")
+            v = v.strip()
+            if v.isdigit():
+                out[k.strip()] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def _dropped(st: dict[str, int]) -> int:
+    return st.get("overrun", 0) + st.get("commit overrun", 0) + st.get("dropped events", 0)
+
+
+class Reader:
+    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None,
+                 watch: bool = False) -> None:
+        self.continuously = continuously or watch
+        #: record only the threads in set_event_pid (and those they start)
+        self.watch = watch
+        #: flight recorder: "alternate" (two instances, one recording while the other is read), "pause" (one, paused while read)
+        #: or "drain" (one, read all the time into ``ring``)
+        self.flight = flight
+        self.ring: Ring | None = None
+        self.reach_ns = 8_000_000_000
+        # flight recorder: the events of the last read after its window (a read consumes
+        # the pages), and the pauses so far (kernel ns)
+        self.held: pl.DataFrame | None = None
+        self.pauses: list[tuple[int, int]] = []
+        self.k_strings: list[str] = []
+        self.k_events: list[str] = []
+        # the flight recorder's instances: (directory, per-CPU fds), the one recording, each one's
+        # overrun counters at its last read, and when each last started recording (kernel ns)
+        self.pair: list[tuple[Path, dict[int, int]]] = []
+        self.active = 0
+        self.bases: list[dict[int, int]] = []
+        self.since: list[int] = []
+        self.tf = tf
+        self.inst = tf / "instances" / name
+        self.out = out
+        self.buffer_mb = buffer_mb
+        self.events = events
+        self.missing: list[str] = []
+        self.filters: dict[str, str] = {}  # event → the filter the kernel records it under
+        self.unfiltered: list[str] = []  # events recorded for every thread: this kernel refused the per-thread filter
+        self.fds: dict[int, int] = {}
+        self.seg = 0
+        self.totals = {"segments": 0, "events": 0, "lost_events": 0, "lost_unknown_windows": 0, "bytes_read": 0, "bytes_written": 0,
+                       "damaged_pages": 0, "unknown_records": 0, "reads_asked": 0, "reads_half_full": 0, "read_ns": 0, "write_errors": 0}
+        self.half_full: list[HalfFull] = []
+        self.n_strings = -1
+
+    def _w(self, rel: str, value: str) -> None:
+        (self.inst / rel).write_text(value)
+
+    def create(self) -> Ready:
+
+        if self.inst.exists():
+            raise RuntimeError(f"a trace instance {self.inst.name} exists already (another capture, or a killed run: loopscope cleanup removes it)")
+        self.inst.mkdir()
+        self._w("tracing_on", "0")
+        self._w("trace_clock", "mono")
+        self._w("buffer_size_kb", str(self.buffer_mb * 1024))
+        # 50: the kernel wakes the reader's poll only when a buffer is half
+        # full; 0 (read continuously): whenever there is anything to read.
+        self._w("buffer_percent", "0" if self.continuously else "50")
+        try:
+            self._w("options/overwrite", "1")
+        except OSError:
+            pass
+        if self.watch:
+            # one pid no task has: an empty list would record every thread until the probe adds its own
+            self._w("set_event_pid", str(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1))
+            self._w("options/event-fork", "1")
+        fmt_dir = self.out / "formats"
+        fmt_dir.mkdir(parents=True, exist_ok=True)
+        header = (self.tf / "events" / "header_page").read_text()
+        (fmt_dir / "header_page").write_text(header)
+        formats = []
+        own = _own_threads()
+        for e in self.events:
+            sub, name = e.split(":", 1)
+            try:
+                flt = filter_for(e, own)
+                if flt:
+                    try:
+                        self._w(f"events/{sub}/{name}/filter", flt)
+                        self.filters[e] = flt
+                    except OSError:
+                        # a kernel without COMM or glob filters: only the event's own filter
+                        self.unfiltered.append(e)
+                        if e in FILTERS:
+                            self._w(f"events/{sub}/{name}/filter", FILTERS[e])
+                            self.filters[e] = FILTERS[e]
+                self._w(f"events/{sub}/{name}/enable", "1")
+                text = (self.tf / "events" / sub / name / "format").read_text()
+            except OSError:
+                self.missing.append(e)
+                continue
+            (fmt_dir / sub).mkdir(exist_ok=True)
+            (fmt_dir / sub / f"{name}.format").write_text(text)
+            formats.append((sub, text))
+        sub_kb = self.inst / "buffer_subbuf_size_kb"
+        self.page_size = int(sub_kb.read_text().strip()) * 1024 if sub_kb.exists() else os.sysconf("SC_PAGE_SIZE")
+        self.decoder = _native.KtraceDecoder(header, formats, self.page_size)
+        cpus = sorted(int(p.name[3:]) for p in (self.inst / "per_cpu").iterdir() if p.name[3:].isdigit())
+        for c in cpus:
+            self.fds[c] = os.open(self.inst / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
+        self.base = {c: _dropped(_stats(self.inst, c)) for c in cpus}
+        self.pair = [(self.inst, self.fds)]
+        if self.flight == "alternate":
+            self.pair.append(self._twin(cpus))
+        self.bases = [{c: _dropped(_stats(d, c)) for c in cpus} for d, _ in self.pair]
+        (self.out / "events").mkdir(exist_ok=True)
+        self.index = open(self.out / "segments.jsonl", "a")
+        self._w("tracing_on", "1")
+        self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        self.last_k: int = self.started_k
+        self.since = [self.started_k for _ in self.pair]
+        return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
+
+    def _twin(self, cpus: list[int]) -> tuple[Path, dict[int, int]]:
+        """The flight recorder's second instance, set up as the first, not recording."""
+        d = self.tf / "instances" / f"{self.inst.name}-b"
+        if d.exists():
+            raise RuntimeError(f"a trace instance {d.name} exists already (a killed monitor: loopscope cleanup removes it)")
+        d.mkdir()
+        for rel, v in (("tracing_on", "0"), ("trace_clock", "mono"), ("buffer_size_kb", str(self.buffer_mb * 1024))):
+            (d / rel).write_text(v)
+        try:
+            (d / "options/overwrite").write_text("1")
+        except OSError:
+            pass
+        for e in self.events:
+            if e in self.missing:
+                continue
+            sub, name = e.split(":", 1)
+            if e in self.filters:
+                (d / "events" / sub / name / "filter").write_text(self.filters[e])
+            # enabled now, not at the switch: turning events on waits for the
+            # kernel to patch its tracepoints on every CPU, which under a
+            # busy scheduler took seconds and every keep overran its window
+            (d / "events" / sub / name / "enable").write_text("1")
+        return d, {c: os.open(d / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
+
+    def drain(self, reason: str, label: str = "") -> Drained:
+        """Read every CPU's buffer, decode, write one segment."""
+        from loopscope.kernel import store
+
+        t0 = time.monotonic_ns()
+        nbytes = 0
+        dec_ns = 0
+        # What each buffer held now bounds this read (see ktrace_read).
+        held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
+        for c, fd in self.fds.items():
+            bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
+            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+            nbytes += len(buf)
+            if buf:
+                td = time.monotonic_ns()
+                self.decoder.pages(c, buf)
+                dec_ns += time.monotonic_ns() - td
+        t_read = time.monotonic_ns()
+        got = self.decoder.take()
+        df = store.frame(got)
+        t_frame = time.monotonic_ns()
+        lost = store.lost_list(got)
+        now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        # The buffers' own counters: what the pages did not place is placed
+        # over the segment on its CPU, with the counter's number.
+        t_first = int(df["t_ns"].min()) if len(df) else None  # type: ignore[arg-type]
+        t_last = int(df["t_ns"].max()) if len(df) else None  # type: ignore[arg-type]
+        for c in self.fds:
+            total = _dropped(_stats(self.inst, c))
+            delta, self.base[c] = total - self.base[c], total
+            mine = [w for w in lost if w["cpu"] == c]
+            known = sum(w["events"] for w in mine if w["events"] >= 0)
+            unknown = [w for w in mine if w["events"] < 0]
+            rest = delta - known
+            if unknown and rest > 0:
+                for i, w in enumerate(unknown):
+                    w["events"] = rest // len(unknown) + (1 if i < rest % len(unknown) else 0)
+                    w["why"] += "; count from the buffer's overrun counter"
+            elif rest > 0:
+                lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
+                             "why": "the buffer's overrun counter (no page said where)"})
+        self.last_k = now_k
+        seg: store.Segment = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
+               "decode_ns": dec_ns, "frame_ns": t_frame - t_read, "events": len(df), "t_first_ns": t_first, "t_last_ns": t_last, "lost": lost, "file": None, "counts": got["counts"]}
+        if len(got["strings"]) != self.n_strings:
+            seg["strings"], seg["event_names"] = got["strings"], got["events"]
+            self.n_strings = len(got["strings"])
+        if len(df):
+            try:
+                # written back now, between windows, not by the kernel's flusher inside a later one
+                written = store.write_segment(self.out, self.seg, df)
+                seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
+                self.totals["bytes_written"] += seg["bytes"]
+            except OSError as e:
+                self.totals["write_errors"] += 1
+                seg["write_error"] = str(e)
+                unwritten: list[store.LostWindow] = [
+                    {"cpu": int(c), "start_ns": int(g["t_ns"].min()), "end_ns": int(g["t_ns"].max()), "events": len(g),  # type: ignore[arg-type]
+                     "why": f"the segment could not be written: {e}"} for (c,), g in df.group_by("cpu")]
+                seg["lost"] = [*lost, *unwritten]
+        seg["write_ns"] = time.monotonic_ns() - t_frame
+        self.seg += 1
+        t = self.totals
+        t["segments"] += 1
+        t["events"] += len(df)
+        t["lost_events"] += sum(max(0, w["events"]) for w in seg["lost"])
+        t["lost_unknown_windows"] += sum(1 for w in seg["lost"] if w["events"] < 0)
+        t["bytes_read"] += nbytes
+        t["damaged_pages"] = got["counts"]["damaged_pages"]
+        t["unknown_records"] = got["counts"]["unknown_type"]
+        t["read_ns"] += seg["read_ns"] + seg["frame_ns"] + seg["write_ns"]
+        t["reads_asked" if reason == "asked" else "reads_half_full"] += 1
+        if reason == "half full":
+            self.half_full.append({"mono_ns": t0, "kernel_ns": t0 - _timens_offset(), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "after": label})
+        try:
+            self.index.write(json.dumps(seg) + "\n")
+            self.index.flush()
+            os.fsync(self.index.fileno())
+        except OSError as e:
+            t["write_errors"] += 1
+            sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
+        return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
+
+    def keep(self, t0: int, t1: int, dest: Path, margin_ns: int) -> Kept:
+        """Take [t0, t1] out of the buffers into a store in ``dest``
+        (``segments.jsonl``, ``events/00000.parquet``): pause, read every CPU,
+        resume; events up to ``margin_ns`` before the newest are held for the
+        next keep, older ones dropped (memory stays a few seconds' events)."""
+        from loopscope.kernel import store
+
+        def now() -> int:
+            return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+
+        if self.flight == "drain":
+            return self._keep_drained(t0, t1, dest)
+        h = self.held
+        if h is not None and len(h) and int(h["t_ns"].min()) <= t0 and int(h["t_ns"].max()) >= t1:  # type: ignore[arg-type]
+            # an earlier keep's read holds the whole window: no pause, no read
+            return self._write_kept(h.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)), t0, t1, dest, [], [], [], None, 0, 0)
+        a = self.active
+        inst, fds = self.pair[a]
+        p0 = now()
+        if len(self.pair) > 1:
+            # the twin records from now on; this one stops a moment later (the
+            # events of that moment are in both, and are kept once)
+            (self.pair[1 - a][0] / "tracing_on").write_text("1")
+            switched = now()
+        (inst / "tracing_on").write_text("0")
+        t_read = time.monotonic_ns()
+        nbytes = 0
+        try:
+            held = {c: _stats(inst, c).get("bytes", 0) for c in fds}
+            for c, fd in fds.items():
+                bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
+                buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+                nbytes += len(buf)
+                if buf:
+                    self.decoder.pages(c, buf)
+        finally:
+            if len(self.pair) == 1:
+                (inst / "tracing_on").write_text("1")
+        p1 = now()
+        read_ns = time.monotonic_ns() - t_read
+        got = self.decoder.take()
+        self.k_strings, self.k_events = got["strings"], got["events"]  # the tables only grow: the last one serves every window
+        new = store.frame(got)
+        # per CPU: where this read's events start, and whether the buffer overwrote pages since it last started recording
+        first = {int(c): int(t) for c, t in new.group_by("cpu").agg(pl.col("t_ns").min()).iter_rows()} if len(new) else {}
+        after = {c: _dropped(_stats(inst, c)) for c in fds}
+        over = {c: after[c] > self.bases[a].get(c, 0) for c in fds}
+        self.bases[a] = after
+        had = self.held if self.held is not None and len(self.held) else None
+        short = []
+        for c in fds:
+            # covered when this CPU's events reach back to t0 without a gap: the
+            # buffer's oldest event when it overwrote, else from when it started
+            # recording, and before that the events held from the last read
+            start = first.get(c, p0) if over[c] else self.since[a]
+            if start > t0 and (over[c] or had is None or int(had["t_ns"].min()) > t0):  # type: ignore[arg-type]
+                short.append({"cpu": c, "from_ns": t0, "to_ns": min(start, t1)})
+        both = pl.concat([had, new]) if had is not None else new
+        if had is not None and len(new):
+            lo, hi = int(new["t_ns"].min()), int(had["t_ns"].max())  # type: ignore[arg-type]
+            if lo <= hi:
+                # both are in time order; only where they overlap (the moment
+                # both instances recorded, at the switch) is an event twice, or
+                # out of order: deduplicate and sort there, not everywhere (a
+                # sort of everything held was a third of a keep under a storm)
+                t = pl.col("t_ns")
+                mid = pl.concat([had.filter(t >= lo), new.filter(t <= hi)])
+                mid = (mid.unique(maintain_order=True) if len(self.pair) > 1 else mid).sort("t_ns", maintain_order=True)
+                both = pl.concat([had.filter(t < lo), mid, new.filter(t > hi)])
+        win = both.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1))
+        newest = int(both["t_ns"].max()) if len(both) else p1  # type: ignore[arg-type]
+        self.held = both.filter(pl.col("t_ns") >= newest - margin_ns)
+        if len(self.pair) > 1:
+            self.active = 1 - a
+            self.since[self.active] = switched
+            # no pause: nothing was blind
+            placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
+            self.totals["reads_asked"] += 1
+            return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
+        self.since[a] = p1
+        blind = [(x, y) for x, y in self.pauses if y > t0 and x < t1]
+        self.pauses = [*self.pauses[-63:], (p0, p1)]
+        # the page flags' own losses between events this read has
+        placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
+        self.totals["reads_asked"] += 1
+        return self._write_kept(win, t0, t1, dest, short, blind, placed, (p0, p1), len(new), nbytes, read_ns)
+
+    def pull(self) -> None:
+        """A draining recorder's read: every CPU's new pages into the ring,
+        and what the kernel overwrote since the last read as a gap."""
+
+        if self.ring is None:
+            self.ring = Ring(self.reach_ns, self.page_size)
+        t0 = time.monotonic_ns()
+        now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
+        inst, fds = self.pair[0]
+        for c, fd in fds.items():
+            st = _stats(inst, c)
+            bound = (st.get("bytes", 0) // max(1, self.page_size - 64) + 2) * self.page_size
+            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+            if buf:
+                self.ring.add(c, buf)
+            total = _dropped(st)
+            if total > self.bases[0].get(c, 0):
+                self.ring.gaps.append((c, self.last_k, now_k, total - self.bases[0].get(c, 0)))
+                self.bases[0][c] = total
+            self.totals["bytes_read"] += len(buf)
+        self.last_k = now_k
+        self.ring.trim(now_k)
+        self.totals["reads_half_full"] += 1  # reads of its own (not asked)
+        self.totals["read_ns"] += time.monotonic_ns() - t0
+
+    def _keep_drained(self, t0: int, t1: int, dest: Path) -> Kept:
+        """A draining recorder's keep: a read (the window's end may still be in
+        the kernel), then the ring's pages over [t0, t1] decoded, nothing else."""
+        from loopscope.kernel import store
+
+        self.pull()
+        ring = self.ring
+        assert ring is not None
+        t_read = time.monotonic_ns()
+        n = 0
+        nbytes = 0
+        short = []
+        for c in self.pair[0][1]:
+            pages = ring.over(c, t0, t1)
+            cut = ring.cut.get(c)
+            if cut is not None and cut > t0:  # the ring had let these go: the window came too late
+                short.append({"cpu": c, "from_ns": t0, "to_ns": min(cut, t1)})
+            if pages:
+                self.decoder.set_last_time(c, int.from_bytes(pages[0][:8], "little"))
+                buf = b"".join(pages)
+                self.decoder.pages(c, buf)
+                n += len(pages)
+                nbytes += len(buf)
+        got = self.decoder.take()
+        self.k_strings, self.k_events = got["strings"], got["events"]
+        new = store.frame(got)
+        win = new.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)).sort("t_ns", maintain_order=True)
+        read_ns = time.monotonic_ns() - t_read
+        placed: list[Any] = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1]
+        placed += [{"cpu": c, "start_ns": a, "end_ns": b, "events": ev, "why": "the kernel overwrote these before the recorder's read took them"}
+                   for c, a, b, ev in ring.gaps if b > t0 and a < t1]
+        self.totals["reads_asked"] += 1
+        return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
+
+    def _write_kept(self, win: pl.DataFrame, t0: int, t1: int, dest: Path, short: list[dict[str, int]], blind: list[tuple[int, int]],
+                    placed: list[Any], pause: tuple[int, int] | None, n_read: int, nbytes: int, read_ns: int = 0) -> Kept:
+        from loopscope.kernel import store
+
+        (dest / "events").mkdir(parents=True, exist_ok=True)
+        lost: list[store.LostWindow] = [{"cpu": w["cpu"], "start_ns": w["from_ns"], "end_ns": w["to_ns"], "events": 1,
+                                         "why": "the flight recorder's buffer had overwritten this before the window was kept"} for w in short]
+        lost += [{"cpu": c, "start_ns": a, "end_ns": b, "events": 1, "why": "tracing was paused to keep an earlier window"} for a, b in blind for c in self.fds]
+        lost += placed
+        seg: store.Segment = {"seg": 0, "reason": "kept", "label": dest.name, "read_ns": read_ns, "bytes_read": nbytes,
+                              "events": len(win), "t_first_ns": t0, "t_last_ns": t1, "lost": lost, "file": None,
+                              "strings": self.k_strings, "event_names": self.k_events}
+        t_w = time.monotonic_ns()
+        if len(win):
+            written = store.write_segment(dest, 0, win, sync=False)
+            seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
+        (dest / "segments.jsonl").write_text(json.dumps(seg) + "\n")
+        t = self.totals
+        t["segments"] += 1
+        t["events"] += len(win)
+        t["bytes_read"] += nbytes
+        t["read_ns"] += read_ns
+        return {"kept": len(win), "read": n_read, "read_ns": read_ns, "age_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset() - t0, "write_ns": time.monotonic_ns() - t_w, "paused_ns": pause[1] - pause[0] if pause else 0,
+                "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
+
+    def close(self) -> None:
+
+        # Stopping already: a second signal (the parent's death after its
+        # stop line) must not cut the removal short and leave an instance behind.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+        for d, fds in self.pair or [(self.inst, self.fds)]:
+            for fd in fds.values():
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            fds.clear()
+            if d.is_dir():
+                remove_instance(d.name)
