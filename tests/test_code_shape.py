@@ -86,7 +86,7 @@ HELD = {
     "host_kind_branches": 2,
     "local_imports": 263,
     "local_imports_repeating_a_top_level_one": 0,
-    "long_files": 7,
+    "long_files": 4,
     "python_circles": 0,
     "rust_circles": 0,
 }
