@@ -19,7 +19,7 @@ ENDPOINT = re.compile(r"^(?P<host>[^:\s]+):(?P<port>[0-9]{1,5})$")
 def pps(what: str) -> Any:
     """A rate in messages per second (``1000pps``), for ``what`` in messages."""
 
-    def check(v: Any) -> str:
+    def check(v: object) -> str:
         try:
             _, kind = parse_rate(str(v))
         except ValueError as e:
@@ -50,7 +50,7 @@ Endpoint = _hostport(1, "127.0.0.1:7000", "")
 Bind = _hostport(0, "0.0.0.0:7000", " (0: any free port)")
 
 
-def _command(v: Any) -> list[str]:
+def _command(v: object) -> list[str]:
     """A command line as a string (split as a shell would) or a list of arguments."""
     if isinstance(v, str):
         try:

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from typing_extensions import TypedDict
 
+from loopscope.analysis.registry import Registry
 from loopscope.errors import RunError
 import dataclasses
 import polars as pl
@@ -115,7 +116,7 @@ def first_rep(d: Any) -> Any:
     return dataclasses.replace(d, reps=1, measures=ms, missed=missed)
 
 
-def bench(kinds: Any, pairs: int = 20, duration: str = "1s", say: Callable[[str], None] | None = None) -> CompareBench:
+def bench(kinds: Registry, pairs: int = 20, duration: str = "1s", say: Callable[[str], None] | None = None) -> CompareBench:
     if shutil.which("stress-ng") is None:
         raise RunError("bench compare needs stress-ng for its A/B case (scripts/install-deps.sh installs it)")
     aa: list[AaPair] = []

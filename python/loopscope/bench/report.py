@@ -18,10 +18,11 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from typing_extensions import TypedDict
 
+from loopscope.analysis.registry import Registry
 from loopscope.trace import reader
 import re
 from loopscope.report import build
@@ -63,7 +64,7 @@ class ReportBench(TypedDict):
     page: PageSize
 
 
-def bench(run_dir: Path, kinds: Any, runs: int = 3, say: Callable[[str], None] | None = None) -> ReportBench:
+def bench(run_dir: Path, kinds: Registry, runs: int = 3, say: Callable[[str], None] | None = None) -> ReportBench:
     src = RunDir.open(run_dir).path
     traces = sum(1 for _ in src.rglob("*.lstrace"))
     out: dict[str, list[float]] = {"once": [], "each_part": []}

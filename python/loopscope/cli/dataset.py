@@ -51,7 +51,7 @@ def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str 
     _console().print(t)
 
 
-def _cell(v: Any) -> str:
+def _cell(v: object) -> str:
     from loopscope.dataset.query import plain
 
     if isinstance(v, float):
@@ -99,17 +99,16 @@ def runs_cmd(directory: str, fmt: str) -> int:
     return 0
 
 
-def _ns(v: Any) -> str:
+def _ns(v: float | None) -> str:
     from loopscope.units import format_ns
 
     return "?" if v is None else format_ns(float(v))
 
 
-def _with_ci(v: Any, lo: Any, hi: Any) -> str:
+def _with_ci(v: float | None, lo: float | None, hi: float | None) -> str:
     """``125 µs [120, 142]``: the interval in the value's unit."""
     if v is None:
         return "?"
-    v = float(v)
     div, unit = (1e6, "ms") if v >= 1e6 else ((1e3, "µs") if v >= 1e3 else (1.0, "ns"))
     ci = f" [{float(lo) / div:.3g}, {float(hi) / div:.3g}]" if lo is not None and hi is not None else ""
     return f"{v / div:.3g} {unit}{ci}"

@@ -249,7 +249,7 @@ def _ts(s: str | None) -> _dt.datetime | None:
         return None
 
 
-def plain(v: Any) -> Any:
+def plain(v: object) -> Any:
     """A DuckDB value as JSON holds it (times as ISO text, NaN as null)."""
     if isinstance(v, float) and not math.isfinite(v):
         return None

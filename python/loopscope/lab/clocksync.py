@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loopscope import protocol as P
+from loopscope.lab.lab import Lab
 from loopscope.lab.hosts import AgentFailure
 from loopscope.rundir import ClockSyncRecord, SyncPart
 
@@ -36,11 +37,6 @@ if TYPE_CHECKING:
 # three pairs at the default 20 a second, and the start-up they still do
 # after saying ready.
 AWAKE_S = 0.15
-
-
-def wanted(exp: Experiment) -> bool:
-    cs = exp.clocksync
-    return cs.enabled == "on" or (cs.enabled == "auto" and len(exp.hosts) > 1)
 
 
 @dataclass
@@ -54,7 +50,7 @@ class SyncRun:
     paused: bool = False
 
 
-def start(lab: Any, exp: Experiment) -> SyncRun:
+def start(lab: Lab, exp: Experiment) -> SyncRun:
     cs = exp.clocksync
     ref = cs.reference or exp.hosts[0].name
     rh = lab.hosts[ref]
@@ -80,7 +76,7 @@ def start(lab: Any, exp: Experiment) -> SyncRun:
     return info
 
 
-def pause(lab: Any, info: SyncRun | None, on: bool) -> None:
+def pause(lab: Lab, info: SyncRun | None, on: bool) -> None:
     """Stop (``on``) or resume the initiators: they rest while a probe step
     measures, like the kernel capture's reader, and the estimate bridges the
     step (its bound at a time inside the gap says what that costs). The
@@ -104,7 +100,7 @@ def _let_run(info: SyncRun) -> None:
         time.sleep(left)
 
 
-def destination(lab: Any, exp: Experiment, host: str) -> tuple[str, str]:
+def destination(lab: Lab, exp: Experiment, host: str) -> tuple[str, str]:
     """Where ``host``'s initiator sends, and over which network."""
     cs = exp.clocksync
     rh = lab.hosts[cs.reference or exp.hosts[0].name]
@@ -117,7 +113,7 @@ def destination(lab: Any, exp: Experiment, host: str) -> tuple[str, str]:
     return rh.address, "experiment"
 
 
-def stop(lab: Any, info: SyncRun, quiet: bool = False) -> None:
+def stop(lab: Lab, info: SyncRun, quiet: bool = False) -> None:
     """Initiators first (their last answers still come back), then the responder."""
     if info.paused:  # a stopped process handles SIGINT only once resumed
         try:

@@ -22,6 +22,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
+from loopscope.lab.lab import Lab
 from loopscope.rundir import HubStep
 from loopscope.lab.hosts import AgentFailure
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from loopscope.spec.models import Experiment
 
 
-def hub_hosts(lab: Any, exp: Experiment) -> dict[str, list[Any]]:
+def hub_hosts(lab: Lab, exp: Experiment) -> dict[str, list[Any]]:
     first = next(iter(lab.hosts))
     out: dict[str, list[Any]] = {}
     for c in exp.channels:
@@ -37,7 +38,7 @@ def hub_hosts(lab: Any, exp: Experiment) -> dict[str, list[Any]]:
     return out
 
 
-def env_for(lab: Any, exp: Experiment) -> str:
+def env_for(lab: Lab, exp: Experiment) -> str:
     """LOOPSCOPE_CHANNELS for the step's processes."""
     first = next(iter(lab.hosts))
     m = {}
@@ -48,11 +49,11 @@ def env_for(lab: Any, exp: Experiment) -> str:
     return json.dumps(m, separators=(",", ":"))
 
 
-def stats_path(lab: Any, host: str, key: str, name: str) -> str:
+def stats_path(lab: Lab, host: str, key: str, name: str) -> str:
     return f"{lab.step_dir(host, key)}/{name}.channels.jsonl"
 
 
-def start(lab: Any, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[tuple[str, str]]:
+def start(lab: Lab, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[tuple[str, str]]:
     """Start the step's hubs; returns (host, name) of each started."""
     started: list[tuple[str, str]] = []
     for host, chans in hub_hosts(lab, exp).items():
@@ -71,7 +72,7 @@ def start(lab: Any, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[
     return started
 
 
-def check(lab: Any, started: list[tuple[str, str]]) -> None:
+def check(lab: Lab, started: list[tuple[str, str]]) -> None:
     """A hub that exited on its own fails the step, naming it."""
     for host, name in started:
         st = lab.agent(host).ask(P.GetStatus())
@@ -81,7 +82,7 @@ def check(lab: Any, started: list[tuple[str, str]]) -> None:
             raise AgentFailure(f"the channel hub on {host} exited during the step ({r.result.get('exit')}); see {name}.log", host=host, component=f"hub {name}")
 
 
-def stop(lab: Any, started: list[tuple[str, str]], quiet: bool = False) -> list[HubStep]:
+def stop(lab: Lab, started: list[tuple[str, str]], quiet: bool = False) -> list[HubStep]:
     """Stop the hubs; their parts for the step (name ``hub-HOST``)."""
     parts = []
     for host, name in list(started):

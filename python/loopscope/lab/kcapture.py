@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loopscope import protocol as P
+from loopscope.lab.lab import Lab
 from loopscope.kernel.capture import HalfFull
 from loopscope.rundir import Capture, CaptureReport, CpuLimit, KernelRecord, ReadDuring, Step
 from loopscope.lab.hosts import AgentFailure
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from loopscope.spec.models import Experiment
 
 
-def kernels(lab: Any) -> list[tuple[str, list[str]]]:
+def kernels(lab: Lab) -> list[tuple[str, list[str]]]:
     """(host that records, hosts its kernel serves): one capture per kernel,
     hosts told apart by their agents' boot ids (netns and local hosts share
     this machine's; exec hosts in namespaces or containers share theirs). The
@@ -65,7 +66,7 @@ class CaptureRun:
         return KernelRecord(captures=self.captures)
 
 
-def start(lab: Any, exp: Experiment, notes: list[str]) -> CaptureRun:
+def start(lab: Lab, exp: Experiment, notes: list[str]) -> CaptureRun:
     k = exp.kernel
     window_s = max([probe_seconds(exp, p) for p in exp.probes] or [10.0])
     info = CaptureRun()
@@ -90,7 +91,7 @@ def start(lab: Any, exp: Experiment, notes: list[str]) -> CaptureRun:
     return info
 
 
-def drain(lab: Any, info: CaptureRun | None, label: str) -> None:
+def drain(lab: Lab, info: CaptureRun | None, label: str) -> None:
     """Read every running capture's buffers now (between probe windows)."""
     for host in info.running if info is not None else []:
         r = lab.agent(host).ask(P.DrainKcapture(label=label), timeout=120)
@@ -111,7 +112,7 @@ def merge_limits(had: list[CpuLimit], now: list[CpuLimit]) -> list[CpuLimit]:
     return list(out.values())
 
 
-def stop(lab: Any, info: CaptureRun, quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
+def stop(lab: Lab, info: CaptureRun, quiet: bool = False, steps: list[Step] | None = None, notes: list[str] | None = None) -> None:
     for host in list(info.running):
         entry = next(e for e in info.captures if e.host == host)
         try:

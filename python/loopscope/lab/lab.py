@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from loopscope import protocol as P
 from loopscope.errors import RunError
@@ -69,10 +69,8 @@ def _namespaced(kinds: dict[str, str]) -> list[str]:
 
 def sync_reference(exp: Experiment, kinds: dict[str, str]) -> str | None:
     """The netns host the sync network leads to, when the run wants one."""
-    from loopscope.lab import clocksync
-
     ref = exp.clocksync.reference or exp.hosts[0].name
-    if clocksync.wanted(exp) and exp.clocksync.network == "sync" and ref in _namespaced(kinds):
+    if exp.wants_clocksync() and exp.clocksync.network == "sync" and ref in _namespaced(kinds):
         return ref
     return None
 
@@ -162,7 +160,7 @@ class Lab:
 
     # ---- up ---------------------------------------------------------------------------
 
-    def up(self, say: Any) -> None:
+    def up(self, say: Callable[[str], None]) -> None:
         t0 = time.monotonic_ns()
         if self.topo is not None:
             state.update(self.run_id, namespaces=self.topo.namespaces)

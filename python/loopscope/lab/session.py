@@ -226,7 +226,7 @@ class Session:
     def start_beside(self) -> None:
         """What runs beside the probes for the whole run: clock sync, kernel capture."""
         exp = self.exp
-        if clocksync.wanted(exp):
+        if exp.wants_clocksync():
             self.say(f"clock-sync probes: every host against {exp.clocksync.reference or exp.hosts[0].name}, {exp.clocksync.rate:g} pairs/s")
             self.sync_info = clocksync.start(self.lab, exp)
             self.rec.clocksync = self.sync_info.record

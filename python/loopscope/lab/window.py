@@ -23,9 +23,11 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable
 
 from loopscope import protocol as P
+from loopscope.lab.hosts import AgentClient
+from loopscope.lab.lab import Lab
 
 
 @dataclass
@@ -35,7 +37,13 @@ class _Pending:
     req: P.WaitProbe | P.Watch
 
 
-def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
+def _posted(agent: AgentClient, req: P.Request[P.R]) -> tuple[int, Callable[[], P.R]]:
+    """``req`` sent without waiting: its id, and how to wait for its typed reply."""
+    rid = agent.post(req)
+    return rid, lambda: agent.answer(req, rid)
+
+
+def sleep_through(lab: Lab, watch: dict[str, list[str]], until: tuple[str, str] | None, timeout_s: float) -> tuple[bool, list[tuple[str, str]]]:
     """Sleep while ``watch`` (host → probe names) measure, until the probe
     ``until`` (host, name) exits or ``timeout_s`` passes. Raises the first
     failure (a probe that failed, a load that ended, a dead agent). Returns
@@ -46,12 +54,14 @@ def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] 
     threads: list[threading.Thread] = []
 
     def ask(host: str, req: P.WaitProbe | P.Watch) -> None:
-        p = _Pending(host, lab.agent(host).post(req), req)
+        agent = lab.agent(host)
+        rid, fetch = _posted(agent, req) if isinstance(req, P.WaitProbe) else _posted(agent, req)
+        p = _Pending(host, rid, req)
         pending[host] = p
 
         def wait() -> None:
             try:
-                answers.put((p, lab.agent(host).answer(req, p.rid)))
+                answers.put((p, fetch()))
             except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
                 answers.put((p, e))
 
@@ -93,7 +103,7 @@ def sleep_through(lab: Any, watch: dict[str, list[str]], until: tuple[str, str] 
             t.join(timeout=30)
 
 
-def _wake(lab: Any, pending: dict[str, _Pending]) -> None:
+def _wake(lab: Lab, pending: dict[str, _Pending]) -> None:
     """End every wait still outstanding: the agent answers it when the next
     request arrives (a ``status``, whose own answer is read here); an agent
     that cannot answer is left to the failure already on its way."""

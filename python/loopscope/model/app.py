@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -179,7 +179,7 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus:
     return {"user_ns": int(ru.ru_utime * 1e9), "sys_ns": int(ru.ru_stime * 1e9), "wall_ns": wall}
 
 
-def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Any = lambda s: None,
+def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Callable[[str], None] = lambda s: None,
              cpus: list[int] | None = None, min_cpu_ms: float = MIN_CPU_MS) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
     for i in range(runs):
@@ -417,7 +417,7 @@ def environment_of(cmd: list[str]) -> str:
 
 
 def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | None, node_path: str | None, condition: str, cwd: str | None = None,
-              env_kind: str | None = None, say: Any = lambda s: None, cpus: list[int] | None = None) -> AppModel:
+              env_kind: str | None = None, say: Callable[[str], None] = lambda s: None, cpus: list[int] | None = None) -> AppModel:
     from loopscope.probes.common import envelope
 
     if not cmd:

@@ -43,7 +43,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -427,7 +427,7 @@ def assemble(conditions: dict[str, Condition]) -> NodeModel:
                      conditions=conditions, changes=changes)
 
 
-def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Any = lambda s: None,
+def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Callable[[str], None] = lambda s: None,
               cpus: list[int] | None = None, load_cpus: list[int] | None = None) -> NodeModel:
     """Idle, then each load; ``cpus``: where the measuring thread runs (pin
     the apps there too, ``calibrate app --cpu``), ``load_cpus``: where the

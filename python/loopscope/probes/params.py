@@ -127,7 +127,7 @@ SYSCALLS = [
 ]
 
 
-def _syscall(v: Any) -> str:
+def _syscall(v: object) -> str:
     from loopscope import _native
 
     try:

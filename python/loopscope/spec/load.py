@@ -130,7 +130,7 @@ def _unwrap(t: Any, key: Any) -> Any:
     return None
 
 
-def _got(v: Any) -> str:
+def _got(v: object) -> str:
     s = repr(v) if isinstance(v, str) else str(v)
     return s if len(s) <= 60 else s[:57] + "..."
 

@@ -108,7 +108,7 @@ class IoLoad(LoadBase):
     dir: str | None = None
 
 
-def _net_rate(v: Any) -> str:
+def _net_rate(v: object) -> str:
 
     if v == "unlimited":
         return "unlimited"
@@ -194,7 +194,7 @@ class Host(Model):
         return DECLARED[self.kind].remote
 
 
-def _percent(v: Any) -> float:
+def _percent(v: object) -> float:
     msg = "must be a percentage 0..100, like 1% or 0.5 [got {got}]"
     if isinstance(v, bool):
         raise PydanticCustomError("percent", msg, {"got": v})
@@ -220,7 +220,7 @@ Percent = Annotated[
 ]
 
 
-def _bit_rate(v: Any) -> str | None:
+def _bit_rate(v: object) -> str | None:
     if v is None:
         return None
 
@@ -267,10 +267,10 @@ class Link(Model):
 Phase.model_rebuild()
 
 
-def _size(v: Any) -> int:
+def _size(v: object) -> int:
 
     try:
-        return parse_bytes(v)
+        return parse_bytes(v if isinstance(v, (str, int)) else str(v))
     except ValueError as e:
         raise PydanticCustomError("size", "{why}", {"why": str(e)}) from None
 
@@ -468,6 +468,11 @@ class Experiment(Model):
         if name is None:
             return self.hosts[0]
         return next(h for h in self.hosts if h.name == name)
+
+    def wants_clocksync(self) -> bool:
+        """Whether the run synchronizes its hosts' clocks: asked for, or left to ``auto`` with more than one host."""
+        cs = self.clocksync
+        return cs.enabled == "on" or (cs.enabled == "auto" and len(self.hosts) > 1)
 
     def hosts_of(self, probe: ProbeModel) -> list[str]:
         return list(probe.hosts(self.hosts[0].name))

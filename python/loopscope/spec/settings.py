@@ -6,7 +6,7 @@ capture.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, PlainSerializer, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
@@ -16,7 +16,7 @@ from loopscope.units import duration_text, parse_bytes, parse_duration_ns
 from loopscope.spec.values import Duration, Model, Name, OptDuration, duration_value
 
 
-def _signed_duration(v: Any) -> int:
+def _signed_duration(v: object) -> int:
     if v in (0, "0"):
         return 0
     if isinstance(v, str) and v.strip().startswith("-"):
@@ -75,7 +75,7 @@ class EmulatorSettings(Model):
 _QUANTILE = re.compile(r"^\s*p(\d{1,2}(?:\.\d+)?)\s*$")
 
 
-def _threshold(v: Any) -> str:
+def _threshold(v: object) -> str:
     """A time ('200us') or a quantile of the last hour ('p99.9'), as written."""
     if isinstance(v, str):
         m = _QUANTILE.match(v)
@@ -89,7 +89,7 @@ def _threshold(v: Any) -> str:
     raise PydanticCustomError("duration", "must be a time like 200us or 1ms, or a quantile of the last hour like p99.9 [got {got}]", {"got": v})
 
 
-def _retain_size(v: Any) -> int:
+def _retain_size(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, (str, int)):
         raise PydanticCustomError("duration", "must be a size like 2GB or 500MB [got {got}]", {"got": v})
     try:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Union
+from typing import Annotated, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -14,7 +14,7 @@ from pydantic_core import PydanticCustomError
 from loopscope.units import duration_text, parse_duration_ns
 
 
-def duration_value(v: Any) -> int:
+def duration_value(v: object) -> int:
     if isinstance(v, bool) or not isinstance(v, (str, int, float)):
         raise PydanticCustomError("duration", "must be a duration like 30s, 500ms or 2m [got {got}]", {"got": v})
     if isinstance(v, (int, float)):
@@ -33,7 +33,7 @@ Duration = Annotated[
 ]
 
 
-def zero_or_duration_value(v: Any) -> int:
+def zero_or_duration_value(v: object) -> int:
     if v in (0, "0"):
         return 0
     return duration_value(v)
@@ -63,7 +63,7 @@ class Level(BaseModel):
         return f"{self.percent:g}%" if self.percent is not None else f"{self.processes}"
 
 
-def level_value(v: Any) -> Level:
+def level_value(v: object) -> Level:
     msg = "must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got {got}]"
     if isinstance(v, Level):
         return v
