@@ -17,7 +17,6 @@ producer / consumer.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import polars as pl
 
@@ -33,9 +32,9 @@ SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl
 ChannelRow = dict[str, int | str | None]
 
 
-def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: Any) -> ChannelRow:
+def _row(st: Step, channel: str, side: str, host: str, role: str, **counts: float | None) -> ChannelRow:
     return {"rep": st.rep, "phase": st.phase, "probe": st.probe, "channel": channel, "side": side, "host": host, "role": role,
-            **{k: (int(counts[k]) if counts.get(k) is not None else None) for k in COUNTS}}
+            **{k: (int(v) if (v := counts.get(k)) is not None else None) for k in COUNTS}}
 
 
 def channel_stats(run: RunRecord, files: Files) -> pl.DataFrame:

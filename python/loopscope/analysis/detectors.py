@@ -27,9 +27,9 @@ is and is tested on synthetic series with a known answer and on noise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
+import polars as pl
 from scipy import stats
 from loopscope.units import format_ns
 
@@ -279,11 +279,10 @@ def detect(t: np.ndarray, v: np.ndarray) -> list[Finding]:
     return [f for d in DETECTORS if (f := d(t, v)) is not None]
 
 
-def trim_warmup(df: Any, value: str, by: tuple[str, ...] = ()) -> tuple[Any, list[str]]:
+def trim_warmup(df: pl.DataFrame, value: str, by: tuple[str, ...] = ()) -> tuple[pl.DataFrame, list[str]]:
     """``df`` (a probe table with probe, phase, rep, t_ns and ``value``) without
     the warm-up of each series where the detector fires, and what was trimmed.
     ``by``: further columns that tell series apart (a program's intervals)."""
-    import polars as pl
 
     if not len(df) or value not in df.columns:
         return df, []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,8 +12,11 @@ from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from loopscope.units import format_ns
 from loopscope.cli.base import cli, Duration, prints
 
+if TYPE_CHECKING:
+    from loopscope.monitor.run import Monitor
 
-def _period_line(m: Any) -> str:
+
+def _period_line(m: Monitor) -> str:
     """One line per closed period: each probe's last period and the outliers so far."""
     from loopscope.monitor import hist
 
@@ -33,7 +36,7 @@ def _period_line(m: Any) -> str:
     return f"period {m.period_no} · " + " · ".join(parts) + " · " + out
 
 
-def _live_table(m: Any) -> Any:
+def _live_table(m: Monitor) -> Any:
     """The live view: per probe this period's p99 and max so far, the run's
     maximum and when; the counts; the last explained outliers."""
     import numpy as np
@@ -101,7 +104,7 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
 
     live: list[Any] = []
 
-    def view(m: Any) -> None:
+    def view(m: Monitor) -> None:
         if not sys.stderr.isatty():
             if m.period_no:
                 say(_period_line(m))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from typing import Any, Callable, Literal, TypeVar, get_args, get_origin
+from typing import Any, Callable, Literal, Mapping, TypeVar, get_args, get_origin
 
 import annotated_types as at
 import click
@@ -119,7 +119,7 @@ def options(model: type[BaseModel], skip: tuple[str, ...] = ()) -> Callable[[F],
     return deco
 
 
-def build(model: type[M], values: dict[str, Any]) -> M:
+def build(model: type[M], values: Mapping[str, object]) -> M:
     """The model from parsed option values (comma lists split), a refusal naming the option."""
     data: dict[str, Any] = {}
     for name, f in model.model_fields.items():

@@ -36,7 +36,7 @@ def probe() -> None:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-timer/timer.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @prints("loopscope.probes.timer:TimerJson")
-def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Timer wake-up latency on absolute deadlines (what cyclictest measures).
 
     Every wake-up goes into the trace as an interval from its deadline to when
@@ -68,7 +68,7 @@ def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: 
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sched/sched.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @prints("loopscope.probes.sched:SchedJson")
-def probe_sched(duration: int, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_sched(duration: int, work_iters: int | None, alone_ns: int | None, calibrate_only: bool, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Scheduler responsiveness: a thread alternating sleep and work next to busy threads (Paul et al. 2003).
 
     \b
@@ -128,7 +128,7 @@ def probe_launch(launch_json: str) -> int:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-syscall/syscall.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @prints("loopscope.probes.syscall:SyscallJson")
-def probe_syscall(trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_syscall(trace_path: str | None, as_json: bool, **params: object) -> int:
     """Cost of each system call, in batches until its 95% CI is within --target-pct % (Carlinet et al. 2000).
 
     \b
@@ -264,7 +264,7 @@ def probe_recv(bind: str, duration: int | None, idle: int | None, count: int | N
 @click.option("--duration", "-d", type=Duration(), default=None, help="Stop after this long [until Ctrl-C].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once listening, then exactly one JSON object when stopped.")
 @prints("loopscope.probes.netjson:EchoJson")
-def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: Any) -> int:
+def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: object) -> int:
     """Echo server for `probe rr`: answers each request at once with its kernel RX and its own times.
 
     \b
@@ -287,7 +287,7 @@ def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: Any) ->
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-source/pipe-source.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @prints("loopscope.probes.pipeline:SourceJson")
-def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Source of a distributed pipeline: paced messages through the nodes to the sink."""
     from loopscope.probes import net, pipeline
 
@@ -304,7 +304,7 @@ def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None,
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-node/pipe-node.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
 @prints("loopscope.probes.pipeline:NodeJson")
-def probe_pipe_node(trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_pipe_node(trace_path: str | None, as_json: bool, **params: object) -> int:
     """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
     from loopscope.probes import pipeline
 
@@ -319,7 +319,7 @@ def probe_pipe_node(trace_path: str | None, as_json: bool, **params: Any) -> int
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-pipe-sink/pipe-sink.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready`, then exactly one JSON object when stopped.")
 @prints("loopscope.probes.pipeline:SinkJson")
-def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: object) -> int:
     """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
     from loopscope.probes import pipeline
 
@@ -400,7 +400,7 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-sync/sync.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print `ready` once started, then exactly one JSON object.")
 @prints("loopscope.probes.clocksync:ProbeJson")
-def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
     from loopscope.probes import clocksync
 
@@ -422,7 +422,7 @@ def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: 
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None, help="Trace file [default: runs/<time>-rr/rr.lstrace].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @prints("loopscope.probes.netjson:RrJson")
-def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None, as_json: bool, **params: Any) -> int:
+def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Stimulus-response client: RTT per exchange and, on one clock, both one-way legs.
 
     The options are the experiment file's fields of an rr probe (``dest``

@@ -84,7 +84,7 @@ class RunFiles(Protocol):
         """A probe's result (the last line of its JSON file); {} when missing."""
         ...
 
-    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> tuple[Any, Any]:
+    def place(self, host_a: np.ndarray, rt_a: np.ndarray, host_b: np.ndarray, rt_b: np.ndarray, base: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """``rt_b`` on ``host_b`` minus ``rt_a`` on ``host_a`` (CLOCK_REALTIME
         arrays less ``base``) on the run's global clock, and its bound."""
         ...
@@ -231,7 +231,7 @@ class WindowSource(Protocol):
         ...
 
 
-def wait_windows(step: Step, src: WindowSource, trace_rel: str, krx_rt: Any, urx_rt: Any, tid: int, host: str, label: str) -> pl.DataFrame:
+def wait_windows(step: Step, src: WindowSource, trace_rel: str, krx_rt: np.ndarray, urx_rt: np.ndarray, tid: int, host: str, label: str) -> pl.DataFrame:
     """Kernel-to-application waits of one receiving thread: a message was in
     the host's kernel at ``krx_rt`` and the thread read it at ``urx_rt``
     (CLOCK_REALTIME ns arrays), moved to the host's CLOCK_MONOTONIC by the

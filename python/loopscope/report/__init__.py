@@ -117,7 +117,7 @@ class Report:
         return out[:30]
 
 
-def _silent(tables: Any, comp: pl.DataFrame, kinds: Registry) -> list[str]:
+def _silent(tables: RunTables, comp: pl.DataFrame, kinds: Registry) -> list[str]:
     """A line for each probe of the run with nothing to compare: what its kind says it did instead."""
     compared = set(comp["probe"].unique().to_list()) if len(comp) else set()
     out = []
@@ -138,7 +138,7 @@ def _ratio(x: float) -> str:
     return f"{x:.3f}x" if abs(x - 1) < 0.01 else f"{x:.2f}x"
 
 
-def steady_state(tables: Any, kinds: Registry) -> tuple[Any, list[str]]:
+def steady_state(tables: RunTables, kinds: Registry) -> tuple[RunTables, list[str]]:
     """The tables with a warm-up the detector finds at the start of a series
     left out (each kind says which series), and a note for each."""
     from loopscope.analysis.detectors import trim_warmup

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, NamedTuple, Protocol
 
 import numpy as np
 import polars as pl
@@ -35,7 +35,7 @@ from loopscope.kernel import store as S
 SEQ = 0x4C53  # trusted_packet_sequence_id for every packet
 
 
-def _uuid(*parts: Any) -> int:
+def _uuid(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b("\x1f".join(map(str, parts)).encode(), digest_size=8).digest(), "little") >> 1
 
 
@@ -106,10 +106,25 @@ def export_trace(trace: Path, out: Path) -> dict[str, Any]:
     return _write(tl, out, None)
 
 
+class EventTypes(NamedTuple):
+    """The track event types the trace uses (perfetto's protos load only when a trace is written)."""
+
+    TYPE_SLICE_BEGIN: int
+    TYPE_SLICE_END: int
+    TYPE_INSTANT: int
+    TYPE_COUNTER: int
+
+
+class Track(Protocol):
+    """Declares a track: its id, name, parent and whether it is a counter."""
+
+    def __call__(self, uuid: int, name: str, parent: int | None = None, counter: bool = False) -> None: ...
+
+
 def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-    TE = pb.TrackEvent
+    TE = EventTypes(pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_INSTANT, pb.TrackEvent.TYPE_COUNTER)
     counts = {"slices": 0, "instants": 0, "counters": 0, "not_placed": 0, "histograms": 0, "tracks": 0}
     placed = tl.filter(pl.col("t_global_ns").is_not_null())
     counts["not_placed"] = len(tl) - len(placed)
@@ -146,7 +161,7 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
     return {**counts, "path": str(out)}
 
 
-def _thread_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
+def _thread_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, Any], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
     """One thread's records: intervals as slices (in lanes where they
     overlap), events as instants, counters as counter tracks."""
     host, source, thread, tid = who
@@ -193,7 +208,7 @@ def _thread_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], g: p
             counts["counters"] += 1
 
 
-def _clock_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], clock: pl.DataFrame) -> None:
+def _clock_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, Any], clock: pl.DataFrame) -> None:
     """Each host's clock offset and its bound, as counters under the host."""
     for (host,), c in clock.group_by(["host"], maintain_order=True):
         for col, label in (("offset_ns", "clock offset vs reference, REALTIME (ns)"), ("bound_ns", "clock bound (ns)")):
@@ -208,7 +223,7 @@ def _clock_tracks(w: _Writer, TE: Any, track: Any, counts: dict[str, Any], clock
                 counts["counters"] += 1
 
 
-def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
+def _kernel_tracks(run_dir: Path, w: _Writer, track: Track, TE: EventTypes) -> int:
     """Per CPU of each captured kernel: which task ran (from runtime accounting)
     and which interrupt handlers ran, around every attributed outlier (±20 ms;
     without attribution, the capture's first 5 s), on the global clock."""
@@ -254,7 +269,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Any, TE: Any) -> int:
     return n
 
 
-def _spans_of_interest(run_dir: Path, cap: Capture, att: pl.DataFrame | None, st: Any) -> list[tuple[int, int]]:
+def _spans_of_interest(run_dir: Path, cap: Capture, att: pl.DataFrame | None, st: S.Store) -> list[tuple[int, int]]:
     """Kernel-time spans around the capture's attributed outliers (±20 ms), or its first 5 s."""
 
     if att is None or not len(att):
@@ -297,7 +312,7 @@ def _to_global(run_dir: Path, run: RunRecord, host: str, off: int, clocks: list[
     return to_global
 
 
-def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names: list[str], bounds: np.ndarray | None = None) -> int:
+def _slices(w: _Writer, TE: EventTypes, tu: int, gs: np.ndarray, ge: np.ndarray, names: list[str], bounds: np.ndarray | None = None) -> int:
     """One lane's slices (begin and end packets in time order: ends before
     begins at equal times), each with its clock bound when given; how many."""
     pts = sorted([(int(gs[i]), 1, i) for i in range(len(gs))] + [(int(ge[i]), 0, i) for i in range(len(ge))])
@@ -317,7 +332,7 @@ def _slices(w: _Writer, TE: Any, tu: int, gs: np.ndarray, ge: np.ndarray, names:
     return len(gs)
 
 
-def _lost_tracks(st: Any, w: _Writer, TE: Any, track: Any, host: str, parent: int, to_global: Callable[[np.ndarray], np.ndarray]) -> int:
+def _lost_tracks(st: S.Store, w: _Writer, TE: EventTypes, track: Track, host: str, parent: int, to_global: Callable[[np.ndarray], np.ndarray]) -> int:
     """Where the capture lost events: a slice per LOST record on its CPU."""
     lw = st.lost
     if lw is None or not len(lw):

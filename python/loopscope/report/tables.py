@@ -131,7 +131,7 @@ class StepFiles:
         except (json.JSONDecodeError, IndexError, TypeError, ValueError):
             return {}
 
-    def place(self, host_a: Any, rt_a: Any, host_b: Any, rt_b: Any, base: int = 0) -> tuple[Any, Any]:
+    def place(self, host_a: np.ndarray, rt_a: np.ndarray, host_b: np.ndarray, rt_b: np.ndarray, base: int = 0) -> tuple[np.ndarray, np.ndarray]:
         if self._place is None:
             self._place = Placement.of(self.run, self.files)
         return self._place.diff(host_a, rt_a, host_b, rt_b, base)
