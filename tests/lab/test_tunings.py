@@ -76,10 +76,15 @@ def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path, la
     assert "/dev/cpu_dma_latency" in paths
     if IDLE.exists():
         assert paths[str(IDLE)]["old"] == before[str(IDLE)] and paths[str(IDLE)]["new"] == "1"
-    # the run's own comparisons: the remedy's p99 is significantly below the hog phase's
+    # the run's own comparisons: the remedy is significantly better than the hog phase, in p99 lateness or,
+    # when the hog starved the probe (its wake-ups past the next deadline are missed deadlines, not samples,
+    # so the lateness of the few that ran is censored), in missed deadlines
     c = pl.read_parquet(tmp_path / "tune1" / "tables" / "comparisons.parquet")
-    p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
-    assert p99["baseline_phase"] == "hog" and p99["significant"] and p99["ratio"] < 0.5, p99
+    rem = c.filter((pl.col("phase") == "remedy") & (pl.col("measure") == "latency"))
+    p99 = rem.filter(pl.col("metric") == "p99").row(0, named=True)
+    missed = rem.filter(pl.col("metric") == "missed").row(0, named=True)
+    assert p99["baseline_phase"] == "hog" and missed["baseline_phase"] == "hog"
+    assert (p99["significant"] and p99["ratio"] < 0.5) or (missed["significant"] and missed["ratio"] < 0.5), (p99, missed)
     assert not _journal("tune1").exists()
     prov = json.loads((tmp_path / "tune1" / "provenance.json").read_text())
     assert prov["tunings"] == run["tunings"]
