@@ -2,11 +2,16 @@
 
 The pieces follow the flow of data: :mod:`loopscope.trace` (instrument and
 read traces), :mod:`loopscope.probes` (measure the machine),
-:mod:`loopscope.loads` (background loads), :mod:`loopscope.spec` and
-:mod:`loopscope.lab` (experiment files and running them),
-:mod:`loopscope.analysis` (statistics with their errors),
-:mod:`loopscope.report` (HTML, tables, terminal), :mod:`loopscope.bench`
-(loopscope against its floor and its peers) and :mod:`loopscope.cli`.
+:mod:`loopscope.loads` (background loads), :mod:`loopscope.spec` (experiment
+files), :mod:`loopscope.lab` (one lab session: hosts, agents, links, clock
+sync, kernel capture, teardown; the run's loop over it) and
+:mod:`loopscope.agent` (one per host), :mod:`loopscope.kernel` (capture and
+its stores), :mod:`loopscope.analysis` (statistics with their errors, the
+causes of outliers), :mod:`loopscope.timeline` (every record on one clock),
+:mod:`loopscope.report` (HTML, tables, terminal), :mod:`loopscope.monitor`
+(the monitor's loop over a lab session, for days), :mod:`loopscope.dataset`
+(many runs as one dataset), :mod:`loopscope.bench` (loopscope against its
+floor and its peers) and :mod:`loopscope.cli`.
 
 Imports are kept lazy: a probe process started by an agent must begin
 measuring within a fraction of a second.

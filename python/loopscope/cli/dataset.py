@@ -182,7 +182,8 @@ def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phas
       loopscope trend runs/ --probe timer --metric p99
       loopscope trend runs/ --probe timer --metric p99 --by kernel -o trend.html
     """
-    from loopscope.dataset.trend import page, trend
+    from loopscope.dataset.trend import trend
+    from loopscope.report.trend import page
     from loopscope.kinds import KINDS
 
     q = _open(directory)

@@ -7,14 +7,13 @@ interval. ``by`` splits the points into series by host or by kernel. Within
 a series, a run whose whole interval lies above (below) the previous run's
 interval, by more than the minimum effect, is marked ``▲`` (``▼``): a step
 worth a look, told apart from runs that only move inside each other's
-intervals. The same points go to a page in the report's style.
+intervals. The same points go to a page in the report's style (``report/trend.py``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from typing_extensions import TypedDict
@@ -161,32 +160,3 @@ def _mark(t: Trend) -> None:
                 p.change = "▲"
             elif p.hi_ns < prev.lo_ns and r < down:  # type: ignore[operator]
                 p.change = "▼"
-
-
-def page(t: Trend, root: Path) -> str:
-    """The trend as one self-contained page in the report's style."""
-    import jinja2
-
-    from loopscope.report import charts
-    from loopscope.report.sections import ns
-
-    order = list(dict.fromkeys(p.run_id for p in t.points))
-    index = {r: i for i, r in enumerate(order)}
-    labels = [_short(next(p for p in t.points if p.run_id == r)) for r in order]
-    series = {name: [(index[p.run_id], p.value_ns, p.lo_ns, p.hi_ns) for p in pts] for name, pts in t.series.items()}
-    title = f"{t.probe}: {t.measure} {t.metric}" + (f" by {t.by}" if t.by else "") + f", {len(order)} runs"
-    svg = charts.trend(series, labels, title, f"{t.measure} {t.metric}") if t.points else ""
-    rows = [{"run": p.run_id, "started": p.started_utc.strftime("%Y-%m-%d %H:%M") if p.started_utc else "", "series": p.series, "host": p.host,
-             "kernel": p.kernel or "", "phase": p.phase, "value": ns(p.value_ns),
-             "ci": f"[{ns(p.lo_ns)}, {ns(p.hi_ns)}]" if p.lo_ns is not None and p.hi_ns is not None else "no interval",
-             "reps": p.reps or "", "change": p.change} for p in t.points]
-    here = Path(__file__).resolve().parent.parent / "report"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=True)
-    return env.get_template("trend.html.j2").render(
-        css=(here / "page.css").read_text(), t=t, root=str(root), chart=svg, rows=rows, runs=len(order),
-        min_effect=f"{t.min_effect * 100:g} %", generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-    )
-
-
-def _short(p: Point) -> str:
-    return p.started_utc.strftime("%m-%d %H:%M") if p.started_utc else p.run_id[:15]
