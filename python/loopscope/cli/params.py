@@ -121,7 +121,7 @@ def options(model: type[BaseModel], skip: tuple[str, ...] = ()) -> Callable[[F],
 
 def build(model: type[M], values: Mapping[str, object]) -> M:
     """The model from parsed option values (comma lists split), a refusal naming the option."""
-    data: dict[str, Any] = {}
+    data: dict[str, object] = {}
     for name, f in model.model_fields.items():
         if name not in values:
             continue

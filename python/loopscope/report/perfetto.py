@@ -25,6 +25,8 @@ import hashlib
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, NamedTuple, Protocol
 
+from typing_extensions import TypedDict
+
 import numpy as np
 import polars as pl
 from loopscope.rundir import Capture, RunDir, RunRecord
@@ -87,12 +89,12 @@ def _lanes(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return lanes
 
 
-def export(run_dir: Path, out: Path) -> dict[str, Any]:
+def export(run_dir: Path, out: Path) -> Exported:
     """A run's global timeline (``RUN/timeline.parquet``), its clocks and the kernel around the outliers."""
     return _write(pl.read_parquet(run_dir / "timeline.parquet"), out, run_dir)
 
 
-def export_trace(trace: Path, out: Path) -> dict[str, Any]:
+def export_trace(trace: Path, out: Path) -> Exported:
     """One trace file alone, on its own clock (CLOCK_MONOTONIC of the host
     that wrote it: one clock, so every bound is 0): for programs
     instrumented with the trace API and no experiment."""
@@ -104,6 +106,21 @@ def export_trace(trace: Path, out: Path) -> dict[str, Any]:
         pl.col("t_ns").alias("t_global_ns"), pl.lit(0.0).alias("bound_ns"),
     )
     return _write(tl, out, None)
+
+
+class Exported(TypedDict):
+    """What an export wrote: slices, instants and counter values on how many tracks, what could not be placed, and where."""
+
+    slices: int
+    instants: int
+    counters: int
+    not_placed: int
+    histograms: int
+    tracks: int
+    kernel_slices: int
+    packets: int
+    bytes: int
+    path: str
 
 
 class EventTypes(NamedTuple):
@@ -121,11 +138,11 @@ class Track(Protocol):
     def __call__(self, uuid: int, name: str, parent: int | None = None, counter: bool = False) -> None: ...
 
 
-def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
+def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> Exported:
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
     TE = EventTypes(pb.TrackEvent.TYPE_SLICE_BEGIN, pb.TrackEvent.TYPE_SLICE_END, pb.TrackEvent.TYPE_INSTANT, pb.TrackEvent.TYPE_COUNTER)
-    counts = {"slices": 0, "instants": 0, "counters": 0, "not_placed": 0, "histograms": 0, "tracks": 0}
+    counts: dict[str, int] = {"slices": 0, "instants": 0, "counters": 0, "not_placed": 0, "histograms": 0, "tracks": 0}
     placed = tl.filter(pl.col("t_global_ns").is_not_null())
     counts["not_placed"] = len(tl) - len(placed)
     counts["histograms"] = int((placed["kind"] == "histogram").sum())
@@ -158,10 +175,12 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> dict[str, Any]:
         w.close()
     counts["packets"] = w.n
     counts["bytes"] = out.stat().st_size
-    return {**counts, "path": str(out)}
+    return Exported(slices=counts["slices"], instants=counts["instants"], counters=counts["counters"], not_placed=counts["not_placed"],
+                    histograms=counts["histograms"], tracks=counts["tracks"], kernel_slices=counts.get("kernel_slices", 0), packets=counts["packets"],
+                    bytes=counts["bytes"], path=str(out))
 
 
-def _thread_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, Any], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
+def _thread_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, int], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
     """One thread's records: intervals as slices (in lanes where they
     overlap), events as instants, counters as counter tracks."""
     host, source, thread, tid = who
@@ -208,7 +227,7 @@ def _thread_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, A
             counts["counters"] += 1
 
 
-def _clock_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, Any], clock: pl.DataFrame) -> None:
+def _clock_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, int], clock: pl.DataFrame) -> None:
     """Each host's clock offset and its bound, as counters under the host."""
     for (host,), c in clock.group_by(["host"], maintain_order=True):
         for col, label in (("offset_ns", "clock offset vs reference, REALTIME (ns)"), ("bound_ns", "clock bound (ns)")):

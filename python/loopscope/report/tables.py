@@ -104,7 +104,7 @@ class StepFiles:
     def __init__(self, run: RunRecord, files: Files) -> None:
         self.run, self.files = run, files
         self._place: Placement | None = None
-        self._kernels: dict[str, Any] = {}
+        self._kernels: dict[str, S.Store | None] = {}
 
     @property
     def run_dir(self) -> Path:
