@@ -66,8 +66,8 @@ def _live_table(m: Monitor) -> Any:
         nk = sum(c.not_kept.values())
         line = f"outliers above the threshold {c.above:,} · kept {c.kept:,} · explained {c.explained:,} · not kept {nk:,} {dict(c.not_kept) if nk else ''}"
     for r in reversed(last):
-        top = (r.get("causes") or [{}])[0]
-        o.add_row(r["probe"], format_ns(r["latency_ns"]), str(r.get("top_cause") or "-"), f"{top.get('share', 0):.0%}" if top else "-", r.get("window") or f"no ({r.get('not_kept')})")
+        causes = r.get("causes") or []
+        o.add_row(r["probe"], format_ns(r["latency_ns"]), str(r.get("top_cause") or "-"), f"{causes[0]['share']:.0%}" if causes else "-", r.get("window") or f"no ({r.get('not_kept')})")
     return Group(t, line, o)
 
 

@@ -48,6 +48,7 @@ from loopscope.analysis.explain import attribute_store
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
 from loopscope.monitor import pack as P
+from loopscope.monitor.record import OutlierLine
 
 # Kernel events kept either side of an outlier: half of explain's 20 ms
 # (runtime accounting comes at least every 4 ms tick, so 10 ms still holds
@@ -139,7 +140,7 @@ class Keeper:
         self.settings = settings
         self.roles = roles
         self.counts = Counts()
-        self.last: deque[dict[str, Any]] = deque(maxlen=20)  # the last explained outliers, for the live view
+        self.last: deque[OutlierLine] = deque(maxlen=20)  # the last explained outliers, for the live view
         self.lock = threading.Lock()
         self.q: queue.Queue[Outlier | None] = queue.Queue()
         self.cap: C.Capture | None = None
@@ -371,7 +372,7 @@ class Keeper:
     def _write(self, group: list[Outlier], d: Path | None, why_not: str | None, detail: str | None, att: pl.DataFrame | None = None, blind: bool = False,
                age_ns: int | None = None) -> None:
         for i, o in enumerate(group):
-            rec: dict[str, Any] = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
+            rec: OutlierLine = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
                                    "window": d.name if d is not None else None, "not_kept": why_not}
             if o.queued_k:
                 rec["queued_after_ms"] = round((o.queued_k - o.start_k) / 1e6, 1)  # from the window's start to the keeper being handed it
@@ -397,9 +398,9 @@ class Keeper:
                     c.miss(why_not)
                 else:
                     c.kept += 1
-                    if rec.get("top_cause"):
+                    if top := rec.get("top_cause"):
                         c.explained += 1
-                        c.by_cause[rec["top_cause"]] = c.by_cause.get(rec["top_cause"], 0) + 1
+                        c.by_cause[top] = c.by_cause.get(top, 0) + 1
                 self.last.append(rec)
                 if not self.outliers.closed:
                     self.outliers.write(json.dumps(rec) + "\n")

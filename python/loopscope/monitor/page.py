@@ -12,7 +12,6 @@ files alone (``monitor.json``, ``periods.jsonl``, ``histograms/*.hlog``,
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +37,7 @@ def _counts(h: Any) -> np.ndarray:
     return out
 
 
-def _lines(p: Path) -> list[dict[str, Any]]:
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line cut short by a kill
-    return out
-
-
-def _probe_charts(name: str, hs: list[Any], periods: list[dict[str, Any]], outl: list[dict[str, Any]], thr_ns: int | None) -> str:
+def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], outl: list[record.OutlierLine], thr_ns: int | None) -> str:
     rows = [r for r in periods if r["probe"] == name]
     per = np.array([_counts(h) for h in hs]) if hs else np.zeros((0, len(EDGES) - 1))
     whole = per.sum(axis=0) if len(per) else np.zeros(len(EDGES) - 1)
@@ -75,7 +62,7 @@ def _probe_charts(name: str, hs: list[Any], periods: list[dict[str, Any]], outl:
         by_t = {(o["probe"], o["t_ns"]): o for o in outl}
         x = np.array([int(r["period"]) for r in rows])
         mx = np.array([r.get("max_ns") or 0 for r in rows]) / 1e3
-        causes = [(by_t.get((name, r.get("max_t_ns"))) or {}).get("top_cause") or ("below the threshold" if thr_ns and (r.get("max_ns") or 0) <= thr_ns else "not kept")
+        causes = [(o.get("top_cause") if (o := by_t.get((name, r.get("max_t_ns", -1)))) is not None else None) or ("below the threshold" if thr_ns and (r.get("max_ns") or 0) <= thr_ns else "not kept")
                   for r in rows]
         names = sorted(set(causes), key=causes.index)
         fig, ax = plt.subplots(figsize=(9, 3.2))
@@ -108,8 +95,8 @@ def _probe_charts(name: str, hs: list[Any], periods: list[dict[str, Any]], outl:
 def build(d: Path) -> Path:
     """Write ``d/report.html``; its path."""
     rec = record.read(d)
-    periods = _lines(d / "periods.jsonl")
-    outl = _lines(d / "outliers.jsonl")
+    periods = record.periods(d)
+    outl = record.outliers(d)
     thr = str(rec["settings"].get("threshold") or "")
     try:
         from loopscope.units import parse_duration_ns
@@ -137,8 +124,8 @@ def build(d: Path) -> Path:
     for o in outl:
         for x in o.get("causes") or []:
             tot[x["cause"]] = tot.get(x["cause"], 0) + int(x["ns"])
-        if o.get("top_cause"):
-            n[o["top_cause"]] = n.get(o["top_cause"], 0) + 1
+        if top := o.get("top_cause"):
+            n[top] = n.get(top, 0) + 1
     all_ns = sum(tot.values()) or 1
     rows = "".join(f"<tr><td>{e(k)}</td><td>{format_ns(v)}</td><td>{v / all_ns:.1%}</td><td>{n.get(k, 0):,}</td></tr>"
                    for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))

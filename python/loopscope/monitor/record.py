@@ -1,4 +1,6 @@
-"""``monitor.json``: the monitor's record, declared, read and written here.
+"""``monitor.json``: the monitor's record, declared, read and written here;
+and the lines of ``periods.jsonl`` and ``outliers.jsonl``, declared and read
+here (the loop and the keeper append them as they close).
 
 The monitor rewrites it at every period's close (atomically: a reader sees
 the old record or the new one); ``--resume`` carries its counts over,
@@ -11,8 +13,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import cast
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from loopscope.errors import InputError
 
@@ -64,6 +67,82 @@ class MonitorJson(TypedDict):
     recorder: str
     session: str
     notes: list[str]
+
+
+class Cause(TypedDict):
+    """One cause of an outlier: its time in the outlier and its share of it."""
+
+    cause: str
+    ns: int
+    share: float
+
+
+class OutlierLine(TypedDict):
+    """One line of ``outliers.jsonl``: an outlier, whether its window was kept (and why not), and its causes."""
+
+    probe: str
+    host: str
+    tid: int
+    t_ns: int
+    latency_ns: int
+    #: the kept window's directory (None: not kept)
+    window: str | None
+    not_kept: str | None
+    queued_after_ms: NotRequired[float]
+    kept_after_ms: NotRequired[float]
+    detail: NotRequired[str]
+    causes: NotRequired[list[Cause]]
+    complete: NotRequired[bool]
+    top_cause: NotRequired[str | None]
+    missing: NotRequired[str]
+
+
+class PeriodLine(TypedDict):
+    """One line of ``periods.jsonl``: a probe's period, its count and quantiles, its maximum and when."""
+
+    period: int
+    probe: str | None
+    start_utc: str
+    end_utc: str
+    seconds: float
+    count: int
+    #: time between the previous period's last value and this one's first (not measured)
+    gap_s: float | None
+    probe_died: NotRequired[str]
+    p50_ns: NotRequired[int | None]
+    p99_ns: NotRequired[int | None]
+    p999_ns: NotRequired[int | None]
+    max_ns: NotRequired[int]
+    max_t_ns: NotRequired[int]
+    max_at_utc: NotRequired[str]
+    samples: NotRequired[int]
+    missed: NotRequired[int]
+    interrupted: NotRequired[str | None]
+
+
+def lines(p: Path) -> list[dict[str, object]]:
+    """The whole JSON lines of ``p`` (a line cut short by a kill is skipped); [] when there is no file."""
+    if not p.exists():
+        return []
+    out: list[dict[str, object]] = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def periods(d: Path) -> list[PeriodLine]:
+    """``periods.jsonl`` of monitor directory ``d``."""
+    return cast(list[PeriodLine], lines(d / "periods.jsonl"))
+
+
+def outliers(d: Path) -> list[OutlierLine]:
+    """``outliers.jsonl`` of monitor directory ``d``."""
+    return cast(list[OutlierLine], lines(d / "outliers.jsonl"))
 
 
 def exists(d: Path) -> bool:

@@ -55,7 +55,7 @@ from loopscope.lab.session import Say, Session
 from loopscope.lab.steps import Interrupted, Steps
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist, record
-from loopscope.monitor.record import Counts, MonitorJson
+from loopscope.monitor.record import Counts, MonitorJson, PeriodLine
 from loopscope.monitor.keeper import Keeper
 from loopscope.monitor.tail import LiveSource, Tail
 from loopscope.rundir import Step
@@ -381,8 +381,10 @@ class Monitor:
             res = json.loads((self.session.run_dir / step["json"]).read_text().strip().splitlines()[-1])
         except (OSError, KeyError, ValueError, IndexError):
             pass
-        row: dict[str, Any] = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
-                               "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3), **({"probe_died": died} if died else {})}
+        row: PeriodLine = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
+                           "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3)}
+        if died:
+            row["probe_died"] = died
         if len(vals):
             i = int(np.argmax(vals))
             row.update({"p50_ns": hist.quantile(h, 0.5), "p99_ns": hist.quantile(h, 0.99), "p999_ns": hist.quantile(h, 0.999), "max_ns": int(vals[i]),
