@@ -33,6 +33,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
+from typing_extensions import TypedDict
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -148,7 +150,7 @@ def _session_left(sid: int) -> list[int]:
     return out
 
 
-def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, Any]:
+def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> RunCpu:
     t0 = time.monotonic_ns()
     # stderr to a file, not a pipe: a child left running would hold a pipe open
     with tempfile.TemporaryFile() as errf:
@@ -179,6 +181,14 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus:
     return {"user_ns": int(ru.ru_utime * 1e9), "sys_ns": int(ru.ru_stime * 1e9), "wall_ns": wall}
 
 
+class RunCpu(TypedDict):
+    """One run of the program: its user and system CPU time and its wall time (ns)."""
+
+    user_ns: int
+    sys_ns: int
+    wall_ns: int
+
+
 def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Callable[[str], None] = lambda s: None,
              cpus: list[int] | None = None, min_cpu_ms: float = MIN_CPU_MS) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
@@ -187,8 +197,9 @@ def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, s
             r = _run_once(cmd, cwd, env, cpus)
         except RunError as e:
             raise RunError(f"run {i + 1} of {runs}: {e}") from None
-        for k in out:
-            out[k].append(r[k])
+        out["user_ns"].append(r["user_ns"])
+        out["sys_ns"].append(r["sys_ns"])
+        out["wall_ns"].append(r["wall_ns"])
     cpu = np.asarray(out["user_ns"]) + np.asarray(out["sys_ns"])
     if cpu.mean() / 1e6 < min_cpu_ms:
         raise InputError(f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
