@@ -74,6 +74,16 @@ pub fn walk<'a>(buf: &'a [u8], l: &PageLayout) -> Page<'a> {
             Missed::Unknown
         };
     }
+    read_records(data, ts, &mut p);
+    p
+}
+
+/// The records of a page's data, from the page's time stamp on: each
+/// record's time is its delta added to the one before (time extends and
+/// absolute stamps included); where a record runs past the data, the page is
+/// marked damaged and the walk stops.
+#[inline]
+fn read_records<'a>(data: &'a [u8], ts: u64, p: &mut Page<'a>) {
     let mut t = ts;
     let mut o = 0usize;
     while o + 4 <= data.len() {
@@ -133,7 +143,6 @@ pub fn walk<'a>(buf: &'a [u8], l: &PageLayout) -> Page<'a> {
             }
         }
     }
-    p
 }
 
 #[cfg(test)]

@@ -263,6 +263,30 @@ impl KtraceImport {
     }
 }
 
+/// The columns attribution reads, as owned int64 copies (the copy widens
+/// int32 columns and joins chunks), so the interpreter lock is released while
+/// the split runs; the tasks' priorities are -1 for captures before them.
+fn attribute_columns(cols: &Bound<'_, PyDict>) -> PyResult<Vec<Vec<i64>>> {
+    const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
+    let mut owned: Vec<Vec<i64>> = Vec::with_capacity(COLS.len());
+    for c in COLS {
+        let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
+        owned.push(column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?);
+    }
+    let n = owned[0].len();
+    // the tasks' priorities: captures before these columns have none
+    for c in ["prio", "next_prio"] {
+        owned.push(match cols.get_item(c)? {
+            Some(a) => column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?,
+            None => vec![-1; n],
+        });
+    }
+    if owned.iter().any(|c| c.len() != n) {
+        return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
+    }
+    Ok(owned)
+}
+
 /// Split a cluster of windows into causes (crates/ktrace `attrib`).
 ///
 /// `cols`: the events' columns, each an int64 or int32 array or a list of them
@@ -300,25 +324,7 @@ pub fn ktrace_attribute<'py>(
     group_paths: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
-    const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
-    // Owned int64 copies (the copy widens int32 columns and joins chunks), so
-    // the interpreter lock is released while the split runs.
-    let mut owned: Vec<Vec<i64>> = Vec::with_capacity(COLS.len());
-    for c in COLS {
-        let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
-        owned.push(column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?);
-    }
-    let n = owned[0].len();
-    // the tasks' priorities: captures before these columns have none
-    for c in ["prio", "next_prio"] {
-        owned.push(match cols.get_item(c)? {
-            Some(a) => column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?,
-            None => vec![-1; n],
-        });
-    }
-    if owned.iter().any(|c| c.len() != n) {
-        return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
-    }
+    let owned = attribute_columns(cols)?;
     let wins: Vec<Window> = {
         let (i, t, a, b, s) = (w_id.as_slice()?, w_tid.as_slice()?, w_a.as_slice()?, w_b.as_slice()?, w_span.as_slice()?);
         (0..i.len()).map(|k| Window { id: i[k], tid: t[k], a: a[k], b: b[k], span: s[k] }).collect()

@@ -108,20 +108,9 @@ fn lock_memory_if_asked() -> Option<String> {
     }
 }
 
-pub fn open(path: &Path, config: Config) -> Result<(), Error> {
-    config.validate("configuration")?;
-    register_fork_handlers();
-    let mut g = session();
-    if let Some(s) = g.as_ref() {
-        return Err(Error::input(format!(
-            "{}: a trace is already open in this process ({}); close it first",
-            path.display(),
-            s.shared.path.display()
-        )));
-    }
-    let mut file = File::create(path).map_err(|e| {
-        Error::input(format!("{}: cannot create the trace file: {e}; check that the directory exists and is writable", path.display()))
-    })?;
+/// The file's head: its header, what wrote it (the info chunk, with the
+/// streams) and the first two clock calibration pairs; the offset after it.
+fn write_head(file: &mut File, path: &Path, config: &Config) -> Result<u64, Error> {
     let kind = clock::kind();
     let p0 = clock::calibration_pair(50);
     // Two pairs 2 ms apart give a rate good to ~1e-5 even if the writer never
@@ -168,6 +157,24 @@ pub fn open(path: &Path, config: Config) -> Result<(), Error> {
     format::push_json(&mut out, chunk::CALIBRATION, 0, 0, &vec![p0, p1]);
     file.write_all(&out).map_err(|e| Error::input(format!("{}: offset 0: cannot write the trace file: {e}", path.display())))?;
     let offset = out.len() as u64;
+    Ok(offset)
+}
+
+pub fn open(path: &Path, config: Config) -> Result<(), Error> {
+    config.validate("configuration")?;
+    register_fork_handlers();
+    let mut g = session();
+    if let Some(s) = g.as_ref() {
+        return Err(Error::input(format!(
+            "{}: a trace is already open in this process ({}); close it first",
+            path.display(),
+            s.shared.path.display()
+        )));
+    }
+    let mut file = File::create(path).map_err(|e| {
+        Error::input(format!("{}: cannot create the trace file: {e}; check that the directory exists and is writable", path.display()))
+    })?;
+    let offset = write_head(&mut file, path, &config)?;
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst) + 1;
     let shared = Arc::new(Shared {

@@ -38,7 +38,7 @@ import polars as pl
 
 from loopscope.analysis.steps import Kinds
 from loopscope.clock.sync import RunClocks
-from loopscope.rundir import RunRecord
+from loopscope.rundir import RunRecord, Step
 from loopscope.trace.files import Files
 from loopscope.clock.sync import Pairs
 from loopscope.analysis.steps import program_parts
@@ -104,80 +104,98 @@ class Placement:
         return d, bound
 
 
-def items(run: RunRecord, files: Files, kinds: Kinds, place: Placement | None = None) -> pl.DataFrame:
+# an item got in the process that put it: no network between
+_LOCAL = pl.col("arr_t").is_null() & (pl.col("producer") == pl.col("proc"))
 
+
+def items(run: RunRecord, files: Files, kinds: Kinds, place: Placement | None = None) -> pl.DataFrame:
+    """One row per item a step's programs passed on: who put it, who got it, and its put, network and delivery times."""
     place = place if place is not None else Placement.of(run, files)
     rows: list[pl.DataFrame] = []
     for st in run.steps:
-        puts: list[Any] = []
-        arrs: list[Any] = []
-        gets: list[Any] = []
-        sends: list[Any] = []
-        sizes: list[Any] = []
-        for part in program_parts(st, run, kinds):
-            proc, host, trace = part.name, part.host, part.trace
-            got = _records(files, trace)
-            if got is None:
-                continue
-            df, pairs = got
-            if not len(df):
-                continue
-            who = [pl.lit(proc).alias("proc"), pl.lit(host).alias("host")]
-            p = df.filter(pl.col("what") == "put").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns", "dur_ns")
-            puts.append(p.with_columns(who))
-            a = df.filter(pl.col("what") == "arrived").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns", pl.col("value").alias("sent_rt"))
-            sd = df.filter(pl.col("what") == "send").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns")
-            for frame, out in ((a, arrs), (sd, sends)):
-                if len(frame) and len(pairs.mono):
-                    rt, _ = pairs.real_of(frame["t_ns"].to_numpy())
-                    frame = frame.with_columns(pl.Series("rt", np.asarray(rt, dtype=np.int64)))
-                else:
-                    frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("rt"))
-                out.append(frame.with_columns(who))
-            sizes.append(df.filter(pl.col("what") == "bytes").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), pl.col("value").alias("bytes")))
-            g = df.filter(pl.col("what") == "get").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), (pl.col("t_ns") + pl.col("dur_ns")).alias("got"))
-            gets.append(g.with_columns(who))
-        if not gets:
+        got = _step_records(st, run, files, kinds)
+        if got is None:
             continue
-        P = pl.concat(puts)
-        A = pl.concat(arrs, how="diagonal_relaxed")
-        G = pl.concat(gets)
-        S = pl.concat(sends, how="diagonal_relaxed")
-        B = pl.concat(sizes).unique(["channel", "ts"], keep="first")
-        # origin puts: in a process the item did not arrive in from the network
-        O = P.join(A.select("channel", "ts", "proc"), on=["channel", "ts", "proc"], how="anti").unique(["channel", "ts"], keep="first", maintain_order=True)
-        O = O.join(S.select("channel", "ts", "proc", pl.col("rt").alias("origin_rt")).unique(["channel", "ts", "proc"], keep="first"), on=["channel", "ts", "proc"], how="left")
-        relays = A.join(O.select("channel", "ts", pl.col("proc").alias("origin")), on=["channel", "ts"], how="left")
-        j = G.join(A.select("channel", "ts", "proc", pl.col("t_ns").alias("arr_t"), pl.col("rt").alias("arr_rt"), "sent_rt").unique(["channel", "ts", "proc"], keep="first"),
-                   on=["channel", "ts", "proc"], how="left")
-        j = j.join(O.select("channel", "ts", pl.col("proc").alias("producer"), pl.col("host").alias("origin_host"), pl.col("t_ns").alias("put_t"), pl.col("dur_ns").alias("put_ns"), "origin_rt"),
-                   on=["channel", "ts"], how="left")
-        # the processes an item arrived in on its way, other than the consumer (a declared channel's hub)
-        via = relays.join(j.select("channel", "ts", pl.col("proc").alias("consumer")).unique(), on=["channel", "ts"]).filter(
-            (pl.col("proc") != pl.col("consumer")) & (pl.col("proc") != pl.col("origin").fill_null(""))
-        ).group_by(["channel", "ts", "consumer"]).agg(pl.col("proc").unique().sort().str.join(",").alias("via"))
-        j = j.join(via, left_on=["channel", "ts", "proc"], right_on=["channel", "ts", "consumer"], how="left").join(B, on=["channel", "ts"], how="left")
-        local = pl.col("arr_t").is_null() & (pl.col("producer") == pl.col("proc"))
-        j = j.with_columns(
-            pl.when(local).then(0).otherwise(pl.col("arr_rt") - pl.col("origin_rt").fill_null(pl.col("sent_rt"))).alias("net_raw_ns"),
-            pl.when(local).then(pl.col("got") - pl.col("put_t") - pl.col("put_ns")).otherwise(pl.col("got") - pl.col("arr_t")).alias("deliver_ns"),
-        ).filter(pl.col("deliver_ns").is_not_null())
-        # network on the timeline: origin send (its host) → arrival (the consumer's host)
-        # REALTIME stamps less a common base before they become floats (NaN
-        # marks a missing one): float64 keeps ns only below 2^53
-        base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)
-        src_rt = (j["origin_rt"].fill_null(j["sent_rt"]) - base).to_numpy().astype(np.float64)
-        dst_rt = (j["arr_rt"] - base).to_numpy().astype(np.float64)
-        ha = j["origin_host"].fill_null("").to_numpy().astype(str)
-        hb = j["host"].to_numpy().astype(str)
-        d, bound = place.diff(ha, src_rt, hb, dst_rt, base)
-        isloc = j.select(local.fill_null(False)).to_series().to_numpy()
-        net = np.where(isloc, 0.0, d)
-        bound = np.where(isloc, 0.0, bound)
-        j = j.with_columns(pl.Series("net_ns", np.where(np.isfinite(net), net, np.nan)).fill_nan(None).round(0).cast(pl.Int64), pl.Series("net_bound_ns", bound).fill_nan(None))
-        j = j.with_columns((pl.col("put_ns") + pl.col("net_ns") + pl.col("deliver_ns")).alias("total_ns"))
+        j = _placed(_joined(*got), place)
         rows.append(j.select(
             pl.lit(st.rep).alias("rep"), pl.lit(st.phase).alias("phase"), pl.lit(st.probe).alias("probe"), "channel", "ts", "bytes", "producer",
             pl.col("proc").alias("consumer"), "via", "put_ns", "net_ns", "net_bound_ns", "net_raw_ns", "deliver_ns", "total_ns",
         ).cast(SCHEMA))
     return pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMA)
+
+
+def _step_records(st: Step, run: RunRecord, files: Files, kinds: Kinds) -> tuple[pl.DataFrame, ...] | None:
+    """A step's puts, arrivals, gets, sends and sizes over all its programs (None: nothing got)."""
+    puts: list[Any] = []
+    arrs: list[Any] = []
+    gets: list[Any] = []
+    sends: list[Any] = []
+    sizes: list[Any] = []
+    for part in program_parts(st, run, kinds):
+        proc, host, trace = part.name, part.host, part.trace
+        got = _records(files, trace)
+        if got is None:
+            continue
+        df, pairs = got
+        if not len(df):
+            continue
+        who = [pl.lit(proc).alias("proc"), pl.lit(host).alias("host")]
+        p = df.filter(pl.col("what") == "put").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns", "dur_ns")
+        puts.append(p.with_columns(who))
+        a = df.filter(pl.col("what") == "arrived").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns", pl.col("value").alias("sent_rt"))
+        sd = df.filter(pl.col("what") == "send").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns")
+        for frame, out in ((a, arrs), (sd, sends)):
+            if len(frame) and len(pairs.mono):
+                rt, _ = pairs.real_of(frame["t_ns"].to_numpy())
+                frame = frame.with_columns(pl.Series("rt", np.asarray(rt, dtype=np.int64)))
+            else:
+                frame = frame.with_columns(pl.lit(None, dtype=pl.Int64).alias("rt"))
+            out.append(frame.with_columns(who))
+        sizes.append(df.filter(pl.col("what") == "bytes").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), pl.col("value").alias("bytes")))
+        g = df.filter(pl.col("what") == "get").select("channel", pl.col("tag").cast(pl.Int64).alias("ts"), (pl.col("t_ns") + pl.col("dur_ns")).alias("got"))
+        gets.append(g.with_columns(who))
+    if not gets:
+        return None
+    return pl.concat(puts), pl.concat(arrs, how="diagonal_relaxed"), pl.concat(gets), pl.concat(sends, how="diagonal_relaxed"), pl.concat(sizes).unique(["channel", "ts"], keep="first")
+
+
+def _joined(P: pl.DataFrame, A: pl.DataFrame, G: pl.DataFrame, S: pl.DataFrame, B: pl.DataFrame) -> pl.DataFrame:
+    """Each item got, joined to where it was put, where it arrived and the processes it passed through on its way."""
+    # origin puts: in a process the item did not arrive in from the network
+    O = P.join(A.select("channel", "ts", "proc"), on=["channel", "ts", "proc"], how="anti").unique(["channel", "ts"], keep="first", maintain_order=True)
+    O = O.join(S.select("channel", "ts", "proc", pl.col("rt").alias("origin_rt")).unique(["channel", "ts", "proc"], keep="first"), on=["channel", "ts", "proc"], how="left")
+    relays = A.join(O.select("channel", "ts", pl.col("proc").alias("origin")), on=["channel", "ts"], how="left")
+    j = G.join(A.select("channel", "ts", "proc", pl.col("t_ns").alias("arr_t"), pl.col("rt").alias("arr_rt"), "sent_rt").unique(["channel", "ts", "proc"], keep="first"),
+               on=["channel", "ts", "proc"], how="left")
+    j = j.join(O.select("channel", "ts", pl.col("proc").alias("producer"), pl.col("host").alias("origin_host"), pl.col("t_ns").alias("put_t"), pl.col("dur_ns").alias("put_ns"), "origin_rt"),
+               on=["channel", "ts"], how="left")
+    # the processes an item arrived in on its way, other than the consumer (a declared channel's hub)
+    via = relays.join(j.select("channel", "ts", pl.col("proc").alias("consumer")).unique(), on=["channel", "ts"]).filter(
+        (pl.col("proc") != pl.col("consumer")) & (pl.col("proc") != pl.col("origin").fill_null(""))
+    ).group_by(["channel", "ts", "consumer"]).agg(pl.col("proc").unique().sort().str.join(",").alias("via"))
+    j = j.join(via, left_on=["channel", "ts", "proc"], right_on=["channel", "ts", "consumer"], how="left").join(B, on=["channel", "ts"], how="left")
+    local = _LOCAL
+    j = j.with_columns(
+        pl.when(local).then(0).otherwise(pl.col("arr_rt") - pl.col("origin_rt").fill_null(pl.col("sent_rt"))).alias("net_raw_ns"),
+        pl.when(local).then(pl.col("got") - pl.col("put_t") - pl.col("put_ns")).otherwise(pl.col("got") - pl.col("arr_t")).alias("deliver_ns"),
+    ).filter(pl.col("deliver_ns").is_not_null())
+    return j
+
+
+def _placed(j: pl.DataFrame, place: Placement) -> pl.DataFrame:
+    """The network's share on one timeline (each host's clock mapped), with its bound, and the total."""
+    # network on the timeline: origin send (its host) → arrival (the consumer's host)
+    # REALTIME stamps less a common base before they become floats (NaN
+    # marks a missing one): float64 keeps ns only below 2^53
+    base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)
+    src_rt = (j["origin_rt"].fill_null(j["sent_rt"]) - base).to_numpy().astype(np.float64)
+    dst_rt = (j["arr_rt"] - base).to_numpy().astype(np.float64)
+    ha = j["origin_host"].fill_null("").to_numpy().astype(str)
+    hb = j["host"].to_numpy().astype(str)
+    d, bound = place.diff(ha, src_rt, hb, dst_rt, base)
+    isloc = j.select(_LOCAL.fill_null(False)).to_series().to_numpy()
+    net = np.where(isloc, 0.0, d)
+    bound = np.where(isloc, 0.0, bound)
+    j = j.with_columns(pl.Series("net_ns", np.where(np.isfinite(net), net, np.nan)).fill_nan(None).round(0).cast(pl.Int64), pl.Series("net_bound_ns", bound).fill_nan(None))
+    j = j.with_columns((pl.col("put_ns") + pl.col("net_ns") + pl.col("deliver_ns")).alias("total_ns"))
+    return j

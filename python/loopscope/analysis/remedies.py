@@ -106,8 +106,6 @@ def _irq_number(name: str) -> int | None:
 
 def remedy(cause: str, ctx: Context) -> Remedy | None:
     """The remedy for one cause (None: nothing loopscope knows to do about it)."""
-    probe_cpus, rest = _away(ctx)
-    pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
     if cause.startswith(("load: ", "thread: ")) and not cause.startswith(("thread: kdamond", "thread: ksoftirqd")) and (fifo := _fifo(ctx)):
         # what a real-time engineer tries first: a SCHED_FIFO thread preempts
         # every SCHED_OTHER one at once, whatever its nice value, and any
@@ -140,6 +138,13 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         who = cause[len("blocked: "):]
         return Remedy(f"the thread waited for {who}: shorten or split what {who} holds, or give the lock priority inheritance", "the program's locking",
                       "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock", False)
+    return _placement(cause, ctx) or _standing(cause, ctx)
+
+
+def _placement(cause: str, ctx: Context) -> Remedy | None:
+    """A load or an interrupt on the probe's CPU: move one of them."""
+    probe_cpus, rest = _away(ctx)
+    pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
     if cause.startswith("load: "):
         load = cause[6:]
         t: list[Tuning] = []
@@ -162,6 +167,13 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         t = [IrqTuning(kind="irq", irq=n, cpus=rest)] if n is not None else []
         where = f"/proc/irq/{n if n is not None else '<N>'}/smp_affinity_list"
         return Remedy(f"steer interrupt {name} away from the probe's CPU", "IRQ affinity", f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq", False, t)
+    return None
+
+
+def _standing(cause: str, ctx: Context) -> Remedy | None:
+    """The machine's standing settings (idle states, policy, memory) and what else runs on the probe's CPU."""
+    probe_cpus, rest = _away(ctx)
+    pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
     if cause == "CPU idle":
         return Remedy("keep the CPU out of deep idle states: its wake-up came late", "cpu_dma_latency / cpuidle states",
                       "hold /dev/cpu_dma_latency at 0 (cyclictest does), or: cpupower idle-set -D 1; for good: idle=poll or processor.max_cstate=1 on the kernel command line",

@@ -196,92 +196,120 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     return out
 
 
-def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> Round:
+class _Round:
+    """One round's two namespaces and their router, and how a stream goes through the emulator there."""
 
+    def __init__(self, topo: Any, work: Path, seconds: float) -> None:
+        self.topo, self.work, self.seconds = topo, work, seconds
+        ncpu = len(os.sched_getaffinity(0))
+        self.emu_cpu, self.app_cpu = (1, 0) if ncpu >= 2 else (None, None)
+
+    def emulator(self, links: list[dict[str, Any]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
+        full = [{"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **l} for l in links]
+        topo = self.topo
+        return Emulator(topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, self.work / tag, "bench-emulator")
+
+    def through(self, link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
+        emu = self.emulator([link], tag, **extra)
+        try:
+            tx, owd, rx, krx = _stream(self.topo, self.work, self.seconds, tag, app_cpu)
+        finally:
+            emu.stop()
+        return tx, owd, rx, self.work / tag / "netem.lstrace", krx
+
+
+def _owd_stats(owd: np.ndarray) -> Owd:
+    return {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
+
+
+def one_round(seconds: float, work: Path, rate_seconds: float, rate_steps: int = 3, rate_start: int = RATE_START) -> Round:
+    """The emulator's delays and loss, the kernel's forwarding and the lab's kernel path, then the highest packet rates."""
     out: Round = {}
     work.mkdir(parents=True, exist_ok=True)
-    ncpu = len(os.sched_getaffinity(0))
-    emu_cpu, app_cpu = (1, 0) if ncpu >= 2 else (None, None)
     topo = netns.Topology.plan(f"bench-emu-{time.monotonic_ns()}", ["a", "b"])
     topo.up()
     try:
-        def emulator(links: list[dict[str, Any]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
-            full = [{"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **l} for l in links]
-            return Emulator(topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, work / tag, "bench-emulator")
-
-        def through(link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
-            emu = emulator([link], tag, **extra)
-            try:
-                tx, owd, rx, krx = _stream(topo, work, seconds, tag, app_cpu)
-            finally:
-                emu.stop()
-            return tx, owd, rx, work / tag / "netem.lstrace", krx
-
-        def owd_stats(owd: np.ndarray) -> Owd:
-            return {"p50_ns": _q(owd, 0.5), "p99_ns": _q(owd, 0.99), "max_ns": float(owd.max()) if len(owd) else None, "n": len(owd)}
-
-        # 1. The emulator, no delay (forwarding is off in the router).
-        _, owd, _, _, _ = through({}, "emu0")
-        out["emulator_zero"] = owd_stats(owd)
-        # 2. The emulator, delay D. The hypervisor's steal time over the same
-        # seconds says whether the VM itself was off the CPU meanwhile.
-        steal0 = _steal_ms()
-        _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud")
-        steal_ms = _steal_ms() - steal0
-        err = owd - DELAY_NS
-        out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
-        out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
-        out["delay"]["steal_ms"] = steal_ms
-        # 2b. The same, spinning ahead of the 99th percentile of its wake-ups.
-        _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emud99", spin_quantile=0.99)
-        out["delay_spin99"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
-        # 3. The same, busy-polling on a CPU of its own.
-        if emu_cpu is not None:
-            steal0 = _steal_ms()
-            _, owd, _, tr, krx = through({"delay_ns": DELAY_NS}, "emupoll", app_cpu=app_cpu, poll=True, cpu=emu_cpu)
-            out["delay_poll"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
-            out["delay_poll"]["steal_ms"] = _steal_ms() - steal0
-        # 4. The emulator, loss p.
-        tx, _, rx, _, _ = through({"loss": LOSS}, "emuloss")
-        sent = int(tx["sent"])
-        got = int(rx["packets"]) - int(rx["duplicates"])
-        lo, hi = binom.interval(0.95, sent, LOSS)
-        out["loss"] = {"sent": sent, "received": got, "measured": (sent - got) / sent if sent else None, "interval95": [lo / sent, hi / sent], "in_interval": bool(lo <= sent - got <= hi)}
-        # 5. The kernel forwards (plain: no rules, no emulator).
-        subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
-        _, owd, _, _ = _stream(topo, work, seconds, "kernel")
-        out["kernel"] = owd_stats(owd)
-        # 6. The lab's kernel path: a -> b asks for nothing, b -> a is delayed,
-        # so the emulator runs with its socket filters on both interfaces.
-        topo.kernel_forwarding({("b", "a")})
-        emu = emulator([{"name": "b->a", "from": "b", "to": "a", "delay_ns": RATE_DELAY_NS}], "kpath", kernel={("a", "b")})
-        try:
-            _, owd, _, _ = _stream(topo, work, seconds, "kpath")
-        finally:
-            res = emu.stop() or {}
-        out["kernel_path"] = {**owd_stats(owd), "emulator_frames_seen": sum(p["frames"] for p in res.get("ports") or [] if p["host"] == "a")}
-        # 7. Packet rates: the kernel first (forwarding on), then a -> b
-        # blackholed in the kernel so only the emulator carries it.
-        rates: Rates = {"seconds": rate_seconds, "size": RATE_SIZE, "delay_ns": RATE_DELAY_NS, "app_cpu": app_cpu, "emulator_cpu": emu_cpu}
-        rates["kernel_max"], rates["kernel_trials"] = rate_search(lambda pps: rate_trial(topo, work, pps, rate_seconds, app_cpu), rate_steps, rate_start)
-        topo.kernel_forwarding({("a", "b")})
-        for key, extra in (("emulator", {}), ("emulator_plain", {"rings": False})):
-            def trial(pps: int, extra: dict[str, Any] = extra, key: str = key) -> Trial:
-                emu = emulator([{"delay_ns": RATE_DELAY_NS}], f"rate-{key}", None, **extra, **({"cpu": emu_cpu} if emu_cpu is not None else {}))
-                try:
-                    t = rate_trial(topo, work, pps, rate_seconds, app_cpu)
-                finally:
-                    r = emu.stop() or {}
-                lk = next((l for l in r.get("links") or [] if l["name"] == "a->b"), None)
-                t["emulator"] = {"packets_in": lk["packets_in"] if lk else None, "forwarded": lk["forwarded"] if lk else None,
-                                 "queue_drops": lk["queue_drops"] if lk else None, "send_errors": lk["send_errors"] if lk else None,
-                                 "socket_drops": sum(p["socket_drops"] for p in r.get("ports") or [])}
-                return t
-            rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)  # type: ignore[literal-required]
-        out["rates"] = rates
+        r = _Round(topo, work, seconds)
+        _delays(r, out)
+        _forwarding(r, out)
+        out["rates"] = _rates(r, rate_seconds, rate_steps, rate_start)
     finally:
         topo.down()
     return out
+
+
+def _delays(r: _Round, out: Round) -> None:
+    """Steps 1 to 4: the emulator at no delay, at a delay (sleeping, spinning ahead, busy-polling), and dropping packets."""
+    # 1. The emulator, no delay (forwarding is off in the router).
+    _, owd, _, _, _ = r.through({}, "emu0")
+    out["emulator_zero"] = _owd_stats(owd)
+    # 2. The emulator, delay D. The hypervisor's steal time over the same
+    # seconds says whether the VM itself was off the CPU meanwhile.
+    steal0 = _steal_ms()
+    _, owd, _, tr, krx = r.through({"delay_ns": DELAY_NS}, "emud")
+    steal_ms = _steal_ms() - steal0
+    err = owd - DELAY_NS
+    out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
+    out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+    out["delay"]["steal_ms"] = steal_ms
+    # 2b. The same, spinning ahead of the 99th percentile of its wake-ups.
+    _, owd, _, tr, krx = r.through({"delay_ns": DELAY_NS}, "emud99", spin_quantile=0.99)
+    out["delay_spin99"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+    # 3. The same, busy-polling on a CPU of its own.
+    if r.emu_cpu is not None:
+        steal0 = _steal_ms()
+        _, owd, _, tr, krx = r.through({"delay_ns": DELAY_NS}, "emupoll", app_cpu=r.app_cpu, poll=True, cpu=r.emu_cpu)
+        out["delay_poll"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
+        out["delay_poll"]["steal_ms"] = _steal_ms() - steal0
+    # 4. The emulator, loss p.
+    tx, _, rx, _, _ = r.through({"loss": LOSS}, "emuloss")
+    sent = int(tx["sent"])
+    got = int(rx["packets"]) - int(rx["duplicates"])
+    lo, hi = binom.interval(0.95, sent, LOSS)
+    out["loss"] = {"sent": sent, "received": got, "measured": (sent - got) / sent if sent else None, "interval95": [lo / sent, hi / sent], "in_interval": bool(lo <= sent - got <= hi)}
+
+
+def _forwarding(r: _Round, out: Round) -> None:
+    """Steps 5 and 6: the kernel forwards alone, then the lab's kernel path (the emulator on one direction only)."""
+    topo, work, seconds = r.topo, r.work, r.seconds
+    # 5. The kernel forwards (plain: no rules, no emulator).
+    subprocess.run(["ip", "netns", "exec", topo.router_ns, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"], check=True)
+    _, owd, _, _ = _stream(topo, work, seconds, "kernel")
+    out["kernel"] = _owd_stats(owd)
+    # 6. The lab's kernel path: a -> b asks for nothing, b -> a is delayed,
+    # so the emulator runs with its socket filters on both interfaces.
+    topo.kernel_forwarding({("b", "a")})
+    emu = r.emulator([{"name": "b->a", "from": "b", "to": "a", "delay_ns": RATE_DELAY_NS}], "kpath", kernel={("a", "b")})
+    try:
+        _, owd, _, _ = _stream(topo, work, seconds, "kpath")
+    finally:
+        res = emu.stop() or {}
+    out["kernel_path"] = {**_owd_stats(owd), "emulator_frames_seen": sum(p["frames"] for p in res.get("ports") or [] if p["host"] == "a")}
+
+
+def _rates(r: _Round, rate_seconds: float, rate_steps: int, rate_start: int) -> Rates:
+    """Step 7, packet rates: the kernel first (forwarding on), then a -> b
+    blackholed in the kernel so only the emulator carries it."""
+    topo, work, app_cpu, emu_cpu = r.topo, r.work, r.app_cpu, r.emu_cpu
+    rates: Rates = {"seconds": rate_seconds, "size": RATE_SIZE, "delay_ns": RATE_DELAY_NS, "app_cpu": app_cpu, "emulator_cpu": emu_cpu}
+    rates["kernel_max"], rates["kernel_trials"] = rate_search(lambda pps: rate_trial(topo, work, pps, rate_seconds, app_cpu), rate_steps, rate_start)
+    topo.kernel_forwarding({("a", "b")})
+    for key, extra in (("emulator", {}), ("emulator_plain", {"rings": False})):
+
+        def trial(pps: int, extra: dict[str, Any] = extra, key: str = key) -> Trial:
+            emu = r.emulator([{"delay_ns": RATE_DELAY_NS}], f"rate-{key}", None, **extra, **({"cpu": emu_cpu} if emu_cpu is not None else {}))
+            try:
+                t = rate_trial(topo, work, pps, rate_seconds, app_cpu)
+            finally:
+                got = emu.stop() or {}
+            lk = next((l for l in got.get("links") or [] if l["name"] == "a->b"), None)
+            t["emulator"] = {"packets_in": lk["packets_in"] if lk else None, "forwarded": lk["forwarded"] if lk else None,
+                             "queue_drops": lk["queue_drops"] if lk else None, "send_errors": lk["send_errors"] if lk else None,
+                             "socket_drops": sum(p["socket_drops"] for p in got.get("ports") or [])}
+            return t
+
+        rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)  # type: ignore[literal-required]
+    return rates
 
 
 def _steal_ms() -> float:
@@ -333,6 +361,12 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
             rounds[-1]["platform"] = platform_round(secs, work / f"r{i}")
             say(f"  round {i + 1}/{n}: a four-host lab up and down …")
             labs.append(lab_round(work, i))
+    context: dict[str, int | float] = {"runs": n, "seconds": secs, "size": SIZE, "rate_seconds": rsecs, "rate_size": RATE_SIZE, "rate_delay_ns": RATE_DELAY_NS, "rate_bisections": 0 if quick else 3}
+    return _summary(rounds, labs, context)
+
+
+def _summary(rounds: list[Round], labs: list[LabTimes], context: dict[str, int | float]) -> EmulatorBench:
+    """The rounds' medians (and each round's value where the spread matters), and the ratios to the kernel."""
 
     def med(f: Callable[[Round], float | None]) -> float | None:
         xs = [x for r in rounds if (x := f(r)) is not None]
@@ -391,7 +425,7 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
         "lab_down_s": statistics.median(x["down_s"] for x in labs),
         "lab_runs": labs,
         "rounds": rounds,
-        "context": {"runs": n, "seconds": secs, "size": SIZE, "rate_seconds": rsecs, "rate_size": RATE_SIZE, "rate_delay_ns": RATE_DELAY_NS, "rate_bisections": 0 if quick else 3},
+        "context": context,
     }
     k50, e50 = res["kernel_forward_p50_ns"], res["emulator_zero_p50_ns"]
     k99, e99 = res["kernel_forward_p99_ns"], res["emulator_zero_p99_ns"]

@@ -193,28 +193,38 @@ def run(quick: bool = False, runs: int | None = None, progress: Callable[[str], 
                                          syscalls={k: nodem.summ_slices(v) for k, v in costs[c].items()},
                                          environments={k: nodem.summ_slices(v) for k, v in envs[c].items()}) for c in costs}
         node = nodem.assemble(conditions)
-        rows: list[ModelRow] = []
-        for name, cmd in progs.items():
-            say(f"{name}: tracing two runs for its system-call mix")
-            st = appm.trace_runs(cmd, 2, None, None)
-            r0 = measured[name]["idle"]
-            model = appm.AppModel.model_validate({"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd})
-            # idle again is predicted from the node's idle-again slices: the
-            # noise floor holds the node's sampling as well as the programs'
-            for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
-                p = predm.predict(model, node.conditions["idle"], node.conditions[to])
-                mm, m99, mh, m99_ci = _stats(measured[name][label])
-                rows.append({
-                    "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]), "in_target": label in ("idle-again", "memory-1", "io-1"),
-                    "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
-                    "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
-                    "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
-                    "unmodelled_share": p["sys_ratio"]["unmodelled_share"], "measured_ratio": mm / p["from_mean_ns"],
-                    # both sides' errors: the prediction's CI (node ratios, the idle runs' sampling) and the measured mean's
-                    "pred_mean_ci95_ns": p["pred_mean_ci95_ns"], "meas_mean_ci95_ns": [mm - mh, mm + mh],
-                    "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
-                    "meas_p99_ci95_ns": m99_ci, "pred_p99_within_meas_ci": bool(m99_ci[0] <= p["pred_p99_ns"] <= m99_ci[1]),
-                })
+        rows = [row for name, cmd in progs.items() for row in _predicted(name, cmd, measured, node, plan, say)]
+    return _verdict(rows, n, app_cpus, load_cpus, node, quick)
+
+
+def _predicted(name: str, cmd: list[str], measured: dict[str, dict[str, dict[str, list[int]]]], node: nodem.NodeModel, plan: list[tuple[str, str | None]], say: Callable[[str], None]) -> list[ModelRow]:
+    """One program's rows: its model from two traced runs and the idle runs, each condition predicted from idle and set beside what was measured."""
+    rows: list[ModelRow] = []
+    say(f"{name}: tracing two runs for its system-call mix")
+    st = appm.trace_runs(cmd, 2, None, None)
+    r0 = measured[name]["idle"]
+    model = appm.AppModel.model_validate({"environment": appm.environment_of(cmd), "runs": r0, "syscalls": st, "command": cmd})
+    # idle again is predicted from the node's idle-again slices: the
+    # noise floor holds the node's sampling as well as the programs'
+    for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
+        p = predm.predict(model, node.conditions["idle"], node.conditions[to])
+        mm, m99, mh, m99_ci = _stats(measured[name][label])
+        rows.append({
+            "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]), "in_target": label in ("idle-again", "memory-1", "io-1"),
+            "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
+            "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
+            "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
+            "unmodelled_share": p["sys_ratio"]["unmodelled_share"], "measured_ratio": mm / p["from_mean_ns"],
+            # both sides' errors: the prediction's CI (node ratios, the idle runs' sampling) and the measured mean's
+            "pred_mean_ci95_ns": p["pred_mean_ci95_ns"], "meas_mean_ci95_ns": [mm - mh, mm + mh],
+            "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
+            "meas_p99_ci95_ns": m99_ci, "pred_p99_within_meas_ci": bool(m99_ci[0] <= p["pred_p99_ns"] <= m99_ci[1]),
+        })
+    return rows
+
+
+def _verdict(rows: list[ModelRow], n: int, app_cpus: list[int] | None, load_cpus: list[int] | None, node: nodem.NodeModel, quick: bool) -> ModelBench:
+    """The largest errors within the target's conditions, and beyond the model apart."""
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows if r["in_target"])
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows if r["in_target"])
     beyond = [r for r in rows if not r["in_target"]]

@@ -125,6 +125,11 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
     """The named cases, in order. ``zoo`` is the built ls-zoo program,
     ``lockprog``, ``table`` and ``ping`` the zoo-lock, zoo-table and
     zoo-ping program probes."""
+    return [*_neighbour_cases(zoo, ping), *_program_cases(zoo, lockprog, table), *_contention_cases(zoo, lockprog, table)]
+
+
+def _neighbour_cases(zoo: str, ping: str) -> list[Case]:
+    """What runs beside the probe: a hog, a real-time process, a packet flood, timers, cross-CPU calls, timer slack."""
     c, o = PROBE_CPU, OTHER_CPU
     return [
         Case("hog", "load: hog", f"a CPU hog at nice -20 on CPU {c}, a load of the lab",
@@ -150,6 +155,13 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
         Case("slack", "timer slack", "5 ms of timer slack on the probe's threads (/proc/TID/timerslack_ns; 1 ns in the baseline phase, not the default 50 µs)",
              loads=[{"name": "slack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "5000000", "--cpu", str(o)]}],
              baseline=[{"name": "noslack", "kind": "command", "command": [zoo, "slack", "--prefix", "ls-timer", "--ns", "1", "--cpu", str(o)]}]),
+    ]
+
+
+def _program_cases(zoo: str, lockprog: str, table: str) -> list[Case]:
+    """What happens to a program: its memory paged out, a lock another of its threads holds, its cgroup's CPU limit."""
+    c, o = PROBE_CPU, OTHER_CPU
+    return [
         Case("faults", "page faults", f"a control loop on CPU {c} whose 64 MiB lookup table is not locked in memory, paged out to swap every 20 ms from CPU {o} (process_madvise MADV_PAGEOUT: memory pressure aimed at it)",
              probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "64"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
              loads=[{"name": "pageout", "kind": "command", "command": [zoo, "pageout", "--prefix", "zoo-table", "--every-ms", "20", "--max-kib", "131072", "--cpu", str(o)]}],
@@ -161,6 +173,13 @@ def cases(zoo: str, lockprog: str, table: str, ping: str = "zoo-ping") -> list[C
              probe={"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "1", "--lookups", "16", "--mlock"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
              loads=[{"name": "limit", "kind": "command", "command": [zoo, "throttle", "--prefix", "zoo-table", "--group", THROTTLE_GROUP, "--cpu", str(c), "--scan-cpu", str(o)]}],
              cpu_limit=(THROTTLE_GROUP, 20_000, 100_000), self_check="zoo-table"),
+    ]
+
+
+def _contention_cases(zoo: str, lockprog: str, table: str) -> list[Case]:
+    """What a program shares and loses: its CPU's real-time budget, a cache line another CPU writes, a lock's holder preempted."""
+    c, o = PROBE_CPU, OTHER_CPU
+    return [
         Case("rt-throttle", "throttled: RT",
              f"a SCHED_FIFO spinner (priority 10, a load) on CPU {c} spends the CPU's real-time budget (sched_rt_runtime_us of every "
              f"sched_rt_period_us); the probe, a 50 Hz loop SCHED_FIFO 80 on CPU {c}, is held with every real-time task there until the next period",

@@ -30,6 +30,7 @@ import re
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,22 +194,66 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     host = host or str(meta.get("hostname") or "") or (uname[1] if len(uname) > 1 else "") or "imported"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", host):
         raise InputError(f"--host {host!r}: a host name is letters, digits, '.', '_' and '-'")
+    notes = _file_notes(meta, kind)
+    cap_dir = out / "hosts" / host / "kernel"
+    (cap_dir / "events").mkdir(parents=True)
+    t0 = time.perf_counter()
+    d = _decode(imp, cap_dir, kind, path.name)
+    if kind == "trace.dat" and (meta.get("buffers") or [""])[0] == "":
+        # the top buffer's own counters (trace-cmd keeps them): what its pages did not say
+        extra = _counted_not_placed(meta["cpustats"], d.placed, d.span)
+        if extra:
+            seg = {"seg": d.segments, "reason": "the buffer's counters", "label": path.name, "events": 0, "t_first_ns": None, "t_last_ns": None,
+                   "lost": extra, "file": None}
+            with open(cap_dir / "segments.jsonl", "a") as index:
+                index.write(json.dumps(seg) + "\n")
+            d.lost_events += sum(w["events"] for w in extra)
+            d.lost_windows += len(extra)
+    secs = time.perf_counter() - t0
+    if kind == "perf.data":
+        pc = imp.perf_counts()
+        if pc and pc[1]:
+            notes.append(f"{pc[1]:,} samples were not tracepoints (no raw payload) and are left out")
+    _write_formats(cap_dir / "formats", str(meta["header_page"]), list(meta["formats"]), d.present)
+    if d.total == 0:
+        notes.append("the recording holds no events")
+    src = _source(path, kind, meta, notes)
+    _write_record(out, host, path, kind, src, sorted(d.present), notes, int(str(meta.get("page_size") or 0)) or None)
+    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": d.total, "lost_kernel_events": d.lost_events, "lost_windows": d.lost_windows,
+            "lost_unknown_windows": d.lost_unknown, "segments": d.segments, "seconds": secs, "events_per_s": d.total / secs if secs > 0 else 0.0, "notes": notes}
+
+
+def _file_notes(meta: ImportMeta, kind: str) -> list[str]:
+    """What the file itself says a reader should know: formats that do not parse, the recorder's notes, buffers left out."""
     notes: list[str] = [f"{len(meta['bad_formats'])} event format(s) in the file do not parse; their records count as unknown: "
                         + "; ".join(meta["bad_formats"][:3])] if meta["bad_formats"] else []
     notes += [n for n in meta["cpustats"] if n.startswith("note:")]
     if kind == "trace.dat" and len(meta.get("buffers") or []) > 1:
         notes.append(f"the file holds {len(meta['buffers'])} buffers ({', '.join(b or 'top' for b in meta['buffers'])}); "
                      f"{meta['buffers'][0] or 'top'!r}, the one with the most data, is imported")
-    cap_dir = out / "hosts" / host / "kernel"
-    (cap_dir / "events").mkdir(parents=True)
-    t0 = time.perf_counter()
-    seg_no, total, lost_n, lost_w, lost_u = 0, 0, 0, 0, 0
-    present: set[str] = set()
+    return notes
+
+
+@dataclass
+class _Decoded:
+    """What the decoding pass counted: events, segments, lost windows (and where), the events present and the span."""
+
+    total: int = 0
+    segments: int = 0
+    lost_events: int = 0
+    lost_windows: int = 0
+    lost_unknown: int = 0
+    present: set[str] = field(default_factory=set)
+    placed: dict[int, int] = field(default_factory=dict)  # per CPU, the lost events the pages said
+    span: tuple[int, int] = (2**63 - 1, -(2**63))
+
+
+def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> _Decoded:
+    """Every batch of the file decoded and written as a segment. Decoding
+    (native, without the interpreter lock) overlaps the writing of the batch
+    before it on a thread of its own: two batches in memory at most."""
+    d = _Decoded()
     n_strings = -1
-    placed: dict[int, int] = {}  # per CPU, the lost events the pages said
-    span = (2**63 - 1, -(2**63))
-    # Decoding (native, without the interpreter lock) overlaps the writing
-    # of the batch before it on a thread of its own: two batches in memory at most.
     pending: Future[S.Segment] | None = None
     write = _Writer(cap_dir)
     with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(1, thread_name_prefix="ls-import-write") as pool:
@@ -223,59 +268,43 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
             got = imp.take()
             lost = S.lost_list(got)
             n = len(got["columns"]["t_ns"])
-            seg: S.Segment = {"seg": seg_no, "reason": f"imported from {kind}", "label": path.name, "read_ns": time.perf_counter_ns() - t_read,
+            seg: S.Segment = {"seg": d.segments, "reason": f"imported from {kind}", "label": label, "read_ns": time.perf_counter_ns() - t_read,
                               "events": n, "t_first_ns": None, "t_last_ns": None, "lost": lost, "file": None, "counts": got["counts"]}
             if len(got["strings"]) != n_strings:
                 seg["strings"], seg["event_names"] = got["strings"], got["events"]
                 n_strings = len(got["strings"])
             if not n and not lost and more:
                 continue
-            present.update(got["events"][int(i)] for i in np.unique(got["columns"]["event"]))
+            d.present.update(got["events"][int(i)] for i in np.unique(got["columns"]["event"]))
             done(pending)
             pending = pool.submit(write, seg, got, imp.watermark_ns() if more else None)
-            seg_no += 1
-            total += n
-            lost_n += sum(max(0, w["events"]) for w in lost)
-            lost_w += len(lost)
-            lost_u += sum(1 for w in lost if w["events"] < 0)
+            d.segments += 1
+            d.total += n
+            d.lost_events += sum(max(0, w["events"]) for w in lost)
+            d.lost_windows += len(lost)
+            d.lost_unknown += sum(1 for w in lost if w["events"] < 0)
             for w in lost:
-                placed[w["cpu"]] = placed.get(w["cpu"], 0) + max(0, w["events"])
+                d.placed[w["cpu"]] = d.placed.get(w["cpu"], 0) + max(0, w["events"])
             t = got["columns"]["t_ns"]
             if len(t):
-                span = (min(span[0], int(t.min())), max(span[1], int(t.max())))
+                d.span = (min(d.span[0], int(t.min())), max(d.span[1], int(t.max())))
         done(pending)
-    if kind == "trace.dat" and (meta.get("buffers") or [""])[0] == "":
-        # the top buffer's own counters (trace-cmd keeps them): what its pages did not say
-        extra = _counted_not_placed(meta["cpustats"], placed, span)
-        if extra:
-            seg = {"seg": seg_no, "reason": "the buffer's counters", "label": path.name, "events": 0, "t_first_ns": None, "t_last_ns": None,
-                   "lost": extra, "file": None}
-            with open(cap_dir / "segments.jsonl", "a") as index:
-                index.write(json.dumps(seg) + "\n")
-            lost_n += sum(w["events"] for w in extra)
-            lost_w += len(extra)
-    secs = time.perf_counter() - t0
-    if kind == "perf.data":
-        pc = imp.perf_counts()
-        if pc and pc[1]:
-            notes.append(f"{pc[1]:,} samples were not tracepoints (no raw payload) and are left out")
-    _write_formats(cap_dir / "formats", str(meta["header_page"]), list(meta["formats"]), present)
-    if total == 0:
-        notes.append("the recording holds no events")
-    src = _source(path, kind, meta, notes)
-    missing = [e for e in ("sched_switch",) if e not in present] + ([] if present & {"sched_wakeup", "sched_waking"} else ["sched_wakeup or sched_waking"])
+    return d
+
+
+def _write_record(out: Path, host: str, path: Path, kind: str, src: Source, present: list[str], notes: list[str], page_size: int | None) -> None:
+    """The imported run's record: one host, its capture, and what the file said about itself."""
+    missing = [e for e in ("sched_switch",) if e not in present] + ([] if set(present) & {"sched_wakeup", "sched_waking"} else ["sched_wakeup or sched_waking"])
     cap = Capture.model_validate({
         "host": host, "covers": [host], "dir": f"hosts/{host}/kernel", "data": f"hosts/{host}/kernel", "format": FORMAT,
         "tool": "trace-cmd" if kind == "trace.dat" else "perf", "read": "imported", "clock": src["clock"],
-        "events": sorted(present), "missing_events": missing, "page_size": int(str(meta.get("page_size") or 0)) or None, "imported": src,
+        "events": present, "missing_events": missing, "page_size": page_size, "imported": src,
     })
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     rec = RunRecord(run_id=out.name, name=f"import-{path.stem}", status="imported", started_utc=now, ended_utc=now, command=list(sys.argv),
                     notes=[f"imported from {path} ({kind} version {src['version']}); its times are on the recording's {src['clock']!r} clock", *notes],
                     hosts={host: "imported"}, kernel=KernelRecord(captures=[cap]))
     RunDir(out).write_record(rec)
-    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": total, "lost_kernel_events": lost_n, "lost_windows": lost_w, "lost_unknown_windows": lost_u,
-            "segments": seg_no, "seconds": secs, "events_per_s": total / secs if secs > 0 else 0.0, "notes": notes}
 
 
 def default_dir(path: Path) -> Path:

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
@@ -24,6 +24,9 @@ from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, fi
 from collections import deque
 from loopscope import _native
 from loopscope.kernel.capture import remove_instance
+
+if TYPE_CHECKING:
+    from loopscope.kernel.store import LostWindow, Segment
 
 
 MAX_READ = 1 << 30
@@ -249,18 +252,7 @@ class Reader:
         from loopscope.kernel import store
 
         t0 = time.monotonic_ns()
-        nbytes = 0
-        dec_ns = 0
-        # What each buffer held now bounds this read (see ktrace_read).
-        held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
-        for c, fd in self.fds.items():
-            bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
-            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
-            nbytes += len(buf)
-            if buf:
-                td = time.monotonic_ns()
-                self.decoder.pages(c, buf)
-                dec_ns += time.monotonic_ns() - td
+        nbytes, dec_ns = self._read_buffers()
         t_read = time.monotonic_ns()
         got = self.decoder.take()
         df = store.frame(got)
@@ -271,20 +263,7 @@ class Reader:
         # over the segment on its CPU, with the counter's number.
         t_first = int(df["t_ns"].min()) if len(df) else None  # type: ignore[arg-type]
         t_last = int(df["t_ns"].max()) if len(df) else None  # type: ignore[arg-type]
-        for c in self.fds:
-            total = _dropped(_stats(self.inst, c))
-            delta, self.base[c] = total - self.base[c], total
-            mine = [w for w in lost if w["cpu"] == c]
-            known = sum(w["events"] for w in mine if w["events"] >= 0)
-            unknown = [w for w in mine if w["events"] < 0]
-            rest = delta - known
-            if unknown and rest > 0:
-                for i, w in enumerate(unknown):
-                    w["events"] = rest // len(unknown) + (1 if i < rest % len(unknown) else 0)
-                    w["why"] += "; count from the buffer's overrun counter"
-            elif rest > 0:
-                lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
-                             "why": "the buffer's overrun counter (no page said where)"})
+        self._place_counted(lost, now_k)
         self.last_k = now_k
         seg: store.Segment = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
                "decode_ns": dec_ns, "frame_ns": t_frame - t_read, "events": len(df), "t_first_ns": t_first, "t_last_ns": t_last, "lost": lost, "file": None, "counts": got["counts"]}
@@ -306,14 +285,53 @@ class Reader:
                 seg["lost"] = [*lost, *unwritten]
         seg["write_ns"] = time.monotonic_ns() - t_frame
         self.seg += 1
+        self._count(seg, got["counts"], nbytes, reason, t0, label)
+        return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
+
+    def _read_buffers(self) -> tuple[int, int]:
+        """Every CPU's buffer read and its pages given to the decoder: the bytes read and the ns spent decoding."""
+        nbytes = 0
+        dec_ns = 0
+        # What each buffer held now bounds this read (see ktrace_read).
+        held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
+        for c, fd in self.fds.items():
+            bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
+            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
+            nbytes += len(buf)
+            if buf:
+                td = time.monotonic_ns()
+                self.decoder.pages(c, buf)
+                dec_ns += time.monotonic_ns() - td
+        return nbytes, dec_ns
+
+    def _place_counted(self, lost: list[LostWindow], now_k: int) -> None:
+        """The buffers' own counters: what the pages did not place is placed
+        over the segment on its CPU, with the counter's number."""
+        for c in self.fds:
+            total = _dropped(_stats(self.inst, c))
+            delta, self.base[c] = total - self.base[c], total
+            mine = [w for w in lost if w["cpu"] == c]
+            known = sum(w["events"] for w in mine if w["events"] >= 0)
+            unknown = [w for w in mine if w["events"] < 0]
+            rest = delta - known
+            if unknown and rest > 0:
+                for i, w in enumerate(unknown):
+                    w["events"] = rest // len(unknown) + (1 if i < rest % len(unknown) else 0)
+                    w["why"] += "; count from the buffer's overrun counter"
+            elif rest > 0:
+                lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
+                             "why": "the buffer's overrun counter (no page said where)"})
+
+    def _count(self, seg: Segment, counts: dict[str, int], nbytes: int, reason: str, t0: int, label: str) -> None:
+        """A written segment added to the totals, and its line appended to segments.jsonl (synced)."""
         t = self.totals
         t["segments"] += 1
-        t["events"] += len(df)
+        t["events"] += seg["events"]
         t["lost_events"] += sum(max(0, w["events"]) for w in seg["lost"])
         t["lost_unknown_windows"] += sum(1 for w in seg["lost"] if w["events"] < 0)
         t["bytes_read"] += nbytes
-        t["damaged_pages"] = got["counts"]["damaged_pages"]
-        t["unknown_records"] = got["counts"]["unknown_type"]
+        t["damaged_pages"] = counts["damaged_pages"]
+        t["unknown_records"] = counts["unknown_type"]
         t["read_ns"] += seg["read_ns"] + seg["frame_ns"] + seg["write_ns"]
         t["reads_asked" if reason == "asked" else "reads_half_full"] += 1
         if reason == "half full":
@@ -325,7 +343,6 @@ class Reader:
         except OSError as e:
             t["write_errors"] += 1
             sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
-        return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
 
     def keep(self, t0: int, t1: int, dest: Path, margin_ns: int) -> Kept:
         """Take [t0, t1] out of the buffers into a store in ``dest``

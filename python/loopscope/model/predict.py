@@ -100,6 +100,26 @@ def _ratio(a: Cost, b: Cost) -> tuple[float, float, float]:
     return ratio_ci(a, b)
 
 
+def _val(entry: Cost, k: int | None, rng: np.random.Generator) -> np.ndarray:
+    """An entry's typical cost, or ``k`` bootstrap draws of it."""
+    return np.asarray([typical(entry.batch_ns)]) if k is None else boot_typical(entry, k, rng)
+
+
+def _cost(node: dict[str, Cost], m: str, classes: list[list[float]] | None, k: int | None, rng: np.random.Generator) -> np.ndarray:
+    """The node's cost of call ``m`` at the app's size classes (piecewise-linear between the node's sizes)."""
+    if not classes:
+        return _val(node[m], k, rng)
+    pts = cost_curve(node, m)
+    zs = np.asarray([z for z, _ in pts])
+    ys = [_val(node[key], k, rng) for _, key in pts]
+    total = 0.0
+    for size, frac in classes:
+        i = int(np.clip(np.searchsorted(zs, size) - 1, 0, len(zs) - 2))
+        w = max(0.0, (size - zs[i]) / (zs[i + 1] - zs[i]))  # below the first point: its cost; beyond the last: the last slope
+        total = total + frac * (ys[i] + w * (ys[i + 1] - ys[i]))
+    return np.asarray(total)
+
+
 def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400) -> SysRatio:
     """Node B's system time for the app over node A's.
 
@@ -142,33 +162,15 @@ def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400)
     sys_mean = float(np.mean(app.runs.sys_ns)) if app.runs.sys_ns else 0.0
     rng = np.random.default_rng(1)
 
-    def val(entry: Cost, k: int | None) -> np.ndarray:
-        """An entry's typical cost, or ``k`` bootstrap draws of it."""
-        return np.asarray([typical(entry.batch_ns)]) if k is None else boot_typical(entry, k, rng)
-
-    def cost(node: dict[str, Cost], m: str, classes: list[list[float]] | None, k: int | None) -> np.ndarray:
-        """The node's cost of call ``m`` at the app's size classes."""
-        if not classes:
-            return val(node[m], k)
-        pts = cost_curve(node, m)
-        zs = np.asarray([z for z, _ in pts])
-        ys = [val(node[key], k) for _, key in pts]
-        total = 0.0
-        for size, frac in classes:
-            i = int(np.clip(np.searchsorted(zs, size) - 1, 0, len(zs) - 2))
-            w = max(0.0, (size - zs[i]) / (zs[i + 1] - zs[i]))  # below the first point: its cost; beyond the last: the last slope
-            total = total + frac * (ys[i] + w * (ys[i + 1] - ys[i]))
-        return np.asarray(total)
-
     def estimate(boot: bool) -> tuple[np.ndarray, dict[str, float]]:
         k = resamples if boot else 1
         draws = k if boot else None
-        r_mem = val(nb.environments["compiled"], draws) / val(na.environments["compiled"], draws)
+        r_mem = _val(nb.environments["compiled"], draws, rng) / _val(na.environments["compiled"], draws, rng)
         fa = np.zeros(k)
         fb = np.zeros(k)
         extra = np.zeros(k)
         for m, n, d, classes in rows:
-            ca, cb = cost(sa, m, classes, draws), cost(sb, m, classes, draws)
+            ca, cb = _cost(sa, m, classes, draws, rng), _cost(sb, m, classes, draws, rng)
             fa += n * ca
             fb += n * cb
             if d is not None:

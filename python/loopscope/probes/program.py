@@ -106,21 +106,9 @@ class ProgramJson(Envelope, TraceSummary):
     note: NotRequired[str]
 
 
-def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
-    """Run the program with LOOPSCOPE_TRACE set: until ``time_ns`` is up
-    (``until: duration``), or until it exits, failing after ``time_ns``
-    when given (``until: exit``)."""
-    command, until, env, cpus, cwd, mlock = p.command, p.until, p.env, p.cpu, p.cwd, p.mlock
-    duration_ns, timeout_ns = (time_ns, None) if until == "duration" else (None, time_ns)
-    if not command:
-        raise InputError("program: no command given (loopscope probe program [options] -- CMD ARGS)")
-    if until == "duration" and not duration_ns:
-        raise InputError("program: --until duration needs --duration")
-    if cwd is not None and not Path(cwd).is_dir():
-        raise InputError(f"program: working directory {cwd} does not exist on this host")
-    trace = Path(trace_path)
-    trace.parent.mkdir(parents=True, exist_ok=True)
-    trace.unlink(missing_ok=True)
+def _child_env(p: ProgramParams, trace: Path) -> dict[str, str]:
+    """The program's environment: the probe's, its own ``env``, and where its trace goes."""
+    env, mlock = p.env, p.mlock
     # ``python3`` in the command is the interpreter loopscope runs under, so
     # ``import loopscope`` works in the program.
     path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
@@ -131,7 +119,11 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
     # its trace writer at SCHED_IDLE, as the lab's own probes' are, unless the program's env says otherwise
     child_env.setdefault("LOOPSCOPE_WRITER_IDLE", "1")
     child_env.pop("LOOPSCOPE_COMM", None)  # the program is the user's: it keeps its own name
+    return child_env
 
+
+def _start(command: list[str], child_env: dict[str, str], cpus: list[int] | None, cwd: str | None) -> subprocess.Popen[bytes]:
+    """The program started in a session of its own, on ``cpus``, dying with this probe; a clear error when it cannot start."""
     def pre() -> None:
         from loopscope.lineage import die_with_parent
 
@@ -139,7 +131,6 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
         if cpus:
             os.sched_setaffinity(0, cpus)
 
-    t0 = time.monotonic_ns()
     try:
         child = subprocess.Popen(command, env=child_env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
                              start_new_session=True, preexec_fn=pre, cwd=cwd)
@@ -149,6 +140,26 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
         raise InputError(f"program: cannot start {command[0]!r}: not executable") from None
     except OSError as e:
         raise RunError(f"program: cannot start {command[0]!r}: {e.strerror}") from None
+    return child
+
+
+def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
+    """Run the program with LOOPSCOPE_TRACE set: until ``time_ns`` is up
+    (``until: duration``), or until it exits, failing after ``time_ns``
+    when given (``until: exit``)."""
+    command, until, cpus, cwd, mlock = p.command, p.until, p.cpu, p.cwd, p.mlock
+    duration_ns, timeout_ns = (time_ns, None) if until == "duration" else (None, time_ns)
+    if not command:
+        raise InputError("program: no command given (loopscope probe program [options] -- CMD ARGS)")
+    if until == "duration" and not duration_ns:
+        raise InputError("program: --until duration needs --duration")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise InputError(f"program: working directory {cwd} does not exist on this host")
+    trace = Path(trace_path)
+    trace.parent.mkdir(parents=True, exist_ok=True)
+    trace.unlink(missing_ok=True)
+    t0 = time.monotonic_ns()
+    child = _start(command, _child_env(p, trace), cpus, cwd)
     fd = os.pidfd_open(child.pid)
     stopped = "exit"
     try:

@@ -154,6 +154,45 @@ pub fn echo(listener: TcpListener, duration_ns: Option<u64>, stop: Arc<AtomicBoo
     out
 }
 
+/// The receiving thread of a client: each reply framed, checked and stamped
+/// until the stop or the grace after the last send; (malformed, duplicates).
+fn receive(rsock: &TcpStream, rst: &AtomicBool, rd: &AtomicBool, rg: &Mutex<Vec<Exchange>>, grace: i64, log: Option<&loopscope_trace::Entity>) -> (u64, u64) {
+    loopscope_trace::prepare_thread();
+    let fd = rsock.as_raw_fd();
+    let mut fr = Framer::new();
+    let mut msgs = Vec::new();
+    let (mut malformed, mut dups) = (0u64, 0u64);
+    let mut seen = std::collections::HashSet::new();
+    let mut finish_by: Option<i64> = None;
+    loop {
+        if reader_done(rst, rd, &mut finish_by, grace) {
+            break;
+        }
+        msgs.clear();
+        if fr.read(fd, &mut msgs).is_err() {
+            break;
+        }
+        let urx = realtime_ns();
+        for (m, krx) in &msgs {
+            let Some(h) = Header::read(m).filter(|h| h.kind == REPLY && m.len() >= RESPONSE) else {
+                malformed += 1;
+                continue;
+            };
+            if !seen.insert(h.seq) {
+                dups += 1;
+                continue;
+            }
+            let (skrx, surx, sutx) = reply_times(m);
+            let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: *krx, urx };
+            if let Some(ent) = log {
+                x.log(ent);
+            }
+            rg.lock().unwrap_or_else(|e| e.into_inner()).push(x);
+        }
+    }
+    (malformed, dups)
+}
+
 /// The client: requests on the configured schedule over one connection, a
 /// reader thread matching the answers.
 pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
@@ -173,42 +212,7 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let grace = cfg.grace_ns as i64;
     let reader = std::thread::Builder::new()
         .name("ls-rr-recv".into())
-        .spawn(move || {
-            loopscope_trace::prepare_thread();
-            let fd = rsock.as_raw_fd();
-            let mut fr = Framer::new();
-            let mut msgs = Vec::new();
-            let (mut malformed, mut dups) = (0u64, 0u64);
-            let mut seen = std::collections::HashSet::new();
-            let mut finish_by: Option<i64> = None;
-            loop {
-                if reader_done(&rst, &rd, &mut finish_by, grace) {
-                    break;
-                }
-                msgs.clear();
-                if fr.read(fd, &mut msgs).is_err() {
-                    break;
-                }
-                let urx = realtime_ns();
-                for (m, krx) in &msgs {
-                    let Some(h) = Header::read(m).filter(|h| h.kind == REPLY && m.len() >= RESPONSE) else {
-                        malformed += 1;
-                        continue;
-                    };
-                    if !seen.insert(h.seq) {
-                        dups += 1;
-                        continue;
-                    }
-                    let (skrx, surx, sutx) = reply_times(m);
-                    let x = Exchange { seq: h.seq, sent: h.sent_ns, srv_krx: skrx, srv_urx: surx, srv_utx: sutx, krx: *krx, urx };
-                    if records {
-                        x.log(ent);
-                    }
-                    rg.lock().unwrap_or_else(|e| e.into_inner()).push(x);
-                }
-            }
-            (malformed, dups)
-        })
+        .spawn(move || receive(&rsock, &rst, &rd, &rg, grace, records.then_some(ent)))
         .map_err(ProbeError::os("cannot start the receiving thread"))?;
     let mut w = sock;
     let mut buf = vec![0u8; 4 + size];
