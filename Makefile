@@ -23,7 +23,7 @@ CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
 PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
 
-.PHONY: all install install-test install-ssh install-perfetto install-ansible deps deps-demo build clib demo test test-rust test-python typecheck check bench clean
+.PHONY: all install install-test install-ssh install-perfetto install-ansible deps deps-demo build clib demo test test-rust test-python typecheck fmt fmt-check check bench clean
 
 all: install
 
@@ -95,7 +95,20 @@ test-rust:
 typecheck:
 	$(VENV)/bin/mypy --no-incremental
 
-test-python: typecheck
+# One formatting for everything: ruff format (pyproject.toml's [tool.ruff]) and
+# rustfmt (rustfmt.toml). `make fmt` formats; `make test` and `make check` fail on
+# a file it would change.
+fmt:
+	$(VENV)/bin/ruff format --quiet python tests
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(VENV)/bin/ruff format --check --quiet python tests || { echo "loopscope: error: these files are not formatted; run 'make fmt'"; exit 1; }
+	@if $(CARGO) fmt --version >/dev/null 2>&1; then \
+		$(CARGO) fmt --all --check >/dev/null || { $(CARGO) fmt --all --check | grep '^Diff in' | head -20; echo "loopscope: error: Rust files are not formatted; run 'make fmt'"; exit 1; }; \
+	else echo "loopscope: note: rustfmt is not installed (rustup component add rustfmt): the Rust formatting is not checked"; fi
+
+test-python: typecheck fmt-check
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q --tier fast -n 2
@@ -108,6 +121,7 @@ test: install-test test-rust test-python
 # builds nothing. `make test` (what CI runs) before stopping.
 check:
 	@test -x $(VENV)/bin/pytest || { echo "loopscope: error: no test tools in $(VENV); run 'make install-test' once"; exit 2; }
+	@$(MAKE) --no-print-directory fmt-check
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q --tier fast -n 2 --durations=5

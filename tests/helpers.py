@@ -43,8 +43,17 @@ def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: 
 
     o = Options()
     o.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-              "--disable-component-update", "--disable-sync", f"--window-size={width},{height}"):
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--window-size={width},{height}",
+    ):
         o.add_argument(a)
     if log:
         o.set_capability("goog:loggingPrefs", {"browser": "ALL"})

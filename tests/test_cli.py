@@ -114,7 +114,9 @@ def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_pat
     r = cli("run", str(spec), "--run-dir", str(tmp_path / "r"))
     for x in (c, r):
         assert x.returncode == 2 and "Traceback" not in x.stderr, x.stderr
-        assert "c.yaml:2: probes.0.cpu: CPU 999 is not available" in x.stderr and "c.yaml:3: loads.0.command: 'no-such-program-here' is not installed" in x.stderr
+        assert (
+            "c.yaml:2: probes.0.cpu: CPU 999 is not available" in x.stderr and "c.yaml:3: loads.0.command: 'no-such-program-here' is not installed" in x.stderr
+        )
     assert c.stderr == r.stderr
     assert not (tmp_path / "r").exists()
 
@@ -134,8 +136,10 @@ def test_check_estimates_the_disk_and_memory_a_run_takes_from_its_length_and_rat
 
 def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything_runs(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = tmp_path / "p.yaml"
-    spec.write_text("name: p\nprobes:\n  - kind: program\n    command: ./build/loop --rate 100\n  - kind: app\n    processes:\n      - {name: a, command: sh -c true}\n"
-                    "      - {name: b, command: no-such-ctl}\nduration: 1s\n")
+    spec.write_text(
+        "name: p\nprobes:\n  - kind: program\n    command: ./build/loop --rate 100\n  - kind: app\n    processes:\n      - {name: a, command: sh -c true}\n"
+        "      - {name: b, command: no-such-ctl}\nduration: 1s\n"
+    )
     for x in (cli("check", str(spec)), cli("run", str(spec), "--run-dir", str(tmp_path / "r"))):
         assert x.returncode == 2 and "Traceback" not in x.stderr, x.stderr
         assert f"p.yaml:4: probes.0.command: './build/loop' does not exist (relative to {tmp_path})" in x.stderr

@@ -44,7 +44,14 @@ def test_a_misspelled_table_name_is_an_error_not_an_empty_table(tmp_path) -> Non
     from loopscope.report.tables import RunTables
     from loopscope.rundir import Provenance, RunRecord
 
-    t = RunTables(run=RunRecord(run_id="r", name="t", status="completed"), spec={}, provenance=Provenance(), frames={"timer": pl.DataFrame({"latency_ns": [1]}), "channels": pl.DataFrame()}, loads=pl.DataFrame(), steps=pl.DataFrame())
+    t = RunTables(
+        run=RunRecord(run_id="r", name="t", status="completed"),
+        spec={},
+        provenance=Provenance(),
+        frames={"timer": pl.DataFrame({"latency_ns": [1]}), "channels": pl.DataFrame()},
+        loads=pl.DataFrame(),
+        steps=pl.DataFrame(),
+    )
     assert len(t.timer) == 1 and len(t.channels) == 0
     with pytest.raises(AttributeError, match="no table 'timr'.*channels, timer"):
         _ = t.timr

@@ -32,14 +32,35 @@ import pytest
 LAB_COMMANDS = {"run", "monitor", "probe", "bench", "calibrate", "hosts", "cleanup"}
 LAB_SUBCOMMANDS = {("model", "check")}
 #: programs that load, measure or record the machine, or make namespaces
-LAB_TOOLS = {"stress-ng", "cyclictest", "trace-cmd", "perf", "iperf3", "sockperf", "irtt", "ip", "unshare", "nsenter", "lttng", "chrt",
-             "taskset", "prometheus", "sshd", "srun", "ansible-playbook"}
+LAB_TOOLS = {
+    "stress-ng",
+    "cyclictest",
+    "trace-cmd",
+    "perf",
+    "iperf3",
+    "sockperf",
+    "irtt",
+    "ip",
+    "unshare",
+    "nsenter",
+    "lttng",
+    "chrt",
+    "taskset",
+    "prometheus",
+    "sshd",
+    "srun",
+    "ansible-playbook",
+}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--tier", choices=["fast", "slow", "all"], default="all",
-                     help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check); "
-                          "slow: only those that do (make test runs both, the fast one on every CPU)")
+    parser.addoption(
+        "--tier",
+        choices=["fast", "slow", "all"],
+        default="all",
+        help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check); "
+        "slow: only those that do (make test runs both, the fast one on every CPU)",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -63,6 +63,7 @@ class _SyscallRun(TypedDict):
 
 class _Hist(TypedDict):
     """A histogram snapshot: occupied buckets (index, count), out-of-range counts, exact sum/min/max."""
+
     idx: npt.NDArray[np.uint32]
     count: npt.NDArray[np.uint64]
     under: int
@@ -153,13 +154,7 @@ class Entity:
     def reset(self) -> None: ...
 
 def register_entity(group: str, name: str, kind: str, desc: str = "", scale: str | None = None) -> Entity: ...
-def open(
-    path: str,
-    config: str | None = None,
-    groups: list[str] | None = None,
-    ring_groups: list[str] | None = None,
-    fsync: bool = False,
-) -> None: ...
+def open(path: str, config: str | None = None, groups: list[str] | None = None, ring_groups: list[str] | None = None, fsync: bool = False) -> None: ...
 def close() -> str: ...
 def flush() -> None: ...
 def is_open() -> bool: ...
@@ -173,22 +168,22 @@ def read_trace(path: str, sort: bool = True, count_only: bool = False) -> tuple[
 def hist_bounds(scale: str, idx: npt.NDArray[np.uint32]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
 def timer_probe(params: Any, duration_ns: int, max_samples: int = 16000000) -> _TimerRun:
     """``params``: a ``TimerParams`` model (probes/params.py), read by attribute."""
+
 def timer_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``TimerParams`` model."""
-def sched_probe(
-    params: Any,
-    duration_ns: int,
-    work_iters: int | None = None,
-    alone_ns: int | None = None,
-    calibrate_only: bool = False,
-) -> _SchedRun:
+
+def sched_probe(params: Any, duration_ns: int, work_iters: int | None = None, alone_ns: int | None = None, calibrate_only: bool = False) -> _SchedRun:
     """``params``: a ``SchedParams`` model, read by attribute."""
+
 def sched_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``SchedParams`` model."""
+
 def syscall_probe(params: Any, dir: str, min_batches: int = 10) -> _SyscallRun:
     """``params``: a ``SyscallParams`` model, read by attribute; ``dir`` unless it names one."""
+
 def syscall_params(p: Any) -> dict[str, object]:
     """The fields the binding read of a ``SyscallParams`` model."""
+
 def syscall_names() -> list[str]: ...
 def syscall_parse(spec: str) -> tuple[str, int | None]: ...
 def syscall_sized() -> list[tuple[str, int]]: ...
@@ -245,6 +240,7 @@ def net_recv(
 
 class _RecvRun(TypedDict):
     """A receive run: counts, flows, per-second totals and the delay histograms."""
+
     bound: str
     packets: int
     bytes: int
@@ -272,9 +268,9 @@ class _RecvRun(TypedDict):
     elapsed_ns: int
     interrupted: bool
 
-
 class _EchoRun(TypedDict):
     """The echo server's counts when it stops."""
+
     requests: int
     malformed: int
     send_errors: int
@@ -283,8 +279,10 @@ class _EchoRun(TypedDict):
     interrupted: bool
 
 def net_echo(bind: str, duration_ns: int | None = None, tcp: bool = False, ready_fd: int | None = None) -> _EchoRun: ...
+
 class _RrRun(TypedDict):
     """A request-response run: counts, then one column per exchange (ns stamps)."""
+
     sent: int
     send_errors: int
     malformed: int
@@ -316,14 +314,33 @@ def net_rr(
 ) -> _RrRun: ...
 def net_bulk_tcp(dest: str, duration_ns: int, rate_bps: float | None = None, size: int = 65536) -> tuple[int, int, str | None]: ...
 def net_sink_tcp(bind: str, duration_ns: int | None = None) -> tuple[int, int]: ...
-_NetemLink = TypedDict("_NetemLink", {
-    "name": str, "from": str, "to": str, "configured": bool, "packets_in": int, "bytes_in": int, "forwarded": int, "lost": int,
-    "duplicated": int, "reordered": int, "queue_drops": int, "send_errors": int, "pending_at_stop": int, "kernel": bool,
-    "applied": _Hist, "late": _Hist, "queued": _Hist,
-})
+
+_NetemLink = TypedDict(
+    "_NetemLink",
+    {
+        "name": str,
+        "from": str,
+        "to": str,
+        "configured": bool,
+        "packets_in": int,
+        "bytes_in": int,
+        "forwarded": int,
+        "lost": int,
+        "duplicated": int,
+        "reordered": int,
+        "queue_drops": int,
+        "send_errors": int,
+        "pending_at_stop": int,
+        "kernel": bool,
+        "applied": _Hist,
+        "late": _Hist,
+        "queued": _Hist,
+    },
+)
 
 class _NetemRun(TypedDict):
     """The emulator's counts when it stops."""
+
     links: list[_NetemLink]
     ports: list[PortCounts]
     hist_scale: str
@@ -340,11 +357,11 @@ class _NetemRun(TypedDict):
     cpu_ns: int
 
 def netem_run(config: str, ready_fd: int | None = None, reload_path: str | None = None) -> _NetemRun: ...
-def pipe_source(dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0) -> _PipeSource: ...
+def pipe_source(
+    dest: str, flow: int, pps_num: int, pps_den: int, size: int, count: int | None = None, duration_ns: int | None = None, linger_ns: int = 0
+) -> _PipeSource: ...
 def pipe_node(bind: str, next: str, work_ns: int = 0, ready_fd: int | None = None) -> _PipeNode: ...
 def pipe_sink(bind: str, flow: int, ready_fd: int | None = None) -> _PipeSink: ...
-
-
 def sync_serve(bind: str, ready_fd: int | None = None) -> _SyncServe: ...
 def sync_probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | None = None, grace_ns: int = 200_000_000) -> _SyncProbe: ...
 def bench_floor(n: int, reps: int) -> list[float]: ...
@@ -380,14 +397,18 @@ class RemoteProducerCore:
     def stats(self) -> dict[str, int]: ...
 
 class RemoteConsumerCore:
-    def __init__(self, hub: str, name: str, transport: str = "tcp", capacity: int = 64, max_item: int = 16777216, frag: int = 1400, timeout: float = 5.0) -> None: ...
+    def __init__(
+        self, hub: str, name: str, transport: str = "tcp", capacity: int = 64, max_item: int = 16777216, frag: int = 1400, timeout: float = 5.0
+    ) -> None: ...
     def get(self, which: str = "next", ts: int | None = None, consume: bool = False, timeout: float = 5.0) -> tuple[int, bytes]: ...
     def consume(self, ts: int) -> bool: ...
     def stats(self) -> dict[str, int]: ...
 
 def chan_bench_serve(raw_bind: str, chan_bind: str, reply_to: str, transport: str, frag: int = 1400) -> tuple[int, int]: ...
+
 class _ChanBenchRow(TypedDict):
     """One block of the channel benchmark's client: raw or channel, its item size and each round trip."""
+
     mode: str
     block: int
     size: int
@@ -401,6 +422,7 @@ def chan_bench_client(
 
 # The kernel trace decoder (crates/ktrace) and the page reader.
 def ktrace_read(fd: int, page_size: int, max_bytes: int) -> bytes: ...
+
 class KtraceActivations:
     def __init__(self, tids: list[int], lost_start: list[int], lost_end: list[int]) -> None: ...
     def feed(
@@ -441,6 +463,7 @@ def ktrace_attribute(
 class _Split(TypedDict):
     """Windows split into causes: one entry per (window, cause) (``id``,
     ``cause`` an index into ``causes``, ``ns``), and one per window (``w_id``, …)."""
+
     id: npt.NDArray[np.int64]
     cause: npt.NDArray[np.int64]
     ns: npt.NDArray[np.integer[Any]]
@@ -458,6 +481,7 @@ def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ..
 
 class _DecodedLost(TypedDict):
     """Where the pages said events were lost: per loss, its CPU, span and count (-1: unknown), and why."""
+
     cpu: npt.NDArray[np.int64]
     start_ns: npt.NDArray[np.int64]
     end_ns: npt.NDArray[np.int64]
@@ -466,6 +490,7 @@ class _DecodedLost(TypedDict):
 
 class _Decoded(TypedDict):
     """What the decoder holds since the last take: columns (codes into ``strings``/``events``), losses, tables, counts."""
+
     columns: dict[str, npt.NDArray[np.int64] | npt.NDArray[np.int32]]
     lost: _DecodedLost
     strings: list[str]

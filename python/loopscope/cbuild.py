@@ -66,8 +66,8 @@ def config_main(argv: list[str] | None = None) -> int:
         prog="loopscope-config",
         description="Compiler and linker flags for C and C++ programs that use loopscope.h.",
         epilog="examples:\n  gcc app.c $(loopscope-config --cflags --libs) -o app\n"
-               "  g++ app.cpp $(loopscope-config --cflags --libs --static) -o app\n"
-               "  PKG_CONFIG_PATH=$(loopscope-config --pkg-config-path) pkg-config --cflags --libs loopscope",
+        "  g++ app.cpp $(loopscope-config --cflags --libs --static) -o app\n"
+        "  PKG_CONFIG_PATH=$(loopscope-config --pkg-config-path) pkg-config --cflags --libs loopscope",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     ap.add_argument("--cflags", action="store_true", help="the include directory (-I…)")

@@ -173,7 +173,9 @@ class RemoteConsumer:
     item put after attaching; they wait here (at most ``capacity``, the
     oldest dropped and counted) until got."""
 
-    def __init__(self, hub: str, name: str, transport: str = "tcp", capacity: int = 64, max_item: int = 16 << 20, frag: int = 1400, timeout: float = 5.0) -> None:
+    def __init__(
+        self, hub: str, name: str, transport: str = "tcp", capacity: int = 64, max_item: int = 16 << 20, frag: int = 1400, timeout: float = 5.0
+    ) -> None:
         self._r = _native.RemoteConsumerCore(hub, name, transport, capacity, max_item, frag, timeout)
 
     def get(self, *, latest: bool = False, at: int | None = None, consume: bool = False, timeout: float = 5.0) -> Item:
@@ -251,8 +253,9 @@ def producer(hub: str, name: str | None = None, transport: str | None = None, fr
     return p
 
 
-def consumer(hub: str, name: str | None = None, transport: str | None = None, capacity: int = 64, max_item: int | None = None, frag: int = 1400,
-             timeout: float = 5.0) -> RemoteConsumer:
+def consumer(
+    hub: str, name: str | None = None, transport: str | None = None, capacity: int = 64, max_item: int | None = None, frag: int = 1400, timeout: float = 5.0
+) -> RemoteConsumer:
     """A consumer of channel ``name`` on ``hub`` (HOST:PORT), or of the
     declared channel ``hub`` when ``name`` is not given (its ``max_item``
     then defaults to the declared one)."""

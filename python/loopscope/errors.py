@@ -59,6 +59,5 @@ def missing_part(module: str, extra: str, what: str) -> str | None:
     try:
         importlib.import_module(module)
     except ImportError:
-        return (f"{what} needs {module}, an optional part of loopscope: install it with "
-                f"`pip install 'loopscope[{extra}]'` (in a clone: `make install-{extra}`)")
+        return f"{what} needs {module}, an optional part of loopscope: install it with `pip install 'loopscope[{extra}]'` (in a clone: `make install-{extra}`)"
     return None

@@ -37,8 +37,11 @@ def _hostport(lowest: int, example: str, what: str) -> Any:
     def check(v: str) -> str:
         m = ENDPOINT.match(v)
         if m is None or not lowest <= int(m["port"]) <= 65535:
-            raise PydanticCustomError("hostport", "must be HOST:PORT with a port {lowest}..65535{what}, e.g. {example} [got {got}]",
-                                      {"lowest": lowest, "what": what, "example": example, "got": v})
+            raise PydanticCustomError(
+                "hostport",
+                "must be HOST:PORT with a port {lowest}..65535{what}, e.g. {example} [got {got}]",
+                {"lowest": lowest, "what": what, "example": example, "got": v},
+            )
         return v
 
     return Annotated[str, AfterValidator(check)]

@@ -14,6 +14,7 @@ from typing_extensions import TypedDict
 
 class SyncServeCounts(TypedDict):
     """The clock-sync responder's counts."""
+
     received: int
     answered: int
     malformed: int
@@ -26,6 +27,7 @@ class SyncServeCounts(TypedDict):
 
 class SyncProbeCounts(TypedDict):
     """The clock-sync initiator's counts."""
+
     pairs: int
     sent: int
     answered: int
@@ -40,6 +42,7 @@ class SyncProbeCounts(TypedDict):
 
 class RecvFlow(TypedDict):
     """One flow's sequence accounting at the receiver."""
+
     flow: int
     first_seq: int
     max_seq: int

@@ -284,5 +284,24 @@ class DropFiles(Request[Done]):
 
 
 #: every request by its op, for the agent to read what arrives
-REQUESTS: dict[str, type[Request[Any]]] = {r.op: r for r in (
-    Hello, StartLoads, StopLoads, RunProbe, StartProbe, WaitProbe, Watch, StopProbe, SignalProbe, GetStatus, StartKcapture, DrainKcapture, StopKcapture, PackFiles, ReadPacked, DropFiles)}
+REQUESTS: dict[str, type[Request[Any]]] = {
+    r.op: r
+    for r in (
+        Hello,
+        StartLoads,
+        StopLoads,
+        RunProbe,
+        StartProbe,
+        WaitProbe,
+        Watch,
+        StopProbe,
+        SignalProbe,
+        GetStatus,
+        StartKcapture,
+        DrainKcapture,
+        StopKcapture,
+        PackFiles,
+        ReadPacked,
+        DropFiles,
+    )
+}

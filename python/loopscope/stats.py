@@ -90,15 +90,7 @@ def summarize(samples: np.ndarray) -> LatencySummary:
     if n == 0:
         nan = Estimate(math.nan, None, None)
         return LatencySummary(0, math.nan, nan, nan, nan, nan, math.nan)
-    return LatencySummary(
-        n=n,
-        min=float(x[0]),
-        mean=mean(x),
-        p50=quantile(x, 0.50),
-        p99=quantile(x, 0.99),
-        p999=quantile(x, 0.999),
-        max=float(x[-1]),
-    )
+    return LatencySummary(n=n, min=float(x[0]), mean=mean(x), p50=quantile(x, 0.50), p99=quantile(x, 0.99), p999=quantile(x, 0.999), max=float(x[-1]))
 
 
 # ---- counts: missed deadlines and other events per opportunity ----

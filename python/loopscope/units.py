@@ -9,16 +9,7 @@ from __future__ import annotations
 
 import re
 
-_DURATION_UNITS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "ms": 1_000_000,
-    "s": 1_000_000_000,
-    "m": 60_000_000_000,
-    "min": 60_000_000_000,
-    "h": 3_600_000_000_000,
-}
+_DURATION_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "m": 60_000_000_000, "min": 60_000_000_000, "h": 3_600_000_000_000}
 
 _NUM_UNIT = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([a-zµ]*)\s*$")
 
@@ -66,12 +57,7 @@ def duration_text(ns: int) -> str:
     return f"{ns}ns"
 
 
-_BIT_UNITS = {
-    "bit": 1, "b/s": 1, "bps": 1,
-    "kbit": 1e3, "kb/s": 1e3, "kbps": 1e3,
-    "mbit": 1e6, "mb/s": 1e6, "mbps": 1e6,
-    "gbit": 1e9, "gb/s": 1e9, "gbps": 1e9,
-}
+_BIT_UNITS = {"bit": 1, "b/s": 1, "bps": 1, "kbit": 1e3, "kb/s": 1e3, "kbps": 1e3, "mbit": 1e6, "mb/s": 1e6, "mbps": 1e6, "gbit": 1e9, "gb/s": 1e9, "gbps": 1e9}
 _PKT_UNITS = {"pps": 1, "kpps": 1e3, "mpps": 1e6}
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([A-Za-z/]+)\s*$")
 

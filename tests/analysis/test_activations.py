@@ -28,8 +28,12 @@ def timer_under_capture(tmp_path_factory: pytest.TempPathFactory, lab: None) -> 
     cap = C.Capture(d / "k", name=f"loopscope-act{os.getpid()}")
     assert cap.start().refused is None
     try:
-        r = subprocess.run([str(BIN), "probe", "timer", "--interval-us", "1000", "--duration", "1500ms", "--priority", "80", "--json", "--trace", str(d / "t.lstrace")],
-                           capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [str(BIN), "probe", "timer", "--interval-us", "1000", "--duration", "1500ms", "--priority", "80", "--json", "--trace", str(d / "t.lstrace")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         cap.drain("after the probe")
     finally:
         cap.stop()
@@ -59,7 +63,8 @@ def test_every_wake_up_of_a_timer_thread_is_an_activation_with_its_timer_latenes
 
 
 def test_a_switch_in_the_kernel_did_not_trace_is_placed_between_the_last_other_event_and_the_threads_first(
-        timer_under_capture: tuple[pl.DataFrame, pl.DataFrame, int]) -> None:
+    timer_under_capture: tuple[pl.DataFrame, pl.DataFrame, int],
+) -> None:
     # Left out of the events: every switch to the thread. Its activations are
     # still found, each switch-in placed within its stated bound of the real one.
     ev, own, tid = timer_under_capture

@@ -42,7 +42,14 @@ def _tables(frames: dict, spec: dict, run: dict | None = None):  # type: ignore[
     from loopscope.report.tables import RunTables
     from loopscope.rundir import Provenance, RunRecord
 
-    return RunTables(run=RunRecord.model_validate({"run_id": "r", "name": "sweep", "status": "completed", **(run or {})}), spec=spec, provenance=Provenance(), frames=frames, loads=pl.DataFrame(), steps=pl.DataFrame())
+    return RunTables(
+        run=RunRecord.model_validate({"run_id": "r", "name": "sweep", "status": "completed", **(run or {})}),
+        spec=spec,
+        provenance=Provenance(),
+        frames=frames,
+        loads=pl.DataFrame(),
+        steps=pl.DataFrame(),
+    )
 
 
 def test_a_load_sweep_fits_the_main_measure_each_kind_names() -> None:

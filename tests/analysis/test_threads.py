@@ -57,7 +57,13 @@ def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp
     p = subprocess.Popen([*CYCLICTEST, "-D", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         time.sleep(0.3)
-        r = subprocess.run([str(BIN), "probe", "threads", "--pid", str(p.pid), "-d", "1s", "--threads", "^cyclictest$", "--json"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        r = subprocess.run(
+            [str(BIN), "probe", "threads", "--pid", str(p.pid), "-d", "1s", "--threads", "^cyclictest$", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
     finally:
         p.kill()
         p.wait()
@@ -66,11 +72,10 @@ def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp
     assert {t["comm"] for t in j["threads"]} == {"cyclictest"} and max(t["activations"] for t in j["threads"]) > 700
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--pid", "999999999"], "--pid 999999999: no such process"),
-    ([], "give one target"),
-    (["--comm", "("], "--comm '(': not a regular expression"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [(["--pid", "999999999"], "--pid 999999999: no such process"), ([], "give one target"), (["--comm", "("], "--comm '(': not a regular expression")],
+)
 def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[str], needle: str, lab: None) -> None:
     assert_clean_error(cli("probe", "threads", *args), 2, needle)
 
@@ -78,7 +83,9 @@ def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[
 def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_probe(tmp_path: Path, lab: None) -> None:
     if shutil.which("cyclictest") is None:
         pytest.skip("needs cyclictest (rt-tests)")
-    (tmp_path / "ct.yaml").write_text("name: ct\nprobes:\n  - {kind: program, name: ct, command: [cyclictest, -m, -i, '1000', -q]}\nloads: []\nduration: 1s\nrepetitions: 1\n")
+    (tmp_path / "ct.yaml").write_text(
+        "name: ct\nprobes:\n  - {kind: program, name: ct, command: [cyclictest, -m, -i, '1000', -q]}\nloads: []\nduration: 1s\nrepetitions: 1\n"
+    )
     r = subprocess.run([str(BIN), "run", "ct.yaml", "--run-dir", "r"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     said = r.stdout + r.stderr

@@ -8,10 +8,7 @@ import pytest
 
 from tests.conftest import Cli
 
-TRACE_KEYS = [
-    "floor_ns", "c_ns", "rust_ns", "py_ns", "c_2threads_ns", "disabled_ns",
-    "write_mevents_per_s", "read_mrecords_per_s", "lost_records", "lttng_ns",
-]
+TRACE_KEYS = ["floor_ns", "c_ns", "rust_ns", "py_ns", "c_2threads_ns", "disabled_ns", "write_mevents_per_s", "read_mrecords_per_s", "lost_records", "lttng_ns"]
 
 
 @pytest.mark.needs_tool("cc")
@@ -84,7 +81,9 @@ def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor
     r = cli("bench", "model", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    assert {(x["app"].split()[0], x["to"]) for x in j["rows"]} == {(a, t) for a in ("copier", "udp", "interpreter") for t in ("idle-again", "memory-1", "io-1", "cpu-same-cpu")}
+    assert {(x["app"].split()[0], x["to"]) for x in j["rows"]} == {
+        (a, t) for a in ("copier", "udp", "interpreter") for t in ("idle-again", "memory-1", "io-1", "cpu-same-cpu")
+    }
     # the condition beyond the model is reported, not counted in the target
     assert j["beyond_the_model"]["conditions"] == ["cpu-same-cpu"]
     assert j["max_abs_err_mean_pct"] == max(abs(x["err_mean_pct"]) for x in j["rows"] if x["to"] != "cpu-same-cpu")

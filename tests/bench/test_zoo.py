@@ -14,8 +14,20 @@ from loopscope.bench import zoo
 from loopscope.host import shared, swapfile
 from tests.conftest import Cli
 
-CASE_KEYS = {"name", "expected", "top_cause", "top_share", "expected_share", "expected_rank", "baseline_expected_share", "unexplained_share", "outliers", "skipped",
-             "baseline_top", "baseline_ok"}
+CASE_KEYS = {
+    "name",
+    "expected",
+    "top_cause",
+    "top_share",
+    "expected_share",
+    "expected_rank",
+    "baseline_expected_share",
+    "unexplained_share",
+    "outliers",
+    "skipped",
+    "baseline_top",
+    "baseline_ok",
+}
 ANOMALY_KEYS = {"name", "injected_ns", "detected_ns", "expected", "cause", "ok"}
 
 
@@ -30,8 +42,23 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     # (the faults case shares its injector and swap file with the warm-up anomaly run here; the full bench runs all eight)
     rps = Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text()
     before = set(_left())  # another run's leftovers (a killed bench on this machine) are not this one's
-    r = cli("bench", "explain", "--json", "--quick", "--case", "hog", "--case", "blocked", "--case", "throttle", "--case", "anomaly-warmup", "--dir", str(tmp_path / "z"),
-            timeout=900)
+    r = cli(
+        "bench",
+        "explain",
+        "--json",
+        "--quick",
+        "--case",
+        "hog",
+        "--case",
+        "blocked",
+        "--case",
+        "throttle",
+        "--case",
+        "anomaly-warmup",
+        "--dir",
+        str(tmp_path / "z"),
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert len(lines) == 1  # progress went to stderr
@@ -89,6 +116,7 @@ def test_every_named_case_declares_its_expected_cause_with_a_defined_label() -> 
 def test_the_quantization_anomaly_declares_the_slack_it_injects() -> None:
     q = next(a for a in zoo.anomalies("zoo", "poll", "table") if a.name == "quantization")
     assert q.injected_ns == 5_000_000 and q.expected == "timer slack"
+
 
 def test_a_cause_the_recorded_set_cannot_show_is_invisible_and_says_what_is_missing() -> None:
     from loopscope.bench import recorders

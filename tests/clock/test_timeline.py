@@ -160,7 +160,7 @@ def test_the_report_shows_each_hosts_clock(skewed: Path, cli: Cli) -> None:
     r = cli("report", str(skewed))
     assert r.returncode == 0, r.stderr
     html = (skewed / "report.html").read_text()
-    sec = html[html.index('id="clocks"'):]
+    sec = html[html.index('id="clocks"') :]
     sec = sec[: sec.index("<h2", 10)]
     assert "reference" in sec and "+1.50" in sec and "<svg" in sec
     assert "ppm" in sec

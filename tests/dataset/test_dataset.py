@@ -17,6 +17,7 @@ from tests.helpers import assert_clean_error
 
 IDENTITY = ["run_id", "experiment", "host", "kernel", "loopscope_version", "started_utc"]
 
+
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three real runs of two experiments, one with the kernel capture (its
@@ -70,14 +71,20 @@ def test_runs_prints_one_json_line_with_every_run_and_its_p99(results: Path, cli
 
 
 def test_query_answers_p99_by_host_from_the_summary_as_the_runs_tables_hold_it(results: Path, cli: Cli) -> None:
-    r = cli("query", str(results), "SELECT run_id, host, value_ns, lo_ns, hi_ns FROM summary WHERE probe = 'timer' AND metric = 'p99' AND phase = 'baseline' ORDER BY run_id",
-            "--format", "json")
+    r = cli(
+        "query",
+        str(results),
+        "SELECT run_id, host, value_ns, lo_ns, hi_ns FROM summary WHERE probe = 'timer' AND metric = 'p99' AND phase = 'baseline' ORDER BY run_id",
+        "--format",
+        "json",
+    )
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["columns"] == ["run_id", "host", "value_ns", "lo_ns", "hi_ns"] and len(j["rows"]) == 3
     for run_id, host, v, lo, hi in j["rows"]:
         comp = pl.read_parquet(results / run_id / "tables" / "comparisons.parquet").filter(
-            (pl.col("probe") == "timer") & (pl.col("metric") == "p99") & (pl.col("phase") == "baseline"))
+            (pl.col("probe") == "timer") & (pl.col("metric") == "p99") & (pl.col("phase") == "baseline")
+        )
         assert host == comp["host"][0] and v == comp["value_ns"][0] and lo <= v <= hi
 
 

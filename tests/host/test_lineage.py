@@ -52,8 +52,10 @@ def test_a_load_worker_whose_parent_died_before_it_started_exits_at_once() -> No
 
 
 def test_a_kernel_reader_whose_parent_died_before_it_started_exits_at_once(tmp_path: Path) -> None:
-    r, took = _run([PY, "-m", "loopscope.kernel.drain", "--instance", "loopscope-procs-t3", "--out", str(tmp_path), "--buffer-mb", "1", "--events", "sched:sched_switch"],
-                   _orphaned_env("procs-t3"))
+    r, took = _run(
+        [PY, "-m", "loopscope.kernel.drain", "--instance", "loopscope-procs-t3", "--out", str(tmp_path), "--buffer-mb", "1", "--events", "sched:sched_switch"],
+        _orphaned_env("procs-t3"),
+    )
     assert r.returncode == 1, r.stderr
     assert took < 15
     assert not Path("/sys/kernel/tracing/instances/loopscope-procs-t3").exists()

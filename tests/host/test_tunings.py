@@ -30,8 +30,14 @@ def sysfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_a_phase_s_tunings_are_applied_and_every_old_value_comes_back(sysfs: Path, tmp_path: Path) -> None:
     a = tunings.Applied(tmp_path / "run.tunings")
-    a.apply([{"kind": "cpuidle", "state": "C6", "cpus": [0, 1], "disable": True}, {"kind": "irq", "irq": 24, "cpus": [1]},
-             {"kind": "write", "path": "/proc/sys/kernel/timer_migration", "value": 0}], "phases.1")
+    a.apply(
+        [
+            {"kind": "cpuidle", "state": "C6", "cpus": [0, 1], "disable": True},
+            {"kind": "irq", "irq": 24, "cpus": [1]},
+            {"kind": "write", "path": "/proc/sys/kernel/timer_migration", "value": 0},
+        ],
+        "phases.1",
+    )
     assert (sysfs / "sys/devices/system/cpu/cpu1/cpuidle/state2/disable").read_text().strip() == "1"
     assert (sysfs / "proc/irq/24/smp_affinity_list").read_text().strip() == "1"
     rec = a.record()
@@ -54,11 +60,14 @@ def test_a_journal_a_dead_run_left_restores_the_old_values(sysfs: Path, tmp_path
     assert (sysfs / "proc/irq/24/smp_affinity_list").read_text().strip() == "0-1" and not journal.exists()
 
 
-@pytest.mark.parametrize("tuning, needle", [
-    ({"kind": "irq", "irq": 99, "cpus": [0]}, "/proc/irq/99/smp_affinity_list does not exist"),
-    ({"kind": "cpuidle", "state": "C9"}, "has no idle state 'C9'; its states are 0 (POLL), 1 (C1), 2 (C6)"),
-    ({"kind": "write", "path": "/etc/passwd", "value": "x"}, "not on the list of files a tuning may write"),
-])
+@pytest.mark.parametrize(
+    "tuning, needle",
+    [
+        ({"kind": "irq", "irq": 99, "cpus": [0]}, "/proc/irq/99/smp_affinity_list does not exist"),
+        ({"kind": "cpuidle", "state": "C9"}, "has no idle state 'C9'; its states are 0 (POLL), 1 (C1), 2 (C6)"),
+        ({"kind": "write", "path": "/etc/passwd", "value": "x"}, "not on the list of files a tuning may write"),
+    ],
+)
 def test_a_tuning_that_cannot_apply_is_refused_naming_it(sysfs: Path, tuning: dict, needle: str) -> None:
     problems = tunings.check([{"tunings": [tuning]}])
     assert len(problems) == 1 and problems[0].startswith("phases.0.tunings.0") and needle in problems[0], problems

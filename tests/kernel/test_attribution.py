@@ -34,7 +34,14 @@ def test_perf_text_becomes_typed_columns() -> None:
     df = K.parse(TEXT)
     assert len(df) == 10
     sw = df.filter(pl.col("event") == "sched_switch").row(0, named=True)
-    assert sw["t_ns"] == 100_003_000_000 and sw["cpu"] == 1 and sw["target"] == 700 and sw["next_pid"] == 42 and sw["next_comm"] == "ls-timer-0" and sw["prev_state"] == "S"
+    assert (
+        sw["t_ns"] == 100_003_000_000
+        and sw["cpu"] == 1
+        and sw["target"] == 700
+        and sw["next_pid"] == 42
+        and sw["next_comm"] == "ls-timer-0"
+        and sw["prev_state"] == "S"
+    )
     rt = df.filter(pl.col("event") == "sched_stat_runtime")["runtime"].to_list()
     assert rt == [2_000_000, 3_000_000, 50_000]
     # task names come from the events themselves; the current task is the tid
@@ -79,10 +86,13 @@ def test_a_window_whose_switch_in_is_unknown_is_marked() -> None:
     assert not r["complete"] and "switch-in" in r["missing"]
 
 
-LOSSY = TEXT + """\
+LOSSY = (
+    TEXT
+    + """\
     42 [001] 100.004000000: PERF_RECORD_LOST lost 7
     55 [000] 100.002000000: PERF_RECORD_LOST lost 3
 """
+)
 
 
 def test_a_lost_record_is_placed_after_the_last_event_its_cpu_recorded() -> None:
@@ -151,7 +161,7 @@ def test_an_injected_cpu_burst_is_named_as_the_top_cause(tmp_path: Path, lab: No
     idle = next(g for g in ex["groups"] if g["phase"] == "idle")
     assert all(c["cause"] not in ("load: burst", "thread: ls-burst") for c in idle["causes"])
     html = (run / "report.html").read_text()
-    assert 'id="why"' in html and "load: burst" in html and "<details class=\"outliers\">" in html
+    assert 'id="why"' in html and "load: burst" in html and '<details class="outliers">' in html
     # the lab's own share stands apart from the loads' and the system's, and the capture says what it cost
     assert "lab / loads / system" in html and "between the probe windows" in html
     att = pl.read_parquet(run / "tables" / "attribution.parquet")
@@ -168,7 +178,9 @@ def test_a_kernel_without_the_events_is_said_and_the_run_goes_on(tmp_path: Path,
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert any("kernel capture" in n and "none of the kernel events" in n for n in run["notes"])
-    (tmp_path / "o.yaml").write_text("name: o\nkernel: {capture: 'on', events: ['nosuch:event']}\nprobes: [{kind: timer, interval_us: 1000}]\nduration: 300ms\n")
+    (tmp_path / "o.yaml").write_text(
+        "name: o\nkernel: {capture: 'on', events: ['nosuch:event']}\nprobes: [{kind: timer, interval_us: 1000}]\nduration: 300ms\n"
+    )
     r = subprocess.run([str(BIN), "run", "o.yaml", "--run-dir", "run2", "--no-report"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
     assert "kernel capture" in r.stderr
@@ -209,25 +221,27 @@ def test_an_interval_splits_into_running_blocked_and_what_ran_while_it_waited() 
     k = A.Kernel.of(K.parse(SPAN), 0)
     r = A.attribute_span(k, 42, 200_000_000_000, 200_008_000_000)
     assert r["complete"], r["missing"]
-    assert r["causes"] == {
-        "running": 1_000_000 + 1_900_000 + 1_000_000,
-        "blocked: sleeping": 2_000_000,
-        "thread: hog": 2_000_000,
-        "softirq: TIMER": 100_000,
-    }
+    assert r["causes"] == {"running": 1_000_000 + 1_900_000 + 1_000_000, "blocked: sleeping": 2_000_000, "thread: hog": 2_000_000, "softirq: TIMER": 100_000}
     assert sum(r["causes"].values()) == 8_000_000
 
 
 def test_nested_interrupts_are_split_by_the_innermost_handler() -> None:
-    ev = pl.DataFrame({
-        "t_ns": [5, 100, 110, 120, 130, 140, 150],
-        "event": ["softirq_exit", "irq_handler_entry", "softirq_entry", "local_timer_entry", "local_timer_exit", "softirq_exit", "irq_handler_exit"],
-        "name": [None, "virtio0", "NET_RX", None, None, "NET_RX", None],
-    })
+    ev = pl.DataFrame(
+        {
+            "t_ns": [5, 100, 110, 120, 130, 140, 150],
+            "event": ["softirq_exit", "irq_handler_entry", "softirq_entry", "local_timer_entry", "local_timer_exit", "softirq_exit", "irq_handler_exit"],
+            "name": [None, "virtio0", "NET_RX", None, None, "NET_RX", None],
+        }
+    )
     s, e, labels = A._irq_segments(ev)
     # the exit of a handler that began before the window is passed over
     assert list(zip(s.tolist(), e.tolist(), labels)) == [
-        (100, 110, "irq: virtio0"), (110, 120, "softirq: NET_RX"), (120, 130, "timer interrupt"), (130, 140, "softirq: NET_RX"), (140, 150, "irq: virtio0")]
+        (100, 110, "irq: virtio0"),
+        (110, 120, "softirq: NET_RX"),
+        (120, 130, "timer interrupt"),
+        (130, 140, "softirq: NET_RX"),
+        (140, 150, "irq: virtio0"),
+    ]
 
 
 def _events(rows: list[dict]) -> pl.DataFrame:
@@ -241,45 +255,64 @@ def test_idle_time_inside_a_timers_slack_is_timer_slack_and_after_it_cpu_idle() 
     # thread 42 armed its timer for 1.000 ms with 0.5 ms of slack; the CPU idled;
     # it was woken at 1.600 ms (0.1 ms past the slack) and ran at 1.610 ms.
     ms = 1_000_000
-    k = A.Kernel.of(_events([
-        {"t_ns": 0, "cpu": 1, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
-        {"t_ns": 900_000, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": ms + ms // 2, "softexpires": ms},
-        {"t_ns": 1_600_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
-        {"t_ns": 1_700_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 90_000},
-        {"t_ns": 3 * ms, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
-    ]), 0)
+    k = A.Kernel.of(
+        _events(
+            [
+                {"t_ns": 0, "cpu": 1, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
+                {"t_ns": 900_000, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": ms + ms // 2, "softexpires": ms},
+                {"t_ns": 1_600_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+                {"t_ns": 1_700_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 90_000},
+                {"t_ns": 3 * ms, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1000},
+            ]
+        ),
+        0,
+    )
     r = A.attribute(k, 42, ms, 1_620_000)
     assert r["causes"] == {"timer slack": 500_000, "CPU idle": 100_000, "scheduling latency": 10_000, "return to user space": 10_000}
 
 
 def test_a_timer_armed_for_another_deadline_gives_no_slack() -> None:
-    k = A.Kernel.of(_events([
-        {"t_ns": 0, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 5_000_000, "softexpires": 4_000_000},
-        {"t_ns": 1_500_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
-        {"t_ns": 1_600_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100_000},
-        {"t_ns": 9_000_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 1},
-    ]), 0)
+    k = A.Kernel.of(
+        _events(
+            [
+                {"t_ns": 0, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 5_000_000, "softexpires": 4_000_000},
+                {"t_ns": 1_500_000, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+                {"t_ns": 1_600_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100_000},
+                {"t_ns": 9_000_000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 1},
+            ]
+        ),
+        0,
+    )
     assert "timer slack" not in A.attribute(k, 42, 1_000_000, 1_500_000)["causes"]
 
 
 def test_an_ipi_whose_handler_flushed_the_tlb_is_a_tlb_shootdown() -> None:
     # thread 42 was due at 0 and ran at 300; CPU 1 handled two IPIs meanwhile,
     # the first running the TLB flush
-    k = A.Kernel.of(_events([
-        {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
-        {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
-        {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
-        {"t_ns": 200, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_entry"},
-        {"t_ns": 230, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_exit"},
-        {"t_ns": 400, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100},
-    ]), 0)
+    k = A.Kernel.of(
+        _events(
+            [
+                {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+                {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
+                {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
+                {"t_ns": 200, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_entry"},
+                {"t_ns": 230, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_exit"},
+                {"t_ns": 400, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100},
+            ]
+        ),
+        0,
+    )
     c = A.attribute(k, 42, 0, 300)["causes"]
     assert c["IPI: TLB shootdown"] == 20 and c["IPI: function call"] == 30
-    views = A.cpu_views(_events([
-        {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
-        {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
-        {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
-    ]))
+    views = A.cpu_views(
+        _events(
+            [
+                {"t_ns": 100, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+                {"t_ns": 105, "cpu": 1, "pid": 0, "tid": 0, "event": "csd_function_entry"},
+                {"t_ns": 120, "cpu": 1, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
+            ]
+        )
+    )
     assert views[1].irq_label == ["IPI: TLB shootdown"]  # the Perfetto export's tracks say so too
 
 
@@ -287,13 +320,29 @@ def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:
     # thread 42 (cpu 1) sleeps in a lock at 1 ms; zoo-holder (tid 9, cpu 0)
     # releases it and wakes it at 4 ms (recorded by the waker); 42 runs at 4.1 ms.
     ms = 1_000_000
-    k = A.Kernel.of(_events([
-        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": ms},
-        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "app", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
-        {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_stat_runtime", "target": 9, "target_comm": "zoo-holder", "runtime": 3 * ms},
-        {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_waking", "target": 42, "target_comm": "app", "dest_cpu": 1},
-        {"t_ns": 5 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": 900_000},
-    ]), 0)
+    k = A.Kernel.of(
+        _events(
+            [
+                {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": ms},
+                {
+                    "t_ns": 1 * ms,
+                    "cpu": 1,
+                    "pid": 42,
+                    "tid": 42,
+                    "event": "sched_switch",
+                    "target": 42,
+                    "target_comm": "app",
+                    "prev_state": "S",
+                    "next_pid": 0,
+                    "next_comm": "swapper/1",
+                },
+                {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_stat_runtime", "target": 9, "target_comm": "zoo-holder", "runtime": 3 * ms},
+                {"t_ns": 4 * ms, "cpu": 0, "pid": 9, "tid": 9, "event": "sched_waking", "target": 42, "target_comm": "app", "dest_cpu": 1},
+                {"t_ns": 5 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": 900_000},
+            ]
+        ),
+        0,
+    )
     r = A.attribute_span(k, 42, 0, 5 * ms)
     assert r["causes"] == {"running": 1 * ms + 900_000, "blocked: zoo-holder": 3 * ms, "scheduling latency": 100_000}
     assert A.cause_family("blocked: kworker/1:2") == "blocked: kworker" and A.cause_family("blocked: sleeping") == "blocked: sleeping"
@@ -303,13 +352,29 @@ def test_a_sleep_held_past_its_deadline_by_timer_slack_is_split_at_the_deadline(
     # thread 42 runs 0-1 ms, arms a 1 ms sleep (deadline 2 ms) with 5 ms of slack,
     # is woken by the timer at 6 ms and runs until 7 ms.
     ms = 1_000_000
-    k = A.Kernel.of(_events([
-        {"t_ns": 1 * ms - 500, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 7 * ms, "softexpires": 2 * ms},
-        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
-        {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
-        {"t_ns": 6 * ms, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
-        {"t_ns": 7 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
-    ]), 0)
+    k = A.Kernel.of(
+        _events(
+            [
+                {"t_ns": 1 * ms - 500, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 7 * ms, "softexpires": 2 * ms},
+                {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
+                {
+                    "t_ns": 1 * ms,
+                    "cpu": 1,
+                    "pid": 42,
+                    "tid": 42,
+                    "event": "sched_switch",
+                    "target": 42,
+                    "target_comm": "poll",
+                    "prev_state": "S",
+                    "next_pid": 0,
+                    "next_comm": "swapper/1",
+                },
+                {"t_ns": 6 * ms, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
+                {"t_ns": 7 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": ms},
+            ]
+        ),
+        0,
+    )
     r = A.attribute_span(k, 42, 0, 7 * ms)
     assert r["causes"] == {"running": 2 * ms, "blocked: sleeping": 1 * ms, "timer slack": 4 * ms}
 
@@ -318,8 +383,10 @@ def _ipis(cpu: int, start: int, every: int, length: int, n: int) -> list[dict]:
     rows = []
     for i in range(n):
         t = start + i * every
-        rows += [{"t_ns": t, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
-                 {"t_ns": t + length, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_exit"}]
+        rows += [
+            {"t_ns": t, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_entry"},
+            {"t_ns": t + length, "cpu": cpu, "pid": 0, "tid": 0, "event": "call_function_single_exit"},
+        ]
     return rows
 
 
@@ -365,7 +432,18 @@ def test_a_run_after_a_wake_up_starts_at_the_wake_up_even_when_runtime_says_earl
         rows += [
             {"t_ns": t + 80 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": t + 5_130 * us, "softexpires": t + 130 * us},
             {"t_ns": t + 82 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 60 * us},
-            {"t_ns": t + 87 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+            {
+                "t_ns": t + 87 * us,
+                "cpu": 1,
+                "pid": 42,
+                "tid": 42,
+                "event": "sched_switch",
+                "target": 42,
+                "target_comm": "poll",
+                "prev_state": "S",
+                "next_pid": 0,
+                "next_comm": "swapper/1",
+            },
             {"t_ns": t + 5_150 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
         ]
         t += 5_150 * us
@@ -387,7 +465,18 @@ def test_a_slack_timer_that_fires_late_is_slack_to_its_hard_expiry_then_cpu_idle
     rows = [
         {"t_ns": 95 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "hrtimer_start", "expires": 5_200 * us, "softexpires": 200 * us},
         {"t_ns": 97 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 90 * us},
-        {"t_ns": 100 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "poll", "prev_state": "S", "next_pid": 0, "next_comm": "swapper/1"},
+        {
+            "t_ns": 100 * us,
+            "cpu": 1,
+            "pid": 42,
+            "tid": 42,
+            "event": "sched_switch",
+            "target": 42,
+            "target_comm": "poll",
+            "prev_state": "S",
+            "next_pid": 0,
+            "next_comm": "swapper/1",
+        },
         {"t_ns": 5_290 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "poll", "dest_cpu": 1},
         {"t_ns": 5_400 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "poll", "runtime": 100 * us},
         {"t_ns": 30_000 * us, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_stat_runtime", "target": 7, "target_comm": "other", "runtime": 1_000},
@@ -404,7 +493,18 @@ def test_a_thread_still_waiting_for_a_page_at_its_deadline_waits_on_page_faults_
         {"t_ns": -300 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 100 * us},
         {"t_ns": -150 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "page_fault_user"},
         {"t_ns": -102 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 190 * us},
-        {"t_ns": -100 * us, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_switch", "target": 42, "target_comm": "t", "prev_state": "D", "next_pid": 0, "next_comm": "swapper/1"},
+        {
+            "t_ns": -100 * us,
+            "cpu": 1,
+            "pid": 42,
+            "tid": 42,
+            "event": "sched_switch",
+            "target": 42,
+            "target_comm": "t",
+            "prev_state": "D",
+            "next_pid": 0,
+            "next_comm": "swapper/1",
+        },
         {"t_ns": 8_000 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "softirq_entry", "name": "BLOCK"},
         {"t_ns": 8_004 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
         {"t_ns": 8_006 * us, "cpu": 1, "pid": 0, "tid": 0, "event": "softirq_exit", "name": "BLOCK"},

@@ -130,9 +130,11 @@ def test_the_reader_is_named_for_the_lab_and_runs_at_sched_idle(tmp_path: Path, 
 
 def test_an_agent_killed_with_sigkill_leaves_no_instance(tmp_path: Path, lab: None) -> None:
     tf = _tracefs()
-    code = (f"import time; from pathlib import Path; from loopscope.kernel.capture import Capture\n"
-            f"c = Capture(Path({str(tmp_path / 'k')!r}), ['sched:sched_switch'], buffer_mb=2, name='loopscope-killtest{os.getpid()}')\n"
-            "m = c.start(); print(m.refused, flush=True); time.sleep(60)\n")
+    code = (
+        f"import time; from pathlib import Path; from loopscope.kernel.capture import Capture\n"
+        f"c = Capture(Path({str(tmp_path / 'k')!r}), ['sched:sched_switch'], buffer_mb=2, name='loopscope-killtest{os.getpid()}')\n"
+        "m = c.start(); print(m.refused, flush=True); time.sleep(60)\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert p.stdout is not None and p.stdout.readline().strip() == "None"
     inst = tf / "instances" / f"loopscope-killtest{os.getpid()}"
@@ -167,7 +169,12 @@ def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path, lab: None)
     # a second: the kernel overwrites unread pages, and every dropped event is
     # placed on a CPU between two times inside the capture.
     _tracefs()
-    cap = C.Capture(tmp_path / "k", ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking", "sched:sched_stat_runtime"], buffer_mb=1, name=f"loopscope-{os.getpid()}")
+    cap = C.Capture(
+        tmp_path / "k",
+        ["sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking", "sched:sched_stat_runtime"],
+        buffer_mb=1,
+        name=f"loopscope-{os.getpid()}",
+    )
     assert cap.start().refused is None
     spin = subprocess.Popen([sys.executable, "-c", PINGPONG])
     try:
@@ -230,18 +237,21 @@ def test_buffers_are_sized_for_the_longest_window_within_memory() -> None:
     assert asked == 7 and "buffer_mb" in why
 
 
-@pytest.mark.parametrize(("comm", "pid", "label"), [
-    ("ls-kcapture", 1, "lab: capture"),
-    ("ls-netem", 1, "lab: emulator"),
-    ("ls-agent", 1, "lab: agent"),
-    ("ls-ctl", 1, "lab: agent"),
-    ("ls-sync-recv", 1, "lab: sync"),
-    ("ls-probe", 1, "lab: probe"),
-    ("ld:flood", 1, "load: flood"),
-    ("stress-ng", 77, "load: stress"),
-    ("polars-3", 1, "thread: polars-3"),
-    ("perf", 1, "thread: perf"),
-])
+@pytest.mark.parametrize(
+    ("comm", "pid", "label"),
+    [
+        ("ls-kcapture", 1, "lab: capture"),
+        ("ls-netem", 1, "lab: emulator"),
+        ("ls-agent", 1, "lab: agent"),
+        ("ls-ctl", 1, "lab: agent"),
+        ("ls-sync-recv", 1, "lab: sync"),
+        ("ls-probe", 1, "lab: probe"),
+        ("ld:flood", 1, "load: flood"),
+        ("stress-ng", 77, "load: stress"),
+        ("polars-3", 1, "thread: polars-3"),
+        ("perf", 1, "thread: perf"),
+    ],
+)
 def test_the_lab_and_the_loads_are_named_by_what_they_are(comm: str, pid: int, label: str) -> None:
     assert A.task_label(comm, pid, {77: "load: stress"}) == label
 
@@ -254,8 +264,28 @@ def test_roles_explain_the_kernel_threads_and_the_lab() -> None:
 
 @pytest.mark.needs_tool("perf")
 def test_a_run_recorded_with_perf_record_still_opens(tmp_path: Path, lab: None) -> None:
-    r = subprocess.run(["perf", "record", "-q", "-a", "-k", "mono", "-e", "sched:sched_switch", "-e", "sched:sched_stat_runtime", "-o", str(tmp_path / "kernel.perf"), "--", "sleep", "0.3"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            "perf",
+            "record",
+            "-q",
+            "-a",
+            "-k",
+            "mono",
+            "-e",
+            "sched:sched_switch",
+            "-e",
+            "sched:sched_stat_runtime",
+            "-o",
+            str(tmp_path / "kernel.perf"),
+            "--",
+            "sleep",
+            "0.3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     st = S.open_capture(tmp_path, Capture(host="h", data="kernel.perf"))
     assert st.legacy is not None and st.events > 0

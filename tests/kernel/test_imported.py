@@ -37,7 +37,9 @@ def recordings(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str,
         out[name] = d / f"{name}.dat"
         import subprocess
 
-        subprocess.run(["trace-cmd", "convert", "--file-version", str(ver), "--compression", comp, "-i", str(v7), "-o", str(out[name])], check=True, capture_output=True)
+        subprocess.run(
+            ["trace-cmd", "convert", "--file-version", str(ver), "--compression", comp, "-i", str(v7), "-o", str(out[name])], check=True, capture_output=True
+        )
     if shutil.which("perf"):
         out["perf"] = F.perf_data(d / "perf.data", CYCLICTEST)
     return out

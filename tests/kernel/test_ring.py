@@ -1,9 +1,9 @@
-"""The draining flight recorder's memory (``kernel.instance.Ring``): pages kept
+"""The draining flight recorder's memory (``kernel.ring.Ring``): pages kept
 as read, found by the time in their headers, let go after ``reach``."""
 
 from __future__ import annotations
 
-from loopscope.kernel.instance import Ring
+from loopscope.kernel.ring import Ring
 
 PAGE = 64
 

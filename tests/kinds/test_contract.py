@@ -22,7 +22,9 @@ def _run(**fields: Any) -> RunRecord:
 
 
 def _step(**fields: Any) -> Step:
-    return Step.model_validate({"probe": "p", "rep": 1, "phase": "idle", "trace": "t.lstrace", "json": "t.json", "spawn_mono_ns": 0, "end_mono_ns": 1, **fields})
+    return Step.model_validate(
+        {"probe": "p", "rep": 1, "phase": "idle", "trace": "t.lstrace", "json": "t.json", "spawn_mono_ns": 0, "end_mono_ns": 1, **fields}
+    )
 
 
 def _source(tmp: Path) -> RunSource:
@@ -66,8 +68,12 @@ def test_explain_says_which_steps_no_registered_kind_explains(tmp_path: Path, la
 def test_every_kind_says_which_programs_its_steps_started(kind: ProbeKind) -> None:
     from loopscope.analysis.steps import Part, program_parts
 
-    step = _step(kind=kind.name, host="h1", processes=[{"name": "a", "host": "h1", "trace": "a.lstrace", "json": "a.json"}],
-                 hubs=[{"name": "hub-h1", "host": "h1", "trace": "hub.lstrace", "json": "hub.json"}])
+    step = _step(
+        kind=kind.name,
+        host="h1",
+        processes=[{"name": "a", "host": "h1", "trace": "a.lstrace", "json": "a.json"}],
+        hubs=[{"name": "hub-h1", "host": "h1", "trace": "hub.lstrace", "json": "hub.json"}],
+    )
     parts = program_parts(step, _run(), KINDS)
     assert all(isinstance(p, Part) for p in parts) and parts[-1].name == "hub-h1"
     # the program kinds name theirs; every other kind started none of its own
@@ -80,8 +86,14 @@ def _empty_tables() -> Any:
 
     frames = {t: _empty(schema) if schema else pl.DataFrame() for k in KINDS for t, schema in k.tables.items()}
     frames.update({t: pl.DataFrame() for t in ANALYSIS_TABLES})
-    return RunTables(run=_run(), spec={"probes": [{"kind": k.name, "name": f"p-{k.name}", "dest": "127.0.0.1:9"} for k in KINDS]}, provenance=Provenance(), frames=frames,
-                     loads=pl.DataFrame(), steps=pl.DataFrame())
+    return RunTables(
+        run=_run(),
+        spec={"probes": [{"kind": k.name, "name": f"p-{k.name}", "dest": "127.0.0.1:9"} for k in KINDS]},
+        provenance=Provenance(),
+        frames=frames,
+        loads=pl.DataFrame(),
+        steps=pl.DataFrame(),
+    )
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if k.model is not None], ids=lambda k: k.name)

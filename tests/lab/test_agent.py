@@ -19,7 +19,9 @@ class Agent:
     def __init__(self, run_id: str) -> None:
         env = procs.child_env(run_id)
         env.pop("LOOPSCOPE_PDEATHSIG")
-        self.p = subprocess.Popen([sys.executable, "-m", "loopscope.agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+        self.p = subprocess.Popen(
+            [sys.executable, "-m", "loopscope.agent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+        )
 
     def send(self, line: str) -> dict[str, Any]:
         assert self.p.stdin and self.p.stdout
@@ -165,8 +167,14 @@ def test_a_probe_the_agent_starts_is_named_ls_probe_and_its_threads_keep_their_n
 
 def test_a_program_run_as_a_probe_does_not_inherit_the_probes_name(tmp_path: Path, lab: None) -> None:
     code = "import os, loopscope; print(os.environ.get('LOOPSCOPE_COMM'), open('/proc/self/comm').read().strip())"
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "probe", "program", "--trace", str(tmp_path / "p.lstrace"), "--json", "--", "python3", "-c", code],
-                       env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"}, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "probe", "program", "--trace", str(tmp_path / "p.lstrace"), "--json", "--", "python3", "-c", code],
+        env={**os.environ, "LOOPSCOPE_COMM": "ls-probe"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert "None python3" in r.stderr, r.stderr
 
 
@@ -174,8 +182,13 @@ def test_a_probe_spec_outside_its_models_bounds_is_refused_naming_the_field_and_
     a = Agent("agent-t9")
     try:
         assert a.call(id=1, op="hello", run_id="agent-t9", run_dir=str(tmp_path))["ok"]
-        r = a.call(id=2, op="start_probe", probe={"kind": "pipe-node", "name": "n", "bind": "127.0.0.1:0", "next": "127.0.0.1:0"},
-                   step_dir=str(tmp_path / "st"), scratch_dir=str(tmp_path / "x"))
+        r = a.call(
+            id=2,
+            op="start_probe",
+            probe={"kind": "pipe-node", "name": "n", "bind": "127.0.0.1:0", "next": "127.0.0.1:0"},
+            step_dir=str(tmp_path / "st"),
+            scratch_dir=str(tmp_path / "x"),
+        )
         assert not r["ok"] and "next" in r["error"] and "port 1..65535" in r["error"], r
         assert a.call(id=3, op="status")["ok"]  # it answered, and it is still there
     finally:

@@ -36,7 +36,10 @@ def test_a_cpu_hog_on_the_probes_cpu_is_significant_and_trips_the_gate(runs: dic
     crit = j["criteria"][0]
     assert crit["expr"] == "p99 > +20%" and crit["outcome"] == "fail" and crit["tripped"] and crit["rows"] and crit["probes"] == {"timer": "fail"}
     assert j["outcome"] == "fail" and j["min_effect"] == pytest.approx(0.02)
-    assert mx["value"] == max(x["value"] for x in j["rows"] if x["metric"] == "max" and x["phase"] == mx["phase"]) and mx["pooled"] == "largest sample of any repetition"
+    assert (
+        mx["value"] == max(x["value"] for x in j["rows"] if x["metric"] == "max" and x["phase"] == mx["phase"])
+        and mx["pooled"] == "largest sample of any repetition"
+    )
     # what differs: the experiment file (the hog phase), shown as a diff
     assert "hogged" in j["differences"]["spec_diff"] and "+  - {name: run, loads: [hog]}" in j["differences"]["spec_diff"]["hogged"]
     html = page.read_text()
@@ -63,7 +66,9 @@ def test_a_run_compared_with_itself_has_ratios_of_one_and_holds_the_gate(runs: d
     assert j["outcome"] in ("pass", "inconclusive") and j["criteria"][0]["probes"]["timer"] == j["outcome"]
 
 
-def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and_a_junit_skip_or_failure(runs: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and_a_junit_skip_or_failure(
+    runs: dict[str, Path], cli: Cli, tmp_path: Path
+) -> None:
     from junitparser import Failure, JUnitXml, Skipped
 
     r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "--json", timeout=300)
@@ -76,7 +81,9 @@ def test_a_bound_inside_the_interval_is_inconclusive_exit_0_or_4_with_strict_and
     assert "inconclusive: " + bound in r.stdout and "straddles the bound" in r.stdout
     case = next(iter(next(iter(JUnitXml.fromfile(str(xml))))))
     assert case.name == f"{bound} · timer" and isinstance(case.result[0], Skipped)
-    r = cli("compare", str(runs["quiet"]), str(runs["hogged"]), "--fail-if", bound, "--fail-if", "p99 > +1000000%", "--strict", "--junit", str(xml), timeout=300)
+    r = cli(
+        "compare", str(runs["quiet"]), str(runs["hogged"]), "--fail-if", bound, "--fail-if", "p99 > +1000000%", "--strict", "--junit", str(xml), timeout=300
+    )
     assert r.returncode == 4, r.stderr
     suite = next(iter(JUnitXml.fromfile(str(xml))))
     assert suite.tests == 2 and suite.failures == 1

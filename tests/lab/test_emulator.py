@@ -32,7 +32,19 @@ def topo(lab: None) -> Iterator[netns.Topology]:
 
 
 def link(**kw: Any) -> dict[str, Any]:
-    base = {"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000}
+    base = {
+        "name": "a->b",
+        "from": "a",
+        "to": "b",
+        "delay_ns": 0,
+        "jitter_ns": 0,
+        "distribution": "normal",
+        "loss": 0.0,
+        "duplicate": 0.0,
+        "reorder": 0.0,
+        "rate_bps": None,
+        "limit": 1000,
+    }
     return {**base, **kw}
 
 
@@ -40,14 +52,45 @@ def _in(t: netns.Topology, host: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.lab.nsexec", "--net", f"/run/netns/{t.host(host).ns}", "--", sys.executable, "-m", "loopscope.cli", *args]
 
 
-def send_through(t: netns.Topology, tmp: Path, lk: dict[str, Any], rate: str, count: int, size: int = 200) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+def send_through(
+    t: netns.Topology, tmp: Path, lk: dict[str, Any], rate: str, count: int, size: int = 200
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Send ``count`` packets a → b through a link; (sender, receiver, emulator link) results."""
     emu = Emulator(t.router_ns, t.emulator_config([lk], seed=3, priority=50), tmp / "netem", "emu-test")
     try:
         dest = f"{t.host('b').address}:5001"
-        rx = subprocess.Popen(_in(t, "b", "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records", "--trace", str(tmp / "r.lstrace")), stdout=subprocess.PIPE, text=True)
+        rx = subprocess.Popen(
+            _in(
+                t, "b", "probe", "recv", "--bind", dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records", "--trace", str(tmp / "r.lstrace")
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(0.4)
-        tx = subprocess.run(_in(t, "a", "probe", "send", "--dest", dest, "--rate", rate, "--count", str(count), "--size", str(size), "--json", "--no-packet-records", "--no-tx-timestamps", "--trace", str(tmp / "s.lstrace")), capture_output=True, text=True, timeout=120)
+        tx = subprocess.run(
+            _in(
+                t,
+                "a",
+                "probe",
+                "send",
+                "--dest",
+                dest,
+                "--rate",
+                rate,
+                "--count",
+                str(count),
+                "--size",
+                str(size),
+                "--json",
+                "--no-packet-records",
+                "--no-tx-timestamps",
+                "--trace",
+                str(tmp / "s.lstrace"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert tx.returncode == 0, tx.stderr
         out, _ = rx.communicate(timeout=120)
     finally:
@@ -96,10 +139,54 @@ def test_a_rate_limit_queues_and_drops_what_exceeds_it(topo: netns.Topology, tmp
     assert abs(t["bps"] * 1042 / 1000 / 8e6 - 1) < 0.1, t
 
 
-def _stream(t: netns.Topology, tmp: Path, src: str, dest: str, count: int, bind: str | None = None, recv_host: str = "b") -> tuple[dict[str, Any], dict[str, Any]]:
-    rx = subprocess.Popen(_in(t, recv_host, "probe", "recv", "--bind", bind or dest, "--idle", "1s", "--duration", "60s", "--json", "--no-packet-records", "--trace", str(tmp / "r.lstrace")), stdout=subprocess.PIPE, text=True)
+def _stream(
+    t: netns.Topology, tmp: Path, src: str, dest: str, count: int, bind: str | None = None, recv_host: str = "b"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    rx = subprocess.Popen(
+        _in(
+            t,
+            recv_host,
+            "probe",
+            "recv",
+            "--bind",
+            bind or dest,
+            "--idle",
+            "1s",
+            "--duration",
+            "60s",
+            "--json",
+            "--no-packet-records",
+            "--trace",
+            str(tmp / "r.lstrace"),
+        ),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     time.sleep(0.4)
-    tx = subprocess.run(_in(t, src, "probe", "send", "--dest", dest, "--rate", "2000pps", "--count", str(count), "--size", "200", "--json", "--no-packet-records", "--no-tx-timestamps", "--trace", str(tmp / "s.lstrace")), capture_output=True, text=True, timeout=120)
+    tx = subprocess.run(
+        _in(
+            t,
+            src,
+            "probe",
+            "send",
+            "--dest",
+            dest,
+            "--rate",
+            "2000pps",
+            "--count",
+            str(count),
+            "--size",
+            "200",
+            "--json",
+            "--no-packet-records",
+            "--no-tx-timestamps",
+            "--trace",
+            str(tmp / "s.lstrace"),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert tx.returncode == 0, tx.stderr
     out, _ = rx.communicate(timeout=120)
     return json.loads(tx.stdout), json.loads(out)

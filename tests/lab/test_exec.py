@@ -54,10 +54,14 @@ def agent_in(ns: str) -> int | None:
     return None
 
 
-def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(
+    fleet: Fleet, tmp_path: Path, cli: Cli, lab: None
+) -> None:
     spec = tmp_path / "exec.yaml"
-    spec.write_text("name: exec\n" + hosts(fleet) + "probes:\n  - {kind: timer, host: h2, interval_us: 2000}\n  - {kind: rr, host: h1, dest: h2, rate: 200pps}\n"
-                    "loads:\n  - {kind: cpu, host: h2}\nduration: 500ms\n")
+    spec.write_text(
+        "name: exec\n" + hosts(fleet) + "probes:\n  - {kind: timer, host: h2, interval_us: 2000}\n  - {kind: rr, host: h1, dest: h2, rate: 200pps}\n"
+        "loads:\n  - {kind: cpu, host: h2}\nduration: 500ms\n"
+    )
     r = cli("run", str(spec), "--run-dir", "execrun", timeout=240)
     assert r.returncode == 0, r.stderr
     d = tmp_path / "execrun"
@@ -82,9 +86,12 @@ def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one
 
 def _run_and_kill(f: Fleet, tmp: Path, name: str, policy: str) -> tuple[subprocess.CompletedProcess[str], Path]:
     spec = tmp / f"{name}.yaml"
-    spec.write_text(f"name: {name}\non_host_failure: {policy}\n" + hosts(f, 3)
-                    + "probes:\n  - {kind: timer, name: t1, host: h1, interval_us: 2000}\n  - {kind: timer, name: t2, host: h2, interval_us: 2000}\n"
-                    "  - {kind: rr, host: h1, dest: h3, rate: 200pps}\nloads:\n  - {kind: cpu, host: h2}\nduration: 400ms\n")
+    spec.write_text(
+        f"name: {name}\non_host_failure: {policy}\n"
+        + hosts(f, 3)
+        + "probes:\n  - {kind: timer, name: t1, host: h1, interval_us: 2000}\n  - {kind: timer, name: t2, host: h2, interval_us: 2000}\n"
+        "  - {kind: rr, host: h1, dest: h3, rate: 200pps}\nloads:\n  - {kind: cpu, host: h2}\nduration: 400ms\n"
+    )
     with subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", name], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
         assert wait_for(lambda: (tmp / name / "hosts" / "h2" / "agent.log").exists() and json.loads((tmp / name / "run.json").read_text()).get("steps"), 90)
         pid = agent_in(f.ns(2))
@@ -121,12 +128,15 @@ def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_wh
     assert wait_for(lambda: leftovers("stoprun") == [], 15), leftovers("stoprun")
 
 
-@pytest.mark.parametrize(("launcher", "said"), [
-    ("[no-such-launcher, x]", "its launcher 'no-such-launcher' is not installed"),
-    ("[/bin/false]", "the launcher `/bin/false` failed (exit code 1)"),
-    ("[echo, hello]", "printed something that is not loopscope"),
-    ("[sh, -c, 'echo cannot reach node n7 >&2; exit 3', x]", "cannot reach node n7"),
-])
+@pytest.mark.parametrize(
+    ("launcher", "said"),
+    [
+        ("[no-such-launcher, x]", "its launcher 'no-such-launcher' is not installed"),
+        ("[/bin/false]", "the launcher `/bin/false` failed (exit code 1)"),
+        ("[echo, hello]", "printed something that is not loopscope"),
+        ("[sh, -c, 'echo cannot reach node n7 >&2; exit 3', x]", "cannot reach node n7"),
+    ],
+)
 def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(launcher: str, said: str, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(f"name: bad\nhosts:\n  - {{name: n7, kind: exec, launcher: {launcher}, address: 10.9.9.9}}\nprobes:\n  - {{kind: timer}}\nduration: 1s\n")
@@ -138,8 +148,10 @@ def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_p
 
 def test_an_exec_host_without_an_address_or_a_launcher_is_refused(tmp_path: Path, cli: Cli) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text("name: bad\nhosts:\n  - {name: a, kind: exec, launcher: [srun]}\n  - {name: b, kind: exec, address: 10.0.0.2}\n  - {name: c, kind: ssh, address: x, launcher: [srun]}\n"
-                    "probes:\n  - {kind: timer}\nduration: 1s\n")
+    spec.write_text(
+        "name: bad\nhosts:\n  - {name: a, kind: exec, launcher: [srun]}\n  - {name: b, kind: exec, address: 10.0.0.2}\n  - {name: c, kind: ssh, address: x, launcher: [srun]}\n"
+        "probes:\n  - {kind: timer}\nduration: 1s\n"
+    )
     r = cli("check", str(spec))
     assert r.returncode == 2
     assert "hosts.0.address: exec host 'a' needs an address" in r.stderr
@@ -150,23 +162,36 @@ def test_an_exec_host_without_an_address_or_a_launcher_is_refused(tmp_path: Path
 def test_an_agent_of_another_version_refuses_naming_both(tmp_path: Path) -> None:
     import loopscope
 
-    p = subprocess.run([str(BIN.parent / "python"), "-m", "loopscope.agent"], input='{"id": 1, "op": "hello", "run_id": "v", "run_dir": "%s", "cgroups": false, "controller_version": "9.9.9"}\n' % tmp_path,
-                       capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [str(BIN.parent / "python"), "-m", "loopscope.agent"],
+        input='{"id": 1, "op": "hello", "run_id": "v", "run_dir": "%s", "cgroups": false, "controller_version": "9.9.9"}\n' % tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     reply = json.loads(p.stdout.splitlines()[0])
     assert reply["ok"] is False
     assert f"this host's loopscope is {loopscope.__version__}" in reply["error"] and "the controller's is 9.9.9" in reply["error"]
     assert "loopscope hosts install" in reply["error"]
 
 
-@pytest.mark.skipif(__import__("loopscope.spec.inventory", fromlist=["tool"]).tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core)")
+@pytest.mark.skipif(
+    __import__("loopscope.spec.inventory", fromlist=["tool"]).tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core)"
+)
 def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
     lines = ["all:", "  children:", "    fleet:", "      hosts:"]
     for i in (1, 2):
-        lines += [f"        node{i}:", f"          ansible_host: {fleet.address(i)}", f"          loopscope_launcher: [nsenter, '--net=/run/netns/{fleet.ns(i)}']"]
+        lines += [
+            f"        node{i}:",
+            f"          ansible_host: {fleet.address(i)}",
+            f"          loopscope_launcher: [nsenter, '--net=/run/netns/{fleet.ns(i)}']",
+        ]
     (tmp_path / "fleet.yml").write_text("\n".join(lines) + "\n")
     spec = tmp_path / "inv.yaml"
-    spec.write_text("name: inv\nhosts: {inventory: fleet.yml, group: fleet, kind: exec}\nprobes:\n  - {kind: rr, host: node1, dest: node2, rate: 200pps}\nduration: 500ms\nbaseline: true\n"
-                    "kernel: {capture: off}\n")
+    spec.write_text(
+        "name: inv\nhosts: {inventory: fleet.yml, group: fleet, kind: exec}\nprobes:\n  - {kind: rr, host: node1, dest: node2, rate: 200pps}\nduration: 500ms\nbaseline: true\n"
+        "kernel: {capture: off}\n"
+    )
     r = cli("run", str(spec), "--run-dir", "invrun", "--no-report", timeout=240)
     assert r.returncode == 0, r.stderr
     run = json.loads((tmp_path / "invrun" / "run.json").read_text())

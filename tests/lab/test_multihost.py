@@ -62,7 +62,9 @@ def leftovers(run_id: str) -> list[str]:
 
 
 def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", run_dir, "--no-report"], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(BIN), "run", str(spec), "--run-dir", run_dir, "--no-report"], cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _pipeline_running(run_id: str) -> bool:
@@ -207,7 +209,12 @@ def test_the_multi_host_report_renders_hops_hosts_and_links_in_chromium(three: t
 def test_a_clock_offset_shifts_the_hosts_monotonic_clock_only(tmp_path: Path) -> None:
     code = "import time; print(time.clock_gettime_ns(time.CLOCK_MONOTONIC), time.time_ns())"
     before_mono, before_rt = time.monotonic_ns(), time.time_ns()
-    out = subprocess.run([sys.executable, "-m", "loopscope.lab.nsexec", "--monotonic-ns", "-2500000000", "--", sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "loopscope.lab.nsexec", "--monotonic-ns", "-2500000000", "--", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     mono, rt = map(int, out.split())
     elapsed = rt - before_rt
     assert abs((mono - before_mono) - elapsed - (-2_500_000_000)) < 200_000_000
@@ -247,7 +254,11 @@ def test_a_killed_agent_fails_the_run_on_every_host_and_leaves_nothing(tmp_path:
 
 def test_a_link_taken_down_mid_run_shows_as_lost_messages(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "three.yaml"
-    spec.write_text(THREE.format(duration="3s").replace("loads:\n  - kind: cpu\n    host: c\n  - {name: net, kind: net, host: a, dest: \"c:9000\", rate: 10Mbit}\n", "loads: []\n"))
+    spec.write_text(
+        THREE.format(duration="3s").replace(
+            'loads:\n  - kind: cpu\n    host: c\n  - {name: net, kind: net, host: a, dest: "c:9000", rate: 10Mbit}\n', "loads: []\n"
+        )
+    )
     with _start(tmp_path, spec, "down") as p:
         assert wait_for(lambda: _pipeline_running("down"), 60)
         time.sleep(1.0)
@@ -356,7 +367,11 @@ def test_netns_hosts_without_privileges_are_refused_at_preflight(lab: None) -> N
         spec.chmod(0o644)
         r = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", str(BIN), "run", str(spec), "--results", str(work / "runs")],
-            capture_output=True, text=True, timeout=120, cwd=work, env={**os.environ, "HOME": str(work)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=work,
+            env={**os.environ, "HOME": str(work)},
         )
         assert r.returncode == 2, r.stderr
         assert "hosts a, b: netns hosts cannot be created" in r.stderr and "root" in r.stderr, r.stderr

@@ -53,8 +53,10 @@ class Rooted:
     known_hosts: Path
 
     def ssh_host(self, name: str = "ssh1") -> str:
-        return (f"  - {{name: {name}, kind: ssh, address: {self.fleet.address(1)}, port: 2222, user: root, identity: {self.key}, "
-                f"known_hosts: {self.known_hosts}}}\n")
+        return (
+            f"  - {{name: {name}, kind: ssh, address: {self.fleet.address(1)}, port: 2222, user: root, identity: {self.key}, "
+            f"known_hosts: {self.known_hosts}}}\n"
+        )
 
     def exec_host(self, name: str = "exec2") -> str:
         return f"  - {{name: {name}, kind: exec, launcher: [sh, {self.enter}, {self.roots[1]}, {self.fleet.ns(2)}], address: {self.fleet.address(2)}}}\n"
@@ -86,15 +88,21 @@ def rooted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rooted]:
     (srv / "authorized_keys").write_text((d / "client_key.pub").read_text())
     (srv / "sshd_config").write_text(
         "Port 2222\nHostKey /srv/host_key\nPidFile /run/sshd.pid\nAuthorizedKeysFile /srv/authorized_keys\nPermitRootLogin prohibit-password\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\n")
+        "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\n"
+    )
     p = None
     with Fleet(2, attach=True) as f:  # this machine reaches the ssh host over the fleet's switch
         (d / "known_hosts").write_text(f"[{f.address(1)}]:2222 {(d / 'host_key.pub').read_text()}")
         log = open(d / "sshd.log", "wb")
         try:
             p = subprocess.Popen(["sh", str(enter), str(roots[0]), f.ns(1), SSHD, "-D", "-e", "-f", "/srv/sshd_config"], stderr=log, start_new_session=True)
-            assert wait_for(lambda: ":2222 " in subprocess.run(["nsenter", f"--net=/run/netns/{f.ns(1)}", "ss", "-ltn"], capture_output=True, text=True).stdout
-                            or p.poll() is not None, 15)
+            assert wait_for(
+                lambda: (
+                    ":2222 " in subprocess.run(["nsenter", f"--net=/run/netns/{f.ns(1)}", "ss", "-ltn"], capture_output=True, text=True).stdout
+                    or p.poll() is not None
+                ),
+                15,
+            )
             assert p.poll() is None, (d / "sshd.log").read_text()
             yield Rooted(f, roots, enter, d / "client_key", d / "known_hosts")
         finally:
@@ -106,8 +114,12 @@ def rooted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rooted]:
 
 def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_controllers_build(rooted: Rooted, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "fleet.yaml"
-    spec.write_text("name: fleet\nhosts:\n" + rooted.ssh_host() + rooted.exec_host()
-                    + "probes:\n  - {kind: timer, host: ssh1, interval_us: 2000}\n  - {kind: rr, host: exec2, dest: ssh1, rate: 200pps}\nduration: 400ms\nbaseline: true\n")
+    spec.write_text(
+        "name: fleet\nhosts:\n"
+        + rooted.ssh_host()
+        + rooted.exec_host()
+        + "probes:\n  - {kind: timer, host: ssh1, interval_us: 2000}\n  - {kind: rr, host: exec2, dest: ssh1, rate: 200pps}\nduration: 400ms\nbaseline: true\n"
+    )
     assert not (rooted.roots[0] / "work").exists()
     r = cli("run", str(spec))
     assert r.returncode == 2, r.stderr
@@ -154,8 +166,10 @@ def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted
 
 def test_a_host_that_cannot_be_reached_is_named_by_hosts_install(tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "x.yaml"
-    spec.write_text("name: x\nhosts:\n  - {name: gone, kind: exec, launcher: [sh, -c, 'echo node gone is down >&2; exit 7', x], address: 10.9.9.9}\n"
-                    "probes:\n  - {kind: timer}\nduration: 1s\n")
+    spec.write_text(
+        "name: x\nhosts:\n  - {name: gone, kind: exec, launcher: [sh, -c, 'echo node gone is down >&2; exit 7', x], address: 10.9.9.9}\n"
+        "probes:\n  - {kind: timer}\nduration: 1s\n"
+    )
     r = cli("hosts", "install", str(spec), timeout=900)
     assert r.returncode == 1
     assert "host gone: failed: exit code 7" in r.stderr and "node gone is down" in r.stderr

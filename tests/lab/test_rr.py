@@ -88,7 +88,7 @@ def test_an_rr_probe_across_two_namespaces_measures_rtt_both_legs_and_ipdv(rr_ru
     comp = pl.read_parquet(run_dir / "tables" / "comparisons.parquet").filter(pl.col("kind") == "rr")
     assert {"rtt", "fwd", "ret", "ipdv_fwd", "ipdv_ret"} <= set(comp["measure"])
     html = (run_dir / "report.html").read_text()
-    sec = html[html.index('id="probe-ping"'):html.index('id="probe-ping-tcp"')]
+    sec = html[html.index('id="probe-ping"') : html.index('id="probe-ping-tcp"')]
     heads = re.findall(r"<th[^>]*>([^<]*)</th>", sec)
     assert ["phase", "answered", "RTT", "a→b", "b→a", "IPDV"] == heads[:6]
     assert "±" in sec  # the legs carry their sync bound

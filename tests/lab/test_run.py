@@ -80,7 +80,17 @@ def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, t
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "out/r1"
     d = tmp_path / "out" / "r1"
-    for f in ("spec.yaml", "spec.json", "provenance.json", "run.json", "index.json", "report.html", "agent.log", "tables/timer.parquet", "tables/comparisons.parquet"):
+    for f in (
+        "spec.yaml",
+        "spec.json",
+        "provenance.json",
+        "run.json",
+        "index.json",
+        "report.html",
+        "agent.log",
+        "tables/timer.parquet",
+        "tables/comparisons.parquet",
+    ):
         assert (d / f).exists(), f
     assert (d / "spec.yaml").read_text() == spec.read_text()
     run = json.loads((d / "run.json").read_text())
@@ -171,7 +181,9 @@ def _agent_pid(tmp_path: Path, run_dir: str) -> int:
 
 def _wait_loaded(run_id: str) -> bool:
     """True once a load worker of the run is running."""
-    return wait_for(lambda: any(b"loopscope.loads.worker" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
+    return wait_for(
+        lambda: any(b"loopscope.loads.worker" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30
+    )
 
 
 def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, lab: None) -> None:
@@ -191,7 +203,9 @@ def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, la
 
 def _probe_measuring(run_id: str) -> bool:
     """True once the run's probe process is up (its window has begun or is about to)."""
-    return wait_for(lambda: any(b"loopscope.probes.launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30)
+    return wait_for(
+        lambda: any(b"loopscope.probes.launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30
+    )
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])

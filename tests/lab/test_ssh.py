@@ -69,7 +69,9 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
         _sh("ip", "-n", ns, "link", "set", "eth0", "up")
         _sh("ip", "-n", ns, "link", "set", "lo", "up")
         p = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=log)
-        assert wait_for(lambda: subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltn"], capture_output=True, text=True).stdout.count(f"{addr}:{port}") > 0, 10), (d / "sshd.log").read_text()
+        assert wait_for(
+            lambda: subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltn"], capture_output=True, text=True).stdout.count(f"{addr}:{port}") > 0, 10
+        ), (d / "sshd.log").read_text()
         yield Sshd(addr, port, d / "client_key", d / "known_hosts", d / "other_known_hosts")
     finally:
         if p is not None:
@@ -81,7 +83,16 @@ def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 
 
 def ssh_host(s: Sshd, name: str = "remote", **over: str) -> str:
-    fields = {"name": name, "kind": "ssh", "address": s.address, "port": str(s.port), "user": "root", "identity": str(s.key), "known_hosts": str(s.known_hosts), "python": sys.executable}
+    fields = {
+        "name": name,
+        "kind": "ssh",
+        "address": s.address,
+        "port": str(s.port),
+        "user": "root",
+        "identity": str(s.key),
+        "known_hosts": str(s.known_hosts),
+        "python": sys.executable,
+    }
     fields.update(over)
     return "  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
 
@@ -89,7 +100,8 @@ def ssh_host(s: Sshd, name: str = "remote", **over: str) -> str:
 def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
     spec = tmp_path / "ssh.yaml"
     spec.write_text(
-        "name: ssh\nhosts:\n  - {name: here, kind: local}\n" + ssh_host(sshd)
+        "name: ssh\nhosts:\n  - {name: here, kind: local}\n"
+        + ssh_host(sshd)
         + "probes:\n  - {kind: timer, name: timer, host: remote, interval_us: 2000}\n  - {kind: timer, name: local-timer, host: here, interval_us: 2000}\n"
         "loads:\n  - {kind: cpu, host: remote}\nduration: 500ms\n"
     )
@@ -137,8 +149,12 @@ def test_a_remote_without_loopscope_is_refused_at_preflight(sshd: Sshd, tmp_path
 
 def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_path: Path, lab: None) -> None:
     spec = tmp_path / "kill.yaml"
-    spec.write_text("name: kill\nhosts:\n" + ssh_host(sshd) + "probes:\n  - {kind: timer, interval_us: 2000}\nloads:\n  - {kind: cpu}\nduration: 20s\nbaseline: false\n")
-    with subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", "sshkill", "--no-report"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+    spec.write_text(
+        "name: kill\nhosts:\n" + ssh_host(sshd) + "probes:\n  - {kind: timer, interval_us: 2000}\nloads:\n  - {kind: cpu}\nduration: 20s\nbaseline: false\n"
+    )
+    with subprocess.Popen(
+        [str(BIN), "run", str(spec), "--run-dir", "sshkill", "--no-report"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
 
         def agent() -> int | None:
             for pid in procs.pids_of_run("sshkill"):
@@ -149,7 +165,9 @@ def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_pat
                     pass
             return None
 
-        assert wait_for(lambda: any(b"loads.worker" in Path(f"/proc/{q}/cmdline").read_bytes() for q in procs.pids_of_run("sshkill") if Path(f"/proc/{q}").exists()), 60)
+        assert wait_for(
+            lambda: any(b"loads.worker" in Path(f"/proc/{q}/cmdline").read_bytes() for q in procs.pids_of_run("sshkill") if Path(f"/proc/{q}").exists()), 60
+        )
         pid = agent()
         assert pid is not None
         os.kill(pid, signal.SIGKILL)

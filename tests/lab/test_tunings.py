@@ -91,7 +91,9 @@ def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path, la
 
 
 def _start(tmp: Path, spec: Path, run_dir: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(BIN), "run", str(spec), "--run-dir", str(tmp / run_dir), "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(BIN), "run", str(spec), "--run-dir", str(tmp / run_dir), "--no-report"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def test_ctrl_c_in_a_tuned_phase_gives_every_setting_back(tmp_path: Path, lab: None) -> None:
@@ -154,7 +156,11 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     j = json.loads(a.stdout)
     hog = [x for x in j["advice"] if x["cause"] == "load: hog"]
     assert hog and hog[0]["phase"] == "hog" and hog[0]["share"] > 0.3, j["advice"]
-    assert set(hog[0]) == {"probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime"} and hog[0]["reboot"] is False and hog[0]["runtime"]
+    assert (
+        set(hog[0]) == {"probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime"}
+        and hog[0]["reboot"] is False
+        and hog[0]["runtime"]
+    )
     assert "SCHED_FIFO" in hog[0]["remedy"]  # what a real-time engineer tries first: the probe preempts the hog
     assert j["follow_up"] == str(tmp_path / "follow.yaml")
     import yaml
@@ -167,7 +173,13 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     # only what changed: the author's file and the remedy phase, no defaults written out
     assert len(text.splitlines()) < 30 and "clocksync" not in text and "emulator" not in text, text
     # the follow-up runs, and its own comparisons show the remedy helped
-    r = subprocess.run([str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5", "--duration", "500ms"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5", "--duration", "500ms"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     c = pl.read_parquet(tmp_path / "f1" / "tables" / "comparisons.parquet")
     p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)

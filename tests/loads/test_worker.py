@@ -29,7 +29,9 @@ def test_each_kind_does_work_for_a_while_and_reports_it(kind: str, tmp_path: Pat
 
 
 def test_a_tcp_net_load_streams_at_its_rate_to_a_sink_of_its_own() -> None:
-    r = subprocess.run(worker("net", "--protocol", "tcp", "--rate-bps", "8e6", "--size", "10000", "--seconds", "0.5"), capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        worker("net", "--protocol", "tcp", "--rate-bps", "8e6", "--size", "10000", "--seconds", "0.5"), capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["unit"] == "TCP writes" and 40 <= rep["ops"] <= 60

@@ -123,9 +123,17 @@ def test_system_time_scales_the_minimal_calls_by_the_node_and_their_argument_wor
     # per run: 900 reads of 3 µs (the node's minimal read: 1 µs), 100 getpids,
     # 10 futex calls the node model does not measure; half the system time
     # is outside any call (exec, page faults)
-    app = {"environment": "cpython", "runs": {"user_ns": [60e6, 62e6], "sys_ns": [5.33e6, 5.53e6]},
-           "syscalls": {"states": {"pread64": {"per_run": 900.0, "dur_mean_ns": 3000.0}, "getpid": {"per_run": 100.0, "dur_mean_ns": 100.0},
-                                   "futex": {"per_run": 10.0, "dur_mean_ns": 500.0}}}}
+    app = {
+        "environment": "cpython",
+        "runs": {"user_ns": [60e6, 62e6], "sys_ns": [5.33e6, 5.53e6]},
+        "syscalls": {
+            "states": {
+                "pread64": {"per_run": 900.0, "dur_mean_ns": 3000.0},
+                "getpid": {"per_run": 100.0, "dur_mean_ns": 100.0},
+                "futex": {"per_run": 10.0, "dur_mean_ns": 500.0},
+            }
+        },
+    }
     p = predict(AppModel.model_validate(app), _cond(1000, 100, 20, 2), _cond(2000, 100, 30, 3))
     fixed_a, fixed_b, extra, unmod = 900 * 1000 + 100 * 100, 900 * 2000 + 100 * 100, 900 * 2000, 10 * 500
     traced = fixed_a + extra + unmod
@@ -154,8 +162,11 @@ def test_calls_that_move_data_are_priced_on_the_nodes_cost_by_size_curve() -> No
     # their traced on-CPU time is exactly what the node's curve says, so there is no argument work left
     at_4k, at_128k = 1300.0, 16300.0 + (131072 - 65536) * (15000 / 61440)
     per_read = 0.5 * at_4k + 0.5 * at_128k
-    app = {"environment": "compiled", "runs": {"user_ns": [1e6, 1e6], "sys_ns": [100 * per_read] * 2},
-           "syscalls": {"states": {"read": {"per_run": 100.0, "dur_mean_ns": per_read, "bytes_classes": [[4096.0, 0.5], [131072.0, 0.5]]}}}}
+    app = {
+        "environment": "compiled",
+        "runs": {"user_ns": [1e6, 1e6], "sys_ns": [100 * per_read] * 2},
+        "syscalls": {"states": {"read": {"per_run": 100.0, "dur_mean_ns": per_read, "bytes_classes": [[4096.0, 0.5], [131072.0, 0.5]]}}},
+    }
     r = sys_ratio(AppModel.model_validate(app), node(1.0), node(2.0))
     assert r["ratio"] == pytest.approx(2.0) and r["priced_by_size_share"] == 1.0
     assert r["fixed_share_of_calls"] == pytest.approx(1.0) and r["argument_share_of_calls"] == pytest.approx(0.0)
@@ -169,7 +180,8 @@ def test_the_bytes_each_data_call_moved_come_from_its_return_value() -> None:
 
     lines = "".join(
         f"  dd-7 [001] ..... 100.{t:06d}: sys_enter: NR 0 (0, 1, 4096, 0, 0, 0)\n  dd-7 [001] ..... 100.{t + 2:06d}: sys_exit: NR 0 = {ret}\n"
-        for t, ret in ((10, 4096), (20, 4096), (30, 4096), (40, 100), (50, -11)))
+        for t, ret in ((10, 4096), (20, 4096), (30, 4096), (40, 100), (50, -11))
+    )
     st = structure([parse_ftrace(lines, {0: "read"})])["states"]["read"]
     assert st["bytes_mean"] == pytest.approx((3 * 4096 + 100) / 5)
     # a failed call moved nothing; classes are powers of two with their mean size
@@ -227,7 +239,24 @@ def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here
     m = json.loads((tmp_path / "node.json").read_text())
     assert m["placement"] == {"cpus": [0], "load_cpus": None}
     (tmp_path / "busy.py").write_text(BUSY)
-    r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "1", "--node", "node.json", "--cpu", "0", "-o", "app.json", "--", sys.executable, "busy.py", timeout=300)
+    r = cli(
+        "calibrate",
+        "app",
+        "--runs",
+        "3",
+        "--traced-runs",
+        "1",
+        "--node",
+        "node.json",
+        "--cpu",
+        "0",
+        "-o",
+        "app.json",
+        "--",
+        sys.executable,
+        "busy.py",
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     # --from defaults to the node the app model names; check runs it again and compares
     r = cli("model", "check", "app.json", "--to", "node.json", "--runs", "3", "--json", timeout=300)

@@ -163,9 +163,7 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
     assert len(list((out / "sessions").iterdir())) == 2
 
 
-@pytest.mark.parametrize("field,value,says", [
-    ("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain"),
-])
+@pytest.mark.parametrize("field,value,says", [("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain")])
 def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str, lab: None) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(f"name: bad\nprobes:\n  - {{kind: timer, interval_us: 1000}}\nmonitor:\n  {field}: {value}\n")
@@ -217,9 +215,14 @@ def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_buck
     from loopscope.monitor.metrics import BUCKETS
 
     mport, pport = _free_port(), _free_port()
-    (tmp_path / "prom.yml").write_text(f"global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: loopscope\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n")
-    prom = subprocess.Popen(["prometheus", f"--config.file={tmp_path / 'prom.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (tmp_path / "prom.yml").write_text(
+        f"global: {{scrape_interval: 1s}}\nscrape_configs:\n  - job_name: loopscope\n    static_configs: [{{targets: ['127.0.0.1:{mport}']}}]\n"
+    )
+    prom = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prom.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{pport}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base = f"http://127.0.0.1:{pport}"
 
     def get(path: str) -> bytes:
@@ -240,8 +243,11 @@ def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_buck
                 break
             except (urllib.error.URLError, ConnectionError):
                 time.sleep(0.3)
-        mon = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "30s", "--metrics", f"127.0.0.1:{mport}"],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        mon = subprocess.Popen(
+            [str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "30s", "--metrics", f"127.0.0.1:{mport}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         # two periods closed, then a scrape that saw the second's close
         while time.monotonic() < deadline and _periods(out) < 2:
             time.sleep(0.2)
@@ -289,7 +295,9 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
     # once killed every process of the other's (both were "001")
     spec = tmp_path / "quiet.yaml"
     spec.write_text("name: quiet\nprobes:\n  - {kind: timer, name: t, interval_us: 1000}\nmonitor: {period: 2s, threshold: 5ms}\n")
-    a = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(tmp_path / "a"), "--for", "9s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        [str(BIN), "monitor", str(spec), "-o", str(tmp_path / "a"), "--for", "9s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         time.sleep(1.0)
         b = subprocess.run([str(BIN), "monitor", str(spec), "-o", str(tmp_path / "b"), "--for", "3s"], capture_output=True, text=True, timeout=120)
@@ -313,7 +321,9 @@ def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burs
         filler = disk / "filler"
         subprocess.run(["fallocate", "-l", "50m", str(filler)], check=True)  # 54 MB free: under the floor from the start
         out = disk / "m"
-        p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "13s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [str(BIN), "monitor", str(burst_spec), "-o", str(out), "--for", "13s", "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             _wait_periods(out, 2)
             filler.unlink()  # room again
@@ -362,7 +372,9 @@ monitor: {period: 2s, threshold: 100us}
     assert not [p for p in out.glob("sessions/*/hosts/*/steps/*") if p.name != "loads"]
 
 
-def test_an_uninstrumented_cyclictest_is_monitored_from_its_threads_own_kernel_events_and_each_burst_is_named(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_an_uninstrumented_cyclictest_is_monitored_from_its_threads_own_kernel_events_and_each_burst_is_named(
+    burst_spec: Path, tmp_path: Path, lab: None
+) -> None:
     if shutil.which("cyclictest") is None:
         pytest.skip("needs cyclictest (rt-tests)")
     spec = tmp_path / "cyc.yaml"

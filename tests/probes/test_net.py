@@ -71,7 +71,9 @@ def test_replay_departures_come_from_the_file(tmp_path: Path) -> None:
         _native.net_schedule("replay", 1, 1, replay=str(f))
 
 
-@pytest.mark.parametrize("text, bps, pps", [("200Mbit", 200e6, 200e6 / 11200), ("1Gb/s", 1e9, 1e9 / 11200), ("1000pps", None, 1000.0), ("2.5kpps", None, 2500.0)])
+@pytest.mark.parametrize(
+    "text, bps, pps", [("200Mbit", 200e6, 200e6 / 11200), ("1Gb/s", 1e9, 1e9 / 11200), ("1000pps", None, 1000.0), ("2.5kpps", None, 2500.0)]
+)
 def test_rates_parse_to_exact_packet_rates(text: str, bps: float | None, pps: float) -> None:
     r = net.rate(text, 1400)
     assert r.bps == bps and abs(r.pps - pps) < 1e-6
@@ -140,8 +142,13 @@ def test_a_sender_stopped_mid_run_keeps_every_tx_timestamp_while_it_catches_up(t
     # them in batches; their stamps pile up on the error queue meanwhile.
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "700ms", "--json", "--no-packet-records", cwd=tmp_path)
-    tx = subprocess.Popen([str(BIN), "probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "20kpps", "--size", "200", "--count", "20000",
-                           "--no-packet-records", "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tx = subprocess.Popen(
+        [str(BIN), "probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "20kpps", "--size", "200", "--count", "20000", "--no-packet-records", "--json"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(3):
         time.sleep(0.25)
         tx.send_signal(19)  # SIGSTOP
@@ -224,8 +231,13 @@ def test_an_unreachable_network_is_named(tmp_path: Path, lab: None) -> None:
     ns = f"lstest-unreach-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        r = subprocess.run(["ip", "netns", "exec", ns, str(BIN), "probe", "send", "--dest", "10.0.0.1:9", "--rate", "1kpps", "--count", "1"],
-                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        r = subprocess.run(
+            ["ip", "netns", "exec", ns, str(BIN), "probe", "send", "--dest", "10.0.0.1:9", "--rate", "1kpps", "--count", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+        )
         assert_clean_error(r, 2, "10.0.0.1:9: the network is unreachable")
     finally:
         subprocess.run(["ip", "netns", "delete", ns], check=False)
@@ -234,7 +246,22 @@ def test_an_unreachable_network_is_named(tmp_path: Path, lab: None) -> None:
 def test_a_rate_the_machine_cannot_keep_is_said_not_hidden(cli: Cli, tmp_path: Path, lab: None) -> None:
     port = free_port()
     rx = background("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "500ms", "--no-packet-records", "--json", "--trace", "r.lstrace", cwd=tmp_path)
-    s = cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "100Gbit", "--size", "1400", "--duration", "500ms", "--no-packet-records", "--json", "--trace", "s.lstrace")
+    s = cli(
+        "probe",
+        "send",
+        "--dest",
+        f"127.0.0.1:{port}",
+        "--rate",
+        "100Gbit",
+        "--size",
+        "1400",
+        "--duration",
+        "500ms",
+        "--no-packet-records",
+        "--json",
+        "--trace",
+        "s.lstrace",
+    )
     rx.communicate(timeout=30)
     j = json.loads(s.stdout)
     assert not j["kept_up"] and j["unsent"] > 0

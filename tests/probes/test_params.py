@@ -37,8 +37,7 @@ def test_the_calls_the_syscall_model_offers_are_the_ones_the_native_probe_times(
 def test_a_kinds_experiment_model_takes_its_probes_parameters_with_the_same_bounds(kind: str) -> None:
     k = KINDS[kind]
     assert k.params is not None and issubclass(k.model, k.params)
-    assert k.model.model_json_schema()["properties"].items() >= {
-        n: v for n, v in k.params.model_json_schema()["properties"].items()}.items()
+    assert k.model.model_json_schema()["properties"].items() >= {n: v for n, v in k.params.model_json_schema()["properties"].items()}.items()
 
 
 def test_the_timer_commands_options_are_its_models_fields_with_their_help(cli: Cli, lab: None) -> None:
@@ -104,8 +103,19 @@ def test_the_rr_experiment_field_dest_takes_a_host_name_the_launch_does_not() ->
 
 def test_a_program_probe_is_launched_with_its_command_as_a_list_and_runs(cli: Cli, tmp_path: Path, lab: None) -> None:
     prog = "from loopscope.trace import api\ns = api.open()\napi.interval('work', 'step').interval(api.now(), 7)\ns.close()\n"
-    spec = {"kind": "program", "name": "p", "command": ["python3", "-c", prog], "until": "exit", "env": {"A_B": "1 2"}, "cwd": str(tmp_path),
-            "timeout": "30s", "attribute": ["*"], "wakeup": [], "duration": None, "host": None}
+    spec = {
+        "kind": "program",
+        "name": "p",
+        "command": ["python3", "-c", prog],
+        "until": "exit",
+        "env": {"A_B": "1 2"},
+        "cwd": str(tmp_path),
+        "timeout": "30s",
+        "attribute": ["*"],
+        "wakeup": [],
+        "duration": None,
+        "host": None,
+    }
     argv = KINDS["program"].argv(spec, 30 * 10**9, tmp_path / "p.lstrace", tmp_path)
     lc = Launch.model_validate_json(argv[-1])
     assert ProgramParams.model_validate(lc.params) == ProgramParams(command=["python3", "-c", prog], until="exit", env={"A_B": "1 2"}, cwd=str(tmp_path))

@@ -27,11 +27,27 @@ def _free_port() -> int:
 def _source_seconds(tmp: Path, linger: str | None) -> tuple[float, int]:
     """How long a 20-message source takes, and how many the sink received."""
     port = _free_port()
-    sink = subprocess.Popen([*CLI, "pipe-sink", "--bind", f"127.0.0.1:{port}", "--json", "--trace", str(tmp / f"sink-{linger}.lstrace")],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sink = subprocess.Popen(
+        [*CLI, "pipe-sink", "--bind", f"127.0.0.1:{port}", "--json", "--trace", str(tmp / f"sink-{linger}.lstrace")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert sink.stdout and sink.stdout.readline().strip() == "ready"
-        argv = [*CLI, "pipe-source", "--dest", f"127.0.0.1:{port}", "--count", "20", "--rate", "1000pps", "--json", "--trace", str(tmp / f"src-{linger}.lstrace")]
+        argv = [
+            *CLI,
+            "pipe-source",
+            "--dest",
+            f"127.0.0.1:{port}",
+            "--count",
+            "20",
+            "--rate",
+            "1000pps",
+            "--json",
+            "--trace",
+            str(tmp / f"src-{linger}.lstrace"),
+        ]
         t0 = time.monotonic()
         # the clock starts at once; the interpreter's start-up is the same with and without
         src = subprocess.run(argv + (["--linger", linger] if linger else []), capture_output=True, text=True, timeout=60)

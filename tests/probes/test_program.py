@@ -102,7 +102,9 @@ def test_a_programs_intervals_are_compared_and_their_outliers_explained(cli, tmp
 
 
 def test_a_failing_program_fails_the_run_and_says_which_probe(cli, tmp_path: Path, lab: None) -> None:
-    (tmp_path / "f.yaml").write_text("name: f\nprobes: [{kind: program, name: mine, command: 'sh -c \"echo broken >&2; exit 5\"'}]\nduration: 1s\nkernel: {capture: 'off'}\n")
+    (tmp_path / "f.yaml").write_text(
+        "name: f\nprobes: [{kind: program, name: mine, command: 'sh -c \"echo broken >&2; exit 5\"'}]\nduration: 1s\nkernel: {capture: 'off'}\n"
+    )
     r = cli("run", "f.yaml", "--run-dir", "run", "--no-report", timeout=120)
     assert r.returncode == 1
     assert "probe mine" in r.stderr and "exit code 5" in r.stderr

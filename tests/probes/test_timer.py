@@ -110,7 +110,10 @@ def test_an_unwritable_trace_path_is_an_input_error(cli: Cli, lab: None) -> None
 def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_running(tmp_path: Path, lab: None) -> None:
     with subprocess.Popen(
         [str(BIN), "probe", "timer", "--duration", "60s", "--json", "--trace", "t.lstrace"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     ) as p:
         time.sleep(2.0)
         p.send_signal(signal.SIGINT)
@@ -150,7 +153,9 @@ def _target(p: str) -> str:
 
 
 def test_a_lab_probes_trace_writer_runs_at_sched_idle_so_any_woken_thread_takes_its_cpu(tmp_path: Path, lab: None) -> None:
-    p = subprocess.Popen([str(BIN), "probe", "timer", "--duration", "5s", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [str(BIN), "probe", "timer", "--duration", "5s", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         writer = None
         for _ in range(100):
@@ -186,8 +191,11 @@ def _tasks_by_name(pid: int, names: set[str], timeout_s: float = 5.0) -> dict[st
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs 2 CPUs: one measured, one for the writer")
 def test_only_the_trace_writer_keeps_off_the_measured_cpu_so_set_up_and_results_are_never_left_to_a_hog(tmp_path: Path, lab: None) -> None:
     # (a 0.5 s probe beside a nice -20 hog on the other CPU took 4 s while its main thread was kept there too)
-    p = subprocess.Popen([str(BIN), "probe", "timer", "--duration", "5s", "--cpu", "1", "--trace", str(tmp_path / "t.lstrace")], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL)
+    p = subprocess.Popen(
+        [str(BIN), "probe", "timer", "--duration", "5s", "--cpu", "1", "--trace", str(tmp_path / "t.lstrace")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         t = _tasks_by_name(p.pid, {"loopscope-wr", "ls-timer-main", "ls-timer-0"})
         assert set(t) == {"loopscope-wr", "ls-timer-main", "ls-timer-0"}, t

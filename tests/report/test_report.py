@@ -17,6 +17,7 @@ from tests import recorded
 from tests.conftest import ROOT, Cli
 from tests.helpers import assert_clean_error, assert_fits_1280, chromium
 
+
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three probes under two loads, the kernel captured: a recorded run
@@ -72,7 +73,7 @@ def test_report_on_something_that_is_not_a_run_is_an_input_error(cli: Cli, tmp_p
 def test_the_page_is_self_contained(run_dir: Path) -> None:
     html = build(run_dir, KINDS).html.read_text()
     assert "<script" not in html
-    for bad in ('src="http', "href=\"http", "@import", "url(http"):
+    for bad in ('src="http', 'href="http', "@import", "url(http"):
         assert bad not in html
     assert html.count("<svg") >= 6
 
@@ -107,8 +108,9 @@ def test_the_report_reads_each_trace_of_the_run_once(run_dir: Path) -> None:
     assert json.loads((run_dir / "report.json").read_text())["traces_read"] == rep.traces_read
 
 
-def test_a_fresh_report_parses_the_run_record_spec_and_provenance_once_though_explain_reads_them_too(run_dir: Path, tmp_path: Path,
-                                                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_fresh_report_parses_the_run_record_spec_and_provenance_once_though_explain_reads_them_too(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     fresh = tmp_path / "fresh"
     shutil.copytree(run_dir, fresh, ignore=shutil.ignore_patterns("tables", "report.*", "explain*"))
     read: list[str] = []

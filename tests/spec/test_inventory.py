@@ -11,7 +11,9 @@ from loopscope.spec import inventory
 from loopscope.spec.load import SpecError, parse
 from tests.conftest import Cli
 
-pytestmark = pytest.mark.skipif(inventory.tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core; scripts/install-deps.sh test installs it)")
+pytestmark = pytest.mark.skipif(
+    inventory.tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core; scripts/install-deps.sh test installs it)"
+)
 
 INI = """\
 [gateways]

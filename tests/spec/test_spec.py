@@ -62,12 +62,20 @@ def test_shuffled_order_is_reproducible() -> None:
 BAD = [
     ("name: x\nprobes: [\n", "x.yaml:3: invalid YAML"),
     ("- just\n- a list\n", "x.yaml:1: the file must be a mapping"),
-    (MINIMAL.replace("level: 2", "level: 0"), "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 0]"),
-    (MINIMAL.replace("level: 2", "level: '150%'"), "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 150%]"),
+    (
+        MINIMAL.replace("level: 2", "level: 0"),
+        "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 0]",
+    ),
+    (
+        MINIMAL.replace("level: 2", "level: '150%'"),
+        "x.yaml:7: loads.0.level: must be a number of processes (1..512, e.g. 2) or a duty cycle on every CPU (1..100 %, e.g. '50%') [got 150%]",
+    ),
     (MINIMAL.replace("kind: timer", "kind: jitter"), "x.yaml:3: probes.0.kind: unknown kind 'jitter'; use one of 'timer', 'sched', 'syscall'"),
     (MINIMAL.replace("kind: cpu", "kind: gpu"), "x.yaml:6: loads.0.kind: unknown kind 'gpu'"),
-    (MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    calls: [read:4096, getpid:8]"),
-     "x.yaml:4: probes.0.calls.1: \"getpid:8\": getpid takes no size; sized calls: read, write, sendto, recvfrom"),
+    (
+        MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    calls: [read:4096, getpid:8]"),
+        'x.yaml:4: probes.0.calls.1: "getpid:8": getpid takes no size; sized calls: read, write, sendto, recvfrom',
+    ),
     (MINIMAL.replace("duration: 30s", "duration: 30"), "x.yaml:8: duration: needs a unit, e.g. 30s or 30ms [got 30]"),
     (MINIMAL.replace("duration: 30s", ""), "x.yaml:1: duration: is required"),
     (MINIMAL.replace("interval_us: 1000", "interval_us: 1000\n    zzz: 5"), "x.yaml:5: probes.0.zzz: unknown field; allowed here: kind, name, interval_us"),
@@ -83,17 +91,26 @@ BAD = [
     (MINIMAL.replace("interval_us: 1000", "intervl_us: 1000"), "x.yaml:4: probes.0.intervl_us: unknown field (did you mean 'interval_us'?); allowed here:"),
     (MINIMAL.replace("duration: 30s", "duraton: 30s"), "x.yaml:8: duraton: unknown field (did you mean 'duration'?); allowed here:"),
     (MINIMAL.replace("kind: timer", "kind: timr"), "x.yaml:3: probes.0.kind: unknown kind 'timr' (did you mean 'timer'?); use one of"),
-    (MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    protocol: upd"), "x.yaml:7: loads.0.protocol: must be one of 'udp' or 'tcp' [got 'upd']; did you mean 'udp'?"),
+    (
+        MINIMAL.replace("kind: cpu\n    level: 2", "kind: net\n    protocol: upd"),
+        "x.yaml:7: loads.0.protocol: must be one of 'udp' or 'tcp' [got 'upd']; did you mean 'udp'?",
+    ),
     (MINIMAL.replace("    interval_us: 1000", "     interval_us: 1000"), "x.yaml:4: invalid YAML: a `key: value` where this line's indentation"),
     (MINIMAL.replace("  - kind: cpu", "  - kind: cpu\n - kind: io"), "x.yaml:7: invalid YAML: this line's indentation does not match"),
     (MINIMAL.replace("duration: 30s", "duration: 30s\n  warmup: 1s"), "x.yaml:9: invalid YAML: a `key: value` where this line's indentation"),
     (MINIMAL.replace("    level: 2", "\tlevel: 2"), "x.yaml:7: invalid YAML: a tab in the indentation"),
-    (MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    name: s") + "phases:\n  - name: p\n    tunings: [{kind: mlock, probe: s}]\n",
-     "x.yaml:11: phases.0.tunings.0.probe: a syscall probe takes no mlock (timer and program probes do)"),
-    (MINIMAL + "phases:\n  - name: p\n    tunings: [{kind: limit, load: cpu-2, cpus: 0.1}]\n",
-     "x.yaml:11: phases.0.tunings.0.load: no load 'cpu-2' in phase 'p'; its loads are (none)"),
-    (MINIMAL + "phases:\n  - name: p\n    loads: [cpu-2]\n    tunings: [{kind: limit, load: cpu-2, cpus: 0}]\n",
-     "x.yaml:12: phases.0.tunings.0.cpus: must be at least 0.001 [got 0]"),
+    (
+        MINIMAL.replace("kind: timer\n    interval_us: 1000", "kind: syscall\n    name: s") + "phases:\n  - name: p\n    tunings: [{kind: mlock, probe: s}]\n",
+        "x.yaml:11: phases.0.tunings.0.probe: a syscall probe takes no mlock (timer and program probes do)",
+    ),
+    (
+        MINIMAL + "phases:\n  - name: p\n    tunings: [{kind: limit, load: cpu-2, cpus: 0.1}]\n",
+        "x.yaml:11: phases.0.tunings.0.load: no load 'cpu-2' in phase 'p'; its loads are (none)",
+    ),
+    (
+        MINIMAL + "phases:\n  - name: p\n    loads: [cpu-2]\n    tunings: [{kind: limit, load: cpu-2, cpus: 0}]\n",
+        "x.yaml:12: phases.0.tunings.0.cpus: must be at least 0.001 [got 0]",
+    ),
 ]
 
 

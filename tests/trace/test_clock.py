@@ -44,7 +44,9 @@ print(a, b)
 
 def test_without_an_invariant_tsc_records_carry_monotonic_time(tmp_path: Path) -> None:
     p = tmp_path / "m.lstrace"
-    r = subprocess.run([sys.executable, "-c", MONO, str(p)], capture_output=True, text=True, env={"LOOPSCOPE_CLOCK": "mono", "PATH": "/usr/bin:/bin"}, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", MONO, str(p)], capture_output=True, text=True, env={"LOOPSCOPE_CLOCK": "mono", "PATH": "/usr/bin:/bin"}, timeout=60
+    )
     assert r.returncode == 0, r.stderr
     a, b = map(int, r.stdout.split())
     inf = lt.info(p)

@@ -43,7 +43,9 @@ def test_the_golden_trace_reads_back_as_recorded() -> None:
     path = FIX / "golden-v1.lstrace"
     inf = lt.info(path)
     assert list(inf.version) == want["format_version"]
-    assert [{k: e[k] for k in ("id", "group", "name", "kind", "desc")} | ({"histogram": e["histogram"]} if e.get("histogram") else {}) for e in inf.entities] == want["entities"]
+    assert [
+        {k: e[k] for k in ("id", "group", "name", "kind", "desc")} | ({"histogram": e["histogram"]} if e.get("histogram") else {}) for e in inf.entities
+    ] == want["entities"]
     assert records(path) == want["records"]
     assert buckets(path) == want["histogram_buckets"]
     h = lt.histograms(path)

@@ -125,9 +125,9 @@ pub extern "C" fn ls_flush() -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn ls_register(group: *const c_char, name: *const c_char, kind: c_int, desc: *const c_char) -> *const Entity {
     let r = (|| {
-        let k = Kind::from_u32(kind as u32).filter(|k| *k != Kind::Histogram).ok_or_else(|| {
-            Error::input(format!("kind {kind} is not one of LS_KIND_EVENT, LS_KIND_INTERVAL, LS_KIND_COUNTER (use ls_register_histogram)"))
-        })?;
+        let k = Kind::from_u32(kind as u32)
+            .filter(|k| *k != Kind::Histogram)
+            .ok_or_else(|| Error::input(format!("kind {kind} is not one of LS_KIND_EVENT, LS_KIND_INTERVAL, LS_KIND_COUNTER (use ls_register_histogram)")))?;
         register(text(group, "group")?, text(name, "name")?, k, opt_text(desc).unwrap_or(""), None)
     })();
     handle(r)

@@ -141,13 +141,7 @@ impl Channel {
             capacity: capacity.max(1),
             max_item,
             full,
-            state: Mutex::new(State {
-                items: BTreeMap::new(),
-                consumers: HashMap::new(),
-                next_consumer: 1,
-                stats: Stats::default(),
-                closed: false,
-            }),
+            state: Mutex::new(State { items: BTreeMap::new(), consumers: HashMap::new(), next_consumer: 1, stats: Stats::default(), closed: false }),
             changed: Condvar::new(),
             waiter: Mutex::new(None),
             on_put: Mutex::new(None),
@@ -166,20 +160,13 @@ impl Channel {
     }
 
     fn waiter(&self) -> Option<Arc<dyn Waiter>> {
-        self.waiter
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.waiter.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Wait for a change until `deadline`: pump the network when a hub
     /// feeds this channel (the waiting thread does the receiving itself, so
     /// no hand-off between threads), else sleep on the condition variable.
-    fn wait<'a>(
-        &'a self,
-        g: MutexGuard<'a, State>,
-        deadline: Instant,
-    ) -> Result<MutexGuard<'a, State>, ChanError> {
+    fn wait<'a>(&'a self, g: MutexGuard<'a, State>, deadline: Instant) -> Result<MutexGuard<'a, State>, ChanError> {
         let now = Instant::now();
         if now >= deadline {
             // a last look at the network, so a zero timeout still polls it
@@ -213,11 +200,7 @@ impl Channel {
 
     fn sleep<'a>(&'a self, g: MutexGuard<'a, State>, d: Duration) -> MutexGuard<'a, State> {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let g = self
-            .changed
-            .wait_timeout(g, d)
-            .unwrap_or_else(|e| e.into_inner())
-            .0;
+        let g = self.changed.wait_timeout(g, d).unwrap_or_else(|e| e.into_inner()).0;
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
         g
     }
@@ -237,11 +220,7 @@ impl Channel {
         let mut g = self.lock();
         let id = g.next_consumer;
         g.next_consumer += 1;
-        let cursor = if oldest {
-            None
-        } else {
-            g.items.keys().next_back().copied()
-        };
+        let cursor = if oldest { None } else { g.items.keys().next_back().copied() };
         if oldest {
             for s in g.items.values_mut() {
                 s.pending.push(id);
@@ -275,10 +254,7 @@ impl Channel {
     pub fn put(&self, ts: u64, data: Vec<u8>, timeout: Duration) -> Result<(), ChanError> {
         let t0 = loopscope_trace::now();
         if data.len() > self.max_item {
-            return Err(ChanError::TooLarge {
-                size: data.len(),
-                max: self.max_item,
-            });
+            return Err(ChanError::TooLarge { size: data.len(), max: self.max_item });
         }
         let deadline = Instant::now() + timeout;
         let mut g = self.lock();
@@ -313,33 +289,17 @@ impl Channel {
         g.stats.bytes_put += n;
         g.stats.put += 1;
         let item = Arc::new(Item { ts, data });
-        let pending: Vec<u32> = g
-            .consumers
-            .iter()
-            .filter(|(_, c)| c.cursor.is_none_or(|cur| ts > cur))
-            .map(|(id, _)| *id)
-            .collect();
+        let pending: Vec<u32> = g.consumers.iter().filter(|(_, c)| c.cursor.is_none_or(|cur| ts > cur)).map(|(id, _)| *id).collect();
         let remote = self.has_remote.load(Ordering::Relaxed);
         if pending.is_empty() && !remote {
             g.stats.dropped_no_consumer += 1;
         } else if !pending.is_empty() {
-            g.items.insert(
-                ts,
-                Slot {
-                    item: item.clone(),
-                    pending,
-                    got: Vec::new(),
-                },
-            );
+            g.items.insert(ts, Slot { item: item.clone(), pending, got: Vec::new() });
         }
         drop(g);
         self.notify();
         if remote {
-            let f = self
-                .on_put
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
+            let f = self.on_put.lock().unwrap_or_else(|e| e.into_inner()).clone();
             if let Some(f) = f {
                 f(&item);
             }
@@ -349,13 +309,7 @@ impl Channel {
         Ok(())
     }
 
-    pub fn get(
-        &self,
-        id: u32,
-        which: Which,
-        consume: bool,
-        timeout: Duration,
-    ) -> Result<Arc<Item>, ChanError> {
+    pub fn get(&self, id: u32, which: Which, consume: bool, timeout: Duration) -> Result<Arc<Item>, ChanError> {
         let t0 = loopscope_trace::now();
         let deadline = Instant::now() + timeout;
         let mut g = self.lock();
@@ -365,23 +319,12 @@ impl Channel {
                 None => return Err(ChanError::NoConsumer(id)),
             };
             let found = match which {
-                Which::Next => g
-                    .items
-                    .iter()
-                    .find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id))
-                    .map(|(ts, _)| *ts),
-                Which::Latest => g
-                    .items
-                    .iter()
-                    .rev()
-                    .find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id))
-                    .map(|(ts, _)| *ts),
+                Which::Next => g.items.iter().find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id)).map(|(ts, _)| *ts),
+                Which::Latest => g.items.iter().rev().find(|(ts, s)| cur.is_none_or(|c| **ts > c) && s.pending.contains(&id)).map(|(ts, _)| *ts),
                 Which::At(t) => {
                     if g.items.get(&t).is_some_and(|s| s.pending.contains(&id)) {
                         Some(t)
-                    } else if cur.is_some_and(|c| t <= c)
-                        || g.items.keys().next_back().is_some_and(|last| *last > t)
-                    {
+                    } else if cur.is_some_and(|c| t <= c) || g.items.keys().next_back().is_some_and(|last| *last > t) {
                         return Err(ChanError::Gone(t));
                     } else {
                         None
@@ -391,12 +334,7 @@ impl Channel {
             if let Some(ts) = found {
                 if let Which::Latest = which {
                     // the older ones it skips are consumed
-                    let older: Vec<u64> = g
-                        .items
-                        .range(..ts)
-                        .filter(|(_, s)| s.pending.contains(&id) && !s.got.contains(&id))
-                        .map(|(t, _)| *t)
-                        .collect();
+                    let older: Vec<u64> = g.items.range(..ts).filter(|(_, s)| s.pending.contains(&id) && !s.got.contains(&id)).map(|(t, _)| *t).collect();
                     g.stats.skipped += older.len() as u64;
                     for t in older {
                         self.consume_locked(&mut g, id, t);
@@ -447,11 +385,7 @@ impl Channel {
     }
 
     fn reclaimed(&self, ts: u64) {
-        let f = self
-            .on_reclaim
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let f = self.on_reclaim.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(f) = f {
             f(ts);
         }

@@ -49,11 +49,7 @@ fn ents() -> Option<&'static Ents> {
     E.get_or_init(|| {
         let r = |n: &str, k: Kind, d: &str| register("chan", n, k, d, None).ok();
         Some(Ents {
-            block: r(
-                "block",
-                Kind::Interval,
-                "waiting for an item, for space, or on a hub",
-            )?,
+            block: r("block", Kind::Interval, "waiting for an item, for space, or on a hub")?,
             recv: r("recv", Kind::Interval, "reading items off a socket")?,
             lock: r("lock", Kind::Interval, "a contended channel lock")?,
             alloc: r("alloc", Kind::Interval, "allocating a received item")?,
@@ -65,46 +61,18 @@ fn ents() -> Option<&'static Ents> {
 /// The entities of channel `name` (characters a name cannot hold become `_`).
 pub fn channel(name: &str) -> Option<&'static ChanEnts> {
     static M: OnceLock<Mutex<HashMap<String, &'static ChanEnts>>> = OnceLock::new();
-    let mut m = M
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|e| e.into_inner());
+    let mut m = M.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     if let Some(e) = m.get(name) {
         return Some(e);
     }
-    let clean: String = name
-        .chars()
-        .map(|c| if c == '/' || c.is_control() { '_' } else { c })
-        .collect();
-    let r = |what: &str, k: Kind, d: &str| {
-        register("chan", &format!("{what}:{clean}"), k, d, None).ok()
-    };
+    let clean: String = name.chars().map(|c| if c == '/' || c.is_control() { '_' } else { c }).collect();
+    let r = |what: &str, k: Kind, d: &str| register("chan", &format!("{what}:{clean}"), k, d, None).ok();
     let e: &'static ChanEnts = Box::leak(Box::new(ChanEnts {
-        put: r(
-            "put",
-            Kind::Interval,
-            "a put, local or remote (tag: item ts)",
-        )?,
-        get: r(
-            "get",
-            Kind::Interval,
-            "a get, its blocking included (tag: item ts)",
-        )?,
-        send: r(
-            "send",
-            Kind::Interval,
-            "handing an item to the network (tag: item ts)",
-        )?,
-        arrived: r(
-            "arrived",
-            Kind::Event,
-            "an item arrived (tag: item ts); value: the sender's REALTIME send stamp",
-        )?,
-        bytes: r(
-            "bytes",
-            Kind::Event,
-            "an item was put (tag: item ts); value: its size in bytes",
-        )?,
+        put: r("put", Kind::Interval, "a put, local or remote (tag: item ts)")?,
+        get: r("get", Kind::Interval, "a get, its blocking included (tag: item ts)")?,
+        send: r("send", Kind::Interval, "handing an item to the network (tag: item ts)")?,
+        arrived: r("arrived", Kind::Event, "an item arrived (tag: item ts); value: the sender's REALTIME send stamp")?,
+        bytes: r("bytes", Kind::Event, "an item was put (tag: item ts); value: its size in bytes")?,
     }));
     m.insert(name.to_string(), e);
     Some(e)

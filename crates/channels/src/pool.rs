@@ -15,10 +15,7 @@ static POOL: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 pub fn take(len: usize) -> Vec<u8> {
     if len >= MIN {
         let mut p = POOL.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(i) = p
-            .iter()
-            .rposition(|b| b.capacity() >= len && b.capacity() <= 2 * len)
-        {
+        if let Some(i) = p.iter().rposition(|b| b.capacity() >= len && b.capacity() <= 2 * len) {
             let mut b = p.remove(i);
             drop(p);
             if b.len() >= len {

@@ -62,16 +62,7 @@ pub struct Header {
 
 impl Header {
     pub fn new(kind: Kind, chan: u32, ts: u64, len: usize) -> Header {
-        Header {
-            kind: kind as u8,
-            frag_count: 1,
-            chan,
-            frag_idx: 0,
-            ts,
-            len: len as u32,
-            seq: 0,
-            sent_ns: 0,
-        }
+        Header { kind: kind as u8, frag_count: 1, chan, frag_idx: 0, ts, len: len as u32, seq: 0, sent_ns: 0 }
     }
 
     pub fn write(&self, b: &mut [u8; HDR]) {
@@ -123,10 +114,7 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> NetRe
         let mut iov: Vec<libc::iovec> = Vec::with_capacity(parts.len() - idx);
         for (i, p) in parts[idx..].iter().enumerate() {
             let p = if i == 0 { &p[off..] } else { p };
-            iov.push(libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            });
+            iov.push(libc::iovec { iov_base: p.as_ptr() as *mut libc::c_void, iov_len: p.len() });
         }
         let n = unsafe { libc::writev(fd, iov.as_ptr(), iov.len() as i32) };
         if n < 0 {
@@ -138,11 +126,7 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> NetRe
                     if now >= deadline {
                         return Err(NetError::Peer("the peer did not take the data in time (its receive buffer stayed full)".into()));
                     }
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
+                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
                     let ms = (deadline - now).as_millis().clamp(1, i32::MAX as u128) as i32;
                     unsafe { libc::poll(&mut pfd, 1, ms) };
                     continue;
@@ -172,20 +156,10 @@ pub fn send_all(fd: i32, parts: &[&[u8]], deadline: std::time::Instant) -> NetRe
 
 /// An item as UDP datagrams: header + at most `frag` bytes each, sent with
 /// sendmmsg in batches (to `to` when the socket is not connected).
-pub fn send_udp(
-    fd: i32,
-    mut h: Header,
-    data: &[u8],
-    frag: usize,
-    to: Option<&libc::sockaddr_storage>,
-    tolen: u32,
-) -> NetResult<()> {
+pub fn send_udp(fd: i32, mut h: Header, data: &[u8], frag: usize, to: Option<&libc::sockaddr_storage>, tolen: u32) -> NetResult<()> {
     let count = data.len().div_ceil(frag).max(1);
     if count > u16::MAX as usize {
-        return Err(NetError::Input(format!(
-            "an item of {} bytes needs {count} datagrams of {frag} bytes: more than 65535",
-            data.len()
-        )));
+        return Err(NetError::Input(format!("an item of {} bytes needs {count} datagrams of {frag} bytes: more than 65535", data.len())));
     }
     h.frag_count = count as u16;
     let hdrs: Vec<[u8; HDR]> = (0..count)
@@ -201,14 +175,7 @@ pub fn send_udp(
 /// Datagram i = `heads[i]` + the i-th `frag`-byte slice of `data`, sent
 /// with sendmmsg 64 at a time; a full socket buffer is waited out (poll),
 /// not counted as an error. Raw senders (the bench's baseline) use it too.
-pub fn send_fragments(
-    fd: i32,
-    heads: &[&[u8]],
-    data: &[u8],
-    frag: usize,
-    to: Option<&libc::sockaddr_storage>,
-    tolen: u32,
-) -> NetResult<()> {
+pub fn send_fragments(fd: i32, heads: &[&[u8]], data: &[u8], frag: usize, to: Option<&libc::sockaddr_storage>, tolen: u32) -> NetResult<()> {
     let count = heads.len();
     let mut sent = 0;
     while sent < count {
@@ -218,14 +185,8 @@ pub fn send_fragments(
                 let a = (i * frag).min(data.len());
                 let b = (a + frag).min(data.len());
                 [
-                    libc::iovec {
-                        iov_base: heads[i].as_ptr() as *mut libc::c_void,
-                        iov_len: heads[i].len(),
-                    },
-                    libc::iovec {
-                        iov_base: data[a..b].as_ptr() as *mut libc::c_void,
-                        iov_len: b - a,
-                    },
+                    libc::iovec { iov_base: heads[i].as_ptr() as *mut libc::c_void, iov_len: heads[i].len() },
+                    libc::iovec { iov_base: data[a..b].as_ptr() as *mut libc::c_void, iov_len: b - a },
                 ]
             })
             .collect();
@@ -248,11 +209,7 @@ pub fn send_fragments(
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
                 Some(libc::EAGAIN) | Some(libc::ENOBUFS) => {
-                    let mut pfd = libc::pollfd {
-                        fd,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
+                    let mut pfd = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }

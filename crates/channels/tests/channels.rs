@@ -1,9 +1,7 @@
 //! Channel semantics in one process, then items across real sockets
 //! (loopback, TCP and UDP) between hubs.
 
-use loopscope_channels::{
-    ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which,
-};
+use loopscope_channels::{ChanError, Channel, Full, Hub, RemoteConsumer, RemoteProducer, Transport, Which};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,11 +46,7 @@ fn get_by_timestamp_waits_for_it_and_refuses_one_already_gone() {
     });
     assert_eq!(c.get(a, Which::At(7), true, T).unwrap().data, vec![7]);
     h.join().unwrap();
-    assert_eq!(
-        c.get(a, Which::At(3), true, Duration::from_millis(10))
-            .err(),
-        Some(ChanError::Gone(3))
-    );
+    assert_eq!(c.get(a, Which::At(3), true, Duration::from_millis(10)).err(), Some(ChanError::Gone(3)));
 }
 
 #[test]
@@ -62,10 +56,7 @@ fn a_full_channel_blocks_until_timeout_or_drops_its_oldest() {
     c.put(1, vec![], T).unwrap();
     c.put(2, vec![], T).unwrap();
     let t0 = Instant::now();
-    assert_eq!(
-        c.put(3, vec![], Duration::from_millis(50)),
-        Err(ChanError::Timeout)
-    );
+    assert_eq!(c.put(3, vec![], Duration::from_millis(50)), Err(ChanError::Timeout));
     assert!(t0.elapsed() >= Duration::from_millis(50));
     assert_eq!(c.stats().put_timeouts, 1);
     let d = Channel::new("d", 2, Full::DropOldest, 1 << 20);
@@ -81,21 +72,12 @@ fn a_full_channel_blocks_until_timeout_or_drops_its_oldest() {
 fn bad_puts_and_gets_are_refused_with_a_reason() {
     let c = Channel::new("c", 2, Full::Block, 16);
     let a = c.attach(false);
-    assert_eq!(
-        c.put(1, vec![0; 17], T),
-        Err(ChanError::TooLarge { size: 17, max: 16 })
-    );
+    assert_eq!(c.put(1, vec![0; 17], T), Err(ChanError::TooLarge { size: 17, max: 16 }));
     c.put(1, vec![], T).unwrap();
     assert_eq!(c.put(1, vec![], T), Err(ChanError::Duplicate(1)));
-    assert_eq!(
-        c.get(99, Which::Next, false, T).err(),
-        Some(ChanError::NoConsumer(99))
-    );
+    assert_eq!(c.get(99, Which::Next, false, T).err(), Some(ChanError::NoConsumer(99)));
     c.get(a, Which::Next, true, T).unwrap();
-    assert_eq!(
-        c.get(a, Which::Next, true, Duration::from_millis(20)).err(),
-        Some(ChanError::Timeout)
-    );
+    assert_eq!(c.get(a, Which::Next, true, Duration::from_millis(20)).err(), Some(ChanError::Timeout));
 }
 
 #[test]
@@ -129,32 +111,16 @@ fn roundtrip(transport: Transport, size: usize) {
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s2 = stop.clone();
         let pumper = std::thread::spawn(move || o.pump_forever(&s2));
-        let rc = RemoteConsumer::attach(
-            addr,
-            "frames",
-            transport,
-            16,
-            4 << 20,
-            1400,
-            Duration::from_secs(2),
-        )
-        .unwrap();
-        let mut p =
-            RemoteProducer::connect(addr, "frames", transport, 1400, Duration::from_secs(2))
-                .unwrap();
+        let rc = RemoteConsumer::attach(addr, "frames", transport, 16, 4 << 20, 1400, Duration::from_secs(2)).unwrap();
+        let mut p = RemoteProducer::connect(addr, "frames", transport, 1400, Duration::from_secs(2)).unwrap();
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         pumper.join().unwrap();
         let data: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
         p.put(42, &data, T).unwrap();
-        let got = ch
-            .get(local, Which::Next, true, Duration::from_secs(2))
-            .unwrap();
+        let got = ch.get(local, Which::Next, true, Duration::from_secs(2)).unwrap();
         assert_eq!(got.ts, 42);
         assert_eq!(got.data, data);
-        let there = rc
-            .mirror
-            .get(rc.cid, Which::Next, true, Duration::from_secs(2))
-            .unwrap();
+        let there = rc.mirror.get(rc.cid, Which::Next, true, Duration::from_secs(2)).unwrap();
         assert_eq!(there.data, data);
         rc
     };
@@ -187,20 +153,10 @@ fn opening_a_channel_the_hub_does_not_have_names_it() {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let s2 = stop.clone();
     let pumper = std::thread::spawn(move || o.pump_forever(&s2));
-    let e = RemoteProducer::connect(addr, "nosuch", Transport::Tcp, 1400, Duration::from_secs(2))
-        .err()
-        .unwrap();
+    let e = RemoteProducer::connect(addr, "nosuch", Transport::Tcp, 1400, Duration::from_secs(2)).err().unwrap();
     assert!(!e.is_input() && e.to_string().contains("no channel named \"nosuch\""), "{e}");
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     pumper.join().unwrap();
-    let e = RemoteProducer::connect(
-        "127.0.0.1:1".parse().unwrap(),
-        "x",
-        Transport::Tcp,
-        1400,
-        Duration::from_millis(300),
-    )
-    .err()
-    .unwrap();
+    let e = RemoteProducer::connect("127.0.0.1:1".parse().unwrap(), "x", Transport::Tcp, 1400, Duration::from_millis(300)).err().unwrap();
     assert!(e.to_string().contains("cannot connect"), "{e}");
 }

@@ -103,7 +103,21 @@ struct Group {
 
 impl Group {
     fn new(act: i64) -> Self {
-        Group { act, first_in: NULL, off: NULL, first_wake: NULL, armed: NULL, sum_out: 0, sum_in: 0, preemptions: 0, migrations: 0, n_in: 0, n_out: 0, last_cpu: NULL, ran_from: NULL }
+        Group {
+            act,
+            first_in: NULL,
+            off: NULL,
+            first_wake: NULL,
+            armed: NULL,
+            sum_out: 0,
+            sum_in: 0,
+            preemptions: 0,
+            migrations: 0,
+            n_in: 0,
+            n_out: 0,
+            last_cpu: NULL,
+            ran_from: NULL,
+        }
     }
 }
 
@@ -149,7 +163,19 @@ struct ThreadState {
 
 impl ThreadState {
     fn new(tid: i64) -> Self {
-        ThreadState { tid, pending: Vec::new(), act: 0, open: None, last_off: NULL, own_since: None, closed: VecDeque::new(), prev_armed: NULL, prev_woken: NULL, held: NULL, cand: (NULL, NULL) }
+        ThreadState {
+            tid,
+            pending: Vec::new(),
+            act: 0,
+            open: None,
+            last_off: NULL,
+            own_since: None,
+            closed: VecDeque::new(),
+            prev_armed: NULL,
+            prev_woken: NULL,
+            held: NULL,
+            cand: (NULL, NULL),
+        }
     }
 
     /// Where the open group's untraced switch-in is looked for from.
@@ -473,8 +499,21 @@ impl Out {
             let new: Vec<T> = order.iter().map(|&i| v[i as usize]).collect();
             *v = new;
         }
-        for v in [&mut self.tid, &mut self.act, &mut self.woken, &mut self.on, &mut self.off, &mut self.wakeup_latency, &mut self.timer_expires,
-                  &mut self.timer_lateness, &mut self.runtime, &mut self.preemptions, &mut self.migrations, &mut self.period, &mut self.on_bound] {
+        for v in [
+            &mut self.tid,
+            &mut self.act,
+            &mut self.woken,
+            &mut self.on,
+            &mut self.off,
+            &mut self.wakeup_latency,
+            &mut self.timer_expires,
+            &mut self.timer_lateness,
+            &mut self.runtime,
+            &mut self.preemptions,
+            &mut self.migrations,
+            &mut self.period,
+            &mut self.on_bound,
+        ] {
             pick(v, &order);
         }
         pick(&mut self.complete, &order);

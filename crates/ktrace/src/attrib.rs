@@ -682,7 +682,21 @@ impl<'a> Kernel<'a> {
     }
 
     fn thread_event(&mut self, i: usize, kind: Ev) {
-        if matches!(kind, Ev::Other | Ev::IrqEntry | Ev::IrqExit | Ev::SoftEntry | Ev::SoftExit | Ev::TimerEntry | Ev::TimerExit | Ev::CallEntry | Ev::CallExit | Ev::ReschedEntry | Ev::ReschedExit | Ev::Tlb) {
+        if matches!(
+            kind,
+            Ev::Other
+                | Ev::IrqEntry
+                | Ev::IrqExit
+                | Ev::SoftEntry
+                | Ev::SoftExit
+                | Ev::TimerEntry
+                | Ev::TimerExit
+                | Ev::CallEntry
+                | Ev::CallExit
+                | Ev::ReschedEntry
+                | Ev::ReschedExit
+                | Ev::Tlb
+        ) {
             return;
         }
         let ev = self.ev;
@@ -775,7 +789,13 @@ impl<'a> Kernel<'a> {
             }
             self.comm_of = Some(m);
         }
-        let comm = self.comm_of.as_ref().and_then(|m| m.get(&tid)).and_then(|&c| text(self.ev.comms, c)).map(|s| s.to_string()).unwrap_or_else(|| format!("tid {tid}"));
+        let comm = self
+            .comm_of
+            .as_ref()
+            .and_then(|m| m.get(&tid))
+            .and_then(|&c| text(self.ev.comms, c))
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| format!("tid {tid}"));
         task_label(&comm, tid, &self.ctx.roles, self.ctx.perf_is_lab)
     }
 
@@ -901,7 +921,18 @@ impl<'a> Kernel<'a> {
     /// meanwhile: `throttled: RT`. The rest of [u, v) is split as usual.
     /// Whether it was (false: nothing held the thread, nothing added).
     #[allow(clippy::too_many_arguments)]
-    fn rt_held(&self, cpu: Option<i64>, cv: &Cpu, u: i64, v: i64, tid: i64, woke: Option<i64>, out: &mut Acc, slack: Option<(i64, i64)>, fault: Option<i64>) -> bool {
+    fn rt_held(
+        &self,
+        cpu: Option<i64>,
+        cv: &Cpu,
+        u: i64,
+        v: i64,
+        tid: i64,
+        woke: Option<i64>,
+        out: &mut Acc,
+        slack: Option<(i64, i64)>,
+        fault: Option<i64>,
+    ) -> bool {
         if cv.rt_s.is_empty() || !self.threads.get(&tid).is_some_and(|th| th.rt) {
             return false;
         }

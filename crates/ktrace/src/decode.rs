@@ -122,7 +122,21 @@ impl Columns {
         self.cpu.reserve(n);
         self.event.reserve(n);
         self.pid.reserve(n);
-        for v in [&mut self.target, &mut self.target_comm, &mut self.next_pid, &mut self.next_comm, &mut self.prev_state, &mut self.irq, &mut self.name, &mut self.dest_cpu, &mut self.runtime, &mut self.expires, &mut self.softexpires, &mut self.prio, &mut self.next_prio] {
+        for v in [
+            &mut self.target,
+            &mut self.target_comm,
+            &mut self.next_pid,
+            &mut self.next_comm,
+            &mut self.prev_state,
+            &mut self.irq,
+            &mut self.name,
+            &mut self.dest_cpu,
+            &mut self.runtime,
+            &mut self.expires,
+            &mut self.softexpires,
+            &mut self.prio,
+            &mut self.next_prio,
+        ] {
             v.reserve(n);
         }
     }
@@ -206,7 +220,17 @@ pub struct Decoder {
 
 impl Decoder {
     pub fn new(layout: PageLayout, formats: Vec<Format>) -> Self {
-        let mut d = Decoder { layout, known: Vec::new(), events: Vec::new(), strings: Interner::default(), last: HashMap::new(), cols: Columns::default(), lost: Losses::default(), counts: Counts::default(), ksyms: Default::default() };
+        let mut d = Decoder {
+            layout,
+            known: Vec::new(),
+            events: Vec::new(),
+            strings: Interner::default(),
+            last: HashMap::new(),
+            cols: Columns::default(),
+            lost: Losses::default(),
+            counts: Counts::default(),
+            ksyms: Default::default(),
+        };
         d.strings.get(b"R");
         for f in formats {
             let fields = plan(&f.name)

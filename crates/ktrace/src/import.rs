@@ -192,10 +192,13 @@ impl Perf {
     pub fn open(path: &str) -> R<Self> {
         use linux_perf_data::{Feature, PerfFileReader};
         let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
-        let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f)).map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
+        let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f))
+            .map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
         let file = r.perf_file;
         let Some(td) = file.feature_section_data(Feature::TRACING_DATA) else {
-            return Err(FileError("it holds no tracepoint descriptions (no TRACING_DATA): record kernel tracepoints, as perf sched record or perf record -e 'sched:*' do".into()));
+            return Err(FileError(
+                "it holds no tracepoint descriptions (no TRACING_DATA): record kernel tracepoints, as perf sched record or perf record -e 'sched:*' do".into(),
+            ));
         };
         let meta = tracedat::tracing_data(td)?;
         let layout: PageLayout = parse_header_page(&meta.header_page).unwrap_or_default();
@@ -245,7 +248,6 @@ impl Perf {
         }
         Ok(true)
     }
-
 }
 
 /// A perf loss record: a window on its CPU up to its time, or of unknown place.

@@ -51,7 +51,9 @@ fn u64_at(b: &[u8], o: usize) -> Option<u64> {
 /// end keeps the records before the fault and says why in `damaged`.
 pub fn walk<'a>(buf: &'a [u8], l: &PageLayout) -> Page<'a> {
     let mut p = Page { ts: 0, missed: Missed::None, records: Vec::new(), damaged: None };
-    let (Some(ts), Some(commit)) = (u64_at(buf, l.ts_off), if l.commit_size == 8 { u64_at(buf, l.commit_off) } else { u32_at(buf, l.commit_off).map(u64::from) }) else {
+    let (Some(ts), Some(commit)) =
+        (u64_at(buf, l.ts_off), if l.commit_size == 8 { u64_at(buf, l.commit_off) } else { u32_at(buf, l.commit_off).map(u64::from) })
+    else {
         p.damaged = Some(format!("a page of {} bytes has no complete header", buf.len()));
         return p;
     };

@@ -147,7 +147,9 @@ impl Src for Mem<'_> {
                 self.pos += n;
                 Ok(s.to_vec())
             }
-            None => err(format!("{} is cut short: {what} needs {n} bytes at offset {}, {} are left", self.name, self.pos, self.b.len().saturating_sub(self.pos))),
+            None => {
+                err(format!("{} is cut short: {what} needs {n} bytes at offset {}, {} are left", self.name, self.pos, self.b.len().saturating_sub(self.pos)))
+            }
         }
     }
     fn skip(&mut self, n: u64, what: &str) -> R<()> {
@@ -319,7 +321,11 @@ fn common_option(m: &mut Meta, id: u16, b: &[u8]) {
         8 if b.len() >= 4 => m.cpu_count = u32::from_le_bytes(b[..4].try_into().unwrap()),
         9 => m.tool_version = Some(option_text(b)),
         14 if b.len() >= 16 => {
-            m.tsc2nsec = Some((u32::from_le_bytes(b[0..4].try_into().unwrap()), u32::from_le_bytes(b[4..8].try_into().unwrap()), u64::from_le_bytes(b[8..16].try_into().unwrap())))
+            m.tsc2nsec = Some((
+                u32::from_le_bytes(b[0..4].try_into().unwrap()),
+                u32::from_le_bytes(b[4..8].try_into().unwrap()),
+                u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            ))
         }
         _ => {}
     }

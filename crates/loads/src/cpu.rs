@@ -107,7 +107,13 @@ impl CpuWork {
             .map(|_| {
                 let x = r.next();
                 let k = (x % 100) as u8;
-                if k < 60 { b'a' + (x >> 8) as u8 % 8 } else if k < 90 { b'a' + (x >> 8) as u8 % 26 } else { (x >> 16) as u8 }
+                if k < 60 {
+                    b'a' + (x >> 8) as u8 % 8
+                } else if k < 90 {
+                    b'a' + (x >> 8) as u8 % 26
+                } else {
+                    (x >> 16) as u8
+                }
             })
             .collect();
         CpuWork { data, h: Huffman::new(), sink: 0 }

@@ -31,11 +31,23 @@ pub use cpu::Huffman;
 #[derive(Clone, Debug)]
 pub enum Kind {
     Cpu,
-    Memory { count: usize },
-    Io { dir: PathBuf, fsync: bool },
+    Memory {
+        count: usize,
+    },
+    Io {
+        dir: PathBuf,
+        fsync: bool,
+    },
     /// Rate in payload bits per second (None: unlimited), `dest` None: a sink of its own.
-    Net { protocol: net::Protocol, rate_bps: Option<f64>, size: usize, dest: Option<std::net::SocketAddr> },
-    Mix { dir: PathBuf },
+    Net {
+        protocol: net::Protocol,
+        rate_bps: Option<f64>,
+        size: usize,
+        dest: Option<std::net::SocketAddr>,
+    },
+    Mix {
+        dir: PathBuf,
+    },
 }
 
 impl Kind {

@@ -34,12 +34,7 @@ pub fn ipv4(f: &[u8]) -> Option<Ipv4> {
     if ihl < 20 || ip.len() < ihl {
         return None;
     }
-    Some(Ipv4 {
-        src: u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]),
-        dst: u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]),
-        ttl: ip[8],
-        ihl,
-    })
+    Some(Ipv4 { src: u32::from_be_bytes([ip[12], ip[13], ip[14], ip[15]]), dst: u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]), ttl: ip[8], ihl })
 }
 
 /// The Internet checksum of an IPv4 header whose checksum field is zero.

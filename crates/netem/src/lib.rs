@@ -544,7 +544,14 @@ impl<'a> Forwarder<'a> {
         let stats = links
             .iter()
             .enumerate()
-            .map(|(i, l)| LinkStats { name: l.name.clone(), from: cfg.ports[l.from].host.clone(), to: cfg.ports[l.to].host.clone(), configured: i < configured, kernel: cfg.is_kernel(l.from, l.to), ..Default::default() })
+            .map(|(i, l)| LinkStats {
+                name: l.name.clone(),
+                from: cfg.ports[l.from].host.clone(),
+                to: cfg.ports[l.to].host.clone(),
+                configured: i < configured,
+                kernel: cfg.is_kernel(l.from, l.to),
+                ..Default::default()
+            })
             .collect();
         let pstats = cfg
             .ports
@@ -718,7 +725,16 @@ impl<'a> Forwarder<'a> {
         }
         for i in 0..self.batch.len() {
             let (slot, t) = self.batch[i];
-            self.sent(slot, if t > 0 { t } else if t == 0 { t_flush } else { -1 });
+            self.sent(
+                slot,
+                if t > 0 {
+                    t
+                } else if t == 0 {
+                    t_flush
+                } else {
+                    -1
+                },
+            );
             self.due.free.push(slot);
         }
         realtime_ns()

@@ -35,8 +35,6 @@ pub struct Port {
     pub truncated: u64,
 }
 
-
-
 impl Port {
     /// Open, keeping every frame.
     pub fn open(name: &str, bufsize: usize) -> Result<Port> {
@@ -221,11 +219,22 @@ pub fn dest_filter(nets: &[(u32, u8)]) -> Vec<libc::sock_filter> {
 
 fn attach_filter(fd: i32, nets: &[(u32, u8)]) -> Result<()> {
     if nets.len() > 80 {
-        return Err(NetemError::Refused { what: "SO_ATTACH_FILTER".into(), source: std::io::Error::other(format!("{} destinations are more than one socket filter holds (80)", nets.len())) });
+        return Err(NetemError::Refused {
+            what: "SO_ATTACH_FILTER".into(),
+            source: std::io::Error::other(format!("{} destinations are more than one socket filter holds (80)", nets.len())),
+        });
     }
     let prog = dest_filter(nets);
     let fprog = libc::sock_fprog { len: prog.len() as u16, filter: prog.as_ptr() as *mut libc::sock_filter };
-    let r = unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog as *const _ as *const libc::c_void, std::mem::size_of::<libc::sock_fprog>() as u32) };
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            &fprog as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::sock_fprog>() as u32,
+        )
+    };
     if r < 0 {
         return Err(NetemError::refused("SO_ATTACH_FILTER"));
     }

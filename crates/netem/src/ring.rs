@@ -151,7 +151,13 @@ impl Rings {
             map
         };
         let base = map as *mut u8;
-        Ok(Rings { map, len, rx: Ring { base, frames: rf, head: 0 }, tx: Ring { base: unsafe { base.add(rb * BLOCK_SIZE) }, frames: tf, head: 0 }, tx_queued: 0 })
+        Ok(Rings {
+            map,
+            len,
+            rx: Ring { base, frames: rf, head: 0 },
+            tx: Ring { base: unsafe { base.add(rb * BLOCK_SIZE) }, frames: tf, head: 0 },
+            tx_queued: 0,
+        })
     }
 
     /// Is a frame waiting in the RX ring? (No system call.)

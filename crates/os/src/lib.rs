@@ -66,7 +66,9 @@ pub enum Buf {
 }
 
 fn setopt(fd: RawFd, opt: libc::c_int, v: libc::c_int) -> bool {
-    unsafe { libc::setsockopt(fd, libc::SOL_SOCKET, opt, &v as *const libc::c_int as *const libc::c_void, std::mem::size_of::<libc::c_int>() as libc::socklen_t) == 0 }
+    unsafe {
+        libc::setsockopt(fd, libc::SOL_SOCKET, opt, &v as *const libc::c_int as *const libc::c_void, std::mem::size_of::<libc::c_int>() as libc::socklen_t) == 0
+    }
 }
 
 /// Ask for a socket buffer of `bytes`: SO_RCVBUFFORCE/SO_SNDBUFFORCE first

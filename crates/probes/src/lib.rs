@@ -6,8 +6,8 @@
 //! group when a session is open.
 
 pub mod error;
+pub mod net;
 pub mod os;
-pub mod timer;
 pub mod sched;
 pub mod syscall;
-pub mod net;
+pub mod timer;

@@ -10,11 +10,11 @@
 //! threads started (the minimum, i.e. the least disturbed). Both go into the
 //! trace as intervals, so the analysis can open any slow cycle.
 
+use crate::os::{mono_ns, pin, sleep_until};
 use loopscope_trace::{register, Entity, Kind};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use crate::os::{mono_ns, sleep_until, pin};
 
 #[derive(Clone, Debug)]
 pub struct SchedConfig {
@@ -49,8 +49,6 @@ pub struct SchedResult {
     pub interrupted: bool,
 }
 
-
-
 /// The computation: adding integers, as in Paul et al. 2003's scheduler benchmark.
 #[inline(never)]
 fn work(iters: u64) -> u64 {
@@ -60,7 +58,6 @@ fn work(iters: u64) -> u64 {
     }
     a
 }
-
 
 pub struct SchedEntities {
     pub wakeup: &'static Entity,
@@ -178,7 +175,8 @@ mod tests {
 
     #[test]
     fn the_probe_measures_every_cycle_and_the_busy_threads_work() {
-        let cfg = SchedConfig { busy_threads: 2, sleep_ns: 500_000, work_ns: 500_000, duration_ns: 200_000_000, cpus: vec![], fixed: None, calibrate_only: false };
+        let cfg =
+            SchedConfig { busy_threads: 2, sleep_ns: 500_000, work_ns: 500_000, duration_ns: 200_000_000, cpus: vec![], fixed: None, calibrate_only: false };
         let r = run(&cfg, Arc::new(AtomicBool::new(false)));
         assert!(r.work_iters > 0 && r.alone_ns > 0);
         assert!(r.wake_delay_ns.len() > 20, "{}", r.wake_delay_ns.len());
@@ -189,7 +187,8 @@ mod tests {
 
     #[test]
     fn a_fixed_burst_skips_calibration_and_calibration_alone_runs_nothing_else() {
-        let base = SchedConfig { busy_threads: 1, sleep_ns: 200_000, work_ns: 200_000, duration_ns: 50_000_000, cpus: vec![], fixed: None, calibrate_only: true };
+        let base =
+            SchedConfig { busy_threads: 1, sleep_ns: 200_000, work_ns: 200_000, duration_ns: 50_000_000, cpus: vec![], fixed: None, calibrate_only: true };
         let c = run(&base, Arc::new(AtomicBool::new(false)));
         assert!(c.work_iters > 0 && c.wake_delay_ns.is_empty() && c.busy_ops.is_empty());
         let r = run(&SchedConfig { fixed: Some((c.work_iters, c.alone_ns)), calibrate_only: false, ..base }, Arc::new(AtomicBool::new(false)));

@@ -19,16 +19,15 @@
 //! size over loopback. Apps are priced by the calls at their own sizes.
 
 use crate::error::{ProbeError, Result};
+use crate::os::mono_ns;
 use loopscope_trace::{register, Entity, Kind};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use crate::os::mono_ns;
 
-pub const CALLS: &[&str] = &[
-    "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
-];
+pub const CALLS: &[&str] =
+    &["getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap"];
 
 /// Calls that take a size (`name:bytes`), with the largest size each allows.
 pub const SIZED: &[(&str, usize)] = &[("read", 1 << 20), ("write", 1 << 20), ("sendto", 65_000), ("recvfrom", 65_000)];
@@ -46,7 +45,10 @@ pub fn parse_call(spec: &str) -> Result<(String, Option<usize>)> {
     }
     let Some(z) = size else { return Ok((name.into(), None)) };
     let Some(&(_, max)) = SIZED.iter().find(|(n, _)| *n == name) else {
-        return Err(ProbeError::Input(format!("{spec:?}: {name} takes no size; sized calls: {}", SIZED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", "))));
+        return Err(ProbeError::Input(format!(
+            "{spec:?}: {name} takes no size; sized calls: {}",
+            SIZED.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        )));
     };
     match z.parse::<usize>() {
         Ok(b) if (1..=max).contains(&b) => Ok((name.into(), Some(b))),
@@ -86,12 +88,11 @@ pub struct SyscallResult {
     pub clock_read_ns: f64,
 }
 
-
 /// Two-sided 95 % Student t quantile for `df` degrees of freedom.
 pub fn t95(df: usize) -> f64 {
     const T: [f64; 30] = [
-        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074,
-        2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080,
+        2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
     ];
     if df == 0 {
         return f64::INFINITY;
@@ -265,9 +266,20 @@ impl Bench {
                 }
                 "recvfrom" => {
                     for _ in 0..n {
-                        let got = libc::recvfrom(self.rx, rbuf.as_mut_ptr() as *mut libc::c_void, size, libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut());
+                        let got = libc::recvfrom(
+                            self.rx,
+                            rbuf.as_mut_ptr() as *mut libc::c_void,
+                            size,
+                            libc::MSG_DONTWAIT,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                        );
                         if got != size as isize {
-                            failed = Some(if got < 0 { errno_msg(&format!("recvfrom {size}")) } else { ProbeError::Os { what: format!("recvfrom {size}"), source: std::io::Error::other(format!("got {got} bytes")) } });
+                            failed = Some(if got < 0 {
+                                errno_msg(&format!("recvfrom {size}"))
+                            } else {
+                                ProbeError::Os { what: format!("recvfrom {size}"), source: std::io::Error::other(format!("got {got} bytes")) }
+                            });
                             break;
                         }
                     }
@@ -403,7 +415,14 @@ impl Bench {
                 "recvfrom" => {
                     let buf = &mut h.buf;
                     return repeat(n, "recvfrom", || {
-                        libc::recvfrom(self.rx, buf.as_mut_ptr() as *mut libc::c_void, buf.len(), libc::MSG_DONTWAIT, std::ptr::null_mut(), std::ptr::null_mut()) >= 0
+                        libc::recvfrom(
+                            self.rx,
+                            buf.as_mut_ptr() as *mut libc::c_void,
+                            buf.len(),
+                            libc::MSG_DONTWAIT,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                        ) >= 0
                     });
                 }
                 "mmap" => h.maps.iter_mut().for_each(|m| *m = map_page()),

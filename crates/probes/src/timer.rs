@@ -12,10 +12,10 @@
 //! the deadline to the wake-up, so later analysis can open the exact window in
 //! which the thread should have run.
 
+use crate::os::{mono_ns, pin, sleep_until};
 use loopscope_trace::{register, Entity, Kind};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Barrier};
-use crate::os::{mono_ns, sleep_until, pin};
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -94,8 +94,7 @@ pub struct TimerEntities {
 
 pub fn entities() -> TimerEntities {
     TimerEntities {
-        wakeup: register("timer", "wakeup", Kind::Interval, "from a wake-up's deadline to when the thread ran (tag: thread)", None)
-            .expect("built-in entity"),
+        wakeup: register("timer", "wakeup", Kind::Interval, "from a wake-up's deadline to when the thread ran (tag: thread)", None).expect("built-in entity"),
         missed: register("timer", "missed", Kind::Event, "deadlines skipped because a wake-up was later than them (tag: thread, value: count)", None)
             .expect("built-in entity"),
     }

@@ -9,7 +9,15 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 fn receiver() -> (Udp, RecvConfig) {
-    let cfg = RecvConfig { bind: "127.0.0.1:0".parse().unwrap(), duration_ns: None, idle_ns: Some(300_000_000), count: None, records: false, rcvbuf: 8 << 20, max_size: 2048 };
+    let cfg = RecvConfig {
+        bind: "127.0.0.1:0".parse().unwrap(),
+        duration_ns: None,
+        idle_ns: Some(300_000_000),
+        count: None,
+        records: false,
+        rcvbuf: 8 << 20,
+        max_size: 2048,
+    };
     (recv::bind(&cfg).unwrap(), cfg)
 }
 
@@ -89,7 +97,8 @@ fn an_echo_server_answers_every_request_with_its_times() {
     let stop = Arc::new(AtomicBool::new(false));
     let st = stop.clone();
     let h = std::thread::spawn(move || rr::echo(srv, None, st));
-    let cfg = RrConfig { dest, pps_num: 1000, pps_den: 1, pattern: Pattern::Cbr, duration_ns: 300_000_000, size: 64, flow: 9, grace_ns: 100_000_000, records: false };
+    let cfg =
+        RrConfig { dest, pps_num: 1000, pps_den: 1, pattern: Pattern::Cbr, duration_ns: 300_000_000, size: 64, flow: 9, grace_ns: 100_000_000, records: false };
     let r = rr::client(&cfg, Arc::new(AtomicBool::new(false))).unwrap();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let e = h.join().unwrap();

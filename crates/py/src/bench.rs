@@ -30,10 +30,7 @@ pub(crate) fn bench_floor(py: Python<'_>, n: u64, reps: usize) -> PyResult<Vec<f
 }
 
 pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
@@ -58,12 +55,7 @@ pub(crate) fn env_compiled(py: Python<'_>, ops: u64, batches: usize) -> PyResult
                     x ^= x << 17;
                     let k = (x as usize) & (ENV_WORDS - 1);
                     let v = unsafe { std::ptr::read_volatile(t.as_ptr().add(k)) };
-                    unsafe {
-                        std::ptr::write_volatile(
-                            t.as_mut_ptr().add((v as usize ^ k) & (ENV_WORDS - 1)),
-                            x,
-                        )
-                    };
+                    unsafe { std::ptr::write_volatile(t.as_mut_ptr().add((v as usize ^ k) & (ENV_WORDS - 1)), x) };
                 }
                 (thread_cpu_ns() - c0) as f64 / ops as f64
             })
@@ -72,31 +64,17 @@ pub(crate) fn env_compiled(py: Python<'_>, ops: u64, batches: usize) -> PyResult
 }
 
 pub(crate) fn bench_entity() -> PyResult<&'static Entity> {
-    register(
-        "bench",
-        "rust",
-        Kind::Event,
-        "benchmark event (Rust loop)",
-        None,
-    )
-    .map_err(err)
+    register("bench", "rust", Kind::Event, "benchmark event (Rust loop)", None).map_err(err)
 }
 
 /// ns per event of `threads` threads each logging `n` events, per repetition
 /// (mean over threads). A trace must be open with group `bench` enabled.
 #[pyfunction]
 #[pyo3(signature = (n, reps, threads=1))]
-pub(crate) fn bench_events(
-    py: Python<'_>,
-    n: u64,
-    reps: usize,
-    threads: usize,
-) -> PyResult<Vec<f64>> {
+pub(crate) fn bench_events(py: Python<'_>, n: u64, reps: usize, threads: usize) -> PyResult<Vec<f64>> {
     let e = bench_entity()?;
     if !e.enabled() {
-        return Err(InputError::new_err(
-            "open a trace with group 'bench' enabled first",
-        ));
+        return Err(InputError::new_err("open a trace with group 'bench' enabled first"));
     }
     detached(py, || {
         (0..reps)
@@ -117,10 +95,7 @@ pub(crate) fn bench_events(
                         })
                     })
                     .collect();
-                let v: Vec<f64> = hs
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or(f64::NAN))
-                    .collect();
+                let v: Vec<f64> = hs.into_iter().map(|h| h.join().unwrap_or(f64::NAN)).collect();
                 let _ = session::flush();
                 v.iter().sum::<f64>() / v.len() as f64
             })
@@ -135,9 +110,7 @@ pub(crate) fn bench_events(
 pub(crate) fn bench_sustained(py: Python<'_>, rate: f64, seconds: f64) -> PyResult<(u64, f64)> {
     let e = bench_entity()?;
     if !e.enabled() {
-        return Err(InputError::new_err(
-            "open a trace with group 'bench' enabled first",
-        ));
+        return Err(InputError::new_err("open a trace with group 'bench' enabled first"));
     }
     detached(py, || {
         let t0 = Instant::now();

@@ -46,9 +46,17 @@ fn stats_dict<'py>(py: Python<'py>, c: &Channel) -> PyResult<Bound<'py, PyDict>>
     let s = c.stats();
     let d = PyDict::new(py);
     for (k, v) in [
-        ("put", s.put), ("got", s.got), ("consumed", s.consumed), ("reclaimed", s.reclaimed), ("dropped_full", s.dropped_full),
-        ("dropped_no_consumer", s.dropped_no_consumer), ("skipped", s.skipped), ("put_timeouts", s.put_timeouts),
-        ("get_timeouts", s.get_timeouts), ("consumers_lost", s.consumers_lost), ("bytes_put", s.bytes_put),
+        ("put", s.put),
+        ("got", s.got),
+        ("consumed", s.consumed),
+        ("reclaimed", s.reclaimed),
+        ("dropped_full", s.dropped_full),
+        ("dropped_no_consumer", s.dropped_no_consumer),
+        ("skipped", s.skipped),
+        ("put_timeouts", s.put_timeouts),
+        ("get_timeouts", s.get_timeouts),
+        ("consumers_lost", s.consumers_lost),
+        ("bytes_put", s.bytes_put),
     ] {
         d.set_item(k, v)?;
     }
@@ -134,8 +142,16 @@ impl PyHub {
         let s = self.h.net_stats();
         let d = PyDict::new(py);
         for (k, v) in [
-            ("items_in", s.items_in), ("bytes_in", s.bytes_in), ("datagrams_in", s.datagrams_in), ("incomplete", s.incomplete), ("missing", s.missing),
-            ("refused", s.refused), ("malformed", s.malformed), ("conns_accepted", s.conns_accepted), ("conns_lost", s.conns_lost), ("send_errors", s.send_errors),
+            ("items_in", s.items_in),
+            ("bytes_in", s.bytes_in),
+            ("datagrams_in", s.datagrams_in),
+            ("incomplete", s.incomplete),
+            ("missing", s.missing),
+            ("refused", s.refused),
+            ("malformed", s.malformed),
+            ("conns_accepted", s.conns_accepted),
+            ("conns_lost", s.conns_lost),
+            ("send_errors", s.send_errors),
         ] {
             d.set_item(k, v)?;
         }
@@ -243,7 +259,18 @@ pub fn chan_bench_serve(py: Python<'_>, raw_bind: &str, chan_bind: &str, reply_t
 #[pyfunction]
 #[pyo3(signature = (raw_dest, chan_dest, bind, transport, sizes, rounds, blocks, warmup=20, frag=1400))]
 #[allow(clippy::too_many_arguments)]
-pub fn chan_bench_client<'py>(py: Python<'py>, raw_dest: &str, chan_dest: &str, bind: &str, transport: &str, sizes: Vec<usize>, rounds: Vec<usize>, blocks: usize, warmup: usize, frag: usize) -> PyResult<Bound<'py, PyList>> {
+pub fn chan_bench_client<'py>(
+    py: Python<'py>,
+    raw_dest: &str,
+    chan_dest: &str,
+    bind: &str,
+    transport: &str,
+    sizes: Vec<usize>,
+    rounds: Vec<usize>,
+    blocks: usize,
+    warmup: usize,
+    frag: usize,
+) -> PyResult<Bound<'py, PyList>> {
     let (rd, cd, b) = (addr(raw_dest)?, addr(chan_dest)?, addr(bind)?);
     let t = self::transport(transport)?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -254,7 +281,8 @@ pub fn chan_bench_client<'py>(py: Python<'py>, raw_dest: &str, chan_dest: &str, 
         for (k, &size) in sizes.iter().enumerate() {
             let n = rounds.get(k).or(rounds.last()).copied().unwrap_or(100);
             for blk in 0..blocks {
-                let order: [(&str, &mut raw::Client); 2] = if blk % 2 == 0 { [("raw", &mut raw), ("channel", &mut chan)] } else { [("channel", &mut chan), ("raw", &mut raw)] };
+                let order: [(&str, &mut raw::Client); 2] =
+                    if blk % 2 == 0 { [("raw", &mut raw), ("channel", &mut chan)] } else { [("channel", &mut chan), ("raw", &mut raw)] };
                 for (mode, c) in order {
                     out.push((mode, blk, c.rounds(size, n, warmup)?));
                 }

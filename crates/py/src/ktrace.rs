@@ -267,7 +267,8 @@ impl KtraceImport {
 /// int32 columns and joins chunks), so the interpreter lock is released while
 /// the split runs; the tasks' priorities are -1 for captures before them.
 fn attribute_columns(cols: &Bound<'_, PyDict>) -> PyResult<Vec<Vec<i64>>> {
-    const COLS: [&str; 13] = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
+    const COLS: [&str; 13] =
+        ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
     let mut owned: Vec<Vec<i64>> = Vec::with_capacity(COLS.len());
     for c in COLS {
         let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
@@ -341,9 +342,25 @@ pub fn ktrace_attribute<'py>(
     let splits = detached(py, move || {
         let o = &owned;
         let ev = Events {
-            t_ns: &o[0], cpu: &o[1], event: &o[2], pid: &o[3], target: &o[4], target_comm: &o[5], next_pid: &o[6], next_comm: &o[7],
-            prev_state: &o[8], name: &o[9], runtime: &o[10], expires: &o[11], softexpires: &o[12], prio: &o[13], next_prio: &o[14],
-            event_names: &event_names, comms: &comms, states: &states, names: &names,
+            t_ns: &o[0],
+            cpu: &o[1],
+            event: &o[2],
+            pid: &o[3],
+            target: &o[4],
+            target_comm: &o[5],
+            next_pid: &o[6],
+            next_comm: &o[7],
+            prev_state: &o[8],
+            name: &o[9],
+            runtime: &o[10],
+            expires: &o[11],
+            softexpires: &o[12],
+            prio: &o[13],
+            next_prio: &o[14],
+            event_names: &event_names,
+            comms: &comms,
+            states: &states,
+            names: &names,
         };
         attribute_many(&ev, &ctx, &wins)
     })?;
@@ -471,8 +488,16 @@ impl KtraceActivations {
         asleep: PyReadonlyArray1<'_, i64>,
         value: PyReadonlyArray1<'_, i64>,
     ) -> PyResult<()> {
-        let (t, cpu, kind, pid, target, next_pid, asleep, value) =
-            (t.as_slice()?, cpu.as_slice()?, kind.as_slice()?, pid.as_slice()?, target.as_slice()?, next_pid.as_slice()?, asleep.as_slice()?, value.as_slice()?);
+        let (t, cpu, kind, pid, target, next_pid, asleep, value) = (
+            t.as_slice()?,
+            cpu.as_slice()?,
+            kind.as_slice()?,
+            pid.as_slice()?,
+            target.as_slice()?,
+            next_pid.as_slice()?,
+            asleep.as_slice()?,
+            value.as_slice()?,
+        );
         let n = t.len();
         if [cpu.len(), kind.len(), pid.len(), target.len(), next_pid.len(), asleep.len(), value.len()].iter().any(|&l| l != n) {
             return Err(InputError::new_err("KtraceActivations.feed: the columns differ in length"));

@@ -1,35 +1,20 @@
 //! The network probes: paced sender, timestamping receiver, echo server and request/response client (UDP and TCP), bulk streams.
 
 use super::*;
-use loopscope_probes::net::{
-    bulk, recv as nrecv, rr, rr_tcp, schedule::Pattern, send as nsend, sock,
-};
+use loopscope_probes::net::{bulk, recv as nrecv, rr, rr_tcp, schedule::Pattern, send as nsend, sock};
 
 // ---- network probes ------------------------------------------------------------
 
-pub(crate) fn pattern(
-    name: &str,
-    seed: u64,
-    on_ns: u64,
-    off_ns: u64,
-    replay: Option<String>,
-) -> PyResult<Pattern> {
+pub(crate) fn pattern(name: &str, seed: u64, on_ns: u64, off_ns: u64, replay: Option<String>) -> PyResult<Pattern> {
     Ok(match name {
         "cbr" => Pattern::Cbr,
         "poisson" => Pattern::Poisson { seed },
         "onoff" => Pattern::OnOff { on_ns, off_ns },
         "replay" => {
             let p = replay.ok_or_else(|| InputError::new_err("the replay pattern needs a file"))?;
-            Pattern::Replay {
-                offsets: loopscope_probes::net::schedule::read_replay(p.as_ref())
-                    .map_err(py_err)?,
-            }
+            Pattern::Replay { offsets: loopscope_probes::net::schedule::read_replay(p.as_ref()).map_err(py_err)? }
         }
-        other => {
-            return Err(InputError::new_err(format!(
-                "pattern {other:?} is not one of cbr, poisson, onoff, replay:FILE"
-            )))
-        }
+        other => return Err(InputError::new_err(format!("pattern {other:?} is not one of cbr, poisson, onoff, replay:FILE"))),
     })
 }
 
@@ -57,21 +42,11 @@ pub(crate) fn net_schedule<'py>(
     if count.is_none() && duration_ns.is_none() && !matches!(p, Pattern::Replay { .. }) {
         return Err(InputError::new_err("give a count or a duration"));
     }
-    let v: Vec<u64> = loopscope_probes::net::schedule::Schedule::new(
-        p,
-        pps_num,
-        pps_den.max(1),
-        count,
-        duration_ns,
-    )
-    .collect();
+    let v: Vec<u64> = loopscope_probes::net::schedule::Schedule::new(p, pps_num, pps_den.max(1), count, duration_ns).collect();
     Ok(v.into_pyarray(py))
 }
 
-pub(crate) fn hist_dict<'py>(
-    py: Python<'py>,
-    h: &loopscope_trace::hist::Snapshot,
-) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn hist_dict<'py>(py: Python<'py>, h: &loopscope_trace::hist::Snapshot) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     let (idx, cnt): (Vec<u32>, Vec<u64>) = h.buckets.iter().copied().unzip();
     d.set_item("idx", idx.into_pyarray(py))?;
@@ -163,21 +138,12 @@ pub(crate) fn net_recv<'py>(
     rcvbuf: usize,
     max_size: usize,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let cfg = nrecv::RecvConfig {
-        bind: addr(bind)?,
-        duration_ns,
-        idle_ns,
-        count,
-        records,
-        rcvbuf,
-        max_size,
-    };
+    let cfg = nrecv::RecvConfig { bind: addr(bind)?, duration_ns, idle_ns, count, records, rcvbuf, max_size };
     let sock = nrecv::bind(&cfg).map_err(py_err)?;
     let bound = sock.local.to_string();
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-recv", stop, move || nrecv::run_on(sock, &cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-recv", stop, move || nrecv::run_on(sock, &cfg, s2))?;
     let d = PyDict::new(py);
     d.set_item("bound", bound)?;
     d.set_item("packets", r.packets)?;
@@ -214,10 +180,7 @@ pub(crate) fn net_recv<'py>(
     d.set_item("stack_net", hist_dict(py, &r.stack_net)?)?;
     d.set_item("end_host", hist_dict(py, &r.end_host)?)?;
     d.set_item("interarrival", hist_dict(py, &r.interarrival)?)?;
-    d.set_item(
-        "hist_scale",
-        serde_json::to_string(&r.hist_scale).unwrap_or_default(),
-    )?;
+    d.set_item("hist_scale", serde_json::to_string(&r.hist_scale).unwrap_or_default())?;
     d.set_item("interarrival_n", r.interarrival_n)?;
     d.set_item("interarrival_sum", r.interarrival_sum)?;
     d.set_item("interarrival_sumsq", r.interarrival_sumsq)?;
@@ -229,22 +192,14 @@ pub(crate) fn net_recv<'py>(
 /// Echo server for stimulus-response; returns counts when stopped.
 #[pyfunction]
 #[pyo3(signature = (bind, duration_ns=None, tcp=false, ready_fd=None))]
-pub(crate) fn net_echo<'py>(
-    py: Python<'py>,
-    bind: &str,
-    duration_ns: Option<u64>,
-    tcp: bool,
-    ready_fd: Option<i32>,
-) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn net_echo<'py>(py: Python<'py>, bind: &str, duration_ns: Option<u64>, tcp: bool, ready_fd: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
     let a = addr(bind)?;
     if tcp {
         let l = bulk::tcp_listen(&a).map_err(py_err)?;
         pipe::ready(ready_fd);
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
-        let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || {
-            rr_tcp::echo(l, duration_ns, s2)
-        })?;
+        let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || rr_tcp::echo(l, duration_ns, s2))?;
         return echo_dict(py, &r, interrupted);
     }
     let s = sock::Udp::bind(&a, 4 << 20).map_err(py_err)?;
@@ -253,16 +208,11 @@ pub(crate) fn net_echo<'py>(
     pipe::ready(ready_fd);
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-echo", stop, move || rr::echo(s, duration_ns, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-echo", stop, move || rr::echo(s, duration_ns, s2))?;
     echo_dict(py, &r, interrupted)
 }
 
-pub(crate) fn echo_dict<'py>(
-    py: Python<'py>,
-    r: &rr::EchoResult,
-    interrupted: bool,
-) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn echo_dict<'py>(py: Python<'py>, r: &rr::EchoResult, interrupted: bool) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
     d.set_item("requests", r.requests)?;
     d.set_item("malformed", r.malformed)?;
@@ -306,13 +256,7 @@ pub(crate) fn net_rr<'py>(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-rr", stop, move || {
-        if tcp {
-            rr_tcp::client(&cfg, s2)
-        } else {
-            rr::client(&cfg, s2)
-        }
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-rr", stop, move || if tcp { rr_tcp::client(&cfg, s2) } else { rr::client(&cfg, s2) })?;
     let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     d.set_item("sent", r.sent)?;
@@ -335,19 +279,11 @@ pub(crate) fn net_rr<'py>(
 /// TCP bulk sender: (bytes, elapsed_ns, error).
 #[pyfunction]
 #[pyo3(signature = (dest, duration_ns, rate_bps=None, size=65536))]
-pub(crate) fn net_bulk_tcp(
-    py: Python<'_>,
-    dest: &str,
-    duration_ns: u64,
-    rate_bps: Option<f64>,
-    size: usize,
-) -> PyResult<(u64, u64, Option<String>)> {
+pub(crate) fn net_bulk_tcp(py: Python<'_>, dest: &str, duration_ns: u64, rate_bps: Option<f64>, size: usize) -> PyResult<(u64, u64, Option<String>)> {
     let a = addr(dest)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, _) = run_interruptible(py, "ls-bulk-send", stop, move || {
-        bulk::tcp_send(&a, rate_bps, size, duration_ns, s2)
-    })?;
+    let (r, _) = run_interruptible(py, "ls-bulk-send", stop, move || bulk::tcp_send(&a, rate_bps, size, duration_ns, s2))?;
     let r = r.map_err(py_err)?;
     Ok((r.bytes, r.elapsed_ns, r.error))
 }
@@ -355,18 +291,12 @@ pub(crate) fn net_bulk_tcp(
 /// TCP sink: (bytes, connections) when stopped or after `duration_ns`.
 #[pyfunction]
 #[pyo3(signature = (bind, duration_ns=None))]
-pub(crate) fn net_sink_tcp(
-    py: Python<'_>,
-    bind: &str,
-    duration_ns: Option<u64>,
-) -> PyResult<(u64, u64)> {
+pub(crate) fn net_sink_tcp(py: Python<'_>, bind: &str, duration_ns: Option<u64>) -> PyResult<(u64, u64)> {
     let a = addr(bind)?;
     let l = bulk::tcp_listen(&a).map_err(py_err)?;
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, _) = run_interruptible(py, "ls-bulk-sink", stop, move || {
-        bulk::tcp_sink(l, duration_ns, s2)
-    })?;
+    let (r, _) = run_interruptible(py, "ls-bulk-sink", stop, move || bulk::tcp_sink(l, duration_ns, s2))?;
     Ok(r)
 }
 

@@ -25,7 +25,17 @@ pub(crate) fn ready(fd: Option<i32>) {
 #[pyfunction]
 #[pyo3(signature = (dest, flow, pps_num, pps_den, size, count=None, duration_ns=None, linger_ns=0))]
 #[allow(clippy::too_many_arguments)]
-pub fn pipe_source<'py>(py: Python<'py>, dest: &str, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>, linger_ns: u64) -> PyResult<Bound<'py, PyDict>> {
+pub fn pipe_source<'py>(
+    py: Python<'py>,
+    dest: &str,
+    flow: u32,
+    pps_num: u128,
+    pps_den: u128,
+    size: usize,
+    count: Option<u64>,
+    duration_ns: Option<u64>,
+    linger_ns: u64,
+) -> PyResult<Bound<'py, PyDict>> {
     if count.is_none() && duration_ns.is_none() {
         return Err(InputError::new_err("give a count or a duration"));
     }

@@ -24,12 +24,7 @@ pub(crate) fn timer_params(p: TimerParams) -> TimerParams {
 /// Run the timer-latency probe with its parameters (a `TimerParams` model); returns a dict (see timer.rs).
 #[pyfunction]
 #[pyo3(signature = (params, duration_ns, max_samples=16_000_000))]
-pub(crate) fn timer_probe<'py>(
-    py: Python<'py>,
-    params: TimerParams,
-    duration_ns: u64,
-    max_samples: usize,
-) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn timer_probe<'py>(py: Python<'py>, params: TimerParams, duration_ns: u64, max_samples: usize) -> PyResult<Bound<'py, PyDict>> {
     let cfg = timer::TimerConfig {
         interval_ns: params.interval_us * 1000,
         duration_ns,
@@ -42,8 +37,7 @@ pub(crate) fn timer_probe<'py>(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) =
-        run_interruptible(py, "ls-timer-main", stop, move || timer::run(&cfg, s2))?;
+    let (r, interrupted) = run_interruptible(py, "ls-timer-main", stop, move || timer::run(&cfg, s2))?;
     let d = PyDict::new(py);
     let ths = PyList::empty(py);
     for t in r.threads {
@@ -106,11 +100,7 @@ pub(crate) fn sched_probe<'py>(
     let fixed = match (work_iters, alone_ns) {
         (Some(i), Some(a)) => Some((i, a)),
         (None, None) => None,
-        _ => {
-            return Err(InputError::new_err(
-                "work_iters and alone_ns go together (both from one calibration)",
-            ))
-        }
+        _ => return Err(InputError::new_err("work_iters and alone_ns go together (both from one calibration)")),
     };
     let cfg = loopscope_probes::sched::SchedConfig {
         busy_threads: params.busy_threads,
@@ -123,9 +113,7 @@ pub(crate) fn sched_probe<'py>(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-sched-main", stop, move || {
-        loopscope_probes::sched::run(&cfg, s2)
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-sched-main", stop, move || loopscope_probes::sched::run(&cfg, s2))?;
     let d = PyDict::new(py);
     d.set_item("work_iters", r.work_iters)?;
     d.set_item("alone_ns", r.alone_ns)?;
@@ -163,12 +151,7 @@ pub(crate) fn syscall_params(p: SyscallParams) -> SyscallParams {
 /// syscall.rs). A call that fails raises RunError naming it.
 #[pyfunction]
 #[pyo3(signature = (params, dir, min_batches=10))]
-pub(crate) fn syscall_probe<'py>(
-    py: Python<'py>,
-    params: SyscallParams,
-    dir: String,
-    min_batches: usize,
-) -> PyResult<Bound<'py, PyDict>> {
+pub(crate) fn syscall_probe<'py>(py: Python<'py>, params: SyscallParams, dir: String, min_batches: usize) -> PyResult<Bound<'py, PyDict>> {
     let cfg = loopscope_probes::syscall::SyscallConfig {
         calls: params.calls,
         batch: params.batch,
@@ -180,9 +163,7 @@ pub(crate) fn syscall_probe<'py>(
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
-    let (r, interrupted) = run_interruptible(py, "ls-syscall", stop, move || {
-        loopscope_probes::syscall::run(&cfg, s2)
-    })?;
+    let (r, interrupted) = run_interruptible(py, "ls-syscall", stop, move || loopscope_probes::syscall::run(&cfg, s2))?;
     let r = r.map_err(py_err)?;
     let d = PyDict::new(py);
     let calls = PyList::empty(py);
@@ -241,11 +222,7 @@ pub(crate) fn load_worker<'py>(
     dest: Option<String>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_loads::{net::Protocol, Config as LoadConfig, Kind as LoadKind};
-    let d = || {
-        dir.clone()
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-    };
+    let d = || dir.clone().map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir);
     let k = match kind {
         "cpu" => LoadKind::Cpu,
         "memory" => LoadKind::Memory { count },
@@ -254,11 +231,7 @@ pub(crate) fn load_worker<'py>(
             protocol: match protocol {
                 "udp" => Protocol::Udp,
                 "tcp" => Protocol::Tcp,
-                p => {
-                    return Err(InputError::new_err(format!(
-                        "protocol {p:?} is not udp or tcp"
-                    )))
-                }
+                p => return Err(InputError::new_err(format!("protocol {p:?} is not udp or tcp"))),
             },
             rate_bps,
             size,
@@ -268,25 +241,15 @@ pub(crate) fn load_worker<'py>(
             },
         },
         "mix" => LoadKind::Mix { dir: d() },
-        other => {
-            return Err(InputError::new_err(format!(
-                "load kind {other:?} is not one of cpu, memory, io, net, mix"
-            )))
-        }
+        other => return Err(InputError::new_err(format!("load kind {other:?} is not one of cpu, memory, io, net, mix"))),
     };
     if let Some(x) = duty {
         if !(x > 0.0 && x <= 1.0) {
-            return Err(InputError::new_err(format!(
-                "duty cycle must be in (0, 1] [got {x}]"
-            )));
+            return Err(InputError::new_err(format!("duty cycle must be in (0, 1] [got {x}]")));
         }
     }
     loopscope_loads::install_worker_signals().map_err(py_err)?;
-    let cfg = LoadConfig {
-        kind: k,
-        duty,
-        seconds,
-    };
+    let cfg = LoadConfig { kind: k, duty, seconds };
     let never = AtomicBool::new(false);
     let r = detached(py, || loopscope_loads::run(&cfg, &never))?;
     let out = PyDict::new(py);

@@ -39,7 +39,15 @@ pub fn sync_serve<'py>(py: Python<'py>, bind: &str, ready_fd: Option<i32>) -> Py
 /// Clock-sync initiator: coded probe pairs to the reference's responder.
 #[pyfunction]
 #[pyo3(signature = (dest, flow, rate, gap_ns, duration_ns=None, grace_ns=200_000_000))]
-pub fn sync_probe<'py>(py: Python<'py>, dest: &str, flow: u32, rate: f64, gap_ns: i64, duration_ns: Option<u64>, grace_ns: i64) -> PyResult<Bound<'py, PyDict>> {
+pub fn sync_probe<'py>(
+    py: Python<'py>,
+    dest: &str,
+    flow: u32,
+    rate: f64,
+    gap_ns: i64,
+    duration_ns: Option<u64>,
+    grace_ns: i64,
+) -> PyResult<Bound<'py, PyDict>> {
     let d = addr(dest)?;
     if gap_ns < 0 || gap_ns > 100_000_000 {
         return Err(InputError::new_err(format!("gap {gap_ns} ns: must be between 0 and 100 ms")));

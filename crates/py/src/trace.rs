@@ -38,22 +38,13 @@ impl PyEntity {
 
     /// Log an event (optionally with a number or bytes).
     #[pyo3(signature = (tag=0, value=None, payload=None))]
-    fn event(
-        &self,
-        tag: u32,
-        value: Option<i64>,
-        payload: Option<&Bound<'_, PyBytes>>,
-    ) -> PyResult<()> {
+    fn event(&self, tag: u32, value: Option<i64>, payload: Option<&Bound<'_, PyBytes>>) -> PyResult<()> {
         self.check(Kind::Event)?;
         match (value, payload) {
             (None, None) => self.e.event(tag),
             (Some(v), None) => self.e.event_value(tag, v),
             (None, Some(p)) => self.e.event_payload(tag, p.as_bytes()),
-            (Some(_), Some(_)) => {
-                return Err(InputError::new_err(
-                    "an event carries a value or a payload, not both",
-                ))
-            }
+            (Some(_), Some(_)) => return Err(InputError::new_err("an event carries a value or a payload, not both")),
         }
         Ok(())
     }
@@ -114,13 +105,7 @@ impl PyEntity {
     }
 
     fn __repr__(&self) -> String {
-        format!(
-            "<loopscope entity {}/{} ({}, id {})>",
-            self.e.group(),
-            self.e.name(),
-            self.e.kind().as_str(),
-            self.e.id()
-        )
+        format!("<loopscope entity {}/{} ({}, id {})>", self.e.group(), self.e.name(), self.e.kind().as_str(), self.e.id())
     }
 }
 
@@ -129,12 +114,7 @@ impl PyEntity {
     fn stateful(&self, what: &str) -> PyResult<Kind> {
         match self.e.kind() {
             k @ (Kind::Counter | Kind::Histogram) => Ok(k),
-            k => Err(InputError::new_err(format!(
-                "{}/{} is a {}; {what}() applies to counters and histograms",
-                self.e.group(),
-                self.e.name(),
-                k.as_str()
-            ))),
+            k => Err(InputError::new_err(format!("{}/{} is a {}; {what}() applies to counters and histograms", self.e.group(), self.e.name(), k.as_str()))),
         }
     }
 
@@ -142,13 +122,7 @@ impl PyEntity {
         if self.e.kind() == k {
             Ok(())
         } else {
-            Err(InputError::new_err(format!(
-                "{}/{} is a {}, not a {}",
-                self.e.group(),
-                self.e.name(),
-                self.e.kind().as_str(),
-                k.as_str()
-            )))
+            Err(InputError::new_err(format!("{}/{} is a {}, not a {}", self.e.group(), self.e.name(), self.e.kind().as_str(), k.as_str())))
         }
     }
 }
@@ -159,11 +133,7 @@ pub(crate) fn parse_kind(kind: &str) -> PyResult<Kind> {
         "interval" => Kind::Interval,
         "counter" => Kind::Counter,
         "histogram" => Kind::Histogram,
-        _ => {
-            return Err(InputError::new_err(format!(
-                "kind {kind:?} is not one of event, interval, counter, histogram"
-            )))
-        }
+        _ => return Err(InputError::new_err(format!("kind {kind:?} is not one of event, interval, counter, histogram"))),
     })
 }
 
@@ -172,24 +142,13 @@ pub(crate) fn parse_kind(kind: &str) -> PyResult<Kind> {
 /// `{"scale": "linear", "lo": A, "hi": B, "n": K}`.
 #[pyfunction]
 #[pyo3(signature = (group, name, kind, desc="", scale=None))]
-pub(crate) fn register_entity(
-    group: &str,
-    name: &str,
-    kind: &str,
-    desc: &str,
-    scale: Option<&str>,
-) -> PyResult<PyEntity> {
+pub(crate) fn register_entity(group: &str, name: &str, kind: &str, desc: &str, scale: Option<&str>) -> PyResult<PyEntity> {
     let k = parse_kind(kind)?;
     let s: Option<Scale> = match scale {
-        Some(j) => Some(
-            serde_json::from_str(j)
-                .map_err(|e| InputError::new_err(format!("histogram layout {j}: {e}")))?,
-        ),
+        Some(j) => Some(serde_json::from_str(j).map_err(|e| InputError::new_err(format!("histogram layout {j}: {e}")))?),
         None => None,
     };
-    Ok(PyEntity {
-        e: register(group, name, k, desc, s).map_err(err)?,
-    })
+    Ok(PyEntity { e: register(group, name, k, desc, s).map_err(err)? })
 }
 
 /// Open a trace. `config`: TOML text (see docs/trace-format.md); else the
@@ -197,35 +156,20 @@ pub(crate) fn register_entity(
 /// normal / ring stream (a ring stream `ring` is added if needed).
 #[pyfunction]
 #[pyo3(signature = (path, config=None, groups=None, ring_groups=None, fsync=false))]
-pub(crate) fn open(
-    path: &str,
-    config: Option<&str>,
-    groups: Option<Vec<String>>,
-    ring_groups: Option<Vec<String>>,
-    fsync: bool,
-) -> PyResult<()> {
+pub(crate) fn open(path: &str, config: Option<&str>, groups: Option<Vec<String>>, ring_groups: Option<Vec<String>>, fsync: bool) -> PyResult<()> {
     let mut cfg = match config {
         Some(t) => Config::from_toml(t, "config").map_err(err)?,
         None => Config::from_env().map_err(err)?,
     };
     if let Some(g) = groups {
-        if let Some(s) = cfg
-            .streams
-            .iter_mut()
-            .find(|s| s.kind == StreamKind::Normal)
-        {
+        if let Some(s) = cfg.streams.iter_mut().find(|s| s.kind == StreamKind::Normal) {
             s.groups = g;
         }
     }
     if let Some(g) = ring_groups {
         match cfg.streams.iter_mut().find(|s| s.kind == StreamKind::Ring) {
             Some(s) => s.groups = g,
-            None => cfg.streams.push(StreamConfig {
-                name: "ring".into(),
-                kind: StreamKind::Ring,
-                groups: g,
-                buffer_kib: None,
-            }),
+            None => cfg.streams.push(StreamConfig { name: "ring".into(), kind: StreamKind::Ring, groups: g, buffer_kib: None }),
         }
     }
     cfg.fsync |= fsync;
@@ -286,12 +230,7 @@ pub(crate) fn clock_info() -> (String, String) {
 /// Read a trace: (columns as a dict of numpy arrays, metadata as JSON).
 #[pyfunction]
 #[pyo3(signature = (path, sort=true, count_only=false))]
-pub(crate) fn read_trace<'py>(
-    py: Python<'py>,
-    path: &str,
-    sort: bool,
-    count_only: bool,
-) -> PyResult<(Bound<'py, PyDict>, String)> {
+pub(crate) fn read_trace<'py>(py: Python<'py>, path: &str, sort: bool, count_only: bool) -> PyResult<(Bound<'py, PyDict>, String)> {
     let p = path.to_string();
     let t = detached(py, move || {
         std::panic::catch_unwind(|| reader::read_file(p.as_ref(), Options { sort, count_only }))
@@ -339,12 +278,8 @@ pub(crate) fn hist_bounds<'py>(
     py: Python<'py>,
     scale: &str,
     idx: PyReadonlyArray1<'py, u32>,
-) -> PyResult<(
-    Bound<'py, numpy::PyArray1<i64>>,
-    Bound<'py, numpy::PyArray1<i64>>,
-)> {
-    let s: Scale = serde_json::from_str(scale)
-        .map_err(|e| InputError::new_err(format!("histogram layout {scale}: {e}")))?;
+) -> PyResult<(Bound<'py, numpy::PyArray1<i64>>, Bound<'py, numpy::PyArray1<i64>>)> {
+    let s: Scale = serde_json::from_str(scale).map_err(|e| InputError::new_err(format!("histogram layout {scale}: {e}")))?;
     let idx = idx.as_slice()?;
     let (lo, hi): (Vec<i64>, Vec<i64>) = idx.iter().map(|&i| s.bounds(i as u64)).unzip();
     Ok((lo.into_pyarray(py), hi.into_pyarray(py)))
@@ -354,10 +289,7 @@ pub(crate) fn hist_bounds<'py>(
 
 pub(crate) fn add_to(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyEntity>()?;
-    m.add(
-        "FORMAT_VERSION",
-        (format::VERSION_MAJOR, format::VERSION_MINOR),
-    )?;
+    m.add("FORMAT_VERSION", (format::VERSION_MAJOR, format::VERSION_MINOR))?;
     m.add("MAX_PAYLOAD", format::rec::MAX_PAYLOAD)?;
     m.add_function(wrap_pyfunction!(register_entity, m)?)?;
     m.add_function(wrap_pyfunction!(open, m)?)?;

@@ -128,9 +128,7 @@ mod tests {
         let data = vec![7u8; 4096];
         let mut b = Batch::new();
         json(&mut b, format::chunk::CONFIG, 0, &serde_json::json!({"a": 1}));
-        unsafe {
-            b.data_chunk(ChunkHeader { ty: format::chunk::DATA, flags: 0, stream: 1, thread: 2, len: 0, payload_crc: 0, lost: 3 }, &data)
-        };
+        unsafe { b.data_chunk(ChunkHeader { ty: format::chunk::DATA, flags: 0, stream: 1, thread: 2, len: 0, payload_crc: 0, lost: 3 }, &data) };
         b.own(|v| v.extend_from_slice(b"tail...."));
         let mut out = Vec::new();
         b.write_to(&mut out).unwrap();

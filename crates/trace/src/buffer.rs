@@ -59,14 +59,7 @@ impl Ring {
             unsafe { ptr.add(i).write_volatile(0) };
             i += 512;
         }
-        Ring {
-            ptr,
-            cap,
-            overwrite,
-            head: Padded(AtomicU64::new(0)),
-            tail: Padded(AtomicU64::new(0)),
-            lost: Padded(AtomicU64::new(0)),
-        }
+        Ring { ptr, cap, overwrite, head: Padded(AtomicU64::new(0)), tail: Padded(AtomicU64::new(0)), lost: Padded(AtomicU64::new(0)) }
     }
 
     /// The bytes of positions `[a, b)`, which must lie within one block.
@@ -82,14 +75,7 @@ impl Ring {
     }
 
     pub fn producer(&self) -> Producer {
-        let mut p = Producer {
-            base: self.ptr,
-            wmask: self.cap / 8 - 1,
-            pos: 0,
-            end: 0,
-            head: &self.head.0 as *const AtomicU64,
-            ring: self as *const Ring,
-        };
+        let mut p = Producer { base: self.ptr, wmask: self.cap / 8 - 1, pos: 0, end: 0, head: &self.head.0 as *const AtomicU64, ring: self as *const Ring };
         p.end = p.limit_in_block(p.pos);
         p
     }

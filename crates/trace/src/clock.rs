@@ -104,18 +104,14 @@ fn detect() -> ClockKind {
 }
 
 fn kernel_clocksource() -> Option<String> {
-    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
-        .ok()
-        .map(|s| s.trim().to_string())
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource").ok().map(|s| s.trim().to_string())
 }
 
 #[cfg(target_arch = "x86_64")]
 pub fn tsc_invariant() -> bool {
     // CPUID.80000007H:EDX[8] is "invariant TSC".
     #[allow(unused_unsafe)]
-    let (max_ext, edx) = unsafe {
-        (core::arch::x86_64::__cpuid(0x8000_0000).eax, core::arch::x86_64::__cpuid(0x8000_0007).edx)
-    };
+    let (max_ext, edx) = unsafe { (core::arch::x86_64::__cpuid(0x8000_0000).eax, core::arch::x86_64::__cpuid(0x8000_0007).edx) };
     max_ext >= 0x8000_0007 && edx & (1 << 8) != 0
 }
 
@@ -196,13 +192,7 @@ pub fn calibration_pair(tries: usize) -> CalPair {
     }
     // Express the REALTIME read at the same MONOTONIC instant as the TSC pair.
     let realtime = (rbest.2 as i128 + best.2 as i128 - rbest.1 as i128) as u64;
-    CalPair {
-        raw: best.1,
-        mono_ns: best.2,
-        raw_err: best.0.div_ceil(2),
-        realtime_ns: realtime,
-        realtime_err_ns: rbest.0.div_ceil(2),
-    }
+    CalPair { raw: best.1, mono_ns: best.2, raw_err: best.0.div_ceil(2), realtime_ns: realtime, realtime_err_ns: rbest.0.div_ceil(2) }
 }
 
 /// Estimate of raw ticks per second from two pairs (1e9 for the mono clock).

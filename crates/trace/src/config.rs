@@ -140,8 +140,7 @@ impl Config {
     pub fn from_env() -> Result<Config, Error> {
         let mut c = match std::env::var("LOOPSCOPE_CONFIG") {
             Ok(path) if !path.is_empty() => {
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| Error::input(format!("LOOPSCOPE_CONFIG={path}: cannot read: {e}")))?;
+                let text = std::fs::read_to_string(&path).map_err(|e| Error::input(format!("LOOPSCOPE_CONFIG={path}: cannot read: {e}")))?;
                 Config::from_toml(&text, &path)?
             }
             _ => Config::default(),

@@ -168,9 +168,7 @@ pub(crate) fn control() -> std::sync::MutexGuard<'static, Control> {
 
 fn check_name(what: &str, s: &str) -> Result<(), Error> {
     if s.is_empty() || s.len() > 200 || s.contains('/') || s.chars().any(|c| c.is_control()) {
-        return Err(Error::input(format!(
-            "entity {what} {s:?} is not valid; use 1..200 printable characters without '/'"
-        )));
+        return Err(Error::input(format!("entity {what} {s:?} is not valid; use 1..200 printable characters without '/'")));
     }
     Ok(())
 }
@@ -190,11 +188,7 @@ pub fn register(group: &str, name: &str, kind: Kind, desc: &str, scale: Option<S
     let mut c = control();
     if let Some(e) = c.by_name.get(&(group.to_string(), name.to_string())) {
         if e.kind != kind {
-            return Err(Error::input(format!(
-                "{group}/{name} is registered as {}, not {}; use another name or the same kind",
-                e.kind.as_str(),
-                kind.as_str()
-            )));
+            return Err(Error::input(format!("{group}/{name} is registered as {}, not {}; use another name or the same kind", e.kind.as_str(), kind.as_str())));
         }
         if e.hist.as_ref().map(|h| h.scale) != scale {
             return Err(Error::input(format!("{group}/{name} is registered with another bucket layout")));

@@ -37,8 +37,8 @@ pub mod vclock;
 mod writer;
 
 pub use entity::{lookup, register, Entity};
-pub use local::prepare_thread;
 pub use format::Kind;
+pub use local::prepare_thread;
 pub use writer::count_records;
 
 use format::rec;
@@ -195,16 +195,7 @@ impl Entity {
         let Some(h) = &self.hist else { return };
         let s = h.snapshot();
         let k = s.buckets.len();
-        let head = [
-            rec::word0(rec::HISTOGRAM, self.id, tag),
-            clock::now_raw(),
-            k as u64,
-            s.under,
-            s.over,
-            s.sum as u64,
-            s.min as u64,
-            s.max as u64,
-        ];
+        let head = [rec::word0(rec::HISTOGRAM, self.id, tag), clock::now_raw(), k as u64, s.under, s.over, s.sum as u64, s.min as u64, s.max as u64];
         let mut tail = Vec::with_capacity((k * 4).div_ceil(8) * 8 + k * 8);
         for (i, _) in &s.buckets {
             tail.extend_from_slice(&i.to_le_bytes());

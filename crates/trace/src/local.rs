@@ -204,19 +204,9 @@ fn attach() -> Option<*mut ThreadState> {
 }
 
 fn new_state(shared: &Arc<Shared>) -> ThreadState {
-    let rings = shared
-        .config
-        .streams
-        .iter()
-        .map(|s| Ring::new(s.buffer_bytes(), s.kind == crate::config::StreamKind::Ring))
-        .collect();
-    let ts = shared.add_thread(|index| ThreadShared {
-        index,
-        tid: unsafe { libc::gettid() } as u32,
-        name: thread_name(),
-        rings,
-        exited: AtomicBool::new(false),
-    });
+    let rings = shared.config.streams.iter().map(|s| Ring::new(s.buffer_bytes(), s.kind == crate::config::StreamKind::Ring)).collect();
+    let ts =
+        shared.add_thread(|index| ThreadShared { index, tid: unsafe { libc::gettid() } as u32, name: thread_name(), rings, exited: AtomicBool::new(false) });
     let first = ts.rings[0].producer();
     let rest = ts.rings[1..].iter().map(|r| r.producer()).collect();
     ThreadState { epoch: shared.epoch, first, rest, shared: ts }

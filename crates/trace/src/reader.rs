@@ -169,9 +169,7 @@ pub fn read_bytes(data: &[u8], name: &str, opts: Options) -> Result<Trace, Error
 fn file_header(data: &[u8], name: &str) -> Result<(u16, u16, usize), Error> {
     if data.len() < format::FILE_HEADER_LEN || data[0..8] != format::FILE_MAGIC {
         let head: String = data.iter().take(8).map(|&b| if b.is_ascii_graphic() { b as char } else { '.' }).collect();
-        return Err(Error::input(format!(
-            "{name}: not a loopscope trace (starts with {head:?}, expected \"LSTRACE\"); give a file written by loopscope"
-        )));
+        return Err(Error::input(format!("{name}: not a loopscope trace (starts with {head:?}, expected \"LSTRACE\"); give a file written by loopscope")));
     }
     let major = u16::from_le_bytes([data[8], data[9]]);
     let minor = u16::from_le_bytes([data[10], data[11]]);
@@ -262,7 +260,10 @@ fn walk_chunks(data: &[u8], name: &str, hlen: usize, t: &mut Trace) -> Result<Ve
         pos = end;
     }
     if !have_info {
-        return Err(Error::input(format!("{name}: offset {}: the info chunk is missing or damaged, so the trace cannot be interpreted", format::FILE_HEADER_LEN)));
+        return Err(Error::input(format!(
+            "{name}: offset {}: the info chunk is missing or damaged, so the trace cannot be interpreted",
+            format::FILE_HEADER_LEN
+        )));
     }
     Ok(refs)
 }
@@ -277,7 +278,13 @@ fn count_lost(stats: &mut Stats, h: &ChunkHeader) {
 }
 
 /// One metadata chunk into `t`; true when it was the info chunk.
-fn metadata(h: &ChunkHeader, payload: &[u8], pos: usize, t: &mut Trace, dump_of_stream: &mut std::collections::HashMap<u16, u32>) -> Result<bool, serde_json::Error> {
+fn metadata(
+    h: &ChunkHeader,
+    payload: &[u8],
+    pos: usize,
+    t: &mut Trace,
+    dump_of_stream: &mut std::collections::HashMap<u16, u32>,
+) -> Result<bool, serde_json::Error> {
     match h.ty {
         chunk::INFO => {
             t.info = serde_json::from_slice(payload)?;

@@ -165,15 +165,10 @@ pub fn open(path: &Path, config: Config) -> Result<(), Error> {
     register_fork_handlers();
     let mut g = session();
     if let Some(s) = g.as_ref() {
-        return Err(Error::input(format!(
-            "{}: a trace is already open in this process ({}); close it first",
-            path.display(),
-            s.shared.path.display()
-        )));
+        return Err(Error::input(format!("{}: a trace is already open in this process ({}); close it first", path.display(), s.shared.path.display())));
     }
-    let mut file = File::create(path).map_err(|e| {
-        Error::input(format!("{}: cannot create the trace file: {e}; check that the directory exists and is writable", path.display()))
-    })?;
+    let mut file = File::create(path)
+        .map_err(|e| Error::input(format!("{}: cannot create the trace file: {e}; check that the directory exists and is writable", path.display())))?;
     let offset = write_head(&mut file, path, &config)?;
 
     let epoch = EPOCH.fetch_add(1, Ordering::SeqCst) + 1;
@@ -275,12 +270,7 @@ pub fn enable_group(stream: &str, group: &str, on: bool) -> Result<(), Error> {
         }
         c.remask_group(group);
     }
-    sh.changes.lock().unwrap_or_else(|e| e.into_inner()).push(format::ConfigChange {
-        raw: clock::now_raw(),
-        stream: sid,
-        group: group.into(),
-        enabled: on,
-    });
+    sh.changes.lock().unwrap_or_else(|e| e.into_inner()).push(format::ConfigChange { raw: clock::now_raw(), stream: sid, group: group.into(), enabled: on });
     Ok(())
 }
 

@@ -92,4 +92,3 @@ pub(crate) fn session() -> std::sync::MutexGuard<'static, Option<Session>> {
 pub(crate) fn current() -> Option<Arc<Shared>> {
     session().as_ref().map(|s| s.shared.clone())
 }
-

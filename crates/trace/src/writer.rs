@@ -239,7 +239,12 @@ impl Writer {
             for c in self.cursors.iter_mut() {
                 overwritten += dump_ring(c, s, &mut data);
             }
-            json(&mut self.out, chunk::DUMP, t.stream, &DumpInfo { stream: t.stream, dump: self.dumps, tag: t.tag, trigger_raw: t.raw, overwritten_bytes: overwritten });
+            json(
+                &mut self.out,
+                chunk::DUMP,
+                t.stream,
+                &DumpInfo { stream: t.stream, dump: self.dumps, tag: t.tag, trigger_raw: t.raw, overwritten_bytes: overwritten },
+            );
             self.out.own(|v| v.extend_from_slice(&data));
         }
     }

@@ -18,12 +18,7 @@ fn tmp(name: &str) -> PathBuf {
 
 fn one_stream(groups: &[&str]) -> Config {
     Config {
-        streams: vec![StreamConfig {
-            name: "main".into(),
-            kind: StreamKind::Normal,
-            groups: groups.iter().map(|s| s.to_string()).collect(),
-            buffer_kib: None,
-        }],
+        streams: vec![StreamConfig { name: "main".into(), kind: StreamKind::Normal, groups: groups.iter().map(|s| s.to_string()).collect(), buffer_kib: None }],
         ..Config::default()
     }
 }

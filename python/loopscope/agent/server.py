@@ -85,8 +85,11 @@ class Agent:
 
         mine = str(loopscope.__version__)
         if m.controller_version is not None and m.controller_version != mine:
-            raise Failure("agent", f"this host's loopscope is {mine} ({sys.executable}) and the controller's is {m.controller_version}: "
-                                   "one version must run on every host (`loopscope hosts install EXPERIMENT` puts the controller's there)")
+            raise Failure(
+                "agent",
+                f"this host's loopscope is {mine} ({sys.executable}) and the controller's is {m.controller_version}: "
+                "one version must run on every host (`loopscope hosts install EXPERIMENT` puts the controller's there)",
+            )
         self.run_id = m.run_id
         self.run_dir = Path(m.run_dir)
         self.probe_env = dict(m.probe_env)
@@ -97,8 +100,13 @@ class Agent:
         root, self.cg_note = find_root() if m.cgroups else (None, "cgroups not requested")
         if root is not None:
             self.group = RunGroup(root, m.cgroup_name or self.run_id)
-        return P.HelloReply(pid=os.getpid(), started_mono_ns=_STARTED_NS, cgroup=str(self.group.path) if self.group else None, cgroup_note=self.cg_note,
-                            provenance=provenance.gather(self.cg_note))
+        return P.HelloReply(
+            pid=os.getpid(),
+            started_mono_ns=_STARTED_NS,
+            cgroup=str(self.group.path) if self.group else None,
+            cgroup_note=self.cg_note,
+            provenance=provenance.gather(self.cg_note),
+        )
 
     def start_loads(self, m: P.StartLoads) -> P.LoadsStarted:
         step = Path(m.step_dir)
@@ -115,7 +123,9 @@ class Agent:
             for i, argv in enumerate(load_argvs(ld, scratch)):
                 kids.append(procs.spawn(f"{name}[{i}]", "load", argv, step / "loads" / f"{name}-{i}.log", group, lenv))
             self.loads[name] = kids
-            started.append(P.LoadStarted(name=name, pids=[k.pid for k in kids], cgroup=str(group) if group else None, command=kids[0].command() if kids else None))
+            started.append(
+                P.LoadStarted(name=name, pids=[k.pid for k in kids], cgroup=str(group) if group else None, command=kids[0].command() if kids else None)
+            )
         # A load that cannot start dies at once: give it a moment to do so.
         time.sleep(m.settle_s)
         self._check_loads("while starting")
@@ -132,8 +142,10 @@ class Agent:
         try:
             g = cpulimit.limit_threads(name, cpus, procs.threads_of(own, st.pids), own)
         except OSError as e:
-            raise Failure(f"load {name}", f"the phase's limit tuning could not hold load {name} to {cpus} CPUs: "
-                          f"{e.strerror or e} ({cpulimit.missing() or 'the cgroup refused it'})") from None
+            raise Failure(
+                f"load {name}",
+                f"the phase's limit tuning could not hold load {name} to {cpus} CPUs: {e.strerror or e} ({cpulimit.missing() or 'the cgroup refused it'})",
+            ) from None
         if g is not None:
             self.limited.append(g)
         st.tuned = {**(st.tuned or {}), "limit_cpus": cpus, "limit_group": str(g or own)}
@@ -364,13 +376,20 @@ class Agent:
                 RunGroup.remove(group)
             self._unlimit()
             works = [last_json(k.log) for k in kids]
-            report.append(LoadReport(
-                name=name, tids=tids, cpus=sorted(allowed), workers=len(kids), exit=[procs.exit_text(k.popen.returncode) for k in kids],
-                cpu_s=usec / 1e6 if usec is not None else proc_cpu,
-                cpu_source="cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",
-                elapsed_s=elapsed, ops=sum(w.get("ops", 0) for w in works if w) if any(works) else None,
-                unit=next((w.get("unit") for w in works if w), None),
-            ))
+            report.append(
+                LoadReport(
+                    name=name,
+                    tids=tids,
+                    cpus=sorted(allowed),
+                    workers=len(kids),
+                    exit=[procs.exit_text(k.popen.returncode) for k in kids],
+                    cpu_s=usec / 1e6 if usec is not None else proc_cpu,
+                    cpu_source="cgroup cpu.stat" if usec is not None else "/proc/<pid>/stat (children not included)",
+                    elapsed_s=elapsed,
+                    ops=sum(w.get("ops", 0) for w in works if w) if any(works) else None,
+                    unit=next((w.get("unit") for w in works if w), None),
+                )
+            )
         self.loads = {}
         if early:
             name, k = early[0]

@@ -48,9 +48,20 @@ from loopscope import _native
 
 #: per activation (ns, times on the capture's clock)
 COLUMNS = {
-    "tid": pl.Int64, "act": pl.Int64, "woken_ns": pl.Int64, "on_ns": pl.Int64, "off_ns": pl.Int64,
-    "wakeup_latency_ns": pl.Int64, "timer_expires_ns": pl.Int64, "timer_lateness_ns": pl.Int64,
-    "runtime_ns": pl.Int64, "preemptions": pl.Int64, "migrations": pl.Int64, "period_ns": pl.Int64, "on_bound_ns": pl.Int64, "complete": pl.Boolean,
+    "tid": pl.Int64,
+    "act": pl.Int64,
+    "woken_ns": pl.Int64,
+    "on_ns": pl.Int64,
+    "off_ns": pl.Int64,
+    "wakeup_latency_ns": pl.Int64,
+    "timer_expires_ns": pl.Int64,
+    "timer_lateness_ns": pl.Int64,
+    "runtime_ns": pl.Int64,
+    "preemptions": pl.Int64,
+    "migrations": pl.Int64,
+    "period_ns": pl.Int64,
+    "on_bound_ns": pl.Int64,
+    "complete": pl.Boolean,
 }
 
 WAKE_EVENTS = ("sched_wakeup", "sched_waking")
@@ -70,7 +81,9 @@ def mono_offsets(ev: pl.DataFrame) -> pl.DataFrame:
     """(t_ns, off_ns): the capture's clock minus CLOCK_MONOTONIC, along the
     capture, from its timer interrupts (``hrtimer_expire_entry``'s ``now``,
     decoded into ``expires``); empty when it has none."""
-    x = ev.filter((pl.col("event") == "hrtimer_expire_entry") & pl.col("expires").is_not_null()).select("t_ns", (pl.col("t_ns") - pl.col("expires")).alias("off_ns"))
+    x = ev.filter((pl.col("event") == "hrtimer_expire_entry") & pl.col("expires").is_not_null()).select(
+        "t_ns", (pl.col("t_ns") - pl.col("expires")).alias("off_ns")
+    )
     if not len(x):
         return x
     med = x["off_ns"].median()
@@ -107,8 +120,10 @@ def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | N
         strings = sorted(set(ev["name"].drop_nulls().unique().to_list()) | set(ev["prev_state"].drop_nulls().unique().to_list()) | {"R"})
         strings.remove("R")
         strings.insert(0, "R")
-        ev = ev.with_columns(pl.col("event").replace_strict(names, list(range(len(names))), default=None, return_dtype=pl.Int32),
-                             *(pl.col(c).replace_strict(strings, list(range(len(strings))), default=None, return_dtype=pl.Int32) for c in ("name", "prev_state")))
+        ev = ev.with_columns(
+            pl.col("event").replace_strict(names, list(range(len(names))), default=None, return_dtype=pl.Int32),
+            *(pl.col(c).replace_strict(strings, list(range(len(strings))), default=None, return_dtype=pl.Int32) for c in ("name", "prev_state")),
+        )
         coded = (names, strings)
     names, strings = coded
     table = np.array([KIND_CODES.get(n, 0) for n in names] or [0], dtype=np.int64)
@@ -126,8 +141,16 @@ def _arrays(ev: pl.DataFrame, clock: str, coded: tuple[list[str], list[str]] | N
     run = np.flatnonzero(kind == 4)
     if len(run):
         value[run] = _ints(ev, "runtime")[run]
-    out = {"t_ns": _ints(ev, "t_ns"), "cpu": _ints(ev, "cpu"), "kind": kind, "pid": _ints(ev, "pid"), "target": _ints(ev, "target"),
-           "next_pid": _ints(ev, "next_pid"), "asleep": (_ints(ev, "prev_state") > 0).astype(np.int64), "value": value}
+    out = {
+        "t_ns": _ints(ev, "t_ns"),
+        "cpu": _ints(ev, "cpu"),
+        "kind": kind,
+        "pid": _ints(ev, "pid"),
+        "target": _ints(ev, "target"),
+        "next_pid": _ints(ev, "next_pid"),
+        "asleep": (_ints(ev, "prev_state") > 0).astype(np.int64),
+        "value": value,
+    }
     if clock not in MONO_CLOCKS:
         if offsets is None:
             offsets = mono_offsets(_expire_entries(ev, names))
@@ -149,8 +172,9 @@ class Feed:
     """The native pass fed a stretch of the capture at a time (each in time
     order, each after the last), then ``rows``."""
 
-    def __init__(self, tids: list[int], lost: pl.DataFrame | None, clock: str, coded: tuple[list[str], list[str]] | None = None,
-                 offsets: pl.DataFrame | None = None) -> None:
+    def __init__(
+        self, tids: list[int], lost: pl.DataFrame | None, clock: str, coded: tuple[list[str], list[str]] | None = None, offsets: pl.DataFrame | None = None
+    ) -> None:
 
         ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
         le = lost["end_ns"].to_list() if lost is not None and len(lost) else []
@@ -176,8 +200,9 @@ class Feed:
         return pl.DataFrame(cols).cast(COLUMNS)  # type: ignore[arg-type]
 
 
-def activations(ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono",
-                coded: tuple[list[str], list[str]] | None = None) -> pl.DataFrame:
+def activations(
+    ev: pl.DataFrame, tids: list[int], lost: pl.DataFrame | None = None, clock: str = "mono", coded: tuple[list[str], list[str]] | None = None
+) -> pl.DataFrame:
     """One row per activation of each thread in ``tids`` (``COLUMNS``).
     ``ev``: every kernel event of a stretch, time-sorted (``kernel.store``
     columns, text decoded, or as stored with ``coded`` its event names and

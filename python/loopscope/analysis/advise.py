@@ -82,16 +82,34 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
             continue
         fields = getattr(models.get(p["kind"]), "model_fields", {})
         # a probe that does not say its CPUs (a program that pins itself) is where its outliers ran
-        ctx = Context(probe=p["name"], probe_kind=p["kind"], probe_cpus=list(p.get("cpu") or g.get("cpus") or []), usable=usable,
-                      probe_takes_cpu="cpu" in fields, probe_takes_priority="priority" in fields, loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
-                      load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]}, probe_priority=p.get("priority"),
-                      probe_unlocked="mlock" in fields and not p.get("mlock", fields["mlock"].default if "mlock" in fields else True))
+        ctx = Context(
+            probe=p["name"],
+            probe_kind=p["kind"],
+            probe_cpus=list(p.get("cpu") or g.get("cpus") or []),
+            usable=usable,
+            probe_takes_cpu="cpu" in fields,
+            probe_takes_priority="priority" in fields,
+            loads=list((phases.get(g["phase"]) or {}).get("loads") or []),
+            load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]},
+            probe_priority=p.get("priority"),
+            probe_unlocked="mlock" in fields and not p.get("mlock", fields["mlock"].default if "mlock" in fields else True),
+        )
         top = [(c["cause"], c["share"] or 0.0) for c in g["causes"] if c["cause"] not in SKIP and (c["share"] or 0.0) >= MIN_SHARE][:3]
         for cause, share in top:
             r = remedy(cause, ctx)
-            rows.append({"probe": g["probe"], "phase": g["phase"], "cause": cause, "share": round(share, 4),
-                         "remedy": r.remedy if r else "none known: see docs/explain.md for what it is", "knob": r.knob if r else None,
-                         "command": r.command if r else None, "reboot": r.reboot if r else None, "runtime": bool(r and r.tunings)})
+            rows.append(
+                {
+                    "probe": g["probe"],
+                    "phase": g["phase"],
+                    "cause": cause,
+                    "share": round(share, 4),
+                    "remedy": r.remedy if r else "none known: see docs/explain.md for what it is",
+                    "knob": r.knob if r else None,
+                    "command": r.command if r else None,
+                    "reboot": r.reboot if r else None,
+                    "runtime": bool(r and r.tunings),
+                }
+            )
             if r and r.tunings and g["phase"] in phases:
                 have = tunings.setdefault(g["phase"], [])
                 for t in r.tunings:
@@ -109,7 +127,16 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Two tunings of one thing (the probe's placement, one file): the first stays."""
     if a["kind"] != b["kind"]:
         return False
-    key = {"affinity": ("probe", "load"), "sched": ("probe", "load"), "limit": ("load",), "irq": ("irq",), "write": ("path",), "dma_latency": (), "cpuidle": ("state",), "mlock": ("probe",)}[a["kind"]]
+    key = {
+        "affinity": ("probe", "load"),
+        "sched": ("probe", "load"),
+        "limit": ("load",),
+        "irq": ("irq",),
+        "write": ("path",),
+        "dma_latency": (),
+        "cpuidle": ("state",),
+        "mlock": ("probe",),
+    }[a["kind"]]
     return all(a.get(k) == b.get(k) for k in key)
 
 

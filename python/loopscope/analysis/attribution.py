@@ -161,7 +161,9 @@ def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab
             if (cm, pd) not in labels:
                 labels[(cm, pd)] = task_label(cm, pd, roles, perf_is_lab)
             run_label.append(labels[(cm, pd)])
-        cpus[int(c)] = CpuView((r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms, segs_s, segs_e, irq_labels, run_label)
+        cpus[int(c)] = CpuView(
+            (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms, segs_s, segs_e, irq_labels, run_label
+        )
     return cpus
 
 
@@ -191,7 +193,9 @@ class Kernel:
     groups: dict[int, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
+    def of(
+        cls, ev: pl.DataFrame, lost: int, lost_windows: pl.DataFrame | None = None, roles: dict[int, str] | None = None, perf_is_lab: bool = False
+    ) -> "Kernel":
         """From events with text columns (a parsed perf.data, hand-made events)."""
         cols = _numbers(ev)
         tables: dict[str, list[str]] = {"event": [], "comm": [], "state": [], "name": []}
@@ -199,33 +203,76 @@ class Kernel:
             s = ev[c].cast(pl.String) if c in ev.columns else pl.Series(c, [None] * len(ev), dtype=pl.String)
             new = [x for x in s.drop_nulls().unique(maintain_order=True).to_list() if x not in tables[t]]
             tables[t] += new
-            cols[c] = s.replace_strict(tables[t], list(range(len(tables[t]))), default=-1, return_dtype=pl.Int64).to_numpy() if tables[t] else np.full(len(ev), -1, dtype=np.int64)
+            cols[c] = (
+                s.replace_strict(tables[t], list(range(len(tables[t]))), default=-1, return_dtype=pl.Int64).to_numpy()
+                if tables[t]
+                else np.full(len(ev), -1, dtype=np.int64)
+            )
         ts = ev["t_ns"]
-        return cls._make(cols, tables["event"], tables["comm"], tables["state"], tables["name"], lost, lost_windows, roles, perf_is_lab,
-                         int(ts.min()) if len(ts) else 0, int(ts.max()) if len(ts) else 0)  # type: ignore[arg-type]
+        return cls._make(
+            cols,
+            tables["event"],
+            tables["comm"],
+            tables["state"],
+            tables["name"],
+            lost,
+            lost_windows,
+            roles,
+            perf_is_lab,
+            int(ts.min()) if len(ts) else 0,  # type: ignore[arg-type]
+            int(ts.max()) if len(ts) else 0,  # type: ignore[arg-type]
+        )
 
     @classmethod
-    def coded(cls, ev: pl.DataFrame, strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
-              roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> "Kernel":
+    def coded(
+        cls,
+        ev: pl.DataFrame,
+        strings: list[str],
+        event_names: list[str],
+        lost: int,
+        lost_windows: pl.DataFrame | None = None,
+        roles: dict[int, str] | None = None,
+        perf_is_lab: bool = False,
+    ) -> "Kernel":
         """From a capture's stored events (text already indices into ``strings``)."""
         cols = _numbers(ev)
         for c in ("event", "target_comm", "next_comm", "prev_state", "name"):
             cols[c] = ev[c].fill_null(-1).cast(pl.Int64).to_numpy()
-        t = ev["t_ns"]
-        return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, perf_is_lab,
-                         int(t.min()) if len(t) else 0, int(t.max()) if len(t) else 0)  # type: ignore[arg-type]
+        t = ev["t_ns"].to_numpy()
+        span = (int(t.min()), int(t.max())) if len(t) else (0, 0)
+        return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, perf_is_lab, *span)
 
     @classmethod
-    def arrays(cls, cols: Mapping[str, Column], strings: list[str], event_names: list[str], lost: int, lost_windows: pl.DataFrame | None = None,
-               roles: dict[int, str] | None = None) -> "Kernel":
+    def arrays(
+        cls,
+        cols: Mapping[str, Column],
+        strings: list[str],
+        event_names: list[str],
+        lost: int,
+        lost_windows: pl.DataFrame | None = None,
+        roles: dict[int, str] | None = None,
+    ) -> "Kernel":
         """From a capture's stored events as chunks of arrays (``Store.load_arrays``)."""
         t = [c for c in cols["t_ns"] if len(c)]
-        return cls._make(dict(cols), event_names, strings, strings, strings, lost, lost_windows, roles, False,
-                         int(t[0][0]) if t else 0, int(t[-1][-1]) if t else 0)
+        return cls._make(
+            dict(cols), event_names, strings, strings, strings, lost, lost_windows, roles, False, int(t[0][0]) if t else 0, int(t[-1][-1]) if t else 0
+        )
 
     @classmethod
-    def _make(cls, cols: Mapping[str, Column], event_names: list[str], comms: list[str], states: list[str], names: list[str], lost: int,
-              lost_windows: pl.DataFrame | None, roles: dict[int, str] | None, perf_is_lab: bool, t_first: int, t_last: int) -> "Kernel":
+    def _make(
+        cls,
+        cols: Mapping[str, Column],
+        event_names: list[str],
+        comms: list[str],
+        states: list[str],
+        names: list[str],
+        lost: int,
+        lost_windows: pl.DataFrame | None,
+        roles: dict[int, str] | None,
+        perf_is_lab: bool,
+        t_first: int,
+        t_last: int,
+    ) -> "Kernel":
         placed = lost_windows is not None and int(lost_windows["events"].sum() or 0) >= lost
         return cls(cols, event_names, comms, states, names, lost, t_first, t_last, lost_windows if placed else None, roles or {}, perf_is_lab)
 
@@ -243,14 +290,31 @@ class Kernel:
         """The native split of ``rows`` (``id``, ``tid``, ``start_k``, ``end_k``, ``span``)."""
         la = None
         if self.lost_at is not None:
-            la = typing.cast("tuple[list[int], list[int], list[int], list[int]]", tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events")))
+            la = typing.cast(
+                "tuple[list[int], list[int], list[int], list[int]]",
+                tuple(self.lost_at[c].cast(pl.Int64).to_list() for c in ("cpu", "start_ns", "end_ns", "events")),
+            )
         span = rows["span"].fill_null(False) if "span" in rows.columns else pl.Series([False] * len(rows))
         return _native.ktrace_attribute(
-            self.cols, self.event_names, self.comms, self.states, self.names, list(self.roles), list(self.roles.values()), self.perf_is_lab,
-            int(self.lost), la, int(self.t_first), int(self.t_last),
-            rows["id"].cast(pl.Int64).to_numpy(), rows["tid"].cast(pl.Int64).to_numpy(), rows["start_k"].cast(pl.Int64).to_numpy(),
-            rows["end_k"].cast(pl.Int64).to_numpy(), span.cast(pl.Boolean).to_numpy(),
-            list(self.groups), list(self.groups.values()),
+            self.cols,
+            self.event_names,
+            self.comms,
+            self.states,
+            self.names,
+            list(self.roles),
+            list(self.roles.values()),
+            self.perf_is_lab,
+            int(self.lost),
+            la,
+            int(self.t_first),
+            int(self.t_last),
+            rows["id"].cast(pl.Int64).to_numpy(),
+            rows["tid"].cast(pl.Int64).to_numpy(),
+            rows["start_k"].cast(pl.Int64).to_numpy(),
+            rows["end_k"].cast(pl.Int64).to_numpy(),
+            span.cast(pl.Boolean).to_numpy(),
+            list(self.groups),
+            list(self.groups.values()),
         )
 
 
@@ -271,13 +335,16 @@ def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
         return np.array([], dtype=np.int64), np.array([], dtype=np.int64), []
     exits = [v[0] for v in IRQ_PAIRS.values()]
     kind = pl.col("event").replace_strict({k: v[1] for k, v in IRQ_PAIRS.items()}, default=None)
-    d = ev.select("t_ns", "event", "name").with_columns(
-        pl.when(pl.col("event").is_in(list(IRQ_PAIRS))).then(1).when(pl.col("event").is_in(exits)).then(-1).otherwise(0).alias("step"),
-        pl.when(kind.is_in(["irq", "softirq"]) & pl.col("name").is_not_null()).then(kind + ": " + pl.col("name")).otherwise(kind).alias("label"),
-    ).with_columns(pl.col("step").cum_sum().alias("s"))
+    d = (
+        ev.select("t_ns", "event", "name")
+        .with_columns(
+            pl.when(pl.col("event").is_in(list(IRQ_PAIRS))).then(1).when(pl.col("event").is_in(exits)).then(-1).otherwise(0).alias("step"),
+            pl.when(kind.is_in(["irq", "softirq"]) & pl.col("name").is_not_null()).then(kind + ": " + pl.col("name")).otherwise(kind).alias("label"),
+        )
+        .with_columns(pl.col("step").cum_sum().alias("s"))
+    )
     d = d.with_columns((pl.col("s") - pl.min_horizontal(pl.lit(0), pl.col("s").cum_min())).alias("depth"))
-    d = d.with_columns(pl.when(pl.col("step") == 1).then(pl.col("label")).forward_fill().over("depth").alias("top"),
-                       pl.col("t_ns").shift(-1).alias("t_next"))
+    d = d.with_columns(pl.when(pl.col("step") == 1).then(pl.col("label")).forward_fill().over("depth").alias("top"), pl.col("t_ns").shift(-1).alias("t_next"))
     seg = d.filter((pl.col("depth") > 0) & pl.col("t_next").is_not_null() & (pl.col("t_next") > pl.col("t_ns")))
     return seg["t_ns"].to_numpy(), seg["t_next"].to_numpy().astype(np.int64), seg["top"].to_list()
 
@@ -308,8 +375,14 @@ def _one(k: Kernel, tid: int, a: int, b: int, span: bool) -> Attributed:
     r = k.split(pl.DataFrame({"id": [0], "tid": [tid], "start_k": [a], "end_k": [b], "span": [span]}))
     causes = {r["causes"][int(c)]: int(ns) for c, ns in zip(r["cause"], r["ns"])}
     cpu = int(r["cpu"][0])
-    return {"causes": causes if b > a else {}, "cpu": None if cpu < 0 else cpu, "migrations": int(r["migrations"][0]), "page_faults": int(r["page_faults"][0]),
-            "complete": bool(r["complete"][0]), "missing": r["missing"][0]}
+    return {
+        "causes": causes if b > a else {},
+        "cpu": None if cpu < 0 else cpu,
+        "migrations": int(r["migrations"][0]),
+        "page_faults": int(r["page_faults"][0]),
+        "complete": bool(r["complete"][0]),
+        "missing": r["missing"][0],
+    }
 
 
 def attribute(k: Kernel, tid: int, a: int, b: int) -> Attributed:
@@ -324,8 +397,18 @@ def attribute_span(k: Kernel, tid: int, a: int, b: int) -> Attributed:
     return _one(k, tid, a, b, True)
 
 
-SPLIT_SCHEMA = {"id": pl.Int64, "cause": pl.String, "ns": pl.Int64, "before_ns": pl.Int64, "cpu": pl.Int32, "migrations": pl.Int32, "page_faults": pl.Int32, "complete": pl.Boolean, "missing": pl.String,
-                "rule": pl.String}
+SPLIT_SCHEMA = {
+    "id": pl.Int64,
+    "cause": pl.String,
+    "ns": pl.Int64,
+    "before_ns": pl.Int64,
+    "cpu": pl.Int32,
+    "migrations": pl.Int32,
+    "page_faults": pl.Int32,
+    "complete": pl.Boolean,
+    "missing": pl.String,
+    "rule": pl.String,
+}
 
 
 def attribute_many(k: Kernel, rows: pl.DataFrame) -> pl.DataFrame:
@@ -352,12 +435,25 @@ def splits_table(splits: list[Split]) -> pl.DataFrame:
         return np.concatenate(parts)
 
     causes = pl.Series("c", list(names), dtype=pl.String)
-    per = pl.DataFrame({"id": cat([r["w_id"] for r in splits]), "cpu": pl.Series(cat([r["cpu"] for r in splits])).replace(-1, None),
-                        "migrations": cat([r["migrations"] for r in splits]), "page_faults": cat([r["page_faults"] for r in splits]),
-                        "complete": cat([r["complete"] for r in splits]), "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String),
-                        "rule": pl.Series([m for r in splits for m in r["rule"]], dtype=pl.String)})
-    rows_df = pl.DataFrame({"id": cat([r["id"] for r in splits]), "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String),
-                            "ns": cat([r["ns"] for r in splits]), "before_ns": pl.Series(cat([r["before_ns"] for r in splits])).replace(-1, None)})
+    per = pl.DataFrame(
+        {
+            "id": cat([r["w_id"] for r in splits]),
+            "cpu": pl.Series(cat([r["cpu"] for r in splits])).replace(-1, None),
+            "migrations": cat([r["migrations"] for r in splits]),
+            "page_faults": cat([r["page_faults"] for r in splits]),
+            "complete": cat([r["complete"] for r in splits]),
+            "missing": pl.Series([m for r in splits for m in r["missing"]], dtype=pl.String),
+            "rule": pl.Series([m for r in splits for m in r["rule"]], dtype=pl.String),
+        }
+    )
+    rows_df = pl.DataFrame(
+        {
+            "id": cat([r["id"] for r in splits]),
+            "cause": causes.gather(pl.Series(np.concatenate(codes))) if len(causes) else pl.Series([], dtype=pl.String),
+            "ns": cat([r["ns"] for r in splits]),
+            "before_ns": pl.Series(cat([r["before_ns"] for r in splits])).replace(-1, None),
+        }
+    )
     return rows_df.join(per, on="id", how="left", maintain_order="left").cast(SPLIT_SCHEMA).select(list(SPLIT_SCHEMA))  # type: ignore[arg-type]
 
 
@@ -378,6 +474,6 @@ def cause_family(cause: str) -> str:
         verb, _, who = tail.rpartition(" by ")
         return cause_family(head) + CHAIN + (f"{verb} by {cause_family(who)}" if verb else cause_family(tail))
     for pre in ("thread: ", "blocked: "):
-        if cause.startswith(pre) and f"{cause}" not in BLOCKED.values() and not cause[len(pre):].startswith(("lab: ", "load: ")):
-            return pre + re.split(r"/|:|-\d|\.\d|\d+$", cause[len(pre):])[0]
+        if cause.startswith(pre) and f"{cause}" not in BLOCKED.values() and not cause[len(pre) :].startswith(("lab: ", "load: ")):
+            return pre + re.split(r"/|:|-\d|\.\d|\d+$", cause[len(pre) :])[0]
     return cause

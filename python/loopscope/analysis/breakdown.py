@@ -129,9 +129,16 @@ CALL_CATEGORIES = ["blocking", "runtime", "runtime: lock", "messaging", "messagi
 def split_calls(df: pl.DataFrame) -> pl.DataFrame:
     """One thread's records → one row per put/get call (channel, what, ts,
     dur_ns) with the ns of each layer inside it (runtime: the rest)."""
-    calls = df.filter((pl.col("group") == "chan") & (pl.col("kind") == "interval") & pl.col("name").str.contains(r"^(put|get):")).select(
-        pl.col("name").str.split_exact(":", 1).struct.rename_fields(["what", "channel"]).alias("n"), pl.col("tag").cast(pl.Int64).alias("ts"), "t_ns", "dur_ns",
-    ).unnest("n")
+    calls = (
+        df.filter((pl.col("group") == "chan") & (pl.col("kind") == "interval") & pl.col("name").str.contains(r"^(put|get):"))
+        .select(
+            pl.col("name").str.split_exact(":", 1).struct.rename_fields(["what", "channel"]).alias("n"),
+            pl.col("tag").cast(pl.Int64).alias("ts"),
+            "t_ns",
+            "dur_ns",
+        )
+        .unnest("n")
+    )
     if not len(calls):
         return calls
     s = calls["t_ns"].to_numpy()
@@ -155,7 +162,9 @@ def breakdown(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
             df = files.trace(trace)
             if df is None or not len(df) or not (df["group"].cast(pl.String) == "chan").any():
                 continue
-            df = df.with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), pl.col("thread").cast(pl.String))
+            df = df.with_columns(
+                pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), pl.col("thread").cast(pl.String)
+            )
             df = df.filter(pl.col("group") != "loopscope")
             for (tid, thread), g in df.group_by(["tid", "thread"], maintain_order=True):
                 if not (g["group"] == "chan").any():
@@ -163,13 +172,50 @@ def breakdown(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
                 parts_ns = split_thread(g)
                 total = sum(parts_ns.values())
                 for cat, ns in parts_ns.items():
-                    rows.append({"rep": st.rep, "phase": st.phase, "probe": st.probe, "process": proc, "tid": int(tid), "thread": str(thread),
-                                 "category": cat, "ns": int(ns), "share": ns / total if total else None})
-    return pl.DataFrame(rows) if rows else pl.DataFrame(schema={"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process": pl.String, "tid": pl.Int64, "thread": pl.String, "category": pl.String, "ns": pl.Int64, "share": pl.Float64})
+                    rows.append(
+                        {
+                            "rep": st.rep,
+                            "phase": st.phase,
+                            "probe": st.probe,
+                            "process": proc,
+                            "tid": int(tid),
+                            "thread": str(thread),
+                            "category": cat,
+                            "ns": int(ns),
+                            "share": ns / total if total else None,
+                        }
+                    )
+    return (
+        pl.DataFrame(rows)
+        if rows
+        else pl.DataFrame(
+            schema={
+                "rep": pl.Int64,
+                "phase": pl.String,
+                "probe": pl.String,
+                "process": pl.String,
+                "tid": pl.Int64,
+                "thread": pl.String,
+                "category": pl.String,
+                "ns": pl.Int64,
+                "share": pl.Float64,
+            }
+        )
+    )
 
 
-SIZE_SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "process": pl.String, "channel": pl.String, "call": pl.String, "bytes": pl.Int64,
-               "calls": pl.Int64, "mean_ns": pl.Float64, **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES}}
+SIZE_SCHEMA = {
+    "rep": pl.Int64,
+    "phase": pl.String,
+    "probe": pl.String,
+    "process": pl.String,
+    "channel": pl.String,
+    "call": pl.String,
+    "bytes": pl.Int64,
+    "calls": pl.Int64,
+    "mean_ns": pl.Float64,
+    **{f"{c}_ns": pl.Float64 for c in CALL_CATEGORIES},
+}
 
 
 def by_size(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
@@ -182,27 +228,48 @@ def by_size(run: RunRecord, files: Files, kinds: Registry) -> pl.DataFrame:
             df = files.trace(part.trace)
             if df is None:
                 continue
-            df = df.with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)).filter(pl.col("group") == "chan")
+            df = df.with_columns(pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String)).filter(
+                pl.col("group") == "chan"
+            )
             if not len(df):
                 continue
             b = df.filter(pl.col("name").str.starts_with("bytes:"))
-            arrived = df.filter(pl.col("name").str.starts_with("arrived:")).select(pl.col("name").str.slice(8).alias("channel"), pl.col("tag").cast(pl.Int64).alias("ts"))
+            arrived = df.filter(pl.col("name").str.starts_with("arrived:")).select(
+                pl.col("name").str.slice(8).alias("channel"), pl.col("tag").cast(pl.Int64).alias("ts")
+            )
             sizes.append(b.select(pl.col("name").str.slice(6).alias("channel"), pl.col("tag").cast(pl.Int64).alias("ts"), pl.col("value").alias("bytes")))
             for _, g in df.group_by("tid"):
                 c = split_calls(g)
                 if len(c):
                     # a put of an item that arrived here stores it (and, on a hub, pushes it on)
-                    c = c.join(arrived.unique().with_columns(pl.lit(True).alias("arr")), on=["channel", "ts"], how="left").with_columns(
-                        pl.when((pl.col("what") == "put") & pl.col("arr").fill_null(False)).then(pl.lit("store")).otherwise(pl.col("what")).alias("what")).drop("arr")
+                    c = (
+                        c.join(arrived.unique().with_columns(pl.lit(True).alias("arr")), on=["channel", "ts"], how="left")
+                        .with_columns(
+                            pl.when((pl.col("what") == "put") & pl.col("arr").fill_null(False)).then(pl.lit("store")).otherwise(pl.col("what")).alias("what")
+                        )
+                        .drop("arr")
+                    )
                     calls.append(c.with_columns(pl.lit(part.name).alias("process")))
         if not calls or not sizes:
             continue
         C = pl.concat(calls).join(pl.concat(sizes).unique(["channel", "ts"], keep="first"), on=["channel", "ts"], how="inner")
-        agg = C.group_by(["process", "channel", "what", "bytes"]).agg(
-            pl.len().alias("calls"), pl.col("dur_ns").mean().alias("mean_ns"), *[pl.col(c).mean().alias(f"{c}_ns") for c in CALL_CATEGORIES],
-        ).sort(["process", "channel", "what", "bytes"])
-        out.append(agg.select(
-            pl.lit(st.rep).alias("rep"), pl.lit(st.phase).alias("phase"), pl.lit(st.probe).alias("probe"), "process", "channel", pl.col("what").alias("call"), "bytes",
-            "calls", "mean_ns", *[f"{c}_ns" for c in CALL_CATEGORIES],
-        ).cast(SIZE_SCHEMA))  # type: ignore[arg-type]
+        agg = (
+            C.group_by(["process", "channel", "what", "bytes"])
+            .agg(pl.len().alias("calls"), pl.col("dur_ns").mean().alias("mean_ns"), *[pl.col(c).mean().alias(f"{c}_ns") for c in CALL_CATEGORIES])
+            .sort(["process", "channel", "what", "bytes"])
+        )
+        out.append(
+            agg.select(
+                pl.lit(st.rep).alias("rep"),
+                pl.lit(st.phase).alias("phase"),
+                pl.lit(st.probe).alias("probe"),
+                "process",
+                "channel",
+                pl.col("what").alias("call"),
+                "bytes",
+                "calls",
+                "mean_ns",
+                *[f"{c}_ns" for c in CALL_CATEGORIES],
+            ).cast(SIZE_SCHEMA)  # type: ignore[arg-type]
+        )
     return pl.concat(out) if out else pl.DataFrame(schema=SIZE_SCHEMA)

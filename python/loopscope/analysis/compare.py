@@ -34,11 +34,13 @@ METRICS = [*QUANTILES, "mean"]
 MIN_SAMPLES = {"p50": 20, "p99": 200, "p999": 2000, "mean": 20}
 #: how each metric pools a phase's repetitions (the report, ``compare`` and the dataset alike)
 POOLING = {
-    "p50": "quantile of every repetition's samples together", "p99": "quantile of every repetition's samples together",
-    "p999": "quantile of every repetition's samples together", "mean": "mean of every repetition's samples together",
-    "max": "largest sample of any repetition", "missed": "missed deadlines of every repetition added, over their deadlines",
+    "p50": "quantile of every repetition's samples together",
+    "p99": "quantile of every repetition's samples together",
+    "p999": "quantile of every repetition's samples together",
+    "mean": "mean of every repetition's samples together",
+    "max": "largest sample of any repetition",
+    "missed": "missed deadlines of every repetition added, over their deadlines",
 }
-
 
 
 def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
@@ -100,7 +102,9 @@ class Resampled:
     """A phase's samples (one array per repetition), its metrics and their
     bootstrap replicates, computed once and shared by every comparison."""
 
-    def __init__(self, series: list[np.ndarray], metrics: list[str] = METRICS, *, block: int = 32, resamples: int = 300, seed: int = 1, max_samples: int = 40_000) -> None:
+    def __init__(
+        self, series: list[np.ndarray], metrics: list[str] = METRICS, *, block: int = 32, resamples: int = 300, seed: int = 1, max_samples: int = 40_000
+    ) -> None:
         full = [np.asarray(s, dtype=np.float64) for s in series]
         parts = [_thin(s, max_samples, len(series)) for s in full]
         self.all = np.concatenate(parts) if parts else np.zeros(0)

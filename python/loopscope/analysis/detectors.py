@@ -63,8 +63,8 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
     n = len(v)
     if n < MIN_RECORDS:
         return None
-    rest_med = float(np.median(v[n // 2:]))
-    mad = float(stats.median_abs_deviation(v[n // 2:])) or 1.0
+    rest_med = float(np.median(v[n // 2 :]))
+    mad = float(stats.median_abs_deviation(v[n // 2 :])) or 1.0
     best = None
     for frac in np.linspace(0.01, 0.3, 30):
         c = max(20, int(frac * n))
@@ -80,8 +80,12 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
     c, p, hm = best
     # the cut: the last point of the head whose running median still differs
     trim_s = (t[c] - t[0]) / 1e9
-    return Finding("warm-up", f"warm-up: the first {trim_s:.2f} s ({c} records) run at a median of {_fmt(hm)} against {_fmt(rest_med)} after; left out of the phase comparisons",
-                   {"records": c, "seconds": trim_s, "median_ns": hm, "steady_median_ns": rest_med, "p_value": p}, [(int(t[0]), int(t[c]))])
+    return Finding(
+        "warm-up",
+        f"warm-up: the first {trim_s:.2f} s ({c} records) run at a median of {_fmt(hm)} against {_fmt(rest_med)} after; left out of the phase comparisons",
+        {"records": c, "seconds": trim_s, "median_ns": hm, "steady_median_ns": rest_med, "p_value": p},
+        [(int(t[0]), int(t[c]))],
+    )
 
 
 def _fisher_g_p(g: float, m: int) -> float:
@@ -151,8 +155,8 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     # the best lag may be a multiple of the period: take the smallest sub-multiple that is as good
     for m in range(12, 1, -1):
         c = int(round(top / m))
-        if c >= lo and acf[max(lo, c - 1):c + 2].max() >= 0.8 * acf[top]:
-            top = max(lo, c - 1) + int(np.argmax(acf[max(lo, c - 1):c + 2]))
+        if c >= lo and acf[max(lo, c - 1) : c + 2].max() >= 0.8 * acf[top]:
+            top = max(lo, c - 1) + int(np.argmax(acf[max(lo, c - 1) : c + 2]))
             break
     period = top * dt
     phase = ((t - t[0]) % period) / period
@@ -167,8 +171,12 @@ def periodic(t: np.ndarray, v: np.ndarray) -> Finding | None:
     # the spikes: on the peak phase (a bin either side), once per period
     lo_ph, hi_ph = (peak_bin - 1) / nb * period, (peak_bin + 2) / nb * period
     spikes = [(int(t[0] + k * period + lo_ph), int(t[0] + k * period + hi_ph)) for k in range(int(span // period) + 1)]
-    return Finding("periodic", f"periodic disturbance: every {_fmt(period)}, +{_fmt(max(amp, peak_top))} at its peak (spectral peak p = {p:.1e})",
-                   {"period_s": period / 1e9, "amplitude_ns": max(amp, peak_top), "p_value": p}, spikes)
+    return Finding(
+        "periodic",
+        f"periodic disturbance: every {_fmt(period)}, +{_fmt(max(amp, peak_top))} at its peak (spectral peak p = {p:.1e})",
+        {"period_s": period / 1e9, "amplitude_ns": max(amp, peak_top), "p_value": p},
+        spikes,
+    )
 
 
 def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
@@ -181,8 +189,11 @@ def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
         return None
     lens = d[big]
     starts = t[big]
-    text = (f"gaps: {len(big)} stretches without records, {_fmt(float(lens.min()))}–{_fmt(float(lens.max()))} long" if len(big) > 1
-            else f"gaps: 1 stretch without records, {_fmt(float(lens.min()))} long")
+    text = (
+        f"gaps: {len(big)} stretches without records, {_fmt(float(lens.min()))}–{_fmt(float(lens.max()))} long"
+        if len(big) > 1
+        else f"gaps: 1 stretch without records, {_fmt(float(lens.min()))} long"
+    )
     vals: dict[str, float] = {"count": int(len(big)), "min_ns": float(lens.min()), "max_ns": float(lens.max()), "total_ns": float(lens.sum())}
     if len(big) >= 3:
         iv = np.diff(starts)
@@ -193,7 +204,9 @@ def gaps(t: np.ndarray, v: np.ndarray) -> Finding | None:
     return Finding("gaps", text, vals, [(int(a), int(a + n)) for a, n in zip(starts, lens)])
 
 
-STEPS_NS = np.unique(np.concatenate([np.array([a * 10 ** e for e in range(4, 9) for a in (1, 2, 2.5, 4, 5)]), np.array([1e6 * k for k in (1, 2, 3, 4, 5, 8, 10, 16, 20, 40, 50)])]))
+STEPS_NS = np.unique(
+    np.concatenate([np.array([a * 10**e for e in range(4, 9) for a in (1, 2, 2.5, 4, 5)]), np.array([1e6 * k for k in (1, 2, 3, 4, 5, 8, 10, 16, 20, 40, 50)])])
+)
 
 
 def quantization(t: np.ndarray, v: np.ndarray) -> Finding | None:
@@ -226,7 +239,11 @@ def quantization(t: np.ndarray, v: np.ndarray) -> Finding | None:
         return None
     s, r, n, off, levels = best
     at = f"multiples of {_fmt(float(s))}" + (f" plus {_fmt(off)}" if min(off, s - off) > 0.1 * s else "")
-    return Finding("quantization", f"quantization: latencies cluster at {at} ({levels} levels, resultant length {r:.2f} over {n} records)", {"step_ns": float(s), "offset_ns": off, "resultant": r, "levels": levels})
+    return Finding(
+        "quantization",
+        f"quantization: latencies cluster at {at} ({levels} levels, resultant length {r:.2f} over {n} records)",
+        {"step_ns": float(s), "offset_ns": off, "resultant": r, "levels": levels},
+    )
 
 
 def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
@@ -236,8 +253,8 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
     w = max(5, n // 100)
     # running median on blocks
     nb = n // w
-    tm = np.array([np.median(t[i * w:(i + 1) * w]) for i in range(nb)])
-    vm = np.array([np.median(v[i * w:(i + 1) * w]) for i in range(nb)])
+    tm = np.array([np.median(t[i * w : (i + 1) * w]) for i in range(nb)])
+    vm = np.array([np.median(v[i * w : (i + 1) * w]) for i in range(nb)])
     if nb < 20:
         return None
     # sawtooth: strongest period of the smoothed series, then a line against the phase
@@ -255,17 +272,23 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
         for shift in np.linspace(0, period, 16, endpoint=False):
             phs = (ph + shift) % period
             res = stats.linregress(phs, vm)
-            if best is None or res.rvalue ** 2 > best[0].rvalue ** 2:
+            if best is None or res.rvalue**2 > best[0].rvalue ** 2:
                 best = (res, shift)
         res, shift = best  # type: ignore[misc]
-        if res.rvalue ** 2 > 0.6 and res.pvalue < 1e-6 and res.slope * period > 0.2 * np.median(vm):
-            return Finding("drift", f"drift within the phase: the typical value rises {_fmt(res.slope * 1e9)} per s and resets every {_fmt(period)} (the 'parallel lines' pattern, r² {res.rvalue ** 2:.2f})",
-                           {"slope_ns_per_s": res.slope * 1e9, "period_s": period / 1e9, "r2": res.rvalue ** 2})
+        if res.rvalue**2 > 0.6 and res.pvalue < 1e-6 and res.slope * period > 0.2 * np.median(vm):
+            return Finding(
+                "drift",
+                f"drift within the phase: the typical value rises {_fmt(res.slope * 1e9)} per s and resets every {_fmt(period)} (the 'parallel lines' pattern, r² {res.rvalue**2:.2f})",
+                {"slope_ns_per_s": res.slope * 1e9, "period_s": period / 1e9, "r2": res.rvalue**2},
+            )
     ts = stats.theilslopes(vm, tm)
     change = ts.slope * span
     if (ts.low_slope > 0 or ts.high_slope < 0) and abs(change) > 0.2 * np.median(vm):
-        return Finding("drift", f"drift within the phase: the typical value moves {_fmt(ts.slope * 1e9)} per s, {change / np.median(vm) * 100:+.0f} % over the phase",
-                       {"slope_ns_per_s": ts.slope * 1e9, "change_ns": change})
+        return Finding(
+            "drift",
+            f"drift within the phase: the typical value moves {_fmt(ts.slope * 1e9)} per s, {change / np.median(vm) * 100:+.0f} % over the phase",
+            {"slope_ns_per_s": ts.slope * 1e9, "change_ns": change},
+        )
     return None
 
 
@@ -293,7 +316,9 @@ def trim_warmup(df: pl.DataFrame, value: str, by: tuple[str, ...] = ()) -> tuple
         f = warmup(g["t_ns"].to_numpy().astype(np.float64), g[value].to_numpy().astype(np.float64))
         if f is not None:
             keep.append(g.slice(int(f.values["records"])))
-            notes.append(f"{probe}, {phase}, rep {rep}: a warm-up of {f.values['seconds']:.2f} s ({int(f.values['records'])} records, median {_fmt(f.values['median_ns'])} against {_fmt(f.values['steady_median_ns'])}) is left out of the comparisons")
+            notes.append(
+                f"{probe}, {phase}, rep {rep}: a warm-up of {f.values['seconds']:.2f} s ({int(f.values['records'])} records, median {_fmt(f.values['median_ns'])} against {_fmt(f.values['steady_median_ns'])}) is left out of the comparisons"
+            )
         else:
             keep.append(g)
     return pl.concat(keep), notes

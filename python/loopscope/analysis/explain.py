@@ -54,6 +54,7 @@ from loopscope.kernel import store as S
 from loopscope.trace import reader
 from loopscope.rundir import Capture, Derived, RunDir, RunRecord, Step
 from loopscope.analysis.registry import Registry
+
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
 from loopscope.analysis.explained import Cause, CaptureSummary, ExplainDoc, Found, Group, Parts, read
@@ -75,7 +76,6 @@ SPLITTERS = max(1, min(4, os.cpu_count() or 1))
 IN_FLIGHT = 2 * SPLITTERS
 # Traces a step's kind may read more than once are kept this many at a time.
 TRACES_KEPT = 16
-
 
 
 def _host_offsets(run_dir: Path) -> dict[str, int]:
@@ -110,23 +110,37 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
     reader_cpu = cap.reader_cpu_s if "reader_cpu_s" in cap.model_fields_set else cap.perf_cpu_s
     rd = cap.reader or {}
     return {
-        "host": cap.host, "covers": cap.covers, "format": cap.format or "perf.data",
-        "events": st.events, "lost_events": st.lost_events, "lost_counted": st.lost_counted,
+        "host": cap.host,
+        "covers": cap.covers,
+        "format": cap.format or "perf.data",
+        "events": st.events,
+        "lost_events": st.lost_events,
+        "lost_counted": st.lost_counted,
         "by_event": st.by_event(),
-        "t_first_ns": st.t_first, "t_last_ns": st.t_last, "seconds": secs,
-        "bytes_on_disk": on_disk, "bytes_per_s": on_disk / secs if secs else None,
+        "t_first_ns": st.t_first,
+        "t_last_ns": st.t_last,
+        "seconds": secs,
+        "bytes_on_disk": on_disk,
+        "bytes_per_s": on_disk / secs if secs else None,
         "events_per_s": st.events / span if span else None,
-        "reader_cpu_s": reader_cpu, "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
-        "perf_cpu_s": cap.perf_cpu_s, "perf_cpu_share": cap.perf_cpu_s / secs if cap.perf_cpu_s is not None and secs else None,
-        "reads_between_windows": _count(rd.get("reads_asked")), "reads_during_windows": _count(rd.get("reads_half_full")),
+        "reader_cpu_s": reader_cpu,
+        "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
+        "perf_cpu_s": cap.perf_cpu_s,
+        "perf_cpu_share": cap.perf_cpu_s / secs if cap.perf_cpu_s is not None and secs else None,
+        "reads_between_windows": _count(rd.get("reads_asked")),
+        "reads_during_windows": _count(rd.get("reads_half_full")),
         "reader_ran_during": cap.reader_ran_during,
         "buffer_mb_per_cpu": cap.buffer_mb_per_cpu,
         "missing_events": cap.missing_events or [],
         "not_recorded": R.unseen(st.by_event()),
-        "lost_placed": not st.unknown_loss, "lost_unplaced": st.unknown_loss, "problems": st.problems,
+        "lost_placed": not st.unknown_loss,
+        "lost_unplaced": st.unknown_loss,
+        "problems": st.problems,
         "lost_windows": len(st.lost),
-        "lost_where": [{"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
-                       for r in st.lost.sort("events", descending=True).head(20).iter_rows(named=True)],
+        "lost_where": [
+            {"cpu": r["cpu"], "start_ns": r["start_ns"], "end_ns": r["end_ns"], "events": r["events"]}
+            for r in st.lost.sort("events", descending=True).head(20).iter_rows(named=True)
+        ],
     }
 
 
@@ -158,8 +172,10 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     cl = clusters(start, end)
     spans = [(int(start[i]) - MARGIN_NS, int(end[i:j].max()) + MARGIN_NS) for i, j in cl]
     if st.legacy is not None:
-        return pl.concat([A.attribute_many(A.Kernel.of(st.load(a, b), lost, lost_at, roles=roles, perf_is_lab=True), o[i:j]) for (i, j), (a, b) in zip(cl, spans)]
-                         or [A.splits_table([])])
+        return pl.concat(
+            [A.attribute_many(A.Kernel.of(st.load(a, b), lost, lost_at, roles=roles, perf_is_lab=True), o[i:j]) for (i, j), (a, b) in zip(cl, spans)]
+            or [A.splits_table([])]
+        )
     st.plan(spans)
     # The splits run on SPLITTERS threads (the native call releases the
     # interpreter lock) while this one reads the next clusters' events; at
@@ -320,20 +336,33 @@ def _slow_references(run_dir: Path, wins: pl.DataFrame) -> pl.DataFrame:
     return SL.references(wins, phases, against)
 
 
-def _group_entry(probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool,
-                 refs: pl.DataFrame | None = None) -> Group:
+def _group_entry(
+    probe: str, phase: str, cap: Capture, g: pl.DataFrame, thr: pl.DataFrame, n_above: pl.DataFrame, all_causes: bool, refs: pl.DataFrame | None = None
+) -> Group:
     """One probe × phase of explain's result: its causes and shares."""
     total = int(g["ns"].sum())
-    by = g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family")).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
+    by = (
+        g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+        .group_by("family")
+        .agg(pl.col("ns").sum())
+        .sort("ns", descending=True)
+    )
     t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
     fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
     lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
     loads = sum(ns for c, ns in fam.items() if c.startswith("load: "))
-    causes: list[Cause] = [{"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
-                           for r in by.head(8).iter_rows(named=True)]
+    causes: list[Cause] = [
+        {"cause": r["family"], "ns": int(r["ns"]), "share": r["ns"] / total if total else None, "role": A.role_of(r["family"])}
+        for r in by.head(8).iter_rows(named=True)
+    ]
     entry: Group = {
-        "probe": probe, "phase": phase, "host_kernel": cap.host, "records": int(t["records"][0]), "threshold_ns": float(t["threshold_ns"][0]),
-        "outliers": int(g["id"].n_unique()), "outlier_ns": total,
+        "probe": probe,
+        "phase": phase,
+        "host_kernel": cap.host,
+        "records": int(t["records"][0]),
+        "threshold_ns": float(t["threshold_ns"][0]),
+        "outliers": int(g["id"].n_unique()),
+        "outlier_ns": total,
         "above_threshold": int(n_above.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))["len"][0]),
         "complete": bool(g["complete"].all()),
         "incomplete_outliers": int(g.filter(~pl.col("complete"))["id"].n_unique()),
@@ -377,8 +406,12 @@ def parts_of(g: pl.DataFrame, top: int = 4) -> Parts | None:
         r = by.filter(pl.col(col) > 0).sort(col, descending=True).head(top)
         return [{"cause": str(f), "ns": int(ns), "share": int(ns) / total} for f, ns in r.select("family", col).iter_rows()]
 
-    return {"before_wakeup_share": pre / total, "headline": "before the wake-up" if 2 * pre > total else "after the wake-up",
-            "before": ranked("pre"), "after": ranked("post")}
+    return {
+        "before_wakeup_share": pre / total,
+        "headline": "before the wake-up" if 2 * pre > total else "after the wake-up",
+        "before": ranked("pre"),
+        "after": ranked("post"),
+    }
 
 
 def _why_counts(g: pl.DataFrame) -> list[str]:
@@ -414,6 +447,10 @@ def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> Found | None
     by = a.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
     top = str(by["family"][0])
     total = int(a["ns"].sum())
-    return {"cause": top, "share": int(by["ns"][0]) / total if total else 0.0,
-            "windows_with": int(a.filter(pl.col("family") == top)["w"].n_unique()), "windows": len(windows) or 1,
-            "outliers": int(a["id"].n_unique())}
+    return {
+        "cause": top,
+        "share": int(by["ns"][0]) / total if total else 0.0,
+        "windows_with": int(a.filter(pl.col("family") == top)["w"].n_unique()),
+        "windows": len(windows) or 1,
+        "outliers": int(a["id"].n_unique()),
+    }

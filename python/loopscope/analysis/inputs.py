@@ -25,6 +25,7 @@ def _frames(trace: str) -> str:
     """Where a program's images are: ``<trace without .lstrace>-frames``."""
     return trace.removesuffix(".lstrace") + "-frames"
 
+
 #: how many images of each phase a section shows (and so how many of each trace's are read)
 IMAGES_PER_PHASE = 3
 
@@ -73,12 +74,20 @@ class SectionInputs:
         out: list[Outlier] = []
         for (rid,), g in a.sort("latency_ns", descending=True).group_by("id", maintain_order=True):
             g = g.sort("ns", descending=True)
-            out.append({
-                "id": int(rid), "rep": int(g["rep"][0]), "t_ns": int(g["t_ns"][0]), "latency_ns": int(g["latency_ns"][0]), "cpu": g["cpu"][0],
-                "span": bool(g["span"][0]) if "span" in g.columns else False,
-                "migrations": int(g["migrations"][0]), "page_faults": int(g["page_faults"][0]), "complete": bool(g["complete"][0]),
-                "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
-            })
+            out.append(
+                {
+                    "id": int(rid),
+                    "rep": int(g["rep"][0]),
+                    "t_ns": int(g["t_ns"][0]),
+                    "latency_ns": int(g["latency_ns"][0]),
+                    "cpu": g["cpu"][0],
+                    "span": bool(g["span"][0]) if "span" in g.columns else False,
+                    "migrations": int(g["migrations"][0]),
+                    "page_faults": int(g["page_faults"][0]),
+                    "complete": bool(g["complete"][0]),
+                    "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
+                }
+            )
             if len(out) >= n:
                 break
         return out
@@ -92,7 +101,14 @@ class SectionInputs:
                 if st.probe != probe or st.phase != ph:
                     continue
                 for part in program_parts(st, run, kinds):
-                    for im in self.images.get(part.trace, [])[:IMAGES_PER_PHASE - n]:
-                        out.append({"phase": ph, "rep": st.rep, "name": f"{part.name or probe}: {im.name}", "src": "data:image/png;base64," + base64.b64encode(im.png).decode()})
+                    for im in self.images.get(part.trace, [])[: IMAGES_PER_PHASE - n]:
+                        out.append(
+                            {
+                                "phase": ph,
+                                "rep": st.rep,
+                                "name": f"{part.name or probe}: {im.name}",
+                                "src": "data:image/png;base64," + base64.b64encode(im.png).decode(),
+                            }
+                        )
                         n += 1
         return out

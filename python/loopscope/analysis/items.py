@@ -44,9 +44,23 @@ from loopscope.clock.sync import Pairs
 from loopscope.analysis.steps import program_parts
 from loopscope.clock import sync
 
-SCHEMA = {"rep": pl.Int64, "phase": pl.String, "probe": pl.String, "channel": pl.String, "ts": pl.Int64, "bytes": pl.Int64, "producer": pl.String,
-          "consumer": pl.String, "via": pl.String, "put_ns": pl.Int64, "net_ns": pl.Int64, "net_bound_ns": pl.Float64, "net_raw_ns": pl.Int64,
-          "deliver_ns": pl.Int64, "total_ns": pl.Int64}
+SCHEMA = {
+    "rep": pl.Int64,
+    "phase": pl.String,
+    "probe": pl.String,
+    "channel": pl.String,
+    "ts": pl.Int64,
+    "bytes": pl.Int64,
+    "producer": pl.String,
+    "consumer": pl.String,
+    "via": pl.String,
+    "put_ns": pl.Int64,
+    "net_ns": pl.Int64,
+    "net_bound_ns": pl.Float64,
+    "net_raw_ns": pl.Int64,
+    "deliver_ns": pl.Int64,
+    "total_ns": pl.Int64,
+}
 
 
 def _records(files: Files, trace: str) -> tuple[pl.DataFrame, Any] | None:
@@ -56,9 +70,11 @@ def _records(files: Files, trace: str) -> tuple[pl.DataFrame, Any] | None:
         return None
     df, info = got
     df = df.filter(pl.col("group").cast(pl.String) == "chan").with_columns(pl.col("name").cast(pl.String))
-    df = df.filter(pl.col("name").str.contains(":", literal=True)).with_columns(
-        pl.col("name").str.split_exact(":", 1).struct.rename_fields(["what", "channel"]).alias("n"),
-    ).unnest("n")
+    df = (
+        df.filter(pl.col("name").str.contains(":", literal=True))
+        .with_columns(pl.col("name").str.split_exact(":", 1).struct.rename_fields(["what", "channel"]).alias("n"))
+        .unnest("n")
+    )
     return df, Pairs.of(info.calibration)
 
 
@@ -117,10 +133,25 @@ def items(run: RunRecord, files: Files, kinds: Kinds, place: Placement | None = 
         if got is None:
             continue
         j = _placed(_joined(*got), place)
-        rows.append(j.select(
-            pl.lit(st.rep).alias("rep"), pl.lit(st.phase).alias("phase"), pl.lit(st.probe).alias("probe"), "channel", "ts", "bytes", "producer",
-            pl.col("proc").alias("consumer"), "via", "put_ns", "net_ns", "net_bound_ns", "net_raw_ns", "deliver_ns", "total_ns",
-        ).cast(SCHEMA))
+        rows.append(
+            j.select(
+                pl.lit(st.rep).alias("rep"),
+                pl.lit(st.phase).alias("phase"),
+                pl.lit(st.probe).alias("probe"),
+                "channel",
+                "ts",
+                "bytes",
+                "producer",
+                pl.col("proc").alias("consumer"),
+                "via",
+                "put_ns",
+                "net_ns",
+                "net_bound_ns",
+                "net_raw_ns",
+                "deliver_ns",
+                "total_ns",
+            ).cast(SCHEMA)  # type: ignore[arg-type]
+        )
     return pl.concat(rows) if rows else pl.DataFrame(schema=SCHEMA)
 
 
@@ -156,23 +187,52 @@ def _step_records(st: Step, run: RunRecord, files: Files, kinds: Kinds) -> tuple
         gets.append(g.with_columns(who))
     if not gets:
         return None
-    return pl.concat(puts), pl.concat(arrs, how="diagonal_relaxed"), pl.concat(gets), pl.concat(sends, how="diagonal_relaxed"), pl.concat(sizes).unique(["channel", "ts"], keep="first")
+    return (
+        pl.concat(puts),
+        pl.concat(arrs, how="diagonal_relaxed"),
+        pl.concat(gets),
+        pl.concat(sends, how="diagonal_relaxed"),
+        pl.concat(sizes).unique(["channel", "ts"], keep="first"),
+    )
 
 
 def _joined(P: pl.DataFrame, A: pl.DataFrame, G: pl.DataFrame, S: pl.DataFrame, B: pl.DataFrame) -> pl.DataFrame:
     """Each item got, joined to where it was put, where it arrived and the processes it passed through on its way."""
     # origin puts: in a process the item did not arrive in from the network
     O = P.join(A.select("channel", "ts", "proc"), on=["channel", "ts", "proc"], how="anti").unique(["channel", "ts"], keep="first", maintain_order=True)
-    O = O.join(S.select("channel", "ts", "proc", pl.col("rt").alias("origin_rt")).unique(["channel", "ts", "proc"], keep="first"), on=["channel", "ts", "proc"], how="left")
+    O = O.join(
+        S.select("channel", "ts", "proc", pl.col("rt").alias("origin_rt")).unique(["channel", "ts", "proc"], keep="first"),
+        on=["channel", "ts", "proc"],
+        how="left",
+    )
     relays = A.join(O.select("channel", "ts", pl.col("proc").alias("origin")), on=["channel", "ts"], how="left")
-    j = G.join(A.select("channel", "ts", "proc", pl.col("t_ns").alias("arr_t"), pl.col("rt").alias("arr_rt"), "sent_rt").unique(["channel", "ts", "proc"], keep="first"),
-               on=["channel", "ts", "proc"], how="left")
-    j = j.join(O.select("channel", "ts", pl.col("proc").alias("producer"), pl.col("host").alias("origin_host"), pl.col("t_ns").alias("put_t"), pl.col("dur_ns").alias("put_ns"), "origin_rt"),
-               on=["channel", "ts"], how="left")
+    j = G.join(
+        A.select("channel", "ts", "proc", pl.col("t_ns").alias("arr_t"), pl.col("rt").alias("arr_rt"), "sent_rt").unique(
+            ["channel", "ts", "proc"], keep="first"
+        ),
+        on=["channel", "ts", "proc"],
+        how="left",
+    )
+    j = j.join(
+        O.select(
+            "channel",
+            "ts",
+            pl.col("proc").alias("producer"),
+            pl.col("host").alias("origin_host"),
+            pl.col("t_ns").alias("put_t"),
+            pl.col("dur_ns").alias("put_ns"),
+            "origin_rt",
+        ),
+        on=["channel", "ts"],
+        how="left",
+    )
     # the processes an item arrived in on its way, other than the consumer (a declared channel's hub)
-    via = relays.join(j.select("channel", "ts", pl.col("proc").alias("consumer")).unique(), on=["channel", "ts"]).filter(
-        (pl.col("proc") != pl.col("consumer")) & (pl.col("proc") != pl.col("origin").fill_null(""))
-    ).group_by(["channel", "ts", "consumer"]).agg(pl.col("proc").unique().sort().str.join(",").alias("via"))
+    via = (
+        relays.join(j.select("channel", "ts", pl.col("proc").alias("consumer")).unique(), on=["channel", "ts"])
+        .filter((pl.col("proc") != pl.col("consumer")) & (pl.col("proc") != pl.col("origin").fill_null("")))
+        .group_by(["channel", "ts", "consumer"])
+        .agg(pl.col("proc").unique().sort().str.join(",").alias("via"))
+    )
     j = j.join(via, left_on=["channel", "ts", "proc"], right_on=["channel", "ts", "consumer"], how="left").join(B, on=["channel", "ts"], how="left")
     local = _LOCAL
     j = j.with_columns(
@@ -187,7 +247,7 @@ def _placed(j: pl.DataFrame, place: Placement) -> pl.DataFrame:
     # network on the timeline: origin send (its host) → arrival (the consumer's host)
     # REALTIME stamps less a common base before they become floats (NaN
     # marks a missing one): float64 keeps ns only below 2^53
-    base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)
+    base = int(j["arr_rt"].min() or j["sent_rt"].min() or 0)  # type: ignore[arg-type]
     src_rt = (j["origin_rt"].fill_null(j["sent_rt"]) - base).to_numpy().astype(np.float64)
     dst_rt = (j["arr_rt"] - base).to_numpy().astype(np.float64)
     ha = j["origin_host"].fill_null("").to_numpy().astype(str)
@@ -196,6 +256,8 @@ def _placed(j: pl.DataFrame, place: Placement) -> pl.DataFrame:
     isloc = j.select(_LOCAL.fill_null(False)).to_series().to_numpy()
     net = np.where(isloc, 0.0, d)
     bound = np.where(isloc, 0.0, bound)
-    j = j.with_columns(pl.Series("net_ns", np.where(np.isfinite(net), net, np.nan)).fill_nan(None).round(0).cast(pl.Int64), pl.Series("net_bound_ns", bound).fill_nan(None))
+    j = j.with_columns(
+        pl.Series("net_ns", np.where(np.isfinite(net), net, np.nan)).fill_nan(None).round(0).cast(pl.Int64), pl.Series("net_bound_ns", bound).fill_nan(None)
+    )
     j = j.with_columns((pl.col("put_ns") + pl.col("net_ns") + pl.col("deliver_ns")).alias("total_ns"))
     return j

@@ -38,10 +38,27 @@ from loopscope.stats import dispersion, rate_ratio
 ORDER = ("p50", "p99", "p999", "max", "mean")
 
 SCHEMA = {
-    "probe": pl.String, "kind": pl.String, "measure": pl.String, "metric": pl.String, "phase": pl.String, "loads": pl.String,
-    "baseline_phase": pl.String, "value_ns": pl.Float64, "value_lo_ns": pl.Float64, "value_hi_ns": pl.Float64, "baseline_ns": pl.Float64,
-    "ratio": pl.Float64, "ratio_lo": pl.Float64, "ratio_hi": pl.Float64, "significant": pl.Boolean, "p_value": pl.Float64,
-    "n": pl.Int64, "n_baseline": pl.Int64, "reps": pl.Int64, "pooled": pl.String, "min_effect": pl.Float64,
+    "probe": pl.String,
+    "kind": pl.String,
+    "measure": pl.String,
+    "metric": pl.String,
+    "phase": pl.String,
+    "loads": pl.String,
+    "baseline_phase": pl.String,
+    "value_ns": pl.Float64,
+    "value_lo_ns": pl.Float64,
+    "value_hi_ns": pl.Float64,
+    "baseline_ns": pl.Float64,
+    "ratio": pl.Float64,
+    "ratio_lo": pl.Float64,
+    "ratio_hi": pl.Float64,
+    "significant": pl.Boolean,
+    "p_value": pl.Float64,
+    "n": pl.Int64,
+    "n_baseline": pl.Int64,
+    "reps": pl.Int64,
+    "pooled": pl.String,
+    "min_effect": pl.Float64,
 }
 
 
@@ -75,12 +92,22 @@ def _max_row(ser: list[np.ndarray], base_ser: list[np.ndarray], is_base: bool) -
     b = max((float(x.max()) for x in base_ser if len(x)), default=float("nan"))
     nan = float("nan")
     r = 1.0 if is_base else (v / b if b else float("inf"))
-    return {"value_ns": v, "value_lo_ns": nan, "value_hi_ns": nan, "baseline_ns": b, "ratio": r, "ratio_lo": 1.0 if is_base else nan,
-            "ratio_hi": 1.0 if is_base else nan, "significant": False, "p_value": None}
+    return {
+        "value_ns": v,
+        "value_lo_ns": nan,
+        "value_hi_ns": nan,
+        "baseline_ns": b,
+        "ratio": r,
+        "ratio_lo": 1.0 if is_base else nan,
+        "ratio_hi": 1.0 if is_base else nan,
+        "significant": False,
+        "p_value": None,
+    }
 
 
-def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present: list[str], against: dict[str, str] | None = None,
-                min_effect: float = MIN_EFFECT) -> list[dict[str, object]]:
+def missed_rows(
+    m: Measure, per_phase: dict[str, list[tuple[int, int]]], present: list[str], against: dict[str, str] | None = None, min_effect: float = MIN_EFFECT
+) -> list[dict[str, object]]:
     """The missed deadlines of ``m``'s probe in each phase, against the baseline's (or the phase ``against`` names)."""
     here = [p for p in present if p in per_phase]
     if not here:
@@ -99,18 +126,41 @@ def missed_rows(m: Measure, per_phase: dict[str, list[tuple[int, int]]], present
         r, ci, p = (1.0, [1.0, 1.0], None) if is_base else rate_ratio(ka, na, kb, nb, max(dispersion(base), dispersion(reps)))
         nan = float("nan")
         lo, hi = ci if ci else (nan, nan)
-        rows.append({
-            "probe": m.probe, "kind": m.kind, "measure": m.name, "metric": "missed", "phase": ph, "loads": loads_of.get(ph, ""),
-            "baseline_phase": base_name, "value_ns": float(kb), "value_lo_ns": nan, "value_hi_ns": nan, "baseline_ns": float(ka),
-            "ratio": nan if r is None else r, "ratio_lo": lo, "ratio_hi": hi,
-            "significant": bool(not is_base and ci is not None and beyond(r, lo, hi, min_effect)), "p_value": p, "n": nb, "n_baseline": na, "reps": len(reps),
-            "pooled": POOLING["missed"], "min_effect": min_effect,
-        })
+        rows.append(
+            {
+                "probe": m.probe,
+                "kind": m.kind,
+                "measure": m.name,
+                "metric": "missed",
+                "phase": ph,
+                "loads": loads_of.get(ph, ""),
+                "baseline_phase": base_name,
+                "value_ns": float(kb),
+                "value_lo_ns": nan,
+                "value_hi_ns": nan,
+                "baseline_ns": float(ka),
+                "ratio": nan if r is None else r,
+                "ratio_lo": lo,
+                "ratio_hi": hi,
+                "significant": bool(not is_base and ci is not None and beyond(r, lo, hi, min_effect)),
+                "p_value": p,
+                "n": nb,
+                "n_baseline": na,
+                "reps": len(reps),
+                "pooled": POOLING["missed"],
+                "min_effect": min_effect,
+            }
+        )
     return rows
 
 
-def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict[str, dict[str, list[tuple[int, int]]]] | None = None,
-                   against: dict[str, str] | None = None, min_effect: float = MIN_EFFECT) -> pl.DataFrame:
+def compare_phases(
+    measures: list[Measure],
+    phase_order: list[str],
+    missed: dict[str, dict[str, list[tuple[int, int]]]] | None = None,
+    against: dict[str, str] | None = None,
+    min_effect: float = MIN_EFFECT,
+) -> pl.DataFrame:
     """Every measure (each probe kind says which it has) in every phase
     against the baseline phase, or the phase ``against`` names for it (a
     remedy phase against the phase it remedies); ``missed``: per probe, per
@@ -139,23 +189,53 @@ def compare_phases(measures: list[Measure], phase_order: list[str], missed: dict
             other = base if ph == base_name else Resampled(ser, boot_metrics, block=m.block, seed=11 + i)
             for metric in metrics:
                 if metric == "max":
-                    rows.append({"probe": m.probe, "kind": m.kind, "measure": m.name, "metric": metric, "phase": ph, "loads": loads_of.get(ph, ""),
-                                 "baseline_phase": base_name, **_max_row(ser, base_ser, ph == base_name),
-                                 "n": sum(len(x) for x in ser), "n_baseline": sum(len(x) for x in base_ser), "reps": len(ser),
-                                 "pooled": POOLING["max"], "min_effect": min_effect})
+                    rows.append(
+                        {
+                            "probe": m.probe,
+                            "kind": m.kind,
+                            "measure": m.name,
+                            "metric": metric,
+                            "phase": ph,
+                            "loads": loads_of.get(ph, ""),
+                            "baseline_phase": base_name,
+                            **_max_row(ser, base_ser, ph == base_name),
+                            "n": sum(len(x) for x in ser),
+                            "n_baseline": sum(len(x) for x in base_ser),
+                            "reps": len(ser),
+                            "pooled": POOLING["max"],
+                            "min_effect": min_effect,
+                        }
+                    )
                     continue
                 c = compare_resampled(base, other, metric, test=ph != base_name, min_effect=min_effect)
                 boot = other.boot.get(metric)
                 enough = other.n >= MIN_SAMPLES.get(metric, 20)
-                vlo, vhi = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if enough and boot is not None and len(boot) else (np.nan, np.nan)
+                vlo, vhi = (
+                    (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))) if enough and boot is not None and len(boot) else (np.nan, np.nan)
+                )
                 rows.append(
                     {
-                        "probe": m.probe, "kind": m.kind, "measure": m.name, "metric": metric, "phase": ph, "loads": loads_of.get(ph, ""),
-                        "baseline_phase": base_name, "value_ns": c.value, "value_lo_ns": vlo, "value_hi_ns": vhi, "baseline_ns": c.baseline,
-                        "ratio": c.ratio if ph != base_name else 1.0, "ratio_lo": c.ratio_lo if ph != base_name else 1.0,
-                        "ratio_hi": c.ratio_hi if ph != base_name else 1.0, "significant": c.significant if ph != base_name else False,
-                        "p_value": c.p_value, "n": c.n_value, "n_baseline": c.n_baseline, "reps": len(ser),
-                        "pooled": POOLING.get(metric, "every repetition's samples together"), "min_effect": min_effect,
+                        "probe": m.probe,
+                        "kind": m.kind,
+                        "measure": m.name,
+                        "metric": metric,
+                        "phase": ph,
+                        "loads": loads_of.get(ph, ""),
+                        "baseline_phase": base_name,
+                        "value_ns": c.value,
+                        "value_lo_ns": vlo,
+                        "value_hi_ns": vhi,
+                        "baseline_ns": c.baseline,
+                        "ratio": c.ratio if ph != base_name else 1.0,
+                        "ratio_lo": c.ratio_lo if ph != base_name else 1.0,
+                        "ratio_hi": c.ratio_hi if ph != base_name else 1.0,
+                        "significant": c.significant if ph != base_name else False,
+                        "p_value": c.p_value,
+                        "n": c.n_value,
+                        "n_baseline": c.n_baseline,
+                        "reps": len(ser),
+                        "pooled": POOLING.get(metric, "every repetition's samples together"),
+                        "min_effect": min_effect,
                     }
                 )
         if missed and m.probe in missed and m.probe not in seen:

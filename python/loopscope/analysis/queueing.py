@@ -46,9 +46,11 @@ class ErlangFit:
     def text(self) -> str:
 
         verdict = "fits" if self.fits else "does not fit"
-        return (f"M/E{self.stages}/1: Erlang with {self.stages} stage{'s' if self.stages > 1 else ''} "
-                f"(≈ {self.stages} packet{'s' if self.stages > 1 else ''} per batch), mean {format_ns(self.mean_above_floor_ns)} above a floor of {format_ns(self.floor_ns)}; "
-                f"KS D = {self.ks_d:.3f} ({verdict}, n = {self.n:,})")
+        return (
+            f"M/E{self.stages}/1: Erlang with {self.stages} stage{'s' if self.stages > 1 else ''} "
+            f"(≈ {self.stages} packet{'s' if self.stages > 1 else ''} per batch), mean {format_ns(self.mean_above_floor_ns)} above a floor of {format_ns(self.floor_ns)}; "
+            f"KS D = {self.ks_d:.3f} ({verdict}, n = {self.n:,})"
+        )
 
 
 def _best_k(y: np.ndarray) -> tuple[int, float]:

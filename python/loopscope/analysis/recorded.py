@@ -43,26 +43,44 @@ class EventClass:
 
 #: the classes attribution reads, in the order they matter to it
 CLASSES = (
-    EventClass("wake-ups", ("sched_wakeup", "sched_waking"),
-               "wake-up latency cannot start at the wake-up, and who woke a blocked thread is not known",
-               "sched:sched_wakeup and sched:sched_waking"),
-    EventClass("runtime", ("sched_stat_runtime",),
-               "who ran comes from sched_switch alone: a switch the kernel did not record (out of the idle task, on some kernels) "
-               "leaves the task that followed unseen until its first event",
-               "sched:sched_stat_runtime"),
-    EventClass("irq", ("irq_handler_entry",),
-               "interrupt time is counted in the thread it interrupted", "irq:irq_handler_entry and irq:irq_handler_exit (irq:*)"),
-    EventClass("softirq", ("softirq_entry",),
-               "soft-interrupt time (network receive, timers, RCU) is counted in the thread it interrupted",
-               "irq:softirq_entry and irq:softirq_exit (irq:*)"),
-    EventClass("timer-interrupt", ("local_timer_entry",),
-               "the timer interrupt's own time is counted in the thread it interrupted", "irq_vectors:local_timer_entry and _exit"),
-    EventClass("ipi", ("call_function_single_entry", "call_function_entry", "reschedule_entry"),
-               "cross-CPU calls (IPIs) are counted in the thread they interrupted", "irq_vectors:call_function* and irq_vectors:reschedule*"),
-    EventClass("timers", ("hrtimer_start",),
-               "timer lateness and timer slack are not measured (the expiry a thread slept to is not known)", "timer:hrtimer_start"),
-    EventClass("page-faults", ("page_fault_user",),
-               "a wait for a page shows as an uninterruptible sleep, not as page faults", "exceptions:page_fault_user"),
+    EventClass(
+        "wake-ups",
+        ("sched_wakeup", "sched_waking"),
+        "wake-up latency cannot start at the wake-up, and who woke a blocked thread is not known",
+        "sched:sched_wakeup and sched:sched_waking",
+    ),
+    EventClass(
+        "runtime",
+        ("sched_stat_runtime",),
+        "who ran comes from sched_switch alone: a switch the kernel did not record (out of the idle task, on some kernels) "
+        "leaves the task that followed unseen until its first event",
+        "sched:sched_stat_runtime",
+    ),
+    EventClass(
+        "irq", ("irq_handler_entry",), "interrupt time is counted in the thread it interrupted", "irq:irq_handler_entry and irq:irq_handler_exit (irq:*)"
+    ),
+    EventClass(
+        "softirq",
+        ("softirq_entry",),
+        "soft-interrupt time (network receive, timers, RCU) is counted in the thread it interrupted",
+        "irq:softirq_entry and irq:softirq_exit (irq:*)",
+    ),
+    EventClass(
+        "timer-interrupt",
+        ("local_timer_entry",),
+        "the timer interrupt's own time is counted in the thread it interrupted",
+        "irq_vectors:local_timer_entry and _exit",
+    ),
+    EventClass(
+        "ipi",
+        ("call_function_single_entry", "call_function_entry", "reschedule_entry"),
+        "cross-CPU calls (IPIs) are counted in the thread they interrupted",
+        "irq_vectors:call_function* and irq_vectors:reschedule*",
+    ),
+    EventClass(
+        "timers", ("hrtimer_start",), "timer lateness and timer slack are not measured (the expiry a thread slept to is not known)", "timer:hrtimer_start"
+    ),
+    EventClass("page-faults", ("page_fault_user",), "a wait for a page shows as an uninterruptible sleep, not as page faults", "exceptions:page_fault_user"),
     EventClass("migrations", ("sched_migrate_task",), "migrations are not counted", "sched:sched_migrate_task"),
 )
 
@@ -104,5 +122,7 @@ def need_scheduler(present: Iterable[str], where: str, what: str) -> None:
     have = set(present)
     lacking = [e for e in SCHEDULER if e not in have]
     if lacking:
-        raise InputError(f"{where}: its capture has no {', '.join(lacking)} events, so {what} cannot tell who ran when; "
-                         f"it needs sched:sched_switch and sched:sched_wakeup: record them with {RECORD_SCHEDULER}")
+        raise InputError(
+            f"{where}: its capture has no {', '.join(lacking)} events, so {what} cannot tell who ran when; "
+            f"it needs sched:sched_switch and sched:sched_wakeup: record them with {RECORD_SCHEDULER}"
+        )

@@ -93,6 +93,7 @@ class Section:
     queueing: Any = None
     accounting: Any = None
 
+
 class KindView(Protocol):
     """One probe kind, as analysis and the report read it."""
 

@@ -15,8 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopscope.spec.models import (AffinityTuning, DmaLatencyTuning, IrqTuning, LimitTuning, MlockTuning, SchedTuning, Tuning,
-                                   WriteTuning)
+from loopscope.spec.models import AffinityTuning, DmaLatencyTuning, IrqTuning, LimitTuning, MlockTuning, SchedTuning, Tuning, WriteTuning
 from loopscope.host.cpulimit import lift
 
 
@@ -111,33 +110,56 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
         # every SCHED_OTHER one at once, whatever its nice value, and any
         # SCHED_FIFO thread of a lower priority
         who = cause.split(": ", 1)[1]
-        return Remedy(f"run the probe's thread SCHED_FIFO (priority {RT_PRIORITY}): it then preempts {who} at once", "scheduling policy and priority",
-                      f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU", False, fifo)
+        return Remedy(
+            f"run the probe's thread SCHED_FIFO (priority {RT_PRIORITY}): it then preempts {who} at once",
+            "scheduling policy and priority",
+            f"chrt -f {RT_PRIORITY} <command>   # or the probe's priority: {RT_PRIORITY}; or move {who} off the probe's CPU",
+            False,
+            fifo,
+        )
     if cause == "throttled: RT":
         return _rt_budget(ctx)
     if cause == "slowed: no kernel event":
         return _quiet_neighbours(ctx)
     if cause.startswith("throttled: "):
-        return _unthrottle(cause[len("throttled: "):])
+        return _unthrottle(cause[len("throttled: ") :])
     if cause.startswith("IPI: ") and (senders := [ld for ld in ctx.loads if ctx.load_cpus.get(ld) and not set(ctx.probe_cpus) & set(ctx.load_cpus[ld])]):
         return _quiet_senders(cause, senders)
     if cause in ("timer interrupt",) or cause.startswith("IPI: "):
         what = "the timers that expire there" if cause == "timer interrupt" else "the cross-CPU calls aimed at it"
-        return Remedy(f"move the probe to a CPU away from {what}", "CPU placement of the probe",
-                      f"taskset -c {','.join(map(str, _elsewhere(ctx)))} <command>   # find who targets the CPU: trace-cmd record -e ipi -e timer:hrtimer_start", False, _move(ctx))
+        return Remedy(
+            f"move the probe to a CPU away from {what}",
+            "CPU placement of the probe",
+            f"taskset -c {','.join(map(str, _elsewhere(ctx)))} <command>   # find who targets the CPU: trace-cmd record -e ipi -e timer:hrtimer_start",
+            False,
+            _move(ctx),
+        )
     if cause == "timer slack":
-        return Remedy("run the probe's thread SCHED_FIFO (real-time threads get no timer slack), or set its slack to 1 ns", "timer slack",
-                      f"chrt -f {RT_PRIORITY} <command>, or prctl(PR_SET_TIMERSLACK, 1) in the thread (echo 1 > /proc/TID/timerslack_ns)", False, _fifo(ctx))
+        return Remedy(
+            "run the probe's thread SCHED_FIFO (real-time threads get no timer slack), or set its slack to 1 ns",
+            "timer slack",
+            f"chrt -f {RT_PRIORITY} <command>, or prctl(PR_SET_TIMERSLACK, 1) in the thread (echo 1 > /proc/TID/timerslack_ns)",
+            False,
+            _fifo(ctx),
+        )
     if cause.startswith("blocked: ") and " \u2190 preempted by " in cause:
-        holder, _, other = cause[len("blocked: "):].partition(" \u2190 preempted by ")
-        return Remedy(f"give the lock {holder} holds priority inheritance: while it holds it, it runs at the waiter's priority and {other} cannot preempt it "
-                      f"(a priority inversion); or move {other} off {holder}'s CPU", "the program's locking (mutex protocol)",
-                      "pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT) before pthread_mutex_init; check: perf lock contention -b, "
-                      "or trace-cmd record -e sched -e syscalls:sys_enter_futex", False)
+        holder, _, other = cause[len("blocked: ") :].partition(" \u2190 preempted by ")
+        return Remedy(
+            f"give the lock {holder} holds priority inheritance: while it holds it, it runs at the waiter's priority and {other} cannot preempt it "
+            f"(a priority inversion); or move {other} off {holder}'s CPU",
+            "the program's locking (mutex protocol)",
+            "pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT) before pthread_mutex_init; check: perf lock contention -b, "
+            "or trace-cmd record -e sched -e syscalls:sys_enter_futex",
+            False,
+        )
     if cause.startswith("blocked: ") and cause not in ("blocked: sleeping", "blocked: uninterruptible (I/O)"):
-        who = cause[len("blocked: "):]
-        return Remedy(f"the thread waited for {who}: shorten or split what {who} holds, or give the lock priority inheritance", "the program's locking",
-                      "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock", False)
+        who = cause[len("blocked: ") :]
+        return Remedy(
+            f"the thread waited for {who}: shorten or split what {who} holds, or give the lock priority inheritance",
+            "the program's locking",
+            "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock",
+            False,
+        )
     return _placement(cause, ctx) or _standing(cause, ctx)
 
 
@@ -153,41 +175,69 @@ def _placement(cause: str, ctx: Context) -> Remedy | None:
             # the load pinned itself (stress-ng --taskset, a cpuset of its own): move the probe to the CPUs it left free
             free = [c for c in ctx.usable if c not in pinned]
             t.append(AffinityTuning(kind="affinity", probe=ctx.probe, cpus=free))
-            return Remedy(f"the load {load} pins itself to CPU {','.join(map(str, pinned))}: move the probe to CPU {','.join(map(str, free))}", "CPU placement of the probe",
-                          f"taskset -c {','.join(map(str, free))} <probe command>   # or the probe's cpu: [{','.join(map(str, free))}]", False, t)
+            return Remedy(
+                f"the load {load} pins itself to CPU {','.join(map(str, pinned))}: move the probe to CPU {','.join(map(str, free))}",
+                "CPU placement of the probe",
+                f"taskset -c {','.join(map(str, free))} <probe command>   # or the probe's cpu: [{','.join(map(str, free))}]",
+                False,
+                t,
+            )
         if load in ctx.loads:
             t.append(AffinityTuning(kind="affinity", load=load, cpus=rest))
         if ctx.probe_takes_cpu:
             t.append(AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus))
-        return Remedy(f"move the load {load} off the probe's CPU (cpusets or affinity), and pin the probe", "CPU placement (affinity, cpusets)",
-                      f"taskset -acp {rc} <pids of {load}>   # or: systemd-run -p AllowedCPUs={rc} …; pin the probe: taskset -c {pc}", False, t)
+        return Remedy(
+            f"move the load {load} off the probe's CPU (cpusets or affinity), and pin the probe",
+            "CPU placement (affinity, cpusets)",
+            f"taskset -acp {rc} <pids of {load}>   # or: systemd-run -p AllowedCPUs={rc} …; pin the probe: taskset -c {pc}",
+            False,
+            t,
+        )
     if cause.startswith("irq: "):
         name = cause[5:]
         n = _irq_number(name)
         t = [IrqTuning(kind="irq", irq=n, cpus=rest)] if n is not None else []
         where = f"/proc/irq/{n if n is not None else '<N>'}/smp_affinity_list"
-        return Remedy(f"steer interrupt {name} away from the probe's CPU", "IRQ affinity", f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq", False, t)
+        return Remedy(
+            f"steer interrupt {name} away from the probe's CPU",
+            "IRQ affinity",
+            f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq",
+            False,
+            t,
+        )
     return None
 
 
 def _standing(cause: str, ctx: Context) -> Remedy | None:
     """The machine's standing settings (idle states, policy, memory) and what else runs on the probe's CPU."""
+    t: list[Tuning]
     probe_cpus, rest = _away(ctx)
     pc, rc = ",".join(map(str, probe_cpus)), ",".join(map(str, rest))
     if cause == "CPU idle":
-        return Remedy("keep the CPU out of deep idle states: its wake-up came late", "cpu_dma_latency / cpuidle states",
-                      "hold /dev/cpu_dma_latency at 0 (cyclictest does), or: cpupower idle-set -D 1; for good: idle=poll or processor.max_cstate=1 on the kernel command line",
-                      False, [DmaLatencyTuning(kind="dma_latency", us=0)])
+        return Remedy(
+            "keep the CPU out of deep idle states: its wake-up came late",
+            "cpu_dma_latency / cpuidle states",
+            "hold /dev/cpu_dma_latency at 0 (cyclictest does), or: cpupower idle-set -D 1; for good: idle=poll or processor.max_cstate=1 on the kernel command line",
+            False,
+            [DmaLatencyTuning(kind="dma_latency", us=0)],
+        )
     if cause == "scheduling latency":
         t = [SchedTuning(kind="sched", probe=ctx.probe, policy="fifo", priority=80)] if ctx.probe_takes_priority else []
-        return Remedy("run the probe's thread with a real-time policy", "scheduling policy and priority", "chrt -f 80 <command>   # or the probe's priority: 80", False, t)
+        return Remedy(
+            "run the probe's thread with a real-time policy", "scheduling policy and priority", "chrt -f 80 <command>   # or the probe's priority: 80", False, t
+        )
     if cause == "migrations":
         t = [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus)] if ctx.probe_takes_cpu else []
         return Remedy("pin the probe's thread to one CPU", "CPU affinity", f"taskset -c {pc} <command>", False, t)
     if cause in ("page faults", "page fault"):
         lock: list[Tuning] = [MlockTuning(kind="mlock", probe=ctx.probe)] if ctx.probe_unlocked else []
-        return Remedy("lock the probe's memory (mlockall) so memory pressure cannot page it out, and prefault it", "mlockall / prefaulting",
-                      "mlockall(MCL_CURRENT | MCL_FUTURE) at start and touch the buffers once (cyclictest -m; the probe's mlock: true)", False, lock)
+        return Remedy(
+            "lock the probe's memory (mlockall) so memory pressure cannot page it out, and prefault it",
+            "mlockall / prefaulting",
+            "mlockall(MCL_CURRENT | MCL_FUTURE) at start and touch the buffers once (cyclictest -m; the probe's mlock: true)",
+            False,
+            lock,
+        )
     if re.match(r"thread: kdamond", cause):
         off: list[Tuning] = [WriteTuning(kind="write", path=p, value="off") for p in _kdamonds()]
         return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False, off)
@@ -196,24 +246,47 @@ def _standing(cause: str, ctx: Context) -> Remedy | None:
         away = [c for c in ctx.usable if c not in here] or rest
         mask = f"{sum(1 << c for c in away):x}"
         steer: list[Tuning] = [WriteTuning(kind="write", path=p, value=mask) for p in _rps_paths(here)]
-        return Remedy("take receive processing off the probe's CPU (packet steering, IRQ affinity), or move the probe", "RPS / IRQ steering",
-                      f"echo {mask} > /sys/class/net/<dev>/queues/rx-0/rps_cpus; the NIC's IRQ: echo {rc} > /proc/irq/<N>/smp_affinity_list", False,
-                      steer or _move(ctx))
+        return Remedy(
+            "take receive processing off the probe's CPU (packet steering, IRQ affinity), or move the probe",
+            "RPS / IRQ steering",
+            f"echo {mask} > /sys/class/net/<dev>/queues/rx-0/rps_cpus; the NIC's IRQ: echo {rc} > /proc/irq/<N>/smp_affinity_list",
+            False,
+            steer or _move(ctx),
+        )
     if cause == "lab: capture":
-        return Remedy("record fewer kernel events (loopscope's own capture was in the way)", "the experiment's kernel capture",
-                      "kernel: {events: [sched:sched_switch, sched:sched_wakeup, irq:irq_handler_entry, irq:irq_handler_exit]} or loopscope run … with the capture off", False)
+        return Remedy(
+            "record fewer kernel events (loopscope's own capture was in the way)",
+            "the experiment's kernel capture",
+            "kernel: {events: [sched:sched_switch, sched:sched_wakeup, irq:irq_handler_entry, irq:irq_handler_exit]} or loopscope run … with the capture off",
+            False,
+        )
     if cause == "lab: emulator":
-        return Remedy("keep loopscope's link emulator off the probe's CPU, or let the kernel forward the path (ask nothing of the link)", "the experiment's emulator settings",
-                      f"emulator: {{cpu: {rest[0]}}} in the experiment file; or drop the link's delay/jitter/loss so the router's kernel forwards it", False)
+        return Remedy(
+            "keep loopscope's link emulator off the probe's CPU, or let the kernel forward the path (ask nothing of the link)",
+            "the experiment's emulator settings",
+            f"emulator: {{cpu: {rest[0]}}} in the experiment file; or drop the link's delay/jitter/loss so the router's kernel forwards it",
+            False,
+        )
     if cause.startswith("lab: "):
         to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)  # pinned already: pinning it there again changes nothing
-        return Remedy(f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it", "CPU affinity of the probe", f"the probe's cpu: [{','.join(map(str, to))}]", False,
-                      [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else [])
+        return Remedy(
+            f"loopscope's own {cause[5:]} ran on the probe's CPU: pin the probe away from it",
+            "CPU affinity of the probe",
+            f"the probe's cpu: [{','.join(map(str, to))}]",
+            False,
+            [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else [],
+        )
     if cause.startswith("thread: "):
         name = cause[8:]
         to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)
         t = [AffinityTuning(kind="affinity", probe=ctx.probe, cpus=to)] if ctx.probe_takes_cpu else []
-        return Remedy(f"move {name} off the probe's CPU, or the probe away from it", "CPU placement (affinity)", f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}", False, t)
+        return Remedy(
+            f"move {name} off the probe's CPU, or the probe away from it",
+            "CPU placement (affinity)",
+            f"taskset -acp {rc} $(pgrep {name.split('/')[0]})   # or pin the probe: taskset -c {pc}",
+            False,
+            t,
+        )
     return None
 
 
@@ -222,11 +295,16 @@ def _unthrottle(group: str) -> Remedy:
 
     known = group.startswith("/")
     where = lift(group) if known else None
-    how = (f"echo {where[1]} > {where[0]}" if where else "echo -1 > /sys/fs/cgroup/cpu/<group>/cpu.cfs_quota_us (v2: echo max > /sys/fs/cgroup/<group>/cpu.max)")
+    how = f"echo {where[1]} > {where[0]}" if where else "echo -1 > /sys/fs/cgroup/cpu/<group>/cpu.cfs_quota_us (v2: echo max > /sys/fs/cgroup/<group>/cpu.max)"
     t: list[Tuning] = [WriteTuning(kind="write", path=where[0], value=where[1])] if where and Path(where[0]).exists() else []
     name = f"the cgroup {group}" if known else "the thread's cgroup (find it: cat /proc/TID/cgroup)"
-    return Remedy(f"raise or remove the CPU limit of {name}, or move the thread out of it: its quota was spent and the kernel held the thread until the next period",
-                  "CPU limit (cgroup bandwidth: cpu.cfs_quota_us / cpu.max)", f"{how}   # or a larger quota; a container: docker update --cpus N, or the pod's resources.limits.cpu", False, t)
+    return Remedy(
+        f"raise or remove the CPU limit of {name}, or move the thread out of it: its quota was spent and the kernel held the thread until the next period",
+        "CPU limit (cgroup bandwidth: cpu.cfs_quota_us / cpu.max)",
+        f"{how}   # or a larger quota; a container: docker update --cpus N, or the pod's resources.limits.cpu",
+        False,
+        t,
+    )
 
 
 def _rt_budget(ctx: Context) -> Remedy:
@@ -238,11 +316,15 @@ def _rt_budget(ctx: Context) -> Remedy:
     mine = [ld for ld in ctx.loads if not ctx.load_cpus.get(ld) or here & set(ctx.load_cpus[ld])]
     t: list[Tuning] = [SchedTuning(kind="sched", load=ld, policy="other") for ld in mine]
     cpu = ",".join(map(str, sorted(here)))
-    return Remedy("take real-time priority from the busy real-time task on the probe's CPU (SCHED_OTHER, or a budget of its own with SCHED_DEADLINE): "
-                  "it spent the CPU's real-time share (sched_rt_runtime_us of every sched_rt_period_us) and the kernel then held every real-time thread there, the probe too",
-                  "real-time bandwidth (sched_rt_runtime_us) and the tasks' policies",
-                  f"chrt -o -p 0 <pid>   # find it: ps -eLo tid,cls,rtprio,psr,pcpu,comm | awk '$2 == \"FF\" || $2 == \"RR\"' on CPU {cpu}; "
-                  "lifting the limit (echo -1 > /proc/sys/kernel/sched_rt_runtime_us) lets a runaway spinner keep the CPU for good", False, t)
+    return Remedy(
+        "take real-time priority from the busy real-time task on the probe's CPU (SCHED_OTHER, or a budget of its own with SCHED_DEADLINE): "
+        "it spent the CPU's real-time share (sched_rt_runtime_us of every sched_rt_period_us) and the kernel then held every real-time thread there, the probe too",
+        "real-time bandwidth (sched_rt_runtime_us) and the tasks' policies",
+        f'chrt -o -p 0 <pid>   # find it: ps -eLo tid,cls,rtprio,psr,pcpu,comm | awk \'$2 == "FF" || $2 == "RR"\' on CPU {cpu}; '
+        "lifting the limit (echo -1 > /proc/sys/kernel/sched_rt_runtime_us) lets a runaway spinner keep the CPU for good",
+        False,
+        t,
+    )
 
 
 #: the share of a CPU a neighbour that slowed the probe keeps in the follow-up: 1 ms a second, stopped
@@ -263,11 +345,15 @@ def _quiet_neighbours(ctx: Context) -> Remedy:
     away = [ld for ld in ctx.loads if ld not in beside]
     t: list[Tuning] = [LimitTuning(kind="limit", load=ld, cpus=NEIGHBOUR_CPUS) for ld in beside + away]
     who = ", ".join(beside + away) or "the busiest process beside it"
-    return Remedy(f"stop, limit or move {who}: the probe's own work ran longer with nothing in its way the kernel records, so what took the memory bandwidth or "
-                  "the shared cache, or wrote the memory it reads, ran beside it (or the host took the vCPU: steal time)",
-                  "neighbours' CPU time (cgroup limit), cache and memory bandwidth partitioning (resctrl CAT/MBA where the CPU has it)",
-                  "echo '10000 100000' > /sys/fs/cgroup/<neighbour>/cpu.max   # or systemd-run --scope -p CPUQuota=10% <command>; "
-                  "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>", False, t)
+    return Remedy(
+        f"stop, limit or move {who}: the probe's own work ran longer with nothing in its way the kernel records, so what took the memory bandwidth or "
+        "the shared cache, or wrote the memory it reads, ran beside it (or the host took the vCPU: steal time)",
+        "neighbours' CPU time (cgroup limit), cache and memory bandwidth partitioning (resctrl CAT/MBA where the CPU has it)",
+        "echo '10000 100000' > /sys/fs/cgroup/<neighbour>/cpu.max   # or systemd-run --scope -p CPUQuota=10% <command>; "
+        "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>",
+        False,
+        t,
+    )
 
 
 def _quiet_senders(cause: str, senders: list[str]) -> Remedy:
@@ -278,10 +364,15 @@ def _quiet_senders(cause: str, senders: list[str]) -> Remedy:
     second; the follow-up says whether they were the senders."""
     who = ", ".join(senders)
     t: list[Tuning] = [LimitTuning(kind="limit", load=ld, cpus=NEIGHBOUR_CPUS) for ld in senders]
-    return Remedy(f"stop, limit or move what sends the {cause[len('IPI: '):]}s aimed at the probe's CPU: a task on another CPU sends them, and the phase's "
-                  f"loads there ({who}) are the suspects", "the senders of cross-CPU calls (what they do: perf events toggled, memory unmapped, CPUs' state changed)",
-                  "trace-cmd record -e ipi:ipi_send_cpu -e ipi:ipi_send_cpumask -e irq_vectors:call_function_single_entry, then trace-cmd report: each send names "
-                  "its task and callsite; isolating the CPU (isolcpus=, nohz_full=) keeps most kernel senders off it", False, t)
+    return Remedy(
+        f"stop, limit or move what sends the {cause[len('IPI: ') :]}s aimed at the probe's CPU: a task on another CPU sends them, and the phase's "
+        f"loads there ({who}) are the suspects",
+        "the senders of cross-CPU calls (what they do: perf events toggled, memory unmapped, CPUs' state changed)",
+        "trace-cmd record -e ipi:ipi_send_cpu -e ipi:ipi_send_cpumask -e irq_vectors:call_function_single_entry, then trace-cmd report: each send names "
+        "its task and callsite; isolating the CPU (isolcpus=, nohz_full=) keeps most kernel senders off it",
+        False,
+        t,
+    )
 
 
 def _kdamonds() -> list[str]:

@@ -189,9 +189,22 @@ class Row:
         def num(v: float | None) -> float | None:
             return None if v is None or not math.isfinite(v) else v
 
-        return {"run": self.run, "probe": self.probe, "phase": self.phase, "measure": self.measure, "metric": self.metric,
-                "baseline": num(self.baseline), "value": num(self.value), "ratio": num(self.ratio), "ci95": self.ci95,
-                "significant": self.significant, "p_holm": num(self.p_value), "within_run": self.within_run, "unit": self.unit, "pooled": self.pooled}
+        return {
+            "run": self.run,
+            "probe": self.probe,
+            "phase": self.phase,
+            "measure": self.measure,
+            "metric": self.metric,
+            "baseline": num(self.baseline),
+            "value": num(self.value),
+            "ratio": num(self.ratio),
+            "ci95": self.ci95,
+            "significant": self.significant,
+            "p_holm": num(self.p_value),
+            "within_run": self.within_run,
+            "unit": self.unit,
+            "pooled": self.pooled,
+        }
 
 
 def _units(series: list[np.ndarray]) -> list[np.ndarray]:
@@ -210,7 +223,9 @@ def _series(m: Measure, phase: str) -> list[np.ndarray]:
     return [g["value"].to_numpy().astype(np.float64) for _, g in f.group_by("rep", maintain_order=True)]
 
 
-def _boot(series: list[np.ndarray], metrics: list[str], block: int, by_rep: bool, rng: np.random.Generator) -> tuple[dict[str, float], dict[str, np.ndarray], int]:
+def _boot(
+    series: list[np.ndarray], metrics: list[str], block: int, by_rep: bool, rng: np.random.Generator
+) -> tuple[dict[str, float], dict[str, np.ndarray], int]:
     """Point values and bootstrap replicates of ``metrics``."""
     full = [s for s in series if len(s)]
     parts = [_thin(s, 40_000, len(series)) for s in full]
@@ -284,8 +299,6 @@ def _ratio_row(run: str, probe: str, phase: str, measure: str, metric: str, b: t
     return row
 
 
-
-
 def holm(rows: list[Row], min_effect: float = MIN_EFFECT) -> None:
     """Replace each row's p-value by its Holm-corrected one and mark the
     significant rows (corrected p below 0.05, the interval outside 1 ± ``min_effect``)."""
@@ -304,10 +317,12 @@ def check_match(runs: list[RunData]) -> None:
         k = r.kinds()
         if set(k) != set(base):
             only_b, only_r = sorted(set(base) - set(k)), sorted(set(k) - set(base))
-            raise CompareError(f"{r.path}: its probes do not match {runs[0].path}'s"
-                               + (f" (only in {runs[0].label}: {', '.join(only_b)})" if only_b else "")
-                               + (f" (only in {r.label}: {', '.join(only_r)})" if only_r else "")
-                               + "; compare runs of the same experiment, or of experiments whose probes share names")
+            raise CompareError(
+                f"{r.path}: its probes do not match {runs[0].path}'s"
+                + (f" (only in {runs[0].label}: {', '.join(only_b)})" if only_b else "")
+                + (f" (only in {r.label}: {', '.join(only_r)})" if only_r else "")
+                + "; compare runs of the same experiment, or of experiments whose probes share names"
+            )
         for p, kind in k.items():
             if base[p] != kind:
                 raise CompareError(f"{r.path}: probe {p} is a {kind} probe there and a {base[p]} probe in {runs[0].path}; they measure different things")
@@ -359,12 +374,16 @@ def compare(runs: list[RunData], min_effect: float = MIN_EFFECT) -> list[Row]:
             k_b, n_b = sum(x for x, _ in reps_b), sum(y for _, y in reps_b)
             phi = max(dispersion(reps_a), dispersion(reps_b))
             point, ci, p = rate_ratio(k_a, n_a, k_b, n_b, phi)
-            rows.append(Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p, within_run=not by_rep))
+            rows.append(
+                Row(run.label, probe, ph, "deadlines", "missed", k_a / n_a if n_a else None, k_b / n_b if n_b else None, point, ci, p, within_run=not by_rep)
+            )
     holm(rows, min_effect)
     return rows
 
 
-CRITERION = re.compile(r"^\s*(?:(?P<probe>[A-Za-z0-9][A-Za-z0-9._-]*)\.)?(?P<metric>p50|p99|p999|max|mean|missed)\s*(?P<op>[<>])\s*(?P<pct>[+-]?[0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+CRITERION = re.compile(
+    r"^\s*(?:(?P<probe>[A-Za-z0-9][A-Za-z0-9._-]*)\.)?(?P<metric>p50|p99|p999|max|mean|missed)\s*(?P<op>[<>])\s*(?P<pct>[+-]?[0-9]+(?:\.[0-9]+)?)\s*%\s*$"
+)
 
 
 @dataclass
@@ -379,7 +398,9 @@ class Criterion:
     def parse(cls, text: str, probes: set[str]) -> Criterion:
         m = CRITERION.match(text)
         if m is None:
-            raise CompareError(f"--fail-if {text!r}: write METRIC > +N% or METRIC < -N% (METRIC: p50, p99, p999, max, mean, missed; optionally PROBE.METRIC), e.g. 'p99 > +10%'")
+            raise CompareError(
+                f"--fail-if {text!r}: write METRIC > +N% or METRIC < -N% (METRIC: p50, p99, p999, max, mean, missed; optionally PROBE.METRIC), e.g. 'p99 > +10%'"
+            )
         if m["probe"] and m["probe"] not in probes:
             raise CompareError(f"--fail-if {text!r}: no probe named {m['probe']!r}; the probes are {', '.join(sorted(probes))}")
         return cls(text, m["probe"], m["metric"], m["op"], 1 + float(m["pct"]) / 100)
@@ -432,10 +453,17 @@ def _outcome(verdicts: list[str]) -> str:
 
 
 PROVENANCE = (
-    ("kernel", ("kernel", "release")), ("kernel command line", ("kernel", "cmdline")), ("preemption", ("preempt",)),
-    ("CPU model", ("cpu", "model")), ("CPUs", ("cpu", "cpus")), ("isolated CPUs", ("cpu", "isolated")),
-    ("governors", ("cpufreq", "governors")), ("idle driver", ("cpuidle_driver",)), ("clock source", ("clocksource",)),
-    ("loopscope", ("software", "loopscope")), ("loopscope commit", ("loopscope_git", "sha")),
+    ("kernel", ("kernel", "release")),
+    ("kernel command line", ("kernel", "cmdline")),
+    ("preemption", ("preempt",)),
+    ("CPU model", ("cpu", "model")),
+    ("CPUs", ("cpu", "cpus")),
+    ("isolated CPUs", ("cpu", "isolated")),
+    ("governors", ("cpufreq", "governors")),
+    ("idle driver", ("cpuidle_driver",)),
+    ("clock source", ("clocksource",)),
+    ("loopscope", ("software", "loopscope")),
+    ("loopscope commit", ("loopscope_git", "sha")),
 )
 
 

@@ -46,8 +46,13 @@ def references(wins: pl.DataFrame, phases: list[str], against: dict[str, str]) -
     ref_of = {p: against.get(p, base) for p in phases if against.get(p, base) != p}
     if not ref_of:
         return empty
-    med = (wins.lazy().filter(pl.col("span")).group_by(pl.col("probe").cast(pl.String), pl.col("phase").cast(pl.String))
-           .agg(pl.col("latency_ns").median().cast(pl.Int64).alias("ref_ns")).collect())
+    med = (
+        wins.lazy()
+        .filter(pl.col("span"))
+        .group_by(pl.col("probe").cast(pl.String), pl.col("phase").cast(pl.String))
+        .agg(pl.col("latency_ns").median().cast(pl.Int64).alias("ref_ns"))
+        .collect()
+    )
     pairs = pl.DataFrame({"phase": list(ref_of), "ref_phase": list(ref_of.values())})
     out = pairs.join(med.rename({"phase": "ref_phase"}), on="ref_phase").join(med.rename({"ref_ns": "own_ns"}), on=["probe", "phase"])
     # the body of the phase moved, not only its tail: else its long spans are the program's own spread

@@ -26,6 +26,7 @@ from scipy import stats
 from loopscope.analysis.registry import Tables
 from loopscope.units import format_ns
 
+
 class SweepKinds(Protocol):
     """The kinds by name; each says what a sweep fits (``kinds.base.ProbeKind.sweep_values``)."""
 
@@ -120,7 +121,7 @@ def link_sweep(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
     loaded = {p["name"] for p in tables.spec.get("phases") or [] if p.get("loads")}
     x_of = {ph: next(c.delay_ns for c in cs if c.name == link) / 1e6 for ph, cs in pl_.items() if ph not in loaded}
     series: list[tuple[str, dict[str, np.ndarray]]] = []
-    for probe in (tables.spec.get("probes") or []):
+    for probe in tables.spec.get("probes") or []:
         for name, d in _values(kinds, probe, tables):
             series.append((name, {str(ph): g["value"].drop_nulls().to_numpy().astype(np.float64) for (ph,), g in d.group_by(["phase"])}))
     out: list[SweepFit] = []
@@ -142,7 +143,7 @@ def fit(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
         return link_sweep(tables, kinds)
     out = link_sweep(tables, kinds)
     swept = sweep.get("kind") or []
-    for probe in (tables.spec.get("probes") or []):
+    for probe in tables.spec.get("probes") or []:
         # the probe's main measure (the series named after it), not a program's intervals
         main = [d for name, d in _values(kinds, probe, tables) if name == probe.get("name")]
         if not main:
@@ -168,7 +169,14 @@ def fit(tables: Tables, kinds: SweepKinds) -> list[SweepFit]:
             pts.sort()
             a = np.array(pts)
             fits = [fit_xy(s, a[:, 0], a[:, i]) for i, s in ((1, "mean"), (2, "standard deviation"), (3, "p99"))]
-            out.append({"probe": str(probe.get("name")), "kind": k, "unit": "processes" if "pct" not in "".join(str(p) for p in df["phase"].unique().to_list()) else "%", "fits": fits})
+            out.append(
+                {
+                    "probe": str(probe.get("name")),
+                    "kind": k,
+                    "unit": "processes" if "pct" not in "".join(str(p) for p in df["phase"].unique().to_list()) else "%",
+                    "fits": fits,
+                }
+            )
     return out
 
 
@@ -184,4 +192,6 @@ def statement(f: Fit, per: str = "level") -> str:
     if f.best == "quadratic":
         curv = "faster" if (f.quadratic or (0,))[0] > 0 else "slower"
         return f"{f.stat}: grows {curv} than linearly (quadratic term F-test p = {f.p_quadratic:.3g}; {lin}, {q})"
-    return f"{f.stat}: linear is enough, {format_ns(abs(slope))} {'more' if slope >= 0 else 'less'} per {per} (quadratic term p = {f.p_quadratic:.3g}; {lin}, {q})"
+    return (
+        f"{f.stat}: linear is enough, {format_ns(abs(slope))} {'more' if slope >= 0 else 'less'} per {per} (quadratic term p = {f.p_quadratic:.3g}; {lin}, {q})"
+    )

@@ -89,10 +89,17 @@ def _spread(s: pl.Series) -> Spread | None:
 def names_in(ev: pl.DataFrame) -> dict[int, str]:
     """Every thread the capture names (the latest name it ran under)."""
     sw = ev.filter(pl.col("event") == "sched_switch")
-    pairs = pl.concat([
-        sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
-        sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
-    ]).drop_nulls().filter(pl.col("tid") > 0).sort("t_ns")
+    pairs = (
+        pl.concat(
+            [
+                sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
+                sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
+            ]
+        )
+        .drop_nulls()
+        .filter(pl.col("tid") > 0)
+        .sort("t_ns")
+    )
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
@@ -133,7 +140,8 @@ def carried_by_wakeups(act: pl.DataFrame) -> pl.DataFrame:
     wake-up delay near it (a few µs when the timer interrupt is not held
     up): a lower bound, said as such (``timer_from``)."""
     d = act.filter(pl.col("timer_expires_ns").is_not_null() & pl.col("woken_ns").is_not_null()).select(
-        pl.col("woken_ns").alias("_t"), (pl.col("woken_ns") - pl.col("timer_expires_ns")).alias("_clocks"))
+        pl.col("woken_ns").alias("_t"), (pl.col("woken_ns") - pl.col("timer_expires_ns")).alias("_clocks")
+    )
     if not len(d):
         return act.with_columns(pl.lit(None, pl.Int64).alias("timer_expires_ns"), pl.lit(None, pl.Int64).alias("timer_lateness_ns"))
     med = int(d["_clocks"].median() or 0)  # type: ignore[arg-type]
@@ -154,8 +162,10 @@ def timer_from(st: S.Store) -> str:
         return "the capture's clock is CLOCK_MONOTONIC, the timers' own"
     if "hrtimer_expire_entry" in have:
         return "expiries carried onto the capture's clock by its timer interrupts (hrtimer_expire_entry)"
-    return ("expiries carried onto the capture's clock by the wake-ups that followed them (no hrtimer_expire_entry): "
-            "a lower bound, short by at most the smallest wake-up delay nearby")
+    return (
+        "expiries carried onto the capture's clock by the wake-ups that followed them (no hrtimer_expire_entry): "
+        "a lower bound, short by at most the smallest wake-up delay nearby"
+    )
 
 
 def thread_names(st: S.Store) -> dict[int, str]:
@@ -169,10 +179,20 @@ def thread_names(st: S.Store) -> dict[int, str]:
     parts = []
     for f in st.files():
         sw = pl.scan_parquet(f).filter(pl.col("event") == code)
-        parts.append(pl.concat([
-            sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
-            sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
-        ]).drop_nulls().filter(pl.col("tid") > 0).sort("t_ns").group_by("tid").agg(pl.col("comm").last(), pl.col("t_ns").last()).collect())
+        parts.append(
+            pl.concat(
+                [
+                    sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
+                    sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
+                ]
+            )
+            .drop_nulls()
+            .filter(pl.col("tid") > 0)
+            .sort("t_ns")
+            .group_by("tid")
+            .agg(pl.col("comm").last(), pl.col("t_ns").last())
+            .collect()
+        )
     if not parts:
         return {}
     last = pl.concat(parts).sort("t_ns").group_by("tid").agg(pl.col("comm").last())
@@ -212,11 +232,17 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[
     # only the columns this needs (a dense capture has millions of activations); a window starts at the
     # timer's expiry when the thread slept on one (the part before its wake-up is the timer's lateness)
     timed = pl.col("timer_expires_ns").is_not_null() & (pl.col("timer_expires_ns") <= pl.col("woken_ns"))
-    ok = act.lazy().filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null()).select(
-        "tid", pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"),
-        # a window runs to the latest its switch-in can have been (attribution finds the run itself)
-        (pl.col("on_ns") + pl.col("on_bound_ns").fill_null(0)).alias("on_ns"),
-        pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"))
+    ok = (
+        act.lazy()
+        .filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null())
+        .select(
+            "tid",
+            pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"),
+            # a window runs to the latest its switch-in can have been (attribution finds the run itself)
+            (pl.col("on_ns") + pl.col("on_bound_ns").fill_null(0)).alias("on_ns"),
+            pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"),
+        )
+    )
     thr = ok.group_by("tid").agg(pl.col("late").quantile(0.99, "linear").alias("thr"))
     top = ok.join(thr, on="tid").filter(pl.col("late") >= pl.col("thr")).collect()
     if not len(top):
@@ -240,8 +266,9 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[
     return out
 
 
-def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None = None, window: tuple[int, int] | None = None,
-              groups: dict[int, str] | None = None) -> ThreadsJson:
+def summarize(
+    st: S.Store, threads: dict[int, str], roles: dict[int, str] | None = None, window: tuple[int, int] | None = None, groups: dict[int, str] | None = None
+) -> ThreadsJson:
     """Every activation of ``threads`` (tid → name) in the capture, summarised
     per thread and explained; ``roles`` names the measuring side's own threads
     (``lab: …``), so that loopscope is told apart from the program's neighbours;
@@ -259,13 +286,29 @@ def summarize(st: S.Store, threads: dict[int, str], roles: dict[int, str] | None
         ok = a.filter(pl.col("complete"))
         n_out, n_explained, shares, parts = causes.get(tid, (0, 0, [], None))
         period = ok["period_ns"].drop_nulls()
-        rows.append({
-            "tid": tid, "comm": name, "activations": len(a), "incomplete": len(a) - len(ok),
-            "wakeup_latency_ns": _spread(ok["wakeup_latency_ns"]), "timer_lateness_ns": _spread(ok["timer_lateness_ns"]),
-            "runtime_ns": _spread(ok["runtime_ns"]), "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
-            "preemptions": int(a["preemptions"].sum()), "migrations": int(a["migrations"].sum()),
-            "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
-            "outliers": n_out, "explained_outliers": n_explained, "causes": shares, "parts": parts,
-        })
-    return {"threads": rows, "kernel_events": st.events, "lost_kernel_events": st.lost_events, "not_recorded": unseen(st.by_event()),
-            "timer_lateness_from": timer_from(st)}
+        rows.append(
+            {
+                "tid": tid,
+                "comm": name,
+                "activations": len(a),
+                "incomplete": len(a) - len(ok),
+                "wakeup_latency_ns": _spread(ok["wakeup_latency_ns"]),
+                "timer_lateness_ns": _spread(ok["timer_lateness_ns"]),
+                "runtime_ns": _spread(ok["runtime_ns"]),
+                "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
+                "preemptions": int(a["preemptions"].sum()),
+                "migrations": int(a["migrations"].sum()),
+                "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
+                "outliers": n_out,
+                "explained_outliers": n_explained,
+                "causes": shares,
+                "parts": parts,
+            }
+        )
+    return {
+        "threads": rows,
+        "kernel_events": st.events,
+        "lost_kernel_events": st.lost_events,
+        "not_recorded": unseen(st.by_event()),
+        "timer_lateness_from": timer_from(st),
+    }

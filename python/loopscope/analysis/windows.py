@@ -17,8 +17,16 @@ import polars as pl
 from loopscope.analysis.registry import Columns
 
 # Text as categoricals: a long run has millions of windows, each naming its probe, phase and host.
-WINDOWS: Columns = {"rep": pl.Int64, "phase": pl.Categorical, "probe": pl.Categorical, "host": pl.Categorical, "tid": pl.Int64,
-                           "t_ns": pl.Int64, "latency_ns": pl.Int64, "span": pl.Boolean}
+WINDOWS: Columns = {
+    "rep": pl.Int64,
+    "phase": pl.Categorical,
+    "probe": pl.Categorical,
+    "host": pl.Categorical,
+    "tid": pl.Int64,
+    "t_ns": pl.Int64,
+    "latency_ns": pl.Int64,
+    "span": pl.Boolean,
+}
 
 
 def no_windows() -> pl.DataFrame:

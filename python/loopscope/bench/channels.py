@@ -91,15 +91,56 @@ def _rounds(size: int, quick: bool) -> int:
 def one(topo: Any, transport: str, sizes: list[int], blocks: int, quick: bool, port: int, placement: str) -> list[Block]:
     a, b = topo.host("a"), topo.host("b")
     raw, chan, back = f"{b.address}:{port}", f"{b.address}:{port + 1}", f"{a.address}:{port + 2}"
-    srv = subprocess.Popen(_in(b.ns, "channel", "bench-serve", "--transport", transport, "--raw-bind", raw, "--chan-bind", chan, "--reply-to", back,
-                               "--cpu", "1" if placement == "split" else "0"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    srv = subprocess.Popen(
+        _in(
+            b.ns,
+            "channel",
+            "bench-serve",
+            "--transport",
+            transport,
+            "--raw-bind",
+            raw,
+            "--chan-bind",
+            chan,
+            "--reply-to",
+            back,
+            "--cpu",
+            "1" if placement == "split" else "0",
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(0.5)
         if srv.poll() is not None:
             raise RunError(f"bench channels: the {transport} servers on b failed: {srv.stderr.read().strip()[-400:] if srv.stderr else ''}")
-        r = subprocess.run(_in(a.ns, "channel", "bench-client", "--transport", transport, "--raw-dest", raw, "--chan-dest", chan, "--bind", back,
-                                "--sizes", ",".join(map(str, sizes)), "--rounds", ",".join(str(_rounds(s, quick)) for s in sizes), "--blocks", str(blocks), "--cpu", "0"),
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            _in(
+                a.ns,
+                "channel",
+                "bench-client",
+                "--transport",
+                transport,
+                "--raw-dest",
+                raw,
+                "--chan-dest",
+                chan,
+                "--bind",
+                back,
+                "--sizes",
+                ",".join(map(str, sizes)),
+                "--rounds",
+                ",".join(str(_rounds(s, quick)) for s in sizes),
+                "--blocks",
+                str(blocks),
+                "--cpu",
+                "0",
+            ),
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if r.returncode != 0:
             raise RunError(f"bench channels: the {transport} client on a failed: {r.stderr.strip()[-400:]}")
         blocks_out: list[Block] = json.loads(r.stdout)
@@ -130,20 +171,29 @@ def summarize(blocks: list[Block], sizes: list[int]) -> list[SizeRow]:
             return float(np.percentile(rtt[m], p)) if len(rtt[m]) else None
 
         lo, hi = (float(np.percentile(over, 25)), float(np.percentile(over, 75))) if over else (0.0, 0.0)
-        rows.append({
-            "size": size,
-            "channel_mbps": round(float(np.median([_mbps(c) for _, c in pairs])), 1) if pairs else None,
-            "raw_mbps": round(float(np.median([_mbps(r) for r, _ in pairs])), 1) if pairs else None,
-            "overhead_pct": round(float(np.median(over)), 1) if over else None,
-            "overhead_iqr_pct": [round(lo, 1), round(hi, 1)] if over else None,
-            "p50_ns": q("channel", 50), "p99_ns": q("channel", 99), "raw_p50_ns": q("raw", 50), "raw_p99_ns": q("raw", 99),
-            "blocks": len(pairs), "rounds": int(sum(x["n"] for x in bs if x["mode"] == "channel")),
-            "timeouts": int(sum(x["timeouts"] for x in bs if x["mode"] == "channel")), "raw_timeouts": int(sum(x["timeouts"] for x in bs if x["mode"] == "raw")),
-        })
+        rows.append(
+            {
+                "size": size,
+                "channel_mbps": round(float(np.median([_mbps(c) for _, c in pairs])), 1) if pairs else None,
+                "raw_mbps": round(float(np.median([_mbps(r) for r, _ in pairs])), 1) if pairs else None,
+                "overhead_pct": round(float(np.median(over)), 1) if over else None,
+                "overhead_iqr_pct": [round(lo, 1), round(hi, 1)] if over else None,
+                "p50_ns": q("channel", 50),
+                "p99_ns": q("channel", 99),
+                "raw_p50_ns": q("raw", 50),
+                "raw_p99_ns": q("raw", 99),
+                "blocks": len(pairs),
+                "rounds": int(sum(x["n"] for x in bs if x["mode"] == "channel")),
+                "timeouts": int(sum(x["timeouts"] for x in bs if x["mode"] == "channel")),
+                "raw_timeouts": int(sum(x["timeouts"] for x in bs if x["mode"] == "raw")),
+            }
+        )
     return rows
 
 
-def run(*, quick: bool = False, blocks: int | None = None, transports: list[str] | None = None, placement: str = "split", progress: Progress = None) -> ChannelsBench:
+def run(
+    *, quick: bool = False, blocks: int | None = None, transports: list[str] | None = None, placement: str = "split", progress: Progress = None
+) -> ChannelsBench:
 
     why = netns.privileges()
     if why:
@@ -152,7 +202,10 @@ def run(*, quick: bool = False, blocks: int | None = None, transports: list[str]
     nb = blocks or (4 if quick else 20)
     sizes = SIZES[:3] if quick else SIZES
     by_transport: dict[str, list[SizeRow]] = {}
-    out: ChannelsBench = {"transports": by_transport, "context": {"blocks": nb, "sizes": sizes, "hosts": "two netns hosts, kernel forwarding", "frag": 1400, "placement": placement}}
+    out: ChannelsBench = {
+        "transports": by_transport,
+        "context": {"blocks": nb, "sizes": sizes, "hosts": "two netns hosts, kernel forwarding", "frag": 1400, "placement": placement},
+    }
     topo = netns.Topology.plan(f"bench-chan-{time.monotonic_ns()}", ["a", "b"])
     topo.up()
     try:
@@ -179,13 +232,17 @@ def _ns(x: float | None) -> str:
 
 def print_human(r: ChannelsBench) -> None:
     c = r["context"]
-    print(f"channels vs raw sockets: ping-pong a ↔ b ({c['hosts']}; ends on {'CPUs 0 and 1' if c['placement'] == 'split' else 'CPU 0 both'}), {c['blocks']} alternating block pairs per size")
+    print(
+        f"channels vs raw sockets: ping-pong a ↔ b ({c['hosts']}; ends on {'CPUs 0 and 1' if c['placement'] == 'split' else 'CPU 0 both'}), {c['blocks']} alternating block pairs per size"
+    )
     for t, rows in r["transports"].items():
         print(f"  {t}:")
         print(f"    {'size':>9} {'channel':>12} {'raw':>12} {'overhead [IQR]':>22} {'chan p50':>10} {'raw p50':>10} {'chan p99':>10} {'raw p99':>10}")
         for x in rows:
             iqr = x["overhead_iqr_pct"] or [0, 0]
-            print(f"    {x['size']:>9,} {_fmt(x['channel_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['raw_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['overhead_pct'], '>6.1f', 6)}% [{iqr[0]:>5.1f}, {iqr[1]:>5.1f}] "
-                  f"{_ns(x['p50_ns']):>10} {_ns(x['raw_p50_ns']):>10} {_ns(x['p99_ns']):>10} {_ns(x['raw_p99_ns']):>10}"
-                  + (f"  ({x['timeouts']} channel / {x['raw_timeouts']} raw rounds timed out)" if x["timeouts"] or x["raw_timeouts"] else ""))
+            print(
+                f"    {x['size']:>9,} {_fmt(x['channel_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['raw_mbps'], '>7.1f', 7)} Mb/s {_fmt(x['overhead_pct'], '>6.1f', 6)}% [{iqr[0]:>5.1f}, {iqr[1]:>5.1f}] "
+                f"{_ns(x['p50_ns']):>10} {_ns(x['raw_p50_ns']):>10} {_ns(x['p99_ns']):>10} {_ns(x['raw_p99_ns']):>10}"
+                + (f"  ({x['timeouts']} channel / {x['raw_timeouts']} raw rounds timed out)" if x["timeouts"] or x["raw_timeouts"] else "")
+            )
     print(f"  largest overhead (median of pairs): {_fmt(r.get('max_overhead_pct'), '.1f', 0)} %")

@@ -82,7 +82,9 @@ def _ntp_filter(h: HostClock, t_eval: np.ndarray) -> np.ndarray:
 
     if h.exchanges is None:
         return np.full(t_eval.shape, np.nan)
-    x = h.exchanges.filter((pl.col("tx_h") != 0) & (pl.col("rx_h") != 0) & pl.col("rx_ref").is_not_null() & (pl.col("rx_ref") != 0) & (pl.col("tx_ref") != 0)).sort("rx_ref")
+    x = h.exchanges.filter(
+        (pl.col("tx_h") != 0) & (pl.col("rx_h") != 0) & pl.col("rx_ref").is_not_null() & (pl.col("rx_ref") != 0) & (pl.col("tx_ref") != 0)
+    ).sort("rx_ref")
     n = len(x)
     if n < 8:
         return np.full(t_eval.shape, np.nan)
@@ -91,7 +93,7 @@ def _ntp_filter(h: HostClock, t_eval: np.ndarray) -> np.ndarray:
     theta = ((tx_h - rx_ref) + (rx_h - tx_ref)) / 2
     est_t, est_v = [], []
     for k in range(0, n - 7, 8):
-        j = k + int(np.argmin(rtt[k:k + 8]))
+        j = k + int(np.argmin(rtt[k : k + 8]))
         est_t.append(rx_ref[k + 7])
         est_v.append(theta[j])
     idx = np.clip(np.searchsorted(np.array(est_t), t_eval, side="right") - 1, 0, len(est_t) - 1)
@@ -135,7 +137,13 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
 
     tag = f"{name}-{network}"
     (work / f"{tag}.yaml").write_text(text)
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", f"{tag}.yaml", "--run-dir", tag, "--no-report"], cwd=work, capture_output=True, text=True, timeout=seconds + 300)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "run", f"{tag}.yaml", "--run-dir", tag, "--no-report"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 300,
+    )
     if r.returncode != 0:
         raise RunError(f"bench clocksync: the {name} run on the {network} network failed: {r.stderr.strip()[-600:]}")
     run_dir = work / tag
@@ -166,23 +174,39 @@ def condition(name: str, text: str, work: Path, seconds: float, network: str = "
         ntp = ntp[np.isfinite(ntp)]
         th, _ = h.theta(t_eval)
         own = np.abs(th - true_theta)
-        rows.append({
-            "condition": f"{name}/{host}", "host": host, "network": used.get(host) or network,
-            "true_offset_ns": truth.offset_ns(host), "true_drift_ppm": true_drift,
-            "err_p50_ns": e["err_p50_ns"], "err_p99_ns": e["err_p99_ns"], "err_max_ns": e["err_max_ns"],
-            "drift_err_ppm": abs(drift - true_drift) if drift is not None else None,
-            "bound_ns": e["bound_ns"], "bound_max_ns": e["bound_max_ns"], "bound_holds": e["bound_holds"],
-            "realtime_err_p99_ns": float(np.percentile(own[np.isfinite(own)], 99)) if np.isfinite(own).any() else None,
-            "ntp_err_p50_ns": float(np.percentile(ntp, 50)) if len(ntp) else None, "ntp_err_p99_ns": float(np.percentile(ntp, 99)) if len(ntp) else None,
-            "probes": h.counts, "windows": len(h.windows), "points": e["n"], "not_placed": e["not_placed"], "seconds": seconds,
-        })
+        rows.append(
+            {
+                "condition": f"{name}/{host}",
+                "host": host,
+                "network": used.get(host) or network,
+                "true_offset_ns": truth.offset_ns(host),
+                "true_drift_ppm": true_drift,
+                "err_p50_ns": e["err_p50_ns"],
+                "err_p99_ns": e["err_p99_ns"],
+                "err_max_ns": e["err_max_ns"],
+                "drift_err_ppm": abs(drift - true_drift) if drift is not None else None,
+                "bound_ns": e["bound_ns"],
+                "bound_max_ns": e["bound_max_ns"],
+                "bound_holds": e["bound_holds"],
+                "realtime_err_p99_ns": float(np.percentile(own[np.isfinite(own)], 99)) if np.isfinite(own).any() else None,
+                "ntp_err_p50_ns": float(np.percentile(ntp, 50)) if len(ntp) else None,
+                "ntp_err_p99_ns": float(np.percentile(ntp, 99)) if len(ntp) else None,
+                "probes": h.counts,
+                "windows": len(h.windows),
+                "points": e["n"],
+                "not_placed": e["not_placed"],
+                "seconds": seconds,
+            }
+        )
     return rows
 
 
 NETWORKS = ("sync", "experiment")
 
 
-def run(*, quick: bool = False, seconds: float | None = None, networks: tuple[str, ...] = NETWORKS, progress: Callable[[str], None] | None = None) -> ClocksyncBench:
+def run(
+    *, quick: bool = False, seconds: float | None = None, networks: tuple[str, ...] = NETWORKS, progress: Callable[[str], None] | None = None
+) -> ClocksyncBench:
     if not (hasattr(__import__("os"), "geteuid") and __import__("os").geteuid() == 0):
         raise RunError("bench clocksync needs root: it runs netns hosts with time namespaces")
     say = progress or (lambda s: None)

@@ -57,7 +57,9 @@ kernel: {{capture: off}}
 def _run(work: Path, name: str, hog: bool, duration: str) -> Path:
     spec = work / f"{name}.yaml"
     spec.write_text(SPEC.format(name=name, idle="hog" if hog else "", loaded="cpu, hog" if hog else "cpu", duration=duration))
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(work / name), "--no-report"], capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(work / name), "--no-report"], capture_output=True, text=True, timeout=900
+    )
     if r.returncode != 0:
         raise RunError(f"bench compare: run {name} failed: {r.stderr.strip()[-400:]}")
     return work / name
@@ -139,13 +141,22 @@ def bench(kinds: Registry, pairs: int = 20, duration: str = "1s", say: Callable[
             one["ab"].append(crit.judge(compare([first_rep(base), first_rep(hog)]))["outcome"])
             rows = compare([base, hog])
             p99 = {r.phase: r for r in rows if r.metric == "p99"}
-            ab.append({"p99": {ph: {"ratio": round(r.ratio or 0, 2), "ci95": [round(x, 2) for x in r.ci95] if r.ci95 else None, "significant": r.significant}
-                               for ph, r in p99.items()},
-                       "gate": crit.judge(rows)["outcome"]})
+            ab.append(
+                {
+                    "p99": {
+                        ph: {"ratio": round(r.ratio or 0, 2), "ci95": [round(x, 2) for x in r.ci95] if r.ci95 else None, "significant": r.significant}
+                        for ph, r in p99.items()
+                    },
+                    "gate": crit.judge(rows)["outcome"],
+                }
+            )
             if say:
-                say(f"  pair {i + 1}: A/A {len(sig)} of {aa[-1]['rows']} rows significant {sig}, gate {aa[-1]['gate']}; "
-                    f"A/B gate {ab[-1]['gate']}, p99 " + ", ".join(f"{ph} {x['ratio']}x {x['ci95']}" for ph, x in ab[-1]["p99"].items())
-                    + f"; one repetition: A/A gate {one['aa'][-1]}, A/B gate {one['ab'][-1]}")
+                say(
+                    f"  pair {i + 1}: A/A {len(sig)} of {aa[-1]['rows']} rows significant {sig}, gate {aa[-1]['gate']}; "
+                    f"A/B gate {ab[-1]['gate']}, p99 "
+                    + ", ".join(f"{ph} {x['ratio']}x {x['ci95']}" for ph, x in ab[-1]["p99"].items())
+                    + f"; one repetition: A/A gate {one['aa'][-1]}, A/B gate {one['ab'][-1]}"
+                )
             for d in (a, a2, b):
                 shutil.rmtree(d)
     total = sum(x["rows"] for x in aa)
@@ -154,6 +165,18 @@ def bench(kinds: Registry, pairs: int = 20, duration: str = "1s", say: Callable[
     def count(xs: list[str]) -> dict[str, int]:
         return {k: xs.count(k) for k in ("pass", "fail", "inconclusive")}
 
-    return {"pairs": pairs, "gate": GATE, "aa": aa, "aa_rows": total, "aa_significant": n_sig, "aa_share": round(n_sig / total, 4) if total else None,
-            "aa_gate": count([x["gate"] for x in aa]), "ab": ab, "ab_gate": count([x["gate"] for x in ab]),
-            "one_rep_aa_gate": count(one["aa"]), "one_rep_ab_gate": count(one["ab"]), "one_rep_aa_significant": one_sig, "one_rep_aa_rows": one_rows}
+    return {
+        "pairs": pairs,
+        "gate": GATE,
+        "aa": aa,
+        "aa_rows": total,
+        "aa_significant": n_sig,
+        "aa_share": round(n_sig / total, 4) if total else None,
+        "aa_gate": count([x["gate"] for x in aa]),
+        "ab": ab,
+        "ab_gate": count([x["gate"] for x in ab]),
+        "one_rep_aa_gate": count(one["aa"]),
+        "one_rep_ab_gate": count(one["ab"]),
+        "one_rep_aa_significant": one_sig,
+        "one_rep_aa_rows": one_rows,
+    }

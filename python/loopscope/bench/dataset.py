@@ -135,8 +135,15 @@ def _timing(xs: list[float]) -> Timing:
     return {"median": round(statistics.median(xs), 3), "range": [round(min(xs), 3), round(max(xs), 3)]}
 
 
-def bench(runs: int = 200, hosts: int = 4, duration: str = "300ms", repeat: int = 5, dataset: str | None = None, keep: str | None = None,
-          say: Callable[[str], None] | None = None) -> DatasetBench:
+def bench(
+    runs: int = 200,
+    hosts: int = 4,
+    duration: str = "300ms",
+    repeat: int = 5,
+    dataset: str | None = None,
+    keep: str | None = None,
+    say: Callable[[str], None] | None = None,
+) -> DatasetBench:
     ls = [sys.executable, "-m", "loopscope.cli"]
     with tempfile.TemporaryDirectory(prefix="ls-bench-dataset-") as tmp:
         if dataset is not None:
@@ -150,8 +157,11 @@ def bench(runs: int = 200, hosts: int = 4, duration: str = "300ms", repeat: int 
         cases = {
             "runs": ([*ls, "runs", str(root), "--format", "json"], [sys.executable, "-c", FLOOR_RUNS, str(root)], 2.0),
             "query": ([*ls, "query", str(root), P99_BY_HOST, "--format", "json"], [sys.executable, "-c", FLOOR_QUERY, str(root)], 2.0),
-            "trend": ([*ls, "trend", str(root), "--probe", "timer", "--by", "host", "-o", str(page), "--json"],
-                      [sys.executable, "-c", FLOOR_TREND, str(root), str(floor_svg)], 3.0),
+            "trend": (
+                [*ls, "trend", str(root), "--probe", "timer", "--by", "host", "-o", str(page), "--json"],
+                [sys.executable, "-c", FLOOR_TREND, str(root), str(floor_svg)],
+                3.0,
+            ),
             "records (weak case)": ([*ls, "query", str(root), RECORDS_BY_HOST, "--format", "json"], [sys.executable, "-c", FLOOR_RECORDS, str(root)], None),
         }
         out: dict[str, Case] = {}
@@ -168,5 +178,12 @@ def bench(runs: int = 200, hosts: int = 4, duration: str = "300ms", repeat: int 
             if say:
                 say(f"  {name}: loopscope {out[name]['loopscope']['median']} s, floor {out[name]['floor']['median']} s")
         mb = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 1e6
-    return {"runs": n, "hosts": hosts, "recorded_s": round(recorded, 1) if recorded else None, "dataset_mb": round(mb, 1), "repeat": repeat,
-            "cases": out, "answer": answer}
+    return {
+        "runs": n,
+        "hosts": hosts,
+        "recorded_s": round(recorded, 1) if recorded else None,
+        "dataset_mb": round(mb, 1),
+        "repeat": repeat,
+        "cases": out,
+        "answer": answer,
+    }

@@ -60,9 +60,9 @@ from loopscope.errors import RunError
 from loopscope.rundir import RunDir
 from loopscope.lab import netns
 from loopscope.lab.emulator import Emulator
-from loopscope.units import format_ns
 from loopscope.bench.emulatorjson import Owd, Applied, Trial, Rates, Platform, Round, LabTimes, EmulatorBench
 from loopscope.trace.reader import read
+from loopscope.probes.netjson import RecvJson, SendJson
 import polars as pl
 from scipy.stats import binom
 
@@ -95,19 +95,50 @@ def _pinned(cpu: int | None, argv: list[str]) -> list[str]:
     return ["taskset", "-c", str(cpu), *argv] if cpu is not None else argv
 
 
-def _send_recv(topo: Any, work: Path, tag: str, *, pps: int, size: int, seconds: float, port: int, records: bool, cpu: int | None = None) -> tuple[dict[str, Any], dict[str, Any], Path]:
+def _send_recv(
+    topo: Any, work: Path, tag: str, *, pps: int, size: int, seconds: float, port: int, records: bool, cpu: int | None = None
+) -> tuple[SendJson, RecvJson, Path]:
     """``pps`` packets/s of ``size`` bytes a → b for ``seconds`` (sender and
     receiver on ``cpu`` when given): the sender's and receiver's JSON and
     the receiver's trace."""
     dest = f"{topo.host('b').address}:{port}"
     trace = work / f"{tag}.lstrace"
     rec = ["--json"] if records else ["--no-packet-records", "--json"]
-    rx = subprocess.Popen(_pinned(cpu, _in(topo.host("b").ns, "probe", "recv", "--bind", dest, "--idle", "300ms", "--duration", f"{seconds + 30:g}s", *rec, "--trace", str(trace))), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    rx = subprocess.Popen(
+        _pinned(
+            cpu, _in(topo.host("b").ns, "probe", "recv", "--bind", dest, "--idle", "300ms", "--duration", f"{seconds + 30:g}s", *rec, "--trace", str(trace))
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         time.sleep(0.4)
         tx = subprocess.run(
-            _pinned(cpu, _in(topo.host("a").ns, "probe", "send", "--dest", dest, "--rate", f"{pps}pps", "--size", str(size), "--duration", f"{seconds:g}s", "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / f"{tag}-s.lstrace"))),
-            capture_output=True, text=True, timeout=seconds + 60,
+            _pinned(
+                cpu,
+                _in(
+                    topo.host("a").ns,
+                    "probe",
+                    "send",
+                    "--dest",
+                    dest,
+                    "--rate",
+                    f"{pps}pps",
+                    "--size",
+                    str(size),
+                    "--duration",
+                    f"{seconds:g}s",
+                    "--no-tx-timestamps",
+                    "--no-packet-records",
+                    "--json",
+                    "--trace",
+                    str(work / f"{tag}-s.lstrace"),
+                ),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
         )
         if tx.returncode != 0:
             raise RunError(f"bench emulator: the sender failed at {pps} pps: {tx.stderr.strip()[-400:]}")
@@ -150,7 +181,7 @@ def rate_search(trial: Callable[[int], Trial], steps: int = 3, start: int = RATE
     return lo, tried
 
 
-def _stream(topo: Any, work: Path, seconds: float, tag: str, cpu: int | None = None) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], np.ndarray]:
+def _stream(topo: netns.Topology, work: Path, seconds: float, tag: str, cpu: int | None = None) -> tuple[SendJson, np.ndarray, RecvJson, np.ndarray]:
     """10 kpps a → b (sender and receiver on ``cpu`` when given); (sender
     JSON, per-packet krx − sent in ns, receiver JSON, the receiver's kernel
     RX times in sequence order)."""
@@ -189,27 +220,62 @@ def _emulator_err(path: Path, link: str, requested: int, krx_recv: np.ndarray) -
     own = (a[:, 3] - a[:, 0]) - requested
     late = a[:, 3] - a[:, 2]
     res = json.loads((path.parent / "netem.json").read_text()) if (path.parent / "netem.json").exists() else {}
-    out: Applied = {"own_p50_err_ns": _q(own, 0.5), "own_p99_err_ns": _q(own, 0.99), "own_max_err_ns": float(own.max()), "late_p99_ns": _q(late, 0.99), "matched": False, "emulator_cpu_share": res.get("cpu_share")}
+    out: Applied = {
+        "own_p50_err_ns": _q(own, 0.5),
+        "own_p99_err_ns": _q(own, 0.99),
+        "own_max_err_ns": float(own.max()),
+        "late_p99_ns": _q(late, 0.99),
+        "matched": False,
+        "emulator_cpu_share": res.get("cpu_share"),
+    }
     if len(krx_recv) == len(a):
         err = krx_recv - a[:, 0] - requested
-        out.update({"matched": True, "p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()), "min_err_ns": float(err.min()), "n": len(err)})
+        out.update(
+            {
+                "matched": True,
+                "p50_err_ns": _q(err, 0.5),
+                "p99_err_ns": _q(err, 0.99),
+                "max_err_ns": float(err.max()),
+                "min_err_ns": float(err.min()),
+                "n": len(err),
+            }
+        )
     return out
 
 
 class _Round:
     """One round's two namespaces and their router, and how a stream goes through the emulator there."""
 
-    def __init__(self, topo: Any, work: Path, seconds: float) -> None:
+    def __init__(self, topo: netns.Topology, work: Path, seconds: float) -> None:
         self.topo, self.work, self.seconds = topo, work, seconds
         ncpu = len(os.sched_getaffinity(0))
-        self.emu_cpu, self.app_cpu = (1, 0) if ncpu >= 2 else (None, None)
+        self.emu_cpu: int | None = 1 if ncpu >= 2 else None
+        self.app_cpu: int | None = 0 if ncpu >= 2 else None
 
     def emulator(self, links: list[dict[str, Any]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
-        full = [{"name": "a->b", "from": "a", "to": "b", "delay_ns": 0, "jitter_ns": 0, "distribution": "normal", "loss": 0.0, "duplicate": 0.0, "reorder": 0.0, "rate_bps": None, "limit": 1000, **l} for l in links]
+        full = [
+            {
+                "name": "a->b",
+                "from": "a",
+                "to": "b",
+                "delay_ns": 0,
+                "jitter_ns": 0,
+                "distribution": "normal",
+                "loss": 0.0,
+                "duplicate": 0.0,
+                "reorder": 0.0,
+                "rate_bps": None,
+                "limit": 1000,
+                **l,
+            }
+            for l in links
+        ]
         topo = self.topo
-        return Emulator(topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, self.work / tag, "bench-emulator")
+        return Emulator(
+            topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, self.work / tag, "bench-emulator"
+        )
 
-    def through(self, link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[dict[str, Any], np.ndarray, dict[str, Any], Path, np.ndarray]:
+    def through(self, link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[SendJson, np.ndarray, RecvJson, Path, np.ndarray]:
         emu = self.emulator([link], tag, **extra)
         try:
             tx, owd, rx, krx = _stream(self.topo, self.work, self.seconds, tag, app_cpu)
@@ -249,7 +315,13 @@ def _delays(r: _Round, out: Round) -> None:
     _, owd, _, tr, krx = r.through({"delay_ns": DELAY_NS}, "emud")
     steal_ms = _steal_ms() - steal0
     err = owd - DELAY_NS
-    out["delay_end_to_end"] = {"p50_err_ns": _q(err, 0.5), "p99_err_ns": _q(err, 0.99), "max_err_ns": float(err.max()) if len(err) else None, "min_err_ns": float(err.min()) if len(err) else None, "n": len(err)}
+    out["delay_end_to_end"] = {
+        "p50_err_ns": _q(err, 0.5),
+        "p99_err_ns": _q(err, 0.99),
+        "max_err_ns": float(err.max()) if len(err) else None,
+        "min_err_ns": float(err.min()) if len(err) else None,
+        "n": len(err),
+    }
     out["delay"] = _emulator_err(tr, "a->b", DELAY_NS, krx)
     out["delay"]["steal_ms"] = steal_ms
     # 2b. The same, spinning ahead of the 99th percentile of its wake-ups.
@@ -266,7 +338,13 @@ def _delays(r: _Round, out: Round) -> None:
     sent = int(tx["sent"])
     got = int(rx["packets"]) - int(rx["duplicates"])
     lo, hi = binom.interval(0.95, sent, LOSS)
-    out["loss"] = {"sent": sent, "received": got, "measured": (sent - got) / sent if sent else None, "interval95": [lo / sent, hi / sent], "in_interval": bool(lo <= sent - got <= hi)}
+    out["loss"] = {
+        "sent": sent,
+        "received": got,
+        "measured": (sent - got) / sent if sent else None,
+        "interval95": [lo / sent, hi / sent],
+        "in_interval": bool(lo <= sent - got <= hi),
+    }
 
 
 def _forwarding(r: _Round, out: Round) -> None:
@@ -303,9 +381,13 @@ def _rates(r: _Round, rate_seconds: float, rate_steps: int, rate_start: int) -> 
             finally:
                 got = emu.stop() or {}
             lk = next((l for l in got.get("links") or [] if l["name"] == "a->b"), None)
-            t["emulator"] = {"packets_in": lk["packets_in"] if lk else None, "forwarded": lk["forwarded"] if lk else None,
-                             "queue_drops": lk["queue_drops"] if lk else None, "send_errors": lk["send_errors"] if lk else None,
-                             "socket_drops": sum(p["socket_drops"] for p in got.get("ports") or [])}
+            t["emulator"] = {
+                "packets_in": lk["packets_in"] if lk else None,
+                "forwarded": lk["forwarded"] if lk else None,
+                "queue_drops": lk["queue_drops"] if lk else None,
+                "send_errors": lk["send_errors"] if lk else None,
+                "socket_drops": sum(p["socket_drops"] for p in got.get("ports") or []),
+            }
             return t
 
         rates[f"{key}_max"], rates[f"{key}_trials"] = rate_search(trial, rate_steps, rate_start)  # type: ignore[literal-required]
@@ -321,25 +403,62 @@ def _steal_ms() -> float:
 
 def platform_round(seconds: float, work: Path) -> Platform:
     r = subprocess.run(
-        [sys.executable, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "100", "--priority", "50", "--duration", f"{seconds:g}s", "--json", "--trace", str(work / "platform.lstrace")],
-        capture_output=True, text=True, timeout=seconds + 60,
+        [
+            sys.executable,
+            "-m",
+            "loopscope.cli",
+            "probe",
+            "timer",
+            "--interval-us",
+            "100",
+            "--priority",
+            "50",
+            "--duration",
+            f"{seconds:g}s",
+            "--json",
+            "--trace",
+            str(work / "platform.lstrace"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
     )
     if r.returncode != 0:
         raise RunError(f"bench emulator: the platform timer failed: {r.stderr.strip()[-400:]}")
     j = json.loads(r.stdout)
-    return {"p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "p999_ns": j["p999_ns"], "max_ns": j["max_ns"], "missed_share": j["missed"] / max(1, j["samples"] + j["missed"]), "sched": j["threads"][0]["sched"]}
+    return {
+        "p50_ns": j["p50_ns"],
+        "p99_ns": j["p99_ns"],
+        "p999_ns": j["p999_ns"],
+        "max_ns": j["max_ns"],
+        "missed_share": j["missed"] / max(1, j["samples"] + j["missed"]),
+        "sched": j["threads"][0]["sched"],
+    }
 
 
 def lab_round(work: Path, i: int) -> LabTimes:
     (work / "four.yaml").write_text(FOUR)
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"], cwd=work, capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "run", "four.yaml", "--run-dir", f"four{i}", "--no-report"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if r.returncode != 0:
         raise RunError(f"bench emulator: the four-host run failed: {r.stderr.strip()[-600:]}")
     t = {k: float(v or 0) for k, v in RunDir(work / f"four{i}").record().timings.items()}
-    return {"up_s": t["lab_up_ns"] / 1e9, "down_s": t["lab_down_ns"] / 1e9, "netns_up_s": t["netns_up_ns"] / 1e9, "emulator_ready_s": t["emulator_ready_ns"] / 1e9}
+    return {
+        "up_s": t["lab_up_ns"] / 1e9,
+        "down_s": t["lab_down_ns"] / 1e9,
+        "netns_up_s": t["netns_up_ns"] / 1e9,
+        "emulator_ready_s": t["emulator_ready_ns"] / 1e9,
+    }
 
 
-def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None) -> EmulatorBench:
+def run(
+    *, quick: bool = False, runs: int | None = None, seconds: float | None = None, rate_seconds: float | None = None, progress: Progress = None
+) -> EmulatorBench:
 
     why = netns.privileges()
     if why is not None:
@@ -353,7 +472,9 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
     with tempfile.TemporaryDirectory(prefix="loopscope-bench-emu-") as d:
         work = Path(d)
         for i in range(n):
-            say(f"  round {i + 1}/{n}: emulator at 0 and {DELAY_NS / 1e6:g} ms (sleeping and busy-polling), {LOSS * 100:g} % loss, kernel forwarding and the lab's kernel path ({secs:g} s each); then the highest packet rates ({rsecs:g} s per trial) …")
+            say(
+                f"  round {i + 1}/{n}: emulator at 0 and {DELAY_NS / 1e6:g} ms (sleeping and busy-polling), {LOSS * 100:g} % loss, kernel forwarding and the lab's kernel path ({secs:g} s each); then the highest packet rates ({rsecs:g} s per trial) …"
+            )
             # --quick: doubling from 80 kpps, no bisection (a test of the
             # command, not a figure to quote: the rate is good to a factor 2).
             rounds.append(one_round(secs, work / f"r{i}", rsecs, 0 if quick else 3, 8 * RATE_START if quick else RATE_START))
@@ -361,7 +482,15 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
             rounds[-1]["platform"] = platform_round(secs, work / f"r{i}")
             say(f"  round {i + 1}/{n}: a four-host lab up and down …")
             labs.append(lab_round(work, i))
-    context: dict[str, int | float] = {"runs": n, "seconds": secs, "size": SIZE, "rate_seconds": rsecs, "rate_size": RATE_SIZE, "rate_delay_ns": RATE_DELAY_NS, "rate_bisections": 0 if quick else 3}
+    context: dict[str, int | float] = {
+        "runs": n,
+        "seconds": secs,
+        "size": SIZE,
+        "rate_seconds": rsecs,
+        "rate_size": RATE_SIZE,
+        "rate_delay_ns": RATE_DELAY_NS,
+        "rate_bisections": 0 if quick else 3,
+    }
     return _summary(rounds, labs, context)
 
 
@@ -441,48 +570,3 @@ def _summary(rounds: list[Round], labs: list[LabTimes], context: dict[str, int |
 
 def _over(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
-
-
-def _ns(x: float | None) -> str:
-
-    return format_ns(x) if x is not None else "n/a"
-
-
-def _pct(x: float | None, digits: int = 1) -> str:
-    return f"{x * 100:.{digits}f} %" if x is not None else "n/a"
-
-
-def _times(x: float | None) -> str:
-    return f"{x:.2f}×" if x is not None else "n/a"
-
-
-def _pps(x: float | None) -> str:
-    return f"{x:,.0f} pps" if x is not None else "n/a"
-
-
-def print_human(r: EmulatorBench) -> None:
-
-    c = r["context"]
-    print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")
-    print(f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {_ns(r['p50_err_ns'])}, p99 {_ns(r['p99_err_ns'])}, max {_ns(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)")
-    runs = ", ".join(f"{_ns(p)} ({st:.0f} ms stolen)" for p, st in zip(r["p99_err_ns_runs"], r["steal_ms_runs"]))
-    print(f"    p99 per round, with the hypervisor's steal time meanwhile: {runs}")
-    print(f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {_ns(r['end_to_end_p50_err_ns'])}, p99 {_ns(r['end_to_end_p99_err_ns'])}, max {_ns(r['end_to_end_max_err_ns'])}")
-    print(f"    the emulator's own view (its departure − its kernel RX − delay): p99 {_ns(r['emulator_own_p99_err_ns'])}; departures late p99 {_ns(r['emulator_late_p99_ns'])}")
-    lo, hi = r["loss_interval95"]
-    print(f"  loss {r['loss_requested'] * 100:g} %: measured {_pct(r['loss_measured'], 3)} (95 % interval {lo * 100:.3f}–{hi * 100:.3f} %; in it: {r['loss_in_interval_runs']})")
-    print(f"  no delay, one way p50/p99: kernel forwarding {_ns(r['kernel_forward_p50_ns'])} / {_ns(r['kernel_forward_p99_ns'])}, "
-          f"emulator {_ns(r['emulator_zero_p50_ns'])} / {_ns(r['emulator_zero_p99_ns'])} "
-          f"(ratio {_times(r['ratio_p50_emulator_vs_kernel'])} / {_times(r['ratio_p99_emulator_vs_kernel'])})")
-    print(f"  a lab path that asks for nothing (kernel forwarding, the emulator's filters on its interfaces), one way p50/p99: "
-          f"{_ns(r['kernel_path_p50_ns'])} / {_ns(r['kernel_path_p99_ns'])} (ratio to plain forwarding {_times(r['ratio_p50_kernel_path_vs_forward'])} / {_times(r['ratio_p99_kernel_path_vs_forward'])}); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}")
-    print(f"  the emulator's CPU over its run (the delayed stream): {_pct(r['emulator_cpu_share'])} of one CPU (spinning ahead of the median wake-up, the default)")
-    print(f"  spinning ahead of the 99th percentile instead: applied error p99 {_ns(r['spin99_p99_err_ns'])} (per round {', '.join(_ns(x) for x in r['spin99_p99_err_ns_runs'])}), {_pct(r['spin99_cpu_share'])} of one CPU")
-    print(f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {_ns(r['poll_p99_err_ns'])}, max {_ns(r['poll_max_err_ns'])} (per round {', '.join(_ns(x) for x in r['poll_p99_err_ns_runs'])}); {_pct(r['poll_cpu_share'])} of that CPU")
-    cpus = r["pps_cpus"]
-    where = f"sender and receiver on CPU {cpus['sender_and_receiver']}, the emulator on CPU {cpus['emulator']}" if cpus["emulator"] is not None else "one CPU: nothing pinned"
-    print(f"  highest rate of {c['rate_size']}-byte payloads at {format_ns(c['rate_delay_ns'])} with no loss ({c['rate_seconds']:g} s per trial; {where}):")
-    print(f"    emulator {_pps(r['pps_max'])}, one system call per frame {_pps(r['pps_max_plain'])}, kernel forwarding {_pps(r['pps_kernel_max'])} "
-          f"(ratio {_times(r['ratio_pps_max_vs_kernel'])} / {_times(r['ratio_pps_max_plain_vs_kernel'])} of the kernel's; rounds {r['pps_max_runs']} / {r['pps_max_plain_runs']} / {r['pps_kernel_max_runs']})")
-    print(f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {_ns(r['platform_fifo_timer_p99_ns'])}, p99.9 {_ns(r['platform_fifo_timer_p999_ns'])}, max {_ns(r['platform_fifo_timer_max_ns'])}; missed {_pct(r['platform_fifo_timer_missed_share'], 2)} of periods")
-    print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")

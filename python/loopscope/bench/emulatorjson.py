@@ -1,10 +1,13 @@
 """What ``loopscope bench emulator --json`` prints: its rounds (one-way delay on
 the kernel's path and through the emulator, loss, the highest rate within 1 %
-loss), the platform's own floor and the lab's times, as declared types."""
+loss), the platform's own floor and the lab's times, as declared types; and
+its human form (``print_human``)."""
 
 from __future__ import annotations
 
 from typing_extensions import TypedDict
+
+from loopscope.units import format_ns
 
 
 class Owd(TypedDict):
@@ -170,3 +173,74 @@ class EmulatorBench(TypedDict, total=False):
     ratio_p99_kernel_path_vs_forward: float | None
     ratio_pps_max_vs_kernel: float | None
     ratio_pps_max_plain_vs_kernel: float | None
+
+
+def _ns(x: float | None) -> str:
+
+    return format_ns(x) if x is not None else "n/a"
+
+
+def _pct(x: float | None, digits: int = 1) -> str:
+    return f"{x * 100:.{digits}f} %" if x is not None else "n/a"
+
+
+def _times(x: float | None) -> str:
+    return f"{x:.2f}×" if x is not None else "n/a"
+
+
+def _pps(x: float | None) -> str:
+    return f"{x:,.0f} pps" if x is not None else "n/a"
+
+
+def print_human(r: EmulatorBench) -> None:
+
+    c = r["context"]
+    print(f"link emulator, {r['pps']:,} packets/s of {c['size']} bytes, {c['seconds']:g} s per measurement, median of {c['runs']} rounds")
+    print(
+        f"  delay {format_ns(r['requested_delay_ns'])}: applied error p50 {_ns(r['p50_err_ns'])}, p99 {_ns(r['p99_err_ns'])}, max {_ns(r['max_err_ns'])} (kernel RX at the router → kernel RX at the receiver, − delay)"
+    )
+    runs = ", ".join(f"{_ns(p)} ({st:.0f} ms stolen)" for p, st in zip(r["p99_err_ns_runs"], r["steal_ms_runs"]))
+    print(f"    p99 per round, with the hypervisor's steal time meanwhile: {runs}")
+    print(
+        f"    end to end (sender's send call → receiver kernel RX, − delay): p50 {_ns(r['end_to_end_p50_err_ns'])}, p99 {_ns(r['end_to_end_p99_err_ns'])}, max {_ns(r['end_to_end_max_err_ns'])}"
+    )
+    print(
+        f"    the emulator's own view (its departure − its kernel RX − delay): p99 {_ns(r['emulator_own_p99_err_ns'])}; departures late p99 {_ns(r['emulator_late_p99_ns'])}"
+    )
+    lo, hi = r["loss_interval95"]
+    print(
+        f"  loss {r['loss_requested'] * 100:g} %: measured {_pct(r['loss_measured'], 3)} (95 % interval {lo * 100:.3f}–{hi * 100:.3f} %; in it: {r['loss_in_interval_runs']})"
+    )
+    print(
+        f"  no delay, one way p50/p99: kernel forwarding {_ns(r['kernel_forward_p50_ns'])} / {_ns(r['kernel_forward_p99_ns'])}, "
+        f"emulator {_ns(r['emulator_zero_p50_ns'])} / {_ns(r['emulator_zero_p99_ns'])} "
+        f"(ratio {_times(r['ratio_p50_emulator_vs_kernel'])} / {_times(r['ratio_p99_emulator_vs_kernel'])})"
+    )
+    print(
+        f"  a lab path that asks for nothing (kernel forwarding, the emulator's filters on its interfaces), one way p50/p99: "
+        f"{_ns(r['kernel_path_p50_ns'])} / {_ns(r['kernel_path_p99_ns'])} (ratio to plain forwarding {_times(r['ratio_p50_kernel_path_vs_forward'])} / {_times(r['ratio_p99_kernel_path_vs_forward'])}); frames the emulator saw: {r['kernel_path_emulator_frames_runs']}"
+    )
+    print(
+        f"  the emulator's CPU over its run (the delayed stream): {_pct(r['emulator_cpu_share'])} of one CPU (spinning ahead of the median wake-up, the default)"
+    )
+    print(
+        f"  spinning ahead of the 99th percentile instead: applied error p99 {_ns(r['spin99_p99_err_ns'])} (per round {', '.join(_ns(x) for x in r['spin99_p99_err_ns_runs'])}), {_pct(r['spin99_cpu_share'])} of one CPU"
+    )
+    print(
+        f"  busy-polling on a CPU of its own, delay {format_ns(r['requested_delay_ns'])}: applied error p99 {_ns(r['poll_p99_err_ns'])}, max {_ns(r['poll_max_err_ns'])} (per round {', '.join(_ns(x) for x in r['poll_p99_err_ns_runs'])}); {_pct(r['poll_cpu_share'])} of that CPU"
+    )
+    cpus = r["pps_cpus"]
+    where = (
+        f"sender and receiver on CPU {cpus['sender_and_receiver']}, the emulator on CPU {cpus['emulator']}"
+        if cpus["emulator"] is not None
+        else "one CPU: nothing pinned"
+    )
+    print(f"  highest rate of {c['rate_size']}-byte payloads at {format_ns(c['rate_delay_ns'])} with no loss ({c['rate_seconds']:g} s per trial; {where}):")
+    print(
+        f"    emulator {_pps(r['pps_max'])}, one system call per frame {_pps(r['pps_max_plain'])}, kernel forwarding {_pps(r['pps_kernel_max'])} "
+        f"(ratio {_times(r['ratio_pps_max_vs_kernel'])} / {_times(r['ratio_pps_max_plain_vs_kernel'])} of the kernel's; rounds {r['pps_max_runs']} / {r['pps_max_plain_runs']} / {r['pps_kernel_max_runs']})"
+    )
+    print(
+        f"  the platform: a SCHED_FIFO timer every 100 µs on the idle machine is late p99 {_ns(r['platform_fifo_timer_p99_ns'])}, p99.9 {_ns(r['platform_fifo_timer_p999_ns'])}, max {_ns(r['platform_fifo_timer_max_ns'])}; missed {_pct(r['platform_fifo_timer_missed_share'], 2)} of periods"
+    )
+    print(f"  a four-host lab comes up in {r['lab_up_s']:.2f} s and is gone in {r['lab_down_s']:.2f} s")

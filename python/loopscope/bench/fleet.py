@@ -71,7 +71,13 @@ class Fleet:
             for i in range(1, self.n + 1):
                 _batch([f"address add {self.address(i)}/16 dev eth0", "link set eth0 up", "link set lo up"], self.ns(i))
             if self.attach:
-                _batch([f"link add {self.tag}r type veth peer name up0 netns {self.switch}", f"address add {ROOT_ADDRESS}/16 dev {self.tag}r", f"link set {self.tag}r up"])
+                _batch(
+                    [
+                        f"link add {self.tag}r type veth peer name up0 netns {self.switch}",
+                        f"address add {ROOT_ADDRESS}/16 dev {self.tag}r",
+                        f"link set {self.tag}r up",
+                    ]
+                )
                 _batch(["link set up0 master br0", "link set up0 up"], self.switch)
         except BaseException:
             self.down()

@@ -155,7 +155,9 @@ def _one_run(kind: str, f: Fleet, cluster: Any, weak: bool, work: Path, k: int) 
     spec.write_text(_spec(kind, f, cluster, weak))
     run_id = f"fleet-{kind}-{'w' if weak else 'm'}{k}"
     rd = work / run_id
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(rd), "--no-report"], capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(rd), "--no-report"], capture_output=True, text=True, timeout=900
+    )
     if r.returncode != 0:
         raise RunError(f"bench fleet: the {kind} run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
     t = json.loads((rd / "run.json").read_text())["timings"]
@@ -172,8 +174,17 @@ def _floor(kind: str, f: Fleet, cluster: Any) -> tuple[float, float]:
     ps = []
     t0 = time.monotonic()
     for i in range(1, f.n + 1):
-        line = f'exec {sys.executable} -m loopscope.agent'
-        ps.append(subprocess.Popen(launch_argv(_launcher(kind, f, cluster, i), line), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True))
+        line = f"exec {sys.executable} -m loopscope.agent"
+        ps.append(
+            subprocess.Popen(
+                launch_argv(_launcher(kind, f, cluster, i), line),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
+        )
     hello = json.dumps({"id": 1, "op": "hello", "run_id": "fleet-floor", "run_dir": tempfile.gettempdir() + "/fleet-floor", "cgroups": False}) + "\n"
     for p in ps:
         assert p.stdin is not None
@@ -214,13 +225,20 @@ def killed_case(f: Fleet, work: Path) -> Killed:
     victim = f.n // 2 + 1
     lines = ["name: killed", "on_host_failure: continue", "hosts:"]
     lines += [f"  - {{name: h{i}, kind: exec, launcher: {json.dumps(_launcher('nsenter', f, None, i))}, address: {f.address(i)}}}" for i in range(1, f.n + 1)]
-    lines += ["probes:", *(f"  - {{kind: timer, name: t{i}, host: h{i}, interval_us: 1000}}" for i in range(1, f.n + 1)), "duration: 500ms", "baseline: true",
-              "repetitions: 2"]
+    lines += [
+        "probes:",
+        *(f"  - {{kind: timer, name: t{i}, host: h{i}, interval_us: 1000}}" for i in range(1, f.n + 1)),
+        "duration: 500ms",
+        "baseline: true",
+        "repetitions: 2",
+    ]
     spec = work / "killed.yaml"
     spec.write_text("\n".join(lines) + "\n")
     rd = work / "fleet-killed"
     t0 = time.monotonic()
-    with subprocess.Popen([sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(rd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+    with subprocess.Popen(
+        [sys.executable, "-m", "loopscope.cli", "run", str(spec), "--run-dir", str(rd)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
         end = time.monotonic() + 120
         while time.monotonic() < end:
             try:
@@ -240,9 +258,18 @@ def killed_case(f: Fleet, work: Path) -> Killed:
     done = {(s["rep"], s["probe"]) for s in run["steps"]}
     others = [f"t{i}" for i in range(1, f.n + 1) if i != victim]
     time.sleep(0.3)
-    res: Killed = {"hosts": f.n, "victim": f"h{victim}", "exit_code": p.returncode, "named_in_summary": f"LOST HOST h{victim}" in out,
-                   "lost": [lh["host"] for lh in run.get("lost_hosts") or []], "lost_steps": [s for lh in run.get("lost_hosts") or [] for s in lh["steps"]],
-                   "others_complete": sum(1 for r in (1, 2) for t in others if (r, t) in done), "others_expected": 2 * len(others), "left": _left("fleet-killed", None), "run_s": round(run_s, 2)}
+    res: Killed = {
+        "hosts": f.n,
+        "victim": f"h{victim}",
+        "exit_code": p.returncode,
+        "named_in_summary": f"LOST HOST h{victim}" in out,
+        "lost": [lh["host"] for lh in run.get("lost_hosts") or []],
+        "lost_steps": [s for lh in run.get("lost_hosts") or [] for s in lh["steps"]],
+        "others_complete": sum(1 for r in (1, 2) for t in others if (r, t) in done),
+        "others_expected": 2 * len(others),
+        "left": _left("fleet-killed", None),
+        "run_s": round(run_s, 2),
+    }
     shutil.rmtree(rd, ignore_errors=True)
     return res
 
@@ -262,7 +289,7 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
             try:
                 for k in range(repeat):
                     for kind in launchers:
-                        for w in ((False, True) if weak else (False,)):
+                        for w in (False, True) if weak else (False,):
                             up, down, mb, left = _one_run(kind, f, cluster if kind == "slurm" else None, w, work, k)
                             d = raw.setdefault((kind, w), {"up": [], "down": [], "mb": [], "left": [], "fup": [], "fdown": []})
                             d["up"].append(up)
@@ -270,7 +297,9 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
                             d["mb"].append(mb)
                             d["left"].append(left)
                             if say:
-                                say(f"  rep {k + 1} {kind}{' (every host measures)' if w else ''}: up {up:.2f} s, down {down:.2f} s, {mb:.1f} MB home, {left} left")
+                                say(
+                                    f"  rep {k + 1} {kind}{' (every host measures)' if w else ''}: up {up:.2f} s, down {down:.2f} s, {mb:.1f} MB home, {left} left"
+                                )
                         if kind != "lab":
                             fu, fd = _floor(kind, f, cluster)
                             raw[(kind, False)]["fup"].append(fu)
@@ -280,7 +309,9 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
                     cluster.down()
             killed = killed_case(f, work) if kill else None
             if say and killed:
-                say(f"  killed: h{hosts // 2 + 1} lost, exit {killed['exit_code']}, {killed['others_complete']}/{killed['others_expected']} other hosts complete, {killed['left']} left")
+                say(
+                    f"  killed: h{hosts // 2 + 1} lost, exit {killed['exit_code']}, {killed['others_complete']}/{killed['others_expected']} other hosts complete, {killed['left']} left"
+                )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -290,29 +321,57 @@ def bench(hosts: int = 16, repeat: int = 5, launchers: tuple[str, ...] = LAUNCHE
         up, down = _spread(d["up"]), _spread(d["down"])
         fup = _spread(fl["fup"]) if fl["fup"] else None
         fdown = _spread(fl["fdown"]) if fl["fdown"] else None
-        return {"launcher": kind, "hosts": hosts, "up_s": up, "down_s": down, "floor_up_s": fup, "floor_down_s": fdown,
-                "up_ratio": round(up["median"] / fup["median"], 2) if fup else None, "down_ratio": round(down["median"] / fdown["median"], 2) if fdown else None,
-                "files_mb": round(statistics.median(d["mb"]), 2), "left": int(sum(d["left"])), "runs": len(d["up"])}
+        return {
+            "launcher": kind,
+            "hosts": hosts,
+            "up_s": up,
+            "down_s": down,
+            "floor_up_s": fup,
+            "floor_down_s": fdown,
+            "up_ratio": round(up["median"] / fup["median"], 2) if fup else None,
+            "down_ratio": round(down["median"] / fdown["median"], 2) if fdown else None,
+            "files_mb": round(statistics.median(d["mb"]), 2),
+            "left": int(sum(d["left"])),
+            "runs": len(d["up"]),
+        }
 
-    return {"hosts": hosts, "repeat": repeat, "cases": [case(k, False) for k in launchers], "weak": [case(k, True) for k in launchers] if weak else [],
-            "killed": killed, "skipped": skipped, "target_up_s": 5.0, "target_down_s": 3.0}
+    return {
+        "hosts": hosts,
+        "repeat": repeat,
+        "cases": [case(k, False) for k in launchers],
+        "weak": [case(k, True) for k in launchers] if weak else [],
+        "killed": killed,
+        "skipped": skipped,
+        "target_up_s": 5.0,
+        "target_down_s": 3.0,
+    }
 
 
 def print_human(r: FleetBench) -> None:
-    print(f"{r['hosts']} hosts, {r['repeat']} repetitions (medians [range]; floor: bare agents through the same launcher; targets: up ≤ {r['target_up_s']:g} s, down ≤ {r['target_down_s']:g} s)")
+    print(
+        f"{r['hosts']} hosts, {r['repeat']} repetitions (medians [range]; floor: bare agents through the same launcher; targets: up ≤ {r['target_up_s']:g} s, down ≤ {r['target_down_s']:g} s)"
+    )
     for title, cases in (("one host measures", r["cases"]), ("weak case, every host measures and has files to bring home", r["weak"])):
         if not cases:
             continue
         print(f"  {title}:")
         for c in cases:
-            fl = f", floor up {c['floor_up_s']['median']} s down {c['floor_down_s']['median']} s (x{c['up_ratio']}, x{c['down_ratio']})" if c["floor_up_s"] and c["floor_down_s"] else ""
-            print(f"    {c['launcher']:8s} up {c['up_s']['median']} s {c['up_s']['range']}, down {c['down_s']['median']} s {c['down_s']['range']}{fl}; "
-                  f"{c['files_mb']} MB home; {c['left']} left over {c['runs']} runs")
+            fl = (
+                f", floor up {c['floor_up_s']['median']} s down {c['floor_down_s']['median']} s (x{c['up_ratio']}, x{c['down_ratio']})"
+                if c["floor_up_s"] and c["floor_down_s"]
+                else ""
+            )
+            print(
+                f"    {c['launcher']:8s} up {c['up_s']['median']} s {c['up_s']['range']}, down {c['down_s']['median']} s {c['down_s']['range']}{fl}; "
+                f"{c['files_mb']} MB home; {c['left']} left over {c['runs']} runs"
+            )
     k = r["killed"]
     if k is None:
         return
-    print(f"  a host killed mid-run (on_host_failure: continue): {k['victim']} of {k['hosts']} lost, exit code {k['exit_code']}, named in the summary: "
-          f"{'yes' if k['named_in_summary'] else 'NO'}; its steps marked: {', '.join(k['lost_steps']) or 'none'}; other hosts complete "
-          f"{k['others_complete']}/{k['others_expected']}; {k['left']} left; {k['run_s']} s")
+    print(
+        f"  a host killed mid-run (on_host_failure: continue): {k['victim']} of {k['hosts']} lost, exit code {k['exit_code']}, named in the summary: "
+        f"{'yes' if k['named_in_summary'] else 'NO'}; its steps marked: {', '.join(k['lost_steps']) or 'none'}; other hosts complete "
+        f"{k['others_complete']}/{k['others_expected']}; {k['left']} left; {k['run_s']} s"
+    )
     for name, why in r["skipped"].items():
         print(f"  {name}: skipped: {why}")

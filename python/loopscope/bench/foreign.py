@@ -64,8 +64,17 @@ def _run_all(command: list[str], timeout: float = 600) -> None:
         raise RunError(f"{command[0]} did not end within {timeout:g} s", component="bench")
 
 
-def trace_dat(out: Path, command: list[str], events: list[str] | None = None, buffer_kb: int = 4096, clock: str = "local",
-              version: int = 7, compression: str = "zstd", overwrite: bool = True, filters: dict[str, str] | None = None) -> Path:
+def trace_dat(
+    out: Path,
+    command: list[str],
+    events: list[str] | None = None,
+    buffer_kb: int = 4096,
+    clock: str = "local",
+    version: int = 7,
+    compression: str = "zstd",
+    overwrite: bool = True,
+    filters: dict[str, str] | None = None,
+) -> Path:
     """Record ``command`` into ``out`` (a trace.dat of ``version`` and ``compression``)."""
     tf = tracefs()
     if tf is None or shutil.which("trace-cmd") is None:
@@ -98,8 +107,12 @@ def trace_dat(out: Path, command: list[str], events: list[str] | None = None, bu
             except OSError:
                 pass
     if raw != out:
-        r = subprocess.run(["trace-cmd", "convert", "--file-version", str(version), "--compression", compression, "-i", str(raw), "-o", str(out)],
-                           capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            ["trace-cmd", "convert", "--file-version", str(version), "--compression", compression, "-i", str(raw), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         raw.unlink(missing_ok=True)
         if r.returncode != 0:
             raise RunError(f"trace-cmd convert failed: {r.stderr.strip()[-300:]}", component="bench")

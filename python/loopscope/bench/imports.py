@@ -45,8 +45,16 @@ from loopscope.errors import RunError
 #: the common case for ``threads``: a few kernel threads of the busy machine
 FEW = "rcu|ksoftirqd|kworker"
 #: what the busy recordings enable
-EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_waking", "sched/sched_migrate_task", "sched/sched_stat_runtime", "irq",
-          "timer/hrtimer_start", "timer/hrtimer_expire_entry"]
+EVENTS = [
+    "sched/sched_switch",
+    "sched/sched_wakeup",
+    "sched/sched_waking",
+    "sched/sched_migrate_task",
+    "sched/sched_stat_runtime",
+    "irq",
+    "timer/hrtimer_start",
+    "timer/hrtimer_expire_entry",
+]
 
 
 class FileFigures(TypedDict):
@@ -119,15 +127,30 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
                 mem.append(trss)
         shutil.rmtree(out, ignore_errors=True)
         if progress:
-            progress(f"{path.name} #{i + 1}: import {n / secs / 1e6:.2f} M events/s ({rss:.0f} MB), {name} {rate / 1e6:.2f} M/s"
-                     + (f", threads {thr[-1] / 1e6:.2f} M/s" if thr else "") + (f" ({few[-1] / 1e6:.2f} M/s for a few)" if few else ""))
+            progress(
+                f"{path.name} #{i + 1}: import {n / secs / 1e6:.2f} M events/s ({rss:.0f} MB), {name} {rate / 1e6:.2f} M/s"
+                + (f", threads {thr[-1] / 1e6:.2f} M/s" if thr else "")
+                + (f" ({few[-1] / 1e6:.2f} M/s for a few)" if few else "")
+            )
     # the rate of the command as a user runs it (interpreter start-up included)
     rates = [n / s for s, _, n in imp]
     ir, pr = statistics.median(rates), statistics.median(peer)
-    return {"file": path.name, "bytes": path.stat().st_size, "events": imp[0][2], "reported": reported, "counts_equal": imp[0][2] == reported,
-            "import_events_per_s": ir, "import_rss_mb": max(x[1] for x in imp), "peer": name, "peer_events_per_s": pr, "ratio": ir / pr,
-            "threads_events_per_s": statistics.median(thr) if thr else None, "threads_rss_mb": max(thr_rss) if thr_rss else None,
-            "threads_few_events_per_s": statistics.median(few) if few else None, "threads_few_rss_mb": max(few_rss) if few_rss else None}
+    return {
+        "file": path.name,
+        "bytes": path.stat().st_size,
+        "events": imp[0][2],
+        "reported": reported,
+        "counts_equal": imp[0][2] == reported,
+        "import_events_per_s": ir,
+        "import_rss_mb": max(x[1] for x in imp),
+        "peer": name,
+        "peer_events_per_s": pr,
+        "ratio": ir / pr,
+        "threads_events_per_s": statistics.median(thr) if thr else None,
+        "threads_rss_mb": max(thr_rss) if thr_rss else None,
+        "threads_few_events_per_s": statistics.median(few) if few else None,
+        "threads_few_rss_mb": max(few_rss) if few_rss else None,
+    }
 
 
 def run(quick: bool = False, seconds: float | None = None, repeat: int | None = None, progress: Callable[[str], None] | None = None) -> ImportBench:
@@ -151,11 +174,19 @@ def run(quick: bool = False, seconds: float | None = None, repeat: int | None = 
 
 def print_human(r: ImportBench) -> None:
     for f in r["files"]:
-        th = (f"; threads {f['threads_events_per_s'] / 1e6:.2f} M events/s in {f['threads_rss_mb']:.0f} MB (every event a target's)"
-              if f["threads_events_per_s"] and f["threads_rss_mb"] else "")
-        th += (f", {f['threads_few_events_per_s'] / 1e6:.2f} M events/s in {f['threads_few_rss_mb']:.0f} MB (a few threads)"
-               if f["threads_few_events_per_s"] and f["threads_few_rss_mb"] else "")
-        print(f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
-              f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
-              f"(× {f['ratio']:.1f}){th}")
+        th = (
+            f"; threads {f['threads_events_per_s'] / 1e6:.2f} M events/s in {f['threads_rss_mb']:.0f} MB (every event a target's)"
+            if f["threads_events_per_s"] and f["threads_rss_mb"]
+            else ""
+        )
+        th += (
+            f", {f['threads_few_events_per_s'] / 1e6:.2f} M events/s in {f['threads_few_rss_mb']:.0f} MB (a few threads)"
+            if f["threads_few_events_per_s"] and f["threads_few_rss_mb"]
+            else ""
+        )
+        print(
+            f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
+            f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
+            f"(× {f['ratio']:.1f}){th}"
+        )
     print(f"medians of {r['repeat']} repetitions; recordings of stress-ng --switch for {r['seconds']:g} s")

@@ -64,6 +64,7 @@ from loopscope.probes.pipeline import messages_from
 from loopscope.kernel.capture import EVENTS
 from loopscope.kinds import KINDS
 
+
 class RunStats(TypedDict, total=False):
     """One run without or with the capture (ns; counts of the capture's run)."""
 
@@ -117,8 +118,6 @@ class KcaptureBench(Scenario, total=False):
     missing_events: list[str]
 
 
-
-
 PIPELINE = """name: bench-kcapture
 hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}, {{name: h4}}]
 links:
@@ -146,8 +145,23 @@ kernel: {{capture: "{capture}", read: {read}}}
 
 def _timer(seconds: float, work: Path, tag: str) -> RunStats:
     r = subprocess.run(
-        [sys.executable, "-m", "loopscope.cli", "probe", "timer", "--interval-us", "1000", "--duration", f"{seconds:g}s", "--json", "--trace", str(work / f"{tag}.lstrace")],
-        capture_output=True, text=True, timeout=seconds + 60,
+        [
+            sys.executable,
+            "-m",
+            "loopscope.cli",
+            "probe",
+            "timer",
+            "--interval-us",
+            "1000",
+            "--duration",
+            f"{seconds:g}s",
+            "--json",
+            "--trace",
+            str(work / f"{tag}.lstrace"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
     )
     if r.returncode != 0:
         raise RunError(f"bench kcapture: the timer probe failed: {r.stderr.strip()[-400:]}")
@@ -165,16 +179,22 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
     """(ns attributed to lab: capture, outlier ns) for the timer's outliers above its p99."""
     st = S.open_dir(cap_dir)
     df = reader.read(trace, sort=False)
-    iv = df.filter(
-        (pl.col("kind").cast(pl.String) == "interval"),
-        (pl.col("group").cast(pl.String) == "timer"),
-        (pl.col("name").cast(pl.String) == "wakeup"),
-    )
+    wakeups = (pl.col("group").cast(pl.String) == "timer") & (pl.col("name").cast(pl.String) == "wakeup")
+    iv = df.filter(pl.col("kind").cast(pl.String) == "interval", wakeups)
     if not len(iv):
         return 0, 0
     thr = iv["dur_ns"].quantile(0.99, "linear")
-    o = iv.filter(pl.col("dur_ns") > thr).with_row_index("id").select(
-        pl.col("id").cast(pl.Int64), pl.col("tid").cast(pl.Int64), pl.col("t_ns").alias("start_k"), (pl.col("t_ns") + pl.col("dur_ns")).alias("end_k"), pl.lit(False).alias("span"))
+    o = (
+        iv.filter(pl.col("dur_ns") > thr)
+        .with_row_index("id")
+        .select(
+            pl.col("id").cast(pl.Int64),
+            pl.col("tid").cast(pl.Int64),
+            pl.col("t_ns").alias("start_k"),
+            (pl.col("t_ns") + pl.col("dur_ns")).alias("end_k"),
+            pl.lit(False).alias("span"),
+        )
+    )
     att = attribute_store(st, o)
     fam = att.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("f"))
     return int(fam.filter(pl.col("f") == "lab: capture")["ns"].sum()), int(fam["ns"].sum())
@@ -200,12 +220,20 @@ def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None
         finally:
             meta = cap.stop()
         rd = meta.reader or {}
-        with_.append({
-            "p50_ns": j["p50_ns"], "p99_ns": j["p99_ns"], "max_ns": j["max_ns"], "kernel_events": int(rd.get("events") or 0), "lost_kernel_events": int(rd.get("lost_events") or 0),
-            "bytes_on_disk": int(rd.get("bytes_written") or 0), "seconds": meta.seconds, "reads_half_full": int(rd.get("reads_half_full") or 0),
-            "reader_cpu_share": meta.reader_cpu_s / meta.seconds if meta.reader_cpu_s is not None and meta.seconds else None,
-            "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
-        })
+        with_.append(
+            {
+                "p50_ns": j["p50_ns"],
+                "p99_ns": j["p99_ns"],
+                "max_ns": j["max_ns"],
+                "kernel_events": int(rd.get("events") or 0),
+                "lost_kernel_events": int(rd.get("lost_events") or 0),
+                "bytes_on_disk": int(rd.get("bytes_written") or 0),
+                "seconds": meta.seconds,
+                "reads_half_full": int(rd.get("reads_half_full") or 0),
+                "reader_cpu_share": meta.reader_cpu_s / meta.seconds if meta.reader_cpu_s is not None and meta.seconds else None,
+                "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
+            }
+        )
         shutil.rmtree(work / f"cap{i}", ignore_errors=True)
         i += 1
     return _judged(_summary("timer-idle", without, with_), without, "timer-idle")
@@ -283,14 +311,24 @@ def pipeline_busy(plan: "Pairs", secs: float, work: Path, say: Callable[[str], N
             rd = work / f"run-{d}-{i}"
             r = _lab_run(specs[d], rd, d == "perf", work)
             w = r
-            row: RunStats = {"p50_ns": float(np.percentile(w, 50)) if len(w) else None, "p99_ns": float(np.percentile(w, 99)) if len(w) else None, "waits": int(len(w))}
+            row: RunStats = {
+                "p50_ns": float(np.percentile(w, 50)) if len(w) else None,
+                "p99_ns": float(np.percentile(w, 99)) if len(w) else None,
+                "waits": int(len(w)),
+            }
             if d != "off":
                 (c, t), cap = _explain_self(rd)
                 row["self"] = (c, t)
                 if cap is not None:
-                    row.update({"kernel_events": cap["events"], "lost_kernel_events": cap["lost_events"], "bytes_per_s": cap["bytes_per_s"],
-                                "reader_cpu_share": cap["reader_cpu_share"] if cap["reader_cpu_share"] is not None else cap["perf_cpu_share"],
-                                "reads_during_windows": cap["reads_during_windows"]})
+                    row.update(
+                        {
+                            "kernel_events": cap["events"],
+                            "lost_kernel_events": cap["lost_events"],
+                            "bytes_per_s": cap["bytes_per_s"],
+                            "reader_cpu_share": cap["reader_cpu_share"] if cap["reader_cpu_share"] is not None else cap["perf_cpu_share"],
+                            "reads_during_windows": cap["reads_during_windows"],
+                        }
+                    )
             runs[d].append(row)
             shutil.rmtree(rd, ignore_errors=True)
         i += 1
@@ -378,23 +416,32 @@ def _summary(name: str, without: list[RunStats], with_: list[RunStats]) -> Scena
         runs_with.append(row)
     s: Scenario = {
         "name": name,
-        "p50_ns_without": _med(without, "p50_ns"), "p99_ns_without": _med(without, "p99_ns"),
-        "p50_ns_with": _med(with_, "p50_ns"), "p99_ns_with": _med(with_, "p99_ns"),
+        "p50_ns_without": _med(without, "p50_ns"),
+        "p99_ns_without": _med(without, "p99_ns"),
+        "p50_ns_with": _med(with_, "p50_ns"),
+        "p99_ns_with": _med(with_, "p99_ns"),
         "kernel_events": _med(with_, "kernel_events"),
         "lost_kernel_events": sum(x.get("lost_kernel_events") or 0 for x in with_),
         "bytes_per_s": bps,
         "reader_cpu_share": _med(with_, "reader_cpu_share"),
         "self_share": _self_share([x["self"] for x in with_ if "self" in x]),
-        "runs_without": without, "runs_with": runs_with,
+        "runs_without": without,
+        "runs_with": runs_with,
     }
     s["p99_ratio"] = _ratio(s["p99_ns_with"], s["p99_ns_without"])
     s["p50_ratio"] = _ratio(s["p50_ns_with"], s["p50_ns_without"])
     return s
 
 
-def run(*, quick: bool = False, runs: int | None = None, seconds: float | None = None, scenarios: list[str] | None = None,
-        designs: bool = False, progress: Callable[[str], None] | None = None) -> KcaptureBench:
-
+def run(
+    *,
+    quick: bool = False,
+    runs: int | None = None,
+    seconds: float | None = None,
+    scenarios: list[str] | None = None,
+    designs: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> KcaptureBench:
 
     say = progress or (lambda s: None)
     want = scenarios or ["timer-idle", "pipeline-busy"]
@@ -414,7 +461,18 @@ def run(*, quick: bool = False, runs: int | None = None, seconds: float | None =
             t["context"] = {"runs": len(t["runs_without"]), "seconds": secs, "interval_us": 1000}
             out["scenarios"].append(t)
             # Today's top-level keys are the idle timer's (perf_cpu_share: the capture's reader now).
-            for k in ("p50_ns_without", "p99_ns_without", "p50_ns_with", "p99_ns_with", "kernel_events", "lost_kernel_events", "runs_without", "runs_with", "p99_ratio", "p50_ratio"):
+            for k in (
+                "p50_ns_without",
+                "p99_ns_without",
+                "p50_ns_with",
+                "p99_ns_with",
+                "kernel_events",
+                "lost_kernel_events",
+                "runs_without",
+                "runs_with",
+                "p99_ratio",
+                "p50_ratio",
+            ):
                 out[k] = t[k]
             out["perf_cpu_share"] = t.get("reader_cpu_share")
             out["context"] = t["context"]
@@ -439,15 +497,19 @@ def print_human(r: KcaptureBench) -> None:
         print(f"{s['name']}: {c['runs']} runs each way, {c['seconds']:g} s, alternating; medians")
         rows = [("between-windows", s)] + [(d, x) for d, x in (s.get("designs") or {}).items() if d != "between-windows"]
         for d, x in rows:
-            print(f"  {d:16s} p50 {f(x['p50_ns_without'])} → {f(x['p50_ns_with'])} (×{x['p50_ratio'] or float('nan'):.3f}), "
-                  f"p99 {f(x['p99_ns_without'])} → {f(x['p99_ns_with'])} (×{x['p99_ratio'] or float('nan'):.3f}); "
-                  f"lab: capture {x['self_share'] * 100:.2f} % of the outliers' time; "
-                  f"{(x['kernel_events'] or 0):,.0f} events/run, {x['lost_kernel_events']} lost"
-                  + (f", {bps / 1e6:.2f} MB/s on disk" if (bps := x.get("bytes_per_s")) else "")
-                  + (f", reader {share * 100:.1f} % of a CPU" if (share := x.get("reader_cpu_share")) is not None else ""))
+            print(
+                f"  {d:16s} p50 {f(x['p50_ns_without'])} → {f(x['p50_ns_with'])} (×{x['p50_ratio'] or float('nan'):.3f}), "
+                f"p99 {f(x['p99_ns_without'])} → {f(x['p99_ns_with'])} (×{x['p99_ratio'] or float('nan'):.3f}); "
+                f"lab: capture {x['self_share'] * 100:.2f} % of the outliers' time; "
+                f"{(x['kernel_events'] or 0):,.0f} events/run, {x['lost_kernel_events']} lost"
+                + (f", {bps / 1e6:.2f} MB/s on disk" if (bps := x.get("bytes_per_s")) else "")
+                + (f", reader {share * 100:.1f} % of a CPU" if (share := x.get("reader_cpu_share")) is not None else "")
+            )
         if s.get("aa_spread") is not None:
             print(f"  noise floor: p99 of one half of the runs without capture over the other: ×{s['aa_spread']:.3f}")
-        print(f"  target p99 ×{s['target']:.2f}, lab: capture ≤ {SELF_SHARE_TARGET * 100:.0f} %: {s['verdict']}"
-              + (" (the noise floor is wider than the target: more runs, or a quieter machine)" if s["verdict"] == "inconclusive" else ""))
+        print(
+            f"  target p99 ×{s['target']:.2f}, lab: capture ≤ {SELF_SHARE_TARGET * 100:.0f} %: {s['verdict']}"
+            + (" (the noise floor is wider than the target: more runs, or a quieter machine)" if s["verdict"] == "inconclusive" else "")
+        )
         print(f"    p99 per run without: {', '.join(f(x['p99_ns']) for x in s['runs_without'])}")
         print(f"    p99 per run with:    {', '.join(f(x['p99_ns']) for x in s['runs_with'])}")

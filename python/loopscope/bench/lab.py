@@ -173,7 +173,9 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
         # 3. The report of the demo run.
         demo_spec = Path(demo) if demo else ROOT_EXAMPLES / "demo.yaml"
         if quick:
-            (work / "demo.yaml").write_text(TIMER_SPEC.format(name="demo", interval=1000, duration="500ms").replace("loads: []", "loads:\n  - kind: cpu\n    level: 1"))
+            (work / "demo.yaml").write_text(
+                TIMER_SPEC.format(name="demo", interval=1000, duration="500ms").replace("loads: []", "loads:\n  - kind: cpu\n    level: 1")
+            )
             demo_spec = work / "demo.yaml"
         say(f"  running {demo_spec} for the report benchmark …")
         _cli("run", str(demo_spec), "--run-dir", "demo", "--no-report", cwd=work, timeout=1800)

@@ -109,15 +109,33 @@ def _stats(r: dict[str, list[int]]) -> tuple[float, float, float, list[float]]:
 
 
 #: one program moved from idle to one condition: predicted against measured CPU time per run
-ModelRow = TypedDict("ModelRow", {
-    "app": str, "from": str, "to": str, "runs": int, "in_target": bool,
-    "pred_mean_ns": float, "meas_mean_ns": float, "err_mean_pct": float,
-    "pred_p99_ns": float, "meas_p99_ns": float, "err_p99_pct": float,
-    "from_mean_ns": float, "user_share": float, "user_ratio": float, "sys_ratio": float,
-    "unmodelled_share": float | None, "measured_ratio": float,
-    "pred_mean_ci95_ns": list[float], "meas_mean_ci95_ns": list[float], "intervals_overlap": bool,
-    "meas_p99_ci95_ns": list[float], "pred_p99_within_meas_ci": bool,
-})
+ModelRow = TypedDict(
+    "ModelRow",
+    {
+        "app": str,
+        "from": str,
+        "to": str,
+        "runs": int,
+        "in_target": bool,
+        "pred_mean_ns": float,
+        "meas_mean_ns": float,
+        "err_mean_pct": float,
+        "pred_p99_ns": float,
+        "meas_p99_ns": float,
+        "err_p99_pct": float,
+        "from_mean_ns": float,
+        "user_share": float,
+        "user_ratio": float,
+        "sys_ratio": float,
+        "unmodelled_share": float | None,
+        "measured_ratio": float,
+        "pred_mean_ci95_ns": list[float],
+        "meas_mean_ci95_ns": list[float],
+        "intervals_overlap": bool,
+        "meas_p99_ci95_ns": list[float],
+        "pred_p99_within_meas_ci": bool,
+    },
+)
 
 
 class Beyond(TypedDict):
@@ -175,7 +193,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Callable[[str], 
             for i in range(n):
                 if i % 10 == 0:
                     say(f"round {i + 1}/{n}: each program and a slice of the node's calibration under each condition")
-                for cond, kind in plan[i % len(plan):] + plan[: i % len(plan)]:
+                for cond, kind in plan[i % len(plan) :] + plan[: i % len(plan)]:
                     sw.to(kind)
                     time.sleep(settle)
                     for name, cmd in progs.items():
@@ -184,20 +202,32 @@ def run(quick: bool = False, runs: int | None = None, progress: Callable[[str], 
                         for key in acc:
                             acc[key] += got[key]
                     with nodem.pinned(app_cpus):
-                        for c, v in nodem.syscalls(calls[i % parts::parts] if n >= parts else calls, per_call, d).items():
+                        for c, v in nodem.syscalls(calls[i % parts :: parts] if n >= parts else calls, per_call, d).items():
                             costs.setdefault(cond, {}).setdefault(c, []).append(v.batch_ns)
                         nodem.env_slice(envs.setdefault(cond, {}), 2 if quick else 4)
             sw.to(None)
         loads = dict(plan)
-        conditions = {c: nodem.Condition(load=nodem.LoadSpec(kind=workers[w][0], cpus=workers[w][1], processes=1) if (w := loads[c]) else None,
-                                         syscalls={k: nodem.summ_slices(v) for k, v in costs[c].items()},
-                                         environments={k: nodem.summ_slices(v) for k, v in envs[c].items()}) for c in costs}
+        conditions = {
+            c: nodem.Condition(
+                load=nodem.LoadSpec(kind=workers[w][0], cpus=workers[w][1], processes=1) if (w := loads[c]) else None,
+                syscalls={k: nodem.summ_slices(v) for k, v in costs[c].items()},
+                environments={k: nodem.summ_slices(v) for k, v in envs[c].items()},
+            )
+            for c in costs
+        }
         node = nodem.assemble(conditions)
         rows = [row for name, cmd in progs.items() for row in _predicted(name, cmd, measured, node, plan, say)]
     return _verdict(rows, n, app_cpus, load_cpus, node, quick)
 
 
-def _predicted(name: str, cmd: list[str], measured: dict[str, dict[str, dict[str, list[int]]]], node: nodem.NodeModel, plan: list[tuple[str, str | None]], say: Callable[[str], None]) -> list[ModelRow]:
+def _predicted(
+    name: str,
+    cmd: list[str],
+    measured: dict[str, dict[str, dict[str, list[int]]]],
+    node: nodem.NodeModel,
+    plan: list[tuple[str, str | None]],
+    say: Callable[[str], None],
+) -> list[ModelRow]:
     """One program's rows: its model from two traced runs and the idle runs, each condition predicted from idle and set beside what was measured."""
     rows: list[ModelRow] = []
     say(f"{name}: tracing two runs for its system-call mix")
@@ -209,17 +239,33 @@ def _predicted(name: str, cmd: list[str], measured: dict[str, dict[str, dict[str
     for to, label in [("idle-again", "idle-again"), ("memory-1", "memory-1"), ("io-1", "io-1")] + [(c, c) for c, _ in plan[4:]]:
         p = predm.predict(model, node.conditions["idle"], node.conditions[to])
         mm, m99, mh, m99_ci = _stats(measured[name][label])
-        rows.append({
-            "app": name, "from": "idle", "to": label, "runs": len(measured[name][label]["user_ns"]), "in_target": label in ("idle-again", "memory-1", "io-1"),
-            "pred_mean_ns": p["pred_mean_ns"], "meas_mean_ns": mm, "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
-            "pred_p99_ns": p["pred_p99_ns"], "meas_p99_ns": m99, "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
-            "from_mean_ns": p["from_mean_ns"], "user_share": p["user_share"], "user_ratio": p["user_ratio"]["ratio"], "sys_ratio": p["sys_ratio"]["ratio"],
-            "unmodelled_share": p["sys_ratio"]["unmodelled_share"], "measured_ratio": mm / p["from_mean_ns"],
-            # both sides' errors: the prediction's CI (node ratios, the idle runs' sampling) and the measured mean's
-            "pred_mean_ci95_ns": p["pred_mean_ci95_ns"], "meas_mean_ci95_ns": [mm - mh, mm + mh],
-            "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
-            "meas_p99_ci95_ns": m99_ci, "pred_p99_within_meas_ci": bool(m99_ci[0] <= p["pred_p99_ns"] <= m99_ci[1]),
-        })
+        rows.append(
+            {
+                "app": name,
+                "from": "idle",
+                "to": label,
+                "runs": len(measured[name][label]["user_ns"]),
+                "in_target": label in ("idle-again", "memory-1", "io-1"),
+                "pred_mean_ns": p["pred_mean_ns"],
+                "meas_mean_ns": mm,
+                "err_mean_pct": 100 * (p["pred_mean_ns"] / mm - 1),
+                "pred_p99_ns": p["pred_p99_ns"],
+                "meas_p99_ns": m99,
+                "err_p99_pct": 100 * (p["pred_p99_ns"] / m99 - 1),
+                "from_mean_ns": p["from_mean_ns"],
+                "user_share": p["user_share"],
+                "user_ratio": p["user_ratio"]["ratio"],
+                "sys_ratio": p["sys_ratio"]["ratio"],
+                "unmodelled_share": p["sys_ratio"]["unmodelled_share"],
+                "measured_ratio": mm / p["from_mean_ns"],
+                # both sides' errors: the prediction's CI (node ratios, the idle runs' sampling) and the measured mean's
+                "pred_mean_ci95_ns": p["pred_mean_ci95_ns"],
+                "meas_mean_ci95_ns": [mm - mh, mm + mh],
+                "intervals_overlap": bool(p["pred_mean_ci95_ns"][0] <= mm + mh and mm - mh <= p["pred_mean_ci95_ns"][1]),
+                "meas_p99_ci95_ns": m99_ci,
+                "pred_p99_within_meas_ci": bool(m99_ci[0] <= p["pred_p99_ns"] <= m99_ci[1]),
+            }
+        )
     return rows
 
 
@@ -228,22 +274,38 @@ def _verdict(rows: list[ModelRow], n: int, app_cpus: list[int] | None, load_cpus
     worst_mean = max(abs(r["err_mean_pct"]) for r in rows if r["in_target"])
     worst_p99 = max(abs(r["err_p99_pct"]) for r in rows if r["in_target"])
     beyond = [r for r in rows if not r["in_target"]]
-    return {"rows": rows, "max_abs_err_mean_pct": worst_mean, "max_abs_err_p99_pct": worst_p99, "targets": {"mean_pct": 10, "p99_pct": 15},
-            "beyond_the_model": {"conditions": sorted({r["to"] for r in beyond}), "max_abs_err_mean_pct": max((abs(r["err_mean_pct"]) for r in beyond), default=None),
-                                 "why": "a load time-sharing the programs' own CPU: it changes their CPU time through what it leaves in the caches "
-                                        "and how the CPU idles, which the node's microbenchmarks do not share; reported, not in the target"},
-            "rounds": n, "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus}, "node_changes": {c: ch.model_dump(mode="json") for c, ch in node.changes.items()}, "version": envelope("bench-model"), "quick": quick}
+    return {
+        "rows": rows,
+        "max_abs_err_mean_pct": worst_mean,
+        "max_abs_err_p99_pct": worst_p99,
+        "targets": {"mean_pct": 10, "p99_pct": 15},
+        "beyond_the_model": {
+            "conditions": sorted({r["to"] for r in beyond}),
+            "max_abs_err_mean_pct": max((abs(r["err_mean_pct"]) for r in beyond), default=None),
+            "why": "a load time-sharing the programs' own CPU: it changes their CPU time through what it leaves in the caches "
+            "and how the CPU idles, which the node's microbenchmarks do not share; reported, not in the target",
+        },
+        "rounds": n,
+        "placement": {"apps_and_calibration": app_cpus, "loads": load_cpus},
+        "node_changes": {c: ch.model_dump(mode="json") for c, ch in node.changes.items()},
+        "version": envelope("bench-model"),
+        "quick": quick,
+    }
 
 
 def print_human(r: ModelBench) -> None:
     print("portable CPU-time models: predicted from the node model vs measured (CPU time per run, wait4)")
-    print(f"  {'app':<22} {'to':<11} {'measured/idle':>13} {'pred mean':>10} {'meas mean':>10} {'err':>7} {'pred p99':>10} {'meas p99':>10} {'err':>7}  user share, user×, sys×")
+    print(
+        f"  {'app':<22} {'to':<11} {'measured/idle':>13} {'pred mean':>10} {'meas mean':>10} {'err':>7} {'pred p99':>10} {'meas p99':>10} {'err':>7}  user share, user×, sys×"
+    )
     for x in r["rows"]:
         ci = x["pred_mean_ci95_ns"]
-        print(f"  {x['app']:<22} {x['to']:<11} {x['measured_ratio']:>12.3f}x {x['pred_mean_ns'] / 1e6:>8.2f}ms {x['meas_mean_ns'] / 1e6:>8.2f}ms {x['err_mean_pct']:>+6.1f}%"
-              f" {x['pred_p99_ns'] / 1e6:>8.2f}ms {x['meas_p99_ns'] / 1e6:>8.2f}ms {x['err_p99_pct']:>+6.1f}%  {x['user_share'] * 100:.0f} %, {x['user_ratio']:.3f}, {x['sys_ratio']:.3f}"
-              f"  (pred CI {ci[0] / 1e6:.2f}–{ci[1] / 1e6:.2f} ms, meas ± {(x['meas_mean_ci95_ns'][1] - x['meas_mean_ns']) / 1e6:.2f}{'' if x['intervals_overlap'] else ', intervals apart'};"
-              f" meas p99 CI {x['meas_p99_ci95_ns'][0] / 1e6:.2f}–{x['meas_p99_ci95_ns'][1] / 1e6:.2f} ms)")
+        print(
+            f"  {x['app']:<22} {x['to']:<11} {x['measured_ratio']:>12.3f}x {x['pred_mean_ns'] / 1e6:>8.2f}ms {x['meas_mean_ns'] / 1e6:>8.2f}ms {x['err_mean_pct']:>+6.1f}%"
+            f" {x['pred_p99_ns'] / 1e6:>8.2f}ms {x['meas_p99_ns'] / 1e6:>8.2f}ms {x['err_p99_pct']:>+6.1f}%  {x['user_share'] * 100:.0f} %, {x['user_ratio']:.3f}, {x['sys_ratio']:.3f}"
+            f"  (pred CI {ci[0] / 1e6:.2f}–{ci[1] / 1e6:.2f} ms, meas ± {(x['meas_mean_ci95_ns'][1] - x['meas_mean_ns']) / 1e6:.2f}{'' if x['intervals_overlap'] else ', intervals apart'};"
+            f" meas p99 CI {x['meas_p99_ci95_ns'][0] / 1e6:.2f}–{x['meas_p99_ci95_ns'][1] / 1e6:.2f} ms)"
+        )
     print(f"  largest |error| (idle again, memory, I/O): mean {r['max_abs_err_mean_pct']:.1f} % (target 10), p99 {r['max_abs_err_p99_pct']:.1f} % (target 15)")
     b = r["beyond_the_model"]
     if b["conditions"]:

@@ -121,16 +121,20 @@ def _spec(zoo: Path, period: str, recorder: str, busy: bool) -> str:
         {"name": "cpu", "kind": "cpu", "level": 2},
     ]
     if busy:
-        loads.append({"name": "switch", "kind": "command", "command": ["stress-ng", "--switch", "1", "--switch-freq", str(SWITCH_FREQ), "--taskset", "0", "--quiet"]})
-    return "\n".join([
-        "name: bench-monitor",
-        "probes:",
-        "  - {kind: timer, name: t, interval_us: 1000, cpu: [1], priority: 50}",
-        "loads:",
-        *(f"  - {json.dumps(ld)}" for ld in loads),
-        f"monitor: {{period: {period}, threshold: {THRESHOLD}, recorder: {recorder}}}",
-        "",
-    ])
+        loads.append(
+            {"name": "switch", "kind": "command", "command": ["stress-ng", "--switch", "1", "--switch-freq", str(SWITCH_FREQ), "--taskset", "0", "--quiet"]}
+        )
+    return "\n".join(
+        [
+            "name: bench-monitor",
+            "probes:",
+            "  - {kind: timer, name: t, interval_us: 1000, cpu: [1], priority: 50}",
+            "loads:",
+            *(f"  - {json.dumps(ld)}" for ld in loads),
+            f"monitor: {{period: {period}, threshold: {THRESHOLD}, recorder: {recorder}}}",
+            "",
+        ]
+    )
 
 
 def _tree(pid: int) -> list[int]:
@@ -200,8 +204,12 @@ def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say
     spec.write_text(_spec(zoo, period, recorder, busy))
     out = work / f"mon-{name}"
     say(f"  {name}: monitoring for {minutes:g} min ({period} periods, threshold {THRESHOLD}) …")
-    p = subprocess.Popen([sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{minutes * 60:g}s", "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{minutes * 60:g}s", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     _off_the_probe()
     t0 = time.monotonic()
     start_at = min(120.0, minutes * 60 * 0.4)
@@ -227,14 +235,25 @@ def long_run(work: Path, zoo: Path, minutes: float, period: str, busy: bool, say
     hist_b = sum(f.stat().st_size for f in (out / "histograms").glob("*.hlog"))
     periods = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines() if x.strip()]
     return {
-        "name": name, "recorder": recorder, "minutes": minutes, "rss_mb_start": rss_start, "rss_mb_end": rss_end,
+        "name": name,
+        "recorder": recorder,
+        "minutes": minutes,
+        "rss_mb_start": rss_start,
+        "rss_mb_end": rss_end,
         "rss_ratio": rss_end / rss_start if rss_start and rss_end else None,
-        "disk_mb_per_h": _du_mb(out) / hours, "hist_mb_per_h_per_probe": hist_b / 1e6 / hours,
-        "outliers_above": c["outliers_above"], "outliers_kept": c["kept"], "outliers_explained": c["explained"],
+        "disk_mb_per_h": _du_mb(out) / hours,
+        "hist_mb_per_h_per_probe": hist_b / 1e6 / hours,
+        "outliers_above": c["outliers_above"],
+        "outliers_kept": c["kept"],
+        "outliers_explained": c["explained"],
         "explained_ratio": c["explained"] / c["outliers_above"] if c["outliers_above"] else None,
-        "not_kept": c["not_kept"], "top_causes": c["by_top_cause"], "self_share": lab_ns / all_ns if all_ns else 0.0,
-        "windows": c["windows"], "window_kb_mean": c["kept_bytes"] / 1e3 / c["windows"] if c["windows"] else None,
-        "periods": len(periods), "p99_ns_periods": [r.get("p99_ns") for r in periods],
+        "not_kept": c["not_kept"],
+        "top_causes": c["by_top_cause"],
+        "self_share": lab_ns / all_ns if all_ns else 0.0,
+        "windows": c["windows"],
+        "window_kb_mean": c["kept_bytes"] / 1e3 / c["windows"] if c["windows"] else None,
+        "periods": len(periods),
+        "p99_ns_periods": [r.get("p99_ns") for r in periods],
         "recorder_paused_ms": c.get("recorder_paused_ns", 0) / 1e6,
     }
 
@@ -246,6 +265,7 @@ def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str
     pooled: dict[str, list[Any]] = {"off": [], **{d: [] for d in designs}}
     _all_cpus()
     i = 0
+
     def p99(hs: list[Any]) -> int | None:
         m = hist.new()
         for h in hs:
@@ -264,8 +284,12 @@ def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str
             spec.write_text(_spec(zoo, f"{seconds:g}s", rec, False))
             out = work / f"cost-{rec}-{i}"
             say(f"  cost: pair {i} ({pairs.label(i)}), recorder {rec}, {seconds:g} s …")
-            r = subprocess.run([sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{seconds + 0.5:g}s", "--json"],
-                               capture_output=True, text=True, timeout=seconds + 120)
+            r = subprocess.run(
+                [sys.executable, "-m", "loopscope.cli", "monitor", str(spec), "-o", str(out), "--for", f"{seconds + 0.5:g}s", "--json"],
+                capture_output=True,
+                text=True,
+                timeout=seconds + 120,
+            )
             if r.returncode != 0:
                 raise RunError(f"bench monitor: a cost run failed (recorder {rec}): {r.stderr.strip()[-600:]}")
             rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines() if x.strip()]
@@ -282,15 +306,32 @@ def cost(work: Path, zoo: Path, pairs: Pairs, seconds: float, say: Callable[[str
 
     ratio = ratio_of(designs[0])
     spread = floor()
-    got: Cost = {"pairs": i, "seconds": seconds, "p99_without_ns": res["off"], "p99_with_ns": res[designs[0]], "p99_ratio_with_capture": ratio,
-                 "aa_spread": spread, "target": TARGET, "verdict": verdict(ratio, spread, TARGET, 0.0)}
+    got: Cost = {
+        "pairs": i,
+        "seconds": seconds,
+        "p99_without_ns": res["off"],
+        "p99_with_ns": res[designs[0]],
+        "p99_ratio_with_capture": ratio,
+        "aa_spread": spread,
+        "target": TARGET,
+        "verdict": verdict(ratio, spread, TARGET, 0.0),
+    }
     if len(designs) > 1:
-        got["designs"] = {d: {"p99_with_ns": res[d], "p99_ratio_with_capture": ratio_of(d), "verdict": verdict(ratio_of(d), spread, TARGET, 0.0)} for d in designs}
+        got["designs"] = {
+            d: {"p99_with_ns": res[d], "p99_ratio_with_capture": ratio_of(d), "verdict": verdict(ratio_of(d), spread, TARGET, 0.0)} for d in designs
+        }
     return got
 
 
-def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None = None, busy: bool = True,
-        designs: bool = False, progress: Callable[[str], None] | None = None) -> MonitorBench:
+def run(
+    *,
+    minutes: float | None = None,
+    quick: bool = False,
+    pairs: int | None = None,
+    busy: bool = True,
+    designs: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> MonitorBench:
     if os.geteuid() != 0:
         raise RunError("bench monitor needs root (SCHED_FIFO, a trace instance)")
     if (os.cpu_count() or 1) < 2:
@@ -310,13 +351,30 @@ def run(*, minutes: float | None = None, quick: bool = False, pairs: int | None 
         if busy and shutil.which("stress-ng"):
             for rec in recorders:
                 scen.append(long_run(work, zoo, minutes / 2 if not quick else minutes, period, True, say, rec))
-        c = cost(work, zoo, Pairs(1 if quick else 4, 1 if quick else 10, pairs is not None or quick) if pairs is None else Pairs(pairs, pairs, True),
-                 2.0 if quick else 20.0, say, recorders)
+        c = cost(
+            work,
+            zoo,
+            Pairs(1 if quick else 4, 1 if quick else 10, pairs is not None or quick) if pairs is None else Pairs(pairs, pairs, True),
+            2.0 if quick else 20.0,
+            say,
+            recorders,
+        )
     m = scen[0]
-    return {"threshold": THRESHOLD, "recorder": _default_recorder(), "scenarios": scen, "cost": c,
-            "rss_mb_start": m.get("rss_mb_start"), "rss_mb_end": m.get("rss_mb_end"), "disk_mb_per_h": m["disk_mb_per_h"],
-            "outliers_above": m["outliers_above"], "outliers_explained": m["outliers_explained"], "self_share": m["self_share"],
-            "p99_ratio_with_capture": c.get("p99_ratio_with_capture"), "aa_spread": c.get("aa_spread"), "verdict": c["verdict"]}
+    return {
+        "threshold": THRESHOLD,
+        "recorder": _default_recorder(),
+        "scenarios": scen,
+        "cost": c,
+        "rss_mb_start": m.get("rss_mb_start"),
+        "rss_mb_end": m.get("rss_mb_end"),
+        "disk_mb_per_h": m["disk_mb_per_h"],
+        "outliers_above": m["outliers_above"],
+        "outliers_explained": m["outliers_explained"],
+        "self_share": m["self_share"],
+        "p99_ratio_with_capture": c.get("p99_ratio_with_capture"),
+        "aa_spread": c.get("aa_spread"),
+        "verdict": c["verdict"],
+    }
 
 
 def _f(x: Any, fmt: str = "{:.2f}") -> str:
@@ -326,13 +384,19 @@ def _f(x: Any, fmt: str = "{:.2f}") -> str:
 def print_human(r: MonitorBench) -> None:
     print(f"loopscope monitor: a 1 kHz timer, threshold {r['threshold']}, a 2 ms SCHED_FIFO burst on its CPU every second, the demo's CPU load")
     for s in r["scenarios"]:
-        print(f"  {s['name']} ({s['minutes']:g} min): RSS {_f(s.get('rss_mb_start'), '{:.0f}')} MB at the start, {_f(s.get('rss_mb_end'), '{:.0f}')} MB at the end"
-              f" (x{_f(s.get('rss_ratio'), '{:.3f}')}); disk {s['disk_mb_per_h']:.1f} MB/h (histograms {s['hist_mb_per_h_per_probe']:.3f} MB/h per probe)")
-        print(f"    outliers above: {s['outliers_above']}, kept {s['outliers_kept']}, explained {s['outliers_explained']} ({_f(s.get('explained_ratio'), '{:.1%}')});"
-              f" not kept {s['not_kept'] or 0}; lab's share of their time {s['self_share']:.2%}; windows {s['windows']} of {_f(s.get('window_kb_mean'), '{:.1f}')} kB")
+        print(
+            f"  {s['name']} ({s['minutes']:g} min): RSS {_f(s.get('rss_mb_start'), '{:.0f}')} MB at the start, {_f(s.get('rss_mb_end'), '{:.0f}')} MB at the end"
+            f" (x{_f(s.get('rss_ratio'), '{:.3f}')}); disk {s['disk_mb_per_h']:.1f} MB/h (histograms {s['hist_mb_per_h_per_probe']:.3f} MB/h per probe)"
+        )
+        print(
+            f"    outliers above: {s['outliers_above']}, kept {s['outliers_kept']}, explained {s['outliers_explained']} ({_f(s.get('explained_ratio'), '{:.1%}')});"
+            f" not kept {s['not_kept'] or 0}; lab's share of their time {s['self_share']:.2%}; windows {s['windows']} of {_f(s.get('window_kb_mean'), '{:.1f}')} kB"
+        )
         print(f"    top causes: {s['top_causes']}")
     c = r["cost"]
-    print(f"  cost: p99 with the flight recorder / without: x{_f(c.get('p99_ratio_with_capture'), '{:.3f}')} (noise floor x{_f(c.get('aa_spread'), '{:.3f}')},"
-          f" {c['pairs']} pairs of {c['seconds']:g} s): {c['verdict']} (target x{c['target']})")
+    print(
+        f"  cost: p99 with the flight recorder / without: x{_f(c.get('p99_ratio_with_capture'), '{:.3f}')} (noise floor x{_f(c.get('aa_spread'), '{:.3f}')},"
+        f" {c['pairs']} pairs of {c['seconds']:g} s): {c['verdict']} (target x{c['target']})"
+    )
     for d, v in (c.get("designs") or {}).items():
         print(f"    {d}: x{_f(v.get('p99_ratio_with_capture'), '{:.3f}')} ({v['verdict']})")

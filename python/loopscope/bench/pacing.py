@@ -125,15 +125,49 @@ def _rate_text(bps: float) -> str:
 def loopscope_run(bps: float, seconds: float, workers: int, work: Path, size: int = SIZE) -> PaceRow:
     port = _free_port()
     rx = subprocess.Popen(
-        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--idle", "1s", "--duration", f"{seconds + 10:g}s", "--no-packet-records", "--json", "--trace", str(work / "r.lstrace")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        _cli(
+            "probe",
+            "recv",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--idle",
+            "1s",
+            "--duration",
+            f"{seconds + 10:g}s",
+            "--no-packet-records",
+            "--json",
+            "--trace",
+            str(work / "r.lstrace"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         time.sleep(0.4)
         tx = subprocess.run(
-            _cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", _rate_text(bps), "--size", str(size), "--duration", f"{seconds:g}s",
-                 "--workers", str(workers), "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / "s.lstrace")),
-            capture_output=True, text=True, timeout=seconds + 60,
+            _cli(
+                "probe",
+                "send",
+                "--dest",
+                f"127.0.0.1:{port}",
+                "--rate",
+                _rate_text(bps),
+                "--size",
+                str(size),
+                "--duration",
+                f"{seconds:g}s",
+                "--workers",
+                str(workers),
+                "--no-tx-timestamps",
+                "--no-packet-records",
+                "--json",
+                "--trace",
+                str(work / "s.lstrace"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
         )
         if tx.returncode != 0:
             raise RunError(f"loopscope probe send failed: {tx.stderr.strip()[-400:]}")
@@ -170,7 +204,9 @@ def iperf3_run(bps: float, seconds: int) -> PaceRow | None:
         time.sleep(0.4)
         c = subprocess.run(
             ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-u", "-b", f"{int(bps)}", "-l", str(SIZE), "-t", str(seconds), "--json", "--get-server-output"],
-            capture_output=True, text=True, timeout=seconds + 60,
+            capture_output=True,
+            text=True,
+            timeout=seconds + 60,
         )
     finally:
         try:
@@ -226,24 +262,62 @@ def receiver_capacity(work: Path, packets: int = 200_000) -> Receiver:
     # dropped some of it before the socket (loopback's backlog under a
     # burst): waiting for --count alone once outlived the bench's patience.
     rx = subprocess.Popen(
-        _cli("probe", "recv", "--bind", f"127.0.0.1:{port}", "--count", str(packets), "--idle", "0.5s", "--duration", "120s",
-             "--rcvbuf-mib", "1024", "--json", "--trace", str(work / "cap.lstrace")),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        _cli(
+            "probe",
+            "recv",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--count",
+            str(packets),
+            "--idle",
+            "0.5s",
+            "--duration",
+            "120s",
+            "--rcvbuf-mib",
+            "1024",
+            "--json",
+            "--trace",
+            str(work / "cap.lstrace"),
+        ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         _bound(port, rx)
         time.sleep(0.1)
         os.kill(rx.pid, signal.SIGSTOP)
         tx = subprocess.run(
-            _cli("probe", "send", "--dest", f"127.0.0.1:{port}", "--rate", "300kpps", "--size", "64", "--count", str(packets), "--workers", "1",
-                 "--no-tx-timestamps", "--no-packet-records", "--json", "--trace", str(work / "caps.lstrace")),
-            capture_output=True, text=True, timeout=120,
+            _cli(
+                "probe",
+                "send",
+                "--dest",
+                f"127.0.0.1:{port}",
+                "--rate",
+                "300kpps",
+                "--size",
+                "64",
+                "--count",
+                str(packets),
+                "--workers",
+                "1",
+                "--no-tx-timestamps",
+                "--no-packet-records",
+                "--json",
+                "--trace",
+                str(work / "caps.lstrace"),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         os.kill(rx.pid, signal.SIGCONT)
         try:
             out, err = rx.communicate(timeout=150)
         except subprocess.TimeoutExpired:
-            raise RunError("the receiver-capacity receiver (loopscope probe recv) neither drained the burst nor went idle within 150 s", component="bench") from None
+            raise RunError(
+                "the receiver-capacity receiver (loopscope probe recv) neither drained the burst nor went idle within 150 s", component="bench"
+            ) from None
     finally:
         if rx.poll() is None:
             os.kill(rx.pid, signal.SIGCONT)
@@ -307,7 +381,11 @@ def print_human(r: PacingBench) -> None:
         cv = f"{x['cv_per_second'] * 100:.3f}%" if x["cv_per_second"] is not None else "n/a"
         d50 = format_ns(x["departure_err_p50_ns"]) if x["departure_err_p50_ns"] is not None else "n/a"
         d99 = format_ns(x["departure_err_p99_ns"]) if x["departure_err_p99_ns"] is not None else "n/a"
-        print(f"  {x['tool']:10} {format_bps(x['requested_bps']):>15} {format_bps(x['achieved_bps']):>15} {err:+7.3f}% {cv:>8} {d50:>9} {d99:>9} {x['lost']!s:>7}")
+        print(
+            f"  {x['tool']:10} {format_bps(x['requested_bps']):>15} {format_bps(x['achieved_bps']):>15} {err:+7.3f}% {cv:>8} {d50:>9} {d99:>9} {x['lost']!s:>7}"
+        )
     print("  highest rate achieved within 1%: " + ", ".join(f"{w} worker(s) {format_bps(v)}" for w, v in r["max_rate_within_1pct_bps"].items()))
     c = r["receiver"]
-    print(f"  receiver: drained {c['packets_received']:,} packets at {c['pps']:,} packets/s with kernel timestamps and a trace record each ({c['trace_lost_records']} records lost, {c['socket_buffer_drops']} socket drops, {c['lost_before_socket']} lost before the socket)")
+    print(
+        f"  receiver: drained {c['packets_received']:,} packets at {c['pps']:,} packets/s with kernel timestamps and a trace record each ({c['trace_lost_records']} records lost, {c['socket_buffer_drops']} socket drops, {c['lost_before_socket']} lost before the socket)"
+    )

@@ -91,8 +91,15 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
 
     ev = events_of(which)
     if recorder == "trace-cmd":
-        return foreign.trace_dat(out, command, [e.replace(":", "/") for e in ev], buffer_kb=BUFFER_KB, clock="mono", overwrite=False,
-                                 filters={e.replace(":", "/"): f for e, f in FILTERS.items()})
+        return foreign.trace_dat(
+            out,
+            command,
+            [e.replace(":", "/") for e in ev],
+            buffer_kb=BUFFER_KB,
+            clock="mono",
+            overwrite=False,
+            filters={e.replace(":", "/"): f for e, f in FILTERS.items()},
+        )
     if which == "minimal":
         rec = ["perf", "sched", "record", "-k", "CLOCK_MONOTONIC"]
     else:
@@ -114,7 +121,6 @@ def record(recorder: str, which: str, out: Path, command: list[str]) -> Path:
 
 def attach(run_dir: Path, recording: Path, host: str = "h1") -> list[str]:
     """Import ``recording`` and make it ``run_dir``'s capture of ``host``; the events it holds."""
-
 
     with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=".import-") as tmp:
         dest = Path(tmp) / "run"

@@ -85,7 +85,9 @@ def bench(run_dir: Path, kinds: Registry, runs: int = 3, say: Callable[[str], No
         page = _page(work / "report.html")
     med = {k: statistics.median(v) for k, v in out.items()}
     return {
-        "run": str(src), "traces": traces, "runs": runs,
+        "run": str(src),
+        "traces": traces,
+        "runs": runs,
         "seconds": {k: {"median": round(med[k], 2), "range": [round(min(v), 2), round(max(v), 2)]} for k, v in out.items()},
         "traces_read": {k: statistics.median(v) for k, v in reads.items()},
         "speedup": round(med["each_part"] / med["once"], 2) if med["once"] else None,

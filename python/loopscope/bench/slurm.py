@@ -67,7 +67,9 @@ class Cluster:
 
     def _write_conf(self) -> None:
         d = self.dir
-        nodes = "\n".join(f"NodeName={self.node(i)} NodeAddr={self.fleet.address(i)} CPUs={os.cpu_count() or 1} State=UNKNOWN" for i in range(1, self.fleet.n + 1))
+        nodes = "\n".join(
+            f"NodeName={self.node(i)} NodeAddr={self.fleet.address(i)} CPUs={os.cpu_count() or 1} State=UNKNOWN" for i in range(1, self.fleet.n + 1)
+        )
         self.conf.write_text(f"""ClusterName=lsfleet
 SlurmctldHost={socket.gethostname().split(".")[0]}({ROOT_ADDRESS})
 SlurmUser=root
@@ -106,13 +108,26 @@ PartitionName=fleet Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
         try:
             subprocess.run([_which("mungekey"), "--create", f"--keyfile={d}/munge.key"], check=True, capture_output=True)
             os.chmod(d / "munge.key", 0o600)
-            self._start([_which("munged"), "--foreground", "--force", f"--socket={d}/munge.sock", f"--key-file={d}/munge.key",
-                         f"--pid-file={d}/munged.pid", f"--log-file={d}/munged.log", f"--seed-file={d}/munge.seed"], d / "munged.out")
+            self._start(
+                [
+                    _which("munged"),
+                    "--foreground",
+                    "--force",
+                    f"--socket={d}/munge.sock",
+                    f"--key-file={d}/munge.key",
+                    f"--pid-file={d}/munged.pid",
+                    f"--log-file={d}/munged.log",
+                    f"--seed-file={d}/munge.seed",
+                ],
+                d / "munged.out",
+            )
             self._wait(lambda: (d / "munge.sock").exists(), 10, "munged did not create its socket")
             self._write_conf()
             self._start([_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], d / "slurmctld.out")
             for i in range(1, self.fleet.n + 1):
-                self._start(["nsenter", f"--net=/run/netns/{self.fleet.ns(i)}", _which("slurmd"), "-D", "-N", self.node(i), "-f", str(self.conf)], d / f"slurmd-{i}.out")
+                self._start(
+                    ["nsenter", f"--net=/run/netns/{self.fleet.ns(i)}", _which("slurmd"), "-D", "-N", self.node(i), "-f", str(self.conf)], d / f"slurmd-{i}.out"
+                )
             self._wait(self._all_idle, timeout, "the nodes did not come up idle")
         except BaseException:
             self.down()

@@ -105,17 +105,30 @@ def _alone(seconds: float) -> RunFigures:
 
 
 def _watched(seconds: float) -> RunFigures:
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "probe", "threads", "--json", "--threads", "^cyclictest$", "--", *CYCLICTEST, "-D", f"{seconds:g}"],
-                       capture_output=True, text=True, timeout=seconds + 120)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "probe", "threads", "--json", "--threads", "^cyclictest$", "--", *CYCLICTEST, "-D", f"{seconds:g}"],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 120,
+    )
     h = histogram(r.stderr)
     if r.returncode != 0 or h is None:
         raise RunError(f"loopscope probe threads failed: {r.stderr.strip()[-300:]}", component="bench")
     j = json.loads(r.stdout.strip().splitlines()[-1])
     t = max(j["threads"], key=lambda x: x["activations"])
     lat = t["timer_lateness_ns"] or {}
-    return {"watched": True, "cyclictest_p50_ns": h[0], "cyclictest_p99_ns": h[1], "cyclictest_max_ns": h[2], "cyclictest_samples": h[3],
-            "loopscope_p50_ns": lat.get("p50"), "loopscope_p99_ns": lat.get("p99"), "loopscope_max_ns": lat.get("max"),
-            "activations": t["activations"], "kernel_events": j["kernel_events"]}
+    return {
+        "watched": True,
+        "cyclictest_p50_ns": h[0],
+        "cyclictest_p99_ns": h[1],
+        "cyclictest_max_ns": h[2],
+        "cyclictest_samples": h[3],
+        "loopscope_p50_ns": lat.get("p50"),
+        "loopscope_p99_ns": lat.get("p99"),
+        "loopscope_max_ns": lat.get("max"),
+        "activations": t["activations"],
+        "kernel_events": j["kernel_events"],
+    }
 
 
 def _med(rs: list[RunFigures], k: str) -> float | None:
@@ -145,8 +158,10 @@ def run(quick: bool = False, pairs: int | None = None, seconds: float | None = N
             r = f(secs)
             (watched if r["watched"] else alone).append(r)
             if progress:
-                progress(f"pair {i + 1}: {'watched' if r['watched'] else 'alone'}: cyclictest p99 {r['cyclictest_p99_ns'] / 1e3:.1f} µs"
-                         + (f", loopscope p99 {(r.get('loopscope_p99_ns') or 0) / 1e3:.1f} µs" if r["watched"] else ""))
+                progress(
+                    f"pair {i + 1}: {'watched' if r['watched'] else 'alone'}: cyclictest p99 {r['cyclictest_p99_ns'] / 1e3:.1f} µs"
+                    + (f", loopscope p99 {(r.get('loopscope_p99_ns') or 0) / 1e3:.1f} µs" if r["watched"] else "")
+                )
         i += 1
         sp = spread(alone)
         if i >= most or (i >= least and (i % 2 == 0 and sp is not None and max(sp, 1 / sp) <= WATCH_TARGET)):
@@ -170,5 +185,6 @@ def print_human(r: ThreadsBench) -> None:
         print(f"timer lateness {row['metric']}: loopscope {(lo or 0) / 1e3:.1f} µs, cyclictest {(cy or 0) / 1e3:.1f} µs")
     print(f"agree (within 10 % or 3 µs): {r['agree']}")
     sp = r["aa_spread"]
-    print(f"cyclictest p99 watched / alone: {r['watch_cost_p99']:.3f} (aa_spread {sp if sp is None else round(sp, 3)}; {r['watch_verdict']}); {r['pairs']} pairs of {r['seconds']:g} s")
-
+    print(
+        f"cyclictest p99 watched / alone: {r['watch_cost_p99']:.3f} (aa_spread {sp if sp is None else round(sp, 3)}; {r['watch_verdict']}); {r['pairs']} pairs of {r['seconds']:g} s"
+    )

@@ -147,7 +147,17 @@ def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int
                 if tuned and not r.dma_latency_ok:
                     raise RunError(f"the tuned comparison needs /dev/cpu_dma_latency, as cyclictest does: {r.dma_latency}")
                 s = r.summary
-                rows[mode][0].append({"samples": r.samples, "min_ns": s.min, "avg_ns": s.mean.value, "p50_ns": s.p50.value, "p99_ns": s.p99.value, "max_ns": s.max, "missed": r.missed})
+                rows[mode][0].append(
+                    {
+                        "samples": r.samples,
+                        "min_ns": s.min,
+                        "avg_ns": s.mean.value,
+                        "p50_ns": s.p50.value,
+                        "p99_ns": s.p99.value,
+                        "max_ns": s.max,
+                        "missed": r.missed,
+                    }
+                )
                 rows[mode][1].append(_cyclictest(interval_us, duration_ns, work, tuned))
     return {
         "interval_us": interval_us,
@@ -171,4 +181,6 @@ def print_human(r: TimerBench) -> None:
         for k in KEYS:
             a, b, q = c["loopscope"][k], c["cyclictest"][k], c["ratio_loopscope_over_cyclictest"][k]
             ra, rb = c["range_over_runs"]["loopscope"][k], c["range_over_runs"]["cyclictest"][k]
-            print(f"  {k[:-3]:8} {a / 1000:10.1f}µs {b / 1000:10.1f}µs {q if q is not None else '-':>7}   [{ra[0] / 1000:.1f}, {ra[1] / 1000:.1f}] | [{rb[0] / 1000:.1f}, {rb[1] / 1000:.1f}] µs")
+            print(
+                f"  {k[:-3]:8} {a / 1000:10.1f}µs {b / 1000:10.1f}µs {q if q is not None else '-':>7}   [{ra[0] / 1000:.1f}, {ra[1] / 1000:.1f}] | [{rb[0] / 1000:.1f}, {rb[1] / 1000:.1f}] µs"
+            )

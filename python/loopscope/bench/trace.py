@@ -227,7 +227,9 @@ def run(*, quick: bool = False, write_seconds: float | None = None, workdir: str
         _say(progress, f"  reader: {read_n:,} records …")
         rd = _read(work, n, read_n)
         lttng_ns, lttng_note = _lttng(work, n, reps, progress)
-        return _result(c, loops, wr, paced, rd, (lttng_ns, lttng_note), {"repetitions": reps, "events_per_repetition": n, "lost_while_timing": lost_timing, "quick": quick})
+        return _result(
+            c, loops, wr, paced, rd, (lttng_ns, lttng_note), {"repetitions": reps, "events_per_repetition": n, "lost_while_timing": lost_timing, "quick": quick}
+        )
     finally:
         tmp.cleanup()
 
@@ -311,8 +313,7 @@ def _read(work: Path, n: int, read_n: int) -> Read:
     return {"times": rtimes, "records": nrec}
 
 
-def _result(c: dict[str, list[float]], loops: Loops, wr: Sustained, paced: Paced, rd: Read,
-            lttng: tuple[list[float] | None, str], ctx: Context) -> TraceBench:
+def _result(c: dict[str, list[float]], loops: Loops, wr: Sustained, paced: Paced, rd: Read, lttng: tuple[list[float] | None, str], ctx: Context) -> TraceBench:
     """The JSON object: medians, paired ratios, spreads and the context of each figure."""
     lttng_ns, lttng_note = lttng
     rust, rust_floor, py = loops["rust"], loops["rust_floor"], loops["py"]

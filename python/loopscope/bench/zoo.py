@@ -107,8 +107,9 @@ def _stop(p: subprocess.Popen[bytes] | None) -> None:
         p.wait()
 
 
-def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True,
-             recorder: str = "native", events: str = "full") -> CaseResult:
+def run_case(
+    case: Case, work: Path, duration_s: float, reps: int, say: Callable[[str], None], remedies: bool = True, recorder: str = "native", events: str = "full"
+) -> CaseResult:
     why = missing(case) or (REC.missing(recorder) if recorder != "native" else None)
     if why:
         return {"name": case.name, "expected": case.expected, "injected": case.what, "skipped": why}
@@ -173,8 +174,18 @@ def run_case(case: Case, work: Path, duration_s: float, reps: int, say: Callable
     return out
 
 
-def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float | None = None, reps: int | None = None,
-        workdir: str | None = None, progress: Progress = None, remedies: bool = True, recorder: str = "native", events: str = "full") -> ZooBench:
+def run(
+    *,
+    only: list[str] | None = None,
+    quick: bool = False,
+    duration_s: float | None = None,
+    reps: int | None = None,
+    workdir: str | None = None,
+    progress: Progress = None,
+    remedies: bool = True,
+    recorder: str = "native",
+    events: str = "full",
+) -> ZooBench:
     say = progress or (lambda _m: None)
     duration_s = duration_s or (2.0 if quick else 5.0)
     reps = reps or (1 if quick else 3)
@@ -185,7 +196,9 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
     odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
     unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies", "bursts"})
     if unknown:
-        raise InputError(f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, bursts, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}")
+        raise InputError(
+            f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, bursts, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}"
+        )
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()
@@ -214,9 +227,13 @@ def run(*, only: list[str] | None = None, quick: bool = False, duration_s: float
         "accuracy": hit / len(results) if results else None,
         "baseline_accuracy": sum(1 for r in ran if r.get("baseline_ok")) / len(results) if results else None,
         "anomalies": found,
-        "bursts": timed, "duration_error_us": error_us,
-        "recorder": recorder, "events": events, "event_list": _event_list(recorder, events),
-        "ran": len(ran), "skipped": len(results) - len(ran),
+        "bursts": timed,
+        "duration_error_us": error_us,
+        "recorder": recorder,
+        "events": events,
+        "event_list": _event_list(recorder, events),
+        "ran": len(ran),
+        "skipped": len(results) - len(ran),
         "settings": {"duration_s": duration_s, "repetitions": reps, "probe": f"timer 1 kHz on CPU {PROBE_CPU}", "threshold": "p99 of each phase"},
         "seconds": time.monotonic() - t0,
         "workdir": str(work),
@@ -244,11 +261,19 @@ def print_human(r: ZooBench) -> None:
             continue
         rem = c.get("remedy") or {}
         ratio, ci = rem.get("ratio_p99"), rem.get("ci95")
-        rtext = (f"{ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{' *' if rem.get('significant') else ''}" if ratio is not None and ci
-                 else (rem.get("why") or "–"))
-        t.add_row(c["name"], c["expected"], str(c["expected_rank"] or "absent"), _pct(c["expected_share"]),
-                  f"{c['top_cause']} ({_pct(c['top_share'])})", _pct(c["baseline_expected_share"]), _pct(c["unexplained_share"]), str(c["outliers"]),
-                  f"{c.get('baseline_top') or '–'}{' (right)' if c.get('baseline_ok') else ''}", rtext)
+        rtext = f"{ratio:.2f} [{ci[0]:.2f}, {ci[1]:.2f}]{' *' if rem.get('significant') else ''}" if ratio is not None and ci else (rem.get("why") or "–")
+        t.add_row(
+            c["name"],
+            c["expected"],
+            str(c["expected_rank"] or "absent"),
+            _pct(c["expected_share"]),
+            f"{c['top_cause']} ({_pct(c['top_share'])})",
+            _pct(c["baseline_expected_share"]),
+            _pct(c["unexplained_share"]),
+            str(c["outliers"]),
+            f"{c.get('baseline_top') or '–'}{' (right)' if c.get('baseline_ok') else ''}",
+            rtext,
+        )
     con = Console()
     con.print(t)
     if r.get("anomalies"):
@@ -261,14 +286,24 @@ def print_human(r: ZooBench) -> None:
                 a.add_row(x["name"], format_ns(x["injected_ns"]), "skipped", x["expected"], x["skipped"], "no")
                 continue
             named = f"{x['cause']} ({x['windows_with_cause']} of {x['windows']} windows)" if x.get("cause") else "–"
-            a.add_row(x["name"], format_ns(x["injected_ns"]), format_ns(x["detected_ns"]) if x["detected_ns"] is not None else "not detected",
-                      x["expected"], named, "yes" if x["ok"] else "no")
+            a.add_row(
+                x["name"],
+                format_ns(x["injected_ns"]),
+                format_ns(x["detected_ns"]) if x["detected_ns"] is not None else "not detected",
+                x["expected"],
+                named,
+                "yes" if x["ok"] else "no",
+            )
         con.print(a)
     if r.get("bursts") and not (r["bursts"] or {}).get("skipped"):
         b = r["bursts"] or {}
         err = r.get("duration_error_us")
-        con.print(f"bursts (known lengths at known instants): {b.get('expected')} {_pct(b.get('expected_share'))} of the outliers' time; "
-                  f"explain's time against the injected overlap: median error {f'{err:.1f} µs' if err is not None else '–'}")
+        con.print(
+            f"bursts (known lengths at known instants): {b.get('expected')} {_pct(b.get('expected_share'))} of the outliers' time; "
+            f"explain's time against the injected overlap: median error {f'{err:.1f} µs' if err is not None else '–'}"
+        )
     if r.get("baseline_accuracy") is not None:
         con.print(f"rtla's rule (blame whoever ran when the timer fired) on the same outliers: accuracy {r['baseline_accuracy']:.2f}")
-    con.print(f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}")
+    con.print(
+        f"accuracy: {r['accuracy']:.2f} ({r['ran']} ran, {r['skipped']} skipped; a skipped case counts as a miss); {r['seconds']:.0f} s; runs in {r['workdir']}"
+    )

@@ -80,17 +80,54 @@ def anomalies(zoo: str, pollprog: str, table: str) -> list[Anomaly]:
     c, o = PROBE_CPU, OTHER_CPU
     timer = {"kind": "timer", "name": "t", "interval_us": 1000, "cpu": [c]}
     return [
-        Anomaly("periodic", "periodic", "load: burst", f"a SCHED_FIFO burst of 200 ms every 8 s on CPU {c} (a load)", 8_000_000_000, 0.05,
-                timer, "timer/wakeup", 44.0,
-                loads=[{"name": "burst", "kind": "command", "command": [zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "200000", "--period-us", "8000000"]}]),
-        Anomaly("quantization", "quantization", "timer slack", f"a thread on CPU {c} polling for work with 50 µs sleeps and 5 ms of timer slack",
-                5_000_000, 0.10,
-                {"kind": "program", "name": "t", "command": [pollprog, "--cpu", str(c), "--slack-ns", "5000000", "--poll-us", "50"], "attribute": ["poll/wait"]},
-                "poll/wait", 20.0),
-        Anomaly("warmup", "warm-up", "page faults", f"a cold start: a control loop's unlocked 64 MiB table paged out every 20 ms for the first 4 s (from CPU {o})", 4_000_000_000, None,
-                {"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "64"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]}, "loop/cycle", 16.0,
-                loads=[{"name": "squeeze", "kind": "command", "command": [zoo, "pageout", "--prefix", "zoo-table", "--every-ms", "20", "--max-kib", "131072", "--for-ms", "4000", "--cpu", str(o)]}],
-                swap_mb=256),
+        Anomaly(
+            "periodic",
+            "periodic",
+            "load: burst",
+            f"a SCHED_FIFO burst of 200 ms every 8 s on CPU {c} (a load)",
+            8_000_000_000,
+            0.05,
+            timer,
+            "timer/wakeup",
+            44.0,
+            loads=[
+                {
+                    "name": "burst",
+                    "kind": "command",
+                    "command": [zoo, "fifo", "--cpu", str(c), "--prio", "10", "--burst-us", "200000", "--period-us", "8000000"],
+                }
+            ],
+        ),
+        Anomaly(
+            "quantization",
+            "quantization",
+            "timer slack",
+            f"a thread on CPU {c} polling for work with 50 µs sleeps and 5 ms of timer slack",
+            5_000_000,
+            0.10,
+            {"kind": "program", "name": "t", "command": [pollprog, "--cpu", str(c), "--slack-ns", "5000000", "--poll-us", "50"], "attribute": ["poll/wait"]},
+            "poll/wait",
+            20.0,
+        ),
+        Anomaly(
+            "warmup",
+            "warm-up",
+            "page faults",
+            f"a cold start: a control loop's unlocked 64 MiB table paged out every 20 ms for the first 4 s (from CPU {o})",
+            4_000_000_000,
+            None,
+            {"kind": "program", "name": "t", "command": [table, "--cpu", str(c), "--table-mib", "64"], "attribute": ["loop/cycle"], "wakeup": ["loop/cycle"]},
+            "loop/cycle",
+            16.0,
+            loads=[
+                {
+                    "name": "squeeze",
+                    "kind": "command",
+                    "command": [zoo, "pageout", "--prefix", "zoo-table", "--every-ms", "20", "--max-kib", "131072", "--for-ms", "4000", "--cpu", str(o)],
+                }
+            ],
+            swap_mb=256,
+        ),
     ]
 
 
@@ -154,8 +191,12 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyR
         if an.swap_mb:
             swap = swapfile.create(an.swap_mb)
         say(f"  anomaly {an.name}: {an.what} ({an.seconds:g} s) …")
-        r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
-                           capture_output=True, text=True, timeout=900)
+        r = subprocess.run(
+            [sys.executable, "-m", "loopscope.cli", "run", str(d / "spec.yaml"), "--run-dir", str(run_dir), "--no-report"],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if r.returncode != 0:
             raise RunError(f"bench explain: anomaly {an.name}: the run failed ({r.returncode}): {r.stderr.strip()[-800:]}")
     finally:
@@ -185,6 +226,17 @@ def run_anomaly(an: Anomaly, work: Path, say: Callable[[str], None]) -> AnomalyR
     ok = detected is not None and cause is not None and cause["cause"] == an.expected
     if ok and detected is not None and an.tolerance is not None:
         ok = abs(detected - expected_ns) <= an.tolerance * expected_ns
-    return {**head, "expected_ns": expected_ns, "ticks_per_s": ticks, "detected_ns": detected, "cause": cause["cause"] if cause else None, "ok": bool(ok), "skipped": None,
-            "finding": found.text if found else None, "cause_share": cause["share"] if cause else None,
-            "windows_with_cause": cause["windows_with"] if cause else None, "windows": cause["windows"] if cause else None, "run": str(run_dir)}
+    return {
+        **head,
+        "expected_ns": expected_ns,
+        "ticks_per_s": ticks,
+        "detected_ns": detected,
+        "cause": cause["cause"] if cause else None,
+        "ok": bool(ok),
+        "skipped": None,
+        "finding": found.text if found else None,
+        "cause_share": cause["share"] if cause else None,
+        "windows_with_cause": cause["windows_with"] if cause else None,
+        "windows": cause["windows"] if cause else None,
+        "run": str(run_dir),
+    }

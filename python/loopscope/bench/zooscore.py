@@ -48,12 +48,17 @@ def score(case: Case, res: ExplainDoc) -> CaseResult:
     ranked = sorted(merged.items(), key=lambda kv: -kv[1])
     rank = next((i + 1 for i, (k, _) in enumerate(ranked) if k == case.expected), None)
     return {
-        "name": case.name, "expected": case.expected, "injected": case.what,
-        "top_cause": ranked[0][0] if ranked else None, "top_share": ranked[0][1] if ranked else None,
-        "expected_share": merged.get(case.expected, 0.0), "expected_rank": rank,
+        "name": case.name,
+        "expected": case.expected,
+        "injected": case.what,
+        "top_cause": ranked[0][0] if ranked else None,
+        "top_share": ranked[0][1] if ranked else None,
+        "expected_share": merged.get(case.expected, 0.0),
+        "expected_rank": rank,
         "baseline_expected_share": _share(base, labels),
         "unexplained_share": merged.get("unexplained", 0.0),
-        "outliers": inj["outliers"] if inj else 0, "baseline_outliers": base["outliers"] if base else 0,
+        "outliers": inj["outliers"] if inj else 0,
+        "baseline_outliers": base["outliers"] if base else 0,
         "causes": [{"cause": k, "share": v} for k, v in ranked[:6]],
         "skipped": None,
     }
@@ -73,8 +78,12 @@ def duration_error_us(run_dir: Path, log: Path, label: str = "load: bursts") -> 
     b = np.array([[int(x) for x in ln.split()] for ln in log.read_text().splitlines() if len(ln.split()) == 2], dtype=np.int64).reshape(-1, 2)
     a = pl.read_parquet(p).filter((pl.col("phase") == "injected") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
     irq = pl.col("cause").str.starts_with("softirq: ") | (pl.col("cause") == "timer interrupt")
-    per = a.group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("ns").filter(pl.col("cause") == label).sum().alias("named"),
-                               pl.col("ns").filter(irq).sum().alias("tick"))
+    per = a.group_by("id").agg(
+        pl.col("t_ns").first(),
+        pl.col("latency_ns").first(),
+        pl.col("ns").filter(pl.col("cause") == label).sum().alias("named"),
+        pl.col("ns").filter(irq).sum().alias("tick"),
+    )
     errs = []
     for t, lat, named, tick in per.select("t_ns", "latency_ns", "named", "tick").iter_rows():
         lo, hi = int(t), int(t) + int(lat)
@@ -162,12 +171,17 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     say(f"  {case.name}: the follow-up ({offered or 'remedies of the other causes'}) …")
     fd = next(run_dir.parent / f"remedy-{i}" for i in range(1, 10_000) if not (run_dir.parent / f"remedy-{i}").exists())
     # the run as a user runs it; of its report, only the comparisons (report.analyse: no explain, no page)
-    r = subprocess.run([sys.executable, "-m", "loopscope.cli", "run", str(fu), "--run-dir", str(fd), "--repetitions", str(reps), "--no-report"],
-                       capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "loopscope.cli", "run", str(fu), "--run-dir", str(fd), "--repetitions", str(reps), "--no-report"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if r.returncode != 0:
         return {**out, "why": f"the follow-up run failed: {r.stderr.strip()[-300:]}"}
     c = report.analyse(fd, KINDS).filter(
-        (pl.col("phase") == rem["name"]) & (pl.col("metric") == "p99") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t ")))
+        (pl.col("phase") == rem["name"]) & (pl.col("metric") == "p99") & ((pl.col("probe") == "t") | pl.col("probe").str.starts_with("t "))
+    )
     # a program probe has a row per interval: the one the case attributes (zoo-table logs loop/work and loop/cycle)
     if "measure" in c.columns:
         mine_only = c.filter(pl.col("measure").is_in((case.probe or {}).get("attribute") or []))
@@ -175,5 +189,11 @@ def remedy_of(case: Case, run_dir: Path, reps: int, say: Callable[[str], None]) 
     if not len(c):
         return {**out, "why": "the follow-up has no p99 of the remedy phase"}
     row = c.row(0, named=True)
-    return {**out, "ratio_p99": row["ratio"], "ci95": [row["ratio_lo"], row["ratio_hi"]], "significant": bool(row["significant"] and row["ratio"] < 1),
-            "against": row["baseline_phase"], "run": str(fd)}
+    return {
+        **out,
+        "ratio_p99": row["ratio"],
+        "ci95": [row["ratio_lo"], row["ratio_hi"]],
+        "significant": bool(row["significant"] and row["ratio"] < 1),
+        "against": row["baseline_phase"],
+        "run": str(fd),
+    }

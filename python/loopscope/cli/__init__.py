@@ -22,7 +22,7 @@ from loopscope.cli.base import cli
 from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, LoopscopeError
 
 # Each command group registers itself on `cli` when imported.
-from loopscope.cli import bench, compare, dataset, hosts, imports, model, monitor, plumbing, probe, runs, threads, tracecmd  # noqa: E402,F401
+from loopscope.cli import bench, compare, dataset, hosts, imports, model, monitor, netprobe, plumbing, probe, runs, threads, tracecmd  # noqa: E402,F401
 
 
 # ---- entry point -----------------------------------------------------------------
@@ -78,5 +78,3 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as e:
         code = _fail(f"{e.filename or ''}: {e.strerror}" if e.filename else str(e), EXIT_FAILED)
     sys.exit(code)
-
-

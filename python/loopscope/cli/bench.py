@@ -88,9 +88,13 @@ def bench_emulator(as_json: bool, quick: bool, runs: int | None, seconds: float 
       loopscope bench emulator
       loopscope bench emulator --quick --seconds 0.5 --rate-seconds 0.5
     """
-    from loopscope.bench import emulator
+    from loopscope.bench import emulator, emulatorjson
 
-    return _report(emulator.run(quick=quick, runs=runs, seconds=seconds, rate_seconds=rate_seconds, progress=None if as_json else click.echo), as_json, emulator.print_human)
+    return _report(
+        emulator.run(quick=quick, runs=runs, seconds=seconds, rate_seconds=rate_seconds, progress=None if as_json else click.echo),
+        as_json,
+        emulatorjson.print_human,
+    )
 
 
 @bench.command("clocksync")
@@ -110,16 +114,29 @@ def bench_clocksync(as_json: bool, quick: bool, seconds: float | None, networks:
     """
     from loopscope.bench import clocksync
 
-    return _report(clocksync.run(quick=quick, seconds=seconds, networks=networks or clocksync.NETWORKS, progress=None if as_json else click.echo), as_json, clocksync.print_human)
+    return _report(
+        clocksync.run(quick=quick, seconds=seconds, networks=networks or clocksync.NETWORKS, progress=None if as_json else click.echo),
+        as_json,
+        clocksync.print_human,
+    )
 
 
 @bench.command("kcapture")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Short runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=1), default=None, help="Runs with and without capture, alternating [as many as make the noise floor narrower than the target: timer-idle 6 to 24, pipeline-busy 10 to 30; quick: 2].")
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Runs with and without capture, alternating [as many as make the noise floor narrower than the target: timer-idle 6 to 24, pipeline-busy 10 to 30; quick: 2].",
+)
 @click.option("--seconds", type=float, default=None, help="Length of each run [timer-idle 10, pipeline-busy 5; quick: 2].")
 @click.option("--scenario", "scenarios", type=click.Choice(["timer-idle", "pipeline-busy"]), multiple=True, help="Scenarios to run [both].")
-@click.option("--designs", is_flag=True, help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.")
+@click.option(
+    "--designs",
+    is_flag=True,
+    help="pipeline-busy also with the designs the capture was chosen against: a reader reading continuously at SCHED_IDLE, and perf record.",
+)
 @prints("loopscope.bench.kcapture:KcaptureBench")
 def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float | None, scenarios: tuple[str, ...], designs: bool) -> int:
     """What kernel capture costs the probes: an idle timer and a pipeline under a network flood, with and without capture, alternating.
@@ -131,7 +148,11 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
     """
     from loopscope.bench import kcapture
 
-    return _report(kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo), as_json, kcapture.print_human)
+    return _report(
+        kcapture.run(quick=quick, runs=runs, seconds=seconds, scenarios=list(scenarios) or None, designs=designs, progress=None if as_json else click.echo),
+        as_json,
+        kcapture.print_human,
+    )
 
 
 @bench.command("threads")
@@ -157,9 +178,18 @@ def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float 
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line, the last of stdout.")
 @click.option("--quick", is_flag=True, help="Half a minute, 10 s periods, one short pair: for smoke tests, not for figures.")
 @click.option("--minutes", type=click.FloatRange(min=0.2), default=None, help="Length of the long run [10; quick: 0.5]; the busy one runs half as long.")
-@click.option("--pairs", type=click.IntRange(min=1), default=None, help="Alternating pairs of 20 s monitors without and with the recorder [4, more up to 10 until the noise floor is within 1.05].")
+@click.option(
+    "--pairs",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Alternating pairs of 20 s monitors without and with the recorder [4, more up to 10 until the noise floor is within 1.05].",
+)
 @click.option("--no-busy", is_flag=True, help="Leave out the weakest case (a context-switch storm beside the probe).")
-@click.option("--designs", is_flag=True, help="Run the busy case and the cost for every flight recorder: alternate (two instances), pause (one, blind while read) and drain (one read all the time into memory).")
+@click.option(
+    "--designs",
+    is_flag=True,
+    help="Run the busy case and the cost for every flight recorder: alternate (two instances), pause (one, blind while read) and drain (one read all the time into memory).",
+)
 @prints("loopscope.bench.monitor:MonitorBench")
 def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool) -> int:
     """A long monitor of a timer under a periodic burst: memory, disk, outliers kept and explained, and the flight recorder's cost.
@@ -172,8 +202,18 @@ def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int 
     """
     from loopscope.bench import monitor as bm
 
-    return _report(bm.run(minutes=minutes, quick=quick, pairs=pairs, busy=not no_busy, designs=designs, progress=(lambda s: click.echo(s, err=True)) if as_json else click.echo),
-                   as_json, bm.print_human)
+    return _report(
+        bm.run(
+            minutes=minutes,
+            quick=quick,
+            pairs=pairs,
+            busy=not no_busy,
+            designs=designs,
+            progress=(lambda s: click.echo(s, err=True)) if as_json else click.echo,
+        ),
+        as_json,
+        bm.print_human,
+    )
 
 
 @bench.command("import")
@@ -203,13 +243,32 @@ def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int 
 @click.option("--repetitions", type=click.IntRange(min=1, max=50), default=None, help="Alternating baseline/injected repetitions [3, quick: 1].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the cases' experiments and runs go [a temporary directory].")
 @click.option("--no-remedies", is_flag=True, help="Skip advise and the follow-up run of each case (they prove the remedy; about half the time).")
-@click.option("--recorder", type=click.Choice(["native", "trace-cmd", "perf"]), default="native", show_default=True,
-              help="Who records the kernel: loopscope's capture, or trace-cmd / perf as a user records it (imported, then explained; no remedies, no anomalies).")
-@click.option("--events", type=click.Choice(["minimal", "full"]), default="full", show_default=True,
-              help="The other recorder's events: minimal (sched_switch, sched_wakeup, sched_waking; perf: perf sched record) or full (loopscope's capture set).")
+@click.option(
+    "--recorder",
+    type=click.Choice(["native", "trace-cmd", "perf"]),
+    default="native",
+    show_default=True,
+    help="Who records the kernel: loopscope's capture, or trace-cmd / perf as a user records it (imported, then explained; no remedies, no anomalies).",
+)
+@click.option(
+    "--events",
+    type=click.Choice(["minimal", "full"]),
+    default="full",
+    show_default=True,
+    help="The other recorder's events: minimal (sched_switch, sched_wakeup, sched_waking; perf: perf sched record) or full (loopscope's capture set).",
+)
 @prints("loopscope.bench.zoo:ZooBench")
-def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: float | None, repetitions: int | None, workdir: str | None, no_remedies: bool,
-                  recorder: str, events: str) -> int:
+def bench_explain(
+    as_json: bool,
+    only: tuple[str, ...],
+    quick: bool,
+    seconds: float | None,
+    repetitions: int | None,
+    workdir: str | None,
+    no_remedies: bool,
+    recorder: str,
+    events: str,
+) -> int:
     """The cause zoo: inject known causes of lateness, explain the runs, score what explain names first.
 
     Each case is a probe on CPU 1 with a baseline phase and an injected phase
@@ -238,9 +297,25 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
     # it drives the cases' runs as their controller does, and is named as one among the lab's own
     set_comm("ls-ctl")
     say = (lambda m: click.echo(m, err=True)) if as_json else click.echo
-    return _report(zoo.run(only=list(only) or None, quick=quick, duration_s=seconds, reps=repetitions, workdir=workdir, progress=say, remedies=not no_remedies,
-                            recorder=recorder, events=events),
-                   as_json, zoo.print_human) if not sys.stdout.closed else 1
+    return (
+        _report(
+            zoo.run(
+                only=list(only) or None,
+                quick=quick,
+                duration_s=seconds,
+                reps=repetitions,
+                workdir=workdir,
+                progress=say,
+                remedies=not no_remedies,
+                recorder=recorder,
+                events=events,
+            ),
+            as_json,
+            zoo.print_human,
+        )
+        if not sys.stdout.closed
+        else 1
+    )
 
 
 @bench.command("channels")
@@ -248,7 +323,13 @@ def bench_explain(as_json: bool, only: tuple[str, ...], quick: bool, seconds: fl
 @click.option("--quick", is_flag=True, help="Short runs, three sizes: for smoke tests, not for figures.")
 @click.option("--blocks", type=click.IntRange(min=1), default=None, help="Block pairs per size, raw and channel alternating [20, quick: 4].")
 @click.option("--transport", "transports", type=click.Choice(["tcp", "udp"]), multiple=True, help="Transports to measure [tcp and udp].")
-@click.option("--placement", type=click.Choice(["split", "same"]), default="split", show_default=True, help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.")
+@click.option(
+    "--placement",
+    type=click.Choice(["split", "same"]),
+    default="split",
+    show_default=True,
+    help="split: client on CPU 0, server on CPU 1 (each hop wakes a CPU); same: both on CPU 0.",
+)
 @prints("loopscope.bench.channels:ChannelsBench")
 def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: tuple[str, ...], placement: str) -> int:
     """What a channel costs: put → get ping-pong between two netns hosts against raw TCP and UDP, 1 KiB to 1 MiB.
@@ -260,7 +341,11 @@ def bench_channels(as_json: bool, quick: bool, blocks: int | None, transports: t
     """
     from loopscope.bench import channels
 
-    return _report(channels.run(quick=quick, blocks=blocks, transports=list(transports) or None, placement=placement, progress=None if as_json else click.echo), as_json, channels.print_human)
+    return _report(
+        channels.run(quick=quick, blocks=blocks, transports=list(transports) or None, placement=placement, progress=None if as_json else click.echo),
+        as_json,
+        channels.print_human,
+    )
 
 
 @bench.command("lab")
@@ -285,7 +370,9 @@ def bench_lab(as_json: bool, quick: bool, runs: int | None, demo: str | None) ->
 @bench.command("model")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
 @click.option("--quick", is_flag=True, help="Few runs: for smoke tests, not for figures.")
-@click.option("--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4].")
+@click.option(
+    "--runs", type=click.IntRange(min=2), default=None, help="Runs of each program per condition, the conditions taking turns run by run [100, quick: 4]."
+)
 @prints("loopscope.bench.model:ModelBench")
 def bench_model(as_json: bool, quick: bool, runs: int | None) -> int:
     """Portable CPU-time models: predict three programs idle → memory load and idle → I/O load, then measure them there.
@@ -353,11 +440,15 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
     res = compare.bench(KINDS, pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
 
     def human(r: compare.CompareBench) -> None:
-        click.echo(f"A/A: {r['aa_significant']} of {r['aa_rows']} rows significant over {r['pairs']} pairs ({(r['aa_share'] or 0) * 100:.1f} %; target at most 5 %)")
+        click.echo(
+            f"A/A: {r['aa_significant']} of {r['aa_rows']} rows significant over {r['pairs']} pairs ({(r['aa_share'] or 0) * 100:.1f} %; target at most 5 %)"
+        )
         click.echo(f"A/A gate {r['gate']!r}: {r['aa_gate']} (target: fail in none)")
         click.echo(f"A/B gate {r['gate']!r}: {r['ab_gate']} (target: fail in every pair)")
-        click.echo(f"weak case, one repetition each: A/A {r['one_rep_aa_significant']} of {r['one_rep_aa_rows']} rows significant, gate {r['one_rep_aa_gate']}; "
-                   f"A/B gate {r['one_rep_ab_gate']}")
+        click.echo(
+            f"weak case, one repetition each: A/A {r['one_rep_aa_significant']} of {r['one_rep_aa_rows']} rows significant, gate {r['one_rep_aa_gate']}; "
+            f"A/B gate {r['one_rep_ab_gate']}"
+        )
 
     return _report(res, as_json, human)
 
@@ -396,8 +487,13 @@ def bench_dataset(n_runs: int, hosts: int, duration: str, repeat: int, dataset: 
 @bench.command("fleet")
 @click.option("--hosts", type=int, default=16, show_default=True, help="Namespaces in the fleet (each an exec host).")
 @click.option("--repeat", type=int, default=5, show_default=True, help="Runs per launcher, alternating between launchers.")
-@click.option("--launcher", "launchers", multiple=True, type=click.Choice(["netns", "nsenter", "slurm", "lab"]),
-              help="Launchers to measure (default: all; slurm when Slurm is installed; lab: loopscope's own netns hosts).")
+@click.option(
+    "--launcher",
+    "launchers",
+    multiple=True,
+    type=click.Choice(["netns", "nsenter", "slurm", "lab"]),
+    help="Launchers to measure (default: all; slurm when Slurm is installed; lab: loopscope's own netns hosts).",
+)
 @click.option("--no-weak", is_flag=True, help="Leave out the weak case (every host measures and brings files home).")
 @click.option("--no-kill", is_flag=True, help="Leave out the host killed mid-run under on_host_failure: continue.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")

@@ -18,22 +18,39 @@ if TYPE_CHECKING:
     from loopscope.analysis.runcompare import CompareJson
 
 
-
 @cli.command("compare")
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--baseline", "baseline", type=click.Path(), default=None, help="The run the others are divided by [the first one].")
-@click.option("--fail-if", "fail_if", multiple=True, metavar="EXPR",
-              help="A gate: fails (exit 3) when a row's 95 % interval lies wholly past the bound, passes when wholly on the good side, "
-                   "else is inconclusive: 'p99 > +10%', 'timer.p99 > +10%', 'mean < -5%'. Repeatable.")
+@click.option(
+    "--fail-if",
+    "fail_if",
+    multiple=True,
+    metavar="EXPR",
+    help="A gate: fails (exit 3) when a row's 95 % interval lies wholly past the bound, passes when wholly on the good side, "
+    "else is inconclusive: 'p99 > +10%', 'timer.p99 > +10%', 'mean < -5%'. Repeatable.",
+)
 @click.option("--strict", is_flag=True, help="Exit 4 when no criterion failed but one was inconclusive (default: exit 0 and say so).")
-@click.option("--min-effect", "min_effect", type=Percent(), default="2%", show_default=True,
-              help="Mark a change significant only when its 95 % interval lies outside 1 ± this.")
-@click.option("--junit", "junit", type=click.Path(dir_okay=False), default=None, help="Write the criteria as JUnit XML (a case per criterion and probe) for Jenkins or GitLab.")
+@click.option(
+    "--min-effect",
+    "min_effect",
+    type=Percent(),
+    default="2%",
+    show_default=True,
+    help="Mark a change significant only when its 95 % interval lies outside 1 ± this.",
+)
+@click.option(
+    "--junit",
+    "junit",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the criteria as JUnit XML (a case per criterion and probe) for Jenkins or GitLab.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one object: runs, rows, criteria, differences.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the comparison page (HTML) here.")
 @prints("loopscope.analysis.runcompare:CompareJson")
-def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], strict: bool, min_effect: float, junit: str | None,
-                as_json: bool, output: str | None) -> int:
+def compare_cmd(
+    runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str, ...], strict: bool, min_effect: float, junit: str | None, as_json: bool, output: str | None
+) -> int:
     """Compare runs: every metric (p50, p99, p999, max, mean, missed) of each
     probe, phase and measure, as a ratio to the baseline run with its 95 %
     interval, marked significant when the interval lies outside 1 ± the
@@ -81,9 +98,14 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
 
         junit_xml.write(Path(junit), crit, rows, data[0].label, strict, time.perf_counter() - t0)
     if as_json:
-        out: CompareJson = {"runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
-                            "min_effect": min_effect, "rows": [r.to_json() for r in rows], "criteria": criteria,
-                            "outcome": gate_outcome(criteria), "differences": diff}
+        out: CompareJson = {
+            "runs": [{"label": d.label, "path": d.path, "reps": d.reps, "baseline": i == 0} for i, d in enumerate(data)],
+            "min_effect": min_effect,
+            "rows": [r.to_json() for r in rows],
+            "criteria": criteria,
+            "outcome": gate_outcome(criteria),
+            "differences": diff,
+        }
         click.echo(json.dumps(out, default=str))
     else:
         from loopscope.cli.show import comparison
@@ -98,7 +120,6 @@ def compare_cmd(runs: tuple[str, ...], baseline: str | None, fail_if: tuple[str,
         comparison(data, [r for r in rows if shown(r)], diff, criteria, output, total=rows, min_effect=min_effect, strict=strict)
     outcome = gate_outcome(criteria)
     return EXIT_CRITERION if outcome == "fail" else (EXIT_INCONCLUSIVE if outcome == "inconclusive" and strict else 0)
-
 
 
 @cli.command("advise")
@@ -128,7 +149,9 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
 
     rd = RunDir.open(run_dir)
     if not any(c.data for c in rd.record().captures):
-        raise InputError(f"{run_dir}: the run has no kernel capture, so there are no causes to advise on; run it with `kernel: {{capture: on}}` (root and tracefs)")
+        raise InputError(
+            f"{run_dir}: the run has no kernel capture, so there are no causes to advise on; run it with `kernel: {{capture: on}}` (root and tracefs)"
+        )
     with progress.shown(not as_json):
         progress.step("advise: explaining the outliers")
         explained = explain.cached(rd.path, KINDS)
@@ -139,7 +162,12 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
     if tunings:
         follow = Path(output) if output else rd.path / "follow-up.yaml"
         spec = advise.follow_up(rd.path, tunings)
-        follow.write_text("# loopscope advise: the experiment of " + str(rd.path) + " as written, then its remedy phases (compare_with: the phase each remedies)\n" + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120))
+        follow.write_text(
+            "# loopscope advise: the experiment of "
+            + str(rd.path)
+            + " as written, then its remedy phases (compare_with: the phase each remedies)\n"
+            + yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120)
+        )
     if as_json:
         adv: AdviseJson = {"advice": rows, "follow_up": str(follow) if follow else None}
         click.echo(json.dumps(adv))

@@ -62,7 +62,7 @@ def _cell(v: object) -> str:
 
 @cli.command("runs")
 @click.argument("directory", type=click.Path())
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="json: one object on one line, {\"runs\": [...]}.")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help='json: one object on one line, {"runs": [...]}.')
 def runs_cmd(directory: str, fmt: str) -> int:
     """List the runs under DIRECTORY: experiment, hosts, kernel, loopscope
     version, when, status, and each probe's p99 in its baseline phase with
@@ -89,8 +89,19 @@ def runs_cmd(directory: str, fmt: str) -> int:
     rows = []
     for e in entries:
         p99 = " · ".join(f"{p} {_with_ci(f['value_ns'], f['lo_ns'], f['hi_ns'])}" for p, f in e["p99"].items())
-        rows.append((e["run_id"], e["experiment"] or "", (e["started_utc"] or "")[:16].replace("T", " "), e["status"] or ("unreadable" if not e["readable"] else ""),
-                     ", ".join(e["hosts"]), e["kernel"] or "", e["version"] or "", e["repetitions"] or "", p99 or (e["why"] or "")))
+        rows.append(
+            (
+                e["run_id"],
+                e["experiment"] or "",
+                (e["started_utc"] or "")[:16].replace("T", " "),
+                e["status"] or ("unreadable" if not e["readable"] else ""),
+                ", ".join(e["hosts"]),
+                e["kernel"] or "",
+                e["version"] or "",
+                e["repetitions"] or "",
+                p99 or (e["why"] or ""),
+            )
+        )
     if fmt == "csv":
         _emit(cols, rows, "csv")
     else:
@@ -118,8 +129,10 @@ def _figures(q: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """Each run's p99 of each probe's first measure in its baseline phase."""
     if "comparisons" not in q.views:
         return {}
-    a = q.run("SELECT run_id, probe, measure, value_ns, lo_ns, hi_ns FROM (SELECT *, row_number() OVER (PARTITION BY run_id, probe ORDER BY rowid) AS k "
-              "FROM (SELECT *, row_number() OVER () AS rowid FROM summary WHERE metric = 'p99' AND phase = baseline_phase)) WHERE k = 1")
+    a = q.run(
+        "SELECT run_id, probe, measure, value_ns, lo_ns, hi_ns FROM (SELECT *, row_number() OVER (PARTITION BY run_id, probe ORDER BY rowid) AS k "
+        "FROM (SELECT *, row_number() OVER () AS rowid FROM summary WHERE metric = 'p99' AND phase = baseline_phase)) WHERE k = 1"
+    )
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for run_id, probe, measure, v, lo, hi in a.rows:
         out.setdefault(run_id, {})[probe] = {"measure": measure, "value_ns": v, "lo_ns": lo, "hi_ns": hi}
@@ -129,7 +142,7 @@ def _figures(q: Any) -> dict[str, dict[str, dict[str, Any]]]:
 @cli.command("query")
 @click.argument("directory", type=click.Path())
 @click.argument("sql")
-@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help="json: one object on one line, {\"columns\": [...], \"rows\": [[...]]}.")
+@click.option("--format", "fmt", type=FORMATS, default="table", show_default=True, help='json: one object on one line, {"columns": [...], "rows": [[...]]}.')
 def query_cmd(directory: str, sql: str, fmt: str) -> int:
     """Run SQL (DuckDB) over the runs under DIRECTORY, in place.
 
@@ -163,16 +176,30 @@ def query_cmd(directory: str, sql: str, fmt: str) -> int:
 @cli.command("trend")
 @click.argument("directory", type=click.Path())
 @click.option("--probe", required=True, help="The probe (by name, as the experiments call it).")
-@click.option("--metric", type=click.Choice(["p50", "p99", "p999", "max", "mean"]), default="p99", show_default=True, help="The figure of each run (pooled over its repetitions as its report pools them).")
+@click.option(
+    "--metric",
+    type=click.Choice(["p50", "p99", "p999", "max", "mean"]),
+    default="p99",
+    show_default=True,
+    help="The figure of each run (pooled over its repetitions as its report pools them).",
+)
 @click.option("--measure", default=None, help="The probe's measure when it has several (an rr probe's rtt or fwd, a syscall probe's call) [its main one].")
 @click.option("--phase", default=None, help="The phase [each run's baseline phase].")
 @click.option("--by", type=click.Choice(["host", "kernel"]), default=None, help="One series per host or per kernel.")
-@click.option("--min-effect", "min_effect", type=Percent(), default="2%", show_default=True, help="Mark a run ▲/▼ only when its interval clears the previous run's by more than this.")
+@click.option(
+    "--min-effect",
+    "min_effect",
+    type=Percent(),
+    default="2%",
+    show_default=True,
+    help="Mark a run ▲/▼ only when its interval clears the previous run's by more than this.",
+)
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Write the trend's page (HTML) here.")
 @click.option("--json", "as_json", is_flag=True, help="Print one object: the trend's points.")
 @prints("loopscope.dataset.trend:TrendJson")
-def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phase: str | None, by: str | None, min_effect: float,
-              output: str | None, as_json: bool) -> int:
+def trend_cmd(
+    directory: str, probe: str, metric: str, measure: str | None, phase: str | None, by: str | None, min_effect: float, output: str | None, as_json: bool
+) -> int:
     """A metric of one probe over the runs under DIRECTORY, each run's value
     with its 95 % interval, in the order they started, as a table and (-o)
     a page in the report's style.
@@ -193,13 +220,33 @@ def trend_cmd(directory: str, probe: str, metric: str, measure: str | None, phas
         Path(output).write_text(page(t, Path(directory)))
     notes = q.ds.notes() + q.notes
     if as_json:
-        out: TrendJson = {"probe": t.probe, "measure": t.measure, "metric": t.metric, "by": t.by, "phase": t.phase, "min_effect": t.min_effect,
-                          "points": [p.to_json() for p in t.points], "missing": t.missing, "notes": notes}
+        out: TrendJson = {
+            "probe": t.probe,
+            "measure": t.measure,
+            "metric": t.metric,
+            "by": t.by,
+            "phase": t.phase,
+            "min_effect": t.min_effect,
+            "points": [p.to_json() for p in t.points],
+            "missing": t.missing,
+            "notes": notes,
+        }
         click.echo(json.dumps(out, separators=(",", ":")))
         return 0
     cols = ["run", "started (UTC)", *([by] if by else []), "phase", metric, "95 % CI", "reps", ""]
-    rows = [(p.run_id, p.started_utc.strftime("%Y-%m-%d %H:%M:%S") if p.started_utc else "", *([p.series] if by else []), p.phase, _ns(p.value_ns),
-             f"[{_ns(p.lo_ns)}, {_ns(p.hi_ns)}]" if p.lo_ns is not None else "no interval", p.reps or "", p.change) for p in t.points]
+    rows = [
+        (
+            p.run_id,
+            p.started_utc.strftime("%Y-%m-%d %H:%M:%S") if p.started_utc else "",
+            *([p.series] if by else []),
+            p.phase,
+            _ns(p.value_ns),
+            f"[{_ns(p.lo_ns)}, {_ns(p.hi_ns)}]" if p.lo_ns is not None else "no interval",
+            p.reps or "",
+            p.change,
+        )
+        for p in t.points
+    ]
     _emit(cols, rows, "table", title=f"{t.probe} {t.measure} {t.metric}" + (f" by {by}" if by else "") + f": {len(t.points)} points")
     for m in t.missing:
         sys.stderr.write(f"loopscope: note: without this figure: {m}\n")

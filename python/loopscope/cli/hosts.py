@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from loopscope.lab.provision import InstallJson
 
 
-
 @cli.group("hosts")
 def hosts() -> None:
     """The ssh and exec hosts of an experiment: whether each can run it (check), and this controller's loopscope put there (install)."""
@@ -55,8 +54,13 @@ def hosts_install(spec: str, force: bool, wheel: str | None, as_json: bool) -> i
     b, done = provision.install(remote, say, force=force, wheel=wheel)
     bad = [d for d in done if d.outcome in ("failed", "refused")]
     if as_json:
-        out: InstallJson = {"version": b.version, "build": b.identity, "wheels": b.wheels, "bytes": b.bytes,
-                            "hosts": [{"host": d.host, "outcome": d.outcome, "detail": d.detail, "seconds": d.seconds, "python": d.python} for d in done]}
+        out: InstallJson = {
+            "version": b.version,
+            "build": b.identity,
+            "wheels": b.wheels,
+            "bytes": b.bytes,
+            "hosts": [{"host": d.host, "outcome": d.outcome, "detail": d.detail, "seconds": d.seconds, "python": d.python} for d in done],
+        }
         click.echo(json.dumps(out))
     else:
         for d in done:

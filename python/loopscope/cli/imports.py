@@ -59,8 +59,10 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
         click.echo(json.dumps(res))
         return 0
     con = _console()
-    con.print(f"{res['format']} version {res['version']}: {res['kernel_events']:,} events, {res['lost_kernel_events']:,} lost "
-              f"({res['lost_windows']} loss windows{f', {u} of them of unknown size' if (u := res['lost_unknown_windows']) else ''}), {res['segments']} segment(s), in {res['seconds']:.2f} s ({res['events_per_s'] / 1e6:.1f} M events/s)")
+    con.print(
+        f"{res['format']} version {res['version']}: {res['kernel_events']:,} events, {res['lost_kernel_events']:,} lost "
+        f"({res['lost_windows']} loss windows{f', {u} of them of unknown size' if (u := res['lost_unknown_windows']) else ''}), {res['segments']} segment(s), in {res['seconds']:.2f} s ({res['events_per_s'] / 1e6:.1f} M events/s)"
+    )
     for n in res["notes"]:
         con.print(f"  note: {n}")
     click.echo(res["run_dir"])
@@ -107,10 +109,14 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
     seen = set(st.by_event())
     need_scheduler(seen, run_dir, "threads")
     if not {"sched_wakeup", "sched_waking"} & seen:
-        raise InputError(f"{run_dir}: its capture has no sched_wakeup or sched_waking events, so no thread's activations can be measured; "
-                         f"record them with {RECORD_SCHEDULER}")
+        raise InputError(
+            f"{run_dir}: its capture has no sched_wakeup or sched_waking events, so no thread's activations can be measured; "
+            f"record them with {RECORD_SCHEDULER}"
+        )
     names = thread_names(st)
-    chosen = {t: n for t, n in names.items() if (not tids or t in tids) and (comm is None or re.search(comm, n)) and (threads_re is None or re.search(threads_re, n))}
+    chosen = {
+        t: n for t, n in names.items() if (not tids or t in tids) and (comm is None or re.search(comm, n)) and (threads_re is None or re.search(threads_re, n))
+    }
     for t in tids:
         if t not in names:
             raise InputError(f"--tid {t}: no such thread ran in the capture")

@@ -29,16 +29,27 @@ def calibrate() -> None:
 
 @calibrate.command("node")
 @click.option("--loads", default="", help="Load conditions besides idle, comma-separated: cpu, memory, io, each optionally :PROCESSES (memory:2).")
-@click.option("--calls", default=None, help="System calls to measure, comma-separated, a size for the ones that move data (read:4096) "
-              "[every call the syscall probe knows, and read, write, sendto, recvfrom at a few sizes].")
-@click.option("--sizes", default=None, help="With the default calls: the sizes (bytes, comma-separated) read, write, sendto and recvfrom are "
-              "calibrated at [read/write 64,4096,65536; sendto/recvfrom 256,1400,16384].")
-@click.option("--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True, help="Cap on the time spent on one call per condition.")
+@click.option(
+    "--calls",
+    default=None,
+    help="System calls to measure, comma-separated, a size for the ones that move data (read:4096) "
+    "[every call the syscall probe knows, and read, write, sendto, recvfrom at a few sizes].",
+)
+@click.option(
+    "--sizes",
+    default=None,
+    help="With the default calls: the sizes (bytes, comma-separated) read, write, sendto and recvfrom are "
+    "calibrated at [read/write 64,4096,65536; sendto/recvfrom 256,1400,16384].",
+)
+@click.option(
+    "--max-seconds-per-call", type=click.FloatRange(0.1, 600), default=2.0, show_default=True, help="Cap on the time spent on one call per condition."
+)
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Measure on these CPUs (calibrate apps with the same --cpu).")
 @click.option("--load-cpu", "load_cpus", type=CpuList(), default=None, help="Run the load workers on these CPUs.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the node model (JSON) here.")
-def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None,
-                   output: str) -> int:
+def calibrate_node(
+    loads: str, calls: str | None, sizes: str | None, max_seconds_per_call: float, cpus: list[int] | None, load_cpus: list[int] | None, output: str
+) -> int:
     """Measure what this machine charges for each system call and for two execution environments, idle and under each load.
 
     \b
@@ -56,8 +67,14 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
         raise InputError("--sizes applies to the default calls; with --calls give each size in the call (read:4096)")
     names = [c for c in calls.split(",") if c] if calls else node.default_calls(node.parse_sizes(sizes) if sizes else None)
     build(SyscallParams, {"calls": names})  # refused here, naming the call, before any calibration ran
-    m = node.calibrate([x for x in loads.split(",") if x], calls=names,
-                       max_seconds_per_call=max_seconds_per_call, say=lambda t: click.echo(t, err=True), cpus=cpus, load_cpus=load_cpus)
+    m = node.calibrate(
+        [x for x in loads.split(",") if x],
+        calls=names,
+        max_seconds_per_call=max_seconds_per_call,
+        say=lambda t: click.echo(t, err=True),
+        cpus=cpus,
+        load_cpus=load_cpus,
+    )
     Path(output).write_text(m.model_dump_json(exclude_unset=True) + "\n")
     for cond, c in m.conditions.items():
         env = ", ".join(f"{k} {v.mean_ns:.2f} ± {v.ci95_half_ns or 0:.2f} ns/op" for k, v in c.environments.items())
@@ -74,12 +91,15 @@ def calibrate_node(loads: str, calls: str | None, sizes: str | None, max_seconds
 @click.option("--traced-runs", type=click.IntRange(min=0), default=3, show_default=True, help="Further runs under perf trace, for the system-call structure.")
 @click.option("--node", "node_path", type=click.Path(dir_okay=False), default=None, help="The node model of this machine (recorded in the app model).")
 @click.option("--condition", default="idle", show_default=True, help="The node model's condition the app runs under now.")
-@click.option("--environment", type=click.Choice(["cpython", "compiled"]), default=None, help="Its execution environment [cpython for python commands, else compiled].")
+@click.option(
+    "--environment", type=click.Choice(["cpython", "compiled"]), default=None, help="Its execution environment [cpython for python commands, else compiled]."
+)
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Run it on these CPUs (as the node was calibrated).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), required=True, help="Write the app model (JSON) here.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
-def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, cpus: list[int] | None, output: str,
-                  command: tuple[str, ...]) -> int:
+def calibrate_app(
+    runs: int, traced_runs: int, node_path: str | None, condition: str, environment: str | None, cpus: list[int] | None, output: str, command: tuple[str, ...]
+) -> int:
     """Run a program repeatedly: its CPU time (total, user, system) and its system-call structure, as an app model.
 
     \b
@@ -96,9 +116,11 @@ def calibrate_app(runs: int, traced_runs: int, node_path: str | None, condition:
     Path(output).write_text(m.model_dump_json(exclude_unset=True) + "\n")
     assert m.cpu is not None  # calibrate always measures it
     t = m.cpu.total
-    click.echo(f"{m.command[0]}: CPU {t.mean_ns / 1e6:.2f} ms mean, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f} "
-               f"(user {m.cpu.user.mean_ns / 1e6:.2f}, system {m.cpu.system.mean_ns / 1e6:.2f}) over {runs} runs; "
-               f"{m.syscalls.calls_per_run or 0:.0f} system calls per run, {len(m.syscalls.states)} kinds")
+    click.echo(
+        f"{m.command[0]}: CPU {t.mean_ns / 1e6:.2f} ms mean, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f} "
+        f"(user {m.cpu.user.mean_ns / 1e6:.2f}, system {m.cpu.system.mean_ns / 1e6:.2f}) over {runs} runs; "
+        f"{m.syscalls.calls_per_run or 0:.0f} system calls per run, {len(m.syscalls.states)} kinds"
+    )
     click.echo(f"app model: {output}")
     return 0
 
@@ -151,13 +173,17 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
         click.echo(json.dumps(pj))
         return 0
     click.echo(f"{' '.join(a.command)}: {na} → {nb}")
-    click.echo(f"  CPU mean {p['from_mean_ns'] / 1e6:.2f} ms → {p['pred_mean_ns'] / 1e6:.2f} ms [{p['pred_mean_ci95_ns'][0] / 1e6:.2f}, {p['pred_mean_ci95_ns'][1] / 1e6:.2f}], "
-               f"p95 {p['pred_p95_ns'] / 1e6:.2f} ms, p99 {p['pred_p99_ns'] / 1e6:.2f} ms")
+    click.echo(
+        f"  CPU mean {p['from_mean_ns'] / 1e6:.2f} ms → {p['pred_mean_ns'] / 1e6:.2f} ms [{p['pred_mean_ci95_ns'][0] / 1e6:.2f}, {p['pred_mean_ci95_ns'][1] / 1e6:.2f}], "
+        f"p95 {p['pred_p95_ns'] / 1e6:.2f} ms, p99 {p['pred_p99_ns'] / 1e6:.2f} ms"
+    )
     u, s = p["user_ratio"], p["sys_ratio"]
-    click.echo(f"  user ({p['user_share'] * 100:.0f} % of it, {p['environment']}) × {u['ratio']:.3f} [{u['ci95'][0]:.3f}, {u['ci95'][1]:.3f}]; "
-               f"system × {s['ratio']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] from {len(s['calls_used'])} calls"
-               + (f", {by_size * 100:.0f} % of its calls priced at the sizes they moved" if (by_size := s["priced_by_size_share"]) else "")
-               + (f", {unmodelled * 100:.0f} % of its calls have no counterpart in the node model" if (unmodelled := s["unmodelled_share"]) else ""))
+    click.echo(
+        f"  user ({p['user_share'] * 100:.0f} % of it, {p['environment']}) × {u['ratio']:.3f} [{u['ci95'][0]:.3f}, {u['ci95'][1]:.3f}]; "
+        f"system × {s['ratio']:.3f} [{s['ci95'][0]:.3f}, {s['ci95'][1]:.3f}] from {len(s['calls_used'])} calls"
+        + (f", {by_size * 100:.0f} % of its calls priced at the sizes they moved" if (by_size := s["priced_by_size_share"]) else "")
+        + (f", {unmodelled * 100:.0f} % of its calls have no counterpart in the node model" if (unmodelled := s["unmodelled_share"]) else "")
+    )
     for lim in p["limits"]:
         click.echo(f"  not seen: {lim}")
     return 0
@@ -211,14 +237,18 @@ def model_show(model_file: str, top: int) -> int:
         click.echo(f"{' '.join(a.command)} ({a.environment}), {len(a.runs.user_ns)} runs, node {a.node.path}:{a.node.condition}")
         if a.cpu is not None:
             t = a.cpu.total
-            click.echo(f"  CPU mean {t.mean_ns / 1e6:.2f} ms, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f}, min {t.min_ns / 1e6:.2f}, max {t.max_ns / 1e6:.2f}; "
-                       f"user {a.cpu.user.mean_ns / 1e6:.2f} ms, system {a.cpu.system.mean_ns / 1e6:.2f} ms")
+            click.echo(
+                f"  CPU mean {t.mean_ns / 1e6:.2f} ms, p95 {t.p95_ns / 1e6:.2f}, p99 {t.p99_ns / 1e6:.2f}, min {t.min_ns / 1e6:.2f}, max {t.max_ns / 1e6:.2f}; "
+                f"user {a.cpu.user.mean_ns / 1e6:.2f} ms, system {a.cpu.system.mean_ns / 1e6:.2f} ms"
+            )
         sc = a.syscalls
         if not sc.states:
             click.echo(f"  no call structure: {sc.note or 'not traced'}")
             return 0
-        click.echo(f"  {sc.calls_per_run or 0:.0f} calls per run on {sc.threads_per_run or 0:.1f} threads; between calls p50 {(sc.gap_p50_ns or 0) / 1e3:.1f} µs, p99 {(sc.gap_p99_ns or 0) / 1e3:.1f} µs"
-                   + (f"; {sc.lost_events} events lost by the tracer" if sc.lost_events else ""))
+        click.echo(
+            f"  {sc.calls_per_run or 0:.0f} calls per run on {sc.threads_per_run or 0:.1f} threads; between calls p50 {(sc.gap_p50_ns or 0) / 1e3:.1f} µs, p99 {(sc.gap_p99_ns or 0) / 1e3:.1f} µs"
+            + (f"; {sc.lost_events} events lost by the tracer" if sc.lost_events else "")
+        )
         click.echo(f"  {'call':<18}{'per run':>9}{'p50':>10}{'p99':>10}{'bytes':>10}  next")
         for name, st in list(sc.states.items())[:top]:
             nxt = ", ".join(f"{k} {v * 100:.0f}%" for k, v in list(st.next.items())[:3])
@@ -258,8 +288,16 @@ def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: b
     meas = {"meas_mean_ns": float(cpu.mean()), "meas_p95_ns": float(np.percentile(cpu, 95)), "meas_p99_ns": float(np.percentile(cpu, 99))}
     err = {"err_mean_pct": 100 * (p["pred_mean_ns"] / meas["meas_mean_ns"] - 1), "err_p99_pct": 100 * (p["pred_p99_ns"] / meas["meas_p99_ns"] - 1)}
     if as_json:
-        cj: CheckJson = {"from": na, "to": nb, **p, "meas_mean_ns": meas["meas_mean_ns"], "meas_p95_ns": meas["meas_p95_ns"], "meas_p99_ns": meas["meas_p99_ns"],
-                         "err_mean_pct": err["err_mean_pct"], "err_p99_pct": err["err_p99_pct"]}
+        cj: CheckJson = {
+            "from": na,
+            "to": nb,
+            **p,
+            "meas_mean_ns": meas["meas_mean_ns"],
+            "meas_p95_ns": meas["meas_p95_ns"],
+            "meas_p99_ns": meas["meas_p99_ns"],
+            "err_mean_pct": err["err_mean_pct"],
+            "err_p99_pct": err["err_p99_pct"],
+        }
         click.echo(json.dumps(cj))
         return 0
     click.echo(f"{' '.join(a.command)}: {na} → {nb}, {runs} runs now")

@@ -26,8 +26,10 @@ def _period_line(m: Monitor) -> str:
         if h is None or not h.get_total_count():
             parts.append(f"{name}: no values")
             continue
-        parts.append(f"{name}: {h.get_total_count():,} values, p99 {format_ns(hist.quantile(h, 0.99) or 0)}, max {format_ns(h.get_max_value())}"
-                     f" (run's max {format_ns(lv.max_ns)} at {str(lv.max_at_utc)[11:19]})")
+        parts.append(
+            f"{name}: {h.get_total_count():,} values, p99 {format_ns(hist.quantile(h, 0.99) or 0)}, max {format_ns(h.get_max_value())}"
+            f" (run's max {format_ns(lv.max_ns)} at {str(lv.max_at_utc)[11:19]})"
+        )
     c = m.keeper.counts
     with m.keeper.lock:
         top = max(c.by_cause.items(), key=lambda kv: kv[1])[0] if c.by_cause else None
@@ -55,8 +57,14 @@ def _live_table(m: Monitor) -> Any:
         cur = vals if st is not None and st.probe == name else np.zeros(0, dtype=np.int64)
         h = hist.new()
         hist.record(h, cur)
-        t.add_row(str(name), f"{len(cur):,}", format_ns(hist.quantile(h, 0.99) or 0) if len(cur) else "-", format_ns(int(cur.max())) if len(cur) else "-",
-                  format_ns(lv.max_ns) if lv.max_ns else "-", str(lv.max_at_utc or "-")[11:23])
+        t.add_row(
+            str(name),
+            f"{len(cur):,}",
+            format_ns(hist.quantile(h, 0.99) or 0) if len(cur) else "-",
+            format_ns(int(cur.max())) if len(cur) else "-",
+            format_ns(lv.max_ns) if lv.max_ns else "-",
+            str(lv.max_at_utc or "-")[11:23],
+        )
     c = m.keeper.counts
     o = Table(title="last outliers", title_justify="left")
     for col in ("probe", "latency", "top cause", "share", "kept"):
@@ -67,7 +75,13 @@ def _live_table(m: Monitor) -> Any:
         line = f"outliers above the threshold {c.above:,} · kept {c.kept:,} · explained {c.explained:,} · not kept {nk:,} {dict(c.not_kept) if nk else ''}"
     for r in reversed(last):
         causes = r.get("causes") or []
-        o.add_row(r["probe"], format_ns(r["latency_ns"]), str(r.get("top_cause") or "-"), f"{causes[0]['share']:.0%}" if causes else "-", r.get("window") or f"no ({r.get('not_kept')})")
+        o.add_row(
+            r["probe"],
+            format_ns(r["latency_ns"]),
+            str(r.get("top_cause") or "-"),
+            f"{causes[0]['share']:.0%}" if causes else "-",
+            r.get("window") or f"no ({r.get('not_kept')})",
+        )
     return Group(t, line, o)
 
 
@@ -131,6 +145,8 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
     else:
         c = rec["counts"]
         assert isinstance(c, dict)
-        click.echo(f"{rec['periods']} periods; outliers above the threshold: {c['outliers_above']} (kept {c['kept']}, explained {c['explained']}, not kept {c['not_kept'] or 0})")
+        click.echo(
+            f"{rec['periods']} periods; outliers above the threshold: {c['outliers_above']} (kept {c['kept']}, explained {c['explained']}, not kept {c['not_kept'] or 0})"
+        )
         click.echo(str(d))
     return {"completed": 0, "interrupted": EXIT_INTERRUPTED}.get(o.status, EXIT_FAILED)

@@ -112,8 +112,16 @@ def options(model: type[BaseModel], skip: tuple[str, ...] = ()) -> Callable[[F],
             default = None if f.is_required() else f.get_default(call_default_factory=True)
             if isinstance(default, list):  # a comma list on the command line
                 default = ",".join(str(x) for x in default)
-            fn = click.option(flag(name), *more, name, type=_click_type(name, f.annotation, list(f.metadata)), default=default,
-                              required=f.is_required(), show_default=default is not None, help=help_text)(fn)
+            fn = click.option(
+                flag(name),
+                *more,
+                name,
+                type=_click_type(name, f.annotation, list(f.metadata)),
+                default=default,
+                required=f.is_required(),
+                show_default=default is not None,
+                help=help_text,
+            )(fn)
         return fn
 
     return deco

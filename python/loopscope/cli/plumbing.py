@@ -36,11 +36,15 @@ def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
                 click.echo(f"{l['name']}: the kernel's path (not forwarded here)")
                 continue
             a = l["applied_ns"]
-            click.echo(f"{l['name']}: in {l['packets_in']:,}, forwarded {l['forwarded']:,}, lost {l['lost']:,}, duplicated {l['duplicated']:,}, "
-                       f"reordered {l['reordered']:,}, queue drops {l['queue_drops']:,}; applied p50 {a.get('p50')} ns")
+            click.echo(
+                f"{l['name']}: in {l['packets_in']:,}, forwarded {l['forwarded']:,}, lost {l['lost']:,}, duplicated {l['duplicated']:,}, "
+                f"reordered {l['reordered']:,}, queue drops {l['queue_drops']:,}; applied p50 {a.get('p50')} ns"
+            )
         for p in res["ports"]:
             if p.get("socket_drops") or p.get("truncated"):
-                click.echo(f"{p['ifname']} ({p['host']}): the kernel dropped {p['socket_drops']:,} frames before they were read; {p['truncated']:,} too long for a ring slot")
+                click.echo(
+                    f"{p['ifname']} ({p['host']}): the kernel dropped {p['socket_drops']:,} frames before they were read; {p['truncated']:,} too long for a ring slot"
+                )
     return 0
 
 
@@ -116,7 +120,9 @@ def channel_bench_serve(transport: str, raw_bind: str, chan_bind: str, reply_to:
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed round trips at the start of each block.")
 @click.option("--frag", type=click.IntRange(64, 65000), default=1400, show_default=True, help="UDP payload bytes per datagram.")
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin to these CPUs.")
-def channel_bench_client(transport: str, raw_dest: str, chan_dest: str, bind: str, sizes: str, rounds: str, blocks: int, warmup: int, frag: int, cpus: list[int] | None) -> int:
+def channel_bench_client(
+    transport: str, raw_dest: str, chan_dest: str, bind: str, sizes: str, rounds: str, blocks: int, warmup: int, frag: int, cpus: list[int] | None
+) -> int:
     """Time ping-pong round trips per size, raw and channel blocks alternating; print one JSON list (a row per block)."""
     import numpy as np
 
@@ -132,7 +138,16 @@ def channel_bench_client(transport: str, raw_dest: str, chan_dest: str, bind: st
     out = []
     for r in _native.chan_bench_client(raw_dest, chan_dest, bind, transport, sz, rn, blocks, warmup, frag):
         rtt = np.asarray(r["rtt_ns"])
-        out.append({"mode": r["mode"], "block": r["block"], "size": r["size"], "n": int(len(rtt)), "elapsed_ns": int(r["elapsed_ns"]), "timeouts": int(r["timeouts"]),
-                    "rtt_ns": rtt.tolist()})
+        out.append(
+            {
+                "mode": r["mode"],
+                "block": r["block"],
+                "size": r["size"],
+                "n": int(len(rtt)),
+                "elapsed_ns": int(r["elapsed_ns"]),
+                "timeouts": int(r["timeouts"]),
+                "rtt_ns": rtt.tolist(),
+            }
+        )
     click.echo(json.dumps(out))
     return 0

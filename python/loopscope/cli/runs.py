@@ -22,10 +22,22 @@ from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_p
 @click.option("--no-report", is_flag=True, help="Do not build the report at the end.")
 @click.option("--duration", "duration_over", type=Duration(), default=None, help="Override the file's duration (per probe and phase), e.g. for a short trial.")
 @click.option("--repetitions", "reps_over", type=click.IntRange(min=1, max=1000), default=None, help="Override the file's number of repetitions.")
-@click.option("--no-kernel-capture", is_flag=True, help="Record no kernel events (the file's `kernel: {capture: off}`): no explain, no advise, and nothing of the capture's in the way.")
+@click.option(
+    "--no-kernel-capture",
+    is_flag=True,
+    help="Record no kernel events (the file's `kernel: {capture: off}`): no explain, no advise, and nothing of the capture's in the way.",
+)
 @click.option("--min-effect", "min_effect", type=Percent(), default=None, help="The report marks a change only when its interval lies outside 1 ± this [2%].")
-def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool, duration_over: int | None, reps_over: int | None, no_kernel_capture: bool,
-            min_effect: float | None) -> int:
+def run_cmd(
+    spec: str,
+    results: str | None,
+    run_dir: str | None,
+    no_report: bool,
+    duration_over: int | None,
+    reps_over: int | None,
+    no_kernel_capture: bool,
+    min_effect: float | None,
+) -> int:
     """Run an experiment file: probes under each phase's loads, repeated; prints the run directory last.
 
     \b
@@ -52,14 +64,18 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
             bar.update(task, completed=done, total=total, description=label)
 
         with bar:
-            out = controller.run(spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture)
+            out = controller.run(
+                spec, results=results, run_dir=run_dir, say=say, tick=tick, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture
+            )
     else:
 
         def say(msg: str) -> None:
             sys.stderr.write(msg + "\n")
             sys.stderr.flush()
 
-        out = controller.run(spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture)
+        out = controller.run(
+            spec, results=results, run_dir=run_dir, say=say, duration=duration_over, repetitions=reps_over, kernel_capture=not no_kernel_capture
+        )
     if out.status == "completed" and not no_report:
         from loopscope.report import build
 
@@ -78,9 +94,17 @@ def run_cmd(spec: str, results: str | None, run_dir: str | None, no_report: bool
 @cli.command("report")
 @click.argument("run_dir", type=click.Path())
 @click.option("--json", "as_json", is_flag=True, help="Print the comparisons as one JSON object.")
-@click.option("--csv", "csv_dir", type=click.Path(file_okay=False), default=None, help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).")
+@click.option(
+    "--csv",
+    "csv_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write the summary tables as CSV into this directory (summary.csv, comparisons.csv).",
+)
 @click.option("--markdown", is_flag=True, help="Print the summary tables as Markdown (for a pull request) instead of the terminal summary.")
-@click.option("--min-effect", "min_effect", type=Percent(), default=None, help="Mark a change only when its 95 % interval lies outside 1 ± this [2%]; stated on the page.")
+@click.option(
+    "--min-effect", "min_effect", type=Percent(), default=None, help="Mark a change only when its 95 % interval lies outside 1 ± this [2%]; stated on the page."
+)
 @prints("loopscope.report:ReportJson")
 def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool, min_effect: float | None) -> int:
     """Build RUN/report.html (and RUN/tables/*.parquet) from a run directory (or a monitor's directory).
@@ -99,7 +123,9 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool,
     if (Path(run_dir) / "monitor.json").exists():
         # a monitor's directory: its own page (docs/monitor.md)
         if as_json or csv_dir or markdown:
-            raise InputError(f"{run_dir}: is a monitor's directory; --json, --csv and --markdown are a run's (its figures are monitor.json, periods.jsonl and outliers.jsonl)")
+            raise InputError(
+                f"{run_dir}: is a monitor's directory; --json, --csv and --markdown are a run's (its figures are monitor.json, periods.jsonl and outliers.jsonl)"
+            )
         from loopscope.monitor import page
 
         click.echo(f"report: {page.build(Path(run_dir))}")
@@ -122,7 +148,14 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool,
 
 @cli.command("timeline")
 @click.argument("run_dir", type=click.Path())
-@click.option("--probes", "use", type=click.Choice(["all", "pairs"]), default="all", show_default=True, help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.")
+@click.option(
+    "--probes",
+    "use",
+    type=click.Choice(["all", "pairs"]),
+    default="all",
+    show_default=True,
+    help="Clock-sync probes the estimate uses: all, or only coded pairs whose gap survived.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the clocks and checks as one JSON object.")
 @prints("loopscope.timeline:TimelineDoc")
 def timeline_cmd(run_dir: str, use: str, as_json: bool) -> int:
@@ -159,7 +192,9 @@ def export_group() -> None:
 
 @export_group.command("perfetto")
 @click.argument("run_dir", metavar="RUN_OR_TRACE", type=click.Path())
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace, or FILE.perfetto-trace beside a trace].")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False), default=None, help="Output file [RUN/trace.perfetto-trace, or FILE.perfetto-trace beside a trace]."
+)
 def export_perfetto(run_dir: str, output: str | None) -> int:
     """A Perfetto trace: a run's global timeline (a track per host and thread,
     slices, instants, counters, clocks, the kernel around the outliers), or one
@@ -198,17 +233,25 @@ def export_perfetto(run_dir: str, output: str | None) -> int:
                 timeline.build(rd)
             progress.step("export: writing the Perfetto trace")
             c = perfetto.export(rd, out)
-    click.echo(f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
-               + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
-               + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
-               + (f", {c['histograms']:,} histogram snapshots" if c["histograms"] else ""))
+    click.echo(
+        f"{c['slices']:,} slices, {c['instants']:,} instants, {c['counters']:,} counter values on {c['tracks']} tracks ({c['bytes'] / 1e6:.1f} MB)"
+        + (f"; {c['kernel_slices']:,} kernel slices around the outliers" if c.get("kernel_slices") else "")
+        + (f"; not drawn: {c['not_placed']:,} records without a global time" if c["not_placed"] else "")
+        + (f", {c['histograms']:,} histogram snapshots" if c["histograms"] else "")
+    )
     click.echo(f"open it at https://ui.perfetto.dev: {out}")
     return 0
 
 
 @cli.command("explain")
 @click.argument("run_dir", type=click.Path())
-@click.option("--quantile", type=click.FloatRange(0.5, 0.99999), default=0.99, show_default=True, help="Records above this quantile of their probe and phase are attributed.")
+@click.option(
+    "--quantile",
+    type=click.FloatRange(0.5, 0.99999),
+    default=0.99,
+    show_default=True,
+    help="Records above this quantile of their probe and phase are attributed.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @prints("loopscope.analysis.explained:ExplainDoc")
 def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
@@ -237,7 +280,8 @@ def explain_cmd(run_dir: str, quantile: float, as_json: bool) -> int:
     if imported:
         out.setdefault("not_explained", []).append(
             f"an imported recording has no probe records, so explain has no outliers of its own; "
-            f"`loopscope threads {run_dir} --comm NAME` measures any thread in it and explains its late wake-ups")
+            f"`loopscope threads {run_dir} --comm NAME` measures any thread in it and explains its late wake-ups"
+        )
     if as_json:
         click.echo(json.dumps(out, default=float))
         return 0
@@ -311,7 +355,7 @@ def check_cmd(spec: str) -> int:
     for n in notes:
         click.echo(f"note: {n}", err=True)
     if exp.monitor is not None:
-        from loopscope.monitor.run import check as monitor_check, footprint
+        from loopscope.monitor.plan import check as monitor_check, footprint
 
         monitor_check(exp, spec)
         first, *rest = footprint(exp)
@@ -324,11 +368,16 @@ def check_cmd(spec: str) -> int:
     about = f"{est / 60:.0f} min" if est >= 120 else f"{est:.0f} s"
     click.echo(f"{spec}: valid · {len(exp.probes)} probes × {len(exp.phases or [])} phases × {exp.repetitions} repetitions · at most about {about}")
     fp = estimate_footprint(exp, KINDS)
-    click.echo(f"  disk: about {_mb(fp.disk_mb[0])}–{_mb(fp.disk_mb[1])} (kernel capture {_mb(fp.kernel_mb[0])}–{_mb(fp.kernel_mb[1])} at "
-               f"{KERNEL_MB_PER_S[0]:g}–{KERNEL_MB_PER_S[1]:g} MB/s, quiet to busy; probe traces {_mb(fp.traces_mb)}"
-               + (f", not counting {', '.join(fp.unsized)}, whose traces grow with what they measure" if fp.unsized else "") + ")")
+    click.echo(
+        f"  disk: about {_mb(fp.disk_mb[0])}–{_mb(fp.disk_mb[1])} (kernel capture {_mb(fp.kernel_mb[0])}–{_mb(fp.kernel_mb[1])} at "
+        f"{KERNEL_MB_PER_S[0]:g}–{KERNEL_MB_PER_S[1]:g} MB/s, quiet to busy; probe traces {_mb(fp.traces_mb)}"
+        + (f", not counting {', '.join(fp.unsized)}, whose traces grow with what they measure" if fp.unsized else "")
+        + ")"
+    )
     if fp.buffers_mib:
-        click.echo(f"  memory: kernel ring buffers {fp.buffers_mib} MiB ({fp.buffer_mib_per_cpu} MiB per CPU × {os.cpu_count() or 1} CPUs), held while the run lasts")
+        click.echo(
+            f"  memory: kernel ring buffers {fp.buffers_mib} MiB ({fp.buffer_mib_per_cpu} MiB per CPU × {os.cpu_count() or 1} CPUs), held while the run lasts"
+        )
     for pr in runs:
         loads = ", ".join(pr.phase.loads) or "no load"
         click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")

@@ -57,7 +57,9 @@ def _print_timer(res: Any) -> None:
             ts = th.summary
             cpu = f"cpu {th.cpu}" if th.cpu is not None else "any cpu"
             if ts.n:
-                con.print(f"  thread {th.index} (tid {th.tid}, {cpu}): p50 {format_ns(ts.p50.value)}, p99 {format_ns(ts.p99.value)}, max {format_ns(ts.max)}, missed {th.missed}")
+                con.print(
+                    f"  thread {th.index} (tid {th.tid}, {cpu}): p50 {format_ns(ts.p50.value)}, p99 {format_ns(ts.p99.value)}, max {format_ns(ts.max)}, missed {th.missed}"
+                )
     for th in res.threads:
         if not th.sched_ok:
             con.print(f"[yellow]note:[/] thread {th.index}: {th.sched}")
@@ -120,18 +122,30 @@ def _report(res: R, as_json: bool, human: Callable[[R], None]) -> int:
     return 0
 
 
-def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], output: str | None, total: list[Row],
-               min_effect: float = MIN_EFFECT, strict: bool = False) -> None:
+def comparison(
+    runs: list[RunData],
+    rows: list[Row],
+    diff: Differences,
+    criteria: list[CriterionResult],
+    output: str | None,
+    total: list[Row],
+    min_effect: float = MIN_EFFECT,
+    strict: bool = False,
+) -> None:
     """`loopscope compare`'s terminal table: the p99, p999, max and missed rows of the measures shown, significant ones marked."""
     from rich.table import Table
 
     con = _console()
-    con.print(f"baseline {runs[0].label}; {sum(r.significant for r in total)} of {len(total)} rows significant (Holm-corrected, 95 %, the interval outside 1 ± {min_effect * 100:g} %; "
-              "the table shows each probe's main measures, --json and -o all)")
+    con.print(
+        f"baseline {runs[0].label}; {sum(r.significant for r in total)} of {len(total)} rows significant (Holm-corrected, 95 %, the interval outside 1 ± {min_effect * 100:g} %; "
+        "the table shows each probe's main measures, --json and -o all)"
+    )
     con.print("pooled over repetitions: quantiles and the mean of every repetition's samples together; max the largest sample of any; missed deadlines added")
     if any(r.within_run for r in rows):
-        con.print("note: a run has one repetition: its intervals are taken over segments of it, so they hold its drift but not the variation between runs; "
-                  "record repetitions: 3 or more for a gate to trust")
+        con.print(
+            "note: a run has one repetition: its intervals are taken over segments of it, so they hold its drift but not the variation between runs; "
+            "record repetitions: 3 or more for a gate to trust"
+        )
     for k, v in diff["facts"].items():
         con.print(f"differs: {k}: " + " · ".join(f"{lab} {val}" for lab, val in v.items()))
     for lab in diff["spec_diff"]:
@@ -155,7 +169,11 @@ def comparison(runs: list[RunData], rows: list[Row], diff: Differences, criteria
         word = {"fail": "FAIL", "pass": "pass", "inconclusive": "INCONCLUSIVE" if strict else "inconclusive"}[crit["outcome"]]
         why = crit["rows"] if crit["outcome"] == "fail" else (crit["undecided"] if crit["outcome"] == "inconclusive" else [])
         per = ", ".join(f"{p} {o}" for p, o in crit["probes"].items())
-        con.print(f"{word}: {crit['expr']}" + (f" ({per})" if per else "") + (f": {'; '.join(why[:3])}{' …' if len(why) > 3 else ''}" if why else ""), markup=False, highlight=False)
+        con.print(
+            f"{word}: {crit['expr']}" + (f" ({per})" if per else "") + (f": {'; '.join(why[:3])}{' …' if len(why) > 3 else ''}" if why else ""),
+            markup=False,
+            highlight=False,
+        )
     if output:
         click.echo(output)
 
@@ -171,7 +189,9 @@ def advice(rows: list[Advice], follow: Path | None) -> None:
     for c in ("probe", "phase", "cause", "share", "remedy", "command", "reboot"):
         t.add_column(c)
     for r in rows:
-        t.add_row(r["probe"], r["phase"], r["cause"], f"{r['share'] * 100:.0f} %", r["remedy"], r["command"] or "", {True: "yes", False: "no", None: ""}[r["reboot"]])
+        t.add_row(
+            r["probe"], r["phase"], r["cause"], f"{r['share'] * 100:.0f} %", r["remedy"], r["command"] or "", {True: "yes", False: "no", None: ""}[r["reboot"]]
+        )
     con.print(t)
     if follow:
         con.print(f"follow-up experiment (its last phase applies the run-time remedies): loopscope run {follow}")

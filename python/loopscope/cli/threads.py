@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 POLL_S = 0.5
 
 
-def _watch(pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None,
-           groups: dict[int, str]) -> tuple[dict[int, str], bool, dict[int, str]]:
+def _watch(
+    pid: int | None, child: subprocess.Popen[bytes] | None, duration_ns: int | None, groups: dict[int, str]
+) -> tuple[dict[int, str], bool, dict[int, str]]:
     """Until the duration is up or the target is gone: its threads as seen,
     whether Ctrl-C ended it, and the threads that exited while the target
     ran on; ``groups`` gets each new thread's CPU-limited cgroup, if any
@@ -157,12 +158,15 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
 
 def parts_line(p: Parts) -> str:
     """The outliers' two parts in a line: which holds the headline time, each with its causes."""
+
     def causes(cs: list[Cause]) -> str:
         return ", ".join(f"{c['cause']} {(c['share'] or 0) * 100:.0f} %" for c in cs[:3]) or "nothing"
 
     pre = p["before_wakeup_share"]
-    return (f"{pre * 100:.0f} % before the wake-up ({causes(p['before'])}), {(1 - pre) * 100:.0f} % after it ({causes(p['after'])}); "
-            f"most of the time is {p['headline']}")
+    return (
+        f"{pre * 100:.0f} % before the wake-up ({causes(p['before'])}), {(1 - pre) * 100:.0f} % after it ({causes(p['after'])}); "
+        f"most of the time is {p['headline']}"
+    )
 
 
 def print_threads(res: ThreadsJson, where: str) -> None:
@@ -180,7 +184,9 @@ def print_threads(res: ThreadsJson, where: str) -> None:
     for x in res.get("exited") or []:
         con.print(f"  note: thread {x['comm']} ({x['tid']}) exited while the target ran on: its figures end there")
     for t in res["threads"]:
-        con.print(f"[bold]{t['comm']}[/] ({t['tid']}): {t['activations']:,} activations ({t['incomplete']} incomplete), {t['preemptions']} preemptions, {t['migrations']} migrations")
+        con.print(
+            f"[bold]{t['comm']}[/] ({t['tid']}): {t['activations']:,} activations ({t['incomplete']} incomplete), {t['preemptions']} preemptions, {t['migrations']} migrations"
+        )
         con.print(f"  wake-up latency {s(t['wakeup_latency_ns'])}; timer lateness {s(t['timer_lateness_ns'])}; run time {s(t['runtime_ns'])}")
         if t["causes"]:
             con.print("  its late wake-ups' time: " + ", ".join(f"{c['cause']} {c['share'] * 100:.0f} %" for c in t["causes"][:4]))

@@ -52,8 +52,14 @@ def trace_info(file: str, as_json: bool) -> int:
 @click.option("--entity", default=None, help="Only this entity (group/name).")
 @click.option("--limit", type=click.IntRange(min=0), default=None, help="At most this many records.")
 @click.option("--file-order", is_flag=True, help="Keep file order (per thread) instead of sorting by time.")
-@click.option("--format", "fmt", type=click.Choice(["text", "csv", "jsonl"]), default="text", show_default=True,
-              help="text: one narrated line per record; csv and jsonl: the records' columns (docs/trace-format.md), payloads as hex.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "csv", "jsonl"]),
+    default="text",
+    show_default=True,
+    help="text: one narrated line per record; csv and jsonl: the records' columns (docs/trace-format.md), payloads as hex.",
+)
 def trace_dump(file: str, entity: str | None, limit: int | None, file_order: bool, fmt: str) -> int:
     """Narrate a trace, one record per line, or write its records as CSV or JSON lines.
 
@@ -71,8 +77,10 @@ def trace_dump(file: str, entity: str | None, limit: int | None, file_order: boo
         import polars as pl
 
         rows = df if limit is None else df.head(limit)
-        rows = rows.with_columns(*(pl.col(c).cast(pl.String) for c in rows.columns if rows.schema[c] in (pl.Categorical, pl.Enum) or isinstance(rows.schema[c], pl.Enum)),
-                                 pl.col("payload").bin.encode("hex").alias("payload"))
+        rows = rows.with_columns(
+            *(pl.col(c).cast(pl.String) for c in rows.columns if rows.schema[c] in (pl.Categorical, pl.Enum) or isinstance(rows.schema[c], pl.Enum)),
+            pl.col("payload").bin.encode("hex").alias("payload"),
+        )
         out.write(rows.write_csv() if fmt == "csv" else rows.write_ndjson())
         out.flush()
         if inf.lost_records:

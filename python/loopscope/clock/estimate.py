@@ -103,10 +103,12 @@ def hull_upper_bounds(t: np.ndarray, v: np.ndarray) -> np.ndarray:
 def _fit(xl: np.ndarray, lo: np.ndarray, xu: np.ndarray, up: np.ndarray) -> tuple[float, float, float] | None:
     """Max-margin line b + a·x between lower bounds lo(xl) and upper bounds up(xu): (a, b, margin)."""
     # variables a, b, m; minimise −m
-    A = np.vstack([
-        np.column_stack([-xl, -np.ones_like(xl), np.ones_like(xl)]),  # −(a x + b) + m ≤ −lo
-        np.column_stack([xu, np.ones_like(xu), np.ones_like(xu)]),  # a x + b + m ≤ up
-    ])
+    A = np.vstack(
+        [
+            np.column_stack([-xl, -np.ones_like(xl), np.ones_like(xl)]),  # −(a x + b) + m ≤ −lo
+            np.column_stack([xu, np.ones_like(xu), np.ones_like(xu)]),  # a x + b + m ≤ up
+        ]
+    )
     rhs = np.concatenate([-lo, up])
     scale = max(1.0, float(np.max(np.abs(rhs))))
     from scipy.optimize import linprog  # here: importing scipy costs 0.4 s, and most readers of clock maps never fit one
@@ -130,7 +132,9 @@ def _vertices(xl: np.ndarray, lo: np.ndarray, xu: np.ndarray, up: np.ndarray, to
     i, j, dx = i[ok], j[ok], dx[ok]
     a = (cs[i] - cs[j]) / dx
     b = cs[i] - a * xs[i]
-    feas = np.all(a[:, None] * xl[None, :] + b[:, None] >= lo[None, :] - tol, axis=1) & np.all(a[:, None] * xu[None, :] + b[:, None] <= up[None, :] + tol, axis=1)
+    feas = np.all(a[:, None] * xl[None, :] + b[:, None] >= lo[None, :] - tol, axis=1) & np.all(
+        a[:, None] * xu[None, :] + b[:, None] <= up[None, :] + tol, axis=1
+    )
     return np.column_stack([a[feas], b[feas]])
 
 

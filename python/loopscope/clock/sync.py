@@ -255,17 +255,31 @@ class RunClocks:
                     hm, _ = h.pairs.mono_of(np.array([w.t_center_ns + int(round(w.offset_ns))]))
                     rm, _ = ref.pairs.mono_of(np.array([w.t_center_ns]))
                     mono_off = float(hm[0] - rm[0])
-                ws.append({
-                    "start_realtime_ns": w.start_ns, "end_realtime_ns": w.end_ns, "status": w.status,
-                    "offset_ns": w.offset_ns, "monotonic_offset_ns": mono_off, "at_realtime_ns": w.t_center_ns, "drift_ppm": w.drift_ppm,
-                    "drift_lo_ppm": w.drift_lo_ppm, "drift_hi_ppm": w.drift_hi_ppm,
-                    "bound_mid_ns": float(w.bound(np.array([w.t_center_ns]))[0]) if w.offset_ns is not None else None,
-                    "bound_max_ns": float(b.max()) if np.isfinite(b).all() else None,
-                    "margin_ns": w.margin_ns, "lower_bounds": w.n_lower, "upper_bounds": w.n_upper,
-                })
+                ws.append(
+                    {
+                        "start_realtime_ns": w.start_ns,
+                        "end_realtime_ns": w.end_ns,
+                        "status": w.status,
+                        "offset_ns": w.offset_ns,
+                        "monotonic_offset_ns": mono_off,
+                        "at_realtime_ns": w.t_center_ns,
+                        "drift_ppm": w.drift_ppm,
+                        "drift_lo_ppm": w.drift_lo_ppm,
+                        "drift_hi_ppm": w.drift_hi_ppm,
+                        "bound_mid_ns": float(w.bound(np.array([w.t_center_ns]))[0]) if w.offset_ns is not None else None,
+                        "bound_max_ns": float(b.max()) if np.isfinite(b).all() else None,
+                        "margin_ns": w.margin_ns,
+                        "lower_bounds": w.n_lower,
+                        "upper_bounds": w.n_upper,
+                    }
+                )
             out["hosts"][name] = {
-                "reference": h.is_reference, "windows": ws, "probes": h.counts, "problems": h.problems,
-                "clock_steps": h.pairs.steps, "calibration_pairs": int(len(h.pairs.mono)),
+                "reference": h.is_reference,
+                "windows": ws,
+                "probes": h.counts,
+                "problems": h.problems,
+                "clock_steps": h.pairs.steps,
+                "calibration_pairs": int(len(h.pairs.mono)),
                 "pair_read_error_ns_median": float(np.median(h.pairs.err)) if len(h.pairs.err) else None,
             }
         return out
@@ -304,10 +318,28 @@ def _pure(df: pl.DataFrame, tol: int) -> pl.DataFrame:
         return pl.col(c).is_not_null() & (pl.col(c) != 0)
 
     w = w.with_columns(
-        (ok("tx_h_0") & ok("tx_h_1") & ok("rx_ref_0") & ok("rx_ref_1") & (((pl.col("rx_ref_1") - pl.col("rx_ref_0")) - (pl.col("tx_h_1") - pl.col("tx_h_0"))).abs() <= tol)).fill_null(False).alias("fwd_pure"),
-        (ok("tx_ref_0") & ok("tx_ref_1") & ok("rx_h_0") & ok("rx_h_1") & (((pl.col("rx_h_1") - pl.col("rx_h_0")) - (pl.col("tx_ref_1") - pl.col("tx_ref_0"))).abs() <= tol)).fill_null(False).alias("bwd_pure"),
+        (
+            ok("tx_h_0")
+            & ok("tx_h_1")
+            & ok("rx_ref_0")
+            & ok("rx_ref_1")
+            & (((pl.col("rx_ref_1") - pl.col("rx_ref_0")) - (pl.col("tx_h_1") - pl.col("tx_h_0"))).abs() <= tol)
+        )
+        .fill_null(False)
+        .alias("fwd_pure"),
+        (
+            ok("tx_ref_0")
+            & ok("tx_ref_1")
+            & ok("rx_h_0")
+            & ok("rx_h_1")
+            & (((pl.col("rx_h_1") - pl.col("rx_h_0")) - (pl.col("tx_ref_1") - pl.col("tx_ref_0"))).abs() <= tol)
+        )
+        .fill_null(False)
+        .alias("bwd_pure"),
     )
-    return df.join(w.select("seq", "fwd_pure", "bwd_pure"), on="seq", how="left").with_columns(pl.col("fwd_pure").fill_null(False), pl.col("bwd_pure").fill_null(False))
+    return df.join(w.select("seq", "fwd_pure", "bwd_pure"), on="seq", how="left").with_columns(
+        pl.col("fwd_pure").fill_null(False), pl.col("bwd_pure").fill_null(False)
+    )
 
 
 def _min_rtt(df: pl.DataFrame) -> int | None:
@@ -332,12 +364,16 @@ def host_traces(run: RunRecord) -> dict[str, list[str]]:
     return out
 
 
-def estimate_run(run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
+def estimate_run(
+    run_dir: Path, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0
+) -> RunClocks | None:
     """``estimate`` of the run in ``run_dir`` (opened here)."""
     return estimate(RunDir(run_dir).record(), Files(run_dir), use=use, gap_tolerance_ns=gap_tolerance_ns, min_window_s=min_window_s, max_window_s=max_window_s)
 
 
-def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0) -> RunClocks | None:
+def estimate(
+    run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns: int = GAP_TOLERANCE_NS, min_window_s: float = 2.0, max_window_s: float = 120.0
+) -> RunClocks | None:
     """Every host's clock against the reference, from the traces ``files``
     holds; None for a run without clock-sync probes."""
     cs = run.clocksync
@@ -356,7 +392,9 @@ def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns
         if not cals:
             clocks[host].problems.append("no calibration pairs: no trace of this host could be read, so its records cannot be placed")
         for s in clocks[host].pairs.steps:
-            clocks[host].problems.append(f"CLOCK_REALTIME stepped by {s['step_ns'] / 1e6:+.3f} ms between monotonic {s['after_mono_ns']} and {s['before_mono_ns']} ns: records around it are placed with the windows on each side")
+            clocks[host].problems.append(
+                f"CLOCK_REALTIME stepped by {s['step_ns'] / 1e6:+.3f} ms between monotonic {s['after_mono_ns']} and {s['before_mono_ns']} ns: records around it are placed with the windows on each side"
+            )
     served = files.trace(cs.responder.trace)
     serve = _payloads(served, "serve") if served is not None else np.zeros((0, 5), np.int64)
     for host, ini in cs.initiators.items():
@@ -384,8 +422,16 @@ def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns
                 used = "all probes (too few pure pairs)"
                 hc.problems.append(f"only {nf} + {nb} probes in pairs that kept their gap (of {len(fwd)} + {len(bwd)}): the estimate uses every probe")
         hc.counts = {
-            "sent": sent, "reached_reference": reached, "answered": answered, "lost_there": sent - reached, "lost_back": reached - answered,
-            "pure_there": nf, "pure_back": nb, "used_there": len(fwd), "used_back": len(bwd), "used": used,
+            "sent": sent,
+            "reached_reference": reached,
+            "answered": answered,
+            "lost_there": sent - reached,
+            "lost_back": reached - answered,
+            "pure_there": nf,
+            "pure_back": nb,
+            "used_there": len(fwd),
+            "used_back": len(bwd),
+            "used": used,
             "min_rtt_ns": _min_rtt(df),
         }
         if sent and reached < sent * 0.5:
@@ -400,5 +446,7 @@ def estimate(run: RunRecord, files: Files, *, use: str = "all", gap_tolerance_ns
         hc.windows = E.fit(hc.t_lo, hc.lo, hc.t_up, hc.up, min_window_s=min_window_s, max_window_s=max_window_s)
         for w in hc.windows:
             if w.offset_ns is None:
-                hc.problems.append(f"no estimate from REALTIME {w.start_ns} to {w.end_ns} ({(w.end_ns - w.start_ns) / 1e9:.1f} s): {w.status}; records in that window are not placed")
+                hc.problems.append(
+                    f"no estimate from REALTIME {w.start_ns} to {w.end_ns} ({(w.end_ns - w.start_ns) / 1e9:.1f} s): {w.status}; records in that window are not placed"
+                )
     return RunClocks(ref, clocks, gap_tolerance_ns, use)

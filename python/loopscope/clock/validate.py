@@ -79,6 +79,7 @@ class Truth:
 
     def offset_ns(self, host: str) -> float:
         """The injected offset of the host's timestamps against the reference's, at the epoch."""
+
         def f(x: LabHost) -> float:
             return float(x.clock_offset_ns) + (x.virtual_clock.offset_ns if x.virtual_clock else 0.0)
 

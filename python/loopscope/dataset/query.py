@@ -41,9 +41,11 @@ from loopscope.rundir import IDENTITY
 #: views built on others, and what they read
 DERIVED = {"summary": ("comparisons",), "records": ()}
 SUMMARY_METRICS = ("p50", "p99", "p999", "max", "mean")
-POOLED_BEFORE = ("CASE WHEN metric = 'max' THEN 'largest sample of any repetition' "
-                 "WHEN metric = 'mean' THEN 'mean of every repetition''s samples together' "
-                 "ELSE 'quantile of every repetition''s samples together' END")
+POOLED_BEFORE = (
+    "CASE WHEN metric = 'max' THEN 'largest sample of any repetition' "
+    "WHEN metric = 'mean' THEN 'mean of every repetition''s samples together' "
+    "ELSE 'quantile of every repetition''s samples together' END"
+)
 
 
 class QueryError(InputError):
@@ -84,16 +86,35 @@ class Query:
     def _base(self) -> None:
         """The tables every view joins: runs (one row per run and host), probes, files."""
         c = self.con
-        c.execute("CREATE TABLE runs (run_id VARCHAR, experiment VARCHAR, host VARCHAR, kernel VARCHAR, version VARCHAR, "
-                  "started_utc TIMESTAMPTZ, path VARCHAR, status VARCHAR, ended_utc TIMESTAMPTZ, format INTEGER, commit VARCHAR, "
-                  "repetitions INTEGER, first_host VARCHAR, hosts INTEGER, tables INTEGER)")
+        c.execute(
+            "CREATE TABLE runs (run_id VARCHAR, experiment VARCHAR, host VARCHAR, kernel VARCHAR, version VARCHAR, "
+            "started_utc TIMESTAMPTZ, path VARCHAR, status VARCHAR, ended_utc TIMESTAMPTZ, format INTEGER, commit VARCHAR, "
+            "repetitions INTEGER, first_host VARCHAR, hosts INTEGER, tables INTEGER)"
+        )
         c.execute("CREATE TABLE probes (run_id VARCHAR, probe VARCHAR, kind VARCHAR, host VARCHAR)")
         c.execute("CREATE TABLE _files (file VARCHAR, run_id VARCHAR, tbl VARCHAR)")
         runs, probes = [], []
         for r in self.ds.readable:
             for h, k in r.hosts.items():
-                runs.append((r.run_id, r.experiment, h, k, r.version, _ts(r.started_utc), str(r.path), r.status, _ts(r.ended_utc), r.format,
-                             r.commit, r.repetitions, r.first_host, len(r.hosts), len(r.tables)))
+                runs.append(
+                    (
+                        r.run_id,
+                        r.experiment,
+                        h,
+                        k,
+                        r.version,
+                        _ts(r.started_utc),
+                        str(r.path),
+                        r.status,
+                        _ts(r.ended_utc),
+                        r.format,
+                        r.commit,
+                        r.repetitions,
+                        r.first_host,
+                        len(r.hosts),
+                        len(r.tables),
+                    )
+                )
             probes += [(r.run_id, p, k, h) for p, (k, h) in r.probes.items()]
         if runs:
             c.executemany("INSERT INTO runs VALUES (" + ",".join("?" * 15) + ")", runs)
@@ -128,21 +149,25 @@ class Query:
             f"SELECT t.* EXCLUDE ({', '.join(['filename', *drop])}), f.run_id AS _run_id, COALESCE({host}, p.host, r.first_host) AS _host "
             f"FROM {src} t JOIN _files f ON f.file = t.filename JOIN _run r ON r.run_id = f.run_id {probe_join}) "
             "SELECT x._run_id AS run_id, r.experiment, x._host AS host, h.kernel, r.version AS loopscope_version, r.started_utc, "
-            "x.* EXCLUDE (_run_id, _host) FROM x JOIN _run r ON r.run_id = x._run_id LEFT JOIN runs h ON h.run_id = x._run_id AND h.host = x._host")
+            "x.* EXCLUDE (_run_id, _host) FROM x JOIN _run r ON r.run_id = x._run_id LEFT JOIN runs h ON h.run_id = x._run_id AND h.host = x._host"
+        )
 
     def _summary(self) -> None:
         self.ensure({"comparisons"})
         cols = set(self.con.sql("SELECT * FROM comparisons LIMIT 0").columns)
         if "metric" not in cols:
-            self.con.execute("CREATE VIEW summary AS SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS phase, "
-                             "NULL::VARCHAR AS metric, NULL::DOUBLE AS value_ns, NULL::DOUBLE AS lo_ns, NULL::DOUBLE AS hi_ns WHERE false")
+            self.con.execute(
+                "CREATE VIEW summary AS SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS phase, "
+                "NULL::VARCHAR AS metric, NULL::DOUBLE AS value_ns, NULL::DOUBLE AS lo_ns, NULL::DOUBLE AS hi_ns WHERE false"
+            )
             return
         pooled = "COALESCE(pooled, " + POOLED_BEFORE + ")" if "pooled" in cols else POOLED_BEFORE
         metrics = ", ".join(_lit(m) for m in SUMMARY_METRICS)
         self.con.execute(
             "CREATE VIEW summary AS SELECT run_id, experiment, host, kernel, loopscope_version, started_utc, probe, kind, measure, phase, loads, "
             f"metric, value_ns, value_lo_ns AS lo_ns, value_hi_ns AS hi_ns, n, reps, {pooled} AS pooled, baseline_phase, ratio, ratio_lo, ratio_hi, significant "
-            f"FROM comparisons WHERE metric IN ({metrics})")
+            f"FROM comparisons WHERE metric IN ({metrics})"
+        )
 
     def _records(self) -> None:
         parts = []
@@ -155,12 +180,16 @@ class Query:
                 continue
             t = "t.t_ns" if "t_ns" in cols else "NULL::BIGINT"
             loads = "t.loads" if "loads" in cols else "NULL::VARCHAR"
-            parts.append(f"SELECT t.run_id, t.experiment, t.host, t.kernel, t.loopscope_version, t.started_utc, t.probe, pr.kind, t.rep, t.phase, {loads} AS loads, "
-                         f"t._measure AS measure, {t} AS t_ns, t.{value}::DOUBLE AS value_ns FROM (SELECT *, ({measure})::VARCHAR AS _measure FROM {table}) t "
-                         f"LEFT JOIN probes pr ON pr.run_id = t.run_id AND pr.probe = t.probe WHERE t.{value} IS NOT NULL")
+            parts.append(
+                f"SELECT t.run_id, t.experiment, t.host, t.kernel, t.loopscope_version, t.started_utc, t.probe, pr.kind, t.rep, t.phase, {loads} AS loads, "
+                f"t._measure AS measure, {t} AS t_ns, t.{value}::DOUBLE AS value_ns FROM (SELECT *, ({measure})::VARCHAR AS _measure FROM {table}) t "
+                f"LEFT JOIN probes pr ON pr.run_id = t.run_id AND pr.probe = t.probe WHERE t.{value} IS NOT NULL"
+            )
         if not parts:
-            parts = ["SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS kind, NULL::VARCHAR AS phase, "
-                     "NULL::VARCHAR AS measure, NULL::BIGINT AS t_ns, NULL::DOUBLE AS value_ns WHERE false"]
+            parts = [
+                "SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS kind, NULL::VARCHAR AS phase, "
+                "NULL::VARCHAR AS measure, NULL::BIGINT AS t_ns, NULL::DOUBLE AS value_ns WHERE false"
+            ]
         self.con.execute("CREATE VIEW records AS " + " UNION ALL BY NAME ".join(dict.fromkeys(parts)))
 
     def ensure(self, names: set[str]) -> None:

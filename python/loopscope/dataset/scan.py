@@ -56,11 +56,23 @@ class RunEntry:
     def to_json(self) -> dict[str, Any]:
         kernels = sorted({k for k in self.hosts.values() if k})
         return {
-            "run_id": self.run_id, "path": str(self.path), "readable": self.readable, "why": self.why, "experiment": self.experiment,
-            "status": self.status, "format": self.format, "started_utc": self.started_utc, "ended_utc": self.ended_utc,
-            "hosts": self.hosts, "kernel": ", ".join(kernels) or None, "version": self.version, "commit": self.commit,
-            "repetitions": self.repetitions, "probes": {p: {"kind": k, "host": h} for p, (k, h) in self.probes.items()},
-            "tables": sorted(self.tables), "damaged_tables": self.damaged,
+            "run_id": self.run_id,
+            "path": str(self.path),
+            "readable": self.readable,
+            "why": self.why,
+            "experiment": self.experiment,
+            "status": self.status,
+            "format": self.format,
+            "started_utc": self.started_utc,
+            "ended_utc": self.ended_utc,
+            "hosts": self.hosts,
+            "kernel": ", ".join(kernels) or None,
+            "version": self.version,
+            "commit": self.commit,
+            "repetitions": self.repetitions,
+            "probes": {p: {"kind": k, "host": h} for p, (k, h) in self.probes.items()},
+            "tables": sorted(self.tables),
+            "damaged_tables": self.damaged,
         }
 
 
@@ -144,8 +156,9 @@ def read_entry(d: Path) -> RunEntry:
         e.repetitions = max(e.repetitions or 0, st.rep)
     e.tables, e.damaged = _tables(d / "tables")
     if not e.tables:
-        e.why = ("no tables: " + ("the run " + rec.status if rec.status != "completed" else "recorded without its report")
-                 + f"; `loopscope report {d}` writes them")
+        e.why = (
+            "no tables: " + ("the run " + rec.status if rec.status != "completed" else "recorded without its report") + f"; `loopscope report {d}` writes them"
+        )
     return e
 
 
@@ -173,7 +186,5 @@ def scan(root: str | Path) -> Dataset:
     dirs, others = _run_dirs(r)
     if not dirs:
         said = "".join(f"; {p.name}: {w}" for p, w in others[:3])
-        raise InputError(f"{root}: holds no run (no directory with a run.json in it or one level below){said}; "
-                         "give the directory `loopscope run` records into")
+        raise InputError(f"{root}: holds no run (no directory with a run.json in it or one level below){said}; give the directory `loopscope run` records into")
     return Dataset(r, [read_entry(d) for d in dirs], others)
-

@@ -38,9 +38,19 @@ class Point:
     change: str = ""
 
     def to_json(self) -> PointJson:
-        return {"run_id": self.run_id, "started_utc": self.started_utc.isoformat() if self.started_utc else None, "series": self.series,
-                "host": self.host, "kernel": self.kernel, "phase": self.phase, "value_ns": self.value_ns, "lo_ns": self.lo_ns,
-                "hi_ns": self.hi_ns, "reps": self.reps, "change": self.change}
+        return {
+            "run_id": self.run_id,
+            "started_utc": self.started_utc.isoformat() if self.started_utc else None,
+            "series": self.series,
+            "host": self.host,
+            "kernel": self.kernel,
+            "phase": self.phase,
+            "value_ns": self.value_ns,
+            "lo_ns": self.lo_ns,
+            "hi_ns": self.hi_ns,
+            "reps": self.reps,
+            "change": self.change,
+        }
 
 
 class PointJson(TypedDict):
@@ -112,14 +122,26 @@ def _measure(q: Query, probe: str, measure: str | None, main: dict[str, str]) ->
     raise InputError(f"trend: probe {probe} has several measures ({', '.join(names)}); choose one with --measure")
 
 
-def trend(q: Query, probe: str, metric: str, by: str | None = None, measure: str | None = None, phase: str | None = None,
-          main: dict[str, str] | None = None, min_effect: float = MIN_EFFECT) -> Trend:
+def trend(
+    q: Query,
+    probe: str,
+    metric: str,
+    by: str | None = None,
+    measure: str | None = None,
+    phase: str | None = None,
+    main: dict[str, str] | None = None,
+    min_effect: float = MIN_EFFECT,
+) -> Trend:
     """The metric of ``probe`` over the dataset's runs (``main``: each kind's
     main measure, taken when a probe has several and none is named)."""
     m = _measure(q, probe, measure, main or {})
-    where = f"probe = {_lit(probe)} AND measure = {_lit(m)} AND metric = {_lit(metric)} AND " + (f"phase = {_lit(phase)}" if phase else "phase = baseline_phase")
-    rows = q.run(f"SELECT run_id, started_utc, host, kernel, phase, value_ns, lo_ns, hi_ns, reps FROM summary WHERE {where} "
-                 "ORDER BY started_utc NULLS LAST, run_id, host").rows
+    where = f"probe = {_lit(probe)} AND measure = {_lit(m)} AND metric = {_lit(metric)} AND " + (
+        f"phase = {_lit(phase)}" if phase else "phase = baseline_phase"
+    )
+    rows = q.run(
+        f"SELECT run_id, started_utc, host, kernel, phase, value_ns, lo_ns, hi_ns, reps FROM summary WHERE {where} "
+        "ORDER BY started_utc NULLS LAST, run_id, host"
+    ).rows
     t = Trend(probe, m, metric, by, phase, min_effect)
     for run_id, started, host, kernel, ph, v, lo, hi, reps in rows:
         if v is None:

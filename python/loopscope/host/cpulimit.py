@@ -143,8 +143,17 @@ def snapshot() -> list[dict[str, object]]:
             if lim is None:
                 continue
             tids = [int(t) for t in (_read(Path(d) / ("tasks" if root == V1_CPU else "cgroup.threads")) or "").split() if t.isdigit()]
-            out.append({"path": lim.path, "hierarchy": hier, "quota_us": lim.quota_us, "period_us": lim.period_us,
-                        "nr_throttled": lim.nr_throttled, "throttled_ns": lim.throttled_ns, "tids": tids})
+            out.append(
+                {
+                    "path": lim.path,
+                    "hierarchy": hier,
+                    "quota_us": lim.quota_us,
+                    "period_us": lim.period_us,
+                    "nr_throttled": lim.nr_throttled,
+                    "throttled_ns": lim.throttled_ns,
+                    "tids": tids,
+                }
+            )
     return out
 
 
@@ -166,7 +175,7 @@ LIMIT_PREFIX = "ls-limit-"
 
 
 def _limit_owner_gone(g: Path) -> bool:
-    pid = g.name[len(LIMIT_PREFIX):].partition("-")[0]
+    pid = g.name[len(LIMIT_PREFIX) :].partition("-")[0]
     return not pid.isdigit() or not Path(f"/proc/{pid}").exists()
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from loopscope.host.cgroup import RunGroup
 
+
 def tail(path: Path, n: int = 12) -> list[str]:
     try:
         with open(path, "rb") as f:
@@ -66,7 +67,9 @@ class Child:
     def describe_failure(self, what: str | None = None) -> str:
         lines = tail(self.log)
         last = "\n".join("    " + l for l in lines) if lines else "    (no output)"
-        return f"{what or f'{self.kind} {self.name} failed'}\n  command: {self.command()}\n  {exit_text(self.popen.returncode)}; last output ({self.log}):\n{last}"
+        return (
+            f"{what or f'{self.kind} {self.name} failed'}\n  command: {self.command()}\n  {exit_text(self.popen.returncode)}; last output ({self.log}):\n{last}"
+        )
 
 
 def child_env(run_id: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -109,14 +112,7 @@ def spawn(name: str, kind: str, argv: list[str], log: Path, group: Path | None, 
     log.parent.mkdir(parents=True, exist_ok=True)
     full = RunGroup.wrap(group, argv) if group is not None else argv
     with open(log, "ab") as logf, _start_cpus():
-        p = subprocess.Popen(
-            full,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout_pipe else logf,
-            stderr=logf,
-            env=env,
-            close_fds=True,
-        )
+        p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if stdout_pipe else logf, stderr=logf, env=env, close_fds=True)
     return Child(name, kind, argv, p, log, group)
 
 

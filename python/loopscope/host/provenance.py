@@ -83,12 +83,28 @@ def _cpufreq() -> CpuFreq:
 class _Timex(ctypes.Structure):
     # struct timex (x86_64): the fields read here come first; the rest is padding.
     _fields_ = [
-        ("modes", ctypes.c_uint), ("offset", ctypes.c_long), ("freq", ctypes.c_long), ("maxerror", ctypes.c_long),
-        ("esterror", ctypes.c_long), ("status", ctypes.c_int), ("constant", ctypes.c_long), ("precision", ctypes.c_long),
-        ("tolerance", ctypes.c_long), ("time_sec", ctypes.c_long), ("time_usec", ctypes.c_long), ("tick", ctypes.c_long),
-        ("ppsfreq", ctypes.c_long), ("jitter", ctypes.c_long), ("shift", ctypes.c_int), ("stabil", ctypes.c_long),
-        ("jitcnt", ctypes.c_long), ("calcnt", ctypes.c_long), ("errcnt", ctypes.c_long), ("stbcnt", ctypes.c_long),
-        ("tai", ctypes.c_int), ("pad", ctypes.c_int * 11),
+        ("modes", ctypes.c_uint),
+        ("offset", ctypes.c_long),
+        ("freq", ctypes.c_long),
+        ("maxerror", ctypes.c_long),
+        ("esterror", ctypes.c_long),
+        ("status", ctypes.c_int),
+        ("constant", ctypes.c_long),
+        ("precision", ctypes.c_long),
+        ("tolerance", ctypes.c_long),
+        ("time_sec", ctypes.c_long),
+        ("time_usec", ctypes.c_long),
+        ("tick", ctypes.c_long),
+        ("ppsfreq", ctypes.c_long),
+        ("jitter", ctypes.c_long),
+        ("shift", ctypes.c_int),
+        ("stabil", ctypes.c_long),
+        ("jitcnt", ctypes.c_long),
+        ("calcnt", ctypes.c_long),
+        ("errcnt", ctypes.c_long),
+        ("stbcnt", ctypes.c_long),
+        ("tai", ctypes.c_int),
+        ("pad", ctypes.c_int * 11),
     ]
 
 
@@ -120,8 +136,16 @@ def clock_discipline() -> ClockDiscipline:
             r = subprocess.run(["chronyc", "-c", "tracking"], capture_output=True, text=True, timeout=2)
             f = r.stdout.strip().split(",")
             if r.returncode == 0 and len(f) >= 14:
-                out.chrony = Chrony(reference=f[1], stratum=int(f[2]), system_time_offset_s=float(f[4]), last_offset_s=float(f[5]), rms_offset_s=float(f[6]),
-                                    frequency_ppm=float(f[7]), skew_ppm=float(f[9]), leap=f[13])
+                out.chrony = Chrony(
+                    reference=f[1],
+                    stratum=int(f[2]),
+                    system_time_offset_s=float(f[4]),
+                    last_offset_s=float(f[5]),
+                    rms_offset_s=float(f[6]),
+                    frequency_ppm=float(f[7]),
+                    skew_ppm=float(f[9]),
+                    leap=f[13],
+                )
             else:
                 out.chrony = Chrony(note=(r.stderr.strip() or r.stdout.strip() or "chronyd not answering")[:200])
         except (OSError, subprocess.TimeoutExpired, ValueError) as e:
@@ -145,34 +169,36 @@ def gather(cgroup_note: str | None = None) -> Machine:
         load = os.getloadavg()
     except OSError:
         load = None
-    return Machine.model_validate({
-        "host": socket.gethostname(),
-        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "kernel": {"release": u.release, "version": u.version, "machine": u.machine, "cmdline": _read("/proc/cmdline")},
-        "cpu": {
-            "model": _cpu_model(),
-            "cpus": os.cpu_count(),
-            "usable_cpus": sorted(os.sched_getaffinity(0)),
-            "isolated": _read("/sys/devices/system/cpu/isolated"),
-            "smt": _read("/sys/devices/system/cpu/smt/active"),
-        },
-        "memory_kib": next((int(l.split()[1]) for l in (_read("/proc/meminfo") or "").splitlines() if l.startswith("MemTotal:")), None),
-        "clocksource": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
-        "clock_discipline": clock_discipline(),
-        "cpufreq": _cpufreq(),
-        "cpuidle_driver": _read("/sys/devices/system/cpu/cpuidle/current_driver"),
-        "preempt": _read("/sys/kernel/debug/sched/preempt") or _preempt_from_version(u.version),
-        "loadavg_at_start": load,
-        "privileges": {"euid": os.geteuid(), "capabilities": _caps()},
-        "cgroup": cgroup_note,
-        "tracefs": next((p for p in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing") if Path(p, "trace").exists()), None),
-        "software": _versions(),
-        "loopscope_git": _git(),
-        "executable": sys.executable,
-        "boot_id": _read("/proc/sys/kernel/random/boot_id"),
-        "pid_ns": _ns_inode("pid"),
-        "loopscope_version": _own_version(),
-    })
+    return Machine.model_validate(
+        {
+            "host": socket.gethostname(),
+            "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "kernel": {"release": u.release, "version": u.version, "machine": u.machine, "cmdline": _read("/proc/cmdline")},
+            "cpu": {
+                "model": _cpu_model(),
+                "cpus": os.cpu_count(),
+                "usable_cpus": sorted(os.sched_getaffinity(0)),
+                "isolated": _read("/sys/devices/system/cpu/isolated"),
+                "smt": _read("/sys/devices/system/cpu/smt/active"),
+            },
+            "memory_kib": next((int(l.split()[1]) for l in (_read("/proc/meminfo") or "").splitlines() if l.startswith("MemTotal:")), None),
+            "clocksource": _read("/sys/devices/system/clocksource/clocksource0/current_clocksource"),
+            "clock_discipline": clock_discipline(),
+            "cpufreq": _cpufreq(),
+            "cpuidle_driver": _read("/sys/devices/system/cpu/cpuidle/current_driver"),
+            "preempt": _read("/sys/kernel/debug/sched/preempt") or _preempt_from_version(u.version),
+            "loadavg_at_start": load,
+            "privileges": {"euid": os.geteuid(), "capabilities": _caps()},
+            "cgroup": cgroup_note,
+            "tracefs": next((p for p in ("/sys/kernel/tracing", "/sys/kernel/debug/tracing") if Path(p, "trace").exists()), None),
+            "software": _versions(),
+            "loopscope_git": _git(),
+            "executable": sys.executable,
+            "boot_id": _read("/proc/sys/kernel/random/boot_id"),
+            "pid_ns": _ns_inode("pid"),
+            "loopscope_version": _own_version(),
+        }
+    )
 
 
 def _ns_inode(kind: str) -> int | None:

@@ -135,7 +135,9 @@ def check(phases: list[dict[str, Any]]) -> list[str]:
                 problems.append(str(e))
             if t["kind"] == "dma_latency":
                 if not os.access("/dev/cpu_dma_latency", os.W_OK):
-                    problems.append(f"phases.{i}.tunings.{j} (dma_latency): /dev/cpu_dma_latency cannot be written (not root?); run as root or remove the tuning")
+                    problems.append(
+                        f"phases.{i}.tunings.{j} (dma_latency): /dev/cpu_dma_latency cannot be written (not root?); run as root or remove the tuning"
+                    )
     return problems
 
 
@@ -169,7 +171,9 @@ class Applied:
                 try:
                     f.write_text(ch.new + "\n")
                 except OSError as e:
-                    raise RunError(f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value", component="tunings") from None
+                    raise RunError(
+                        f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value", component="tunings"
+                    ) from None
 
     def _hold_dma(self, us: int) -> None:
         import struct
@@ -184,7 +188,14 @@ class Applied:
         """What was changed, old and new (for run.json and provenance)."""
         out = [{"tuning": c.tuning, "path": c.path, "old": c.old, "new": c.new} for c in self.done]
         if self.dma_us is not None:
-            out.append({"tuning": "dma_latency", "path": "/dev/cpu_dma_latency", "old": "(no request: the idle states as configured)", "new": f"{self.dma_us} µs, held open"})
+            out.append(
+                {
+                    "tuning": "dma_latency",
+                    "path": "/dev/cpu_dma_latency",
+                    "old": "(no request: the idle states as configured)",
+                    "new": f"{self.dma_us} µs, held open",
+                }
+            )
         return out
 
     def restore(self) -> list[str]:

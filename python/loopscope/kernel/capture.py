@@ -286,7 +286,18 @@ KEPT: TypeAdapter[Kept] = TypeAdapter(Kept)
 class Capture:
     """One kernel capture: a tracefs instance and its reader, until ``stop``."""
 
-    def __init__(self, out_dir: Path, events: list[str] | None = None, buffer_mb: int | None = None, window_s: float | None = None, name: str | None = None, group: Path | None = None, read: str = "between-windows", flight: str = "alternate", reach_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        out_dir: Path,
+        events: list[str] | None = None,
+        buffer_mb: int | None = None,
+        window_s: float | None = None,
+        name: str | None = None,
+        group: Path | None = None,
+        read: str = "between-windows",
+        flight: str = "alternate",
+        reach_ns: int | None = None,
+    ) -> None:
         self.read = read
         self.reach_ns = reach_ns
         self.flight = flight
@@ -316,10 +327,23 @@ class Capture:
                 pass
 
     def argv(self) -> list[str]:
-        return [sys.executable, "-m", "loopscope.kernel.drain", "--instance", self.name, "--out", str(self.out_dir),
-                "--buffer-mb", str(self.buffer_mb), "--events", ",".join(self.events), *(["--continuously"] if self.read == "continuously" else []),
-                *(["--flight", self.flight] if self.read == "flight" else []), *(["--watch"] if self.read == "watch" else []),
-                *(["--reach-ms", str(self.reach_ns // 1_000_000)] if self.read == "flight" and self.reach_ns else [])]
+        return [
+            sys.executable,
+            "-m",
+            "loopscope.kernel.drain",
+            "--instance",
+            self.name,
+            "--out",
+            str(self.out_dir),
+            "--buffer-mb",
+            str(self.buffer_mb),
+            "--events",
+            ",".join(self.events),
+            *(["--continuously"] if self.read == "continuously" else []),
+            *(["--flight", self.flight] if self.read == "flight" else []),
+            *(["--watch"] if self.read == "watch" else []),
+            *(["--reach-ms", str(self.reach_ns // 1_000_000)] if self.read == "flight" and self.reach_ns else []),
+        ]
 
     def pid_file(self) -> Path | None:
         """A watching capture's ``set_event_pid`` (the threads to record are written there)."""
@@ -336,7 +360,9 @@ class Capture:
         # to return memory, inside the windows: the reader must run only when asked.
         env = {**(env or os.environ), "_RJEM_MALLOC_CONF": "background_thread:false"}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env)
+            self.proc = subprocess.Popen(
+                wrap(argv) if wrap else argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env
+            )
         self.started_ns = time.monotonic_ns()
         reply = self._reply(READY, timeout=20)
         if reply is None or not reply.get("ready"):
@@ -451,28 +477,30 @@ class Capture:
             return ""
 
     def meta(self) -> CaptureReport:
-        return CaptureReport.model_validate({
-            "tool": f"tracefs instance, read {self.read}",
-            "read": self.read,
-            "format": FORMAT,
-            "instance": self.name,
-            "events": self.events,
-            "missing_events": self.missing,
-            "filters": self.ready.get("filters") or {},
-            "unfiltered_events": self.ready.get("unfiltered") or [],
-            "refused": self.refused,
-            "data": str(self.out_dir) if (self.out_dir / "segments.jsonl").exists() else None,
-            "log": str(self.log),
-            "clock": "the kernel's CLOCK_MONOTONIC (not shifted by time namespaces)",
-            "timens_offset_ns": timens_offset_ns(),
-            "buffer_mb_per_cpu": self.buffer_mb,
-            "buffer_why": self.buffer_why,
-            "page_size": self.ready.get("page_size"),
-            "seconds": (self.stopped_ns - self.started_ns) / 1e9 if self.stopped_ns else None,
-            "reader_cpu_s": self.cpu_s,
-            "reader_tids": self.tids,
-            "reader": self.final.get("totals"),
-        })
+        return CaptureReport.model_validate(
+            {
+                "tool": f"tracefs instance, read {self.read}",
+                "read": self.read,
+                "format": FORMAT,
+                "instance": self.name,
+                "events": self.events,
+                "missing_events": self.missing,
+                "filters": self.ready.get("filters") or {},
+                "unfiltered_events": self.ready.get("unfiltered") or [],
+                "refused": self.refused,
+                "data": str(self.out_dir) if (self.out_dir / "segments.jsonl").exists() else None,
+                "log": str(self.log),
+                "clock": "the kernel's CLOCK_MONOTONIC (not shifted by time namespaces)",
+                "timens_offset_ns": timens_offset_ns(),
+                "buffer_mb_per_cpu": self.buffer_mb,
+                "buffer_why": self.buffer_why,
+                "page_size": self.ready.get("page_size"),
+                "seconds": (self.stopped_ns - self.started_ns) / 1e9 if self.stopped_ns else None,
+                "reader_cpu_s": self.cpu_s,
+                "reader_tids": self.tids,
+                "reader": self.final.get("totals"),
+            }
+        )
 
 
 def _close_pipes(p: subprocess.Popen[bytes]) -> None:

@@ -147,10 +147,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--buffer-mb", type=int, required=True)
     ap.add_argument("--events", required=True)
     ap.add_argument("--continuously", action="store_true", help="read whenever there is data (at SCHED_IDLE), not only when asked or half full")
-    ap.add_argument("--watch", action="store_true", help="record only the threads in the instance's set_event_pid (and those they start); read every half second")
+    ap.add_argument(
+        "--watch", action="store_true", help="record only the threads in the instance's set_event_pid (and those they start); read every half second"
+    )
     ap.add_argument("--reach-ms", type=int, default=8000, help="a draining flight recorder keeps this much of the past in memory")
-    ap.add_argument("--flight", choices=["alternate", "pause", "drain"], default=None,
-                    help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read")
+    ap.add_argument(
+        "--flight",
+        choices=["alternate", "pause", "drain"],
+        default=None,
+        help="a flight recorder: the buffers overwrite, read only by a keep line; alternate: two instances, one recording while the other is read; pause: one, paused while read",
+    )
     a = ap.parse_args(argv)
 
     set_comm("ls-kcapture")

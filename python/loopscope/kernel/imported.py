@@ -131,8 +131,15 @@ def _counted_not_placed(stats: list[str], placed: dict[int, int], span: tuple[in
         n = sum(int(kv[k]) for k in ("overrun", "commit overrun", "dropped events") if kv.get(k, "").isdigit())
         cpu = int(kv["CPU"])
         if n > placed.get(cpu, 0):
-            out.append({"cpu": cpu, "start_ns": span[0], "end_ns": span[1], "events": n - placed.get(cpu, 0),
-                        "why": "the buffer's counters (trace-cmd's CPUSTAT; no page said where)"})
+            out.append(
+                {
+                    "cpu": cpu,
+                    "start_ns": span[0],
+                    "end_ns": span[1],
+                    "events": n - placed.get(cpu, 0),
+                    "why": "the buffer's counters (trace-cmd's CPUSTAT; no page said where)",
+                }
+            )
     return out
 
 
@@ -174,11 +181,19 @@ def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source
 
     cpus = meta.get("nr_cpus") or meta.get("cpu_count")
     return {
-        "file": str(path.resolve()), "bytes": path.stat().st_size, "format": kind, "version": int(str(meta.get("version") or 0)),
-        "recorder": f"perf {s('perf_version')}" if kind == "perf.data" and s("perf_version") else (f"trace-cmd {s('tool_version')}" if s("tool_version") else None),
+        "file": str(path.resolve()),
+        "bytes": path.stat().st_size,
+        "format": kind,
+        "version": int(str(meta.get("version") or 0)),
+        "recorder": f"perf {s('perf_version')}"
+        if kind == "perf.data" and s("perf_version")
+        else (f"trace-cmd {s('tool_version')}" if s("tool_version") else None),
         "machine": " ".join(x for x in (s("hostname"), s("os_release") or s("uname")) if x) or None,
-        "command": s("command"), "clock": str(meta.get("clock") or "local"), "compression": s("compression"),
-        "cpus": int(str(cpus)) if cpus else None, "notes": notes,
+        "command": s("command"),
+        "clock": str(meta.get("clock") or "local"),
+        "compression": s("compression"),
+        "cpus": int(str(cpus)) if cpus else None,
+        "notes": notes,
     }
 
 
@@ -203,8 +218,16 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
         # the top buffer's own counters (trace-cmd keeps them): what its pages did not say
         extra = _counted_not_placed(meta["cpustats"], d.placed, d.span)
         if extra:
-            seg = {"seg": d.segments, "reason": "the buffer's counters", "label": path.name, "events": 0, "t_first_ns": None, "t_last_ns": None,
-                   "lost": extra, "file": None}
+            seg = {
+                "seg": d.segments,
+                "reason": "the buffer's counters",
+                "label": path.name,
+                "events": 0,
+                "t_first_ns": None,
+                "t_last_ns": None,
+                "lost": extra,
+                "file": None,
+            }
             with open(cap_dir / "segments.jsonl", "a") as index:
                 index.write(json.dumps(seg) + "\n")
             d.lost_events += sum(w["events"] for w in extra)
@@ -219,18 +242,34 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
         notes.append("the recording holds no events")
     src = _source(path, kind, meta, notes)
     _write_record(out, host, path, kind, src, sorted(d.present), notes, int(str(meta.get("page_size") or 0)) or None)
-    return {"run_dir": str(out), "format": kind, "version": src["version"], "kernel_events": d.total, "lost_kernel_events": d.lost_events, "lost_windows": d.lost_windows,
-            "lost_unknown_windows": d.lost_unknown, "segments": d.segments, "seconds": secs, "events_per_s": d.total / secs if secs > 0 else 0.0, "notes": notes}
+    return {
+        "run_dir": str(out),
+        "format": kind,
+        "version": src["version"],
+        "kernel_events": d.total,
+        "lost_kernel_events": d.lost_events,
+        "lost_windows": d.lost_windows,
+        "lost_unknown_windows": d.lost_unknown,
+        "segments": d.segments,
+        "seconds": secs,
+        "events_per_s": d.total / secs if secs > 0 else 0.0,
+        "notes": notes,
+    }
 
 
 def _file_notes(meta: ImportMeta, kind: str) -> list[str]:
     """What the file itself says a reader should know: formats that do not parse, the recorder's notes, buffers left out."""
-    notes: list[str] = [f"{len(meta['bad_formats'])} event format(s) in the file do not parse; their records count as unknown: "
-                        + "; ".join(meta["bad_formats"][:3])] if meta["bad_formats"] else []
+    notes: list[str] = (
+        [f"{len(meta['bad_formats'])} event format(s) in the file do not parse; their records count as unknown: " + "; ".join(meta["bad_formats"][:3])]
+        if meta["bad_formats"]
+        else []
+    )
     notes += [n for n in meta["cpustats"] if n.startswith("note:")]
     if kind == "trace.dat" and len(meta.get("buffers") or []) > 1:
-        notes.append(f"the file holds {len(meta['buffers'])} buffers ({', '.join(b or 'top' for b in meta['buffers'])}); "
-                     f"{meta['buffers'][0] or 'top'!r}, the one with the most data, is imported")
+        notes.append(
+            f"the file holds {len(meta['buffers'])} buffers ({', '.join(b or 'top' for b in meta['buffers'])}); "
+            f"{meta['buffers'][0] or 'top'!r}, the one with the most data, is imported"
+        )
     return notes
 
 
@@ -257,6 +296,7 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
     pending: Future[S.Segment] | None = None
     write = _Writer(cap_dir)
     with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(1, thread_name_prefix="ls-import-write") as pool:
+
         def done(f: Future[S.Segment] | None) -> None:
             if f is not None:
                 index.write(json.dumps(f.result()) + "\n")
@@ -268,8 +308,18 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
             got = imp.take()
             lost = S.lost_list(got)
             n = len(got["columns"]["t_ns"])
-            seg: S.Segment = {"seg": d.segments, "reason": f"imported from {kind}", "label": label, "read_ns": time.perf_counter_ns() - t_read,
-                              "events": n, "t_first_ns": None, "t_last_ns": None, "lost": lost, "file": None, "counts": got["counts"]}
+            seg: S.Segment = {
+                "seg": d.segments,
+                "reason": f"imported from {kind}",
+                "label": label,
+                "read_ns": time.perf_counter_ns() - t_read,
+                "events": n,
+                "t_first_ns": None,
+                "t_last_ns": None,
+                "lost": lost,
+                "file": None,
+                "counts": got["counts"],
+            }
             if len(got["strings"]) != n_strings:
                 seg["strings"], seg["event_names"] = got["strings"], got["events"]
                 n_strings = len(got["strings"])
@@ -295,15 +345,34 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
 def _write_record(out: Path, host: str, path: Path, kind: str, src: Source, present: list[str], notes: list[str], page_size: int | None) -> None:
     """The imported run's record: one host, its capture, and what the file said about itself."""
     missing = [e for e in ("sched_switch",) if e not in present] + ([] if set(present) & {"sched_wakeup", "sched_waking"} else ["sched_wakeup or sched_waking"])
-    cap = Capture.model_validate({
-        "host": host, "covers": [host], "dir": f"hosts/{host}/kernel", "data": f"hosts/{host}/kernel", "format": FORMAT,
-        "tool": "trace-cmd" if kind == "trace.dat" else "perf", "read": "imported", "clock": src["clock"],
-        "events": present, "missing_events": missing, "page_size": page_size, "imported": src,
-    })
+    cap = Capture.model_validate(
+        {
+            "host": host,
+            "covers": [host],
+            "dir": f"hosts/{host}/kernel",
+            "data": f"hosts/{host}/kernel",
+            "format": FORMAT,
+            "tool": "trace-cmd" if kind == "trace.dat" else "perf",
+            "read": "imported",
+            "clock": src["clock"],
+            "events": present,
+            "missing_events": missing,
+            "page_size": page_size,
+            "imported": src,
+        }
+    )
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    rec = RunRecord(run_id=out.name, name=f"import-{path.stem}", status="imported", started_utc=now, ended_utc=now, command=list(sys.argv),
-                    notes=[f"imported from {path} ({kind} version {src['version']}); its times are on the recording's {src['clock']!r} clock", *notes],
-                    hosts={host: "imported"}, kernel=KernelRecord(captures=[cap]))
+    rec = RunRecord(
+        run_id=out.name,
+        name=f"import-{path.stem}",
+        status="imported",
+        started_utc=now,
+        ended_utc=now,
+        command=list(sys.argv),
+        notes=[f"imported from {path} ({kind} version {src['version']}); its times are on the recording's {src['clock']!r} clock", *notes],
+        hosts={host: "imported"},
+        kernel=KernelRecord(captures=[cap]),
+    )
     RunDir(out).write_record(rec)
 
 
@@ -327,4 +396,3 @@ def remove_partial(out: Path) -> None:
         os.rmdir(out.parent)
     except OSError:
         pass
-

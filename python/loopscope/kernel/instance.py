@@ -1,5 +1,5 @@
-"""The tracefs instance a kernel capture's reader owns (``Reader``), and the
-draining flight recorder's memory (``Ring``).
+"""The tracefs instance a kernel capture's reader owns (``Reader``); the
+draining flight recorder's memory is ``ring.py``.
 
 ``Reader`` creates the instance (and a twin for ``alternate``), reads its
 buffers into segments when asked or when a CPU's buffer is half full, keeps
@@ -21,9 +21,9 @@ import polars as pl
 
 from loopscope.kernel.capture import timens_offset_ns
 from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
-from collections import deque
 from loopscope import _native
 from loopscope.kernel.capture import remove_instance
+from loopscope.kernel.ring import Ring
 
 if TYPE_CHECKING:
     from loopscope.kernel.store import LostWindow, Segment
@@ -52,53 +52,6 @@ def _timens_offset() -> int:
     return timens_offset_ns()
 
 
-class Ring:
-    """A draining flight recorder's memory: per CPU, the pages read from the
-    kernel in order, each with its header's time, for ``reach_ns``; and the
-    stretches the kernel overwrote before a read took them."""
-
-    def __init__(self, reach_ns: int, page_size: int) -> None:
-
-        self.reach_ns, self.page_size = reach_ns, page_size
-        self.pages: dict[int, deque[tuple[int, bytes]]] = {}
-        self.gaps: list[tuple[int, int, int, int]] = []  # (cpu, from, to, events)
-        self.bytes = 0
-        self.cut: dict[int, int] = {}  # per CPU, once pages were let go: the time the oldest kept page starts
-
-    def add(self, cpu: int, buf: bytes) -> None:
-
-        q = self.pages.setdefault(cpu, deque())
-        ps = self.page_size
-        for i in range(0, len(buf), ps):
-            page = buf[i:i + ps]
-            if len(page) < 16:
-                continue
-            q.append((int.from_bytes(page[:8], "little"), page))
-            self.bytes += len(page)
-
-    def trim(self, now_k: int) -> None:
-        """Pages whose whole span ended more than ``reach_ns`` ago go (the next page's time is where a page ends)."""
-        edge = now_k - self.reach_ns
-        for c, q in self.pages.items():
-            while len(q) > 1 and q[1][0] < edge:
-                self.bytes -= len(q.popleft()[1])
-                self.cut[c] = q[0][0]
-        self.gaps = [g for g in self.gaps if g[2] >= edge]
-
-    def over(self, cpu: int, t0: int, t1: int) -> list[bytes]:
-        """The pages of ``cpu`` that may hold events in [t0, t1]."""
-        q = self.pages.get(cpu)
-        if not q:
-            return []
-        out = []
-        items = list(q)
-        for i, (ts, page) in enumerate(items):
-            end = items[i + 1][0] if i + 1 < len(items) else None
-            if ts <= t1 and (end is None or end >= t0):
-                out.append(page)
-        return out
-
-
 def _stats(inst: Path, cpu: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
@@ -117,8 +70,9 @@ def _dropped(st: dict[str, int]) -> int:
 
 
 class Reader:
-    def __init__(self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None,
-                 watch: bool = False) -> None:
+    def __init__(
+        self, tf: Path, name: str, out: Path, buffer_mb: int, events: list[str], continuously: bool = False, flight: str | None = None, watch: bool = False
+    ) -> None:
         self.continuously = continuously or watch
         #: record only the threads in set_event_pid (and those they start)
         self.watch = watch
@@ -149,8 +103,20 @@ class Reader:
         self.unfiltered: list[str] = []  # events recorded for every thread: this kernel refused the per-thread filter
         self.fds: dict[int, int] = {}
         self.seg = 0
-        self.totals = {"segments": 0, "events": 0, "lost_events": 0, "lost_unknown_windows": 0, "bytes_read": 0, "bytes_written": 0,
-                       "damaged_pages": 0, "unknown_records": 0, "reads_asked": 0, "reads_half_full": 0, "read_ns": 0, "write_errors": 0}
+        self.totals = {
+            "segments": 0,
+            "events": 0,
+            "lost_events": 0,
+            "lost_unknown_windows": 0,
+            "bytes_read": 0,
+            "bytes_written": 0,
+            "damaged_pages": 0,
+            "unknown_records": 0,
+            "reads_asked": 0,
+            "reads_half_full": 0,
+            "read_ns": 0,
+            "write_errors": 0,
+        }
         self.half_full: list[HalfFull] = []
         self.n_strings = -1
 
@@ -221,7 +187,15 @@ class Reader:
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
         self.last_k: int = self.started_k
         self.since = [self.started_k for _ in self.pair]
-        return {"ready": True, "page_size": self.page_size, "cpus": cpus, "missing": self.missing, "filters": self.filters, "unfiltered": self.unfiltered, "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0])}
+        return {
+            "ready": True,
+            "page_size": self.page_size,
+            "cpus": cpus,
+            "missing": self.missing,
+            "filters": self.filters,
+            "unfiltered": self.unfiltered,
+            "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0]),
+        }
 
     def _twin(self, cpus: list[int]) -> tuple[Path, dict[int, int]]:
         """The flight recorder's second instance, set up as the first, not recording."""
@@ -265,8 +239,22 @@ class Reader:
         t_last = int(df["t_ns"].max()) if len(df) else None  # type: ignore[arg-type]
         self._place_counted(lost, now_k)
         self.last_k = now_k
-        seg: store.Segment = {"seg": self.seg, "reason": reason, "label": label, "read_start_mono_ns": t0, "read_ns": t_read - t0, "bytes_read": nbytes,
-               "decode_ns": dec_ns, "frame_ns": t_frame - t_read, "events": len(df), "t_first_ns": t_first, "t_last_ns": t_last, "lost": lost, "file": None, "counts": got["counts"]}
+        seg: store.Segment = {
+            "seg": self.seg,
+            "reason": reason,
+            "label": label,
+            "read_start_mono_ns": t0,
+            "read_ns": t_read - t0,
+            "bytes_read": nbytes,
+            "decode_ns": dec_ns,
+            "frame_ns": t_frame - t_read,
+            "events": len(df),
+            "t_first_ns": t_first,
+            "t_last_ns": t_last,
+            "lost": lost,
+            "file": None,
+            "counts": got["counts"],
+        }
         if len(got["strings"]) != self.n_strings:
             seg["strings"], seg["event_names"] = got["strings"], got["events"]
             self.n_strings = len(got["strings"])
@@ -280,13 +268,26 @@ class Reader:
                 self.totals["write_errors"] += 1
                 seg["write_error"] = str(e)
                 unwritten: list[store.LostWindow] = [
-                    {"cpu": int(c), "start_ns": int(g["t_ns"].min()), "end_ns": int(g["t_ns"].max()), "events": len(g),  # type: ignore[arg-type]
-                     "why": f"the segment could not be written: {e}"} for (c,), g in df.group_by("cpu")]
+                    {
+                        "cpu": int(c),
+                        "start_ns": int(g["t_ns"].min()),  # type: ignore[arg-type]
+                        "end_ns": int(g["t_ns"].max()),  # type: ignore[arg-type]
+                        "events": len(g),
+                        "why": f"the segment could not be written: {e}",
+                    }
+                    for (c,), g in df.group_by("cpu")
+                ]
                 seg["lost"] = [*lost, *unwritten]
         seg["write_ns"] = time.monotonic_ns() - t_frame
         self.seg += 1
         self._count(seg, got["counts"], nbytes, reason, t0, label)
-        return {"seg": self.seg - 1, "events": len(df), "lost_events": sum(max(0, w["events"]) for w in seg["lost"]), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "bytes_read": nbytes}
+        return {
+            "seg": self.seg - 1,
+            "events": len(df),
+            "lost_events": sum(max(0, w["events"]) for w in seg["lost"]),
+            "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"],
+            "bytes_read": nbytes,
+        }
 
     def _read_buffers(self) -> tuple[int, int]:
         """Every CPU's buffer read and its pages given to the decoder: the bytes read and the ns spent decoding."""
@@ -319,8 +320,15 @@ class Reader:
                     w["events"] = rest // len(unknown) + (1 if i < rest % len(unknown) else 0)
                     w["why"] += "; count from the buffer's overrun counter"
             elif rest > 0:
-                lost.append({"cpu": c, "start_ns": self.last_k if self.seg else self.started_k, "end_ns": now_k, "events": rest,
-                             "why": "the buffer's overrun counter (no page said where)"})
+                lost.append(
+                    {
+                        "cpu": c,
+                        "start_ns": self.last_k if self.seg else self.started_k,
+                        "end_ns": now_k,
+                        "events": rest,
+                        "why": "the buffer's overrun counter (no page said where)",
+                    }
+                )
 
     def _count(self, seg: Segment, counts: dict[str, int], nbytes: int, reason: str, t0: int, label: str) -> None:
         """A written segment added to the totals, and its line appended to segments.jsonl (synced)."""
@@ -335,7 +343,9 @@ class Reader:
         t["read_ns"] += seg["read_ns"] + seg["frame_ns"] + seg["write_ns"]
         t["reads_asked" if reason == "asked" else "reads_half_full"] += 1
         if reason == "half full":
-            self.half_full.append({"mono_ns": t0, "kernel_ns": t0 - _timens_offset(), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "after": label})
+            self.half_full.append(
+                {"mono_ns": t0, "kernel_ns": t0 - _timens_offset(), "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"], "after": label}
+            )
         try:
             self.index.write(json.dumps(seg) + "\n")
             self.index.flush()
@@ -485,23 +495,57 @@ class Reader:
         win = new.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)).sort("t_ns", maintain_order=True)
         read_ns = time.monotonic_ns() - t_read
         placed: list[Any] = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1]
-        placed += [{"cpu": c, "start_ns": a, "end_ns": b, "events": ev, "why": "the kernel overwrote these before the recorder's read took them"}
-                   for c, a, b, ev in ring.gaps if b > t0 and a < t1]
+        placed += [
+            {"cpu": c, "start_ns": a, "end_ns": b, "events": ev, "why": "the kernel overwrote these before the recorder's read took them"}
+            for c, a, b, ev in ring.gaps
+            if b > t0 and a < t1
+        ]
         self.totals["reads_asked"] += 1
         return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
 
-    def _write_kept(self, win: pl.DataFrame, t0: int, t1: int, dest: Path, short: list[dict[str, int]], blind: list[tuple[int, int]],
-                    placed: list[Any], pause: tuple[int, int] | None, n_read: int, nbytes: int, read_ns: int = 0) -> Kept:
+    def _write_kept(
+        self,
+        win: pl.DataFrame,
+        t0: int,
+        t1: int,
+        dest: Path,
+        short: list[dict[str, int]],
+        blind: list[tuple[int, int]],
+        placed: list[Any],
+        pause: tuple[int, int] | None,
+        n_read: int,
+        nbytes: int,
+        read_ns: int = 0,
+    ) -> Kept:
         from loopscope.kernel import store
 
         (dest / "events").mkdir(parents=True, exist_ok=True)
-        lost: list[store.LostWindow] = [{"cpu": w["cpu"], "start_ns": w["from_ns"], "end_ns": w["to_ns"], "events": 1,
-                                         "why": "the flight recorder's buffer had overwritten this before the window was kept"} for w in short]
+        lost: list[store.LostWindow] = [
+            {
+                "cpu": w["cpu"],
+                "start_ns": w["from_ns"],
+                "end_ns": w["to_ns"],
+                "events": 1,
+                "why": "the flight recorder's buffer had overwritten this before the window was kept",
+            }
+            for w in short
+        ]
         lost += [{"cpu": c, "start_ns": a, "end_ns": b, "events": 1, "why": "tracing was paused to keep an earlier window"} for a, b in blind for c in self.fds]
         lost += placed
-        seg: store.Segment = {"seg": 0, "reason": "kept", "label": dest.name, "read_ns": read_ns, "bytes_read": nbytes,
-                              "events": len(win), "t_first_ns": t0, "t_last_ns": t1, "lost": lost, "file": None,
-                              "strings": self.k_strings, "event_names": self.k_events}
+        seg: store.Segment = {
+            "seg": 0,
+            "reason": "kept",
+            "label": dest.name,
+            "read_ns": read_ns,
+            "bytes_read": nbytes,
+            "events": len(win),
+            "t_first_ns": t0,
+            "t_last_ns": t1,
+            "lost": lost,
+            "file": None,
+            "strings": self.k_strings,
+            "event_names": self.k_events,
+        }
         t_w = time.monotonic_ns()
         if len(win):
             written = store.write_segment(dest, 0, win, sync=False)
@@ -512,8 +556,18 @@ class Reader:
         t["events"] += len(win)
         t["bytes_read"] += nbytes
         t["read_ns"] += read_ns
-        return {"kept": len(win), "read": n_read, "read_ns": read_ns, "age_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset() - t0, "write_ns": time.monotonic_ns() - t_w, "paused_ns": pause[1] - pause[0] if pause else 0,
-                "pause": list(pause) if pause else [], "short": short, "blind": [list(b) for b in blind], "bytes": seg.get("bytes", 0)}
+        return {
+            "kept": len(win),
+            "read": n_read,
+            "read_ns": read_ns,
+            "age_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset() - t0,
+            "write_ns": time.monotonic_ns() - t_w,
+            "paused_ns": pause[1] - pause[0] if pause else 0,
+            "pause": list(pause) if pause else [],
+            "short": short,
+            "blind": [list(b) for b in blind],
+            "bytes": seg.get("bytes", 0),
+        }
 
     def close(self) -> None:
 

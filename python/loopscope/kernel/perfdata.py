@@ -47,10 +47,25 @@ LINE = r"^\s*(?P<tid>\d+)\s+\[(?P<cpu>\d+)\]\s+(?P<sec>\d+)\.(?P<ns>\d{9}):\s+(?
 FIELDS = "tid,cpu,time,event,trace"
 
 SCHEMA = {
-    "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
-    "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
-    "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
-    "expires": pl.Int64, "softexpires": pl.Int64, "prio": pl.Int32, "next_prio": pl.Int32,
+    "t_ns": pl.Int64,
+    "cpu": pl.Int32,
+    "pid": pl.Int32,
+    "tid": pl.Int32,
+    "comm": pl.String,
+    "event": pl.String,
+    "target": pl.Int32,
+    "target_comm": pl.String,
+    "next_pid": pl.Int32,
+    "next_comm": pl.String,
+    "prev_state": pl.String,
+    "irq": pl.Int32,
+    "name": pl.String,
+    "dest_cpu": pl.Int32,
+    "runtime": pl.Int64,
+    "expires": pl.Int64,
+    "softexpires": pl.Int64,
+    "prio": pl.Int32,
+    "next_prio": pl.Int32,
 }
 
 
@@ -81,11 +96,15 @@ def lost_windows(lines: pl.Series) -> pl.DataFrame:
     ``lines`` are perf script's lines, each CPU's in time order."""
     if not lines.str.contains("PERF_RECORD_LOST", literal=True).any():
         return pl.DataFrame(schema=LOST_SCHEMA)
-    df = pl.DataFrame({"line": lines}).with_columns(
-        pl.col("line").str.extract(STAMP, 1).cast(pl.Int32).alias("cpu"),
-        (pl.col("line").str.extract(STAMP, 2).cast(pl.Int64) * 1_000_000_000 + pl.col("line").str.extract(STAMP, 3).cast(pl.Int64)).alias("t"),
-        pl.col("line").str.extract(r"PERF_RECORD_LOST lost (\d+)", 1).cast(pl.Int64).alias("n"),
-    ).drop_nulls("cpu")
+    df = (
+        pl.DataFrame({"line": lines})
+        .with_columns(
+            pl.col("line").str.extract(STAMP, 1).cast(pl.Int32).alias("cpu"),
+            (pl.col("line").str.extract(STAMP, 2).cast(pl.Int64) * 1_000_000_000 + pl.col("line").str.extract(STAMP, 3).cast(pl.Int64)).alias("t"),
+            pl.col("line").str.extract(r"PERF_RECORD_LOST lost (\d+)", 1).cast(pl.Int64).alias("n"),
+        )
+        .drop_nulls("cpu")
+    )
     if not len(df) or df["n"].null_count() == len(df):
         return pl.DataFrame(schema=LOST_SCHEMA)
     # the previous stamp on the same CPU that is not itself a LOST record
@@ -106,7 +125,14 @@ def script(data: Path) -> tuple[pl.Series, int]:
         procs = []
         for c, f in enumerate(files):
             out = open(f, "wb")
-            procs.append((subprocess.Popen(["perf", "script", "--ns", "-F", FIELDS, "--show-lost-events", "--cpu", str(c), "-i", str(data)], stdout=out, stderr=subprocess.PIPE), out))
+            procs.append(
+                (
+                    subprocess.Popen(
+                        ["perf", "script", "--ns", "-F", FIELDS, "--show-lost-events", "--cpu", str(c), "-i", str(data)], stdout=out, stderr=subprocess.PIPE
+                    ),
+                    out,
+                )
+            )
         errs = []
         chunks = 0
         for p, out in procs:
@@ -119,7 +145,13 @@ def script(data: Path) -> tuple[pl.Series, int]:
                 errs.append(text.strip()[-300:])
         if errs:
             raise KernelReadError(f"perf script {data}: {errs[0]}")
-        parts = [pl.read_csv(f, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)["line"] for f in files if f.stat().st_size]
+        parts = [
+            pl.read_csv(f, has_header=False, separator="\x1f", quote_char=None, new_columns=["line"], schema={"line": pl.String}, truncate_ragged_lines=True)[
+                "line"
+            ]
+            for f in files
+            if f.stat().st_size
+        ]
     finally:
         for f in files:
             f.unlink(missing_ok=True)
@@ -138,7 +170,8 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
         return pl.DataFrame(schema=SCHEMA)
     df = df.with_columns(
         (pl.col("sec").cast(pl.Int64) * 1_000_000_000 + pl.col("ns").cast(pl.Int64)).alias("t_ns"),
-        pl.col("cpu").cast(pl.Int32), pl.col("tid").cast(pl.Int32),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("tid").cast(pl.Int32),
         pl.col("event").str.split(":").list.get(1).alias("event"),
     ).drop("sec", "ns")
     a = pl.col("args")
@@ -146,11 +179,23 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
     # Each event's fields by its own pattern, on its own rows only.
     sw = df.filter(pl.col("event") == "sched_switch")
     if len(sw):
-        g = sw["args"].str.extract_groups(r"prev_comm=(?P<target_comm>.*?) prev_pid=(?P<target>\d+) prev_prio=(?P<prio>-?\d+) prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>.*?) next_pid=(?P<next_pid>\d+) next_prio=(?P<next_prio>-?\d+)").struct.unnest()
+        g = (
+            sw["args"]
+            .str.extract_groups(
+                r"prev_comm=(?P<target_comm>.*?) prev_pid=(?P<target>\d+) prev_prio=(?P<prio>-?\d+) prev_state=(?P<prev_state>\S+) ==> next_comm=(?P<next_comm>.*?) next_pid=(?P<next_pid>\d+) next_prio=(?P<next_prio>-?\d+)"
+            )
+            .struct.unnest()
+        )
         parts.append(pl.concat([sw, g], how="horizontal"))
     wk = df.filter(pl.col("event").is_in(["sched_wakeup", "sched_waking", "sched_migrate_task"]))
     if len(wk):
-        g = wk["args"].str.extract_groups(r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) prio=(?P<prio>-?\d+)(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=\d+ dest_cpu=(?P<dc>\d+))?").struct.unnest()
+        g = (
+            wk["args"]
+            .str.extract_groups(
+                r"comm=(?P<target_comm>.*?) pid=(?P<target>\d+) prio=(?P<prio>-?\d+)(?: target_cpu=(?P<wt>\d+))?(?: orig_cpu=\d+ dest_cpu=(?P<dc>\d+))?"
+            )
+            .struct.unnest()
+        )
         g = g.with_columns(pl.coalesce("dc", "wt").alias("dest_cpu")).drop("dc", "wt")
         parts.append(pl.concat([wk, g], how="horizontal"))
     rt = df.filter(pl.col("event") == "sched_stat_runtime")
@@ -160,14 +205,20 @@ def parse(text: str | pl.Series) -> pl.DataFrame:
     other = df.filter(~pl.col("event").is_in(["sched_switch", "sched_wakeup", "sched_waking", "sched_migrate_task", "sched_stat_runtime"]))
     if len(other):
         ev = pl.col("event")
-        parts.append(other.with_columns(
-            pl.when(ev.str.starts_with("irq_handler")).then(a.str.extract(r"irq=(\d+)")).alias("irq"),
-            pl.when(ev == "irq_handler_entry").then(a.str.extract(r"name=(\S+)"))
-            .when(ev.str.starts_with("softirq")).then(a.str.extract(r"action=(\w+)"))
-            .when(ev == "hrtimer_expire_entry").then(a.str.extract(r"function=(\S+)"))
-            .when(ev.is_in(["napi_poll", "netif_receive_skb"])).then(a.str.extract(r"dev=(\S+)"))
-            .alias("name"),
-        ))
+        parts.append(
+            other.with_columns(
+                pl.when(ev.str.starts_with("irq_handler")).then(a.str.extract(r"irq=(\d+)")).alias("irq"),
+                pl.when(ev == "irq_handler_entry")
+                .then(a.str.extract(r"name=(\S+)"))
+                .when(ev.str.starts_with("softirq"))
+                .then(a.str.extract(r"action=(\w+)"))
+                .when(ev == "hrtimer_expire_entry")
+                .then(a.str.extract(r"function=(\S+)"))
+                .when(ev.is_in(["napi_poll", "netif_receive_skb"]))
+                .then(a.str.extract(r"dev=(\S+)"))
+                .alias("name"),
+            )
+        )
     out = pl.concat(parts, how="diagonal_relaxed")
     for c, dt in SCHEMA.items():
         if c not in out.columns:

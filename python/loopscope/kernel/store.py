@@ -44,13 +44,45 @@ if TYPE_CHECKING:
     from loopscope._native import _Decoded as Decoded
 
 SCHEMA = {
-    "t_ns": pl.Int64, "cpu": pl.Int32, "pid": pl.Int32, "tid": pl.Int32, "comm": pl.String, "event": pl.String,
-    "target": pl.Int32, "target_comm": pl.String, "next_pid": pl.Int32, "next_comm": pl.String, "prev_state": pl.String,
-    "irq": pl.Int32, "name": pl.String, "dest_cpu": pl.Int32, "runtime": pl.Int64,
-    "expires": pl.Int64, "softexpires": pl.Int64, "prio": pl.Int32, "next_prio": pl.Int32,
+    "t_ns": pl.Int64,
+    "cpu": pl.Int32,
+    "pid": pl.Int32,
+    "tid": pl.Int32,
+    "comm": pl.String,
+    "event": pl.String,
+    "target": pl.Int32,
+    "target_comm": pl.String,
+    "next_pid": pl.Int32,
+    "next_comm": pl.String,
+    "prev_state": pl.String,
+    "irq": pl.Int32,
+    "name": pl.String,
+    "dest_cpu": pl.Int32,
+    "runtime": pl.Int64,
+    "expires": pl.Int64,
+    "softexpires": pl.Int64,
+    "prio": pl.Int32,
+    "next_prio": pl.Int32,
 }
-STORED = ["t_ns", "cpu", "pid", "event", "target", "target_comm", "next_pid", "next_comm", "prev_state", "irq", "name", "dest_cpu", "runtime", "expires", "softexpires",
-          "prio", "next_prio"]
+STORED = [
+    "t_ns",
+    "cpu",
+    "pid",
+    "event",
+    "target",
+    "target_comm",
+    "next_pid",
+    "next_comm",
+    "prev_state",
+    "irq",
+    "name",
+    "dest_cpu",
+    "runtime",
+    "expires",
+    "softexpires",
+    "prio",
+    "next_prio",
+]
 LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "events": pl.Int64}
 # Events per row group (drain writes them so, the store reads them so) and
 # groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
@@ -108,13 +140,41 @@ class CaptureError(InputError):
 
 CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
 # The columns the native attribution takes, as int64 arrays.
-ARRAYS = ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires", "prio", "next_prio"]
+ARRAYS = [
+    "t_ns",
+    "cpu",
+    "event",
+    "pid",
+    "target",
+    "target_comm",
+    "next_pid",
+    "next_comm",
+    "prev_state",
+    "name",
+    "runtime",
+    "expires",
+    "softexpires",
+    "prio",
+    "next_prio",
+]
 
 
 # The decoder's columns that hold -1 where an event has no such field, and their stored type.
-NULLABLE = {"target": pl.Int32, "target_comm": pl.Int32, "next_pid": pl.Int32, "next_comm": pl.Int32, "prev_state": pl.Int32, "irq": pl.Int32,
-            "name": pl.Int32, "dest_cpu": pl.Int32, "runtime": pl.Int64, "expires": pl.Int64, "softexpires": pl.Int64,
-            "prio": pl.Int32, "next_prio": pl.Int32}
+NULLABLE = {
+    "target": pl.Int32,
+    "target_comm": pl.Int32,
+    "next_pid": pl.Int32,
+    "next_comm": pl.Int32,
+    "prev_state": pl.Int32,
+    "irq": pl.Int32,
+    "name": pl.Int32,
+    "dest_cpu": pl.Int32,
+    "runtime": pl.Int64,
+    "expires": pl.Int64,
+    "softexpires": pl.Int64,
+    "prio": pl.Int32,
+    "next_prio": pl.Int32,
+}
 
 
 def frame(got: Decoded) -> pl.DataFrame:
@@ -125,8 +185,13 @@ def frame(got: Decoded) -> pl.DataFrame:
     c = got["columns"]
     raw = pl.DataFrame({k: c[k] for k in ("t_ns", "cpu", "pid", "event", *NULLABLE)})
     # one pass over every column (polars runs them in parallel): -1 is "no such field", null in the table
-    df = raw.with_columns(pl.col("t_ns").cast(pl.Int64), pl.col("cpu").cast(pl.Int32), pl.col("pid").cast(pl.Int32), pl.col("event").cast(pl.Int32),
-                          *(pl.when(pl.col(k) >= 0).then(pl.col(k)).cast(dt).alias(k) for k, dt in NULLABLE.items())).select(STORED)
+    df = raw.with_columns(
+        pl.col("t_ns").cast(pl.Int64),
+        pl.col("cpu").cast(pl.Int32),
+        pl.col("pid").cast(pl.Int32),
+        pl.col("event").cast(pl.Int32),
+        *(pl.when(pl.col(k) >= 0).then(pl.col(k)).cast(dt).alias(k) for k, dt in NULLABLE.items()),
+    ).select(STORED)
     return df.sort("t_ns", maintain_order=True)
 
 
@@ -175,8 +240,10 @@ def write_segment(d: Path, seg: int, df: pl.DataFrame, sync: bool = True, level:
 
 def lost_list(got: Decoded) -> list[LostWindow]:
     lo = got["lost"]
-    return [{"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}
-            for c, a, b, n, w in zip(lo["cpu"], lo["start_ns"], lo["end_ns"], lo["events"], lo["why"])]
+    return [
+        {"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}
+        for c, a, b, n, w in zip(lo["cpu"], lo["start_ns"], lo["end_ns"], lo["events"], lo["why"])
+    ]
 
 
 def full(df: pl.DataFrame) -> pl.DataFrame:
@@ -297,8 +364,12 @@ class Store:
         while (p, j + 1) in self._need and (p, j + 1) not in self._arrays and j + 1 - i < BATCH:
             j += 1
         have = set(pl.read_parquet_schema(p))
-        df = pl.scan_parquet(p).slice(i * GROUP, (j - i + 1) * GROUP).select(
-            [pl.col(c).fill_null(-1) if c in have else pl.lit(-1, dtype=pl.Int64).alias(c) for c in ARRAYS]).collect()
+        df = (
+            pl.scan_parquet(p)
+            .slice(i * GROUP, (j - i + 1) * GROUP)
+            .select([pl.col(c).fill_null(-1) if c in have else pl.lit(-1, dtype=pl.Int64).alias(c) for c in ARRAYS])
+            .collect()
+        )
         for k in range(i, j + 1):
             part = df.slice((k - i) * GROUP, GROUP)
             self._arrays[(p, k)] = {c: part.get_column(c).to_numpy() for c in ARRAYS}
@@ -477,7 +548,13 @@ def _legacy(data: Path) -> Store:
         raise CaptureError(str(e)) from None
     ev = got.events
     t = ev["t_ns"]
-    seg: Segment = {"seg": 0, "reason": "perf record", "file": None, "events": len(ev),
-           "t_first_ns": int(t.min()) if len(t) else None, "t_last_ns": int(t.max()) if len(t) else None}  # type: ignore[arg-type]
+    seg: Segment = {
+        "seg": 0,
+        "reason": "perf record",
+        "file": None,
+        "events": len(ev),
+        "t_first_ns": int(t.min()) if len(t) else None,  # type: ignore[arg-type]
+        "t_last_ns": int(t.max()) if len(t) else None,  # type: ignore[arg-type]
+    }
     unknown = [] if got.placed or not got.lost else [f"{got.lost} kernel events lost at unknown times"]
     return Store(data.parent, [seg], got.lost_windows, unknown, [], legacy=ev)

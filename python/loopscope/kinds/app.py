@@ -73,7 +73,9 @@ class AppProbe(ProbeModel):
 class App(ProbeKind[AppProbe]):
     name = "app"
     model = AppProbe
-    describe = "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases."
+    describe = (
+        "Programs working together across hosts, each run with LOOPSCOPE_TRACE set: every interval each logged (process: group/name), compared across phases."
+    )
     tables = {"program": INTERVALS}
     records = (("program", "interval", "dur_ns"),)
 
@@ -106,7 +108,9 @@ class App(ProbeKind[AppProbe]):
                 ctx.hubs_check(running_hubs)
                 for host, name in exited[:1]:
                     r = hs.stop(host, name)
-                    raise ctx.failure(f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.result.get('exit')})", host, f"probe {name}")
+                    raise ctx.failure(
+                        f"app {probe.name}: process {name} on {host} exited before the phase ended ({r.result.get('exit')})", host, f"probe {name}"
+                    )
                 for host, name in list(reversed(hs.running())):
                     results[name] = hs.stop(host, name)
             hub_parts = ctx.hubs_stop(running_hubs)
@@ -120,8 +124,14 @@ class App(ProbeKind[AppProbe]):
             if stats:
                 steps[-1]["channel_stats"] = stats
         out: dict[str, object] = {
-            "host": steps[0]["host"], "trace": steps[0]["trace"], "json": steps[0]["json"], "command": steps[0]["command"],
-            "cpu_usec": sum(results[name].cpu_usec or 0 for _, _, name in procs), "spawn_mono_ns": t0, "end_mono_ns": time.monotonic_ns(), "processes": steps,
+            "host": steps[0]["host"],
+            "trace": steps[0]["trace"],
+            "json": steps[0]["json"],
+            "command": steps[0]["command"],
+            "cpu_usec": sum(results[name].cpu_usec or 0 for _, _, name in procs),
+            "spawn_mono_ns": t0,
+            "end_mono_ns": time.monotonic_ns(),
+            "processes": steps,
         }
         if ctx.exp.channels:
             out["hubs"] = hub_parts

@@ -42,16 +42,31 @@ def cli(kind: str) -> list[str]:
     return [sys.executable, "-m", "loopscope.cli", "probe", kind]
 
 
-def launch_of(kind: str, model: type[Params], p: dict[str, Any], duration_ns: int, trace: Path | None, scratch: Path, calibrate: bool = False,
-              calibration: dict[str, int] | None = None) -> Launch:
+def launch_of(
+    kind: str,
+    model: type[Params],
+    p: dict[str, Any],
+    duration_ns: int,
+    trace: Path | None,
+    scratch: Path,
+    calibrate: bool = False,
+    calibration: dict[str, int] | None = None,
+) -> Launch:
     """The ``Launch`` of a spec (a probe's dump, or a helper's): its model's fields, validated by it."""
     try:
         params = model.model_validate({k: v for k, v in p.items() if k in model.model_fields})
     except ValidationError as e:  # a request the caller made wrong: said as an input error naming the field, never a crash
         err = e.errors()[0]
         raise InputError(f"{kind} {p.get('name') or ''}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
-    return Launch(kind=kind, params=params.model_dump(mode="json"), duration_ns=duration_ns, trace=None if trace is None else str(trace),
-                  scratch=str(scratch), calibrate=calibrate, calibration=calibration or {})
+    return Launch(
+        kind=kind,
+        params=params.model_dump(mode="json"),
+        duration_ns=duration_ns,
+        trace=None if trace is None else str(trace),
+        scratch=str(scratch),
+        calibrate=calibrate,
+        calibration=calibration or {},
+    )
 
 
 def launch_argv(launch: Launch) -> list[str]:
@@ -248,10 +263,22 @@ def wait_windows(step: Step, src: WindowSource, trace_rel: str, krx_rt: np.ndarr
     a, _ = pairs.mono_of(np.asarray(krx_rt, dtype=np.int64))
     b, _ = pairs.mono_of(np.asarray(urx_rt, dtype=np.int64))
     n = len(a)
-    return pl.DataFrame({
-        "rep": [step.rep] * n, "phase": [step.phase] * n, "probe": [label] * n, "host": [host] * n, "tid": [tid] * n,
-        "t_ns": a, "latency_ns": b - a, "span": [False] * n,
-    }).cast(WINDOWS).filter(pl.col("latency_ns") > 0)  # type: ignore[arg-type]
+    return (
+        pl.DataFrame(
+            {
+                "rep": [step.rep] * n,
+                "phase": [step.phase] * n,
+                "probe": [label] * n,
+                "host": [host] * n,
+                "tid": [tid] * n,
+                "t_ns": a,
+                "latency_ns": b - a,
+                "span": [False] * n,
+            }
+        )
+        .cast(WINDOWS)  # type: ignore[arg-type]
+        .filter(pl.col("latency_ns") > 0)
+    )
 
 
 def interval_windows(step: Step, src: WindowSource, group: str, names: list[str] | None, span: bool, label: str | None = None) -> pl.DataFrame:
@@ -264,13 +291,21 @@ def interval_windows(step: Step, src: WindowSource, group: str, names: list[str]
     iv = df.filter((pl.col("kind").cast(pl.String) == "interval") & (pl.col("group").cast(pl.String) == group) & (pl.col("dur_ns") > 0))
     if names is not None:
         iv = iv.filter(pl.col("name").cast(pl.String).is_in(names))
-    name = pl.lit(step.probe) if label is None else pl.lit(label.split("{name}")[0]) + pl.col("name").cast(pl.String) + pl.lit(label.split("{name}")[-1] if "{name}" in label else "")
+    name = (
+        pl.lit(step.probe)
+        if label is None
+        else pl.lit(label.split("{name}")[0]) + pl.col("name").cast(pl.String) + pl.lit(label.split("{name}")[-1] if "{name}" in label else "")
+    )
     return iv.select(
-        pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), name.alias("probe"), pl.lit(src.host_of(step)).alias("host"),
-        pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), pl.lit(span).alias("span"),
+        pl.lit(step.rep).alias("rep"),
+        pl.lit(step.phase).alias("phase"),
+        name.alias("probe"),
+        pl.lit(src.host_of(step)).alias("host"),
+        pl.col("tid"),
+        "t_ns",
+        pl.col("dur_ns").alias("latency_ns"),
+        pl.lit(span).alias("span"),
     ).cast(WINDOWS)  # type: ignore[arg-type]
-
-
 
 
 @dataclass

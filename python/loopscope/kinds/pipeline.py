@@ -56,7 +56,11 @@ class PipelineProbe(ProbeModel):
     def _fits(self) -> "PipelineProbe":
         need = PIPE_HEADER + PIPE_HOP * len(self.nodes)
         if self.size < need:
-            raise PydanticCustomError("pipeline_size", "size {size} is too small for {n} nodes: each message needs {need} bytes", {"size": self.size, "n": len(self.nodes), "need": need})
+            raise PydanticCustomError(
+                "pipeline_size",
+                "size {size} is too small for {n} nodes: each message needs {need} bytes",
+                {"size": self.size, "n": len(self.nodes), "need": need},
+            )
         return self
 
     @property
@@ -76,10 +80,12 @@ class PipelineProbe(ProbeModel):
 class Pipeline(ProbeKind[PipelineProbe]):
     name = "pipeline"
     model = PipelineProbe
-    describe = ("A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each "
-                "hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, the router "
-                "included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine "
-                "all hosts share that clock.")
+    describe = (
+        "A distributed pipeline (Boie & Niehaus 2007 §3.3): a source sends messages through processing nodes to a sink; every message carries each "
+        "hop's kernel RX, application RX and send times, so its end-to-end time splits into network hops (previous send → kernel RX, the router "
+        "included), each node's kernel-to-application wait and processing. Times are CLOCK_REALTIME kernel and application stamps; on one machine "
+        "all hosts share that clock."
+    )
     tables = {"pipeline": {}, "stages": {}}
     records = (("pipeline", "'e2e'", "e2e_ns"), ("pipeline", "'sink_stack'", "sink_stack_ns"))
     main = ("pipeline", "e2e_ns")
@@ -102,16 +108,29 @@ class Pipeline(ProbeKind[PipelineProbe]):
                 if role == "sink":
                     spec = {"kind": "pipe-sink", "name": names[i], "bind": host[i].bind(probe.port + i), "flow": flow}
                 else:
-                    spec = {"kind": "pipe-node", "name": names[i], "bind": host[i].bind(probe.port + i), "next": host[i + 1].at(probe.port + i + 1),
-                            "work_us": probe.work_us}
+                    spec = {
+                        "kind": "pipe-node",
+                        "name": names[i],
+                        "bind": host[i].bind(probe.port + i),
+                        "next": host[i + 1].at(probe.port + i + 1),
+                        "work_us": probe.work_us,
+                    }
                 hs.start(hname, spec, wait_ready=True)
             src_host = stages[0][1]
             # Messages still in flight when the source stops: the configured
             # delays plus a margin. The source sleeps through it before its
             # exit's own work, and the stages are stopped after it.
             in_flight_ns = int(0.2e9 + 2 * sum(link.delay + 3 * link.jitter for link in ctx.exp.links))
-            spec = {"kind": "pipe-source", "name": names[0], "dest": host[1].at(probe.port + 1), "rate": probe.rate, "size": probe.size, "flow": flow,
-                    "count": probe.count, "linger_ns": in_flight_ns}
+            spec = {
+                "kind": "pipe-source",
+                "name": names[0],
+                "dest": host[1].at(probe.port + 1),
+                "rate": probe.rate,
+                "size": probe.size,
+                "flow": flow,
+                "count": probe.count,
+                "linger_ns": in_flight_ns,
+            }
             running: dict[str, list[str]] = {}
             for h, name in hs.running():
                 running.setdefault(h, []).append(name)
@@ -133,16 +152,31 @@ class Pipeline(ProbeKind[PipelineProbe]):
         sink = stage_steps[-1]
         src = results[names[0]]
         return {
-            "host": stages[0][1], "trace": sink["trace"], "json": sink["json"], "command": stage_steps[0]["command"], "cpu_usec": stage_steps[0]["cpu_usec"],
-            "spawn_mono_ns": src.spawn_mono_ns, "end_mono_ns": src.end_mono_ns, "stages": stage_steps, "flow": flow,
+            "host": stages[0][1],
+            "trace": sink["trace"],
+            "json": sink["json"],
+            "command": stage_steps[0]["command"],
+            "cpu_usec": stage_steps[0]["cpu_usec"],
+            "spawn_mono_ns": src.spawn_mono_ns,
+            "end_mono_ns": src.end_mono_ns,
+            "stages": stage_steps,
+            "flow": flow,
         }
 
     def live_step(self, probe: PipelineProbe, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
         """The stages' traces where ``run`` has its processes write them (the sink's is the step's)."""
         stages = probe.stages
         names = stage_names(probe.label, len(stages))
-        st = [{"role": role, "host": h, "name": names[i], "trace": str(Path(step_dir(h)) / f"{names[i]}.lstrace"),
-               "json": str(Path(step_dir(h)) / f"{names[i]}.json")} for i, (role, h) in enumerate(stages)]
+        st = [
+            {
+                "role": role,
+                "host": h,
+                "name": names[i],
+                "trace": str(Path(step_dir(h)) / f"{names[i]}.lstrace"),
+                "json": str(Path(step_dir(h)) / f"{names[i]}.json"),
+            }
+            for i, (role, h) in enumerate(stages)
+        ]
         return {"host": stages[0][1], "trace": st[-1]["trace"], "json": st[-1]["json"], "stages": st}
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
@@ -194,14 +228,20 @@ class Pipeline(ProbeKind[PipelineProbe]):
         out = []
         for k in range(1, n_nodes + 2):
             host = stages[k].host
-            krx, urx, label, rel = (f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}", stages[k].trace) if k <= n_nodes else ("sink_krx_rt_ns", "sink_urx_rt_ns", "sink", step.trace)
+            krx, urx, label, rel = (
+                (f"node{k}_krx_rt_ns", f"node{k}_urx_rt_ns", f"node{k}", stages[k].trace)
+                if k <= n_nodes
+                else ("sink_krx_rt_ns", "sink_urx_rt_ns", "sink", step.trace)
+            )
             df = src.trace(rel)
             if df is None or krx not in m.columns:
                 continue
             ev = df.filter(pl.col("group").cast(pl.String) == "pipe")
             if not len(ev):
                 continue
-            out.append(wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step.probe} {label} stack ({host})"))
+            out.append(
+                wait_windows(step, src, rel, m[krx].to_numpy(), m[urx].to_numpy(), int(ev["tid"].mode()[0]), host, f"{step.probe} {label} stack ({host})")
+            )
         return pl.concat(out) if out else no_windows()
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
@@ -217,6 +257,7 @@ def stage_hosts(tables: Tables, probe: str) -> list[str]:
 
 def component_label(measure: str, hosts: list[str]) -> str:
     """``hop1_net`` → ``network b → c`` and so on, from the stage hosts."""
+
     def host(i: int) -> str:
         return hosts[i] if 0 <= i < len(hosts) else f"stage {i}"
 
@@ -277,8 +318,18 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
             f = erlang(x)
             if f is None:
                 continue
-            fits.append({"stage": labels[m], "phase": ph, "stages": f.stages, "floor": format_ns(f.floor_ns), "mean": format_ns(f.mean_above_floor_ns),
-                         "ks_d": f"{f.ks_d:.3f}", "fits": f.fits, "n": f"{f.n:,}"})
+            fits.append(
+                {
+                    "stage": labels[m],
+                    "phase": ph,
+                    "stages": f.stages,
+                    "floor": format_ns(f.floor_ns),
+                    "mean": format_ns(f.mean_above_floor_ns),
+                    "ks_d": f"{f.ks_d:.3f}",
+                    "fits": f.fits,
+                    "n": f"{f.n:,}",
+                }
+            )
             if ph == present[0] or len(samples) < 4:
                 samples.append((f"{labels[m]} ({ph})", x, f))
     sec.queueing = {"rows": fits, "fit": sum(1 for x in fits if x["fits"]), "id": f"queueing-{probe}"} if fits else None
@@ -286,7 +337,7 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
         sec.charts.append(charts.erlang_fit(samples[:4], f"{probe}: kernel → application delays against the M/Er/1 (Erlang) model"))
     st = tables.stages.filter(pl.col("probe") == probe) if len(tables.stages) else tables.stages
     acct = []
-    for (rep, ph), g in (st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []):
+    for (rep, ph), g in st.group_by(["rep", "phase"], maintain_order=True) if len(st) else []:
         src_row = g.filter(pl.col("role") == "source")
         sink_row = g.filter(pl.col("role") == "sink")
         nodes = g.filter(pl.col("role") == "node")
@@ -305,8 +356,6 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
             }
         )
     sec.accounting = acct
-
-
 
 
 KIND = Pipeline()

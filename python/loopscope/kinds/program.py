@@ -22,7 +22,10 @@ from fnmatch import fnmatchcase
 from loopscope.analysis.steps import program_parts
 
 PATTERNS = Field(default_factory=lambda: ["*"], description="which of its intervals (group/name patterns, * and ? wildcards) have their outliers explained")
-WAKEUP: Any = Field(default_factory=list, description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked")
+WAKEUP: Any = Field(
+    default_factory=list,
+    description="intervals (patterns) that run from a deadline to when the thread ran, like the timer's: their outliers are split as wake-ups (CPU idle = the wake-up came late) rather than into running/blocked",
+)
 INTERVALS: Columns = {"interval": pl.String, "tag": pl.UInt32, "tid": pl.Int64, "t_ns": pl.Int64, "dur_ns": pl.Int64, "kind": pl.String}
 
 
@@ -51,7 +54,11 @@ def intervals(df: pl.DataFrame, prefix: str, kind: str) -> pl.DataFrame:
     ``<prefix><group>/<name>``."""
     name = pl.col("name").cast(pl.String)
     return df.filter((pl.col("kind").cast(pl.String) == "interval") & ~pl.col("group").cast(pl.String).is_in(["loopscope", "chan"])).select(
-        (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"), "tag", pl.col("tid").cast(pl.Int64), "t_ns", "dur_ns",
+        (pl.lit(prefix) + pl.col("group").cast(pl.String) + "/" + name).alias("interval"),
+        "tag",
+        pl.col("tid").cast(pl.Int64),
+        "t_ns",
+        "dur_ns",
         pl.lit(kind).alias("kind"),
     )
 
@@ -72,7 +79,6 @@ def program_windows(kind: ProbeKind[Any], step: Step, src: WindowSource) -> pl.D
     the program's time (``span``), except those its ``wakeup`` patterns name
     (from a deadline to when the thread ran, split like the timer's)."""
 
-
     probe: dict[str, Any] = next((p for p in src.spec.get("probes") or [] if p.get("name") == step.probe), {})
     pats, wake = probe.get("attribute") or ["*"], probe.get("wakeup") or []
     out = []
@@ -87,10 +93,20 @@ def program_windows(kind: ProbeKind[Any], step: Step, src: WindowSource) -> pl.D
         ents = [e for e in iv["entity"].unique().to_list() if any(fnmatchcase(e, p) for p in pats)]
         woken = [e for e in ents if any(fnmatchcase(e, p) for p in wake)]
         prefix = f"{part.name}: " if part.name else ""
-        out.append(iv.filter(pl.col("entity").is_in(ents)).select(
-            pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), (pl.lit(f"{step.probe} {prefix}") + pl.col("entity")).alias("probe"),
-            pl.lit(part.host).alias("host"), pl.col("tid"), "t_ns", pl.col("dur_ns").alias("latency_ns"), ~pl.col("entity").is_in(woken).alias("span"),
-        ).cast(WINDOWS))  # type: ignore[arg-type]
+        out.append(
+            iv.filter(pl.col("entity").is_in(ents))
+            .select(
+                pl.lit(step.rep).alias("rep"),
+                pl.lit(step.phase).alias("phase"),
+                (pl.lit(f"{step.probe} {prefix}") + pl.col("entity")).alias("probe"),
+                pl.lit(part.host).alias("host"),
+                pl.col("tid"),
+                "t_ns",
+                pl.col("dur_ns").alias("latency_ns"),
+                ~pl.col("entity").is_in(woken).alias("span"),
+            )
+            .cast(WINDOWS)  # type: ignore[arg-type]
+        )
     return pl.concat(out) if out else no_windows()
 
 
@@ -105,8 +121,10 @@ def interval_measures(tables: Tables, kind: str) -> list[Measure]:
 
 def interval_series(tables: Tables, probe: str) -> list[Series]:
     prog = tables.program.filter(pl.col("probe") == probe)
-    return [Series(str(ent), str(ent), g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value")), prefix=f"{ent}, ")
-            for (ent,), g in prog.group_by("interval", maintain_order=True)]
+    return [
+        Series(str(ent), str(ent), g.select("rep", "phase", "t_ns", pl.col("dur_ns").alias("value")), prefix=f"{ent}, ")
+        for (ent,), g in prog.group_by("interval", maintain_order=True)
+    ]
 
 
 class Program(ProbeKind[ProgramProbe]):
@@ -154,9 +172,11 @@ class Program(ProbeKind[ProgramProbe]):
         ends = sorted({str(r.get("stopped") or r.get("exit") or "?") for r in results})
         records = sum(int(r.get("records") or 0) for r in results)
         events = sum(sum((r.get("events") or {}).values()) for r in results)
-        return (f"logged no interval in its {len(results)} step(s): {records:,} trace records ({events:,} events), {cpu / 1e9:.3f} s of CPU per step, "
-                f"ended by {', '.join(ends)}. A program that does not log through loopscope is measured from the kernel: "
-                "loopscope probe threads -- COMMAND (docs/threads.md)")
+        return (
+            f"logged no interval in its {len(results)} step(s): {records:,} trace records ({events:,} events), {cpu / 1e9:.3f} s of CPU per step, "
+            f"ended by {', '.join(ends)}. A program that does not log through loopscope is measured from the kernel: "
+            "loopscope probe threads -- COMMAND (docs/threads.md)"
+        )
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         super().section(sec, tables, comp, present, inputs)

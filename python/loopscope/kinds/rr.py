@@ -38,8 +38,20 @@ from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepR
 from loopscope.probes.params import EchoParams, RrParams
 from loopscope.spec.models import Duration, Name, ProbeModel
 
-COLUMNS: Columns = {"seq": pl.Int64, "t_ns": pl.Int64, "rtt_ns": pl.Int64, "fwd_ns": pl.Int64, "ret_ns": pl.Int64, "fwd_bound_ns": pl.Float64, "ret_bound_ns": pl.Float64,
-           "turnaround_ns": pl.Int64, "ipdv_fwd_ns": pl.Int64, "ipdv_ret_ns": pl.Int64, "client": pl.String, "server": pl.String}
+COLUMNS: Columns = {
+    "seq": pl.Int64,
+    "t_ns": pl.Int64,
+    "rtt_ns": pl.Int64,
+    "fwd_ns": pl.Int64,
+    "ret_ns": pl.Int64,
+    "fwd_bound_ns": pl.Float64,
+    "ret_bound_ns": pl.Float64,
+    "turnaround_ns": pl.Int64,
+    "ipdv_fwd_ns": pl.Int64,
+    "ipdv_ret_ns": pl.Int64,
+    "client": pl.String,
+    "server": pl.String,
+}
 
 
 class RrProbe(RrParams, ProbeModel):
@@ -48,7 +60,9 @@ class RrProbe(RrParams, ProbeModel):
     kind: Literal["rr"]
     host: Name | None = Field(None, description="the host of the client (default: the first host)")
     # the file's dest may name a host of the experiment (the lab then starts the echo server and launches the client with its HOST:PORT)
-    dest: str = Field(description="a host of the experiment (the lab starts an echo server there) or HOST:PORT of an echo server you run (loopscope probe echo)")
+    dest: str = Field(
+        description="a host of the experiment (the lab starts an echo server there) or HOST:PORT of an echo server you run (loopscope probe echo)"
+    )
     port: Annotated[int, Field(ge=1024, le=65000)] = Field(47300, description="the echo server's port when dest names a host")
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
     talks_across_hosts: ClassVar[bool] = True
@@ -104,8 +118,10 @@ def leg_names(probe: dict[str, Any], first: str) -> tuple[str, str]:
 class Rr(ProbeKind[RrProbe]):
     name = "rr"
     model = RrProbe
-    describe = ("Request/response exchanges: the round trip on the client's clock, both one-way legs on the run's timeline (each with the sum of its two "
-                "ends' clock-sync bounds) and each leg's IPDV (RFC 3393: the change of one-way delay between consecutive exchanges; a clock offset cancels in it).")
+    describe = (
+        "Request/response exchanges: the round trip on the client's clock, both one-way legs on the run's timeline (each with the sum of its two "
+        "ends' clock-sync bounds) and each leg's IPDV (RFC 3393: the change of one-way delay between consecutive exchanges; a clock offset cancels in it)."
+    )
     tables = {"rr": COLUMNS}
     records = (("rr", "'rtt'", "rtt_ns"), ("rr", "'fwd'", "fwd_ns"), ("rr", "'ret'", "ret_ns"))
     steady = (("rr", "rtt_ns", ()),)
@@ -126,8 +142,18 @@ class Rr(ProbeKind[RrProbe]):
             hs.start(srv, {"kind": "rr-echo", "name": name, "bind": h.bind(probe.port), "transport": probe.transport}, wait_ready=True)
             step = ctx.run_one(probe, spec, key, dur_ns)
             echo = hs.stop(srv, name)
-        return {**step, "server": {"host": srv, "address": spec["dest"], "name": name, "json": echo.json,
-                                   "answered": echo.result.get("requests"), "cpu_usec": echo.cpu_usec, "tids": echo.result.get("tids")}}
+        return {
+            **step,
+            "server": {
+                "host": srv,
+                "address": spec["dest"],
+                "name": name,
+                "json": echo.json,
+                "answered": echo.result.get("requests"),
+                "cpu_usec": echo.cpu_usec,
+                "tids": echo.result.get("tids"),
+            },
+        }
 
     def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
         a = decode(trace)
@@ -148,15 +174,23 @@ class Rr(ProbeKind[RrProbe]):
         ret, rb = read.place(hb, (sutx - base).astype(np.float64), ha, (krx - base).astype(np.float64), base)
         if not server:  # an outside server on an unknown clock: no legs
             fwd, ret = np.full(n, np.nan), np.full(n, np.nan)
-        df = pl.DataFrame({
-            "seq": seq, "t_ns": sent, "rtt_ns": urx - sent,
-            "fwd_ns": pl.Series(fwd).fill_nan(None).round(0).cast(pl.Int64), "ret_ns": pl.Series(ret).fill_nan(None).round(0).cast(pl.Int64),
-            "fwd_bound_ns": pl.Series(fb).fill_nan(None), "ret_bound_ns": pl.Series(rb).fill_nan(None),
-            "turnaround_ns": sutx - surx,
-            "ipdv_fwd_ns": pl.Series(ipdv(seq, (skrx - sent).astype(np.float64))).fill_nan(None).cast(pl.Int64),
-            "ipdv_ret_ns": pl.Series(ipdv(seq, (krx - sutx).astype(np.float64))).fill_nan(None).cast(pl.Int64),
-            "client": client, "server": server or None,
-        }, schema_overrides={"server": pl.String})
+        df = pl.DataFrame(
+            {
+                "seq": seq,
+                "t_ns": sent,
+                "rtt_ns": urx - sent,
+                "fwd_ns": pl.Series(fwd).fill_nan(None).round(0).cast(pl.Int64),
+                "ret_ns": pl.Series(ret).fill_nan(None).round(0).cast(pl.Int64),
+                "fwd_bound_ns": pl.Series(fb).fill_nan(None),
+                "ret_bound_ns": pl.Series(rb).fill_nan(None),
+                "turnaround_ns": sutx - surx,
+                "ipdv_fwd_ns": pl.Series(ipdv(seq, (skrx - sent).astype(np.float64))).fill_nan(None).cast(pl.Int64),
+                "ipdv_ret_ns": pl.Series(ipdv(seq, (krx - sutx).astype(np.float64))).fill_nan(None).cast(pl.Int64),
+                "client": client,
+                "server": server or None,
+            },
+            schema_overrides={"server": pl.String},
+        )
         out.add("rr", tag(df))
         return out
 
@@ -186,8 +220,13 @@ class Rr(ProbeKind[RrProbe]):
     def measures(self, tables: Tables) -> list[Measure]:
         out = []
         for probe, g in groups(tables.rr):
-            for m, col in (("rtt", pl.col("rtt_ns")), ("fwd", pl.col("fwd_ns")), ("ret", pl.col("ret_ns")),
-                           ("ipdv_fwd", pl.col("ipdv_fwd_ns").abs()), ("ipdv_ret", pl.col("ipdv_ret_ns").abs())):
+            for m, col in (
+                ("rtt", pl.col("rtt_ns")),
+                ("fwd", pl.col("fwd_ns")),
+                ("ret", pl.col("ret_ns")),
+                ("ipdv_fwd", pl.col("ipdv_fwd_ns").abs()),
+                ("ipdv_ret", pl.col("ipdv_ret_ns").abs()),
+            ):
                 v = g.select("rep", "phase", "loads", col.alias("value")).drop_nulls("value")
                 if len(v):
                     out.append(Measure(probe, "rr", m, v, ("p50", "p99", "mean"), 32))
@@ -197,9 +236,19 @@ class Rr(ProbeKind[RrProbe]):
         df = tables.rr.filter(pl.col("probe") == probe)
         spec = next((p for p in tables.spec.get("probes") or [] if p.get("name") == probe), {"dest": "?"})
         there, back = leg_names(spec, tables.run.first_host)
-        return [Series("rtt", "round trip", df.select("rep", "phase", "t_ns", pl.col("rtt_ns").alias("value"))),
-                *(Series(m, f"{label} one-way delay", df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"), scan=False, charts=False)
-                  for m, label in (("fwd", there), ("ret", back)))]
+        return [
+            Series("rtt", "round trip", df.select("rep", "phase", "t_ns", pl.col("rtt_ns").alias("value"))),
+            *(
+                Series(
+                    m,
+                    f"{label} one-way delay",
+                    df.select("rep", "phase", "t_ns", pl.col(f"{m}_ns").alias("value")).drop_nulls("value"),
+                    scan=False,
+                    charts=False,
+                )
+                for m, label in (("fwd", there), ("ret", back))
+            ),
+        ]
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         from loopscope.report import charts
@@ -228,15 +277,29 @@ class Rr(ProbeKind[RrProbe]):
 
             iv = [f"{ns(g[c].drop_nulls().abs().quantile(0.99))}" if g[c].drop_nulls().len() else "n/a" for c in ("ipdv_fwd_ns", "ipdv_ret_ns")]
             sent = sum(int((tables.results.get((r, ph, sec.name)) or {}).get("sent") or 0) for r in g["rep"].unique().to_list())
-            rows.append([ph, f"{len(g):,} of {sent:,}", q("rtt_ns"), q("fwd_ns", "fwd_bound_ns"), q("ret_ns", "ret_bound_ns"), f"{there} {iv[0]} · {back} {iv[1]}"])
-        sec.grids.append({"title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
-                             "columns": ["phase", "answered", "RTT", there, back, "IPDV"], "rows": rows})
+            rows.append(
+                [ph, f"{len(g):,} of {sent:,}", q("rtt_ns"), q("fwd_ns", "fwd_bound_ns"), q("ret_ns", "ret_bound_ns"), f"{there} {iv[0]} · {back} {iv[1]}"]
+            )
+        sec.grids.append(
+            {
+                "title": "Round trip, legs and IPDV (p50 / p99; legs ± the median sync bound; IPDV: p99 of |ΔD|)",
+                "columns": ["phase", "answered", "RTT", there, back, "IPDV"],
+                "rows": rows,
+            }
+        )
         super().section(sec, tables, comp, present, inputs)
         for measure, label in (("fwd", there), ("ret", back)):
             c = comp.filter(pl.col("measure") == measure)
             if len(c):
                 legs = df.select("rep", "phase", "t_ns", pl.col(f"{measure}_ns").alias("value")).drop_nulls("value")
-                sec.charts.append(charts.ecdf(legs, [p for p in present if p in set(legs["phase"].to_list())], f"{sec.name}: leg {label}, distribution by phase", f"{label} one-way delay"))
+                sec.charts.append(
+                    charts.ecdf(
+                        legs,
+                        [p for p in present if p in set(legs["phase"].to_list())],
+                        f"{sec.name}: leg {label}, distribution by phase",
+                        f"{label} one-way delay",
+                    )
+                )
 
 
 KIND = Rr()

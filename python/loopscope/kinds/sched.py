@@ -31,8 +31,10 @@ class Sched(ProbeKind[SchedProbe]):
     name = "sched"
     model = SchedProbe
     params = SchedParams
-    describe = ("A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each "
-                "burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference).")
+    describe = (
+        "A thread alternating sleep and work next to busy threads (Paul et al. 2003): its wake-up delay past each deadline, and how long each "
+        "burst of work took (the same work in every phase, sized once on the idle machine; its time alone is the reference)."
+    )
     tables = {"sched": {"cycle": pl.UInt32, "t_ns": pl.Int64, "wake_delay_ns": pl.Int64, "burst_ns": pl.Int64, "extra_ns": pl.Int64}}
     records = (("sched", "'wake_delay'", "wake_delay_ns"), ("sched", "'burst'", "burst_ns"))
     main = ("sched", "wake_delay_ns")
@@ -56,7 +58,9 @@ class Sched(ProbeKind[SchedProbe]):
     def measures(self, tables: Tables) -> list[Measure]:
         out = []
         for probe, g in groups(tables.sched):
-            out.append(Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32))
+            out.append(
+                Measure(probe, "sched", "wake_delay", g.select("rep", "phase", "loads", pl.col("wake_delay_ns").alias("value")), ("p50", "p99", "mean"), 32)
+            )
             out.append(Measure(probe, "sched", "burst", g.select("rep", "phase", "loads", pl.col("burst_ns").alias("value")), ("p50", "p99", "mean"), 32))
         return out
 
@@ -66,8 +70,10 @@ class Sched(ProbeKind[SchedProbe]):
 
     def series(self, tables: Tables, probe: str) -> list[Series]:
         df = tables.sched.filter(pl.col("probe") == probe)
-        return [Series("wake_delay", "wake-up delay", df.select("rep", "phase", "t_ns", pl.col("wake_delay_ns").alias("value"))),
-                Series("burst", "burst completion time", df.select("rep", "phase", "t_ns", pl.col("burst_ns").alias("value")), scan=False)]
+        return [
+            Series("wake_delay", "wake-up delay", df.select("rep", "phase", "t_ns", pl.col("wake_delay_ns").alias("value"))),
+            Series("burst", "burst completion time", df.select("rep", "phase", "t_ns", pl.col("burst_ns").alias("value")), scan=False),
+        ]
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
         cal = tables.run.calibration.get(sec.name)

@@ -45,8 +45,17 @@ from loopscope.kernel import store as S
 import json
 
 ROWS: Columns = {
-    "comm": pl.String, "tid": pl.Int64, "t_ns": pl.Int64, "wakeup_latency_ns": pl.Int64, "timer_lateness_ns": pl.Int64, "runtime_ns": pl.Int64,
-    "response_ns": pl.Int64, "period_ns": pl.Int64, "preemptions": pl.Int64, "migrations": pl.Int64, "on_bound_ns": pl.Int64,
+    "comm": pl.String,
+    "tid": pl.Int64,
+    "t_ns": pl.Int64,
+    "wakeup_latency_ns": pl.Int64,
+    "timer_lateness_ns": pl.Int64,
+    "runtime_ns": pl.Int64,
+    "response_ns": pl.Int64,
+    "period_ns": pl.Int64,
+    "preemptions": pl.Int64,
+    "migrations": pl.Int64,
+    "on_bound_ns": pl.Int64,
 }
 #: a step's activations are read from its window widened by this much (a wake-up just before it)
 MARGIN_NS = 50_000_000
@@ -59,7 +68,11 @@ class ThreadsProbe(ThreadsParams, ProbeModel):
     woke, how late its timers fired, how long it ran, and why the late ones were late."""
 
     kind: Literal["threads"]
-    deadline_us: float | None = Field(None, gt=0, description="each activation must end (sleep again) within this many µs of its timer's expiry (else of its wake-up); those that do not are missed deadlines")
+    deadline_us: float | None = Field(
+        None,
+        gt=0,
+        description="each activation must end (sleep again) within this many µs of its timer's expiry (else of its wake-up); those that do not are missed deadlines",
+    )
     duration: Duration | None = Field(None, description="this probe's time per phase (default: the experiment's duration)")
     host: Name | None = Field(None, description="the host it runs on (default: the first host)")
 
@@ -102,10 +115,16 @@ class Threads(ProbeKind[ThreadsProbe]):
     live_capture = True
     model = ThreadsProbe
     params = ThreadsParams
-    describe = ("Any program's threads, uninstrumented, from the kernel capture: per thread name, how long after its wake-up each activation ran "
-                "(wake-up latency), how late its own sleep timers fired (timer lateness, cyclictest's figure), and how long it ran.")
+    describe = (
+        "Any program's threads, uninstrumented, from the kernel capture: per thread name, how long after its wake-up each activation ran "
+        "(wake-up latency), how late its own sleep timers fired (timer lateness, cyclictest's figure), and how long it ran."
+    )
     tables = {"threads": ROWS}
-    records = (("threads", "comm || ' wakeup'", "wakeup_latency_ns"), ("threads", "comm || ' timer'", "timer_lateness_ns"), ("threads", "comm || ' runtime'", "runtime_ns"))
+    records = (
+        ("threads", "comm || ' wakeup'", "wakeup_latency_ns"),
+        ("threads", "comm || ' timer'", "timer_lateness_ns"),
+        ("threads", "comm || ' runtime'", "runtime_ns"),
+    )
     main = ("threads", "wakeup_latency_ns")
     labels = {"wakeup": "wake-up latency", "timer": "timer lateness", "runtime": "run time"}
 
@@ -187,16 +206,24 @@ class Threads(ProbeKind[ThreadsProbe]):
         lat = pl.col("wakeup_latency_ns") + (pl.col("on_bound_ns").fill_null(0) if live is not None else 0)
         ok = act.filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null() & (lat > 0))
         return ok.select(
-            pl.lit(step.rep).alias("rep"), pl.lit(step.phase).alias("phase"), pl.lit(step.probe).alias("probe"), pl.lit(host).alias("host"),
-            pl.col("tid"), (pl.col("woken_ns") + off).alias("t_ns"), lat.alias("latency_ns"), pl.lit(False).alias("span"),
+            pl.lit(step.rep).alias("rep"),
+            pl.lit(step.phase).alias("phase"),
+            pl.lit(step.probe).alias("probe"),
+            pl.lit(host).alias("host"),
+            pl.col("tid"),
+            (pl.col("woken_ns") + off).alias("t_ns"),
+            lat.alias("latency_ns"),
+            pl.lit(False).alias("span"),
         ).cast(WINDOWS)  # type: ignore[arg-type]
 
     def silent(self, results: list[dict[str, Any]]) -> str:
         seen = sum(len(r.get("seen") or {}) for r in results)
         if not seen:
             return f"saw no thread of its target in its {len(results)} step(s): {'; '.join(sorted({str(r.get('note') or r.get('ended')) for r in results}))}"
-        return (f"saw {seen} thread(s) in its {len(results)} step(s) but found no activation of them in a kernel capture: "
-                "the threads kind needs kernel.capture on (and tracefs and root on the host)")
+        return (
+            f"saw {seen} thread(s) in its {len(results)} step(s) but found no activation of them in a kernel capture: "
+            "the threads kind needs kernel.capture on (and tracefs and root on the host)"
+        )
 
 
 KIND = Threads()

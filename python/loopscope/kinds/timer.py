@@ -47,8 +47,10 @@ class Timer(ProbeKind[TimerProbe]):
         return out
 
     def measures(self, tables: Tables) -> list[Measure]:
-        return [Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32)
-                for probe, g in groups(tables.timer)]
+        return [
+            Measure(probe, "timer", "latency", g.select("rep", "phase", "loads", pl.col("latency_ns").alias("value")), ("p50", "p99", "mean"), 32)
+            for probe, g in groups(tables.timer)
+        ]
 
     def missed(self, tables: Tables, probe: str) -> dict[str, list[tuple[int, int]]]:
         """Periods the threads overran and skipped (each a missed deadline), per repetition."""

@@ -144,7 +144,7 @@ def run(dry_run: bool = False) -> list[str]:
                 procs.terminate_pid(pid)
 
     for name in leftover_instances():
-        owner = name[len(INSTANCE_PREFIX):]
+        owner = name[len(INSTANCE_PREFIX) :]
         if owner in live or (owner.isdigit() and Path(f"/proc/{owner}").exists()):
             continue
         actions.append(f"{verb}remove leftover kernel trace instance {name} (its buffers)")

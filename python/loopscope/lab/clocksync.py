@@ -58,10 +58,29 @@ def start(lab: Lab, exp: Experiment) -> SyncRun:
     any_sync = any(net == "sync" for _, net in dests.values())
     bind = f"{'0.0.0.0' if rh.remote or any_sync else rh.address}:{cs.port}"
     nets = sorted({net for _, net in dests.values()})
-    info = SyncRun(ClockSyncRecord(reference=ref, port=cs.port, rate=cs.rate, gap_ns=cs.gap, network=nets[0] if len(nets) == 1 else "mixed", asked_network=cs.network,
-                                   responder=None, initiators={}))
-    r = lab.agent(ref).ask(P.StartProbe(probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind}, step_dir=lab.step_dir(ref, "clocksync"), scratch_dir=lab.scratch(ref), wait_ready=True))
-    info.record.responder = SyncPart.model_validate({"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")})
+    info = SyncRun(
+        ClockSyncRecord(
+            reference=ref,
+            port=cs.port,
+            rate=cs.rate,
+            gap_ns=cs.gap,
+            network=nets[0] if len(nets) == 1 else "mixed",
+            asked_network=cs.network,
+            responder=None,
+            initiators={},
+        )
+    )
+    r = lab.agent(ref).ask(
+        P.StartProbe(
+            probe={"kind": "sync-serve", "name": "clocksync-serve", "bind": bind},
+            step_dir=lab.step_dir(ref, "clocksync"),
+            scratch_dir=lab.scratch(ref),
+            wait_ready=True,
+        )
+    )
+    info.record.responder = SyncPart.model_validate(
+        {"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
+    )
     info.running.append((ref, "clocksync-serve"))
     for flow, h in enumerate(exp.hosts, start=1):
         if h.name == ref:
@@ -69,8 +88,15 @@ def start(lab: Lab, exp: Experiment) -> SyncRun:
         addr, net = dests[h.name]
         spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
         r = lab.agent(h.name).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True))
-        info.record.initiators[h.name] = SyncPart.model_validate({"flow": flow, "network": net, "dest": addr, "trace": lab.rel(h.name, r.trace),
-                                                                  "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json")})
+        info.record.initiators[h.name] = SyncPart.model_validate(
+            {
+                "flow": flow,
+                "network": net,
+                "dest": addr,
+                "trace": lab.rel(h.name, r.trace),
+                "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json"),
+            }
+        )
         info.running.append((h.name, "clocksync"))
     info.awake_since = time.monotonic()
     return info
@@ -126,7 +152,11 @@ def stop(lab: Lab, info: SyncRun, quiet: bool = False) -> None:
     for host, name in sorted(info.running, key=lambda x: x[1] == "clocksync-serve"):
         try:
             r = lab.agent(host).ask(P.StopProbe(name=name, timeout_s=5)).result
-            keys = ("pairs", "sent", "answered", "lost", "no_tx_stamp", "min_rtt_ns") if name == "clocksync" else ("received", "answered", "no_tx_stamp", "no_rx_stamp", "malformed")
+            keys = (
+                ("pairs", "sent", "answered", "lost", "no_tx_stamp", "min_rtt_ns")
+                if name == "clocksync"
+                else ("received", "answered", "no_tx_stamp", "no_rx_stamp", "malformed")
+            )
             target = info.record.initiators[host] if name == "clocksync" else info.record.responder
             if target is not None:
                 target.result = {k: r.get(k) for k in keys}

@@ -66,7 +66,9 @@ def preflight(exp: Experiment, file: str, results: Path, run_dir: Path | None) -
     for i, ld in enumerate(exp.loads):
         if ld.kind == "command":
             if ld.level.percent is not None:
-                problems.append(f"{where(file, f'loads.{i}.level')}: loads.{i}.level: a command load's level is a number of copies, not a duty cycle [got {ld.level}]")
+                problems.append(
+                    f"{where(file, f'loads.{i}.level')}: loads.{i}.level: a command load's level is a number of copies, not a duty cycle [got {ld.level}]"
+                )
             if shutil.which(ld.command[0]) is None:
                 problems.append(f"{where(file, f'loads.{i}.command')}: loads.{i}.command: {ld.command[0]!r} is not installed or not on PATH")
     problems += _missing_programs(exp, file, kinds)
@@ -127,7 +129,9 @@ def new_run_dir(results: Path, name: str) -> Path:
 # ---- the run ----------------------------------------------------------------------------
 
 
-def execute(exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None, kinds: dict[str, str] | None = None) -> Outcome:
+def execute(
+    exp: Experiment, spec_text: str, run_dir: Path, say: Say, notes: list[str], tick: Tick | None = None, kinds: dict[str, str] | None = None
+) -> Outcome:
     """Run the experiment into ``run_dir``; whatever happens, the lab comes
     down and ``run.json`` says how the run ended. Ctrl-C and SIGTERM end
     the run through the same clean-up."""
@@ -218,7 +222,9 @@ class RunLoop:
         clocksync.pause(lab, self.session.sync_info, False)
         if "first_probe_spawn_mono_ns" not in rec.timings:
             rec.timings["first_probe_spawn_mono_ns"] = step["spawn_mono_ns"]
-        rec.steps.append(Step.model_validate({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step}))
+        rec.steps.append(
+            Step.model_validate({"rep": pr.rep, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind, **step})
+        )
         if step.get("interrupted"):
             # kept, cut short: the run ends here, through its clean-up
             self.session.save()
@@ -229,7 +235,6 @@ class RunLoop:
         self.session.save()
         if self.tick is not None:
             self.tick(self.done, self.total, label)
-
 
     def teardown(self) -> None:
         self.session.teardown()
@@ -269,8 +274,15 @@ def run(
     rd = Path(run_dir) if run_dir else None
     notes, kinds = preflight(exp, spec_path, res, rd)
     if duration is not None or repetitions is not None or not kernel_capture:
-        over = ", ".join(x for x in (duration is not None and f"duration {duration / 1e9:g} s", repetitions is not None and f"{repetitions} repetitions",
-                                     not kernel_capture and "no kernel capture") if x)
+        over = ", ".join(
+            x
+            for x in (
+                duration is not None and f"duration {duration / 1e9:g} s",
+                repetitions is not None and f"{repetitions} repetitions",
+                not kernel_capture and "no kernel capture",
+            )
+            if x
+        )
         notes.append(f"overridden on the command line: {over} (spec.json holds what ran)")
     for n in notes:
         say(f"note: {n}")

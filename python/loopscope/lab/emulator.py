@@ -68,10 +68,23 @@ def _asks(link: Any) -> list[str]:
 
 
 #: one direction of a link as the emulator is configured with it (the units it takes: ns, fractions, bits/s)
-LinkConfig = TypedDict("LinkConfig", {
-    "name": str, "spec_index": int, "from": str, "to": str, "delay_ns": int, "jitter_ns": int, "distribution": str,
-    "loss": float, "duplicate": float, "reorder": float, "rate_bps": "float | None", "limit": "int | None",
-})
+LinkConfig = TypedDict(
+    "LinkConfig",
+    {
+        "name": str,
+        "spec_index": int,
+        "from": str,
+        "to": str,
+        "delay_ns": int,
+        "jitter_ns": int,
+        "distribution": str,
+        "loss": float,
+        "duplicate": float,
+        "reorder": float,
+        "rate_bps": "float | None",
+        "limit": "int | None",
+    },
+)
 
 
 def path_plan(exp: Experiment, hosts: list[str]) -> dict[str, PathRecord]:
@@ -88,12 +101,14 @@ def path_plan(exp: Experiment, hosts: list[str]) -> dict[str, PathRecord]:
             if a == b:
                 continue
             why = asked.get((a, b)) or []
-            plan[f"{a}->{b}"] = PathRecord.model_validate({
-                "from": a,
-                "to": b,
-                "mechanism": "emulator" if why else "kernel",
-                "why": ("asks for " + ", ".join(dict.fromkeys(why))) if why else "nothing asked in any phase",
-            })
+            plan[f"{a}->{b}"] = PathRecord.model_validate(
+                {
+                    "from": a,
+                    "to": b,
+                    "mechanism": "emulator" if why else "kernel",
+                    "why": ("asks for " + ", ".join(dict.fromkeys(why))) if why else "nothing asked in any phase",
+                }
+            )
     return plan
 
 
@@ -102,7 +117,7 @@ def link_configs(exp: Experiment, phase: Any = None) -> list[LinkConfig]:
     ``phase``: as that phase changes them)."""
 
     links = list(exp.links)
-    for over in (getattr(phase, "links", None) or []):
+    for over in getattr(phase, "links", None) or []:
         dirs = set(over.directions())
         links = [over if set(l.directions()) & dirs else l for l in links]
     out: list[LinkConfig] = []
@@ -144,8 +159,24 @@ class Emulator:
         self.config_path = out_dir / "netem-config.json"
         self.config_path.write_text(json.dumps(config, indent=1) + "\n")
         self.trace = out_dir / "netem.lstrace"
-        self.argv = ["ip", "netns", "exec", router_ns, sys.executable, "-m", "loopscope.cli", "netem", "--config", str(self.config_path), "--trace", str(self.trace), "--json"]
-        self.child = procs.spawn("netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id, {"LOOPSCOPE_COMM": "ls-netem"}), stdout_pipe=True)
+        self.argv = [
+            "ip",
+            "netns",
+            "exec",
+            router_ns,
+            sys.executable,
+            "-m",
+            "loopscope.cli",
+            "netem",
+            "--config",
+            str(self.config_path),
+            "--trace",
+            str(self.trace),
+            "--json",
+        ]
+        self.child = procs.spawn(
+            "netem", "link emulator", self.argv, out_dir / "netem.log", None, procs.child_env(run_id, {"LOOPSCOPE_COMM": "ls-netem"}), stdout_pipe=True
+        )
         self.result: EmulatorResult | None = None
         assert self.child.popen.stdout is not None
         fd = self.child.popen.stdout.fileno()
@@ -235,13 +266,27 @@ def summarize(r: NetemRun) -> EmulatorResult:
     scale = r["hist_scale"]
     links: list[LinkCounts] = []
     for l in r["links"]:
-        links.append({
-            "name": l["name"], "from": l["from"], "to": l["to"], "configured": l["configured"], "kernel": l["kernel"],
-            "packets_in": l["packets_in"], "bytes_in": l["bytes_in"], "forwarded": l["forwarded"], "lost": l["lost"],
-            "duplicated": l["duplicated"], "reordered": l["reordered"], "queue_drops": l["queue_drops"], "send_errors": l["send_errors"],
-            "pending_at_stop": l["pending_at_stop"],
-            "applied_ns": hist_quantiles(l["applied"], scale), "late_ns": hist_quantiles(l["late"], scale), "queued_ns": hist_quantiles(l["queued"], scale),
-        })
+        links.append(
+            {
+                "name": l["name"],
+                "from": l["from"],
+                "to": l["to"],
+                "configured": l["configured"],
+                "kernel": l["kernel"],
+                "packets_in": l["packets_in"],
+                "bytes_in": l["bytes_in"],
+                "forwarded": l["forwarded"],
+                "lost": l["lost"],
+                "duplicated": l["duplicated"],
+                "reordered": l["reordered"],
+                "queue_drops": l["queue_drops"],
+                "send_errors": l["send_errors"],
+                "pending_at_stop": l["pending_at_stop"],
+                "applied_ns": hist_quantiles(l["applied"], scale),
+                "late_ns": hist_quantiles(l["late"], scale),
+                "queued_ns": hist_quantiles(l["queued"], scale),
+            }
+        )
     return {
         "mechanism": MECHANISM,
         "links": links,

@@ -310,7 +310,9 @@ async def connect(host: Host, timeout: float) -> Any:
     try:
         return await asyncssh.connect(host.address, **opts)
     except asyncssh.HostKeyNotVerifiable as e:
-        raise SshError(f"its host key does not match {kh} ({e.reason}); if the machine was reinstalled, check and update that file (ssh-keygen -R {host.address})") from None
+        raise SshError(
+            f"its host key does not match {kh} ({e.reason}); if the machine was reinstalled, check and update that file (ssh-keygen -R {host.address})"
+        ) from None
     except asyncssh.PermissionDenied:
         raise SshError(f"login refused for {host.user or 'your user'} (give `identity:` or load a key into ssh-agent)") from None
     except (OSError, asyncio.TimeoutError) as e:
@@ -335,8 +337,10 @@ def ssh_preflight(host: Host, timeout: float = 10.0) -> str | None:
             if why and r.exit_status != 0:
                 err = out.strip().splitlines()
                 which = host.python or "the installed interpreter or this controller's"
-                return (f"loopscope is not installed for {which} on {host.address} "
-                        f"({err[-1] if err else f'exit code {r.exit_status}'}); `loopscope hosts install EXPERIMENT` puts this controller's there, or set `python:` to an interpreter that has it")
+                return (
+                    f"loopscope is not installed for {which} on {host.address} "
+                    f"({err[-1] if err else f'exit code {r.exit_status}'}); `loopscope hosts install EXPERIMENT` puts this controller's there, or set `python:` to an interpreter that has it"
+                )
             return why.split(": ", 1)[1] if why else None
         finally:
             conn.close()

@@ -44,8 +44,14 @@ def env_for(lab: Lab, exp: Experiment) -> str:
     m = {}
     for c in exp.channels:
         h = c.host or first
-        m[c.name] = {"hub": f"{lab.hosts[h].address or '127.0.0.1'}:{exp.channel_port}", "transport": c.transport, "capacity": c.capacity,
-                     "full": c.full, "max_item": c.max_item, "host": h}
+        m[c.name] = {
+            "hub": f"{lab.hosts[h].address or '127.0.0.1'}:{exp.channel_port}",
+            "transport": c.transport,
+            "capacity": c.capacity,
+            "full": c.full,
+            "max_item": c.max_item,
+            "host": h,
+        }
     return json.dumps(m, separators=(",", ":"))
 
 
@@ -60,8 +66,19 @@ def start(lab: Lab, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[
         name = f"{probe}.hub-{host}"
         decl = [{"name": c.name, "capacity": c.capacity, "full": c.full, "max_item": c.max_item} for c in chans]
         listen = f"{lab.hosts[host].address or '127.0.0.1'}:{exp.channel_port}"
-        command = ["python3", "-m", "loopscope.cli", "channel", "hub", "--listen", listen, "--channels", json.dumps(decl, separators=(",", ":")),
-                   "--stats", f"{lab.step_dir(host, key)}/{name}.stats.json"]
+        command = [
+            "python3",
+            "-m",
+            "loopscope.cli",
+            "channel",
+            "hub",
+            "--listen",
+            listen,
+            "--channels",
+            json.dumps(decl, separators=(",", ":")),
+            "--stats",
+            f"{lab.step_dir(host, key)}/{name}.stats.json",
+        ]
         spec: dict[str, Any] = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
         try:
             lab.agent(host).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000))
@@ -95,6 +112,18 @@ def stop(lab: Lab, started: list[tuple[str, str]], quiet: bool = False) -> list[
         finally:
             started.remove((host, name))
         step = r.trace.rsplit("/", 1)[0]
-        parts.append(HubStep.model_validate({"name": name.split(".", 1)[1], "host": host, "trace": lab.rel(host, r.trace), "json": lab.rel(host, f"{step}/{name}.json"),
-                                             "stats": lab.rel(host, f"{step}/{name}.stats.json"), "command": r.command, "cpu_usec": r.cpu_usec, "hub": True}))
+        parts.append(
+            HubStep.model_validate(
+                {
+                    "name": name.split(".", 1)[1],
+                    "host": host,
+                    "trace": lab.rel(host, r.trace),
+                    "json": lab.rel(host, f"{step}/{name}.json"),
+                    "stats": lab.rel(host, f"{step}/{name}.stats.json"),
+                    "command": r.command,
+                    "cpu_usec": r.cpu_usec,
+                    "hub": True,
+                }
+            )
+        )
     return parts

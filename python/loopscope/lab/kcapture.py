@@ -86,7 +86,9 @@ def start(lab: Lab, exp: Experiment, notes: list[str]) -> CaptureRun:
             if meta.missing_events:
                 notes.append(f"kernel capture on {host}: this kernel lacks {', '.join(meta.missing_events)}")
             if meta.unfiltered_events:
-                notes.append(f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta.unfiltered_events)}; they are recorded for every thread")
+                notes.append(
+                    f"kernel capture on {host}: this kernel refused the per-thread filters of {', '.join(meta.unfiltered_events)}; they are recorded for every thread"
+                )
         info.captures.append(entry)
     return info
 
@@ -128,8 +130,14 @@ def stop(lab: Lab, info: CaptureRun, quiet: bool = False, steps: list[Step] | No
                 notes.append(
                     f"kernel capture on {host}: a buffer ({entry.buffer_mb_per_cpu} MiB per CPU) filled to half "
                     f"{len(ran)} time(s) and the reader (SCHED_IDLE) ran then"
-                    + (f", {len(inside)} time(s) inside a probe window: " + "; ".join(f"{r['step']} at +{r['at_s']:.2f} s for {r['read_ms']:.1f} ms" for r in inside[:5]) if inside else "")
-                    + "; set kernel.buffer_mb higher, or capture fewer events, to keep it out")
+                    + (
+                        f", {len(inside)} time(s) inside a probe window: "
+                        + "; ".join(f"{r['step']} at +{r['at_s']:.2f} s for {r['read_ms']:.1f} ms" for r in inside[:5])
+                        if inside
+                        else ""
+                    )
+                    + "; set kernel.buffer_mb higher, or capture fewer events, to keep it out"
+                )
         except AgentFailure:
             if not quiet:
                 raise

@@ -86,7 +86,9 @@ def check(exp: Experiment, file: str, kinds: dict[str, str]) -> list[str]:
     for i, link in enumerate(exp.links):
         for end in dict.fromkeys(e for d in link.directions() for e in d):
             if end in kinds and end not in ns_hosts:
-                problems.append(f"{file}: links.{i}: host {end} is {kinds[end]}: links are emulated between netns hosts only (no netem between {kinds[end]} hosts here)")
+                problems.append(
+                    f"{file}: links.{i}: host {end} is {kinds[end]}: links are emulated between netns hosts only (no netem between {kinds[end]} hosts here)"
+                )
     for i, p in enumerate(exp.probes):
         if p.talks_across_hosts:
             ks = {kinds[h] for h in exp.hosts_of(p) if h in kinds}
@@ -100,13 +102,17 @@ def check(exp: Experiment, file: str, kinds: dict[str, str]) -> list[str]:
 
         problems += [f"{file}: {p}" for p in tunings.check([ph.model_dump() for ph in exp.phases or []])]
         if remote:
-            problems.append(f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh or exec hosts; tune them by hand for now or leave the tunings out")
+            problems.append(
+                f"{file}: phases: tunings change this machine's kernel settings, and hosts {', '.join(remote)} are ssh or exec hosts; tune them by hand for now or leave the tunings out"
+            )
     es = exp.emulator
     if es.cpu is not None and es.cpu not in os.sched_getaffinity(0):
         problems.append(f"{file}: emulator.cpu: CPU {es.cpu} is not one this process may use (allowed: {', '.join(map(str, sorted(os.sched_getaffinity(0))))})")
     for i, h in enumerate(exp.hosts):
         if h.sync_address and h.name not in remote:
-            problems.append(f"{file}: hosts.{i}.sync_address: only ssh and exec hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)")
+            problems.append(
+                f"{file}: hosts.{i}.sync_address: only ssh and exec hosts take one (host {h.name} is {kinds.get(h.name)}; netns hosts get a sync network of their own)"
+            )
     if ns_hosts:
         overrides = {h.name: h.address for h in exp.hosts if h.name in ns_hosts and h.address}
         try:
@@ -187,8 +193,9 @@ class Lab:
             assert h.agent is not None
             vc = h.spec.virtual_clock
             vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
-            req = P.Hello(run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version(),
-                          probe_env=self.probe_env)
+            req = P.Hello(
+                run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version(), probe_env=self.probe_env
+            )
             asked.append((h, req, h.agent.post(req)))
         for h, req, rid in asked:
             assert h.agent is not None
@@ -233,7 +240,14 @@ class Lab:
         assert self.topo is not None
         es = self.exp.emulator
         cfg = self.topo.emulator_config(links, seed=self.exp.seed or 1, records=True, priority=50 if os.geteuid() == 0 else 0, kernel=self.kernel_forwarded)
-        return {**cfg, "rings": es.rings, "poll": es.poll, "spin_max_ns": es.spin, "spin_quantile": es.spin_quantile, **({"cpu": es.cpu} if es.cpu is not None else {})}
+        return {
+            **cfg,
+            "rings": es.rings,
+            "poll": es.poll,
+            "spin_max_ns": es.spin,
+            "spin_quantile": es.spin_quantile,
+            **({"cpu": es.cpu} if es.cpu is not None else {}),
+        }
 
     # ---- during the run --------------------------------------------------------------
 
@@ -298,7 +312,26 @@ class Lab:
 
     def provenance(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "hosts": {h.name: {"kind": h.kind, "address": h.address, "clock_offset_ns": h.spec.clock_offset, **({"virtual_clock": {"offset_ns": h.spec.virtual_clock.offset, "drift_ppm": h.spec.virtual_clock.drift_ppm, "epoch_realtime_ns": self.vclock_epoch_ns}} if h.spec.virtual_clock else {}), **HOST_KINDS[h.kind].describe(h.spec)} for h in self.hosts.values()},
+            "hosts": {
+                h.name: {
+                    "kind": h.kind,
+                    "address": h.address,
+                    "clock_offset_ns": h.spec.clock_offset,
+                    **(
+                        {
+                            "virtual_clock": {
+                                "offset_ns": h.spec.virtual_clock.offset,
+                                "drift_ppm": h.spec.virtual_clock.drift_ppm,
+                                "epoch_realtime_ns": self.vclock_epoch_ns,
+                            }
+                        }
+                        if h.spec.virtual_clock
+                        else {}
+                    ),
+                    **HOST_KINDS[h.kind].describe(h.spec),
+                }
+                for h in self.hosts.values()
+            }
         }
         if self.topo is not None:
             out["network"] = self.topo.describe()
@@ -308,8 +341,14 @@ class Lab:
             mechs = {p.mechanism for p in self.paths.values()}
             out["links"] = {
                 "mechanism": "; ".join(m for k, m in (("emulator", MECHANISM), ("kernel", KERNEL_MECHANISM)) if k in mechs) or "none",
-                "paths": {n: {**p.model_dump(mode="json", by_alias=True), "mechanism": MECHANISM if p.mechanism == "emulator" else KERNEL_MECHANISM, "carried_by": p.mechanism}
-                          for n, p in self.paths.items()},
+                "paths": {
+                    n: {
+                        **p.model_dump(mode="json", by_alias=True),
+                        "mechanism": MECHANISM if p.mechanism == "emulator" else KERNEL_MECHANISM,
+                        "carried_by": p.mechanism,
+                    }
+                    for n, p in self.paths.items()
+                },
                 "applied": link_configs(self.exp),
             }
         return out
@@ -333,7 +372,9 @@ class Lab:
                     notes.append(f"link emulator: no socket filter on {u}; it saw the kernel's paths' frames there and left them alone (they cost it wake-ups)")
                 for p in (self.emulator_result or {}).get("ports") or []:
                     if p["socket_drops"]:
-                        notes.append(f"link emulator: the kernel dropped {p['socket_drops']:,} frames on {p['ifname']} (from {p['host']}) before the emulator read them")
+                        notes.append(
+                            f"link emulator: the kernel dropped {p['socket_drops']:,} frames on {p['ifname']} (from {p['host']}) before the emulator read them"
+                        )
             except Exception as e:  # noqa: BLE001
                 notes.append(f"stopping the link emulator: {e}")
                 self.emulator.kill()

@@ -178,4 +178,3 @@ def fetch(agent: Any, base: str, into: Path, remove: bool = True) -> int:
     n = unpack(chunks, packed.sha256, into)
     agent.ask(P.DropFiles(remove=remove), timeout=60)
     return n
-

@@ -117,7 +117,9 @@ class Topology:
         for i, h in enumerate(names, start=1):
             addr = (addresses or {}).get(h) or f"{NET}.{i}.2"
             if sync_reference and addr.startswith(SYNC_NET + "."):
-                raise NetnsError(f"host {h}: address {addr} lies in {SYNC_NET}.0.0/16, the clock-sync network's; pick another or set clocksync.network: experiment")
+                raise NetnsError(
+                    f"host {h}: address {addr} lies in {SYNC_NET}.0.0/16, the clock-sync network's; pick another or set clocksync.network: experiment"
+                )
             head = addr.rsplit(".", 1)[0]
             gw = f"{head}.254" if addr.endswith(".1") else f"{head}.1"
             net = f"{head}.0/24"
@@ -141,7 +143,15 @@ class Topology:
             for hn in hosts:
                 if hn.name != topo.sync_reference:
                     i = hn.index
-                    topo.sync_links[hn.name] = SyncLink(hn.name, i, f"{SYNC_NET}.{i}.2", f"{SYNC_NET}.{i}.1", f"s{i}", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:02", f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:01")
+                    topo.sync_links[hn.name] = SyncLink(
+                        hn.name,
+                        i,
+                        f"{SYNC_NET}.{i}.2",
+                        f"{SYNC_NET}.{i}.1",
+                        f"s{i}",
+                        f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:02",
+                        f"02:4c:54:{i >> 8:02x}:{i & 0xFF:02x}:01",
+                    )
         return topo
 
     def host(self, name: str) -> HostNet:
@@ -195,11 +205,28 @@ class Topology:
     def _sync_up(self) -> None:
         assert self.sync_reference is not None
         ref = self.host(self.sync_reference)
-        _batch(None, [f"link add {SYNC_IF} netns {self.host(n).ns} address {s.mac} type veth peer name {s.peer_if} netns {ref.ns} address {s.peer_mac}" for n, s in self.sync_links.items()])
+        _batch(
+            None,
+            [
+                f"link add {SYNC_IF} netns {self.host(n).ns} address {s.mac} type veth peer name {s.peer_if} netns {ref.ns} address {s.peer_mac}"
+                for n, s in self.sync_links.items()
+            ],
+        )
         rcmds = []
         for n, s in self.sync_links.items():
-            rcmds += [f"address add {s.peer_address}/24 dev {s.peer_if}", f"link set {s.peer_if} up", f"neighbour replace {s.address} lladdr {s.mac} dev {s.peer_if} nud permanent"]
-            _batch(self.host(n).ns, [f"address add {s.address}/24 dev {SYNC_IF}", f"link set {SYNC_IF} up", f"neighbour replace {s.peer_address} lladdr {s.peer_mac} dev {SYNC_IF} nud permanent"])
+            rcmds += [
+                f"address add {s.peer_address}/24 dev {s.peer_if}",
+                f"link set {s.peer_if} up",
+                f"neighbour replace {s.address} lladdr {s.mac} dev {s.peer_if} nud permanent",
+            ]
+            _batch(
+                self.host(n).ns,
+                [
+                    f"address add {s.address}/24 dev {SYNC_IF}",
+                    f"link set {SYNC_IF} up",
+                    f"neighbour replace {s.peer_address} lladdr {s.peer_mac} dev {SYNC_IF} nud permanent",
+                ],
+            )
         _batch(ref.ns, rcmds)
 
     def down(self) -> list[str]:
@@ -214,7 +241,15 @@ class Topology:
         rules = [f"rule add iif {self.host(a).router_if} to {self.host(b).net}/{self.host(b).prefix} priority 1000 blackhole" for a, b in sorted(emulated)]
         if rules:
             _batch(self.router_ns, rules)
-        _sysctl(self.router_ns, {"net.ipv4.conf.all.rp_filter": "0", "net.ipv4.conf.all.send_redirects": "0", "net.ipv4.conf.default.send_redirects": "0", "net.ipv4.ip_forward": "1"})
+        _sysctl(
+            self.router_ns,
+            {
+                "net.ipv4.conf.all.rp_filter": "0",
+                "net.ipv4.conf.all.send_redirects": "0",
+                "net.ipv4.conf.default.send_redirects": "0",
+                "net.ipv4.ip_forward": "1",
+            },
+        )
 
     def forward_counts(self) -> dict[str, int] | None:
         """The router kernel's own IPv4 counts (``/proc/net/snmp`` in its
@@ -228,7 +263,14 @@ class Topology:
         if r.returncode != 0 or len(lines) < 2:
             return None
         ip = dict(zip(lines[0][1:], lines[1][1:]))
-        keys = {"ForwDatagrams": "forwarded", "InDiscards": "in_discards", "OutDiscards": "out_discards", "OutNoRoutes": "no_route", "InHdrErrors": "header_errors", "InAddrErrors": "address_errors"}
+        keys = {
+            "ForwDatagrams": "forwarded",
+            "InDiscards": "in_discards",
+            "OutDiscards": "out_discards",
+            "OutNoRoutes": "no_route",
+            "InHdrErrors": "header_errors",
+            "InAddrErrors": "address_errors",
+        }
         try:
             return {v: int(ip[k]) for k, v in keys.items() if k in ip}
         except ValueError:
@@ -239,14 +281,13 @@ class Topology:
         h = self.host(host)
         _batch(h.ns, [f"link set {h.ifname} down"])
 
-    def emulator_config(self, links: Sequence[Mapping[str, object]], seed: int, records: bool = True, priority: int = 0, kernel: set[tuple[str, str]] | None = None) -> dict[str, object]:
+    def emulator_config(
+        self, links: Sequence[Mapping[str, object]], seed: int, records: bool = True, priority: int = 0, kernel: set[tuple[str, str]] | None = None
+    ) -> dict[str, object]:
         """``kernel``: the paths the router's kernel forwards (the emulator's
         sockets filter their frames out)."""
         idx = {h.name: i for i, h in enumerate(self.hosts)}
-        ports = [
-            {"host": h.name, "ifname": h.router_if, "host_mac": h.mac, "router_ip": h.gateway, "net": h.net, "prefix": h.prefix}
-            for h in self.hosts
-        ]
+        ports = [{"host": h.name, "ifname": h.router_if, "host_mac": h.mac, "router_ip": h.gateway, "net": h.net, "prefix": h.prefix} for h in self.hosts]
         ls = [{**l, "from": idx[str(l["from"])], "to": idx[str(l["to"])]} for l in links]
         kp = [[idx[a], idx[b]] for a, b in sorted(kernel or ())]
         return {"ports": ports, "links": ls, "seed": seed, "records": records, "priority": priority, "kernel_paths": kp}
@@ -256,7 +297,19 @@ class Topology:
             "tag": self.tag,
             "router_ns": self.router_ns,
             "hosts": {h.name: {"ns": h.ns, "address": h.address, "gateway": h.gateway, "ifname": h.ifname, "mac": h.mac} for h in self.hosts},
-            **({"sync": {"reference": self.sync_reference, "links": {n: {"ifname": SYNC_IF, "address": s.address, "reference_address": s.peer_address, "reference_ifname": s.peer_if} for n, s in self.sync_links.items()}}} if self.sync_links else {}),
+            **(
+                {
+                    "sync": {
+                        "reference": self.sync_reference,
+                        "links": {
+                            n: {"ifname": SYNC_IF, "address": s.address, "reference_address": s.peer_address, "reference_ifname": s.peer_if}
+                            for n, s in self.sync_links.items()
+                        },
+                    }
+                }
+                if self.sync_links
+                else {}
+            ),
         }
 
 

@@ -62,7 +62,8 @@ Say = Callable[[str], None]
 DONE, REFUSED, ALREADY = "loopscope-installed", "loopscope-install-refused", "loopscope-install-current"
 
 # Runs on the host with its own Python: standard library only. argv: install_dir.
-BOOTSTRAP = r'''
+BOOTSTRAP = (
+    r"""
 import json, os, platform, shutil, subprocess, sys, tarfile, venv
 d = os.path.expanduser(sys.argv[1])
 os.makedirs(d, exist_ok=True)
@@ -111,7 +112,10 @@ try:
     print("@DONE@", m["version"], os.path.join(target, "bin", "python"))
 finally:
     shutil.rmtree(work, ignore_errors=True)
-'''.replace("@REFUSED@", REFUSED).replace("@ALREADY@", ALREADY).replace("@DONE@", DONE)
+""".replace("@REFUSED@", REFUSED)
+    .replace("@ALREADY@", ALREADY)
+    .replace("@DONE@", DONE)
+)
 
 
 class ProvisionError(RunError):
@@ -149,7 +153,6 @@ def _identity(wheel: Path) -> str:
     return h.hexdigest()[:16]
 
 
-
 def build_env() -> dict[str, str]:
     """The Rust build's environment as the Makefile sets it: zstd from the
     system's libzstd when pkg-config finds it. Built otherwise, zstd-sys
@@ -160,11 +163,14 @@ def build_env() -> dict[str, str]:
         env["ZSTD_SYS_USE_PKG_CONFIG"] = "1"
     return env
 
+
 def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
     """The tar every host receives (built under ``~/.cache/loopscope/``)."""
     src = source_tree()
     if src is None:
-        raise InputError("hosts install builds the wheel from loopscope's source tree, and this loopscope was not installed from one: run it from a clone (make install)")
+        raise InputError(
+            "hosts install builds the wheel from loopscope's source tree, and this loopscope was not installed from one: run it from a clone (make install)"
+        )
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loopscope" / "hosts"
     lock = src / "requirements.lock"
     lock_id = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
@@ -173,8 +179,26 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
         say(f"fetching the locked dependencies' wheels (requirements.lock) into {deps} …")
         shutil.rmtree(deps, ignore_errors=True)
         deps.mkdir(parents=True)
-        r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary=:all:", "--require-hashes",
-                            "-r", str(lock), "-d", str(deps)], capture_output=True, text=True, timeout=1800)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--require-hashes",
+                "-r",
+                str(lock),
+                "-d",
+                str(deps),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if r.returncode != 0:
             raise ProvisionError(f"pip download of requirements.lock failed: {r.stderr.strip()[-800:]}")
         (deps / ".complete").write_text(lock_id)
@@ -188,8 +212,14 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
         say("building the loopscope wheel (maturin build --release) …")
         # (linked to the system's libzstd.so.1, which every host with a Linux
         # package manager has: the wheel is not repaired to carry its own copy)
-        r = subprocess.run([exe, "build", "--release", "--quiet", "--auditwheel", "warn", "-o", str(built), "-i", sys.executable], cwd=src, capture_output=True,
-                           text=True, timeout=1800, env=build_env())
+        r = subprocess.run(
+            [exe, "build", "--release", "--quiet", "--auditwheel", "warn", "-o", str(built), "-i", sys.executable],
+            cwd=src,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            env=build_env(),
+        )
         if r.returncode != 0:
             raise ProvisionError(f"maturin build failed: {r.stderr.strip()[-800:]}")
         found = sorted(built.glob("loopscope-*.whl"))
@@ -206,8 +236,14 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
     version = launch.version()
     identity = f"{_identity(whl)}-{lock_id}"
     dep_wheels = [p for p in sorted(deps.glob("*.whl")) if not p.name.startswith("loopscope-")]
-    manifest = {"version": version, "identity": identity, "python": "%d.%d" % sys.version_info[:2], "machine": platform.machine(),
-                "installer": f"wheels/{inst.name}", "force": force}
+    manifest = {
+        "version": version,
+        "identity": identity,
+        "python": "%d.%d" % sys.version_info[:2],
+        "machine": platform.machine(),
+        "installer": f"wheels/{inst.name}",
+        "force": force,
+    }
     return Bundle(cache / "bundle.tar", version, identity, 1 + len(dep_wheels), sum(p.stat().st_size for p in [whl, *dep_wheels]), [whl, *dep_wheels], manifest)
 
 
@@ -265,13 +301,13 @@ def _outcome(name: str, rc: int | None, out: str, t0: float) -> Installed:
             _, version, py = last.split(" ", 2)
             return Installed(name, outcome, f"loopscope {version} in {py}", dt, py)
     if last.startswith(REFUSED + " "):
-        return Installed(name, "refused", last[len(REFUSED) + 1:], dt)
+        return Installed(name, "refused", last[len(REFUSED) + 1 :], dt)
     return Installed(name, "failed", f"exit code {rc}; last output:\n{launch.tail_text(out)}", dt)
 
 
 def _marker_line(host: Host) -> str:
     """Shell: print the host's install record of this version (nothing if there is none)."""
-    return f"{launch.installed_python(host)}; cat \"$(dirname \"$(dirname \"$p\")\")/loopscope-install.json\" 2>/dev/null; true"
+    return f'{launch.installed_python(host)}; cat "$(dirname "$(dirname "$p")")/loopscope-install.json" 2>/dev/null; true'
 
 
 def current(host: Host, b: Bundle) -> Installed | None:
@@ -280,7 +316,14 @@ def current(host: Host, b: Bundle) -> Installed | None:
     line = _marker_line(host)
     try:
         if host.kind == "exec":
-            r = subprocess.run(launch.argv(host, line), stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=launch.launcher_env("hosts-install"), start_new_session=True)
+            r = subprocess.run(
+                launch.argv(host, line),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=120,
+                env=launch.launcher_env("hosts-install"),
+                start_new_session=True,
+            )
             out = r.stdout.decode(errors="replace")
         else:
             out = _ssh_run(host, f"sh -c {shlex.quote(line)}", b"")[1]
@@ -288,8 +331,13 @@ def current(host: Host, b: Bundle) -> Installed | None:
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError, RunError):
         return None
     if isinstance(mark, dict) and mark.get("identity") == b.identity:
-        return Installed(host.name, "current", f"loopscope {b.version} in {host.install_dir}/{b.version}/bin/python", round(time.monotonic() - t0, 2),
-                         f"{host.install_dir}/{b.version}/bin/python")
+        return Installed(
+            host.name,
+            "current",
+            f"loopscope {b.version} in {host.install_dir}/{b.version}/bin/python",
+            round(time.monotonic() - t0, 2),
+            f"{host.install_dir}/{b.version}/bin/python",
+        )
     return None
 
 

@@ -138,11 +138,25 @@ class Session:
         (run_dir / "spec.yaml").write_text(spec_text)
         _write_json(run_dir / "spec.json", exp.model_dump(mode="json", by_alias=True))
         self.kinds = kinds or resolve_hosts(exp)[0]
-        self.rec = RunRecord(run_id=self.run_id, name=exp.name, status="running", started_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(),
-                             controller_pid=os.getpid(), command=sys.argv, notes=notes, hosts={h.name: self.kinds[h.name] for h in exp.hosts},
-                             steps=[], loads=[], timings={})
+        self.rec = RunRecord(
+            run_id=self.run_id,
+            name=exp.name,
+            status="running",
+            started_utc=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+            controller_pid=os.getpid(),
+            command=sys.argv,
+            notes=notes,
+            hosts={h.name: self.kinds[h.name] for h in exp.hosts},
+            steps=[],
+            loads=[],
+            timings={},
+        )
         self.save()
-        state.register(state.RunState(run_id=self.run_id, run_dir=str(run_dir.resolve()), controller_pid=os.getpid(), controller_start=procs.process_start_time(os.getpid())))
+        state.register(
+            state.RunState(
+                run_id=self.run_id, run_dir=str(run_dir.resolve()), controller_pid=os.getpid(), controller_start=procs.process_start_time(os.getpid())
+            )
+        )
         self.lab = Lab(exp, self.run_id, run_dir, self.kinds)
         # namespaces and tunings outlive a killed controller: the reaper gives them back
         self.reaper = Reaper(self.run_id) if self.lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
@@ -207,11 +221,20 @@ class Session:
         rec.timings.update(lab.timings)
         rec.agent = AgentRecord(host=first.name, pid=first.pid, cgroup=first.cgroup, cgroup_note=first.hello.cgroup_note if first.hello else None)
         rec.agents = {h.name: HostAgent(kind=h.kind, pid=h.pid, cgroup=h.cgroup, address=h.address) for h in lab.hosts.values()}
-        RunDir(self.run_dir).write_provenance(Provenance.model_validate({"controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()}, "lab": lab.provenance(),
-                                                                          "hosts": {h.name: h.hello.provenance for h in lab.hosts.values() if h.hello}}))
+        RunDir(self.run_dir).write_provenance(
+            Provenance.model_validate(
+                {
+                    "controller": {"pid": os.getpid(), "argv": sys.argv, "cwd": os.getcwd()},
+                    "lab": lab.provenance(),
+                    "hosts": {h.name: h.hello.provenance for h in lab.hosts.values() if h.hello},
+                }
+            )
+        )
         for h in lab.hosts.values():
             if h.cgroup is None:
-                self.notes.append(f"{h.name}: loads and probes are not in cgroups ({h.hello.cgroup_note if h.hello else 'no agent'}); CPU use comes from /proc and clean-up relies on process ids")
+                self.notes.append(
+                    f"{h.name}: loads and probes are not in cgroups ({h.hello.cgroup_note if h.hello else 'no agent'}); CPU use comes from /proc and clean-up relies on process ids"
+                )
         self.save()
 
     def calibrate(self) -> None:
@@ -280,14 +303,18 @@ class Session:
             if lr is None:  # lost: its loads ended with its agent
                 continue
             for ld in lr.loads:
-                self.rec.loads.append(LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)}))
+                self.rec.loads.append(
+                    LoadRecord.model_validate({"rep": pr.rep, "phase": pr.phase.name, "host": hname, **ld.model_dump(mode="json", exclude_unset=True)})
+                )
 
     def set_links(self, pr: PhaseRun) -> None:
         if not self.exp.links:
             return
 
         want = link_configs(self.exp, pr.phase)
-        self.rec.phase_links[pr.phase.name] = [LinkSetting.model_validate({k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")}) for c in want]
+        self.rec.phase_links[pr.phase.name] = [
+            LinkSetting.model_validate({k: c[k] for k in ("name", "delay_ns", "jitter_ns", "loss", "rate_bps")}) for c in want
+        ]
         if want != self.links and self.lab.emulator is not None:
             changed = ", ".join(f"{c['name']} {c['delay_ns'] / 1e6:g} ms" for c, o in zip(want, self.links) if c != o)
             self.say(f"rep {pr.rep} · {pr.phase.name}: links now {changed}")
@@ -302,7 +329,10 @@ class Session:
         try:
             self.tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in self.exp.phases or []].index(pr.phase.name)}")
         finally:
-            self.rec.tunings = [*(self.rec.tunings or []), TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()})]
+            self.rec.tunings = [
+                *(self.rec.tunings or []),
+                TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()}),
+            ]
             self.save()
 
     def start_loads(self, pr: PhaseRun, by_host: LoadsByHost, sinks: LoadsByHost, key: str, label: str) -> LoadsByHost:

@@ -65,8 +65,17 @@ class StepHelpers:
         lab = self.lab
         r = lab.agent(host).ask(P.StopProbe(name=name))
         self._running.remove((host, name))
-        return Collected(name=name, host=host, trace=lab.rel(host, r.trace), json=lab.rel(host, f"{lab.step_dir(host, self.key)}/{name}.json"),
-                       command=r.command, cpu_usec=r.cpu_usec, spawn_mono_ns=r.spawn_mono_ns, end_mono_ns=r.end_mono_ns, result=r.result)
+        return Collected(
+            name=name,
+            host=host,
+            trace=lab.rel(host, r.trace),
+            json=lab.rel(host, f"{lab.step_dir(host, self.key)}/{name}.json"),
+            command=r.command,
+            cpu_usec=r.cpu_usec,
+            spawn_mono_ns=r.spawn_mono_ns,
+            end_mono_ns=r.end_mono_ns,
+            result=r.result,
+        )
 
     def running(self) -> list[tuple[str, str]]:
         return list(self._running)
@@ -105,8 +114,15 @@ class Steps:
     def calibrate(self, probe: ProbeModel) -> dict[str, Any]:
         lab = self.lab
         host = probe.hosts(self.first_host)[0]
-        r = lab.agent(host).ask(P.RunProbe(probe=probe.model_dump(mode="json"), step_dir=lab.step_dir(host, "calibration"), scratch_dir=lab.scratch(host),
-                                           duration_ns=int(probe.seconds(self.exp.duration) * 1e9), calibrate=True))
+        r = lab.agent(host).ask(
+            P.RunProbe(
+                probe=probe.model_dump(mode="json"),
+                step_dir=lab.step_dir(host, "calibration"),
+                scratch_dir=lab.scratch(host),
+                duration_ns=int(probe.seconds(self.exp.duration) * 1e9),
+                calibrate=True,
+            )
+        )
         return r.result
 
     def check(self) -> None:

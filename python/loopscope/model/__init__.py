@@ -20,7 +20,6 @@ def read_model(path: str, model: type[M], what: str, fmt: str, version: int, wri
     then each part against its model): anything else is bad input naming the
     file, the field and the command that writes a good one."""
 
-
     data = read_versioned(path, what, fmt, version, writer)
     try:
         return model.model_validate(data)
@@ -32,7 +31,6 @@ def read_model(path: str, model: type[M], what: str, fmt: str, version: int, wri
 def read_versioned(path: str, what: str, fmt: str, version: int, writer: str) -> dict[str, Any]:
     """A model file, its format and version checked: anything else is bad
     input naming the file and the command that writes a good one."""
-
 
     try:
         with open(path) as f:

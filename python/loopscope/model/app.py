@@ -47,8 +47,6 @@ VERSION = 1
 MIN_CPU_MS = 20.0
 
 
-
-
 class _Part(BaseModel):
     # a newer minor version's fields are kept as they are
     model_config = ConfigDict(extra="allow")
@@ -133,6 +131,7 @@ class AppModel(_Part):
     cpu: CpuTimes | None = None
     syscalls: CallStructure = Field(default_factory=CallStructure)
 
+
 def _session_left(sid: int) -> list[int]:
     """Processes still in session ``sid`` (what a program left behind)."""
     out = []
@@ -144,7 +143,7 @@ def _session_left(sid: int) -> list[int]:
                 st = f.read()
         except OSError:
             continue
-        fields = st[st.rfind(")") + 2:].split()
+        fields = st[st.rfind(")") + 2 :].split()
         if len(fields) > 3 and int(fields[3]) == sid:
             out.append(int(d))
     return out
@@ -155,8 +154,16 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus:
     # stderr to a file, not a pipe: a child left running would hold a pipe open
     with tempfile.TemporaryFile() as errf:
         try:
-            p = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=errf, start_new_session=True,
-                                 preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
+            p = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=errf,
+                start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+            )
         except OSError as e:
             raise InputError(f"cannot start {cmd[0]!r}: {e.strerror}") from None
         _, status, ru = os.wait4(p.pid, 0)
@@ -173,8 +180,10 @@ def _run_once(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cpus:
                 os.kill(q, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        raise InputError(f"{shlex.join(cmd)} left {len(left)} process(es) running after it exited (pids {', '.join(map(str, left[:5]))}, now killed): "
-                         "their CPU time is not in what wait4 reports, so the model would miss it; calibrate a program that waits for its children")
+        raise InputError(
+            f"{shlex.join(cmd)} left {len(left)} process(es) running after it exited (pids {', '.join(map(str, left[:5]))}, now killed): "
+            "their CPU time is not in what wait4 reports, so the model would miss it; calibrate a program that waits for its children"
+        )
     if p.returncode != 0:
         tail = err.decode(errors="replace").strip()[-400:]
         raise RunError(f"{shlex.join(cmd)} failed with exit code {p.returncode}" + (f": {tail}" if tail else ""))
@@ -189,8 +198,15 @@ class RunCpu(TypedDict):
     wall_ns: int
 
 
-def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, str] | None = None, say: Callable[[str], None] = lambda s: None,
-             cpus: list[int] | None = None, min_cpu_ms: float = MIN_CPU_MS) -> dict[str, list[int]]:
+def run_many(
+    cmd: list[str],
+    runs: int,
+    cwd: str | None = None,
+    env: dict[str, str] | None = None,
+    say: Callable[[str], None] = lambda s: None,
+    cpus: list[int] | None = None,
+    min_cpu_ms: float = MIN_CPU_MS,
+) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {"user_ns": [], "sys_ns": [], "wall_ns": []}
     for i in range(runs):
         try:
@@ -202,8 +218,10 @@ def run_many(cmd: list[str], runs: int, cwd: str | None = None, env: dict[str, s
         out["wall_ns"].append(r["wall_ns"])
     cpu = np.asarray(out["user_ns"]) + np.asarray(out["sys_ns"])
     if cpu.mean() / 1e6 < min_cpu_ms:
-        raise InputError(f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
-                         f"give it at least {min_cpu_ms:g} ms of work per run")
+        raise InputError(
+            f"{shlex.join(cmd)} uses {cpu.mean() / 1e6:.1f} ms of CPU per run: too little to measure (CPU time is kept in ticks of a few ms); "
+            f"give it at least {min_cpu_ms:g} ms of work per run"
+        )
     return out
 
 
@@ -239,15 +257,24 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
         tot = sum(trans[name].values())
         trim = d[d <= np.percentile(d, 90)]
         states[name] = {
-            "per_run": c / n, "dur_mean_ns": float(d.mean()), "dur_p50_ns": float(np.percentile(d, 50)), "dur_p99_ns": float(np.percentile(d, 99)),
+            "per_run": c / n,
+            "dur_mean_ns": float(d.mean()),
+            "dur_p50_ns": float(np.percentile(d, 50)),
+            "dur_p99_ns": float(np.percentile(d, 99)),
             "dur_trim_mean_ns": float(trim.mean()) if len(trim) else float(d.mean()),
             "next": {k: v / tot for k, v in trans[name].most_common()} if tot else {},
         }
         if sizes[name]:
             states[name].update(size_classes(np.asarray(sizes[name], dtype=float)))
     g = np.asarray(gaps) if gaps else np.zeros(1)
-    return {"states": states, "calls_per_run": sum(counts.values()) / n, "threads_per_run": threads / n,
-            "gap_mean_ns": float(g.mean()), "gap_p50_ns": float(np.percentile(g, 50)), "gap_p99_ns": float(np.percentile(g, 99))}
+    return {
+        "states": states,
+        "calls_per_run": sum(counts.values()) / n,
+        "threads_per_run": threads / n,
+        "gap_mean_ns": float(g.mean()),
+        "gap_p50_ns": float(np.percentile(g, 50)),
+        "gap_p99_ns": float(np.percentile(g, 99)),
+    }
 
 
 def size_classes(b: np.ndarray) -> dict[str, Any]:
@@ -266,8 +293,12 @@ def syscall_names() -> dict[int, str]:
     """This architecture's system-call numbers → names, from the kernel's
     uapi header (linux-libc-dev)."""
     arch = os.uname().machine
-    cands = [f"/usr/include/{arch}-linux-gnu/asm/unistd_64.h", "/usr/include/asm/unistd_64.h", f"/usr/include/{arch}-linux-gnu/asm/unistd.h",
-             "/usr/include/asm-generic/unistd.h"]
+    cands = [
+        f"/usr/include/{arch}-linux-gnu/asm/unistd_64.h",
+        "/usr/include/asm/unistd_64.h",
+        f"/usr/include/{arch}-linux-gnu/asm/unistd.h",
+        "/usr/include/asm-generic/unistd.h",
+    ]
     for c in cands:
         try:
             with open(c) as f:
@@ -280,11 +311,31 @@ def syscall_names() -> dict[int, str]:
     return {}
 
 
-_EV = re.compile(r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([0-9]+\.[0-9]+): (?:sys_(enter|exit): NR (\d+)(?: = (-?\d+))?|sched_switch: .*prev_pid=(\d+) .*next_pid=(\d+))")
+_EV = re.compile(
+    r"^\s*.+-(\d+)\s+\[\d+\]\s+\S+\s+([0-9]+\.[0-9]+): (?:sys_(enter|exit): NR (\d+)(?: = (-?\d+))?|sched_switch: .*prev_pid=(\d+) .*next_pid=(\d+))"
+)
 
 # Calls whose return value is the number of bytes they moved (their cost grows with it).
-DATA_CALLS = frozenset({"read", "pread64", "readv", "preadv", "preadv2", "write", "pwrite64", "writev", "pwritev", "pwritev2",
-                        "sendto", "sendmsg", "send", "recvfrom", "recvmsg", "recv"})
+DATA_CALLS = frozenset(
+    {
+        "read",
+        "pread64",
+        "readv",
+        "preadv",
+        "preadv2",
+        "write",
+        "pwrite64",
+        "writev",
+        "pwritev",
+        "pwritev2",
+        "sendto",
+        "sendmsg",
+        "send",
+        "recvfrom",
+        "recvmsg",
+        "recv",
+    }
+)
 
 
 def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str, Any]:
@@ -336,7 +387,9 @@ def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cp
 
     root = tracefs()
     if root is None or not (root / "instances").is_dir():
-        raise InputError("tracefs is not available (it needs root): the system-call structure comes from its raw_syscalls tracepoints; run as root or pass --traced-runs 0")
+        raise InputError(
+            "tracefs is not available (it needs root): the system-call structure comes from its raw_syscalls tracepoints; run as root or pass --traced-runs 0"
+        )
     inst = root / "instances" / f"loopscope-app-{os.getpid()}"
     sw = root / "instances" / f"loopscope-app-{os.getpid()}-sched"
     made: list[Path] = []
@@ -403,22 +456,39 @@ def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cp
 
 def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, Any]:
     if runs == 0:
-        return {"runs": 0, "states": {}, "note": "not traced (--traced-runs 0): the system-call mix is unknown, so system time is scaled by all the node's calls alike"}
+        return {
+            "runs": 0,
+            "states": {},
+            "note": "not traced (--traced-runs 0): the system-call mix is unknown, so system time is scaled by all the node's calls alike",
+        }
     names = syscall_names()
     parsed = [_tracefs_run(cmd, cwd, env, cpus, names) for _ in range(runs)]
     st = structure(parsed)
     lost = sum(p["lost"] for p in parsed)
-    st.update({"runs": runs, "tool": "tracefs raw_syscalls sys_enter/sys_exit and sched_switch, filtered to the program's pid and its forks (event-fork), "
-                                     "CLOCK_MONOTONIC, µs stamps; call durations are on-CPU (switched-out time taken off)",
-               "lost_events": lost, "names_known": bool(names), "calls_switched_out": sum(p.get("calls_switched_out", 0) for p in parsed) / runs})
+    st.update(
+        {
+            "runs": runs,
+            "tool": "tracefs raw_syscalls sys_enter/sys_exit and sched_switch, filtered to the program's pid and its forks (event-fork), "
+            "CLOCK_MONOTONIC, µs stamps; call durations are on-CPU (switched-out time taken off)",
+            "lost_events": lost,
+            "names_known": bool(names),
+            "calls_switched_out": sum(p.get("calls_switched_out", 0) for p in parsed) / runs,
+        }
+    )
     if not st["states"]:
         raise RunError(f"the raw_syscalls tracepoints recorded no system call of {shlex.join(cmd)}: the model would be empty")
     return st
 
 
 def _summary(x: np.ndarray) -> dict[str, float]:
-    return {"mean_ns": float(x.mean()), "var_ns2": float(x.var(ddof=1)) if len(x) > 1 else 0.0, "p95_ns": float(np.percentile(x, 95)),
-            "p99_ns": float(np.percentile(x, 99)), "min_ns": float(x.min()), "max_ns": float(x.max())}
+    return {
+        "mean_ns": float(x.mean()),
+        "var_ns2": float(x.var(ddof=1)) if len(x) > 1 else 0.0,
+        "p95_ns": float(np.percentile(x, 95)),
+        "p99_ns": float(np.percentile(x, 99)),
+        "min_ns": float(x.min()),
+        "max_ns": float(x.max()),
+    }
 
 
 def environment_of(cmd: list[str]) -> str:
@@ -427,8 +497,18 @@ def environment_of(cmd: list[str]) -> str:
     return "cpython" if re.match(r"^python[0-9.]*$", exe) else "compiled"
 
 
-def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | None, node_path: str | None, condition: str, cwd: str | None = None,
-              env_kind: str | None = None, say: Callable[[str], None] = lambda s: None, cpus: list[int] | None = None) -> AppModel:
+def calibrate(
+    cmd: list[str],
+    runs: int,
+    traced_runs: int,
+    node: NodeModel | None,
+    node_path: str | None,
+    condition: str,
+    cwd: str | None = None,
+    env_kind: str | None = None,
+    say: Callable[[str], None] = lambda s: None,
+    cpus: list[int] | None = None,
+) -> AppModel:
     from loopscope.probes.common import envelope
 
     if not cmd:
@@ -440,13 +520,21 @@ def calibrate(cmd: list[str], runs: int, traced_runs: int, node: NodeModel | Non
     say(f"tracing {traced_runs} more runs")
     st = trace_runs(cmd, traced_runs, cwd, None, cpus)
     u, s = np.asarray(r["user_ns"], dtype=float), np.asarray(r["sys_ns"], dtype=float)
-    return AppModel.model_validate({
-        "format": FORMAT, "version": VERSION, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "loopscope": envelope("app-model"),
-        "command": cmd, "environment": env_kind or environment_of(cmd),
-        "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.created if node else None, "condition": condition},
-        "cpus": cpus, "runs": r, "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
-        "syscalls": st,
-    })
+    return AppModel.model_validate(
+        {
+            "format": FORMAT,
+            "version": VERSION,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "loopscope": envelope("app-model"),
+            "command": cmd,
+            "environment": env_kind or environment_of(cmd),
+            "node": {"path": os.path.abspath(node_path) if node_path else None, "created": node.created if node else None, "condition": condition},
+            "cpus": cpus,
+            "runs": r,
+            "cpu": {"total": _summary(u + s), "user": _summary(u), "system": _summary(s)},
+            "syscalls": st,
+        }
+    )
 
 
 def read(path: str) -> AppModel:

@@ -207,8 +207,18 @@ def syscalls(calls: list[str] | None, max_seconds_per_call: float, workdir: str)
     r = syscall.run(p, workdir)
     if r.interrupted:
         raise KeyboardInterrupt  # a calibration cut short is no calibration
-    return {c.name: Cost(mean_ns=c.mean_ns, ci95_half_ns=c.ci_half_ns, median_ns=float(np.median(c.batch_ns)), typical_ns=float(typical(c.batch_ns)),
-                         batches=c.batches, converged=c.converged, batch_ns=c.batch_ns.tolist()) for c in r.calls}
+    return {
+        c.name: Cost(
+            mean_ns=c.mean_ns,
+            ci95_half_ns=c.ci_half_ns,
+            median_ns=float(np.median(c.batch_ns)),
+            typical_ns=float(typical(c.batch_ns)),
+            batches=c.batches,
+            converged=c.converged,
+            batch_ns=c.batch_ns.tolist(),
+        )
+        for c in r.calls
+    }
 
 
 def parse_load(text: str) -> tuple[str, int]:
@@ -249,8 +259,10 @@ def _start_workers(kind: str, processes: int, scratch: str, cpus: list[int] | No
     pre = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     # the workers die with this process (and not with whoever started it, if a lab did: loopscope.lineage)
     env = {**os.environ, "LOOPSCOPE_PDEATHSIG": str(os.getpid())}
-    return [subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre, env=env)
-            for _ in range(processes)]
+    return [
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=pre, env=env)
+        for _ in range(processes)
+    ]
 
 
 def _check_workers(kind: str, ps: list[subprocess.Popen[bytes]]) -> None:
@@ -387,8 +399,16 @@ def summ_slices(slices: list[list[float]], target: float | None = None) -> Cost:
     a = np.asarray(flat, dtype=float)
     mean = float(a.mean())
     half = float(1.96 * a.std(ddof=1) / np.sqrt(len(a))) if len(a) > 1 else float("inf")
-    return Cost(mean_ns=mean, ci95_half_ns=half, median_ns=float(np.median(a)), typical_ns=float(typical(a)), batches=len(a),
-                converged=bool(target is not None and half <= target * mean), batch_ns=flat, slices=[len(s) for s in slices])
+    return Cost(
+        mean_ns=mean,
+        ci95_half_ns=half,
+        median_ns=float(np.median(a)),
+        typical_ns=float(typical(a)),
+        batches=len(a),
+        converged=bool(target is not None and half <= target * mean),
+        batch_ns=flat,
+        slices=[len(s) for s in slices],
+    )
 
 
 def measure(calls: list[str] | None, max_seconds_per_call: float, env_seconds: float, scratch: str) -> Condition:
@@ -422,13 +442,28 @@ def assemble(conditions: dict[str, Condition]) -> NodeModel:
             environments={k: _change(idle.environments[k], v) for k, v in c.environments.items()},
         )
     prov = gather()
-    return NodeModel(format=FORMAT, version=VERSION, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), loopscope=envelope("node-model"),
-                     machine=Machine.model_validate(prov.model_dump(include={"host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software"})),
-                     conditions=conditions, changes=changes)
+    return NodeModel(
+        format=FORMAT,
+        version=VERSION,
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        loopscope=envelope("node-model"),
+        machine=Machine.model_validate(
+            prov.model_dump(include={"host", "kernel", "cpu", "memory_kib", "clocksource", "cpufreq", "cpuidle_driver", "preempt", "software"})
+        ),
+        conditions=conditions,
+        changes=changes,
+    )
 
 
-def calibrate(loads: list[str], calls: list[str] | None = None, max_seconds_per_call: float = 2.0, env_seconds: float = 2.0, say: Callable[[str], None] = lambda s: None,
-              cpus: list[int] | None = None, load_cpus: list[int] | None = None) -> NodeModel:
+def calibrate(
+    loads: list[str],
+    calls: list[str] | None = None,
+    max_seconds_per_call: float = 2.0,
+    env_seconds: float = 2.0,
+    say: Callable[[str], None] = lambda s: None,
+    cpus: list[int] | None = None,
+    load_cpus: list[int] | None = None,
+) -> NodeModel:
     """Idle, then each load; ``cpus``: where the measuring thread runs (pin
     the apps there too, ``calibrate app --cpu``), ``load_cpus``: where the
     load workers run."""

@@ -32,12 +32,33 @@ from loopscope.model.node import ratio_ci
 from loopscope.model.node import boot_typical, cost_curve, typical
 
 ALIASES = {
-    "openat": "open", "openat2": "open", "creat": "open", "newfstatat": "stat", "fstat": "stat", "lstat": "stat", "statx": "stat", "fstatat64": "stat",
-    "unlinkat": "unlink", "linkat": "link", "pread64": "read", "readv": "read", "preadv": "read", "pwrite64": "write", "writev": "write",
-    "pwritev": "write", "sendmsg": "sendto", "sendmmsg": "sendto", "send": "sendto", "recvmsg": "recvfrom", "recvmmsg": "recvfrom", "recv": "recvfrom",
-    "getppid": "getpid", "gettid": "getpid", "clock_gettime": "clock_gettime", "mmap2": "mmap",
+    "openat": "open",
+    "openat2": "open",
+    "creat": "open",
+    "newfstatat": "stat",
+    "fstat": "stat",
+    "lstat": "stat",
+    "statx": "stat",
+    "fstatat64": "stat",
+    "unlinkat": "unlink",
+    "linkat": "link",
+    "pread64": "read",
+    "readv": "read",
+    "preadv": "read",
+    "pwrite64": "write",
+    "writev": "write",
+    "pwritev": "write",
+    "sendmsg": "sendto",
+    "sendmmsg": "sendto",
+    "send": "sendto",
+    "recvmsg": "recvfrom",
+    "recvmmsg": "recvfrom",
+    "recv": "recvfrom",
+    "getppid": "getpid",
+    "gettid": "getpid",
+    "clock_gettime": "clock_gettime",
+    "mmap2": "mmap",
 }
-
 
 
 class SysRatio(TypedDict):
@@ -180,16 +201,29 @@ def sys_ratio(app: AppModel, na: Condition, nb: Condition, resamples: int = 400)
         fixed_r = fb / fa
         calls_b = fb + extra * r_mem + un_t * fixed_r
         ratio = calls_share * calls_b / traced + (1 - calls_share) * r_mem
-        parts = {"calls_share": float(np.mean(calls_share)), "fixed_share_of_calls": float(np.mean(fa / traced)),
-                 "argument_share_of_calls": float(np.mean(extra / traced)), "fixed_ratio": float(np.mean(fixed_r)), "memory_ratio": float(np.mean(r_mem))}
+        parts = {
+            "calls_share": float(np.mean(calls_share)),
+            "fixed_share_of_calls": float(np.mean(fa / traced)),
+            "argument_share_of_calls": float(np.mean(extra / traced)),
+            "fixed_ratio": float(np.mean(fixed_r)),
+            "memory_ratio": float(np.mean(r_mem)),
+        }
         return ratio, parts
 
     point, parts = estimate(False)
     boot, _ = estimate(True)
-    return {"ratio": float(point[0]), "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))], "calls_used": sorted({m for m, *_ in rows}),
-            "unmodelled_share": un_n / total if total else None, "priced_by_size_share": priced_by_size / total if total else None,
-            "calls_share": parts["calls_share"], "fixed_share_of_calls": parts["fixed_share_of_calls"], "argument_share_of_calls": parts["argument_share_of_calls"],
-            "fixed_ratio": parts["fixed_ratio"], "memory_ratio": parts["memory_ratio"]}
+    return {
+        "ratio": float(point[0]),
+        "ci95": [float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))],
+        "calls_used": sorted({m for m, *_ in rows}),
+        "unmodelled_share": un_n / total if total else None,
+        "priced_by_size_share": priced_by_size / total if total else None,
+        "calls_share": parts["calls_share"],
+        "fixed_share_of_calls": parts["fixed_share_of_calls"],
+        "argument_share_of_calls": parts["argument_share_of_calls"],
+        "fixed_ratio": parts["fixed_ratio"],
+        "memory_ratio": parts["memory_ratio"],
+    }
 
 
 def predict(app: AppModel, na: Condition, nb: Condition) -> Prediction:
@@ -204,11 +238,16 @@ def predict(app: AppModel, na: Condition, nb: Condition) -> Prediction:
     se = 1.96 * float(pred.std(ddof=1)) / np.sqrt(len(pred)) if len(pred) > 1 else 0.0
     user_share = float(u.sum() / (u.sum() + s.sum())) if (u.sum() + s.sum()) else 0.0
     return {
-        "environment": env, "user_ratio": {"ratio": r_user, "ci95": [lo_u, hi_u]}, "sys_ratio": rs, "user_share": user_share,
+        "environment": env,
+        "user_ratio": {"ratio": r_user, "ci95": [lo_u, hi_u]},
+        "sys_ratio": rs,
+        "user_share": user_share,
         "from_mean_ns": float((u + s).mean()),
         # the ratios' uncertainty and the app's own sampling error of the mean
-        "pred_mean_ns": float(pred.mean()), "pred_mean_ci95_ns": [float(lo.mean() - se), float(hi.mean() + se)],
-        "pred_p95_ns": float(np.percentile(pred, 95)), "pred_p99_ns": float(np.percentile(pred, 99)),
+        "pred_mean_ns": float(pred.mean()),
+        "pred_mean_ci95_ns": [float(lo.mean() - se), float(hi.mean() + se)],
+        "pred_p95_ns": float(np.percentile(pred, 95)),
+        "pred_p99_ns": float(np.percentile(pred, 99)),
         "runs": len(pred),
         "limits": [
             "user time is scaled by the environment's calibration loop: a load that slows this program's own code differently (another cache footprint or memory traffic) is not seen",

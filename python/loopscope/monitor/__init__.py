@@ -3,7 +3,7 @@
 Cheap detail for the whole run (a latency histogram per probe and period,
 the maximum with its time, counts), expensive detail only around outliers
 (the kernel's events, taken from its own ring buffers after the fact, and
-their causes). ``run`` is the loop, ``hist`` the histograms, ``keeper`` the
+their causes). ``run`` is the loop, ``plan`` its checks and footprint, ``hist`` the histograms, ``keeper`` the
 flight recorder and the explaining, ``lock`` one monitor per directory;
 docs/monitor.md is the user's side.
 """
@@ -19,7 +19,8 @@ from loopscope.lab.session import Outcome, Say, execute
 from loopscope.monitor import record
 from loopscope.monitor.lock import Lock
 from loopscope.monitor.record import MonitorJson
-from loopscope.monitor.run import Monitor, check
+from loopscope.monitor.plan import check
+from loopscope.monitor.run import Monitor
 from loopscope.spec import load
 
 
@@ -42,7 +43,9 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         if not record.exists(d) or not (d / "spec.yaml").exists():
             raise InputError(f"{d}: not a monitor directory (no monitor.json or spec.yaml); give the directory a monitor wrote")
         if (d / "spec.yaml").read_text() != text:
-            raise InputError(f"{spec_path}: differs from {d}/spec.yaml, the spec this monitor ran with; resume with that spec (a changed spec is a new monitor)")
+            raise InputError(
+                f"{spec_path}: differs from {d}/spec.yaml, the spec this monitor ran with; resume with that spec (a changed spec is a new monitor)"
+            )
     else:
         d = Path(out) if out else Path(exp.results) / f"monitor-{exp.name}"
         if d.exists() and any(d.iterdir()):

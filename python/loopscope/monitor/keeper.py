@@ -131,8 +131,9 @@ def buffer_mb(reach_ns: int) -> int:
 class Keeper:
     """The flight recorder, and a thread that keeps and explains outliers as they come."""
 
-    def __init__(self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True,
-                 note: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True, note: Callable[[str], None] | None = None
+    ) -> None:
         self.out = out
         self.note = note or (lambda _t: None)
         self.disk_full = False
@@ -293,8 +294,10 @@ class Keeper:
         free = shutil.disk_usage(self.out).free
         if free < DISK_FLOOR:
             if not self.disk_full:
-                self.note(f"the disk holding {self.out} has {free >> 20} MB free (under {DISK_FLOOR >> 20} MB): windows are no longer kept "
-                          "(counted as not kept: disk); histograms, periods and outliers go on")
+                self.note(
+                    f"the disk holding {self.out} has {free >> 20} MB free (under {DISK_FLOOR >> 20} MB): windows are no longer kept "
+                    "(counted as not kept: disk); histograms, periods and outliers go on"
+                )
             self.disk_full = True
             self._write(group, None, "disk", f"{free >> 20} MB free on the disk")
             return
@@ -321,7 +324,9 @@ class Keeper:
         if got.get("short"):
             # the buffers did not reach back to the window: nothing of it is worth keeping
             shutil.rmtree(d, ignore_errors=True)
-            self._write(group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window", age_ns=got.get("age_ns"))
+            self._write(
+                group, None, "overwritten", f"CPUs {', '.join(str(s['cpu']) for s in got['short'])} no longer held the window", age_ns=got.get("age_ns")
+            )
             return
         self.kept_times.append(time.monotonic_ns())
         size = _bytes(d)
@@ -362,18 +367,40 @@ class Keeper:
     def _attribute(self, d: Path, group: list[Outlier]) -> pl.DataFrame | None:
         try:
             st = S.open_dir(d)
-            rows = pl.DataFrame({"id": list(range(len(group))), "tid": [o.tid for o in group], "start_k": [o.start_k for o in group],
-                                 "end_k": [o.end_k for o in group], "span": [o.span for o in group]})
+            rows = pl.DataFrame(
+                {
+                    "id": list(range(len(group))),
+                    "tid": [o.tid for o in group],
+                    "start_k": [o.start_k for o in group],
+                    "end_k": [o.end_k for o in group],
+                    "span": [o.span for o in group],
+                }
+            )
             return attribute_store(st, rows, self.roles())
         except Exception as e:  # noqa: BLE001 - one window's failure is said in its record, the monitor goes on
             (d / "error.txt").write_text(f"{type(e).__name__}: {e}\n")
             return None
 
-    def _write(self, group: list[Outlier], d: Path | None, why_not: str | None, detail: str | None, att: pl.DataFrame | None = None, blind: bool = False,
-               age_ns: int | None = None) -> None:
+    def _write(
+        self,
+        group: list[Outlier],
+        d: Path | None,
+        why_not: str | None,
+        detail: str | None,
+        att: pl.DataFrame | None = None,
+        blind: bool = False,
+        age_ns: int | None = None,
+    ) -> None:
         for i, o in enumerate(group):
-            rec: OutlierLine = {"probe": o.probe, "host": o.host, "tid": o.tid, "t_ns": o.t_ns, "latency_ns": o.latency_ns,
-                                   "window": d.name if d is not None else None, "not_kept": why_not}
+            rec: OutlierLine = {
+                "probe": o.probe,
+                "host": o.host,
+                "tid": o.tid,
+                "t_ns": o.t_ns,
+                "latency_ns": o.latency_ns,
+                "window": d.name if d is not None else None,
+                "not_kept": why_not,
+            }
             if o.queued_k:
                 rec["queued_after_ms"] = round((o.queued_k - o.start_k) / 1e6, 1)  # from the window's start to the keeper being handed it
             if age_ns is not None:

@@ -83,8 +83,11 @@ def pack(windows: list[Path]) -> list[Path]:
         except Exception:  # noqa: BLE001 - a damaged window is left unpacked, its outliers' causes are already written
             continue
         cur = runs[-1] if runs else None
-        if cur and _prefix(cur[-1][1].get("strings") or [], seg.get("strings") or []) and \
-                _prefix(cur[-1][1].get("event_names") or [], seg.get("event_names") or []):
+        if (
+            cur
+            and _prefix(cur[-1][1].get("strings") or [], seg.get("strings") or [])
+            and _prefix(cur[-1][1].get("event_names") or [], seg.get("event_names") or [])
+        ):
             cur.append((d, seg, ev if ev is not None else pl.DataFrame()))
         else:
             runs.append([(d, seg, ev if ev is not None else pl.DataFrame())])
@@ -106,11 +109,18 @@ def _write(run: list[tuple[Path, S.Segment, pl.DataFrame]]) -> Path:
         lost += [w for w in mine if w not in lost]
         index.append({"window": d.name, "t0_ns": seg.get("t_first_ns"), "t1_ns": seg.get("t_last_ns"), "events": len(ev), "lost": mine})
     longest = max((s for _, s, _ in run), key=lambda s: len(s.get("strings") or []))
-    line: S.Segment = {"seg": 0, "reason": "packed", "label": name, "events": len(events),
-                       "t_first_ns": min(int(s.get("t_first_ns") or 0) for _, s, _ in run),
-                       "t_last_ns": max(int(s.get("t_last_ns") or 0) for _, s, _ in run),
-                       "lost": lost, "file": None, "strings": longest.get("strings") or [],
-                       "event_names": max((s.get("event_names") or [] for _, s, _ in run), key=len)}
+    line: S.Segment = {
+        "seg": 0,
+        "reason": "packed",
+        "label": name,
+        "events": len(events),
+        "t_first_ns": min(int(s.get("t_first_ns") or 0) for _, s, _ in run),
+        "t_last_ns": max(int(s.get("t_last_ns") or 0) for _, s, _ in run),
+        "lost": lost,
+        "file": None,
+        "strings": longest.get("strings") or [],
+        "event_names": max((s.get("event_names") or [] for _, s, _ in run), key=len),
+    }
     if len(events):
         written = S.write_segment(tmp, 0, events, sync=False, level=6)
         line["file"], line["groups"], line["bytes"] = written["file"], written["groups"], written["bytes"]

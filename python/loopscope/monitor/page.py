@@ -62,8 +62,11 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
         by_t = {(o["probe"], o["t_ns"]): o for o in outl}
         x = np.array([int(r["period"]) for r in rows])
         mx = np.array([r.get("max_ns") or 0 for r in rows]) / 1e3
-        causes = [(o.get("top_cause") if (o := by_t.get((name, r.get("max_t_ns", -1)))) is not None else None) or ("below the threshold" if thr_ns and (r.get("max_ns") or 0) <= thr_ns else "not kept")
-                  for r in rows]
+        causes = [
+            (o.get("top_cause") if (o := by_t.get((name, r.get("max_t_ns", -1)))) is not None else None)
+            or ("below the threshold" if thr_ns and (r.get("max_ns") or 0) <= thr_ns else "not kept")
+            for r in rows
+        ]
         names = sorted(set(causes), key=causes.index)
         fig, ax = plt.subplots(figsize=(9, 3.2))
         ax.plot(x, mx, color="#adb5bd", lw=0.8, zorder=1)
@@ -108,15 +111,19 @@ def build(d: Path) -> Path:
     body = []
     c = rec.get("counts", {})
     nk = c.get("not_kept") or {}
-    body.append("<table><tr><th>outliers above the threshold</th><th>kept</th><th>explained</th><th>not kept</th><th>windows kept</th><th>windows removed (retain)</th></tr>"
-                f"<tr><td>{c.get('outliers_above', 0):,}</td><td>{c.get('kept', 0):,}</td><td>{c.get('explained', 0):,}</td>"
-                f"<td>{e(', '.join(f'{k}: {v}' for k, v in nk.items()) or '0')}</td><td>{c.get('windows', 0):,}</td><td>{c.get('windows_removed', 0):,}</td></tr></table>")
+    body.append(
+        "<table><tr><th>outliers above the threshold</th><th>kept</th><th>explained</th><th>not kept</th><th>windows kept</th><th>windows removed (retain)</th></tr>"
+        f"<tr><td>{c.get('outliers_above', 0):,}</td><td>{c.get('kept', 0):,}</td><td>{c.get('explained', 0):,}</td>"
+        f"<td>{e(', '.join(f'{k}: {v}' for k, v in nk.items()) or '0')}</td><td>{c.get('windows', 0):,}</td><td>{c.get('windows_removed', 0):,}</td></tr></table>"
+    )
     for name, p in (rec.get("probes") or {}).items():
         log = d / "histograms" / f"{name}.hlog"
         hs = hist.read_log(log) if log.exists() else []
-        body.append(f"<h2>{e(name)}</h2><p>{p.get('count', 0):,} values in {p.get('periods', 0)} periods; p99 {format_ns(p.get('p99_ns') or 0)},"
-                    f" p99.9 {format_ns(p.get('p999_ns') or 0)}, maximum {format_ns(p.get('max_ns') or 0)} at {e(str(p.get('max_at_utc')))};"
-                    f" not measured between periods: {p.get('unmeasured_s', 0):g} s; missed deadlines: {p.get('missed', 0)}</p>")
+        body.append(
+            f"<h2>{e(name)}</h2><p>{p.get('count', 0):,} values in {p.get('periods', 0)} periods; p99 {format_ns(p.get('p99_ns') or 0)},"
+            f" p99.9 {format_ns(p.get('p999_ns') or 0)}, maximum {format_ns(p.get('max_ns') or 0)} at {e(str(p.get('max_at_utc')))};"
+            f" not measured between periods: {p.get('unmeasured_s', 0):g} s; missed deadlines: {p.get('missed', 0)}</p>"
+        )
         body.append(_probe_charts(name, hs, periods, outl, thr_ns))
     # causes of the kept outliers, ranked by their time
     tot: dict[str, int] = {}
@@ -127,15 +134,21 @@ def build(d: Path) -> Path:
         if top := o.get("top_cause"):
             n[top] = n.get(top, 0) + 1
     all_ns = sum(tot.values()) or 1
-    rows = "".join(f"<tr><td>{e(k)}</td><td>{format_ns(v)}</td><td>{v / all_ns:.1%}</td><td>{n.get(k, 0):,}</td></tr>"
-                   for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))
+    rows = "".join(
+        f"<tr><td>{e(k)}</td><td>{format_ns(v)}</td><td>{v / all_ns:.1%}</td><td>{n.get(k, 0):,}</td></tr>"
+        for k, v in sorted(tot.items(), key=lambda kv: -kv[1])
+    )
     body.append(f"<h2>Causes of the kept outliers</h2><table><tr><th>cause</th><th>time</th><th>share</th><th>outliers it tops</th></tr>{rows}</table>")
     notes = "".join(f"<li>{e(x)}</li>" for x in rec.get("notes") or [])
     css = (Path(__file__).resolve().parents[1] / "report" / "page.css").read_text()
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>loopscope monitor: {e(rec.get('name', ''))}</title><style>{css}</style></head><body>"
-            f"<h1>loopscope monitor: {e(rec.get('name', ''))}</h1><p>{e(rec.get('status', ''))}; from {e(str(rec.get('started_utc')))} to {e(str(rec.get('updated_utc')))};"
-            f" {rec.get('periods', 0)} periods of {e(str(rec.get('settings', {}).get('period')))}; threshold {e(str(thr))}; recorder: {e(str(rec.get('recorder')))}</p>"
-            + "".join(body) + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "") + "</body></html>")
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>loopscope monitor: {e(rec.get('name', ''))}</title><style>{css}</style></head><body>"
+        f"<h1>loopscope monitor: {e(rec.get('name', ''))}</h1><p>{e(rec.get('status', ''))}; from {e(str(rec.get('started_utc')))} to {e(str(rec.get('updated_utc')))};"
+        f" {rec.get('periods', 0)} periods of {e(str(rec.get('settings', {}).get('period')))}; threshold {e(str(thr))}; recorder: {e(str(rec.get('recorder')))}</p>"
+        + "".join(body)
+        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
+        + "</body></html>"
+    )
     out = d / "report.html"
     out.write_text(page)
     return out

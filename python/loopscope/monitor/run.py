@@ -61,8 +61,6 @@ from loopscope.monitor.tail import LiveSource, Tail
 from loopscope.rundir import Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import PhaseRun, phase_runs
-from loopscope.kernel.capture import WATCH_BUFFER_MB
-from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 from loopscope.kernel import capture as C
 
 if TYPE_CHECKING:
@@ -102,8 +100,18 @@ class ProbeLive:
 class Monitor:
     """A run whose one phase's probes measure period after period (see the module's text)."""
 
-    def __init__(self, exp: Experiment, spec_text: str, out: Path, say: Say, notes: list[str], for_ns: int | None, kinds: dict[str, str],
-                 view: Callable[["Monitor"], None] | None = None, metrics: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        exp: Experiment,
+        spec_text: str,
+        out: Path,
+        say: Say,
+        notes: list[str],
+        for_ns: int | None,
+        kinds: dict[str, str],
+        view: Callable[["Monitor"], None] | None = None,
+        metrics: tuple[str, int] | None = None,
+    ) -> None:
         self.mdir = out
         sessions = out / "sessions"
         n = len([p for p in sessions.iterdir() if p.is_dir()]) + 1 if sessions.is_dir() else 1
@@ -231,7 +239,10 @@ class Monitor:
         p = self.mdir / "periods.jsonl"
         if not p.exists():
             return 0
-        return max((int(json.loads(line).get("period", 0)) for line in p.read_text().splitlines() if line.strip().startswith("{") and line.strip().endswith("}")), default=0)
+        return max(
+            (int(json.loads(line).get("period", 0)) for line in p.read_text().splitlines() if line.strip().startswith("{") and line.strip().endswith("}")),
+            default=0,
+        )
 
     # ---- the run ----------------------------------------------------------------------
 
@@ -294,9 +305,24 @@ class Monitor:
         plan = KINDS[probe.kind].live_step(probe, key, getattr(probe, "host", None) or self.session.first.name, lambda h: self.session.lab.step_dir(h, key))
         host = plan["host"]
         rel = {k: self.session.lab.rel(plan["host"], plan[k]) for k in ("trace", "json")}
-        stages = [{**sg, "trace": self.session.lab.rel(sg["host"], sg["trace"]), "json": self.session.lab.rel(sg["host"], sg["json"])} for sg in plan.get("stages") or []]
-        st = Step.model_validate({"rep": 1, "phase": pr.phase.name, "loads": list(pr.phase.loads), "probe": probe.name, "kind": probe.kind,
-                                  "host": host, **rel, **({"stages": stages} if stages else {}), "spawn_mono_ns": 0, "end_mono_ns": 0})
+        stages = [
+            {**sg, "trace": self.session.lab.rel(sg["host"], sg["trace"]), "json": self.session.lab.rel(sg["host"], sg["json"])}
+            for sg in plan.get("stages") or []
+        ]
+        st = Step.model_validate(
+            {
+                "rep": 1,
+                "phase": pr.phase.name,
+                "loads": list(pr.phase.loads),
+                "probe": probe.name,
+                "kind": probe.kind,
+                "host": host,
+                **rel,
+                **({"stages": stages} if stages else {}),
+                "spawn_mono_ns": 0,
+                "end_mono_ns": 0,
+            }
+        )
         t0 = time.time()
         t0_mono = time.monotonic_ns()
         watching = self._watch(probe, Path(self.session.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
@@ -353,7 +379,9 @@ class Monitor:
         if cap.final.get("error"):
             self.note_once(f"the watching capture's last read failed: {cap.final['error']}")
 
-    def close_period(self, probe: ProbeModel, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None) -> None:
+    def close_period(
+        self, probe: ProbeModel, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None
+    ) -> None:
         lv = self.live[probe.name]
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
@@ -381,14 +409,28 @@ class Monitor:
             res = json.loads((self.session.run_dir / step["json"]).read_text().strip().splitlines()[-1])
         except (OSError, KeyError, ValueError, IndexError):
             pass
-        row: PeriodLine = {"period": n, "probe": probe.name, "start_utc": _utc(t0), "end_utc": _utc(t1), "seconds": round(t1 - t0, 3), "count": len(vals),
-                           "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3)}
+        row: PeriodLine = {
+            "period": n,
+            "probe": probe.name,
+            "start_utc": _utc(t0),
+            "end_utc": _utc(t1),
+            "seconds": round(t1 - t0, 3),
+            "count": len(vals),
+            "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3),
+        }
         if died:
             row["probe_died"] = died
         if len(vals):
             i = int(np.argmax(vals))
-            row.update({"p50_ns": hist.quantile(h, 0.5), "p99_ns": hist.quantile(h, 0.99), "p999_ns": hist.quantile(h, 0.999), "max_ns": int(vals[i]),
-                        "max_t_ns": int(w["t_ns"][i])})
+            row.update(
+                {
+                    "p50_ns": hist.quantile(h, 0.5),
+                    "p99_ns": hist.quantile(h, 0.99),
+                    "p999_ns": hist.quantile(h, 0.999),
+                    "max_ns": int(vals[i]),
+                    "max_t_ns": int(w["t_ns"][i]),
+                }
+            )
             row["max_at_utc"] = _utc((int(w["t_ns"][i]) - off) / 1e9 + to_utc)
             if int(vals[i]) > lv.max_ns:
                 lv.max_ns, lv.max_at_utc = int(vals[i]), row["max_at_utc"]
@@ -413,16 +455,45 @@ class Monitor:
         assert s is not None
         c = self.keeper.counts
         with self.keeper.lock:
-            counts: Counts = {"outliers_above": c.above, "kept": c.kept, "explained": c.explained, "not_kept": dict(c.not_kept), "windows": c.windows,
-                      "windows_removed": c.windows_removed, "kept_bytes": c.kept_bytes, "recorder_paused_ns": c.paused_ns, "by_top_cause": dict(c.by_cause)}
+            counts: Counts = {
+                "outliers_above": c.above,
+                "kept": c.kept,
+                "explained": c.explained,
+                "not_kept": dict(c.not_kept),
+                "windows": c.windows,
+                "windows_removed": c.windows_removed,
+                "kept_bytes": c.kept_bytes,
+                "recorder_paused_ns": c.paused_ns,
+                "by_top_cause": dict(c.by_cause),
+            }
         return {
-            "format": FORMAT, "name": self.exp.name, "status": self.status, "pid": os.getpid(), "started_utc": self.started_utc,
-            "updated_utc": _utc(time.time()), "settings": s.model_dump(mode="json"), "periods": self.period_no,
-            "probes": {str(k): {"max_ns": v.max_ns or None, "max_at_utc": v.max_at_utc, "periods": v.periods, "count": v.whole.get_total_count(),
-                           "p99_ns": hist.quantile(v.whole, 0.99), "p999_ns": hist.quantile(v.whole, 0.999), "samples": v.samples, "missed": v.missed,
-                           "unmeasured_s": round(v.unmeasured_ns / 1e9, 3), "probe_restarts": v.restarts}
-                       for k, v in self.live.items()},
-            "counts": counts, "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})", "session": self.session.run_dir.name, "notes": list(self.notes),
+            "format": FORMAT,
+            "name": self.exp.name,
+            "status": self.status,
+            "pid": os.getpid(),
+            "started_utc": self.started_utc,
+            "updated_utc": _utc(time.time()),
+            "settings": s.model_dump(mode="json"),
+            "periods": self.period_no,
+            "probes": {
+                str(k): {
+                    "max_ns": v.max_ns or None,
+                    "max_at_utc": v.max_at_utc,
+                    "periods": v.periods,
+                    "count": v.whole.get_total_count(),
+                    "p99_ns": hist.quantile(v.whole, 0.99),
+                    "p999_ns": hist.quantile(v.whole, 0.999),
+                    "samples": v.samples,
+                    "missed": v.missed,
+                    "unmeasured_s": round(v.unmeasured_ns / 1e9, 3),
+                    "probe_restarts": v.restarts,
+                }
+                for k, v in self.live.items()
+            },
+            "counts": counts,
+            "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})",
+            "session": self.session.run_dir.name,
+            "notes": list(self.notes),
         }
 
     def write_record(self) -> None:
@@ -442,42 +513,6 @@ class Monitor:
             self.session.teardown()
             self.status = self.session.out.status
             self.write_record()
-
-
-# What a monitor writes, measured (docs/benchmarks.md "Monitoring"): a
-# period's histogram in the interval log, its periods.jsonl line, an
-# outlier's outliers.jsonl line, a kept window on disk once packed (blocks
-# included: 2 kB at the demo's noise, 12 kB beside a context-switch storm).
-HLOG_BYTES_PER_PERIOD = 1600
-PERIOD_LINE_BYTES = 420
-OUTLIER_LINE_BYTES = 450
-WINDOW_BYTES = (2_000, 13_000)
-
-
-def footprint(exp: Experiment) -> list[str]:
-    """``loopscope check``'s lines for a monitor: per hour, and at most."""
-
-    s = exp.monitor
-    assert s is not None
-    per_h = 3600e9 / s.period
-    n = len(exp.probes)
-    fixed = n * per_h * (HLOG_BYTES_PER_PERIOD + PERIOD_LINE_BYTES) / 1e6
-    out_max = s.keep_per_minute * 60
-    win = (out_max * WINDOW_BYTES[0] / 1e6, out_max * WINDOW_BYTES[1] / 1e6)
-    ncpu = os.cpu_count() or 1
-    drain = s.recorder == "drain"
-    mb = buffer_mb(DRAIN_KERNEL_NS if drain else s.reach)
-    sets = 2 if s.recorder == "alternate" else 1 if s.recorder in ("pause", "drain") else 0
-    return [
-        f"a monitor: {n} probes, periods of {s.period / 1e9:g} s under {', '.join(exp.phases[0].loads) if exp.phases and exp.phases[0].loads else 'no load'}; threshold {s.threshold}",
-        f"  disk per hour: histograms and periods {fixed:.2f} MB; outliers {OUTLIER_LINE_BYTES / 1e3:.2f} kB each; kept windows {WINDOW_BYTES[0] // 1000}-{WINDOW_BYTES[1] // 1000} kB each,"
-        f" at most {win[0]:.0f}-{win[1]:.0f} MB an hour ({s.keep_per_minute} a minute), never more than monitor.retain ({s.retain / 1e9:g} GB) in all",
-        f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {(DRAIN_KERNEL_NS if drain else s.reach) / 1e9:g} s at 50 k events/s per CPU)"
-        + (f"; the recorder's memory holds {s.reach / 1e9:g} s of events, up to {buffer_mb(s.reach) * ncpu} MiB at that rate" if drain else "")
-        + "; the monitor's processes ~300 MB",
-        *([f"  a threads probe's period: a capture of the program's threads only, {WATCH_BUFFER_MB} MiB per CPU of kernel buffers and ~0.05 MB a second"
-           f" on disk (1 kHz), removed with the period"] if any(KINDS[p.kind].live_capture for p in exp.probes) else []),
-    ]
 
 
 # The monitor's own threads, once they are off the probes' CPUs, run at this
@@ -512,14 +547,3 @@ def away_from_probes(exp: Experiment, tids: list[int] | None = None) -> None:
 
 def _utc(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-def check(exp: Experiment, file: str) -> None:
-    """What a monitor can watch: this machine's kernel (local and namespace
-    hosts), probes whose windows come from their own traces."""
-    for h in exp.hosts:
-        if h.remote:
-            raise InputError(f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns")
-    for p in exp.probes:
-        if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:
-            raise InputError(f"{file}: probe {p.name} is a {p.kind} probe, whose windows come from a whole kernel capture; a monitor keeps only the windows around outliers")

@@ -182,5 +182,6 @@ class Tail(threading.Thread):
         if thr is None:
             return
         for r in new.filter(pl.col("latency_ns") > thr).iter_rows(named=True):
-            self.mon.keeper.put(Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]),
-                                        self.mon.offset(str(r["host"]))))
+            self.mon.keeper.put(
+                Outlier(str(r["probe"]), str(r["host"]), int(r["tid"]), int(r["t_ns"]), int(r["latency_ns"]), bool(r["span"]), self.mon.offset(str(r["host"])))
+            )

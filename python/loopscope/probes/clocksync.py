@@ -49,7 +49,12 @@ def probe(dest: str, flow: int, rate: float, gap_ns: int, duration_ns: int | Non
     with traced(trace_path, ["clocksync"]) as tr:
         r = _native.sync_probe(dest, flow, rate, gap_ns, duration_ns)
     return {
-        **envelope("sync-probe"), "dest": dest, "flow": flow, "rate": rate, "gap_ns": gap_ns, **r,
+        **envelope("sync-probe"),
+        "dest": dest,
+        "flow": flow,
+        "rate": rate,
+        "gap_ns": gap_ns,
+        **r,
         "trace": {"path": tr.path, "records": tr.records, "lost": tr.lost},
     }
 

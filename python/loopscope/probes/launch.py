@@ -19,8 +19,20 @@ from pydantic import ValidationError
 
 from loopscope.errors import InputError
 from loopscope.probes.params import (
-    EchoParams, Launch, Params, PipeNodeParams, PipeSinkParams, PipeSourceParams, ProgramParams, RrParams, SchedParams, SyncParams, SyncServeParams,
-    SyscallParams, ThreadsParams, TimerParams,
+    EchoParams,
+    Launch,
+    Params,
+    PipeNodeParams,
+    PipeSinkParams,
+    PipeSourceParams,
+    ProgramParams,
+    RrParams,
+    SchedParams,
+    SyncParams,
+    SyncServeParams,
+    SyscallParams,
+    ThreadsParams,
+    TimerParams,
 )
 
 #: kind → (its parameter model, the module and function that run it from a Launch)

@@ -228,7 +228,12 @@ class SendResult:
         dep: Spread = {}
         if s.n:
             dep = {
-                "n": s.n, "p50": int(s.p50.value), "p99": int(s.p99.value), "p999": int(s.p999.value), "max": int(s.max), "mean": round(s.mean.value, 1),
+                "n": s.n,
+                "p50": int(s.p50.value),
+                "p99": int(s.p99.value),
+                "p999": int(s.p999.value),
+                "max": int(s.max),
+                "mean": round(s.mean.value, 1),
                 "ci95": {"p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
             }
         return {
@@ -297,13 +302,28 @@ def send(
         )
     ws = raw["workers"]
     return SendResult(
-        dest=dest, size=size, rate=r, pattern=pattern_text, workers=workers, duration_ns=duration_ns, count=count,
-        sent=sum(w["sent"] for w in ws), unsent=sum(w["unsent"] for w in ws), errors=sum(w["errors"] for w in ws),
+        dest=dest,
+        size=size,
+        rate=r,
+        pattern=pattern_text,
+        workers=workers,
+        duration_ns=duration_ns,
+        count=count,
+        sent=sum(w["sent"] for w in ws),
+        unsent=sum(w["unsent"] for w in ws),
+        errors=sum(w["errors"] for w in ws),
         first_error=next((w["first_error"] for w in ws if w["first_error"]), None),
-        scheduled_ns=int(raw["scheduled_ns"]), elapsed_ns=int(raw["elapsed_ns"]),
-        batches=sum(w["batches"] for w in ws), largest_batch=max(w["largest_batch"] for w in ws),
-        tx_sched=sum(w["tx_sched"] for w in ws), tx_sw=sum(w["tx_sw"] for w in ws), tx_stamped=tx_timestamps,
-        interrupted=bool(raw["interrupted"]), trace=tr.path, trace_records=tr.records, trace_lost=tr.lost,
+        scheduled_ns=int(raw["scheduled_ns"]),
+        elapsed_ns=int(raw["elapsed_ns"]),
+        batches=sum(w["batches"] for w in ws),
+        largest_batch=max(w["largest_batch"] for w in ws),
+        tx_sched=sum(w["tx_sched"] for w in ws),
+        tx_sw=sum(w["tx_sw"] for w in ws),
+        tx_stamped=tx_timestamps,
+        interrupted=bool(raw["interrupted"]),
+        trace=tr.path,
+        trace_records=tr.records,
+        trace_lost=tr.lost,
         dep_err_ns=np.concatenate([np.asarray(w["dep_err_ns"]) for w in ws]) if ws else np.zeros(0, dtype=np.int32),
     )
 
@@ -347,7 +367,12 @@ class RecvResult:
         if n:
             mean = raw["interarrival_sum"] / n
             var = max(0.0, raw["interarrival_sumsq"] / n - mean * mean)
-            ia = {**hist_quantiles(raw["interarrival"], scale, (0.5, 0.99)), "mean": round(mean, 1), "std": round(math.sqrt(var), 1), "cv": round(math.sqrt(var) / mean, 4) if mean else None}
+            ia = {
+                **hist_quantiles(raw["interarrival"], scale, (0.5, 0.99)),
+                "mean": round(mean, 1),
+                "std": round(math.sqrt(var), 1),
+                "cv": round(math.sqrt(var) / mean, 4) if mean else None,
+            }
         return {
             "packets": raw["packets"],
             "bytes": raw["bytes"],
@@ -402,13 +427,7 @@ def recv(
 
 
 def rr(
-    params: RrParams,
-    duration_ns: int,
-    *,
-    pattern_text: str = "cbr",
-    seed: int = 1,
-    records: bool = True,
-    trace_path: str | os.PathLike[str] | None = None,
+    params: RrParams, duration_ns: int, *, pattern_text: str = "cbr", seed: int = 1, records: bool = True, trace_path: str | os.PathLike[str] | None = None
 ) -> RrJson:
     """Exchange requests with the echo server at ``params.dest`` for ``duration_ns``; the result as the probe's JSON."""
     dest, size, tcp = params.dest, params.size, params.transport == "tcp"
@@ -425,8 +444,15 @@ def rr(
         s = summarize(x)
         if not s.n:
             return {"n": 0}
-        return {"n": s.n, "min": int(s.min), "p50": int(s.p50.value), "p99": int(s.p99.value), "max": int(s.max), "mean": round(s.mean.value, 1),
-                "ci95": {"p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]}}
+        return {
+            "n": s.n,
+            "min": int(s.min),
+            "p50": int(s.p50.value),
+            "p99": int(s.p99.value),
+            "max": int(s.max),
+            "mean": round(s.mean.value, 1),
+            "ci95": {"p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
+        }
 
     out: RrJson = {
         "sent": raw["sent"],
@@ -470,13 +496,20 @@ def split_delays(send_trace: str | os.PathLike[str], recv_trace: str | os.PathLi
     tx = s.filter(pl.col("name") == "tx_sw").select(pl.col("tag").alias("seq32"), pl.col("value").alias("ktx_ns"))
     r = reader.read(recv_trace, sort=False).filter(pl.col("name") == "recv")
     buf = b"".join(r["payload"].to_list())
-    a = np.frombuffer(buf, dtype=np.dtype([("flow", "<u4"), ("worker", "<u4"), ("seq", "<u8"), ("sched", "<i8"), ("sent", "<i8"), ("krx", "<i8"), ("urx", "<i8")]))
+    a = np.frombuffer(
+        buf, dtype=np.dtype([("flow", "<u4"), ("worker", "<u4"), ("seq", "<u8"), ("sched", "<i8"), ("sent", "<i8"), ("krx", "<i8"), ("urx", "<i8")])
+    )
     rx = pl.DataFrame({"seq": a["seq"], "sched_ns": a["sched"], "sent_ns": a["sent"], "krx_ns": a["krx"], "urx_ns": a["urx"]}).with_columns(
         (pl.col("seq") & 0xFFFFFFFF).cast(pl.UInt32).alias("seq32")
     )
     j = rx.join(tx, on="seq32", how="left")
     return j.select(
-        "seq", "sched_ns", "sent_ns", "ktx_ns", "krx_ns", "urx_ns",
+        "seq",
+        "sched_ns",
+        "sent_ns",
+        "ktx_ns",
+        "krx_ns",
+        "urx_ns",
         (pl.col("ktx_ns") - pl.col("sent_ns")).alias("sender_stack_ns"),
         (pl.col("krx_ns") - pl.col("ktx_ns")).alias("network_ns"),
         (pl.col("urx_ns") - pl.col("krx_ns")).alias("end_host_ns"),
@@ -492,4 +525,11 @@ def echo_launched(p: EchoParams, launch: Launch) -> EchoJson:
     """The echo server as the lab starts it: ``ready`` once listening, until stopped."""
     sys.stdout.flush()
     r = _native.net_echo(p.bind, launch.duration_ns or None, p.transport == "tcp", sys.stdout.fileno())
-    return {"requests": r["requests"], "malformed": r["malformed"], "send_errors": r["send_errors"], "elapsed_ns": r["elapsed_ns"], "tids": r["tids"], "interrupted": r["interrupted"]}
+    return {
+        "requests": r["requests"],
+        "malformed": r["malformed"],
+        "send_errors": r["send_errors"],
+        "elapsed_ns": r["elapsed_ns"],
+        "tids": r["tids"],
+        "interrupted": r["interrupted"],
+    }

@@ -82,11 +82,14 @@ class TimerParams(Params):
     interval_us: Annotated[int, Field(ge=1, le=10_000_000, description="wake-up period, µs", json_schema_extra={"x-flags": ["-i"]})] = 1000
     threads: Annotated[int, Field(ge=1, le=1024, description="measuring threads", json_schema_extra={"x-flags": ["-t"]})] = 1
     cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin threads to these CPUs, round-robin")
-    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(None, description="SCHED_FIFO priority (needs CAP_SYS_NICE; default: SCHED_OTHER)",
-                                                                json_schema_extra={"x-flags": ["-p"]})
+    priority: Annotated[int, Field(ge=1, le=99)] | None = Field(
+        None, description="SCHED_FIFO priority (needs CAP_SYS_NICE; default: SCHED_OTHER)", json_schema_extra={"x-flags": ["-p"]}
+    )
     dma_latency_us: Annotated[int, Field(ge=0, le=2_000_000_000)] | None = Field(
-        None, description="hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 by default (default: leave idle states alone)",
-        json_schema_extra={"x-flags": ["--dma-latency"]})
+        None,
+        description="hold /dev/cpu_dma_latency at this many µs during the run, as cyclictest does with 0 by default (default: leave idle states alone)",
+        json_schema_extra={"x-flags": ["--dma-latency"]},
+    )
     mlock: bool = Field(True, description="lock the probe's memory (mlockall), as cyclictest -m does; off lets page faults into its wake-ups")
 
     def check_here(self) -> list[str]:
@@ -100,8 +103,10 @@ class TimerParams(Params):
     def peer_note(self) -> str | None:
         """One line for the summary when a default changes the number against cyclictest."""
         if self.dma_latency_us is None:
-            return ("idle states left alone: cyclictest holds /dev/cpu_dma_latency at 0 by default, which keeps CPUs out of deep idle; "
-                    "compare with it under the same setting (dma_latency_us: 0 in a file, --dma-latency-us 0 on the command line)")
+            return (
+                "idle states left alone: cyclictest holds /dev/cpu_dma_latency at 0 by default, which keeps CPUs out of deep idle; "
+                "compare with it under the same setting (dma_latency_us: 0 in a file, --dma-latency-us 0 on the command line)"
+            )
         return None
 
 
@@ -122,9 +127,7 @@ class SchedParams(Params):
 
 
 #: every call the syscall probe times (crates/probes/src/syscall.rs names the same; a test ties them)
-SYSCALLS = [
-    "getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap",
-]
+SYSCALLS = ["getpid", "clock_gettime", "open", "close", "read", "write", "stat", "link", "unlink", "socket", "sendto", "recvfrom", "mmap", "munmap"]
 
 
 def _syscall(v: object) -> str:
@@ -137,19 +140,30 @@ def _syscall(v: object) -> str:
     return str(v)
 
 
-SyscallName = Annotated[str, BeforeValidator(_syscall),
-                        WithJsonSchema({"type": "string", "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
-                                        "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)"})]
+SyscallName = Annotated[
+    str,
+    BeforeValidator(_syscall),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": "^(" + "|".join(SYSCALLS) + ")(:[0-9]+)?$",
+            "description": "a call, with a size in bytes for read, write, sendto, recvfrom (read:4096)",
+        }
+    ),
+]
 
 
 class SyscallParams(Params):
     """Per-call cost of system calls, in batches until the 95 % CI is within ``target_pct`` (Carlinet et al. 2000)."""
 
     calls: Annotated[list[SyscallName], Field(min_length=1)] = Field(
-        default_factory=lambda: list(SYSCALLS), description="the calls to time; read, write, sendto and recvfrom take a size in bytes (read:4096)")
+        default_factory=lambda: list(SYSCALLS), description="the calls to time; read, write, sendto and recvfrom take a size in bytes (read:4096)"
+    )
     batch: Annotated[int, Field(ge=1, le=500, description="calls per timed batch")] = 200
-    target_pct: Annotated[float, Field(gt=0, lt=100, description="stop a call when its 95% CI half-width is within this % of the mean",
-                                       json_schema_extra={"x-flags": ["--target"]})] = 5.0
+    target_pct: Annotated[
+        float,
+        Field(gt=0, lt=100, description="stop a call when its 95% CI half-width is within this % of the mean", json_schema_extra={"x-flags": ["--target"]}),
+    ] = 5.0
     max_batches: Annotated[int, Field(ge=2, le=1_000_000, description="cap on batches per call")] = 2000
     max_seconds_per_call: Annotated[float, Field(gt=0, le=3600, description="cap on time per call, s", json_schema_extra={"x-flags": ["--max-seconds"]})] = 5.0
     dir: str | None = Field(None, description="where the probe's scratch files go (default: the run's scratch directory, or the system's temporary one)")
@@ -176,11 +190,15 @@ class ProgramParams(Params):
     """Your own program, instrumented with loopscope's trace API (it takes its trace file from LOOPSCOPE_TRACE)."""
 
     command: Command
-    until: Literal["duration", "exit"] = Field("duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)")
+    until: Literal["duration", "exit"] = Field(
+        "duration", description="duration: stop it (SIGINT) when the probe's time is up; exit: wait until it exits (failing after `timeout`)"
+    )
     env: dict[EnvName, str] = Field(default_factory=dict, description="extra environment variables")
     cpu: list[Annotated[int, Field(ge=0)]] | None = Field(None, description="pin it to these CPUs")
     cwd: str | None = Field(None, description="its working directory (default: the experiment file's directory; on ssh hosts the login directory)")
-    mlock: bool = Field(False, description="lock its memory (mlockall) when it opens its trace, done by loopscope's library; a phase's mlock tuning sets it for that phase")
+    mlock: bool = Field(
+        False, description="lock its memory (mlockall) when it opens its trace, done by loopscope's library; a phase's mlock tuning sets it for that phase"
+    )
 
     def check_here(self) -> list[str]:
         return cpus_here(self.cpu)
@@ -256,7 +274,9 @@ class PipeSourceParams(Params):
     size: Annotated[int, Field(ge=56, le=65000)] = Field(256, description="message bytes; 56 + 24 per node at least")
     flow: Annotated[int, Field(ge=0, le=2**31)] = Field(1, description="the pipeline's id, carried by every message (the sink keeps only its own)")
     count: Annotated[int, Field(ge=1)] | None = Field(None, description="how many messages (default: for the step's duration)")
-    linger_ns: Annotated[int, Field(ge=0)] = Field(0, description="after the last message, sleep this long before exiting, so the messages in flight arrive undisturbed")
+    linger_ns: Annotated[int, Field(ge=0)] = Field(
+        0, description="after the last message, sleep this long before exiting, so the messages in flight arrive undisturbed"
+    )
 
 
 class PipeNodeParams(Params):

@@ -124,6 +124,7 @@ def _child_env(p: ProgramParams, trace: Path) -> dict[str, str]:
 
 def _start(command: list[str], child_env: dict[str, str], cpus: list[int] | None, cwd: str | None) -> subprocess.Popen[bytes]:
     """The program started in a session of its own, on ``cpus``, dying with this probe; a clear error when it cannot start."""
+
     def pre() -> None:
         from loopscope.lineage import die_with_parent
 
@@ -132,8 +133,16 @@ def _start(command: list[str], child_env: dict[str, str], cpus: list[int] | None
             os.sched_setaffinity(0, cpus)
 
     try:
-        child = subprocess.Popen(command, env=child_env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
-                             start_new_session=True, preexec_fn=pre, cwd=cwd)
+        child = subprocess.Popen(
+            command,
+            env=child_env,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),
+            stderr=sys.stderr.fileno(),
+            start_new_session=True,
+            preexec_fn=pre,
+            cwd=cwd,
+        )
     except FileNotFoundError:
         raise InputError(f"program: cannot start {command[0]!r}: no such file on this host (give a path, or install it)") from None
     except PermissionError:
@@ -194,14 +203,30 @@ def run(p: ProgramParams, trace_path: str, time_ns: int | None) -> ProgramJson:
         trace_api.open(trace, groups=["loopscope"]).close()
     sm, stamp = summary(trace), envelope("program")
     out: ProgramJson = {
-        "probe": stamp["probe"], "loopscope": stamp["loopscope"], "json_format": stamp["json_format"],
-        "command": command, "pid": child.pid, "exit": exit_text(code), "stopped": stopped, "until": until,
-        "wall_ns": t1 - t0, "user_cpu_ns": int(ru.ru_utime * 1e9), "sys_cpu_ns": int(ru.ru_stime * 1e9), "max_rss_kib": ru.ru_maxrss,
-        "wrote_trace": wrote, "trace": str(trace),
-        "records": sm["records"], "lost_records": sm["lost_records"], "intervals": sm["intervals"], "events": sm["events"], "memory_locked": sm["memory_locked"],
+        "probe": stamp["probe"],
+        "loopscope": stamp["loopscope"],
+        "json_format": stamp["json_format"],
+        "command": command,
+        "pid": child.pid,
+        "exit": exit_text(code),
+        "stopped": stopped,
+        "until": until,
+        "wall_ns": t1 - t0,
+        "user_cpu_ns": int(ru.ru_utime * 1e9),
+        "sys_cpu_ns": int(ru.ru_stime * 1e9),
+        "max_rss_kib": ru.ru_maxrss,
+        "wrote_trace": wrote,
+        "trace": str(trace),
+        "records": sm["records"],
+        "lost_records": sm["lost_records"],
+        "intervals": sm["intervals"],
+        "events": sm["events"],
+        "memory_locked": sm["memory_locked"],
     }
     if not wrote:
-        out["note"] = "the program wrote no trace: open one with ls_open(NULL, NULL) (C), loopscope.trace.api.open() (Python), which take their path from LOOPSCOPE_TRACE"
+        out["note"] = (
+            "the program wrote no trace: open one with ls_open(NULL, NULL) (C), loopscope.trace.api.open() (Python), which take their path from LOOPSCOPE_TRACE"
+        )
     if mlock and out["memory_locked"] != "mlockall":
         why = out["memory_locked"] or "it opened no trace, so loopscope's library never ran to lock it"
         out["note"] = "; ".join(filter(None, [out.get("note"), f"mlock was asked but the program's memory is not locked: {why}"]))
@@ -223,10 +248,18 @@ def summary(trace: Path) -> TraceSummary:
     df = df.filter(~pl.col("entity").str.starts_with("loopscope/") & ~pl.col("entity").str.starts_with("chan/"))
     for (ent,), g in df.filter(pl.col("kind") == "interval").group_by("entity", maintain_order=True):
         s = summarize(g["dur_ns"].to_numpy().astype(np.int64))
-        out["intervals"].append({
-            "entity": ent, "n": s.n, "min_ns": int(s.min), "p50_ns": int(s.p50.value), "p99_ns": int(s.p99.value), "max_ns": int(s.max),
-            "avg_ns": round(s.mean.value, 1), "ci95_ns": {"avg": [s.mean.lo, s.mean.hi], "p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
-        })
+        out["intervals"].append(
+            {
+                "entity": ent,
+                "n": s.n,
+                "min_ns": int(s.min),
+                "p50_ns": int(s.p50.value),
+                "p99_ns": int(s.p99.value),
+                "max_ns": int(s.max),
+                "avg_ns": round(s.mean.value, 1),
+                "ci95_ns": {"avg": [s.mean.lo, s.mean.hi], "p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
+            }
+        )
     for (ent,), g in df.filter(pl.col("kind") != "interval").group_by("entity", maintain_order=True):
         out["events"][ent] = len(g)
     return out

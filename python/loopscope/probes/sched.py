@@ -81,8 +81,13 @@ class SchedResult:
             if not s.n:
                 return {"n": 0}
             return {
-                "n": s.n, "min_ns": int(s.min), "avg_ns": round(s.mean.value, 1), "p50_ns": int(s.p50.value),
-                "p99_ns": int(s.p99.value), "p999_ns": int(s.p999.value), "max_ns": int(s.max),
+                "n": s.n,
+                "min_ns": int(s.min),
+                "avg_ns": round(s.mean.value, 1),
+                "p50_ns": int(s.p50.value),
+                "p99_ns": int(s.p99.value),
+                "p999_ns": int(s.p999.value),
+                "max_ns": int(s.max),
                 "ci95_ns": {"avg": [s.mean.lo, s.mean.hi], "p50": [s.p50.lo, s.p50.hi], "p99": [s.p99.lo, s.p99.hi]},
             }
 
@@ -158,5 +163,4 @@ def run(
 def launched(p: SchedParams, launch: Launch) -> SchedResult:
     """The probe as an agent starts it: calibrating, or with the burst its calibration found."""
     c = launch.calibration
-    return run(p, launch.duration_ns, work_iters=c.get("work_iters"), alone_ns=c.get("alone_ns"), calibrate_only=launch.calibrate,
-               trace_path=launch.trace)
+    return run(p, launch.duration_ns, work_iters=c.get("work_iters"), alone_ns=c.get("alone_ns"), calibrate_only=launch.calibrate, trace_path=launch.trace)

@@ -22,7 +22,6 @@ from loopscope.probes.common import Envelope, envelope, traced
 from loopscope.probes.params import Launch, SyscallParams
 
 
-
 class CallJson(TypedDict):
     mean_ns: float
     ci95_half_ns: float
@@ -89,7 +88,9 @@ class SyscallResult:
         }
 
 
-def run(p: SyscallParams, workdir: str | os.PathLike[str] | None = None, trace_path: str | os.PathLike[str] | None = None, min_batches: int = 10) -> SyscallResult:
+def run(
+    p: SyscallParams, workdir: str | os.PathLike[str] | None = None, trace_path: str | os.PathLike[str] | None = None, min_batches: int = 10
+) -> SyscallResult:
     """Time ``p.calls``; scratch files go to ``p.dir``, else ``workdir``, else the system's temporary directory."""
     d = os.fspath(workdir) if workdir is not None else tempfile.gettempdir()
     with traced(trace_path, ["syscall"]) as tr:
@@ -100,14 +101,24 @@ def run(p: SyscallParams, workdir: str | os.PathLike[str] | None = None, trace_p
         raise RunError(f"syscall probe: {c['name']} failed: {c['error']}")
     out = [
         CallCost(
-            name=c["name"], mean_ns=float(c["mean_ns"]), ci_half_ns=float(c["ci_half_ns"]),
-            batches=len(c["batch_ns"]), converged=bool(c["converged"]), batch_ns=np.asarray(c["batch_ns"]),
+            name=c["name"],
+            mean_ns=float(c["mean_ns"]),
+            ci_half_ns=float(c["ci_half_ns"]),
+            batches=len(c["batch_ns"]),
+            converged=bool(c["converged"]),
+            batch_ns=np.asarray(c["batch_ns"]),
         )
         for c in raw["calls"]
     ]
     return SyscallResult(
-        calls=out, batch=p.batch, target_rel=p.target_pct / 100, clock_read_ns=float(raw["clock_read_ns"]),
-        interrupted=bool(raw["interrupted"]), trace=tr.path, trace_records=tr.records, trace_lost=tr.lost,
+        calls=out,
+        batch=p.batch,
+        target_rel=p.target_pct / 100,
+        clock_read_ns=float(raw["clock_read_ns"]),
+        interrupted=bool(raw["interrupted"]),
+        trace=tr.path,
+        trace_records=tr.records,
+        trace_lost=tr.lost,
     )
 
 

@@ -135,8 +135,9 @@ def set_idle(idle: bool) -> None:
         pass
 
 
-def watch(p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int, live: Path | None = None,
-          a: int = 0) -> tuple[dict[int, str], bool, int, dict[int, str], bool]:
+def watch(
+    p: ThreadsParams, child: subprocess.Popen[bytes] | None, duration_ns: int, live: Path | None = None, a: int = 0
+) -> tuple[dict[int, str], bool, int, dict[int, str], bool]:
     """Until the step's time is up or the target is gone: its threads as seen,
     whether the target went away first, and when the measured window ends on
     the kernel's clock: when the last sleep was due to end (what this
@@ -200,8 +201,16 @@ def _start(p: ThreadsParams) -> subprocess.Popen[bytes]:
             os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(p.priority))
 
     try:
-        return subprocess.Popen(p.command, env=env, stdin=subprocess.DEVNULL, stdout=sys.stderr.fileno(), stderr=sys.stderr.fileno(),
-                                start_new_session=True, preexec_fn=pre, cwd=p.cwd)
+        return subprocess.Popen(
+            p.command,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=sys.stderr.fileno(),
+            stderr=sys.stderr.fileno(),
+            start_new_session=True,
+            preexec_fn=pre,
+            cwd=p.cwd,
+        )
     except FileNotFoundError:
         raise InputError(f"threads: cannot start {p.command[0]!r}: no such file on this host") from None
     except subprocess.SubprocessError as e:
@@ -246,10 +255,25 @@ def launched(p: ThreadsParams, launch: Launch) -> ThreadsProbeJson:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     stamp = envelope("threads")
-    target = " ".join(p.command) if p.command else (f"pid {p.attach.pid}" if p.attach and p.attach.pid else
-                                                     f"comm {p.attach.comm!r}" if p.attach and p.attach.comm else f"cgroup {p.attach.cgroup if p.attach else ''}")
-    out: ThreadsProbeJson = {**stamp, "seen": {str(t): n for t, n in sorted(seen.items())}, "window_ns": [a, b],  # type: ignore[typeddict-item]
-                             "own_tids": sorted(int(t) for t in os.listdir("/proc/self/task")), "target": target, "ended": ended}
+    target = (
+        " ".join(p.command)
+        if p.command
+        else (
+            f"pid {p.attach.pid}"
+            if p.attach and p.attach.pid
+            else f"comm {p.attach.comm!r}"
+            if p.attach and p.attach.comm
+            else f"cgroup {p.attach.cgroup if p.attach else ''}"
+        )
+    )
+    out: ThreadsProbeJson = {
+        **stamp,  # type: ignore[typeddict-item]
+        "seen": {str(t): n for t, n in sorted(seen.items())},
+        "window_ns": [a, b],
+        "own_tids": sorted(int(t) for t in os.listdir("/proc/self/task")),
+        "target": target,
+        "ended": ended,
+    }
     if exited:
         out["exited"] = {str(t): n for t, n in sorted(exited.items())}
         out["note"] = "exited while the step ran: " + ", ".join(f"{n} ({t})" for t, n in sorted(exited.items()))

@@ -219,6 +219,7 @@ def _analysed(run_dir: Path, kinds: Registry, traces: Files, min_effect: float |
     """Load the run, compare its phases, write its tables: the tables, the
     comparisons, the notes so far and the phases in order."""
     from loopscope.report.tables import load_run  # (scipy, through the queueing fits: only when a report is built)
+
     # load
     progress.step("report: reading the run's traces")
     tables = load_run(run_dir, kinds, traces)
@@ -249,8 +250,10 @@ def _analysed(run_dir: Path, kinds: Registry, traces: Files, min_effect: float |
     for st in tables.run.steps:
         if st.interrupted:
             secs = (st.end_mono_ns - st.spawn_mono_ns) / 1e9
-            notes.append(f"rep {st.rep} {st.phase} {st.probe}: cut short by {st.interrupted} after {secs:.1f} s of its window; "
-                         "its figures are what it measured until then")
+            notes.append(
+                f"rep {st.rep} {st.phase} {st.probe}: cut short by {st.interrupted} after {secs:.1f} s of its window; "
+                "its figures are what it measured until then"
+            )
     if tables.run.status != "completed":
         notes.insert(0, f"the run {tables.run.status}: {tables.run.error}")
     # write the tables (the timeline and explain read them)

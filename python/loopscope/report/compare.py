@@ -46,8 +46,13 @@ def load(path: str | Path, kinds: Registry) -> RunData:
             missed.update({(probe, ph): v for ph, v in k.missed(tables, probe).items()})
     spec_yaml = rd.path / "spec.yaml"
     return RunData(
-        label=rd.path.name, path=str(rd.path), reps=int(tables.spec.get("repetitions") or 1), measures=measures, missed=missed,
-        provenance=tables.provenance, spec_text=spec_yaml.read_text() if spec_yaml.exists() else "",
+        label=rd.path.name,
+        path=str(rd.path),
+        reps=int(tables.spec.get("repetitions") or 1),
+        measures=measures,
+        missed=missed,
+        provenance=tables.provenance,
+        spec_text=spec_yaml.read_text() if spec_yaml.exists() else "",
     )
 
 
@@ -82,15 +87,22 @@ def _cell(r: Row) -> CompareRow:
         return f"{x * 100:.3g} %" if is_rate else ns(x)
 
     return {
-        "run": r.run, "phase": r.phase, "metric": r.metric,
-        "baseline": v(r.baseline), "value": v(r.value), "ratio": ratio(r.ratio),
+        "run": r.run,
+        "phase": r.phase,
+        "metric": r.metric,
+        "baseline": v(r.baseline),
+        "value": v(r.value),
+        "ratio": ratio(r.ratio),
         "ci": f"[{ratio(r.ci95[0])}, {ratio(r.ci95[1])}]" if r.ci95 else ("no interval for a maximum" if r.metric == "max" else "too few samples"),
-        "sig": r.significant, "up": r.significant and (r.ratio or 0) > 1,
+        "sig": r.significant,
+        "up": r.significant and (r.ratio or 0) > 1,
         "p": "" if r.p_value is None else (f"{r.p_value:.1e}" if r.p_value < 1e-3 else f"{r.p_value:.3f}"),
     }
 
 
-def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], labels: dict[str, str], min_effect: float = MIN_EFFECT) -> str:
+def render(
+    runs: list[RunData], rows: list[Row], diff: Differences, criteria: list[CriterionResult], labels: dict[str, str], min_effect: float = MIN_EFFECT
+) -> str:
     base = runs[0]
     probes: list[CompareBlock] = []
     seen: set[tuple[str, str]] = set()
@@ -119,12 +131,20 @@ def render(runs: list[RunData], rows: list[Row], diff: Differences, criteria: li
                     charts_.append(charts.ecdf(frame, [r.label for r in runs], f"{m.probe}: {label} in {ph}, every run", label))
         table = [_cell(r) for r in mine]
         probes.append({"probe": m.probe, "measure": labels.get(m.name, m.name), "charts": charts_, "rows": table})
-    for (probe, ph) in base.missed:
+    for probe, ph in base.missed:
         mine = [r for r in rows if r.probe == probe and r.metric == "missed" and r.phase == ph]
         if mine:
             probes.append({"probe": probe, "measure": f"missed deadlines in {ph}", "charts": [], "rows": [_cell(r) for r in mine]})
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=True)
     return env.get_template("compare.html.j2").render(
-        css=(HERE / "page.css").read_text(), runs=runs, base=base, probes=probes, diff=diff, criteria=criteria,
-        n_sig=sum(r.significant for r in rows), n_rows=len(rows), within=any(r.within_run for r in rows), min_effect=f"{min_effect * 100:g} %",
+        css=(HERE / "page.css").read_text(),
+        runs=runs,
+        base=base,
+        probes=probes,
+        diff=diff,
+        criteria=criteria,
+        n_sig=sum(r.significant for r in rows),
+        n_rows=len(rows),
+        within=any(r.within_run for r in rows),
+        min_effect=f"{min_effect * 100:g} %",
     )

@@ -53,8 +53,12 @@ def derive(run_dir: Path, run: RunRecord, kinds: Registry, notes: list[str]) -> 
     ex = _explain(run_dir, run, notes, kinds)
     path = run_dir / "tables" / "clock.parquet"
     clock = pl.read_parquet(path) if path.exists() else None
-    files: FilesInfo = {"tables": sorted(p.name for p in (run_dir / "tables").glob("*.parquet")), "hosts": (run_dir / "hosts").is_dir(),
-                        "kernel": any(run_dir.glob("hosts/*/kernel")), "netem": (run_dir / "netem").is_dir()}
+    files: FilesInfo = {
+        "tables": sorted(p.name for p in (run_dir / "tables").glob("*.parquet")),
+        "hosts": (run_dir / "hosts").is_dir(),
+        "kernel": any(run_dir.glob("hosts/*/kernel")),
+        "netem": (run_dir / "netem").is_dir(),
+    }
     return Derived(tl, ex, clock, SectionInputs.read(run_dir, run, kinds), files)
 
 

@@ -30,9 +30,14 @@ def summary(comp: pl.DataFrame) -> pl.DataFrame:
     for m in comp["metric"].unique(maintain_order=True).to_list():
         u = "" if m == "missed" else "_ns"
         part = comp.filter(pl.col("metric") == m).select(
-            *keys, "n",
-            pl.col("value_ns").alias(f"{m}{u}"), pl.col("value_lo_ns").alias(f"{m}_lo{u}"), pl.col("value_hi_ns").alias(f"{m}_hi{u}"),
-            pl.col("ratio").alias(f"{m}_ratio"), pl.col("ratio_lo").alias(f"{m}_ratio_lo"), pl.col("ratio_hi").alias(f"{m}_ratio_hi"),
+            *keys,
+            "n",
+            pl.col("value_ns").alias(f"{m}{u}"),
+            pl.col("value_lo_ns").alias(f"{m}_lo{u}"),
+            pl.col("value_hi_ns").alias(f"{m}_hi{u}"),
+            pl.col("ratio").alias(f"{m}_ratio"),
+            pl.col("ratio_lo").alias(f"{m}_ratio_lo"),
+            pl.col("ratio_hi").alias(f"{m}_ratio_hi"),
             pl.col("significant").alias(f"{m}_significant"),
         )
         if m == "missed":
@@ -51,11 +56,22 @@ def write_csv(comp: pl.DataFrame, out: Path) -> list[Path]:
 
 def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
     """Tables for a pull request: per probe and measure, each phase's metrics with the ratio to the baseline."""
-    out = [f"### {title}", "", "Each phase's value, and in brackets its ratio to the baseline phase (✱: the ratio's 95 % interval lies outside 1 ± " + min_effect_of(comp) + "; tables/comparisons.parquet has every interval)."]
+    out = [
+        f"### {title}",
+        "",
+        "Each phase's value, and in brackets its ratio to the baseline phase (✱: the ratio's 95 % interval lies outside 1 ± "
+        + min_effect_of(comp)
+        + "; tables/comparisons.parquet has every interval).",
+    ]
     for (probe, measure), g in comp.group_by(["probe", "measure"], maintain_order=True):
         metrics = g["metric"].unique(maintain_order=True).to_list()
-        out += ["", f"**{probe}: {labels.get(str(measure), str(measure))}**", "",
-                "| phase | " + " | ".join(heading(m) for m in metrics) + " |", "|---|" + "---:|" * len(metrics)]
+        out += [
+            "",
+            f"**{probe}: {labels.get(str(measure), str(measure))}**",
+            "",
+            "| phase | " + " | ".join(heading(m) for m in metrics) + " |",
+            "|---|" + "---:|" * len(metrics),
+        ]
         for ph in g["phase"].unique(maintain_order=True).to_list():
             cells = []
             for m in metrics:
@@ -71,4 +87,3 @@ def markdown(comp: pl.DataFrame, title: str, labels: dict[str, str]) -> str:
                 cells.append(v)
             out.append(f"| {ph} | " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
-

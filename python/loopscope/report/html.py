@@ -8,18 +8,31 @@ from pathlib import Path
 import jinja2
 import polars as pl
 
-from loopscope.report import charts
+from loopscope.report import charts, clocks
 from loopscope.report.sections import labels, min_effect_of, probe_sections
 from loopscope.analysis.phases import baseline_of
 from loopscope.report.sections import ns as _ns
 from loopscope.report.sections import ratio as _ratio
 from loopscope.analysis.registry import Registry
 from loopscope.analysis.explained import CaptureSummary, ExplainDoc, Group, opened
-from loopscope.timeline import TimelineDoc
-from loopscope.rundir import ClockDiscipline, ClockSyncRecord, Provenance
+from loopscope.rundir import Provenance
 from loopscope.report.tables import EmulatorView, RunTables
-from loopscope.report.view import (Breakdown, CallSizeRow, ChannelCountRow, ClockRow, EmulatorRow, HostRow, ItemRow, LoadRow,
-                                   OutlierRow, PhaseOutliers, ShareRow, SweepBlock, Why, WhyProbe, WhyRow)
+from loopscope.report.view import (
+    Breakdown,
+    CallSizeRow,
+    ChannelCountRow,
+    EmulatorRow,
+    HostRow,
+    ItemRow,
+    LoadRow,
+    OutlierRow,
+    PhaseOutliers,
+    ShareRow,
+    SweepBlock,
+    Why,
+    WhyProbe,
+    WhyRow,
+)
 from loopscope import __version__
 from loopscope.analysis.inputs import SectionInputs
 from loopscope.report.derived import Derived
@@ -77,88 +90,16 @@ def _hosts(prov: Provenance) -> list[HostRow]:
     out: list[HostRow] = []
     for name, h in prov.lab.hosts.items():
         off = h.clock_offset_ns
-        out.append({"name": name, "kind": h.kind, "address": h.address, "offset": f"{off / 1e9:+g} s" if off else "0",
-                    "ssh": f"ssh {h.ssh}" if h.ssh else " ".join(h.launcher) if h.launcher else ""})
+        out.append(
+            {
+                "name": name,
+                "kind": h.kind,
+                "address": h.address,
+                "offset": f"{off / 1e9:+g} s" if off else "0",
+                "ssh": f"ssh {h.ssh}" if h.ssh else " ".join(h.launcher) if h.launcher else "",
+            }
+        )
     return out
-
-
-def discipline_text(d: ClockDiscipline | None) -> str:
-    """One line on what disciplines a host's CLOCK_REALTIME (provenance ``clock_discipline``)."""
-    if not d:
-        return "not recorded"
-    k = d.kernel
-    parts = []
-    if k:
-        parts.append(f"kernel {'synchronised' if k.synchronised else 'unsynchronised'} ({k.state}), frequency {k.frequency_ppm:+.3f} ppm, estimated error {_ns(k.est_error_us * 1000)}")
-    c = d.chrony
-    if c and c.reference is not None:
-        parts.append(f"chrony: {c.reference} stratum {c.stratum}, offset {(c.system_time_offset_s or 0) * 1e6:+.1f} µs, rms {(c.rms_offset_s or 0) * 1e6:.1f} µs")
-    elif c:
-        parts.append(f"chrony: {c.note}")
-    parts.append("daemons: " + (", ".join(d.daemons) or "none"))
-    return "; ".join(parts)
-
-
-def _clock_network(cs: ClockSyncRecord | None) -> str:
-    """One sentence on the network the clock-sync probes crossed."""
-    if not cs:
-        return ""
-    by = {h: i.network for h, i in cs.initiators.items()}
-    if not by or not any(by.values()):
-        return "The probes crossed the experiment's network (its router and links)."
-    text = {"sync": "the sync network (a link of their own to the reference, no router, no emulation)", "experiment": "the experiment's network (its router and links)"}
-    nets = set(by.values())
-    if len(nets) == 1:
-        only = nets.pop()
-        return f"The probes crossed {text.get(only or '', only)}."
-    return "The probes crossed " + "; ".join(f"for {h}, {text.get(n or '', n)}" for h, n in sorted(by.items())) + "."
-
-
-def _signed(x: float) -> str:
-    """An offset with its sign, in the unit that suits it (+234 ns, −1.20 ms)."""
-    return ("+" if x >= 0 else "−") + _ns(abs(x))
-
-
-def _clocks(tl: TimelineDoc | None, clock_series: pl.DataFrame | None, prov: Provenance | None = None) -> tuple[list[ClockRow], str | None, list[str]]:
-    """Rows of the Clocks section, its chart, and what went wrong."""
-
-    clock = tl.get("clock") if tl else None
-    if not tl or not clock:
-        return [], None, []
-    rows: list[ClockRow] = []
-    problems: list[str] = []
-    for host, h in clock["hosts"].items():
-        if host == "router":
-            continue
-        placed = tl.get("hosts", {}).get(host) or {"records": 0, "placed": 0, "not_placed": 0}
-        ok = [w for w in h["windows"] if w["offset_ns"] is not None]
-        p = h["probes"]
-        if h["reference"]:
-            rows.append({"host": host, "mono": "reference", "real": "", "drift": "", "bound": "0", "windows": "", "probes": "", "lost": "", "rtt": "", "pure": "", "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}"})
-        else:
-            w = ok[len(ok) // 2] if ok else None
-            mo = w and w.get("monotonic_offset_ns")
-            rows.append({
-                "host": host,
-                "mono": (f"{mo / 1e9:+.9f} s" if abs(mo) >= 1e8 else _signed(mo)) if mo is not None else "n/a",
-                "real": _signed(w["offset_ns"]) if w and w["offset_ns"] is not None else "n/a",
-                "drift": f"{w['drift_ppm']:+.3f} ppm [{w['drift_lo_ppm']:+.3f}, {w['drift_hi_ppm']:+.3f}]" if w and w["drift_lo_ppm"] is not None else (f"{w['drift_ppm']:+.3f} ppm" if w else "n/a"),
-                "bound": f"±{_ns(w['bound_mid_ns'])} (max {_ns(max(x['bound_max_ns'] or 0 for x in ok))})" if w else "none",
-                "windows": f"{len(ok)} of {len(h['windows'])}",
-                "probes": f"{p.get('used_there', 0) + p.get('used_back', 0):,}",
-                "lost": f"{p.get('lost_there', 0)} / {p.get('lost_back', 0)}",
-                "rtt": _ns(p.get("min_rtt_ns")),
-                "pure": f"{p.get('pure_there', 0):,} / {p.get('pure_back', 0):,}",
-                "placed": f"{placed.get('placed', 0):,} / {placed.get('records', 0):,}",
-            })
-        machine = prov.hosts.get(host) if prov is not None else None
-        rows[-1]["discipline"] = discipline_text(machine.clock_discipline if machine is not None else None)
-        problems += [f"{host}: {x}" for x in h["problems"]]
-    for c in (tl.get("checks") or {}).get("pipeline") or []:
-        if c.get("negative_beyond_bound"):
-            problems.append(f"{c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}, rep {c['rep']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
-    chart = charts.clock_chart(clock_series) if clock_series is not None and len(clock_series) else None
-    return rows, chart, problems
 
 
 def _why(ex: ExplainDoc | None, inputs: SectionInputs) -> Why | None:
@@ -181,7 +122,11 @@ def _why(ex: ExplainDoc | None, inputs: SectionInputs) -> Why | None:
             + (f"; {c['bytes_on_disk'] / 1e6:.1f} MB on disk ({c['bytes_per_s'] / 1e6:.2f} MB/s)" if c["bytes_per_s"] else "")
             + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
             + (f"; its reader used {reader * 100:.1f} % of a CPU, between the probe windows" if reader is not None and share is None else "")
-            + (f", and ran inside {sum(1 for d in during if d.get('step'))} window(s) when a buffer was half full" if any(d.get("step") for d in during) else "")
+            + (
+                f", and ran inside {sum(1 for d in during if d.get('step'))} window(s) when a buffer was half full"
+                if any(d.get("step") for d in during)
+                else ""
+            )
             + (f"; this kernel lacks {', '.join(c['missing_events'])}" if c["missing_events"] else "")
             + ("; " + "; ".join(c["problems"]) if c["problems"] else "")
         )
@@ -195,27 +140,56 @@ def _why(ex: ExplainDoc | None, inputs: SectionInputs) -> Why | None:
             top = ", ".join(f"{c['cause']} {(c['share'] or 0) * 100:.0f} %" for c in g["causes"][:4] if (c["share"] or 0) >= 0.005)
             note = "complete" if g["complete"] else f"incomplete: {g['incomplete_outliers']} outliers ({'; '.join(g['incomplete_why'])})"
             split = f"{g['lab_share'] * 100:.1f} % / {g['load_share'] * 100:.0f} % / {g['system_share'] * 100:.0f} %"
-            rows.append({"phase": g["phase"], "outliers": g["outliers"], "records": f"{g['records']:,}", "threshold": _ns(g["threshold_ns"]), "top": top, "note": note, "split": split,
-                         "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in g["lab"].items())})
+            rows.append(
+                {
+                    "phase": g["phase"],
+                    "outliers": g["outliers"],
+                    "records": f"{g['records']:,}",
+                    "threshold": _ns(g["threshold_ns"]),
+                    "top": top,
+                    "note": note,
+                    "split": split,
+                    "lab": ", ".join(f"{k} {v * 100:.1f} %" for k, v in g["lab"].items()),
+                }
+            )
         # The worst outliers of each phase, behind one control per phase.
         outliers: list[PhaseOutliers] = []
         for g in groups:
             ws: list[OutlierRow] = []
             for w in inputs.worst(probe, g["phase"], 20):
-                ws.append({
-                    "rep": w["rep"], "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"), "cpu": w["cpu"], "complete": w["complete"],
-                    "extra": ", ".join(x for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "") if x),
-                    "causes": "; ".join(f"{c} {_ns(ns)} ({ns / w['latency_ns'] * 100:.0f} %)" for c, ns in w["causes"]),
-                })
+                ws.append(
+                    {
+                        "rep": w["rep"],
+                        "latency": (f"took {_ns(w['latency_ns'])}" if w["span"] else f"{_ns(w['latency_ns'])} late"),
+                        "cpu": w["cpu"],
+                        "complete": w["complete"],
+                        "extra": ", ".join(
+                            x
+                            for x in (f"{w['migrations']} migrations" if w["migrations"] else "", f"{w['page_faults']} page faults" if w["page_faults"] else "")
+                            if x
+                        ),
+                        "causes": "; ".join(f"{c} {_ns(ns)} ({ns / w['latency_ns'] * 100:.0f} %)" for c, ns in w["causes"]),
+                    }
+                )
             if ws:
                 outliers.append({"phase": g["phase"], "worst": ws})
         probes.append({"probe": probe, "rows": rows, "chart": cause_bars(groups, f"{probe}: where the outliers' time went"), "outliers": outliers})
     warn = sorted({f"{g['probe']}, {g['phase']}" for g in ex["groups"] for c in g["causes"] if c["cause"] == "lab: capture" and (c["share"] or 0) >= 0.02})
     # (a run captured with perf record names its perf threads lab: capture itself; a user's own perf is not the lab)
     roles = {c["cause"]: role for g in ex["groups"] for c in g["causes"] if (role := c.get("role"))}
-    return {"captures": caps, "probes": probes, "threshold": ex["threshold"], "seconds": ex.get("seconds"), "roles": sorted(roles.items()),
-            "self_warning": (f"The kernel capture itself (lab: capture) takes 2 % or more of the outliers' time in {'; '.join(warn)}: its reader had to run inside those windows. "
-                             "Give the kernel more buffer (kernel.buffer_mb), capture fewer events (kernel.events), or none (kernel.capture: off) for such phases.") if warn else None}
+    return {
+        "captures": caps,
+        "probes": probes,
+        "threshold": ex["threshold"],
+        "seconds": ex.get("seconds"),
+        "roles": sorted(roles.items()),
+        "self_warning": (
+            f"The kernel capture itself (lab: capture) takes 2 % or more of the outliers' time in {'; '.join(warn)}: its reader had to run inside those windows. "
+            "Give the kernel more buffer (kernel.buffer_mb), capture fewer events (kernel.events), or none (kernel.capture: off) for such phases."
+        )
+        if warn
+        else None,
+    }
 
 
 def _lost_where(c: CaptureSummary) -> str:
@@ -254,10 +228,18 @@ def _breakdown(tables: RunTables) -> list[Breakdown]:
                 label = f"{proc + ' · ' if proc else ''}{thread} · {ph}"
                 bars.append((label, share))
                 rows.append({"label": label, "total": _ns(total), "cells": [f"{share[c] * 100:.1f} %" for c in CATEGORIES]})
-        out.append({"probe": probe, "categories": CATEGORIES, "rows": rows, "per_item": _items(tables, str(probe), phases),
-                    "per_size": _per_size(tables, str(probe), phases), "size_categories": CALL_CATEGORIES,
-                    "channels": _chan_counts(tables, str(probe), phases),
-                    "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time")})
+        out.append(
+            {
+                "probe": probe,
+                "categories": CATEGORIES,
+                "rows": rows,
+                "per_item": _items(tables, str(probe), phases),
+                "per_size": _per_size(tables, str(probe), phases),
+                "size_categories": CALL_CATEGORIES,
+                "channels": _chan_counts(tables, str(probe), phases),
+                "chart": charts.share_bars(bars, CATEGORIES, f"{probe}: where each thread's time went", "% of the thread's time"),
+            }
+        )
     return out
 
 
@@ -283,8 +265,21 @@ def _items(tables: RunTables, probe: str, phases: list[str]) -> list[ItemRow]:
             med = b.median()
             bound = f"± {_ns(float(med))}" if len(b) and isinstance(med, (int, float)) else ("n/a" if x["net_ns"].null_count() < len(x) else "")
             path = " → ".join(p for p in (prod or "?", via, cons) if p)
-            out.append({"channel": ch, "path": path, "size": _bytes(size) if size >= 0 else "?", "phase": ph, "n": len(x), "put": q("put_ns"), "net": q("net_ns"),
-                        "bound": bound, "raw": q("net_raw_ns"), "deliver": q("deliver_ns"), "total": q("total_ns")})
+            out.append(
+                {
+                    "channel": ch,
+                    "path": path,
+                    "size": _bytes(size) if size >= 0 else "?",
+                    "phase": ph,
+                    "n": len(x),
+                    "put": q("put_ns"),
+                    "net": q("net_ns"),
+                    "bound": bound,
+                    "raw": q("net_raw_ns"),
+                    "deliver": q("deliver_ns"),
+                    "total": q("total_ns"),
+                }
+            )
     return out
 
 
@@ -307,14 +302,28 @@ def _per_size(tables: RunTables, probe: str, phases: list[str]) -> list[CallSize
         return []
     out: list[CallSizeRow] = []
     for ph in phases:
-        x = b.filter(pl.col("phase") == ph).group_by(["process", "channel", "call", "bytes"], maintain_order=True).agg(
-            pl.col("calls").sum(), *[(pl.col(c) * pl.col("calls")).sum() / pl.col("calls").sum() for c in ["mean_ns", *[f"{k}_ns" for k in CALL_CATEGORIES]]],
-        ).sort(["process", "channel", "call", "bytes"])
+        x = (
+            b.filter(pl.col("phase") == ph)
+            .group_by(["process", "channel", "call", "bytes"], maintain_order=True)
+            .agg(
+                pl.col("calls").sum(),
+                *[(pl.col(c) * pl.col("calls")).sum() / pl.col("calls").sum() for c in ["mean_ns", *[f"{k}_ns" for k in CALL_CATEGORIES]]],
+            )
+            .sort(["process", "channel", "call", "bytes"])
+        )
         for r in x.iter_rows(named=True):
             if r["call"] == "store" and not r["process"].startswith("hub-"):
                 continue  # a consumer keeping an arrived item: inside its gets' blocking already
-            out.append({"label": f"{r['process']} · {r['call']} {r['channel']}", "size": _bytes(r["bytes"]), "phase": ph, "calls": r["calls"], "mean": _ns(r["mean_ns"]),
-                        "cells": [_ns(r[f"{k}_ns"]) for k in CALL_CATEGORIES]})
+            out.append(
+                {
+                    "label": f"{r['process']} · {r['call']} {r['channel']}",
+                    "size": _bytes(r["bytes"]),
+                    "phase": ph,
+                    "calls": r["calls"],
+                    "mean": _ns(r["mean_ns"]),
+                    "cells": [_ns(r[f"{k}_ns"]) for k in CALL_CATEGORIES],
+                }
+            )
     return out
 
 
@@ -328,13 +337,24 @@ def _chan_counts(tables: RunTables, probe: str, phases: list[str]) -> list[Chann
     for ph in phases:
         from loopscope.analysis.chanstats import COUNTS
 
-        x = c.filter(pl.col("phase") == ph).group_by(["channel", "side", "role"], maintain_order=True).agg(
-            *[pl.when(pl.col(k).is_null().all()).then(None).otherwise(pl.col(k).sum()).alias(k) for k in COUNTS])
+        x = (
+            c.filter(pl.col("phase") == ph)
+            .group_by(["channel", "side", "role"], maintain_order=True)
+            .agg(*[pl.when(pl.col(k).is_null().all()).then(None).otherwise(pl.col(k).sum()).alias(k) for k in COUNTS])
+        )
         for r in x.iter_rows(named=True):
             lost = {k: r[k] for k in ("dropped_full", "dropped_no_consumer", "skipped", "refused", "incomplete", "missing") if r.get(k)}
             moved = {k: r[k] for k in ("put", "sent", "arrived", "got", "consumed", "timeouts") if r.get(k) is not None}
-            out.append({"phase": ph, "channel": r["channel"], "side": r["side"], "role": r["role"], "moved": ", ".join(f"{k} {v:,}" for k, v in moved.items()),
-                        "lost": ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in lost.items()) or "none"})
+            out.append(
+                {
+                    "phase": ph,
+                    "channel": r["channel"],
+                    "side": r["side"],
+                    "role": r["role"],
+                    "moved": ", ".join(f"{k} {v:,}" for k, v in moved.items()),
+                    "lost": ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in lost.items()) or "none",
+                }
+            )
     return out
 
 
@@ -343,17 +363,23 @@ def _sweeps(tables: RunTables, kinds: Registry) -> list[SweepBlock]:
     out: list[SweepBlock] = []
     for sw in sweeps.fit(tables, kinds):
         if sw["kind"].startswith("link "):
-            out.append({
-                "title": f"{sw['probe']} against the {sw['kind']}",
-                "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']}", f"{sw['kind']} (ms, one way)"),
-                "statements": [sweeps.statement(f, "ms of delay") for f in sw["fits"]],
-            })
+            out.append(
+                {
+                    "title": f"{sw['probe']} against the {sw['kind']}",
+                    "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']}", f"{sw['kind']} (ms, one way)"),
+                    "statements": [sweeps.statement(f, "ms of delay") for f in sw["fits"]],
+                }
+            )
             continue
-        out.append({
-            "title": f"{sw['probe']} against {sw['kind']} load",
-            "chart": charts.sweep_fits(sw["fits"], f"{sw['probe']}: against the {sw['kind']} load level", f"{sw['kind']} level ({sw['unit']}; 0 = baseline)"),
-            "statements": [sweeps.statement(f) for f in sw["fits"]],
-        })
+        out.append(
+            {
+                "title": f"{sw['probe']} against {sw['kind']} load",
+                "chart": charts.sweep_fits(
+                    sw["fits"], f"{sw['probe']}: against the {sw['kind']} load level", f"{sw['kind']} level ({sw['unit']}; 0 = baseline)"
+                ),
+                "statements": [sweeps.statement(f) for f in sw["fits"]],
+            }
+        )
     return out
 
 
@@ -409,8 +435,14 @@ def _loads(loads: pl.DataFrame) -> tuple[list[LoadRow], str | None]:
         rate = f"{ops / r['elapsed_s']:,.1f}/s" if ops is not None and r["elapsed_s"] else "n/a"
         rows.append(
             {
-                "phase": r["phase"], "rep": r["rep"], "name": r["name"], "workers": r["workers"], "cpu": f"{r['cpu_util']:.2f}",
-                "cpu_s": f"{r['cpu_s']:.1f}", "work": f"{rate} {r.get('unit') or ''}", "source": r.get("cpu_source", ""),
+                "phase": r["phase"],
+                "rep": r["rep"],
+                "name": r["name"],
+                "workers": r["workers"],
+                "cpu": f"{r['cpu_util']:.2f}",
+                "cpu_s": f"{r['cpu_s']:.1f}",
+                "work": f"{rate} {r.get('unit') or ''}",
+                "source": r.get("cpu_source", ""),
             }
         )
     return rows, charts.load_bars(loads)
@@ -431,7 +463,7 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
     load_rows, load_chart = _loads(tables.loads)
     lost_total = int(tables.steps["lost_records"].sum()) if len(tables.steps) else 0
     tl = derived.timeline
-    clock_rows, clock_chart, clock_problems = _clocks(tl, derived.clock, tables.provenance)
+    clock_rows, clock_chart, clock_problems = clocks.section(tl, derived.clock, tables.provenance)
     return t.render(
         css=(HERE / "page.css").read_text(),
         sweeps=_sweeps(tables, kinds),
@@ -441,7 +473,7 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
         clock_chart=clock_chart,
         clock_problems=clock_problems,
         clock_reference=(tl or {}).get("reference"),
-        clock_network=_clock_network(run.clocksync),
+        clock_network=clocks.network(run.clocksync),
         title=f"loopscope · {run.name}",
         version=_version(),
         run=run,

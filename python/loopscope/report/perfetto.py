@@ -101,9 +101,19 @@ def export_trace(trace: Path, out: Path) -> Exported:
 
     df = reader.read(trace)
     tl = df.select(
-        pl.col("host").cast(pl.String), pl.lit(str(trace)).alias("source"), pl.col("thread").cast(pl.String), "tid",
-        pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String), "tag", "t_ns", "dur_ns", "value",
-        pl.col("t_ns").alias("t_global_ns"), pl.lit(0.0).alias("bound_ns"),
+        pl.col("host").cast(pl.String),
+        pl.lit(str(trace)).alias("source"),
+        pl.col("thread").cast(pl.String),
+        "tid",
+        pl.col("group").cast(pl.String),
+        pl.col("name").cast(pl.String),
+        pl.col("kind").cast(pl.String),
+        "tag",
+        "t_ns",
+        "dur_ns",
+        "value",
+        pl.col("t_ns").alias("t_global_ns"),
+        pl.lit(0.0).alias("bound_ns"),
     )
     return _write(tl, out, None)
 
@@ -175,9 +185,18 @@ def _write(tl: pl.DataFrame, out: Path, run_dir: Path | None) -> Exported:
         w.close()
     counts["packets"] = w.n
     counts["bytes"] = out.stat().st_size
-    return Exported(slices=counts["slices"], instants=counts["instants"], counters=counts["counters"], not_placed=counts["not_placed"],
-                    histograms=counts["histograms"], tracks=counts["tracks"], kernel_slices=counts.get("kernel_slices", 0), packets=counts["packets"],
-                    bytes=counts["bytes"], path=str(out))
+    return Exported(
+        slices=counts["slices"],
+        instants=counts["instants"],
+        counters=counts["counters"],
+        not_placed=counts["not_placed"],
+        histograms=counts["histograms"],
+        tracks=counts["tracks"],
+        kernel_slices=counts.get("kernel_slices", 0),
+        packets=counts["packets"],
+        bytes=counts["bytes"],
+        path=str(out),
+    )
 
 
 def _thread_tracks(w: _Writer, TE: EventTypes, track: Track, counts: dict[str, int], g: pl.DataFrame, who: tuple[Any, Any, Any, Any]) -> None:
@@ -296,7 +315,10 @@ def _spans_of_interest(run_dir: Path, cap: Capture, att: pl.DataFrame | None, st
         return [(t0, t0 + 5_000_000_000)]
     o = att.filter(pl.col("host").is_in(cap.covers)).group_by("id").agg(pl.col("t_ns").first(), pl.col("latency_ns").first(), pl.col("host").first())
     off = RunDir(run_dir).provenance().offsets()
-    return sorted((int(t) - off.get(h, 0) - 20_000_000, int(t) + int(lat) - off.get(h, 0) + 20_000_000) for t, lat, h in o.select("t_ns", "latency_ns", "host").iter_rows())
+    return sorted(
+        (int(t) - off.get(h, 0) - 20_000_000, int(t) + int(lat) - off.get(h, 0) + 20_000_000)
+        for t, lat, h in o.select("t_ns", "latency_ns", "host").iter_rows()
+    )
 
 
 def _merge(spans: list[tuple[int, int]]) -> list[list[int]]:

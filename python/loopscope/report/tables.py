@@ -157,9 +157,17 @@ def load_run(run_dir: Path, kinds: Registry, traces: Files | None = None) -> Run
         df, inf = got
         stepsrows.append(
             {
-                "rep": st.rep, "phase": st.phase, "loads": "+".join(st.loads) or "none", "probe": st.probe, "kind": st.kind,
-                "trace": st.trace, "records": inf.records, "lost_records": inf.lost_records, "damaged_chunks": inf.stats["damaged_chunks"],
-                "probe_cpu_s": (st.cpu_usec or 0) / 1e6, "wall_s": (st.end_mono_ns - st.spawn_mono_ns) / 1e9,
+                "rep": st.rep,
+                "phase": st.phase,
+                "loads": "+".join(st.loads) or "none",
+                "probe": st.probe,
+                "kind": st.kind,
+                "trace": st.trace,
+                "records": inf.records,
+                "lost_records": inf.lost_records,
+                "damaged_chunks": inf.stats["damaged_chunks"],
+                "probe_cpu_s": (st.cpu_usec or 0) / 1e6,
+                "wall_s": (st.end_mono_ns - st.spawn_mono_ns) / 1e9,
             }
         )
         kind = kinds.get(st.kind)
@@ -230,7 +238,6 @@ def _emulator_queueing(trace: Path, em: EmulatorResult) -> dict[str, ErlangFit]:
     """Per link, the emulator's own residence beyond the configured delay (its
     actual departure minus the packet's ready time: the rate queue plus its
     lateness) against the M/Er/1 model (``analysis/queueing.py``)."""
-
 
     if not trace.exists():
         return {}

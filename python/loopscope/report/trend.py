@@ -24,15 +24,32 @@ def page(t: Trend, root: Path) -> str:
     series = {name: [(index[p.run_id], p.value_ns, p.lo_ns, p.hi_ns) for p in pts] for name, pts in t.series.items()}
     title = f"{t.probe}: {t.measure} {t.metric}" + (f" by {t.by}" if t.by else "") + f", {len(order)} runs"
     svg = charts.trend(series, labels, title, f"{t.measure} {t.metric}") if t.points else ""
-    rows = [{"run": p.run_id, "started": p.started_utc.strftime("%Y-%m-%d %H:%M") if p.started_utc else "", "series": p.series, "host": p.host,
-             "kernel": p.kernel or "", "phase": p.phase, "value": ns(p.value_ns),
-             "ci": f"[{ns(p.lo_ns)}, {ns(p.hi_ns)}]" if p.lo_ns is not None and p.hi_ns is not None else "no interval",
-             "reps": p.reps or "", "change": p.change} for p in t.points]
+    rows = [
+        {
+            "run": p.run_id,
+            "started": p.started_utc.strftime("%Y-%m-%d %H:%M") if p.started_utc else "",
+            "series": p.series,
+            "host": p.host,
+            "kernel": p.kernel or "",
+            "phase": p.phase,
+            "value": ns(p.value_ns),
+            "ci": f"[{ns(p.lo_ns)}, {ns(p.hi_ns)}]" if p.lo_ns is not None and p.hi_ns is not None else "no interval",
+            "reps": p.reps or "",
+            "change": p.change,
+        }
+        for p in t.points
+    ]
     here = Path(__file__).resolve().parent
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=True)
     return env.get_template("trend.html.j2").render(
-        css=(here / "page.css").read_text(), t=t, root=str(root), chart=svg, rows=rows, runs=len(order),
-        min_effect=f"{t.min_effect * 100:g} %", generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        css=(here / "page.css").read_text(),
+        t=t,
+        root=str(root),
+        chart=svg,
+        rows=rows,
+        runs=len(order),
+        min_effect=f"{t.min_effect * 100:g} %",
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
     )
 
 

@@ -153,10 +153,24 @@ class LoadRow(TypedDict):
 
 
 #: one path the emulator carried, with its counts ("in" is a keyword)
-EmulatorRow = TypedDict("EmulatorRow", {
-    "name": str, "carried": str, "configured": str, "in": str, "forwarded": str, "lost": int, "duplicated": int, "reordered": int,
-    "queue_drops": int, "pending": int, "applied": str, "late": str, "queueing": str,
-})
+EmulatorRow = TypedDict(
+    "EmulatorRow",
+    {
+        "name": str,
+        "carried": str,
+        "configured": str,
+        "in": str,
+        "forwarded": str,
+        "lost": int,
+        "duplicated": int,
+        "reordered": int,
+        "queue_drops": int,
+        "pending": int,
+        "applied": str,
+        "late": str,
+        "queueing": str,
+    },
+)
 
 
 class FilesInfo(TypedDict, total=False):

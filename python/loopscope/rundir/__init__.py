@@ -28,8 +28,54 @@ from typing import Any, Callable, Iterator, TypeVar
 from pydantic import ValidationError
 
 from loopscope.errors import InputError
-from loopscope.rundir.provenance import (VirtualClock as VirtualClock, LabHost as LabHost, LabProvenance as LabProvenance, MachineCpu as MachineCpu, MachineKernel as MachineKernel, KernelClock as KernelClock, Chrony as Chrony, ClockDiscipline as ClockDiscipline, CpuFreq as CpuFreq, Privileges as Privileges, GitInfo as GitInfo, Machine as Machine, Provenance as Provenance)
-from loopscope.rundir.record import (RUN_FORMAT as RUN_FORMAT, StageStep as StageStep, ProcessStep as ProcessStep, ServerStep as ServerStep, HubStep as HubStep, Step as Step, LoadReport as LoadReport, LoadRecord as LoadRecord, AgentRecord as AgentRecord, HostAgent as HostAgent, CaptureReport as CaptureReport, ReadDuring as ReadDuring, CpuLimit as CpuLimit, Capture as Capture, KernelRecord as KernelRecord, SyncPart as SyncPart, ClockSyncRecord as ClockSyncRecord, HistQuantiles as HistQuantiles, EmulatorRecord as EmulatorRecord, LinkCounts as LinkCounts, PortCounts as PortCounts, EmulatorResult as EmulatorResult, EMULATOR_RESULT as EMULATOR_RESULT, read_emulator_result as read_emulator_result, PathRecord as PathRecord, LinkSetting as LinkSetting, TuningChange as TuningChange, TuningsApplied as TuningsApplied, Failed as Failed, LostHost as LostHost, RunRecord as RunRecord)
+from loopscope.rundir.provenance import (
+    VirtualClock as VirtualClock,
+    LabHost as LabHost,
+    LabProvenance as LabProvenance,
+    MachineCpu as MachineCpu,
+    MachineKernel as MachineKernel,
+    KernelClock as KernelClock,
+    Chrony as Chrony,
+    ClockDiscipline as ClockDiscipline,
+    CpuFreq as CpuFreq,
+    Privileges as Privileges,
+    GitInfo as GitInfo,
+    Machine as Machine,
+    Provenance as Provenance,
+)
+from loopscope.rundir.record import (
+    RUN_FORMAT as RUN_FORMAT,
+    StageStep as StageStep,
+    ProcessStep as ProcessStep,
+    ServerStep as ServerStep,
+    HubStep as HubStep,
+    Step as Step,
+    LoadReport as LoadReport,
+    LoadRecord as LoadRecord,
+    AgentRecord as AgentRecord,
+    HostAgent as HostAgent,
+    CaptureReport as CaptureReport,
+    ReadDuring as ReadDuring,
+    CpuLimit as CpuLimit,
+    Capture as Capture,
+    KernelRecord as KernelRecord,
+    SyncPart as SyncPart,
+    ClockSyncRecord as ClockSyncRecord,
+    HistQuantiles as HistQuantiles,
+    EmulatorRecord as EmulatorRecord,
+    LinkCounts as LinkCounts,
+    PortCounts as PortCounts,
+    EmulatorResult as EmulatorResult,
+    EMULATOR_RESULT as EMULATOR_RESULT,
+    read_emulator_result as read_emulator_result,
+    PathRecord as PathRecord,
+    LinkSetting as LinkSetting,
+    TuningChange as TuningChange,
+    TuningsApplied as TuningsApplied,
+    Failed as Failed,
+    LostHost as LostHost,
+    RunRecord as RunRecord,
+)
 
 T = TypeVar("T")
 
@@ -83,13 +129,16 @@ class Identity:
             host = pl.col("probe").replace_strict(self.probe_hosts, default=self.first_host, return_dtype=pl.String)
         else:
             host = pl.lit(self.first_host)
-        started = pl.lit(self.started_utc).str.to_datetime(time_zone="UTC", time_unit="us") if self.started_utc else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+        started = (
+            pl.lit(self.started_utc).str.to_datetime(time_zone="UTC", time_unit="us") if self.started_utc else pl.lit(None, dtype=pl.Datetime("us", "UTC"))
+        )
         out = frame.drop([c for c in IDENTITY if c in frame.columns and c != "host"]).with_columns(
-            pl.lit(self.run_id).alias("run_id"), pl.lit(self.experiment).alias("experiment"), host.cast(pl.String).alias("host"),
+            pl.lit(self.run_id).alias("run_id"), pl.lit(self.experiment).alias("experiment"), host.cast(pl.String).alias("host")
         )
         return out.with_columns(
             pl.col("host").replace_strict(self.kernels, default=None, return_dtype=pl.String).alias("kernel"),
-            pl.lit(self.loopscope_version, dtype=pl.String).alias("loopscope_version"), started.alias("started_utc"),
+            pl.lit(self.loopscope_version, dtype=pl.String).alias("loopscope_version"),
+            started.alias("started_utc"),
         )
 
 
@@ -170,7 +219,9 @@ class RunDir:
             raise InputError(f"{self.run_json}: cannot be read ({e}); the run directory is damaged") from None
         fmt = data.get("format", 1) if isinstance(data, dict) else None
         if isinstance(fmt, int) and fmt > RUN_FORMAT:
-            raise InputError(f"{self.run_json}: run format {fmt} is newer than this loopscope reads (up to {RUN_FORMAT}); read it with the version that recorded it")
+            raise InputError(
+                f"{self.run_json}: run format {fmt} is newer than this loopscope reads (up to {RUN_FORMAT}); read it with the version that recorded it"
+            )
         try:
             return RunRecord.model_validate(data)
         except ValidationError as e:

@@ -269,12 +269,28 @@ class EmulatorRecord(_Open):
 
 
 #: one emulated link's counts and the delays it applied (netem.json ``links``)
-LinkCounts = TypedDict("LinkCounts", {
-    "name": str, "from": str, "to": str, "configured": bool, "kernel": bool,
-    "packets_in": int, "bytes_in": int, "forwarded": int, "lost": int, "duplicated": int, "reordered": int,
-    "queue_drops": int, "send_errors": int, "pending_at_stop": int,
-    "applied_ns": HistQuantiles, "late_ns": HistQuantiles, "queued_ns": HistQuantiles,
-})
+LinkCounts = TypedDict(
+    "LinkCounts",
+    {
+        "name": str,
+        "from": str,
+        "to": str,
+        "configured": bool,
+        "kernel": bool,
+        "packets_in": int,
+        "bytes_in": int,
+        "forwarded": int,
+        "lost": int,
+        "duplicated": int,
+        "reordered": int,
+        "queue_drops": int,
+        "send_errors": int,
+        "pending_at_stop": int,
+        "applied_ns": HistQuantiles,
+        "late_ns": HistQuantiles,
+        "queued_ns": HistQuantiles,
+    },
+)
 
 
 class PortCounts(TypedDict):

@@ -54,7 +54,12 @@ class Declared:
         if self.needs_address and not h.address:
             out.append((("hosts", i, "address"), f"{self.name} host {h.name!r} needs an address: {self.needs_address}"))
         if self.launched and not h.launcher:
-            out.append((("hosts", i, "launcher"), f"{self.name} host {h.name!r} needs a launcher: the command that starts a process there with its stdin and stdout, e.g. [srun, --nodelist=n1, --ntasks=1]"))
+            out.append(
+                (
+                    ("hosts", i, "launcher"),
+                    f"{self.name} host {h.name!r} needs a launcher: the command that starts a process there with its stdin and stdout, e.g. [srun, --nodelist=n1, --ntasks=1]",
+                )
+            )
         if h.launcher and not self.launched:
             out.append((("hosts", i, "launcher"), f"only exec hosts take a launcher (host {h.name!r} is {self.name}); add `kind: exec`"))
         if h.address and self.own_ipv4:

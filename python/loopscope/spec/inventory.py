@@ -66,11 +66,18 @@ def read(path: Path) -> dict[str, Any]:
     """The inventory as ``ansible-inventory --list`` gives it."""
     exe = tool()
     if exe is None:
-        raise InventoryError("inventory", "reading an Ansible inventory needs ansible-core (Debian: apt-get install ansible-core; or pip install 'loopscope[ansible]')")
+        raise InventoryError(
+            "inventory", "reading an Ansible inventory needs ansible-core (Debian: apt-get install ansible-core; or pip install 'loopscope[ansible]')"
+        )
     if not path.exists():
         raise InventoryError("inventory", f"{path}: no such inventory file or directory")
-    env = {**os.environ, "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True", "ANSIBLE_NOCOLOR": "1", "ANSIBLE_LOCALHOST_WARNING": "False",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}
+    env = {
+        **os.environ,
+        "ANSIBLE_INVENTORY_UNPARSED_FAILED": "True",
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOCALHOST_WARNING": "False",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+    }
     try:
         r = subprocess.run([exe, "-i", str(path), "--list"], capture_output=True, text=True, env=env, timeout=120)
     except subprocess.TimeoutExpired:
@@ -137,10 +144,12 @@ def hosts_of(item: dict[str, Any], base: Path) -> list[dict[str, Any]]:
                 h[fld] = v[var]
         for var, val in v.items():
             if var.startswith("loopscope_"):
-                h[var[len("loopscope_"):]] = val
+                h[var[len("loopscope_") :]] = val
         address = v.get("loopscope_address") or v.get("ansible_host") or (name if getattr(DECLARED.get(str(h["kind"])), "connects_by_name", False) else None)
         if not address:
-            raise InventoryError("group", f"host {name} of {path} has no address: set ansible_host or loopscope_address for it (an exec host's network probes need one)")
+            raise InventoryError(
+                "group", f"host {name} of {path} has no address: set ansible_host or loopscope_address for it (an exec host's network probes need one)"
+            )
         h["address"] = str(address)
         if isinstance(h.get("launcher"), list):
             fill = {"name": name, "address": h["address"], "user": h.get("user") or "", "port": h.get("port") or ""}

@@ -83,7 +83,26 @@ def _locate(root: yaml.Node | None, loc: tuple[Any, ...], tags: set[str] | None 
     return line, shown
 
 
-_TAGS = {"affinity", "sched", "limit", "irq", "dma_latency", "cpuidle", "mlock", "write", "cpu", "memory", "io", "net", "mix", "command", "function-after", "int", "str", "list[str]"}
+_TAGS = {
+    "affinity",
+    "sched",
+    "limit",
+    "irq",
+    "dma_latency",
+    "cpuidle",
+    "mlock",
+    "write",
+    "cpu",
+    "memory",
+    "io",
+    "net",
+    "mix",
+    "command",
+    "function-after",
+    "int",
+    "str",
+    "list[str]",
+}
 
 
 def _tags(model: type[Experiment]) -> set[str]:
@@ -145,7 +164,10 @@ def _near(word: str, names: list[str], prefix: str = " ") -> str:
 
 # PyYAML's words for the usual slips, in the words of someone fixing the file.
 YAML_SLIPS = [
-    ("mapping values are not allowed here", "a `key: value` where this line's indentation or the line above does not allow one: indent it under its parent, or quote a value that contains ': '"),
+    (
+        "mapping values are not allowed here",
+        "a `key: value` where this line's indentation or the line above does not allow one: indent it under its parent, or quote a value that contains ': '",
+    ),
     ("expected <block end>, but found", "this line's indentation does not match the lines around it: items of one list or mapping start in the same column"),
     ("could not find expected ':'", "a key without its ':' (or a line that continues the one above without being indented under it)"),
     ("found character '\\t' that cannot start any token", "a tab in the indentation: YAML indents with spaces only"),
@@ -196,7 +218,12 @@ def _message(model: type[Experiment], err: Mapping[str, Any]) -> str:
         return f"must be a list [got {_got(inp)}]"
     if t in ("model_type", "model_attributes_type", "dict_type"):
         return f"must be a mapping of fields [got {_got(inp)}]"
-    bounds = {"greater_than_equal": ("at least", "ge"), "less_than_equal": ("at most", "le"), "greater_than": ("more than", "gt"), "less_than": ("less than", "lt")}
+    bounds = {
+        "greater_than_equal": ("at least", "ge"),
+        "less_than_equal": ("at most", "le"),
+        "greater_than": ("more than", "gt"),
+        "less_than": ("less than", "lt"),
+    }
     if t in bounds:
         word, k = bounds[t]
         return f"must be {word} {ctx.get(k)} [got {_got(inp)}]"
@@ -234,7 +261,9 @@ def parse(text: str, file: str, kinds: HasModels) -> Experiment:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except RecursionError:
-        raise SpecError(file, [Problem(None, "", "the file nests mappings or lists too deeply to read (thousands of levels); an experiment file needs a handful")]) from None
+        raise SpecError(
+            file, [Problem(None, "", "the file nests mappings or lists too deeply to read (thousands of levels); an experiment file needs a handful")]
+        ) from None
     except yaml.YAMLError as e:
         raise SpecError(file, [_yaml_problem(e)]) from None
     if not isinstance(data, dict):

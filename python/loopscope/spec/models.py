@@ -28,9 +28,36 @@ from loopscope.spec.hostkinds import REMOTE as _REMOTE
 from loopscope.units import parse_bytes
 from loopscope.units import parse_rate
 
-from loopscope.spec.values import (CpuList as CpuList, Duration as Duration, OptDuration as OptDuration, Level as Level, LevelField as LevelField, Name as Name, Model as Model)
-from loopscope.spec.tunings import (AffinityTuning as AffinityTuning, SchedTuning as SchedTuning, LimitTuning as LimitTuning, IrqTuning as IrqTuning, DmaLatencyTuning as DmaLatencyTuning, CpuidleTuning as CpuidleTuning, MlockTuning as MlockTuning, WriteTuning as WriteTuning, Tuning as Tuning)
-from loopscope.spec.settings import (SignedDuration as SignedDuration, VirtualClock as VirtualClock, ClockSync as ClockSync, EmulatorSettings as EmulatorSettings, Size as Size, MIN_RETAIN as MIN_RETAIN, MonitorSettings as MonitorSettings, KernelCapture as KernelCapture)
+from loopscope.spec.values import (
+    CpuList as CpuList,
+    Duration as Duration,
+    OptDuration as OptDuration,
+    Level as Level,
+    LevelField as LevelField,
+    Name as Name,
+    Model as Model,
+)
+from loopscope.spec.tunings import (
+    AffinityTuning as AffinityTuning,
+    SchedTuning as SchedTuning,
+    LimitTuning as LimitTuning,
+    IrqTuning as IrqTuning,
+    DmaLatencyTuning as DmaLatencyTuning,
+    CpuidleTuning as CpuidleTuning,
+    MlockTuning as MlockTuning,
+    WriteTuning as WriteTuning,
+    Tuning as Tuning,
+)
+from loopscope.spec.settings import (
+    SignedDuration as SignedDuration,
+    VirtualClock as VirtualClock,
+    ClockSync as ClockSync,
+    EmulatorSettings as EmulatorSettings,
+    Size as Size,
+    MIN_RETAIN as MIN_RETAIN,
+    MonitorSettings as MonitorSettings,
+    KernelCapture as KernelCapture,
+)
 
 NATIVE_LOADS = ["cpu", "memory", "io", "net", "mix"]
 
@@ -136,9 +163,6 @@ class MixLoad(LoadBase):
     dir: str | None = None
 
 
-
-
-
 class CommandLoad(LoadBase):
     """Any external program (e.g. stress-ng), `level` copies of it."""
 
@@ -156,14 +180,17 @@ class Sweep(Model):
     level: list[LevelField] = Field(min_length=1)
 
 
-
-
 class Phase(Model):
     name: Name
     loads: list[str] = Field(default_factory=list, description="names of loads held during this phase")
     tunings: list[Tuning] = Field(default_factory=list, description="settings applied when the phase starts and restored when it ends (docs/experiments.md)")
-    links: list["Link"] = Field(default_factory=list, description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase")
-    compare_with: Name | None = Field(None, description="the phase this one is compared with (default: the baseline phase); a remedy phase names the phase it remedies")
+    links: list["Link"] = Field(
+        default_factory=list,
+        description="links that change in this phase: each replaces the experiment's link on the same path (between/from-to) for the phase",
+    )
+    compare_with: Name | None = Field(
+        None, description="the phase this one is compared with (default: the baseline phase); a remedy phase names the phase it remedies"
+    )
 
 
 class Host(Model):
@@ -174,19 +201,35 @@ class Host(Model):
 
     name: Name = "localhost"
     kind: Literal["auto", "netns", "ssh", "exec", "local"] = Field("auto", description="auto: netns with root or CAP_NET_ADMIN, else local (spec/hostkinds.py)")
-    address: str | None = Field(None, description="ssh: the machine to connect to; exec: the address its network probes and clock sync use (required); netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)")
-    launcher: list[str] | None = Field(None, min_length=1, description="exec: the command that runs a process on the host with its standard input and output (e.g. [srun, --nodelist=n1, --ntasks=1], [kubectl, exec, -i, POD, --]); the agent's command is appended")
+    address: str | None = Field(
+        None,
+        description="ssh: the machine to connect to; exec: the address its network probes and clock sync use (required); netns: the host's IPv4 address (default 10.77.<i>.2); local: a loopback address (default 127.0.<i>.1)",
+    )
+    launcher: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="exec: the command that runs a process on the host with its standard input and output (e.g. [srun, --nodelist=n1, --ntasks=1], [kubectl, exec, -i, POD, --]); the agent's command is appended",
+    )
     clock_offset: SignedDuration = Field(0, description="netns: shift this host's CLOCK_MONOTONIC (a time namespace), e.g. 2.5s")
     user: str | None = Field(None, description="ssh: login name (default: yours)")
     port: Annotated[int, Field(ge=1, le=65535)] = Field(22, description="ssh: port")
     identity: str | None = Field(None, description="ssh: private key file (default: the ssh agent and ~/.ssh/id_*)")
     known_hosts: str | None = Field(None, description="ssh: known_hosts file the host key is checked against (default ~/.ssh/known_hosts)")
-    python: str | None = Field(None, description="ssh, exec: the host's interpreter that has loopscope (default: the one `loopscope hosts install` put in install_dir, else this controller's own interpreter's path)")
-    install_dir: str = Field("~/.local/share/loopscope", description="ssh, exec: where `loopscope hosts install` puts loopscope on the host (one directory per version; ~ is the host's home)")
+    python: str | None = Field(
+        None,
+        description="ssh, exec: the host's interpreter that has loopscope (default: the one `loopscope hosts install` put in install_dir, else this controller's own interpreter's path)",
+    )
+    install_dir: str = Field(
+        "~/.local/share/loopscope",
+        description="ssh, exec: where `loopscope hosts install` puts loopscope on the host (one directory per version; ~ is the host's home)",
+    )
     system_python: str = Field("python3", description="ssh, exec: the host's own Python 3, which `loopscope hosts install` builds loopscope's environment from")
     workdir: str = Field("/tmp/loopscope-runs", description="ssh, exec: where the remote agent writes before its files come back")
     virtual_clock: VirtualClock | None = Field(None, description="test only: skew this host's timestamps to validate clock synchronization")
-    sync_address: str | None = Field(None, description="ssh, exec: the address the clock-sync probes reach this host at when it is the reference (an interface off the experiment's network); netns hosts get a sync network of their own")
+    sync_address: str | None = Field(
+        None,
+        description="ssh, exec: the address the clock-sync probes reach this host at when it is the reference (an interface off the experiment's network); netns hosts get a sync network of their own",
+    )
 
     @property
     def remote(self) -> bool:
@@ -213,11 +256,7 @@ def _percent(v: object) -> float:
     return x
 
 
-Percent = Annotated[
-    float,
-    BeforeValidator(_percent),
-    WithJsonSchema({"type": ["string", "number"], "description": "percent, 0..100 (1% or 1)"}),
-]
+Percent = Annotated[float, BeforeValidator(_percent), WithJsonSchema({"type": ["string", "number"], "description": "percent, 0..100 (1% or 1)"})]
 
 
 def _bit_rate(v: object) -> str | None:
@@ -242,7 +281,9 @@ class Link(Model):
     to: Name | None = Field(None, description="…to this host")
     delay: OptDuration = Field(0, description="one-way delay, e.g. 2ms")
     jitter: OptDuration = Field(0, description="spread added to the delay")
-    distribution: Literal["normal", "uniform", "pareto"] = Field("normal", description="jitter's shape: normal (sd = jitter), uniform (±jitter), pareto (shape 3, sd = jitter)")
+    distribution: Literal["normal", "uniform", "pareto"] = Field(
+        "normal", description="jitter's shape: normal (sd = jitter), uniform (±jitter), pareto (shape 3, sd = jitter)"
+    )
     loss: Percent = 0.0
     duplicate: Percent = 0.0
     reorder: Percent = Field(0.0, description="this share of packets skips the delay and overtakes the others")
@@ -282,11 +323,17 @@ class ChannelDecl(Model):
 
     name: Name
     host: Name | None = Field(None, description="the host whose hub holds it (default: the first host)")
-    transport: Literal["tcp", "udp"] = Field("tcp", description="how items reach it and leave it: tcp (reliable) or udp (fragmented into datagrams; a lost fragment loses the item, counted)")
+    transport: Literal["tcp", "udp"] = Field(
+        "tcp", description="how items reach it and leave it: tcp (reliable) or udp (fragmented into datagrams; a lost fragment loses the item, counted)"
+    )
     capacity: Annotated[int, Field(ge=1, le=1_000_000)] = Field(64, description="items it holds at most")
     full: Literal["block", "drop-oldest"] = Field("block", description="when full: a put waits (with its timeout), or the oldest item goes (counted)")
-    max_item: Annotated[int, BeforeValidator(_size), Field(ge=1, le=256 << 20),
-                        WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKMG]i?B|B)?\s*$"}]})] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
+    max_item: Annotated[
+        int,
+        BeforeValidator(_size),
+        Field(ge=1, le=256 << 20),
+        WithJsonSchema({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": r"^\s*[0-9]*\.?[0-9]+\s*([kKMG]i?B|B)?\s*$"}]}),
+    ] = Field(16 << 20, description="largest item, e.g. 2MiB; a larger one is refused and counted")
 
 
 class Experiment(Model):
@@ -296,7 +343,9 @@ class Experiment(Model):
     description: str = ""
     hosts: list[Host] = Field(default_factory=lambda: [Host(kind="local")], min_length=1, max_length=250)
     links: list[Link] = Field(default_factory=list)
-    channels: list[ChannelDecl] = Field(default_factory=list, description="channels the lab hosts for the programs and apps (one hub process per host that holds any)")
+    channels: list[ChannelDecl] = Field(
+        default_factory=list, description="channels the lab hosts for the programs and apps (one hub process per host that holds any)"
+    )
     channel_port: Annotated[int, Field(ge=1024, le=65535)] = Field(47600, description="TCP and UDP port of the hubs")
     clocksync: ClockSync = Field(default_factory=ClockSync)
     kernel: KernelCapture = Field(default_factory=KernelCapture)
@@ -314,7 +363,10 @@ class Experiment(Model):
     warmup: OptDuration = Field(0, description="after the loads of a phase start and before its first probe")
     results: str = Field("runs", description="directory that receives run directories")
     monitor: MonitorSettings | None = Field(None, description="a monitor file (loopscope monitor): no duration, phases or repetitions needed")
-    on_host_failure: Literal["stop", "continue"] = Field("stop", description="a host lost mid-run (its agent or launcher gone): stop the run cleanly, exit 1; or continue with the other hosts, mark the lost host's steps, exit 0 naming it")
+    on_host_failure: Literal["stop", "continue"] = Field(
+        "stop",
+        description="a host lost mid-run (its agent or launcher gone): stop the run cleanly, exit 1; or continue with the other hosts, mark the lost host's steps, exit 0 naming it",
+    )
 
     @model_validator(mode="after")
     def _names_and_phases(self) -> "Experiment":
@@ -360,7 +412,9 @@ class Experiment(Model):
                     problems.append((("phases", i, "name"), f"phase name {phase.name!r} is used twice"))
                 seen.add(phase.name)
                 if phase.compare_with is not None and phase.compare_with not in {p.name for p in self.phases}:
-                    problems.append((("phases", i, "compare_with"), f"no phase named {phase.compare_with!r}; the phases are {', '.join(p.name for p in self.phases)}"))
+                    problems.append(
+                        (("phases", i, "compare_with"), f"no phase named {phase.compare_with!r}; the phases are {', '.join(p.name for p in self.phases)}")
+                    )
                 for j, ref in enumerate(phase.loads):
                     if ref not in names:
                         problems.append((("phases", i, "loads", j), f"no load named {ref!r}; the loads are {', '.join(names) or '(none)'}"))
@@ -395,7 +449,9 @@ class Experiment(Model):
                 elif isinstance(t, AffinityTuning) and "cpu" not in type(p).model_fields:
                     problems.append((where + ("probe",), f"a {p.kind} probe takes no CPU placement; place its hosts' loads instead"))
                 elif isinstance(t, SchedTuning) and ("priority" not in type(p).model_fields or t.policy != "fifo"):
-                    problems.append((where + ("probe",), f"a {p.kind} probe takes no scheduling tuning (only the timer's SCHED_FIFO priority); tune a load instead"))
+                    problems.append(
+                        (where + ("probe",), f"a {p.kind} probe takes no scheduling tuning (only the timer's SCHED_FIFO priority); tune a load instead")
+                    )
                 elif isinstance(t, SchedTuning) and t.priority is None:
                     problems.append((where + ("priority",), "a fifo probe needs a priority 1..99"))
         return problems
@@ -455,9 +511,19 @@ class Experiment(Model):
                 dirs = link.directions()
                 homes = {pairs.get(d) for d in dirs}
                 if None in homes:
-                    problems.append((("phases", i, "links", j), f"phase {phase.name!r} changes the path {' and '.join(f'{a} -> {b}' for a, b in dirs if (a, b) not in pairs)}, which no link of the experiment sets; add it to `links` first"))
+                    problems.append(
+                        (
+                            ("phases", i, "links", j),
+                            f"phase {phase.name!r} changes the path {' and '.join(f'{a} -> {b}' for a, b in dirs if (a, b) not in pairs)}, which no link of the experiment sets; add it to `links` first",
+                        )
+                    )
                 elif len(homes) > 1 or set(self.links[typing.cast(int, homes.pop())].directions()) != set(dirs):
-                    problems.append((("phases", i, "links", j), f"phase {phase.name!r}: give the same ends as the experiment's link (between or from/to) so it replaces that link whole"))
+                    problems.append(
+                        (
+                            ("phases", i, "links", j),
+                            f"phase {phase.name!r}: give the same ends as the experiment's link (between or from/to) so it replaces that link whole",
+                        )
+                    )
         return problems
 
     def load(self, name: str) -> Any:

@@ -62,10 +62,16 @@ class EmulatorSettings(Model):
     """How the link emulator (netns hosts, links that ask for delay, jitter, rate, reorder, loss or
     duplication) waits for its next departure."""
 
-    cpu: Annotated[int, Field(ge=0, le=4095)] | None = Field(None, description="pin the emulator's forwarding thread to this CPU (pick one the probes and loads do not use)")
-    poll: bool = Field(False, description="busy-poll instead of sleeping between departures: the most punctual departures, for the price of the whole CPU (use with cpu)")
+    cpu: Annotated[int, Field(ge=0, le=4095)] | None = Field(
+        None, description="pin the emulator's forwarding thread to this CPU (pick one the probes and loads do not use)"
+    )
+    poll: bool = Field(
+        False, description="busy-poll instead of sleeping between departures: the most punctual departures, for the price of the whole CPU (use with cpu)"
+    )
     rings: bool = Field(True, description="move frames through PACKET_MMAP rings (false: one system call per frame, for comparison)")
-    spin: OptDuration = Field(150_000, description="the most it spins before a departure instead of sleeping (below this it follows its recent wake-up lateness); 0 never spins")
+    spin: OptDuration = Field(
+        150_000, description="the most it spins before a departure instead of sleeping (below this it follows its recent wake-up lateness); 0 never spins"
+    )
     spin_quantile: Annotated[float, Field(ge=0.01, le=0.999)] = Field(
         0.5,
         description="which quantile of its wake-up lateness it spins ahead of: 0.5 makes the typical departure punctual for little CPU; 0.99 also cuts the tail, for about twice the CPU the probes share",
@@ -109,12 +115,19 @@ class MonitorSettings(Model):
     kernel's events around every outlier above the threshold, within a disk budget."""
 
     period: Duration = Field(60_000_000_000, description="length of one histogram period (at least 1s)")
-    threshold: Annotated[str, BeforeValidator(_threshold)] = Field("p99.9", description="an outlier: above this time (200us), or above this quantile of the last hour (p99.9)")
+    threshold: Annotated[str, BeforeValidator(_threshold)] = Field(
+        "p99.9", description="an outlier: above this time (200us), or above this quantile of the last hour (p99.9)"
+    )
     retain: Size = Field(1_000_000_000, description="disk for kept windows (2GB); the oldest windows go first, their causes stay")
-    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(300, description="at most this many windows kept per minute; the rest are counted as not kept (rate)")
+    keep_per_minute: Annotated[int, Field(ge=1, le=6000)] = Field(
+        300, description="at most this many windows kept per minute; the rest are counted as not kept (rate)"
+    )
     reach: Duration = Field(8_000_000_000, description="how far back the kernel's buffers must reach (their size follows from it)")
     # YAML reads a bare off as false: take it as the word it was
-    recorder: Annotated[Literal["alternate", "pause", "drain", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field("drain", description="drain: one trace instance with small buffers, read every 0.2 s into the recorder's memory (reach's worth), a keep decodes only the window's pages; alternate: two instances, one recording while the other is read; pause: one, paused while it is read (blind meanwhile); off: outliers counted, not kept")
+    recorder: Annotated[Literal["alternate", "pause", "drain", "off"], BeforeValidator(lambda v: "off" if v is False else v)] = Field(
+        "drain",
+        description="drain: one trace instance with small buffers, read every 0.2 s into the recorder's memory (reach's worth), a keep decodes only the window's pages; alternate: two instances, one recording while the other is read; pause: one, paused while it is read (blind meanwhile); off: outliers counted, not kept",
+    )
 
     @model_validator(mode="after")
     def _bounds(self) -> "MonitorSettings":
@@ -144,7 +157,14 @@ class KernelCapture(Model):
     read between probe windows), to explain outliers."""
 
     # YAML reads a bare on/off as true/false: take them as the words they were
-    capture: Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
+    capture: Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field(
+        "auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it"
+    )
     events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
-    buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)")
-    read: Literal["between-windows", "continuously"] = Field("between-windows", description="between-windows: the reader runs between probe windows (and in one only when a buffer is half full); continuously: it reads whenever there are events, at SCHED_IDLE (for comparison)")
+    buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(
+        None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)"
+    )
+    read: Literal["between-windows", "continuously"] = Field(
+        "between-windows",
+        description="between-windows: the reader runs between probe windows (and in one only when a buffer is half full); continuously: it reads whenever there are events, at SCHED_IDLE (for comparison)",
+    )

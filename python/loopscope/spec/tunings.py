@@ -71,7 +71,9 @@ class LimitTuning(_Tuning):
 
     kind: Literal["limit"]
     load: Name = Field(description="a load of this phase")
-    cpus: Annotated[float, Field(ge=0.001, le=1024)] = Field(description="CPUs' worth of time it may use (0.1: 10 ms of every 100 ms; 0.001: 1 ms a second, stopped in effect)")
+    cpus: Annotated[float, Field(ge=0.001, le=1024)] = Field(
+        description="CPUs' worth of time it may use (0.1: 10 ms of every 100 ms; 0.001: 1 ms a second, stopped in effect)"
+    )
 
     def for_load(self, name: str) -> dict[str, object]:
         return {"limit": {"cpus": self.cpus}} if self.load == name else {}
@@ -119,4 +121,6 @@ class WriteTuning(_Tuning):
     value: str | int
 
 
-Tuning = Annotated[Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")]
+Tuning = Annotated[
+    Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")
+]

@@ -56,11 +56,25 @@ class SyncCheck(TypedDict):
 
 
 #: one hop of a pipeline on the timeline, or a loop's round trip against its legs
-HopCheck = TypedDict("HopCheck", {
-    "rep": int, "phase": str, "probe": str, "hop": int, "from": str, "to": str, "messages": int,
-    "min_net_ns": float | None, "min_raw_ns": float | None, "bound_median_ns": float | None, "negative_beyond_bound": int,
-    "round_trip": bool, "max_abs_diff_ns": float | None,
-}, total=False)
+HopCheck = TypedDict(
+    "HopCheck",
+    {
+        "rep": int,
+        "phase": str,
+        "probe": str,
+        "hop": int,
+        "from": str,
+        "to": str,
+        "messages": int,
+        "min_net_ns": float | None,
+        "min_raw_ns": float | None,
+        "bound_median_ns": float | None,
+        "negative_beyond_bound": int,
+        "round_trip": bool,
+        "max_abs_diff_ns": float | None,
+    },
+    total=False,
+)
 
 
 class Checks(TypedDict, total=False):
@@ -93,6 +107,7 @@ def cached(run_dir: Path) -> TimelineDoc:
             err = e.errors()[0]
             raise InputError(f"{tj}: {'.'.join(str(p) for p in err['loc'])}: {err['msg']} (`loopscope timeline {run_dir}` writes it again)") from None
     return build(run_dir)
+
 
 COLUMNS = ["host", "source", "thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value", "t_global_ns", "bound_ns"]
 
@@ -179,7 +194,8 @@ def place(run_dir: Path, use: str = "all") -> Derived:
                 df.select("thread", "tid", "group", "name", "kind", "tag", "t_ns", "dur_ns", "value")
                 .with_columns(pl.col("thread").cast(pl.String), pl.col("group").cast(pl.String), pl.col("name").cast(pl.String), pl.col("kind").cast(pl.String))
                 .with_columns(
-                    pl.lit(host).alias("host"), pl.lit(rel).alias("source"),
+                    pl.lit(host).alias("host"),
+                    pl.lit(rel).alias("source"),
                     pl.Series("t_global_ns", np.where(ok, g, 0).astype(np.int64)).alias("t_global_ns"),
                     pl.Series("bound_ns", np.where(ok, b, np.nan)),
                 )
@@ -252,12 +268,21 @@ def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.
             cols[f"hop{k}_bound_ns"] = bound
             raw = m[f"hop{k}_net_ns"].to_numpy()
             ok = np.isfinite(bound)
-            checks.append({
-                "rep": st.rep, "phase": st.phase, "probe": st.probe, "hop": k, "from": hosts[k], "to": hosts[k + 1], "messages": int(ok.sum()),
-                "min_net_ns": float(np.min(net[ok])) if ok.any() else None, "min_raw_ns": float(np.min(raw)) if len(raw) else None,
-                "bound_median_ns": float(np.median(bound[ok])) if ok.any() else None,
-                "negative_beyond_bound": int(np.sum(net[ok] < -bound[ok])),
-            })
+            checks.append(
+                {
+                    "rep": st.rep,
+                    "phase": st.phase,
+                    "probe": st.probe,
+                    "hop": k,
+                    "from": hosts[k],
+                    "to": hosts[k + 1],
+                    "messages": int(ok.sum()),
+                    "min_net_ns": float(np.min(net[ok])) if ok.any() else None,
+                    "min_raw_ns": float(np.min(raw)) if len(raw) else None,
+                    "bound_median_ns": float(np.median(bound[ok])) if ok.any() else None,
+                    "negative_beyond_bound": int(np.sum(net[ok] < -bound[ok])),
+                }
+            )
             legs.append(net)
             if k < n_nodes:
                 # the node's residence, kernel RX to send, on its own clock mapped
@@ -272,7 +297,16 @@ def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.
             # a loop: the round trip on the source's one clock against the sum of its legs on the timeline
             one_clock = m["e2e_ns"].to_numpy().astype(np.float64)
             d = np.sum(legs, axis=0) - one_clock
-            checks.append({"rep": st.rep, "phase": st.phase, "probe": st.probe, "round_trip": True, "messages": len(d), "max_abs_diff_ns": float(np.nanmax(np.abs(d))) if len(d) else None})
+            checks.append(
+                {
+                    "rep": st.rep,
+                    "phase": st.phase,
+                    "probe": st.probe,
+                    "round_trip": True,
+                    "messages": len(d),
+                    "max_abs_diff_ns": float(np.nanmax(np.abs(d))) if len(d) else None,
+                }
+            )
         frames.append(pl.DataFrame(cols))
     return (pl.concat(frames, how="diagonal_relaxed") if frames else None), checks
 
@@ -322,9 +356,13 @@ def summary_lines(out: TimelineDoc) -> list[str]:
     checks = out.get("checks") or {}
     for c in checks.get("pipeline") or []:
         if c.get("negative_beyond_bound"):
-            lines.append(f"  ! {c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound")
+            lines.append(
+                f"  ! {c['probe']} hop {c['hop']} ({c['from']} → {c['to']}, {c['phase']}): {c['negative_beyond_bound']} messages arrive before they left by more than the bound"
+            )
         if c.get("round_trip") and c.get("max_abs_diff_ns") is not None:
-            lines.append(f"  {c['probe']} ({c['phase']}, rep {c['rep']}): round trip on one clock vs its legs on the timeline differ by at most {format_ns(c['max_abs_diff_ns'] or 0)}")
+            lines.append(
+                f"  {c['probe']} ({c['phase']}, rep {c['rep']}): round trip on one clock vs its legs on the timeline differ by at most {format_ns(c['max_abs_diff_ns'] or 0)}"
+            )
     for host, sc in (checks.get("clocksync") or {}).items():
         if sc["negative_beyond_bound"]:
             lines.append(f"  ! {host}: {sc['negative_beyond_bound']} clock-sync probes arrive before they left by more than the bound")

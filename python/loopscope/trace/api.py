@@ -53,11 +53,7 @@ class Session:
         if self.summary is None:
             end = json.loads(_native.close())
             self.summary = EndSummary(
-                path=self.path,
-                bytes_written=end["bytes_written"],
-                lost_records=end["lost_records"],
-                lost_by_stream=end["lost_by_stream"],
-                dumps=end["dumps"],
+                path=self.path, bytes_written=end["bytes_written"], lost_records=end["lost_records"], lost_by_stream=end["lost_by_stream"], dumps=end["dumps"]
             )
         return self.summary
 
@@ -102,13 +98,7 @@ def open(
             text = p.read_text()
         except OSError as e:
             raise InputError(f"{p}: cannot read the trace configuration: {e.strerror}") from None
-    _native.open(
-        os.fspath(path),
-        text,
-        list(groups) if groups is not None else None,
-        list(ring_groups) if ring_groups is not None else None,
-        fsync,
-    )
+    _native.open(os.fspath(path), text, list(groups) if groups is not None else None, list(ring_groups) if ring_groups is not None else None, fsync)
     return Session(os.fspath(path))
 
 
@@ -157,15 +147,7 @@ def counter(group: str, name: str, desc: str = "") -> Entity:
     return _native.register_entity(group, name, "counter", desc)
 
 
-def histogram(
-    group: str,
-    name: str,
-    desc: str = "",
-    *,
-    max: int = 1 << 40,
-    sub_bits: int = 7,
-    linear: tuple[int, int, int] | None = None,
-) -> Entity:
+def histogram(group: str, name: str, desc: str = "", *, max: int = 1 << 40, sub_bits: int = 7, linear: tuple[int, int, int] | None = None) -> Entity:
     """Register a fixed-memory histogram: ``h.add(v)``, ``h.log()``, ``h.reset()``.
 
     Log-linear over [0, max] by default (bucket width at most 1/2^(sub_bits-1)

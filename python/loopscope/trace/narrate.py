@@ -65,14 +65,7 @@ class TraceInfoJson(TypedDict):
 
 def info_json(inf: TraceInfo) -> TraceInfoJson:
     ents: list[EntityJson] = [
-        {
-            "id": e["id"],
-            "group": e["group"],
-            "name": e["name"],
-            "kind": e["kind"],
-            "desc": e.get("desc", ""),
-            "records": inf.counts.get(e["id"], 0),
-        }
+        {"id": e["id"], "group": e["group"], "name": e["name"], "kind": e["kind"], "desc": e.get("desc", ""), "records": inf.counts.get(e["id"], 0)}
         for e in inf.entities
     ]
     return {
@@ -109,10 +102,7 @@ def info_lines(inf: TraceInfo) -> list[str]:
     if inf.t_first_ns is not None and inf.t_last_ns is not None:
         lines.append(f"span      {format_ns(inf.t_last_ns - inf.t_first_ns)} (t_ns {inf.t_first_ns} .. {inf.t_last_ns})")
     for st in inf.streams:
-        lines.append(
-            f"stream    {st['name']}: {st['kind']}, groups {', '.join(st['groups']) or '(none)'}, "
-            f"{_bytes(st['buffer_bytes'])} per thread"
-        )
+        lines.append(f"stream    {st['name']}: {st['kind']}, groups {', '.join(st['groups']) or '(none)'}, {_bytes(st['buffer_bytes'])} per thread")
     for d in inf.dumps:
         lines.append(f"dump      #{d['dump']} of stream {d['stream']} (tag {d['tag']}), {d['overwritten_bytes']} older bytes already overwritten")
     for c in inf.changes:

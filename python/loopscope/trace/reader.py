@@ -396,9 +396,18 @@ def histograms(path: str | os.PathLike[str]) -> pl.DataFrame:
     if len(rows) == 0:
         return pl.DataFrame(
             schema={
-                "t_ns": pl.Int64, "group": pl.String, "name": pl.String, "tag": pl.UInt32, "record": pl.UInt32,
-                "bucket": pl.String, "lo": pl.Int64, "hi": pl.Int64, "count": pl.UInt64,
-                "sum": pl.Int64, "min": pl.Int64, "max": pl.Int64,
+                "t_ns": pl.Int64,
+                "group": pl.String,
+                "name": pl.String,
+                "tag": pl.UInt32,
+                "record": pl.UInt32,
+                "bucket": pl.String,
+                "lo": pl.Int64,
+                "hi": pl.Int64,
+                "count": pl.UInt64,
+                "sum": pl.Int64,
+                "min": pl.Int64,
+                "max": pl.Int64,
             }
         )
     rec_entity = cols["entity"][rows]
@@ -440,12 +449,5 @@ def histograms(path: str | os.PathLike[str]) -> pl.DataFrame:
                 )
             )
     out = pl.concat([f.with_columns(pl.col("record").cast(pl.UInt32), pl.col("count").cast(pl.UInt64)) for f in frames])
-    summary = pl.DataFrame(
-        {
-            "record": np.arange(len(rows), dtype=np.uint32),
-            "sum": cols["hist_sum"],
-            "min": cols["hist_min"],
-            "max": cols["hist_max"],
-        }
-    )
+    summary = pl.DataFrame({"record": np.arange(len(rows), dtype=np.uint32), "sum": cols["hist_sum"], "min": cols["hist_min"], "max": cols["hist_max"]})
     return out.join(summary, on="record", how="left").sort(["t_ns", "record"])

@@ -29,8 +29,8 @@ mod pump;
 mod remote;
 mod sockets;
 
-pub use remote::{RemoteConsumer, RemoteProducer};
 use crate::error::{NetError, Result as NetResult};
+pub use remote::{RemoteConsumer, RemoteProducer};
 use sockets::{conn_mode, ep_add, peer_of, set_bufs, src_of, tid};
 
 /// Where a datagram came from: address and port.
@@ -124,15 +124,8 @@ struct Pump {
 }
 
 enum SubDest {
-    Tcp {
-        fd: Mutex<TcpStream>,
-    },
-    Udp {
-        fd: RawFd,
-        to: libc::sockaddr_storage,
-        len: u32,
-        peer: SocketAddr,
-    },
+    Tcp { fd: Mutex<TcpStream> },
+    Udp { fd: RawFd, to: libc::sockaddr_storage, len: u32, peer: SocketAddr },
 }
 
 struct Sub {
@@ -209,8 +202,7 @@ impl Hub {
 
     /// Listen on TCP and UDP at `bind` (port 0: any free port, the same for both).
     pub fn listen(&self, bind: SocketAddr) -> NetResult<SocketAddr> {
-        let l =
-            TcpListener::bind(bind).map_err(|e| NetError::Input(format!("cannot listen on {bind} (tcp): {e}")))?;
+        let l = TcpListener::bind(bind).map_err(|e| NetError::Input(format!("cannot listen on {bind} (tcp): {e}")))?;
         let addr = l.local_addr().map_err(NetError::os("local_addr"))?;
         let u = UdpSocket::bind(addr).map_err(|e| NetError::Input(format!("cannot listen on {addr} (udp): {e}")))?;
         l.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;
@@ -226,18 +218,10 @@ impl Hub {
     }
 
     /// Host a channel named `name` on this hub.
-    pub fn create(
-        &self,
-        name: &str,
-        capacity: usize,
-        full: Full,
-        max_item: usize,
-    ) -> NetResult<Arc<Channel>> {
+    pub fn create(&self, name: &str, capacity: usize, full: Full, max_item: usize) -> NetResult<Arc<Channel>> {
         let mut names = self.inner.names.lock().unwrap_or_else(|e| e.into_inner());
         if names.contains_key(name) {
-            return Err(NetError::Input(format!(
-                "a channel named {name:?} already exists on this hub"
-            )));
+            return Err(NetError::Input(format!("a channel named {name:?} already exists on this hub")));
         }
         let c = Channel::new(name, capacity, full, max_item);
         let mut chans = self.inner.chans.lock().unwrap_or_else(|e| e.into_inner());
@@ -255,26 +239,12 @@ impl Hub {
     }
 
     pub fn channel(&self, name: &str) -> Option<Arc<Channel>> {
-        let id = *self
-            .inner
-            .names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)?;
-        self.inner
-            .chans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id as usize - 1)
-            .cloned()
+        let id = *self.inner.names.lock().unwrap_or_else(|e| e.into_inner()).get(name)?;
+        self.inner.chans.lock().unwrap_or_else(|e| e.into_inner()).get(id as usize - 1).cloned()
     }
 
     pub fn net_stats(&self) -> NetStats {
-        self.inner
-            .net
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.inner.net.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Pump until `stop` is set (for a hub nobody waits on: a relay).
@@ -298,24 +268,13 @@ impl Hub {
 
     pub fn close(&self) {
         self.inner.stop.store(true, Ordering::Relaxed);
-        for c in self
-            .inner
-            .chans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
+        for c in self.inner.chans.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             c.close();
         }
     }
 
     /// A mirror for a remote consumer: items arriving on `fd` go to `mirror`.
-    fn adopt(
-        &self,
-        stream: Option<TcpStream>,
-        udp: Option<UdpSocket>,
-        mirror: Arc<Channel>,
-    ) -> NetResult<()> {
+    fn adopt(&self, stream: Option<TcpStream>, udp: Option<UdpSocket>, mirror: Arc<Channel>) -> NetResult<()> {
         *mirror.waiter.lock().unwrap() = Some(Arc::new(HubWaiter(Arc::downgrade(&self.inner))));
         let mut p = self.inner.pump.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(s) = stream {
@@ -325,15 +284,7 @@ impl Hub {
             ep_add(self.inner.epfd, s.as_raw_fd(), tok)?;
             p.conns.insert(
                 tok,
-                Conn {
-                    stream: s,
-                    sink: Sink::Mirror(mirror),
-                    buf: vec![0u8; 65536].into_boxed_slice(),
-                    start: 0,
-                    end: 0,
-                    body: None,
-                    subs: Vec::new(),
-                },
+                Conn { stream: s, sink: Sink::Mirror(mirror), buf: vec![0u8; 65536].into_boxed_slice(), start: 0, end: 0, body: None, subs: Vec::new() },
             );
         } else if let Some(u) = udp {
             u.set_nonblocking(true).map_err(NetError::os("set_nonblocking"))?;

@@ -9,11 +9,7 @@ impl HubInner {
         if id == 0 {
             return None;
         }
-        self.chans
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id as usize - 1)
-            .cloned()
+        self.chans.lock().unwrap_or_else(|e| e.into_inner()).get(id as usize - 1).cloned()
     }
 
     pub(super) fn count(&self, f: impl FnOnce(&mut NetStats)) {
@@ -63,15 +59,7 @@ impl HubInner {
             if ep_add(self.epfd, s.as_raw_fd(), tok).is_ok() {
                 p.conns.insert(
                     tok,
-                    Conn {
-                        stream: s,
-                        sink: Sink::Owner,
-                        buf: vec![0u8; 65536].into_boxed_slice(),
-                        start: 0,
-                        end: 0,
-                        body: None,
-                        subs: Vec::new(),
-                    },
+                    Conn { stream: s, sink: Sink::Owner, buf: vec![0u8; 65536].into_boxed_slice(), start: 0, end: 0, body: None, subs: Vec::new() },
                 );
                 self.count(|n| n.conns_accepted += 1);
             }
@@ -138,14 +126,7 @@ impl HubInner {
         let Some(c) = p.conns.remove(&tok) else {
             return;
         };
-        unsafe {
-            libc::epoll_ctl(
-                self.epfd,
-                libc::EPOLL_CTL_DEL,
-                c.stream.as_raw_fd(),
-                std::ptr::null_mut(),
-            )
-        };
+        unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_DEL, c.stream.as_raw_fd(), std::ptr::null_mut()) };
         let lost = !c.subs.is_empty() || matches!(c.sink, Sink::Mirror(_));
         for (chan, consumer) in &c.subs {
             self.drop_sub(*chan, Some(*consumer));
@@ -209,17 +190,7 @@ impl HubInner {
     /// last fragment comes. Whether an item went into a channel, and the
     /// time the next segment of receiving starts.
     #[allow(clippy::too_many_arguments)]
-    fn datagram(
-        &self,
-        p: &mut Pump,
-        i: usize,
-        len: usize,
-        h: Header,
-        fd: RawFd,
-        sink: &Sink,
-        from: (libc::sockaddr_storage, u32),
-        t_seg: u64,
-    ) -> (bool, u64) {
+    fn datagram(&self, p: &mut Pump, i: usize, len: usize, h: Header, fd: RawFd, sink: &Sink, from: (libc::sockaddr_storage, u32), t_seg: u64) -> (bool, u64) {
         let src = src_of(&from.0);
         if h.frag_count <= 1 {
             let body = p.dgram[i * DG + HDR..i * DG + len].to_vec();
@@ -267,12 +238,7 @@ impl HubInner {
             if h.seq > l + 1 {
                 let gap = (h.seq - l - 1) as u64;
                 // those partly received are counted as incomplete, the rest as missing
-                let partial: Vec<(Src, u32)> = p
-                    .reasm
-                    .keys()
-                    .filter(|(k, s)| *k == src && *s < h.seq)
-                    .cloned()
-                    .collect();
+                let partial: Vec<(Src, u32)> = p.reasm.keys().filter(|(k, s)| *k == src && *s < h.seq).cloned().collect();
                 let np = partial.len() as u64;
                 for k in partial {
                     p.reasm.remove(&k);
@@ -286,12 +252,7 @@ impl HubInner {
     }
 
     pub(super) fn expire(&self, p: &mut Pump) {
-        let old: Vec<(Src, u32)> = p
-            .reasm
-            .iter()
-            .filter(|(_, v)| v.first.elapsed() > Duration::from_secs(1))
-            .map(|(k, _)| *k)
-            .collect();
+        let old: Vec<(Src, u32)> = p.reasm.iter().filter(|(_, v)| v.first.elapsed() > Duration::from_secs(1)).map(|(k, _)| *k).collect();
         if !old.is_empty() {
             let n = old.len() as u64;
             for k in old {
@@ -301,13 +262,7 @@ impl HubInner {
         }
     }
 
-    pub(super) fn reply(
-        &self,
-        fd: RawFd,
-        to: Option<(libc::sockaddr_storage, u32)>,
-        h: Header,
-        payload: &[u8],
-    ) {
+    pub(super) fn reply(&self, fd: RawFd, to: Option<(libc::sockaddr_storage, u32)>, h: Header, payload: &[u8]) {
         let hb = h.bytes();
         let r = match to {
             None => wire::send_all(fd, &[&hb, payload], Instant::now() + Duration::from_secs(1)),
@@ -343,12 +298,7 @@ impl HubInner {
                 false
             }
             (Kind::Consumed, Sink::Owner) => {
-                let cid = tok.and_then(|t| p.conns.get(&t)).and_then(|c| {
-                    c.subs
-                        .iter()
-                        .find(|(ch, _)| *ch == h.chan)
-                        .map(|(_, cid)| *cid)
-                });
+                let cid = tok.and_then(|t| p.conns.get(&t)).and_then(|c| c.subs.iter().find(|(ch, _)| *ch == h.chan).map(|(_, cid)| *cid));
                 if let (Some(c), Some(cid)) = (self.chan(h.chan), cid) {
                     c.consume(cid, h.ts);
                 }
@@ -391,31 +341,12 @@ impl HubInner {
     /// A channel asked for by name: `open` gets its id; `attach` makes the
     /// asker a subscriber (a consumer over TCP, a peer over UDP) and says so.
     #[allow(clippy::too_many_arguments)]
-    fn open_or_attach(
-        &self,
-        p: &mut Pump,
-        tok: Option<u64>,
-        fd: RawFd,
-        kind: Kind,
-        h: Header,
-        body: &[u8],
-        from: Option<(libc::sockaddr_storage, u32)>,
-    ) {
+    fn open_or_attach(&self, p: &mut Pump, tok: Option<u64>, fd: RawFd, kind: Kind, h: Header, body: &[u8], from: Option<(libc::sockaddr_storage, u32)>) {
         let name = String::from_utf8_lossy(body).to_string();
-        let id = self
-            .names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&name)
-            .copied();
+        let id = self.names.lock().unwrap_or_else(|e| e.into_inner()).get(&name).copied();
         let Some(id) = id else {
             let msg = format!("no channel named {name:?} on this hub");
-            self.reply(
-                fd,
-                from,
-                Header::new(Kind::Error, 0, h.ts, msg.len()),
-                msg.as_bytes(),
-            );
+            self.reply(fd, from, Header::new(Kind::Error, 0, h.ts, msg.len()), msg.as_bytes());
             return;
         };
         if kind == Kind::Open {
@@ -426,18 +357,8 @@ impl HubInner {
         let Some((consumer, dest)) = self.subscriber(p, tok, fd, id, &c, h, from) else {
             return;
         };
-        let sub = Arc::new(Sub {
-            consumer,
-            dest,
-            dead: AtomicBool::new(false),
-            seq: AtomicU32::new(0),
-        });
-        self.subs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(id)
-            .or_default()
-            .push(sub);
+        let sub = Arc::new(Sub { consumer, dest, dead: AtomicBool::new(false), seq: AtomicU32::new(0) });
+        self.subs.lock().unwrap_or_else(|e| e.into_inner()).entry(id).or_default().push(sub);
         c.has_remote.store(true, Ordering::Relaxed);
         let mut r = Header::new(Kind::Attached, id, h.ts, 0);
         r.frag_idx = consumer.unwrap_or(0);
@@ -465,22 +386,15 @@ impl HubInner {
                 let conn = tok.and_then(|t| p.conns.get_mut(&t))?;
                 conn.subs.push((id, cid));
                 let dup = conn.stream.try_clone().ok()?;
-                Some((
-                    Some(cid),
-                    SubDest::Tcp {
-                        fd: Mutex::new(dup),
-                    },
-                ))
+                Some((Some(cid), SubDest::Tcp { fd: Mutex::new(dup) }))
             }
             Some((a, l)) => {
                 let peer = peer_of(&a).unwrap_or_else(|| "0.0.0.0:0".parse().unwrap());
                 let subs = self.subs.lock().unwrap_or_else(|e| e.into_inner());
-                if subs.get(&id).is_some_and(|v| {
-                    v.iter().any(|s| {
-                        matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer)
-                            && !s.dead.load(Ordering::Relaxed)
-                    })
-                }) {
+                if subs
+                    .get(&id)
+                    .is_some_and(|v| v.iter().any(|s| matches!(&s.dest, SubDest::Udp { peer: q, .. } if *q == peer) && !s.dead.load(Ordering::Relaxed)))
+                {
                     drop(subs);
                     // a retried attach: answer again
                     let mut r = Header::new(Kind::Attached, id, h.ts, 0);
@@ -488,15 +402,7 @@ impl HubInner {
                     self.reply(fd, from, r, &[]);
                     return None;
                 }
-                Some((
-                    None,
-                    SubDest::Udp {
-                        fd,
-                        to: a,
-                        len: l,
-                        peer,
-                    },
-                ))
+                Some((None, SubDest::Udp { fd, to: a, len: l, peer }))
             }
         }
     }
@@ -519,13 +425,7 @@ impl HubInner {
 
     /// Push an item just put to every remote consumer of its channel.
     pub(super) fn send_to_subs(&self, chan: u32, item: &Arc<crate::chan::Item>) {
-        let subs: Vec<Arc<Sub>> = self
-            .subs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&chan)
-            .cloned()
-            .unwrap_or_default();
+        let subs: Vec<Arc<Sub>> = self.subs.lock().unwrap_or_else(|e| e.into_inner()).get(&chan).cloned().unwrap_or_default();
         for s in subs {
             if s.dead.load(Ordering::Relaxed) {
                 continue;
@@ -537,15 +437,9 @@ impl HubInner {
             let r = match &s.dest {
                 SubDest::Tcp { fd } => {
                     let g = fd.lock().unwrap_or_else(|e| e.into_inner());
-                    wire::send_all(
-                        g.as_raw_fd(),
-                        &[&h.bytes(), &item.data],
-                        Instant::now() + Duration::from_secs(5),
-                    )
+                    wire::send_all(g.as_raw_fd(), &[&h.bytes(), &item.data], Instant::now() + Duration::from_secs(5))
                 }
-                SubDest::Udp { fd, to, len, .. } => {
-                    wire::send_udp(*fd, h, &item.data, self.frag, Some(to), *len)
-                }
+                SubDest::Udp { fd, to, len, .. } => wire::send_udp(*fd, h, &item.data, self.frag, Some(to), *len),
             };
             inst::send(self.chan(chan).and_then(|c| c.ents), t0, item.ts);
             if r.is_err() {
@@ -641,12 +535,7 @@ const DG: usize = 65536;
 /// One `recvmmsg` (not blocking) into `buf`'s slots: how many came, each
 /// one's length and sender's address length in `lens`.
 fn recv_batch(buf: &mut [u8], fd: RawFd, from: &mut [libc::sockaddr_storage; UDP_BATCH], lens: &mut [(usize, u32); UDP_BATCH]) -> usize {
-    let mut iov: Vec<libc::iovec> = (0..UDP_BATCH)
-        .map(|i| libc::iovec {
-            iov_base: buf[i * DG..].as_mut_ptr() as *mut libc::c_void,
-            iov_len: DG,
-        })
-        .collect();
+    let mut iov: Vec<libc::iovec> = (0..UDP_BATCH).map(|i| libc::iovec { iov_base: buf[i * DG..].as_mut_ptr() as *mut libc::c_void, iov_len: DG }).collect();
     let mut msgs: Vec<libc::mmsghdr> = (0..UDP_BATCH)
         .map(|i| {
             let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };

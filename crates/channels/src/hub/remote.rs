@@ -18,13 +18,7 @@ pub struct RemoteProducer {
 }
 
 impl RemoteProducer {
-    pub fn connect(
-        addr: SocketAddr,
-        name: &str,
-        transport: Transport,
-        frag: usize,
-        timeout: Duration,
-    ) -> NetResult<RemoteProducer> {
+    pub fn connect(addr: SocketAddr, name: &str, transport: Transport, frag: usize, timeout: Duration) -> NetResult<RemoteProducer> {
         let (tcp, udp, r) = match transport {
             Transport::Tcp => {
                 let (s, r) = handshake_tcp(addr, Kind::Open, name, timeout)?;
@@ -35,17 +29,7 @@ impl RemoteProducer {
                 (None, Some(u), r)
             }
         };
-        Ok(RemoteProducer {
-            transport,
-            tcp,
-            udp,
-            chan: r.chan,
-            seq: 0,
-            frag: frag.clamp(64, 65000),
-            sent: 0,
-            bytes: 0,
-            ents: inst::channel(name),
-        })
+        Ok(RemoteProducer { transport, tcp, udp, chan: r.chan, seq: 0, frag: frag.clamp(64, 65000), sent: 0, bytes: 0, ents: inst::channel(name) })
     }
 
     /// Hand the item to the network (the owner counts what its channel refuses).
@@ -56,19 +40,8 @@ impl RemoteProducer {
         h.seq = self.seq;
         h.sent_ns = wire::realtime_ns();
         let r = match self.transport {
-            Transport::Tcp => wire::send_all(
-                self.tcp.as_ref().unwrap().as_raw_fd(),
-                &[&h.bytes(), data],
-                Instant::now() + timeout,
-            ),
-            Transport::Udp => wire::send_udp(
-                self.udp.as_ref().unwrap().as_raw_fd(),
-                h,
-                data,
-                self.frag,
-                None,
-                0,
-            ),
+            Transport::Tcp => wire::send_all(self.tcp.as_ref().unwrap().as_raw_fd(), &[&h.bytes(), data], Instant::now() + timeout),
+            Transport::Udp => wire::send_udp(self.udp.as_ref().unwrap().as_raw_fd(), h, data, self.frag, None, 0),
         };
         inst::send(self.ents, t0, ts);
         inst::put(self.ents, t0, ts);
@@ -111,11 +84,7 @@ impl RemoteConsumer {
                 *mirror.on_reclaim.lock().unwrap() = Some(Arc::new(move |ts: u64| {
                     let h = Header::new(Kind::Consumed, chan, ts, 0);
                     let g = back.lock().unwrap_or_else(|e| e.into_inner());
-                    let _ = wire::send_all(
-                        g.as_raw_fd(),
-                        &[&h.bytes()],
-                        Instant::now() + Duration::from_secs(1),
-                    );
+                    let _ = wire::send_all(g.as_raw_fd(), &[&h.bytes()], Instant::now() + Duration::from_secs(1));
                 }));
                 hub.adopt(Some(s), None, mirror.clone())?;
             }

@@ -13,14 +13,18 @@ fn run(tids: &[i64], rows: &[(i64, i64, i64, i64, i64, i64, bool, i64)], lost: V
 
 #[test]
 fn a_timer_sleep_gives_its_lateness_and_wake_up_latency() {
-    let o = run(&[7], &[
-        (50, 0, 1, 0, 0, 7, false, NULL),   // switched in
-        (100, 0, 3, 7, -1, -1, false, 1000), // arms its sleep timer for 1000
-        (110, 0, 1, 7, 7, 0, true, NULL),   // sleeps
-        (1005, 0, 2, 0, 7, -1, false, NULL), // woken
-        (1012, 0, 1, 0, 0, 7, false, NULL), // in
-        (1030, 0, 1, 7, 7, 0, true, NULL),  // sleeps again
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (50, 0, 1, 0, 0, 7, false, NULL),    // switched in
+            (100, 0, 3, 7, -1, -1, false, 1000), // arms its sleep timer for 1000
+            (110, 0, 1, 7, 7, 0, true, NULL),    // sleeps
+            (1005, 0, 2, 0, 7, -1, false, NULL), // woken
+            (1012, 0, 1, 0, 0, 7, false, NULL),  // in
+            (1030, 0, 1, 7, 7, 0, true, NULL),   // sleeps again
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.woken[i], o.on[i], o.wakeup_latency[i], o.timer_lateness[i], o.runtime[i], o.complete[i]), (1005, 1012, 7, 12, 18, true));
 }
@@ -28,16 +32,20 @@ fn a_timer_sleep_gives_its_lateness_and_wake_up_latency() {
 #[test]
 fn a_thread_held_on_its_way_back_to_user_space_waits_until_its_next_switch_in() {
     // woken at 1005, switched in at 1012, switched out runnable to idle at 1020 (its group's CPU limit), in again at 80_000
-    let o = run(&[7], &[
-        (50, 0, 1, 0, 0, 7, false, NULL),
-        (100, 0, 3, 7, -1, -1, false, 1000),
-        (110, 0, 1, 7, 7, 0, true, NULL),
-        (1005, 0, 2, 0, 7, -1, false, NULL),
-        (1012, 0, 1, 0, 0, 7, false, NULL),
-        (1020, 0, 1, 7, 7, 0, false, NULL),
-        (80_000, 0, 1, 0, 0, 7, false, NULL),
-        (80_030, 0, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (50, 0, 1, 0, 0, 7, false, NULL),
+            (100, 0, 3, 7, -1, -1, false, 1000),
+            (110, 0, 1, 7, 7, 0, true, NULL),
+            (1005, 0, 2, 0, 7, -1, false, NULL),
+            (1012, 0, 1, 0, 0, 7, false, NULL),
+            (1020, 0, 1, 7, 7, 0, false, NULL),
+            (80_000, 0, 1, 0, 0, 7, false, NULL),
+            (80_030, 0, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.on[i], o.wakeup_latency[i], o.timer_lateness[i]), (80_000, 80_000 - 1005, 79_000));
 }
@@ -46,17 +54,21 @@ fn a_thread_held_on_its_way_back_to_user_space_waits_until_its_next_switch_in() 
 fn a_thread_held_while_a_sibling_of_its_group_runs_out_the_limit_waits_too() {
     // 7 is switched out runnable to its sibling 9, which is switched out runnable to idle 6 ns later;
     // 7's switch-in from idle is not traced, its runtime accounting says it ran from 800_000
-    let o = run(&[7], &[
-        (50, 1, 1, 0, 0, 7, false, NULL),
-        (110, 1, 1, 7, 7, 9, true, NULL),
-        (1005, 1, 2, 9, 7, -1, false, NULL),
-        (1012, 1, 1, 9, 9, 7, false, NULL),
-        (1020, 1, 1, 7, 7, 9, false, NULL),
-        (1026, 1, 1, 9, 9, 0, false, NULL),
-        (60_000, 1, 0, 0, -1, -1, false, NULL),
-        (800_030, 1, 4, 7, 7, -1, false, 30),
-        (800_030, 1, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 9, true, NULL),
+            (1005, 1, 2, 9, 7, -1, false, NULL),
+            (1012, 1, 1, 9, 9, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 9, false, NULL),
+            (1026, 1, 1, 9, 9, 0, false, NULL),
+            (60_000, 1, 0, 0, -1, -1, false, NULL),
+            (800_030, 1, 4, 7, 7, -1, false, 30),
+            (800_030, 1, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     // after the last other event on its CPU, before its own first event
     assert_eq!((o.on[i], o.wakeup_latency[i], o.on_bound[i]), (60_000, 60_000 - 1005, 800_030 - 60_000));
@@ -64,45 +76,57 @@ fn a_thread_held_while_a_sibling_of_its_group_runs_out_the_limit_waits_too() {
 
 #[test]
 fn a_short_preemption_by_another_task_is_not_a_hold() {
-    let o = run(&[7], &[
-        (50, 1, 1, 0, 0, 7, false, NULL),
-        (110, 1, 1, 7, 7, 0, true, NULL),
-        (1005, 1, 2, 0, 7, -1, false, NULL),
-        (1012, 1, 1, 0, 0, 7, false, NULL),
-        (1020, 1, 1, 7, 7, 9, false, NULL), // preempted by 9, which runs on
-        (5000, 1, 1, 9, 9, 7, true, NULL),
-        (5030, 1, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 0, true, NULL),
+            (1005, 1, 2, 0, 7, -1, false, NULL),
+            (1012, 1, 1, 0, 0, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 9, false, NULL), // preempted by 9, which runs on
+            (5000, 1, 1, 9, 9, 7, true, NULL),
+            (5030, 1, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.on[i], o.wakeup_latency[i]), (1012, 7));
 }
 
 #[test]
 fn a_held_thread_whose_next_switch_in_is_untraced_is_placed_after_the_hold() {
-    let o = run(&[7], &[
-        (50, 1, 1, 0, 0, 7, false, NULL),
-        (110, 1, 1, 7, 7, 0, true, NULL),
-        (1005, 1, 2, 0, 7, -1, false, NULL),
-        (1012, 1, 1, 0, 0, 7, false, NULL),
-        (1020, 1, 1, 7, 7, 0, false, NULL),
-        (79_990, 1, 0, 0, -1, -1, false, NULL), // an interrupt in idle
-        (80_010, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs again, the switch-in untraced
-        (80_030, 1, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (50, 1, 1, 0, 0, 7, false, NULL),
+            (110, 1, 1, 7, 7, 0, true, NULL),
+            (1005, 1, 2, 0, 7, -1, false, NULL),
+            (1012, 1, 1, 0, 0, 7, false, NULL),
+            (1020, 1, 1, 7, 7, 0, false, NULL),
+            (79_990, 1, 0, 0, -1, -1, false, NULL), // an interrupt in idle
+            (80_010, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs again, the switch-in untraced
+            (80_030, 1, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.on[i], o.on_bound[i]), (79_990, 20));
 }
 
 #[test]
 fn an_untraced_switch_in_is_placed_after_the_last_event_on_its_cpu() {
-    let o = run(&[7], &[
-        (10, 1, 1, 0, 0, 7, false, NULL),
-        (20, 1, 1, 7, 7, 0, true, NULL),
-        (100, 1, 2, 0, 7, -1, false, NULL),
-        (130, 1, 0, 0, -1, -1, false, NULL), // someone else's event on CPU 1
-        (150, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs, its switch-in untraced
-        (200, 1, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (10, 1, 1, 0, 0, 7, false, NULL),
+            (20, 1, 1, 7, 7, 0, true, NULL),
+            (100, 1, 2, 0, 7, -1, false, NULL),
+            (130, 1, 0, 0, -1, -1, false, NULL), // someone else's event on CPU 1
+            (150, 1, 0, 7, -1, -1, false, NULL), // the thread's own: it runs, its switch-in untraced
+            (200, 1, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.on[i], o.on_bound[i], o.wakeup_latency[i]), (130, 20, 30));
 }
@@ -111,26 +135,29 @@ fn an_untraced_switch_in_is_placed_after_the_last_event_on_its_cpu() {
 fn runtime_accounting_bounds_an_untraced_switch_in_from_above_and_never_from_below() {
     // the run accounted at 60_000 began at 10_000 by the task clock, which can read late (steal), never
     // much early: the switch-in lies after the last other event (130), by 10_000 + RUN_EARLY_NS
-    let o = run(&[7], &[
-        (10, 1, 1, 0, 0, 7, false, NULL),
-        (20, 1, 1, 7, 7, 0, true, NULL),
-        (100, 1, 2, 0, 7, -1, false, NULL),
-        (130, 1, 0, 0, -1, -1, false, NULL),
-        (60_000, 1, 4, 7, 7, -1, false, 50_000),
-        (60_000, 1, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[
+            (10, 1, 1, 0, 0, 7, false, NULL),
+            (20, 1, 1, 7, 7, 0, true, NULL),
+            (100, 1, 2, 0, 7, -1, false, NULL),
+            (130, 1, 0, 0, -1, -1, false, NULL),
+            (60_000, 1, 4, 7, 7, -1, false, 50_000),
+            (60_000, 1, 1, 7, 7, 0, true, NULL),
+        ],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.on[i], o.on_bound[i]), (130, 10_000 + RUN_EARLY_NS - 130));
 }
 
 #[test]
 fn an_activation_overlapping_lost_events_is_incomplete() {
-    let o = run(&[7], &[
-        (10, 0, 1, 7, 7, 0, true, NULL),
-        (100, 0, 2, 0, 7, -1, false, NULL),
-        (110, 0, 1, 0, 0, 7, false, NULL),
-        (200, 0, 1, 7, 7, 0, true, NULL),
-    ], vec![(150, 160)]);
+    let o = run(
+        &[7],
+        &[(10, 0, 1, 7, 7, 0, true, NULL), (100, 0, 2, 0, 7, -1, false, NULL), (110, 0, 1, 0, 0, 7, false, NULL), (200, 0, 1, 7, 7, 0, true, NULL)],
+        vec![(150, 160)],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert!(!o.complete[i]);
 }
@@ -138,12 +165,11 @@ fn an_activation_overlapping_lost_events_is_incomplete() {
 #[test]
 fn events_at_one_instant_are_applied_in_kind_order_whatever_order_they_come_in() {
     // woken and switched in at the same instant, the switch-in listed first
-    let o = run(&[7], &[
-        (10, 0, 1, 7, 7, 0, true, NULL),
-        (100, 0, 1, 0, 0, 7, false, NULL),
-        (100, 0, 2, 0, 7, -1, false, NULL),
-        (200, 0, 1, 7, 7, 0, true, NULL),
-    ], vec![]);
+    let o = run(
+        &[7],
+        &[(10, 0, 1, 7, 7, 0, true, NULL), (100, 0, 1, 0, 0, 7, false, NULL), (100, 0, 2, 0, 7, -1, false, NULL), (200, 0, 1, 7, 7, 0, true, NULL)],
+        vec![],
+    );
     let i = o.act.iter().position(|&a| a == 1).unwrap();
     assert_eq!((o.woken[i], o.wakeup_latency[i]), (100, 0));
 }

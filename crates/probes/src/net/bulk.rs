@@ -22,7 +22,9 @@ pub struct BulkResult {
 /// Write to `dest` over TCP: `rate_bps` bits/s (None: unlimited) for `duration_ns`.
 pub fn tcp_send(dest: &SocketAddr, rate_bps: Option<f64>, size: usize, duration_ns: u64, stop: Arc<AtomicBool>) -> Result<BulkResult> {
     let mut s = TcpStream::connect_timeout(dest, Duration::from_secs(5)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => ProbeError::address(dest, format!("connection refused (is a TCP sink listening? loopscope probe recv --tcp --bind {dest})")),
+        std::io::ErrorKind::ConnectionRefused => {
+            ProbeError::address(dest, format!("connection refused (is a TCP sink listening? loopscope probe recv --tcp --bind {dest})"))
+        }
         _ => ProbeError::address(dest, format!("cannot connect: {e}")),
     })?;
     s.set_write_timeout(Some(Duration::from_millis(200))).ok();

@@ -13,5 +13,5 @@ pub mod rr;
 pub mod rr_tcp;
 pub mod schedule;
 pub mod send;
-pub mod sync;
 pub mod sock;
+pub mod sync;

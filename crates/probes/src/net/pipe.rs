@@ -19,10 +19,10 @@
 //! a node counts what it could not forward (no room left in the message,
 //! send errors).
 
-use crate::error::{Result};
 use super::packet::{Header, HEADER, MAGIC, VERSION};
 use super::recv::{Arrival, Flow};
 use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, Udp};
+use crate::error::Result;
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
@@ -101,9 +101,19 @@ pub struct SourceResult {
 
 /// Send `size`-byte messages to `dest` at `pps_num/pps_den` per second (absolute deadlines).
 #[allow(clippy::too_many_arguments)]
-pub fn source(dest: &SocketAddr, flow: u32, pps_num: u128, pps_den: u128, size: usize, count: Option<u64>, duration_ns: Option<u64>, stop: Arc<AtomicBool>) -> Result<SourceResult> {
+pub fn source(
+    dest: &SocketAddr,
+    flow: u32,
+    pps_num: u128,
+    pps_den: u128,
+    size: usize,
+    count: Option<u64>,
+    duration_ns: Option<u64>,
+    stop: Arc<AtomicBool>,
+) -> Result<SourceResult> {
     let sock = Udp::connect(dest, 1 << 20)?;
-    let sent_e = register("pipe", "sent", Kind::Event, "a pipeline message left the source (tag: seq); value: actual - scheduled send time, ns", None).expect("entity");
+    let sent_e =
+        register("pipe", "sent", Kind::Event, "a pipeline message left the source (tag: seq); value: actual - scheduled send time, ns", None).expect("entity");
     loopscope_trace::prepare_thread();
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let mut late = hist();

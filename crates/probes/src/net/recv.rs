@@ -20,9 +20,9 @@
 //! summary (histograms of each delay, per-second throughput, interarrival
 //! dispersion) is kept in fixed memory either way.
 
-use crate::error::{Result};
 use super::packet::{Header, HEADER};
 use super::sock::{realtime_ns, rx_timestamps, Udp};
+use crate::error::Result;
 use crate::os::mono_ns;
 use loopscope_trace::hist::{LocalHistogram, Scale, Snapshot};
 use loopscope_trace::{register, Entity, Kind};
@@ -64,7 +64,16 @@ pub struct Flow {
 
 impl Flow {
     pub fn new(seq: u64) -> Flow {
-        let mut f = Flow { first_seq: seq, max_seq: seq, received: 0, unique: 0, duplicates: 0, reordered: 0, beyond_window: 0, seen: vec![0; (WINDOW_BITS / 64) as usize] };
+        let mut f = Flow {
+            first_seq: seq,
+            max_seq: seq,
+            received: 0,
+            unique: 0,
+            duplicates: 0,
+            reordered: 0,
+            beyond_window: 0,
+            seen: vec![0; (WINDOW_BITS / 64) as usize],
+        };
         f.mark(seq);
         f.received = 1;
         f.unique = 1;
@@ -306,7 +315,16 @@ struct Tally {
 impl Tally {
     fn new() -> Tally {
         let owd = hist();
-        Tally { r: RecvResult { hist_scale: Some(owd.scale), ..Default::default() }, owd, stack: hist(), endh: hist(), inter: hist(), flows: HashMap::new(), prev_krx: 0, payload: [0u8; 48] }
+        Tally {
+            r: RecvResult { hist_scale: Some(owd.scale), ..Default::default() },
+            owd,
+            stack: hist(),
+            endh: hist(),
+            inter: hist(),
+            flows: HashMap::new(),
+            prev_krx: 0,
+            payload: [0u8; 48],
+        }
     }
 
     fn batch(&mut self, urx: i64) {

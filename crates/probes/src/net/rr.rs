@@ -11,10 +11,10 @@
 //! share a clock (one host, or after the clock-sync issue's alignment) the
 //! two one-way legs follow.
 
-use crate::error::{ProbeError, Result};
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
 use super::schedule::{Pattern, Schedule};
 use super::sock::{realtime_ns, realtime_offset_ns, recv_stamped, rx_timestamps, Udp};
+use crate::error::{ProbeError, Result};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::{register, Kind};
 use std::net::SocketAddr;
@@ -238,5 +238,13 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let (malformed, duplicates) = reader.join().unwrap_or((0, 0));
     let mut ex = std::mem::take(&mut *got.lock().unwrap_or_else(|e| e.into_inner()));
     ex.sort_by_key(|x| x.seq);
-    Ok(RrResult { sent: sent_count.load(Ordering::Relaxed), send_errors: errors, exchanges: ex, malformed, duplicates, elapsed_ns: elapsed, interrupted: stop.load(Ordering::Relaxed) })
+    Ok(RrResult {
+        sent: sent_count.load(Ordering::Relaxed),
+        send_errors: errors,
+        exchanges: ex,
+        malformed,
+        duplicates,
+        elapsed_ns: elapsed,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
 }

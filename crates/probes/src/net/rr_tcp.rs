@@ -9,11 +9,11 @@
 //! read returned, which for one message in flight is the message's own.
 //! Nagle is off on both ends, so a request leaves when it is written.
 
-use crate::error::{ProbeError, Result};
 use super::packet::{reply_times, write_reply_times, Header, HEADER, REPLY, REQUEST, RESPONSE};
 use super::rr::{reader_done, EchoResult, Exchange, RrConfig, RrResult};
 use super::schedule::Schedule;
 use super::sock::{enable_rx_timestamps_fd, realtime_ns, realtime_offset_ns, recv_stamped};
+use crate::error::{ProbeError, Result};
 use crate::os::{mono_ns, sleep_until};
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -197,7 +197,9 @@ fn receive(rsock: &TcpStream, rst: &AtomicBool, rd: &AtomicBool, rg: &Mutex<Vec<
 /// reader thread matching the answers.
 pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let sock = TcpStream::connect_timeout(&cfg.dest, Duration::from_secs(5)).map_err(|e| match e.kind() {
-        std::io::ErrorKind::ConnectionRefused => ProbeError::address(cfg.dest, format!("connection refused (is an echo server listening? loopscope probe echo --tcp --bind {})", cfg.dest)),
+        std::io::ErrorKind::ConnectionRefused => {
+            ProbeError::address(cfg.dest, format!("connection refused (is an echo server listening? loopscope probe echo --tcp --bind {})", cfg.dest))
+        }
         _ => ProbeError::address(cfg.dest, format!("cannot connect: {e}")),
     })?;
     prepare(&sock)?;
@@ -239,5 +241,13 @@ pub fn client(cfg: &RrConfig, stop: Arc<AtomicBool>) -> Result<RrResult> {
     let _ = w.shutdown(std::net::Shutdown::Both);
     let mut ex = std::mem::take(&mut *got.lock().unwrap_or_else(|e| e.into_inner()));
     ex.sort_by_key(|x| x.seq);
-    Ok(RrResult { sent: sent_count.load(Ordering::Relaxed), send_errors: errors, exchanges: ex, malformed, duplicates, elapsed_ns: elapsed, interrupted: stop.load(Ordering::Relaxed) })
+    Ok(RrResult {
+        sent: sent_count.load(Ordering::Relaxed),
+        send_errors: errors,
+        exchanges: ex,
+        malformed,
+        duplicates,
+        elapsed_ns: elapsed,
+        interrupted: stop.load(Ordering::Relaxed),
+    })
 }

@@ -109,7 +109,8 @@ pub fn read_replay(path: &Path) -> Result<Vec<u64>> {
         if l.is_empty() {
             continue;
         }
-        let v = parse_offset(l).ok_or_else(|| ProbeError::Input(format!("{}:{}: {l:?} is not an offset (write ns, or a number with ns/us/ms/s)", path.display(), i + 1)))?;
+        let v = parse_offset(l)
+            .ok_or_else(|| ProbeError::Input(format!("{}:{}: {l:?} is not an offset (write ns, or a number with ns/us/ms/s)", path.display(), i + 1)))?;
         if out.last().is_some_and(|&p| v < p) {
             return Err(ProbeError::Input(format!("{}:{}: offsets must not decrease ({v} ns after {} ns)", path.display(), i + 1, out.last().unwrap())));
         }
@@ -122,10 +123,8 @@ pub fn read_replay(path: &Path) -> Result<Vec<u64>> {
 }
 
 fn parse_offset(s: &str) -> Option<u64> {
-    let (num, mult) = [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)]
-        .iter()
-        .find_map(|(u, m)| s.strip_suffix(u).map(|n| (n.trim(), *m)))
-        .unwrap_or((s, 1.0));
+    let (num, mult) =
+        [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)].iter().find_map(|(u, m)| s.strip_suffix(u).map(|n| (n.trim(), *m))).unwrap_or((s, 1.0));
     let v: f64 = num.parse().ok()?;
     if !(v >= 0.0) || !v.is_finite() {
         return None;

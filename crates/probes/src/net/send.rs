@@ -17,10 +17,10 @@
 //! whose deadline passed unsent are counted as not sent, and the result says
 //! the sender could not keep up, never a silently short rate.
 
-use crate::error::{ProbeError, Result};
 use super::packet::{Header, DATA, HEADER};
 use super::schedule::{Pattern, Schedule};
 use super::sock::{drain_tx_stamps, realtime_offset_ns, TxStamp, Udp, SCM_TSTAMP_SCHED, SCM_TSTAMP_SND};
+use crate::error::{ProbeError, Result};
 use crate::os::{mono_ns, pin, sleep_until};
 use loopscope_trace::{register, Entity, Kind};
 use std::collections::VecDeque;
@@ -87,9 +87,12 @@ struct Ents {
 
 fn ents() -> Ents {
     Ents {
-        send: register("net", "send", Kind::Interval, "a packet's departure: from its scheduled time to the send call (tag: sequence number)", None).expect("entity"),
-        tx_sched: register("net", "tx_sched", Kind::Event, "kernel TX_SCHED timestamp of a packet, CLOCK_REALTIME ns (tag: sequence number)", None).expect("entity"),
-        tx_sw: register("net", "tx_sw", Kind::Event, "kernel TX_SOFTWARE timestamp of a packet, CLOCK_REALTIME ns (tag: sequence number)", None).expect("entity"),
+        send: register("net", "send", Kind::Interval, "a packet's departure: from its scheduled time to the send call (tag: sequence number)", None)
+            .expect("entity"),
+        tx_sched: register("net", "tx_sched", Kind::Event, "kernel TX_SCHED timestamp of a packet, CLOCK_REALTIME ns (tag: sequence number)", None)
+            .expect("entity"),
+        tx_sw: register("net", "tx_sw", Kind::Event, "kernel TX_SOFTWARE timestamp of a packet, CLOCK_REALTIME ns (tag: sequence number)", None)
+            .expect("entity"),
     }
 }
 

@@ -97,12 +97,15 @@ impl Udp {
         let (ss, len) = sockaddr(addr);
         if unsafe { libc::bind(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
             let e = io::Error::last_os_error();
-            return Err(ProbeError::address(addr, match e.raw_os_error() {
-                Some(libc::EADDRINUSE) => "the port is in use; choose another or stop what holds it".to_string(),
-                Some(libc::EADDRNOTAVAIL) => "no interface of this host has that address".to_string(),
-                Some(libc::EACCES) => "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)".to_string(),
-                _ => format!("cannot bind: {e}"),
-            }));
+            return Err(ProbeError::address(
+                addr,
+                match e.raw_os_error() {
+                    Some(libc::EADDRINUSE) => "the port is in use; choose another or stop what holds it".to_string(),
+                    Some(libc::EADDRNOTAVAIL) => "no interface of this host has that address".to_string(),
+                    Some(libc::EACCES) => "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE)".to_string(),
+                    _ => format!("cannot bind: {e}"),
+                },
+            ));
         }
         let local = local_addr(raw).unwrap_or(*addr);
         Ok(Udp { fd, local })
@@ -119,11 +122,14 @@ impl Udp {
         let (ss, len) = sockaddr(dest);
         if unsafe { libc::connect(raw, &ss as *const _ as *const libc::sockaddr, len) } < 0 {
             let e = io::Error::last_os_error();
-            return Err(ProbeError::address(dest, match e.raw_os_error() {
-                Some(libc::ENETUNREACH) => "the network is unreachable from this host (no route)".to_string(),
-                Some(libc::EHOSTUNREACH) => "the host is unreachable".to_string(),
-                _ => format!("cannot connect: {e}"),
-            }));
+            return Err(ProbeError::address(
+                dest,
+                match e.raw_os_error() {
+                    Some(libc::ENETUNREACH) => "the network is unreachable from this host (no route)".to_string(),
+                    Some(libc::EHOSTUNREACH) => "the host is unreachable".to_string(),
+                    _ => format!("cannot connect: {e}"),
+                },
+            ));
         }
         let local = local_addr(raw).unwrap_or(*dest);
         Ok(Udp { fd, local })
@@ -168,7 +174,13 @@ impl Udp {
     pub fn set_read_timeout_ms(&self, ms: i64) {
         let tv = libc::timeval { tv_sec: ms / 1000, tv_usec: (ms % 1000) * 1000 };
         unsafe {
-            libc::setsockopt(self.raw(), libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv as *const _ as *const libc::c_void, std::mem::size_of::<libc::timeval>() as u32);
+            libc::setsockopt(
+                self.raw(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVTIMEO,
+                &tv as *const _ as *const libc::c_void,
+                std::mem::size_of::<libc::timeval>() as u32,
+            );
         }
     }
 }

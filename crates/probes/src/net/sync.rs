@@ -22,8 +22,8 @@
 //! 0 when the answer never came) and `clocksync/serve` (responder; payload
 //! flow, seq, idx, rx, tx).
 
-use crate::error::{ProbeError, Result};
 use super::sock::{drain_tx_stamps, recv_stamped, Received, TxStamp, Udp, SCM_TSTAMP_SND};
+use crate::error::{ProbeError, Result};
 use crate::os::{mono_ns, sleep_until};
 use loopscope_trace::{register, Entity, Kind};
 use std::collections::{HashMap, VecDeque};
@@ -58,15 +58,9 @@ impl Msg {
         if b.len() < 24 || b[0..4] != MAGIC || !(b[4] == PROBE || b[4] == ANSWER) || b[5] > 1 {
             return None;
         }
-        Some(Msg {
-            kind: b[4],
-            idx: b[5],
-            flow: u32::from_le_bytes(b[8..12].try_into().ok()?),
-            seq: u64::from_le_bytes(b[16..24].try_into().ok()?),
-        })
+        Some(Msg { kind: b[4], idx: b[5], flow: u32::from_le_bytes(b[8..12].try_into().ok()?), seq: u64::from_le_bytes(b[16..24].try_into().ok()?) })
     }
 }
-
 
 fn payload(v: &[i64; 5]) -> [u8; 40] {
     let mut p = [0u8; 40];
@@ -146,7 +140,14 @@ pub fn bind(addr: &SocketAddr) -> Result<Udp> {
 
 /// Answer probes until `stop`.
 pub fn serve(sock: Udp, stop: Arc<AtomicBool>) -> ServeResult {
-    let ent = register("clocksync", "serve", Kind::Event, "a clock-sync probe answered; payload: flow, seq, idx, kernel RX of the probe, kernel TX of the answer (i64, CLOCK_REALTIME ns; 0 = no stamp)", None).expect("entity");
+    let ent = register(
+        "clocksync",
+        "serve",
+        Kind::Event,
+        "a clock-sync probe answered; payload: flow, seq, idx, kernel RX of the probe, kernel TX of the answer (i64, CLOCK_REALTIME ns; 0 = no stamp)",
+        None,
+    )
+    .expect("entity");
     loopscope_trace::prepare_thread();
     let mut r = ServeResult::default();
     let (mut buf, mut ctrl) = ([0u8; 256], [0u8; 256]);
@@ -172,7 +173,8 @@ pub fn serve(sock: Udp, stop: Arc<AtomicBool>) -> ServeResult {
                         r.no_rx_stamp += 1;
                     }
                     Msg { kind: ANSWER, ..m }.write(&mut out);
-                    let s = unsafe { libc::sendto(sock.raw(), out.as_ptr() as *const libc::c_void, SIZE, 0, &name as *const _ as *const libc::sockaddr, namelen) };
+                    let s =
+                        unsafe { libc::sendto(sock.raw(), out.as_ptr() as *const libc::c_void, SIZE, 0, &name as *const _ as *const libc::sockaddr, namelen) };
                     if s < 0 {
                         r.send_errors += 1;
                     } else {
@@ -235,7 +237,14 @@ pub fn initiate(cfg: &SyncConfig, stop: Arc<AtomicBool>) -> Result<SyncResult> {
     let sock = Arc::new(Udp::connect(&cfg.dest, 1 << 20)?);
     sock.enable_rx_tx_timestamps()?;
     sock.set_read_timeout_ms(20);
-    let ent = register("clocksync", "probe", Kind::Event, "a clock-sync probe and its answer; payload: seq, idx, flow, kernel TX of the probe, kernel RX of the answer (i64, CLOCK_REALTIME ns; 0 = none)", None).expect("entity");
+    let ent = register(
+        "clocksync",
+        "probe",
+        Kind::Event,
+        "a clock-sync probe and its answer; payload: seq, idx, flow, kernel TX of the probe, kernel RX of the answer (i64, CLOCK_REALTIME ns; 0 = none)",
+        None,
+    )
+    .expect("entity");
     loopscope_trace::prepare_thread();
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1, 0, 0, 0) };
     let answers: Arc<Mutex<HashMap<(u64, u8), i64>>> = Arc::new(Mutex::new(HashMap::new()));

@@ -50,7 +50,8 @@ fn a_size_is_refused_where_a_call_takes_none_or_it_is_out_of_range() {
 
 #[test]
 fn an_unusable_directory_fails_with_its_path() {
-    let cfg = SyscallConfig { calls: vec!["open".into()], batch: 10, min_batches: 2, max_batches: 3, target_rel: 0.5, max_seconds: 1.0, dir: "/proc/1/nope".into() };
+    let cfg =
+        SyscallConfig { calls: vec!["open".into()], batch: 10, min_batches: 2, max_batches: 3, target_rel: 0.5, max_seconds: 1.0, dir: "/proc/1/nope".into() };
     let e = run(&cfg, Arc::new(AtomicBool::new(false))).err().unwrap();
     assert!(e.to_string().contains("/proc/1/nope"), "{e}");
 }
