@@ -64,10 +64,12 @@ def _printed_as_declared(args: list[str], stdout: str) -> None:
     import click
 
     from loopscope.cli import cli as root
+    from loopscope.cli import load_all
     from loopscope.cli.base import JSON_TYPES
     from tests.jsonkeys import undeclared
     from tests.jsonref import resolve
 
+    load_all()
     cmd: click.Command = root
     for a in args:
         if not isinstance(cmd, click.Group) or a not in cmd.commands:

@@ -21,8 +21,10 @@ from typing import Any, Iterator
 
 import click
 
-from loopscope.cli import cli
+from loopscope.cli import cli, load_all
 from loopscope.cli.base import JSON_TYPES
+
+load_all()  # every command registered, for the walks below
 from tests.jsonkeys import _fields, _inner
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -162,6 +162,9 @@ def test_every_option_of_every_command_has_help_text() -> None:
     import click
 
     from loopscope.cli import cli as root
+    from loopscope.cli import load_all
+
+    load_all()
 
     def walk(cmd: click.Command, path: list[str]):  # type: ignore[no-untyped-def]
         if isinstance(cmd, click.Group):
@@ -181,6 +184,9 @@ def test_every_listed_command_s_help_ends_with_examples_that_parse() -> None:
     import click
 
     from loopscope.cli import cli as root
+    from loopscope.cli import load_all
+
+    load_all()
 
     def walk(cmd: click.Command, path: list[str], hidden: bool):  # type: ignore[no-untyped-def]
         if isinstance(cmd, click.Group):

@@ -17,8 +17,10 @@ from typing import Any, Iterator
 import click
 from typing_extensions import NotRequired, TypedDict
 
-from loopscope.cli import cli
+from loopscope.cli import cli, load_all
 from loopscope.cli.base import JSON_TYPES
+
+load_all()  # every command registered, for the walks below
 from tests.conftest import ROOT
 from tests import jsonref
 from tests.jsonkeys import keys

@@ -1,13 +1,15 @@
 """The ``loopscope`` command.
 
-Subcommands map onto the package, one module per group: ``probe``
-(measure), ``runs`` (run, check, report, explain, …), ``tracecmd`` (inspect
-trace files), ``bench`` (loopscope against its floor and its peers),
-``model`` (calibrate and model), ``plumbing`` (what the lab starts); how
-results print is ``show``. Every
-error ends the same way: ``loopscope: error: <what>; <what to do>`` on
-stderr and exit code 2 for bad input, 1 for a failed run, 130 for Ctrl-C;
-never a traceback for a user's mistake.
+Subcommands map onto the package, one module per concern, each imported
+only when one of its commands runs (``base.COMMANDS``): ``probe`` and
+``netprobe`` (measure), ``lab`` (run, check), ``runs`` (report, timeline,
+explain, export), ``dataset`` (runs, query, trend), ``compare``,
+``monitor``, ``imports``, ``tracecmd`` (inspect trace files), ``bench``
+(loopscope against its floor and its peers), ``model`` (calibrate and
+model), ``hosts``, ``plumbing`` (what the lab starts); how results print is
+``show``. Every error ends the same way: ``loopscope: error: <what>; <what
+to do>`` on stderr and exit code 2 for bad input, 1 for a failed run, 130
+for Ctrl-C; never a traceback for a user's mistake.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ import click
 from loopscope.cli.base import cli
 from loopscope.errors import EXIT_FAILED, EXIT_INPUT, EXIT_INTERRUPTED, LoopscopeError
 
-# Each command group registers itself on `cli` when imported.
-from loopscope.cli import bench, compare, dataset, hosts, imports, model, monitor, netprobe, plumbing, probe, runs, threads, tracecmd  # noqa: E402,F401
+
+def load_all() -> None:
+    """Every command registered on ``cli`` (each module registers its own
+    when imported; a command line imports only the one it runs)."""
+    cli.load_all()
 
 
 # ---- entry point -----------------------------------------------------------------

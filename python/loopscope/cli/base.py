@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import importlib
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -108,7 +109,62 @@ def _default_run_dir(name: str) -> Path:
     return d
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group whose commands live in modules imported only when one of them
+    is asked for: each module registers its commands on the group when
+    imported (``@cli.command``), and ``modules`` says which module holds
+    which command (``modules``, set by a subclass). `loopscope probe timer` imports the probe commands' module
+    and what it needs, not the report's or the benches'. ``--help`` lists
+    every command, and so imports every module."""
+
+    #: command name -> the module that registers it (a subclass says its own)
+    modules: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *self.modules})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.modules:
+            importlib.import_module(self.modules[cmd_name])
+        return self.commands.get(cmd_name)
+
+    def load_all(self) -> None:
+        """Every command of this group and of the lazy groups under it registered (for tools that walk the tree)."""
+        for m in sorted(set(self.modules.values())):
+            importlib.import_module(m)
+        for c in list(self.commands.values()):
+            if isinstance(c, LazyGroup):
+                c.load_all()
+
+
+#: which module of loopscope.cli holds each top-level command
+COMMANDS = {
+    **dict.fromkeys(("run", "check", "schema", "cleanup"), "loopscope.cli.lab"),
+    **dict.fromkeys(("report", "timeline", "explain", "export"), "loopscope.cli.runs"),
+    **dict.fromkeys(("runs", "query", "trend"), "loopscope.cli.dataset"),
+    **dict.fromkeys(("compare", "advise"), "loopscope.cli.compare"),
+    **dict.fromkeys(("import", "threads"), "loopscope.cli.imports"),
+    **dict.fromkeys(("calibrate", "model"), "loopscope.cli.model"),
+    **dict.fromkeys(("netem", "channel"), "loopscope.cli.plumbing"),
+    "probe": "loopscope.cli.probe",
+    "monitor": "loopscope.cli.monitor",
+    "hosts": "loopscope.cli.hosts",
+    "trace": "loopscope.cli.tracecmd",
+    "bench": "loopscope.cli.bench",
+}
+
+#: which module holds each `loopscope probe` command other than probe.py's own
+PROBE_COMMANDS = {
+    **dict.fromkeys(("send", "recv", "echo", "rr", "bulk", "pipe-source", "pipe-node", "pipe-sink", "sync-serve", "sync"), "loopscope.cli.netprobe"),
+    "threads": "loopscope.cli.threads",
+}
+
+
+class _Root(LazyGroup):
+    modules = COMMANDS
+
+
+@click.group(cls=_Root, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(None, "--version", package_name="loopscope", prog_name="loopscope")
 def cli() -> None:
     """Measure how late soft-real-time work gets on this machine, how often, and why."""

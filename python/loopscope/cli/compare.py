@@ -12,6 +12,16 @@ import click
 
 from loopscope.cli.base import cli, Percent, prints
 from loopscope.errors import EXIT_CRITERION, EXIT_INCONCLUSIVE, InputError
+from loopscope import progress
+from loopscope.analysis.runcompare import CompareError, Criterion, CriterionResult, compare, differences, gate_outcome
+from loopscope.kinds import KINDS
+from loopscope.report import compare as page
+from loopscope.report.sections import labels
+import yaml
+from loopscope.analysis import advise, explain
+from loopscope.rundir import RunDir
+from loopscope.report import junit as junit_xml
+from loopscope.cli.show import advice, comparison
 
 if TYPE_CHECKING:
     from loopscope.analysis.advise import AdviseJson
@@ -66,11 +76,6 @@ def compare_cmd(
       loopscope compare runs/stock runs/isolcpus --fail-if 'timer.p99 > +10%' -o compare.html
       loopscope compare runs/main runs/branch --fail-if 'p99 > +10%' --strict --junit gate.xml
     """
-    from loopscope import progress
-    from loopscope.analysis.runcompare import CompareError, Criterion, CriterionResult, compare, differences, gate_outcome
-    from loopscope.kinds import KINDS
-    from loopscope.report import compare as page
-    from loopscope.report.sections import labels
 
     t0 = time.perf_counter()
     paths = list(runs)
@@ -94,8 +99,6 @@ def compare_cmd(
     if output:
         Path(output).write_text(page.render(data, rows, diff, criteria, labels(KINDS), min_effect))
     if junit:
-        from loopscope.report import junit as junit_xml
-
         junit_xml.write(Path(junit), crit, rows, data[0].label, strict, time.perf_counter() - t0)
     if as_json:
         out: CompareJson = {
@@ -108,8 +111,6 @@ def compare_cmd(
         }
         click.echo(json.dumps(out, default=str))
     else:
-        from loopscope.cli.show import comparison
-
         # the terminal shows each kind's summary measures (a pipeline's end to end, not every hop); --json and the page have all
         kind_of = {m.probe: KINDS.get(m.kind) for m in data[0].measures}
 
@@ -140,12 +141,6 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
       loopscope advise runs/20261124-101500-demo
       loopscope advise runs/20261124-101500-demo -o follow-up.yaml && loopscope run follow-up.yaml
     """
-    import yaml
-
-    from loopscope import progress
-    from loopscope.analysis import advise, explain
-    from loopscope.kinds import KINDS
-    from loopscope.rundir import RunDir
 
     rd = RunDir.open(run_dir)
     if not any(c.data for c in rd.record().captures):
@@ -172,7 +167,5 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
         adv: AdviseJson = {"advice": rows, "follow_up": str(follow) if follow else None}
         click.echo(json.dumps(adv))
     else:
-        from loopscope.cli.show import advice
-
         advice(rows, follow)
     return 0

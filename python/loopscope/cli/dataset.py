@@ -11,6 +11,14 @@ from typing import Any, TYPE_CHECKING
 import click
 
 from loopscope.cli.base import _console, cli, Percent, prints
+from loopscope.dataset.query import Query
+from loopscope.dataset.scan import scan
+from loopscope.kinds import KINDS
+from loopscope.dataset.query import plain
+from rich.table import Table
+from loopscope.units import format_ns
+from loopscope.dataset.trend import trend
+from loopscope.report.trend import page
 
 if TYPE_CHECKING:
     from loopscope.dataset.trend import TrendJson
@@ -20,9 +28,6 @@ FORMATS = click.Choice(["table", "csv", "json"])
 
 
 def _open(root: str) -> Any:
-    from loopscope.dataset.query import Query
-    from loopscope.dataset.scan import scan
-    from loopscope.kinds import KINDS
 
     return Query(scan(root), [r for k in KINDS for r in k.records])
 
@@ -33,7 +38,6 @@ def _say(notes: list[str]) -> None:
 
 
 def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str | None = None) -> None:
-    from loopscope.dataset.query import plain
 
     if fmt == "csv":
         w = csv.writer(sys.stdout, lineterminator="\n")
@@ -41,7 +45,6 @@ def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str 
         for r in rows:
             w.writerow(["" if v is None else plain(v) for v in r])
         return
-    from rich.table import Table
 
     t = Table(show_header=True, header_style="bold", title=title)
     for i, c in enumerate(columns):
@@ -52,7 +55,6 @@ def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str 
 
 
 def _cell(v: object) -> str:
-    from loopscope.dataset.query import plain
 
     if isinstance(v, float):
         # nanoseconds read best whole (4579430, not 4.57943e+06); small and fractional values keep six digits
@@ -111,7 +113,6 @@ def runs_cmd(directory: str, fmt: str) -> int:
 
 
 def _ns(v: float | None) -> str:
-    from loopscope.units import format_ns
 
     return "?" if v is None else format_ns(float(v))
 
@@ -160,7 +161,6 @@ def query_cmd(directory: str, sql: str, fmt: str) -> int:
       loopscope query runs/ "SELECT kernel, count(*) FROM runs GROUP BY kernel" --format csv
       loopscope query runs/ "SELECT cause, sum(ns) FROM attribution GROUP BY cause ORDER BY 2 DESC LIMIT 5"
     """
-    from loopscope.dataset.query import plain
 
     q = _open(directory)
     a = q.run(sql)
@@ -209,9 +209,6 @@ def trend_cmd(
       loopscope trend runs/ --probe timer --metric p99
       loopscope trend runs/ --probe timer --metric p99 --by kernel -o trend.html
     """
-    from loopscope.dataset.trend import trend
-    from loopscope.report.trend import page
-    from loopscope.kinds import KINDS
 
     q = _open(directory)
     main = {k.name: k.records[0][1].strip("'") for k in KINDS if k.records}

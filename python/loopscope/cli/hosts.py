@@ -10,6 +10,11 @@ import click
 
 from loopscope.cli.base import cli, prints
 from loopscope.errors import EXIT_FAILED, InputError
+from loopscope.kinds import KINDS
+from loopscope.spec import load
+from loopscope.lab import provision
+from loopscope.lab import launch
+from loopscope.lab.hostkinds import HOST_KINDS
 
 if TYPE_CHECKING:
     from loopscope.lab.provision import InstallJson
@@ -21,8 +26,6 @@ def hosts() -> None:
 
 
 def _remote(spec: str) -> list[Any]:
-    from loopscope.kinds import KINDS
-    from loopscope.spec import load
 
     exp = load(spec, KINDS)
     found = [h for h in exp.hosts if h.remote]
@@ -47,7 +50,6 @@ def hosts_install(spec: str, force: bool, wheel: str | None, as_json: bool) -> i
       loopscope hosts install fleet.yaml
       loopscope hosts install fleet.yaml --force --json
     """
-    from loopscope.lab import provision
 
     remote = _remote(spec)
     say = (lambda t: None) if as_json else (lambda t: click.echo(t, err=True))
@@ -80,8 +82,6 @@ def hosts_check(spec: str) -> int:
     Examples:
       loopscope hosts check fleet.yaml
     """
-    from loopscope.lab import launch
-    from loopscope.lab.hostkinds import HOST_KINDS
 
     remote = _remote(spec)
     problems: dict[str, str] = {}

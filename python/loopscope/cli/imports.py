@@ -17,6 +17,14 @@ import click
 
 from loopscope.cli.base import _console, cli, prints
 from loopscope.errors import InputError
+from loopscope.kernel import imported as I
+from loopscope.analysis.limits import groups_of
+from loopscope.analysis.recorded import RECORD_SCHEDULER, need_scheduler
+from loopscope.analysis.threads import summarize, thread_names
+from loopscope.cli.threads import print_threads
+from loopscope.kernel import store as S
+from loopscope.probes.threads import check_patterns
+from loopscope.rundir import RunDir
 
 
 @cli.command("import")
@@ -39,7 +47,6 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
       loopscope import trace.dat -o runs/night-of-the-spike
       loopscope threads runs/night-of-the-spike --comm my-program
     """
-    from loopscope.kernel import imported as I
 
     src = Path(file)
     if not src.exists():
@@ -86,13 +93,6 @@ def threads_cmd(run_dir: str, comm: str | None, tids: tuple[int, ...], threads_r
       loopscope threads runs/20261126-101500-import-trace --comm 'cyclictest'
       loopscope threads runs/20261126-101500-import-trace --tid 4242 --json
     """
-    from loopscope.analysis.limits import groups_of
-    from loopscope.analysis.recorded import RECORD_SCHEDULER, need_scheduler
-    from loopscope.analysis.threads import summarize, thread_names
-    from loopscope.cli.threads import print_threads
-    from loopscope.kernel import store as S
-    from loopscope.probes.threads import check_patterns
-    from loopscope.rundir import RunDir
 
     if comm is None and not tids:
         raise InputError("give the threads: --comm REGEX or --tid N")

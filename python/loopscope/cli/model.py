@@ -11,6 +11,11 @@ import click
 from loopscope.errors import InputError
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+from loopscope.model import node
+from loopscope.cli.params import build
+from loopscope.probes.params import SyscallParams
+from loopscope.model import app, predict
+import numpy as np
 
 if TYPE_CHECKING:
     from loopscope.model.predict import CheckJson
@@ -57,9 +62,6 @@ def calibrate_node(
       loopscope calibrate node -o node.json
       loopscope calibrate node --loads cpu,mem --cpu 1 -o node.json
     """
-    from loopscope.model import node
-    from loopscope.cli.params import build
-    from loopscope.probes.params import SyscallParams
 
     for x in [x for x in loads.split(",") if x]:
         node.parse_load(x)
@@ -107,7 +109,6 @@ def calibrate_app(
       loopscope calibrate app --node node.json -o app.json -- ./my-app --frames 1000
       loopscope calibrate app --node node.json --runs 20 -o app.json -- python3 app.py
     """
-    from loopscope.model import app, node
 
     nm = node.read(node_path) if node_path else None
     if nm is not None:
@@ -131,7 +132,6 @@ def model_group() -> None:
 
 
 def _node_ref(text: str) -> tuple[NodeModel, Condition, str]:
-    from loopscope.model import node
 
     path, _, cond = text.partition(":")
     m = node.read(path)
@@ -162,7 +162,6 @@ def model_predict(app_model: str, src: str | None, dst: str, as_json: bool) -> i
       loopscope model predict app.json --from idle --to cpu
       loopscope model predict app.json --from idle --to cpu --json
     """
-    from loopscope.model import app, predict
 
     a = app.read(app_model)
     _, ca, na = _node_ref(_from_of(a, src, app_model))
@@ -206,8 +205,6 @@ def model_show(model_file: str, top: int) -> int:
     except (OSError, ValueError, AttributeError):
         kind = None
     if kind == "loopscope-node-model":
-        from loopscope.model import node
-
         m = node.read(model_file)
         click.echo(f"node model of {m.machine.host} ({m.machine.cpu.model if m.machine.cpu else None}), {m.created}")
         conds = list(m.conditions)
@@ -231,8 +228,6 @@ def model_show(model_file: str, top: int) -> int:
         click.echo("  (ns per call or per operation; * = significantly different from idle)")
         return 0
     if kind == "loopscope-app-model":
-        from loopscope.model import app
-
         a = app.read(model_file)
         click.echo(f"{' '.join(a.command)} ({a.environment}), {len(a.runs.user_ns)} runs, node {a.node.path}:{a.node.condition}")
         if a.cpu is not None:
@@ -275,9 +270,6 @@ def model_check(app_model: str, src: str | None, dst: str, runs: int, as_json: b
       loopscope model check app.json --from idle --to cpu
       loopscope model check app.json --from idle --to mem --runs 10 --json
     """
-    import numpy as np
-
-    from loopscope.model import app, predict
 
     a = app.read(app_model)
     _, ca, na = _node_ref(_from_of(a, src, app_model))

@@ -11,6 +11,14 @@ import click
 from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from loopscope.units import format_ns
 from loopscope.cli.base import cli, Duration, prints
+from loopscope.monitor import hist
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+from loopscope import monitor
+from loopscope.selfname import set_comm
+from rich.console import Console
+from rich.live import Live
 
 if TYPE_CHECKING:
     from loopscope.monitor.run import Monitor
@@ -18,7 +26,6 @@ if TYPE_CHECKING:
 
 def _period_line(m: Monitor) -> str:
     """One line per closed period: each probe's last period and the outliers so far."""
-    from loopscope.monitor import hist
 
     parts = []
     for name, lv in m.live.items():
@@ -41,11 +48,6 @@ def _period_line(m: Monitor) -> str:
 def _live_table(m: Monitor) -> Any:
     """The live view: per probe this period's p99 and max so far, the run's
     maximum and when; the counts; the last explained outliers."""
-    import numpy as np
-    from rich.console import Group
-    from rich.table import Table
-
-    from loopscope.monitor import hist
 
     with m.tail.lock:
         st = m.tail.step
@@ -107,8 +109,6 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
       loopscope monitor examples/monitor.yaml --resume overnight
       loopscope monitor examples/monitor.yaml --metrics 127.0.0.1:9464
     """
-    from loopscope import monitor
-    from loopscope.selfname import set_comm
 
     set_comm("ls-ctl")
 
@@ -124,9 +124,6 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
                 say(_period_line(m))
             return
         if not live:
-            from rich.console import Console
-            from rich.live import Live
-
             lv = Live(console=Console(stderr=True), get_renderable=lambda: _live_table(m), refresh_per_second=1, transient=False)
             lv.start()
             live.append(lv)

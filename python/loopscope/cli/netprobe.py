@@ -19,6 +19,10 @@ from loopscope.cli.params import build, options
 from loopscope.probes.params import EchoParams, PipeNodeParams, PipeSinkParams, PipeSourceParams, RrParams, SyncParams, SyncServeParams
 from loopscope.cli.show import _trace_line, _trace_path
 from loopscope.cli.probe import probe
+from loopscope.probes import net
+from loopscope import _native
+from loopscope.probes import pipeline
+from loopscope.probes import clocksync
 
 if TYPE_CHECKING:
     from loopscope.probes.netjson import BulkJson
@@ -62,7 +66,6 @@ def probe_send(
       loopscope probe send --dest 127.0.0.1:9000 --rate 10000pps -d 5s
       loopscope probe send --dest 10.0.0.2:9000 --rate 100Mbit --size 1400 --pattern poisson
     """
-    from loopscope.probes import net
 
     r0 = net.rate(rate_text, size)
     warn = net.obvious_shortfall(r0, workers)
@@ -133,8 +136,6 @@ def probe_recv(
       loopscope probe recv --bind 0.0.0.0:9000 -d 10s
       loopscope probe recv --bind 127.0.0.1:9000 --tcp --trace recv.lstrace --json
     """
-    from loopscope import _native
-    from loopscope.probes import net
 
     net.hostport(bind, "--bind")
     if tcp:
@@ -186,7 +187,6 @@ def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: object)
       loopscope probe echo --bind 0.0.0.0:7000
       loopscope probe echo --bind 127.0.0.1:7000 --tcp -d 60s
     """
-    from loopscope import _native
 
     p = build(EchoParams, {**params, **({"transport": "tcp"} if tcp else {})})
     r = _native.net_echo(p.bind, duration, p.transport == "tcp", sys.stdout.fileno() if as_json else None)
@@ -208,7 +208,6 @@ def probe_echo(tcp: bool, duration: int | None, as_json: bool, **params: object)
 @prints("loopscope.probes.pipeline:SourceJson")
 def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Source of a distributed pipeline: paced messages through the nodes to the sink."""
-    from loopscope.probes import net, pipeline
 
     p = build(PipeSourceParams, {**params, "linger_ns": linger})
     if duration is None and p.count is None:
@@ -229,7 +228,6 @@ def probe_pipe_source(duration: int | None, linger: int, trace_path: str | None,
 @prints("loopscope.probes.pipeline:NodeJson")
 def probe_pipe_node(trace_path: str | None, as_json: bool, **params: object) -> int:
     """Processing node of a pipeline: receive, work, append stamps, forward; until Ctrl-C."""
-    from loopscope.probes import pipeline
 
     p = build(PipeNodeParams, params)
     res = pipeline.node(p.bind, p.next, p.work_us, _trace_path(trace_path, "pipe-node"))
@@ -248,7 +246,6 @@ def probe_pipe_node(trace_path: str | None, as_json: bool, **params: object) -> 
 @prints("loopscope.probes.pipeline:SinkJson")
 def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: object) -> int:
     """Sink of a pipeline: one trace record per message with every hop's stamps; until Ctrl-C."""
-    from loopscope.probes import pipeline
 
     p = build(PipeSinkParams, params)
     res = pipeline.sink(p.bind, p.flow, _trace_path(trace_path, "pipe-sink"))
@@ -268,7 +265,6 @@ def probe_pipe_sink(trace_path: str | None, as_json: bool, **params: object) -> 
 @prints("loopscope.probes.clocksync:ServeJson")
 def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
     """Clock-sync responder (the reference host): answer probes, keep kernel stamps; until Ctrl-C."""
-    from loopscope.probes import clocksync
 
     bind = build(SyncServeParams, {"bind": bind}).bind
     res = clocksync.serve(bind, _trace_path(trace_path, "sync-serve"))
@@ -289,7 +285,6 @@ def probe_sync_serve(bind: str, trace_path: str | None, as_json: bool) -> int:
 @prints("loopscope.probes.clocksync:ProbeJson")
 def probe_sync(gap: int, duration: int | None, trace_path: str | None, as_json: bool, **params: object) -> int:
     """Clock-sync initiator: coded probe pairs to the reference, kernel stamps both ways."""
-    from loopscope.probes import clocksync
 
     p = build(SyncParams, {**params, "gap_ns": gap})
     if as_json:
@@ -324,7 +319,6 @@ def probe_rr(tcp: bool, duration: int, pattern_text: str, trace_path: str | None
       loopscope probe rr --dest 127.0.0.1:7000 --rate 1000pps -d 10s
       loopscope probe rr --dest 10.0.0.2:7000 --tcp --size 256 --json
     """
-    from loopscope.probes import net
 
     p = build(RrParams, {**params, **({"transport": "tcp"} if tcp else {})})
     dest = p.dest
@@ -367,8 +361,6 @@ def probe_bulk(dest: str, rate_text: str | None, duration: int, tcp: bool, size:
       loopscope probe bulk --dest 127.0.0.1:9000 --rate 200Mbit -d 10s
       loopscope probe bulk --dest 10.0.0.2:9000 --tcp --json
     """
-    from loopscope import _native
-    from loopscope.probes import net
 
     net.hostport(dest, "--dest")
     if tcp:

@@ -12,6 +12,11 @@ import click
 from loopscope.errors import InputError
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+from loopscope.lab.emulator import run_emulator
+from loopscope.channels import Hub
+from loopscope.trace import api
+from loopscope import _native
+import numpy as np
 
 
 @cli.command("netem", hidden=True)
@@ -24,7 +29,6 @@ def netem_cmd(config_path: str, trace_path: str | None, as_json: bool) -> int:
 
     The lab runs it inside the router namespace it creates; it prints `ready` once its
     interfaces are open and its counts when stopped."""
-    from loopscope.lab.emulator import run_emulator
 
     res = run_emulator(config_path, trace_path)
     if as_json:
@@ -64,9 +68,6 @@ def channel_hub(listen: str, spec: str, stats_path: str | None, frag: int) -> in
     The lab runs one per host that holds channels declared in the experiment
     file; its trace (LOOPSCOPE_TRACE) gets the runtime's own records."""
 
-    from loopscope.channels import Hub
-    from loopscope.trace import api
-
     try:
         decl = json.loads(spec)
         assert isinstance(decl, list) and all(isinstance(d, dict) and "name" in d for d in decl)
@@ -100,7 +101,6 @@ def channel_hub(listen: str, spec: str, stats_path: str | None, frag: int) -> in
 @click.option("--cpu", "cpus", type=CpuList(), default=None, help="Pin to these CPUs.")
 def channel_bench_serve(transport: str, raw_bind: str, chan_bind: str, reply_to: str, frag: int, cpus: list[int] | None) -> int:
     """Echo every item back, raw and through channels (the far end of `loopscope bench channels`); until Ctrl-C."""
-    from loopscope import _native
 
     if cpus:
         os.sched_setaffinity(0, cpus)
@@ -124,9 +124,6 @@ def channel_bench_client(
     transport: str, raw_dest: str, chan_dest: str, bind: str, sizes: str, rounds: str, blocks: int, warmup: int, frag: int, cpus: list[int] | None
 ) -> int:
     """Time ping-pong round trips per size, raw and channel blocks alternating; print one JSON list (a row per block)."""
-    import numpy as np
-
-    from loopscope import _native
 
     if cpus:
         os.sched_setaffinity(0, cpus)

@@ -15,13 +15,25 @@ import click
 
 from loopscope.errors import EXIT_INTERRUPTED, InputError
 from loopscope.units import format_ns
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
+from loopscope.cli.base import PROBE_COMMANDS, CpuList, Duration, LazyGroup, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.params import build, options
 from loopscope.probes.params import ProgramParams, SchedParams, SyscallParams, TimerParams
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+from loopscope.probes import timer
+from loopscope.probes import sched
+from rich.table import Table
+from pydantic import ValidationError
+from loopscope.probes import launch
+from loopscope.probes.params import Launch
+from loopscope.probes import syscall
+from loopscope.probes import program
 
 
-@cli.group()
+class _Probes(LazyGroup):
+    modules = PROBE_COMMANDS
+
+
+@cli.group(cls=_Probes)
 def probe() -> None:
     """Measure the machine with one probe, standalone."""
 
@@ -45,7 +57,6 @@ def probe_timer(duration: int, trace_path: str | None, as_json: bool, **params: 
       loopscope probe timer -i 200 -d 1m -t 2 --cpu 0,1 -p 80 --trace timer.lstrace
       loopscope probe timer --dma-latency-us 0 --cpu 1
     """
-    from loopscope.probes import timer
 
     res = timer.run(build(TimerParams, params), duration, _trace_path(trace_path, "timer"))
     if as_json:
@@ -74,7 +85,6 @@ def probe_sched(
       loopscope probe sched -d 10s
       loopscope probe sched -d 30s --busy-threads 2 --cpu 0
     """
-    from loopscope.probes import sched
 
     p = build(SchedParams, params)
     res = sched.run(
@@ -93,7 +103,6 @@ def probe_sched(
 
 
 def _print_sched(res: Any) -> None:
-    from rich.table import Table
 
     con = _console()
     con.print(
@@ -117,10 +126,6 @@ def _print_sched(res: Any) -> None:
 @click.argument("launch_json")
 def probe_launch(launch_json: str) -> int:
     """Run a probe as an agent starts it: one Launch (kind, typed parameters, the step's duration and trace) as JSON; prints its one JSON object."""
-    from pydantic import ValidationError
-
-    from loopscope.probes import launch
-    from loopscope.probes.params import Launch
 
     try:
         lc = Launch.model_validate_json(launch_json)
@@ -144,15 +149,12 @@ def probe_syscall(trace_path: str | None, as_json: bool, **params: object) -> in
       loopscope probe syscall
       loopscope probe syscall --calls getpid,read,write --json
     """
-    from loopscope.probes import syscall
 
     p = build(SyscallParams, params)
     res = syscall.run(p, None, _trace_path(trace_path, "syscall"))
     if as_json:
         click.echo(json.dumps(res.to_json()))
     else:
-        from rich.table import Table
-
         con = _console()
         con.print(f"system-call cost · batches of {p.batch} · until the 95% CI is within {p.target_pct:g}% of the mean")
         t = Table(show_edge=False)
@@ -214,8 +216,6 @@ def probe_program(
       loopscope probe program -d 10s -- ./my-app
       loopscope probe program --cpu 1 --trace app.lstrace -- python3 app.py --fast
     """
-    from loopscope.errors import InputError
-    from loopscope.probes import program
 
     extra = {}
     for e in env:

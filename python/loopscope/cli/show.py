@@ -11,6 +11,7 @@ import click
 from loopscope.cli.base import _console, _default_run_dir
 from loopscope.units import format_ns
 from loopscope.stats import MIN_EFFECT
+from rich.table import Table
 
 if TYPE_CHECKING:
     from loopscope.analysis.advise import Advice
@@ -27,7 +28,6 @@ def _ci(e: Any) -> str:
 
 
 def _print_timer(res: Any) -> None:
-    from rich.table import Table
 
     con = _console()
     s = res.summary
@@ -133,7 +133,6 @@ def comparison(
     strict: bool = False,
 ) -> None:
     """`loopscope compare`'s terminal table: the p99, p999, max and missed rows of the measures shown, significant ones marked."""
-    from rich.table import Table
 
     con = _console()
     con.print(
@@ -180,7 +179,6 @@ def comparison(
 
 def advice(rows: list[Advice], follow: Path | None) -> None:
     """`loopscope advise`'s table."""
-    from rich.table import Table
 
     con = _console()
     if not rows:

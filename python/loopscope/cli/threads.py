@@ -27,6 +27,12 @@ from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError
 from loopscope.probes.targets import tasks
 from loopscope.probes.threads import check_patterns, stop
 from loopscope.units import format_ns
+from loopscope.host.cpulimit import limits
+from loopscope.probes.threads import set_idle
+from loopscope.analysis.threads import matching, names_in, summarize
+from loopscope.kernel import capture as C
+from loopscope.kernel import store as S
+from loopscope.analysis.recorded import line
 
 if TYPE_CHECKING:
     from loopscope.analysis.explained import Cause, Parts
@@ -45,8 +51,6 @@ def _watch(
     ran on; ``groups`` gets each new thread's CPU-limited cgroup, if any
     (``host.cpulimit``). It sleeps at the normal policy (the end is noticed on a
     CPU-bound machine) and lists at SCHED_IDLE."""
-    from loopscope.host.cpulimit import limits
-    from loopscope.probes.threads import set_idle
 
     seen: dict[int, str] = {}
     last: dict[int, str] = {}
@@ -95,10 +99,6 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
       loopscope probe threads --pid 4242 -d 30s --threads 'worker.*' --json
     """
 
-    from loopscope.analysis.threads import matching, names_in, summarize
-    from loopscope.kernel import capture as C
-    from loopscope.kernel import store as S
-
     if sum(x is not None and x != () for x in (pid, comm, command or None)) != 1:
         raise InputError("give one target: --pid P, --comm REGEX, or a command after --")
     check_patterns(comm=comm, threads=threads_re)
@@ -142,8 +142,6 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
             what = f"--comm {comm!r}" if comm else f"pid {target}"
             raise InputError(f"no thread of {what}{f' matching --threads {threads_re!r}' if threads_re else ''} ran while the capture recorded")
         if target is None:
-            from loopscope.host.cpulimit import limits
-
             groups.update(limits([t for t in chosen if t not in groups]))
         # this process's own threads (its /proc polling, the capture's reader) are the lab's
         own = {t: "lab: probe" for t in tasks(os.getpid())} | {t: "lab: capture" for t in cap.tids}
@@ -177,7 +175,6 @@ def print_threads(res: ThreadsJson, where: str) -> None:
         return f"p50 {format_ns(x['p50'])}, p99 {format_ns(x['p99'])}, max {format_ns(x['max'])}" if x else "n/a"
 
     con.print(f"{len(res['threads'])} thread(s), {where}; {res['kernel_events']:,} kernel events, {res['lost_kernel_events']:,} lost")
-    from loopscope.analysis.recorded import line
 
     for u in res.get("not_recorded") or []:
         con.print(f"  note: {line(u)}")

@@ -11,6 +11,8 @@ import click
 from loopscope.errors import InputError
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
+from loopscope.trace import narrate, reader
+import polars as pl
 
 
 @cli.group()
@@ -36,7 +38,6 @@ def trace_info(file: str, as_json: bool) -> int:
       loopscope trace info app.lstrace
       loopscope trace info runs/20261124-101500-demo/hosts/local/steps/r01-idle/timer.lstrace --json
     """
-    from loopscope.trace import narrate, reader
 
     inf = reader.info(_existing(file))
     if as_json:
@@ -68,14 +69,11 @@ def trace_dump(file: str, entity: str | None, limit: int | None, file_order: boo
       loopscope trace dump run.lstrace --limit 20
       loopscope trace dump run.lstrace --entity probe/wakeup --format csv > wakeups.csv
     """
-    from loopscope.trace import narrate, reader
 
     df, inf = reader.read_with_info(_existing(file), sort=not file_order)
     df = narrate.select(df, inf, entity)
     out = sys.stdout
     if fmt != "text":
-        import polars as pl
-
         rows = df if limit is None else df.head(limit)
         rows = rows.with_columns(
             *(pl.col(c).cast(pl.String) for c in rows.columns if rows.schema[c] in (pl.Categorical, pl.Enum) or isinstance(rows.schema[c], pl.Enum)),
