@@ -248,3 +248,37 @@ def test_export_perfetto_takes_a_lone_trace_file(cli: Cli, tmp_path: Path) -> No
     names = {pk.track_event.name for pk in t.packet if pk.HasField("track_event")}
     assert {"app/work", "app/frame"} <= names
     assert_clean_error(cli("export", "perfetto", str(tmp_path / "app.perfetto-trace")), 2, "not a loopscope trace")
+
+
+def test_each_command_is_registered_by_the_module_the_root_imports_for_it() -> None:
+    import click
+
+    from loopscope.cli import cli as root
+    from loopscope.cli import load_all
+    from loopscope.cli.base import COMMANDS, PROBE_COMMANDS
+
+    load_all()
+
+    def home(cmd: click.Command) -> str:
+        f = cmd.callback
+        assert f is not None
+        return f.__module__
+
+    assert {n: home(c) for n, c in root.commands.items()} == COMMANDS
+    probe = root.commands["probe"]
+    assert isinstance(probe, click.Group)
+    assert {n: home(c) for n, c in probe.commands.items() if home(c) != "loopscope.cli.probe"} == PROBE_COMMANDS
+
+
+def test_a_probe_command_imports_neither_the_report_nor_the_benches() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom loopscope.cli import main\ntry:\n    main(['probe', 'timer', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('loopscope.report', 'loopscope.bench', 'loopscope.cli.'))))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    loaded = r.stdout.strip().splitlines()[-1]
+    assert "loopscope.report" not in loaded and "loopscope.bench" not in loaded, loaded
+    assert "loopscope.cli.probe" in loaded and "loopscope.cli.lab" not in loaded, loaded
