@@ -6,15 +6,17 @@ top cause, a heat map of the period histograms over time; then the causes of
 all kept outliers ranked by their time, and the run's counts (outliers
 above the threshold, kept, not kept and why). Built from the directory's
 files alone (``monitor.json``, ``periods.jsonl``, ``histograms/*.hlog``,
-``outliers.jsonl``); inline SVG, no JavaScript.
+``outliers.jsonl``) into the report's template ``report/monitor.html.j2``, in
+the report's style; inline SVG, no JavaScript.
 """
 
 from __future__ import annotations
 
-import html
+import datetime as _dt
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import numpy as np
 
 from loopscope.monitor import hist, record
@@ -22,7 +24,8 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 
 from loopscope.report.charts import MANY, _svg
-from loopscope.units import format_ns
+from loopscope import __version__
+from loopscope.units import format_ns, parse_duration_ns
 
 # latency bins for the histogram and the heat map: 8 per factor of ten, 100 ns to 100 s
 EDGES = np.logspace(2, 11, 73)
@@ -37,7 +40,7 @@ def _counts(h: Any) -> np.ndarray:
     return out
 
 
-def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], outl: list[record.OutlierLine], thr_ns: int | None) -> str:
+def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], outl: list[record.OutlierLine], thr_ns: int | None) -> list[str]:
     rows = [r for r in periods if r["probe"] == name]
     per = np.array([_counts(h) for h in hs]) if hs else np.zeros((0, len(EDGES) - 1))
     whole = per.sum(axis=0) if len(per) else np.zeros(len(EDGES) - 1)
@@ -92,40 +95,61 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
         ax.grid(False)
         ax.set_title(f"{name}: each period's histogram (colour: log count)")
         parts.append(_svg(fig))
-    return "\n".join(f"<figure>{p}</figure>" for p in parts)
+    return parts
 
 
 def build(d: Path) -> Path:
-    """Write ``d/report.html``; its path."""
+    """Write ``d/report.html`` from the report's template ``monitor.html.j2``; its path."""
     rec = record.read(d)
     periods = record.periods(d)
     outl = record.outliers(d)
     thr = str(rec["settings"].get("threshold") or "")
     try:
-        from loopscope.units import parse_duration_ns
-
-        thr_ns: int | None = parse_duration_ns(thr) if thr and not str(thr).startswith("p") else None
+        thr_ns: int | None = parse_duration_ns(thr) if thr and not thr.startswith("p") else None
     except ValueError:
         thr_ns = None
-    e = html.escape
-    body = []
-    c = rec.get("counts", {})
-    nk = c.get("not_kept") or {}
-    body.append(
-        "<table><tr><th>outliers above the threshold</th><th>kept</th><th>explained</th><th>not kept</th><th>windows kept</th><th>windows removed (retain)</th></tr>"
-        f"<tr><td>{c.get('outliers_above', 0):,}</td><td>{c.get('kept', 0):,}</td><td>{c.get('explained', 0):,}</td>"
-        f"<td>{e(', '.join(f'{k}: {v}' for k, v in nk.items()) or '0')}</td><td>{c.get('windows', 0):,}</td><td>{c.get('windows_removed', 0):,}</td></tr></table>"
-    )
+    probes = []
     for name, p in (rec.get("probes") or {}).items():
         log = d / "histograms" / f"{name}.hlog"
         hs = hist.read_log(log) if log.exists() else []
-        body.append(
-            f"<h2>{e(name)}</h2><p>{p.get('count', 0):,} values in {p.get('periods', 0)} periods; p99 {format_ns(p.get('p99_ns') or 0)},"
-            f" p99.9 {format_ns(p.get('p999_ns') or 0)}, maximum {format_ns(p.get('max_ns') or 0)} at {e(str(p.get('max_at_utc')))};"
-            f" not measured between periods: {p.get('unmeasured_s', 0):g} s; missed deadlines: {p.get('missed', 0)}</p>"
+        probes.append(
+            {
+                "name": name,
+                "count": p.get("count", 0),
+                "periods": p.get("periods", 0),
+                "p99": format_ns(p.get("p99_ns") or 0),
+                "p999": format_ns(p.get("p999_ns") or 0),
+                "max": format_ns(p.get("max_ns") or 0),
+                "max_at_utc": str(p.get("max_at_utc")),
+                "unmeasured_s": f"{p.get('unmeasured_s', 0):g}",
+                "missed": p.get("missed", 0),
+                "charts": _probe_charts(name, hs, periods, outl, thr_ns),
+            }
         )
-        body.append(_probe_charts(name, hs, periods, outl, thr_ns))
-    # causes of the kept outliers, ranked by their time
+    c = rec.get("counts", {})
+    counts = {k: c.get(k, 0) for k in ("outliers_above", "kept", "explained", "windows", "windows_removed")}
+    nk = c.get("not_kept") or {}
+    here = Path(__file__).resolve().parents[1] / "report"
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=jinja2.select_autoescape(["html", "j2"]))
+    page = env.get_template("monitor.html.j2").render(
+        css=(here / "page.css").read_text(),
+        rec=rec,
+        period=str(rec.get("settings", {}).get("period")),
+        threshold=thr,
+        counts=counts,
+        not_kept=", ".join(f"{k}: {v}" for k, v in nk.items()) or "0",
+        probes=probes,
+        causes=_causes(outl),
+        version=__version__,
+        generated=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    )
+    out = d / "report.html"
+    out.write_text(page)
+    return out
+
+
+def _causes(outl: list[record.OutlierLine]) -> list[dict[str, str | int]]:
+    """The causes of the kept outliers, ranked by their time, with how many outliers each tops."""
     tot: dict[str, int] = {}
     n: dict[str, int] = {}
     for o in outl:
@@ -134,21 +158,4 @@ def build(d: Path) -> Path:
         if top := o.get("top_cause"):
             n[top] = n.get(top, 0) + 1
     all_ns = sum(tot.values()) or 1
-    rows = "".join(
-        f"<tr><td>{e(k)}</td><td>{format_ns(v)}</td><td>{v / all_ns:.1%}</td><td>{n.get(k, 0):,}</td></tr>"
-        for k, v in sorted(tot.items(), key=lambda kv: -kv[1])
-    )
-    body.append(f"<h2>Causes of the kept outliers</h2><table><tr><th>cause</th><th>time</th><th>share</th><th>outliers it tops</th></tr>{rows}</table>")
-    notes = "".join(f"<li>{e(x)}</li>" for x in rec.get("notes") or [])
-    css = (Path(__file__).resolve().parents[1] / "report" / "page.css").read_text()
-    page = (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>loopscope monitor: {e(rec.get('name', ''))}</title><style>{css}</style></head><body>"
-        f"<h1>loopscope monitor: {e(rec.get('name', ''))}</h1><p>{e(rec.get('status', ''))}; from {e(str(rec.get('started_utc')))} to {e(str(rec.get('updated_utc')))};"
-        f" {rec.get('periods', 0)} periods of {e(str(rec.get('settings', {}).get('period')))}; threshold {e(str(thr))}; recorder: {e(str(rec.get('recorder')))}</p>"
-        + "".join(body)
-        + (f"<h2>Notes</h2><ul>{notes}</ul>" if notes else "")
-        + "</body></html>"
-    )
-    out = d / "report.html"
-    out.write_text(page)
-    return out
+    return [{"cause": k, "time": format_ns(v), "share": f"{v / all_ns:.1%}", "tops": n.get(k, 0)} for k, v in sorted(tot.items(), key=lambda kv: -kv[1])]
