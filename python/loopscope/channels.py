@@ -192,7 +192,7 @@ class RemoteConsumer:
         return self._r.stats()
 
 
-def declared() -> dict[str, dict[str, Any]]:
+def declared() -> dict[str, dict[str, object]]:
     """The channels the run declared: name -> {hub, transport, capacity, full, max_item}."""
     text = os.environ.get("LOOPSCOPE_CHANNELS")
     if not text:
@@ -204,7 +204,7 @@ def declared() -> dict[str, dict[str, Any]]:
     return out if isinstance(out, dict) else {}
 
 
-def _resolve(hub_or_name: str, name: str | None, transport: str | None) -> tuple[str, str, str, dict[str, Any]]:
+def _resolve(hub_or_name: str, name: str | None, transport: str | None) -> tuple[str, str, str, dict[str, object]]:
     if name is not None:
         return hub_or_name, name, transport or "tcp", {}
     known = declared()

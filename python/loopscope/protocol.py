@@ -62,7 +62,7 @@ class LoadStarted(Reply):
     cgroup: str | None = None
     command: str | None = None
     #: what placing its threads did (CPUs, scheduling), when the load asked for it
-    tuned: dict[str, Any] | None = None
+    tuned: dict[str, object] | None = None
 
 
 class LoadsStarted(Reply):
@@ -84,7 +84,7 @@ class ProbeDone(Reply):
     """A probe collected: its result (the kind's own JSON), its files and its cost."""
 
     done: bool = True
-    result: dict[str, Any] = Field(default_factory=dict)
+    result: dict[str, object] = Field(default_factory=dict)
     trace: str
     spawn_mono_ns: int
     end_mono_ns: int

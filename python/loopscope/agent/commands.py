@@ -27,7 +27,7 @@ class Failure(RunError):
         self.detail = detail
 
 
-def probe_argv(p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+def probe_argv(p: dict[str, object], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
     """The command line that runs probe ``p`` (a dumped probe spec, or a
     helper's: a pipeline stage, an echo server, a clock-sync probe), as its
     kind says (``loopscope.kinds``)."""
@@ -112,7 +112,7 @@ def proc_cpu_s(pid: int) -> float:
         return 0.0
 
 
-def last_json(log: Path) -> dict[str, Any] | None:
+def last_json(log: Path) -> dict[str, object] | None:
     for line in reversed(procs.tail(log, 50)):
         if line.startswith("{"):
             try:

@@ -477,7 +477,7 @@ class Agent:
                 except OSError:
                     pass
 
-    def handle(self, m: dict[str, Any]) -> dict[str, Any]:
+    def handle(self, m: dict[str, object]) -> dict[str, object]:
         """One request off the wire: checked against its model, carried out by
         the method of its op's name, the reply dumped as JSON."""
         op = str(m.get("op"))

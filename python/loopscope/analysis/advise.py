@@ -118,7 +118,7 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
     return rows, tunings
 
 
-def _plain(t: Tuning) -> dict[str, Any]:
+def _plain(t: Tuning) -> dict[str, object]:
     """A tuning as the experiment file writes it (the fields it was given)."""
     return t.model_dump(mode="json", exclude_unset=True)
 
@@ -140,7 +140,7 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return all(a.get(k) == b.get(k) for k in key)
 
 
-def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, Any]:
+def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, object]:
     """The run's experiment as its author wrote it (``spec.yaml``, defaults
     left out), its phases written out only when it had none, and a remedy
     phase per advised phase: that phase's loads, links and tunings with the
@@ -172,7 +172,7 @@ def follow_up(run_dir: Path, tunings: Remedies) -> dict[str, Any]:
             name += "-2"
         names.add(name)
         kept = [t for t in base.get("tunings") or [] if not any(_same_target(t, r) for r in ts)]
-        phase: dict[str, Any] = {"name": name, "compare_with": ph}
+        phase: dict[str, object] = {"name": name, "compare_with": ph}
         if base.get("loads"):
             phase["loads"] = list(base["loads"])
         if base.get("links"):

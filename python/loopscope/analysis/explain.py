@@ -201,7 +201,7 @@ class RunSource:
 
     def __init__(self, run_dir: Path, run: RunRecord, kernels: dict[str, int]) -> None:
         self.run_dir, self.run = run_dir, run
-        self.spec: dict[str, Any] = RunDir(run_dir).spec()
+        self.spec: dict[str, object] = RunDir(run_dir).spec()
         self._kernels = kernels
         # a step's traces read once (a pipeline's sink trace serves its messages, its stage and its calibration)
         self._traces: dict[str, tuple[pl.DataFrame, Any] | None] = {}

@@ -252,7 +252,7 @@ class _Round:
         self.emu_cpu: int | None = 1 if ncpu >= 2 else None
         self.app_cpu: int | None = 0 if ncpu >= 2 else None
 
-    def emulator(self, links: list[dict[str, Any]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
+    def emulator(self, links: list[dict[str, object]], tag: str, kernel: set[tuple[str, str]] | None = None, **extra: Any) -> Emulator:
         full = [
             {
                 "name": "a->b",
@@ -275,7 +275,7 @@ class _Round:
             topo.router_ns, {**topo.emulator_config(full, seed=int(time.time()), priority=50, kernel=kernel), **extra}, self.work / tag, "bench-emulator"
         )
 
-    def through(self, link: dict[str, Any], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[SendJson, np.ndarray, RecvJson, Path, np.ndarray]:
+    def through(self, link: dict[str, object], tag: str, app_cpu: int | None = None, **extra: Any) -> tuple[SendJson, np.ndarray, RecvJson, Path, np.ndarray]:
         emu = self.emulator([link], tag, **extra)
         try:
             tx, owd, rx, krx = _stream(self.topo, self.work, self.seconds, tag, app_cpu)

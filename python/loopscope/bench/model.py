@@ -47,7 +47,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Callable
+from typing import Callable
 
 from typing_extensions import TypedDict
 
@@ -154,7 +154,7 @@ class ModelBench(TypedDict):
     beyond_the_model: Beyond
     rounds: int
     placement: dict[str, list[int] | None]
-    node_changes: dict[str, Any]  # the node model's own changes between conditions, as it writes them
+    node_changes: dict[str, object]  # the node model's own changes between conditions, as it writes them
     version: Envelope
     quick: bool
 

@@ -61,10 +61,10 @@ class Anomaly:
     what: str
     injected_ns: int
     tolerance: float | None
-    probe: dict[str, Any]
+    probe: dict[str, object]
     interval: str  # the series: group/name of the probe's intervals
     seconds: float
-    loads: list[dict[str, Any]] = field(default_factory=list)
+    loads: list[dict[str, object]] = field(default_factory=list)
     swap_mb: int = 0
 
 

@@ -49,7 +49,7 @@ class RemedyTried(TypedDict, total=False):
     ratio_p99: float | None
     ci95: list[float] | None
     significant: bool
-    tunings: list[dict[str, Any]]  # the remedy phase's tunings, as the follow-up file writes them
+    tunings: list[dict[str, object]]  # the remedy phase's tunings, as the follow-up file writes them
     why: str
     against: str
     run: str
@@ -94,10 +94,10 @@ class Case:
     name: str
     expected: str
     what: str
-    loads: list[dict[str, Any]] = field(default_factory=list)
-    tunings: list[dict[str, Any]] = field(default_factory=list)
+    loads: list[dict[str, object]] = field(default_factory=list)
+    tunings: list[dict[str, object]] = field(default_factory=list)
     # loads of the baseline phase (what the injected phase changes back)
-    baseline: list[dict[str, Any]] = field(default_factory=list)
+    baseline: list[dict[str, object]] = field(default_factory=list)
     # a process the bench starts outside the lab, gated by the phase ([]: none,
     # the probe reads the gate itself)
     outside: list[str] | None = None

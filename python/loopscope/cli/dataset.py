@@ -126,7 +126,7 @@ def _with_ci(v: float | None, lo: float | None, hi: float | None) -> str:
     return f"{v / div:.3g} {unit}{ci}"
 
 
-def _figures(q: Any) -> dict[str, dict[str, dict[str, Any]]]:
+def _figures(q: Any) -> dict[str, dict[str, dict[str, object]]]:
     """Each run's p99 of each probe's first measure in its baseline phase."""
     if "comparisons" not in q.views:
         return {}
@@ -134,7 +134,7 @@ def _figures(q: Any) -> dict[str, dict[str, dict[str, Any]]]:
         "SELECT run_id, probe, measure, value_ns, lo_ns, hi_ns FROM (SELECT *, row_number() OVER (PARTITION BY run_id, probe ORDER BY rowid) AS k "
         "FROM (SELECT *, row_number() OVER () AS rowid FROM summary WHERE metric = 'p99' AND phase = baseline_phase)) WHERE k = 1"
     )
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    out: dict[str, dict[str, dict[str, object]]] = {}
     for run_id, probe, measure, v, lo, hi in a.rows:
         out.setdefault(run_id, {})[probe] = {"measure": measure, "value_ns": v, "lo_ns": lo, "hi_ns": hi}
     return out

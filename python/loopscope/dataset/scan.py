@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
@@ -53,7 +52,7 @@ class RunEntry:
     #: tables left out, with why
     damaged: dict[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         kernels = sorted({k for k in self.hosts.values() if k})
         return {
             "run_id": self.run_id,

@@ -82,7 +82,7 @@ class App(ProbeKind[AppProbe]):
     def local_programs(self, probe: AppProbe) -> list[Any]:
         return list(probe.processes)
 
-    def run(self, ctx: StepContext, probe: AppProbe, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: AppProbe, key: str, dur_ns: int) -> dict[str, object]:
         procs = [(p, p.host or ctx.first_host, f"{probe.name}.{p.name}") for p in probe.processes]
         running_hubs: list[Any] = []
         hub_parts: list[HubStep] = []
@@ -137,7 +137,7 @@ class App(ProbeKind[AppProbe]):
             out["hubs"] = hub_parts
         return out
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         for proc in step.processes or []:
             df = read.trace(proc.trace)

@@ -45,7 +45,7 @@ def cli(kind: str) -> list[str]:
 def launch_of(
     kind: str,
     model: type[Params],
-    p: dict[str, Any],
+    p: dict[str, object],
     duration_ns: int,
     trace: Path | None,
     scratch: Path,
@@ -95,7 +95,7 @@ class RunFiles(Protocol):
         """A trace of the run (read once, shared); None when it is missing."""
         ...
 
-    def json(self, rel: str) -> dict[str, Any]:
+    def json(self, rel: str) -> dict[str, object]:
         """A probe's result (the last line of its JSON file); {} when missing."""
         ...
 
@@ -137,7 +137,7 @@ class Collected:
     cpu_usec: int | None
     spawn_mono_ns: int | None
     end_mono_ns: int | None
-    result: dict[str, Any]
+    result: dict[str, object]
 
 
 class Helpers(Protocol):
@@ -174,7 +174,7 @@ class StepContext(Protocol):
         """The experiment's first host (where parts without one run)."""
         ...
 
-    def run_one(self, probe: ProbeModel, spec: dict[str, Any], key: str, dur_ns: int) -> dict[str, Any]:
+    def run_one(self, probe: ProbeModel, spec: dict[str, object], key: str, dur_ns: int) -> dict[str, object]:
         """Run ``spec`` as one process on the probe's host; the step's record."""
         ...
 
@@ -314,7 +314,7 @@ class StepRows:
     tagged with the step) and plain rows per table."""
 
     frames: dict[str, list[pl.DataFrame]] = field(default_factory=dict)
-    rows: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    rows: dict[str, list[dict[str, object]]] = field(default_factory=dict)
 
     def add(self, table: str, df: pl.DataFrame) -> None:
         self.frames.setdefault(table, []).append(df)
@@ -370,7 +370,7 @@ class ProbeKind(Generic[M]):
     #: inherits; a kind with one is started from a ``Launch``, never a command line of strings
     params: type[Params] | None = None
 
-    def argv(self, p: dict[str, Any], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
+    def argv(self, p: dict[str, object], duration_ns: int, trace: Path, scratch: Path, calibrate: bool = False) -> list[str]:
         """How an agent starts it: ``python -m loopscope.probes.launch`` with its typed parameters."""
         if self.params is None:
             raise NotImplementedError(f"{self.name}: no command line")
@@ -415,7 +415,7 @@ class ProbeKind(Generic[M]):
         """Its parts that take a ``cwd`` and ``host`` (programs it starts)."""
         return []
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         """The table rows of one step: ``trace`` is the step's trace,
         ``result`` its probe's JSON, ``read`` reads the run's other files
         (each trace once), ``tag`` adds the step's columns."""
@@ -452,7 +452,7 @@ class ProbeKind(Generic[M]):
         getting no attribution."""
         raise NotImplementedError(f"{self.name}: no windows for explain")
 
-    def silent(self, results: list[dict[str, Any]]) -> str:
+    def silent(self, results: list[dict[str, object]]) -> str:
         """Why a probe of this kind has nothing to compare, and what it did
         record, from its steps' results (said in the summary and the report)."""
         return f"measured nothing in its {len(results)} step(s)"

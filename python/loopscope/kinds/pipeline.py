@@ -93,7 +93,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
     summary = frozenset({"e2e"})  # per-hop figures are in the report
     helpers = {"pipe-source": PipeSourceParams, "pipe-node": PipeNodeParams, "pipe-sink": PipeSinkParams}
 
-    def run(self, ctx: StepContext, probe: PipelineProbe, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: PipelineProbe, key: str, dur_ns: int) -> dict[str, object]:
         """Start the sink, then the nodes back to front, then the source; wait for
         the source, let the last messages arrive, stop the rest."""
         stages = probe.stages
@@ -163,7 +163,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
             "flow": flow,
         }
 
-    def live_step(self, probe: PipelineProbe, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
+    def live_step(self, probe: PipelineProbe, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, object]:
         """The stages' traces where ``run`` has its processes write them (the sink's is the step's)."""
         stages = probe.stages
         names = stage_names(probe.label, len(stages))
@@ -179,7 +179,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
         ]
         return {"host": stages[0][1], "trace": st[-1]["trace"], "json": st[-1]["json"], "stages": st}
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         from loopscope.probes.pipeline import messages_from
 
         out = StepRows()
@@ -307,7 +307,7 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
     # Queueing inside the hosts: each kernel-to-application stage against the M/Er/1 model of Marcondes 2005.
     from loopscope.analysis.queueing import fit as erlang
 
-    fits: list[dict[str, Any]] = []
+    fits: list[dict[str, object]] = []
     samples: list[tuple[str, Any, Any]] = []
     for m in [x for x in measures if x.endswith("_stack")]:
         col = f"{m}_ns"

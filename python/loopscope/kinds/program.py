@@ -137,14 +137,14 @@ class Program(ProbeKind[ProgramProbe]):
 
     params = ProgramParams
 
-    def run(self, ctx: StepContext, probe: ProgramProbe, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: ProgramProbe, key: str, dur_ns: int) -> dict[str, object]:
         spec = {**probe.model_dump(mode="json"), "command": ctx.with_hosts(probe.command)}
         return ctx.run_one(probe, spec, key, dur_ns)
 
     def local_programs(self, probe: ProgramProbe) -> list[Any]:
         return [probe]
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         out.add("program", tag(intervals(trace, "", "program")))
         return out

@@ -130,7 +130,7 @@ class Rr(ProbeKind[RrProbe]):
     params = RrParams
     helpers = {"rr-echo": EchoParams}
 
-    def run(self, ctx: StepContext, probe: RrProbe, key: str, dur_ns: int) -> dict[str, Any]:
+    def run(self, ctx: StepContext, probe: RrProbe, key: str, dur_ns: int) -> dict[str, object]:
         srv = probe.server_host
         spec = probe.model_dump(mode="json")
         if srv is None:
@@ -155,7 +155,7 @@ class Rr(ProbeKind[RrProbe]):
             },
         }
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         a = decode(trace)
         out = StepRows()
         if not len(a):

@@ -132,7 +132,7 @@ class Threads(ProbeKind[ThreadsProbe]):
         """A command it starts (checked at preflight like a program's)."""
         return [probe] if probe.command else []
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         host = read.run.host_of(step)
         store = read.kernel(host)

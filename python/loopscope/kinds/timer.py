@@ -4,7 +4,7 @@ deadlines (cyclictest's measurement; the native loop is
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import polars as pl
 from pydantic import Field
@@ -40,7 +40,7 @@ class Timer(ProbeKind[TimerProbe]):
         """A record of about 25 bytes per wake-up of each thread (72 kB for 2,920 wake-ups, measured)."""
         return float(probe.threads * 1e6 / probe.interval_us * 25)
 
-    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, Any], read: RunFiles, tag: Tag) -> StepRows:
+    def rows(self, step: Step, trace: pl.DataFrame, result: dict[str, object], read: RunFiles, tag: Tag) -> StepRows:
         out = StepRows()
         w = trace.filter(pl.col("name").cast(pl.String) == "wakeup").select(pl.col("tag").alias("thread"), "t_ns", pl.col("dur_ns").alias("latency_ns"))
         out.add("timer", tag(w))

@@ -301,7 +301,7 @@ async def connect(host: Host, timeout: float) -> Any:
     import asyncssh
 
     kh = os.path.expanduser(host.known_hosts) if host.known_hosts else os.path.expanduser("~/.ssh/known_hosts")
-    opts: dict[str, Any] = {"port": host.port, "known_hosts": kh, "connect_timeout": timeout}
+    opts: dict[str, object] = {"port": host.port, "known_hosts": kh, "connect_timeout": timeout}
     if host.user:
         opts["username"] = host.user
     if host.identity:
@@ -399,7 +399,7 @@ class AgentClient:
             raise self._died(op) from None
         return self.next_id
 
-    def reply(self, rid: int, op: str, timeout: float | None = None) -> dict[str, Any]:
+    def reply(self, rid: int, op: str, timeout: float | None = None) -> dict[str, object]:
         """The reply to request ``rid`` (replies to other requests that come
         first are kept for whoever waits for them)."""
         while True:

@@ -79,7 +79,7 @@ def start(lab: Lab, exp: Experiment, probe: str, key: str, dur_ns: int) -> list[
             "--stats",
             f"{lab.step_dir(host, key)}/{name}.stats.json",
         ]
-        spec: dict[str, Any] = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
+        spec: dict[str, object] = {"kind": "program", "name": name, "command": command, "until": "exit", "env": {}, "cpu": None, "cwd": None}
         try:
             lab.agent(host).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(host, key), scratch_dir=lab.scratch(host), duration_ns=dur_ns + 600_000_000_000))
         except AgentFailure:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from loopscope import protocol as P
 from loopscope.errors import RunError
@@ -310,8 +310,8 @@ class Lab:
             out[label] = sorted(tids)
         return out
 
-    def provenance(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def provenance(self) -> dict[str, object]:
+        out: dict[str, object] = {
             "hosts": {
                 h.name: {
                     "kind": h.kind,

@@ -43,7 +43,7 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from typing_extensions import TypedDict
 
@@ -132,7 +132,7 @@ class Bundle:
     wheels: int
     bytes: int
     files: list[Path]
-    manifest: dict[str, Any]
+    manifest: dict[str, object]
 
 
 def source_tree() -> Path | None:

@@ -111,7 +111,7 @@ class Steps:
         finally:
             hs.stop_rest()
 
-    def calibrate(self, probe: ProbeModel) -> dict[str, Any]:
+    def calibrate(self, probe: ProbeModel) -> dict[str, object]:
         lab = self.lab
         host = probe.hosts(self.first_host)[0]
         r = lab.agent(host).ask(

@@ -5,7 +5,7 @@ app carried from one node or condition to another)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ def read_model(path: str, model: type[M], what: str, fmt: str, version: int, wri
         raise InputError(f"{path}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}; write it again with {writer}") from None
 
 
-def read_versioned(path: str, what: str, fmt: str, version: int, writer: str) -> dict[str, Any]:
+def read_versioned(path: str, what: str, fmt: str, version: int, writer: str) -> dict[str, object]:
     """A model file, its format and version checked: anything else is bad
     input naming the file and the command that writes a good one."""
 

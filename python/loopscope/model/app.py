@@ -277,7 +277,7 @@ def structure(parsed: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def size_classes(b: np.ndarray) -> dict[str, Any]:
+def size_classes(b: np.ndarray) -> dict[str, object]:
     """Bytes moved per call: the mean, and the calls in power-of-two classes
     (each: its mean size and the fraction of calls), which is what a node's
     cost-by-size curve is read at."""
@@ -338,7 +338,7 @@ DATA_CALLS = frozenset(
 )
 
 
-def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str, Any]:
+def parse_ftrace(text: str, names: dict[int, str], sched: str = "") -> dict[str, object]:
     """raw_syscalls lines of a tracefs instance (and, from ``sched``, every
     sched_switch of the machine) -> per thread, its calls in order (name,
     start ms, on-CPU duration ms, bytes moved or None): the time a call
@@ -454,7 +454,7 @@ def _tracefs_run(cmd: list[str], cwd: str | None, env: dict[str, str] | None, cp
                 pass
 
 
-def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, Any]:
+def trace_runs(cmd: list[str], runs: int, cwd: str | None, env: dict[str, str] | None, cpus: list[int] | None = None) -> dict[str, object]:
     if runs == 0:
         return {
             "runs": 0,

@@ -198,7 +198,7 @@ class Monitor:
         assert q is not None
         return self.recent.quantile(q, open_values, QUANTILE_MIN)
 
-    def live_snapshot(self) -> dict[str, dict[str, Any]]:
+    def live_snapshot(self) -> dict[str, dict[str, object]]:
         """Per probe, for the metrics: the run's histogram so far (the open
         period's values included), the last period's maximum, periods closed."""
         with self.tail.lock:

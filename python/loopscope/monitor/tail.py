@@ -45,7 +45,7 @@ class LiveSource:
     """What a kind's ``windows`` hook reads (``kinds.base.WindowSource``),
     over the open period's trace as far as it has been written."""
 
-    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, Any], offset: Callable[[str], int] = lambda _h: 0) -> None:
+    def __init__(self, run_dir: Path, run: RunRecord, spec: dict[str, object], offset: Callable[[str], int] = lambda _h: 0) -> None:
         self.run_dir, self.run, self.spec = run_dir, run, spec
         self._offset = offset
         #: a watching capture's directory per probe (``live_capture`` kinds), and where the last read ended

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 
 import os
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import model_validator, AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -52,7 +52,7 @@ class Launch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kind: str
-    params: dict[str, Any] = Field(description="the kind's Params, dumped; validated by its model in the probe's process")
+    params: dict[str, object] = Field(description="the kind's Params, dumped; validated by its model in the probe's process")
     duration_ns: int = Field(ge=0)
     trace: str | None = None
     scratch: str

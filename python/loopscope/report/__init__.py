@@ -14,7 +14,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from typing_extensions import TypedDict
 
@@ -46,7 +46,7 @@ class ReportJson(TypedDict):
     status: str
     build_seconds: float
     traces_read: int
-    comparisons: list[dict[str, Any]]
+    comparisons: list[dict[str, object]]
     notes: list[str]
 
 

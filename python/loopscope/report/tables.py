@@ -145,9 +145,9 @@ def load_run(run_dir: Path, kinds: Registry, traces: Files | None = None) -> Run
     prov = rd.provenance()
     files = StepFiles(run, traces if traces is not None else Files(run_dir))
     frames: dict[str, list[pl.DataFrame]] = {}
-    plain: dict[str, list[dict[str, Any]]] = {}
+    plain: dict[str, list[dict[str, object]]] = {}
     stepsrows = []
-    results: dict[tuple[int, str, str], dict[str, Any]] = {}
+    results: dict[tuple[int, str, str], dict[str, object]] = {}
     for st in run.steps:
         res = files.json(st.json_)
         results[(st.rep, st.phase, st.probe)] = res

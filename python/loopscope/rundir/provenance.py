@@ -5,7 +5,6 @@ checkout, what the phases' tunings changed), as pydantic models.
 
 from __future__ import annotations
 
-from typing import Any
 
 from pydantic import Field
 
@@ -37,8 +36,8 @@ class LabProvenance(_Open):
     """The lab's side of provenance.json: hosts, network, links."""
 
     hosts: dict[str, LabHost] = Field(default_factory=dict)
-    network: dict[str, Any] | None = None
-    links: dict[str, Any] | None = None
+    network: dict[str, object] | None = None
+    links: dict[str, object] | None = None
 
 
 class MachineCpu(_Open):
@@ -137,10 +136,10 @@ class Machine(_Open):
 class Provenance(_Open):
     """What ``provenance.json`` holds: the controller, the lab, each host's machine, and the tunings the phases applied."""
 
-    controller: dict[str, Any] = Field(default_factory=dict)
+    controller: dict[str, object] = Field(default_factory=dict)
     lab: LabProvenance = Field(default_factory=LabProvenance)
     hosts: dict[str, Machine] = Field(default_factory=dict)
-    tunings: list[dict[str, Any]] | None = None
+    tunings: list[dict[str, object]] | None = None
 
     def offsets(self) -> dict[str, int]:
         """Each host's CLOCK_MONOTONIC offset (its time namespace), ns."""

@@ -8,7 +8,6 @@ a pipeline's stages, an rr probe's server) are kept as they are (``_Open``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -222,7 +221,7 @@ class SyncPart(_Open):
     host: str | None = None
     trace: str
     json_: str = Field(alias="json")
-    result: dict[str, Any] | None = None
+    result: dict[str, object] | None = None
     #: an initiator's flow id, the network it crossed (``sync`` or ``experiment``) and the address it probed
     flow: int | None = None
     network: str | None = None

@@ -1,13 +1,11 @@
 """Experiment files: models (:mod:`.models`), loading with located errors
 (:mod:`.load`), the JSON Schema, and the plan a run follows (:mod:`.plan`)."""
 
-from typing import Any
-
 from loopscope.spec.load import Problem, SpecError, load, parse
 from loopscope.spec.models import Experiment, HasModels, experiment_model
 
 
-def json_schema(kinds: HasModels) -> dict[str, Any]:
+def json_schema(kinds: HasModels) -> dict[str, object]:
     """The JSON Schema of experiment files with ``kinds``' probes (``loopscope schema``)."""
     s = experiment_model(kinds).model_json_schema(mode="validation")
     s["$schema"] = "https://json-schema.org/draft/2020-12/schema"

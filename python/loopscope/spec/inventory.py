@@ -113,11 +113,11 @@ def members(inv: dict[str, Any], group: str) -> list[str]:
     return out
 
 
-def _groups(inv: dict[str, Any]) -> list[str]:
+def _groups(inv: dict[str, object]) -> list[str]:
     return sorted(k for k in inv if k != "_meta")
 
 
-def hosts_of(item: dict[str, Any], base: Path) -> list[dict[str, Any]]:
+def hosts_of(item: dict[str, object], base: Path) -> list[dict[str, object]]:
     """The hosts an inventory item stands for, as host mappings of the experiment file."""
     item = dict(item)
     src = item.pop("inventory")

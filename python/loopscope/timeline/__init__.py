@@ -22,7 +22,6 @@ CLOCK_REALTIME.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
@@ -252,7 +251,7 @@ def _pipeline(files: Files, run: RunRecord, clocks: sync.RunClocks) -> tuple[pl.
             continue
         hosts = [sg.host for sg in st.stages]
         n_nodes = len(hosts) - 2
-        cols: dict[str, Any] = {"rep": [st.rep] * len(m), "phase": [st.phase] * len(m), "probe": [st.probe] * len(m), "seq": m["seq"].to_numpy()}
+        cols: dict[str, object] = {"rep": [st.rep] * len(m), "phase": [st.phase] * len(m), "probe": [st.probe] * len(m), "seq": m["seq"].to_numpy()}
         g_prev, b_prev = clocks.map_real(hosts[0], m["sent_rt_ns"].to_numpy())
         cols["sent_global_ns"] = g_prev
         legs = []
