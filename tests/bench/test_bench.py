@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 import pytest
 
@@ -216,3 +217,26 @@ def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_l
         assert 0 < c["up_s"]["median"] < 60 and 0 < c["down_s"]["median"] < 60
         assert c["floor_up_s"] is not None and c["up_ratio"] is not None
     assert res["killed"] is None
+
+
+def _trials_up_to(limit: int) -> Callable[[int], dict[str, object]]:
+    def trial(pps: int) -> dict[str, object]:
+        return {"pps": pps, "sent": pps, "received": pps, "kept_up": pps <= limit, "ok": pps <= limit}
+
+    return trial
+
+
+def test_the_rate_search_doubles_to_the_first_failure_then_bisects() -> None:
+    from loopscope.bench.emulator import rate_search
+
+    best, tried = rate_search(_trials_up_to(300), steps=3, start=100)
+    assert [t["pps"] for t in tried[:3]] == [100, 200, 400] and 275 <= best <= 300
+
+
+def test_a_rate_search_whose_start_fails_halves_down_to_a_rate_that_passes() -> None:
+    from loopscope.bench.emulator import rate_search
+
+    best, tried = rate_search(_trials_up_to(300), steps=0, start=640)
+    assert best == 160 and [t["pps"] for t in tried] == [640, 320, 160]
+    best, tried = rate_search(_trials_up_to(10), steps=0, start=640)
+    assert best == 0 and tried[-1]["pps"] == 40  # nothing down to a 16th of the start passes

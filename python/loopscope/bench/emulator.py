@@ -162,7 +162,10 @@ def rate_trial(topo: Any, work: Path, pps: int, seconds: float, cpu: int | None)
 
 def rate_search(trial: Callable[[int], Trial], steps: int = 3, start: int = RATE_START) -> tuple[int, list[Trial]]:
     """The highest rate ``trial`` passes: double from ``start`` until one
-    fails, then bisect ``steps`` times between the last pass and the fail."""
+    fails, then bisect ``steps`` times between the last pass and the fail.
+    When ``start`` itself fails (a busy machine, or a start set high for a
+    quick run), halve down from it until one passes, at most to a 16th of
+    it: 0 only when nothing down there passes either."""
     tried: list[Trial] = []
     lo, hi = 0, start
     while True:
@@ -173,6 +176,13 @@ def rate_search(trial: Callable[[int], Trial], steps: int = 3, start: int = RATE
         lo, hi = hi, hi * 2
         if hi > 5_000_000:
             return lo, tried
+    while lo == 0 and hi > start // 16:
+        t = trial(hi // 2)
+        tried.append(t)
+        if t["ok"]:
+            lo = hi // 2
+        else:
+            hi //= 2
     for _ in range(steps):
         mid = (lo + hi) // 2
         t = trial(mid)
