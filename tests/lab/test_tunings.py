@@ -1,7 +1,8 @@
 """Tunings in a real run on this machine: a remedy phase that moves the probe
 away from a hog, disables an idle state, holds the DMA latency request and
-writes a sysctl; the remedy measurably helps, and every setting reads the same
-afterwards: after the run, after Ctrl-C, after SIGKILL of the controller."""
+writes a sysctl; the probe runs as the phase says, and every setting reads the
+same afterwards: after the run, after Ctrl-C, after SIGKILL of the controller.
+That a remedy measurably helps is what advise's follow-up proves (below)."""
 
 from __future__ import annotations
 
@@ -62,29 +63,24 @@ def _journal(run_id: str) -> Path:
     return state.state_dir() / f"{run_id}.tunings"
 
 
-def test_a_remedy_phase_helps_and_every_setting_is_given_back(tmp_path: Path, lab: None) -> None:
+def test_a_remedy_phase_runs_the_probe_as_tuned_and_every_setting_is_given_back(tmp_path: Path, lab: None) -> None:
+    # (that such a remedy measurably helps is the advise test's and the zoo's: their follow-ups compare the phases)
     before = settings()
-    spec = write_spec(tmp_path, "tune1", "500ms", 5)
-    r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", str(tmp_path / "tune1")], capture_output=True, text=True, timeout=300)
+    spec = write_spec(tmp_path, "tune1", "300ms", 2)
+    r = subprocess.run([str(BIN), "run", str(spec), "--run-dir", str(tmp_path / "tune1"), "--no-report"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert settings() == before
     run = json.loads((tmp_path / "tune1" / "run.json").read_text())
     rec = [t for t in run["tunings"] if t["phase"] == "remedy"]
-    assert len(rec) == 5
+    assert len(rec) == 2
     paths = {c["path"]: c for c in rec[0]["changes"]}
     assert paths["/proc/sys/kernel/timer_migration"]["old"] == before["timer_migration"]
     assert "/dev/cpu_dma_latency" in paths
     if IDLE.exists():
         assert paths[str(IDLE)]["old"] == before[str(IDLE)] and paths[str(IDLE)]["new"] == "1"
-    # the run's own comparisons: the remedy is significantly better than the hog phase, in p99 lateness or,
-    # when the hog starved the probe (its wake-ups past the next deadline are missed deadlines, not samples,
-    # so the lateness of the few that ran is censored), in missed deadlines
-    c = pl.read_parquet(tmp_path / "tune1" / "tables" / "comparisons.parquet")
-    rem = c.filter((pl.col("phase") == "remedy") & (pl.col("measure") == "latency"))
-    p99 = rem.filter(pl.col("metric") == "p99").row(0, named=True)
-    missed = rem.filter(pl.col("metric") == "missed").row(0, named=True)
-    assert p99["baseline_phase"] == "hog" and missed["baseline_phase"] == "hog"
-    assert (p99["significant"] and p99["ratio"] < 0.5) or (missed["significant"] and missed["ratio"] < 0.5), (p99, missed)
+    # the probe ran where each phase put it: beside the hog on CPU 0, then moved off it by the remedy's affinity
+    cpus = {(st["phase"], st["rep"]): [t["cpu"] for t in json.loads((tmp_path / "tune1" / st["json"]).read_text())["threads"]] for st in run["steps"]}
+    assert cpus == {("hog", 1): [0], ("remedy", 1): [1], ("hog", 2): [0], ("remedy", 2): [1]}, cpus
     assert not _journal("tune1").exists()
     prov = json.loads((tmp_path / "tune1" / "provenance.json").read_text())
     assert prov["tunings"] == run["tunings"]
