@@ -73,8 +73,21 @@ repetitions: 2
 kernel: {{capture: {capture}}}
 """
 
+# monitor: a timer probe on CPU 1 beside a hog at nice -20 that takes the
+# CPU a tenth of the time, watched in 3 s periods for 10 s: its outliers are
+# kept and named by the flight recorder (the dataset's monitor views).
+MONITOR = """name: watch
+probes:
+  - {kind: timer, name: t, interval_us: 1000, cpu: [1]}
+loads:
+  - {name: hog, kind: command, command: "nice -n -20 stress-ng --cpu 1 --taskset 1 --cpu-load 10 --quiet"}
+monitor: {period: 3s, threshold: 500us, keep_per_minute: 60}
+"""
+
 #: recipes whose runs go into one results directory (``runs``), named by the lab
 RESULTS = {"dataset"}
+#: recipes that are monitors (``loopscope monitor … --for``), not runs
+MONITORS = {"monitor": "10s"}
 
 RECIPES: dict[str, dict[str, str]] = {
     "dataset": {
@@ -84,6 +97,7 @@ RECIPES: dict[str, dict[str, str]] = {
     },
     "report": {"run": REPORT},
     "compare": {"quiet": COMPARE.format(name="quiet", loads=""), "hogged": COMPARE.format(name="hogged", loads="hog")},
+    "monitor": {"watch": MONITOR},
 }
 
 
@@ -109,8 +123,11 @@ def record(name: str) -> None:
     where.mkdir(parents=True)
     for run, spec in RECIPES[name].items():
         (where / f"{run}.yaml").write_text(spec)
-        args = ["--results", "runs"] if name in RESULTS else ["--run-dir", run, "--no-report"]
-        r = subprocess.run([str(BIN), "run", f"{run}.yaml", *args], cwd=where, timeout=600)
+        if name in MONITORS:
+            cmd = ["monitor", f"{run}.yaml", "-o", run, "--for", MONITORS[name]]
+        else:
+            cmd = ["run", f"{run}.yaml", *(["--results", "runs"] if name in RESULTS else ["--run-dir", run, "--no-report"])]
+        r = subprocess.run([str(BIN), *cmd], cwd=where, timeout=600)
         if r.returncode != 0:
             sys.exit(f"recording {name}/{run} failed (exit {r.returncode})")
         (where / f"{run}.yaml").unlink()
@@ -122,6 +139,11 @@ def record(name: str) -> None:
                 t.unlink()
         for f in ("report.html", "report.json"):
             (run / f).unlink()
+    for run in RECIPES[name] if name in MONITORS else ():
+        # the kept windows and the kernel's formats stay out: the dataset reads the record and its lines
+        for d in ("windows", "kernel"):
+            shutil.rmtree(where / run / d, ignore_errors=True)
+        (where / run / "monitor.lock").unlink(missing_ok=True)
 
 
 def scrub(where: Path) -> None:

@@ -5,6 +5,7 @@ older and newer runs among good ones said while the good ones answer."""
 from __future__ import annotations
 
 import json
+import subprocess
 import shutil
 from pathlib import Path
 
@@ -97,9 +98,24 @@ def test_records_hold_every_sample_and_attribution_its_run(results: Path, cli: C
     assert r.returncode == 0 and r.stdout.split() == ["experiment", "tock"]
 
 
+def _duckdb_error(r: subprocess.CompletedProcess[str], *needles: str) -> list[str]:
+    """loopscope's error line first, then DuckDB's own lines (exit 2, no traceback)."""
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.rstrip().splitlines()
+    assert lines[0].startswith("loopscope: error: query: ") and all(x.startswith("  ") for x in lines[1:]), lines
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+    return lines
+
+
 def test_bad_sql_is_duckdbs_own_message_and_exit_2(results: Path, cli: Cli) -> None:
-    assert_clean_error(cli("query", str(results), "SELEC 1"), 2, "Parser Error", "syntax error")
-    assert_clean_error(cli("query", str(results), "SELECT * FROM nothere"), 2, "nothere", "the views are:", "summary")
+    lines = _duckdb_error(cli("query", str(results), "SELEC 1"), "Parser Error", "syntax error", "LINE 1: SELEC 1")
+    # the caret stands under the word DuckDB refused
+    at = lines[-2].index("SELEC 1")
+    assert lines[-1].index("^") == at, lines
+    _duckdb_error(cli("query", str(results), "SELECT * FROM nothere"), "nothere", "the views are:", "summary")
+    # a wrong column keeps DuckDB's own hint: the columns it could have meant
+    _duckdb_error(cli("query", str(results), "SELECT p99_nss FROM summary"), "Binder Error", "Candidate bindings", "value_ns")
 
 
 def test_a_directory_without_runs_is_said(cli: Cli, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import click
 
 from loopscope.cli.base import _console, cli, Percent, prints
 from loopscope.dataset.query import Query
-from loopscope.dataset.scan import scan
+from loopscope.dataset.scan import MonitorListing, RunListing, scan
 from loopscope.kinds import KINDS
 from loopscope.dataset.query import plain
 from rich.table import Table
@@ -68,7 +68,9 @@ def _cell(v: object) -> str:
 def runs_cmd(directory: str, fmt: str) -> int:
     """List the runs under DIRECTORY: experiment, hosts, kernel, loopscope
     version, when, status, and each probe's p99 in its baseline phase with
-    its interval. Runs that cannot be read are listed with why.
+    its interval. Runs that cannot be read are listed with why. Monitors
+    are listed as such: hosts, span, periods, outliers kept and not kept,
+    and hosts lost (DIRECTORY may be one monitor's directory).
 
     \b
     Examples:
@@ -76,17 +78,53 @@ def runs_cmd(directory: str, fmt: str) -> int:
       loopscope runs runs/ --format json | jq '.runs[] | select(.status != "completed")'
     """
     q = _open(directory)
-    figures = _figures(q)
+    figures = _figures(q) if q.ds.runs else {}
     entries = []
     for r in q.ds.runs:
         e = r.to_json()
         e["p99"] = figures.get(r.run_id, {})
         entries.append(e)
-    entries.sort(key=lambda e: (e["started_utc"] or "", e["run_id"]))
+    entries.sort(key=lambda e: (str(e["started_utc"] or ""), str(e["run_id"])))
+    monitors = sorted((m.to_json() for m in q.ds.monitors), key=lambda e: (str(e["started_utc"] or ""), str(e["run_id"])))
     notes = q.ds.notes() + q.notes
     if fmt == "json":
-        click.echo(json.dumps({"runs": entries, "notes": notes}, default=str, separators=(",", ":")))
+        click.echo(json.dumps({"runs": [*entries, *monitors], "notes": notes}, default=str, separators=(",", ":")))
         return 0
+    if entries:
+        _list_runs(entries, directory, fmt)
+    if monitors:
+        _list_monitors(monitors, directory, fmt)
+    _say(notes)
+    return 0
+
+
+def _list_monitors(monitors: list[MonitorListing], directory: str, fmt: str) -> None:
+    cols = ["monitor", "experiment", "started (UTC)", "last period (UTC)", "status", "hosts", "kernel", "periods", "outliers kept", "not kept", "lost hosts"]
+    rows = [
+        (
+            m["run_id"],
+            m["experiment"] or "",
+            (m["started_utc"] or "")[:16].replace("T", " "),
+            (m["updated_utc"] or "")[:16].replace("T", " "),
+            m["status"] or ("unreadable" if not m["readable"] else ""),
+            ", ".join(m["hosts"]),
+            m["kernel"] or "",
+            m["periods"],
+            f"{m['kept']:,} of {m['outliers_above']:,}",
+            ", ".join(f"{k}: {v:,}" for k, v in m["not_kept"].items()) or ("0" if m["readable"] else m["why"] or ""),
+            ", ".join(f"{x['host']} at {x['at_utc']}" for x in m["lost_hosts"]),
+        )
+        for m in monitors
+    ]
+    _emit(
+        cols,
+        rows,
+        fmt if fmt == "csv" else "table",
+        title=f"{len(monitors)} monitors in {directory} (their periods and outliers: `loopscope query` views periods, outliers)",
+    )
+
+
+def _list_runs(entries: list[RunListing], directory: str, fmt: str) -> None:
     cols = ["run", "experiment", "started (UTC)", "status", "hosts", "kernel", "version", "reps", "p99 [95 % CI]"]
     rows = []
     for e in entries:
@@ -108,8 +146,6 @@ def runs_cmd(directory: str, fmt: str) -> int:
         _emit(cols, rows, "csv")
     else:
         _emit(cols, rows, "table", title=f"{len(entries)} runs in {directory} (p99: each probe's first measure in the run's baseline phase)")
-    _say(notes)
-    return 0
 
 
 def _ns(v: float | None) -> str:

@@ -94,7 +94,7 @@ def _live_table(m: Monitor) -> Any:
 @click.option("--for", "for_ns", type=Duration(), default=None, help="Stop after this long (e.g. 24h); default: until Ctrl-C or SIGTERM.")
 @click.option("--metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus / OpenMetrics metrics here (a bare PORT binds to loopback).")
 @click.option("--json", "as_json", is_flag=True, help="At the end, print monitor.json as one JSON line (the last line of stdout).")
-@prints("loopscope.monitor.record:MonitorJson")
+@prints("loopscope.rundir.monitor:MonitorJson")
 def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | None, metrics: str | None, as_json: bool) -> int:
     """Run SPEC's probes period after period under its loads, keep a histogram per
     period and the kernel's events around every outlier, explained as it comes.

@@ -20,6 +20,22 @@ the run's first. Two views are built on the others:
 - ``records``: every sample of every run, one row each: the measure's name
   and ``value_ns``, as each probe kind declares (``ProbeKind.records``).
 
+Monitors answer beside runs: each is a row of ``runs`` (``kind`` =
+'monitor', one per host) and its probes rows of ``probes``, and three views
+read their lines in place (``read_json`` of ``periods.jsonl`` and
+``outliers.jsonl``), with the same identity columns:
+
+- ``periods``: one row per host × probe × period: count, p50/p99/p99.9/max,
+  ``max_at_utc``, ``gap_s`` (the time not measured before it);
+- ``outliers``: one row per outlier above the threshold: ``at_utc``,
+  ``value_ns``, ``top_cause`` and ``top_share``, ``complete``, ``kept`` (its
+  window was kept) and why not;
+- ``outlier_causes``: one row per outlier × cause, its ``ns`` and ``share``.
+
+An outlier's ``at_utc`` is its probe's monotonic time placed by the periods'
+own (monotonic, UTC) pairs of their maxima: good to the millisecond the
+period lines keep.
+
 Views are made only when a query names them (a view over 200 runs' files
 reads their footers), and a file DuckDB finds damaged while answering is
 left out, said, and the query asked again of the rest.
@@ -40,6 +56,39 @@ from loopscope.rundir import IDENTITY
 
 #: views built on others, and what they read
 DERIVED = {"summary": ("comparisons",), "records": ()}
+#: views over the monitors' lines (periods.jsonl, outliers.jsonl)
+MONITOR_VIEWS = ("periods", "outliers", "outlier_causes")
+PERIOD_COLUMNS = {
+    "period": "BIGINT",
+    "probe": "VARCHAR",
+    "start_utc": "VARCHAR",
+    "end_utc": "VARCHAR",
+    "seconds": "DOUBLE",
+    "count": "BIGINT",
+    "gap_s": "DOUBLE",
+    "p50_ns": "BIGINT",
+    "p99_ns": "BIGINT",
+    "p999_ns": "BIGINT",
+    "max_ns": "BIGINT",
+    "max_t_ns": "BIGINT",
+    "max_at_utc": "VARCHAR",
+    "samples": "BIGINT",
+    "missed": "BIGINT",
+    "probe_died": "VARCHAR",
+    "interrupted": "VARCHAR",
+}
+OUTLIER_COLUMNS = {
+    "probe": "VARCHAR",
+    "host": "VARCHAR",
+    "tid": "BIGINT",
+    "t_ns": "BIGINT",
+    "latency_ns": "BIGINT",
+    "window": "VARCHAR",
+    "not_kept": "VARCHAR",
+    "causes": "STRUCT(cause VARCHAR, ns BIGINT, share DOUBLE)[]",
+    "complete": "BOOLEAN",
+    "top_cause": "VARCHAR",
+}
 SUMMARY_METRICS = ("p50", "p99", "p999", "max", "mean")
 POOLED_BEFORE = (
     "CASE WHEN metric = 'max' THEN 'largest sample of any repetition' "
@@ -79,8 +128,19 @@ class Query:
         self._files: dict[str, list[tuple[Path, str]]] = {}
         for r in ds.readable:
             for t, p in r.tables.items():
-                if re.fullmatch(r"[a-z_][a-z0-9_]*", t) and t not in ("runs", "probes", *DERIVED):  # a table loopscope writes, named as a view can be
+                if re.fullmatch(r"[a-z_][a-z0-9_]*", t) and t not in (
+                    "runs",
+                    "probes",
+                    *DERIVED,
+                    *MONITOR_VIEWS,
+                ):  # a table loopscope writes, named as a view can be
                     self._files.setdefault(t, []).append((p, r.run_id))
+        self._lines: dict[str, list[tuple[Path, str]]] = {"periods": [], "outliers": []}
+        for m in ds.monitors:
+            if m.readable:
+                for name, f in (("periods", m.periods_file), ("outliers", m.outliers_file)):
+                    if f.is_file():
+                        self._lines[name].append((f, m.run_id))
         self._base()
 
     def _base(self) -> None:
@@ -89,11 +149,12 @@ class Query:
         c.execute(
             "CREATE TABLE runs (run_id VARCHAR, experiment VARCHAR, host VARCHAR, kernel VARCHAR, version VARCHAR, "
             "started_utc TIMESTAMPTZ, path VARCHAR, status VARCHAR, ended_utc TIMESTAMPTZ, format INTEGER, commit VARCHAR, "
-            "repetitions INTEGER, first_host VARCHAR, hosts INTEGER, tables INTEGER)"
+            "repetitions INTEGER, first_host VARCHAR, hosts INTEGER, tables INTEGER, kind VARCHAR)"
         )
         c.execute("CREATE TABLE probes (run_id VARCHAR, probe VARCHAR, kind VARCHAR, host VARCHAR)")
         c.execute("CREATE TABLE _files (file VARCHAR, run_id VARCHAR, tbl VARCHAR)")
-        runs, probes = [], []
+        runs: list[tuple[object, ...]] = []
+        probes: list[tuple[str, str, str | None, str]] = []
         for r in self.ds.readable:
             for h, k in r.hosts.items():
                 runs.append(
@@ -113,14 +174,40 @@ class Query:
                         r.first_host,
                         len(r.hosts),
                         len(r.tables),
+                        "run",
                     )
                 )
             probes += [(r.run_id, p, k, h) for p, (k, h) in r.probes.items()]
+        for m in self.ds.monitors:
+            if not m.readable:
+                continue
+            runs += [
+                (
+                    m.run_id,
+                    m.experiment,
+                    h,
+                    k,
+                    m.version,
+                    _ts(m.started_utc),
+                    str(m.path),
+                    m.status,
+                    _ts(m.updated_utc),
+                    None,
+                    None,
+                    None,
+                    m.first_host,
+                    len(m.hosts),
+                    0,
+                    "monitor",
+                )
+                for h, k in m.hosts.items()
+            ]
+            probes += [(m.run_id, p, k, h) for p, (k, h) in m.probes.items()]
         if runs:
-            c.executemany("INSERT INTO runs VALUES (" + ",".join("?" * 15) + ")", runs)
+            c.executemany("INSERT INTO runs VALUES (" + ",".join("?" * 16) + ")", runs)
         if probes:
             c.executemany("INSERT INTO probes VALUES (?, ?, ?, ?)", probes)
-        files = [(str(p), rid, t) for t, xs in self._files.items() for p, rid in xs]
+        files = [(str(p), rid, t) for t, xs in [*self._files.items(), *self._lines.items()] for p, rid in xs]
         if files:
             c.executemany("INSERT INTO _files VALUES (?, ?, ?)", files)
         c.execute("CREATE VIEW _run AS SELECT DISTINCT run_id, experiment, version, started_utc, first_host FROM runs")
@@ -128,7 +215,7 @@ class Query:
     @property
     def views(self) -> list[str]:
         """Every name a query can use."""
-        return sorted({"runs", "probes", *self._files, *DERIVED})
+        return sorted({"runs", "probes", *self._files, *DERIVED, *MONITOR_VIEWS})
 
     def _columns(self, files: list[tuple[Path, str]]) -> list[str]:
         rel = self.con.sql(f"SELECT * FROM read_parquet([{', '.join(_lit(str(p)) for p, _ in files)}], union_by_name = true) LIMIT 0")
@@ -158,7 +245,8 @@ class Query:
         if "metric" not in cols:
             self.con.execute(
                 "CREATE VIEW summary AS SELECT NULL::VARCHAR AS run_id, NULL::VARCHAR AS host, NULL::VARCHAR AS probe, NULL::VARCHAR AS phase, "
-                "NULL::VARCHAR AS metric, NULL::DOUBLE AS value_ns, NULL::DOUBLE AS lo_ns, NULL::DOUBLE AS hi_ns WHERE false"
+                "NULL::VARCHAR AS measure, NULL::VARCHAR AS kind, NULL::VARCHAR AS metric, NULL::DOUBLE AS value_ns, NULL::DOUBLE AS lo_ns, NULL::DOUBLE AS hi_ns, "
+                "NULL::TIMESTAMPTZ AS started_utc, NULL::VARCHAR AS kernel, NULL::BIGINT AS reps, NULL::VARCHAR AS baseline_phase WHERE false"
             )
             return
         pooled = "COALESCE(pooled, " + POOLED_BEFORE + ")" if "pooled" in cols else POOLED_BEFORE
@@ -192,14 +280,64 @@ class Query:
             ]
         self.con.execute("CREATE VIEW records AS " + " UNION ALL BY NAME ".join(dict.fromkeys(parts)))
 
+    def _lines_of(self, name: str, columns: dict[str, str]) -> str:
+        """The monitors' ``name`` lines as a relation (no file: no row), cut-short lines skipped."""
+        files = self._lines[name]
+        cols = "{" + ", ".join(f"{_lit(k)}: {_lit(v)}" for k, v in columns.items()) + "}"
+        if not files:
+            return f"(SELECT {', '.join(f'NULL::{v} AS {k}' for k, v in columns.items())}, NULL::VARCHAR AS filename WHERE false)"
+        paths = ", ".join(_lit(str(p)) for p, _ in files)
+        return f"read_json([{paths}], format = 'newline_delimited', columns = {cols}, filename = true, ignore_errors = true)"
+
+    def _monitor_views(self) -> None:
+        """periods, outliers and outlier_causes over the monitors' lines, each row with its monitor's identity."""
+        ident = "f.run_id, r.experiment, COALESCE({h}, pr.host, r.first_host) AS host, k.kernel, r.version AS loopscope_version, r.started_utc"
+        self.con.execute(
+            "CREATE VIEW _periods AS SELECT x.*, f.run_id AS _run_id FROM "
+            + self._lines_of("periods", PERIOD_COLUMNS)
+            + " x JOIN _files f ON f.file = x.filename"
+        )
+        self.con.execute(
+            "CREATE VIEW periods AS SELECT "
+            + ident.format(h="NULL")
+            + ", x.probe, x.period, x.start_utc::TIMESTAMPTZ AS start_utc, x.end_utc::TIMESTAMPTZ AS end_utc, x.seconds, x.count, "
+            "x.p50_ns, x.p99_ns, x.p999_ns, x.max_ns, x.max_at_utc::TIMESTAMPTZ AS max_at_utc, x.gap_s, x.samples, x.missed, x.probe_died, x.interrupted "
+            "FROM _periods x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
+            "LEFT JOIN probes pr ON pr.run_id = f.run_id AND pr.probe = x.probe "
+            "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(pr.host, r.first_host)"
+        )
+        # each probe's monotonic clock against UTC, from its periods' maxima (the median of their pairs)
+        self.con.execute(
+            "CREATE VIEW _placed AS SELECT _run_id, probe, median(epoch_ns(max_at_utc::TIMESTAMPTZ) - max_t_ns)::BIGINT AS off_ns "
+            "FROM _periods WHERE max_t_ns IS NOT NULL AND max_at_utc IS NOT NULL GROUP BY ALL"
+        )
+        self.con.execute(
+            "CREATE VIEW outliers AS SELECT "
+            + ident.format(h="x.host")
+            + ", x.probe, make_timestamptz((x.t_ns + o.off_ns) // 1000) AS at_utc, x.t_ns, x.tid, x.latency_ns AS value_ns, "
+            'x.top_cause, x.causes[1].share AS top_share, x.complete, x."window" IS NOT NULL AS kept, x.not_kept, x."window" AS kept_window, x.causes '
+            "FROM " + self._lines_of("outliers", OUTLIER_COLUMNS) + " x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
+            "LEFT JOIN probes pr ON pr.run_id = f.run_id AND pr.probe = x.probe "
+            "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(x.host, pr.host, r.first_host) "
+            "LEFT JOIN _placed o ON o._run_id = f.run_id AND o.probe = x.probe"
+        )
+        self.con.execute(
+            "CREATE VIEW outlier_causes AS SELECT o.* EXCLUDE (causes, top_cause, top_share, kept_window, not_kept), u.c.cause AS cause, u.c.ns AS ns, u.c.share AS share "
+            "FROM outliers o, UNNEST(o.causes) AS u(c)"
+        )
+
     def ensure(self, names: set[str]) -> None:
         """Make the views ``names`` need (once)."""
         for n in sorted(names):
             if n in self.made or n in ("runs", "probes"):
                 continue
+            if n in MONITOR_VIEWS:
+                self.made.update(MONITOR_VIEWS)
             self.made.add(n)
             if n == "summary":
                 self._summary()
+            elif n in MONITOR_VIEWS:
+                self._monitor_views()
             elif n == "records":
                 self._records()
             else:
@@ -230,7 +368,7 @@ class Query:
                     return Answer([], [], self.notes)
                 return Answer(list(rel.columns), rel.fetchall(), self.notes)
             except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as e:
-                raise QueryError(f"query: {_first_line(e)}{_hint(str(e), self.views)}") from None
+                raise QueryError(_whole(e, self.views)) from None
             except duckdb.Error as e:
                 if not self._leave_out_damaged(str(e), named):
                     raise QueryError(f"query: {_first_line(e)}") from None
@@ -261,6 +399,15 @@ class Query:
 
 def _first_line(e: object) -> str:
     return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
+def _whole(e: object, views: list[str]) -> str:
+    """DuckDB's whole message for SQL it refuses: its first line (with the
+    views, when a name is not one), then the rest as DuckDB wrote it,
+    indented: the columns it could have meant (``Candidate bindings``) and
+    the query's line with a caret under the place."""
+    lines = [x for x in str(e).strip().splitlines() if x.strip()] or [type(e).__name__]
+    return "\n".join([f"query: {lines[0]}{_hint(str(e), views)}", *(f"  {x}" for x in lines[1:])])
 
 
 def _hint(msg: str, views: list[str]) -> str:

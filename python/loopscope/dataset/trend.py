@@ -8,6 +8,11 @@ a series, a run whose whole interval lies above (below) the previous run's
 interval, by more than the minimum effect, is marked ``▲`` (``▼``): a step
 worth a look, told apart from runs that only move inside each other's
 intervals. The same points go to a page in the report's style (``report/trend.py``).
+
+A monitor's probe trends over its periods: one point per host × period
+(``periods``: p50, p99, p99.9 or the maximum of the period), in time order
+with the runs' points, without an interval (a period is one sample of the
+fleet's day, not a pooled estimate).
 """
 
 from __future__ import annotations
@@ -103,8 +108,20 @@ class Trend:
         return out
 
 
+#: a period's figures, by the metric's name
+PERIOD_METRICS = {"p50": "p50_ns", "p99": "p99_ns", "p999": "p999_ns", "max": "max_ns"}
+
+
+def _monitored(q: Query, probe: str) -> bool:
+    return any(m.readable and probe in m.probes for m in q.ds.monitors)
+
+
 def _measure(q: Query, probe: str, measure: str | None, main: dict[str, str]) -> str:
     rows = q.run(f"SELECT measure, count(*) FROM summary WHERE probe = {_lit(probe)} GROUP BY measure ORDER BY count(*) DESC, measure").rows
+    if not rows and _monitored(q, probe):
+        # a monitor's periods hold its probe's main measure
+        monitored_kind = next(k for m in q.ds.monitors if probe in m.probes for k, _ in [m.probes[probe]])
+        return measure or main.get(str(monitored_kind), "latency")
     if not rows:
         probes = [r[0] for r in q.run("SELECT DISTINCT probe FROM summary ORDER BY probe").rows]
         raise InputError(f"trend: no run of the dataset has a probe named {probe!r}; its probes are: {', '.join(probes) or 'none (no run has comparisons)'}")
@@ -148,6 +165,7 @@ def trend(
             continue
         key = {"host": host, "kernel": kernel or "kernel unknown"}.get(by or "", "every run")
         t.points.append(Point(run_id, started, str(key), host, kernel, ph, float(v), _num(lo), _num(hi), reps))
+    _periods(q, t, probe, metric, by)
     have = {p.run_id for p in t.points}
     for r in q.ds.runs:
         if r.run_id in have:
@@ -160,6 +178,21 @@ def trend(
             t.missing.append(f"{r.run_id}: " + (r.why or (f"no {metric} of {m} in phase {phase}" if phase else f"no {metric} of {m}")))
     _mark(t)
     return t
+
+
+def _periods(q: Query, t: Trend, probe: str, metric: str, by: str | None) -> None:
+    """The monitors' periods of ``probe`` as points, merged with the runs' in time order."""
+    col = PERIOD_METRICS.get(metric)
+    if col is None or t.phase or not _monitored(q, probe):
+        return
+    rows = q.run(
+        f"SELECT run_id, start_utc, host, kernel, period, {col} FROM periods WHERE probe = {_lit(probe)} AND {col} IS NOT NULL ORDER BY start_utc, run_id, host"
+    ).rows
+    for run_id, start, host, kernel, n, v in rows:
+        key = {"host": host, "kernel": kernel or "kernel unknown"}.get(by or "", "every run")
+        t.points.append(Point(run_id, start, str(key), host, kernel, f"period {n}", float(v), None, None, None))
+    far = _dt.datetime.max.replace(tzinfo=_dt.timezone.utc)
+    t.points.sort(key=lambda p: p.started_utc or far)
 
 
 def _num(x: Any) -> float | None:

@@ -16,9 +16,9 @@ from loopscope.errors import InputError
 from loopscope.kinds import KINDS
 from loopscope.lab.controller import preflight
 from loopscope.lab.session import Outcome, Say, execute
-from loopscope.monitor import record
+from loopscope.rundir import monitor as record
 from loopscope.monitor.lock import Lock
-from loopscope.monitor.record import MonitorJson
+from loopscope.rundir.monitor import MonitorJson
 from loopscope.monitor.plan import check
 from loopscope.monitor.run import Monitor
 from loopscope.spec import load

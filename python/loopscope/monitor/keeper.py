@@ -48,7 +48,7 @@ from loopscope.analysis.explain import attribute_store
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
 from loopscope.monitor import pack as P
-from loopscope.monitor.record import OutlierLine
+from loopscope.rundir.monitor import OutlierLine
 
 # Kernel events kept either side of an outlier: half of explain's 20 ms
 # (runtime accounting comes at least every 4 ms tick, so 10 ms still holds

@@ -19,7 +19,8 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from loopscope.monitor import hist, record
+from loopscope.monitor import hist
+from loopscope.rundir import monitor as record
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
 

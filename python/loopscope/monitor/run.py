@@ -54,8 +54,9 @@ from loopscope.kinds import KINDS
 from loopscope.lab.session import Say, Session
 from loopscope.lab.steps import Interrupted, Steps
 from loopscope.lab.hosts import AgentFailure
-from loopscope.monitor import hist, record
-from loopscope.monitor.record import Counts, MonitorJson, PeriodLine
+from loopscope.monitor import hist
+from loopscope.rundir import monitor as record
+from loopscope.rundir.monitor import Counts, MonitorJson, PeriodLine
 from loopscope.monitor.keeper import Keeper
 from loopscope.monitor.tail import LiveSource, Tail
 from loopscope.rundir import Step

@@ -5,7 +5,9 @@ here (the loop and the keeper append them as they close).
 The monitor rewrites it at every period's close (atomically: a reader sees
 the old record or the new one); ``--resume`` carries its counts over,
 ``monitor --json`` prints it, and the monitor's page reads it. Each reads
-it through ``read``, so a damaged file is said one way.
+it through ``read``, so a damaged file is said one way. It sits with the run
+directory's declarations, below the monitor, because the dataset (``runs``,
+``query``) reads monitors' directories as it reads runs.
 """
 
 from __future__ import annotations
