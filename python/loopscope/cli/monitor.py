@@ -25,7 +25,9 @@ if TYPE_CHECKING:
 
 
 def _period_line(m: Monitor) -> str:
-    """One line per closed period: each probe's last period and the outliers so far."""
+    """One line per closed period: each probe's last period, and the monitor's
+    outliers so far (the same counts its summary ends with, once the keeper has
+    taken what it is still taking)."""
 
     parts = []
     for name, lv in m.live.items():
@@ -41,7 +43,15 @@ def _period_line(m: Monitor) -> str:
     with m.keeper.lock:
         top = max(c.by_cause.items(), key=lambda kv: kv[1])[0] if c.by_cause else None
         nk = sum(c.not_kept.values())
-        out = f"outliers {c.above} (kept {c.kept}, explained {c.explained}" + (f", not kept {nk}" if nk else "") + ")" + (f", most often {top}" if top else "")
+        # counts of the whole monitor so far: the keeper may still be taking this period's last windows
+        pending = max(0, c.above - c.kept - nk)
+        out = (
+            f"outliers so far {c.above} (kept {c.kept}, explained {c.explained}"
+            + (f", not kept {nk}" if nk else "")
+            + (f", {pending} still being kept" if pending else "")
+            + ")"
+            + (f", most often {top}" if top else "")
+        )
     return f"period {m.period_no} · " + " · ".join(parts) + " · " + out
 
 

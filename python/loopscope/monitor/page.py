@@ -41,6 +41,16 @@ def _counts(h: Any) -> np.ndarray:
     return out
 
 
+def _span(rows: list[record.PeriodLine]) -> tuple[np.ndarray, np.ndarray, str]:
+    """Each period's start and end since the first one started, in seconds,
+    minutes or hours as the monitor's length reads best; and the unit."""
+    t = [(_dt.datetime.fromisoformat(r["start_utc"]).timestamp(), _dt.datetime.fromisoformat(r["end_utc"]).timestamp()) for r in rows]
+    t0 = min(a for a, _ in t)
+    total = max(b for _, b in t) - t0
+    div, unit = (1.0, "seconds") if total < 120 else ((60.0, "minutes") if total < 7200 else (3600.0, "hours"))
+    return np.array([(a - t0) / div for a, _ in t]), np.array([(b - t0) / div for _, b in t]), unit
+
+
 def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], outl: list[record.OutlierLine], thr_ns: int | None) -> list[str]:
     rows = [r for r in periods if r["probe"] == name]
     per = np.array([_counts(h) for h in hs]) if hs else np.zeros((0, len(EDGES) - 1))
@@ -64,7 +74,8 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
     # 2. the maximum per period, each spike coloured by its top cause
     if rows:
         by_t = {(o["probe"], o["t_ns"]): o for o in outl}
-        x = np.array([int(r["period"]) for r in rows])
+        starts, ends, unit = _span(rows)
+        x = (starts + ends) / 2
         mx = np.array([r.get("max_ns") or 0 for r in rows]) / 1e3
         causes = [
             (o.get("top_cause") if (o := by_t.get((name, r.get("max_t_ns", -1)))) is not None else None)
@@ -78,20 +89,30 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
             sel = [j for j, cc in enumerate(causes) if cc == c]
             ax.scatter(x[sel], mx[sel], s=14, color="#ced4da" if c == "below the threshold" else MANY[i % len(MANY)], label=c, zorder=2)
         ax.set_yscale("log")
-        ax.set_xlabel("period")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlim(0, float(ends.max()))
+        ax.set_xlabel(f"{unit} since the first period began (each point at its period's middle)")
         ax.set_ylabel("maximum (µs)")
-        ax.legend(fontsize=8, ncol=2)
+        ax.legend(fontsize=9, ncol=2)
         ax.set_title(f"{name}: the maximum of each period, by the top cause of the outlier that made it")
         parts.append(_svg(fig))
     # 3. the period histograms over time
     if len(per):
         fig, ax = plt.subplots(figsize=(9, 3.2))
         img = np.log10(per.T[lo:hi] + 1)
-        ax.imshow(img, aspect="auto", origin="lower", cmap="viridis", extent=(0.5, len(per) + 0.5, lo, hi), interpolation="nearest")
+        if len(rows) == len(per):
+            # each period as wide as it lasted, the time between periods (not measured) left blank
+            starts, ends, unit = _span(rows)
+            xe = np.ravel(np.column_stack([starts, ends]))
+            cols = np.full((hi - lo, 2 * len(per) - 1), np.nan)
+            cols[:, 0::2] = img
+            ax.pcolormesh(xe, np.arange(lo, hi + 1), cols, cmap="viridis", shading="flat")
+            ax.set_xlabel(f"{unit} since the first period began (blank: not measured, between periods)")
+        else:
+            ax.imshow(img, aspect="auto", origin="lower", cmap="viridis", extent=(0.5, len(per) + 0.5, lo, hi), interpolation="nearest")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("period")
         ticks = [i for i in range(lo, hi + 1) if i % 8 == 0] or [lo]
         ax.set_yticks(ticks, [format_ns(EDGES[i]) for i in ticks])
-        ax.set_xlabel("period")
         ax.set_ylabel("latency")
         ax.grid(False)
         ax.set_title(f"{name}: each period's histogram (colour: log count)")
