@@ -1,6 +1,7 @@
 """The monitor's page, from a recorded monitor (tests/recorded.py `monitor`):
 rendered through the report's template, each period drawn as long as it
-lasted, and in a real browser without errors. Analysis, fast tier."""
+lasted, and in a real browser without errors; and where the monitor puts a
+probe that names no CPU, so that it does not measure itself. Fast tier."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from loopscope.spec import Experiment
 
 from tests import recorded
 from tests.conftest import Cli
@@ -49,3 +52,33 @@ def test_the_page_renders_in_headless_chromium_without_errors_and_fits_1280_px(w
     finally:
         d.quit()
     assert_fits_1280(page)
+
+
+def _exp(probes: str) -> Experiment:
+    from loopscope.kinds import KINDS
+    from loopscope.spec import parse
+
+    return parse(f"name: m\nprobes:\n{probes}monitor: {{period: 3s, threshold: 1ms}}\n", "m.yaml", KINDS)
+
+
+def test_a_probe_without_a_cpu_is_pinned_off_the_monitors_own_threads() -> None:
+    from loopscope.monitor.plan import own_cpus
+
+    exp = _exp("  - {kind: timer, name: t}\n")
+    note = own_cpus(exp, usable=[0, 1])
+    assert exp.probes[0].cpu == [1] and note and "pins it to CPU 1" in note and "own threads on CPU 0" in note
+
+
+def test_a_pinned_probe_is_left_as_it_is_and_nothing_is_said() -> None:
+    from loopscope.monitor.plan import own_cpus
+
+    exp = _exp("  - {kind: timer, name: t, cpu: [0]}\n")
+    assert own_cpus(exp, usable=[0, 1]) is None and exp.probes[0].cpu == [0]
+
+
+def test_with_one_cpu_the_monitor_says_it_shares_the_probes_cpu() -> None:
+    from loopscope.monitor.plan import own_cpus
+
+    exp = _exp("  - {kind: timer, name: t}\n")
+    note = own_cpus(exp, usable=[0])
+    assert not exp.probes[0].cpu and note and "lab: agent" in note and "share" in note

@@ -19,7 +19,7 @@ from loopscope.lab.session import Outcome, Say, execute
 from loopscope.rundir import monitor as record
 from loopscope.monitor.lock import Lock
 from loopscope.rundir.monitor import MonitorJson
-from loopscope.monitor.plan import check
+from loopscope.monitor.plan import check, own_cpus
 from loopscope.monitor.run import Monitor
 from loopscope.spec import load
 
@@ -50,7 +50,9 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         d = Path(out) if out else Path(exp.results) / f"monitor-{exp.name}"
         if d.exists() and any(d.iterdir()):
             raise InputError(f"{d}: exists and is not empty; give a new directory with -o, or continue it with --resume {d}")
+    pinned = own_cpus(exp)
     notes, kinds = preflight(exp, spec_path, d, None)  # before anything is made on disk: a refused monitor leaves nothing
+    notes += [pinned] if pinned else []
     d.mkdir(parents=True, exist_ok=True)
     lock = Lock(d)
     lock.take()

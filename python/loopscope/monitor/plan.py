@@ -1,6 +1,7 @@
 """What a monitor asks of the machine before it starts: whether it can
-watch the spec's hosts and probes (``check``), and what it will write and
-hold (``footprint``, ``loopscope check``'s lines for a monitor).
+watch the spec's hosts and probes (``check``), where its probes run so that
+it does not measure itself (``own_cpus``), and what it will write and hold
+(``footprint``, ``loopscope check``'s lines for a monitor).
 """
 
 from __future__ import annotations
@@ -69,3 +70,37 @@ def check(exp: Experiment, file: str) -> None:
             raise InputError(
                 f"{file}: probe {p.name} is a {p.kind} probe, whose windows come from a whole kernel capture; a monitor keeps only the windows around outliers"
             )
+
+
+def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:
+    """Keep the monitor off its probes' CPUs. A probe that names no CPU is
+    pinned to one (the last this process may use that leaves another free),
+    so that the monitor's own threads (its controller, agents and recorder,
+    moved by ``away_from_probes``) run on the others instead of showing up
+    in the probe's outliers as ``lab: agent`` and ``lab: capture``. Returns
+    the note to say (None: every probe names its CPUs). With one CPU neither
+    is possible, and the note says the monitor shares it."""
+    cpus = sorted(usable if usable is not None else os.sched_getaffinity(0))
+    # (a threads probe attached to a running program measures it where it runs: nothing to pin)
+    unpinned = [p for p in exp.probes if "cpu" in type(p).model_fields and not getattr(p, "cpu", None) and not getattr(p, "attach", None)]
+    loose = [str(p.name) for p in exp.probes if "cpu" not in type(p).model_fields]
+    beside = (
+        f"; probe {', '.join(loose)} cannot be pinned (its kind runs where the kernel puts it): the monitor's own threads may run beside it" if loose else ""
+    )
+    if not unpinned:
+        return beside[2:] or None
+    names = ", ".join(str(p.name) for p in unpinned)
+    taken = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+    pick = next((c for c in reversed(cpus) if set(cpus) - taken - {c}), None)
+    if pick is None:
+        return (
+            f"probe {names} names no CPU and none is left for the monitor's own threads: they share the probes' CPUs, "
+            "and show among the causes of its outliers (lab: agent, lab: capture); give the monitor a CPU no probe uses" + beside
+        )
+    for p in unpinned:
+        setattr(p, "cpu", [pick])
+    rest = ",".join(str(c) for c in cpus if c != pick and c not in taken)
+    return (
+        f"probe {names} named no CPU: the monitor pins it to CPU {pick} and keeps its own threads on CPU {rest}, off the probe's (set the probe's cpu: to choose)"
+        + beside
+    )
