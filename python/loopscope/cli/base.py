@@ -141,7 +141,7 @@ class LazyGroup(click.Group):
 COMMANDS = {
     **dict.fromkeys(("run", "check", "schema", "cleanup"), "loopscope.cli.lab"),
     **dict.fromkeys(("report", "timeline", "explain", "export"), "loopscope.cli.runs"),
-    **dict.fromkeys(("runs", "query", "trend"), "loopscope.cli.dataset"),
+    **dict.fromkeys(("runs", "query", "trend", "fleet"), "loopscope.cli.dataset"),
     **dict.fromkeys(("compare", "advise"), "loopscope.cli.compare"),
     **dict.fromkeys(("import", "threads"), "loopscope.cli.imports"),
     **dict.fromkeys(("calibrate", "model"), "loopscope.cli.model"),

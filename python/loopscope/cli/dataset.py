@@ -1,4 +1,4 @@
-"""A directory of runs as one dataset: `runs`, `query`, `trend` (docs/tables.md)."""
+"""A directory of runs as one dataset: `runs`, `query`, `trend`, and the monitors under it as one fleet: `fleet` (docs/tables.md)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any, TYPE_CHECKING
 
 import click
 
+from loopscope.errors import InputError
 from loopscope.cli.base import _console, cli, Percent, prints
 from loopscope.dataset.query import Query
 from loopscope.dataset.scan import MonitorListing, RunListing, scan
@@ -19,6 +20,7 @@ from rich.table import Table
 from loopscope.units import format_ns
 from loopscope.dataset.trend import trend
 from loopscope.report.trend import page
+from loopscope.report import fleet as fleet_page
 
 if TYPE_CHECKING:
     from loopscope.dataset.trend import TrendJson
@@ -286,4 +288,30 @@ def trend_cmd(
     _say(notes)
     if output:
         click.echo(output)
+    return 0
+
+
+@cli.command("fleet")
+@click.argument("directory", type=click.Path())
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False), help="The page to write [DIRECTORY/fleet.html].")
+def fleet_cmd(directory: str, output: str | None) -> int:
+    """One page for every monitor under DIRECTORY: hosts × hours, each cell
+    the period maximum coloured by its outlier's top cause; the causes
+    ranked over the fleet, by host and by kernel; the worst outliers with
+    their kept windows' causes.
+
+    \b
+    Examples:
+      loopscope fleet monitors/
+      loopscope fleet monitors/ -o /tmp/fleet.html
+    """
+    q = _open(directory)
+    if not any(m.readable for m in q.ds.monitors):
+        raise InputError(
+            f"{directory}: holds no readable monitor (a directory with a monitor.json, in it or one level below); `loopscope runs {directory}` lists what it holds"
+        )
+    out = Path(output) if output else Path(directory) / "fleet.html"
+    out.write_text(fleet_page.page(q, Path(directory)))
+    _say(q.ds.notes() + q.notes)
+    click.echo(str(out))
     return 0
