@@ -55,9 +55,19 @@ def commands(cmd: click.Command = cli, path: tuple[str, ...] = ()) -> Iterator[t
         yield " ".join(path), JSON_TYPES.get(f"{f.__module__}:{f.__qualname__}") if f is not None else None
 
 
+def members(ref: str) -> list[Any]:
+    """The declared types of a command: one, or each a command's options choose between (``a:X | b:Y``)."""
+    out = []
+    for part in ref.split(" | "):
+        module, name = part.split(":")
+        out.append(getattr(importlib.import_module(module), name))
+    return out
+
+
 def resolve(ref: str) -> Any:
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
+    """The declared type (a Union when the command prints one of several)."""
+    got = members(ref)
+    return got[0] if len(got) == 1 else typing.Union[tuple(got)]
 
 
 def _type_text(t: Any) -> str:
@@ -120,13 +130,14 @@ def _doc(t: Any) -> str:
 def render() -> str:
     out = [HEAD, "## Commands", "", "| command | prints |", "| --- | --- |"]
     every: dict[tuple[str, str], Any] = {}
-    roots = [(name, resolve(ref)) for name, ref in commands() if ref is not None]
-    for _, t in roots:
-        _types(t, every)
+    roots = [(name, members(ref)) for name, ref in commands() if ref is not None]
+    for _, ts in roots:
+        for t in ts:
+            _types(t, every)
     heads = _headings(every)
-    for name, t in roots:
-        h = heads[(t.__module__, t.__name__)]
-        out.append(f"| `loopscope {name} --json` | [{h}](#{_anchor(h)}) |")
+    for name, ts in roots:
+        links = " or ".join(f"[{heads[(t.__module__, t.__name__)]}](#{_anchor(heads[(t.__module__, t.__name__)])})" for t in ts)
+        out.append(f"| `loopscope {name} --json` | {links} |")
     out += ["", "## Types", ""]
     for key in sorted(every, key=lambda k: (heads[k].lower(), k)):
         t = every[key]

@@ -10,7 +10,6 @@ page fails here until the page is regenerated.
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any, Iterator
 
@@ -33,12 +32,10 @@ def _json_commands(cmd: click.Command, path: list[str]) -> Iterator[tuple[str, A
     elif any("--json" in p.opts for p in cmd.params if isinstance(p, click.Option)):
         f = cmd.callback
         ref = JSON_TYPES.get(f"{f.__module__}:{f.__qualname__}") if f is not None else None
-        yield " ".join(path), _resolve(ref) if ref else None
-
-
-def _resolve(ref: str) -> Any:
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
+        if not ref:
+            yield " ".join(path), None
+        for t in jsonref.members(ref) if ref else []:
+            yield " ".join(path), t
 
 
 def _documented() -> set[str]:

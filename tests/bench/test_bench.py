@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -240,3 +241,17 @@ def test_a_rate_search_whose_start_fails_halves_down_to_a_rate_that_passes() -> 
     assert best == 160 and [t["pps"] for t in tried] == [640, 320, 160]
     best, tried = rate_search(_trials_up_to(10), steps=0, start=640)
     assert best == 0 and tried[-1]["pps"] == 40  # nothing down to a 16th of the start passes
+
+
+def test_bench_dataset_over_a_synthetic_fleet_times_each_command_and_its_memory(cli: Cli, bench: None, tmp_path: Path) -> None:
+    from tests import recorded
+
+    src = recorded.copy("monitor", tmp_path)["watch"]
+    r = cli("bench", "dataset", "--monitors", "3", "--days", "0.5", "--outliers", "3000", "--from", str(src), "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert (j["hosts"], j["outliers"], j["periods"]) == (3, 3000, 3 * 720)
+    for k in ("query_top_causes", "runs", "trend", "page"):
+        c = j["commands"][k]
+        assert c["seconds"] > 0 and c["peak_rss_mb"] > 0 and j[f"{k}_s"] == c["seconds"], (k, c)
+    assert 0 < j["page_bytes"] < 2_000_000 and j["peak_rss_mb"] == max(c["peak_rss_mb"] for c in j["commands"].values())

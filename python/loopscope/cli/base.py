@@ -22,11 +22,13 @@ F = TypeVar("F", bound=Callable[..., Any])
 JSON_TYPES: dict[str, str] = {}
 
 
-def prints(declared: str) -> Callable[[F], F]:
-    """Declare what a command prints with ``--json`` (``module:Name``; under ``@cli.command``, over the function)."""
+def prints(*declared: str) -> Callable[[F], F]:
+    """Declare what a command prints with ``--json`` (``module:Name``; under
+    ``@cli.command``, over the function). A command whose options choose
+    between two documents names both (``a:X``, ``b:Y``): it prints one of them."""
 
     def mark(f: F) -> F:
-        JSON_TYPES[f"{f.__module__}:{f.__qualname__}"] = declared
+        JSON_TYPES[f"{f.__module__}:{f.__qualname__}"] = " | ".join(declared)
         return f
 
     return mark
@@ -141,7 +143,8 @@ class LazyGroup(click.Group):
 COMMANDS = {
     **dict.fromkeys(("run", "check", "schema", "cleanup"), "loopscope.cli.lab"),
     **dict.fromkeys(("report", "timeline", "explain", "export"), "loopscope.cli.runs"),
-    **dict.fromkeys(("runs", "query", "trend", "fleet"), "loopscope.cli.dataset"),
+    **dict.fromkeys(("runs", "query"), "loopscope.cli.dataset"),
+    **dict.fromkeys(("trend", "fleet"), "loopscope.cli.datapages"),
     **dict.fromkeys(("compare", "advise"), "loopscope.cli.compare"),
     **dict.fromkeys(("import", "threads"), "loopscope.cli.imports"),
     **dict.fromkeys(("calibrate", "model"), "loopscope.cli.model"),

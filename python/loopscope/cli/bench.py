@@ -460,18 +460,58 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
 @click.option("--repeat", type=int, default=5, show_default=True, help="Times each command and its floor are run, alternating.")
 @click.option("--dataset", "dataset", type=click.Path(file_okay=False), default=None, help="Time over this directory of runs instead of recording one.")
 @click.option("--keep", type=click.Path(file_okay=False), default=None, help="Record the runs here and keep them.")
+@click.option("--monitors", type=click.IntRange(min=1), default=None, help="Instead: a fleet of this many hosts' monitors, synthesised from one real monitor.")
+@click.option("--days", type=click.FloatRange(min=0.01), default=7.0, show_default=True, help="With --monitors: how long the fleet watched.")
+@click.option(
+    "--outliers", "n_outliers", type=click.IntRange(min=1), default=500_000, show_default=True, help="With --monitors: outliers in the fleet, in all."
+)
+@click.option("--from", "source", type=click.Path(file_okay=False), default=None, help="With --monitors: the real monitor to draw from [record one first].")
+@click.option("--record-seconds", type=float, default=180.0, show_default=True, help="With --monitors and no --from: how long the source monitor records.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object.")
-@prints("loopscope.bench.dataset:DatasetBench")
-def bench_dataset(n_runs: int, hosts: int, duration: str, repeat: int, dataset: str | None, keep: str | None, as_json: bool) -> int:
+@prints("loopscope.bench.dataset:DatasetBench", "loopscope.bench.fleetdata:FleetDataBench")
+def bench_dataset(
+    n_runs: int,
+    hosts: int,
+    duration: str,
+    repeat: int,
+    dataset: str | None,
+    keep: str | None,
+    monitors: int | None,
+    days: float,
+    n_outliers: int,
+    source: str | None,
+    record_seconds: float,
+    as_json: bool,
+) -> int:
     """`runs`, `query` and `trend` over many real runs (targets over 200: runs and query ≤ 2 s, trend ≤ 3 s), each against the same
-    answer read straight from the files; and the weak case, a query over every sample (`records`).
+    answer read straight from the files; and the weak case, a query over every sample (`records`). With --monitors: a fleet of
+    monitors (targets for 100 hosts × 7 days, 500,000 outliers: the top causes by host and hour ≤ 2 s, runs ≤ 3 s, the fleet page
+    ≤ 10 s and ≤ 2 MB, each command ≤ 1 GB).
 
     \b
     Examples:
       loopscope bench dataset
       loopscope bench dataset --runs 20 --repeat 3 --json
+      loopscope bench dataset --monitors 100 --days 7
+      loopscope bench dataset --monitors 4 --days 1 --outliers 2000 --from overnight/ --json
     """
     from loopscope.bench import dataset as ds
+    from loopscope.bench import fleetdata
+
+    if monitors is not None:
+        say = None if as_json else (lambda t: click.echo(t, err=True))
+        fleet = fleetdata.bench(monitors, days, n_outliers, source=source, record_s=record_seconds, keep=keep, say=say)
+
+        def fleet_human(r: fleetdata.FleetDataBench) -> None:
+            click.echo(
+                f"{r['hosts']} hosts × {r['days']:g} days: {r['outliers']:,} outliers, {r['periods']:,} periods, {r['dataset_mb']} MB (synthesised in {r['synthesised_s']} s from {r['source']})"
+            )
+            for name, target in (("query_top_causes", 2.0), ("runs", 3.0), ("trend", None), ("page", 10.0)):
+                c = r["commands"][name]
+                click.echo(f"  {name}: {c['seconds']} s{f' (target ≤ {target:g} s)' if target else ''}, peak RSS {c['peak_rss_mb']} MB")
+            click.echo(f"  page: {r['page_bytes'] / 1e6:.2f} MB (target ≤ 2 MB); largest RSS {r['peak_rss_mb']} MB (target ≤ 1024)")
+
+        return _report(fleet, as_json, fleet_human)
 
     res = ds.bench(n_runs, hosts, duration, repeat, dataset, keep, say=None if as_json else lambda t: click.echo(t, err=True))
 

@@ -293,12 +293,13 @@ class Query:
         """periods, outliers and outlier_causes over the monitors' lines, each row with its monitor's identity."""
         ident = "f.run_id, r.experiment, COALESCE({h}, pr.host, r.first_host) AS host, k.kernel, r.version AS loopscope_version, r.started_utc"
         self.con.execute(
-            "CREATE VIEW _periods AS SELECT x.*, f.run_id AS _run_id FROM "
+            # read once per command (a fleet page asks several questions of the same lines), not once per question
+            "CREATE OR REPLACE TEMP TABLE _periods AS SELECT x.*, f.run_id AS _run_id FROM "
             + self._lines_of("periods", PERIOD_COLUMNS)
             + " x JOIN _files f ON f.file = x.filename"
         )
         self.con.execute(
-            "CREATE VIEW periods AS SELECT "
+            "CREATE OR REPLACE VIEW periods AS SELECT "
             + ident.format(h="NULL")
             + ", x.probe, x.period, x.start_utc::TIMESTAMPTZ AS start_utc, x.end_utc::TIMESTAMPTZ AS end_utc, x.seconds, x.count, "
             "x.p50_ns, x.p99_ns, x.p999_ns, x.max_ns, x.max_at_utc::TIMESTAMPTZ AS max_at_utc, x.gap_s, x.samples, x.missed, x.probe_died, x.interrupted "
@@ -308,21 +309,22 @@ class Query:
         )
         # each probe's monotonic clock against UTC, from its periods' maxima (the median of their pairs)
         self.con.execute(
-            "CREATE VIEW _placed AS SELECT _run_id, probe, median(epoch_ns(max_at_utc::TIMESTAMPTZ) - max_t_ns)::BIGINT AS off_ns "
+            "CREATE OR REPLACE VIEW _placed AS SELECT _run_id, probe, median(epoch_ns(max_at_utc::TIMESTAMPTZ) - max_t_ns)::BIGINT AS off_ns "
             "FROM _periods WHERE max_t_ns IS NOT NULL AND max_at_utc IS NOT NULL GROUP BY ALL"
         )
+        self.con.execute("CREATE OR REPLACE TEMP TABLE _outlier_lines AS SELECT * FROM " + self._lines_of("outliers", OUTLIER_COLUMNS))
         self.con.execute(
-            "CREATE VIEW outliers AS SELECT "
+            "CREATE OR REPLACE VIEW outliers AS SELECT "
             + ident.format(h="x.host")
             + ", x.probe, make_timestamptz((x.t_ns + o.off_ns) // 1000) AS at_utc, x.t_ns, x.tid, x.latency_ns AS value_ns, "
             'x.top_cause, x.causes[1].share AS top_share, x.complete, x."window" IS NOT NULL AS kept, x.not_kept, x."window" AS kept_window, x.causes '
-            "FROM " + self._lines_of("outliers", OUTLIER_COLUMNS) + " x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
+            "FROM _outlier_lines x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
             "LEFT JOIN probes pr ON pr.run_id = f.run_id AND pr.probe = x.probe "
             "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(x.host, pr.host, r.first_host) "
             "LEFT JOIN _placed o ON o._run_id = f.run_id AND o.probe = x.probe"
         )
         self.con.execute(
-            "CREATE VIEW outlier_causes AS SELECT o.* EXCLUDE (causes, top_cause, top_share, kept_window, not_kept), u.c.cause AS cause, u.c.ns AS ns, u.c.share AS share "
+            "CREATE OR REPLACE VIEW outlier_causes AS SELECT o.* EXCLUDE (causes, top_cause, top_share, kept_window, not_kept), u.c.cause AS cause, u.c.ns AS ns, u.c.share AS share "
             "FROM outliers o, UNNEST(o.causes) AS u(c)"
         )
 
