@@ -509,6 +509,7 @@ def bench_dataset(
             for name, target in (("query_top_causes", 2.0), ("runs", 3.0), ("trend", None), ("page", 10.0)):
                 c = r["commands"][name]
                 click.echo(f"  {name}: {c['seconds']} s{f' (target ≤ {target:g} s)' if target else ''}, peak RSS {c['peak_rss_mb']} MB")
+            click.echo(f"  the same question of DuckDB over the files (floor): {r['query_floor_s']} s; loopscope's query x{r['query_ratio']}")
             click.echo(f"  page: {r['page_bytes'] / 1e6:.2f} MB (target ≤ 2 MB); largest RSS {r['peak_rss_mb']} MB (target ≤ 1024)")
 
         return _report(fleet, as_json, fleet_human)

@@ -66,7 +66,7 @@ def trend_cmd(
     t = trend(q, probe, metric, by, measure, phase, main, min_effect)
     if output:
         Path(output).write_text(page(t, Path(directory)))
-    notes = q.ds.notes() + q.notes
+    notes = q.ds.notes() + q.notes + t.notes
     if as_json:
         out: TrendJson = {
             "probe": t.probe,
@@ -118,7 +118,7 @@ def fleet_cmd(directory: str, output: str | None) -> int:
       loopscope fleet monitors/
       loopscope fleet monitors/ -o /tmp/fleet.html
     """
-    q = _open(directory)
+    q = _open(directory, reuse=True)
     if not any(m.readable for m in q.ds.monitors):
         raise InputError(
             f"{directory}: holds no readable monitor (a directory with a monitor.json, in it or one level below); `loopscope runs {directory}` lists what it holds"

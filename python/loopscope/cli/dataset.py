@@ -22,9 +22,9 @@ from loopscope.units import format_ns
 FORMATS = click.Choice(["table", "csv", "json"])
 
 
-def _open(root: str) -> Any:
-
-    return Query(scan(root), [r for k in KINDS for r in k.records])
+def _open(root: str, reuse: bool = False) -> Any:
+    """The dataset under ``root`` as a query (``reuse``: a page will ask it several questions)."""
+    return Query(scan(root), [r for k in KINDS for r in k.records], reuse)
 
 
 def _say(notes: list[str]) -> None:

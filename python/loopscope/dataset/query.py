@@ -115,10 +115,12 @@ class Answer:
 class Query:
     """A DuckDB connection that knows a dataset's runs."""
 
-    def __init__(self, ds: Dataset, records: list[tuple[str, str, str]] | None = None) -> None:
+    def __init__(self, ds: Dataset, records: list[tuple[str, str, str]] | None = None, reuse: bool = False) -> None:
         import duckdb
 
         self.ds = ds
+        #: several questions will be asked (a page): the monitors' outlier lines are read into memory once
+        self.reuse = reuse
         self.records_from = list(dict.fromkeys(records or []))
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
@@ -289,33 +291,36 @@ class Query:
         paths = ", ".join(_lit(str(p)) for p, _ in files)
         return f"read_json([{paths}], format = 'newline_delimited', columns = {cols}, filename = true, ignore_errors = true)"
 
-    def _monitor_views(self) -> None:
-        """periods, outliers and outlier_causes over the monitors' lines, each row with its monitor's identity."""
-        ident = "f.run_id, r.experiment, COALESCE({h}, pr.host, r.first_host) AS host, k.kernel, r.version AS loopscope_version, r.started_utc"
-        self.con.execute(
-            # read once per command (a fleet page asks several questions of the same lines), not once per question
-            "CREATE OR REPLACE TEMP TABLE _periods AS SELECT x.*, f.run_id AS _run_id FROM "
-            + self._lines_of("periods", PERIOD_COLUMNS)
-            + " x JOIN _files f ON f.file = x.filename"
-        )
+    def _ident(self, h: str) -> str:
+        return f"f.run_id, r.experiment, COALESCE({h}, pr.host, r.first_host) AS host, k.kernel, r.version AS loopscope_version, r.started_utc"
+
+    def _periods_view(self) -> None:
+        """periods over the monitors' period lines, read in place by each query that names it."""
         self.con.execute(
             "CREATE OR REPLACE VIEW periods AS SELECT "
-            + ident.format(h="NULL")
+            + self._ident("NULL")
             + ", x.probe, x.period, x.start_utc::TIMESTAMPTZ AS start_utc, x.end_utc::TIMESTAMPTZ AS end_utc, x.seconds, x.count, "
             "x.p50_ns, x.p99_ns, x.p999_ns, x.max_ns, x.max_at_utc::TIMESTAMPTZ AS max_at_utc, x.gap_s, x.samples, x.missed, x.probe_died, x.interrupted "
-            "FROM _periods x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
+            "FROM " + self._lines_of("periods", PERIOD_COLUMNS) + " x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
             "LEFT JOIN probes pr ON pr.run_id = f.run_id AND pr.probe = x.probe "
             "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(pr.host, r.first_host)"
         )
-        # each probe's monotonic clock against UTC, from its periods' maxima (the median of their pairs)
+
+    def _outlier_views(self) -> None:
+        """outliers and outlier_causes over the outlier lines (read once into memory when ``reuse``: a fleet
+        page asks several questions of them), each outlier placed on UTC by its probe's periods (only their
+        clock pairs are read)."""
+        pairs = {k: PERIOD_COLUMNS[k] for k in ("probe", "max_t_ns", "max_at_utc")}
         self.con.execute(
-            "CREATE OR REPLACE VIEW _placed AS SELECT _run_id, probe, median(epoch_ns(max_at_utc::TIMESTAMPTZ) - max_t_ns)::BIGINT AS off_ns "
-            "FROM _periods WHERE max_t_ns IS NOT NULL AND max_at_utc IS NOT NULL GROUP BY ALL"
+            "CREATE OR REPLACE TEMP TABLE _placed AS SELECT f.run_id AS _run_id, x.probe, median(epoch_ns(x.max_at_utc::TIMESTAMPTZ) - x.max_t_ns)::BIGINT AS off_ns "
+            "FROM " + self._lines_of("periods", pairs) + " x JOIN _files f ON f.file = x.filename "
+            "WHERE x.max_t_ns IS NOT NULL AND x.max_at_utc IS NOT NULL GROUP BY ALL"
         )
-        self.con.execute("CREATE OR REPLACE TEMP TABLE _outlier_lines AS SELECT * FROM " + self._lines_of("outliers", OUTLIER_COLUMNS))
+        what = "TEMP TABLE" if self.reuse else "VIEW"  # one question: read in place, only what it asks for
+        self.con.execute(f"CREATE OR REPLACE {what} _outlier_lines AS SELECT * FROM " + self._lines_of("outliers", OUTLIER_COLUMNS))
         self.con.execute(
             "CREATE OR REPLACE VIEW outliers AS SELECT "
-            + ident.format(h="x.host")
+            + self._ident("x.host")
             + ", x.probe, make_timestamptz((x.t_ns + o.off_ns) // 1000) AS at_utc, x.t_ns, x.tid, x.latency_ns AS value_ns, "
             'x.top_cause, x.causes[1].share AS top_share, x.complete, x."window" IS NOT NULL AS kept, x.not_kept, x."window" AS kept_window, x.causes '
             "FROM _outlier_lines x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
@@ -333,13 +338,15 @@ class Query:
         for n in sorted(names):
             if n in self.made or n in ("runs", "probes"):
                 continue
-            if n in MONITOR_VIEWS:
-                self.made.update(MONITOR_VIEWS)
+            if n in ("outliers", "outlier_causes"):
+                self.made.update(("outliers", "outlier_causes"))
             self.made.add(n)
             if n == "summary":
                 self._summary()
-            elif n in MONITOR_VIEWS:
-                self._monitor_views()
+            elif n == "periods":
+                self._periods_view()
+            elif n in ("outliers", "outlier_causes"):
+                self._outlier_views()
             elif n == "records":
                 self._records()
             else:

@@ -99,6 +99,8 @@ class Trend:
     points: list[Point] = field(default_factory=list)
     #: runs of the dataset without this probe's figure, with why
     missing: list[str] = field(default_factory=list)
+    #: what a reader of the points should know (how monitors' periods were thinned)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def series(self) -> dict[str, list[Point]]:
@@ -110,6 +112,8 @@ class Trend:
 
 #: a period's figures, by the metric's name
 PERIOD_METRICS = {"p50": "p50_ns", "p99": "p99_ns", "p999": "p999_ns", "max": "max_ns"}
+#: most points a monitored host's series holds (longer ones take the largest of each span of periods)
+MAX_POINTS = 1000
 
 
 def _monitored(q: Query, probe: str) -> bool:
@@ -181,16 +185,27 @@ def trend(
 
 
 def _periods(q: Query, t: Trend, probe: str, metric: str, by: str | None) -> None:
-    """The monitors' periods of ``probe`` as points, merged with the runs' in time order."""
+    """The monitors' periods of ``probe`` as points, merged with the runs' in
+    time order: one per host and period, or, when a host's periods are more
+    than ``MAX_POINTS``, one per host and span of periods holding the span's
+    largest figure (a week of minutes is 10,080 periods a host; the spikes stay)."""
     col = PERIOD_METRICS.get(metric)
     if col is None or t.phase or not _monitored(q, probe):
         return
+    lit = _lit(probe)
+    most, first, last = q.run(
+        f"SELECT max(n), min(s), max(s) FROM (SELECT count(*) AS n, min(start_utc) AS s FROM periods WHERE probe = {lit} GROUP BY run_id, host)"
+    ).rows[0]
+    span = max(1, -(-int(most or 0) // MAX_POINTS))
     rows = q.run(
-        f"SELECT run_id, start_utc, host, kernel, period, {col} FROM periods WHERE probe = {_lit(probe)} AND {col} IS NOT NULL ORDER BY start_utc, run_id, host"
+        f"SELECT run_id, min(start_utc) AS s, host, kernel, min(period), max(period), max({col}) FROM periods WHERE probe = {lit} AND {col} IS NOT NULL "
+        f"GROUP BY run_id, host, kernel, (period - 1) // {span} ORDER BY s, run_id, host"
     ).rows
-    for run_id, start, host, kernel, n, v in rows:
+    for run_id, start, host, kernel, a, b, v in rows:
         key = {"host": host, "kernel": kernel or "kernel unknown"}.get(by or "", "every run")
-        t.points.append(Point(run_id, start, str(key), host, kernel, f"period {n}", float(v), None, None, None))
+        t.points.append(Point(run_id, start, str(key), host, kernel, f"period {a}" if a == b else f"periods {a}-{b}", float(v), None, None, None))
+    if span > 1:
+        t.notes.append(f"each point holds the largest {metric} of {span} periods (a series has at most {MAX_POINTS:,} points)")
     far = _dt.datetime.max.replace(tzinfo=_dt.timezone.utc)
     t.points.sort(key=lambda p: p.started_utc or far)
 
