@@ -6,6 +6,7 @@ period, ``kill -9`` leaving nothing behind and ``--resume`` going on."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -460,3 +461,23 @@ def test_retain_removes_the_oldest_windows_first_and_keeps_the_rest_within_it(tm
     assert left == ["0000007", "0000008", "0000009"] and k.counts.windows_removed == 7
     assert k.counts.kept_bytes <= 1_000_000
     k.stop()
+
+
+@pytest.mark.needs_tool("script")
+def test_the_live_view_on_a_terminal_shows_the_last_periods_values_after_it_closes(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+    out = tmp_path / "live"
+    # a terminal for the live view: script(1) gives the command a pseudo-terminal and copies what it draws
+    r = subprocess.run(
+        ["script", "-qec", f"{BIN} monitor {burst_spec} -o {out} --for 7s", "/dev/null"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "160"},
+    )
+    assert r.returncode == 0, r.stdout[-2000:]
+    frames = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", r.stdout).replace("\r", "\n")
+    assert "loopscope monitor · burst" in frames, frames[-2000:]
+    # the last frame (drawn as the monitor ends, its period closed) holds values: the open period's, or the
+    # last closed one's said as such (probes take turns, and one not measuring shows its last period)
+    rows = re.findall(r"^│ (t(?: \(last period\))?)\s*│\s*([0-9,]+)\s*│", frames, re.M)
+    assert rows and int(rows[-1][1].replace(",", "")) > 0, rows[-5:]

@@ -66,14 +66,21 @@ def _live_table(m: Monitor) -> Any:
     for col in ("probe", "values", "p99 (period)", "max (period)", "run's max", "at"):
         t.add_column(col, justify="right" if col not in ("probe", "at") else "left")
     for name, lv in m.live.items():
-        cur = vals if st is not None and st.probe == name else np.zeros(0, dtype=np.int64)
-        h = hist.new()
-        hist.record(h, cur)
+        if st is not None and st.probe == name:
+            # measuring now: its open period so far
+            h = hist.new()
+            hist.record(h, vals)
+            label = str(name)
+        else:
+            # between its periods (probes take turns, or the last one closed): its last closed period, said so
+            h = lv.last_period if lv.last_period is not None else hist.new()
+            label = f"{name} (last period)"
+        n = h.get_total_count()
         t.add_row(
-            str(name),
-            f"{len(cur):,}",
-            format_ns(hist.quantile(h, 0.99) or 0) if len(cur) else "-",
-            format_ns(int(cur.max())) if len(cur) else "-",
+            label,
+            f"{n:,}",
+            format_ns(hist.quantile(h, 0.99) or 0) if n else "-",
+            format_ns(h.get_max_value()) if n else "-",
             format_ns(lv.max_ns) if lv.max_ns else "-",
             str(lv.max_at_utc or "-")[11:23],
         )
