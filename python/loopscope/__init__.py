@@ -10,8 +10,10 @@ its stores), :mod:`loopscope.analysis` (statistics with their errors, the
 causes of outliers), :mod:`loopscope.timeline` (every record on one clock),
 :mod:`loopscope.report` (HTML, tables, terminal), :mod:`loopscope.monitor`
 (the monitor's loop over a lab session, for days), :mod:`loopscope.dataset`
-(many runs as one dataset), :mod:`loopscope.bench` (loopscope against its
-floor and its peers) and :mod:`loopscope.cli`.
+(many runs and monitors as one dataset; a fleet's page is the report's),
+:mod:`loopscope.rundir` (what a run's and a monitor's directories hold,
+declared), :mod:`loopscope.bench` (loopscope against its floor and its peers)
+and :mod:`loopscope.cli` (each command's module imported only when it runs).
 
 Imports are kept lazy: a probe process started by an agent must begin
 measuring within a fraction of a second.
