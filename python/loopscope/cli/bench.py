@@ -495,8 +495,7 @@ def bench_dataset(
       loopscope bench dataset --monitors 100 --days 7
       loopscope bench dataset --monitors 4 --days 1 --outliers 2000 --from overnight/ --json
     """
-    from loopscope.bench import dataset as ds
-    from loopscope.bench import fleetdata
+    from loopscope.bench import dataset as ds, fleetdata
 
     if monitors is not None:
         say = None if as_json else (lambda t: click.echo(t, err=True))
