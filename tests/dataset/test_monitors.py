@@ -114,3 +114,9 @@ def test_a_damaged_monitor_record_is_listed_with_why_and_the_runs_still_answer(f
     assert not m["readable"] and "cannot be read" in m["why"]
     assert any("watch" in n and "left out" in n for n in j["notes"]), j["notes"]
     assert len(_query(cli, root, "SELECT DISTINCT run_id FROM timer")) == 3
+    # JSON that parses but is no monitor's record is said the same way, not a traceback
+    (root / "watch" / "monitor.json").write_text("[1, 2]")
+    r = cli("runs", str(root), "--format", "json")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    (m,) = [e for e in json.loads(r.stdout)["runs"] if e["kind"] == "monitor"]
+    assert not m["readable"] and "not a monitor's record" in m["why"], m

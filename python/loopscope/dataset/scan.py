@@ -208,19 +208,23 @@ class MonitorEntry:
 
 def read_monitor(d: Path) -> MonitorEntry:
     """One monitor directory as a dataset entry, whatever its state: its
-    record, and its hosts as the run record of its latest session names them."""
+    record, and its hosts as the run records of its sessions name them."""
     e = MonitorEntry(path=d, run_id=d.name)
     try:
         rec = mrec.read(d)
+        e.experiment, e.status = rec.get("name"), rec.get("status")
+        e.started_utc, e.updated_utc = rec.get("started_utc"), rec.get("updated_utc")
+        e.periods = int(rec.get("periods") or 0)
+        c = rec.get("counts") or {}
+        e.outliers_above, e.kept = int(c.get("outliers_above") or 0), int(c.get("kept") or 0)
+        e.not_kept = {str(k): int(v) for k, v in (c.get("not_kept") or {}).items()}
     except InputError as err:
         e.readable, e.why = False, str(err).removeprefix(f"{d / mrec.NAME}: ")
         return e
-    e.experiment, e.status = rec.get("name"), rec.get("status")
-    e.started_utc, e.updated_utc = rec.get("started_utc"), rec.get("updated_utc")
-    e.periods = int(rec.get("periods") or 0)
-    c = rec.get("counts") or {}
-    e.outliers_above, e.kept = int(c.get("outliers_above") or 0), int(c.get("kept") or 0)
-    e.not_kept = dict(c.get("not_kept") or {})
+    except (AttributeError, TypeError, ValueError) as err:
+        # JSON that parses but is not a monitor's record (a list, a count that is not a number)
+        e.readable, e.why = False, f"{mrec.NAME} is not a monitor's record ({type(err).__name__}: {err}); the directory is damaged"
+        return e
     sessions = sorted(p for p in (d / "sessions").glob("*") if (p / "run.json").is_file()) if (d / "sessions").is_dir() else []
     for s in sessions:
         rd = RunDir(s)
