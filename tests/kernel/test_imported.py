@@ -175,7 +175,10 @@ def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cl
     assert parts["headline"] == "after the wake-up" and parts["after"][0]["cause"].startswith("thread: stress-ng"), parts
     # what the six events cannot show is named, with what records it
     unseen = {e for u in j["not_recorded"] for e in u["events"]}
-    assert "sched_stat_runtime" in unseen and "local_timer_entry" in unseen and "irq_handler_entry" not in unseen
+    assert "sched_stat_runtime" in unseen and "local_timer_entry" in unseen
+    # irq:* was recorded, but a quiet machine may raise no device interrupt in 3 s: named exactly when none came
+    came = json.loads((tmp_path / "run" / "run.json").read_text())["kernel"]["captures"][0]["events"]
+    assert ("irq_handler_entry" in unseen) == ("irq_handler_entry" not in came), (came, unseen)
     # an idle-looking gap may be a timer interrupt or an IPI it did not record: no cause calls it plain idle
     causes = {c["cause"] for t in j["threads"] for c in t["causes"]}
     assert not causes & {"CPU idle", "scheduling latency"}, causes
