@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -43,9 +44,15 @@ def _sh(*args: str) -> None:
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    with served(tmp_path_factory.mktemp("sshd")) as s:
+        yield s
+
+
+@contextmanager
+def served(d: Path) -> Iterator[Sshd]:
+    """A real sshd in a namespace of its own, its keys and known hosts in ``d``, until the block ends."""
     if not Path(SSHD).exists():
         pytest.skip("needs the OpenSSH server (Debian: openssh-server; scripts/install-deps.sh installs it as root)")
-    d = tmp_path_factory.mktemp("sshd")
     ns, veth, addr, port = f"lstest-ssh-{os.getpid()}", f"lsst{os.getpid() % 100000}", "10.79.0.2", 2222
     for name, kind in (("host_key", "ed25519"), ("client_key", "ed25519"), ("other_key", "ed25519")):
         _sh("ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(d / name))

@@ -13,6 +13,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
+
+from loopscope.rundir.monitor import MonitorJson
 
 import pytest
 
@@ -64,13 +67,11 @@ def _left(pid: int) -> list[str]:
     return procs + inst
 
 
-def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_with_exit_130(burst_spec: Path, tmp_path: Path, lab: None) -> None:
-    out = tmp_path / "m"
-    p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def sigterm_after(p: subprocess.Popen[str], ready: Callable[[], None]) -> tuple[MonitorJson, float]:
+    """Once ``ready`` returns, SIGTERM to the monitor ``p``: its record
+    (``--json``'s line) and how long it took to exit; it must exit 130."""
     try:
-        # two whole periods, then SIGTERM inside the third
-        _wait_periods(out, 2)
-        time.sleep(1.5)
+        ready()
         t = time.monotonic()
         p.send_signal(signal.SIGTERM)
         stdout, stderr = p.communicate(timeout=30)
@@ -80,8 +81,20 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
             p.kill()
             p.wait()
     assert p.returncode == 130, stderr
+    return json.loads(stdout.strip().splitlines()[-1]), took
+
+
+def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_with_exit_130(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+    out = tmp_path / "m"
+    p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    # two whole periods, then SIGTERM inside the third
+    def two_periods() -> None:
+        _wait_periods(out, 2)
+        time.sleep(1.5)
+
+    rec, took = sigterm_after(p, two_periods)
     assert took < 5, took
-    rec = json.loads(stdout.strip().splitlines()[-1])
     assert rec["status"] == "interrupted" and rec["periods"] == 3
     rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
     assert [r["period"] for r in rows] == [1, 2, 3]

@@ -12,7 +12,6 @@ from loopscope.errors import EXIT_FAILED, EXIT_INTERRUPTED
 from loopscope.units import format_ns
 from loopscope.cli.base import cli, Duration, prints
 from loopscope.monitor import hist
-import numpy as np
 from rich.console import Group
 from rich.table import Table
 from loopscope import monitor
@@ -59,14 +58,13 @@ def _live_table(m: Monitor) -> Any:
     """The live view: per probe this period's p99 and max so far, the run's
     maximum and when; the counts; the last explained outliers."""
 
-    with m.tail.lock:
-        st = m.tail.step
-        vals = np.concatenate(m.tail.values) if m.tail.values else np.zeros(0, dtype=np.int64)
     t = Table(title=f"loopscope monitor · {m.exp.name} · period {m.period_no}", title_justify="left")
     for col in ("probe", "values", "p99 (period)", "max (period)", "run's max", "at"):
         t.add_column(col, justify="right" if col not in ("probe", "at") else "left")
+    hosts = len(set(m.probe_host.values())) > 1
     for name, lv in m.live.items():
-        if st is not None and st.probe == name:
+        vals = m.open_values(str(name))
+        if vals is not None:
             # measuring now: its open period so far
             h = hist.new()
             hist.record(h, vals)
@@ -75,6 +73,8 @@ def _live_table(m: Monitor) -> Any:
             # between its periods (probes take turns, or the last one closed): its last closed period, said so
             h = lv.last_period if lv.last_period is not None else hist.new()
             label = f"{name} (last period)"
+        if hosts:
+            label += f" @ {m.probe_host[str(name)]}"
         n = h.get_total_count()
         t.add_row(
             label,

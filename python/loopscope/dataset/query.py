@@ -61,6 +61,7 @@ MONITOR_VIEWS = ("periods", "outliers", "outlier_causes")
 PERIOD_COLUMNS = {
     "period": "BIGINT",
     "probe": "VARCHAR",
+    "host": "VARCHAR",
     "start_utc": "VARCHAR",
     "end_utc": "VARCHAR",
     "seconds": "DOUBLE",
@@ -298,12 +299,12 @@ class Query:
         """periods over the monitors' period lines, read in place by each query that names it."""
         self.con.execute(
             "CREATE OR REPLACE VIEW periods AS SELECT "
-            + self._ident("NULL")
+            + self._ident("x.host")
             + ", x.probe, x.period, x.start_utc::TIMESTAMPTZ AS start_utc, x.end_utc::TIMESTAMPTZ AS end_utc, x.seconds, x.count, "
             "x.p50_ns, x.p99_ns, x.p999_ns, x.max_ns, x.max_at_utc::TIMESTAMPTZ AS max_at_utc, x.gap_s, x.samples, x.missed, x.probe_died, x.interrupted "
             "FROM " + self._lines_of("periods", PERIOD_COLUMNS) + " x JOIN _files f ON f.file = x.filename JOIN _run r ON r.run_id = f.run_id "
             "LEFT JOIN probes pr ON pr.run_id = f.run_id AND pr.probe = x.probe "
-            "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(pr.host, r.first_host)"
+            "LEFT JOIN runs k ON k.run_id = f.run_id AND k.host = COALESCE(x.host, pr.host, r.first_host)"
         )
 
     def _outlier_views(self) -> None:

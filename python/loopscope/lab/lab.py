@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 #: how long an agent may take to say hello (a launcher may wait for its cluster's scheduler)
 HELLO_TIMEOUT_S = 120.0
+#: a lost host started again (before each of a monitor's periods) gets this long to say hello: its launcher answered before
+RESTART_TIMEOUT_S = 20.0
 
 
 class LabError(RunError):
@@ -191,11 +193,7 @@ class Lab:
         asked = []
         for h in self.hosts.values():  # every hello sent before any is waited for: the agents start side by side
             assert h.agent is not None
-            vc = h.spec.virtual_clock
-            vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
-            req = P.Hello(
-                run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version(), probe_env=self.probe_env
-            )
+            req = self._hello(h)
             asked.append((h, req, h.agent.post(req)))
         for h, req, rid in asked:
             assert h.agent is not None
@@ -212,6 +210,29 @@ class Lab:
             cgroup=first.cgroup if not self.multi else None,
             cgroups=[h.cgroup for h in self.hosts.values() if h.cgroup and not h.remote],
         )
+
+    def _hello(self, h: HostRt) -> P.Hello:
+        vc = h.spec.virtual_clock
+        vclock = f"{vc.offset},{vc.drift_ppm!r},{self.vclock_epoch_ns}" if vc and (vc.offset or vc.drift_ppm) else None
+        return P.Hello(
+            run_id=self.run_id, run_dir=h.base, cgroup_name=self.cgroup_name(h.name), vclock=vclock, controller_version=version(), probe_env=self.probe_env
+        )
+
+    def restart(self, name: str, say: Callable[[str], None], attempt: int) -> None:
+        """A lost host's agent started again through its kind (the same
+        launcher) and its hello answered; raises what stops it."""
+        h = self.hosts[name]
+        log = (self.run_dir if not self.multi else self.run_dir / "hosts" / h.name) / f"agent.again-{attempt}.log"
+        if h.agent is not None:
+            h.agent.terminate()
+        h.agent = HOST_KINDS[h.kind].start(h, self.run_id, self.topo, log, say)
+        h.hello = h.agent.ask(self._hello(h), timeout=RESTART_TIMEOUT_S)
+        h.cgroup = h.hello.cgroup
+        h.lost = None
+        if not h.remote:
+            state.update(
+                self.run_id, agents=[{"host": x.name, "pid": x.pid, "start": procs.process_start_time(x.pid)} for x in self.hosts.values() if not x.remote]
+            )
 
     def cgroup_name(self, host: str) -> str:
         """The cgroup of ``host``'s agent, under loopscope's root on its machine."""

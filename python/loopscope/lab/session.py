@@ -167,6 +167,10 @@ class Session:
         self.calib: dict[str, dict[str, int]] = {}
         #: each started load's cgroup and processes, by name (the monitor names its threads from them)
         self.load_groups: dict[str, tuple[Path | None, list[int]]] = {}
+        #: a lost host's restarts so far (a monitor's), by name
+        self.revived: dict[str, int] = {}
+        #: each started load's host, by name
+        self._load_host: dict[str, str] = {}
         #: what the run is doing now (a failure or a lost host says it)
         self.during = "bringing up the lab"
 
@@ -350,6 +354,7 @@ class Session:
                     r = self.lab.agent(hname).ask(P.StartLoads(step_dir=self.lab.step_dir(hname, key), scratch_dir=self.lab.scratch(hname), loads=loads))
                     for ld in r.loads:
                         self.load_groups[ld.name] = (Path(ld.cgroup) if ld.cgroup else None, list(ld.pids))
+                        self._load_host[ld.name] = hname
         return {h: [*sinks.get(h, []), *by_host.get(h, [])] for h in {*sinks, *by_host}}
 
     @contextmanager
@@ -392,6 +397,29 @@ class Session:
         self.notes.append(f"host {host} was lost during {during} ({why}); the run went on without it (on_host_failure: continue)")
         self.say(f"host {host} lost during {during}: {why}; going on without it")
         self.save()
+
+    def revive(self, host: str) -> bool:
+        """A lost host's agent started again through its launcher (a monitor
+        does this before each period under ``on_host_failure: continue``);
+        whether it is back. Its loads are not started again (the notes say so)."""
+        self.revived[host] = n = self.revived.get(host, 0) + 1
+        try:
+            self.lab.restart(host, self.say, n)
+        except Exception as e:  # noqa: BLE001 - it stays lost; the next period tries again
+            if n == 1:
+                self.say(f"host {host} could not be started again ({str(e).splitlines()[0][:200]}); trying again before each period")
+            return False
+        for lh in self.rec.lost_hosts:
+            if lh.host == host and lh.back_utc is None:
+                lh.back_utc = now()
+        loads = [n for n, (_g, _p) in self.load_groups.items() if self._load_host.get(n) == host]
+        self.notes.append(
+            f"host {host} is back at {now()} (its agent started again through its launcher, attempt {n})"
+            + (f"; its loads ({', '.join(loads)}) were not started again" if loads else "")
+        )
+        self.say(f"host {host} is back")
+        self.save()
+        return True
 
     def lost_step(self, host: str, step: str) -> None:
         for lh in self.rec.lost_hosts:

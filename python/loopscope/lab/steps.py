@@ -201,10 +201,11 @@ class Steps:
         """Ctrl-C or SIGTERM inside a window: the probe is told to stop as at
         its window's end (its agent passes SIGUSR1 on as SIGINT) and what it
         measured until then is the step's result, within ``CUT_SHORT_S``; a
-        host whose agent this controller cannot signal (over ssh), or a probe
-        that cannot stop early, ends the run without the step."""
+        host whose agent this controller cannot signal (another machine's, or
+        another process-id namespace's), or a probe that cannot stop early,
+        ends the run without the step."""
         h = self.lab.hosts[hname]
-        if h.remote or h.hello is None:
+        if not h.here or h.hello is None:
             raise why
         try:
             os.kill(h.hello.pid, signal.SIGUSR1)

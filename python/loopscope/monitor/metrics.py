@@ -4,13 +4,15 @@ Served with prometheus-client (OpenMetrics or Prometheus text, as the
 scraper asks), computed at each scrape from what the monitor holds, so a
 scrape sees the open period's values too:
 
-- ``loopscope_latency_seconds{probe}``: a histogram of every value of the
+Every family is labelled with the probe and the spec's name of its host:
+
+- ``loopscope_latency_seconds{probe,host}``: a histogram of every value of the
   run so far, in 1-2-5 buckets from 1 µs to 10 s (``histogram_quantile``
   over them is good to a bucket; the monitor's own quantiles, to 0.1 %,
   are in ``monitor.json`` and the ``.hlog``);
-- ``loopscope_period_max_seconds{probe}``: the maximum of the last closed period;
-- ``loopscope_periods{probe}``: periods closed so far;
-- ``loopscope_outliers_total{probe,top_cause}``: outliers above the
+- ``loopscope_period_max_seconds{probe,host}``: the maximum of the last closed period;
+- ``loopscope_periods{probe,host}``: periods closed so far;
+- ``loopscope_outliers_total{probe,host,top_cause}``: outliers above the
   threshold, by the top cause of the kept ones (``not kept: <why>`` for the rest);
 - ``loopscope_windows_kept_total``, ``loopscope_windows_removed_total``.
 
@@ -88,25 +90,28 @@ class Collector:
 
     def collect(self) -> Iterator[Any]:
         m = self.mon
-        lat = HistogramMetricFamily("loopscope_latency_seconds", "every value of the run so far, per probe", labels=["probe"])
-        pmax = GaugeMetricFamily("loopscope_period_max_seconds", "the maximum of the last closed period", labels=["probe"])
-        pn = GaugeMetricFamily("loopscope_periods", "periods closed so far", labels=["probe"])
-        for name, lv in m.live_snapshot().items():
+        lat = HistogramMetricFamily("loopscope_latency_seconds", "every value of the run so far, per probe", labels=["probe", "host"])
+        pmax = GaugeMetricFamily("loopscope_period_max_seconds", "the maximum of the last closed period", labels=["probe", "host"])
+        pn = GaugeMetricFamily("loopscope_periods", "periods closed so far", labels=["probe", "host"])
+        snap = m.live_snapshot()
+        for name, lv in snap.items():
             b, s = cumulative(lv["whole"])
-            lat.add_metric([name], buckets=b, sum_value=s)
+            lat.add_metric([name, lv["host"]], buckets=b, sum_value=s)
             if lv["last_max_ns"] is not None:
-                pmax.add_metric([name], lv["last_max_ns"] / 1e9)
-            pn.add_metric([name], lv["periods"])
+                pmax.add_metric([name, lv["host"]], lv["last_max_ns"] / 1e9)
+            pn.add_metric([name, lv["host"]], lv["periods"])
         yield lat
         yield pmax
         yield pn
         c = m.keeper.counts
-        out = CounterMetricFamily("loopscope_outliers", "outliers above the threshold, by the top cause of the kept ones", labels=["probe", "top_cause"])
+        out = CounterMetricFamily(
+            "loopscope_outliers", "outliers above the threshold, by the top cause of the kept ones", labels=["probe", "host", "top_cause"]
+        )
         with m.keeper.lock:
             by = dict(m.keeper.by_probe_cause)
             kept, removed = c.windows, c.windows_removed
         for (probe, cause), n in sorted(by.items()):
-            out.add_metric([probe, cause], n)
+            out.add_metric([probe, str(snap[probe]["host"]) if probe in snap else "", cause], n)
         yield out
         yield CounterMetricFamily("loopscope_windows_kept", "windows of kernel events kept", value=kept)
         yield CounterMetricFamily("loopscope_windows_removed", "kept windows removed to stay within monitor.retain", value=removed)

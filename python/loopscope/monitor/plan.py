@@ -7,12 +7,18 @@ it does not measure itself (``own_cpus``), and what it will write and hold
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from loopscope.errors import InputError
 from loopscope.kernel.capture import WATCH_BUFFER_MB
 from loopscope.kinds import KINDS
 from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 from loopscope.spec import Experiment
+
+if TYPE_CHECKING:
+    from loopscope.spec.models import ProbeModel
 
 
 # What a monitor writes, measured (docs/benchmarks.md "Monitoring"): a
@@ -58,18 +64,41 @@ def footprint(exp: Experiment) -> list[str]:
 
 
 def check(exp: Experiment, file: str) -> None:
-    """What a monitor can watch: this machine's kernel (local and namespace
-    hosts), probes whose windows come from their own traces."""
-    for h in exp.hosts:
-        if h.remote:
-            raise InputError(
-                f"{file}: host {h.name} is a {h.kind} host; a monitor's flight recorder reads this machine's kernel, so its hosts are local or netns"
-            )
+    """What a monitor can watch: probes whose windows come from their own
+    traces (or a capture of their own threads). Hosts of every kind are
+    accepted here; whether a remote one is on this machine's kernel is known
+    only once its agent has said hello (``Monitor.here_or_refuse``)."""
     for p in exp.probes:
         if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:
             raise InputError(
                 f"{file}: probe {p.name} is a {p.kind} probe, whose windows come from a whole kernel capture; a monitor keeps only the windows around outliers"
             )
+
+
+def lanes(exp: Experiment) -> list[list[ProbeModel]]:
+    """The probes that measure at once, as lanes: every lane measures in
+    every period, side by side; a lane's probes take turns. Probes that share
+    a host share a lane (they would measure each other), and so do the kinds
+    that record their threads with a capture of their own (one such capture
+    at a time). A fleet with one probe per host measures every host at once."""
+    first = exp.hosts[0].name
+    group = list(range(len(exp.probes)))
+
+    def root(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i, a in enumerate(exp.probes):
+        for j in range(i):
+            b = exp.probes[j]
+            shared = set(a.hosts(first)) & set(b.hosts(first))
+            if shared or (KINDS[a.kind].live_capture and KINDS[b.kind].live_capture):
+                group[root(i)] = root(j)
+    out: dict[int, list[ProbeModel]] = {}
+    for i, p in enumerate(exp.probes):
+        out.setdefault(root(i), []).append(p)
+    return list(out.values())
 
 
 def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:
@@ -104,3 +133,50 @@ def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:
         f"probe {names} named no CPU: the monitor pins it to CPU {pick} and keeps its own threads on CPU {rest}, off the probe's (set the probe's cpu: to choose)"
         + beside
     )
+
+
+# The monitor's own threads, once they are off the probes' CPUs, run at this
+# nice: there they compete only with loads nobody measures, and at nice 0 a
+# context-switch storm beside them left the tail and the recorder's reader a
+# few per cent of their CPU (outliers reached the keeper 8-20 s late, when
+# the kernel's buffers no longer held them).
+OWN_NICE = -10
+
+
+def away_from_probes(exp: Experiment, tids: list[int] | None = None) -> None:
+    """This process's threads, and ``tids``, onto the CPUs no probe is pinned
+    to, and this process's threads (and those they start) at ``OWN_NICE``.
+    Nothing changes when no probe is pinned (the monitor would then compete
+    with its probes, and shows in their attribution as ``lab: agent``)."""
+    pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+    try:
+        rest = os.sched_getaffinity(0) - pinned
+        if not rest or not pinned:
+            return
+        mine = {int(x) for x in os.listdir("/proc/self/task")}
+        for t in mine | set(tids or []):
+            try:
+                os.sched_setaffinity(t, rest)
+                if t in mine:
+                    os.setpriority(os.PRIO_PROCESS, t, OWN_NICE)
+            except OSError:
+                pass
+    except OSError:
+        pass
+
+
+@contextmanager
+def as_at_start(cpus: set[int]) -> Iterator[None]:
+    """The calling thread back on ``cpus`` (the CPUs the monitor started
+    with) at nice 0 while it starts a process, which inherits both (an agent
+    started again would otherwise find only the monitor's own CPUs, and
+    refuse its probe's), then as it was."""
+    mine = os.sched_getaffinity(0)
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.sched_setaffinity(0, cpus)
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+        os.setpriority(os.PRIO_PROCESS, 0, nice)

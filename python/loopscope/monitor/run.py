@@ -23,6 +23,17 @@ hook explain uses: every kind that has one can be monitored) above the
 threshold to the keeper. The period's trace is deleted when its histogram
 is written. The monitor's own threads run on CPUs no probe is pinned to.
 
+Hosts of every kind on this machine's kernel are watched (local, netns, and
+exec or ssh hosts into its namespaces and containers: their agents' files
+are read where they write them). The probes measure in lanes
+(``plan.lanes``): every lane measures in every period, side by side, each
+with a tail of its own, so a fleet of one probe per host measures every
+host at once; a lane's probes take turns. One flight recorder serves them
+all (one kernel). A host lost under ``on_host_failure: continue`` closes its
+period with what was read, is marked in the session's record, sits out the
+periods while it is gone, and its agent is started again through its
+launcher before each period.
+
 A kind whose windows come from kernel events (``threads``: any program's
 threads, ``live_capture``) gets, for each of its periods, a capture of its
 own that records only the program's threads (``kernel.drain --watch``: the
@@ -35,28 +46,31 @@ program's own events, not the machine's.
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass
 import json
 import os
 import shutil
+import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import polars as pl
-from hdrh.histogram import HdrHistogram
 
-from loopscope.errors import InputError
+from loopscope.errors import RunError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab.session import Say, Session
-from loopscope.lab.steps import Interrupted, Steps
+from loopscope.lab.steps import CUT_SHORT_S, Interrupted, Steps
+from loopscope.monitor import figures
+from loopscope.monitor.figures import ProbeLive, utc
+from loopscope.monitor.plan import as_at_start, away_from_probes, lanes
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.rundir import monitor as record
-from loopscope.rundir.monitor import Counts, MonitorJson, PeriodLine
+from loopscope.rundir.monitor import MonitorJson, PeriodLine
 from loopscope.monitor.keeper import Keeper
 from loopscope.monitor.tail import LiveSource, Tail
 from loopscope.rundir import Step
@@ -78,24 +92,11 @@ HOUR_NS = 3_600_000_000_000
 
 
 @dataclass
-class ProbeLive:
-    """One probe's figures so far (the live view and the metrics read them)."""
+class LaneRun:
+    """One lane's period in its thread: its number, and what it raised (the main thread raises it)."""
 
-    name: str
-    period: HdrHistogram = field(default_factory=hist.new)
-    whole: HdrHistogram = field(default_factory=hist.new)
-    last_period: HdrHistogram | None = None
-    max_ns: int = 0
-    max_at_utc: str | None = None
-    periods: int = 0
-    samples: int = 0
-    missed: int = 0
-    #: time between one period's last value and the next one's first (the probe restarting): not measured
-    unmeasured_ns: int = 0
-    last_end_k: int | None = None
-    #: periods whose probe died (it starts again with the next one), and how many in a row now
-    restarts: int = 0
-    deaths_in_a_row: int = 0
+    n: int
+    error: BaseException | None = None
 
 
 class Monitor:
@@ -126,7 +127,7 @@ class Monitor:
         self.exp, self.say, self.notes = exp, say, notes
         self.for_ns = for_ns
         self.view = view
-        self.live = {p.name: ProbeLive(str(p.name)) for p in exp.probes}
+        self.live = {str(p.name): ProbeLive(str(p.name)) for p in exp.probes}
         self.logs = {p.name: hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
@@ -135,7 +136,16 @@ class Monitor:
         # a live_capture kind's watching capture (one at a time: probes take turns)
         self.watch_name = f"loopscope-mon{os.getpid()}-w"
         self.watch_tids: list[int] = []
-        self.tail = Tail(self)
+        #: probes that measure at once (one lane per group of hosts), each lane's trace read by a tail of its own
+        self.lanes = lanes(exp)
+        self.tails = [Tail(self, f"ls-tail-{i}") for i in range(len(self.lanes))]
+        first = exp.hosts[0].name
+        self.probe_host = {str(p.name): p.hosts(first)[0] for p in exp.probes}
+        #: a period closes under it (lanes close theirs side by side; the files and the record are shared)
+        self.close_lock = threading.Lock()
+        #: the CPUs it started with (its own threads move off the probes' ones; an agent started again gets these)
+        self.cpus_at_start = os.sched_getaffinity(0)
+        self.stopping = False
         self._noted: set[str] = set()
         self.started_utc = _dt.datetime.now(_dt.timezone.utc).isoformat()
         self.started_mono = time.monotonic_ns()
@@ -148,31 +158,10 @@ class Monitor:
         self._carry_over()
 
     def _carry_over(self) -> None:
-        """A resumed monitor goes on from what the directory holds: its counts,
-        each probe's maximum and whole-run histogram, the last hour's periods."""
-        if not record.exists(self.mdir):
-            return
-        try:
-            old = record.read(self.mdir)
-        except InputError:
-            return
-        c, k = old.get("counts") or {}, self.keeper.counts
-        k.above, k.kept, k.explained = int(c.get("outliers_above", 0)), int(c.get("kept", 0)), int(c.get("explained", 0))
-        k.not_kept, k.by_cause = dict(c.get("not_kept") or {}), dict(c.get("by_top_cause") or {})
-        k.windows, k.windows_removed, k.paused_ns = int(c.get("windows", 0)), int(c.get("windows_removed", 0)), int(c.get("recorder_paused_ns", 0))
-        now_ms = time.time() * 1000
-        for name, lv in self.live.items():
-            was = (old.get("probes") or {}).get(str(name))
-            if was is not None:
-                lv.max_ns, lv.max_at_utc = int(was.get("max_ns") or 0), was.get("max_at_utc")
-                lv.periods, lv.samples, lv.missed = int(was.get("periods", 0)), int(was.get("samples", 0)), int(was.get("missed", 0))
-                lv.unmeasured_ns = int(float(was.get("unmeasured_s") or 0) * 1e9)
-                lv.restarts = int(was.get("probe_restarts") or 0)
-            log = self.mdir / "histograms" / f"{name}.hlog"
-            for h in hist.read_log(log) if log.exists() else []:
-                lv.whole.add(h)
-                if now_ms - h.get_end_time_stamp() < HOUR_NS / 1e6:
-                    self.recent.add(time.monotonic_ns() - int((now_ms - h.get_end_time_stamp()) * 1e6), h)
+        """A resumed monitor goes on from what the directory holds (``figures.carry_over``)."""
+        old = figures.previous(self.mdir)
+        if old is not None:
+            figures.carry_over(old, self.mdir, self.keeper.counts, self.live, self.recent)
 
     # ---- helpers the threads call ------------------------------------------------------
 
@@ -202,19 +191,24 @@ class Monitor:
     def live_snapshot(self) -> dict[str, dict[str, object]]:
         """Per probe, for the metrics: the run's histogram so far (the open
         period's values included), the last period's maximum, periods closed."""
-        with self.tail.lock:
-            st = self.tail.step
-            open_vals = np.concatenate(self.tail.values) if self.tail.values else np.zeros(0, dtype=np.int64)
+        opened = {str(name): self.open_values(str(name)) for name in self.live}
         out = {}
         with self.live_lock:
             for name, lv in self.live.items():
                 h = hist.new()
                 h.add(lv.whole)
-                if st is not None and st.probe == name:
-                    hist.record(h, open_vals)
+                if (vals := opened[str(name)]) is not None:
+                    hist.record(h, vals)
                 last = lv.last_period.get_max_value() if lv.last_period is not None and lv.last_period.get_total_count() else None
-                out[str(name)] = {"whole": h, "last_max_ns": last, "periods": lv.periods}
+                out[str(name)] = {"whole": h, "last_max_ns": last, "periods": lv.periods, "host": self.probe_host[str(name)]}
         return out
+
+    def open_values(self, probe: str) -> np.ndarray | None:
+        """The values of ``probe``'s open period so far (None: it is not measuring now)."""
+        for t in self.tails:
+            if (v := t.open_values(probe)) is not None:
+                return v
+        return None
 
     def _roles(self) -> dict[int, str]:
         """Threads by who they are, as they are now (a run learns its loads'
@@ -264,12 +258,14 @@ class Monitor:
             if tf is not None:
                 self.session.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
         self.session.bring_up()
+        self.here_or_refuse()
         self._away_from_probes()
         why = self.keeper.start()
         if why:
             self.notes.append(f"outliers are counted, not kept: {why}")
             self.say(f"note: outliers are counted, not kept: {why}")
-        self.tail.start()
+        for t in self.tails:
+            t.start()
         pr = phase_runs(self.exp)[0]
         self.session.set_links_start()
         by_host, sinks = self.session.start_phase(pr, "loads", "")
@@ -283,14 +279,98 @@ class Monitor:
         if self.view is not None:
             self.view(self)  # the live view starts
         period = int(self.settings.period)  # type: ignore[union-attr]
+        turn = 0
         while True:
-            for probe in self.exp.probes:
-                left = None if self.for_ns is None else self.for_ns - (time.monotonic_ns() - self.started_mono)
-                if left is not None and left < 1_000_000_000:
-                    self.session.end_phase(pr, by_host, sinks)
-                    self.session.lab.check()
-                    return
-                self.period(pr, probe, period if left is None else min(period, left))
+            left = None if self.for_ns is None else self.for_ns - (time.monotonic_ns() - self.started_mono)
+            if left is not None and left < 1_000_000_000:
+                self.session.end_phase(pr, by_host, sinks)
+                self.session.lab.check()
+                return
+            self.revive_lost()
+            self.round(pr, [lane[turn % len(lane)] for lane in self.lanes], period if left is None else min(period, left))
+            turn += 1
+
+    def here_or_refuse(self) -> None:
+        """Every host must be on this machine's kernel, with its files in this
+        file system: the monitor reads its probes' traces as they are written
+        and its kernel's events (an exec or ssh host into a namespace or a
+        container of this machine is; another machine is not, yet)."""
+        for h in self.session.lab.hosts.values():
+            if h.remote and not (h.here and Path(h.base).is_dir()):
+                where = "another kernel" if not h.here else f"a file system where {h.base} is not this machine's"
+                raise RunError(
+                    f"host {h.name} ({h.kind}) runs on {where}: a monitor reads every host's probe traces and kernel events on the machine it runs on;"
+                    f" run loopscope monitor on that machine (with the host as local) instead",
+                    component="monitor",
+                )
+
+    def revive_lost(self) -> None:
+        """Under ``on_host_failure: continue``, a lost host's agent started
+        again through its launcher before each period; its lane measures again."""
+        if self.exp.on_host_failure != "continue":
+            return
+        for h in list(self.session.lab.hosts.values()):
+            if h.lost is None:
+                continue
+            with as_at_start(self.cpus_at_start):
+                back = self.session.revive(h.name)
+            if back:
+                self._away_from_probes()
+                self._refresh_roles()
+
+    def _next_period(self) -> int:
+        with self.close_lock:
+            self.period_no += 1
+            return self.period_no
+
+    def round(self, pr: PhaseRun, probes: list[ProbeModel], dur_ns: int) -> None:
+        """One period of every lane at once (a lane whose host is lost sits it
+        out). Ctrl-C or SIGTERM cuts every lane's probe short, closes each
+        period with what it measured, then ends the monitor."""
+        first = self.exp.hosts[0].name
+        jobs: list[tuple[threading.Thread, LaneRun, ProbeModel]] = []
+        for i, probe in enumerate(probes):
+            if any(self.session.lab.hosts[h].lost for h in probe.hosts(first)):
+                continue
+            got = LaneRun(self._next_period())
+            t = threading.Thread(target=self._lane, args=(self.tails[i], pr, probe, got, dur_ns), name=f"ls-lane-{i}", daemon=True)
+            jobs.append((t, got, probe))
+            t.start()
+        try:
+            for t, _, _ in jobs:
+                while t.is_alive():
+                    t.join(0.2)
+        except Interrupted:
+            self.stopping = True
+            self._cut_short([h for _, _, p in jobs for h in p.hosts(first)])
+            until = time.monotonic() + CUT_SHORT_S
+            for t, _, _ in jobs:
+                t.join(max(0.0, until - time.monotonic()))
+            raise
+        if self.view is not None and jobs:
+            self.view(self)
+        for _, got, probe in jobs:
+            if got.error is not None:
+                with self.session.may_lose(f"period {got.n} of probe {probe.name}", f"{probe.name}-{got.n:07d}"):
+                    raise got.error
+
+    def _lane(self, tail: Tail, pr: PhaseRun, probe: ProbeModel, got: LaneRun, dur_ns: int) -> None:
+        try:
+            self.period(pr, probe, dur_ns, tail, got.n)
+        except BaseException as e:  # noqa: BLE001 - handed to the main thread, which fails or loses the host
+            got.error = e
+
+    def _cut_short(self, hosts: list[str]) -> None:
+        """Every probe measuring now told to stop as at its window's end (its
+        agent passes SIGUSR1 on as SIGINT): each lane's step then returns what
+        it measured, and its period closes."""
+        for name in dict.fromkeys(hosts):
+            h = self.session.lab.hosts[name]
+            if h.hello is not None and h.here and h.lost is None:
+                try:
+                    os.kill(h.hello.pid, signal.SIGUSR1)
+                except OSError:
+                    pass
 
     def _away_from_probes(self) -> None:
         """Every thread of the monitor and of its agents (polars' and its I/O
@@ -299,17 +379,15 @@ class Monitor:
         agent starts get the agent's first CPUs back (``procs.spawn``)."""
         away_from_probes(self.exp, [t for t in self.session.lab.lab_tids().get("lab: agent", []) if t])
 
-    def period(self, pr: PhaseRun, probe: ProbeModel, dur_ns: int) -> None:
-        self.period_no += 1
-        n = self.period_no
+    def period(self, pr: PhaseRun, probe: ProbeModel, dur_ns: int, tail: Tail, n: int) -> None:
+        """One period of ``probe`` (in its lane's thread): measured, its trace
+        tailed as it is written, then closed; a host lost under it closes it
+        with what was read, then the main thread loses the host."""
         key = f"{probe.name}-{n:07d}"
         plan = KINDS[probe.kind].live_step(probe, key, getattr(probe, "host", None) or self.session.first.name, lambda h: self.session.lab.step_dir(h, key))
         host = plan["host"]
-        rel = {k: self.session.lab.rel(plan["host"], plan[k]) for k in ("trace", "json")}
-        stages = [
-            {**sg, "trace": self.session.lab.rel(sg["host"], sg["trace"]), "json": self.session.lab.rel(sg["host"], sg["json"])}
-            for sg in plan.get("stages") or []
-        ]
+        rel = {k: self._at(plan["host"], plan[k]) for k in ("trace", "json")}
+        stages = [{**sg, "trace": self._at(sg["host"], sg["trace"]), "json": self._at(sg["host"], sg["json"])} for sg in plan.get("stages") or []]
         st = Step.model_validate(
             {
                 "rep": 1,
@@ -325,36 +403,51 @@ class Monitor:
             }
         )
         t0 = time.time()
-        t0_mono = time.monotonic_ns()
         watching = self._watch(probe, Path(self.session.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
-        self.tail.watch(st)
+        tail.watch(st)
         cut: str | None = None
         died: str | None = None
-        step: dict[str, Any] = {}
+        failed: AgentFailure | None = None
         try:
             step = KINDS[probe.kind].run(Steps(self.session.lab, self.exp, self.session.calib), probe, key, dur_ns)
             cut = step.get("interrupted")
         except AgentFailure as e:
             # A probe that dies is started again with the next period, and
             # counted; one that dies MAX_DEATHS periods in a row ends the monitor.
-            lv = self.live[probe.name]
-            if not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
-                raise
-            lv.deaths_in_a_row += 1
-            lv.restarts += 1
-            died = str(e).splitlines()[0][:300]
-            self.say(f"period {n}: probe {probe.name} died ({died}); it starts again with the next period")
+            # A host lost under it (its agent gone) closes the period with what was read.
+            lv = self.live[str(probe.name)]
+            gone = [x for x in probe.hosts(self.exp.hosts[0].name) if self._agent_gone(x)]
+            said = str(e).splitlines() or [""]
+            # its first line says who failed; its last, the failure's own words (a probe's error, the log's end)
+            died = (f"host {', '.join(gone)} lost: " if gone else "") + said[0][:300] + (f": {said[-1].strip()[:300]}" if len(said) > 1 else "")
+            if gone or not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
+                failed = e
+            else:
+                lv.deaths_in_a_row += 1
+                lv.restarts += 1
+                self.say(f"period {n}: probe {probe.name} died ({died}); it starts again with the next period")
         finally:
             if watching is not None:
                 self._unwatch(watching)
-            w = self.tail.finish()
+            w = tail.finish()
             self.src.stores.pop(probe.label, None)
         t1 = time.time()
         if died is None:
-            self.live[probe.name].deaths_in_a_row = 0
-        self.close_period(probe, n, st, step, w, t0, t1, t0_mono, died)
+            self.live[str(probe.name)].deaths_in_a_row = 0
+        self.close_period(probe, n, st, w, t0, t1, died)
+        if failed is not None:
+            raise failed
         if cut:
             raise Interrupted(str(cut))
+
+    def _at(self, host: str, path: str) -> str:
+        """Where a file ``host``'s agent writes is read from, relative to the
+        session's directory (a remote host's on this machine: its own path)."""
+        return path if self.session.lab.hosts[host].remote else self.session.lab.rel(host, path)
+
+    def _agent_gone(self, host: str) -> bool:
+        a = self.session.lab.hosts[host].agent
+        return a is not None and (a.dead is not None or not a.ch.alive())
 
     def _watch(self, probe: ProbeModel, d: Path) -> Any:
         """A watching capture for ``probe``'s period (its probe fills its
@@ -380,10 +473,12 @@ class Monitor:
         if cap.final.get("error"):
             self.note_once(f"the watching capture's last read failed: {cap.final['error']}")
 
-    def close_period(
-        self, probe: ProbeModel, n: int, st: Step, step: dict[str, Any], w: pl.DataFrame, t0: float, t1: float, t0_mono: int, died: str | None = None
-    ) -> None:
-        lv = self.live[probe.name]
+    def close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None = None) -> None:
+        with self.close_lock:
+            self._close_period(probe, n, st, w, t0, t1, died)
+
+    def _close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None) -> None:
+        lv = self.live[str(probe.name)]
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
         hist.record(h, vals)
@@ -407,14 +502,15 @@ class Monitor:
             lv.periods += 1
         res: dict[str, Any] = {}
         try:
-            res = json.loads((self.session.run_dir / step["json"]).read_text().strip().splitlines()[-1])
+            res = json.loads((self.session.run_dir / str(st.json_)).read_text().strip().splitlines()[-1])
         except (OSError, KeyError, ValueError, IndexError):
             pass
         row: PeriodLine = {
             "period": n,
             "probe": probe.name,
-            "start_utc": _utc(t0),
-            "end_utc": _utc(t1),
+            "host": str(st.host),
+            "start_utc": utc(t0),
+            "end_utc": utc(t1),
             "seconds": round(t1 - t0, 3),
             "count": len(vals),
             "gap_s": None if gap_ns is None else round(gap_ns / 1e9, 3),
@@ -432,7 +528,7 @@ class Monitor:
                     "max_t_ns": int(w["t_ns"][i]),
                 }
             )
-            row["max_at_utc"] = _utc((int(w["t_ns"][i]) - off) / 1e9 + to_utc)
+            row["max_at_utc"] = utc((int(w["t_ns"][i]) - off) / 1e9 + to_utc)
             if int(vals[i]) > lv.max_ns:
                 lv.max_ns, lv.max_at_utc = int(vals[i]), row["max_at_utc"]
         for k in ("samples", "missed", "interrupted"):
@@ -448,50 +544,21 @@ class Monitor:
             shutil.rmtree(Path(self.session.lab.step_dir(h, f"{probe.name}-{n:07d}")), ignore_errors=True)
         self._refresh_roles()
         self.write_record()
-        if self.view is not None:
-            self.view(self)
 
     def record(self) -> MonitorJson:
         s = self.settings
         assert s is not None
-        c = self.keeper.counts
-        with self.keeper.lock:
-            counts: Counts = {
-                "outliers_above": c.above,
-                "kept": c.kept,
-                "explained": c.explained,
-                "not_kept": dict(c.not_kept),
-                "windows": c.windows,
-                "windows_removed": c.windows_removed,
-                "kept_bytes": c.kept_bytes,
-                "recorder_paused_ns": c.paused_ns,
-                "by_top_cause": dict(c.by_cause),
-            }
         return {
             "format": FORMAT,
             "name": self.exp.name,
             "status": self.status,
             "pid": os.getpid(),
             "started_utc": self.started_utc,
-            "updated_utc": _utc(time.time()),
+            "updated_utc": utc(time.time()),
             "settings": s.model_dump(mode="json"),
             "periods": self.period_no,
-            "probes": {
-                str(k): {
-                    "max_ns": v.max_ns or None,
-                    "max_at_utc": v.max_at_utc,
-                    "periods": v.periods,
-                    "count": v.whole.get_total_count(),
-                    "p99_ns": hist.quantile(v.whole, 0.99),
-                    "p999_ns": hist.quantile(v.whole, 0.999),
-                    "samples": v.samples,
-                    "missed": v.missed,
-                    "unmeasured_s": round(v.unmeasured_ns / 1e9, 3),
-                    "probe_restarts": v.restarts,
-                }
-                for k, v in self.live.items()
-            },
-            "counts": counts,
+            "probes": figures.statuses(self.live, self.probe_host),
+            "counts": figures.counts(self.keeper),
             "recorder": self.keeper.why_not or f"flight recorder ({s.recorder})",
             "session": self.session.run_dir.name,
             "notes": list(self.notes),
@@ -501,7 +568,8 @@ class Monitor:
         record.write(self.mdir, self.record())
 
     def teardown(self) -> None:
-        self.tail.stop()
+        for t in self.tails:
+            t.stop()
         if self.metrics_server is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
@@ -514,37 +582,3 @@ class Monitor:
             self.session.teardown()
             self.status = self.session.out.status
             self.write_record()
-
-
-# The monitor's own threads, once they are off the probes' CPUs, run at this
-# nice: there they compete only with loads nobody measures, and at nice 0 a
-# context-switch storm beside them left the tail and the recorder's reader a
-# few per cent of their CPU (outliers reached the keeper 8-20 s late, when
-# the kernel's buffers no longer held them).
-OWN_NICE = -10
-
-
-def away_from_probes(exp: Experiment, tids: list[int] | None = None) -> None:
-    """This process's threads, and ``tids``, onto the CPUs no probe is pinned
-    to, and this process's threads (and those they start) at ``OWN_NICE``.
-    Nothing changes when no probe is pinned (the monitor would then compete
-    with its probes, and shows in their attribution as ``lab: agent``)."""
-    pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
-    try:
-        rest = os.sched_getaffinity(0) - pinned
-        if not rest or not pinned:
-            return
-        mine = {int(x) for x in os.listdir("/proc/self/task")}
-        for t in mine | set(tids or []):
-            try:
-                os.sched_setaffinity(t, rest)
-                if t in mine:
-                    os.setpriority(os.PRIO_PROCESS, t, OWN_NICE)
-            except OSError:
-                pass
-    except OSError:
-        pass
-
-
-def _utc(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).isoformat(timespec="milliseconds")

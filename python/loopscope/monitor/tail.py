@@ -99,7 +99,7 @@ class LiveSource:
         return step.host or self.run.first_host
 
     def same_kernel(self, a: str, b: str) -> bool:
-        return True  # local and namespace hosts: the monitor refuses others
+        return True  # every host of a monitor is on this machine's kernel (the monitor refuses others)
 
 
 class Tail(threading.Thread):
@@ -110,8 +110,8 @@ class Tail(threading.Thread):
     never waits for one (a starved thread reading a long trace would
     otherwise hold the period's close, and its signal, for minutes)."""
 
-    def __init__(self, mon: Tailed) -> None:
-        super().__init__(name="ls-tail", daemon=True)
+    def __init__(self, mon: Tailed, name: str = "ls-tail") -> None:
+        super().__init__(name=name, daemon=True)
         self.mon = mon
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -126,6 +126,13 @@ class Tail(threading.Thread):
         with self.lock:
             self.step, self.gen = step, self.gen + 1
             self.seen, self.values, self.size = {}, [], -1
+
+    def open_values(self, probe: str) -> np.ndarray | None:
+        """The values of ``probe``'s open period so far (None: this tail is not watching it now)."""
+        with self.lock:
+            if self.step is None or self.step.probe != probe:
+                return None
+            return np.concatenate(self.values) if self.values else np.zeros(0, dtype=np.int64)
 
     def finish(self) -> pl.DataFrame:
         """Stop watching, then the period's last read (the whole trace): its windows."""

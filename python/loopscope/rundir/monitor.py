@@ -37,6 +37,8 @@ class ProbeStatus(TypedDict):
     missed: int
     unmeasured_s: float
     probe_restarts: int
+    #: the spec's name of its host
+    host: NotRequired[str]
 
 
 class Counts(TypedDict):
@@ -104,6 +106,8 @@ class PeriodLine(TypedDict):
 
     period: int
     probe: str | None
+    #: the spec's name of the host the probe measured on (lines before fleets: none, the probe's host)
+    host: NotRequired[str]
     start_utc: str
     end_utc: str
     seconds: float

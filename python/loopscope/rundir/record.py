@@ -402,6 +402,8 @@ class LostHost(_Open):
     why: str
     #: the steps it was part of that did not run, or were cut short by its loss (``r01-baseline/timer``)
     steps: list[str] = Field(default_factory=list)
+    #: when its agent was started again (a monitor retries a lost host before each period)
+    back_utc: str | None = None
 
 
 class RunRecord(_Open):

@@ -1,0 +1,109 @@
+"""A monitor over a fleet of every host kind on this machine's kernel: a
+netns host, two exec hosts (``ip netns exec`` and ``nsenter`` into
+namespaces of their own) and an ssh host (a real sshd in a namespace). Each
+runs a timer probe on CPU 1 beside one SCHED_FIFO burst a second there; all
+four measure in every period, one flight recorder serves them, a host whose
+agent is killed is marked lost and comes back, and SIGTERM closes every
+host's open period."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from loopscope.bench.fleet import Fleet
+from tests.conftest import BIN
+from tests.lab.test_exec import agent_in
+from tests.lab.test_ssh import Sshd, served, ssh_host
+from tests.monitor.test_monitor import ZOO, _left, sigterm_after
+from loopscope import cbuild
+
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "nsenter", "ssh-keygen")]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[Fleet]:
+    with Fleet(2) as f:
+        yield f
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    with served(tmp_path_factory.mktemp("sshd")) as s:
+        yield s
+
+
+def _rows(out: Path) -> list[dict[str, object]]:
+    p = out / "periods.jsonl"
+    return [json.loads(x) for x in p.read_text().splitlines()] if p.exists() else []
+
+
+def _wait(until: object, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not until():  # type: ignore[operator]
+        time.sleep(0.1)
+
+
+def test_every_host_kind_measures_at_once_a_killed_host_is_marked_and_comes_back_and_sigterm_closes_every_period(
+    fleet: Fleet, sshd: Sshd, tmp_path: Path, lab: None
+) -> None:
+    if not Path("/sys/kernel/tracing/instances").is_dir():
+        pytest.skip("needs tracefs for the flight recorder")
+    zoo = tmp_path / "ls-zoo"
+    subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(ZOO), "-o", str(zoo)], check=True)
+    spec = tmp_path / "fleet.yaml"
+    spec.write_text(
+        "name: fleet\non_host_failure: continue\nhosts:\n"
+        "  - {name: n, kind: netns}\n"
+        f"  - {{name: e1, kind: exec, launcher: [ip, netns, exec, {fleet.ns(1)}], address: {fleet.address(1)}}}\n"
+        f"  - {{name: e2, kind: exec, launcher: [nsenter, '--net=/run/netns/{fleet.ns(2)}'], address: {fleet.address(2)}}}\n"
+        + ssh_host(sshd, name="s")
+        + "probes:\n"
+        + "".join(f"  - {{kind: timer, name: t-{h}, host: {h}, interval_us: 1000, cpu: [1], priority: 5}}\n" for h in ("n", "e1", "e2", "s"))
+        + f'loads:\n  - {{name: burst, kind: command, command: [{zoo}, fifo, --cpu, "1", --prio, "10", --burst-us, "2000", --period-us, "1000000"]}}\n'
+        + "monitor: {period: 3s, threshold: 1ms}\n"
+    )
+    out = tmp_path / "m"
+    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def four_then_kill_then_back() -> None:
+        # every host measures in the first period: four rows of one round
+        _wait(lambda: len(_rows(out)) >= 4, 90)
+        assert {r["host"] for r in _rows(out)[:4]} == {"n", "e1", "e2", "s"}, _rows(out)
+        victim = agent_in(fleet.ns(2))
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        # the next rounds go on without it; before a later one its agent is started again through nsenter
+        _wait(lambda: any(r["host"] == "e2" and "lost" in str(r.get("probe_died", "")) for r in _rows(out)), 30)
+        n_lost = len(_rows(out))
+        _wait(lambda: any(r["host"] == "e2" for r in _rows(out)[n_lost:]), 30)
+        time.sleep(1.0)
+
+    rec, took = sigterm_after(p, four_then_kill_then_back)
+    # within 2 s on an idle machine; a loaded test run is given more
+    assert took < 5, took
+    rows = _rows(out)
+    # the last round: every host's open period closed with what it measured
+    last = {str(r["host"]): r for r in rows}
+    assert set(last) == {"n", "e1", "e2", "s"} and all(r["count"] for r in last.values()), rows
+    assert all(r.get("interrupted") for r in rows[-4:]), rows[-4:]
+    assert {r["host"] for r in rows[-4:]} == {"n", "e1", "e2", "s"}
+    # the lost host is marked in the session's record with why and when it came back
+    run = json.loads(next(out.glob("sessions/*/run.json")).read_text())
+    lost = run["lost_hosts"]
+    assert [x["host"] for x in lost] == ["e2"] and lost[0]["back_utc"], lost
+    assert any("host e2 is back" in n for n in rec["notes"]), rec["notes"]
+    # one recorder for the one kernel: every host's bursts are kept and named
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
+    named = {o["host"] for o in outl if o["top_cause"] == "load: burst"}
+    assert named == {"n", "e1", "e2", "s"}, [(o["host"], o["top_cause"]) for o in outl]
+    assert rec["probes"]["t-s"]["host"] == "s"
+    assert _left(p.pid) == []
+    assert agent_in(fleet.ns(1)) is None and agent_in(fleet.ns(2)) is None
