@@ -256,3 +256,22 @@ def test_bench_dataset_over_a_synthetic_fleet_times_each_command_and_its_memory(
         assert c["seconds"] > 0 and c["peak_rss_mb"] > 0 and j[f"{k}_s"] == c["seconds"], (k, c)
     assert 0 < j["page_bytes"] < 2_000_000 and j["peak_rss_mb"] == max(c["peak_rss_mb"] for k, c in j["commands"].items() if k != "query_floor")
     assert j["query_floor_s"] > 0 and j["query_ratio"] > 0
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_tool("ip", "nsenter", "ssh-keygen", "cc")
+def test_bench_monitor_fleet_reports_every_host_kind_the_killed_host_and_the_interrupt(cli: Cli, bench: None) -> None:
+    from loopscope.bench.sshd import missing
+
+    if missing():
+        pytest.skip(str(missing()))
+    r = cli("bench", "monitor", "--fleet", "--minutes", "0.25", "--json", timeout=600)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    hosts = {h["host"]: h for h in j["hosts"]}
+    assert set(hosts) == {"n", "e1", "e2", "s"} and all(h["periods"] > 0 and h["outliers_above"] == h["kept"] for h in hosts.values()), hosts
+    # the killed host is marked and came back; the others measured to the end
+    assert hosts["e2"]["lost"] and hosts["e2"]["back"] and not any(h["lost"] for n, h in hosts.items() if n != "e2")
+    assert j["others_complete"] and j["status"] == "completed"
+    assert j["interrupt_closed_every_host"] and j["interrupt_exit_s"] > 0
+    assert j["disk_mb_per_h"] > 0 and j["controller_rss_mb_end"] > 0

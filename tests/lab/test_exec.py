@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from loopscope.bench.fleet import Fleet
+from loopscope.bench.fleet import Fleet, agent_in
 from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
@@ -38,20 +38,6 @@ def hosts(f: Fleet, n: int = 2, **extra: str) -> str:
         more = "".join(f", {k}: {v}" for k, v in extra.items())
         out.append(f"  - {{name: h{i}, kind: exec, launcher: {launcher}, address: {f.address(i)}{more}}}")
     return "\n".join(out) + "\n"
-
-
-def agent_in(ns: str) -> int | None:
-    """The agent running in namespace ``ns``."""
-    ino = os.stat(f"/run/netns/{ns}").st_ino
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            if b"loopscope.agent" in (d / "cmdline").read_bytes() and os.stat(d / "ns" / "net").st_ino == ino:
-                return int(d.name)
-        except OSError:
-            pass
-    return None
 
 
 def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(

@@ -11,97 +11,37 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
+from loopscope.bench.sshd import Sshd, missing, served
 from loopscope.host import procs
 from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
 
-SSHD = "/usr/sbin/sshd"
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "ssh-keygen")]
-
-
-@dataclass
-class Sshd:
-    address: str
-    port: int
-    key: Path
-    known_hosts: Path
-    other_known_hosts: Path
-
-
-def _sh(*args: str) -> None:
-    subprocess.run(list(args), check=True, capture_output=True, text=True)
 
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    yield from serve_for_tests(tmp_path_factory)
+
+
+def serve_for_tests(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A module's sshd (``bench/sshd.py``), or the test skipped saying why there is none."""
+    why = missing()
+    if why:
+        pytest.skip(why)
     with served(tmp_path_factory.mktemp("sshd")) as s:
         yield s
 
 
-@contextmanager
-def served(d: Path) -> Iterator[Sshd]:
-    """A real sshd in a namespace of its own, its keys and known hosts in ``d``, until the block ends."""
-    if not Path(SSHD).exists():
-        pytest.skip("needs the OpenSSH server (Debian: openssh-server; scripts/install-deps.sh installs it as root)")
-    ns, veth, addr, port = f"lstest-ssh-{os.getpid()}", f"lsst{os.getpid() % 100000}", "10.79.0.2", 2222
-    for name, kind in (("host_key", "ed25519"), ("client_key", "ed25519"), ("other_key", "ed25519")):
-        _sh("ssh-keygen", "-q", "-t", kind, "-N", "", "-f", str(d / name))
-    (d / "authorized_keys").write_text((d / "client_key.pub").read_text())
-    (d / "known_hosts").write_text(f"[{addr}]:{port} {(d / 'host_key.pub').read_text()}")
-    (d / "other_known_hosts").write_text(f"[{addr}]:{port} {(d / 'other_key.pub').read_text()}")
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress {addr}\nHostKey {d / 'host_key'}\nPidFile {d / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {d / 'authorized_keys'}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
-        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nSubsystem sftp internal-sftp\n"
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)
-    _sh("ip", "netns", "add", ns)
-    p = None
-    log = open(d / "sshd.log", "wb")
-    try:
-        _sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
-        _sh("ip", "address", "add", "10.79.0.1/24", "dev", veth)
-        _sh("ip", "link", "set", veth, "up")
-        _sh("ip", "-n", ns, "address", "add", f"{addr}/24", "dev", "eth0")
-        _sh("ip", "-n", ns, "link", "set", "eth0", "up")
-        _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        p = subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stderr=log)
-        assert wait_for(
-            lambda: subprocess.run(["ip", "netns", "exec", ns, "ss", "-ltn"], capture_output=True, text=True).stdout.count(f"{addr}:{port}") > 0, 10
-        ), (d / "sshd.log").read_text()
-        yield Sshd(addr, port, d / "client_key", d / "known_hosts", d / "other_known_hosts")
-    finally:
-        if p is not None:
-            p.terminate()
-            p.wait(timeout=10)
-        subprocess.run(["ip", "link", "del", veth], capture_output=True)
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-        log.close()
-
-
 def ssh_host(s: Sshd, name: str = "remote", **over: str) -> str:
-    fields = {
-        "name": name,
-        "kind": "ssh",
-        "address": s.address,
-        "port": str(s.port),
-        "user": "root",
-        "identity": str(s.key),
-        "known_hosts": str(s.known_hosts),
-        "python": sys.executable,
-    }
-    fields.update(over)
-    return "  - {" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}\n"
+    return s.host(name, **over)
 
 
 def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:

@@ -18,10 +18,10 @@ from typing import Iterator
 
 import pytest
 
-from loopscope.bench.fleet import Fleet
+from loopscope.bench.fleet import Fleet, agent_in
 from tests.conftest import BIN
-from tests.lab.test_exec import agent_in
-from tests.lab.test_ssh import Sshd, served, ssh_host
+from loopscope.bench.sshd import Sshd
+from tests.lab.test_ssh import serve_for_tests
 from tests.monitor.test_monitor import ZOO, _left, sigterm_after
 from loopscope import cbuild
 
@@ -36,8 +36,7 @@ def fleet() -> Iterator[Fleet]:
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    with served(tmp_path_factory.mktemp("sshd")) as s:
-        yield s
+    yield from serve_for_tests(tmp_path_factory)
 
 
 def _rows(out: Path) -> list[dict[str, object]]:
@@ -64,7 +63,7 @@ def test_every_host_kind_measures_at_once_a_killed_host_is_marked_and_comes_back
         "  - {name: n, kind: netns}\n"
         f"  - {{name: e1, kind: exec, launcher: [ip, netns, exec, {fleet.ns(1)}], address: {fleet.address(1)}}}\n"
         f"  - {{name: e2, kind: exec, launcher: [nsenter, '--net=/run/netns/{fleet.ns(2)}'], address: {fleet.address(2)}}}\n"
-        + ssh_host(sshd, name="s")
+        + sshd.host("s")
         + "probes:\n"
         + "".join(f"  - {{kind: timer, name: t-{h}, host: {h}, interval_us: 1000, cpu: [1], priority: 5}}\n" for h in ("n", "e1", "e2", "s"))
         + f'loads:\n  - {{name: burst, kind: command, command: [{zoo}, fifo, --cpu, "1", --prio, "10", --burst-us, "2000", --period-us, "1000000"]}}\n'

@@ -142,11 +142,17 @@ pub fn run(cfg: &TimerConfig, stop: Arc<AtomicBool>) -> TimerResult {
             std::thread::Builder::new()
                 .name(format!("ls-timer-{i}"))
                 .spawn(move || {
-                    let mut r = set_up_thread(i, &cfg);
+                    let mut r = pinned(i, &cfg);
                     // Trace buffers and sample memory are made and touched
-                    // before the first deadline, never inside the loop.
+                    // before the first deadline, never inside the loop, and
+                    // before the thread turns SCHED_FIFO: faulting them in
+                    // (locked, under mlockall) takes milliseconds, which at
+                    // FIFO on the measured CPU held up the probes of other
+                    // hosts already measuring there (a fleet monitor's lanes
+                    // named this probe's own thread as their outliers' cause).
                     loopscope_trace::prepare_thread();
                     let mut lat = prefaulted(keep);
+                    scheduled(&cfg, &mut r);
                     start.ready.wait();
                     start.go.wait();
                     measure(&cfg, i, start.at.load(Ordering::Acquire), &stop, (wakeup, missed), &mut r, &mut lat);
@@ -208,14 +214,19 @@ fn hold_dma_latency(us: Option<i32>) -> (Option<std::fs::File>, String, bool) {
     }
 }
 
-/// A thread's pinning and scheduling, as its result starts.
-fn set_up_thread(i: usize, cfg: &TimerConfig) -> ThreadResult {
+/// A thread's pinning, as its result starts.
+fn pinned(i: usize, cfg: &TimerConfig) -> ThreadResult {
     let mut r = ThreadResult { index: i, tid: unsafe { libc::gettid() } as u32, min_ns: i64::MAX, max_ns: i64::MIN, ..Default::default() };
     if !cfg.cpus.is_empty() {
         let c = cfg.cpus[i % cfg.cpus.len()];
         r.cpu = Some(c);
         r.affinity_ok = pin(c);
     }
+    r
+}
+
+/// A thread's scheduling policy, once its memory is ready.
+fn scheduled(cfg: &TimerConfig, r: &mut ThreadResult) {
     match cfg.priority {
         Some(p) => match set_fifo(p) {
             Ok(()) => {
@@ -229,7 +240,6 @@ fn set_up_thread(i: usize, cfg: &TimerConfig) -> ThreadResult {
             r.sched_ok = true;
         }
     }
-    r
 }
 
 /// Room for `keep` samples, every page touched now.

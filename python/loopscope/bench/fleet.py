@@ -19,6 +19,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 def _batch(cmds: list[str], ns: str | None = None) -> None:
@@ -104,3 +105,18 @@ class Fleet:
             cmd = "[" + ", ".join(NS_LAUNCHERS[launcher](self.ns(i))) + "]"
             out.append(f"  - {{name: {names.format(i=i)}, kind: exec, launcher: {cmd}, address: {self.address(i)}}}")
         return "\n".join(out) + "\n"
+
+
+def agent_in(ns: str) -> int | None:
+    """The loopscope agent running in namespace ``ns`` (None: none): what a
+    bench or a test kills to lose a host."""
+    ino = os.stat(f"/run/netns/{ns}").st_ino
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if b"loopscope.agent" in (d / "cmdline").read_bytes() and os.stat(d / "ns" / "net").st_ino == ino:
+                return int(d.name)
+        except OSError:
+            pass
+    return None

@@ -190,17 +190,32 @@ def bench_threads(as_json: bool, quick: bool, pairs: int | None, seconds: float 
     is_flag=True,
     help="Run the busy case and the cost for every flight recorder: alternate (two instances), pause (one, blind while read) and drain (one read all the time into memory).",
 )
-@prints("loopscope.bench.monitor:MonitorBench")
-def bench_monitor(as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool) -> int:
+@click.option(
+    "--fleet",
+    is_flag=True,
+    help="Instead: four hosts (netns, exec through ip netns exec and nsenter, ssh), one killed at --kill-at; per host outliers kept and named, RSS, disk, Ctrl-C.",
+)
+@click.option("--kill-at", type=click.FloatRange(min=0), default=None, help="With --fleet: the minute e2's agent is SIGKILLed [half of --minutes].")
+@prints("loopscope.bench.monitor:MonitorBench", "loopscope.bench.fleetmon:FleetMonitorBench")
+def bench_monitor(
+    as_json: bool, quick: bool, minutes: float | None, pairs: int | None, no_busy: bool, designs: bool, fleet: bool, kill_at: float | None
+) -> int:
     """A long monitor of a timer under a periodic burst: memory, disk, outliers kept and explained, and the flight recorder's cost.
+    With --fleet: a monitor of four hosts of every kind (targets: ≥ 95 % of every host's outliers named for the burst, controller RSS
+    end ≤ 1.1 × minute 2, ≤ 50 MB/h, the killed host marked and the others complete, Ctrl-C ≤ 2 s).
 
     \b
     Examples:
       loopscope bench monitor --json
       loopscope bench monitor --minutes 60 --pairs 10
       loopscope bench monitor --designs --minutes 4
+      loopscope bench monitor --fleet --minutes 10 --kill-at 5
     """
-    from loopscope.bench import monitor as bm
+    from loopscope.bench import fleetmon, monitor as bm  # (fleetmon imports no more than monitor does)
+
+    if fleet:
+        say = (lambda s: click.echo(s, err=True)) if as_json else click.echo
+        return _report(fleetmon.run(minutes=minutes, kill_at=kill_at, quick=quick, progress=say), as_json, fleetmon.print_human)
 
     return _report(
         bm.run(

@@ -356,11 +356,12 @@ def existing(prefix: str = PREFIX) -> list[str]:
 
 
 def leftover_fleets() -> list[str]:
-    """Namespaces of fleets (``bench/fleet.py``: ``lsf<pid>-sw``, ``lsf<pid>-h<i>``)
-    whose process is gone: a killed bench or test left them."""
+    """Namespaces of fleets (``bench/fleet.py``: ``lsf<pid>-sw``, ``lsf<pid>-h<i>``;
+    ``bench/sshd.py``: ``lsf<pid>-ssh``) whose process is gone: a killed bench
+    or test left them."""
     out = []
     for n in existing("lsf"):
-        m = re.fullmatch(r"lsf(\d+)-(sw|h\d+)", n)
+        m = re.fullmatch(r"lsf(\d+)-(sw|ssh|h\d+)", n)
         if m and not os.path.exists(f"/proc/{m.group(1)}"):
             out.append(n)
     return out
