@@ -119,6 +119,8 @@ class Monitor:
         n = len([p for p in sessions.iterdir() if p.is_dir()]) + 1 if sessions.is_dir() else 1
         self.settings = exp.monitor
         assert self.settings is not None
+        #: the threshold when it is a time (None: a quantile of the last hour, held in ``recent``)
+        self.fixed_ns = self.settings.threshold_ns()
         exp.kernel.capture = "off"  # the monitor's flight recorder replaces the run's capture
         # The session's directory name is its lab's run id (its cgroup, its
         # processes' mark, what its teardown kills): unique on this machine,
@@ -495,7 +497,8 @@ class Monitor:
                 lv.unmeasured_ns += gap_ns
             lv.last_end_k = b_k
         self.logs[probe.name].write(h, t0, t1)
-        self.recent.add(time.monotonic_ns(), h)
+        if self.fixed_ns is None:  # (a fixed threshold needs no last hour)
+            self.recent.add(time.monotonic_ns(), h)
         with self.live_lock:
             lv.whole.add(h)
             lv.last_period = h
