@@ -369,6 +369,13 @@ class AgentClient:
         # for one request's reply (a window's watch) while another is sent.
         self._reading = threading.Lock()
         self._inbox: dict[int, dict[str, Any]] = {}
+        #: requests sent whose replies nobody has taken yet (one given up on, a step cut short, stays)
+        self._open: set[int] = set()
+
+    @property
+    def idle(self) -> bool:
+        """Nothing asked of it is still unanswered: a request now is answered at once."""
+        return not self._open and self.dead is None
 
     def _died(self, op: str, why: str | None = None) -> AgentFailure:
         ex = self.ch.exit_text()
@@ -392,6 +399,7 @@ class AgentClient:
     def send(self, op: str, **kw: Any) -> int:
         """Send a request without waiting for its reply: its id."""
         self.next_id += 1
+        self._open.add(self.next_id)
         msg = {"id": self.next_id, "op": op, **kw}
         try:
             self.ch.send((json.dumps(msg) + "\n").encode())
@@ -412,6 +420,7 @@ class AgentClient:
                         if got.get("id") != rid:
                             self._inbox[int(got.get("id") or -1)] = got
                             continue
+            self._open.discard(rid)
             if not got.get("ok"):
                 raise AgentFailure(f"{got.get('component', 'agent')} on {self.host}: {got.get('error')}", host=self.host, component=got.get("component"))
             return dict(got)

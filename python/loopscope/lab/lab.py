@@ -413,7 +413,7 @@ class Lab:
         went wrong is said."""
         kind = HOST_KINDS[h.kind]
         live = h.agent is not None and h.lost is None and h.agent.dead is None
-        down = Down(self.run_id, self.cgroup_name(h.name), completed, live)
+        down = Down(self.run_id, self.cgroup_name(h.name), completed, live, idle=live and h.agent is not None and h.agent.idle)
         notes = kind.home_before_stop(h, down)
         try:
             if h.agent is not None:

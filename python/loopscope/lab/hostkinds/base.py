@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from loopscope import protocol as P
 from loopscope.host.cgroup import RunGroup, remove_root_if_empty
 from loopscope.lab import hosts as H
+from loopscope.lab import launch
 from loopscope.spec.hostkinds import DECLARED, Declared
 from loopscope.host.provenance import _ns_inode, _read
 
@@ -90,6 +91,10 @@ class Down:
     completed: bool
     #: its agent was still there to ask when the lab came down
     live: bool
+    #: and had nothing left unanswered (no step cut short under it): its files can come home through it
+    idle: bool = False
+    #: they did (``home_before_stop``): ``home_after_stop`` has nothing left to bring
+    fetched: bool = False
 
 
 class HostKind:
@@ -133,3 +138,18 @@ class HostKind:
             remove_root_if_empty(parent)
         else:
             remove_root_if_empty(Path(h.cgroup))
+
+
+def live_fetch(h: HostRt, down: Down) -> list[str]:
+    """A remote host's files home through its live, idle agent, which then
+    removes them there (``down.fetched``); nothing said when it cannot, so
+    that ``home_after_stop`` tries its own way (a fresh agent, SFTP) and says
+    what went wrong there."""
+    if not (down.live and down.idle and h.agent is not None):
+        return []
+    try:
+        launch.fetch(h.agent, h.base, h.local_base)
+        down.fetched = True
+    except Exception:  # noqa: BLE001 - the way after the agent's stop tries again
+        pass
+    return []

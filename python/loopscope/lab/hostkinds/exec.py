@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from loopscope import protocol as P
 from loopscope.lab import hosts as H
 from loopscope.lab import launch
-from loopscope.lab.hostkinds.base import Down, HostKind, HostRt
+from loopscope.lab.hostkinds.base import Down, HostKind, HostRt, live_fetch
 
 if TYPE_CHECKING:
     from loopscope.lab.netns import Topology
@@ -32,15 +32,14 @@ class Exec(HostKind):
         return {"launcher": spec.launcher}
 
     def home_before_stop(self, h: HostRt, down: Down) -> list[str]:
-        """Through its own agent, when the run completed and that agent is still there."""
-        if down.completed and down.live:
-            assert h.agent is not None
-            return self._fetch(h, h.agent, down)
-        return []
+        """Through its own agent, when that agent is still there with nothing
+        unanswered (a run that completed, or one interrupted between steps or
+        with its steps cut short: a monitor's Ctrl-C)."""
+        return live_fetch(h, down)
 
     def home_after_stop(self, h: HostRt, down: Down) -> list[str]:
-        """Through a fresh agent once the first has stopped what it ran."""
-        return [] if down.completed and down.live else self._fetch(h, None, down)
+        """Through a fresh agent once the first has stopped what it ran (when the first could not)."""
+        return [] if down.fetched else self._fetch(h, None, down)
 
     def _fetch(self, h: HostRt, agent: H.AgentClient | None, down: Down) -> list[str]:
         """Its files home through ``agent`` (None: a fresh one started for it,

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from loopscope.errors import missing_part
 from loopscope.lab import hosts as H
-from loopscope.lab.hostkinds.base import Down, HostKind, HostRt
+from loopscope.lab.hostkinds.base import Down, HostKind, HostRt, live_fetch
 
 if TYPE_CHECKING:
     from loopscope.lab.netns import Topology
@@ -42,9 +42,13 @@ class Ssh(HostKind):
     def describe(self, spec: Host) -> dict[str, object]:
         return {"ssh": f"{spec.user + '@' if spec.user else ''}{spec.address}:{spec.port}"}
 
+    def home_before_stop(self, h: HostRt, down: Down) -> list[str]:
+        """Through its live agent's connection when it has nothing unanswered (no new connection)."""
+        return live_fetch(h, down)
+
     def home_after_stop(self, h: HostRt, down: Down) -> list[str]:
-        """Its files over a fresh ssh connection, then its directory there removed."""
-        if h.agent is None:
+        """Its files over a fresh ssh connection, then its directory there removed (when its agent could not)."""
+        if h.agent is None or down.fetched:
             return []
         try:
             ch = H.SshChannel(h.spec, "true", h.local_base / "fetch.log")
