@@ -105,4 +105,10 @@ def test_every_host_kind_measures_at_once_a_killed_host_is_marked_and_comes_back
     assert named == {"n", "e1", "e2", "s"}, [(o["host"], o["top_cause"]) for o in outl]
     assert rec["probes"]["t-s"]["host"] == "s"
     assert _left(p.pid) == []
+    # its report: the monitor's page, and the fleet's (hosts × hours, the causes by host)
+    r = subprocess.run([str(BIN), "report", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"fleet: {out / 'fleet.html'}" in r.stdout
+    page = (out / "fleet.html").read_text()
+    assert all(f">{h}<" in page for h in ("n", "e1", "e2", "s")) and "load: burst" in page
     assert agent_in(fleet.ns(1)) is None and agent_in(fleet.ns(2)) is None

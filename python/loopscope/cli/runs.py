@@ -58,7 +58,8 @@ def report_cmd(run_dir: str, as_json: bool, csv_dir: str | None, markdown: bool,
                 f"{run_dir}: is a monitor's directory; --json, --csv and --markdown are a run's (its figures are monitor.json, periods.jsonl and outliers.jsonl)"
             )
 
-        click.echo(f"report: {page.build(Path(run_dir))}")
+        for built in page.build_all(Path(run_dir)):
+            click.echo(f"{'fleet' if built.name == 'fleet.html' else 'report'}: {built}")
         return 0
     with progress.shown(not as_json and not markdown):
         rep = build(Path(run_dir), KINDS, min_effect=min_effect)

@@ -19,7 +19,11 @@ from typing import Any
 import jinja2
 import numpy as np
 
+from loopscope.dataset.query import Query
+from loopscope.dataset.scan import scan
+from loopscope.kinds import KINDS
 from loopscope.monitor import hist
+from loopscope.report import fleet as fleet_page
 from loopscope.rundir import monitor as record
 import matplotlib.pyplot as plt
 from matplotlib.ticker import MaxNLocator
@@ -118,6 +122,20 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
         ax.set_title(f"{name}: each period's histogram (colour: log count)")
         parts.append(_svg(fig))
     return parts
+
+
+def build_all(d: Path) -> list[Path]:
+    """The monitor's page, and for a monitor of several hosts the fleet's
+    page too (``d/fleet.html``: hosts × hours, causes by host and kernel, the
+    worst outliers); their paths."""
+    out = [build(d)]
+    hosts = {p.get("host") for p in (record.read(d).get("probes") or {}).values()}
+    if len(hosts - {None}) > 1:
+        q = Query(scan(str(d)), [r for k in KINDS for r in k.records], reuse=True)
+        f = d / "fleet.html"
+        f.write_text(fleet_page.page(q, d))
+        out.append(f)
+    return out
 
 
 def build(d: Path) -> Path:
