@@ -171,7 +171,7 @@ class MonitorEntry:
     outliers_above: int = 0
     kept: int = 0
     not_kept: dict[str, int] = field(default_factory=dict)
-    #: hosts lost while it ran: host, when, why, in which session
+    #: hosts lost while it ran: host, when, why, in which session, and when it was back (``back_utc``, when it was)
     lost_hosts: list[dict[str, str]] = field(default_factory=list)
 
     @property
@@ -239,7 +239,9 @@ def read_monitor(d: Path) -> MonitorEntry:
         for h, m in prov.hosts.items():
             e.hosts[h] = m.kernel.release if m.kernel else e.hosts.get(h)
             e.version = e.version or m.software.get("loopscope")
-        e.lost_hosts += [{"host": x.host, "at_utc": x.at_utc, "why": x.why, "session": s.name} for x in run.lost_hosts]
+        e.lost_hosts += [
+            {"host": x.host, "at_utc": x.at_utc, "why": x.why, "session": s.name, **({"back_utc": x.back_utc} if x.back_utc else {})} for x in run.lost_hosts
+        ]
         for st in run.steps:
             e.probes.setdefault(st.probe, (st.kind, run.host_of(st)))
         try:
