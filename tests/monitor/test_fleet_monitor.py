@@ -12,7 +12,9 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Iterator
 
@@ -22,7 +24,7 @@ from loopscope.bench.fleet import Fleet, agent_in
 from tests.conftest import BIN
 from loopscope.bench.sshd import Sshd
 from tests.lab.test_ssh import serve_for_tests
-from tests.monitor.test_monitor import ZOO, _left, sigterm_after
+from tests.monitor.test_monitor import ZOO, _free_port, _left, sigterm_after
 from loopscope import cbuild
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_tool("ip", "nsenter", "ssh-keygen")]
@@ -67,15 +69,25 @@ def test_every_host_kind_measures_at_once_a_killed_host_is_marked_and_comes_back
         + "probes:\n"
         + "".join(f"  - {{kind: timer, name: t-{h}, host: {h}, interval_us: 1000, cpu: [1], priority: 5}}\n" for h in ("n", "e1", "e2", "s"))
         + f'loads:\n  - {{name: burst, kind: command, command: [{zoo}, fifo, --cpu, "1", --prio, "10", --burst-us, "2000", --period-us, "1000000"]}}\n'
-        + "monitor: {period: 3s, threshold: 1ms}\n"
+        + "monitor: {period: 3s, threshold: 1ms, metrics: agent}\n"
     )
     out = tmp_path / "m"
-    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port = _free_port()
+    cmd = [str(BIN), "monitor", str(spec), "-o", str(out), "--json", "--metrics", str(port)]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def four_then_kill_then_back() -> None:
         # every host measures in the first period: four rows of one round
         _wait(lambda: len(_rows(out)) >= 4, 90)
         assert {r["host"] for r in _rows(out)[:4]} == {"n", "e1", "e2", "s"}, _rows(out)
+        # the controller serves every host's figures, labelled; e1 serves its own at its address, in its namespace
+        every = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert all(f'host="{h}"' in every for h in ("n", "e1", "e2", "s")), every[:2000]
+        scrape = f"import urllib.request; print(urllib.request.urlopen('http://{fleet.address(1)}:{port}/metrics', timeout=10).read().decode())"
+        own = subprocess.run(["ip", "netns", "exec", fleet.ns(1), sys.executable, "-c", scrape], capture_output=True, text=True, timeout=30)
+        assert own.returncode == 0 and 'loopscope_periods{host="e1",probe="t-e1"}' in own.stdout and 'host="n"' not in own.stdout, (
+            own.stdout[:2000] + own.stderr
+        )
         victim = agent_in(fleet.ns(2))
         assert victim is not None
         os.kill(victim, signal.SIGKILL)

@@ -177,13 +177,16 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
     assert len(list((out / "sessions").iterdir())) == 2
 
 
-@pytest.mark.parametrize("field,value,says", [("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain")])
+@pytest.mark.parametrize(
+    "field,value,says",
+    [("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain"), ("metrics", "agent", "metrics: agent serves")],
+)
 def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str, lab: None) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(f"name: bad\nprobes:\n  - {{kind: timer, interval_us: 1000}}\nmonitor:\n  {field}: {value}\n")
     r = cli("monitor", str(f), "-o", str(tmp_path / "m"))
     assert r.returncode == 2 and f"monitor.{says}" in r.stderr and "Traceback" not in r.stderr, r.stderr
-    assert not (tmp_path / "m").exists()
+    assert not (tmp_path / "m").exists()  # (metrics: agent is refused without --metrics, naming it)
 
 
 def test_a_monitor_refused_in_preflight_makes_no_directory(cli: Cli, tmp_path: Path, lab: None) -> None:

@@ -107,7 +107,10 @@ def _list_monitors(monitors: list[MonitorListing], directory: str, fmt: str) -> 
             m["periods"],
             f"{m['kept']:,} of {m['outliers_above']:,}",
             ", ".join(f"{k}: {v:,}" for k, v in m["not_kept"].items()) or ("0" if m["readable"] else m["why"] or ""),
-            ", ".join(f"{x['host']} at {x['at_utc'][:19].replace('T', ' ')}" + (f" (back {x['back_utc'][11:19]})" if x.get("back_utc") else "") for x in m["lost_hosts"]),
+            ", ".join(
+                f"{x['host']} at {x['at_utc'][:19].replace('T', ' ')}" + (f" (back {x['back_utc'][11:19]})" if x.get("back_utc") else "")
+                for x in m["lost_hosts"]
+            ),
         )
         for m in monitors
     ]

@@ -37,6 +37,8 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
     if exp.monitor is None:
         raise InputError(f"{spec_path}: has no monitor: mapping; add one (monitor: {{period: 1m, threshold: 200us}}) to monitor it")
     check(exp, spec_path)
+    if exp.monitor.metrics == "agent" and metrics is None:
+        raise InputError(f"{spec_path}: monitor.metrics: agent serves each host's figures on --metrics's port; give --metrics PORT")
     text = Path(spec_path).read_text()
     if resume is not None:
         d = Path(resume)

@@ -157,6 +157,8 @@ class Monitor:
         self.live_lock = threading.Lock()
         self.metrics_at = metrics
         self.metrics_server: Any = None
+        #: each host's own endpoint (``monitor.metrics: agent``)
+        self.host_servers: list[Any] = []
         self._carry_over()
 
     def _carry_over(self) -> None:
@@ -277,6 +279,8 @@ class Monitor:
 
             self.metrics_server = metrics.serve(self, *self.metrics_at)
             self.say(f"metrics: http://{self.metrics_at[0]}:{self.metrics_at[1]}/metrics")
+            if self.settings.metrics == "agent":  # type: ignore[union-attr]
+                self.host_servers = metrics.serve_hosts(self, list(self.session.lab.hosts.values()), self.metrics_at[1], self.say, self.note_once)
         self.write_record()
         if self.view is not None:
             self.view(self)  # the live view starts
@@ -573,9 +577,10 @@ class Monitor:
     def teardown(self) -> None:
         for t in self.tails:
             t.stop()
-        if self.metrics_server is not None:
-            self.metrics_server.shutdown()
-            self.metrics_server.server_close()
+        for srv in [self.metrics_server, *self.host_servers]:
+            if srv is not None:
+                srv.shutdown()
+                srv.server_close()
         try:
             self.keeper.stop()
         finally:

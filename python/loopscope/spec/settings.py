@@ -129,6 +129,11 @@ class MonitorSettings(Model):
         description="drain: one trace instance with small buffers, read every 0.2 s into the recorder's memory (reach's worth), a keep decodes only the window's pages; alternate: two instances, one recording while the other is read; pause: one, paused while it is read (blind meanwhile); off: outliers counted, not kept",
     )
 
+    metrics: Literal["controller", "agent"] = Field(
+        "controller",
+        description="controller: --metrics serves every host's figures, labelled by host; agent: each host's own are served too, at its address on --metrics's port (for a Prometheus that scrapes each machine)",
+    )
+
     @model_validator(mode="after")
     def _bounds(self) -> "MonitorSettings":
         problems: list[tuple[tuple[str | int, ...], str]] = []
