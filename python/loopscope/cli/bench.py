@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from loopscope import lazy
 from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
@@ -419,9 +420,8 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
       loopscope bench report runs/20261124-101500-control-loop --runs 5 --json
     """
     from loopscope.bench import report
-    from loopscope.kinds import KINDS
 
-    res = report.bench(Path(run_dir), KINDS, runs, say=None if as_json else lambda t: click.echo(t, err=True))
+    res = report.bench(Path(run_dir), lazy.kinds(), runs, say=None if as_json else lambda t: click.echo(t, err=True))
 
     def human(r: report.ReportBench) -> None:
         s = r["seconds"]
@@ -450,9 +450,8 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
       loopscope bench compare --pairs 3 --duration 2s --json
     """
     from loopscope.bench import compare
-    from loopscope.kinds import KINDS
 
-    res = compare.bench(KINDS, pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
+    res = compare.bench(lazy.kinds(), pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
 
     def human(r: compare.CompareBench) -> None:
         click.echo(

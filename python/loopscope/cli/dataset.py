@@ -13,7 +13,7 @@ import click
 from loopscope.cli.base import _console, cli
 from loopscope.dataset.query import Query
 from loopscope.dataset.scan import MonitorListing, RunListing, scan
-from loopscope.kinds import KINDS
+from loopscope import lazy
 from loopscope.dataset.query import plain
 from rich.table import Table
 from loopscope.units import format_ns
@@ -24,7 +24,7 @@ FORMATS = click.Choice(["table", "csv", "json"])
 
 def _open(root: str, reuse: bool = False) -> Any:
     """The dataset under ``root`` as a query (``reuse``: a page will ask it several questions)."""
-    return Query(scan(root), [r for k in KINDS for r in k.records], reuse)
+    return Query(scan(root), lambda: [r for k in lazy.kinds() for r in k.records], reuse)
 
 
 def _say(notes: list[str]) -> None:

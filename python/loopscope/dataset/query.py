@@ -48,6 +48,8 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from loopscope.dataset.scan import Dataset
@@ -116,13 +118,14 @@ class Answer:
 class Query:
     """A DuckDB connection that knows a dataset's runs."""
 
-    def __init__(self, ds: Dataset, records: list[tuple[str, str, str]] | None = None, reuse: bool = False) -> None:
+    def __init__(self, ds: Dataset, records: Callable[[], list[tuple[str, str, str]]] | None = None, reuse: bool = False) -> None:
         import duckdb
 
         self.ds = ds
         #: several questions will be asked (a page): the monitors' outlier lines are read into memory once
         self.reuse = reuse
-        self.records_from = list(dict.fromkeys(records or []))
+        #: each kind's records (table, measure, value), asked for only when a question names ``records``
+        self._records_of = records or (lambda: [])
         self.con = duckdb.connect(":memory:")
         self.con.execute("SET enable_progress_bar = false")
         self.made: set[str] = set()
@@ -259,6 +262,11 @@ class Query:
             f"metric, value_ns, value_lo_ns AS lo_ns, value_hi_ns AS hi_ns, n, reps, {pooled} AS pooled, baseline_phase, ratio, ratio_lo, ratio_hi, significant "
             f"FROM comparisons WHERE metric IN ({metrics})"
         )
+
+    @cached_property
+    def records_from(self) -> list[tuple[str, str, str]]:
+        """Each kind's records, once a question names ``records`` (the kinds load then)."""
+        return list(dict.fromkeys(self._records_of()))
 
     def _records(self) -> None:
         parts = []

@@ -131,7 +131,7 @@ def build_all(d: Path) -> list[Path]:
     out = [build(d)]
     hosts = {p.get("host") for p in (record.read(d).get("probes") or {}).values()}
     if len(hosts - {None}) > 1:
-        q = Query(scan(str(d)), [r for k in KINDS for r in k.records], reuse=True)
+        q = Query(scan(str(d)), lambda: [r for k in KINDS for r in k.records], reuse=True)
         f = d / "fleet.html"
         f.write_text(fleet_page.page(q, d))
         out.append(f)

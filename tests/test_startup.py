@@ -1,0 +1,44 @@
+"""What a command loads before it answers: the listings and the agent's
+start leave the probe kinds, scipy and matplotlib unloaded (``lazy.py``;
+their import costs 0.25-1 s). Which modules, not how long: the time is
+measured, never asserted (docs/benchmarks.md, "Start-up")."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "runs"
+HEAVY = ("loopscope.kinds", "scipy", "matplotlib")
+
+
+def _loaded_by(code: str) -> set[str]:
+    """The top-level names of the modules loaded once ``code`` has run, in a fresh interpreter."""
+    probe = f"import sys\ntry:\n{code}\nexcept SystemExit:\n    pass\nimport json\nprint(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    return set(json.loads(r.stderr.strip().splitlines()[-1]))
+
+
+def _heavy(mods: set[str]) -> set[str]:
+    return {m for m in mods for h in HEAVY if m == h or m.startswith(h + ".")}
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["runs", str(FIXTURES)], ["runs", str(FIXTURES), "--format", "json"]])
+def test_a_listing_leaves_the_probe_kinds_scipy_and_matplotlib_unloaded(argv: list[str]) -> None:
+    mods = _loaded_by(f"    from loopscope.cli import main\n    main({argv!r})")
+    assert not _heavy(mods), sorted(_heavy(mods))[:10]
+
+
+def test_a_query_naming_records_loads_the_kinds_for_their_declarations() -> None:
+    q = "SELECT count(*) FROM records"
+    mods = _loaded_by(f"    from loopscope.cli import main\n    main(['query', {str(FIXTURES)!r}, {q!r}])")
+    assert "loopscope.kinds" in mods
+
+
+def test_an_agent_starts_without_the_probe_kinds() -> None:
+    mods = _loaded_by("    import loopscope.agent.server")
+    assert "loopscope.kinds" not in mods
