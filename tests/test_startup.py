@@ -1,6 +1,6 @@
 """What a command loads before it answers: the listings and the agent's
-start leave the probe kinds, scipy and matplotlib unloaded (``lazy.py``;
-their import costs 0.25-1 s). Which modules, not how long: the time is
+start leave the probe kinds, scipy and matplotlib unloaded (the pattern is
+``lazy.py``'s; their import costs 0.25-1 s). Which modules, not how long: the time is
 measured, never asserted (docs/benchmarks.md, "Start-up")."""
 
 from __future__ import annotations

@@ -1,27 +1,30 @@
-"""What a command needs on some of its paths only, imported on first use:
-the one place loopscope defers an import.
+"""Deferred imports: the one pattern, and where it lives.
 
-The probe kinds (``loopscope.kinds``: their models, their analysis, polars
-and numpy under them) cost 0.25-0.35 s to import. An agent needs them at its
-first probe, not at its start (a fleet's agents start side by side); a
-listing (``loopscope runs``) never, unless a question names the ``records``
-view; a bench at its own command. Such a path calls ``lazy.kinds()``; every
-other module imports at its top. ``tests/test_startup.py`` holds which
-commands do not load them. Heavy modules a command never needs stay out of
-its module's imports altogether (the command line loads only the module of
-the command it runs: ``cli/base.py``'s ``LazyGroup``).
+A module imports at its top. What a command needs on some of its paths only,
+and costs to import, is imported on first use, through an accessor, in one
+of two places by layer:
+
+- here, at the lowest layer (this module imports nothing of loopscope):
+  third-party modules. ``stats()``: scipy's statistics cost 0.55 s; a report
+  needs them only when it runs a statistical test (a warm-up's rank test, a
+  sweep's F test, a queueing fit), a comparison when it compares;
+- ``cli/base.py``, at the top: ``kinds()``, the probe kinds (their models,
+  their analysis, polars and numpy under them: 0.25-0.35 s), which a listing
+  (``loopscope runs``) needs only when a question names the ``records`` view
+  and a bench only at its own command; and ``LazyGroup``, which loads only
+  the module of the command that runs. (The agent imports the kinds at its
+  first probe, not at its start: a fleet's agents start side by side.)
+
+``tests/test_startup.py`` holds which commands leave these unloaded.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from loopscope.kinds.base import Kinds
+from types import ModuleType
 
 
-def kinds() -> Kinds:
-    """The probe kinds' registry (``loopscope.kinds.KINDS``), imported now if it was not."""
-    from loopscope.kinds import KINDS
+def stats() -> ModuleType:
+    """``scipy.stats``, imported now if it was not."""
+    from scipy import stats as st
 
-    return KINDS
+    return st

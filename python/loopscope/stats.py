@@ -18,6 +18,7 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from loopscope import lazy
 
 Z95 = 1.959963984540054
 
@@ -112,8 +113,7 @@ def rate_ratio(k_a: float, n_a: float, k_b: float, n_b: float, phi: float = 1.0)
     """Ratio of two Poisson rates k_b/n_b over k_a/n_a: the point, the
     conditional binomial 95 % interval, the two-sided binomial test's p;
     with ``phi`` > 1 the counts are taken as ``phi`` times as variable."""
-    from scipy.stats import beta, binomtest
-
+    beta, binomtest = lazy.stats().beta, lazy.stats().binomtest
     if n_a <= 0 or n_b <= 0:
         return None, None, None
     if k_a + k_b == 0:

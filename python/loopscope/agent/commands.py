@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loopscope import lazy
 from loopscope.errors import RunError
 from loopscope.host import procs
 
@@ -32,7 +31,9 @@ def probe_argv(p: dict[str, object], duration_ns: int, trace: Path, scratch: Pat
     """The command line that runs probe ``p`` (a dumped probe spec, or a
     helper's: a pipeline stage, an echo server, a clock-sync probe), as its
     kind says (``loopscope.kinds``)."""
-    argv = lazy.kinds().argv(p, duration_ns, trace, scratch, calibrate)
+    from loopscope.kinds import KINDS  # at the first probe, not at start: a fleet's agents start side by side
+
+    argv = KINDS.argv(p, duration_ns, trace, scratch, calibrate)
     if argv is None:
         raise Failure(f"probe {p.get('name')}", f"unknown probe kind {p['kind']!r}")
     return argv
@@ -78,7 +79,9 @@ def probe_env(run_id: str, kind: str, session: dict[str, str]) -> dict[str, str]
     ``ls-probe``, the name of a probe's own main thread (start-up, waiting,
     writing its results; its measuring threads name themselves). Attribution
     calls it ``lab: probe``."""
-    return procs.child_env(run_id, {**session, "LOOPSCOPE_COMM": lazy.kinds().comms.get(kind) or "ls-probe"})
+    from loopscope.kinds import KINDS
+
+    return procs.child_env(run_id, {**session, "LOOPSCOPE_COMM": KINDS.comms.get(kind) or "ls-probe"})
 
 
 def read_line(child: procs.Child, timeout: float) -> str:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
-from scipy import stats
+from loopscope import lazy
 from loopscope.units import format_ns
 
 MIN_RECORDS = 200
@@ -64,7 +64,7 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
     if n < MIN_RECORDS:
         return None
     rest_med = float(np.median(v[n // 2 :]))
-    mad = float(stats.median_abs_deviation(v[n // 2 :])) or 1.0
+    mad = float(lazy.stats().median_abs_deviation(v[n // 2 :])) or 1.0
     best = None
     for frac in np.linspace(0.01, 0.3, 30):
         c = max(20, int(frac * n))
@@ -72,7 +72,7 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
         hm = float(np.median(head))
         if abs(hm - rest_med) < max(0.2 * rest_med, 3 * mad):
             continue
-        p = stats.mannwhitneyu(head, tail, alternative="two-sided").pvalue
+        p = lazy.stats().mannwhitneyu(head, tail, alternative="two-sided").pvalue
         if p < 1e-4 and (best is None or p < best[1]):
             best = (c, p, hm)
     if best is None:
@@ -271,7 +271,7 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
         best = None
         for shift in np.linspace(0, period, 16, endpoint=False):
             phs = (ph + shift) % period
-            res = stats.linregress(phs, vm)
+            res = lazy.stats().linregress(phs, vm)
             if best is None or res.rvalue**2 > best[0].rvalue ** 2:
                 best = (res, shift)
         res, shift = best  # type: ignore[misc]
@@ -281,7 +281,7 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
                 f"drift within the phase: the typical value rises {_fmt(res.slope * 1e9)} per s and resets every {_fmt(period)} (the 'parallel lines' pattern, r² {res.rvalue**2:.2f})",
                 {"slope_ns_per_s": res.slope * 1e9, "period_s": period / 1e9, "r2": res.rvalue**2},
             )
-    ts = stats.theilslopes(vm, tm)
+    ts = lazy.stats().theilslopes(vm, tm)
     change = ts.slope * span
     if (ts.low_slope > 0 or ts.high_slope < 0) and abs(change) > 0.2 * np.median(vm):
         return Finding(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 
 import numpy as np
-from scipy import stats
+from loopscope import lazy
 from loopscope.units import format_ns
 
 MAX_STAGES = 64
@@ -41,7 +41,7 @@ class ErlangFit:
         return self.ks_d < 0.05
 
     def pdf(self, x_ns: np.ndarray) -> np.ndarray:
-        return np.asarray(stats.gamma.pdf(np.asarray(x_ns, dtype=np.float64) - self.floor_ns, a=self.stages, scale=1 / self.rate_per_ns))
+        return np.asarray(lazy.stats().gamma.pdf(np.asarray(x_ns, dtype=np.float64) - self.floor_ns, a=self.stages, scale=1 / self.rate_per_ns))
 
     def text(self) -> str:
 
@@ -86,5 +86,5 @@ def fit(delays_ns: np.ndarray) -> ErlangFit | None:
     y = x - floor
     mean = float(y.mean())
     lam = k / mean
-    d, p = stats.kstest(y, stats.gamma(a=k, scale=1 / lam).cdf)
+    d, p = lazy.stats().kstest(y, lazy.stats().gamma(a=k, scale=1 / lam).cdf)
     return ErlangFit(stages=k, rate_per_ns=lam, floor_ns=floor, mean_above_floor_ns=mean, ks_d=float(d), ks_p=float(p), n=len(y))

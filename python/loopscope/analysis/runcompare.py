@@ -58,6 +58,7 @@ from typing import Any
 from typing_extensions import TypedDict
 
 import numpy as np
+from loopscope import lazy
 
 from loopscope.analysis.compare import MIN_SAMPLES, POOLING, _stats, _thin, block_resample
 from loopscope.errors import InputError
@@ -258,8 +259,7 @@ def _per_rep(series: list[np.ndarray], metrics: list[str]) -> dict[str, np.ndarr
 def welch_log_ratio(a: np.ndarray, b: np.ndarray) -> tuple[list[float], float] | None:
     """95 % interval of the ratio of b's to a's geometric mean and the two-sided
     p-value, from Welch's t test on the logarithms (None: too few values)."""
-    from scipy import stats as st
-
+    st = lazy.stats()
     a, b = a[a > 0], b[b > 0]
     if len(a) < 2 or len(b) < 2:
         return None

@@ -6,11 +6,14 @@ import datetime as _dt
 import importlib
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
 from loopscope.units import parse_duration_ns
+
+if TYPE_CHECKING:
+    from loopscope.kinds.base import Kinds
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -171,6 +174,13 @@ class _Root(LazyGroup):
 @click.version_option(None, "--version", package_name="loopscope", prog_name="loopscope")
 def cli() -> None:
     """Measure how late soft-real-time work gets on this machine, how often, and why."""
+
+
+def kinds() -> Kinds:
+    """The probe kinds' registry, imported now if it was not (``lazy.py`` says why here)."""
+    from loopscope.kinds import KINDS
+
+    return KINDS
 
 
 # ---- probe ---------------------------------------------------------------------

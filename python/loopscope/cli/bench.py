@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from loopscope import lazy
-from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, prints  # noqa: F401
+from loopscope.cli.base import CpuList, Duration, _console, _default_run_dir, cli, kinds, prints  # noqa: F401
 from loopscope.cli.show import _ci, _print_timer, _report, _trace_line, _trace_path  # noqa: F401
 
 
@@ -421,7 +420,7 @@ def bench_report(run_dir: str, runs: int, as_json: bool) -> int:
     """
     from loopscope.bench import report
 
-    res = report.bench(Path(run_dir), lazy.kinds(), runs, say=None if as_json else lambda t: click.echo(t, err=True))
+    res = report.bench(Path(run_dir), kinds(), runs, say=None if as_json else lambda t: click.echo(t, err=True))
 
     def human(r: report.ReportBench) -> None:
         s = r["seconds"]
@@ -451,7 +450,7 @@ def bench_compare(pairs: int, duration: str, as_json: bool) -> int:
     """
     from loopscope.bench import compare
 
-    res = compare.bench(lazy.kinds(), pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
+    res = compare.bench(kinds(), pairs, duration, say=None if as_json else lambda t: click.echo(t, err=True))
 
     def human(r: compare.CompareBench) -> None:
         click.echo(

@@ -12,11 +12,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from loopscope.cli.base import cli, Percent, prints
+from loopscope.cli.base import cli, kinds, Percent, prints
 from loopscope.cli.dataset import _emit, _ns, _open, _say
 from loopscope.dataset.trend import trend
 from loopscope.errors import InputError
-from loopscope import lazy
 from loopscope.report import fleet as fleet_page
 from loopscope.report.trend import page
 
@@ -62,7 +61,7 @@ def trend_cmd(
     """
 
     q = _open(directory)
-    main = {k.name: k.records[0][1].strip("'") for k in lazy.kinds() if k.records}
+    main = {k.name: k.records[0][1].strip("'") for k in kinds() if k.records}
     t = trend(q, probe, metric, by, measure, phase, main, min_effect)
     if output:
         Path(output).write_text(page(t, Path(directory)))

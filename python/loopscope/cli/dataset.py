@@ -10,10 +10,9 @@ from typing import Any
 
 import click
 
-from loopscope.cli.base import _console, cli
+from loopscope.cli.base import _console, cli, kinds
 from loopscope.dataset.query import Query
 from loopscope.dataset.scan import MonitorListing, RunListing, scan
-from loopscope import lazy
 from loopscope.dataset.query import plain
 from rich.table import Table
 from loopscope.units import format_ns
@@ -24,7 +23,7 @@ FORMATS = click.Choice(["table", "csv", "json"])
 
 def _open(root: str, reuse: bool = False) -> Any:
     """The dataset under ``root`` as a query (``reuse``: a page will ask it several questions)."""
-    return Query(scan(root), lambda: [r for k in lazy.kinds() for r in k.records], reuse)
+    return Query(scan(root), lambda: [r for k in kinds() for r in k.records], reuse)
 
 
 def _say(notes: list[str]) -> None:

@@ -46,6 +46,7 @@ from collections.abc import Iterator
 from typing import Any, Callable
 
 import numpy as np
+from loopscope import lazy
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.rundir import Machine
@@ -355,9 +356,7 @@ def typical(x: Any, axis: int | None = None) -> Any:
     median flips between them with a small change of proportions (idle
     against idle again, interleaved: 1.21×), where programs' CPU times
     average over the mixture."""
-    from scipy.stats import trim_mean
-
-    return trim_mean(np.asarray(x, dtype=float), TRIM, axis=axis if axis is not None else 0)
+    return lazy.stats().trim_mean(np.asarray(x, dtype=float), TRIM, axis=axis if axis is not None else 0)
 
 
 MIN_SLICES = 8
