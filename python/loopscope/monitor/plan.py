@@ -37,7 +37,9 @@ def footprint(exp: Experiment) -> list[str]:
     s = exp.monitor
     assert s is not None
     per_h = 3600e9 / s.period
-    n = len(exp.probes)
+    ln = lanes(exp)
+    # every lane closes a period each period: its probes take turns
+    n = len(ln)
     fixed = n * per_h * (HLOG_BYTES_PER_PERIOD + PERIOD_LINE_BYTES) / 1e6
     out_max = s.keep_per_minute * 60
     win = (out_max * WINDOW_BYTES[0] / 1e6, out_max * WINDOW_BYTES[1] / 1e6)
@@ -46,7 +48,8 @@ def footprint(exp: Experiment) -> list[str]:
     mb = buffer_mb(DRAIN_KERNEL_NS if drain else s.reach)
     sets = 2 if s.recorder == "alternate" else 1 if s.recorder in ("pause", "drain") else 0
     return [
-        f"a monitor: {n} probes, periods of {s.period / 1e9:g} s under {', '.join(exp.phases[0].loads) if exp.phases and exp.phases[0].loads else 'no load'}; threshold {s.threshold}",
+        f"a monitor: {len(exp.probes)} probes, periods of {s.period / 1e9:g} s under {', '.join(exp.phases[0].loads) if exp.phases and exp.phases[0].loads else 'no load'}; threshold {s.threshold}",
+        f"  {_lanes_line(ln)}",
         f"  disk per hour: histograms and periods {fixed:.2f} MB; outliers {OUTLIER_LINE_BYTES / 1e3:.2f} kB each; kept windows {WINDOW_BYTES[0] // 1000}-{WINDOW_BYTES[1] // 1000} kB each,"
         f" at most {win[0]:.0f}-{win[1]:.0f} MB an hour ({s.keep_per_minute} a minute), never more than monitor.retain ({s.retain / 1e9:g} GB) in all",
         f"  memory: kernel ring buffers {sets * mb * ncpu} MiB ({sets} × {mb} MiB per CPU × {ncpu} CPUs, sized for {(DRAIN_KERNEL_NS if drain else s.reach) / 1e9:g} s at 50 k events/s per CPU)"
@@ -61,6 +64,16 @@ def footprint(exp: Experiment) -> list[str]:
             else []
         ),
     ]
+
+
+def _lanes_line(ln: list[list[ProbeModel]]) -> str:
+    """How the probes measure: side by side, in turn, or both."""
+    if len(ln) == 1:
+        return "one probe measures at a time, in turn" if len(ln[0]) > 1 else "its probe measures every period"
+    turns = [lane for lane in ln if len(lane) > 1]
+    return f"{len(ln)} lanes measure side by side every period" + (
+        f"; within a lane the probes take turns ({'; '.join(', '.join(str(p.name) for p in lane) for lane in turns)})" if turns else ""
+    )
 
 
 def check(exp: Experiment, file: str) -> None:
