@@ -34,3 +34,17 @@ def test_an_rr_probe_joins_the_lanes_of_both_its_hosts() -> None:
 
 def test_one_probe_measures_every_period() -> None:
     assert "its probe measures every period" in "\n".join(footprint(_exp("  - {kind: timer, name: ta, host: a}\n")))
+
+
+def test_the_recorder_records_only_the_cpus_of_pinned_probes_held_up_only_there() -> None:
+    from loopscope.kernel.capture import filter_for
+    from loopscope.monitor.plan import recorded_cpus
+
+    assert recorded_cpus(_exp("  - {kind: timer, name: ta, host: a, cpu: [1]}\n  - {kind: sched, name: sb, host: b, cpu: [1]}\n")) == [1]
+    # an unpinned probe, or a kind held up elsewhere too (an rr probe's packets), records every CPU
+    assert recorded_cpus(_exp("  - {kind: timer, name: ta, host: a}\n")) is None
+    assert recorded_cpus(_exp("  - {kind: timer, name: ta, host: a, cpu: [1]}\n  - {kind: rr, name: p, host: b, dest: a}\n")) is None
+    # the kernel keeps what fires there, and the wake-ups and migrations aimed there from any CPU
+    assert filter_for("sched:sched_switch", cpus=[1]) == "CPU == 1"
+    assert "target_cpu == 1" in str(filter_for("sched:sched_waking", cpus=[1]))
+    assert str(filter_for("sched:sched_migrate_task", cpus=[1, 3])).startswith("(orig_cpu == 1 || orig_cpu == 3 || dest_cpu == 1 || dest_cpu == 3) && ")

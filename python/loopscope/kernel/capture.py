@@ -112,13 +112,30 @@ PER_THREAD = {
 }
 
 
-def filter_for(event: str, also_not: list[int] | None = None) -> str | None:
+#: where an event says which CPU it concerns, when that is not the CPU it fires on
+CPU_FIELDS = {"sched:sched_waking": ["target_cpu"], "sched:sched_wakeup": ["target_cpu"], "sched:sched_migrate_task": ["orig_cpu", "dest_cpu"]}
+
+
+def cpu_filter(event: str, cpus: list[int] | None) -> str | None:
+    """Only what concerns ``cpus``: an event that fires there, a wake-up aimed
+    there (from any CPU), a migration from or to one of them (None: every CPU;
+    a rare event, a task moved between cgroups, is kept everywhere)."""
+    if not cpus or event == "cgroup:cgroup_attach_task":
+        return None
+    conds = [f"{f} == {c}" for f in CPU_FIELDS.get(event, ["CPU"]) for c in cpus]
+    return conds[0] if len(conds) == 1 else "(" + " || ".join(conds) + ")"
+
+
+def filter_for(event: str, also_not: list[int] | None = None, cpus: list[int] | None = None) -> str | None:
     """The kernel filter an event is recorded under, or None for all of it.
 
     ``also_not``: thread ids to leave out of the per-thread events that
-    fire in the task itself (the capture's reader passes its own)."""
+    fire in the task itself (the capture's reader passes its own);
+    ``cpus``: only what concerns these CPUs (``cpu_filter``)."""
     # unparenthesized: the kernel's parser reads "sym)" as a symbol's name
     parts = [FILTERS[event]] if event in FILTERS else []
+    if (on := cpu_filter(event, cpus)) is not None:
+        parts.append(on)
     field = PER_THREAD.get(event)
     if field:
         parts += [f'!({field} ~ "{c}")' if "*" in c else f'{field} != "{c}"' for c in NOT_MEASURED]
@@ -297,8 +314,11 @@ class Capture:
         read: str = "between-windows",
         flight: str = "alternate",
         reach_ns: int | None = None,
+        cpus: list[int] | None = None,
     ) -> None:
         self.read = read
+        #: record only what concerns these CPUs (None: every CPU)
+        self.cpus = cpus
         self.reach_ns = reach_ns
         self.flight = flight
         self.out_dir = Path(out_dir)
@@ -343,6 +363,7 @@ class Capture:
             *(["--flight", self.flight] if self.read == "flight" else []),
             *(["--watch"] if self.read == "watch" else []),
             *(["--reach-ms", str(self.reach_ns // 1_000_000)] if self.read == "flight" and self.reach_ns else []),
+            *(["--cpus", ",".join(str(c) for c in self.cpus)] if self.cpus else []),
         ]
 
     def pid_file(self) -> Path | None:

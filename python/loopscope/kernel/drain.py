@@ -151,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "--watch", action="store_true", help="record only the threads in the instance's set_event_pid (and those they start); read every half second"
     )
     ap.add_argument("--reach-ms", type=int, default=8000, help="a draining flight recorder keeps this much of the past in memory")
+    ap.add_argument("--cpus", default="", help="record only what concerns these CPUs (1,3): events there, wake-ups aimed there [every CPU]")
     ap.add_argument(
         "--flight",
         choices=["alternate", "pause", "drain"],
@@ -177,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight, a.watch)
     r.reach_ns = a.reach_ms * 1_000_000
+    r.cpus = [int(c) for c in a.cpus.split(",") if c.strip()]
     label = ""
     try:
         _say(r.create())

@@ -81,6 +81,8 @@ class Reader:
         self.flight = flight
         self.ring: Ring | None = None
         self.reach_ns = 8_000_000_000
+        #: only what concerns these CPUs is recorded ([]: every CPU)
+        self.cpus: list[int] = []
         # flight recorder: the events of the last read after its window (a read consumes
         # the pages), and the pauses so far (kernel ns)
         self.held: pl.DataFrame | None = None
@@ -151,7 +153,7 @@ class Reader:
         for e in self.events:
             sub, name = e.split(":", 1)
             try:
-                flt = filter_for(e, own)
+                flt = filter_for(e, own, self.cpus)
                 if flt:
                     try:
                         self._w(f"events/{sub}/{name}/filter", flt)

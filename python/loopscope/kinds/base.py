@@ -436,6 +436,10 @@ class ProbeKind(Generic[M]):
     #: own (``kernel.capture`` ``read="watch"``: only the threads its probe puts in
     #: the capture's ``set_event_pid``), which its ``windows`` then reads
     live_capture: bool = False
+    #: a pinned probe of the kind is held up only by what happens on its own
+    #: CPUs (and the wake-ups aimed at them): a monitor whose probes are all
+    #: such records only those CPUs (``kernel.capture.cpu_filter``)
+    windows_on_its_cpus: bool = False
 
     def live_step(self, probe: M, key: str, host: str, step_dir: Callable[[str], str]) -> dict[str, Any]:
         """Where a step's trace and result will be, before it runs (a monitor

@@ -29,6 +29,7 @@ class SchedProbe(SchedParams, ProbeModel):
 
 class Sched(ProbeKind[SchedProbe]):
     name = "sched"
+    windows_on_its_cpus = True
     model = SchedProbe
     params = SchedParams
     describe = (

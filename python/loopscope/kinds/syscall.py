@@ -31,6 +31,7 @@ class SyscallProbe(SyscallParams, ProbeModel):
 
 class Syscall(ProbeKind[SyscallProbe]):
     name = "syscall"
+    windows_on_its_cpus = True
     model = SyscallProbe
     params = SyscallParams
     describe = "Cost of each system call, timed in batches until the 95% confidence interval is within the target of the mean (Carlinet et al. 2000)."

@@ -27,6 +27,7 @@ class TimerProbe(TimerParams, ProbeModel):
 
 class Timer(ProbeKind[TimerProbe]):
     name = "timer"
+    windows_on_its_cpus = True
     model = TimerProbe
     params = TimerParams
     describe = "Wake-up latency of a periodic thread on absolute deadlines: how late each wake-up ran (cyclictest's measurement)."

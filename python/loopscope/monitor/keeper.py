@@ -132,7 +132,14 @@ class Keeper:
     """The flight recorder, and a thread that keeps and explains outliers as they come."""
 
     def __init__(
-        self, out: Path, settings: Any, name: str, roles: Callable[[], dict[int, str]], enabled: bool = True, note: Callable[[str], None] | None = None
+        self,
+        out: Path,
+        settings: Any,
+        name: str,
+        roles: Callable[[], dict[int, str]],
+        enabled: bool = True,
+        note: Callable[[str], None] | None = None,
+        cpus: list[int] | None = None,
     ) -> None:
         self.out = out
         self.note = note or (lambda _t: None)
@@ -160,7 +167,7 @@ class Keeper:
             # a draining recorder keeps the past in its own memory: the kernel's buffers hold what comes between two reads,
             # with room for a read held up (a context-switch storm wrote 19 MB a second on one CPU: 4 MiB overflowed)
             mb = buffer_mb(DRAIN_KERNEL_NS if settings.recorder == "drain" else settings.reach)
-            self.cap = C.Capture(out / "kernel", buffer_mb=mb, name=name, read="flight", flight=settings.recorder, reach_ns=int(settings.reach))
+            self.cap = C.Capture(out / "kernel", buffer_mb=mb, name=name, read="flight", flight=settings.recorder, reach_ns=int(settings.reach), cpus=cpus)
 
     def _recount(self) -> None:
         """Windows already on disk (a resumed monitor): retained as before."""

@@ -7,17 +7,19 @@ it does not measure itself (``own_cpus``), and what it will write and hold
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from loopscope.errors import InputError
+from loopscope.errors import InputError, RunError
 from loopscope.kernel.capture import WATCH_BUFFER_MB
 from loopscope.kinds import KINDS
 from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 from loopscope.spec import Experiment
 
 if TYPE_CHECKING:
+    from loopscope.lab.lab import Lab
     from loopscope.spec.models import ProbeModel
 
 
@@ -66,6 +68,18 @@ def footprint(exp: Experiment) -> list[str]:
     ]
 
 
+def recorded_cpus(exp: Experiment) -> list[int] | None:
+    """The CPUs the flight recorder records, when every probe is pinned and
+    of a kind held up only by what happens on its own CPUs (``timer``,
+    ``sched``, ``syscall``): what the others run (a context-switch storm
+    beside the probes) never reaches the recorder's buffers or its reader.
+    None: every CPU."""
+    cpus = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+    if not cpus or not all(KINDS[p.kind].windows_on_its_cpus and getattr(p, "cpu", None) for p in exp.probes):
+        return None
+    return sorted(cpus)
+
+
 def _lanes_line(ln: list[list[ProbeModel]]) -> str:
     """How the probes measure: side by side, in turn, or both."""
     if len(ln) == 1:
@@ -80,7 +94,7 @@ def check(exp: Experiment, file: str) -> None:
     """What a monitor can watch: probes whose windows come from their own
     traces (or a capture of their own threads). Hosts of every kind are
     accepted here; whether a remote one is on this machine's kernel is known
-    only once its agent has said hello (``Monitor.here_or_refuse``)."""
+    only once its agent has said hello (``here_or_refuse``)."""
     for p in exp.probes:
         if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:
             raise InputError(
@@ -112,6 +126,21 @@ def lanes(exp: Experiment) -> list[list[ProbeModel]]:
     for i, p in enumerate(exp.probes):
         out.setdefault(root(i), []).append(p)
     return list(out.values())
+
+
+def here_or_refuse(lab: Lab) -> None:
+    """Every host must be on this machine's kernel, with its files in this
+    file system: the monitor reads its probes' traces as they are written
+    and its kernel's events (an exec or ssh host into a namespace or a
+    container of this machine is; another machine is not, yet)."""
+    for h in lab.hosts.values():
+        if h.remote and not (h.here and Path(h.base).is_dir()):
+            where = "another kernel" if not h.here else f"a file system where {h.base} is not this machine's"
+            raise RunError(
+                f"host {h.name} ({h.kind}) runs on {where}: a monitor reads every host's probe traces and kernel events on the machine it runs on;"
+                f" run loopscope monitor on that machine (with the host as local) instead",
+                component="monitor",
+            )
 
 
 def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:

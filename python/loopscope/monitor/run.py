@@ -59,14 +59,13 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import polars as pl
 
-from loopscope.errors import RunError
 from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab.session import Say, Session
 from loopscope.lab.steps import CUT_SHORT_S, Interrupted, Steps
 from loopscope.monitor import figures
 from loopscope.monitor.figures import ProbeLive, utc
-from loopscope.monitor.plan import as_at_start, away_from_probes, lanes
+from loopscope.monitor.plan import as_at_start, away_from_probes, here_or_refuse, lanes, recorded_cpus
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.rundir import monitor as record
@@ -133,7 +132,15 @@ class Monitor:
         self.logs = {p.name: hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
-        self.keeper = Keeper(out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=self.settings.recorder != "off", note=self._keeper_note)
+        only = recorded_cpus(exp)
+        self.keeper = Keeper(
+            out, self.settings, f"loopscope-mon{os.getpid()}", self._roles, enabled=self.settings.recorder != "off", note=self._keeper_note, cpus=only
+        )
+        if only:
+            self.notes.append(
+                f"the flight recorder records CPU {', '.join(map(str, only))} only (every probe is pinned there): what runs on the other CPUs is not recorded,"
+                " a wake-up aimed at these CPUs is"
+            )
         self.src = LiveSource(self.session.run_dir, self.session.rec, json.loads((self.session.run_dir / "spec.json").read_text()), self.offset)
         # a live_capture kind's watching capture (one at a time: probes take turns)
         self.watch_name = f"loopscope-mon{os.getpid()}-w"
@@ -145,6 +152,8 @@ class Monitor:
         self.probe_host = {str(p.name): p.hosts(first)[0] for p in exp.probes}
         #: a period closes under it (lanes close theirs side by side; the files and the record are shared)
         self.close_lock = threading.Lock()
+        #: the lanes of the round measuring now (teardown waits for them before the keeper stops)
+        self.lanes_running: list[tuple[threading.Thread, LaneRun, ProbeModel]] = []
         #: the CPUs it started with (its own threads move off the probes' ones; an agent started again gets these)
         self.cpus_at_start = os.sched_getaffinity(0)
         self.stopping = False
@@ -262,7 +271,7 @@ class Monitor:
             if tf is not None:
                 self.session.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
         self.session.bring_up()
-        self.here_or_refuse()
+        here_or_refuse(self.session.lab)
         self._away_from_probes()
         why = self.keeper.start()
         if why:
@@ -296,20 +305,6 @@ class Monitor:
             self.round(pr, [lane[turn % len(lane)] for lane in self.lanes], period if left is None else min(period, left))
             turn += 1
 
-    def here_or_refuse(self) -> None:
-        """Every host must be on this machine's kernel, with its files in this
-        file system: the monitor reads its probes' traces as they are written
-        and its kernel's events (an exec or ssh host into a namespace or a
-        container of this machine is; another machine is not, yet)."""
-        for h in self.session.lab.hosts.values():
-            if h.remote and not (h.here and Path(h.base).is_dir()):
-                where = "another kernel" if not h.here else f"a file system where {h.base} is not this machine's"
-                raise RunError(
-                    f"host {h.name} ({h.kind}) runs on {where}: a monitor reads every host's probe traces and kernel events on the machine it runs on;"
-                    f" run loopscope monitor on that machine (with the host as local) instead",
-                    component="monitor",
-                )
-
     def revive_lost(self) -> None:
         """Under ``on_host_failure: continue``, a lost host's agent started
         again through its launcher before each period; its lane measures again."""
@@ -334,24 +329,23 @@ class Monitor:
         out). Ctrl-C or SIGTERM cuts every lane's probe short, closes each
         period with what it measured, then ends the monitor."""
         first = self.exp.hosts[0].name
-        jobs: list[tuple[threading.Thread, LaneRun, ProbeModel]] = []
-        for i, probe in enumerate(probes):
-            if any(self.session.lab.hosts[h].lost for h in probe.hosts(first)):
-                continue
-            got = LaneRun(self._next_period())
-            t = threading.Thread(target=self._lane, args=(self.tails[i], pr, probe, got, dur_ns), name=f"ls-lane-{i}", daemon=True)
-            jobs.append((t, got, probe))
-            t.start()
+        jobs = self.lanes_running = []
         try:
+            # (a signal while they start cuts short those started: inside the try)
+            for i, probe in enumerate(probes):
+                if any(self.session.lab.hosts[h].lost for h in probe.hosts(first)):
+                    continue
+                got = LaneRun(self._next_period())
+                t = threading.Thread(target=self._lane, args=(self.tails[i], pr, probe, got, dur_ns), name=f"ls-lane-{i}", daemon=True)
+                jobs.append((t, got, probe))
+                t.start()
             for t, _, _ in jobs:
                 while t.is_alive():
                     t.join(0.2)
         except Interrupted:
             self.stopping = True
             self._cut_short([h for _, _, p in jobs for h in p.hosts(first)])
-            until = time.monotonic() + CUT_SHORT_S
-            for t, _, _ in jobs:
-                t.join(max(0.0, until - time.monotonic()))
+            self._join_lanes()
             raise
         if self.view is not None and jobs:
             self.view(self)
@@ -359,6 +353,12 @@ class Monitor:
             if got.error is not None:
                 with self.session.may_lose(f"period {got.n} of probe {probe.name}", f"{probe.name}-{got.n:07d}"):
                     raise got.error
+
+    def _join_lanes(self) -> None:
+        """Every lane's period closed (its outliers handed to the keeper), within ``CUT_SHORT_S``."""
+        until = time.monotonic() + CUT_SHORT_S
+        for t, _, _ in self.lanes_running:
+            t.join(max(0.0, until - time.monotonic()))
 
     def _lane(self, tail: Tail, pr: PhaseRun, probe: ProbeModel, got: LaneRun, dur_ns: int) -> None:
         try:
@@ -575,6 +575,7 @@ class Monitor:
         record.write(self.mdir, self.record())
 
     def teardown(self) -> None:
+        self._join_lanes()  # (a failure elsewhere ends the loop with lanes still closing their periods)
         for t in self.tails:
             t.stop()
         for srv in [self.metrics_server, *self.host_servers]:
