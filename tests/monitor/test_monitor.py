@@ -126,6 +126,9 @@ def test_every_burst_outlier_is_kept_and_named_and_sigterm_closes_the_period_wit
         f = pack.find(wd, o["window"])
         assert f is not None and f.t0 < f.t1 and len(f.store.load(f.t0, f.t1)) > 0, o
     assert _left(p.pid) == []
+    # what the recorder recorded is written down: the probe is a pinned timer, so only its CPU (and wake-ups aimed there)
+    said = json.loads((out / "kernel" / "recorder.json").read_text())
+    assert said["filters"]["sched:sched_switch"] == "CPU == 1" and "target_cpu == 1" in said["filters"]["sched:sched_waking"], said
     # the monitor's page: per probe the run's histogram, the maxima, the heat map; the causes ranked
     r = subprocess.run([str(BIN), "report", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

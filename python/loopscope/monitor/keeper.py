@@ -188,6 +188,13 @@ class Keeper:
             if meta.refused:
                 self.why_not = meta.refused
                 self.cap = None
+            else:
+                # what the recorder records, as it started: its events, the kernel filters they run under (a CPU filter
+                # says which CPUs), those this kernel lacks; the record to check a named cause against
+                said = meta.model_dump(
+                    mode="json", include={"tool", "instance", "events", "missing_events", "filters", "unfiltered_events", "buffer_mb_per_cpu"}
+                )
+                (self.out / "kernel" / "recorder.json").write_text(json.dumps(said, indent=1) + "\n")
         else:
             self.why_not = "the flight recorder is off (monitor.recorder: off)"
         self.thread = threading.Thread(target=self._loop, name="ls-keeper", daemon=True)
