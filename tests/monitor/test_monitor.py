@@ -21,6 +21,8 @@ import pytest
 
 from loopscope import cbuild
 from loopscope.monitor import hist, pack
+from loopscope.monitor.keeper import Keeper, Outlier
+from loopscope.spec.models import MonitorSettings
 from tests.conftest import BIN, Cli
 
 ZOO = Path(__file__).resolve().parents[2] / "python" / "loopscope" / "bench" / "zoo_inject.c"
@@ -466,8 +468,6 @@ def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_
 
 
 def test_retain_removes_the_oldest_windows_first_and_keeps_the_rest_within_it(tmp_path: Path) -> None:
-    from loopscope.monitor.keeper import Keeper
-    from loopscope.spec.models import MonitorSettings
 
     for i in range(10):
         d = tmp_path / "windows" / f"{i:07d}" / "events"
@@ -500,3 +500,15 @@ def test_the_live_view_on_a_terminal_shows_the_last_periods_values_after_it_clos
     # last closed one's said as such (probes take turns, and one not measuring shows its last period)
     rows = re.findall(r"^│ (t(?: \(last period\))?)\s*│\s*([0-9,]+)\s*│", frames, re.M)
     assert rows and int(rows[-1][1].replace(",", "")) > 0, rows[-5:]
+
+
+def test_an_outlier_handed_to_the_keeper_after_it_stopped_is_counted_and_written_as_not_kept(tmp_path: Path) -> None:
+    k = Keeper(tmp_path, MonitorSettings(), "unused", dict, enabled=False)  # type: ignore[arg-type]
+    k.start()
+    k.put(Outlier("t", "localhost", 1, 1_000_000, 2_000_000, False))
+    k.stop()
+    # a tail's read that ended after the stop: never left in the queue, never uncounted
+    k.put(Outlier("t", "localhost", 1, 9_000_000, 3_000_000, False))
+    lines = [json.loads(x) for x in (tmp_path / "outliers.jsonl").read_text().splitlines()]
+    assert [(o["t_ns"], o["not_kept"]) for o in lines] == [(1_000_000, "recorder"), (9_000_000, "stopped")]
+    assert k.counts.above == 2 and sum(k.counts.not_kept.values()) == 2 and k.counts.kept == 0

@@ -145,6 +145,7 @@ class Keeper:
         self.note = note or (lambda _t: None)
         self.disk_full = False
         self.abandon = False  # stopping: what is left is counted, not kept
+        self.closed = False  # stopped: an outlier handed over later is written at once, not kept
         self.settings = settings
         self.roles = roles
         self.counts = Counts()
@@ -213,7 +214,11 @@ class Keeper:
         o.queued_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - C.timens_offset_ns()
         with self.lock:
             self.counts.above += 1
-        self.q.put(o)
+            late = self.closed
+            if not late:
+                self.q.put(o)
+        if late:  # (a tail's read that ended after the keeper stopped: counted and written, never left in the queue)
+            self._write([o], None, "stopped", "the monitor stopped before this outlier's window was kept")
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """Keep what is queued (within ``timeout_s``), then stop the recorder."""
@@ -224,6 +229,8 @@ class Keeper:
         self.abandon = True
         if self.thread is not None:
             self.thread.join(2.0)
+        with self.lock:
+            self.closed = True
         left: list[Outlier] = []
         while True:
             try:
@@ -241,7 +248,8 @@ class Keeper:
             self.cap.stop()
             self.cap = None
         with self.lock:
-            self.outliers.flush()
+            if not self.outliers.closed:
+                self.outliers.flush()
             if not alive:
                 self.outliers.close()
 
@@ -443,7 +451,10 @@ class Keeper:
                         c.explained += 1
                         c.by_cause[top] = c.by_cause.get(top, 0) + 1
                 self.last.append(rec)
-                if not self.outliers.closed:
+                if self.outliers.closed:  # (handed over after the keeper stopped: the line is still written)
+                    with open(self.out / "outliers.jsonl", "a") as late:
+                        late.write(json.dumps(rec) + "\n")
+                else:
                     self.outliers.write(json.dumps(rec) + "\n")
         with self.lock:
             if not self.outliers.closed:

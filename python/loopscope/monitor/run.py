@@ -46,7 +46,7 @@ program's own events, not the machine's.
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import json
 import os
 import shutil
@@ -92,10 +92,12 @@ HOUR_NS = 3_600_000_000_000
 
 @dataclass
 class LaneRun:
-    """One lane's period in its thread: its number, and what it raised (the main thread raises it)."""
+    """One lane's period in its thread: its number, what it raised, when it is done (waited on, not the thread:
+    a join a signal interrupts marks a running thread ended, bpo-45274, and the keeper stopped too early)."""
 
     n: int
     error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Monitor:
@@ -339,9 +341,9 @@ class Monitor:
                 t = threading.Thread(target=self._lane, args=(self.tails[i], pr, probe, got, dur_ns), name=f"ls-lane-{i}", daemon=True)
                 jobs.append((t, got, probe))
                 t.start()
-            for t, _, _ in jobs:
-                while t.is_alive():
-                    t.join(0.2)
+            for _, got, _ in jobs:
+                while not got.done.wait(0.2):
+                    pass
         except Interrupted:
             self.stopping = True
             self._cut_short([h for _, _, p in jobs for h in p.hosts(first)])
@@ -357,14 +359,16 @@ class Monitor:
     def _join_lanes(self) -> None:
         """Every lane's period closed (its outliers handed to the keeper), within ``CUT_SHORT_S``."""
         until = time.monotonic() + CUT_SHORT_S
-        for t, _, _ in self.lanes_running:
-            t.join(max(0.0, until - time.monotonic()))
+        for _, got, _ in self.lanes_running:
+            got.done.wait(max(0.0, until - time.monotonic()))
 
     def _lane(self, tail: Tail, pr: PhaseRun, probe: ProbeModel, got: LaneRun, dur_ns: int) -> None:
         try:
             self.period(pr, probe, dur_ns, tail, got.n)
         except BaseException as e:  # noqa: BLE001 - handed to the main thread, which fails or loses the host
             got.error = e
+        finally:
+            got.done.set()
 
     def _cut_short(self, hosts: list[str]) -> None:
         """Every probe measuring now told to stop as at its window's end (its
@@ -578,6 +582,9 @@ class Monitor:
         self._join_lanes()  # (a failure elsewhere ends the loop with lanes still closing their periods)
         for t in self.tails:
             t.stop()
+        for t in self.tails:  # (a read under way hands its outliers over before the keeper stops)
+            if t.is_alive():
+                t.join(CUT_SHORT_S)
         for srv in [self.metrics_server, *self.host_servers]:
             if srv is not None:
                 srv.shutdown()
