@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from loopscope.analysis.remedies import Context, Remedy, remedy
+from loopscope.analysis.advise import _left_out
+from loopscope.analysis.remedies import Context, Remedy, by_hand, remedy
 
 
 def plain(r: Remedy) -> list[dict[str, Any]]:
@@ -75,3 +76,39 @@ def test_rt_throttling_takes_real_time_priority_from_the_loads_on_the_probes_cpu
 def test_a_slowed_probe_gets_its_neighbours_held_to_a_sliver_of_a_cpu() -> None:
     r = remedy("slowed: no kernel event", _ctx(loads=["cache"], load_cpus={"cache": [0]}))
     assert r is not None and plain(r) == [{"kind": "limit", "load": "cache", "cpus": 0.001}]
+
+
+def test_a_pipelines_own_stage_is_never_named_as_an_intruder_to_move_or_preempt() -> None:
+    ctx = _ctx(
+        probe_kind="pipeline", probe_cpus=[], probe_takes_cpu=False, probe_takes_priority=False, own_threads=frozenset({"ls-pipe-source", "ls-pipe-node"})
+    )
+    r = remedy("thread: ls-pipe-source", ctx)
+    assert r is not None and "probe's own" in r.remedy and r.tunings == [] and "taskset" not in r.command and r.by_hand
+    # a thread that is not the probe's own is still one to move
+    other = remedy("thread: kworker/1:1", ctx)
+    assert other is not None and "move kworker/1:1" in other.remedy
+
+
+def test_a_load_beside_a_probe_that_takes_no_cpu_is_not_moved_alone_and_says_why() -> None:
+    r = remedy("load: cpu", _ctx(probe_kind="pipeline", probe_cpus=[], probe_takes_cpu=False, probe_takes_priority=False, loads=["cpu"]))
+    assert r is not None and r.tunings == [] and "pipeline probe takes no cpu" in by_hand(r, _ctx(probe_kind="pipeline", probe_takes_cpu=False))
+
+
+def test_a_load_beside_a_pinnable_probe_moves_with_the_probe_pinned_apart() -> None:
+    r = remedy("load: hog", _ctx(probe_priority=80))
+    assert r is not None and plain(r) == [{"kind": "affinity", "load": "hog", "cpus": [0]}, {"kind": "affinity", "probe": "t", "cpus": [1]}]
+
+
+def test_every_remedy_the_follow_up_leaves_out_says_why_and_names_whose_tuning_it_gives_way_to() -> None:
+    ctx, have = _ctx(probe_priority=80), []  # type: ignore[var-annotated]
+    idle = remedy("CPU idle", ctx)
+    assert _left_out(idle, ctx, True, "t: CPU idle", have) is None
+    # the same tuning for another probe's cause is applied: in the follow-up
+    assert _left_out(remedy("CPU idle", ctx), ctx, True, "u: CPU idle", have) is None
+    # a different tuning of a target already tuned gives way, naming whose remedy stays
+    assert _left_out(remedy("timer interrupt", ctx), ctx, True, "t: timer interrupt", have) is None
+    said = _left_out(remedy("migrations", ctx), ctx, True, "t: migrations", have)
+    assert said is not None and "t: timer interrupt" in said, said
+    assert "reboot" not in str(_left_out(None, ctx, True, "t: x", have)) and _left_out(None, ctx, True, "t: x", have) == "no remedy known"
+    assert _left_out(remedy("blocked: holder", ctx), ctx, True, "t: blocked", have) == "a change to the program (its locking), which a phase cannot make"
+    assert len(have) == 2  # dma_latency once, the probe's affinity once

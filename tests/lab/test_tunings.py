@@ -153,9 +153,10 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     hog = [x for x in j["advice"] if x["cause"] == "load: hog"]
     assert hog and hog[0]["phase"] == "hog" and hog[0]["share"] > 0.3, j["advice"]
     assert (
-        set(hog[0]) == {"probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime"}
+        set(hog[0]) == {"probe", "phase", "cause", "share", "remedy", "knob", "command", "reboot", "runtime", "left_out"}
         and hog[0]["reboot"] is False
         and hog[0]["runtime"]
+        and hog[0]["left_out"] is None
     )
     assert "SCHED_FIFO" in hog[0]["remedy"]  # what a real-time engineer tries first: the probe preempts the hog
     assert j["follow_up"] == str(tmp_path / "follow.yaml")

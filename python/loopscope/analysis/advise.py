@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from loopscope.analysis.explained import ExplainDoc
-from loopscope.analysis.remedies import Context, remedy
+from loopscope.analysis.remedies import Context, Remedy, by_hand, remedy
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.spec.models import Tuning
@@ -40,6 +40,8 @@ class Advice(TypedDict):
     command: str | None
     reboot: bool | None
     runtime: bool
+    #: None: the follow-up applies it; else why it does not (said, never dropped silently)
+    left_out: str | None
 
 
 class AdviseJson(TypedDict):
@@ -61,9 +63,11 @@ def _probe_of(group: str, probes: list[dict[str, Any]]) -> dict[str, Any] | None
     return None
 
 
-def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -> tuple[list[Advice], Remedies]:
+def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]], own: dict[str, frozenset[str]] | None = None) -> tuple[list[Advice], Remedies]:
     """The advice rows, and per advised phase the tunings a remedy phase applies.
-    ``models``: probe kind → its spec model (what fields a probe takes)."""
+    ``models``: probe kind → its spec model (what fields a probe takes);
+    ``own``: probe kind → the names of its probe's own threads."""
+    own = own or {}
     rd = RunDir.open(run_dir)
     spec = rd.spec()
     first = next(iter(rd.provenance().hosts.values()), None)
@@ -75,7 +79,7 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
         if ld.cpus:
             load_cpus[(ld.phase, ld.name)] = sorted(set(load_cpus.get((ld.phase, ld.name), [])) | set(ld.cpus))
     rows: list[Advice] = []
-    tunings: Remedies = {}
+    applied: dict[str, list[tuple[Tuning, str]]] = {}  # per phase, the follow-up's tunings and whose remedy each is
     for g in explained["groups"]:
         p = _probe_of(g["probe"], spec.get("probes") or [])
         if p is None:
@@ -93,29 +97,53 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]]) -
             load_cpus={n: c for (ph, n), c in load_cpus.items() if ph == g["phase"]},
             probe_priority=p.get("priority"),
             probe_unlocked="mlock" in fields and not p.get("mlock", fields["mlock"].default if "mlock" in fields else True),
+            own_threads=own.get(p["kind"], frozenset()),
         )
         top = [(c["cause"], c["share"] or 0.0) for c in g["causes"] if c["cause"] not in SKIP and (c["share"] or 0.0) >= MIN_SHARE][:3]
         for cause, share in top:
             r = remedy(cause, ctx)
-            rows.append(
-                {
-                    "probe": g["probe"],
-                    "phase": g["phase"],
-                    "cause": cause,
-                    "share": round(share, 4),
-                    "remedy": r.remedy if r else "none known: see docs/explain.md for what it is",
-                    "knob": r.knob if r else None,
-                    "command": r.command if r else None,
-                    "reboot": r.reboot if r else None,
-                    "runtime": bool(r and r.tunings),
-                }
-            )
-            if r and r.tunings and g["phase"] in phases:
-                have = tunings.setdefault(g["phase"], [])
-                for t in r.tunings:
-                    if t not in have and not any(_same_target(_plain(t), _plain(h)) for h in have):
-                        have.append(t)
-    return rows, tunings
+            row: Advice = {
+                "probe": g["probe"],
+                "phase": g["phase"],
+                "cause": cause,
+                "share": round(share, 4),
+                "remedy": r.remedy if r else "none known: see docs/explain.md for what it is",
+                "knob": r.knob if r else None,
+                "command": r.command if r else None,
+                "reboot": r.reboot if r else None,
+                "runtime": bool(r and r.tunings),
+                "left_out": None,
+            }
+            row["left_out"] = _left_out(r, ctx, g["phase"] in phases, f"{g['probe']}: {cause}", applied.setdefault(g["phase"], []))
+            rows.append(row)
+    return rows, {ph: [t for t, _ in ts] for ph, ts in applied.items() if ts}
+
+
+def _left_out(r: Remedy | None, ctx: Context, phase_known: bool, whose: str, have: list[tuple[Tuning, str]]) -> str | None:
+    """Why the follow-up does not apply remedy ``r`` (None: it does; its
+    tunings are added to the phase's, ``have``: each with whose remedy it is)."""
+    if r is None:
+        return "no remedy known"
+    if r.reboot:
+        return "it needs a reboot"
+    if not r.tunings:
+        return by_hand(r, ctx)
+    if not phase_known:
+        return "its phase is not in the run's experiment"
+    applied, clashes = 0, []
+    for t in r.tunings:
+        if any(h == t for h, _ in have):  # the same tuning, for another cause: applied
+            applied += 1
+            continue
+        clash = next((w for h, w in have if _same_target(_plain(t), _plain(h))), None)
+        if clash is None:
+            have.append((t, whose))
+            applied += 1
+        elif clash not in clashes:
+            clashes.append(clash)
+    if applied:
+        return None
+    return f"the follow-up tunes the same thing otherwise, for {'; '.join(clashes)} (the first remedy of a target stays)"
 
 
 def _plain(t: Tuning) -> dict[str, object]:

@@ -28,6 +28,8 @@ class Remedy:
     #: tunings of a remedy phase that apply it at run time (empty: not at run time),
     #: the experiment file's own models: a remedy cannot write one a run refuses
     tunings: list[Tuning] = field(default_factory=list)
+    #: with no tunings: why no phase can apply it (what ``advise`` says the follow-up leaves out)
+    by_hand: str = ""
 
 
 @dataclass
@@ -47,9 +49,13 @@ class Context:
     probe_priority: int | None = None
     #: the probe takes ``mlock`` (timer, program) and ran without it
     probe_unlocked: bool = False
+    #: the names of the probe's own threads (a pipeline's stages): never named as an intruder
+    own_threads: frozenset[str] = frozenset()
 
 
 RT_PRIORITY = 80
+#: why a remedy that changes the measured program is not a tuning
+PROGRAM = "a change to the program (its locking), which a phase cannot make"
 
 
 def _fifo(ctx: Context) -> list[Tuning]:
@@ -91,6 +97,38 @@ def _away(ctx: Context) -> tuple[list[int], list[int]]:
     return probe, rest
 
 
+def _own_stage(name: str, ctx: Context) -> Remedy:
+    """Another of the probe's own threads (a pipeline's stage on the same
+    host) ran where this one waited: the probe's work, not an intruder."""
+    return Remedy(
+        f"{name} is the probe's own (another of its stages, on the same host): its stages take turns on too few CPUs; "
+        "spread them over more hosts or CPUs, or lower the rate or the work per message",
+        "the probe's own layout (stages per host, rate, work per message)",
+        f"loopscope check <experiment>   # the pipeline's stages per host; check: perf sched timehist -p <pid of {name}> shows the stages preempting each other",
+        False,
+        by_hand=f"the {ctx.probe_kind} probe's own layout, which a phase cannot change",
+    )
+
+
+def _unpinnable(ctx: Context, why: str = "") -> str:
+    """Why a placement cannot be a phase's tuning."""
+    return why or f"a {ctx.probe_kind} probe takes no cpu, so a phase cannot pin it (moving the rest alone, it could follow): pin its threads by hand"
+
+
+def by_hand(r: Remedy, ctx: Context) -> str:
+    """Why remedy ``r`` has no tuning a phase applies (what ``advise`` says the follow-up leaves out)."""
+    if r.by_hand:
+        return r.by_hand
+    knob = r.knob.lower()
+    if "placement" in knob or "affinity" in knob:
+        return _unpinnable(ctx) if not ctx.probe_takes_cpu else "the probe is pinned there already"
+    if "priority" in knob or "slack" in knob:
+        if not ctx.probe_takes_priority:
+            return f"a {ctx.probe_kind} probe takes no priority, so a phase cannot make it SCHED_FIFO: chrt its threads by hand"
+        return f"the probe runs SCHED_FIFO {ctx.probe_priority} already"
+    return f"a change by hand ({r.knob}), not a tuning a phase applies"
+
+
 def _irq_number(name: str) -> int | None:
     """The IRQ line of a handler named in /proc/interrupts (None: not found here)."""
     try:
@@ -105,6 +143,8 @@ def _irq_number(name: str) -> int | None:
 
 def remedy(cause: str, ctx: Context) -> Remedy | None:
     """The remedy for one cause (None: nothing loopscope knows to do about it)."""
+    if cause.startswith("thread: ") and cause[len("thread: ") :] in ctx.own_threads:
+        return _own_stage(cause[len("thread: ") :], ctx)
     if cause.startswith(("load: ", "thread: ")) and not cause.startswith(("thread: kdamond", "thread: ksoftirqd")) and (fifo := _fifo(ctx)):
         # what a real-time engineer tries first: a SCHED_FIFO thread preempts
         # every SCHED_OTHER one at once, whatever its nice value, and any
@@ -151,6 +191,7 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
             "pthread_mutexattr_setprotocol(&attr, PTHREAD_PRIO_INHERIT) before pthread_mutex_init; check: perf lock contention -b, "
             "or trace-cmd record -e sched -e syscalls:sys_enter_futex",
             False,
+            by_hand=PROGRAM,
         )
     if cause.startswith("blocked: ") and cause not in ("blocked: sleeping", "blocked: uninterruptible (I/O)"):
         who = cause[len("blocked: ") :]
@@ -159,6 +200,7 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
             "the program's locking",
             "pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT); perf lock contention -b to find the lock",
             False,
+            by_hand=PROGRAM,
         )
     return _placement(cause, ctx) or _standing(cause, ctx)
 
@@ -182,16 +224,16 @@ def _placement(cause: str, ctx: Context) -> Remedy | None:
                 False,
                 t,
             )
-        if load in ctx.loads:
-            t.append(AffinityTuning(kind="affinity", load=load, cpus=rest))
-        if ctx.probe_takes_cpu:
-            t.append(AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus))
+        # the load moved and the probe pinned apart, or neither: a probe left free would follow the load onto its CPUs
+        if load in ctx.loads and ctx.probe_takes_cpu:
+            t += [AffinityTuning(kind="affinity", load=load, cpus=rest), AffinityTuning(kind="affinity", probe=ctx.probe, cpus=probe_cpus)]
         return Remedy(
             f"move the load {load} off the probe's CPU (cpusets or affinity), and pin the probe",
             "CPU placement (affinity, cpusets)",
             f"taskset -acp {rc} <pids of {load}>   # or: systemd-run -p AllowedCPUs={rc} …; pin the probe: taskset -c {pc}",
             False,
             t,
+            "" if t else _unpinnable(ctx, f"the load {load} is not one of the phase's") if ctx.probe_takes_cpu else _unpinnable(ctx),
         )
     if cause.startswith("irq: "):
         name = cause[5:]
@@ -204,6 +246,7 @@ def _placement(cause: str, ctx: Context) -> Remedy | None:
             f"echo {rc} > {where}   # irqbalance may undo it: stop it or use its --banirq",
             False,
             t,
+            "" if t else f"no interrupt named {name} in this machine's /proc/interrupts: steer it on the machine that ran",
         )
     return None
 
@@ -237,10 +280,18 @@ def _standing(cause: str, ctx: Context) -> Remedy | None:
             "mlockall(MCL_CURRENT | MCL_FUTURE) at start and touch the buffers once (cyclictest -m; the probe's mlock: true)",
             False,
             lock,
+            "" if lock else "the probe locked its memory already, or takes no mlock: prefault what it touches first",
         )
     if re.match(r"thread: kdamond", cause):
         off: list[Tuning] = [WriteTuning(kind="write", path=p, value="off") for p in _kdamonds()]
-        return Remedy("turn DAMON memory monitoring off", "DAMON", "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state", False, off)
+        return Remedy(
+            "turn DAMON memory monitoring off",
+            "DAMON",
+            "echo off > /sys/kernel/mm/damon/admin/kdamonds/0/state",
+            False,
+            off,
+            "" if off else "no DAMON here to turn off",
+        )
     if cause.startswith("softirq: NET_RX") or cause.startswith("thread: ksoftirqd"):
         here = ctx.probe_cpus or ctx.usable
         away = [c for c in ctx.usable if c not in here] or rest
@@ -252,6 +303,7 @@ def _standing(cause: str, ctx: Context) -> Remedy | None:
             f"echo {mask} > /sys/class/net/<dev>/queues/rx-0/rps_cpus; the NIC's IRQ: echo {rc} > /proc/irq/<N>/smp_affinity_list",
             False,
             steer or _move(ctx),
+            "" if steer or _move(ctx) else f"no receive queue here steers work to the probe's CPU, and {_unpinnable(ctx)}",
         )
     if cause == "lab: capture":
         return Remedy(
@@ -259,6 +311,7 @@ def _standing(cause: str, ctx: Context) -> Remedy | None:
             "the experiment's kernel capture",
             "kernel: {events: [sched:sched_switch, sched:sched_wakeup, irq:irq_handler_entry, irq:irq_handler_exit]} or loopscope run … with the capture off",
             False,
+            by_hand="a change to the experiment's kernel capture, which a phase cannot make",
         )
     if cause == "lab: emulator":
         return Remedy(
@@ -266,6 +319,7 @@ def _standing(cause: str, ctx: Context) -> Remedy | None:
             "the experiment's emulator settings",
             f"emulator: {{cpu: {rest[0]}}} in the experiment file; or drop the link's delay/jitter/loss so the router's kernel forwards it",
             False,
+            by_hand="a change to the experiment's emulator or links, which a phase cannot make",
         )
     if cause.startswith("lab: "):
         to = probe_cpus if not ctx.probe_cpus else _elsewhere(ctx)  # pinned already: pinning it there again changes nothing
@@ -304,6 +358,7 @@ def _unthrottle(group: str) -> Remedy:
         f"{how}   # or a larger quota; a container: docker update --cpus N, or the pod's resources.limits.cpu",
         False,
         t,
+        by_hand="" if t else "the group is not known here (the capture did not name it, or it is gone): lift its limit by hand",
     )
 
 
@@ -324,6 +379,7 @@ def _rt_budget(ctx: Context) -> Remedy:
         "lifting the limit (echo -1 > /proc/sys/kernel/sched_rt_runtime_us) lets a runaway spinner keep the CPU for good",
         False,
         t,
+        by_hand="" if t else "no load of the phase shares the probe's CPU: the real-time task is not one the experiment starts",
     )
 
 
@@ -353,6 +409,7 @@ def _quiet_neighbours(ctx: Context) -> Remedy:
         "check: the span's run time with the neighbour stopped; where the CPU has them: perf stat -e LLC-load-misses, pqos -m all:<cpus>",
         False,
         t,
+        by_hand="" if t else "the phase has no loads: the neighbour is not one the experiment starts",
     )
 
 

@@ -152,7 +152,7 @@ def advise_cmd(run_dir: str, as_json: bool, output: str | None) -> int:
         explained = explain.cached(rd.path, KINDS)
     if explained is None:
         raise InputError(f"{run_dir}: no kernel capture of the run holds data, so there are no causes to advise on")
-    rows, tunings = advise.advise(rd.path, explained, {k.name: k.model for k in KINDS if k.model is not None})
+    rows, tunings = advise.advise(rd.path, explained, {k.name: k.model for k in KINDS if k.model is not None}, {k.name: k.threads for k in KINDS})
     follow = None
     if tunings:
         follow = Path(output) if output else rd.path / "follow-up.yaml"

@@ -178,19 +178,35 @@ def comparison(
 
 
 def advice(rows: list[Advice], follow: Path | None) -> None:
-    """`loopscope advise`'s table."""
+    """`loopscope advise`'s table, then each row's command whole on a line of
+    its own (a table cell cuts or folds it: it could not be copied), then the
+    follow-up's command, never wrapped."""
 
     con = _console()
     if not rows:
         con.print("no cause took 5 % or more of any probe's outliers: nothing to advise")
     t = Table(show_header=True, header_style="bold")
-    for c in ("probe", "phase", "cause", "share", "remedy", "command", "reboot"):
-        t.add_column(c)
-    for r in rows:
+    for c in ("#", "probe", "phase", "cause", "share", "remedy", "reboot", "in the follow-up"):
+        t.add_column(c, overflow="fold")
+    for i, r in enumerate(rows, 1):
         t.add_row(
-            r["probe"], r["phase"], r["cause"], f"{r['share'] * 100:.0f} %", r["remedy"], r["command"] or "", {True: "yes", False: "no", None: ""}[r["reboot"]]
+            str(i),
+            r["probe"],
+            r["phase"],
+            r["cause"],
+            f"{r['share'] * 100:.0f} %",
+            r["remedy"],
+            {True: "yes", False: "no", None: ""}[r["reboot"]],
+            "yes" if r["left_out"] is None else f"no: {r['left_out']}",
         )
     con.print(t)
+    # each command once, with the rows it serves
+    rows_of: dict[str, list[int]] = {}
+    for i, r in enumerate(rows, 1):
+        if r["command"]:
+            rows_of.setdefault(r["command"], []).append(i)
+    for cmd, ns in rows_of.items():
+        click.echo(f"[{', '.join(map(str, ns))}] {cmd}")
     if follow:
-        con.print(f"follow-up experiment (its last phase applies the run-time remedies): loopscope run {follow}")
+        click.echo(f"follow-up experiment (its last phase applies the run-time remedies): loopscope run {follow}")
         click.echo(str(follow))

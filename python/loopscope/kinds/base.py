@@ -365,6 +365,9 @@ class ProbeKind(Generic[M]):
     helpers: dict[str, type[Params]] = {}
     #: the process name (comm) a helper runs under, where it is not the default
     comm: dict[str, str] = {}
+    #: the names of the threads its probe measures with (a pipeline's stages):
+    #: a cause naming one is the probe's own work, never an intruder to move
+    threads: frozenset[str] = frozenset()
 
     #: its parameter model (``probes/*.py``), which its experiment model
     #: inherits; a kind with one is started from a ``Launch``, never a command line of strings

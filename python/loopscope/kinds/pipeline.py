@@ -92,6 +92,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
     steady = (("pipeline", "e2e_ns", ()),)
     summary = frozenset({"e2e"})  # per-hop figures are in the report
     helpers = {"pipe-source": PipeSourceParams, "pipe-node": PipeNodeParams, "pipe-sink": PipeSinkParams}
+    threads = frozenset({"ls-pipe-source", "ls-pipe-node", "ls-pipe-sink"})
 
     def run(self, ctx: StepContext, probe: PipelineProbe, key: str, dur_ns: int) -> dict[str, object]:
         """Start the sink, then the nodes back to front, then the source; wait for

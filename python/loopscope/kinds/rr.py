@@ -129,6 +129,7 @@ class Rr(ProbeKind[RrProbe]):
     labels = {"rtt": "round trip", "fwd": "forward leg", "ret": "return leg", "ipdv_fwd": "forward IPDV (|ΔD|)", "ipdv_ret": "return IPDV (|ΔD|)"}
     params = RrParams
     helpers = {"rr-echo": EchoParams}
+    threads = frozenset({"ls-rr", "ls-echo"})
 
     def run(self, ctx: StepContext, probe: RrProbe, key: str, dur_ns: int) -> dict[str, object]:
         srv = probe.server_host
