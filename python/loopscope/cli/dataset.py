@@ -40,6 +40,15 @@ def _emit(columns: list[str], rows: list[tuple[Any, ...]], fmt: str, title: str 
             w.writerow(["" if v is None else plain(v) for v in r])
         return
 
+    if not sys.stdout.isatty():
+        # into a pipe or a file: columns aligned by spaces, each row one line, nothing cut (rich's
+        # table took 0.35 s for 200 runs, half of `runs`; awk and grep read this as they read ps)
+        cells = [list(columns), *[["" if v is None else _cell(v) for v in r] for r in rows]]
+        widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+        out = [title] if title else []
+        out += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
+        sys.stdout.write("\n".join(out) + "\n")
+        return
     t = Table(show_header=True, header_style="bold", title=title)
     for i, c in enumerate(columns):
         t.add_column(c, no_wrap=i == 0)

@@ -48,7 +48,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any
 
@@ -113,6 +113,15 @@ class Answer:
     columns: list[str]
     rows: list[tuple[Any, ...]]
     notes: list[str] = field(default_factory=list)
+
+
+def _insert(con: Any, table: str, rows: Sequence[tuple[object, ...]], chunk: int = 500) -> None:
+    """``rows`` into ``table``, many to a statement: DuckDB's ``executemany``
+    runs one statement per row (0.25 s for 1,200 rows; this: 0.06 s)."""
+    for i in range(0, len(rows), chunk):
+        part = rows[i : i + chunk]
+        one = "(" + ",".join("?" * len(part[0])) + ")"
+        con.execute(f"INSERT INTO {table} VALUES " + ",".join([one] * len(part)), [v for r in part for v in r])
 
 
 class Query:
@@ -209,13 +218,9 @@ class Query:
                 for h, k in m.hosts.items()
             ]
             probes += [(m.run_id, p, k, h) for p, (k, h) in m.probes.items()]
-        if runs:
-            c.executemany("INSERT INTO runs VALUES (" + ",".join("?" * 16) + ")", runs)
-        if probes:
-            c.executemany("INSERT INTO probes VALUES (?, ?, ?, ?)", probes)
-        files = [(str(p), rid, t) for t, xs in [*self._files.items(), *self._lines.items()] for p, rid in xs]
-        if files:
-            c.executemany("INSERT INTO _files VALUES (?, ?, ?)", files)
+        _insert(c, "runs", runs)
+        _insert(c, "probes", probes)
+        _insert(c, "_files", [(str(p), rid, t) for t, xs in [*self._files.items(), *self._lines.items()] for p, rid in xs])
         c.execute("CREATE VIEW _run AS SELECT DISTINCT run_id, experiment, version, started_utc, first_host FROM runs")
 
     @property
