@@ -29,7 +29,7 @@ import pytest
 #: loopscope commands that measure the machine (start a lab, probes, loads,
 #: agents) or change what is on it (cleanup removes every run's leftovers:
 #: two at once would take each other's)
-LAB_COMMANDS = {"run", "monitor", "probe", "bench", "calibrate", "hosts", "cleanup"}
+LAB_COMMANDS = {"run", "monitor", "probe", "bench", "calibrate", "hosts", "cleanup", "audit"}
 LAB_SUBCOMMANDS = {("model", "check")}
 #: programs that load, measure or record the machine, or make namespaces
 LAB_TOOLS = {

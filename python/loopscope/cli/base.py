@@ -157,6 +157,7 @@ COMMANDS = {
     "hosts": "loopscope.cli.hosts",
     "trace": "loopscope.cli.tracecmd",
     "bench": "loopscope.cli.bench",
+    "audit": "loopscope.cli.audit",
 }
 
 #: which module holds each `loopscope probe` command other than probe.py's own

@@ -1,0 +1,61 @@
+"""`loopscope audit`: the set-up read, the CPUs watched, every finding with
+its evidence and remedy; a planted intruder found, audit's own never."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli
+from tests.helpers import assert_clean_error
+
+KEYS = {"check", "cpus", "what", "why", "evidence", "remedy", "remedy_kind"}
+
+
+def _cpu1() -> None:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two CPUs: one to audit, one for audit itself")
+
+
+@pytest.mark.needs_root
+def test_a_task_planted_on_the_audited_cpu_is_found_with_its_run_time_and_audits_own_threads_are_not(cli: Cli, tmp_path: Path, lab: None) -> None:
+    _cpu1()
+    # a busy task pinned to CPU 1, already running when the watch starts (it may never switch out)
+    spin = subprocess.Popen(["taskset", "-c", "1", "python3", "-c", "import time\nt = time.time() + 20\nwhile time.time() < t: pass"])
+    try:
+        time.sleep(0.3)
+        r = cli("audit", "--cpus", "1", "--for", "1s", "--json", timeout=60)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["cpus"] == [1] and j["watched_s"] == 1.0 and all(set(f) == KEYS and f["remedy_kind"] in ("runtime", "boot", "none") for f in j["findings"])
+    if j["capture_refused"]:
+        pytest.skip(f"no kernel capture here: {j['capture_refused']}")
+    ran = next(f for f in j["findings"] if f["check"] == "tasks")
+    # the spinner had the CPU nearly the whole second, and is named with its pid
+    assert f"({spin.pid})" in ran["evidence"] and ran["remedy_kind"] == "runtime", ran
+    ms = float(ran["evidence"].split(f"({spin.pid}) ")[1].split(" ms")[0])
+    assert ms > 500, ran
+    # audit's own process and its capture's reader ran on the other CPU
+    assert "ls-kcapture" not in r.stdout and "loopscope" not in ran["evidence"], ran
+    # the set-up is read: the command line's isolation, and the machine's own figures as evidence
+    checks = {f["check"] for f in j["findings"]}
+    if "isolcpus=" not in Path("/proc/cmdline").read_text():
+        assert "isolcpus" in checks
+    assert "affinity" in checks  # at least the spinner may run there
+    rt = Path("/proc/sys/kernel/sched_rt_runtime_us").read_text().strip()
+    assert ("sched_rt_runtime_us" in checks) == (rt != "-1")
+
+
+def test_a_cpu_the_machine_lacks_or_a_list_that_is_none_is_a_clear_error(cli: Cli, lab: None) -> None:
+    n = os.cpu_count() or 1
+    assert_clean_error(cli("audit", "--cpus", str(n + 5)), 2, f"no CPU {n + 5}")
+    assert_clean_error(cli("audit", "--cpus", "one"), 2, "not a CPU list")
+    assert_clean_error(cli("audit", "--cpus", "1", "--for", "1ms"), 2, "--for")
