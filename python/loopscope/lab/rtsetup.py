@@ -189,6 +189,7 @@ def setup(cpus: list[int], ts: list[Task]) -> list[Finding]:
                     remedy_kind="runtime",
                 )
             )
+    f += _irq_affinity(cpus) + _cpusets(cpus)
     f += _sysctls()
     f += _idle_and_freq(cpus)
     f += _topology(cpus)
@@ -351,3 +352,57 @@ def _topology(cpus: list[int]) -> list[Finding]:
                 )
             )
     return f
+
+
+def _irq_affinity(cpus: list[int]) -> list[Finding]:
+    """IRQs the kernel delivers to the CPUs (effective affinity; the asked one when the kernel keeps none)."""
+    names = {}
+    for line in (sysread("/proc/interrupts") or "").splitlines()[1:]:
+        head, _, rest = line.partition(":")
+        if head.strip().isdigit():
+            names[head.strip()] = rest.split()[-1] if rest.split() else ""
+    hit = []
+    for d in sorted(Path("/proc/irq").glob("[0-9]*"), key=lambda p: int(p.name)):
+        eff = sysread(d / "effective_affinity_list") or sysread(d / "smp_affinity_list") or ""
+        if set(cpu_list(eff)) & set(cpus) and d.name in names:
+            hit.append(f"{d.name} {names[d.name]} (effective {eff}, asked {sysread(d / 'smp_affinity_list')})")
+    if not hit:
+        return []
+    return [
+        Finding(
+            check="irq affinity",
+            cpus=cpus,
+            what=f"{len(hit)} IRQs are delivered to CPU {cpus_text(cpus)}",
+            why="each one that fires stops your thread for its handler and the softirq it raises",
+            evidence="; ".join(hit[:6]) + (f" and {len(hit) - 6} more" if len(hit) > 6 else ""),
+            remedy="echo <other CPUs> > /proc/irq/N/smp_affinity_list for each; stop irqbalance (or --banirq); "
+            "a managed IRQ (the write refused) moves only with isolcpus=managed_irq at boot",
+            remedy_kind="runtime",
+        )
+    ]
+
+
+def _cpusets(cpus: list[int]) -> list[Finding]:
+    """Whether a cpuset holds the CPUs for its own tasks (v1 ``cpu_exclusive``, v2 partition ``isolated``)."""
+    v1, v2 = Path("/sys/fs/cgroup/cpuset"), Path("/sys/fs/cgroup")
+    held = []
+    for root, cpus_f, excl_f, want in ((v1, "cpuset.cpus", "cpuset.cpu_exclusive", "1"), (v2, "cpuset.cpus", "cpuset.cpus.partition", "isolated")):
+        if not (root / cpus_f).exists() and not any(root.glob(f"*/{cpus_f}")):
+            continue
+        for d in [p.parent for p in root.rglob(excl_f)]:
+            if (sysread(d / excl_f) or "").startswith(want) and set(cpus) <= set(cpu_list(sysread(d / cpus_f) or "")) and d != root:
+                held.append(str(d))
+    if held:
+        return []
+    return [
+        Finding(
+            check="cpuset",
+            cpus=cpus,
+            what=f"no cpuset holds CPU {cpus_text(cpus)} for its own tasks",
+            why="every task's cpuset allows the CPUs, so nothing keeps new tasks off them",
+            evidence="no cpuset with cpu_exclusive 1 (v1) or cpuset.cpus.partition isolated (v2) over them",
+            remedy=f"a cpuset for your work: mkdir /sys/fs/cgroup/cpuset/rt; echo {cpus_text(cpus)} > rt/cpuset.cpus; echo 1 > rt/cpuset.cpu_exclusive "
+            "(the others' cpusets without the CPUs first); the isolate tuning does it for a phase",
+            remedy_kind="runtime",
+        )
+    ]
