@@ -59,3 +59,15 @@ def test_a_cpu_the_machine_lacks_or_a_list_that_is_none_is_a_clear_error(cli: Cl
     assert_clean_error(cli("audit", "--cpus", str(n + 5)), 2, f"no CPU {n + 5}")
     assert_clean_error(cli("audit", "--cpus", "one"), 2, "not a CPU list")
     assert_clean_error(cli("audit", "--cpus", "1", "--for", "1ms"), 2, "--for")
+
+
+def test_check_lists_the_set_up_findings_of_the_cpus_the_probes_are_pinned_to(cli: Cli, tmp_path: Path) -> None:
+    _cpu1()
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: c\nprobes: [{kind: timer, interval_us: 1000, cpu: [1]}]\nduration: 1s\n")
+    r = cli("check", str(spec))
+    assert r.returncode == 0, r.stderr
+    assert "the probes' CPU 1:" in r.stdout and "loopscope audit --cpus 1" in r.stdout, r.stdout
+    # what the machine says of CPU 1 is among them: the workqueue mask, when it includes CPU 1
+    wq = int(Path("/sys/devices/virtual/workqueue/cpumask").read_text().strip().replace(",", ""), 16)
+    assert ("    workqueue: unbound workqueues may run on CPU 1" in r.stdout) == bool(wq >> 1 & 1), r.stdout

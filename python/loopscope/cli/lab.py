@@ -17,12 +17,14 @@ from loopscope.kinds import KINDS
 from loopscope.spec import json_schema
 from loopscope.lab.controller import preflight
 from loopscope.spec import load
+from loopscope.spec.models import Experiment
 from loopscope.spec.plan import KERNEL_MB_PER_S, estimate_footprint, estimate_seconds, phase_runs
 from loopscope.lab import cleanup
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from loopscope.report import build
 from loopscope.monitor.plan import check as monitor_check, footprint
+from loopscope.lab import rtsetup
 
 
 @cli.command("run")
@@ -131,6 +133,7 @@ def check_cmd(spec: str) -> int:
         click.echo(f"{spec}: valid · {first}")
         for line in rest:
             click.echo(line)
+        _rt_setup(exp)
         return 0
     runs = phase_runs(exp)
     est = estimate_seconds(exp)
@@ -150,7 +153,21 @@ def check_cmd(spec: str) -> int:
     for pr in runs:
         loads = ", ".join(pr.phase.loads) or "no load"
         click.echo(f"  rep {pr.rep} · {pr.phase.name} ({loads}): {', '.join(p.name or p.kind for p in exp.probes)}")
+    _rt_setup(exp)
     return 0
+
+
+def _rt_setup(exp: Experiment) -> None:
+    """The real-time set-up of the CPUs the probes are pinned to, as ``audit`` reads it (no watch: check starts nothing)."""
+    here = {h.name for h in exp.hosts if not h.remote}
+    cpus = sorted({c for p in exp.probes if (getattr(p, "host", None) or exp.hosts[0].name) in here for c in (getattr(p, "cpu", None) or [])})
+    if not cpus:
+        return
+    found = rtsetup.setup(cpus, rtsetup.tasks())
+    said = ",".join(map(str, cpus))
+    click.echo(f"  the probes' CPU {said}: {len(found)} findings of the set-up (`loopscope audit --cpus {said}` watches them too, with the remedies)")
+    for f in found:
+        click.echo(f"    {f['check']}: {f['what']}")
 
 
 @cli.command("cleanup")
