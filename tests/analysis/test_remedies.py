@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from loopscope.analysis.advise import _left_out
-from loopscope.analysis.remedies import Context, Remedy, by_hand, remedy
+from loopscope.analysis.remedies import Context, Remedy, by_hand, iso_remedy, partition, remedy
 
 
 def plain(r: Remedy) -> list[dict[str, Any]]:
@@ -112,3 +112,13 @@ def test_every_remedy_the_follow_up_leaves_out_says_why_and_names_whose_tuning_i
     assert "reboot" not in str(_left_out(None, ctx, True, "t: x", have)) and _left_out(None, ctx, True, "t: x", have) == "no remedy known"
     assert _left_out(remedy("blocked: holder", ctx), ctx, True, "t: blocked", have) == "a change to the program (its locking), which a phase cannot make"
     assert len(have) == 2  # dma_latency once, the probe's affinity once
+
+
+def test_several_intruders_on_a_pinned_probes_cpu_are_offered_one_partition_and_the_labs_own_loads_are_not_counted() -> None:
+    ctx = _ctx()
+    row = partition(ctx, [("thread: kworker/1:1", 0.3), ("irq: virtio0-input.0", 0.2), ("load: hog", 0.4)])
+    assert row is not None and row["cause"] == "intruders: thread: kworker/1:1, irq: virtio0-input.0" and row["share"] == 0.5
+    assert plain(iso_remedy(ctx)) == [{"kind": "isolate", "cpus": [1]}] and "audit --cpus 1" in str(row["command"])
+    # one intruder, a load (isolation does not move the lab's loads), or an unpinned probe: no partition offered
+    assert partition(ctx, [("thread: kworker/1:1", 0.3), ("load: hog", 0.6)]) is None
+    assert partition(_ctx(probe_cpus=[]), [("thread: a", 0.3), ("irq: b", 0.3)]) is None

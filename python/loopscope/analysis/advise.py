@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from loopscope.analysis.explained import ExplainDoc
-from loopscope.analysis.remedies import Context, Remedy, by_hand, remedy
+from loopscope.analysis.remedies import Context, Remedy, by_hand, iso_remedy, partition, remedy
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.spec.models import Tuning
@@ -116,6 +116,11 @@ def advise(run_dir: Path, explained: ExplainDoc, models: dict[str, type[Any]], o
             }
             row["left_out"] = _left_out(r, ctx, g["phase"] in phases, f"{g['probe']}: {cause}", applied.setdefault(g["phase"], []))
             rows.append(row)
+        # several intruders on a pinned probe's CPU, none the lab's: one partition moves them all
+        if (iso := partition(ctx, [(c["cause"], c["share"] or 0.0) for c in g["causes"]])) is not None:
+            row = {**iso, "probe": g["probe"], "phase": g["phase"], "left_out": None}  # type: ignore[typeddict-item]
+            row["left_out"] = _left_out(iso_remedy(ctx), ctx, g["phase"] in phases, f"{g['probe']}: {iso['cause']}", applied.setdefault(g["phase"], []))
+            rows.append(row)
     return rows, {ph: [t for t, _ in ts] for ph, ts in applied.items() if ts}
 
 
@@ -164,6 +169,7 @@ def _same_target(a: dict[str, Any], b: dict[str, Any]) -> bool:
         "dma_latency": (),
         "cpuidle": ("state",),
         "mlock": ("probe",),
+        "isolate": (),  # one partition a phase
     }[a["kind"]]
     return all(a.get(k) == b.get(k) for k in key)
 

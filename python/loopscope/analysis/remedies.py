@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loopscope.spec.models import AffinityTuning, DmaLatencyTuning, IrqTuning, LimitTuning, MlockTuning, SchedTuning, Tuning, WriteTuning
+from loopscope.spec.models import AffinityTuning, DmaLatencyTuning, IrqTuning, IsolateTuning, LimitTuning, MlockTuning, SchedTuning, Tuning, WriteTuning
 from loopscope.host.cpulimit import lift
 
 
@@ -107,6 +107,43 @@ def _own_stage(name: str, ctx: Context) -> Remedy:
         f"loopscope check <experiment>   # the pipeline's stages per host; check: perf sched timehist -p <pid of {name}> shows the stages preempting each other",
         False,
         by_hand=f"the {ctx.probe_kind} probe's own layout, which a phase cannot change",
+    )
+
+
+#: causes a run-time partition moves: tasks and interrupts that are not the lab's
+INTRUDERS = ("thread: ", "irq: ", "softirq: ")
+
+
+def partition(ctx: Context, causes: list[tuple[str, float]]) -> dict[str, object] | None:
+    """An advice row offering the isolate tuning when two or more different
+    intruders (threads, IRQs, softirqs; the lab's own loads and the probe's own
+    threads apart: isolation does not move the lab) took a pinned probe's
+    outliers' time, each at least ``MIN_SHARE``; None otherwise."""
+    who = [(c, sh) for c, sh in causes if c.startswith(INTRUDERS) and sh >= 0.05 and c[len("thread: ") :] not in ctx.own_threads]
+    if not ctx.probe_cpus or len(who) < 2:
+        return None
+    r = iso_remedy(ctx)
+    return {
+        "cause": "intruders: " + ", ".join(c for c, _ in who),
+        "share": round(sum(sh for _, sh in who), 4),
+        "remedy": r.remedy,
+        "knob": r.knob,
+        "command": r.command,
+        "reboot": False,
+        "runtime": True,
+    }
+
+
+def iso_remedy(ctx: Context) -> Remedy:
+    """Keep the probe's CPUs for the experiment while the phase runs (the isolate tuning)."""
+    cpus = ",".join(map(str, ctx.probe_cpus))
+    return Remedy(
+        f"isolate CPU {cpus} for the experiment: every movable task and kthread (new ones too), the IRQs that accept it, packet steering and the "
+        "unbound workqueues go to the other CPUs while the phase runs; nohz_full, rcu_nocbs, per-CPU kthreads and managed IRQs need a reboot",
+        "a run-time CPU partition (affinities, IRQ affinity, RPS, workqueue cpumask)",
+        f"loopscope audit --cpus {cpus}   # what is on the CPU and each remedy; for good: isolcpus=managed_irq,domain,{cpus} nohz_full={cpus} rcu_nocbs={cpus}",
+        False,
+        [IsolateTuning(kind="isolate", cpus=list(ctx.probe_cpus))],
     )
 
 

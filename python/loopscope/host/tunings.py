@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.errors import InputError, RunError
+from loopscope.host import isolate
 
 #: files a ``write`` tuning may change (globs); anything else is refused
 ALLOWED = [
@@ -77,6 +78,8 @@ class Change:
     path: str
     new: str
     old: str | None = None
+    #: a write the kernel may refuse without failing the run (an isolate's managed IRQ): said, not raised
+    optional: bool = False
 
 
 def _cpus_text(cpus: list[int]) -> str:
@@ -106,6 +109,8 @@ def changes(tuning: dict[str, Any], where: str) -> list[Change]:
                 names = ", ".join(f"{s.name[5:]} ({(s / 'name').read_text().strip() if (s / 'name').exists() else '?'})" for s in states)
                 raise InputError(f"{label}: CPU {c} has no idle state {want!r}; its states are {names}")
             out.append(Change(label, f"/sys/devices/system/cpu/cpu{c}/cpuidle/{hit[0].name}/disable", "1" if tuning.get("disable", True) else "0"))
+    elif kind == "isolate":
+        out += _isolate_files(set(tuning["cpus"]), bool(tuning.get("timer_migration")), label)
     elif kind == "write":
         p = tuning["path"]
         if not any(fnmatch.fnmatch(p, g) for g in ALLOWED):
@@ -117,6 +122,35 @@ def changes(tuning: dict[str, Any], where: str) -> list[Change]:
             raise InputError(f"{label}: {ch.path} does not exist on this machine; remove the tuning or correct it")
         if not os.access(f, os.W_OK):
             raise InputError(f"{label}: {ch.path} cannot be written (not root?); run as root or remove the tuning")
+    return out
+
+
+def _isolate_files(cpus: set[int], migration: bool, label: str) -> list[Change]:
+    """The files an isolate tuning writes: the IRQs, the receive queues' RPS and
+    the workqueues' mask that include the CPUs, without them; timer migration."""
+    have = set(range(os.cpu_count() or 1))
+    if not cpus < have:
+        raise InputError(f"{label}: CPU {_cpus_text(sorted(cpus - have))} is not on this machine, or no CPU would be left for the rest; name fewer CPUs")
+    out = []
+    for d in sorted(real("/proc/irq").glob("[0-9]*"), key=lambda p: int(p.name)):
+        try:
+            now = (d / "smp_affinity_list").read_text().strip()
+        except OSError:
+            continue
+        rest = isolate.cpus_without(now, cpus)
+        if rest and rest != isolate.cpus_without(now, set()):
+            out.append(Change(label, f"/proc/irq/{d.name}/smp_affinity_list", _cpus_text(rest), optional=True))
+    rps = [str(p) for p in real("/sys/class/net").glob("*/queues/rx-*/rps_cpus")] + [str(real("/sys/devices/virtual/workqueue/cpumask"))]
+    for f in rps:
+        try:
+            now = Path(f).read_text().strip()
+        except OSError:
+            continue
+        new = isolate.mask_without(now, cpus)
+        if new != now:
+            out.append(Change(label, f, new, optional=True))
+    if migration:
+        out.append(Change(label, "/proc/sys/kernel/timer_migration", "0"))
     return out
 
 
@@ -149,11 +183,13 @@ class Applied:
         self.done: list[Change] = []
         self.dma_fd: int | None = None
         self.dma_us: int | None = None
+        self.movers: list[tuple[isolate.Mover, isolate.Isolation]] = []
+        self.moved: list[isolate.Moved] = []
 
     def _save(self) -> None:
         tmp = self.journal.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"changes": [asdict(c) for c in self.done]}, f)
+            json.dump({"changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved]}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.journal)
@@ -163,6 +199,7 @@ class Applied:
             if t["kind"] == "dma_latency":
                 self._hold_dma(int(t["us"]))
                 continue
+            iso = isolate.Isolation(list(t["cpus"])) if t["kind"] == "isolate" else None
             for ch in changes(t, f"{where}.tunings.{j}"):
                 f = real(ch.path)
                 ch.old = f.read_text().strip()
@@ -171,9 +208,28 @@ class Applied:
                 try:
                     f.write_text(ch.new + "\n")
                 except OSError as e:
+                    if ch.optional and iso is not None:  # a managed IRQ: its affinity is the kernel's, moved only at boot
+                        self.done.remove(ch)
+                        iso.boot_only.append(f"{ch.path} ({e.strerror}: a managed IRQ; isolcpus=managed_irq at boot)")
+                        continue
                     raise RunError(
                         f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value", component="tunings"
                     ) from None
+            if iso is not None:
+                self._isolate(iso)
+
+    def _isolate(self, iso: isolate.Isolation) -> None:
+        """Every movable thread off the CPUs, now and until ``restore`` (each in the journal before it moves)."""
+
+        def journal(m: isolate.Moved) -> None:
+            self.moved.append(m)
+            iso.moved.append(m)
+            self._save()
+
+        mv = isolate.Mover(iso.cpus, journal)
+        mv.start()
+        iso.boot_only += [f"per-CPU kthread {b}" for b in mv.bound]
+        self.movers.append((mv, iso))
 
     def _hold_dma(self, us: int) -> None:
         import struct
@@ -187,6 +243,16 @@ class Applied:
     def record(self) -> list[dict[str, Any]]:
         """What was changed, old and new (for run.json and provenance)."""
         out = [{"tuning": c.tuning, "path": c.path, "old": c.old, "new": c.new} for c in self.done]
+        for _, iso in self.movers:
+            cpus = _cpus_text(iso.cpus)
+            out.append(
+                {
+                    "tuning": "isolate",
+                    "path": "(threads)",
+                    "old": f"{len(iso.moved)} threads allowed on CPU {cpus}",
+                    "new": f"moved off CPU {cpus}; left (boot only): {'; '.join(iso.boot_only[:20]) or 'none'}",
+                }
+            )
         if self.dma_us is not None:
             out.append(
                 {
@@ -200,7 +266,12 @@ class Applied:
 
     def restore(self) -> list[str]:
         """Write every old value back (last change first) and drop the journal; the problems, if any."""
+        for mv, _ in self.movers:
+            mv.stop()
+        # the files first (a thread's old CPUs may need the workqueues' or an IRQ's mask back), then the threads
         problems = restore_changes(self.done)
+        problems += isolate.give_back(self.moved)
+        self.moved, self.movers = [], []
         self.done = []
         if self.dma_fd is not None:
             os.close(self.dma_fd)
@@ -229,7 +300,9 @@ def restore_journal(journal: Path) -> list[str]:
     except (OSError, json.JSONDecodeError):
         return []
     done = [Change(**c) for c in data.get("changes") or []]
-    problems = restore_changes(done)
+    moved = [isolate.Moved(**m) for m in data.get("moved") or []]
+    problems = restore_changes(done) + isolate.give_back(moved)
     if not problems:
         journal.unlink(missing_ok=True)
-    return [f"  restored {c.path} to {c.old!r}" for c in reversed(done) if c.old is not None] + [f"  could not restore: {p}" for p in problems]
+    gave = [f"  gave {len(moved)} threads their CPUs back"] if moved else []
+    return gave + [f"  restored {c.path} to {c.old!r}" for c in reversed(done) if c.old is not None] + [f"  could not restore: {p}" for p in problems]

@@ -46,6 +46,7 @@ from loopscope.spec.tunings import (
     CpuidleTuning as CpuidleTuning,
     MlockTuning as MlockTuning,
     WriteTuning as WriteTuning,
+    IsolateTuning as IsolateTuning,
     Tuning as Tuning,
 )
 from loopscope.spec.settings import (

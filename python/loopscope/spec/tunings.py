@@ -121,6 +121,19 @@ class WriteTuning(_Tuning):
     value: str | int
 
 
+class IsolateTuning(_Tuning):
+    """Keep these CPUs for the experiment during the phase: every task and
+    kthread that may be moved (the lab's own probes and loads apart), those
+    started during the phase too, every IRQ that accepts it, the receive
+    queues' packet steering and the unbound workqueues go to the other CPUs;
+    all given back after (docs/audit.md)."""
+
+    kind: Literal["isolate"]
+    cpus: CpuList = Field(min_length=1)
+    timer_migration: bool = Field(False, description="also stop timers migrating onto busy CPUs (kernel.timer_migration 0)")
+
+
 Tuning = Annotated[
-    Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning], Field(discriminator="kind")
+    Union[AffinityTuning, SchedTuning, LimitTuning, IrqTuning, DmaLatencyTuning, CpuidleTuning, MlockTuning, WriteTuning, IsolateTuning],
+    Field(discriminator="kind"),
 ]
