@@ -15,6 +15,7 @@ from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
 KEYS = {"check", "cpus", "what", "why", "evidence", "remedy", "remedy_kind"}
+RAN = {"cpu", "tid", "comm", "ns", "what"}
 
 
 def _cpu1() -> None:
@@ -43,6 +44,8 @@ def test_a_task_planted_on_the_audited_cpu_is_found_with_its_run_time_and_audits
     assert f"({spin.pid})" in ran["evidence"] and ran["remedy_kind"] == "runtime", ran
     ms = float(ran["evidence"].split(f"({spin.pid}) ")[1].split(" ms")[0])
     assert ms > 500, ran
+    # and in the structured list, the longest first
+    assert all(set(x) == RAN for x in j["ran"]) and j["ran"][0]["tid"] == spin.pid and j["ran"][0]["what"] == "task", j["ran"][:3]
     # audit's own process and its capture's reader ran on the other CPU
     assert "ls-kcapture" not in r.stdout and "loopscope" not in ran["evidence"], ran
     # the set-up is read: the command line's isolation, and the machine's own figures as evidence

@@ -29,6 +29,17 @@ from loopscope.kernel import store as S
 from loopscope.lab.rtsetup import SYS, Finding, Task, cpu_list, cpus_text, setup, sysread, tasks
 
 
+class Ran(TypedDict):
+    """A thread that ran on the watched CPUs: where, how long, what it is."""
+
+    cpu: int
+    tid: int
+    comm: str
+    ns: int
+    #: task, movable kthread or per-CPU kthread
+    what: str
+
+
 class AuditJson(TypedDict):
     """What ``loopscope audit --json`` prints."""
 
@@ -37,6 +48,8 @@ class AuditJson(TypedDict):
     #: None: the watch recorded who ran on the CPUs; else why it could not
     capture_refused: str | None
     findings: list[Finding]
+    #: every thread that ran on the CPUs in the watch, longest first (empty without the capture)
+    ran: list[Ran]
 
 
 @dataclass
@@ -292,5 +305,14 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
             st = S.open_dir(Path(tmp) / "kernel")
             ran = run_times(st.load(a, b), cpus, a, b).filter(~pl.col("tid").is_in(list(own)))
             ran = pl.concat([ran, _never_switched(cpus, ran, delta, b - a)])
-    found += watched(cpus, delta, ran, seconds, tasks() + ts)
-    return {"cpus": cpus, "watched_s": seconds, "capture_refused": refused, "findings": found}
+    everyone = tasks() + ts  # (those that ran and those that have gone since)
+    found += watched(cpus, delta, ran, seconds, everyone)
+    known = {t.tid: t for t in everyone}
+
+    def what(tid: int) -> str:
+        t = known.get(tid)
+        return "task" if t is None or not t.kthread else "per-CPU kthread" if t.bound else "movable kthread"
+
+    rows = [] if ran is None else ran.sort("ns", descending=True).iter_rows(named=True)
+    listed: list[Ran] = [{"cpu": int(r["cpu"]), "tid": int(r["tid"]), "comm": str(r["comm"]), "ns": int(r["ns"]), "what": what(int(r["tid"]))} for r in rows]
+    return {"cpus": cpus, "watched_s": seconds, "capture_refused": refused, "findings": found, "ran": listed}
