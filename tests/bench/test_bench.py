@@ -187,6 +187,23 @@ def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own
 
 
 @pytest.mark.needs_root
+def test_bench_isolate_plants_intruders_finds_them_isolates_cpu_1_and_leaves_the_machine_as_it_was(cli: Cli, bench: None) -> None:
+    r = cli("bench", "isolate", "--json", "--quick", "--seconds", "4", timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert len(r.stdout.strip().splitlines()) == 1
+    for k in ("ratio_p99", "ci95_p99", "ratio_p999", "ci95_p999", "aa_spread", "planted", "left_during", "boot_only", "boot_only_fired", "notes"):
+        assert k in j, k
+    # the stray task on CPU 1 is found before, and audit inside the isolated phase names no task or movable kthread there
+    assert j["planted"]["stray"] is True and j["planted"]["rcu"] is True, j["planted"]
+    assert not any(x.startswith(("task ", "movable kthread ")) for x in j["left_during"]), j["left_during"]
+    # every thread's CPUs and every file isolate wrote read the same afterwards, and no journal is left
+    assert j["state_equal"] and j["state_differs"] == [] and j["notes"] == [], (j["state_differs"], j["notes"])
+    assert not list(Path("/run/loopscope").glob("bench-isolate-*.tunings"))
+    assert j["verdict"] in ("met", "not met", "inconclusive") and j["repetitions"] == 2
+
+
+@pytest.mark.needs_root
 @pytest.mark.needs_tool("trace-cmd", "stress-ng")
 def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench: None) -> None:
     r = cli("bench", "import", "--json", "--quick", timeout=300)

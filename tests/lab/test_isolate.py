@@ -34,19 +34,7 @@ SPIN = ["python3", "-c", "import time\nt = time.time() + 60\nwhile time.time() <
 
 def machine() -> dict[str, str]:
     """What isolate changes, as the machine says it: every thread's allowed CPUs and every file it may write."""
-    out: dict[str, str] = {}
-    for _, tid, d in isolate.threads():
-        try:
-            out[f"tid {tid} {(d / 'comm').read_text().strip()}"] = str(sorted(os.sched_getaffinity(tid)))
-        except OSError:
-            continue
-    files = [*Path("/proc/irq").glob("[0-9]*/smp_affinity_list"), *Path("/sys/class/net").glob("*/queues/rx-*/rps_cpus")]
-    for f in [*files, Path("/sys/devices/virtual/workqueue/cpumask"), Path("/proc/sys/kernel/timer_migration")]:
-        try:
-            out[str(f)] = f.read_text().strip()
-        except OSError:
-            continue
-    return out
+    return isolate.snapshot()
 
 
 def same_threads(a: dict[str, str], b: dict[str, str]) -> list[str]:

@@ -17,6 +17,7 @@ from typing import Any
 
 from loopscope.errors import RunError
 from loopscope.host import procs
+from loopscope.units import parse_rate
 
 
 class Failure(RunError):
@@ -64,8 +65,6 @@ def load_argvs(ld: dict[str, Any], scratch: Path) -> list[list[str]]:
     if ld["kind"] == "net":
         a += ["--protocol", ld["protocol"], "--size", str(ld["size"])]
         if ld["rate"] != "unlimited":
-            from loopscope.units import parse_rate
-
             v, unit = parse_rate(ld["rate"])
             a += ["--rate-bps", str(v if unit == "bps" else v * ld["size"] * 8)]
         if ld.get("dest"):

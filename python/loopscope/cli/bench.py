@@ -155,6 +155,27 @@ def bench_kcapture(as_json: bool, quick: bool, runs: int | None, seconds: float 
     )
 
 
+@bench.command("isolate")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@click.option("--quick", is_flag=True, help="Two short repetitions: for smoke tests, not for figures.")
+@click.option("--seconds", type=float, default=None, help="Length of each phase [5].")
+@click.option("--reps", type=click.IntRange(min=2), default=None, help="Repetitions of the two phases [6; quick: 2].")
+@prints("loopscope.bench.isolate:IsolateBench")
+def bench_isolate(as_json: bool, quick: bool, seconds: float | None, reps: int | None) -> int:
+    """The isolate tuning proven: a timer probe on CPU 1 beside planted intruders (a stray task, a kworker flood, a
+    steered IRQ, RCU work), phases without and with isolate alternating; audit before and inside the isolated phase;
+    the machine's state read before and after.
+
+    \b
+    Examples:
+      loopscope bench isolate --json
+      loopscope bench isolate --reps 10 --seconds 5
+    """
+    from loopscope.bench import isolate as bi
+
+    return _report(bi.run(quick=quick, seconds=seconds, reps=reps, progress=None if as_json else click.echo), as_json, bi.print_human)
+
+
 @bench.command("threads")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
 @click.option("--quick", is_flag=True, help="One short pair: for smoke tests, not for figures.")

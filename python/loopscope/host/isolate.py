@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 PF_NO_SETAFFINITY = 0x04000000
+PF_KTHREAD = 0x00200000
 #: a workqueue's worker: a bound one is per-CPU, an unbound one follows the workqueues' cpumask (which isolate writes)
 PF_WQ_WORKER = 0x00000020
 WATCH_S = 0.1
@@ -99,7 +100,7 @@ class Mover:
     """Moves every movable thread off ``cpus`` (the lab's apart), now and while
     the phase lasts; ``journal`` is called with each thread before it moves."""
 
-    def __init__(self, cpus: list[int], journal: Callable[[Moved], None], lab_root: int | None = None) -> None:
+    def __init__(self, cpus: list[int], journal: Callable[[list[Moved]], None], lab_root: int | None = None) -> None:
         self.cpus = set(cpus)
         self.journal = journal
         self.lab_root = lab_root or os.getpid()
@@ -111,9 +112,11 @@ class Mover:
         self.began = now_ticks()
 
     def sweep(self) -> int:
-        """One pass over every thread: those allowed on the CPUs moved off. How many moved."""
+        """One pass over every thread: those allowed on the CPUs moved off, all
+        journaled at once before any moves (one write of the journal: under a
+        storm of fsyncs, one a thread took seconds). How many moved."""
         self.lab = lab_pids(self.lab_root)
-        n = 0
+        todo: list[Moved] = []
         for pid, tid, d in threads():
             s = _stat(d)
             if s is None or (tid, s[3]) in self.seen:
@@ -130,15 +133,19 @@ class Mover:
             if s[2] & PF_NO_SETAFFINITY:
                 self.bound.append(f"{s[0]} ({tid})")
                 continue
-            if s[2] & PF_WQ_WORKER:
-                continue  # the workqueues' cpumask moves it, and gives it back
+            if s[2] & PF_WQ_WORKER or s[0].startswith("kworker/"):
+                continue  # the workqueues' cpumask moves it, and gives it back (a pool's new worker may not carry the flag yet)
             rest = [c for c in old if c not in self.cpus]
             if not rest:  # pinned to the CPUs alone: the machine's other CPUs
                 rest = [c for c in range(os.cpu_count() or 1) if c not in self.cpus]
-            m = Moved(tid, s[3], old, s[0], rest, self.began)
-            self.journal(m)
+            todo.append(Moved(tid, s[3], old, s[0], rest, self.began))
+        if not todo:
+            return 0
+        self.journal(todo)
+        n = 0
+        for m in todo:
             try:
-                os.sched_setaffinity(tid, rest)
+                os.sched_setaffinity(m.tid, m.new)
                 n += 1
             except OSError:
                 pass  # gone, or refused (a kthread the flag did not say): its journal line restores nothing harmful
@@ -176,8 +183,8 @@ def _inherited(moved: list[Moved]) -> list[Moved]:
     out = []
     for pid, tid, d in threads():
         s = _stat(d)
-        if s is None or tid in by_pid or s[3] < began:
-            continue
+        if s is None or tid in by_pid or s[3] < began or s[2] & PF_KTHREAD:
+            continue  # (a kthread's CPUs are the kernel's to set, whoever started it: kthreadd was moved)
         parent = by_pid.get(pid) if pid != tid else by_pid.get(s[1])
         try:
             if parent is not None and sorted(os.sched_getaffinity(tid)) == parent.new:
@@ -227,3 +234,20 @@ def cpus_without(text: str, cpus: set[int]) -> list[int]:
         a, _, b = part.partition("-")
         out.update(range(int(a), int(b or a) + 1))
     return sorted(out - cpus)
+
+
+def snapshot() -> dict[str, str]:
+    """Every thread's allowed CPUs and every file isolate may write, as the machine says now."""
+    out: dict[str, str] = {}
+    for _, tid, d in threads():
+        try:
+            out[f"tid {tid} {(d / 'comm').read_text().strip()}"] = str(sorted(os.sched_getaffinity(tid)))
+        except OSError:
+            continue
+    files = [*Path("/proc/irq").glob("[0-9]*/smp_affinity_list"), *Path("/sys/class/net").glob("*/queues/rx-*/rps_cpus")]
+    for f in [*files, Path("/sys/devices/virtual/workqueue/cpumask"), Path("/proc/sys/kernel/timer_migration")]:
+        try:
+            out[str(f)] = f.read_text().strip()
+        except OSError:
+            continue
+    return out

@@ -137,8 +137,8 @@ def _isolate_files(cpus: set[int], migration: bool, label: str) -> list[Change]:
             now = (d / "smp_affinity_list").read_text().strip()
         except OSError:
             continue
-        rest = isolate.cpus_without(now, cpus)
-        if rest and rest != isolate.cpus_without(now, set()):
+        rest = isolate.cpus_without(now, cpus) or sorted(have - cpus)  # (steered to the CPUs alone: to the others)
+        if rest != isolate.cpus_without(now, set()):
             out.append(Change(label, f"/proc/irq/{d.name}/smp_affinity_list", _cpus_text(rest), optional=True))
     rps = [str(p) for p in real("/sys/class/net").glob("*/queues/rx-*/rps_cpus")] + [str(real("/sys/devices/virtual/workqueue/cpumask"))]
     for f in rps:
@@ -187,11 +187,14 @@ class Applied:
         self.moved: list[isolate.Moved] = []
 
     def _save(self) -> None:
+        """The journal replaced whole. Not fsync'ed: what it gives back (sysfs and
+        procfs values, threads' CPUs) does not outlive the kernel, so the page
+        cache is durable enough for a killed controller's reaper, and a write
+        under a storm of fsyncs (a load that syncs a file in a loop) took ~0.1 s
+        each, which held the isolation back."""
         tmp = self.journal.with_suffix(".tmp")
         with open(tmp, "w") as f:
             json.dump({"changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved]}, f)
-            f.flush()
-            os.fsync(f.fileno())
         os.replace(tmp, self.journal)
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
@@ -200,30 +203,34 @@ class Applied:
                 self._hold_dma(int(t["us"]))
                 continue
             iso = isolate.Isolation(list(t["cpus"])) if t["kind"] == "isolate" else None
-            for ch in changes(t, f"{where}.tunings.{j}"):
+            todo = changes(t, f"{where}.tunings.{j}")
+            for ch in todo:
+                ch.old = real(ch.path).read_text().strip()
+            self.done += todo
+            self._save()  # the old values are on disk before any new one is written (one write for all)
+            for ch in todo:
                 f = real(ch.path)
-                ch.old = f.read_text().strip()
-                self.done.append(ch)
-                self._save()  # the old value is on disk before the new one is written
                 try:
                     f.write_text(ch.new + "\n")
                 except OSError as e:
                     if ch.optional and iso is not None:  # a managed IRQ: its affinity is the kernel's, moved only at boot
                         self.done.remove(ch)
-                        iso.boot_only.append(f"{ch.path} ({e.strerror}: a managed IRQ; isolcpus=managed_irq at boot)")
+                        iso.boot_only.append(f"{ch.path} ({e.strerror}: a managed IRQ, moved by isolcpus=managed_irq at boot)")
                         continue
                     raise RunError(
                         f"tunings: {ch.tuning}: writing {ch.new!r} to {ch.path} failed ({e.strerror}): the kernel refused the value", component="tunings"
                     ) from None
             if iso is not None:
+                if iso.boot_only:
+                    self._save()  # (the refused writes are not in the journal: nothing of theirs to give back)
                 self._isolate(iso)
 
     def _isolate(self, iso: isolate.Isolation) -> None:
         """Every movable thread off the CPUs, now and until ``restore`` (each in the journal before it moves)."""
 
-        def journal(m: isolate.Moved) -> None:
-            self.moved.append(m)
-            iso.moved.append(m)
+        def journal(ms: list[isolate.Moved]) -> None:
+            self.moved += ms
+            iso.moved += ms
             self._save()
 
         mv = isolate.Mover(iso.cpus, journal)

@@ -40,6 +40,14 @@ class Ran(TypedDict):
     what: str
 
 
+class Fired(TypedDict):
+    """A device interrupt that fired on the watched CPUs."""
+
+    irq: int
+    name: str
+    count: int
+
+
 class AuditJson(TypedDict):
     """What ``loopscope audit --json`` prints."""
 
@@ -50,6 +58,8 @@ class AuditJson(TypedDict):
     findings: list[Finding]
     #: every thread that ran on the CPUs in the watch, longest first (empty without the capture)
     ran: list[Ran]
+    #: every device interrupt that fired on the CPUs in the watch, most first
+    irqs: list[Fired]
 
 
 @dataclass
@@ -315,4 +325,6 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
 
     rows = [] if ran is None else ran.sort("ns", descending=True).iter_rows(named=True)
     listed: list[Ran] = [{"cpu": int(r["cpu"]), "tid": int(r["tid"]), "comm": str(r["comm"]), "ns": int(r["ns"]), "what": what(int(r["tid"]))} for r in rows]
-    return {"cpus": cpus, "watched_s": seconds, "capture_refused": refused, "findings": found, "ran": listed}
+    dev = {k: sum(v[c] for c in cpus if c < len(v)) for k, v in delta.irqs.items() if k.isdigit()}
+    irqs: list[Fired] = [{"irq": int(k), "name": delta.irq_names.get(k, ""), "count": n} for k, n in sorted(dev.items(), key=lambda x: -x[1]) if n]
+    return {"cpus": cpus, "watched_s": seconds, "capture_refused": refused, "findings": found, "ran": listed, "irqs": irqs}

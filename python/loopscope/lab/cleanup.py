@@ -143,6 +143,17 @@ def run(dry_run: bool = False) -> list[str]:
             for pid in pids:
                 procs.terminate_pid(pid)
 
+    # a journal no registered run owns: a run that could not give everything back said so, and left it to try again
+    for journal in sorted(state.state_dir().glob("*.tunings")) if state.state_dir().is_dir() else []:
+        rid = journal.name[: -len(".tunings")]
+        if rid in live or journal.exists() is False:
+            continue
+        actions.append(f"{verb}restore the tunings a finished run left in {journal}")
+        if not dry_run:
+            actions += tunings.restore_journal(journal)
+            if journal.exists():  # what still cannot be given back (its threads gone, a file refused) is said, and dropped
+                journal.unlink()
+
     for name in leftover_instances():
         owner = name[len(INSTANCE_PREFIX) :]
         if owner in live or (owner.isdigit() and Path(f"/proc/{owner}").exists()):
