@@ -11,7 +11,7 @@ from rich.table import Table
 from loopscope.cli.base import Duration, _console, cli, prints
 from loopscope.errors import InputError
 from loopscope.lab.audit import AuditJson, audit
-from loopscope.lab.rtsetup import cpu_list
+from loopscope.host.isolate import cpu_list
 
 
 @cli.command("audit")

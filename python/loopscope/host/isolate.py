@@ -21,6 +21,7 @@ cleanup`` after a kill -9) gives every one back. What needs a reboot
 from __future__ import annotations
 
 import os
+import re
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -225,15 +226,20 @@ def mask_without(text: str, cpus: set[int]) -> str:
     return ",".join(out)
 
 
-def cpus_without(text: str, cpus: set[int]) -> list[int]:
-    """A CPU list (``0-3,5``) without ``cpus``."""
+def cpu_list(text: str) -> list[int]:
+    """A kernel CPU list (``0-2,5``; isolcpus's flags and ``:n/m`` strides skipped) → [0, 1, 2, 5]."""
     out: set[int] = set()
     for part in text.strip().split(","):
-        if not part:
-            continue
-        a, _, b = part.partition("-")
-        out.update(range(int(a), int(b or a) + 1))
-    return sorted(out - cpus)
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::\d+/\d+)?", part.strip())
+        if m:
+            a = int(m.group(1))
+            out.update(range(a, int(m.group(2) or a) + 1))
+    return sorted(out)
+
+
+def cpus_without(text: str, cpus: set[int]) -> list[int]:
+    """A CPU list (``0-3,5``) without ``cpus``."""
+    return sorted(set(cpu_list(text)) - cpus)
 
 
 def snapshot() -> dict[str, str]:

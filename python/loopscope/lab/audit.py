@@ -26,7 +26,8 @@ from typing_extensions import TypedDict
 
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
-from loopscope.lab.rtsetup import SYS, Finding, Task, cpu_list, cpus_text, setup, sysread, tasks
+from loopscope.host.isolate import cpu_list
+from loopscope.lab.rtsetup import SYS, Finding, Task, cpus_text, setup, sysread, tasks
 
 
 class Ran(TypedDict):

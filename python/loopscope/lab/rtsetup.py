@@ -22,6 +22,8 @@ from typing import Literal
 
 from typing_extensions import TypedDict
 
+from loopscope.host.isolate import cpu_list
+
 
 #: idle states that take longer than this to leave are worth holding off (µs)
 DEEP_EXIT_US = 10
@@ -47,17 +49,6 @@ class Finding(TypedDict):
     remedy: str
     #: runtime: a reversible change now; boot: a kernel parameter (said, never applied); none: nothing to do but know it
     remedy_kind: Literal["runtime", "boot", "none"]
-
-
-def cpu_list(text: str) -> list[int]:
-    """``0-2,5`` → [0, 1, 2, 5] (flags such as isolcpus's ``domain,`` skipped)."""
-    out: set[int] = set()
-    for part in text.strip().split(","):
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?(?::\d+/\d+)?", part.strip())
-        if m:
-            a = int(m.group(1))
-            out.update(range(a, int(m.group(2) or a) + 1))
-    return sorted(out)
 
 
 def sysread(p: Path | str) -> str | None:
