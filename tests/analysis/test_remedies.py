@@ -122,3 +122,6 @@ def test_several_intruders_on_a_pinned_probes_cpu_are_offered_one_partition_and_
     # one intruder, a load (isolation does not move the lab's loads), or an unpinned probe: no partition offered
     assert partition(ctx, [("thread: kworker/1:1", 0.3), ("load: hog", 0.6)]) is None
     assert partition(_ctx(probe_cpus=[]), [("thread: a", 0.3), ("irq: b", 0.3)]) is None
+    # nor where it would keep every CPU (outliers of an unpinned probe on both), or for a probe that takes no cpu
+    assert partition(_ctx(probe_cpus=[0, 1]), [("thread: a", 0.3), ("irq: b", 0.3)]) is None
+    assert partition(_ctx(probe_takes_cpu=False), [("thread: a", 0.3), ("irq: b", 0.3)]) is None

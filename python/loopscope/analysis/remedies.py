@@ -120,7 +120,8 @@ def partition(ctx: Context, causes: list[tuple[str, float]]) -> dict[str, object
     threads apart: isolation does not move the lab) took a pinned probe's
     outliers' time, each at least ``MIN_SHARE``; None otherwise."""
     who = [(c, sh) for c, sh in causes if c.startswith(INTRUDERS) and sh >= 0.05 and c[len("thread: ") :] not in ctx.own_threads]
-    if not ctx.probe_cpus or len(who) < 2:
+    # a probe pinned to some of the CPUs (a pipeline's stages take none; every CPU cannot be kept: the rest need one)
+    if not ctx.probe_takes_cpu or not ctx.probe_cpus or not set(ctx.probe_cpus) < set(ctx.usable) or len(who) < 2:
         return None
     r = iso_remedy(ctx)
     return {

@@ -180,31 +180,36 @@ def comparison(
 def advice(rows: list[Advice], follow: Path | None) -> None:
     """`loopscope advise`'s table, then each row's command whole on a line of
     its own (a table cell cuts or folds it: it could not be copied), then the
-    follow-up's command, never wrapped."""
+    follow-up's command, never wrapped. Rows that say the same of one phase
+    for several probes (a pipeline's stages, mostly) are one row naming them
+    all, with the range of their shares (``--json`` keeps one row each)."""
 
     con = _console()
     if not rows:
         con.print("no cause took 5 % or more of any probe's outliers: nothing to advise")
+    merged: dict[tuple[object, ...], list[Advice]] = {}
+    for r in rows:
+        merged.setdefault((r["phase"], r["cause"], r["remedy"], r["command"], r["reboot"], r["left_out"]), []).append(r)
     t = Table(show_header=True, header_style="bold")
     for c in ("#", "probe", "phase", "cause", "share", "remedy", "reboot", "in the follow-up"):
         t.add_column(c, overflow="fold")
-    for i, r in enumerate(rows, 1):
+    rows_of: dict[str, list[int]] = {}  # each command once, with the rows it serves
+    for i, group in enumerate(merged.values(), 1):
+        r = group[0]
+        lo, hi = min(x["share"] for x in group) * 100, max(x["share"] for x in group) * 100
         t.add_row(
             str(i),
-            r["probe"],
+            ", ".join(dict.fromkeys(x["probe"] for x in group)),
             r["phase"],
             r["cause"],
-            f"{r['share'] * 100:.0f} %",
+            f"{hi:.0f} %" if round(lo) == round(hi) else f"{lo:.0f}–{hi:.0f} %",
             r["remedy"],
             {True: "yes", False: "no", None: ""}[r["reboot"]],
             "yes" if r["left_out"] is None else f"no: {r['left_out']}",
         )
-    con.print(t)
-    # each command once, with the rows it serves
-    rows_of: dict[str, list[int]] = {}
-    for i, r in enumerate(rows, 1):
         if r["command"]:
             rows_of.setdefault(r["command"], []).append(i)
+    con.print(t)
     for cmd, ns in rows_of.items():
         click.echo(f"[{', '.join(map(str, ns))}] {cmd}")
     if follow:
