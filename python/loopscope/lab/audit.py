@@ -101,14 +101,19 @@ class Counters:
         return d
 
 
+def fired_irqs(d: Counters, cpus: list[int]) -> list[Fired]:
+    """The device interrupts that fired on ``cpus`` over the watch, most first (the finding and ``irqs`` read this once)."""
+    dev = {k: sum(v[c] for c in cpus if c < len(v)) for k, v in d.irqs.items() if k.isdigit()}
+    return [{"irq": int(k), "name": d.irq_names.get(k, ""), "count": n} for k, n in sorted(dev.items(), key=lambda x: -x[1]) if n]
+
+
 def watched(cpus: list[int], d: Counters, ran: pl.DataFrame | None, seconds: float, ts: list[Task]) -> list[Finding]:
     """What the watch counted on the CPUs."""
     f: list[Finding] = []
     want = cpus_text(cpus)
     isolated = set(cpu_list(sysread(SYS / "isolated") or ""))
     nohz = set(cpu_list(sysread(SYS / "nohz_full") or ""))
-    dev = {k: sum(v[c] for c in cpus if c < len(v)) for k, v in d.irqs.items() if k.isdigit()}
-    fired = {k: n for k, n in sorted(dev.items(), key=lambda x: -x[1]) if n}
+    fired = {str(x["irq"]): x["count"] for x in fired_irqs(d, cpus)}
     if fired:
         said = [f"IRQ {k} {d.irq_names.get(k, '')} ×{n}" for k, n in list(fired.items())[:6]]
         ineff = sorted(isolated & set(cpus))
@@ -124,7 +129,7 @@ def watched(cpus: list[int], d: Counters, ran: pl.DataFrame | None, seconds: flo
                 remedy_kind="runtime",
             )
         )
-    loc = sum(d.irqs.get("LOC", [0] * (max(cpus) + 1))[c] for c in cpus)
+    loc = sum(d.irqs.get("LOC", [0] * (max(cpus) + 1))[c] for c in sorted(nohz & set(cpus)))  # (the tick on the nohz_full ones)
     if loc and nohz & set(cpus):
         f.append(
             Finding(
@@ -326,6 +331,5 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
 
     rows = [] if ran is None else ran.sort("ns", descending=True).iter_rows(named=True)
     listed: list[Ran] = [{"cpu": int(r["cpu"]), "tid": int(r["tid"]), "comm": str(r["comm"]), "ns": int(r["ns"]), "what": what(int(r["tid"]))} for r in rows]
-    dev = {k: sum(v[c] for c in cpus if c < len(v)) for k, v in delta.irqs.items() if k.isdigit()}
-    irqs: list[Fired] = [{"irq": int(k), "name": delta.irq_names.get(k, ""), "count": n} for k, n in sorted(dev.items(), key=lambda x: -x[1]) if n]
+    irqs = fired_irqs(delta, cpus)
     return {"cpus": cpus, "watched_s": seconds, "capture_refused": refused, "findings": found, "ran": listed, "irqs": irqs}
