@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from loopscope.lab.audit import audit
 from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
@@ -74,3 +76,25 @@ def test_check_lists_the_set_up_findings_of_the_cpus_the_probes_are_pinned_to(cl
     # what the machine says of CPU 1 is among them: the workqueue mask, when it includes CPU 1
     wq = int(Path("/sys/devices/virtual/workqueue/cpumask").read_text().strip().replace(",", ""), 16)
     assert ("    workqueue: unbound workqueues may run on CPU 1" in r.stdout) == bool(wq >> 1 & 1), r.stdout
+
+
+@pytest.mark.needs_root
+def test_audit_gives_its_thread_back_its_cpus_unless_someone_changed_them_during_the_watch(lab: None) -> None:
+    _cpu1()
+    after: dict[bool, set[int]] = {}
+
+    def watch(meddle: bool) -> None:
+        os.sched_setaffinity(0, {0, 1})
+        if meddle:
+            # an isolation that ends during the watch gives the thread its own CPUs back (here: another set)
+            tid = threading.get_native_id()
+            threading.Timer(0.4, lambda: os.sched_setaffinity(tid, {1})).start()
+        audit([1], 1.0)
+        after[meddle] = os.sched_getaffinity(0)
+
+    for meddle in (False, True):
+        t = threading.Thread(target=watch, args=(meddle,))
+        t.start()
+        t.join()
+    # left alone, audit gives back what it found; changed meanwhile, it keeps the change rather than undo it
+    assert after == {False: {0, 1}, True: {1}}, after

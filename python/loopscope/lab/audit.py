@@ -297,7 +297,8 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
     # audit's own threads and its capture's reader (started after, inheriting it) keep off the CPUs they watch
     was = os.sched_getaffinity(0)
     away = was - set(cpus)
-    if away:
+    moved = bool(away) and away != was
+    if moved:
         os.sched_setaffinity(0, away)
     own: set[int] = set()
     with tempfile.TemporaryDirectory(prefix="ls-audit-") as tmp:
@@ -316,7 +317,9 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
         finally:
             cap.stop()
             own = set(cap.tids)  # (known once it stops)
-            os.sched_setaffinity(0, was)
+            # (given back only if still as audit left it: an isolation that ended meanwhile has given its own back)
+            if moved and os.sched_getaffinity(0) == away:
+                os.sched_setaffinity(0, was)
         if not refused:
             st = S.open_dir(Path(tmp) / "kernel")
             ran = run_times(st.load(a, b), cpus, a, b).filter(~pl.col("tid").is_in(list(own)))
