@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from loopscope.kernel.capture import HalfFull
-from loopscope.rundir import CaptureReport, CpuLimit, LoadReport, Machine
+from loopscope.rundir import CaptureReport, CpuLimit, LoadReport, Machine, TuningChange
 
 
 class Reply(BaseModel):
@@ -132,6 +132,25 @@ class Drained(Reply):
 
     error: str | None = None
     cpu_limits: list[CpuLimit] = Field(default_factory=list)
+
+
+class TuningsChecked(Reply):
+    """What of the phases' tunings this host's kernel cannot make (empty: all of it)."""
+
+    problems: list[str] = Field(default_factory=list)
+
+
+class TuningsMade(Reply):
+    """What the phase's tunings changed on this host's kernel, and why they stopped short, if they did."""
+
+    changes: list[TuningChange] = Field(default_factory=list)
+    error: str | None = None
+
+
+class TuningsGivenBack(Reply):
+    """What could not be given back (empty: everything was)."""
+
+    problems: list[str] = Field(default_factory=list)
 
 
 class CaptureMeta(CaptureReport, Reply):
@@ -262,6 +281,31 @@ class StopKcapture(Request[CaptureMeta]):
     reply = CaptureMeta
 
 
+class CheckTunings(Request[TuningsChecked]):
+    """Every phase's tunings checked against this host's kernel, nothing changed."""
+
+    op = "check_tunings"
+    reply = TuningsChecked
+    #: the experiment's phases, dumped (their ``tunings`` are what is checked)
+    phases: list[dict[str, object]]
+
+
+class MakeTunings(Request[TuningsMade]):
+    """A phase's tunings made on this host's kernel, journalled on this host, until ``give_back_tunings``."""
+
+    op = "make_tunings"
+    reply = TuningsMade
+    #: the phase's tunings, dumped
+    tunings: list[dict[str, object]]
+    #: their place in the experiment file (``phases.2``), for messages
+    where: str
+
+
+class GiveBackTunings(Request[TuningsGivenBack]):
+    op = "give_back_tunings"
+    reply = TuningsGivenBack
+
+
 class PackFiles(Request[Packed]):
     op = "pack_files"
     reply = Packed
@@ -300,6 +344,9 @@ REQUESTS: dict[str, type[Request[Any]]] = {
         StartKcapture,
         DrainKcapture,
         StopKcapture,
+        CheckTunings,
+        MakeTunings,
+        GiveBackTunings,
         PackFiles,
         ReadPacked,
         DropFiles,

@@ -115,7 +115,8 @@ def test_waiting_for_a_probe_sleeps_instead_of_polling() -> None:
 
 
 def test_a_watch_ends_when_the_controllers_next_request_arrives() -> None:
-    from loopscope.agent.server import Agent, Requests
+    from loopscope.agent.requests import Requests
+    from loopscope.agent.server import Agent
 
     agent = Agent()
     r, w = os.pipe()

@@ -16,6 +16,7 @@ from typing import Iterator
 import pytest
 
 from loopscope.bench.fleet import Fleet, agent_in
+from loopscope.host.statedir import state_dir
 from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
@@ -201,3 +202,94 @@ def test_cleanup_deletes_a_fleet_whose_process_is_gone_and_keeps_a_live_one(cli:
     finally:
         for n in (gone, kept):
             subprocess.run(["ip", "netns", "delete", n], capture_output=True)
+
+
+#: tests only: every ssh or exec host counts as a kernel of its own, so what another machine's kernel takes (its capture, its tunings) goes through its agent
+APART = {"LOOPSCOPE_APART_KERNELS": "1"}
+SWAPPINESS = Path("/proc/sys/vm/swappiness")
+
+
+def _tuned_spec(f: Fleet, tmp: Path, name: str, tuning: str, extra: str = "") -> Path:
+    spec = tmp / f"{name}.yaml"
+    spec.write_text(
+        f"name: {name}\n{extra}" + hosts(f, 1) + "probes:\n  - {kind: timer, host: h1, interval_us: 2000}\nphases:\n"
+        f"  - {{name: tuned, tunings: [{tuning}]}}\nduration: 1500ms\nkernel: {{capture: off}}\n"
+    )
+    return spec
+
+
+def _agent_journals(run_id: str) -> list[Path]:
+    return sorted(state_dir().glob(f"{run_id}.agent*.tunings"))
+
+
+def test_a_host_on_another_kernel_is_tuned_by_its_agent_with_the_journal_there_and_given_back(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+    was = SWAPPINESS.read_text().strip()
+    new = "13" if was != "13" else "17"
+    spec = _tuned_spec(fleet, tmp_path, "awaytune", f"{{kind: write, path: {SWAPPINESS}, value: {new}}}")
+    seen: dict[str, object] = {}
+    with subprocess.Popen(
+        [str(BIN), "run", str(spec), "--run-dir", "awaytune"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **APART},
+    ) as p:
+        assert wait_for(lambda: bool(_agent_journals("awaytune")), 90)
+        journal = _agent_journals("awaytune")[0]
+        seen["value"] = SWAPPINESS.read_text().strip()
+        seen["owner"] = json.loads(journal.read_text())["owner"]["pid"]
+        seen["agent"] = agent_in(fleet.ns(1))
+        out, err = p.communicate(timeout=180)
+    assert p.returncode == 0, err
+    # during the phase the setting was the phase's, and the journal on the host belonged to its agent
+    assert seen["value"] == new and seen["owner"] == seen["agent"], seen
+    run = json.loads((tmp_path / "awaytune" / "run.json").read_text())
+    assert run["tunings"] == [
+        {"rep": 1, "phase": "tuned", "host": "h1", "changes": [{"tuning": "phases.0.tunings.0 (write)", "path": str(SWAPPINESS), "old": was, "new": new}]}
+    ], run["tunings"]
+    # given back at the phase's end, and no journal is left
+    assert SWAPPINESS.read_text().strip() == was and _agent_journals("awaytune") == []
+    assert wait_for(lambda: leftovers("awaytune") == [], 15), leftovers("awaytune")
+
+
+def test_a_killed_agents_tunings_are_given_back_by_cleanup_on_its_host(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
+    was = SWAPPINESS.read_text().strip()
+    new = "13" if was != "13" else "17"
+    spec = _tuned_spec(fleet, tmp_path, "killtune", f"{{kind: write, path: {SWAPPINESS}, value: {new}}}", "on_host_failure: stop\n")
+    try:
+        with subprocess.Popen(
+            [str(BIN), "run", str(spec), "--run-dir", "killtune"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **APART},
+        ) as p:
+            assert wait_for(lambda: bool(_agent_journals("killtune")), 90)
+            pid = agent_in(fleet.ns(1))
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            _, err = p.communicate(timeout=180)
+        assert p.returncode == 1, err
+        assert "the agent on h1 died" in err, err
+        # the agent could not give the setting back; its journal, whose owner is gone, is there for cleanup
+        assert SWAPPINESS.read_text().strip() == new and len(_agent_journals("killtune")) == 1
+        r = cli("cleanup")
+        assert r.returncode == 0, r.stderr
+        assert "killtune.agent" in r.stdout and f"restored {SWAPPINESS} to {was!r}" in r.stdout, r.stdout
+        assert SWAPPINESS.read_text().strip() == was and _agent_journals("killtune") == []
+    finally:
+        SWAPPINESS.write_text(was + "\n")
+
+
+def test_a_tuning_another_kernel_cannot_make_fails_the_run_naming_its_host_before_any_phase(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+    spec = _tuned_spec(fleet, tmp_path, "badtune", "{kind: irq, irq: 99999, cpus: [0]}")
+    r = subprocess.run(
+        [str(BIN), "run", str(spec), "--run-dir", "badtune"], cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **APART}, timeout=180
+    )
+    assert r.returncode == 1, r.stderr
+    assert "tunings host h1's kernel cannot make" in r.stderr and "99999" in r.stderr, r.stderr
+    run = json.loads((tmp_path / "badtune" / "run.json").read_text())
+    assert run["failed"]["host"] == "h1" and run["failed"]["component"] == "tunings" and not run["steps"], run["failed"]
+    assert wait_for(lambda: leftovers("badtune") == [], 15), leftovers("badtune")

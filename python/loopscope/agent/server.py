@@ -42,8 +42,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from loopscope import protocol as P
-from loopscope.host import cpulimit, procs, provenance
+from loopscope.host import cpulimit, procs, provenance, tunings
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
+from loopscope.agent.requests import Requests
 from loopscope.agent.commands import Failure, last_json, load_argvs, probe_argv, probe_env, proc_cpu_s, read_line, tune_threads
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.lineage import die_with_parent
@@ -77,6 +78,8 @@ class Agent:
         self.exited: dict[str, int] = {}  # probe name -> CLOCK_MONOTONIC ns its exit was seen (wait_probe)
         self.kcapture: Any = None
         self.packed: Any = None  # agent.files.Packed, between pack_files and drop_files
+        #: the phase's tunings of this kernel, when this agent tunes it for the lab (``lab/tuned.py``)
+        self.tuned: tunings.Applied | None = None
 
     # ---- ops ------------------------------------------------------------------------
 
@@ -426,6 +429,29 @@ class Agent:
         self.kcapture = None
         return P.CaptureMeta.model_validate({**meta.model_dump(exclude_unset=True), "half_full": half_full})
 
+    # ---- tunings of this kernel ------------------------------------------------------
+
+    def check_tunings(self, m: P.CheckTunings) -> P.TuningsChecked:
+        return P.TuningsChecked(problems=tunings.check(m.phases))
+
+    def make_tunings(self, m: P.MakeTunings) -> P.TuningsMade:
+        """The phase's tunings made here, each old value in this host's journal
+        first; what was made is said even when one fails (it is given back with the rest)."""
+        if self.tuned is not None:
+            self.tuned.restore()
+        self.tuned = tunings.Applied(tunings.agent_journal(self.run_id))
+        error = None
+        try:
+            self.tuned.apply(m.tunings, m.where)
+        except (RunError, InputError) as e:
+            error = str(e)
+        return P.TuningsMade.model_validate({"changes": self.tuned.record(), "error": error})
+
+    def give_back_tunings(self, m: P.GiveBackTunings) -> P.TuningsGivenBack:
+        problems = self.tuned.restore() if self.tuned is not None else []
+        self.tuned = None
+        return P.TuningsGivenBack(problems=problems)
+
     # ---- files home ---------------------------------------------------------------
 
     def pack_files(self, m: P.PackFiles) -> P.Packed:
@@ -452,6 +478,10 @@ class Agent:
     # ---- clean-up -------------------------------------------------------------------
 
     def cleanup(self) -> None:
+        if self.tuned is not None:
+            # (what cannot be given back stays in the journal, for `loopscope cleanup` on this host)
+            self.tuned.restore()
+            self.tuned = None
         if self.packed is not None:
             self.packed.drop(remove_root=False)
             self.packed = None
@@ -491,32 +521,6 @@ class Agent:
             raise Failure("agent", f"bad {op} request: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}") from None
         reply: P.Reply = getattr(self, op)(req)
         return reply.model_dump(mode="json", exclude_unset=True)
-
-
-class Requests:
-    """The controller's requests, a line at a time, read straight from the
-    descriptor (no hidden buffer), so ``watch`` can sleep on it and know
-    whether a request is already waiting."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self._buf = b""
-
-    def waiting(self) -> bool:
-        return b"\n" in self._buf
-
-    def next(self) -> str | None:
-        """The next line (None at the end of input)."""
-        while b"\n" not in self._buf:
-            chunk = os.read(self.fd, 65536)
-            if not chunk:
-                if not self._buf:
-                    return None
-                line, self._buf = self._buf, b""
-                return line.decode(errors="replace")
-            self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line.decode(errors="replace")
 
 
 _STARTED_NS = time.monotonic_ns()

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.errors import InputError, RunError
-from loopscope.host import isolate
+from loopscope.host import isolate, procs
+from loopscope.host.statedir import state_dir
 
 #: files a ``write`` tuning may change (globs); anything else is refused
 ALLOWED = [
@@ -194,7 +195,8 @@ class Applied:
         each, which held the isolation back."""
         tmp = self.journal.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved]}, f)
+            owner = {"pid": os.getpid(), "start": procs.process_start_time(os.getpid())}
+            json.dump({"owner": owner, "changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved]}, f)
         os.replace(tmp, self.journal)
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
@@ -298,6 +300,23 @@ def restore_changes(done: list[Change]) -> list[str]:
         except OSError as e:
             problems.append(f"{ch.path}: could not write back {ch.old!r} ({e.strerror})")
     return problems
+
+
+def agent_journal(run_id: str) -> Path:
+    """The journal of the tunings an agent makes for its kernel: beside the
+    controller's when both run here, and apart from it."""
+    return state_dir() / f"{run_id}.agent{os.getpid()}.tunings"
+
+
+def owner_alive(journal: Path) -> bool:
+    """The process that keeps the journal (a controller or an agent) still
+    runs: it gives its tunings back itself. A journal without an owner is an
+    older run's, whose run state says."""
+    try:
+        owner = json.loads(journal.read_text()).get("owner") or {}
+    except (OSError, json.JSONDecodeError):
+        return False
+    return bool(owner.get("pid")) and procs.alive(int(owner["pid"]), owner.get("start"))
 
 
 def restore_journal(journal: Path) -> list[str]:

@@ -18,6 +18,7 @@ note in the run with ``capture: auto`` and an error with ``capture: on``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from loopscope.lab.lab import Lab
 from loopscope.kernel.capture import HalfFull
 from loopscope.rundir import Capture, CaptureReport, CpuLimit, KernelRecord, ReadDuring, Step
 from loopscope.lab.hosts import AgentFailure
+from loopscope.lab.hostkinds import HostRt
 from loopscope.spec.plan import probe_seconds
 
 if TYPE_CHECKING:
@@ -40,17 +42,25 @@ def kernels(lab: Lab) -> list[tuple[str, list[str]]]:
     recorder is a host of this machine when the kernel is this machine's, so
     its files need no way home."""
     groups: dict[str, list[Any]] = {}
+    apart = os.environ.get("LOOPSCOPE_APART_KERNELS") == "1"
     for h in lab.hosts.values():
         if h.lost:
             continue
         boot = h.hello.provenance.boot_id if h.hello is not None else None
-        key = boot if boot else ("here" if not h.remote else f"host {h.name}")
+        key = f"host {h.name}" if h.remote and (apart or not boot) else boot if boot else "here"
         groups.setdefault(key, []).append(h)
     out = []
     for hs in groups.values():
         rec = next((h for h in hs if not h.remote), next((h for h in hs if h.here), hs[0]))
         out.append((rec.name, [h.name for h in hs]))
     return out
+
+
+def on_this_kernel(h: HostRt) -> bool:
+    """Host ``h`` runs on the controller's kernel (never an ssh or exec host
+    under ``LOOPSCOPE_APART_KERNELS=1``: tests only, so that one machine
+    serves for the path through another kernel's agent)."""
+    return not h.remote or (h.here and os.environ.get("LOOPSCOPE_APART_KERNELS") != "1")
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 from loopscope import protocol as P
 from loopscope import selfname
 from loopscope.errors import RunError
-from loopscope.host import procs, tunings
+from loopscope.host import procs
 from loopscope.kinds import KINDS
 from loopscope.lab import clocksync, kcapture, state
 from loopscope.lab.emulator import link_configs
@@ -40,6 +40,7 @@ from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab, LabError, resolve_hosts
 from loopscope.lab.reaper import Reaper
 from loopscope.lab.steps import Interrupted, Steps, sleep
+from loopscope.lab.tuned import KernelTunings
 from loopscope.rundir import AgentRecord, EmulatorRecord, Failed, HostAgent, LinkSetting, LoadRecord, LostHost, Provenance, RunDir, RunRecord, TuningsApplied
 from loopscope.spec import Experiment
 from loopscope.spec.plan import PhaseRun
@@ -160,7 +161,7 @@ class Session:
         self.lab = Lab(exp, self.run_id, run_dir, self.kinds)
         # namespaces and tunings outlive a killed controller: the reaper gives them back
         self.reaper = Reaper(self.run_id) if self.lab.topo is not None or any(ph.tunings for ph in exp.phases or []) else None
-        self.tuned: tunings.Applied | None = None
+        self.tuned: KernelTunings | None = None
         self.out = Outcome(run_dir, "running", notes=notes)
         self.sync_info: clocksync.SyncRun | None = None
         self.kcap_info: kcapture.CaptureRun | None = None
@@ -240,6 +241,10 @@ class Session:
                     f"{h.name}: loads and probes are not in cgroups ({h.hello.cgroup_note if h.hello else 'no agent'}); CPU use comes from /proc and clean-up relies on process ids"
                 )
         self.save()
+        if any(ph.tunings for ph in exp.phases or []):
+            # each kernel the preflight could not reach checks the phases' tunings now, before any is made
+            here = any(not h.remote for h in lab.hosts.values())
+            KernelTunings(lab, self.run_id).check(exp.phases or [], checked_here=here)
 
     def calibrate(self) -> None:
         """Size the sched probes' bursts once, on the idle machine, so every
@@ -329,13 +334,16 @@ class Session:
         if not pr.phase.tunings:
             return
         self.say(f"rep {pr.rep} · {pr.phase.name}: applying {len(pr.phase.tunings)} tunings")
-        self.tuned = tunings.Applied(state.state_dir() / f"{self.run_id}.tunings")
+        self.tuned = KernelTunings(self.lab, self.run_id)
         try:
-            self.tuned.apply([t.model_dump() for t in pr.phase.tunings], f"phases.{[p.name for p in self.exp.phases or []].index(pr.phase.name)}")
+            self.tuned.apply(pr.phase, f"phases.{[p.name for p in self.exp.phases or []].index(pr.phase.name)}")
         finally:
             self.rec.tunings = [
                 *(self.rec.tunings or []),
-                TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, "changes": self.tuned.record()}),
+                *(
+                    TuningsApplied.model_validate({"rep": pr.rep, "phase": pr.phase.name, **({"host": h} if h else {}), "changes": changes})
+                    for h, changes in self.tuned.applied
+                ),
             ]
             self.save()
 

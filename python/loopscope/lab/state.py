@@ -9,22 +9,12 @@ to kill what is left and tidy the run directory's status.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-
-def state_dir() -> Path:
-    for d in (Path("/run/loopscope"), Path(os.environ.get("XDG_RUNTIME_DIR", "/nonexistent")) / "loopscope", Path(f"/tmp/loopscope-{os.getuid()}")):
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            if os.access(d, os.W_OK):
-                return d
-        except OSError:
-            continue
-    raise OSError("no writable directory for run state (/run/loopscope, $XDG_RUNTIME_DIR, /tmp)")
+from loopscope.host.statedir import state_dir as state_dir
 
 
 class AgentEntry(BaseModel):

@@ -378,6 +378,8 @@ class TuningsApplied(_Open):
 
     rep: int
     phase: str
+    #: the host whose kernel was tuned through its agent (absent: the controller's machine)
+    host: str | None = None
     changes: list[TuningChange] = Field(default_factory=list)
 
 
