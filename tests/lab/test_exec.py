@@ -222,19 +222,19 @@ def _agent_journals(run_id: str) -> list[Path]:
     return sorted(state_dir().glob(f"{run_id}.agent*.tunings"))
 
 
-def test_a_host_on_another_kernel_is_tuned_by_its_agent_with_the_journal_there_and_given_back(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+def _start_swappiness_run(f: Fleet, tmp: Path, name: str, extra: str = "") -> tuple[str, str, subprocess.Popen[str]]:
+    """A run on exec host h1, counted as another kernel, whose phase writes vm.swappiness: the value before, the phase's, the controller."""
     was = SWAPPINESS.read_text().strip()
     new = "13" if was != "13" else "17"
-    spec = _tuned_spec(fleet, tmp_path, "awaytune", f"{{kind: write, path: {SWAPPINESS}, value: {new}}}")
+    spec = _tuned_spec(f, tmp, name, f"{{kind: write, path: {SWAPPINESS}, value: {new}}}", extra)
+    run = [str(BIN), "run", str(spec), "--run-dir", name]
+    return was, new, subprocess.Popen(run, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **APART})
+
+
+def test_a_host_on_another_kernel_is_tuned_by_its_agent_with_the_journal_there_and_given_back(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+    was, new, p = _start_swappiness_run(fleet, tmp_path, "awaytune")
     seen: dict[str, object] = {}
-    with subprocess.Popen(
-        [str(BIN), "run", str(spec), "--run-dir", "awaytune"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **APART},
-    ) as p:
+    with p:
         assert wait_for(lambda: bool(_agent_journals("awaytune")), 90)
         journal = _agent_journals("awaytune")[0]
         seen["value"] = SWAPPINESS.read_text().strip()
@@ -254,18 +254,9 @@ def test_a_host_on_another_kernel_is_tuned_by_its_agent_with_the_journal_there_a
 
 
 def test_a_killed_agents_tunings_are_given_back_by_cleanup_on_its_host(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
-    was = SWAPPINESS.read_text().strip()
-    new = "13" if was != "13" else "17"
-    spec = _tuned_spec(fleet, tmp_path, "killtune", f"{{kind: write, path: {SWAPPINESS}, value: {new}}}", "on_host_failure: stop\n")
+    was, new, p = _start_swappiness_run(fleet, tmp_path, "killtune", "on_host_failure: stop\n")
     try:
-        with subprocess.Popen(
-            [str(BIN), "run", str(spec), "--run-dir", "killtune"],
-            cwd=tmp_path,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **APART},
-        ) as p:
+        with p:
             assert wait_for(lambda: bool(_agent_journals("killtune")), 90)
             pid = agent_in(fleet.ns(1))
             assert pid is not None
