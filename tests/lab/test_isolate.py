@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from loopscope.host import isolate
+from loopscope.host import cpuset, isolate
 from loopscope.lab import state
 from tests.conftest import BIN, Cli
 from tests.lab.test_run import wait_for
@@ -64,6 +64,13 @@ def test_an_isolated_phase_moves_strays_off_the_cpu_catches_new_ones_and_gives_e
         late = subprocess.Popen(SPIN)
         assert wait_for(lambda: os.sched_getaffinity(late.pid) == {0}, 5), os.sched_getaffinity(late.pid)  # type: ignore[union-attr]
         late_before = os.sched_getaffinity(0) | {1}  # (pytest itself was moved while the phase ran: late inherited that)
+        if cpuset.v1_root() is not None:
+            # the moved tasks are in the isolation's cpuset, and one born during the phase is too: nobody can put them back on CPU 1
+            rest = f"/loopscope-rest-{p.pid}"
+            assert cpuset.of(stray.pid) == rest and cpuset.of(late.pid) == rest, (cpuset.of(stray.pid), cpuset.of(late.pid))
+            with pytest.raises(OSError):
+                os.sched_setaffinity(late.pid, {1})
+            assert (cpuset.V1 / f"loopscope-rt-{p.pid}" / "cpuset.cpu_exclusive").read_text().strip() == "1"
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
         # the lab's own probe kept its CPU: it measured there
@@ -71,7 +78,9 @@ def test_an_isolated_phase_moves_strays_off_the_cpu_catches_new_ones_and_gives_e
         said = [c for t in rec["tunings"] for c in t["changes"] if c["tuning"] == "isolate"]
         assert said and "moved off CPU 1" in said[0]["new"], rec["tunings"]
         assert os.sched_getaffinity(stray.pid) == {1} and os.sched_getaffinity(late.pid) == late_before
+        # (the snapshot holds each thread's cpuset and the cpusets there are: both as before)
         assert same_threads(before, machine()) == [] and not journal.exists()
+        assert cpuset.of(stray.pid) == cpuset.of(late.pid) == cpuset.of(os.getpid())
     finally:
         for x in (stray, late):
             if x is not None:
@@ -99,3 +108,24 @@ def test_a_killed_controller_s_isolation_is_given_back_by_the_reaper(tmp_path: P
     finally:
         stray.kill()
         stray.wait()
+
+
+def test_cleanup_removes_an_isolations_cpuset_whose_maker_is_gone_and_puts_its_tasks_back_in_the_root(cli: Cli, lab: None) -> None:
+    _two_cpus()
+    if cpuset.v1_root() is None:
+        pytest.skip("no writable cgroup v1 cpuset hierarchy here")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = cpuset.Shield(cpuset.V1, {1}, [0], str(dead.pid))
+    left.make()
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert left.enter(sleeper.pid) and cpuset.of(sleeper.pid) == f"/{left.rest.name}"
+        r = cli("cleanup")
+        assert r.returncode == 0, r.stderr
+        assert left.rest.name in r.stdout and left.rt.name in r.stdout, r.stdout
+        assert not left.rest.exists() and not left.rt.exists() and cpuset.of(sleeper.pid) == "/"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        cpuset.dissolve(left.paths)

@@ -9,7 +9,10 @@ watcher moves the threads started during the phase too, every
 ``WATCH_S``. Every IRQ whose affinity includes the CPUs and that accepts a
 new one (a managed IRQ refuses: said), the receive queues' packet steering
 (RPS) and the unbound workqueues' mask leave the CPUs too, and, when
-asked, ``kernel.timer_migration`` goes to 0. The files are ``Change``s of
+asked, ``kernel.timer_migration`` goes to 0. Where the machine has v1
+cpusets, the moved tasks also go into the isolation's cpuset over the
+other CPUs (``host/cpuset.py``), which keeps what they start off the CPUs
+from birth. The files are ``Change``s of
 the tunings' journal (``host/tunings.py``); each moved thread's old
 affinity is in the same journal (its tid and start time, so a reused tid
 is never touched), written before the move, so ``restore`` (and ``loopscope
@@ -26,6 +29,8 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from loopscope.host import cpuset
 
 PF_NO_SETAFFINITY = 0x04000000
 PF_KTHREAD = 0x00200000
@@ -54,6 +59,8 @@ class Isolation:
     cpus: list[int]
     moved: list[Moved] = field(default_factory=list)
     boot_only: list[str] = field(default_factory=list)
+    #: the cpusets made, or why none was (``host/cpuset.py``)
+    cpuset: str = "none"
 
     def as_dict(self) -> dict[str, object]:
         return {"cpus": self.cpus, "moved": [asdict(m) for m in self.moved], "boot_only": self.boot_only}
@@ -101,8 +108,12 @@ class Mover:
     """Moves every movable thread off ``cpus`` (the lab's apart), now and while
     the phase lasts; ``journal`` is called with each thread before it moves."""
 
-    def __init__(self, cpus: list[int], journal: Callable[[list[Moved]], None], lab_root: int | None = None) -> None:
+    def __init__(self, cpus: list[int], journal: Callable[[list[Moved]], None], lab_root: int | None = None, shield: cpuset.Shield | None = None) -> None:
         self.cpus = set(cpus)
+        #: the cpusets the moved tasks go into (``host/cpuset.py``), when the machine has them
+        self.shield = shield
+        #: tasks in a cpuset of their own (a container's), kept off by their affinity alone
+        self.apart: list[str] = []
         self.journal = journal
         self.lab_root = lab_root or os.getpid()
         self.seen: set[tuple[int, int]] = set()
@@ -118,6 +129,7 @@ class Mover:
         storm of fsyncs, one a thread took seconds). How many moved."""
         self.lab = lab_pids(self.lab_root)
         todo: list[Moved] = []
+        kthreads: list[bool] = []
         for pid, tid, d in threads():
             s = _stat(d)
             if s is None or (tid, s[3]) in self.seen:
@@ -140,16 +152,23 @@ class Mover:
             if not rest:  # pinned to the CPUs alone: the machine's other CPUs
                 rest = [c for c in range(os.cpu_count() or 1) if c not in self.cpus]
             todo.append(Moved(tid, s[3], old, s[0], rest, self.began))
+            kthreads.append(bool(s[2] & PF_KTHREAD))
         if not todo:
             return 0
         self.journal(todo)
         n = 0
-        for m in todo:
+        for m, kthread in zip(todo, kthreads):
             try:
                 os.sched_setaffinity(m.tid, m.new)
                 n += 1
             except OSError:
-                pass  # gone, or refused (a kthread the flag did not say): its journal line restores nothing harmful
+                continue  # gone, or refused (a kthread the flag did not say): its journal line restores nothing harmful
+            if self.shield is not None and not kthread:
+                where = cpuset.of(m.tid)
+                if where == "/":
+                    self.shield.enter(m.tid)
+                elif where is not None and len(self.apart) < 20:
+                    self.apart.append(f"{m.comm} ({m.tid}) in cpuset {where}")
         return n
 
     def start(self) -> None:
@@ -195,11 +214,13 @@ def _inherited(moved: list[Moved]) -> list[Moved]:
     return out
 
 
-def give_back(moved: list[Moved]) -> list[str]:
+def give_back(moved: list[Moved], cpusets: list[str] | None = None) -> list[str]:
     """Every moved thread that still is the same thread gets its old affinity,
-    and so do those that inherited the moved one; the problems."""
-    problems = []
-    moved = moved + _inherited(moved)
+    and so do those that inherited the moved one, once the isolation's
+    cpusets are dissolved (their tasks back in the root, where the old CPUs
+    are allowed again); the problems."""
+    moved = moved + _inherited(moved)  # (known by the affinity they inherited, before leaving the cpuset resets it)
+    problems = cpuset.dissolve(cpusets or [])
     for m in reversed(moved):
         s = _stat(Path(f"/proc/{m.tid}/task/{m.tid}")) or _stat(Path(f"/proc/{m.tid}"))
         if s is None or s[3] != m.start:
@@ -243,13 +264,18 @@ def cpus_without(text: str, cpus: set[int]) -> list[int]:
 
 
 def snapshot() -> dict[str, str]:
-    """Every thread's allowed CPUs and every file isolate may write, as the machine says now."""
+    """Every thread's allowed CPUs and cpuset, the cpusets, and every file isolate may write, as the machine says now."""
     out: dict[str, str] = {}
     for _, tid, d in threads():
         try:
-            out[f"tid {tid} {(d / 'comm').read_text().strip()}"] = str(sorted(os.sched_getaffinity(tid)))
+            comm = (d / "comm").read_text().strip()
+            out[f"tid {tid} {comm}"] = str(sorted(os.sched_getaffinity(tid)))
         except OSError:
             continue
+        if (where := cpuset.of(tid)) is not None:
+            out[f"cpuset of {tid} {comm}"] = where
+    if (root := cpuset.v1_root()) is not None:
+        out["cpusets"] = " ".join(sorted(p.name for p in root.iterdir() if p.is_dir()))
     files = [*Path("/proc/irq").glob("[0-9]*/smp_affinity_list"), *Path("/sys/class/net").glob("*/queues/rx-*/rps_cpus")]
     for f in [*files, Path("/sys/devices/virtual/workqueue/cpumask"), Path("/proc/sys/kernel/timer_migration")]:
         try:

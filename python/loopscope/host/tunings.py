@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from loopscope.errors import InputError, RunError
-from loopscope.host import isolate, procs
+from loopscope.host import cpuset, isolate, procs
 from loopscope.host.statedir import state_dir
 
 #: files a ``write`` tuning may change (globs); anything else is refused
@@ -186,6 +186,8 @@ class Applied:
         self.dma_us: int | None = None
         self.movers: list[tuple[isolate.Mover, isolate.Isolation]] = []
         self.moved: list[isolate.Moved] = []
+        #: the cpusets an isolation made (``host/cpuset.py``), in the journal before they exist
+        self.cpusets: list[str] = []
 
     def _save(self) -> None:
         """The journal replaced whole. Not fsync'ed: what it gives back (sysfs and
@@ -196,7 +198,7 @@ class Applied:
         tmp = self.journal.with_suffix(".tmp")
         with open(tmp, "w") as f:
             owner = {"pid": os.getpid(), "start": procs.process_start_time(os.getpid())}
-            json.dump({"owner": owner, "changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved]}, f)
+            json.dump({"owner": owner, "changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved], "cpusets": self.cpusets}, f)
         os.replace(tmp, self.journal)
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
@@ -235,10 +237,31 @@ class Applied:
             iso.moved += ms
             self._save()
 
-        mv = isolate.Mover(iso.cpus, journal)
+        mv = isolate.Mover(iso.cpus, journal, shield=self._shield(iso))
         mv.start()
         iso.boot_only += [f"per-CPU kthread {b}" for b in mv.bound]
         self.movers.append((mv, iso))
+
+    def _shield(self, iso: isolate.Isolation) -> cpuset.Shield | None:
+        """The isolation's cpusets, journalled, then made; None (and why, in ``iso.cpuset``) when this machine cannot have them."""
+        root = cpuset.v1_root()
+        if root is None:
+            iso.cpuset = "none: no writable cgroup v1 cpuset hierarchy (a v2 isolated partition is not made at run time); affinity alone keeps tasks off"
+            return None
+        others = [c for c in range(os.cpu_count() or 1) if c not in iso.cpus]
+        shield = cpuset.Shield(root, set(iso.cpus), others, str(os.getpid()))
+        self.cpusets += shield.paths
+        self._save()
+        try:
+            shield.make()
+        except OSError as e:
+            cpuset.dissolve(shield.paths)
+            self.cpusets = [p for p in self.cpusets if p not in shield.paths]
+            self._save()
+            iso.cpuset = f"none: the kernel refused the cpusets ({e.strerror}); affinity alone keeps tasks off"
+            return None
+        iso.cpuset = f"{shield.rest.name} holds the moved tasks on CPU {_cpus_text(others)}, {shield.rt.name} holds CPU {_cpus_text(iso.cpus)} exclusive"
+        return shield
 
     def _hold_dma(self, us: int) -> None:
         import struct
@@ -252,14 +275,15 @@ class Applied:
     def record(self) -> list[dict[str, Any]]:
         """What was changed, old and new (for run.json and provenance)."""
         out = [{"tuning": c.tuning, "path": c.path, "old": c.old, "new": c.new} for c in self.done]
-        for _, iso in self.movers:
+        for mv, iso in self.movers:
             cpus = _cpus_text(iso.cpus)
             out.append(
                 {
                     "tuning": "isolate",
                     "path": "(threads)",
                     "old": f"{len(iso.moved)} threads allowed on CPU {cpus}",
-                    "new": f"moved off CPU {cpus}; left (boot only): {'; '.join(iso.boot_only[:20]) or 'none'}",
+                    "new": f"moved off CPU {cpus}; left (boot only): {'; '.join(iso.boot_only[:20]) or 'none'}; cpusets: {iso.cpuset}"
+                    + (f"; by affinity only (a cpuset of their own): {'; '.join(mv.apart)}" if mv.apart else ""),
                 }
             )
         if self.dma_us is not None:
@@ -279,8 +303,8 @@ class Applied:
             mv.stop()
         # the files first (a thread's old CPUs may need the workqueues' or an IRQ's mask back), then the threads
         problems = restore_changes(self.done)
-        problems += isolate.give_back(self.moved)
-        self.moved, self.movers = [], []
+        problems += isolate.give_back(self.moved, self.cpusets)
+        self.moved, self.movers, self.cpusets = [], [], []
         self.done = []
         if self.dma_fd is not None:
             os.close(self.dma_fd)
@@ -327,8 +351,10 @@ def restore_journal(journal: Path) -> list[str]:
         return []
     done = [Change(**c) for c in data.get("changes") or []]
     moved = [isolate.Moved(**m) for m in data.get("moved") or []]
-    problems = restore_changes(done) + isolate.give_back(moved)
+    sets = list(data.get("cpusets") or [])
+    problems = restore_changes(done) + isolate.give_back(moved, sets)
     if not problems:
         journal.unlink(missing_ok=True)
     gave = [f"  gave {len(moved)} threads their CPUs back"] if moved else []
+    gave += [f"  removed cpuset {p}" for p in sets]
     return gave + [f"  restored {c.path} to {c.old!r}" for c in reversed(done) if c.old is not None] + [f"  could not restore: {p}" for p in problems]

@@ -10,7 +10,10 @@ run, processes whose environment names a run that is not running any more,
 network namespaces named ``ls-<tag>-*`` whose tag is no live run's (and a
 bench's or test's fleet, ``lsf<pid>-*``, whose process is gone), and
 kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
-for a capture outside a run) whose run or process is gone.
+for a capture outside a run) whose run or process is gone, and an
+isolation's cpusets (``loopscope-rt-<pid>``, ``loopscope-rest-<pid>``)
+whose maker is gone. A tunings journal is given back when its run is not
+running, or, for an agent's, when its owner is gone.
 
 What the network of a run holds lives inside its namespaces and goes with
 them: the router's forwarding rules (``ip rule`` blackholes) in the router
@@ -34,7 +37,7 @@ from loopscope.rundir import RunDir
 from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
 from loopscope.host import swapfile
 from loopscope.host import shared
-from loopscope.host import cpulimit
+from loopscope.host import cpulimit, cpuset
 
 
 def _run_ids_in_environments() -> dict[str, list[int]]:
@@ -153,6 +156,11 @@ def run(dry_run: bool = False) -> list[str]:
             actions += tunings.restore_journal(journal)
             if journal.exists():  # what still cannot be given back (its threads gone, a file refused) is said, and dropped
                 journal.unlink()
+
+    for d in cpuset.leftovers():
+        actions.append(f"{verb}remove the cpuset {d} an isolation left (its tasks back in the root cpuset)")
+        if not dry_run:
+            actions += [f"  could not: {p}" for p in cpuset.dissolve([str(d)])]
 
     for name in leftover_instances():
         owner = name[len(INSTANCE_PREFIX) :]

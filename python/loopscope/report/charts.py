@@ -22,7 +22,7 @@ from loopscope.analysis.sweeps import Fit  # noqa: E402
 from loopscope.analysis.explained import Group  # noqa: E402
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
 
 # Up to 20 causes in one chart, each its own colour (matplotlib's tab20).
 MANY = [matplotlib.colormaps["tab20"](i) for i in range(20)]
@@ -61,10 +61,20 @@ def _svg(fig: Figure) -> str:
     return s
 
 
+class _PlainMinor(LogFormatterSciNotation):
+    """A log axis's minor ticks labelled where matplotlib would label them
+    (an axis under a decade or two), as plain numbers: its own labels are
+    mathtext, whose parsing took a third of a small report's charts."""
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
 def _plain(axis: Any) -> None:
     """Log-axis ticks as plain numbers (0.1, 1, 10), not powers of ten."""
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(_PlainMinor(labelOnlyBase=False))
 
 
 def _scale(values: np.ndarray) -> tuple[float, str]:
