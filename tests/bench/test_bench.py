@@ -192,13 +192,14 @@ def test_bench_isolate_plants_intruders_finds_them_isolates_cpu_1_and_leaves_the
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert len(r.stdout.strip().splitlines()) == 1
-    for k in ("ratio_p99", "ci95_p99", "ratio_p999", "ci95_p999", "aa_spread", "planted", "left_during", "boot_only", "boot_only_fired", "notes"):
+    for k in ("ratio_p99", "ci95_p99", "ratio_p999", "ci95_p999", "aa_spread", "planted", "found_before", "findings_after", "boot_only", "restored", "verdict"):
         assert k in j, k
     # the stray task on CPU 1 is found before, and audit inside the isolated phase names no task or movable kthread there
-    assert j["planted"]["stray"] is True and j["planted"]["rcu"] is True, j["planted"]
+    assert {"stray", "rcu"} <= set(j["planted"]) and {"stray", "rcu"} <= set(j["found_before"]) <= set(j["planted"]), (j["planted"], j["found_before"])
     assert not any(x.startswith(("task ", "movable kthread ")) for x in j["left_during"]), j["left_during"]
-    # every thread's CPUs and every file isolate wrote read the same afterwards, and no journal is left
-    assert j["state_equal"] and j["state_differs"] == [] and j["notes"] == [], (j["state_differs"], j["notes"])
+    assert j["findings_after"] is None or j["findings_after"] == len(j["left_during"])
+    # every thread's CPUs and cpuset and every file isolate wrote read the same afterwards, and no journal is left
+    assert j["restored"] and j["state_differs"] == [] and j["notes"] == [], (j["state_differs"], j["notes"])
     assert not list(Path("/run/loopscope").glob("bench-isolate-*.tunings"))
     assert j["verdict"] in ("met", "not met", "inconclusive") and j["repetitions"] == 2
 

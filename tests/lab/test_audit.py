@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import threading
 import time
@@ -16,7 +17,7 @@ from loopscope.lab.audit import audit
 from tests.conftest import Cli
 from tests.helpers import assert_clean_error
 
-KEYS = {"check", "cpus", "what", "why", "evidence", "remedy", "remedy_kind"}
+KEYS = {"check", "cpus", "what", "why", "evidence", "remedy", "remedy_kind", "reboot"}
 RAN = {"cpu", "tid", "comm", "ns", "what"}
 
 
@@ -39,6 +40,9 @@ def test_a_task_planted_on_the_audited_cpu_is_found_with_its_run_time_and_audits
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["cpus"] == [1] and j["watched_s"] == 1.0 and all(set(f) == KEYS and f["remedy_kind"] in ("runtime", "boot", "none") for f in j["findings"])
+    assert all(f["reboot"] == (f["remedy_kind"] == "boot") for f in j["findings"])
+    # an IRQ that fired there is one finding, named by number and name
+    assert all(re.match(r"IRQ \d+ \(.*\) fired on CPU 1", f["what"]) for f in j["findings"] if f["check"] == "irq"), j["findings"]
     if j["capture_refused"]:
         pytest.skip(f"no kernel capture here: {j['capture_refused']}")
     ran = next(f for f in j["findings"] if f["check"] == "tasks")

@@ -124,3 +124,32 @@ def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_pat
     assert json.loads((tmp_path / "sshkill" / "run.json").read_text())["failed"]["host"] == "remote"
     time.sleep(0.5)
     assert wait_for(lambda: leftovers("sshkill") == [], 20), leftovers("sshkill")
+
+
+def test_an_exec_host_and_an_ssh_host_on_kernels_of_their_own_are_each_tuned_through_their_agent_and_given_back(sshd: Sshd, tmp_path: Path, lab: None) -> None:
+    swap = Path("/proc/sys/vm/swappiness")
+    was = swap.read_text().strip()
+    new = "13" if was != "13" else "17"
+    spec = tmp_path / "two.yaml"
+    spec.write_text(
+        "name: two\nhosts:\n  - {name: box, kind: exec, launcher: [unshare, --net], address: 10.77.0.1}\n"
+        + ssh_host(sshd)
+        + "probes:\n  - {kind: timer, name: t-box, host: box, interval_us: 2000}\n  - {kind: timer, name: t-remote, host: remote, interval_us: 2000}\n"
+        f"phases:\n  - {{name: tuned, tunings: [{{kind: write, path: {swap}, value: {new}}}]}}\nduration: 500ms\nkernel: {{capture: off}}\nclocksync: {{enabled: off}}\n"
+    )
+    # (tests only: every ssh and exec host counts as a kernel of its own, so both tunings go through the agents)
+    r = subprocess.run(
+        [str(BIN), "run", str(spec), "--run-dir", "twotune", "--no-report"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "LOOPSCOPE_APART_KERNELS": "1"},
+    )
+    assert r.returncode == 0, r.stderr
+    tuned = json.loads((tmp_path / "twotune" / "run.json").read_text())["tunings"]
+    # one entry per host, in the order the kernels were tuned: the second found the first's value
+    assert [(t["host"], t["changes"][0]["old"], t["changes"][0]["new"]) for t in tuned] == [("box", was, new), ("remote", new, new)], tuned
+    # given back in the reverse order: the machine reads as before
+    assert swap.read_text().strip() == was
+    assert wait_for(lambda: leftovers("twotune") == [], 20), leftovers("twotune")

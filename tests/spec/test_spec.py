@@ -111,6 +111,10 @@ BAD = [
         MINIMAL + "phases:\n  - name: p\n    loads: [cpu-2]\n    tunings: [{kind: limit, load: cpu-2, cpus: 0}]\n",
         "x.yaml:12: phases.0.tunings.0.cpus: must be at least 0.001 [got 0]",
     ),
+    (
+        MINIMAL + "phases:\n  - name: p\n    loads: [cpu-2]\n    tunings: [{kind: isolate, cpus: [1]}, {kind: affinity, load: cpu-2, cpus: [0, 1]}]\n",
+        "x.yaml:12: phases.0.tunings.1.cpus: load 'cpu-2' is pinned to CPU 1, which the phase isolates for its probes; pin it to the other CPUs or isolate fewer",
+    ),
 ]
 
 

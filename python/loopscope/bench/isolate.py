@@ -82,16 +82,22 @@ class IsolateBench(TypedDict):
     ratio_p999: float | None
     ci95_p999: list[float | None]
     aa_spread: float | None
-    #: each intruder planted, and whether audit found it before isolation (None: it could not be planted here, and why)
-    planted: dict[str, bool | str]
-    #: what audit found on CPU 1 inside the isolated phase beyond the phase's own probe and boot-only items (should be empty)
+    #: the intruders planted on CPU 1 (the CPU 0 load aside)
+    planted: list[str]
+    #: of those, the ones audit found on CPU 1 before isolation
+    found_before: list[str]
+    #: each intruder: whether audit found it before isolation, or why it could not be planted here
+    planted_found: dict[str, bool | str]
+    #: how many things audit found on CPU 1 inside the isolated phase beyond the phase's own probe and boot-only items (None: not judged)
+    findings_after: int | None
+    #: those things (should be empty), or why they were not judged
     left_during: list[str]
     #: what only a reboot moves, as the run and audit said
     boot_only: list[str]
     #: of those, the IRQs that fired on CPU 1 inside the isolated phase (the kernel manages them), with their counts
     boot_only_fired: list[str]
-    #: every thread's allowed CPUs and every file isolate writes read the same after the run
-    state_equal: bool
+    #: every thread's allowed CPUs and cpuset, and every file isolate writes, read the same after the run
+    restored: bool
     state_differs: list[str]
     #: what the run said of itself (a tuning it could not give back would be here)
     notes: list[str]
@@ -255,7 +261,8 @@ def run(quick: bool, seconds: float | None, reps: int | None, progress: Callable
             [sys.executable, "-m", "loopscope.cli", "run", "iso.yaml", "--run-dir", run_id], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
         journal = state.state_dir() / f"{run_id}.tunings"
-        during: list[str] = ["the isolated phase was not seen"]
+        during: list[str] = ["(not judged: the isolated phase was not seen)"]
+        judged = False
         kept_irqs: list[str] = []
         while p.poll() is None:
             if _isolating(journal):
@@ -264,9 +271,11 @@ def run(quick: bool, seconds: float | None, reps: int | None, progress: Callable
                 # (audit takes 1-3 s to start its capture on this loaded machine: its watch must end inside the phase)
                 seen = _audit(1.0)
                 during = left_during(seen, lab | _threads_of(isolate.lab_pids(p.pid)))
+                judged = True
                 kept_irqs = boot_only_fired(seen)
                 if not _isolating(journal):
                     during = [f"(not judged: audit's watch outlasted the {secs:g} s isolated phase; give a longer --seconds)"]
+                    judged = False
                 break
             time.sleep(0.05)
         out, err = p.communicate(timeout=600 + 4 * n * secs)
@@ -294,11 +303,14 @@ def run(quick: bool, seconds: float | None, reps: int | None, progress: Callable
         "ratio_p999": p999["ratio"],
         "ci95_p999": p999["ci95"],
         "aa_spread": aa,
-        "planted": intr.planted,
+        "planted": [k for k, v in intr.planted.items() if isinstance(v, bool)],
+        "found_before": [k for k, v in intr.planted.items() if v is True],
+        "planted_found": intr.planted,
+        "findings_after": None if judged is False else len(during),
         "left_during": during,
         "boot_only": boot,
         "boot_only_fired": kept_irqs,
-        "state_equal": not differs,
+        "restored": not differs,
         "state_differs": differs[:20],
         "notes": list(rec.get("notes") or []),
         "verdict": verdict,
@@ -315,12 +327,12 @@ def print_human(r: IsolateBench) -> None:
     print(f"  p99 kept/shared {f(r['ratio_p99'])} [{f(r['ci95_p99'][0])}, {f(r['ci95_p99'][1])}]   (target < {TARGET})")
     print(f"  p99.9 kept/shared {f(r['ratio_p999'])} [{f(r['ci95_p999'][0])}, {f(r['ci95_p999'][1])}]")
     print(f"  aa_spread {f(r['aa_spread'])} (within [{1 / AA_LIMIT:.2f}, {AA_LIMIT}] to judge)")
-    for k, v in r["planted"].items():
+    for k, v in r["planted_found"].items():
         print(f"  planted {k}: " + ("found by audit before" if v is True else "NOT found by audit before" if v is False else str(v)))
     print(f"  left on CPU 1 while isolated: {', '.join(r['left_during']) or 'nothing'}")
     print(f"  boot only: {'; '.join(r['boot_only'][:6]) or 'nothing'}{' …' if len(r['boot_only']) > 6 else ''}")
     print(f"  boot only, fired on CPU 1 while isolated: {', '.join(r['boot_only_fired']) or 'nothing'}")
-    print(f"  machine state after: {'as before' if r['state_equal'] else 'DIFFERS: ' + '; '.join(r['state_differs'][:5])}")
+    print(f"  machine state after: {'as before' if r['restored'] else 'DIFFERS: ' + '; '.join(r['state_differs'][:5])}")
     for n in r["notes"]:
         print(f"  note: {n}")
     print(f"  verdict: {r['verdict']}")

@@ -27,7 +27,7 @@ from typing_extensions import TypedDict
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
 from loopscope.host.isolate import cpu_list
-from loopscope.lab.rtsetup import SYS, Finding, Task, cpus_text, setup, sysread, tasks
+from loopscope.lab.rtsetup import SYS, Finding, Task, cpus_text, said, setup, sysread, tasks
 
 
 class Ran(TypedDict):
@@ -113,19 +113,17 @@ def watched(cpus: list[int], d: Counters, ran: pl.DataFrame | None, seconds: flo
     want = cpus_text(cpus)
     isolated = set(cpu_list(sysread(SYS / "isolated") or ""))
     nohz = set(cpu_list(sysread(SYS / "nohz_full") or ""))
-    fired = {str(x["irq"]): x["count"] for x in fired_irqs(d, cpus)}
-    if fired:
-        said = [f"IRQ {k} {d.irq_names.get(k, '')} ×{n}" for k, n in list(fired.items())[:6]]
-        ineff = sorted(isolated & set(cpus))
+    ineff = sorted(isolated & set(cpus))
+    for x in fired_irqs(d, cpus)[:8]:
         f.append(
             Finding(
                 check="irq",
                 cpus=cpus,
-                what=f"device interrupts fired on CPU {want}" + (f" though CPU {cpus_text(ineff)} is isolated" if ineff else ""),
+                what=f"IRQ {x['irq']} ({x['name']}) fired on CPU {want}" + (f" though CPU {cpus_text(ineff)} is isolated" if ineff else ""),
                 why="each one stops your thread for the handler and the softirq it raises",
-                evidence=f"over {seconds:.1f} s: " + "; ".join(said),
-                remedy=f"echo <other CPUs> > /proc/irq/N/smp_affinity_list for each (N: {', '.join(list(fired)[:6])}); stop irqbalance or --banirq; "
-                "a managed IRQ moves only with isolcpus=managed_irq at boot",
+                evidence=f"{x['count']} times in {seconds:.1f} s (/proc/interrupts before and after)",
+                remedy=f"echo <other CPUs> > /proc/irq/{x['irq']}/smp_affinity_list; stop irqbalance or --banirq {x['irq']}; "
+                "a managed IRQ (the write refused) moves only with isolcpus=managed_irq at boot",
                 remedy_kind="runtime",
             )
         )
@@ -173,7 +171,7 @@ def watched(cpus: list[int], d: Counters, ran: pl.DataFrame | None, seconds: flo
     f += _siblings_busy(cpus, d, seconds, hz)
     if ran is not None and len(ran):
         f += _ran(cpus, ran, seconds, ts, isolated)
-    return f
+    return said(f)
 
 
 def _siblings_busy(cpus: list[int], d: Counters, seconds: float, hz: int) -> list[Finding]:

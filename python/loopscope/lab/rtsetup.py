@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from loopscope.host.isolate import cpu_list
 
@@ -49,6 +49,15 @@ class Finding(TypedDict):
     remedy: str
     #: runtime: a reversible change now; boot: a kernel parameter (said, never applied); none: nothing to do but know it
     remedy_kind: Literal["runtime", "boot", "none"]
+    #: the remedy needs a reboot (``remedy_kind`` boot)
+    reboot: NotRequired[bool]
+
+
+def said(fs: list[Finding]) -> list[Finding]:
+    """The findings as printed: each says whether its remedy needs a reboot."""
+    for x in fs:
+        x["reboot"] = x["remedy_kind"] == "boot"
+    return fs
 
 
 def sysread(p: Path | str) -> str | None:
@@ -197,7 +206,7 @@ def setup(cpus: list[int], ts: list[Task]) -> list[Finding]:
                 remedy_kind="boot",
             )
         )
-    return f
+    return said(f)
 
 
 def _sysctls() -> list[Finding]:

@@ -428,8 +428,16 @@ class Experiment(Model):
     def _check_tunings(self, i: int, phase: "Phase", probes: set[str]) -> list[tuple[tuple[str | int, ...], str]]:
         """A tuning's probe or load exists (the load in this phase) and can take it."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        kept = {c for t in phase.tunings if isinstance(t, IsolateTuning) for c in t.cpus}
         for j, t in enumerate(phase.tunings):
             where = ("phases", i, "tunings", j)
+            if isinstance(t, AffinityTuning) and t.load is not None and kept & set(t.cpus):
+                problems.append(
+                    (
+                        where + ("cpus",),
+                        f"load {t.load!r} is pinned to CPU {','.join(map(str, sorted(kept & set(t.cpus))))}, which the phase isolates for its probes; pin it to the other CPUs or isolate fewer",
+                    )
+                )
             if isinstance(t, MlockTuning):
                 q = next((q for q in self.probes if q.name == t.probe), None)
                 if q is None:

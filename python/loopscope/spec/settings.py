@@ -43,11 +43,15 @@ class VirtualClock(Model):
     drift_ppm: Annotated[float, Field(ge=-1000, le=1000)] = Field(0.0, description="rate error in parts per million, e.g. 20")
 
 
+#: auto, on or off; YAML's bare on and off (booleans to YAML 1.1) read as the words
+OnOff = Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)]
+
+
 class ClockSync(Model):
     """Clock-sync probes during every multi-host run: coded probe pairs between each host and the reference,
     kernel-timestamped both ways; the offline estimate puts every host on the reference's clock."""
 
-    enabled: Literal["auto", "on", "off"] = Field("auto", description="auto: on when the experiment has more than one host")
+    enabled: OnOff = Field("auto", description="auto: on when the experiment has more than one host")
     reference: Name | None = Field(None, description="the host whose CLOCK_MONOTONIC is the global clock (default: the first host)")
     rate: Annotated[float, Field(gt=0, le=1000)] = Field(20.0, description="probe pairs per second per host")
     gap: Duration = Field(20_000, description="gap between the two probes of a pair")
@@ -162,9 +166,7 @@ class KernelCapture(Model):
     read between probe windows), to explain outliers."""
 
     # YAML reads a bare on/off as true/false: take them as the words they were
-    capture: Annotated[Literal["auto", "on", "off"], BeforeValidator(lambda v: {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v)] = Field(
-        "auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it"
-    )
+    capture: OnOff = Field("auto", description="auto: when tracefs and the privileges are there (the run says when not); on: refuse to run without it")
     events: list[str] | None = Field(None, description="tracepoints as subsystem:name (default: the set attribution uses)")
     buffer_mb: Annotated[int, Field(ge=1, le=65536)] | None = Field(
         None, description="kernel ring buffer per CPU, in MiB (default: twice what the longest probe window is expected to record)"
