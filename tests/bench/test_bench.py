@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tests.conftest import Cli
+from loopscope.host import isolate
+from loopscope.host.statedir import state_dir
+from tests.conftest import BIN, Cli
+from tests.lab.test_run import wait_for
 
 TRACE_KEYS = ["floor_ns", "c_ns", "rust_ns", "py_ns", "c_2threads_ns", "disabled_ns", "write_mevents_per_s", "read_mrecords_per_s", "lost_records", "lttng_ns"]
 
@@ -184,6 +188,35 @@ def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own
         assert x["loopscope_ns"] > 0 and x["cyclictest_ns"] > 0
     assert isinstance(j["agree"], bool) and j["watch_cost_p99"] > 0 and j["watch_verdict"] in ("met", "not met", "inconclusive")
     assert "aa_spread" in j and j["pairs"] == 1 and len(j["runs"]) == 2
+
+
+@pytest.mark.needs_root
+def test_a_bench_isolate_killed_mid_phase_leaves_nothing_that_cleanup_does_not_give_back(cli: Cli, bench: None) -> None:
+    before = isolate.snapshot()
+    with subprocess.Popen(
+        [str(BIN), "bench", "isolate", "--json", "--quick", "--seconds", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as p:
+        journal = state_dir() / f"bench-isolate-{p.pid}.tunings"
+        assert wait_for(lambda: journal.exists() or p.poll() is not None, 120) and p.poll() is None, p.stderr.read() if p.stderr else ""
+        kids = [int(d.name) for d in Path("/proc").glob("[0-9]*") if _ppid(d) == p.pid]
+        p.kill()
+        p.wait()
+    # its intruders die with it, and its run stops as on Ctrl-C, giving its isolation back
+    assert wait_for(lambda: not any(Path(f"/proc/{k}").exists() for k in kids), 90), [k for k in kids if Path(f"/proc/{k}").exists()]
+    # what the bench itself changed (the IRQ it steered to CPU 1) is in a journal whose owner is gone: cleanup gives it back
+    r = cli("cleanup")
+    assert r.returncode == 0, r.stderr
+    after = isolate.snapshot()
+    assert [f"{k}: {before[k]} -> {after[k]}" for k in before.keys() & after.keys() if before[k] != after[k]] == []
+    assert not list(state_dir().glob(f"bench-isolate-{p.pid}*.tunings"))
+
+
+def _ppid(d: Path) -> int | None:
+    try:
+        st = (d / "stat").read_text()
+    except OSError:
+        return None
+    return int(st[st.rindex(")") + 2 :].split()[1])
 
 
 @pytest.mark.needs_root

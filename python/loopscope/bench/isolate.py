@@ -44,7 +44,7 @@ import polars as pl
 from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
-from loopscope.host import isolate
+from loopscope.host import isolate, tunings
 from loopscope.lab import state
 from loopscope.lab.audit import audit
 
@@ -116,6 +116,10 @@ def rng_irq() -> int | None:
     return None
 
 
+#: what the bench's children start under: the kernel kills them when the bench dies (util-linux's setpriv sets PR_SET_PDEATHSIG and execs)
+DIE_WITH_ME = ["setpriv", "--pdeathsig", "KILL"]
+
+
 class Intruders:
     """The planted intruders, started and given back (the IRQ's affinity too) on every way out."""
 
@@ -126,7 +130,8 @@ class Intruders:
         self.irq: int | None = None
 
     def _start(self, name: str, cpu: int, argv: list[str]) -> None:
-        p = subprocess.Popen(["taskset", "-c", str(cpu), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        # (each dies with the bench, whatever kills it: a kill -9 of the bench leaves no intruder running)
+        p = subprocess.Popen([*DIE_WITH_ME, "taskset", "-c", str(cpu), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         self.procs[name] = p
 
         def stop() -> None:
@@ -146,13 +151,15 @@ class Intruders:
         if f is None or not Path("/dev/hwrng").exists():
             self.planted["irq"] = "no virtio RNG here: no steerable interrupt source to plant"
             return
-        old = f.read_text().strip()
+        # steered as a tuning is, its old affinity journalled first: a killed bench's is given back by `loopscope cleanup`
+        steered = tunings.Applied(state.state_dir() / f"bench-isolate-{os.getpid()}-irq.tunings")
         try:
-            f.write_text("1\n")
-        except OSError as e:
-            self.planted["irq"] = f"IRQ {n} refused CPU 1 ({e.strerror})"
+            steered.apply([{"kind": "irq", "irq": n, "cpus": [1]}], "bench isolate")
+        except RunError as e:
+            steered.restore()
+            self.planted["irq"] = f"IRQ {n} refused CPU 1 ({e})"
             return
-        self.stack.callback(lambda: f.write_text(old + "\n"))
+        self.stack.callback(steered.restore)
         self.irq = n
         self._start("irq", 0, ["sh", "-c", "while :; do dd if=/dev/hwrng of=/dev/null bs=64 count=64 2>/dev/null; done"])
 
@@ -257,8 +264,13 @@ def run(quick: bool, seconds: float | None, reps: int | None, progress: Callable
         run_id = f"bench-isolate-{os.getpid()}"
         (work / "iso.yaml").write_text(SPEC.format(load=load, seconds=secs, reps=n))
         say(f"run: {n} repetitions of shared and kept (isolate CPU 1), {secs:g} s each …")
+        # (stopped as by Ctrl-C when the bench dies: it gives its isolation back itself)
         p = subprocess.Popen(
-            [sys.executable, "-m", "loopscope.cli", "run", "iso.yaml", "--run-dir", run_id], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            [*DIE_WITH_ME[:-1], "TERM", sys.executable, "-m", "loopscope.cli", "run", "iso.yaml", "--run-dir", run_id],
+            cwd=work,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         journal = state.state_dir() / f"{run_id}.tunings"
         during: list[str] = ["(not judged: the isolated phase was not seen)"]

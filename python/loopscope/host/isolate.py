@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -214,6 +215,22 @@ def _inherited(moved: list[Moved]) -> list[Moved]:
     return out
 
 
+def _exiting(tid: int, wait_s: float = 0.5) -> bool:
+    """Thread ``tid`` is gone, or dying (a zombie, or gone within ``wait_s``):
+    a task killed while the isolation ends refuses its CPUs, and has none to need."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            st = Path(f"/proc/{tid}/stat").read_text()
+        except OSError:
+            return True
+        if st[st.rindex(")") + 2 :].split()[0] in ("Z", "X"):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
 def give_back(moved: list[Moved], cpusets: list[str] | None = None) -> list[str]:
     """Every moved thread that still is the same thread gets its old affinity,
     and so do those that inherited the moved one, once the isolation's
@@ -228,7 +245,8 @@ def give_back(moved: list[Moved], cpusets: list[str] | None = None) -> list[str]
         try:
             os.sched_setaffinity(m.tid, m.old)
         except OSError as e:
-            problems.append(f"thread {m.comm} ({m.tid}): could not give back CPUs {m.old} ({e.strerror})")
+            if not _exiting(m.tid):
+                problems.append(f"thread {m.comm} ({m.tid}): could not give back CPUs {m.old} ({e.strerror})")
     return problems
 
 

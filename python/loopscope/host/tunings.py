@@ -26,6 +26,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,8 @@ class Applied:
         self.moved: list[isolate.Moved] = []
         #: the cpusets an isolation made (``host/cpuset.py``), in the journal before they exist
         self.cpusets: list[str] = []
+        #: when the first change was journalled: journals left by several runs are given back the newest first
+        self.began_ns = time.time_ns()
 
     def _save(self) -> None:
         """The journal replaced whole. Not fsync'ed: what it gives back (sysfs and
@@ -198,7 +201,16 @@ class Applied:
         tmp = self.journal.with_suffix(".tmp")
         with open(tmp, "w") as f:
             owner = {"pid": os.getpid(), "start": procs.process_start_time(os.getpid())}
-            json.dump({"owner": owner, "changes": [asdict(c) for c in self.done], "moved": [asdict(m) for m in self.moved], "cpusets": self.cpusets}, f)
+            json.dump(
+                {
+                    "owner": owner,
+                    "began_ns": self.began_ns,
+                    "changes": [asdict(c) for c in self.done],
+                    "moved": [asdict(m) for m in self.moved],
+                    "cpusets": self.cpusets,
+                },
+                f,
+            )
         os.replace(tmp, self.journal)
 
     def apply(self, tunings: list[dict[str, Any]], where: str) -> None:
@@ -341,6 +353,20 @@ def owner_alive(journal: Path) -> bool:
     except (OSError, json.JSONDecodeError):
         return False
     return bool(owner.get("pid")) and procs.alive(int(owner["pid"]), owner.get("start"))
+
+
+def newest_first(journals: list[Path]) -> list[Path]:
+    """Journals in the order to give them back: the last begun first (a
+    later one's old values are what an earlier one set; a journal that does not
+    say when it began, an older loopscope's, last)."""
+
+    def began(j: Path) -> int:
+        try:
+            return int(json.loads(j.read_text()).get("began_ns") or 0)
+        except (OSError, ValueError, AttributeError):
+            return 0
+
+    return sorted(journals, key=began, reverse=True)
 
 
 def restore_journal(journal: Path) -> list[str]:

@@ -147,7 +147,7 @@ def run(dry_run: bool = False) -> list[str]:
                 procs.terminate_pid(pid)
 
     # a journal no registered run owns: a run that could not give everything back said so, and left it to try again
-    for journal in sorted(state.state_dir().glob("*.tunings")) if state.state_dir().is_dir() else []:
+    for journal in tunings.newest_first(list(state.state_dir().glob("*.tunings"))) if state.state_dir().is_dir() else []:
         rid = journal.name[: -len(".tunings")]
         if rid in live or journal.exists() is False or tunings.owner_alive(journal):
             continue  # (an agent's journal, ``<run>.agent<pid>.tunings``, is its owner's while the agent runs)
