@@ -100,7 +100,3 @@ class KernelTunings:
             problems += self.here.restore()
             self.here = None
         return problems
-
-    @property
-    def active(self) -> bool:
-        return self.here is not None or bool(self.away)
