@@ -306,6 +306,54 @@ class GiveBackTunings(Request[TuningsGivenBack]):
     reply = TuningsGivenBack
 
 
+class MonitorLines(Reply):
+    """What a host's own monitor wrote since the last ask: new whole lines of
+    its line files, new bytes of its interval logs, where each now ends."""
+
+    #: file (relative to the monitor's directory) -> what was appended since its offset
+    appended: dict[str, str] = Field(default_factory=dict)
+    #: file -> where the next ask starts
+    offsets: dict[str, int] = Field(default_factory=dict)
+    #: its ``monitor.json`` as it stands (None: not written yet)
+    record: dict[str, object] | None = None
+    #: still running; once not, its exit code and its error output's end
+    running: bool = True
+    exit_code: int | None = None
+    said: str = ""
+
+
+class StartMonitor(Request[MonitorLines]):
+    """A monitor of this host's own (the controller's is on another kernel):
+    ``loopscope monitor`` started here on ``spec`` (this host as ``local``),
+    writing into ``out``; its lines come home through ``monitor_lines``."""
+
+    op = "start_monitor"
+    reply = MonitorLines
+    #: the monitor's experiment file, as text
+    spec: str
+    #: its directory on this host
+    out: str
+    #: go on from what ``out`` holds (``--resume``)
+    resume: bool = False
+
+
+class ReadMonitor(Request[MonitorLines]):
+    """What the host's monitor appended since ``offsets``."""
+
+    op = "read_monitor"
+    reply = MonitorLines
+    offsets: dict[str, int] = Field(default_factory=dict)
+
+
+class StopMonitor(Request[MonitorLines]):
+    """The host's monitor stopped as by Ctrl-C (its open period closed), then what it appended since ``offsets``."""
+
+    op = "stop_monitor"
+    reply = MonitorLines
+    offsets: dict[str, int] = Field(default_factory=dict)
+    timeout_s: float = 10.0
+
+
 class PackFiles(Request[Packed]):
     op = "pack_files"
     reply = Packed
@@ -347,6 +395,9 @@ REQUESTS: dict[str, type[Request[Any]]] = {
         CheckTunings,
         MakeTunings,
         GiveBackTunings,
+        StartMonitor,
+        ReadMonitor,
+        StopMonitor,
         PackFiles,
         ReadPacked,
         DropFiles,

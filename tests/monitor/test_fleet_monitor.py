@@ -124,3 +124,59 @@ def test_every_host_kind_measures_at_once_a_killed_host_is_marked_and_comes_back
     page = (out / "fleet.html").read_text()
     assert all(f">{h}<" in page for h in ("n", "e1", "e2", "s")) and "load: burst" in page
     assert agent_in(fleet.ns(1)) is None and agent_in(fleet.ns(2)) is None
+
+
+def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_periods_and_named_outliers_come_home(
+    fleet: Fleet, tmp_path: Path, lab: None
+) -> None:
+    # LOOPSCOPE_APART_KERNELS=1 (tests only) counts the exec host as a kernel of its own: its agent starts its monitor
+    if not Path("/sys/kernel/tracing/instances").is_dir():
+        pytest.skip("needs tracefs for the flight recorder")
+    zoo = tmp_path / "ls-zoo"
+    subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(ZOO), "-o", str(zoo)], check=True)
+    spec = tmp_path / "far.yaml"
+    spec.write_text(
+        "name: far\nhosts:\n"
+        "  - {name: n, kind: netns}\n"
+        f"  - {{name: e1, kind: exec, launcher: [ip, netns, exec, {fleet.ns(1)}], address: {fleet.address(1)}}}\n"
+        "probes:\n"
+        "  - {kind: timer, name: t-n, host: n, interval_us: 1000, cpu: [0]}\n"
+        "  - {kind: timer, name: t-e1, host: e1, interval_us: 1000, cpu: [1], priority: 5}\n"
+        f'loads:\n  - {{name: burst, host: e1, kind: command, command: [{zoo}, fifo, --cpu, "1", --prio, "10", --burst-us, "2000", --period-us, "1000000"]}}\n'
+        "monitor: {period: 3s, threshold: 1ms}\n"
+    )
+    out = tmp_path / "m"
+    env = {**os.environ, "LOOPSCOPE_APART_KERNELS": "1"}
+    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def far_periods_home() -> None:
+        _wait(lambda: sum(1 for r in _rows(out) if r["host"] == "e1") >= 2 and sum(1 for r in _rows(out) if r["host"] == "n") >= 2, 90)
+
+    mine_cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {0})  # (this test's own polling stays off the probe's CPU)
+    try:
+        rec, took = sigterm_after(p, far_periods_home)
+    finally:
+        os.sched_setaffinity(0, mine_cpus)
+    assert took < 15, took
+    rows = _rows(out)
+    far = [r for r in rows if r["host"] == "e1"]
+    assert len(far) >= 2 and all(r["probe"] == "t-e1" and r["count"] > 1000 for r in far[:-1]), far
+    # the far monitor's open period was closed by the stop, and came home
+    assert far[-1].get("interrupted"), far[-1]
+    assert rec["probes"]["t-e1"]["periods"] == len(far) and rec["probes"]["t-e1"]["host"] == "e1"
+    assert rec["probes"]["t-e1"]["count"] > 0 and rec["probes"]["t-e1"]["max_ns"] >= 1_000_000
+    # its bursts were kept and explained there, by its own recorder, which knows its load by name
+    outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
+    mine = [o for o in outl if o["host"] == "e1"]
+    # (every one kept and explained; the burst tops most: what else runs on the CPU may top a small one)
+    said = [(o.get("top_cause"), o.get("not_kept")) for o in mine]
+    assert mine and all(o.get("window") and o.get("top_cause") for o in mine), said
+    assert sum(1 for o in mine if o["top_cause"] == "load: burst") >= 0.75 * len(mine), said
+    assert rec["counts"]["outliers_above"] >= len(mine) and rec["counts"]["by_top_cause"].get("load: burst", 0) >= 1
+    # its interval histograms are in the probe's log here; its windows came home with the host's files
+    log = (out / "histograms" / "t-e1.hlog").read_text().splitlines()
+    assert sum(1 for ln in log if not ln.startswith(("#", '"'))) == len(far)
+    windows = list(out.glob("sessions/*/hosts/e1/monitor/mon/windows/*"))
+    assert windows, sorted(str(x) for x in out.rglob("*"))[:50]
+    assert _left(p.pid) == [] and agent_in(fleet.ns(1)) is None

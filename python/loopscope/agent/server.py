@@ -45,6 +45,7 @@ from loopscope import protocol as P
 from loopscope.host import cpulimit, procs, provenance, tunings
 from loopscope.errors import EXIT_INTERRUPTED, InputError, RunError, Stopped
 from loopscope.agent.requests import Requests
+from loopscope.agent.submonitor import SubMonitor
 from loopscope.agent.commands import Failure, last_json, load_argvs, probe_argv, probe_env, proc_cpu_s, read_line, tune_threads
 from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.lineage import die_with_parent
@@ -60,7 +61,7 @@ def _on_term(signum: int, frame: object) -> None:
     raise Terminated(signal.Signals(signum).name)
 
 
-class Agent:
+class Agent(SubMonitor):
     def __init__(self) -> None:
         self.run_id = "unnamed"
         self.probe_env: dict[str, str] = {}
@@ -478,6 +479,7 @@ class Agent:
     # ---- clean-up -------------------------------------------------------------------
 
     def cleanup(self) -> None:
+        self.cleanup_monitor()  # (first: its own teardown takes its probes and loads down)
         if self.tuned is not None:
             # (what cannot be given back stays in the journal, for `loopscope cleanup` on this host)
             self.tuned.restore()

@@ -277,14 +277,17 @@ class Session:
             clocksync.stop(self.lab, self.sync_info, quiet=quiet)
             self.rec.clocksync = self.sync_info.record
 
-    def start_phase(self, pr: PhaseRun, key: str, label: str) -> tuple[LoadsByHost, LoadsByHost]:
+    def start_phase(self, pr: PhaseRun, key: str, label: str, skip: set[str] = set()) -> tuple[LoadsByHost, LoadsByHost]:
         """A phase's links, tunings and loads, then its warm-up: what both
         loops over a lab (a run's steps, a monitor's periods) do before their
         probes. The loads write into the step directories named ``key``;
         ``label`` starts the line that says so. Returns the loads by host and
-        their sinks, for ``stop_loads``."""
+        their sinks, for ``stop_loads``. Loads on the hosts in ``skip`` are
+        left to those hosts (a monitor's far hosts start their own)."""
         self.set_links(pr)
         by_host, sinks = place_loads(self.lab, self.exp, pr.phase.loads, self.first.name)
+        by_host = {h: v for h, v in by_host.items() if h not in skip}
+        sinks = {h: v for h, v in sinks.items() if h not in skip}
         tune_loads(by_host, pr.phase)
         self.apply_tunings(pr)
         by_host = self.start_loads(pr, by_host, sinks, key, label)

@@ -439,26 +439,40 @@ class Keeper:
                     rec["missing"] = mine["missing"][0]
                 if blind:
                     rec["missing"] = "; ".join(x for x in (rec.get("missing"), "tracing was paused inside the window to keep an earlier one") if x)
-            with self.lock:
-                c = self.counts
-                key = (o.probe, f"not kept: {why_not}" if why_not is not None else str(rec.get("top_cause") or "unexplained"))
-                self.by_probe_cause[key] = self.by_probe_cause.get(key, 0) + 1
-                if why_not is not None:
-                    c.miss(why_not)
-                else:
-                    c.kept += 1
-                    if top := rec.get("top_cause"):
-                        c.explained += 1
-                        c.by_cause[top] = c.by_cause.get(top, 0) + 1
-                self.last.append(rec)
-                if self.outliers.closed:  # (handed over after the keeper stopped: the line is still written)
-                    with open(self.out / "outliers.jsonl", "a") as late:
-                        late.write(json.dumps(rec) + "\n")
-                else:
-                    self.outliers.write(json.dumps(rec) + "\n")
+            self._line(rec)
         with self.lock:
             if not self.outliers.closed:
                 self.outliers.flush()
+
+    def add_far(self, rec: OutlierLine) -> None:
+        """An outlier line of a far host's own monitor (``monitor.far``): counted and written as this keeper's own."""
+        with self.lock:
+            self.counts.above += 1
+        self._line(rec)
+        with self.lock:
+            if not self.outliers.closed:
+                self.outliers.flush()
+
+    def _line(self, rec: OutlierLine) -> None:
+        """An outlier's line counted (kept, explained, by cause, or why not) and written."""
+        why_not = rec.get("not_kept")
+        with self.lock:
+            c = self.counts
+            key = (rec["probe"], f"not kept: {why_not}" if why_not is not None else str(rec.get("top_cause") or "unexplained"))
+            self.by_probe_cause[key] = self.by_probe_cause.get(key, 0) + 1
+            if why_not is not None:
+                c.miss(why_not)
+            else:
+                c.kept += 1
+                if top := rec.get("top_cause"):
+                    c.explained += 1
+                    c.by_cause[top] = c.by_cause.get(top, 0) + 1
+            self.last.append(rec)
+            if self.outliers.closed:  # (handed over after the keeper stopped: the line is still written)
+                with open(self.out / "outliers.jsonl", "a") as late:
+                    late.write(json.dumps(rec) + "\n")
+            else:
+                self.outliers.write(json.dumps(rec) + "\n")
 
     def _retain(self) -> None:
         """The oldest windows go first while the kept windows exceed ``monitor.retain``."""

@@ -7,19 +7,17 @@ it does not measure itself (``own_cpus``), and what it will write and hold
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from loopscope.errors import InputError, RunError
+from loopscope.errors import InputError
 from loopscope.kernel.capture import WATCH_BUFFER_MB
 from loopscope.kinds import KINDS
 from loopscope.monitor.keeper import DRAIN_KERNEL_NS, buffer_mb
 from loopscope.spec import Experiment
 
 if TYPE_CHECKING:
-    from loopscope.lab.lab import Lab
     from loopscope.spec.models import ProbeModel
 
 
@@ -93,8 +91,8 @@ def _lanes_line(ln: list[list[ProbeModel]]) -> str:
 def check(exp: Experiment, file: str) -> None:
     """What a monitor can watch: probes whose windows come from their own
     traces (or a capture of their own threads). Hosts of every kind are
-    accepted here; whether a remote one is on this machine's kernel is known
-    only once its agent has said hello (``here_or_refuse``)."""
+    accepted here; a host on another kernel is watched by a monitor of its
+    own there (``monitor.far``), known once its agent has said hello."""
     for p in exp.probes:
         if KINDS[p.kind].windows_need_capture and not KINDS[p.kind].live_capture:
             raise InputError(
@@ -126,21 +124,6 @@ def lanes(exp: Experiment) -> list[list[ProbeModel]]:
     for i, p in enumerate(exp.probes):
         out.setdefault(root(i), []).append(p)
     return list(out.values())
-
-
-def here_or_refuse(lab: Lab) -> None:
-    """Every host must be on this machine's kernel, with its files in this
-    file system: the monitor reads its probes' traces as they are written
-    and its kernel's events (an exec or ssh host into a namespace or a
-    container of this machine is; another machine is not, yet)."""
-    for h in lab.hosts.values():
-        if h.remote and not (h.here and Path(h.base).is_dir()):
-            where = "another kernel" if not h.here else f"a file system where {h.base} is not this machine's"
-            raise RunError(
-                f"host {h.name} ({h.kind}) runs on {where}: a monitor reads every host's probe traces and kernel events on the machine it runs on;"
-                f" run loopscope monitor on that machine (with the host as local) instead",
-                component="monitor",
-            )
 
 
 def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:

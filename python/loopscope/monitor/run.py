@@ -65,17 +65,18 @@ from loopscope.lab.session import Say, Session
 from loopscope.lab.steps import CUT_SHORT_S, Interrupted, Steps
 from loopscope.monitor import figures
 from loopscope.monitor.figures import ProbeLive, utc
-from loopscope.monitor.plan import as_at_start, away_from_probes, here_or_refuse, lanes, recorded_cpus
+from loopscope.monitor.plan import as_at_start, away_from_probes, lanes, recorded_cpus
+from loopscope.monitor.far import Far, check as check_far, far_hosts
 from loopscope.lab.hosts import AgentFailure
 from loopscope.monitor import hist
 from loopscope.rundir import monitor as record
 from loopscope.rundir.monitor import MonitorJson, PeriodLine
 from loopscope.monitor.keeper import Keeper
 from loopscope.monitor.tail import LiveSource, Tail
+from loopscope.monitor.watching import unwatch, watch
 from loopscope.rundir import Step
 from loopscope.spec import Experiment
 from loopscope.spec.plan import PhaseRun, phase_runs
-from loopscope.kernel import capture as C
 
 if TYPE_CHECKING:
     from loopscope.spec.models import ProbeModel
@@ -131,7 +132,7 @@ class Monitor:
         self.for_ns = for_ns
         self.view = view
         self.live = {str(p.name): ProbeLive(str(p.name)) for p in exp.probes}
-        self.logs = {p.name: hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
+        self.logs = {str(p.name): hist.LogFile(out / "histograms" / f"{p.name}.hlog", str(p.name)) for p in exp.probes}
         self.recent = hist.Recent(HOUR_NS)
         self.periods_f = open(out / "periods.jsonl", "a")
         only = recorded_cpus(exp)
@@ -150,6 +151,8 @@ class Monitor:
         #: probes that measure at once (one lane per group of hosts), each lane's trace read by a tail of its own
         self.lanes = lanes(exp)
         self.tails = [Tail(self, f"ls-tail-{i}") for i in range(len(self.lanes))]
+        #: hosts on another kernel, each watched by a monitor of its own there (known once the agents said hello)
+        self.far = Far(self, [])
         first = exp.hosts[0].name
         self.probe_host = {str(p.name): p.hosts(first)[0] for p in exp.probes}
         #: a period closes under it (lanes close theirs side by side; the files and the record are shared)
@@ -273,9 +276,13 @@ class Monitor:
             if tf is not None:
                 self.session.lab.probe_env[WATCH_ENV] = str(tf / "instances" / self.watch_name / "set_event_pid")
         self.session.bring_up()
-        here_or_refuse(self.session.lab)
+        self.far = Far(self, far_hosts(self.session.lab))
+        check_far(self.exp, list(self.far.hosts))
+        self.lanes = [x for x in ([p for p in lane if str(p.name) not in self.far.probes] for lane in self.lanes) if x]
         self._away_from_probes()
-        why = self.keeper.start()
+        if not self.lanes:  # (every probe is on another kernel: the recorders are theirs)
+            self.keeper.cap, self.keeper.why_not = None, "every probe's host runs on another kernel, whose own monitor keeps its outliers"
+        why = self.keeper.start() if self.lanes else None
         if why:
             self.notes.append(f"outliers are counted, not kept: {why}")
             self.say(f"note: outliers are counted, not kept: {why}")
@@ -283,7 +290,8 @@ class Monitor:
             t.start()
         pr = phase_runs(self.exp)[0]
         self.session.set_links_start()
-        by_host, sinks = self.session.start_phase(pr, "loads", "")
+        by_host, sinks = self.session.start_phase(pr, "loads", "", skip=set(self.far.hosts))
+        self.far.start()
         self._refresh_roles()
         if self.metrics_at is not None:
             from loopscope.monitor import metrics
@@ -317,6 +325,8 @@ class Monitor:
                 continue
             with as_at_start(self.cpus_at_start):
                 back = self.session.revive(h.name)
+                if back and h.name in self.far.hosts:
+                    self.far.start_one(h.name, resume=True)
             if back:
                 self._away_from_probes()
                 self._refresh_roles()
@@ -344,6 +354,8 @@ class Monitor:
             for _, got, _ in jobs:
                 while not got.done.wait(0.2):
                     pass
+            if not jobs:  # (every probe is on another kernel, or its host lost)
+                time.sleep(max(0.2, dur_ns / 1e9))
         except Interrupted:
             self.stopping = True
             self._cut_short([h for _, _, p in jobs for h in p.hosts(first)])
@@ -351,6 +363,9 @@ class Monitor:
             raise
         if self.view is not None and jobs:
             self.view(self)
+        for name, err in self.far.failures():
+            with self.session.may_lose(f"the monitor of host {name}"):
+                raise err
         for _, got, probe in jobs:
             if got.error is not None:
                 with self.session.may_lose(f"period {got.n} of probe {probe.name}", f"{probe.name}-{got.n:07d}"):
@@ -413,7 +428,7 @@ class Monitor:
             }
         )
         t0 = time.time()
-        watching = self._watch(probe, Path(self.session.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
+        watching = watch(self, probe, Path(self.session.lab.step_dir(host, key)) / "kernel") if KINDS[probe.kind].live_capture else None
         tail.watch(st)
         cut: str | None = None
         died: str | None = None
@@ -430,7 +445,9 @@ class Monitor:
             said = str(e).splitlines() or [""]
             # its first line says who failed; its last, the failure's own words (a probe's error, the log's end)
             died = (f"host {', '.join(gone)} lost: " if gone else "") + said[0][:300] + (f": {said[-1].strip()[:300]}" if len(said) > 1 else "")
-            if gone or not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
+            if self.stopping and not gone and said[-1].strip().endswith("interrupted"):
+                cut, died = "stopped before it measured", None  # (cut short while it started: not a death)
+            elif gone or not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
                 failed = e
             else:
                 lv.deaths_in_a_row += 1
@@ -438,13 +455,13 @@ class Monitor:
                 self.say(f"period {n}: probe {probe.name} died ({died}); it starts again with the next period")
         finally:
             if watching is not None:
-                self._unwatch(watching)
+                unwatch(self, watching)
             w = tail.finish()
             self.src.stores.pop(probe.label, None)
         t1 = time.time()
         if died is None:
             self.live[str(probe.name)].deaths_in_a_row = 0
-        self.close_period(probe, n, st, w, t0, t1, died)
+        self.close_period(probe, n, st, w, t0, t1, died, cut)
         if failed is not None:
             raise failed
         if cut:
@@ -459,35 +476,11 @@ class Monitor:
         a = self.session.lab.hosts[host].agent
         return a is not None and (a.dead is not None or not a.ch.alive())
 
-    def _watch(self, probe: ProbeModel, d: Path) -> Any:
-        """A watching capture for ``probe``'s period (its probe fills its
-        ``set_event_pid``), or None when the kernel refuses (said once)."""
-
-        cap = C.Capture(d, events=C.WATCH_EVENTS, buffer_mb=C.WATCH_BUFFER_MB, name=self.watch_name, read="watch")
-        meta = cap.start()
-        if meta.refused:
-            self.note_once(f"probe {probe.name}: its threads cannot be recorded, so it measures nothing: {meta.refused}")
-            return None
-        if meta.missing_events:
-            self.note_once(f"probe {probe.name}: this kernel lacks {', '.join(meta.missing_events)}; its threads are measured without them")
-        self.src.stores[str(probe.name)] = d
-        try:
-            self.watch_tids = sorted(int(t) for t in os.listdir(f"/proc/{cap.proc.pid}/task")) if cap.proc is not None else []
-        except OSError:
-            self.watch_tids = []
-        return cap
-
-    def _unwatch(self, cap: Any) -> None:
-        """The watching capture's last read, then its instance removed."""
-        cap.stop()
-        if cap.final.get("error"):
-            self.note_once(f"the watching capture's last read failed: {cap.final['error']}")
-
-    def close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None = None) -> None:
+    def close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None = None, cut: str | None = None) -> None:
         with self.close_lock:
-            self._close_period(probe, n, st, w, t0, t1, died)
+            self._close_period(probe, n, st, w, t0, t1, died, cut)
 
-    def _close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None) -> None:
+    def _close_period(self, probe: ProbeModel, n: int, st: Step, w: pl.DataFrame, t0: float, t1: float, died: str | None, cut: str | None) -> None:
         lv = self.live[str(probe.name)]
         vals = w["latency_ns"].to_numpy() if len(w) else np.zeros(0, dtype=np.int64)
         h = hist.new()
@@ -504,7 +497,7 @@ class Monitor:
                 gap_ns = max(0, a_k - lv.last_end_k)
                 lv.unmeasured_ns += gap_ns
             lv.last_end_k = b_k
-        self.logs[probe.name].write(h, t0, t1)
+        self.logs[str(probe.name)].write(h, t0, t1)
         if self.fixed_ns is None:  # (a fixed threshold needs no last hour)
             self.recent.add(time.monotonic_ns(), h)
         with self.live_lock:
@@ -545,6 +538,8 @@ class Monitor:
         for k in ("samples", "missed", "interrupted"):
             if k in res:
                 row[k] = res[k]
+        if cut and not row.get("interrupted"):
+            row["interrupted"] = cut
         lv.samples += int(res.get("samples") or len(vals))
         lv.missed += int(res.get("missed") or 0)
         self.periods_f.write(json.dumps(row) + "\n")
@@ -580,6 +575,7 @@ class Monitor:
 
     def teardown(self) -> None:
         self._join_lanes()  # (a failure elsewhere ends the loop with lanes still closing their periods)
+        self.far.stop()
         for t in self.tails:
             t.stop()
         for t in self.tails:  # (a read under way hands its outliers over before the keeper stops)
