@@ -177,7 +177,9 @@ class Far:
         spec = sub_spec((self.mon.session.run_dir / "spec.yaml").read_text(), self.mon.exp, name)
         with self.lock:
             r = lab.agent(name).ask(P.StartMonitor(spec=spec, out=f"{lab.hosts[name].base}/monitor", resume=resume), timeout=60)
-            fh.offsets, fh.running, fh.error, fh.ended_said = dict(r.offsets), True, None, False
+            # (again after a loss: from where the last read ended, for what it wrote as it died came home with nothing)
+            fh.offsets = {k: min(v, fh.offsets.get(k, v)) for k, v in r.offsets.items()} if resume else dict(r.offsets)
+            fh.running, fh.error, fh.ended_said = True, None, False
         self.mon.say(f"host {name}: on another kernel; its own monitor runs there and its periods come home")
 
     def _loop(self) -> None:

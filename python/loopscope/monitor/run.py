@@ -445,7 +445,7 @@ class Monitor:
             said = str(e).splitlines() or [""]
             # its first line says who failed; its last, the failure's own words (a probe's error, the log's end)
             died = (f"host {', '.join(gone)} lost: " if gone else "") + said[0][:300] + (f": {said[-1].strip()[:300]}" if len(said) > 1 else "")
-            if self.stopping and not gone and said[-1].strip().endswith("interrupted"):
+            if self.stopping and not gone and said[-1].strip().endswith(("interrupted", "KeyboardInterrupt")):
                 cut, died = "stopped before it measured", None  # (cut short while it started: not a death)
             elif gone or not str(e.component or "").startswith("probe") or lv.deaths_in_a_row + 1 >= MAX_DEATHS:
                 failed = e
