@@ -158,7 +158,8 @@ def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_perio
         rec, took = sigterm_after(p, far_periods_home)
     finally:
         os.sched_setaffinity(0, mine_cpus)
-    assert took < 15, took
+    # within 2 s on an idle machine (1.6 s here); a loaded test run is given more
+    assert took < 5, took
     rows = _rows(out)
     far = [r for r in rows if r["host"] == "e1"]
     assert len(far) >= 2 and all(r["probe"] == "t-e1" and r["count"] > 1000 for r in far[:-1]), far
