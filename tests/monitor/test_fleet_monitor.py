@@ -181,3 +181,45 @@ def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_perio
     windows = list(out.glob("sessions/*/hosts/e1/monitor/mon/windows/*"))
     assert windows, sorted(str(x) for x in out.rglob("*"))[:50]
     assert _left(p.pid) == [] and agent_in(fleet.ns(1)) is None
+
+
+def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_nothing(sshd: Sshd, tmp_path: Path, lab: None) -> None:
+    if not Path("/sys/kernel/tracing/instances").is_dir():
+        pytest.skip("needs tracefs for the flight recorder")
+    spec = tmp_path / "farssh.yaml"
+    spec.write_text(
+        "name: farssh\nhosts:\n"
+        + sshd.host("s")
+        + "probes:\n  - {kind: timer, name: t-s, host: s, interval_us: 1000, cpu: [1]}\n"
+        + "monitor: {period: 2s, threshold: 1ms}\n"
+    )
+    out = tmp_path / "m"
+    env = {**os.environ, "LOOPSCOPE_APART_KERNELS": "1"}
+    p = subprocess.Popen([str(BIN), "monitor", str(spec), "-o", str(out), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    rec, took = sigterm_after(p, lambda: _wait(lambda: len(_rows(out)) >= 2, 90))
+    rows = _rows(out)
+    assert len(rows) >= 2 and {r["host"] for r in rows} == {"s"} and rows[0]["count"] > 1000, rows
+    # every probe is there: the controller's own recorder is not started, and says why
+    assert "another kernel" in rec["recorder"], rec["recorder"]
+    assert rec["probes"]["t-s"]["periods"] == len(rows)
+    assert _left(p.pid) == []
+
+
+def test_a_far_host_whose_own_monitor_refuses_its_spec_fails_the_monitor_naming_the_host(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+    # its agent sees CPU 0 only (taskset in its launcher), so its monitor refuses the probe's CPU 1, which the controller has
+    spec = tmp_path / "farbad.yaml"
+    spec.write_text(
+        "name: farbad\nhosts:\n"
+        f"  - {{name: e1, kind: exec, launcher: [ip, netns, exec, {fleet.ns(1)}, taskset, -c, '0'], address: {fleet.address(1)}}}\n"
+        "probes:\n  - {kind: timer, name: t-e1, host: e1, interval_us: 1000, cpu: [1]}\nmonitor: {period: 2s, threshold: 1ms}\n"
+    )
+    r = subprocess.run(
+        [str(BIN), "monitor", str(spec), "-o", str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "LOOPSCOPE_APART_KERNELS": "1"},
+    )
+    assert r.returncode == 1, r.stderr
+    assert "host e1: its own monitor ended (exit 2)" in r.stderr and "CPU 1 is not available" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and agent_in(fleet.ns(1)) is None

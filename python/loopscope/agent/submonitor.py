@@ -27,6 +27,7 @@ from pathlib import Path
 
 from loopscope import protocol as P
 from loopscope.agent.commands import Failure
+from loopscope.host import procs
 
 #: the files whose appended bytes come home (interval logs are found under ``histograms/``)
 LINE_FILES = ("periods.jsonl", "outliers.jsonl")
@@ -50,7 +51,8 @@ class SubMonitor:
             argv = ["setpriv", "--pdeathsig", "TERM", "--", *argv]
         env = {k: v for k, v in os.environ.items() if k not in ("LOOPSCOPE_RUN", "LOOPSCOPE_PDEATHSIG")}
         env["LOOPSCOPE_SUBMONITOR"] = "1"
-        with open(out / "monitor.log", "ab") as log:
+        # (on the CPUs the agent started with: a monitor moves its agents off its probes' CPUs, and this one's probes need them)
+        with open(out / "monitor.log", "ab") as log, procs.start_cpus():
             self.sub = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, close_fds=True)
         self.sub_out = out
         # where the lines begin: what a resumed directory held came home before

@@ -88,7 +88,7 @@ START_CPUS: set[int] = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity
 
 
 @contextmanager
-def _start_cpus() -> Iterator[None]:
+def start_cpus() -> Iterator[None]:
     """The calling thread on ``START_CPUS`` while it forks (a child inherits its mask)."""
     try:
         now = os.sched_getaffinity(0)
@@ -111,7 +111,7 @@ def _start_cpus() -> Iterator[None]:
 def spawn(name: str, kind: str, argv: list[str], log: Path, group: Path | None, env: dict[str, str], stdout_pipe: bool = False) -> Child:
     log.parent.mkdir(parents=True, exist_ok=True)
     full = RunGroup.wrap(group, argv) if group is not None else argv
-    with open(log, "ab") as logf, _start_cpus():
+    with open(log, "ab") as logf, start_cpus():
         p = subprocess.Popen(full, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if stdout_pipe else logf, stderr=logf, env=env, close_fds=True)
     return Child(name, kind, argv, p, log, group)
 

@@ -248,6 +248,8 @@ class Far:
             if r.exit_code not in (0, 130):
                 said = " ".join(r.said.strip().splitlines()[-3:])[-400:]
                 m.note_once(f"host {fh.name}: its monitor ended (exit {r.exit_code}): {said}")
+                if not self.stop_ev.is_set():  # (its agent is alive: the monitor fails, naming the host)
+                    fh.error = AgentFailure(f"host {fh.name}: its own monitor ended (exit {r.exit_code}): {said}", fh.name, "monitor")
 
     def period(self, row: PeriodLine) -> None:
         """A far probe's period row: written with the others, counted in its probe's figures."""
