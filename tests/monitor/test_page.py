@@ -82,3 +82,11 @@ def test_with_one_cpu_the_monitor_says_it_shares_the_probes_cpu() -> None:
     exp = _exp("  - {kind: timer, name: t}\n")
     note = own_cpus(exp, usable=[0])
     assert not exp.probes[0].cpu and note and "lab: agent" in note and "share" in note
+
+
+def test_probes_pinned_to_every_cpu_are_said_to_share_them_with_the_monitors_own_threads() -> None:
+    from loopscope.monitor.plan import own_cpus
+
+    exp = _exp("  - {kind: timer, name: a, cpu: [0]}\n  - {kind: timer, name: b, cpu: [1]}\n")
+    note = own_cpus(exp, usable=[0, 1])
+    assert note and "pinned to every CPU it may use (0, 1)" in note and "lab: agent" in note and exp.probes[0].cpu == [0]

@@ -142,6 +142,12 @@ def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:
         f"; probe {', '.join(loose)} cannot be pinned (its kind runs where the kernel puts it): the monitor's own threads may run beside it" if loose else ""
     )
     if not unpinned:
+        taken = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+        if taken and not set(cpus) - taken:
+            beside += (
+                f"; probes are pinned to every CPU it may use ({', '.join(map(str, cpus))}): the monitor's own threads (its controller, agents and"
+                " recorder) share their CPUs and show among the causes of their outliers (lab: agent, lab: capture); leave one CPU without a probe"
+            )
         return beside[2:] or None
     names = ", ".join(str(p.name) for p in unpinned)
     taken = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
