@@ -164,6 +164,13 @@ class Far:
     def probes(self) -> set[str]:
         return {p for fh in self.hosts.values() for p in fh.probes}
 
+    def elsewhere(self) -> set[str]:
+        """The far probes on another machine (another boot of another kernel,
+        not this machine counted apart, as ``LOOPSCOPE_APART_KERNELS`` does):
+        their CPUs are not this machine's."""
+        lab = self.mon.session.lab
+        return {p for fh in self.hosts.values() if not lab.hosts[fh.name].here for p in fh.probes}
+
     def start(self) -> None:
         for n in self.hosts:
             self.start_one(n, resume=False)

@@ -174,12 +174,13 @@ def own_cpus(exp: Experiment, usable: list[int] | None = None) -> str | None:
 OWN_NICE = -10
 
 
-def away_from_probes(exp: Experiment, tids: list[int] | None = None) -> None:
+def away_from_probes(exp: Experiment, tids: list[int] | None = None, elsewhere: set[str] = set()) -> None:
     """This process's threads, and ``tids``, onto the CPUs no probe is pinned
     to, and this process's threads (and those they start) at ``OWN_NICE``.
     Nothing changes when no probe is pinned (the monitor would then compete
-    with its probes, and shows in their attribution as ``lab: agent``)."""
-    pinned = {c for p in exp.probes for c in (getattr(p, "cpu", None) or [])}
+    with its probes, and shows in their attribution as ``lab: agent``).
+    The probes named in ``elsewhere`` measure on another machine: their CPUs are not this one's."""
+    pinned = {c for p in exp.probes if str(p.name) not in elsewhere for c in (getattr(p, "cpu", None) or [])}
     try:
         rest = os.sched_getaffinity(0) - pinned
         if not rest or not pinned:

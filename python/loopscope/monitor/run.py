@@ -402,7 +402,7 @@ class Monitor:
         runtime's among them; threads started later inherit it) and the
         recorder it starts on CPUs no probe is pinned to. The probes an
         agent starts get the agent's first CPUs back (``procs.spawn``)."""
-        away_from_probes(self.exp, [t for t in self.session.lab.lab_tids().get("lab: agent", []) if t])
+        away_from_probes(self.exp, [t for t in self.session.lab.lab_tids().get("lab: agent", []) if t], self.far.elsewhere())
 
     def period(self, pr: PhaseRun, probe: ProbeModel, dur_ns: int, tail: Tail, n: int) -> None:
         """One period of ``probe`` (in its lane's thread): measured, its trace
