@@ -166,7 +166,10 @@ def test_a_writer_killed_with_sigkill_leaves_a_readable_file(tmp_path: Path, cli
     assert not inf.stats["closed"]
     assert any("did not close" in l for l in inf.loss_lines())
     tags = lt.read(p)["tag"].to_list()
-    assert tags == list(range(len(tags)))  # a prefix, nothing missing in between
+    # a prefix, in order; what is missing in between is what the writer counted as dropped (its ring full: a
+    # loaded machine's writer thread falls behind this loop, 88,503 of 4.1 M once in a test run), never more
+    assert all(a < b for a, b in zip(tags, tags[1:])) and tags[0] == 0
+    assert tags[-1] + 1 - len(tags) <= inf.lost_records, (tags[-1] + 1 - len(tags), inf.loss_lines())
     r = cli("trace", "info", str(p))
     assert r.returncode == 0 and "did not close" in r.stdout
 
