@@ -119,8 +119,7 @@ def sub_spec(text: str, exp: Experiment, host: str) -> str:
             probes.append({**rp, "name": str(p.name), "host": host})
     phase = phase_runs(exp)[0].phase
     loads = []
-    for rl in raw.get("loads") or []:
-        ld = exp.load(str(rl.get("name") or rl.get("kind")))
+    for rl, ld in zip(raw.get("loads") or [], exp.loads):
         if ld.name in phase.loads and (ld.host or first) == host:
             loads.append({**rl, "name": ld.name, "host": host})
     out = {k: v for k, v in raw.items() if k not in ("hosts", "probes", "loads", "phases", "links", "clocksync", "kernel", "on_host_failure")}
