@@ -64,25 +64,6 @@ impl Losses {
     }
 }
 
-/// The columns of activations (one entry per activation, `NULL` for none).
-#[derive(Default, Debug)]
-pub struct Out {
-    pub tid: Vec<i64>,
-    pub act: Vec<i64>,
-    pub woken: Vec<i64>,
-    pub on: Vec<i64>,
-    pub off: Vec<i64>,
-    pub wakeup_latency: Vec<i64>,
-    pub timer_expires: Vec<i64>,
-    pub timer_lateness: Vec<i64>,
-    pub runtime: Vec<i64>,
-    pub preemptions: Vec<i64>,
-    pub migrations: Vec<i64>,
-    pub period: Vec<i64>,
-    pub on_bound: Vec<i64>,
-    pub complete: Vec<bool>,
-}
-
 #[derive(Clone, Copy)]
 struct Group {
     act: i64,
@@ -226,17 +207,22 @@ pub struct Stream {
     /// Per CPU (by number): the latest event time seen, and the latest before that one.
     cpu_last: Vec<(i64, i64)>,
     lost: Losses,
-    out: Out,
+    out: Sink,
 }
 
 impl Stream {
     pub fn new(tids: &[i64], lost: Losses) -> Self {
+        Self::into(tids, lost, Sink::Rows(Out::default()))
+    }
+
+    /// The pass with its activations going to `out` (rows, or a summary).
+    pub fn into(tids: &[i64], lost: Losses, out: Sink) -> Self {
         let mut sorted = tids.to_vec();
         sorted.sort_unstable();
         sorted.dedup();
         let index = sorted.iter().enumerate().map(|(i, &t)| (t, i)).collect();
         let threads = sorted.into_iter().map(ThreadState::new).collect();
-        Stream { index, threads, cpu_last: Vec::new(), lost, out: Out::default() }
+        Stream { index, threads, cpu_last: Vec::new(), lost, out }
     }
 
     /// The last event on `cpu` strictly before `t`; `t` is then seen there.
@@ -303,8 +289,24 @@ impl Stream {
         th.pending.push(e);
     }
 
-    /// Every thread's last group ended; the rows, by thread id then activation.
-    pub fn finish(mut self) -> Out {
+    /// Every thread's last group ended; the rows, by thread id then
+    /// activation (none when the pass was summarizing).
+    pub fn finish(self) -> Out {
+        match self.close_all() {
+            Sink::Rows(o) => o.sorted(),
+            Sink::Summary(_) => Out::default(),
+        }
+    }
+
+    /// Every thread's last group ended; the summary (empty when the pass kept rows).
+    pub fn finish_summary(self) -> Summary {
+        match self.close_all() {
+            Sink::Summary(s) => s,
+            Sink::Rows(_) => Summary::new(None, 0),
+        }
+    }
+
+    fn close_all(mut self) -> Sink {
         for th in self.threads.iter_mut() {
             apply(th, &self.lost, &mut self.out);
             if let Some(g) = th.open.take() {
@@ -314,12 +316,12 @@ impl Stream {
                 row(th, c, &self.lost, &mut self.out);
             }
         }
-        self.out.sorted()
+        self.out
     }
 }
 
 /// A thread's pending events (one instant), in kind order.
-fn apply(th: &mut ThreadState, lost: &Losses, out: &mut Out) {
+fn apply(th: &mut ThreadState, lost: &Losses, out: &mut Sink) {
     let mut pend = std::mem::take(&mut th.pending);
     pend.sort_by_key(|e| e.kind);
     for &e in &pend {
@@ -329,7 +331,7 @@ fn apply(th: &mut ThreadState, lost: &Losses, out: &mut Out) {
     th.pending = pend;
 }
 
-fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Out) {
+fn step(th: &mut ThreadState, e: TEv, lost: &Losses, out: &mut Sink) {
     if e.kind == Kind::Own {
         // groups waiting for this: their switch-in is placed before it
         while let Some(c) = th.closed.front_mut() {
@@ -420,7 +422,7 @@ fn close(th: &mut ThreadState, g: Group) {
 }
 
 /// The row of a group whose switch-in is known (or never will be).
-fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Out) {
+fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Sink) {
     let g = c.g;
     let (seen, lower) = match c.seen {
         Some((s, l)) if g.first_in == NULL => (s, l),
@@ -469,57 +471,28 @@ fn row(th: &mut ThreadState, c: Closed, lost: &Losses, o: &mut Out) {
             complete = false;
         }
     }
-    o.tid.push(th.tid);
-    o.act.push(g.act);
-    o.woken.push(woken);
-    o.on.push(on);
-    o.off.push(g.off);
-    o.wakeup_latency.push(if woken != NULL { on - woken } else { NULL });
-    o.timer_expires.push(timer_expires);
-    o.timer_lateness.push(if timer_expires != NULL && timer_expires <= on { on - timer_expires } else { NULL });
-    o.runtime.push(if whole { runtime } else { NULL });
-    o.preemptions.push(g.preemptions);
-    o.migrations.push(g.migrations);
-    o.period.push(period);
-    o.on_bound.push(upper - on);
-    o.complete.push(complete);
+    o.push(Row {
+        tid: th.tid,
+        act: g.act,
+        woken,
+        on,
+        off: g.off,
+        wakeup_latency: if woken != NULL { on - woken } else { NULL },
+        timer_expires,
+        timer_lateness: if timer_expires != NULL && timer_expires <= on { on - timer_expires } else { NULL },
+        runtime: if whole { runtime } else { NULL },
+        preemptions: g.preemptions,
+        migrations: g.migrations,
+        period,
+        on_bound: upper - on,
+        complete,
+    });
 }
 
-impl Out {
-    /// The rows by (thread, activation), a column at a time (memory: the
-    /// rows, one column more and the order).
-    fn sorted(mut self) -> Out {
-        let n = self.tid.len();
-        if (1..n).all(|i| (self.tid[i - 1], self.act[i - 1]) <= (self.tid[i], self.act[i])) {
-            return self;
-        }
-        let mut order: Vec<u32> = (0..n as u32).collect();
-        order.sort_by_key(|&i| (self.tid[i as usize], self.act[i as usize]));
-        fn pick<T: Copy>(v: &mut Vec<T>, order: &[u32]) {
-            let new: Vec<T> = order.iter().map(|&i| v[i as usize]).collect();
-            *v = new;
-        }
-        for v in [
-            &mut self.tid,
-            &mut self.act,
-            &mut self.woken,
-            &mut self.on,
-            &mut self.off,
-            &mut self.wakeup_latency,
-            &mut self.timer_expires,
-            &mut self.timer_lateness,
-            &mut self.runtime,
-            &mut self.preemptions,
-            &mut self.migrations,
-            &mut self.period,
-            &mut self.on_bound,
-        ] {
-            pick(v, &order);
-        }
-        pick(&mut self.complete, &order);
-        self
-    }
-}
+mod out;
+pub use out::{Out, Row, Sink};
+pub mod summary;
+pub use summary::Summary;
 
 #[cfg(test)]
 mod tests;

@@ -464,11 +464,26 @@ pub struct KtraceActivations {
 #[pymethods]
 impl KtraceActivations {
     /// `tids`: the threads; `lost_start`/`lost_end`: windows of lost events
-    /// (an activation overlapping one is incomplete).
+    /// (an activation overlapping one is incomplete); `top_k`: fold the
+    /// activations as they close instead of keeping rows, each thread's
+    /// `top_k` outliers kept (`finish_summary`), only those woken inside
+    /// `window` (ns, both ends included) when given.
     #[new]
-    fn new(tids: Vec<i64>, lost_start: Vec<i64>, lost_end: Vec<i64>) -> Self {
-        use loopscope_ktrace::activations::{Losses, Stream};
-        KtraceActivations { stream: Some(Stream::new(&tids, Losses::new(lost_start.into_iter().zip(lost_end).collect()))) }
+    #[pyo3(signature = (tids, lost_start, lost_end, top_k=None, window=None))]
+    fn new(tids: Vec<i64>, lost_start: Vec<i64>, lost_end: Vec<i64>, top_k: Option<usize>, window: Option<(i64, i64)>) -> Self {
+        use loopscope_ktrace::activations::{Losses, Out, Sink, Stream, Summary};
+        let sink = match top_k {
+            Some(k) => Sink::Summary(Summary::new(window, k)),
+            None => Sink::Rows(Out::default()),
+        };
+        KtraceActivations { stream: Some(Stream::into(&tids, Losses::new(lost_start.into_iter().zip(lost_end).collect()), sink)) }
+    }
+
+    /// The summary of a folding pass (`crate::threadsum::to_dict`).
+    fn finish_summary<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.stream.take().ok_or_else(|| InputError::new_err("KtraceActivations: already finished"))?;
+        let sum = py.detach(|| s.finish_summary());
+        crate::threadsum::to_dict(py, &sum)
     }
 
     /// Every event of a stretch of the capture, in time order, as int64

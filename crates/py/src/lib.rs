@@ -24,6 +24,7 @@ mod net;
 mod pipe;
 mod probes;
 mod sync;
+mod threadsum;
 mod trace;
 
 use loopscope_probes::timer;

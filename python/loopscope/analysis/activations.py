@@ -64,6 +64,22 @@ COLUMNS = {
     "complete": pl.Boolean,
 }
 
+#: what a folding pass gives per thread (``Feed.summary``)
+FIGURES = ("wakeup_latency_ns", "timer_lateness_ns", "runtime_ns", "period_ns", "on_bound_ns")
+SUMMARY = {
+    "tid": pl.Int64,
+    "activations": pl.Int64,
+    "complete": pl.Int64,
+    "preemptions": pl.Int64,
+    "migrations": pl.Int64,
+    "outliers": pl.Int64,
+    **{f"{f}_{q}": pl.Int64 for f in FIGURES for q in ("p50", "p99", "max")},
+}
+#: a thread's kept outliers: lateness and window (``Feed.summary``)
+WORST = {"tid": pl.Int64, "late": pl.Int64, "start_k": pl.Int64, "end_k": pl.Int64}
+#: the precision of a folding pass's quantiles, in significant decimal digits (its histograms')
+SIG_DIGITS = 3
+
 WAKE_EVENTS = ("sched_wakeup", "sched_waking")
 
 
@@ -173,13 +189,22 @@ class Feed:
     order, each after the last), then ``rows``."""
 
     def __init__(
-        self, tids: list[int], lost: pl.DataFrame | None, clock: str, coded: tuple[list[str], list[str]] | None = None, offsets: pl.DataFrame | None = None
+        self,
+        tids: list[int],
+        lost: pl.DataFrame | None,
+        clock: str,
+        coded: tuple[list[str], list[str]] | None = None,
+        offsets: pl.DataFrame | None = None,
+        top_k: int | None = None,
+        window: tuple[int, int] | None = None,
     ) -> None:
-
+        """``top_k``: fold the activations as they close (``summary``), each
+        thread's ``top_k`` outliers kept, only those woken inside ``window``
+        when given; else keep them as rows (``rows``)."""
         ls = lost["start_ns"].to_list() if lost is not None and len(lost) else []
         le = lost["end_ns"].to_list() if lost is not None and len(lost) else []
         self.clock, self.coded, self.offsets = clock, coded, offsets
-        self.native = _native.KtraceActivations(sorted({int(t) for t in tids}), ls, le)
+        self.native = _native.KtraceActivations(sorted({int(t) for t in tids}), ls, le, top_k, window)
 
     def feed(self, ev: pl.DataFrame) -> None:
         """Every event of a stretch (``kernel.store`` columns, text decoded or as stored)."""
@@ -187,6 +212,19 @@ class Feed:
             return
         a = _arrays(ev, self.clock, self.coded, self.offsets)
         self.native.feed(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"])
+
+    def summary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """A folding pass's result: a row per thread (``SUMMARY``: counts, and
+        each figure's p50, p99 and max, null where it has none; quantiles at
+        ``SIG_DIGITS`` significant digits) and its kept outliers (``WORST``),
+        latest first within a thread."""
+        got = self.native.finish_summary()
+        null = np.iinfo(np.int64).min
+        per = pl.DataFrame({c: got[c] for c in SUMMARY}).with_columns(
+            pl.when(pl.col(c) != null).then(pl.col(c)).alias(c) for c in SUMMARY if c[-4:] in ("_p50", "_p99", "_max")
+        )
+        worst = pl.DataFrame({"tid": got["worst_tid"], "late": got["worst_late"], "start_k": got["worst_start"], "end_k": got["worst_end"]})
+        return per.cast(SUMMARY), worst.cast(WORST)  # type: ignore[arg-type]
 
     def rows(self) -> pl.DataFrame:
         """One row per activation (``COLUMNS``), by thread then activation."""

@@ -19,15 +19,15 @@ lost events are left out of the figures and counted.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
-import numpy as np
 import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
 from loopscope.analysis import attribution as A
 from loopscope.analysis.explained import Parts
 from loopscope.analysis.recorded import Unseen, hedged, unseen
-from loopscope.analysis.activations import MONO_CLOCKS, OFFSET_WINDOW, Feed, activations, mono_offsets
+from loopscope.analysis.activations import FIGURES, MONO_CLOCKS, OFFSET_WINDOW, SUMMARY, WORST, Feed, activations, mono_offsets
 from loopscope.kernel import store as S
 
 
@@ -79,11 +79,12 @@ class ThreadsJson(TypedDict):
     exited: NotRequired[list[Exited]]
 
 
-def _spread(s: pl.Series) -> Spread | None:
-    v = s.drop_nulls().to_numpy()
-    if not len(v):
+def _spread(r: Mapping[str, int | None], figure: str) -> Spread | None:
+    """A figure of a thread's summary row: None when it has no value."""
+    p50, p99, most = (r.get(f"{figure}_{q}") for q in ("p50", "p99", "max"))
+    if p50 is None or p99 is None or most is None:
         return None
-    return {"p50": int(np.percentile(v, 50)), "p99": int(np.percentile(v, 99)), "max": int(v.max())}
+    return {"p50": p50, "p99": p99, "max": most}
 
 
 def names_in(ev: pl.DataFrame) -> dict[int, str]:
@@ -103,13 +104,10 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
-def thread_activations(st: S.Store, tids: list[int]) -> pl.DataFrame:
-    """Every activation of ``tids`` in the capture (``activations.COLUMNS``):
-    its segment files streamed through the native pass one at a time, as
-    stored (text as codes), only the columns the pass reads; memory is a
-    file's events and the rows, whatever the capture's length."""
-    if st.legacy is not None or not st.files():
-        return activations(st.load(st.t_first or 0, st.t_last or 0), tids, st.lost, st.clock)
+def _feed(st: S.Store, tids: list[int], top_k: int | None = None, window: tuple[int, int] | None = None) -> tuple[Feed, bool]:
+    """The native pass over the capture's segment files, one at a time, as
+    stored (text as codes), only the columns it reads; and whether its timer
+    expiries are still on CLOCK_MONOTONIC (``carried_by_wakeups``)."""
     coded = (st.event_names, st.strings)
     offsets = None
     if st.clock not in MONO_CLOCKS:
@@ -119,10 +117,73 @@ def thread_activations(st: S.Store, tids: list[int]) -> pl.DataFrame:
         offsets = mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
     # no timer interrupts to carry the expiries with: they stay on CLOCK_MONOTONIC, carried below from the wake-ups
     raw = offsets is not None and not len(offsets)
-    feed = Feed(tids, st.lost, st.clock, coded, pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets)
+    feed = Feed(tids, st.lost, st.clock, coded, pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets, top_k if not raw else None, window)
     for part in st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]):
         feed.feed(part)
+    return feed, raw
+
+
+def thread_activations(st: S.Store, tids: list[int]) -> pl.DataFrame:
+    """Every activation of ``tids`` in the capture (``activations.COLUMNS``),
+    the capture streamed through the native pass a segment file at a time;
+    memory is a file's events and the rows, whatever the capture's length."""
+    if st.legacy is not None or not st.files():
+        return activations(st.load(st.t_first or 0, st.t_last or 0), tids, st.lost, st.clock)
+    feed, raw = _feed(st, tids)
     return carried_by_wakeups(feed.rows()) if raw else feed.rows()
+
+
+def thread_summary(st: S.Store, tids: list[int], window: tuple[int, int] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Each thread's activations folded (``activations.SUMMARY``) and its
+    ``MAX_EXPLAINED`` latest outliers (``activations.WORST``), only those woken
+    inside ``window`` when given: the native pass folds them as they close, so
+    memory is the threads' histograms, not the activations. A capture the
+    fold cannot take (a legacy one, or timer expiries carried by the wake-ups,
+    which needs every activation) is summarised from its rows, exactly."""
+    if st.legacy is None and st.files():
+        feed, raw = _feed(st, tids, MAX_EXPLAINED, window)
+        if not raw:
+            return feed.summary()
+        act = carried_by_wakeups(feed.rows())
+    else:
+        act = thread_activations(st, tids)
+    if window is not None:
+        act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
+    return summary_of_rows(act)
+
+
+#: the outliers of a thread whose causes are found: its largest (a busy thread's p99 is thousands of wake-ups)
+MAX_EXPLAINED = 500
+
+
+def summary_of_rows(act: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``thread_summary`` from activation rows (``activations.COLUMNS``),
+    with exact quantiles (linear between ranks): its outliers are the complete
+    activations whose lateness is at or above the thread's p99 (at least one)."""
+    ok = pl.col("complete")
+    aggs: list[pl.Expr] = [pl.len().alias("activations"), ok.sum().cast(pl.Int64).alias("complete"), pl.col("preemptions").sum(), pl.col("migrations").sum()]
+    for f in FIGURES:
+        v = pl.col(f).filter(ok & pl.col(f).is_not_null() & ((pl.col(f) > 0) if f == "on_bound_ns" else pl.lit(True)))
+        aggs += [v.quantile(0.5, "linear").round().alias(f"{f}_p50"), v.quantile(0.99, "linear").round().alias(f"{f}_p99"), v.max().alias(f"{f}_max")]
+    per = act.group_by("tid").agg(aggs)
+    timed = pl.col("timer_expires_ns").is_not_null() & (pl.col("timer_expires_ns") <= pl.col("woken_ns"))
+    late = (
+        act.lazy()
+        .filter(ok & pl.col("wakeup_latency_ns").is_not_null())
+        .select(
+            "tid",
+            pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"),
+            pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"),
+            # a window runs to the latest its switch-in can have been (attribution finds the run itself)
+            (pl.col("on_ns") + pl.col("on_bound_ns").fill_null(0)).alias("end_k"),
+        )
+    )
+    thr = late.group_by("tid").agg(pl.col("late").quantile(0.99, "linear").alias("thr"))
+    top = late.join(thr, on="tid").filter(pl.col("late") >= pl.col("thr")).drop("thr").collect()
+    counts = top.group_by("tid").agg(pl.len().cast(pl.Int64).alias("outliers"))
+    per = per.join(counts, on="tid", how="left").with_columns(pl.col("outliers").fill_null(0))
+    worst = top.sort(["tid", "late"], descending=[False, True]).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
+    return per.select(list(SUMMARY)).cast(SUMMARY), worst.select(list(WORST)).cast(WORST)  # type: ignore[arg-type]
 
 
 #: a wake-up this much earlier than the typical one against its timer's expiry ended its sleep for another reason
@@ -215,41 +276,17 @@ def matching(names: dict[int, str], comm: str | None = None, threads: str | None
     return out
 
 
-#: the outliers of a thread whose causes are found: its largest (a busy thread's p99 is thousands of wake-ups)
-MAX_EXPLAINED = 500
+Causes = tuple[int, list[Share], "Parts | None"]
 
 
-Causes = tuple[int, int, list[Share], "Parts | None"]
-
-
-def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[int, str] | None = None) -> dict[int, Causes]:
-    """Per thread, its outliers (activations whose lateness, from the timer's
-    expiry where it slept on one, else from its wake-up, is above its p99; at
-    least one), how many were explained (the largest ``MAX_EXPLAINED``), their
-    causes, and their time before and after the wake-up."""
+def _causes(st: S.Store, worst: pl.DataFrame, roles: dict[int, str], groups: dict[int, str] | None = None) -> dict[int, Causes]:
+    """Per thread, how many of its kept outliers (``worst``, ``thread_summary``)
+    were explained, their causes, and their time before and after the wake-up."""
     from loopscope.analysis.explain import attribute_store, parts_of
 
-    # only the columns this needs (a dense capture has millions of activations); a window starts at the
-    # timer's expiry when the thread slept on one (the part before its wake-up is the timer's lateness)
-    timed = pl.col("timer_expires_ns").is_not_null() & (pl.col("timer_expires_ns") <= pl.col("woken_ns"))
-    ok = (
-        act.lazy()
-        .filter(pl.col("complete") & pl.col("wakeup_latency_ns").is_not_null())
-        .select(
-            "tid",
-            pl.when(timed).then(pl.col("timer_expires_ns")).otherwise(pl.col("woken_ns")).alias("start_k"),
-            # a window runs to the latest its switch-in can have been (attribution finds the run itself)
-            (pl.col("on_ns") + pl.col("on_bound_ns").fill_null(0)).alias("on_ns"),
-            pl.coalesce(pl.when(timed).then(pl.col("timer_lateness_ns")), pl.col("wakeup_latency_ns")).alias("late"),
-        )
-    )
-    thr = ok.group_by("tid").agg(pl.col("late").quantile(0.99, "linear").alias("thr"))
-    top = ok.join(thr, on="tid").filter(pl.col("late") >= pl.col("thr")).collect()
-    if not len(top):
+    if not len(worst):
         return {}
-    counts = dict(top.group_by("tid").len().iter_rows())
-    top = top.sort("late", descending=True).group_by("tid", maintain_order=True).head(MAX_EXPLAINED)
-    outl = top.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", "start_k", pl.col("on_ns").alias("end_k"), pl.lit(False).alias("span"))
+    outl = worst.with_row_index("id").select(pl.col("id").cast(pl.Int64), "tid", "start_k", "end_k", pl.lit(False).alias("span"))
     att = attribute_store(st, outl, roles, groups)
     if hedge := hedged(st.by_event()):
         # what was not recorded may be in an idle-looking gap: the label says so (as explain's does)
@@ -262,7 +299,7 @@ def _causes(st: S.Store, act: pl.DataFrame, roles: dict[int, str], groups: dict[
         by = g.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
         total = int(by["ns"].sum())
         shares: list[Share] = [{"cause": str(f), "share": int(ns) / total} for f, ns in by.iter_rows()] if total else []
-        out[int(tid)] = (int(counts.get(tid, 0)), int(g["id"].n_unique()), shares, parts_of(g))
+        out[int(tid)] = (int(g["id"].n_unique()), shares, parts_of(g))
     return out
 
 
@@ -276,30 +313,29 @@ def summarize(
     (a command's start and its stop are the measuring side's doing, not its);
     ``groups``: threads under a CPU limit → the limited cgroup's path, which
     names their throttled time."""
-    act = thread_activations(st, list(threads))
-    if window is not None:
-        act = act.filter(pl.coalesce("woken_ns", "on_ns").is_between(*window))
-    causes = _causes(st, act, roles or {}, groups)
+    per, worst = thread_summary(st, list(threads), window)
+    causes = _causes(st, worst, roles or {}, groups)
+    got = {int(r["tid"]): r for r in per.iter_rows(named=True)}
     rows: list[ThreadJson] = []
     for tid, name in sorted(threads.items()):
-        a = act.filter(pl.col("tid") == tid)
-        ok = a.filter(pl.col("complete"))
-        n_out, n_explained, shares, parts = causes.get(tid, (0, 0, [], None))
-        period = ok["period_ns"].drop_nulls()
+        r = got.get(tid)
+        if r is None:
+            r = {c: 0 for c in ("activations", "complete", "preemptions", "migrations", "outliers")}
+        n_explained, shares, parts = causes.get(tid, (0, [], None))
         rows.append(
             {
                 "tid": tid,
                 "comm": name,
-                "activations": len(a),
-                "incomplete": len(a) - len(ok),
-                "wakeup_latency_ns": _spread(ok["wakeup_latency_ns"]),
-                "timer_lateness_ns": _spread(ok["timer_lateness_ns"]),
-                "runtime_ns": _spread(ok["runtime_ns"]),
-                "period_ns": int(np.median(period.to_numpy())) if len(period) else None,
-                "preemptions": int(a["preemptions"].sum()),
-                "migrations": int(a["migrations"].sum()),
-                "switch_in_bound_ns": _spread(ok["on_bound_ns"].filter(ok["on_bound_ns"] > 0)),
-                "outliers": n_out,
+                "activations": r["activations"],
+                "incomplete": r["activations"] - r["complete"],
+                "wakeup_latency_ns": _spread(r, "wakeup_latency_ns"),
+                "timer_lateness_ns": _spread(r, "timer_lateness_ns"),
+                "runtime_ns": _spread(r, "runtime_ns"),
+                "period_ns": r.get("period_ns_p50"),
+                "preemptions": r["preemptions"],
+                "migrations": r["migrations"],
+                "switch_in_bound_ns": _spread(r, "on_bound_ns"),
+                "outliers": r["outliers"],
                 "explained_outliers": n_explained,
                 "causes": shares,
                 "parts": parts,

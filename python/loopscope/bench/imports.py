@@ -20,6 +20,12 @@ alternating:
   common one (a few threads of a busy machine: the capture is streamed
   past them).
 
+``large`` adds the case at scale: a version-6 trace.dat of ``stress-ng
+--switch`` for ``LARGE_SECONDS`` into a ``LARGE_BUFFER_KB`` buffer per CPU
+(some 30 M events, 2 GB), read once (each reading takes a minute). Its
+``threads`` weakest case is where memory that grows with the activations
+shows.
+
 Figures are medians over the repetitions; the ratio is loopscope's rate
 over the peer's.
 """
@@ -37,13 +43,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from typing_extensions import TypedDict
+from typing_extensions import NotRequired, TypedDict
 
 from loopscope.bench import foreign as F
 from loopscope.errors import RunError
 
 #: the common case for ``threads``: a few kernel threads of the busy machine
 FEW = "rcu|ksoftirqd|kworker"
+#: the large case: how long the load is recorded, into how large a buffer per CPU
+LARGE_SECONDS = 36
+LARGE_BUFFER_KB = 1_400_000
 #: what the busy recordings enable
 EVENTS = [
     "sched/sched_switch",
@@ -80,6 +89,8 @@ class ImportBench(TypedDict):
     files: list[FileFigures]
     repeat: int
     seconds: float
+    #: the large case's file (``--large``), read once
+    large: NotRequired[FileFigures]
 
 
 def _rss_of(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
@@ -153,7 +164,9 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
     }
 
 
-def run(quick: bool = False, seconds: float | None = None, repeat: int | None = None, progress: Callable[[str], None] | None = None) -> ImportBench:
+def run(
+    quick: bool = False, seconds: float | None = None, repeat: int | None = None, large: bool = False, progress: Callable[[str], None] | None = None
+) -> ImportBench:
     for tool in ("trace-cmd", "stress-ng"):
         if shutil.which(tool) is None:
             raise RunError(f"bench import needs {tool}", component="bench")
@@ -169,7 +182,15 @@ def run(quick: bool = False, seconds: float | None = None, repeat: int | None = 
         if shutil.which("perf"):
             files.append(F.perf_data(work / "busy-perf.data", load, events=[e.replace("/", ":") for e in EVENTS if "/" in e]))
         out = [_one(f, reps, work, progress) for f in files]
-    return {"files": out, "repeat": reps, "seconds": secs}
+        got: ImportBench = {"files": out, "repeat": reps, "seconds": secs}
+        for f in files:
+            f.unlink()
+        if large:
+            # the buffer holds the whole load: nothing is overwritten, so every switch is in the file
+            load = ["stress-ng", "--switch", str(os.cpu_count() or 2), "-t", f"{LARGE_SECONDS}", "-q"]
+            big = F.trace_dat(work / "large-v6.dat", load, events=EVENTS, buffer_kb=LARGE_BUFFER_KB, clock="mono", version=6, compression="none")
+            got["large"] = _one(big, 1, work, progress)
+    return got
 
 
 def print_human(r: ImportBench) -> None:
@@ -190,3 +211,14 @@ def print_human(r: ImportBench) -> None:
             f"(× {f['ratio']:.1f}){th}"
         )
     print(f"medians of {r['repeat']} repetitions; recordings of stress-ng --switch for {r['seconds']:g} s")
+    if "large" in r:
+        f = r["large"]
+        th = (
+            f"; threads (weakest) {f['threads_events_per_s'] / 1e6:.2f} M events/s in {f['threads_rss_mb']:.0f} MB"
+            if f["threads_events_per_s"] and f["threads_rss_mb"]
+            else ""
+        )
+        print(
+            f"large: {f['file']} ({f['bytes'] / 1e9:.2f} GB, {f['events']:,} events, counts {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
+            f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB{th}"
+        )

@@ -257,18 +257,24 @@ def bench_monitor(
 @click.option("--quick", is_flag=True, help="A small recording, once: for smoke tests, not for figures.")
 @click.option("--seconds", type=float, default=None, help="How long the busy load is recorded, whole seconds [4; quick: 1].")
 @click.option("--repeat", type=click.IntRange(min=1), default=None, help="Repetitions per file [3; quick: 1].")
+@click.option(
+    "--large",
+    is_flag=True,
+    help="Add a large trace.dat (version 6, stress-ng --switch for 36 s into 1.4 GB a CPU: about 30 M events, 2 GB on disk), read once: rates at scale and peak memory.",
+)
 @prints("loopscope.bench.imports:ImportBench")
-def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int | None) -> int:
+def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int | None, large: bool) -> int:
     """Reading trace-cmd's and perf's recordings of a busy machine: import and threads rates against trace-cmd report / perf script.
 
     \b
     Examples:
       loopscope bench import --json
       loopscope bench import --seconds 20 --repeat 5
+      loopscope bench import --large --json
     """
     from loopscope.bench import imports as bi
 
-    return _report(bi.run(quick=quick, seconds=seconds, repeat=repeat, progress=None if as_json else click.echo), as_json, bi.print_human)
+    return _report(bi.run(quick=quick, seconds=seconds, repeat=repeat, large=large, progress=None if as_json else click.echo), as_json, bi.print_human)
 
 
 @bench.command("explain")

@@ -189,3 +189,64 @@ fn a_switch_in_placed_by_an_own_event_in_a_later_batch_keeps_the_rows_in_order()
     assert_eq!(o.act, vec![1]);
     assert_eq!((o.on[0], o.on_bound[0], o.wakeup_latency[0]), (120, 30, 20));
 }
+
+/// A thread that sleeps on a timer every 1000 ns and is woken `late(k)` after it, 2 ns to run.
+fn periodic(n: i64, late: impl Fn(i64) -> i64) -> Vec<(i64, i64, i64, i64, i64, i64, bool, i64)> {
+    let mut ev = vec![(0, 0, 1, 0, 0, 7, false, NULL)];
+    for k in 0..n {
+        let t = k * 10_000;
+        let exp = t + 1000;
+        ev.push((t + 1, 0, 3, 7, -1, -1, false, exp)); // arms its timer
+        ev.push((t + 2, 0, 1, 7, 7, 0, true, NULL)); // sleeps
+        ev.push((exp + late(k), 0, 2, 0, 7, -1, false, NULL)); // woken
+        ev.push((exp + late(k) + 3, 0, 1, 0, 0, 7, false, NULL)); // in
+    }
+    ev
+}
+
+fn fold(tids: &[i64], rows: &[(i64, i64, i64, i64, i64, i64, bool, i64)], window: Option<(i64, i64)>, k: usize) -> Summary {
+    let mut s = Stream::into(tids, Losses::new(vec![]), Sink::Summary(Summary::new(window, k)));
+    for &(t, c, kd, p, tg, n, a, v) in rows {
+        s.event(t, c, kd, p, tg, n, a, v);
+    }
+    s.finish_summary()
+}
+
+#[test]
+fn a_folded_pass_counts_what_the_rows_hold_and_its_quantiles_are_within_its_precision() {
+    let ev = periodic(2000, |k| 10 + (k * 37) % 5000);
+    let rows = run(&[7], &ev, vec![]);
+    let s = fold(&[7], &ev, None, 5);
+    let t = &s.threads[0];
+    assert_eq!(t.activations as usize, rows.tid.len());
+    assert_eq!(t.complete as usize, rows.complete.iter().filter(|&&c| c).count());
+    let mut lat: Vec<i64> = (0..rows.tid.len()).filter(|&i| rows.complete[i] && rows.timer_lateness[i] != NULL).map(|i| rows.timer_lateness[i]).collect();
+    lat.sort_unstable();
+    assert_eq!(t.timer_lateness.max(), *lat.last().unwrap());
+    let exact = lat[(lat.len() - 1) / 2];
+    let got = t.timer_lateness.quantile(0.5);
+    assert!((got - exact).abs() as f64 <= exact as f64 * 1e-3 + 1.0, "p50 {got} against {exact}");
+}
+
+#[test]
+fn a_folded_pass_keeps_each_threads_latest_outliers_with_their_windows() {
+    // every 100th activation is 100 µs late, the others 10 ns
+    let ev = periodic(1000, |k| if k % 100 == 50 { 100_000 } else { 10 });
+    let s = fold(&[7], &ev, None, 3);
+    let (n, kept) = s.threads[0].outliers();
+    assert!(n >= 10, "{n} outliers");
+    assert_eq!(kept.len(), 3);
+    for (late, start, end) in kept {
+        // late from the timer's expiry, the window from the expiry to the switch-in
+        assert_eq!((late, end - start), (100_003, 100_003));
+    }
+}
+
+#[test]
+fn a_folded_pass_keeps_only_the_activations_woken_inside_its_window() {
+    let ev = periodic(100, |_| 10);
+    let all = fold(&[7], &ev, None, 1).threads[0].activations;
+    let part = fold(&[7], &ev, Some((200_000, 499_999)), 1).threads[0].activations;
+    assert_eq!(part, 30);
+    assert!(all > part);
+}
