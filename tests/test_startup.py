@@ -6,6 +6,7 @@ measured, never asserted (docs/benchmarks.md, "Start-up")."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,13 @@ def test_a_query_naming_records_loads_the_kinds_for_their_declarations() -> None
 def test_an_agent_starts_without_the_probe_kinds() -> None:
     mods = _loaded_by("    import loopscope.agent.server")
     assert "loopscope.kinds" not in mods
+
+
+def test_a_report_of_a_run_leaves_scipys_statistics_unloaded(tmp_path: Path) -> None:
+    # its rank, binomial and line tests are numpy and scipy.special's (0.14 s against 0.6 s);
+    # a queueing fit's distribution tests still load scipy.stats, on the runs that have one
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "report" / "run", run)
+    mods = _loaded_by(f"    from loopscope.cli import main\n    main(['report', {str(run)!r}])")
+    assert (run / "report.html").is_file()
+    assert "scipy.stats" not in mods

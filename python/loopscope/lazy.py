@@ -6,8 +6,11 @@ of two places by layer:
 
 - here, at the lowest layer (this module imports nothing of loopscope):
   third-party modules. ``stats()``: scipy's statistics cost 0.55 s; a report
-  needs them only when it runs a statistical test (a warm-up's rank test, a
-  sweep's F test, a queueing fit), a comparison when it compares;
+  needs them only for a sweep's F test and a queueing fit. The tests every
+  report runs (a warm-up's and a comparison's rank-sum test, a drift's line
+  and Theil–Sen fits, a count's binomial test and Clopper–Pearson interval)
+  are in ``loopscope.stats`` on numpy and ``special()``, scipy.special (0.14 s),
+  each held against scipy.stats' own in tests/analysis/test_stats.py;
 - ``cli/base.py``, at the top: ``kinds()``, the probe kinds (their models,
   their analysis, polars and numpy under them: 0.25-0.35 s), which a listing
   (``loopscope runs``) needs only when a question names the ``records`` view
@@ -21,6 +24,14 @@ of two places by layer:
 from __future__ import annotations
 
 from types import ModuleType
+
+
+def special() -> ModuleType:
+    """``scipy.special`` (0.14 s, against scipy.stats' 0.6 s: a line fit's
+    p-value needs Student's t and nothing else of scipy's statistics)."""
+    from scipy import special as sp
+
+    return sp
 
 
 def stats() -> ModuleType:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from loopscope import stats as S
 from loopscope.stats import mean, quantile, summarize
 
 
@@ -51,3 +52,67 @@ def test_tiny_samples_give_nan_or_open_intervals_not_errors(n: int) -> None:
         assert math.isnan(s.p50.value)
     else:
         assert s.p50.value == 0 and s.mean.lo is None
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_rank_sum_test_of_each_cut_is_scipys_mann_whitney_u(seed: int) -> None:
+    from scipy.stats import mannwhitneyu
+
+    rng = np.random.default_rng(seed)
+    # a warm-up's series: a slow head, ties from a coarse clock
+    v = np.r_[rng.normal(120, 20, 300), rng.normal(100, 20, 3000)].round()
+    cuts = [20, 150, 299, 700]
+    got = S.rank_sum_splits(v, cuts)
+    for c, p in zip(cuts, got):
+        want = mannwhitneyu(v[:c], v[c:], alternative="two-sided", method="asymptotic").pvalue
+        assert p == pytest.approx(want, rel=1e-9, abs=1e-300), c
+
+
+def test_the_median_absolute_deviation_is_scipys() -> None:
+    from scipy.stats import median_abs_deviation
+
+    v = np.random.default_rng(4).exponential(10, 999)
+    assert S.mad(v) == pytest.approx(median_abs_deviation(v))
+
+
+def test_a_line_fit_is_scipys_linregress() -> None:
+    from scipy.stats import linregress
+
+    rng = np.random.default_rng(5)
+    x = rng.uniform(0, 10, 40)
+    for y in (2 * x + rng.normal(0, 3, 40), rng.normal(0, 1, 40)):
+        want = linregress(x, y)
+        slope, r, p = S.line_fit(x, y)
+        assert (slope, r, p) == pytest.approx((want.slope, want.rvalue, want.pvalue), rel=1e-9)
+
+
+def test_theil_sen_s_slope_is_scipys_and_its_interval_holds_it_at_scipys_ranks_or_the_next() -> None:
+    from scipy.stats import theilslopes
+
+    rng = np.random.default_rng(6)
+    x = np.arange(60, dtype=np.float64)
+    y = (0.5 * x + rng.normal(0, 4, 60)).round()  # ties in y
+    want = theilslopes(y, x)
+    slope, lo, hi = S.theil_sen(x, y)
+    assert slope == pytest.approx(want.slope)
+    i, j = np.triu_indices(60, 1)
+    slopes = np.sort((y[j] - y[i]) / (x[j] - x[i]))
+    assert lo < slope < hi
+    assert abs(np.searchsorted(slopes, lo) - np.searchsorted(slopes, want.low_slope)) <= 1
+    assert abs(np.searchsorted(slopes, hi) - np.searchsorted(slopes, want.high_slope)) <= 1
+
+
+@pytest.mark.parametrize(("x", "n", "p"), [(3, 40, 0.5), (30, 40, 0.5), (0, 25, 0.3), (25, 25, 0.3), (7, 1000, 0.002), (120, 300, 0.33), (2, 5, 0.4)])
+def test_the_binomial_test_is_scipys(x: int, n: int, p: float) -> None:
+    from scipy.stats import binomtest
+
+    assert S.binomial_p(x, n, p) == pytest.approx(binomtest(x, n, p).pvalue, rel=1e-9)
+
+
+def test_a_rate_ratio_s_interval_is_clopper_pearson_on_scipys_beta() -> None:
+    from scipy.stats import beta
+
+    _, ci, _ = S.rate_ratio(10, 1000, 30, 1000)
+    assert ci is not None
+    lo_p, hi_p = beta.ppf(0.025, 30, 40 - 30 + 1), beta.ppf(0.975, 31, 10)
+    assert ci == pytest.approx([lo_p / (1 - lo_p), hi_p / (1 - hi_p)], rel=1e-9)

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import polars as pl
-from loopscope import lazy
+from loopscope import stats as S
 from loopscope.units import format_ns
 
 MIN_RECORDS = 200
@@ -64,15 +64,15 @@ def warmup(t: np.ndarray, v: np.ndarray) -> Finding | None:
     if n < MIN_RECORDS:
         return None
     rest_med = float(np.median(v[n // 2 :]))
-    mad = float(lazy.stats().median_abs_deviation(v[n // 2 :])) or 1.0
-    best = None
+    mad = S.mad(v[n // 2 :]) or 1.0
+    cuts = []
     for frac in np.linspace(0.01, 0.3, 30):
         c = max(20, int(frac * n))
-        head, tail = v[:c], v[c:]
-        hm = float(np.median(head))
-        if abs(hm - rest_med) < max(0.2 * rest_med, 3 * mad):
-            continue
-        p = lazy.stats().mannwhitneyu(head, tail, alternative="two-sided").pvalue
+        hm = float(np.median(v[:c]))
+        if abs(hm - rest_med) >= max(0.2 * rest_med, 3 * mad):
+            cuts.append((c, hm))
+    best = None
+    for (c, hm), p in zip(cuts, S.rank_sum_splits(np.asarray(v, dtype=np.float64), [c for c, _ in cuts]) if cuts else []):
         if p < 1e-4 and (best is None or p < best[1]):
             best = (c, p, hm)
     if best is None:
@@ -268,26 +268,27 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
         k = int(np.argmax(np.where(ok, pw, 0)))
         period = 1 / fr[k]
         ph = (tm - tm[0]) % period
-        best = None
+        best: tuple[float, float, float] | None = None
         for shift in np.linspace(0, period, 16, endpoint=False):
             phs = (ph + shift) % period
-            res = lazy.stats().linregress(phs, vm)
-            if best is None or res.rvalue**2 > best[0].rvalue ** 2:
-                best = (res, shift)
-        res, shift = best  # type: ignore[misc]
-        if res.rvalue**2 > 0.6 and res.pvalue < 1e-6 and res.slope * period > 0.2 * np.median(vm):
+            fit = S.line_fit(phs, vm)
+            if best is None or fit[1] ** 2 > best[1] ** 2:
+                best = fit
+        assert best is not None  # 16 shifts were fitted
+        slope, r, p = best
+        if r**2 > 0.6 and p < 1e-6 and slope * period > 0.2 * np.median(vm):
             return Finding(
                 "drift",
-                f"drift within the phase: the typical value rises {_fmt(res.slope * 1e9)} per s and resets every {_fmt(period)} (the 'parallel lines' pattern, r² {res.rvalue**2:.2f})",
-                {"slope_ns_per_s": res.slope * 1e9, "period_s": period / 1e9, "r2": res.rvalue**2},
+                f"drift within the phase: the typical value rises {_fmt(slope * 1e9)} per s and resets every {_fmt(period)} (the 'parallel lines' pattern, r² {r**2:.2f})",
+                {"slope_ns_per_s": slope * 1e9, "period_s": period / 1e9, "r2": r**2},
             )
-    ts = lazy.stats().theilslopes(vm, tm)
-    change = ts.slope * span
-    if (ts.low_slope > 0 or ts.high_slope < 0) and abs(change) > 0.2 * np.median(vm):
+    slope, low, high = S.theil_sen(tm, vm)
+    change = slope * span
+    if (low > 0 or high < 0) and abs(change) > 0.2 * np.median(vm):
         return Finding(
             "drift",
-            f"drift within the phase: the typical value moves {_fmt(ts.slope * 1e9)} per s, {change / np.median(vm) * 100:+.0f} % over the phase",
-            {"slope_ns_per_s": ts.slope * 1e9, "change_ns": change},
+            f"drift within the phase: the typical value moves {_fmt(slope * 1e9)} per s, {change / np.median(vm) * 100:+.0f} % over the phase",
+            {"slope_ns_per_s": slope * 1e9, "change_ns": change},
         )
     return None
 
