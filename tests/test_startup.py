@@ -46,8 +46,7 @@ def test_an_agent_starts_without_the_probe_kinds() -> None:
 
 
 def test_a_report_of_a_run_leaves_scipys_statistics_unloaded(tmp_path: Path) -> None:
-    # its rank, binomial and line tests are numpy and scipy.special's (0.14 s against 0.6 s);
-    # a queueing fit's distribution tests still load scipy.stats, on the runs that have one
+    # its tests are numpy and scipy.special's (0.14 s against scipy.stats' 0.6 s)
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "report" / "run", run)
     mods = _loaded_by(f"    from loopscope.cli import main\n    main(['report', {str(run)!r}])")

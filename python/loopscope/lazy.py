@@ -5,12 +5,14 @@ and costs to import, is imported on first use, through an accessor, in one
 of two places by layer:
 
 - here, at the lowest layer (this module imports nothing of loopscope):
-  third-party modules. ``stats()``: scipy's statistics cost 0.55 s; a report
-  needs them only for a sweep's F test and a queueing fit. The tests every
+  third-party modules. ``stats()``: scipy's statistics cost 0.55 s, and only
+  a node model's trimmed mean (``loopscope model``) needs them. Every test a
   report runs (a warm-up's and a comparison's rank-sum test, a drift's line
-  and Theil–Sen fits, a count's binomial test and Clopper–Pearson interval)
-  are in ``loopscope.stats`` on numpy and ``special()``, scipy.special (0.14 s),
-  each held against scipy.stats' own in tests/analysis/test_stats.py;
+  and Theil–Sen fits, a count's binomial test and Clopper–Pearson interval,
+  Welch's interval, a sweep's F test, a queueing fit's Erlang distribution
+  and its Kolmogorov–Smirnov distance) is numpy and ``special()``,
+  scipy.special (0.14 s), each held against scipy.stats' own result in
+  tests/analysis;
 - ``cli/base.py``, at the top: ``kinds()``, the probe kinds (their models,
   their analysis, polars and numpy under them: 0.25-0.35 s), which a listing
   (``loopscope runs``) needs only when a question names the ``records`` view

@@ -31,3 +31,20 @@ def test_a_bimodal_sample_does_not_fit() -> None:
 
 def test_too_few_samples_are_not_fitted() -> None:
     assert Q.fit(np.arange(50.0)) is None
+
+
+def test_the_erlang_density_and_ks_distance_are_scipys() -> None:
+    from scipy import stats
+
+    rng = np.random.default_rng(7)
+    k, lam, floor = 3, 1 / 2_000.0, 10_000.0
+    x = floor + rng.gamma(k, 1 / lam, 5_000)
+    f = Q.fit(x)
+    assert f is not None
+    grid = np.linspace(floor - 1_000, floor + 40_000, 200)
+    want = stats.gamma.pdf(grid - f.floor_ns, a=f.stages, scale=1 / f.rate_per_ns)
+    assert np.allclose(f.pdf(grid), want, rtol=1e-9, atol=1e-300)
+    y = x - f.floor_ns
+    ks = stats.kstest(y, stats.gamma(a=f.stages, scale=1 / f.rate_per_ns).cdf, method="asymp")
+    assert f.ks_d == pytest.approx(ks.statistic, rel=1e-9)
+    assert f.ks_p == pytest.approx(ks.pvalue, rel=1e-6)

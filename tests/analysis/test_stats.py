@@ -116,3 +116,19 @@ def test_a_rate_ratio_s_interval_is_clopper_pearson_on_scipys_beta() -> None:
     assert ci is not None
     lo_p, hi_p = beta.ppf(0.025, 30, 40 - 30 + 1), beta.ppf(0.975, 31, 10)
     assert ci == pytest.approx([lo_p / (1 - lo_p), hi_p / (1 - hi_p)], rel=1e-9)
+
+
+def test_welch_s_interval_and_the_sweeps_f_test_use_scipys_distributions() -> None:
+    from scipy import stats
+
+    from loopscope.analysis.runcompare import welch_log_ratio
+
+    rng = np.random.default_rng(8)
+    a, b = rng.lognormal(3, 0.3, 12), rng.lognormal(3.2, 0.5, 9)
+    got = welch_log_ratio(a, b)
+    assert got is not None
+    ci, p = got
+    w = stats.ttest_ind(np.log(b), np.log(a), equal_var=False)
+    assert p == pytest.approx(w.pvalue, rel=1e-9)
+    lo = w.confidence_interval(0.95).low
+    assert ci[0] == pytest.approx(math.exp(lo), rel=1e-9)

@@ -82,7 +82,7 @@ def fit_xy(stat: str, x: np.ndarray, y: np.ndarray) -> Fit:
         df2 = len(x) - 3
         if rss2 > 0 and df2 > 0:
             f = (rss1 - rss2) / (rss2 / df2)
-            p = float(lazy.stats().f.sf(f, 1, df2))
+            p = float(lazy.special().fdtrc(1, df2, f))  # the F distribution's survival function
         elif rss2 == 0 and rss1 > 0:
             p = 0.0
     return Fit(stat, x.tolist(), y.tolist(), tuple(lin.tolist()), tuple(quad.tolist()) if quad is not None else None, r2l, r2q, p)

@@ -218,7 +218,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect:
 def _analysed(run_dir: Path, kinds: Registry, traces: Files, min_effect: float | None) -> tuple[RunTables, pl.DataFrame, list[str], list[str]]:
     """Load the run, compare its phases, write its tables: the tables, the
     comparisons, the notes so far and the phases in order."""
-    from loopscope.report.tables import load_run  # (scipy, through the queueing fits: only when a report is built)
+    from loopscope.report.tables import load_run  # (scipy.special, through the tests it runs: only when a report is built)
 
     # load
     progress.step("report: reading the run's traces")
