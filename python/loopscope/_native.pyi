@@ -535,5 +535,38 @@ class KtraceImport:
     def meta(self) -> _ImportMeta: ...
     def next(self, records: int) -> bool: ...
     def take(self) -> _Decoded: ...
+    def take_batch(self) -> _Batch: ...
     def watermark_ns(self) -> int | None: ...
     def perf_counts(self) -> tuple[int, int, int, int, int] | None: ...
+
+class KtraceBatch:
+    """A batch's decoded events, kept native until ``KtraceSegments.write`` spends it."""
+
+class _Batch(TypedDict):
+    """What ``KtraceImport.take_batch`` gives: ``_Decoded`` with the columns left native."""
+
+    batch: KtraceBatch
+    n: int
+    t_min: int | None
+    t_max: int | None
+    present: list[int]
+    lost: _DecodedLost
+    strings: list[str]
+    events: list[str]
+    counts: dict[str, int]
+
+class _Written(TypedDict):
+    """A segment file written natively: its name under the capture (None: nothing written), rows, span, row groups, size."""
+
+    file: str | None
+    events: int
+    t_first_ns: int | None
+    t_last_ns: int | None
+    groups: list[list[int]]
+    bytes: int
+
+class KtraceSegments:
+    def __init__(self, cap_dir: str, level: int) -> None: ...
+    def cut(self, batch: KtraceBatch, watermark_ns: int | None) -> KtraceBatch: ...
+    def write(self, batch: KtraceBatch, seg: int) -> _Written: ...
+    def held(self) -> int: ...

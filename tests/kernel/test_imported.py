@@ -45,6 +45,38 @@ def recordings(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str,
     return out
 
 
+@pytest.mark.parametrize("name", ["v6", "perf"])
+def test_a_recording_cut_into_many_small_batches_is_stored_as_in_one_in_segments_that_do_not_overlap(
+    recordings: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    import polars as pl
+
+    from loopscope.kernel import imported as I
+
+    if name not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    I.import_file(recordings[name], tmp_path / "whole")
+    monkeypatch.setattr(I, "BATCH", 200)  # every batch's last pages end after the next's first: the cuts hold events back
+    I.import_file(recordings[name], tmp_path / "cut")
+
+    def stored(run: Path) -> tuple[list[dict[str, int]], pl.DataFrame]:
+        cap = next(run.rglob("segments.jsonl")).parent
+        segs = [json.loads(line) for line in (cap / "segments.jsonl").read_text().splitlines()]
+        return segs, pl.concat([pl.read_parquet(cap / s["file"]) for s in segs if s.get("file")])
+
+    segs, cut = stored(tmp_path / "cut")
+    _, whole = stored(tmp_path / "whole")
+    assert len(segs) > 5
+    spans = [(s["t_first_ns"], s["t_last_ns"]) for s in segs if s.get("file")]
+    assert all(a <= b for a, b in spans) and all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+    assert sum(s["events"] for s in segs) == len(whole) == len(cut)
+    assert cut.equals(whole)
+    # the index's row groups are the file's, with its first and last stamps
+    s0 = next(s for s in segs if s.get("file"))
+    f0 = pl.read_parquet(next((tmp_path / "cut").rglob("segments.jsonl")).parent / s0["file"])
+    assert s0["groups"] == [[int(f0["t_ns"][0]), int(f0["t_ns"][-1])]] and s0["events"] == len(f0)
+
+
 @pytest.mark.parametrize("name", ["v7", "v7none", "v6"])
 def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str) -> None:
     r = cli("import", str(recordings[name]), "-o", str(tmp_path / "run"), "--json")

@@ -37,5 +37,6 @@ pub mod decode;
 pub mod format;
 pub mod import;
 pub mod page;
+pub mod segment;
 pub mod switches;
 pub mod tracedat;

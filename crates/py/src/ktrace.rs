@@ -6,7 +6,7 @@
 //! time across batches so that a loss at a batch's first page is placed.
 
 use super::{detached, InputError};
-use loopscope_ktrace::decode::Decoder;
+use loopscope_ktrace::decode::{Columns, Decoder};
 use loopscope_ktrace::format::{parse, parse_header_page};
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -102,11 +102,7 @@ impl KtraceDecoder {
 /// Everything `d` decoded since the last call, as Python columns; `to_ns`
 /// turns the recording's stamps into nanoseconds where they are not.
 fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) -> PyResult<Bound<'py, PyDict>> {
-    let (mut c, mut l) = d.take();
-    to_ns(&mut c.t_ns);
-    to_ns(&mut l.start_ns);
-    to_ns(&mut l.end_ns);
-    let o = PyDict::new(py);
+    let (c, o) = take_parts(py, d, to_ns)?;
     let cols = PyDict::new(py);
     cols.set_item("t_ns", c.t_ns.into_pyarray(py))?;
     cols.set_item("cpu", c.cpu.into_pyarray(py))?;
@@ -126,6 +122,17 @@ fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) 
     cols.set_item("prio", c.prio.into_pyarray(py))?;
     cols.set_item("next_prio", c.next_prio.into_pyarray(py))?;
     o.set_item("columns", cols)?;
+    Ok(o)
+}
+
+/// Everything `d` decoded since the last call: its columns, and the rest
+/// (losses, strings, event names, counts) as `take_dict` gives it.
+pub(crate) fn take_parts<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) -> PyResult<(Columns, Bound<'py, PyDict>)> {
+    let (mut c, mut l) = d.take();
+    to_ns(&mut c.t_ns);
+    to_ns(&mut l.start_ns);
+    to_ns(&mut l.end_ns);
+    let o = PyDict::new(py);
     let lost = PyDict::new(py);
     lost.set_item("cpu", l.cpu.into_pyarray(py))?;
     lost.set_item("start_ns", l.start_ns.into_pyarray(py))?;
@@ -143,7 +150,7 @@ fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) 
     counts.set_item("unknown_type", n.unknown_type)?;
     counts.set_item("damaged_pages", n.damaged_pages)?;
     o.set_item("counts", counts)?;
-    Ok(o)
+    Ok((c, o))
 }
 
 enum Source {
@@ -239,6 +246,20 @@ impl KtraceImport {
             }
             Source::Perf(p) => take_dict(py, &mut p.dec, |_| {}),
         }
+    }
+
+    /// Everything decoded since the last call, as `take` gives it but for the
+    /// columns: they stay native, in a `KtraceBatch` for `KtraceSegments.write`
+    /// (`batch`), with the batch's size, span and the event codes it holds.
+    fn take_batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (c, o) = match &mut self.src {
+            Source::TraceDat(t) => {
+                let conv = t.conv();
+                take_parts(py, &mut t.dec, |x| conv.to_ns(x))?
+            }
+            Source::Perf(p) => take_parts(py, &mut p.dec, |_| {})?,
+        };
+        crate::segment::batch_dict(py, c, o)
     }
 
     /// The earliest time (ns) an event still to be decoded can have (None:

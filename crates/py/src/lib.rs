@@ -23,6 +23,7 @@ mod ktrace;
 mod net;
 mod pipe;
 mod probes;
+mod segment;
 mod sync;
 mod threadsum;
 mod trace;
@@ -231,6 +232,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ktrace::ktrace_read, m)?)?;
     m.add_class::<ktrace::KtraceDecoder>()?;
     m.add_class::<ktrace::KtraceImport>()?;
+    m.add_class::<segment::KtraceBatch>()?;
+    m.add_class::<segment::KtraceSegments>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
     m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;

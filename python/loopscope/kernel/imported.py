@@ -34,8 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-import polars as pl
 
 from typing_extensions import TypedDict
 
@@ -46,7 +44,6 @@ from loopscope import _native
 import shutil
 
 if TYPE_CHECKING:
-    from loopscope._native import _Decoded as Decoded
     from loopscope._native import _ImportMeta as ImportMeta
 
 # Records per segment: some 30-60 MB of decoded columns at a time.
@@ -141,37 +138,6 @@ def _counted_not_placed(stats: list[str], placed: dict[int, int], span: tuple[in
                 }
             )
     return out
-
-
-class _Writer:
-    """Segments written in time order, on the writing thread. A trace.dat's
-    pages are decoded earliest first, but a batch's last pages can end after
-    the next pages begin: what is at or after the reader's ``watermark``
-    waits for the next batch (merged in order), so segments never overlap
-    (an overlap sent every read across it down the slow, re-sorting path)."""
-
-    def __init__(self, cap_dir: Path) -> None:
-        self.cap_dir = cap_dir
-        self.carry: pl.DataFrame | None = None
-
-    def __call__(self, seg: S.Segment, got: Decoded, watermark: int | None) -> S.Segment:
-        df = S.frame(got)
-        if self.carry is not None and len(self.carry):
-            df = self.carry.merge_sorted(df, "t_ns")
-        self.carry = None
-        if watermark is not None:
-            cut = int(df["t_ns"].search_sorted(watermark, "left"))
-            df, self.carry = df.slice(0, cut), df.slice(cut)
-        seg["events"] = len(df)
-        if len(df):
-            seg["t_first_ns"], seg["t_last_ns"] = int(df["t_ns"][0]), int(df["t_ns"][-1])
-            try:
-                # zstd level 1: an import is written once, fast
-                w = S.write_segment(self.cap_dir, int(seg["seg"] or 0), df, sync=False, level=1)
-            except OSError as e:
-                raise RunError(f"{self.cap_dir}: cannot write the imported events ({e.strerror or e})", component="import") from None
-            seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
-        return seg
 
 
 def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source:
@@ -287,27 +253,49 @@ class _Decoded:
     span: tuple[int, int] = (2**63 - 1, -(2**63))
 
 
+#: segment files written at once while the next batch is decoded (a batch is some 100 MB in memory)
+WRITERS = 2
+
+
 def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> _Decoded:
-    """Every batch of the file decoded and written as a segment. Decoding
-    (native, without the interpreter lock) overlaps the writing of the batch
-    before it on a thread of its own: two batches in memory at most."""
+    """Every batch of the file decoded and written as a segment. The batch's
+    events stay native: the segment writer (crates/ktrace ``segment``) cuts
+    them, in order (sorted after what the last cut held back; what lies at
+    or after the reader's watermark waits for the next batch, since a
+    trace.dat's last pages of a batch can end after the next pages begin,
+    and overlapping segments sent every read across them down the slow,
+    re-sorting path), and writes each cut as Parquet on one of ``WRITERS``
+    threads while the next batch is decoded (none holds the interpreter
+    lock): ``WRITERS`` + 1 batches in memory at most."""
     d = _Decoded()
     n_strings = -1
-    pending: Future[S.Segment] | None = None
-    write = _Writer(cap_dir)
-    with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(1, thread_name_prefix="ls-import-write") as pool:
+    pending: list[Future[S.Segment]] = []
+    writer = _native.KtraceSegments(str(cap_dir), 1)  # zstd level 1: an import is written once, fast
 
-        def done(f: Future[S.Segment] | None) -> None:
-            if f is not None:
-                index.write(json.dumps(f.result()) + "\n")
+    def write(seg: S.Segment, batch: _native.KtraceBatch) -> S.Segment:
+        try:
+            w = writer.write(batch, int(seg["seg"] or 0))
+        except RunError as e:
+            raise RunError(f"{cap_dir}: cannot write the imported events ({e})", component="import") from None
+        seg["events"], seg["t_first_ns"], seg["t_last_ns"] = w["events"], w["t_first_ns"], w["t_last_ns"]
+        if w["file"] is not None:
+            seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
+        return seg
+
+    with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(WRITERS, thread_name_prefix="ls-import-write") as pool:
+
+        def done(upto: int) -> None:
+            # the index in segment order: the oldest writes first
+            while len(pending) > upto:
+                index.write(json.dumps(pending.pop(0).result()) + "\n")
 
         more = True
         while more:
             t_read = time.perf_counter_ns()
             more = imp.next(BATCH)
-            got = imp.take()
+            got = imp.take_batch()
             lost = S.lost_list(got)
-            n = len(got["columns"]["t_ns"])
+            n = got["n"]
             seg: S.Segment = {
                 "seg": d.segments,
                 "reason": f"imported from {kind}",
@@ -325,9 +313,10 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
                 n_strings = len(got["strings"])
             if not n and not lost and more:
                 continue
-            d.present.update(got["events"][int(i)] for i in np.unique(got["columns"]["event"]))
-            done(pending)
-            pending = pool.submit(write, seg, got, imp.watermark_ns() if more else None)
+            d.present.update(got["events"][i] for i in got["present"])
+            cut = writer.cut(got["batch"], imp.watermark_ns() if more else None)
+            done(WRITERS - 1)
+            pending.append(pool.submit(write, seg, cut))
             d.segments += 1
             d.total += n
             d.lost_events += sum(max(0, w["events"]) for w in lost)
@@ -335,10 +324,9 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
             d.lost_unknown += sum(1 for w in lost if w["events"] < 0)
             for w in lost:
                 d.placed[w["cpu"]] = d.placed.get(w["cpu"], 0) + max(0, w["events"])
-            t = got["columns"]["t_ns"]
-            if len(t):
-                d.span = (min(d.span[0], int(t.min())), max(d.span[1], int(t.max())))
-        done(pending)
+            if got["t_min"] is not None and got["t_max"] is not None:
+                d.span = (min(d.span[0], got["t_min"]), max(d.span[1], got["t_max"]))
+        done(0)
     return d
 
 

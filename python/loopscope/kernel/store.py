@@ -41,6 +41,7 @@ from loopscope.errors import InputError
 from loopscope.rundir import Capture
 
 if TYPE_CHECKING:
+    from loopscope._native import _Batch as Batch
     from loopscope._native import _Decoded as Decoded
 
 SCHEMA = {
@@ -238,7 +239,7 @@ def write_segment(d: Path, seg: int, df: pl.DataFrame, sync: bool = True, level:
     return {"file": f"events/{path.name}", "groups": groups, "bytes": path.stat().st_size}
 
 
-def lost_list(got: Decoded) -> list[LostWindow]:
+def lost_list(got: Decoded | Batch) -> list[LostWindow]:
     lo = got["lost"]
     return [
         {"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}

@@ -1,0 +1,375 @@
+//! A capture's segment files written straight from the decoder's columns.
+//!
+//! The store (python `kernel.store`) keeps a capture as Parquet files under
+//! `events/NNNNN.parquet`: time-sorted events in row groups of `GROUP`,
+//! the columns `STORED` names, text as indices into the string table, null
+//! where an event has no such field (the decoder's -1). This module writes
+//! exactly that, so the interpreter sees only file names and counts: no
+//! table is built and nothing is copied through Python.
+//!
+//! A batch of a trace.dat's pages is in time order per page, not across the
+//! CPUs' pages: its events are sorted (stably: equal stamps keep the order
+//! they were decoded in), merged after what the last batch held back, and
+//! what lies at or after the reader's watermark (an event still to be
+//! decoded can be that early) is held back for the next batch. So segments
+//! never overlap in time, and a read across their boundary needs no sort.
+//!
+//! Parquet comes from the Apache Arrow project's Rust implementation
+//! (`parquet`, its low-level column writers: no Arrow arrays are built),
+//! zstd-compressed. A file is written under a temporary name and renamed
+//! when whole: a kill leaves whole files only.
+
+use crate::decode::Columns;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::data_type::{Int32Type, Int64Type};
+use parquet::errors::ParquetError;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::writer::SerializedFileWriter;
+use parquet::schema::parser::parse_message_type;
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Events per row group (the store's `GROUP`; its index is per group).
+pub const GROUP: usize = 65_536;
+
+/// The stored columns in file order, each an INT64 or an INT32, the first
+/// four never null (the store's `STORED`).
+const SCHEMA: &str = "message events {
+  REQUIRED INT64 t_ns;
+  REQUIRED INT32 cpu;
+  REQUIRED INT32 pid;
+  REQUIRED INT32 event;
+  OPTIONAL INT32 target;
+  OPTIONAL INT32 target_comm;
+  OPTIONAL INT32 next_pid;
+  OPTIONAL INT32 next_comm;
+  OPTIONAL INT32 prev_state;
+  OPTIONAL INT32 irq;
+  OPTIONAL INT32 name;
+  OPTIONAL INT32 dest_cpu;
+  OPTIONAL INT64 runtime;
+  OPTIONAL INT64 expires;
+  OPTIONAL INT64 softexpires;
+  OPTIONAL INT32 prio;
+  OPTIONAL INT32 next_prio;
+}";
+
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {source}")]
+    Parquet { path: PathBuf, source: ParquetError },
+}
+
+/// What a written segment holds, for its line in `segments.jsonl`.
+#[derive(Debug, Default, PartialEq)]
+pub struct Written {
+    /// relative to the capture's directory: `events/NNNNN.parquet` (None: no events to write)
+    pub file: Option<String>,
+    pub events: usize,
+    pub t_first_ns: Option<i64>,
+    pub t_last_ns: Option<i64>,
+    /// each row group's first and last `t_ns`
+    pub groups: Vec<(i64, i64)>,
+    pub bytes: u64,
+}
+
+/// Cuts a capture's batches into segments in time order, holding back what
+/// a later batch can still precede.
+#[derive(Default)]
+pub struct Cutter {
+    carry: Columns,
+}
+
+impl Cutter {
+    /// `batch` with what was held back, time-sorted, up to `watermark`
+    /// (all of it when None); what lies at or after it is held back.
+    pub fn cut(&mut self, batch: Columns, watermark: Option<i64>) -> Columns {
+        let held = std::mem::take(&mut self.carry);
+        let (nh, nb) = (held.t_ns.len(), batch.t_ns.len());
+        let in_order = |t: &[i64]| t.windows(2).all(|w| w[0] <= w[1]);
+        if nh == 0 && in_order(&batch.t_ns) && watermark.is_none_or(|w| batch.t_ns.last().is_none_or(|&t| t < w)) {
+            return batch; // perf.data's batches, and the last of a trace.dat's: nothing to move
+        }
+        // (stamp, rank): what was held back ranks first, so equal stamps keep the order they were decoded in
+        let mut keys: Vec<(i64, u32)> = Vec::with_capacity(nh + nb);
+        keys.extend(held.t_ns.iter().enumerate().map(|(i, &t)| (t, i as u32)));
+        keys.extend(batch.t_ns.iter().enumerate().map(|(j, &t)| (t, (nh + j) as u32)));
+        if !keys.windows(2).all(|w| w[0] <= w[1]) {
+            keys.sort_unstable(); // the ranks make every key distinct: unstable is stable here
+        }
+        let cut = match watermark {
+            Some(w) => keys.partition_point(|k| k.0 < w),
+            None => keys.len(),
+        };
+        self.carry = gather(&held, &batch, &keys[cut..]);
+        gather(&held, &batch, &keys[..cut])
+    }
+
+    /// The events held back (written with the next batch, or by a cut with no watermark).
+    pub fn held(&self) -> usize {
+        self.carry.t_ns.len()
+    }
+}
+
+/// How segment files are written (shared by the threads writing them).
+pub type Properties = Arc<WriterProperties>;
+
+/// The writer's settings: zstd at `level`, statistics per row group.
+pub fn properties(level: i32) -> Result<Properties, ParquetError> {
+    Ok(Arc::new(
+        WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(level)?))
+            // readers skip row groups by their minima and maxima (an event's code, a time); pages are not indexed
+            .set_statistics_enabled(EnabledStatistics::Chunk)
+            // the stamps are all distinct: a dictionary of them only costs its try
+            .set_column_dictionary_enabled("t_ns".into(), false)
+            .build(),
+    ))
+}
+
+/// Write `c` (time-sorted, as `Cutter::cut` gives) as segment `seg` of the
+/// capture in `dir`: `events/NNNNN.parquet`, under a temporary name renamed
+/// when whole. Segments are independent: several can be written at once.
+pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Columns) -> Result<Written, WriteError> {
+    let n = c.t_ns.len();
+    let mut out = Written { events: n, ..Default::default() };
+    if n == 0 {
+        return Ok(out);
+    }
+    out.t_first_ns = Some(c.t_ns[0]);
+    out.t_last_ns = Some(c.t_ns[n - 1]);
+    let name = format!("{seg:05}.parquet");
+    let path = dir.join("events").join(&name);
+    let tmp = path.with_extension("tmp");
+    let written = write_file(&tmp, props, c).and_then(|groups| {
+        std::fs::rename(&tmp, &path).map_err(|source| WriteError::Io { path: path.clone(), source })?;
+        Ok(groups)
+    });
+    match written {
+        Ok(groups) => out.groups = groups,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    }
+    out.bytes = std::fs::metadata(&path).map(|m| m.len()).map_err(|source| WriteError::Io { path: path.clone(), source })?;
+    out.file = Some(format!("events/{name}"));
+    Ok(out)
+}
+
+fn write_file(path: &Path, props: &Properties, c: &Columns) -> Result<Vec<(i64, i64)>, WriteError> {
+    let pq = |source| WriteError::Parquet { path: path.to_path_buf(), source };
+    let file = File::create(path).map_err(|source| WriteError::Io { path: path.to_path_buf(), source })?;
+    let schema = Arc::new(parse_message_type(SCHEMA).map_err(pq)?);
+    let mut w = SerializedFileWriter::new(BufWriter::with_capacity(1 << 20, file), schema, props.clone()).map_err(pq)?;
+    let n = c.t_ns.len();
+    let mut groups = Vec::with_capacity(n.div_ceil(GROUP));
+    let (mut v32, mut v64, mut def) = (Vec::with_capacity(GROUP), Vec::with_capacity(GROUP), Vec::with_capacity(GROUP));
+    for a in (0..n).step_by(GROUP) {
+        let b = (a + GROUP).min(n);
+        groups.push((c.t_ns[a], c.t_ns[b - 1]));
+        let mut g = w.next_row_group().map_err(pq)?;
+        let mut k = 0;
+        while let Some(mut col) = g.next_column().map_err(pq)? {
+            match column(c, k) {
+                Col::Long(v, false) => col.typed::<Int64Type>().write_batch(&v[a..b], None, None),
+                Col::Int(v) => col.typed::<Int32Type>().write_batch(&v[a..b], None, None),
+                Col::Long(v, true) => {
+                    present(&mut v64, &mut def, &v[a..b]);
+                    col.typed::<Int64Type>().write_batch(&v64, Some(&def), None)
+                }
+                Col::Narrow(v) => {
+                    present(&mut v32, &mut def, &v[a..b]);
+                    col.typed::<Int32Type>().write_batch(&v32, Some(&def), None)
+                }
+            }
+            .map_err(pq)?;
+            col.close().map_err(pq)?;
+            k += 1;
+        }
+        g.close().map_err(pq)?;
+    }
+    let inner = w.into_inner().map_err(pq)?;
+    inner.into_inner().map_err(|e| WriteError::Io { path: path.to_path_buf(), source: e.into_error() })?;
+    Ok(groups)
+}
+
+/// One decoded column as stored: an INT64 (nullable or not: null is a
+/// negative value, the event has no such field), an INT32 never null, or
+/// `Narrow`: a nullable one decoded as int64 and stored as INT32.
+enum Col<'a> {
+    Long(&'a [i64], bool),
+    Int(&'a [i32]),
+    Narrow(&'a [i64]),
+}
+
+/// Column `k` of `SCHEMA`.
+fn column(c: &Columns, k: usize) -> Col<'_> {
+    match k {
+        0 => Col::Long(&c.t_ns, false),
+        1 => Col::Int(&c.cpu),
+        2 => Col::Int(&c.pid),
+        3 => Col::Int(&c.event),
+        4 => Col::Narrow(&c.target),
+        5 => Col::Narrow(&c.target_comm),
+        6 => Col::Narrow(&c.next_pid),
+        7 => Col::Narrow(&c.next_comm),
+        8 => Col::Narrow(&c.prev_state),
+        9 => Col::Narrow(&c.irq),
+        10 => Col::Narrow(&c.name),
+        11 => Col::Narrow(&c.dest_cpu),
+        12 => Col::Long(&c.runtime, true),
+        13 => Col::Long(&c.expires, true),
+        14 => Col::Long(&c.softexpires, true),
+        15 => Col::Narrow(&c.prio),
+        _ => Col::Narrow(&c.next_prio),
+    }
+}
+
+/// The values of `src` that are there (not negative) into `vals`, and a
+/// definition level per value (1: there, 0: null) into `def`.
+fn present<T: TryFrom<i64> + Default>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: &[i64]) {
+    vals.clear();
+    def.clear();
+    for &v in src {
+        def.push((v >= 0) as i16);
+        if v >= 0 {
+            // an INT32 column's values fit (ids, codes, CPUs, priorities); one that does not is stored as 0, never wrapped
+            vals.push(T::try_from(v).unwrap_or_default());
+        }
+    }
+}
+
+/// The events `keys` name (by rank: `a`'s first, then `b`'s), in that order.
+fn gather(a: &Columns, b: &Columns, keys: &[(i64, u32)]) -> Columns {
+    let na = a.t_ns.len();
+    macro_rules! pick {
+        ($($f:ident),*) => {
+            Columns { $($f: keys.iter().map(|&(_, r)| { let r = r as usize; if r < na { a.$f[r] } else { b.$f[r - na] } }).collect(),)* }
+        };
+    }
+    pick!(t_ns, cpu, event, pid, target, target_comm, next_pid, next_comm, prev_state, irq, name, dest_cpu, runtime, expires, softexpires, prio, next_prio)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::record::RowAccessor;
+
+    fn events(ts: &[i64]) -> Columns {
+        let n = ts.len();
+        let mut c = Columns { t_ns: ts.to_vec(), cpu: vec![1; n], event: (0..n as i32).collect(), pid: vec![7; n], ..Default::default() };
+        for v in [
+            &mut c.target,
+            &mut c.target_comm,
+            &mut c.next_pid,
+            &mut c.next_comm,
+            &mut c.prev_state,
+            &mut c.irq,
+            &mut c.name,
+            &mut c.dest_cpu,
+            &mut c.runtime,
+            &mut c.expires,
+            &mut c.softexpires,
+            &mut c.prio,
+            &mut c.next_prio,
+        ] {
+            *v = vec![-1; n];
+        }
+        c
+    }
+
+    fn read(path: &Path) -> Vec<(i64, i32, Option<i64>)> {
+        let r = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+        r.get_row_iter(None)
+            .unwrap()
+            .map(|row| {
+                let row = row.unwrap();
+                (row.get_long(0).unwrap(), row.get_int(3).unwrap(), row.get_long(12).ok())
+            })
+            .collect()
+    }
+
+    fn dir() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("ls-segment-{}-{}", std::process::id(), rand_suffix()));
+        std::fs::create_dir_all(d.join("events")).unwrap();
+        d
+    }
+
+    fn rand_suffix() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(0);
+        N.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[test]
+    fn a_batch_out_of_order_is_written_sorted_with_equal_stamps_in_decoding_order() {
+        let d = dir();
+        let got = write(&d, &properties(1).unwrap(), 0, &Cutter::default().cut(events(&[30, 10, 20, 10]), None)).unwrap();
+        assert_eq!(got.events, 4);
+        assert_eq!((got.t_first_ns, got.t_last_ns), (Some(10), Some(30)));
+        assert_eq!(got.file.as_deref(), Some("events/00000.parquet"));
+        let rows = read(&d.join("events/00000.parquet"));
+        assert_eq!(rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), vec![(10, 1), (10, 3), (20, 2), (30, 0)]);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn what_lies_at_or_after_the_watermark_waits_for_the_next_segment() {
+        let d = dir();
+        let mut cut = Cutter::default();
+        let a = cut.cut(events(&[5, 50, 40]), Some(40));
+        assert_eq!((a.t_ns.clone(), cut.held()), (vec![5], 2));
+        let b = cut.cut(events(&[45, 40, 60]), None);
+        // the held-back 40 (decoded first) before the new batch's 40
+        assert_eq!((b.t_ns.clone(), b.event.clone()), (vec![40, 40, 45, 50, 60], vec![2, 1, 0, 1, 2]));
+        assert_eq!(cut.held(), 0);
+        write(&d, &properties(1).unwrap(), 1, &b).unwrap();
+        assert_eq!(read(&d.join("events/00001.parquet")).iter().map(|r| r.0).collect::<Vec<_>>(), vec![40, 40, 45, 50, 60]);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_negative_value_is_stored_as_null_and_others_as_they_are() {
+        let d = dir();
+        let mut c = events(&[1, 2]);
+        c.runtime = vec![-1, 123_456_789_012];
+        write(&d, &properties(1).unwrap(), 0, &c).unwrap();
+        let rows = read(&d.join("events/00000.parquet"));
+        assert_eq!(rows.iter().map(|r| r.2).collect::<Vec<_>>(), vec![None, Some(123_456_789_012)]);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn row_groups_hold_group_events_each_and_say_their_first_and_last_stamps() {
+        let d = dir();
+        let n = GROUP * 2 + 10;
+        let ts: Vec<i64> = (0..n as i64).map(|i| 1000 + i).collect();
+        let got = write(&d, &properties(1).unwrap(), 3, &events(&ts)).unwrap();
+        assert_eq!(
+            got.groups,
+            vec![(1000, 1000 + GROUP as i64 - 1), (1000 + GROUP as i64, 1000 + 2 * GROUP as i64 - 1), (1000 + 2 * GROUP as i64, 1000 + n as i64 - 1)]
+        );
+        let r = SerializedFileReader::new(File::open(d.join("events/00003.parquet")).unwrap()).unwrap();
+        let sizes: Vec<i64> = r.metadata().row_groups().iter().map(|g| g.num_rows()).collect();
+        assert_eq!(sizes, vec![GROUP as i64, GROUP as i64, 10]);
+        assert!(got.bytes > 0);
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_batch_wholly_past_the_watermark_writes_no_file() {
+        let d = dir();
+        let mut cut = Cutter::default();
+        let got = write(&d, &properties(1).unwrap(), 0, &cut.cut(events(&[50, 60]), Some(10))).unwrap();
+        assert_eq!(got, Written::default());
+        assert_eq!(cut.held(), 2);
+        assert!(!d.join("events/00000.parquet").exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+}

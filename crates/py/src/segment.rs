@@ -1,0 +1,101 @@
+//! A capture's segment files written natively (crates/ktrace `segment`).
+//!
+//! `KtraceImport.take_batch` leaves a batch's columns in a `KtraceBatch`;
+//! `KtraceSegments.cut` sorts it after what the last cut held back and holds
+//! back what the next batch can precede; `write` writes a cut as one Parquet
+//! segment file. Both release the interpreter lock, and writes of different
+//! segments can run at once (the importer writes two while it decodes the
+//! next batch). Python sees the batch's counts and the file's name, rows
+//! and row groups: never the events.
+
+use super::{detached, InputError, RunError};
+use loopscope_ktrace::decode::Columns;
+use loopscope_ktrace::segment::{properties, write, Cutter, Properties, WriteError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// One batch of decoded events, kept native until written.
+#[pyclass(module = "loopscope._native", name = "KtraceBatch")]
+pub struct KtraceBatch {
+    cols: Option<Columns>,
+}
+
+/// `o` (a batch's losses, strings, counts) with the batch itself (`batch`),
+/// its size (`n`), its earliest and latest stamps (`t_min`, `t_max`: None
+/// when empty) and the event codes present in it (`present`, sorted).
+pub(crate) fn batch_dict<'py>(py: Python<'py>, c: Columns, o: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
+    o.set_item("n", c.t_ns.len())?;
+    o.set_item("t_min", c.t_ns.iter().min().copied())?;
+    o.set_item("t_max", c.t_ns.iter().max().copied())?;
+    let mut seen: Vec<bool> = Vec::new();
+    for &e in &c.event {
+        if e >= 0 {
+            let e = e as usize;
+            if e >= seen.len() {
+                seen.resize(e + 1, false);
+            }
+            seen[e] = true;
+        }
+    }
+    let present: Vec<usize> = seen.iter().enumerate().filter(|(_, &s)| s).map(|(i, _)| i).collect();
+    o.set_item("present", present)?;
+    o.set_item("batch", Py::new(py, KtraceBatch { cols: Some(c) })?)?;
+    Ok(o)
+}
+
+/// The segment writer of one capture directory: `cut` batches in order,
+/// `write` the cuts (several at once, from as many threads).
+#[pyclass(module = "loopscope._native", name = "KtraceSegments")]
+pub struct KtraceSegments {
+    dir: PathBuf,
+    props: Properties,
+    cutter: Mutex<Cutter>,
+}
+
+#[pymethods]
+impl KtraceSegments {
+    /// `cap_dir`: the capture's directory (with `events/`); `level`: zstd's.
+    #[new]
+    fn new(cap_dir: &str, level: i32) -> PyResult<Self> {
+        let props = properties(level).map_err(|e| InputError::new_err(format!("zstd level {level}: {e}")))?;
+        Ok(KtraceSegments { dir: PathBuf::from(cap_dir), props, cutter: Mutex::new(Cutter::default()) })
+    }
+
+    /// `batch` with what the last cut held back, time-sorted, up to
+    /// `watermark_ns` (all when None): a new batch, to `write`. The one
+    /// given is spent. Cuts are made in the order the batches were decoded.
+    #[pyo3(signature = (batch, watermark_ns))]
+    fn cut(&self, py: Python<'_>, batch: &Bound<'_, KtraceBatch>, watermark_ns: Option<i64>) -> PyResult<KtraceBatch> {
+        let cols = spend(batch)?;
+        let cutter = &self.cutter;
+        let got = detached(py, move || cutter.lock().map(|mut c| c.cut(cols, watermark_ns)).map_err(|_| "a cut failed before"))?;
+        Ok(KtraceBatch { cols: Some(got.map_err(RunError::new_err)?) })
+    }
+
+    /// Write `batch` (a cut) as segment `seg`. Returns {file (None: no events),
+    /// events, t_first_ns, t_last_ns, groups: [[first, last], …], bytes}.
+    fn write<'py>(&self, py: Python<'py>, batch: &Bound<'py, KtraceBatch>, seg: u32) -> PyResult<Bound<'py, PyDict>> {
+        let cols = spend(batch)?;
+        let (dir, props) = (&self.dir, &self.props);
+        let got = detached(py, move || write(dir, props, seg, &cols))?.map_err(|e: WriteError| RunError::new_err(e.to_string()))?;
+        let o = PyDict::new(py);
+        o.set_item("file", got.file)?;
+        o.set_item("events", got.events)?;
+        o.set_item("t_first_ns", got.t_first_ns)?;
+        o.set_item("t_last_ns", got.t_last_ns)?;
+        o.set_item("groups", got.groups.iter().map(|&(a, b)| vec![a, b]).collect::<Vec<_>>())?;
+        o.set_item("bytes", got.bytes)?;
+        Ok(o)
+    }
+
+    /// The events held back for the next cut.
+    fn held(&self) -> usize {
+        self.cutter.lock().map(|c| c.held()).unwrap_or(0)
+    }
+}
+
+fn spend(batch: &Bound<'_, KtraceBatch>) -> PyResult<Columns> {
+    batch.borrow_mut().cols.take().ok_or_else(|| RunError::new_err("a batch is spent once"))
+}
