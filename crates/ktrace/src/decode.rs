@@ -14,6 +14,7 @@
 //! page's first one.
 
 use crate::format::{Format, Loc, PageLayout};
+use crate::intern::Interner;
 use crate::page::{self, Missed};
 use std::collections::HashMap;
 
@@ -160,45 +161,6 @@ pub struct Counts {
     pub kept: u64,
     pub unknown_type: u64,
     pub damaged_pages: u64,
-}
-
-/// Strings seen so far, each once; columns hold their indices.
-#[derive(Default)]
-struct Interner {
-    list: Vec<String>,
-    // a fast hash: task names are interned once per string field of every event (a third of decoding with SipHash)
-    map: rustc_hash::FxHashMap<Vec<u8>, i64>,
-    short: rustc_hash::FxHashMap<u128, i64>,
-}
-
-impl Interner {
-    fn get(&mut self, b: &[u8]) -> i64 {
-        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-        let s = &b[..end];
-        // task names (at most 16 bytes) are looked up as one 128-bit key: no hashing of bytes, no compare of slices
-        if s.len() <= 16 {
-            let mut k = [0u8; 16];
-            k[..s.len()].copy_from_slice(s);
-            let key = u128::from_le_bytes(k);
-            if let Some(&i) = self.short.get(&key) {
-                return i;
-            }
-            let i = self.push(s);
-            self.short.insert(key, i);
-            return i;
-        }
-        if let Some(&i) = self.map.get(s) {
-            return i;
-        }
-        let i = self.push(s);
-        self.map.insert(s.to_vec(), i);
-        i
-    }
-
-    fn push(&mut self, s: &[u8]) -> i64 {
-        self.list.push(String::from_utf8_lossy(s).into_owned());
-        self.list.len() as i64 - 1
-    }
 }
 
 pub struct Decoder {
@@ -463,6 +425,7 @@ fn string_of<'a>(d: &'a [u8], f: &Ext) -> Option<&'a [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::format::parse;
     use crate::page::tests::page;
 

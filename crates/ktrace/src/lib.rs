@@ -36,6 +36,7 @@ pub mod attrib;
 pub mod decode;
 pub mod format;
 pub mod import;
+mod intern;
 pub mod page;
 pub mod segment;
 pub mod switches;

@@ -84,15 +84,65 @@ pub struct Cutter {
     carry: Columns,
 }
 
+/// A segment's events: what the last cut held back and a batch, in the
+/// order `ranks` gives (into the held events, then the batch's), or the
+/// batch alone when it was in order already. The events are moved into
+/// place only as each row group is written, on the writing thread.
+pub struct Cut {
+    held: Columns,
+    batch: Columns,
+    ranks: Option<Vec<u32>>,
+}
+
+impl Cut {
+    /// A batch in time order, as it is.
+    pub fn sorted(batch: Columns) -> Self {
+        Cut { held: Columns::default(), batch, ranks: None }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranks.as_ref().map_or(self.batch.t_ns.len(), |r| r.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rows `a..b`'s values of one column (`of` picks it from a batch) into `out`.
+    fn rows<'a, T: Copy>(&'a self, of: impl Fn(&'a Columns) -> &'a [T], a: usize, b: usize, out: &'a mut Vec<T>) -> &'a [T] {
+        match &self.ranks {
+            None => &of(&self.batch)[a..b],
+            Some(ranks) => {
+                let (h, x) = (of(&self.held), of(&self.batch));
+                out.clear();
+                out.extend(ranks[a..b].iter().map(|&r| {
+                    let r = r as usize;
+                    if r < h.len() {
+                        h[r]
+                    } else {
+                        x[r - h.len()]
+                    }
+                }));
+                out
+            }
+        }
+    }
+
+    fn t(&self, i: usize) -> i64 {
+        let mut one = Vec::with_capacity(1);
+        self.rows(|c| &c.t_ns, i, i + 1, &mut one)[0]
+    }
+}
+
 impl Cutter {
     /// `batch` with what was held back, time-sorted, up to `watermark`
     /// (all of it when None); what lies at or after it is held back.
-    pub fn cut(&mut self, batch: Columns, watermark: Option<i64>) -> Columns {
+    pub fn cut(&mut self, batch: Columns, watermark: Option<i64>) -> Cut {
         let held = std::mem::take(&mut self.carry);
         let (nh, nb) = (held.t_ns.len(), batch.t_ns.len());
         let in_order = |t: &[i64]| t.windows(2).all(|w| w[0] <= w[1]);
         if nh == 0 && in_order(&batch.t_ns) && watermark.is_none_or(|w| batch.t_ns.last().is_none_or(|&t| t < w)) {
-            return batch; // perf.data's batches, and the last of a trace.dat's: nothing to move
+            return Cut::sorted(batch); // perf.data's batches, and the last of a trace.dat's: nothing to move
         }
         // (stamp, rank): what was held back ranks first, so equal stamps keep the order they were decoded in
         let mut keys: Vec<(i64, u32)> = Vec::with_capacity(nh + nb);
@@ -106,7 +156,7 @@ impl Cutter {
             None => keys.len(),
         };
         self.carry = gather(&held, &batch, &keys[cut..]);
-        gather(&held, &batch, &keys[..cut])
+        Cut { held, batch, ranks: Some(keys[..cut].iter().map(|k| k.1).collect()) }
     }
 
     /// The events held back (written with the next batch, or by a cut with no watermark).
@@ -134,14 +184,14 @@ pub fn properties(level: i32) -> Result<Properties, ParquetError> {
 /// Write `c` (time-sorted, as `Cutter::cut` gives) as segment `seg` of the
 /// capture in `dir`: `events/NNNNN.parquet`, under a temporary name renamed
 /// when whole. Segments are independent: several can be written at once.
-pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Columns) -> Result<Written, WriteError> {
-    let n = c.t_ns.len();
+pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Cut) -> Result<Written, WriteError> {
+    let n = c.len();
     let mut out = Written { events: n, ..Default::default() };
     if n == 0 {
         return Ok(out);
     }
-    out.t_first_ns = Some(c.t_ns[0]);
-    out.t_last_ns = Some(c.t_ns[n - 1]);
+    out.t_first_ns = Some(c.t(0));
+    out.t_last_ns = Some(c.t(n - 1));
     let name = format!("{seg:05}.parquet");
     let path = dir.join("events").join(&name);
     let tmp = path.with_extension("tmp");
@@ -161,29 +211,34 @@ pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Columns) -> Result<Wr
     Ok(out)
 }
 
-fn write_file(path: &Path, props: &Properties, c: &Columns) -> Result<Vec<(i64, i64)>, WriteError> {
+fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)>, WriteError> {
     let pq = |source| WriteError::Parquet { path: path.to_path_buf(), source };
     let file = File::create(path).map_err(|source| WriteError::Io { path: path.to_path_buf(), source })?;
     let schema = Arc::new(parse_message_type(SCHEMA).map_err(pq)?);
     let mut w = SerializedFileWriter::new(BufWriter::with_capacity(1 << 20, file), schema, props.clone()).map_err(pq)?;
-    let n = c.t_ns.len();
+    let n = c.len();
     let mut groups = Vec::with_capacity(n.div_ceil(GROUP));
     let (mut v32, mut v64, mut def) = (Vec::with_capacity(GROUP), Vec::with_capacity(GROUP), Vec::with_capacity(GROUP));
+    // a row group's values of one column, moved into place (when the cut is not in order already)
+    let (mut in32, mut in64): (Vec<i32>, Vec<i64>) = (Vec::with_capacity(GROUP), Vec::with_capacity(GROUP));
     for a in (0..n).step_by(GROUP) {
         let b = (a + GROUP).min(n);
-        groups.push((c.t_ns[a], c.t_ns[b - 1]));
         let mut g = w.next_row_group().map_err(pq)?;
         let mut k = 0;
         while let Some(mut col) = g.next_column().map_err(pq)? {
-            match column(c, k) {
-                Col::Long(v, false) => col.typed::<Int64Type>().write_batch(&v[a..b], None, None),
-                Col::Int(v) => col.typed::<Int32Type>().write_batch(&v[a..b], None, None),
-                Col::Long(v, true) => {
-                    present(&mut v64, &mut def, &v[a..b]);
+            match column(k) {
+                Col::Long(of, false) => {
+                    let v = c.rows(of, a, b, &mut in64);
+                    groups.push((v[0], v[v.len() - 1]));
+                    col.typed::<Int64Type>().write_batch(v, None, None)
+                }
+                Col::Int(of) => col.typed::<Int32Type>().write_batch(c.rows(of, a, b, &mut in32), None, None),
+                Col::Long(of, true) => {
+                    present(&mut v64, &mut def, c.rows(of, a, b, &mut in64));
                     col.typed::<Int64Type>().write_batch(&v64, Some(&def), None)
                 }
-                Col::Narrow(v) => {
-                    present(&mut v32, &mut def, &v[a..b]);
+                Col::Narrow(of) => {
+                    present(&mut v32, &mut def, c.rows(of, a, b, &mut in64));
                     col.typed::<Int32Type>().write_batch(&v32, Some(&def), None)
                 }
             }
@@ -198,35 +253,36 @@ fn write_file(path: &Path, props: &Properties, c: &Columns) -> Result<Vec<(i64, 
     Ok(groups)
 }
 
-/// One decoded column as stored: an INT64 (nullable or not: null is a
-/// negative value, the event has no such field), an INT32 never null, or
-/// `Narrow`: a nullable one decoded as int64 and stored as INT32.
-enum Col<'a> {
-    Long(&'a [i64], bool),
-    Int(&'a [i32]),
-    Narrow(&'a [i64]),
+/// One decoded column as stored (how to find it in a batch): an INT64
+/// (nullable or not: null is a negative value, the event has no such
+/// field), an INT32 never null, or `Narrow`: a nullable one decoded as
+/// int64 and stored as INT32.
+enum Col {
+    Long(fn(&Columns) -> &[i64], bool),
+    Int(fn(&Columns) -> &[i32]),
+    Narrow(fn(&Columns) -> &[i64]),
 }
 
 /// Column `k` of `SCHEMA`.
-fn column(c: &Columns, k: usize) -> Col<'_> {
+fn column(k: usize) -> Col {
     match k {
-        0 => Col::Long(&c.t_ns, false),
-        1 => Col::Int(&c.cpu),
-        2 => Col::Int(&c.pid),
-        3 => Col::Int(&c.event),
-        4 => Col::Narrow(&c.target),
-        5 => Col::Narrow(&c.target_comm),
-        6 => Col::Narrow(&c.next_pid),
-        7 => Col::Narrow(&c.next_comm),
-        8 => Col::Narrow(&c.prev_state),
-        9 => Col::Narrow(&c.irq),
-        10 => Col::Narrow(&c.name),
-        11 => Col::Narrow(&c.dest_cpu),
-        12 => Col::Long(&c.runtime, true),
-        13 => Col::Long(&c.expires, true),
-        14 => Col::Long(&c.softexpires, true),
-        15 => Col::Narrow(&c.prio),
-        _ => Col::Narrow(&c.next_prio),
+        0 => Col::Long(|c| &c.t_ns, false),
+        1 => Col::Int(|c| &c.cpu),
+        2 => Col::Int(|c| &c.pid),
+        3 => Col::Int(|c| &c.event),
+        4 => Col::Narrow(|c| &c.target),
+        5 => Col::Narrow(|c| &c.target_comm),
+        6 => Col::Narrow(|c| &c.next_pid),
+        7 => Col::Narrow(|c| &c.next_comm),
+        8 => Col::Narrow(|c| &c.prev_state),
+        9 => Col::Narrow(|c| &c.irq),
+        10 => Col::Narrow(|c| &c.name),
+        11 => Col::Narrow(|c| &c.dest_cpu),
+        12 => Col::Long(|c| &c.runtime, true),
+        13 => Col::Long(|c| &c.expires, true),
+        14 => Col::Long(|c| &c.softexpires, true),
+        15 => Col::Narrow(|c| &c.prio),
+        _ => Col::Narrow(|c| &c.next_prio),
     }
 }
 
@@ -324,10 +380,12 @@ mod tests {
         let d = dir();
         let mut cut = Cutter::default();
         let a = cut.cut(events(&[5, 50, 40]), Some(40));
-        assert_eq!((a.t_ns.clone(), cut.held()), (vec![5], 2));
+        let all = |c: &Cut, of: fn(&Columns) -> &[i64]| c.rows(of, 0, c.len(), &mut Vec::new()).to_vec();
+        assert_eq!((all(&a, |c| &c.t_ns), cut.held()), (vec![5], 2));
         let b = cut.cut(events(&[45, 40, 60]), None);
         // the held-back 40 (decoded first) before the new batch's 40
-        assert_eq!((b.t_ns.clone(), b.event.clone()), (vec![40, 40, 45, 50, 60], vec![2, 1, 0, 1, 2]));
+        let events = b.rows(|c| &c.event, 0, b.len(), &mut Vec::new()).to_vec();
+        assert_eq!((all(&b, |c| &c.t_ns), events), (vec![40, 40, 45, 50, 60], vec![2, 1, 0, 1, 2]));
         assert_eq!(cut.held(), 0);
         write(&d, &properties(1).unwrap(), 1, &b).unwrap();
         assert_eq!(read(&d.join("events/00001.parquet")).iter().map(|r| r.0).collect::<Vec<_>>(), vec![40, 40, 45, 50, 60]);
@@ -339,7 +397,7 @@ mod tests {
         let d = dir();
         let mut c = events(&[1, 2]);
         c.runtime = vec![-1, 123_456_789_012];
-        write(&d, &properties(1).unwrap(), 0, &c).unwrap();
+        write(&d, &properties(1).unwrap(), 0, &Cut::sorted(c)).unwrap();
         let rows = read(&d.join("events/00000.parquet"));
         assert_eq!(rows.iter().map(|r| r.2).collect::<Vec<_>>(), vec![None, Some(123_456_789_012)]);
         std::fs::remove_dir_all(d).unwrap();
@@ -350,7 +408,7 @@ mod tests {
         let d = dir();
         let n = GROUP * 2 + 10;
         let ts: Vec<i64> = (0..n as i64).map(|i| 1000 + i).collect();
-        let got = write(&d, &properties(1).unwrap(), 3, &events(&ts)).unwrap();
+        let got = write(&d, &properties(1).unwrap(), 3, &Cut::sorted(events(&ts))).unwrap();
         assert_eq!(
             got.groups,
             vec![(1000, 1000 + GROUP as i64 - 1), (1000 + GROUP as i64, 1000 + 2 * GROUP as i64 - 1), (1000 + 2 * GROUP as i64, 1000 + n as i64 - 1)]

@@ -10,16 +10,17 @@
 
 use super::{detached, InputError, RunError};
 use loopscope_ktrace::decode::Columns;
-use loopscope_ktrace::segment::{properties, write, Cutter, Properties, WriteError};
+use loopscope_ktrace::segment::{properties, write, Cut, Cutter, Properties, WriteError};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-/// One batch of decoded events, kept native until written.
+/// One batch of decoded events, kept native until written: as decoded, or cut.
 #[pyclass(module = "loopscope._native", name = "KtraceBatch")]
 pub struct KtraceBatch {
     cols: Option<Columns>,
+    cut: Option<Cut>,
 }
 
 /// `o` (a batch's losses, strings, counts) with the batch itself (`batch`),
@@ -41,7 +42,7 @@ pub(crate) fn batch_dict<'py>(py: Python<'py>, c: Columns, o: Bound<'py, PyDict>
     }
     let present: Vec<usize> = seen.iter().enumerate().filter(|(_, &s)| s).map(|(i, _)| i).collect();
     o.set_item("present", present)?;
-    o.set_item("batch", Py::new(py, KtraceBatch { cols: Some(c) })?)?;
+    o.set_item("batch", Py::new(py, KtraceBatch { cols: Some(c), cut: None })?)?;
     Ok(o)
 }
 
@@ -68,18 +69,18 @@ impl KtraceSegments {
     /// given is spent. Cuts are made in the order the batches were decoded.
     #[pyo3(signature = (batch, watermark_ns))]
     fn cut(&self, py: Python<'_>, batch: &Bound<'_, KtraceBatch>, watermark_ns: Option<i64>) -> PyResult<KtraceBatch> {
-        let cols = spend(batch)?;
+        let cols = batch.borrow_mut().cols.take().ok_or_else(|| RunError::new_err("a decoded batch is cut once"))?;
         let cutter = &self.cutter;
         let got = detached(py, move || cutter.lock().map(|mut c| c.cut(cols, watermark_ns)).map_err(|_| "a cut failed before"))?;
-        Ok(KtraceBatch { cols: Some(got.map_err(RunError::new_err)?) })
+        Ok(KtraceBatch { cols: None, cut: Some(got.map_err(RunError::new_err)?) })
     }
 
     /// Write `batch` (a cut) as segment `seg`. Returns {file (None: no events),
     /// events, t_first_ns, t_last_ns, groups: [[first, last], …], bytes}.
     fn write<'py>(&self, py: Python<'py>, batch: &Bound<'py, KtraceBatch>, seg: u32) -> PyResult<Bound<'py, PyDict>> {
-        let cols = spend(batch)?;
+        let cut = batch.borrow_mut().cut.take().ok_or_else(|| RunError::new_err("a cut batch is written once"))?;
         let (dir, props) = (&self.dir, &self.props);
-        let got = detached(py, move || write(dir, props, seg, &cols))?.map_err(|e: WriteError| RunError::new_err(e.to_string()))?;
+        let got = detached(py, move || write(dir, props, seg, &cut))?.map_err(|e: WriteError| RunError::new_err(e.to_string()))?;
         let o = PyDict::new(py);
         o.set_item("file", got.file)?;
         o.set_item("events", got.events)?;
@@ -94,8 +95,4 @@ impl KtraceSegments {
     fn held(&self) -> usize {
         self.cutter.lock().map(|c| c.held()).unwrap_or(0)
     }
-}
-
-fn spend(batch: &Bound<'_, KtraceBatch>) -> PyResult<Columns> {
-    batch.borrow_mut().cols.take().ok_or_else(|| RunError::new_err("a batch is spent once"))
 }

@@ -4,7 +4,7 @@ Subcommands map onto the package, one module per concern, each imported
 only when one of its commands runs (``base.COMMANDS``): ``probe`` and
 ``netprobe`` (measure), ``lab`` (run, check), ``runs`` (report, timeline,
 explain, export), ``dataset`` (runs, query, trend), ``compare``,
-``monitor``, ``imports``, ``tracecmd`` (inspect trace files), ``bench``
+``monitor``, ``imports`` and ``runthreads`` (import a recording, measure its threads), ``tracecmd`` (inspect trace files), ``bench``
 (loopscope against its floor and its peers), ``model`` (calibrate and
 model), ``hosts``, ``plumbing`` (what the lab starts); how results print is
 ``show``. Every error ends the same way: ``loopscope: error: <what>; <what

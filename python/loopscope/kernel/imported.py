@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from typing_extensions import TypedDict
 
 from loopscope.errors import InputError, RunError
-from loopscope.kernel import store as S
+from loopscope.kernel import segments as S
 from loopscope.rundir import Capture, KernelRecord, RunDir, RunRecord
 from loopscope import _native
 import shutil

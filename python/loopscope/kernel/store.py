@@ -32,16 +32,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import TypeAdapter, ValidationError
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 import numpy as np
 import polars as pl
 
 from loopscope.errors import InputError
 from loopscope.rundir import Capture
+from loopscope.kernel.segments import LostWindow, Segment, lost_list  # noqa: F401  (the store's index types, re-exported)
 
 if TYPE_CHECKING:
-    from loopscope._native import _Batch as Batch
     from loopscope._native import _Decoded as Decoded
 
 SCHEMA = {
@@ -91,44 +91,6 @@ GROUP = 65536
 CACHE_GROUPS = 24
 # Row groups read at once when a plan says they are all needed.
 BATCH = 16
-
-
-class LostWindow(TypedDict):
-    """Events the kernel lost on one CPU between two times (``events`` -1: count unknown)."""
-
-    cpu: int
-    start_ns: int
-    end_ns: int
-    events: int
-    why: NotRequired[str]
-
-
-class Segment(TypedDict, total=False):
-    """One line of a capture's segments.jsonl: one read of the buffers, the
-    file its events went to, what it lost and what it cost."""
-
-    seg: int | None
-    reason: str
-    label: str
-    read_start_mono_ns: int
-    read_ns: int
-    bytes_read: int
-    decode_ns: int
-    frame_ns: int
-    write_ns: int
-    events: int
-    t_first_ns: int | None
-    t_last_ns: int | None
-    lost: list[LostWindow]
-    file: str | None
-    counts: dict[str, int]
-    strings: list[str]
-    event_names: list[str]
-    groups: list[list[int]]
-    bytes: int
-    write_error: str
-    readable: bool
-    lost_unknown: bool
 
 
 SEGMENT: TypeAdapter[Segment] = TypeAdapter(Segment)
@@ -237,14 +199,6 @@ def write_segment(d: Path, seg: int, df: pl.DataFrame, sync: bool = True, level:
     ts = df["t_ns"]
     groups = [[int(ts[i]), int(ts[min(i + GROUP, len(ts)) - 1])] for i in range(0, len(ts), GROUP)]
     return {"file": f"events/{path.name}", "groups": groups, "bytes": path.stat().st_size}
-
-
-def lost_list(got: Decoded | Batch) -> list[LostWindow]:
-    lo = got["lost"]
-    return [
-        {"cpu": int(c), "start_ns": int(a), "end_ns": int(b), "events": int(n), "why": w}
-        for c, a, b, n, w in zip(lo["cpu"], lo["start_ns"], lo["end_ns"], lo["events"], lo["why"])
-    ]
 
 
 def full(df: pl.DataFrame) -> pl.DataFrame:
