@@ -4,6 +4,7 @@ the histograms' stated precision, the same maxima and the same worst outliers.""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import polars as pl
 import pytest
 
 from loopscope.analysis.activations import FIGURES, SIG_DIGITS
-from loopscope.analysis.threads import summary_of_rows, thread_activations, thread_names, thread_summary
+from loopscope.analysis.threads import names_in, summary_of_rows, thread_activations, thread_names, thread_summary
 from loopscope.kernel import store as S
 
 CAPTURE = Path(__file__).parent.parent / "fixtures" / "runs" / "report" / "run" / "kernel"
@@ -66,3 +67,32 @@ def test_a_folded_pass_keeps_the_same_worst_outliers(both: tuple[pl.DataFrame, .
         # the fold's outliers start at the p99's bucket, the rows' at the interpolated p99: the latest agree
         n = min(len(got), len(want))
         assert n > 0 and got[:n] == want[:n], tid
+
+
+def test_the_names_read_a_file_at_a_time_are_those_of_the_whole_capture_read_at_once() -> None:
+    st = S.open_dir(CAPTURE)
+    assert thread_names(st) == names_in(st.load(st.t_first or 0, st.t_last or 0)) != {}
+
+
+def test_a_thread_renamed_in_a_later_file_goes_by_its_latest_name_whichever_side_of_a_switch_gave_it(tmp_path: Path) -> None:
+    strings = ["old", "new", "other", "third"]
+
+    def segment(seg: int, rows: list[tuple[int, int, int, int, int]]) -> None:
+        # (t, the task switched out and its name, the task switched in and its name)
+        t, prev, pname, nxt, nname = (list(c) for c in zip(*rows))
+        df = pl.DataFrame(
+            {"t_ns": t, "cpu": [0] * len(t), "pid": prev, "event": [0] * len(t), "target": prev, "target_comm": pname, "next_pid": nxt, "next_comm": nname}
+        )
+        df = df.with_columns(*(pl.lit(None).alias(c) for c in S.STORED if c not in df.columns)).select(S.STORED)
+        df = df.cast({c: (pl.Int64 if c in ("t_ns", "runtime", "expires", "softexpires") else pl.Int32) for c in S.STORED})
+        w = S.write_segment(tmp_path, seg, df, sync=False)
+        line = {"seg": seg, "reason": "test", "events": len(t), "t_first_ns": t[0], "t_last_ns": t[-1], "lost": [], **w}
+        line |= {"strings": strings, "event_names": ["sched_switch"]} if seg == 0 else {}
+        with open(tmp_path / "segments.jsonl", "a") as f:
+            f.write(json.dumps(line) + "\n")
+
+    (tmp_path / "events").mkdir()
+    # 7 runs as "old", switched in as "new" later in the same file; then switched out as "old" again, then in as "third"
+    segment(0, [(100, 7, 0, 8, 2), (200, 8, 2, 7, 1)])
+    segment(1, [(300, 7, 0, 8, 2), (400, 9, 2, 7, 3), (500, 9, 2, 8, 2)])
+    assert thread_names(S.open_dir(tmp_path)) == {7: "third", 8: "other", 9: "other"}

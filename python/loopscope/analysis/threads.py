@@ -236,27 +236,18 @@ def thread_names(st: S.Store) -> dict[int, str]:
     if "sched_switch" not in st.event_names or not st.files():
         return {}
     code = st.event_names.index("sched_switch")
-    # per segment file: each thread's last name there (the files are read one at a time)
+    # per segment file, each side's (the task switched out, the one switched in) last name of each thread: a file is
+    # in time order and a group keeps it, so no sort; of the two sides, the later is the thread's (the files are read
+    # one at a time)
     parts = []
     for f in st.files():
-        sw = pl.scan_parquet(f).filter(pl.col("event") == code)
-        parts.append(
-            pl.concat(
-                [
-                    sw.select(pl.col("target").cast(pl.Int64).alias("tid"), pl.col("target_comm").alias("comm"), "t_ns"),
-                    sw.select(pl.col("next_pid").cast(pl.Int64).alias("tid"), pl.col("next_comm").alias("comm"), "t_ns"),
-                ]
-            )
-            .drop_nulls()
-            .filter(pl.col("tid") > 0)
-            .sort("t_ns")
-            .group_by("tid")
-            .agg(pl.col("comm").last(), pl.col("t_ns").last())
-            .collect()
-        )
+        sw = pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "target", "target_comm", "next_pid", "next_comm").collect()
+        for tid, comm in (("target", "target_comm"), ("next_pid", "next_comm")):
+            side = sw.filter(pl.col(tid).is_not_null() & pl.col(comm).is_not_null()).group_by(tid).agg(pl.col(comm).last(), pl.col("t_ns").last())
+            parts.append(side.select(pl.col(tid).cast(pl.Int64).alias("tid"), pl.col(comm).alias("comm"), "t_ns"))
     if not parts:
         return {}
-    last = pl.concat(parts).sort("t_ns").group_by("tid").agg(pl.col("comm").last())
+    last = pl.concat(parts).filter(pl.col("tid") > 0).sort("t_ns").group_by("tid").agg(pl.col("comm").last())
     table = st.strings
     return {int(t): table[int(c)] if 0 <= int(c) < len(table) else "?" for t, c in last.iter_rows()}
 

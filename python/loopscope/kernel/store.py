@@ -228,6 +228,7 @@ class Store:
     _cache: OrderedDict[tuple[Path, int], pl.DataFrame] = field(default_factory=OrderedDict)
     _arrays: dict[tuple[Path, int], dict[str, np.ndarray]] = field(default_factory=dict)
     _need: set[tuple[Path, int]] = field(default_factory=set)
+    _by_event: dict[str, int] | None = None
 
     @property
     def lost_events(self) -> int:
@@ -374,6 +375,14 @@ class Store:
         return full(decode_text(df, self.strings, self.event_names)) if len(df) else pl.DataFrame(schema=SCHEMA)
 
     def by_event(self) -> dict[str, int]:
+        """How many events of each kind the capture holds, most first: counted
+        once (a read of every file's event column) and kept, since explain and
+        threads ask several times of the same segments."""
+        if self._by_event is None:
+            self._by_event = self._count_events()
+        return dict(self._by_event)
+
+    def _count_events(self) -> dict[str, int]:
         if self.legacy is not None:
             return {r["event"]: r["len"] for r in self.legacy.group_by("event").len().sort("len", descending=True).iter_rows(named=True)}
         files = self.files()
