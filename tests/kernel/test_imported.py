@@ -4,7 +4,11 @@ imported and measured: their own readers' counts and cyclictest are the checks."
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -260,3 +264,70 @@ def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_
     assert lat is not None and theirs_us > 1000, (lat, theirs_us)
     # cyclictest's own latency runs on to its clock read in user space: loopscope's lateness is the same stall, a little less
     assert 0.9 * theirs_us * 1000 <= lat["max"] <= theirs_us * 1000 + 50_000, (lat, theirs_us)
+
+
+#: damaged copies of each recording, and how long one import of a copy may take
+COPIES = 40
+DAMAGED_WITHIN_S = 10
+
+
+@pytest.mark.parametrize("name", ["v7", "v6", "perf"])
+def test_a_recording_with_random_bytes_flipped_imports_what_is_whole_or_is_refused_never_a_traceback_or_a_hang(
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str
+) -> None:
+    if name not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    data = recordings[name].read_bytes()
+
+    def one(i: int) -> tuple[int, subprocess.CompletedProcess[str] | None]:
+        rng = random.Random(f"{name}-{i}")  # the same damage to copy i every run: a failure can be replayed
+        bad = bytearray(data)
+        # a few bytes to a few hundred, anywhere: headers, formats, page headers, records, compressed chunks
+        for _ in range(rng.choice([1, 4, 32, 256])):
+            bad[rng.randrange(len(bad))] ^= 1 << rng.randrange(8)
+        p = tmp_path / f"{i:02d}-{recordings[name].name}"
+        p.write_bytes(bytes(bad))
+        try:
+            return i, cli("import", str(p), "-o", str(tmp_path / f"run{i}"), "--json", timeout=DAMAGED_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            return i, None
+
+    with ThreadPoolExecutor(2) as pool:
+        got = list(pool.map(one, range(COPIES)))
+    hung = [i for i, r in got if r is None]
+    assert not hung, f"copies {hung} of {name} did not import within {DAMAGED_WITHIN_S} s"
+    codes = {}
+    for i, r in got:
+        assert r is not None
+        assert r.returncode in (0, 2), (i, r.returncode, r.stderr[:3000])
+        assert "Traceback" not in r.stderr and "panicked" not in r.stderr, (i, r.stderr[-2000:])
+        if r.returncode == 2:
+            assert_clean_error(r, 2)
+        else:
+            j = json.loads(r.stdout)
+            assert j["kernel_events"] >= 0 and (tmp_path / f"run{i}" / "run.json").exists()
+        codes[i] = r.returncode
+    # most flips land in event payloads: some copies import
+    assert 0 in codes.values(), codes
+
+
+def test_a_compressed_chunk_that_does_not_decompress_is_skipped_and_said_with_a_loss_of_unknown_size(
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path
+) -> None:
+    src = recordings["v7"]
+    dump = subprocess.run(["trace-cmd", "dump", "--flyrecord", "-i", str(src)], capture_output=True, text=True, check=True).stdout
+    # each CPU's data: its chunk count (4 bytes), then chunks of an 8-byte header and a zstd frame
+    cpus = [(int(c), int(off), int(n)) for c, off, n in re.findall(r"^\s+(\d+) (\d+)\s+(\d+)\s+\[id, data offset and size\]", dump, re.M)]
+    cpu, off, size = max(cpus, key=lambda c: c[2])
+    bad = bytearray(src.read_bytes())
+    frame = off + 4 + 8
+    bad[frame : frame + 4] = b"\0\0\0\0"  # the first chunk's zstd magic
+    p = tmp_path / "bad.dat"
+    p.write_bytes(bytes(bad))
+    whole = json.loads(cli("import", str(src), "-o", str(tmp_path / "whole"), "--json").stdout)
+    r = cli("import", str(p), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert 0 < j["kernel_events"] < whole["kernel_events"]
+    assert j["lost_unknown_windows"] == whole["lost_unknown_windows"] + 1
+    assert any(f"CPU {cpu}'s chunk at offset {off + 4} is skipped" in n for n in j["notes"]), j["notes"]

@@ -228,7 +228,7 @@ impl Decoder {
     }
 
     fn lose(&mut self, cpu: i32, end: i64, events: i64, why: &str) {
-        let start = self.last.get(&cpu).map(|x| x.0).unwrap_or(end).min(end);
+        let start = self.last.get(&cpu).map(|x| x.0).filter(|&t| t != NONE).unwrap_or(end).min(end);
         self.lost.cpu.push(cpu);
         self.lost.start_ns.push(start);
         self.lost.end_ns.push(end);
@@ -289,6 +289,24 @@ impl Decoder {
             self.counts.damaged_pages += 1;
         }
         self.last.insert(cpu, (last_t, p.damaged.is_some()));
+    }
+
+    /// Data of `cpu` was damaged past reading (a compressed chunk, a file's
+    /// records): its next page opens a loss window of unknown size from its
+    /// last event, as a damaged page does.
+    pub fn damaged(&mut self, cpu: i32) {
+        let e = self.last.entry(cpu).or_insert((NONE, false));
+        e.1 = true;
+    }
+
+    /// The CPUs events came from so far.
+    pub fn cpus(&self) -> Vec<i32> {
+        self.last.keys().copied().collect()
+    }
+
+    /// The latest event's time so far, on any CPU (None: none yet).
+    pub fn latest(&self) -> Option<i64> {
+        self.last.values().map(|x| x.0).filter(|&t| t != NONE).max()
     }
 
     /// A CPU whose last page was damaged and that delivered nothing after it:

@@ -51,6 +51,8 @@ pub struct TraceDat {
     /// Stamps to nanoseconds: (mult, shift, offset) for cycle clocks, then the file's offset.
     tsc: Option<(u32, u32, u64)>,
     pub clock: String,
+    /// Damage read past (a chunk skipped, a CPU's data ended early), as said to the user.
+    pub damage: Vec<String>,
 }
 
 impl TraceDat {
@@ -89,7 +91,8 @@ impl TraceDat {
                 dec.set_last_time(cpu, t0 as i64);
             }
         }
-        Ok(TraceDat { f, meta, streams, dec, bad_formats, tsc, clock })
+        let damage = meta.damage.clone();
+        Ok(TraceDat { f, meta, streams, dec, bad_formats, tsc, clock, damage })
     }
 
     /// Decode pages, earliest first across the CPUs, until about `records`
@@ -106,14 +109,34 @@ impl TraceDat {
                     }
                 }
             }
-            let Some((_, i)) = best else { return Ok(false) };
+            self.take_damage();
+            let Some((_, i)) = best else {
+                // a CPU whose data ended damaged lost what it held from its last event to the recording's end
+                if let Some(end) = self.dec.latest() {
+                    self.dec.finish(end);
+                }
+                return Ok(false);
+            };
             let s = &mut self.streams[i];
             let cpu = s.cpu;
             let page = s.take();
             let n = page.len();
             self.dec.pages(cpu, page, n.max(1));
+            self.take_damage();
             if self.dec.counts.records >= goal {
                 return Ok(true);
+            }
+        }
+    }
+
+    /// What the streams found damaged since the last call: said (`damage`)
+    /// and, on its CPU, a loss window of unknown size from the last event
+    /// before it to the first after it.
+    fn take_damage(&mut self) {
+        for s in self.streams.iter_mut() {
+            for why in s.damage.drain(..) {
+                self.dec.damaged(s.cpu);
+                self.damage.push(why);
             }
         }
     }
@@ -164,6 +187,39 @@ impl Conv {
     }
 }
 
+/// A perf.data's header names its sections (attributes, data, the feature
+/// sections after the data) by offset and size; each must lie inside the
+/// file. The reader allocates what a size says before it reads: a damaged
+/// size would ask for terabytes and abort the process, so it is checked
+/// first and refused as damage. (Big-endian files are left to the reader.)
+fn perf_sections_fit(f: &File) -> R<()> {
+    use std::os::unix::fs::FileExt;
+    let len = f.metadata().map_err(|e| FileError(format!("cannot read its size: {e}")))?.len();
+    let mut h = [0u8; 104];
+    if f.read_exact_at(&mut h, 0).is_err() || &h[..8] != b"PERFILE2" {
+        return Ok(()); // not one this check reads: the reader says what it is
+    }
+    let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+    let fits = |what: &str, off: u64, size: u64| {
+        if off.checked_add(size).is_none_or(|end| end > len) {
+            return Err(FileError(format!("its header puts {what} at offset {off}, {size} bytes, past the file's end ({len} bytes): the file is damaged")));
+        }
+        Ok(())
+    };
+    fits("the attributes", word(&h, 3), word(&h, 4))?;
+    let (data_off, data_size) = (word(&h, 5), word(&h, 6));
+    fits("the data", data_off, data_size)?;
+    let features: u32 = (9..13).map(|i| word(&h, i).count_ones()).sum();
+    let table = data_off + data_size;
+    fits("the feature sections' table", table, features as u64 * 16)?;
+    let mut t = vec![0u8; features as usize * 16];
+    f.read_exact_at(&mut t, table).map_err(|e| FileError(format!("its feature sections' table: {e}")))?;
+    for k in 0..features as usize {
+        fits(&format!("feature section {}", k + 1), word(&t, 2 * k), word(&t, 2 * k + 1))?;
+    }
+    Ok(())
+}
+
 /// What a perf.data held besides its tracepoint samples.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerfCounts {
@@ -186,12 +242,15 @@ pub struct Perf {
     pub perf_version: Option<String>,
     pub command: Option<String>,
     pub nr_cpus: Option<u32>,
+    /// Where the records stopped reading (the rest of the file is not imported), as said to the user.
+    pub damage: Vec<String>,
 }
 
 impl Perf {
     pub fn open(path: &str) -> R<Self> {
         use linux_perf_data::{Feature, PerfFileReader};
         let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
+        perf_sections_fit(&f)?;
         let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f))
             .map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
         let file = r.perf_file;
@@ -211,7 +270,39 @@ impl Perf {
         let nr_cpus = file.nr_cpus().ok().flatten().map(|n| n.nr_cpus_available);
         let mut dec = Decoder::new(layout, fs);
         dec.set_kallsyms(&meta.kallsyms);
-        Ok(Perf { file, iter: r.record_iter, dec, meta, bad_formats, counts: PerfCounts::default(), hostname, os_release, perf_version, command, nr_cpus })
+        Ok(Perf {
+            file,
+            iter: r.record_iter,
+            dec,
+            meta,
+            bad_formats,
+            counts: PerfCounts::default(),
+            hostname,
+            os_release,
+            perf_version,
+            command,
+            nr_cpus,
+            damage: Vec::new(),
+        })
+    }
+
+    /// The records stop reading at the `n`th sample: what came before is
+    /// kept, every CPU's end is a loss of unknown size (what follows is not
+    /// read), and the cut is said. An error when nothing came before it.
+    fn stop(&mut self, why: String) -> R<bool> {
+        let n = self.counts.samples;
+        if n == 0 {
+            return Err(FileError(why));
+        }
+        for cpu in self.dec.cpus() {
+            self.dec.damaged(cpu);
+        }
+        // what the rest of the file held is lost on every CPU, from its last event to the latest one read
+        if let Some(end) = self.dec.latest() {
+            self.dec.finish(end);
+        }
+        self.damage.push(format!("{why}; the records after sample {n} are not read"));
+        Ok(false)
     }
 
     /// Decode records in time order until about `records` more samples are
@@ -222,7 +313,10 @@ impl Perf {
         let goal = self.counts.samples + records;
         self.dec.reserve(records as usize);
         while self.counts.samples < goal {
-            let rec = self.iter.next_record(&mut self.file).map_err(|e| FileError(format!("a record does not read: {e}")))?;
+            let rec = match self.iter.next_record(&mut self.file) {
+                Ok(r) => r,
+                Err(e) => return self.stop(format!("a record does not read: {e}")),
+            };
             let Some(rec) = rec else { return Ok(false) };
             let PerfFileRecord::EventRecord { record, .. } = rec else { continue };
             if record.record_type.0 == 13 {
@@ -243,7 +337,7 @@ impl Perf {
                 }
                 Ok(EventRecord::Lost(l)) => lost(&mut self.dec, &mut self.counts, &record, l.count as i64, "perf lost events (LOST)"),
                 Ok(_) => self.counts.other_records += 1,
-                Err(e) => return Err(FileError(format!("a record does not parse: {e}"))),
+                Err(e) => return self.stop(format!("a record does not parse: {e}")),
             }
         }
         Ok(true)

@@ -106,6 +106,8 @@ pub struct Meta {
     pub offset_ns: i64,
     /// TSC2NSEC: (mult, shift, offset) when stamps are in cycles.
     pub tsc2nsec: Option<(u32, u32, u64)>,
+    /// Optional metadata that did not read (a damaged section), each said; what needs it goes without.
+    pub damage: Vec<String>,
 }
 
 /// A cursor over bytes in memory (a section, a feature) or over the file.
@@ -422,7 +424,8 @@ fn section(s: &mut Disk<'_>, off: u64, codec: Option<Codec>) -> R<(u16, Vec<u8>)
         let csize = s.u32("a compressed section's size")?;
         let usize_ = s.u32("a section's uncompressed size")?;
         let data = s.bytes(csize as usize, "a compressed section")?;
-        Ok((id, c.decompress(&data, usize_ as usize)?))
+        let body = c.decompress(&data, usize_ as usize).map_err(|e| FileError(format!("section {id} at offset {off}: {}", e.0)))?;
+        Ok((id, body))
     } else {
         Ok((id, s.bytes(usize::try_from(size).map_err(|_| FileError("a section too large".into()))?, &format!("section {id}"))?))
     }
@@ -460,24 +463,40 @@ fn v7(s: &mut Disk<'_>, m: &mut Meta) -> R<()> {
         }
     }
     for (want, off) in pointers {
-        let (id, body) = section(s, off, m.compression)?;
-        if id != want {
-            return err(format!("option {want} points at offset {off}, which holds section {id}"));
-        }
-        let b = &mut Mem::new(&body, "a metadata section");
-        match id {
-            16 => header_info(b, m)?,
-            17 => ftrace_formats(b, m)?,
-            18 => event_formats(b, m)?,
-            19 => {
-                let n = b.u32("kallsyms' size")?;
-                m.kallsyms = b.text(n as u64, "kallsyms")?;
+        let got = section(s, off, m.compression).and_then(|(id, body)| {
+            if id != want {
+                return err(format!("option {want} points at offset {off}, which holds section {id}"));
             }
-            21 => {
-                let n = b.u64("the command lines' size")?;
-                m.cmdlines = cmdlines(&b.text(n, "the command lines")?);
+            let b = &mut Mem::new(&body, "a metadata section");
+            match id {
+                16 => header_info(b, m),
+                17 => ftrace_formats(b, m),
+                18 => event_formats(b, m),
+                19 => {
+                    let n = b.u32("kallsyms' size")?;
+                    m.kallsyms = b.text(n as u64, "kallsyms")?;
+                    Ok(())
+                }
+                21 => {
+                    let n = b.u64("the command lines' size")?;
+                    m.cmdlines = cmdlines(&b.text(n, "the command lines")?);
+                    Ok(())
+                }
+                _ => Ok(()),
             }
-            _ => {}
+        });
+        match got {
+            Ok(()) => {}
+            // the kernel's own formats, the symbols and the command lines only name things: without them, less is named
+            Err(e) if matches!(want, 17 | 19 | 21) => {
+                let what = match want {
+                    17 => "the ftrace formats",
+                    19 => "kallsyms (timer functions are not named)",
+                    _ => "the saved command lines",
+                };
+                m.damage.push(format!("{what} at offset {off} did not read: {e}"));
+            }
+            Err(e) => return Err(e),
         }
     }
     if m.header_page.is_empty() {
@@ -503,85 +522,8 @@ fn buffer_option(b: &[u8]) -> R<Buffer> {
     Ok(Buffer { name, clock: Some(clock), page_size, cpus })
 }
 
-/// One CPU's pages, read (and decompressed) a chunk at a time.
-pub struct CpuStream {
-    pub cpu: i32,
-    pos: u64,
-    end: u64,
-    codec: Option<Codec>,
-    chunks_left: u32,
-    page: usize,
-    buf: Vec<u8>,
-    at: usize,
-}
-
-/// Pages read at once from an uncompressed file.
-const READ_PAGES: usize = 64;
-
-impl CpuStream {
-    pub fn new(f: &File, c: &CpuData, page_size: usize, codec: Option<Codec>) -> R<Self> {
-        let mut s = CpuStream { cpu: c.cpu, pos: c.offset, end: c.offset + c.size, codec, chunks_left: 0, page: page_size, buf: Vec::new(), at: 0 };
-        if codec.is_some() && c.size > 0 {
-            let mut b = [0u8; 4];
-            f.read_exact_at(&mut b, s.pos).map_err(|e| FileError(format!("CPU {}'s chunk count: {e}", c.cpu)))?;
-            s.chunks_left = u32::from_le_bytes(b);
-            // the size trace-cmd records leaves the chunk count out
-            s.pos += 4;
-            s.end += 4;
-        }
-        Ok(s)
-    }
-
-    fn fill(&mut self, f: &File) -> R<()> {
-        if self.at < self.buf.len() {
-            return Ok(());
-        }
-        self.buf.clear();
-        self.at = 0;
-        if let Some(codec) = self.codec {
-            if self.chunks_left == 0 {
-                return Ok(());
-            }
-            let mut h = [0u8; 8];
-            if self.pos + 8 > self.end {
-                return err(format!("CPU {}'s data is cut short before a chunk's header at offset {}", self.cpu, self.pos));
-            }
-            f.read_exact_at(&mut h, self.pos).map_err(|e| FileError(format!("CPU {}'s chunk at offset {}: {e}", self.cpu, self.pos)))?;
-            let (csize, usize_) = (u32::from_le_bytes(h[..4].try_into().unwrap()) as u64, u32::from_le_bytes(h[4..].try_into().unwrap()) as usize);
-            if self.pos + 8 + csize > self.end {
-                return err(format!("CPU {}'s chunk at offset {} runs past its data ({csize} bytes)", self.cpu, self.pos));
-            }
-            let mut c = vec![0u8; csize as usize];
-            f.read_exact_at(&mut c, self.pos + 8).map_err(|e| FileError(format!("CPU {}'s chunk at offset {}: {e}", self.cpu, self.pos)))?;
-            self.buf = codec.decompress(&c, usize_)?;
-            self.pos += 8 + csize;
-            self.chunks_left -= 1;
-        } else {
-            let n = ((self.end - self.pos) as usize).min(self.page * READ_PAGES);
-            if n == 0 {
-                return Ok(());
-            }
-            self.buf.resize(n, 0);
-            f.read_exact_at(&mut self.buf, self.pos).map_err(|e| FileError(format!("CPU {}'s pages at offset {}: {e}", self.cpu, self.pos)))?;
-            self.pos += n as u64;
-        }
-        Ok(())
-    }
-
-    /// The time in the next page's header (None: no pages left).
-    pub fn front(&mut self, f: &File) -> R<Option<u64>> {
-        self.fill(f)?;
-        Ok(self.buf.get(self.at..self.at + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap())))
-    }
-
-    /// The next page (shorter at the end of a CPU's data: the decoder counts it as damaged).
-    pub fn take(&mut self) -> &[u8] {
-        let a = self.at;
-        let b = (a + self.page).min(self.buf.len());
-        self.at = b;
-        &self.buf[a..b]
-    }
-}
+mod stream;
+pub use stream::CpuStream;
 
 #[cfg(test)]
 mod tests;

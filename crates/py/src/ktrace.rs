@@ -163,6 +163,7 @@ enum Source {
 #[pyclass(module = "loopscope._native", name = "KtraceImport", unsendable)]
 pub struct KtraceImport {
     src: Source,
+    path: String,
 }
 
 fn file_err(path: &str, e: loopscope_ktrace::tracedat::FileError) -> PyErr {
@@ -180,7 +181,7 @@ impl KtraceImport {
             "perf.data" => Source::Perf(Box::new(Perf::open(path).map_err(|e| file_err(path, e))?)),
             k => return Err(InputError::new_err(format!("{path}: unknown kind of recording {k:?}"))),
         };
-        Ok(KtraceImport { src })
+        Ok(KtraceImport { src, path: path.to_string() })
     }
 
     /// What the file says about itself: its format, version, clock, machine,
@@ -234,7 +235,7 @@ impl KtraceImport {
             }
         };
         py.check_signals()?;
-        r.map_err(|e| InputError::new_err(e.to_string()))
+        r.map_err(|e| file_err(&self.path, e))
     }
 
     /// Everything decoded since the last call, as `KtraceDecoder.take` gives it.
@@ -267,8 +268,18 @@ impl KtraceImport {
     /// perf.data comes out in time order already (the parser sorts its rounds).
     fn watermark_ns(&mut self) -> PyResult<Option<i64>> {
         match &mut self.src {
-            Source::TraceDat(t) => t.watermark_ns().map_err(|e| InputError::new_err(e.to_string())),
+            Source::TraceDat(t) => t.watermark_ns().map_err(|e| file_err(&self.path, e)),
             Source::Perf(_) => Ok(None),
+        }
+    }
+
+    /// What was damaged past reading: compressed chunks skipped, a CPU's
+    /// data ended early, records that stopped reading (each a loss window
+    /// of unknown size in the capture).
+    fn damage(&self) -> Vec<String> {
+        match &self.src {
+            Source::TraceDat(t) => t.damage.clone(),
+            Source::Perf(p) => p.damage.clone(),
         }
     }
 

@@ -199,6 +199,9 @@ def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
             d.lost_events += sum(w["events"] for w in extra)
             d.lost_windows += len(extra)
     secs = time.perf_counter() - t0
+    # damage read past (a chunk that does not decompress, records that stop reading): what was whole is imported,
+    # each cut is a loss window of unknown size in the capture, and said here
+    notes += [f"damaged: {w}" for w in imp.damage()]
     if kind == "perf.data":
         pc = imp.perf_counts()
         if pc and pc[1]:
