@@ -116,14 +116,15 @@ test-python: typecheck fmt-check
 
 test: install-test test-rust test-python
 
-# The fast tier, while working: lint, the import contracts and the tests that
-# start no lab (tests/tiers.py), on the tree `make install-test` built; it
+# The fast tier, while working: lint, the import contracts, the types and the
+# tests that start no lab (tests/tiers.py), on the tree `make install-test` built; it
 # builds nothing. `make test` (what CI runs) before stopping.
 check:
 	@test -x $(VENV)/bin/pytest || { echo "loopscope: error: no test tools in $(VENV); run 'make install-test' once"; exit 2; }
 	@$(MAKE) --no-print-directory fmt-check
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/mypy --no-incremental
 	$(VENV)/bin/pytest -q --tier fast -n 2 --durations=5
 
 bench: install

@@ -39,7 +39,9 @@ import polars as pl
 
 from loopscope.errors import InputError
 from loopscope.rundir import Capture
-from loopscope.kernel.segments import LostWindow, Segment, lost_list  # noqa: F401  (the store's index types, re-exported)
+
+# the index's types and the loss list, re-exported: the store's readers and writers name them here
+from loopscope.kernel.segments import LostWindow as LostWindow, Segment as Segment, lost_list as lost_list
 
 if TYPE_CHECKING:
     from loopscope._native import _Decoded as Decoded
