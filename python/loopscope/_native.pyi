@@ -566,6 +566,9 @@ class _Written(TypedDict):
     groups: list[list[int]]
     bytes: int
 
+#: events per row group of a segment file the native writer writes (the store's GROUP)
+SEGMENT_GROUP: int
+
 class KtraceSegments:
     def __init__(self, cap_dir: str, level: int) -> None: ...
     def cut(self, batch: KtraceBatch, watermark_ns: int | None) -> KtraceBatch: ...

@@ -234,6 +234,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ktrace::KtraceImport>()?;
     m.add_class::<segment::KtraceBatch>()?;
     m.add_class::<segment::KtraceSegments>()?;
+    m.add("SEGMENT_GROUP", loopscope_ktrace::segment::GROUP)?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
     m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;
