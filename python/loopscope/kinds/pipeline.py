@@ -25,6 +25,7 @@ from loopscope.rundir import Step
 from loopscope.kinds.base import Collected, ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.spec.models import Duration, Name, ProbeModel, pps
 from loopscope.units import format_ns
+from loopscope.report import charts
 
 PIPE_HEADER = 56  # loopscope packet header + hop count (crates/probes/src/net/pipe.rs)
 PIPE_HOP = 24  # kernel RX, application RX, application TX of one node
@@ -276,7 +277,6 @@ def component_label(measure: str, hosts: list[str]) -> str:
 
 
 def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, present: list[str]) -> None:
-    from loopscope.report import charts
     from loopscope.report.sections import cell, heading, metrics_table
 
     hosts = stage_hosts(tables, probe)

@@ -37,6 +37,7 @@ from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, Series, StepContext, StepRows, Tag, WindowSource, groups, no_windows, wait_windows
 from loopscope.probes.params import EchoParams, RrParams
 from loopscope.spec.models import Duration, Name, ProbeModel
+from loopscope.report import charts
 
 COLUMNS: Columns = {
     "seq": pl.Int64,
@@ -252,7 +253,6 @@ class Rr(ProbeKind[RrProbe]):
         ]
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
-        from loopscope.report import charts
         from loopscope.report.sections import ns
 
         spec: dict[str, Any] = next((p for p in tables.spec.get("probes") or [] if p.get("name") == sec.name), {})

@@ -16,6 +16,7 @@ from loopscope.rundir import Step
 from loopscope.kinds.base import ProbeKind, RunFiles, StepRows, Tag, WindowSource, groups, interval_windows
 from loopscope.probes.params import SyscallParams
 from loopscope.spec.models import Duration, Name, ProbeModel
+from loopscope.report import charts
 
 
 class SyscallProbe(SyscallParams, ProbeModel):
@@ -60,7 +61,6 @@ class Syscall(ProbeKind[SyscallProbe]):
         return out
 
     def section(self, sec: Section, tables: Tables, comp: pl.DataFrame, present: list[str], inputs: SectionInputs) -> None:
-        from loopscope.report import charts
         from loopscope.report.sections import cell
 
         sec.charts.append(charts.syscall_bars(comp, present, f"{sec.name}: cost per call by phase"))

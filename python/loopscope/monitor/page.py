@@ -13,6 +13,8 @@ the report's style; inline SVG, no JavaScript.
 from __future__ import annotations
 
 import datetime as _dt
+import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +27,8 @@ from loopscope.kinds import KINDS
 from loopscope.monitor import hist
 from loopscope.report import fleet as fleet_page
 from loopscope.rundir import monitor as record
-import matplotlib.pyplot as plt
-from matplotlib.ticker import MaxNLocator
-
-from loopscope.report.charts import MANY, _svg
+from loopscope import lazy
+from loopscope.report.svg import MANY
 from loopscope import __version__
 from loopscope.units import format_ns, parse_duration_ns
 
@@ -55,7 +55,21 @@ def _span(rows: list[record.PeriodLine]) -> tuple[np.ndarray, np.ndarray, str]:
     return np.array([(a - t0) / div for a, _ in t]), np.array([(b - t0) / div for _, b in t]), unit
 
 
+def _svg(fig: Any) -> str:
+    """``fig`` as an inline SVG whose ids do not clash with another chart's on the page."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    lazy.pyplot().close(fig)
+    s = buf.getvalue()
+    s = s[s.index("<svg") :]
+    tag = f"c{id(buf) & 0xFFFFFF:x}"
+    s = re.sub(r'id="([^"]+)"', lambda m: f'id="{tag}{m.group(1)}"', s)
+    s = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{tag}{m.group(1)})", s)
+    return re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{tag}{m.group(1)}"', s)
+
+
 def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], outl: list[record.OutlierLine], thr_ns: int | None) -> list[str]:
+    plt = lazy.pyplot()
     rows = [r for r in periods if r["probe"] == name]
     per = np.array([_counts(h) for h in hs]) if hs else np.zeros((0, len(EDGES) - 1))
     whole = per.sum(axis=0) if len(per) else np.zeros(len(EDGES) - 1)
@@ -113,7 +127,7 @@ def _probe_charts(name: str, hs: list[Any], periods: list[record.PeriodLine], ou
             ax.set_xlabel(f"{unit} since the first period began (blank: not measured, between periods)")
         else:
             ax.imshow(img, aspect="auto", origin="lower", cmap="viridis", extent=(0.5, len(per) + 0.5, lo, hi), interpolation="nearest")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
             ax.set_xlabel("period")
         ticks = [i for i in range(lo, hi + 1) if i % 8 == 0] or [lo]
         ax.set_yticks(ticks, [format_ns(EDGES[i]) for i in ticks])

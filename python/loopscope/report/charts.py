@@ -1,80 +1,28 @@
-"""Charts for the report, as inline SVG (matplotlib, no JavaScript).
+"""Charts for the report, as inline SVG (``report/svg.py``, no JavaScript).
 
-Scatter plots of many points are rasterised inside the SVG (an embedded
-image), so a report of a long run stays a few hundred kilobytes and opens
-fast; axes, labels and lines stay vector.
+Each function takes the values it draws and returns one ``<svg>``. A chart
+is a title, a legend flowing under it, and one or more panels; margins are
+sized from the labels they hold. Many samples stay light: lines keep one
+point per half pixel and dots one per pixel (svg.py), so a report of a long
+run stays a few hundred kilobytes and opens fast.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import re
-from typing import Any
 
-import matplotlib
+import numpy as np
+import polars as pl
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+from loopscope.analysis.explained import Group
+from loopscope.analysis.sweeps import Fit
+from loopscope.report.svg import FONT, MANY, PALETTE, Figure, Panel, Scale, domain, esc, tick_room, width_of
 
-from loopscope.analysis.sweeps import Fit  # noqa: E402
-from loopscope.analysis.explained import Group  # noqa: E402
-import numpy as np  # noqa: E402
-import polars as pl  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogFormatterSciNotation
+__all__ = ["MANY", "PALETTE"]
 
-# Up to 20 causes in one chart, each its own colour (matplotlib's tab20).
-MANY = [matplotlib.colormaps["tab20"](i) for i in range(20)]
-PALETTE = ["#1f5fa8", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5c940d", "#495057", "#364fc7"]
-
-plt.rcParams.update(
-    {
-        # Sizes in points at the figure's own size; every chart is at most
-        # about 9.5 in wide, so the page shows it unscaled and no text is
-        # under 11 px on screen (the report tests measure it: 12 px here).
-        "font.size": 10,
-        "legend.fontsize": 9,
-        "xtick.labelsize": 9,
-        "ytick.labelsize": 9,
-        "axes.spines.top": False,
-        "axes.spines.right": False,
-        "axes.grid": True,
-        "grid.alpha": 0.25,
-        "svg.fonttype": "none",
-        "figure.dpi": 100,
-    }
-)
-
-
-def _svg(fig: Figure) -> str:
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    s = buf.getvalue()
-    s = s[s.index("<svg") :]
-    # Unique ids per chart so several inline SVGs do not clash.
-    tag = f"c{id(buf) & 0xFFFFFF:x}"
-    s = re.sub(r'id="([^"]+)"', lambda m: f'id="{tag}{m.group(1)}"', s)
-    s = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{tag}{m.group(1)})", s)
-    s = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{tag}{m.group(1)}"', s)
-    return s
-
-
-class _PlainMinor(LogFormatterSciNotation):
-    """A log axis's minor ticks labelled where matplotlib would label them
-    (an axis under a decade or two), as plain numbers: its own labels are
-    mathtext, whose parsing took a third of a small report's charts."""
-
-    def __call__(self, x: float, pos: int | None = None) -> str:
-        return f"{x:g}" if super().__call__(x, pos) else ""
-
-
-def _plain(axis: Any) -> None:
-    """Log-axis ticks as plain numbers (0.1, 1, 10), not powers of ten."""
-
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-    axis.set_minor_formatter(_PlainMinor(labelOnlyBase=False))
+WIDE = 640.0  # px: a chart of one panel
+FULL = 920.0  # px: a chart of panels side by side, or of many labels
+ROW = 16.0  # px: one bar of a bar chart
 
 
 def _scale(values: np.ndarray) -> tuple[float, str]:
@@ -86,57 +34,83 @@ def _scale(values: np.ndarray) -> tuple[float, str]:
     return 1.0, "ns"
 
 
+def _left(yd: tuple[float, float], ylog: bool, ylabel: bool) -> float:
+    """The left margin for a panel whose y ticks fall in ``yd``."""
+    ticks = Scale(yd[0], yd[1], 0, 1000, ylog).ticks()  # the most labels a panel of this domain shows
+    return 8 + (22 if ylabel else 0) + tick_room([f"{v:g}" for v in ticks])
+
+
+def _head(fig: Figure, title: str, items: list[tuple[str, str]], line: bool = False) -> float:
+    """The title and the legend; the y where the panels start."""
+    y = fig.title(title, 8, 18)
+    return fig.legend(items, 8, y + 4, line=line) + 6
+
+
 def ecdf(frame: pl.DataFrame, phases: list[str], title: str, xlabel: str) -> str:
     """Empirical CDF per phase (log x), tail emphasised by a log-scaled
     survival axis: where the curves separate above p99 is what loads do."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.4))
     allv = frame["value"].to_numpy()
     pos = allv[allv > 0]
     f, unit = _scale(pos if len(pos) else np.array([1.0]))
+    curves = []
     for i, ph in enumerate(phases):
         v = np.sort(frame.filter(pl.col("phase") == ph)["value"].to_numpy().astype(np.float64))
         v = v[v > 0]
-        if not len(v):
-            continue
-        surv = 1.0 - (np.arange(1, len(v) + 1) - 0.5) / len(v)
-        ax.step(v / f, surv, where="post", color=PALETTE[i % len(PALETTE)], lw=1.4, label=ph)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain(ax.xaxis)
-    _plain(ax.yaxis)
-    ax.set_xlabel(f"{xlabel} ({unit})")
-    ax.set_ylabel("fraction of samples above")
-    ax.set_title(title, loc="left")
+        if len(v):
+            curves.append((ph, PALETTE[i % len(PALETTE)], v / f, 1.0 - (np.arange(1, len(v) + 1) - 0.5) / len(v)))
+    xs = np.concatenate([c[2] for c in curves]) if curves else np.array([1.0])
+    ys = np.concatenate([c[3] for c in curves] + [np.array([1.0])])
+    xd, yd = domain(xs, log=True), (float(ys.min()) / 1.3, 1.0)
+    fig = Figure(WIDE)
+    top = _head(fig, title, [(c[0], c[1]) for c in curves], line=True)
+    left = _left(yd, True, True)
+    p = Panel.at(left, top, fig.w - left - 48, 230, xd, yd, xlog=True, ylog=True)
+    p.axes(f"{xlabel} ({unit})", "fraction of samples above")
     for q, lbl in ((0.5, "p50"), (0.01, "p99"), (0.001, "p99.9")):
-        ax.axhline(q, color="#888", lw=0.6, ls=":")
-        ax.text(1.0, q, f" {lbl}", transform=ax.get_yaxis_transform(), va="center", fontsize=9, color="#666")
-    ax.legend(fontsize=9, frameon=False, ncol=2)
-    return _svg(fig)
+        p.hline(q, label=lbl)
+    for _, colour, v, surv in curves:
+        p.step(v, surv, colour)
+    fig.add(p)
+    fig.grow(p.y + p.h + 40)
+    return fig.svg()
 
 
 def over_time(frame: pl.DataFrame, phases: list[str], title: str, ylabel: str) -> str:
     """Each sample against the time since its step began, one panel per
-    phase, repetitions in shades: drift, warm-up and periodic disturbances show."""
-    n = len(phases)
-    fig, axes = plt.subplots(n, 1, figsize=(6.4, 1.25 * n + 0.6), sharex=True, sharey=True, squeeze=False)
+    phase, repetitions overlaid: drift, warm-up and periodic disturbances show."""
     allv = frame["value"].to_numpy()
     f, unit = _scale(allv[allv > 0] if (allv > 0).any() else np.array([1.0]))
+    series: list[tuple[int, np.ndarray, np.ndarray]] = []
     for i, ph in enumerate(phases):
-        ax = axes[i][0]
-        g = frame.filter(pl.col("phase") == ph)
-        for j, (_, r) in enumerate(g.group_by("rep", maintain_order=True)):
+        for r in frame.filter(pl.col("phase") == ph).partition_by("rep", maintain_order=True):
             t = r["t_ns"].to_numpy()
-            v = r["value"].to_numpy().astype(np.float64)
-            if not len(t):
-                continue
-            ax.scatter((t - t.min()) / 1e9, np.maximum(v, 1) / f, s=2, alpha=0.5, color=PALETTE[i % len(PALETTE)], lw=0, rasterized=True)
-            del j
-        ax.set_yscale("log")
-        _plain(ax.yaxis)
-        ax.set_ylabel(ph, rotation=0, ha="right", va="center", fontsize=9)
-    axes[-1][0].set_xlabel("seconds since the probe started (all repetitions overlaid)")
-    axes[0][0].set_title(f"{title} ({ylabel}, {unit})", loc="left")
-    return _svg(fig)
+            if len(t):
+                series.append((i, (t - t.min()) / 1e9, np.maximum(r["value"].to_numpy().astype(np.float64), 1) / f))
+    xd = (0.0, max([float(s[1].max()) for s in series] + [1e-3]) * 1.02)
+    yd = domain(np.concatenate([s[2] for s in series]) if series else np.array([1.0]), log=True)
+    fig = Figure(WIDE)
+    top = fig.title(f"{title} ({ylabel}, {unit})", 8, 18) + 4
+    left = _left(yd, True, False) + max((width_of(ph) for ph in phases), default=0) + 6
+    h, gap = 78.0, 10.0
+    for i, ph in enumerate(phases):
+        p = Panel.at(left, top + i * (h + gap), fig.w - left - 16, h, xd, yd, ylog=True)
+        last = i == len(phases) - 1
+        p.axes("seconds since the probe started (all repetitions overlaid)" if last else "", xticks=None if last else [])
+        p.parts.append(f'<text x="8" y="{p.y + h / 2 + 4:.1f}">{esc(ph)}</text>')
+        for k, t, v in series:
+            if k == i:
+                p.dots(t, v, PALETTE[i % len(PALETTE)])
+        fig.add(p)
+    fig.grow(top + len(phases) * (h + gap) + 30)
+    return fig.svg()
+
+
+def _rows(fig: Figure, top: float, labels: list[str], xd: tuple[float, float], rows: float, right: float = 16) -> Panel:
+    """A panel of ``len(labels)`` rows from the top, each ``rows`` px high, labelled at the left."""
+    n = max(1, len(labels))
+    left = 8 + tick_room(labels)
+    p = Panel(left, top, fig.w - left - right, n * rows, Scale(xd[0], xd[1], left, fig.w - right), Scale(0, n, top, top + n * rows))
+    return p
 
 
 def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str = "per call", labels: dict[str, str] | None = None) -> str:
@@ -144,43 +118,47 @@ def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str 
     mean per call; a pipeline's p50 or p99 per component), on a linear axis
     in one unit (ns, µs or ms, from the largest interval end)."""
     calls = comp["measure"].unique(maintain_order=True).to_list()
-    fig, ax = plt.subplots(figsize=(7.0, 0.3 * len(calls) * max(1, len(phases)) / 2 + 1.4))
-    h = 0.8 / max(1, len(phases))
-    top = comp.select(pl.max_horizontal("value_ns", "value_hi_ns")).to_series().drop_nans().drop_nulls().to_numpy()
-    sc, unit = _scale(top if len(top) else np.array([1.0]))
+    top_v = comp.select(pl.max_horizontal("value_ns", "value_hi_ns")).to_series().drop_nans().drop_nulls().to_numpy()
+    sc, unit = _scale(top_v if len(top_v) else np.array([1.0]))
+    k = max(1, len(phases))
+    fig = Figure(WIDE + 60)
+    top = _head(fig, title, [(ph, PALETTE[i % len(PALETTE)]) for i, ph in enumerate(phases)])
+    names = [(labels or {}).get(c, c) for c in calls]
+    p = _rows(fig, top, names, (0.0, (float(top_v.max()) / sc if len(top_v) else 1.0) * 1.05), k * ROW + 8)
+    p.axes(f"{xlabel} ({unit}, bars: 95% CI)", yticks=[(j + 0.5, s) for j, s in enumerate(names)])
+    h = 0.8 / k
+    by = {(r["phase"], r["measure"]): r for r in comp.iter_rows(named=True)}
     for i, ph in enumerate(phases):
-        c = comp.filter(pl.col("phase") == ph)
-        y, x, lo, hi = [], [], [], []
-        for k, call in enumerate(calls):
-            r = c.filter(pl.col("measure") == call)
-            if r.is_empty():
+        for j, call in enumerate(calls):
+            r = by.get((ph, call))
+            if r is None:
                 continue
-            v, vlo, vhi = (float(r[col][0]) for col in ("value_ns", "value_lo_ns", "value_hi_ns"))
-            y.append(k + i * h)
-            x.append(v / sc)
-            # A percentile-bootstrap interval of a skewed sample may sit beside
-            # its point estimate; the bar then shows the interval's near side at 0.
-            lo.append(max(0.0, v - vlo) / sc if np.isfinite(vlo) else 0.0)
-            hi.append(max(0.0, vhi - v) / sc if np.isfinite(vhi) else 0.0)
-        ax.barh(y, x, height=h, color=PALETTE[i % len(PALETTE)], label=ph, xerr=[lo, hi], error_kw={"lw": 0.8, "capsize": 1.5})
-    ax.set_yticks([k + 0.4 - h / 2 for k in range(len(calls))], [(labels or {}).get(c, c) for c in calls])
-    ax.invert_yaxis()
-    ax.set_xlim(left=0)
-    ax.set_xlabel(f"{xlabel} ({unit}, bars: 95% CI)")
-    ax.set_title(title, loc="left")
-    ax.legend(frameon=False)
-    return _svg(fig)
+            v, lo, hi = (float(r[c]) if r[c] is not None else math.nan for c in ("value_ns", "value_lo_ns", "value_hi_ns"))
+            if not math.isfinite(v):
+                continue
+            y0 = j + 0.1 + i * h
+            p.rect(0, v / sc, y0, y0 + h * 0.92, PALETTE[i % len(PALETTE)])
+            # a percentile-bootstrap interval of a skewed sample may sit beside its point estimate: the bar shows its near side at the value
+            lo, hi = (min(lo, v) if math.isfinite(lo) else v), (max(hi, v) if math.isfinite(hi) else v)
+            if hi > lo:
+                p.whisker(lo / sc, y0 + h * 0.46, hi / sc, y0 + h * 0.46, "#333", cap=2)
+    fig.add(p)
+    fig.grow(p.y + p.h + 42)
+    return fig.svg()
 
 
 def load_bars(loads: pl.DataFrame) -> str:
     """CPU the loads used, in cores, per phase and repetition."""
-    fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(loads) + 1.0))
     labels = [f"{r['phase']} · rep {r['rep']} · {r['name']}" for r in loads.iter_rows(named=True)]
-    ax.barh(range(len(loads)), loads["cpu_util"].to_list(), color=PALETTE[0])
-    ax.set_yticks(range(len(loads)), labels, fontsize=9)
-    ax.invert_yaxis()
-    ax.set_xlabel("CPU used by the load (cores, from its cgroup)")
-    return _svg(fig)
+    util = [float(u or 0.0) for u in loads["cpu_util"].to_list()]
+    fig = Figure(WIDE)
+    p = _rows(fig, 10, labels, (0.0, max(util + [0.01]) * 1.05), ROW + 6)
+    p.axes("CPU used by the load (cores, from its cgroup)", yticks=[(j + 0.5, s) for j, s in enumerate(labels)])
+    for j, u in enumerate(util):
+        p.rect(0, u, j + 0.15, j + 0.85, PALETTE[0])
+    fig.add(p)
+    fig.grow(p.y + p.h + 42)
+    return fig.svg()
 
 
 CLOCK_POINTS = 400
@@ -190,38 +168,55 @@ def clock_chart(series: pl.DataFrame) -> str:
     """Each host's clock against the reference over the run: the offset's
     change since the start (its drift, and any step) and the bound of the
     estimate, which is the error budget of every cross-host figure."""
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9.0, 2.8))
     t0 = float(series["t_global_ns"].min() or 0)  # type: ignore[arg-type]
+    hosts = []
     for i, host in enumerate(series["host"].unique(maintain_order=True).to_list()):
         g = series.filter(pl.col("host") == host).sort("t_global_ns")
         if len(g) > CLOCK_POINTS:
             # a piecewise-linear estimate: a few hundred points draw it, thousands only weigh the page
             g = g.gather(np.unique(np.linspace(0, len(g) - 1, CLOCK_POINTS).astype(np.int64)))
-        t = (g["t_global_ns"].to_numpy() - t0) / 1e9
-        th = g["offset_ns"].to_numpy()
-        b = g["bound_ns"].to_numpy()
-        c = PALETTE[i % len(PALETTE)]
-        ax1.plot(t, (th - th[0]) / 1e3, color=c, lw=1.2, label=host)
-        ax1.fill_between(t, (th - th[0] - b) / 1e3, (th - th[0] + b) / 1e3, color=c, alpha=0.15, lw=0, rasterized=True)
-        ax2.plot(t, b / 1e3, color=c, lw=1.2, label=host)
-    ax1.set_title("offset vs reference, change since start (band: bound)")
-    ax1.set_xlabel("s")
-    ax1.set_ylabel("µs")
-    ax2.set_title("bound of the estimate")
-    ax2.set_xlabel("s")
-    ax2.set_ylabel("µs")
-    ax2.set_ylim(bottom=0)
-    ax1.legend(fontsize=9, frameon=False)
-    return _svg(fig)
+        th = g["offset_ns"].to_numpy().astype(np.float64)
+        hosts.append((host, PALETTE[i % len(PALETTE)], (g["t_global_ns"].to_numpy() - t0) / 1e9, (th - th[0]) / 1e3, g["bound_ns"].to_numpy() / 1e3))
+    t = np.concatenate([h[2] for h in hosts])
+    fig = Figure(FULL)
+    top = fig.legend([(h[0], h[1]) for h in hosts], 8, 16, line=True) + 4
+    d1 = domain(np.concatenate([np.concatenate([h[3] - h[4], h[3] + h[4]]) for h in hosts]))
+    d2 = domain(np.concatenate([h[4] for h in hosts]), zero=True)
+    half = fig.w / 2
+    for k, (name, yd) in enumerate((("offset vs reference, change since start (band: bound)", d1), ("bound of the estimate", d2))):
+        left = k * half + _left(yd, False, True)
+        fig.title(name, left, top + 2, size=FONT, w=half - 24)
+        p = Panel.at(left, top + 14, half - (left - k * half) - 16, 170, domain(t), yd)
+        p.axes("s", "µs")
+        for _, colour, tt, off, b in hosts:
+            if k == 0:
+                p.band(tt, off - b, off + b, colour)
+                p.line(tt, off, colour, 1.2)
+            else:
+                p.line(tt, b, colour, 1.2)
+        fig.add(p)
+    fig.grow(top + 14 + 170 + 40)
+    return fig.svg()
 
 
-def _legend_outside(ax: Any) -> None:
-    """One legend entry per label, right of the axes."""
-    handles, labels = ax.get_legend_handles_labels()
-    seen: dict[str, object] = {}
-    for h, l in zip(handles, labels):
-        seen.setdefault(l, h)
-    ax.legend(list(seen.values()), list(seen.keys()), fontsize=9, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+def _stacked(rows: list[tuple[str, dict[str, float]]], order: list[str], colours: list[str], title: str, xlabel: str) -> str:
+    """One stacked horizontal bar per row: shares (0..1) of named parts, in ``order``."""
+    fig = Figure(WIDE + 60)
+    used = [n for n in order if any((parts.get(n) or 0.0) > 0 for _, parts in rows)]
+    top = _head(fig, title, [(n, colours[order.index(n) % len(colours)]) for n in used])
+    labels = [label for label, _ in rows]
+    p = _rows(fig, top, labels, (0.0, 100.0), ROW + 8)
+    p.axes(xlabel, yticks=[(j + 0.5, s) for j, s in enumerate(labels)])
+    for j, (_, parts) in enumerate(rows):
+        left = 0.0
+        for k, name in enumerate(order):
+            w = (parts.get(name) or 0.0) * 100
+            if w > 0:
+                p.rect(left, left + w, j + 0.15, j + 0.85, colours[k % len(colours)])
+                left += w
+    fig.add(p)
+    fig.grow(p.y + p.h + 42)
+    return fig.svg()
 
 
 def cause_bars(groups: list[Group], title: str) -> str:
@@ -231,88 +226,74 @@ def cause_bars(groups: list[Group], title: str) -> str:
         for c in g["causes"]:
             if c["cause"] not in causes:
                 causes.append(c["cause"])
-    fig, ax = plt.subplots(figsize=(6.6, 0.45 * len(groups) + 1.3))
-    for i, g in enumerate(groups):
-        left = 0.0
-        share = {c["cause"]: c["share"] or 0.0 for c in g["causes"]}
-        for k, cause in enumerate(causes):
-            w = share.get(cause, 0.0) * 100
-            if w > 0:
-                ax.barh(i, w, left=left, color=MANY[k % len(MANY)], label=cause if i == 0 or cause not in [c["cause"] for c in groups[0]["causes"]] else None)
-                left += w
-    ax.set_yticks(range(len(groups)))
-    ax.set_yticklabels([f"{g['phase']} ({g['outliers']})" for g in groups])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel("% of the outliers' time")
-    ax.set_title(title)
-    _legend_outside(ax)
-    return _svg(fig)
+    rows = [(f"{g['phase']} ({g['outliers']})", {c["cause"]: c["share"] or 0.0 for c in g["causes"]}) for g in groups]
+    return _stacked(rows, causes, MANY, title, "% of the outliers' time")
 
 
 def share_bars(rows: list[tuple[str, dict[str, float]]], order: list[str], title: str, xlabel: str) -> str:
     """One stacked horizontal bar per row: shares (0..1) of named parts, in ``order``."""
-    fig, ax = plt.subplots(figsize=(6.6, 0.4 * len(rows) + 1.3))
-    for i, (_, parts) in enumerate(rows):
-        left = 0.0
-        for k, name in enumerate(order):
-            w = (parts.get(name) or 0.0) * 100
-            if w > 0:
-                ax.barh(i, w, left=left, color=PALETTE[k % len(PALETTE)], label=name)
-                left += w
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([label for label, _ in rows], fontsize=9)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 100)
-    ax.set_xlabel(xlabel)
-    ax.set_title(title)
-    _legend_outside(ax)
-    return _svg(fig)
+    return _stacked(rows, order, PALETTE, title, xlabel)
 
 
 def erlang_fit(samples: list[tuple[str, np.ndarray, object]], title: str) -> str:
     """Empirical densities (histograms) with the fitted M/Er/1 Erlang curve
     on each, two panels a row; the bins span the body (up to p99), where
     the fit is judged, so a long tail does not squash them into one."""
-    n = len(samples)
-    cols = min(2, n)
-    rows = (n + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(4.4 * cols + 0.4, 2.6 * rows + 0.5), squeeze=False, layout="constrained")
-    for ax, (label, x, f) in zip(axes.flat, samples):
+    cols = min(2, max(1, len(samples)))
+    fig = Figure(FULL if cols == 2 else WIDE)
+    top = _head(fig, title, [("measured (p0.5–p99)", "#adb5bd"), ("Erlang fit", PALETTE[1])])
+    cw, ph = fig.w / cols, 150.0
+    for n, (label, x, f) in enumerate(samples):
         x = np.asarray(x, dtype=np.float64)
         lo, hi = float(np.percentile(x, 0.5)), float(np.percentile(x, 99))
         sc, unit = _scale(np.array([hi]))
-        body = x[(x >= lo) & (x <= hi)]
-        ax.hist(body / sc, bins=40, range=(lo / sc, hi / sc), density=True, color="#adb5bd", label="measured (p0.5–p99)")
+        dens, edges = np.histogram(x[(x >= lo) & (x <= hi)] / sc, bins=40, range=(lo / sc, hi / sc), density=True)
         xs = np.linspace(lo, hi, 300)
-        ax.plot(xs / sc, f.pdf(xs) * sc, color=PALETTE[1], lw=1.4, label=f"Erlang k={f.stages}")  # type: ignore[attr-defined]
-        ax.set_title(f"{label}, KS D = {f.ks_d:.3f}", fontsize=9)  # type: ignore[attr-defined]
-        ax.set_xlabel(unit)
-        ax.set_yticks([])
-        ax.legend(frameon=False)
-    for ax in list(axes.flat)[n:]:
-        ax.set_visible(False)
-    fig.suptitle(title, fontsize=10)
-    return _svg(fig)
+        pdf = f.pdf(xs) * sc  # type: ignore[attr-defined]
+        ox, oy = (n % cols) * cw, top + (n // cols) * (ph + 76)
+        below = fig.title(f"{label}: Erlang k={f.stages}, KS D = {f.ks_d:.3f}", ox + 16, oy + 2, size=FONT, w=cw - 24)  # type: ignore[attr-defined]
+        p = Panel.at(
+            ox + 16,
+            below - 4,
+            cw - 32,
+            ph - (below - oy - 16),
+            (lo / sc, hi / sc if hi > lo else lo / sc + 1),
+            (0.0, float(max(dens.max(initial=0), np.nanmax(pdf, initial=0))) * 1.05 or 1.0),
+        )
+        p.axes(unit, yticks=[])
+        for d, a, b in zip(dens.tolist(), edges[:-1].tolist(), edges[1:].tolist()):
+            if d > 0:
+                p.rect(a, b, 0, d, "#adb5bd")
+        p.line(xs / sc, pdf, PALETTE[1], 1.4)
+        fig.add(p)
+        fig.grow(p.y + p.h + 40)
+    return fig.svg()
 
 
 def sweep_fits(fits: list[Fit], title: str, xlabel: str) -> str:
     """Mean, SD and p99 against the swept level, with the linear and quadratic fits."""
-    fig, axes = plt.subplots(1, len(fits), figsize=(2.9 * len(fits) + 0.5, 2.6), squeeze=False, layout="constrained")
-    for ax, f in zip(axes[0], fits):
-        x, y = np.array(f.x), np.array(f.y)
+    fig = Figure(max(WIDE, min(FULL, 300.0 * len(fits))))
+    top = _head(fig, title, [("linear fit", PALETTE[2]), ("quadratic fit", PALETTE[1])], line=True)
+    cw = fig.w / max(1, len(fits))
+    for n, f in enumerate(fits):
+        x, y = np.array(f.x, dtype=np.float64), np.array(f.y, dtype=np.float64)
         sc, unit = _scale(y)
         xs = np.linspace(x.min(), x.max(), 100)
-        ax.plot(x, y / sc, "o", color=PALETTE[0], ms=4)
-        ax.plot(xs, np.polyval(f.linear, xs) / sc, color=PALETTE[2], lw=1.2, label=f"linear R² {f.r2_linear:.2f}")
-        if f.quadratic is not None:
-            ax.plot(xs, np.polyval(f.quadratic, xs) / sc, color=PALETTE[1], lw=1.2, ls="--", label=f"quadratic R² {f.r2_quadratic:.2f}")
-        ax.set_title(f"{f.stat} ({f.best} fits)", fontsize=9)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(unit)
-        ax.legend(fontsize=9, frameon=False)
-    fig.suptitle(title, fontsize=9)
-    return _svg(fig)
+        lin = np.polyval(f.linear, xs) / sc
+        quad = np.polyval(f.quadratic, xs) / sc if f.quadratic is not None else None
+        yd = domain(np.concatenate([y / sc, lin] + ([quad] if quad is not None else [])))
+        left = n * cw + _left(yd, False, True)
+        r2 = f"linear R² {f.r2_linear:.2f}" + (f", quadratic R² {f.r2_quadratic:.2f}" if f.r2_quadratic is not None else "")
+        below = fig.title(f"{f.stat} ({f.best} fits): {r2}", left, top + 2, size=FONT, w=cw - (left - n * cw) - 8)
+        p = Panel.at(left, below, cw - (left - n * cw) - 12, 150, domain(x), yd)
+        p.axes(xlabel, unit)
+        p.line(xs, lin, PALETTE[2], 1.2)
+        if quad is not None:
+            p.line(xs, quad, PALETTE[1], 1.2, dash="5 3")
+        p.markers(x, y / sc, PALETTE[0], 3)
+        fig.add(p)
+        fig.grow(p.y + p.h + 42)
+    return fig.svg()
 
 
 def trend(series: dict[str, list[tuple[int, float, float | None, float | None]]], labels: list[str], title: str, ylabel: str) -> str:
@@ -321,34 +302,30 @@ def trend(series: dict[str, list[tuple[int, float, float | None, float | None]]]
     95 % interval as a bar where it has one."""
     allv = np.array([v for pts in series.values() for _, v, _, _ in pts], dtype=np.float64)
     div, unit = _scale(allv) if len(allv) else (1.0, "ns")
-    fig, ax = plt.subplots(figsize=(9.4, 3.8))
+    his = [p[3] for pts in series.values() for p in pts if p[3] is not None]
+    los = [p[2] for pts in series.values() for p in pts if p[2] is not None and p[2] > 0]
+    log = bool(his and los and max(his) / min(los) > 20)  # intervals reaching far up (short runs' tails) would flatten every value: log scale
+    yd = domain(np.array(list(allv) + his + los, dtype=np.float64) / div, log=log)
+    fig = Figure(FULL)
     k = max(1, len(series))
-    for i, (name, pts) in enumerate(series.items()):
+    top = _head(fig, title, [(name, PALETTE[i % len(PALETTE)]) for i, name in enumerate(series)] if k > 1 else [])
+    n = len(labels)
+    step = max(1, math.ceil(n / 24))
+    left = _left(yd, log, True)
+    p = Panel.at(left, top, fig.w - left - 16, 220, (-0.6, n - 0.4), yd, ylog=log)
+    p.axes("", f"{ylabel} ({unit})", xticks=[(j, labels[j]) for j in range(0, n, step)], rotate=True)
+    for i, (_, pts) in enumerate(series.items()):
         if not pts:
             continue
         shift = (i - (k - 1) / 2) * min(0.12, 0.6 / k)  # runs of several series side by side, not on top of each other
-        x = np.array([p[0] for p in pts], dtype=np.float64) + shift
-        y = np.array([p[1] for p in pts], dtype=np.float64) / div
-        lo = np.array([np.nan if p[2] is None else p[2] for p in pts], dtype=np.float64) / div
-        hi = np.array([np.nan if p[3] is None else p[3] for p in pts], dtype=np.float64) / div
         colour = PALETTE[i % len(PALETTE)]
-        ax.plot(x, y, "-", color=colour, alpha=0.35, linewidth=1)
-        ok = np.isfinite(lo) & np.isfinite(hi)
-        if ok.any():
-            ax.errorbar(x[ok], y[ok], yerr=[y[ok] - lo[ok], hi[ok] - y[ok]], fmt="none", ecolor=colour, elinewidth=1.2, capsize=2.5)
-        ax.plot(x, y, "o", color=colour, markersize=4, label=name)
-    his = [p[3] for pts in series.values() for p in pts if p[3] is not None]
-    los = [p[2] for pts in series.values() for p in pts if p[2] is not None and p[2] > 0]
-    if his and los and max(his) / min(los) > 20:  # intervals reaching far up (short runs' tails) would flatten every value: log scale
-        ax.set_yscale("log")
-        _plain(ax.yaxis)
-    n = len(labels)
-    step = max(1, math.ceil(n / 24))
-    ax.set_xticks(range(0, n, step))
-    ax.set_xticklabels([labels[j] for j in range(0, n, step)], rotation=40, ha="right")
-    ax.set_xlim(-0.6, n - 0.4)
-    ax.set_ylabel(f"{ylabel} ({unit})")
-    ax.set_title(title, loc="left")
-    if k > 1:
-        _legend_outside(ax)
-    return _svg(fig)
+        x = np.array([q[0] for q in pts], dtype=np.float64) + shift
+        y = np.array([q[1] for q in pts], dtype=np.float64) / div
+        p.line(x, y, colour, 1, opacity=0.35)
+        for xi, (_, _, lo, hi) in zip(x.tolist(), pts):
+            if lo is not None and hi is not None:
+                p.whisker(xi, lo / div, xi, hi / div, colour)
+        p.markers(x, y, colour, 3)
+    fig.add(p)
+    fig.grow(p.y + p.h + max((width_of(s) for s in labels), default=0) * 0.65 + 24)
+    return fig.svg()
