@@ -481,6 +481,11 @@ class _Split(TypedDict):
     rule: list[str | None]
 
 def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
+def boot_select(
+    values: npt.NDArray[np.float64], lengths: list[int], starts: list[npt.NDArray[np.int64]], block: int, ks: list[int], mean: bool
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Per block-bootstrap replicate (a row of every series' starts): its ``ks``-th smallest samples
+    (replicate-major, ``len(ks)`` a replicate) and its mean (empty unless ``mean``)."""
 
 class _DecodedLost(TypedDict):
     """Where the pages said events were lost: per loss, its CPU, span and count (-1: unknown), and why."""

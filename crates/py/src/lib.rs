@@ -17,6 +17,7 @@
 //! share: the exceptions, `run_interruptible`, and the module's table.
 
 mod bench;
+mod boot;
 mod chan;
 mod emu;
 mod ktrace;
@@ -230,6 +231,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(chan::chan_bench_serve, m)?)?;
     m.add_function(wrap_pyfunction!(chan::chan_bench_client, m)?)?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_read, m)?)?;
+    m.add_function(wrap_pyfunction!(boot::boot_select, m)?)?;
     m.add_class::<ktrace::KtraceDecoder>()?;
     m.add_class::<ktrace::KtraceImport>()?;
     m.add_class::<segment::KtraceBatch>()?;

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from loopscope import _native
 from loopscope.stats import MIN_EFFECT, beyond, rank_sum_splits
 
 QUANTILES = {"p50": 0.5, "p99": 0.99, "p999": 0.999}
@@ -46,7 +47,7 @@ POOLING = {
 def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
     """Metrics of each row of ``x`` (B, n), the quantiles from one partition."""
     n = x.shape[-1]
-    ks = {m: min(max(math.ceil(QUANTILES[m] * n) - 1, 0), n - 1) for m in metrics if m in QUANTILES}
+    ks = _ranks(n, metrics)
     out: dict[str, np.ndarray] = {}
     if ks:
         part = np.partition(x, sorted(set(ks.values())), axis=-1)
@@ -57,24 +58,59 @@ def _stats(x: np.ndarray, metrics: list[str]) -> dict[str, np.ndarray]:
     return out
 
 
-def block_resample(series: list[np.ndarray], b: int, block: int, rng: np.random.Generator) -> np.ndarray:
-    """``b`` resamples (rows) of the concatenated series, each series
-    resampled in circular blocks of ``block`` consecutive samples (one series
-    is one repetition; blocks never cross repetitions)."""
+def _ranks(n: int, metrics: list[str]) -> dict[str, int]:
+    """The order statistic (0-based) each quantile of ``metrics`` is, of ``n`` samples."""
+    return {m: min(max(math.ceil(QUANTILES[m] * n) - 1, 0), n - 1) for m in metrics if m in QUANTILES}
+
+
+def _starts(lengths: list[int], b: int, block: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """For each series of ``lengths`` (the empty ones too, as no starts), the
+    starts of ``b`` resamples' circular blocks of ``block`` (capped at the
+    series' length) samples, a row per resample: enough blocks to cover it.
+    A block may wrap from the end to the start, so every sample is as likely
+    to be drawn as any other (a series' last samples would otherwise be
+    drawn less, and a tail that sits there be missed)."""
+    return [rng.integers(0, n, size=(b, math.ceil(n / max(1, min(block, n))))) if n else np.zeros((b, 0), dtype=np.int64) for n in lengths]
+
+
+def block_indices(lengths: list[int], b: int, block: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` resamples (rows) of series of ``lengths`` laid end to end, as
+    indices into them: each series resampled in circular blocks of
+    ``block`` consecutive samples (one series is one repetition; blocks
+    never cross repetitions)."""
     parts = []
-    for s in series:
-        n = len(s)
+    off = 0
+    for n, starts in zip(lengths, _starts(lengths, b, block, rng)):
         if n == 0:
             continue
         L = max(1, min(block, n))
-        k = math.ceil(n / L)
-        # circular blocks: a block may wrap from the end to the start, so every
-        # sample is as likely to be drawn as any other (a series' last samples
-        # would otherwise be drawn less, and a tail that sits there be missed)
-        starts = rng.integers(0, n, size=(b, k))
-        idx = ((starts[:, :, None] + np.arange(L)[None, None, :]) % n).reshape(b, k * L)[:, :n]
-        parts.append(s[idx])
-    return np.concatenate(parts, axis=1) if parts else np.zeros((b, 0))
+        idx = ((starts[:, :, None] + np.arange(L)[None, None, :]) % n).reshape(b, starts.shape[1] * L)[:, :n]
+        parts.append(idx + off)
+        off += n
+    return np.concatenate(parts, axis=1) if parts else np.zeros((b, 0), dtype=np.int64)
+
+
+def block_resample(series: list[np.ndarray], b: int, block: int, rng: np.random.Generator) -> np.ndarray:
+    """``b`` resamples (rows) of the concatenated series (``block_indices``)."""
+    full: np.ndarray = np.concatenate(series) if series else np.zeros(0)
+    out: np.ndarray = full[block_indices([len(s) for s in series], b, block, rng)]
+    return out
+
+
+def _boot_stats(parts: list[np.ndarray], metrics: list[str], b: int, block: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``_stats`` of ``b`` block resamples of ``parts``: the same figures
+    (the quantiles exactly, the mean to its last bits), selected natively
+    in each replicate instead of partitioning the matrix."""
+    lengths = [len(p) for p in parts]
+    ks = _ranks(sum(lengths), metrics)
+    order = sorted(ks.items(), key=lambda kv: kv[1])
+    values = np.concatenate(parts).astype(np.float64)
+    picked, means = _native.boot_select(values, lengths, _starts(lengths, b, block, rng), block, [k for _, k in order], "mean" in metrics)
+    picked = picked.reshape(b, len(order))
+    out = {m: picked[:, j] for j, (m, _) in enumerate(order)}
+    if "mean" in metrics:
+        out["mean"] = means
+    return out
 
 
 @dataclass(frozen=True)
@@ -113,7 +149,7 @@ class Resampled:
         if self.n:
             # the point values of every sample; only the resampling is of the thinned ones
             self.point = {m: float(v[0]) for m, v in _stats(np.concatenate(full)[None, :], metrics).items()}
-            self.boot = _stats(block_resample(parts, resamples, block, np.random.default_rng(seed)), metrics)
+            self.boot = _boot_stats(parts, metrics, resamples, block, np.random.default_rng(seed))
         else:
             self.point = {m: float("nan") for m in metrics}
             self.boot = {}
