@@ -127,13 +127,17 @@ def syscall_bars(comp: pl.DataFrame, phases: list[str], title: str, xlabel: str 
     p = _rows(fig, top, names, (0.0, (float(top_v.max()) / sc if len(top_v) else 1.0) * 1.05), k * ROW + 8)
     p.axes(f"{xlabel} ({unit}, bars: 95% CI)", yticks=[(j + 0.5, s) for j, s in enumerate(names)])
     h = 0.8 / k
-    by = {(r["phase"], r["measure"]): r for r in comp.iter_rows(named=True)}
+    by: dict[tuple[str, str], tuple[float, float, float]] = {}
+    nan = math.nan
+    for ph_, call_, v, lo, hi in comp.select("phase", "measure", "value_ns", "value_lo_ns", "value_hi_ns").iter_rows():
+        # the first row of a measure and phase, as ever
+        by.setdefault((ph_, call_), (nan if v is None else float(v), nan if lo is None else float(lo), nan if hi is None else float(hi)))
     for i, ph in enumerate(phases):
         for j, call in enumerate(calls):
-            r = by.get((ph, call))
-            if r is None:
+            got = by.get((ph, call))
+            if got is None:
                 continue
-            v, lo, hi = (float(r[c]) if r[c] is not None else math.nan for c in ("value_ns", "value_lo_ns", "value_hi_ns"))
+            v, lo, hi = got
             if not math.isfinite(v):
                 continue
             y0 = j + 0.1 + i * h
