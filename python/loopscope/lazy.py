@@ -12,8 +12,7 @@ of two places by layer:
   Welch's interval, a sweep's F test, a queueing fit's Erlang distribution
   and its Kolmogorov–Smirnov distance) is numpy and ``special()``,
   scipy.special (0.14 s), each held against scipy.stats' own result in
-  tests/analysis. ``pyplot()``: matplotlib (0.4 s), which only a
-  monitor's page draws with (the report's charts are ``report/svg.py``);
+  tests/analysis;
 - ``cli/base.py``, at the top: ``kinds()``, the probe kinds (their models,
   their analysis, polars and numpy under them: 0.25-0.35 s), which a listing
   (``loopscope runs``) needs only when a question names the ``records`` view
@@ -42,28 +41,3 @@ def stats() -> ModuleType:
     from scipy import stats as st
 
     return st
-
-
-def pyplot() -> ModuleType:
-    """``matplotlib.pyplot`` on its file backend, with the monitor page's
-    sizes: points at the figure's own size, every chart at most about
-    9.5 in wide, so the page shows it unscaled and no text is under 11 px
-    on screen (the page tests measure it: 12 px here)."""
-    import matplotlib.pyplot as plt
-
-    plt.switch_backend("agg")  # a file backend, whatever MPLBACKEND says
-    plt.rcParams.update(
-        {
-            "font.size": 10,
-            "legend.fontsize": 9,
-            "xtick.labelsize": 9,
-            "ytick.labelsize": 9,
-            "axes.spines.top": False,
-            "axes.spines.right": False,
-            "axes.grid": True,
-            "grid.alpha": 0.25,
-            "svg.fonttype": "none",
-            "figure.dpi": 100,
-        }
-    )
-    return plt

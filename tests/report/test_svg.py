@@ -1,16 +1,18 @@
 """The report's SVG charts (report/svg.py, report/charts.py): round ticks,
-light paths for many samples, and well-formed charts whose text is at
-least 12 px at their own size."""
+light paths for many samples, well-formed charts whose text is at least
+12 px at their own size, and the heat map's PNG."""
 
 from __future__ import annotations
 
+import struct
 import xml.etree.ElementTree as ET
+import zlib
 
 import numpy as np
 import polars as pl
 
 from loopscope.report import charts
-from loopscope.report.svg import FONT, Panel, Scale
+from loopscope.report.svg import FONT, VIRIDIS, Panel, Scale, heat, png
 
 NS = "{http://www.w3.org/2000/svg}"
 
@@ -80,3 +82,17 @@ def test_every_chart_of_a_run_is_well_formed_svg_with_text_of_at_least_12_px() -
         sizes = [float(t.get("font-size") or root.get("font-size") or 0) for t in root.iter(f"{NS}text")]
         assert sizes and min(sizes) >= FONT
     assert "a phase with a long name" in svgs[0]
+
+
+def test_a_heat_map_is_a_png_whose_pixels_are_the_colours_given_with_blanks_transparent() -> None:
+    rgba = heat(np.array([[0.0, 1.0, np.nan]]))
+    data = png(rgba)
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    w, h = struct.unpack(">II", data[16:24])
+    assert (w, h) == (3, 1)
+    idat = data.index(b"IDAT")
+    (n,) = struct.unpack(">I", data[idat - 4 : idat])
+    raw = zlib.decompress(data[idat + 4 : idat + 4 + n])
+    assert raw == b"\x00" + rgba.tobytes()
+    assert bytes(rgba[0, 0, :3]) == bytes.fromhex(VIRIDIS[0][1:]) and bytes(rgba[0, 1, :3]) == bytes.fromhex(VIRIDIS[-1][1:])
+    assert rgba[0, 2, 3] == 0 and rgba[0, 0, 3] == 255

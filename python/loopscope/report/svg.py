@@ -17,9 +17,12 @@ what one of a few thousand does.
 
 from __future__ import annotations
 
+import base64
 import html
 import math
+import struct
 import textwrap
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +39,31 @@ MANY = [
     "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd", "#c5b0d5",
     "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
 ]  # fmt: skip
+# viridis at nine evenly spaced points (a heat map's colours, dark to bright)
+VIRIDIS = ["#440154", "#472d7b", "#3b528b", "#2c728e", "#21918c", "#28ae80", "#5ec962", "#addc30", "#fde725"]
 PALETTE = ["#1f5fa8", "#d9480f", "#2b8a3e", "#862e9c", "#e67700", "#0b7285", "#c2255c", "#5c940d", "#495057", "#364fc7"]
+
+
+def heat(v: np.ndarray) -> np.ndarray:
+    """Values in 0..1 (NaN: none) as RGBA pixels on VIRIDIS, NaN transparent."""
+    stops = np.array([[int(c[i : i + 2], 16) for i in (1, 3, 5)] for c in VIRIDIS], dtype=np.float64)
+    x = np.clip(np.nan_to_num(v, nan=0.0), 0, 1) * (len(stops) - 1)
+    k = np.minimum(x.astype(np.int64), len(stops) - 2)
+    f = (x - k)[..., None]
+    rgb = stops[k] * (1 - f) + stops[k + 1] * f
+    alpha = np.where(np.isnan(v), 0, 255)[..., None]
+    return np.concatenate([rgb, alpha], axis=-1).round().astype(np.uint8)
+
+
+def png(rgba: np.ndarray) -> bytes:
+    """An (h, w, 4) uint8 image as a PNG file (zlib and the format's four chunks)."""
+    h, w = rgba.shape[:2]
+    raw = b"".join(b"\x00" + row.tobytes() for row in np.ascontiguousarray(rgba, dtype=np.uint8))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0)) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
 
 
 def width_of(s: str, size: float = FONT) -> float:
@@ -218,6 +245,14 @@ class Panel:
             else f"M{a:.1f} {c - cap:.1f}v{2 * cap}M{b:.1f} {d - cap:.1f}v{2 * cap}"
         )
         self.parts.append(f'<path d="M{a:.1f} {c:.1f}L{b:.1f} {d:.1f}{caps}" stroke="{color}" stroke-width="1"/>')
+
+    def image(self, rgba: np.ndarray) -> None:
+        """``rgba`` (rows top to bottom) stretched over the whole panel, each pixel a block."""
+        data = base64.b64encode(png(rgba)).decode()
+        self.parts.append(
+            f'<image x="{self.x:.1f}" y="{self.y:.1f}" width="{self.w:.1f}" height="{self.h:.1f}" preserveAspectRatio="none" '
+            f'style="image-rendering:pixelated" href="data:image/png;base64,{data}"/>'
+        )
 
     def hline(self, v: float, color: str = "#888", dash: str = "2 3", label: str = "") -> None:
         y = float(self.ys(v))
