@@ -96,3 +96,11 @@ def test_a_heat_map_is_a_png_whose_pixels_are_the_colours_given_with_blanks_tran
     assert raw == b"\x00" + rgba.tobytes()
     assert bytes(rgba[0, 0, :3]) == bytes.fromhex(VIRIDIS[0][1:]) and bytes(rgba[0, 1, :3]) == bytes.fromhex(VIRIDIS[-1][1:])
     assert rgba[0, 2, 3] == 0 and rgba[0, 0, 3] == 255
+
+
+def test_a_bar_or_whisker_of_a_missing_value_draws_nothing_and_does_not_fail() -> None:
+    p = Panel.at(0, 0, 100, 50, (0, 1), (0, 1))
+    p.rect(0, float("nan"), 0, 1, "#000")
+    p.whisker(0.5, float("nan"), 0.5, 1, "#000")
+    p.rect(0, 0.5, 0, 1, "#000")
+    assert p.svg().count("<rect") == 1 and "<path" not in p.svg()

@@ -225,6 +225,8 @@ class Panel:
 
     def rect(self, x0: float, x1: float, y0: float, y1: float, color: str, opacity: float = 1.0) -> None:
         """The box from data ``(x0, y0)`` to ``(x1, y1)``."""
+        if not all(math.isfinite(v) for v in (x0, x1, y0, y1)):
+            return  # a value that is not there draws nothing (the chart's caller says why elsewhere)
         (a, b), (c, d) = self._xy([x0, x1], [y0, y1])
         o = f' fill-opacity="{opacity}"' if opacity < 1 else ""
         self.parts.append(f'<rect x="{min(a, b):.1f}" y="{min(c, d):.1f}" width="{abs(b - a):.1f}" height="{abs(d - c):.1f}" fill="{color}"{o}/>')
@@ -238,6 +240,8 @@ class Panel:
 
     def whisker(self, x: float, y: float, x2: float, y2: float, color: str, cap: float = 2.5) -> None:
         """An error bar from data ``(x, y)`` to ``(x2, y2)`` with caps at both ends."""
+        if not all(math.isfinite(v) for v in (x, y, x2, y2)):
+            return
         (a, b), (c, d) = self._xy([x, x2], [y, y2])
         caps = (
             f"M{a - cap:.1f} {c:.1f}h{2 * cap}M{b - cap:.1f} {d:.1f}h{2 * cap}"
