@@ -84,7 +84,7 @@ HELD = {
     "any_params": 54,
     "probe_kind_branches": 0,
     "host_kind_branches": 2,
-    "local_imports": 121,
+    "local_imports": 120,
     "local_imports_repeating_a_top_level_one": 0,
     "long_files": 3,
     "python_circles": 0,

@@ -108,3 +108,28 @@ def test_a_slewed_realtime_is_not_a_step() -> None:
     real = mono + (mono * 200e-6).astype(np.int64)  # 200 ppm slew
     p = Pairs.of([{"mono_ns": int(m), "realtime_ns": int(r), "realtime_err_ns": 30} for m, r in zip(mono, real)])
     assert p.steps == []
+
+
+def test_the_max_margin_line_is_the_linear_programs_optimum() -> None:
+    """The search over break points finds what a general LP solver (HiGHS)
+    finds for (a, b, m), consistent and inconsistent bounds alike."""
+    from scipy.optimize import linprog
+
+    rng = np.random.default_rng(7)
+    for k in range(300):
+        n = int(rng.integers(3, 40))
+        xl, xu = np.sort(rng.uniform(-30, 30, n)), np.sort(rng.uniform(-30, 30, n))
+        off, drift = rng.uniform(-1e6, 1e6), rng.uniform(-5e4, 5e4)
+        there = rng.exponential(rng.uniform(1e3, 1e5), n) - (rng.uniform(0, 3e4) if k % 3 == 0 else 0.0)
+        lo, up = off + drift * xl - there, off + drift * xu + rng.exponential(rng.uniform(1e3, 1e5), n)
+        A = np.vstack([np.column_stack([-xl, -np.ones(n), np.ones(n)]), np.column_stack([xu, np.ones(n), np.ones(n)])])
+        r = linprog([0.0, 0.0, -1.0], A_ub=A, b_ub=np.concatenate([-lo, up]) / 1e6, bounds=[(None, None)] * 3, method="highs")
+        got = E._fit(xl, lo, xu, up)
+        assert got is not None and r.status == 0
+        assert np.allclose(got, r.x * 1e6, rtol=1e-7, atol=1e-3), (k, got, r.x * 1e6)
+
+
+def test_bounds_that_never_cross_in_time_have_no_max_margin_line() -> None:
+    """Every lower bound after every upper one: the margin grows without end."""
+    x = np.array([-3.0, -2.0, -1.0])
+    assert E._fit(x + 10, np.zeros(3), x, np.ones(3)) is None
