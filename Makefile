@@ -114,7 +114,13 @@ test-python: typecheck fmt-check
 	$(VENV)/bin/pytest -q --tier fast -n 2
 	$(VENV)/bin/pytest -q --tier slow --durations=12
 
-test: install-test test-rust test-python
+# `make test`: the Rust tests build and run beside the release build (each
+# cargo profile has its own build lock, and the release build's last, LTO
+# step keeps one core busy), each one's output shown whole when it ends; then
+# the Python tests.
+test: deps
+	@$(MAKE) --no-print-directory -j2 --output-sync=target build test-rust
+	@$(MAKE) --no-print-directory $(VENV)/.testdeps test-python
 
 # The fast tier, while working: lint, the import contracts, the types and the
 # tests that start no lab (tests/tiers.py), on the tree `make install-test` built; it

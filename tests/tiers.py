@@ -7,9 +7,17 @@
   fixture, itself or through a fixture of its own (a module's run);
 - **bench**: a bench's quick form: it uses the `bench` fixture.
 
+A lab or bench test that also uses the `beside` fixture may run beside
+another such test: it asserts no latency, rate or cause (only what a run,
+a bench or a monitor leaves and says), changes no machine-wide setting (no
+sysctl, IRQ, isolation, `loopscope cleanup`), and finds its leftovers by its
+own run id, not by a look at the whole machine.
+
 `make test` runs every tier: the fast one on both CPUs (pytest-xdist; it
-measures nothing), then the lab and bench tests one at a time (`--tier slow`:
-they measure the machine, and share it with nothing else). `make check` runs
+measures nothing), then the lab and bench tests marked `beside` two at a
+time (`--tier beside`), then the rest one at a time (`--tier alone`: they
+measure the machine, and share it with nothing else). `--tier slow` is
+both, one at a time. `make check` runs
 `pytest --tier fast`, which deselects the lab and bench tests and guards the rest: a fast test that
 starts a lab anyway (a loopscope command that measures, a peer that loads
 or records the machine, a kernel capture) fails, naming the fixture it
@@ -56,10 +64,11 @@ LAB_TOOLS = {
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--tier",
-        choices=["fast", "slow", "all"],
+        choices=["fast", "slow", "beside", "alone", "all"],
         default="all",
         help="fast: only the tests that use neither the lab nor the bench fixture, guarded against starting a lab (make check); "
-        "slow: only those that do (make test runs both, the fast one on every CPU)",
+        "slow: only those that do; beside: the slow ones that may run two at a time (the `beside` fixture); alone: the other slow ones "
+        "(make test runs fast and beside on every CPU, then alone)",
     )
 
 
@@ -73,6 +82,11 @@ def bench() -> None:
     """Marks a test as a bench's quick form (its tier: bench)."""
 
 
+@pytest.fixture(scope="session")
+def beside(lab: None) -> None:
+    """Marks a lab or bench test that may run beside another such test (the module's note says which may)."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         names = getattr(item, "fixturenames", ())
@@ -83,11 +97,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tier = config.getoption("--tier")
     if tier == "all":
         return
-    keep = [i for i in items if bool(i.get_closest_marker("lab") or i.get_closest_marker("bench")) == (tier == "slow")]
+    keep = [i for i in items if _tier_of(i) in TIERS[tier]]
     gone = [i for i in items if i not in keep]
     if gone:
         config.hook.pytest_deselected(items=gone)
         items[:] = keep
+
+
+#: which tests each --tier runs, by the tier each test is in (`_tier_of`)
+TIERS = {"fast": {"fast"}, "slow": {"beside", "alone"}, "beside": {"beside"}, "alone": {"alone"}}
+
+
+def _tier_of(item: pytest.Item) -> str:
+    if not (item.get_closest_marker("lab") or item.get_closest_marker("bench")):
+        return "fast"
+    return "beside" if "beside" in getattr(item, "fixturenames", ()) else "alone"
 
 
 def _labbish(argv: list[str]) -> str | None:

@@ -18,7 +18,7 @@ TRACE_KEYS = ["floor_ns", "c_ns", "rust_ns", "py_ns", "c_2threads_ns", "disabled
 
 
 @pytest.mark.needs_tool("cc")
-def test_bench_trace_prints_one_object_with_every_figure(cli: Cli, bench: None) -> None:
+def test_bench_trace_prints_one_object_with_every_figure(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "trace", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -33,7 +33,7 @@ def test_bench_trace_prints_one_object_with_every_figure(cli: Cli, bench: None) 
 
 
 @pytest.mark.needs_tool("cyclictest")
-def test_bench_timer_compares_with_cyclictest(cli: Cli, bench: None) -> None:
+def test_bench_timer_compares_with_cyclictest(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "timer", "--json", "--duration", "1s", "--runs", "1", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -42,7 +42,7 @@ def test_bench_timer_compares_with_cyclictest(cli: Cli, bench: None) -> None:
         assert j["ratio_loopscope_over_cyclictest"][k] > 0
 
 
-def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli, bench: None) -> None:
+def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "lab", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -53,7 +53,7 @@ def test_bench_lab_measures_start_up_report_and_agreement(cli: Cli, bench: None)
 
 
 @pytest.mark.needs_tool("iperf3")
-def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli, bench: None) -> None:
+def test_bench_pacing_prints_rows_for_both_tools_and_the_worker_table(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "pacing", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -83,7 +83,7 @@ def test_bench_channels_prints_a_row_per_size_against_raw(cli: Cli, bench: None)
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("dd")
-def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli, bench: None) -> None:
+def test_bench_model_predicts_three_programs_under_two_loads_and_the_noise_floor(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "model", "--json", "--quick", timeout=600)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -113,7 +113,7 @@ SCENARIO_KEYS = ["name", "p50_ns_without", "p99_ns_without", "p50_ns_with", "p99
 
 
 @pytest.mark.needs_root
-def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli, bench: None) -> None:
+def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "kcapture", "--json", "--quick", "--seconds", "1", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -132,7 +132,7 @@ def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli, 
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("ip", "ethtool", "taskset")
-def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_packet_rate(cli: Cli, bench: None) -> None:
+def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_packet_rate(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "emulator", "--json", "--quick", "--seconds", "0.5", "--rate-seconds", "0.5", timeout=900)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -147,7 +147,7 @@ def test_bench_emulator_measures_the_kernel_path_busy_polling_and_the_highest_pa
 
 
 @pytest.mark.needs_root
-def test_bench_clocksync_checks_each_skewed_host_against_the_truth_it_injected(cli: Cli, bench: None) -> None:
+def test_bench_clocksync_checks_each_skewed_host_against_the_truth_it_injected(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "clocksync", "--json", "--quick", "--network", "sync", "--seconds", "2", timeout=900)
     assert r.returncode == 0, r.stderr
     rows = json.loads(r.stdout)["rows"]
@@ -178,7 +178,7 @@ def test_pairs_are_added_until_the_noise_floor_is_inside_the_target() -> None:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("cyclictest")
-def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own(cli: Cli, bench: None) -> None:
+def test_bench_threads_compares_loopscope_s_timer_lateness_with_cyclictest_s_own(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "threads", "--json", "--quick", "--seconds", "1", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
@@ -252,7 +252,7 @@ def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("ip", "nsenter")
-def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli, bench: None) -> None:
+def test_bench_fleet_brings_exec_hosts_up_and_down_through_their_launchers_and_leaves_nothing(cli: Cli, bench: None, beside: None) -> None:
     from loopscope.bench import slurm
 
     # (the host killed mid-run is tests/lab/test_exec.py's; here only that the bench leaves it out when asked)

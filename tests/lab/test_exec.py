@@ -42,7 +42,7 @@ def hosts(f: Fleet, n: int = 2, **extra: str) -> str:
 
 
 def test_a_run_on_exec_hosts_brings_their_files_home_through_the_agents_with_one_capture_for_their_kernel(
-    fleet: Fleet, tmp_path: Path, cli: Cli, lab: None
+    fleet: Fleet, tmp_path: Path, cli: Cli, lab: None, beside: None
 ) -> None:
     spec = tmp_path / "exec.yaml"
     spec.write_text(
@@ -88,7 +88,7 @@ def _run_and_kill(f: Fleet, tmp: Path, name: str, policy: str) -> tuple[subproce
     return subprocess.CompletedProcess(p.args, p.returncode, out, err), tmp / name
 
 
-def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(fleet: Fleet, tmp_path: Path, lab: None, beside: None) -> None:
     r, d = _run_and_kill(fleet, tmp_path, "lostrun", "continue")
     assert r.returncode == 0, r.stderr
     assert "LOST HOST h2" in r.stdout and "died" in r.stdout
@@ -106,7 +106,7 @@ def test_a_host_killed_mid_run_under_continue_is_named_and_the_others_complete(f
     assert wait_for(lambda: leftovers("lostrun") == [], 15), leftovers("lostrun")
 
 
-def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_why(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_why(fleet: Fleet, tmp_path: Path, lab: None, beside: None) -> None:
     r, d = _run_and_kill(fleet, tmp_path, "stoprun", "stop")
     assert r.returncode == 1, r.stderr
     assert "the agent on h2 died" in r.stderr and "command: nsenter --net=/run/netns/" in r.stderr
@@ -165,7 +165,7 @@ def test_an_agent_of_another_version_refuses_naming_both(tmp_path: Path) -> None
 @pytest.mark.skipif(
     __import__("loopscope.spec.inventory", fromlist=["tool"]).tool() is None, reason="needs ansible-core's ansible-inventory (Debian: ansible-core)"
 )
-def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_run_on_hosts_from_an_ansible_inventory_reaches_them_through_their_launchers(fleet: Fleet, tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
     lines = ["all:", "  children:", "    fleet:", "      hosts:"]
     for i in (1, 2):
         lines += [

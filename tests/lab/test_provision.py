@@ -112,7 +112,9 @@ def rooted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rooted]:
             log.close()
 
 
-def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_controllers_build(rooted: Rooted, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_controllers_build(
+    rooted: Rooted, tmp_path: Path, cli: Cli, lab: None, beside: None
+) -> None:
     spec = tmp_path / "fleet.yaml"
     spec.write_text(
         "name: fleet\nhosts:\n"
@@ -147,7 +149,7 @@ def test_hosts_without_loopscope_are_refused_then_installed_then_run_the_control
     assert wait_for(lambda: leftovers("provrun") == [], 15), leftovers("provrun")
 
 
-def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted: Rooted, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted: Rooted, tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
     spec = tmp_path / "v.yaml"
     spec.write_text("name: v\nhosts:\n" + rooted.exec_host() + "probes:\n  - {kind: timer, host: exec2}\nduration: 300ms\n")
     r = cli("hosts", "install", str(spec), timeout=900)
@@ -164,7 +166,7 @@ def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted
         meta.write_text(text)
 
 
-def test_a_host_that_cannot_be_reached_is_named_by_hosts_install(tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_host_that_cannot_be_reached_is_named_by_hosts_install(tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
     spec = tmp_path / "x.yaml"
     spec.write_text(
         "name: x\nhosts:\n  - {name: gone, kind: exec, launcher: [sh, -c, 'echo node gone is down >&2; exit 7', x], address: 10.9.9.9}\n"

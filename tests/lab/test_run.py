@@ -74,7 +74,7 @@ def wait_for(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return pred()
 
 
-def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path, lab: None, beside: None) -> None:
     spec = write_spec(tmp_path)
     r = cli("run", str(spec), "--run-dir", "out/r1", timeout=300)
     assert r.returncode == 0, r.stderr
@@ -139,7 +139,7 @@ def test_a_command_that_is_not_installed_fails_preflight(cli: Cli, tmp_path: Pat
     assert not (tmp_path / "runs").exists()
 
 
-def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli, tmp_path: Path, lab: None, beside: None) -> None:
     probes = "  - kind: syscall\n    calls: [open]\n    dir: /proc/1/nonexistent\n"
     spec = write_spec(tmp_path, probes=probes)
     r = cli("run", str(spec), "--run-dir", "fail1", timeout=300)
@@ -152,7 +152,7 @@ def test_a_failing_probe_stops_the_run_and_names_its_command_and_output(cli: Cli
     assert leftovers("fail1") == []
 
 
-def test_a_load_that_dies_fails_the_run_with_its_exit_code(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_load_that_dies_fails_the_run_with_its_exit_code(cli: Cli, tmp_path: Path, lab: None, beside: None) -> None:
     spec = write_spec(tmp_path, loads="  - name: quitter\n    kind: command\n    command: [sh, -c, 'echo giving up >&2; exit 3']\n")
     r = cli("run", str(spec), "--run-dir", "fail2", timeout=300)
     assert r.returncode == 1, r.stderr
@@ -186,7 +186,7 @@ def _wait_loaded(run_id: str) -> bool:
     )
 
 
-def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, lab: None) -> None:
+def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, lab: None, beside: None) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "int1") as p:
         assert _wait_loaded("int1")
@@ -209,7 +209,9 @@ def _probe_measuring(run_id: str) -> bool:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(tmp_path: Path, sig: signal.Signals, lab: None) -> None:
+def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_probe_measured(
+    tmp_path: Path, sig: signal.Signals, lab: None, beside: None
+) -> None:
     spec = write_spec(tmp_path, loads="", duration="60s")
     run_id = f"cut{sig.name}"
     with _start(tmp_path, spec, run_id) as p:
@@ -235,7 +237,7 @@ def test_a_signal_inside_a_long_window_stops_the_run_at_once_and_keeps_what_the_
         assert "1 probe runs" in r.stdout and f"cut short by {sig.name}" in r.stdout, r.stdout
 
 
-def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path, lab: None) -> None:
+def test_a_crashed_agent_fails_the_run_and_leaves_nothing(tmp_path: Path, lab: None, beside: None) -> None:
     spec = write_spec(tmp_path, duration="20s", extra="baseline: false\n")
     with _start(tmp_path, spec, "crash1") as p:
         assert _wait_loaded("crash1")
@@ -284,7 +286,7 @@ def test_cleanup_removes_what_survives_a_killed_controller_and_agent(tmp_path: P
     assert cli("cleanup").stdout.strip() == "nothing to clean up"
 
 
-def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so(tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_no_kernel_capture_on_the_command_line_turns_the_capture_off_and_says_so(tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
     spec = write_spec(tmp_path, loads="", extra="kernel: {capture: on}\n")
     r = cli("run", str(spec), "--run-dir", str(tmp_path / "nk"), "--no-report", "--no-kernel-capture")
     assert r.returncode == 0, r.stderr

@@ -44,7 +44,7 @@ def ssh_host(s: Sshd, name: str = "remote", **over: str) -> str:
     return s.host(name, **over)
 
 
-def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_run_on_an_ssh_host_brings_its_files_home(sshd: Sshd, tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
     spec = tmp_path / "ssh.yaml"
     spec.write_text(
         "name: ssh\nhosts:\n  - {name: here, kind: local}\n"
@@ -94,7 +94,7 @@ def test_a_remote_without_loopscope_is_refused_at_preflight(sshd: Sshd, tmp_path
     assert f"loopscope is not installed for {bare}" in r.stderr
 
 
-def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_path: Path, lab: None) -> None:
+def test_a_remote_agent_killed_mid_run_fails_the_run_cleanly(sshd: Sshd, tmp_path: Path, lab: None, beside: None) -> None:
     spec = tmp_path / "kill.yaml"
     spec.write_text(
         "name: kill\nhosts:\n" + ssh_host(sshd) + "probes:\n  - {kind: timer, interval_us: 2000}\nloads:\n  - {kind: cpu}\nduration: 20s\nbaseline: false\n"

@@ -188,7 +188,7 @@ def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_perio
     assert _left(p.pid) == [] and agent_in(fleet.ns(1)) is None
 
 
-def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_nothing(sshd: Sshd, tmp_path: Path, lab: None) -> None:
+def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_nothing(sshd: Sshd, tmp_path: Path, lab: None, beside: None) -> None:
     if not Path("/sys/kernel/tracing/instances").is_dir():
         pytest.skip("needs tracefs for the flight recorder")
     spec = tmp_path / "farssh.yaml"
@@ -210,7 +210,7 @@ def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_
     assert _left(p.pid) == []
 
 
-def test_a_far_host_whose_own_monitor_refuses_its_spec_fails_the_monitor_naming_the_host(fleet: Fleet, tmp_path: Path, lab: None) -> None:
+def test_a_far_host_whose_own_monitor_refuses_its_spec_fails_the_monitor_naming_the_host(fleet: Fleet, tmp_path: Path, lab: None, beside: None) -> None:
     # its agent sees CPU 0 only (taskset in its launcher), so its monitor refuses the probe's CPU 1, which the controller has
     spec = tmp_path / "farbad.yaml"
     spec.write_text(

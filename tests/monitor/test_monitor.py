@@ -153,7 +153,7 @@ def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Pa
     assert rec["counts"]["kept"] == rec["counts"]["outliers_above"], rec["counts"]
 
 
-def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path, lab: None, beside: None) -> None:
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -229,7 +229,9 @@ def _free_port() -> int:
 
 
 @pytest.mark.needs_tool("prometheus")
-def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_bucket_of_the_monitor(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_bucket_of_the_monitor(
+    burst_spec: Path, tmp_path: Path, lab: None, beside: None
+) -> None:
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -312,7 +314,7 @@ def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, bu
     assert not (tmp_path / "m").exists()
 
 
-def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_path: Path, lab: None, beside: None) -> None:
     # each session's lab has a run id of its own: one monitor's teardown
     # once killed every process of the other's (both were "001")
     spec = tmp_path / "quiet.yaml"
@@ -333,7 +335,7 @@ def test_two_monitors_at_once_leave_each_other_running(burst_spec: Path, tmp_pat
     assert json.loads(out.strip().splitlines()[-1])["status"] == "completed"
 
 
-def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_a_full_disk_stops_keeping_windows_says_so_and_the_histograms_go_on(burst_spec: Path, tmp_path: Path, lab: None, beside: None) -> None:
     from loopscope.monitor.keeper import DISK_FLOOR
 
     disk = tmp_path / "disk"
@@ -443,7 +445,7 @@ monitor: {{period: 3s, threshold: 1ms}}
     assert _left(p.pid) == [] and not [p for p in out.glob("sessions/*/steps/*") if p.name != "loads"]
 
 
-def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path, lab: None) -> None:
+def test_a_probe_that_dies_starts_again_with_the_next_period_and_is_counted(tmp_path: Path, lab: None, beside: None) -> None:
     spec = tmp_path / "quiet.yaml"
     spec.write_text("name: quiet\nprobes:\n  - {kind: timer, name: t, interval_us: 1000}\nmonitor: {period: 2s, threshold: 5ms}\n")
     out = tmp_path / "m"
@@ -483,7 +485,7 @@ def test_retain_removes_the_oldest_windows_first_and_keeps_the_rest_within_it(tm
 
 
 @pytest.mark.needs_tool("script")
-def test_the_live_view_on_a_terminal_shows_the_last_periods_values_after_it_closes(burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_the_live_view_on_a_terminal_shows_the_last_periods_values_after_it_closes(burst_spec: Path, tmp_path: Path, lab: None, beside: None) -> None:
     out = tmp_path / "live"
     # a terminal for the live view: script(1) gives the command a pseudo-terminal and copies what it draws
     r = subprocess.run(
