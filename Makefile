@@ -112,7 +112,8 @@ test-python: typecheck fmt-check
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/pytest -q --tier fast -n 2
-	$(VENV)/bin/pytest -q --tier slow --durations=12
+	$(VENV)/bin/pytest -q --tier beside -n 2 --dist worksteal --durations=5
+	$(VENV)/bin/pytest -q --tier alone --durations=12
 
 # `make test`: the Rust tests build and run beside the release build (each
 # cargo profile has its own build lock, and the release build's last, LTO
