@@ -150,6 +150,10 @@ class Helpers(Protocol):
         """Start ``spec`` (a probe or helper spec with a unique ``name``) on ``host``."""
         ...
 
+    def start_each(self, starts: list[tuple[str, dict[str, Any]]], *, wait_ready: bool = False) -> None:
+        """Start several that wait for nothing of each other's at once: (host, spec) each, in that order."""
+        ...
+
     def stop(self, host: str, name: str) -> Collected:
         """Stop one (it ends as its kind ends: SIGINT, or it has exited) and collect it."""
         ...

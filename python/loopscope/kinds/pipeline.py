@@ -96,8 +96,9 @@ class Pipeline(ProbeKind[PipelineProbe]):
     threads = frozenset({"ls-pipe-source", "ls-pipe-node", "ls-pipe-sink"})
 
     def run(self, ctx: StepContext, probe: PipelineProbe, key: str, dur_ns: int) -> dict[str, object]:
-        """Start the sink, then the nodes back to front, then the source; wait for
-        the source, let the last messages arrive, stop the rest."""
+        """Start the sink and the nodes (at once: each only binds, and sends
+        nothing before the source does), then the source; wait for the source,
+        let the last messages arrive, stop the rest."""
         stages = probe.stages
         n = len(stages)
         flow = int(hashlib.sha256(f"{ctx.run_id}/{probe.name}".encode()).hexdigest()[:6], 16)
@@ -105,6 +106,7 @@ class Pipeline(ProbeKind[PipelineProbe]):
         names = stage_names(probe.label, n)
         results: dict[str, Collected] = {}
         with ctx.helpers(key) as hs:
+            downstream = []
             for i in reversed(range(1, n)):
                 role, hname = stages[i]
                 if role == "sink":
@@ -117,7 +119,8 @@ class Pipeline(ProbeKind[PipelineProbe]):
                         "next": host[i + 1].at(probe.port + i + 1),
                         "work_us": probe.work_us,
                     }
-                hs.start(hname, spec, wait_ready=True)
+                downstream.append((hname, spec))
+            hs.start_each(downstream, wait_ready=True)
             src_host = stages[0][1]
             # Messages still in flight when the source stops: the configured
             # delays plus a margin. The source sleeps through it before its

@@ -82,22 +82,30 @@ def start(lab: Lab, exp: Experiment) -> SyncRun:
         {"host": ref, "trace": lab.rel(ref, r.trace), "json": lab.rel(ref, f"{lab.step_dir(ref, 'clocksync')}/clocksync-serve.json")}
     )
     info.running.append((ref, "clocksync-serve"))
-    for flow, h in enumerate(exp.hosts, start=1):
-        if h.name == ref:
+    # the initiators at once: each needs only the responder
+    flows = [(flow, h.name) for flow, h in enumerate(exp.hosts, start=1) if h.name != ref]
+    asks = []
+    for flow, name in flows:
+        spec = {"kind": "sync", "name": "clocksync", "dest": f"{dests[name][0]}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
+        asks.append((name, P.StartProbe(probe=spec, step_dir=lab.step_dir(name, "clocksync"), scratch_dir=lab.scratch(name), wait_ready=True)))
+    got = lab.ask_each(asks)
+    for (flow, name), res in zip(flows, got):
+        if isinstance(res, AgentFailure):
             continue
-        addr, net = dests[h.name]
-        spec = {"kind": "sync", "name": "clocksync", "dest": f"{addr}:{cs.port}", "flow": flow, "rate": cs.rate, "gap_ns": cs.gap}
-        r = lab.agent(h.name).ask(P.StartProbe(probe=spec, step_dir=lab.step_dir(h.name, "clocksync"), scratch_dir=lab.scratch(h.name), wait_ready=True))
-        info.record.initiators[h.name] = SyncPart.model_validate(
+        addr, net = dests[name]
+        info.record.initiators[name] = SyncPart.model_validate(
             {
                 "flow": flow,
                 "network": net,
                 "dest": addr,
-                "trace": lab.rel(h.name, r.trace),
-                "json": lab.rel(h.name, f"{lab.step_dir(h.name, 'clocksync')}/clocksync.json"),
+                "trace": lab.rel(name, res.trace),
+                "json": lab.rel(name, f"{lab.step_dir(name, 'clocksync')}/clocksync.json"),
             }
         )
-        info.running.append((h.name, "clocksync"))
+        info.running.append((name, "clocksync"))
+    for res in got:
+        if isinstance(res, AgentFailure):
+            raise res
     info.awake_since = time.monotonic()
     return info
 

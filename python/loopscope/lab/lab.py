@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from loopscope import protocol as P
 from loopscope.errors import RunError
@@ -283,6 +283,19 @@ class Lab:
         h = self.hosts[host or self.exp.hosts[0].name]
         assert h.agent is not None
         return h.agent
+
+    def ask_each(self, asks: Sequence[tuple[str, P.Request[P.R]]], timeout: float | None = None) -> list[P.R | H.AgentFailure]:
+        """Each (host, request) sent before any answer is awaited, so that the
+        hosts' agents work at once (three stages started in one stage's time);
+        the answers in order, a failure in its place once every answer is in."""
+        sent = [(host, req, self.agent(host).post(req)) for host, req in asks]
+        out: list[P.R | H.AgentFailure] = []
+        for host, req, rid in sent:
+            try:
+                out.append(self.agent(host).answer(req, rid, timeout))
+            except H.AgentFailure as e:
+                out.append(e)
+        return out
 
     def step_dir(self, host: str, key: str) -> str:
         return f"{self.hosts[host].base}/steps/{key}"

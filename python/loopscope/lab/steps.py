@@ -61,6 +61,19 @@ class StepHelpers:
         lab.agent(host).ask(req)
         self._running.append((host, spec["name"]))
 
+    def start_each(self, starts: list[tuple[str, dict[str, Any]]], *, wait_ready: bool = False) -> None:
+        """Several that wait for nothing of each other's, started at once
+        (``Lab.ask_each``); in ``running`` in the order given. The first
+        failure is raised once every answer is in, and those that started are
+        stopped on the way out like the rest."""
+        lab = self.lab
+        reqs = [(h, P.StartProbe(probe=spec, step_dir=lab.step_dir(h, self.key), scratch_dir=lab.scratch(h), wait_ready=wait_ready)) for h, spec in starts]
+        got = lab.ask_each(reqs)
+        self._running += [(h, spec["name"]) for (h, spec), r in zip(starts, got) if not isinstance(r, AgentFailure)]
+        for r in got:
+            if isinstance(r, AgentFailure):
+                raise r
+
     def stop(self, host: str, name: str) -> Collected:
         lab = self.lab
         r = lab.agent(host).ask(P.StopProbe(name=name))
