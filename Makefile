@@ -111,8 +111,12 @@ fmt-check:
 test-python: typecheck fmt-check
 	$(VENV)/bin/ruff check --quiet python tests
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(VENV)/bin/pytest -q --tier fast -n 2
-	$(VENV)/bin/pytest -q --tier beside -n 2 --dist worksteal --durations=5
+	@echo "$(VENV)/bin/pytest -q --tier fast -n 2   (beside the beside tier; its output when both end)"
+	@$(VENV)/bin/pytest -q --tier fast -n 2 > $(VENV)/fast-tier.log 2>&1 & fast=$$!; \
+	echo "$(VENV)/bin/pytest -q --tier beside -n 2 --dist worksteal --durations=5"; \
+	$(VENV)/bin/pytest -q --tier beside -n 2 --dist worksteal --durations=5; beside=$$?; \
+	wait $$fast; fast=$$?; echo "the fast tier, run beside it:"; cat $(VENV)/fast-tier.log; \
+	test $$fast -eq 0 && test $$beside -eq 0
 	$(VENV)/bin/pytest -q --tier alone --durations=12
 
 # `make test`: the Rust tests build and run beside the release build (each

@@ -14,10 +14,12 @@ sysctl, IRQ, isolation, `loopscope cleanup`), and finds its leftovers by its
 own run id, not by a look at the whole machine.
 
 `make test` runs every tier: the fast one on both CPUs (pytest-xdist; it
-measures nothing), then the lab and bench tests marked `beside` two at a
-time (`--tier beside`), then the rest one at a time (`--tier alone`: they
+measures nothing) while the lab and bench tests marked `beside` run two at
+a time (`--tier beside`), then the rest one at a time (`--tier alone`: they
 measure the machine, and share it with nothing else). `--tier slow` is
-both, one at a time. `make check` runs
+both lab tiers, one at a time. A fast test therefore touches nothing
+machine-wide either: one that runs `loopscope cleanup`'s code (which takes
+what no live run has registered yet) is a lab test. `make check` runs
 `pytest --tier fast`, which deselects the lab and bench tests and guards the rest: a fast test that
 starts a lab anyway (a loopscope command that measures, a peer that loads
 or records the machine, a kernel capture) fails, naming the fixture it

@@ -56,7 +56,7 @@ def test_cyclictest_s_thread_is_measured_without_instrumentation_and_its_maximum
     assert j["kernel_events"] > 0 and j["lost_kernel_events"] == 0
 
 
-def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp_path: Path, lab: None) -> None:
+def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp_path: Path, lab: None, beside: None) -> None:
     _needs()
     p = subprocess.Popen([*CYCLICTEST, "-D", "10"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -84,7 +84,7 @@ def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[
     assert_clean_error(cli("probe", "threads", *args), 2, needle)
 
 
-def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_probe(tmp_path: Path, lab: None) -> None:
+def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_probe(tmp_path: Path, lab: None, beside: None) -> None:
     if shutil.which("cyclictest") is None:
         pytest.skip("needs cyclictest (rt-tests)")
     (tmp_path / "ct.yaml").write_text(
@@ -98,7 +98,7 @@ def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_pro
     assert "No probe measured anything to compare" in page and "No phase differs significantly" not in page
 
 
-def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path, lab: None) -> None:
+def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path, lab: None, beside: None) -> None:
     _needs()
     prog = "import threading, time\nt = threading.Thread(target=time.sleep, args=(0.6,)); t.start(); t.join()\ntime.sleep(1.6)\n"
     r = subprocess.run([str(BIN), "probe", "threads", "--json", "--", "python3", "-c", prog], capture_output=True, text=True, timeout=120, cwd=tmp_path)

@@ -273,7 +273,7 @@ DAMAGED_WITHIN_S = 10
 
 @pytest.mark.parametrize("name", ["v7", "v6", "perf"])
 def test_a_recording_with_random_bytes_flipped_imports_what_is_whole_or_is_refused_never_a_traceback_or_a_hang(
-    recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str, beside: None
 ) -> None:
     if name not in recordings:
         pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")

@@ -64,7 +64,7 @@ kernel: {capture: 'off'}
 """
 
 
-def test_an_app_process_that_fails_stops_the_run_and_is_named(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_an_app_process_that_fails_stops_the_run_and_is_named(cli: Cli, tmp_path: Path, lab: None, beside: None) -> None:
     (tmp_path / "f.yaml").write_text(FAILING)
     r = cli("run", "f.yaml", "--run-dir", "run", "--no-report", timeout=120)
     assert r.returncode == 1

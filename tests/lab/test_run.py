@@ -74,7 +74,7 @@ def wait_for(pred: Callable[[], bool], timeout: float = 20.0) -> bool:
     return pred()
 
 
-def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path, lab: None, beside: None) -> None:
+def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, tmp_path: Path, lab: None) -> None:
     spec = write_spec(tmp_path)
     r = cli("run", str(spec), "--run-dir", "out/r1", timeout=300)
     assert r.returncode == 0, r.stderr

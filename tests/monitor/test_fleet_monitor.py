@@ -188,7 +188,7 @@ def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_perio
     assert _left(p.pid) == [] and agent_in(fleet.ns(1)) is None
 
 
-def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_nothing(sshd: Sshd, tmp_path: Path, lab: None, beside: None) -> None:
+def test_an_ssh_host_on_another_kernel_is_watched_by_its_own_monitor_and_leaves_nothing(sshd: Sshd, tmp_path: Path, lab: None) -> None:
     if not Path("/sys/kernel/tracing/instances").is_dir():
         pytest.skip("needs tracefs for the flight recorder")
     spec = tmp_path / "farssh.yaml"

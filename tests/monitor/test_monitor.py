@@ -153,7 +153,7 @@ def test_the_other_flight_recorders_keep_and_name_every_burst_too(burst_spec: Pa
     assert rec["counts"]["kept"] == rec["counts"]["outliers_above"], rec["counts"]
 
 
-def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path, lab: None, beside: None) -> None:
+def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(burst_spec: Path, tmp_path: Path, lab: None) -> None:
     out = tmp_path / "m"
     p = subprocess.Popen([str(BIN), "monitor", str(burst_spec), "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
