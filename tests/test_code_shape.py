@@ -80,8 +80,8 @@ def test_the_rust_scanner_measures_a_function_to_its_closing_brace() -> None:
 # below its value here. When a change lowers one, lower its number here in
 # the same commit; a change that raises one fails until it is taken back.
 HELD = {
-    "dict_any": 53,
-    "any_params": 54,
+    "dict_any": 52,
+    "any_params": 51,
     "probe_kind_branches": 0,
     "host_kind_branches": 2,
     "local_imports": 120,

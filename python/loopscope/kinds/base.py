@@ -140,17 +140,21 @@ class Collected:
     result: dict[str, object]
 
 
+#: what a step starts through an agent: a probe's or a helper's spec, its ``kind`` and unique ``name`` first
+HelperSpec = dict[str, Any]
+
+
 class Helpers(Protocol):
     """The processes one step starts beside (or as) its probe: an echo
     server, a pipeline's stages, an app's processes. Whatever is still
     running when the step leaves ``StepContext.helpers`` is stopped there,
     on every way out, without hiding the first failure."""
 
-    def start(self, host: str, spec: dict[str, Any], *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
+    def start(self, host: str, spec: HelperSpec, *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
         """Start ``spec`` (a probe or helper spec with a unique ``name``) on ``host``."""
         ...
 
-    def start_each(self, starts: list[tuple[str, dict[str, Any]]], *, wait_ready: bool = False) -> None:
+    def start_each(self, starts: list[tuple[str, HelperSpec]], *, wait_ready: bool = False) -> None:
         """Start several that wait for nothing of each other's at once: (host, spec) each, in that order."""
         ...
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from loopscope import protocol as P
 from loopscope.errors import Stopped
-from loopscope.kinds.base import Collected, HostView
+from loopscope.kinds.base import Collected, HelperSpec, HostView
 from loopscope.lab import hubs
 from loopscope.lab.hosts import AgentFailure
 from loopscope.lab.lab import Lab
@@ -53,7 +53,7 @@ class StepHelpers:
         self.lab, self.key = lab, key
         self._running: list[tuple[str, str]] = []
 
-    def start(self, host: str, spec: dict[str, Any], *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
+    def start(self, host: str, spec: HelperSpec, *, duration_ns: int | None = None, wait_ready: bool = False) -> None:
         lab = self.lab
         req = P.StartProbe(probe=spec, step_dir=lab.step_dir(host, self.key), scratch_dir=lab.scratch(host), wait_ready=wait_ready)
         if duration_ns is not None:
@@ -61,7 +61,7 @@ class StepHelpers:
         lab.agent(host).ask(req)
         self._running.append((host, spec["name"]))
 
-    def start_each(self, starts: list[tuple[str, dict[str, Any]]], *, wait_ready: bool = False) -> None:
+    def start_each(self, starts: list[tuple[str, HelperSpec]], *, wait_ready: bool = False) -> None:
         """Several that wait for nothing of each other's, started at once
         (``Lab.ask_each``); in ``running`` in the order given. The first
         failure is raised once every answer is in, and those that started are
