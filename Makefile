@@ -17,8 +17,10 @@ CARGO   ?= cargo
 # when pkg-config finds it, else zstd-sys compiles its bundled copy, which was
 # the longest step of a fresh build (59 s of 110 s here). Evaluated when each
 # recipe runs, after `deps` installed it, never set empty (zstd-sys reads an
-# empty value as set).
-ZSTD_ENV = env $$(pkg-config --exists libzstd 2>/dev/null && echo ZSTD_SYS_USE_PKG_CONFIG=1)
+# empty value as set). Without make's own MAKEFLAGS: `make test` builds the Rust
+# tests beside the release build (make -j2), and a cargo that is handed make's
+# job server without its descriptors warns that it cannot use it.
+ZSTD_ENV = env -u MAKEFLAGS -u MFLAGS $$(pkg-config --exists libzstd 2>/dev/null && echo ZSTD_SYS_USE_PKG_CONFIG=1)
 CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
 PIPI    := install --quiet --disable-pip-version-check --require-hashes --no-deps
