@@ -331,3 +331,13 @@ def test_a_compressed_chunk_that_does_not_decompress_is_skipped_and_said_with_a_
     assert 0 < j["kernel_events"] < whole["kernel_events"]
     assert j["lost_unknown_windows"] == whole["lost_unknown_windows"] + 1
     assert any(f"CPU {cpu}'s chunk at offset {off + 4} is skipped" in n for n in j["notes"]), j["notes"]
+
+
+@pytest.mark.needs_tool("trace-cmd")
+def test_a_peer_that_prints_no_event_is_an_error_naming_it_not_a_count_of_zero(tmp_path: Path, lab: None, beside: None) -> None:
+    from loopscope.errors import RunError
+
+    junk = tmp_path / "junk.dat"
+    junk.write_bytes(b"\x17\x08\x44tracing" + bytes(4096))
+    with pytest.raises(RunError, match=r"trace-cmd report printed no event of .*junk\.dat \(exit \d+\)"):
+        F.reported(junk)

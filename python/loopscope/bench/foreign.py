@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from loopscope.errors import RunError
@@ -134,14 +135,21 @@ EVENT_LINE = re.compile(r"\[\d+\]\s+\S*\s*\d+\.\d+:\s+\w+:")
 
 
 def reported(path: Path) -> int:
-    """The events ``trace-cmd report`` or ``perf script`` prints for ``path``."""
+    """The events ``trace-cmd report`` or ``perf script`` prints for ``path``.
+    A peer that fails, or prints no event of a file that has some, is an
+    error naming it (a count of 0 would read as the import's mistake)."""
     with open(path, "rb") as f:
         magic = f.read(3)
     tool = ["trace-cmd", "report", "-i", str(path)] if magic == b"\x17\x08\x44" else ["perf", "script", "-i", str(path)]
     n = 0
-    with subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) as p:
-        assert p.stdout is not None
-        for line in p.stdout:
-            if tool[0] == "perf" or EVENT_LINE.search(line):
-                n += 1
+    with tempfile.TemporaryFile() as err:
+        with subprocess.Popen(tool, stdout=subprocess.PIPE, stderr=err, text=True) as p:
+            assert p.stdout is not None
+            for line in p.stdout:
+                if tool[0] == "perf" or EVENT_LINE.search(line):
+                    n += 1
+        if n == 0:
+            err.seek(0)
+            said = err.read().decode(errors="replace").strip()[-300:]
+            raise RunError(f"{' '.join(tool[:2])} printed no event of {path} (exit {p.returncode}): {said or 'it said nothing'}", component="bench")
     return n
