@@ -98,7 +98,8 @@ def test_a_program_probe_that_logs_nothing_says_so_and_points_to_the_threads_pro
     assert "No probe measured anything to compare" in page and "No phase differs significantly" not in page
 
 
-def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path, lab: None, beside: None) -> None:
+def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path, lab: None) -> None:
+    # (alone: its 0.6 s thread must outlive the capture's start, which a test beside it slows)
     _needs()
     prog = "import threading, time\nt = threading.Thread(target=time.sleep, args=(0.6,)); t.start(); t.join()\ntime.sleep(1.6)\n"
     r = subprocess.run([str(BIN), "probe", "threads", "--json", "--", "python3", "-c", prog], capture_output=True, text=True, timeout=120, cwd=tmp_path)
