@@ -17,9 +17,8 @@ CARGO   ?= cargo
 # when pkg-config finds it, else zstd-sys compiles its bundled copy, which was
 # the longest step of a fresh build (59 s of 110 s here). Evaluated when each
 # recipe runs, after `deps` installed it, never set empty (zstd-sys reads an
-# empty value as set). Without make's own MAKEFLAGS: `make test` builds the Rust
-# tests beside the release build (make -j2), and a cargo that is handed make's
-# job server without its descriptors warns that it cannot use it.
+# empty value as set). Without make's own MAKEFLAGS: a cargo handed make's job
+# server without its descriptors (make -j) warns that it cannot use it.
 ZSTD_ENV = env -u MAKEFLAGS -u MFLAGS $$(pkg-config --exists libzstd 2>/dev/null && echo ZSTD_SYS_USE_PKG_CONFIG=1)
 CDIR    := python/loopscope/_c
 # Pinned, hashed Python dependencies (scripts/lock regenerates them).
@@ -121,13 +120,10 @@ test-python: typecheck fmt-check
 	test $$fast -eq 0 && test $$beside -eq 0
 	$(VENV)/bin/pytest -q --tier alone --durations=12
 
-# `make test`: the Rust tests build and run beside the release build (each
-# cargo profile has its own build lock, and the release build's last, LTO
-# step keeps one core busy), each one's output shown whole when it ends; then
-# the Python tests.
-test: deps
-	@$(MAKE) --no-print-directory -j2 --output-sync=target build test-rust
-	@$(MAKE) --no-print-directory $(VENV)/.testdeps test-python
+# `make test`: the build, then the Rust tests (alone: one of them holds a
+# pacing schedule to its median departure error, which the release build
+# beside it broke in a fresh clone), then the Python tests.
+test: install-test test-rust test-python
 
 # The fast tier, while working: lint, the import contracts, the types and the
 # tests that start no lab (tests/tiers.py), on the tree `make install-test` built; it
