@@ -45,10 +45,12 @@ def test_an_agent_starts_without_the_probe_kinds() -> None:
     assert "loopscope.kinds" not in mods
 
 
-def test_a_report_of_a_run_leaves_scipys_statistics_unloaded(tmp_path: Path) -> None:
+def test_a_report_of_a_run_leaves_scipys_statistics_and_the_lab_unloaded(tmp_path: Path) -> None:
     # its tests are numpy and scipy.special's (0.14 s against scipy.stats' 0.6 s)
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "report" / "run", run)
     mods = _loaded_by(f"    from loopscope.cli import main\n    main(['report', {str(run)!r}])")
     assert (run / "report.html").is_file()
     assert "scipy.stats" not in mods
+    # the report's own command module: not the lab, the agents' protocol or the Perfetto export
+    assert not {"loopscope.lab.controller", "loopscope.protocol", "loopscope.report.perfetto"} & mods, sorted(m for m in mods if m.startswith("loopscope.lab"))

@@ -145,7 +145,8 @@ class LazyGroup(click.Group):
 #: which module of loopscope.cli holds each top-level command
 COMMANDS = {
     **dict.fromkeys(("run", "check", "schema", "cleanup"), "loopscope.cli.lab"),
-    **dict.fromkeys(("report", "timeline", "explain", "export"), "loopscope.cli.runs"),
+    "report": "loopscope.cli.report",
+    **dict.fromkeys(("timeline", "explain", "export"), "loopscope.cli.runs"),
     **dict.fromkeys(("runs", "query"), "loopscope.cli.dataset"),
     **dict.fromkeys(("trend", "fleet"), "loopscope.cli.datapages"),
     **dict.fromkeys(("compare", "advise"), "loopscope.cli.compare"),

@@ -14,7 +14,8 @@ from loopscope.cli.base import cli, Duration, prints
 from loopscope.monitor import hist
 from rich.console import Group
 from rich.table import Table
-from loopscope import monitor
+from loopscope.monitor.start import start as start_monitor
+from loopscope.rundir import monitor as monitor_record
 from loopscope.selfname import set_comm
 from rich.console import Console
 from rich.live import Live
@@ -146,12 +147,12 @@ def monitor_cmd(spec: str, out: str | None, resume: str | None, for_ns: int | No
             live.append(lv)
 
     try:
-        o = monitor.start(spec, out, resume, for_ns, say, view, metrics)
+        o = start_monitor(spec, out, resume, for_ns, say, view, metrics)
     finally:
         for lv in live:
             lv.stop()
     d = o.run_dir.parent.parent
-    rec = monitor.status_of(d)
+    rec = monitor_record.read(d)
     if o.status != "completed":
         sys.stderr.write(f"loopscope: monitor {o.status}: {o.error}\n  what was kept is in {d}\n")
     if as_json:

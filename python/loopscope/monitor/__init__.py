@@ -3,72 +3,7 @@
 Cheap detail for the whole run (a latency histogram per probe and period,
 the maximum with its time, counts), expensive detail only around outliers
 (the kernel's events, taken from its own ring buffers after the fact, and
-their causes). ``run`` is the loop, ``plan`` its checks and footprint, ``hist`` the histograms, ``keeper`` the
+their causes). ``start`` starts one, ``run`` is the loop, ``plan`` its checks and footprint, ``hist`` the histograms, ``keeper`` the
 flight recorder and the explaining, ``lock`` one monitor per directory;
 docs/monitor.md is the user's side.
 """
-
-from __future__ import annotations
-
-from pathlib import Path
-
-from loopscope.errors import InputError
-from loopscope.kinds import KINDS
-from loopscope.lab.controller import preflight
-from loopscope.lab.session import Outcome, Say, execute
-from loopscope.rundir import monitor as record
-from loopscope.monitor.lock import Lock
-from loopscope.rundir.monitor import MonitorJson
-from loopscope.monitor.plan import check, own_cpus
-from loopscope.monitor.run import Monitor
-from loopscope.spec import load
-
-
-def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | None, say: Say, view: object = None, metrics: str | None = None) -> Outcome:
-    """Monitor ``spec_path`` into a new directory ``out`` (or continue ``resume``);
-    ``metrics``: HOST:PORT to serve Prometheus metrics on."""
-    exp = load(spec_path, KINDS)
-    at = None
-    if metrics is not None:
-        from loopscope.monitor import metrics as M
-
-        at = M.parse_address(metrics)
-        M.check_free(*at)
-    if exp.monitor is None:
-        raise InputError(f"{spec_path}: has no monitor: mapping; add one (monitor: {{period: 1m, threshold: 200us}}) to monitor it")
-    check(exp, spec_path)
-    if exp.monitor.metrics == "agent" and metrics is None:
-        raise InputError(f"{spec_path}: monitor.metrics: agent serves each host's figures on --metrics's port; give --metrics PORT")
-    text = Path(spec_path).read_text()
-    if resume is not None:
-        d = Path(resume)
-        if not record.exists(d) or not (d / "spec.yaml").exists():
-            raise InputError(f"{d}: not a monitor directory (no monitor.json or spec.yaml); give the directory a monitor wrote")
-        if (d / "spec.yaml").read_text() != text:
-            raise InputError(
-                f"{spec_path}: differs from {d}/spec.yaml, the spec this monitor ran with; resume with that spec (a changed spec is a new monitor)"
-            )
-    else:
-        d = Path(out) if out else Path(exp.results) / f"monitor-{exp.name}"
-        if d.exists() and any(d.iterdir()):
-            raise InputError(f"{d}: exists and is not empty; give a new directory with -o, or continue it with --resume {d}")
-    pinned = own_cpus(exp)
-    notes, kinds = preflight(exp, spec_path, d, None)  # before anything is made on disk: a refused monitor leaves nothing
-    notes += [pinned] if pinned else []
-    d.mkdir(parents=True, exist_ok=True)
-    lock = Lock(d)
-    lock.take()
-    try:
-        (d / "spec.yaml").write_text(text)
-        if lock.taken_from:
-            notes.append(f"continued from pid {lock.taken_from}, which is gone")
-        for n in notes:
-            say(f"note: {n}")
-        m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view, metrics=at)  # type: ignore[arg-type]
-        return execute(m)
-    finally:
-        lock.release()
-
-
-def status_of(d: Path) -> MonitorJson:
-    return record.read(d)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-import jinja2
+from loopscope.report import templates
 
 from loopscope.dataset.query import Query
 from loopscope.dataset.scan import scan
@@ -73,10 +73,8 @@ def build(d: Path) -> Path:
     c = rec.get("counts", {})
     counts = {k: c.get(k, 0) for k in ("outliers_above", "kept", "explained", "windows", "windows_removed")}
     nk = c.get("not_kept") or {}
-    here = Path(__file__).resolve().parents[1] / "report"
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=jinja2.select_autoescape(["html", "j2"]))
-    page = env.get_template("monitor.html.j2").render(
-        css=(here / "page.css").read_text(),
+    page = templates.template("monitor.html.j2").render(
+        css=templates.css(),
         rec=rec,
         period=str(rec.get("settings", {}).get("period")),
         threshold=thr,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from typing_extensions import TypedDict
 
-import jinja2
+from loopscope.report import templates
 import polars as pl
 
 from loopscope.analysis.runcompare import CriterionResult, Differences, Row, RunData
@@ -27,8 +27,6 @@ from loopscope.rundir import RunDir
 from loopscope.analysis.registry import Registry
 from loopscope.report.tables import load_run
 from loopscope.trace import reader
-
-HERE = Path(__file__).resolve().parent
 
 
 def load(path: str | Path, kinds: Registry) -> RunData:
@@ -135,9 +133,8 @@ def render(
         mine = [r for r in rows if r.probe == probe and r.metric == "missed" and r.phase == ph]
         if mine:
             probes.append({"probe": probe, "measure": f"missed deadlines in {ph}", "charts": [], "rows": [_cell(r) for r in mine]})
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=True)
-    return env.get_template("compare.html.j2").render(
-        css=(HERE / "page.css").read_text(),
+    return templates.template("compare.html.j2").render(
+        css=templates.css(),
         runs=runs,
         base=base,
         probes=probes,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-import jinja2
+from loopscope.report import templates
 from typing_extensions import TypedDict
 
 from loopscope import __version__
@@ -74,15 +74,13 @@ def page(q: Query, root: Path) -> str:
     width = _bucket_hours(((t1 - t0).total_seconds() / 3600) if t0 and t1 else 1)
     causes = _ranked(q)
     colour = {c["cause"]: i for i, c in enumerate(causes[:COLOURED])}
-    here = Path(__file__).resolve().parent
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=jinja2.select_autoescape(["html", "j2"]))
     monitors = [m for m in q.ds.monitors if m.readable]
     # a host name two monitors share (each machine's spec says localhost) is two hosts: named with its monitor
     seen = [h for m in monitors for h in m.hosts]
     key = "run_id || ' · ' || host" if len(seen) != len(set(seen)) else "host"
     hosts = [r[0] for r in q.run(f"SELECT DISTINCT {key} FROM periods ORDER BY 1").rows]
-    return env.get_template("fleet.html.j2").render(
-        css=(here / "page.css").read_text(),
+    return templates.template("fleet.html.j2").render(
+        css=templates.css(),
         root=str(root),
         monitors=len(monitors),
         hosts=len(hosts),

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
-from pathlib import Path
 
-import jinja2
+from loopscope.report import templates
 import polars as pl
 
 from loopscope.report import charts, clocks
@@ -39,8 +38,6 @@ from loopscope.report.derived import Derived
 from loopscope.report.charts import cause_bars
 from loopscope.analysis.breakdown import CALL_CATEGORIES, CATEGORIES
 from loopscope.analysis import sweeps
-
-HERE = Path(__file__).resolve().parent
 
 
 def _kernel_paths(em: EmulatorView | None) -> list[str]:
@@ -450,8 +447,7 @@ def _loads(loads: pl.DataFrame) -> tuple[list[LoadRow], str | None]:
 
 def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list[str], kinds: Registry, derived: Derived) -> str:
     """The page, from values: the tables, the comparisons and what analysis derived (it reads no file)."""
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE)), autoescape=jinja2.select_autoescape(["html", "j2"]))
-    t = env.get_template("report.html.j2")
+    t = templates.template("report.html.j2")
     run = tables.run
     spec = tables.spec
     start = run.started_utc
@@ -465,7 +461,7 @@ def render(tables: RunTables, comp: pl.DataFrame, phases: list[str], notes: list
     tl = derived.timeline
     clock_rows, clock_chart, clock_problems = clocks.section(tl, derived.clock, tables.provenance)
     return t.render(
-        css=(HERE / "page.css").read_text(),
+        css=templates.css(),
         sweeps=_sweeps(tables, kinds),
         breakdown=_breakdown(tables),
         why=_why(derived.explain, derived.inputs),

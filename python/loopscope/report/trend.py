@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
-import jinja2
+from loopscope.report import templates
 
 from loopscope.dataset.trend import Point, Trend
 from loopscope.report import charts
@@ -39,10 +39,8 @@ def page(t: Trend, root: Path) -> str:
         }
         for p in t.points
     ]
-    here = Path(__file__).resolve().parent
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(here)), autoescape=True)
-    return env.get_template("trend.html.j2").render(
-        css=(here / "page.css").read_text(),
+    return templates.template("trend.html.j2").render(
+        css=templates.css(),
         t=t,
         root=str(root),
         chart=svg,
