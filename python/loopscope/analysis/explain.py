@@ -322,7 +322,9 @@ def attribute(run_dir: Path, kinds: Registry, quantile: float = 0.99, max_outlie
             # what was not recorded may be in an idle-looking gap: the label says so, it does not guess
             att = att.with_columns(pl.col("cause").replace(hedge))
         frames.append(att.join(outl.select("id", "rep", "phase", "probe", "host", "t_ns", "latency_ns", "span"), on="id"))
-        for (probe, phase), g in att.join(outl.select("id", "probe", "phase"), on="id").group_by("probe", "phase", maintain_order=True):
+        for (probe, phase), g in (
+            att.join(outl.select("id", "probe", "phase"), on="id").with_columns(A.family().alias("family")).group_by("probe", "phase", maintain_order=True)
+        ):
             out["groups"].append(_group_entry(probe, phase, cap, g, thr, n_above, all_causes, refs))
     att_all = pl.concat(frames) if frames else pl.DataFrame()
     out["seconds"] = time.perf_counter() - t0
@@ -346,12 +348,7 @@ def _group_entry(
 ) -> Group:
     """One probe × phase of explain's result: its causes and shares."""
     total = int(g["ns"].sum())
-    by = (
-        g.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
-        .group_by("family")
-        .agg(pl.col("ns").sum())
-        .sort("ns", descending=True)
-    )
+    by = (g if "family" in g.columns else g.with_columns(A.family().alias("family"))).group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)
     t = thr.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
     fam = {r["family"]: int(r["ns"]) for r in by.iter_rows(named=True)}
     lab = {c: ns for c, ns in fam.items() if c.startswith("lab: ")}
@@ -403,7 +400,8 @@ def parts_of(g: pl.DataFrame, top: int = 4) -> Parts | None:
     total = int(k["ns"].sum() or 0) if len(k) else 0
     if not total:
         return None
-    k = k.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    if "family" not in k.columns:
+        k = k.with_columns(A.family().alias("family"))
     by = k.group_by("family").agg(pl.col("before_ns").sum().alias("pre"), (pl.col("ns") - pl.col("before_ns")).sum().alias("post"))
     pre = int(by["pre"].sum())
 
@@ -441,7 +439,7 @@ def causes_in(att: pl.DataFrame, windows: list[tuple[int, int]]) -> Found | None
     attributed outlier counts against it)."""
     if att is None or not len(att):
         return None
-    a = att.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    a = att.with_columns(A.family().alias("family"))
     if windows:
         ws = pl.DataFrame({"w": list(range(len(windows))), "lo": [w[0] for w in windows], "hi": [w[1] for w in windows]})
         a = a.join_where(ws, pl.col("t_ns") >= pl.col("lo"), pl.col("t_ns") < pl.col("hi"))

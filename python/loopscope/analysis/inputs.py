@@ -45,6 +45,8 @@ class SectionInputs:
 
     attribution: pl.DataFrame | None = None
     images: dict[str, list[Image]] = field(default_factory=dict)
+    #: ``worst``'s answers, by how many outliers were asked for
+    _ranked: dict[int, dict[tuple[str, str], list[Outlier]]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def read(cls, run_dir: Path, run: RunRecord, kinds: Kinds) -> "SectionInputs":
@@ -67,29 +69,49 @@ class SectionInputs:
         return a.select("rep", "phase", "probe", "id", "t_ns", "cause", "ns").filter((pl.col("probe") == probe) | pl.col("probe").str.starts_with(probe + " "))
 
     def worst(self, probe: str, phase: str, n: int = 5) -> list[Outlier]:
-        """The ``n`` largest outliers of a probe and phase, each with its causes (largest first)."""
-        if self.attribution is None:
-            return []
-        a = self.attribution.filter((pl.col("probe") == probe) & (pl.col("phase") == phase))
-        out: list[Outlier] = []
-        for (rid,), g in a.sort("latency_ns", descending=True).group_by("id", maintain_order=True):
-            g = g.sort("ns", descending=True)
-            out.append(
-                {
-                    "id": int(rid),
-                    "rep": int(g["rep"][0]),
-                    "t_ns": int(g["t_ns"][0]),
-                    "latency_ns": int(g["latency_ns"][0]),
-                    "cpu": g["cpu"][0],
-                    "span": bool(g["span"][0]) if "span" in g.columns else False,
-                    "migrations": int(g["migrations"][0]),
-                    "page_faults": int(g["page_faults"][0]),
-                    "complete": bool(g["complete"][0]),
-                    "causes": [(c, int(ns)) for c, ns in g.select("cause", "ns").iter_rows()],
+        """The ``n`` largest outliers of a probe and phase, each with its causes
+        (largest first; an outlier the same size as another by id, the later first, and
+        causes of the same time by name)."""
+        if n not in self._ranked:
+            self._ranked[n] = self._worst(n)
+        return self._ranked[n].get((probe, phase), [])
+
+    def _worst(self, n: int) -> dict[tuple[str, str], list[Outlier]]:
+        """``worst`` for every probe and phase at once: the outliers ranked in one
+        sort, and only the ``n`` largest of each made into rows (the Why section
+        asks for each of its phases in turn, and a long run has tens)."""
+        a = self.attribution
+        if a is None or not len(a):
+            return {}
+        ranked = (
+            a.group_by("probe", "phase", "id")
+            .agg(pl.col("latency_ns").first())
+            .sort(["latency_ns", "id"], descending=True)
+            .group_by("probe", "phase", maintain_order=True)
+            .head(n)
+            .with_row_index("rank")
+            .select("probe", "phase", "id", "rank")
+        )
+        top = a.join(ranked, on=["probe", "phase", "id"]).sort(["rank", "ns", "cause"], descending=[False, True, False])
+        out: dict[tuple[str, str], list[Outlier]] = {}
+        last: Outlier | None = None
+        span = "span" in top.columns
+        for r in top.iter_rows(named=True):
+            if last is None or last["id"] != r["id"]:
+                last = {
+                    "id": int(r["id"]),
+                    "rep": int(r["rep"]),
+                    "t_ns": int(r["t_ns"]),
+                    "latency_ns": int(r["latency_ns"]),
+                    "cpu": r["cpu"],
+                    "span": bool(r["span"]) if span else False,
+                    "migrations": int(r["migrations"]),
+                    "page_faults": int(r["page_faults"]),
+                    "complete": bool(r["complete"]),
+                    "causes": [],
                 }
-            )
-            if len(out) >= n:
-                break
+                out.setdefault((str(r["probe"]), str(r["phase"])), []).append(last)
+            last["causes"].append((r["cause"], int(r["ns"])))
         return out
 
     def images_of(self, run: RunRecord, probe: str, phases: list[str], kinds: Kinds) -> list[dict[str, str | int]]:

@@ -284,7 +284,7 @@ def _causes(st: S.Store, worst: pl.DataFrame, roles: dict[int, str], groups: dic
         att = att.with_columns(pl.col("cause").replace(hedge))
     if not len(att):
         return {}
-    att = att.join(outl.select("id", "tid"), on="id").with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("family"))
+    att = att.join(outl.select("id", "tid"), on="id").with_columns(A.family().alias("family"))
     out: dict[int, Causes] = {}
     for (tid,), g in att.group_by("tid"):
         by = g.group_by("family").agg(pl.col("ns").sum()).sort("ns", descending=True)

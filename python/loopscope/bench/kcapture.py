@@ -196,7 +196,7 @@ def _timer_self_share(cap_dir: Path, trace: Path) -> tuple[int, int]:
         )
     )
     att = attribute_store(st, o)
-    fam = att.with_columns(pl.col("cause").map_elements(A.cause_family, return_dtype=pl.String).alias("f"))
+    fam = att.with_columns(A.family().alias("f"))
     return int(fam.filter(pl.col("f") == "lab: capture")["ns"].sum()), int(fam["ns"].sum())
 
 

@@ -21,7 +21,7 @@ from loopscope.analysis.explain import windows_of
 from loopscope.analysis.threads import thread_activations, thread_names
 from loopscope.kinds import KINDS
 from loopscope import report
-from loopscope.analysis.attribution import cause_family
+from loopscope.analysis.attribution import family
 import yaml
 
 
@@ -141,7 +141,7 @@ def rule_top(run_dir: Path, phase: str) -> str | None:
     per = a.group_by("id").agg(pl.col("rule").first(), pl.col("latency_ns").first()).drop_nulls("rule")
     if not len(per):
         return None
-    per = per.with_columns(pl.col("rule").map_elements(cause_family, return_dtype=pl.String))
+    per = per.with_columns(family("rule"))
     top = per.group_by("rule").agg(pl.col("latency_ns").sum()).sort("latency_ns", descending=True)
     return str(top["rule"][0])
 
