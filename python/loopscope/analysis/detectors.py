@@ -253,8 +253,8 @@ def drift(t: np.ndarray, v: np.ndarray) -> Finding | None:
     w = max(5, n // 100)
     # running median on blocks
     nb = n // w
-    tm = np.array([np.median(t[i * w : (i + 1) * w]) for i in range(nb)])
-    vm = np.array([np.median(v[i * w : (i + 1) * w]) for i in range(nb)])
+    tm = np.median(t[: nb * w].reshape(nb, w), axis=1)
+    vm = np.median(v[: nb * w].reshape(nb, w), axis=1)
     if nb < 20:
         return None
     # sawtooth: strongest period of the smoothed series, then a line against the phase

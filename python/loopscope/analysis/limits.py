@@ -28,8 +28,15 @@ def moves(st: S.Store) -> list[tuple[int, int, str]]:
     if ATTACH not in st.event_names or not st.files():
         return []
     code = st.event_names.index(ATTACH)
-    parts = [pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "target", "irq", "name").collect() for f in st.files()]
-    ev = pl.concat(parts).drop_nulls(["target", "name"]).sort("t_ns")
+    # one scan of every segment (a segment written before a column existed has it as nulls)
+    ev = (
+        pl.scan_parquet(st.files(), missing_columns="insert", extra_columns="ignore")
+        .filter(pl.col("event") == code)
+        .select("t_ns", "target", "irq", "name")
+        .collect()
+        .drop_nulls(["target", "name"])
+        .sort("t_ns")
+    )
     table = st.strings
     return [(int(t), int(h if h is not None else 0), table[int(n)] if 0 <= int(n) < len(table) else "?") for _, t, h, n in ev.iter_rows()]
 
