@@ -20,6 +20,12 @@ of two places by layer:
   the module of the command that runs. (The agent imports the kinds at its
   first probe, not at its start: a fleet's agents start side by side.)
 
+Not an import, but deferred the same way: the spec's models, the probes'
+parameter models and the run record's build their validators when first
+used (pydantic's ``defer_build``), not when their module is imported: a
+report or a listing validates none of the spec's models (0.05 s of a
+report's start).
+
 ``tests/test_startup.py`` holds which commands leave these unloaded.
 """
 

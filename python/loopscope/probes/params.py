@@ -34,7 +34,7 @@ from loopscope.fields import Bind, Command, Endpoint, pps
 class Params(BaseModel):
     """Base of every probe's parameter model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     def check_here(self) -> list[str]:
         """What this machine cannot do of these parameters (checked where the

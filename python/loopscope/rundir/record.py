@@ -20,7 +20,7 @@ RUN_FORMAT = 2
 
 
 class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class StageStep(_Open):
