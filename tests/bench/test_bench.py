@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -209,6 +210,8 @@ def test_a_bench_isolate_killed_mid_phase_leaves_nothing_that_cleanup_does_not_g
     after = isolate.snapshot()
     assert [f"{k}: {before[k]} -> {after[k]}" for k in before.keys() & after.keys() if before[k] != after[k]] == []
     assert not list(state_dir().glob(f"bench-isolate-{p.pid}*.tunings"))
+    # and its scratch directories (its own, and the audit's it ran inside the phase) are named for it: cleanup removes them
+    assert not [d for d in Path(tempfile.gettempdir()).glob(f"ls-*-{p.pid}-*") if d.is_dir()]
 
 
 def _ppid(d: Path) -> int | None:

@@ -93,9 +93,12 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     assert Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text() == rps
 
 
-def test_an_unknown_case_is_refused_naming_the_cases(cli: Cli, bench: None) -> None:
-    r = cli("bench", "explain", "--case", "nosuch", "--json")
+def test_an_unknown_case_is_refused_naming_the_cases_and_leaves_no_scratch_directory(cli: Cli, bench: None, tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    r = cli("bench", "explain", "--case", "nosuch", "--json", env={"TMPDIR": str(scratch)})
     assert r.returncode == 2 and "nosuch" in r.stderr and "hog" in r.stderr and "Traceback" not in r.stderr
+    assert list(scratch.iterdir()) == []  # the programs were not built for a refused case
 
 
 def test_a_case_this_machine_cannot_inject_says_why() -> None:

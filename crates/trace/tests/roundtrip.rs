@@ -5,15 +5,42 @@
 use loopscope_trace::config::{Config, StreamConfig, StreamKind};
 use loopscope_trace::reader::{read_bytes, read_file, Options};
 use loopscope_trace::{format::rec, register, session, Kind};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 static LOCK: Mutex<()> = Mutex::new(());
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("loopscope-rs-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A test's trace file in a directory of its own, removed with it when the
+/// test ends, passed or failed (a leftover per run filled the temporary
+/// directory).
+struct Scratch {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.file
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.file
+    }
+}
+
+fn tmp(name: &str) -> Scratch {
+    let dir = std::env::temp_dir().join(format!("loopscope-rs-{}-{}", std::process::id(), name.trim_end_matches(".lstrace")));
+    std::fs::create_dir_all(&dir).unwrap();
+    Scratch { file: dir.join(name), dir }
 }
 
 fn one_stream(groups: &[&str]) -> Config {

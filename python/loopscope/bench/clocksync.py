@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -45,6 +44,7 @@ import polars as pl
 from loopscope.clock import sync, validate
 from loopscope.timeline import build
 from loopscope.units import format_ns
+from loopscope.host import scratch
 
 HOSTS = """hosts:
   - {name: a}
@@ -212,7 +212,7 @@ def run(
     say = progress or (lambda s: None)
     secs = seconds or (10.0 if quick else 60.0)
     rows: list[ClockRow] = []
-    with tempfile.TemporaryDirectory(prefix="ls-bench-clock-") as d:
+    with scratch.directory("bench-clock") as d:
         work = Path(d)
         for network in networks:
             for name, tmpl in (("idle", IDLE), ("load", LOAD)):

@@ -26,7 +26,6 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -38,6 +37,7 @@ import dataclasses
 import polars as pl
 from loopscope.analysis.runcompare import Criterion, compare
 from loopscope.report.compare import load
+from loopscope.host import scratch
 
 SPEC = """name: {name}
 probes:
@@ -126,7 +126,7 @@ def bench(kinds: Registry, pairs: int = 20, duration: str = "1s", say: Callable[
     one: dict[str, list[str]] = {"aa": [], "ab": []}
     one_sig = one_rows = 0
     crit = Criterion.parse(GATE, {"timer"})
-    with tempfile.TemporaryDirectory(prefix="ls-bench-compare-") as tmp:
+    with scratch.directory("bench-compare") as tmp:
         work = Path(tmp)
         for i in range(pairs):
             a, a2, b = _run(work, f"a{i}", False, duration), _run(work, f"aa{i}", False, duration), _run(work, f"b{i}", True, duration)

@@ -31,7 +31,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -39,6 +38,7 @@ from typing import Callable
 from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
+from loopscope.host import scratch
 
 SPEC = """name: fleet-{host}
 hosts:
@@ -145,7 +145,7 @@ def bench(
     say: Callable[[str], None] | None = None,
 ) -> DatasetBench:
     ls = [sys.executable, "-m", "loopscope.cli"]
-    with tempfile.TemporaryDirectory(prefix="ls-bench-dataset-") as tmp:
+    with scratch.directory("bench-dataset") as tmp:
         if dataset is not None:
             root, recorded = Path(dataset), None
         else:

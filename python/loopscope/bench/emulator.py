@@ -48,7 +48,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +62,7 @@ from loopscope.lab.emulator import Emulator
 from loopscope.bench.emulatorjson import Owd, Applied, Trial, Rates, Platform, Round, LabTimes, EmulatorBench
 from loopscope.trace.reader import read
 from loopscope.probes.netjson import RecvJson, SendJson
+from loopscope.host import scratch
 import polars as pl
 from scipy.stats import binom
 
@@ -479,7 +479,7 @@ def run(
     rsecs = rate_seconds or (1.0 if quick else 5.0)
     rounds: list[Round] = []
     labs: list[LabTimes] = []
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-emu-") as d:
+    with scratch.directory("bench-emulator") as d:
         work = Path(d)
         for i in range(n):
             say(

@@ -33,7 +33,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -45,6 +44,7 @@ from loopscope.bench.fleet import Fleet, agent_in
 from loopscope.bench.monitor import HERE, _all_cpus, _du_mb, _off_the_probe, _own_rss_mb
 from loopscope.bench.sshd import Sshd, served
 from loopscope.errors import RunError
+from loopscope.host import scratch
 
 THRESHOLD = "1ms"
 HOSTS = ("n", "e1", "e2", "s")
@@ -232,7 +232,7 @@ def run(*, minutes: float | None = None, kill_at: float | None = None, quick: bo
     minutes = minutes or (0.5 if quick else 10.0)
     kill_at = kill_at if kill_at is not None else minutes / 2
     period = "5s" if quick or minutes < 2 else "10s"
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-fleetmon-") as d, Fleet(2) as fleet, served(Path(d)) as sshd:
+    with scratch.directory("bench-fleetmon") as d, Fleet(2) as fleet, served(Path(d)) as sshd:
         work = Path(d)
         zoo = work / "ls-zoo"
         r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(zoo)], capture_output=True, text=True)

@@ -38,7 +38,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +46,7 @@ from typing_extensions import NotRequired, TypedDict
 
 from loopscope.bench import foreign as F
 from loopscope.errors import RunError
+from loopscope.host import scratch
 
 #: the common case for ``threads``: a few kernel threads of the busy machine
 FEW = "rcu|ksoftirqd|kworker"
@@ -172,7 +172,7 @@ def run(
             raise RunError(f"bench import needs {tool}", component="bench")
     secs = float(max(1, round(seconds or (1 if quick else 4))))  # stress-ng takes whole seconds (0.5 would be "forever")
     reps = repeat or (1 if quick else 3)
-    with tempfile.TemporaryDirectory(prefix="ls-bench-import-") as d:
+    with scratch.directory("bench-import") as d:
         work = Path(d)
         # quick: a light load (the smoke test's files are small); else the densest scheduler traffic
         load = ["stress-ng", "--cpu", "1", "-t", f"{secs:g}", "-q"] if quick else ["stress-ng", "--switch", str(os.cpu_count() or 2), "-t", f"{secs:g}", "-q"]

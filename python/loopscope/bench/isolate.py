@@ -34,7 +34,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -47,6 +46,7 @@ from loopscope.errors import RunError
 from loopscope.host import isolate, tunings
 from loopscope.lab import state
 from loopscope.lab.audit import audit
+from loopscope.host import scratch
 
 #: the names the lab's own threads take (its controller, agents, probes and their writers)
 LAB_NAMES = ("ls-", "loopscope-")
@@ -253,7 +253,7 @@ def run(quick: bool, seconds: float | None, reps: int | None, progress: Callable
     secs = seconds or 5.0
     n = reps or (2 if quick else 6)
     load = "stress-ng --cpu 1 --taskset 0 --quiet" if shutil.which("stress-ng") else f"taskset -c 0 {sys.executable} -c 'while True: pass'"
-    with tempfile.TemporaryDirectory(prefix="ls-bench-isolate-") as tmp, ExitStack() as stack:
+    with scratch.directory("bench-isolate") as tmp, ExitStack() as stack:
         work = Path(tmp)
         intr = Intruders(work, stack)
         intr.start()

@@ -38,7 +38,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -63,6 +62,7 @@ from loopscope.trace import reader
 from loopscope.probes.pipeline import messages_from
 from loopscope.kernel.capture import EVENTS
 from loopscope.kinds import KINDS
+from loopscope.host import scratch
 
 
 class RunStats(TypedDict, total=False):
@@ -452,7 +452,7 @@ def run(
         raise RunError("bench kcapture: the pipeline-busy scenario needs root (network namespaces); run it as root or pass --scenario timer-idle")
     dz = ["between-windows"] + (["continuously"] + (["perf"] if shutil.which("perf") else []) if designs else [])
     out: KcaptureBench = {"scenarios": []}
-    with tempfile.TemporaryDirectory(prefix="ls-bench-kcap-") as d:
+    with scratch.directory("bench-kcapture") as d:
         work = Path(d)
         if "timer-idle" in want:
             plan = Pairs(runs or (2 if quick else 6), runs or (2 if quick else 24), bool(runs) or quick)

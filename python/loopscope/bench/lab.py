@@ -18,7 +18,6 @@ from __future__ import annotations
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -35,6 +34,7 @@ import polars as pl
 from scipy import stats as st
 from loopscope.kinds import KINDS
 from loopscope.report import build
+from loopscope.host import scratch
 
 Progress = Callable[[str], None] | None
 ROOT_EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
@@ -141,7 +141,7 @@ def run(*, quick: bool = False, runs: int | None = None, demo: str | None = None
     say = progress or (lambda s: None)
     n = runs or (2 if quick else 5)
     dur = "1s" if quick else "10s"
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-lab-") as d:
+    with scratch.directory("bench-lab") as d:
         work = Path(d)
         # 1. Agent start to probe start.
         starts = []

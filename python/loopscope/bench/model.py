@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import time
 from typing import Callable
 
@@ -57,6 +56,7 @@ from loopscope.model import app as appm
 from loopscope.model import node as nodem
 from loopscope.model import predict as predm
 from loopscope.probes.common import Envelope, envelope
+from loopscope.host import scratch
 
 ECHO = """
 import socket
@@ -180,7 +180,7 @@ def run(quick: bool = False, runs: int | None = None, progress: Callable[[str], 
         # beyond the model: a CPU load time-sharing the programs' own CPU
         plan.append(("cpu-same-cpu", "cpu-same-cpu"))
         workers["cpu-same-cpu"] = ("cpu", app_cpus)
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-model-") as d:
+    with scratch.directory("bench-model") as d:
         progs = programs(d, quick)
         for name, cmd in progs.items():
             appm.run_many(cmd, 2, cpus=app_cpus)  # warm: page cache, interpreter files

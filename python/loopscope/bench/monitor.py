@@ -40,7 +40,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -52,6 +51,7 @@ from loopscope.bench.kcapture import Pairs, verdict
 from loopscope.errors import RunError
 from loopscope.spec.models import MonitorSettings
 from loopscope.monitor import hist
+from loopscope.host import scratch
 
 HERE = Path(__file__).resolve().parent
 THRESHOLD = "200us"
@@ -339,7 +339,7 @@ def run(
     say = progress or (lambda s: None)
     minutes = minutes or (0.5 if quick else 10.0)
     period = "10s" if quick else "1m"
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-mon-") as d:
+    with scratch.directory("bench-monitor") as d:
         work = Path(d)
         zoo = work / "ls-zoo"
         r = subprocess.run([cbuild.compiler(), "-O2", "-pthread", str(HERE / "zoo_inject.c"), "-o", str(zoo)], capture_output=True, text=True)

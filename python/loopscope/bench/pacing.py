@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -40,6 +39,7 @@ from typing_extensions import TypedDict
 
 from loopscope.errors import RunError
 from loopscope.units import format_bps, format_ns
+from loopscope.host import scratch
 import numpy as np
 
 Progress = Callable[[str], None] | None
@@ -343,7 +343,7 @@ def run(*, quick: bool = False, seconds: float | None = None, progress: Progress
     say = progress or (lambda s: None)
     secs = seconds or (2.0 if quick else 5.0)
     rows: list[PaceRow] = []
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-pacing-") as d:
+    with scratch.directory("bench-pacing") as d:
         work = Path(d)
         for bps in RATES:
             say(f"  {bps / 1e6:g} Mbit/s: loopscope …")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -27,6 +26,7 @@ from loopscope.trace import reader
 import re
 from loopscope.report import build
 from loopscope.rundir import RunDir
+from loopscope.host import scratch
 
 DERIVED = ["tables", "report.html", "report.json", "timeline.json", "timeline.parquet", "clock.json", "explain.json"]
 
@@ -69,7 +69,7 @@ def bench(run_dir: Path, kinds: Registry, runs: int = 3, say: Callable[[str], No
     traces = sum(1 for _ in src.rglob("*.lstrace"))
     out: dict[str, list[float]] = {"once": [], "each_part": []}
     reads: dict[str, list[int]] = {"once": [], "each_part": []}
-    with tempfile.TemporaryDirectory(prefix="ls-bench-report-") as tmp:
+    with scratch.directory("bench-report") as tmp:
         work = Path(tmp) / src.name
         shutil.copytree(src, work, ignore=shutil.ignore_patterns(*DERIVED))
         for i in range(runs):

@@ -22,7 +22,6 @@ import json
 import shutil
 import statistics
 import subprocess
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +32,7 @@ import numpy as np
 from loopscope.errors import RunError
 from loopscope.probes.params import AS_CYCLICTEST, TimerParams
 from loopscope.probes import timer
+from loopscope.host import scratch
 
 Progress = Callable[[str], None] | None
 
@@ -133,7 +133,7 @@ def run(*, interval_us: int = 1000, duration_ns: int = 10_000_000_000, runs: int
     if not shutil.which("cyclictest"):
         raise RunError("cyclictest is not installed (Debian package rt-tests; scripts/install-deps.sh installs it)")
     rows: dict[str, tuple[list[Latency], list[Latency]]] = {"tuned": ([], []), "as_configured": ([], [])}
-    with tempfile.TemporaryDirectory(prefix="loopscope-bench-timer-") as d:
+    with scratch.directory("bench-timer") as d:
         work = Path(d)
         for i in range(runs):
             for mode, tuned in (("tuned", True), ("as_configured", False)):

@@ -189,16 +189,18 @@ def run(
     say = progress or (lambda _m: None)
     duration_s = duration_s or (2.0 if quick else 5.0)
     reps = reps or (1 if quick else 3)
-    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="loopscope-zoo-"))
-    work.mkdir(parents=True, exist_ok=True)
-    progs = build_zoo(work)
-    every = cases(progs["zoo"], progs["lock"], progs["table"], progs["ping"])
-    odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
+    # the names first (the programs' paths do not change them): a refused --case makes and leaves nothing
+    every, odd = cases("zoo", "lock", "table", "ping"), anomalies("zoo", "poll", "table")
     unknown = sorted(set(only or []) - {c.name for c in every} - {f"anomaly-{a.name}" for a in odd} - {"anomalies", "bursts"})
     if unknown:
         raise InputError(
             f"--case: no case named {', '.join(unknown)}; the cases are {', '.join(c.name for c in every)}, bursts, anomalies (all three) or {', '.join('anomaly-' + a.name for a in odd)}"
         )
+    work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="loopscope-zoo-"))
+    work.mkdir(parents=True, exist_ok=True)
+    progs = build_zoo(work)
+    every = cases(progs["zoo"], progs["lock"], progs["table"], progs["ping"])
+    odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()

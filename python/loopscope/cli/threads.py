@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +32,7 @@ from loopscope.analysis.threads import matching, names_in, summarize
 from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
 from loopscope.analysis.recorded import line
+from loopscope.host import scratch
 
 if TYPE_CHECKING:
     from loopscope.analysis.explained import Cause, Parts
@@ -107,7 +107,7 @@ def probe_threads(pid: int | None, comm: str | None, threads_re: str | None, dur
     _, _, refused = C.available()
     if refused:
         raise RunError(f"probe threads needs a kernel capture: {refused}", component="kernel capture")
-    with tempfile.TemporaryDirectory(prefix="ls-threads-") as d:
+    with scratch.directory("threads") as d:
         cap = C.Capture(Path(d) / "kernel", name=f"loopscope-threads{os.getpid()}")
         meta = cap.start()
         if meta.refused:

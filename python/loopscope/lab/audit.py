@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from loopscope.kernel import capture as C
 from loopscope.kernel import store as S
 from loopscope.host.isolate import cpu_list
 from loopscope.lab.rtsetup import SYS, Finding, Task, cpus_text, said, setup, sysread, tasks
+from loopscope.host import scratch
 
 
 class Ran(TypedDict):
@@ -299,7 +299,7 @@ def audit(cpus: list[int], seconds: float) -> AuditJson:
     if moved:
         os.sched_setaffinity(0, away)
     own: set[int] = set()
-    with tempfile.TemporaryDirectory(prefix="ls-audit-") as tmp:
+    with scratch.directory("audit") as tmp:
         cap = C.Capture(Path(tmp) / "kernel", events=["sched:sched_switch"], buffer_mb=4, name=f"loopscope-audit{os.getpid()}", cpus=cpus)
         meta = cap.start()
         refused = meta.refused

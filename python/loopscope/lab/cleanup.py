@@ -12,7 +12,8 @@ bench's or test's fleet, ``lsf<pid>-*``, whose process is gone), and
 kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
 for a capture outside a run) whose run or process is gone, and an
 isolation's cpusets (``loopscope-rt-<pid>``, ``loopscope-rest-<pid>``)
-whose maker is gone. A tunings journal is given back when its run is not
+whose maker is gone, and scratch directories (``ls-<what>-<pid>-*`` under
+the temporary directory: a bench's, an audit's) whose maker is gone. A tunings journal is given back when its run is not
 running, or, for an agent's, when its owner is gone.
 
 What the network of a run holds lives inside its namespaces and goes with
@@ -36,7 +37,7 @@ from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
 from loopscope.host import swapfile
-from loopscope.host import shared
+from loopscope.host import scratch, shared
 from loopscope.host import cpulimit, cpuset
 
 
@@ -174,6 +175,11 @@ def run(dry_run: bool = False) -> list[str]:
         actions.append(f"{verb}turn off and delete leftover swap file {sw}")
         if not dry_run:
             swapfile.remove(sw)
+
+    for d in scratch.leftovers():
+        actions.append(f"{verb}delete the scratch directory {d} its maker left (it is gone)")
+        if not dry_run:
+            scratch.remove(d)
 
     for f in shared.leftovers():
         actions.append(f"{verb}delete leftover shared-memory file {f}")

@@ -40,7 +40,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from typing import Any, Callable
@@ -57,6 +56,7 @@ from loopscope.probes import syscall
 from loopscope.probes.params import SyscallParams
 from loopscope.stats import beyond
 from loopscope.host.provenance import gather
+from loopscope.host import scratch as scratchdir
 
 FORMAT = "loopscope-node-model"
 VERSION = 1
@@ -467,7 +467,7 @@ def calibrate(
     the apps there too, ``calibrate app --cpu``), ``load_cpus``: where the
     load workers run."""
     conditions: dict[str, Condition] = {}
-    with tempfile.TemporaryDirectory(prefix="loopscope-calibrate-") as scratch:
+    with scratchdir.directory("calibrate") as scratch:
         plan: list[tuple[str, str | None, int]] = [("idle", None, 0)] + [(f"{k}-{n}", k, n) for k, n in (parse_load(x) for x in loads)]
         for name, kind, n in plan:
             say(f"calibrating: {name}")
