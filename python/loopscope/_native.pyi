@@ -441,12 +441,19 @@ class KtraceActivations:
     ) -> None: ...
     def finish(self) -> dict[str, npt.NDArray[np.int64] | npt.NDArray[np.bool_]]: ...
 
+class StringTable:
+    """A capture's string table made native once: attribution borrows it for
+    every cluster instead of copying a list of strings at each call."""
+
+    def __init__(self, strings: list[str]) -> None: ...
+    def __len__(self) -> int: ...
+
 def ktrace_attribute(
     cols: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]],
     event_names: list[str],
-    comms: list[str],
-    states: list[str],
-    names: list[str],
+    comms: list[str] | StringTable,
+    states: list[str] | StringTable,
+    names: list[str] | StringTable,
     role_tids: list[int],
     role_labels: list[str],
     perf_is_lab: bool,

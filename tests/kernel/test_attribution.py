@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from loopscope import _native
 from loopscope.analysis import attribution as A
 from loopscope.kernel import perfdata as K
 from tests.conftest import BIN
@@ -513,3 +515,12 @@ def test_a_thread_still_waiting_for_a_page_at_its_deadline_waits_on_page_faults_
     ]
     c = A.attribute(A.Kernel.of(_events(rows), 0), 42, 0, 8_100 * us)["causes"]
     assert c["page faults"] >= 8_000 * us - 6 * us and "CPU idle" not in c, c
+
+
+def test_a_native_string_table_splits_a_window_as_the_lists_it_was_made_of_do() -> None:
+    k = A.Kernel.of(K.parse(TEXT), 0)
+    assert isinstance(k.comms, list) and isinstance(k.states, list) and isinstance(k.names, list)
+    native = replace(k, comms=_native.StringTable(k.comms), states=_native.StringTable(k.states), names=_native.StringTable(k.names))
+    assert len(native.comms) == len(k.comms)
+    assert A.attribute(native, 42, 100_000_050_000, 100_003_030_000) == A.attribute(k, 42, 100_000_050_000, 100_003_030_000)
+    assert A.attribute(native, 42, 100_000_050_000, 100_003_030_000)["causes"]["thread: ls-burst"] == 100_003_000_000 - 100_000_050_000

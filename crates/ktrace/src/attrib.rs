@@ -251,7 +251,8 @@ struct Cpu {
 #[derive(Default)]
 struct Thread {
     so_t: Vec<i64>,
-    so_state: Vec<String>,
+    /// the first letter of the state each switch-out left it in (0: none recorded): a byte, not a string per switch
+    so_state: Vec<u8>,
     rs: Vec<i64>,
     re: Vec<i64>,
     rc: Vec<i64>,
@@ -727,7 +728,7 @@ impl<'a> Kernel<'a> {
                         th.rt = is_rt(ev.prio[i]);
                     }
                     th.so_t.push(t);
-                    th.so_state.push(text(ev.states, ev.prev_state[i]).unwrap_or("").to_string());
+                    th.so_state.push(text(ev.states, ev.prev_state[i]).and_then(|s| s.bytes().next()).unwrap_or(0));
                 }
                 if let Some(th) = self.threads.get_mut(&ev.next_pid[i]) {
                     if ev.next_prio[i] != NONE {
@@ -1037,7 +1038,7 @@ impl<'a> Kernel<'a> {
     /// since: waiting for the page (a swap-in, a file read).
     fn in_fault_sleep(th: &Thread, t: i64) -> bool {
         let i = upper(&th.so_t, t);
-        if i == 0 || !th.so_state[i - 1].starts_with('D') {
+        if i == 0 || th.so_state[i - 1] != b'D' {
             return false;
         }
         let slept = th.so_t[i - 1];
@@ -1293,7 +1294,14 @@ impl<'a> Kernel<'a> {
         let th = self.threads.get(&tid).expect("built");
         // the thread ran until `t`: only a switch-out where that run ended can have put it to sleep
         let i = lower(&th.so_t, a.max(t - 50_000) - JOIN_NS);
-        let state: String = if i < th.so_t.len() && th.so_t[i] <= x { th.so_state[i].chars().take(1).collect() } else { "R".into() };
+        let state: String = if i < th.so_t.len() && th.so_t[i] <= x {
+            match th.so_state[i] {
+                0 => String::new(),
+                b => char::from(b).to_string(),
+            }
+        } else {
+            "R".into()
+        };
         let wi = lower(&th.wake, t);
         let wk = if wi < th.wake.len() && th.wake[wi] <= x { Some(th.wake[wi]) } else { None };
         let faulted = count_in(&th.pf, t - FAULT_BEFORE_NS, t + JOIN_NS) > 0;

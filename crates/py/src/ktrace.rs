@@ -5,7 +5,7 @@
 //! pages into numpy columns and a string table, keeping each CPU's last event
 //! time across batches so that a loss at a batch's first page is placed.
 
-use super::{detached, InputError};
+use super::{detached, strtable, InputError};
 use loopscope_ktrace::decode::{Columns, Decoder};
 use loopscope_ktrace::format::{parse, parse_header_page};
 use numpy::{IntoPyArray, PyReadonlyArray1};
@@ -338,9 +338,9 @@ pub fn ktrace_attribute<'py>(
     py: Python<'py>,
     cols: &Bound<'py, PyDict>,
     event_names: Vec<String>,
-    comms: Vec<String>,
-    states: Vec<String>,
-    names: Vec<String>,
+    comms: &Bound<'py, PyAny>,
+    states: &Bound<'py, PyAny>,
+    names: &Bound<'py, PyAny>,
     role_tids: Vec<i64>,
     role_labels: Vec<String>,
     perf_is_lab: bool,
@@ -358,6 +358,7 @@ pub fn ktrace_attribute<'py>(
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
     let owned = attribute_columns(cols)?;
+    let (comms, states, names) = (strtable::table(comms)?, strtable::table(states)?, strtable::table(names)?);
     let wins: Vec<Window> = {
         let (i, t, a, b, s) = (w_id.as_slice()?, w_tid.as_slice()?, w_a.as_slice()?, w_b.as_slice()?, w_span.as_slice()?);
         (0..i.len()).map(|k| Window { id: i[k], tid: t[k], a: a[k], b: b[k], span: s[k] }).collect()

@@ -25,6 +25,7 @@ mod net;
 mod pipe;
 mod probes;
 mod segment;
+mod strtable;
 mod sync;
 mod threadsum;
 mod trace;
@@ -238,6 +239,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<segment::KtraceSegments>()?;
     m.add("SEGMENT_GROUP", loopscope_ktrace::segment::GROUP)?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
+    m.add_class::<strtable::StringTable>()?;
     m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;

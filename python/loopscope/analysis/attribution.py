@@ -169,6 +169,8 @@ def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab
 
 # A column the native split takes: an int64 or int32 array, or chunks of them in time order.
 Column = np.ndarray | list[np.ndarray]
+#: a string table: a list, or one made native once (``_native.StringTable``)
+Strings = list[str] | _native.StringTable
 NUMERIC = ("t_ns", "cpu", "pid", "target", "next_pid", "runtime", "expires", "softexpires", "prio", "next_prio")
 
 
@@ -179,9 +181,10 @@ class Kernel:
 
     cols: Mapping[str, Column]
     event_names: list[str]
-    comms: list[str]
-    states: list[str]
-    names: list[str]
+    #: string tables: a list, or a capture's ``_native.StringTable`` (shared by every cluster, not copied)
+    comms: Strings
+    states: Strings
+    names: Strings
     lost: int
     t_first: int
     t_last: int
@@ -246,7 +249,7 @@ class Kernel:
     def arrays(
         cls,
         cols: Mapping[str, Column],
-        strings: list[str],
+        strings: Strings,
         event_names: list[str],
         lost: int,
         lost_windows: pl.DataFrame | None = None,
@@ -263,9 +266,9 @@ class Kernel:
         cls,
         cols: Mapping[str, Column],
         event_names: list[str],
-        comms: list[str],
-        states: list[str],
-        names: list[str],
+        comms: Strings,
+        states: Strings,
+        names: Strings,
         lost: int,
         lost_windows: pl.DataFrame | None,
         roles: dict[int, str] | None,

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import polars as pl
 
-from loopscope import progress
+from loopscope import _native, progress
 from loopscope.analysis import attribution as A
 from loopscope.analysis import recorded as R
 from loopscope.analysis import slowed as SL
@@ -187,9 +187,11 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     # most IN_FLIGHT clusters wait, so memory stays that of a few clusters.
     done: list[Future[Split]] = []
     t_first, t_last = st.t_first or 0, st.t_last or 0
+    # the capture's string table made native once, not copied at every cluster's call
+    strings = _native.StringTable(st.strings)
     with ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
-            k = A.Kernel.arrays(st.load_arrays(a, b), st.strings, st.event_names, lost, lost_at, roles=roles)
+            k = A.Kernel.arrays(st.load_arrays(a, b), strings, st.event_names, lost, lost_at, roles=roles)
             k.t_first, k.t_last = t_first, t_last
             k.groups = groups or {}
             done.append(pool.submit(k.split, o[i:j]))
