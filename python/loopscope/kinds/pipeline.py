@@ -297,14 +297,14 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
         cm = c.filter((pl.col("metric") == metric) & (pl.col("measure") != "e2e"))
         sec.charts.append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", metric, labels))
     tabs = []
+    # each (measure, phase, metric)'s first comparison row, looked up, not filtered for (hops × phases × metrics)
+    first: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in c.iter_rows(named=True):
+        first.setdefault((r["measure"], r["phase"], r["metric"]), r)
     for metric in [x for x in ("p50", "p99", "p999", "max", "mean") if x in set(c["metric"].to_list())]:
         rows = []
         for m in measures:
-            cells = {}
-            for ph in present:
-                r = c.filter((pl.col("measure") == m) & (pl.col("phase") == ph) & (pl.col("metric") == metric))
-                if not r.is_empty():
-                    cells[ph] = cell(r.row(0, named=True))
+            cells = {ph: cell(first[(m, ph, metric)]) for ph in present if (m, ph, metric) in first}
             rows.append({"call": labels[m], "cells": cells})
         tabs.append({"metric": metric, "heading": heading(metric), "phases": present, "rows": rows})
     sec.pipeline = tabs
