@@ -231,6 +231,8 @@ class Store:
     _arrays: dict[tuple[Path, int], dict[str, np.ndarray]] = field(default_factory=dict)
     _need: set[tuple[Path, int]] = field(default_factory=set)
     _by_event: dict[str, int] | None = None
+    #: each segment file's columns, read from its footer once (a file written before a column existed lacks it)
+    _columns: dict[Path, set[str]] = field(default_factory=dict)
 
     @property
     def lost_events(self) -> int:
@@ -321,7 +323,9 @@ class Store:
         j = i
         while (p, j + 1) in self._need and (p, j + 1) not in self._arrays and j + 1 - i < BATCH:
             j += 1
-        have = set(pl.read_parquet_schema(p))
+        if p not in self._columns:
+            self._columns[p] = set(pl.read_parquet_schema(p))
+        have = self._columns[p]
         df = (
             pl.scan_parquet(p)
             .slice(i * GROUP, (j - i + 1) * GROUP)
