@@ -298,9 +298,7 @@ def pipeline_section(sec: Section, tables: Tables, c: pl.DataFrame, probe: str, 
         sec.charts.append(charts.syscall_bars(cm, present, f"{probe}: where the time goes, {metric} per hop by phase", metric, labels))
     tabs = []
     # each (measure, phase, metric)'s first comparison row, looked up, not filtered for (hops × phases × metrics)
-    first: dict[tuple[str, str, str], dict[str, Any]] = {}
-    for r in c.iter_rows(named=True):
-        first.setdefault((r["measure"], r["phase"], r["metric"]), r)
+    first = {(r["measure"], r["phase"], r["metric"]): r for r in reversed(c.rows(named=True))}
     for metric in [x for x in ("p50", "p99", "p999", "max", "mean") if x in set(c["metric"].to_list())]:
         rows = []
         for m in measures:
