@@ -158,11 +158,21 @@ def test_cleanup_removes_an_instance_whose_owner_is_gone(lab: None) -> None:
         dead += 1
     inst = tf / "instances" / f"loopscope-{dead}"
     inst.mkdir()
+    # a bench's recording is named for its process too: gone, it is a leftover; alive (this test), it is not
+    rec, live = tf / "instances" / f"loopscope-foreign-{dead}", tf / "instances" / f"loopscope-foreign-{os.getpid()}"
+    rec.mkdir()
+    live.mkdir()
     from loopscope.lab import cleanup
 
-    actions = cleanup.run()
-    assert not inst.exists()
-    assert any(f"loopscope-{dead}" in a for a in actions)
+    try:
+        actions = cleanup.run()
+        assert not inst.exists() and not rec.exists()
+        assert any(f"loopscope-{dead}" in a for a in actions) and any(f"loopscope-foreign-{dead}" in a for a in actions)
+        assert live.exists()
+    finally:
+        for d in (inst, rec, live):
+            if d.exists():
+                d.rmdir()
 
 
 def test_a_real_overrun_is_counted_and_placed_in_time(tmp_path: Path, lab: None) -> None:

@@ -14,6 +14,7 @@ The instance is removed on every way out.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -22,13 +23,15 @@ from pathlib import Path
 
 from loopscope.errors import RunError
 from loopscope.kernel.capture import tracefs
-import os
 import signal
 import threading
 
 #: what the issue's trace-cmd recording enables (trace-cmd record -e … of each)
 TRACE_CMD_EVENTS = ["sched/sched_switch", "sched/sched_wakeup", "sched/sched_migrate_task", "irq", "timer/hrtimer_start", "timer/hrtimer_expire_entry"]
-INSTANCE = "loopscope-foreign"
+#: the recording's tracefs instance, named for this process (two tests recording at once, each in a
+#: process of its own, took each other's instance when they shared one name); `loopscope cleanup` removes
+#: one whose process is gone
+INSTANCE = f"loopscope-foreign-{os.getpid()}"
 
 
 def _w(p: Path, v: str) -> None:

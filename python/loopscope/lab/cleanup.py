@@ -10,7 +10,8 @@ run, processes whose environment names a run that is not running any more,
 network namespaces named ``ls-<tag>-*`` whose tag is no live run's (and a
 bench's or test's fleet, ``lsf<pid>-*``, whose process is gone), and
 kernel trace instances named ``loopscope-<run id>`` (or ``loopscope-<pid>``
-for a capture outside a run) whose run or process is gone, and an
+for a capture outside a run, ``loopscope-foreign-<pid>`` for a bench's
+trace-cmd recording) whose run or process is gone, and an
 isolation's cpusets (``loopscope-rt-<pid>``, ``loopscope-rest-<pid>``)
 whose maker is gone, and scratch directories (``ls-<what>-<pid>-*`` under
 the temporary directory: a bench's, an audit's) whose maker is gone. A tunings journal is given back when its run is not
@@ -26,6 +27,7 @@ attached outside a namespace, so there is nothing else to find.
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -165,7 +167,8 @@ def run(dry_run: bool = False) -> list[str]:
 
     for name in leftover_instances():
         owner = name[len(INSTANCE_PREFIX) :]
-        if owner in live or (owner.isdigit() and Path(f"/proc/{owner}").exists()):
+        mine = re.fullmatch(r"(?:[a-z]+-)?(\d+)", owner)  # loopscope-<pid>, or loopscope-<word>-<pid> (a bench's recording)
+        if owner in live or (mine is not None and Path(f"/proc/{mine.group(1)}").exists()):
             continue
         actions.append(f"{verb}remove leftover kernel trace instance {name} (its buffers)")
         if not dry_run:
