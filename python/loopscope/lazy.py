@@ -26,6 +26,11 @@ used (pydantic's ``defer_build``), not when their module is imported: a
 report or a listing validates none of the spec's models (0.05 s of a
 report's start).
 
+And once a command's modules are imported, what they made is frozen out of
+the cyclic collector's passes (``gc.freeze`` in ``cli/base.py``'s
+``LazyGroup``): it lives as long as the process, and walking it again at
+every pass and at exit cost a report 0.15 s.
+
 ``tests/test_startup.py`` holds which commands leave these unloaded.
 """
 

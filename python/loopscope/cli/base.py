@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import importlib
 import sys
 from pathlib import Path
@@ -131,6 +132,11 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in self.modules:
             importlib.import_module(self.modules[cmd_name])
+            # What the command's modules made as they were imported (classes, pydantic's
+            # schemas, tables of constants) lives as long as the process: the cyclic
+            # collector need not walk it again at each of its passes, nor at exit
+            # (0.08 s of a report). Only what the command makes from here on is collected.
+            gc.freeze()
         return self.commands.get(cmd_name)
 
     def load_all(self) -> None:
