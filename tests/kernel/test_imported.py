@@ -267,6 +267,47 @@ def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_
 
 
 #: damaged copies of each recording, and how long one import of a copy may take
+def _stored(cap: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    """A capture's events with their strings and event names resolved (each
+    reader interns names in the order it meets them), and its loss windows."""
+    import polars as pl
+
+    index = [json.loads(line) for line in (cap / "segments.jsonl").read_text().splitlines()]
+    strings = [x["strings"] for x in index if "strings" in x][-1]
+    names = [x["event_names"] for x in index if "event_names" in x][-1]
+    df = pl.concat([pl.read_parquet(cap / x["file"]) for x in index if x.get("file")])
+    text = ["target_comm", "next_comm", "prev_state", "name"]
+    rows = [tuple(names[v] if c == "event" else (strings[v] if c in text and v is not None else v) for c, v in zip(df.columns, r)) for r in df.iter_rows()]
+    lost = sorted((w["cpu"], w["start_ns"], w["end_ns"], w["events"]) for x in index for w in x["lost"])
+    return rows, lost
+
+
+@pytest.mark.needs_tool("perf")
+@pytest.mark.needs_tool("stress-ng")
+def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores_losses_included(
+    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loopscope import _native
+    from loopscope.kernel import imported
+
+    rec = tmp_path / "small-buffer.data"
+    events = [x for e in ("sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking") for x in ("-e", e)]
+    # one page of ring buffer a CPU under a switch storm: perf loses events and says so (LOST, LOST_SAMPLES)
+    subprocess.run(["perf", "record", "-m", "1", *events, "-o", str(rec), "--", "stress-ng", "--switch", "2", "-t", "1", "-q"], check=True, capture_output=True)
+    monkeypatch.setattr(imported, "BATCH", 100_000)  # several batches: the rounds' watermark cuts them
+    got = {}
+    for sorted_reader in (False, True):
+        cap = tmp_path / f"sorted-{sorted_reader}"
+        (cap / "events").mkdir(parents=True)
+        imp = _native.KtraceImport(str(rec), "perf.data", sorted_reader=sorted_reader)
+        imported._decode(imp, cap, "perf.data", rec.name)
+        got[sorted_reader] = (_stored(cap), imp.perf_counts())
+    (rows, lost), counts = got[False]
+    assert counts is not None and counts[2] > 0, f"the recording lost nothing, so losses were not exercised: {counts}"
+    assert len(rows) > 100_000 and [r[0] for r in rows] == sorted(r[0] for r in rows)
+    assert got[False] == got[True]
+
+
 COPIES = 40
 DAMAGED_WITHIN_S = 10
 

@@ -16,7 +16,6 @@
 use crate::format::{Format, Loc, PageLayout};
 use crate::intern::Interner;
 use crate::page::{self, Missed};
-use std::collections::HashMap;
 
 /// A column that holds a number, or -1 where the event has no such field.
 pub const NONE: i64 = -1;
@@ -172,7 +171,7 @@ pub struct Decoder {
     strings: Interner,
     /// Per CPU: the time of the last event delivered, and whether the page
     /// before was damaged (the next page's first event ends its window).
-    last: HashMap<i32, (i64, bool)>,
+    last: rustc_hash::FxHashMap<i32, (i64, bool)>,
     pub cols: Columns,
     pub lost: Losses,
     pub counts: Counts,
@@ -187,7 +186,7 @@ impl Decoder {
             known: Vec::new(),
             events: Vec::new(),
             strings: Interner::default(),
-            last: HashMap::new(),
+            last: Default::default(),
             cols: Columns::default(),
             lost: Losses::default(),
             counts: Counts::default(),

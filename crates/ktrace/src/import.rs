@@ -8,9 +8,12 @@
 //!   the pages themselves (the kernel's missed-events flags), as for a live
 //!   capture; a CPU whose buffer wrapped lost its events from the recording's
 //!   first stamp (on any CPU) to its own first one.
-//! - [`Perf`]: `perf.data` through the linux-perf-data crate (the file's
-//!   structure, its attributes, records sorted by time across its rounds);
-//!   each tracepoint sample's raw payload is the same record the ring buffer
+//! - [`Perf`]: `perf.data`'s structure (header, attributes, feature
+//!   sections) through the linux-perf-data crate. Its records are walked in
+//!   file order ([`crate::perfdata`]: the cut sorts them, up to what perf's
+//!   rounds say is final) where the layout allows, else read through the
+//!   crate's reader, which sorts them by time across its rounds. Each
+//!   tracepoint sample's raw payload is the same record the ring buffer
 //!   holds, decoded by the same formats (read from the file's TRACING_DATA).
 //!   LOST and LOST_SAMPLES records become loss windows on their CPU, from the
 //!   last event that reached it to the record.
@@ -22,6 +25,7 @@
 
 use crate::decode::Decoder;
 use crate::format::{parse, parse_header_page, Format, PageLayout};
+use crate::perfdata::{Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE};
 use crate::tracedat::{self, CpuStream, FileError, Meta};
 use std::fs::File;
 
@@ -192,12 +196,13 @@ impl Conv {
 /// file. The reader allocates what a size says before it reads: a damaged
 /// size would ask for terabytes and abort the process, so it is checked
 /// first and refused as damage. (Big-endian files are left to the reader.)
-fn perf_sections_fit(f: &File) -> R<()> {
+/// The data section's (offset, size) of a little-endian file.
+fn perf_sections_fit(f: &File) -> R<Option<(u64, u64)>> {
     use std::os::unix::fs::FileExt;
     let len = f.metadata().map_err(|e| FileError(format!("cannot read its size: {e}")))?.len();
     let mut h = [0u8; 104];
     if f.read_exact_at(&mut h, 0).is_err() || &h[..8] != b"PERFILE2" {
-        return Ok(()); // not one this check reads: the reader says what it is
+        return Ok(None); // not one this check reads: the reader says what it is
     }
     let word = |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
     let fits = |what: &str, off: u64, size: u64| {
@@ -217,7 +222,7 @@ fn perf_sections_fit(f: &File) -> R<()> {
     for k in 0..features as usize {
         fits(&format!("feature section {}", k + 1), word(&t, 2 * k), word(&t, 2 * k + 1))?;
     }
-    Ok(())
+    Ok(Some((data_off, data_size)))
 }
 
 /// What a perf.data held besides its tracepoint samples.
@@ -244,13 +249,17 @@ pub struct Perf {
     pub nr_cpus: Option<u32>,
     /// Where the records stopped reading (the rest of the file is not imported), as said to the user.
     pub damage: Vec<String>,
+    /// The records in file order, when the file's layout allows (else the crate's sorted reader).
+    walk: Option<(Records, Walkable, Rounds)>,
 }
 
 impl Perf {
-    pub fn open(path: &str) -> R<Self> {
+    /// `walk`: read the records in file order where the layout allows.
+    pub fn open(path: &str, walk: bool) -> R<Self> {
         use linux_perf_data::{Feature, PerfFileReader};
         let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
-        perf_sections_fit(&f)?;
+        let data = perf_sections_fit(&f)?;
+        let mine = f.try_clone().map_err(|e| FileError(format!("cannot open it: {e}")))?;
         let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f))
             .map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
         let file = r.perf_file;
@@ -270,6 +279,7 @@ impl Perf {
         let nr_cpus = file.nr_cpus().ok().flatten().map(|n| n.nr_cpus_available);
         let mut dec = Decoder::new(layout, fs);
         dec.set_kallsyms(&meta.kallsyms);
+        let walk = data.filter(|_| walk).zip(walkable(&file)).map(|((off, size), w)| (Records::new(mine, off, size), w, Rounds::default()));
         Ok(Perf {
             file,
             iter: r.record_iter,
@@ -283,6 +293,7 @@ impl Perf {
             command,
             nr_cpus,
             damage: Vec::new(),
+            walk,
         })
     }
 
@@ -312,6 +323,9 @@ impl Perf {
         use linux_perf_data::PerfFileRecord;
         let goal = self.counts.samples + records;
         self.dec.reserve(records as usize);
+        if self.walk.is_some() {
+            return self.next_in_file_order(goal);
+        }
         while self.counts.samples < goal {
             let rec = match self.iter.next_record(&mut self.file) {
                 Ok(r) => r,
@@ -323,6 +337,11 @@ impl Perf {
                 // LOST_SAMPLES: a u64 count, then the record's sample id
                 let n = record.data.as_slice().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
                 lost(&mut self.dec, &mut self.counts, &record, n as i64, "perf lost samples (LOST_SAMPLES)");
+                continue;
+            }
+            if !matches!(record.record_type.0, SAMPLE | LOST) {
+                // not parsed: the crate asserts on some damaged records (an MMAP2's build id length) instead of erring
+                self.counts.other_records += 1;
                 continue;
             }
             match record.parse() {
@@ -344,14 +363,83 @@ impl Perf {
     }
 }
 
-/// A perf loss record: a window on its CPU up to its time, or of unknown place.
-fn lost(dec: &mut Decoder, counts: &mut PerfCounts, record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>, n: i64, why: &str) {
+impl Perf {
+    /// The earliest time an event still to be read can have (None: the
+    /// records come sorted, or none are left to read).
+    pub fn watermark(&self) -> Option<i64> {
+        self.walk.as_ref().map(|w| w.2.watermark())
+    }
+
+    /// `next` through the file-order walker: samples decoded as the file
+    /// holds them, the rounds' ends moving the watermark.
+    fn next_in_file_order(&mut self, goal: u64) -> R<bool> {
+        let Some((recs, walk, rounds)) = self.walk.as_mut() else { return Ok(false) };
+        let mut stopped = None;
+        while self.counts.samples < goal {
+            match recs.next() {
+                Next::End => return Ok(false),
+                Next::Damage(why) => {
+                    stopped = Some(why);
+                    break;
+                }
+                Next::Record(SAMPLE, body) => {
+                    let Some((t, cpu, raw)) = walk.sample(body) else {
+                        stopped = Some(format!("a record does not parse: sample {} is shorter than its format says", self.counts.samples + 1));
+                        break;
+                    };
+                    self.counts.samples += 1;
+                    rounds.saw(t);
+                    self.dec.event(cpu, t, raw);
+                }
+                Next::Record(FINISHED_ROUND, _) => rounds.ended(),
+                Next::Record(kind @ (LOST | LOST_SAMPLES), body) => {
+                    // LOST: id, count; LOST_SAMPLES: count; then the sample id
+                    let n = body.get(if kind == LOST { 8..16 } else { 0..8 }).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
+                    let why = if kind == LOST { "perf lost events (LOST)" } else { "perf lost samples (LOST_SAMPLES)" };
+                    lost_at(&mut self.dec, &mut self.counts, walk.id_of(body), n as i64, why);
+                }
+                // the kernel's other records (perf's own, from type 64 on, are not counted, as the crate gives them apart)
+                Next::Record(kind, _) if kind < 64 => self.counts.other_records += 1,
+                Next::Record(..) => {}
+            }
+        }
+        match stopped {
+            Some(why) => self.stop(why),
+            None => Ok(true),
+        }
+    }
+}
+
+/// The one sample layout every attribute of the file shares, when the walker reads it.
+fn walkable(file: &linux_perf_data::PerfFile) -> Option<Walkable> {
+    use linux_perf_data::linux_perf_event_reader::AttrFlags;
+    use linux_perf_data::{Endianness, Feature};
+    if file.endian() != Endianness::LittleEndian || file.features().has_feature(Feature::COMPRESSED) || file.features().has_feature(Feature::AUXTRACE) {
+        return None;
+    }
+    let attrs = file.event_attributes();
+    let first = &attrs.first()?.attr;
+    let same = |a: &linux_perf_data::linux_perf_event_reader::PerfEventAttr| {
+        a.sample_format == first.sample_format && a.flags.contains(AttrFlags::SAMPLE_ID_ALL) == first.flags.contains(AttrFlags::SAMPLE_ID_ALL)
+    };
+    if !attrs.iter().all(|a| same(&a.attr)) {
+        return None;
+    }
+    Walkable::of(first.sample_format.bits(), first.flags.contains(AttrFlags::SAMPLE_ID_ALL))
+}
+
+/// A loss at its record's (CPU, time), or of unknown place without them.
+fn lost_at(dec: &mut Decoder, counts: &mut PerfCounts, at: Option<(i32, i64)>, n: i64, why: &str) {
     counts.lost_records += 1;
     counts.lost_events += n.max(0) as u64;
-    let cd = record.common_data().ok();
-    match cd.and_then(|c| Some((c.cpu?, c.timestamp?))) {
-        Some((cpu, t)) => dec.lose_at(cpu as i32, t as i64, n, why),
-        // no sample id on the record: the place is unknown
+    match at {
+        Some((cpu, t)) => dec.lose_at(cpu, t, n, why),
         None => dec.lose_at(-1, 0, n, &format!("{why}; the record carries no time or CPU")),
     }
+}
+
+/// A perf loss record: a window on its CPU up to its time, or of unknown place.
+fn lost(dec: &mut Decoder, counts: &mut PerfCounts, record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>, n: i64, why: &str) {
+    let cd = record.common_data().ok();
+    lost_at(dec, counts, cd.and_then(|c| Some((c.cpu? as i32, c.timestamp? as i64))), n, why);
 }

@@ -38,6 +38,7 @@ pub mod format;
 pub mod import;
 mod intern;
 pub mod page;
+pub mod perfdata;
 pub mod segment;
 pub mod switches;
 pub mod tracedat;

@@ -172,13 +172,16 @@ fn file_err(path: &str, e: loopscope_ktrace::tracedat::FileError) -> PyErr {
 
 #[pymethods]
 impl KtraceImport {
-    /// `kind`: "trace.dat" or "perf.data".
+    /// `kind`: "trace.dat" or "perf.data". `sorted_reader`: a perf.data's
+    /// records through the linux-perf-data crate's sorted reader even where
+    /// the file-order walker reads them (the reference it is tested against).
     #[new]
-    fn new(path: &str, kind: &str) -> PyResult<Self> {
+    #[pyo3(signature = (path, kind, sorted_reader = false))]
+    fn new(path: &str, kind: &str, sorted_reader: bool) -> PyResult<Self> {
         use loopscope_ktrace::import::{Perf, TraceDat};
         let src = match kind {
             "trace.dat" => Source::TraceDat(Box::new(TraceDat::open(path).map_err(|e| file_err(path, e))?)),
-            "perf.data" => Source::Perf(Box::new(Perf::open(path).map_err(|e| file_err(path, e))?)),
+            "perf.data" => Source::Perf(Box::new(Perf::open(path, !sorted_reader).map_err(|e| file_err(path, e))?)),
             k => return Err(InputError::new_err(format!("{path}: unknown kind of recording {k:?}"))),
         };
         Ok(KtraceImport { src, path: path.to_string() })
@@ -265,11 +268,12 @@ impl KtraceImport {
 
     /// The earliest time (ns) an event still to be decoded can have (None:
     /// any, or none left): events taken before it are in their final order.
-    /// perf.data comes out in time order already (the parser sorts its rounds).
+    /// perf.data's records come in file order, sorted per CPU: what its
+    /// rounds' ends say is final (or in time order, through the crate).
     fn watermark_ns(&mut self) -> PyResult<Option<i64>> {
         match &mut self.src {
             Source::TraceDat(t) => t.watermark_ns().map_err(|e| file_err(&self.path, e)),
-            Source::Perf(_) => Ok(None),
+            Source::Perf(p) => Ok(p.watermark()),
         }
     }
 
