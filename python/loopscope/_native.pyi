@@ -563,10 +563,19 @@ class _Batch(TypedDict):
     t_min: int | None
     t_max: int | None
     present: list[int]
-    lost: _DecodedLost
+    lost: _BatchLost
     strings: list[str]
     events: list[str]
     counts: dict[str, int]
+
+class _BatchLost(TypedDict):
+    """``_DecodedLost`` as lists (a batch's taker need not load numpy)."""
+
+    cpu: list[int]
+    start_ns: list[int]
+    end_ns: list[int]
+    events: list[int]
+    why: list[str]
 
 class _Written(TypedDict):
     """A segment file written natively: its name under the capture (None: nothing written), rows, span, row groups, size."""

@@ -102,7 +102,7 @@ impl KtraceDecoder {
 /// Everything `d` decoded since the last call, as Python columns; `to_ns`
 /// turns the recording's stamps into nanoseconds where they are not.
 fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) -> PyResult<Bound<'py, PyDict>> {
-    let (c, o) = take_parts(py, d, to_ns)?;
+    let (c, o) = take_parts(py, d, to_ns, false)?;
     let cols = PyDict::new(py);
     cols.set_item("t_ns", c.t_ns.into_pyarray(py))?;
     cols.set_item("cpu", c.cpu.into_pyarray(py))?;
@@ -126,18 +126,26 @@ fn take_dict<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) 
 }
 
 /// Everything `d` decoded since the last call: its columns, and the rest
-/// (losses, strings, event names, counts) as `take_dict` gives it.
-pub(crate) fn take_parts<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64])) -> PyResult<(Columns, Bound<'py, PyDict>)> {
+/// (losses, strings, event names, counts) as `take_dict` gives it; with
+/// `lists` the losses are lists (an import loads no numpy: 45 ms of its start).
+pub(crate) fn take_parts<'py>(py: Python<'py>, d: &mut Decoder, to_ns: impl Fn(&mut [i64]), lists: bool) -> PyResult<(Columns, Bound<'py, PyDict>)> {
     let (mut c, mut l) = d.take();
     to_ns(&mut c.t_ns);
     to_ns(&mut l.start_ns);
     to_ns(&mut l.end_ns);
     let o = PyDict::new(py);
     let lost = PyDict::new(py);
-    lost.set_item("cpu", l.cpu.into_pyarray(py))?;
-    lost.set_item("start_ns", l.start_ns.into_pyarray(py))?;
-    lost.set_item("end_ns", l.end_ns.into_pyarray(py))?;
-    lost.set_item("events", l.events.into_pyarray(py))?;
+    if lists {
+        lost.set_item("cpu", l.cpu)?;
+        lost.set_item("start_ns", l.start_ns)?;
+        lost.set_item("end_ns", l.end_ns)?;
+        lost.set_item("events", l.events)?;
+    } else {
+        lost.set_item("cpu", l.cpu.into_pyarray(py))?;
+        lost.set_item("start_ns", l.start_ns.into_pyarray(py))?;
+        lost.set_item("end_ns", l.end_ns.into_pyarray(py))?;
+        lost.set_item("events", l.events.into_pyarray(py))?;
+    }
     lost.set_item("why", l.why)?;
     o.set_item("lost", lost)?;
     o.set_item("strings", d.strings().to_vec())?;
@@ -259,9 +267,9 @@ impl KtraceImport {
         let (c, o) = match &mut self.src {
             Source::TraceDat(t) => {
                 let conv = t.conv();
-                take_parts(py, &mut t.dec, |x| conv.to_ns(x))?
+                take_parts(py, &mut t.dec, |x| conv.to_ns(x), true)?
             }
-            Source::Perf(p) => take_parts(py, &mut p.dec, |_| {})?,
+            Source::Perf(p) => take_parts(py, &mut p.dec, |_| {}, true)?,
         };
         crate::segment::batch_dict(py, c, o)
     }
