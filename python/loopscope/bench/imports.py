@@ -133,9 +133,10 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
         peer.append(rate)
         for comm, into, mem in (("stress-ng", thr, thr_rss), (FEW, few, few_rss)):
             ts, trss, tr = _rss_of([sys.executable, "-m", "loopscope.cli", "threads", str(out), "--comm", comm, "--json"])
-            if tr.returncode == 0:
-                into.append(n / ts)
-                mem.append(trss)
+            if tr.returncode != 0:  # a figure missing would hide the failure: it is the bench's
+                raise RunError(f"loopscope threads {out.name} --comm {comm!r} failed: {tr.stderr.strip()[-300:]}", component="bench")
+            into.append(n / ts)
+            mem.append(trss)
         shutil.rmtree(out, ignore_errors=True)
         if progress:
             progress(
