@@ -128,6 +128,18 @@ impl Cut {
         }
     }
 
+    /// Rows `a..b` of a nullable column (`of` picks it) as `present` gives
+    /// them, gathered and sifted in one pass.
+    fn present_rows<'a, T: TryFrom<i64> + Default>(&'a self, of: impl Fn(&'a Columns) -> &'a [i64], a: usize, b: usize, vals: &mut Vec<T>, def: &mut Vec<i16>) {
+        match &self.ranks {
+            None => present(vals, def, of(&self.batch)[a..b].iter().copied()),
+            Some(ranks) => {
+                let (h, x) = (of(&self.held), of(&self.batch));
+                present(vals, def, ranks[a..b].iter().map(|&r| h.get(r as usize).copied().unwrap_or_else(|| x[r as usize - h.len()])));
+            }
+        }
+    }
+
     fn t(&self, i: usize) -> i64 {
         let mut one = Vec::with_capacity(1);
         self.rows(|c| &c.t_ns, i, i + 1, &mut one)[0]
@@ -311,11 +323,11 @@ fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)
                 }
                 Col::Int(of) => col.typed::<Int32Type>().write_batch(c.rows(of, a, b, &mut in32), None, None),
                 Col::Long(of, true) => {
-                    present(&mut v64, &mut def, c.rows(of, a, b, &mut in64));
+                    c.present_rows(of, a, b, &mut v64, &mut def);
                     col.typed::<Int64Type>().write_batch(&v64, Some(&def), None)
                 }
                 Col::Narrow(of) => {
-                    present(&mut v32, &mut def, c.rows(of, a, b, &mut in64));
+                    c.present_rows(of, a, b, &mut v32, &mut def);
                     col.typed::<Int32Type>().write_batch(&v32, Some(&def), None)
                 }
             }
@@ -365,10 +377,10 @@ fn column(k: usize) -> Col {
 
 /// The values of `src` that are there (not negative) into `vals`, and a
 /// definition level per value (1: there, 0: null) into `def`.
-fn present<T: TryFrom<i64> + Default>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: &[i64]) {
+fn present<T: TryFrom<i64> + Default>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: impl Iterator<Item = i64>) {
     vals.clear();
     def.clear();
-    for &v in src {
+    for v in src {
         def.push((v >= 0) as i16);
         if v >= 0 {
             // an INT32 column's values fit (ids, codes, CPUs, priorities); one that does not is stored as 0, never wrapped
