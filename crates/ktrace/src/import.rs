@@ -414,7 +414,7 @@ impl Perf {
 fn walkable(file: &linux_perf_data::PerfFile) -> Option<Walkable> {
     use linux_perf_data::linux_perf_event_reader::AttrFlags;
     use linux_perf_data::{Endianness, Feature};
-    if file.endian() != Endianness::LittleEndian || file.features().has_feature(Feature::COMPRESSED) || file.features().has_feature(Feature::AUXTRACE) {
+    if file.endian() != Endianness::LittleEndian || file.features().has_feature(Feature::AUXTRACE) {
         return None;
     }
     let attrs = file.event_attributes();

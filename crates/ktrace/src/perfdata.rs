@@ -13,8 +13,8 @@
 //!
 //! Only the common layout is walked here: a little-endian file whose
 //! attributes all share one sample format with `TIME` and `RAW` and no `READ`
-//! before the raw payload, uncompressed and without AUX data. Any other file
-//! goes through the crate's sorted reader ([`Walkable::of`] says which).
+//! before the raw payload, without AUX data (compressed or not). Any other
+//! file goes through the crate's sorted reader ([`Walkable::of`] says which).
 //!
 //! The data section is read in large chunks into one buffer (a record never
 //! exceeds 64 KiB, its size being 16 bits); a record cut by the section's end
@@ -42,8 +42,9 @@ pub const SAMPLE: u32 = 9;
 pub const LOST: u32 = 2;
 pub const LOST_SAMPLES: u32 = 13;
 pub const FINISHED_ROUND: u32 = 68;
-/// Records whose payload lies outside their size or is compressed: never walked.
+/// Records whose payload lies outside their size: never walked.
 const AUXTRACE: u32 = 71;
+/// Records holding other records, zstd-compressed (`perf record -z`).
 const COMPRESSED: u32 = 81;
 const COMPRESSED2: u32 = 83;
 
@@ -131,7 +132,9 @@ fn u32_at(b: &[u8], at: usize) -> Option<u32> {
     b.get(at..at + 4).map(|s| u32::from_le_bytes(s.try_into().unwrap()))
 }
 
-/// The data section's records, a chunk of the file at a time.
+/// The data section's records, a chunk of the file at a time; a
+/// compressed file's (`perf record -z`) through one zstd stream that runs
+/// across its COMPRESSED records, as perf writes it.
 pub struct Records {
     f: File,
     /// the file offset of `buf[hi]`'s next byte and the section's end
@@ -140,6 +143,10 @@ pub struct Records {
     buf: Vec<u8>,
     lo: usize,
     hi: usize,
+    /// decompressed records not yet read (from `dlo`), and the stream's state
+    dec: Vec<u8>,
+    dlo: usize,
+    zstd: Option<zstd::stream::raw::Decoder<'static>>,
 }
 
 /// What reading a record met.
@@ -152,9 +159,19 @@ pub enum Next<'a> {
 
 const CHUNK: usize = 4 << 20;
 
+/// A record's (type, size) from its header, or why it is not one.
+fn header(h: &[u8]) -> Result<(u32, usize), String> {
+    let kind = u32::from_le_bytes(h[0..4].try_into().unwrap());
+    let size = u16::from_le_bytes(h[6..8].try_into().unwrap()) as usize;
+    if size < 8 {
+        return Err(format!("a record says it is {size} bytes, less than its own header"));
+    }
+    Ok((kind, size))
+}
+
 impl Records {
     pub fn new(f: File, offset: u64, size: u64) -> Self {
-        Records { f, pos: offset, end: offset + size, buf: vec![0; CHUNK], lo: 0, hi: 0 }
+        Records { f, pos: offset, end: offset + size, buf: vec![0; CHUNK], lo: 0, hi: 0, dec: Vec::new(), dlo: 0, zstd: None }
     }
 
     /// At least `n` unread bytes in the buffer (false at the section's end).
@@ -177,31 +194,86 @@ impl Records {
         Ok(self.hi - self.lo >= n)
     }
 
-    /// The next record's type and body (its header taken off).
-    pub fn next(&mut self) -> Next<'_> {
+    /// The next record of the file itself: its type and where its body lies in `buf` (None at the end).
+    fn raw(&mut self) -> Result<Option<(u32, usize, usize)>, String> {
         match self.fill(8) {
             Ok(true) => {}
-            Ok(false) if self.hi == self.lo => return Next::End,
-            Ok(false) => return Next::Damage(format!("the data section ends inside a record's header ({} bytes left)", self.hi - self.lo)),
-            Err(e) => return Next::Damage(format!("a record does not read: {e}")),
+            Ok(false) if self.hi == self.lo => return Ok(None),
+            Ok(false) => return Err(format!("the data section ends inside a record's header ({} bytes left)", self.hi - self.lo)),
+            Err(e) => return Err(format!("a record does not read: {e}")),
         }
-        let h = &self.buf[self.lo..self.lo + 8];
-        let kind = u32::from_le_bytes(h[0..4].try_into().unwrap());
-        let size = u16::from_le_bytes(h[6..8].try_into().unwrap()) as usize;
-        if size < 8 {
-            return Next::Damage(format!("a record says it is {size} bytes, less than its own header"));
-        }
-        if matches!(kind, AUXTRACE | COMPRESSED | COMPRESSED2) {
-            return Next::Damage(format!("a record of type {kind} (AUX or compressed data) in a file that did not declare it"));
+        let (kind, size) = header(&self.buf[self.lo..self.lo + 8])?;
+        if kind == AUXTRACE {
+            return Err("an AUX data record in a file that did not declare it".into());
         }
         match self.fill(size) {
             Ok(true) => {}
-            Ok(false) => return Next::Damage(format!("the data section ends inside a record of {size} bytes")),
-            Err(e) => return Next::Damage(format!("a record does not read: {e}")),
+            Ok(false) => return Err(format!("the data section ends inside a record of {size} bytes")),
+            Err(e) => return Err(format!("a record does not read: {e}")),
         }
-        let body = &self.buf[self.lo + 8..self.lo + size];
+        let at = self.lo;
         self.lo += size;
-        Next::Record(kind, body)
+        Ok(Some((kind, at + 8, at + size)))
+    }
+
+    /// A COMPRESSED record's payload (`buf[at..end]`) decompressed onto `dec`.
+    fn inflate(&mut self, kind: u32, at: usize, end: usize) -> Result<(), String> {
+        let body = &self.buf[at..end];
+        // COMPRESSED2 says how much of its body is data (the rest pads it to 8 bytes)
+        let data = if kind == COMPRESSED2 { u64_at(body, 0).and_then(|n| body.get(8..8 + usize::try_from(n).ok()?)) } else { Some(body) };
+        let data = data.ok_or("a compressed record's size is past its end")?;
+        if self.dlo > 0 {
+            self.dec.drain(..self.dlo);
+            self.dlo = 0;
+        }
+        let z = match &mut self.zstd {
+            Some(z) => z,
+            None => self.zstd.insert(zstd::stream::raw::Decoder::new().map_err(|e| format!("zstd: {e}"))?),
+        };
+        let mut input = zstd::stream::raw::InBuffer::around(data);
+        loop {
+            self.dec.reserve(1 << 18);
+            let (before, room) = (self.dec.len(), self.dec.capacity() - self.dec.len());
+            let mut out = zstd::stream::raw::OutBuffer::around_pos(&mut self.dec, before);
+            zstd::stream::raw::Operation::run(z, &mut input, &mut out).map_err(|e| format!("compressed records do not decompress: {e}"))?;
+            let wrote = out.pos() - before;
+            if input.pos() >= data.len() && wrote < room {
+                return Ok(());
+            }
+        }
+    }
+
+    /// The next record's type and body (its header taken off).
+    pub fn next(&mut self) -> Next<'_> {
+        loop {
+            // a whole record decompressed earlier comes first
+            let avail = self.dec.len() - self.dlo;
+            if avail >= 8 {
+                let (kind, size) = match header(&self.dec[self.dlo..self.dlo + 8]) {
+                    Ok(h) => h,
+                    Err(why) => return Next::Damage(why),
+                };
+                if matches!(kind, AUXTRACE | COMPRESSED | COMPRESSED2) {
+                    return Next::Damage(format!("a record of type {kind} inside compressed data"));
+                }
+                if avail >= size {
+                    let at = self.dlo;
+                    self.dlo += size;
+                    return Next::Record(kind, &self.dec[at + 8..at + size]);
+                }
+            }
+            match self.raw() {
+                Err(why) => return Next::Damage(why),
+                Ok(None) if avail > 0 => return Next::Damage(format!("the compressed data ends inside a record ({avail} bytes left)")),
+                Ok(None) => return Next::End,
+                Ok(Some((kind @ (COMPRESSED | COMPRESSED2), at, end))) => {
+                    if let Err(why) = self.inflate(kind, at, end) {
+                        return Next::Damage(why);
+                    }
+                }
+                Ok(Some((kind, at, end))) => return Next::Record(kind, &self.buf[at..end]),
+            }
+        }
     }
 }
 

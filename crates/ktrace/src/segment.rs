@@ -151,10 +151,9 @@ impl Cutter {
     /// (all of it when None); what lies at or after it is held back.
     pub fn cut(&mut self, batch: Columns, watermark: Option<i64>) -> Cut {
         let held = std::mem::take(&mut self.carry);
-        let (nh, nb) = (held.t_ns.len(), batch.t_ns.len());
         let in_order = |t: &[i64]| t.windows(2).all(|w| w[0] <= w[1]);
-        if nh == 0 && in_order(&batch.t_ns) && watermark.is_none_or(|w| batch.t_ns.last().is_none_or(|&t| t < w)) {
-            return Cut::sorted(batch); // perf.data's batches, and the last of a trace.dat's: nothing to move
+        if held.t_ns.is_empty() && in_order(&batch.t_ns) && watermark.is_none_or(|w| batch.t_ns.last().is_none_or(|&t| t < w)) {
+            return Cut::sorted(batch); // a batch already final (the last of a file's, often): nothing to move
         }
         let keys = in_time_order(&held, &batch);
         let cut = match watermark {
