@@ -176,7 +176,11 @@ pub struct Decoder {
     pub lost: Losses,
     pub counts: Counts,
     /// Function addresses → interned names (a recording's kallsyms; empty for a live capture).
-    ksyms: rustc_hash::FxHashMap<u64, i64>,
+    /// Interned when a record first names the function (NONE until then):
+    /// a kallsyms holds some 120 k code symbols, a trace uses a few hundred,
+    /// and the string table travels with the capture (its index, every
+    /// table derived from it).
+    ksyms: rustc_hash::FxHashMap<u64, (i64, Box<str>)>,
 }
 
 impl Decoder {
@@ -245,8 +249,7 @@ impl Decoder {
                 continue;
             }
             if let Ok(addr) = u64::from_str_radix(a, 16) {
-                let i = self.strings.get(n.as_bytes());
-                self.ksyms.entry(addr).or_insert(i);
+                self.ksyms.entry(addr).or_insert_with(|| (NONE, n.into()));
             }
         }
     }
@@ -352,8 +355,13 @@ impl Decoder {
             } else {
                 let Some(x) = int_of(d, f) else { continue };
                 match f.col {
-                    Col::Func => match self.ksyms.get(&(x as u64)) {
-                        Some(&i) => i,
+                    Col::Func => match self.ksyms.get_mut(&(x as u64)) {
+                        Some((i, name)) => {
+                            if *i == NONE {
+                                *i = strings.get(name.as_bytes());
+                            }
+                            *i
+                        }
                         None => continue,
                     },
                     Col::PrevState => state_code(x as u64, &k.symbols),
