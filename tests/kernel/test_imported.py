@@ -94,6 +94,17 @@ def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recor
     assert {"sched_switch", "sched_wakeup", "hrtimer_start"} <= set(cap["events"]) and cap["missing_events"] == []
 
 
+def test_an_imported_trace_names_the_functions_its_timers_run_and_no_other_kernel_symbols(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+    r = cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run"), "--json")
+    assert r.returncode == 0, r.stderr
+    index = [json.loads(line) for line in (tmp_path / "run" / "hosts").glob("*/kernel/segments.jsonl").__next__().read_text().splitlines()]
+    strings = [x["strings"] for x in index if "strings" in x][-1]
+    # cyclictest sleeps in clock_nanosleep: its timers run hrtimer_wakeup, named from the file's kallsyms
+    assert "hrtimer_wakeup" in strings
+    # the kallsyms holds some 100 k code symbols: only those a record names are in the capture's table
+    assert len(strings) < 5_000, len(strings)
+
+
 def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
     if "perf" not in recordings:
         pytest.skip("needs perf (linux-perf)")
