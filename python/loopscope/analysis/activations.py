@@ -208,10 +208,17 @@ class Feed:
 
     def feed(self, ev: pl.DataFrame) -> None:
         """Every event of a stretch (``kernel.store`` columns, text decoded or as stored)."""
-        if not len(ev):
-            return
-        a = _arrays(ev, self.clock, self.coded, self.offsets)
-        self.native.feed(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"])
+        self.feed_arrays(self.prepare(ev))
+
+    def prepare(self, ev: pl.DataFrame) -> dict[str, np.ndarray] | None:
+        """A stretch as the arrays the native pass reads (None: no events):
+        ``feed``'s first half, which another thread can do for the next stretch."""
+        return _arrays(ev, self.clock, self.coded, self.offsets) if len(ev) else None
+
+    def feed_arrays(self, a: dict[str, np.ndarray] | None) -> None:
+        """``feed``'s second half: the native pass over ``prepare``'s arrays (the interpreter lock released)."""
+        if a is not None:
+            self.native.feed(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"])
 
     def summary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """A folding pass's result: a row per thread (``SUMMARY``: counts, and

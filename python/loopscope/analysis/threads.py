@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
@@ -118,8 +120,21 @@ def _feed(st: S.Store, tids: list[int], top_k: int | None = None, window: tuple[
     # no timer interrupts to carry the expiries with: they stay on CLOCK_MONOTONIC, carried below from the wake-ups
     raw = offsets is not None and not len(offsets)
     feed = Feed(tids, st.lost, st.clock, coded, pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets, top_k if not raw else None, window)
-    for part in st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"]):
-        feed.feed(part)
+    parts = st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"])
+
+    def ahead() -> tuple[bool, dict[str, np.ndarray] | None]:
+        part = next(parts, None)
+        return (False, None) if part is None else (True, feed.prepare(part))
+
+    # the next file is read and its arrays made on another thread while the native pass folds this one (it holds no
+    # interpreter lock): two files' arrays in memory at most
+    with ThreadPoolExecutor(1, thread_name_prefix="ls-threads-read") as pool:
+        got = pool.submit(ahead)
+        more, arrays = got.result()
+        while more:
+            got = pool.submit(ahead)
+            feed.feed_arrays(arrays)
+            more, arrays = got.result()
     return feed, raw
 
 
