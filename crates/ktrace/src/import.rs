@@ -25,7 +25,7 @@
 
 use crate::decode::Decoder;
 use crate::format::{parse, parse_header_page, Format, PageLayout};
-use crate::perfdata::{Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE};
+use crate::perfdata::{Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE, USER_TYPE_START};
 use crate::tracedat::{self, CpuStream, FileError, Meta};
 use std::fs::File;
 
@@ -361,9 +361,7 @@ impl Perf {
         }
         Ok(true)
     }
-}
 
-impl Perf {
     /// The earliest time an event still to be read can have (None: the
     /// records come sorted, or none are left to read).
     pub fn watermark(&self) -> Option<i64> {
@@ -398,8 +396,8 @@ impl Perf {
                     let why = if kind == LOST { "perf lost events (LOST)" } else { "perf lost samples (LOST_SAMPLES)" };
                     lost_at(&mut self.dec, &mut self.counts, walk.id_of(body), n as i64, why);
                 }
-                // the kernel's other records (perf's own, from type 64 on, are not counted, as the crate gives them apart)
-                Next::Record(kind, _) if kind < 64 => self.counts.other_records += 1,
+                // the kernel's other records (perf's own are not counted: the crate's reader gives them apart)
+                Next::Record(kind, _) if kind < USER_TYPE_START => self.counts.other_records += 1,
                 Next::Record(..) => {}
             }
         }

@@ -42,6 +42,8 @@ pub const SAMPLE: u32 = 9;
 pub const LOST: u32 = 2;
 pub const LOST_SAMPLES: u32 = 13;
 pub const FINISHED_ROUND: u32 = 68;
+/// perf's own records (its rounds, ids, maps, time conversion) from here on; the kernel's below it.
+pub const USER_TYPE_START: u32 = 64;
 /// Records whose payload lies outside their size: never walked.
 const AUXTRACE: u32 = 71;
 /// Records holding other records, zstd-compressed (`perf record -z`).
