@@ -5,12 +5,14 @@
 //! pages into numpy columns and a string table, keeping each CPU's last event
 //! time across batches so that a loss at a batch's first page is placed.
 
+use super::attrcols::{attribute_columns, joined, Chunk, Held};
 use super::{detached, strtable, InputError};
 use loopscope_ktrace::decode::{Columns, Decoder};
 use loopscope_ktrace::format::{parse, parse_header_page};
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use std::borrow::Cow;
 
 /// Read whole pages from `fd` (a `trace_pipe_raw`, non-blocking) until the
 /// buffer is empty or `max_bytes` are read. Bound it by what the buffer held
@@ -307,31 +309,6 @@ impl KtraceImport {
     }
 }
 
-/// The columns attribution reads, as owned int64 copies (the copy widens
-/// int32 columns and joins chunks), so the interpreter lock is released while
-/// the split runs; the tasks' priorities are -1 for captures before them.
-fn attribute_columns(cols: &Bound<'_, PyDict>) -> PyResult<Vec<Vec<i64>>> {
-    const COLS: [&str; 13] =
-        ["t_ns", "cpu", "event", "pid", "target", "target_comm", "next_pid", "next_comm", "prev_state", "name", "runtime", "expires", "softexpires"];
-    let mut owned: Vec<Vec<i64>> = Vec::with_capacity(COLS.len());
-    for c in COLS {
-        let a = cols.get_item(c)?.ok_or_else(|| InputError::new_err(format!("ktrace_attribute: no column {c}")))?;
-        owned.push(column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?);
-    }
-    let n = owned[0].len();
-    // the tasks' priorities: captures before these columns have none
-    for c in ["prio", "next_prio"] {
-        owned.push(match cols.get_item(c)? {
-            Some(a) => column(&a).map_err(|e| InputError::new_err(format!("ktrace_attribute: column {c}: {e}")))?,
-            None => vec![-1; n],
-        });
-    }
-    if owned.iter().any(|c| c.len() != n) {
-        return Err(InputError::new_err("ktrace_attribute: the columns differ in length"));
-    }
-    Ok(owned)
-}
-
 /// Split a cluster of windows into causes (crates/ktrace `attrib`).
 ///
 /// `cols`: the events' columns, each an int64 or int32 array or a list of them
@@ -369,7 +346,8 @@ pub fn ktrace_attribute<'py>(
     group_paths: Option<Vec<String>>,
 ) -> PyResult<Bound<'py, PyDict>> {
     use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
-    let owned = attribute_columns(cols)?;
+    let held = attribute_columns(cols)?;
+    let chunks: Vec<Option<Vec<Chunk<'_>>>> = held.iter().map(|h| h.as_ref().map(|v| v.iter().map(Held::chunk).collect())).collect();
     let (comms, states, names) = (strtable::table(comms)?, strtable::table(states)?, strtable::table(names)?);
     let wins: Vec<Window> = {
         let (i, t, a, b, s) = (w_id.as_slice()?, w_tid.as_slice()?, w_a.as_slice()?, w_b.as_slice()?, w_span.as_slice()?);
@@ -385,7 +363,9 @@ pub fn ktrace_attribute<'py>(
         groups: group_tids.unwrap_or_default().into_iter().zip(group_paths.unwrap_or_default()).collect(),
     };
     let splits = detached(py, move || {
-        let o = &owned;
+        // the copies (joins, widening) made here, beside the caller's next read
+        let n = chunks[0].as_deref().map_or(0, |c| c.iter().map(|x| x.len()).sum());
+        let o: Vec<Cow<'_, [i64]>> = chunks.iter().map(|c| c.as_deref().map_or_else(|| vec![-1; n].into(), joined)).collect();
         let ev = Events {
             t_ns: &o[0],
             cpu: &o[1],
@@ -459,36 +439,6 @@ fn splits_dict(py: Python<'_>, splits: Vec<loopscope_ktrace::attrib::Split>) -> 
     o.set_item("missing", missing)?;
     o.set_item("rule", rule)?;
     Ok(o)
-}
-
-/// One column as int64: an int64 or int32 array, or a list of them (chunks,
-/// joined in order).
-fn column(a: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
-    fn extend(out: &mut Vec<i64>, a: &Bound<'_, PyAny>) -> PyResult<()> {
-        if let Ok(x) = a.extract::<PyReadonlyArray1<'_, i64>>() {
-            match x.as_slice() {
-                Ok(s) => out.extend_from_slice(s),
-                Err(_) => out.extend(x.as_array().iter().copied()),
-            }
-        } else {
-            let x: PyReadonlyArray1<'_, i32> = a.extract()?;
-            match x.as_slice() {
-                Ok(s) => out.extend(s.iter().map(|&v| v as i64)),
-                Err(_) => out.extend(x.as_array().iter().map(|&v| v as i64)),
-            }
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    if let Ok(list) = a.cast::<pyo3::types::PyList>() {
-        out.reserve(list.iter().map(|c| c.len().unwrap_or(0)).sum());
-        for c in list.iter() {
-            extend(&mut out, &c)?;
-        }
-    } else {
-        extend(&mut out, a)?;
-    }
-    Ok(out)
 }
 
 /// How attribution names a task (the one rule, for Python's callers too).

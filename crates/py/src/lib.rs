@@ -16,6 +16,7 @@
 //! trace pages), `bench.rs` (the benchmarks' loops). This file holds what they
 //! share: the exceptions, `run_interruptible`, and the module's table.
 
+mod attrcols;
 mod bench;
 mod boot;
 mod chan;
@@ -240,6 +241,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SEGMENT_GROUP", loopscope_ktrace::segment::GROUP)?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
     m.add_class::<strtable::StringTable>()?;
+    m.add_class::<attrcols::FreedKept>()?;
     m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;

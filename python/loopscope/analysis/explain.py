@@ -189,7 +189,8 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     t_first, t_last = st.t_first or 0, st.t_last or 0
     # the capture's string table made native once, not copied at every cluster's call
     strings = _native.StringTable(st.strings)
-    with ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
+    # what each cluster's split frees (runs, per-thread lists) serves the next one, not new zeroed pages
+    with _native.FreedKept(), ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
             k = A.Kernel.arrays(st.load_arrays(a, b), strings, st.event_names, lost, lost_at, roles=roles)
             k.t_first, k.t_last = t_first, t_last
