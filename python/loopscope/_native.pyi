@@ -524,10 +524,12 @@ class _Decoded(TypedDict):
 class KtraceDecoder:
     def __init__(self, header_page: str, formats: list[tuple[str, str]], page_size: int) -> None: ...
     def pages(self, cpu: int, data: bytes) -> None: ...
+    def read_pages(self, fd: int, cpu: int, max_bytes: int) -> tuple[int, int]: ...
     def set_last_time(self, cpu: int, t_ns: int) -> None: ...
     def last_times(self) -> list[tuple[int, int]]: ...
     def finish(self, end_ns: int) -> None: ...
     def take(self) -> _Decoded: ...
+    def take_batch(self) -> _Batch: ...
 
 class _ImportMeta(TypedDict, total=False):
     format: str
@@ -565,13 +567,15 @@ class KtraceBatch:
     """A batch's decoded events, kept native until ``KtraceSegments.write`` spends it."""
 
 class _Batch(TypedDict):
-    """What ``KtraceImport.take_batch`` gives: ``_Decoded`` with the columns left native."""
+    """What ``take_batch`` gives (``KtraceImport``, ``KtraceDecoder``): ``_Decoded`` with the columns left native."""
 
     batch: KtraceBatch
     n: int
     t_min: int | None
     t_max: int | None
     present: list[int]
+    #: per CPU: [cpu, first stamp, last stamp, events]
+    by_cpu: list[list[int]]
     lost: _BatchLost
     strings: list[str]
     events: list[str]

@@ -233,6 +233,41 @@ def test_a_damaged_segment_is_said_and_its_span_counts_as_lost(tmp_path: Path, l
     assert "unknown times" in (k.lost_in(first["t_first_ns"], first["t_last_ns"]) or "")
 
 
+def test_a_segment_the_disk_has_no_room_for_is_counted_as_lost_on_its_cpus(tmp_path: Path, lab: None) -> None:
+    # the capture's directory on a small filesystem, filled once the capture has started: the index's lines fit, a
+    # second of switching does not
+    _tracefs()
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(disk)], check=True)
+    try:
+        cap = C.Capture(disk / "k", ["sched:sched_switch", "sched:sched_wakeup"], buffer_mb=8, name=f"loopscope-{os.getpid()}")
+        assert cap.start().refused is None
+        fs = os.statvfs(disk)
+        (disk / "filler").write_bytes(b"x" * (fs.f_bavail * fs.f_frsize - 16384))
+        spin = subprocess.Popen([sys.executable, "-c", PINGPONG])
+        try:
+            time.sleep(1.0)
+            got = cap.drain("full")
+        finally:
+            spin.kill()
+            spin.wait()
+            cap.stop()
+        segs = [json.loads(line) for line in (disk / "k" / "segments.jsonl").read_text().splitlines()]
+        full = next(s for s in segs if s.get("write_error"))
+        assert "No space left on device" in full["write_error"] and full["file"] is None
+        unwritten = [w for w in full["lost"] if "could not be written" in w["why"]]
+        # every event read is lost, on the CPU it was recorded on, over its span there
+        assert sum(w["events"] for w in unwritten) == full["events"] > 10_000
+        assert all(full["t_first_ns"] <= w["start_ns"] <= w["end_ns"] <= full["t_last_ns"] for w in unwritten)
+        assert got["lost_events"] >= full["events"]
+        assert not list((disk / "k" / "events").glob("*.tmp"))
+        st = S.open_dir(disk / "k")
+        assert st.lost_events >= full["events"]
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
 def test_a_tracepoint_the_kernel_lacks_is_named_not_fatal(tmp_path: Path) -> None:
     _tracefs()
     have, lack, refused = C.available(["sched:sched_switch", "nosuch:event"])

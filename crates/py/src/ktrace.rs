@@ -80,6 +80,61 @@ impl KtraceDecoder {
         detached(py, || d.pages(cpu, data, ps))
     }
 
+    /// Read whole pages from `fd` (`cpu`'s `trace_pipe_raw`, non-blocking)
+    /// until the buffer is empty or `max_bytes` are read, as `ktrace_read`
+    /// does, decoding them 64 pages at a time as they come: the buffer's
+    /// bytes are never all held at once (a drain of 44 MB faulted in a Vec,
+    /// its regrowths and a Python copy of it). Returns (bytes read, short
+    /// pages padded as the decoder takes them; ns spent decoding). Not
+    /// interrupted by a signal: what is read is decoded, and Python's handler
+    /// runs after.
+    fn read_pages(&mut self, py: Python<'_>, fd: i32, cpu: i32, max_bytes: usize) -> PyResult<(usize, u64)> {
+        const BATCH: usize = 64;
+        let ps = self.page_size;
+        let d = &mut self.d;
+        let (total, dec_ns, err) = py.detach(move || {
+            let mut buf = vec![0u8; ps * BATCH];
+            let (mut fill, mut total, mut dec_ns, mut err) = (0, 0, 0u64, None);
+            let mut decode = |d: &mut Decoder, b: &[u8]| {
+                let t = std::time::Instant::now();
+                d.pages(cpu, b, ps);
+                dec_ns += t.elapsed().as_nanos() as u64;
+            };
+            while total < max_bytes {
+                let n = unsafe { libc::read(fd, buf[fill..].as_mut_ptr() as *mut libc::c_void, ps) };
+                if n < 0 {
+                    let e = std::io::Error::last_os_error();
+                    match e.raw_os_error() {
+                        Some(libc::EAGAIN) => {}
+                        Some(libc::EINTR) => continue,
+                        _ => err = Some(e),
+                    }
+                    break;
+                }
+                if n == 0 {
+                    break;
+                }
+                // a short read is a whole page's worth for the decoder: pad it
+                buf[fill + n as usize..fill + ps].fill(0);
+                fill += ps;
+                total += ps;
+                if fill == buf.len() {
+                    decode(d, &buf);
+                    fill = 0;
+                }
+            }
+            if fill > 0 {
+                decode(d, &buf[..fill]);
+            }
+            (total, dec_ns, err)
+        });
+        match err {
+            // the pages read before it are decoded and stay taken
+            Some(e) => Err(pyo3::exceptions::PyOSError::new_err(format!("reading the kernel's trace buffer: {e}"))),
+            None => Ok((total, dec_ns)),
+        }
+    }
+
     /// Set where the previous batch left `cpu` (its last event's time).
     fn set_last_time(&mut self, cpu: i32, t_ns: i64) {
         self.d.set_last_time(cpu, t_ns);
@@ -98,6 +153,13 @@ impl KtraceDecoder {
     /// {lost column: numpy array or list}, the string table, the event names, counts.
     fn take<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         take_dict(py, &mut self.d, |_| {})
+    }
+
+    /// Everything decoded since the last call, as `KtraceImport.take_batch`
+    /// gives it: the columns stay native, for `KtraceSegments` to cut and write.
+    fn take_batch<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (c, o) = take_parts(py, &mut self.d, |_| {}, true)?;
+        crate::segment::batch_dict(py, c, o)
     }
 }
 

@@ -25,11 +25,27 @@ pub struct KtraceBatch {
 
 /// `o` (a batch's losses, strings, counts) with the batch itself (`batch`),
 /// its size (`n`), its earliest and latest stamps (`t_min`, `t_max`: None
-/// when empty) and the event codes present in it (`present`, sorted).
+/// when empty), the event codes present in it (`present`, sorted) and per
+/// CPU its events' span and count (`by_cpu`: [cpu, first, last, events],
+/// by CPU: what a segment that cannot be written loses).
 pub(crate) fn batch_dict<'py>(py: Python<'py>, c: Columns, o: Bound<'py, PyDict>) -> PyResult<Bound<'py, PyDict>> {
     o.set_item("n", c.t_ns.len())?;
     o.set_item("t_min", c.t_ns.iter().min().copied())?;
     o.set_item("t_max", c.t_ns.iter().max().copied())?;
+    // indexed by CPU (the decoder's are small and never negative), one pass
+    let mut by_cpu: Vec<[i64; 3]> = Vec::new();
+    for (&cpu, &t) in c.cpu.iter().zip(&c.t_ns) {
+        let i = cpu.max(0) as usize;
+        if i >= by_cpu.len() {
+            by_cpu.resize(i + 1, [i64::MAX, i64::MIN, 0]);
+        }
+        let e = &mut by_cpu[i];
+        e[0] = e[0].min(t);
+        e[1] = e[1].max(t);
+        e[2] += 1;
+    }
+    let by_cpu: Vec<[i64; 4]> = by_cpu.iter().enumerate().filter(|(_, e)| e[2] > 0).map(|(cpu, &[a, b, n])| [cpu as i64, a, b, n]).collect();
+    o.set_item("by_cpu", by_cpu)?;
     let mut seen: Vec<bool> = Vec::new();
     for &e in &c.event {
         if e >= 0 {

@@ -15,18 +15,17 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
 from loopscope.kernel.capture import timens_offset_ns
 from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
 from loopscope import _native
+from loopscope.errors import RunError
+from loopscope.kernel import segments as S
 from loopscope.kernel.capture import remove_instance
 from loopscope.kernel.ring import Ring
-
-if TYPE_CHECKING:
-    from loopscope.kernel.store import LostWindow, Segment
 
 
 MAX_READ = 1 << 30
@@ -50,6 +49,15 @@ def _own_threads() -> list[int]:
 def _timens_offset() -> int:
 
     return timens_offset_ns()
+
+
+def _sync(path: Path) -> None:
+    """Write ``path`` back to the disk now."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _stats(inst: Path, cpu: int) -> dict[str, int]:
@@ -184,6 +192,8 @@ class Reader:
             self.pair.append(self._twin(cpus))
         self.bases = [{c: _dropped(_stats(d, c)) for c in cpus} for d, _ in self.pair]
         (self.out / "events").mkdir(exist_ok=True)
+        # segments written as the import writes them (zstd level 1: the reader's CPU before the bytes on disk)
+        self.writer = _native.KtraceSegments(str(self.out), 1)
         self.index = open(self.out / "segments.jsonl", "a")
         self._w("tracing_on", "1")
         self.started_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
@@ -224,24 +234,24 @@ class Reader:
         return d, {c: os.open(d / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK) for c in cpus}
 
     def drain(self, reason: str, label: str = "") -> Drained:
-        """Read every CPU's buffer, decode, write one segment."""
-        from loopscope.kernel import store
-
+        """Read every CPU's buffer, decode, write one segment. The events stay
+        native from the pages to the file (the import's writer: zstd level 1,
+        the same layout), so the reader's cost is the decoder's and the
+        writer's, not a table's."""
         t0 = time.monotonic_ns()
         nbytes, dec_ns = self._read_buffers()
         t_read = time.monotonic_ns()
-        got = self.decoder.take()
-        df = store.frame(got)
-        t_frame = time.monotonic_ns()
-        lost = store.lost_list(got)
+        got = self.decoder.take_batch()
+        n = got["n"]
+        lost = S.lost_list(got)
         now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
         # The buffers' own counters: what the pages did not place is placed
         # over the segment on its CPU, with the counter's number.
-        t_first = int(df["t_ns"].min()) if len(df) else None  # type: ignore[arg-type]
-        t_last = int(df["t_ns"].max()) if len(df) else None  # type: ignore[arg-type]
         self._place_counted(lost, now_k)
         self.last_k = now_k
-        seg: store.Segment = {
+        cut = self.writer.cut(got["batch"], None) if n else None
+        t_frame = time.monotonic_ns()
+        seg: S.Segment = {
             "seg": self.seg,
             "reason": reason,
             "label": label,
@@ -250,9 +260,9 @@ class Reader:
             "bytes_read": nbytes,
             "decode_ns": dec_ns,
             "frame_ns": t_frame - t_read,
-            "events": len(df),
-            "t_first_ns": t_first,
-            "t_last_ns": t_last,
+            "events": n,
+            "t_first_ns": got["t_min"],
+            "t_last_ns": got["t_max"],
             "lost": lost,
             "file": None,
             "counts": got["counts"],
@@ -260,24 +270,18 @@ class Reader:
         if len(got["strings"]) != self.n_strings:
             seg["strings"], seg["event_names"] = got["strings"], got["events"]
             self.n_strings = len(got["strings"])
-        if len(df):
+        if cut is not None:
             try:
+                written = self.writer.write(cut, self.seg)
                 # written back now, between windows, not by the kernel's flusher inside a later one
-                written = store.write_segment(self.out, self.seg, df)
+                _sync(self.out / str(written["file"]))
                 seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
                 self.totals["bytes_written"] += seg["bytes"]
-            except OSError as e:
+            except (RunError, OSError) as e:
                 self.totals["write_errors"] += 1
                 seg["write_error"] = str(e)
-                unwritten: list[store.LostWindow] = [
-                    {
-                        "cpu": int(c),
-                        "start_ns": int(g["t_ns"].min()),  # type: ignore[arg-type]
-                        "end_ns": int(g["t_ns"].max()),  # type: ignore[arg-type]
-                        "events": len(g),
-                        "why": f"the segment could not be written: {e}",
-                    }
-                    for (c,), g in df.group_by("cpu")
+                unwritten: list[S.LostWindow] = [
+                    {"cpu": c, "start_ns": a, "end_ns": b, "events": k, "why": f"the segment could not be written: {e}"} for c, a, b, k in got["by_cpu"]
                 ]
                 seg["lost"] = [*lost, *unwritten]
         seg["write_ns"] = time.monotonic_ns() - t_frame
@@ -285,7 +289,7 @@ class Reader:
         self._count(seg, got["counts"], nbytes, reason, t0, label)
         return {
             "seg": self.seg - 1,
-            "events": len(df),
+            "events": n,
             "lost_events": sum(max(0, w["events"]) for w in seg["lost"]),
             "read_ns": seg["read_ns"] + seg["frame_ns"] + seg["write_ns"],
             "bytes_read": nbytes,
@@ -299,15 +303,13 @@ class Reader:
         held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
         for c, fd in self.fds.items():
             bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
-            buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
-            nbytes += len(buf)
-            if buf:
-                td = time.monotonic_ns()
-                self.decoder.pages(c, buf)
-                dec_ns += time.monotonic_ns() - td
+            # read and decoded a few pages at a time: the bytes are not held whole
+            n, ns = self.decoder.read_pages(fd, c, min(bound, MAX_READ))
+            nbytes += n
+            dec_ns += ns
         return nbytes, dec_ns
 
-    def _place_counted(self, lost: list[LostWindow], now_k: int) -> None:
+    def _place_counted(self, lost: list[S.LostWindow], now_k: int) -> None:
         """The buffers' own counters: what the pages did not place is placed
         over the segment on its CPU, with the counter's number."""
         for c in self.fds:
@@ -332,7 +334,7 @@ class Reader:
                     }
                 )
 
-    def _count(self, seg: Segment, counts: dict[str, int], nbytes: int, reason: str, t0: int, label: str) -> None:
+    def _count(self, seg: S.Segment, counts: dict[str, int], nbytes: int, reason: str, t0: int, label: str) -> None:
         """A written segment added to the totals, and its line appended to segments.jsonl (synced)."""
         t = self.totals
         t["segments"] += 1
