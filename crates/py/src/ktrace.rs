@@ -14,6 +14,46 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 use std::borrow::Cow;
 
+/// Read pages from `fd` (a `trace_pipe_raw`, non-blocking) into `buf`, one
+/// page of `page_size` after another, until the buffer is empty or
+/// `max_bytes` are read; `take` is given `buf` and how much of it holds
+/// pages when it is full and at the end (a short read padded: a whole page's
+/// worth for the decoder). Returns the bytes read, and the error that
+/// stopped the read (not EAGAIN: an empty buffer).
+fn read_pages_into(fd: i32, page_size: usize, max_bytes: usize, buf: &mut [u8], mut take: impl FnMut(&[u8])) -> (usize, Option<std::io::Error>) {
+    let (mut fill, mut total, mut err) = (0, 0, None);
+    while total < max_bytes {
+        let n = unsafe { libc::read(fd, buf[fill..].as_mut_ptr() as *mut libc::c_void, page_size) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EAGAIN) => {}
+                Some(libc::EINTR) => continue,
+                _ => err = Some(e),
+            }
+            break;
+        }
+        if n == 0 {
+            break;
+        }
+        buf[fill + n as usize..fill + page_size].fill(0);
+        fill += page_size;
+        total += page_size;
+        if fill == buf.len() {
+            take(buf);
+            fill = 0;
+        }
+    }
+    if fill > 0 {
+        take(&buf[..fill]);
+    }
+    (total, err)
+}
+
+fn read_error(e: std::io::Error) -> PyErr {
+    pyo3::exceptions::PyOSError::new_err(format!("reading the kernel's trace buffer: {e}"))
+}
+
 /// Read whole pages from `fd` (a `trace_pipe_raw`, non-blocking) until the
 /// buffer is empty or `max_bytes` are read. Bound it by what the buffer held
 /// when the drain began: each read hands over the page being written too, so
@@ -24,34 +64,16 @@ pub fn ktrace_read<'py>(py: Python<'py>, fd: i32, page_size: usize, max_bytes: u
     // Not `detached`: a signal here must not throw away the pages just read
     // (they are gone from the kernel's buffer). The drain's own handler raises
     // at its next statement, and it reads what is left before it stops.
-    let (buf, err) = py.detach(move || {
-        let mut buf: Vec<u8> = Vec::with_capacity(page_size * 64);
+    let (out, err) = py.detach(move || {
+        let mut out: Vec<u8> = Vec::with_capacity(page_size * 64);
         let mut page = vec![0u8; page_size];
-        let mut err = None;
-        while buf.len() < max_bytes {
-            let n = unsafe { libc::read(fd, page.as_mut_ptr() as *mut libc::c_void, page_size) };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
-                    Some(libc::EAGAIN) => {}
-                    Some(libc::EINTR) => continue,
-                    _ => err = Some(e),
-                }
-                break;
-            }
-            if n == 0 {
-                break;
-            }
-            // A short read is a whole page's worth for the decoder: pad it.
-            buf.extend_from_slice(&page[..n as usize]);
-            buf.resize(buf.len() + (page_size - n as usize), 0);
-        }
-        (buf, err)
+        let (_, err) = read_pages_into(fd, page_size, max_bytes, &mut page, |p| out.extend_from_slice(p));
+        (out, err)
     });
-    if let Some(e) = err {
-        return Err(pyo3::exceptions::PyOSError::new_err(format!("reading the kernel's trace buffer: {e}")));
+    match err {
+        Some(e) => Err(read_error(e)),
+        None => Ok(PyBytes::new(py, &out)),
     }
-    Ok(PyBytes::new(py, &buf))
 }
 
 #[pyclass(module = "loopscope._native", name = "KtraceDecoder")]
@@ -94,43 +116,17 @@ impl KtraceDecoder {
         let d = &mut self.d;
         let (total, dec_ns, err) = py.detach(move || {
             let mut buf = vec![0u8; ps * BATCH];
-            let (mut fill, mut total, mut dec_ns, mut err) = (0, 0, 0u64, None);
-            let mut decode = |d: &mut Decoder, b: &[u8]| {
+            let mut dec_ns = 0u64;
+            let (total, err) = read_pages_into(fd, ps, max_bytes, &mut buf, |b| {
                 let t = std::time::Instant::now();
                 d.pages(cpu, b, ps);
                 dec_ns += t.elapsed().as_nanos() as u64;
-            };
-            while total < max_bytes {
-                let n = unsafe { libc::read(fd, buf[fill..].as_mut_ptr() as *mut libc::c_void, ps) };
-                if n < 0 {
-                    let e = std::io::Error::last_os_error();
-                    match e.raw_os_error() {
-                        Some(libc::EAGAIN) => {}
-                        Some(libc::EINTR) => continue,
-                        _ => err = Some(e),
-                    }
-                    break;
-                }
-                if n == 0 {
-                    break;
-                }
-                // a short read is a whole page's worth for the decoder: pad it
-                buf[fill + n as usize..fill + ps].fill(0);
-                fill += ps;
-                total += ps;
-                if fill == buf.len() {
-                    decode(d, &buf);
-                    fill = 0;
-                }
-            }
-            if fill > 0 {
-                decode(d, &buf[..fill]);
-            }
+            });
             (total, dec_ns, err)
         });
         match err {
             // the pages read before it are decoded and stay taken
-            Some(e) => Err(pyo3::exceptions::PyOSError::new_err(format!("reading the kernel's trace buffer: {e}"))),
+            Some(e) => Err(read_error(e)),
             None => Ok((total, dec_ns)),
         }
     }
