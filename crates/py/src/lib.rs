@@ -30,6 +30,7 @@ mod strtable;
 mod sync;
 mod threadsum;
 mod trace;
+mod tracepipe;
 
 use loopscope_probes::timer;
 use loopscope_trace::config::{Config, StreamConfig, StreamKind};
@@ -232,7 +233,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ChannelTimeout", m.py().get_type::<chan::ChannelTimeout>())?;
     m.add_function(wrap_pyfunction!(chan::chan_bench_serve, m)?)?;
     m.add_function(wrap_pyfunction!(chan::chan_bench_client, m)?)?;
-    m.add_function(wrap_pyfunction!(ktrace::ktrace_read, m)?)?;
+    m.add_function(wrap_pyfunction!(tracepipe::ktrace_read, m)?)?;
     m.add_function(wrap_pyfunction!(boot::boot_select, m)?)?;
     m.add_class::<ktrace::KtraceDecoder>()?;
     m.add_class::<ktrace::KtraceImport>()?;

@@ -72,11 +72,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-from loopscope.kernel.capture import Drained, Kept, Ready
+from loopscope.kernel.tracing import Drained, Kept, Ready, tracefs
 from loopscope.errors import Stopped
 from loopscope.selfname import set_comm
 from loopscope.lineage import die_with_parent
-from loopscope.kernel.capture import tracefs
 
 from loopscope.kernel.instance import DRAIN_EVERY_S, WATCH_READ_S, Reader
 
@@ -116,11 +115,14 @@ def _say(obj: Ready | Drained | Kept) -> None:
 def _command(r: Reader, cmd: str, arg: str, label: str) -> tuple[str, bool]:
     """One line from the agent or the keeper, answered: (the label of the reads to come, whether to stop)."""
     if cmd == "keep":
+        # polars and the store: loaded by a flight recorder only (a run's reader writes natively)
+        from loopscope.kernel import kept as keeping
+
         # at the normal policy: at SCHED_IDLE a busy machine left it a few per cent of a CPU, and keeps took minutes
         seq, t0, t1, margin, dest = arg.split(" ", 4)
         try:
             with _prompt(idle_after=r.flight != "drain"):  # a draining recorder stays at the normal policy
-                kept = r.keep(int(t0), int(t1), Path(dest), int(margin))
+                kept = keeping.keep(r, int(t0), int(t1), Path(dest), int(margin))
             kept["seq"] = int(seq)
             _say(kept)
         except OSError as e:
@@ -176,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     if tf is None:
         _say({"error": "tracefs is not mounted"})
         return 1
+    if a.flight:
+        from loopscope.kernel import kept as keeping
+
+        # the window tables' pool started before the capture lists the reader's own threads
+        keeping.start_pool()
     r = Reader(tf, a.instance, Path(a.out), a.buffer_mb, [e for e in a.events.split(",") if e], a.continuously, a.flight, a.watch)
     r.reach_ns = a.reach_ms * 1_000_000
     r.cpus = [int(c) for c in a.cpus.split(",") if c.strip()]

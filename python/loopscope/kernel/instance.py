@@ -15,17 +15,16 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import polars as pl
-
-from loopscope.kernel.capture import timens_offset_ns
-from loopscope.kernel.capture import FILTERS, Drained, HalfFull, Kept, Ready, filter_for
 from loopscope import _native
 from loopscope.errors import RunError
 from loopscope.kernel import segments as S
-from loopscope.kernel.capture import remove_instance
 from loopscope.kernel.ring import Ring
+from loopscope.kernel.tracing import FILTERS, Drained, HalfFull, Ready, filter_for, remove_instance, timens_offset_ns
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 MAX_READ = 1 << 30
@@ -36,10 +35,8 @@ DRAIN_EVERY_S = 0.2
 
 
 def _own_threads() -> list[int]:
-    """This reader's threads, its decoder's pool started first (their page
-    faults and timers are the capture's own, recorded by nobody)."""
-
-    pl.thread_pool_size()
+    """This reader's threads (a flight recorder has started its window
+    tables' pool by now: ``kept.start_pool``)."""
     try:
         return sorted(int(t) for t in os.listdir("/proc/self/task"))
     except OSError:
@@ -60,7 +57,7 @@ def _sync(path: Path) -> None:
         os.close(fd)
 
 
-def _stats(inst: Path, cpu: int) -> dict[str, int]:
+def buffer_stats(inst: Path, cpu: int) -> dict[str, int]:
     out: dict[str, int] = {}
     try:
         for line in (inst / "per_cpu" / f"cpu{cpu}" / "stats").read_text().splitlines():
@@ -73,7 +70,7 @@ def _stats(inst: Path, cpu: int) -> dict[str, int]:
     return out
 
 
-def _dropped(st: dict[str, int]) -> int:
+def dropped(st: dict[str, int]) -> int:
     return st.get("overrun", 0) + st.get("commit overrun", 0) + st.get("dropped events", 0)
 
 
@@ -186,11 +183,11 @@ class Reader:
         cpus = sorted(int(p.name[3:]) for p in (self.inst / "per_cpu").iterdir() if p.name[3:].isdigit())
         for c in cpus:
             self.fds[c] = os.open(self.inst / "per_cpu" / f"cpu{c}" / "trace_pipe_raw", os.O_RDONLY | os.O_NONBLOCK)
-        self.base = {c: _dropped(_stats(self.inst, c)) for c in cpus}
+        self.base = {c: dropped(buffer_stats(self.inst, c)) for c in cpus}
         self.pair = [(self.inst, self.fds)]
         if self.flight == "alternate":
             self.pair.append(self._twin(cpus))
-        self.bases = [{c: _dropped(_stats(d, c)) for c in cpus} for d, _ in self.pair]
+        self.bases = [{c: dropped(buffer_stats(d, c)) for c in cpus} for d, _ in self.pair]
         (self.out / "events").mkdir(exist_ok=True)
         # segments written as the import writes them (zstd level 1: the reader's CPU before the bytes on disk)
         self.writer = _native.KtraceSegments(str(self.out), 1)
@@ -300,7 +297,7 @@ class Reader:
         nbytes = 0
         dec_ns = 0
         # What each buffer held now bounds this read (see ktrace_read).
-        held = {c: _stats(self.inst, c).get("bytes", 0) for c in self.fds}
+        held = {c: buffer_stats(self.inst, c).get("bytes", 0) for c in self.fds}
         for c, fd in self.fds.items():
             bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
             # read and decoded a few pages at a time: the bytes are not held whole
@@ -313,7 +310,7 @@ class Reader:
         """The buffers' own counters: what the pages did not place is placed
         over the segment on its CPU, with the counter's number."""
         for c in self.fds:
-            total = _dropped(_stats(self.inst, c))
+            total = dropped(buffer_stats(self.inst, c))
             delta, self.base[c] = total - self.base[c], total
             mine = [w for w in lost if w["cpu"] == c]
             known = sum(w["events"] for w in mine if w["events"] >= 0)
@@ -358,93 +355,6 @@ class Reader:
             t["write_errors"] += 1
             sys.stderr.write(f"ls-kcapture: segments.jsonl: {e}\n")
 
-    def keep(self, t0: int, t1: int, dest: Path, margin_ns: int) -> Kept:
-        """Take [t0, t1] out of the buffers into a store in ``dest``
-        (``segments.jsonl``, ``events/00000.parquet``): pause, read every CPU,
-        resume; events up to ``margin_ns`` before the newest are held for the
-        next keep, older ones dropped (memory stays a few seconds' events)."""
-        from loopscope.kernel import store
-
-        def now() -> int:
-            return time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
-
-        if self.flight == "drain":
-            return self._keep_drained(t0, t1, dest)
-        h = self.held
-        if h is not None and len(h) and int(h["t_ns"].min()) <= t0 and int(h["t_ns"].max()) >= t1:  # type: ignore[arg-type]
-            # an earlier keep's read holds the whole window: no pause, no read
-            return self._write_kept(h.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)), t0, t1, dest, [], [], [], None, 0, 0)
-        a = self.active
-        inst, fds = self.pair[a]
-        p0 = now()
-        if len(self.pair) > 1:
-            # the twin records from now on; this one stops a moment later (the
-            # events of that moment are in both, and are kept once)
-            (self.pair[1 - a][0] / "tracing_on").write_text("1")
-            switched = now()
-        (inst / "tracing_on").write_text("0")
-        t_read = time.monotonic_ns()
-        nbytes = 0
-        try:
-            held = {c: _stats(inst, c).get("bytes", 0) for c in fds}
-            for c, fd in fds.items():
-                bound = (held[c] // max(1, self.page_size - 64) + 2) * self.page_size
-                buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
-                nbytes += len(buf)
-                if buf:
-                    self.decoder.pages(c, buf)
-        finally:
-            if len(self.pair) == 1:
-                (inst / "tracing_on").write_text("1")
-        p1 = now()
-        read_ns = time.monotonic_ns() - t_read
-        got = self.decoder.take()
-        self.k_strings, self.k_events = got["strings"], got["events"]  # the tables only grow: the last one serves every window
-        new = store.frame(got)
-        # per CPU: where this read's events start, and whether the buffer overwrote pages since it last started recording
-        first = {int(c): int(t) for c, t in new.group_by("cpu").agg(pl.col("t_ns").min()).iter_rows()} if len(new) else {}
-        after = {c: _dropped(_stats(inst, c)) for c in fds}
-        over = {c: after[c] > self.bases[a].get(c, 0) for c in fds}
-        self.bases[a] = after
-        had = self.held if self.held is not None and len(self.held) else None
-        short = []
-        for c in fds:
-            # covered when this CPU's events reach back to t0 without a gap: the
-            # buffer's oldest event when it overwrote, else from when it started
-            # recording, and before that the events held from the last read
-            start = first.get(c, p0) if over[c] else self.since[a]
-            if start > t0 and (over[c] or had is None or int(had["t_ns"].min()) > t0):  # type: ignore[arg-type]
-                short.append({"cpu": c, "from_ns": t0, "to_ns": min(start, t1)})
-        both = pl.concat([had, new]) if had is not None else new
-        if had is not None and len(new):
-            lo, hi = int(new["t_ns"].min()), int(had["t_ns"].max())  # type: ignore[arg-type]
-            if lo <= hi:
-                # both are in time order; only where they overlap (the moment
-                # both instances recorded, at the switch) is an event twice, or
-                # out of order: deduplicate and sort there, not everywhere (a
-                # sort of everything held was a third of a keep under a storm)
-                t = pl.col("t_ns")
-                mid = pl.concat([had.filter(t >= lo), new.filter(t <= hi)])
-                mid = (mid.unique(maintain_order=True) if len(self.pair) > 1 else mid).sort("t_ns", maintain_order=True)
-                both = pl.concat([had.filter(t < lo), mid, new.filter(t > hi)])
-        win = both.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1))
-        newest = int(both["t_ns"].max()) if len(both) else p1  # type: ignore[arg-type]
-        self.held = both.filter(pl.col("t_ns") >= newest - margin_ns)
-        if len(self.pair) > 1:
-            self.active = 1 - a
-            self.since[self.active] = switched
-            # no pause: nothing was blind
-            placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
-            self.totals["reads_asked"] += 1
-            return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
-        self.since[a] = p1
-        blind = [(x, y) for x, y in self.pauses if y > t0 and x < t1]
-        self.pauses = [*self.pauses[-63:], (p0, p1)]
-        # the page flags' own losses between events this read has
-        placed = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1 and w["start_ns"] >= first.get(w["cpu"], w["start_ns"])]
-        self.totals["reads_asked"] += 1
-        return self._write_kept(win, t0, t1, dest, short, blind, placed, (p0, p1), len(new), nbytes, read_ns)
-
     def pull(self) -> None:
         """A draining recorder's read: every CPU's new pages into the ring,
         and what the kernel overwrote since the last read as a gap."""
@@ -455,12 +365,12 @@ class Reader:
         now_k = time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset()
         inst, fds = self.pair[0]
         for c, fd in fds.items():
-            st = _stats(inst, c)
+            st = buffer_stats(inst, c)
             bound = (st.get("bytes", 0) // max(1, self.page_size - 64) + 2) * self.page_size
             buf = _native.ktrace_read(fd, self.page_size, min(bound, MAX_READ))
             if buf:
                 self.ring.add(c, buf)
-            total = _dropped(st)
+            total = dropped(st)
             if total > self.bases[0].get(c, 0):
                 self.ring.gaps.append((c, self.last_k, now_k, total - self.bases[0].get(c, 0)))
                 self.bases[0][c] = total
@@ -469,109 +379,6 @@ class Reader:
         self.ring.trim(now_k)
         self.totals["reads_half_full"] += 1  # reads of its own (not asked)
         self.totals["read_ns"] += time.monotonic_ns() - t0
-
-    def _keep_drained(self, t0: int, t1: int, dest: Path) -> Kept:
-        """A draining recorder's keep: a read (the window's end may still be in
-        the kernel), then the ring's pages over [t0, t1] decoded, nothing else."""
-        from loopscope.kernel import store
-
-        self.pull()
-        ring = self.ring
-        assert ring is not None
-        t_read = time.monotonic_ns()
-        n = 0
-        nbytes = 0
-        short = []
-        for c in self.pair[0][1]:
-            pages = ring.over(c, t0, t1)
-            cut = ring.cut.get(c)
-            if cut is not None and cut > t0:  # the ring had let these go: the window came too late
-                short.append({"cpu": c, "from_ns": t0, "to_ns": min(cut, t1)})
-            if pages:
-                self.decoder.set_last_time(c, int.from_bytes(pages[0][:8], "little"))
-                buf = b"".join(pages)
-                self.decoder.pages(c, buf)
-                n += len(pages)
-                nbytes += len(buf)
-        got = self.decoder.take()
-        self.k_strings, self.k_events = got["strings"], got["events"]
-        new = store.frame(got)
-        win = new.filter((pl.col("t_ns") >= t0) & (pl.col("t_ns") <= t1)).sort("t_ns", maintain_order=True)
-        read_ns = time.monotonic_ns() - t_read
-        placed: list[Any] = [w for w in store.lost_list(got) if w["end_ns"] > t0 and w["start_ns"] < t1]
-        placed += [
-            {"cpu": c, "start_ns": a, "end_ns": b, "events": ev, "why": "the kernel overwrote these before the recorder's read took them"}
-            for c, a, b, ev in ring.gaps
-            if b > t0 and a < t1
-        ]
-        self.totals["reads_asked"] += 1
-        return self._write_kept(win, t0, t1, dest, short, [], placed, None, len(new), nbytes, read_ns)
-
-    def _write_kept(
-        self,
-        win: pl.DataFrame,
-        t0: int,
-        t1: int,
-        dest: Path,
-        short: list[dict[str, int]],
-        blind: list[tuple[int, int]],
-        placed: list[Any],
-        pause: tuple[int, int] | None,
-        n_read: int,
-        nbytes: int,
-        read_ns: int = 0,
-    ) -> Kept:
-        from loopscope.kernel import store
-
-        (dest / "events").mkdir(parents=True, exist_ok=True)
-        lost: list[store.LostWindow] = [
-            {
-                "cpu": w["cpu"],
-                "start_ns": w["from_ns"],
-                "end_ns": w["to_ns"],
-                "events": 1,
-                "why": "the flight recorder's buffer had overwritten this before the window was kept",
-            }
-            for w in short
-        ]
-        lost += [{"cpu": c, "start_ns": a, "end_ns": b, "events": 1, "why": "tracing was paused to keep an earlier window"} for a, b in blind for c in self.fds]
-        lost += placed
-        seg: store.Segment = {
-            "seg": 0,
-            "reason": "kept",
-            "label": dest.name,
-            "read_ns": read_ns,
-            "bytes_read": nbytes,
-            "events": len(win),
-            "t_first_ns": t0,
-            "t_last_ns": t1,
-            "lost": lost,
-            "file": None,
-            "strings": self.k_strings,
-            "event_names": self.k_events,
-        }
-        t_w = time.monotonic_ns()
-        if len(win):
-            written = store.write_segment(dest, 0, win, sync=False)
-            seg["file"], seg["groups"], seg["bytes"] = written["file"], written["groups"], written["bytes"]
-        (dest / "segments.jsonl").write_text(json.dumps(seg) + "\n")
-        t = self.totals
-        t["segments"] += 1
-        t["events"] += len(win)
-        t["bytes_read"] += nbytes
-        t["read_ns"] += read_ns
-        return {
-            "kept": len(win),
-            "read": n_read,
-            "read_ns": read_ns,
-            "age_ns": time.clock_gettime_ns(time.CLOCK_MONOTONIC) - _timens_offset() - t0,
-            "write_ns": time.monotonic_ns() - t_w,
-            "paused_ns": pause[1] - pause[0] if pause else 0,
-            "pause": list(pause) if pause else [],
-            "short": short,
-            "blind": [list(b) for b in blind],
-            "bytes": seg.get("bytes", 0),
-        }
 
     def close(self) -> None:
 
