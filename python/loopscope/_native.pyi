@@ -602,6 +602,8 @@ class _Written(TypedDict):
 
 #: events per row group of a segment file the native writer writes (the store's GROUP)
 SEGMENT_GROUP: int
+#: the columns the native split takes, in its order (the store reads these)
+ATTRIBUTE_COLUMNS: list[str]
 
 class KtraceSegments:
     def __init__(self, cap_dir: str, level: int) -> None: ...

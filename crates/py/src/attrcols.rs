@@ -81,30 +81,34 @@ pub fn joined<'a>(chunks: &[Chunk<'a>]) -> Cow<'a, [i64]> {
     Cow::Owned(out)
 }
 
+/// The columns the split takes, in `Events`' order: the store reads these
+/// (`loopscope._native.ATTRIBUTE_COLUMNS`, its `ARRAYS`), and nothing else
+/// names them.
+pub const COLUMNS: [&str; 15] = [
+    "t_ns",
+    "cpu",
+    "event",
+    "pid",
+    "target",
+    "target_comm",
+    "next_pid",
+    "next_comm",
+    "prev_state",
+    "name",
+    "runtime",
+    "expires",
+    "softexpires",
+    "prio",
+    "next_prio",
+];
+
 /// The columns attribution reads, each an array or a list of chunks, held as
 /// the caller's arrays; the tasks' priorities may be missing (captures before
 /// them), None here, -1 for every event in the split.
 pub fn attribute_columns<'py>(cols: &Bound<'py, PyDict>) -> PyResult<Vec<Option<Vec<Held<'py>>>>> {
-    const COLS: [&str; 15] = [
-        "t_ns",
-        "cpu",
-        "event",
-        "pid",
-        "target",
-        "target_comm",
-        "next_pid",
-        "next_comm",
-        "prev_state",
-        "name",
-        "runtime",
-        "expires",
-        "softexpires",
-        "prio",
-        "next_prio",
-    ];
-    let mut held = Vec::with_capacity(COLS.len());
+    let mut held = Vec::with_capacity(COLUMNS.len());
     let mut n = None;
-    for c in COLS {
+    for c in COLUMNS {
         let Some(a) = cols.get_item(c)? else {
             if c.ends_with("prio") {
                 held.push(None);

@@ -37,6 +37,7 @@ from typing_extensions import TypedDict
 import numpy as np
 import polars as pl
 
+from loopscope import _native
 from loopscope.errors import InputError
 from loopscope.rundir import Capture
 
@@ -104,24 +105,8 @@ class CaptureError(InputError):
 
 
 CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
-# The columns the native attribution takes, as int64 arrays.
-ARRAYS = [
-    "t_ns",
-    "cpu",
-    "event",
-    "pid",
-    "target",
-    "target_comm",
-    "next_pid",
-    "next_comm",
-    "prev_state",
-    "name",
-    "runtime",
-    "expires",
-    "softexpires",
-    "prio",
-    "next_prio",
-]
+# The columns the native attribution takes (it names them; int32 columns stay int32, the split widens them).
+ARRAYS: list[str] = list(_native.ATTRIBUTE_COLUMNS)
 
 
 # The decoder's columns that hold -1 where an event has no such field, and their stored type.
