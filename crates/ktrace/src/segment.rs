@@ -130,7 +130,14 @@ impl Cut {
 
     /// Rows `a..b` of a nullable column (`of` picks it) as `present` gives
     /// them, gathered and sifted in one pass.
-    fn present_rows<'a, T: TryFrom<i64> + Default>(&'a self, of: impl Fn(&'a Columns) -> &'a [i64], a: usize, b: usize, vals: &mut Vec<T>, def: &mut Vec<i16>) {
+    fn present_rows<'a, T: TryFrom<i64> + Default + Copy>(
+        &'a self,
+        of: impl Fn(&'a Columns) -> &'a [i64],
+        a: usize,
+        b: usize,
+        vals: &mut Vec<T>,
+        def: &mut Vec<i16>,
+    ) {
         match &self.ranks {
             None => present(vals, def, of(&self.batch)[a..b].iter().copied()),
             Some(ranks) => {
@@ -381,16 +388,26 @@ fn column(k: usize) -> Col {
 
 /// The values of `src` that are there (not negative) into `vals`, and a
 /// definition level per value (1: there, 0: null) into `def`.
-fn present<T: TryFrom<i64> + Default>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: impl Iterator<Item = i64>) {
+///
+/// Without a branch on presence: every value is written at the next free
+/// place, which moves on only past a value that is there. Events of
+/// different kinds interleave, so such a branch mispredicted often (it was
+/// the writer's hottest instruction).
+fn present<T: TryFrom<i64> + Default + Copy>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: impl ExactSizeIterator<Item = i64>) {
+    let n = src.len();
     vals.clear();
+    vals.resize(n, T::default());
     def.clear();
-    for v in src {
-        def.push((v >= 0) as i16);
-        if v >= 0 {
-            // an INT32 column's values fit (ids, codes, CPUs, priorities); one that does not is stored as 0, never wrapped
-            vals.push(T::try_from(v).unwrap_or_default());
-        }
+    def.resize(n, 0);
+    let mut k = 0;
+    for (v, d) in src.zip(def.iter_mut()) {
+        let there = v >= 0;
+        *d = there as i16;
+        // an INT32 column's values fit (ids, codes, CPUs, priorities); one that does not is stored as 0, never wrapped
+        vals[k] = T::try_from(v).unwrap_or_default();
+        k += there as usize;
     }
+    vals.truncate(k);
 }
 
 /// The events `keys` name (by rank: `a`'s first, then `b`'s), in that order.
