@@ -99,21 +99,21 @@ pub struct Columns {
     pub cpu: Vec<i32>,
     pub event: Vec<i32>,
     pub pid: Vec<i32>,
-    pub target: Vec<i64>,
-    pub target_comm: Vec<i64>,
-    pub next_pid: Vec<i64>,
-    pub next_comm: Vec<i64>,
-    pub prev_state: Vec<i64>,
-    pub irq: Vec<i64>,
-    pub name: Vec<i64>,
-    pub dest_cpu: Vec<i64>,
+    pub target: Vec<i32>,
+    pub target_comm: Vec<i32>,
+    pub next_pid: Vec<i32>,
+    pub next_comm: Vec<i32>,
+    pub prev_state: Vec<i32>,
+    pub irq: Vec<i32>,
+    pub name: Vec<i32>,
+    pub dest_cpu: Vec<i32>,
     pub runtime: Vec<i64>,
     /// hrtimer_start: the hard expiry and the soft one (the slack is between them).
     pub expires: Vec<i64>,
     pub softexpires: Vec<i64>,
     /// sched_switch: the tasks' kernel priorities (prev, next); the wake-ups: the woken task's
-    pub prio: Vec<i64>,
-    pub next_prio: Vec<i64>,
+    pub prio: Vec<i32>,
+    pub next_prio: Vec<i32>,
 }
 
 impl Columns {
@@ -131,12 +131,12 @@ impl Columns {
             &mut self.irq,
             &mut self.name,
             &mut self.dest_cpu,
-            &mut self.runtime,
-            &mut self.expires,
-            &mut self.softexpires,
             &mut self.prio,
             &mut self.next_prio,
         ] {
+            v.reserve(n);
+        }
+        for v in [&mut self.runtime, &mut self.expires, &mut self.softexpires] {
             v.reserve(n);
         }
     }
@@ -381,25 +381,38 @@ impl Decoder {
         c.cpu.push(cpu);
         c.event.push(event);
         c.pid.push(pid);
-        c.target.push(vals[0]);
-        c.target_comm.push(vals[1]);
-        c.next_pid.push(vals[2]);
-        c.next_comm.push(vals[3]);
-        c.prev_state.push(vals[4]);
-        c.irq.push(vals[5]);
-        c.name.push(vals[6]);
-        c.dest_cpu.push(vals[7]);
+        c.target.push(narrow(vals[0]));
+        c.target_comm.push(narrow(vals[1]));
+        c.next_pid.push(narrow(vals[2]));
+        c.next_comm.push(narrow(vals[3]));
+        c.prev_state.push(narrow(vals[4]));
+        c.irq.push(narrow(vals[5]));
+        c.name.push(narrow(vals[6]));
+        c.dest_cpu.push(narrow(vals[7]));
         c.runtime.push(vals[8]);
         c.expires.push(vals[9]);
         c.softexpires.push(vals[10]);
-        c.prio.push(vals[12]);
-        c.next_prio.push(vals[13]);
+        c.prio.push(narrow(vals[12]));
+        c.next_prio.push(narrow(vals[13]));
         self.counts.kept += 1;
     }
 
     /// Hand over what was decoded so far (the string table and per-CPU state stay).
     pub fn take(&mut self) -> (Columns, Losses) {
         (std::mem::take(&mut self.cols), std::mem::take(&mut self.lost))
+    }
+}
+
+/// A value of a column kept as 32 bits (ids, string codes, CPUs, states,
+/// priorities): -1 stays "none" (any negative is), and one that does not
+/// fit is 0, never wrapped (as the segment files store it). Half the width
+/// of the others: a batch is some 40 % less memory to fill and to read.
+#[inline]
+fn narrow(v: i64) -> i32 {
+    if v < 0 {
+        -1
+    } else {
+        i32::try_from(v).unwrap_or(0)
     }
 }
 

@@ -130,9 +130,9 @@ impl Cut {
 
     /// Rows `a..b` of a nullable column (`of` picks it) as `present` gives
     /// them, gathered and sifted in one pass.
-    fn present_rows<'a, T: TryFrom<i64> + Default + Copy>(
+    fn present_rows<'a, T: Default + Copy + PartialOrd + 'a>(
         &'a self,
-        of: impl Fn(&'a Columns) -> &'a [i64],
+        of: impl Fn(&'a Columns) -> &'a [T],
         a: usize,
         b: usize,
         vals: &mut Vec<T>,
@@ -355,12 +355,11 @@ fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)
 
 /// One decoded column as stored (how to find it in a batch): an INT64
 /// (nullable or not: null is a negative value, the event has no such
-/// field), an INT32 never null, or `Narrow`: a nullable one decoded as
-/// int64 and stored as INT32.
+/// field), an INT32 never null, or `Narrow`: a nullable INT32.
 enum Col {
     Long(fn(&Columns) -> &[i64], bool),
     Int(fn(&Columns) -> &[i32]),
-    Narrow(fn(&Columns) -> &[i64]),
+    Narrow(fn(&Columns) -> &[i32]),
 }
 
 /// Column `k` of `SCHEMA`.
@@ -393,7 +392,7 @@ fn column(k: usize) -> Col {
 /// place, which moves on only past a value that is there. Events of
 /// different kinds interleave, so such a branch mispredicted often (it was
 /// the writer's hottest instruction).
-fn present<T: TryFrom<i64> + Default + Copy>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: impl ExactSizeIterator<Item = i64>) {
+fn present<T: Default + Copy + PartialOrd>(vals: &mut Vec<T>, def: &mut Vec<i16>, src: impl ExactSizeIterator<Item = T>) {
     let n = src.len();
     vals.clear();
     vals.resize(n, T::default());
@@ -401,10 +400,9 @@ fn present<T: TryFrom<i64> + Default + Copy>(vals: &mut Vec<T>, def: &mut Vec<i1
     def.resize(n, 0);
     let mut k = 0;
     for (v, d) in src.zip(def.iter_mut()) {
-        let there = v >= 0;
+        let there = v >= T::default();
         *d = there as i16;
-        // an INT32 column's values fit (ids, codes, CPUs, priorities); one that does not is stored as 0, never wrapped
-        vals[k] = T::try_from(v).unwrap_or_default();
+        vals[k] = v;
         k += there as usize;
     }
     vals.truncate(k);
@@ -439,12 +437,12 @@ mod tests {
             &mut c.irq,
             &mut c.name,
             &mut c.dest_cpu,
-            &mut c.runtime,
-            &mut c.expires,
-            &mut c.softexpires,
             &mut c.prio,
             &mut c.next_prio,
         ] {
+            *v = vec![-1; n];
+        }
+        for v in [&mut c.runtime, &mut c.expires, &mut c.softexpires] {
             *v = vec![-1; n];
         }
         c
@@ -464,7 +462,7 @@ mod tests {
             for _ in 0..30 {
                 let mut clocks = vec![0i64; cpus];
                 let (mut held, mut batch) = (events(&[]), events(&[]));
-                for (i, part) in [&mut held, &mut batch].into_iter().enumerate() {
+                for part in [&mut held, &mut batch] {
                     for _ in 0..(1 + rnd(40)) {
                         let c = rnd(cpus as u64) as usize;
                         for _ in 0..(1 + rnd(30)) {
