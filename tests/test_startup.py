@@ -67,3 +67,23 @@ def test_a_commands_modules_are_left_out_of_the_collectors_passes_once_imported(
     assert r.returncode == 0, r.stderr
     before, after = map(int, r.stdout.split())
     assert before == 0 and after > 10_000, (before, after)
+
+
+def test_a_module_loaded_meanwhile_is_there_once_its_thread_is_joined() -> None:
+    code = (
+        "    import sys\n"
+        "    from loopscope import lazy\n"
+        "    t = lazy.meanwhile('loopscope.rundir')\n"
+        "    t.join()\n"
+        "    assert 'loopscope.rundir' in sys.modules and not t.is_alive()\n"
+    )
+    assert "loopscope.rundir" in _loaded_by(code)
+
+
+def test_a_module_that_fails_to_load_meanwhile_is_left_to_raise_where_it_is_used() -> None:
+    from loopscope import lazy
+
+    t = lazy.meanwhile("loopscope.no_such_module")
+    t.join()
+    with pytest.raises(ModuleNotFoundError):
+        __import__("loopscope.no_such_module")

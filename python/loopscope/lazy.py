@@ -31,11 +31,19 @@ the cyclic collector's passes (``gc.freeze`` in ``cli/base.py``'s
 ``LazyGroup``): it lives as long as the process, and walking it again at
 every pass and at exit cost a report 0.15 s.
 
+One more form: a module a command needs only at its end, imported
+meanwhile on another thread (``meanwhile``), while the command's own work
+runs natively without the interpreter lock. ``loopscope import`` decodes its
+first batch while the run record's types (pydantic's models, 0.1 s of
+imports) load beside it; it needs them only to write the record.
+
 ``tests/test_startup.py`` holds which commands leave these unloaded.
 """
 
 from __future__ import annotations
 
+import importlib
+import threading
 from types import ModuleType
 
 
@@ -52,3 +60,19 @@ def stats() -> ModuleType:
     from scipy import stats as st
 
     return st
+
+
+def meanwhile(module: str) -> threading.Thread:
+    """Import ``module`` on another thread, now; join the thread returned
+    before the process may end (an import cut short at exit can fail
+    loudly). A failed import is left for the module's own import to raise."""
+
+    def load() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # raised again, where it is used, by that import
+            pass
+
+    t = threading.Thread(target=load, name="ls-import-meanwhile", daemon=True)
+    t.start()
+    return t

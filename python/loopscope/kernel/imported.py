@@ -39,8 +39,7 @@ from typing_extensions import TypedDict
 
 from loopscope.errors import InputError, RunError
 from loopscope.kernel import segments as S
-from loopscope.rundir import Capture, KernelRecord, RunDir, RunRecord
-from loopscope import _native
+from loopscope import _native, lazy
 import shutil
 
 if TYPE_CHECKING:
@@ -167,7 +166,15 @@ def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source
 
 def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
     """Decode ``path`` into a new run directory ``out`` (which must not exist)."""
+    # the run record's types are needed only at the end: they load while the first batch decodes
+    types = lazy.meanwhile("loopscope.rundir")
+    try:
+        return _import(path, out, host)
+    finally:
+        types.join()
 
+
+def _import(path: Path, out: Path, host: str | None) -> Imported:
     kind = kind_of(path)
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out}: exists and is not empty; give a new directory with -o")
@@ -337,6 +344,8 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
 
 def _write_record(out: Path, host: str, path: Path, kind: str, src: Source, present: list[str], notes: list[str], page_size: int | None) -> None:
     """The imported run's record: one host, its capture, and what the file said about itself."""
+    from loopscope.rundir import Capture, KernelRecord, RunDir, RunRecord  # loaded meanwhile (``import_file``)
+
     missing = [e for e in ("sched_switch",) if e not in present] + ([] if set(present) & {"sched_wakeup", "sched_waking"} else ["sched_wakeup or sched_waking"])
     cap = Capture.model_validate(
         {
