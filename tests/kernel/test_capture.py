@@ -69,6 +69,20 @@ def test_the_decoder_reads_what_the_kernel_prints_as_text(tmp_path: Path, lab: N
     assert sorted(df.filter(pl.col("event") == "softirq_entry")["name"].to_list()) == soft
 
 
+def test_the_readers_set_up_is_counted_apart_inside_its_cpu_time(tmp_path: Path, lab: None) -> None:
+    # its start and the ring buffers it asks for (zeroed by the kernel on its clock) before anything is recorded
+    _tracefs()
+    cap = C.Capture(tmp_path / "k", ["sched:sched_switch"], buffer_mb=32, name=f"loopscope-{os.getpid()}")
+    assert cap.start().refused is None
+    try:
+        cap.drain("one")
+    finally:
+        meta = cap.stop()
+    assert meta.reader_setup_cpu_s is not None and meta.reader_cpu_s is not None
+    # /proc counts the whole in clock ticks, the reader its set-up exactly: a tick or two apart at most
+    assert 0 < meta.reader_setup_cpu_s <= meta.reader_cpu_s + 0.03, (meta.reader_setup_cpu_s, meta.reader_cpu_s)
+
+
 FAULTER = """
 import mmap, time
 for _ in range(20):

@@ -130,6 +130,7 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
         "events_per_s": st.events / span if span else None,
         "reader_cpu_s": reader_cpu,
         "reader_cpu_share": reader_cpu / secs if reader_cpu is not None and secs else None,
+        "reader_setup_cpu_s": cap.reader_setup_cpu_s,
         "perf_cpu_s": cap.perf_cpu_s,
         "perf_cpu_share": cap.perf_cpu_s / secs if cap.perf_cpu_s is not None and secs else None,
         "reads_between_windows": _count(rd.get("reads_asked")),

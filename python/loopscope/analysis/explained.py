@@ -50,6 +50,8 @@ class CaptureSummary(TypedDict):
     events_per_s: float | None
     reader_cpu_s: float | None
     reader_cpu_share: float | None
+    #: of reader_cpu_s, its start and set-up (before recording began: the ring buffers' allocation is most of it)
+    reader_setup_cpu_s: NotRequired[float | None]
     perf_cpu_s: float | None
     perf_cpu_share: float | None
     reads_between_windows: int | None

@@ -388,6 +388,7 @@ class Capture:
                 "page_size": self.ready.get("page_size"),
                 "seconds": (self.stopped_ns - self.started_ns) / 1e9 if self.stopped_ns else None,
                 "reader_cpu_s": self.cpu_s,
+                "reader_setup_cpu_s": self.ready.get("setup_cpu_s"),
                 "reader_tids": self.tids,
                 "reader": self.final.get("totals"),
             }

@@ -204,6 +204,8 @@ class Reader:
             "filters": self.filters,
             "unfiltered": self.unfiltered,
             "buffer_kb": int((self.inst / "buffer_size_kb").read_text().split()[0]),
+            # its start and set-up so far: the interpreter, the instance, and the kernel zeroing its ring buffers
+            "setup_cpu_s": time.process_time(),
         }
 
     def _twin(self, cpus: list[int]) -> tuple[Path, dict[int, int]]:

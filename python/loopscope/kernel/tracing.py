@@ -121,6 +121,8 @@ class Ready(TypedDict, total=False):
     filters: dict[str, str]
     unfiltered: list[str]
     buffer_kb: int
+    #: the reader's CPU time when it said ready (its start, the instance made, the ring buffers allocated)
+    setup_cpu_s: float
     error: str
 
 

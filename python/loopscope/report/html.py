@@ -120,6 +120,11 @@ def _why(ex: ExplainDoc | None, inputs: SectionInputs) -> Why | None:
             + (f"; perf used {share * 100:.1f} % of a CPU" if share is not None else "")
             + (f"; its reader used {reader * 100:.1f} % of a CPU, between the probe windows" if reader is not None and share is None else "")
             + (
+                f" ({setup:.2f} s of it starting and allocating its ring buffers)"
+                if reader is not None and share is None and (setup := c.get("reader_setup_cpu_s"))
+                else ""
+            )
+            + (
                 f", and ran inside {sum(1 for d in during if d.get('step'))} window(s) when a buffer was half full"
                 if any(d.get("step") for d in during)
                 else ""
