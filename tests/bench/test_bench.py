@@ -124,6 +124,8 @@ def test_bench_kcapture_measures_the_idle_timer_and_the_busy_pipeline(cli: Cli, 
             assert k in s, (s["name"], k)
         assert s["kernel_events"] > 0 and 0.0 <= s["self_share"] <= 1.0
         assert len(s["runs_without"]) == len(s["runs_with"]) == 2
+        # the reader's set-up is part of its CPU time, said apart
+        assert 0 < s["reader_setup_cpu_s"] and all(0 < x["reader_setup_cpu_s"] for x in s["runs_with"]), s["name"]
         assert s["verdict"] in ("met", "not met", "inconclusive") and s["aa_spread"] > 0
     busy = j["scenarios"][1]
     assert busy["p99_ns_with"] > 0

@@ -81,7 +81,7 @@ class RunStats(TypedDict, total=False):
     reads_during_windows: int | None
     reader_cpu_share: float | None
     #: of the reader's CPU time, its start and set-up (the kernel zeroing its ring buffers is most of it)
-    reader_setup_s: float | None
+    reader_setup_cpu_s: float | None
     self: tuple[int, int]  # (ns explain gave lab: capture, outliers' ns), pooled into self_share
     self_share: float
 
@@ -99,7 +99,7 @@ class Scenario(TypedDict, total=False):
     bytes_per_s: float | None
     reader_cpu_share: float | None
     #: the median reader's start and set-up, in CPU seconds (inside reader_cpu_share)
-    reader_setup_s: float | None
+    reader_setup_cpu_s: float | None
     self_share: float
     runs_without: list[RunStats]
     runs_with: list[RunStats]
@@ -235,7 +235,7 @@ def timer_idle(plan: "Pairs", secs: float, work: Path, say: Callable[[str], None
                 "seconds": meta.seconds,
                 "reads_half_full": int(rd.get("reads_half_full") or 0),
                 "reader_cpu_share": meta.reader_cpu_s / meta.seconds if meta.reader_cpu_s is not None and meta.seconds else None,
-                "reader_setup_s": meta.reader_setup_cpu_s,
+                "reader_setup_cpu_s": meta.reader_setup_cpu_s,
                 "self": _timer_self_share(work / f"cap{i}", work / f"with{i}.lstrace"),
             }
         )
@@ -332,7 +332,7 @@ def pipeline_busy(plan: "Pairs", secs: float, work: Path, say: Callable[[str], N
                             "bytes_per_s": cap["bytes_per_s"],
                             "reader_cpu_share": cap["reader_cpu_share"] if cap["reader_cpu_share"] is not None else cap["perf_cpu_share"],
                             "reads_during_windows": cap["reads_during_windows"],
-                            "reader_setup_s": cap.get("reader_setup_cpu_s"),
+                            "reader_setup_cpu_s": cap.get("reader_setup_cpu_s"),
                         }
                     )
             runs[d].append(row)
@@ -430,7 +430,7 @@ def _summary(name: str, without: list[RunStats], with_: list[RunStats]) -> Scena
         "lost_kernel_events": sum(x.get("lost_kernel_events") or 0 for x in with_),
         "bytes_per_s": bps,
         "reader_cpu_share": _med(with_, "reader_cpu_share"),
-        "reader_setup_s": _med(with_, "reader_setup_s"),
+        "reader_setup_cpu_s": _med(with_, "reader_setup_cpu_s"),
         "self_share": _self_share([x["self"] for x in with_ if "self" in x]),
         "runs_without": without,
         "runs_with": runs_with,
@@ -511,7 +511,7 @@ def print_human(r: KcaptureBench) -> None:
                 f"{(x['kernel_events'] or 0):,.0f} events/run, {x['lost_kernel_events']} lost"
                 + (f", {bps / 1e6:.2f} MB/s on disk" if (bps := x.get("bytes_per_s")) else "")
                 + (f", reader {share * 100:.1f} % of a CPU" if (share := x.get("reader_cpu_share")) is not None else "")
-                + (f" ({setup:.2f} s of it its start and ring buffers)" if (setup := x.get("reader_setup_s")) is not None else "")
+                + (f" ({setup:.2f} s of it its start and ring buffers)" if (setup := x.get("reader_setup_cpu_s")) is not None else "")
             )
         if s.get("aa_spread") is not None:
             print(f"  noise floor: p99 of one half of the runs without capture over the other: ×{s['aa_spread']:.3f}")
