@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from loopscope.bench import foreign as F
+from loopscope.errors import InputError
 from loopscope.kernel import capture as C
 from tests.conftest import Cli
 from tests.helpers import assert_clean_error
@@ -277,7 +278,6 @@ def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_
     assert 0.9 * theirs_us * 1000 <= lat["max"] <= theirs_us * 1000 + 50_000, (lat, theirs_us)
 
 
-#: damaged copies of each recording, and how long one import of a copy may take
 def _stored(cap: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
     """A capture's events with their strings and event names resolved (each
     reader interns names in the order it meets them), and its loss windows."""
@@ -336,6 +336,82 @@ def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
         assert rows == their_rows
 
 
+def _perf_samples(data: bytes) -> tuple[list[int], int | None, list[int]]:
+    """A little-endian perf.data's SAMPLE records (their offsets), where a
+    sample's CPU lies in its body (None: not sampled), from the header and
+    the first attribute's sample_type (perf_event.h's order of fields), and
+    its rounds' ends (FINISHED_ROUND records' offsets)."""
+    word = lambda at: int.from_bytes(data[at : at + 8], "little")  # noqa: E731
+    attrs_off, data_off, data_size = word(24), word(40), word(48)
+    sample_type = word(attrs_off + 24)
+    # IDENTIFIER, IP, TID, TIME, ADDR, ID, STREAM_ID come before the CPU, 8 bytes each when sampled
+    before = sum(8 for bit in (16, 0, 1, 2, 3, 6, 9) if sample_type & (1 << bit))
+    cpu_at = before if sample_type & (1 << 7) else None
+    at, end, samples, rounds = data_off, data_off + data_size, [], []
+    while at + 8 <= end:
+        kind, size = int.from_bytes(data[at : at + 4], "little"), int.from_bytes(data[at + 6 : at + 8], "little")
+        if kind in (9, 68):
+            (samples if kind == 9 else rounds).append(at)
+        at += size
+    return samples, cpu_at, rounds
+
+
+@pytest.mark.parametrize("sorted_reader", [False, True])
+def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(recordings: dict[str, Path], tmp_path: Path, sorted_reader: bool) -> None:
+    from loopscope import _native
+    from loopscope.kernel import imported
+
+    if "perf" not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    bad = bytearray(recordings["perf"].read_bytes())
+    samples, cpu_at, _ = _perf_samples(bytes(bad))
+    assert cpu_at is not None and len(samples) > 200
+    at = samples[100] + 8 + cpu_at
+    bad[at : at + 4] = (0x40000000).to_bytes(4, "little")  # a flipped bit 30: sized per-CPU tables to 24 GB
+    p = tmp_path / "cpu.data"
+    p.write_bytes(bytes(bad))
+    cap = tmp_path / "cap"
+    (cap / "events").mkdir(parents=True)
+    imp = _native.KtraceImport(str(p), "perf.data", sorted_reader=sorted_reader)
+    imported._decode(imp, cap, "perf.data", p.name)
+    rows, _ = _stored(cap)
+    assert max(r[1] for r in rows) < 64, "a CPU no machine has was stored"
+    assert len(rows) == len(samples) - 1
+    index = [json.loads(line) for line in (cap / "segments.jsonl").read_text().splitlines()]
+    past = [w for x in index for w in x["lost"] if "names CPU 1073741824" in w.get("why", "")]
+    assert [(w["cpu"], w["events"]) for w in past] == [(-1, 1)], past
+
+
+def test_an_aux_record_sized_past_the_file_stops_the_sorted_reader_there_saying_so(recordings: dict[str, Path], tmp_path: Path) -> None:
+    from loopscope import _native
+    from loopscope.kernel import imported
+
+    if "perf" not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    bad = bytearray(recordings["perf"].read_bytes())
+    samples, _, rounds = _perf_samples(bytes(bad))
+    at = samples[-50]
+    # a late sample made an AUX data record (type 71) whose data would be 24 GB: the crate allocates before it reads
+    bad[at : at + 4] = (71).to_bytes(4, "little")
+    bad[at + 8 : at + 16] = (24 << 30).to_bytes(8, "little")
+    p = tmp_path / "aux.data"
+    p.write_bytes(bytes(bad))
+    cap = tmp_path / "cap"
+    (cap / "events").mkdir(parents=True)
+    said = f"an AUX data record at offset {at} says {24 << 30} bytes of data follow it"
+    imp = _native.KtraceImport(str(p), "perf.data", sorted_reader=True)
+    try:
+        imported._decode(imp, cap, "perf.data", p.name)
+    except InputError as e:
+        # the crate gives a round only once the next has ended: the cut may come before anything is final
+        assert said in str(e) and (len(rounds) < 2 or rounds[1] > at), (e, rounds, at)
+        return
+    rows, _ = _stored(cap)
+    assert 0 < len(rows) < len(samples) - 50
+    assert said in " ".join(imp.damage())
+
+
+#: damaged copies of each recording, and how long one import of a copy may take
 COPIES = 40
 DAMAGED_WITHIN_S = 10
 

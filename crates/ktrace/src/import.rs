@@ -25,8 +25,8 @@
 
 use crate::decode::Decoder;
 use crate::format::{parse, parse_header_page, Format, PageLayout};
-use crate::perfdata::{Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE, USER_TYPE_START};
-use crate::tracedat::{self, CpuStream, FileError, Meta};
+use crate::perfdata::{aux_past_end, Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE, USER_TYPE_START};
+use crate::tracedat::{self, CpuStream, FileError, Meta, MAX_CPUS};
 use std::fs::File;
 
 type R<T> = Result<T, FileError>;
@@ -225,6 +225,48 @@ fn perf_sections_fit(f: &File) -> R<Option<(u64, u64)>> {
     Ok(Some((data_off, data_size)))
 }
 
+/// The file as the crate's reader sees it: its data section ends at `cut`
+/// (an AUX record the crate would allocate past the file for, see
+/// [`aux_past_end`]), so the crate meets the end there and says so.
+/// Everything else reads as it is. The cut is set once the file's
+/// attributes say the crate reads its records, before it reads one.
+pub struct CutFile {
+    f: File,
+    pos: u64,
+    /// the data section's bytes from `cut` to `end` read as its end
+    cut: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    end: u64,
+}
+
+impl std::io::Read for CutFile {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let mut want = buf.len();
+        let cut = self.cut.load(std::sync::atomic::Ordering::Relaxed);
+        if self.pos < cut {
+            want = want.min((cut - self.pos).try_into().unwrap_or(usize::MAX));
+        } else if self.pos < self.end {
+            return Ok(0);
+        }
+        let n = self.f.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for CutFile {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        use std::io::SeekFrom;
+        let at = match to {
+            SeekFrom::Start(n) => Some(n),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+            SeekFrom::End(d) => self.f.metadata()?.len().checked_add_signed(d),
+        };
+        self.pos = at.ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a seek before the file's start"))?;
+        Ok(self.pos)
+    }
+}
+
 /// What a perf.data held besides its tracepoint samples.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerfCounts {
@@ -237,7 +279,11 @@ pub struct PerfCounts {
 
 pub struct Perf {
     file: linux_perf_data::PerfFile,
-    iter: linux_perf_data::PerfRecordIter<std::io::BufReader<File>>,
+    iter: linux_perf_data::PerfRecordIter<std::io::BufReader<CutFile>>,
+    /// Why the crate's reader was cut short (see [`CutFile`]), said where it stops.
+    cut: Option<String>,
+    /// CPUs a record may name: the file's count, or [`MAX_CPUS`] (a record naming one past it is damaged).
+    cpus: i32,
     pub dec: Decoder,
     pub meta: Meta,
     pub bad_formats: Vec<String>,
@@ -260,7 +306,10 @@ impl Perf {
         let f = File::open(path).map_err(|e| FileError(format!("cannot open it: {e}")))?;
         let data = perf_sections_fit(&f)?;
         let mine = f.try_clone().map_err(|e| FileError(format!("cannot open it: {e}")))?;
-        let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, f))
+        let cut_at = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+        let end = data.map_or(u64::MAX, |(off, size)| off + size);
+        let scan = mine.try_clone().map_err(|e| FileError(format!("cannot open it: {e}")))?;
+        let r = PerfFileReader::parse_file(std::io::BufReader::with_capacity(1 << 20, CutFile { f, pos: 0, cut: cut_at.clone(), end }))
             .map_err(|e| FileError(format!("not a perf.data file loopscope can read: {e}")))?;
         let file = r.perf_file;
         let Some(td) = file.feature_section_data(Feature::TRACING_DATA) else {
@@ -280,9 +329,20 @@ impl Perf {
         let mut dec = Decoder::new(layout, fs);
         dec.set_kallsyms(&meta.kallsyms);
         let walk = data.filter(|_| walk).zip(walkable(&file)).map(|((off, size), w)| (Records::new(mine, off, size), w, Rounds::default()));
+        // the crate's reader reads the records: cut it before an AUX record it would abort on
+        let mut cut = None;
+        if let (None, Some((off, size))) = (&walk, data) {
+            if let Some((at, why)) = aux_past_end(&scan, off, size) {
+                cut_at.store(at, std::sync::atomic::Ordering::Relaxed);
+                cut = Some(why);
+            }
+        }
+        let cpus = nr_cpus.filter(|n| (1..=MAX_CPUS).contains(n)).unwrap_or(MAX_CPUS) as i32;
         Ok(Perf {
             file,
             iter: r.record_iter,
+            cut,
+            cpus,
             dec,
             meta,
             bad_formats,
@@ -329,14 +389,17 @@ impl Perf {
         while self.counts.samples < goal {
             let rec = match self.iter.next_record(&mut self.file) {
                 Ok(r) => r,
-                Err(e) => return self.stop(format!("a record does not read: {e}")),
+                Err(e) => {
+                    let why = self.cut.take().unwrap_or_else(|| format!("a record does not read: {e}"));
+                    return self.stop(why);
+                }
             };
             let Some(rec) = rec else { return Ok(false) };
             let PerfFileRecord::EventRecord { record, .. } = rec else { continue };
             if record.record_type.0 == 13 {
                 // LOST_SAMPLES: a u64 count, then the record's sample id
                 let n = record.data.as_slice().get(..8).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
-                lost(&mut self.dec, &mut self.counts, &record, n as i64, "perf lost samples (LOST_SAMPLES)");
+                lost(&mut self.dec, &mut self.counts, self.cpus, &record, n as i64, "perf lost samples (LOST_SAMPLES)");
                 continue;
             }
             if !matches!(record.record_type.0, SAMPLE | LOST) {
@@ -352,9 +415,13 @@ impl Perf {
                         continue;
                     };
                     let cpu = smp.cpu.map(|c| c as i32).unwrap_or(-1);
+                    if cpu >= self.cpus || cpu < -1 {
+                        self.dec.lose_at(-1, 0, 1, &cpu_past(cpu, self.cpus));
+                        continue;
+                    }
                     self.dec.event(cpu, t as i64, &raw.as_slice());
                 }
-                Ok(EventRecord::Lost(l)) => lost(&mut self.dec, &mut self.counts, &record, l.count as i64, "perf lost events (LOST)"),
+                Ok(EventRecord::Lost(l)) => lost(&mut self.dec, &mut self.counts, self.cpus, &record, l.count as i64, "perf lost events (LOST)"),
                 Ok(_) => self.counts.other_records += 1,
                 Err(e) => return self.stop(format!("a record does not parse: {e}")),
             }
@@ -386,6 +453,10 @@ impl Perf {
                         break;
                     };
                     self.counts.samples += 1;
+                    if cpu >= self.cpus || cpu < -1 {
+                        self.dec.lose_at(-1, 0, 1, &cpu_past(cpu, self.cpus));
+                        continue;
+                    }
                     rounds.saw(t);
                     self.dec.event(cpu, t, raw);
                 }
@@ -394,7 +465,8 @@ impl Perf {
                     // LOST: id, count; LOST_SAMPLES: count; then the sample id
                     let n = body.get(if kind == LOST { 8..16 } else { 0..8 }).map(|b| u64::from_le_bytes(b.try_into().unwrap())).unwrap_or(0);
                     let why = if kind == LOST { "perf lost events (LOST)" } else { "perf lost samples (LOST_SAMPLES)" };
-                    lost_at(&mut self.dec, &mut self.counts, walk.id_of(body), n as i64, why);
+                    let at = walk.id_of(body).filter(|&(cpu, _)| (-1..self.cpus).contains(&cpu));
+                    lost_at(&mut self.dec, &mut self.counts, at, n as i64, why);
                 }
                 // the kernel's other records (perf's own are not counted: the crate's reader gives them apart)
                 Next::Record(kind, _) if kind < USER_TYPE_START => self.counts.other_records += 1,
@@ -436,8 +508,15 @@ fn lost_at(dec: &mut Decoder, counts: &mut PerfCounts, at: Option<(i32, i64)>, n
     }
 }
 
-/// A perf loss record: a window on its CPU up to its time, or of unknown place.
-fn lost(dec: &mut Decoder, counts: &mut PerfCounts, record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>, n: i64, why: &str) {
+/// A sample that names a CPU past the machine's (`cpus`): what is said of it.
+fn cpu_past(cpu: i32, cpus: i32) -> String {
+    format!("a sample names CPU {cpu}, past the {cpus} CPUs the recording's machine can have: damaged, not decoded")
+}
+
+/// A perf loss record: a window on its CPU up to its time, or of unknown
+/// place (when it names none, or a CPU past the machine's `cpus`).
+fn lost(dec: &mut Decoder, counts: &mut PerfCounts, cpus: i32, record: &linux_perf_data::linux_perf_event_reader::RawEventRecord<'_>, n: i64, why: &str) {
     let cd = record.common_data().ok();
-    lost_at(dec, counts, cd.and_then(|c| Some((c.cpu? as i32, c.timestamp? as i64))), n, why);
+    let at = cd.and_then(|c| Some((c.cpu? as i32, c.timestamp? as i64))).filter(|&(cpu, _)| (-1..cpus).contains(&cpu));
+    lost_at(dec, counts, at, n, why);
 }

@@ -279,6 +279,39 @@ impl Records {
     }
 }
 
+/// Where the crate's sorted reader would be asked for more memory than the
+/// file holds: an AUX data record (kept whole in memory, its payload after
+/// it) whose payload's size runs past the data section's end. The crate
+/// allocates that size before it reads, so a damaged one would abort the
+/// process; the importer cuts the reader at such a record instead.
+/// A pass over the records' headers (and an AUX record's first word) only.
+/// The record's offset and what is wrong with it, or None.
+pub fn aux_past_end(f: &File, offset: u64, size: u64) -> Option<(u64, String)> {
+    use std::io::{BufReader, Read, Seek, SeekFrom};
+    let end = offset.checked_add(size)?;
+    let mut r = BufReader::with_capacity(1 << 20, f);
+    r.seek(SeekFrom::Start(offset)).ok()?;
+    let (mut pos, mut h) = (offset, [0u8; 16]);
+    while pos + 8 <= end {
+        // a header that does not read or is too short: the crate reports it itself
+        r.read_exact(&mut h[..8]).ok()?;
+        let (kind, size) = header(&h[..8]).ok()?;
+        let mut skip = size as u64 - 8;
+        let mut aux = 0;
+        if kind == AUXTRACE && size >= 16 {
+            r.read_exact(&mut h[8..16]).ok()?;
+            skip -= 8;
+            aux = u64::from_le_bytes(h[8..16].try_into().unwrap());
+            if pos.checked_add(size as u64).and_then(|p| p.checked_add(aux)).is_none_or(|e| e > end) {
+                return Some((pos, format!("an AUX data record at offset {pos} says {aux} bytes of data follow it, past the data section's end")));
+            }
+        }
+        r.seek_relative((skip + aux) as i64).ok()?;
+        pos += size as u64 + aux;
+    }
+    None
+}
+
 /// perf's round rule as a watermark: events before it are in their final order.
 #[derive(Debug, Default)]
 pub struct Rounds {

@@ -25,6 +25,19 @@ use std::os::unix::fs::FileExt;
 
 pub const MAGIC: &[u8; 10] = b"\x17\x08\x44tracing";
 
+/// The most CPUs a Linux machine has (the kernel's largest `NR_CPUS`): a
+/// file naming a CPU past it is damaged. (Columns and per-CPU tables are
+/// indexed by CPU: a damaged id must not size them.)
+pub const MAX_CPUS: u32 = 8192;
+
+/// `cpu`, when a machine can have it.
+fn cpu_id(cpu: u32, what: &str) -> R<u32> {
+    if cpu >= MAX_CPUS {
+        return Err(FileError(format!("{what} is {cpu}, past the {MAX_CPUS} CPUs a Linux machine can have: the file is damaged")));
+    }
+    Ok(cpu)
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct FileError(pub String);
@@ -404,6 +417,9 @@ fn v6(s: &mut Disk<'_>, m: &mut Meta) -> R<()> {
 
 fn v6_cpus(s: &mut Disk<'_>, m: &Meta, name: String) -> R<Buffer> {
     let mut b = Buffer { name, clock: m.clock.clone(), page_size: m.page_size, cpus: Vec::new() };
+    if m.cpu_count > MAX_CPUS {
+        return Err(FileError(format!("its CPU count is {}, past the {MAX_CPUS} CPUs a Linux machine can have: the file is damaged", m.cpu_count)));
+    }
     for cpu in 0..m.cpu_count {
         let offset = s.u64("a CPU's data offset")?;
         let size = s.u64("a CPU's data size")?;
@@ -514,7 +530,7 @@ fn buffer_option(b: &[u8]) -> R<Buffer> {
     let n = o.u32("the buffer's CPU count")?;
     let mut cpus = Vec::new();
     for _ in 0..n {
-        let cpu = o.u32("a CPU's id")? as i32;
+        let cpu = cpu_id(o.u32("a CPU's id")?, "a CPU's id")? as i32;
         let offset = o.u64("a CPU's data offset")?;
         let size = o.u64("a CPU's data size")?;
         cpus.push(CpuData { cpu, offset, size });

@@ -32,7 +32,8 @@ pub(crate) fn batch_dict<'py>(py: Python<'py>, c: Columns, o: Bound<'py, PyDict>
     o.set_item("n", c.t_ns.len())?;
     o.set_item("t_min", c.t_ns.iter().min().copied())?;
     o.set_item("t_max", c.t_ns.iter().max().copied())?;
-    // indexed by CPU (the decoder's are small and never negative), one pass
+    // indexed by CPU, one pass: every reader refuses a CPU past tracedat::MAX_CPUS (a damaged
+    // file's CPU of 2^30 sized this table to 24 GB and aborted the process)
     let mut by_cpu: Vec<[i64; 3]> = Vec::new();
     for (&cpu, &t) in c.cpu.iter().zip(&c.t_ns) {
         let i = cpu.max(0) as usize;
