@@ -293,26 +293,33 @@ def _stored(cap: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...
     return rows, lost
 
 
+_SCHED_EVENTS = [x for e in ("sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking") for x in ("-e", e)]
+
+
 @pytest.mark.needs_tool("perf")
 @pytest.mark.needs_tool("stress-ng")
 @pytest.mark.parametrize(
-    "how, flags",
+    "how, recorder",
     [
         # one page of ring buffer a CPU under a switch storm: perf loses events and says so (LOST, LOST_SAMPLES)
-        ("losing", ["-m", "1"]),
+        ("losing", ["perf", "record", "-m", "1", *_SCHED_EVENTS]),
         # records inside zstd-compressed records, one stream across them
-        ("compressed", ["-z"]),
+        ("compressed", ["perf", "record", "-z", *_SCHED_EVENTS]),
+        # perf sched record: events of two sample formats (one lacks PERIOD), told apart by their ids
+        ("sched", ["perf", "sched", "record"]),
     ],
 )
 def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
-    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch, how: str, flags: list[str]
+    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch, how: str, recorder: list[str]
 ) -> None:
     from loopscope import _native
     from loopscope.kernel import imported
 
     rec = tmp_path / f"{how}.data"
-    events = [x for e in ("sched:sched_switch", "sched:sched_wakeup", "sched:sched_waking") for x in ("-e", e)]
-    subprocess.run(["perf", "record", *flags, *events, "-o", str(rec), "--", "stress-ng", "--switch", "2", "-t", "1", "-q"], check=True, capture_output=True)
+    subprocess.run([*recorder, "-o", str(rec), "--", "stress-ng", "--switch", "2", "-t", "1", "-q"], check=True, capture_output=True)
+    if how == "sched":
+        formats = subprocess.run(["perf", "evlist", "-v", "-i", str(rec)], check=True, capture_output=True, text=True).stdout
+        assert len(set(re.findall(r"sample_type: ([A-Z|]+)", formats))) > 1, "one sample format: the ids were not exercised"
     monkeypatch.setattr(imported, "BATCH", 100_000)  # several batches: the rounds' watermark cuts them
     got = {}
     for sorted_reader in (False, True):
@@ -320,6 +327,8 @@ def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
         (cap / "events").mkdir(parents=True)
         imp = _native.KtraceImport(str(rec), "perf.data", sorted_reader=sorted_reader)
         imported._decode(imp, cap, "perf.data", rec.name)
+        # the walker gives a watermark (the rounds' rule); the crate's reader, sorted, none
+        assert (imp.watermark_ns() is None) == sorted_reader, "the file was not walked"
         got[sorted_reader] = (_stored(cap), imp.perf_counts(), imp.damage())
     (rows, lost), counts, damage = got[False]
     assert counts is not None and not damage

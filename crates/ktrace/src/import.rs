@@ -25,7 +25,7 @@
 
 use crate::decode::Decoder;
 use crate::format::{parse, parse_header_page, Format, PageLayout};
-use crate::perfdata::{aux_past_end, Next, Records, Rounds, Walkable, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE, USER_TYPE_START};
+use crate::perfdata::{aux_past_end, Layouts, Next, Records, Rounds, Sample, FINISHED_ROUND, LOST, LOST_SAMPLES, SAMPLE, USER_TYPE_START};
 use crate::tracedat::{self, CpuStream, FileError, Meta, MAX_CPUS};
 use std::fs::File;
 
@@ -296,7 +296,7 @@ pub struct Perf {
     /// Where the records stopped reading (the rest of the file is not imported), as said to the user.
     pub damage: Vec<String>,
     /// The records in file order, when the file's layout allows (else the crate's sorted reader).
-    walk: Option<(Records, Walkable, Rounds)>,
+    walk: Option<(Records, Layouts, Rounds)>,
 }
 
 impl Perf {
@@ -448,9 +448,18 @@ impl Perf {
                     break;
                 }
                 Next::Record(SAMPLE, body) => {
-                    let Some((t, cpu, raw)) = walk.sample(body) else {
-                        stopped = Some(format!("a record does not parse: sample {} is shorter than its format says", self.counts.samples + 1));
-                        break;
+                    let (t, cpu, raw) = match walk.sample(body) {
+                        Sample::Event(t, cpu, raw) => (t, cpu, raw),
+                        Sample::Short => {
+                            stopped = Some(format!("a record does not parse: sample {} is shorter than its format says", self.counts.samples + 1));
+                            break;
+                        }
+                        Sample::NoAttribute(id) => {
+                            self.counts.samples += 1;
+                            let why = format!("a sample's id {id} names no event of the file: damaged, not decoded");
+                            self.dec.lose_at(-1, 0, 1, &why);
+                            continue;
+                        }
                     };
                     self.counts.samples += 1;
                     if cpu >= self.cpus || cpu < -1 {
@@ -480,22 +489,16 @@ impl Perf {
     }
 }
 
-/// The one sample layout every attribute of the file shares, when the walker reads it.
-fn walkable(file: &linux_perf_data::PerfFile) -> Option<Walkable> {
+/// The sample layouts of the file's attributes, when the walker reads them.
+fn walkable(file: &linux_perf_data::PerfFile) -> Option<Layouts> {
     use linux_perf_data::linux_perf_event_reader::AttrFlags;
     use linux_perf_data::{Endianness, Feature};
     if file.endian() != Endianness::LittleEndian || file.features().has_feature(Feature::AUXTRACE) {
         return None;
     }
-    let attrs = file.event_attributes();
-    let first = &attrs.first()?.attr;
-    let same = |a: &linux_perf_data::linux_perf_event_reader::PerfEventAttr| {
-        a.sample_format == first.sample_format && a.flags.contains(AttrFlags::SAMPLE_ID_ALL) == first.flags.contains(AttrFlags::SAMPLE_ID_ALL)
-    };
-    if !attrs.iter().all(|a| same(&a.attr)) {
-        return None;
-    }
-    Walkable::of(first.sample_format.bits(), first.flags.contains(AttrFlags::SAMPLE_ID_ALL))
+    let attrs: Vec<(u64, bool, &[u64])> =
+        file.event_attributes().iter().map(|a| (a.attr.sample_format.bits(), a.attr.flags.contains(AttrFlags::SAMPLE_ID_ALL), &a.event_ids[..])).collect();
+    Layouts::of(&attrs)
 }
 
 /// A loss at its record's (CPU, time), or of unknown place without them.

@@ -11,10 +11,14 @@
 //! k has ended, nothing later is earlier than the latest stamp seen when round
 //! k-1 ended. Events before that stamp are final.
 //!
-//! Only the common layout is walked here: a little-endian file whose
-//! attributes all share one sample format with `TIME` and `RAW` and no `READ`
-//! before the raw payload, without AUX data (compressed or not). Any other
-//! file goes through the crate's sorted reader ([`Walkable::of`] says which).
+//! The common layouts are walked here: a little-endian file whose
+//! attributes' sample formats have `TIME` and `RAW` and no `READ` before the
+//! raw payload, without AUX data (compressed or not), and either all share
+//! one format or all carry `IDENTIFIER` (the attribute's id, first in a
+//! sample and last in another record's sample id), so each record says
+//! whose layout it has: `perf sched record` writes the second kind (one of
+//! its events lacks `PERIOD`). Any other file goes through the crate's
+//! sorted reader ([`Layouts::of`] says which).
 //!
 //! The data section is read in large chunks into one buffer (a record never
 //! exceeds 64 KiB, its size being 16 bits); a record cut by the section's end
@@ -60,6 +64,100 @@ pub struct Walkable {
     callchain: bool,
     /// the sample id every other record carries at its end (`sample_id_all`)
     trailer: Option<Trailer>,
+}
+
+/// A sample as its attribute's layout reads it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Sample<'a> {
+    /// its time, CPU (-1: not sampled) and raw payload
+    Event(i64, i32, &'a [u8]),
+    /// shorter than its format says: damage the records stop at
+    Short,
+    /// its id names no attribute of the file (a damaged id): this sample alone is lost
+    NoAttribute(u64),
+}
+
+/// The sample layouts of a file's attributes: one they all share, or one
+/// per attribute found by the record's id. Ids are the kernel's, handed out
+/// in turn as the recorder opened its events, so they are looked up in a
+/// table from the smallest (a span past 65,536 is left to the crate).
+#[derive(Debug, Clone)]
+pub enum Layouts {
+    One(Walkable),
+    ById { base: u64, index: Vec<u8>, layouts: Vec<Walkable> },
+}
+
+/// No layout at this id (`Layouts::ById`'s index).
+const NO_LAYOUT: u8 = u8::MAX;
+
+impl Layouts {
+    /// The layouts of a file whose attributes are `(sample format,
+    /// sample_id_all, ids)`, or None when the walker does not read it.
+    pub fn of(attrs: &[(u64, bool, &[u64])]) -> Option<Self> {
+        let &(fmt, id_all, _) = attrs.first()?;
+        if attrs.iter().all(|a| a.0 == fmt && a.1 == id_all) {
+            return Walkable::of(fmt, id_all).map(Layouts::One);
+        }
+        // several formats: each record must say whose it is, and sample ids be all or none
+        if attrs.len() >= usize::from(NO_LAYOUT) || attrs.iter().any(|a| a.0 & IDENTIFIER == 0 || a.1 != id_all || a.2.is_empty()) {
+            return None;
+        }
+        let ids = || attrs.iter().flat_map(|a| a.2.iter().copied());
+        let (base, top) = (ids().min()?, ids().max()?);
+        if top - base >= 1 << 16 {
+            return None;
+        }
+        let mut index = vec![NO_LAYOUT; (top - base + 1) as usize];
+        let mut layouts = Vec::new();
+        for (k, &(fmt, id_all, ids)) in attrs.iter().enumerate() {
+            layouts.push(Walkable::of(fmt, id_all)?);
+            for &id in ids {
+                let slot = &mut index[(id - base) as usize];
+                if *slot != NO_LAYOUT {
+                    return None; // one id for two attributes: the file does not say whose a record is
+                }
+                *slot = k as u8;
+            }
+        }
+        Some(Layouts::ById { base, index, layouts })
+    }
+
+    fn by_id(&self, id: u64) -> Option<&Walkable> {
+        match self {
+            Layouts::One(w) => Some(w),
+            Layouts::ById { base, index, layouts } => {
+                let k = *index.get(usize::try_from(id.checked_sub(*base)?).ok()?)?;
+                layouts.get(usize::from(k))
+            }
+        }
+    }
+
+    /// A sample's time, CPU and payload, by its attribute's layout.
+    pub fn sample<'a>(&self, body: &'a [u8]) -> Sample<'a> {
+        let w = match self {
+            Layouts::One(w) => w,
+            Layouts::ById { .. } => {
+                let Some(id) = u64_at(body, 0) else { return Sample::Short };
+                match self.by_id(id) {
+                    Some(w) => w,
+                    None => return Sample::NoAttribute(id),
+                }
+            }
+        };
+        match w.sample(body) {
+            Some((t, cpu, raw)) => Sample::Event(t, cpu, raw),
+            None => Sample::Short,
+        }
+    }
+
+    /// A non-sample record's (CPU, time) from its sample id, when it carries both.
+    pub fn id_of(&self, body: &[u8]) -> Option<(i32, i64)> {
+        match self {
+            Layouts::One(w) => w.id_of(body),
+            // the identifier ends the sample id
+            Layouts::ById { .. } => self.by_id(u64_at(body, body.len().checked_sub(8)?)?)?.id_of(body),
+        }
+    }
 }
 
 /// The `sample_id` fields at the end of a non-sample record.
@@ -407,6 +505,39 @@ mod tests {
         }
         assert_eq!(w.id_of(&body), Some((1, 5_000)));
         assert_eq!(Walkable::of(fmt, false).unwrap().id_of(&body), None);
+    }
+
+    #[test]
+    fn attributes_of_two_formats_are_told_apart_by_the_id_each_sample_begins_with() {
+        // perf sched record: one of its events samples no PERIOD
+        let (a, b) = (IDENTIFIER | IP | TID | TIME | CPU | PERIOD | RAW, IDENTIFIER | IP | TID | TIME | CPU | RAW);
+        let l = Layouts::of(&[(a, true, &[40, 41][..]), (b, true, &[42, 43][..])]).unwrap();
+        let sa = sample(a, &[(IDENTIFIER, 41), (IP, 1), (TID, 2), (TIME, 100), (CPU, 1), (PERIOD, 1)], &[], b"aa");
+        let sb = sample(b, &[(IDENTIFIER, 42), (IP, 1), (TID, 2), (TIME, 200), (CPU, 0)], &[], b"bbb");
+        assert_eq!(l.sample(&sa), Sample::Event(100, 1, &b"aa"[..]));
+        assert_eq!(l.sample(&sb), Sample::Event(200, 0, &b"bbb"[..]));
+        let mut bad = sb.clone();
+        bad[0..8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert_eq!(l.sample(&bad), Sample::NoAttribute(1 << 40));
+        assert_eq!(l.sample(&sb[..4]), Sample::Short);
+        // a loss record's sample id { tid, time, cpu, identifier } ends with the id too
+        let mut lost = Vec::new();
+        for v in [7u64, 40, 2, 5_000, 1, 42] {
+            lost.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(l.id_of(&lost), Some((1, 5_000)));
+    }
+
+    #[test]
+    fn formats_that_differ_without_ids_to_tell_them_apart_are_left_to_the_crate() {
+        let (a, b) = (TID | TIME | CPU | PERIOD | RAW, TID | TIME | CPU | RAW);
+        assert!(Layouts::of(&[(a, true, &[1][..]), (b, true, &[2][..])]).is_none(), "no IDENTIFIER");
+        let (a, b) = (a | IDENTIFIER, b | IDENTIFIER);
+        assert!(Layouts::of(&[(a, true, &[1][..]), (b, true, &[1][..])]).is_none(), "one id for two");
+        assert!(Layouts::of(&[(a, true, &[1][..]), (b, true, &[][..])]).is_none(), "no ids");
+        assert!(Layouts::of(&[(a, true, &[1][..]), (b, false, &[2][..])]).is_none(), "sample ids on some");
+        assert!(Layouts::of(&[(a, true, &[1][..]), (b, true, &[1 << 20][..])]).is_none(), "ids too far apart");
+        assert!(matches!(Layouts::of(&[(a, true, &[1][..]), (a, true, &[2][..])]), Some(Layouts::One(_))));
     }
 
     #[test]

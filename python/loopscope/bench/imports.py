@@ -4,7 +4,8 @@ A busy recording is made here (``stress-ng --switch`` on every CPU: context
 switches, wake-ups, timers and interrupts, the densest traffic a scheduler
 trace has), as trace-cmd writes it (``trace-cmd extract``: version 7,
 zstd) and converted to version 6 and to uncompressed version 7, and as
-``perf record -e sched:… `` writes it. For each file, ``repeat`` times,
+``perf record -e sched:… `` and ``perf sched record`` write it (the latter's
+events in two sample formats). For each file, ``repeat`` times,
 alternating:
 
 - ``loopscope import`` into the segment format: events per second, its
@@ -182,6 +183,8 @@ def run(
         files = [v7, F.trace_dat(work / "busy-v6.dat", load, events=EVENTS, buffer_kb=buf, clock="mono", version=6, compression="none")]
         if shutil.which("perf"):
             files.append(F.perf_data(work / "busy-perf.data", load, events=[e.replace("/", ":") for e in EVENTS if "/" in e]))
+            # what users bring: perf sched record's events come in two sample formats, told apart by their ids
+            files.append(F.perf_data(work / "busy-perf-sched.data", load))
         out = [_one(f, reps, work, progress) for f in files]
         got: ImportBench = {"files": out, "repeat": reps, "seconds": secs}
         for f in files:
