@@ -366,7 +366,9 @@ def _perf_samples(data: bytes) -> tuple[list[int], int | None, list[int]]:
 
 
 @pytest.mark.parametrize("sorted_reader", [False, True])
-def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(recordings: dict[str, Path], tmp_path: Path, sorted_reader: bool) -> None:
+def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(
+    recordings: dict[str, Path], tmp_path: Path, sorted_reader: bool, beside: None
+) -> None:
     from loopscope import _native
     from loopscope.kernel import imported
 
@@ -391,7 +393,7 @@ def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(re
     assert [(w["cpu"], w["events"]) for w in past] == [(-1, 1)], past
 
 
-def test_an_aux_record_sized_past_the_file_stops_the_sorted_reader_there_saying_so(recordings: dict[str, Path], tmp_path: Path) -> None:
+def test_an_aux_record_sized_past_the_file_stops_the_sorted_reader_there_saying_so(recordings: dict[str, Path], tmp_path: Path, beside: None) -> None:
     from loopscope import _native
     from loopscope.kernel import imported
 

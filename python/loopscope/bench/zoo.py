@@ -200,7 +200,7 @@ def run(
     work.mkdir(parents=True, exist_ok=True)
     progs = build_zoo(work)
     every = cases(progs["zoo"], progs["lock"], progs["table"], progs["ping"])
-    odd = anomalies(progs["zoo"], progs["poll"], progs["table"])
+    odd = anomalies(progs["zoo"], progs["poll"], progs["table"], quick)
     chosen = [c for c in every if not only or c.name in only]
     odd = [a for a in odd if not only or "anomalies" in only or f"anomaly-{a.name}" in only]
     t0 = time.monotonic()

@@ -280,7 +280,7 @@ def bench_import(as_json: bool, quick: bool, seconds: float | None, repeat: int 
 @bench.command("explain")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object on one line, the last of stdout (progress goes to stderr).")
 @click.option("--case", "only", multiple=True, help="Run only this case (repeatable) [every case].")
-@click.option("--quick", is_flag=True, help="Short runs (2 s, one repetition): for smoke tests, not for figures.")
+@click.option("--quick", is_flag=True, help="Short runs (2 s, one repetition; the warm-up anomaly's cold start 2 s in 8): for smoke tests, not for figures.")
 @click.option("--seconds", type=click.FloatRange(min=0.5), default=None, help="Each phase's length [5, quick: 2].")
 @click.option("--repetitions", type=click.IntRange(min=1, max=50), default=None, help="Alternating baseline/injected repetitions [3, quick: 1].")
 @click.option("--dir", "workdir", type=click.Path(file_okay=False), default=None, help="Where the cases' experiments and runs go [a temporary directory].")
