@@ -345,6 +345,19 @@ def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
         assert rows == their_rows
 
 
+def test_perf_reader_sorted_imports_what_the_walk_imports(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
+    if "perf" not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    got = {}
+    for how in ("walk", "sorted"):
+        r = cli("import", str(recordings["perf"]), "-o", str(tmp_path / how), "--json", "--perf-reader", how)
+        assert r.returncode == 0, r.stderr
+        j = json.loads(r.stdout)
+        got[how] = (j["kernel_events"], j["lost_kernel_events"], j["lost_windows"])
+    assert got["walk"] == got["sorted"] and got["walk"][0] > 0, got
+    assert cli("import", str(recordings["perf"]), "-o", str(tmp_path / "x"), "--perf-reader", "nosuch").returncode == 2
+
+
 def _perf_samples(data: bytes) -> tuple[list[int], int | None, list[int]]:
     """A little-endian perf.data's SAMPLE records (their offsets), where a
     sample's CPU lies in its body (None: not sampled), from the header and

@@ -11,6 +11,9 @@ alternating:
 - ``loopscope import`` into the segment format: events per second, its
   peak RSS (the import's memory is bounded by a batch, not by the file),
   and its count of events against the recorder's own reader's;
+- for a perf.data, the same import through the linux-perf-data crate's
+  sorted reader (``--perf-reader sorted``), right after: the baseline of
+  the file-order walk (``walk_over_sorted``);
 - the peer: ``trace-cmd report`` / ``perf script`` reading the same file
   into text (the recorder's own way out of its format), events per second;
 - ``loopscope threads RUN`` on the imported run, events of the capture per
@@ -48,6 +51,7 @@ from typing_extensions import NotRequired, TypedDict
 from loopscope.bench import foreign as F
 from loopscope.errors import RunError
 from loopscope.host import scratch
+from loopscope.kernel.imported import kind_of
 
 #: the common case for ``threads``: a few kernel threads of the busy machine
 FEW = "rcu|ksoftirqd|kworker"
@@ -78,6 +82,10 @@ class FileFigures(TypedDict):
     peer: str
     peer_events_per_s: float
     ratio: float
+    #: perf.data only: the same import through the crate's sorted reader (``--perf-reader sorted``), a median
+    sorted_reader_events_per_s: float | None
+    #: perf.data only: ``import_events_per_s`` over ``sorted_reader_events_per_s`` (the file-order walk's gain)
+    walk_over_sorted: float | None
     threads_events_per_s: float | None
     threads_rss_mb: float | None
     threads_few_events_per_s: float | None
@@ -122,14 +130,25 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
     few: list[float] = []
     thr_rss: list[float] = []
     few_rss: list[float] = []
+    sorted_rates: list[float] = []
     name = ""
+    perf = kind_of(path) == "perf.data"
     for i in range(repeat):
         out = work / f"run-{path.stem}-{i}"
-        secs, rss, r = _rss_of([sys.executable, "-m", "loopscope.cli", "import", str(path), "-o", str(out), "--json"])
+        cmd = [sys.executable, "-m", "loopscope.cli", "import", str(path), "-o", str(out), "--json"]
+        secs, rss, r = _rss_of(cmd)
         if r.returncode != 0:
             raise RunError(f"loopscope import {path.name} failed: {r.stderr.strip()[-300:]}", component="bench")
         n = int(json.loads(r.stdout.strip().splitlines()[-1])["kernel_events"])
         imp.append((secs, rss, n))
+        if perf:
+            # the baseline of the file-order walk: the crate's sorted reader, on the same file, right after
+            sorted_out = work / f"run-{path.stem}-{i}-sorted"
+            ss, _, sr = _rss_of([*cmd[:-3], "-o", str(sorted_out), "--json", "--perf-reader", "sorted"])
+            if sr.returncode != 0 or int(json.loads(sr.stdout.strip().splitlines()[-1])["kernel_events"]) != n:
+                raise RunError(f"loopscope import --perf-reader sorted {path.name} failed or counted otherwise: {sr.stderr.strip()[-300:]}", component="bench")
+            sorted_rates.append(n / ss)
+            shutil.rmtree(sorted_out, ignore_errors=True)
         name, rate = _peer_rate(path, n)
         peer.append(rate)
         for comm, into, mem in (("stress-ng", thr, thr_rss), (FEW, few, few_rss)):
@@ -159,6 +178,8 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
         "peer": name,
         "peer_events_per_s": pr,
         "ratio": ir / pr,
+        "sorted_reader_events_per_s": statistics.median(sorted_rates) if sorted_rates else None,
+        "walk_over_sorted": ir / statistics.median(sorted_rates) if sorted_rates else None,
         "threads_events_per_s": statistics.median(thr) if thr else None,
         "threads_rss_mb": max(thr_rss) if thr_rss else None,
         "threads_few_events_per_s": statistics.median(few) if few else None,
@@ -213,6 +234,11 @@ def print_human(r: ImportBench) -> None:
             f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
             f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
             f"(× {f['ratio']:.1f}){th}"
+            + (
+                f"; the crate's sorted reader {sr / 1e6:.2f} M events/s (the walk × {f['walk_over_sorted'] or 0:.1f})"
+                if (sr := f.get("sorted_reader_events_per_s"))
+                else ""
+            )
         )
     print(f"medians of {r['repeat']} repetitions; recordings of stress-ng --switch for {r['seconds']:g} s")
     if "large" in r:

@@ -24,8 +24,15 @@ from loopscope.kernel import imported as I
 @click.option("-o", "--out", "out", type=click.Path(file_okay=False), default=None, help="The run directory to make [runs/<time>-import-<file name>].")
 @click.option("--host", default=None, help="The host the recording is of [the file's host name, else 'imported'].")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object, on one line.")
+@click.option(
+    "--perf-reader",
+    type=click.Choice(["walk", "sorted"]),
+    default="walk",
+    show_default=True,
+    help="A perf.data's records: walked in file order where their layout allows, or all through the linux-perf-data crate's sorted reader (slower; to compare or fall back).",
+)
 @prints("loopscope.kernel.imported:Imported")
-def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> int:
+def import_cmd(file: str, out: str | None, host: str | None, as_json: bool, perf_reader: str) -> int:
     """Read a trace-cmd trace.dat (versions 6 and 7) or a perf.data of
     kernel tracepoints into a run directory; then `loopscope threads RUN`
     and `loopscope explain RUN` work on it.
@@ -48,7 +55,7 @@ def import_cmd(file: str, out: str | None, host: str | None, as_json: bool) -> i
     if existed and dest.is_dir() and any(dest.iterdir()):
         raise InputError(f"{dest}: exists and is not empty; give a new directory with -o")
     try:
-        res = I.import_file(src, dest, host)
+        res = I.import_file(src, dest, host, sorted_reader=perf_reader == "sorted")
     except BaseException:
         I.remove_partial(dest)  # nothing half-imported is left (an empty directory given stays)
         if existed:

@@ -164,21 +164,24 @@ def _source(path: Path, kind: str, meta: ImportMeta, notes: list[str]) -> Source
     }
 
 
-def import_file(path: Path, out: Path, host: str | None = None) -> Imported:
-    """Decode ``path`` into a new run directory ``out`` (which must not exist)."""
+def import_file(path: Path, out: Path, host: str | None = None, sorted_reader: bool = False) -> Imported:
+    """Decode ``path`` into a new run directory ``out`` (which must not exist).
+    ``sorted_reader``: a perf.data's records through the linux-perf-data
+    crate's sorted reader even where they can be walked in file order (the
+    slower way, kept to compare with and to fall back on)."""
     # the run record's types are needed only at the end: they load while the first batch decodes
     types = lazy.meanwhile("loopscope.rundir")
     try:
-        return _import(path, out, host)
+        return _import(path, out, host, sorted_reader)
     finally:
         types.join()
 
 
-def _import(path: Path, out: Path, host: str | None) -> Imported:
+def _import(path: Path, out: Path, host: str | None, sorted_reader: bool) -> Imported:
     kind = kind_of(path)
     if out.exists() and any(out.iterdir()):
         raise InputError(f"{out}: exists and is not empty; give a new directory with -o")
-    imp = _native.KtraceImport(str(path), kind)
+    imp = _native.KtraceImport(str(path), kind, sorted_reader=sorted_reader)
     meta = imp.meta()
     uname = str(meta.get("uname") or "").split()
     host = host or str(meta.get("hostname") or "") or (uname[1] if len(uname) > 1 else "") or "imported"
