@@ -435,6 +435,30 @@ def test_an_aux_record_sized_past_the_file_stops_the_sorted_reader_there_saying_
     assert said in " ".join(imp.damage())
 
 
+def test_an_aux_record_the_file_did_not_declare_ends_the_walk_there_keeping_what_came_before(recordings: dict[str, Path], tmp_path: Path, beside: None) -> None:
+    from loopscope import _native
+    from loopscope.kernel import imported
+
+    if "perf" not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    bad = bytearray(recordings["perf"].read_bytes())
+    samples, _, _ = _perf_samples(bytes(bad))
+    at = samples[len(samples) // 2]
+    bad[at : at + 4] = (71).to_bytes(4, "little")
+    bad[at + 8 : at + 16] = (24 << 30).to_bytes(8, "little")
+    p = tmp_path / "aux.data"
+    p.write_bytes(bytes(bad))
+    cap = tmp_path / "cap"
+    (cap / "events").mkdir(parents=True)
+    imp = _native.KtraceImport(str(p), "perf.data")
+    imported._decode(imp, cap, "perf.data", p.name)
+    assert imp.watermark_ns() is not None, "the file was not walked"
+    rows, _ = _stored(cap)
+    # the walk reads in file order: every sample before the record is kept (perf script names the same offset, in hex)
+    assert len(rows) == len(samples) // 2
+    assert f"an AUX data record at offset {at} in a file that did not declare it" in " ".join(imp.damage()), imp.damage()
+
+
 #: damaged copies of each recording, and how long one import of a copy may take
 COPIES = 40
 DAMAGED_WITHIN_S = 10

@@ -304,7 +304,9 @@ impl Records {
         }
         let (kind, size) = header(&self.buf[self.lo..self.lo + 8])?;
         if kind == AUXTRACE {
-            return Err("an AUX data record in a file that did not declare it".into());
+            // the file offset of buf[lo]: `pos` is that of buf[hi]
+            let at = self.pos - (self.hi - self.lo) as u64;
+            return Err(format!("an AUX data record at offset {at} in a file that did not declare it"));
         }
         match self.fill(size) {
             Ok(true) => {}
