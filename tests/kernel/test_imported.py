@@ -378,6 +378,19 @@ def _perf_samples(data: bytes) -> tuple[list[int], int | None, list[int]]:
     return samples, cpu_at, rounds
 
 
+def _aux_record_at(src: Path, tmp_path: Path, pick: int | None) -> tuple[Path, list[int], list[int], int]:
+    """A copy of ``src`` whose sample ``pick`` (None: the middle one) is made an AUX data record (type 71) saying
+    24 GB of data follow it; the copy, the samples and rounds of the original, and the record's offset."""
+    bad = bytearray(src.read_bytes())
+    samples, _, rounds = _perf_samples(bytes(bad))
+    at = samples[len(samples) // 2 if pick is None else pick]
+    bad[at : at + 4] = (71).to_bytes(4, "little")
+    bad[at + 8 : at + 16] = (24 << 30).to_bytes(8, "little")
+    p = tmp_path / "aux.data"
+    p.write_bytes(bytes(bad))
+    return p, samples, rounds, at
+
+
 @pytest.mark.parametrize("sorted_reader", [False, True])
 def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(
     recordings: dict[str, Path], tmp_path: Path, sorted_reader: bool, beside: None
@@ -412,14 +425,8 @@ def test_an_aux_record_sized_past_the_file_stops_the_sorted_reader_there_saying_
 
     if "perf" not in recordings:
         pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
-    bad = bytearray(recordings["perf"].read_bytes())
-    samples, _, rounds = _perf_samples(bytes(bad))
-    at = samples[-50]
-    # a late sample made an AUX data record (type 71) whose data would be 24 GB: the crate allocates before it reads
-    bad[at : at + 4] = (71).to_bytes(4, "little")
-    bad[at + 8 : at + 16] = (24 << 30).to_bytes(8, "little")
-    p = tmp_path / "aux.data"
-    p.write_bytes(bytes(bad))
+    # a late sample made an AUX data record whose data would be 24 GB: the crate allocates before it reads
+    p, samples, rounds, at = _aux_record_at(recordings["perf"], tmp_path, -50)
     cap = tmp_path / "cap"
     (cap / "events").mkdir(parents=True)
     said = f"an AUX data record at offset {at} says {24 << 30} bytes of data follow it"
@@ -441,13 +448,7 @@ def test_an_aux_record_the_file_did_not_declare_ends_the_walk_there_keeping_what
 
     if "perf" not in recordings:
         pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
-    bad = bytearray(recordings["perf"].read_bytes())
-    samples, _, _ = _perf_samples(bytes(bad))
-    at = samples[len(samples) // 2]
-    bad[at : at + 4] = (71).to_bytes(4, "little")
-    bad[at + 8 : at + 16] = (24 << 30).to_bytes(8, "little")
-    p = tmp_path / "aux.data"
-    p.write_bytes(bytes(bad))
+    p, samples, _, at = _aux_record_at(recordings["perf"], tmp_path, None)
     cap = tmp_path / "cap"
     (cap / "events").mkdir(parents=True)
     imp = _native.KtraceImport(str(p), "perf.data")
