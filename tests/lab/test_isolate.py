@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -129,3 +130,38 @@ def test_cleanup_removes_an_isolations_cpuset_whose_maker_is_gone_and_puts_its_t
         sleeper.kill()
         sleeper.wait()
         cpuset.dissolve(left.paths)
+
+
+def test_a_lab_process_born_while_the_mover_sweeps_keeps_the_isolated_cpu(lab: None) -> None:
+    """The lab is the controller's tree as it is when each thread is listed:
+    a probe started during the phase (the lab starts one at every phase) is
+    never taken for a stray because it was born between the lab's walk and
+    the listing of threads."""
+    _two_cpus()
+    moved: list[isolate.Moved] = []
+    mover = isolate.Mover([1], moved.extend)
+    stop = threading.Event()
+
+    def sweeping() -> None:
+        while not stop.is_set():
+            mover.sweep()
+
+    sweeper = threading.Thread(target=sweeping)
+    sweeper.start()
+    taken, children = [], []
+    try:
+        for _ in range(60):
+            c = subprocess.Popen(["sleep", "0.5"])
+            children.append(c)
+            time.sleep(0.03)
+            if 1 not in os.sched_getaffinity(c.pid):
+                taken.append(c.pid)
+    finally:
+        stop.set()
+        sweeper.join()
+        problems = isolate.give_back(moved)
+        for c in children:
+            c.kill()
+            c.wait()
+    assert not taken, f"{len(taken)} of {len(children)} children of the lab were moved off CPU 1"
+    assert problems == []

@@ -127,11 +127,16 @@ class Mover:
     def sweep(self) -> int:
         """One pass over every thread: those allowed on the CPUs moved off, all
         journaled at once before any moves (one write of the journal: under a
-        storm of fsyncs, one a thread took seconds). How many moved."""
+        storm of fsyncs, one a thread took seconds). How many moved.
+
+        The threads are listed before the lab's tree is walked: a process the
+        lab starts between the two (a phase's probe) is then in the tree, not
+        taken for a stray and moved off the CPUs it is to measure."""
+        listed = threads()
         self.lab = lab_pids(self.lab_root)
         todo: list[Moved] = []
         kthreads: list[bool] = []
-        for pid, tid, d in threads():
+        for pid, tid, d in listed:
             s = _stat(d)
             if s is None or (tid, s[3]) in self.seen:
                 continue
