@@ -78,7 +78,7 @@ def test_info_shows_entities_counts_span_and_losses(cli: Cli, tmp_path: Path) ->
     assert "span" in r.stdout and "clock" in r.stdout
 
 
-def test_plumbing_commands_are_hidden_from_the_listing_but_keep_working(cli: Cli, lab: None) -> None:
+def test_plumbing_commands_are_hidden_from_the_listing_but_keep_working(cli: Cli, beside: None) -> None:
     top = cli("--help").stdout
     assert "netem" not in top and "channel" not in top and "compare" in top and "advise" in top
     probes = cli("probe", "--help").stdout
@@ -107,7 +107,7 @@ def test_dump_writes_csv_and_json_lines_with_payloads_as_hex(cli: Cli, tmp_path:
     assert j[1]["payload"] == "ff00" and j[0]["value"] == -7 and j[0]["group"] == "dump"
 
 
-def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_check_refuses_what_run_refuses_with_the_same_messages(cli: Cli, tmp_path: Path, beside: None) -> None:
     spec = tmp_path / "c.yaml"
     spec.write_text('name: x\nprobes: [{kind: timer, cpu: [999]}]\nloads: [{kind: command, command: "no-such-program-here --x"}]\nduration: 1s\n')
     c = cli("check", str(spec))
@@ -134,7 +134,7 @@ def test_check_estimates_the_disk_and_memory_a_run_takes_from_its_length_and_rat
     assert "kernel capture 0.0 MB–0.0 MB" in r.stdout and "ring buffers" not in r.stdout, r.stdout
 
 
-def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything_runs(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything_runs(cli: Cli, tmp_path: Path, beside: None) -> None:
     spec = tmp_path / "p.yaml"
     spec.write_text(
         "name: p\nprobes:\n  - kind: program\n    command: ./build/loop --rate 100\n  - kind: app\n    processes:\n      - {name: a, command: sh -c true}\n"
@@ -151,7 +151,7 @@ def test_a_program_probe_whose_program_does_not_exist_is_refused_before_anything
     assert "probes.0.command" not in cli("check", str(spec)).stderr
 
 
-def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_file_nested_thousands_of_levels_deep_is_an_input_error_not_a_traceback(cli: Cli, tmp_path: Path, beside: None) -> None:
     deep = tmp_path / "deep.yaml"
     deep.write_text("name: x\nprobes: " + "[" * 5000 + "]" * 5000 + "\n")
     for cmd in ("check", "run"):
@@ -222,7 +222,7 @@ def test_every_listed_command_s_help_ends_with_examples_that_parse() -> None:
     assert missing == [] and broken == [], (missing, broken)
 
 
-def test_the_timer_probe_takes_cyclictests_short_flags(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_the_timer_probe_takes_cyclictests_short_flags(cli: Cli, tmp_path: Path, beside: None) -> None:
     import json
 
     r = cli("probe", "timer", "-i", "500", "-d", "300ms", "-t", "2", "--json", "--trace", str(tmp_path / "t.lstrace"))

@@ -80,7 +80,7 @@ def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp
     "args, needle",
     [(["--pid", "999999999"], "--pid 999999999: no such process"), ([], "give one target"), (["--comm", "("], "--comm '(': not a regular expression")],
 )
-def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[str], needle: str, lab: None) -> None:
+def test_a_target_that_cannot_be_measured_is_a_clear_error(cli: Cli, args: list[str], needle: str, beside: None) -> None:
     assert_clean_error(cli("probe", "threads", *args), 2, needle)
 
 

@@ -227,7 +227,7 @@ def _ppid(d: Path) -> int | None:
 
 @pytest.mark.needs_root
 def test_bench_isolate_plants_intruders_finds_them_isolates_cpu_1_and_leaves_the_machine_as_it_was(cli: Cli, bench: None) -> None:
-    r = cli("bench", "isolate", "--json", "--quick", "--seconds", "4", timeout=300)
+    r = cli("bench", "isolate", "--json", "--quick", "--seconds", "2", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert len(r.stdout.strip().splitlines()) == 1
@@ -245,7 +245,7 @@ def test_bench_isolate_plants_intruders_finds_them_isolates_cpu_1_and_leaves_the
 
 @pytest.mark.needs_root
 @pytest.mark.needs_tool("trace-cmd", "stress-ng")
-def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench: None) -> None:
+def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench: None, beside: None) -> None:
     r = cli("bench", "import", "--json", "--quick", timeout=300)
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)

@@ -93,7 +93,7 @@ def test_the_zoo_names_a_hog_a_lock_holder_and_a_cpu_limit_first_finds_a_cold_st
     assert Path("/sys/class/net/lo/queues/rx-0/rps_cpus").read_text() == rps
 
 
-def test_an_unknown_case_is_refused_naming_the_cases_and_leaves_no_scratch_directory(cli: Cli, bench: None, tmp_path: Path) -> None:
+def test_an_unknown_case_is_refused_naming_the_cases_and_leaves_no_scratch_directory(cli: Cli, bench: None, tmp_path: Path, beside: None) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     r = cli("bench", "explain", "--case", "nosuch", "--json", env={"TMPDIR": str(scratch)})

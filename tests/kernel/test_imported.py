@@ -52,7 +52,7 @@ def recordings(tmp_path_factory: pytest.TempPathFactory, lab: None) -> dict[str,
 
 @pytest.mark.parametrize("name", ["v6", "perf"])
 def test_a_recording_cut_into_many_small_batches_is_stored_as_in_one_in_segments_that_do_not_overlap(
-    recordings: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+    recordings: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, beside: None
 ) -> None:
     import polars as pl
 
@@ -83,7 +83,9 @@ def test_a_recording_cut_into_many_small_batches_is_stored_as_in_one_in_segments
 
 
 @pytest.mark.parametrize("name", ["v7", "v7none", "v6"])
-def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str) -> None:
+def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str, beside: None
+) -> None:
     r = cli("import", str(recordings[name]), "-o", str(tmp_path / "run"), "--json")
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout.strip().splitlines()[-1])
@@ -95,7 +97,9 @@ def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(recor
     assert {"sched_switch", "sched_wakeup", "hrtimer_start"} <= set(cap["events"]) and cap["missing_events"] == []
 
 
-def test_an_imported_trace_names_the_functions_its_timers_run_and_no_other_kernel_symbols(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_an_imported_trace_names_the_functions_its_timers_run_and_no_other_kernel_symbols(
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None
+) -> None:
     r = cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run"), "--json")
     assert r.returncode == 0, r.stderr
     index = [json.loads(line) for line in (tmp_path / "run" / "hosts").glob("*/kernel/segments.jsonl").__next__().read_text().splitlines()]
@@ -106,7 +110,7 @@ def test_an_imported_trace_names_the_functions_its_timers_run_and_no_other_kerne
     assert len(strings) < 5_000, len(strings)
 
 
-def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     if "perf" not in recordings:
         pytest.skip("needs perf (linux-perf)")
     r = cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run"), "--json")
@@ -115,7 +119,9 @@ def test_a_perf_sched_recording_imports_every_sample_perf_script_prints(recordin
     assert j["format"] == "perf.data" and j["kernel_events"] == F.reported(recordings["perf"]) > 1000
 
 
-def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lateness(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lateness(
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None
+) -> None:
     assert cli("import", str(recordings["v7"]), "-o", str(tmp_path / "run")).returncode == 0
     r = cli("threads", str(tmp_path / "run"), "--comm", "cyclictest", "--json")
     assert r.returncode == 0, r.stderr
@@ -130,7 +136,7 @@ def test_cyclictest_s_thread_in_an_imported_trace_is_measured_with_its_timer_lat
     assert t["causes"] and abs(sum(c["share"] for c in t["causes"]) - 1) < 1e-6
 
 
-def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measured(recordings: dict[str, Path], cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measured(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     if "perf" not in recordings:
         pytest.skip("needs perf (linux-perf)")
     assert cli("import", str(recordings["perf"]), "-o", str(tmp_path / "run")).returncode == 0
@@ -140,7 +146,7 @@ def test_a_perf_recording_without_timer_events_says_timer_lateness_is_not_measur
     assert t["activations"] > 800 and t["timer_lateness_ns"] is None and t["wakeup_latency_ns"] is not None
 
 
-def test_explain_reads_an_imported_run_and_counts_its_events(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_explain_reads_an_imported_run_and_counts_its_events(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     r = cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run"), "--json")
     n = json.loads(r.stdout)["kernel_events"]
     r = cli("explain", str(tmp_path / "run"), "--json")
@@ -177,14 +183,14 @@ def test_a_file_of_neither_format_is_refused_naming_it(cli: Cli, tmp_path: Path)
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_a_trace_dat_cut_short_is_refused_saying_where(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_a_trace_dat_cut_short_is_refused_saying_where(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     f = tmp_path / "cut.dat"
     f.write_bytes(recordings["v6"].read_bytes()[:3000])
     assert_clean_error(cli("import", str(f), "-o", str(tmp_path / "run")), 2, "cut.dat", "cut short")
     assert not (tmp_path / "run").exists()
 
 
-def test_a_trace_dat_version_it_does_not_read_is_named(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_a_trace_dat_version_it_does_not_read_is_named(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     b = bytearray(recordings["v6"].read_bytes()[:4096])
     b[10] = ord("5")
     f = tmp_path / "v5.dat"
@@ -240,7 +246,7 @@ def test_a_hog_a_user_recorded_without_runtime_events_is_among_the_top_causes(cl
     assert "attribution.parquet" not in human.stdout and "loopscope threads" in human.stdout
 
 
-def test_import_into_a_directory_that_holds_something_is_refused(recordings: dict[str, Path], cli: Cli, tmp_path: Path) -> None:
+def test_import_into_a_directory_that_holds_something_is_refused(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep.txt").write_text("mine")
     assert_clean_error(cli("import", str(recordings["v6"]), "-o", str(tmp_path / "run")), 2, "not empty")
@@ -310,7 +316,7 @@ _SCHED_EVENTS = [x for e in ("sched:sched_switch", "sched:sched_wakeup", "sched:
     ],
 )
 def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
-    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch, how: str, recorder: list[str]
+    tmp_path: Path, beside: None, monkeypatch: pytest.MonkeyPatch, how: str, recorder: list[str]
 ) -> None:
     from loopscope import _native
     from loopscope.kernel import imported
@@ -506,7 +512,7 @@ def test_a_recording_with_random_bytes_flipped_imports_what_is_whole_or_is_refus
 
 
 def test_a_compressed_chunk_that_does_not_decompress_is_skipped_and_said_with_a_loss_of_unknown_size(
-    recordings: dict[str, Path], cli: Cli, tmp_path: Path
+    recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None
 ) -> None:
     src = recordings["v7"]
     dump = subprocess.run(["trace-cmd", "dump", "--flyrecord", "-i", str(src)], capture_output=True, text=True, check=True).stdout

@@ -63,7 +63,7 @@ def test_a_task_planted_on_the_audited_cpu_is_found_with_its_run_time_and_audits
     assert ("sched_rt_runtime_us" in checks) == (rt != "-1")
 
 
-def test_a_cpu_the_machine_lacks_or_a_list_that_is_none_is_a_clear_error(cli: Cli, lab: None) -> None:
+def test_a_cpu_the_machine_lacks_or_a_list_that_is_none_is_a_clear_error(cli: Cli, beside: None) -> None:
     n = os.cpu_count() or 1
     assert_clean_error(cli("audit", "--cpus", str(n + 5)), 2, f"no CPU {n + 5}")
     assert_clean_error(cli("audit", "--cpus", "one"), 2, "not a CPU list")

@@ -124,7 +124,9 @@ def test_a_host_killed_mid_run_under_stop_fails_the_run_saying_which_when_and_wh
         ("[sh, -c, 'echo cannot reach node n7 >&2; exit 3', x]", "cannot reach node n7"),
     ],
 )
-def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(launcher: str, said: str, tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_launcher_that_is_missing_fails_or_is_not_loopscope_stops_the_run_at_preflight(
+    launcher: str, said: str, tmp_path: Path, cli: Cli, beside: None
+) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(f"name: bad\nhosts:\n  - {{name: n7, kind: exec, launcher: {launcher}, address: 10.9.9.9}}\nprobes:\n  - {{kind: timer}}\nduration: 1s\n")
     r = cli("run", str(spec))

@@ -109,7 +109,7 @@ def test_a_run_collects_everything_and_prints_the_run_directory_last(cli: Cli, t
     assert root is None or not any(p.is_dir() for p in root.iterdir())
 
 
-def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path: Path, beside: None) -> None:
     spec = write_spec(tmp_path)
     d = tmp_path / "taken"
     d.mkdir()
@@ -120,7 +120,7 @@ def test_an_existing_run_directory_is_refused_and_left_alone(cli: Cli, tmp_path:
 
 
 @pytest.mark.needs_root
-def test_a_read_only_results_directory_is_refused(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_read_only_results_directory_is_refused(cli: Cli, tmp_path: Path, beside: None) -> None:
     spec = write_spec(tmp_path)
     ro = tmp_path / "ro"
     ro.mkdir()

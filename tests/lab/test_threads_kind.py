@@ -83,7 +83,7 @@ def test_threads_already_running_are_attached_by_name(cli: Cli, tmp_path: Path, 
         target.wait()
 
 
-def test_an_attach_target_that_matches_nothing_is_refused_before_the_run(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_an_attach_target_that_matches_nothing_is_refused_before_the_run(cli: Cli, tmp_path: Path, beside: None) -> None:
     (tmp_path / "n.yaml").write_text("name: none\nprobes:\n  - kind: threads\n    attach: {comm: '^no-such-thread-here$'}\nduration: 1s\n")
     assert_clean_error(cli("check", "n.yaml"), 2, "no-such-thread-here")
     assert_clean_error(cli("run", "n.yaml"), 2, "no-such-thread-here")

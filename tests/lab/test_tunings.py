@@ -13,7 +13,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from loopscope.lab import state
@@ -118,7 +117,7 @@ def test_a_killed_controller_s_tunings_are_given_back_by_the_reaper(tmp_path: Pa
     assert r.returncode == 0, r.stderr
 
 
-def test_a_tuning_that_cannot_apply_is_refused_before_anything_runs(tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_a_tuning_that_cannot_apply_is_refused_before_anything_runs(tmp_path: Path, cli: Cli, beside: None) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text("name: bad\nprobes: [{kind: timer}]\nphases:\n  - name: p\n    tunings: [{kind: irq, irq: 99999, cpus: [0]}]\nduration: 1s\n")
     r = cli("run", str(spec))
@@ -138,7 +137,7 @@ kernel: {capture: on}
 """
 
 
-def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path, cli: Cli, lab: None) -> None:
+def test_advise_names_the_hog_and_writes_a_follow_up_of_only_the_remedy_phase(tmp_path: Path, cli: Cli, lab: None) -> None:
     from loopscope.kernel.capture import tracefs
 
     if tracefs() is None:
@@ -169,18 +168,7 @@ def test_advise_names_the_hog_and_its_follow_up_proves_the_remedy(tmp_path: Path
     assert {"kind": "sched", "probe": "timer", "policy": "fifo", "priority": 80} in fu["phases"][1]["tunings"]
     # only what changed: the author's file and the remedy phase, no defaults written out
     assert len(text.splitlines()) < 30 and "clocksync" not in text and "emulator" not in text, text
-    # the follow-up runs, and its own comparisons show the remedy helped
-    r = subprocess.run(
-        [str(BIN), "run", "follow.yaml", "--run-dir", "f1", "--repetitions", "5", "--duration", "500ms"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    c = pl.read_parquet(tmp_path / "f1" / "tables" / "comparisons.parquet")
-    p99 = c.filter((pl.col("phase") == "remedy") & (pl.col("metric") == "p99") & (pl.col("measure") == "latency")).row(0, named=True)
-    assert p99["baseline_phase"] == "hog" and p99["significant"] and p99["ratio"] < 0.5, p99
+    # (that such a follow-up runs and its comparisons show the remedy helped is the cause zoo's: tests/bench/test_zoo.py)
     assert settings() == before
     # advise reads the run's explain.json when it is current: one that is not what explain writes is named
     ej = tmp_path / "h1" / "explain.json"

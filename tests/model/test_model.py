@@ -81,7 +81,7 @@ def test_a_failing_program_is_a_failed_calibration_naming_the_run(cli: Cli, lab:
     assert r.returncode == 1 and "run 1 of 3" in r.stderr and "exit code 3" in r.stderr and "broken" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_a_program_too_short_to_measure_is_bad_input(cli: Cli, lab: None) -> None:
+def test_a_program_too_short_to_measure_is_bad_input(cli: Cli, beside: None) -> None:
     r = cli("calibrate", "app", "--runs", "3", "--traced-runs", "0", "-o", "a.json", "--", "true")
     assert r.returncode == 2 and "too little to measure" in r.stderr
 
@@ -188,7 +188,7 @@ def test_the_bytes_each_data_call_moved_come_from_its_return_value() -> None:
     assert st["bytes_classes"] == [[0.0, 0.2], [100.0, 0.2], [4096.0, 0.6]]
 
 
-def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli, lab: None) -> None:
+def test_a_size_where_a_call_takes_none_is_refused_before_anything_runs(cli: Cli, beside: None) -> None:
     r = cli("calibrate", "node", "--calls", "getpid:64", "-o", "n.json")
     assert r.returncode == 2 and "getpid takes no size" in r.stderr and "Traceback" not in r.stderr
     r = cli("calibrate", "node", "--sizes", "4KiB,lots", "-o", "n.json")
@@ -266,7 +266,7 @@ def test_the_commands_calibrate_a_node_and_an_app_then_check_the_prediction_here
     assert c["err_mean_pct"] == pytest.approx(100 * (c["pred_mean_ns"] / c["meas_mean_ns"] - 1))
 
 
-def test_bad_load_names_are_refused_before_anything_runs(cli: Cli, lab: None) -> None:
+def test_bad_load_names_are_refused_before_anything_runs(cli: Cli, beside: None) -> None:
     r = cli("calibrate", "node", "--loads", "disk", "-o", "n.json")
     assert r.returncode == 2 and "unknown load kind 'disk'" in r.stderr and "cpu, memory, io" in r.stderr
 

@@ -186,7 +186,7 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
     "field,value,says",
     [("threshold", "soon", "threshold"), ("period", "500ms", "period"), ("retain", "10kB", "retain"), ("metrics", "agent", "metrics: agent serves")],
 )
-def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str, lab: None) -> None:
+def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: Path, field: str, value: str, says: str, beside: None) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(f"name: bad\nprobes:\n  - {{kind: timer, interval_us: 1000}}\nmonitor:\n  {field}: {value}\n")
     r = cli("monitor", str(f), "-o", str(tmp_path / "m"))
@@ -194,7 +194,7 @@ def test_a_bad_monitor_setting_is_refused_naming_its_field(cli: Cli, tmp_path: P
     assert not (tmp_path / "m").exists()  # (metrics: agent is refused without --metrics, naming it)
 
 
-def test_a_monitor_refused_in_preflight_makes_no_directory(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_monitor_refused_in_preflight_makes_no_directory(cli: Cli, tmp_path: Path, beside: None) -> None:
     f = tmp_path / "cpu.yaml"
     f.write_text("name: cpu\nprobes:\n  - {kind: timer, interval_us: 1000, cpu: [4096]}\nmonitor: {period: 1m, threshold: 200us}\n")
     r = cli("monitor", str(f), "-o", str(tmp_path / "m"))
@@ -202,7 +202,7 @@ def test_a_monitor_refused_in_preflight_makes_no_directory(cli: Cli, tmp_path: P
     assert not (tmp_path / "m").exists()
 
 
-def test_a_spec_without_a_monitor_mapping_is_refused_saying_what_to_add(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_spec_without_a_monitor_mapping_is_refused_saying_what_to_add(cli: Cli, tmp_path: Path, beside: None) -> None:
     f = tmp_path / "plain.yaml"
     f.write_text("name: plain\nprobes:\n  - {kind: timer, interval_us: 1000}\nduration: 1s\n")
     r = cli("monitor", str(f))
@@ -302,7 +302,7 @@ def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_buck
     assert outliers is not None and outliers >= 1
 
 
-def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, burst_spec: Path, tmp_path: Path, lab: None) -> None:
+def test_a_metrics_address_in_use_is_refused_before_anything_starts(cli: Cli, burst_spec: Path, tmp_path: Path, beside: None) -> None:
     import socket
 
     with socket.socket() as s:

@@ -198,7 +198,7 @@ def test_a_tcp_bulk_stream_reaches_its_sink_at_the_set_rate(cli: Cli, tmp_path: 
 # ---- errors ----------------------------------------------------------------------------
 
 
-def test_a_port_in_use_is_a_one_line_error(cli: Cli, lab: None) -> None:
+def test_a_port_in_use_is_a_one_line_error(cli: Cli, beside: None) -> None:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -221,12 +221,12 @@ def test_a_port_in_use_is_a_one_line_error(cli: Cli, lab: None) -> None:
         (["--dest", "127.0.0.1:9", "--rate", "1kpps", "--pattern", "replay:/nonexistent"], "/nonexistent: no such replay file"),
     ],
 )
-def test_bad_sender_input_is_a_one_line_error(cli: Cli, args: list[str], needle: str, lab: None) -> None:
+def test_bad_sender_input_is_a_one_line_error(cli: Cli, args: list[str], needle: str, beside: None) -> None:
     assert_clean_error(cli("probe", "send", *args), 2, needle)
 
 
 @pytest.mark.needs_root
-def test_an_unreachable_network_is_named(tmp_path: Path, lab: None) -> None:
+def test_an_unreachable_network_is_named(tmp_path: Path, beside: None) -> None:
     # A fresh network namespace has no route anywhere: a real unreachable network.
     ns = f"lstest-unreach-{os.getpid()}"
     subprocess.run(["ip", "netns", "add", ns], check=True)

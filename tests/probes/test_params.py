@@ -40,14 +40,14 @@ def test_a_kinds_experiment_model_takes_its_probes_parameters_with_the_same_boun
     assert k.model.model_json_schema()["properties"].items() >= {n: v for n, v in k.params.model_json_schema()["properties"].items()}.items()
 
 
-def test_the_timer_commands_options_are_its_models_fields_with_their_help(cli: Cli, lab: None) -> None:
+def test_the_timer_commands_options_are_its_models_fields_with_their_help(cli: Cli, beside: None) -> None:
     out = cli("probe", "timer", "--help").stdout
     for name, f in TimerParams.model_fields.items():
         assert "--" + name.replace("_", "-") in out, name
     assert "--dma-latency-us" in out and "cyclictest" in out  # the default that changes the number against the peer is said
 
 
-def test_a_bound_declared_in_the_model_refuses_the_option_naming_it(cli: Cli, lab: None) -> None:
+def test_a_bound_declared_in_the_model_refuses_the_option_naming_it(cli: Cli, beside: None) -> None:
     assert_clean_error(cli("probe", "timer", "--priority", "100"), 2, "--priority")
     assert_clean_error(cli("probe", "sched", "--busy-threads", "65"), 2, "--busy-threads")
 
@@ -75,7 +75,7 @@ def test_the_sched_calibration_travels_apart_from_its_parameters(tmp_path: Path)
     assert lc.params == SchedParams(busy_threads=1).model_dump() and lc.calibration == {"work_iters": 1234, "alone_ns": 5678}
 
 
-def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_launch_out_of_its_models_bounds_is_refused_naming_the_field(cli: Cli, tmp_path: Path, beside: None) -> None:
     bad = Launch(kind="timer", params={"interval_us": 0}, duration_ns=10**8, scratch=str(tmp_path)).model_dump_json()
     assert_clean_error(cli("probe", "launch", bad), 2, "timer.interval_us")
 

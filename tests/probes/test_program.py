@@ -45,7 +45,7 @@ def test_a_program_without_a_trace_is_measured_and_said(cli, lab: None) -> None:
     assert not j["wrote_trace"] and "LOOPSCOPE_TRACE" in j["note"] and j["records"] == 0
 
 
-def test_a_failing_or_missing_program_is_an_error_naming_it(cli, lab: None) -> None:
+def test_a_failing_or_missing_program_is_an_error_naming_it(cli, beside: None) -> None:
     r = cli("probe", "program", "--", "sh", "-c", "echo boom >&2; exit 3")
     assert r.returncode == 1 and "'sh' failed: exit code 3" in r.stderr and "boom" in r.stderr
     r = cli("probe", "program", "--", "/no/such/program")

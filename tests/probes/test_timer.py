@@ -90,11 +90,11 @@ def test_sched_fifo_applies_when_privileged() -> None:
         (["--bogus"], "No such option"),
     ],
 )
-def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: str, lab: None) -> None:
+def test_bad_options_get_one_line_and_exit_2(cli: Cli, args: list[str], needle: str, beside: None) -> None:
     assert_clean_error(cli("probe", "timer", *args), 2, needle)
 
 
-def test_a_refused_probe_leaves_no_run_directory(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_a_refused_probe_leaves_no_run_directory(cli: Cli, tmp_path: Path, beside: None) -> None:
     assert_clean_error(cli("probe", "timer", "--cpu", "4096", "--duration", "100ms"), 2, "cpu: CPU 4096 is not available")
     assert not (tmp_path / "runs").exists()
     r = cli("probe", "timer", "--duration", "50ms")
@@ -102,7 +102,7 @@ def test_a_refused_probe_leaves_no_run_directory(cli: Cli, tmp_path: Path, lab: 
     assert [p.name for p in (tmp_path / "runs").glob("*/*")] == ["timer.lstrace"]
 
 
-def test_an_unwritable_trace_path_is_an_input_error(cli: Cli, lab: None) -> None:
+def test_an_unwritable_trace_path_is_an_input_error(cli: Cli, beside: None) -> None:
     r = cli("probe", "timer", "--duration", "100ms", "--trace", "/nonexistent/dir/t.lstrace")
     assert_clean_error(r, 2, "/nonexistent/dir/t.lstrace: cannot create the trace file")
 
@@ -126,7 +126,7 @@ def test_ctrl_c_stops_the_probe_keeps_what_was_measured_and_leaves_nothing_runni
     assert not Path(f"/proc/{p.pid}").exists()
 
 
-def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_the_human_summary_ends_with_the_trace_path(cli: Cli, tmp_path: Path, beside: None) -> None:
     r = cli("probe", "timer", "--interval-us", "2000", "--duration", "300ms")
     assert r.returncode == 0, r.stderr
     last = r.stdout.strip().splitlines()[-1]

@@ -133,7 +133,7 @@ def test_all_problems_are_reported_at_once() -> None:
     assert str(e.value).startswith("x.yaml: 3 problems, nothing was run:")
 
 
-def test_the_cli_refuses_a_bad_file_with_exit_2_and_runs_nothing(cli: Cli, tmp_path: Path, lab: None) -> None:
+def test_the_cli_refuses_a_bad_file_with_exit_2_and_runs_nothing(cli: Cli, tmp_path: Path, beside: None) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(MINIMAL.replace("level: 2", "level: 0"))
     r = cli("run", str(f), "--results", str(tmp_path / "runs"))
@@ -144,7 +144,7 @@ def test_the_cli_refuses_a_bad_file_with_exit_2_and_runs_nothing(cli: Cli, tmp_p
     assert cli("check", str(f)).returncode == 2
 
 
-def test_a_missing_file_is_named(cli: Cli, lab: None) -> None:
+def test_a_missing_file_is_named(cli: Cli, beside: None) -> None:
     r = cli("run", "nope.yaml")
     assert r.returncode == 2 and "nope.yaml: no such experiment file" in r.stderr
 
