@@ -23,7 +23,7 @@ import pytest
 
 from loopscope.bench.fleet import Fleet
 from loopscope.lab import launch, provision
-from tests.conftest import Cli
+from tests.conftest import BIN, Cli
 from tests.lab.test_multihost import leftovers
 from tests.lab.test_run import wait_for
 
@@ -166,15 +166,22 @@ def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted
         meta.write_text(text)
 
 
-def test_a_host_that_cannot_be_reached_is_named_by_hosts_install(tmp_path: Path, cli: Cli, lab: None, beside: None) -> None:
+def test_a_host_that_cannot_be_reached_is_named_by_hosts_install_and_two_installs_at_once_take_turns(tmp_path: Path, lab: None, beside: None) -> None:
+    # (two at once once removed each other's freshly built wheel: the second now waits for the first)
     spec = tmp_path / "x.yaml"
     spec.write_text(
         "name: x\nhosts:\n  - {name: gone, kind: exec, launcher: [sh, -c, 'echo node gone is down >&2; exit 7', x], address: 10.9.9.9}\n"
         "probes:\n  - {kind: timer}\nduration: 1s\n"
     )
-    r = cli("hosts", "install", str(spec), timeout=900)
-    assert r.returncode == 1
-    assert "host gone: failed: exit code 7" in r.stderr and "node gone is down" in r.stderr
+    both = [
+        subprocess.Popen([str(BIN), "hosts", "install", str(spec)], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)
+    ]
+    said = [p.communicate(timeout=900) for p in both]
+    for p, (_, err) in zip(both, said):
+        assert p.returncode == 1, err
+        assert "host gone: failed: exit code 7" in err and "node gone is down" in err, err
+    # (each builds the wheel for seconds: the one that came second waited, and said so)
+    assert sum("waiting for another hosts install to finish" in err for _, err in said) == 1, said
 
 
 def test_the_bootstrap_refuses_a_python_that_does_not_match_the_wheels(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ Hosts are installed side by side.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -43,6 +44,8 @@ import zipfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable
 
 from typing_extensions import TypedDict
@@ -164,6 +167,26 @@ def build_env() -> dict[str, str]:
     return env
 
 
+def _cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loopscope" / "hosts"
+
+
+@contextmanager
+def _alone(say: Say) -> Iterator[None]:
+    """One ``hosts install`` at a time on this machine's cache: two at once
+    removed each other's wheel from ``build/`` between its build and its
+    use (and wrote one ``bundle.tar``). The second waits, saying so."""
+    cache = _cache()
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another hosts install to finish (it holds {cache / '.lock'}) …")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
 def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
     """The tar every host receives (built under ``~/.cache/loopscope/``)."""
     src = source_tree()
@@ -171,7 +194,7 @@ def bundle(say: Say, wheel: str | None = None, force: bool = False) -> Bundle:
         raise InputError(
             "hosts install builds the wheel from loopscope's source tree, and this loopscope was not installed from one: run it from a clone (make install)"
         )
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "loopscope" / "hosts"
+    cache = _cache()
     lock = src / "requirements.lock"
     lock_id = hashlib.sha256(lock.read_bytes()).hexdigest()[:12]
     deps = cache / f"deps-{lock_id}"
@@ -385,15 +408,16 @@ def _install_ssh(host: Host, b: Bundle, t0: float) -> Installed:
 
 def install(hosts: list[Host], say: Say, force: bool = False, wheel: str | None = None) -> tuple[Bundle, list[Installed]]:
     """Every ssh and exec host of ``hosts`` brought to this controller's loopscope, side by side."""
-    b = bundle(say, wheel, force)
-    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        have = list(pool.map(lambda h: None if force else current(h, b), hosts))
-    todo = [h for h, c in zip(hosts, have) if c is None]
-    if todo:
-        pack(b)
-        say(f"sending loopscope {b.version} (build {b.identity}: {b.wheels} wheels, {b.bytes / 1e6:.0f} MB) to {len(todo)} host(s) …")
-        with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
-            sent = dict(zip([h.name for h in todo], pool.map(lambda h: install_one(h, b), todo)))
-    else:
-        sent = {}
+    with _alone(say):
+        b = bundle(say, wheel, force)
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            have = list(pool.map(lambda h: None if force else current(h, b), hosts))
+        todo = [h for h, c in zip(hosts, have) if c is None]
+        if todo:
+            pack(b)
+            say(f"sending loopscope {b.version} (build {b.identity}: {b.wheels} wheels, {b.bytes / 1e6:.0f} MB) to {len(todo)} host(s) …")
+            with ThreadPoolExecutor(max_workers=min(16, len(todo))) as pool:
+                sent = dict(zip([h.name for h in todo], pool.map(lambda h: install_one(h, b), todo)))
+        else:
+            sent = {}
     return b, [c if c is not None else sent[h.name] for h, c in zip(hosts, have)]
