@@ -180,8 +180,9 @@ def test_a_host_that_cannot_be_reached_is_named_by_hosts_install_and_two_install
     for p, (_, err) in zip(both, said):
         assert p.returncode == 1, err
         assert "host gone: failed: exit code 7" in err and "node gone is down" in err, err
-    # (each builds the wheel for seconds: the one that came second waited, and said so)
-    assert sum("waiting for another hosts install to finish" in err for _, err in said) == 1, said
+    # (each builds the wheel for seconds: the one that came second waited, and said so; beside
+    # another test's install, both may have)
+    assert any("waiting for another hosts install to finish" in err for _, err in said), said
 
 
 def test_the_bootstrap_refuses_a_python_that_does_not_match_the_wheels(tmp_path: Path) -> None:
