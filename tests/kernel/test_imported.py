@@ -494,13 +494,16 @@ def test_a_recording_with_random_bytes_flipped_imports_what_is_whole_or_is_refus
 
     with ThreadPoolExecutor(2) as pool:
         got = list(pool.map(one, range(COPIES)))
+    # the recording is made afresh each run, so a failure names the damaged copy itself to replay it
+    # (`loopscope import COPY`): pytest keeps its last three runs' temporary directories
     hung = [i for i, r in got if r is None]
-    assert not hung, f"copies {hung} of {name} did not import within {DAMAGED_WITHIN_S} s"
+    assert not hung, f"copies {hung} of {name} did not import within {DAMAGED_WITHIN_S} s: {[str(tmp_path / f'{i:02d}-{recordings[name].name}') for i in hung]}"
     codes = {}
     for i, r in got:
         assert r is not None
-        assert r.returncode in (0, 2), (i, r.returncode, r.stderr[:3000])
-        assert "Traceback" not in r.stderr and "panicked" not in r.stderr, (i, r.stderr[-2000:])
+        copy = tmp_path / f"{i:02d}-{recordings[name].name}"
+        assert r.returncode in (0, 2), (str(copy), r.returncode, r.stderr[:3000])
+        assert "Traceback" not in r.stderr and "panicked" not in r.stderr, (str(copy), r.stderr[-2000:])
         if r.returncode == 2:
             assert_clean_error(r, 2)
         else:
