@@ -14,10 +14,9 @@ sysctl, IRQ, isolation, `loopscope cleanup`), and finds its leftovers by its
 own run id, not by a look at the whole machine.
 
 `make test` runs every tier: the fast one on both CPUs (pytest-xdist; it
-measures nothing), after mypy and the Rust tests' build, while the lab and
-bench tests marked `beside` run two at a time (`--tier beside`), then the
-Rust tests and the rest one at a time (`--tier alone`: they measure the
-machine, and share it with nothing else). `--tier slow` is
+measures nothing) while the lab and bench tests marked `beside` run two at
+a time (`--tier beside`), then the rest one at a time (`--tier alone`: they
+measure the machine, and share it with nothing else). `--tier slow` is
 both lab tiers, one at a time. A fast test therefore touches nothing
 machine-wide either: one that runs `loopscope cleanup`'s code (which takes
 what no live run has registered yet) is a lab test. `make check` runs

@@ -166,7 +166,8 @@ def test_a_host_whose_loopscope_is_another_version_is_refused_naming_both(rooted
         meta.write_text(text)
 
 
-def test_a_host_that_cannot_be_reached_is_named_by_hosts_install_and_two_installs_at_once_take_turns(tmp_path: Path, lab: None, beside: None) -> None:
+def test_a_host_that_cannot_be_reached_is_named_by_hosts_install_and_two_installs_at_once_take_turns(tmp_path: Path, lab: None) -> None:
+    # (alone: its two wheel builds are load the beside tier's preflights met)
     # (two at once once removed each other's freshly built wheel: the second now waits for the first)
     spec = tmp_path / "x.yaml"
     spec.write_text(
