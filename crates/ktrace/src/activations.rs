@@ -184,7 +184,11 @@ pub const HELD_NS: i64 = 200_000;
 /// leaves out the vCPU's steal (paravirt time accounting; 61 µs of an 82 µs
 /// run under a busy host here), and the accounting event is stamped after
 /// its clock was read. So it bounds an untraced switch-in from above, this
-/// much after it, and never from below.
+/// much after it, and never from below. A host that takes the vCPU away
+/// between that clock read and the switch's trace (interrupts off in the
+/// guest do not stop it) breaks the bound by the stall: rare (seen once in a
+/// 1.5 s 1 kHz probe beside a busy host), and nothing in the guest's events
+/// shows it.
 pub const RUN_EARLY_NS: i64 = 20_000;
 
 /// The thread was held (`HELD_NS`) at `at`: its first switch-in did not count.
