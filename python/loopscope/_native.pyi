@@ -3,7 +3,7 @@
 
 import numpy as np
 import numpy.typing as npt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, TypedDict
 
 # netem.json keeps the emulator's interfaces as the binding gives them: one declaration
@@ -457,8 +457,10 @@ class FreedKept:
     def __enter__(self) -> FreedKept: ...
     def __exit__(self, *args: object) -> bool: ...
 
+_AttrCols = Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]]
+
 def ktrace_attribute(
-    cols: Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]],
+    cols: _AttrCols | Iterable[_AttrCols],
     event_names: list[str],
     comms: list[str] | StringTable,
     states: list[str] | StringTable,

@@ -261,6 +261,8 @@ def test_bench_import_reads_each_format_with_its_reader_s_count(cli: Cli, bench:
     for f in j["files"]:
         assert f["counts_equal"] and f["events"] > 0, f
         assert f["import_events_per_s"] > 0 and f["peer_events_per_s"] > 0 and f["import_rss_mb"] > 0
+        # the attribution's weakest case for memory, one window over the whole capture, measured once per file
+        assert f["long_window_s"] > 0 and f["long_window_rss_mb"] > 0, f
         # a perf.data's walk has its baseline, the crate's sorted reader, timed beside it; a trace.dat none
         perf = "perf" in f["file"]
         assert (f["sorted_reader_events_per_s"] is not None and f["sorted_reader_events_per_s"] > 0 and f["walk_over_sorted"] > 0) == perf, f

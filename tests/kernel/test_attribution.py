@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from dataclasses import replace
 from pathlib import Path
 
@@ -321,11 +322,11 @@ def test_an_ipi_whose_handler_flushed_the_tlb_is_a_tlb_shootdown() -> None:
     assert views[1].irq_label == ["IPI: TLB shootdown"]  # the Perfetto export's tracks say so too
 
 
-def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:
-    # thread 42 (cpu 1) sleeps in a lock at 1 ms; zoo-holder (tid 9, cpu 0)
-    # releases it and wakes it at 4 ms (recorded by the waker); 42 runs at 4.1 ms.
+def _blocked() -> A.Kernel:
+    """Thread 42 (cpu 1) sleeps in a lock at 1 ms; zoo-holder (tid 9, cpu 0)
+    releases it and wakes it at 4 ms (recorded by the waker); 42 runs at 4.1 ms."""
     ms = 1_000_000
-    k = A.Kernel.of(
+    return A.Kernel.of(
         _events(
             [
                 {"t_ns": 1 * ms, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "app", "runtime": ms},
@@ -348,7 +349,11 @@ def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:
         ),
         0,
     )
-    r = A.attribute_span(k, 42, 0, 5 * ms)
+
+
+def test_a_sleep_ended_by_another_thread_is_blocked_on_that_thread() -> None:
+    ms = 1_000_000
+    r = A.attribute_span(_blocked(), 42, 0, 5 * ms)
     assert r["causes"] == {"running": 1 * ms + 900_000, "blocked: zoo-holder": 3 * ms, "scheduling latency": 100_000}
     assert A.cause_family("blocked: kworker/1:2") == "blocked: kworker" and A.cause_family("blocked: sleeping") == "blocked: sleeping"
 
@@ -543,6 +548,29 @@ def test_columns_given_as_chunks_of_int32_and_int64_split_as_whole_columns_do() 
     chunks = replace(k, cols={c: chunked(c, np.asarray(v)) for c, v in k.cols.items()})
     assert A.attribute(chunks, 42, 100_000_050_000, 100_003_030_000) == whole
     assert whole["causes"]["thread: ls-burst"] == 100_003_000_000 - 100_000_050_000
+
+
+def _cut(k: A.Kernel, at: list[int]) -> A.Kernel:
+    """``k`` with its events handed over as batches cut at ``at``, read once (``Kernel.arrays``)."""
+    cols = {c: np.asarray(v) for c, v in typing.cast("dict[str, np.ndarray]", k.cols).items()}
+    edges = [0, *at, len(cols["t_ns"])]
+    return replace(k, cols=iter([{c: v[x:y] for c, v in cols.items()} for x, y in zip(edges, edges[1:])]))
+
+
+def test_events_fed_in_batches_as_they_are_read_split_as_all_at_once_wherever_they_are_cut() -> None:
+    # a long window's events reach the split a row group at a time (Store.iter_arrays), and none is kept
+    k = A.Kernel.of(K.parse(TEXT), 0)
+    n = len(k.cols["t_ns"])
+    whole = A.attribute(k, 42, 100_000_050_000, 100_003_030_000)
+    assert whole["causes"]["thread: ls-burst"] == 100_003_000_000 - 100_000_050_000
+    for at in [[i] for i in range(1, n)] + [list(range(1, n))]:
+        assert A.attribute(_cut(k, at), 42, 100_000_050_000, 100_003_030_000) == whole, at
+    # the waker is named from its own events, in a batch before the one that ends the wait
+    b = _blocked()
+    whole = A.attribute_span(b, 42, 0, 5_000_000)
+    assert "blocked: zoo-holder" in whole["causes"]
+    for i in range(1, len(b.cols["t_ns"])):
+        assert A.attribute_span(_cut(b, [i]), 42, 0, 5_000_000) == whole, i
 
 
 def test_columns_of_different_lengths_are_refused_by_name() -> None:

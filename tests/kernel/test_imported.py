@@ -557,3 +557,38 @@ def test_a_peer_that_prints_no_event_is_an_error_naming_it_not_a_count_of_zero(t
     junk.write_bytes(b"\x17\x08\x44tracing" + bytes(4096))
     with pytest.raises(RunError, match=r"trace-cmd report printed no event of .*junk\.dat \(exit \d+\)"):
         F.reported(junk)
+
+
+def test_a_window_longer_than_a_cluster_is_split_from_its_row_groups_one_at_a_time_as_from_all_of_them(
+    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch, beside: None
+) -> None:
+    # a thread starved for seconds makes one window of millions of events (issue: 2.4 GB for one 3 s window of 10.7 M
+    # events, 0.58 GB read a group at a time); the causes are those of the events read all at once
+    import numpy as np
+    import polars as pl
+
+    from loopscope.analysis import explain as E
+    from loopscope.kernel import imported
+    from loopscope.kernel import store as S
+
+    _needs("trace-cmd", "stress-ng")
+    rec = F.trace_dat(tmp_path / "busy.dat", ["stress-ng", "--switch", "1", "-t", "1", "-q"], buffer_kb=65536, clock="mono")
+    imported.import_file(rec, tmp_path / "run")
+    st = S.open_dir(next((tmp_path / "run").rglob("segments.jsonl")).parent)
+    assert st.t_first is not None and st.t_last is not None
+    assert st.events > 2 * S.GROUP, f"{st.events} events: too few for row groups to be read one at a time"
+    a, b = st.t_first + E.MARGIN_NS + 1, st.t_last - E.MARGIN_NS - 1
+    assert b - a > E.LONG_NS + E.MARGIN_NS  # the window is a long one
+    # the batches are the events of the window's span, in time order, none twice
+    batches = list(st.iter_arrays(a - E.MARGIN_NS, b + E.MARGIN_NS))
+    assert len(batches) > 2
+    t = np.concatenate([c for x in batches for c in x["t_ns"]])
+    assert (np.diff(t) >= 0).all() and np.array_equal(t, np.concatenate(st.load_arrays(a - E.MARGIN_NS, b + E.MARGIN_NS)["t_ns"]))
+    # a busy thread's whole second, as a wake-up window and as a span
+    busiest = int(st.load_coded(a, b).filter(pl.col("event") == st.event_names.index("sched_switch"))["next_pid"].mode()[0])
+    outl = pl.DataFrame({"id": [0, 1], "tid": [busiest] * 2, "start_k": [a] * 2, "end_k": [b] * 2, "span": [False, True]})
+    streamed = E.attribute_store(st, outl)
+    monkeypatch.setattr(E, "LONG_NS", 10**18)
+    whole = E.attribute_store(S.open_dir(st.dir), outl)
+    assert streamed.sort("id", "cause").equals(whole.sort("id", "cause"))
+    assert set(streamed["id"]) == {0, 1} and streamed.filter(pl.col("id") == 1)["ns"].sum() == b - a

@@ -314,15 +314,29 @@ impl Acc {
 }
 
 /// The kernel's picture of a cluster: per CPU and per thread of interest.
+///
+/// It is built by one pass over the events, fed in time order a chunk at a
+/// time (`start`, `feed`, then the windows split): only the per-CPU and
+/// per-thread picture is kept, never the events, so a cluster's memory is
+/// that picture and one chunk, however long its windows are.
 pub struct Kernel<'a> {
-    ev: &'a Events<'a>,
     ctx: &'a Context,
+    /// task names (`target_comm`, `next_comm` index it)
+    comms: &'a [String],
     kinds: Vec<Ev>,
     cpus: FxHashMap<i64, Cpu>,
     threads: FxHashMap<i64, Thread>,
     labels: Labels,
-    comm_of: Option<FxHashMap<i64, i64>>,
+    /// each task's latest name in the events (its index into `comms`)
+    comm_of: FxHashMap<i64, i64>,
+    /// the (task, name) last noted in `comm_of`, in a slot by task: a repeat needs no insert
+    named: Vec<(i64, i64)>,
+    /// the pass while events are fed; None once it ended
+    pass: Option<Pass>,
 }
+
+/// Slots of `Kernel::named` (a power of two).
+const NAMED: usize = 256;
 
 fn text(table: &[String], i: i64) -> Option<&str> {
     if i < 0 {
@@ -369,8 +383,7 @@ fn is_exit(kind: Ev) -> bool {
 }
 
 impl Pass {
-    fn event(&mut self, k: &mut Kernel, i: usize, kind: Ev) {
-        let ev = k.ev;
+    fn event(&mut self, k: &mut Kernel, ev: &Events, i: usize, kind: Ev) {
         let (t, c) = (ev.t_ns[i], ev.cpu[i]);
         self.switches.seen(c, t, ev.pid[i]);
         if !self.rt_open.is_empty() && kind != Ev::Switch {
@@ -390,7 +403,7 @@ impl Pass {
             self.irq_segment(k, c, t);
         }
         if is_entry(kind) {
-            let l = self.entry_label(k, i, kind);
+            let l = self.entry_label(k, ev, i, kind);
             self.stacks.entry(c).or_default().push((l, t));
         } else if is_exit(kind) {
             // an exit with nothing open: a handler that began before these events
@@ -399,7 +412,7 @@ impl Pass {
             // loopscope's capture records only the TLB flush (a filter); a recording of every call names each
             self.tlb.entry(c).or_default().push(t);
         } else if kind == Ev::Runtime {
-            self.runtime(k, i, c, t);
+            self.runtime(k, ev, i, c, t);
         } else if kind == Ev::Wakeup {
             self.woke.insert(ev.target[i], t);
             self.switches.woke(ev.target[i], t);
@@ -487,8 +500,7 @@ impl Pass {
     }
 
     /// A handler's label by (kind, name): made once, not per entry.
-    fn entry_label(&mut self, k: &mut Kernel, i: usize, kind: Ev) -> usize {
-        let ev = k.ev;
+    fn entry_label(&mut self, k: &mut Kernel, ev: &Events, i: usize, kind: Ev) -> usize {
         let key = (kind as u8, if matches!(kind, Ev::IrqEntry | Ev::SoftEntry) { ev.name[i] } else { NONE });
         if let Some(&l) = self.entry_label.get(&key) {
             return l;
@@ -510,15 +522,14 @@ impl Pass {
         if let Some(&l) = self.label_of.get(&(comm, who)) {
             return l;
         }
-        let name = text(k.ev.comms, comm).map(|s| s.to_string()).unwrap_or_else(|| if comm == NONE { format!("tid {who}") } else { "?".into() });
+        let name = text(k.comms, comm).map(|s| s.to_string()).unwrap_or_else(|| if comm == NONE { format!("tid {who}") } else { "?".into() });
         let l = k.labels.get(task_label(&name, who, &k.ctx.roles, k.ctx.perf_is_lab));
         self.label_of.insert((comm, who), l);
         l
     }
 
     /// A task ran for `runtime` ns up to now on this CPU.
-    fn runtime(&mut self, k: &mut Kernel, i: usize, c: i64, t: i64) {
-        let ev = k.ev;
+    fn runtime(&mut self, k: &mut Kernel, ev: &Events, i: usize, c: i64, t: i64) {
         let (who, rt) = (ev.target[i], ev.runtime[i]);
         if who == 0 || who == NONE || rt == NONE {
             return;
@@ -651,30 +662,87 @@ impl Pass {
 impl<'a> Kernel<'a> {
     /// One pass over the events: every CPU's runs and interrupt handlers,
     /// and the own events of the threads in `tids`.
-    pub fn new(ev: &'a Events<'a>, ctx: &'a Context, tids: &[i64]) -> Kernel<'a> {
-        let kinds: Vec<Ev> = ev.event_names.iter().map(|n| ev_of(n)).collect();
-        let mut k = Kernel { ev, ctx, kinds, cpus: FxHashMap::default(), threads: FxHashMap::default(), labels: Labels::default(), comm_of: None };
-        for &t in tids {
-            k.threads.entry(t).or_default();
-        }
-        let n = ev.t_ns.len();
-        // events in time order (the frame is sorted; stay safe if not)
-        let mut order: Vec<usize> = (0..n).collect();
-        if !ev.t_ns.windows(2).all(|w| w[0] <= w[1]) {
-            order.sort_by_key(|&i| ev.t_ns[i]);
-        }
-        let mut pass = Pass::default();
-        for &i in &order {
-            let kind = k.kind(i);
-            pass.event(&mut k, i, kind);
-            k.thread_event(i, kind);
-        }
-        pass.finish(&mut k);
+    pub fn new(ev: &Events<'a>, ctx: &'a Context, tids: &[i64]) -> Kernel<'a> {
+        let mut k = Kernel::start(ctx, ev.event_names, ev.comms, tids);
+        k.feed(ev);
+        k.end();
         k
     }
 
-    fn kind(&self, i: usize) -> Ev {
-        let e = self.ev.event[i];
+    /// Ready for a pass over events whose `event` column indexes
+    /// `event_names` and whose task names index `comms`.
+    pub fn start(ctx: &'a Context, event_names: &[String], comms: &'a [String], tids: &[i64]) -> Kernel<'a> {
+        let kinds: Vec<Ev> = event_names.iter().map(|n| ev_of(n)).collect();
+        let mut k = Kernel {
+            ctx,
+            comms,
+            kinds,
+            cpus: FxHashMap::default(),
+            threads: FxHashMap::default(),
+            labels: Labels::default(),
+            comm_of: FxHashMap::default(),
+            named: vec![(NONE, NONE); NAMED],
+            pass: Some(Pass::default()),
+        };
+        for &t in tids {
+            k.threads.entry(t).or_default();
+        }
+        k
+    }
+
+    /// The pass over the next events: a chunk later than every one fed
+    /// before (its own events may come in any order: sorted here). The
+    /// tables of `ev` are those `start` was given.
+    pub fn feed(&mut self, ev: &Events) {
+        let Some(mut pass) = self.pass.take() else { return };
+        let n = ev.t_ns.len();
+        if ev.t_ns.windows(2).all(|w| w[0] <= w[1]) {
+            for i in 0..n {
+                self.one(&mut pass, ev, i);
+            }
+        } else {
+            let mut order: Vec<usize> = (0..n).collect();
+            order.sort_by_key(|&i| ev.t_ns[i]);
+            for i in order {
+                self.one(&mut pass, ev, i);
+            }
+        }
+        self.pass = Some(pass);
+    }
+
+    /// The pass's end: the runs the switches give, each CPU's picture
+    /// sorted (a feed after it is ignored).
+    pub fn end(&mut self) {
+        if let Some(pass) = self.pass.take() {
+            pass.finish(self);
+        }
+    }
+
+    fn one(&mut self, pass: &mut Pass, ev: &Events, i: usize) {
+        let kind = self.kind(ev, i);
+        if kind != Ev::Waking && kind != Ev::Wakeup && ev.target[i] != NONE && ev.target_comm[i] != NONE {
+            self.note_name(ev.target[i], ev.target_comm[i]);
+        }
+        if ev.next_pid[i] != NONE && ev.next_comm[i] != NONE {
+            self.note_name(ev.next_pid[i], ev.next_comm[i]);
+        }
+        pass.event(self, ev, i, kind);
+        self.thread_event(ev, i, kind);
+    }
+
+    /// `comm` is `tid`'s latest name (a wake-up's names the woken task as
+    /// its waker saw it: not taken). The slot remembers the last pair noted
+    /// for a task, so a repeat (every switch of a busy pair) inserts nothing.
+    fn note_name(&mut self, tid: i64, comm: i64) {
+        let slot = (tid as usize) & (NAMED - 1);
+        if self.named[slot] != (tid, comm) {
+            self.comm_of.insert(tid, comm);
+            self.named[slot] = (tid, comm);
+        }
+    }
+
+    fn kind(&self, ev: &Events, i: usize) -> Ev {
+        let e = ev.event[i];
         if e < 0 {
             Ev::Other
         } else {
@@ -682,7 +750,7 @@ impl<'a> Kernel<'a> {
         }
     }
 
-    fn thread_event(&mut self, i: usize, kind: Ev) {
+    fn thread_event(&mut self, ev: &Events, i: usize, kind: Ev) {
         if matches!(
             kind,
             Ev::Other
@@ -700,7 +768,6 @@ impl<'a> Kernel<'a> {
         ) {
             return;
         }
-        let ev = self.ev;
         let t = ev.t_ns[i];
         let (target, cur) = (ev.target[i], ev.pid[i]);
         match kind {
@@ -776,27 +843,7 @@ impl<'a> Kernel<'a> {
 
     /// How attribution names the task `tid` (its comm from the events that name it).
     fn name_of(&mut self, tid: i64) -> String {
-        if self.comm_of.is_none() {
-            let ev = self.ev;
-            let mut m = FxHashMap::default();
-            for i in 0..ev.t_ns.len() {
-                let k = self.kind(i);
-                if k != Ev::Waking && k != Ev::Wakeup && ev.target[i] != NONE && ev.target_comm[i] != NONE {
-                    m.insert(ev.target[i], ev.target_comm[i]);
-                }
-                if ev.next_pid[i] != NONE && ev.next_comm[i] != NONE {
-                    m.insert(ev.next_pid[i], ev.next_comm[i]);
-                }
-            }
-            self.comm_of = Some(m);
-        }
-        let comm = self
-            .comm_of
-            .as_ref()
-            .and_then(|m| m.get(&tid))
-            .and_then(|&c| text(self.ev.comms, c))
-            .map(|s| s.to_string())
-            .unwrap_or_else(|| format!("tid {tid}"));
+        let comm = self.comm_of.get(&tid).and_then(|&c| text(self.comms, c)).map(|s| s.to_string()).unwrap_or_else(|| format!("tid {tid}"));
         task_label(&comm, tid, &self.ctx.roles, self.ctx.perf_is_lab)
     }
 
@@ -1444,29 +1491,42 @@ fn overlaps(s: &[i64], e: &[i64], u: i64, v: i64) -> Vec<(usize, i64, i64)> {
 
 /// Every window of a cluster split into causes; what no cause explains of a
 /// window is `unexplained`, so each window's causes add up to its length.
-pub fn attribute_many(ev: &Events, ctx: &Context, windows: &[Window]) -> Vec<Split> {
+pub fn attribute_many<'a>(ev: &Events<'a>, ctx: &'a Context, windows: &[Window]) -> Vec<Split> {
+    Kernel::new(ev, ctx, &tids_of(windows)).split_all(windows)
+}
+
+/// The threads of `windows`, each once (what `Kernel::start` takes).
+pub fn tids_of(windows: &[Window]) -> Vec<i64> {
     let mut tids: Vec<i64> = windows.iter().map(|w| w.tid).collect();
     tids.sort();
     tids.dedup();
-    let mut k = Kernel::new(ev, ctx, &tids);
-    windows
-        .iter()
-        .map(|w| {
-            let mut s = if w.span { k.attribute_span(w) } else { k.attribute(w) };
-            let total = w.b - w.a;
-            if s.causes.is_empty() {
-                s.causes.push(("unexplained".into(), total));
-            }
-            let left = total - s.causes.iter().map(|c| c.1).sum::<i64>();
-            if left > 0 {
-                match s.causes.iter_mut().find(|c| c.0 == "unexplained") {
-                    Some(c) => c.1 += left,
-                    None => s.causes.push(("unexplained".into(), left)),
+    tids
+}
+
+impl Kernel<'_> {
+    /// Every window split (the pass ended first if it has not).
+    pub fn split_all(&mut self, windows: &[Window]) -> Vec<Split> {
+        self.end();
+        let k = self;
+        windows
+            .iter()
+            .map(|w| {
+                let mut s = if w.span { k.attribute_span(w) } else { k.attribute(w) };
+                let total = w.b - w.a;
+                if s.causes.is_empty() {
+                    s.causes.push(("unexplained".into(), total));
                 }
-            }
-            s
-        })
-        .collect()
+                let left = total - s.causes.iter().map(|c| c.1).sum::<i64>();
+                if left > 0 {
+                    match s.causes.iter_mut().find(|c| c.0 == "unexplained") {
+                        Some(c) => c.1 += left,
+                        None => s.causes.push(("unexplained".into(), left)),
+                    }
+                }
+                s
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,10 @@
-//! The event columns attribution reads (`ktrace::ktrace_attribute`): the
-//! caller's arrays held read-only under the interpreter lock, and joined
-//! into int64 columns after it is released, beside the caller's next read.
+//! The event columns attribution reads (`attribute::ktrace_attribute`): the
+//! caller's arrays held read-only under the interpreter lock, and read a
+//! chunk at a time after it is released, beside the caller's next read.
 //!
-//! A busy capture's cluster is about half a million events: 60 MB of joined
-//! columns and tens of MB of the split's own structures (runs, per-thread
-//! lists), freed at the cluster's end. glibc hands such blocks back to the
+//! A busy capture's cluster is about half a million events: tens of MB of
+//! the split's own structures (runs, per-thread lists) and of chunks widened
+//! from int32, freed at the cluster's end. glibc hands such blocks back to the
 //! kernel at the free, and the next cluster faults them in again, zeroed
 //! page by page (a fifth of the attribution's CPU time on a busy capture).
 //! `FreedKept` has glibc keep what is freed while a capture's windows are

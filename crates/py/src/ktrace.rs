@@ -5,15 +5,13 @@
 //! batch for the segment writer, keeping each CPU's last event time across
 //! batches so that a loss at a batch's first page is placed.
 
-use super::attrcols::{attribute_columns, joined, Chunk, Held};
 use super::tracepipe::{read_error, read_pages_into};
-use super::{detached, strtable, InputError};
+use super::{detached, InputError};
 use loopscope_ktrace::decode::{Columns, Decoder};
 use loopscope_ktrace::format::{parse, parse_header_page};
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use std::borrow::Cow;
 
 #[pyclass(module = "loopscope._native", name = "KtraceDecoder")]
 pub struct KtraceDecoder {
@@ -304,145 +302,6 @@ impl KtraceImport {
             Source::TraceDat(_) => None,
         }
     }
-}
-
-/// Split a cluster of windows into causes (crates/ktrace `attrib`).
-///
-/// `cols`: the events' columns, each an int64 or int32 array or a list of them
-/// (chunks in time order; -1: no value), text columns
-/// as indices into `comms` (target_comm, next_comm), `states` (prev_state),
-/// `names` (name) and `event_names` (event). `lost_at`: (cpu, start, end,
-/// events) arrays of the capture's placed losses, or None when they cannot
-/// be placed. Windows: `w_id`, `w_tid`, `w_a`, `w_b` (kernel CLOCK_MONOTONIC)
-/// and `w_span`. Returns one row per (window, cause) — `id`, `cause` (index
-/// into `causes`), `ns` — and per window `cpu` (-1: none), `migrations`,
-/// `page_faults`, `complete`, `missing` (None or the reason).
-#[pyfunction]
-#[pyo3(signature = (cols, event_names, comms, states, names, role_tids, role_labels, perf_is_lab, lost, lost_at, t_first, t_last, w_id, w_tid, w_a, w_b, w_span, group_tids=None, group_paths=None))]
-#[allow(clippy::too_many_arguments)]
-pub fn ktrace_attribute<'py>(
-    py: Python<'py>,
-    cols: &Bound<'py, PyDict>,
-    event_names: Vec<String>,
-    comms: &Bound<'py, PyAny>,
-    states: &Bound<'py, PyAny>,
-    names: &Bound<'py, PyAny>,
-    role_tids: Vec<i64>,
-    role_labels: Vec<String>,
-    perf_is_lab: bool,
-    lost: i64,
-    lost_at: Option<(Vec<i64>, Vec<i64>, Vec<i64>, Vec<i64>)>,
-    t_first: i64,
-    t_last: i64,
-    w_id: PyReadonlyArray1<'py, i64>,
-    w_tid: PyReadonlyArray1<'py, i64>,
-    w_a: PyReadonlyArray1<'py, i64>,
-    w_b: PyReadonlyArray1<'py, i64>,
-    w_span: PyReadonlyArray1<'py, bool>,
-    group_tids: Option<Vec<i64>>,
-    group_paths: Option<Vec<String>>,
-) -> PyResult<Bound<'py, PyDict>> {
-    use loopscope_ktrace::attrib::{attribute_many, Context, Events, Window};
-    let held = attribute_columns(cols)?;
-    let chunks: Vec<Option<Vec<Chunk<'_>>>> = held.iter().map(|h| h.as_ref().map(|v| v.iter().map(Held::chunk).collect())).collect();
-    let (comms, states, names) = (strtable::table(comms)?, strtable::table(states)?, strtable::table(names)?);
-    let wins: Vec<Window> = {
-        let (i, t, a, b, s) = (w_id.as_slice()?, w_tid.as_slice()?, w_a.as_slice()?, w_b.as_slice()?, w_span.as_slice()?);
-        (0..i.len()).map(|k| Window { id: i[k], tid: t[k], a: a[k], b: b[k], span: s[k] }).collect()
-    };
-    let ctx = Context {
-        roles: role_tids.into_iter().zip(role_labels).collect(),
-        perf_is_lab,
-        lost,
-        lost_at: lost_at.map(|(c, s, e, n)| c.into_iter().zip(s).zip(e).zip(n).map(|(((c, s), e), n)| (c, s, e, n)).collect()),
-        t_first,
-        t_last,
-        groups: group_tids.unwrap_or_default().into_iter().zip(group_paths.unwrap_or_default()).collect(),
-    };
-    let splits = detached(py, move || {
-        // the copies (joins, widening) made here, beside the caller's next read
-        let n = chunks[0].as_deref().map_or(0, |c| c.iter().map(|x| x.len()).sum());
-        let o: Vec<Cow<'_, [i64]>> = chunks.iter().map(|c| c.as_deref().map_or_else(|| vec![-1; n].into(), joined)).collect();
-        let ev = Events {
-            t_ns: &o[0],
-            cpu: &o[1],
-            event: &o[2],
-            pid: &o[3],
-            target: &o[4],
-            target_comm: &o[5],
-            next_pid: &o[6],
-            next_comm: &o[7],
-            prev_state: &o[8],
-            name: &o[9],
-            runtime: &o[10],
-            expires: &o[11],
-            softexpires: &o[12],
-            prio: &o[13],
-            next_prio: &o[14],
-            event_names: &event_names,
-            comms: &comms,
-            states: &states,
-            names: &names,
-        };
-        attribute_many(&ev, &ctx, &wins)
-    })?;
-    splits_dict(py, splits)
-}
-
-/// The splits as the columns Python reads: a row per (window, cause), its
-/// part before the wake-up (-1: none recorded), and per window its CPU,
-/// counts, completeness and what rtla's rule blames.
-fn splits_dict(py: Python<'_>, splits: Vec<loopscope_ktrace::attrib::Split>) -> PyResult<Bound<'_, PyDict>> {
-    let (mut r_id, mut r_cause, mut r_ns, mut r_pre) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut table: Vec<String> = Vec::new();
-    let mut index: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
-    let (mut w_ids, mut cpu, mut migr, mut pf, mut complete, mut missing) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut rule = Vec::new();
-    for s in splits {
-        for (c, ns) in s.causes {
-            // the part of this cause before the wake-up (-1: no wake-up recorded)
-            let pre = match &s.before {
-                Some(b) => b.iter().find(|x| x.0 == c).map_or(0, |x| x.1),
-                None => -1,
-            };
-            let k = *index.entry(c.clone()).or_insert_with(|| {
-                table.push(c);
-                table.len() as i64 - 1
-            });
-            r_id.push(s.id);
-            r_cause.push(k);
-            r_ns.push(ns);
-            r_pre.push(pre);
-        }
-        w_ids.push(s.id);
-        cpu.push(s.cpu.unwrap_or(-1));
-        migr.push(s.migrations);
-        pf.push(s.page_faults);
-        complete.push(s.complete);
-        missing.push(s.missing);
-        rule.push(s.rule);
-    }
-    let o = PyDict::new(py);
-    o.set_item("id", r_id.into_pyarray(py))?;
-    o.set_item("cause", r_cause.into_pyarray(py))?;
-    o.set_item("ns", r_ns.into_pyarray(py))?;
-    o.set_item("before_ns", r_pre.into_pyarray(py))?;
-    o.set_item("causes", table)?;
-    o.set_item("w_id", w_ids.into_pyarray(py))?;
-    o.set_item("cpu", cpu.into_pyarray(py))?;
-    o.set_item("migrations", migr.into_pyarray(py))?;
-    o.set_item("page_faults", pf.into_pyarray(py))?;
-    o.set_item("complete", complete.into_pyarray(py))?;
-    o.set_item("missing", missing)?;
-    o.set_item("rule", rule)?;
-    Ok(o)
-}
-
-/// How attribution names a task (the one rule, for Python's callers too).
-#[pyfunction]
-#[pyo3(signature = (comm, pid, perf_is_lab=false))]
-pub fn ktrace_task_label(comm: &str, pid: i64, perf_is_lab: bool) -> String {
-    loopscope_ktrace::attrib::task_label(comm, pid, &std::collections::HashMap::new(), perf_is_lab)
 }
 
 /// Every activation of chosen threads (crates/ktrace `activations`), fed

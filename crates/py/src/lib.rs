@@ -17,6 +17,7 @@
 //! share: the exceptions, `run_interruptible`, and the module's table.
 
 mod attrcols;
+mod attribute;
 mod bench;
 mod boot;
 mod chan;
@@ -241,11 +242,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<segment::KtraceSegments>()?;
     m.add("SEGMENT_GROUP", loopscope_ktrace::segment::GROUP)?;
     m.add("ATTRIBUTE_COLUMNS", attrcols::COLUMNS.to_vec())?;
-    m.add_function(wrap_pyfunction!(ktrace::ktrace_attribute, m)?)?;
+    m.add_function(wrap_pyfunction!(attribute::ktrace_attribute, m)?)?;
     m.add_class::<strtable::StringTable>()?;
     m.add_class::<attrcols::FreedKept>()?;
     m.add_class::<ktrace::KtraceActivations>()?;
-    m.add_function(wrap_pyfunction!(ktrace::ktrace_task_label, m)?)?;
+    m.add_function(wrap_pyfunction!(attribute::ktrace_task_label, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from typing_extensions import TypedDict
@@ -179,7 +179,8 @@ class Kernel:
     """A cluster's events as the native attribution takes them: numeric
     columns (-1 for none) and text as indices into string tables."""
 
-    cols: Mapping[str, Column]
+    #: the columns, or batches of them in time order (``arrays``: read as they are split, once)
+    cols: Mapping[str, Column] | Iterator[Mapping[str, Column]]
     event_names: list[str]
     #: string tables: a list, or a capture's ``_native.StringTable`` (shared by every cluster, not copied)
     comms: Strings
@@ -248,14 +249,19 @@ class Kernel:
     @classmethod
     def arrays(
         cls,
-        cols: Mapping[str, Column],
+        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]],
         strings: Strings,
         event_names: list[str],
         lost: int,
         lost_windows: pl.DataFrame | None = None,
         roles: dict[int, str] | None = None,
     ) -> "Kernel":
-        """From a capture's stored events as chunks of arrays (``Store.load_arrays``)."""
+        """From a capture's stored events as chunks of arrays (``Store.load_arrays``),
+        or as batches of them in time order (``Store.iter_arrays``): the split then
+        takes each as it is read and holds none, so it splits once, and
+        ``t_first``/``t_last`` are the caller's to set."""
+        if not isinstance(cols, Mapping):
+            return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, False, 0, 0)
         t = [c for c in cols["t_ns"] if len(c)]
         return cls._make(
             dict(cols), event_names, strings, strings, strings, lost, lost_windows, roles, False, int(t[0][0]) if t else 0, int(t[-1][-1]) if t else 0
@@ -264,7 +270,7 @@ class Kernel:
     @classmethod
     def _make(
         cls,
-        cols: Mapping[str, Column],
+        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]],
         event_names: list[str],
         comms: Strings,
         states: Strings,

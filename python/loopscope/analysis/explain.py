@@ -76,6 +76,9 @@ MARGIN_NS = 20_000_000
 # cost less to split than another call costs to prepare (the row groups
 # they sit in are read whole either way).
 JOIN_NS = 250_000_000
+# A cluster longer than this (one long window: CHUNK_NS bounds the joined ones)
+# is read and split a row group at a time.
+LONG_NS = CHUNK_NS + 2 * MARGIN_NS
 # Threads splitting clusters at once, and clusters read ahead of the splits.
 SPLITTERS = max(1, min(4, os.cpu_count() or 1))
 IN_FLIGHT = 2 * SPLITTERS
@@ -193,10 +196,18 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     # what each cluster's split frees (runs, per-thread lists) serves the next one, not new zeroed pages
     with _native.FreedKept(), ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
-            k = A.Kernel.arrays(st.load_arrays(a, b), strings, st.event_names, lost, lost_at, roles=roles)
+            # one window longer than a cluster (a thread starved for seconds): its events are split here as they
+            # are read, a row group at a time, so its memory is a group's and the split's picture, not its events
+            cols = st.iter_arrays(a, b) if b - a > LONG_NS else st.load_arrays(a, b)
+            k = A.Kernel.arrays(cols, strings, st.event_names, lost, lost_at, roles=roles)
             k.t_first, k.t_last = t_first, t_last
             k.groups = groups or {}
-            done.append(pool.submit(k.split, o[i:j]))
+            if b - a > LONG_NS:
+                f: Future[Split] = Future()
+                f.set_result(k.split(o[i:j]))
+                done.append(f)
+            else:
+                done.append(pool.submit(k.split, o[i:j]))
             if n >= IN_FLIGHT:
                 done[n - IN_FLIGHT].result()
             progress.step("explain: attributing outliers", j, len(o))

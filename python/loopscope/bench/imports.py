@@ -22,7 +22,13 @@ alternating:
   nearly every event: a million activations and thousands of outliers to
   explain per 8 M events), and ``--comm 'rcu|ksoftirqd|kworker'``, the
   common one (a few threads of a busy machine: the capture is streamed
-  past them).
+  past them);
+- once per file, the attribution's weakest case for memory: one wake-up
+  window of the busiest thread over the whole capture (a thread starved
+  for the whole recording), attributed in a process of its own
+  (``long_window_s``, ``long_window_rss_mb``): its events are split a row
+  group at a time, so the memory is the split's picture of the CPUs, not
+  the events.
 
 ``large`` adds the case at scale: a version-6 trace.dat of ``stress-ng
 --switch`` for ``LARGE_SECONDS`` into a ``LARGE_BUFFER_KB`` buffer per CPU
@@ -90,6 +96,9 @@ class FileFigures(TypedDict):
     threads_rss_mb: float | None
     threads_few_events_per_s: float | None
     threads_few_rss_mb: float | None
+    #: one window over the whole capture, attributed: seconds (the attribution alone) and the process's peak RSS
+    long_window_s: float
+    long_window_rss_mb: float
 
 
 class ImportBench(TypedDict):
@@ -113,6 +122,23 @@ def _rss_of(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[s
     return time.perf_counter() - t0, ru.ru_maxrss / 1024, subprocess.CompletedProcess(cmd, p.returncode, out.decode(), err.decode())
 
 
+#: one wake-up window of the busiest thread over the capture of the run ``argv[1]``, attributed; prints its seconds
+LONG_WINDOW = """
+import pathlib, sys, time
+import polars as pl
+from loopscope.analysis.explain import MARGIN_NS, attribute_store
+from loopscope.kernel import store as S
+st = S.open_dir(next(pathlib.Path(sys.argv[1]).rglob("segments.jsonl")).parent)
+a, b = st.t_first + MARGIN_NS, st.t_last - MARGIN_NS
+sw = pl.scan_parquet(st.files()).filter((pl.col("event") == st.event_names.index("sched_switch")) & (pl.col("next_pid") > 0))
+tid = int(sw.group_by("next_pid").len().sort("len").collect()["next_pid"][-1])
+t0 = time.perf_counter()
+att = attribute_store(st, pl.DataFrame({"id": [0], "tid": [tid], "start_k": [a], "end_k": [b], "span": [False]}))
+assert att["ns"].sum() == b - a, att
+print(time.perf_counter() - t0)
+"""
+
+
 def _peer_rate(path: Path, events: int) -> tuple[str, float]:
     with open(path, "rb") as f:
         dat = f.read(3) == b"\x17\x08\x44"
@@ -133,6 +159,7 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
     sorted_rates: list[float] = []
     name = ""
     perf = kind_of(path) == "perf.data"
+    long_s, long_rss = 0.0, 0.0
     for i in range(repeat):
         out = work / f"run-{path.stem}-{i}"
         cmd = [sys.executable, "-m", "loopscope.cli", "import", str(path), "-o", str(out), "--json"]
@@ -157,6 +184,11 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
                 raise RunError(f"loopscope threads {out.name} --comm {comm!r} failed: {tr.stderr.strip()[-300:]}", component="bench")
             into.append(n / ts)
             mem.append(trss)
+        if i == 0:
+            _, long_rss, lw = _rss_of([sys.executable, "-c", LONG_WINDOW, str(out)])
+            if lw.returncode != 0:
+                raise RunError(f"one window over {out.name}'s capture was not attributed: {lw.stderr.strip()[-300:]}", component="bench")
+            long_s = float(lw.stdout.strip().splitlines()[-1])
         shutil.rmtree(out, ignore_errors=True)
         if progress:
             progress(
@@ -184,6 +216,8 @@ def _one(path: Path, repeat: int, work: Path, progress: Callable[[str], None] | 
         "threads_rss_mb": max(thr_rss) if thr_rss else None,
         "threads_few_events_per_s": statistics.median(few) if few else None,
         "threads_few_rss_mb": max(few_rss) if few_rss else None,
+        "long_window_s": long_s,
+        "long_window_rss_mb": long_rss,
     }
 
 
@@ -230,6 +264,7 @@ def print_human(r: ImportBench) -> None:
             if f["threads_few_events_per_s"] and f["threads_few_rss_mb"]
             else ""
         )
+        th += f"; one window over the capture attributed in {f['long_window_s']:.2f} s, {f['long_window_rss_mb']:.0f} MB"
         print(
             f"{f['file']} ({f['bytes'] / 1e6:.0f} MB, {f['events']:,} events, {f['peer']} counts {f['reported']:,}: {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
             f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB, {f['peer']} {f['peer_events_per_s'] / 1e6:.2f} M/s "
@@ -248,6 +283,7 @@ def print_human(r: ImportBench) -> None:
             if f["threads_events_per_s"] and f["threads_rss_mb"]
             else ""
         )
+        th += f"; one window over the capture attributed in {f['long_window_s']:.2f} s, {f['long_window_rss_mb']:.0f} MB"
         print(
             f"large: {f['file']} ({f['bytes'] / 1e9:.2f} GB, {f['events']:,} events, counts {'equal' if f['counts_equal'] else 'DIFFERENT'}): "
             f"import {f['import_events_per_s'] / 1e6:.2f} M events/s in {f['import_rss_mb']:.0f} MB{th}"

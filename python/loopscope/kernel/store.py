@@ -329,10 +329,34 @@ class Store:
         chunks in time order (-1: no value; text as indices into
         ``strings``, ``event`` into ``event_names``): views of each row
         group's arrays, made once per group and cached, which the native
-        attribution joins as it copies them (no table operation, no copy
+        attribution reads a chunk at a time (no table operation, no copy
         here)."""
+        return self._arrays_of(list(self._groups_over(a, b)), a, b)
+
+    def iter_arrays(self, a: int, b: int) -> Iterator[dict[str, list[np.ndarray]]]:
+        """``load_arrays`` of [a, b] a row group at a time, in time order
+        (groups whose spans overlap come together, sorted): a long window's
+        events are split as they are read, and only a group's are held."""
+        run: list[tuple[Path, int]] = []
+        hi = None
+        for lo, top, p, i in self._row_groups():
+            if lo > b:
+                break
+            if top < a:
+                continue
+            if run and hi is not None and lo < hi:
+                run.append((p, i))  # overlaps what came before: read with it
+            else:
+                if run:
+                    yield self._arrays_of(run, a, b)
+                run = [(p, i)]
+            hi = top if hi is None else max(hi, top)
+        if run:
+            yield self._arrays_of(run, a, b)
+
+    def _arrays_of(self, groups: list[tuple[Path, int]], a: int, b: int) -> dict[str, list[np.ndarray]]:
         parts = []
-        for p, i in self._groups_over(a, b):
+        for p, i in groups:
             arr = self._fetch(p, i)
             t = arr["t_ns"]
             x, y = int(np.searchsorted(t, a, "left")), int(np.searchsorted(t, b, "right"))
