@@ -336,7 +336,8 @@ class Store:
     def iter_arrays(self, a: int, b: int) -> Iterator[dict[str, list[np.ndarray]]]:
         """``load_arrays`` of [a, b] a row group at a time, in time order
         (groups whose spans overlap come together, sorted): a long window's
-        events are split as they are read, and only a group's are held."""
+        events are split as they are read, and a group split leaves the
+        cache (only the groups of one read are held)."""
         run: list[tuple[Path, int]] = []
         hi = None
         for lo, top, p, i in self._row_groups():
@@ -349,6 +350,8 @@ class Store:
             else:
                 if run:
                     yield self._arrays_of(run, a, b)
+                    for key in run:
+                        self._arrays.pop(key, None)
                 run = [(p, i)]
             hi = top if hi is None else max(hi, top)
         if run:
