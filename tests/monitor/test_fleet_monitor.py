@@ -170,13 +170,16 @@ def test_a_host_on_another_kernel_is_watched_by_a_monitor_of_its_own_whose_perio
     # its bursts were kept and explained there, by its own recorder, which knows its load by name
     outl = [json.loads(x) for x in (out / "outliers.jsonl").read_text().splitlines()]
     mine = [o for o in outl if o["host"] == "e1"]
-    # (every one kept and explained, none of them by loopscope itself ("lab: …"). The 2 ms burst comes once a second
-    # and makes the 1 ms ticks late each time, so it tops about one outlier a second. Anything else that runs on the
-    # CPU may top others: this kernel is not fully preemptible, and a busy SCHED_OTHER thread in a long system call
-    # (the machine's own process server, under a loaded test run) delays the wake-up too, rightly named.)
+    # (every one kept and explained, none of them by the far monitor itself ("lab: …"). The 2 ms burst comes once a
+    # second and makes the 1 ms ticks late each time, so it tops about one outlier a second. Anything else that runs
+    # on the CPU may top others: this kernel is not fully preemptible, and a busy SCHED_OTHER thread in a long system
+    # call (the machine's own process server, under a loaded test run) delays the wake-up too, rightly named. So may
+    # the near monitor's probe for n, `lab: probe` by its name: a new process every period whose start-up (imports,
+    # page faults: 60 ms seen) may run on CPU 1, since the near monitor takes e1 for another machine; only this
+    # test's e1 shares its kernel. The far monitor's own threads (`lab: agent`, `lab: capture`, …) never top one.)
     said = [(o.get("top_cause"), o.get("not_kept")) for o in mine]
     assert mine and all(o.get("window") and o.get("top_cause") for o in mine), said
-    assert not any(str(o["top_cause"]).startswith("lab:") for o in mine), said
+    assert not any(str(o["top_cause"]).startswith("lab:") and o["top_cause"] != "lab: probe" for o in mine), said
     seconds = sum(r["count"] for r in far) / 1000
     assert sum(1 for o in mine if o["top_cause"] == "load: burst") >= max(2, int(seconds) - 2), (seconds, said)
     assert rec["counts"]["outliers_above"] >= len(mine) and rec["counts"]["by_top_cause"].get("load: burst", 0) >= 1
