@@ -291,14 +291,22 @@ def test_a_real_prometheus_scraping_the_endpoint_answers_the_p99_within_one_buck
     assert p99_prom is not None and count_prom is not None, "Prometheus has no sample of the monitor's metrics"
     p99 = hist.quantile(closed, 0.99)
     assert p99 is not None
-    # the scrape holds the closed periods and some of the open one's values
+    # the scrape holds the closed periods and some of the open one's values: at most every value measured by the stop
     assert count_prom >= closed.get_total_count()
+    every = hist.new()
+    for h in hist.read_log(out / "histograms" / "t.hlog"):
+        every.add(h)
+    p99_every = hist.quantile(every, 0.99)
+    assert p99_every is not None and count_prom <= every.get_total_count()
     edges = [0.0, *[b * 1e9 for b in BUCKETS], float("inf")]
 
     def bucket(v: float) -> int:
         return next(i for i in range(1, len(edges)) if v <= edges[i])
 
-    assert abs(bucket(p99_prom * 1e9) - bucket(p99)) <= 1, (p99_prom, p99)
+    # within one bucket of the p99 of what it can have seen (the open period's values made it 538 µs against the closed
+    # periods' 141 µs once, beside a loaded test run)
+    lo, hi = sorted((bucket(p99), bucket(p99_every)))
+    assert lo - 1 <= bucket(p99_prom * 1e9) <= hi + 1, (p99_prom, p99, p99_every)
     assert outliers is not None and outliers >= 1
 
 
