@@ -8,9 +8,11 @@ import random
 import re
 import shutil
 import subprocess
+import typing
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from loopscope.bench import foreign as F
@@ -284,17 +286,15 @@ def test_timer_lateness_without_timer_interrupts_is_carried_by_the_wake_ups_and_
     assert 0.9 * theirs_us * 1000 <= lat["max"] <= theirs_us * 1000 + 50_000, (lat, theirs_us)
 
 
-def _stored(cap: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+def _stored(cap: Path) -> tuple[pl.DataFrame, list[tuple[object, ...]]]:
     """A capture's events with their strings and event names resolved (each
     reader interns names in the order it meets them), and its loss windows."""
-    import polars as pl
-
     index = [json.loads(line) for line in (cap / "segments.jsonl").read_text().splitlines()]
-    strings = [x["strings"] for x in index if "strings" in x][-1]
-    names = [x["event_names"] for x in index if "event_names" in x][-1]
+    strings = pl.Series([x["strings"] for x in index if "strings" in x][-1], dtype=pl.String)
+    names = pl.Series([x["event_names"] for x in index if "event_names" in x][-1], dtype=pl.String)
     df = pl.concat([pl.read_parquet(cap / x["file"]) for x in index if x.get("file")])
-    text = ["target_comm", "next_comm", "prev_state", "name"]
-    rows = [tuple(names[v] if c == "event" else (strings[v] if c in text and v is not None else v) for c, v in zip(df.columns, r)) for r in df.iter_rows()]
+    text = {c: strings.gather(df[c]) for c in ("target_comm", "next_comm", "prev_state", "name")}
+    rows = df.with_columns(names.gather(df["event"]).alias("event"), *(v.alias(c) for c, v in text.items()))
     lost = sorted((w["cpu"], w["start_ns"], w["end_ns"], w["events"]) for x in index for w in x["lost"])
     return rows, lost
 
@@ -343,7 +343,7 @@ def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
     assert counts is not None and not damage
     if how.endswith("losing"):
         assert counts[2] > 0, f"the recording lost nothing, so losses were not exercised: {counts}"
-    assert len(rows) > 100_000 and [r[0] for r in rows] == sorted(r[0] for r in rows)
+    assert len(rows) > 100_000 and rows["t_ns"].is_sorted()
     (their_rows, their_lost), their_counts, their_damage = got[True]
     assert (counts, damage) == (their_counts, their_damage)
     if how.startswith("compressed"):
@@ -357,9 +357,9 @@ def test_perf_records_walked_in_file_order_store_what_the_sorted_reader_stores(
     if how.startswith("compressed"):
         # the crate sorts decompressed records by time alone (they have no file offset), so events of one stamp on
         # two CPUs may come in either order there; here they keep the file's
-        assert sorted(rows, key=repr) == sorted(their_rows, key=repr)
+        assert rows.sort(rows.columns).equals(their_rows.sort(their_rows.columns))
     else:
-        assert rows == their_rows
+        assert rows.equals(their_rows)
 
 
 def test_perf_reader_sorted_imports_what_the_walk_imports(recordings: dict[str, Path], cli: Cli, tmp_path: Path, beside: None) -> None:
@@ -429,7 +429,7 @@ def test_a_perf_sample_naming_a_cpu_no_machine_has_is_a_loss_of_one_not_a_cpu(
     imp = _native.KtraceImport(str(p), "perf.data", sorted_reader=sorted_reader)
     imported._decode(imp, cap, "perf.data", p.name)
     rows, _ = _stored(cap)
-    assert max(r[1] for r in rows) < 64, "a CPU no machine has was stored"
+    assert typing.cast(int, rows["cpu"].max()) < 64, "a CPU no machine has was stored"
     assert len(rows) == len(samples) - 1
     index = [json.loads(line) for line in (cap / "segments.jsonl").read_text().splitlines()]
     past = [w for x in index for w in x["lost"] if "names CPU 1073741824" in w.get("why", "")]
