@@ -573,6 +573,20 @@ def test_events_fed_in_batches_as_they_are_read_split_as_all_at_once_wherever_th
         assert A.attribute_span(_cut(b, [i]), 42, 0, 5_000_000) == whole, i
 
 
+def test_chunks_that_overlap_in_time_split_as_the_sorted_whole_and_batches_out_of_order_are_refused() -> None:
+    k = A.Kernel.of(K.parse(TEXT), 0)
+    whole = A.attribute(k, 42, 100_000_050_000, 100_003_030_000)
+    cols = {c: np.asarray(v) for c, v in typing.cast("dict[str, np.ndarray]", k.cols).items()}
+    n = len(cols["t_ns"])
+    # one dict whose chunks come in the wrong order (each sorted): joined and sorted, as one array would be
+    swapped = {c: [v[n // 2 :], v[: n // 2]] for c, v in cols.items()}
+    assert A.attribute(replace(k, cols=swapped), 42, 100_000_050_000, 100_003_030_000) == whole
+    # batches of an iterable in the wrong order: a pass cannot go back in time
+    late_first = iter([{c: v[n // 2 :] for c, v in cols.items()}, {c: v[: n // 2] for c, v in cols.items()}])
+    with pytest.raises(InputError, match="batches must come in time order"):
+        A.attribute(replace(k, cols=late_first), 42, 100_000_050_000, 100_003_030_000)
+
+
 def test_columns_of_different_lengths_are_refused_by_name() -> None:
     k = A.Kernel.of(K.parse(TEXT), 0)
     short = replace(k, cols={**k.cols, "cpu": [np.asarray(k.cols["cpu"])[:4].astype(np.int32)]})

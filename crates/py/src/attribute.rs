@@ -73,7 +73,7 @@ pub fn ktrace_attribute<'py>(
         let held = attribute_columns(d)?;
         let chunks: Vec<Option<Vec<Chunk<'_>>>> = held.iter().map(|h| h.as_ref().map(|v| v.iter().map(Held::chunk).collect())).collect();
         // the pass (and any widening) beside the caller's next read
-        detached(py, || buf.feed(&mut k, &chunks, &tables))
+        detached(py, || buf.feed(&mut k, &chunks, &tables))?.map_err(InputError::new_err)
     };
     match cols.cast::<PyDict>() {
         Ok(d) => feed(d)?,
@@ -97,24 +97,47 @@ struct Tables<'a> {
     names: &'a [String],
 }
 
-/// Buffers an int32 chunk is widened into (kept from one chunk to the next).
+/// Buffers an int32 chunk is widened into (kept from one chunk to the
+/// next), and the latest time fed so far.
 #[derive(Default)]
 struct Widened {
     cols: Vec<Vec<i64>>,
+    last: Option<i64>,
+}
+
+/// The earliest and latest time of a chunk of `t_ns` (None: empty).
+fn bounds(c: Chunk<'_>) -> Option<(i64, i64)> {
+    let f = |it: &mut dyn Iterator<Item = i64>| it.fold(None, |m: Option<(i64, i64)>, v| Some(m.map_or((v, v), |(a, b)| (a.min(v), b.max(v)))));
+    match c {
+        Chunk::I64(s) => f(&mut s.iter().copied()),
+        Chunk::I32(s) => f(&mut s.iter().map(|&v| v as i64)),
+    }
 }
 
 impl Widened {
     /// Feed `k` the events of `chunks` (per column, chunks in time order),
     /// a chunk at a time when every column is cut alike (the store's row
-    /// groups), else joined into one.
-    fn feed(&mut self, k: &mut loopscope_ktrace::attrib::Kernel<'_>, chunks: &[Option<Vec<Chunk<'_>>>], t: &Tables<'_>) {
+    /// groups) and each chunk lies after the one before, else joined into
+    /// one (sorted by the pass). A batch that begins before an earlier one
+    /// ended cannot be split right: said, not split.
+    fn feed(&mut self, k: &mut loopscope_ktrace::attrib::Kernel<'_>, chunks: &[Option<Vec<Chunk<'_>>>], t: &Tables<'_>) -> Result<(), String> {
         let lens: Vec<usize> = chunks[0].as_deref().map_or_else(Vec::new, |c| c.iter().map(|x| x.len()).collect());
+        let spans: Vec<(i64, i64)> = chunks[0].as_deref().unwrap_or_default().iter().filter_map(|&c| bounds(c)).collect();
+        if let (Some(last), Some(&(first, _))) = (self.last, spans.iter().min()) {
+            if first < last {
+                return Err(format!(
+                    "ktrace_attribute: a batch of events begins at {first} ns, before the {last} ns an earlier batch reached: batches must come in time order"
+                ));
+            }
+        }
+        self.last = spans.iter().map(|s| s.1).max().max(self.last);
+        let ordered = spans.windows(2).all(|w| w[0].1 <= w[1].0);
         let alike = chunks.iter().flatten().all(|c| c.len() == lens.len() && c.iter().zip(&lens).all(|(x, &n)| x.len() == n));
-        if !alike {
+        if !alike || !ordered {
             let n: usize = lens.iter().sum();
             let o: Vec<Cow<'_, [i64]>> = chunks.iter().map(|c| c.as_deref().map_or_else(|| vec![-1; n].into(), joined)).collect();
             k.feed(&events(&o, t));
-            return;
+            return Ok(());
         }
         self.cols.resize_with(chunks.len(), Vec::new);
         for (j, &n) in lens.iter().enumerate() {
@@ -139,6 +162,7 @@ impl Widened {
             }
             k.feed(&events(&o, t));
         }
+        Ok(())
     }
 }
 
