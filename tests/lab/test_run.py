@@ -201,11 +201,18 @@ def test_ctrl_c_stops_everything_and_keeps_what_was_collected(tmp_path: Path, la
     assert wait_for(lambda: leftovers("int1") == [], 10), leftovers("int1")
 
 
+def _timer_threads(pid: int) -> list[str]:
+    """The names of the timer probe's measuring threads in process ``pid`` (none while it starts up)."""
+    try:
+        return [c for t in Path(f"/proc/{pid}/task").iterdir() if (c := (t / "comm").read_text().strip()).startswith("ls-timer-")]
+    except OSError:
+        return []
+
+
 def _probe_measuring(run_id: str) -> bool:
-    """True once the run's probe process is up (its window has begun or is about to)."""
-    return wait_for(
-        lambda: any(b"loopscope.probes.launch" in Path(f"/proc/{p}/cmdline").read_bytes() for p in procs.pids_of_run(run_id) if Path(f"/proc/{p}").exists()), 30
-    )
+    """True once the run's timer probe measures: its threads exist (the process alone may still be importing,
+    most of a second on a busy host)."""
+    return wait_for(lambda: any(_timer_threads(p) for p in procs.pids_of_run(run_id)), 30)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
