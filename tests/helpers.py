@@ -34,8 +34,13 @@ def wait_gone(pid: int, timeout: float) -> bool:
 
 
 def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: ignore[no-untyped-def]
-    """A headless Chromium driven by selenium (quit it when done), as the report tests open pages."""
+    """A headless Chromium driven by selenium (quit it when done), as the report tests open pages.
+
+    Its profile and the temporary directories it makes for itself (its singleton socket, which a quit
+    by chromedriver leaves behind) are in one directory of ours, removed by ``quit``."""
+    import os
     import shutil
+    import tempfile
 
     from selenium import webdriver
     from selenium.webdriver.chrome.options import Options
@@ -57,7 +62,23 @@ def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: 
         o.add_argument(a)
     if log:
         o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=o)
+    scratch = tempfile.mkdtemp(prefix="ls-chromium-")
+    o.add_argument(f"--user-data-dir={scratch}/profile")
+    try:
+        d = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver", env={**os.environ, "TMPDIR": scratch}), options=o)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+    quit_ = d.quit
+
+    def quit() -> None:
+        try:
+            quit_()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    d.quit = quit
+    return d
 
 
 LAYOUT_JS = """
