@@ -77,7 +77,7 @@ def chromium(width: int = 1280, height: int = 900, log: bool = False):  # type: 
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
 
-    d.quit = quit
+    d.quit = quit  # type: ignore[method-assign]
     return d
 
 
