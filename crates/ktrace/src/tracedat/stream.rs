@@ -20,6 +20,9 @@ pub struct CpuStream {
     buf: Vec<u8>,
     at: usize,
     pub damage: Vec<String>,
+    /// A compressed chunk as read, and the zstd context, kept from one chunk to the next.
+    raw: Vec<u8>,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
 }
 
 /// Pages read at once from an uncompressed file.
@@ -27,8 +30,19 @@ const READ_PAGES: usize = 64;
 
 impl CpuStream {
     pub fn new(f: &File, c: &CpuData, page_size: usize, codec: Option<Codec>) -> R<Self> {
-        let mut s =
-            CpuStream { cpu: c.cpu, pos: c.offset, end: c.offset + c.size, codec, chunks_left: 0, page: page_size, buf: Vec::new(), at: 0, damage: Vec::new() };
+        let mut s = CpuStream {
+            cpu: c.cpu,
+            pos: c.offset,
+            end: c.offset + c.size,
+            codec,
+            chunks_left: 0,
+            page: page_size,
+            buf: Vec::new(),
+            at: 0,
+            damage: Vec::new(),
+            raw: Vec::new(),
+            zstd: None,
+        };
         if codec.is_some() && c.size > 0 {
             let mut b = [0u8; 4];
             f.read_exact_at(&mut b, s.pos).map_err(|e| FileError(format!("CPU {}'s chunk count: {e}", c.cpu)))?;
@@ -57,11 +71,11 @@ impl CpuStream {
                     self.chunks_left = 0;
                     break;
                 }
-                let mut c = vec![0u8; csize as usize];
-                f.read_exact_at(&mut c, self.pos + 8).map_err(|e| FileError(format!("CPU {}'s chunk at offset {}: {e}", self.cpu, self.pos)))?;
-                match codec.decompress(&c, usize_) {
-                    Ok(b) => self.buf = b,
-                    Err(e) => self.damage.push(format!("CPU {}'s chunk at offset {} is skipped: {e}", self.cpu, self.pos)),
+                self.raw.resize(csize as usize, 0);
+                f.read_exact_at(&mut self.raw, self.pos + 8).map_err(|e| FileError(format!("CPU {}'s chunk at offset {}: {e}", self.cpu, self.pos)))?;
+                if let Err(e) = self.decompress(codec, usize_) {
+                    self.buf.clear();
+                    self.damage.push(format!("CPU {}'s chunk at offset {} is skipped: {e}", self.cpu, self.pos));
                 }
                 self.pos += 8 + csize;
                 self.chunks_left -= 1;
@@ -76,6 +90,29 @@ impl CpuStream {
             self.pos += n as u64;
         }
         Ok(())
+    }
+
+    /// `raw` into `buf` (`size` bytes, as the chunk's header says): a zstd
+    /// chunk with the stream's one context into the buffer of the chunk
+    /// before (a context made for every chunk was a tenth of an import).
+    fn decompress(&mut self, codec: Codec, size: usize) -> R<()> {
+        match codec {
+            Codec::Zstd => {
+                let z = match &mut self.zstd {
+                    Some(z) => z,
+                    None => self.zstd.insert(zstd::bulk::Decompressor::new().map_err(|e| FileError(format!("no zstd context: {e}")))?),
+                };
+                self.buf.clear();
+                self.buf.reserve(size);
+                // (at most `size` bytes, as a fresh context's `decompress(data, size)` gives)
+                z.decompress_to_buffer(&self.raw[..], &mut self.buf).map_err(|e| FileError(format!("a zstd chunk does not decompress: {e}")))?;
+                Ok(())
+            }
+            Codec::Zlib => {
+                self.buf = codec.decompress(&self.raw, size)?;
+                Ok(())
+            }
+        }
     }
 
     /// The time in the next page's header (None: no pages left).
