@@ -273,10 +273,16 @@ pub fn properties(level: i32) -> Result<Properties, ParquetError> {
         WriterProperties::builder()
             .set_writer_version(WriterVersion::PARQUET_2_0)
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(level)?))
-            // readers skip row groups by their minima and maxima (an event's code, a time); pages are not indexed
-            .set_statistics_enabled(EnabledStatistics::Chunk)
-            // the stamps are all distinct: a dictionary of them only costs its try
+            // readers skip row groups by their minima and maxima of an event's code and a time, no other column's;
+            // pages are not indexed
+            .set_statistics_enabled(EnabledStatistics::None)
+            .set_column_statistics_enabled("t_ns".into(), EnabledStatistics::Chunk)
+            .set_column_statistics_enabled("event".into(), EnabledStatistics::Chunk)
+            // stamps, run times and expiry times are nearly all distinct: a dictionary of them only costs its try
             .set_column_dictionary_enabled("t_ns".into(), false)
+            .set_column_dictionary_enabled("runtime".into(), false)
+            .set_column_dictionary_enabled("expires".into(), false)
+            .set_column_dictionary_enabled("softexpires".into(), false)
             .build(),
     ))
 }
