@@ -272,6 +272,7 @@ pub fn properties(level: i32) -> Result<Properties, ParquetError> {
     Ok(Arc::new(
         WriterProperties::builder()
             .set_writer_version(WriterVersion::PARQUET_2_0)
+            .set_write_batch_size(8192)
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(level)?))
             // readers skip row groups by their minima and maxima of an event's code and a time, no other column's;
             // pages are not indexed
