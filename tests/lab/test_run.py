@@ -17,6 +17,7 @@ import pytest
 from loopscope.lab import state
 from loopscope.host import procs
 from loopscope.host.cgroup import find_root
+from loopscope.kernel import tracing
 from tests.conftest import BIN, Cli
 from tests.kernel.test_capture import PINGPONG
 
@@ -62,6 +63,7 @@ def leftovers(run_id: str) -> list[str]:
         out.append(f"cgroup {root / run_id}")
     if (state.state_dir() / f"{run_id}.json").exists():
         out.append("state file")
+    out += [f"trace instance {n}" for n in tracing.run_instances(run_id)]
     return out
 
 

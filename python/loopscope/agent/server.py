@@ -403,11 +403,12 @@ class Agent(SubMonitor):
     def start_kcapture(self, m: P.StartKcapture) -> P.CaptureMeta:
         """Record kernel events (this machine's kernel) until ``stop_kcapture``."""
         from loopscope.kernel.capture import Capture
+        from loopscope.kernel.tracing import run_instance_name
 
         if self.kcapture is not None:
             raise Failure("kernel capture", "a kernel capture is already running here")
         group = self.group.child("kernel") if self.group else None
-        cap = Capture(Path(m.out_dir), m.events or None, m.buffer_mb, m.window_s, name=f"loopscope-{self.run_id}"[:60], group=group, read=m.read)
+        cap = Capture(Path(m.out_dir), m.events or None, m.buffer_mb, m.window_s, name=run_instance_name(self.run_id), group=group, read=m.read)
         wrap = (lambda argv: RunGroup.wrap(group, argv)) if group is not None else None
         meta = cap.start(wrap=wrap, env=procs.child_env(self.run_id))
         if not meta.refused:

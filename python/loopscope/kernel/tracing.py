@@ -168,6 +168,23 @@ class Kept(TypedDict, total=False):
     age_ns: int  # how long after the window's start it was taken
 
 
+def run_instances(run_id: str) -> list[str]:
+    """The trace instances of run ``run_id`` on this kernel: its agent's
+    (``loopscope-<run id>``, as the agent names it) and a second buffer's
+    (``-b``). An agent killed outright leaves them recording; the run's
+    controller removes them when it ends."""
+    tf = tracefs()
+    if tf is None:
+        return []
+    name = run_instance_name(run_id)
+    return [n for n in (name, f"{name}-b") if (tf / "instances" / n).is_dir()]
+
+
+def run_instance_name(run_id: str) -> str:
+    """The name of the trace instance a run's agent records into."""
+    return f"{INSTANCE_PREFIX}{run_id}"[:60]
+
+
 def remove_instance(name: str) -> bool:
     """Turn an instance off and remove it (its buffers go with it)."""
     tf = tracefs()

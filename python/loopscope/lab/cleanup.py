@@ -38,6 +38,7 @@ from loopscope.host.cgroup import RunGroup, find_root
 from loopscope.errors import InputError
 from loopscope.rundir import RunDir
 from loopscope.kernel.capture import INSTANCE_PREFIX, leftover_instances, remove_instance
+from loopscope.kernel.tracing import run_instances
 from loopscope.host import swapfile
 from loopscope.host import scratch, shared
 from loopscope.host import cpulimit, cpuset
@@ -98,6 +99,10 @@ def clean_run(info: state.RunState, dry_run: bool, reason: str | None = None) ->
                 parent = Path(cg).parent
                 if parent.name == rid:
                     RunGroup.remove(parent)
+    for name in run_instances(rid):
+        actions.append(f"  {verb}remove its kernel trace instance {name} (still recording)")
+        if not dry_run:
+            remove_instance(name)
     root, _ = find_root()
     if root is not None and (root / rid).exists() and not dry_run:
         # an agent still finishing its own clean-up may hold a host's group a moment longer

@@ -33,6 +33,7 @@ from loopscope import protocol as P
 from loopscope import selfname
 from loopscope.errors import RunError
 from loopscope.host import procs
+from loopscope.kernel import tracing
 from loopscope.kinds import KINDS
 from loopscope.lab import clocksync, kcapture, state
 from loopscope.lab.emulator import link_configs
@@ -461,6 +462,9 @@ class Session:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # an agent killed outright left its kernel capture recording (this kernel's: its readers are gone now)
+        for name in tracing.run_instances(self.run_id):
+            tracing.remove_instance(name)
         for h in lab.hosts.values():
             if not h.remote:
                 shutil.rmtree(Path(h.base) / "scratch", ignore_errors=True)
