@@ -558,17 +558,9 @@ impl Pass {
                 }
             }
         }
+        // (a window of seconds holds millions of runs: each CPU's are moved, never copied whole, and a
+        // vector is grown to its exact size, not doubled)
         for (c, runs) in by_cpu {
-            let mine = self.runs.entry(c).or_default();
-            mine.sort_by_key(|r| r.1);
-            let covered: Vec<(i64, i64)> = mine.iter().map(|r| (r.0, r.1)).collect();
-            let fill = if covered.is_empty() { runs.clone() } else { uncovered(&runs, &covered) };
-            for (s, e, p) in fill {
-                let comm = self.comm.get(&p).copied().unwrap_or(NONE);
-                let lab = self.task(k, comm, p);
-                self.runs.entry(c).or_default().push((s, e, p, lab));
-            }
-            self.runs.entry(c).or_default().sort_by_key(|r| r.1);
             for &(s, e, p) in &runs {
                 if let Some(th) = k.threads.get_mut(&p) {
                     if th.from_runtime == 0 {
@@ -578,6 +570,21 @@ impl Pass {
                     }
                 }
             }
+            let mut mine = self.runs.remove(&c).unwrap_or_default();
+            mine.sort_by_key(|r| r.1);
+            let fill = if mine.is_empty() {
+                runs
+            } else {
+                let covered: Vec<(i64, i64)> = mine.iter().map(|r| (r.0, r.1)).collect();
+                uncovered(&runs, &covered)
+            };
+            mine.reserve_exact(fill.len());
+            for (s, e, p) in fill {
+                let comm = self.comm.get(&p).copied().unwrap_or(NONE);
+                mine.push((s, e, p, self.task(k, comm, p)));
+            }
+            mine.sort_by_key(|r| r.1);
+            self.runs.insert(c, mine);
         }
         for th in k.threads.values_mut() {
             if th.from_runtime == 0 && !th.re.windows(2).all(|w| w[0] <= w[1]) {
@@ -597,6 +604,10 @@ impl Pass {
         self.fill_from_switches(k);
         for (c, r) in self.runs {
             let cpu = k.cpus.entry(c).or_default();
+            cpu.run_s.reserve_exact(r.len());
+            cpu.run_e.reserve_exact(r.len());
+            cpu.run_pid.reserve_exact(r.len());
+            cpu.run_label.reserve_exact(r.len());
             for (s, e, p, l) in r {
                 cpu.run_s.push(s);
                 cpu.run_e.push(e);
