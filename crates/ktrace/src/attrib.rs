@@ -27,6 +27,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
+use crate::percpu::PerCpu;
 use crate::switches::{uncovered, Switches};
 
 /// No value in a column (a field the event does not have).
@@ -352,20 +353,20 @@ fn text(table: &[String], i: i64) -> Option<&str> {
 /// name and per task.
 #[derive(Default)]
 struct Pass {
-    stacks: FxHashMap<i64, Vec<(usize, i64)>>,
-    prev_t: FxHashMap<i64, i64>,
-    runs: FxHashMap<i64, Vec<(i64, i64, i64, usize)>>,
-    tlb: FxHashMap<i64, Vec<i64>>,
+    stacks: PerCpu<Vec<(usize, i64)>>,
+    prev_t: PerCpu<i64>,
+    runs: PerCpu<Vec<(i64, i64, i64, usize)>>,
+    tlb: PerCpu<Vec<i64>>,
     label_of: FxHashMap<(i64, i64), usize>,
     entry_label: FxHashMap<(u8, i64), usize>,
     switches: Switches,
     /// each task's latest name (index into `comms`), for runs found from switches
     comm: FxHashMap<i64, i64>,
     /// per CPU: when a task was switched out runnable to the idle task, and which
-    held: FxHashMap<i64, Vec<(i64, i64)>>,
+    held: PerCpu<Vec<(i64, i64)>>,
     /// per CPU: since when real-time tasks were held (the CPU ran a lower class while one waited there), and the stretches closed
-    rt_open: FxHashMap<i64, i64>,
-    rt: FxHashMap<i64, Vec<(i64, i64)>>,
+    rt_open: PerCpu<i64>,
+    rt: PerCpu<Vec<(i64, i64)>>,
     /// real-time tasks switched out runnable and not run since: the CPU each waits on
     rt_waiting: FxHashMap<i64, i64>,
     /// whether a task was real-time when last seen in a switch
@@ -404,13 +405,13 @@ impl Pass {
         }
         if is_entry(kind) {
             let l = self.entry_label(k, ev, i, kind);
-            self.stacks.entry(c).or_default().push((l, t));
+            self.stacks.entry(c).push((l, t));
         } else if is_exit(kind) {
             // an exit with nothing open: a handler that began before these events
-            self.stacks.entry(c).or_default().pop();
+            self.stacks.entry(c).pop();
         } else if kind == Ev::Tlb && text(ev.names, ev.name[i]).is_none_or(|f| f.starts_with("flush_tlb_func")) {
             // loopscope's capture records only the TLB flush (a filter); a recording of every call names each
-            self.tlb.entry(c).or_default().push(t);
+            self.tlb.entry(c).push(t);
         } else if kind == Ev::Runtime {
             self.runtime(k, ev, i, c, t);
         } else if kind == Ev::Wakeup {
@@ -431,7 +432,7 @@ impl Pass {
         self.switches.switch(c, t, prev, next);
         let runnable = text(ev.states, ev.prev_state[i]).is_some_and(|x| x.starts_with('R'));
         if next == 0 && prev > 0 && runnable {
-            self.held.entry(c).or_default().push((t, prev));
+            self.held.entry(c).push((t, prev));
         }
         self.rt_switch(ev, i, c, t, runnable);
     }
@@ -462,13 +463,13 @@ impl Pass {
         if is_rt(np) {
             self.rt_close(c, t);
         } else if np != NONE && self.rt_waiting.values().any(|&x| x == c) {
-            self.rt_open.entry(c).or_insert(t);
+            self.rt_open.get_or_insert_with(c, || t);
         }
     }
 
     fn rt_close(&mut self, c: i64, t: i64) {
-        if let Some(s) = self.rt_open.remove(&c) {
-            self.rt.entry(c).or_default().push((s, t.min(s + MAX_HOLD_NS)));
+        if let Some(s) = self.rt_open.remove(c) {
+            self.rt.entry(c).push((s, t.min(s + MAX_HOLD_NS)));
         }
     }
 
@@ -476,9 +477,9 @@ impl Pass {
     /// tasks were held: it runs, so the hold ended (at the run's start when
     /// runtime accounting says), a switch in that went unrecorded.
     fn rt_seen(&mut self, ev: &Events, i: usize, kind: Ev, c: i64, t: i64) {
-        if self.rt_open.contains_key(&c) && self.rt_task.get(&ev.pid[i]).copied().unwrap_or(false) {
+        if self.rt_open.contains(c) && self.rt_task.get(&ev.pid[i]).copied().unwrap_or(false) {
             let at = if kind == Ev::Runtime && ev.runtime[i] > 0 { t - ev.runtime[i] } else { t };
-            let s = self.rt_open[&c];
+            let s = *self.rt_open.get(c).expect("open");
             self.rt_close(c, at.max(s));
         }
     }
@@ -486,7 +487,7 @@ impl Pass {
     /// Interrupt segments: from each entry or exit to the next on its CPU,
     /// labelled by the innermost open handler.
     fn irq_segment(&mut self, k: &mut Kernel, c: i64, t: i64) {
-        if let (Some(stack), Some(&p)) = (self.stacks.get(&c), self.prev_t.get(&c)) {
+        if let (Some(stack), Some(&p)) = (self.stacks.get(c), self.prev_t.get(c)) {
             if let Some(&(lab, _)) = stack.last() {
                 if t > p {
                     let cpu = k.cpus.entry(c).or_default();
@@ -542,7 +543,7 @@ impl Pass {
             Some(&w) if t - rt < w && w < t => w,
             _ => t - rt,
         };
-        self.runs.entry(c).or_default().push((start, t, who, lab));
+        self.runs.entry(c).push((start, t, who, lab));
     }
 
     /// Runs the runtime accounting left out, from the switches: all of
@@ -570,7 +571,7 @@ impl Pass {
                     }
                 }
             }
-            let mut mine = self.runs.remove(&c).unwrap_or_default();
+            let mut mine = self.runs.remove(c).unwrap_or_default();
             mine.sort_by_key(|r| r.1);
             let fill = if mine.is_empty() {
                 runs
@@ -602,7 +603,7 @@ impl Pass {
     /// flush_tlb_func) becomes a TLB shootdown.
     fn finish(mut self, k: &mut Kernel) {
         self.fill_from_switches(k);
-        for (c, r) in self.runs {
+        for (c, r) in std::mem::take(&mut self.runs).into_sorted() {
             let cpu = k.cpus.entry(c).or_default();
             cpu.run_s.reserve_exact(r.len());
             cpu.run_e.reserve_exact(r.len());
@@ -615,10 +616,10 @@ impl Pass {
                 cpu.run_label.push(l);
             }
         }
-        for (c, s) in std::mem::take(&mut self.rt_open) {
-            self.rt.entry(c).or_default().push((s, k.ctx.t_last.min(s + MAX_HOLD_NS)));
+        for (c, s) in std::mem::take(&mut self.rt_open).into_sorted() {
+            self.rt.entry(c).push((s, k.ctx.t_last.min(s + MAX_HOLD_NS)));
         }
-        for (c, mut v) in std::mem::take(&mut self.rt) {
+        for (c, mut v) in std::mem::take(&mut self.rt).into_sorted() {
             v.sort_unstable();
             let cpu = k.cpus.entry(c).or_default();
             for (s, e) in v {
@@ -641,7 +642,7 @@ impl Pass {
         for v in starts.values_mut() {
             v.sort_unstable();
         }
-        for (c, marks) in self.held {
+        for (c, marks) in std::mem::take(&mut self.held).into_sorted() {
             if let Some(cpu) = k.cpus.get_mut(&c) {
                 for (m, who) in marks {
                     // to the held task's next run (its group's quota back; others may run meanwhile), at most a
@@ -657,7 +658,7 @@ impl Pass {
         }
         let call = k.labels.get("IPI: function call".into());
         let shoot = k.labels.get("IPI: TLB shootdown".into());
-        for (c, flushes) in self.tlb {
+        for (c, flushes) in std::mem::take(&mut self.tlb).into_sorted() {
             if let Some(cpu) = k.cpus.get_mut(&c) {
                 for f in flushes {
                     let j = upper(&cpu.irq_s, f);

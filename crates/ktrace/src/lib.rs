@@ -38,6 +38,7 @@ pub mod format;
 pub mod import;
 mod intern;
 pub mod page;
+mod percpu;
 pub mod perfdata;
 pub mod segment;
 pub mod switches;

@@ -25,6 +25,7 @@
 //! whose class emits no runtime events, an update that was lost), pieces
 //! shorter than `MIN_FILL_NS` left out as the accounting's own rounding.
 
+use crate::percpu::PerCpu;
 use rustc_hash::FxHashMap;
 
 /// A stretch of a switch-derived run not covered by runtime runs shorter
@@ -38,8 +39,8 @@ pub type Runs = Vec<(i64, i64, i64)>;
 #[derive(Default)]
 pub struct Switches {
     /// per CPU: (current task, since)
-    cur: FxHashMap<i64, (i64, i64)>,
-    runs: FxHashMap<i64, Runs>,
+    cur: PerCpu<(i64, i64)>,
+    runs: PerCpu<Runs>,
     /// the first event's time: what ran before a CPU's first switch ran from here
     t0: Option<i64>,
     t_end: i64,
@@ -67,7 +68,7 @@ impl Switches {
         if ctx_pid < 0 {
             return;
         }
-        match self.cur.get(&cpu) {
+        match self.cur.get(cpu) {
             // the CPU's first event: whoever it was recorded for ran from the start
             None => {
                 let since = self.t0.unwrap_or(t);
@@ -87,7 +88,7 @@ impl Switches {
 
     /// `task` is seen running on `cpu` at `t`, its switch-in unrecorded.
     fn unrecorded(&mut self, cpu: i64, t: i64, task: i64) {
-        let from = match (self.cur.get(&cpu), self.woken.get(&task)) {
+        let from = match (self.cur.get(cpu), self.woken.get(&task)) {
             (Some(&(0, since)), Some(&w)) if !self.runtime_seen && w > since && w < t => w,
             _ => t,
         };
@@ -99,7 +100,7 @@ impl Switches {
 
     /// A recorded switch on `cpu` at `t` from `prev` to `next`.
     pub fn switch(&mut self, cpu: i64, t: i64, prev: i64, next: i64) {
-        match self.cur.get(&cpu) {
+        match self.cur.get(cpu) {
             None => {
                 let since = self.t0.unwrap_or(t);
                 self.cur.insert(cpu, (prev, since));
@@ -118,22 +119,21 @@ impl Switches {
         }
         if let Some((p, since)) = self.cur.insert(cpu, (next, t)) {
             if p > 0 && t > since {
-                self.runs.entry(cpu).or_default().push((since, t, p));
+                self.runs.entry(cpu).push((since, t, p));
             }
         }
     }
 
     /// Every CPU's runs, the open ones closed at the last event, and the
     /// runs whose start was placed at a wake-up.
-    pub fn finish(mut self) -> (FxHashMap<i64, Runs>, Vec<Guess>) {
+    pub fn finish(mut self) -> (Vec<(i64, Runs)>, Vec<Guess>) {
         let end = self.t_end;
-        let open: Vec<(i64, (i64, i64))> = self.cur.drain().collect();
-        for (c, (p, since)) in open {
+        for (c, (p, since)) in std::mem::take(&mut self.cur).into_sorted() {
             if p > 0 && end > since {
-                self.runs.entry(c).or_default().push((since, end, p));
+                self.runs.entry(c).push((since, end, p));
             }
         }
-        (self.runs, self.guesses)
+        (self.runs.into_sorted(), self.guesses)
     }
 }
 
@@ -310,6 +310,7 @@ mod tests {
         s.switch(1, 400, 7, 9);
         s.seen(1, 900, -1);
         let (r, _) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert_eq!(r[&1], vec![(100, 400, 7), (400, 900, 9)]);
     }
 
@@ -320,6 +321,7 @@ mod tests {
         s.seen(1, 200, 7); // an interrupt while 7 ran
         s.switch(1, 400, 7, 0);
         let (r, _) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert_eq!(r[&1], vec![(100, 400, 7)]);
     }
 
@@ -331,6 +333,7 @@ mod tests {
         s.seen(1, 500, 8); // 8 is running: the switch to it was not recorded
         s.switch(1, 800, 8, 0);
         let (r, _) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert_eq!(r[&1], vec![(500, 800, 8)]);
     }
 
@@ -345,6 +348,7 @@ mod tests {
         s.woke(7, 950); // 7 is woken while 9 runs: the CPU was not idle, so 7 ran from where it is seen
         s.switch(1, 1000, 7, 0);
         let (r, g) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert_eq!(r[&1], vec![(300, 800, 8), (850, 1000, 9)]);
         assert_eq!(g, vec![(1, 8, 300, 800), (1, 9, 850, 900)]);
     }
@@ -357,6 +361,7 @@ mod tests {
         s.switch(1, 800, 8, 0);
         s.seen(1, 900, 0);
         let (r, _) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert!(r.get(&1).is_none_or(|runs| runs.iter().all(|x| x.0 >= 800)), "{r:?}");
     }
 
@@ -367,6 +372,7 @@ mod tests {
         s.switch(1, 600, 8, 9); // 8 ran from somewhere after 100: it is placed at 600
         s.switch(1, 700, 9, 0);
         let (r, _) = s.finish();
+        let r: FxHashMap<i64, Runs> = r.into_iter().collect();
         assert_eq!(r[&1], vec![(600, 700, 9)]);
     }
 
