@@ -106,6 +106,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = keep
 
 
+@pytest.fixture(autouse=True)
+def no_trace_instance_left(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test of the alone tier (run with nothing beside it) leaves no loopscope
+    trace instance it made: one left behind goes on recording every event of the
+    machine. Said as the test's error, and removed so that the next test does not
+    meet it. (Other tiers share the machine with tests that record.)"""
+    if request.config.getoption("--tier") != "alone" or _tier_of(request.node) != "alone":
+        yield
+        return
+    import time
+
+    from loopscope.kernel.capture import leftover_instances, remove_instance
+
+    before = set(leftover_instances())
+    yield
+    end = time.monotonic() + 5
+    while (left := set(leftover_instances()) - before) and time.monotonic() < end:
+        time.sleep(0.1)
+    if left:
+        for name in left:
+            remove_instance(name)
+        pytest.fail(f"the test left these kernel trace instances recording: {', '.join(sorted(left))}")
+
+
 #: which tests each --tier runs, by the tier each test is in (`_tier_of`)
 TIERS = {"fast": {"fast"}, "slow": {"beside", "alone"}, "beside": {"beside"}, "alone": {"alone"}}
 
