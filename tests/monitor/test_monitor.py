@@ -20,6 +20,7 @@ from loopscope.rundir.monitor import MonitorJson
 import pytest
 
 from loopscope import cbuild
+from loopscope.lab import state
 from loopscope.monitor import hist, pack
 from loopscope.monitor.keeper import Keeper, Outlier
 from loopscope.spec.models import MonitorSettings
@@ -176,6 +177,8 @@ def test_kill_9_leaves_nothing_running_and_resume_goes_on_from_the_directory(bur
     assert r.returncode == 0, r.stderr
     rec = json.loads(r.stdout.strip().splitlines()[-1])
     assert rec["status"] == "completed" and any(f"pid {p.pid}" in n for n in rec["notes"])
+    # the killed monitor's session is no longer registered as running (what `loopscope cleanup` would remove)
+    assert [i.run_id for i in state.registered() if i.controller_pid == p.pid] == []
     rows = [json.loads(x) for x in (out / "periods.jsonl").read_text().splitlines()]
     assert [r["period"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) >= 2
     assert rec["probes"]["t"]["count"] == sum(r["count"] for r in rows)  # the whole run's histogram carries on

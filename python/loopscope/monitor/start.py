@@ -56,9 +56,22 @@ def start(spec_path: str, out: str | None, resume: str | None, for_ns: int | Non
         (d / "spec.yaml").write_text(text)
         if lock.taken_from:
             notes.append(f"continued from pid {lock.taken_from}, which is gone")
+            _clean_after(lock.taken_from)
         for n in notes:
             say(f"note: {n}")
         m = Monitor(exp, text, d, say, notes, for_ns, kinds, view=view, metrics=at)  # type: ignore[arg-type]
         return execute(m)
     finally:
         lock.release()
+
+
+def _clean_after(pid: int) -> None:
+    """What a monitor killed outright left registered (its sessions' state,
+    and whatever of theirs is still there) is cleaned as ``loopscope
+    cleanup`` would, before its successor registers its own."""
+    from loopscope.host import procs
+    from loopscope.lab import cleanup, state
+
+    for info in state.registered():
+        if info.controller_pid == pid and not procs.alive(info.controller_pid, info.controller_start):
+            cleanup.clean_run(info, dry_run=False, reason=f"its monitor (pid {pid}) was killed")
