@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from loopscope.errors import InputError
+from loopscope.host import procs
 from loopscope.kinds import KINDS
+from loopscope.lab import cleanup, state
 from loopscope.lab.controller import preflight
 from loopscope.lab.session import Outcome, Say, execute
 from loopscope.rundir import monitor as record
@@ -69,9 +71,6 @@ def _clean_after(pid: int) -> None:
     """What a monitor killed outright left registered (its sessions' state,
     and whatever of theirs is still there) is cleaned as ``loopscope
     cleanup`` would, before its successor registers its own."""
-    from loopscope.host import procs
-    from loopscope.lab import cleanup, state
-
     for info in state.registered():
         if info.controller_pid == pid and not procs.alive(info.controller_pid, info.controller_start):
             cleanup.clean_run(info, dry_run=False, reason=f"its monitor (pid {pid}) was killed")
