@@ -606,6 +606,8 @@ class _Written(TypedDict):
 SEGMENT_GROUP: int
 #: the columns the native split takes, in its order (the store reads these)
 ATTRIBUTE_COLUMNS: list[str]
+#: the split's name for a timer interrupt that came late while another task ran
+LATE_IRQ: str
 
 class KtraceSegments:
     def __init__(self, cap_dir: str, level: int) -> None: ...

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from loopscope.analysis.advise import _left_out
+from loopscope.analysis.attribution import LATE_IRQ
 from loopscope.analysis.remedies import Context, Remedy, by_hand, iso_remedy, partition, remedy
 
 
@@ -51,6 +52,11 @@ def test_a_thread_competing_with_a_probe_that_cannot_take_a_priority_moves_the_p
 def test_timer_slack_is_remedied_by_sched_fifo_which_has_none() -> None:
     r = remedy("timer slack", _ctx())
     assert r is not None and r.tunings and plain(r)[0]["policy"] == "fifo" and "PR_SET_TIMERSLACK" in r.command
+
+
+def test_a_late_timer_interrupt_is_found_with_other_tools_and_no_phase_pretends_to_change_it() -> None:
+    r = remedy(LATE_IRQ, _ctx())
+    assert r is not None and r.tunings == [] and "irqsoff" in r.command and "steal" in r.command and r.by_hand, r
 
 
 def test_a_thread_blocked_on_another_gets_advice_about_its_lock_and_no_tuning() -> None:

@@ -51,6 +51,15 @@ fn is_rt(prio: i64) -> bool {
 }
 /// A wait on another task shorter than this is not looked into (what held that task up).
 const CHAIN_MIN_NS: i64 = 100_000;
+/// Another task ran on the thread's CPU between its timer's expiry and the
+/// interrupt that woke it: the interrupt came late. That task did not hold
+/// the wake-up up unless it kept interrupts off in the kernel, and a
+/// hypervisor may deliver the interrupt late (this VM: 0.3-1 ms under a
+/// user-space spinner that cannot turn interrupts off); the guest cannot
+/// tell these apart, so neither is named.
+pub const LATE_IRQ: &str = "timer interrupt late";
+/// The local timer interrupt's handlers (hrtimer callbacks, the tick).
+const TIMER_IRQ: &str = "timer interrupt";
 /// A wake-up at most this long after a timer's hard expiry is that timer's,
 /// come late (a CPU leaving deep idle takes tens of µs in this VM).
 const LATE_EXPIRY_NS: i64 = 1_000_000;
@@ -314,6 +323,25 @@ impl Acc {
     }
 }
 
+/// What a thread waited on, for splitting what its CPU did meanwhile.
+#[derive(Clone, Copy, Default)]
+struct Wait {
+    /// its wake-up (None: none recorded); idle before it is `CPU idle`, after it `scheduling latency`
+    woke: Option<i64>,
+    /// [soft, hard) of the timer it slept on, when it had slack
+    slack: Option<(i64, i64)>,
+    /// a page fault of its own it waited on from then
+    fault: Option<i64>,
+    /// when the timer interrupt that woke it began: another task's run before it is `LATE_IRQ`
+    late: Option<i64>,
+}
+
+impl Wait {
+    fn woken(woke: Option<i64>) -> Self {
+        Wait { woke, ..Default::default() }
+    }
+}
+
 /// The kernel's picture of a cluster: per CPU and per thread of interest.
 ///
 /// It is built by one pass over the events, fed in time order a chunk at a
@@ -509,7 +537,7 @@ impl Pass {
         let lab = match kind {
             Ev::IrqEntry => text(ev.names, ev.name[i]).map(|s| format!("irq: {s}")).unwrap_or_else(|| "irq".into()),
             Ev::SoftEntry => text(ev.names, ev.name[i]).map(|s| format!("softirq: {s}")).unwrap_or_else(|| "softirq".into()),
-            Ev::TimerEntry => "timer interrupt".into(),
+            Ev::TimerEntry => TIMER_IRQ.into(),
             Ev::CallEntry => "IPI: function call".into(),
             _ => "IPI: reschedule".into(),
         };
@@ -889,8 +917,7 @@ impl<'a> Kernel<'a> {
     }
 
     /// What CPU `cpu` did over [u, v) while thread `tid` waited.
-    #[allow(clippy::too_many_arguments)]
-    fn activity(&self, cpu: Option<i64>, u: i64, v: i64, tid: i64, woke: Option<i64>, out: &mut Acc, slack: Option<(i64, i64)>, fault: Option<i64>) {
+    fn activity(&self, cpu: Option<i64>, u: i64, v: i64, tid: i64, wt: Wait, out: &mut Acc) {
         if v <= u {
             return;
         }
@@ -898,9 +925,10 @@ impl<'a> Kernel<'a> {
             out.add("unexplained", v - u);
             return;
         };
-        if self.rt_held(cpu, cv, u, v, tid, woke, out, slack, fault) {
+        if self.rt_held(cpu, cv, u, v, tid, wt, out) {
             return;
         }
+        let Wait { woke, slack, fault, late } = wt;
         let irqs = overlaps(&cv.irq_s, &cv.irq_e, u, v);
         let mut covered: Vec<(i64, i64)> = Vec::with_capacity(irqs.len() + 8);
         for &(j, a, b) in &irqs {
@@ -924,9 +952,19 @@ impl<'a> Kernel<'a> {
                 continue;
             }
             let a2 = a.max(prev_end); // runs on one CPU do not overlap; where accounting says so, count once
-            let d = if b > a2 { (b - a2) - (irq_before(b) - irq_before(a2)) } else { 0 };
-            if d > 0 {
-                out.add(&self.labels.list[cv.run_label[j]], d);
+            let busy = |x: i64, y: i64| if y > x { (y - x) - (irq_before(y) - irq_before(x)) } else { 0 };
+            let d = busy(a2, b);
+            // before the interrupt that woke the thread came, the task ran but did not hold the wake-up: the
+            // interrupt was late (in the slack of the thread's timer, the kernel's choice)
+            let late_d = late.map_or(0, |e| busy(a2, b.min(e)));
+            let slack_d = match (late, slack) {
+                (Some(e), Some((s0, s1))) => busy(a2.max(s0), b.min(e).min(s1)),
+                _ => 0,
+            };
+            for (label, ns) in [(self.labels.list[cv.run_label[j]].as_str(), d - late_d), ("timer slack", slack_d), (LATE_IRQ, late_d - slack_d)] {
+                if ns > 0 {
+                    out.add(label, ns);
+                }
             }
             covered.push((a, b));
             prev_end = prev_end.max(b);
@@ -980,23 +1018,11 @@ impl<'a> Kernel<'a> {
     /// (`rt_s`/`rt_e`) waited for the held stretch to end whoever ran
     /// meanwhile: `throttled: RT`. The rest of [u, v) is split as usual.
     /// Whether it was (false: nothing held the thread, nothing added).
-    #[allow(clippy::too_many_arguments)]
-    fn rt_held(
-        &self,
-        cpu: Option<i64>,
-        cv: &Cpu,
-        u: i64,
-        v: i64,
-        tid: i64,
-        woke: Option<i64>,
-        out: &mut Acc,
-        slack: Option<(i64, i64)>,
-        fault: Option<i64>,
-    ) -> bool {
+    fn rt_held(&self, cpu: Option<i64>, cv: &Cpu, u: i64, v: i64, tid: i64, wt: Wait, out: &mut Acc) -> bool {
         if cv.rt_s.is_empty() || !self.threads.get(&tid).is_some_and(|th| th.rt) {
             return false;
         }
-        let lo = woke.map_or(u, |w| w.max(u));
+        let lo = wt.woke.map_or(u, |w| w.max(u));
         let held = overlaps(&cv.rt_s, &cv.rt_e, lo, v);
         if held.is_empty() {
             return false;
@@ -1005,7 +1031,7 @@ impl<'a> Kernel<'a> {
         for (_, a, b) in held {
             let a = a.max(t);
             if a > t {
-                self.activity(cpu, t, a, tid, woke, out, slack, fault);
+                self.activity(cpu, t, a, tid, wt, out);
             }
             if b > a {
                 out.add("throttled: RT", b - a);
@@ -1013,7 +1039,7 @@ impl<'a> Kernel<'a> {
             t = t.max(b);
         }
         if t < v {
-            self.activity(cpu, t, v, tid, woke, out, slack, fault);
+            self.activity(cpu, t, v, tid, wt, out);
         }
         true
     }
@@ -1117,6 +1143,37 @@ impl<'a> Kernel<'a> {
             return None;
         }
         Some((soft, hard))
+    }
+
+    /// When the timer interrupt that woke thread `th` at `w` on `cpu` began,
+    /// if it slept on a timer for `a` (armed for `a`, or woken inside a
+    /// timer interrupt there): the start of the interrupt handlers the
+    /// wake-up ran in, back to back, when no timer interrupt came there
+    /// between `a` and them (one would have expired the thread's timer: it
+    /// slept on something else); `w` itself when the capture recorded no
+    /// timer interrupts and `w` is at most LATE_EXPIRY_NS past the timer's
+    /// hard expiry. None: woken otherwise (by another task, in an interrupt
+    /// of another kind while timer interrupts were recorded, too late).
+    fn late_until(&self, cpu: Option<i64>, th: &Thread, a: i64, w: i64) -> Option<i64> {
+        let cv = self.cpus.get(&cpu?)?;
+        let j = upper(&th.hs_t, a);
+        let armed = (j > 0 && ((th.hs_soft[j - 1] - a).abs() <= SLACK_MATCH_NS || (th.hs_exp[j - 1] - a).abs() <= SLACK_MATCH_NS)).then(|| th.hs_exp[j - 1]);
+        let timer = self.labels.map.get(TIMER_IRQ).copied();
+        let k = upper(&cv.irq_s, w);
+        if k > 0 && cv.irq_e[k - 1] > w {
+            let mut i = k - 1;
+            while i > 0 && cv.irq_e[i - 1] == cv.irq_s[i] {
+                i -= 1;
+            }
+            let in_timer = timer.is_some_and(|l| cv.irq_label[i..k].contains(&l));
+            let first = lower(&cv.irq_s, a + 1);
+            let timer_between = timer.is_some_and(|l| cv.irq_label[first.min(i)..i].contains(&l));
+            return ((armed.is_some() || in_timer) && !timer_between).then_some(cv.irq_s[i]);
+        }
+        match (armed, timer) {
+            (Some(hard), None) if w <= hard.max(a) + LATE_EXPIRY_NS => Some(w),
+            _ => None,
+        }
     }
 
     /// For a sleep from `t` to its wake-up `w`: the soft and hard expiry of
@@ -1226,14 +1283,16 @@ impl<'a> Kernel<'a> {
             None
         };
         let slack = Self::slack(th, a);
+        let wt = Wait { woke, slack, fault, late: None };
         match woke {
             // the part before the wake-up (the timer's expiry to its wake-up) and the part after, each with its causes
             Some(w) if w > a => {
                 let mut pre = Acc::default();
-                self.activity(cpu, a, w.min(s_in), tid, woke, &mut pre, slack, fault);
+                let late = self.late_until(cpu, th, a, w.min(s_in));
+                self.activity(cpu, a, w.min(s_in), tid, Wait { late, ..wt }, &mut pre);
                 // a fault taken before the wake-up is still waited on after it
                 let fault_after = fault.map(|f| f.max(w.min(s_in)));
-                self.activity(cpu, w.min(s_in), s_in, tid, woke, &mut out, slack, fault_after);
+                self.activity(cpu, w.min(s_in), s_in, tid, Wait { fault: fault_after, ..wt }, &mut out);
                 s.before = Some(pre.0.clone());
                 for (k, ns) in pre.0 {
                     out.add(&k, ns);
@@ -1241,13 +1300,13 @@ impl<'a> Kernel<'a> {
             }
             Some(_) => {
                 s.before = Some(Vec::new());
-                self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault);
+                self.activity(cpu, a, s_in, tid, wt, &mut out);
             }
-            None => self.activity(cpu, a, s_in, tid, woke, &mut out, slack, fault),
+            None => self.activity(cpu, a, s_in, tid, wt, &mut out),
         }
         if b > s_in {
             let mut ret = Acc::default();
-            self.activity(cpu, s_in, b, tid, None, &mut ret, None, None);
+            self.activity(cpu, s_in, b, tid, Wait::woken(None), &mut ret);
             // on its own CPU after the switch-in, idle means the thread itself was running
             let own = ret.take("CPU idle") + ret.take("scheduling latency");
             for (k, ns) in ret.0 {
@@ -1365,9 +1424,9 @@ impl<'a> Kernel<'a> {
         let wk = if wi < th.wake.len() && th.wake[wi] <= x { Some(th.wake[wi]) } else { None };
         let faulted = count_in(&th.pf, t - FAULT_BEFORE_NS, t + JOIN_NS) > 0;
         if state == "R" || state == "W" {
-            self.activity(Some(c), t, x, tid, Some(t), out, None, None);
+            self.activity(Some(c), t, x, tid, Wait::woken(Some(t)), out);
         } else if state.is_empty() {
-            self.activity(Some(c), t, x, tid, wk, out, None, None);
+            self.activity(Some(c), t, x, tid, Wait::woken(wk), out);
         } else {
             self.asleep(tid, t, x, c, &state, wk, faulted, more, out);
         }
@@ -1415,7 +1474,7 @@ impl<'a> Kernel<'a> {
             Some(x0) if x0 >= w => x0,
             _ => w,
         };
-        self.activity(Some(c), w, x, tid, Some(effect), out, None, None);
+        self.activity(Some(c), w, x, tid, Wait::woken(Some(effect)), out);
     }
 }
 
@@ -1581,6 +1640,91 @@ mod tests {
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
         assert!(out[0].complete);
+    }
+
+    /// Thread 42 armed a timer for 100 at 10 (CPU 1); hog (7) runs 0..900 there; the timer interrupt comes
+    /// at 400 (when `irqs`) and wakes 42 at 403; 42 runs 900..1000. With `tick`, a timer interrupt at
+    /// 200..205 wakes nobody.
+    fn late_timer(irqs: bool, tick: bool) -> Vec<(String, i64)> {
+        let names = table(&["sched_stat_runtime", "sched_wakeup", "hrtimer_start", "local_timer_entry", "local_timer_exit"]);
+        let comms = table(&["hog", "t"]);
+        let empty: Vec<String> = vec![];
+        let n = NONE;
+        let mut rows: Vec<[i64; 6]> = vec![
+            // t, event, pid, target, runtime, expires
+            [10, 2, 42, n, n, 100],
+            [400, 3, 7, n, n, n],
+            [403, 1, 7, 42, n, n],
+            [410, 4, 7, n, n, n],
+            [900, 0, 7, 7, 900, n],
+            [1000, 0, 42, 42, 100, n],
+        ];
+        if tick {
+            rows.splice(1..1, [[200, 3, 7, n, n, n], [205, 4, 7, n, n, n]]);
+        }
+        if !irqs {
+            rows.retain(|r| r[1] != 3 && r[1] != 4);
+        }
+        let col = |k: usize| rows.iter().map(|r| r[k]).collect::<Vec<i64>>();
+        let (t, event, pid, target, runtime, expires) = (col(0), col(1), col(2), col(3), col(4), col(5));
+        let comm: Vec<i64> = target
+            .iter()
+            .map(|&x| {
+                if x == 7 {
+                    0
+                } else if x == 42 {
+                    1
+                } else {
+                    n
+                }
+            })
+            .collect();
+        let none = vec![n; rows.len()];
+        let ev = Events {
+            t_ns: &t,
+            cpu: &vec![1; rows.len()],
+            event: &event,
+            pid: &pid,
+            target: &target,
+            target_comm: &comm,
+            next_pid: &none,
+            next_comm: &none,
+            prev_state: &none,
+            name: &none,
+            runtime: &runtime,
+            expires: &expires,
+            softexpires: &expires,
+            prio: &none,
+            next_prio: &none,
+            event_names: &names,
+            comms: &comms,
+            states: &empty,
+            names: &empty,
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000, groups: HashMap::new() };
+        let mut c = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 1000, span: false }]).remove(0).causes;
+        c.sort();
+        c
+    }
+
+    #[test]
+    fn a_task_running_while_the_timer_interrupt_came_late_is_not_named_for_that_part() {
+        // before the interrupt's entry (100..400) the hog ran but could not hold the wake-up; after it, it held the CPU
+        let want = [("return to user space", 100), ("thread: hog", 490), ("timer interrupt", 10), (LATE_IRQ, 300)];
+        assert_eq!(late_timer(true, false), want.iter().map(|&(k, v)| (k.to_string(), v)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_timer_interrupt_that_came_between_and_woke_nobody_says_the_thread_slept_on_something_else() {
+        // it would have expired a timer armed for 100: the hog's run before the wake-up is the hog's again
+        let want = [("return to user space", 100), ("thread: hog", 785), ("timer interrupt", 15)];
+        assert_eq!(late_timer(true, true), want.iter().map(|&(k, v)| (k.to_string(), v)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn without_interrupt_events_the_timer_is_late_up_to_the_wake_up() {
+        let want = [("return to user space", 100), ("thread: hog", 497), (LATE_IRQ, 303)];
+        assert_eq!(late_timer(false, false), want.iter().map(|&(k, v)| (k.to_string(), v)).collect::<Vec<_>>());
     }
 
     #[test]

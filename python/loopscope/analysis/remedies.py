@@ -17,6 +17,7 @@ from pathlib import Path
 
 from loopscope.spec.models import AffinityTuning, DmaLatencyTuning, IrqTuning, IsolateTuning, LimitTuning, MlockTuning, SchedTuning, Tuning, WriteTuning
 from loopscope.host.cpulimit import lift
+from loopscope.analysis.attribution import LATE_IRQ
 
 
 @dataclass
@@ -240,7 +241,7 @@ def remedy(cause: str, ctx: Context) -> Remedy | None:
             False,
             by_hand=PROGRAM,
         )
-    return _placement(cause, ctx) or _standing(cause, ctx)
+    return _placement(cause, ctx) or _late_interrupt(cause) or _standing(cause, ctx)
 
 
 def _placement(cause: str, ctx: Context) -> Remedy | None:
@@ -287,6 +288,21 @@ def _placement(cause: str, ctx: Context) -> Remedy | None:
             "" if t else f"no interrupt named {name} in this machine's /proc/interrupts: steer it on the machine that ran",
         )
     return None
+
+
+def _late_interrupt(cause: str) -> Remedy | None:
+    """A timer interrupt held back below the scheduler: found with other tools, not changed by a phase."""
+    if cause != LATE_IRQ:
+        return None
+    return Remedy(
+        "find what held the timer's interrupt back: kernel code running with interrupts off (bare metal), or the hypervisor (a VM)",
+        "interrupts-off sections; the vCPU's host CPU",
+        "rtla timerlat top -a 100 (its IRQ handler delay), or echo irqsoff > /sys/kernel/tracing/current_tracer (names the code); "
+        "in a VM: steal in /proc/stat, and a host CPU of its own for the vCPU",
+        False,
+        [],
+        by_hand="the interrupt is held below the scheduler: nothing a phase can change at run time",
+    )
 
 
 def _standing(cause: str, ctx: Context) -> Remedy | None:
