@@ -8,9 +8,10 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from loopscope.bench import zoo
+from loopscope.bench import zoo, zooanomaly
 from loopscope.host import shared, swapfile
 from tests.conftest import Cli
 
@@ -119,6 +120,14 @@ def test_every_named_case_declares_its_expected_cause_with_a_defined_label() -> 
 def test_the_quantization_anomaly_declares_the_slack_it_injects() -> None:
     q = next(a for a in zoo.anomalies("zoo", "poll", "table") if a.name == "quantization")
     assert q.injected_ns == 5_000_000 and q.expected == "timer slack"
+
+
+def test_the_tick_is_counted_from_the_interrupts_on_its_grid_not_from_the_probes_own_timers() -> None:
+    tick, secs = 4_000_000, 10.0
+    own = np.arange(1_000, int(secs * 1e9), 5_050_000)  # a slack timer's expiries, drifting over the tick's grid
+    grid = np.arange(7_000, int(secs * 1e9), tick) + np.random.default_rng(1).integers(0, 60_000, int(secs * 1e9) // tick)
+    assert zooanomaly.tick_rate(own, secs, tick) < 0.5e9 / tick  # under half of HZ: the slack decides
+    assert 240 <= zooanomaly.tick_rate(np.sort(np.concatenate([own, grid])), secs, tick) <= 270
 
 
 def test_a_cause_the_recorded_set_cannot_show_is_invisible_and_says_what_is_missing() -> None:
