@@ -37,6 +37,16 @@ def test_a_wake_up_window_is_not_a_span_and_is_never_slowed() -> None:
     assert SL.split(att, outl, refs).to_dicts() == att.to_dicts()
 
 
+def test_a_late_timer_interrupt_in_a_recording_without_interrupts_says_it_may_be_an_unrecorded_handler() -> None:
+    from loopscope import _native
+    from loopscope.analysis import recorded as R
+
+    # the split's own name for it, hedged the same way as an idle-looking gap
+    assert R.LATE_IRQ == _native.LATE_IRQ
+    h = R.hedged(["sched_switch", "sched_wakeup", "hrtimer_start"])
+    assert h[R.LATE_IRQ].startswith("timer interrupt late or not recorded (interrupts,")
+
+
 def test_an_idle_cpu_in_a_recording_without_interrupts_says_it_may_be_them() -> None:
     from loopscope.analysis import recorded as R
 

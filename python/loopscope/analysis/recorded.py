@@ -99,16 +99,21 @@ def unseen(present: Iterable[str]) -> list[Unseen]:
 LOOK_IDLE = {"irq": "interrupts", "softirq": "soft interrupts", "timer-interrupt": "timer interrupts", "ipi": "IPIs", "timers": "timer slack"}
 
 
+#: the split's label for a timer interrupt that came late while a task ran (``_native.LATE_IRQ``); without
+#: interrupt events an unrecorded handler (interrupts off) looks the same
+LATE_IRQ = "timer interrupt late"
+
+
 def hedged(present: Iterable[str]) -> dict[str, str]:
-    """``CPU idle`` and ``scheduling latency`` as a capture without some
-    of ``LOOK_IDLE``'s classes must say them: the time may be those
-    (``{}``: every class recorded, the labels stand)."""
+    """``CPU idle``, ``scheduling latency`` and ``timer interrupt late`` as
+    a capture without some of ``LOOK_IDLE``'s classes must say them: the
+    time may be those (``{}``: every class recorded, the labels stand)."""
     have = set(present)
     gone = [short for c in CLASSES if c.name in LOOK_IDLE and not have & set(c.events) for short in (LOOK_IDLE[c.name],)]
     if not gone:
         return {}
     tail = f" or not recorded ({', '.join(gone)})"
-    return {"CPU idle": "CPU idle" + tail, "scheduling latency": "scheduling latency" + tail}
+    return {k: k + tail for k in ("CPU idle", "scheduling latency", LATE_IRQ)}
 
 
 def line(u: Unseen) -> str:
