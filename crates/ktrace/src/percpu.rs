@@ -25,6 +25,14 @@ impl<T> Default for PerCpu<T> {
     }
 }
 
+/// Slot `i` of `dense`, the vector grown to hold it.
+fn slot<T>(dense: &mut Vec<Option<T>>, i: usize) -> &mut Option<T> {
+    if i >= dense.len() {
+        dense.resize_with(i + 1, || None);
+    }
+    &mut dense[i]
+}
+
 impl<T> PerCpu<T> {
     pub fn get(&self, c: i64) -> Option<&T> {
         if (0..DENSE).contains(&c) {
@@ -41,11 +49,7 @@ impl<T> PerCpu<T> {
     /// The value for `c`, made by `f` when there is none.
     pub fn get_or_insert_with(&mut self, c: i64, f: impl FnOnce() -> T) -> &mut T {
         if (0..DENSE).contains(&c) {
-            let i = c as usize;
-            if i >= self.dense.len() {
-                self.dense.resize_with(i + 1, || None);
-            }
-            let slot = &mut self.dense[i];
+            let slot = slot(&mut self.dense, c as usize);
             if slot.is_none() {
                 self.len += 1;
             }
@@ -61,15 +65,7 @@ impl<T> PerCpu<T> {
 
     /// Set `c`'s value, giving back the one it replaces.
     pub fn insert(&mut self, c: i64, v: T) -> Option<T> {
-        let old = if (0..DENSE).contains(&c) {
-            let i = c as usize;
-            if i >= self.dense.len() {
-                self.dense.resize_with(i + 1, || None);
-            }
-            self.dense[i].replace(v)
-        } else {
-            self.other.insert(c, v)
-        };
+        let old = if (0..DENSE).contains(&c) { slot(&mut self.dense, c as usize).replace(v) } else { self.other.insert(c, v) };
         if old.is_none() {
             self.len += 1;
         }
