@@ -4,7 +4,7 @@
 import numpy as np
 import numpy.typing as npt
 from collections.abc import Iterable, Mapping
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 # netem.json keeps the emulator's interfaces as the binding gives them: one declaration
 from loopscope.rundir import PortCounts
@@ -601,6 +601,8 @@ class _Written(TypedDict):
     t_last_ns: int | None
     groups: list[list[int]]
     bytes: int
+    #: with ``switch``: each thread the segment's switches name, [tid, its latest name's code]
+    names: NotRequired[list[list[int]]]
 
 #: events per row group of a segment file the native writer writes (the store's GROUP)
 SEGMENT_GROUP: int
@@ -612,5 +614,5 @@ LATE_IRQ: str
 class KtraceSegments:
     def __init__(self, cap_dir: str, level: int) -> None: ...
     def cut(self, batch: KtraceBatch, watermark_ns: int | None) -> KtraceBatch: ...
-    def write(self, batch: KtraceBatch, seg: int) -> _Written: ...
+    def write(self, batch: KtraceBatch, seg: int, switch: int | None = None) -> _Written: ...
     def held(self) -> int: ...

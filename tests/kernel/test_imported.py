@@ -84,6 +84,28 @@ def test_a_recording_cut_into_many_small_batches_is_stored_as_in_one_in_segments
     assert s0["groups"] == [[int(f0["t_ns"][0]), int(f0["t_ns"][-1])]] and s0["events"] == len(f0)
 
 
+@pytest.mark.parametrize("name", ["v6", "perf"])
+def test_the_names_each_segment_keeps_are_those_a_read_of_every_switch_finds(
+    recordings: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, beside: None
+) -> None:
+    from loopscope.analysis.threads import thread_names
+    from loopscope.kernel import imported as I
+    from loopscope.kernel import store as KS
+    from loopscope.rundir import RunDir
+
+    if name not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    monkeypatch.setattr(I, "BATCH", 200)  # many segments, cuts that hold events back (names gathered out of place)
+    I.import_file(recordings[name], tmp_path / "run")
+    st = KS.open_capture(tmp_path / "run", next(c for c in RunDir(tmp_path / "run").record().captures if c.data))
+    written = [seg for seg in st.segments if seg.get("file")]
+    assert written and all("names" in seg for seg in written)
+    kept = thread_names(st)
+    for seg in st.segments:
+        seg.pop("names", None)  # as a capture written before the lines kept them: every switch read
+    assert kept == thread_names(st) and any(c.startswith("cyclictest") for c in kept.values()), kept
+
+
 @pytest.mark.parametrize("name", ["v7", "v7none", "v6"])
 def test_a_trace_dat_of_each_version_imports_every_event_trace_cmd_reports(
     recordings: dict[str, Path], cli: Cli, tmp_path: Path, name: str, beside: None

@@ -75,6 +75,9 @@ pub struct Written {
     /// each row group's first and last `t_ns`
     pub groups: Vec<(i64, i64)>,
     pub bytes: u64,
+    /// when the switches were asked for: each thread they name, with its latest name (a code into the
+    /// capture's strings), by thread id
+    pub names: Option<Vec<(i32, i32)>>,
 }
 
 /// Cuts a capture's batches into segments in time order, holding back what
@@ -143,6 +146,21 @@ impl Cut {
             Some(ranks) => {
                 let (h, x) = (of(&self.held), of(&self.batch));
                 present(vals, def, ranks[a..b].iter().map(|&r| h.get(r as usize).copied().unwrap_or_else(|| x[r as usize - h.len()])));
+            }
+        }
+    }
+
+    /// Row `i`'s value of one column (`of` picks it from a batch).
+    fn at<T: Copy>(&self, of: impl Fn(&Columns) -> &[T], i: usize) -> T {
+        match &self.ranks {
+            None => of(&self.batch)[i],
+            Some(ranks) => {
+                let (r, h) = (ranks[i] as usize, of(&self.held));
+                if r < h.len() {
+                    h[r]
+                } else {
+                    of(&self.batch)[r - h.len()]
+                }
             }
         }
     }
@@ -291,9 +309,12 @@ pub fn properties(level: i32) -> Result<Properties, ParquetError> {
 /// Write `c` (time-sorted, as `Cutter::cut` gives) as segment `seg` of the
 /// capture in `dir`: `events/NNNNN.parquet`, under a temporary name renamed
 /// when whole. Segments are independent: several can be written at once.
-pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Cut) -> Result<Written, WriteError> {
+/// With `switch` (the code of `sched_switch` among the capture's events),
+/// also the threads the segment's switches name (`Written::names`), so that
+/// a reader finds threads by name without reading every switch again.
+pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Cut, switch: Option<i32>) -> Result<Written, WriteError> {
     let n = c.len();
-    let mut out = Written { events: n, ..Default::default() };
+    let mut out = Written { events: n, names: switch.map(|s| switch_names(c, s)), ..Default::default() };
     if n == 0 {
         return Ok(out);
     }
@@ -316,6 +337,39 @@ pub fn write(dir: &Path, props: &Properties, seg: u32, c: &Cut) -> Result<Writte
     out.bytes = std::fs::metadata(&path).map(|m| m.len()).map_err(|source| WriteError::Io { path: path.clone(), source })?;
     out.file = Some(format!("events/{name}"));
     Ok(out)
+}
+
+/// Thread ids up to this are kept in a vector (the kernel's largest `pid_max`); a larger one (a damaged file's) in a map.
+const PID_MAX: usize = 1 << 22;
+
+/// Each thread named by a switch of `c` (either side), with the latest name it had there, by thread id.
+pub fn switch_names(c: &Cut, switch: i32) -> Vec<(i32, i32)> {
+    let n = c.len();
+    let sides: [(fn(&Columns) -> &[i32], fn(&Columns) -> &[i32]); 2] = [(|x| &x.target, |x| &x.target_comm), (|x| &x.next_pid, |x| &x.next_comm)];
+    // by thread id, its name's code + 1 (0: none seen)
+    let mut dense: Vec<i32> = Vec::new();
+    let mut other: std::collections::BTreeMap<i32, i32> = std::collections::BTreeMap::new();
+    for i in (0..n).filter(|&i| c.at(|x| &x.event, i) == switch) {
+        // only a switch's own fields are looked up (a gather of whole columns cost the import 3 %)
+        for &(tids, comms) in &sides {
+            let (tid, comm) = (c.at(tids, i), c.at(comms, i));
+            if tid <= 0 || comm < 0 {
+                continue;
+            }
+            let k = tid as usize;
+            if k < PID_MAX {
+                if k >= dense.len() {
+                    dense.resize(k + 1, 0);
+                }
+                dense[k] = comm + 1;
+            } else {
+                other.insert(tid, comm);
+            }
+        }
+    }
+    let mut out: Vec<(i32, i32)> = dense.iter().enumerate().filter(|x| *x.1 > 0).map(|(t, &c)| (t as i32, c - 1)).collect();
+    out.extend(other);
+    out
 }
 
 fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)>, WriteError> {
@@ -427,173 +481,4 @@ fn gather(a: &Columns, b: &Columns, keys: &[(i64, u32)]) -> Columns {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use parquet::file::reader::{FileReader, SerializedFileReader};
-    use parquet::record::RowAccessor;
-
-    fn events(ts: &[i64]) -> Columns {
-        let n = ts.len();
-        let mut c = Columns { t_ns: ts.to_vec(), cpu: vec![1; n], event: (0..n as i32).collect(), pid: vec![7; n], ..Default::default() };
-        for v in [
-            &mut c.target,
-            &mut c.target_comm,
-            &mut c.next_pid,
-            &mut c.next_comm,
-            &mut c.prev_state,
-            &mut c.irq,
-            &mut c.name,
-            &mut c.dest_cpu,
-            &mut c.prio,
-            &mut c.next_prio,
-        ] {
-            *v = vec![-1; n];
-        }
-        for v in [&mut c.runtime, &mut c.expires, &mut c.softexpires] {
-            *v = vec![-1; n];
-        }
-        c
-    }
-
-    #[test]
-    fn merging_the_cpus_lanes_gives_the_order_a_sort_of_the_whole_batch_gives() {
-        // a few CPUs' sorted sequences dealt in pages of random length, ties across CPUs and across the carry
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
-        for cpus in [1usize, 2, 3, 8] {
-            for _ in 0..30 {
-                let mut clocks = vec![0i64; cpus];
-                let (mut held, mut batch) = (events(&[]), events(&[]));
-                for part in [&mut held, &mut batch] {
-                    for _ in 0..(1 + rnd(40)) {
-                        let c = rnd(cpus as u64) as usize;
-                        for _ in 0..(1 + rnd(30)) {
-                            clocks[c] += rnd(5) as i64; // equal stamps often
-                            part.t_ns.push(clocks[c]);
-                            part.cpu.push(if c == 3 { -1 } else { c as i32 }); // CPU -1 too (a loss of unknown place)
-                        }
-                    }
-                }
-                let mut want: Vec<(i64, u32)> = held.t_ns.iter().chain(&batch.t_ns).enumerate().map(|(r, &t)| (t, r as u32)).collect();
-                want.sort();
-                assert_eq!(in_time_order(&held, &batch), want, "{cpus} CPUs");
-            }
-        }
-    }
-
-    #[test]
-    fn a_cpu_whose_stamps_step_back_is_sorted_with_the_rest() {
-        let mut b = events(&[5, 3, 4, 1, 2]);
-        b.cpu = vec![0, 0, 1, 1, 0]; // CPU 0 steps back from 5 to 3
-        assert_eq!(in_time_order(&events(&[]), &b), vec![(1, 3), (2, 4), (3, 1), (4, 2), (5, 0)]);
-    }
-
-    fn read(path: &Path) -> Vec<(i64, i32, Option<i64>)> {
-        let r = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
-        r.get_row_iter(None)
-            .unwrap()
-            .map(|row| {
-                let row = row.unwrap();
-                (row.get_long(0).unwrap(), row.get_int(3).unwrap(), row.get_long(12).ok())
-            })
-            .collect()
-    }
-
-    fn dir() -> PathBuf {
-        let d = std::env::temp_dir().join(format!("ls-segment-{}-{}", std::process::id(), rand_suffix()));
-        std::fs::create_dir_all(d.join("events")).unwrap();
-        d
-    }
-
-    fn rand_suffix() -> u64 {
-        use std::sync::atomic::{AtomicU64, Ordering};
-        static N: AtomicU64 = AtomicU64::new(0);
-        N.fetch_add(1, Ordering::Relaxed)
-    }
-
-    #[test]
-    fn a_batch_out_of_order_is_written_sorted_with_equal_stamps_in_decoding_order() {
-        let d = dir();
-        let got = write(&d, &properties(1).unwrap(), 0, &Cutter::default().cut(events(&[30, 10, 20, 10]), None)).unwrap();
-        assert_eq!(got.events, 4);
-        assert_eq!((got.t_first_ns, got.t_last_ns), (Some(10), Some(30)));
-        assert_eq!(got.file.as_deref(), Some("events/00000.parquet"));
-        let rows = read(&d.join("events/00000.parquet"));
-        assert_eq!(rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), vec![(10, 1), (10, 3), (20, 2), (30, 0)]);
-        std::fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn what_lies_at_or_after_the_watermark_waits_for_the_next_segment() {
-        let d = dir();
-        let mut cut = Cutter::default();
-        let a = cut.cut(events(&[5, 50, 40]), Some(40));
-        let all = |c: &Cut, of: fn(&Columns) -> &[i64]| c.rows(of, 0, c.len(), &mut Vec::new()).to_vec();
-        assert_eq!((all(&a, |c| &c.t_ns), cut.held()), (vec![5], 2));
-        let b = cut.cut(events(&[45, 40, 60]), None);
-        // the held-back 40 (decoded first) before the new batch's 40
-        let events = b.rows(|c| &c.event, 0, b.len(), &mut Vec::new()).to_vec();
-        assert_eq!((all(&b, |c| &c.t_ns), events), (vec![40, 40, 45, 50, 60], vec![2, 1, 0, 1, 2]));
-        assert_eq!(cut.held(), 0);
-        write(&d, &properties(1).unwrap(), 1, &b).unwrap();
-        assert_eq!(read(&d.join("events/00001.parquet")).iter().map(|r| r.0).collect::<Vec<_>>(), vec![40, 40, 45, 50, 60]);
-        std::fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn a_negative_value_is_stored_as_null_and_others_as_they_are() {
-        let d = dir();
-        let mut c = events(&[1, 2]);
-        c.runtime = vec![-1, 123_456_789_012];
-        write(&d, &properties(1).unwrap(), 0, &Cut::sorted(c)).unwrap();
-        let rows = read(&d.join("events/00000.parquet"));
-        assert_eq!(rows.iter().map(|r| r.2).collect::<Vec<_>>(), vec![None, Some(123_456_789_012)]);
-        std::fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn row_groups_hold_group_events_each_and_say_their_first_and_last_stamps() {
-        let d = dir();
-        let n = GROUP * 2 + 10;
-        let ts: Vec<i64> = (0..n as i64).map(|i| 1000 + i).collect();
-        let got = write(&d, &properties(1).unwrap(), 3, &Cut::sorted(events(&ts))).unwrap();
-        assert_eq!(
-            got.groups,
-            vec![(1000, 1000 + GROUP as i64 - 1), (1000 + GROUP as i64, 1000 + 2 * GROUP as i64 - 1), (1000 + 2 * GROUP as i64, 1000 + n as i64 - 1)]
-        );
-        let r = SerializedFileReader::new(File::open(d.join("events/00003.parquet")).unwrap()).unwrap();
-        let sizes: Vec<i64> = r.metadata().row_groups().iter().map(|g| g.num_rows()).collect();
-        assert_eq!(sizes, vec![GROUP as i64, GROUP as i64, 10]);
-        assert!(got.bytes > 0);
-        std::fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn segments_are_written_as_parquet_2_pages_with_the_stamps_delta_encoded() {
-        let d = dir();
-        let ts: Vec<i64> = (0..1000).map(|i| 5_000 + 7 * i).collect();
-        write(&d, &properties(1).unwrap(), 0, &Cut::sorted(events(&ts))).unwrap();
-        let r = SerializedFileReader::new(File::open(d.join("events/00000.parquet")).unwrap()).unwrap();
-        assert_eq!(r.metadata().file_metadata().version(), 2);
-        let t = r.metadata().row_group(0).column(0);
-        assert_eq!(t.column_path().string(), "t_ns");
-        assert!(t.encodings().any(|e| e == parquet::basic::Encoding::DELTA_BINARY_PACKED), "{:?}", t.encodings().collect::<Vec<_>>());
-        std::fs::remove_dir_all(d).unwrap();
-    }
-
-    #[test]
-    fn a_batch_wholly_past_the_watermark_writes_no_file() {
-        let d = dir();
-        let mut cut = Cutter::default();
-        let got = write(&d, &properties(1).unwrap(), 0, &cut.cut(events(&[50, 60]), Some(10))).unwrap();
-        assert_eq!(got, Written::default());
-        assert_eq!(cut.held(), 2);
-        assert!(!d.join("events/00000.parquet").exists());
-        std::fs::remove_dir_all(d).unwrap();
-    }
-}
+mod tests;

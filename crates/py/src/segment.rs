@@ -93,11 +93,14 @@ impl KtraceSegments {
     }
 
     /// Write `batch` (a cut) as segment `seg`. Returns {file (None: no events),
-    /// events, t_first_ns, t_last_ns, groups: [[first, last], …], bytes}.
-    fn write<'py>(&self, py: Python<'py>, batch: &Bound<'py, KtraceBatch>, seg: u32) -> PyResult<Bound<'py, PyDict>> {
+    /// events, t_first_ns, t_last_ns, groups: [[first, last], …], bytes, and
+    /// with `switch` (sched_switch's event code) names: [[tid, comm code], …]:
+    /// each thread its switches name, its latest name there}.
+    #[pyo3(signature = (batch, seg, switch=None))]
+    fn write<'py>(&self, py: Python<'py>, batch: &Bound<'py, KtraceBatch>, seg: u32, switch: Option<i32>) -> PyResult<Bound<'py, PyDict>> {
         let cut = batch.borrow_mut().cut.take().ok_or_else(|| RunError::new_err("a cut batch is written once"))?;
         let (dir, props) = (&self.dir, &self.props);
-        let got = detached(py, move || write(dir, props, seg, &cut))?.map_err(|e: WriteError| RunError::new_err(e.to_string()))?;
+        let got = detached(py, move || write(dir, props, seg, &cut, switch))?.map_err(|e: WriteError| RunError::new_err(e.to_string()))?;
         let o = PyDict::new(py);
         o.set_item("file", got.file)?;
         o.set_item("events", got.events)?;
@@ -105,6 +108,9 @@ impl KtraceSegments {
         o.set_item("t_last_ns", got.t_last_ns)?;
         o.set_item("groups", got.groups.iter().map(|&(a, b)| vec![a, b]).collect::<Vec<_>>())?;
         o.set_item("bytes", got.bytes)?;
+        if let Some(names) = got.names {
+            o.set_item("names", names.iter().map(|&(t, c)| [t, c]).collect::<Vec<_>>())?;
+        }
         Ok(o)
     }
 

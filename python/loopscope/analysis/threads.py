@@ -250,6 +250,8 @@ def thread_names(st: S.Store) -> dict[int, str]:
         return names_in(st.legacy)
     if "sched_switch" not in st.event_names or not st.files():
         return {}
+    if (kept := _kept_names(st)) is not None:
+        return kept
     code = st.event_names.index("sched_switch")
     # per segment file, each side's (the task switched out, the one switched in) last name of each thread: a file is
     # in time order and a group keeps it, so no sort; of the two sides, the later is the thread's (the files are read
@@ -265,6 +267,19 @@ def thread_names(st: S.Store) -> dict[int, str]:
     last = pl.concat(parts).filter(pl.col("tid") > 0).sort("t_ns").group_by("tid").agg(pl.col("comm").last())
     table = st.strings
     return {int(t): table[int(c)] if 0 <= int(c) < len(table) else "?" for t, c in last.iter_rows()}
+
+
+def _kept_names(st: S.Store) -> dict[int, str] | None:
+    """The names each segment's writer saw in its switches, kept in its line
+    (an import's): no switch is read again, a later segment's name is the
+    later one. None when a segment lacks them (a run's capture, an older import)."""
+    written = [seg for seg in st.segments if seg.get("file") and seg.get("readable", True)]
+    if not all("names" in seg for seg in written):
+        return None
+    codes: dict[int, int] = {}
+    for seg in written:
+        codes.update((int(t), int(c)) for t, c in seg["names"])
+    return {t: st.strings[c] if 0 <= c < len(st.strings) else "?" for t, c in codes.items() if t > 0}
 
 
 def matching(names: dict[int, str], comm: str | None = None, threads: str | None = None, tids: set[int] | None = None) -> dict[int, str]:

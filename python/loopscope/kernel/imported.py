@@ -287,14 +287,16 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
     pending: list[Future[S.Segment]] = []
     writer = _native.KtraceSegments(str(cap_dir), 1)  # zstd level 1: an import is written once, fast
 
-    def write(seg: S.Segment, batch: _native.KtraceBatch) -> S.Segment:
+    def write(seg: S.Segment, batch: _native.KtraceBatch, switch: int) -> S.Segment:
         try:
-            w = writer.write(batch, int(seg["seg"] or 0))
+            w = writer.write(batch, int(seg["seg"] or 0), switch)
         except RunError as e:
             raise RunError(f"{cap_dir}: cannot write the imported events ({e})", component="import") from None
         seg["events"], seg["t_first_ns"], seg["t_last_ns"] = w["events"], w["t_first_ns"], w["t_last_ns"]
         if w["file"] is not None:
             seg["file"], seg["groups"], seg["bytes"] = w["file"], w["groups"], w["bytes"]
+            if "names" in w:
+                seg["names"] = w["names"]
         return seg
 
     with open(cap_dir / "segments.jsonl", "w") as index, ThreadPoolExecutor(WRITERS, thread_name_prefix="ls-import-write") as pool:
@@ -331,7 +333,7 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
             d.present.update(got["events"][i] for i in got["present"])
             cut = writer.cut(got["batch"], imp.watermark_ns() if more else None)
             done(WRITERS - 1)
-            pending.append(pool.submit(write, seg, cut))
+            pending.append(pool.submit(write, seg, cut, S.switch_code(got["events"])))
             d.segments += 1
             d.total += n
             d.lost_events += sum(max(0, w["events"]) for w in lost)

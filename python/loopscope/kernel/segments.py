@@ -51,6 +51,16 @@ class Segment(TypedDict, total=False):
     write_error: str
     readable: bool
     lost_unknown: bool
+    #: (an import's) each thread the segment's switches name, [tid, its latest name's code into the strings]: a
+    #: reader finds threads by name from these lines instead of reading every switch (absent: a run's capture, or
+    #: an import written before they were kept)
+    names: list[list[int]]
+
+
+def switch_code(event_names: list[str]) -> int:
+    """``sched_switch``'s code among a capture's event names, for the writer to keep the names its switches give
+    (-1, no event's, while none is named: the batch has no switch, and its segment names no thread)."""
+    return event_names.index("sched_switch") if "sched_switch" in event_names else -1
 
 
 def lost_list(got: Decoded | Batch) -> list[LostWindow]:

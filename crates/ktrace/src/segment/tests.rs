@@ -1,0 +1,184 @@
+//! Tests of `segment`.
+
+use super::*;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::RowAccessor;
+
+fn events(ts: &[i64]) -> Columns {
+    let n = ts.len();
+    let mut c = Columns { t_ns: ts.to_vec(), cpu: vec![1; n], event: (0..n as i32).collect(), pid: vec![7; n], ..Default::default() };
+    for v in [
+        &mut c.target,
+        &mut c.target_comm,
+        &mut c.next_pid,
+        &mut c.next_comm,
+        &mut c.prev_state,
+        &mut c.irq,
+        &mut c.name,
+        &mut c.dest_cpu,
+        &mut c.prio,
+        &mut c.next_prio,
+    ] {
+        *v = vec![-1; n];
+    }
+    for v in [&mut c.runtime, &mut c.expires, &mut c.softexpires] {
+        *v = vec![-1; n];
+    }
+    c
+}
+
+#[test]
+fn the_switches_name_each_thread_by_its_latest_name_in_time_order_wherever_the_cut_moved_them() {
+    // event 0 a switch, 1 anything else; thread 5 is "a" (code 10) then "b" (11); 7 is "c" (12); a damaged id kept
+    let mut c = events(&[40, 10, 20, 30, 50]);
+    c.event = vec![0, 0, 1, 0, 0];
+    c.target = vec![5, 5, 5, 7, 1 << 30];
+    c.target_comm = vec![11, 10, 13, 12, 14];
+    c.next_pid = vec![7, 0, -1, 5, -1];
+    c.next_comm = vec![12, 9, -1, 10, -1];
+    let cut = Cutter::default().cut(c, None);
+    assert_eq!(switch_names(&cut, 0), vec![(5, 11), (7, 12), (1 << 30, 14)]);
+    assert_eq!(switch_names(&cut, 3), vec![]);
+}
+
+#[test]
+fn merging_the_cpus_lanes_gives_the_order_a_sort_of_the_whole_batch_gives() {
+    // a few CPUs' sorted sequences dealt in pages of random length, ties across CPUs and across the carry
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rnd = |m: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    };
+    for cpus in [1usize, 2, 3, 8] {
+        for _ in 0..30 {
+            let mut clocks = vec![0i64; cpus];
+            let (mut held, mut batch) = (events(&[]), events(&[]));
+            for part in [&mut held, &mut batch] {
+                for _ in 0..(1 + rnd(40)) {
+                    let c = rnd(cpus as u64) as usize;
+                    for _ in 0..(1 + rnd(30)) {
+                        clocks[c] += rnd(5) as i64; // equal stamps often
+                        part.t_ns.push(clocks[c]);
+                        part.cpu.push(if c == 3 { -1 } else { c as i32 }); // CPU -1 too (a loss of unknown place)
+                    }
+                }
+            }
+            let mut want: Vec<(i64, u32)> = held.t_ns.iter().chain(&batch.t_ns).enumerate().map(|(r, &t)| (t, r as u32)).collect();
+            want.sort();
+            assert_eq!(in_time_order(&held, &batch), want, "{cpus} CPUs");
+        }
+    }
+}
+
+#[test]
+fn a_cpu_whose_stamps_step_back_is_sorted_with_the_rest() {
+    let mut b = events(&[5, 3, 4, 1, 2]);
+    b.cpu = vec![0, 0, 1, 1, 0]; // CPU 0 steps back from 5 to 3
+    assert_eq!(in_time_order(&events(&[]), &b), vec![(1, 3), (2, 4), (3, 1), (4, 2), (5, 0)]);
+}
+
+fn read(path: &Path) -> Vec<(i64, i32, Option<i64>)> {
+    let r = SerializedFileReader::new(File::open(path).unwrap()).unwrap();
+    r.get_row_iter(None)
+        .unwrap()
+        .map(|row| {
+            let row = row.unwrap();
+            (row.get_long(0).unwrap(), row.get_int(3).unwrap(), row.get_long(12).ok())
+        })
+        .collect()
+}
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ls-segment-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(d.join("events")).unwrap();
+    d
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+#[test]
+fn a_batch_out_of_order_is_written_sorted_with_equal_stamps_in_decoding_order() {
+    let d = dir();
+    let got = write(&d, &properties(1).unwrap(), 0, &Cutter::default().cut(events(&[30, 10, 20, 10]), None), None).unwrap();
+    assert_eq!(got.events, 4);
+    assert_eq!((got.t_first_ns, got.t_last_ns), (Some(10), Some(30)));
+    assert_eq!(got.file.as_deref(), Some("events/00000.parquet"));
+    let rows = read(&d.join("events/00000.parquet"));
+    assert_eq!(rows.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>(), vec![(10, 1), (10, 3), (20, 2), (30, 0)]);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn what_lies_at_or_after_the_watermark_waits_for_the_next_segment() {
+    let d = dir();
+    let mut cut = Cutter::default();
+    let a = cut.cut(events(&[5, 50, 40]), Some(40));
+    let all = |c: &Cut, of: fn(&Columns) -> &[i64]| c.rows(of, 0, c.len(), &mut Vec::new()).to_vec();
+    assert_eq!((all(&a, |c| &c.t_ns), cut.held()), (vec![5], 2));
+    let b = cut.cut(events(&[45, 40, 60]), None);
+    // the held-back 40 (decoded first) before the new batch's 40
+    let events = b.rows(|c| &c.event, 0, b.len(), &mut Vec::new()).to_vec();
+    assert_eq!((all(&b, |c| &c.t_ns), events), (vec![40, 40, 45, 50, 60], vec![2, 1, 0, 1, 2]));
+    assert_eq!(cut.held(), 0);
+    write(&d, &properties(1).unwrap(), 1, &b, None).unwrap();
+    assert_eq!(read(&d.join("events/00001.parquet")).iter().map(|r| r.0).collect::<Vec<_>>(), vec![40, 40, 45, 50, 60]);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_negative_value_is_stored_as_null_and_others_as_they_are() {
+    let d = dir();
+    let mut c = events(&[1, 2]);
+    c.runtime = vec![-1, 123_456_789_012];
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(c), None).unwrap();
+    let rows = read(&d.join("events/00000.parquet"));
+    assert_eq!(rows.iter().map(|r| r.2).collect::<Vec<_>>(), vec![None, Some(123_456_789_012)]);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn row_groups_hold_group_events_each_and_say_their_first_and_last_stamps() {
+    let d = dir();
+    let n = GROUP * 2 + 10;
+    let ts: Vec<i64> = (0..n as i64).map(|i| 1000 + i).collect();
+    let got = write(&d, &properties(1).unwrap(), 3, &Cut::sorted(events(&ts)), None).unwrap();
+    assert_eq!(
+        got.groups,
+        vec![(1000, 1000 + GROUP as i64 - 1), (1000 + GROUP as i64, 1000 + 2 * GROUP as i64 - 1), (1000 + 2 * GROUP as i64, 1000 + n as i64 - 1)]
+    );
+    let r = SerializedFileReader::new(File::open(d.join("events/00003.parquet")).unwrap()).unwrap();
+    let sizes: Vec<i64> = r.metadata().row_groups().iter().map(|g| g.num_rows()).collect();
+    assert_eq!(sizes, vec![GROUP as i64, GROUP as i64, 10]);
+    assert!(got.bytes > 0);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn segments_are_written_as_parquet_2_pages_with_the_stamps_delta_encoded() {
+    let d = dir();
+    let ts: Vec<i64> = (0..1000).map(|i| 5_000 + 7 * i).collect();
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(events(&ts)), None).unwrap();
+    let r = SerializedFileReader::new(File::open(d.join("events/00000.parquet")).unwrap()).unwrap();
+    assert_eq!(r.metadata().file_metadata().version(), 2);
+    let t = r.metadata().row_group(0).column(0);
+    assert_eq!(t.column_path().string(), "t_ns");
+    assert!(t.encodings().any(|e| e == parquet::basic::Encoding::DELTA_BINARY_PACKED), "{:?}", t.encodings().collect::<Vec<_>>());
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_batch_wholly_past_the_watermark_writes_no_file() {
+    let d = dir();
+    let mut cut = Cutter::default();
+    let got = write(&d, &properties(1).unwrap(), 0, &cut.cut(events(&[50, 60]), Some(10)), None).unwrap();
+    assert_eq!(got, Written::default());
+    assert_eq!(cut.held(), 2);
+    assert!(!d.join("events/00000.parquet").exists());
+    std::fs::remove_dir_all(d).unwrap();
+}
