@@ -109,3 +109,17 @@ def test_a_thread_that_exits_while_its_program_runs_on_is_said(tmp_path: Path, l
     assert j["exited"][0]["tid"] in {t["tid"] for t in j["threads"]}
     r = subprocess.run([str(BIN), "probe", "threads", "--", "python3", "-c", prog], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "exited while the target ran on" in r.stdout
+
+
+def test_names_kept_in_the_segment_lines_are_taken_and_a_line_holding_something_else_is_not() -> None:
+    from types import SimpleNamespace
+
+    from loopscope.analysis.threads import _kept_names
+
+    segs = [{"file": "events/00000.parquet", "names": [[5, 0], [7, 1]]}, {"file": "events/00001.parquet", "names": [[5, 2]]}, {"file": None}]
+    st = SimpleNamespace(segments=segs, strings=["a", "b", "c"])
+    assert _kept_names(st) == {5: "c", 7: "b"}  # type: ignore[arg-type]
+    segs[1]["names"] = [["x", "y", "z"]]
+    assert _kept_names(st) is None  # type: ignore[arg-type]
+    del segs[1]["names"]
+    assert _kept_names(st) is None  # type: ignore[arg-type]

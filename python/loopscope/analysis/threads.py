@@ -272,13 +272,17 @@ def thread_names(st: S.Store) -> dict[int, str]:
 def _kept_names(st: S.Store) -> dict[int, str] | None:
     """The names each segment's writer saw in its switches, kept in its line
     (an import's): no switch is read again, a later segment's name is the
-    later one. None when a segment lacks them (a run's capture, an older import)."""
+    later one. None when a segment lacks them (a run's capture, an older
+    import) or holds something else."""
     written = [seg for seg in st.segments if seg.get("file") and seg.get("readable", True)]
     if not all("names" in seg for seg in written):
         return None
     codes: dict[int, int] = {}
-    for seg in written:
-        codes.update((int(t), int(c)) for t, c in seg["names"])
+    try:
+        for seg in written:
+            codes.update((int(t), int(c)) for t, c in seg["names"])
+    except (TypeError, ValueError):
+        return None  # a line whose names are not [tid, code] pairs (edited by hand): every switch is read instead
     return {t: st.strings[c] if 0 <= c < len(st.strings) else "?" for t, c in codes.items() if t > 0}
 
 
