@@ -10,7 +10,9 @@
 //! now a thin layer over this one.
 //!
 //! - a wake-up window [a, b] (`span` false): on the CPU the thread ran on,
-//!   interrupt handlers first, then every other task that ran, then idle
+//!   interrupt handlers first, then every other task that ran (but from the
+//!   expiry of the timer it slept on to the interrupt that woke it, `timer
+//!   interrupt late`: `late_until`), then idle
 //!   time: before the thread's wake-up `CPU idle` (or `timer slack` inside
 //!   the slack of the timer it slept on, `page faults` after a fault of its
 //!   own), after it `scheduling latency`; from its switch-in to b, `return
