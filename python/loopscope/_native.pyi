@@ -439,6 +439,9 @@ class KtraceActivations:
         asleep: npt.NDArray[np.int64],
         value: npt.NDArray[np.int64],
     ) -> None: ...
+    def feed_files(
+        self, runs: list[list[tuple[str, int, int]]], kinds: list[int], sleep_code: int, offsets: tuple[list[int], list[int]] | None = None
+    ) -> None: ...
     def finish(self) -> dict[str, npt.NDArray[np.int64] | npt.NDArray[np.bool_]]: ...
 
 class StringTable:
@@ -460,7 +463,7 @@ class FreedKept:
 _AttrCols = Mapping[str, npt.NDArray[np.int64] | npt.NDArray[np.int32] | list[npt.NDArray[np.int64] | npt.NDArray[np.int32]]]
 
 def ktrace_attribute(
-    cols: _AttrCols | Iterable[_AttrCols],
+    cols: _AttrCols | Iterable[_AttrCols] | tuple[int, int, list[list[tuple[str, int, int]]]],
     event_names: list[str],
     comms: list[str] | StringTable,
     states: list[str] | StringTable,
@@ -607,7 +610,6 @@ class _Written(TypedDict):
 #: events per row group of a segment file the native writer writes (the store's GROUP)
 SEGMENT_GROUP: int
 #: the columns the native split takes, in its order (the store reads these)
-ATTRIBUTE_COLUMNS: list[str]
 #: the split's name for a timer interrupt that came late while another task ran
 LATE_IRQ: str
 

@@ -590,14 +590,13 @@ def test_a_peer_that_prints_no_event_is_an_error_naming_it_not_a_count_of_zero(t
         F.reported(junk)
 
 
-def test_a_window_longer_than_a_cluster_is_split_from_its_row_groups_one_at_a_time_as_from_all_of_them(
-    tmp_path: Path, lab: None, monkeypatch: pytest.MonkeyPatch, beside: None
-) -> None:
+def test_a_window_longer_than_a_cluster_is_split_from_the_files_read_natively_as_from_the_table_read_by_polars(tmp_path: Path, lab: None, beside: None) -> None:
     # a thread starved for seconds makes one window of millions of events (issue: 2.4 GB for one 3 s window of 10.7 M
-    # events, 0.58 GB read a group at a time); the causes are those of the events read all at once
-    import numpy as np
+    # events); the split reads its row groups from the files itself (segment::read), a run of them at a time, and
+    # finds the causes the events give when polars reads them all into one table
     import polars as pl
 
+    from loopscope.analysis import attribution as A
     from loopscope.analysis import explain as E
     from loopscope.kernel import imported
     from loopscope.kernel import store as S
@@ -610,16 +609,52 @@ def test_a_window_longer_than_a_cluster_is_split_from_its_row_groups_one_at_a_ti
     assert st.events > 2 * S.GROUP, f"{st.events} events: too few for row groups to be read one at a time"
     a, b = st.t_first + E.MARGIN_NS + 1, st.t_last - E.MARGIN_NS - 1
     assert b - a > E.LONG_NS + E.MARGIN_NS  # the window is a long one
-    # the batches are the events of the window's span, in time order, none twice
-    batches = list(st.iter_arrays(a - E.MARGIN_NS, b + E.MARGIN_NS))
-    assert len(batches) > 2
-    t = np.concatenate([c for x in batches for c in x["t_ns"]])
-    assert (np.diff(t) >= 0).all() and np.array_equal(t, np.concatenate(st.load_arrays(a - E.MARGIN_NS, b + E.MARGIN_NS)["t_ns"]))
+    # the runs name the span's row groups in time order, each once
+    _, _, runs = st.reads(a - E.MARGIN_NS, b + E.MARGIN_NS)
+    ranges = [r for run in runs for r in run]
+    assert len(ranges) > 2 and len(set(ranges)) == len(ranges)
     # a busy thread's whole second, as a wake-up window and as a span
     busiest = int(st.load_coded(a, b).filter(pl.col("event") == st.event_names.index("sched_switch"))["next_pid"].mode()[0])
     outl = pl.DataFrame({"id": [0, 1], "tid": [busiest] * 2, "start_k": [a] * 2, "end_k": [b] * 2, "span": [False, True]})
-    streamed = E.attribute_store(st, outl)
-    monkeypatch.setattr(E, "LONG_NS", 10**18)
-    whole = E.attribute_store(S.open_dir(st.dir), outl)
-    assert streamed.sort("id", "cause").equals(whole.sort("id", "cause"))
-    assert set(streamed["id"]) == {0, 1} and streamed.filter(pl.col("id") == 1)["ns"].sum() == b - a
+    native = E.attribute_store(st, outl)
+    k = A.Kernel.of(S.open_dir(st.dir).load(a - E.MARGIN_NS, b + E.MARGIN_NS), st.lost_events)
+    k.t_first, k.t_last = st.t_first, st.t_last
+    table = A.attribute_many(k, outl)
+    assert native.sort("id", "cause").equals(table.sort("id", "cause"))
+    assert set(native["id"]) == {0, 1} and native.filter(pl.col("id") == 1)["ns"].sum() == b - a
+
+
+@pytest.mark.parametrize("name", ["v6", "perf"])
+def test_activations_the_native_pass_reads_from_the_files_are_those_of_the_events_read_as_a_table(
+    recordings: dict[str, Path], tmp_path: Path, name: str, beside: None
+) -> None:
+    # threads' pass reads the segment files itself (segment::read) and carries each timer arm from the capture's clock
+    # (trace-cmd's local) by the nearest timer interrupt's offset, as polars' join_asof does; a recording without
+    # timer interrupts (perf's) keeps its arms on CLOCK_MONOTONIC, carried later from the wake-ups
+    from loopscope.analysis import activations as Act
+    from loopscope.analysis import threads as T
+    from loopscope.kernel import imported as I
+    from loopscope.kernel import store as S
+    from loopscope.rundir import RunDir
+
+    if name not in recordings:
+        pytest.skip("needs perf (scripts/install-deps.sh installs it as root)")
+    I.import_file(recordings[name], tmp_path / "run")
+    st = S.open_capture(tmp_path / "run", next(c for c in RunDir(tmp_path / "run").record().captures if c.data))
+    assert st.clock not in Act.MONO_CLOCKS and st.t_first is not None and st.t_last is not None
+    offsets = T.capture_offsets(st)
+    assert offsets is not None and (len(offsets) > 0) == (name == "v6")
+    tids = list(T.matching(T.thread_names(st), comm="cyclictest"))
+    assert tids
+    native = T.thread_activations(st, tids)
+    events = st.load(st.t_first, st.t_last)
+    if len(offsets):
+        table = Act.activations(events, tids, st.lost, st.clock)
+    else:
+        feed = Act.Feed(tids, st.lost, st.clock, None, pl.DataFrame({"t_ns": [0], "off_ns": [0]}))
+        feed.feed(events)
+        table = T.carried_by_wakeups(feed.rows())
+    assert len(native) > 500 and native["wakeup_latency_ns"].drop_nulls().len() > 500
+    if name == "v6":
+        assert native["timer_lateness_ns"].drop_nulls().len() > 500
+    assert native.equals(table)

@@ -497,6 +497,8 @@ mod out;
 pub use out::{Out, Row, Sink};
 pub mod summary;
 pub use summary::Summary;
+mod nearest;
+pub use nearest::Nearest;
 
 #[cfg(test)]
 mod tests;

@@ -480,5 +480,7 @@ fn gather(a: &Columns, b: &Columns, keys: &[(i64, u32)]) -> Columns {
     pick!(t_ns, cpu, event, pid, target, target_comm, next_pid, next_comm, prev_state, irq, name, dest_cpu, runtime, expires, softexpires, prio, next_prio)
 }
 
+pub mod read;
+
 #[cfg(test)]
 mod tests;

@@ -81,9 +81,8 @@ pub fn joined<'a>(chunks: &[Chunk<'a>]) -> Cow<'a, [i64]> {
     Cow::Owned(out)
 }
 
-/// The columns the split takes, in `Events`' order: the store reads these
-/// (`loopscope._native.ATTRIBUTE_COLUMNS`, its `ARRAYS`), and nothing else
-/// names them.
+/// The columns the split takes, in `Events`' order: read from the capture's
+/// files by these names (`attribute`'s row ranges), and nothing else names them.
 pub const COLUMNS: [&str; 15] = [
     "t_ns",
     "cpu",

@@ -2,10 +2,11 @@
 //! to the native split (crates/ktrace `attrib`) a chunk at a time, as the
 //! caller's arrays (int32 chunks widened into buffers kept from one chunk to
 //! the next, never the whole cluster joined), or batch by batch from an
-//! iterable (a long window's row groups, read as they are split); and the
-//! splits handed back as columns.
+//! iterable (a long window's row groups, read as they are split), or read
+//! here from the capture's files by row ranges (crates/ktrace
+//! `segment::read`: no array is made); and the splits handed back as columns.
 
-use super::attrcols::{attribute_columns, joined, Chunk, Held};
+use super::attrcols::{attribute_columns, joined, Chunk, Held, COLUMNS};
 use super::{detached, strtable, InputError};
 use numpy::{IntoPyArray, PyReadonlyArray1};
 use pyo3::prelude::*;
@@ -19,7 +20,10 @@ use std::borrow::Cow;
 /// as indices into `comms` (target_comm, next_comm), `states` (prev_state),
 /// `names` (name) and `event_names` (event); or an iterable of such dicts,
 /// each later than the one before, taken one at a time (a long cluster's
-/// events, read as they are split: only one of them is held). `lost_at`:
+/// events, read as they are split: only one of them is held); or `(a, b,
+/// runs)`: the events with a <= t_ns <= b of the capture's files, each run a
+/// list of (file, first row, row after the last) whose times may interleave,
+/// the runs in time order, each read and fed here in turn. `lost_at`:
 /// (cpu, start, end, events) arrays of the capture's placed losses, or None
 /// when they cannot be placed. Windows: `w_id`, `w_tid`, `w_a`, `w_b`
 /// (kernel CLOCK_MONOTONIC) and `w_span`. Returns one row per (window,
@@ -69,6 +73,11 @@ pub fn ktrace_attribute<'py>(
     let mut k = Kernel::start(&ctx, &event_names, &comms, &tids_of(&wins));
     let tables = Tables { event_names: &event_names, comms: &comms, states: &states, names: &names };
     let mut buf = Widened::default();
+    if let Ok((a, b, runs)) = cols.extract::<(i64, i64, Vec<Vec<(String, usize, usize)>>)>() {
+        detached(py, || buf.read(&mut k, a, b, &runs, &tables))?.map_err(InputError::new_err)?;
+        let splits = detached(py, move || k.split_all(&wins))?;
+        return splits_dict(py, splits);
+    }
     let mut feed = |d: &Bound<'py, PyDict>| -> PyResult<()> {
         let held = attribute_columns(d)?;
         let chunks: Vec<Option<Vec<Chunk<'_>>>> = held.iter().map(|h| h.as_ref().map(|v| v.iter().map(Held::chunk).collect())).collect();
@@ -160,6 +169,41 @@ impl Widened {
                     }
                 });
             }
+            k.feed(&events(&o, t));
+        }
+        Ok(())
+    }
+}
+
+impl Widened {
+    /// Feed `k` the events with a <= t_ns <= b of `runs` (crates/ktrace
+    /// `segment::read`), read into this one's buffers a run at a time: a run
+    /// whose ranges interleave in time is sorted (stably) first.
+    fn read(
+        &mut self,
+        k: &mut loopscope_ktrace::attrib::Kernel<'_>,
+        a: i64,
+        b: i64,
+        runs: &[Vec<(String, usize, usize)>],
+        t: &Tables<'_>,
+    ) -> Result<(), String> {
+        let mut files = loopscope_ktrace::segment::read::Files::new(&COLUMNS);
+        self.cols.resize_with(COLUMNS.len(), Vec::new);
+        for run in runs {
+            files.read_run(run, &mut self.cols)?;
+            let tt = &self.cols[0];
+            let (x, y) = (tt.partition_point(|&v| v < a), tt.partition_point(|&v| v <= b));
+            if y <= x {
+                continue;
+            }
+            if let Some(last) = self.last.filter(|&l| tt[x] < l) {
+                return Err(format!(
+                    "ktrace_attribute: a run of rows begins at {} ns, before the {last} ns an earlier run reached: runs must come in time order",
+                    tt[x]
+                ));
+            }
+            self.last = Some(tt[y - 1]);
+            let o: Vec<Cow<'_, [i64]>> = self.cols.iter().map(|c| Cow::Borrowed(&c[x..y])).collect();
             k.feed(&events(&o, t));
         }
         Ok(())

@@ -379,6 +379,31 @@ impl KtraceActivations {
         Ok(())
     }
 
+    /// Every event of the capture's files, read here (crates/ktrace
+    /// `segment::read`) a run of row ranges at a time on a thread of its own
+    /// while this one folds the run before: `runs` as `Store.reads` gives
+    /// them, in time order; `kinds`: each event code's kind (as `feed`'s);
+    /// `sleep_code`: the string code of a sleep timer's function (-2: none).
+    /// An arm of another timer, or without an expiry, is no arm; an arm's
+    /// value is its soft expiry, else its hard one. For a capture on
+    /// `offsets`: on another clock, the capture's clock minus CLOCK_MONOTONIC
+    /// along it (`mono_offsets`' t_ns and off_ns, time-sorted): each arm's
+    /// expiry is carried by the offset nearest its time (a tie: the later,
+    /// as polars' `join_asof(strategy="nearest")` takes it).
+    #[pyo3(signature = (runs, kinds, sleep_code, offsets=None))]
+    fn feed_files(
+        &mut self,
+        py: Python<'_>,
+        runs: Vec<Vec<(String, usize, usize)>>,
+        kinds: Vec<i64>,
+        sleep_code: i64,
+        offsets: Option<(Vec<i64>, Vec<i64>)>,
+    ) -> PyResult<()> {
+        let s = self.stream.as_mut().ok_or_else(|| InputError::new_err("KtraceActivations: already finished"))?;
+        let near = offsets.map(|(t, off)| loopscope_ktrace::activations::Nearest::new(t, off));
+        detached(py, || fold_files(s, &runs, &kinds, sleep_code, near))?.map_err(InputError::new_err)
+    }
+
     /// The rows, by thread id then activation: {column: int64 array (NULL as
     /// int64's minimum), complete: bool array}.
     fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -401,4 +426,67 @@ impl KtraceActivations {
         o.set_item("complete", out.complete.into_pyarray(py))?;
         Ok(o)
     }
+}
+
+/// The columns `feed_files` reads, in this order.
+const FOLD_COLUMNS: [&str; 11] = ["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"];
+
+/// `feed_files`' work: a reading thread fills buffers a run at a time (two
+/// sets of them go round) while this one folds.
+fn fold_files(
+    s: &mut loopscope_ktrace::activations::Stream,
+    runs: &[Vec<(String, usize, usize)>],
+    kinds: &[i64],
+    sleep_code: i64,
+    mut near: Option<loopscope_ktrace::activations::Nearest>,
+) -> Result<(), String> {
+    use std::sync::mpsc::sync_channel;
+    let (full_tx, full_rx) = sync_channel::<Result<Vec<Vec<i64>>, String>>(1);
+    let (empty_tx, empty_rx) = sync_channel::<Vec<Vec<i64>>>(2);
+    for _ in 0..2 {
+        empty_tx.send(vec![Vec::new(); FOLD_COLUMNS.len()]).map_err(|e| e.to_string())?;
+    }
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new().name("ls-threads-read".into()).spawn_scoped(scope, move || {
+            let mut files = loopscope_ktrace::segment::read::Files::new(&FOLD_COLUMNS);
+            for run in runs {
+                let Ok(mut cols) = empty_rx.recv() else { return };
+                let got = files.read_run(run, &mut cols).map(|()| cols);
+                let failed = got.is_err();
+                if full_tx.send(got).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        if let Err(e) = reader {
+            return Err(format!("cannot start the reading thread: {e}"));
+        }
+        let null = loopscope_ktrace::activations::NULL;
+        // dropped on any return, so a reader still sending stops
+        let full_rx = full_rx;
+        for got in full_rx.iter() {
+            let c = got?;
+            let [t, cpu, pid, event, target, next_pid, prev_state, name, runtime, expires, soft] = &c[..] else { unreachable!() };
+            for i in 0..t.len() {
+                let mut kind = kinds.get(event[i].clamp(0, kinds.len().max(1) as i64 - 1) as usize).copied().unwrap_or(0);
+                let mut value = -1;
+                if kind == 3 {
+                    if (name[i] == -1 || name[i] == sleep_code) && expires[i] != -1 {
+                        value = if soft[i] != -1 { soft[i] } else { expires[i] };
+                        if let Some(n) = near.as_mut() {
+                            value += n.at(t[i]);
+                        }
+                    } else {
+                        kind = 0;
+                    }
+                } else if kind == 4 {
+                    value = runtime[i];
+                }
+                s.event(t[i], cpu[i], kind, pid[i], target[i], next_pid[i], prev_state[i] > 0, if value == -1 { null } else { value });
+            }
+            // the buffers go back to be filled again (the reader may have stopped: then they are dropped)
+            let _ = empty_tx.send(c);
+        }
+        Ok(())
+    })
 }

@@ -241,7 +241,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<segment::KtraceBatch>()?;
     m.add_class::<segment::KtraceSegments>()?;
     m.add("SEGMENT_GROUP", loopscope_ktrace::segment::GROUP)?;
-    m.add("ATTRIBUTE_COLUMNS", attrcols::COLUMNS.to_vec())?;
     m.add("LATE_IRQ", loopscope_ktrace::attrib::LATE_IRQ)?;
     m.add_function(wrap_pyfunction!(attribute::ktrace_attribute, m)?)?;
     m.add_class::<strtable::StringTable>()?;

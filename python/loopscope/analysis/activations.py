@@ -42,9 +42,14 @@ one overlapping a window of lost events.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import polars as pl
 from loopscope import _native
+
+if TYPE_CHECKING:
+    from loopscope.kernel.store import Store
 
 #: per activation (ns, times on the capture's clock)
 COLUMNS = {
@@ -219,6 +224,16 @@ class Feed:
         """``feed``'s second half: the native pass over ``prepare``'s arrays (the interpreter lock released)."""
         if a is not None:
             self.native.feed(a["t_ns"], a["cpu"], a["kind"], a["pid"], a["target"], a["next_pid"], a["asleep"], a["value"])
+
+    def feed_files(self, st: Store) -> None:
+        """Every event of a stored capture, its files read by the native pass
+        itself (``Store.reads``): no table or array is made. On another clock
+        than CLOCK_MONOTONIC, the arms are carried by ``offsets`` (not empty)."""
+        assert self.coded is not None and (self.offsets is None or len(self.offsets)), "feed_files reads a stored capture whose arms it can carry"
+        names, strings = self.coded
+        _, _, runs = st.reads(-(2**63), 2**63 - 1)
+        off = None if self.offsets is None else (self.offsets["t_ns"].cast(pl.Int64).to_list(), self.offsets["off_ns"].cast(pl.Int64).to_list())
+        self.native.feed_files(runs, [KIND_CODES.get(n, 0) for n in names] or [0], strings.index(SLEEP_TIMER) if SLEEP_TIMER in strings else -2, off)
 
     def summary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """A folding pass's result: a row per thread (``SUMMARY``: counts, and

@@ -65,6 +65,7 @@ import re
 
 if TYPE_CHECKING:
     from loopscope._native import _Split as Split
+    from loopscope.kernel.store import Reads
 
 #: the native split's name for a timer interrupt that came late while another task ran
 LATE_IRQ: str = _native.LATE_IRQ
@@ -189,8 +190,9 @@ class Kernel:
     """A cluster's events as the native attribution takes them: numeric
     columns (-1 for none) and text as indices into string tables."""
 
-    #: the columns, or batches of them in time order (``arrays``: read as they are split, once)
-    cols: Mapping[str, Column] | Iterator[Mapping[str, Column]]
+    #: the columns, batches of them in time order (``arrays``: read as they are split, once), or
+    #: what the native split reads itself from the capture's files (``Store.reads``)
+    cols: Mapping[str, Column] | Iterator[Mapping[str, Column]] | Reads
     event_names: list[str]
     #: string tables: a list, or a capture's ``_native.StringTable`` (shared by every cluster, not copied)
     comms: Strings
@@ -259,7 +261,7 @@ class Kernel:
     @classmethod
     def arrays(
         cls,
-        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]],
+        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]] | Reads,
         strings: Strings,
         event_names: list[str],
         lost: int,
@@ -267,8 +269,9 @@ class Kernel:
         roles: dict[int, str] | None = None,
     ) -> "Kernel":
         """From a capture's stored events as chunks of arrays (``Store.load_arrays``),
-        or as batches of them in time order (``Store.iter_arrays``): the split then
-        takes each as it is read and holds none, so it splits once, and
+        as batches of them in time order (``Store.iter_arrays``): the split then
+        takes each as it is read and holds none, so it splits once, or as row
+        ranges the split reads itself (``Store.reads``); in the last two,
         ``t_first``/``t_last`` are the caller's to set."""
         if not isinstance(cols, Mapping):
             return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, False, 0, 0)
@@ -280,7 +283,7 @@ class Kernel:
     @classmethod
     def _make(
         cls,
-        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]],
+        cols: Mapping[str, Column] | Iterator[Mapping[str, Column]] | Reads,
         event_names: list[str],
         comms: Strings,
         states: Strings,

@@ -9,9 +9,10 @@ whose kind is not registered is said in ``not_explained``. Of those,
 the records above the threshold (default: the p99 of that probe in that
 phase, over all repetitions) are attributed (``attribution``): each
 outlier's window split into causes. The capture is read in clusters of
-outlier windows (``CHUNK_NS`` at most, ``MARGIN_NS`` around each) from a
-small cache of row groups (``kernel.store``), so the memory explain needs
-is that of a few row groups, whatever the run's length.
+outlier windows (``CHUNK_NS`` at most, ``MARGIN_NS`` around each), each
+read by the native split itself from the row groups ``kernel.store`` names
+(``Store.reads``), a run of groups at a time, so the memory explain needs is
+that of a few row groups and the split's picture, whatever the run's length.
 
 Causes that are loopscope's own components are named ``lab: capture``,
 ``lab: emulator``, ``lab: agent``, ``lab: sync``, ``lab: probe`` (a probe
@@ -65,19 +66,19 @@ import re
 # events this far around its windows: runtime accounting comes at least
 # every tick (4 ms at HZ=250), so 20 ms holds the run that ends a window and
 # the switch-ins, wake-ups and interrupts around it. The length bounds the
-# memory: a cluster's events are copied into the native split, and
-# IN_FLIGHT of them wait. On 2,000 outliers spread over a capture of 8.5 M
-# events (`threads --comm stress-ng`), 2 s clusters took 1.65 s and 2.3 GB,
-# 250 ms ones 1.09 s and 760 MB (each cluster's margins read again: 16 %
-# more events), 60 ms ones 1.7 s (the calls' own cost).
+# split's picture of the CPUs (its events it reads itself, a run of row
+# groups at a time). On 2,000 outliers spread over a capture of 10.7 M events
+# (`threads --comm stress-ng`), 125 ms clusters took 0.78-0.84 s, 250 ms ones
+# 0.73-0.76 s (each cluster's margins read again: 12 % more events), 500 ms
+# ones 0.75-0.81 s and 1 s ones 0.87-0.95 s (a larger picture, slower to
+# look up) and 100-200 MB more.
 CHUNK_NS = 250_000_000
 MARGIN_NS = 20_000_000
 # Windows closer than this share one native call: the events between them
 # cost less to split than another call costs to prepare (the row groups
 # they sit in are read whole either way).
 JOIN_NS = 250_000_000
-# A cluster longer than this (one long window: CHUNK_NS bounds the joined ones)
-# is read and split a row group at a time.
+# A cluster longer than this is one long window (CHUNK_NS bounds the joined ones).
 LONG_NS = CHUNK_NS + 2 * MARGIN_NS
 # Threads splitting clusters at once, and clusters read ahead of the splits.
 SPLITTERS = max(1, min(4, os.cpu_count() or 1))
@@ -185,10 +186,9 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
             [A.attribute_many(A.Kernel.of(st.load(a, b), lost, lost_at, roles=roles, perf_is_lab=True), o[i:j]) for (i, j), (a, b) in zip(cl, spans)]
             or [A.splits_table([])]
         )
-    st.plan(spans)
-    # The splits run on SPLITTERS threads (the native call releases the
-    # interpreter lock) while this one reads the next clusters' events; at
-    # most IN_FLIGHT clusters wait, so memory stays that of a few clusters.
+    # The splits run on SPLITTERS threads, each reading its cluster's row groups itself (the native call releases
+    # the interpreter lock, and streams a run of groups at a time: a long window's memory is a group's and the
+    # split's picture); at most IN_FLIGHT clusters wait.
     done: list[Future[Split]] = []
     t_first, t_last = st.t_first or 0, st.t_last or 0
     # the capture's string table made native once, not copied at every cluster's call
@@ -196,18 +196,10 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     # what each cluster's split frees (runs, per-thread lists) serves the next one, not new zeroed pages
     with _native.FreedKept(), ThreadPoolExecutor(SPLITTERS, thread_name_prefix="ls-explain") as pool:
         for n, ((i, j), (a, b)) in enumerate(zip(cl, spans)):
-            # one window longer than a cluster (a thread starved for seconds): its events are split here as they
-            # are read, a row group at a time, so its memory is a group's and the split's picture, not its events
-            cols = st.iter_arrays(a, b) if b - a > LONG_NS else st.load_arrays(a, b)
-            k = A.Kernel.arrays(cols, strings, st.event_names, lost, lost_at, roles=roles)
+            k = A.Kernel.arrays(st.reads(a, b), strings, st.event_names, lost, lost_at, roles=roles)
             k.t_first, k.t_last = t_first, t_last
             k.groups = groups or {}
-            if b - a > LONG_NS:
-                f: Future[Split] = Future()
-                f.set_result(k.split(o[i:j]))
-                done.append(f)
-            else:
-                done.append(pool.submit(k.split, o[i:j]))
+            done.append(pool.submit(k.split, o[i:j]))
             if n >= IN_FLIGHT:
                 done[n - IN_FLIGHT].result()
             progress.step("explain: attributing outliers", j, len(o))

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
 import polars as pl
 from typing_extensions import NotRequired, TypedDict
 
@@ -106,35 +104,35 @@ def names_in(ev: pl.DataFrame) -> dict[int, str]:
     return {int(t): str(c) for t, c in pairs.group_by("tid").agg(pl.col("comm").last()).iter_rows()}
 
 
+def capture_offsets(st: S.Store) -> pl.DataFrame | None:
+    """The capture's clock against CLOCK_MONOTONIC (``mono_offsets``), from all
+    of its timer interrupts (a small filtered read); None on CLOCK_MONOTONIC."""
+    if st.clock in MONO_CLOCKS:
+        return None
+    code = st.event_names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in st.event_names else -2
+    ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.files()])
+    return mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
+
+
 def _feed(st: S.Store, tids: list[int], top_k: int | None = None, window: tuple[int, int] | None = None) -> tuple[Feed, bool]:
-    """The native pass over the capture's segment files, one at a time, as
-    stored (text as codes), only the columns it reads; and whether its timer
-    expiries are still on CLOCK_MONOTONIC (``carried_by_wakeups``)."""
-    coded = (st.event_names, st.strings)
-    offsets = None
-    if st.clock not in MONO_CLOCKS:
-        # the capture's clock against CLOCK_MONOTONIC, from all of its timer interrupts (a small filtered read)
-        code = st.event_names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in st.event_names else -2
-        ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.files()])
-        offsets = mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
-    # no timer interrupts to carry the expiries with: they stay on CLOCK_MONOTONIC, carried below from the wake-ups
+    """The native pass over the capture's segment files, which it reads
+    itself (a run of row groups read ahead of its folding; text stays codes);
+    and whether its timer expiries are still on CLOCK_MONOTONIC
+    (``carried_by_wakeups``)."""
+    offsets = capture_offsets(st)
+    # no timer interrupts to carry the expiries with: they stay on CLOCK_MONOTONIC (carried by nothing), carried
+    # later from the wake-ups, which needs the rows
     raw = offsets is not None and not len(offsets)
-    feed = Feed(tids, st.lost, st.clock, coded, pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets, top_k if not raw else None, window)
-    parts = st.stretches(["t_ns", "cpu", "pid", "event", "target", "next_pid", "prev_state", "name", "runtime", "expires", "softexpires"])
-
-    def ahead() -> tuple[bool, dict[str, np.ndarray] | None]:
-        part = next(parts, None)
-        return (False, None) if part is None else (True, feed.prepare(part))
-
-    # the next file is read and its arrays made on another thread while the native pass folds this one (it holds no
-    # interpreter lock): two files' arrays in memory at most
-    with ThreadPoolExecutor(1, thread_name_prefix="ls-threads-read") as pool:
-        got = pool.submit(ahead)
-        more, arrays = got.result()
-        while more:
-            got = pool.submit(ahead)
-            feed.feed_arrays(arrays)
-            more, arrays = got.result()
+    feed = Feed(
+        tids,
+        st.lost,
+        st.clock,
+        (st.event_names, st.strings),
+        pl.DataFrame({"t_ns": [0], "off_ns": [0]}) if raw else offsets,
+        top_k if not raw else None,
+        window,
+    )
+    feed.feed_files(st)
     return feed, raw
 
 

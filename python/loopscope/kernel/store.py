@@ -16,7 +16,9 @@ The reader (``drain``) leaves under ``hosts/<host>/kernel/``:
 ``Store.load(a, b)`` reads only the row groups (65,536 events each) that
 overlap [a, b], keeps the last few decoded, and returns the rows inside
 it, so explaining a run needs the memory of the windows it explains, not
-of the run. A segment file that cannot be read (cut short by
+of the run. ``Store.reads(a, b)`` names the same groups as row ranges of
+files for the native passes (attribution, ``threads``' fold), which read
+them themselves: no table or array is made in between. A segment file that cannot be read (cut short by
 a kill, damaged) becomes a loss window over its span; a capture whose index
 is gone or unreadable has losses at unknown times. Old runs (``kernel.perf``
 from ``perf record``) open through ``perfdata`` into the same interface.
@@ -34,10 +36,8 @@ from typing import TYPE_CHECKING
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypedDict
 
-import numpy as np
 import polars as pl
 
-from loopscope import _native
 from loopscope.errors import InputError
 from loopscope.rundir import Capture
 
@@ -92,8 +92,6 @@ LOST_SCHEMA = {"cpu": pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64, "event
 # groups kept decoded at once (about 0.2 s of a busy machine each; some 100 MB in all).
 GROUP = 65536
 CACHE_GROUPS = 24
-# Row groups read at once when a plan says they are all needed.
-BATCH = 16
 
 
 SEGMENT: TypeAdapter[Segment] = TypeAdapter(Segment)
@@ -104,9 +102,10 @@ class CaptureError(InputError):
     """A run's kernel capture that cannot be read: no data, a newer format, a damaged index."""
 
 
+#: a window's events as row ranges of the capture's files, for the native attribution to read (``Store.reads``)
+Reads = tuple[int, int, list[list[tuple[str, int, int]]]]
+
 CODED = ["event", "target_comm", "next_comm", "prev_state", "name"]
-# The columns the native attribution takes (it names them; int32 columns stay int32, the split widens them).
-ARRAYS: list[str] = list(_native.ATTRIBUTE_COLUMNS)
 
 
 # The decoder's columns that hold -1 where an event has no such field, and their stored type.
@@ -213,11 +212,7 @@ class Store:
     clock: str = "mono"  # the trace clock its stamps are on (an imported recording's may differ)
     _rgs: list[tuple[int, int, Path, int]] | None = None
     _cache: OrderedDict[tuple[Path, int], pl.DataFrame] = field(default_factory=OrderedDict)
-    _arrays: dict[tuple[Path, int], dict[str, np.ndarray]] = field(default_factory=dict)
-    _need: set[tuple[Path, int]] = field(default_factory=set)
     _by_event: dict[str, int] | None = None
-    #: each segment file's columns, read from its footer once (a file written before a column existed lacks it)
-    _columns: dict[Path, set[str]] = field(default_factory=dict)
 
     @property
     def lost_events(self) -> int:
@@ -290,54 +285,9 @@ class Store:
             if hi >= a:
                 yield p, i
 
-    def plan(self, spans: list[tuple[int, int]]) -> None:
-        """Say which windows the coming ``load_arrays`` calls ask for: the row
-        groups they need are then read in runs of consecutive groups (up to
-        ``BATCH``, one read each: the Parquet reader decodes a run's columns
-        in parallel), and groups no window needs are never read."""
-        self._need = {key for a, b in spans for key in self._groups_over(a, b)}
-
-    def _fetch(self, p: Path, i: int) -> dict[str, np.ndarray]:
-        """Group ``i`` of ``p`` as arrays (-1: no value; int32 columns stay
-        int32, the native split widens them), read with the planned groups
-        after it and cached."""
-        key = (p, i)
-        arr = self._arrays.get(key)
-        if arr is not None:
-            return arr
-        j = i
-        while (p, j + 1) in self._need and (p, j + 1) not in self._arrays and j + 1 - i < BATCH:
-            j += 1
-        if p not in self._columns:
-            self._columns[p] = set(pl.read_parquet_schema(p))
-        have = self._columns[p]
-        df = (
-            pl.scan_parquet(p)
-            .slice(i * GROUP, (j - i + 1) * GROUP)
-            .select([pl.col(c).fill_null(-1) if c in have else pl.lit(-1, dtype=pl.Int64).alias(c) for c in ARRAYS])
-            .collect()
-        )
-        for k in range(i, j + 1):
-            part = df.slice((k - i) * GROUP, GROUP)
-            self._arrays[(p, k)] = {c: part.get_column(c).to_numpy() for c in ARRAYS}
-        while len(self._arrays) > max(CACHE_GROUPS, 2 * BATCH):
-            self._arrays.pop(next(iter(self._arrays)))
-        return self._arrays[key]
-
-    def load_arrays(self, a: int, b: int) -> dict[str, list[np.ndarray]]:
-        """Every event with a <= t_ns <= b as arrays, each column a list of
-        chunks in time order (-1: no value; text as indices into
-        ``strings``, ``event`` into ``event_names``): views of each row
-        group's arrays, made once per group and cached, which the native
-        attribution reads a chunk at a time (no table operation, no copy
-        here)."""
-        return self._arrays_of(list(self._groups_over(a, b)), a, b)
-
-    def iter_arrays(self, a: int, b: int) -> Iterator[dict[str, list[np.ndarray]]]:
-        """``load_arrays`` of [a, b] a row group at a time, in time order
-        (groups whose spans overlap come together, sorted): a long window's
-        events are split as they are read, and a group split leaves the
-        cache (only the groups of one read are held)."""
+    def _runs(self, a: int, b: int) -> Iterator[list[tuple[Path, int]]]:
+        """The row groups meeting [a, b] in time order, those whose spans
+        overlap together (a run is read whole and sorted)."""
         run: list[tuple[Path, int]] = []
         hi = None
         for lo, top, p, i in self._row_groups():
@@ -349,27 +299,17 @@ class Store:
                 run.append((p, i))  # overlaps what came before: read with it
             else:
                 if run:
-                    yield self._arrays_of(run, a, b)
-                    for key in run:
-                        self._arrays.pop(key, None)
+                    yield run
                 run = [(p, i)]
             hi = top if hi is None else max(hi, top)
         if run:
-            yield self._arrays_of(run, a, b)
+            yield run
 
-    def _arrays_of(self, groups: list[tuple[Path, int]], a: int, b: int) -> dict[str, list[np.ndarray]]:
-        parts = []
-        for p, i in groups:
-            arr = self._fetch(p, i)
-            t = arr["t_ns"]
-            x, y = int(np.searchsorted(t, a, "left")), int(np.searchsorted(t, b, "right"))
-            if y > x:
-                parts.append({c: v[x:y] for c, v in arr.items()})
-        if all(int(q["t_ns"][0]) >= int(pr["t_ns"][-1]) for pr, q in zip(parts, parts[1:])):  # consecutive drains: in time order
-            return {c: [q[c] for q in parts] for c in ARRAYS}
-        out = {c: np.concatenate([q[c].astype(np.int64) for q in parts]) for c in ARRAYS}
-        order = np.argsort(out["t_ns"], kind="stable")
-        return {c: [v[order]] for c, v in out.items()}
+    def reads(self, a: int, b: int) -> Reads:
+        """What the native attribution reads itself for [a, b] (``ktrace_attribute``'s
+        ``(a, b, runs)``): each run of overlapping row groups as (file, first row,
+        row after the last); nothing is read here."""
+        return (a, b, [[(str(p), i * GROUP, (i + 1) * GROUP) for p, i in run] for run in self._runs(a, b)])
 
     def load_coded(self, a: int, b: int) -> pl.DataFrame:
         """Every event with a <= t_ns <= b, time-sorted, as stored: text
@@ -413,39 +353,6 @@ class Store:
     def files(self) -> list[Path]:
         """The readable segment files."""
         return [self.dir / rel for s in self.segments if (rel := s.get("file")) and s.get("readable", True)]
-
-    def stretches(self, columns: list[str]) -> Iterator[pl.DataFrame]:
-        """Every event, as stored, in time order across the whole capture, a
-        segment file at a time (``columns`` of it): a file's events at or
-        after the first of a later file (buffers of several CPUs read at one
-        drain end at different times) wait and are merged into the next, so
-        a pass reading these sees one time order in the memory of a file."""
-        segs = [s for s in self.segments if s.get("file") and s.get("readable", True)]
-        firsts = [s.get("t_first_ns") for s in segs]
-        # per file, the earliest first event of any later file
-        later: list[int | None] = [None] * len(segs)
-        low: int | None = None
-        for i in range(len(segs) - 1, -1, -1):
-            later[i] = low
-            f = firsts[i]
-            if f is not None:
-                low = f if low is None else min(low, f)
-        carry: pl.DataFrame | None = None
-        for s, cut in zip(segs, later):
-            path = self.dir / str(s["file"])
-            have = pl.read_parquet_schema(path)
-            df = pl.read_parquet(path, columns=[c for c in columns if c in have])
-            if len(df.columns) < len(columns):  # a file from before a column was kept
-                df = df.with_columns(pl.lit(None, dtype=pl.Int64).alias(c) for c in columns if c not in have).select(columns)
-            if carry is not None and len(carry):
-                df = carry.merge_sorted(df, "t_ns")
-            carry = None
-            if cut is not None:
-                k = int(df["t_ns"].search_sorted(cut, "left"))
-                df, carry = df.slice(0, k), df.slice(k)
-            yield df.rechunk()  # one array per column (a file reads as a chunk per row group)
-        if carry is not None and len(carry):
-            yield carry.rechunk()
 
     def bytes_on_disk(self) -> int:
         return sum(p.stat().st_size for p in self.dir.rglob("*") if p.is_file())

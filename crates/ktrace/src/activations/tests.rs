@@ -250,3 +250,11 @@ fn a_folded_pass_keeps_only_the_activations_woken_inside_its_window() {
     assert_eq!(part, 30);
     assert!(all > part);
 }
+
+#[test]
+fn an_arm_is_carried_by_the_nearest_offset_a_tie_by_the_later_and_of_offsets_at_one_time_by_the_last() {
+    let mut n = Nearest::new(vec![0, 10, 10, 20, 40], vec![1, 2, 5, 3, 4]);
+    // 5: 0 and 10 equally near, the later (10's last: 5); 14: 10; 15: a tie, 20; 100: past the last, 40
+    assert_eq!([-3, 5, 10, 14, 15, 29, 30, 31, 100].map(|t| n.at(t)), [1, 5, 5, 5, 3, 3, 4, 4, 4]);
+    assert_eq!(Nearest::new(Vec::new(), Vec::new()).at(7), 0);
+}

@@ -182,3 +182,56 @@ fn a_batch_wholly_past_the_watermark_writes_no_file() {
     assert!(!d.join("events/00000.parquet").exists());
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn rows_read_back_across_row_groups_give_nulls_as_minus_one_and_a_missing_column_as_minus_one_throughout() {
+    let d = dir();
+    let n = GROUP + 20;
+    let ts: Vec<i64> = (0..n as i64).map(|i| 1000 + i).collect();
+    let mut c = events(&ts);
+    c.runtime = (0..n as i64).map(|i| if i % 3 == 0 { 500 + i } else { -1 }).collect();
+    c.target = (0..n as i32).map(|i| if i % 2 == 0 { i } else { -1 }).collect();
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(c), None).unwrap();
+    let names = ["t_ns", "runtime", "target", "no_such_column"];
+    let mut files = read::Files::new(&names);
+    let mut out = vec![Vec::new(); names.len()];
+    // rows on both sides of the first row group's end, and a range past the file's end cut at it
+    let (lo, hi) = (GROUP - 5, GROUP + 50);
+    assert_eq!(files.read(&d.join("events/00000.parquet"), lo, hi, &mut out).unwrap(), n - lo);
+    let want_t: Vec<i64> = (lo as i64..n as i64).map(|i| 1000 + i).collect();
+    let want_run: Vec<i64> = (lo as i64..n as i64).map(|i| if i % 3 == 0 { 500 + i } else { -1 }).collect();
+    let want_target: Vec<i64> = (lo as i64..n as i64).map(|i| if i % 2 == 0 { i } else { -1 }).collect();
+    assert_eq!((&out[0], &out[1], &out[2]), (&want_t, &want_run, &want_target));
+    assert!(out[3].len() == n - lo && out[3].iter().all(|&v| v == -1));
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_run_of_ranges_whose_stamps_interleave_is_read_sorted_with_equal_stamps_in_the_runs_order() {
+    let d = dir();
+    let mut a = events(&[10, 30, 50]);
+    a.pid = vec![1, 1, 1];
+    let mut b = events(&[20, 30, 40]);
+    b.pid = vec![2, 2, 2];
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(a), None).unwrap();
+    write(&d, &properties(1).unwrap(), 1, &Cut::sorted(b), None).unwrap();
+    let names = ["t_ns", "pid"];
+    let mut files = read::Files::new(&names);
+    let mut out = vec![vec![99]; 2];
+    let p = |s: u32| d.join(format!("events/{s:05}.parquet")).display().to_string();
+    files.read_run(&[(p(0), 0, GROUP), (p(1), 0, GROUP)], &mut out).unwrap();
+    assert_eq!(out, vec![vec![10, 20, 30, 30, 40, 50], vec![1, 2, 1, 2, 2, 1]]);
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_file_that_is_not_parquet_is_named_in_the_error() {
+    let d = dir();
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join("junk.parquet");
+    std::fs::write(&p, b"not parquet at all").unwrap();
+    let names = ["t_ns"];
+    let e = read::Files::new(&names).read(&p, 0, 10, &mut [Vec::new()]).unwrap_err();
+    assert!(e.starts_with(&p.display().to_string()), "{e}");
+    std::fs::remove_dir_all(d).unwrap();
+}
