@@ -118,6 +118,7 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
     on_disk = st.bytes_on_disk()
     reader_cpu = cap.reader_cpu_s if "reader_cpu_s" in cap.model_fields_set else cap.perf_cpu_s
     rd = cap.reader or {}
+    by_event = st.by_event()  # first: a file found damaged as it is read counts as lost below
     return {
         "host": cap.host,
         "covers": cap.covers,
@@ -125,7 +126,7 @@ def _capture_entry(run_dir: Path, cap: Capture, st: S.Store) -> CaptureSummary:
         "events": st.events,
         "lost_events": st.lost_events,
         "lost_counted": st.lost_counted,
-        "by_event": st.by_event(),
+        "by_event": by_event,
         "t_first_ns": st.t_first,
         "t_last_ns": st.t_last,
         "seconds": secs,

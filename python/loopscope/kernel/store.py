@@ -346,9 +346,37 @@ class Store:
         files = self.files()
         if not files:
             return {}
-        g = pl.scan_parquet(files).group_by("event").len().sort("len", descending=True).collect()
-        g = decode_text(g, self.strings, self.event_names)
+        try:
+            g = pl.scan_parquet(files).group_by("event").len().collect()
+        except Exception:  # noqa: BLE001 - polars raises several kinds for a damaged file: find it, count the rest
+            parts = []
+            for p in files:
+                try:
+                    parts.append(pl.scan_parquet(p).group_by("event").len().collect())
+                except Exception as e:  # noqa: BLE001
+                    self.quarantine(p, e)
+            if not parts:
+                return {}
+            g = pl.concat(parts).group_by("event").agg(pl.col("len").sum())
+        g = decode_text(g.sort("len", descending=True), self.strings, self.event_names)
         return {r["event"]: int(r["len"]) for r in g.iter_rows(named=True)}
+
+    def quarantine(self, p: Path, e: Exception) -> None:
+        """A segment file found damaged past its footer (a page that does not
+        decode): as one unreadable at opening, its events count as lost over
+        its span, and no later read takes it."""
+        for s in self.segments:
+            if s.get("file") and self.dir / str(s["file"]) == p and s.get("readable", True):
+                s["readable"] = False
+                self.problems.append(f"{s['file']}: damaged ({str(e).splitlines()[0][:120]}); its {s.get('events')} events count as lost")
+                a, b = s.get("t_first_ns"), s.get("t_last_ns")
+                if a is not None:
+                    row = pl.DataFrame(
+                        [{"cpu": -1, "start_ns": a, "end_ns": b if b is not None else a, "events": int(s.get("events") or 1)}], schema=LOST_SCHEMA
+                    )
+                    self.lost = pl.concat([self.lost, row])
+        self._rgs = None
+        self._cache.clear()
 
     def files(self) -> list[Path]:
         """The readable segment files."""

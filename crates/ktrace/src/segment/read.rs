@@ -64,6 +64,10 @@ impl<'n> Files<'n> {
     /// Rows `lo..hi` of `path` (cut at its end) appended to `out`, a vector
     /// per wanted name; how many rows were appended.
     pub fn read(&mut self, path: &Path, lo: usize, hi: usize, out: &mut [Vec<i64>]) -> Result<usize, String> {
+        self.rows(path, lo, hi, out).map_err(|e| format!("{e} (a damaged segment file: moved out of its events/ directory, its span counts as lost)"))
+    }
+
+    fn rows(&mut self, path: &Path, lo: usize, hi: usize, out: &mut [Vec<i64>]) -> Result<usize, String> {
         let open = self.open(path)?;
         let (starts, index) = (open.starts.clone(), open.index.clone());
         let hi = hi.min(*starts.last().unwrap_or(&0));
