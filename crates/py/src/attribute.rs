@@ -190,7 +190,7 @@ impl Widened {
         let mut files = loopscope_ktrace::segment::read::Files::new(&COLUMNS);
         self.cols.resize_with(COLUMNS.len(), Vec::new);
         for run in runs {
-            files.read_run(run, &mut self.cols)?;
+            files.read_run(run, Some((a, b)), &mut self.cols)?;
             let tt = &self.cols[0];
             let (x, y) = (tt.partition_point(|&v| v < a), tt.partition_point(|&v| v <= b));
             if y <= x {

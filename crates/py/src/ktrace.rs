@@ -451,7 +451,7 @@ fn fold_files(
             let mut files = loopscope_ktrace::segment::read::Files::new(&FOLD_COLUMNS);
             for run in runs {
                 let Ok(mut cols) = empty_rx.recv() else { return };
-                let got = files.read_run(run, &mut cols).map(|()| cols);
+                let got = files.read_run(run, None, &mut cols).map(|()| cols);
                 let failed = got.is_err();
                 if full_tx.send(got).is_err() || failed {
                     return;

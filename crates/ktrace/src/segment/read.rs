@@ -34,6 +34,7 @@ pub struct Files<'n> {
     def: Vec<i16>,
     v64: Vec<i64>,
     v32: Vec<i32>,
+    stamps: Vec<i64>,
 }
 
 fn err(path: &Path, what: impl std::fmt::Display) -> String {
@@ -42,7 +43,7 @@ fn err(path: &Path, what: impl std::fmt::Display) -> String {
 
 impl<'n> Files<'n> {
     pub fn new(names: &'n [&'n str]) -> Self {
-        Files { names, open: HashMap::new(), def: Vec::new(), v64: Vec::new(), v32: Vec::new() }
+        Files { names, open: HashMap::new(), def: Vec::new(), v64: Vec::new(), v32: Vec::new(), stamps: Vec::new() }
     }
 
     fn open(&mut self, path: &Path) -> Result<&Open, String> {
@@ -62,41 +63,56 @@ impl<'n> Files<'n> {
     }
 
     /// Rows `lo..hi` of `path` (cut at its end) appended to `out`, a vector
-    /// per wanted name; how many rows were appended.
-    pub fn read(&mut self, path: &Path, lo: usize, hi: usize, out: &mut [Vec<i64>]) -> Result<usize, String> {
-        self.rows(path, lo, hi, out).map_err(|e| format!("{e} (a damaged segment file: moved out of its events/ directory, its span counts as lost)"))
+    /// per wanted name; with `within` (a, b), only the rows whose first wanted
+    /// column (the stamps, sorted within a file) lies in a..=b: that column is
+    /// decoded first and the others skip to the rows it finds. How many rows
+    /// were appended.
+    pub fn read(&mut self, path: &Path, lo: usize, hi: usize, within: Option<(i64, i64)>, out: &mut [Vec<i64>]) -> Result<usize, String> {
+        self.rows(path, lo, hi, within, out).map_err(|e| format!("{e} (a damaged segment file: moved out of its events/ directory, its span counts as lost)"))
     }
 
-    fn rows(&mut self, path: &Path, lo: usize, hi: usize, out: &mut [Vec<i64>]) -> Result<usize, String> {
+    fn rows(&mut self, path: &Path, lo: usize, hi: usize, within: Option<(i64, i64)>, out: &mut [Vec<i64>]) -> Result<usize, String> {
         let open = self.open(path)?;
         let (starts, index) = (open.starts.clone(), open.index.clone());
         let hi = hi.min(*starts.last().unwrap_or(&0));
-        if lo >= hi {
-            return Ok(0);
-        }
+        let mut got = 0;
         for g in 0..starts.len() - 1 {
             let (s, e) = (starts[g], starts[g + 1]);
             if e <= lo || s >= hi {
                 continue;
             }
-            let (skip, n) = (lo.max(s) - s, hi.min(e) - lo.max(s));
-            for (j, col) in index.iter().enumerate() {
+            let (mut skip, mut n) = (lo.max(s) - s, hi.min(e) - lo.max(s));
+            let mut first = 0;
+            if let (Some((a, b)), Some(Some(c))) = (within, index.first()) {
+                let mut t = std::mem::take(&mut self.stamps);
+                t.clear();
+                self.column(path, g, *c, skip, n, &mut t)?;
+                let (x, y) = (t.partition_point(|&v| v < a), t.partition_point(|&v| v <= b));
+                out[0].extend_from_slice(&t[x..y.max(x)]);
+                self.stamps = t;
+                (skip, n, first) = (skip + x, y.saturating_sub(x), 1);
+            }
+            if n == 0 {
+                continue;
+            }
+            for (j, col) in index.iter().enumerate().skip(first) {
                 match col {
                     None => out[j].resize(out[j].len() + n, -1),
                     Some(c) => self.column(path, g, *c, skip, n, &mut out[j])?,
                 }
             }
+            got += n;
         }
-        Ok(hi - lo)
+        Ok(got)
     }
 
     /// The rows of a run of ranges (file, first row, row after the last)
-    /// into `out` (cleared first), sorted by the first wanted column (stably)
-    /// when the ranges interleave in it.
-    pub fn read_run(&mut self, run: &[(String, usize, usize)], out: &mut [Vec<i64>]) -> Result<(), String> {
+    /// into `out` (cleared first; `within` as `read`'s), sorted by the first
+    /// wanted column (stably) when the ranges interleave in it.
+    pub fn read_run(&mut self, run: &[(String, usize, usize)], within: Option<(i64, i64)>, out: &mut [Vec<i64>]) -> Result<(), String> {
         out.iter_mut().for_each(Vec::clear);
         for (p, lo, hi) in run {
-            self.read(Path::new(p), *lo, *hi, out)?;
+            self.read(Path::new(p), *lo, *hi, within, out)?;
         }
         if run.len() > 1 && !out[0].windows(2).all(|w| w[0] <= w[1]) {
             let t = &out[0];

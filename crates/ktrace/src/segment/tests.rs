@@ -197,7 +197,7 @@ fn rows_read_back_across_row_groups_give_nulls_as_minus_one_and_a_missing_column
     let mut out = vec![Vec::new(); names.len()];
     // rows on both sides of the first row group's end, and a range past the file's end cut at it
     let (lo, hi) = (GROUP - 5, GROUP + 50);
-    assert_eq!(files.read(&d.join("events/00000.parquet"), lo, hi, &mut out).unwrap(), n - lo);
+    assert_eq!(files.read(&d.join("events/00000.parquet"), lo, hi, None, &mut out).unwrap(), n - lo);
     let want_t: Vec<i64> = (lo as i64..n as i64).map(|i| 1000 + i).collect();
     let want_run: Vec<i64> = (lo as i64..n as i64).map(|i| if i % 3 == 0 { 500 + i } else { -1 }).collect();
     let want_target: Vec<i64> = (lo as i64..n as i64).map(|i| if i % 2 == 0 { i } else { -1 }).collect();
@@ -219,7 +219,7 @@ fn a_run_of_ranges_whose_stamps_interleave_is_read_sorted_with_equal_stamps_in_t
     let mut files = read::Files::new(&names);
     let mut out = vec![vec![99]; 2];
     let p = |s: u32| d.join(format!("events/{s:05}.parquet")).display().to_string();
-    files.read_run(&[(p(0), 0, GROUP), (p(1), 0, GROUP)], &mut out).unwrap();
+    files.read_run(&[(p(0), 0, GROUP), (p(1), 0, GROUP)], None, &mut out).unwrap();
     assert_eq!(out, vec![vec![10, 20, 30, 30, 40, 50], vec![1, 2, 1, 2, 2, 1]]);
     std::fs::remove_dir_all(d).unwrap();
 }
@@ -231,7 +231,34 @@ fn a_file_that_is_not_parquet_is_named_in_the_error() {
     let p = d.join("junk.parquet");
     std::fs::write(&p, b"not parquet at all").unwrap();
     let names = ["t_ns"];
-    let e = read::Files::new(&names).read(&p, 0, 10, &mut [Vec::new()]).unwrap_err();
+    let e = read::Files::new(&names).read(&p, 0, 10, None, &mut [Vec::new()]).unwrap_err();
     assert!(e.starts_with(&p.display().to_string()), "{e}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn rows_read_within_a_span_of_stamps_are_those_of_the_whole_read_that_lie_in_it() {
+    let d = dir();
+    let n = 2 * GROUP + 7;
+    let ts: Vec<i64> = (0..n as i64).map(|i| 10 * i).collect();
+    let mut c = events(&ts);
+    c.runtime = (0..n as i64).map(|i| if i % 5 == 0 { i } else { -1 }).collect();
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(c), None).unwrap();
+    let names = ["t_ns", "runtime", "pid"];
+    let p = d.join("events/00000.parquet");
+    let (mut whole, mut part) = (vec![Vec::new(); 3], vec![Vec::new(); 3]);
+    let mut files = read::Files::new(&names);
+    files.read(&p, GROUP - 100, 2 * GROUP + 7, None, &mut whole).unwrap();
+    // a span across the second group's start, and one that holds no stamp (between two)
+    let (a, b) = (10 * (GROUP as i64 - 40), 10 * (GROUP as i64 + 33) + 5);
+    let got = files.read(&p, GROUP - 100, 2 * GROUP + 7, Some((a, b)), &mut part).unwrap();
+    let keep: Vec<usize> = (0..whole[0].len()).filter(|&i| (a..=b).contains(&whole[0][i])).collect();
+    assert_eq!(got, keep.len());
+    for j in 0..3 {
+        assert_eq!(part[j], keep.iter().map(|&i| whole[j][i]).collect::<Vec<_>>(), "column {}", names[j]);
+    }
+    let mut none = vec![Vec::new(); 3];
+    assert_eq!(files.read(&p, 0, n, Some((11, 19)), &mut none).unwrap(), 0);
+    assert!(none.iter().all(Vec::is_empty));
     std::fs::remove_dir_all(d).unwrap();
 }
