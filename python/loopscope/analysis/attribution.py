@@ -268,10 +268,10 @@ class Kernel:
         lost_windows: pl.DataFrame | None = None,
         roles: dict[int, str] | None = None,
     ) -> "Kernel":
-        """From a capture's stored events as chunks of arrays (``Store.load_arrays``),
-        as batches of them in time order (``Store.iter_arrays``): the split then
-        takes each as it is read and holds none, so it splits once, or as row
-        ranges the split reads itself (``Store.reads``); in the last two,
+        """From events as chunks of int64 or int32 arrays (-1: none; text as
+        codes), as batches of them in time order (the split takes each as it
+        comes and holds none, so it splits once), or as a capture's row ranges
+        the split reads itself (``Store.reads``); in the last two,
         ``t_first``/``t_last`` are the caller's to set."""
         if not isinstance(cols, Mapping):
             return cls._make(cols, event_names, strings, strings, strings, lost, lost_windows, roles, False, 0, 0)

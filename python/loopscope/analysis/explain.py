@@ -175,7 +175,8 @@ def attribute_store(st: S.Store, outl: pl.DataFrame, roles: dict[int, str] | Non
     ``span``) from the capture, a cluster of windows at a time
     (``clusters``), each with the kernel events from ``MARGIN_NS`` before
     its first window to ``MARGIN_NS`` after its last: one native call per
-    cluster, the row groups they need read in runs (``Store.plan``)."""
+    cluster, which reads the rows it needs from the capture's files itself
+    (``Store.reads``)."""
     o = outl.sort("start_k")
     start, end = o["start_k"].to_numpy(), o["end_k"].to_numpy()
     lost = st.lost_events if not st.unknown_loss else max(1, st.lost_events)
