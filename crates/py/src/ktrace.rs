@@ -385,8 +385,8 @@ impl KtraceActivations {
     /// them, in time order; `kinds`: each event code's kind (as `feed`'s);
     /// `sleep_code`: the string code of a sleep timer's function (-2: none).
     /// An arm of another timer, or without an expiry, is no arm; an arm's
-    /// value is its soft expiry, else its hard one. For a capture on
-    /// `offsets`: on another clock, the capture's clock minus CLOCK_MONOTONIC
+    /// value is its soft expiry, else its hard one. `offsets`: for a
+    /// capture on another clock, the capture's clock minus CLOCK_MONOTONIC
     /// along it (`mono_offsets`' t_ns and off_ns, time-sorted): each arm's
     /// expiry is carried by the offset nearest its time (a tie: the later,
     /// as polars' `join_asof(strategy="nearest")` takes it).
