@@ -262,3 +262,21 @@ fn rows_read_within_a_span_of_stamps_are_those_of_the_whole_read_that_lie_in_it(
     assert!(none.iter().all(Vec::is_empty));
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn more_files_than_are_kept_open_read_one_after_the_other_as_each_alone() {
+    let d = dir();
+    let names = ["t_ns"];
+    let mut files = read::Files::new(&names);
+    let mut out = vec![Vec::new()];
+    for s in 0..40u32 {
+        write(&d, &properties(1).unwrap(), s, &Cut::sorted(events(&[i64::from(s) * 10, i64::from(s) * 10 + 1])), None).unwrap();
+    }
+    // twice round: the files closed to keep a few open are opened again
+    for s in (0..40u32).chain(0..3) {
+        files.read(&d.join(format!("events/{s:05}.parquet")), 0, GROUP, None, &mut out).unwrap();
+    }
+    let want: Vec<i64> = (0..40i64).chain(0..3).flat_map(|s| [s * 10, s * 10 + 1]).collect();
+    assert_eq!(out[0], want);
+    std::fs::remove_dir_all(d).unwrap();
+}
