@@ -113,6 +113,15 @@ def send_through(
     return json.loads(tx.stdout), json.loads(out), em
 
 
+def test_a_host_namespace_keeps_loopscope_s_listening_ports_out_of_its_ephemeral_range(topo: netns.Topology, lab: None) -> None:
+    # a channel hub once failed to listen on 47600: a client socket of its namespace had taken it as its own port
+    for h in topo.hosts:
+        got = subprocess.run(["ip", "netns", "exec", h.ns, "sysctl", "-n", "net.ipv4.ip_local_reserved_ports"], capture_output=True, text=True, check=True)
+        assert got.stdout.strip() == netns.RESERVED_PORTS == "47000-47999"
+    # the machine's own namespace is left as it was
+    assert "47000" not in Path("/proc/sys/net/ipv4/ip_local_reserved_ports").read_text()
+
+
 def test_loss_falls_in_the_binomial_interval_of_the_requested_rate(topo: netns.Topology, tmp_path: Path, lab: None) -> None:
     n, p = 4000, 0.2
     tx, rx, em = send_through(topo, tmp_path, link(loss=p), "4000pps", n)

@@ -53,6 +53,9 @@ PREFIX = "ls-"
 NET = "10.77"
 SYNC_NET = "10.78"
 SYNC_IF = "sync0"
+#: the ports a host namespace keeps out of its ephemeral range: the block loopscope's listeners default to
+#: (pipeline stages from 47100, rr's server 47300, channel hubs 47600)
+RESERVED_PORTS = "47000-47999"
 
 
 def tag_of(run_id: str) -> str:
@@ -187,7 +190,11 @@ class Topology:
         _sysctl(self.router_ns, {"net.ipv4.ip_forward": "0", "net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
         _batch(self.router_ns, router)
         for h in self.hosts:
-            _sysctl(h.ns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"})
+            # loopscope's services listen on fixed ports in this block (pipeline stages, rr's server, the channel hubs):
+            # no client socket of the namespace may take one as its own ephemeral port first (a hub once failed so)
+            _sysctl(
+                h.ns, {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1", "net.ipv4.ip_local_reserved_ports": RESERVED_PORTS}
+            )
             _batch(
                 h.ns,
                 [
