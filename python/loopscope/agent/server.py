@@ -577,8 +577,16 @@ def main() -> int:
     finally:
         # A second signal (the controller's death arrives as SIGTERM, and
         # again as SIGHUP or from whoever else is stopping things) must not cut
-        # the clean-up short: a half-done one leaves cgroups behind.
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_IGN)
+        # the clean-up short: a half-done one leaves cgroups behind. One that
+        # comes while they are being ignored still runs the handler once (it
+        # raised out of here, and a killed controller's cgroups stayed): ignore
+        # them again until none is left.
+        while True:
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    signal.signal(sig, signal.SIG_IGN)
+                break
+            except Terminated:
+                continue
         agent.cleanup()
     return 0
