@@ -189,6 +189,10 @@ def _expire_entries(ev: pl.DataFrame, names: list[str]) -> pl.DataFrame:
     return ev.filter(pl.col("event") == code).select("t_ns", pl.lit("hrtimer_expire_entry").alias("event"), "expires")
 
 
+#: row-group runs ``Feed.feed_files`` hands the native pass at once
+RUNS_A_CALL = 32
+
+
 class Feed:
     """The native pass fed a stretch of the capture at a time (each in time
     order, each after the last), then ``rows``."""
@@ -233,7 +237,10 @@ class Feed:
         names, strings = self.coded
         _, _, runs = st.reads(-(2**63), 2**63 - 1)
         off = None if self.offsets is None else (self.offsets["t_ns"].cast(pl.Int64).to_list(), self.offsets["off_ns"].cast(pl.Int64).to_list())
-        self.native.feed_files(runs, [KIND_CODES.get(n, 0) for n in names] or [0], strings.index(SLEEP_TIMER) if SLEEP_TIMER in strings else -2, off)
+        kinds, sleep = [KIND_CODES.get(n, 0) for n in names] or [0], strings.index(SLEEP_TIMER) if SLEEP_TIMER in strings else -2
+        # RUNS_A_CALL runs (about 2 M events) a call: Ctrl-C is seen between calls, not only at a long capture's end
+        for i in range(0, len(runs), RUNS_A_CALL):
+            self.native.feed_files(runs[i : i + RUNS_A_CALL], kinds, sleep, off)
 
     def summary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         """A folding pass's result: a row per thread (``SUMMARY``: counts, and
