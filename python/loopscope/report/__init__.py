@@ -26,7 +26,7 @@ from loopscope.rundir import RunDir, RunRecord
 from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
-from loopscope.report.derived import derive
+from loopscope.report.derived import begin, derive
 
 if TYPE_CHECKING:
     from loopscope.report.tables import RunTables
@@ -205,9 +205,10 @@ def analyse(run_dir: Path, kinds: Registry, min_effect: float | None = None) -> 
 def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect: float | None = None) -> Report:
     from loopscope.report.html import render
 
+    # the timeline and explain need the run's own files, not its tables: built beside the analysis
+    docs = begin(run_dir, RunDir(run_dir).record(), kinds)
     tables, comp, notes, phase_order = _analysed(run_dir, kinds, traces, min_effect)
-    # load what the timeline and explain derive from the tables
-    derived = derive(run_dir, tables.run, kinds, notes)
+    derived = derive(run_dir, tables.run, kinds, notes, docs)
     # render: from values, no file read
     progress.step("report: rendering")
     html = run_dir / "report.html"

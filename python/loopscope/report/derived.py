@@ -2,15 +2,25 @@
 
 ``report.build`` runs load → analyse → render. The first load reads the run
 into tables (``tables.load_run``); analysis compares the phases and writes
-the tables. The derived documents come next, each computed by its own pass
-when missing or older than the run (the global timeline, explain's outliers
-and their causes), then read here with the clock series, the attribution
-rows, the programs' images and the listing of the run's files into one
+the tables. The derived documents (the global timeline, explain's outliers
+and their causes) are each computed by its own pass when missing or older
+than the run, then read here with the clock series, the attribution rows,
+the programs' images and the listing of the run's files into one
 ``Derived``. Rendering takes that value and reads no file.
+
+The derived documents need the run's own files and none of the tables, so
+``begin`` builds them on a thread of their own while the tables are loaded
+and compared, and ``derive`` waits for them: a fresh report keeps both CPUs
+busy (explain's attribution and the clock estimate run natively or in
+polars, outside the interpreter lock, while the phases are compared). The
+thread is a daemon: Ctrl-C ends the command without waiting for a long
+explain (explain.json is written last and atomically, so a pass cut short
+is done again by the next report).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,14 +53,46 @@ class Derived:
     files: FilesInfo = field(default_factory=lambda: FilesInfo(tables=[], hosts=False))
 
 
-def derive(run_dir: Path, run: RunRecord, kinds: Registry, notes: list[str]) -> Derived:
-    """The derived documents of a run whose tables are written: each built
-    when missing or stale, then read with the rest; a failure is a note."""
-    tl = None
-    if run.clocksync:
-        progress.step("report: the global timeline")
-        tl = _timeline(run_dir, notes)
-    ex = _explain(run_dir, run, notes, kinds)
+class Documents:
+    """The timeline and explain's document of a run, built (or read, when
+    fresh) on a thread started at once; ``result`` waits for them."""
+
+    def __init__(self, run_dir: Path, run: RunRecord, kinds: Registry) -> None:
+        self.timeline: TimelineDoc | None = None
+        self.explain: ExplainDoc | None = None
+        #: failures, said as notes of the report
+        self.notes: list[str] = []
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._build, args=(run_dir, run, kinds), name="ls-report-derive", daemon=True)
+        self._thread.start()
+
+    def _build(self, run_dir: Path, run: RunRecord, kinds: Registry) -> None:
+        try:
+            if run.clocksync:
+                progress.step("report: the global timeline")
+                self.timeline = _timeline(run_dir, self.notes)
+            self.explain = _explain(run_dir, run, self.notes, kinds)
+        except BaseException as e:  # raised again by ``result``, on the caller's thread
+            self._error = e
+
+    def result(self) -> tuple[TimelineDoc | None, ExplainDoc | None, list[str]]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.timeline, self.explain, self.notes
+
+
+def begin(run_dir: Path, run: RunRecord, kinds: Registry) -> Documents:
+    """Start building the run's derived documents beside the caller's work."""
+    return Documents(run_dir, run, kinds)
+
+
+def derive(run_dir: Path, run: RunRecord, kinds: Registry, notes: list[str], docs: Documents | None = None) -> Derived:
+    """The derived documents of a run whose tables are written (those
+    ``docs`` was building, else built now): each built when missing or
+    stale, then read with the rest; a failure is a note."""
+    tl, ex, failed = (docs or Documents(run_dir, run, kinds)).result()
+    notes += failed
     path = run_dir / "tables" / "clock.parquet"
     clock = pl.read_parquet(path) if path.exists() else None
     files: FilesInfo = {

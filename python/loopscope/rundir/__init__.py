@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterator, TypeVar
 from pydantic import ValidationError
 
 from loopscope.errors import InputError
+from loopscope.once import Once
 from loopscope.rundir.provenance import (
     VirtualClock as VirtualClock,
     LabHost as LabHost,
@@ -143,7 +144,7 @@ class Identity:
 
 
 #: within ``read_once()``: each run document parsed once, keyed by path, size and mtime
-_read: dict[tuple[str, int, int], Any] | None = None
+_read: Once | None = None
 
 
 @contextlib.contextmanager
@@ -155,7 +156,7 @@ def read_once() -> Iterator[None]:
     global _read
     outer = _read
     if outer is None:
-        _read = {}
+        _read = Once()
     try:
         yield
     finally:
@@ -170,11 +171,7 @@ def _once(path: Path, parse: Callable[[], T]) -> T:
         st = path.stat()
     except OSError:
         return parse()
-    key = (os.path.realpath(path), st.st_size, st.st_mtime_ns)
-    if key not in _read:
-        _read[key] = parse()
-    got: T = _read[key]
-    return got
+    return _read.get((os.path.realpath(path), st.st_size, st.st_mtime_ns), parse)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, NotRequired, TypedDict
@@ -40,6 +41,7 @@ import polars as pl
 import nanoarrow as na
 
 from loopscope import _native
+from loopscope.once import Once
 
 KINDS = ["event", "interval", "counter", "histogram"]
 # Record type (format.rs `rec`) -> index into KINDS; 255 for types that are not records.
@@ -225,7 +227,8 @@ def _info_from(path: str, meta: dict[str, Any]) -> TraceInfo:
 
 def _load(path: str | os.PathLike[str], sort: bool, count_only: bool = False) -> tuple[dict[str, np.ndarray], TraceInfo]:
     global opened
-    opened += 1
+    with _opened_lock:  # a report's two threads read traces side by side
+        opened += 1
     p = os.fspath(path)
     cols, meta = _native.read_trace(p, sort, count_only)
     return cols, _info_from(p, json.loads(meta))
@@ -321,8 +324,9 @@ def read_with_info(path: str | os.PathLike[str], *, sort: bool = True) -> tuple[
 # not, or only its metadata) comes from that one read. ``opened`` counts the
 # files actually read, so a benchmark and a test can see it.
 
-_shared: dict[tuple[str, int, int], tuple[pl.DataFrame, TraceInfo]] | None = None
+_shared: Once | None = None
 opened = 0
+_opened_lock = threading.Lock()
 
 
 @contextmanager
@@ -331,7 +335,7 @@ def shared() -> Iterator[None]:
     global _shared
     outer = _shared
     if outer is None:
-        _shared = {}
+        _shared = Once()
     try:
         yield
     finally:
@@ -340,18 +344,17 @@ def shared() -> Iterator[None]:
 
 
 def _from_shared(path: str | os.PathLike[str]) -> tuple[pl.DataFrame, TraceInfo] | None:
-    global opened
     if _shared is None:
         return None
     p = os.fspath(path)
     st = os.stat(p)
-    key = (os.path.realpath(p), st.st_size, st.st_mtime_ns)
-    got = _shared.get(key)
-    if got is None:
+
+    def load() -> tuple[pl.DataFrame, TraceInfo]:
         cols, info = _load(p, False)
         _fill_counts(info, cols)
-        got = _shared[key] = (_frame(cols, info), info)
-    return got
+        return _frame(cols, info), info
+
+    return _shared.get((os.path.realpath(p), st.st_size, st.st_mtime_ns), load)
 
 
 def _fill_counts(info: TraceInfo, cols: dict[str, np.ndarray]) -> None:
