@@ -142,6 +142,8 @@ class Resampled:
         self, series: list[np.ndarray], metrics: list[str] = METRICS, *, block: int = 32, resamples: int = 300, seed: int = 1, max_samples: int = 40_000
     ) -> None:
         full = [np.asarray(s, dtype=np.float64) for s in series]
+        #: the samples, one array per repetition (a comparison's maximum and counts read them)
+        self.series = full
         parts = [_thin(s, max_samples, len(series)) for s in full]
         self.all = np.concatenate(parts) if parts else np.zeros(0)
         self.n = len(self.all)

@@ -208,16 +208,14 @@ def compare_phases(
         base_name = baseline_of(present)
         loads_of = dict(m.frame.select("phase", "loads").unique().iter_rows())
         metrics = metrics_of(m)
-        base_ser = _series(m.frame, base_name)
-        default = (base_name, base_ser, boots[(k, base_name, 7)])
+        default = (base_name, boots[(k, base_name, 7)])
         for i, ph in enumerate(present):
-            base_name, base_ser, base = default
+            base_name, base = default
             ref = (against or {}).get(ph)
             if ref is not None and ref in present and ref != ph:
-                base_name, base_ser = ref, _series(m.frame, ref)
-                base = boots[(k, ref, 7 + present.index(ref))]
-            ser = _series(m.frame, ph)
+                base_name, base = ref, boots[(k, ref, 7 + present.index(ref))]
             other = base if ph == base_name else boots[(k, ph, 11 + i)]
+            base_ser, ser = base.series, other.series
             for metric in metrics:
                 if metric == "max":
                     rows.append(
