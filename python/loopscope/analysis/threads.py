@@ -110,7 +110,7 @@ def capture_offsets(st: S.Store) -> pl.DataFrame | None:
     if st.clock in MONO_CLOCKS:
         return None
     code = st.event_names.index("hrtimer_expire_entry") if "hrtimer_expire_entry" in st.event_names else -2
-    ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.files()])
+    ex = pl.concat([pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "expires").collect() for f in st.checked_files()])
     return mono_offsets(ex.with_columns(pl.lit("hrtimer_expire_entry").alias("event")))
 
 
@@ -255,7 +255,7 @@ def thread_names(st: S.Store) -> dict[int, str]:
     # in time order and a group keeps it, so no sort; of the two sides, the later is the thread's (the files are read
     # one at a time)
     parts = []
-    for f in st.files():
+    for f in st.checked_files():
         sw = pl.scan_parquet(f).filter(pl.col("event") == code).select("t_ns", "target", "target_comm", "next_pid", "next_comm").collect()
         for tid, comm in (("target", "target_comm"), ("next_pid", "next_comm")):
             side = sw.filter(pl.col(tid).is_not_null() & pl.col(comm).is_not_null()).group_by(tid).agg(pl.col(comm).last(), pl.col("t_ns").last())
