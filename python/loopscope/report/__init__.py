@@ -26,7 +26,7 @@ from loopscope.rundir import RunDir, RunRecord
 from loopscope.trace.files import Files
 from loopscope.units import format_ns
 from loopscope.analysis.registry import Registry
-from loopscope.report.derived import begin, derive
+from loopscope.report.derived import Documents, derive
 
 if TYPE_CHECKING:
     from loopscope.report.tables import RunTables
@@ -206,7 +206,7 @@ def _build(run_dir: Path, kinds: Registry, traces: Files, t0: float, min_effect:
     from loopscope.report.html import render
 
     # the timeline and explain need the run's own files, not its tables: built beside the analysis
-    docs = begin(run_dir, RunDir(run_dir).record(), kinds)
+    docs = Documents(run_dir, RunDir(run_dir).record(), kinds)
     tables, comp, notes, phase_order = _analysed(run_dir, kinds, traces, min_effect)
     derived = derive(run_dir, tables.run, kinds, notes, docs)
     # render: from values, no file read

@@ -9,7 +9,7 @@ the programs' images and the listing of the run's files into one
 ``Derived``. Rendering takes that value and reads no file.
 
 The derived documents need the run's own files and none of the tables, so
-``begin`` builds them on a thread of their own while the tables are loaded
+``Documents`` builds them on a thread of their own while the tables are loaded
 and compared, and ``derive`` waits for them: a fresh report keeps both CPUs
 busy (explain's attribution and the clock estimate run natively or in
 polars, outside the interpreter lock, while the phases are compared). The
@@ -80,11 +80,6 @@ class Documents:
         if self._error is not None:
             raise self._error
         return self.timeline, self.explain, self.notes
-
-
-def begin(run_dir: Path, run: RunRecord, kinds: Registry) -> Documents:
-    """Start building the run's derived documents beside the caller's work."""
-    return Documents(run_dir, run, kinds)
 
 
 def derive(run_dir: Path, run: RunRecord, kinds: Registry, notes: list[str], docs: Documents | None = None) -> Derived:
