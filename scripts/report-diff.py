@@ -19,7 +19,9 @@ from pathlib import Path
 
 
 def normal(path: Path) -> list[str]:
-    s = path.read_text().replace(str(path.parent.resolve()), "RUN").replace(str(path.parent), "RUN")
+    s = path.read_text().replace(str(path.parent.resolve()), "RUN")
+    # the run directory as given, where it stands as a name of its own (a short one, "r", is in every other word)
+    s = re.sub(rf"(?<![\w.-]){re.escape(str(path.parent))}(?![\w.-])", "RUN", s)
     for prefix in set(re.findall(r'<g id="(c[0-9a-f]+)figure_1"', s)):
         s = s.replace(prefix, "C_")
     s = re.sub(r"\bC_(?:[pm]|image)[0-9a-f]{8,}", "C_H", s)
