@@ -124,13 +124,15 @@ def trace_dat(
 
 
 def perf_data(out: Path, command: list[str], events: list[str] | None = None) -> Path:
-    """``perf sched record`` of ``command`` (``perf record -e`` of ``events`` when given)."""
+    """``perf sched record`` of ``command`` (``perf record -e`` of ``events`` when given);
+    what the command printed is kept beside it, in ``<out>.stdout``."""
     if shutil.which("perf") is None:
         raise RunError("recording a perf.data needs perf (linux-perf)", component="bench")
     rec = ["perf", "record", *[x for e in events for x in ("-e", e)]] if events else ["perf", "sched", "record"]
     r = subprocess.run([*rec, "-o", str(out), "--", *command], capture_output=True, text=True, timeout=600)
     if r.returncode != 0 or not out.exists():
         raise RunError(f"{' '.join(rec)} failed: {r.stderr.strip()[-300:]}", component="bench")
+    out.with_name(out.name + ".stdout").write_text(r.stdout)
     return out
 
 
