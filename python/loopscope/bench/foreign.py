@@ -38,16 +38,18 @@ def _w(p: Path, v: str) -> None:
     p.write_text(v)
 
 
-def _run_all(command: list[str], timeout: float = 600) -> None:
-    """Run a command in a session of its own; on a timeout its whole group
-    is killed (a load's workers included), and the timeout said.
+def _run_all(command: list[str], stdout: Path, timeout: float = 600) -> None:
+    """Run a command in a session of its own, what it prints kept in
+    ``stdout``; on a timeout its whole group is killed (a load's workers
+    included), and the timeout said.
 
     It waits blocked in waitpid: ``Popen.wait(timeout=…)`` polls every
     50 ms, and each poll is a wake-up of this process on whatever CPU,
     the probe's among them, in the recording it makes (the zoo's cases
     named it as a cause)."""
 
-    p = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    with open(stdout, "wb") as f:
+        p = subprocess.Popen(command, stdout=f, stderr=subprocess.DEVNULL, start_new_session=True)
     expired = threading.Event()
 
     def expire() -> None:
@@ -79,7 +81,8 @@ def trace_dat(
     overwrite: bool = True,
     filters: dict[str, str] | None = None,
 ) -> Path:
-    """Record ``command`` into ``out`` (a trace.dat of ``version`` and ``compression``)."""
+    """Record ``command`` into ``out`` (a trace.dat of ``version`` and ``compression``);
+    what the command printed is kept beside it, in ``<out>.stdout``."""
     tf = tracefs()
     if tf is None or shutil.which("trace-cmd") is None:
         raise RunError("recording a trace.dat needs tracefs and trace-cmd", component="bench")
@@ -97,7 +100,7 @@ def trace_dat(
             _w(inst / "events" / e / "enable", "1")
         _w(inst / "tracing_on", "1")
         try:
-            _run_all(command)
+            _run_all(command, out.with_name(out.name + ".stdout"))
         finally:
             _w(inst / "tracing_on", "0")
         raw = out.with_suffix(".v7.dat") if (version, compression) != (7, "zstd") else out
