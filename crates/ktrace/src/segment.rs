@@ -21,11 +21,12 @@
 
 use crate::decode::Columns;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::data_type::{Int32Type, Int64Type};
+use parquet::data_type::Int64Type;
 use parquet::errors::ParquetError;
 use parquet::file::properties::{EnabledStatistics, WriterProperties, WriterVersion};
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::parser::parse_message_type;
+use parquet::schema::types::{ColumnPath, SchemaDescriptor};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
@@ -302,6 +303,8 @@ pub fn properties(level: i32) -> Result<Properties, ParquetError> {
             .set_column_dictionary_enabled("runtime".into(), false)
             .set_column_dictionary_enabled("expires".into(), false)
             .set_column_dictionary_enabled("softexpires".into(), false)
+            // nothing reads pages by their offsets
+            .set_offset_index_disabled(true)
             .build(),
     ))
 }
@@ -376,6 +379,12 @@ fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)
     let pq = |source| WriteError::Parquet { path: path.to_path_buf(), source };
     let file = File::create(path).map_err(|source| WriteError::Io { path: path.to_path_buf(), source })?;
     let schema = Arc::new(parse_message_type(SCHEMA).map_err(pq)?);
+    let descr = SchemaDescriptor::new(schema.clone());
+    let codec = props.compression(&ColumnPath::from("cpu"));
+    let Compression::ZSTD(level) = codec else {
+        return Err(pq(ParquetError::General(format!("segment files are written with zstd, not {codec}"))));
+    };
+    let mut dw = dict::DictWriter::new(level.compression_level(), codec).map_err(pq)?;
     let mut w = SerializedFileWriter::new(BufWriter::with_capacity(1 << 20, file), schema, props.clone()).map_err(pq)?;
     let n = c.len();
     let mut groups = Vec::with_capacity(n.div_ceil(GROUP));
@@ -385,27 +394,32 @@ fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)
     for a in (0..n).step_by(GROUP) {
         let b = (a + GROUP).min(n);
         let mut g = w.next_row_group().map_err(pq)?;
-        let mut k = 0;
-        while let Some(mut col) = g.next_column().map_err(pq)? {
-            match column(k) {
-                Col::Long(of, false) => {
-                    let v = c.rows(of, a, b, &mut in64);
-                    groups.push((v[0], v[v.len() - 1]));
-                    col.typed::<Int64Type>().write_batch(v, None, None)
+        for k in 0..descr.num_columns() {
+            let (bytes, close) = match column(k) {
+                Col::Long(of, nullable) => {
+                    let Some(mut col) = g.next_column().map_err(pq)? else { break };
+                    let typed = col.typed::<Int64Type>();
+                    if nullable {
+                        c.present_rows(of, a, b, &mut v64, &mut def);
+                        typed.write_batch(&v64, Some(&def), None)
+                    } else {
+                        let v = c.rows(of, a, b, &mut in64);
+                        groups.push((v[0], v[v.len() - 1]));
+                        typed.write_batch(v, None, None)
+                    }
+                    .map_err(pq)?;
+                    col.close().map_err(pq)?;
+                    continue;
                 }
-                Col::Int(of) => col.typed::<Int32Type>().write_batch(c.rows(of, a, b, &mut in32), None, None),
-                Col::Long(of, true) => {
-                    c.present_rows(of, a, b, &mut v64, &mut def);
-                    col.typed::<Int64Type>().write_batch(&v64, Some(&def), None)
-                }
+                // readers skip row groups by the event codes' minimum and maximum
+                Col::Int(of) => dw.chunk(descr.column(k), b - a, c.rows(of, a, b, &mut in32), None, k == EVENT),
                 Col::Narrow(of) => {
                     c.present_rows(of, a, b, &mut v32, &mut def);
-                    col.typed::<Int32Type>().write_batch(&v32, Some(&def), None)
+                    dw.chunk(descr.column(k), b - a, &v32, Some(&def), false)
                 }
             }
             .map_err(pq)?;
-            col.close().map_err(pq)?;
-            k += 1;
+            g.append_column(&bytes, close).map_err(pq)?;
         }
         g.close().map_err(pq)?;
     }
@@ -413,6 +427,9 @@ fn write_file(path: &Path, props: &Properties, c: &Cut) -> Result<Vec<(i64, i64)
     inner.into_inner().map_err(|e| WriteError::Io { path: path.to_path_buf(), source: e.into_error() })?;
     Ok(groups)
 }
+
+/// `event`'s place in `SCHEMA`.
+const EVENT: usize = 3;
 
 /// One decoded column as stored (how to find it in a batch): an INT64
 /// (nullable or not: null is a negative value, the event has no such
@@ -480,6 +497,7 @@ fn gather(a: &Columns, b: &Columns, keys: &[(i64, u32)]) -> Columns {
     pick!(t_ns, cpu, event, pid, target, target_comm, next_pid, next_comm, prev_state, irq, name, dest_cpu, runtime, expires, softexpires, prio, next_prio)
 }
 
+mod dict;
 pub mod read;
 
 #[cfg(test)]

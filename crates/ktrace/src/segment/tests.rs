@@ -280,3 +280,45 @@ fn more_files_than_are_kept_open_read_one_after_the_other_as_each_alone() {
     assert_eq!(out[0], want);
     std::fs::remove_dir_all(d).unwrap();
 }
+
+#[test]
+fn the_int32_chunks_laid_out_here_read_back_as_written_whatever_their_dictionary_and_nulls() {
+    let d = dir();
+    let n = 2 * GROUP + 777; // a short last group; pages of PAGE_ROWS, the last one short too
+    let build = || {
+        let mut c = events(&(0..n as i64).collect::<Vec<_>>());
+        c.cpu = (0..n as i32).map(|i| i % 2).collect(); // two values
+        c.pid = vec![i32::MAX; n]; // one value: indices of no width
+        c.event = (0..n as i32).map(|i| 3 + (i / 1000) % 5).collect(); // the statistics' column
+        c.target = (0..n as i32).map(|i| if i % 7 == 3 { -1 } else { i * 31 }).collect(); // nearly every value its own, nulls
+        c.name = (0..n as i32).map(|i| if i >= GROUP as i32 && i < 2 * GROUP as i32 { -1 } else { i % 3 }).collect(); // a group all null
+        c.irq = (0..n as i32).map(|i| if i % 64 == 0 { 0 } else { -1 }).collect();
+        c
+    };
+    let c = build();
+    write(&d, &properties(1).unwrap(), 0, &Cut::sorted(build()), None).unwrap();
+    let p = d.join("events/00000.parquet");
+    let names = ["t_ns", "cpu", "pid", "event", "target", "name", "irq", "prio"];
+    let mut out = vec![Vec::new(); names.len()];
+    // from inside a page of the first group to the file's end, so the readers skip into a chunk
+    let lo = dict::PAGE_ROWS + 5;
+    assert_eq!(read::Files::new(&names).read(&p, lo, n, None, &mut out).unwrap(), n - lo);
+    let want = |v: &[i32]| v[lo..].iter().map(|&x| x as i64).collect::<Vec<i64>>();
+    assert_eq!(out[1], want(&c.cpu));
+    assert_eq!(out[2], want(&c.pid));
+    assert_eq!(out[3], want(&c.event));
+    assert_eq!(out[4], want(&c.target));
+    assert_eq!(out[5], want(&c.name));
+    assert_eq!(out[6], want(&c.irq));
+    assert!(out[7].iter().all(|&v| v == -1));
+    // the event codes' minimum and maximum per group, as readers skip groups by them
+    let meta = SerializedFileReader::new(File::open(&p).unwrap()).unwrap().metadata().clone();
+    for (g, rg) in meta.row_groups().iter().enumerate() {
+        let (a, b) = (g * GROUP, ((g + 1) * GROUP).min(n));
+        let s = rg.column(3).statistics().unwrap();
+        let (lo, hi) = (c.event[a..b].iter().min().unwrap(), c.event[a..b].iter().max().unwrap());
+        assert_eq!((s.min_bytes_opt().unwrap(), s.max_bytes_opt().unwrap()), (&lo.to_le_bytes()[..], &hi.to_le_bytes()[..]), "group {g}");
+        assert_eq!(s.null_count_opt(), Some(0));
+    }
+    std::fs::remove_dir_all(d).unwrap();
+}
