@@ -19,9 +19,10 @@
 //! written by the crate's page writer and the chunk handed to its row group
 //! writer whole (`append_column`), which places it and records its metadata;
 //! the INT64 columns still go through the crate's column writer. Readers
-//! (polars, DuckDB, the crate's own) see the same kind of file: a test reads
-//! every column back through the crate and polars and compares it with what
-//! was written, and the store's tests read the files as before.
+//! (polars, DuckDB, the crate's own) see the same kind of file: a test here
+//! decodes the hybrid by the format's own rules, one in `segment`'s tests
+//! reads every kind of chunk back through the crate's reader, and the store's
+//! tests read imported and captured files through polars as before.
 
 use bytes::Bytes;
 use parquet::basic::{Compression, Encoding, EncodingMask, PageType};
