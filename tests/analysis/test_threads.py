@@ -73,7 +73,9 @@ def test_a_running_process_is_measured_by_pid_and_its_threads_chosen_by_name(tmp
         p.wait()
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
-    assert {t["comm"] for t in j["threads"]} == {"cyclictest"} and max(t["activations"] for t in j["threads"]) > 700
+    # a second of its 1 ms loop: beside other tests cyclictest skips the periods it is held past (721 of 1,000 once,
+    # under a real-time hog), so the floor only says the loop's thread was measured throughout, not its rate
+    assert {t["comm"] for t in j["threads"]} == {"cyclictest"} and max(t["activations"] for t in j["threads"]) > 300
 
 
 @pytest.mark.parametrize(
