@@ -500,5 +500,16 @@ fn gather(a: &Columns, b: &Columns, keys: &[(i64, u32)]) -> Columns {
 mod dict;
 pub mod read;
 
+/// The tests' random numbers below `m` (xorshift64 from `seed`): repeatable, no crate for it.
+#[cfg(test)]
+fn xorshift(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |m| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % m
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -339,13 +339,7 @@ mod tests {
 
     #[test]
     fn the_hybrid_decodes_to_its_values_whatever_the_runs_and_the_width() {
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |m: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % m
-        };
+        let mut rnd = crate::segment::xorshift(0x2545_f491_4f6c_dd1du64);
         for width in [0u8, 1, 3, 8, 13, 16] {
             for _ in 0..200 {
                 let mut vals = Vec::new();

@@ -44,13 +44,7 @@ fn the_switches_name_each_thread_by_its_latest_name_in_time_order_wherever_the_c
 #[test]
 fn merging_the_cpus_lanes_gives_the_order_a_sort_of_the_whole_batch_gives() {
     // a few CPUs' sorted sequences dealt in pages of random length, ties across CPUs and across the carry
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-    let mut rnd = |m: u64| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed % m
-    };
+    let mut rnd = super::xorshift(0x9e37_79b9_7f4a_7c15u64);
     for cpus in [1usize, 2, 3, 8] {
         for _ in 0..30 {
             let mut clocks = vec![0i64; cpus];
