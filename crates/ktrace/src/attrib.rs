@@ -403,6 +403,9 @@ struct Pass {
     rt_task: FxHashMap<i64, bool>,
     /// each task's latest wake-up: a run runtime accounting says began before it began at it
     woke: FxHashMap<i64, i64>,
+    /// per CPU: the latest recorded switch-in (task, time): a run runtime accounting says began before it
+    /// began there
+    switched_in: PerCpu<(i64, i64)>,
 }
 
 fn is_entry(kind: Ev) -> bool {
@@ -460,6 +463,9 @@ impl Pass {
             self.comm.insert(next, ev.next_comm[i]);
         }
         self.switches.switch(c, t, prev, next);
+        if next != NONE {
+            self.switched_in.insert(c, (next, t));
+        }
         let runnable = text(ev.states, ev.prev_state[i]).is_some_and(|x| x.starts_with('R'));
         if next == 0 && prev > 0 && runnable {
             self.held.entry(c).push((t, prev));
@@ -568,11 +574,18 @@ impl Pass {
         self.switches.runtime_seen = true;
         let lab = self.task(k, ev.target_comm[i], who);
         // the run queue's clock can be stale at a switch in from idle: the accounted run then reaches back
-        // before the task's wake-up (seen here: 5-15 µs a run), where it cannot have run
-        let start = match self.woke.get(&who) {
+        // before the task's wake-up (seen here: 5-15 µs a run), where it cannot have run, and, where an
+        // interrupt held the idle CPU between the wake-up and the switch (hundreds of µs under a timer
+        // storm), before its recorded switch-in, where it did not run yet
+        let mut start = match self.woke.get(&who) {
             Some(&w) if t - rt < w && w < t => w,
             _ => t - rt,
         };
+        if let Some(&(p, s)) = self.switched_in.get(c) {
+            if p == who && start < s && s <= t {
+                start = s;
+            }
+        }
         self.runs.entry(c).push((start, t, who, lab));
     }
 
@@ -823,6 +836,13 @@ impl<'a> Kernel<'a> {
                     if let (Some(&w), Some(&slept)) = (th.wake.last(), th.so_t.last()) {
                         if slept < w && start < w && w < t {
                             start = w;
+                        }
+                    }
+                    // nor before its recorded switch-in on this CPU, when it has not been switched out since
+                    // (the accounting's clock can be read at the wake-up, stale by what held the CPU since)
+                    if let (Some(&si), Some(&sc)) = (th.sw_t.last(), th.sw_c.last()) {
+                        if sc == ev.cpu[i] && start < si && si <= t && th.so_t.last().is_none_or(|&so| so <= si) {
+                            start = si;
                         }
                     }
                     th.rs.push(start);
@@ -1642,6 +1662,43 @@ mod tests {
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
         assert!(out[0].complete);
+    }
+
+    #[test]
+    fn a_run_runtime_accounting_starts_at_the_wake_up_starts_at_the_recorded_switch_in() {
+        // thread 42 sleeps at 50 and is woken at 100 onto idle CPU 1; a timer interrupt holds the CPU
+        // 200..600; 42 is switched in at 610, and its runtime event at 620 says it ran 520 ns (from 100,
+        // the run queue's clock read at the wake-up): it did not run before 610
+        let names = table(&["sched_switch", "sched_wakeup", "sched_stat_runtime", "local_timer_entry", "local_timer_exit"]);
+        let comms = table(&["t", "swapper/1"]);
+        let states = table(&["R", "S"]);
+        let n = NONE;
+        let ev = Events {
+            t_ns: &[50, 100, 200, 600, 610, 620],
+            cpu: &[1; 6],
+            event: &[0, 1, 3, 4, 0, 2],
+            pid: &[42, 0, 0, 0, 0, 42],
+            target: &[42, 42, n, n, 0, 42],
+            target_comm: &[0, 0, n, n, 1, 0],
+            next_pid: &[0, n, n, n, 42, n],
+            next_comm: &[1, n, n, n, 0, n],
+            prev_state: &[1, n, n, n, 0, n],
+            name: &[n; 6],
+            runtime: &[n, n, n, n, n, 520],
+            expires: &[n; 6],
+            softexpires: &[n; 6],
+            prio: &[n; 6],
+            next_prio: &[n; 6],
+            event_names: &names,
+            comms: &comms,
+            states: &states,
+            names: &[],
+        };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
+        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 620, span: false }]);
+        // (the idle CPU's 100 ns before the interrupt and its 10 after are its exit from idle to the woken thread)
+        let want = [("timer interrupt", 400), ("scheduling latency", 110), ("return to user space", 10)];
+        assert_eq!(out[0].causes, want.map(|(k, v)| (k.to_string(), v)).to_vec());
     }
 
     /// Thread 42 armed a timer for 100 at 10 (CPU 1); hog (7) runs 0..900 there; the timer interrupt comes
