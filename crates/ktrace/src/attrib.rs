@@ -1669,31 +1669,18 @@ mod tests {
         // thread 42 sleeps at 50 and is woken at 100 onto idle CPU 1; a timer interrupt holds the CPU
         // 200..600; 42 is switched in at 610, and its runtime event at 620 says it ran 520 ns (from 100,
         // the run queue's clock read at the wake-up): it did not run before 610
-        let names = table(&["sched_switch", "sched_wakeup", "sched_stat_runtime", "local_timer_entry", "local_timer_exit"]);
-        let comms = table(&["t", "swapper/1"]);
-        let states = table(&["R", "S"]);
         let n = NONE;
-        let ev = Events {
-            t_ns: &[50, 100, 200, 600, 610, 620],
-            cpu: &[1; 6],
-            event: &[0, 1, 3, 4, 0, 2],
-            pid: &[42, 0, 0, 0, 0, 42],
-            target: &[42, 42, n, n, 0, 42],
-            target_comm: &[0, 0, n, n, 1, 0],
-            next_pid: &[0, n, n, n, 42, n],
-            next_comm: &[1, n, n, n, 0, n],
-            prev_state: &[1, n, n, n, 0, n],
-            name: &[n; 6],
-            runtime: &[n, n, n, n, n, 520],
-            expires: &[n; 6],
-            softexpires: &[n; 6],
-            prio: &[n; 6],
-            next_prio: &[n; 6],
-            event_names: &names,
-            comms: &comms,
-            states: &states,
-            names: &[],
-        };
+        let rows = [
+            // t, cpu, event, context pid, target, target comm, next pid, next comm, prev state
+            [50, 1, 0, 42, 42, 0, 0, 1, 1],
+            [100, 1, 1, 0, 42, 0, n, n, n],
+            [200, 1, 3, 0, n, n, n, n, n],
+            [600, 1, 4, 0, n, n, n, n, n],
+            [610, 1, 0, 0, 0, 1, 42, 0, 0],
+            [620, 1, 2, 42, 42, 0, n, n, n],
+        ];
+        let names = ["sched_switch", "sched_wakeup", "sched_stat_runtime", "local_timer_entry", "local_timer_exit"];
+        let ev = Events { runtime: &[n, n, n, n, n, 520], ..events(&rows, &names, &["t", "swapper/1"], &["R", "S"]) };
         let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 620, span: false }]);
         // (the idle CPU's 100 ns before the interrupt and its 10 after are its exit from idle to the woken thread)
