@@ -29,6 +29,7 @@ use std::collections::HashMap;
 
 use rustc_hash::FxHashMap;
 
+use crate::activations::RUN_EARLY_NS;
 use crate::percpu::PerCpu;
 use crate::switches::{uncovered, Switches};
 
@@ -576,13 +577,15 @@ impl Pass {
         // the run queue's clock can be stale at a switch in from idle: the accounted run then reaches back
         // before the task's wake-up (seen here: 5-15 µs a run), where it cannot have run, and, where an
         // interrupt held the idle CPU between the wake-up and the switch (hundreds of µs under a timer
-        // storm), before its recorded switch-in, where it did not run yet
+        // storm), before its recorded switch-in, where it did not run yet. (Within RUN_EARLY_NS of the
+        // switch-in it is the kernel's own order, the clock read for the next task before the switch is
+        // traced: kept, so that the previous task's accounted run and this one meet.)
         let mut start = match self.woke.get(&who) {
             Some(&w) if t - rt < w && w < t => w,
             _ => t - rt,
         };
         if let Some(&(p, s)) = self.switched_in.get(c) {
-            if p == who && start < s && s <= t {
+            if p == who && start < s - RUN_EARLY_NS && s <= t {
                 start = s;
             }
         }
@@ -838,10 +841,11 @@ impl<'a> Kernel<'a> {
                             start = w;
                         }
                     }
-                    // nor before its recorded switch-in on this CPU, when it has not been switched out since
-                    // (the accounting's clock can be read at the wake-up, stale by what held the CPU since)
+                    // nor (by more than RUN_EARLY_NS) before its recorded switch-in on this CPU, when it has not
+                    // been switched out since: the accounting's clock can be read at the wake-up, stale by what
+                    // held the CPU since
                     if let (Some(&si), Some(&sc)) = (th.sw_t.last(), th.sw_c.last()) {
-                        if sc == ev.cpu[i] && start < si && si <= t && th.so_t.last().is_none_or(|&so| so <= si) {
+                        if sc == ev.cpu[i] && start < si - RUN_EARLY_NS && si <= t && th.so_t.last().is_none_or(|&so| so <= si) {
                             start = si;
                         }
                     }
@@ -1664,28 +1668,43 @@ mod tests {
         assert!(out[0].complete);
     }
 
-    #[test]
-    fn a_run_runtime_accounting_starts_at_the_wake_up_starts_at_the_recorded_switch_in() {
-        // thread 42 sleeps at 50 and is woken at 100 onto idle CPU 1; a timer interrupt holds the CPU
-        // 200..600; 42 is switched in at 610, and its runtime event at 620 says it ran 520 ns (from 100,
-        // the run queue's clock read at the wake-up): it did not run before 610
-        let n = NONE;
+    /// Thread 42 sleeps at 50 µs and is woken at 100 onto idle CPU 1; a timer interrupt holds the CPU
+    /// 200..600 µs; 42 is switched in at `switch_in` µs, and its runtime event at 620 says it ran from
+    /// `from` µs (the run queue's clock read at the wake-up when stale). The window is 100..620 µs.
+    fn switched_in_late(switch_in: i64, from: i64) -> Vec<(String, i64)> {
+        let (n, us) = (NONE, 1000);
         let rows = [
             // t, cpu, event, context pid, target, target comm, next pid, next comm, prev state
-            [50, 1, 0, 42, 42, 0, 0, 1, 1],
-            [100, 1, 1, 0, 42, 0, n, n, n],
-            [200, 1, 3, 0, n, n, n, n, n],
-            [600, 1, 4, 0, n, n, n, n, n],
-            [610, 1, 0, 0, 0, 1, 42, 0, 0],
-            [620, 1, 2, 42, 42, 0, n, n, n],
+            [50 * us, 1, 0, 42, 42, 0, 0, 1, 1],
+            [100 * us, 1, 1, 0, 42, 0, n, n, n],
+            [200 * us, 1, 3, 0, n, n, n, n, n],
+            [600 * us, 1, 4, 0, n, n, n, n, n],
+            [switch_in * us, 1, 0, 0, 0, 1, 42, 0, 0],
+            [620 * us, 1, 2, 42, 42, 0, n, n, n],
         ];
         let names = ["sched_switch", "sched_wakeup", "sched_stat_runtime", "local_timer_entry", "local_timer_exit"];
-        let ev = Events { runtime: &[n, n, n, n, n, 520], ..events(&rows, &names, &["t", "swapper/1"], &["R", "S"]) };
-        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000, groups: HashMap::new() };
-        let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100, b: 620, span: false }]);
-        // (the idle CPU's 100 ns before the interrupt and its 10 after are its exit from idle to the woken thread)
+        let ev =
+            Events { runtime: Box::leak(vec![n, n, n, n, n, (620 - from) * us].into_boxed_slice()), ..events(&rows, &names, &["t", "swapper/1"], &["R", "S"]) };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 1000 * us, groups: HashMap::new() };
+        attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 100 * us, b: 620 * us, span: false }]).remove(0).causes
+    }
+
+    fn causes_us(v: &[(&str, i64)]) -> Vec<(String, i64)> {
+        v.iter().map(|&(k, x)| (k.to_string(), x * 1000)).collect()
+    }
+
+    #[test]
+    fn a_run_runtime_accounting_starts_at_the_wake_up_starts_at_the_recorded_switch_in() {
+        // the idle CPU's 100 µs before the interrupt and its 10 after are its exit from idle to the woken thread
         let want = [("timer interrupt", 400), ("scheduling latency", 110), ("return to user space", 10)];
-        assert_eq!(out[0].causes, want.map(|(k, v)| (k.to_string(), v)).to_vec());
+        assert_eq!(switched_in_late(610, 100), causes_us(&want));
+    }
+
+    #[test]
+    fn a_run_accounted_from_moments_before_its_recorded_switch_in_keeps_its_start() {
+        // the kernel reads the clock for the next task's run, then traces the switch: 5 µs apart here
+        let want = [("timer interrupt", 400), ("scheduling latency", 105), ("return to user space", 15)];
+        assert_eq!(switched_in_late(610, 605), causes_us(&want));
     }
 
     /// Thread 42 armed a timer for 100 at 10 (CPU 1); hog (7) runs 0..900 there; the timer interrupt comes
