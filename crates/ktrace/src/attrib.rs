@@ -404,8 +404,8 @@ struct Pass {
     rt_task: FxHashMap<i64, bool>,
     /// each task's latest wake-up: a run runtime accounting says began before it began at it
     woke: FxHashMap<i64, i64>,
-    /// per CPU: the latest recorded switch-in (task, time): a run runtime accounting says began before it
-    /// began there
+    /// per CPU: the latest recorded switch-in (task, time): where runtime accounting puts the start of that
+    /// task's run well before it, the run began here
     switched_in: PerCpu<(i64, i64)>,
 }
 
