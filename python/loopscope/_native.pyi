@@ -502,6 +502,20 @@ class _Split(TypedDict):
     rule: list[str | None]
 
 def ktrace_task_label(comm: str, pid: int, perf_is_lab: bool = False) -> str: ...
+def ktrace_cpu_pictures(
+    cols: _AttrCols,
+    event_names: list[str],
+    comms: list[str] | StringTable,
+    states: list[str] | StringTable,
+    names: list[str] | StringTable,
+    role_tids: list[int],
+    role_labels: list[str],
+    perf_is_lab: bool,
+    t_first: int,
+    t_last: int,
+) -> dict[
+    int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64], list[str], npt.NDArray[np.int64], npt.NDArray[np.int64], list[str]]
+]: ...
 def boot_select(
     values: npt.NDArray[np.float64], lengths: list[int], starts: list[npt.NDArray[np.int64]], block: int, ks: list[int], mean: bool
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:

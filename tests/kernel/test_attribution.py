@@ -261,16 +261,14 @@ def test_an_interval_splits_into_running_blocked_and_what_ran_while_it_waited() 
 
 
 def test_nested_interrupts_are_split_by_the_innermost_handler() -> None:
-    ev = pl.DataFrame(
-        {
-            "t_ns": [5, 100, 110, 120, 130, 140, 150],
-            "event": ["softirq_exit", "irq_handler_entry", "softirq_entry", "local_timer_entry", "local_timer_exit", "softirq_exit", "irq_handler_exit"],
-            "name": [None, "virtio0", "NET_RX", None, None, "NET_RX", None],
-        }
+    steps = zip(
+        [5, 100, 110, 120, 130, 140, 150],
+        ["softirq_exit", "irq_handler_entry", "softirq_entry", "local_timer_entry", "local_timer_exit", "softirq_exit", "irq_handler_exit"],
+        [None, "virtio0", "NET_RX", None, None, "NET_RX", None],
     )
-    s, e, labels = A._irq_segments(ev)
+    v = A.cpu_views(_events([{"t_ns": t, "cpu": 0, "pid": 0, "tid": 0, "event": e, "name": n} for t, e, n in steps]))[0]
     # the exit of a handler that began before the window is passed over
-    assert list(zip(s.tolist(), e.tolist(), labels)) == [
+    assert list(zip(v.irq_s.tolist(), v.irq_e.tolist(), v.irq_label)) == [
         (100, 110, "irq: virtio0"),
         (110, 120, "softirq: NET_RX"),
         (120, 130, "timer interrupt"),
@@ -349,6 +347,35 @@ def test_an_ipi_whose_handler_flushed_the_tlb_is_a_tlb_shootdown() -> None:
         )
     )
     assert views[1].irq_label == ["IPI: TLB shootdown"]  # the Perfetto export's tracks say so too
+
+
+def test_the_cpu_tracks_draw_a_run_accounted_from_before_its_wake_up_from_the_wake_up() -> None:
+    # thread 42 woken at 1,000 on CPU 1; its runtime event at 2,000 says it ran 1,500 (from 500)
+    views = A.cpu_views(
+        _events(
+            [
+                {"t_ns": 1000, "cpu": 0, "pid": 7, "tid": 7, "event": "sched_wakeup", "target": 42, "target_comm": "t", "dest_cpu": 1},
+                {"t_ns": 2000, "cpu": 1, "pid": 42, "tid": 42, "event": "sched_stat_runtime", "target": 42, "target_comm": "t", "runtime": 1500},
+            ]
+        )
+    )
+    v = views[1]
+    assert (list(v.run_s), list(v.run_e), list(v.run_pid), v.run_label) == ([1000], [2000], [42], ["thread: t"])
+
+
+def test_the_cpu_tracks_of_a_recording_with_switches_only_show_its_runs() -> None:
+    sw = {"cpu": 0, "event": "sched_switch", "prev_state": "S"}
+    views = A.cpu_views(
+        _events(
+            [
+                {**sw, "t_ns": 100, "pid": 0, "tid": 0, "target": 0, "target_comm": "swapper/0", "next_pid": 42, "next_comm": "app"},
+                {**sw, "t_ns": 400, "pid": 42, "tid": 42, "target": 42, "target_comm": "app", "next_pid": 9, "next_comm": "ld:hog"},
+                {**sw, "t_ns": 900, "pid": 9, "tid": 9, "target": 9, "target_comm": "ld:hog", "next_pid": 0, "next_comm": "swapper/0"},
+            ]
+        )
+    )
+    v = views[0]
+    assert list(zip(v.run_s, v.run_e, v.run_pid, v.run_label)) == [(100, 400, 42, "thread: app"), (400, 900, 9, "load: hog")]
 
 
 def _blocked() -> A.Kernel:

@@ -1600,6 +1600,36 @@ pub fn tids_of(windows: &[Window]) -> Vec<i64> {
     tids
 }
 
+/// One CPU's picture as the windows are split by it, in time order: the
+/// task runs (start, end, thread, its label as a cause) and the interrupt
+/// segments (start, end, the innermost open handler's label).
+pub struct Picture {
+    pub cpu: i64,
+    pub runs: Vec<(i64, i64, i64, String)>,
+    pub irqs: Vec<(i64, i64, String)>,
+}
+
+impl Kernel<'_> {
+    /// Every CPU's picture, by CPU (the pass ended first if it has not):
+    /// what a timeline draws, the runs' starts clamped and the runs the
+    /// switches fill in as attribution reads them.
+    pub fn pictures(&mut self) -> Vec<Picture> {
+        self.end();
+        let l = &self.labels.list;
+        let mut out: Vec<Picture> = self
+            .cpus
+            .iter()
+            .map(|(&cpu, c)| Picture {
+                cpu,
+                runs: (0..c.run_s.len()).map(|j| (c.run_s[j], c.run_e[j], c.run_pid[j], l[c.run_label[j]].clone())).collect(),
+                irqs: (0..c.irq_s.len()).map(|j| (c.irq_s[j], c.irq_e[j], l[c.irq_label[j]].clone())).collect(),
+            })
+            .collect();
+        out.sort_by_key(|p| p.cpu);
+        out
+    }
+}
+
 impl Kernel<'_> {
     /// Every window split (the pass ended first if it has not).
     pub fn split_all(&mut self, windows: &[Window]) -> Vec<Split> {

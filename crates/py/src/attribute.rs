@@ -284,6 +284,58 @@ fn splits_dict(py: Python<'_>, splits: Vec<loopscope_ktrace::attrib::Split>) -> 
     Ok(o)
 }
 
+/// Each CPU's picture as the split reads it (crates/ktrace `attrib`,
+/// `Kernel::pictures`), for a timeline to draw: `cols` one dict of columns
+/// as `ktrace_attribute` takes them. Returns {cpu: (run_s, run_e, run_pid,
+/// run_label, irq_s, irq_e, irq_label)}, each CPU's runs and interrupt
+/// segments in time order, labelled as causes are.
+#[pyfunction]
+#[pyo3(signature = (cols, event_names, comms, states, names, role_tids, role_labels, perf_is_lab, t_first, t_last))]
+#[allow(clippy::too_many_arguments)]
+pub fn ktrace_cpu_pictures<'py>(
+    py: Python<'py>,
+    cols: &Bound<'py, PyDict>,
+    event_names: Vec<String>,
+    comms: &Bound<'py, PyAny>,
+    states: &Bound<'py, PyAny>,
+    names: &Bound<'py, PyAny>,
+    role_tids: Vec<i64>,
+    role_labels: Vec<String>,
+    perf_is_lab: bool,
+    t_first: i64,
+    t_last: i64,
+) -> PyResult<Bound<'py, PyDict>> {
+    use loopscope_ktrace::attrib::{Context, Kernel};
+    let (comms, states, names) = (strtable::table(comms)?, strtable::table(states)?, strtable::table(names)?);
+    let roles = role_tids.into_iter().zip(role_labels).collect();
+    let ctx = Context { roles, perf_is_lab, lost: 0, lost_at: None, t_first, t_last, groups: Default::default() };
+    let mut k = Kernel::start(&ctx, &event_names, &comms, &[]);
+    let tables = Tables { event_names: &event_names, comms: &comms, states: &states, names: &names };
+    let held = attribute_columns(cols)?;
+    let chunks: Vec<Option<Vec<Chunk<'_>>>> = held.iter().map(|h| h.as_ref().map(|v| v.iter().map(Held::chunk).collect())).collect();
+    let mut buf = Widened::default();
+    detached(py, || buf.feed(&mut k, &chunks, &tables))?.map_err(InputError::new_err)?;
+    let pictures = detached(py, move || k.pictures())?;
+    let o = PyDict::new(py);
+    for p in pictures {
+        let (rs, re, rp, rl): (Vec<i64>, Vec<i64>, Vec<i64>, Vec<String>) = p.runs.into_iter().fold(Default::default(), |mut a, (s, e, t, l)| {
+            a.0.push(s);
+            a.1.push(e);
+            a.2.push(t);
+            a.3.push(l);
+            a
+        });
+        let (is, ie, il): (Vec<i64>, Vec<i64>, Vec<String>) = p.irqs.into_iter().fold(Default::default(), |mut a, (s, e, l)| {
+            a.0.push(s);
+            a.1.push(e);
+            a.2.push(l);
+            a
+        });
+        o.set_item(p.cpu, (rs.into_pyarray(py), re.into_pyarray(py), rp.into_pyarray(py), rl, is.into_pyarray(py), ie.into_pyarray(py), il))?;
+    }
+    Ok(o)
+}
+
 /// How attribution names a task (the one rule, for Python's callers too).
 #[pyfunction]
 #[pyo3(signature = (comm, pid, perf_is_lab=false))]

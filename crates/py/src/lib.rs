@@ -247,6 +247,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<attrcols::FreedKept>()?;
     m.add_class::<ktrace::KtraceActivations>()?;
     m.add_function(wrap_pyfunction!(attribute::ktrace_task_label, m)?)?;
+    m.add_function(wrap_pyfunction!(attribute::ktrace_cpu_pictures, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_source, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_node, m)?)?;
     m.add_function(wrap_pyfunction!(pipe::pipe_sink, m)?)?;

@@ -26,11 +26,12 @@ timerlat's auto-analysis, done here from tracepoints for any interval):
 - ``scheduling latency``: the thread had been woken, the CPU was idle;
 - ``unexplained``: no capture covers the time.
 
-Who ran when comes from ``sched_stat_runtime`` (each event says a task ran
-for ``runtime`` ns up to now), not from ``sched_switch`` alone: some kernels
-(this VM's among them) do not record tracepoints fired from the idle task,
-so a switch out of idle can be missing while the runtime of the task that
-followed is not. Switch-outs, wake-ups, migrations and page faults of the
+Who ran when comes from ``sched_stat_runtime`` where it was recorded (each
+event says a task ran for ``runtime`` ns up to now; a run starts no earlier
+than the task's wake-up or its recorded switch-in), and from ``sched_switch``
+where it was not: some kernels do not record tracepoints fired from the idle
+task, so a switch out of idle can be missing while the runtime of the task
+that followed is not, and a user's recording often has switches only. Switch-outs, wake-ups, migrations and page faults of the
 thread refine the picture and are counted. A window that overlaps events
 the capture lost (on any CPU: the wake-up may have been on another) is
 marked incomplete, as is every window of a capture whose losses cannot be
@@ -45,7 +46,8 @@ over the cluster's events and splits every window, so explain's cost grows
 with the events around the outliers, not with Python per outlier. This
 module prepares the columns (text as indices into string tables), names
 the lab's and the loads' threads, and turns the result into a table; the
-per-CPU views below serve the Perfetto export's kernel tracks.
+per-CPU views below (the same pass's picture) serve the Perfetto export's
+kernel tracks.
 """
 
 from __future__ import annotations
@@ -69,16 +71,6 @@ if TYPE_CHECKING:
 
 #: the native split's name for a timer interrupt that came late while another task ran
 LATE_IRQ: str = _native.LATE_IRQ
-
-IRQ_PAIRS = {
-    "irq_handler_entry": ("irq_handler_exit", "irq"),
-    "softirq_entry": ("softirq_exit", "softirq"),
-    "local_timer_entry": ("local_timer_exit", "timer interrupt"),
-    "call_function_single_entry": ("call_function_single_exit", "IPI: function call"),
-    "call_function_entry": ("call_function_exit", "IPI: function call"),
-    "reschedule_entry": ("reschedule_exit", "IPI: reschedule"),
-}
-
 
 # What the kernel threads attribution names are for, in a line each (by family).
 ROLES = {
@@ -142,40 +134,38 @@ def task_label(comm: str | None, pid: int, roles: dict[int, str] | None = None, 
 
 @dataclass
 class CpuView:
-    """One CPU: task run segments (from runtime accounting) and interrupt segments."""
+    """One CPU as attribution reads it: its task runs (labelled as causes)
+    and its interrupt segments (the innermost handler's label), in time order."""
 
     run_s: np.ndarray
     run_e: np.ndarray
     run_pid: np.ndarray
-    run_comm: list[str]
+    run_label: list[str]
     irq_s: np.ndarray
     irq_e: np.ndarray
     irq_label: list[str]
-    run_label: list[str] = field(default_factory=list)
 
 
 def cpu_views(ev: pl.DataFrame, roles: dict[int, str] | None = None, perf_is_lab: bool = False) -> dict[int, CpuView]:
-    """Per CPU: which task ran when (runtime accounting) and which interrupt
-    handler, innermost first (for the Perfetto export's kernel tracks)."""
-    cpus: dict[int, CpuView] = {}
-    labels: dict[tuple[str | None, int], str] = {}
-    rt = ev.filter((pl.col("event") == "sched_stat_runtime") & (pl.col("target") != 0) & pl.col("runtime").is_not_null())
-    irq = ev.filter(pl.col("event").is_in([*IRQ_PAIRS, *(v[0] for v in IRQ_PAIRS.values())]))
-    tlb = ev.filter(pl.col("event") == "csd_function_entry")
-    for c in sorted(set(ev["cpu"].unique().to_list())):
-        r = rt.filter(pl.col("cpu") == c).sort("t_ns")
-        segs_s, segs_e, irq_labels = _irq_segments(irq.filter(pl.col("cpu") == c))
-        _name_tlb(segs_s, segs_e, irq_labels, tlb.filter(pl.col("cpu") == c)["t_ns"].to_numpy())
-        comms, pids = r["target_comm"].to_list(), r["target"].to_list()
-        run_label = []
-        for cm, pd in zip(comms, pids):
-            if (cm, pd) not in labels:
-                labels[(cm, pd)] = task_label(cm, pd, roles, perf_is_lab)
-            run_label.append(labels[(cm, pd)])
-        cpus[int(c)] = CpuView(
-            (r["t_ns"] - r["runtime"]).to_numpy(), r["t_ns"].to_numpy(), r["target"].to_numpy(), comms, segs_s, segs_e, irq_labels, run_label
-        )
-    return cpus
+    """Per CPU: which task ran when and which interrupt handler, innermost
+    first, as the native split reads them (a run's start no earlier than its
+    wake-up or its recorded switch-in, the switches' runs where runtime
+    accounting has none): the Perfetto export's kernel tracks show what
+    explain's causes were split by."""
+    k = Kernel.of(ev, 0, roles=roles, perf_is_lab=perf_is_lab)
+    got = _native.ktrace_cpu_pictures(
+        {c: a for c, a in k.cols.items()} if isinstance(k.cols, Mapping) else {},
+        k.event_names,
+        k.comms,
+        k.states,
+        k.names,
+        list(k.roles),
+        list(k.roles.values()),
+        k.perf_is_lab,
+        k.t_first,
+        k.t_last,
+    )
+    return {int(c): CpuView(*v) for c, v in got.items()}
 
 
 # A column the native split takes: an int64 or int32 array, or chunks of them in time order.
@@ -345,41 +335,6 @@ def _numbers(ev: pl.DataFrame) -> dict[str, np.ndarray]:
     for c in NUMERIC:
         out[c] = ev[c].fill_null(-1).cast(pl.Int64).to_numpy() if c in ev.columns else np.full(len(ev), -1, dtype=np.int64)
     return out
-
-
-def _irq_segments(ev: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Flatten nested entry/exit pairs into segments labelled by the innermost
-    handler, without a loop per event: the nesting depth after each event is
-    a running sum floored at zero (a window that starts inside a handler sees
-    its exit first), and the innermost handler at depth d is the latest entry
-    that brought the depth to d."""
-    if not len(ev):
-        return np.array([], dtype=np.int64), np.array([], dtype=np.int64), []
-    exits = [v[0] for v in IRQ_PAIRS.values()]
-    kind = pl.col("event").replace_strict({k: v[1] for k, v in IRQ_PAIRS.items()}, default=None)
-    d = (
-        ev.select("t_ns", "event", "name")
-        .with_columns(
-            pl.when(pl.col("event").is_in(list(IRQ_PAIRS))).then(1).when(pl.col("event").is_in(exits)).then(-1).otherwise(0).alias("step"),
-            pl.when(kind.is_in(["irq", "softirq"]) & pl.col("name").is_not_null()).then(kind + ": " + pl.col("name")).otherwise(kind).alias("label"),
-        )
-        .with_columns(pl.col("step").cum_sum().alias("s"))
-    )
-    d = d.with_columns((pl.col("s") - pl.min_horizontal(pl.lit(0), pl.col("s").cum_min())).alias("depth"))
-    d = d.with_columns(pl.when(pl.col("step") == 1).then(pl.col("label")).forward_fill().over("depth").alias("top"), pl.col("t_ns").shift(-1).alias("t_next"))
-    seg = d.filter((pl.col("depth") > 0) & pl.col("t_next").is_not_null() & (pl.col("t_next") > pl.col("t_ns")))
-    return seg["t_ns"].to_numpy(), seg["t_next"].to_numpy().astype(np.int64), seg["top"].to_list()
-
-
-def _name_tlb(s: np.ndarray, e: np.ndarray, labels: list[str], flushes: np.ndarray) -> None:
-    """An IPI whose handler ran a TLB flush (the capture records the IPI
-    functions only when they are ``flush_tlb_func``) is a TLB shootdown."""
-    if not len(flushes) or not len(s):
-        return
-    k = np.searchsorted(s, np.sort(flushes), side="right") - 1
-    for j, t in zip(k, np.sort(flushes)):
-        if j >= 0 and t <= e[j] and labels[j].startswith("IPI: function call"):
-            labels[j] = "IPI: TLB shootdown"
 
 
 class Attributed(TypedDict):

@@ -289,7 +289,7 @@ def _kernel_tracks(run_dir: Path, w: _Writer, track: Track, TE: EventTypes) -> i
         parent = _uuid("kernel", host)
         track(parent, f"kernel of {', '.join(cap.covers)}")
         for cpu, cv in cpu_views(ev).items():
-            for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_comm)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
+            for label, (s_arr, e_arr, names) in (("CPU", (cv.run_s, cv.run_e, cv.run_label)), ("interrupts", (cv.irq_s, cv.irq_e, cv.irq_label))):
                 sel = np.zeros(len(s_arr), dtype=bool)
                 for a, b in merged:
                     sel |= (e_arr > a) & (s_arr < b)
