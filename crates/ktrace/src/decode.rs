@@ -116,13 +116,46 @@ pub struct Columns {
     pub next_prio: Vec<i32>,
 }
 
+/// Batches' columns handed back once written (`Columns::recycle`), for the
+/// next batch to fill: their vectors keep their room, so a batch is not
+/// grown again from nothing (each growth a copy, and fresh pages the kernel
+/// faults in and zeroes: half the import's page faults were the decoder's
+/// pushes). At most `SPARES` are kept; `Columns::drop_spares` frees them.
+static SPARE: std::sync::Mutex<Vec<Columns>> = std::sync::Mutex::new(Vec::new());
+const SPARES: usize = 2;
+
 impl Columns {
-    fn reserve(&mut self, n: usize) {
-        self.t_ns.reserve(n);
-        self.cpu.reserve(n);
-        self.event.reserve(n);
-        self.pid.reserve(n);
+    /// Columns to fill: spare ones, empty but with their room, when some were handed back.
+    pub fn spare() -> Columns {
+        SPARE.lock().ok().and_then(|mut s| s.pop()).unwrap_or_default()
+    }
+
+    /// Hand `self` back, emptied, for a later batch (dropped when `SPARES` are kept already).
+    pub fn recycle(mut self) {
+        self.each(Vec::clear, Vec::clear);
+        if let Ok(mut s) = SPARE.lock() {
+            if s.len() < SPARES {
+                s.push(self);
+            }
+        }
+    }
+
+    /// Free the spare columns (a writer that recycled them is done).
+    pub fn drop_spares() {
+        if let Ok(mut s) = SPARE.lock() {
+            s.clear();
+        }
+    }
+
+    /// `f` on each INT64 column, `g` on each INT32 one.
+    fn each(&mut self, f: impl Fn(&mut Vec<i64>), g: impl Fn(&mut Vec<i32>)) {
+        for v in [&mut self.t_ns, &mut self.runtime, &mut self.expires, &mut self.softexpires] {
+            f(v);
+        }
         for v in [
+            &mut self.cpu,
+            &mut self.event,
+            &mut self.pid,
             &mut self.target,
             &mut self.target_comm,
             &mut self.next_pid,
@@ -134,11 +167,12 @@ impl Columns {
             &mut self.prio,
             &mut self.next_prio,
         ] {
-            v.reserve(n);
+            g(v);
         }
-        for v in [&mut self.runtime, &mut self.expires, &mut self.softexpires] {
-            v.reserve(n);
-        }
+    }
+
+    fn reserve(&mut self, n: usize) {
+        self.each(|v| v.reserve(n), |v| v.reserve(n));
     }
 }
 
@@ -256,13 +290,17 @@ impl Decoder {
 
     /// Room for `n` more events (a reader that knows its batch size asks once).
     pub fn reserve(&mut self, n: usize) {
+        if self.cols.t_ns.capacity() == 0 {
+            // a new batch: into spare columns, if a written one was handed back meanwhile
+            self.cols = Columns::spare();
+        }
         self.cols.reserve(n);
     }
 
     /// Decode `buf`, whole pages of `page_size` bytes read from `cpu`'s buffer, in order.
     pub fn pages(&mut self, cpu: i32, buf: &[u8], page_size: usize) {
         // Records are 16 bytes and more: reserve once instead of growing fifteen vectors.
-        self.cols.reserve(buf.len() / 24);
+        self.reserve(buf.len() / 24);
         for chunk in buf.chunks(page_size.max(64)) {
             self.page(cpu, chunk);
         }

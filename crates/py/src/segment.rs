@@ -72,13 +72,27 @@ pub struct KtraceSegments {
     cutter: Mutex<Cutter>,
 }
 
+impl Drop for KtraceSegments {
+    fn drop(&mut self) {
+        if self.cutter.lock().is_ok_and(|c| c.recycle) {
+            Columns::drop_spares();
+        }
+    }
+}
+
 #[pymethods]
 impl KtraceSegments {
-    /// `cap_dir`: the capture's directory (with `events/`); `level`: zstd's.
+    /// `cap_dir`: the capture's directory (with `events/`); `level`: zstd's;
+    /// `recycle`: each batch's columns handed back once written, for the
+    /// decoder's next batch (an import's stream of batches; a drain's
+    /// reader, idle between drains, keeps none), freed with the writer.
     #[new]
-    fn new(cap_dir: &str, level: i32) -> PyResult<Self> {
+    #[pyo3(signature = (cap_dir, level, recycle=false))]
+    fn new(cap_dir: &str, level: i32, recycle: bool) -> PyResult<Self> {
         let props = properties(level).map_err(|e| InputError::new_err(format!("zstd level {level}: {e}")))?;
-        Ok(KtraceSegments { dir: PathBuf::from(cap_dir), props, cutter: Mutex::new(Cutter::default()) })
+        let mut cutter = Cutter::default();
+        cutter.recycle = recycle;
+        Ok(KtraceSegments { dir: PathBuf::from(cap_dir), props, cutter: Mutex::new(cutter) })
     }
 
     /// `batch` with what the last cut held back, time-sorted, up to

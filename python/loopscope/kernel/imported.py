@@ -285,7 +285,7 @@ def _decode(imp: _native.KtraceImport, cap_dir: Path, kind: str, label: str) -> 
     d = _Decoded()
     n_strings = -1
     pending: list[Future[S.Segment]] = []
-    writer = _native.KtraceSegments(str(cap_dir), 1)  # zstd level 1: an import is written once, fast
+    writer = _native.KtraceSegments(str(cap_dir), 1, recycle=True)  # zstd level 1: an import is written once, fast
 
     def write(seg: S.Segment, batch: _native.KtraceBatch, switch: int) -> S.Segment:
         try:

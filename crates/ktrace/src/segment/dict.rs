@@ -34,6 +34,12 @@ use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::file::writer::{SerializedPageWriter, TrackedWrite};
 use parquet::schema::types::ColumnDescPtr;
 
+/// The least share of a page's indices zstd must save for the chunk's next
+/// pages to be compressed too: the codes of task names and priorities,
+/// packed into few bits, seldom shrink (a tenth of the writers' zstd time
+/// went to pages then stored as they were).
+const WORTH: f64 = 0.02;
+
 /// Rows per data page: the crate's 20,000-row page limit, checked after each
 /// of its 8,192-value mini-batches, closes pages at 24,576 rows.
 pub const PAGE_ROWS: usize = 24_576;
@@ -205,7 +211,17 @@ impl DictWriter {
 
     /// A data page of `rows` rows: their definition levels `def` (a nullable
     /// column's), then the indices of the `idx` values present among them.
-    fn data_page(&mut self, rows: usize, def: Option<&[i16]>, idx: std::ops::Range<usize>, width: u8) -> Result<CompressedPage, ParquetError> {
+    ///
+    /// With `try_zstd` false the indices are stored as they are; the second
+    /// value returned says whether zstd shrank them by `WORTH` at least.
+    fn data_page(
+        &mut self,
+        rows: usize,
+        def: Option<&[i16]>,
+        idx: std::ops::Range<usize>,
+        width: u8,
+        try_zstd: bool,
+    ) -> Result<(CompressedPage, bool), ParquetError> {
         let mut buf = Vec::new();
         if let Some(d) = def {
             hybrid(d, 1, &mut buf, |x| x as u32);
@@ -213,9 +229,12 @@ impl DictWriter {
         let levels_len = buf.len();
         let mut indices = vec![width];
         hybrid(&self.idx[idx.clone()], width, &mut indices, |x| x);
-        self.compress(&indices)?;
+        if try_zstd {
+            self.compress(&indices)?;
+        }
         // the crate's threshold (1.0): the values stay uncompressed unless zstd shrinks the page
-        let is_compressed = self.out.len() < indices.len() + levels_len;
+        let is_compressed = try_zstd && self.out.len() < indices.len() + levels_len;
+        let worth = is_compressed && (self.out.len() as f64) < (1.0 - WORTH) * indices.len() as f64;
         buf.extend_from_slice(if is_compressed { &self.out } else { &indices });
         let page = Page::DataPageV2 {
             buf: buf.into(),
@@ -228,7 +247,7 @@ impl DictWriter {
             is_compressed,
             statistics: None,
         };
-        Ok(CompressedPage::new(page, levels_len + indices.len()))
+        Ok((CompressedPage::new(page, levels_len + indices.len()), worth))
     }
 
     /// The column chunk of `rows` rows whose present values are `values` (in
@@ -257,12 +276,15 @@ impl DictWriter {
         {
             let mut pw = SerializedPageWriter::new(&mut sink);
             at.add(pw.write_page(self.dictionary_page()?)?);
-            let mut v0 = 0;
+            let (mut v0, mut try_zstd) = (0, true);
             for r0 in (0..rows).step_by(PAGE_ROWS) {
                 let r1 = (r0 + PAGE_ROWS).min(rows);
                 let d = def.map(|d| &d[r0..r1]);
                 let present = d.map_or(r1 - r0, |d| d.iter().filter(|&&x| x > 0).count());
-                at.add(pw.write_page(self.data_page(r1 - r0, d, v0..v0 + present, width)?)?);
+                let (page, worth) = self.data_page(r1 - r0, d, v0..v0 + present, width, try_zstd)?;
+                at.add(pw.write_page(page)?);
+                // a chunk's first page that zstd did not shrink says its others will not either
+                try_zstd &= worth;
                 v0 += present;
             }
         }
