@@ -86,9 +86,9 @@ pub struct Written {
 #[derive(Default)]
 pub struct Cutter {
     carry: Columns,
-    /// hand each cut's batch back once written (`Columns::recycle`), for a later batch to fill
+    /// hand each cut's batch back once written (`Columns::recycle`), for a later batch to fill, and keep the
+    /// keys' and lanes' room from one cut to the next (else freed: a drain's reader holds nothing between drains)
     pub recycle: bool,
-    /// the keys' and lanes' room, kept from one cut to the next
     keys: Vec<(i64, u32)>,
     lanes: Vec<Vec<(i64, u32)>>,
 }
@@ -204,7 +204,11 @@ impl Cutter {
         };
         self.carry = gather(&held, &batch, &keys[cut..]);
         let ranks = Some(keys[..cut].iter().map(|k| k.1).collect());
-        self.keys = keys;
+        if self.recycle {
+            self.keys = keys;
+        } else {
+            self.lanes = Vec::new();
+        }
         Cut { held, batch, ranks, recycle: self.recycle }
     }
 
