@@ -77,14 +77,7 @@ build: $(VENV)/.pydeps $(TOOLS)/.ok clib
 # `make install`: what loopscope runs with; `install-test`: and the tests'
 # tools with every optional part; `install-ssh`/`install-perfetto`/`install-ansible`: one part.
 install: deps-demo build
-install-test: deps
-	@mkdir -p target; \
-	setsid $(RUST_TEST_ENV) $(CARGO) test --no-run $(RUST_TESTS) > $(RUST_TEST_LOG) 2>&1 & rt=$$!; \
-	trap 'kill -TERM -- -$$rt 2>/dev/null; exit 130' INT TERM; \
-	$(MAKE) --no-print-directory build $(VENV)/.testdeps; st=$$?; \
-	if [ $$st -ne 0 ]; then kill -TERM -- -$$rt 2>/dev/null; wait $$rt; exit $$st; fi; \
-	wait $$rt || { tail -30 $(RUST_TEST_LOG); echo "loopscope: error: building the crates' tests failed; full log: $(RUST_TEST_LOG)"; exit 1; }
-
+install-test: deps build $(VENV)/.testdeps
 install-ssh install-perfetto install-ansible: install-%: install
 	$(PIP) $(PIPI) -r requirements-$*.lock
 
@@ -100,15 +93,9 @@ demo: install
 	fi
 
 RUST_TESTS = --profile test-ci --quiet -p loopscope-trace -p loopscope-probes -p loopscope-loads -p loopscope-netem -p loopscope-channels -p loopscope-ktrace -p loopscope-capi -p loopscope-os
-# The crates' tests are built in a target directory of their own, beside the
-# install (`install-test`): the release build compiles its last crates on one
-# CPU (codegen-units = 1) while the Python installs wait on the disk, and a
-# shared directory would have each cargo wait for the other's lock.
-RUST_TEST_ENV = $(ZSTD_ENV) CARGO_TARGET_DIR=target/ci
-RUST_TEST_LOG = target/rust-tests-build.log
 
 test-rust:
-	$(RUST_TEST_ENV) $(CARGO) test $(RUST_TESTS)
+	$(ZSTD_ENV) $(CARGO) test $(RUST_TESTS)
 
 # mypy, strict, on the packages pyproject.toml's [tool.mypy] lists (the
 # contracts: spec, kinds, lab, analysis, the run directory, the errors).
