@@ -31,8 +31,9 @@ event says a task ran for ``runtime`` ns up to now; a run starts no earlier
 than the task's wake-up or its recorded switch-in), and from ``sched_switch``
 where it was not: some kernels do not record tracepoints fired from the idle
 task, so a switch out of idle can be missing while the runtime of the task
-that followed is not, and a user's recording often has switches only. Switch-outs, wake-ups, migrations and page faults of the
-thread refine the picture and are counted. A window that overlaps events
+that followed is not, and a user's recording often has switches only.
+Switch-outs, wake-ups, migrations and page faults of the thread refine the
+picture and are counted. A window that overlaps events
 the capture lost (on any CPU: the wake-up may have been on another) is
 marked incomplete, as is every window of a capture whose losses cannot be
 placed in time, and a window whose switch-in cannot be found.
