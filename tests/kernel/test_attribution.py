@@ -363,6 +363,21 @@ def test_the_cpu_tracks_draw_a_run_accounted_from_before_its_wake_up_from_the_wa
     assert (list(v.run_s), list(v.run_e), list(v.run_pid), v.run_label) == ([1000], [2000], [42], ["thread: t"])
 
 
+def test_the_cpu_tracks_draw_runs_runtime_accounting_overlaps_one_after_the_other() -> None:
+    # hog accounted 0..900 on CPU 1, spin 800..1500: spin's clock was read before hog's last update
+    rt = {"cpu": 1, "event": "sched_stat_runtime"}
+    views = A.cpu_views(
+        _events(
+            [
+                {**rt, "t_ns": 900, "pid": 7, "tid": 7, "target": 7, "target_comm": "ld:hog", "runtime": 900},
+                {**rt, "t_ns": 1500, "pid": 8, "tid": 8, "target": 8, "target_comm": "spin", "runtime": 700},
+            ]
+        )
+    )
+    v = views[1]
+    assert list(zip(v.run_s, v.run_e, v.run_pid)) == [(0, 900, 7), (900, 1500, 8)]
+
+
 def test_the_cpu_tracks_of_a_recording_with_switches_only_show_its_runs() -> None:
     sw = {"cpu": 0, "event": "sched_switch", "prev_state": "S"}
     views = A.cpu_views(

@@ -1612,17 +1612,29 @@ pub struct Picture {
 impl Kernel<'_> {
     /// Every CPU's picture, by CPU (the pass ended first if it has not):
     /// what a timeline draws, the runs' starts clamped and the runs the
-    /// switches fill in as attribution reads them.
+    /// switches fill in as attribution reads them. Where runtime accounting
+    /// has two runs overlap (the next task's clock read before the switch
+    /// is traced), the run that ends later starts where the other ended, as
+    /// `activity` counts such a stretch once (runs are in the order they
+    /// end); a run left with nothing is left out. So a CPU's task track
+    /// never shows two tasks at once.
     pub fn pictures(&mut self) -> Vec<Picture> {
         self.end();
         let l = &self.labels.list;
         let mut out: Vec<Picture> = self
             .cpus
             .iter()
-            .map(|(&cpu, c)| Picture {
-                cpu,
-                runs: (0..c.run_s.len()).map(|j| (c.run_s[j], c.run_e[j], c.run_pid[j], l[c.run_label[j]].clone())).collect(),
-                irqs: (0..c.irq_s.len()).map(|j| (c.irq_s[j], c.irq_e[j], l[c.irq_label[j]].clone())).collect(),
+            .map(|(&cpu, c)| {
+                let mut runs = Vec::with_capacity(c.run_s.len());
+                let mut prev_end = i64::MIN;
+                for j in 0..c.run_s.len() {
+                    let s = c.run_s[j].max(prev_end);
+                    if c.run_e[j] > s {
+                        runs.push((s, c.run_e[j], c.run_pid[j], l[c.run_label[j]].clone()));
+                    }
+                    prev_end = prev_end.max(c.run_e[j]);
+                }
+                Picture { cpu, runs, irqs: (0..c.irq_s.len()).map(|j| (c.irq_s[j], c.irq_e[j], l[c.irq_label[j]].clone())).collect() }
             })
             .collect();
         out.sort_by_key(|p| p.cpu);
@@ -1696,6 +1708,23 @@ mod tests {
         let out = attribute_many(&ev, &ctx, &[Window { id: 1, tid: 42, a: 50, b: 950, span: false }]);
         assert_eq!(out[0].causes, vec![("thread: hog".to_string(), 850), ("return to user space".to_string(), 50)]);
         assert!(out[0].complete);
+    }
+
+    #[test]
+    fn runs_runtime_accounting_overlaps_are_drawn_one_after_the_other() {
+        // hog (7) accounted 0..900 and spin (8) 800..1500 on CPU 1 (8's clock read 100 before 7's last update);
+        // bit (9) accounted 1000..1200, inside 8's span: runs are taken in the order they end, each from where the
+        // one before ended, as attribution counts them
+        let n = NONE;
+        // t, cpu, event, context pid, target, target comm, next pid, next comm, prev state
+        let rows = [[900, 1, 0, 7, 7, 0, n, n, n], [1200, 1, 0, 9, 9, 2, n, n, n], [1500, 1, 0, 8, 8, 1, n, n, n]];
+        let ev = Events { runtime: &[900, 200, 700], ..events(&rows, &["sched_stat_runtime"], &["hog", "spin", "bit"], &[]) };
+        let ctx = Context { roles: HashMap::new(), perf_is_lab: false, lost: 0, lost_at: None, t_first: 0, t_last: 2000, groups: HashMap::new() };
+        let mut k = Kernel::new(&ev, &ctx, &[]);
+        let p = k.pictures();
+        let runs: Vec<(i64, i64, i64)> = p[0].runs.iter().map(|r| (r.0, r.1, r.2)).collect();
+        assert_eq!(runs, vec![(0, 900, 7), (1000, 1200, 9), (1200, 1500, 8)]);
+        assert!(p[0].runs.windows(2).all(|w| w[0].1 <= w[1].0));
     }
 
     /// Thread 42 sleeps at 50 µs and is woken at 100 onto idle CPU 1; a timer interrupt holds the CPU
