@@ -175,6 +175,21 @@ def test_a_capture_ratio_is_judged_only_inside_the_noise_floor() -> None:
     assert verdict(1.00, 1.00, 1.10, 0.05) == "not met"  # the capture in its own outliers fails whatever the noise
 
 
+def test_the_busy_pipeline_is_judged_by_its_worse_ratio_and_by_its_readers_share_of_a_cpu() -> None:
+    from loopscope.bench.kcapture import _judged
+
+    without = [{"p50_ns": 20_000.0, "p99_ns": 100_000.0} for _ in range(8)]  # a noise floor of exactly 1
+
+    def judged(scenario: str, p50: float, p99: float, share: float) -> str:
+        s = {"p50_ratio": p50, "p99_ratio": p99, "reader_cpu_share": share, "self_share": 0.0}
+        return str(_judged(s, without, scenario)["verdict"])  # type: ignore[arg-type]
+
+    assert judged("pipeline-busy", 1.04, 1.03, 0.04) == "met"
+    assert judged("pipeline-busy", 1.12, 1.03, 0.04) == "not met"  # its p50 counts as much as its p99
+    assert judged("pipeline-busy", 1.01, 1.01, 0.06) == "not met"  # a reader over 5 % of a CPU
+    assert judged("timer-idle", 1.12, 1.03, 0.06) == "met"  # an idle timer: its p99 only
+
+
 def test_pairs_are_added_until_the_noise_floor_is_inside_the_target() -> None:
     from loopscope.bench.kcapture import Pairs
 
