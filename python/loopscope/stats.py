@@ -40,7 +40,8 @@ def rank_sum_splits(v: np.ndarray, cuts: list[int]) -> list[float]:
     ``mannwhitneyu``, method "asymptotic"). The samples are one series cut
     in two, so it is ranked once for every cut (a warm-up's search tries 30)."""
     n = len(v)
-    order = np.argsort(v, kind="stable")
+    # tied values share their mean rank, so the order among them is moot: the default sort, 6x a stable one here
+    order = np.argsort(v)
     xs = v[order]
     starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
     ties = np.diff(np.r_[starts, n]).astype(np.float64)
