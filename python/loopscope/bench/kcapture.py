@@ -27,7 +27,10 @@ is judged against its target (``verdict``: met, not met, or
 ``inconclusive`` when two halves of the runs without capture differ by
 more than the target allows, so that no ratio could be told from noise);
 by default the bench adds pairs of runs until the noise floor is inside
-the target, up to a cap.
+the target, up to a cap. The idle timer is judged by its p99 ratio; the
+busy pipeline by the worse of its p50 and p99 ratios and, whatever the
+noise, by its reader's share of a CPU (at most 5 %); either is not met
+when the capture shows up in its own outliers beyond ``self_share``'s 2 %.
 """
 
 from __future__ import annotations
@@ -106,7 +109,9 @@ class Scenario(TypedDict, total=False):
     p99_ratio: float | None
     p50_ratio: float | None
     aa_spread: float | None
+    #: the most either judged ratio may be (timer-idle: the p99's; pipeline-busy: the p50's and the p99's)
     target: float
+    #: met, not met, or inconclusive (the noise floor wider than the target)
     verdict: str
     designs: dict[str, "Scenario"]
     context: dict[str, int | float | str | list[str]]
