@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -107,3 +108,22 @@ def test_ctrl_c_in_bench_trace_s_native_loops_exits_130_and_leaves_nothing(tmp_p
 @pytest.mark.needs_tool("cyclictest")
 def test_ctrl_c_in_bench_timer_stops_cyclictest_too(tmp_path: Path, lab: None) -> None:
     _interrupted(_interrupt(["bench", "timer", "--duration", "20s", "--runs", "1"], tmp_path, 3.0))
+
+
+def test_ctrl_c_while_native_code_first_reaches_numpy_exits_130(tmp_path: Path) -> None:
+    # The native module finds numpy's array API the first time it makes an array, running numpy's own
+    # Python (its version check); a Ctrl-C there panics in the native code instead of raising where the
+    # command is. The interrupt is placed there deterministically: numpy's version check raises it.
+    trace = tmp_path / "t.lstrace"
+    with lt.open(trace):
+        lt.event("g", "e")(1)
+    code = (
+        "import sys, numpy.lib\n"
+        "def interrupted(*a):\n"
+        "    raise KeyboardInterrupt\n"
+        "numpy.lib.NumpyVersion = interrupted\n"
+        "from loopscope.cli import main\n"
+        f"main(['trace', 'dump', {str(trace)!r}])\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    _interrupted(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, r.stderr))

@@ -220,8 +220,26 @@ impl Drop for SignalsBlocked {
     }
 }
 
+/// A Ctrl-C that lands in Python the numpy crate runs (the first array a
+/// call makes finds numpy's array API: numpy's own imports and version
+/// check) fails that lookup, and the crate panics with the interrupt in its
+/// message. The panic reaches Python as `PanicException`, which the CLI
+/// takes for the interrupt it is (exit 130, one line); the default hook
+/// would first print the panic and a backtrace. Every other panic is
+/// printed as before.
+fn quiet_interrupts() {
+    let shown = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let text = info.payload().downcast_ref::<String>().map(String::as_str).or_else(|| info.payload().downcast_ref::<&str>().copied());
+        if !text.is_some_and(|t| t.contains("KeyboardInterrupt")) {
+            shown(info);
+        }
+    }));
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    quiet_interrupts();
     trace::add_to(m)?;
     probes::add_to(m)?;
     net::add_to(m)?;

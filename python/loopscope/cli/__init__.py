@@ -82,4 +82,18 @@ def main(argv: list[str] | None = None) -> None:
         code = 0
     except OSError as e:
         code = _fail(f"{e.filename or ''}: {e.strerror}" if e.filename else str(e), EXIT_FAILED)
+    except BaseException as e:
+        if not _interrupt_in_native(e):
+            raise
+        sys.stderr.write("loopscope: interrupted\n")
+        code = EXIT_INTERRUPTED
     sys.exit(code)
+
+
+def _interrupt_in_native(e: BaseException) -> bool:
+    """A Ctrl-C that landed in Python run by the native module, where it
+    cannot raise: the first array it makes finds numpy's array API, which
+    runs numpy's own Python (importing ``numpy.lib``, its version check), and
+    the numpy crate panics when that fails. The panic's text names the
+    interrupt; the command was interrupted, not broken."""
+    return type(e).__name__ == "PanicException" and "KeyboardInterrupt" in str(e)
